@@ -1,0 +1,28 @@
+"""zcorch: declarative experiments on how Linux moves bulk data between two hosts.
+
+This module stays stdlib-only at import time because it is deployed to bare remote hosts
+together with the worker; the analysis API (pandas, matplotlib) is imported on first use.
+"""
+from __future__ import annotations
+
+from ._version import __version__
+from .errors import ZcorchError
+
+# Public analysis entry points, resolved lazily (see __getattr__).
+_LAZY = {
+    "load": "zcorch.analysis.frames",
+    "load_baselines": "zcorch.analysis.frames",
+    "load_meta": "zcorch.analysis.frames",
+    "summarize": "zcorch.analysis.stats",
+}
+
+__all__ = ["__version__", "ZcorchError", *_LAZY]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zcorch' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

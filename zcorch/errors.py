@@ -1,0 +1,51 @@
+"""The user-mistake family: every ZcorchError is printed by the CLI without a traceback.
+
+Anything else that escapes is a bug and crashes loudly. Stdlib-only: deployed with the worker.
+"""
+from __future__ import annotations
+
+
+class ZcorchError(Exception):
+    """A problem the user can fix (bad input, missing tool, unreachable host...)."""
+
+    exit_status = 1
+
+
+class ConfigError(ZcorchError):
+    """An experiment file (or a command-line value) is invalid. Exit status 2, as argparse."""
+
+    exit_status = 2
+
+    def __init__(self, problems: "list[str] | str"):
+        if isinstance(problems, str):
+            problems = [problems]
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class WorkerError(ZcorchError):
+    """The native transfer core refused or failed (code and text from the C library)."""
+
+    def __init__(self, code: int, message: str):
+        self.code = code
+        super().__init__(message)
+
+
+class HostError(ZcorchError):
+    """A host could not be reached, or a command on it failed (names the host)."""
+
+
+class DeployError(HostError):
+    """Upload or remote build of the worker failed (names the host, carries compiler output)."""
+
+
+class PreflightError(HostError):
+    """A host lacks something the sweep needs; the message names the host and the fix."""
+
+
+class LabError(ZcorchError):
+    """The network-namespace lab could not be set up or torn down."""
+
+
+class ResultsError(ZcorchError):
+    """A result set is missing, malformed, or of an unknown format version."""

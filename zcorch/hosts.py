@@ -1,0 +1,197 @@
+"""Where commands run: a Host runs argument lists (never shell strings built from input).
+
+`LocalHost` runs them as local subprocesses (the `hosts: localhost` default: no SSH, no root);
+`zcorch.ssh.SSHHost` runs the same argument lists over a persistent paramiko connection,
+quoted with shlex. The runner, deploy, baselines and filesystem provisioning only see this
+interface, so every stage works the same on both.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Optional, Sequence
+
+
+@dataclass
+class CommandResult:
+    argv: list
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+class Process:
+    """A started command whose stdout is read line by line and whose whole process group can be killed."""
+
+    host: "Host"
+    pgid: Optional[int]
+
+    def lines(self, timeout: float) -> Iterator[str]:  # pragma: no cover - interface
+        """Yield stdout lines until EOF; raise TimeoutError if none arrives within `timeout` s."""
+        raise NotImplementedError
+
+    def readline(self, timeout: float) -> Optional[str]:  # pragma: no cover - interface
+        """Next stdout line (without newline), None at EOF; TimeoutError after `timeout` s."""
+        raise NotImplementedError
+
+    def wait(self, timeout: float) -> int:  # pragma: no cover - interface
+        """Exit status; TimeoutError if still running after `timeout` s. Negative = killed by signal."""
+        raise NotImplementedError
+
+    def stderr_text(self) -> str:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:  # pragma: no cover - interface
+        """Signal every process of the command's process group (not just the channel)."""
+        raise NotImplementedError
+
+
+class Host:
+    """One machine the sweep uses. `name` is for messages ('sender', 'receiver', 'localhost')."""
+
+    name: str
+    # Address the data connection should use to reach this host.
+    data_address: str
+    is_local: bool = False
+
+    def run(self, argv: Sequence[str], timeout: float = 60.0, env: Optional[Mapping[str, str]] = None,
+            input: Optional[str] = None) -> CommandResult:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def start(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Process:  # pragma: no cover
+        raise NotImplementedError
+
+    def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _LineReader:
+    """Reads a pipe on a thread so readline() can time out without select() on every platform."""
+
+    def __init__(self, stream):
+        self._q: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._t = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self._t.start()
+
+    def _pump(self, stream) -> None:
+        for raw in iter(stream.readline, ""):
+            self._q.put(raw.rstrip("\n"))
+        self._q.put(None)
+
+    def readline(self, timeout: float) -> Optional[str]:
+        try:
+            return self._q.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            raise TimeoutError(f"no output within {timeout:.1f}s") from None
+
+
+class LocalProcess(Process):
+    def __init__(self, host: "LocalHost", popen: subprocess.Popen):
+        self.host = host
+        self.popen = popen
+        self.pgid = popen.pid  # start_new_session=True: the child leads its own group
+        self._out = _LineReader(popen.stdout)
+        self._err_chunks: list = []
+        self._err_t = threading.Thread(target=self._drain_err, daemon=True)
+        self._err_t.start()
+
+    def _drain_err(self) -> None:
+        for chunk in iter(self.popen.stderr.readline, ""):
+            self._err_chunks.append(chunk)
+
+    def readline(self, timeout: float) -> Optional[str]:
+        return self._out.readline(timeout)
+
+    def lines(self, timeout: float) -> Iterator[str]:
+        while True:
+            line = self.readline(timeout)
+            if line is None:
+                return
+            yield line
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"still running after {timeout:.1f}s") from None
+
+    def stderr_text(self) -> str:
+        self._err_t.join(timeout=1.0)
+        return "".join(self._err_chunks)
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:
+            pass
+
+
+class LocalHost(Host):
+    """This machine, through subprocess. Never uses a shell."""
+
+    is_local = True
+
+    def __init__(self, name: str = "localhost", data_address: str = "127.0.0.1"):
+        self.name = name
+        self.data_address = data_address
+
+    @staticmethod
+    def _env(env: Optional[Mapping[str, str]]) -> Optional[dict]:
+        if not env:
+            return None
+        merged = dict(os.environ)
+        merged.update(env)
+        return merged
+
+    def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
+        argv = [str(a) for a in argv]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(env),
+                               input=input, start_new_session=True)
+        except FileNotFoundError as exc:
+            return CommandResult(argv, 127, "", f"{argv[0]}: command not found ({exc})")
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            return CommandResult(argv, -signal.SIGKILL, out, err + f"\n(timed out after {timeout:.1f}s)")
+        return CommandResult(argv, p.returncode, p.stdout, p.stderr)
+
+    def start(self, argv, env=None) -> LocalProcess:
+        popen = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL, text=True, env=self._env(env),
+                                 start_new_session=True)
+        return LocalProcess(self, popen)
+
+    def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:
+        with open(local_path, "rb") as f:
+            self.put_bytes(f.read(), remote_path, mode)
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        remote_path = os.path.expanduser(remote_path)
+        os.makedirs(os.path.dirname(remote_path) or ".", exist_ok=True)
+        tmp = f"{remote_path}.tmp{os.getpid()}.{time.monotonic_ns()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, remote_path)
