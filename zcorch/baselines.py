@@ -1,0 +1,416 @@
+"""Baselines the seeds measured before every table: iperf3 between the hosts, dd on the receiver.
+
+Argument-list builders and output parsers are pure functions (tested on captured real output in
+tests/data/captured/); `run_iperf3` and `run_dd` drive them through the Host interface and
+return baselines.jsonl records ({"kind", "key", "status", "reason", "result", "host", "started"}).
+"""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+from .errors import ConfigError, ZcorchError
+from .hosts import Host
+from .results import utc_now
+from .units import format_size, parse_duration, parse_size
+
+
+class BaselineError(ZcorchError):
+    """A baseline tool ran but its output says it failed (message from the tool)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration (the experiment file's `baselines:` section)
+
+@dataclass
+class Iperf3Config:
+    enabled: bool = True
+    per: str = "pair"            # "pair": once per distinct (window, buffer) of the cells; "sweep": once
+    duration: Optional[float] = 2.0   # iperf3 -t; None when `bytes` is given
+    bytes: Optional[int] = None       # iperf3 -n
+    port: int = 5201                  # remote hosts; on localhost a free port is picked
+    idle_timeout: int = 30            # server --idle-timeout (s): a stuck server exits by itself
+    zerocopy: List[bool] = field(default_factory=lambda: [False, True])  # plain and -Z
+
+
+@dataclass
+class DdConfig:
+    enabled: bool = True
+    bs: int = 1024 * 1024
+    count: int = 64
+    scratch: str = "/tmp"             # where dd writes when the sink is /dev/null
+
+
+@dataclass
+class BaselineConfig:
+    iperf3: Iperf3Config = field(default_factory=Iperf3Config)
+    dd: DdConfig = field(default_factory=DdConfig)
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if obj is None:
+        return default
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def baseline_config(section: Any) -> BaselineConfig:
+    """BaselineConfig from the experiment's `baselines:` section (dict or spec object, or None).
+
+    `baselines: false` (or `iperf3: false` / `dd: false`) disables them; sizes and durations go
+    through zcorch.units.
+    """
+    cfg = BaselineConfig()
+    if section is False:
+        cfg.iperf3.enabled = cfg.dd.enabled = False
+        return cfg
+    if section is None or section is True:
+        return cfg
+    problems = []
+    ip = _get(section, "iperf3")
+    if ip is False:
+        cfg.iperf3.enabled = False
+    elif ip not in (None, True):
+        try:
+            per = _get(ip, "per", "pair")
+            if per not in ("pair", "sweep"):
+                raise ValueError(f"per must be 'pair' or 'sweep', got {per!r}")
+            cfg.iperf3.per = per
+            if _get(ip, "bytes") is not None:
+                cfg.iperf3.bytes = parse_size(_get(ip, "bytes"))
+                cfg.iperf3.duration = None
+            for key in ("duration", "time"):
+                if _get(ip, key) is not None:
+                    cfg.iperf3.duration = parse_duration(_get(ip, key))
+            cfg.iperf3.port = int(_get(ip, "port", cfg.iperf3.port))
+            cfg.iperf3.idle_timeout = int(parse_duration(_get(ip, "idle_timeout", cfg.iperf3.idle_timeout)))
+            if _get(ip, "enabled") is False:
+                cfg.iperf3.enabled = False
+        except (TypeError, ValueError) as exc:
+            problems.append(f"baselines.iperf3: {exc}")
+    dd = _get(section, "dd")
+    if dd is False:
+        cfg.dd.enabled = False
+    elif dd not in (None, True):
+        try:
+            cfg.dd.bs = parse_size(_get(dd, "bs", cfg.dd.bs))
+            cfg.dd.count = parse_size(_get(dd, "count", cfg.dd.count))  # "512k" blocks, as in the seeds
+            cfg.dd.scratch = str(_get(dd, "scratch", cfg.dd.scratch))
+            if cfg.dd.bs <= 0 or cfg.dd.count <= 0:
+                raise ValueError("bs and count must be > 0")
+            if _get(dd, "enabled") is False:
+                cfg.dd.enabled = False
+        except (TypeError, ValueError) as exc:
+            problems.append(f"baselines.dd: {exc}")
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# iperf3: argv builders and the JSON parser
+
+
+def iperf3_server_argv(bind: str, port: int, idle_timeout: int) -> List[str]:
+    """One-off server (-s -1) that exits by itself if the client never comes (--idle-timeout).
+
+    --forceflush: its 'Server listening' line must reach us through a pipe at once.
+    """
+    return ["iperf3", "-s", "-1", "-B", bind, "-p", str(port), "--idle-timeout", str(idle_timeout),
+            "--forceflush"]
+
+
+def iperf3_client_argv(server: str, port: int, window: Optional[int], buffer: Optional[int],
+                       zerocopy: bool, duration: Optional[float] = None,
+                       nbytes: Optional[int] = None) -> List[str]:
+    argv = ["iperf3", "-c", server, "-p", str(port), "-J"]
+    if nbytes is not None:
+        argv += ["-n", str(nbytes)]
+    else:
+        argv += ["-t", f"{duration if duration is not None else 10:g}"]
+    if window:
+        argv += ["-w", str(window)]
+    if buffer:
+        argv += ["-l", str(buffer)]
+    if zerocopy:
+        argv.append("-Z")
+    return argv
+
+
+def parse_iperf3_json(text: str) -> Dict[str, Any]:
+    """Throughput and CPU from `iperf3 -c ... -J` output.
+
+    Raises BaselineError with iperf3's own message when the JSON carries an "error" (refused
+    connection, reset mid-test...) or when the output is not JSON (parameter errors print usage).
+    """
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
+        raise BaselineError(f"iperf3 printed no JSON result (starts with {first[:120]!r})") from None
+    if not isinstance(doc, dict):
+        raise BaselineError("iperf3 JSON is not an object")
+    if doc.get("error"):
+        raise BaselineError(f"iperf3: {doc['error']}")
+    end = doc.get("end") or {}
+    sent, received = end.get("sum_sent"), end.get("sum_received")
+    if not sent or not received:
+        raise BaselineError("iperf3 JSON has no end.sum_sent/sum_received (test did not finish)")
+    cpu = end.get("cpu_utilization_percent") or {}
+    start = doc.get("start") or {}
+    test = start.get("test_start") or {}
+    return {
+        "bits_per_second": received["bits_per_second"],          # what arrived: the peer of a cell
+        "sent_bits_per_second": sent["bits_per_second"],
+        "bytes": received["bytes"],
+        "seconds": received["seconds"],
+        "retransmits": sent.get("retransmits"),
+        "sender_cpu_percent": cpu.get("host_total"),
+        "sender_cpu_user_percent": cpu.get("host_user"),
+        "sender_cpu_system_percent": cpu.get("host_system"),
+        "receiver_cpu_percent": cpu.get("remote_total"),
+        "receiver_cpu_user_percent": cpu.get("remote_user"),
+        "receiver_cpu_system_percent": cpu.get("remote_system"),
+        "sndbuf_actual": start.get("sndbuf_actual"),
+        "rcvbuf_actual": start.get("rcvbuf_actual"),
+        "sock_bufsize": start.get("sock_bufsize"),
+        "blksize": test.get("blksize"),
+        "congestion": end.get("sender_tcp_congestion"),
+        "version": start.get("version"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# dd: argv builders, the stderr parser, and the timing wrapper run with the host's python
+
+_DD_RE = re.compile(r"^(\d+) bytes?(?: \([^)]*\))? copied, ([0-9.eE+-]+) s, ([0-9.,]+ ?[kMGTP]?B/s)\s*$",
+                    re.MULTILINE)
+
+
+def dd_write_argv(path: str, bs: int, count: int) -> List[str]:
+    return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}"]
+
+
+def dd_read_argv(path: str, bs: int, count: int) -> List[str]:
+    return ["dd", f"if={path}", "of=/dev/null", f"bs={bs}", f"count={count}"]
+
+
+def parse_dd_stderr(text: str) -> Dict[str, Any]:
+    """{"bytes", "seconds", "rate"} from dd's summary line (`N bytes (...) copied, T s, R MB/s`).
+
+    Raises BaselineError with dd's message when there is no summary (e.g. cannot open the file).
+    """
+    matches = _DD_RE.findall(text)
+    if not matches:
+        msg = " ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+        raise BaselineError(f"dd printed no transfer summary: {msg[:300] or '(nothing)'}")
+    nbytes, seconds, rate = matches[-1]
+    return {"bytes": int(nbytes), "seconds": float(seconds), "rate": rate}
+
+
+# Run on the receiver as `python -c DD_WRAPPER DIR BS COUNT`: values arrive as argv, never
+# through a shell. Times `dd; sync` like the seeds' `sync; time { dd ...; sync; }` (the first
+# sync is untimed), then reads the file back after dropping the page cache when allowed.
+DD_WRAPPER = r'''
+import json, os, subprocess, sys, time
+directory, bs, count = sys.argv[1], sys.argv[2], sys.argv[3]
+path = os.path.join(directory, ".zcorch-dd-%d" % os.getpid())
+env = dict(os.environ, LC_ALL="C")
+def dd(args):
+    t0 = time.monotonic()
+    p = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    return p, t0
+out = {"path": path}
+try:
+    os.sync()
+    p, t0 = dd(["dd", "if=/dev/zero", "of=" + path, "bs=" + bs, "count=" + count])
+    if p.returncode == 0:
+        os.sync()
+    out["write"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
+                    "wall_s": time.monotonic() - t0,
+                    "timed": "dd if=/dev/zero of=FILE bs=%s count=%s; sync (after an untimed sync)" % (bs, count)}
+    if p.returncode == 0:
+        cached, why = True, None
+        if os.geteuid() == 0:
+            try:
+                with open("/proc/sys/vm/drop_caches", "w") as f:
+                    f.write("3\n")
+                cached = False
+            except OSError as exc:
+                why = "drop_caches failed: %s" % exc
+        else:
+            why = "not root: page cache not dropped, the read is (partly) cached"
+        p, t0 = dd(["dd", "if=" + path, "of=/dev/null", "bs=" + bs, "count=" + count])
+        out["read"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
+                       "wall_s": time.monotonic() - t0, "cached": cached, "cache_note": why,
+                       "timed": "dd if=FILE of=/dev/null bs=%s count=%s" % (bs, count)}
+finally:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+print(json.dumps(out))
+'''
+
+
+def dd_wrapper_argv(python: str, directory: str, bs: int, count: int) -> List[str]:
+    return [python, "-c", DD_WRAPPER, directory, str(bs), str(count)]
+
+
+def parse_dd_wrapper(text: str) -> Dict[str, Dict[str, Any]]:
+    """{"dd_write": result|BaselineError, "dd_read": ...} from the wrapper's JSON line."""
+    try:
+        doc = json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BaselineError(f"dd wrapper printed no JSON: {text[:200]!r}") from None
+    out: Dict[str, Any] = {}
+    for side, kind in (("write", "dd_write"), ("read", "dd_read")):
+        part = doc.get(side)
+        if part is None:
+            continue
+        try:
+            parsed = parse_dd_stderr(part["stderr"])
+        except BaselineError as exc:
+            out[kind] = exc
+            continue
+        result = {"bytes": parsed["bytes"], "dd_seconds": parsed["seconds"], "dd_rate": parsed["rate"],
+                  "wall_s": part["wall_s"], "timed": part["timed"], "path": doc.get("path"),
+                  "MB_per_s": parsed["bytes"] / part["wall_s"] / 1e6 if part["wall_s"] > 0 else None}
+        if side == "read":
+            result["cached"] = part["cached"]
+            result["cache_note"] = part["cache_note"]
+        out[kind] = result
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Running them
+
+def _record(kind: str, key: dict, host: Host, started: str, result: Optional[dict] = None,
+            status: str = "ok", reason: Optional[str] = None, argv: Optional[list] = None) -> dict:
+    rec = {"kind": kind, "key": key, "status": status, "reason": reason, "result": result,
+           "host": host.name, "started": started}
+    if argv is not None:
+        rec["argv"] = argv
+    return rec
+
+
+def tool_missing(host: Host, tool: str) -> Optional[str]:
+    """Reason string if `tool` cannot be run on `host`, else None."""
+    res = host.run([tool, "--version"], timeout=20)
+    if res.returncode == 127 or "not found" in (res.stderr or "").lower():
+        return (f"{tool} is not installed on {host.name} "
+                f"(install it: apt-get install {'coreutils' if tool == 'dd' else tool})")
+    return None
+
+
+def _free_local_port(address: str) -> int:
+    fam = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def iperf3_keys(cfg: Iperf3Config, params_list: Sequence[dict]) -> List[dict]:
+    """The (window, buffer, zerocopy) combinations to measure: per distinct cell pair, or once."""
+    pairs: List[tuple] = []
+    if cfg.per == "sweep":
+        pairs = [(None, None)]
+    else:
+        for p in params_list:
+            w = p.get("window")
+            w = None if w in (None, "auto") else int(w)
+            pair = (w, p.get("buffer"))
+            if pair not in pairs:
+                pairs.append(pair)
+    return [{"window": w, "buffer": b, "zerocopy": z} for (w, b) in pairs for z in cfg.zerocopy]
+
+
+def iperf3_commands(cfg: Iperf3Config, receiver_addr: str, key: dict, port: int) -> tuple:
+    server = iperf3_server_argv(receiver_addr, port, cfg.idle_timeout)
+    client = iperf3_client_argv(receiver_addr, port, key["window"], key["buffer"], key["zerocopy"],
+                                cfg.duration, cfg.bytes)
+    return server, client
+
+
+def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Config, key: dict) -> dict:
+    """One iperf3 test sender -> receiver on the data addresses; the server is killed afterwards."""
+    started = utc_now()
+    missing = tool_missing(receiver, "iperf3") or tool_missing(sender, "iperf3")
+    if missing:
+        return _record("iperf3", key, sender, started, status="skipped", reason=missing)
+    port = _free_local_port(receiver.data_address) if receiver.is_local else cfg.port
+    server_argv, client_argv = iperf3_commands(cfg, receiver.data_address, key, port)
+    test_s = cfg.duration if cfg.duration is not None else 60.0
+    server = receiver.start(server_argv)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                line = server.readline(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                return _record("iperf3", key, sender, started, status="failed", argv=client_argv,
+                               reason=f"iperf3 server on {receiver.name} did not start listening within 10s")
+            if line is None:
+                return _record("iperf3", key, sender, started, status="failed", argv=client_argv,
+                               reason=f"iperf3 server on {receiver.name} exited: {server.stderr_text().strip()}")
+            if "listening" in line.lower():
+                break
+        res = sender.run(client_argv, timeout=test_s + 30)
+        try:
+            result = parse_iperf3_json(res.stdout)
+        except BaselineError as exc:
+            detail = res.stderr.strip()
+            return _record("iperf3", key, sender, started, status="failed", argv=client_argv,
+                           reason=f"{exc} (on {sender.name}{'; ' + detail if detail else ''})")
+        return _record("iperf3", key, sender, started, result=result, argv=client_argv)
+    finally:
+        server.kill_group(signal.SIGKILL)
+        try:
+            server.wait(5)
+        except TimeoutError:
+            pass
+
+
+def dd_directory(sink: str, scratch: str) -> str:
+    """Where the dd baseline writes: the sink's directory, or scratch when the sink is a device."""
+    if sink.startswith("/dev/"):
+        return scratch
+    return sink.rsplit("/", 1)[0] or "/"
+
+
+def run_dd(receiver: Host, python: str, cfg: DdConfig, directory: str,
+           filesystem: Optional[str] = None) -> List[dict]:
+    """dd_write and dd_read records for `directory` on the receiver."""
+    started = utc_now()
+    key = {"bs": cfg.bs, "count": cfg.count, "directory": directory, "filesystem": filesystem,
+           "bs_text": format_size(cfg.bs)}
+    missing = tool_missing(receiver, "dd")
+    if missing:
+        return [_record(k, key, receiver, started, status="skipped", reason=missing) for k in ("dd_write", "dd_read")]
+    argv = dd_wrapper_argv(python, directory, cfg.bs, cfg.count)
+    res = receiver.run(argv, timeout=3600)
+    if not res.ok:
+        reason = f"dd wrapper failed on {receiver.name} (exit {res.returncode}): {res.stderr.strip()[-300:]}"
+        return [_record(k, key, receiver, started, status="failed", reason=reason) for k in ("dd_write", "dd_read")]
+    try:
+        parsed = parse_dd_wrapper(res.stdout)
+    except BaselineError as exc:
+        return [_record(k, key, receiver, started, status="failed", reason=str(exc)) for k in ("dd_write", "dd_read")]
+    records = []
+    for kind in ("dd_write", "dd_read"):
+        val = parsed.get(kind)
+        if val is None:
+            records.append(_record(kind, key, receiver, started, status="skipped",
+                                   reason="not run: the write before it failed"))
+        elif isinstance(val, BaselineError):
+            records.append(_record(kind, key, receiver, started, status="failed", reason=f"{val} (on {receiver.name})"))
+        else:
+            records.append(_record(kind, key, receiver, started, result=val))
+    return records

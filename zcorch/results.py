@@ -1,0 +1,218 @@
+"""The result set on disk (format version 1, layout in docs/architecture.md).
+
+Writers append one JSON line per finished run/baseline and fsync it before returning, so a
+crash loses at most the run in progress. Readers skip a torn final line (a crash mid-write);
+`ResultSet.open_for_resume` truncates it so the next append starts on a clean line.
+
+Several records may exist for one (cell, repeat) after `--resume` re-ran a failed run: the
+newest record (last in the file) wins (`latest_runs`).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+from .errors import ResultsError
+
+FORMAT = "zcorch-results"
+FORMAT_VERSION = 1
+
+MANIFEST = "manifest.json"
+EXPERIMENT = "experiment.yaml"
+PLAN = "plan.json"
+META = "meta.json"
+RUNS = "runs.jsonl"
+BASELINES = "baselines.jsonl"
+LOGS = "logs"
+
+RUN_STATUSES = ("ok", "failed", "timeout", "interrupted")
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC timestamp with microseconds (sortable, unambiguous)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Replace `path` with `obj` as JSON without ever leaving a half-written file."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: str) -> List[dict]:
+    """Records of a JSON-lines file; a torn (unparsable, unterminated) final line is skipped.
+
+    A bad line anywhere else is corruption, not a crash artefact, and raises ResultsError.
+    """
+    if not os.path.exists(path):
+        return []
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    records = []
+    for i, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            records.append(json.loads(raw))
+        except ValueError:
+            is_last = i == len(lines) - 1  # no newline after it: the write was cut short
+            if is_last:
+                continue
+            raise ResultsError(f"{path}:{i + 1}: not a JSON record: {raw[:80]!r}") from None
+    return records
+
+
+def _truncate_torn_tail(path: str) -> bool:
+    """Cut an unterminated last line (crash mid-write). Returns True if something was cut."""
+    if not os.path.exists(path):
+        return False
+    with open(path, "rb+") as f:
+        data = f.read()
+        if not data or data.endswith(b"\n"):
+            return False
+        keep = data.rfind(b"\n") + 1
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+def latest_runs(records: Iterable[dict]) -> Dict[Tuple[str, int], dict]:
+    """Newest record per (cell, repeat): later lines supersede earlier ones (resume re-runs)."""
+    latest: Dict[Tuple[str, int], dict] = {}
+    for rec in records:
+        latest[(rec["cell"], int(rec["repeat"]))] = rec
+    return latest
+
+
+def load_manifest(directory: str) -> dict:
+    path = os.path.join(directory, MANIFEST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        raise ResultsError(f"{directory}: not a zcorch result set (no {MANIFEST})") from None
+    except ValueError as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    if manifest.get("format") != FORMAT:
+        raise ResultsError(f"{path}: not a zcorch result set (format {manifest.get('format')!r})")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ResultsError(f"{path}: result-set format version {manifest.get('format_version')!r} is not "
+                           f"supported (this zcorch reads version {FORMAT_VERSION})")
+    return manifest
+
+
+class ResultSet:
+    """One result directory being written by `zcorch run`."""
+
+    def __init__(self, directory: str, manifest: dict):
+        self.dir = directory
+        self.manifest = manifest
+
+    # -- creation / reopening ------------------------------------------------------------
+    @classmethod
+    def create(cls, directory: str, *, name: str, experiment_bytes: bytes, plan_runs: List[dict],
+               command: List[str], accept_new_host_keys: bool, zcorch_version: str,
+               git_revision: Optional[str]) -> "ResultSet":
+        if os.path.exists(os.path.join(directory, MANIFEST)):
+            raise ResultsError(f"{directory} already holds a result set; use --resume {directory} "
+                               "to continue it or choose another -o")
+        os.makedirs(os.path.join(directory, LOGS), exist_ok=True)
+        with open(os.path.join(directory, EXPERIMENT), "wb") as f:
+            f.write(experiment_bytes)
+        write_json_atomic(os.path.join(directory, PLAN), plan_runs)
+        manifest = {
+            "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "created": utc_now(),
+            "finished": None, "zcorch_version": zcorch_version, "git_revision": git_revision,
+            "command": list(command), "accept_new_host_keys": bool(accept_new_host_keys),
+            "experiment_file": EXPERIMENT, "status": "running",
+        }
+        rs = cls(directory, manifest)
+        rs._write_manifest()
+        return rs
+
+    @classmethod
+    def open_for_resume(cls, directory: str, command: List[str]) -> "ResultSet":
+        manifest = load_manifest(directory)
+        for name in (RUNS, BASELINES):
+            _truncate_torn_tail(os.path.join(directory, name))
+        os.makedirs(os.path.join(directory, LOGS), exist_ok=True)
+        manifest.setdefault("resumed", []).append({"at": utc_now(), "command": list(command)})
+        manifest["status"] = "running"
+        manifest["finished"] = None
+        rs = cls(directory, manifest)
+        rs._write_manifest()
+        return rs
+
+    # -- paths ------------------------------------------------------------------------------
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def experiment_path(self) -> str:
+        return self.path(self.manifest.get("experiment_file", EXPERIMENT))
+
+    def log_relpath(self, cell: str, repeat: int) -> str:
+        return f"{LOGS}/{cell}-r{repeat}.log"
+
+    # -- records ----------------------------------------------------------------------------
+    def _append(self, name: str, record: dict) -> None:
+        line = json.dumps(record, sort_keys=True, default=str) + "\n"
+        # One write() of the whole line, then fsync: after a crash the file ends either before
+        # the line or (rarely) in a torn line that readers skip and resume truncates.
+        fd = os.open(self.path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def append_run(self, record: dict) -> None:
+        if record.get("status") not in RUN_STATUSES:
+            raise ValueError(f"run status must be one of {RUN_STATUSES}, got {record.get('status')!r}")
+        self._append(RUNS, record)
+
+    def append_baseline(self, record: dict) -> None:
+        self._append(BASELINES, record)
+
+    def runs(self) -> List[dict]:
+        return read_jsonl(self.path(RUNS))
+
+    def baselines(self) -> List[dict]:
+        return read_jsonl(self.path(BASELINES))
+
+    def ok_keys(self) -> set:
+        """(cell, repeat) pairs whose newest record is ok: what --resume skips."""
+        return {k for k, rec in latest_runs(self.runs()).items() if rec.get("status") == "ok"}
+
+    def plan_runs(self) -> List[dict]:
+        with open(self.path(PLAN), encoding="utf-8") as f:
+            return json.load(f)
+
+    # -- meta / manifest --------------------------------------------------------------------
+    def write_meta(self, meta: dict) -> None:
+        """meta.json; on resume the earlier metadata is kept under "previous" (hosts may differ)."""
+        path = self.path(META)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                old = json.load(f)
+            meta = dict(meta)
+            meta["previous"] = old.get("previous", []) + [{k: v for k, v in old.items() if k != "previous"}]
+        write_json_atomic(path, meta)
+
+    def _write_manifest(self) -> None:
+        write_json_atomic(self.path(MANIFEST), self.manifest)
+
+    def finish(self, status: str) -> None:
+        if status not in ("complete", "interrupted", "running"):
+            raise ValueError(f"bad result-set status {status!r}")
+        self.manifest["status"] = status
+        self.manifest["finished"] = utc_now()
+        self._write_manifest()
