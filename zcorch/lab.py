@@ -1,0 +1,606 @@
+"""`zcorch lab up|down|status`: two real SSH hosts on one machine, in network namespaces (root).
+
+Layout for `--name NAME --index N` (N shifts the third octet, so several labs can run at once):
+
+    controller (root netns) 10.77.N.1 on bridge zlNbr
+        ├── veth zlNs ── mgmt0 10.77.N.2  [netns zcorch-NAME-sender]   sshd on 10.77.N.2:22
+        └── veth zlNr ── mgmt0 10.77.N.3  [netns zcorch-NAME-receiver] sshd on 10.77.N.3:22
+    data link (veth, MTU 9000): sender data0 10.78.N.2 <-> receiver data0 10.78.N.3
+
+Each sshd runs in its own mount namespace where the lab's per-host directories are bind-mounted over
+/root (the home, so a deploy really copies files to "another machine") and /scratch. State (keys,
+known_hosts, ssh_config, homes, sshd configs, pid files, logs) lives in /var/lib/zcorch-lab/NAME/.
+Every root-namespace link carries the alias `zcorch-lab:NAME`, so `down` finds what a crashed `up`
+left behind even without the state directory.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+from .errors import LabError
+
+STATE_ROOT = "/var/lib/zcorch-lab"
+SCRATCH_MOUNTPOINT = "/scratch"
+SSHD = "/usr/sbin/sshd"
+HOSTS = ("sender", "receiver")
+_HOST_OCTET = {"sender": 2, "receiver": 3}
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,30}$")
+DATA_MTU = 9000
+SSHD_START_TIMEOUT = 15.0
+
+# Inside the sshd's own mount namespace: private home and scratch, then sshd in the foreground.
+_SSHD_SCRIPT = ('mount --bind "$1" /root && mount --bind "$2" "$3" && '
+                'exec "$4" -D -f "$5" -E "$6"')
+
+
+@dataclass(frozen=True)
+class LabLayout:
+    """Names, addresses and paths of one lab. Pure: nothing here touches the system."""
+
+    name: str = "default"
+    index: int = 0
+    state_root: str = STATE_ROOT
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise LabError(f"lab name {self.name!r}: use 1-31 characters a-z 0-9 _ - (starting with a letter/digit)")
+        if not isinstance(self.index, int) or not 0 <= self.index <= 255:
+            raise LabError(f"lab index {self.index!r}: must be an integer 0-255 (it is the third address octet)")
+
+    # -- network ----------------------------------------------------------------------------
+    @property
+    def alias(self) -> str:
+        return f"zcorch-lab:{self.name}"
+
+    @property
+    def ns_prefix(self) -> str:
+        return f"zcorch-{self.name}-"
+
+    def ns(self, host: str) -> str:
+        return f"{self.ns_prefix}{host}"
+
+    @property
+    def bridge(self) -> str:
+        return f"zl{self.index}br"
+
+    def mgmt_veth(self, host: str) -> str:
+        return f"zl{self.index}{host[0]}"
+
+    def data_veth(self, host: str) -> str:  # name in the root netns before it moves into the host
+        return f"zl{self.index}d{host[0]}"
+
+    def root_links(self) -> List[str]:
+        return [self.bridge] + [self.mgmt_veth(h) for h in HOSTS] + [self.data_veth(h) for h in HOSTS]
+
+    @property
+    def controller_address(self) -> str:
+        return f"10.77.{self.index}.1"
+
+    def mgmt_address(self, host: str) -> str:
+        return f"10.77.{self.index}.{_HOST_OCTET[host]}"
+
+    def data_address(self, host: str) -> str:
+        return f"10.78.{self.index}.{_HOST_OCTET[host]}"
+
+    # -- files ------------------------------------------------------------------------------
+    @property
+    def state_dir(self) -> str:
+        return os.path.join(self.state_root, self.name)
+
+    @property
+    def identity_file(self) -> str:
+        return os.path.join(self.state_dir, "id_ed25519")
+
+    @property
+    def known_hosts(self) -> str:
+        return os.path.join(self.state_dir, "known_hosts")
+
+    @property
+    def ssh_config(self) -> str:
+        return os.path.join(self.state_dir, "ssh_config")
+
+    @property
+    def authorized_keys(self) -> str:
+        return os.path.join(self.state_dir, "authorized_keys")
+
+    @property
+    def info_file(self) -> str:
+        return os.path.join(self.state_dir, "lab.json")
+
+    def host_dir(self, host: str) -> str:
+        return os.path.join(self.state_dir, host)
+
+    def home(self, host: str) -> str:
+        return os.path.join(self.host_dir(host), "home")
+
+    def scratch(self, host: str) -> str:
+        return os.path.join(self.host_dir(host), "scratch")
+
+    def host_key(self, host: str) -> str:
+        return os.path.join(self.host_dir(host), "ssh_host_ed25519_key")
+
+    def sshd_config(self, host: str) -> str:
+        return os.path.join(self.host_dir(host), "sshd_config")
+
+    def sshd_pidfile(self, host: str) -> str:
+        return os.path.join(self.host_dir(host), "sshd.pid")
+
+    def sshd_log(self, host: str) -> str:
+        return os.path.join(self.host_dir(host), "sshd.log")
+
+    def host_alias(self, host: str) -> str:
+        return f"zcorch-{self.name}-{host}"
+
+    # -- what the user pastes ---------------------------------------------------------------
+    def hosts_spec(self) -> Dict[str, dict]:
+        return {h: {"ssh": f"root@{self.mgmt_address(h)}", "data_address": self.data_address(h),
+                    "identity_file": self.identity_file, "known_hosts": self.known_hosts,
+                    "ssh_config": self.ssh_config} for h in HOSTS}
+
+    def hosts_yaml(self) -> str:
+        lines = ["hosts:"]
+        for host, spec in self.hosts_spec().items():
+            body = ", ".join(f"{k}: {json.dumps(v)}" for k, v in spec.items())
+            lines.append(f"  {host + ':':<10}{{{body}}}")
+        return "\n".join(lines) + "\n"
+
+    def sshd_config_text(self, host: str) -> str:
+        return "\n".join([
+            f"# zcorch lab {self.name}: sshd of {host} (generated by `zcorch lab up`)",
+            f"ListenAddress {self.mgmt_address(host)}",
+            "Port 22",
+            f"HostKey {self.host_key(host)}",
+            f"PidFile {self.sshd_pidfile(host)}",
+            f"AuthorizedKeysFile {self.authorized_keys}",
+            "PermitRootLogin prohibit-password",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "UseDNS no",
+            "AllowAgentForwarding no",
+            "AllowTcpForwarding yes",   # ProxyJump through a lab host
+            "X11Forwarding no",
+            "PrintMotd no",
+            "MaxSessions 64",
+            "MaxStartups 64:30:128",
+            "Subsystem sftp internal-sftp",
+            "",
+        ])
+
+    def ssh_config_text(self) -> str:
+        lines = [f"# zcorch lab {self.name} (generated by `zcorch lab up`); e.g. ssh -F {self.ssh_config} "
+                 f"{self.host_alias('sender')}"]
+        for h in HOSTS:
+            lines += [f"Host {self.host_alias(h)}", f"    HostName {self.mgmt_address(h)}"]
+        lines += [f"Host 10.77.{self.index}.* 10.78.{self.index}.* zcorch-{self.name}-*",
+                  "    User root", f"    IdentityFile {self.identity_file}", "    IdentitiesOnly yes",
+                  f"    UserKnownHostsFile {self.known_hosts}", "    ForwardAgent no", ""]
+        return "\n".join(lines)
+
+
+# -- small system helpers -------------------------------------------------------------------
+def _run(argv: Sequence[str], check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess:
+    try:
+        p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise LabError(f"{argv[0]} not found (scripts/install-system-deps installs it)") from None
+    except subprocess.TimeoutExpired:
+        raise LabError(f"{shlex_join(argv)} did not finish within {timeout:.0f}s") from None
+    if check and p.returncode != 0:
+        raise LabError(f"{shlex_join(argv)} failed: {(p.stderr or p.stdout).strip()}")
+    return p
+
+
+def shlex_join(argv: Sequence[str]) -> str:
+    import shlex
+
+    return shlex.join([str(a) for a in argv])
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("zcorch lab needs root (it creates network namespaces, veth links, mounts and "
+                       "runs sshd): run it as root, e.g. sudo zcorch lab up")
+
+
+def _require_tools() -> None:
+    missing = [f"{tool} ({pkg})" for tool, pkg in
+               (("ip", "iproute2"), ("ssh-keygen", "openssh-client"), ("unshare", "util-linux"),
+                ("setsid", "util-linux"), ("nsenter", "util-linux"), ("mount", "mount"))
+               if shutil.which(tool) is None]
+    if not os.access(SSHD, os.X_OK):
+        missing.append(f"{SSHD} (openssh-server)")
+    if missing:
+        raise LabError("zcorch lab: missing " + ", ".join(missing) + " — run scripts/install-system-deps")
+
+
+def list_netns() -> List[str]:
+    p = _run(["ip", "netns", "list"], check=False)
+    return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
+
+
+def _links() -> List[dict]:
+    p = _run(["ip", "-j", "-d", "link", "show"], check=False)
+    try:
+        return json.loads(p.stdout or "[]")
+    except ValueError:
+        return []
+
+
+def _link(name: str) -> Optional[dict]:
+    return next((l for l in _links() if l.get("ifname") == name), None)
+
+
+def netns_pids(ns: str) -> List[int]:
+    p = _run(["ip", "netns", "pids", ns], check=False)
+    return [int(x) for x in p.stdout.split() if x.isdigit()]
+
+
+def _read_pid(path: str) -> Optional[int]:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: Optional[int]) -> bool:
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
+
+
+def ssh_banner(address: str, port: int = 22, timeout: float = 1.0) -> Optional[str]:
+    """The SSH banner of address:port, or None if nothing answers."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            data = s.recv(256)
+    except OSError:
+        return None
+    return data.decode("ascii", "replace").strip() if data.startswith(b"SSH-") else None
+
+
+def _write(path: str, text: str, mode: int = 0o644) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+# -- status ---------------------------------------------------------------------------------
+def status(layout: LabLayout) -> dict:
+    """What exists of the lab now: {"up": bool, "hosts": {host: {...}}, "links": [...], ...}."""
+    netns = set(list_netns())
+    hosts = {}
+    for h in HOSTS:
+        pid = _read_pid(layout.sshd_pidfile(h))
+        ns = layout.ns(h)
+        hosts[h] = {"netns": ns, "netns_exists": ns in netns, "mgmt_address": layout.mgmt_address(h),
+                    "data_address": layout.data_address(h), "sshd_pid": pid if _alive(pid) else None,
+                    "ssh_banner": ssh_banner(layout.mgmt_address(h)) if ns in netns else None,
+                    "pids": netns_pids(ns) if ns in netns else []}
+    links = [l["ifname"] for l in _links() if l.get("ifalias") == layout.alias]
+    up = all(v["netns_exists"] and v["sshd_pid"] and v["ssh_banner"] for v in hosts.values())
+    return {"name": layout.name, "index": layout.index, "up": up, "state_dir": layout.state_dir,
+            "state_exists": os.path.isdir(layout.state_dir), "links": links, "hosts": hosts}
+
+
+def _index_owner(layout: LabLayout) -> Optional[str]:
+    """Name of the lab that holds this index's bridge (None if free)."""
+    link = _link(layout.bridge)
+    if link is None:
+        return None
+    alias = link.get("ifalias") or ""
+    return alias.split(":", 1)[1] if alias.startswith("zcorch-lab:") else f"(not a zcorch lab: {layout.bridge})"
+
+
+# -- up -------------------------------------------------------------------------------------
+def up(layout: LabLayout) -> dict:
+    """Bring the lab up (idempotent). Returns status(). Raises LabError."""
+    _require_root()
+    _require_tools()
+    st = status(layout)
+    owner = _index_owner(layout)
+    if owner is not None and owner != layout.name:
+        raise LabError(f"lab index {layout.index} is in use by lab {owner!r} (its bridge {layout.bridge} "
+                       f"exists): pick another --index, or `zcorch lab down --name {owner} --index {layout.index}`")
+    if st["up"]:
+        return st
+    if st["links"] or any(v["netns_exists"] for v in st["hosts"].values()):
+        down(layout, keep_keys=True)  # half-up (crash, killed sshd): rebuild from a clean slate
+    _check_addresses_free(layout)
+    try:
+        _make_files(layout)
+        _make_network(layout)
+        for h in HOSTS:
+            _start_sshd(layout, h)
+    except BaseException:
+        down(layout, keep_keys=True)
+        raise
+    st = status(layout)
+    if not st["up"]:  # pragma: no cover - _start_sshd already waited for each banner
+        raise LabError(f"lab {layout.name} did not come up: {json.dumps(st)}")
+    return st
+
+
+def _check_addresses_free(layout: LabLayout) -> None:
+    p = _run(["ip", "-j", "-4", "addr", "show"], check=False)
+    try:
+        ifaces = json.loads(p.stdout or "[]")
+    except ValueError:
+        ifaces = []
+    prefixes = (f"10.77.{layout.index}.", f"10.78.{layout.index}.")
+    for iface in ifaces:
+        for a in iface.get("addr_info", []):
+            if str(a.get("local", "")).startswith(prefixes):
+                raise LabError(f"address {a['local']} already exists on {iface.get('ifname')}: lab index "
+                               f"{layout.index} would clash; pick another --index")
+
+
+def _make_files(layout: LabLayout) -> None:
+    os.makedirs(layout.state_dir, mode=0o700, exist_ok=True)
+    os.chmod(layout.state_dir, 0o700)
+    if not os.path.exists(layout.identity_file):
+        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"zcorch-lab-{layout.name}",
+              "-f", layout.identity_file])
+    with open(layout.identity_file + ".pub") as f:
+        _write(layout.authorized_keys, f.read(), 0o600)
+    known = []
+    for h in HOSTS:
+        for d in (layout.host_dir(h), layout.home(h), layout.scratch(h)):
+            os.makedirs(d, mode=0o700, exist_ok=True)
+        if not os.path.exists(layout.host_key(h)):
+            _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{layout.host_alias(h)}",
+                  "-f", layout.host_key(h)])
+        with open(layout.host_key(h) + ".pub") as f:
+            keytype, key = f.read().split()[:2]
+        known.append(f"{layout.mgmt_address(h)} {keytype} {key}")
+        _write(layout.sshd_config(h), layout.sshd_config_text(h))
+    _write(layout.known_hosts, "\n".join(known) + "\n")
+    _write(layout.ssh_config, layout.ssh_config_text())
+    _write(layout.info_file, json.dumps({"name": layout.name, "index": layout.index,
+                                         "hosts": layout.hosts_spec()}, indent=2) + "\n")
+    os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+    if not os.path.isdir(SCRATCH_MOUNTPOINT):
+        os.makedirs(SCRATCH_MOUNTPOINT, mode=0o755)
+        _write(os.path.join(layout.state_root, ".created-scratch"), SCRATCH_MOUNTPOINT + "\n")
+
+
+def _make_network(layout: LabLayout) -> None:
+    ip = lambda *a: _run(["ip", *a])  # noqa: E731
+    # The bridge first: creating it claims the index atomically against a parallel `up`.
+    p = _run(["ip", "link", "add", layout.bridge, "type", "bridge"], check=False)
+    if p.returncode != 0:
+        raise LabError(f"cannot create bridge {layout.bridge} (index {layout.index} taken by a parallel lab?): "
+                       f"{p.stderr.strip()}")
+    ip("link", "set", layout.bridge, "alias", layout.alias)
+    ip("addr", "add", f"{layout.controller_address}/24", "dev", layout.bridge)
+    ip("link", "set", layout.bridge, "up")
+    for h in HOSTS:
+        ns = layout.ns(h)
+        ip("netns", "add", ns)
+        ip("-n", ns, "link", "set", "lo", "up")
+        veth = layout.mgmt_veth(h)
+        ip("link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
+        ip("link", "set", veth, "alias", layout.alias)
+        ip("link", "set", f"{veth}p", "netns", ns)
+        ip("-n", ns, "link", "set", f"{veth}p", "name", "mgmt0")
+        ip("-n", ns, "addr", "add", f"{layout.mgmt_address(h)}/24", "dev", "mgmt0")
+        ip("-n", ns, "link", "set", "mgmt0", "up")
+        ip("link", "set", veth, "master", layout.bridge)
+        ip("link", "set", veth, "up")
+    ds, dr = layout.data_veth("sender"), layout.data_veth("receiver")
+    ip("link", "add", ds, "mtu", str(DATA_MTU), "type", "veth", "peer", "name", dr, "mtu", str(DATA_MTU))
+    for h, dev in (("sender", ds), ("receiver", dr)):
+        ip("link", "set", dev, "alias", layout.alias)
+        ip("link", "set", dev, "netns", layout.ns(h))
+        ip("-n", layout.ns(h), "link", "set", dev, "name", "data0")
+        ip("-n", layout.ns(h), "addr", "add", f"{layout.data_address(h)}/24", "dev", "data0")
+        ip("-n", layout.ns(h), "link", "set", "data0", "up")
+
+
+def _start_sshd(layout: LabLayout, host: str) -> None:
+    pidfile = layout.sshd_pidfile(host)
+    if os.path.exists(pidfile):
+        os.unlink(pidfile)
+    with open(layout.sshd_log(host), "a"):
+        pass
+    argv = ["setsid", "-f", "ip", "netns", "exec", layout.ns(host), "unshare", "--mount", "--propagation",
+            "private", "sh", "-c", _SSHD_SCRIPT, "sh", layout.home(host), layout.scratch(host),
+            SCRATCH_MOUNTPOINT, SSHD, layout.sshd_config(host), layout.sshd_log(host)]
+    # setsid -f: sshd is nobody's child here (no zombie in a long-lived caller such as pytest).
+    subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=False, timeout=30)
+    deadline = time.monotonic() + SSHD_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if _alive(_read_pid(pidfile)) and ssh_banner(layout.mgmt_address(host), timeout=0.5):
+            return
+        time.sleep(0.05)
+    try:
+        with open(layout.sshd_log(host)) as f:
+            log = f.read()[-2000:]
+    except OSError:
+        log = ""
+    raise LabError(f"sshd of {host} in {layout.ns(host)} did not answer on {layout.mgmt_address(host)}:22 within "
+                   f"{SSHD_START_TIMEOUT:.0f}s; sshd log: {log.strip() or '(empty)'}")
+
+
+# -- down -----------------------------------------------------------------------------------
+def down(layout: LabLayout, keep_keys: bool = False) -> dict:
+    """Remove every trace of the lab (idempotent, works after a crash). Returns what was removed."""
+    _require_root()
+    removed: dict = {"processes": [], "netns": [], "links": [], "mounts": [], "state": None}
+    namespaces = [ns for ns in list_netns() if ns.startswith(layout.ns_prefix)]
+    for ns in namespaces:
+        removed["processes"] += _kill_netns(ns)
+    for h in HOSTS:  # an sshd that escaped its netns listing (e.g. netns already gone)
+        pid = _read_pid(layout.sshd_pidfile(h))
+        if _alive(pid) and _is_lab_sshd(pid, layout, h):
+            os.kill(pid, signal.SIGKILL)
+            removed["processes"].append(pid)
+    for ns in namespaces:
+        _run(["ip", "netns", "del", ns], check=False)
+        removed["netns"].append(ns)
+    index_is_ours = _index_owner(layout) in (None, layout.name)
+    for link in _links():
+        name = link.get("ifname")
+        if link.get("ifalias") == layout.alias or (index_is_ours and name in layout.root_links()):
+            if _run(["ip", "link", "del", name], check=False).returncode == 0:
+                removed["links"].append(name)
+    removed["mounts"] = _unmount_under(layout)
+    if os.path.isdir(layout.state_dir):
+        if keep_keys:
+            keep = {"id_ed25519", "id_ed25519.pub", "known_hosts", "ssh_config", "authorized_keys"}
+            for entry in os.listdir(layout.state_dir):
+                path = os.path.join(layout.state_dir, entry)
+                if entry in HOSTS:
+                    for sub in os.listdir(path):
+                        if not sub.startswith("ssh_host_"):
+                            _remove(os.path.join(path, sub))
+                elif entry not in keep:
+                    _remove(path)
+            removed["state"] = "kept keys"
+        else:
+            shutil.rmtree(layout.state_dir)
+            removed["state"] = "removed"
+    _remove_scratch_mountpoint(layout)
+    return removed
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _kill_netns(ns: str) -> List[int]:
+    killed: List[int] = []
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        pids = [p for p in netns_pids(ns) if p != os.getpid()]
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    return sorted(set(killed))
+
+
+def _is_lab_sshd(pid: int, layout: LabLayout, host: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return layout.sshd_config(host).encode() in f.read()
+    except OSError:
+        return False
+
+
+def _unmount_under(layout: LabLayout) -> List[str]:
+    """Mounts the lab made live in sshd's private mount namespaces; anything left in ours is a leak."""
+    gone = []
+    try:
+        with open("/proc/self/mounts") as f:
+            points = [line.split()[1] for line in f]
+    except OSError:
+        return gone
+    for point in reversed(points):
+        point = point.replace("\\040", " ")
+        if point.startswith(layout.state_dir + "/") or point.startswith(f"/run/netns/{layout.ns_prefix}"):
+            if _run(["umount", "-l", point], check=False).returncode == 0:
+                gone.append(point)
+    return gone
+
+
+def _remove_scratch_mountpoint(layout: LabLayout) -> None:
+    marker = os.path.join(layout.state_root, ".created-scratch")
+    if not os.path.exists(marker):
+        return
+    if any(ns.startswith("zcorch-") for ns in list_netns()):
+        return  # another lab's sshd may have /scratch as a mount point in its namespace
+    try:
+        os.rmdir(SCRATCH_MOUNTPOINT)
+    except OSError:
+        return  # not empty: the user put something there
+    os.unlink(marker)
+
+
+# -- CLI ------------------------------------------------------------------------------------
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("lab", help="two SSH hosts in network namespaces on this machine (root)",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--name", default="default", help="lab name (state in /var/lib/zcorch-lab/NAME)")
+    p.add_argument("--index", type=int, default=None,
+                   help="0-255: addresses 10.77.N.x / 10.78.N.x (default: the one `up` recorded, else 0)")
+    p.add_argument("--keep-keys", action="store_true", help="down: keep keys and known_hosts")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=main)
+    return p
+
+
+def _index_from_state(name: str, given: Optional[int]) -> int:
+    """`down`/`status` without --index use the index recorded by `up`."""
+    if given is not None:
+        return given
+    try:
+        with open(os.path.join(STATE_ROOT, name, "lab.json")) as f:
+            return int(json.load(f)["index"])
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def main(args) -> int:
+    layout = LabLayout(args.name, _index_from_state(args.name, args.index))
+    if args.action == "up":
+        st = up(layout)
+        if args.json:
+            print(json.dumps({"status": st, "hosts": layout.hosts_spec()}))
+        else:
+            print(f"# lab {layout.name!r} is up (index {layout.index}); paste into the experiment file:")
+            print(layout.hosts_yaml(), end="")
+        return 0
+    if args.action == "down":
+        removed = down(layout, keep_keys=args.keep_keys)
+        if args.json:
+            print(json.dumps(removed))
+        else:
+            print(f"lab {layout.name!r} down: {len(removed['netns'])} namespaces, {len(removed['links'])} links, "
+                  f"{len(removed['processes'])} processes, {len(removed['mounts'])} mounts removed; "
+                  f"state {removed['state'] or 'absent'}")
+        return 0
+    _require_root()
+    st = status(layout)
+    if args.json:
+        print(json.dumps(st))
+    else:
+        print(f"lab {layout.name!r} index {layout.index}: {'up' if st['up'] else 'not up'} "
+              f"(state {layout.state_dir}{'' if st['state_exists'] else ' absent'}; links: "
+              f"{' '.join(st['links']) or '-'})")
+        for h, v in st["hosts"].items():
+            print(f"  {h:<9} netns {v['netns']} {'present' if v['netns_exists'] else 'absent'}; "
+                  f"mgmt {v['mgmt_address']} data {v['data_address']}; sshd pid {v['sshd_pid'] or '-'}; "
+                  f"ssh {'answers' if v['ssh_banner'] else 'unreachable'}; {len(v['pids'])} processes")
+    return 0 if st["up"] else 3

@@ -1,0 +1,529 @@
+"""SSH hosts: the Host interface over one persistent paramiko connection per host.
+
+Public API:
+    connect(host_spec, name, accept_new_host_keys=False, connect_timeout=10.0) -> SSHHost
+    SSHHost.run / start / put_file / put_bytes / close   (see zcorch.hosts.Host)
+    resolve_target(host_spec) -> Target                   (pure: ssh config + spec -> where to connect)
+
+What is honoured: `ssh: [user@]host[:port]` or a Host alias; the ssh config (`ssh_config` key of the
+host spec, else ~/.ssh/config): HostName, Port, User, IdentityFile, IdentitiesOnly, UserKnownHostsFile,
+ProxyJump (chains, each hop resolved through the same config); known_hosts (~/.ssh/known_hosts, the
+config's UserKnownHostsFile, and the spec's `known_hosts` key); key files and the ssh agent for
+authentication. Agent forwarding is never requested.
+
+Host keys: an unknown key is refused (HostError naming host, fingerprint and the fix) unless
+`accept_new_host_keys` is set, in which case it is appended to the spec's `known_hosts` file (else
+~/.ssh/known_hosts). A *changed* key is always refused.
+
+Commands: every command is an argv list quoted with shlex.join, wrapped as
+`sh -c 'echo PID PGID; exec "$@"' sh ARGV...`. sshd makes the command's shell a session leader, so
+the whole process group of the command can later be signalled with `kill -SIG -- -PGID` over a fresh
+channel (closing a channel does not stop a remote command).
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import posixpath
+import shlex
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, List, Mapping, Optional, Sequence
+
+import paramiko
+
+from .errors import HostError
+from .hosts import CommandResult, Host, Process, _LineReader
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+# First stdout line of every wrapped command: "zcorch-pid PID PGID". Reading the group from /proc
+# (not assuming $$ == pgid) stays right even if the login shell forks instead of exec'ing.
+_PID_TAG = "zcorch-pid"
+# A shell function gets its own "$@", so the fields of /proc/$$/stat after "(comm) " land in $1..$n
+# without clobbering the command's arguments ($3 is the process group).
+_WRAPPER = ('f() { echo "%s $$ $3"; }; read -r s < /proc/$$/stat; f ${s##*) }; exec "$@"' % _PID_TAG)
+
+
+@dataclass
+class Target:
+    """Where and how to connect, after the ssh config and the host spec were applied."""
+
+    alias: str                    # what the user wrote (for messages)
+    hostname: str
+    port: int = 22
+    user: Optional[str] = None
+    identity_files: List[str] = field(default_factory=list)
+    identities_only: bool = False
+    known_hosts: List[str] = field(default_factory=list)   # files consulted, in order
+    jumps: List["Target"] = field(default_factory=list)     # ProxyJump chain, first hop first
+
+    @property
+    def known_hosts_key(self) -> str:
+        """The name under which known_hosts stores this host (OpenSSH's [host]:port form)."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+    def describe(self) -> str:
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port != 22 else ""
+        return f"{user}{self.hostname}{port}"
+
+
+def parse_destination(dest: str) -> "tuple[Optional[str], str, Optional[int]]":
+    """`[user@]host[:port]` (or `[v6addr]:port`) -> (user, host, port). Pure."""
+    if not isinstance(dest, str) or not dest.strip():
+        raise HostError(f"ssh destination must be a non-empty string like root@10.0.0.2, got {dest!r}")
+    dest = dest.strip()
+    if dest.startswith("ssh://"):
+        dest = dest[len("ssh://"):]
+    user = None
+    if "@" in dest:
+        user, dest = dest.rsplit("@", 1)
+    port = None
+    if dest.startswith("["):
+        host, _, rest = dest[1:].partition("]")
+        if rest.startswith(":"):
+            port = rest[1:]
+    elif dest.count(":") == 1:
+        host, port = dest.split(":")
+    else:
+        host = dest
+    if port is not None:
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            raise HostError(f"ssh destination {dest!r}: port must be 1-65535")
+        port = int(port)
+    if not host:
+        raise HostError(f"ssh destination {dest!r} has no host")
+    return user or None, host, port
+
+
+def _load_config(path: Optional[str]) -> paramiko.SSHConfig:
+    if path is None:
+        default = os.path.expanduser("~/.ssh/config")
+        if not os.path.exists(default):
+            return paramiko.SSHConfig()
+        path = default
+    path = os.path.expanduser(path)
+    try:
+        return paramiko.SSHConfig.from_path(path)
+    except OSError as exc:
+        raise HostError(f"cannot read ssh config {path}: {exc}") from None
+    except Exception as exc:  # paramiko raises ConfigParseError and friends
+        raise HostError(f"bad ssh config {path}: {exc}") from None
+
+
+def resolve_target(host_spec: Mapping, _config: Optional[paramiko.SSHConfig] = None,
+                   _dest: Optional[str] = None, _depth: int = 0) -> Target:
+    """Apply the ssh config and the spec's optional keys to `host_spec['ssh']`. No network."""
+    config = _config if _config is not None else _load_config(host_spec.get("ssh_config"))
+    dest = _dest if _dest is not None else host_spec.get("ssh")
+    user, host, port = parse_destination(dest)
+    opts = config.lookup(host)
+    hostname = opts.get("hostname", host)
+    port = port or int(opts.get("port", 22))
+    user = user or opts.get("user")
+    idents = [os.path.expanduser(p) for p in opts.get("identityfile", [])]
+    known = [os.path.expanduser(p) for p in opts.get("userknownhostsfile", "").split()]
+    if _depth == 0:
+        if host_spec.get("identity_file"):
+            idents.insert(0, os.path.expanduser(str(host_spec["identity_file"])))
+        if host_spec.get("known_hosts"):
+            known.insert(0, os.path.expanduser(str(host_spec["known_hosts"])))
+    default_known = os.path.expanduser("~/.ssh/known_hosts")
+    if default_known not in known:
+        known.append(default_known)
+    target = Target(alias=dest, hostname=hostname, port=port, user=user, identity_files=idents,
+                    identities_only=opts.get("identitiesonly", "no").lower() == "yes",
+                    known_hosts=known)
+    jump = opts.get("proxyjump")
+    if jump and jump.lower() != "none":
+        if _depth > 5:
+            raise HostError(f"ProxyJump chain for {dest!r} is longer than 5 hops (a loop?)")
+        for hop in jump.split(","):
+            hop_target = resolve_target(host_spec, config, hop.strip(), _depth + 1)
+            # The spec's identity/known_hosts apply to every hop of the chain too.
+            hop_target.identity_files += [p for p in target.identity_files if p not in hop_target.identity_files]
+            hop_target.known_hosts = list(dict.fromkeys(target.known_hosts + hop_target.known_hosts))
+            target.jumps.extend(hop_target.jumps + [hop_target])
+            hop_target.jumps = []
+    return target
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """OpenSSH-style SHA256 fingerprint (what `ssh-keygen -lf` prints)."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class _HostKeyCheck(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown keys with a message that says how to fix it, or record them when allowed."""
+
+    def __init__(self, name: str, target: Target, accept_new: bool, save_to: str):
+        self.name, self.target, self.accept_new, self.save_to = name, target, accept_new, save_to
+
+    def missing_host_key(self, client, hostname, key):
+        fp = fingerprint(key)
+        if not self.accept_new:
+            raise HostError(
+                f"{self.name} ({self.target.describe()}): unknown host key {key.get_name()} {fp} — "
+                f"add it to {self.save_to} (e.g. ssh-keyscan -p {self.target.port} {self.target.hostname} "
+                f">> {self.save_to}, after checking the fingerprint) or pass --accept-new-host-keys")
+        os.makedirs(os.path.dirname(self.save_to) or ".", exist_ok=True)
+        with open(self.save_to, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+
+
+def _known_host_keys(files: Sequence[str]) -> paramiko.HostKeys:
+    keys = paramiko.HostKeys()
+    for path in files:
+        if os.path.exists(path):
+            try:
+                keys.load(path)
+            except (OSError, UnicodeDecodeError) as exc:
+                raise HostError(f"cannot read known_hosts file {path}: {exc}") from None
+    return keys
+
+
+def _open_client(name: str, target: Target, accept_new: bool, timeout: float,
+                 sock=None) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    # All known_hosts files as "system" keys (never rewritten); new keys go to the first one.
+    for host, entries in _known_host_keys(target.known_hosts).items():
+        for keytype, key in entries.items():
+            client.get_host_keys().add(host, keytype, key)
+    save_to = target.known_hosts[0]
+    client.set_missing_host_key_policy(_HostKeyCheck(name, target, accept_new, save_to))
+    where = f"{name} ({target.describe()})"
+    try:
+        if sock is None:
+            sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
+            # Small request/response packets: without NODELAY each command waits out a delayed ACK (~40 ms).
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client.connect(
+            target.hostname, port=target.port, username=target.user or _local_user(),
+            key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
+            look_for_keys=not target.identities_only, allow_agent=not target.identities_only,
+            timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
+            sock=sock)
+    except HostError:
+        client.close()
+        raise
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise HostError(
+            f"{where}: HOST KEY CHANGED — got {exc.key.get_name()} {fingerprint(exc.key)}, known_hosts has "
+            f"{fingerprint(exc.expected_key)}. Refusing to connect (also with --accept-new-host-keys). If the "
+            f"host was really reinstalled, remove the old entry: ssh-keygen -R '{target.known_hosts_key}' "
+            f"-f {' -f '.join(target.known_hosts[:1])}") from None
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        raise HostError(f"{where}: authentication failed ({exc}); tried keys "
+                        f"{target.identity_files or 'from ~/.ssh'} and the ssh agent") from None
+    except (socket.timeout, TimeoutError) as exc:
+        client.close()
+        raise HostError(f"{where}: no answer within {timeout:.0f}s (connect timeout): {exc or 'timed out'}") from None
+    except (OSError, paramiko.SSHException, EOFError) as exc:
+        client.close()
+        raise HostError(f"{where}: cannot connect: {exc or type(exc).__name__}") from None
+    return client
+
+
+def _local_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+def connect(host_spec: Mapping, name: str, accept_new_host_keys: bool = False,
+            connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> "SSHHost":
+    """Open the persistent connection to one host of the `hosts:` section.
+
+    `host_spec` is the YAML mapping ({"ssh": ..., "data_address": ..., optional identity_file,
+    known_hosts, ssh_config, python, workdir}); `name` ("sender"/"receiver") is used in every message.
+    Raises HostError (naming the host and the cause) within about `connect_timeout` seconds per hop.
+    """
+    if not isinstance(host_spec, Mapping) or not host_spec.get("ssh"):
+        raise HostError(f"hosts.{name}: needs an 'ssh' destination like root@10.0.0.2")
+    target = resolve_target(host_spec)
+    clients = []
+    sock = None
+    try:
+        for hop in target.jumps + [target]:
+            if clients:  # tunnel to this hop through the previous one (ProxyJump)
+                try:
+                    sock = clients[-1].get_transport().open_channel(
+                        "direct-tcpip", (hop.hostname, hop.port), ("127.0.0.1", 0), timeout=connect_timeout)
+                except (paramiko.SSHException, OSError) as exc:
+                    raise HostError(f"{name}: ProxyJump {clients[-1]._zcorch_desc} cannot reach "
+                                    f"{hop.describe()}: {exc}") from None
+            hop_name = name if hop is target else f"{name} via jump host {hop.alias}"
+            client = _open_client(hop_name, hop, accept_new_host_keys, connect_timeout, sock)
+            client._zcorch_desc = hop.describe()
+            clients.append(client)
+    except BaseException:
+        for c in reversed(clients):
+            c.close()
+        raise
+    data_address = str(host_spec.get("data_address") or target.hostname)
+    return SSHHost(name, target, clients, data_address, host_spec)
+
+
+class _ChannelStream:
+    """Text readline() over a paramiko channel file (what hosts._LineReader expects)."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def readline(self) -> str:
+        raw = self._f.readline()
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        return raw
+
+
+class SSHProcess(Process):
+    """A command started over SSH; `pgid` is its remote process group."""
+
+    def __init__(self, host: "SSHHost", channel: paramiko.Channel, startup_timeout: float = 30.0):
+        self.host = host
+        self.channel = channel
+        self._killed_with: Optional[int] = None
+        self._out = _LineReader(_ChannelStream(channel.makefile("rb")))
+        self._err_chunks: list = []
+        self._err_t = threading.Thread(target=self._drain_err, args=(channel.makefile_stderr("rb"),),
+                                       daemon=True)
+        self._err_t.start()
+        first = self._out.readline(startup_timeout)
+        if first is None or not first.startswith(_PID_TAG + " "):
+            self.pid = self.pgid = None
+            raise HostError(f"{host.name}: command did not start (got {first!r}; stderr: "
+                            f"{self.stderr_text(wait=2.0).strip()!r})")
+        _, pid, pgid = first.split()
+        self.pid, self.pgid = int(pid), int(pgid)
+
+    def _drain_err(self, f) -> None:
+        for chunk in iter(_ChannelStream(f).readline, ""):
+            self._err_chunks.append(chunk)
+
+    def readline(self, timeout: float) -> Optional[str]:
+        return self._out.readline(timeout)
+
+    def lines(self, timeout: float) -> Iterator[str]:
+        while True:
+            line = self.readline(timeout)
+            if line is None:
+                return
+            yield line
+
+    def wait(self, timeout: float) -> int:
+        # status_event is set by exit-status and by channel close.
+        if not self.channel.status_event.wait(timeout):
+            raise TimeoutError(f"still running after {timeout:.1f}s")
+        status = self.channel.exit_status
+        if status == -1:
+            # paramiko ignores the "exit-signal" request: a command killed by a signal only closes its
+            # channel. Report the signal we sent, else SIGKILL's number as "killed, cause unknown".
+            return -(self._killed_with or signal.SIGKILL)
+        return status
+
+    def stderr_text(self, wait: float = 1.0) -> str:
+        self._err_t.join(timeout=wait)
+        return "".join(self._err_chunks)
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        if self.pgid is None:
+            return
+        self._killed_with = int(sig)
+        # A fresh channel: the command's own channel only carries its stdio.
+        self.host._exec_plain(["kill", f"-{int(sig)}", "--", f"-{self.pgid}"], timeout=15.0)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class SSHHost(Host):
+    """One remote machine over a persistent paramiko Transport (a channel per command)."""
+
+    is_local = False
+
+    def __init__(self, name: str, target: Target, clients: list, data_address: str, spec: Mapping):
+        self.name = name
+        self.target = target
+        self.spec = dict(spec)
+        self.data_address = data_address
+        self._clients = clients           # jump hosts first; the last one is this host
+        self._client = clients[-1]
+        self._client.get_transport().set_keepalive(30)
+        self._sftp: Optional[paramiko.SFTPClient] = None
+        self._home: Optional[str] = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SSHHost({self.name!r}, {self.target.describe()!r})"
+
+    @property
+    def where(self) -> str:
+        return f"{self.name} ({self.target.describe()})"
+
+    def _channel(self) -> paramiko.Channel:
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise HostError(f"{self.where}: connection lost")
+        try:
+            return transport.open_session(timeout=30.0)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise HostError(f"{self.where}: cannot open a channel: {exc}") from None
+
+    @staticmethod
+    def _command(argv: Sequence[str], env: Optional[Mapping[str, str]], wrap: bool) -> str:
+        argv = [str(a) for a in argv]
+        if env:
+            argv = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
+        if wrap:
+            argv = ["sh", "-c", _WRAPPER, "sh", *argv]
+        return shlex.join(argv)
+
+    def _exec_plain(self, argv: Sequence[str], timeout: float) -> CommandResult:
+        chan = self._channel()
+        chan.exec_command(self._command(argv, None, wrap=False))
+        out, err = _collect(chan, timeout)
+        status = chan.exit_status if chan.status_event.is_set() else -1
+        chan.close()
+        return CommandResult([str(a) for a in argv], status, out, err)
+
+    def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
+        """Run argv to completion; on timeout its whole process group is killed (status -9)."""
+        argv = [str(a) for a in argv]
+        proc = self.start(argv, env=env, _stdin=input)
+        out_lines: list = []
+        deadline = time.monotonic() + timeout
+        timed_out = False
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                line = proc.readline(left)
+                if line is None:
+                    break
+                out_lines.append(line)
+            status = proc.wait(max(deadline - time.monotonic(), 0.1))
+        except TimeoutError:
+            timed_out = True
+            proc.kill_group(signal.SIGKILL)
+            status = -signal.SIGKILL
+        err = proc.stderr_text(wait=1.0)
+        proc.close()
+        if timed_out:
+            err += f"\n(timed out after {timeout:.1f}s)"
+        out = "\n".join(out_lines) + ("\n" if out_lines else "")
+        return CommandResult(argv, status, out, err)
+
+    def start(self, argv, env=None, _stdin: Optional[str] = None) -> SSHProcess:
+        """Start argv; the Process reads stdout lines and can signal the whole remote process group."""
+        chan = self._channel()
+        chan.exec_command(self._command(argv, env, wrap=True))
+        if _stdin is not None:
+            chan.sendall(_stdin.encode())
+        chan.shutdown_write()
+        return SSHProcess(self, chan)
+
+    # -- files -------------------------------------------------------------------------------
+    @property
+    def home(self) -> str:
+        """The remote user's home directory (remote commands start there)."""
+        if self._home is None:
+            self._home = self.sftp().normalize(".")
+        return self._home
+
+    def expand(self, path: str) -> str:
+        """Remote `~` and relative paths -> absolute (commands are quoted, so no shell expands them)."""
+        path = str(path)
+        if path == "~" or path.startswith("~/"):
+            return self.home + path[1:]
+        if not path.startswith("/"):
+            return posixpath.join(self.home, path)
+        return path
+
+    def sftp(self) -> paramiko.SFTPClient:
+        with self._lock:
+            if self._sftp is None:
+                try:
+                    self._sftp = self._client.open_sftp()
+                except (paramiko.SSHException, OSError, EOFError) as exc:
+                    raise HostError(f"{self.where}: cannot start sftp: {exc}") from None
+            return self._sftp
+
+    def makedirs(self, remote_dir: str) -> None:
+        remote_dir = self.expand(remote_dir)
+        sftp = self.sftp()
+        parts = [p for p in remote_dir.split("/") if p]
+        path = ""
+        for part in parts:
+            path += "/" + part
+            try:
+                sftp.stat(path)
+            except FileNotFoundError:
+                try:
+                    sftp.mkdir(path)
+                except OSError:
+                    sftp.stat(path)  # created concurrently is fine; anything else raises
+            except OSError as exc:
+                raise HostError(f"{self.where}: cannot create {remote_dir}: {exc}") from None
+
+    def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:
+        with open(local_path, "rb") as f:
+            self.put_bytes(f.read(), remote_path, mode)
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        """Write atomically: a temp file next to the target, then rename over it."""
+        remote_path = self.expand(remote_path)
+        self.makedirs(posixpath.dirname(remote_path))
+        tmp = f"{remote_path}.tmp{os.getpid()}.{time.monotonic_ns()}"
+        sftp = self.sftp()
+        try:
+            with sftp.open(tmp, "wb") as f:
+                f.set_pipelined(True)
+                f.write(data)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, remote_path)
+        except (OSError, paramiko.SSHException) as exc:
+            try:
+                sftp.remove(tmp)
+            except OSError:
+                pass
+            raise HostError(f"{self.where}: cannot write {remote_path}: {exc}") from None
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.close()
+            self._sftp = None
+        for client in reversed(self._clients):
+            client.close()
+
+
+def _collect(chan: paramiko.Channel, timeout: float) -> "tuple[str, str]":
+    """Read a channel's stdout and stderr until it closes (both drained so neither window stalls)."""
+    out, err = [], []
+    deadline = time.monotonic() + timeout
+    chan.settimeout(0.2)
+    while True:
+        progressed = False
+        while chan.recv_ready():
+            out.append(chan.recv(65536))
+            progressed = True
+        while chan.recv_stderr_ready():
+            err.append(chan.recv_stderr(65536))
+            progressed = True
+        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+            break
+        if chan.closed:
+            break
+        if time.monotonic() > deadline:
+            break
+        if not progressed:
+            time.sleep(0.005)
+    return b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace")
