@@ -1,0 +1,548 @@
+"""Receiver filesystems as a matrix axis: provision, record, tear down - safely.
+
+The `filesystems:` section names configurations; the `filesystem` parameter picks one per cell and
+`{filesystem}` in `sink` becomes its mountpoint. Entries are checked by `zcorch.fs_config`.
+
+API for the runner (all work happens on the receiver through `Host.run(argv)`, local or SSH)::
+
+    fsman = FilesystemManager(host, configs, state_dir, dry_run=False, log=print)
+    fsman.preflight(names=None) -> list[str]   # problems (missing mkfs.xfs, no md, device refused...), [] if fine
+    fsman.ensure(name) -> str                  # mountpoint; provisions on the first call (dry run: logs only)
+    fsman.release(name) -> None                # tear one configuration down (after its last cell)
+    fsman.teardown_all() -> None               # everything this manager created; idempotent; call in finally
+    fsman.describe(name) -> dict               # for meta.json["filesystems"][name]
+    fsman.plan_commands(name) -> list[list[str]]   # every provisioning command, for --dry-run
+    FilesystemManager.cleanup_stale(host, state_dir, log=None) -> list[str]   # undo a killed controller's leftovers
+
+- `configs` is the raw `filesystems:` mapping (or already-parsed `FsConfig`s). Invalid entries make
+  `preflight()` report them and `ensure()` raise ConfigError.
+- `state_dir` is a directory on the receiver (`~` is expanded there). Each manager keeps
+  `<state_dir>/zcorch-fs-state-<token>.json`, written before every step, and puts its backing files
+  and mountpoints under `<state_dir>/fs-<token>/<name>/` (`loop.dir` moves the backing files,
+  `mountpoint` the mount). `cleanup_stale` undoes what those files list, and nothing else; it skips
+  the state of a manager still alive in a process on this machine. One sweep per receiver at a time.
+- `{path: DIR}` entries: ensure checks DIR is an existing directory and returns it; nothing is ever
+  run on it except findmnt for the record.
+- Safety: mkfs/mdadm/mount only touch loop devices this manager created or devices listed in the
+  entry's `allow_destroy`; see `zcorch.fs_probe.device_problems` for what is refused, re-checked
+  right before mkfs. Failures raise HostError (naming host, entry, command and its stderr) after
+  undoing the half-built configuration.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import secrets
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Sequence, Union
+
+from .errors import ConfigError, HostError
+from .fs_config import FsConfig, parse_config
+from .fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
+                       parse_mdadm_detail, read_text, run_checked, split_options)
+from .fs_state import ACTIVE_TOKENS, StateFile, list_state_files, owner_alive, undo_resources
+from .hosts import Host
+from .units import format_size
+
+Log = Callable[[str], None]
+SESSION = "(session)"  # state-file key of the manager's own directories, undone last
+# ext4 initialises inode tables and the journal lazily in a kernel thread after mount; that
+# background writing would be measured with the first cells. Users' own -E comes later and wins.
+EXT_MKFS_DEFAULTS = ["-E", "lazy_itable_init=0,lazy_journal_init=0"]
+
+
+class Ref:
+    """A value known only while provisioning (a loop device name, the md device)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+Arg = Union[str, Ref]
+
+
+@dataclass
+class Step:
+    argv: list                       # str or Ref items
+    record: Optional[dict] = None    # resource written to the state file before the command runs
+    bind: Optional[str] = None       # Ref name bound to the command's stripped stdout
+    mkdir: Optional[str] = None      # a directory to create (missing ancestors recorded one by one)
+    check_devices: list = field(default_factory=list)   # devices re-checked right before this step
+
+
+def _resolve(value, refs: dict):
+    if isinstance(value, Ref):
+        if value.name not in refs:
+            raise KeyError(value.name)
+        return refs[value.name]
+    if isinstance(value, list):
+        return [_resolve(v, refs) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolve(v, refs) for k, v in value.items()}
+    return value
+
+
+class FilesystemManager:
+    """Provisions the receiver's filesystem configurations on demand; see the module docstring."""
+
+    def __init__(self, host: Host, configs: Mapping, state_dir: str, dry_run: bool = False,
+                 log: Optional[Log] = None):
+        self.host = host
+        self.dry_run = dry_run
+        self.log: Log = log or (lambda _m: None)
+        self.configs: dict = {}
+        self.config_problems: list = []
+        for name, raw in (configs or {}).items():
+            if isinstance(raw, FsConfig):
+                self.configs[name] = raw
+                continue
+            cfg, probs = parse_config(name, raw)
+            self.config_problems.extend(probs)
+            if cfg is not None:
+                self.configs[name] = cfg
+        self._state_dir_raw = state_dir
+        self._state_dir: Optional[str] = None
+        self.token = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
+        self._state: Optional[StateFile] = None
+        self._mounted: dict = {}        # name -> mountpoint, in provisioning order
+        self._descriptions: dict = {}
+
+    # ------------------------------------------------------------ paths
+
+    @property
+    def state_dir(self) -> str:
+        if self._state_dir is None:
+            self._state_dir = _expand_home(self.host, self._state_dir_raw)
+        return self._state_dir
+
+    def _session_dir(self) -> str:
+        return posixpath.join(self.state_dir, f"fs-{self.token}")
+
+    def _config_dir(self, cfg: FsConfig) -> str:
+        return posixpath.join(self._session_dir(), cfg.name)
+
+    def _backing_dir(self, cfg: FsConfig) -> str:
+        if cfg.loop_dir:
+            return posixpath.join(cfg.loop_dir, f"zcorch-{self.token}-{cfg.name}")
+        return self._config_dir(cfg)
+
+    def mountpoint(self, name: str) -> str:
+        cfg = self._config(name)
+        if cfg.existing:
+            return cfg.path
+        return cfg.mountpoint or posixpath.join(self._config_dir(cfg), "mnt")
+
+    def _config(self, name: str) -> FsConfig:
+        if name not in self.configs:
+            bad = [p for p in self.config_problems if p.startswith(f"filesystems.{name}")]
+            if bad:
+                raise ConfigError(bad)
+            known = ", ".join(sorted(self.configs)) or "none"
+            raise ConfigError(f"filesystem {name!r} is not defined under 'filesystems:' (defined: {known})")
+        return self.configs[name]
+
+    # ------------------------------------------------------------ plan
+
+    def _steps(self, cfg: FsConfig) -> "list[Step]":
+        steps: list = []
+        mnt = self.mountpoint(cfg.name)
+        if cfg.loop_count:
+            bdir = self._backing_dir(cfg)
+            steps.append(Step(["mkdir", "-p", bdir], mkdir=bdir))
+            devices: list = []
+            for i in range(cfg.loop_count):
+                backing = posixpath.join(bdir, f"dev{i}.img")
+                steps.append(Step(["truncate", "-s", str(cfg.loop_size), backing],
+                                  record={"kind": "backing_file", "path": backing}))
+                argv = ["losetup", "--find", "--show"]
+                if cfg.loop_direct_io:
+                    argv.append("--direct-io=on")
+                ref = Ref(f"loop{i}")
+                steps.append(Step(argv + [backing], record={"kind": "loop", "backing_file": backing},
+                                  bind=ref.name))
+                devices.append(ref)
+            checked: list = []
+        else:
+            devices = list(cfg.devices)
+            checked = list(cfg.devices)
+        target: Arg = devices[0]
+        if cfg.uses_md:
+            md = Ref("md")
+            argv = ["mdadm", "--create", md, "--run", f"--level={cfg.raid}", f"--raid-devices={len(devices)}",
+                    "--metadata=1.2"]
+            if cfg.raid_chunk:
+                argv.append(f"--chunk={cfg.raid_chunk // 1024}K")
+            steps.append(Step(argv + devices, record={"kind": "md", "device": md, "members": devices},
+                              check_devices=checked))
+            checked, target = [], md
+        steps.append(Step(self._mkfs_argv(cfg, devices, target), check_devices=checked))
+        if cfg.fs == "btrfs":
+            # Without udev the kernel may not know a multi-device filesystem's other members.
+            steps.append(Step(["btrfs", "device", "scan", *devices],
+                              record={"kind": "btrfs_devices", "devices": devices}))
+        steps.append(Step(["mkdir", "-p", mnt], mkdir=mnt))
+        argv = ["mount", "-t", cfg.fs]
+        if cfg.mount_options:
+            argv += ["-o", ",".join(cfg.mount_options)]
+        sources = devices if cfg.fs == "btrfs" else [target]
+        steps.append(Step(argv + [target, mnt], record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
+        return steps
+
+    @staticmethod
+    def _mkfs_argv(cfg: FsConfig, devices: list, target: Arg) -> list:
+        # Forcing is safe here: every device passed the safety check or was created by this run.
+        if cfg.fs == "btrfs":
+            argv = ["mkfs.btrfs", "-f"]
+            if cfg.raid:
+                argv += ["-d", cfg.raid, "-m", cfg.raid]
+            return argv + list(cfg.mkfs_options) + devices
+        if cfg.fs == "xfs":
+            return ["mkfs.xfs", "-f", *cfg.mkfs_options, target]
+        return [f"mkfs.{cfg.fs}", "-F", "-q", *EXT_MKFS_DEFAULTS, *cfg.mkfs_options, target]
+
+    def plan_commands(self, name: str) -> "list[list[str]]":
+        """Every provisioning command for `name`, with <loopN>/<md> where the device is picked at run time."""
+        cfg = self._config(name)
+        return [] if cfg.existing else self._render(cfg, {})
+
+    def _render(self, cfg: FsConfig, refs: dict) -> "list[list[str]]":
+        return [[refs.get(a.name, repr(a)) if isinstance(a, Ref) else a for a in step.argv]
+                for step in self._steps(cfg)]
+
+    # ------------------------------------------------------------ preflight
+
+    def preflight(self, names: Optional[Sequence[str]] = None) -> "list[str]":
+        """Problems that would stop `ensure` for these entries (default: all). Runs only read-only probes."""
+        wanted = list(self.configs) if names is None else list(names)
+        problems = [p for p in self.config_problems
+                    if names is None or any(p.startswith(f"filesystems.{n}") for n in wanted)]
+        for n in wanted:
+            if n not in self.configs and not any(p.startswith(f"filesystems.{n}") for p in problems):
+                problems.append(f"filesystem {n!r} is not defined under 'filesystems:'")
+        cfgs = [self.configs[n] for n in wanted if n in self.configs]
+        h = self.host.name
+        provisioned = [c for c in cfgs if not c.existing]
+        if provisioned:
+            uid = self.host.run(["id", "-u"]).stdout.strip()
+            if uid != "0":
+                problems.append(f"{h}: provisioning filesystems needs root (running as uid {uid or '?'})")
+            tools = {"mount", "umount", "findmnt", "lsblk", "wipefs", "realpath"}
+            for c in provisioned:
+                tools.add(f"mkfs.{c.fs}")
+                tools |= {"losetup", "truncate"} if c.loop_count else {"python3", "losetup"}
+                if c.fs == "btrfs":
+                    tools.add("btrfs")
+                if c.uses_md:
+                    tools.add("mdadm")
+            missing = sorted(t for t in tools if not has_tool(self.host, t))
+            if missing:
+                problems.append(f"{h}: missing {', '.join(missing)} (scripts/install-system-deps installs "
+                                f"util-linux, e2fsprogs, xfsprogs, btrfs-progs, mdadm)")
+            kernel_fs = set((read_text(self.host, "/proc/filesystems") or "").split())
+            for fs in sorted({c.fs for c in provisioned}):
+                if fs not in kernel_fs and not self.host.run(["modprobe", "-n", "-q", fs]).ok:
+                    problems.append(f"{h}: the kernel has no {fs} support (not in /proc/filesystems, no module)")
+            md_users = [c.name for c in provisioned if c.uses_md]
+            if md_users and not md_supported(self.host):
+                problems.append(f"{h}: filesystem(s) {', '.join(md_users)} need md RAID but this kernel has no "
+                                f"md driver (/proc/mdstat missing); use btrfs raid profiles or another host")
+            if any(c.loop_count for c in provisioned) and not self.host.run(["test", "-e", "/dev/loop-control"]).ok:
+                problems.append(f"{h}: no loop device support (/dev/loop-control missing)")
+        for c in cfgs:
+            where = f"filesystem {c.name!r}"
+            if c.existing:
+                if not is_dir(self.host, c.path):
+                    problems.append(f"{h}: {where}: path {c.path} is not an existing directory")
+                continue
+            for dev in c.devices:
+                problems += device_problems(self.host, dev, dev in c.allow_destroy, f"{h}: {where}")
+            if c.loop_count:
+                problems += self._space_problems(c)
+            if c.mountpoint and findmnt_target(self.host, c.mountpoint) is not None:
+                problems.append(f"{h}: {where}: mountpoint {c.mountpoint} is already a mountpoint")
+        return problems
+
+    def _space_problems(self, cfg: FsConfig) -> "list[str]":
+        # Backing files are sparse, but a sweep can fill them: running out underneath a loop device
+        # turns into I/O errors mid-cell, so ask for the full size up front.
+        need = cfg.loop_count * cfg.loop_size
+        d = cfg.loop_dir or self.state_dir
+        while d != "/" and not is_dir(self.host, d):
+            d = posixpath.dirname(d)
+        res = self.host.run(["df", "-B1", "--output=avail", d])
+        lines = res.stdout.split()
+        if not res.ok or len(lines) < 2 or not lines[-1].isdigit():
+            return [f"{self.host.name}: filesystem {cfg.name!r}: cannot read free space of {d}: {res.stderr.strip()}"]
+        avail = int(lines[-1])
+        if avail < need:
+            return [f"{self.host.name}: filesystem {cfg.name!r}: backing files need {format_size(need)} "
+                    f"but {d} has {format_size(avail)} free (set loop.dir or smaller loop.size)"]
+        return []
+
+    # ------------------------------------------------------------ provisioning
+
+    def _say(self, argv: Sequence[str]) -> None:
+        self.log(f"[{self.host.name}] {shlex.join(argv)}")
+
+    def _state_file(self) -> StateFile:
+        """The state file, created with the session directory on first use (its own dirs recorded too)."""
+        if self._state is None:
+            state = StateFile(self.host, self.state_dir, self.token)
+            session = self._session_dir()
+            # Only the session directory is recorded: the state directory itself is where state
+            # files live, like a cache directory it stays.
+            if not is_dir(self.host, session):
+                state.resources(SESSION).append({"kind": "dir", "path": session})
+            argv = ["mkdir", "-p", session]
+            self._say(argv)
+            run_checked(self.host, argv, "creating zcorch's filesystem state directory")
+            state.save()
+            self._state = state
+            ACTIVE_TOKENS.add(self.token)
+        return self._state
+
+    def _missing_dirs(self, path: str) -> "list[str]":
+        """`path` and its missing ancestors, outermost first."""
+        missing: list = []
+        d = path
+        while d not in ("/", "") and not is_dir(self.host, d):
+            missing.insert(0, d)
+            d = posixpath.dirname(d)
+        return missing
+
+    def _mkdirs(self, name: str, path: str) -> None:
+        """mkdir -p, recording each directory it creates so undo removes exactly those (rmdir, if empty)."""
+        missing = self._missing_dirs(path)
+        if not missing:
+            return
+        state = self._state_file()
+        state.resources(name).extend({"kind": "dir", "path": d} for d in missing)
+        state.save()
+        argv = ["mkdir", "-p", path]
+        self._say(argv)
+        run_checked(self.host, argv, f"filesystem {name!r}")
+
+    def ensure(self, name: str) -> str:
+        """Mountpoint of `name`, provisioning it on the first call."""
+        cfg = self._config(name)
+        if cfg.existing:
+            if name not in self._descriptions:
+                if not is_dir(self.host, cfg.path):
+                    raise HostError(f"{self.host.name}: filesystem {name!r}: {cfg.path} is not an existing directory")
+                self._descriptions[name] = self._describe_existing(cfg)
+            return cfg.path
+        if name in self._mounted:
+            return self._mounted[name]
+        mnt = self.mountpoint(name)
+        if self.dry_run:
+            for argv in self.plan_commands(name):
+                self.log(f"[{self.host.name}] (dry run) {shlex.join(argv)}")
+            self._mounted[name] = mnt
+            return mnt
+        try:
+            refs = self._provision(cfg)
+        except BaseException as exc:  # also Ctrl-C: never leave a half-built configuration behind
+            undone, errors = self._undo(name)
+            if isinstance(exc, HostError):
+                extra = f" (cleanup failed too: {'; '.join(errors)})" if errors else ""
+                raise HostError(f"{exc}{extra}") from exc
+            raise
+        self._mounted[name] = mnt
+        self._descriptions[name] = self._describe_provisioned(cfg, refs)
+        return mnt
+
+    def _provision(self, cfg: FsConfig) -> dict:
+        state = self._state_file()
+        state.resources(cfg.name)
+        refs: dict = {}
+        where = f"filesystem {cfg.name!r}"
+        for step in self._steps(cfg):
+            if step.mkdir:
+                self._mkdirs(cfg.name, step.mkdir)
+                continue
+            problems: list = []
+            for dev in step.check_devices:
+                problems += device_problems(self.host, dev, dev in cfg.allow_destroy, f"{self.host.name}: {where}")
+            if problems:
+                raise HostError("\n".join(problems))
+            if any(isinstance(a, Ref) and a.name == "md" for a in step.argv):
+                refs["md"] = self._free_md_device()
+            argv = _resolve(step.argv, refs)
+            if step.record is not None:
+                state.add(cfg.name, _resolve(step.record, refs))
+            self._say(argv)
+            res = run_checked(self.host, argv, where, timeout=600.0)
+            if step.bind:
+                refs[step.bind] = res.stdout.strip()
+                # Note the name too: not needed for undo (losetup -j finds it) but readable.
+                state.resources(cfg.name)[-1]["device"] = refs[step.bind]
+                state.save()
+        return refs
+
+    def _free_md_device(self) -> str:
+        used = set(self.host.run(["ls", "-1", "/sys/block"]).stdout.split())
+        for n in range(100, 1000):
+            if f"md{n}" not in used and not self.host.run(["test", "-e", f"/dev/md{n}"]).ok:
+                return f"/dev/md{n}"
+        raise HostError(f"{self.host.name}: no free md device number between md100 and md999")
+
+    # ------------------------------------------------------------ teardown
+
+    def _undo(self, name: str) -> "tuple[list[str], list[str]]":
+        if self._state is None:
+            return [], []
+        resources = self._state.data["configs"].get(name, [])
+        undone, errors = undo_resources(self.host, resources, log=self.log, on_change=self._state.save)
+        if not errors:
+            self._state.data["configs"].pop(name, None)
+            self._state.save()
+        self._mounted.pop(name, None)
+        return undone, errors
+
+    def release(self, name: str) -> None:
+        """Tear down one provisioned configuration (no-op for `path` entries and in dry run)."""
+        cfg = self._config(name)
+        if cfg.existing or self.dry_run:
+            self._mounted.pop(name, None)
+            return
+        _undone, errors = self._undo(name)
+        if errors:
+            raise HostError(f"filesystem {name!r}: teardown incomplete (kept in {self._state.path} for "
+                            f"cleanup_stale): {'; '.join(errors)}")
+
+    def teardown_all(self) -> None:
+        """Undo everything this manager created, newest first. Idempotent. HostError lists what remains."""
+        if self._state is None:
+            self._mounted.clear()
+            return
+        errors: list = []
+        for name in reversed([n for n in self._state.data["configs"] if n != SESSION]):
+            errors += self._undo(name)[1]
+        if not errors:
+            errors += self._undo(SESSION)[1]
+        if errors:
+            raise HostError(f"{self.host.name}: filesystem teardown incomplete (kept in {self._state.path} "
+                            f"for cleanup_stale): {'; '.join(errors)}")
+        self._state.delete()
+        self._state = None
+        ACTIVE_TOKENS.discard(self.token)
+
+    @staticmethod
+    def cleanup_stale(host: Host, state_dir: str, log: Optional[Log] = None) -> "list[str]":
+        """Undo what dead managers' state files list (a killed controller). Returns what was undone."""
+        log = log or (lambda _m: None)
+        state_dir = _expand_home(host, state_dir)
+        done: list = []
+        problems: list = []
+        for path in list_state_files(host, state_dir):
+            text = read_text(host, path)
+            try:
+                data = json.loads(text or "")
+                configs = data["configs"]
+            except (ValueError, KeyError, TypeError):
+                problems.append(f"{path}: unreadable state file, left in place")
+                continue
+            if owner_alive(data):
+                log(f"{path}: controller pid {data['owner']['pid']} is still running: left alone")
+                continue
+            state = StateFile(host, state_dir, data.get("token", ""), data)
+            state.path = path
+            failed = False
+            for name in list(reversed([n for n in configs if n != SESSION])) + [SESSION]:
+                undone, errors = undo_resources(host, configs.get(name, []), log=log, on_change=state.save)
+                done += undone
+                if errors:
+                    problems += errors
+                    failed = True
+                    break
+                configs.pop(name, None)
+            if not failed:
+                state.delete()
+                done.append(f"removed state file {path}")
+        if problems:
+            raise HostError(f"{host.name}: stale filesystem cleanup incomplete: {'; '.join(problems)}"
+                            + (f" (undone: {'; '.join(done)})" if done else ""))
+        return done
+
+    # ------------------------------------------------------------ description
+
+    def describe(self, name: str) -> dict:
+        """What meta.json records for `name`: requested settings plus what the kernel reports once provisioned."""
+        cfg = self._config(name)
+        if name in self._descriptions:
+            return dict(self._descriptions[name])
+        if cfg.existing:
+            return {"name": name, "kind": "existing", "path": cfg.path}
+        return {"name": name, "kind": "provisioned", "provisioned": False, **self._requested(cfg),
+                "commands": self.plan_commands(name)}
+
+    def _requested(self, cfg: FsConfig) -> dict:
+        d = {"fs": cfg.fs, "raid": cfg.raid, "mkfs_options": list(cfg.mkfs_options),
+             "mount_options_requested": list(cfg.mount_options), "mountpoint": self.mountpoint(cfg.name)}
+        if cfg.loop_count:
+            d["loop"] = {"count": cfg.loop_count, "size_bytes": cfg.loop_size, "direct_io": cfg.loop_direct_io,
+                         "dir": self._backing_dir(cfg)}
+        else:
+            d["allow_destroy"] = list(cfg.allow_destroy)
+        if cfg.raid_chunk:
+            d["raid_chunk_bytes"] = cfg.raid_chunk
+        return d
+
+    def _mount_facts(self, path: str, contains: bool) -> dict:
+        entry = findmnt_target(self.host, path, contains=contains) or {}
+        opts = split_options(entry.get("options") or "")
+        return {"mount_source": entry.get("source"), "mount_target": entry.get("target"),
+                "fstype": entry.get("fstype"), "mount_options": opts,
+                "size_bytes": _int(entry.get("size")), "avail_bytes": _int(entry.get("avail"))}
+
+    def _describe_existing(self, cfg: FsConfig) -> dict:
+        return {"name": cfg.name, "kind": "existing", "path": cfg.path, **self._mount_facts(cfg.path, True)}
+
+    def _describe_provisioned(self, cfg: FsConfig, refs: dict) -> dict:
+        mnt = self.mountpoint(cfg.name)
+        d = {"name": cfg.name, "kind": "provisioned", "provisioned": True, **self._requested(cfg),
+             **self._mount_facts(mnt, False)}
+        d["commands"] = self._render(cfg, refs)
+        devices = [refs[f"loop{i}"] for i in range(cfg.loop_count)] if cfg.loop_count else list(cfg.devices)
+        d["devices"] = [{"path": dev, "size_bytes": self._device_size(dev)} for dev in devices]
+        if cfg.loop_count:
+            for i, dev in enumerate(d["devices"]):
+                dev["backing_file"] = posixpath.join(self._backing_dir(cfg), f"dev{i}.img")
+        # Options the kernel dropped or renamed are worth seeing next to the numbers.
+        d["mount_options_missing"] = [o for o in cfg.mount_options if o not in d["mount_options"]]
+        if cfg.fs == "btrfs":
+            res = self.host.run(["btrfs", "filesystem", "df", "-b", mnt])
+            d["raid_kernel"] = parse_btrfs_df(res.stdout) if res.ok else {"error": res.stderr.strip()}
+        elif cfg.uses_md:
+            res = self.host.run(["mdadm", "--detail", refs["md"]])
+            d["raid_kernel"] = ({"device": refs["md"], **parse_mdadm_detail(res.stdout)} if res.ok
+                                else {"error": res.stderr.strip()})
+        else:
+            d["raid_kernel"] = None
+        return d
+
+    def _device_size(self, dev: str) -> Optional[int]:
+        res = self.host.run(["blockdev", "--getsize64", dev])
+        return _int(res.stdout.strip()) if res.ok else None
+
+
+def _int(v) -> Optional[int]:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _expand_home(host: Host, path: str) -> str:
+    """`~/x` expanded on the host itself (argv is never given to a shell, so ~ would stay literal)."""
+    if path == "~" or path.startswith("~/"):
+        home = run_checked(host, ["printenv", "HOME"], "reading $HOME").stdout.strip()
+        path = home + path[1:]
+    if not path.startswith("/"):
+        raise ConfigError(f"filesystem state directory must be absolute (or start with ~/), got {path!r}")
+    return posixpath.normpath(path)

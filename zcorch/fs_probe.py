@@ -1,0 +1,239 @@
+"""Looking at a host's block devices and mounts without changing anything.
+
+Pure parsers of the tools' output (tested on captured real output), the device safety check that
+guards every mkfs/mdadm/mount, and `snapshot()` of loops/mounts/md arrays for before/after checks.
+Everything runs through `Host.run(argv)`: the same code works locally and over SSH.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from typing import Optional, Sequence
+
+from .errors import HostError
+from .hosts import CommandResult, Host
+
+
+# ---------------------------------------------------------------- pure parsers
+
+def parse_findmnt_json(text: str) -> "list[dict]":
+    """`findmnt -J -b -o TARGET,SOURCE,FSTYPE,OPTIONS,SIZE,AVAIL` -> flat list of filesystems."""
+    if not text.strip():
+        return []
+    out: list = []
+
+    def walk(nodes):
+        for node in nodes or []:
+            out.append({k: v for k, v in node.items() if k != "children"})
+            walk(node.get("children"))
+
+    walk(json.loads(text).get("filesystems"))
+    return out
+
+
+def parse_btrfs_df(text: str) -> "dict[str, str]":
+    """`btrfs filesystem df -b MNT` -> {"data": "raid0", "metadata": "raid0", "system": "raid0"}."""
+    profiles: dict = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*(Data|Metadata|System|Data\+Metadata),\s*([A-Za-z0-9]+):", line)
+        if m:
+            profiles[m.group(1).lower()] = m.group(2).lower()
+    return profiles
+
+
+def parse_mdadm_detail(text: str) -> dict:
+    """`mdadm --detail /dev/mdN` -> {"raid_level", "raid_devices", "chunk_size", "array_size_kib", "members"}."""
+    fields: dict = {}
+    members: list = []
+    for line in text.splitlines():
+        m = re.match(r"^\s*([A-Za-z][A-Za-z ]*?)\s*:\s*(.*?)\s*$", line)
+        if m and not line.startswith("/dev/"):
+            fields[m.group(1).lower()] = m.group(2)
+            continue
+        m = re.match(r"^\s*\d+\s+\d+\s+\d+\s+\S+\s+.*?(/dev/\S+)\s*$", line)
+        if m:
+            members.append(m.group(1))
+    info: dict = {"raid_level": fields.get("raid level"), "members": members}
+    if "raid devices" in fields:
+        info["raid_devices"] = int(fields["raid devices"])
+    if "chunk size" in fields:
+        info["chunk_size"] = fields["chunk size"]
+    if "array size" in fields:
+        info["array_size_kib"] = int(fields["array size"].split()[0])
+    if "state" in fields:
+        info["state"] = fields["state"]
+    return info
+
+
+def parse_mdstat_arrays(text: str) -> "dict[str, list[str]]":
+    """/proc/mdstat -> {"md0": ["sdb", "sdc"], ...} (member kernel names, without [n] roles)."""
+    arrays: dict = {}
+    for line in text.splitlines():
+        m = re.match(r"^(md\S+)\s*:\s*\S+\s+(.*)$", line)
+        if m:
+            arrays[m.group(1)] = [re.sub(r"\[\d+\](\([A-Z]\))?$", "", w)
+                                  for w in m.group(2).split() if "[" in w]
+    return arrays
+
+
+def parse_wipefs_json(text: str) -> "list[dict]":
+    """`wipefs -n -J DEV` -> the signatures found (empty list when none; wipefs prints nothing then)."""
+    if not text.strip():
+        return []
+    return list(json.loads(text).get("signatures") or [])
+
+
+def lsblk_mountpoints(text: str) -> "list[str]":
+    """`lsblk -J -o PATH,MOUNTPOINTS DEV` -> every mountpoint of the device and its partitions/holders."""
+    found: list = []
+
+    def walk(nodes):
+        for node in nodes or []:
+            mps = node.get("mountpoints")
+            if mps is None and "mountpoint" in node:  # older lsblk: a single "mountpoint"
+                mps = [node["mountpoint"]]
+            found.extend(p for p in (mps or []) if p)
+            walk(node.get("children"))
+
+    walk(json.loads(text).get("blockdevices") if text.strip() else [])
+    return found
+
+
+def lsblk_children(text: str) -> "list[str]":
+    """`lsblk -J -o PATH,MOUNTPOINTS DEV` -> paths of partitions/holders below the device."""
+    nodes = json.loads(text).get("blockdevices") if text.strip() else []
+    out: list = []
+
+    def walk(children):
+        for node in children or []:
+            out.append(node.get("path") or node.get("name"))
+            walk(node.get("children"))
+
+    for node in nodes or []:
+        walk(node.get("children"))
+    return out
+
+
+def split_options(options: str) -> "list[str]":
+    """'rw,noatime,nodelalloc' -> ['rw', 'noatime', 'nodelalloc']."""
+    return [o for o in options.split(",") if o]
+
+
+# ---------------------------------------------------------------- host helpers
+
+def run_checked(host: Host, argv: Sequence[str], what: str, timeout: float = 120.0,
+                input: Optional[str] = None) -> CommandResult:
+    """Run argv on host; HostError naming the host, the purpose and the command's stderr if it fails."""
+    res = host.run(list(argv), timeout=timeout, input=input)
+    if not res.ok:
+        detail = (res.stderr or res.stdout).strip() or f"exit status {res.returncode}"
+        if len(detail) > 800:  # mkfs answers a bad option with its whole usage text
+            detail = detail[:800] + " [...]"
+        raise HostError(f"{host.name}: {what}: `{shlex.join(res.argv)}` failed: {detail}")
+    return res
+
+
+def has_tool(host: Host, tool: str) -> bool:
+    # `command -v` is a shell builtin; the tool name is passed as $1, never spliced into the script.
+    return host.run(["sh", "-c", 'command -v "$1" >/dev/null 2>&1', "sh", tool]).ok
+
+
+def read_text(host: Host, path: str) -> Optional[str]:
+    """A small file's text, None if it does not exist/is unreadable."""
+    res = host.run(["cat", "--", path])
+    return res.stdout if res.ok else None
+
+
+def is_dir(host: Host, path: str) -> bool:
+    return host.run(["test", "-d", path]).ok
+
+
+def findmnt_target(host: Host, path: str, contains: bool = False) -> Optional[dict]:
+    """Mount entry whose target is `path` (contains=True: the filesystem holding `path`), None if none."""
+    argv = ["findmnt", "-J", "-b", "-o", "TARGET,SOURCE,FSTYPE,OPTIONS,SIZE,AVAIL"]
+    argv += ["-T", path] if contains else ["--mountpoint", path]
+    res = host.run(argv)
+    entries = parse_findmnt_json(res.stdout) if res.ok else []
+    return entries[-1] if entries else None
+
+
+def loops_of(host: Host, backing_file: str) -> "list[str]":
+    """Loop devices attached to a backing file (`losetup -j`), so a loop is found even if its name was never recorded."""
+    res = host.run(["losetup", "--list", "--noheadings", "--output", "NAME", "--associated", backing_file])
+    return [line.strip() for line in res.stdout.splitlines() if line.strip()] if res.ok else []
+
+
+def md_supported(host: Host) -> bool:
+    return host.run(["test", "-e", "/proc/mdstat"]).ok
+
+
+def snapshot(host: Host) -> dict:
+    """What teardown must restore: `losetup -a`, `findmnt -rn` and /proc/mdstat (None where md is absent)."""
+    loops = host.run(["losetup", "-a"]).stdout
+    mounts = host.run(["findmnt", "-rn"]).stdout
+    return {"loops": sorted(loops.splitlines()), "mounts": sorted(mounts.splitlines()),
+            "mdstat": read_text(host, "/proc/mdstat")}
+
+
+# ---------------------------------------------------------------- device safety
+
+def device_problems(host: Host, device: str, allowed: bool, where: str) -> "list[str]":
+    """Why `device` must not be given to mkfs/mdadm/mount (empty list = it may be destroyed).
+
+    Refused always: not under /dev, not a block device, mounted (itself or a partition), held by
+    another device (md, dm, ...), backing a loop device, or opened exclusively by someone (btrfs
+    member, mount in another namespace, swap). Refused unless `allowed` (listed in allow_destroy):
+    everything else, including any filesystem or partition-table signature.
+    """
+    pre = f"{where}: device {device}"
+    if not device.startswith("/dev/"):
+        return [f"{pre}: refused, not under /dev"]
+    res = host.run(["realpath", "-e", "--", device])
+    if not res.ok:
+        return [f"{pre}: does not exist on {host.name}"]
+    real = res.stdout.strip()
+    if not real.startswith("/dev/"):
+        return [f"{pre}: refused, resolves to {real} which is not under /dev"]
+    pre = f"{where}: device {device}" + (f" (= {real})" if real != device else "")
+    kind = host.run(["stat", "-L", "-c", "%F", "--", real]).stdout.strip()
+    if kind != "block special file":
+        return [f"{pre}: refused, not a block device ({kind or 'unknown type'})"]
+    problems: list = []
+    tree = host.run(["lsblk", "-J", "-o", "PATH,MOUNTPOINTS", real])
+    if tree.ok:
+        mounts = lsblk_mountpoints(tree.stdout)
+        if mounts:
+            problems.append(f"{pre}: refused, mounted at {', '.join(mounts)}")
+        kids = lsblk_children(tree.stdout)
+        if kids:
+            problems.append(f"{pre}: refused, in use by {', '.join(kids)} (partitions or holders)")
+    elif host.run(["findmnt", "-rn", "--source", real]).ok:
+        problems.append(f"{pre}: refused, mounted")
+    kname = real.rsplit("/", 1)[1]
+    holders = host.run(["ls", "-1", f"/sys/class/block/{kname}/holders"]).stdout.split()
+    if holders and not any("in use by" in p for p in problems):
+        problems.append(f"{pre}: refused, held by {', '.join(holders)}")
+    backed = host.run(["losetup", "--list", "--noheadings", "--output", "NAME", "--associated", real]).stdout.split()
+    if backed:
+        problems.append(f"{pre}: refused, it backs loop device(s) {', '.join(backed)}")
+    excl = host.run(["python3", "-c", "import os,sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))",
+                     real])
+    if excl.returncode == 127:
+        problems.append(f"{pre}: cannot check exclusive use: python3 not found on {host.name}")
+    elif not excl.ok and not problems:
+        problems.append(f"{pre}: refused, opened exclusively by another user (mounted elsewhere, "
+                        f"btrfs/md member, swap...)")
+    if problems:
+        return problems
+    if allowed:
+        return []
+    sigs = host.run(["wipefs", "-n", "-J", real])
+    if not sigs.ok:
+        return [f"{pre}: refused, cannot read its signatures: {sigs.stderr.strip()}"]
+    found = parse_wipefs_json(sigs.stdout)
+    if found:
+        kinds = ", ".join(sorted({s.get("type") or "?" for s in found}))
+        return [f"{pre}: refused, carries a {kinds} signature and is not listed in allow_destroy"]
+    return [f"{pre}: refused, not listed in allow_destroy (zcorch only formats devices it created "
+            f"or that the entry's allow_destroy names)"]
