@@ -1,0 +1,12 @@
+"""Analysis of result sets: tidy frames (frames), statistics (stats), plots, the HTML report, compare.
+
+    import zcorch
+    df = zcorch.load("results/quickstart")          # one row per run
+    zcorch.summarize(df, by=["send_mode", "recv_mode"])
+"""
+from __future__ import annotations
+
+from .frames import load, load_baselines, load_meta
+from .stats import summarize
+
+__all__ = ["load", "load_baselines", "load_meta", "summarize"]

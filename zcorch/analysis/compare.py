@@ -1,0 +1,170 @@
+"""`zcorch compare BASE CANDIDATE`: did a sweep get slower? (for nightly runs and CI)
+
+Per cell (matched by cell id, i.e. identical parameters): the median of the metric on each side,
+the change in %, and a two-sided Mann–Whitney U test of the ok repeats (exact below 20 runs a side
+without ties, normal approximation otherwise). Verdicts:
+
+- `regressed` / `improved`: the change is beyond the threshold in the bad / good direction and
+  significant (p < alpha);
+- `failed`: the candidate has no successful run where the base had some (counts as a regression);
+- `unchanged`: within the threshold; `not significant`: beyond the threshold but not significant
+  (with 3 repeats a side the smallest possible p is 0.1: use ≥ 5 repeats for nightly comparisons);
+- cells present on one side only are listed separately.
+
+Exit status 1 when any cell regressed or failed, else 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from .frames import OK, load
+from .plots import format_value
+from .stats import mann_whitney_u, min_p_value, varying_params
+
+# Metrics that can be compared, and whether a higher value is better.
+HIGHER_IS_BETTER = {"gbit_s": True, "mb_s": True, "send_cpu_s_per_gib": False, "recv_cpu_s_per_gib": False}
+VERDICTS_BAD = ("regressed", "failed")
+
+
+def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s",
+                   threshold_pct: float = 5.0, alpha: float = 0.05) -> pd.DataFrame:
+    """One row per cell: params, n_base, n_cand, base_median, cand_median, change_pct, p_value,
+    test, verdict. Cells on one side only have verdict 'only in base' / 'only in candidate'."""
+    if metric not in HIGHER_IS_BETTER:
+        raise ValueError(f"metric must be one of {', '.join(HIGHER_IS_BETTER)}")
+    higher_better = HIGHER_IS_BETTER[metric]
+    params = [p for p in varying_params(pd.concat([base, cand], ignore_index=True))]
+    rows = []
+    cells = list(dict.fromkeys(list(base["cell"]) + list(cand["cell"])))
+    for cell in cells:
+        b, c = base[base["cell"] == cell], cand[cand["cell"] == cell]
+        any_side = b if len(b) else c
+        row = {"cell": cell}
+        for p in params:
+            row[p] = any_side[p].iloc[0] if p in any_side else None
+        bv = b.loc[b["status"] == OK, metric].dropna().to_numpy(dtype=float)
+        cv = c.loc[c["status"] == OK, metric].dropna().to_numpy(dtype=float)
+        row.update(n_base=len(bv), n_cand=len(cv), base_failed=len(b) - len(bv), cand_failed=len(c) - len(cv),
+                   base_median=float(np.median(bv)) if len(bv) else math.nan,
+                   cand_median=float(np.median(cv)) if len(cv) else math.nan,
+                   change_pct=math.nan, p_value=math.nan, test="")
+        if not len(b):
+            row["verdict"] = "only in candidate"
+        elif not len(c):
+            row["verdict"] = "only in base"
+        elif len(bv) and not len(cv):
+            row["verdict"] = "failed"
+        elif not len(bv):
+            row["verdict"] = "no base data" if not len(cv) else "fixed"
+        else:
+            change = (row["cand_median"] - row["base_median"]) / row["base_median"] * 100 \
+                if row["base_median"] else math.nan
+            mw = mann_whitney_u(bv, cv)
+            row.update(change_pct=change, p_value=mw.p_value, test=f"Mann-Whitney U ({mw.method})")
+            worse = change < 0 if higher_better else change > 0
+            if not abs(change) > threshold_pct:
+                row["verdict"] = "unchanged"
+            elif mw.p_value < alpha:
+                row["verdict"] = "regressed" if worse else "improved"
+            else:
+                row["verdict"] = "not significant"
+        rows.append(row)
+    cols = ["cell"] + params + ["n_base", "n_cand", "base_failed", "cand_failed", "base_median", "cand_median",
+                                "change_pct", "p_value", "test", "verdict"]
+    out = pd.DataFrame(rows, columns=cols)
+    out.attrs.update(metric=metric, threshold_pct=threshold_pct, alpha=alpha)
+    return out
+
+
+def regressed(table: pd.DataFrame) -> bool:
+    return bool(table["verdict"].isin(VERDICTS_BAD).any())
+
+
+def _fmt(v, spec: str) -> str:
+    return format(v, spec) if isinstance(v, (int, float)) and np.isfinite(v) else "–"
+
+
+def _rows(table: pd.DataFrame, params: list) -> list:
+    out = []
+    for _, r in table.iterrows():
+        out.append([r["cell"]] + [format_value(p, r[p]) for p in params] + [
+            f"{r['n_base']}/{r['n_cand']}", _fmt(r["base_median"], ".3f"), _fmt(r["cand_median"], ".3f"),
+            _fmt(r["change_pct"], "+.1f"), _fmt(r["p_value"], ".3g"), r["verdict"]])
+    return out
+
+
+def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand_name: str = "candidate") -> str:
+    """The comparison as plain text, markdown (mail, CI comment) or JSON."""
+    metric, thr, alpha = table.attrs["metric"], table.attrs["threshold_pct"], table.attrs["alpha"]
+    if fmt == "json":
+        return table.to_json(orient="records", indent=1)
+    params = [c for c in table.columns if c not in ("cell", "n_base", "n_cand", "base_failed", "cand_failed",
+                                                     "base_median", "cand_median", "change_pct", "p_value",
+                                                     "test", "verdict")]
+    header = ["cell"] + params + ["n base/cand", f"base {metric}", f"cand {metric}", "change %", "p", "verdict"]
+    bad = table[table["verdict"].isin(VERDICTS_BAD)]
+    counts = table["verdict"].value_counts()
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+    method = (f"median of ok repeats; significance: two-sided Mann-Whitney U, alpha {alpha}; "
+              f"threshold {thr}%")
+    small = table[(table["n_base"] > 0) & (table["n_cand"] > 0)]
+    caveat = ""
+    if len(small) and (small.apply(lambda r: min_p_value(int(r["n_base"]), int(r["n_cand"])), axis=1) >= alpha).any():
+        caveat = "some cells have too few repeats to ever reach significance (use >= 5 repeats a side)"
+    headline = (f"REGRESSION: {len(bad)} cell(s) regressed or failed" if len(bad)
+                else "no significant regression")
+    rows = _rows(table, params)
+    if fmt == "markdown":
+        lines = [f"### zcorch compare: {headline}", "",
+                 f"**{base_name}** → **{cand_name}**, metric `{metric}` ({summary}). {method}.", ""]
+        if caveat:
+            lines += [f"_Note: {caveat}._", ""]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("|" + "|".join("---" for _ in header) + "|")
+        for r in rows:
+            lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in r) + " |")
+        return "\n".join(lines) + "\n"
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(header)]
+    lines = [f"zcorch compare: {headline}", f"{base_name} -> {cand_name}, metric {metric} ({summary})",
+             method]
+    if caveat:
+        lines.append(f"note: {caveat}")
+    lines.append("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        lines.append("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+    return "\n".join(lines) + "\n"
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("compare", help="compare two result sets cell by cell; exit 1 on a regression",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("base", help="base result set")
+    p.add_argument("candidate", help="candidate result set")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                   help="ignore changes up to this many percent (default 5)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    p.add_argument("--metric", choices=sorted(HIGHER_IS_BETTER), default="gbit_s",
+                   help="what to compare (default gbit_s; CPU metrics: lower is better)")
+    p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args) -> int:
+    from ..errors import ConfigError
+
+    if args.threshold < 0:
+        raise ConfigError(f"--threshold must be >= 0, got {args.threshold}")
+    if not 0 < args.alpha < 1:
+        raise ConfigError(f"--alpha must be between 0 and 1, got {args.alpha}")
+    base, cand = load(args.base), load(args.candidate)
+    table = compare_frames(base, cand, args.metric, args.threshold, args.alpha)
+    print(render(table, args.format, str(args.base), str(args.candidate)), end="")
+    return 1 if regressed(table) else 0

@@ -1,0 +1,407 @@
+"""Result sets (docs/architecture.md, "Result set") as tidy pandas frames.
+
+`load` gives one row per run: cell, repeat, status, every parameter as a column (sizes in bytes),
+the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived columns:
+
+- `gbit_s`, `mb_s`: bytes / wall time as seen by the receiver (the data has landed, including an
+  fsync when asked), falling back to the sender when there is no receiver record; MB = 10^6 bytes
+  as in the seeds' tables.
+- `send_cpu_s_per_gib`, `recv_cpu_s_per_gib`: (user + system) CPU seconds per GiB moved, like
+  netperf's service demand; `send_sys_share`: the sender's system share of its CPU time.
+
+Loading a large runs.jsonl is dominated by JSON parsing, so the parsed frame is cached next to it
+in `runs.cache.npz` (plain numpy arrays, no pickle, keyed by the size and mtime of runs.jsonl):
+the next load of the same file reads columns straight from that cache. A result set that is still
+being written simply invalidates the cache at every append.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Iterable, Union
+
+import numpy as np
+import pandas as pd
+
+from .. import results
+from ..errors import ResultsError
+
+PathLike = Union[str, os.PathLike]
+
+# Parameter columns in the order of docs/architecture.md; unknown extra parameters follow, sorted.
+PARAM_KEYS = [
+    "send_mode", "recv_mode", "bytes", "buffer", "window", "subblocks", "pipe_size", "send_cpu",
+    "recv_cpu", "gift", "fsync", "source", "sink", "timeout", "filesystem", "sink_state",
+]
+METRIC_KEYS = [
+    "bytes", "wall_ns", "utime_us", "stime_us", "minflt", "majflt", "nvcsw", "nivcsw", "maxrss_kib",
+    "sndbuf", "rcvbuf", "tcp_rtt_us", "tcp_rttvar_us", "tcp_retransmits", "tcp_total_retrans",
+    "tcp_snd_cwnd", "tcp_snd_mss", "tcp_rcv_mss", "tcp_pmtu", "fsync_ns", "zc_completions",
+    "zc_copied", "pipe_size",
+]
+# Keys of a worker's result line that are not metrics (mode is already a parameter column).
+_NOT_METRICS = {"event", "side", "mode", "params"}
+RUN_COLUMNS = ["cell", "repeat", "status", "reason"]
+RUN_TAIL_COLUMNS = ["started", "wall_s", "log"]
+OK = "ok"
+GIB = float(1 << 30)
+
+CACHE_NAME = "runs.cache.npz"
+CACHE_VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Result-set files
+
+
+def result_dir(path: PathLike) -> Path:
+    """The result-set directory for a directory or a file inside it (e.g. its runs.jsonl)."""
+    p = Path(path)
+    if p.is_file():
+        p = p.parent
+    if not p.is_dir():
+        raise ResultsError(f"{path}: no such result set (directory not found)")
+    return p
+
+
+def read_manifest(path: PathLike) -> dict:
+    """manifest.json of a result set, after checking that this reader understands its format
+    (an unknown format version is a ResultsError naming it)."""
+    return results.load_manifest(str(result_dir(path)))
+
+
+def read_jsonl(path: Path) -> list:
+    """Records of a JSON-lines file (a torn final line skipped, other bad lines an error)."""
+    return results.read_jsonl(str(path))
+
+
+def _sweep_names(dirs: list) -> list:
+    """Short, unique names for result sets: their directory names, or full paths when those clash."""
+    names = [d.name for d in dirs]
+    if len(set(names)) == len(names):
+        return names
+    return [str(d) for d in dirs]
+
+
+def _as_dirs(path_or_paths: "PathLike | Iterable[PathLike]") -> list:
+    if isinstance(path_or_paths, (str, os.PathLike)):
+        paths = [path_or_paths]
+    else:
+        paths = list(path_or_paths)
+    if not paths:
+        raise ResultsError("no result set given")
+    return [result_dir(p) for p in paths]
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs
+
+
+def _scalar(value):
+    """Values that fit a column cell; lists/dicts (not expected in parameters) become JSON text."""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def _flat_run(rec: dict) -> dict:
+    row = {"cell": rec["cell"], "repeat": rec["repeat"], "status": rec["status"], "reason": rec.get("reason")}
+    for key, value in (rec.get("params") or {}).items():
+        row[key] = _scalar(value)
+    row["started"] = rec.get("started")
+    row["wall_s"] = rec.get("wall_s")
+    row["log"] = rec.get("log")
+    for side, prefix in (("sender", "send_"), ("receiver", "recv_")):
+        metrics = rec.get(side)
+        if not isinstance(metrics, dict):
+            continue
+        for key, value in metrics.items():
+            if key in _NOT_METRICS or isinstance(value, (list, dict)):
+                continue
+            row[prefix + key] = value
+    return row
+
+
+def _column_order(columns: Iterable[str]) -> list:
+    cols = set(columns)
+    order = [c for c in RUN_COLUMNS if c in cols]
+    params = [c for c in PARAM_KEYS if c in cols]
+    tail = [c for c in RUN_TAIL_COLUMNS if c in cols]
+    metrics = []
+    for prefix in ("send_", "recv_"):
+        known = [prefix + m for m in METRIC_KEYS if prefix + m in cols]
+        metrics += known
+        metrics += sorted(c for c in cols if c.startswith(prefix) and c not in known and c not in params)
+    taken = set(order + params + tail + metrics)
+    extra_params = sorted(cols - taken)
+    return order + params + extra_params + tail + metrics
+
+
+def parse_runs(path: Path) -> pd.DataFrame:
+    """runs.jsonl → raw frame (no derived columns). Newest record per (cell, repeat) wins."""
+    records = read_jsonl(path)
+    for i, rec in enumerate(records):
+        for key in ("cell", "repeat", "status"):
+            if key not in rec:
+                raise ResultsError(f"{path}: run record {i + 1} has no {key!r}")
+    newest = [_flat_run(rec) for rec in results.latest_runs(records).values()]
+    if not newest:
+        frame = pd.DataFrame({c: pd.Series(dtype=object) for c in RUN_COLUMNS})
+        frame["repeat"] = frame["repeat"].astype("int64")
+        return frame
+    frame = pd.DataFrame.from_records(newest)
+    frame = frame[_column_order(frame.columns)]
+    for col in frame.columns:
+        if frame[col].dtype == object:
+            frame[col] = frame[col].where(frame[col].notna(), None)
+    if "started" in frame:
+        frame["started"] = _to_datetime(frame["started"])
+    return frame.reset_index(drop=True)
+
+
+def _to_datetime(s: pd.Series) -> pd.Series:
+    try:
+        return pd.to_datetime(s, utc=True, format="ISO8601")
+    except (ValueError, TypeError):
+        return s  # not ISO timestamps: keep the text rather than guess
+
+
+def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
+    """Add gbit_s, mb_s, {send,recv}_cpu_s_per_gib and send_sys_share (see the module docstring)."""
+    n = len(frame)
+
+    def col(name):
+        if name in frame:
+            return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype="float64")
+        return np.full(n, np.nan)
+
+    nbytes = col("recv_bytes")
+    wall = col("recv_wall_ns")
+    use_send = np.isnan(nbytes) | np.isnan(wall) | (wall <= 0)
+    nbytes = np.where(use_send, col("send_bytes"), nbytes)
+    wall = np.where(use_send, col("send_wall_ns"), wall)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        wall = np.where(wall > 0, wall, np.nan)
+        frame["gbit_s"] = nbytes * 8.0 / wall  # bits per ns == Gbit/s
+        frame["mb_s"] = nbytes * 1e3 / wall  # bytes per ns * 1e9 / 1e6
+        for prefix in ("send_", "recv_"):
+            cpu_s = (col(prefix + "utime_us") + col(prefix + "stime_us")) / 1e6
+            moved = col(prefix + "bytes")
+            frame[prefix + "cpu_s_per_gib"] = np.where(moved > 0, cpu_s / (moved / GIB), np.nan)
+        usr, sys_ = col("send_utime_us"), col("send_stime_us")
+        frame["send_sys_share"] = np.where(usr + sys_ > 0, sys_ / (usr + sys_), np.nan)
+    return frame
+
+
+def runs_of(path: PathLike, cache: bool = True) -> pd.DataFrame:
+    """The raw runs frame of one result set, from the cache when it matches runs.jsonl."""
+    d = result_dir(path)
+    read_manifest(d)
+    runs = d / "runs.jsonl"
+    try:
+        st = runs.stat()
+    except FileNotFoundError:
+        return parse_runs(runs)  # a set interrupted before its first run: no runs
+    stamp = {"cache_version": CACHE_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    cache_path = d / CACHE_NAME
+    if cache:
+        frame = _read_cache(cache_path, stamp)
+        if frame is not None:
+            return frame
+    frame = parse_runs(runs)
+    if cache:
+        try:
+            _write_cache(frame, cache_path, stamp)
+        except OSError as exc:  # a read-only result set still loads, just without the speed-up
+            warnings.warn(f"{cache_path}: cache not written ({exc})", stacklevel=3)
+    return frame
+
+
+def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> pd.DataFrame:
+    """One row per run of one or several result sets (concatenated, `sweep` = directory name)."""
+    dirs = _as_dirs(path_or_paths)
+    frames = []
+    for d, sweep in zip(dirs, _sweep_names(dirs)):
+        frame = runs_of(d, cache=cache)
+        frame.insert(0, "sweep", sweep)
+        frames.append(frame)
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    return add_derived(frame)
+
+
+# ---------------------------------------------------------------------------------------------
+# Columnar cache: one numpy array per column; object columns as codes + categories or JSON text.
+
+
+def _write_cache(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
+    arrays = {}
+    columns = []
+    for i, name in enumerate(frame.columns):
+        s = frame[name]
+        key = f"c{i}"
+        if isinstance(s.dtype, pd.DatetimeTZDtype):
+            arrays[key] = s.array.asi8
+            columns.append({"name": name, "kind": "datetime", "tz": str(s.dtype.tz),
+                            "unit": getattr(s.dtype, "unit", "ns")})
+        elif s.dtype.kind in "biuf":
+            arrays[key] = s.to_numpy()
+            columns.append({"name": name, "kind": "num"})
+        else:
+            values = s.tolist()
+            codes, uniques = pd.factorize(s, use_na_sentinel=True)
+            if len(uniques) <= max(1024, len(s) // 4):
+                arrays[key] = codes.astype(np.int32)
+                columns.append({"name": name, "kind": "cat", "categories": list(uniques)})
+            else:
+                arrays[key] = np.frombuffer(json.dumps(values).encode(), dtype=np.uint8)
+                columns.append({"name": name, "kind": "json"})
+    schema = {"stamp": stamp, "columns": columns}
+    arrays["schema"] = np.frombuffer(json.dumps(schema, default=_json_default).encode(), dtype=np.uint8)
+    tmp = cache_path.with_name(cache_path.name + f".tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, cache_path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+def _read_cache(cache_path: Path, stamp: dict) -> "pd.DataFrame | None":
+    try:
+        npz = np.load(cache_path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    try:
+        with npz:
+            schema = json.loads(npz["schema"].tobytes())
+            if schema.get("stamp") != stamp:
+                return None
+            data = {}
+            for i, col in enumerate(schema["columns"]):
+                arr = npz[f"c{i}"]
+                kind = col["kind"]
+                if kind == "num":
+                    data[col["name"]] = arr
+                elif kind == "datetime":
+                    stamps = pd.DatetimeIndex(arr.view(f"M8[{col['unit']}]"))
+                    data[col["name"]] = stamps.tz_localize("UTC").tz_convert(col["tz"])
+                elif kind == "cat":
+                    cats = np.empty(len(col["categories"]) + 1, dtype=object)
+                    cats[:-1] = col["categories"]
+                    cats[-1] = None  # code -1 (missing) indexes the last slot
+                    data[col["name"]] = cats[arr]
+                else:
+                    values = json.loads(arr.tobytes())
+                    out = np.empty(len(values), dtype=object)
+                    out[:] = values
+                    data[col["name"]] = out
+            return pd.DataFrame(data, copy=False)
+    except (KeyError, ValueError, OSError, json.JSONDecodeError):
+        return None  # an unreadable or foreign cache is rebuilt, never trusted
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and metadata
+
+
+def _flatten(value, prefix: str, out: dict) -> dict:
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            _flatten(sub, f"{prefix}{key}" if not prefix else f"{prefix}.{key}", out)
+    else:
+        out[prefix] = _scalar(value)
+    return out
+
+
+def _baseline_rate(result: dict) -> "tuple[float, float]":
+    """(Gbit/s, MB/s) of a baseline result, from whichever rate or bytes/seconds pair it reports."""
+    if not isinstance(result, dict):
+        return np.nan, np.nan
+    for key in ("bits_per_second", "bps"):
+        if isinstance(result.get(key), (int, float)):
+            bps = float(result[key])
+            return bps / 1e9, bps / 8e6
+    if isinstance(result.get("bytes_per_second"), (int, float)):
+        bps = float(result["bytes_per_second"]) * 8
+        return bps / 1e9, bps / 8e6
+    if isinstance(result.get("MB_per_s"), (int, float)):  # dd: bytes / wall time of the timed wrapper
+        bps = float(result["MB_per_s"]) * 8e6
+        return bps / 1e9, bps / 8e6
+    nbytes = result.get("bytes")
+    for key in ("seconds", "wall_s", "elapsed_s"):
+        secs = result.get(key)
+        if isinstance(nbytes, (int, float)) and isinstance(secs, (int, float)) and secs > 0:
+            bps = nbytes * 8 / secs
+            return bps / 1e9, bps / 8e6
+    return np.nan, np.nan
+
+
+def load_baselines(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
+    """One row per baseline (iperf3, dd_write, dd_read): kind, status, reason, host, the key
+    parameters as `key_*`, the result as `result_*`, and `gbit_s`/`mb_s`."""
+    dirs = _as_dirs(path_or_paths)
+    rows = []
+    for d, sweep in zip(dirs, _sweep_names(dirs)):
+        read_manifest(d)
+        path = d / "baselines.jsonl"
+        for i, rec in enumerate(read_jsonl(path)):
+            if "kind" not in rec:
+                raise ResultsError(f"{path}: baseline record {i + 1} has no 'kind'")
+            row = {"sweep": sweep, "kind": rec["kind"], "status": rec.get("status"),
+                   "reason": rec.get("reason"), "host": rec.get("host"), "started": rec.get("started")}
+            for k, v in (rec.get("key") or {}).items():
+                row["key_" + k] = _scalar(v)
+            result = rec.get("result")
+            if isinstance(result, dict):
+                for k, v in _flatten(result, "", {}).items():
+                    row["result_" + k] = v
+            row["gbit_s"], row["mb_s"] = _baseline_rate(result)
+            rows.append(row)
+    columns = ["sweep", "kind", "status", "reason", "host", "started", "gbit_s", "mb_s"]
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=float if c in ("gbit_s", "mb_s") else object) for c in columns})
+    frame = pd.DataFrame.from_records(rows)
+    rest = sorted(c for c in frame.columns if c not in columns)
+    return frame[columns + rest]
+
+
+def load_meta(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
+    """Host metadata of meta.json: one row per (sweep, role) with role controller, sender,
+    receiver or `filesystem:<name>`; nested keys flattened with dots (e.g. `kernel.release`)."""
+    dirs = _as_dirs(path_or_paths)
+    rows = []
+    for d, sweep in zip(dirs, _sweep_names(dirs)):
+        read_manifest(d)
+        path = d / "meta.json"
+        try:
+            meta = json.loads(path.read_text())
+        except FileNotFoundError:
+            continue
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+        if not isinstance(meta, dict):
+            raise ResultsError(f"{path}: expected a JSON object")
+        entries = []
+        if "controller" in meta:
+            entries.append(("controller", meta["controller"]))
+        for role, facts in (meta.get("hosts") or {}).items():
+            entries.append((role, facts))
+        # "previous" (metadata of the hosts before a --resume) is not a role of this sweep
+        for name, facts in (meta.get("filesystems") or {}).items():
+            entries.append((f"filesystem:{name}", facts))
+        for role, facts in entries:
+            row = {"sweep": sweep, "role": role}
+            _flatten(facts if isinstance(facts, dict) else {"value": facts}, "", row)
+            rows.append(row)
+    if not rows:
+        return pd.DataFrame({"sweep": pd.Series(dtype=object), "role": pd.Series(dtype=object)})
+    return pd.DataFrame.from_records(rows)

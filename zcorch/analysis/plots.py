@@ -1,0 +1,275 @@
+"""Plots of a run frame (matplotlib, headless: figures are built without pyplot, so no display
+and no global backend are touched; a notebook shows them with `display(fig)`).
+
+Each plot function returns a list of `Plot`s; a plot that does not apply to the data (e.g. a
+buffer-size sweep when there is one buffer size) comes back with `figure=None` and a `note`
+saying why, never as an empty chart. When parameters other than the plotted ones vary, one plot is
+drawn per combination of them (at most MAX_SLICES, the rest are noted).
+"""
+from __future__ import annotations
+
+import base64
+import io
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..units import format_size
+from .frames import OK
+from .stats import summarize, varying_params
+
+MAX_SLICES = 6
+SIZE_PARAMS = {"bytes", "buffer", "window", "pipe_size"}
+
+
+@dataclass
+class Plot:
+    name: str  # file stem, unique within a report
+    title: str
+    figure: Optional[Figure]
+    note: Optional[str] = None  # why it was skipped (figure is None) or a caveat
+
+
+def format_value(param: str, value) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "auto" if param in ("window", "pipe_size") else "none"
+    if param in SIZE_PARAMS and isinstance(value, (int, np.integer, float)) and float(value).is_integer():
+        return format_size(int(value))
+    return str(value)
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == OK]
+
+
+def slices(df: pd.DataFrame, plotted: Sequence[str]) -> "tuple[list, Optional[str]]":
+    """[(label, frame)] per combination of the varying parameters that are not plotted."""
+    others = [c for c in varying_params(df) if c not in plotted]
+    if "sweep" in df and df["sweep"].nunique() > 1 and "sweep" not in plotted:
+        others = ["sweep"] + others
+    if not others:
+        return [("", df)], None
+    groups = list(df.groupby(others, sort=True, dropna=False))
+    out = []
+    for key, sub in groups[:MAX_SLICES]:
+        key = key if isinstance(key, tuple) else (key,)
+        out.append((", ".join(f"{p}={format_value(p, v)}" for p, v in zip(others, key)), sub))
+    note = None
+    if len(groups) > MAX_SLICES:
+        note = f"{len(groups) - MAX_SLICES} more combinations of {', '.join(others)} not drawn"
+    return out, note
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:60]
+
+
+def _name(base: str, label: str) -> str:
+    return f"{base}-{_slug(label)}" if label else base
+
+
+def _title(exp: str, what: str, label: str) -> str:
+    title = f"{exp}: {what}" if exp else what
+    return f"{title}\n{label}" if label else title
+
+
+def _baseline_lines(baselines: "pd.DataFrame | None") -> list:
+    """[(label, Gbit/s)] per baseline kind, median of its ok records."""
+    if baselines is None or baselines.empty:
+        return []
+    ok = baselines[(baselines["status"] == OK) & baselines["gbit_s"].notna()]
+    lines = []
+    for kind, group in ok.groupby("kind", sort=True):
+        gbit = float(group["gbit_s"].median())
+        lines.append((f"{kind} {gbit * 125:.0f} MB/s ({gbit:.2f} Gbit/s)", gbit))
+    return lines
+
+
+def grouped_bars(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "") -> list:
+    """Receive mode × send mode throughput, median with CI whiskers; baselines as lines."""
+    what = "throughput by send and receive mode"
+    ok = _ok(df)
+    if ok.empty:
+        return [Plot("bars", what, None, "no successful runs to plot")]
+    plots = []
+    parts, note = slices(df, ["send_mode", "recv_mode"])
+    lines = _baseline_lines(baselines)
+    for label, sub in parts:
+        s = summarize(sub, by=["send_mode", "recv_mode"], metrics=["gbit_s"])
+        s = s[s["n"] > 0]
+        if s.empty:
+            plots.append(Plot(_name("bars", label), _title(experiment, what, label), None, "no successful runs"))
+            continue
+        recv_modes = sorted(s["recv_mode"].unique())
+        send_modes = sorted(s["send_mode"].unique())
+        fig = Figure(figsize=(max(6.0, 1.6 * len(recv_modes) * max(1, len(send_modes)) / 2 + 3), 4.5))
+        ax = fig.add_subplot()
+        width = 0.8 / len(send_modes)
+        x = np.arange(len(recv_modes))
+        for i, send in enumerate(send_modes):
+            rows = s[s["send_mode"] == send].set_index("recv_mode").reindex(recv_modes)
+            med = rows["gbit_s_median"].to_numpy(dtype=float)
+            low = np.nan_to_num(med - rows["gbit_s_ci_low"].to_numpy(dtype=float))
+            high = np.nan_to_num(rows["gbit_s_ci_high"].to_numpy(dtype=float) - med)
+            ax.bar(x + (i - (len(send_modes) - 1) / 2) * width, med, width, yerr=[low, high],
+                   capsize=3, label=f"send {send}")
+        for j, (blabel, gbit) in enumerate(lines):
+            ax.axhline(gbit, linestyle="--", linewidth=1.2, color=f"C{len(send_modes) + j}", label=blabel)
+        ax.set_xticks(x)
+        ax.set_xticklabels([f"recv {m}" for m in recv_modes])
+        ax.set_xlabel("receive mode")
+        ax.set_ylabel("throughput (Gbit/s), median and 95% CI")
+        ax.set_title(_title(experiment, what, label))
+        ax.legend(fontsize="small")
+        ax.set_ylim(bottom=0)
+        fig.tight_layout()
+        plots.append(Plot(_name("bars", label), _title(experiment, what, label), fig))
+    if note:
+        plots[-1].note = note
+    return plots
+
+
+def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
+    """Throughput and CPU per GiB (each side) against buffer size, one line per mode; log2 x."""
+    what = "throughput and CPU cost against buffer size"
+    ok = _ok(df)
+    if "buffer" not in ok or ok["buffer"].nunique() < 2:
+        return [Plot("buffer", what, None, "skipped: the runs use a single buffer size")]
+    others = [c for c in varying_params(df) if c not in ("buffer", "send_mode", "recv_mode")]
+    fig = Figure(figsize=(15, 4.5))
+    axes = fig.subplots(1, 3)
+    panels = [("gbit_s", "throughput (Gbit/s)"), ("send_cpu_s_per_gib", "sender CPU (s/GiB, usr+sys)"),
+              ("recv_cpu_s_per_gib", "receiver CPU (s/GiB, usr+sys)")]
+    keys = ["send_mode", "recv_mode"] + others
+    s = summarize(ok, by=keys + ["buffer"], metrics=[m for m, _ in panels])
+    for key, line in s.groupby(keys, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        label = f"{key[0]} → {key[1]}" + "".join(f", {p}={format_value(p, v)}" for p, v in zip(others, key[2:]))
+        line = line.sort_values("buffer")
+        for ax, (m, _) in zip(axes, panels):
+            ax.plot(line["buffer"].astype(float), line[f"{m}_median"], marker="o", label=label)
+    buffers = sorted(ok["buffer"].astype(float).unique())
+    for ax, (_, ylabel) in zip(axes, panels):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(buffers)
+        ax.set_xticklabels([format_size(int(b)) for b in buffers], rotation=30)
+        ax.set_xlabel("buffer size (bytes, log2)")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.suptitle(_title(experiment, what, ""))
+    fig.tight_layout()
+    return [Plot("buffer", _title(experiment, what, ""), fig)]
+
+
+def cpu_stacked(df: pd.DataFrame, experiment: str = "") -> list:
+    """CPU seconds per GiB as stacked user/system bars per mode, sender and receiver side by side."""
+    what = "CPU cost per mode (user + system seconds per GiB)"
+    ok = _ok(df)
+    sides = []
+    for prefix, mode_col, side in (("send_", "send_mode", "sender"), ("recv_", "recv_mode", "receiver")):
+        need = [prefix + "utime_us", prefix + "stime_us", prefix + "bytes", mode_col]
+        if all(c in ok for c in need):
+            part = ok[need].dropna()
+            part = part[part[prefix + "bytes"] > 0]
+            if not part.empty:
+                gib = part[prefix + "bytes"].astype(float) / float(1 << 30)
+                frame = pd.DataFrame({
+                    "mode": part[mode_col],
+                    "usr": part[prefix + "utime_us"].astype(float) / 1e6 / gib,
+                    "sys": part[prefix + "stime_us"].astype(float) / 1e6 / gib,
+                })
+                sides.append((side, frame.groupby("mode", sort=True)[["usr", "sys"]].median()))
+    if not sides:
+        return [Plot("cpu", what, None, "no successful runs with CPU times to plot")]
+    fig = Figure(figsize=(6 * len(sides), 4.5))
+    axes = np.atleast_1d(fig.subplots(1, len(sides)))
+    for ax, (side, med) in zip(axes, sides):
+        x = np.arange(len(med))
+        ax.bar(x, med["usr"], 0.6, label="user", color="C0")
+        ax.bar(x, med["sys"], 0.6, bottom=med["usr"], label="system", color="C3")
+        ax.set_xticks(x)
+        ax.set_xticklabels(list(med.index))
+        ax.set_xlabel(f"{side} mode")
+        ax.set_ylabel("CPU seconds per GiB (median)")
+        ax.set_title(f"{side}")
+        ax.legend(fontsize="small")
+    fig.suptitle(_title(experiment, what, ""))
+    fig.tight_layout()
+    return [Plot("cpu", _title(experiment, what, ""), fig)]
+
+
+def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
+    """Median throughput, send mode (rows) × receive mode (columns)."""
+    what = "median throughput (Gbit/s), send × receive mode"
+    ok = _ok(df)
+    if ok["send_mode"].nunique() < 2 or ok["recv_mode"].nunique() < 2:
+        return [Plot("heatmap", what, None,
+                     "skipped: a heatmap needs at least two send modes and two receive modes")]
+    plots = []
+    parts, note = slices(df, ["send_mode", "recv_mode"])
+    for label, sub in parts:
+        table = (_ok(sub).groupby(["send_mode", "recv_mode"])["gbit_s"].median()
+                 .unstack("recv_mode").sort_index().sort_index(axis=1))
+        if table.empty:
+            continue
+        fig = Figure(figsize=(max(7.0, 1.4 * table.shape[1] + 3), 0.7 * table.shape[0] + 2.5))
+        ax = fig.add_subplot()
+        im = ax.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto")
+        ax.set_xticks(range(table.shape[1]))
+        ax.set_xticklabels(table.columns)
+        ax.set_yticks(range(table.shape[0]))
+        ax.set_yticklabels(table.index)
+        ax.set_xlabel("receive mode")
+        ax.set_ylabel("send mode")
+        values = table.to_numpy(dtype=float)
+        finite = values[np.isfinite(values)]
+        mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+        for (i, j), v in np.ndenumerate(values):
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="black" if v > mid else "white")
+        fig.colorbar(im, ax=ax, label="Gbit/s")
+        ax.set_title(_title(experiment, what, label))
+        fig.tight_layout()
+        plots.append(Plot(_name("heatmap", label), _title(experiment, what, label), fig))
+    if note and plots:
+        plots[-1].note = note
+    return plots
+
+
+def all_plots(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "") -> list:
+    """Every plot of the report, in order (skipped ones carry their note)."""
+    return (grouped_bars(df, baselines, experiment) + versus_buffer(df, experiment)
+            + cpu_stacked(df, experiment) + heatmap(df, experiment))
+
+
+def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=dpi)
+    return buf.getvalue()
+
+
+def data_uri(fig: Figure, fmt: str = "png") -> str:
+    mime = {"png": "image/png", "svg": "image/svg+xml"}[fmt]
+    return f"data:{mime};base64," + base64.b64encode(figure_bytes(fig, fmt)).decode("ascii")
+
+
+def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] = ("png", "svg")) -> list:
+    """Write every drawn plot as DIRECTORY/NAME.{png,svg}; returns the paths written."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for plot in plots:
+        if plot.figure is None:
+            continue
+        for fmt in formats:
+            path = out / f"{plot.name}.{fmt}"
+            path.write_bytes(figure_bytes(plot.figure, fmt))
+            paths.append(path)
+    return paths

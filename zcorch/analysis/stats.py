@@ -1,0 +1,229 @@
+"""Statistics on run frames: per-cell medians with bootstrap confidence intervals, Mann–Whitney U.
+
+Pure functions of their inputs (seeded), no scipy.
+
+The confidence interval of a median is the percentile bootstrap: `n_boot` resamples with
+replacement of the ok runs of a group, the median of each, and the (1-ci)/2 and (1+ci)/2
+quantiles of those medians. Every group draws from a fresh generator seeded with `seed`, so a
+group's interval does not depend on which other groups are in the frame. With fewer than two ok
+runs there is no interval (NaN).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .frames import OK, PARAM_KEYS
+
+METRICS = ("mb_s", "gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib")
+N_BOOT = 2000
+SEED = 0
+CI = 0.95
+
+
+def ci_method(n_boot: int = N_BOOT, seed: int = SEED, ci: float = CI) -> str:
+    return (f"{ci:.0%} confidence interval of the median: percentile bootstrap, "
+            f"{n_boot} resamples, seed {seed}")
+
+
+def bootstrap_median_ci(values: Sequence[float], n_boot: int = N_BOOT, seed: int = SEED,
+                        ci: float = CI) -> "tuple[float, float]":
+    """(low, high) percentile-bootstrap confidence interval of the median; NaN for < 2 values."""
+    x = np.asarray(values, dtype="float64")
+    x = x[~np.isnan(x)]
+    if len(x) < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(x), size=(n_boot, len(x)))
+    medians = np.median(x[idx], axis=1)
+    low, high = np.quantile(medians, [(1 - ci) / 2, (1 + ci) / 2])
+    return float(low), float(high)
+
+
+def varying_params(df: pd.DataFrame) -> list:
+    """Parameter columns with more than one value in the frame (what distinguishes cells)."""
+    out = []
+    for col in PARAM_KEYS:
+        if col in df and df[col].astype(str).nunique(dropna=False) > 1:
+            out.append(col)
+    return out
+
+
+def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
+              metrics: Sequence[str] = METRICS, n_boot: int = N_BOOT, seed: int = SEED,
+              ci: float = CI) -> pd.DataFrame:
+    """Per group of runs: n (ok runs), n_failed (any other status: counted, never averaged in),
+    and for each metric its median, min, max, ci_low, ci_high (see the module docstring).
+
+    `by` defaults to the cell (and the sweep when the frame holds several), with the parameters
+    that vary across the frame carried along as columns. The CI method is in `.attrs["ci_method"]`.
+    """
+    if by is None:
+        by = (["sweep"] if "sweep" in df and df["sweep"].nunique() > 1 else []) + ["cell"]
+        carry = [c for c in varying_params(df) if c not in by]
+    else:
+        by = [by] if isinstance(by, str) else list(by)
+        carry = []
+    missing = [c for c in by if c not in df]
+    if missing:
+        raise KeyError(f"summarize: no column {missing[0]!r} in the frame (columns: {', '.join(df.columns)})")
+    metrics = [m for m in metrics if m in df]
+    ok = df["status"] == OK
+    rows = []
+    # dropna=False: a parameter that is null (window = kernel default) is a group of its own
+    for key, group in df.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row = dict(zip(by, key))
+        for c in carry:
+            row[c] = group[c].iloc[0]
+        good = group[ok.loc[group.index]]
+        row["n"] = len(good)
+        row["n_failed"] = len(group) - len(good)
+        for m in metrics:
+            vals = pd.to_numeric(good[m], errors="coerce").dropna().to_numpy(dtype="float64")
+            if len(vals):
+                row[f"{m}_median"] = float(np.median(vals))
+                row[f"{m}_min"] = float(vals.min())
+                row[f"{m}_max"] = float(vals.max())
+            else:
+                row[f"{m}_median"] = row[f"{m}_min"] = row[f"{m}_max"] = math.nan
+            row[f"{m}_ci_low"], row[f"{m}_ci_high"] = bootstrap_median_ci(vals, n_boot, seed, ci)
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=_summary_columns(by + carry, metrics))
+    out.attrs["ci_method"] = ci_method(n_boot, seed, ci)
+    return out
+
+
+def _summary_columns(keys: list, metrics: list) -> list:
+    cols = list(keys) + ["n", "n_failed"]
+    for m in metrics:
+        cols += [f"{m}_{s}" for s in ("median", "min", "max", "ci_low", "ci_high")]
+    return cols
+
+
+# ---------------------------------------------------------------------------------------------
+# Mann–Whitney U (two-sided)
+
+
+@dataclass(frozen=True)
+class MannWhitney:
+    u: float  # U statistic of the first sample
+    p_value: float  # two-sided
+    method: str  # "exact" or "normal"
+
+
+def _rank(values: np.ndarray) -> "tuple[np.ndarray, list]":
+    """Average ranks (1-based) and the sizes of tie groups."""
+    order = np.argsort(values, kind="mergesort")
+    ranks = np.empty(len(values), dtype="float64")
+    ties = []
+    sorted_vals = values[order]
+    i = 0
+    while i < len(values):
+        j = i
+        while j + 1 < len(values) and sorted_vals[j + 1] == sorted_vals[i]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2 + 1
+        if j > i:
+            ties.append(j - i + 1)
+        i = j + 1
+    return ranks, ties
+
+
+def _exact_u_cdf_counts(n1: int, n2: int) -> np.ndarray:
+    """Number of arrangements giving U = 0..n1*n2 (no ties), by the classic recurrence."""
+    # f[i][j] = counts for sample sizes i, j; f(i, j, u) = f(i-1, j, u-j) + f(i, j-1, u)
+    prev = [np.ones(1, dtype=object) for _ in range(n2 + 1)]  # i = 0: only U = 0
+    for i in range(1, n1 + 1):
+        cur = [np.zeros(1, dtype=object)]
+        cur[0][0] = 1  # j = 0: only U = 0
+        for j in range(1, n2 + 1):
+            size = i * j + 1
+            counts = np.zeros(size, dtype=object)
+            a = prev[j]  # (i-1, j), shifted by j
+            counts[j:j + len(a)] += a
+            b = cur[j - 1]  # (i, j-1)
+            counts[:len(b)] += b
+            cur.append(counts)
+        prev = cur
+    return prev[n2]
+
+
+def mann_whitney_u(x: Iterable[float], y: Iterable[float], exact_limit: int = 20) -> MannWhitney:
+    """Two-sided Mann–Whitney U test of x against y.
+
+    Exact distribution when both samples have at most `exact_limit` values and there are no ties;
+    otherwise the normal approximation with tie correction and continuity correction.
+    """
+    x = np.asarray(list(x), dtype="float64")
+    y = np.asarray(list(y), dtype="float64")
+    x, y = x[~np.isnan(x)], y[~np.isnan(y)]
+    n1, n2 = len(x), len(y)
+    if n1 == 0 or n2 == 0:
+        return MannWhitney(math.nan, math.nan, "none")
+    ranks, ties = _rank(np.concatenate([x, y]))
+    u1 = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2)
+    if not ties and n1 <= exact_limit and n2 <= exact_limit:
+        counts = _exact_u_cdf_counts(n1, n2)
+        total = sum(counts)
+        u_small = min(u1, n1 * n2 - u1)
+        tail = sum(counts[: int(u_small) + 1])
+        p = min(1.0, 2 * float(tail) / float(total))
+        return MannWhitney(u1, p, "exact")
+    n = n1 + n2
+    mu = n1 * n2 / 2
+    tie_term = sum(t ** 3 - t for t in ties) / (n * (n - 1)) if n > 1 else 0.0
+    sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term))
+    if sigma == 0:
+        return MannWhitney(u1, 1.0, "normal")
+    z = (abs(u1 - mu) - 0.5) / sigma
+    p = math.erfc(max(z, 0.0) / math.sqrt(2))
+    return MannWhitney(u1, min(1.0, p), "normal")
+
+
+def min_p_value(n1: int, n2: int) -> float:
+    """The smallest two-sided exact p-value samples of these sizes can reach (no ties)."""
+    return 2.0 / math.comb(n1 + n2, n1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The seeds' table: rows send mode, columns receive mode, cells "MB/s (Gbit/s)" with the spread
+
+
+def format_rate(mb_s: float, gbit_s: float) -> str:
+    if not np.isfinite(mb_s):
+        return "–"
+    return f"{mb_s:.0f} MB/s ({gbit_s:.2f} Gbit/s)"
+
+
+def format_spread(row: "pd.Series | dict", metric: str = "mb_s") -> str:
+    """'CI 850–860, n=3' (or 'n=1' / 'all 3 failed'), in the metric's unit."""
+    n, failed = int(row["n"]), int(row["n_failed"])
+    if n == 0:
+        return f"all {failed} failed" if failed else "no runs"
+    text = f"n={n}"
+    low, high = row[f"{metric}_ci_low"], row[f"{metric}_ci_high"]
+    if np.isfinite(low) and np.isfinite(high):
+        text = f"95% CI {low:.0f}–{high:.0f}, " + text
+    if failed:
+        text += f", {failed} failed"
+    return text
+
+
+def mode_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """A summary by (send_mode, recv_mode) shaped like the seeds' tables: rows send mode, columns
+    receive mode, cells 'MB/s (Gbit/s)' followed by the spread on a second line."""
+    cells = {}
+    for _, row in summary.iterrows():
+        text = format_rate(row["mb_s_median"], row["gbit_s_median"]) + "\n" + format_spread(row)
+        cells[(row["send_mode"], row["recv_mode"])] = text
+    sends = sorted({k[0] for k in cells})
+    recvs = sorted({k[1] for k in cells})
+    table = pd.DataFrame([[cells.get((s, r), "") for r in recvs] for s in sends], index=sends, columns=recvs)
+    table.index.name = "send mode"
+    table.columns.name = "receive mode"
+    return table
