@@ -7,6 +7,7 @@ return baselines.jsonl records ({"kind", "key", "status", "reason", "result", "h
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import socket
@@ -133,7 +134,8 @@ def iperf3_client_argv(server: str, port: int, window: Optional[int], buffer: Op
     if nbytes is not None:
         argv += ["-n", str(nbytes)]
     else:
-        argv += ["-t", f"{duration if duration is not None else 10:g}"]
+        # iperf3 takes whole seconds and treats 0 as "forever": round up, at least 1.
+        argv += ["-t", str(max(1, math.ceil(duration if duration is not None else 10)))]
     if window:
         argv += ["-w", str(window)]
     if buffer:

@@ -1,0 +1,179 @@
+"""Baseline parsers on captured real iperf3/dd output, and real iperf3/dd runs on localhost."""
+import glob
+import json
+import os
+import re
+import sys
+
+import pytest
+
+from conftest import require_tool
+from zcorch import baselines as bl
+from zcorch.errors import ConfigError
+from zcorch.hosts import LocalHost
+
+CAPTURED = os.path.join(os.path.dirname(__file__), "data", "captured")
+
+
+def captured(name):
+    with open(os.path.join(CAPTURED, name)) as f:
+        return f.read()
+
+
+@pytest.mark.parametrize("name", ["iperf3_loopback_write.json", "iperf3_loopback_zerocopy.json",
+                                  "iperf3_loopback_bytes.json"])
+def test_parse_iperf3_json_takes_received_rate_and_both_cpus(name):
+    text = captured(name)
+    doc = json.loads(text)
+    r = bl.parse_iperf3_json(text)
+    end = doc["end"]
+    assert r["bits_per_second"] == end["sum_received"]["bits_per_second"]
+    assert r["sent_bits_per_second"] == end["sum_sent"]["bits_per_second"]
+    assert r["retransmits"] == end["sum_sent"]["retransmits"]
+    assert r["sender_cpu_percent"] == end["cpu_utilization_percent"]["host_total"]
+    assert r["receiver_cpu_percent"] == end["cpu_utilization_percent"]["remote_total"]
+    # The rate is what the byte count and the duration say (iperf3's own arithmetic).
+    assert r["bits_per_second"] == pytest.approx(r["bytes"] * 8 / r["seconds"], rel=1e-3)
+
+
+def test_parse_iperf3_zerocopy_capture_is_a_zerocopy_run():
+    doc = json.loads(captured("iperf3_loopback_zerocopy.json"))
+    assert doc["start"]["test_start"]["blksize"] == bl.parse_iperf3_json(json.dumps(doc))["blksize"] == 65536
+
+
+@pytest.mark.parametrize("name, message", [
+    ("iperf3_error_refused.json", "unable to connect to server: Connection refused"),
+    ("iperf3_error_server_killed.json", "Connection reset by peer"),
+])
+def test_parse_iperf3_error_json_raises_with_iperf3s_message(name, message):
+    with pytest.raises(bl.BaselineError, match=re.escape(message)):
+        bl.parse_iperf3_json(captured(name))
+
+
+@pytest.mark.parametrize("name", ["iperf3_error_usage.txt", "iperf3_error_window_usage.txt"])
+def test_parse_iperf3_usage_output_is_an_error_not_a_crash(name):
+    with pytest.raises(bl.BaselineError, match="no JSON"):
+        bl.parse_iperf3_json(captured(name))
+
+
+DD_CAPTURES = {
+    "dd_write_32k.stderr": 32 * 1024 * 2048,
+    "dd_read_32k.stderr": 32 * 1024 * 2048,
+    "dd_write_1M_fsync.stderr": 3 * 1024 * 1024,
+    "dd_write_2GiB.stderr": 2048 * 1024 * 1024,
+    "dd_write_1byte.stderr": 1,
+}
+
+
+@pytest.mark.parametrize("name, nbytes", sorted(DD_CAPTURES.items()))
+def test_parse_dd_stderr(name, nbytes):
+    text = captured(name)
+    r = bl.parse_dd_stderr(text)
+    assert r["bytes"] == nbytes
+    assert r["seconds"] > 0
+    secs = re.search(r"copied, ([0-9.]+) s", text).group(1)
+    assert r["seconds"] == float(secs)
+    assert r["rate"] in text
+
+
+def test_every_dd_capture_is_covered():
+    names = {os.path.basename(p) for p in glob.glob(os.path.join(CAPTURED, "dd_*.stderr"))}
+    assert names == set(DD_CAPTURES) | {"dd_error_nodir.stderr"}
+
+
+def test_parse_dd_error_names_dds_message():
+    with pytest.raises(bl.BaselineError, match="No such file or directory"):
+        bl.parse_dd_stderr(captured("dd_error_nodir.stderr"))
+
+
+def test_iperf3_argv_are_lists_with_values_as_separate_items():
+    server = bl.iperf3_server_argv("10.78.0.3", 5201, 30)
+    assert server[:3] == ["iperf3", "-s", "-1"] and "--idle-timeout" in server
+    client = bl.iperf3_client_argv("10.78.0.3", 5201, 1 << 20, 65536, True, duration=2.0)
+    assert client == ["iperf3", "-c", "10.78.0.3", "-p", "5201", "-J", "-t", "2", "-w", "1048576",
+                      "-l", "65536", "-Z"]
+    default = bl.iperf3_client_argv("h", 1, None, None, False, nbytes=1000)
+    assert "-w" not in default and "-l" not in default and "-Z" not in default and "-n" in default
+
+
+def test_baseline_config_from_file_section():
+    cfg = bl.baseline_config({"iperf3": {"per": "sweep", "duration": "3s"}, "dd": {"bs": "32k", "count": "512k"}})
+    assert cfg.iperf3.per == "sweep" and cfg.iperf3.duration == 3.0
+    assert cfg.dd.bs == 32 * 1024 and cfg.dd.count == 512 * 1024
+    off = bl.baseline_config(False)
+    assert not off.iperf3.enabled and not off.dd.enabled
+    with pytest.raises(ConfigError, match="baselines.iperf3: per must be"):
+        bl.baseline_config({"iperf3": {"per": "cell"}})
+    with pytest.raises(ConfigError, match="baselines.dd"):
+        bl.baseline_config({"dd": {"bs": "lots"}})
+
+
+def test_iperf3_keys_once_per_distinct_pair_and_both_send_paths():
+    params = [{"window": 1 << 20, "buffer": 65536}, {"window": 1 << 20, "buffer": 65536},
+              {"window": "auto", "buffer": 65536}, {"window": None, "buffer": 65536}]
+    keys = bl.iperf3_keys(bl.Iperf3Config(), params)
+    assert keys == [{"window": 1 << 20, "buffer": 65536, "zerocopy": False},
+                    {"window": 1 << 20, "buffer": 65536, "zerocopy": True},
+                    {"window": None, "buffer": 65536, "zerocopy": False},
+                    {"window": None, "buffer": 65536, "zerocopy": True}]
+    assert len(bl.iperf3_keys(bl.Iperf3Config(per="sweep"), params)) == 2
+
+
+def _iperf3_servers():
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"iperf3") and b"-s" in argv:
+            found.append(argv)
+    return found
+
+
+@pytest.mark.parametrize("zerocopy", [False, True])
+def test_run_iperf3_on_localhost_parses_and_kills_the_server(zerocopy):
+    require_tool("iperf3")
+    h = LocalHost()
+    cfg = bl.Iperf3Config(duration=1)
+    before = len(_iperf3_servers())
+    rec = bl.run_iperf3(h, h, cfg, {"window": 1 << 20, "buffer": 65536, "zerocopy": zerocopy})
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["result"]["bits_per_second"] > 0
+    assert rec["result"]["blksize"] == 65536
+    assert ("-Z" in rec["argv"]) is zerocopy
+    assert len(_iperf3_servers()) <= before
+
+
+def test_run_iperf3_missing_tool_is_skipped_with_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # a real PATH without iperf3
+    h = LocalHost()
+    rec = bl.run_iperf3(h, h, bl.Iperf3Config(duration=1), {"window": None, "buffer": None, "zerocopy": False})
+    assert rec["status"] == "skipped"
+    assert "apt-get install iperf3" in rec["reason"]
+
+
+def test_run_dd_in_a_directory_times_write_and_read_and_cleans_up(tmp_path):
+    cfg = bl.DdConfig(bs=64 * 1024, count=16)
+    recs = bl.run_dd(LocalHost(), sys.executable, cfg, str(tmp_path), filesystem=None)
+    assert [r["kind"] for r in recs] == ["dd_write", "dd_read"]
+    for r in recs:
+        assert r["status"] == "ok", r["reason"]
+        assert r["result"]["bytes"] == 64 * 1024 * 16
+        assert r["result"]["wall_s"] > 0
+        assert r["key"]["directory"] == str(tmp_path)
+    assert "sync" in recs[0]["result"]["timed"]
+    assert recs[1]["result"]["cached"] is (os.geteuid() != 0)
+    assert os.listdir(tmp_path) == []
+
+
+def test_run_dd_into_missing_directory_fails_with_dds_message(tmp_path):
+    recs = bl.run_dd(LocalHost(), sys.executable, bl.DdConfig(bs=4096, count=1), str(tmp_path / "nope"))
+    assert recs[0]["status"] == "failed" and "No such file or directory" in recs[0]["reason"]
+    assert recs[1]["status"] == "skipped"
+
+
+def test_dd_directory_uses_scratch_for_devices():
+    assert bl.dd_directory("/dev/null", "/tmp") == "/tmp"
+    assert bl.dd_directory("/mnt/xfs/sink.bin", "/tmp") == "/mnt/xfs"

@@ -1,0 +1,385 @@
+"""`zcorch run FILE`: deploy, baselines, every cell, into a result set (docs/architecture.md).
+
+Exit status: 0 when every run of the plan is ok, 1 when some failed (results still written),
+130 on Ctrl-C (finished runs kept, result set marked interrupted; continue with --resume).
+
+--resume DIR re-reads DIR/experiment.yaml (the byte copy), skips every (cell, repeat) whose
+newest record is ok and runs each other one once; older records stay in runs.jsonl and the
+newest record per (cell, repeat) wins.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import shlex
+import signal
+import statistics
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, TextIO
+
+from . import baselines as bl
+from ._version import __version__
+from .errors import ConfigError, HostError, ResultsError, ZcorchError
+from .hosts import Host, LocalHost
+from .results import ResultSet, latest_runs
+from .runner import Runner, SweepOutcome, recv_argv, run_fields, send_argv
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("run", help="run an experiment (baselines + every cell) into a result set",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("file", nargs="?", help="experiment file (YAML); optional with --resume")
+    p.add_argument("-o", "--output", metavar="DIR", help="result directory (default results/<name>-<UTC time>/)")
+    p.add_argument("--resume", metavar="DIR", help="continue the result set in DIR (uses its experiment.yaml)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan and every command that would run; change nothing anywhere")
+    p.add_argument("--accept-new-host-keys", action="store_true",
+                   help="trust SSH host keys not yet in known_hosts (otherwise they are refused)")
+    p.set_defaults(func=main)
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# Accessors that tolerate the spec object being a dataclass or a mapping.
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def _load(path: str):
+    from . import plan as planmod
+    from . import spec
+
+    exp = spec.load_experiment(path)
+    return exp, planmod.expand(exp)
+
+
+def _plan_json(plan) -> List[dict]:
+    out = []
+    for run in plan.runs:
+        cell, repeat, params = run_fields(run)
+        out.append({"id": cell, "repeat": repeat, "params": params})
+    return out
+
+
+def _is_localhost(hosts_spec: Any) -> bool:
+    return hosts_spec in (None, "localhost") or _get(hosts_spec, "kind") == "localhost" or \
+        _get(hosts_spec, "localhost", False) is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Hosts and the worker command on them
+
+class Sweep:
+    """Hosts, worker commands and interpreters for one `zcorch run` (closed by close())."""
+
+    def __init__(self, hosts: Dict[str, Host], worker: Dict[str, List[str]], env: Dict[str, Dict[str, str]],
+                 python: Dict[str, str]):
+        self.hosts, self.worker, self.env, self.python = hosts, worker, env, python
+
+    def close(self) -> None:
+        for h in {id(h): h for h in self.hosts.values()}.values():
+            h.close()
+
+
+def local_worker_command() -> tuple:
+    """Worker on this machine: this interpreter with the checkout on PYTHONPATH (no install needed)."""
+    env = {"PYTHONPATH": REPO_ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
+    return [sys.executable, "-m", "zcorch.worker"], env
+
+
+def open_sweep(exp: Any, accept_new_host_keys: bool) -> Sweep:
+    hosts_spec = _get(exp, "hosts")
+    if _is_localhost(hosts_spec):
+        hosts = {"sender": LocalHost("localhost", "127.0.0.1"), "receiver": LocalHost("localhost", "127.0.0.1")}
+        worker, env = local_worker_command()
+        try:
+            from . import native
+            if hasattr(native, "ensure_built"):
+                native.ensure_built()
+        except ImportError:
+            pass
+        return Sweep(hosts, {"sender": worker, "receiver": worker}, {"sender": env, "receiver": env},
+                     {"sender": sys.executable, "receiver": sys.executable})
+    from . import deploy, lab
+
+    hosts = lab.open_hosts(hosts_spec, accept_new_host_keys)
+    worker, env, python = {}, {}, {}
+    try:
+        for role in ("sender", "receiver"):
+            handle = deploy.deploy(hosts[role])
+            worker[role] = list(_get(handle, "worker_argv"))
+            env[role] = dict(_get(handle, "env", None) or {})
+            python[role] = _get(handle, "python", None) or _get(_get(hosts_spec, role), "python", None) or "python3"
+    except BaseException:
+        for h in hosts.values():
+            h.close()
+        raise
+    return Sweep(hosts, worker, env, python)
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress and summary
+
+class Progress:
+    """runs done/total, failures, ETA on stderr: one updating line on a tty, one line per run otherwise."""
+
+    def __init__(self, total: int, already: int, stream: TextIO = sys.stderr):
+        self.total, self.already, self.stream = total, already, stream
+        self.tty = stream.isatty()
+        self.t0 = time.monotonic()
+
+    def __call__(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
+        done_now = outcome.ok + outcome.failed
+        elapsed = time.monotonic() - self.t0
+        eta = elapsed / done_now * (todo - done_now) if done_now else 0.0
+        text = (f"[{self.already + done_now}/{self.total}] failures {outcome.failed}  ETA {_fmt_secs(eta)}  "
+                f"{record['cell']} r{record['repeat']}: {record['status']}")
+        if record["status"] != "ok" and record.get("reason"):
+            text += f" ({record['reason'][:160]})"
+        if self.tty:
+            self.stream.write("\r\x1b[K" + text[:max(20, _term_width() - 1)])
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _term_width() -> int:
+    try:
+        return os.get_terminal_size(2).columns
+    except OSError:
+        return 100
+
+
+def _fmt_secs(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def gbits(record: dict) -> Optional[float]:
+    """Throughput of an ok run as the receiver saw it (bytes over the receiver's transfer time)."""
+    r = record.get("receiver") or {}
+    if record.get("status") != "ok" or not r.get("wall_ns"):
+        return None
+    return r["bytes"] * 8 / r["wall_ns"]
+
+
+def summary_table(plan_runs: List[dict], records: List[dict]) -> str:
+    latest = latest_runs(records)
+    rows = []
+    by_cell: Dict[str, List[dict]] = {}
+    for run in plan_runs:
+        by_cell.setdefault(run["id"], []).append(run)
+    for cell, runs in by_cell.items():
+        params = runs[0]["params"]
+        recs = [latest.get((cell, r["repeat"])) for r in runs]
+        rates = [g for g in (gbits(r) for r in recs if r) if g is not None]
+        ok = sum(1 for r in recs if r and r["status"] == "ok")
+        failed = sum(1 for r in recs if r and r["status"] != "ok")
+        rows.append([cell, f"{params.get('send_mode')}/{params.get('recv_mode')}",
+                     f"{statistics.median(rates):.2f}" if rates else "-", f"{ok}/{failed}"])
+    head = ["cell", "send/recv", "median Gbit/s", "ok/failed"]
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(head, widths))]
+    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Baselines and metadata
+
+def _iperf3_for_sweep(rs: ResultSet, sweep: Sweep, cfg: bl.BaselineConfig, plan_runs: List[dict]) -> None:
+    if not cfg.iperf3.enabled:
+        return
+    done = {_key(b) for b in rs.baselines() if b.get("kind") == "iperf3" and b.get("status") == "ok"}
+    for key in bl.iperf3_keys(cfg.iperf3, [r["params"] for r in plan_runs]):
+        if _key({"kind": "iperf3", "key": key}) in done:
+            continue
+        rs.append_baseline(bl.run_iperf3(sweep.hosts["sender"], sweep.hosts["receiver"], cfg.iperf3, key))
+
+
+def _key(b: dict) -> str:
+    import json
+    return json.dumps([b.get("kind"), b.get("key")], sort_keys=True)
+
+
+def _dd_hook(rs: ResultSet, sweep: Sweep, cfg: bl.BaselineConfig):
+    done = {_key(b) for b in rs.baselines() if b.get("status") == "ok"}
+
+    def before_directory(filesystem: Optional[str], sink: str) -> None:
+        if not cfg.dd.enabled:
+            return
+        directory = bl.dd_directory(sink, cfg.dd.scratch)
+        key = {"bs": cfg.dd.bs, "count": cfg.dd.count, "directory": directory, "filesystem": filesystem,
+               "bs_text": bl.format_size(cfg.dd.bs)}
+        if _key({"kind": "dd_write", "key": key}) in done:
+            return
+        for rec in bl.run_dd(sweep.hosts["receiver"], sweep.python["receiver"], cfg.dd, directory, filesystem):
+            rs.append_baseline(rec)
+
+    return before_directory
+
+
+def collect_meta(sweep: Sweep, plan_runs: List[dict]) -> dict:
+    from . import metadata
+
+    sink = next((r["params"].get("sink") for r in plan_runs if r["params"].get("sink")), "")
+    meta: Dict[str, Any] = {"controller": metadata.controller_meta(), "hosts": {}, "filesystems": {}}
+    for role in ("sender", "receiver"):
+        path = sink if role == "receiver" and "{filesystem}" not in (sink or "") else ""
+        try:
+            meta["hosts"][role] = metadata.collect_host(sweep.hosts[role], sweep.python[role], None, path)
+        except HostError as exc:
+            meta["hosts"][role] = {"error": str(exc)}
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Dry run
+
+def dry_run(exp: Any, plan_runs: List[dict], cfg: bl.BaselineConfig, out: TextIO = sys.stdout) -> None:
+    hosts_spec = _get(exp, "hosts")
+    local = _is_localhost(hosts_spec)
+    if local:
+        worker, _ = local_worker_command()
+        workers = {"sender": worker, "receiver": worker}
+        addr = {"sender": "127.0.0.1", "receiver": "127.0.0.1"}
+        out.write("# hosts: localhost (no SSH, no deploy)\n")
+    else:
+        workers, addr = {}, {}
+        for role in ("sender", "receiver"):
+            spec_ = _get(hosts_spec, role)
+            out.write(f"# {role}: ssh {_get(spec_, 'ssh')} (data address {_get(spec_, 'data_address')}): "
+                      f"deploy the worker into {_get(spec_, 'workdir', '~/.cache/zcorch')} and build it\n")
+            workers[role] = [_get(spec_, "python", None) or "python3", "-m", "zcorch.worker"]
+            addr[role] = _get(spec_, "data_address")
+    out.write(f"# plan: {len(plan_runs)} runs, {len({r['id'] for r in plan_runs})} cells\n")
+    if cfg.iperf3.enabled:
+        for key in bl.iperf3_keys(cfg.iperf3, [r["params"] for r in plan_runs]):
+            server, client = bl.iperf3_commands(cfg.iperf3, addr["receiver"], key, cfg.iperf3.port)
+            out.write(f"receiver$ {shlex.join(server)}\nsender$ {shlex.join(client)}\n")
+    dirs = []
+    for r in plan_runs:
+        d = (r["params"].get("filesystem"), bl.dd_directory(r["params"].get("sink") or "/dev/null", cfg.dd.scratch))
+        if cfg.dd.enabled and d not in dirs:
+            dirs.append(d)
+            fs_note = f"  # on filesystem {d[0]} (after provisioning)" if d[0] else ""
+            out.write(f"receiver$ {shlex.join(bl.dd_write_argv(d[1] + '/.zcorch-dd-PID', cfg.dd.bs, cfg.dd.count))}"
+                      f"; sync; drop caches if root; "
+                      f"{shlex.join(bl.dd_read_argv(d[1] + '/.zcorch-dd-PID', cfg.dd.bs, cfg.dd.count))}{fs_note}\n")
+    for r in plan_runs:
+        out.write(f"# run {r['id']} repeat {r['repeat']}\n")
+        out.write(f"receiver$ {shlex.join(recv_argv(workers['receiver'], addr['receiver'], r['params']))}\n")
+        out.write(f"sender$ {shlex.join(send_argv(workers['sender'], addr['receiver'], 0, r['params']))}"
+                  "  # port 0 = the port the receiver reports\n")
+    out.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _default_output(name: str) -> str:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return os.path.join("results", f"{name}-{stamp}")
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main(args: argparse.Namespace) -> int:
+    from .metadata import git_revision
+
+    command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
+    if args.resume:
+        rs_dir = args.resume
+        rs_probe = os.path.join(rs_dir, "experiment.yaml")
+        if not os.path.exists(os.path.join(rs_dir, "manifest.json")):
+            raise ResultsError(f"--resume {rs_dir}: not a zcorch result set (no manifest.json)")
+        exp_path = rs_probe
+    else:
+        if not args.file:
+            raise ConfigError("zcorch run: give an experiment FILE (or --resume DIR)")
+        exp_path = args.file
+    try:
+        with open(exp_path, "rb") as f:
+            exp_bytes = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{exp_path}: cannot read the experiment file ({exc.strerror})") from None
+    exp, plan = _load(exp_path)
+    plan_runs = _plan_json(plan)
+    cfg = bl.baseline_config(_get(exp, "baselines"))
+    name = _get(exp, "name") or os.path.splitext(os.path.basename(exp_path))[0]
+
+    if args.dry_run:
+        dry_run(exp, plan_runs, cfg)
+        return 0
+
+    if args.resume:
+        rs = ResultSet.open_for_resume(args.resume, command)
+        stored = rs.plan_runs()
+        if [(r["id"], r["repeat"]) for r in stored] != [(r["id"], r["repeat"]) for r in plan_runs]:
+            raise ResultsError(f"{args.resume}: its experiment.yaml now expands to other cells than its plan.json "
+                               "(planned by another zcorch version?); start a new result set instead")
+    else:
+        out_dir = args.output or _default_output(name)
+        rs = ResultSet.create(out_dir, name=name, experiment_bytes=exp_bytes, plan_runs=plan_runs, command=command,
+                              accept_new_host_keys=args.accept_new_host_keys, zcorch_version=__version__,
+                              git_revision=git_revision())
+    skip = rs.ok_keys()
+    print(f"zcorch run: {len(plan_runs)} runs ({len(skip)} already ok) -> {rs.dir}", file=sys.stderr)
+
+    old_term = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    sweep = None
+    fsman = None
+    progress = Progress(len(plan_runs), len(skip))
+    try:
+        sweep = open_sweep(exp, args.accept_new_host_keys)
+        rs.write_meta(collect_meta(sweep, plan_runs))
+        fsman = _filesystem_manager(exp, sweep)
+        _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
+        runner = Runner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
+                        sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman, progress=progress,
+                        before_directory=_dd_hook(rs, sweep, cfg))
+        outcome = runner.run_sweep(plan_runs, skip)
+    except KeyboardInterrupt:
+        outcome = SweepOutcome(status="interrupted")
+    except ZcorchError:
+        rs.finish("interrupted")
+        raise
+    finally:
+        progress.end()
+        signal.signal(signal.SIGTERM, old_term)
+        if sweep is not None:
+            sweep.close()
+    rs.finish(outcome.status)
+    print(summary_table(plan_runs, rs.runs()))
+    print(f"results: {rs.dir}")
+    if outcome.status == "interrupted":
+        print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume {rs.dir}",
+              file=sys.stderr)
+        return 130
+    latest = latest_runs(rs.runs())
+    all_ok = all(latest.get((r["id"], r["repeat"]), {}).get("status") == "ok" for r in plan_runs)
+    return 0 if all_ok else 1
+
+
+def _filesystem_manager(exp: Any, sweep: Sweep):
+    """zcorch.filesystems' manager when the experiment declares filesystems (a later issue)."""
+    if not _get(exp, "filesystems"):
+        return None
+    try:
+        from . import filesystems
+    except ImportError:
+        return None  # runs using a filesystem are then recorded failed with the reason
+    return filesystems.manager_for(exp, sweep.hosts["receiver"])

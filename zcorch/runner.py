@@ -1,0 +1,403 @@
+"""Runs the cells of a plan on two hosts: receiver first, then sender, collect both results.
+
+Each run has a deadline (the cell's timeout + a margin). Whatever ends a run (result, worker
+error, deadline, dead process, Ctrl-C), both workers' process groups are killed before the next
+run starts, and one record is appended (and fsynced) to runs.jsonl. Ctrl-C records the run in
+progress as `interrupted` and re-raises after cleanup, so the caller keeps every finished run.
+
+Filesystem hook (zcorch.filesystems, provided by the caller as `fsman`): before the first run
+using filesystem X, `fsman.ensure(X) -> mountpoint`; after its last run, `fsman.release(X)`; on
+any exit, `fsman.teardown_all()`. `{filesystem}` in `sink` is replaced by the mountpoint.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+
+from .errors import ZcorchError
+from .hosts import Host, Process
+from .results import ResultSet, utc_now
+
+# Experiment-file key -> worker flag, per side (docs/architecture.md "Parameters").
+_COMMON_FLAGS = [("bytes", "--bytes"), ("buffer", "--buffer"), ("window", "--window"),
+                 ("subblocks", "--subblocks"), ("pipe_size", "--pipe-size"), ("timeout", "--timeout")]
+_SIDE_FLAGS = {
+    "send": [("send_mode", "--mode"), ("source", "--source"), ("send_cpu", "--cpu")],
+    "recv": [("recv_mode", "--mode"), ("sink", "--sink"), ("recv_cpu", "--cpu"), ("sink_state", "--sink-state")],
+}
+_BOOL_FLAGS = {"send": [("gift", "--gift")], "recv": [("gift", "--gift"), ("fsync", "--fsync")]}
+_DEFAULT_VALUES = (None, "auto")  # kernel default: the flag is left out
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def worker_flags(side: str, params: Dict[str, Any]) -> List[str]:
+    """Worker command-line flags for one side of a cell (the worker applies them as given)."""
+    args: List[str] = []
+    for key, flag in _SIDE_FLAGS[side][:1] + _COMMON_FLAGS + _SIDE_FLAGS[side][1:]:
+        value = params.get(key)
+        if value in _DEFAULT_VALUES:
+            continue
+        args += [flag, _fmt(value)]
+    for key, flag in _BOOL_FLAGS[side]:
+        if params.get(key):
+            args.append(flag)
+    return args
+
+
+def hostport(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+
+
+def recv_argv(worker: Sequence[str], address: str, params: Dict[str, Any]) -> List[str]:
+    return [*worker, "recv", "--listen", hostport(address, 0), *worker_flags("recv", params)]
+
+
+def send_argv(worker: Sequence[str], address: str, port: int, params: Dict[str, Any]) -> List[str]:
+    return [*worker, "send", "--connect", hostport(address, port), *worker_flags("send", params)]
+
+
+def run_fields(run: Any) -> Tuple[str, int, Dict[str, Any]]:
+    """(cell id, repeat, params) of a plan Run object or a plan.json dict."""
+    if isinstance(run, dict):
+        return run["id"], int(run["repeat"]), dict(run["params"])
+    return run.id, int(run.repeat), dict(run.params)
+
+
+def resolve_sink(params: Dict[str, Any], mountpoint: Optional[str]) -> Dict[str, Any]:
+    """Params with `{filesystem}` in sink replaced by the filesystem's mountpoint."""
+    sink = params.get("sink")
+    if mountpoint is not None and isinstance(sink, str) and "{filesystem}" in sink:
+        params = dict(params)
+        params["sink"] = sink.replace("{filesystem}", mountpoint.rstrip("/"))
+    return params
+
+
+class FilesystemManager(Protocol):
+    def ensure(self, name: str) -> str: ...
+    def release(self, name: str) -> None: ...
+    def teardown_all(self) -> None: ...
+
+
+# Worker error codes that mean "the transfer ran out of time" (recorded as status timeout).
+TIMEOUT_CODES = {"ETIMEDOUT", "ETIME", "ETIMEOUT", "TIMEOUT"}
+
+
+@dataclass
+class _Side:
+    name: str          # "sender" / "receiver"
+    host: Host
+    argv: List[str]
+    proc: Optional[Process] = None
+    result: Optional[dict] = None
+    error: Optional[dict] = None
+    exited: Optional[int] = None
+    lines: List[str] = field(default_factory=list)
+
+    def where(self) -> str:
+        return f"{self.name} on {self.host.name}"
+
+
+class RunTimeout(Exception):
+    pass
+
+
+def _describe_exit(status: Optional[int]) -> str:
+    if status is None:
+        return "did not exit"
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
+
+
+@dataclass
+class SweepOutcome:
+    status: str              # complete | interrupted
+    ok: int = 0
+    failed: int = 0
+    skipped: int = 0         # already ok in the result set (resume)
+    records: List[dict] = field(default_factory=list)
+
+
+class Runner:
+    """Runs plan runs between `sender` and `receiver`, appending records to `results`.
+
+    sender_worker / receiver_worker: the worker command prefix on each host (from deploy), e.g.
+    [python, "-m", "zcorch.worker"]; `worker_env` per side is passed to Host.start.
+    on_event(name, **info) is called at "receiver_started", "receiver_ready" (pid, port),
+    "sender_started" and "run_done" (record): tests use it to inject faults, the CLI ignores it.
+    """
+
+    def __init__(self, sender: Host, receiver: Host, sender_worker: Sequence[str],
+                 receiver_worker: Sequence[str], results: ResultSet, *,
+                 worker_env: Optional[Dict[str, Dict[str, str]]] = None, fsman: Optional[FilesystemManager] = None,
+                 margin: float = 10.0, default_timeout: float = 60.0,
+                 progress: Optional[Callable[[dict, "SweepOutcome", int], None]] = None,
+                 on_event: Optional[Callable[..., None]] = None,
+                 before_directory: Optional[Callable[[Optional[str], str], None]] = None):
+        self.sender, self.receiver = sender, receiver
+        self.sender_worker, self.receiver_worker = list(sender_worker), list(receiver_worker)
+        self.results = results
+        self.worker_env = worker_env or {}
+        self.fsman = fsman
+        self.margin = margin
+        self.failure_grace = 3.0
+        self.default_timeout = default_timeout
+        self.progress = progress
+        self.on_event = on_event or (lambda name, **info: None)
+        # Called once per distinct (filesystem, sink directory) before its first run: the dd baseline.
+        self.before_directory = before_directory
+        self._seen_dirs: set = set()
+
+    # -- one run ------------------------------------------------------------------------------
+    def run_one(self, cell: str, repeat: int, params: Dict[str, Any]) -> dict:
+        timeout = params.get("timeout") or self.default_timeout
+        budget = float(timeout) + self.margin
+        started_iso = utc_now()
+        t0 = time.monotonic()
+        deadline = t0 + budget
+        recv = _Side("receiver", self.receiver, recv_argv(self.receiver_worker, self.receiver.data_address, params))
+        send = _Side("sender", self.sender, [])
+        log_rel = self.results.log_relpath(cell, repeat)
+        status, reason = "ok", None
+        try:
+            status, reason = self._drive(recv, send, params, deadline, budget)
+        except KeyboardInterrupt:
+            status, reason = "interrupted", "interrupted by the user (SIGINT) during the run"
+            raise
+        finally:
+            self._cleanup(recv, send)
+            wall = time.monotonic() - t0
+            record = self._record(cell, repeat, params, status, reason, started_iso, wall, recv, send, log_rel)
+            self._write_log(log_rel, record, recv, send)
+            self.results.append_run(record)
+            self.on_event("run_done", record=record)
+        return record
+
+    def _drive(self, recv: _Side, send: _Side, params: Dict[str, Any], deadline: float,
+               budget: float) -> Tuple[str, Optional[str]]:
+        recv.proc = recv.host.start(recv.argv, env=self.worker_env.get("receiver"))
+        self.on_event("receiver_started", proc=recv.proc)
+        try:
+            ready = self._read_until(recv, deadline, want="ready")
+        except RunTimeout:
+            return "timeout", f"{recv.where()} did not report ready within {budget:.1f}s"
+        if ready is None:
+            return self._failure(recv, send)
+        port = int(ready["port"])
+        self.on_event("receiver_ready", pid=ready.get("pid"), port=port, proc=recv.proc)
+        send.argv = send_argv(self.sender_worker, self.receiver.data_address, port, params)
+        send.proc = send.host.start(send.argv, env=self.worker_env.get("sender"))
+        self.on_event("sender_started", proc=send.proc)
+        pending = None
+        try:
+            pending = send
+            self._read_until(send, deadline, want="result")
+            pending = recv
+            if send.result is None:
+                # The sender gave up: the receiver's own error (if any) comes at once; don't
+                # wait the whole deadline for a receiver that may still sit in accept().
+                deadline = min(deadline, time.monotonic() + self.failure_grace)
+            self._read_until(recv, deadline, want="result")
+        except RunTimeout:
+            if send.result is None and send.proc is not None and (send.error is not None or send.exited is not None):
+                return self._failure(recv, send)
+            waiting = " and ".join(s.where() for s in (send, recv) if s.result is None and s.error is None)
+            return "timeout", (f"no result from {waiting or pending.where()} within {budget:.1f}s "
+                               f"(cell timeout {params.get('timeout')}s + margin {self.margin:g}s)")
+        if send.result is not None and recv.result is not None:
+            return "ok", None
+        return self._failure(recv, send)
+
+    def _read_until(self, side: _Side, deadline: float, want: str) -> Optional[dict]:
+        """Read side's stdout until an event `want` or "error" (returned / stored) or EOF (None)."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RunTimeout()
+            try:
+                line = side.proc.readline(remaining)
+            except TimeoutError:
+                raise RunTimeout() from None
+            if line is None:
+                side.exited = self._exit_status(side)
+                return None
+            side.lines.append(line)
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # not an event: kept in the log
+            if not isinstance(event, dict):
+                continue
+            kind = event.get("event")
+            if kind == "error":
+                side.error = event
+                return None
+            if kind == want:
+                if want == "result":
+                    side.result = event
+                return event
+
+    @staticmethod
+    def _exit_status(side: _Side) -> Optional[int]:
+        try:
+            return side.proc.wait(2.0)
+        except TimeoutError:
+            return None
+
+    def _failure(self, recv: _Side, send: _Side) -> Tuple[str, str]:
+        """Status and reason when a side did not deliver a result: worker errors first."""
+        errors = [s for s in (recv, send) if s.error is not None]
+        # The side that failed first usually explains the other's failure (a sink that cannot be
+        # opened makes the receiver quit, which resets the sender's connection): list both.
+        if errors:
+            parts = [f"{s.where()}: {s.error.get('message', '?')} [{s.error.get('code', '?')}]" for s in errors]
+            codes = {str(s.error.get("code", "")).upper() for s in errors}
+            return ("timeout" if codes & TIMEOUT_CODES else "failed"), "; ".join(parts)
+        parts = []
+        for s in (recv, send):
+            if s.proc is not None and s.result is None:
+                if s.exited is None:
+                    s.exited = self._exit_status(s)
+                tail = s.proc.stderr_text().strip().splitlines()[-3:] if s.exited is not None else []
+                parts.append(f"{s.where()} {_describe_exit(s.exited)} without a result"
+                             + (f": {' | '.join(tail)}" if tail else ""))
+        return "failed", "; ".join(parts) or "no result"
+
+    @staticmethod
+    def _cleanup(recv: _Side, send: _Side) -> None:
+        # Kill both process groups whatever happened: a stalled or orphaned worker must not
+        # hold the port or the CPU during the next run. Harmless on groups that already exited
+        # only while their id is not reused, so skip sides whose exit we observed.
+        for side in (send, recv):
+            if side.proc is None:
+                continue
+            if side.exited is None:
+                try:
+                    side.exited = side.proc.wait(0.5 if side.result is not None else 0.0)
+                except TimeoutError:
+                    side.proc.kill_group(signal.SIGKILL)
+                    try:
+                        side.proc.wait(5.0)
+                    except TimeoutError:
+                        pass
+
+    def _record(self, cell, repeat, params, status, reason, started, wall, recv: _Side, send: _Side,
+                log_rel) -> dict:
+        def metrics(side: _Side) -> Optional[dict]:
+            if side.result is None:
+                return None
+            return {k: v for k, v in side.result.items() if k != "event"}
+
+        rec = {"cell": cell, "repeat": repeat, "params": params, "status": status, "reason": reason,
+               "started": started, "wall_s": round(wall, 6), "sender": metrics(send), "receiver": metrics(recv),
+               "log": log_rel, "sender_host": self.sender.name, "receiver_host": self.receiver.name}
+        walls = [s.result.get("wall_ns") for s in (send, recv) if s.result and s.result.get("wall_ns")]
+        if walls and status == "ok":
+            # Controller cost of this run: process start-up, ready handshake, result collection.
+            rec["overhead_s"] = round(wall - max(walls) / 1e9, 6)
+        return rec
+
+    def _write_log(self, log_rel: str, record: dict, recv: _Side, send: _Side) -> None:
+        path = os.path.join(self.results.dir, log_rel)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(f"=== {record['started']} cell {record['cell']} repeat {record['repeat']}: "
+                    f"{record['status']}{' - ' + record['reason'] if record['reason'] else ''}\n")
+            for side in (recv, send):
+                if not side.argv or side.proc is None:
+                    continue
+                f.write(f"--- {side.where()}: {shlex.join(side.argv)}\n")
+                for line in side.lines:
+                    f.write(f"[stdout] {line}\n")
+                err = side.proc.stderr_text() if side.exited is not None or side.result else ""
+                for line in err.splitlines():
+                    f.write(f"[stderr] {line}\n")
+
+    # -- the sweep ----------------------------------------------------------------------------
+    def run_sweep(self, runs: Sequence[Any], skip: Optional[set] = None) -> SweepOutcome:
+        """Run every run not in `skip` ((cell, repeat) pairs) once; Ctrl-C -> status interrupted."""
+        skip = skip or set()
+        todo = [run_fields(r) for r in runs]
+        todo = [t for t in todo if (t[0], t[1]) not in skip]
+        outcome = SweepOutcome(status="complete", skipped=len(runs) - len(todo))
+        last_use: Dict[str, int] = {}
+        for i, (_, _, params) in enumerate(todo):
+            if params.get("filesystem"):
+                last_use[params["filesystem"]] = i
+        mounted: Dict[str, str] = {}
+        fs_errors: Dict[str, str] = {}
+        try:
+            for i, (cell, repeat, params) in enumerate(todo):
+                fs = params.get("filesystem")
+                mountpoint = None
+                if fs:
+                    mountpoint, error = self._ensure_fs(fs, mounted, fs_errors)
+                    if error is not None:
+                        self._record_unrun(cell, repeat, params, error, outcome, len(todo))
+                        continue
+                params = resolve_sink(params, mountpoint)
+                self._before(fs, params)
+                record = self.run_one(cell, repeat, params)
+                self._count(record, outcome, len(todo))
+                if fs and last_use.get(fs) == i and fs in mounted:
+                    del mounted[fs]
+                    self.fsman.release(fs)
+        except KeyboardInterrupt:
+            outcome.status = "interrupted"
+        finally:
+            if self.fsman is not None:
+                self.fsman.teardown_all()
+        return outcome
+
+    def _ensure_fs(self, fs: str, mounted: dict, fs_errors: dict) -> Tuple[Optional[str], Optional[str]]:
+        if fs in fs_errors:
+            return None, fs_errors[fs]
+        if fs in mounted:
+            return mounted[fs], None
+        if self.fsman is None:
+            fs_errors[fs] = f"filesystem {fs!r}: no filesystem manager available to provision it"
+            return None, fs_errors[fs]
+        try:
+            mounted[fs] = self.fsman.ensure(fs)
+        except ZcorchError as exc:
+            fs_errors[fs] = f"filesystem {fs!r} could not be provisioned on {self.receiver.name}: {exc}"
+            return None, fs_errors[fs]
+        return mounted[fs], None
+
+    def _before(self, fs: Optional[str], params: Dict[str, Any]) -> None:
+        if self.before_directory is None:
+            return
+        sink = params.get("sink") or "/dev/null"
+        key = (fs, os.path.dirname(sink) if not sink.startswith("/dev/") else "/dev")
+        if key in self._seen_dirs:
+            return
+        self._seen_dirs.add(key)
+        self.before_directory(fs, sink)
+
+    def _record_unrun(self, cell, repeat, params, reason, outcome: SweepOutcome, total: int) -> None:
+        rec = {"cell": cell, "repeat": repeat, "params": params, "status": "failed", "reason": reason,
+               "started": utc_now(), "wall_s": 0.0, "sender": None, "receiver": None, "log": None,
+               "sender_host": self.sender.name, "receiver_host": self.receiver.name}
+        self.results.append_run(rec)
+        self._count(rec, outcome, total)
+
+    def _count(self, record: dict, outcome: SweepOutcome, total: int) -> None:
+        outcome.records.append(record)
+        if record["status"] == "ok":
+            outcome.ok += 1
+        else:
+            outcome.failed += 1
+        if self.progress is not None:
+            self.progress(record, outcome, total)
