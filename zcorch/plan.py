@@ -1,0 +1,333 @@
+"""Expansion: a validated Experiment -> an ordered Plan of cells and runs. Pure (no I/O, no clock).
+
+A cell is one full set of parameters (every key of `zcorch.spec.DEFAULTS`, sizes in bytes, durations in
+seconds). Its id is the first 12 hex digits of sha256 over its canonical JSON
+(`json.dumps(params, sort_keys=True, separators=(",", ":"))`): the same parameters give the same id
+whatever the axis order, key order or the other cells of the file, so results match across edits of the
+file and resumed sweeps. A run is one repeat of a cell.
+
+Matrix cells come in file order (first axis outermost), then include cells; a cell identical to an earlier
+one is merged. Excluded cells and (with `skip_invalid: true`) cells the worker cannot run go to
+`plan.dropped` with the reason; without `skip_invalid` the latter are a ConfigError naming them.
+
+Order of runs: `sequential` (all repeats of a cell, then the next cell), `interleave` (repeat r of every
+cell before repeat r+1), `shuffle` (like interleave, but every round visits the cells in a fresh random
+order drawn from random.Random(seed) over the cells sorted by id, so the order depends only on the set of
+cells and the seed).
+
+The 100k-cell path avoids per-cell JSON and validation: axis values were validated once by the spec, the
+canonical text is joined from pre-rendered `"key":value` fragments, and the cell rules are memoised on the
+few parameters they read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import product
+from typing import Optional
+
+from .errors import ConfigError
+from .spec import DEFAULTS, PARAM_KEYS, Experiment, cell_problems, filesystem_problem, format_value, \
+    load_experiment
+
+ID_LENGTH = 12
+# The parameters the cell rules read (spec.cell_problems / filesystem_problem): the memo key.
+_RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "filesystem")
+_SORTED_KEYS = sorted(PARAM_KEYS)
+_MAX_LISTED = 5  # cells named per reason in an error message
+
+
+@dataclass
+class Cell:
+    id: str
+    params: dict
+    origin: str           # "matrix" or "include[i]"
+
+
+@dataclass
+class Run:
+    id: str               # the cell's id (same for every repeat)
+    repeat: int           # 0-based
+    params: dict          # a copy per run: every parameter, sizes in bytes, durations in seconds
+
+
+@dataclass
+class Dropped:
+    id: str
+    params: dict
+    origin: str
+    reason: str           # "excluded by exclude[0]" or "invalid: <why the worker cannot run it>"
+
+
+@dataclass
+class Plan:
+    experiment: Experiment
+    cells: "list[Cell]"
+    runs: "list[Run]"
+    dropped: "list[Dropped]" = field(default_factory=list)
+    merged: "list[tuple[str, str]]" = field(default_factory=list)  # (origin, id) identical to an earlier cell
+    warnings: "list[str]" = field(default_factory=list)
+
+    @cached_property
+    def varying(self) -> "list[str]":
+        """Parameters whose value differs between cells, in parameter-table order."""
+        exp = self.experiment
+        candidates = {a.key for a in exp.matrix if len(a.values) > 1}
+        base = exp.include_base()
+        for inc in exp.include:
+            candidates.update(k for k in PARAM_KEYS if inc[k] != base[k])
+        out = []
+        for key in PARAM_KEYS:
+            if key in candidates:
+                first = self.cells[0].params[key] if self.cells else None
+                if any(c.params[key] != first for c in self.cells):
+                    out.append(key)
+        return out
+
+
+def canonical(params: dict) -> str:
+    """The canonical text a cell id is computed from."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+def cell_id(params: dict) -> str:
+    return hashlib.sha256(canonical(params).encode()).hexdigest()[:ID_LENGTH]
+
+
+def load_plan(path: "str | os.PathLike") -> Plan:
+    """`expand(load_experiment(path))`."""
+    return expand(load_experiment(path))
+
+
+def expand(exp: Experiment) -> Plan:
+    """Every cell and run of an experiment, in execution order. Raises ConfigError for cells that cannot run."""
+    cells: "list[Cell]" = []
+    dropped: "list[Dropped]" = []
+    merged: "list[tuple[str, str]]" = []
+    seen: "dict[str, Cell]" = {}
+    bad: "dict[tuple[str, str], list[dict]]" = {}   # (origin, reason) -> cells (for the error message)
+    rule_memo: dict = {}
+
+    def check(params: dict) -> "tuple[list[str], Optional[str]]":
+        key = tuple(params[k] for k in _RULE_KEYS)
+        hit = rule_memo.get(key)
+        if hit is None:
+            hit = rule_memo[key] = (cell_problems(params), filesystem_problem(params))
+        return hit
+
+    def admit(cid: str, params: dict, origin: str) -> None:
+        problems, fs_problem = check(params)
+        if fs_problem:
+            bad.setdefault((origin, fs_problem), []).append(params)
+            return
+        if problems:
+            if exp.skip_invalid:
+                dropped.append(Dropped(cid, params, origin, "invalid: " + "; ".join(problems)))
+            else:
+                for reason in problems:
+                    bad.setdefault((origin, reason), []).append(params)
+            return
+        if cid in seen:
+            merged.append((origin, cid))
+            return
+        cell = Cell(cid, params, origin)
+        seen[cid] = cell
+        cells.append(cell)
+
+    # -- matrix cells
+    axes = exp.matrix
+    ex_hits = [0] * len(exp.exclude)
+    if axes or not exp.include:
+        base = exp.base_params()
+        keys = [a.key for a in axes]
+        slot = {k: i for i, k in enumerate(_SORTED_KEYS)}
+        template = [_fragment(k, base[k]) for k in _SORTED_KEYS]
+        slots = [slot[k] for k in keys]
+        # per axis: (value, fragment) pairs, and for each exclude entry which value indexes it accepts
+        choices = [list(zip(a.values, (_fragment(a.key, v) for v in a.values), range(len(a.values)))) for a in axes]
+        excludes = _compile_excludes(exp, base, keys)
+        n_axes = len(axes)
+        for combo in product(*choices):
+            params = base.copy()
+            parts = template.copy()
+            for i in range(n_axes):
+                value, frag, _ = combo[i]
+                params[keys[i]] = value
+                parts[slots[i]] = frag
+            cid = hashlib.sha256(("{" + ",".join(parts) + "}").encode()).hexdigest()[:ID_LENGTH]
+            hit = None
+            for e_i, conds in excludes:
+                for ai, accepted in conds:
+                    if combo[ai][2] not in accepted:
+                        break
+                else:
+                    hit = e_i
+                    break
+            if hit is not None:
+                ex_hits[hit] += 1
+                dropped.append(Dropped(cid, params, "matrix", f"excluded by exclude[{hit}]"))
+                continue
+            admit(cid, params, "matrix")
+
+    # -- include cells (not subject to exclude)
+    for i, params in enumerate(exp.include):
+        admit(cell_id(params), dict(params), f"include[{i}]")
+
+    if bad:
+        raise ConfigError(_invalid_messages(exp, bad))
+    if not cells:
+        raise ConfigError(f"{exp.where('matrix')}: no cell left to run (every cell was excluded or dropped)")
+
+    plan = Plan(exp, cells, _order_runs(exp, cells), dropped, merged)
+    plan.warnings = _warnings(exp, plan, ex_hits)
+    return plan
+
+
+def _fragment(key: str, value) -> str:
+    return json.dumps(key) + ":" + json.dumps(value)
+
+
+def _compile_excludes(exp: Experiment, base: dict, keys: "list[str]") -> list:
+    """Each exclude entry as [(axis index, accepted value indexes)]; entries that cannot match are left out."""
+    out = []
+    index = {k: i for i, k in enumerate(keys)}
+    for e_i, entry in enumerate(exp.exclude):
+        conds, possible = [], True
+        for key, accepted in entry.items():
+            if key in index:
+                ai = index[key]
+                ok = frozenset(j for j, v in enumerate(exp.matrix[ai].values) if _member(v, accepted))
+                conds.append((ai, ok))
+            elif not _member(base[key], accepted):
+                possible = False  # a fixed parameter that never takes an accepted value
+        if possible:
+            out.append((e_i, conds))
+    return out
+
+
+def _member(value, accepted: list) -> bool:
+    # `True == 1` in Python: compare types too, so a boolean never matches an integer.
+    return any(type(value) is type(a) and value == a for a in accepted)
+
+
+def _order_runs(exp: Experiment, cells: "list[Cell]") -> "list[Run]":
+    r = exp.repeats
+    if exp.order == "sequential":
+        return [Run(c.id, k, dict(c.params)) for c in cells for k in range(r)]
+    if exp.order == "interleave":
+        return [Run(c.id, k, dict(c.params)) for k in range(r) for c in cells]
+    rng = random.Random(exp.seed)
+    by_id = sorted(cells, key=lambda c: c.id)
+    runs = []
+    for k in range(r):
+        round_cells = list(by_id)
+        rng.shuffle(round_cells)
+        runs.extend(Run(c.id, k, dict(c.params)) for c in round_cells)
+    return runs
+
+
+def describe_cell(exp: Experiment, params: dict, origin: str) -> str:
+    """`send_mode=mmap recv_mode=read` over the parameters that distinguish cells of this file."""
+    keys = [a.key for a in exp.matrix if len(a.values) > 1]
+    if origin.startswith("include["):
+        base = exp.include_base()
+        entry_keys = [k for k in PARAM_KEYS if params[k] != base[k]]
+        keys = keys + [k for k in entry_keys if k not in keys]
+    if not keys:
+        keys = ["send_mode", "recv_mode"]
+    return " ".join(f"{k}={format_value(k, params[k])}" for k in keys)
+
+
+def _invalid_messages(exp: Experiment, bad: dict) -> "list[str]":
+    out = []
+    hint = "" if exp.skip_invalid else "; fix or exclude them, or set `skip_invalid: true` to drop them"
+    for (origin, reason), cells in bad.items():
+        where = exp.where(origin if origin != "matrix" else "matrix")
+        named = ", ".join(f"[{cell_id(p)}] {describe_cell(exp, p, origin)}" for p in cells[:_MAX_LISTED])
+        more = f" and {len(cells) - _MAX_LISTED} more" if len(cells) > _MAX_LISTED else ""
+        n = f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"
+        fixable = "" if reason.startswith("sink `") else hint
+        out.append(f"{where}: {origin}: {n} cannot run: {reason}: {named}{more}{fixable}")
+    return out
+
+
+def _warnings(exp: Experiment, plan: Plan, ex_hits: "list[int]") -> "list[str]":
+    out = []
+    for i, hits in enumerate(ex_hits):
+        if hits == 0:
+            out.append(f"{exp.where(f'exclude[{i}]')}: exclude[{i}] matches no cell (a typo in a value?)")
+    for a in exp.matrix:
+        if a.key in exp.params:
+            out.append(f"{exp.path}:{a.pos}: matrix.{a.key} overrides params.{a.key} in every matrix cell")
+    used = {c.params["filesystem"] for c in plan.cells}
+    for name in exp.filesystems:
+        if name not in used:
+            out.append(f"{exp.where(f'filesystems.{name}')}: filesystems.{name} is defined but no cell uses it")
+    for origin, cid in plan.merged:
+        out.append(f"{exp.where(origin)}: {origin} is identical to cell {cid}; merged (run once per repeat)")
+    return out
+
+
+# ---------------------------------------------------------------- duration estimate
+
+DEFAULT_RATE = 1024 ** 3          # bytes/s assumed for every transfer and dd pass (override: --rate)
+DEFAULT_OVERHEAD = 0.5            # seconds per run and per baseline test: worker start-up, connection, records
+
+
+@dataclass
+class Estimate:
+    total_s: float
+    transfer_s: float
+    overhead_s: float
+    baseline_s: float
+    rate: float
+    per_run_overhead: float
+    iperf3_tests: int
+    dd_passes: int
+
+    def explain(self) -> str:
+        from .units import format_size
+
+        return (f"estimated duration {_hms(self.total_s)}: transfers {_hms(self.transfer_s)} "
+                f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout) + "
+                f"{self.per_run_overhead:g}s overhead per run ({_hms(self.overhead_s)}) + baselines "
+                f"{_hms(self.baseline_s)} ({self.iperf3_tests} iperf3 tests of duration+omit+overhead, "
+                f"{self.dd_passes} dd passes at the same rate). Real rates differ: use --rate.")
+
+
+def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD) -> Estimate:
+    """How long `zcorch run` should take, from stated assumptions (see Estimate.explain)."""
+    by_id = {c.id: c.params for c in plan.cells}
+    per_cell = {cid: min(p["bytes"] / rate, p["timeout"]) for cid, p in by_id.items()}
+    transfer = sum(per_cell[r.id] for r in plan.runs)
+    over = overhead * len(plan.runs)
+    base = plan.experiment.baselines
+    iperf3_tests = dd_passes = 0
+    baseline = 0.0
+    if "iperf3" in base:
+        conf = base["iperf3"]
+        pairs = {(p["buffer"], p["window"]) for p in by_id.values()} if conf["per"] == "pair" else {None}
+        iperf3_tests = 2 * len(pairs)  # plain and -Z (zero-copy), so write and sendfile cells have a peer
+        baseline += iperf3_tests * (conf["duration"] + conf["omit"] + overhead)
+    if "dd" in base:
+        conf = base["dd"]
+        filesystems = {p["filesystem"] for p in by_id.values()}
+        dd_passes = 2 * len(filesystems)  # a write and a read on each filesystem a sink lives on
+        baseline += dd_passes * (conf["bs"] * conf["count"] / rate + overhead)
+    return Estimate(transfer + over + baseline, transfer, over, baseline, rate, overhead, iperf3_tests, dd_passes)
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def runs_json(plan: Plan) -> "list[dict]":
+    """The runs as `zcorch plan --json` prints them (and plan.json stores them), in execution order."""
+    return [{"id": r.id, "repeat": r.repeat, "params": r.params} for r in plan.runs]

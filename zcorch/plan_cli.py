@@ -1,0 +1,104 @@
+"""`zcorch plan FILE [--json]`: validate an experiment file and show what `zcorch run` would do.
+
+Without --json: a table (one row per cell, the parameters that vary as columns, sizes human-readable),
+the fixed parameters, cell/run counts, dropped cells with the reason, warnings and an estimated duration
+with its assumptions. With --json: the runs as a JSON array `[{"id", "repeat", "params"}, ...]` in
+execution order (sizes in bytes, durations in seconds); warnings then go to stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import ConfigError
+from .plan import DEFAULT_OVERHEAD, DEFAULT_RATE, Plan, describe_cell, estimate, load_plan, runs_json
+from .spec import PARAM_KEYS, format_value
+from .units import format_size, parse_duration, parse_size
+
+
+def register(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("plan", help="validate an experiment file and show its cells, runs and duration",
+                              description=__doc__.splitlines()[0])
+    p.add_argument("file", metavar="FILE", help="experiment file (YAML), e.g. experiments/quickstart.yaml")
+    p.add_argument("--json", action="store_true", help="print the runs as JSON (execution order)")
+    p.add_argument("--rate", default=format_size(DEFAULT_RATE),
+                   help="assumed transfer rate per second for the estimate (a size, default %(default)s)")
+    p.add_argument("--overhead", default=f"{DEFAULT_OVERHEAD:g}s",
+                   help="assumed overhead per run and per baseline test (a duration, default %(default)s)")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        rate = parse_size(args.rate)
+        overhead = parse_duration(args.overhead)
+    except ValueError as exc:
+        raise ConfigError(f"--rate/--overhead: {exc}") from None
+    if rate <= 0:
+        raise ConfigError("--rate must be > 0")
+    plan = load_plan(args.file)
+    if args.json:
+        for w in plan.warnings:
+            print(f"warning: {w}", file=sys.stderr)
+        json.dump(runs_json(plan), sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+        return 0
+    sys.stdout.write(render(plan, rate, overhead))
+    return 0
+
+
+def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD) -> str:
+    """The human-readable plan (what `zcorch plan FILE` prints)."""
+    exp = plan.experiment
+    lines = [f"{exp.name} ({exp.path})"]
+    if exp.description:
+        lines.extend("  " + line for line in exp.description.strip().splitlines())
+    hosts = exp.hosts if isinstance(exp.hosts, str) else \
+        f"sender {exp.hosts['sender'].get('ssh')} -> receiver {exp.hosts['receiver'].get('ssh')}"
+    lines.append(f"hosts: {hosts}")
+    lines.append("")
+
+    varying = plan.varying or ["send_mode", "recv_mode"]
+    header = ["#", "id", *varying, "from"]
+    rows = [[str(i + 1), c.id, *(format_value(k, c.params[k]) for k in varying), c.origin]
+            for i, c in enumerate(plan.cells)]
+    lines.extend(_table(header, rows))
+    fixed = [k for k in PARAM_KEYS if k not in varying]
+    if plan.cells:
+        first = plan.cells[0].params
+        lines.append("")
+        lines.append("same in every cell: " + ", ".join(f"{k}={format_value(k, first[k])}" for k in fixed))
+
+    n_cells, n_runs = len(plan.cells), len(plan.runs)
+    order = exp.order + (f" (seed {exp.seed})" if exp.order == "shuffle" else "")
+    lines.append(f"{n_cells} cell{'s' if n_cells != 1 else ''} x {exp.repeats} repeat"
+                 f"{'s' if exp.repeats != 1 else ''} = {n_runs} runs, order {order}")
+    if exp.baselines:
+        lines.append("baselines: " + "; ".join(
+            f"{kind} " + ", ".join(f"{k}={_baseline_value(k, v)}" for k, v in conf.items())
+            for kind, conf in exp.baselines.items()))
+    if plan.dropped:
+        lines.append(f"dropped {len(plan.dropped)} cell{'s' if len(plan.dropped) != 1 else ''}:")
+        for d in plan.dropped:
+            lines.append(f"  [{d.id}] {describe_cell(exp, d.params, d.origin)}: {d.reason}")
+    for w in plan.warnings:
+        lines.append(f"warning: {w}")
+    lines.append(estimate(plan, rate, overhead).explain())
+    return "\n".join(lines) + "\n"
+
+
+def _baseline_value(key: str, value) -> str:
+    if key == "bs":
+        return format_size(value)
+    if key == "duration":
+        return f"{value:g}s"
+    return str(value)
+
+
+def _table(header: "list[str]", rows: "list[list[str]]") -> "list[str]":
+    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
+              for i in range(len(header))]
+    fmt = "  ".join(f"{{:{'>' if i == 0 else '<'}{w}}}" for i, w in enumerate(widths))
+    return [fmt.format(*header).rstrip(), *(fmt.format(*r).rstrip() for r in rows)]
