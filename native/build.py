@@ -1,0 +1,82 @@
+"""Build the cffi extension `zcorch._native` from the C sources in this directory.
+
+Two ways, one definition:
+  * setuptools: setup.py declares `cffi_modules=["native/build.py:ffibuilder"]`, so
+    `pip install .` / `pip install -e .` compile it into the zcorch package;
+  * standalone, on a bare remote host with only python3, cffi and a C compiler:
+    `python3 native/build.py --out DIR` writes DIR/zcorch/_native*.so (build files go to a
+    temporary directory). `--out .` from the repository root is the in-place development build.
+
+Out-of-line API mode: cffi compiles the real C and checks the declarations in zcorch_api.h
+(fed verbatim to ffi.cdef) against it.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import sys
+import tempfile
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODULE = "zcorch._native"
+CFLAGS = ["-O2", "-D_GNU_SOURCE", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+
+
+def _sources(absolute: bool) -> "list[str]":
+    files = sorted(glob.glob(os.path.join(HERE, "*.c")))
+    if absolute:
+        return files
+    # setuptools wants paths relative to setup.py's directory (the cwd of the build)
+    rel = [os.path.relpath(f) for f in files]
+    return files if any(r.startswith("..") for r in rel) else rel
+
+
+def make_ffibuilder(absolute_paths: bool = False) -> FFI:
+    builder = FFI()
+    with open(os.path.join(HERE, "zcorch_api.h")) as fh:
+        builder.cdef(fh.read())
+    builder.set_source(
+        MODULE,
+        '#include "zc_internal.h"\n',
+        sources=_sources(absolute_paths),
+        include_dirs=[HERE],
+        extra_compile_args=CFLAGS,
+    )
+    return builder
+
+
+ffibuilder = make_ffibuilder()
+
+
+def build_into(out_dir: str, verbose: bool = False) -> str:
+    """Compile into out_dir/zcorch/ and return the path of the built shared object."""
+    builder = make_ffibuilder(absolute_paths=True)
+    target_dir = os.path.join(os.path.abspath(out_dir), "zcorch")
+    os.makedirs(target_dir, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="zcorch-native-")
+    try:
+        built = builder.compile(tmpdir=tmp, verbose=verbose)
+        dest = os.path.join(target_dir, os.path.basename(built))
+        for old in glob.glob(os.path.join(target_dir, "_native*.so")):
+            os.unlink(old)
+        shutil.move(built, dest)
+        return dest
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: "list[str] | None" = None) -> int:
+    ap = argparse.ArgumentParser(description="Build zcorch._native into DIR/zcorch/.")
+    ap.add_argument("--out", required=True, metavar="DIR", help="directory that holds (or will hold) the zcorch package")
+    ap.add_argument("--verbose", action="store_true", help="show the compiler command lines")
+    args = ap.parse_args(argv)
+    print(build_into(args.out, verbose=args.verbose))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+/* Helpers every mode shares: error text, deadline handling, pipes, buffers and the I/O loops.
+ *
+ * Deadline: the data socket keeps blocking I/O (no poll per chunk, which would cost a syscall per
+ * iteration) but carries SO_SNDTIMEO/SO_RCVTIMEO of at most ZC_TIMEO_SLICE_NS; when a call times
+ * out (EAGAIN) we check the overall deadline and either fail with ETIMEDOUT or re-arm the timeout
+ * (shortened to what is left). Every chunk also compares the vDSO clock with the deadline, so a
+ * peer trickling data cannot stretch the transfer either. A stalled (SIGSTOPped) or dead peer thus
+ * ends the transfer at most one slice after the deadline.
+ */
+#include "zc_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ZC_TIMEO_SLICE_NS (250 * 1000 * 1000LL)
+
+static int vfail(zc_ctx *c, int code, const char *suffix, const char *fmt, va_list ap)
+{
+    char *buf = c->err->message;
+    size_t cap = sizeof c->err->message;
+    int n = snprintf(buf, cap, "%s %s: ", c->p->side == ZC_SIDE_SEND ? "send" : "recv",
+                     c->ops ? c->ops->name : (c->p->mode ? c->p->mode : "?"));
+    if (n < 0 || (size_t)n >= cap)
+        n = 0;
+    int k = vsnprintf(buf + n, cap - n, fmt, ap);
+    if (k > 0 && (size_t)(n + k) < cap && suffix)
+        snprintf(buf + n + k, cap - n - k, ": %s", suffix);
+    c->err->code = code;
+    return -1;
+}
+
+int zc_fail(zc_ctx *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, code, NULL, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int zc_fail_errno(zc_ctx *c, const char *fmt, ...)
+{
+    int code = errno;
+    char reason[128];
+    if (code == EPIPE || code == ECONNRESET)
+        snprintf(reason, sizeof reason, "%s (the peer closed the connection or died)", strerror(code));
+    else
+        snprintf(reason, sizeof reason, "%s", strerror(code));
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(c, code, reason, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int64_t zc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+int zc_check_deadline(zc_ctx *c, const char *doing)
+{
+    if (zc_now_ns() < c->deadline_ns)
+        return 0;
+    return zc_fail(c, ETIMEDOUT, "timed out after %gs while %s (%llu bytes moved; is the peer stalled or gone?)",
+                   c->p->timeout_s, doing, (unsigned long long)c->done);
+}
+
+static int set_timeo(zc_ctx *c, int64_t ns)
+{
+    struct timeval tv = {.tv_sec = ns / 1000000000LL, .tv_usec = (ns % 1000000000LL) / 1000};
+    if (tv.tv_sec == 0 && tv.tv_usec == 0)
+        tv.tv_usec = 1000; /* 0 would mean "block forever" */
+    if (setsockopt(c->sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) < 0 ||
+        setsockopt(c->sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) < 0)
+        return zc_fail_errno(c, "setsockopt(SO_SNDTIMEO/SO_RCVTIMEO)");
+    c->timeo_ns = ns;
+    return 0;
+}
+
+int zc_set_sock_timeouts(zc_ctx *c)
+{
+    int64_t left = c->deadline_ns - zc_now_ns();
+    if (left <= 0)
+        return zc_check_deadline(c, "connecting");
+    return set_timeo(c, left < ZC_TIMEO_SLICE_NS ? left : ZC_TIMEO_SLICE_NS);
+}
+
+int zc_after_eagain(zc_ctx *c, const char *doing)
+{
+    if (zc_check_deadline(c, doing) < 0)
+        return -1;
+    int64_t left = c->deadline_ns - zc_now_ns();
+    if (left < c->timeo_ns)
+        return set_timeo(c, left > 0 ? left : 1);
+    return 0;
+}
+
+int zc_open_pipe(zc_ctx *c)
+{
+    if (pipe2(c->pipe, O_CLOEXEC) < 0)
+        return zc_fail_errno(c, "pipe2");
+    /* auto: at least one sub-block, so a splice/vmsplice pair moves a whole sub-block; the
+     * kernel rounds up to a power-of-two number of pages. An explicit size is applied or fails. */
+    size_t want = c->p->pipe_size;
+    int explicit_size = want != 0;
+    if (!explicit_size) {
+        int cur = fcntl(c->pipe[1], F_GETPIPE_SZ);
+        want = (cur > 0 && (size_t)cur >= c->sub) ? 0 : c->sub;
+    }
+    if (want) {
+        if (want > (size_t)0x7fffffff)
+            return zc_fail(c, EINVAL, "pipe size %zu is too large", want);
+        if (fcntl(c->pipe[1], F_SETPIPE_SZ, (int)want) < 0) {
+            if (explicit_size)
+                return zc_fail_errno(c, "fcntl(F_SETPIPE_SZ, %zu) (see /proc/sys/fs/pipe-max-size)", want);
+            /* auto beyond pipe-max-size for an unprivileged user: keep the largest allowed */
+            FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
+            unsigned long mx = 0;
+            if (f) {
+                if (fscanf(f, "%lu", &mx) != 1)
+                    mx = 0;
+                fclose(f);
+            }
+            if (!mx || fcntl(c->pipe[1], F_SETPIPE_SZ, (int)mx) < 0)
+                return zc_fail_errno(c, "fcntl(F_SETPIPE_SZ, %zu)", want);
+        }
+    }
+    int sz = fcntl(c->pipe[1], F_GETPIPE_SZ);
+    if (sz <= 0)
+        return zc_fail_errno(c, "fcntl(F_GETPIPE_SZ)");
+    c->pipe_cap = (size_t)sz;
+    c->m.pipe_size = sz;
+    return 0;
+}
+
+void *zc_alloc(zc_ctx *c, size_t len, const char *what)
+{
+    void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        zc_fail_errno(c, "mmap of %zu bytes for %s", len, what);
+        return NULL;
+    }
+    return p;
+}
+
+void zc_free(void *p, size_t len)
+{
+    if (p)
+        munmap(p, len ? len : 1);
+}
+
+int zc_mem_ring_init(zc_ctx *c)
+{
+    /* one period of the pattern plus one buffer, so any chunk [off, off+buffer) is contiguous at
+     * ring + off % period; filled once (untimed) and never written again */
+    c->mem_ring_len = zc_mem_pattern_period() + c->buffer;
+    c->mem_ring = zc_alloc(c, c->mem_ring_len, "the source mem pattern");
+    if (!c->mem_ring)
+        return -1;
+    zc_mem_pattern(0, c->mem_ring, c->mem_ring_len);
+    return 0;
+}
+
+int zc_sock_write_all(zc_ctx *c, const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    while (len) {
+        ssize_t n = send(c->sock, p, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            len -= n;
+            c->done += n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (zc_after_eagain(c, "writing to the socket") < 0)
+                return -1;
+        } else {
+            return zc_fail_errno(c, "write to the socket");
+        }
+    }
+    return 0;
+}
+
+ssize_t zc_sock_read(zc_ctx *c, void *buf, size_t len)
+{
+    for (;;) {
+        ssize_t n = read(c->sock, buf, len);
+        if (n >= 0)
+            return n;
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (zc_after_eagain(c, "reading from the socket") < 0)
+                return -1;
+            continue;
+        }
+        return zc_fail_errno(c, "read from the socket");
+    }
+}
+
+int zc_file_read_full(zc_ctx *c, void *buf, size_t len)
+{
+    unsigned char *p = buf;
+    while (len) {
+        ssize_t n = read(c->fd, p, len);
+        if (n > 0) {
+            p += n;
+            len -= n;
+        } else if (n == 0) {
+            return zc_fail(c, EIO, "source %s ended after %llu bytes, before the %llu requested",
+                           c->p->source, (unsigned long long)(c->done + (p - (unsigned char *)buf)),
+                           (unsigned long long)c->total);
+        } else if (errno != EINTR) {
+            return zc_fail_errno(c, "read from source %s", c->p->source);
+        }
+    }
+    return 0;
+}
+
+int zc_file_write_all(zc_ctx *c, const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    while (len) {
+        ssize_t n = write(c->fd, p, len);
+        if (n > 0) {
+            p += n;
+            len -= n;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else {
+            if (n == 0)
+                errno = EIO;
+            return zc_fail_errno(c, "write to sink %s", c->p->sink);
+        }
+    }
+    return 0;
+}
+
+int zc_splice_all(zc_ctx *c, int in, loff_t *off_in, int out, loff_t *off_out, size_t len,
+                  unsigned flags, const char *what)
+{
+    while (len) {
+        ssize_t n = splice(in, off_in, out, off_out, len, flags);
+        if (n > 0) {
+            len -= n;
+        } else if (n == 0) {
+            return zc_fail(c, EIO, "%s: unexpected end of input with %zu bytes still to move", what, len);
+        } else if (errno == EINTR) {
+            continue;
+        } else if (errno == EAGAIN) {
+            if (zc_after_eagain(c, what) < 0)
+                return -1;
+        } else {
+            return zc_fail_errno(c, "%s", what);
+        }
+    }
+    return 0;
+}
+
+int zc_vmsplice_out(zc_ctx *c, const unsigned char *buf, size_t len, int out, loff_t *off_out)
+{
+    unsigned flags = c->p->gift ? SPLICE_F_GIFT : 0;
+    const char *what = out == c->sock ? "splice pipe -> socket" : "splice pipe -> sink";
+    while (len) {
+        struct iovec iov = {.iov_base = (void *)buf, .iov_len = zc_min(c->pipe_cap, len)};
+        ssize_t n = vmsplice(c->pipe[1], &iov, 1, flags);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return zc_fail_errno(c, "vmsplice into the pipe");
+        }
+        if (n == 0)
+            return zc_fail(c, EIO, "vmsplice into the pipe moved nothing");
+        if (zc_splice_all(c, c->pipe[0], NULL, out, off_out, (size_t)n, SPLICE_F_MOVE, what) < 0)
+            return -1;
+        buf += n;
+        len -= n;
+        if (out == c->sock)
+            c->done += n;
+    }
+    return 0;
+}

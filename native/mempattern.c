@@ -1,0 +1,35 @@
+/* The bytes of source "mem": a deterministic function of the stream offset, so a receiver's sink
+ * can be verified byte for byte without the sender's help.
+ *
+ * The stream is a sequence of little-endian 64-bit words; the word at offset 8*k is
+ * (k mod (PERIOD/8) + 1) * 0x9E3779B97F4A7C15 (mod 2^64), so byte `off` of the stream is byte
+ * off % 8 of word off / 8. PERIOD is 1 MiB: no 8-byte word repeats within a period, and a sender
+ * keeps one period (+ one buffer) in memory, filled once, so no mode pays for regenerating data.
+ */
+#include "zc_internal.h"
+
+#include <string.h>
+
+#define ZC_MEM_PERIOD (1ULL << 20)
+#define ZC_MEM_MULT 0x9E3779B97F4A7C15ULL
+
+uint64_t zc_mem_pattern_period(void) { return ZC_MEM_PERIOD; }
+
+static inline uint64_t word_at(uint64_t k) { return ((k % (ZC_MEM_PERIOD / 8)) + 1) * ZC_MEM_MULT; }
+
+void zc_mem_pattern(uint64_t off, unsigned char *out, size_t len)
+{
+    while (len) {
+        uint64_t k = off / 8;
+        unsigned in = (unsigned)(off % 8);
+        uint64_t w = word_at(k);
+        unsigned char b[8];
+        for (int i = 0; i < 8; i++)
+            b[i] = (unsigned char)(w >> (8 * i));
+        size_t n = 8 - in < len ? 8 - in : len;
+        memcpy(out, b + in, n);
+        out += n;
+        off += n;
+        len -= n;
+    }
+}

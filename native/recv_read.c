@@ -1,0 +1,51 @@
+/* recv mode "read": read() from the socket into one user buffer, write() what arrived to the sink
+ * (a file, or /dev/null). Each read() asks for one sub-block (a whole buffer with --subblocks 1)
+ * and takes what the socket has; with --bytes, never more than what is still expected.
+ */
+#include "zc_internal.h"
+
+typedef struct {
+    unsigned char *buf;
+} priv_t;
+
+static int setup(zc_ctx *c)
+{
+    priv_t *s = zc_alloc(c, sizeof *s, "state");
+    if (!s)
+        return -1;
+    c->priv = s;
+    s->buf = zc_alloc(c, c->buffer, "the receive buffer");
+    return s->buf ? 0 : -1;
+}
+
+static int transfer(zc_ctx *c)
+{
+    priv_t *s = c->priv;
+    for (;;) {
+        if (zc_check_deadline(c, "receiving") < 0)
+            return -1;
+        size_t want = zc_recv_want(c, c->sub);
+        if (want == 0)
+            return 0;
+        ssize_t n = zc_sock_read(c, s->buf, want);
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            return 0;
+        if (zc_file_write_all(c, s->buf, (size_t)n) < 0)
+            return -1;
+        c->done += (uint64_t)n;
+    }
+}
+
+static void teardown(zc_ctx *c)
+{
+    priv_t *s = c->priv;
+    if (s) {
+        zc_free(s->buf, c->buffer);
+        zc_free(s, sizeof *s);
+        c->priv = NULL;
+    }
+}
+
+const zc_mode_ops zc_recv_read_ops = {"read", ZC_SIDE_RECV, setup, transfer, teardown};

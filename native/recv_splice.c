@@ -1,0 +1,41 @@
+/* recv mode "splice": splice() socket -> pipe, then splice() pipe -> sink (a file or /dev/null).
+ * Each socket splice asks for at most one sub-block and one pipe-full (the pipe's effective size
+ * is reported); the pipe is drained completely before the next one.
+ */
+#include "zc_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+
+static int setup(zc_ctx *c) { return zc_open_pipe(c); }
+
+static int transfer(zc_ctx *c)
+{
+    for (;;) {
+        if (zc_check_deadline(c, "receiving") < 0)
+            return -1;
+        size_t want = zc_recv_want(c, zc_min(c->sub, c->pipe_cap));
+        if (want == 0)
+            return 0;
+        ssize_t n = splice(c->sock, NULL, c->pipe[1], NULL, want, SPLICE_F_MOVE);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                if (zc_after_eagain(c, "splice socket -> pipe") < 0)
+                    return -1;
+                continue;
+            }
+            return zc_fail_errno(c, "splice socket -> pipe");
+        }
+        if (n == 0)
+            return 0;
+        if (zc_splice_all(c, c->pipe[0], NULL, c->fd, NULL, (size_t)n, SPLICE_F_MOVE, "splice pipe -> sink") < 0)
+            return -1;
+        c->done += (uint64_t)n;
+    }
+}
+
+static void teardown(zc_ctx *c) { (void)c; }
+
+const zc_mode_ops zc_recv_splice_ops = {"splice", ZC_SIDE_RECV, setup, transfer, teardown};

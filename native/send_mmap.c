@@ -1,0 +1,48 @@
+/* send mode "mmap": mmap() a section of the source file, write() it to the socket, munmap().
+ *
+ * One mapping per sub-block (a whole chunk when --subblocks 1), starting at the page boundary at
+ * or below the sub-block's offset. Needs a regular file: source mem, /dev/zero and other
+ * non-regular files are refused (mapping /dev/zero would silently send anonymous memory).
+ */
+#include "zc_internal.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+
+static int setup(zc_ctx *c)
+{
+    if (c->src_mem)
+        return zc_fail(c, EOPNOTSUPP, "needs a regular file source to mmap, not source mem");
+    if (!c->fd_is_reg)
+        return zc_fail(c, EOPNOTSUPP, "needs a regular file source to mmap, %s is not one", c->p->source);
+    return 0;
+}
+
+static int transfer(zc_ctx *c)
+{
+    while (c->done < c->total) {
+        if (zc_check_deadline(c, "sending") < 0)
+            return -1;
+        size_t len = zc_min(c->buffer, c->total - c->done);
+        uint64_t base = c->done;
+        for (size_t o = 0; o < len; o += c->sub) {
+            size_t l = zc_min(c->sub, len - o);
+            uint64_t off = base + o;
+            uint64_t aoff = off - off % c->page;
+            size_t maplen = l + (size_t)(off - aoff);
+            unsigned char *map = mmap(NULL, maplen, PROT_READ, MAP_SHARED, c->fd, (off_t)aoff);
+            if (map == MAP_FAILED)
+                return zc_fail_errno(c, "mmap of %zu bytes of %s at offset %llu", maplen, c->p->source,
+                                     (unsigned long long)aoff);
+            int rc = zc_sock_write_all(c, map + (off - aoff), l);
+            munmap(map, maplen);
+            if (rc < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static void teardown(zc_ctx *c) { (void)c; }
+
+const zc_mode_ops zc_send_mmap_ops = {"mmap", ZC_SIDE_SEND, setup, transfer, teardown};

@@ -1,0 +1,199 @@
+/* send mode "msg_zerocopy": send() with MSG_ZEROCOPY (SO_ZEROCOPY enabled on the socket); the
+ * kernel reports each call's completion on the socket error queue, reaped with
+ * recvmsg(MSG_ERRQUEUE). zc_completions counts completed calls, zc_copied those the kernel marked
+ * SO_EE_CODE_ZEROCOPY_COPIED (it copied after all: on loopback that is every one of them).
+ *
+ * A page handed to a zerocopy send must not be rewritten before its completion arrives:
+ *  - source mem: chunks come from the fixed pattern ring, never rewritten, so no waiting;
+ *  - file source (/dev/zero too): a ring of chunk buffers filled with read() (part of this
+ *    mode's cost); before a buffer is refilled, completions are reaped until none of its sends is
+ *    outstanding.
+ * All completions are reaped before the timed region ends.
+ */
+#include "zc_internal.h"
+
+#include <errno.h>
+#include <linux/errqueue.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#ifndef SO_ZEROCOPY
+#define SO_ZEROCOPY 60
+#endif
+#ifndef MSG_ZEROCOPY
+#define MSG_ZEROCOPY 0x4000000
+#endif
+#ifndef SO_EE_ORIGIN_ZEROCOPY
+#define SO_EE_ORIGIN_ZEROCOPY 5
+#endif
+#ifndef SO_EE_CODE_ZEROCOPY_COPIED
+#define SO_EE_CODE_ZEROCOPY_COPIED 1
+#endif
+
+#define MAX_OUTSTANDING 4096u /* sends in flight that we track (ids modulo this) */
+#define RING_BYTES (4u << 20)  /* file source: about this much memory in flight */
+
+typedef struct {
+    unsigned char **slots; /* file source: chunk buffers */
+    size_t nslots;
+    uint32_t *busy;        /* outstanding sends per slot */
+    uint32_t slot_of[MAX_OUTSTANDING];
+    uint32_t next_id;      /* ids issued so far (the kernel numbers successful calls from 0) */
+    uint64_t completed;
+    uint64_t copied;
+} priv_t;
+
+static int setup(zc_ctx *c)
+{
+    priv_t *s = zc_alloc(c, sizeof *s, "state");
+    if (!s)
+        return -1;
+    c->priv = s;
+    if (c->src_mem)
+        return 0;
+    size_t n = RING_BYTES / c->buffer;
+    s->nslots = n < 4 ? 4 : n > 64 ? 64 : n;
+    s->slots = zc_alloc(c, s->nslots * sizeof *s->slots, "the buffer ring");
+    s->busy = zc_alloc(c, s->nslots * sizeof *s->busy, "the buffer ring");
+    if (!s->slots || !s->busy)
+        return -1;
+    for (size_t i = 0; i < s->nslots; i++)
+        if (!(s->slots[i] = zc_alloc(c, c->buffer, "a ring buffer")))
+            return -1;
+    return 0;
+}
+
+static int outstanding(const priv_t *s) { return s->completed < s->next_id; }
+
+/* Drain the error queue; with `block`, first wait (within the deadline) until something is there. */
+static int reap(zc_ctx *c, priv_t *s, int block)
+{
+    for (;;) {
+        char control[256];
+        struct msghdr msg;
+        memset(&msg, 0, sizeof msg);
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        if (recvmsg(c->sock, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                return zc_fail_errno(c, "recvmsg(MSG_ERRQUEUE)");
+            if (!block)
+                return 0;
+            if (zc_check_deadline(c, "waiting for MSG_ZEROCOPY completions") < 0)
+                return -1;
+            struct pollfd pfd = {.fd = c->sock, .events = 0};
+            if (poll(&pfd, 1, 250) < 0 && errno != EINTR)
+                return zc_fail_errno(c, "poll for MSG_ZEROCOPY completions");
+            continue;
+        }
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+            if (!((cm->cmsg_level == SOL_IP && cm->cmsg_type == IP_RECVERR) ||
+                  (cm->cmsg_level == SOL_IPV6 && cm->cmsg_type == IPV6_RECVERR)))
+                continue;
+            struct sock_extended_err *ee = (struct sock_extended_err *)CMSG_DATA(cm);
+            if (ee->ee_origin != SO_EE_ORIGIN_ZEROCOPY || ee->ee_errno != 0) {
+                errno = ee->ee_errno ? (int)ee->ee_errno : EIO;
+                return zc_fail_errno(c, "error queue reported origin %u", ee->ee_origin);
+            }
+            uint32_t n = ee->ee_data - ee->ee_info + 1;
+            s->completed += n;
+            if (ee->ee_code & SO_EE_CODE_ZEROCOPY_COPIED)
+                s->copied += n;
+            if (s->busy)
+                for (uint32_t id = ee->ee_info; id != ee->ee_data + 1; id++)
+                    s->busy[s->slot_of[id % MAX_OUTSTANDING]]--;
+        }
+        block = 0;
+    }
+}
+
+static int send_zc(zc_ctx *c, priv_t *s, const unsigned char *p, size_t len, uint32_t slot)
+{
+    while (len) {
+        while (s->next_id - s->completed >= MAX_OUTSTANDING - 1)
+            if (reap(c, s, 1) < 0)
+                return -1;
+        ssize_t n = send(c->sock, p, len, MSG_ZEROCOPY | MSG_NOSIGNAL);
+        if (n > 0) {
+            s->slot_of[s->next_id % MAX_OUTSTANDING] = slot;
+            if (s->busy)
+                s->busy[slot]++;
+            s->next_id++;
+            p += n;
+            len -= (size_t)n;
+            c->done += (uint64_t)n;
+            if ((s->next_id & 31) == 0 && reap(c, s, 0) < 0) /* keep the error queue short */
+                return -1;
+        } else if (n < 0 && errno == EINTR) {
+            continue;
+        } else if (n < 0 && errno == ENOBUFS && outstanding(s)) {
+            /* optmem_max exhausted by pending notifications: reap some and retry */
+            if (reap(c, s, 1) < 0)
+                return -1;
+        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (zc_after_eagain(c, "sending with MSG_ZEROCOPY") < 0)
+                return -1;
+        } else {
+            return zc_fail_errno(c, "send with MSG_ZEROCOPY");
+        }
+    }
+    return 0;
+}
+
+static int transfer(zc_ctx *c)
+{
+    priv_t *s = c->priv;
+    int one = 1;
+    if (setsockopt(c->sock, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) < 0)
+        return zc_fail_errno(c, "the kernel refused setsockopt(SO_ZEROCOPY)");
+    uint64_t chunk_no = 0;
+    while (c->done < c->total) {
+        if (zc_check_deadline(c, "sending") < 0)
+            return -1;
+        size_t len = zc_min(c->buffer, c->total - c->done);
+        const unsigned char *chunk;
+        uint32_t slot = 0;
+        if (c->src_mem) {
+            chunk = zc_mem_at(c, c->done);
+        } else {
+            slot = (uint32_t)(chunk_no % s->nslots);
+            while (s->busy[slot])
+                if (reap(c, s, 1) < 0)
+                    return -1;
+            if (zc_file_read_full(c, s->slots[slot], len) < 0)
+                return -1;
+            chunk = s->slots[slot];
+        }
+        for (size_t o = 0; o < len; o += c->sub)
+            if (send_zc(c, s, chunk + o, zc_min(c->sub, len - o), slot) < 0)
+                return -1;
+        chunk_no++;
+    }
+    while (outstanding(s))
+        if (reap(c, s, 1) < 0)
+            return -1;
+    c->m.zc_completions = (int64_t)s->completed;
+    c->m.zc_copied = (int64_t)s->copied;
+    return 0;
+}
+
+static void teardown(zc_ctx *c)
+{
+    priv_t *s = c->priv;
+    if (!s)
+        return;
+    if (s->slots) {
+        for (size_t i = 0; i < s->nslots; i++)
+            zc_free(s->slots[i], c->buffer);
+        zc_free(s->slots, s->nslots * sizeof *s->slots);
+    }
+    zc_free(s->busy, s->nslots * sizeof *s->busy);
+    zc_free(s, sizeof *s);
+    c->priv = NULL;
+}
+
+const zc_mode_ops zc_send_msg_zerocopy_ops = {"msg_zerocopy", ZC_SIDE_SEND, setup, transfer, teardown};

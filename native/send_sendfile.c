@@ -1,0 +1,51 @@
+/* send mode "sendfile": sendfile() from the source file straight to the socket, one call per
+ * sub-block (looping on short returns). Source mem has no file descriptor and is refused; for a
+ * non-regular file (/dev/zero) the kernel decides: a refusal is reported, never worked around.
+ */
+#include "zc_internal.h"
+
+#include <errno.h>
+#include <sys/sendfile.h>
+
+static int setup(zc_ctx *c)
+{
+    if (c->src_mem)
+        return zc_fail(c, EOPNOTSUPP, "needs a file source (sendfile reads from a file descriptor), not source mem");
+    return 0;
+}
+
+static int transfer(zc_ctx *c)
+{
+    off_t off = 0;
+    off_t *offp = c->fd_is_reg ? &off : NULL;
+    while (c->done < c->total) {
+        if (zc_check_deadline(c, "sending") < 0)
+            return -1;
+        size_t len = zc_min(c->buffer, c->total - c->done);
+        for (size_t o = 0; o < len;) {
+            size_t l = zc_min(c->sub, len - o);
+            ssize_t n = sendfile(c->sock, c->fd, offp, l);
+            if (n > 0) {
+                o += (size_t)n;
+                c->done += (uint64_t)n;
+            } else if (n == 0) {
+                return zc_fail(c, EIO, "source %s ended after %llu bytes, before the %llu requested", c->p->source,
+                               (unsigned long long)c->done, (unsigned long long)c->total);
+            } else if (errno == EINTR) {
+                continue;
+            } else if (errno == EAGAIN) {
+                if (zc_after_eagain(c, "sendfile to the socket") < 0)
+                    return -1;
+            } else if (errno == EINVAL && c->done == 0) {
+                return zc_fail_errno(c, "the kernel refused sendfile from %s", c->p->source);
+            } else {
+                return zc_fail_errno(c, "sendfile from %s", c->p->source);
+            }
+        }
+    }
+    return 0;
+}
+
+static void teardown(zc_ctx *c) { (void)c; }
+
+const zc_mode_ops zc_send_sendfile_ops = {"sendfile", ZC_SIDE_SEND, setup, transfer, teardown};

@@ -1,0 +1,49 @@
+/* send mode "splice": splice() source file -> pipe, then splice() pipe -> socket, one pair per
+ * sub-block or per pipe-full when the pipe is smaller (the pipe's effective size is reported).
+ * Source mem has no file to splice from and is refused (use vmsplice for user memory).
+ */
+#include "zc_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+
+static int setup(zc_ctx *c)
+{
+    if (c->src_mem)
+        return zc_fail(c, EOPNOTSUPP, "needs a file source to splice from, not source mem (vmsplice moves user memory)");
+    return zc_open_pipe(c);
+}
+
+static int transfer(zc_ctx *c)
+{
+    loff_t off = 0;
+    loff_t *offp = c->fd_is_reg ? &off : NULL;
+    while (c->done < c->total) {
+        if (zc_check_deadline(c, "sending") < 0)
+            return -1;
+        size_t len = zc_min(c->buffer, c->total - c->done);
+        for (size_t o = 0; o < len;) {
+            size_t want = zc_min(zc_min(c->sub, len - o), c->pipe_cap);
+            ssize_t n = splice(c->fd, offp, c->pipe[1], NULL, want, SPLICE_F_MOVE);
+            if (n < 0) {
+                if (errno == EINTR)
+                    continue;
+                if (errno == EINVAL && c->done == 0)
+                    return zc_fail_errno(c, "the kernel refused splice from %s into a pipe", c->p->source);
+                return zc_fail_errno(c, "splice %s -> pipe", c->p->source);
+            }
+            if (n == 0)
+                return zc_fail(c, EIO, "source %s ended after %llu bytes, before the %llu requested", c->p->source,
+                               (unsigned long long)c->done, (unsigned long long)c->total);
+            if (zc_splice_all(c, c->pipe[0], NULL, c->sock, NULL, (size_t)n, SPLICE_F_MOVE, "splice pipe -> socket") < 0)
+                return -1;
+            o += (size_t)n;
+            c->done += (uint64_t)n;
+        }
+    }
+    return 0;
+}
+
+static void teardown(zc_ctx *c) { (void)c; }
+
+const zc_mode_ops zc_send_splice_ops = {"splice", ZC_SIDE_SEND, setup, transfer, teardown};

@@ -1,0 +1,94 @@
+/* Internal declarations shared by the core, the helpers and the per-mode files.
+ *
+ * Each mode file (send_*.c, recv_*.c) defines one zc_mode_ops table; registry.c lists them all
+ * explicitly (like iperf3's protocol list). A mode's setup() runs untimed before the connection
+ * exists (it validates source/sink and allocates), transfer() is the timed loop, teardown() frees.
+ */
+#ifndef ZC_INTERNAL_H
+#define ZC_INTERNAL_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "zcorch_api.h"
+
+struct zc_ctx;
+
+typedef struct zc_mode_ops {
+    const char *name;
+    int side;                                /* ZC_SIDE_SEND / ZC_SIDE_RECV */
+    int (*setup)(struct zc_ctx *c);          /* untimed; 0 or zc_fail() */
+    int (*transfer)(struct zc_ctx *c);       /* timed; moves c->total bytes (or until EOF) */
+    void (*teardown)(struct zc_ctx *c);      /* always called once setup was attempted */
+} zc_mode_ops;
+
+typedef struct zc_ctx {
+    const zc_params *p;
+    const zc_mode_ops *ops;
+    zc_error *err;
+    zc_metrics m;
+
+    int sock;                /* the connected data socket */
+    int listen_fd;
+    int fd;                  /* source (send) or sink (recv) file, -1 for source mem */
+    int fd_is_reg;           /* the file is a regular file (seekable, mmap-able, has a size) */
+    int src_mem;             /* send: source "mem" */
+    int src_zero;            /* send: source is /dev/zero */
+    uint64_t orig_size;      /* recv: sink size after the sink-state preparation */
+    uint64_t total;          /* bytes to move (send always, recv when bytes_set) */
+    int total_known;
+    uint64_t done;           /* bytes moved so far */
+    size_t buffer;           /* bytes per chunk */
+    size_t sub;              /* bytes per sub-block call: ceil(buffer / subblocks) */
+    size_t page;
+    int pipe[2];             /* -1 when the mode uses no pipe */
+    size_t pipe_cap;         /* effective pipe capacity */
+    int64_t deadline_ns;     /* CLOCK_MONOTONIC */
+    int64_t timeo_ns;        /* current SO_SNDTIMEO/SO_RCVTIMEO on c->sock */
+    unsigned char *mem_ring; /* source mem: pattern of one period + one buffer, never rewritten */
+    size_t mem_ring_len;
+    void *priv;              /* mode-private state */
+} zc_ctx;
+
+/* registry.c */
+const zc_mode_ops *zc_find_mode(int side, const char *name);
+
+/* errors (common.c): fill c->err with "<side> <mode>: <fmt>", return -1 */
+int zc_fail(zc_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* same with ": strerror(errno)" appended and code = errno */
+int zc_fail_errno(zc_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* time and deadline (common.c) */
+int64_t zc_now_ns(void);
+int zc_check_deadline(zc_ctx *c, const char *doing);   /* ETIMEDOUT once past the deadline */
+int zc_after_eagain(zc_ctx *c, const char *doing);     /* a socket timeout fired: fail or re-arm */
+int zc_set_sock_timeouts(zc_ctx *c);
+
+/* pipes and buffers (common.c) */
+int zc_open_pipe(zc_ctx *c);
+void *zc_alloc(zc_ctx *c, size_t len, const char *what);     /* page-aligned anonymous mapping */
+void zc_free(void *p, size_t len);
+int zc_mem_ring_init(zc_ctx *c);
+static inline const unsigned char *zc_mem_at(const zc_ctx *c, uint64_t off)
+{
+    return c->mem_ring + (off % zc_mem_pattern_period());
+}
+
+/* I/O loops that honour the deadline (common.c) */
+int zc_sock_write_all(zc_ctx *c, const void *buf, size_t len);
+ssize_t zc_sock_read(zc_ctx *c, void *buf, size_t len);             /* >0, 0 = EOF, -1 = failed */
+int zc_file_read_full(zc_ctx *c, void *buf, size_t len);            /* source ended early = error */
+int zc_file_write_all(zc_ctx *c, const void *buf, size_t len);      /* sink */
+int zc_splice_all(zc_ctx *c, int in, loff_t *off_in, int out, loff_t *off_out, size_t len,
+                  unsigned flags, const char *what);                 /* moves exactly len */
+int zc_vmsplice_out(zc_ctx *c, const unsigned char *buf, size_t len, int out, loff_t *off_out);
+
+static inline size_t zc_min(size_t a, uint64_t b) { return (uint64_t)a < b ? a : (size_t)b; }
+/* bytes the receiver may still ask for: a whole `want` when reading until EOF */
+static inline size_t zc_recv_want(const zc_ctx *c, size_t want)
+{
+    return c->total_known ? zc_min(want, c->total - c->done) : want;
+}
+
+#endif

@@ -1,0 +1,90 @@
+/* Public API of the zcorch native transfer core.
+ *
+ * Declarations only: this file is fed verbatim to cffi's ffi.cdef() (native/build.py), so it must
+ * stay free of include guards, #include and function-like macros. C sources include it through
+ * zc_internal.h. Every function returns 0 on success or -1 with *err filled (code = an errno value,
+ * message = "<side> <mode>: <what failed>: <reason>"); nothing here prints or exits.
+ */
+
+#define ZC_SIDE_SEND 0
+#define ZC_SIDE_RECV 1
+
+#define ZC_SINK_FRESH 0
+#define ZC_SINK_PREALLOCATED 1
+#define ZC_SINK_OVERWRITE 2
+
+#define ZC_MSG_LEN 512
+
+typedef struct zc_error {
+    int code;                  /* errno value (EINVAL, ETIMEDOUT, EPIPE, EOPNOTSUPP, ...) */
+    char message[512];
+} zc_error;
+
+typedef struct zc_params {
+    int side;                  /* ZC_SIDE_SEND / ZC_SIDE_RECV */
+    const char *mode;          /* a name from zc_mode_name() */
+    const char *host;          /* send: address to connect to; recv: address to listen on */
+    int port;                  /* recv: 0 = ephemeral */
+    uint64_t bytes;            /* total bytes to move */
+    int bytes_set;             /* 0: send = size of the source file, recv = until EOF */
+    uint64_t buffer;           /* bytes per chunk (> 0) */
+    uint64_t window;           /* SO_SNDBUF (send) / SO_RCVBUF (recv); 0 = kernel default */
+    int subblocks;             /* >= 1: each chunk handled as this many separate calls */
+    uint64_t pipe_size;        /* F_SETPIPE_SZ; 0 = auto (>= one chunk, see common.c) */
+    int cpu;                   /* -1 = no pinning */
+    int gift;                  /* SPLICE_F_GIFT on vmsplice */
+    int fsync;                 /* recv: fsync the sink inside the timed region */
+    const char *source;        /* send: "mem" or a path (/dev/zero allowed) */
+    const char *sink;          /* recv: a path (/dev/null allowed) */
+    double timeout_s;          /* overall deadline, from zc_recv_listen / zc_send_run entry */
+    int sink_state;            /* ZC_SINK_* */
+} zc_params;
+
+typedef struct zc_metrics {
+    uint64_t bytes;
+    int64_t wall_ns;
+    int64_t utime_us;
+    int64_t stime_us;
+    int64_t minflt;
+    int64_t majflt;
+    int64_t nvcsw;
+    int64_t nivcsw;
+    int64_t maxrss_kib;        /* peak RSS of the process at the end (not a delta) */
+    int64_t sndbuf;
+    int64_t rcvbuf;
+    int64_t pipe_size;         /* effective F_GETPIPE_SZ, 0 if the mode uses no pipe */
+    int64_t fsync_ns;
+    int64_t zc_completions;
+    int64_t zc_copied;
+    int64_t tcp_rtt_us;
+    int64_t tcp_rttvar_us;
+    int64_t tcp_retransmits;
+    int64_t tcp_total_retrans;
+    int64_t tcp_snd_cwnd;
+    int64_t tcp_snd_mss;
+    int64_t tcp_rcv_mss;
+    int64_t tcp_pmtu;
+} zc_metrics;
+
+typedef struct zc_listener {
+    int port;                  /* the port actually bound (useful with port 0) */
+    void *state;               /* the receiver's context; freed by zc_recv_run or zc_listener_close */
+} zc_listener;
+
+int zc_mode_count(int side);
+const char *zc_mode_name(int side, int index);
+
+/* Fixed pattern of source "mem" (see mempattern.c): byte at stream offset off. */
+void zc_mem_pattern(uint64_t off, unsigned char *out, size_t len);
+uint64_t zc_mem_pattern_period(void);
+
+/* Receiver, in two steps so the caller can announce the port in between:
+ * zc_recv_listen validates, opens and prepares the sink, runs the mode's setup (all untimed), binds
+ * and listens; zc_recv_run accepts within the deadline and runs the timed transfer. zc_recv_run
+ * always consumes the listener; zc_listener_close releases one that is never run. */
+int zc_recv_listen(const zc_params *p, zc_listener *out, zc_error *err);
+int zc_recv_run(const zc_params *p, zc_listener *l, zc_metrics *m, zc_error *err);
+void zc_listener_close(zc_listener *l);
+
+/* Sender: validate, open the source, connect, run. */
+int zc_send_run(const zc_params *p, zc_metrics *m, zc_error *err);

@@ -1,0 +1,237 @@
+"""Python face of the C transfer core (`zcorch._native`, built by native/build.py).
+
+This is the one place where C error codes become `WorkerError`s. Calls into C release the GIL, so
+a `Receiver` and `send()` can run in two threads of one process (the tests do).
+Stdlib-only apart from the built extension: deployed to remote hosts with the worker.
+
+    with Receiver("127.0.0.1", 0, "read", sink="/tmp/out", timeout=10) as rx:   # listening now
+        ...start the sender (another thread/process) towards rx.port...
+        result = rx.run()                                                      # accept + transfer
+    result = send("127.0.0.1", port, "sendfile", source="/tmp/in", buffer=65536, timeout=10)
+
+Results are flat dicts: the metric keys of docs/architecture.md plus "side", "mode" and
+"params" (the parameters as applied). Metrics that do not apply are None (zc_* outside
+msg_zerocopy, fsync_ns without fsync, pipe_size for modes without a pipe).
+"""
+from __future__ import annotations
+
+import errno
+from typing import Any, Optional
+
+from .errors import WorkerError
+from .units import parse_duration, parse_size
+
+try:
+    from . import _native as _module
+except ImportError as _exc:  # pragma: no cover - exercised on hosts without a build
+    _module = ffi = lib = None
+    _IMPORT_ERROR: Optional[ImportError] = _exc
+else:
+    ffi, lib = _module.ffi, _module.lib
+    _IMPORT_ERROR = None
+
+SIDES = {"send": 0, "recv": 1}
+SINK_STATES = {"fresh": 0, "preallocated": 1, "overwrite": 2}
+DEFAULT_BUFFER = 128 * 1024
+DEFAULT_TIMEOUT = 300.0
+
+METRIC_KEYS = (
+    "bytes", "wall_ns", "utime_us", "stime_us", "minflt", "majflt", "nvcsw", "nivcsw", "maxrss_kib",
+    "sndbuf", "rcvbuf", "tcp_rtt_us", "tcp_rttvar_us", "tcp_retransmits", "tcp_total_retrans",
+    "tcp_snd_cwnd", "tcp_snd_mss", "tcp_rcv_mss", "tcp_pmtu", "fsync_ns", "zc_completions", "zc_copied",
+    "pipe_size",
+)
+
+
+def _lib():
+    if lib is None:
+        raise WorkerError(errno.ENOENT, f"the native module zcorch._native is not built ({_IMPORT_ERROR}); "
+                                        "run: python3 native/build.py --out <dir holding zcorch/>")
+    return lib
+
+
+def native_path() -> str:
+    """File of the loaded extension (reported by `zcorch worker info`)."""
+    _lib()
+    return str(_module.__file__)
+
+
+def compiled_modes() -> "dict[str, list[str]]":
+    """{'send': [...], 'recv': [...]} in registry order."""
+    L = _lib()
+    return {side: [ffi.string(L.zc_mode_name(n, i)).decode() for i in range(L.zc_mode_count(n))]
+            for side, n in SIDES.items()}
+
+
+def mem_pattern(offset: int, length: int) -> bytes:
+    """The bytes source `mem` sends at [offset, offset+length) (see native/mempattern.c)."""
+    L = _lib()
+    buf = ffi.new("unsigned char[]", max(length, 1))
+    L.zc_mem_pattern(offset, buf, length)
+    return bytes(ffi.buffer(buf, length))
+
+
+def mem_pattern_period() -> int:
+    return int(_lib().zc_mem_pattern_period())
+
+
+def _bad(message: str) -> WorkerError:
+    return WorkerError(errno.EINVAL, message)
+
+
+def _opt_size(name: str, value: Any, *, auto_ok: bool) -> Optional[int]:
+    if value is None or (auto_ok and value == "auto"):
+        return None
+    try:
+        n = parse_size(value)
+    except ValueError as exc:
+        raise _bad(f"--{name}: {exc}") from None
+    if auto_ok and n == 0:
+        raise _bad(f"--{name} must be > 0 (or auto)")
+    return n
+
+
+def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFFER, window: Any = None,
+                     subblocks: Any = 1, pipe_size: Any = None, cpu: Any = None, gift: bool = False,
+                     fsync: bool = False, source: Optional[str] = None, sink: Optional[str] = None,
+                     timeout: Any = DEFAULT_TIMEOUT, sink_state: str = "fresh") -> "dict[str, Any]":
+    """Parameters as they will be applied (sizes in bytes, timeout in s); WorkerError(EINVAL) if bad."""
+    if side not in SIDES:
+        raise _bad(f"side must be send or recv, not {side!r}")
+    p: "dict[str, Any]" = {"bytes": _opt_size("bytes", bytes, auto_ok=False)}
+    buf = _opt_size("buffer", buffer, auto_ok=False)
+    if not buf:
+        raise _bad("--buffer must be > 0")
+    p["buffer"] = buf
+    p["window"] = _opt_size("window", window, auto_ok=True)
+    p["pipe_size"] = _opt_size("pipe-size", pipe_size, auto_ok=True)
+    if isinstance(subblocks, bool) or not isinstance(subblocks, int) or subblocks < 1:
+        raise _bad(f"--subblocks must be an integer >= 1, got {subblocks!r}")
+    p["subblocks"] = subblocks
+    if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0):
+        raise _bad(f"--cpu must be an integer >= 0, got {cpu!r}")
+    p["cpu"] = cpu
+    p["gift"] = bool(gift)
+    try:
+        p["timeout"] = parse_duration(timeout)
+    except ValueError as exc:
+        raise _bad(f"--timeout: {exc}") from None
+    if p["timeout"] <= 0:
+        raise _bad("--timeout must be > 0")
+    if side == "send":
+        if sink is not None or fsync or sink_state != "fresh":
+            raise _bad("--sink, --sink-state and --fsync are receiver parameters")
+        p["source"] = source or "mem"
+    else:
+        if source is not None:
+            raise _bad("--source is a sender parameter")
+        if sink_state not in SINK_STATES:
+            raise _bad(f"--sink-state must be one of {', '.join(SINK_STATES)}, not {sink_state!r}")
+        p["sink"] = sink or "/dev/null"
+        p["sink_state"] = sink_state
+        p["fsync"] = bool(fsync)
+    return p
+
+
+class _CParams:
+    """A zc_params struct plus the C strings it points to (kept alive as long as this object)."""
+
+    def __init__(self, side: str, mode: str, host: str, port: int, p: "dict[str, Any]"):
+        self._strings = []
+        s = ffi.new("zc_params *")
+        s.side = SIDES[side]
+        s.mode = self._str(mode)
+        s.host = self._str(host)
+        s.port = port
+        s.bytes = p["bytes"] or 0
+        s.bytes_set = p["bytes"] is not None
+        s.buffer = p["buffer"]
+        s.window = p["window"] or 0
+        s.subblocks = p["subblocks"]
+        s.pipe_size = p["pipe_size"] or 0
+        s.cpu = -1 if p["cpu"] is None else p["cpu"]
+        s.gift = p["gift"]
+        s.fsync = p.get("fsync", False)
+        s.source = self._str(p.get("source"))
+        s.sink = self._str(p.get("sink"))
+        s.timeout_s = p["timeout"]
+        s.sink_state = SINK_STATES[p.get("sink_state", "fresh")]
+        self.struct = s
+
+    def _str(self, value: Optional[str]):
+        if value is None:
+            return ffi.NULL
+        c = ffi.new("char[]", value.encode())
+        self._strings.append(c)
+        return c
+
+
+def _raise(err) -> None:
+    raise WorkerError(int(err.code), ffi.string(err.message).decode(errors="replace"))
+
+
+def _result(side: str, mode: str, m, params: "dict[str, Any]") -> "dict[str, Any]":
+    out: "dict[str, Any]" = {"side": side, "mode": mode}
+    for key in METRIC_KEYS:
+        out[key] = int(getattr(m, key))
+    if mode != "msg_zerocopy":
+        out["zc_completions"] = out["zc_copied"] = None
+    if not params.get("fsync"):
+        out["fsync_ns"] = None
+    if not out["pipe_size"]:
+        out["pipe_size"] = None
+    out["params"] = params
+    return out
+
+
+def _check_port(port: int) -> None:
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise _bad(f"port must be 0..65535, got {port!r}")
+
+
+class Receiver:
+    """Listening receiver: sink prepared, mode set up and socket listening once constructed."""
+
+    def __init__(self, host: str, port: int, mode: str, **params: Any):
+        L = _lib()
+        _check_port(port)
+        self.mode = mode
+        self.params = normalize_params("recv", **params)
+        self.params["listen"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._c = _CParams("recv", mode, host, port, self.params)
+        self._listener = ffi.new("zc_listener *")
+        err = ffi.new("zc_error *")
+        if L.zc_recv_listen(self._c.struct, self._listener, err) != 0:
+            _raise(err)
+        self.port: int = int(self._listener.port)
+
+    def run(self) -> "dict[str, Any]":
+        """Accept one sender within the deadline and receive; the listener is consumed either way."""
+        m = ffi.new("zc_metrics *")
+        err = ffi.new("zc_error *")
+        if lib.zc_recv_run(self._c.struct, self._listener, m, err) != 0:
+            _raise(err)
+        return _result("recv", self.mode, m, self.params)
+
+    def close(self) -> None:
+        lib.zc_listener_close(self._listener)
+
+    def __enter__(self) -> "Receiver":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def send(host: str, port: int, mode: str, **params: Any) -> "dict[str, Any]":
+    """Connect to a receiver and send; raises WorkerError naming the mode and the reason."""
+    L = _lib()
+    _check_port(port)
+    applied = normalize_params("send", **params)
+    applied["connect"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    c = _CParams("send", mode, host, port, applied)
+    m = ffi.new("zc_metrics *")
+    err = ffi.new("zc_error *")
+    if L.zc_send_run(c.struct, m, err) != 0:
+        _raise(err)
+    return _result("send", mode, m, applied)

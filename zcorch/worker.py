@@ -1,0 +1,163 @@
+"""`zcorch worker`: one side of a transfer, driven by the controller through JSON lines on stdout.
+
+    zcorch worker recv --listen ADDR:PORT --mode M [params]   -> {"event": "ready", ...}, {"event": "result", ...}
+    zcorch worker send --connect ADDR:PORT --mode M [params]  -> {"event": "result", ...}
+    zcorch worker info                                        -> {"event": "info", "version", "modes", "kernel"}
+
+Any failure, including a bad flag value, prints {"event": "error", "message", "code"} and exits 1.
+Also runs as `python3 -m zcorch.worker ...` on remote hosts: stdlib + zcorch._native only
+(imports nothing but _version, errors, units and native from zcorch).
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import platform
+import signal
+import sys
+from typing import Any, Optional
+
+from . import native
+from ._version import __version__
+from .errors import WorkerError
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage and exiting: the error must be a JSON event."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(f"{self.prog}: {message}")
+
+
+def _emit(obj: "dict[str, Any]") -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _error_event(code: int, message: str) -> None:
+    _emit({"event": "error", "message": message, "code": errno.errorcode.get(code, f"E{code}")})
+
+
+def parse_address(text: str, flag: str) -> "tuple[str, int]":
+    """'127.0.0.1:5000', 'host:0', '[::1]:0' -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise _UsageError(f"{flag} must be ADDR:PORT (IPv6 as [ADDR]:PORT), got {text!r}")
+    return host, int(port)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--mode", required=True, help="transfer mode (see `zcorch worker info`)")
+    p.add_argument("--bytes", help="total bytes (64KiB, 1MiB, 16GiB, ...)")
+    p.add_argument("--buffer", default=str(native.DEFAULT_BUFFER), help="bytes per chunk (default 128KiB)")
+    p.add_argument("--window", help="SO_SNDBUF/SO_RCVBUF, set before connect/listen; auto = kernel default")
+    p.add_argument("--subblocks", type=_int, default=1, help="handle each buffer as N separate calls")
+    p.add_argument("--pipe-size", help="F_SETPIPE_SZ for modes with a pipe; auto = at least one sub-block")
+    p.add_argument("--cpu", type=_int, help="pin the transfer to this CPU")
+    p.add_argument("--gift", action="store_true", help="SPLICE_F_GIFT on vmsplice")
+    p.add_argument("--timeout", default=str(native.DEFAULT_TIMEOUT),
+                   help="overall deadline incl. accept/connect (default 300s)")
+
+
+def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="One side of a zcorch transfer (JSON lines on stdout).")
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    sub.required = True
+    rx = sub.add_parser("recv", help="listen, print ready, receive, print the result")
+    rx.add_argument("--listen", required=True, help="ADDR:PORT to listen on (port 0 = ephemeral)")
+    _add_common(rx)
+    rx.add_argument("--sink", default="/dev/null", help="file to write (created/truncated), or /dev/null")
+    rx.add_argument("--sink-state", default="fresh", choices=sorted(native.SINK_STATES))
+    rx.add_argument("--fsync", action="store_true", help="fsync the sink inside the timed region")
+    tx = sub.add_parser("send", help="connect, send, print the result")
+    tx.add_argument("--connect", required=True, help="ADDR:PORT of the receiver")
+    _add_common(tx)
+    tx.add_argument("--source", default="mem", help="mem, or a file path (/dev/zero allowed)")
+    sub.add_parser("info", help="print version, compiled modes and kernel release")
+    return parser
+
+
+def _params(args: argparse.Namespace) -> "dict[str, Any]":
+    p: "dict[str, Any]" = {
+        "bytes": args.bytes, "buffer": args.buffer, "window": args.window, "subblocks": args.subblocks,
+        "pipe_size": args.pipe_size, "cpu": args.cpu, "gift": args.gift, "timeout": args.timeout,
+    }
+    if args.action == "send":
+        p["source"] = args.source
+    else:
+        p.update(sink=args.sink, sink_state=args.sink_state, fsync=args.fsync)
+    return p
+
+
+def _info() -> "dict[str, Any]":
+    return {"event": "info", "version": __version__, "modes": native.compiled_modes(),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "native": native.native_path()}
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.action == "info":
+        _emit(_info())
+        return
+    params = _params(args)
+    if args.action == "recv":
+        host, port = parse_address(args.listen, "--listen")
+        rx = native.Receiver(host, port, args.mode, **params)
+        try:
+            _emit({"event": "ready", "port": rx.port, "pid": os.getpid()})
+            result = rx.run()
+        finally:
+            rx.close()
+    else:
+        host, port = parse_address(args.connect, "--connect")
+        result = native.send(host, port, args.mode, **params)
+    _emit({"event": "result", **result})
+
+
+def main(argv: "Optional[list[str]]" = None) -> int:
+    """Entry point of `zcorch worker ...` (cli.py fast-paths here) and `python3 -m zcorch.worker`."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # The transfer loops retry on EINTR, so a Python-level SIGINT handler would only run after the
+    # deadline: let Ctrl-C kill the worker at once instead.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        args = build_parser().parse_args(argv)
+        _run(args)
+        return 0
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except _UsageError as exc:
+        _error_event(errno.EINVAL, str(exc))
+    except WorkerError as exc:
+        _error_event(exc.code, str(exc))
+    except BrokenPipeError:
+        pass  # whoever read our stdout is gone; nothing left to report to
+    return 1
+
+
+def register(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `worker` to `zcorch --help`; cli.py hands `zcorch worker ...` straight to main(argv)."""
+    p = subparsers.add_parser("worker", help="run one side of a transfer (used by the controller)",
+                              description=__doc__.splitlines()[0], add_help=False)
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="recv|send|info [flags]; see `zcorch worker --help`")
+    p.set_defaults(func=lambda args: main(args.argv))
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(main())
