@@ -128,7 +128,9 @@ def run_checked(host: Host, argv: Sequence[str], what: str, timeout: float = 120
     res = host.run(list(argv), timeout=timeout, input=input)
     if not res.ok:
         detail = (res.stderr or res.stdout).strip() or f"exit status {res.returncode}"
-        if len(detail) > 800:  # mkfs answers a bad option with its whole usage text
+        # mkfs answers a bad option with its whole usage text: the reason is the line before it.
+        detail = detail.split("\nUsage:", 1)[0]
+        if len(detail) > 800:
             detail = detail[:800] + " [...]"
         raise HostError(f"{host.name}: {what}: `{shlex.join(res.argv)}` failed: {detail}")
     return res

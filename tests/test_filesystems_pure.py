@@ -1,0 +1,229 @@
+"""Filesystem configuration checks and output parsers: pure functions on captured real output."""
+from __future__ import annotations
+
+import pytest
+
+from zcorch.errors import ConfigError
+from zcorch.filesystems import FilesystemManager
+from zcorch.fs_config import config_problems, parse_configs
+from zcorch.fs_probe import (lsblk_children, lsblk_mountpoints, parse_btrfs_df, parse_findmnt_json,
+                             parse_mdadm_detail, parse_mdstat_arrays, parse_wipefs_json)
+from zcorch.hosts import LocalHost
+
+ISSUE_EXAMPLE = {
+    "array": {"path": "/mnt/array"},
+    "ext4-loop": {"fs": "ext4", "loop": {"count": 1, "size": "2GiB"}, "mount_options": ["noatime"]},
+    "ext4-nodelalloc": {"fs": "ext4", "loop": {"count": 1, "size": "2GiB"}, "mount_options": ["noatime", "nodelalloc"]},
+    "xfs-stripe": {"fs": "xfs", "loop": {"count": 1, "size": "2GiB"}, "mkfs_options": ["-d", "su=64k,sw=4"]},
+    "btrfs-raid0": {"fs": "btrfs", "raid": "raid0", "loop": {"count": 2, "size": "1GiB"}},
+    "md-raid0": {"fs": "xfs", "raid": "raid0", "devices": ["/dev/sdb", "/dev/sdc"],
+                 "allow_destroy": ["/dev/sdb", "/dev/sdc"]},
+}
+
+
+def test_issue_example_is_valid_and_normalised():
+    configs, problems = parse_configs(ISSUE_EXAMPLE)
+    assert problems == []
+    assert configs["array"].existing and configs["array"].path == "/mnt/array"
+    assert configs["ext4-loop"].loop_size == 2 * 1024 ** 3 and configs["ext4-loop"].loop_count == 1
+    assert configs["btrfs-raid0"].device_count == 2 and not configs["btrfs-raid0"].uses_md
+    assert configs["md-raid0"].uses_md and configs["md-raid0"].allow_destroy == ("/dev/sdb", "/dev/sdc")
+    assert configs["xfs-stripe"].mkfs_options == ("-d", "su=64k,sw=4")
+
+
+@pytest.mark.parametrize("entry, needle", [
+    ({"fs": "zfs", "loop": {"size": "1GiB"}}, "filesystems.bad.fs: expected one of"),
+    ({"fs": "ext4"}, "exactly one of 'loop'"),
+    ({"fs": "ext4", "loop": {"size": "1GiB"}, "devices": ["/dev/sdb"]}, "exactly one of 'loop'"),
+    ({"fs": "ext4", "loop": {"size": "lots"}}, "filesystems.bad.loop.size: not a size"),
+    ({"fs": "ext4", "loop": {"count": 0, "size": "1GiB"}}, "loop.count: expected an integer >= 1"),
+    ({"fs": "ext4", "loop": {"count": 2, "size": "1GiB"}}, "2 devices need a 'raid' level"),
+    ({"fs": "xfs", "raid": "raid0", "loop": {"count": 1, "size": "1GiB"}}, "raid0 needs at least 2 devices"),
+    ({"fs": "btrfs", "raid": "raid7", "loop": {"count": 2, "size": "1GiB"}}, "expected a btrfs profile"),
+    ({"fs": "xfs", "loop": {"size": "100MiB"}}, "xfs needs a filesystem of at least 300MiB"),
+    ({"fs": "btrfs", "raid": "raid0", "loop": {"count": 2, "size": "64MiB"}}, "btrfs needs at least"),
+    ({"fs": "ext4", "devices": ["/dev/sdb"], "allow_destroy": ["/dev/sdc"]}, "/dev/sdc is not one of"),
+    ({"fs": "ext4", "devices": ["sdb"]}, "expected an absolute path"),
+    ({"fs": "ext4", "loop": {"size": "1GiB"}, "mount_options": "noatime"}, "expected a list of non-empty strings"),
+    ({"fs": "ext4", "loop": {"size": "1GiB"}, "mkfs_opts": []}, "unknown key(s) mkfs_opts"),
+    ({"path": "/mnt/a", "fs": "ext4"}, "never provisioned; remove fs"),
+    ({"path": "relative"}, "filesystems.bad.path: expected an absolute path"),
+    ({"fs": "btrfs", "raid": "raid0", "raid_chunk": "64KiB", "loop": {"count": 2, "size": "1GiB"}},
+     "raid_chunk: only for md RAID"),
+    ("ext4", "expected a mapping"),
+])
+def test_bad_entries_name_the_entry_and_the_problem(entry, needle):
+    problems = config_problems({"bad": entry})
+    assert any(needle in p for p in problems), problems
+    assert all(p.startswith("filesystems.bad") for p in problems)
+
+
+def test_bad_name_is_reported():
+    assert any("name must be" in p for p in config_problems({"a/b": {"path": "/x"}}))
+
+
+def test_plan_commands_of_the_issue_example_cover_every_step():
+    fm = FilesystemManager(LocalHost(), ISSUE_EXAMPLE, "/var/lib/zcorch-test", dry_run=True)
+    plan = fm.plan_commands("btrfs-raid0")
+    assert [a[0] for a in plan] == ["mkdir", "truncate", "losetup", "truncate", "losetup", "mkfs.btrfs",
+                                    "btrfs", "mkdir", "mount"]
+    assert plan[5] == ["mkfs.btrfs", "-f", "-d", "raid0", "-m", "raid0", "<loop0>", "<loop1>"]
+    assert plan[-1][:3] == ["mount", "-t", "btrfs"] and plan[-1][-1] == fm.mountpoint("btrfs-raid0")
+    md = fm.plan_commands("md-raid0")
+    assert md[0] == ["mdadm", "--create", "<md>", "--run", "--level=raid0", "--raid-devices=2",
+                     "--metadata=1.2", "/dev/sdb", "/dev/sdc"]
+    assert md[1] == ["mkfs.xfs", "-f", "<md>"]
+    ext4 = fm.plan_commands("ext4-nodelalloc")
+    assert ext4[-1][:5] == ["mount", "-t", "ext4", "-o", "noatime,nodelalloc"]
+    # ext4 initialises eagerly (no background writer during cells); the user's options come after.
+    assert ext4[3] == ["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", "<loop0>"]
+    assert fm.plan_commands("array") == []
+    assert fm.plan_commands("xfs-stripe")[3] == ["mkfs.xfs", "-f", "-d", "su=64k,sw=4", "<loop0>"]
+
+
+def test_unknown_and_invalid_names_raise_config_error():
+    fm = FilesystemManager(LocalHost(), {"bad": {"fs": "zfs"}}, "/tmp/x", dry_run=True)
+    with pytest.raises(ConfigError, match="not defined"):
+        fm.ensure("nope")
+    with pytest.raises(ConfigError, match="filesystems.bad.fs"):
+        fm.ensure("bad")
+    assert any("filesystems.bad.fs" in p for p in fm.preflight(["bad"]))
+
+
+# --- captured on this machine (util-linux 2.38.1, btrfs-progs 6.2, kernel 6.18) --------------------
+
+FINDMNT_EXT4 = """{
+   "filesystems": [
+      {
+         "target": "/tmp/fstry/m",
+         "source": "/dev/loop0",
+         "fstype": "ext4",
+         "options": "rw,noatime,nodelalloc",
+         "size": 26464256,
+         "avail": 24101888
+      }
+   ]
+}
+"""
+
+BTRFS_DF = """Data, RAID0: total=134217728, used=0
+System, RAID0: total=16777216, used=16384
+Metadata, RAID0: total=67108864, used=131072
+GlobalReserve, single: total=5767168, used=0
+"""
+
+WIPEFS_EXT4 = """{
+   "signatures": [
+      {
+         "device": "loop0",
+         "offset": "0x438",
+         "type": "ext4",
+         "uuid": "75ac3fc3-b238-4d52-b56e-e8bd63b6d0a5",
+         "label": null
+      }
+   ]
+}
+"""
+
+WIPEFS_NONE = """{
+   "signatures": [
+
+   ]
+}
+"""
+
+LSBLK_MOUNTED = """{
+   "blockdevices": [
+      {
+         "name": "loop0",
+         "path": "/dev/loop0",
+         "type": "loop",
+         "size": 136314880,
+         "mountpoints": [
+             "/tmp/fstry/m"
+         ],
+         "fstype": null
+      }
+   ]
+}
+"""
+
+LSBLK_UNMOUNTED_WITH_PARTS = """{
+   "blockdevices": [
+      {"path": "/dev/vdb", "mountpoints": [null],
+       "children": [{"path": "/dev/vdb1", "mountpoints": [null]}, {"path": "/dev/vdb2", "mountpoints": ["/boot"]}]}
+   ]
+}
+"""
+
+# No md driver on this machine: mdadm 4.x output as published in the mdadm documentation and
+# user reports (layout of `mdadm --detail` and /proc/mdstat for a two-member raid0, metadata 1.2).
+MDADM_DETAIL = """/dev/md1:
+        Version : 1.2
+  Creation Time : Sun Jun  6 17:43:12 2021
+     Raid Level : raid0
+     Array Size : 937440256 (894.01 GiB 959.94 GB)
+   Raid Devices : 2
+  Total Devices : 2
+    Persistence : Superblock is persistent
+
+    Update Time : Sun Jun  6 17:43:12 2021
+          State : clean
+ Active Devices : 2
+Working Devices : 2
+ Failed Devices : 0
+  Spare Devices : 0
+
+     Chunk Size : 512K
+
+           Name : host:1  (local to host host)
+           UUID : 06234ac8:694ae295:3659e4fc:b59a7d55
+         Events : 0
+
+    Number   Major   Minor   RaidDevice State
+       0     259        0        0      active sync   /dev/nvme2n1
+       1     259        1        1      active sync   /dev/nvme0n1
+"""
+
+MDSTAT = """Personalities : [raid0]
+md0 : active raid0 sdc[1] sdb[0]
+      2093056 blocks super 1.2 512k chunks
+
+md127 : active raid1 loop4[1](F) loop3[0]
+      100352 blocks super 1.2 [2/1] [U_]
+
+unused devices: <none>
+"""
+
+
+def test_parse_findmnt():
+    (entry,) = parse_findmnt_json(FINDMNT_EXT4)
+    assert entry["source"] == "/dev/loop0" and entry["size"] == 26464256
+    assert entry["options"].split(",") == ["rw", "noatime", "nodelalloc"]
+    assert parse_findmnt_json("") == []
+
+
+def test_parse_btrfs_df():
+    assert parse_btrfs_df(BTRFS_DF) == {"data": "raid0", "system": "raid0", "metadata": "raid0"}
+
+
+def test_parse_wipefs():
+    assert [s["type"] for s in parse_wipefs_json(WIPEFS_EXT4)] == ["ext4"]
+    assert parse_wipefs_json(WIPEFS_NONE) == [] and parse_wipefs_json("") == []
+
+
+def test_lsblk_mounts_and_children():
+    assert lsblk_mountpoints(LSBLK_MOUNTED) == ["/tmp/fstry/m"] and lsblk_children(LSBLK_MOUNTED) == []
+    assert lsblk_mountpoints(LSBLK_UNMOUNTED_WITH_PARTS) == ["/boot"]
+    assert lsblk_children(LSBLK_UNMOUNTED_WITH_PARTS) == ["/dev/vdb1", "/dev/vdb2"]
+
+
+def test_parse_mdadm_detail():
+    info = parse_mdadm_detail(MDADM_DETAIL)
+    assert info == {"raid_level": "raid0", "raid_devices": 2, "chunk_size": "512K", "array_size_kib": 937440256,
+                    "state": "clean", "members": ["/dev/nvme2n1", "/dev/nvme0n1"]}
+
+
+def test_parse_mdstat():
+    assert parse_mdstat_arrays(MDSTAT) == {"md0": ["sdc", "sdb"], "md127": ["loop4", "loop3"]}
+    assert parse_mdstat_arrays("Personalities : \nunused devices: <none>\n") == {}
