@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from .errors import LabError
+from .ssh import open_hosts  # noqa: F401  (re-exported: `zcorch run` opens its hosts through lab.open_hosts)
 
 STATE_ROOT = "/var/lib/zcorch-lab"
 SCRATCH_MOUNTPOINT = "/scratch"

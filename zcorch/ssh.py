@@ -395,39 +395,32 @@ class SSHHost(Host):
         return CommandResult([str(a) for a in argv], status, out, err)
 
     def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
-        """Run argv to completion; on timeout its whole process group is killed (status -9)."""
+        """Run argv to completion (stdout/stderr byte-exact); on timeout its process group is killed (-9)."""
         argv = [str(a) for a in argv]
-        proc = self.start(argv, env=env, _stdin=input)
-        out_lines: list = []
-        deadline = time.monotonic() + timeout
-        timed_out = False
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                line = proc.readline(left)
-                if line is None:
-                    break
-                out_lines.append(line)
-            status = proc.wait(max(deadline - time.monotonic(), 0.1))
-        except TimeoutError:
-            timed_out = True
-            proc.kill_group(signal.SIGKILL)
-            status = -signal.SIGKILL
-        err = proc.stderr_text(wait=1.0)
-        proc.close()
-        if timed_out:
-            err += f"\n(timed out after {timeout:.1f}s)"
-        out = "\n".join(out_lines) + ("\n" if out_lines else "")
-        return CommandResult(argv, status, out, err)
+        chan = self._channel()
+        chan.exec_command(self._command(argv, env, wrap=True))
+        if input is not None:
+            chan.sendall(input.encode())
+        chan.shutdown_write()
+        out, err = _collect(chan, timeout)
+        tag, _, out = out.partition("\n")
+        finished = chan.status_event.is_set() and (chan.exit_status_ready() or chan.closed)
+        if not finished:
+            parts = tag.split()
+            if len(parts) == 3 and parts[0] == _PID_TAG:
+                self._exec_plain(["kill", "-KILL", "--", f"-{int(parts[2])}"], timeout=15.0)
+            chan.close()
+            return CommandResult(argv, -signal.SIGKILL, out, err + f"\n(timed out after {timeout:.1f}s)")
+        status = chan.exit_status
+        chan.close()
+        if not tag.startswith(_PID_TAG):  # the wrapper itself failed (no sh?): keep everything
+            out = tag + ("\n" + out if out else "")
+        return CommandResult(argv, status if status != -1 else -signal.SIGKILL, out, err)
 
-    def start(self, argv, env=None, _stdin: Optional[str] = None) -> SSHProcess:
+    def start(self, argv, env=None) -> SSHProcess:
         """Start argv; the Process reads stdout lines and can signal the whole remote process group."""
         chan = self._channel()
         chan.exec_command(self._command(argv, env, wrap=True))
-        if _stdin is not None:
-            chan.sendall(_stdin.encode())
         chan.shutdown_write()
         return SSHProcess(self, chan)
 
@@ -506,24 +499,54 @@ class SSHHost(Host):
 
 
 def _collect(chan: paramiko.Channel, timeout: float) -> "tuple[str, str]":
-    """Read a channel's stdout and stderr until it closes (both drained so neither window stalls)."""
+    """Read a channel's stdout and stderr until the command ends or `timeout` passes.
+
+    Both streams are drained together so neither flow-control window stalls the command.
+    """
     out, err = [], []
     deadline = time.monotonic() + timeout
-    chan.settimeout(0.2)
     while True:
-        progressed = False
-        while chan.recv_ready():
+        got = False
+        if chan.recv_ready():
             out.append(chan.recv(65536))
-            progressed = True
-        while chan.recv_stderr_ready():
+            got = True
+        if chan.recv_stderr_ready():
             err.append(chan.recv_stderr(65536))
-            progressed = True
-        if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-            break
-        if chan.closed:
+            got = True
+        if got:
+            continue
+        if chan.closed or (chan.exit_status_ready() and chan.eof_received):
             break
         if time.monotonic() > deadline:
             break
-        if not progressed:
-            time.sleep(0.005)
+        chan.status_event.wait(0.002)  # returns early once the command exits
     return b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace")
+
+
+def open_hosts(hosts_spec, accept_new_host_keys: bool = False,
+               connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> "dict[str, Host]":
+    """{"sender": Host, "receiver": Host} for the `hosts:` section of an experiment file.
+
+    `localhost` (or None) gives one LocalHost for both roles (no SSH); a mapping gives an SSHHost
+    per role (connected now). Connection problems of both hosts are reported together (HostError).
+    """
+    from .hosts import LocalHost
+
+    if hosts_spec is None or hosts_spec == "localhost":
+        local = LocalHost("localhost", "127.0.0.1")
+        return {"sender": local, "receiver": local}
+    if not isinstance(hosts_spec, Mapping) or set(hosts_spec) != {"sender", "receiver"}:
+        raise HostError("hosts: must be `localhost` or a mapping with exactly the keys sender and receiver, "
+                        f"got {hosts_spec!r}")
+    hosts: dict = {}
+    errors = []
+    for role in ("sender", "receiver"):
+        try:
+            hosts[role] = connect(hosts_spec[role], role, accept_new_host_keys, connect_timeout)
+        except HostError as exc:
+            errors.append(str(exc))
+    if errors:
+        for h in hosts.values():
+            h.close()
+        raise HostError("\n".join(errors))
+    return hosts

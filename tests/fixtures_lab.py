@@ -1,0 +1,173 @@
+"""Session fixture `lab`: two real SSH hosts (network namespaces + sshd) for the whole test session.
+
+Use it from any test module:
+
+    from fixtures_lab import lab  # noqa: F401   (pytest finds the fixture by name)
+
+    @pytest.mark.lab
+    def test_something(lab):
+        hosts = zcorch.ssh.open_hosts(lab.hosts_spec)
+        ...
+        assert lab.zcorch_procs("receiver") == []
+
+The lab gets its own name (`pytest<pid>`) and a free index (10.77.N.x / 10.78.N.x), so parallel test
+sessions of several engineers do not collide; it is torn down after the session even when tests fail,
+and labs left behind by a killed session (its pid is gone) are removed when the next session starts.
+Set ZCORCH_TEST_LAB_INDEX to force an index.
+
+Attributes of the yielded `LabHandle`:
+    name, index, layout (zcorch.lab.LabLayout), state_dir
+    hosts_spec            {"sender": {...}, "receiver": {...}} as in the experiment file (a fresh copy
+                          each access: ssh, data_address, identity_file, known_hosts, ssh_config)
+    sender / receiver     LabHost(role, mgmt, data, ns, home): management/data addresses, netns name,
+                          and the controller-side path of the host's private home (bind-mounted at /root)
+    ns_sender / ns_receiver   network namespace names
+    controller_address    10.77.N.1 (this machine, on the management bridge)
+    known_hosts, identity_file, ssh_config   paths of the lab's files
+    run_in(host, argv, **kw)  subprocess.run inside the host (its netns *and* sshd's mount namespace,
+                          i.e. what an SSH command sees); host = "sender"/"receiver" or a netns name
+    pids_in(host)         every pid in the host's netns
+    zcorch_procs(host)    pids of zcorch worker processes in the host (assert [] after each scenario)
+    connect(role, **kw)   zcorch.ssh.connect for that role (caller closes it)
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import pytest
+
+from zcorch import lab as zlab
+from zcorch.errors import LabError
+
+_WORKER_MARKERS = (b"zcorch.worker", b"zcorch\0worker")
+
+
+@dataclass(frozen=True)
+class LabHost:
+    role: str
+    mgmt: str     # management address (where SSH goes)
+    data: str     # data-link address (MTU 9000 veth to the other host)
+    ns: str       # network namespace name
+    home: str     # controller-side path of the host's /root
+
+
+class LabHandle:
+    def __init__(self, layout: zlab.LabLayout):
+        self.layout = layout
+        self.name, self.index, self.state_dir = layout.name, layout.index, layout.state_dir
+        self.sender = self._host("sender")
+        self.receiver = self._host("receiver")
+        self.ns_sender, self.ns_receiver = self.sender.ns, self.receiver.ns
+        self.controller_address = layout.controller_address
+        self.known_hosts, self.identity_file = layout.known_hosts, layout.identity_file
+        self.ssh_config = layout.ssh_config
+
+    def _host(self, role: str) -> LabHost:
+        return LabHost(role, self.layout.mgmt_address(role), self.layout.data_address(role),
+                       self.layout.ns(role), self.layout.home(role))
+
+    @property
+    def hosts_spec(self) -> dict:
+        return self.layout.hosts_spec()
+
+    def _role(self, host: str) -> str:
+        for role in zlab.HOSTS:
+            if host in (role, self.layout.ns(role)):
+                return role
+        raise ValueError(f"not a host of lab {self.name}: {host!r}")
+
+    def sshd_pid(self, host: str) -> int:
+        pid = zlab._read_pid(self.layout.sshd_pidfile(self._role(host)))
+        if not zlab._alive(pid):
+            raise RuntimeError(f"sshd of {host} in lab {self.name} is not running")
+        return pid
+
+    def run_in(self, host: str, argv: Sequence[str], **kw) -> subprocess.CompletedProcess:
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("timeout", 60)
+        return subprocess.run(["nsenter", "-t", str(self.sshd_pid(host)), "-m", "-n", "--", *argv], **kw)
+
+    def pids_in(self, host: str) -> List[int]:
+        return zlab.netns_pids(self.layout.ns(self._role(host)))
+
+    def zcorch_procs(self, host: str) -> List[int]:
+        found = []
+        for pid in self.pids_in(host):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if any(m in cmd for m in _WORKER_MARKERS):
+                found.append(pid)
+        return found
+
+    def connect(self, role: str, **kw):
+        from zcorch import ssh
+
+        return ssh.connect(self.hosts_spec[role], role, **kw)
+
+
+def _pid_alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def remove_stale_test_labs() -> None:
+    """Labs named pytest<pid> whose session died without teardown (SIGKILL, OOM...)."""
+    names = set()
+    if os.path.isdir(zlab.STATE_ROOT):
+        names |= {n for n in os.listdir(zlab.STATE_ROOT) if re.fullmatch(r"pytest\d+", n)}
+    for ns in zlab.list_netns():
+        m = re.fullmatch(r"zcorch-(pytest\d+)-(sender|receiver)", ns)
+        if m:
+            names.add(m.group(1))
+    for name in names:
+        if not _pid_alive(int(name[len("pytest"):])):
+            index = zlab._index_from_state(name, None)
+            try:
+                zlab.down(zlab.LabLayout(name, index))
+            except LabError:
+                pass
+
+
+def start_lab(name: str) -> zlab.LabLayout:
+    """Bring up a lab called `name` on the first free index (from the pid, or ZCORCH_TEST_LAB_INDEX)."""
+    forced = os.environ.get("ZCORCH_TEST_LAB_INDEX")
+    candidates = [int(forced)] if forced else [20 + (os.getpid() + i) % 230 for i in range(40)]
+    last = None
+    for index in candidates:
+        layout = zlab.LabLayout(name, index)
+        if zlab._index_owner(layout) not in (None, name):
+            continue
+        try:
+            zlab.up(layout)
+            return layout
+        except LabError as exc:  # index taken by a parallel session in the meantime, address clash
+            last = exc
+            if "in use" in str(exc) or "cannot create bridge" in str(exc) or "already exists" in str(exc):
+                continue
+            raise
+    raise LabError(f"no free lab index among {candidates[:3]}...: {last}")
+
+
+@pytest.fixture(scope="session")
+def lab():
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (network namespaces, sshd)")
+    for tool in ("ip", "nsenter", "unshare", "ssh-keygen"):
+        if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode:
+            pytest.skip(f"{tool} not installed (scripts/install-system-deps installs it)")
+    if not os.access(zlab.SSHD, os.X_OK):
+        pytest.skip("sshd not installed (scripts/install-system-deps installs openssh-server)")
+    remove_stale_test_labs()
+    name = f"pytest{os.getpid()}"
+    layout = start_lab(name)
+    try:
+        yield LabHandle(layout)
+    finally:
+        zlab.down(layout)

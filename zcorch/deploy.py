@@ -1,0 +1,322 @@
+"""Deploy the worker to a host and check the host has what a sweep needs (preflight).
+
+Public API:
+    deployed_files(source_root) -> list[str]      the one list of files a remote host gets
+    content_hash(source_root, files) -> str       what the remote build directory is keyed by
+    deploy(host, source_root=None, ...) -> WorkerHandle
+    preflight(hosts, need_iperf3=False, ports=(), handles=None) -> dict   raises PreflightError
+    prepare(hosts, need_iperf3=False, ports=()) -> dict[str, WorkerHandle] preflight + deploy + version check
+
+Remote hosts (SSHHost): the files are uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there
+with `python3 native/build.py --out DIR` (cffi, the host's own compiler), checked, marked complete and
+renamed to `<workdir>/worker-<hash>/`. A directory with the marker is reused as is (one round trip), so
+an unchanged redeploy is fast; a failed build raises DeployError with the host and the compiler output.
+LocalHost (`hosts: localhost`): the package this controller runs from is the worker; nothing is copied.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import posixpath
+import sys
+import uuid
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from ._version import __version__
+from .errors import DeployError, PreflightError
+from .hosts import Host
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_WORKDIR = "~/.cache/zcorch"
+DEFAULT_PYTHON = "python3"
+MARKER = ".zcorch-deployed"
+BUILD_TIMEOUT = 300.0
+KEEP_BUILDS = 3          # older worker-<hash> directories beyond this many are pruned
+MIN_PYTHON = (3, 9)
+
+# Deployed modules (docs/architecture.md "Modules that are deployed"): stdlib-only + the cffi module.
+_DEPLOYED_MODULES = ["zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
+                     "zcorch/native.py", "zcorch/worker.py", "native/build.py"]
+_DEPLOYED_GLOBS = ["native/*.c", "native/*.h"]
+
+
+def deployed_files(source_root: str = REPO_ROOT) -> List[str]:
+    """Relative paths (sorted) of every file a remote host gets. Raises DeployError if one is missing."""
+    files = set()
+    missing = []
+    for rel in _DEPLOYED_MODULES:
+        (files.add(rel) if os.path.isfile(os.path.join(source_root, rel)) else missing.append(rel))
+    for pattern in _DEPLOYED_GLOBS:
+        for path in glob.glob(os.path.join(source_root, pattern)):
+            files.add(os.path.relpath(path, source_root).replace(os.sep, "/"))
+    if missing:
+        raise DeployError(f"worker sources missing under {source_root}: {', '.join(missing)}")
+    return sorted(files)
+
+
+def content_hash(source_root: str, files: Sequence[str]) -> str:
+    """16 hex digits of SHA-256 over every deployed file's path and bytes."""
+    h = hashlib.sha256()
+    for rel in files:
+        with open(os.path.join(source_root, rel), "rb") as f:
+            data = f.read()
+        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class WorkerHandle:
+    """How to start the deployed worker on one host.
+
+    worker_argv: [python, "-m", "zcorch.worker"]; env: what Host.start must get ({"PYTHONPATH": dir}
+    remotely, {"PYTHONPATH": <package parent>} locally). `command(args)` is the complete argv with the
+    environment folded in via `env`, for callers that pass no env.
+    """
+
+    host: Host
+    python: str
+    directory: str                 # the package root on the host (PYTHONPATH)
+    hash: str
+    reused: bool = False           # True when an existing build was taken as is
+    env: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def worker_argv(self) -> List[str]:
+        return [self.python, "-m", "zcorch.worker"]
+
+    def command(self, args: Sequence[str]) -> List[str]:
+        """Full argv: `env PYTHONPATH=DIR python -m zcorch.worker ARGS...`."""
+        return ["env", *[f"{k}={v}" for k, v in self.env.items()], *self.worker_argv, *[str(a) for a in args]]
+
+    def argv(self, side: str, *args: str) -> List[str]:
+        """`command([side, *args])`, e.g. handle.argv("recv", "--listen", "10.78.0.3:0", "--mode", "read")."""
+        return self.command([side, *args])
+
+
+def _where(host: Host) -> str:
+    return getattr(host, "where", None) or host.name
+
+
+def _host_python(host: Host) -> str:
+    if host.is_local:
+        return sys.executable
+    return str(getattr(host, "spec", {}).get("python") or DEFAULT_PYTHON)
+
+
+def _host_workdir(host: Host) -> str:
+    return str(getattr(host, "spec", {}).get("workdir") or DEFAULT_WORKDIR)
+
+
+# Runs on the host after the build: check, mark complete, rename into place, prune old builds.
+# Constant code; every value arrives in sys.argv (nothing from the experiment file is interpreted).
+_FINALIZE = r"""
+import glob, os, shutil, sys
+tmp, final, marker, text, keep = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+if not glob.glob(os.path.join(tmp, "zcorch", "_native*.so")):
+    sys.exit("the build printed no error but produced no zcorch/_native*.so in " + tmp)
+with open(os.path.join(tmp, marker), "w") as f:
+    f.write(text)
+if os.path.isdir(final) and not os.path.exists(os.path.join(final, marker)):
+    aside = final + ".old-" + str(os.getpid())
+    os.rename(final, aside)          # an incomplete directory: replace it
+    shutil.rmtree(aside, ignore_errors=True)
+try:
+    os.rename(tmp, final)
+except OSError:
+    if not os.path.exists(os.path.join(final, marker)):
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)   # a concurrent deploy of the same hash won the race
+parent = os.path.dirname(final)
+builds = sorted(glob.glob(os.path.join(parent, "worker-*")), key=os.path.getmtime, reverse=True)
+for old in [b for b in builds if b != final][max(keep - 1, 0):]:
+    shutil.rmtree(old, ignore_errors=True)
+for stale in glob.glob(os.path.join(parent, ".tmp-worker-*")):
+    if os.path.getmtime(stale) < os.path.getmtime(final) - 3600:
+        shutil.rmtree(stale, ignore_errors=True)
+"""
+
+
+def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str] = None,
+           python: Optional[str] = None, build_timeout: float = BUILD_TIMEOUT) -> WorkerHandle:
+    """Make the worker runnable on `host`; returns the handle that starts it.
+
+    source_root: the tree whose files are deployed (default: this checkout). workdir / python default
+    to the host spec's `workdir` / `python` keys. Raises DeployError naming the host.
+    """
+    python = python or _host_python(host)
+    if host.is_local:
+        if source_root is not None and os.path.abspath(source_root) != REPO_ROOT:
+            raise DeployError("localhost runs the controller's own package; source_root is for remote hosts")
+        return WorkerHandle(host, python, REPO_ROOT, "local", reused=True, env={"PYTHONPATH": REPO_ROOT})
+    root = os.path.abspath(source_root or REPO_ROOT)
+    files = deployed_files(root)
+    digest = content_hash(root, files)
+    base = host.expand(workdir or _host_workdir(host))
+    final = posixpath.join(base, f"worker-{digest}")
+    handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final})
+    if host.run(["test", "-f", posixpath.join(final, MARKER)], timeout=30).ok:
+        handle.reused = True
+        return handle
+    tmp = posixpath.join(base, f".tmp-worker-{digest}-{uuid.uuid4().hex[:8]}")
+    try:
+        for rel in files:
+            host.put_file(os.path.join(root, rel), posixpath.join(tmp, rel))
+        build = host.run([python, posixpath.join(tmp, "native", "build.py"), "--out", tmp], timeout=build_timeout)
+        if not build.ok:
+            output = (build.stdout + build.stderr).strip()
+            raise DeployError(f"{_where(host)}: building the worker failed (exit {build.returncode}, "
+                              f"{python} native/build.py in {tmp}):\n{output[-6000:]}")
+        marker = json.dumps({"hash": digest, "version": __version__, "files": files, "python": python})
+        fin = host.run([python, "-c", _FINALIZE, tmp, final, MARKER, marker, str(KEEP_BUILDS)], timeout=60)
+        if not fin.ok:
+            raise DeployError(f"{_where(host)}: installing the built worker into {final} failed: "
+                              f"{(fin.stderr or fin.stdout).strip()}")
+    except BaseException:
+        host.run(["rm", "-rf", "--", tmp], timeout=60)
+        raise
+    return handle
+
+
+# -- preflight --------------------------------------------------------------------------------
+# One round trip per host: what python, cffi, headers, compiler, iperf3, ports look like there.
+_PROBE = r"""
+import json, os, shutil, socket, sys, sysconfig
+out = {"python": list(sys.version_info[:3]), "executable": sys.executable}
+try:
+    import cffi
+    out["cffi"] = cffi.__version__
+except Exception:
+    out["cffi"] = None
+inc = sysconfig.get_paths().get("include") or ""
+out["python_h"] = os.path.exists(os.path.join(inc, "Python.h"))
+cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+out["cc"] = shutil.which(os.environ.get("CC", "") or cc) or shutil.which("cc") or shutil.which("gcc")
+out["iperf3"] = shutil.which("iperf3")
+addr = sys.argv[1]
+out["address_error"] = None
+out["busy_ports"] = []
+def try_bind(port):
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.bind((addr, port))
+    finally:
+        s.close()
+try:
+    try_bind(0)
+except OSError as e:
+    out["address_error"] = str(e)
+else:
+    for p in sys.argv[2:]:
+        try:
+            try_bind(int(p))
+        except OSError as e:
+            out["busy_ports"].append([int(p), str(e)])
+print(json.dumps(out))
+"""
+
+
+def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = None) -> dict:
+    """Facts about a host (see _PROBE), or {"error": ...} when its python cannot run at all."""
+    python = python or _host_python(host)
+    r = host.run([python, "-c", _PROBE, host.data_address, *[str(int(p)) for p in ports]], timeout=60)
+    if not r.ok:
+        return {"error": (r.stderr or r.stdout).strip(), "returncode": r.returncode, "python_cmd": python}
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": f"unexpected probe output {r.stdout[-300:]!r}", "returncode": r.returncode,
+                "python_cmd": python}
+
+
+def host_problems(host: Host, facts: dict, need_iperf3: bool = False) -> List[str]:
+    """Pure: each missing piece of one host as "<host>: <what> — <fix>"."""
+    where = _where(host)
+    problems = []
+    if "error" in facts:
+        cmd = facts.get("python_cmd", DEFAULT_PYTHON)
+        if facts.get("returncode") == 127:
+            problems.append(f"{where}: {cmd} not found — apt-get install python3 (or set hosts.{host.name}.python "
+                            f"to the interpreter's path)")
+        else:
+            problems.append(f"{where}: {cmd} failed to run the preflight probe: {facts['error'][-500:]}")
+        return problems
+    if tuple(facts["python"]) < MIN_PYTHON:
+        problems.append(f"{where}: {facts['executable']} is Python {'.'.join(map(str, facts['python']))}, "
+                        f"the worker needs {'.'.join(map(str, MIN_PYTHON))}+ — set hosts.{host.name}.python")
+    if not host.is_local:  # localhost runs the controller's own, already built, package
+        if not facts["cffi"]:
+            problems.append(f"{where}: python module cffi not found for {facts['executable']} — "
+                            f"apt-get install python3-cffi (or pip install cffi)")
+        if not facts["python_h"]:
+            problems.append(f"{where}: Python headers (Python.h) not found — apt-get install python3-dev")
+        if not facts["cc"]:
+            problems.append(f"{where}: no C compiler (cc) found — apt-get install gcc")
+    if need_iperf3 and not facts["iperf3"]:
+        problems.append(f"{where}: iperf3 not found — apt-get install iperf3")
+    if facts["address_error"]:
+        problems.append(f"{where}: data_address {host.data_address} is not an address of this host "
+                        f"({facts['address_error']}) — fix hosts.{host.name}.data_address")
+    for port, err in facts["busy_ports"]:
+        problems.append(f"{where}: port {port} on {host.data_address} is in use ({err}) — stop what listens "
+                        f"there or choose another port")
+    return problems
+
+
+def worker_version_problems(handle: WorkerHandle) -> List[str]:
+    """Run `worker info` on the host; a mismatch with the controller's version is a problem."""
+    where = _where(handle.host)
+    r = handle.host.run(handle.worker_argv + ["info"], env=handle.env, timeout=60)
+    fix = "run scripts/bootstrap" if handle.host.is_local else "redeploy (delete the worker-* directory)"
+    if not r.ok:
+        return [f"{where}: `{' '.join(handle.worker_argv)} info` failed (exit {r.returncode}): "
+                f"{(r.stderr or r.stdout).strip()[-800:]} — {fix}"]
+    try:
+        info = json.loads(r.stdout.strip().splitlines()[-1])
+        version = info["version"]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return [f"{where}: `worker info` printed no version: {r.stdout[-300:]!r} — {fix}"]
+    if version != __version__:
+        return [f"{where}: worker version {version} != controller version {__version__} — {fix}"]
+    return []
+
+
+def preflight(hosts: Mapping[str, Host], need_iperf3: bool = False, ports: Sequence[int] = (),
+              handles: Optional[Mapping[str, WorkerHandle]] = None) -> Dict[str, dict]:
+    """Check every host (and, given handles, every deployed worker's version); returns the probe facts.
+
+    Raises one PreflightError listing every problem of every host. The same Host object used for
+    two roles (localhost) is checked once.
+    """
+    facts: Dict[str, dict] = {}
+    problems: List[str] = []
+    seen: Dict[int, str] = {}
+    for role, host in hosts.items():
+        if id(host) in seen:
+            facts[role] = facts[seen[id(host)]]
+            continue
+        seen[id(host)] = role
+        facts[role] = probe_host(host, ports)
+        problems += host_problems(host, facts[role], need_iperf3)
+    for role, handle in (handles or {}).items():
+        if not any(p.startswith(_where(handle.host) + ":") for p in problems):
+            problems += worker_version_problems(handle)
+    if problems:
+        raise PreflightError("preflight failed:\n  " + "\n  ".join(dict.fromkeys(problems)))
+    return facts
+
+
+def prepare(hosts: Mapping[str, Host], need_iperf3: bool = False, ports: Sequence[int] = (),
+            source_root: Optional[str] = None) -> Dict[str, WorkerHandle]:
+    """Preflight the hosts, deploy the worker to each, then check the deployed versions."""
+    preflight(hosts, need_iperf3=need_iperf3, ports=ports)
+    handles = {role: deploy(host, source_root=source_root) for role, host in hosts.items()}
+    problems: List[str] = []
+    for handle in {id(h.host): h for h in handles.values()}.values():
+        problems += worker_version_problems(handle)
+    if problems:
+        raise PreflightError("preflight failed:\n  " + "\n  ".join(problems))
+    return handles
