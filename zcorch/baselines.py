@@ -34,6 +34,7 @@ class Iperf3Config:
     per: str = "pair"            # "pair": once per distinct (window, buffer) of the cells; "sweep": once
     duration: Optional[float] = 2.0   # iperf3 -t; None when `bytes` is given
     bytes: Optional[int] = None       # iperf3 -n
+    omit: int = 0                     # iperf3 -O: seconds of slow start left out of the result
     port: int = 5201                  # remote hosts; on localhost a free port is picked
     idle_timeout: int = 30            # server --idle-timeout (s): a stuck server exits by itself
     zerocopy: List[bool] = field(default_factory=lambda: [False, True])  # plain and -Z
@@ -64,8 +65,9 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
 def baseline_config(section: Any) -> BaselineConfig:
     """BaselineConfig from the experiment's `baselines:` section (dict or spec object, or None).
 
-    `baselines: false` (or `iperf3: false` / `dd: false`) disables them; sizes and durations go
-    through zcorch.units.
+    As zcorch.spec normalises it, the section lists only the kinds to run: a kind that is not
+    written is not run (`{}` = no baselines); None means "not given" and runs both with defaults.
+    `false` for the section or a kind disables it. Sizes and durations go through zcorch.units.
     """
     cfg = BaselineConfig()
     if section is False:
@@ -74,6 +76,9 @@ def baseline_config(section: Any) -> BaselineConfig:
     if section is None or section is True:
         return cfg
     problems = []
+    if isinstance(section, dict):
+        cfg.iperf3.enabled = "iperf3" in section
+        cfg.dd.enabled = "dd" in section
     ip = _get(section, "iperf3")
     if ip is False:
         cfg.iperf3.enabled = False
@@ -89,6 +94,7 @@ def baseline_config(section: Any) -> BaselineConfig:
             for key in ("duration", "time"):
                 if _get(ip, key) is not None:
                     cfg.iperf3.duration = parse_duration(_get(ip, key))
+            cfg.iperf3.omit = int(_get(ip, "omit", 0) or 0)
             cfg.iperf3.port = int(_get(ip, "port", cfg.iperf3.port))
             cfg.iperf3.idle_timeout = int(parse_duration(_get(ip, "idle_timeout", cfg.iperf3.idle_timeout)))
             if _get(ip, "enabled") is False:
@@ -129,13 +135,15 @@ def iperf3_server_argv(bind: str, port: int, idle_timeout: int) -> List[str]:
 
 def iperf3_client_argv(server: str, port: int, window: Optional[int], buffer: Optional[int],
                        zerocopy: bool, duration: Optional[float] = None,
-                       nbytes: Optional[int] = None) -> List[str]:
+                       nbytes: Optional[int] = None, omit: int = 0) -> List[str]:
     argv = ["iperf3", "-c", server, "-p", str(port), "-J"]
     if nbytes is not None:
         argv += ["-n", str(nbytes)]
     else:
         # iperf3 takes whole seconds and treats 0 as "forever": round up, at least 1.
         argv += ["-t", str(max(1, math.ceil(duration if duration is not None else 10)))]
+    if omit:
+        argv += ["-O", str(omit)]
     if window:
         argv += ["-w", str(window)]
     if buffer:
@@ -337,7 +345,7 @@ def iperf3_keys(cfg: Iperf3Config, params_list: Sequence[dict]) -> List[dict]:
 def iperf3_commands(cfg: Iperf3Config, receiver_addr: str, key: dict, port: int) -> tuple:
     server = iperf3_server_argv(receiver_addr, port, cfg.idle_timeout)
     client = iperf3_client_argv(receiver_addr, port, key["window"], key["buffer"], key["zerocopy"],
-                                cfg.duration, cfg.bytes)
+                                cfg.duration, cfg.bytes, cfg.omit)
     return server, client
 
 
@@ -349,7 +357,7 @@ def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Config, key: dict) -> di
         return _record("iperf3", key, sender, started, status="skipped", reason=missing)
     port = _free_local_port(receiver.data_address) if receiver.is_local else cfg.port
     server_argv, client_argv = iperf3_commands(cfg, receiver.data_address, key, port)
-    test_s = cfg.duration if cfg.duration is not None else 60.0
+    test_s = (cfg.duration if cfg.duration is not None else 60.0) + cfg.omit
     server = receiver.start(server_argv)
     try:
         deadline = time.monotonic() + 10

@@ -197,10 +197,20 @@ class ResultSet:
             return json.load(f)
 
     # -- meta / manifest --------------------------------------------------------------------
-    def write_meta(self, meta: dict) -> None:
-        """meta.json; on resume the earlier metadata is kept under "previous" (hosts may differ)."""
+    def write_meta(self, meta: dict, keep_previous: bool = True) -> None:
+        """meta.json; on resume the earlier metadata is kept under "previous" (hosts may differ).
+
+        keep_previous=False updates this sweep's metadata in place (e.g. filesystems, known only
+        after provisioning) and carries over the existing "previous" list.
+        """
         path = self.path(META)
-        if os.path.exists(path):
+        if os.path.exists(path) and not keep_previous:
+            with open(path, encoding="utf-8") as f:
+                old = json.load(f)
+            meta = dict(meta)
+            if "previous" in old:
+                meta["previous"] = old["previous"]
+        elif os.path.exists(path):
             with open(path, encoding="utf-8") as f:
                 old = json.load(f)
             meta = dict(meta)

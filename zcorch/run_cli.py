@@ -89,39 +89,27 @@ class Sweep:
 
 
 def local_worker_command() -> tuple:
-    """Worker on this machine: this interpreter with the checkout on PYTHONPATH (no install needed)."""
-    env = {"PYTHONPATH": REPO_ROOT + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
-    return [sys.executable, "-m", "zcorch.worker"], env
+    """Worker on this machine: this interpreter with the checkout on PYTHONPATH (as deploy gives it)."""
+    return [sys.executable, "-m", "zcorch.worker"], {"PYTHONPATH": REPO_ROOT}
 
 
-def open_sweep(exp: Any, accept_new_host_keys: bool) -> Sweep:
-    hosts_spec = _get(exp, "hosts")
-    if _is_localhost(hosts_spec):
-        hosts = {"sender": LocalHost("localhost", "127.0.0.1"), "receiver": LocalHost("localhost", "127.0.0.1")}
-        worker, env = local_worker_command()
-        try:
-            from . import native
-            if hasattr(native, "ensure_built"):
-                native.ensure_built()
-        except ImportError:
-            pass
-        return Sweep(hosts, {"sender": worker, "receiver": worker}, {"sender": env, "receiver": env},
-                     {"sender": sys.executable, "receiver": sys.executable})
+def open_sweep(exp: Any, accept_new_host_keys: bool, cfg: bl.BaselineConfig) -> Sweep:
+    """Connect (persistent SSH per host, or LocalHost), preflight, deploy and version-check the worker."""
     from . import deploy, lab
 
-    hosts = lab.open_hosts(hosts_spec, accept_new_host_keys)
-    worker, env, python = {}, {}, {}
+    hosts = lab.open_hosts(_get(exp, "hosts"), accept_new_host_keys)
     try:
-        for role in ("sender", "receiver"):
-            handle = deploy.deploy(hosts[role])
-            worker[role] = list(_get(handle, "worker_argv"))
-            env[role] = dict(_get(handle, "env", None) or {})
-            python[role] = _get(handle, "python", None) or _get(_get(hosts_spec, role), "python", None) or "python3"
+        remote = not hosts["receiver"].is_local
+        ports = [cfg.iperf3.port] if cfg.iperf3.enabled and remote else []
+        # Remote hosts must have iperf3 when the file asks for it; on localhost a missing iperf3
+        # only makes the baseline `skipped` (with the fix in the reason).
+        handles = deploy.prepare(hosts, need_iperf3=cfg.iperf3.enabled and remote, ports=ports)
     except BaseException:
-        for h in hosts.values():
+        for h in {id(h): h for h in hosts.values()}.values():
             h.close()
         raise
-    return Sweep(hosts, worker, env, python)
+    return Sweep(hosts, {r: list(h.worker_argv) for r, h in handles.items()},
+                 {r: dict(h.env) for r, h in handles.items()}, {r: h.python for r, h in handles.items()})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,7 +236,24 @@ def collect_meta(sweep: Sweep, plan_runs: List[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Dry run
 
+class _DryRunHost(Host):
+    """Stands for a remote receiver in --dry-run: it answers $HOME with a marker and runs nothing."""
+
+    HOME = "/__remote_home__"
+    is_local = False
+
+    def __init__(self, name: str):
+        self.name, self.data_address = name, ""
+
+    def run(self, argv, timeout=60.0, env=None, input=None):
+        from .hosts import CommandResult
+
+        if list(argv) == ["printenv", "HOME"]:
+            return CommandResult(list(argv), 0, self.HOME + "\n", "")
+        raise HostError(f"dry run: refusing to run {shlex.join(argv)} on {self.name}")
+
 def dry_run(exp: Any, plan_runs: List[dict], cfg: bl.BaselineConfig, out: TextIO = sys.stdout) -> None:
+    """The plan and every command `zcorch run` would run. Opens no connection at all."""
     hosts_spec = _get(exp, "hosts")
     local = _is_localhost(hosts_spec)
     if local:
@@ -278,6 +283,16 @@ def dry_run(exp: Any, plan_runs: List[dict], cfg: bl.BaselineConfig, out: TextIO
             out.write(f"receiver$ {shlex.join(bl.dd_write_argv(d[1] + '/.zcorch-dd-PID', cfg.dd.bs, cfg.dd.count))}"
                       f"; sync; drop caches if root; "
                       f"{shlex.join(bl.dd_read_argv(d[1] + '/.zcorch-dd-PID', cfg.dd.bs, cfg.dd.count))}{fs_note}\n")
+    configs = _get(exp, "filesystems") or {}
+    if configs:
+        from .filesystems import FilesystemManager
+
+        host = LocalHost() if local else _DryRunHost("receiver")
+        fsman = FilesystemManager(host, configs, _fs_state_dir(exp), dry_run=True)
+        for name in configs:
+            out.write(f"# filesystem {name}: provisioned on the receiver before its first run, removed after its last\n")
+            for argv in fsman.plan_commands(name):
+                out.write(f"receiver$ {shlex.join(argv).replace(_DryRunHost.HOME, '~')}\n")
     for r in plan_runs:
         out.write(f"# run {r['id']} repeat {r['repeat']}\n")
         out.write(f"receiver$ {shlex.join(recv_argv(workers['receiver'], addr['receiver'], r['params']))}\n")
@@ -342,16 +357,22 @@ def main(args: argparse.Namespace) -> int:
     old_term = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     sweep = None
     fsman = None
+    warnings: List[str] = []
     progress = Progress(len(plan_runs), len(skip))
     try:
-        sweep = open_sweep(exp, args.accept_new_host_keys)
-        rs.write_meta(collect_meta(sweep, plan_runs))
-        fsman = _filesystem_manager(exp, sweep)
+        sweep = open_sweep(exp, args.accept_new_host_keys, cfg)
+        meta = collect_meta(sweep, plan_runs)
+        rs.write_meta(meta)
+        fsman = _filesystem_manager(exp, sweep, warnings)
         _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
         runner = Runner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
                         sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman, progress=progress,
                         before_directory=_dd_hook(rs, sweep, cfg))
         outcome = runner.run_sweep(plan_runs, skip)
+        warnings += runner.warnings
+        if fsman is not None:
+            meta["filesystems"] = {name: fsman.describe(name) for name in _get(exp, "filesystems")}
+            rs.write_meta(meta, keep_previous=False)
     except KeyboardInterrupt:
         outcome = SweepOutcome(status="interrupted")
     except ZcorchError:
@@ -363,6 +384,8 @@ def main(args: argparse.Namespace) -> int:
         if sweep is not None:
             sweep.close()
     rs.finish(outcome.status)
+    for w in warnings:
+        print(f"zcorch run: warning: {w}", file=sys.stderr)
     print(summary_table(plan_runs, rs.runs()))
     print(f"results: {rs.dir}")
     if outcome.status == "interrupted":
@@ -374,12 +397,27 @@ def main(args: argparse.Namespace) -> int:
     return 0 if all_ok else 1
 
 
-def _filesystem_manager(exp: Any, sweep: Sweep):
-    """zcorch.filesystems' manager when the experiment declares filesystems (a later issue)."""
-    if not _get(exp, "filesystems"):
+def _fs_state_dir(exp: Any) -> str:
+    hosts_spec = _get(exp, "hosts")
+    workdir = _get(_get(hosts_spec, "receiver"), "workdir", None) if isinstance(hosts_spec, dict) else None
+    return (workdir or "~/.cache/zcorch").rstrip("/") + "/fs"
+
+
+def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str]):
+    """zcorch.filesystems' manager for the receiver when the experiment declares filesystems."""
+    configs = _get(exp, "filesystems")
+    if not configs:
         return None
-    try:
-        from . import filesystems
-    except ImportError:
-        return None  # runs using a filesystem are then recorded failed with the reason
-    return filesystems.manager_for(exp, sweep.hosts["receiver"])
+    from .errors import PreflightError
+    from .filesystems import FilesystemManager
+
+    receiver = sweep.hosts["receiver"]
+    state_dir = _fs_state_dir(exp)
+    for undone in FilesystemManager.cleanup_stale(receiver, state_dir):
+        warnings.append(f"undid a previous controller's leftover: {undone}")
+    fsman = FilesystemManager(receiver, configs, state_dir,
+                              log=lambda m: print(f"zcorch run: {m}", file=sys.stderr))
+    problems = fsman.preflight()
+    if problems:
+        raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
+    return fsman

@@ -160,6 +160,7 @@ class Runner:
         # Called once per distinct (filesystem, sink directory) before its first run: the dd baseline.
         self.before_directory = before_directory
         self._seen_dirs: set = set()
+        self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs
 
     # -- one run ------------------------------------------------------------------------------
     def run_one(self, cell: str, repeat: int, params: Dict[str, Any]) -> dict:
@@ -353,12 +354,18 @@ class Runner:
                 self._count(record, outcome, len(todo))
                 if fs and last_use.get(fs) == i and fs in mounted:
                     del mounted[fs]
-                    self.fsman.release(fs)
+                    try:
+                        self.fsman.release(fs)
+                    except ZcorchError as exc:  # the runs are recorded; teardown_all retries
+                        self.warnings.append(str(exc))
         except KeyboardInterrupt:
             outcome.status = "interrupted"
         finally:
             if self.fsman is not None:
-                self.fsman.teardown_all()
+                try:
+                    self.fsman.teardown_all()
+                except ZcorchError as exc:
+                    self.warnings.append(str(exc))
         return outcome
 
     def _ensure_fs(self, fs: str, mounted: dict, fs_errors: dict) -> Tuple[Optional[str], Optional[str]]:
