@@ -84,14 +84,19 @@ def write_sink(host: Host, mountpoint: str, mib: int = 8) -> "tuple[str, str]":
 
 PROVISIONER = r"""
 import json, os, signal, sys, time
-from zcorch.hosts import LocalHost
 from zcorch.filesystems import FilesystemManager
-configs, state_dir, kill_at = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+configs, state_dir, kill_at, hosts_spec = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+if hosts_spec:
+    from zcorch.ssh import connect
+    host = connect(hosts_spec["receiver"], "receiver")
+else:
+    from zcorch.hosts import LocalHost
+    host = LocalHost()
 def log(msg):
     # A real SIGKILL of this process at a chosen step (the message is logged just before it runs).
-    if kill_at and msg.startswith("[localhost] " + kill_at + " "):
+    if kill_at and msg.startswith("[" + host.name + "] " + kill_at + " "):
         os.kill(os.getpid(), signal.SIGKILL)
-fm = FilesystemManager(LocalHost(), configs, state_dir, log=log)
+fm = FilesystemManager(host, configs, state_dir, log=log)
 for name in configs:
     print(fm.ensure(name), flush=True)
 print("ready", flush=True)
@@ -99,10 +104,14 @@ time.sleep(600)
 """
 
 
-def start_provisioner(configs: dict, state_dir: str, kill_at: str = "") -> subprocess.Popen:
+def start_provisioner(configs: dict, state_dir: str, kill_at: str = "",
+                      hosts_spec: Optional[dict] = None) -> subprocess.Popen:
+    """A separate controller process that provisions `configs` (over SSH if hosts_spec is given) and
+    then waits to be killed - or kills itself with SIGKILL just before the step `kill_at`."""
     import json
 
-    return subprocess.Popen([sys.executable, "-c", PROVISIONER, json.dumps(configs), state_dir, kill_at],
+    return subprocess.Popen([sys.executable, "-c", PROVISIONER, json.dumps(configs), state_dir, kill_at,
+                             json.dumps(hosts_spec or {})],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

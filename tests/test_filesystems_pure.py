@@ -58,6 +58,15 @@ def test_bad_entries_name_the_entry_and_the_problem(entry, needle):
     assert all(p.startswith("filesystems.bad") for p in problems)
 
 
+def test_spec_normalised_form_is_accepted():
+    """zcorch.spec hands over every key, absent ones as None / []."""
+    spec_form = {"fs": "btrfs", "raid": None, "loop": {"count": 2, "size": 1073741824}, "devices": None,
+                 "mkfs_options": [], "mount_options": [], "allow_destroy": []}
+    configs, problems = parse_configs({"b": spec_form, "a": {"path": "/mnt/array"}})
+    assert problems == [] and configs["b"].loop_count == 2 and configs["b"].raid is None
+    assert configs["a"].existing
+
+
 def test_bad_name_is_reported():
     assert any("name must be" in p for p in config_problems({"a/b": {"path": "/x"}}))
 

@@ -102,6 +102,8 @@ def parse_config(name: Any, raw: Any) -> "tuple[Optional[FsConfig], list[str]]":
     if not isinstance(raw, Mapping):
         return None, problems + [f"{where}: expected a mapping like {{fs: ext4, loop: {{count: 1, size: 1GiB}}}}"
                                  f" or {{path: /mnt/array}}, got {raw!r}"]
+    # The spec's normalised form lists every key, absent ones as None: treat those as not given.
+    raw = {k: v for k, v in raw.items() if v is not None}
     keys = set(raw)
     if "path" in raw:
         extra = sorted(keys - _PATH_KEYS)
@@ -173,8 +175,8 @@ def parse_config(name: Any, raw: Any) -> "tuple[Optional[FsConfig], list[str]]":
             problems.append(f"{where}.raid: expected a {how} ({', '.join(levels)}), got {raid!r}")
         elif count and count < MIN_DEVICES[raid]:
             problems.append(f"{where}.raid: {raid} needs at least {MIN_DEVICES[raid]} devices, got {count}")
-    elif count > 1:
-        problems.append(f"{where}: {count} devices need a 'raid' level (btrfs profile or md level)")
+    elif count > 1 and fs != "btrfs":  # btrfs over several devices without raid: mkfs.btrfs's defaults
+        problems.append(f"{where}: {count} devices need a 'raid' level (md: {', '.join(MD_LEVELS)})")
     if raw.get("raid_chunk") is not None:
         if fs == "btrfs" or raid is None:
             problems.append(f"{where}.raid_chunk: only for md RAID (a non-btrfs fs with 'raid')")

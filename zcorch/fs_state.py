@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import shlex
 import socket
 import time
 from typing import Callable, Optional
@@ -57,6 +58,11 @@ class StateFile:
         self.host.run(["rm", "-f", "--", self.path])
 
 
+def _do(host: Host, argv: list, log: Log):
+    log(f"[{host.name}] {shlex.join(argv)}")
+    return host.run(argv)
+
+
 def _umount(host: Host, res: dict, log: Log) -> Optional[str]:
     mnt = res["mountpoint"]
     entry = findmnt_target(host, mnt)
@@ -68,8 +74,7 @@ def _umount(host: Host, res: dict, log: Log) -> Optional[str]:
                         f"{', '.join(sorted(ours))}: left alone")
     last = None
     for attempt in range(10):  # a just-killed worker may hold its sink open for a moment
-        log(f"umount {mnt}")
-        last = host.run(["umount", "--", mnt])
+        last = _do(host, ["umount", "--", mnt], log)
         if last.ok:
             return f"unmounted {mnt}"
         time.sleep(0.3 * (attempt + 1))
@@ -88,30 +93,27 @@ def _stop_md(host: Host, res: dict, log: Log) -> Optional[str]:
     members = {posixpath.basename(m) for m in res.get("members") or []}
     if members and not set(arrays[kname]) <= members:
         raise HostError(f"{host.name}: {dev} has members {arrays[kname]}, not zcorch's {sorted(members)}: left alone")
-    log(f"mdadm --stop {dev}")
-    r = host.run(["mdadm", "--stop", dev])
+    r = _do(host, ["mdadm", "--stop", dev], log)
     if not r.ok:
         raise HostError(f"{host.name}: mdadm --stop {dev} failed: {r.stderr.strip()}")
     for m in res.get("members") or []:
         # The members were zcorch's loops or allow_destroy devices: clear the superblock so
         # nothing re-assembles the array later.
-        host.run(["mdadm", "--zero-superblock", m])
+        _do(host, ["mdadm", "--zero-superblock", m], log)
     return f"stopped md array {dev}"
 
 
 def _forget_btrfs(host: Host, res: dict, log: Log) -> Optional[str]:
     devs = res.get("devices") or []
     if devs:
-        log("btrfs device scan --forget " + " ".join(devs))
-        host.run(["btrfs", "device", "scan", "--forget", *devs])
+        _do(host, ["btrfs", "device", "scan", "--forget", *devs], log)
     return None  # bookkeeping in the kernel only: nothing a user would notice
 
 
 def _detach_loops(host: Host, res: dict, log: Log) -> Optional[str]:
     done = []
     for dev in loops_of(host, res["backing_file"]):
-        log(f"losetup -d {dev}")
-        r = host.run(["losetup", "-d", dev])
+        r = _do(host, ["losetup", "-d", dev], log)
         if not r.ok:
             raise HostError(f"{host.name}: losetup -d {dev} failed: {r.stderr.strip()}")
         done.append(dev)
@@ -124,8 +126,7 @@ def _remove_file(host: Host, res: dict, log: Log) -> Optional[str]:
         return None
     if loops_of(host, path):
         raise HostError(f"{host.name}: {path} still backs a loop device: not removed")
-    log(f"rm {path}")
-    r = host.run(["rm", "-f", "--", path])
+    r = _do(host, ["rm", "-f", "--", path], log)
     if not r.ok:
         raise HostError(f"{host.name}: rm {path} failed: {r.stderr.strip()}")
     return f"removed backing file {path}"
@@ -137,8 +138,7 @@ def _remove_dir(host: Host, res: dict, log: Log) -> Optional[str]:
         return None
     if findmnt_target(host, path) is not None:
         raise HostError(f"{host.name}: {path} is still a mountpoint: not removed")
-    log(f"rmdir {path}")
-    r = host.run(["rmdir", "--", path])  # only if empty: never deletes anything else
+    r = _do(host, ["rmdir", "--", path], log)  # only if empty: never deletes anything else
     if not r.ok:
         raise HostError(f"{host.name}: rmdir {path} failed: {r.stderr.strip()}")
     return f"removed directory {path}"
