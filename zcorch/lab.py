@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from .errors import LabError
-from .ssh import open_hosts  # noqa: F401  (re-exported: `zcorch run` opens its hosts through lab.open_hosts)
 
 STATE_ROOT = "/var/lib/zcorch-lab"
 SCRATCH_MOUNTPOINT = "/scratch"
@@ -190,6 +189,13 @@ class LabLayout:
                   "    User root", f"    IdentityFile {self.identity_file}", "    IdentitiesOnly yes",
                   f"    UserKnownHostsFile {self.known_hosts}", "    ForwardAgent no", ""]
         return "\n".join(lines)
+
+
+def open_hosts(hosts_spec, accept_new_host_keys: bool = False, **kw):
+    """Same as zcorch.ssh.open_hosts (kept here because `zcorch run` opens its hosts through the lab module)."""
+    from .ssh import open_hosts as _open_hosts
+
+    return _open_hosts(hosts_spec, accept_new_host_keys, **kw)
 
 
 # -- small system helpers -------------------------------------------------------------------
