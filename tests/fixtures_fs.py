@@ -119,3 +119,31 @@ def start_provisioner(configs: dict, state_dir: str, kill_at: str = "",
 def fs_state_dir(tmp_path) -> str:
     d = tmp_path / "state"
     return str(d)
+
+
+def worker_sink(host: Host, mountpoint: str, source: str, nbytes: int, recv_mode: str,
+                sink_state: str = "fresh") -> "tuple[dict, dict]":
+    """One real cell on loopback: `zcorch.worker recv` writes `<mountpoint>/recv.dat` from a
+    `zcorch.worker send` of `source`. Returns (send result, recv result) JSON events."""
+    import json
+
+    worker = [sys.executable, "-m", "zcorch.worker"]
+    sink = f"{mountpoint}/recv.dat"
+    recv = host.start(worker + ["recv", "--listen", "127.0.0.1:0", "--mode", recv_mode, "--bytes", str(nbytes),
+                                "--sink", sink, "--sink-state", sink_state, "--fsync", "--timeout", "60"],
+                      env={"PYTHONPATH": REPO})
+    try:
+        ready = json.loads(recv.readline(timeout=30) or "{}")
+        assert ready.get("event") == "ready", (ready, recv.stderr_text())
+        send = subprocess.run(worker + ["send", "--connect", f"127.0.0.1:{ready['port']}", "--mode", "sendfile",
+                                        "--bytes", str(nbytes), "--source", source, "--timeout", "60"],
+                              cwd=REPO, capture_output=True, text=True, timeout=90)
+        assert send.returncode == 0, send.stdout + send.stderr
+        sent = json.loads(send.stdout.splitlines()[-1])
+        lines = list(recv.lines(timeout=60))
+        assert recv.wait(timeout=30) == 0, (lines, recv.stderr_text())
+        got = json.loads(lines[-1])
+        assert got["event"] == "result", got
+        return sent, got
+    finally:
+        recv.kill_group()

@@ -1,6 +1,7 @@
 """FilesystemManager on this machine as root: real loop devices, mkfs, mounts, SIGKILLed controllers."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -10,7 +11,8 @@ import pytest
 
 from conftest import require_tool
 from fixtures_fs import (SMALL_CONFIGS, external_loop, fs_state_dir, fs_uuid, host_state, mounted,  # noqa: F401
-                         start_provisioner, write_sink)
+                         start_provisioner, worker_sink, write_sink)
+from fixtures_worker import needs_native
 from zcorch.errors import HostError
 from zcorch.filesystems import FilesystemManager
 from zcorch.fs_probe import md_supported
@@ -45,7 +47,7 @@ def test_four_configurations_carry_a_sink_and_leave_the_host_as_before(host, bef
             mnt = fm.ensure(name)
             assert fm.ensure(name) == mnt  # provisioned once
             assert host.run(["findmnt", "--mountpoint", mnt]).ok
-            src_sum, sink_sum = write_sink(host, mnt)
+            src_sum, sink_sum = write_sink(host, mnt)  # dd, as the dd baseline does
             assert src_sum == sink_sum
             # The sink lives on the configuration's own filesystem, not on the one below.
             on = json.loads(host.run(["findmnt", "-J", "-T", f"{mnt}/recv.dat"]).stdout)["filesystems"][0]
@@ -74,6 +76,29 @@ def test_four_configurations_carry_a_sink_and_leave_the_host_as_before(host, bef
     assert btrfs["fstype"] == "btrfs" and len(btrfs["devices"]) == 2
     assert btrfs["raid_kernel"] == {"data": "raid0", "metadata": "raid0", "system": "raid0"}
     assert any(line.startswith("[localhost] mkfs.btrfs -f -d raid0 -m raid0 /dev/loop") for line in log)
+
+
+RECV_MODES = {"ext4-loop": "read", "ext4-nodelalloc": "splice", "xfs-stripe": "mmap", "btrfs-raid0": "vmsplice"}
+
+
+@needs_native
+@pytest.mark.parametrize("sink_state", ["fresh", "preallocated"])
+def test_worker_cells_write_their_sink_on_each_configuration(host, before, fs_state_dir, tmp_path, sink_state):
+    """A real receiver cell (zcorch.worker recv on loopback, a different receive mode per filesystem)."""
+    source = tmp_path / "source.bin"
+    source.write_bytes(os.urandom(8 * 1024 * 1024 + 4096 * 3 + 17))  # not a multiple of any buffer
+    want = hashlib.sha256(source.read_bytes()).hexdigest()
+    fm = FilesystemManager(host, SMALL_CONFIGS, fs_state_dir)
+    try:
+        for name, mode in RECV_MODES.items():
+            mnt = fm.ensure(name)
+            _sent, got = worker_sink(host, mnt, str(source), source.stat().st_size, mode, sink_state)
+            assert got["bytes"] == source.stat().st_size and got["mode"] == mode
+            assert host.run(["sha256sum", f"{mnt}/recv.dat"]).stdout.split()[0] == want
+            fm.release(name)
+    finally:
+        fm.teardown_all()
+    assert host_state(host) == before
 
 
 def test_existing_path_is_used_recorded_and_never_touched(host, before, tmp_path, fs_state_dir):
