@@ -1,0 +1,206 @@
+"""zcorch.deploy: real uploads and remote cffi builds in the lab hosts, preflight on real hosts."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+import uuid
+
+import pytest
+
+from fixtures_lab import lab  # noqa: F401
+from zcorch import deploy
+from zcorch._version import __version__
+from zcorch.errors import DeployError, PreflightError
+from zcorch.hosts import LocalHost
+
+REPO = deploy.REPO_ROOT
+
+
+def _copy_sources(dest) -> str:
+    """A private copy of the deployed files, so a test can change them."""
+    for rel in deploy.deployed_files(REPO):
+        os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
+        shutil.copy2(os.path.join(REPO, rel), os.path.join(dest, rel))
+    return str(dest)
+
+
+# -- pure / local ----------------------------------------------------------------------------
+def test_deployed_files_and_hash(tmp_path):
+    files = deploy.deployed_files(REPO)
+    for must in ("zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
+                 "zcorch/native.py", "zcorch/worker.py", "native/build.py"):
+        assert must in files
+    assert any(f.endswith(".c") for f in files) and any(f.endswith(".h") for f in files)
+    assert not any(f.startswith("zcorch/analysis") or f == "zcorch/ssh.py" for f in files)
+    src = _copy_sources(tmp_path / "src")
+    h1 = deploy.content_hash(src, files)
+    assert h1 == deploy.content_hash(REPO, files) and len(h1) == 16
+    with open(os.path.join(src, "zcorch/units.py"), "a") as f:
+        f.write("\n# changed\n")
+    assert deploy.content_hash(src, files) != h1
+    os.unlink(os.path.join(src, "zcorch/worker.py"))
+    with pytest.raises(DeployError, match="zcorch/worker.py"):
+        deploy.deployed_files(src)
+
+
+def test_localhost_deploy_is_the_package_itself():
+    host = LocalHost()
+    handle = deploy.deploy(host)
+    assert handle.worker_argv == [sys.executable, "-m", "zcorch.worker"]
+    assert handle.env == {"PYTHONPATH": REPO} and handle.reused
+    r = host.run(handle.command(["info"]))
+    assert r.ok, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["version"] == __version__
+    handles = deploy.prepare({"sender": host, "receiver": host})
+    assert handles["sender"].worker_argv == handle.worker_argv
+
+
+def test_host_problems_messages_from_captured_probe():
+    host = LocalHost("receiver", "127.0.0.1")
+    # a probe result as printed by a Debian host without cffi, headers, gcc, iperf3 (captured shape)
+    facts = {"python": [3, 11, 2], "executable": "/usr/bin/python3", "cffi": None, "python_h": False, "cc": None,
+             "iperf3": None, "address_error": None, "busy_ports": [[5201, "[Errno 98] Address already in use"]]}
+    probs = deploy.host_problems(host, facts, need_iperf3=True)
+    assert probs == ["receiver: iperf3 not found — apt-get install iperf3",
+                     "receiver: port 5201 on 127.0.0.1 is in use ([Errno 98] Address already in use) — stop what "
+                     "listens there or choose another port"]
+    host.is_local = False  # the same facts on a remote host: the build tools matter there
+    probs = deploy.host_problems(host, facts, need_iperf3=False)
+    assert any("apt-get install python3-cffi" in p for p in probs)
+    assert any("apt-get install python3-dev" in p for p in probs)
+    assert any("apt-get install gcc" in p for p in probs)
+    assert not any("iperf3" in p for p in probs)
+
+
+# -- lab ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hosts(lab):
+    from zcorch import ssh
+
+    opened = ssh.open_hosts(lab.hosts_spec)
+    yield opened
+    for h in opened.values():
+        h.close()
+
+
+@pytest.mark.lab
+def test_remote_build_redeploy_and_change(hosts, lab, tmp_path):
+    receiver = hosts["receiver"]
+    src = _copy_sources(tmp_path / "src")
+    workdir = f"~/.cache/zcorch-test-{uuid.uuid4().hex[:8]}"
+    t0 = time.monotonic()
+    handle = deploy.deploy(receiver, source_root=src, workdir=workdir)
+    first = time.monotonic() - t0
+    assert not handle.reused
+    assert handle.directory == f"/root/{workdir[2:]}/worker-{handle.hash}"
+    # the files are in the receiver's private home, not on the controller's filesystem
+    assert receiver.run(["test", "-f", f"{handle.directory}/zcorch/worker.py"]).ok
+    assert receiver.run(["sh", "-c", f"ls {handle.directory}/zcorch/_native*.so"]).ok
+    assert not os.path.exists(handle.directory)
+    assert os.path.isdir(os.path.join(lab.receiver.home, workdir[2:], f"worker-{handle.hash}"))
+    r = receiver.run(handle.command(["info"]))
+    assert r.ok, r.stderr
+    info = json.loads(r.stdout.splitlines()[-1])
+    assert info["version"] == __version__ and info["native"].startswith(handle.directory)
+    assert deploy.worker_version_problems(handle) == []
+
+    t0 = time.monotonic()
+    again = deploy.deploy(receiver, source_root=src, workdir=workdir)
+    redeploy = time.monotonic() - t0
+    print(f"first deploy {first:.2f}s, unchanged redeploy {redeploy * 1000:.1f} ms")
+    assert again.reused and again.directory == handle.directory
+    assert redeploy < 1.0
+
+    with open(os.path.join(src, "zcorch/units.py"), "a") as f:
+        f.write("\n# a change\n")
+    changed = deploy.deploy(receiver, source_root=src, workdir=workdir)
+    assert not changed.reused and changed.hash != handle.hash
+    listing = receiver.run(["ls", "-a", receiver.expand(workdir)]).stdout.split()
+    assert f"worker-{changed.hash}" in listing and f"worker-{handle.hash}" in listing
+    assert not [n for n in listing if n.startswith(".tmp-worker")]
+    assert receiver.run(["grep", "-q", "a change", f"{changed.directory}/zcorch/units.py"]).ok
+
+    # an incomplete directory under the right name (no completion marker) is replaced, not trusted
+    receiver.run(["rm", f"{changed.directory}/{deploy.MARKER}"])
+    receiver.run(["rm", "-r", f"{changed.directory}/zcorch"])
+    fixed = deploy.deploy(receiver, source_root=src, workdir=workdir)
+    assert not fixed.reused and receiver.run(fixed.command(["info"])).ok
+    receiver.run(["rm", "-rf", receiver.expand(workdir)])
+    assert lab.zcorch_procs("receiver") == []
+
+
+@pytest.mark.lab
+def test_failing_remote_build_reports_host_and_compiler_output(hosts, tmp_path):
+    sender = hosts["sender"]
+    src = _copy_sources(tmp_path / "src")
+    victim = sorted(f for f in deploy.deployed_files(src) if f.endswith(".c"))[0]
+    with open(os.path.join(src, victim), "a") as f:
+        f.write("\nint zcorch_broken(void) { return syntax error here }\n")
+    workdir = f"~/.cache/zcorch-test-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DeployError) as exc:
+        deploy.deploy(sender, source_root=src, workdir=workdir)
+    msg = str(exc.value)
+    assert msg.startswith("sender (root@") and "building the worker failed" in msg
+    assert os.path.basename(victim) in msg and "error" in msg  # the compiler's own diagnostics
+    listing = sender.run(["ls", "-a", sender.expand(workdir)]).stdout.split()
+    assert not [n for n in listing if n.startswith(("worker-", ".tmp-worker"))]  # nothing half-built left
+    sender.run(["rm", "-rf", sender.expand(workdir)])
+
+
+@pytest.mark.lab
+def test_preflight_reports_every_missing_piece_of_every_host(lab):
+    from zcorch import ssh
+
+    spec = lab.hosts_spec
+    spec["sender"]["python"] = "/nonexistent/python3"
+    spec["receiver"]["data_address"] = lab.sender.data  # not an address of the receiver
+    opened = ssh.open_hosts(spec)
+    try:
+        with pytest.raises(PreflightError) as exc:
+            deploy.preflight(opened, need_iperf3=True)
+        msg = str(exc.value)
+        print(msg)
+        assert f"sender (root@{lab.sender.mgmt}): /nonexistent/python3 not found — apt-get install python3" in msg
+        assert f"receiver (root@{lab.receiver.mgmt}): data_address {lab.sender.data} is not an address" in msg
+    finally:
+        for h in opened.values():
+            h.close()
+
+
+@pytest.mark.lab
+def test_preflight_busy_port_and_prepare(hosts, lab):
+    receiver = hosts["receiver"]
+    # something really listening on the receiver's data address
+    listener = receiver.start(["python3", "-c", "import socket,sys,time; s=socket.socket(); "
+                               "s.bind((sys.argv[1], 0)); s.listen(); print(s.getsockname()[1], flush=True); "
+                               "time.sleep(60)", lab.receiver.data])
+    try:
+        port = int(listener.readline(10))
+        with pytest.raises(PreflightError, match=f"port {port} on {lab.receiver.data} is in use"):
+            deploy.preflight(hosts, ports=[port])
+    finally:
+        listener.kill_group()
+        listener.wait(10)
+    facts = deploy.preflight(hosts, need_iperf3=True, ports=[port])
+    assert facts["receiver"]["iperf3"] and facts["sender"]["cffi"]
+    handles = deploy.prepare(hosts, need_iperf3=True)
+    for role, handle in handles.items():
+        r = hosts[role].run(handle.worker_argv + ["info"], env=handle.env)
+        assert r.ok and json.loads(r.stdout.splitlines()[-1])["version"] == __version__
+    assert lab.zcorch_procs("sender") == [] and lab.zcorch_procs("receiver") == []
+
+
+def test_localhost_preflight_busy_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        with pytest.raises(PreflightError, match=f"localhost: port {port} on 127.0.0.1 is in use"):
+            deploy.preflight({"sender": LocalHost(), "receiver": LocalHost()}, ports=[port])
+    finally:
+        s.close()
