@@ -252,30 +252,33 @@ class Runner:
                 return event
 
     @staticmethod
-    def _exit_status(side: _Side) -> Optional[int]:
+    def _exit_status(side: _Side, wait: float = 2.0) -> Optional[int]:
         try:
-            return side.proc.wait(2.0)
+            return side.proc.wait(wait)
         except TimeoutError:
             return None
 
     def _failure(self, recv: _Side, send: _Side) -> Tuple[str, str]:
-        """Status and reason when a side did not deliver a result: worker errors first."""
-        errors = [s for s in (recv, send) if s.error is not None]
-        # The side that failed first usually explains the other's failure (a sink that cannot be
-        # opened makes the receiver quit, which resets the sender's connection): list both.
-        if errors:
-            parts = [f"{s.where()}: {s.error.get('message', '?')} [{s.error.get('code', '?')}]" for s in errors]
-            codes = {str(s.error.get("code", "")).upper() for s in errors}
-            return ("timeout" if codes & TIMEOUT_CODES else "failed"), "; ".join(parts)
-        parts = []
+        """Status and reason when a side did not deliver a result: what each side said or how it died.
+
+        Both sides are named: the one that failed first explains the other's failure (a sink that
+        cannot be opened makes the receiver quit, which resets the sender's connection; a killed
+        sender makes the receiver report a short transfer).
+        """
+        parts, codes = [], set()
         for s in (recv, send):
-            if s.proc is not None and s.result is None:
-                if s.exited is None:
-                    s.exited = self._exit_status(s)
-                tail = s.proc.stderr_text().strip().splitlines()[-3:] if s.exited is not None else []
-                parts.append(f"{s.where()} {_describe_exit(s.exited)} without a result"
-                             + (f": {' | '.join(tail)}" if tail else ""))
-        return "failed", "; ".join(parts) or "no result"
+            if s.proc is None or s.result is not None:
+                continue
+            if s.error is not None:
+                parts.append(f"{s.where()}: {s.error.get('message', '?')} [{s.error.get('code', '?')}]")
+                codes.add(str(s.error.get("code", "")).upper())
+                continue
+            if s.exited is None:
+                s.exited = self._exit_status(s, 0.5)  # a stalled side would never exit: don't wait long
+            tail = s.proc.stderr_text().strip().splitlines()[-3:] if s.exited is not None else []
+            parts.append(f"{s.where()} {_describe_exit(s.exited)} without a result"
+                         + (f": {' | '.join(tail)}" if tail else ""))
+        return ("timeout" if codes & TIMEOUT_CODES else "failed"), "; ".join(parts) or "no result"
 
     @staticmethod
     def _cleanup(recv: _Side, send: _Side) -> None:

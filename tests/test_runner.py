@@ -1,0 +1,176 @@
+"""The runner with the real worker on localhost: matrix, worker errors, killed/stalled peers, Ctrl-C."""
+import json
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from fixtures_run import base_params, local_runner, new_resultset, tag, tagged_worker_pids, wait_no_workers  # noqa: F401
+from zcorch.runner import recv_argv, send_argv, worker_flags
+
+
+def runs_of(params_list):
+    return [{"id": f"c{i}", "repeat": 0, "params": p} for i, p in enumerate(params_list)]
+
+
+def test_small_matrix_on_localhost(tmp_path, tag):
+    sink_dir = tmp_path / "sinks"
+    sink_dir.mkdir()
+    cells = [base_params(send_mode="write", recv_mode="read"),
+             base_params(send_mode="sendfile", source="/dev/zero", recv_mode="splice", sink=str(sink_dir / "s.bin")),
+             base_params(send_mode="vmsplice", recv_mode="read", window=256 * 1024)]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    outcome = local_runner(rs, tag).run_sweep(runs_of(cells))
+    assert outcome.status == "complete" and outcome.ok == 3 and outcome.failed == 0
+    recs = rs.runs()
+    assert [r["status"] for r in recs] == ["ok"] * 3
+    for rec, params in zip(recs, cells):
+        assert rec["sender"]["bytes"] == rec["receiver"]["bytes"] == params["bytes"]
+        assert rec["receiver"]["mode"] == params["recv_mode"] and rec["sender"]["mode"] == params["send_mode"]
+        assert 0 < rec["overhead_s"] < rec["wall_s"]
+        log = (tmp_path / "rs" / rec["log"]).read_text()
+        assert "zcorch.worker recv --listen 127.0.0.1:0" in log and "zcorch.worker send --connect" in log
+    assert os.path.getsize(sink_dir / "s.bin") == cells[1]["bytes"]
+    assert recs[2]["receiver"]["params"]["window"] == 256 * 1024
+
+
+def test_worker_error_is_recorded_with_its_message_and_the_sweep_goes_on(tmp_path, tag):
+    cells = [base_params(sink=str(tmp_path / "missing-dir" / "sink.bin")), base_params()]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    outcome = local_runner(rs, tag).run_sweep(runs_of(cells))
+    bad, good = rs.runs()
+    assert bad["status"] == "failed"
+    assert "receiver on localhost" in bad["reason"] and "cannot open sink" in bad["reason"]
+    assert "ENOENT" in bad["reason"]
+    assert good["status"] == "ok" and outcome.failed == 1 and outcome.ok == 1
+
+
+def _kill_later(get_pid, sig, delay):
+    def go():
+        time.sleep(delay)
+        os.kill(get_pid(), sig)
+    threading.Thread(target=go, daemon=True).start()
+
+
+@pytest.mark.parametrize("victim", ["sender", "receiver"])
+def test_killed_peer_fails_the_run_and_leaves_no_worker(tmp_path, tag, victim):
+    big = base_params(bytes=1 << 40, timeout=30.0)  # would take minutes: the kill ends it
+    cells = [big, base_params()]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    killed = []
+
+    def on_event(name, **info):
+        if name == f"{victim}_started" and not killed:
+            killed.append(info["proc"].popen.pid)
+            _kill_later(lambda: killed[0], signal.SIGKILL, 0.5)
+
+    t0 = time.monotonic()
+    local_runner(rs, tag, on_event=on_event).run_sweep(runs_of(cells))
+    first, second = rs.runs()
+    assert first["status"] == "failed", first
+    assert time.monotonic() - t0 < 20
+    if victim == "sender":
+        assert "sender on localhost was killed by SIGKILL" in first["reason"]
+    else:
+        assert "receiver on localhost" in first["reason"] or "sender on localhost" in first["reason"]
+    assert second["status"] == "ok"
+    assert wait_no_workers(tag, 2.0) == []
+
+
+def test_stalled_receiver_is_a_timeout_and_the_sweep_goes_on(tmp_path, tag):
+    stall = base_params(bytes=1 << 40, timeout=2.0)
+    cells = [stall, base_params()]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    stopped = []
+
+    def on_event(name, **info):
+        if name == "receiver_ready" and not stopped:
+            stopped.append(info["pid"])
+            _kill_later(lambda: stopped[0], signal.SIGSTOP, 0.3)
+
+    runner = local_runner(rs, tag, on_event=on_event, margin=3.0)
+    runner.run_sweep(runs_of(cells))
+    first, second = rs.runs()
+    assert first["status"] == "timeout", first
+    assert first["reason"]
+    assert first["wall_s"] < 2.0 + 3.0 + 2.0, first
+    assert second["status"] == "ok"
+    assert wait_no_workers(tag, 2.0) == []
+
+
+def test_ctrl_c_mid_run_records_interrupted_keeps_finished_and_kills_workers(tmp_path, tag):
+    cells = [base_params(), base_params(bytes=1 << 40, timeout=60.0), base_params()]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+
+    def on_event(name, **info):
+        if name == "sender_started" and len(rs.runs()) == 1:
+            _kill_later(os.getpid, signal.SIGINT, 0.5)  # a real SIGINT to this process
+
+    outcome = local_runner(rs, tag, on_event=on_event).run_sweep(runs_of(cells))
+    assert outcome.status == "interrupted"
+    assert [r["status"] for r in rs.runs()] == ["ok", "interrupted"]
+    assert wait_no_workers(tag, 2.0) == []
+
+
+def test_skip_runs_only_missing_ones(tmp_path, tag):
+    cells = [base_params(), base_params(buffer=32 * 1024)]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    outcome = local_runner(rs, tag).run_sweep(runs_of(cells), skip={("c0", 0)})
+    assert outcome.skipped == 1 and [r["cell"] for r in rs.runs()] == ["c1"]
+
+
+def test_filesystem_hook_substitutes_mountpoint_and_runs_dd_per_filesystem(tmp_path, tag):
+    from zcorch.filesystems import FilesystemManager
+    from zcorch.hosts import LocalHost
+
+    a, b = tmp_path / "fsa", tmp_path / "fsb"
+    a.mkdir(), b.mkdir()
+    fsman = FilesystemManager(LocalHost(), {"a": {"path": str(a)}, "b": {"path": str(b)}}, str(tmp_path / "state"))
+    calls = []  # the real manager, observed (its `path` entries need no root)
+    orig_ensure, orig_release = fsman.ensure, fsman.release
+    fsman.ensure = lambda n: calls.append(("ensure", n)) or orig_ensure(n)
+    fsman.release = lambda n: calls.append(("release", n)) or orig_release(n)
+    cells = [base_params(filesystem="a", sink="{filesystem}/x.bin"), base_params(filesystem="a", sink="{filesystem}/y.bin"),
+             base_params(filesystem="b", sink="{filesystem}/x.bin")]
+    dd_dirs = []
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    local_runner(rs, tag, fsman=fsman, before_directory=lambda fs, sink: dd_dirs.append((fs, sink))).run_sweep(
+        runs_of(cells))
+    assert [r["status"] for r in rs.runs()] == ["ok"] * 3
+    assert [r["params"]["sink"] for r in rs.runs()] == [f"{a}/x.bin", f"{a}/y.bin", f"{b}/x.bin"]
+    # Provisioned once before its first run, released right after its last one.
+    assert calls == [("ensure", "a"), ("release", "a"), ("ensure", "b"), ("release", "b")]
+    assert dd_dirs == [("a", f"{a}/x.bin"), ("b", f"{b}/x.bin")]
+    assert (a / "x.bin").stat().st_size == cells[0]["bytes"]
+
+
+def test_unprovisionable_filesystem_fails_its_runs_only(tmp_path, tag):
+    from zcorch.filesystems import FilesystemManager
+    from zcorch.hosts import LocalHost
+
+    fsman = FilesystemManager(LocalHost(), {"gone": {"path": str(tmp_path / "nope")}}, str(tmp_path / "state"))
+    cells = [base_params(filesystem="gone", sink="{filesystem}/x.bin"), base_params()]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    local_runner(rs, tag, fsman=fsman).run_sweep(runs_of(cells))
+    bad, good = rs.runs()
+    assert bad["status"] == "failed" and "gone" in bad["reason"] and "not an existing directory" in bad["reason"]
+    assert good["status"] == "ok"
+
+
+def test_worker_argv_quotes_nothing_and_maps_every_flag():
+    p = base_params(send_mode="vmsplice", recv_mode="splice", window=1 << 20, pipe_size=1 << 20, gift=True,
+                    fsync=True, send_cpu=0, recv_cpu=1, sink="/mnt/a dir/$(rm -rf)", sink_state="overwrite")
+    r = recv_argv(["w"], "10.78.0.3", p)
+    assert r[:4] == ["w", "recv", "--listen", "10.78.0.3:0"]
+    assert r[r.index("--sink") + 1] == "/mnt/a dir/$(rm -rf)"
+    for flag, value in (("--mode", "splice"), ("--window", str(1 << 20)), ("--pipe-size", str(1 << 20)),
+                        ("--cpu", "1"), ("--sink-state", "overwrite")):
+        assert r[r.index(flag) + 1] == value
+    assert "--gift" in r and "--fsync" in r
+    s = send_argv(["w"], "fd00::3", 5000, p)
+    assert s[:4] == ["w", "send", "--connect", "[fd00::3]:5000"]
+    assert s[s.index("--cpu") + 1] == "0" and "--fsync" not in s
+    assert "--window" not in worker_flags("send", base_params(window=None))
