@@ -45,6 +45,7 @@ METRIC_KEYS = [
 _NOT_METRICS = {"event", "side", "mode", "params"}
 RUN_COLUMNS = ["cell", "repeat", "status", "reason"]
 RUN_TAIL_COLUMNS = ["started", "wall_s", "log"]
+_RECORD_KEYS = frozenset(RUN_COLUMNS + RUN_TAIL_COLUMNS + ["params", "sender", "receiver"])
 OK = "ok"
 GIB = float(1 << 30)
 
@@ -99,6 +100,9 @@ def _as_dirs(path_or_paths: "PathLike | Iterable[PathLike]") -> list:
 # Runs
 
 
+_PLAIN = (str, int, float, bool, type(None))
+
+
 def _scalar(value):
     """Values that fit a column cell; lists/dicts (not expected in parameters) become JSON text."""
     if isinstance(value, (list, dict)):
@@ -106,21 +110,33 @@ def _scalar(value):
     return value
 
 
+def _merge(row: dict, values: dict, prefix: str = "", skip: "set | frozenset" = frozenset()) -> None:
+    # The hot loop of a cold load (a million records): plain dict updates, per-value work only
+    # for the rare nested value.
+    if prefix:
+        row.update({prefix + k: v for k, v in values.items() if k not in skip})
+    else:
+        row.update(values)
+    if not all(v.__class__ in _PLAIN for k, v in values.items() if k not in skip):
+        for k, v in values.items():
+            if k not in skip:
+                row[prefix + k] = _scalar(v)
+
+
 def _flat_run(rec: dict) -> dict:
     row = {"cell": rec["cell"], "repeat": rec["repeat"], "status": rec["status"], "reason": rec.get("reason")}
-    for key, value in (rec.get("params") or {}).items():
-        row[key] = _scalar(value)
+    _merge(row, rec.get("params") or {})
     row["started"] = rec.get("started")
     row["wall_s"] = rec.get("wall_s")
     row["log"] = rec.get("log")
     for side, prefix in (("sender", "send_"), ("receiver", "recv_")):
         metrics = rec.get(side)
-        if not isinstance(metrics, dict):
-            continue
-        for key, value in metrics.items():
-            if key in _NOT_METRICS or isinstance(value, (list, dict)):
-                continue
-            row[prefix + key] = value
+        if isinstance(metrics, dict):
+            _merge(row, metrics, prefix, _NOT_METRICS)
+    if len(rec) > len(_RECORD_KEYS):  # other run facts the runner records (e.g. overhead_s, *_host)
+        for key, value in rec.items():
+            if key not in _RECORD_KEYS and key not in row:
+                row[key] = _scalar(value)
     return row
 
 
@@ -135,8 +151,8 @@ def _column_order(columns: Iterable[str]) -> list:
         metrics += known
         metrics += sorted(c for c in cols if c.startswith(prefix) and c not in known and c not in params)
     taken = set(order + params + tail + metrics)
-    extra_params = sorted(cols - taken)
-    return order + params + extra_params + tail + metrics
+    extra = sorted(cols - taken)  # parameters unknown to this version, other run facts
+    return order + params + extra + tail + metrics
 
 
 def parse_runs(path: Path) -> pd.DataFrame:

@@ -4,7 +4,8 @@ and no global backend are touched; a notebook shows them with `display(fig)`).
 Each plot function returns a list of `Plot`s; a plot that does not apply to the data (e.g. a
 buffer-size sweep when there is one buffer size) comes back with `figure=None` and a `note`
 saying why, never as an empty chart. When parameters other than the plotted ones vary, one plot is
-drawn per combination of them (at most MAX_SLICES, the rest are noted).
+drawn per combination of them (at most MAX_SLICES, the rest are noted). Plots only show successful
+runs, so a parameter that differs only in failed cells does not split them.
 """
 from __future__ import annotations
 
@@ -48,17 +49,18 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def slices(df: pd.DataFrame, plotted: Sequence[str]) -> "tuple[list, Optional[str]]":
-    """[(label, frame)] per combination of the varying parameters that are not plotted."""
+    """[(label, frame, {param: value})] per combination of the varying parameters not plotted."""
     others = [c for c in varying_params(df) if c not in plotted]
     if "sweep" in df and df["sweep"].nunique() > 1 and "sweep" not in plotted:
         others = ["sweep"] + others
     if not others:
-        return [("", df)], None
+        return [("", df, {})], None
     groups = list(df.groupby(others, sort=True, dropna=False))
     out = []
     for key, sub in groups[:MAX_SLICES]:
         key = key if isinstance(key, tuple) else (key,)
-        out.append((", ".join(f"{p}={format_value(p, v)}" for p, v in zip(others, key)), sub))
+        out.append((", ".join(f"{p}={format_value(p, v)}" for p, v in zip(others, key)), sub,
+                    dict(zip(others, key))))
     note = None
     if len(groups) > MAX_SLICES:
         note = f"{len(groups) - MAX_SLICES} more combinations of {', '.join(others)} not drawn"
@@ -78,15 +80,33 @@ def _title(exp: str, what: str, label: str) -> str:
     return f"{title}\n{label}" if label else title
 
 
-def _baseline_lines(baselines: "pd.DataFrame | None") -> list:
-    """[(label, Gbit/s)] per baseline kind, median of its ok records."""
+def _is_null(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = None) -> list:
+    """[(label, Gbit/s)]: the median of the ok baselines per kind and per key that differs
+    between them (e.g. iperf3 with and without -Z). Baselines run with a parameter of the plotted
+    slice (e.g. its buffer) are preferred when there are such."""
     if baselines is None or baselines.empty:
         return []
     ok = baselines[(baselines["status"] == OK) & baselines["gbit_s"].notna()]
+    for param, value in (params or {}).items():
+        col = "key_" + param
+        if col in ok and not _is_null(value):
+            match = ok[ok[col].astype(object) == value]
+            ok = pd.concat([match, ok[(ok["kind"].isin(set(ok["kind"]) - set(match["kind"])))]])
     lines = []
     for kind, group in ok.groupby("kind", sort=True):
-        gbit = float(group["gbit_s"].median())
-        lines.append((f"{kind} {gbit * 125:.0f} MB/s ({gbit:.2f} Gbit/s)", gbit))
+        keys = [c for c in group.columns if c.startswith("key_")
+                and group[c].astype(str).nunique(dropna=False) > 1]
+        parts = group.groupby(keys, dropna=False) if keys else [((), group)]
+        for key, part in parts:
+            key = key if isinstance(key, tuple) else (key,)
+            gbit = float(part["gbit_s"].median())
+            what = ", ".join(f"{k[4:]}={format_value(k[4:], v)}" for k, v in zip(keys, key))
+            name = f"{kind} ({what})" if what else kind
+            lines.append((f"{name}: {gbit * 125:.0f} MB/s ({gbit:.2f} Gbit/s)", gbit))
     return lines
 
 
@@ -97,9 +117,9 @@ def grouped_bars(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, expe
     if ok.empty:
         return [Plot("bars", what, None, "no successful runs to plot")]
     plots = []
-    parts, note = slices(df, ["send_mode", "recv_mode"])
-    lines = _baseline_lines(baselines)
-    for label, sub in parts:
+    parts, note = slices(ok, ["send_mode", "recv_mode"])
+    for label, sub, values in parts:
+        lines = baseline_lines(baselines, values)
         s = summarize(sub, by=["send_mode", "recv_mode"], metrics=["gbit_s"])
         s = s[s["n"] > 0]
         if s.empty:
@@ -140,7 +160,7 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
     ok = _ok(df)
     if "buffer" not in ok or ok["buffer"].nunique() < 2:
         return [Plot("buffer", what, None, "skipped: the runs use a single buffer size")]
-    others = [c for c in varying_params(df) if c not in ("buffer", "send_mode", "recv_mode")]
+    others = [c for c in varying_params(ok) if c not in ("buffer", "send_mode", "recv_mode")]
     fig = Figure(figsize=(15, 4.5))
     axes = fig.subplots(1, 3)
     panels = [("gbit_s", "throughput (Gbit/s)"), ("send_cpu_s_per_gib", "sender CPU (s/GiB, usr+sys)"),
@@ -213,8 +233,8 @@ def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
         return [Plot("heatmap", what, None,
                      "skipped: a heatmap needs at least two send modes and two receive modes")]
     plots = []
-    parts, note = slices(df, ["send_mode", "recv_mode"])
-    for label, sub in parts:
+    parts, note = slices(ok, ["send_mode", "recv_mode"])
+    for label, sub, _ in parts:
         table = (_ok(sub).groupby(["send_mode", "recv_mode"])["gbit_s"].median()
                  .unstack("recv_mode").sort_index().sort_index(axis=1))
         if table.empty:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from .. import __version__
 from .frames import OK, load, load_baselines, load_meta, read_manifest, result_dir
-from .plots import Plot, all_plots, data_uri, format_value, save, slices
+from .plots import all_plots, data_uri, format_value, save, slices
 from .stats import ci_method, mode_table, summarize, varying_params
 
 CSS = """
@@ -26,7 +26,7 @@ body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; 
 h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td { overflow-wrap: anywhere; max-width: 32em; } th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.cell { white-space: pre-line; } .note { color: #666; font-style: italic; }
 pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
 img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
@@ -112,7 +112,7 @@ def section_mode_tables(df: pd.DataFrame) -> str:
            "<p>Median of the successful repeats, MB/s = 10<sup>6</sup> bytes/s as seen by the receiver; "
            f"{esc(ci_method())}.</p>"]
     parts, note = slices(df, ["send_mode", "recv_mode"])
-    for label, sub in parts:
+    for label, sub, _ in parts:
         table = mode_table(summarize(sub, by=["send_mode", "recv_mode"], metrics=["mb_s", "gbit_s"]))
         if label:
             out.append(f"<h3>{esc(label)}</h3>")

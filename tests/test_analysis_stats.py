@@ -1,0 +1,183 @@
+"""Pure statistics: bootstrap CI of the median, Mann–Whitney U, summarize, the seeds' table shape,
+and compare verdicts, on frames built here (real result sets are in test_analysis_load.py)."""
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from zcorch.analysis import stats
+from zcorch.analysis.compare import compare_frames, regressed, render
+from zcorch.analysis.frames import add_derived
+
+
+def runs_frame(cells):
+    """A frame shaped like zcorch.load's: cells = {(send, recv): [(status, mb_s), ...]}."""
+    rows = []
+    for (send, recv), runs in cells.items():
+        for repeat, (status, mb_s) in enumerate(runs):
+            rows.append({"sweep": "t", "cell": f"{send}-{recv}", "repeat": repeat, "status": status,
+                         "send_mode": send, "recv_mode": recv, "buffer": 65536,
+                         "mb_s": mb_s, "gbit_s": mb_s * 8 / 1000 if mb_s is not None else np.nan})
+    return pd.DataFrame(rows)
+
+
+# -- bootstrap ----------------------------------------------------------------------------------
+
+def test_bootstrap_ci_is_seeded_and_brackets_the_median():
+    values = [850, 857, 861, 849, 870, 855, 858]
+    a = stats.bootstrap_median_ci(values, seed=1)
+    b = stats.bootstrap_median_ci(values, seed=1)
+    assert a == b
+    assert a[0] <= np.median(values) <= a[1]
+    assert min(values) <= a[0] and a[1] <= max(values)
+
+
+def test_bootstrap_ci_narrows_with_more_data():
+    rng = np.random.default_rng(7)
+    few = rng.normal(100, 10, 5)
+    many = rng.normal(100, 10, 500)
+    w_few = np.diff(stats.bootstrap_median_ci(few))[0]
+    w_many = np.diff(stats.bootstrap_median_ci(many))[0]
+    assert w_many < w_few / 3
+
+
+def test_bootstrap_ci_needs_two_values():
+    assert all(math.isnan(v) for v in stats.bootstrap_median_ci([5.0]))
+    assert all(math.isnan(v) for v in stats.bootstrap_median_ci([]))
+    assert all(math.isnan(v) for v in stats.bootstrap_median_ci([np.nan, 3.0]))
+
+
+# -- Mann–Whitney U ---------------------------------------------------------------------------
+
+def test_mann_whitney_matches_published_example():
+    # The example of scipy.stats.mannwhitneyu's documentation (Conover): U1 = 17, exact two-sided
+    # p = 0.1111, asymptotic with continuity correction p = 0.11134688653314041.
+    males = [19, 22, 16, 29, 24]
+    females = [20, 11, 17, 12]
+    exact = stats.mann_whitney_u(males, females)
+    assert exact.u == 17 and exact.method == "exact"
+    assert exact.p_value == pytest.approx(0.1111111111111111)
+    normal = stats.mann_whitney_u(males, females, exact_limit=0)
+    assert normal.method == "normal"
+    assert normal.p_value == pytest.approx(0.11134688653314041, rel=1e-9)
+
+
+def test_mann_whitney_exact_counts_sum_to_all_arrangements():
+    for n1, n2 in [(1, 1), (3, 3), (5, 4), (7, 9)]:
+        counts = stats._exact_u_cdf_counts(n1, n2)
+        assert sum(counts) == math.comb(n1 + n2, n1)
+        assert list(counts) == list(counts[::-1])  # the U distribution is symmetric
+
+
+def test_mann_whitney_separated_samples_and_minimum_p():
+    r = stats.mann_whitney_u([1, 2, 3, 4, 5], [6, 7, 8, 9, 10])
+    assert r.u == 0 and r.p_value == pytest.approx(2 / math.comb(10, 5))
+    assert stats.mann_whitney_u([1, 2, 3], [4, 5, 6]).p_value == pytest.approx(0.1)
+    assert stats.min_p_value(3, 3) == pytest.approx(0.1)
+    assert stats.mann_whitney_u([6, 7, 8], [1, 2, 3]).u == 9  # U of the first sample
+
+
+def test_mann_whitney_ties_use_the_corrected_normal_approximation():
+    r = stats.mann_whitney_u([1, 1, 2, 2, 3], [2, 3, 3, 4, 4])
+    assert r.method == "normal"
+    assert 0 < r.p_value < 1
+    same = stats.mann_whitney_u([5, 5, 5], [5, 5, 5])
+    assert same.p_value == 1.0
+
+
+# -- summarize ------------------------------------------------------------------------------------
+
+def test_summarize_counts_failed_runs_but_never_averages_them():
+    df = runs_frame({("write", "read"): [("ok", 800), ("ok", 820), ("ok", 810), ("failed", 99999),
+                                         ("timeout", None)],
+                     ("splice", "read"): [("failed", None), ("failed", None)]})
+    s = stats.summarize(df, by=["send_mode", "recv_mode"], metrics=["mb_s"])
+    wr = s[s["send_mode"] == "write"].iloc[0]
+    assert (wr["n"], wr["n_failed"]) == (3, 2)
+    assert (wr["mb_s_median"], wr["mb_s_min"], wr["mb_s_max"]) == (810, 800, 820)
+    assert 800 <= wr["mb_s_ci_low"] <= 810 <= wr["mb_s_ci_high"] <= 820
+    sp = s[s["send_mode"] == "splice"].iloc[0]
+    assert (sp["n"], sp["n_failed"]) == (0, 2) and math.isnan(sp["mb_s_median"])
+    assert "bootstrap" in s.attrs["ci_method"] and "seed 0" in s.attrs["ci_method"]
+
+
+def test_summarize_default_groups_by_cell_and_carries_varying_params():
+    df = runs_frame({("write", "read"): [("ok", 1), ("ok", 2)], ("splice", "read"): [("ok", 3)]})
+    s = stats.summarize(df, metrics=["mb_s"])
+    assert list(s.columns[:4]) == ["cell", "send_mode", "n", "n_failed"]
+    assert "recv_mode" not in s.columns  # constant across the frame
+    assert "buffer" not in s.columns
+    assert sorted(s["n"]) == [1, 2]
+    with pytest.raises(KeyError, match="nope"):
+        stats.summarize(df, by="nope")
+
+
+def test_mode_table_has_the_seeds_shape():
+    df = runs_frame({("write", "read"): [("ok", 857), ("ok", 857), ("ok", 857)],
+                     ("splice", "read"): [("ok", 854), ("failed", None)],
+                     ("write", "splice"): [("failed", None)]})
+    table = stats.mode_table(stats.summarize(df, by=["send_mode", "recv_mode"], metrics=["mb_s", "gbit_s"]))
+    assert list(table.index) == ["splice", "write"] and list(table.columns) == ["read", "splice"]
+    assert table.loc["write", "read"].startswith("857 MB/s (6.86 Gbit/s)\n")
+    assert "n=3" in table.loc["write", "read"]
+    assert table.loc["splice", "read"].endswith("n=1, 1 failed")
+    assert table.loc["write", "splice"] == "–\nall 1 failed"
+    assert table.loc["splice", "splice"] == ""
+
+
+# -- derived columns ----------------------------------------------------------------------------
+
+def test_derived_columns_follow_the_definitions():
+    df = pd.DataFrame({"status": ["ok", "failed"],
+                       "send_bytes": [2 ** 30, np.nan], "send_wall_ns": [2e9, np.nan],
+                       "send_utime_us": [250_000, np.nan], "send_stime_us": [750_000, np.nan],
+                       "recv_bytes": [2 ** 30, np.nan], "recv_wall_ns": [1e9, np.nan],
+                       "recv_utime_us": [100_000, np.nan], "recv_stime_us": [400_000, np.nan]})
+    d = add_derived(df)
+    assert d.loc[0, "mb_s"] == pytest.approx(2 ** 30 / 1e6)  # receiver's wall time wins
+    assert d.loc[0, "gbit_s"] == pytest.approx(2 ** 30 * 8 / 1e9)
+    assert d.loc[0, "send_cpu_s_per_gib"] == pytest.approx(1.0)
+    assert d.loc[0, "recv_cpu_s_per_gib"] == pytest.approx(0.5)
+    assert d.loc[0, "send_sys_share"] == pytest.approx(0.75)
+    assert d.loc[1, ["mb_s", "gbit_s", "send_cpu_s_per_gib", "send_sys_share"]].isna().all()
+
+
+# -- compare ------------------------------------------------------------------------------------
+
+def test_compare_verdicts():
+    base = runs_frame({("write", "read"): [("ok", v) for v in (800, 810, 805, 795, 802)],
+                       ("splice", "read"): [("ok", v) for v in (900, 905, 910, 895, 901)],
+                       ("mmap", "read"): [("ok", v) for v in (500, 510, 505)],
+                       ("vmsplice", "read"): [("ok", 100), ("ok", 101), ("ok", 99)],
+                       ("sendfile", "read"): [("ok", 700)] * 5})
+    cand = runs_frame({("write", "read"): [("ok", v) for v in (600, 610, 605, 595, 602)],  # -25 %, n=5
+                       ("splice", "read"): [("ok", v) for v in (903, 899, 911, 897, 902)],  # noise
+                       ("mmap", "read"): [("ok", v) for v in (300, 310, 305)],  # -40 % but n=3
+                       ("vmsplice", "read"): [("failed", None)] * 3,
+                       ("msg_zerocopy", "read"): [("ok", 1)]})
+    t = compare_frames(base, cand, metric="mb_s", threshold_pct=5).set_index("send_mode")
+    assert t.loc["write", "verdict"] == "regressed"
+    assert t.loc["write", "change_pct"] == pytest.approx((602 - 802) / 802 * 100)  # medians
+    assert t.loc["write", "p_value"] == pytest.approx(2 / 252)
+    assert t.loc["splice", "verdict"] == "unchanged"
+    assert t.loc["mmap", "verdict"] == "not significant"  # 3 vs 3: p >= 0.1 at best
+    assert t.loc["vmsplice", "verdict"] == "failed"
+    assert t.loc["sendfile", "verdict"] == "only in base"
+    assert t.loc["msg_zerocopy", "verdict"] == "only in candidate"
+    assert regressed(t.reset_index())
+    md = render(t.reset_index(), "markdown", "nightly-1", "nightly-2")
+    assert md.startswith("### zcorch compare: REGRESSION: 2 cell(s)")
+    write_line = next(line for line in md.splitlines() if line.startswith("| write-read |"))
+    assert write_line.endswith("| regressed |")
+    assert "too few repeats" in md
+
+
+def test_compare_improvement_is_not_a_regression_and_cpu_is_lower_is_better():
+    base = runs_frame({("write", "read"): [("ok", v) for v in (600, 610, 605, 595, 602)]})
+    cand = runs_frame({("write", "read"): [("ok", v) for v in (800, 810, 805, 795, 802)]})
+    t = compare_frames(base, cand, metric="gbit_s")
+    assert list(t["verdict"]) == ["improved"] and not regressed(t)
+    base["send_cpu_s_per_gib"], cand["send_cpu_s_per_gib"] = base["mb_s"], cand["mb_s"]
+    t = compare_frames(base, cand, metric="send_cpu_s_per_gib")
+    assert list(t["verdict"]) == ["regressed"]
