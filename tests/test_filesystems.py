@@ -132,7 +132,7 @@ def test_dry_run_prints_every_command_and_runs_none(host, before, fs_state_dir):
         expected += [f"[localhost] (dry run) {shlex.join(argv)}" for argv in fm.plan_commands(name)]
         fm.release(name)
     fm.teardown_all()
-    assert log == expected and len(expected) == 6 + 6 + 6 + 9
+    assert log == expected and len(expected) == 7 + 7 + 7 + 10
     assert not os.path.exists(fs_state_dir) and host_state(host) == before
 
 
@@ -300,13 +300,32 @@ def test_cleanup_stale_after_a_sigkilled_controller(host, before, fs_state_dir, 
         assert kinds == ["dir", "backing_file", "loop", "backing_file", "loop"]
     log: list = []
     undone = FilesystemManager.cleanup_stale(host, fs_state_dir, log=log.append)
-    assert any(u.startswith("detached loop device(s) /dev/loop") for u in undone)
     assert undone[-1] == f"removed state file {os.path.join(fs_state_dir, state_file)}"
+    assert sum(u.startswith("removed backing file ") for u in undone) == (1 if kill_at == "mount" else 3)
     if kill_at == "":
+        # Unmounting was enough: the loops had autoclear set and detached themselves.
         assert sum(u.startswith("unmounted ") for u in undone) == 2
+    else:
+        assert any(u.startswith("detached loop device(s) /dev/loop") for u in undone)
     assert host_state(host) == before
     assert os.listdir(fs_state_dir) == []
     assert FilesystemManager.cleanup_stale(host, fs_state_dir) == []
+
+
+def test_loops_detach_themselves_when_their_mount_goes_away(host, before, fs_state_dir):
+    """What happens when a killed controller's mount namespace dies (lab down): umount by someone else."""
+    fm = FilesystemManager(host, {"b": SMALL_CONFIGS["btrfs-raid0"]}, fs_state_dir)
+    try:
+        mnt = fm.ensure("b")
+        loops = [d["path"] for d in fm.describe("b")["devices"]]
+        assert [open(f"/sys/block/{os.path.basename(d)}/loop/autoclear").read().strip() for d in loops] == ["1", "1"]
+        assert host.run(["umount", mnt]).ok
+        assert host.run(["btrfs", "device", "scan", "--forget", *loops]).ok
+        left = host_state(host)["loops"]
+        assert not any(line.startswith(f"{d}:") for d in loops for line in left)
+    finally:
+        fm.teardown_all()
+    assert host_state(host) == before
 
 
 def test_cleanup_stale_leaves_a_mount_it_did_not_make(host, tmp_path, fs_state_dir):

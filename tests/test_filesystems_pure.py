@@ -75,15 +75,16 @@ def test_plan_commands_of_the_issue_example_cover_every_step():
     fm = FilesystemManager(LocalHost(), ISSUE_EXAMPLE, "/var/lib/zcorch-test", dry_run=True)
     plan = fm.plan_commands("btrfs-raid0")
     assert [a[0] for a in plan] == ["mkdir", "truncate", "losetup", "truncate", "losetup", "mkfs.btrfs",
-                                    "btrfs", "mkdir", "mount"]
+                                    "btrfs", "mkdir", "mount", "python3"]
     assert plan[5] == ["mkfs.btrfs", "-f", "-d", "raid0", "-m", "raid0", "<loop0>", "<loop1>"]
-    assert plan[-1][:3] == ["mount", "-t", "btrfs"] and plan[-1][-1] == fm.mountpoint("btrfs-raid0")
+    assert plan[-2][:3] == ["mount", "-t", "btrfs"] and plan[-2][-1] == fm.mountpoint("btrfs-raid0")
+    assert plan[-1][1] == "-c" and plan[-1][3:] == ["<loop0>", "<loop1>"]  # autoclear on our loops
     md = fm.plan_commands("md-raid0")
     assert md[0] == ["mdadm", "--create", "<md>", "--run", "--level=raid0", "--raid-devices=2",
                      "--metadata=1.2", "/dev/sdb", "/dev/sdc"]
-    assert md[1] == ["mkfs.xfs", "-f", "<md>"]
+    assert md[1] == ["mkfs.xfs", "-f", "<md>"] and md[-1][0] == "mount"  # devices: no loop step
     ext4 = fm.plan_commands("ext4-nodelalloc")
-    assert ext4[-1][:5] == ["mount", "-t", "ext4", "-o", "noatime,nodelalloc"]
+    assert ext4[-2][:5] == ["mount", "-t", "ext4", "-o", "noatime,nodelalloc"]
     # ext4 initialises eagerly (no background writer during cells); the user's options come after.
     assert ext4[3] == ["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", "<loop0>"]
     assert fm.plan_commands("array") == []

@@ -53,6 +53,15 @@ SESSION = "(session)"  # state-file key of the manager's own directories, undone
 EXT_MKFS_DEFAULTS = ["-E", "lazy_itable_init=0,lazy_journal_init=0"]
 
 
+# LOOP_GET_STATUS64 / LOOP_SET_STATUS64 with LO_FLAGS_AUTOCLEAR (lo_flags at offset 52 of struct
+# loop_info64); util-linux has no option for it on an attached device. Devices are argv, never code.
+AUTOCLEAR_PY = ("import fcntl,os,struct,sys\n"
+                "for dev in sys.argv[1:]:\n"
+                "    fd = os.open(dev, os.O_RDONLY); buf = bytearray(232); fcntl.ioctl(fd, 0x4C05, buf)\n"
+                "    struct.pack_into('<I', buf, 52, struct.unpack_from('<I', buf, 52)[0] | 4)\n"
+                "    fcntl.ioctl(fd, 0x4C04, bytes(buf)); os.close(fd)\n")
+
+
 class Ref:
     """A value known only while provisioning (a loop device name, the md device)."""
 
@@ -191,6 +200,11 @@ class FilesystemManager:
             argv += ["-o", ",".join(cfg.mount_options)]
         sources = devices if cfg.fs == "btrfs" else [target]
         steps.append(Step(argv + [target, mnt], record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
+        if cfg.loop_count:
+            # Now that the mount (or md array) holds them open, let our loops detach themselves on
+            # last close: a killed controller's mounts vanish with the lab's mount namespace, and
+            # the loops must not outlive them (cleanup_stale still undoes everything else).
+            steps.append(Step(["python3", "-c", AUTOCLEAR_PY, *devices]))
         return steps
 
     @staticmethod
@@ -234,7 +248,7 @@ class FilesystemManager:
             tools = {"mount", "umount", "findmnt", "lsblk", "wipefs", "realpath"}
             for c in provisioned:
                 tools.add(f"mkfs.{c.fs}")
-                tools |= {"losetup", "truncate"} if c.loop_count else {"python3", "losetup"}
+                tools |= {"losetup", "python3"} | ({"truncate"} if c.loop_count else set())
                 if c.fs == "btrfs":
                     tools.add("btrfs")
                 if c.uses_md:

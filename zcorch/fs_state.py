@@ -110,11 +110,21 @@ def _forget_btrfs(host: Host, res: dict, log: Log) -> Optional[str]:
     return None  # bookkeeping in the kernel only: nothing a user would notice
 
 
+def _loops_after_autoclear(host: Host, backing: str) -> "list[str]":
+    """Loops still on `backing`, giving an autoclear detach (after umount / md stop) a moment to finish."""
+    for attempt in range(10):
+        loops = loops_of(host, backing)
+        if not loops:
+            return []
+        time.sleep(0.1 * (attempt + 1))
+    return loops
+
+
 def _detach_loops(host: Host, res: dict, log: Log) -> Optional[str]:
     done = []
     for dev in loops_of(host, res["backing_file"]):
         r = _do(host, ["losetup", "-d", dev], log)
-        if not r.ok:
+        if not r.ok and dev in _loops_after_autoclear(host, res["backing_file"]):
             raise HostError(f"{host.name}: losetup -d {dev} failed: {r.stderr.strip()}")
         done.append(dev)
     return f"detached loop device(s) {', '.join(done)}" if done else None
@@ -124,7 +134,7 @@ def _remove_file(host: Host, res: dict, log: Log) -> Optional[str]:
     path = res["path"]
     if not host.run(["test", "-e", path]).ok:
         return None
-    if loops_of(host, path):
+    if _loops_after_autoclear(host, path):
         raise HostError(f"{host.name}: {path} still backs a loop device: not removed")
     r = _do(host, ["rm", "-f", "--", path], log)
     if not r.ok:
