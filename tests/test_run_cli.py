@@ -1,0 +1,188 @@
+"""`zcorch run` as a user runs it: a subprocess on localhost with the real worker."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fixtures_run import REPO, TAG_VAR, tag, tagged_worker_pids, wait_no_workers  # noqa: F401
+from zcorch.results import latest_runs, read_jsonl
+
+EXP = """name: {name}
+params:
+  bytes: {bytes}
+  source: /dev/zero
+  timeout: {timeout}
+matrix:
+  send_mode: [write, sendfile]
+  buffer: [64KiB, 128KiB]
+repeats: {repeats}
+"""
+
+
+def write_exp(tmp_path, name="t", bytes="1MiB", timeout="10s", repeats=1, extra=""):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(EXP.format(name=name, bytes=bytes, timeout=timeout, repeats=repeats) + extra)
+    return path
+
+
+def zcorch(tag, *args, **kw):
+    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
+    return subprocess.run([sys.executable, "-m", "zcorch", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", REPO), **kw)
+
+
+def start_zcorch(tag, *args):
+    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
+    return subprocess.Popen([sys.executable, "-m", "zcorch", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+
+def wait_records(path, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(read_jsonl(str(path))) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path}: fewer than {n} records after {timeout}s")
+
+
+def test_run_localhost_matrix_end_to_end(tmp_path, tag):
+    exp = write_exp(tmp_path, extra="baselines:\n  iperf3: {duration: 1s}\n  dd: {bs: 64KiB, count: 8}\n")
+    out = tmp_path / "rs"
+    r = zcorch(tag, "run", exp, "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(out)) == ["baselines.jsonl", "experiment.yaml", "logs", "manifest.json", "meta.json",
+                                       "plan.json", "runs.jsonl"]
+    assert (out / "experiment.yaml").read_bytes() == exp.read_bytes()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and manifest["name"] == "t" and manifest["finished"]
+    runs = read_jsonl(str(out / "runs.jsonl"))
+    plan = json.loads((out / "plan.json").read_text())
+    assert [(r["cell"], r["repeat"]) for r in runs] == [(p["id"], p["repeat"]) for p in plan]
+    assert all(r["status"] == "ok" for r in runs) and len(runs) == 4
+    assert all((out / r["log"]).exists() for r in runs)
+    kinds = [b["kind"] for b in read_jsonl(str(out / "baselines.jsonl"))]
+    # Two distinct (window, buffer) pairs, each with plain and -Z iperf3; dd once for /dev/null's scratch.
+    assert kinds.count("iperf3") == 4 and kinds.count("dd_write") == 1 and kinds.count("dd_read") == 1
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["hosts"]["receiver"]["interface"]["name"] == "lo"
+    assert meta["controller"]["zcorch_version"]
+    # Summary: one row per cell with the modes; progress: one line per run on a non-tty stderr.
+    for cell in {p["id"] for p in plan}:
+        assert cell in r.stdout
+    assert "write/read" in r.stdout and "sendfile/read" in r.stdout and f"results: {out}" in r.stdout
+    assert r.stderr.count("[") >= 4 and "[4/4] failures 0" in r.stderr
+    assert wait_no_workers(tag) == []
+
+
+def test_failed_run_gives_exit_1_and_keeps_results(tmp_path, tag):
+    exp = tmp_path / "bad.yaml"
+    exp.write_text(f"name: bad\nparams:\n  bytes: 1MiB\n  sink: {tmp_path}/no-such-dir/sink.bin\n"
+                   "matrix:\n  buffer: [64KiB]\n")
+    r = zcorch(tag, "run", exp, "-o", tmp_path / "rs")
+    assert r.returncode == 1, r.stderr
+    (rec,) = read_jsonl(str(tmp_path / "rs" / "runs.jsonl"))
+    assert rec["status"] == "failed" and "cannot open sink" in rec["reason"]
+    assert "failures 1" in r.stderr
+
+
+def test_dry_run_prints_commands_and_touches_nothing(tmp_path, tag):
+    exp = write_exp(tmp_path, extra="baselines:\n  iperf3: {duration: 1s}\n")
+    r = zcorch(tag, "run", exp, "--dry-run", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("zcorch.worker recv --listen 127.0.0.1:0") == 4
+    assert r.stdout.count("zcorch.worker send --connect") == 4
+    assert "iperf3 -c 127.0.0.1" in r.stdout and " -Z" in r.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_dry_run_of_a_remote_experiment_opens_no_connection(tmp_path, tag):
+    # Port 1 on loopback: nothing listens; a connection attempt would fail the command.
+    exp = write_exp(tmp_path, extra="hosts:\n  sender: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1}\n"
+                                    "  receiver: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1}\n")
+    r = zcorch(tag, "run", exp, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "ssh root@127.0.0.1:1" in r.stdout and "python3 -m zcorch.worker recv" in r.stdout
+
+
+def test_unreachable_host_is_a_clear_error(tmp_path, tag):
+    exp = write_exp(tmp_path, extra="hosts:\n  sender: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1}\n"
+                                    "  receiver: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1}\n")
+    r = zcorch(tag, "run", exp, "-o", tmp_path / "rs")
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr and "127.0.0.1" in r.stderr
+    assert json.loads((tmp_path / "rs" / "manifest.json").read_text())["status"] == "interrupted"
+
+
+def test_sigint_mid_sweep_keeps_finished_runs_and_leaves_no_worker(tmp_path, tag):
+    exp = write_exp(tmp_path, bytes="2GiB", timeout="60s", repeats=3)
+    out = tmp_path / "rs"
+    p = start_zcorch(tag, "run", exp, "-o", out)
+    wait_records(out / "runs.jsonl", 1)
+    time.sleep(0.3)  # into the next run
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    runs = read_jsonl(str(out / "runs.jsonl"))
+    assert runs[0]["status"] == "ok" and len(runs) < 12
+    assert "--resume" in err
+    assert wait_no_workers(tag, 2.0) == []
+
+
+def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path, tag):
+    exp = write_exp(tmp_path, bytes="256MiB", timeout="5s", repeats=3)
+    out = tmp_path / "rs"
+    p = start_zcorch(tag, "run", exp, "-o", out)
+    wait_records(out / "runs.jsonl", 3)
+    p.kill()
+    p.wait()
+    # A controller killed by SIGKILL cannot clean up: its workers end by their own --timeout.
+    assert wait_no_workers(tag, 5 + 5) == []
+    before = read_jsonl(str(out / "runs.jsonl"))
+    assert 3 <= len(before) < 12
+    r = zcorch(tag, "run", "--resume", out)
+    assert r.returncode == 0, r.stderr
+    runs = read_jsonl(str(out / "runs.jsonl"))
+    plan = json.loads((out / "plan.json").read_text())
+    ok = [(x["cell"], x["repeat"]) for x in runs if x["status"] == "ok"]
+    assert sorted(ok) == sorted((p_["id"], p_["repeat"]) for p_ in plan)  # each exactly once
+    assert runs[:len(before)] == before  # nothing rewritten
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete" and len(manifest["resumed"]) == 1
+
+
+def test_resume_reruns_failed_runs_and_newest_record_wins(tmp_path, tag):
+    exp = write_exp(tmp_path)
+    out = tmp_path / "rs"
+    assert zcorch(tag, "run", exp, "-o", out).returncode == 0
+    runs = read_jsonl(str(out / "runs.jsonl"))
+    # What a run that failed earlier leaves: its record appended after the ok one.
+    failed = dict(runs[1], status="failed", reason="peer reset", sender=None, receiver=None)
+    with open(out / "runs.jsonl", "a") as f:
+        f.write(json.dumps(failed) + "\n")
+    r = zcorch(tag, "run", "--resume", out)
+    assert r.returncode == 0, r.stderr
+    after = read_jsonl(str(out / "runs.jsonl"))
+    assert len(after) == len(runs) + 2
+    assert (after[-1]["cell"], after[-1]["repeat"]) == (runs[1]["cell"], runs[1]["repeat"])
+    assert latest_runs(after)[(runs[1]["cell"], runs[1]["repeat"])]["status"] == "ok"
+
+
+def test_resume_of_something_else_is_refused(tmp_path, tag):
+    r = zcorch(tag, "run", "--resume", tmp_path)
+    assert r.returncode == 1 and "not a zcorch result set" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_quickstart_runs_end_to_end(tmp_path, tag):
+    qs = os.path.join(REPO, "experiments", "quickstart.yaml")
+    if not os.path.exists(qs):
+        pytest.skip("experiments/quickstart.yaml not written yet (spec engineer)")
+    r = zcorch(tag, "run", qs, "-o", tmp_path / "qs", timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert all(x["status"] == "ok" for x in read_jsonl(str(tmp_path / "qs" / "runs.jsonl")))
