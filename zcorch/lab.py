@@ -23,7 +23,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence

@@ -197,9 +197,10 @@ def _open_client(name: str, target: Target, accept_new: bool, timeout: float,
     save_to = target.known_hosts[0]
     client.set_missing_host_key_policy(_HostKeyCheck(name, target, accept_new, save_to))
     where = f"{name} ({target.describe()})"
+    own_sock = None
     try:
         if sock is None:
-            sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
+            sock = own_sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
             # Small request/response packets: without NODELAY each command waits out a delayed ACK (~40 ms).
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.connect(
@@ -209,26 +210,32 @@ def _open_client(name: str, target: Target, accept_new: bool, timeout: float,
             timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
             sock=sock)
     except HostError:
-        client.close()
+        _close(client, own_sock)
         raise
     except paramiko.BadHostKeyException as exc:
-        client.close()
+        _close(client, own_sock)
         raise HostError(
             f"{where}: HOST KEY CHANGED — got {exc.key.get_name()} {fingerprint(exc.key)}, known_hosts has "
             f"{fingerprint(exc.expected_key)}. Refusing to connect (also with --accept-new-host-keys). If the "
             f"host was really reinstalled, remove the old entry: ssh-keygen -R '{target.known_hosts_key}' "
             f"-f {' -f '.join(target.known_hosts[:1])}") from None
     except paramiko.AuthenticationException as exc:
-        client.close()
+        _close(client, own_sock)
         raise HostError(f"{where}: authentication failed ({exc}); tried keys "
                         f"{target.identity_files or 'from ~/.ssh'} and the ssh agent") from None
     except (socket.timeout, TimeoutError) as exc:
-        client.close()
+        _close(client, own_sock)
         raise HostError(f"{where}: no answer within {timeout:.0f}s (connect timeout): {exc or 'timed out'}") from None
     except (OSError, paramiko.SSHException, EOFError) as exc:
-        client.close()
+        _close(client, own_sock)
         raise HostError(f"{where}: cannot connect: {exc or type(exc).__name__}") from None
     return client
+
+
+def _close(client: paramiko.SSHClient, sock: Optional[socket.socket]) -> None:
+    client.close()
+    if sock is not None:
+        sock.close()
 
 
 def _local_user() -> str:
@@ -519,7 +526,10 @@ def _collect(chan: paramiko.Channel, timeout: float) -> "tuple[str, str]":
             break
         if time.monotonic() > deadline:
             break
-        chan.status_event.wait(0.002)  # returns early once the command exits
+        if chan.status_event.is_set():
+            time.sleep(0.001)  # exited; the EOF/close is a packet away
+        else:
+            chan.status_event.wait(0.002)  # returns early once the command exits
     return b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace")
 
 
