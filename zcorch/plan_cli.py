@@ -17,11 +17,15 @@ from .spec import PARAM_KEYS, format_value
 from .units import format_size, parse_duration, parse_size
 
 
+_LISTED = 3  # dropped cells listed per reason without --all
+
+
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="validate an experiment file and show its cells, runs and duration",
                               description=__doc__.splitlines()[0])
     p.add_argument("file", metavar="FILE", help="experiment file (YAML), e.g. experiments/quickstart.yaml")
     p.add_argument("--json", action="store_true", help="print the runs as JSON (execution order)")
+    p.add_argument("--all", action="store_true", help="list every dropped cell (default: a few per reason)")
     p.add_argument("--rate", default=format_size(DEFAULT_RATE),
                    help="assumed transfer rate per second for the estimate (a size, default %(default)s)")
     p.add_argument("--overhead", default=f"{DEFAULT_OVERHEAD:g}s",
@@ -45,11 +49,11 @@ def main(args: argparse.Namespace) -> int:
         json.dump(runs_json(plan), sys.stdout, separators=(",", ":"))
         sys.stdout.write("\n")
         return 0
-    sys.stdout.write(render(plan, rate, overhead))
+    sys.stdout.write(render(plan, rate, overhead, args.all))
     return 0
 
 
-def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD) -> str:
+def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD, show_all: bool = False) -> str:
     """The human-readable plan (what `zcorch plan FILE` prints)."""
     exp = plan.experiment
     lines = [f"{exp.name} ({exp.path})"]
@@ -75,14 +79,20 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     order = exp.order + (f" (seed {exp.seed})" if exp.order == "shuffle" else "")
     lines.append(f"{n_cells} cell{'s' if n_cells != 1 else ''} x {exp.repeats} repeat"
                  f"{'s' if exp.repeats != 1 else ''} = {n_runs} runs, order {order}")
-    if exp.baselines:
-        lines.append("baselines: " + "; ".join(
-            f"{kind} " + ", ".join(f"{k}={_baseline_value(k, v)}" for k, v in conf.items())
-            for kind, conf in exp.baselines.items()))
+    lines.append("baselines: " + "; ".join(
+        f"{kind} " + (", ".join(f"{k}={_baseline_value(k, v)}" for k, v in conf.items()) if conf else "off")
+        for kind, conf in exp.baselines.items()))
     if plan.dropped:
-        lines.append(f"dropped {len(plan.dropped)} cell{'s' if len(plan.dropped) != 1 else ''}:")
+        by_reason: "dict[str, list]" = {}
         for d in plan.dropped:
-            lines.append(f"  [{d.id}] {describe_cell(exp, d.params, d.origin)}: {d.reason}")
+            by_reason.setdefault(d.reason, []).append(d)
+        lines.append(f"dropped {len(plan.dropped)} cell{'s' if len(plan.dropped) != 1 else ''}:")
+        for reason, dropped in by_reason.items():
+            lines.append(f"  {reason}: {len(dropped)}")
+            shown = dropped if show_all else dropped[:_LISTED]
+            lines.extend(f"    [{d.id}] {describe_cell(exp, d.params, d.origin)}" for d in shown)
+            if len(shown) < len(dropped):
+                lines.append(f"    ... and {len(dropped) - len(shown)} more (--all lists every one)")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
     lines.append(estimate(plan, rate, overhead).explain())

@@ -60,9 +60,14 @@ TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "incl
             "baselines", "filesystems", "skip_invalid")
 HOST_ROLES = ("sender", "receiver")
 HOST_KEYS = ("ssh", "data_address", "identity_file", "known_hosts", "ssh_config", "python", "workdir")
-BASELINE_KEYS = {"iperf3": ("duration", "per", "omit"), "dd": ("bs", "count")}
-BASELINE_DEFAULTS = {"iperf3": {"duration": 5.0, "per": "pair", "omit": 0}, "dd": {"bs": 1024 ** 2, "count": 1024}}
-FS_KEYS = ("path", "fs", "loop", "devices", "raid", "mkfs_options", "mount_options", "allow_destroy")
+BASELINE_KEYS = {"iperf3": ("duration", "per", "omit"), "dd": ("bs", "count", "scratch")}
+# The same defaults as zcorch.baselines (the run stage): the seeds baselined before every table, so an
+# experiment without a `baselines:` section still gets both.
+BASELINE_DEFAULTS = {"iperf3": {"duration": 2.0, "per": "pair", "omit": 0},
+                     "dd": {"bs": 1024 ** 2, "count": 64, "scratch": "/tmp"}}
+FS_KEYS = ("path", "fs", "loop", "devices", "raid", "raid_chunk", "mkfs_options", "mount_options", "allow_destroy",
+           "mountpoint")
+LOOP_KEYS = ("count", "size", "dir", "direct_io")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -98,7 +103,7 @@ class Experiment:
     matrix: "list[Axis]"
     exclude: "list[dict]"              # each: {key: [accepted normalised values]}
     include: "list[dict]"              # each: full cell params (defaults <- params <- 1-value axes <- entry)
-    baselines: dict                    # {"iperf3": {...}, "dd": {...}}, only the kinds written
+    baselines: dict                    # {"iperf3": {...} | False, "dd": {...} | False} (False = off)
     filesystems: dict                  # name -> normalised configuration (see docs/experiment-files.md)
     repeats: int = 1
     order: str = "sequential"
@@ -171,7 +176,7 @@ def format_value(key: str, value: Any) -> str:
     if key in SIZE_PARAMS:
         return format_size(value)
     if key == "timeout":
-        return f"{value:g}s"
+        return f"{value / 60:g}m" if value >= 60 and value % 60 == 0 else f"{value:g}s"
     return str(value)
 
 
@@ -498,7 +503,7 @@ class _Validator:
         seed = self.value(get("seed"), "seed", lambda n: _int_range(n, 0), 0) if "seed" in top else 0
         skip_invalid = self.value(get("skip_invalid"), "skip_invalid", ys.as_bool, False) \
             if "skip_invalid" in top else False
-        baselines = self.baselines(get("baselines")) if "baselines" in top else {}
+        baselines = self.baselines(get("baselines"))
 
         for pos, key, fs in self.fs_refs:
             if fs is not None and fs not in self.fs_names:
@@ -642,27 +647,25 @@ class _Validator:
         return out
 
     # -- baselines
-    def baselines(self, node: ys.YNode) -> dict:
-        out = {}
-        if isinstance(node, ys.YScalar) and node.is_null:
+    def baselines(self, node: "ys.YNode | None") -> dict:
+        """Both kinds, defaults filled in; a kind set to `false` (or `baselines: false`) is False (off)."""
+        out: dict = {kind: dict(conf) for kind, conf in BASELINE_DEFAULTS.items()}
+        if node is None or isinstance(node, ys.YScalar) and node.is_null:
             return out
+        if isinstance(node, ys.YScalar) and node.tag == ys.BOOL and node.text in ("false", "False", "FALSE"):
+            return {kind: False for kind in out}
         for kind, (_, child) in self.mapping(node, "baselines", tuple(BASELINE_KEYS), "baseline kinds").items():
             path = f"baselines.{kind}"
-            conf = dict(BASELINE_DEFAULTS[kind])
-            if not (isinstance(child, ys.YScalar) and child.is_null):
-                for key, (_, v) in self.mapping(child, path, BASELINE_KEYS[kind], f"{kind} settings").items():
-                    kp = f"{path}.{key}"
-                    parser = {
-                        "duration": _positive_duration,
-                        "per": lambda n: _choice(n, ("pair", "sweep"), "baseline frequency"),
-                        "omit": lambda n: _int_range(n, 0),
-                        "bs": lambda n: _positive_size(n, _INT_MAX),
-                        "count": lambda n: _int_range(n, 1),
-                    }[key]
-                    val = self.value(v, kp, parser, _INVALID)
-                    if val is not _INVALID:
-                        conf[key] = val
-            out[kind] = conf
+            if isinstance(child, ys.YScalar) and child.is_null:
+                continue
+            if isinstance(child, ys.YScalar) and child.tag == ys.BOOL and child.plain:
+                on = self.value(child, path, ys.as_bool, True)
+                out[kind] = out[kind] if on else False
+                continue
+            for key, (_, v) in self.mapping(child, path, BASELINE_KEYS[kind], f"{kind} settings").items():
+                val = self.value(v, f"{path}.{key}", _BASELINE_PARSERS[key], _INVALID)
+                if val is not _INVALID:
+                    out[kind][key] = val
         return out
 
     # -- filesystems
@@ -686,6 +689,7 @@ class _Validator:
         return out
 
     def filesystem(self, node: ys.YNode, path: str) -> Optional[dict]:
+        """One entry, normalised to the keys written (sizes in bytes), or None if it has problems."""
         fields = self.mapping(node, path, FS_KEYS, "filesystem keys")
         if not isinstance(node, ys.YMap):
             return None
@@ -697,15 +701,14 @@ class _Validator:
             return None
         n_problems = len(self.problems)
         if forms == ["path"]:
-            extra = [k for k in fields if k != "path"]
-            for k in extra:
-                self.problem(fields[k][0], f"{path}.{k}", "an existing directory (`path`) is used as it is: "
-                                                          f"`{k}` does not apply")
+            for k in fields:
+                if k != "path":
+                    self.problem(fields[k][0], f"{path}.{k}", "an existing directory (`path`) is used as it "
+                                                              f"is: `{k}` does not apply")
             p = self.value(fields["path"][1], f"{path}.path", _existing_dir)
             return {"path": p} if len(self.problems) == n_problems else None
 
-        conf: dict = {"fs": None, "raid": None, "loop": None, "devices": None, "mkfs_options": [],
-                      "mount_options": [], "allow_destroy": []}
+        conf: dict = {}
         if "fs" not in fields:
             self.problem(node.pos, path, f"missing required key `fs` (one of {', '.join(FS_TYPES)})")
         else:
@@ -719,6 +722,10 @@ class _Validator:
         if "raid" in fields:
             conf["raid"] = self.value(fields["raid"][1], f"{path}.raid",
                                       lambda n: _choice(n, RAID_LEVELS, "RAID level"))
+        if "raid_chunk" in fields:
+            conf["raid_chunk"] = self.value(fields["raid_chunk"][1], f"{path}.raid_chunk", _positive_size)
+        if "mountpoint" in fields:
+            conf["mountpoint"] = self.value(fields["mountpoint"][1], f"{path}.mountpoint", _existing_dir)
         for key, rx, what in (("mkfs_options", _MKFS_OPT_RE, "mkfs option"),
                               ("mount_options", _MOUNT_OPT_RE, "mount option")):
             if key in fields:
@@ -736,7 +743,7 @@ class _Validator:
                         self.problem(child.items[i].pos, f"{path}.allow_destroy[{i}]",
                                      f"`{dev}` is not one of this configuration's `devices`")
                 conf["allow_destroy"] = allowed
-        fs, raid = conf["fs"], conf["raid"]
+        fs, raid = conf.get("fs"), conf.get("raid")
         if fs and n_dev is not None:
             if raid is None and n_dev > 1 and fs != "btrfs":
                 self.problem(node.pos, path, f"{n_dev} devices for {fs} need `raid:` (raid0, raid1 or raid10, "
@@ -747,20 +754,35 @@ class _Validator:
             if raid in ("raid0", "raid1", "raid10") and n_dev < 2:
                 self.problem(fields["raid"][1].pos, f"{path}.raid", f"{raid} needs at least 2 devices, "
                                                                     f"this configuration has {n_dev}")
+        if len(self.problems) != n_problems:
+            return None
+        # What the filesystem manager itself will refuse (minimum sizes, device counts per level ...):
+        # one set of provisioning rules, zcorch.fs_config's, reported here at the entry.
+        from .fs_config import config_problems
+
+        name = path.split(".", 1)[1]
+        for msg in config_problems({name: conf}):
+            where, _, text = msg.partition(": ")
+            self.problem(node.pos, where or path, text or msg)
         return conf if len(self.problems) == n_problems else None
 
     def loop(self, node: ys.YNode, path: str) -> Optional[dict]:
-        fields = self.mapping(node, path, ("count", "size"), "loop settings")
+        fields = self.mapping(node, path, LOOP_KEYS, "loop settings")
         if not isinstance(node, ys.YMap):
             return None
-        conf = {"count": 1, "size": None}
+        conf: dict = {"count": 1}
         if "count" in fields:
             conf["count"] = self.value(fields["count"][1], f"{path}.count", lambda n: _int_range(n, 1, 64), None)
         if "size" not in fields:
             self.problem(node.pos, path, "missing required key `size` (size of each loop device, e.g. 2GiB)")
+            conf["size"] = None
         else:
             conf["size"] = self.value(fields["size"][1], f"{path}.size", _positive_size, None)
-        return conf if conf["count"] is not None and conf["size"] is not None else None
+        if "dir" in fields:
+            conf["dir"] = self.value(fields["dir"][1], f"{path}.dir", _existing_dir, None)
+        if "direct_io" in fields:
+            conf["direct_io"] = self.value(fields["direct_io"][1], f"{path}.direct_io", ys.as_bool, None)
+        return conf if None not in conf.values() else None
 
     def device_list(self, node: ys.YNode, path: str, allow_empty: bool) -> "Optional[list[str]]":
         if not isinstance(node, ys.YSeq):
@@ -813,6 +835,24 @@ def _device(node: ys.YNode) -> str:
     if not re.match(r"^/dev/[A-Za-z0-9_./:+-]+$", text) or "/../" in text or text.endswith("/.."):
         raise ys.ValueProblem(f"`{text}` is not a plain device path")
     return text
+
+
+def _dd_count(node: ys.YNode) -> int:
+    # dd reads `count=512k` as 512*1024 blocks, and the seeds wrote it so: accept a size-like count.
+    n = ys.as_size(node, "a block count (e.g. 16384 or 512k)")
+    if n < 1:
+        raise ys.ValueProblem(f"expected a count ≥ 1, got `{node.text}`")
+    return n
+
+
+_BASELINE_PARSERS = {
+    "duration": _positive_duration,
+    "per": lambda n: _choice(n, ("pair", "sweep"), "baseline frequency"),
+    "omit": lambda n: _int_range(n, 0),
+    "bs": lambda n: _positive_size(n, _INT_MAX),
+    "count": _dd_count,
+    "scratch": _existing_dir,
+}
 
 
 class _Invalid:
