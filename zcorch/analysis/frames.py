@@ -155,19 +155,63 @@ def _column_order(columns: Iterable[str]) -> list:
     return order + params + extra + tail + metrics
 
 
+CHUNK_ROWS = 50_000
+
+
+def _iter_jsonl(path: Path):
+    """(line number, record) of a JSON-lines file, streamed: a million-run file does not fit in
+    memory as dicts. Same rules as zcorch.results.read_jsonl: an unterminated final line that does
+    not parse is a torn write and skipped; any other bad line is corruption."""
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                if not line.endswith(b"\n"):
+                    return  # torn final line
+                raise ResultsError(f"{path}:{lineno}: not a JSON record: {line[:80]!r}") from None
+            if not isinstance(rec, dict):
+                raise ResultsError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            yield lineno, rec
+
+
+def _numeric_if_possible(frame: pd.DataFrame) -> pd.DataFrame:
+    """Metric columns that are null in some chunks and numbers in others concatenate as object:
+    turn those back into numbers (bools and text stay as they are)."""
+    for col in frame.columns:
+        s = frame[col]
+        if s.dtype != object or not (col.startswith("send_") or col.startswith("recv_")):
+            continue
+        values = s.dropna()
+        if len(values) and all(v.__class__ in (int, float) for v in values):
+            frame[col] = pd.to_numeric(s)
+        elif not len(values):
+            frame[col] = s.astype("float64")
+    return frame
+
+
 def parse_runs(path: Path) -> pd.DataFrame:
-    """runs.jsonl → raw frame (no derived columns). Newest record per (cell, repeat) wins."""
-    records = read_jsonl(path)
-    for i, rec in enumerate(records):
+    """runs.jsonl → raw frame (no derived columns). Newest record per (cell, repeat) wins; rows
+    are in the order of their newest record."""
+    chunks, rows = [], []
+    for lineno, rec in _iter_jsonl(path):
         for key in ("cell", "repeat", "status"):
             if key not in rec:
-                raise ResultsError(f"{path}: run record {i + 1} has no {key!r}")
-    newest = [_flat_run(rec) for rec in results.latest_runs(records).values()]
-    if not newest:
+                raise ResultsError(f"{path}:{lineno}: run record has no {key!r}")
+        rows.append(_flat_run(rec))
+        if len(rows) >= CHUNK_ROWS:
+            chunks.append(pd.DataFrame.from_records(rows))
+            rows = []
+    if rows:
+        chunks.append(pd.DataFrame.from_records(rows))
+    if not chunks:
         frame = pd.DataFrame({c: pd.Series(dtype=object) for c in RUN_COLUMNS})
         frame["repeat"] = frame["repeat"].astype("int64")
         return frame
-    frame = pd.DataFrame.from_records(newest)
+    frame = _numeric_if_possible(chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True))
+    frame = frame.drop_duplicates(subset=["cell", "repeat"], keep="last")
     frame = frame[_column_order(frame.columns)]
     for col in frame.columns:
         if frame[col].dtype == object:

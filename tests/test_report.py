@@ -1,0 +1,119 @@
+"""`zcorch report` on the small real result set, checked as text and in a real headless browser."""
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+import zcorch
+from zcorch.analysis import plots
+
+from conftest import require_tool
+from fixtures_analysis import small_set, zcorch_cli  # noqa: F401
+
+# Appended to a copy of the report: records, for every image, whether the browser decoded it.
+IMAGE_CHECK = """<script>
+window.addEventListener('load', function () {
+  var imgs = Array.prototype.slice.call(document.images);
+  var out = document.createElement('pre');
+  out.id = 'image-check';
+  out.textContent = JSON.stringify({title: document.title, images: imgs.map(function (i) {
+    return {ok: i.complete && i.naturalWidth > 0, w: i.naturalWidth, h: i.naturalHeight}; })});
+  document.body.appendChild(out);
+});
+</script>"""
+
+
+def chromium(*args, profile, timeout=120) -> subprocess.CompletedProcess:
+    exe = require_tool("chromium")
+    argv = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+            *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+
+
+def test_report_cli_writes_a_self_contained_escaped_report(small_set):
+    res = zcorch_cli("report", small_set)
+    assert res.returncode == 0, res.stderr
+    out = small_set / "report.html"
+    assert res.stdout.strip() == str(out)
+    text = out.read_text()
+    for heading in ("Experiment", "Hosts", "Baselines", "Results: send mode × receive mode", "Plots",
+                    "Every cell", "Failed runs"):
+        assert f">{heading}</h2>" in text, heading
+    # self-contained: no reference to anything outside the file
+    assert not re.search(r'(src|href)="(?!data:)', text)
+    assert text.count('<img src="data:image/png;base64,') >= 4
+    # the experiment file's comment holds markup: shown escaped, never live
+    assert "&lt;script&gt;document.title=&quot;pwned&quot;&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in text
+    assert "<script>document.title" not in text and "<b>bold</b>" not in text
+    # the seeds' table shape: 'MB/s (Gbit/s)' cells with the spread
+    assert re.search(r"\d+ MB/s \(\d+\.\d\d Gbit/s\)\n95% CI \d+–\d+, n=3", text)
+    # failed runs with their reasons
+    failed = text[text.index(">Failed runs</h2>"):]
+    assert failed.count("out of range [EINVAL]") == 3
+    # baselines and host metadata
+    assert "iperf3" in text and "dd_write" in text and "kernel.release" in text
+    # plots written as files too
+    pngs = sorted(p.stem for p in (small_set / "plots").glob("*.png"))
+    svgs = sorted(p.stem for p in (small_set / "plots").glob("*.svg"))
+    assert pngs == svgs and {"buffer", "cpu"} <= set(pngs) and any(p.startswith("bars") for p in pngs)
+    assert text.count("<img ") == len(pngs)
+
+
+def test_report_renders_in_a_real_browser(small_set, tmp_path):
+    assert zcorch_cli("report", small_set).returncode == 0
+    page = tmp_path / "checked.html"
+    page.write_text((small_set / "report.html").read_text().replace("</body>", IMAGE_CHECK + "</body>"))
+    res = chromium("--virtual-time-budget=10000", "--dump-dom", page.as_uri(), profile=tmp_path / "p1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = re.search(r'<pre id="image-check">(.*?)</pre>', res.stdout, re.S)
+    assert m, res.stdout[-2000:]
+    check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert check["title"] == "zcorch report: quickstart-small"  # the escaped script did not run
+    assert len(check["images"]) == len(list((small_set / "plots").glob("*.png")))
+    assert all(i["ok"] and i["w"] > 200 and i["h"] > 200 for i in check["images"]), check
+
+    shot = tmp_path / "report.png"
+    res = chromium(f"--screenshot={shot}", "--window-size=1280,3000", (small_set / "report.html").as_uri(),
+                   profile=tmp_path / "p2")
+    assert res.returncode == 0 and shot.stat().st_size > 50_000  # a rendered page, not a blank one
+
+
+def test_plots_that_do_not_apply_are_skipped_with_a_note(small_set):
+    df = zcorch.load(small_set)
+    one_buffer = df[df["buffer"] == 64 * 1024]
+    (skipped,) = plots.versus_buffer(one_buffer, "x")
+    assert skipped.figure is None and "single buffer size" in skipped.note
+    one_send = df[df["send_mode"] == "write"]
+    (skipped,) = plots.heatmap(one_send, "x")
+    assert skipped.figure is None and "two send modes" in skipped.note
+    nothing = df[df["status"] != "ok"]
+    assert all(p.figure is None and p.note for p in plots.all_plots(nothing))
+
+
+def test_plots_have_units_legends_and_the_experiment_title(small_set):
+    df = zcorch.load(small_set)
+    drawn = [p for p in plots.all_plots(df, zcorch.load_baselines(small_set), "quickstart-small") if p.figure]
+    assert {p.name.split("-")[0] for p in drawn} == {"bars", "buffer", "cpu", "heatmap"}
+    for p in drawn:
+        axes = [a for a in p.figure.axes if a.get_label() != "<colorbar>"]
+        titles = [a.get_title() for a in axes] + [p.figure._suptitle.get_text() if p.figure._suptitle else ""]
+        assert any("quickstart-small" in t for t in titles), p.name
+        for ax in axes:
+            assert ax.get_xlabel() and ax.get_ylabel(), p.name
+            assert re.search(r"\((Gbit/s|s/GiB|bytes, log2)|seconds per GiB|mode", ax.get_ylabel() + ax.get_xlabel())
+        if not p.name.startswith("heatmap"):
+            assert axes[0].get_legend() is not None, p.name
+    bars = next(p for p in drawn if p.name.startswith("bars"))
+    labels = [t.get_text() for t in bars.figure.axes[0].get_legend().get_texts()]
+    assert any(label.startswith("iperf3") for label in labels) and any(label.startswith("dd_write") for label in labels)
+    buffer = next(p for p in drawn if p.name == "buffer")
+    assert buffer.figure.axes[0].get_xscale() == "log"
+
+
+def test_report_of_a_missing_directory_is_a_clean_error(tmp_path):
+    res = zcorch_cli("report", tmp_path / "nope")
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert "nope" in res.stderr and "not found" in res.stderr
