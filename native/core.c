@@ -392,8 +392,14 @@ static int timed_transfer(zc_ctx *c)
  * the receiver consumed everything (a receiver that dies or refuses data turns into an error here). */
 static int await_receiver_close(zc_ctx *c)
 {
-    if (shutdown(c->sock, SHUT_WR) < 0)
-        return zc_fail_errno(c, "shutdown of the socket");
+    if (shutdown(c->sock, SHUT_WR) < 0) {
+        /* ENOTCONN here means the receiver already reset the connection: report that reason */
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (errno == ENOTCONN)
+            errno = getsockopt(c->sock, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr ? soerr : ECONNRESET;
+        return zc_fail_errno(c, "finishing the transfer (shutdown)");
+    }
     char b[256];
     for (;;) {
         ssize_t n = read(c->sock, b, sizeof b);
@@ -409,6 +415,28 @@ static int await_receiver_close(zc_ctx *c)
             continue;
         }
         return zc_fail_errno(c, "waiting for the receiver to finish");
+    }
+}
+
+/* Receiver told --bytes: after the last expected byte the sender must close (untimed check), so
+ * a sender sending more than agreed is reported instead of being cut off silently. */
+static int expect_eof(zc_ctx *c)
+{
+    char b;
+    for (;;) {
+        ssize_t n = read(c->sock, &b, 1);
+        if (n == 0)
+            return 0;
+        if (n > 0)
+            return zc_fail(c, EPROTO, "the sender sent more than --bytes %llu", (unsigned long long)c->total);
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            if (zc_after_eagain(c, "waiting for the sender to close after --bytes") < 0)
+                return -1;
+            continue;
+        }
+        return zc_fail_errno(c, "waiting for the sender to close after --bytes");
     }
 }
 
@@ -517,8 +545,11 @@ int zc_recv_run(const zc_params *p, zc_listener *l, zc_metrics *m, zc_error *err
                      (unsigned long long)c->done, (unsigned long long)c->total);
     if (rc == 0) {
         read_tcp_info(c);
-        *m = c->m;
+        if (c->total_known)
+            rc = expect_eof(c);
     }
+    if (rc == 0)
+        *m = c->m;
     zc_listener_close(l);
     return rc;
 }

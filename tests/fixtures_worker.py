@@ -144,6 +144,19 @@ class WorkerProcess:
             f.close()
 
 
+def wait_until_moving(pid: int, nbytes: int = 8 * 2**20, timeout: float = 15) -> None:
+    """Wait until process `pid` has read() `nbytes` (its rchar in /proc/PID/io): the transfer is under way."""
+    def rchar() -> int:
+        with open(f"/proc/{pid}/io") as fh:
+            return int(next(line for line in fh if line.startswith("rchar:")).split()[1])
+
+    base, end = rchar(), time.monotonic() + timeout
+    while rchar() - base < nbytes:
+        if time.monotonic() > end:
+            raise AssertionError(f"process {pid} did not start receiving within {timeout}s")
+        time.sleep(0.02)
+
+
 def start_receiver(*args: str) -> "tuple[WorkerProcess, int]":
     rx = WorkerProcess("recv", *args)
     ready = rx.event(0)

@@ -265,3 +265,23 @@ def test_ipv6_loopback(tmp_path):
     assert out["r"]["bytes"] == sent["bytes"] == 12345
     assert out["r"]["params"]["listen"] == "[::1]:0"
     assert os.path.exists("/dev/null")
+
+
+def test_sender_sending_more_than_receiver_bytes_is_an_error_on_both_sides():
+    import threading
+    rx = native.Receiver("127.0.0.1", 0, "read", bytes=1000, timeout=10)
+    out = {}
+
+    def target():
+        try:
+            rx.run()
+        except WorkerError as exc:
+            out["recv"] = exc
+
+    t = threading.Thread(target=target)
+    t.start()
+    with pytest.raises(WorkerError) as ei:
+        native.send("127.0.0.1", rx.port, "write", source="mem", bytes=5000, timeout=10)
+    t.join(10)
+    assert out["recv"].code == errno.EPROTO and "more than --bytes 1000" in str(out["recv"])
+    assert ei.value.code in (errno.ECONNRESET, errno.EPIPE)
