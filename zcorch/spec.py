@@ -745,7 +745,7 @@ class _Validator:
                 conf["allow_destroy"] = allowed
         fs, raid = conf.get("fs"), conf.get("raid")
         if fs and n_dev is not None:
-            if raid is None and n_dev > 1 and fs != "btrfs":
+            if "raid" not in fields and n_dev > 1 and fs != "btrfs":
                 self.problem(node.pos, path, f"{n_dev} devices for {fs} need `raid:` (raid0, raid1 or raid10, "
                                              "built with mdadm)")
             if raid == "single" and fs != "btrfs":
