@@ -170,7 +170,7 @@ def test_shuffle_does_not_depend_on_axis_order(write_yaml):
 def test_id_is_the_documented_hash_of_canonical_params(write_yaml):
     plan = load_plan(write_yaml("""
         name: t
-        params: {pipe_size: 1MiB, timeout: 1500ms, fsync: true}
+        params: {pipe_size: 1MiB, timeout: 1500ms, fsync: true, sink: /tmp/x.dat}
         matrix:
           send_cpu: [null, 0, 3]
           gift: [false]
@@ -225,6 +225,8 @@ def test_runs_of_a_cell_share_its_id(write_yaml):
     ("send_mode: [write, mmap]\n  source: [/dev/zero]", "send mode `mmap` cannot map /dev/zero"),
     ("gift: [false, true]", "`gift` (SPLICE_F_GIFT) only applies to the vmsplice modes"),
     ("subblocks: [1, 8192]\n  buffer: [4KiB]", "subblocks (8192) > buffer (4096 bytes)"),
+    ("fsync: [false, true]", "`fsync` needs a regular file as sink, not /dev/null"),
+    ("sink_state: [fresh, overwrite]", "sink_state `overwrite` needs a regular file as sink"),
 ])
 def test_invalid_cells_are_errors_naming_the_cells(write_yaml, axes, needle):
     path = write_yaml(f"name: t\nmatrix:\n  {axes}\n")

@@ -37,7 +37,8 @@ from .spec import DEFAULTS, PARAM_KEYS, Experiment, cell_problems, filesystem_pr
 
 ID_LENGTH = 12
 # The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
-_RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "filesystem")
+_RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "filesystem", "fsync",
+              "sink_state")
 _SORTED_KEYS = sorted(PARAM_KEYS)
 _MAX_LISTED = 5  # cells named per reason in an error message
 

@@ -197,6 +197,10 @@ def cell_problems(p: dict) -> "list[str]":
         out.append("send mode `mmap` cannot map /dev/zero; use a regular file as source")
     if p["gift"] and send != "vmsplice" and recv != "vmsplice":
         out.append("`gift` (SPLICE_F_GIFT) only applies to the vmsplice modes")
+    if sink == "/dev/null" and p["fsync"]:
+        out.append("`fsync` needs a regular file as sink, not /dev/null")
+    if sink == "/dev/null" and p["sink_state"] != "fresh":
+        out.append(f"sink_state `{p['sink_state']}` needs a regular file as sink, not /dev/null")
     if p["subblocks"] > p["buffer"]:
         out.append(f"subblocks ({p['subblocks']}) > buffer ({p['buffer']} bytes): a sub-block would be empty")
     return out
