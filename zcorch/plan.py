@@ -45,6 +45,7 @@ _MAX_LISTED = 5  # cells named per reason in an error message
 
 @dataclass
 class Cell:
+    __slots__ = ("id", "params", "origin")  # 100k of them in a big plan
     id: str
     params: dict
     origin: str           # "matrix" or "include[i]"
@@ -52,6 +53,7 @@ class Cell:
 
 @dataclass
 class Run:
+    __slots__ = ("id", "repeat", "params")
     id: str               # the cell's id (same for every repeat)
     repeat: int           # 0-based
     params: dict          # every parameter, sizes in bytes, durations in seconds. The same dict as the
@@ -60,6 +62,7 @@ class Run:
 
 @dataclass
 class Dropped:
+    __slots__ = ("id", "params", "origin", "reason")
     id: str
     params: dict
     origin: str
@@ -156,6 +159,7 @@ def _expand(exp: Experiment) -> Plan:
         base = exp.include_base()            # single-valued axes are constants
         multi = [a for a in exp.matrix if len(a.values) > 1]
         excludes = _compile_excludes(exp, base, multi)
+        ex_reasons = [f"excluded by exclude[{i}]" for i in range(len(exp.exclude))]
         slot = {k: i for i, k in enumerate(_SORTED_KEYS)}
         template = [_fragment(k, base[k]) for k in _SORTED_KEYS]
         inner = multi[-1] if multi else None
@@ -204,7 +208,7 @@ def _expand(exp: Experiment) -> Plan:
                     hit = next((e_i for e_i, acc in active if acc is None or j in acc), None)
                     if hit is not None:
                         ex_hits[hit] += 1
-                        dropped.append(Dropped(cid, params, "matrix", f"excluded by exclude[{hit}]"))
+                        dropped.append(Dropped(cid, params, "matrix", ex_reasons[hit]))
                         continue
                 rk = (okey, j) if inner_is_rule else okey
                 verdict = verdicts.get(rk)

@@ -515,11 +515,12 @@ class _Validator:
                 self.problem(pos, key, f"`{fs}` is not a filesystem defined under `filesystems:`"
                                        f"{suggest(fs, self.fs_names)} (defined: {defined})")
 
-        base = dict(DEFAULTS)
-        base.update(params)
-        base.update({axis.key: axis.values[0] for axis in matrix if len(axis.values) == 1})
+        exp = Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
+                         params=params, matrix=matrix, exclude=exclude, include=[], baselines=baselines,
+                         filesystems=filesystems, repeats=repeats, order=order, seed=seed,
+                         skip_invalid=skip_invalid, locations=dict(self.locations))
+        base = exp.include_base()
         multi = {axis.key: axis for axis in matrix if len(axis.values) > 1}
-        include = []
         for i, (pos, entry) in enumerate(include_raw):
             missing = [k for k in multi if k not in entry]
             if missing:
@@ -529,12 +530,8 @@ class _Validator:
                                                    "adds one cell, so set every varying axis explicitly")
             cell = dict(base)
             cell.update(entry)
-            include.append(cell)
-
-        return Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
-                          params=params, matrix=matrix, exclude=exclude, include=include, baselines=baselines,
-                          filesystems=filesystems, repeats=repeats, order=order, seed=seed,
-                          skip_invalid=skip_invalid, locations=dict(self.locations))
+            exp.include.append(cell)
+        return exp
 
     @staticmethod
     def _name(node: ys.YNode) -> str:
