@@ -113,7 +113,7 @@ class RunTimeout(Exception):
 
 def _describe_exit(status: Optional[int]) -> str:
     if status is None:
-        return "did not exit"
+        return "was still running (killed)"
     if status < 0:
         try:
             return f"was killed by {signal.Signals(-status).name}"

@@ -1,0 +1,121 @@
+"""Per-run controller overhead of `zcorch run`: run wall time minus the worker's transfer time.
+
+Target (issue): median <= 0.3 s per run in the lab. Prints medians for localhost and, when the
+two-host network-namespace lab can be made (root), for the lab through real SSH, interleaved.
+The lab is brought up for the benchmark (tests/fixtures_lab.start_lab) and torn down after.
+The peer measured in the same run is the bare cost of starting the worker's Python twice
+(`python -c "import zcorch.worker"`), which no controller can avoid.
+
+    python benchmarks/bench_run_overhead.py [--runs N] [--rounds R] [--no-lab]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from zcorch.hosts import LocalHost  # noqa: E402
+from zcorch.results import ResultSet  # noqa: E402
+from zcorch.runner import Runner  # noqa: E402
+from zcorch.spec import DEFAULTS  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def params() -> dict:
+    p = dict(DEFAULTS)
+    p.update(bytes=8 << 20, buffer=128 << 10, timeout=30.0)
+    return p
+
+
+def resultset(tmp: str, name: str) -> ResultSet:
+    return ResultSet.create(os.path.join(tmp, name), name=name, experiment_bytes=b"", plan_runs=[],
+                            command=["bench"], accept_new_host_keys=False, zcorch_version="bench", git_revision=None)
+
+
+def local_setup(tmp: str):
+    host = LocalHost()
+    worker = [sys.executable, "-m", "zcorch.worker"]
+    env = {"PYTHONPATH": REPO}
+    return Runner(host, host, worker, worker, resultset(tmp, "local"), worker_env={"sender": env, "receiver": env})
+
+
+def lab_setup(tmp: str):
+    """Runner across a fresh two-host lab through real SSH (root only); (runner, hosts, layout) or Nones."""
+    if os.geteuid() != 0:
+        return None, None, None
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    from fixtures_lab import start_lab  # the test suite's lab: own name, first free index
+
+    from zcorch import deploy, ssh
+
+    layout = start_lab(f"bench{os.getpid()}")
+    hosts = ssh.open_hosts(layout.hosts_spec(), accept_new_host_keys=False)
+    handles = deploy.prepare(hosts)
+    runner = Runner(hosts["sender"], hosts["receiver"], handles["sender"].worker_argv,
+                    handles["receiver"].worker_argv, resultset(tmp, "lab"),
+                    worker_env={r: handles[r].env for r in handles})
+    return runner, hosts, layout
+
+
+def python_startup() -> float:
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import zcorch.worker"], check=True, env=dict(os.environ, PYTHONPATH=REPO))
+    return time.monotonic() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5, help="runs per round and setup")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-lab", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        setups = {"localhost": local_setup(tmp)}
+        lab_hosts, layout = None, None
+        if not args.no_lab:
+            runner, lab_hosts, layout = lab_setup(tmp)
+            if runner is not None:
+                setups["lab"] = runner
+            else:
+                print("lab: needs root; measuring localhost only")
+        samples = {name: [] for name in setups}
+        startup = []
+        p = params()
+        try:
+            for rnd in range(args.rounds):
+                for name, runner in setups.items():  # interleaved: noise hits every setup alike
+                    for i in range(args.runs):
+                        rec = runner.run_one(f"bench{rnd}", i, p)
+                        if rec["status"] != "ok":
+                            print(f"{name}: run failed: {rec['reason']}")
+                            continue
+                        samples[name].append(rec["overhead_s"])
+                    startup.append(2 * python_startup())
+        finally:
+            for h in {id(h): h for h in (lab_hosts or {}).values()}.values():
+                h.close()
+            if layout is not None:
+                from zcorch import lab
+
+                lab.down(layout)
+        peer = statistics.median(startup)
+        print(f"peer: 2 x worker python start-up (import zcorch.worker), median {peer * 1000:.0f} ms")
+        for name, vals in samples.items():
+            if not vals:
+                continue
+            med = statistics.median(vals)
+            print(f"{name}: per-run overhead median {med * 1000:.0f} ms over {len(vals)} runs "
+                  f"(min {min(vals) * 1000:.0f}, max {max(vals) * 1000:.0f}); "
+                  f"{med / peer:.2f}x the start-up peer; target <= 300 ms: {'met' if med <= 0.3 else 'NOT met'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
