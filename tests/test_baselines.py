@@ -177,3 +177,11 @@ def test_run_dd_into_missing_directory_fails_with_dds_message(tmp_path):
 def test_dd_directory_uses_scratch_for_devices():
     assert bl.dd_directory("/dev/null", "/tmp") == "/tmp"
     assert bl.dd_directory("/mnt/xfs/sink.bin", "/tmp") == "/mnt/xfs"
+
+
+def test_spec_section_runs_only_the_kinds_written():
+    assert not bl.baseline_config({}).iperf3.enabled and not bl.baseline_config({}).dd.enabled
+    only_dd = bl.baseline_config({"dd": {"bs": 1 << 20, "count": 4}})
+    assert only_dd.dd.enabled and not only_dd.iperf3.enabled
+    assert bl.baseline_config(None).iperf3.enabled  # not given at all: both, with defaults
+    assert "-O" in bl.iperf3_client_argv("h", 1, None, None, False, duration=2, omit=1)
