@@ -86,8 +86,23 @@ static int reap(zc_ctx *c, priv_t *s, int block)
             if (zc_check_deadline(c, "waiting for MSG_ZEROCOPY completions") < 0)
                 return -1;
             struct pollfd pfd = {.fd = c->sock, .events = 0};
-            if (poll(&pfd, 1, 250) < 0 && errno != EINTR)
+            int pr = poll(&pfd, 1, 250);
+            if (pr < 0 && errno != EINTR)
                 return zc_fail_errno(c, "poll for MSG_ZEROCOPY completions");
+            if (pr > 0 && (pfd.revents & (POLLERR | POLLHUP))) {
+                /* POLLERR also means "error queue not empty": only a pending socket error or a hang-up
+                 * (with nothing queued, as recvmsg just said) ends the wait, instead of spinning */
+                int soerr = 0;
+                socklen_t sl = sizeof soerr;
+                if (getsockopt(c->sock, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr) {
+                    errno = soerr;
+                    return zc_fail_errno(c, "waiting for MSG_ZEROCOPY completions");
+                }
+                if (pfd.revents & POLLHUP) {
+                    errno = ECONNRESET;
+                    return zc_fail_errno(c, "waiting for MSG_ZEROCOPY completions");
+                }
+            }
             continue;
         }
         for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {

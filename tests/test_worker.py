@@ -131,9 +131,10 @@ def _stream(recv_mode: str = "read", send_mode: str = "write", timeout: str = "3
     return rx, tx
 
 
-@pytest.mark.parametrize("victim", ["receiver", "sender"])
-def test_killed_peer_gives_an_error_event(victim):
-    rx, tx = _stream(timeout="20s")
+@pytest.mark.parametrize("victim,send_mode", [("receiver", "write"), ("receiver", "vmsplice"),
+                                              ("receiver", "msg_zerocopy"), ("sender", "write")])
+def test_killed_peer_gives_an_error_event(victim, send_mode):
+    rx, tx = _stream(send_mode=send_mode, timeout="20s")
     try:
         dead, survivor = (rx, tx) if victim == "receiver" else (tx, rx)
         t0 = time.monotonic()
