@@ -221,3 +221,18 @@ def test_stopped_sender_stops_every_blocking_receive_path(tmp_path, recv_mode):
         tx_stopper.cancel()
         tx.close()
         rx.close()
+
+
+def test_worker_imports_only_stdlib_and_the_deployed_modules():
+    # what runs on bare remote hosts: nothing third-party, only the deployed zcorch modules
+    code = ("import sys, zcorch.worker; "
+            "names = {m.split('.')[0] for m in sys.modules}; "
+            "print(sorted(m for m in sys.modules if m.startswith('zcorch'))); "
+            "print(sorted(n for n in names if n not in sys.stdlib_module_names and n != 'zcorch'))")
+    p = subprocess.run([sys.executable, "-S", "-c", code], cwd=REPO, env=worker_env(), capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    zc, third_party = (eval(line) for line in p.stdout.splitlines())
+    assert set(zc) <= {"zcorch", "zcorch.worker", "zcorch.native", "zcorch._native", "zcorch._version",
+                       "zcorch.errors", "zcorch.units"}, zc
+    assert set(third_party) <= {"_cffi_backend", "__main__"}, third_party
