@@ -24,7 +24,6 @@ from itertools import product
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from zcorch import plan as planmod  # noqa: E402
-from zcorch.spec import DEFAULTS  # noqa: E402
 
 AXES = {
     "buffer": [f"{4 * (i + 1)}KiB" for i in range(10)],

@@ -32,7 +32,7 @@ from itertools import product
 from typing import Optional
 
 from .errors import ConfigError
-from .spec import DEFAULTS, PARAM_KEYS, Experiment, cell_problems, filesystem_problem, format_value, \
+from .spec import PARAM_KEYS, Experiment, cell_problems, filesystem_problem, format_value, \
     load_experiment
 
 ID_LENGTH = 12
