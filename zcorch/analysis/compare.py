@@ -42,8 +42,10 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
     params = [p for p in varying_params(pd.concat([base, cand], ignore_index=True))]
     rows = []
     cells = list(dict.fromkeys(list(base["cell"]) + list(cand["cell"])))
+    base_groups, cand_groups = dict(list(base.groupby("cell"))), dict(list(cand.groupby("cell")))
+    empty = base.iloc[0:0]
     for cell in cells:
-        b, c = base[base["cell"] == cell], cand[cand["cell"] == cell]
+        b, c = base_groups.get(cell, empty), cand_groups.get(cell, empty)
         any_side = b if len(b) else c
         row = {"cell": cell}
         for p in params:
