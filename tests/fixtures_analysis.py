@@ -1,6 +1,6 @@
 """Fixtures of the analysis tests: the small real result set (tests/data/quickstart-small, recorded
 by `zcorch run tests/data/small.yaml`), always used through a private copy so that loading (which
-writes runs.cache.npz) and reports never touch the repository."""
+writes runs.cache) and reports never touch the repository."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 SMALL = DATA / "quickstart-small"
-GENERATED = {"runs.cache.npz", "report.html", "plots"}
+GENERATED = {"runs.cache", "report.html", "plots"}
 
 
 def copy_result_set(src: Path, dst: Path) -> Path:

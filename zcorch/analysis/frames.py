@@ -10,7 +10,7 @@ the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived
   netperf's service demand; `send_sys_share`: the sender's system share of its CPU time.
 
 Loading a large runs.jsonl is dominated by JSON parsing, so the parsed frame is cached next to it
-in `runs.cache.npz` (plain numpy arrays, no pickle, keyed by the size and mtime of runs.jsonl):
+in `runs.cache` (plain column arrays, no pickle, keyed by the size and mtime of runs.jsonl):
 the next load of the same file reads columns straight from that cache. A result set that is still
 being written simply invalidates the cache at every append.
 """
@@ -49,8 +49,8 @@ _RECORD_KEYS = frozenset(RUN_COLUMNS + RUN_TAIL_COLUMNS + ["params", "sender", "
 OK = "ok"
 GIB = float(1 << 30)
 
-CACHE_NAME = "runs.cache.npz"
-CACHE_VERSION = 1
+CACHE_NAME = "runs.cache"
+CACHE_VERSION = 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,37 +292,50 @@ def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> 
 
 
 # ---------------------------------------------------------------------------------------------
-# Columnar cache: one numpy array per column; object columns as codes + categories or JSON text.
+# Columnar cache: one file, a JSON header then each column's array, 64-byte aligned. Object columns
+# are stored as int32 codes + categories (few distinct values) or as one JSON array (many). Read with
+# a single readinto() and zero-copy numpy views: no pickle, nothing executable in the file.
+
+_CACHE_MAGIC = b"ZCORCH-RUNS-CACHE\n"
+_ALIGN = 64
 
 
 def _write_cache(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
-    arrays = {}
+    blobs = []
     columns = []
-    for i, name in enumerate(frame.columns):
+    for name in frame.columns:
         s = frame[name]
-        key = f"c{i}"
         if isinstance(s.dtype, pd.DatetimeTZDtype):
-            arrays[key] = s.array.asi8
-            columns.append({"name": name, "kind": "datetime", "tz": str(s.dtype.tz),
-                            "unit": getattr(s.dtype, "unit", "ns")})
+            arr = np.ascontiguousarray(s.array.asi8)
+            col = {"name": name, "kind": "datetime", "tz": str(s.dtype.tz), "unit": getattr(s.dtype, "unit", "ns")}
         elif s.dtype.kind in "biuf":
-            arrays[key] = s.to_numpy()
-            columns.append({"name": name, "kind": "num"})
+            arr = np.ascontiguousarray(s.to_numpy())
+            col = {"name": name, "kind": "num"}
         else:
-            values = s.tolist()
             codes, uniques = pd.factorize(s, use_na_sentinel=True)
             if len(uniques) <= max(1024, len(s) // 4):
-                arrays[key] = codes.astype(np.int32)
-                columns.append({"name": name, "kind": "cat", "categories": list(uniques)})
+                arr = codes.astype(np.int32)
+                col = {"name": name, "kind": "cat", "categories": list(uniques)}
             else:
-                arrays[key] = np.frombuffer(json.dumps(values).encode(), dtype=np.uint8)
-                columns.append({"name": name, "kind": "json"})
-    schema = {"stamp": stamp, "columns": columns}
-    arrays["schema"] = np.frombuffer(json.dumps(schema, default=_json_default).encode(), dtype=np.uint8)
+                arr = np.frombuffer(json.dumps(s.tolist(), default=_json_default).encode(), dtype=np.uint8)
+                col = {"name": name, "kind": "json"}
+        col.update(dtype=arr.dtype.str, count=int(arr.size))
+        columns.append(col)
+        blobs.append(arr)
+    offset = 0
+    for col, arr in zip(columns, blobs):
+        col["offset"] = offset
+        offset += -(-arr.nbytes // _ALIGN) * _ALIGN
+    header = json.dumps({"stamp": stamp, "rows": len(frame), "columns": columns}, default=_json_default).encode()
+    header_len = -(-(len(_CACHE_MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
     tmp = cache_path.with_name(cache_path.name + f".tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            f.write(_CACHE_MAGIC + header_len.to_bytes(8, "little") + header)
+            f.write(b"\0" * (header_len - f.tell()))
+            for col, arr in zip(columns, blobs):
+                f.seek(header_len + col["offset"])
+                f.write(arr.tobytes())
         os.replace(tmp, cache_path)
     finally:
         if tmp.exists():
@@ -337,35 +350,45 @@ def _json_default(value):
 
 def _read_cache(cache_path: Path, stamp: dict) -> "pd.DataFrame | None":
     try:
-        npz = np.load(cache_path, allow_pickle=False)
-    except (OSError, ValueError):
+        with open(cache_path, "rb") as f:
+            if f.read(len(_CACHE_MAGIC)) != _CACHE_MAGIC:
+                return None
+            header_len = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(header_len - len(_CACHE_MAGIC) - 8).rstrip(b"\0"))
+            if header.get("stamp") != stamp:
+                return None
+            f.seek(0, os.SEEK_END)
+            # np.empty, not bytearray: no zero-filling of hundreds of MB; writable, and the
+            # frame's numeric columns are views on it
+            buf = np.empty(f.tell() - header_len, dtype=np.uint8)
+            f.seek(header_len)
+            if f.readinto(memoryview(buf)) != len(buf):
+                return None
+    except (OSError, ValueError, UnicodeDecodeError):
         return None
     try:
-        with npz:
-            schema = json.loads(npz["schema"].tobytes())
-            if schema.get("stamp") != stamp:
-                return None
-            data = {}
-            for i, col in enumerate(schema["columns"]):
-                arr = npz[f"c{i}"]
-                kind = col["kind"]
-                if kind == "num":
-                    data[col["name"]] = arr
-                elif kind == "datetime":
-                    stamps = pd.DatetimeIndex(arr.view(f"M8[{col['unit']}]"))
-                    data[col["name"]] = stamps.tz_localize("UTC").tz_convert(col["tz"])
-                elif kind == "cat":
-                    cats = np.empty(len(col["categories"]) + 1, dtype=object)
-                    cats[:-1] = col["categories"]
-                    cats[-1] = None  # code -1 (missing) indexes the last slot
-                    data[col["name"]] = cats[arr]
-                else:
-                    values = json.loads(arr.tobytes())
-                    out = np.empty(len(values), dtype=object)
-                    out[:] = values
-                    data[col["name"]] = out
-            return pd.DataFrame(data, copy=False)
-    except (KeyError, ValueError, OSError, json.JSONDecodeError):
+        data = {}
+        for col in header["columns"]:
+            dtype = np.dtype(col["dtype"])
+            arr = buf[col["offset"]:col["offset"] + dtype.itemsize * col["count"]].view(dtype)
+            kind = col["kind"]
+            if kind == "num":
+                data[col["name"]] = arr
+            elif kind == "datetime":
+                stamps = pd.DatetimeIndex(arr.view(f"M8[{col['unit']}]"))
+                data[col["name"]] = stamps.tz_localize("UTC").tz_convert(col["tz"])
+            elif kind == "cat":
+                cats = np.empty(len(col["categories"]) + 1, dtype=object)
+                cats[:-1] = col["categories"]
+                cats[-1] = None  # code -1 (missing) indexes the last slot
+                data[col["name"]] = cats[arr]
+            else:
+                values = json.loads(arr.tobytes())
+                out = np.empty(len(values), dtype=object)
+                out[:] = values
+                data[col["name"]] = out
+        return pd.DataFrame(data, copy=False)
+    except (KeyError, ValueError, TypeError):
         return None  # an unreadable or foreign cache is rebuilt, never trusted
 
 
