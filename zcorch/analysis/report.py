@@ -37,6 +37,8 @@ img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
 def esc(value) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return ""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)  # integers that became floats next to missing values in a column
     return html.escape(str(value), quote=True)
 
 
@@ -98,8 +100,8 @@ def section_baselines(baselines: pd.DataFrame) -> str:
     key_cols = [c for c in baselines.columns if c.startswith("key_")]
     rows = []
     for _, b in baselines.iterrows():
-        key = ", ".join(f"{c[4:]}={b[c]}" for c in key_cols if b[c] is not None and not
-                        (isinstance(b[c], float) and np.isnan(b[c])))
+        key = ", ".join(f"{c[4:]}={esc(b[c]) if not isinstance(b[c], str) else b[c]}" for c in key_cols
+                        if b[c] is not None and not (isinstance(b[c], float) and np.isnan(b[c])))
         rows.append([b["kind"], b["host"], key, b["status"], _num(b["mb_s"], "{:.0f}"), _num(b["gbit_s"]),
                      b["reason"]])
     return "<h2>Baselines</h2>" + html_table(
