@@ -1,6 +1,7 @@
 """Helpers for the run-stage tests: real workers on localhost, tagged so scans find only ours."""
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -8,7 +9,7 @@ import uuid
 import pytest
 
 from zcorch.hosts import LocalHost
-from zcorch.results import ResultSet
+from zcorch.results import ResultSet, read_jsonl
 from zcorch.runner import Runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,3 +78,61 @@ def local_runner(rs, tag, **kw):
     host = LocalHost()
     env = {"PYTHONPATH": REPO, TAG_VAR: tag}
     return Runner(host, host, WORKER, WORKER, rs, worker_env={"sender": env, "receiver": env}, **kw)
+
+
+# -- `zcorch run` as a subprocess ---------------------------------------------------------------
+
+def zcorch(tag, *args, **kw):
+    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
+    return subprocess.run([sys.executable, "-m", "zcorch", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", REPO), **kw)
+
+
+def start_zcorch(tag, *args):
+    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
+    return subprocess.Popen([sys.executable, "-m", "zcorch", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+
+
+def wait_records(path, n, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(read_jsonl(str(path))) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path}: fewer than {n} records after {timeout}s")
+
+
+def worker_pair(list_pids, timeout=20):
+    """(receiver pid, sender pid) of one run in progress among list_pids(), found by command line."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        roles = {}
+        for pid in list_pids():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            roles[b"recv" if b"recv" in argv else b"send"] = pid
+        if len(roles) == 2:
+            return roles[b"recv"], roles[b"send"]
+        time.sleep(0.01)
+    raise AssertionError("no run in progress")
+
+
+def stall_a_run(list_pids):
+    """SIGSTOP the receiver of a run in progress, so the transfer cannot end by itself: the sender
+    blocks on a full socket, the receiver does nothing at all. Returns (receiver pid, sender pid).
+    list_pids() lists the worker pids to look at (every lab host shares our pid namespace)."""
+    for _ in range(20):
+        rx, tx = worker_pair(list_pids)
+        try:
+            os.kill(rx, signal.SIGSTOP)
+        except ProcessLookupError:
+            continue
+        time.sleep(0.3)
+        if all(os.path.exists(f"/proc/{pid}") for pid in (rx, tx)):
+            return rx, tx
+        os.kill(rx, signal.SIGCONT)  # that run finished before the stop took hold: try the next
+    raise AssertionError("could not stall a run")

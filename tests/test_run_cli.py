@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from fixtures_run import REPO, TAG_VAR, tag, tagged_worker_pids, wait_no_workers  # noqa: F401
+from fixtures_run import (REPO, stall_a_run, start_zcorch, tag, tagged_worker_pids,  # noqa: F401
+                          wait_no_workers, wait_records, zcorch)
 from zcorch.results import latest_runs, read_jsonl
 
 EXP = """name: {name}
@@ -27,27 +28,6 @@ def write_exp(tmp_path, name="t", bytes="1MiB", timeout="10s", repeats=1, extra=
     path = tmp_path / f"{name}.yaml"
     path.write_text(EXP.format(name=name, bytes=bytes, timeout=timeout, repeats=repeats) + extra)
     return path
-
-
-def zcorch(tag, *args, **kw):
-    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
-    return subprocess.run([sys.executable, "-m", "zcorch", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", REPO), **kw)
-
-
-def start_zcorch(tag, *args):
-    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
-    return subprocess.Popen([sys.executable, "-m", "zcorch", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
-
-
-def wait_records(path, n, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(read_jsonl(str(path))) >= n:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{path}: fewer than {n} records after {timeout}s")
 
 
 def test_run_localhost_matrix_end_to_end(tmp_path, tag):
@@ -136,16 +116,21 @@ def test_sigint_mid_sweep_keeps_finished_runs_and_leaves_no_worker(tmp_path, tag
 
 
 def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path, tag):
-    exp = write_exp(tmp_path, bytes="256MiB", timeout="5s", repeats=3)
+    exp = write_exp(tmp_path, bytes="512MiB", timeout="60s", repeats=3)
     out = tmp_path / "rs"
     p = start_zcorch(tag, "run", exp, "-o", out)
-    wait_records(out / "runs.jsonl", 3)
+    wait_records(out / "runs.jsonl", 2)
+    rx, tx = stall_a_run(lambda: tagged_worker_pids(tag))
     p.kill()
     p.wait()
-    # A controller killed by SIGKILL cannot clean up: its workers end by their own --timeout.
-    assert wait_no_workers(tag, 5 + 5) == []
+    # A controller killed by SIGKILL cannot clean up; its workers see EOF on the stdin it held and
+    # end at once, long before their own --timeout (60 s): the blocked sender now...
+    assert wait_no_workers(tag, 3.0) == [rx]
+    # ...and the stopped receiver as soon as it runs again.
+    os.kill(rx, signal.SIGCONT)
+    assert wait_no_workers(tag, 3.0) == []
     before = read_jsonl(str(out / "runs.jsonl"))
-    assert 3 <= len(before) < 12
+    assert 2 <= len(before) < 12
     r = zcorch(tag, "run", "--resume", out)
     assert r.returncode == 0, r.stderr
     runs = read_jsonl(str(out / "runs.jsonl"))

@@ -68,6 +68,8 @@ class Host:
         raise NotImplementedError
 
     def start(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Process:  # pragma: no cover
+        """Start argv in its own process group. Its stdin stays open (nothing is written) until the
+        process exits or this controller dies: EOF there means "controller gone"."""
         raise NotImplementedError
 
     def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:  # pragma: no cover
@@ -132,9 +134,18 @@ class LocalProcess(Process):
 
     def wait(self, timeout: float) -> int:
         try:
-            return self.popen.wait(timeout=timeout)
+            status = self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"still running after {timeout:.1f}s") from None
+        self._close_stdin()
+        return status
+
+    def _close_stdin(self) -> None:
+        if self.popen.stdin is not None and not self.popen.stdin.closed:
+            try:
+                self.popen.stdin.close()
+            except OSError:
+                pass
 
     def stderr_text(self) -> str:
         self._err_t.join(timeout=1.0)
@@ -178,9 +189,11 @@ class LocalHost(Host):
         return CommandResult(argv, p.returncode, p.stdout, p.stderr)
 
     def start(self, argv, env=None) -> LocalProcess:
+        # stdin: a pipe only this controller holds (close_fds keeps it out of other children), so
+        # its EOF tells a worker started with --exit-on-stdin-eof that the controller died.
         popen = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 stdin=subprocess.DEVNULL, text=True, env=self._env(env),
-                                 start_new_session=True)
+                                 stdin=subprocess.PIPE, text=True, env=self._env(env),
+                                 start_new_session=True, close_fds=True)
         return LocalProcess(self, popen)
 
     def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:

@@ -58,12 +58,16 @@ def hostport(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
 
 
+# Host.start keeps the worker's stdin open while this controller lives; EOF = controller gone.
+WATCH_STDIN = "--exit-on-stdin-eof"
+
+
 def recv_argv(worker: Sequence[str], address: str, params: Dict[str, Any]) -> List[str]:
-    return [*worker, "recv", "--listen", hostport(address, 0), *worker_flags("recv", params)]
+    return [*worker, "recv", "--listen", hostport(address, 0), *worker_flags("recv", params), WATCH_STDIN]
 
 
 def send_argv(worker: Sequence[str], address: str, port: int, params: Dict[str, Any]) -> List[str]:
-    return [*worker, "send", "--connect", hostport(address, port), *worker_flags("send", params)]
+    return [*worker, "send", "--connect", hostport(address, port), *worker_flags("send", params), WATCH_STDIN]
 
 
 def run_fields(run: Any) -> Tuple[str, int, Dict[str, Any]]:

@@ -428,7 +428,8 @@ class SSHHost(Host):
         """Start argv; the Process reads stdout lines and can signal the whole remote process group."""
         chan = self._channel()
         chan.exec_command(self._command(argv, env, wrap=True))
-        chan.shutdown_write()
+        # The channel's stdin stays open: when this controller dies, sshd sees the connection drop
+        # and closes the command's stdin, which a worker started with --exit-on-stdin-eof obeys.
         return SSHProcess(self, chan)
 
     # -- files -------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import os
 import platform
 import signal
 import sys
+import threading
 from typing import Any, Optional
 
 from . import native
@@ -72,6 +73,8 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gift", action="store_true", help="SPLICE_F_GIFT on vmsplice")
     p.add_argument("--timeout", default=str(native.DEFAULT_TIMEOUT),
                    help="overall deadline incl. accept/connect (default 300s)")
+    p.add_argument("--exit-on-stdin-eof", action="store_true",
+                   help="end at once when stdin reaches EOF (the controller that holds it open is gone)")
 
 
 def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
@@ -110,10 +113,36 @@ def _info() -> "dict[str, Any]":
             "native": native.native_path()}
 
 
+def _exit_when_stdin_closes() -> None:
+    """Daemon thread: EOF on stdin means the controller died (its pipe or SSH channel closed).
+
+    The transfer runs in C with the GIL released, so this thread gets to run mid-transfer. Without
+    it an orphaned worker would live on until its own --timeout, holding the port and the CPU.
+    """
+    def watch() -> None:
+        try:
+            while os.read(0, 4096):
+                pass
+        except OSError:
+            pass
+        try:  # stderr usually went to the dead controller too (EPIPE): the message is best effort
+            os.write(2, b"zcorch worker: stdin closed (controller gone): exiting\n")
+        except OSError:
+            pass
+        # The runner starts each worker as the leader of its own process group: end all of it.
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="stdin-eof", daemon=True).start()
+
+
 def _run(args: argparse.Namespace) -> None:
     if args.action == "info":
         _emit(_info())
         return
+    if args.exit_on_stdin_eof:
+        _exit_when_stdin_closes()
     params = _params(args)
     if args.action == "recv":
         host, port = parse_address(args.listen, "--listen")
