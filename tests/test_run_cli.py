@@ -175,3 +175,21 @@ def test_quickstart_runs_end_to_end(tmp_path, tag):
     r = zcorch(tag, "run", qs, "-o", tmp_path / "qs", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     assert all(x["status"] == "ok" for x in read_jsonl(str(tmp_path / "qs" / "runs.jsonl")))
+
+
+def test_filesystem_preflight_covers_only_the_entries_the_plan_uses(tmp_path, tag):
+    # This machine has no md driver (/proc/mdstat): preflighting the md entry would fail the run.
+    assert not os.path.exists("/proc/mdstat"), "the test needs a host without md support"
+    here = tmp_path / "here"
+    here.mkdir()
+    md = "md-unused: {fs: ext4, raid: raid0, loop: {count: 2, size: 32MiB}}\n"
+    exp = tmp_path / "fs.yaml"
+    exp.write_text(f"name: fs\nparams: {{bytes: 1MiB, sink: '{{filesystem}}/recv.dat', filesystem: here}}\n"
+                   f"filesystems:\n  here: {{path: {here}}}\n  {md}baselines: false\n")
+    r = zcorch(tag, "run", exp, "-o", tmp_path / "rs")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (here / "recv.dat").stat().st_size == 1 << 20
+    # The same entry used by a cell is preflighted, and refused with the reason.
+    exp.write_text(exp.read_text().replace("filesystem: here", "filesystem: md-unused"))
+    r = zcorch(tag, "run", exp, "-o", tmp_path / "rs2")
+    assert r.returncode == 1 and "md driver" in r.stderr and "Traceback" not in r.stderr

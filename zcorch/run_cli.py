@@ -363,7 +363,7 @@ def main(args: argparse.Namespace) -> int:
         sweep = open_sweep(exp, args.accept_new_host_keys, cfg)
         meta = collect_meta(sweep, plan_runs)
         rs.write_meta(meta)
-        fsman = _filesystem_manager(exp, sweep, warnings)
+        fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs))
         _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
         runner = Runner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
                         sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman, progress=progress,
@@ -403,8 +403,16 @@ def _fs_state_dir(exp: Any) -> str:
     return (workdir or "~/.cache/zcorch").rstrip("/") + "/fs"
 
 
-def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str]):
-    """zcorch.filesystems' manager for the receiver when the experiment declares filesystems."""
+def _filesystems_used(plan_runs: List[dict]) -> List[str]:
+    """Names of the `filesystems:` entries some run of the plan uses, in first-use order."""
+    return list(dict.fromkeys(r["params"]["filesystem"] for r in plan_runs if r["params"].get("filesystem")))
+
+
+def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str]):
+    """zcorch.filesystems' manager for the receiver when the experiment declares filesystems.
+
+    Only the entries the plan uses are preflighted: an unused md entry must not fail the run.
+    """
     configs = _get(exp, "filesystems")
     if not configs:
         return None
@@ -417,7 +425,7 @@ def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str]):
         warnings.append(f"undid a previous controller's leftover: {undone}")
     fsman = FilesystemManager(receiver, configs, state_dir,
                               log=lambda m: print(f"zcorch run: {m}", file=sys.stderr))
-    problems = fsman.preflight()
+    problems = fsman.preflight(names=used)
     if problems:
         raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
     return fsman
