@@ -1,6 +1,7 @@
-"""Fixtures of the analysis tests: the small real result set (tests/data/quickstart-small, recorded
-by `zcorch run tests/data/small.yaml`), always used through a private copy so that loading (which
-writes runs.cache) and reports never touch the repository."""
+"""Fixtures of the analysis tests: the small real result sets (tests/data/quickstart-small, recorded
+by `zcorch run tests/data/small.yaml`; tests/data/filesystems-small, recorded as root by `zcorch run
+tests/data/filesystems.yaml`), always used through a private copy so that loading (which writes
+runs.cache) and reports never touch the repository."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 SMALL = DATA / "quickstart-small"
+FS_SMALL = DATA / "filesystems-small"
 GENERATED = {"runs.cache", "report.html", "plots"}
 
 
@@ -29,11 +31,41 @@ def small_set(tmp_path) -> Path:
     return copy_result_set(SMALL, tmp_path / "quickstart-small")
 
 
+@pytest.fixture
+def fs_set(tmp_path) -> Path:
+    if not (FS_SMALL / "runs.jsonl").exists():
+        pytest.fail(f"{FS_SMALL} missing: record it as root with "
+                    f"`zcorch run tests/data/filesystems.yaml -o {FS_SMALL}`")
+    return copy_result_set(FS_SMALL, tmp_path / "filesystems-small")
+
+
 def raw_runs(path: Path) -> list:
     """The run records as written, parsed independently of zcorch."""
     return [json.loads(line) for line in (path / "runs.jsonl").read_text().splitlines() if line.strip()]
 
 
+def raw_baselines(path: Path) -> list:
+    return [json.loads(line) for line in (path / "baselines.jsonl").read_text().splitlines() if line.strip()]
+
+
+def repo_status(*paths) -> str:
+    """`git status --porcelain --ignored` of paths in this checkout: what a test left behind."""
+    res = subprocess.run(["git", "status", "--porcelain", "--ignored", "--", *map(str, paths)], cwd=ROOT,
+                         capture_output=True, text=True)
+    return res.stdout
+
+
 def zcorch_cli(*args, cwd=ROOT, timeout=600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "zcorch", *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def chromium(*args, profile, timeout=120) -> subprocess.CompletedProcess:
+    """Headless Chromium (a real browser) with a throw-away profile."""
+    from conftest import require_tool
+
+    exe = require_tool("chromium")
+    argv = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+            *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)

@@ -9,28 +9,41 @@ import pytest
 import zcorch
 from zcorch.analysis import plots
 
-from conftest import require_tool
-from fixtures_analysis import small_set, zcorch_cli  # noqa: F401
+from fixtures_analysis import chromium, fs_set, small_set, zcorch_cli  # noqa: F401
 
-# Appended to a copy of the report: records, for every image, whether the browser decoded it.
-IMAGE_CHECK = """<script>
+# Appended to a copy of the report: records, for every image, whether the browser decoded it, the
+# section headings and the Filesystems table as the browser laid it out.
+PAGE_CHECK = """<script>
 window.addEventListener('load', function () {
   var imgs = Array.prototype.slice.call(document.images);
   var out = document.createElement('pre');
-  out.id = 'image-check';
+  var fs = null;
+  Array.prototype.forEach.call(document.querySelectorAll('h2'), function (h) {
+    if (h.textContent !== 'Filesystems') return;
+    var table = h.nextElementSibling.nextElementSibling;
+    fs = {width: table.getBoundingClientRect().width, rows: Array.prototype.map.call(table.rows, function (r) {
+      return Array.prototype.map.call(r.cells, function (c) { return c.innerText; }); })};
+  });
+  out.id = 'page-check';
   out.textContent = JSON.stringify({title: document.title, images: imgs.map(function (i) {
-    return {ok: i.complete && i.naturalWidth > 0, w: i.naturalWidth, h: i.naturalHeight}; })});
+    return {ok: i.complete && i.naturalWidth > 0, w: i.naturalWidth, h: i.naturalHeight}; }),
+    headings: Array.prototype.map.call(document.querySelectorAll('h2'), function (h) { return h.textContent; }),
+    filesystems: fs});
   document.body.appendChild(out);
 });
 </script>"""
 
 
-def chromium(*args, profile, timeout=120) -> subprocess.CompletedProcess:
-    exe = require_tool("chromium")
-    argv = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-            *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+def browser_check(report, tmp_path) -> dict:
+    """What a real browser saw in `report` (PAGE_CHECK's record)."""
+    page = tmp_path / "checked.html"
+    page.write_text(report.read_text().replace("</body>", PAGE_CHECK + "</body>"))
+    res = chromium("--virtual-time-budget=10000", "--dump-dom", page.as_uri(), profile=tmp_path / "p1")
+    assert res.returncode == 0, res.stderr[-2000:]
+    m = re.search(r'<pre id="page-check">(.*?)</pre>', res.stdout, re.S)
+    assert m, res.stdout[-2000:]
+    return json.loads(m.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
+                      .replace("&amp;", "&"))
 
 
 def test_report_cli_writes_a_self_contained_escaped_report(small_set):
@@ -64,21 +77,33 @@ def test_report_cli_writes_a_self_contained_escaped_report(small_set):
 
 def test_report_renders_in_a_real_browser(small_set, tmp_path):
     assert zcorch_cli("report", small_set).returncode == 0
-    page = tmp_path / "checked.html"
-    page.write_text((small_set / "report.html").read_text().replace("</body>", IMAGE_CHECK + "</body>"))
-    res = chromium("--virtual-time-budget=10000", "--dump-dom", page.as_uri(), profile=tmp_path / "p1")
-    assert res.returncode == 0, res.stderr[-2000:]
-    m = re.search(r'<pre id="image-check">(.*?)</pre>', res.stdout, re.S)
-    assert m, res.stdout[-2000:]
-    check = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    check = browser_check(small_set / "report.html", tmp_path)
     assert check["title"] == "zcorch report: quickstart-small"  # the escaped script did not run
     assert len(check["images"]) == len(list((small_set / "plots").glob("*.png")))
     assert all(i["ok"] and i["w"] > 200 and i["h"] > 200 for i in check["images"]), check
+    assert "Filesystems" not in check["headings"] and check["filesystems"] is None  # no filesystem axis
 
     shot = tmp_path / "report.png"
     res = chromium(f"--screenshot={shot}", "--window-size=1280,3000", (small_set / "report.html").as_uri(),
                    profile=tmp_path / "p2")
     assert res.returncode == 0 and shot.stat().st_size > 50_000  # a rendered page, not a blank one
+
+
+def test_filesystems_section_renders_side_by_side_in_a_real_browser(fs_set, tmp_path):
+    assert zcorch_cli("report", fs_set).returncode == 0
+    check = browser_check(fs_set / "report.html", tmp_path)
+    assert check["title"] == "zcorch report: filesystems-small"
+    assert all(i["ok"] and i["w"] > 200 for i in check["images"]) and len(check["images"]) >= 4
+    assert check["headings"].index("Filesystems") == check["headings"].index("Baselines") + 1
+    rows = check["filesystems"]["rows"]
+    assert rows[0] == ["configuration", "btrfs-raid0", "ext4-delalloc", "ext4-nodelalloc", "xfs"]
+    assert all(len(r) == 5 for r in rows)
+    by_label = {r[0]: r[1:] for r in rows[1:]}
+    assert by_label["type"] == ["btrfs", "ext4", "ext4", "xfs"]
+    # multi-line cells keep their line break (CSS pre-line): median, then the spread
+    assert all(re.fullmatch(r"\d+ \(\d\.\d\d× dd write\)\n95% CI \d+–\d+, n=3", v)
+               for v in by_label["median MB/s, recv_mode=read"]), by_label
+    assert check["filesystems"]["width"] <= 1200  # fits the page width (long values wrap)
 
 
 def test_plots_that_do_not_apply_are_skipped_with_a_note(small_set):

@@ -457,22 +457,29 @@ def load_baselines(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFra
     return frame[columns + rest]
 
 
+def read_meta(path: PathLike) -> dict:
+    """meta.json of one result set as written ({} when the run ended before writing it)."""
+    d = result_dir(path)
+    read_manifest(d)
+    path = d / "meta.json"
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(meta, dict):
+        raise ResultsError(f"{path}: expected a JSON object")
+    return meta
+
+
 def load_meta(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
     """Host metadata of meta.json: one row per (sweep, role) with role controller, sender,
     receiver or `filesystem:<name>`; nested keys flattened with dots (e.g. `kernel.release`)."""
     dirs = _as_dirs(path_or_paths)
     rows = []
     for d, sweep in zip(dirs, _sweep_names(dirs)):
-        read_manifest(d)
-        path = d / "meta.json"
-        try:
-            meta = json.loads(path.read_text())
-        except FileNotFoundError:
-            continue
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ResultsError(f"{path}: not valid JSON ({exc})") from None
-        if not isinstance(meta, dict):
-            raise ResultsError(f"{path}: expected a JSON object")
+        meta = read_meta(d)
         entries = []
         if "controller" in meta:
             entries.append(("controller", meta["controller"]))

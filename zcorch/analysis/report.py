@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from .frames import OK, load, load_baselines, load_meta, read_manifest, result_dir
+from .filesystems import filesystem_cells, filesystem_summary, side_by_side
+from .frames import OK, load, load_baselines, load_meta, read_manifest, read_meta, result_dir
 from .plots import all_plots, data_uri, format_value, save, slices
 from .stats import ci_method, mode_table, summarize, varying_params
 
@@ -81,6 +82,8 @@ def section_experiment(manifest: dict, experiment_text: str) -> str:
 
 
 def section_hosts(meta: pd.DataFrame) -> str:
+    if not meta.empty and "role" in meta:  # filesystems have their own section
+        meta = meta[~meta["role"].astype(str).str.startswith("filesystem:")].reset_index(drop=True)
     if meta.empty or "role" not in meta:
         return '<h2>Hosts</h2><p class="note">no host metadata (meta.json missing)</p>'
     roles = list(meta["role"])
@@ -107,6 +110,23 @@ def section_baselines(baselines: pd.DataFrame) -> str:
     return "<h2>Baselines</h2>" + html_table(
         ["kind", "host", "parameters", "status", "MB/s", "Gbit/s", "reason"], rows,
         [None, None, None, None, "num", "num", None])
+
+
+def section_filesystems(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> str:
+    """One column per receiving filesystem: what it is, its dd ceilings and what the runs landed on it."""
+    summary = filesystem_summary(df, baselines, descriptions)
+    if summary.empty:
+        return ""
+    table = side_by_side(summary, filesystem_cells(df, baselines, descriptions))
+    rows = [[label] + list(table.loc[label]) for label in table.index]
+    return ("<h2>Filesystems</h2>"
+            "<p>Each receiving filesystem as the kernel reported it after provisioning (mount options from "
+            "/proc/self/mountinfo via findmnt, RAID from mdadm --detail or btrfs filesystem df), its dd "
+            "baseline, and the median throughput of the runs that wrote onto it. "
+            "Ratio = run MB/s ÷ dd write MB/s (both 10<sup>6</sup> bytes/s until the data is on the "
+            "filesystem: dd write + sync; runs: receiver time, including the fsync when the cell asks "
+            "for one): can the network path land data as fast as dd writes?</p>"
+            + html_table(["configuration"] + list(table.columns), rows, [None] + ["cell"] * len(table.columns)))
 
 
 def section_mode_tables(df: pd.DataFrame) -> str:
@@ -175,6 +195,7 @@ def build_report(path, plots: Optional[list] = None) -> str:
     df = load(d)
     baselines = load_baselines(d)
     meta = load_meta(d)
+    descriptions = read_meta(d).get("filesystems") or {}
     exp_file = d / manifest.get("experiment_file", "experiment.yaml")
     experiment_text = exp_file.read_text(errors="replace") if exp_file.is_file() else "(experiment file missing)"
     name = manifest.get("name") or d.name
@@ -193,6 +214,7 @@ def build_report(path, plots: Optional[list] = None) -> str:
         section_experiment(manifest, experiment_text),
         section_hosts(meta),
         section_baselines(baselines),
+        section_filesystems(df, baselines, descriptions),
     ]
     if len(df):
         parts += [section_mode_tables(df), section_plots(plots), section_cells(df), section_failed(df)]

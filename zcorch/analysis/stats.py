@@ -45,11 +45,18 @@ def bootstrap_median_ci(values: Sequence[float], n_boot: int = N_BOOT, seed: int
 
 
 def varying_params(df: pd.DataFrame) -> list:
-    """Parameter columns with more than one value in the frame (what distinguishes cells)."""
+    """Parameter columns with more than one value in the frame (what distinguishes cells).
+
+    A sink that only follows the filesystem (`{filesystem}/recv.dat` rendered to each mountpoint)
+    tells nothing the filesystem does not, so it is left out then."""
     out = []
     for col in PARAM_KEYS:
         if col in df and df[col].astype(str).nunique(dropna=False) > 1:
             out.append(col)
+    if "sink" in out and "filesystem" in out:
+        pairs = df[["filesystem", "sink"]].astype(str).drop_duplicates()
+        if len(pairs) == df["filesystem"].astype(str).nunique(dropna=False):
+            out.remove("sink")
     return out
 
 

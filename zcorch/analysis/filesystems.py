@@ -1,0 +1,240 @@
+"""The receiving filesystems of a result set side by side (issue 6).
+
+Per configuration (meta.json "filesystems", written by `zcorch run` from the filesystem manager):
+type, mkfs options, the mount options the kernel reports (findmnt, i.e. /proc/self/mountinfo), RAID
+level as the kernel reports it (mdadm --detail / btrfs filesystem df), devices and size; next to them
+the dd baseline measured on it (baselines.jsonl, key.filesystem) and the runs that wrote onto it.
+
+The seeds' question is "can the network path land data as fast as dd writes?", so every throughput
+is also given as a ratio to that filesystem's dd write ceiling. Both are MB/s = 10^6 bytes/s over
+the time until the data is on the filesystem (dd: write + sync; runs: receiver wall time, which
+includes the fsync when the cell asks for it).
+
+Pure functions of frames and dicts; `filesystems_of(path)` is the one that reads a result set.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from .frames import OK, PathLike, load, load_baselines, read_meta
+from .stats import format_spread, summarize, varying_params
+
+NOT_DESCRIBED = "not recorded in meta.json"
+
+
+def _human_bytes(n) -> str:
+    if n is None or (isinstance(n, float) and np.isnan(n)):
+        return ""
+    n = float(n)
+    for unit, factor in (("TiB", 1024 ** 4), ("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if n >= factor:
+            return f"{n / factor:.1f} {unit}".replace(".0 ", " ")
+    return f"{int(n)} B"
+
+
+def _join(values, sep: str = " ") -> str:
+    return sep.join(str(v) for v in values) if isinstance(values, (list, tuple)) else str(values or "")
+
+
+def raid_text(raid_kernel) -> str:
+    """RAID level as the kernel reported it: md's `mdadm --detail` fields or btrfs' profiles."""
+    if raid_kernel is None:
+        return "none (single device)"
+    if not isinstance(raid_kernel, dict):
+        return str(raid_kernel)
+    if "error" in raid_kernel:
+        return f"unknown ({raid_kernel['error']})"
+    if "raid_level" in raid_kernel:  # md
+        parts = [str(raid_kernel.get("raid_level"))]
+        if raid_kernel.get("raid_devices") is not None:
+            parts.append(f"{raid_kernel['raid_devices']} devices")
+        if raid_kernel.get("chunk_size"):
+            parts.append(f"chunk {raid_kernel['chunk_size']}")
+        if raid_kernel.get("state"):
+            parts.append(f"state {raid_kernel['state']}")
+        dev = raid_kernel.get("device")
+        return (f"{dev}: " if dev else "md: ") + ", ".join(parts)
+    # btrfs: one profile per block-group type
+    return "btrfs " + ", ".join(f"{k} {v}" for k, v in raid_kernel.items())
+
+
+def _mkfs_command(desc: dict) -> str:
+    for argv in desc.get("commands") or []:
+        if argv and str(argv[0]).startswith("mkfs"):
+            return shlex.join(str(a) for a in argv)
+    return ""
+
+
+def configuration(desc: dict) -> dict:
+    """One filesystem description (meta.json) as the report's text fields."""
+    if desc.get("kind") == "existing":
+        return {"type": f"{desc.get('fstype') or '?'} (existing directory {desc.get('path')})",
+                "mkfs options": "– (not created by zcorch)", "mkfs command": "",
+                "mount options (kernel)": _join(desc.get("mount_options") or [], ","),
+                "mount options requested": "–", "RAID (kernel)": "not probed (existing directory)",
+                "devices": desc.get("mount_source") or "", "size": _human_bytes(desc.get("size_bytes")),
+                "mountpoint": desc.get("path") or ""}
+    fs_type = desc.get("fstype") or desc.get("fs") or "?"
+    if desc.get("fs") and desc.get("fstype") and desc["fs"] != desc["fstype"]:
+        fs_type += f" (requested {desc['fs']})"
+    if not desc.get("provisioned", True):
+        fs_type += " (never provisioned: no run used it)"
+    requested = _join(desc.get("mount_options_requested") or [], ",") or "(defaults)"
+    missing = desc.get("mount_options_missing") or []
+    if missing:
+        requested += f" — not in effect: {_join(missing, ',')}"
+    raid = raid_text(desc.get("raid_kernel")) if desc.get("provisioned", True) else ""
+    if desc.get("raid") and desc.get("raid") not in raid:
+        raid = f"{raid} (requested {desc['raid']})"
+    devices = []
+    for dev in desc.get("devices") or []:
+        if isinstance(dev, dict):
+            text = str(dev.get("path"))
+            if dev.get("size_bytes"):
+                text += f" ({_human_bytes(dev['size_bytes'])}{', loop' if dev.get('backing_file') else ''})"
+            devices.append(text)
+        else:
+            devices.append(str(dev))
+    return {"type": fs_type, "mkfs options": _join(desc.get("mkfs_options") or []) or "(defaults)",
+            "mkfs command": _mkfs_command(desc),
+            "mount options (kernel)": _join(desc.get("mount_options") or [], ","),
+            "mount options requested": requested, "RAID (kernel)": raid, "devices": ", ".join(devices),
+            "size": _human_bytes(desc.get("size_bytes")), "mountpoint": desc.get("mountpoint") or ""}
+
+
+def _mountpoint(desc: Optional[dict]) -> Optional[str]:
+    if not desc:
+        return None
+    return desc.get("path") if desc.get("kind") == "existing" else desc.get("mountpoint")
+
+
+def runs_onto(df: pd.DataFrame, name: str, desc: Optional[dict]) -> pd.DataFrame:
+    """The runs of `df` whose sink is on filesystem `name` (a cell with the filesystem axis but a
+    sink elsewhere, e.g. /dev/null, did not write onto it)."""
+    if "filesystem" not in df:
+        return df.iloc[0:0]
+    on = df[df["filesystem"] == name]
+    mnt = _mountpoint(desc)
+    if mnt and "sink" in on:
+        prefix = mnt.rstrip("/") + "/"
+        sinks = on["sink"].astype(str)
+        on = on[sinks.str.startswith(prefix) | sinks.str.contains("{filesystem}", regex=False)]
+    return on
+
+
+def _dd(baselines: pd.DataFrame, kind: str, name: str) -> dict:
+    """The newest ok dd baseline of `kind` on `name` ({mb_s}), else the newest one's status and reason."""
+    if baselines.empty or "key_filesystem" not in baselines:
+        return {"mb_s": np.nan, "text": "no dd baseline"}
+    rows = baselines[(baselines["kind"] == kind) & (baselines["key_filesystem"] == name)]
+    if rows.empty:
+        return {"mb_s": np.nan, "text": "no dd baseline"}
+    ok = rows[rows["status"] == OK]
+    if not ok.empty:
+        mb_s = float(ok["mb_s"].iloc[-1])
+        return {"mb_s": mb_s, "text": f"{mb_s:.0f}"}
+    last = rows.iloc[-1]
+    return {"mb_s": np.nan, "text": f"{last['status']}: {last['reason']}"}
+
+
+def _ratio(mb_s: float, ceiling: float) -> float:
+    return mb_s / ceiling if np.isfinite(mb_s) and np.isfinite(ceiling) and ceiling > 0 else np.nan
+
+
+def filesystem_names(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> list:
+    """Every configuration the result set mentions, sorted: the described ones and any that only
+    the runs or baselines name (meta.json without descriptions, e.g. an interrupted sweep)."""
+    names = set(descriptions)
+    for frame, col in ((df, "filesystem"), (baselines, "key_filesystem")):
+        if col in frame:
+            names.update(str(v) for v in frame[col].dropna().unique())
+    return sorted(names)
+
+
+def cell_keys(df: pd.DataFrame) -> list:
+    """Parameters that tell apart the cells on one filesystem: what varies, except the filesystem
+    and the sink path (which follows the filesystem's mountpoint)."""
+    return [c for c in varying_params(df) if c not in ("filesystem", "sink")]
+
+
+def filesystem_summary(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> pd.DataFrame:
+    """One row per configuration: filesystem, its description fields (see `configuration`),
+    dd_write_mb_s, dd_read_mb_s, n_ok, n_failed (runs that wrote onto it), mb_s_median (over its
+    ok runs) and ratio_to_dd_write."""
+    rows = []
+    for name in filesystem_names(df, baselines, descriptions):
+        desc = descriptions.get(name)
+        row = {"filesystem": name, **(configuration(desc) if desc else {"type": NOT_DESCRIBED})}
+        write, read = _dd(baselines, "dd_write", name), _dd(baselines, "dd_read", name)
+        row.update(dd_write_mb_s=write["mb_s"], dd_write_text=write["text"], dd_read_mb_s=read["mb_s"],
+                   dd_read_text=read["text"])
+        on = runs_onto(df, name, desc)
+        ok = on[on["status"] == OK] if len(on) else on
+        row["n_ok"], row["n_failed"] = len(ok), len(on) - len(ok)
+        row["mb_s_median"] = float(np.median(ok["mb_s"].astype(float))) if len(ok) else np.nan
+        row["ratio_to_dd_write"] = _ratio(row["mb_s_median"], write["mb_s"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def filesystem_cells(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> pd.DataFrame:
+    """One row per (filesystem, cell) that wrote onto it: filesystem, label (the other varying
+    parameters, e.g. `recv_mode=read`), the summarize() columns of mb_s and ratio_to_dd_write."""
+    keys = cell_keys(df)
+    out = []
+    for name in filesystem_names(df, baselines, descriptions):
+        on = runs_onto(df, name, descriptions.get(name))
+        if on.empty:
+            continue
+        ceiling = _dd(baselines, "dd_write", name)["mb_s"]
+        s = summarize(on, by=keys or ["filesystem"], metrics=["mb_s"])
+        for _, r in s.iterrows():
+            label = ", ".join(f"{k}={r[k]}" for k in keys) if keys else "all runs"
+            out.append({"filesystem": name, "label": label, **{c: r[c] for c in s.columns if c not in keys},
+                        "ratio_to_dd_write": _ratio(r["mb_s_median"], ceiling)})
+    return pd.DataFrame(out)
+
+
+def filesystems_of(path: PathLike) -> "tuple[pd.DataFrame, pd.DataFrame]":
+    """(filesystem_summary, filesystem_cells) of one result set."""
+    df, baselines = load(path), load_baselines(path)
+    descriptions = read_meta(path).get("filesystems") or {}
+    return filesystem_summary(df, baselines, descriptions), filesystem_cells(df, baselines, descriptions)
+
+
+DESCRIPTION_ROWS = ["type", "mkfs options", "mkfs command", "mount options (kernel)", "mount options requested",
+                    "RAID (kernel)", "devices", "size", "mountpoint"]
+
+
+def _rate_text(mb_s: float, ratio: float) -> str:
+    if not np.isfinite(mb_s):
+        return "–"
+    return f"{mb_s:.0f}" + (f" ({ratio:.2f}× dd write)" if np.isfinite(ratio) else "")
+
+
+def side_by_side(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """The report's table: one column per configuration, one row per fact (text)."""
+    table, order = {}, list(DESCRIPTION_ROWS) + ["dd write, MB/s (ceiling)", "dd read, MB/s", "runs writing onto it",
+                                                 "median MB/s of its runs"]
+    for _, fs in summary.iterrows():
+        col = {}
+        for key in DESCRIPTION_ROWS:
+            value = fs.get(key)
+            col[key] = "" if value is None or (isinstance(value, float) and np.isnan(value)) else value
+        col["dd write, MB/s (ceiling)"] = fs["dd_write_text"]
+        col["dd read, MB/s"] = fs["dd_read_text"]
+        col["runs writing onto it"] = f"{fs['n_ok']} ok, {fs['n_failed']} failed"
+        col["median MB/s of its runs"] = _rate_text(fs["mb_s_median"], fs["ratio_to_dd_write"])
+        table[fs["filesystem"]] = col
+    if not cells.empty:
+        for _, c in cells.iterrows():
+            row = f"median MB/s, {c['label']}"
+            if row not in order:
+                order.append(row)
+            table[c["filesystem"]][row] = (_rate_text(c["mb_s_median"], c["ratio_to_dd_write"]) + "\n"
+                                          + format_spread(c))
+    return pd.DataFrame({name: [col.get(r, "") for r in order] for name, col in table.items()}, index=order)
