@@ -10,6 +10,7 @@ import pytest
 
 from fixtures_run import (REPO, stall_a_run, start_zcorch, tag, tagged_worker_pids,  # noqa: F401
                           wait_no_workers, wait_records, zcorch)
+from zcorch.native import mem_pattern
 from zcorch.results import latest_runs, read_jsonl
 
 EXP = """name: {name}
@@ -165,16 +166,48 @@ def test_resume_of_something_else_is_refused(tmp_path, tag):
 
 
 def test_quickstart_runs_end_to_end(tmp_path, tag):
-    qs = os.path.join(REPO, "experiments", "quickstart.yaml")
-    if not os.path.exists(qs):
-        pytest.skip("experiments/quickstart.yaml not written yet (spec engineer)")
-    # The file's mmap cells read a regular 64 MiB file that the user makes first (its comment says how).
-    source = "/tmp/zcorch-quickstart-source.dat"
-    if not os.path.exists(source) or os.path.getsize(source) < 64 << 20:
-        subprocess.run(["dd", "if=/dev/zero", f"of={source}", "bs=1M", "count=64"], check=True, capture_output=True)
-    r = zcorch(tag, "run", qs, "-o", tmp_path / "qs", timeout=600)
+    # The shipped file, with its /tmp paths moved into tmp_path: the mmap cells' source does not
+    # exist, so `zcorch run` lays it out (64 MiB of the mem pattern) before the first cell.
+    text = open(os.path.join(REPO, "experiments", "quickstart.yaml")).read()
+    assert "/tmp/zcorch-quickstart-source.dat" in text
+    source = tmp_path / "source.dat"
+    exp = tmp_path / "quickstart.yaml"
+    exp.write_text(text.replace("/tmp/zcorch-quickstart-source.dat", str(source))
+                   .replace("/tmp/zcorch-quickstart-sink.dat", str(tmp_path / "sink.dat")))
+    r = zcorch(tag, "run", exp, "-o", tmp_path / "qs", timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert all(x["status"] == "ok" for x in read_jsonl(str(tmp_path / "qs" / "runs.jsonl")))
+    runs = read_jsonl(str(tmp_path / "qs" / "runs.jsonl"))
+    assert all(x["status"] == "ok" for x in runs) and len(runs) == 3 * 24  # 6 x 4 modes
+    assert f"laid out {source} on localhost: 64MiB" in r.stderr
+    meta = json.loads((tmp_path / "qs" / "meta.json").read_text())
+    assert meta["sources_laid_out"] == [{"host": "localhost", "path": str(source), "size": 64 << 20}]
+    assert source.stat().st_size == 64 << 20  # kept after the sweep, as fio keeps its files
+    with open(source, "rb") as f:
+        f.seek((64 << 20) - (3 << 20) - 8)
+        tail = f.read(1 << 20)
+    assert tail == mem_pattern((64 << 20) - (3 << 20) - 8, 1 << 20)
+
+
+def test_source_layout_never_touches_existing_files(tmp_path, tag):
+    short, new = tmp_path / "short.dat", tmp_path / "new.dat"
+    short.write_bytes(b"mine" * 1000)
+    exp = tmp_path / "src.yaml"
+    exp.write_text(f"name: src\nparams: {{bytes: 1MiB, send_mode: sendfile, timeout: 10s}}\nbaselines: false\n"
+                   f"matrix:\n  source: [{short}, {tmp_path}/no-such-dir/x.dat, {new}]\n")
+    dry = zcorch(tag, "run", exp, "--dry-run")
+    assert dry.returncode == 0 and dry.stdout.count(" layout --path ") == 3 and not new.exists()
+    r = zcorch(tag, "run", exp, "-o", tmp_path / "rs")
+    assert r.returncode == 1, r.stdout + r.stderr
+    by_source = {x["params"]["source"]: x for x in read_jsonl(str(tmp_path / "rs" / "runs.jsonl"))}
+    assert by_source[str(new)]["status"] == "ok" and new.stat().st_size == 1 << 20
+    # A file shorter than a cell needs stays that cell's error; the user's bytes are untouched.
+    assert "shorter than --bytes" in by_source[str(short)]["reason"]
+    assert short.read_bytes() == b"mine" * 1000
+    nodir = by_source[f"{tmp_path}/no-such-dir/x.dat"]
+    assert nodir["status"] == "failed" and "could not be laid out" in nodir["reason"]
+    assert "no-such-dir does not exist" in nodir["reason"] and nodir["log"] is None
+    meta = json.loads((tmp_path / "rs" / "meta.json").read_text())
+    assert [x["path"] for x in meta["sources_laid_out"]] == [str(new)]
 
 
 def test_filesystem_preflight_covers_only_the_entries_the_plan_uses(tmp_path, tag):

@@ -20,6 +20,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from . import baselines as bl
+from . import sources
 from ._version import __version__
 from .errors import ConfigError, HostError, ResultsError, ZcorchError
 from .hosts import Host, LocalHost
@@ -293,6 +294,9 @@ def dry_run(exp: Any, plan_runs: List[dict], cfg: bl.BaselineConfig, out: TextIO
             out.write(f"# filesystem {name}: provisioned on the receiver before its first run, removed after its last\n")
             for argv in fsman.plan_commands(name):
                 out.write(f"receiver$ {shlex.join(argv).replace(_DryRunHost.HOME, '~')}\n")
+    for path, size in sources.needed_sources(r["params"] for r in plan_runs).items():
+        out.write(f"sender$ {shlex.join(sources.layout_argv(workers['sender'], path, size))}"
+                  f"  # lays out {path} ({bl.format_size(size)}, mem pattern) only if it does not exist\n")
     for r in plan_runs:
         out.write(f"# run {r['id']} repeat {r['repeat']}\n")
         out.write(f"receiver$ {shlex.join(recv_argv(workers['receiver'], addr['receiver'], r['params']))}\n")
@@ -306,6 +310,10 @@ def dry_run(exp: Any, plan_runs: List[dict], cfg: bl.BaselineConfig, out: TextIO
 def _default_output(name: str) -> str:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return os.path.join("results", f"{name}-{stamp}")
+
+
+def _say(message: str) -> None:
+    print(f"zcorch run: {message}", file=sys.stderr)
 
 
 def _raise_keyboard_interrupt(signum, frame):
@@ -365,9 +373,15 @@ def main(args: argparse.Namespace) -> int:
         rs.write_meta(meta)
         fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs))
         _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
+        todo = [r["params"] for r in plan_runs if (r["id"], r["repeat"]) not in skip]
+        laid, source_errors = sources.lay_out(sweep.hosts["sender"], sweep.worker["sender"], sweep.env["sender"],
+                                              sources.needed_sources(todo), _say)
+        if laid:
+            meta["sources_laid_out"] = laid
+            rs.write_meta(meta, keep_previous=False)
         runner = Runner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
                         sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman, progress=progress,
-                        before_directory=_dd_hook(rs, sweep, cfg))
+                        before_directory=_dd_hook(rs, sweep, cfg), source_errors=source_errors)
         outcome = runner.run_sweep(plan_runs, skip)
         warnings += runner.warnings
         if fsman is not None:

@@ -150,7 +150,8 @@ class Runner:
                  margin: float = 10.0, default_timeout: float = 60.0,
                  progress: Optional[Callable[[dict, "SweepOutcome", int], None]] = None,
                  on_event: Optional[Callable[..., None]] = None,
-                 before_directory: Optional[Callable[[Optional[str], str], None]] = None):
+                 before_directory: Optional[Callable[[Optional[str], str], None]] = None,
+                 source_errors: Optional[Dict[str, str]] = None):
         self.sender, self.receiver = sender, receiver
         self.sender_worker, self.receiver_worker = list(sender_worker), list(receiver_worker)
         self.results = results
@@ -164,6 +165,8 @@ class Runner:
         # Called once per distinct (filesystem, sink directory) before its first run: the dd baseline.
         self.before_directory = before_directory
         self._seen_dirs: set = set()
+        # Sources that could not be laid out (zcorch.sources): their cells are recorded failed unrun.
+        self.source_errors = dict(source_errors or {})
         self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs
 
     # -- one run ------------------------------------------------------------------------------
@@ -348,6 +351,9 @@ class Runner:
         fs_errors: Dict[str, str] = {}
         try:
             for i, (cell, repeat, params) in enumerate(todo):
+                if params.get("source") in self.source_errors:
+                    self._record_unrun(cell, repeat, params, self.source_errors[params["source"]], outcome, len(todo))
+                    continue
                 fs = params.get("filesystem")
                 mountpoint = None
                 if fs:

@@ -3,6 +3,7 @@
     zcorch worker recv --listen ADDR:PORT --mode M [params]   -> {"event": "ready", ...}, {"event": "result", ...}
     zcorch worker send --connect ADDR:PORT --mode M [params]  -> {"event": "result", ...}
     zcorch worker info                                        -> {"event": "info", "version", "modes", "kernel"}
+    zcorch worker layout --path P --bytes N                   -> {"event": "layout", "path", "created", "size"}
 
 Any failure, including a bad flag value, prints {"event": "error", "message", "code"} and exits 1.
 Also runs as `python3 -m zcorch.worker ...` on remote hosts: stdlib + zcorch._native only
@@ -23,6 +24,7 @@ from typing import Any, Optional
 from . import native
 from ._version import __version__
 from .errors import WorkerError
+from .units import parse_size
 
 
 class _UsageError(Exception):
@@ -92,6 +94,9 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     _add_common(tx)
     tx.add_argument("--source", default="mem", help="mem, or a file path (/dev/zero allowed)")
     sub.add_parser("info", help="print version, compiled modes and kernel release")
+    lay = sub.add_parser("layout", help="create a missing source file filled with the mem pattern (untimed)")
+    lay.add_argument("--path", required=True, help="absolute path of the file to create")
+    lay.add_argument("--bytes", required=True, help="its size")
     return parser
 
 
@@ -137,9 +142,59 @@ def _exit_when_stdin_closes() -> None:
     threading.Thread(target=watch, name="stdin-eof", daemon=True).start()
 
 
+def layout(path: str, size: int) -> "dict[str, Any]":
+    """Create `path` with `size` bytes of the mem pattern (what source `mem` sends at each offset),
+    unless something already exists there: an existing file is never touched, whatever its size
+    (a file shorter than a cell's --bytes stays that cell's error). What fio calls laying out.
+
+    Written to a temporary name and hard-linked into place, so neither a concurrent creator nor a
+    killed layout leaves a short file under `path`.
+    """
+    if not os.path.isabs(path):
+        raise _UsageError(f"--path must be absolute, got {path!r}")
+    if os.path.lexists(path):
+        st = os.stat(path)
+        return {"event": "layout", "path": path, "created": False, "size": st.st_size,
+                "regular": os.path.isfile(path)}
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise WorkerError(errno.ENOENT, f"layout {path}: directory {directory} does not exist")
+    period = native.mem_pattern(0, native.mem_pattern_period())
+    tmp = f"{path}.zcorch-layout-{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            view, off = memoryview(period), 0
+            while off < size:
+                start = off % len(view)
+                off += os.write(fd, view[start:start + min(len(view) - start, size - off)])
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # someone else made it meanwhile: theirs stays, ours goes
+            return layout(path, size)
+    except OSError as exc:
+        raise WorkerError(exc.errno or errno.EIO, f"layout {path}: {exc.strerror or exc}") from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    return {"event": "layout", "path": path, "created": True, "size": size, "regular": True}
+
+
 def _run(args: argparse.Namespace) -> None:
     if args.action == "info":
         _emit(_info())
+        return
+    if args.action == "layout":
+        try:
+            size = parse_size(args.bytes)
+        except ValueError as exc:
+            raise _UsageError(f"--bytes: {exc}") from None
+        _emit(layout(args.path, size))
         return
     if args.exit_on_stdin_eof:
         _exit_when_stdin_closes()

@@ -1,0 +1,73 @@
+"""Source files a sweep needs on the sender: lay out the missing ones before the first cell (as fio does).
+
+A cell whose `source` is a regular-file path (not `mem`, not under /dev, /proc or /sys) needs that file
+with at least the cell's `bytes`. When it does not exist on the sender, `zcorch run` creates it once,
+untimed, with the largest `bytes` of the cells using it, filled with the mem pattern (the worker's
+`layout` action: the bytes of source `mem` at each offset). An existing file is never touched, even a
+short one: the cells it is too short for fail with the worker's own error. Laid-out files are kept
+after the sweep (like fio's); meta.json lists them under "sources_laid_out".
+"""
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Callable, Dict, Iterable, List, Sequence, Tuple
+
+from .hosts import Host
+from .units import format_size
+
+_NOT_FILES = ("/dev/", "/proc/", "/sys/")
+# Generous: a slow disk writes >= 20 MB/s; the fixed part covers the worker's start-up over SSH.
+_LAYOUT_RATE = 20e6
+_LAYOUT_FIXED_S = 60.0
+
+
+def is_file_source(source: object) -> bool:
+    """True for a source that names a regular file the sweep may have to lay out."""
+    return isinstance(source, str) and source.startswith("/") and not source.startswith(_NOT_FILES)
+
+
+def needed_sources(params_list: Iterable[dict]) -> Dict[str, int]:
+    """{path: largest `bytes` of the cells reading it}, in first-use order. Pure."""
+    needs: Dict[str, int] = {}
+    for p in params_list:
+        src = p.get("source")
+        if is_file_source(src) and p.get("bytes"):
+            needs[src] = max(needs.get(src, 0), int(p["bytes"]))
+    return needs
+
+
+def layout_argv(worker: Sequence[str], path: str, size: int) -> List[str]:
+    return [*worker, "layout", "--path", path, "--bytes", str(size)]
+
+
+def lay_out(host: Host, worker: Sequence[str], env: Dict[str, str], needs: Dict[str, int],
+            log: Callable[[str], None]) -> Tuple[List[dict], Dict[str, str]]:
+    """Create each missing file of `needs` on `host`. Returns (what was laid out, {path: why not})."""
+    laid: List[dict] = []
+    errors: Dict[str, str] = {}
+    for path, size in needs.items():
+        argv = layout_argv(worker, path, size)
+        r = host.run(argv, env=env, timeout=_LAYOUT_FIXED_S + size / _LAYOUT_RATE)
+        event = _last_event(r.stdout)
+        if not r.ok or event.get("event") != "layout":
+            why = event.get("message") or (r.stderr or r.stdout).strip()[-500:] or f"exit {r.returncode}"
+            errors[path] = f"source {path} is missing on {host.name} and could not be laid out: {why}"
+            log(f"cannot lay out {path} on {host.name}: {why} ({shlex.join(argv)})")
+            continue
+        if event.get("created"):
+            laid.append({"host": host.name, "path": path, "size": size})
+            log(f"laid out {path} on {host.name}: {format_size(size)} of the mem pattern (it did not exist; "
+                "untimed; kept after the sweep)")
+    return laid, errors
+
+
+def _last_event(stdout: str) -> dict:
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            return event
+    return {}
