@@ -179,3 +179,29 @@ def test_hosts_have_private_homes_and_scratch(lab):
     assert not os.path.exists(f"/root/{marker}") and not os.path.exists(f"/scratch/{marker}")
     assert lab.run_in("sender", ["test", "-e", f"/root/{marker}"]).returncode == 1
     assert lab.zcorch_procs("receiver") == []
+
+
+def _loops() -> dict:
+    out = subprocess.run(["losetup", "-J"], capture_output=True, text=True).stdout
+    return {d["name"]: d.get("back-file") for d in (json.loads(out)["loopdevices"] if out.strip() else [])}
+
+
+@pytest.mark.lab
+def test_down_undoes_a_killed_sweeps_filesystem_state(own_lab):
+    from fixtures_fs import SMALL_CONFIGS, start_provisioner
+
+    layout = own_lab
+    before = _loops()
+    # A controller killed right before `mount`: its loop device is attached without autoclear, so
+    # destroying the namespaces alone would leak it.
+    proc = start_provisioner({"ext4-loop": SMALL_CONFIGS["ext4-loop"]}, zlab.FS_STATE_DIR, "mount",
+                             layout.hosts_spec())
+    proc.wait(timeout=120)
+    assert proc.returncode == -9, proc.stderr.read()
+    ours = {dev: f for dev, f in _loops().items() if before.get(dev) != f}
+    assert len(ours) == 1, ours
+    p = _cli("down", "--name", layout.name, "--index", str(layout.index))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "undid a killed sweep's filesystem state on receiver: detached" in p.stdout, p.stdout
+    now = _loops()
+    assert not [dev for dev, f in ours.items() if now.get(dev) == f]

@@ -23,11 +23,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 from .errors import LabError
+from .hosts import LocalHost
 
 STATE_ROOT = "/var/lib/zcorch-lab"
 SCRATCH_MOUNTPOINT = "/scratch"
@@ -37,6 +39,8 @@ _HOST_OCTET = {"sender": 2, "receiver": 3}
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,30}$")
 DATA_MTU = 9000
 SSHD_START_TIMEOUT = 15.0
+# Where `zcorch run` keeps filesystem state on a host without a `workdir` (run_cli._fs_state_dir).
+FS_STATE_DIR = "~/.cache/zcorch/fs"
 
 # Inside the sshd's own mount namespace: private home and scratch, then sshd in the foreground.
 _SSHD_SCRIPT = ('mount --bind "$1" /root && mount --bind "$2" "$3" && '
@@ -454,8 +458,15 @@ def _start_sshd(layout: LabLayout, host: str) -> None:
 def down(layout: LabLayout, keep_keys: bool = False) -> dict:
     """Remove every trace of the lab (idempotent, works after a crash). Returns what was removed."""
     _require_root()
-    removed: dict = {"processes": [], "netns": [], "links": [], "mounts": [], "state": None}
+    removed: dict = {"processes": [], "netns": [], "links": [], "mounts": [], "state": None,
+                     "filesystems": [], "filesystem_errors": []}
     namespaces = [ns for ns in list_netns() if ns.startswith(layout.ns_prefix)]
+    # Loops, mounts and md arrays a killed `zcorch run` left on a host live in (or hang off) that
+    # host's namespaces: undo them from inside, while its sshd (and so its mount namespace) lives.
+    for h in HOSTS:
+        pid = _read_pid(layout.sshd_pidfile(h))
+        if layout.ns(h) in namespaces and _alive(pid) and _is_lab_sshd(pid, layout, h):
+            _cleanup_filesystems(NamespaceHost(h, pid), removed)
     for ns in namespaces:
         removed["processes"] += _kill_netns(ns)
     for h in HOSTS:  # an sshd that escaped its netns listing (e.g. netns already gone)
@@ -490,6 +501,36 @@ def down(layout: LabLayout, keep_keys: bool = False) -> dict:
             removed["state"] = "removed"
     _remove_scratch_mountpoint(layout)
     return removed
+
+
+class NamespaceHost(LocalHost):
+    """A lab host reached without SSH: every command runs inside its sshd's network and mount
+    namespaces (nsenter), i.e. sees what a command over SSH sees, as root with HOME=/root."""
+
+    def __init__(self, name: str, sshd_pid: int):
+        super().__init__(name, "")
+        self._prefix = ["nsenter", "-t", str(int(sshd_pid)), "-m", "-n", "--"]
+
+    def run(self, argv, timeout=60.0, env=None, input=None):
+        return super().run(self._prefix + [str(a) for a in argv], timeout=timeout,
+                           env={"HOME": "/root", **(env or {})}, input=input)
+
+    def start(self, argv, env=None):
+        return super().start(self._prefix + [str(a) for a in argv], env={"HOME": "/root", **(env or {})})
+
+
+def _cleanup_filesystems(host: "NamespaceHost", removed: dict) -> None:
+    """FilesystemManager.cleanup_stale on one host for the default state dir (`~/.cache/zcorch/fs`;
+    an experiment with its own `workdir` keeps its state there: the next `zcorch run` undoes it)."""
+    from .errors import ZcorchError
+    from .filesystems import FilesystemManager
+
+    try:
+        undone = FilesystemManager.cleanup_stale(host, FS_STATE_DIR)
+    except ZcorchError as exc:
+        removed["filesystem_errors"].append(str(exc))
+        return
+    removed["filesystems"] += [f"{host.name}: {u}" for u in undone]
 
 
 def _remove(path: str) -> None:
@@ -593,10 +634,14 @@ def main(args) -> int:
         if args.json:
             print(json.dumps(removed))
         else:
+            for line in removed["filesystems"]:
+                print(f"undid a killed sweep's filesystem state on {line}")
             print(f"lab {layout.name!r} down: {len(removed['netns'])} namespaces, {len(removed['links'])} links, "
                   f"{len(removed['processes'])} processes, {len(removed['mounts'])} mounts removed; "
                   f"state {removed['state'] or 'absent'}")
-        return 0
+        for err in removed["filesystem_errors"]:
+            print(f"zcorch lab down: warning: {err}", file=sys.stderr)
+        return 0 if not removed["filesystem_errors"] else 1
     _require_root()
     st = status(layout)
     if args.json:
