@@ -83,7 +83,8 @@ def local_runner(rs, tag, **kw):
 # -- `zcorch run` as a subprocess ---------------------------------------------------------------
 
 def zcorch(tag, *args, **kw):
-    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
+    """`zcorch ARGS` to completion; env= adds variables to ours."""
+    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}, **kw.pop("env", {}))
     return subprocess.run([sys.executable, "-m", "zcorch", *map(str, args)], capture_output=True, text=True,
                           env=env, timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", REPO), **kw)
 

@@ -9,7 +9,7 @@ import yaml
 
 from fixtures_fs import SMALL_CONFIGS, host_state
 from fixtures_lab import lab  # noqa: F401
-from fixtures_run import stall_a_run, start_zcorch, wait_records, zcorch
+from fixtures_run import REPO, stall_a_run, start_zcorch, wait_records, zcorch
 from zcorch.results import latest_runs, read_jsonl
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(300)]
@@ -148,3 +148,80 @@ def test_killed_filesystem_sweep_is_undone_by_lab_down_cleanup_and_by_the_next_r
     assert "undid a previous controller's leftover" in r.stderr
     assert all_ok_once(tmp_path / "rs2")
     assert host_state(receiver) == before
+
+
+# -- faults through `zcorch run` --------------------------------------------------------------------
+def test_killed_sender_is_recorded_and_the_sweep_goes_on(lab, tmp_path):  # noqa: F811
+    exp = write_exp(tmp_path, lab, params={"bytes": "256MiB", "timeout": "30s"})
+    out = tmp_path / "rs"
+    p = start_zcorch("lab", "run", exp, "-o", out)
+    rx, tx = stall_a_run(lambda: lab_workers(lab))
+    os.kill(tx, signal.SIGKILL)  # the sender dies mid-transfer; the receiver (stopped) cannot finish
+    os.kill(rx, signal.SIGCONT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 1, err
+    first, second = read_jsonl(str(out / "runs.jsonl"))
+    assert first["status"] == "failed" and "sender on sender" in first["reason"], first
+    assert "killed by SIGKILL" in first["reason"] or "ENODATA" in first["reason"] or "ECONNRESET" in first["reason"]
+    assert second["status"] == "ok"
+    assert lab_workers(lab) == []
+
+
+def test_ctrl_c_mid_sweep_keeps_finished_runs_and_leaves_no_worker(lab, tmp_path):  # noqa: F811
+    exp = write_exp(tmp_path, lab, params={"bytes": "256MiB", "timeout": "60s"}, repeats=4)
+    out = tmp_path / "rs"
+    p = start_zcorch("lab", "run", exp, "-o", out)
+    wait_records(out / "runs.jsonl", 1, timeout=120)
+    stall_a_run(lambda: lab_workers(lab))  # a run in progress that cannot end by itself
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert json.loads((out / "manifest.json").read_text())["status"] == "interrupted"
+    runs = read_jsonl(str(out / "runs.jsonl"))
+    assert runs[0]["status"] == "ok" and runs[-1]["status"] == "interrupted" and len(runs) < 8
+    assert "--resume" in err
+    assert wait_no_lab_workers(lab, 3.0) == []
+
+
+def test_unknown_host_keys_refused_then_accepted_and_recorded(lab, tmp_path):  # noqa: F811
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    hosts = lab.hosts_spec
+    for spec in hosts.values():
+        del spec["ssh_config"]  # its UserKnownHostsFile knows the lab's keys
+        spec["known_hosts"] = str(known)
+    exp = write_exp(tmp_path, lab, hosts=hosts)
+    env = {"HOME": str(home)}
+    r = zcorch("lab", "run", exp, "-o", tmp_path / "refused", env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.count("unknown host key") == 2 and "--accept-new-host-keys" in r.stderr, r.stderr
+    assert known.read_text() == ""
+    r = zcorch("lab", "run", exp, "-o", tmp_path / "accepted", "--accept-new-host-keys", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads((tmp_path / "accepted" / "manifest.json").read_text())["accept_new_host_keys"] is True
+    assert sorted(line.split()[0] for line in known.read_text().splitlines()) == sorted(
+        [lab.sender.mgmt, lab.receiver.mgmt])
+
+
+def test_failing_remote_build_fails_the_run_with_host_and_compiler_output(lab, tmp_path):  # noqa: F811
+    import uuid
+
+    # A real build with a broken C compiler: `python:` is a wrapper that sets CC for the build.
+    home = lab.receiver.home
+    with open(os.path.join(home, "broken-cc"), "w") as f:
+        f.write("#!/bin/sh\necho \"broken-cc: error: this compiler refuses $*\" >&2\nexit 1\n")
+    with open(os.path.join(home, "python-broken-cc"), "w") as f:
+        f.write("#!/bin/sh\nCC=/root/broken-cc exec python3 \"$@\"\n")
+    for name in ("broken-cc", "python-broken-cc"):
+        os.chmod(os.path.join(home, name), 0o755)
+    hosts = lab.hosts_spec
+    hosts["receiver"].update(python="/root/python-broken-cc", workdir=f"~/.cache/zcorch-broken-{uuid.uuid4().hex[:8]}")
+    r = zcorch("lab", "run", write_exp(tmp_path, lab, hosts=hosts), "-o", tmp_path / "rs", timeout=240)
+    # The remote build's own output (with cffi's traceback) is shown; no traceback of the controller.
+    assert r.returncode == 1 and REPO not in r.stderr
+    assert f"receiver (root@{lab.receiver.mgmt})" in r.stderr and "building the worker failed" in r.stderr
+    assert "broken-cc: error: this compiler refuses" in r.stderr, r.stderr
+    assert json.loads((tmp_path / "rs" / "manifest.json").read_text())["status"] == "interrupted"
+    assert lab_workers(lab) == []
