@@ -12,7 +12,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+import sys
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from .errors import ResultsError
 
@@ -25,6 +26,7 @@ PLAN = "plan.json"
 META = "meta.json"
 RUNS = "runs.jsonl"
 BASELINES = "baselines.jsonl"
+RUNS_CACHE = "runs.cache"  # written by zcorch.analysis.frames (columns of runs.jsonl), see build_load_cache
 LOGS = "logs"
 
 RUN_STATUSES = ("ok", "failed", "timeout", "interrupted")
@@ -220,9 +222,32 @@ class ResultSet:
     def _write_manifest(self) -> None:
         write_json_atomic(self.path(MANIFEST), self.manifest)
 
-    def finish(self, status: str) -> None:
+    def finish(self, status: str, warn: Optional[Callable[[str], None]] = None) -> None:
+        """Record the final status; a complete sweep also gets its load cache (see build_load_cache)."""
         if status not in ("complete", "interrupted", "running"):
             raise ValueError(f"bad result-set status {status!r}")
         self.manifest["status"] = status
         self.manifest["finished"] = utc_now()
         self._write_manifest()
+        if status == "complete":  # an interrupted sweep is usually resumed: no point, and Ctrl-C wants out
+            self.build_load_cache(warn)
+
+    def build_load_cache(self, warn: Optional[Callable[[str], None]] = None) -> bool:
+        """Write runs.cache now so that the first zcorch.load of this set reads columns instead of
+        parsing every JSON line (minutes for a million runs). Best effort: runs.jsonl stays the
+        source of truth and is only read; any failure, even Ctrl-C, is a warning (default: on
+        stderr) and False, and the next zcorch.load parses runs.jsonl as it always could."""
+        try:
+            from .analysis.frames import build_cache  # pandas: imported only when a sweep ends
+
+            build_cache(self.dir)
+            return True
+        except (Exception, KeyboardInterrupt) as exc:
+            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
+            message = (f"{self.path(RUNS_CACHE)} not built ({what}); the results are complete in "
+                       f"{self.path(RUNS)}, the first zcorch.load will parse it")
+            if warn is None:
+                print(f"zcorch: warning: {message}", file=sys.stderr)
+            else:
+                warn(message)
+            return False

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from itertools import chain
 from pathlib import Path
 from typing import Iterable, Union
 
@@ -49,7 +50,7 @@ _RECORD_KEYS = frozenset(RUN_COLUMNS + RUN_TAIL_COLUMNS + ["params", "sender", "
 OK = "ok"
 GIB = float(1 << 30)
 
-CACHE_NAME = "runs.cache"
+CACHE_NAME = results.RUNS_CACHE
 CACHE_VERSION = 2
 
 
@@ -100,9 +101,6 @@ def _as_dirs(path_or_paths: "PathLike | Iterable[PathLike]") -> list:
 # Runs
 
 
-_PLAIN = (str, int, float, bool, type(None))
-
-
 def _scalar(value):
     """Values that fit a column cell; lists/dicts (not expected in parameters) become JSON text."""
     if isinstance(value, (list, dict)):
@@ -110,34 +108,35 @@ def _scalar(value):
     return value
 
 
-def _merge(row: dict, values: dict, prefix: str = "", skip: "set | frozenset" = frozenset()) -> None:
-    # The hot loop of a cold load (a million records): plain dict updates, per-value work only
-    # for the rare nested value.
-    if prefix:
-        row.update({prefix + k: v for k, v in values.items() if k not in skip})
-    else:
-        row.update(values)
-    if not all(v.__class__ in _PLAIN for k, v in values.items() if k not in skip):
-        for k, v in values.items():
-            if k not in skip:
-                row[prefix + k] = _scalar(v)
+_EMPTY: dict = {}
+_PLAIN_TYPES = frozenset((str, int, float, bool, type(None)))
+_NESTED = {"params", "sender", "receiver"}
+_HEAD = ("cell", "repeat", "status", "reason")
 
 
-def _flat_run(rec: dict) -> dict:
-    row = {"cell": rec["cell"], "repeat": rec["repeat"], "status": rec["status"], "reason": rec.get("reason")}
-    _merge(row, rec.get("params") or {})
-    row["started"] = rec.get("started")
-    row["wall_s"] = rec.get("wall_s")
-    row["log"] = rec.get("log")
-    for side, prefix in (("sender", "send_"), ("receiver", "recv_")):
-        metrics = rec.get(side)
-        if isinstance(metrics, dict):
-            _merge(row, metrics, prefix, _NOT_METRICS)
-    if len(rec) > len(_RECORD_KEYS):  # other run facts the runner records (e.g. overhead_s, *_host)
-        for key, value in rec.items():
-            if key not in _RECORD_KEYS and key not in row:
-                row[key] = _scalar(value)
-    return row
+def _layout(shape: tuple) -> "list[tuple[str, int]]":
+    """(column, index into the record's value tuple) for records of one key layout.
+
+    A record's value tuple is (*rec.values(), *params.values(), *sender.values(), *receiver.values())
+    and `shape` the matching key tuples. Where two sources give one column name, the later wins,
+    in this order: other run facts, cell/repeat/status/reason, parameters, started/wall_s/log,
+    worker metrics (send_*, recv_*)."""
+    top, params, sender, receiver = shape
+    extra, head, tail, cols = {}, {}, {}, {}
+    for i, key in enumerate(top):
+        if key in _NESTED:
+            continue
+        (head if key in _HEAD else tail if key in RUN_TAIL_COLUMNS else extra)[key] = i
+    base = len(top)
+    cols.update(extra)
+    cols.update(head)
+    cols.update({key: base + i for i, key in enumerate(params)})
+    cols.update(tail)
+    base += len(params)
+    for keys, prefix in ((sender, "send_"), (receiver, "recv_")):
+        cols.update({prefix + key: base + i for i, key in enumerate(keys) if key not in _NOT_METRICS})
+        base += len(keys)
+    return list(cols.items())
 
 
 def _column_order(columns: Iterable[str]) -> list:
@@ -156,19 +155,21 @@ def _column_order(columns: Iterable[str]) -> list:
 
 
 CHUNK_ROWS = 50_000
+_DECODER = json.JSONDecoder()
 
 
 def _iter_jsonl(path: Path):
     """(line number, record) of a JSON-lines file, streamed: a million-run file does not fit in
     memory as dicts. Same rules as zcorch.results.read_jsonl: an unterminated final line that does
     not parse is a torn write and skipped; any other bad line is corruption."""
+    decode = _DECODER.decode  # json.loads minus its per-call type and encoding checks
     with open(path, "rb") as f:
         for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
             try:
-                rec = json.loads(line)
-            except ValueError:
+                rec = decode(line.decode("utf-8"))
+            except ValueError:  # also UnicodeDecodeError
+                if not line.strip():
+                    continue
                 if not line.endswith(b"\n"):
                     return  # torn final line
                 raise ResultsError(f"{path}:{lineno}: not a JSON record: {line[:80]!r}") from None
@@ -192,25 +193,73 @@ def _numeric_if_possible(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _group_frame(shape: tuple, positions: list, values: list) -> pd.DataFrame:
+    """The rows of one key layout as a frame indexed by their position in the file: one 2-D object
+    array built in C, then each column's type inferred in C; only columns that stay object (text,
+    bools, nulls) are scanned for the rare nested value."""
+    width = len(values[0])
+    block = np.fromiter(chain.from_iterable(values), dtype=object, count=len(values) * width)
+    block = block.reshape(len(values), width)
+    layout = _layout(shape)
+    frame = pd.DataFrame(block[:, [i for _, i in layout]], columns=[name for name, _ in layout],
+                         index=positions).infer_objects()
+    for name in frame.columns[frame.dtypes == object]:
+        col = frame[name]
+        if not _PLAIN_TYPES.issuperset(map(type, col)):
+            frame[name] = [_scalar(v) for v in col]
+    return frame
+
+
+def _chunk_frame(groups: dict) -> pd.DataFrame:
+    frames = [_group_frame(shape, pos, vals) for shape, (pos, vals) in groups.items()]
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames)
+    return frame.sort_index(kind="stable") if len(frames) > 1 else frame
+
+
 def parse_runs(path: Path) -> pd.DataFrame:
     """runs.jsonl → raw frame (no derived columns). Newest record per (cell, repeat) wins; rows
-    are in the order of their newest record."""
-    chunks, rows = [], []
+    are in the order of their newest record.
+
+    Records are grouped by their key layout (all records of one sweep share one or two: ok and
+    failed runs) and kept as value tuples, so the per-record work is json.loads and a few tuple
+    builds; chunks of CHUNK_ROWS records become frames (memory stays bounded)."""
+    chunks, groups, n = [], {}, 0
     for lineno, rec in _iter_jsonl(path):
-        for key in ("cell", "repeat", "status"):
-            if key not in rec:
-                raise ResultsError(f"{path}:{lineno}: run record has no {key!r}")
-        rows.append(_flat_run(rec))
-        if len(rows) >= CHUNK_ROWS:
-            chunks.append(pd.DataFrame.from_records(rows))
-            rows = []
-    if rows:
-        chunks.append(pd.DataFrame.from_records(rows))
+        params = rec.get("params") or _EMPTY
+        sender = rec.get("sender")
+        receiver = rec.get("receiver")
+        if params.__class__ is not dict:
+            params = _EMPTY
+        if sender.__class__ is not dict:
+            sender = _EMPTY
+        if receiver.__class__ is not dict:
+            receiver = _EMPTY
+        shape = (tuple(rec), tuple(params), tuple(sender), tuple(receiver))
+        group = groups.get(shape)
+        if group is None:
+            for key in ("cell", "repeat", "status"):
+                if key not in rec:
+                    raise ResultsError(f"{path}:{lineno}: run record has no {key!r}")
+            group = groups[shape] = ([], [])
+        group[0].append(n)
+        group[1].append((*rec.values(), *params.values(), *sender.values(), *receiver.values()))
+        n += 1
+        if n % CHUNK_ROWS == 0:
+            chunks.append(_chunk_frame(groups))
+            groups = {}
+    if groups:
+        chunks.append(_chunk_frame(groups))
     if not chunks:
         frame = pd.DataFrame({c: pd.Series(dtype=object) for c in RUN_COLUMNS})
         frame["repeat"] = frame["repeat"].astype("int64")
         return frame
-    frame = _numeric_if_possible(chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True))
+    frame = chunks[0] if len(chunks) == 1 else pd.concat(chunks)
+    # a column that is all null in one layout or chunk concatenates as object: infer it again
+    # from all its values, so that dtypes do not depend on how records were grouped
+    frame = _numeric_if_possible(frame.infer_objects())
+    for col in RUN_COLUMNS + RUN_TAIL_COLUMNS:
+        if col not in frame:
+            frame[col] = None
     frame = frame.drop_duplicates(subset=["cell", "repeat"], keep="last")
     frame = frame[_column_order(frame.columns)]
     for col in frame.columns:
@@ -255,16 +304,23 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _stamp(runs: Path) -> "dict | None":
+    """What a cache of `runs` is valid for (None: no runs.jsonl yet)."""
+    try:
+        st = runs.stat()
+    except FileNotFoundError:
+        return None
+    return {"cache_version": CACHE_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
 def runs_of(path: PathLike, cache: bool = True) -> pd.DataFrame:
     """The raw runs frame of one result set, from the cache when it matches runs.jsonl."""
     d = result_dir(path)
     read_manifest(d)
-    runs = d / "runs.jsonl"
-    try:
-        st = runs.stat()
-    except FileNotFoundError:
+    runs = d / results.RUNS
+    stamp = _stamp(runs)  # taken before parsing: a file that grows meanwhile invalidates the cache
+    if stamp is None:
         return parse_runs(runs)  # a set interrupted before its first run: no runs
-    stamp = {"cache_version": CACHE_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     cache_path = d / CACHE_NAME
     if cache:
         frame = _read_cache(cache_path, stamp)
@@ -277,6 +333,23 @@ def runs_of(path: PathLike, cache: bool = True) -> pd.DataFrame:
         except OSError as exc:  # a read-only result set still loads, just without the speed-up
             warnings.warn(f"{cache_path}: cache not written ({exc})", stacklevel=3)
     return frame
+
+
+def build_cache(path: PathLike) -> "Path | None":
+    """Parse runs.jsonl and write runs.cache now, unless a valid cache is there already; what
+    `zcorch run` does when a sweep completes, so that the first zcorch.load is fast. Returns the
+    cache path (None: no runs.jsonl). Raises ResultsError (bad runs.jsonl) or OSError (not
+    writable); runs.jsonl itself is only read."""
+    d = result_dir(path)
+    read_manifest(d)
+    runs = d / results.RUNS
+    stamp = _stamp(runs)
+    if stamp is None:
+        return None
+    cache_path = d / CACHE_NAME
+    if not _cache_matches(cache_path, stamp):
+        _write_cache(parse_runs(runs), cache_path, stamp)
+    return cache_path
 
 
 def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> pd.DataFrame:
@@ -348,15 +421,31 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
+def _read_header(f) -> "tuple[int, dict] | None":
+    """(header length, header) of an open cache file; None if it is not one."""
+    if f.read(len(_CACHE_MAGIC)) != _CACHE_MAGIC:
+        return None
+    header_len = int.from_bytes(f.read(8), "little")
+    header = json.loads(f.read(header_len - len(_CACHE_MAGIC) - 8).rstrip(b"\0"))
+    return (header_len, header) if isinstance(header, dict) else None
+
+
+def _cache_matches(cache_path: Path, stamp: dict) -> bool:
+    try:
+        with open(cache_path, "rb") as f:
+            head = _read_header(f)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return head is not None and head[1].get("stamp") == stamp
+
+
 def _read_cache(cache_path: Path, stamp: dict) -> "pd.DataFrame | None":
     try:
         with open(cache_path, "rb") as f:
-            if f.read(len(_CACHE_MAGIC)) != _CACHE_MAGIC:
+            head = _read_header(f)
+            if head is None or head[1].get("stamp") != stamp:
                 return None
-            header_len = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(header_len - len(_CACHE_MAGIC) - 8).rstrip(b"\0"))
-            if header.get("stamp") != stamp:
-                return None
+            header_len, header = head
             f.seek(0, os.SEEK_END)
             # np.empty, not bytearray: no zero-filling of hundreds of MB; writable, and the
             # frame's numeric columns are views on it
