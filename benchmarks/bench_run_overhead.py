@@ -40,10 +40,13 @@ def resultset(tmp: str, name: str) -> ResultSet:
 
 
 def local_setup(tmp: str):
+    """Runner on localhost with the worker command `zcorch run` uses (deploy's handle: python -S)."""
+    from zcorch import deploy
+
     host = LocalHost()
-    worker = [sys.executable, "-m", "zcorch.worker"]
-    env = {"PYTHONPATH": REPO}
-    return Runner(host, host, worker, worker, resultset(tmp, "local"), worker_env={"sender": env, "receiver": env})
+    handle = deploy.deploy(host)
+    return Runner(host, host, handle.worker_argv, handle.worker_argv, resultset(tmp, "local"),
+                  worker_env={"sender": handle.env, "receiver": handle.env})
 
 
 def lab_setup(tmp: str):

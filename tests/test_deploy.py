@@ -50,8 +50,11 @@ def test_deployed_files_and_hash(tmp_path):
 def test_localhost_deploy_is_the_package_itself():
     host = LocalHost()
     handle = deploy.deploy(host)
-    assert handle.worker_argv == [sys.executable, "-m", "zcorch.worker"]
-    assert handle.env == {"PYTHONPATH": REPO} and handle.reused
+    # -S (no site, no .pth files): _cffi_backend's directory is on PYTHONPATH instead.
+    import _cffi_backend
+
+    assert handle.worker_argv == [sys.executable, "-S", "-m", "zcorch.worker"]
+    assert handle.env == {"PYTHONPATH": f"{REPO}:{os.path.dirname(_cffi_backend.__file__)}"} and handle.reused
     r = host.run(handle.command(["info"]))
     assert r.ok, r.stderr
     assert json.loads(r.stdout.splitlines()[-1])["version"] == __version__
@@ -96,6 +99,7 @@ def test_remote_build_redeploy_and_change(hosts, lab, tmp_path):
     handle = deploy.deploy(receiver, source_root=src, workdir=workdir)
     first = time.monotonic() - t0
     assert not handle.reused
+    assert handle.python_flags == ["-S"] and handle.env["PYTHONPATH"].startswith(handle.directory + ":/")
     assert handle.directory == f"/root/{workdir[2:]}/worker-{handle.hash}"
     # the files are in the receiver's private home, not on the controller's filesystem
     assert receiver.run(["test", "-f", f"{handle.directory}/zcorch/worker.py"]).ok

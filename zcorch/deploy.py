@@ -71,7 +71,7 @@ def content_hash(source_root: str, files: Sequence[str]) -> str:
 class WorkerHandle:
     """How to start the deployed worker on one host.
 
-    worker_argv: [python, "-m", "zcorch.worker"]; env: what Host.start must get ({"PYTHONPATH": dir}
+    worker_argv: [python, ("-S",) "-m", "zcorch.worker"]; env: what Host.start must get ({"PYTHONPATH": dir}
     remotely, {"PYTHONPATH": <package parent>} locally). `command(args)` is the complete argv with the
     environment folded in via `env`, for callers that pass no env.
     """
@@ -82,10 +82,13 @@ class WorkerHandle:
     hash: str
     reused: bool = False           # True when an existing build was taken as is
     env: Dict[str, str] = field(default_factory=dict)
+    # ["-S"] when the directory of _cffi_backend (all the built module needs from site-packages) is
+    # on PYTHONPATH: skipping `site` (and the .pth files it runs) is a large part of the worker's start-up.
+    python_flags: List[str] = field(default_factory=list)
 
     @property
     def worker_argv(self) -> List[str]:
-        return [self.python, "-m", "zcorch.worker"]
+        return [self.python, *self.python_flags, "-m", "zcorch.worker"]
 
     def command(self, args: Sequence[str]) -> List[str]:
         """Full argv: `env PYTHONPATH=DIR python -m zcorch.worker ARGS...`."""
@@ -150,15 +153,22 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     if host.is_local:
         if source_root is not None and os.path.abspath(source_root) != REPO_ROOT:
             raise DeployError("localhost runs the controller's own package; source_root is for remote hosts")
-        return WorkerHandle(host, python, REPO_ROOT, "local", reused=True, env={"PYTHONPATH": REPO_ROOT})
+        handle = WorkerHandle(host, python, REPO_ROOT, "local", reused=True, env={"PYTHONPATH": REPO_ROOT})
+        cffi_dir = _local_cffi_backend_dir() if python == sys.executable else None
+        if cffi_dir:
+            handle.env["PYTHONPATH"] = f"{REPO_ROOT}:{cffi_dir}"
+            handle.python_flags = ["-S"]
+        return handle
     root = os.path.abspath(source_root or REPO_ROOT)
     files = deployed_files(root)
     digest = content_hash(root, files)
     base = host.expand(workdir or _host_workdir(host))
     final = posixpath.join(base, f"worker-{digest}")
     handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final})
-    if host.run(["test", "-f", posixpath.join(final, MARKER)], timeout=30).ok:
+    existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
+    if existing.ok:
         handle.reused = True
+        _use_cffi_dir(handle, existing.stdout)
         return handle
     tmp = posixpath.join(base, f".tmp-worker-{digest}-{uuid.uuid4().hex[:8]}")
     try:
@@ -169,7 +179,10 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
             output = (build.stdout + build.stderr).strip()
             raise DeployError(f"{_where(host)}: building the worker failed (exit {build.returncode}, "
                               f"{python} native/build.py in {tmp}):\n{output[-6000:]}")
-        marker = json.dumps({"hash": digest, "version": __version__, "files": files, "python": python})
+        found = host.run([python, "-c", _CFFI_DIR], timeout=60)
+        cffi_dir = found.stdout.strip() if found.ok else None
+        marker = json.dumps({"hash": digest, "version": __version__, "files": files, "python": python,
+                             "cffi_backend_dir": cffi_dir})
         fin = host.run([python, "-c", _FINALIZE, tmp, final, MARKER, marker, str(KEEP_BUILDS)], timeout=60)
         if not fin.ok:
             raise DeployError(f"{_where(host)}: installing the built worker into {final} failed: "
@@ -177,7 +190,29 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     except BaseException:
         host.run(["rm", "-rf", "--", tmp], timeout=60)
         raise
+    _use_cffi_dir(handle, marker)
     return handle
+
+
+_CFFI_DIR = "import os, _cffi_backend; print(os.path.dirname(os.path.abspath(_cffi_backend.__file__)))"
+
+
+def _local_cffi_backend_dir() -> Optional[str]:
+    import importlib.util
+
+    spec = importlib.util.find_spec("_cffi_backend")
+    return os.path.dirname(os.path.abspath(spec.origin)) if spec and spec.origin else None
+
+
+def _use_cffi_dir(handle: WorkerHandle, marker_text: str) -> None:
+    """Start the worker with -S when the build recorded where _cffi_backend lives (older builds did not)."""
+    try:
+        cffi_dir = json.loads(marker_text).get("cffi_backend_dir")
+    except (ValueError, AttributeError):
+        return
+    if cffi_dir and posixpath.isabs(cffi_dir):
+        handle.env["PYTHONPATH"] = f"{handle.directory}:{cffi_dir}"
+        handle.python_flags = ["-S"]
 
 
 # -- preflight --------------------------------------------------------------------------------

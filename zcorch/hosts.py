@@ -50,6 +50,10 @@ class Process:
     def stderr_text(self) -> str:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def send_line(self, text: str) -> None:  # pragma: no cover - interface
+        """Write one line to the command's stdin (which stays open)."""
+        raise NotImplementedError
+
     def kill_group(self, sig: int = signal.SIGKILL) -> None:  # pragma: no cover - interface
         """Signal every process of the command's process group (not just the channel)."""
         raise NotImplementedError
@@ -139,6 +143,10 @@ class LocalProcess(Process):
             raise TimeoutError(f"still running after {timeout:.1f}s") from None
         self._close_stdin()
         return status
+
+    def send_line(self, text: str) -> None:
+        self.popen.stdin.write(text + "\n")
+        self.popen.stdin.flush()
 
     def _close_stdin(self) -> None:
         if self.popen.stdin is not None and not self.popen.stdin.closed:

@@ -16,7 +16,9 @@ msg_zerocopy, fsync_ns without fsync, pipe_size for modes without a pipe).
 from __future__ import annotations
 
 import errno
-from typing import Any, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
+    from typing import Any, Optional
 
 from .errors import WorkerError
 from .units import parse_duration, parse_size

@@ -66,8 +66,12 @@ def recv_argv(worker: Sequence[str], address: str, params: Dict[str, Any]) -> Li
     return [*worker, "recv", "--listen", hostport(address, 0), *worker_flags("recv", params), WATCH_STDIN]
 
 
-def send_argv(worker: Sequence[str], address: str, port: int, params: Dict[str, Any]) -> List[str]:
-    return [*worker, "send", "--connect", hostport(address, port), *worker_flags("send", params), WATCH_STDIN]
+def send_argv(worker: Sequence[str], address: str, port: int, params: Dict[str, Any],
+              port_from_stdin: bool = False) -> List[str]:
+    """port_from_stdin: the sender is started before the receiver is ready and gets the port on stdin."""
+    extra = ["--port-from-stdin"] if port_from_stdin else []
+    return [*worker, "send", "--connect", hostport(address, port), *worker_flags("send", params), *extra,
+            WATCH_STDIN]
 
 
 def run_fields(run: Any) -> Tuple[str, int, Dict[str, Any]]:
@@ -106,6 +110,7 @@ class _Side:
     error: Optional[dict] = None
     exited: Optional[int] = None
     lines: List[str] = field(default_factory=list)
+    engaged: bool = True   # False: started ahead, never given a port (not part of the run's story)
 
     def where(self) -> str:
         return f"{self.name} on {self.host.name}"
@@ -198,6 +203,11 @@ class Runner:
                budget: float) -> Tuple[str, Optional[str]]:
         recv.proc = recv.host.start(recv.argv, env=self.worker_env.get("receiver"))
         self.on_event("receiver_started", proc=recv.proc)
+        # The sender's interpreter starts while the receiver's does (both start-ups are most of a
+        # run's overhead); it waits for the receiver's port on stdin before connecting.
+        send.argv = send_argv(self.sender_worker, self.receiver.data_address, 0, params, port_from_stdin=True)
+        send.engaged = False
+        send.proc = send.host.start(send.argv, env=self.worker_env.get("sender"))
         try:
             ready = self._read_until(recv, deadline, want="ready")
         except RunTimeout:
@@ -206,8 +216,11 @@ class Runner:
             return self._failure(recv, send)
         port = int(ready["port"])
         self.on_event("receiver_ready", pid=ready.get("pid"), port=port, proc=recv.proc)
-        send.argv = send_argv(self.sender_worker, self.receiver.data_address, port, params)
-        send.proc = send.host.start(send.argv, env=self.worker_env.get("sender"))
+        send.engaged = True
+        try:
+            send.proc.send_line(str(port))
+        except (OSError, ZcorchError):
+            pass  # the sender died already: its exit is read (and explained) below
         self.on_event("sender_started", proc=send.proc)
         pending = None
         try:
@@ -274,7 +287,7 @@ class Runner:
         """
         parts, codes = [], set()
         for s in (recv, send):
-            if s.proc is None or s.result is not None:
+            if s.proc is None or s.result is not None or not s.engaged:
                 continue
             if s.error is not None:
                 parts.append(f"{s.where()}: {s.error.get('message', '?')} [{s.error.get('code', '?')}]")
@@ -327,7 +340,7 @@ class Runner:
             f.write(f"=== {record['started']} cell {record['cell']} repeat {record['repeat']}: "
                     f"{record['status']}{' - ' + record['reason'] if record['reason'] else ''}\n")
             for side in (recv, send):
-                if not side.argv or side.proc is None:
+                if not side.argv or side.proc is None or not side.engaged:
                     continue
                 f.write(f"--- {side.where()}: {shlex.join(side.argv)}\n")
                 for line in side.lines:

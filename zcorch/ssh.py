@@ -340,6 +340,12 @@ class SSHProcess(Process):
         self._err_t.join(timeout=wait)
         return "".join(self._err_chunks)
 
+    def send_line(self, text: str) -> None:
+        try:
+            self.channel.sendall((text + "\n").encode())
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            raise HostError(f"{self.host.name}: cannot write to the command's stdin: {exc}") from None
+
     def kill_group(self, sig: int = signal.SIGKILL) -> None:
         if self.pgid is None:
             return
