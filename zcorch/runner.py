@@ -1,4 +1,5 @@
-"""Runs the cells of a plan on two hosts: receiver first, then sender, collect both results.
+"""Runs the cells of a plan on two hosts: receiver and sender start together, the sender gets the
+receiver's port once it listens (on stdin), then both results are collected.
 
 Each run has a deadline (the cell's timeout + a margin). Whatever ends a run (result, worker
 error, deadline, dead process, Ctrl-C), both workers' process groups are killed before the next
