@@ -139,3 +139,14 @@ def test_new_parser_matches_record_by_record(tmp_path):
         if r["receiver"]:
             assert got["recv_wall_ns"] == r["receiver"]["wall_ns"] and got["recv_bytes"] == r["receiver"]["bytes"]
     assert str(df["recv_wall_ns"].dtype) == "float64" and str(df["repeat"].dtype) == "int64"
+
+
+def test_a_cut_short_cache_is_rebuilt(tmp_path, monkeypatch):
+    rs = result_set_with_small_runs(tmp_path)
+    rs.finish("complete", warn=pytest.fail)
+    cache = tmp_path / "rs" / "runs.cache"
+    data = cache.read_bytes()
+    cache.write_bytes(data[: len(data) * 2 // 3])  # header intact, columns missing (disk full, copy cut)
+    calls = count_parses(monkeypatch)
+    pd.testing.assert_frame_equal(zcorch.load(tmp_path / "rs"), zcorch.load(tmp_path / "rs", cache=False))
+    assert len(calls) == 2 and cache.stat().st_size == len(data)  # re-parsed and rewritten whole

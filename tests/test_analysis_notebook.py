@@ -4,7 +4,7 @@ import json
 import nbformat
 import pytest
 
-from fixtures_analysis import ROOT, small_set  # noqa: F401
+from fixtures_analysis import ROOT, repo_status, small_set  # noqa: F401
 
 NOTEBOOK = ROOT / "notebooks" / "analysis.ipynb"
 
@@ -12,6 +12,7 @@ NOTEBOOK = ROOT / "notebooks" / "analysis.ipynb"
 @pytest.mark.slow
 def test_notebook_executes_against_the_small_result_set(small_set, tmp_path, monkeypatch):
     nbclient = pytest.importorskip("nbclient")
+    before = repo_status("tests/data", "notebooks")
     nb = nbformat.read(NOTEBOOK, as_version=4)
     first = nb.cells[0]
     assert first.cell_type == "code" and 'RESULTS = "../tests/data/quickstart-small"' in first.source
@@ -22,6 +23,7 @@ def test_notebook_executes_against_the_small_result_set(small_set, tmp_path, mon
                                      resources={"metadata": {"path": str(tmp_path)}})
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the kernel imports zcorch from this checkout
     client.execute()
+    assert repo_status("tests/data", "notebooks") == before  # no cache, plot or checkpoint left in the repo
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "\n".join(o.get("text", "") for o in outputs if o.output_type == "stream")

@@ -9,7 +9,7 @@ import pytest
 import zcorch
 from zcorch.analysis import plots
 
-from fixtures_analysis import chromium, fs_set, small_set, zcorch_cli  # noqa: F401
+from fixtures_analysis import chromium, fs_set, repo_status, small_set, zcorch_cli  # noqa: F401
 
 # Appended to a copy of the report: records, for every image, whether the browser decoded it, the
 # section headings and the Filesystems table as the browser laid it out.
@@ -47,7 +47,9 @@ def browser_check(report, tmp_path) -> dict:
 
 
 def test_report_cli_writes_a_self_contained_escaped_report(small_set):
+    before = repo_status("tests/data")
     res = zcorch_cli("report", small_set)
+    assert repo_status("tests/data") == before  # the report went to the private copy only
     assert res.returncode == 0, res.stderr
     out = small_set / "report.html"
     assert res.stdout.strip() == str(out)

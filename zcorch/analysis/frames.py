@@ -17,6 +17,7 @@ being written simply invalidates the cache at every append.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import warnings
 from itertools import chain
@@ -446,20 +447,21 @@ def _read_cache(cache_path: Path, stamp: dict) -> "pd.DataFrame | None":
             if head is None or head[1].get("stamp") != stamp:
                 return None
             header_len, header = head
-            f.seek(0, os.SEEK_END)
-            # np.empty, not bytearray: no zero-filling of hundreds of MB; writable, and the
-            # frame's numeric columns are views on it
-            buf = np.empty(f.tell() - header_len, dtype=np.uint8)
-            f.seek(header_len)
-            if f.readinto(memoryview(buf)) != len(buf):
-                return None
+            # A private (copy-on-write) mapping: columns are views on the page cache, read lazily,
+            # nothing copied up front, and still writable for the caller. The cache is only ever
+            # replaced by rename, never rewritten in place, so the mapped pages stay valid.
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        buf = np.frombuffer(mapped, dtype=np.uint8, offset=header_len)
     except (OSError, ValueError, UnicodeDecodeError):
         return None
     try:
         data = {}
         for col in header["columns"]:
             dtype = np.dtype(col["dtype"])
-            arr = buf[col["offset"]:col["offset"] + dtype.itemsize * col["count"]].view(dtype)
+            end = col["offset"] + dtype.itemsize * col["count"]
+            if end > len(buf):
+                return None  # a cut-short file
+            arr = buf[col["offset"]:end].view(dtype)
             kind = col["kind"]
             if kind == "num":
                 data[col["name"]] = arr
