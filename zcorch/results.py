@@ -30,6 +30,7 @@ RUNS_CACHE = "runs.cache"  # written by zcorch.analysis.frames (columns of runs.
 LOGS = "logs"
 
 RUN_STATUSES = ("ok", "failed", "timeout", "interrupted")
+_ANNOUNCE_CACHE_BYTES = 100_000_000
 
 
 def utc_now() -> str:
@@ -238,6 +239,10 @@ class ResultSet:
         source of truth and is only read; any failure, even Ctrl-C, is a warning (default: on
         stderr) and False, and the next zcorch.load parses runs.jsonl as it always could."""
         try:
+            size = os.path.getsize(self.path(RUNS)) if os.path.exists(self.path(RUNS)) else 0
+            if size > _ANNOUNCE_CACHE_BYTES:  # about 1 min per GB: say why the run has not ended yet
+                print(f"zcorch: writing {RUNS_CACHE} for the {size / 1e6:.0f} MB {RUNS} so that the first load "
+                      "is fast (Ctrl-C skips it)", file=sys.stderr, flush=True)
             from .analysis.frames import build_cache  # pandas: imported only when a sweep ends
 
             build_cache(self.dir)
