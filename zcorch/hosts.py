@@ -35,9 +35,13 @@ class Process:
     host: "Host"
     pgid: Optional[int]
 
-    def lines(self, timeout: float) -> Iterator[str]:  # pragma: no cover - interface
+    def lines(self, timeout: float) -> Iterator[str]:
         """Yield stdout lines until EOF; raise TimeoutError if none arrives within `timeout` s."""
-        raise NotImplementedError
+        while True:
+            line = self.readline(timeout)
+            if line is None:
+                return
+            yield line
 
     def readline(self, timeout: float) -> Optional[str]:  # pragma: no cover - interface
         """Next stdout line (without newline), None at EOF; TimeoutError after `timeout` s."""
@@ -128,13 +132,6 @@ class LocalProcess(Process):
 
     def readline(self, timeout: float) -> Optional[str]:
         return self._out.readline(timeout)
-
-    def lines(self, timeout: float) -> Iterator[str]:
-        while True:
-            line = self.readline(timeout)
-            if line is None:
-                return
-            yield line
 
     def wait(self, timeout: float) -> int:
         try:

@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, List, Mapping, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 import paramiko
 
@@ -317,13 +317,6 @@ class SSHProcess(Process):
 
     def readline(self, timeout: float) -> Optional[str]:
         return self._out.readline(timeout)
-
-    def lines(self, timeout: float) -> Iterator[str]:
-        while True:
-            line = self.readline(timeout)
-            if line is None:
-                return
-            yield line
 
     def wait(self, timeout: float) -> int:
         # status_event is set by exit-status and by channel close.
