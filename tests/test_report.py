@@ -1,10 +1,6 @@
-"""`zcorch report` on the small real result set, checked as text and in a real headless browser."""
+"""`zcorch report` on the small real result sets, checked as text and in a real headless browser."""
 import json
 import re
-import shutil
-import subprocess
-
-import pytest
 
 import zcorch
 from zcorch.analysis import plots
