@@ -10,10 +10,9 @@ typedef struct {
 
 static int setup(zc_ctx *c)
 {
-    priv_t *s = zc_alloc(c, sizeof *s, "state");
+    priv_t *s = zc_priv_new(c, sizeof *s);
     if (!s)
         return -1;
-    c->priv = s;
     s->buf = zc_alloc(c, c->buffer, "the receive buffer");
     return s->buf ? 0 : -1;
 }

@@ -13,10 +13,9 @@ typedef struct {
 
 static int setup(zc_ctx *c)
 {
-    priv_t *s = zc_alloc(c, sizeof *s, "state");
+    priv_t *s = zc_priv_new(c, sizeof *s);
     if (!s)
         return -1;
-    c->priv = s;
     for (int i = 0; i < 2; i++)
         if (!(s->buf[i] = zc_alloc(c, c->buffer, "a receive buffer")))
             return -1;

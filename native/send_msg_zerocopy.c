@@ -47,10 +47,9 @@ typedef struct {
 
 static int setup(zc_ctx *c)
 {
-    priv_t *s = zc_alloc(c, sizeof *s, "state");
+    priv_t *s = zc_priv_new(c, sizeof *s);
     if (!s)
         return -1;
-    c->priv = s;
     if (c->src_mem)
         return 0;
     size_t n = RING_BYTES / c->buffer;

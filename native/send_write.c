@@ -14,10 +14,9 @@ static int setup(zc_ctx *c)
 {
     if (c->src_mem)
         return 0;
-    priv_t *s = zc_alloc(c, sizeof *s, "state");
+    priv_t *s = zc_priv_new(c, sizeof *s);
     if (!s)
         return -1;
-    c->priv = s;
     s->buf = zc_alloc(c, c->buffer, "the chunk buffer");
     return s->buf ? 0 : -1;
 }

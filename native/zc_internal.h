@@ -69,6 +69,11 @@ int zc_set_sock_timeouts(zc_ctx *c);
 int zc_open_pipe(zc_ctx *c);
 void *zc_alloc(zc_ctx *c, size_t len, const char *what);     /* page-aligned anonymous mapping */
 void zc_free(void *p, size_t len);
+/* the mode's private state: zeroed, stored in c->priv, freed by the mode's teardown */
+static inline void *zc_priv_new(zc_ctx *c, size_t len)
+{
+    return c->priv = zc_alloc(c, len, "state");
+}
 int zc_mem_ring_init(zc_ctx *c);
 static inline const unsigned char *zc_mem_at(const zc_ctx *c, uint64_t off)
 {
