@@ -150,6 +150,21 @@ def test_killed_filesystem_sweep_is_undone_by_lab_down_cleanup_and_by_the_next_r
     assert host_state(receiver) == before
 
 
+def test_ctrl_c_mid_filesystem_sweep_tears_down_and_still_describes_what_was_provisioned(lab, receiver, tmp_path):  # noqa: F811,E501
+    before = host_state(receiver)
+    out = tmp_path / "rs"
+    p = start_zcorch("lab", "run", fs_exp(tmp_path, lab, repeats=2), "-o", out)
+    wait_records(out / "runs.jsonl", 2, timeout=120)  # interleaved: two configurations mounted, more coming
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert host_state(receiver) == before  # torn down on Ctrl-C, not only at the end of a sweep
+    used = {x["params"]["filesystem"] for x in read_jsonl(str(out / "runs.jsonl")) if x["status"] == "ok"}
+    fs = json.loads((out / "meta.json").read_text())["filesystems"]
+    assert used and all(fs[name].get("fstype") in ("ext4", "xfs", "btrfs") for name in used), fs
+    assert lab_workers(lab) == []
+
+
 # -- faults through `zcorch run` --------------------------------------------------------------------
 def test_killed_sender_is_recorded_and_the_sweep_goes_on(lab, tmp_path):  # noqa: F811
     exp = write_exp(tmp_path, lab, params={"bytes": "256MiB", "timeout": "30s"})

@@ -384,15 +384,16 @@ def main(args: argparse.Namespace) -> int:
                         before_directory=_dd_hook(rs, sweep, cfg), source_errors=source_errors)
         outcome = runner.run_sweep(plan_runs, skip)
         warnings += runner.warnings
-        if fsman is not None:
-            meta["filesystems"] = {name: fsman.describe(name) for name in _get(exp, "filesystems")}
-            rs.write_meta(meta, keep_previous=False)
     except KeyboardInterrupt:
         outcome = SweepOutcome(status="interrupted")
     except ZcorchError:
         rs.finish("interrupted")
         raise
     finally:
+        # Also after Ctrl-C or an error: the configurations provisioned so far are described in meta.json,
+        # so the report can still show them next to the runs that were kept.
+        if fsman is not None:
+            _record_filesystems(rs, meta, fsman, _get(exp, "filesystems"), warnings)
         progress.end()
         signal.signal(signal.SIGTERM, old_term)
         if sweep is not None:
@@ -409,6 +410,14 @@ def main(args: argparse.Namespace) -> int:
     latest = latest_runs(rs.runs())
     all_ok = all(latest.get((r["id"], r["repeat"]), {}).get("status") == "ok" for r in plan_runs)
     return 0 if all_ok else 1
+
+
+def _record_filesystems(rs: ResultSet, meta: Dict[str, Any], fsman: Any, names: Any, warnings: List[str]) -> None:
+    try:
+        meta["filesystems"] = {name: fsman.describe(name) for name in names}
+        rs.write_meta(meta, keep_previous=False)
+    except ZcorchError as exc:
+        warnings.append(f"could not record the filesystem descriptions in meta.json: {exc}")
 
 
 def _fs_state_dir(exp: Any) -> str:
