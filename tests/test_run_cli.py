@@ -166,21 +166,36 @@ def test_resume_of_something_else_is_refused(tmp_path, tag):
 
 
 def test_quickstart_runs_end_to_end(tmp_path, tag):
-    # The shipped file, with its /tmp paths moved into tmp_path: the mmap cells' source does not
-    # exist, so `zcorch run` lays it out (64 MiB of the mem pattern) before the first cell.
-    text = open(os.path.join(REPO, "experiments", "quickstart.yaml")).read()
-    assert "/tmp/zcorch-quickstart-source.dat" in text
-    source = tmp_path / "source.dat"
-    exp = tmp_path / "quickstart.yaml"
-    exp.write_text(text.replace("/tmp/zcorch-quickstart-source.dat", str(source))
-                   .replace("/tmp/zcorch-quickstart-sink.dat", str(tmp_path / "sink.dat")))
-    r = zcorch(tag, "run", exp, "-o", tmp_path / "qs", timeout=600)
+    # The shipped file as it is; HOME points into tmp_path, so its {scratch} paths resolve to
+    # tmp_path/home/.cache/zcorch/scratch: the mmap cells' source does not exist there, so `zcorch run`
+    # lays it out (64 MiB of the mem pattern) before the first cell.
+    exp = os.path.join(REPO, "experiments", "quickstart.yaml")
+    assert "/tmp" not in open(exp).read()
+    home = tmp_path / "home"
+    home.mkdir()
+    scratch = home / ".cache" / "zcorch" / "scratch"
+    source = scratch / "quickstart-source.dat"
+    r = zcorch(tag, "run", exp, "-o", tmp_path / "qs", timeout=600, env={"HOME": str(home)})
     assert r.returncode == 0, r.stdout + r.stderr
+    assert (scratch.stat().st_mode & 0o777) == 0o700
+    assert f"created the {{scratch}} directory {scratch} on localhost (mode 0700)" in r.stderr
     runs = read_jsonl(str(tmp_path / "qs" / "runs.jsonl"))
     assert all(x["status"] == "ok" for x in runs) and len(runs) == 3 * 24  # 6 x 4 modes
+    # Records keep the parameters as written (ids match for every user); the workers got the paths.
+    mmap_send = [x for x in runs if x["params"]["send_mode"] == "mmap"]
+    assert {x["params"]["source"] for x in mmap_send} == {"{scratch}/quickstart-source.dat"}
+    assert {x["sender"]["params"]["source"] for x in mmap_send} == {str(source)}
+    file_sinks = [x for x in runs if x["params"]["recv_mode"] in ("mmap", "vmsplice")]
+    assert {x["params"]["sink"] for x in file_sinks} == {"{scratch}/quickstart-sink.dat"}
+    assert {x["receiver"]["params"]["sink"] for x in file_sinks} == {str(scratch / "quickstart-sink.dat")}
     assert f"laid out {source} on localhost: 64MiB" in r.stderr
     meta = json.loads((tmp_path / "qs" / "meta.json").read_text())
     assert meta["sources_laid_out"] == [{"host": "localhost", "path": str(source), "size": 64 << 20}]
+    assert meta["hosts"]["sender"]["scratch"] == meta["hosts"]["receiver"]["scratch"] == str(scratch)
+    dd = [b for b in read_jsonl(str(tmp_path / "qs" / "baselines.jsonl")) if b["kind"].startswith("dd_")]
+    assert [b["status"] for b in dd] == ["ok", "ok"]
+    assert {b["key"]["directory"] for b in dd} == {"{scratch}"} and {b["directory"] for b in dd} == {str(scratch)}
+    assert dd[0]["result"]["path"].startswith(str(scratch) + "/.zcorch-dd-")
     assert source.stat().st_size == 64 << 20  # kept after the sweep, as fio keeps its files
     with open(source, "rb") as f:
         f.seek((64 << 20) - (3 << 20) - 8)

@@ -215,13 +215,13 @@ def test_unreadable_and_non_utf8_files(tmp_path):
     ("params: {send_cpu: -1}", "expected an integer between 0 and"),
     ("params: {timeout: 0s}", "expected a duration > 0"),
     ("params: {timeout: soon}", "not a duration"),
-    ("params: {source: relative/file}", "expected `mem` or an absolute path"),
+    ("params: {source: relative/file}", "expected `mem`, an absolute path (e.g. /dev/zero) or {scratch}/FILE"),
     ("params: {sink: dev/null}", "expected an absolute path"),
     ("params: {sink: \"/tmp/a\\nb\"}", "control character"),
     ("params: {source: \"/tmp/a\\0b\"}", "control character"),
-    ("params: {sink: \"/tmp/{cell}.dat\"}", "the only placeholder is {filesystem}"),
+    ("params: {sink: \"/tmp/{cell}.dat\"}", "a placeholder ({scratch}, {filesystem}) may only start the sink"),
     ("params: {sink: \"{filesystem}\"}", "write {filesystem}/FILE"),
-    ("params: {sink: \"/mnt/{filesystem}/x\"}", "the only placeholder is {filesystem}"),
+    ("params: {sink: \"/mnt/{filesystem}/x\"}", "a placeholder ({scratch}, {filesystem}) may only start the sink"),
     ("params: {sink_state: stale}", "not a sink state"),
     ("params: {buffer: [64KiB, 1MiB]}", "make it a `matrix:` axis"),
     ("matrix: {buffer: 64KiB}", "expected a list of values"),
@@ -374,3 +374,94 @@ def test_parse_experiment_from_text():
     exp = parse_experiment("name: t\nparams: {buffer: 1MiB}\n", "stored/experiment.yaml")
     assert exp.path == "stored/experiment.yaml" and exp.params == {"buffer": 1 << 20}
     assert set(exp.base_params()) == set(PARAM_KEYS)
+
+
+# ---------------------------------------------------------------- the {scratch} placeholder
+
+def test_scratch_placeholder_good_forms_are_kept_as_written(write_yaml):
+    exp = load_experiment(write_yaml("""
+        name: t
+        params:
+          source: "{scratch}/src.dat"
+        matrix:
+          sink: [/dev/null, "{scratch}/sub/dir/recv.dat"]
+        baselines:
+          dd: {scratch: "{scratch}"}
+    """))
+    assert exp.params["source"] == "{scratch}/src.dat"
+    assert exp.matrix[0].values == ["/dev/null", "{scratch}/sub/dir/recv.dat"]
+    assert exp.baselines["dd"]["scratch"] == "{scratch}"
+    sub = load_experiment(write_yaml('name: t\nbaselines: {dd: {scratch: "{scratch}/dd"}}\n', "sub.yaml"))
+    assert sub.baselines["dd"]["scratch"] == "{scratch}/dd"
+
+
+def test_scratch_cell_ids_hash_the_placeholder_not_a_home(write_yaml):
+    """The same file gives the same cell ids for every user: ids are computed on the params as written."""
+    import hashlib
+    import json
+
+    from zcorch.plan import load_plan
+
+    plan = load_plan(write_yaml('name: t\nparams: {send_mode: mmap, source: "{scratch}/s.dat", '
+                                'recv_mode: mmap, sink: "{scratch}/r.dat"}\n'))
+    (cell,) = plan.cells
+    assert cell.params["source"] == "{scratch}/s.dat" and cell.params["sink"] == "{scratch}/r.dat"
+    canonical = json.dumps(cell.params, sort_keys=True, separators=(",", ":"))
+    assert cell.id == hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+@pytest.mark.parametrize("line,col,needle", [
+    ('params: {source: "{scratch}"}', 18, "`{scratch}`: write {scratch}/FILE"),
+    ('params: {sink: "{scratch}/"}', 16, "write {scratch}/FILE"),
+    ('params: {sink: "{scratch}x.dat"}', 16, "write {scratch}/FILE"),
+    ('params: {source: "{scratch}/../etc/passwd"}', 18, "must be followed by a relative path without `..`"),
+    ('params: {sink: "{scratch}/a/../../x"}', 16, "without `..`"),
+    ('params: {sink: "{scratch}//abs"}', 16, "without `..` (nor `.` or empty components)"),
+    ('params: {sink: "{scratch}/./x"}', 16, "without `..`"),
+    ('params: {sink: "/tmp/{scratch}/x"}', 16, "a placeholder ({scratch}, {filesystem}) may only start the sink"),
+    ('params: {source: "/data/{scratch}"}', 18, "a placeholder ({scratch}) may only start the source"),
+    ('params: {sink: "{scratch}/a/{scratch}"}', 16, "a placeholder may only start the sink, once"),
+    ('params: {sink: "{scrach}/x"}', 16, "`{scrach}` is not a placeholder; did you mean `{scratch}`?"),
+    ('params: {sink: "{tmp}/x"}', 16, "`{tmp}` is not a placeholder (the sink may start with {scratch}, {filesystem})"),
+    ('params: {source: "{filesystem}/x"}', 18, "{filesystem} is not allowed in the source"),
+    ('params: {sink: "{scratch"}', 16, "did you mean `{scratch}`?"),
+    ('params: {sink: "{scratch}/a\\nb"}', 16, "control character"),
+    ("params: {sink: {scratch}}", 16, "{scratch} without quotes is a YAML mapping: quote the value"),
+    ('baselines: {dd: {scratch: "{scratch}/"}}', 27, "write {scratch}/DIR"),
+    ('baselines: {dd: {scratch: "{scratch}/.."}}', 27, "without `..`"),
+    ('baselines: {dd: {scratch: "{filesystem}/x"}}', 27, "{filesystem} is not allowed in the dd scratch directory"),
+    ('baselines: {dd: {scratch: "tmp"}}', 27, "expected an absolute path (or {scratch} or {scratch}/DIR)"),
+])
+def test_scratch_placeholder_bad_forms(write_yaml, line, col, needle):
+    path = write_yaml(f"name: t\n{line}\n")
+    p = only_problem(path)
+    assert needle in p, p
+    assert at(p, path, 2, col), p
+
+
+def test_scratch_unquoted_in_a_flow_list_is_a_syntax_error_with_the_fix(write_yaml):
+    path = write_yaml("""
+        name: t
+        matrix:
+          sink: [/dev/null, {scratch}/recv.dat]
+    """)
+    p = only_problem(path)
+    assert at(p, path, 3) and "YAML syntax error" in p
+    assert p.endswith('quote a value that starts with a placeholder: "{scratch}/FILE"'), p
+
+
+def test_scratch_problems_in_several_places_are_all_reported_with_lines(write_yaml):
+    path = write_yaml("""
+        name: t
+        params:
+          source: "{scratch}/../x"
+        matrix:
+          sink: [/dev/null, "/tmp/{scratch}"]
+        include:
+          - {sink: "{scratch}"}
+    """)
+    problems = problems_of(path)
+    assert len(problems) == 3, problems
+    assert at(problems[0], path, 3, 11) and "params.source" in problems[0]
+    assert at(problems[1], path, 5, 21) and "matrix.sink[1]" in problems[1]
+    assert at(problems[2], path, 7, 12) and "include[0].sink" in problems[2]

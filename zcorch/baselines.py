@@ -389,18 +389,38 @@ def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Config, key: dict) -> di
 
 
 def dd_directory(sink: str, scratch: str) -> str:
-    """Where the dd baseline writes: the sink's directory, or scratch when the sink is a device."""
+    """Where the dd baseline writes: the sink's directory, or scratch when the sink is a device.
+
+    Works on paths as written too: `{scratch}/x.dat` -> `{scratch}` (zcorch.scratch resolves it).
+    """
     if sink.startswith("/dev/"):
         return scratch
     return sink.rsplit("/", 1)[0] or "/"
 
 
+def dd_key(cfg: DdConfig, directory: str, filesystem: Optional[str] = None) -> dict:
+    """The `key` of a dd record: what it was run with (directory as written, e.g. `{scratch}`)."""
+    return {"bs": cfg.bs, "count": cfg.count, "directory": directory, "filesystem": filesystem,
+            "bs_text": format_size(cfg.bs)}
+
+
 def run_dd(receiver: Host, python: str, cfg: DdConfig, directory: str,
-           filesystem: Optional[str] = None) -> List[dict]:
-    """dd_write and dd_read records for `directory` on the receiver."""
+           filesystem: Optional[str] = None, written_directory: Optional[str] = None) -> List[dict]:
+    """dd_write and dd_read records for `directory` on the receiver.
+
+    written_directory: the directory as the experiment file gives it (`{scratch}`...), kept in the key so
+    keys match across users and hosts; the resolved `directory` is recorded next to it.
+    """
     started = utc_now()
-    key = {"bs": cfg.bs, "count": cfg.count, "directory": directory, "filesystem": filesystem,
-           "bs_text": format_size(cfg.bs)}
+    key = dd_key(cfg, written_directory or directory, filesystem)
+    records = _dd_records(receiver, python, cfg, directory, key, started)
+    if written_directory and written_directory != directory:
+        for rec in records:
+            rec["directory"] = directory
+    return records
+
+
+def _dd_records(receiver: Host, python: str, cfg: DdConfig, directory: str, key: dict, started: str) -> List[dict]:
     missing = tool_missing(receiver, "dd")
     if missing:
         return [_record(k, key, receiver, started, status="skipped", reason=missing) for k in ("dd_write", "dd_read")]

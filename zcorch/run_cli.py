@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from . import baselines as bl
-from . import sources
+from . import scratch, sources
 from ._version import __version__
 from .errors import ConfigError, HostError, ResultsError, ZcorchError
 from .hosts import Host, LocalHost
@@ -203,34 +203,49 @@ def _key(b: dict) -> str:
     return json.dumps([b.get("kind"), b.get("key")], sort_keys=True)
 
 
-def _dd_hook(rs: ResultSet, sweep: Sweep, cfg: bl.BaselineConfig):
+def _dd_hook(rs: ResultSet, sweep: Sweep, cfg: bl.BaselineConfig, scratch_dirs: Dict[str, str]):
     done = {_key(b) for b in rs.baselines() if b.get("status") == "ok"}
 
     def before_directory(filesystem: Optional[str], sink: str) -> None:
         if not cfg.dd.enabled:
             return
-        directory = bl.dd_directory(sink, cfg.dd.scratch)
-        key = {"bs": cfg.dd.bs, "count": cfg.dd.count, "directory": directory, "filesystem": filesystem,
-               "bs_text": bl.format_size(cfg.dd.bs)}
-        if _key({"kind": "dd_write", "key": key}) in done:
+        # As written (`{scratch}` stays in the key, so keys match across users); dd runs in the resolved one.
+        written = bl.dd_directory(sink, cfg.dd.scratch)
+        key = _key({"kind": "dd_write", "key": bl.dd_key(cfg.dd, written, filesystem)})
+        if key in done:
             return
-        for rec in bl.run_dd(sweep.hosts["receiver"], sweep.python["receiver"], cfg.dd, directory, filesystem):
+        done.add(key)  # a file sink in the scratch directory and /dev/null's scratch: one dd, not two
+        directory = scratch.substitute(written, scratch_dirs.get("receiver"))
+        for rec in bl.run_dd(sweep.hosts["receiver"], sweep.python["receiver"], cfg.dd, directory, filesystem,
+                             written_directory=written):
             rs.append_baseline(rec)
 
     return before_directory
 
 
-def collect_meta(sweep: Sweep, plan_runs: List[dict]) -> dict:
+def prepare_scratch(sweep: Sweep, plan_runs: List[dict], cfg: bl.BaselineConfig) -> Dict[str, str]:
+    """Resolve `{scratch}` on the hosts whose paths use it (creating it, 0700): {role: directory}."""
+    needed = scratch.needs((r["params"] for r in plan_runs), cfg.dd.scratch if cfg.dd.enabled else None)
+    infos = scratch.prepare_all(sweep.hosts, sweep.python, needed, log=_say)
+    return {role: info["path"] for role, info in infos.items()}
+
+
+def collect_meta(sweep: Sweep, plan_runs: List[dict], scratch_dirs: Optional[Dict[str, str]] = None) -> dict:
+    """meta.json: controller and hosts; `hosts.<role>.scratch` = the `{scratch}` directory there, if used."""
     from . import metadata
 
+    scratch_dirs = scratch_dirs or {}
     sink = next((r["params"].get("sink") for r in plan_runs if r["params"].get("sink")), "")
+    sink = scratch.substitute(sink, scratch_dirs.get("receiver"))
     meta: Dict[str, Any] = {"controller": metadata.controller_meta(), "hosts": {}, "filesystems": {}}
     for role in ("sender", "receiver"):
-        path = sink if role == "receiver" and "{filesystem}" not in (sink or "") else ""
+        path = sink if role == "receiver" and "{" not in (sink or "") else ""
         try:
             meta["hosts"][role] = metadata.collect_host(sweep.hosts[role], sweep.python[role], None, path)
         except HostError as exc:
             meta["hosts"][role] = {"error": str(exc)}
+        if role in scratch_dirs:
+            meta["hosts"][role]["scratch"] = scratch_dirs[role]
     return meta
 
 
@@ -271,13 +286,26 @@ def dry_run(exp: Any, plan_runs: List[dict], cfg: bl.BaselineConfig, out: TextIO
             workers[role] = [_get(spec_, "python", None) or "python3", "-m", "zcorch.worker"]
             addr[role] = _get(spec_, "data_address")
     out.write(f"# plan: {len(plan_runs)} runs, {len({r['id'] for r in plan_runs})} cells\n")
+    # {scratch} is shown resolved where that needs no connection (localhost), as written otherwise.
+    needed = scratch.needs((r["params"] for r in plan_runs), cfg.dd.scratch if cfg.dd.enabled else None)
+    scratch_dirs: Dict[str, str] = {}
+    for role in needed:
+        if local:
+            scratch_dirs[role] = scratch.local_directory()
+            note = f"= {scratch_dirs[role]} (created with mode 0700 if missing)"
+        else:
+            workdir = _get(_get(hosts_spec, role), "workdir", None) or "~/.cache/zcorch"
+            note = f"= {workdir.rstrip('/')}/scratch there, resolved and created (0700) once connected"
+        out.write(f"# {scratch.PLACEHOLDER} on the {role} {note}\n")
+    plan_runs = [dict(r, params=scratch.resolve_params(r["params"], scratch_dirs)) for r in plan_runs]
+    dd_scratch = scratch.substitute(cfg.dd.scratch, scratch_dirs.get("receiver"))
     if cfg.iperf3.enabled:
         for key in bl.iperf3_keys(cfg.iperf3, [r["params"] for r in plan_runs]):
             server, client = bl.iperf3_commands(cfg.iperf3, addr["receiver"], key, cfg.iperf3.port)
             out.write(f"receiver$ {shlex.join(server)}\nsender$ {shlex.join(client)}\n")
     dirs = []
     for r in plan_runs:
-        d = (r["params"].get("filesystem"), bl.dd_directory(r["params"].get("sink") or "/dev/null", cfg.dd.scratch))
+        d = (r["params"].get("filesystem"), bl.dd_directory(r["params"].get("sink") or "/dev/null", dd_scratch))
         if cfg.dd.enabled and d not in dirs:
             dirs.append(d)
             fs_note = f"  # on filesystem {d[0]} (after provisioning)" if d[0] else ""
@@ -369,11 +397,14 @@ def main(args: argparse.Namespace) -> int:
     progress = Progress(len(plan_runs), len(skip))
     try:
         sweep = open_sweep(exp, args.accept_new_host_keys, cfg)
-        meta = collect_meta(sweep, plan_runs)
+        # Before anything uses a path: meta's sink probe, source layout, the dd baseline, the runs.
+        scratch_dirs = prepare_scratch(sweep, plan_runs, cfg)
+        meta = collect_meta(sweep, plan_runs, scratch_dirs)
         rs.write_meta(meta)
         fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs))
         _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
-        todo = [r["params"] for r in plan_runs if (r["id"], r["repeat"]) not in skip]
+        todo = [scratch.resolve_params(r["params"], scratch_dirs) for r in plan_runs
+                if (r["id"], r["repeat"]) not in skip]
         laid, source_errors = sources.lay_out(sweep.hosts["sender"], sweep.worker["sender"], sweep.env["sender"],
                                               sources.needed_sources(todo), _say)
         if laid:
@@ -381,7 +412,8 @@ def main(args: argparse.Namespace) -> int:
             rs.write_meta(meta, keep_previous=False)
         runner = Runner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
                         sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman, progress=progress,
-                        before_directory=_dd_hook(rs, sweep, cfg), source_errors=source_errors)
+                        before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs), source_errors=source_errors,
+                        scratch=scratch_dirs)
         outcome = runner.run_sweep(plan_runs, skip)
         warnings += runner.warnings
     except KeyboardInterrupt:

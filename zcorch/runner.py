@@ -9,6 +9,10 @@ progress as `interrupted` and re-raises after cleanup, so the caller keeps every
 Filesystem hook (zcorch.filesystems, provided by the caller as `fsman`): before the first run
 using filesystem X, `fsman.ensure(X) -> mountpoint`; after its last run, `fsman.release(X)`; on
 any exit, `fsman.teardown_all()`. `{filesystem}` in `sink` is replaced by the mountpoint.
+
+`{scratch}` (zcorch.scratch): `scratch={"sender": dir, "receiver": dir}` (resolved by the caller before the
+sweep) replaces it in the workers' `source`/`sink` only; the record's `params` keep it as written, the
+workers' applied params (in their metrics) show the path.
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
+from . import scratch as scratchmod
 from .errors import ZcorchError
 from .hosts import Host, Process
 from .results import ResultSet, utc_now
@@ -157,7 +162,8 @@ class Runner:
                  progress: Optional[Callable[[dict, "SweepOutcome", int], None]] = None,
                  on_event: Optional[Callable[..., None]] = None,
                  before_directory: Optional[Callable[[Optional[str], str], None]] = None,
-                 source_errors: Optional[Dict[str, str]] = None):
+                 source_errors: Optional[Dict[str, str]] = None,
+                 scratch: Optional[Dict[str, str]] = None):
         self.sender, self.receiver = sender, receiver
         self.sender_worker, self.receiver_worker = list(sender_worker), list(receiver_worker)
         self.results = results
@@ -171,23 +177,29 @@ class Runner:
         # Called once per distinct (filesystem, sink directory) before its first run: the dd baseline.
         self.before_directory = before_directory
         self._seen_dirs: set = set()
-        # Sources that could not be laid out (zcorch.sources): their cells are recorded failed unrun.
+        # Sources that could not be laid out (zcorch.sources, resolved paths): their cells are recorded failed unrun.
         self.source_errors = dict(source_errors or {})
+        self.scratch = dict(scratch or {})   # role -> the {scratch} directory on that host
         self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs
 
     # -- one run ------------------------------------------------------------------------------
-    def run_one(self, cell: str, repeat: int, params: Dict[str, Any]) -> dict:
+    def run_one(self, cell: str, repeat: int, params: Dict[str, Any],
+                worker_params: Optional[Dict[str, Any]] = None) -> dict:
+        """One run; `params` go into the record, `worker_params` (default: `{scratch}` resolved) to the workers."""
+        if worker_params is None:
+            worker_params = scratchmod.resolve_params(params, self.scratch)
         timeout = params.get("timeout") or self.default_timeout
         budget = float(timeout) + self.margin
         started_iso = utc_now()
         t0 = time.monotonic()
         deadline = t0 + budget
-        recv = _Side("receiver", self.receiver, recv_argv(self.receiver_worker, self.receiver.data_address, params))
+        recv = _Side("receiver", self.receiver,
+                     recv_argv(self.receiver_worker, self.receiver.data_address, worker_params))
         send = _Side("sender", self.sender, [])
         log_rel = self.results.log_relpath(cell, repeat)
         status, reason = "ok", None
         try:
-            status, reason = self._drive(recv, send, params, deadline, budget)
+            status, reason = self._drive(recv, send, worker_params, deadline, budget)
         except KeyboardInterrupt:
             status, reason = "interrupted", "interrupted by the user (SIGINT) during the run"
             raise
@@ -365,8 +377,9 @@ class Runner:
         fs_errors: Dict[str, str] = {}
         try:
             for i, (cell, repeat, params) in enumerate(todo):
-                if params.get("source") in self.source_errors:
-                    self._record_unrun(cell, repeat, params, self.source_errors[params["source"]], outcome, len(todo))
+                source = scratchmod.resolve_params(params, self.scratch).get("source")
+                if source in self.source_errors:
+                    self._record_unrun(cell, repeat, params, self.source_errors[source], outcome, len(todo))
                     continue
                 fs = params.get("filesystem")
                 mountpoint = None

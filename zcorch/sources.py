@@ -5,7 +5,8 @@ with at least the cell's `bytes`. When it does not exist on the sender, `zcorch 
 untimed, with the largest `bytes` of the cells using it, filled with the mem pattern (the worker's
 `layout` action: the bytes of source `mem` at each offset). An existing file is never touched, even a
 short one: the cells it is too short for fail with the worker's own error. Laid-out files are kept
-after the sweep (like fio's); meta.json lists them under "sources_laid_out".
+after the sweep (like fio's); meta.json lists them under "sources_laid_out". A `{scratch}/FILE` source is
+laid out in the sender's scratch directory (zcorch.scratch; the caller resolves the paths first).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import shlex
 from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
 from .hosts import Host
+from .spec import SCRATCH_PLACEHOLDER
 from .units import format_size
 
 _NOT_FILES = ("/dev/", "/proc/", "/sys/")
@@ -23,8 +25,12 @@ _LAYOUT_FIXED_S = 60.0
 
 
 def is_file_source(source: object) -> bool:
-    """True for a source that names a regular file the sweep may have to lay out."""
-    return isinstance(source, str) and source.startswith("/") and not source.startswith(_NOT_FILES)
+    """True for a source that names a regular file the sweep may have to lay out.
+
+    `{scratch}/FILE` is one too (zcorch run resolves it before lay_out; --dry-run of a remote sender shows it).
+    """
+    return isinstance(source, str) and (source.startswith("/") and not source.startswith(_NOT_FILES)
+                                        or source.startswith(SCRATCH_PLACEHOLDER + "/"))
 
 
 def needed_sources(params_list: Iterable[dict]) -> Dict[str, int]:

@@ -33,6 +33,10 @@ ORDERS = ("sequential", "shuffle", "interleave")
 FS_TYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 RAID_LEVELS = ("raid0", "raid1", "raid10", "single")
 FILESYSTEM_PLACEHOLDER = "{filesystem}"
+# A per-user directory on the host that uses the path (zcorch.scratch resolves it): two users or two sweeps
+# never share a file, and the cell ids stay the same on every host because they hash the placeholder.
+SCRATCH_PLACEHOLDER = "{scratch}"
+PLACEHOLDERS = (SCRATCH_PLACEHOLDER, FILESYSTEM_PLACEHOLDER)
 
 # Every parameter a cell has, in the order of the table in docs/architecture.md, with its default.
 DEFAULTS: "dict[str, Any]" = {
@@ -77,6 +81,8 @@ _USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
 _PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
 _MKFS_OPT_RE = re.compile(r"^[A-Za-z0-9_.,=:/+@%-]+$")
 _MOUNT_OPT_RE = re.compile(r"^[A-Za-z0-9_.=:/+@%-]+$")
+# `{scratch}` not preceded by a quote: YAML reads it as a flow mapping (a syntax error, or a mapping).
+_UNQUOTED_PLACEHOLDER_RE = re.compile(r"(^|[\s,\[:])\{(scratch|filesystem)\}")
 _INT_MAX = 2 ** 31 - 1  # SO_SNDBUF / F_SETPIPE_SZ take a C int
 _CPU_MAX = 65535
 
@@ -150,7 +156,12 @@ def parse_experiment(text: str, path: str = "<experiment>") -> Experiment:
     """Validate experiment-file text; `path` only names it in messages and `Experiment.path`."""
     root, raw_problems = ys.parse(text, path)
     v = _Validator(path)
+    lines = text.splitlines()
     for pos, key, msg in raw_problems:
+        line = lines[pos.line - 1] if 0 < pos.line <= len(lines) else ""
+        unquoted = _UNQUOTED_PLACEHOLDER_RE.search(line)
+        if msg.startswith("YAML syntax error") and unquoted:
+            msg += f"; quote a value that starts with a placeholder: \"{{{unquoted.group(2)}}}/FILE\""
         v.problem(pos, key, msg)
     if root is None:
         v.raise_if_any()
@@ -231,8 +242,48 @@ def _check_no_control(text: str, what: str) -> None:
 
 def _check_braces(text: str, what: str) -> None:
     if "{" in text or "}" in text:
-        raise ys.ValueProblem(f"{what} `{text}` contains `{{` or `}}`; only the sink may use "
-                              f"the {FILESYSTEM_PLACEHOLDER} placeholder")
+        raise ys.ValueProblem(f"{what} `{text}` contains `{{` or `}}`; placeholders ({', '.join(PLACEHOLDERS)}) "
+                              "are only for `source`, `sink` and `baselines.dd.scratch`")
+
+
+def _placeholder_path(text: str, what: str, allowed: "tuple[str, ...]", directory: bool = False) -> str:
+    """An absolute path, or one starting with a placeholder of `allowed` followed by `/REL`.
+
+    `{scratch}` must be followed by a relative path of plain components (no `..`, `.` or empty ones), so
+    it cannot leave the scratch directory; `directory`: `{scratch}` alone is fine (a directory).
+    """
+    _check_no_control(text, what)
+    forms = " or ".join(f"{ph} or {ph}/DIR" if directory else f"{ph}/FILE" for ph in allowed)
+    if not text.startswith("{"):
+        if not text.startswith("/"):
+            raise ys.ValueProblem(f"expected an absolute path (or {forms}), got `{text}`")
+        check_abs_path(text, f"{what} path")
+        if "{" in text or "}" in text:
+            raise ys.ValueProblem(f"`{text}`: a placeholder ({', '.join(allowed)}) may only start the {what}, "
+                                  f"as {forms}")
+        return text
+    m = re.match(r"^\{[^{}/]*\}", text)
+    placeholder = m.group(0) if m else text.split("/", 1)[0]
+    if placeholder not in PLACEHOLDERS:
+        raise ys.ValueProblem(f"`{text}`: `{placeholder}` is not a placeholder{suggest(placeholder, allowed)} "
+                              f"(the {what} may start with {', '.join(allowed)})")
+    if placeholder not in allowed:
+        why = " (the filesystem is the receiver's: only the sink lives on it)" \
+            if placeholder == FILESYSTEM_PLACEHOLDER else ""
+        raise ys.ValueProblem(f"`{text}`: {placeholder} is not allowed in the {what}{why}; use {forms}")
+    rest = text[len(placeholder):]
+    if rest == "" and directory:
+        return text
+    if not rest.startswith("/") or rest.rstrip("/") == "":
+        raise ys.ValueProblem(f"`{text}`: write {placeholder}/{'DIR' if directory else 'FILE'}")
+    if "{" in rest or "}" in rest:
+        raise ys.ValueProblem(f"`{text}`: a placeholder may only start the {what}, once")
+    if placeholder == SCRATCH_PLACEHOLDER and any(c in ("", ".", "..") for c in rest[1:].split("/")):
+        raise ys.ValueProblem(f"`{text}`: {SCRATCH_PLACEHOLDER}/ must be followed by a relative path without "
+                              "`..` (nor `.` or empty components): the path stays inside the scratch directory")
+    if len(text) > 4096:
+        raise ys.ValueProblem(f"{what} longer than 4096 characters")
+    return text
 
 
 def _choice(node: ys.YNode, allowed, what: str) -> str:
@@ -272,36 +323,34 @@ def _null_or(node: ys.YNode, inner: Callable) -> Any:
     return inner(node)
 
 
+def _unquoted_placeholder(node: ys.YNode) -> None:
+    """`sink: {scratch}` unquoted is the YAML mapping {scratch: null}: say so instead of 'got a mapping'."""
+    if isinstance(node, ys.YMap) and node.entries and set(node.entries) <= {"scratch", "filesystem"}:
+        name = next(iter(node.entries))
+        raise ys.ValueProblem(f"{{{name}}} without quotes is a YAML mapping: quote the value, "
+                              f"e.g. \"{{{name}}}/FILE\"")
+
+
 def _source(node: ys.YNode) -> str:
+    _unquoted_placeholder(node)
     text = ys.as_str(node, "`mem` or an absolute path")
     if text == "mem":
         return text
-    if not text.startswith("/"):
-        raise ys.ValueProblem(f"expected `mem` or an absolute path (e.g. /dev/zero), got `{text}`")
-    check_abs_path(text, "source path")
-    _check_braces(text, "source")
-    return text
+    if not text.startswith(("/", "{")):
+        raise ys.ValueProblem(f"expected `mem`, an absolute path (e.g. /dev/zero) or {SCRATCH_PLACEHOLDER}/FILE, "
+                              f"got `{text}`")
+    return _placeholder_path(text, "source", (SCRATCH_PLACEHOLDER,))
 
 
 def _sink(node: ys.YNode) -> str:
-    text = ys.as_str(node, "an absolute path")
-    if text.startswith(FILESYSTEM_PLACEHOLDER):
-        rest = text[len(FILESYSTEM_PLACEHOLDER):]
-        if not rest.startswith("/") or rest.rstrip("/") == "":
-            raise ys.ValueProblem(f"`{text}`: write {FILESYSTEM_PLACEHOLDER}/FILE (the sink is a file on the "
-                                  "cell's filesystem)")
-        _check_no_control(rest, "sink")
-        if "{" in rest or "}" in rest:
-            raise ys.ValueProblem(f"`{text}`: {FILESYSTEM_PLACEHOLDER} is the only placeholder, and only at the "
-                                  "start of the sink")
-        return text
-    if not text.startswith("/"):
-        raise ys.ValueProblem(f"expected an absolute path (or {FILESYSTEM_PLACEHOLDER}/FILE), got `{text}`")
-    check_abs_path(text, "sink path")
-    if "{" in text or "}" in text:
-        raise ys.ValueProblem(f"`{text}`: the only placeholder is {FILESYSTEM_PLACEHOLDER}, and only at the "
-                              "start of the sink")
-    return text
+    _unquoted_placeholder(node)
+    return _placeholder_path(ys.as_str(node, "an absolute path"), "sink", (SCRATCH_PLACEHOLDER, FILESYSTEM_PLACEHOLDER))
+
+
+def _dd_scratch(node: ys.YNode) -> str:
+    _unquoted_placeholder(node)
+    text = ys.as_str(node, "a directory")
+    return _placeholder_path(text, "dd scratch directory", (SCRATCH_PLACEHOLDER,), directory=True)
 
 
 def _fs_name(node: ys.YNode) -> str:
@@ -852,7 +901,7 @@ _BASELINE_PARSERS = {
     "omit": lambda n: _int_range(n, 0),
     "bs": lambda n: _positive_size(n, _INT_MAX),
     "count": _dd_count,
-    "scratch": _existing_dir,
+    "scratch": _dd_scratch,
 }
 
 

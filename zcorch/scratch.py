@@ -1,0 +1,171 @@
+"""`{scratch}`: a per-user scratch directory on the host that uses a path (docs/experiment-files.md).
+
+`source` (read on the sender), `sink` (written on the receiver) and the dd baseline's `scratch` (on the
+receiver) may start with `{scratch}`. On a host it stands for `<workdir>/scratch`, workdir being the host
+spec's `workdir` or ~/.cache/zcorch (deploy's directory), expanded on that host: two users, or one user's
+sweeps against two hosts, never share a file, and no fixed /tmp name can be taken by someone else first.
+
+`prepare_all` resolves it once per host and sweep, before source layout and the dd baseline, creating the
+directory (mode 0700) and the subdirectories the paths name. Plans, cell ids, run records and baseline keys
+keep the placeholder (results match across users and hosts); only what reaches a host - the workers'
+command lines, the layout and dd commands - gets the resolved path (`resolve_params`, `substitute`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+from .deploy import DEFAULT_WORKDIR, _host_workdir
+from .errors import PreflightError
+from .hosts import Host
+from .spec import SCRATCH_PLACEHOLDER
+
+PLACEHOLDER = SCRATCH_PLACEHOLDER
+# Which host a parameter's path lives on.
+ROLE_OF = {"source": "sender", "sink": "receiver"}
+
+
+def uses(value: object) -> bool:
+    """True for a path written with the placeholder (`{scratch}` or `{scratch}/...`)."""
+    return isinstance(value, str) and (value == PLACEHOLDER or value.startswith(PLACEHOLDER + "/"))
+
+
+def substitute(value: str, directory: Optional[str]) -> str:
+    """`value` with a leading `{scratch}` replaced by `directory` (unchanged without one or without it)."""
+    if directory is None or not uses(value):
+        return value
+    return directory.rstrip("/") + value[len(PLACEHOLDER):]
+
+
+def resolve_params(params: Dict, dirs: Mapping[str, str]) -> Dict:
+    """Params as the workers get them: `{scratch}` in source/sink -> that role's directory in `dirs`.
+
+    Returns `params` itself when nothing changes (plan params are shared by the repeats: never mutated).
+    A role missing from `dirs` keeps the placeholder (`--dry-run` of a remote experiment shows it so).
+    """
+    out = params
+    for key, role in ROLE_OF.items():
+        value = params.get(key)
+        if uses(value) and role in dirs:
+            if out is params:
+                out = dict(params)
+            out[key] = substitute(value, dirs[role])
+    return out
+
+
+def _relative_dir(path: str, is_directory: bool) -> str:
+    """The directory under scratch that `path` needs ('' for scratch itself)."""
+    rel = path[len(PLACEHOLDER):].lstrip("/")
+    return rel if is_directory else posixpath.dirname(rel)
+
+
+def needs(params_list: Iterable[Dict], dd_scratch: Optional[str] = None) -> Dict[str, List[str]]:
+    """{role: [subdirectories under scratch to create]} for the roles whose paths use `{scratch}`. Pure.
+
+    dd_scratch: the dd baseline's `scratch` when the baseline runs (a directory on the receiver).
+    """
+    out: Dict[str, List[str]] = {}
+    for p in params_list:
+        for key, role in ROLE_OF.items():
+            if uses(p.get(key)):
+                _add(out, role, _relative_dir(p[key], is_directory=False))
+    if uses(dd_scratch):
+        _add(out, "receiver", _relative_dir(dd_scratch, is_directory=True))
+    return {role: out[role] for role in ("sender", "receiver") if role in out}
+
+
+def _add(out: Dict[str, List[str]], role: str, rel: Optional[str]) -> None:
+    subdirs = out.setdefault(role, [])
+    if rel and rel not in subdirs:
+        subdirs.append(rel)
+
+
+# Run on the host as `python -c PREPARE WORKDIR [SUBDIR...]` (values in argv, never through a shell):
+# `~` is expanded there (for a host reached without SSH too, e.g. inside a lab host's mount namespace).
+PREPARE = r'''
+import json, os, stat, sys
+workdir, subdirs = os.path.expanduser(sys.argv[1]), sys.argv[2:]
+path = os.path.join(workdir, "scratch")
+out = {"path": path, "created": False}
+try:
+    os.makedirs(workdir, exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)  # whatever the umask
+        out["created"] = True
+    except FileExistsError:
+        pass
+    st = os.stat(path)
+    out["mode"] = "%04o" % stat.S_IMODE(st.st_mode)
+    if not stat.S_ISDIR(st.st_mode):
+        out["error"] = "exists and is not a directory"
+    elif st.st_uid != os.geteuid():
+        out["error"] = ("is owned by uid %d, not by this user (uid %d): another user could read or replace "
+                        "the files" % (st.st_uid, os.geteuid()))
+    elif not os.access(path, os.W_OK | os.X_OK):
+        out["error"] = "is not writable by this user"
+    else:
+        for sub in subdirs:
+            os.makedirs(os.path.join(path, sub), 0o700, exist_ok=True)
+except OSError as exc:
+    out["error"] = "cannot be created: %s" % exc
+print(json.dumps(out))
+'''
+
+
+def prepare_argv(python: str, workdir: str, subdirs: Sequence[str] = ()) -> List[str]:
+    return [python, "-c", PREPARE, workdir, *subdirs]
+
+
+def workdir_of(host: Host) -> str:
+    """The host's workdir (spec `workdir` or ~/.cache/zcorch); SSH hosts expand `~` themselves (sftp)."""
+    workdir = _host_workdir(host)
+    expand = getattr(host, "expand", None)
+    return expand(workdir) if callable(expand) else workdir
+
+
+def prepare(host: Host, python: str, subdirs: Sequence[str] = ()) -> Dict:
+    """Create `<workdir>/scratch` (0700) and its `subdirs` on `host`: {"path", "created", "mode"}.
+
+    Raises PreflightError naming the host when it cannot be used (not ours, not writable...).
+    """
+    workdir = workdir_of(host)
+    res = host.run(prepare_argv(python, workdir, subdirs), timeout=60)
+    try:
+        info = json.loads(res.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        info = None
+    if not res.ok or not isinstance(info, dict):
+        raise PreflightError(f"{host.name}: cannot prepare the {PLACEHOLDER} directory under {workdir} "
+                             f"(exit {res.returncode}): {(res.stderr or res.stdout).strip()[-300:]}")
+    if info.get("error"):
+        raise PreflightError(f"{host.name}: the {PLACEHOLDER} directory {info['path']} {info['error']} (set the "
+                             "host's `workdir` to another directory, or fix it)")
+    return info
+
+
+def prepare_all(hosts: Mapping[str, Host], python: Mapping[str, str], needed: Mapping[str, Sequence[str]],
+                log=None) -> Dict[str, Dict]:
+    """prepare() once per distinct host for the roles in `needed` ({role: subdirs}): {role: info}."""
+    done: Dict[int, Dict] = {}
+    subdirs_of: Dict[int, List[str]] = {}
+    for role, subdirs in needed.items():
+        key = id(hosts[role])
+        subdirs_of.setdefault(key, [])
+        subdirs_of[key] += [s for s in subdirs if s not in subdirs_of[key]]
+    out: Dict[str, Dict] = {}
+    for role in needed:
+        host = hosts[role]
+        if id(host) not in done:
+            done[id(host)] = prepare(host, python[role], subdirs_of[id(host)])
+            if log is not None and done[id(host)].get("created"):
+                log(f"created the {PLACEHOLDER} directory {done[id(host)]['path']} on {host.name} (mode 0700)")
+        out[role] = done[id(host)]
+    return out
+
+
+def local_directory(workdir: Optional[str] = None) -> str:
+    """What `{scratch}` is on this machine for this user (no I/O): for `--dry-run` on localhost."""
+    return os.path.join(os.path.expanduser(workdir or DEFAULT_WORKDIR), "scratch")
