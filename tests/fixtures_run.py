@@ -137,3 +137,82 @@ def stall_a_run(list_pids):
             return rx, tx
         os.kill(rx, signal.SIGCONT)  # that run finished before the stop took hold: try the next
     raise AssertionError("could not stall a run")
+
+
+# -- another user -------------------------------------------------------------------------------
+
+class OtherUser:
+    """A throwaway user (useradd) with its home under `base` (a 0755 directory in /tmp)."""
+
+    def __init__(self, name: str, base: str):
+        import pwd
+
+        self.name, self.base = name, base
+        entry = pwd.getpwnam(name)
+        self.uid, self.home = entry.pw_uid, entry.pw_dir
+
+    def zcorch(self, tag, *args, timeout=300):
+        """`zcorch ARGS` run as this user (runuser), with this interpreter and the checkout on PYTHONPATH.
+
+        The interpreter may live under a directory the user cannot enter (a pyenv build in /root, 0700,
+        with an absolute RUNPATH to its libpython, so neither a copy elsewhere nor /usr/bin/python3 -
+        which lacks numpy/pandas/paramiko here - would do). Then the command runs in a private mount
+        namespace where that directory is a 0755 tmpfs holding only the interpreter's tree (bind-mounted
+        at its own path): the user sees the same interpreter, nothing else of the blocked directory.
+        """
+        exe = sys.executable
+        env = {"HOME": self.home, "PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": REPO, TAG_VAR: tag,
+               "LANG": "C.UTF-8"}
+        inner = ["runuser", "-u", self.name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+                 exe, "-m", "zcorch", *map(str, args)]
+        blocked = _blocked_ancestors(exe)
+        if not blocked:
+            cmd = inner
+        else:
+            if len(blocked) > 1:
+                pytest.skip(f"{exe}: more than one directory on its path is closed to other users ({blocked})")
+            closed = blocked[0]
+            keep = os.path.join(closed, os.path.relpath(exe, closed).split(os.sep)[0])
+            stage = os.path.join(self.base, "stage")
+            os.makedirs(stage, exist_ok=True)
+            script = ('set -e; mount --bind "$1" "$2"; mount -t tmpfs -o mode=0755,size=1m zcorch-test "$3"; '
+                      'mkdir "$1"; mount --bind "$2" "$1"; shift 3; exec "$@"')
+            cmd = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", keep, stage,
+                   closed, *inner]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=self.base)
+
+
+def _blocked_ancestors(path: str) -> list:
+    """Directories on `path` that a user who is neither owner nor in the group cannot enter (no o+x)."""
+    out, d = [], os.path.dirname(path)
+    while True:
+        if not os.stat(d).st_mode & 0o001:
+            out.append(d)
+        if d == "/":
+            return out[::-1]
+        d = os.path.dirname(d)
+
+
+@pytest.fixture
+def other_user():
+    """A throwaway non-root user (removed afterwards, with its home). Skips unless root."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: creates a throwaway user with useradd and runs zcorch as it with runuser")
+    for tool in ("useradd", "userdel", "runuser", "unshare"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed")
+    if not all(os.stat(d).st_mode & 0o005 == 0o005 for d in (REPO, os.path.join(REPO, "zcorch"))):
+        pytest.skip(f"{REPO} is not readable by other users")
+    base = tempfile.mkdtemp(prefix="zcorch-user-", dir="/tmp")
+    os.chmod(base, 0o755)
+    name = f"zct{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--create-home", "--home-dir", os.path.join(base, "home"), "--shell", "/bin/sh",
+                    "--user-group", name], check=True, capture_output=True)
+    try:
+        yield OtherUser(name, base)
+    finally:
+        subprocess.run(["userdel", "--remove", name], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fixtures_run import (REPO, stall_a_run, start_zcorch, tag, tagged_worker_pids,  # noqa: F401
+from fixtures_run import (REPO, other_user, stall_a_run, start_zcorch, tag, tagged_worker_pids,  # noqa: F401
                           wait_no_workers, wait_records, zcorch)
 from zcorch.native import mem_pattern
 from zcorch.results import latest_runs, read_jsonl
@@ -201,6 +201,61 @@ def test_quickstart_runs_end_to_end(tmp_path, tag):
         f.seek((64 << 20) - (3 << 20) - 8)
         tail = f.read(1 << 20)
     assert tail == mem_pattern((64 << 20) - (3 << 20) - 8, 1 << 20)
+
+
+def small_quickstart(directory):
+    """experiments/quickstart.yaml with 4 MiB per run and one repeat (every mode pair, both baselines)."""
+    text = open(os.path.join(REPO, "experiments", "quickstart.yaml")).read()
+    assert "bytes: 64MiB" in text and "repeats: 3" in text
+    path = os.path.join(directory, "quickstart-small.yaml")
+    with open(path, "w") as f:
+        f.write(text.replace("bytes: 64MiB", "bytes: 4MiB").replace("repeats: 3", "repeats: 1"))
+    os.chmod(path, 0o644)
+    return path
+
+
+def _stat_tree(directory):
+    return {name: (st.st_ino, st.st_mtime_ns, st.st_uid)
+            for name in os.listdir(directory) for st in [os.stat(os.path.join(directory, name))]}
+
+
+@pytest.mark.timeout(180)
+def test_quickstart_as_another_user_after_root_ran_it(tmp_path, tag, other_user):  # noqa: F811
+    # The bug: root's quick-start left /tmp/zcorch-quickstart-sink.dat behind (root's, 0644), and a
+    # non-root user's quick-start then failed every cell writing it (EACCES). With {scratch} each
+    # user's files live in their own ~/.cache/zcorch/scratch: both sweeps succeed, neither touches
+    # the other's files, and both result sets have the same cell ids.
+    exp = small_quickstart(other_user.base)
+    root_home = tmp_path / "root-home"
+    root_home.mkdir()
+    first = zcorch(tag, "run", exp, "-o", tmp_path / "root-rs", env={"HOME": str(root_home)})
+    assert first.returncode == 0, first.stdout + first.stderr
+    root_scratch = root_home / ".cache" / "zcorch" / "scratch"
+    before = _stat_tree(root_scratch)
+    assert set(before) == {"quickstart-source.dat", "quickstart-sink.dat"}
+    assert {uid for _, _, uid in before.values()} == {0}
+
+    user_rs = os.path.join(other_user.home, "rs")
+    second = other_user.zcorch(tag, "run", exp, "-o", user_rs)
+    assert second.returncode == 0, second.stdout + second.stderr
+    runs = read_jsonl(os.path.join(user_rs, "runs.jsonl"))
+    assert len(runs) == 24 and [x["status"] for x in runs] == ["ok"] * 24
+    assert all(b["status"] == "ok" for b in read_jsonl(os.path.join(user_rs, "baselines.jsonl"))
+               if b["kind"].startswith("dd_"))
+    user_scratch = os.path.join(other_user.home, ".cache", "zcorch", "scratch")
+    meta = json.loads(open(os.path.join(user_rs, "meta.json")).read())
+    assert meta["hosts"]["sender"]["scratch"] == meta["hosts"]["receiver"]["scratch"] == user_scratch
+    st = os.stat(user_scratch)
+    assert st.st_uid == other_user.uid and st.st_mode & 0o777 == 0o700
+    # Really written by the other user (not by root on its behalf):
+    assert {uid for _, _, uid in _stat_tree(user_scratch).values()} == {other_user.uid}
+    assert {x["receiver"]["params"]["sink"] for x in runs if x["params"]["recv_mode"] == "mmap"} == \
+        {os.path.join(user_scratch, "quickstart-sink.dat")}
+    assert _stat_tree(root_scratch) == before  # root's files untouched
+    root_plan = json.loads((tmp_path / "root-rs" / "plan.json").read_text())
+    user_plan = json.loads(open(os.path.join(user_rs, "plan.json")).read())
+    assert [p["id"] for p in user_plan] == [p["id"] for p in root_plan]
+    assert wait_no_workers(tag, 2.0) == []
 
 
 def test_source_layout_never_touches_existing_files(tmp_path, tag):
