@@ -90,6 +90,32 @@ def test_dry_run_of_a_remote_experiment_opens_no_connection(tmp_path, tag):
     assert "ssh root@127.0.0.1:1" in r.stdout and "python3 -m zcorch.worker recv" in r.stdout
 
 
+def test_dry_run_shows_scratch_resolved_on_localhost_and_as_written_for_remote_hosts(tmp_path, tag):
+    body = ('params: {bytes: 1MiB, send_mode: mmap, source: "{scratch}/src.dat", recv_mode: mmap, '
+            'sink: "{scratch}/recv.dat"}\nbaselines: {iperf3: false, dd: {scratch: "{scratch}"}}\n')
+    local = tmp_path / "local.yaml"
+    local.write_text("name: local\n" + body)
+    home = tmp_path / "home"
+    r = zcorch(tag, "run", local, "--dry-run", env={"HOME": str(home)})
+    assert r.returncode == 0, r.stderr
+    where = f"{home}/.cache/zcorch/scratch"
+    assert f"# {{scratch}} on the sender = {where} (created with mode 0700 if missing)" in r.stdout
+    assert f"--source {where}/src.dat" in r.stdout and f"--sink {where}/recv.dat" in r.stdout
+    assert f"layout --path {where}/src.dat" in r.stdout and f"of={where}/.zcorch-dd-PID" in r.stdout
+    assert "{scratch}/" not in r.stdout.replace("# {scratch} on the", "")
+    assert not (home / ".cache" / "zcorch").exists()  # a dry run creates nothing
+    remote = tmp_path / "remote.yaml"
+    remote.write_text("name: remote\nhosts:\n  sender: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1}\n"
+                      "  receiver: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1, workdir: /srv/zc}\n" + body)
+    r = zcorch(tag, "run", remote, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "# {scratch} on the sender = ~/.cache/zcorch/scratch there, resolved and created (0700) once " \
+           "connected" in r.stdout
+    assert "# {scratch} on the receiver = /srv/zc/scratch there" in r.stdout
+    assert "--source '{scratch}/src.dat'" in r.stdout and "--sink '{scratch}/recv.dat'" in r.stdout
+    assert "layout --path '{scratch}/src.dat'" in r.stdout
+
+
 def test_unreachable_host_is_a_clear_error(tmp_path, tag):
     exp = write_exp(tmp_path, extra="hosts:\n  sender: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1}\n"
                                     "  receiver: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1}\n")

@@ -240,3 +240,40 @@ def test_failing_remote_build_fails_the_run_with_host_and_compiler_output(lab, t
     assert "broken-cc: error: this compiler refuses" in r.stderr, r.stderr
     assert json.loads((tmp_path / "rs" / "manifest.json").read_text())["status"] == "interrupted"
     assert lab_workers(lab) == []
+
+
+def test_scratch_resolves_to_each_hosts_own_home_inside_its_mount_namespace(lab, tmp_path):  # noqa: F811
+    sub = f"t-{os.getpid()}-{int(time.time() * 1000)}"
+    exp = write_exp(tmp_path, lab, name="labscratch",
+                    params={"bytes": "4MiB", "timeout": "30s", "send_mode": "sendfile",
+                            "source": f"{{scratch}}/{sub}/src.dat"},
+                    matrix={"recv_mode": ["mmap"], "sink": [f"{{scratch}}/{sub}/recv.dat"]},
+                    include=[{"recv_mode": "read", "sink": "/dev/null"}],
+                    baselines={"iperf3": False, "dd": {"bs": "64KiB", "count": 16, "scratch": "{scratch}"}})
+    out = tmp_path / "rs"
+    r = zcorch("lab", "run", exp, "-o", out, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    meta = json.loads((out / "meta.json").read_text())
+    # Each host's ~ is its own /root (a private mount in its namespace), seen over SSH as /root.
+    assert meta["hosts"]["sender"]["scratch"] == meta["hosts"]["receiver"]["scratch"] == "/root/.cache/zcorch/scratch"
+    rx_scratch = os.path.join(lab.receiver.home, ".cache", "zcorch", "scratch")
+    tx_scratch = os.path.join(lab.sender.home, ".cache", "zcorch", "scratch")
+    assert os.stat(rx_scratch).st_mode & 0o777 == 0o700 and os.stat(tx_scratch).st_mode & 0o777 == 0o700
+    assert os.path.getsize(os.path.join(rx_scratch, sub, "recv.dat")) == 4 << 20
+    assert os.path.getsize(os.path.join(tx_scratch, sub, "src.dat")) == 4 << 20
+    assert not os.path.exists(os.path.join(tx_scratch, sub, "recv.dat"))
+    assert not os.path.exists(os.path.join(rx_scratch, sub, "src.dat"))
+    assert not os.path.exists(os.path.join(os.path.expanduser("~"), ".cache", "zcorch", "scratch", sub))
+    assert meta["sources_laid_out"] == [{"host": "sender", "path": f"/root/.cache/zcorch/scratch/{sub}/src.dat",
+                                         "size": 4 << 20}]
+    runs = read_jsonl(str(out / "runs.jsonl"))
+    assert [x["status"] for x in runs] == ["ok", "ok"]
+    mmap = next(x for x in runs if x["params"]["recv_mode"] == "mmap")
+    assert mmap["params"]["sink"] == f"{{scratch}}/{sub}/recv.dat"
+    assert mmap["receiver"]["params"]["sink"] == f"/root/.cache/zcorch/scratch/{sub}/recv.dat"
+    dd = [b for b in read_jsonl(str(out / "baselines.jsonl")) if b["kind"].startswith("dd_")]
+    assert [b["status"] for b in dd] == ["ok"] * 4, dd
+    # dd in the sink's directory and in the /dev/null cell's scratch: keys as written, directories resolved.
+    assert {(b["key"]["directory"], b["directory"]) for b in dd} == {
+        (f"{{scratch}}/{sub}", f"/root/.cache/zcorch/scratch/{sub}"), ("{scratch}", "/root/.cache/zcorch/scratch")}
+    assert lab_workers(lab) == []
