@@ -52,10 +52,13 @@ def test_run_localhost_matrix_end_to_end(tmp_path, tag):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["hosts"]["receiver"]["interface"]["name"] == "lo"
     assert meta["controller"]["zcorch_version"]
-    # Summary: one row per cell with the modes; progress: one line per run on a non-tty stderr.
-    for cell in {p["id"] for p in plan}:
-        assert cell in r.stdout
-    assert "write/read" in r.stdout and "sendfile/read" in r.stdout and f"results: {out}" in r.stdout
+    # Summary: one row per cell with its varying parameters, then the baselines; progress: one line per
+    # run on a non-tty stderr.
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line.strip()}
+    assert rows["cell"][:3] == ["cell", "send_mode", "buffer"]
+    assert {p["id"] for p in plan} <= set(rows)
+    assert sorted(rows[p["id"]][1] for p in plan) == ["sendfile", "sendfile", "write", "write"]
+    assert r.stdout.count("baseline iperf3") == 4 and f"results: {out}" in r.stdout
     assert r.stderr.count("[") >= 4 and "[4/4] failures 0" in r.stderr
     assert wait_no_workers(tag) == []
 
@@ -322,3 +325,28 @@ def test_filesystem_preflight_covers_only_the_entries_the_plan_uses(tmp_path, ta
     exp.write_text(exp.read_text().replace("filesystem: here", "filesystem: md-unused"))
     r = zcorch(tag, "run", exp, "-o", tmp_path / "rs2")
     assert r.returncode == 1 and "md driver" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_baselines():
+    from zcorch import rates
+    from zcorch.run_cli import summary_table
+
+    d = os.path.join(REPO, "tests", "data", "filesystems-small")
+    runs = read_jsonl(os.path.join(d, "runs.jsonl"))
+    with open(os.path.join(d, "plan.json")) as f:
+        plan = json.load(f)
+    text = summary_table(plan, runs, ("recv_mode", "filesystem"), read_jsonl(os.path.join(d, "baselines.jsonl")))
+    lines = text.splitlines()
+    assert lines[0].split() == ["cell", "recv_mode", "filesystem", "Gbit/s", "send", "CPU-s/GiB", "recv",
+                                "CPU-s/GiB", "ok/failed"]
+    # One row per cell with the medians of its ok runs, recomputed here from the records.
+    cell = plan[0]["id"]
+    ok = [r for r in runs if r["cell"] == cell and r["status"] == "ok"]
+    gbit = sorted(rates.gbit_s(r["receiver"]["bytes"], r["receiver"]["wall_ns"]) for r in ok)[len(ok) // 2]
+    recv_cpu = sorted(rates.cpu_s_per_gib(r["receiver"]["utime_us"], r["receiver"]["stime_us"],
+                                          r["receiver"]["bytes"]) for r in ok)[len(ok) // 2]
+    row = next(line.split() for line in lines if line.split()[0] == cell)
+    assert row[1:3] == [plan[0]["params"]["recv_mode"], plan[0]["params"]["filesystem"]]
+    assert row[3] == f"{gbit:.2f}" and row[5] == f"{recv_cpu:.2f}" and row[6] == f"{len(ok)}/0"
+    dd = [line for line in lines if line.startswith("baseline dd write")]
+    assert len(dd) == 4 and all(" on " in line and line.endswith("MB/s") for line in dd)

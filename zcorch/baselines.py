@@ -444,3 +444,25 @@ def _dd_records(receiver: Host, python: str, cfg: DdConfig, directory: str, key:
         else:
             records.append(_record(kind, key, receiver, started, result=val))
     return records
+
+
+def describe_result(record: Dict[str, Any]) -> str:
+    """One line for a baseline record (the end-of-run summary): what ran, with which key, and its figure."""
+    key = record.get("key") or {}
+    if record.get("kind") == "iperf3":
+        what = "iperf3 -Z" if key.get("zerocopy") else "iperf3"
+        where = " ".join(f"{k}={format_size(key[k]) if key.get(k) else 'auto'}" for k in ("buffer", "window"))
+    else:
+        what = (record.get("kind") or "?").replace("_", " ")
+        where = f"bs={key.get('bs_text') or key.get('bs')} count={key.get('count')}"
+        if key.get("filesystem"):
+            where += f" on {key['filesystem']}"
+    result = record.get("result") or {}
+    if record.get("status") != "ok":
+        return f"{what} ({where}): {record.get('status')}: {record.get('reason')}"
+    if "bits_per_second" in result:
+        figure = f"{result['bits_per_second'] / 1e9:.2f} Gbit/s"
+    else:
+        figure = f"{result.get('MB_per_s', float('nan')):.0f} MB/s"
+    note = " (cached)" if result.get("cached") else ""
+    return f"{what} ({where}): {figure}{note}"

@@ -68,7 +68,7 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     header = ["#", "id", *varying, "from"]
     rows = [[str(i + 1), c.id, *(format_value(k, c.params[k]) for k in varying), c.origin]
             for i, c in enumerate(plan.cells)]
-    lines.extend(_table(header, rows))
+    lines.extend(text_table(header, rows))
     fixed = [k for k in PARAM_KEYS if k not in varying]
     if plan.cells:
         first = plan.cells[0].params
@@ -107,7 +107,7 @@ def _baseline_value(key: str, value) -> str:
     return str(value)
 
 
-def _table(header: "list[str]", rows: "list[list[str]]") -> "list[str]":
+def text_table(header: "list[str]", rows: "list[list[str]]") -> "list[str]":
     widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
               for i in range(len(header))]
     fmt = "  ".join(f"{{:{'>' if i == 0 else '<'}{w}}}" for i, w in enumerate(widths))

@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from . import baselines as bl
-from . import scratch, sources
+from . import rates, scratch, sources
 from ._version import __version__
 from .errors import ConfigError, HostError, ResultsError, ZcorchError
 from .hosts import Host, LocalHost
@@ -156,32 +156,37 @@ def _fmt_secs(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def gbits(record: dict) -> Optional[float]:
-    """Throughput of an ok run as the receiver saw it (bytes over the receiver's transfer time)."""
-    r = record.get("receiver") or {}
-    if record.get("status") != "ok" or not r.get("wall_ns"):
-        return None
-    return r["bytes"] * 8 / r["wall_ns"]
+def _median(values: List[float]) -> str:
+    return f"{statistics.median(values):.2f}" if values else "-"
 
 
-def summary_table(plan_runs: List[dict], records: List[dict]) -> str:
+def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[str] = ("send_mode", "recv_mode"),
+                  baselines: Sequence[dict] = ()) -> str:
+    """The end-of-run table: per cell its varying parameters, median throughput (as the receiver saw
+    it), median CPU seconds per GiB on each side, ok/failed; then one line per baseline."""
+    from .plan_cli import text_table
+    from .spec import format_value
+
     latest = latest_runs(records)
-    rows = []
     by_cell: Dict[str, List[dict]] = {}
     for run in plan_runs:
         by_cell.setdefault(run["id"], []).append(run)
+    rows = []
     for cell, runs in by_cell.items():
-        params = runs[0]["params"]
         recs = [latest.get((cell, r["repeat"])) for r in runs]
-        rates = [g for g in (gbits(r) for r in recs if r) if g is not None]
-        ok = sum(1 for r in recs if r and r["status"] == "ok")
+        ok = [r for r in recs if r and r["status"] == "ok" and (r.get("receiver") or {}).get("wall_ns")]
+        gbit = [rates.gbit_s(r["receiver"]["bytes"], r["receiver"]["wall_ns"]) for r in ok]
+        cpu = {side: [rates.cpu_s_per_gib(m["utime_us"], m["stime_us"], m["bytes"])
+                      for m in (r.get(side) or {} for r in ok) if m.get("bytes")]
+               for side in ("sender", "receiver")}
         failed = sum(1 for r in recs if r and r["status"] != "ok")
-        rows.append([cell, f"{params.get('send_mode')}/{params.get('recv_mode')}",
-                     f"{statistics.median(rates):.2f}" if rates else "-", f"{ok}/{failed}"])
-    head = ["cell", "send/recv", "median Gbit/s", "ok/failed"]
-    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(head, widths))]
-    lines += ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)) for r in rows]
+        params = runs[0]["params"]
+        rows.append([cell, *(format_value(k, params.get(k)) for k in varying), _median(gbit),
+                     _median(cpu["sender"]), _median(cpu["receiver"]), f"{len(ok)}/{failed}"])
+    head = ["cell", *varying, "Gbit/s", "send CPU-s/GiB", "recv CPU-s/GiB", "ok/failed"]
+    lines = text_table(head, rows)
+    for b in baselines:
+        lines.append("baseline " + bl.describe_result(b))
     return "\n".join(lines)
 
 
@@ -433,7 +438,7 @@ def main(args: argparse.Namespace) -> int:
     rs.finish(outcome.status)
     for w in warnings:
         print(f"zcorch run: warning: {w}", file=sys.stderr)
-    print(summary_table(plan_runs, rs.runs()))
+    print(summary_table(plan_runs, rs.runs(), plan.varying or ("send_mode", "recv_mode"), rs.baselines()))
     print(f"results: {rs.dir}")
     if outcome.status == "interrupted":
         print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume {rs.dir}",

@@ -29,7 +29,7 @@ from typing import Iterable, Union
 import numpy as np
 import pandas as pd
 
-from .. import results
+from .. import rates, results
 from ..errors import ResultsError
 
 PathLike = Union[str, os.PathLike]
@@ -51,7 +51,6 @@ RUN_COLUMNS = ["cell", "repeat", "status", "reason"]
 RUN_TAIL_COLUMNS = ["started", "wall_s", "log"]
 _RECORD_KEYS = frozenset(RUN_COLUMNS + RUN_TAIL_COLUMNS + ["params", "sender", "receiver"])
 OK = "ok"
-GIB = float(1 << 30)
 
 CACHE_NAME = results.RUNS_CACHE
 CACHE_VERSION = 2
@@ -308,12 +307,12 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     wall = np.where(use_send, col("send_wall_ns"), wall)
     with np.errstate(divide="ignore", invalid="ignore"):
         wall = np.where(wall > 0, wall, np.nan)
-        frame["gbit_s"] = nbytes * 8.0 / wall  # bits per ns == Gbit/s
-        frame["mb_s"] = nbytes * 1e3 / wall  # bytes per ns * 1e9 / 1e6
+        frame["gbit_s"] = rates.gbit_s(nbytes, wall)
+        frame["mb_s"] = rates.mb_s(nbytes, wall)
         for prefix in ("send_", "recv_"):
-            cpu_s = (col(prefix + "utime_us") + col(prefix + "stime_us")) / 1e6
             moved = col(prefix + "bytes")
-            frame[prefix + "cpu_s_per_gib"] = np.where(moved > 0, cpu_s / (moved / GIB), np.nan)
+            cpu = rates.cpu_s_per_gib(col(prefix + "utime_us"), col(prefix + "stime_us"), moved)
+            frame[prefix + "cpu_s_per_gib"] = np.where(moved > 0, cpu, np.nan)
         usr, sys_ = col("send_utime_us"), col("send_stime_us")
         frame["send_sys_share"] = np.where(usr + sys_ > 0, sys_ / (usr + sys_), np.nan)
     return frame
