@@ -165,14 +165,16 @@ class OtherUser:
                "LANG": "C.UTF-8"}
         inner = ["runuser", "-u", self.name, "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
                  exe, "-m", "zcorch", *map(str, args)]
-        blocked = _blocked_ancestors(exe)
+        # A venv's python is a symlink to the base interpreter, which may be the closed one (CI's .venv).
+        real = os.path.realpath(exe)
+        blocked = sorted(set(_blocked_ancestors(exe)) | set(_blocked_ancestors(real)))
         if not blocked:
             cmd = inner
         else:
             if len(blocked) > 1:
                 pytest.skip(f"{exe}: more than one directory on its path is closed to other users ({blocked})")
             closed = blocked[0]
-            keep = os.path.join(closed, os.path.relpath(exe, closed).split(os.sep)[0])
+            keep = os.path.join(closed, os.path.relpath(real, closed).split(os.sep)[0])
             stage = os.path.join(self.base, "stage")
             os.makedirs(stage, exist_ok=True)
             script = ('set -e; mount --bind "$1" "$2"; mount -t tmpfs -o mode=0755,size=1m zcorch-test "$3"; '
