@@ -46,13 +46,18 @@ def tagged_worker_pids(tag):
     return pids
 
 
-def wait_no_workers(tag, within=0.0):
+def poll_until_empty(probe, within, interval=0.1):
+    """Call probe() until it returns nothing or `within` s have passed; return its last answer."""
     deadline = time.monotonic() + within
     while True:
-        left = tagged_worker_pids(tag)
+        left = probe()
         if not left or time.monotonic() >= deadline:
             return left
-        time.sleep(0.1)
+        time.sleep(interval)
+
+
+def wait_no_workers(tag, within=0.0):
+    return poll_until_empty(lambda: tagged_worker_pids(tag), within)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import yaml
 
 from fixtures_fs import SMALL_CONFIGS, host_state
 from fixtures_lab import lab  # noqa: F401
-from fixtures_run import REPO, stall_a_run, start_zcorch, wait_records, zcorch
+from fixtures_run import REPO, poll_until_empty, stall_a_run, start_zcorch, wait_records, zcorch
 from zcorch.results import latest_runs, read_jsonl
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(300)]
@@ -30,12 +30,7 @@ def lab_workers(lab):  # noqa: F811
 
 
 def wait_no_lab_workers(lab, within):  # noqa: F811
-    deadline = time.monotonic() + within
-    while True:
-        left = lab_workers(lab)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.05)
+    return poll_until_empty(lambda: lab_workers(lab), within, interval=0.05)
 
 
 def all_ok_once(out):
