@@ -26,9 +26,11 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from zcorch import deploy, lab, ssh  # noqa: E402
+from zcorch.provision import deploy
+from zcorch.lab import netns as lab
+from zcorch.hosts import ssh  # noqa: E402
 from zcorch.errors import LabError  # noqa: E402
-from zcorch.hosts import LocalHost  # noqa: E402
+from zcorch.hosts.local import LocalHost  # noqa: E402
 
 
 def _timed(fn) -> float:

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import zcorch  # noqa: E402
-from zcorch import results  # noqa: E402
+from zcorch.results import store as results  # noqa: E402
 
 REPEATS_PER_CELL = 100
 

@@ -20,10 +20,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from zcorch.hosts import LocalHost  # noqa: E402
-from zcorch.results import ResultSet  # noqa: E402
-from zcorch.runner import Runner  # noqa: E402
-from zcorch.spec import DEFAULTS  # noqa: E402
+from zcorch.hosts.local import LocalHost  # noqa: E402
+from zcorch.results.store import ResultSet  # noqa: E402
+from zcorch.sweep.runner import Runner  # noqa: E402
+from zcorch.config.experiment import DEFAULTS  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,7 +41,7 @@ def resultset(tmp: str, name: str) -> ResultSet:
 
 def local_setup(tmp: str):
     """Runner on localhost with the worker command `zcorch run` uses (deploy's handle: python -S)."""
-    from zcorch import deploy
+    from zcorch.provision import deploy
 
     host = LocalHost()
     handle = deploy.deploy(host)
@@ -56,7 +56,8 @@ def lab_setup(tmp: str):
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from fixtures_lab import start_lab  # the test suite's lab: own name, first free index
 
-    from zcorch import deploy, ssh
+    from zcorch.provision import deploy
+    from zcorch.hosts import ssh
 
     layout = start_lab(f"bench{os.getpid()}")
     hosts = ssh.open_hosts(layout.hosts_spec(), accept_new_host_keys=False)
@@ -105,7 +106,7 @@ def main() -> int:
             for h in {id(h): h for h in (lab_hosts or {}).values()}.values():
                 h.close()
             if layout is not None:
-                from zcorch import lab
+                from zcorch.lab import netns as lab
 
                 lab.down(layout)
         peer = statistics.median(startup)

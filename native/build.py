@@ -7,8 +7,10 @@ Two ways, one definition:
     `python3 native/build.py --out DIR` writes DIR/zcorch/_native*.so (build files go to a
     temporary directory). `--out .` from the repository root is the in-place development build.
 
-Out-of-line API mode: cffi compiles the real C and checks the declarations in zcorch_api.h
-(fed verbatim to ffi.cdef) against it.
+Layout: include/ (zcorch_api.h, the declarations-only header fed verbatim to ffi.cdef, and
+zc_internal.h), core/ (the transfer core, errors, helpers, the mode registry) and modes/ (one file per
+send or receive mode). Out-of-line API mode: cffi compiles the real C and checks the declarations in
+zcorch_api.h against it.
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ CFLAGS = ["-O2", "-D_GNU_SOURCE", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused
 
 
 def _sources(absolute: bool) -> "list[str]":
-    files = sorted(glob.glob(os.path.join(HERE, "*.c")))
+    files = sorted(glob.glob(os.path.join(HERE, "core", "*.c")) + glob.glob(os.path.join(HERE, "modes", "*.c")))
     if absolute:
         return files
     # setuptools wants paths relative to setup.py's directory (the cwd of the build)
@@ -37,13 +39,13 @@ def _sources(absolute: bool) -> "list[str]":
 
 def make_ffibuilder(absolute_paths: bool = False) -> FFI:
     builder = FFI()
-    with open(os.path.join(HERE, "zcorch_api.h")) as fh:
+    with open(os.path.join(HERE, "include", "zcorch_api.h")) as fh:
         builder.cdef(fh.read())
     builder.set_source(
         MODULE,
         '#include "zc_internal.h"\n',
         sources=_sources(absolute_paths),
-        include_dirs=[HERE],
+        include_dirs=[os.path.join(HERE, "include")],
         extra_compile_args=CFLAGS,
     )
     return builder

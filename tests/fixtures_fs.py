@@ -10,8 +10,8 @@ from typing import Iterator, Optional
 
 import pytest
 
-from zcorch.fs_probe import snapshot
-from zcorch.hosts import Host
+from zcorch.provision.fs_probe import snapshot
+from zcorch.hosts.local import Host
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,13 +84,13 @@ def write_sink(host: Host, mountpoint: str, mib: int = 8) -> "tuple[str, str]":
 
 PROVISIONER = r"""
 import json, os, signal, sys, time
-from zcorch.filesystems import FilesystemManager
+from zcorch.provision.filesystems import FilesystemManager
 configs, state_dir, kill_at, hosts_spec = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 if hosts_spec:
-    from zcorch.ssh import connect
+    from zcorch.hosts.ssh import connect
     host = connect(hosts_spec["receiver"], "receiver")
 else:
-    from zcorch.hosts import LocalHost
+    from zcorch.hosts.local import LocalHost
     host = LocalHost()
 def log(msg):
     # A real SIGKILL of this process at a chosen step (the message is logged just before it runs).

@@ -6,7 +6,7 @@ Use it from any test module:
 
     @pytest.mark.lab
     def test_something(lab):
-        hosts = zcorch.ssh.open_hosts(lab.hosts_spec)
+        hosts = zcorch.hosts.ssh.open_hosts(lab.hosts_spec)
         ...
         assert lab.zcorch_procs("receiver") == []
 
@@ -16,7 +16,7 @@ and labs left behind by a killed session (its pid is gone) are removed when the 
 Set ZCORCH_TEST_LAB_INDEX to force an index.
 
 Attributes of the yielded `LabHandle`:
-    name, index, layout (zcorch.lab.LabLayout), state_dir
+    name, index, layout (zcorch.lab.netns.LabLayout), state_dir
     hosts_spec            {"sender": {...}, "receiver": {...}} as in the experiment file (a fresh copy
                           each access: ssh, data_address, identity_file, known_hosts, ssh_config)
     sender / receiver     LabHost(role, mgmt, data, ns, home): management/data addresses, netns name,
@@ -28,7 +28,7 @@ Attributes of the yielded `LabHandle`:
                           i.e. what an SSH command sees); host = "sender"/"receiver" or a netns name
     pids_in(host)         every pid in the host's netns
     zcorch_procs(host)    pids of zcorch worker processes in the host (assert [] after each scenario)
-    connect(role, **kw)   zcorch.ssh.connect for that role (caller closes it)
+    connect(role, **kw)   zcorch.hosts.ssh.connect for that role (caller closes it)
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ from typing import List, Sequence
 
 import pytest
 
-from zcorch import lab as zlab
+from zcorch.lab import netns as zlab
 from zcorch.errors import LabError
 
 _WORKER_MARKERS = (b"zcorch.worker", b"zcorch\0worker")
@@ -108,7 +108,7 @@ class LabHandle:
         return found
 
     def connect(self, role: str, **kw):
-        from zcorch import ssh
+        from zcorch.hosts import ssh
 
         return ssh.connect(self.hosts_spec[role], role, **kw)
 

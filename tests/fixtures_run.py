@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from zcorch.hosts import LocalHost
-from zcorch.results import ResultSet, read_jsonl
-from zcorch.runner import Runner
+from zcorch.hosts.local import LocalHost
+from zcorch.results.store import ResultSet, read_jsonl
+from zcorch.sweep.runner import Runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = [sys.executable, "-m", "zcorch.worker"]
@@ -18,7 +18,7 @@ TAG_VAR = "ZCORCH_TEST_TAG"  # inherited by every worker this test starts; other
 
 
 def base_params(**overrides):
-    from zcorch.spec import DEFAULTS
+    from zcorch.config.experiment import DEFAULTS
 
     p = dict(DEFAULTS)
     p.update(bytes=1 << 20, buffer=64 * 1024, timeout=10.0)

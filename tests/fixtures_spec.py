@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from zcorch.errors import ConfigError
-from zcorch.spec import load_experiment
+from zcorch.config.experiment import load_experiment
 
 MINIMAL = "name: t\n"
 

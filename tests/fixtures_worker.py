@@ -17,7 +17,7 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 try:
-    from zcorch import native
+    from zcorch.worker import native
     HAVE_NATIVE = native.lib is not None
 except ImportError:  # pragma: no cover
     HAVE_NATIVE = False

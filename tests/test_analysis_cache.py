@@ -8,7 +8,7 @@ import pytest
 
 import zcorch
 from zcorch.analysis import frames
-from zcorch.results import ResultSet
+from zcorch.results.store import ResultSet
 
 from fixtures_analysis import SMALL, zcorch_cli
 

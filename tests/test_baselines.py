@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from conftest import require_tool
-from zcorch import baselines as bl
+from zcorch.sweep import baselines as bl
 from zcorch.errors import ConfigError
-from zcorch.hosts import LocalHost
+from zcorch.hosts.local import LocalHost
 
 CAPTURED = os.path.join(os.path.dirname(__file__), "data", "captured")
 

@@ -1,4 +1,4 @@
-"""zcorch.deploy: real uploads and remote cffi builds in the lab hosts, preflight on real hosts."""
+"""zcorch.provision.deploy: real uploads and remote cffi builds in the lab hosts, preflight on real hosts."""
 from __future__ import annotations
 
 import json
@@ -12,10 +12,10 @@ import uuid
 import pytest
 
 from fixtures_lab import lab  # noqa: F401
-from zcorch import deploy
+from zcorch.provision import deploy
 from zcorch._version import __version__
 from zcorch.errors import DeployError, PreflightError
-from zcorch.hosts import LocalHost
+from zcorch.hosts.local import LocalHost
 
 REPO = deploy.REPO_ROOT
 
@@ -32,7 +32,8 @@ def _copy_sources(dest) -> str:
 def test_deployed_files_and_hash(tmp_path):
     files = deploy.deployed_files(REPO)
     for must in ("zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
-                 "zcorch/native.py", "zcorch/worker.py", "native/build.py"):
+                 "zcorch/worker/native.py", "zcorch/worker/cli.py", "zcorch/worker/__main__.py",
+                 "native/build.py", "native/include/zcorch_api.h", "native/modes/send_write.c"):
         assert must in files
     assert any(f.endswith(".c") for f in files) and any(f.endswith(".h") for f in files)
     assert not any(f.startswith("zcorch/analysis") or f == "zcorch/ssh.py" for f in files)
@@ -42,8 +43,8 @@ def test_deployed_files_and_hash(tmp_path):
     with open(os.path.join(src, "zcorch/units.py"), "a") as f:
         f.write("\n# changed\n")
     assert deploy.content_hash(src, files) != h1
-    os.unlink(os.path.join(src, "zcorch/worker.py"))
-    with pytest.raises(DeployError, match="zcorch/worker.py"):
+    os.unlink(os.path.join(src, "zcorch/worker/__main__.py"))
+    with pytest.raises(DeployError, match="zcorch/worker/__main__.py"):
         deploy.deployed_files(src)
 
 
@@ -82,7 +83,7 @@ def test_host_problems_messages_from_captured_probe():
 # -- lab ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def hosts(lab):
-    from zcorch import ssh
+    from zcorch.hosts import ssh
 
     opened = ssh.open_hosts(lab.hosts_spec)
     yield opened
@@ -102,7 +103,7 @@ def test_remote_build_redeploy_and_change(hosts, lab, tmp_path):
     assert handle.python_flags == ["-S"] and handle.env["PYTHONPATH"].startswith(handle.directory + ":/")
     assert handle.directory == f"/root/{workdir[2:]}/worker-{handle.hash}"
     # the files are in the receiver's private home, not on the controller's filesystem
-    assert receiver.run(["test", "-f", f"{handle.directory}/zcorch/worker.py"]).ok
+    assert receiver.run(["test", "-f", f"{handle.directory}/zcorch/worker/cli.py"]).ok
     assert receiver.run(["sh", "-c", f"ls {handle.directory}/zcorch/_native*.so"]).ok
     assert not os.path.exists(handle.directory)
     assert os.path.isdir(os.path.join(lab.receiver.home, workdir[2:], f"worker-{handle.hash}"))
@@ -157,7 +158,7 @@ def test_failing_remote_build_reports_host_and_compiler_output(hosts, tmp_path):
 
 @pytest.mark.lab
 def test_preflight_reports_every_missing_piece_of_every_host(lab):
-    from zcorch import ssh
+    from zcorch.hosts import ssh
 
     spec = lab.hosts_spec
     spec["sender"]["python"] = "/nonexistent/python3"

@@ -14,9 +14,9 @@ from fixtures_fs import (SMALL_CONFIGS, external_loop, fs_state_dir, fs_uuid, ho
                          start_provisioner, worker_sink, write_sink)
 from fixtures_worker import needs_native
 from zcorch.errors import HostError
-from zcorch.filesystems import FilesystemManager
-from zcorch.fs_probe import md_supported
-from zcorch.hosts import LocalHost
+from zcorch.provision.filesystems import FilesystemManager
+from zcorch.provision.fs_probe import md_supported
+from zcorch.hosts.local import LocalHost
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
 

@@ -8,7 +8,7 @@ import pytest
 
 from fixtures_fs import SMALL_CONFIGS, host_state, start_provisioner, write_sink
 from fixtures_lab import lab  # noqa: F401
-from zcorch.filesystems import FilesystemManager
+from zcorch.provision.filesystems import FilesystemManager
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(300)]
 CONFIGS = {"ext4-nodelalloc": SMALL_CONFIGS["ext4-nodelalloc"], "btrfs-raid0": SMALL_CONFIGS["btrfs-raid0"]}

@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 
 from zcorch.errors import ConfigError
-from zcorch.filesystems import FilesystemManager
-from zcorch.fs_config import config_problems, parse_configs
-from zcorch.fs_probe import (lsblk_children, lsblk_mountpoints, parse_btrfs_df, parse_findmnt_json,
+from zcorch.provision.filesystems import FilesystemManager
+from zcorch.provision.fs_config import config_problems, parse_configs
+from zcorch.provision.fs_probe import (lsblk_children, lsblk_mountpoints, parse_btrfs_df, parse_findmnt_json,
                              parse_mdadm_detail, parse_mdstat_arrays, parse_wipefs_json)
-from zcorch.hosts import LocalHost
+from zcorch.hosts.local import LocalHost
 
 ISSUE_EXAMPLE = {
     "array": {"path": "/mnt/array"},
@@ -59,7 +59,7 @@ def test_bad_entries_name_the_entry_and_the_problem(entry, needle):
 
 
 def test_spec_normalised_form_is_accepted():
-    """zcorch.spec hands over every key, absent ones as None / []."""
+    """zcorch.config.experiment hands over every key, absent ones as None / []."""
     spec_form = {"fs": "btrfs", "raid": None, "loop": {"count": 2, "size": 1073741824}, "devices": None,
                  "mkfs_options": [], "mount_options": [], "allow_destroy": []}
     configs, problems = parse_configs({"b": spec_form, "a": {"path": "/mnt/array"}})

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fixtures_lab import lab  # noqa: F401
-from zcorch import lab as zlab
+from zcorch.lab import netns as zlab
 from zcorch.errors import LabError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

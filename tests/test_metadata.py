@@ -5,8 +5,8 @@ import platform
 import subprocess
 import sys
 
-from zcorch import metadata
-from zcorch.hosts import LocalHost
+from zcorch.sweep import metadata
+from zcorch.hosts.local import LocalHost
 
 CAPTURED = os.path.join(os.path.dirname(__file__), "data", "captured")
 
@@ -55,7 +55,7 @@ def test_interface_for_address_on_captured_ip_output():
 def test_controller_meta_has_version_and_git_revision():
     meta = metadata.controller_meta()
     assert meta["zcorch_version"]
-    head = subprocess.run(["git", "-C", os.path.dirname(os.path.dirname(os.path.abspath(metadata.__file__))),
+    head = subprocess.run(["git", "-C", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(metadata.__file__)))),
                            "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0:
         assert meta["git_revision"].startswith(head.stdout.strip())

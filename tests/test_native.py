@@ -1,4 +1,4 @@
-"""The C transfer core through zcorch.native, in-process (receiver thread + sender), over real
+"""The C transfer core through zcorch.worker.native, in-process (receiver thread + sender), over real
 loopback sockets into real files. Every send x receive pair must deliver byte-identical data."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from fixtures_worker import expected_mem, needs_native, pattern_file, run_pair
 
 pytestmark = needs_native
 
-from zcorch import native  # noqa: E402
+from zcorch.worker import native  # noqa: E402
 from zcorch.errors import WorkerError  # noqa: E402
 
 SEND_MODES = ["write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy"]

@@ -10,8 +10,8 @@ import pytest
 
 from fixtures_spec import at, only_problem, problems_of, write_yaml  # noqa: F401
 from zcorch.plan import canonical, cell_id, estimate, expand, load_plan, runs_json
-from zcorch.plan_cli import render
-from zcorch.spec import PARAM_KEYS, load_experiment
+from zcorch.cli.plan import render
+from zcorch.config.experiment import PARAM_KEYS, load_experiment
 
 
 def combos(plan, *keys):

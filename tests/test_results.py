@@ -5,7 +5,7 @@ import os
 import pytest
 
 from zcorch.errors import ResultsError
-from zcorch.results import (FORMAT_VERSION, ResultSet, latest_runs, load_manifest, read_jsonl)
+from zcorch.results.store import (FORMAT_VERSION, ResultSet, latest_runs, load_manifest, read_jsonl)
 
 
 def make(tmp_path, name="rs"):

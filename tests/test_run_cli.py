@@ -10,8 +10,8 @@ import pytest
 
 from fixtures_run import (REPO, other_user, stall_a_run, start_zcorch, tag, tagged_worker_pids,  # noqa: F401
                           wait_no_workers, wait_records, zcorch)
-from zcorch.native import mem_pattern
-from zcorch.results import latest_runs, read_jsonl
+from zcorch.worker.native import mem_pattern
+from zcorch.results.store import latest_runs, read_jsonl
 
 EXP = """name: {name}
 params:
@@ -328,8 +328,8 @@ def test_filesystem_preflight_covers_only_the_entries_the_plan_uses(tmp_path, ta
 
 
 def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_baselines():
-    from zcorch import rates
-    from zcorch.run_cli import summary_table
+    from zcorch.results import rates
+    from zcorch.cli.run import summary_table
 
     d = os.path.join(REPO, "tests", "data", "filesystems-small")
     runs = read_jsonl(os.path.join(d, "runs.jsonl"))

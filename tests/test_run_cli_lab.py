@@ -10,7 +10,7 @@ import yaml
 from fixtures_fs import SMALL_CONFIGS, host_state
 from fixtures_lab import lab  # noqa: F401
 from fixtures_run import REPO, poll_until_empty, stall_a_run, start_zcorch, wait_records, zcorch
-from zcorch.results import latest_runs, read_jsonl
+from zcorch.results.store import latest_runs, read_jsonl
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(300)]
 NO_BASELINES = {"iperf3": False, "dd": False}
@@ -115,7 +115,7 @@ def test_filesystem_sweep_across_the_lab(lab, receiver, tmp_path):  # noqa: F811
 
 
 def test_killed_filesystem_sweep_is_undone_by_lab_down_cleanup_and_by_the_next_run(lab, receiver, tmp_path):  # noqa: F811,E501
-    from zcorch.lab import NamespaceHost, _cleanup_filesystems
+    from zcorch.lab.netns import NamespaceHost, _cleanup_filesystems
 
     before = host_state(receiver)
     exp = fs_exp(tmp_path, lab, repeats=2)

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fixtures_run import base_params, local_runner, new_resultset, tag, tagged_worker_pids, wait_no_workers  # noqa: F401
-from zcorch.runner import recv_argv, send_argv, worker_flags
+from zcorch.sweep.runner import recv_argv, send_argv, worker_flags
 
 
 def runs_of(params_list):
@@ -123,8 +123,8 @@ def test_skip_runs_only_missing_ones(tmp_path, tag):
 
 
 def test_filesystem_hook_substitutes_mountpoint_and_runs_dd_per_filesystem(tmp_path, tag):
-    from zcorch.filesystems import FilesystemManager
-    from zcorch.hosts import LocalHost
+    from zcorch.provision.filesystems import FilesystemManager
+    from zcorch.hosts.local import LocalHost
 
     a, b = tmp_path / "fsa", tmp_path / "fsb"
     a.mkdir(), b.mkdir()
@@ -148,8 +148,8 @@ def test_filesystem_hook_substitutes_mountpoint_and_runs_dd_per_filesystem(tmp_p
 
 
 def test_unprovisionable_filesystem_fails_its_runs_only(tmp_path, tag):
-    from zcorch.filesystems import FilesystemManager
-    from zcorch.hosts import LocalHost
+    from zcorch.provision.filesystems import FilesystemManager
+    from zcorch.hosts.local import LocalHost
 
     fsman = FilesystemManager(LocalHost(), {"gone": {"path": str(tmp_path / "nope")}}, str(tmp_path / "state"))
     cells = [base_params(filesystem="gone", sink="{filesystem}/x.bin"), base_params()]

@@ -12,15 +12,16 @@ import yaml
 
 from fixtures_lab import lab  # noqa: F401
 from fixtures_run import REPO, base_params, new_resultset
-from zcorch.results import read_jsonl
-from zcorch.runner import Runner
+from zcorch.results.store import read_jsonl
+from zcorch.sweep.runner import Runner
 
 pytestmark = [pytest.mark.lab, pytest.mark.root]
 
 
 @pytest.fixture
 def lab_runner(lab, tmp_path):  # noqa: F811
-    from zcorch import deploy, ssh
+    from zcorch.provision import deploy
+    from zcorch.hosts import ssh
 
     hosts = ssh.open_hosts(lab.hosts_spec)
     handles = deploy.prepare(hosts)

@@ -6,9 +6,9 @@ import sys
 import pytest
 
 from fixtures_run import base_params, local_runner, new_resultset, tag, wait_no_workers  # noqa: F401
-from zcorch import scratch
+from zcorch.provision import scratch
 from zcorch.errors import PreflightError
-from zcorch.hosts import LocalHost
+from zcorch.hosts.local import LocalHost
 
 
 def test_substitute_and_resolve_params_are_pure():

@@ -8,7 +8,7 @@ import pytest
 
 from fixtures_spec import MINIMAL, at, only_problem, problems_of, write_yaml  # noqa: F401
 from zcorch.errors import ConfigError
-from zcorch.spec import DEFAULTS, PARAM_KEYS, load_experiment, parse_experiment
+from zcorch.config.experiment import DEFAULTS, PARAM_KEYS, load_experiment, parse_experiment
 
 
 # ---------------------------------------------------------------- what a valid file gives
@@ -317,7 +317,7 @@ def test_hosts_need_both_roles_and_required_keys(write_yaml):
     ("{fs: ext4, loop: {size: 1GiB}, mount_options: [\"noatime; reboot\"]}", "shell metacharacters"),
     ("{fs: ext4, loop: {size: 1GiB}, mkfs_options: [\"-O has journal\"]}", "whitespace"),
     ("{fs: ext4, loop: {size: 1GiB}, mkfs_options: \"-O x\"}", "expected a list of mkfs options"),
-    ("{fs: xfs, loop: {size: 100MiB}}", "xfs needs a filesystem of at least 300MiB"),  # zcorch.fs_config's rule
+    ("{fs: xfs, loop: {size: 100MiB}}", "xfs needs a filesystem of at least 300MiB"),  # zcorch.provision.fs_config's rule
 ])
 def test_filesystem_entries(write_yaml, entry, needle):
     path = write_yaml(f"name: t\nfilesystems:\n  one: {entry}\n")

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from zcorch.plan import load_plan
-from zcorch.plan_cli import render
+from zcorch.cli.plan import render
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FILES = sorted(glob.glob(os.path.join(ROOT, "experiments", "*.yaml")))

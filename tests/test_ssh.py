@@ -1,4 +1,4 @@
-"""zcorch.ssh against the real sshd of the lab hosts (plus pure parsing tests)."""
+"""zcorch.hosts.ssh against the real sshd of the lab hosts (plus pure parsing tests)."""
 from __future__ import annotations
 
 import os
@@ -9,9 +9,9 @@ import time
 import pytest
 
 from fixtures_lab import lab  # noqa: F401
-from zcorch import ssh
+from zcorch.hosts import ssh
 from zcorch.errors import HostError
-from zcorch.hosts import LocalHost
+from zcorch.hosts.local import LocalHost
 
 
 # -- pure -----------------------------------------------------------------------------------

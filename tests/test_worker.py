@@ -41,8 +41,9 @@ def test_zcorch_cli_dispatches_worker_and_lists_it_in_help():
     # (built here on a bare parser so the test does not import every other stage)
     import argparse
 
-    from zcorch import cli, worker
-    assert ("worker", "zcorch.worker") in cli.COMMANDS
+    from zcorch import cli
+    from zcorch.worker import cli as worker
+    assert ("worker", "zcorch.worker.cli") in cli.COMMANDS
     parser = argparse.ArgumentParser(prog="zcorch")
     worker.register(parser.add_subparsers(dest="command"))
     assert "worker" in parser.format_help()
@@ -184,7 +185,7 @@ def test_ready_is_printed_before_any_sender_and_flushed():
                                               ("msg_zerocopy", "mem")])
 def test_stopped_receiver_stops_every_blocking_send_path(tmp_path, send_mode, source):
     # the sender runs in-process here (SIGSTOP needs a process; the receiver is one)
-    from zcorch import native
+    from zcorch.worker import native
     from zcorch.errors import WorkerError
     src = "mem"
     if source == "file":
@@ -204,7 +205,7 @@ def test_stopped_receiver_stops_every_blocking_send_path(tmp_path, send_mode, so
 
 @pytest.mark.parametrize("recv_mode", ["mmap", "vmsplice", "splice"])
 def test_stopped_sender_stops_every_blocking_receive_path(tmp_path, recv_mode):
-    from zcorch import native
+    from zcorch.worker import native
     from zcorch.errors import WorkerError
     rx = native.Receiver("127.0.0.1", 0, recv_mode, sink=str(tmp_path / "sink"), timeout=2.5)
     tx = WorkerProcess("send", "--connect", f"127.0.0.1:{rx.port}", "--mode", "write", "--bytes", HUGE,
@@ -233,6 +234,6 @@ def test_worker_imports_only_stdlib_and_the_deployed_modules():
                        text=True, timeout=30)
     assert p.returncode == 0, p.stderr
     zc, third_party = (eval(line) for line in p.stdout.splitlines())
-    assert set(zc) <= {"zcorch", "zcorch.worker", "zcorch.native", "zcorch._native", "zcorch._version",
+    assert set(zc) <= {"zcorch", "zcorch.worker", "zcorch.worker.native", "zcorch._native", "zcorch._version",
                        "zcorch.errors", "zcorch.units"}, zc
     assert set(third_party) <= {"_cffi_backend", "__main__"}, third_party

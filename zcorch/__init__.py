@@ -5,8 +5,8 @@ together with the worker; the analysis API (pandas, matplotlib) is imported on f
 """
 from __future__ import annotations
 
-from ._version import __version__
-from .errors import ZcorchError
+from zcorch._version import __version__
+from zcorch.errors import ZcorchError
 
 # Public analysis entry points, resolved lazily (see __getattr__).
 _LAZY = {

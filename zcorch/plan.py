@@ -1,6 +1,6 @@
 """Expansion: a validated Experiment -> an ordered Plan of cells and runs. Pure (no I/O, no clock).
 
-A cell is one full set of parameters (every key of `zcorch.spec.DEFAULTS`, sizes in bytes, durations in
+A cell is one full set of parameters (every key of `zcorch.config.experiment.DEFAULTS`, sizes in bytes, durations in
 seconds). Its id is the first 12 hex digits of sha256 over its canonical JSON
 (`json.dumps(params, sort_keys=True, separators=(",", ":"))`): the same parameters give the same id
 whatever the axis order, key order or the other cells of the file, so results match across edits of the
@@ -31,8 +31,8 @@ from functools import cached_property
 from itertools import product
 from typing import Optional
 
-from .errors import ConfigError
-from .spec import PARAM_KEYS, Experiment, cell_problems, filesystem_problem, format_value, \
+from zcorch.errors import ConfigError
+from zcorch.config.experiment import PARAM_KEYS, Experiment, cell_problems, filesystem_problem, format_value, \
     load_experiment
 
 ID_LENGTH = 12
@@ -342,7 +342,7 @@ class Estimate:
     dd_passes: int
 
     def explain(self) -> str:
-        from .units import format_size
+        from zcorch.units import format_size
 
         return (f"estimated duration {_hms(self.total_s)}: transfers {_hms(self.transfer_s)} "
                 f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout) + "

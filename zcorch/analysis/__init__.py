@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from .frames import load, load_baselines, load_meta
-from .stats import summarize
+from zcorch.analysis.frames import load, load_baselines, load_meta
+from zcorch.analysis.stats import summarize
 
 __all__ = ["load", "load_baselines", "load_meta", "summarize"]

@@ -23,9 +23,9 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from .frames import OK, load
-from .plots import format_value
-from .stats import mann_whitney_u, min_p_value, varying_params
+from zcorch.analysis.frames import OK, load
+from zcorch.analysis.plots import format_value
+from zcorch.analysis.stats import mann_whitney_u, min_p_value, varying_params
 
 # Metrics that can be compared, and whether a higher value is better.
 HIGHER_IS_BETTER = {"gbit_s": True, "mb_s": True, "send_cpu_s_per_gib": False, "recv_cpu_s_per_gib": False}
@@ -160,7 +160,7 @@ def register(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args) -> int:
-    from ..errors import ConfigError
+    from zcorch.errors import ConfigError
 
     if args.threshold < 0:
         raise ConfigError(f"--threshold must be >= 0, got {args.threshold}")

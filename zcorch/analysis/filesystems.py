@@ -20,8 +20,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from .frames import OK, PathLike, load, load_baselines, read_meta
-from .stats import format_spread, summarize, varying_params
+from zcorch.analysis.frames import OK, PathLike, load, load_baselines, read_meta
+from zcorch.analysis.stats import format_spread, summarize, varying_params
 
 NOT_DESCRIBED = "not recorded in meta.json"
 

@@ -29,8 +29,9 @@ from typing import Iterable, Union
 import numpy as np
 import pandas as pd
 
-from .. import rates, results
-from ..errors import ResultsError
+from zcorch.results import rates
+from zcorch.results import store as results
+from zcorch.errors import ResultsError
 
 PathLike = Union[str, os.PathLike]
 
@@ -162,7 +163,7 @@ _DECODER = json.JSONDecoder()
 
 def _iter_jsonl(path: Path):
     """(line number, record) of a JSON-lines file, streamed: a million-run file does not fit in
-    memory as dicts. Same rules as zcorch.results.read_jsonl: an unterminated final line that does
+    memory as dicts. Same rules as zcorch.results.store.read_jsonl: an unterminated final line that does
     not parse is a torn write and skipped; any other bad line is corruption."""
     decode = _DECODER.decode  # json.loads minus its per-call type and encoding checks
     with open(path, "rb") as f:

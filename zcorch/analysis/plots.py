@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..units import format_size
-from .frames import OK
-from .stats import summarize, varying_params
+from zcorch.units import format_size
+from zcorch.analysis.frames import OK
+from zcorch.analysis.stats import summarize, varying_params
 
 MAX_SLICES = 6
 SIZE_PARAMS = {"bytes", "buffer", "window", "pipe_size"}

@@ -16,11 +16,11 @@ from typing import Iterable, Optional
 import numpy as np
 import pandas as pd
 
-from .. import __version__
-from .filesystems import filesystem_cells, filesystem_summary, side_by_side
-from .frames import OK, load, load_baselines, load_meta, read_manifest, read_meta, result_dir
-from .plots import all_plots, data_uri, format_value, save, slices
-from .stats import ci_method, mode_table, summarize, varying_params
+from zcorch import __version__
+from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, side_by_side
+from zcorch.analysis.frames import OK, load, load_baselines, load_meta, read_manifest, read_meta, result_dir
+from zcorch.analysis.plots import all_plots, data_uri, format_value, save, slices
+from zcorch.analysis.stats import ci_method, mode_table, summarize, varying_params
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }

@@ -17,7 +17,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .frames import OK, PARAM_KEYS
+from zcorch.analysis.frames import OK, PARAM_KEYS
 
 METRICS = ("mb_s", "gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib")
 N_BOOT = 2000

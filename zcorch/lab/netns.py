@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from .errors import LabError
-from .hosts import LocalHost
+from zcorch.errors import LabError
+from zcorch.hosts.local import LocalHost
 
 STATE_ROOT = "/var/lib/zcorch-lab"
 SCRATCH_MOUNTPOINT = "/scratch"
@@ -195,8 +195,8 @@ class LabLayout:
 
 
 def open_hosts(hosts_spec, accept_new_host_keys: bool = False, **kw):
-    """Same as zcorch.ssh.open_hosts (kept here because `zcorch run` opens its hosts through the lab module)."""
-    from .ssh import open_hosts as _open_hosts
+    """Same as zcorch.hosts.ssh.open_hosts (kept here because `zcorch run` opens its hosts through the lab module)."""
+    from zcorch.hosts.ssh import open_hosts as _open_hosts
 
     return _open_hosts(hosts_spec, accept_new_host_keys, **kw)
 
@@ -522,8 +522,8 @@ class NamespaceHost(LocalHost):
 def _cleanup_filesystems(host: "NamespaceHost", removed: dict) -> None:
     """FilesystemManager.cleanup_stale on one host for the default state dir (`~/.cache/zcorch/fs`;
     an experiment with its own `workdir` keeps its state there: the next `zcorch run` undoes it)."""
-    from .errors import ZcorchError
-    from .filesystems import FilesystemManager
+    from zcorch.errors import ZcorchError
+    from zcorch.provision.filesystems import FilesystemManager
 
     try:
         undone = FilesystemManager.cleanup_stale(host, FS_STATE_DIR)

@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence
 
-from .errors import ConfigError, ZcorchError
-from .hosts import Host
-from .results import utc_now
-from .units import format_size, parse_duration, parse_size
+from zcorch.errors import ConfigError, ZcorchError
+from zcorch.hosts.local import Host
+from zcorch.results.store import utc_now
+from zcorch.units import format_size, parse_duration, parse_size
 
 
 class BaselineError(ZcorchError):
@@ -65,7 +65,7 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
 def baseline_config(section: Any) -> BaselineConfig:
     """BaselineConfig from the experiment's `baselines:` section (dict or spec object, or None).
 
-    As zcorch.spec normalises it, the section lists only the kinds to run: a kind that is not
+    As zcorch.config.experiment normalises it, the section lists only the kinds to run: a kind that is not
     written is not run (`{}` = no baselines); None means "not given" and runs both with defaults.
     `false` for the section or a kind disables it. Sizes and durations go through zcorch.units.
     """
@@ -391,7 +391,7 @@ def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Config, key: dict) -> di
 def dd_directory(sink: str, scratch: str) -> str:
     """Where the dd baseline writes: the sink's directory, or scratch when the sink is a device.
 
-    Works on paths as written too: `{scratch}/x.dat` -> `{scratch}` (zcorch.scratch resolves it).
+    Works on paths as written too: `{scratch}/x.dat` -> `{scratch}` (zcorch.provision.scratch resolves it).
     """
     if sink.startswith("/dev/"):
         return scratch

@@ -1,7 +1,7 @@
 """Receiver filesystems as a matrix axis: provision, record, tear down - safely.
 
 The `filesystems:` section names configurations; the `filesystem` parameter picks one per cell and
-`{filesystem}` in `sink` becomes its mountpoint. Entries are checked by `zcorch.fs_config`.
+`{filesystem}` in `sink` becomes its mountpoint. Entries are checked by `zcorch.provision.fs_config`.
 
 API for the runner (all work happens on the receiver through `Host.run(argv)`, local or SSH)::
 
@@ -24,7 +24,7 @@ API for the runner (all work happens on the receiver through `Host.run(argv)`, l
 - `{path: DIR}` entries: ensure checks DIR is an existing directory and returns it; nothing is ever
   run on it except findmnt for the record.
 - Safety: mkfs/mdadm/mount only touch loop devices this manager created or devices listed in the
-  entry's `allow_destroy`; see `zcorch.fs_probe.device_problems` for what is refused, re-checked
+  entry's `allow_destroy`; see `zcorch.provision.fs_probe.device_problems` for what is refused, re-checked
   right before mkfs. Failures raise HostError (naming host, entry, command and its stderr) after
   undoing the half-built configuration.
 """
@@ -38,13 +38,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence, Union
 
-from .errors import ConfigError, HostError
-from .fs_config import FsConfig, parse_config
-from .fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
+from zcorch.errors import ConfigError, HostError
+from zcorch.provision.fs_config import FsConfig, parse_config
+from zcorch.provision.fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
                        parse_mdadm_detail, read_text, run_checked, split_options)
-from .fs_state import ACTIVE_TOKENS, StateFile, list_state_files, owner_alive, undo_resources
-from .hosts import Host
-from .units import format_size
+from zcorch.provision.fs_state import ACTIVE_TOKENS, StateFile, list_state_files, owner_alive, undo_resources
+from zcorch.hosts.local import Host
+from zcorch.units import format_size
 
 Log = Callable[[str], None]
 SESSION = "(session)"  # state-file key of the manager's own directories, undone last

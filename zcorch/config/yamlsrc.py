@@ -17,7 +17,7 @@ from typing import Optional, Union
 
 import yaml
 
-from .units import parse_duration, parse_size
+from zcorch.units import parse_duration, parse_size
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

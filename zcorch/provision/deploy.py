@@ -25,11 +25,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ._version import __version__
-from .errors import DeployError, PreflightError
-from .hosts import Host
+from zcorch._version import __version__
+from zcorch.errors import DeployError, PreflightError
+from zcorch.hosts.local import Host
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_WORKDIR = "~/.cache/zcorch"
 DEFAULT_PYTHON = "python3"
 MARKER = ".zcorch-deployed"
@@ -38,9 +38,10 @@ KEEP_BUILDS = 3          # older worker-<hash> directories beyond this many are 
 MIN_PYTHON = (3, 9)
 
 # Deployed modules (docs/architecture.md "Modules that are deployed"): stdlib-only + the cffi module.
+# The folder rule: zcorch/worker/ ships whole; of the core, only what the worker imports.
 _DEPLOYED_MODULES = ["zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
-                     "zcorch/native.py", "zcorch/worker.py", "native/build.py"]
-_DEPLOYED_GLOBS = ["native/*.c", "native/*.h"]
+                     "zcorch/worker/__init__.py", "zcorch/worker/__main__.py", "native/build.py"]
+_DEPLOYED_GLOBS = ["zcorch/worker/*.py", "native/include/*.h", "native/core/*.c", "native/modes/*.c"]
 
 
 def deployed_files(source_root: str = REPO_ROOT) -> List[str]:

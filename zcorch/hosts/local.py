@@ -1,7 +1,7 @@
 """Where commands run: a Host runs argument lists (never shell strings built from input).
 
 `LocalHost` runs them as local subprocesses (the `hosts: localhost` default: no SSH, no root);
-`zcorch.ssh.SSHHost` runs the same argument lists over a persistent paramiko connection,
+`zcorch.hosts.ssh.SSHHost` runs the same argument lists over a persistent paramiko connection,
 quoted with shlex. The runner, deploy, baselines and filesystem provisioning only see this
 interface, so every stage works the same on both.
 """

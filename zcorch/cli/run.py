@@ -19,15 +19,17 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
-from . import baselines as bl
-from . import rates, scratch, sources
-from ._version import __version__
-from .errors import ConfigError, HostError, ResultsError, ZcorchError
-from .hosts import Host, LocalHost
-from .results import ResultSet, latest_runs
-from .runner import Runner, SweepOutcome, recv_argv, run_fields, send_argv
+from zcorch.sweep import baselines as bl
+from zcorch.results import rates
+from zcorch.provision import scratch
+from zcorch.provision import sources
+from zcorch._version import __version__
+from zcorch.errors import ConfigError, HostError, ResultsError, ZcorchError
+from zcorch.hosts.local import Host, LocalHost
+from zcorch.results.store import ResultSet, latest_runs
+from zcorch.sweep.runner import Runner, SweepOutcome, recv_argv, run_fields, send_argv
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def register(subparsers) -> argparse.ArgumentParser:
@@ -54,8 +56,8 @@ def _get(obj: Any, key: str, default: Any = None) -> Any:
 
 
 def _load(path: str):
-    from . import plan as planmod
-    from . import spec
+    from zcorch import plan as planmod
+    from zcorch.config import experiment as spec
 
     exp = spec.load_experiment(path)
     return exp, planmod.expand(exp)
@@ -96,7 +98,8 @@ def local_worker_command() -> tuple:
 
 def open_sweep(exp: Any, accept_new_host_keys: bool, cfg: bl.BaselineConfig) -> Sweep:
     """Connect (persistent SSH per host, or LocalHost), preflight, deploy and version-check the worker."""
-    from . import deploy, lab
+    from zcorch.provision import deploy
+    from zcorch.lab import netns as lab
 
     hosts = lab.open_hosts(_get(exp, "hosts"), accept_new_host_keys)
     try:
@@ -164,8 +167,8 @@ def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[
                   baselines: Sequence[dict] = ()) -> str:
     """The end-of-run table: per cell its varying parameters, median throughput (as the receiver saw
     it), median CPU seconds per GiB on each side, ok/failed; then one line per baseline."""
-    from .plan_cli import text_table
-    from .spec import format_value
+    from zcorch.cli.plan import text_table
+    from zcorch.config.experiment import format_value
 
     latest = latest_runs(records)
     by_cell: Dict[str, List[dict]] = {}
@@ -237,7 +240,7 @@ def prepare_scratch(sweep: Sweep, plan_runs: List[dict], cfg: bl.BaselineConfig)
 
 def collect_meta(sweep: Sweep, plan_runs: List[dict], scratch_dirs: Optional[Dict[str, str]] = None) -> dict:
     """meta.json: controller and hosts; `hosts.<role>.scratch` = the `{scratch}` directory there, if used."""
-    from . import metadata
+    from zcorch.sweep import metadata
 
     scratch_dirs = scratch_dirs or {}
     sink = next((r["params"].get("sink") for r in plan_runs if r["params"].get("sink")), "")
@@ -267,7 +270,7 @@ class _DryRunHost(Host):
         self.name, self.data_address = name, ""
 
     def run(self, argv, timeout=60.0, env=None, input=None):
-        from .hosts import CommandResult
+        from zcorch.hosts.local import CommandResult
 
         if list(argv) == ["printenv", "HOME"]:
             return CommandResult(list(argv), 0, self.HOME + "\n", "")
@@ -319,7 +322,7 @@ def dry_run(exp: Any, plan_runs: List[dict], cfg: bl.BaselineConfig, out: TextIO
                       f"{shlex.join(bl.dd_read_argv(d[1] + '/.zcorch-dd-PID', cfg.dd.bs, cfg.dd.count))}{fs_note}\n")
     configs = _get(exp, "filesystems") or {}
     if configs:
-        from .filesystems import FilesystemManager
+        from zcorch.provision.filesystems import FilesystemManager
 
         host = LocalHost() if local else _DryRunHost("receiver")
         fsman = FilesystemManager(host, configs, _fs_state_dir(exp), dry_run=True)
@@ -354,7 +357,7 @@ def _raise_keyboard_interrupt(signum, frame):
 
 
 def main(args: argparse.Namespace) -> int:
-    from .metadata import git_revision
+    from zcorch.sweep.metadata import git_revision
 
     command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
     if args.resume:
@@ -469,15 +472,15 @@ def _filesystems_used(plan_runs: List[dict]) -> List[str]:
 
 
 def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str]):
-    """zcorch.filesystems' manager for the receiver when the experiment declares filesystems.
+    """zcorch.provision.filesystems' manager for the receiver when the experiment declares filesystems.
 
     Only the entries the plan uses are preflighted: an unused md entry must not fail the run.
     """
     configs = _get(exp, "filesystems")
     if not configs:
         return None
-    from .errors import PreflightError
-    from .filesystems import FilesystemManager
+    from zcorch.errors import PreflightError
+    from zcorch.provision.filesystems import FilesystemManager
 
     receiver = sweep.hosts["receiver"]
     state_dir = _fs_state_dir(exp)

@@ -11,10 +11,10 @@ import argparse
 import json
 import sys
 
-from .errors import ConfigError
-from .plan import DEFAULT_OVERHEAD, DEFAULT_RATE, Plan, describe_cell, estimate, load_plan, runs_json
-from .spec import PARAM_KEYS, format_value
-from .units import format_size, parse_duration, parse_size
+from zcorch.errors import ConfigError
+from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, Plan, describe_cell, estimate, load_plan, runs_json
+from zcorch.config.experiment import PARAM_KEYS, format_value
+from zcorch.units import format_size, parse_duration, parse_size
 
 
 _LISTED = 3  # dropped cells listed per reason without --all

@@ -11,8 +11,8 @@ import re
 import shlex
 from typing import Optional, Sequence
 
-from .errors import HostError
-from .hosts import CommandResult, Host
+from zcorch.errors import HostError
+from zcorch.hosts.local import CommandResult, Host
 
 
 # ---------------------------------------------------------------- pure parsers

@@ -23,10 +23,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
     from typing import Any, Optional
 
-from . import native
-from ._version import __version__
-from .errors import WorkerError
-from .units import parse_size
+from zcorch.worker import native
+from zcorch._version import __version__
+from zcorch.errors import WorkerError
+from zcorch.units import parse_size
 
 
 class _UsageError(Exception):
@@ -263,6 +263,3 @@ def register(subparsers: Any) -> argparse.ArgumentParser:
     p.set_defaults(func=lambda args: main(args.argv))
     return p
 
-
-if __name__ == "__main__":
-    sys.exit(main())

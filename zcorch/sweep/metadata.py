@@ -15,9 +15,9 @@ import subprocess
 import sys
 from typing import Any, Dict, Optional
 
-from ._version import __version__
-from .errors import HostError
-from .hosts import Host
+from zcorch._version import __version__
+from zcorch.errors import HostError
+from zcorch.hosts.local import Host
 
 SYSCTLS = [
     "net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
@@ -155,7 +155,7 @@ def collect_host(host: Host, python: str, data_address: Optional[str] = None, pa
 
 def git_revision(directory: Optional[str] = None) -> Optional[str]:
     """Revision of the controller checkout (with '-dirty' if modified), or None outside git."""
-    directory = directory or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    directory = directory or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         rev = subprocess.run(["git", "-C", directory, "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=10)
@@ -177,5 +177,5 @@ def controller_meta() -> Dict[str, Any]:
 def load_probe_namespace() -> dict:
     """PROBE's functions as a namespace, for testing its pure parts (interface_for_address)."""
     ns: dict = {"__name__": "zcorch_probe"}
-    exec(compile(PROBE, "<zcorch.metadata.PROBE>", "exec"), ns)
+    exec(compile(PROBE, "<zcorch.sweep.metadata.PROBE>", "exec"), ns)
     return ns

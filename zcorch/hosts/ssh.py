@@ -2,7 +2,7 @@
 
 Public API:
     connect(host_spec, name, accept_new_host_keys=False, connect_timeout=10.0) -> SSHHost
-    SSHHost.run / start / put_file / put_bytes / close   (see zcorch.hosts.Host)
+    SSHHost.run / start / put_file / put_bytes / close   (see zcorch.hosts.local.Host)
     resolve_target(host_spec) -> Target                   (pure: ssh config + spec -> where to connect)
 
 What is honoured: `ssh: [user@]host[:port]` or a Host alias; the ssh config (`ssh_config` key of the
@@ -36,8 +36,8 @@ from typing import List, Mapping, Optional, Sequence
 
 import paramiko
 
-from .errors import HostError
-from .hosts import CommandResult, Host, Process, _LineReader
+from zcorch.errors import HostError
+from zcorch.hosts.local import CommandResult, Host, Process, _LineReader
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 # First stdout line of every wrapped command: "zcorch-pid PID PGID". Reading the group from /proc
@@ -540,7 +540,7 @@ def open_hosts(hosts_spec, accept_new_host_keys: bool = False,
     `localhost` (or None) gives one LocalHost for both roles (no SSH); a mapping gives an SSHHost
     per role (connected now). Connection problems of both hosts are reported together (HostError).
     """
-    from .hosts import LocalHost
+    from zcorch.hosts.local import LocalHost
 
     if hosts_spec is None or hosts_spec == "localhost":
         local = LocalHost("localhost", "127.0.0.1")

@@ -11,17 +11,17 @@ import sys
 
 # (subcommand, module that defines register(subparsers) -> parser with func=main(args) -> int)
 COMMANDS = [
-    ("worker", "zcorch.worker"),
-    ("plan", "zcorch.plan_cli"),
-    ("run", "zcorch.run_cli"),
-    ("lab", "zcorch.lab"),
+    ("worker", "zcorch.worker.cli"),
+    ("plan", "zcorch.cli.plan"),
+    ("run", "zcorch.cli.run"),
+    ("lab", "zcorch.lab.netns"),
     ("report", "zcorch.analysis.report"),
     ("compare", "zcorch.analysis.compare"),
 ]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from zcorch import __version__
 
     parser = argparse.ArgumentParser(prog="zcorch", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"zcorch {__version__}")
@@ -39,12 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: "list[str] | None" = None) -> int:
-    from .errors import ZcorchError
+    from zcorch.errors import ZcorchError
 
     argv = sys.argv[1:] if argv is None else argv
     # The worker runs on bare hosts and on the hot path: skip importing every other stage.
     if argv[:1] == ["worker"]:
-        from . import worker
+        from zcorch.worker import cli as worker
 
         return worker.main(argv[1:])
     parser = build_parser()

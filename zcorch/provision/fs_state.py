@@ -17,9 +17,9 @@ import socket
 import time
 from typing import Callable, Optional
 
-from .errors import HostError
-from .fs_probe import findmnt_target, loops_of, parse_mdstat_arrays, read_text
-from .hosts import Host
+from zcorch.errors import HostError
+from zcorch.provision.fs_probe import findmnt_target, loops_of, parse_mdstat_arrays, read_text
+from zcorch.hosts.local import Host
 
 STATE_PREFIX = "zcorch-fs-state-"
 FORMAT = "zcorch-fs-state"

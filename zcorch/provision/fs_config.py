@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from .units import parse_size
+from zcorch.units import parse_size
 
 FS_TYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 MD_LEVELS = ("raid0", "raid1", "raid10", "raid5", "raid6")

@@ -1,6 +1,6 @@
 """Experiment files: the schema, its validation, and the validated `Experiment`.
 
-`load_experiment(path)` reads one YAML file (through `zcorch.yamlsrc`, which keeps positions and refuses
+`load_experiment(path)` reads one YAML file (through `zcorch.config.yamlsrc`, which keeps positions and refuses
 YAML 1.1 surprises) and either returns an `Experiment` whose values are normalised (sizes in bytes,
 durations in seconds, `auto`/null as None) or raises one `ConfigError` listing *every* problem as
 `file:line:column: key.path: message`. Nothing here runs anything.
@@ -22,9 +22,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from . import yamlsrc as ys
-from .errors import ConfigError
-from .units import format_size
+from zcorch.config import yamlsrc as ys
+from zcorch.errors import ConfigError
+from zcorch.units import format_size
 
 SEND_MODES = ("write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy")
 RECV_MODES = ("read", "mmap", "vmsplice", "splice")
@@ -33,7 +33,7 @@ ORDERS = ("sequential", "shuffle", "interleave")
 FS_TYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 RAID_LEVELS = ("raid0", "raid1", "raid10", "single")
 FILESYSTEM_PLACEHOLDER = "{filesystem}"
-# A per-user directory on the host that uses the path (zcorch.scratch resolves it): two users or two sweeps
+# A per-user directory on the host that uses the path (zcorch.provision.scratch resolves it): two users or two sweeps
 # never share a file, and the cell ids stay the same on every host because they hash the placeholder.
 SCRATCH_PLACEHOLDER = "{scratch}"
 PLACEHOLDERS = (SCRATCH_PLACEHOLDER, FILESYSTEM_PLACEHOLDER)
@@ -65,7 +65,7 @@ TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "incl
 HOST_ROLES = ("sender", "receiver")
 HOST_KEYS = ("ssh", "data_address", "identity_file", "known_hosts", "ssh_config", "python", "workdir")
 BASELINE_KEYS = {"iperf3": ("duration", "per", "omit"), "dd": ("bs", "count", "scratch")}
-# The same defaults as zcorch.baselines (the run stage): the seeds baselined before every table, so an
+# The same defaults as zcorch.sweep.baselines (the run stage): the seeds baselined before every table, so an
 # experiment without a `baselines:` section still gets both.
 BASELINE_DEFAULTS = {"iperf3": {"duration": 2.0, "per": "pair", "omit": 0},
                      "dd": {"bs": 1024 ** 2, "count": 64, "scratch": "/tmp"}}
@@ -807,8 +807,8 @@ class _Validator:
         if len(self.problems) != n_problems:
             return None
         # What the filesystem manager itself will refuse (minimum sizes, device counts per level ...):
-        # one set of provisioning rules, zcorch.fs_config's, reported here at the entry.
-        from .fs_config import config_problems
+        # one set of provisioning rules, zcorch.provision.fs_config's, reported here at the entry.
+        from zcorch.provision.fs_config import config_problems
 
         name = path.split(".", 1)[1]
         for msg in config_problems({name: conf}):

@@ -6,7 +6,7 @@ untimed, with the largest `bytes` of the cells using it, filled with the mem pat
 `layout` action: the bytes of source `mem` at each offset). An existing file is never touched, even a
 short one: the cells it is too short for fail with the worker's own error. Laid-out files are kept
 after the sweep (like fio's); meta.json lists them under "sources_laid_out". A `{scratch}/FILE` source is
-laid out in the sender's scratch directory (zcorch.scratch; the caller resolves the paths first).
+laid out in the sender's scratch directory (zcorch.provision.scratch; the caller resolves the paths first).
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import json
 import shlex
 from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
-from .hosts import Host
-from .spec import SCRATCH_PLACEHOLDER
-from .units import format_size
+from zcorch.hosts.local import Host
+from zcorch.config.experiment import SCRATCH_PLACEHOLDER
+from zcorch.units import format_size
 
 _NOT_FILES = ("/dev/", "/proc/", "/sys/")
 # Generous: a slow disk writes >= 20 MB/s; the fixed part covers the worker's start-up over SSH.

@@ -17,10 +17,10 @@ import os
 import posixpath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from .deploy import DEFAULT_WORKDIR, _host_workdir
-from .errors import PreflightError
-from .hosts import Host
-from .spec import SCRATCH_PLACEHOLDER
+from zcorch.provision.deploy import DEFAULT_WORKDIR, _host_workdir
+from zcorch.errors import PreflightError
+from zcorch.hosts.local import Host
+from zcorch.config.experiment import SCRATCH_PLACEHOLDER
 
 PLACEHOLDER = SCRATCH_PLACEHOLDER
 # Which host a parameter's path lives on.

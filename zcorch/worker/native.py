@@ -20,11 +20,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
     from typing import Any, Optional
 
-from .errors import WorkerError
-from .units import parse_duration, parse_size
+from zcorch.errors import WorkerError
+from zcorch.units import parse_duration, parse_size
 
 try:
-    from . import _native as _module
+    from zcorch import _native as _module
 except ImportError as _exc:  # pragma: no cover - exercised on hosts without a build
     _module = ffi = lib = None
     _IMPORT_ERROR: Optional[ImportError] = _exc

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
-from .errors import ResultsError
+from zcorch.errors import ResultsError
 
 FORMAT = "zcorch-results"
 FORMAT_VERSION = 1
@@ -243,7 +243,7 @@ class ResultSet:
             if size > _ANNOUNCE_CACHE_BYTES:  # about 1 min per GB: say why the run has not ended yet
                 print(f"zcorch: writing {RUNS_CACHE} for the {size / 1e6:.0f} MB {RUNS} so that the first load "
                       "is fast (Ctrl-C skips it)", file=sys.stderr, flush=True)
-            from .analysis.frames import build_cache  # pandas: imported only when a sweep ends
+            from zcorch.analysis.frames import build_cache  # pandas: imported only when a sweep ends
 
             build_cache(self.dir)
             return True

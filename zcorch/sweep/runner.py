@@ -6,11 +6,11 @@ error, deadline, dead process, Ctrl-C), both workers' process groups are killed 
 run starts, and one record is appended (and fsynced) to runs.jsonl. Ctrl-C records the run in
 progress as `interrupted` and re-raises after cleanup, so the caller keeps every finished run.
 
-Filesystem hook (zcorch.filesystems, provided by the caller as `fsman`): before the first run
+Filesystem hook (zcorch.provision.filesystems, provided by the caller as `fsman`): before the first run
 using filesystem X, `fsman.ensure(X) -> mountpoint`; after its last run, `fsman.release(X)`; on
 any exit, `fsman.teardown_all()`. `{filesystem}` in `sink` is replaced by the mountpoint.
 
-`{scratch}` (zcorch.scratch): `scratch={"sender": dir, "receiver": dir}` (resolved by the caller before the
+`{scratch}` (zcorch.provision.scratch): `scratch={"sender": dir, "receiver": dir}` (resolved by the caller before the
 sweep) replaces it in the workers' `source`/`sink` only; the record's `params` keep it as written, the
 workers' applied params (in their metrics) show the path.
 """
@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from . import scratch as scratchmod
-from .errors import ZcorchError
-from .hosts import Host, Process
-from .results import ResultSet, utc_now
+from zcorch.provision import scratch as scratchmod
+from zcorch.errors import ZcorchError
+from zcorch.hosts.local import Host, Process
+from zcorch.results.store import ResultSet, utc_now
 
 # Experiment-file key -> worker flag, per side (docs/architecture.md "Parameters").
 _COMMON_FLAGS = [("bytes", "--bytes"), ("buffer", "--buffer"), ("window", "--window"),
@@ -177,7 +177,7 @@ class Runner:
         # Called once per distinct (filesystem, sink directory) before its first run: the dd baseline.
         self.before_directory = before_directory
         self._seen_dirs: set = set()
-        # Sources that could not be laid out (zcorch.sources, resolved paths): their cells are recorded failed unrun.
+        # Sources that could not be laid out (zcorch.provision.sources, resolved paths): their cells are recorded failed unrun.
         self.source_errors = dict(source_errors or {})
         self.scratch = dict(scratch or {})   # role -> the {scratch} directory on that host
         self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs

@@ -1,0 +1,1 @@
+"""Configuration: experiment files read with positions (yamlsrc), validated into a typed `Experiment`."""
