@@ -1,8 +1,13 @@
-"""Shared fixtures. Area-specific fixtures live in tests/fixtures_<area>.py modules."""
+"""Shared fixtures. Area-specific fixtures live in tests/fixtures_<area>.py modules, registered here as
+plugins so that pytest knows each fixture once (a session fixture imported into several test modules
+would be set up once per module); test modules import only their plain helper functions from them."""
 import os
 import shutil
 
 import pytest
+
+pytest_plugins = ["fixtures_analysis", "fixtures_fs", "fixtures_lab", "fixtures_run", "fixtures_spec",
+                  "fixtures_worker"]
 
 IS_ROOT = os.geteuid() == 0
 

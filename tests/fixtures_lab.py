@@ -1,8 +1,6 @@
 """Session fixture `lab`: two real SSH hosts (network namespaces + sshd) for the whole test session.
 
-Use it from any test module:
-
-    from fixtures_lab import lab  # noqa: F401   (pytest finds the fixture by name)
+Registered as a plugin in conftest.py, so any test module just names it:
 
     @pytest.mark.lab
     def test_something(lab):

@@ -10,7 +10,7 @@ import zcorch
 from zcorch.analysis import frames
 from zcorch.errors import ResultsError
 
-from fixtures_analysis import copy_result_set, raw_runs, small_set, zcorch_cli  # noqa: F401
+from fixtures_analysis import copy_result_set, raw_runs, zcorch_cli
 
 
 def test_one_row_per_run_with_params_metrics_and_derived_columns(small_set):

@@ -4,7 +4,7 @@ import json
 import nbformat
 import pytest
 
-from fixtures_analysis import ROOT, repo_status, small_set  # noqa: F401
+from fixtures_analysis import ROOT, repo_status
 
 NOTEBOOK = ROOT / "notebooks" / "analysis.ipynb"
 

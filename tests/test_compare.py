@@ -14,8 +14,7 @@ import zcorch
 from zcorch.analysis.compare import compare_frames
 
 from conftest import require_tool
-from fixtures_analysis import DATA, ROOT, copy_result_set, small_set, zcorch_cli  # noqa: F401
-from fixtures_lab import lab  # noqa: F401
+from fixtures_analysis import DATA, copy_result_set, zcorch_cli
 
 
 

@@ -11,7 +11,6 @@ import uuid
 
 import pytest
 
-from fixtures_lab import lab  # noqa: F401
 from zcorch.provision import deploy
 from zcorch._version import __version__
 from zcorch.errors import DeployError, PreflightError

@@ -10,8 +10,8 @@ import signal
 import pytest
 
 from conftest import require_tool
-from fixtures_fs import (SMALL_CONFIGS, external_loop, fs_state_dir, fs_uuid, host_state, mounted,  # noqa: F401
-                         start_provisioner, worker_sink, write_sink)
+from fixtures_fs import (SMALL_CONFIGS, external_loop, fs_uuid, host_state, mounted, start_provisioner, worker_sink,
+                         write_sink)
 from fixtures_worker import needs_native
 from zcorch.errors import HostError
 from zcorch.provision.filesystems import FilesystemManager

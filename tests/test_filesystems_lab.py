@@ -7,7 +7,6 @@ import subprocess
 import pytest
 
 from fixtures_fs import SMALL_CONFIGS, host_state, start_provisioner, write_sink
-from fixtures_lab import lab  # noqa: F401
 from zcorch.provision.filesystems import FilesystemManager
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(300)]

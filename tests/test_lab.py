@@ -9,7 +9,6 @@ import sys
 import pytest
 import yaml
 
-from fixtures_lab import lab  # noqa: F401
 from zcorch.lab import netns as zlab
 from zcorch.errors import LabError
 

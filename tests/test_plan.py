@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fixtures_spec import at, only_problem, problems_of, write_yaml  # noqa: F401
+from fixtures_spec import at, only_problem, problems_of
 from zcorch.plan import canonical, cell_id, estimate, expand, load_plan, runs_json
 from zcorch.cli.plan import render
 from zcorch.config.experiment import PARAM_KEYS, load_experiment

@@ -5,7 +5,7 @@ import re
 import zcorch
 from zcorch.analysis import plots
 
-from fixtures_analysis import chromium, fs_set, repo_status, small_set, zcorch_cli  # noqa: F401
+from fixtures_analysis import chromium, repo_status, zcorch_cli
 
 # Appended to a copy of the report: records, for every image, whether the browser decoded it, the
 # section headings and the Filesystems table as the browser laid it out.

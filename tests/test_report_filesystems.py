@@ -14,7 +14,7 @@ import zcorch
 from zcorch.analysis import filesystems as fsa
 from zcorch.analysis.stats import varying_params
 
-from fixtures_analysis import fs_set, raw_baselines, raw_runs, small_set, zcorch_cli  # noqa: F401
+from fixtures_analysis import raw_baselines, raw_runs, zcorch_cli
 
 NAMES = ["btrfs-raid0", "ext4-delalloc", "ext4-nodelalloc", "xfs"]
 

@@ -2,14 +2,11 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from fixtures_run import (REPO, other_user, stall_a_run, start_zcorch, tag, tagged_worker_pids,  # noqa: F401
-                          wait_no_workers, wait_records, zcorch)
+from fixtures_run import REPO, stall_a_run, start_zcorch, tagged_worker_pids, wait_no_workers, wait_records, zcorch
 from zcorch.worker.native import mem_pattern
 from zcorch.results.store import latest_runs, read_jsonl
 

@@ -8,9 +8,8 @@ import pytest
 import yaml
 
 from fixtures_fs import SMALL_CONFIGS, host_state
-from fixtures_lab import lab  # noqa: F401
 from fixtures_run import REPO, poll_until_empty, stall_a_run, start_zcorch, wait_records, zcorch
-from zcorch.results.store import latest_runs, read_jsonl
+from zcorch.results.store import read_jsonl
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(300)]
 NO_BASELINES = {"iperf3": False, "dd": False}

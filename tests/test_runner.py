@@ -1,14 +1,12 @@
 """The runner with the real worker on localhost: matrix, worker errors, killed/stalled peers, Ctrl-C."""
-import json
 import os
 import signal
-import sys
 import threading
 import time
 
 import pytest
 
-from fixtures_run import base_params, local_runner, new_resultset, tag, tagged_worker_pids, wait_no_workers  # noqa: F401
+from fixtures_run import base_params, local_runner, new_resultset, wait_no_workers
 from zcorch.sweep.runner import recv_argv, send_argv, worker_flags
 
 

@@ -5,12 +5,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 import yaml
 
-from fixtures_lab import lab  # noqa: F401
 from fixtures_run import REPO, base_params, new_resultset
 from zcorch.results.store import read_jsonl
 from zcorch.sweep.runner import Runner

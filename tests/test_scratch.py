@@ -1,11 +1,10 @@
 """`{scratch}`: resolution per host (real directories on localhost) and the runner using it with real workers."""
-import json
 import os
 import sys
 
 import pytest
 
-from fixtures_run import base_params, local_runner, new_resultset, tag, wait_no_workers  # noqa: F401
+from fixtures_run import base_params, local_runner, new_resultset, wait_no_workers
 from zcorch.provision import scratch
 from zcorch.errors import PreflightError
 from zcorch.hosts.local import LocalHost

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fixtures_spec import MINIMAL, at, only_problem, problems_of, write_yaml  # noqa: F401
+from fixtures_spec import MINIMAL, at, only_problem, problems_of
 from zcorch.errors import ConfigError
 from zcorch.config.experiment import DEFAULTS, PARAM_KEYS, load_experiment, parse_experiment
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from fixtures_lab import lab  # noqa: F401
 from zcorch.hosts import ssh
 from zcorch.errors import HostError
 from zcorch.hosts.local import LocalHost

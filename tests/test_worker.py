@@ -12,8 +12,7 @@ import time
 
 import pytest
 
-from fixtures_worker import (REPO, WorkerProcess, expected_mem, needs_native, pattern_file, run_worker,
-                             start_receiver, wait_until_moving, worker_env)
+from fixtures_worker import REPO, WorkerProcess, expected_mem, needs_native, pattern_file, run_worker, start_receiver, wait_until_moving, worker_env
 
 pytestmark = needs_native
 
