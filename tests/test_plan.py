@@ -219,7 +219,6 @@ def test_runs_of_a_cell_share_its_id(write_yaml):
 
 @pytest.mark.parametrize("axes,needle", [
     ("recv_mode: [read, mmap]", "receive mode `mmap` needs a regular file as sink"),
-    ("recv_mode: [read, vmsplice]", "receive mode `vmsplice` needs a regular file"),
     ("send_mode: [write, sendfile]", "send mode `sendfile` reads from a file; source `mem`"),
     ("send_mode: [write, splice]", "send mode `splice` reads from a file"),
     ("send_mode: [write, mmap]\n  source: [/dev/zero]", "send mode `mmap` cannot map /dev/zero"),

@@ -106,8 +106,20 @@ int zc_after_eagain(zc_ctx *c, const char *doing)
     return 0;
 }
 
+int zc_io_retry(zc_ctx *c, const char *doing)
+{
+    if (errno == EINTR)
+        return 1;
+    if (errno != EAGAIN && errno != EWOULDBLOCK)
+        return 0;
+    return zc_after_eagain(c, doing) < 0 ? -1 : 1;
+}
+
 int zc_open_pipe(zc_ctx *c)
 {
+    /* the flag tells the planner that pipe_size applies: a mode must not use a pipe without it */
+    if (!(c->ops->caps & ZC_CAP_PIPE))
+        return zc_fail(c, EINVAL, "opens a pipe but does not declare ZC_CAP_PIPE (bug)");
     if (pipe2(c->pipe, O_CLOEXEC) < 0)
         return zc_fail_errno(c, "pipe2");
     /* auto: at least one sub-block, so a splice/vmsplice pair moves a whole sub-block; the
@@ -181,14 +193,13 @@ int zc_sock_write_all(zc_ctx *c, const void *buf, size_t len)
             p += n;
             len -= n;
             c->done += n;
-        } else if (n < 0 && errno == EINTR) {
             continue;
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (zc_after_eagain(c, "writing to the socket") < 0)
-                return -1;
-        } else {
-            return zc_fail_errno(c, "write to the socket");
         }
+        int again = n < 0 ? zc_io_retry(c, "writing to the socket") : 0;
+        if (again < 0)
+            return -1;
+        if (!again)
+            return zc_fail_errno(c, "write to the socket");
     }
     return 0;
 }
@@ -199,14 +210,11 @@ ssize_t zc_sock_read(zc_ctx *c, void *buf, size_t len)
         ssize_t n = read(c->sock, buf, len);
         if (n >= 0)
             return n;
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (zc_after_eagain(c, "reading from the socket") < 0)
-                return -1;
-            continue;
-        }
-        return zc_fail_errno(c, "read from the socket");
+        int again = zc_io_retry(c, "reading from the socket");
+        if (again < 0)
+            return -1;
+        if (!again)
+            return zc_fail_errno(c, "read from the socket");
     }
 }
 
@@ -255,16 +263,15 @@ int zc_splice_all(zc_ctx *c, int in, loff_t *off_in, int out, loff_t *off_out, s
         ssize_t n = splice(in, off_in, out, off_out, len, flags);
         if (n > 0) {
             len -= n;
-        } else if (n == 0) {
-            return zc_fail(c, EIO, "%s: unexpected end of input with %zu bytes still to move", what, len);
-        } else if (errno == EINTR) {
             continue;
-        } else if (errno == EAGAIN) {
-            if (zc_after_eagain(c, what) < 0)
-                return -1;
-        } else {
-            return zc_fail_errno(c, "%s", what);
         }
+        if (n == 0)
+            return zc_fail(c, EIO, "%s: unexpected end of input with %zu bytes still to move", what, len);
+        int again = zc_io_retry(c, what);
+        if (again < 0)
+            return -1;
+        if (!again)
+            return zc_fail_errno(c, "%s", what);
     }
     return 0;
 }

@@ -72,6 +72,9 @@ static int validate(zc_ctx *c, int side)
         return zc_fail(c, EINVAL, "unknown %s mode (this build has: %s)", side == ZC_SIDE_SEND ? "send" : "receive",
                        names);
     }
+    char why[256];
+    if (zc_mode_available(side, p->mode, why, sizeof why) != 1)
+        return zc_fail(c, EOPNOTSUPP, "cannot run on this kernel: %s", why);
     if (p->buffer == 0 || p->buffer > (1ULL << 30))
         return zc_fail(c, EINVAL, "--buffer must be between 1 byte and 1GiB, got %llu", (unsigned long long)p->buffer);
     if (p->subblocks < 1 || (uint64_t)p->subblocks > p->buffer)
@@ -407,14 +410,11 @@ static int await_receiver_close(zc_ctx *c)
             return 0;
         if (n > 0)
             return zc_fail(c, EPROTO, "the receiver sent data, which it never should");
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (zc_after_eagain(c, "waiting for the receiver to finish") < 0)
-                return -1;
-            continue;
-        }
-        return zc_fail_errno(c, "waiting for the receiver to finish");
+        int again = zc_io_retry(c, "waiting for the receiver to finish");
+        if (again < 0)
+            return -1;
+        if (!again)
+            return zc_fail_errno(c, "waiting for the receiver to finish");
     }
 }
 
@@ -429,14 +429,11 @@ static int expect_eof(zc_ctx *c)
             return 0;
         if (n > 0)
             return zc_fail(c, EPROTO, "the sender sent more than --bytes %llu", (unsigned long long)c->total);
-        if (errno == EINTR)
-            continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            if (zc_after_eagain(c, "waiting for the sender to close after --bytes") < 0)
-                return -1;
-            continue;
-        }
-        return zc_fail_errno(c, "waiting for the sender to close after --bytes");
+        int again = zc_io_retry(c, "waiting for the sender to close after --bytes");
+        if (again < 0)
+            return -1;
+        if (!again)
+            return zc_fail_errno(c, "waiting for the sender to close after --bytes");
     }
 }
 

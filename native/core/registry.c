@@ -1,7 +1,9 @@
 /* The one explicit list of compiled modes (as iperf3 lists its protocols). Adding a mode = one
- * file with its zc_mode_ops + one line here. Order is the order `zcorch worker info` reports. */
+ * file with its zc_mode_ops + one line here. Order is the order `zcorch worker info` reports.
+ * Also the capability names and the availability query built on the modes' tables. */
 #include "zc_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 extern const zc_mode_ops zc_send_write_ops, zc_send_mmap_ops, zc_send_sendfile_ops, zc_send_splice_ops,
@@ -45,4 +47,43 @@ const zc_mode_ops *zc_find_mode(int side, const char *name)
         if (zc_modes[i]->side == side && strcmp(zc_modes[i]->name, name) == 0)
             return zc_modes[i];
     return NULL;
+}
+
+/* Stable names: they reach Python, the worker's info event and the planner; never rename one. */
+static const char *const zc_cap_names[] = {
+    "file_source", "mappable_source", "file_sink", "pipe", "gift", "zc_completions", "kernel_feature",
+};
+
+_Static_assert(ZC_CAP_ALL == (1u << (sizeof zc_cap_names / sizeof zc_cap_names[0])) - 1,
+               "every ZC_CAP_* bit needs a name in zc_cap_names");
+
+const char *zc_cap_name(unsigned bit)
+{
+    for (unsigned i = 0; i < sizeof zc_cap_names / sizeof zc_cap_names[0]; i++)
+        if (bit == 1u << i)
+            return zc_cap_names[i];
+    return NULL;
+}
+
+unsigned zc_mode_caps(int side, const char *name)
+{
+    const zc_mode_ops *m = zc_find_mode(side, name);
+    return m ? m->caps : 0;
+}
+
+int zc_mode_available(int side, const char *name, char *why, size_t len)
+{
+    const zc_mode_ops *m = zc_find_mode(side, name);
+    if (len)
+        why[0] = '\0';
+    if (!m)
+        return -1;
+    if (!(m->caps & ZC_CAP_KERNEL_FEATURE))
+        return 1;
+    if (!m->available) { /* a declaration without its probe: say so rather than guess */
+        if (len)
+            snprintf(why, len, "declares a kernel feature but has no probe (bug)");
+        return 0;
+    }
+    return m->available(why, len) ? 1 : 0;
 }

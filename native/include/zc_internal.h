@@ -15,9 +15,13 @@
 
 struct zc_ctx;
 
+/* Defined with designated initializers: .name, .side, .caps, [.available,] .setup, .transfer, .teardown */
 typedef struct zc_mode_ops {
     const char *name;
     int side;                                /* ZC_SIDE_SEND / ZC_SIDE_RECV */
+    unsigned caps;                           /* ZC_CAP_* (zcorch_api.h); setup() refuses what they exclude */
+    /* optional, for ZC_CAP_KERNEL_FEATURE: 1 if this kernel can run the mode, else 0 with why filled */
+    int (*available)(char *why, size_t len);
     int (*setup)(struct zc_ctx *c);          /* untimed; 0 or zc_fail() */
     int (*transfer)(struct zc_ctx *c);       /* timed; moves c->total bytes (or until EOF) */
     void (*teardown)(struct zc_ctx *c);      /* always called once setup was attempted */
@@ -63,6 +67,10 @@ int zc_fail_errno(zc_ctx *c, const char *fmt, ...) __attribute__((format(printf,
 int64_t zc_now_ns(void);
 int zc_check_deadline(zc_ctx *c, const char *doing);   /* ETIMEDOUT once past the deadline */
 int zc_after_eagain(zc_ctx *c, const char *doing);     /* a socket timeout fired: fail or re-arm */
+/* After a call on the data socket returned -1: 1 = call it again (EINTR, or EAGAIN from the socket
+ * timeout with the deadline not reached, timeout re-armed), 0 = another error (errno intact, the
+ * caller reports it), -1 = failed (deadline passed, c->err filled). */
+int zc_io_retry(zc_ctx *c, const char *doing);
 int zc_set_sock_timeouts(zc_ctx *c);
 
 /* pipes and buffers (common.c) */

@@ -74,6 +74,25 @@ typedef struct zc_listener {
 int zc_mode_count(int side);
 const char *zc_mode_name(int side, int index);
 
+/* Capabilities a mode declares (zc_mode_ops.caps). Planning derives which cells can run from them;
+ * the mode's setup() still refuses what it cannot do. Each bit has a stable name (zc_cap_name). */
+#define ZC_CAP_FILE_SOURCE     0x01  /* "file_source": send needs a file descriptor, not source mem */
+#define ZC_CAP_MAPPABLE_SOURCE 0x02  /* "mappable_source": send needs a regular file to mmap (not /dev/zero) */
+#define ZC_CAP_FILE_SINK       0x04  /* "file_sink": recv needs a regular-file sink (not /dev/null) */
+#define ZC_CAP_PIPE            0x08  /* "pipe": moves data through a pipe, so --pipe-size applies */
+#define ZC_CAP_GIFT            0x10  /* "gift": honours --gift (SPLICE_F_GIFT on vmsplice) */
+#define ZC_CAP_ZC_COMPLETIONS  0x20  /* "zc_completions": reports the zc_* metrics */
+#define ZC_CAP_KERNEL_FEATURE  0x40  /* "kernel_feature": needs a kernel feature, probed by zc_mode_available */
+#define ZC_CAP_ALL             0x7f
+
+/* ZC_CAP_* bits of a compiled mode; 0 for an unknown one (check zc_mode_name first). */
+unsigned zc_mode_caps(int side, const char *name);
+/* Stable name of one ZC_CAP_* bit, NULL for anything else. */
+const char *zc_cap_name(unsigned bit);
+/* Whether a compiled mode can run on this kernel: 1 = yes; 0 = no, why says why (NUL-terminated,
+ * at most len bytes); -1 = unknown mode. Probes the kernel, no side effect is left behind. */
+int zc_mode_available(int side, const char *name, char *why, size_t len);
+
 /* Fixed pattern of source "mem" (see mempattern.c): byte at stream offset off. */
 void zc_mem_pattern(uint64_t off, unsigned char *out, size_t len);
 uint64_t zc_mem_pattern_period(void);

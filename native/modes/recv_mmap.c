@@ -70,4 +70,11 @@ static int transfer(zc_ctx *c)
 
 static void teardown(zc_ctx *c) { (void)c; }
 
-const zc_mode_ops zc_recv_mmap_ops = {"mmap", ZC_SIDE_RECV, setup, transfer, teardown};
+const zc_mode_ops zc_recv_mmap_ops = {
+    .name = "mmap",
+    .side = ZC_SIDE_RECV,
+    .caps = ZC_CAP_FILE_SINK,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

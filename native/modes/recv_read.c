@@ -47,4 +47,11 @@ static void teardown(zc_ctx *c)
     }
 }
 
-const zc_mode_ops zc_recv_read_ops = {"read", ZC_SIDE_RECV, setup, transfer, teardown};
+const zc_mode_ops zc_recv_read_ops = {
+    .name = "read",
+    .side = ZC_SIDE_RECV,
+    .caps = 0,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

@@ -19,14 +19,10 @@ static int transfer(zc_ctx *c)
             return 0;
         ssize_t n = splice(c->sock, NULL, c->pipe[1], NULL, want, SPLICE_F_MOVE);
         if (n < 0) {
-            if (errno == EINTR)
+            int again = zc_io_retry(c, "splice socket -> pipe");
+            if (again > 0)
                 continue;
-            if (errno == EAGAIN) {
-                if (zc_after_eagain(c, "splice socket -> pipe") < 0)
-                    return -1;
-                continue;
-            }
-            return zc_fail_errno(c, "splice socket -> pipe");
+            return again < 0 ? -1 : zc_fail_errno(c, "splice socket -> pipe");
         }
         if (n == 0)
             return 0;
@@ -38,4 +34,11 @@ static int transfer(zc_ctx *c)
 
 static void teardown(zc_ctx *c) { (void)c; }
 
-const zc_mode_ops zc_recv_splice_ops = {"splice", ZC_SIDE_RECV, setup, transfer, teardown};
+const zc_mode_ops zc_recv_splice_ops = {
+    .name = "splice",
+    .side = ZC_SIDE_RECV,
+    .caps = ZC_CAP_PIPE,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

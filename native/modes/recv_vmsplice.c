@@ -53,4 +53,11 @@ static void teardown(zc_ctx *c)
     }
 }
 
-const zc_mode_ops zc_recv_vmsplice_ops = {"vmsplice", ZC_SIDE_RECV, setup, transfer, teardown};
+const zc_mode_ops zc_recv_vmsplice_ops = {
+    .name = "vmsplice",
+    .side = ZC_SIDE_RECV,
+    .caps = ZC_CAP_PIPE | ZC_CAP_GIFT,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

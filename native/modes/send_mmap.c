@@ -45,4 +45,11 @@ static int transfer(zc_ctx *c)
 
 static void teardown(zc_ctx *c) { (void)c; }
 
-const zc_mode_ops zc_send_mmap_ops = {"mmap", ZC_SIDE_SEND, setup, transfer, teardown};
+const zc_mode_ops zc_send_mmap_ops = {
+    .name = "mmap",
+    .side = ZC_SIDE_SEND,
+    .caps = ZC_CAP_FILE_SOURCE | ZC_CAP_MAPPABLE_SOURCE,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

@@ -16,8 +16,10 @@
 #include <linux/errqueue.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #ifndef SO_ZEROCOPY
 #define SO_ZEROCOPY 60
@@ -44,6 +46,27 @@ typedef struct {
     uint64_t completed;
     uint64_t copied;
 } priv_t;
+
+/* SO_ZEROCOPY came with Linux 4.14 (and a kernel may be built without it): try it on a throw-away
+ * TCP socket, so `worker info` can tell "compiled" from "runnable here" before any transfer. */
+static int available(char *why, size_t len)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(why, len, "cannot open a TCP socket to probe SO_ZEROCOPY: %s", strerror(errno));
+        return 0;
+    }
+    int one = 1;
+    int ok = setsockopt(fd, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) == 0;
+    int code = errno;
+    close(fd);
+    if (!ok)
+        snprintf(why, len, "the kernel refuses setsockopt(SO_ZEROCOPY): %s (MSG_ZEROCOPY needs Linux 4.14 or later)",
+                 strerror(code));
+    return ok;
+}
 
 static int setup(zc_ctx *c)
 {
@@ -142,14 +165,16 @@ static int send_zc(zc_ctx *c, priv_t *s, const unsigned char *p, size_t len, uin
             c->done += (uint64_t)n;
             if ((s->next_id & 31) == 0 && reap(c, s, 0) < 0) /* keep the error queue short */
                 return -1;
-        } else if (n < 0 && errno == EINTR) {
             continue;
-        } else if (n < 0 && errno == ENOBUFS && outstanding(s)) {
+        }
+        int again = n < 0 ? zc_io_retry(c, "sending with MSG_ZEROCOPY") : 0;
+        if (again < 0)
+            return -1;
+        if (again)
+            continue;
+        if (n < 0 && errno == ENOBUFS && outstanding(s)) {
             /* optmem_max exhausted by pending notifications: reap some and retry */
             if (reap(c, s, 1) < 0)
-                return -1;
-        } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (zc_after_eagain(c, "sending with MSG_ZEROCOPY") < 0)
                 return -1;
         } else {
             return zc_fail_errno(c, "send with MSG_ZEROCOPY");
@@ -210,4 +235,12 @@ static void teardown(zc_ctx *c)
     c->priv = NULL;
 }
 
-const zc_mode_ops zc_send_msg_zerocopy_ops = {"msg_zerocopy", ZC_SIDE_SEND, setup, transfer, teardown};
+const zc_mode_ops zc_send_msg_zerocopy_ops = {
+    .name = "msg_zerocopy",
+    .side = ZC_SIDE_SEND,
+    .caps = ZC_CAP_ZC_COMPLETIONS | ZC_CAP_KERNEL_FEATURE,
+    .available = available,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

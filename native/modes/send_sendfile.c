@@ -31,14 +31,14 @@ static int transfer(zc_ctx *c)
             } else if (n == 0) {
                 return zc_fail(c, EIO, "source %s ended after %llu bytes, before the %llu requested", c->p->source,
                                (unsigned long long)c->done, (unsigned long long)c->total);
-            } else if (errno == EINTR) {
-                continue;
-            } else if (errno == EAGAIN) {
-                if (zc_after_eagain(c, "sendfile to the socket") < 0)
-                    return -1;
-            } else if (errno == EINVAL && c->done == 0) {
-                return zc_fail_errno(c, "the kernel refused sendfile from %s", c->p->source);
             } else {
+                int again = zc_io_retry(c, "sendfile to the socket");
+                if (again < 0)
+                    return -1;
+                if (again)
+                    continue;
+                if (errno == EINVAL && c->done == 0)
+                    return zc_fail_errno(c, "the kernel refused sendfile from %s", c->p->source);
                 return zc_fail_errno(c, "sendfile from %s", c->p->source);
             }
         }
@@ -48,4 +48,11 @@ static int transfer(zc_ctx *c)
 
 static void teardown(zc_ctx *c) { (void)c; }
 
-const zc_mode_ops zc_send_sendfile_ops = {"sendfile", ZC_SIDE_SEND, setup, transfer, teardown};
+const zc_mode_ops zc_send_sendfile_ops = {
+    .name = "sendfile",
+    .side = ZC_SIDE_SEND,
+    .caps = ZC_CAP_FILE_SOURCE,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

@@ -46,4 +46,11 @@ static int transfer(zc_ctx *c)
 
 static void teardown(zc_ctx *c) { (void)c; }
 
-const zc_mode_ops zc_send_splice_ops = {"splice", ZC_SIDE_SEND, setup, transfer, teardown};
+const zc_mode_ops zc_send_splice_ops = {
+    .name = "splice",
+    .side = ZC_SIDE_SEND,
+    .caps = ZC_CAP_FILE_SOURCE | ZC_CAP_PIPE,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

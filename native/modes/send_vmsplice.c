@@ -51,4 +51,11 @@ static int transfer(zc_ctx *c)
 
 static void teardown(zc_ctx *c) { (void)c; }
 
-const zc_mode_ops zc_send_vmsplice_ops = {"vmsplice", ZC_SIDE_SEND, setup, transfer, teardown};
+const zc_mode_ops zc_send_vmsplice_ops = {
+    .name = "vmsplice",
+    .side = ZC_SIDE_SEND,
+    .caps = ZC_CAP_PIPE | ZC_CAP_GIFT,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

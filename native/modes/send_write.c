@@ -53,4 +53,11 @@ static void teardown(zc_ctx *c)
     }
 }
 
-const zc_mode_ops zc_send_write_ops = {"write", ZC_SIDE_SEND, setup, transfer, teardown};
+const zc_mode_ops zc_send_write_ops = {
+    .name = "write",
+    .side = ZC_SIDE_SEND,
+    .caps = 0,
+    .setup = setup,
+    .transfer = transfer,
+    .teardown = teardown,
+};

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from zcorch.config import yamlsrc as ys
-from zcorch.errors import ConfigError
+from zcorch.errors import ConfigError, WorkerError, ZcorchError
 from zcorch.units import format_size
+from zcorch.worker import native
 
 SEND_MODES = ("write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy")
 RECV_MODES = ("read", "mmap", "vmsplice", "splice")
@@ -193,21 +194,38 @@ def format_value(key: str, value: Any) -> str:
 
 # ---------------------------------------------------------------- cell-level rules (the worker's)
 
+def _mode_caps(side: str, mode: str) -> "frozenset[str]":
+    """Capabilities the locally built C core declares for a mode (zcorch.worker.native caches them)."""
+    try:
+        caps = native.mode_capabilities()
+    except WorkerError as exc:
+        raise ZcorchError(f"cannot tell which cells the worker can run: {exc}. The controller builds it on "
+                          "`pip install -e .`; in a checkout, `python3 native/build.py --out .`") from None
+    if mode not in caps[side]:
+        raise ZcorchError(f"{'send' if side == 'send' else 'receive'} mode `{mode}` is not in the native module "
+                          f"{native.native_path()} (built from older sources?): rebuild it with "
+                          "`python3 native/build.py --out .` or `pip install -e .`")
+    return caps[side][mode]
+
+
 def cell_problems(p: dict) -> "list[str]":
     """Why the worker cannot run a cell with these parameters (empty if it can).
 
-    Mirrors the worker's refusals so they are caught at plan time instead of as failed runs.
+    The mode-specific checks come from the capabilities each mode declares in the C core (the worker
+    refuses the same cells), so they are caught at plan time instead of as failed runs.
     """
     out = []
     send, recv, source, sink = p["send_mode"], p["recv_mode"], p["source"], p["sink"]
-    if recv in ("mmap", "vmsplice") and sink == "/dev/null":
+    send_caps, recv_caps = _mode_caps("send", send), _mode_caps("recv", recv)
+    if "file_sink" in recv_caps and sink == "/dev/null":
         out.append(f"receive mode `{recv}` needs a regular file as sink, not /dev/null")
-    if send in ("sendfile", "splice", "mmap") and source == "mem":
+    if send_caps & {"file_source", "mappable_source"} and source == "mem":
         out.append(f"send mode `{send}` reads from a file; source `mem` is not one (use a path or /dev/zero)")
-    if send == "mmap" and source == "/dev/zero":
-        out.append("send mode `mmap` cannot map /dev/zero; use a regular file as source")
-    if p["gift"] and send != "vmsplice" and recv != "vmsplice":
-        out.append("`gift` (SPLICE_F_GIFT) only applies to the vmsplice modes")
+    if "mappable_source" in send_caps and source == "/dev/zero":
+        out.append(f"send mode `{send}` cannot map /dev/zero; use a regular file as source")
+    if p["gift"] and "gift" not in send_caps | recv_caps:
+        gifted = sorted({m for modes in native.mode_capabilities().values() for m, c in modes.items() if "gift" in c})
+        out.append(f"`gift` (SPLICE_F_GIFT) only applies to the {'/'.join(gifted)} modes")
     if sink == "/dev/null" and p["fsync"]:
         out.append("`fsync` needs a regular file as sink, not /dev/null")
     if sink == "/dev/null" and p["sink_state"] != "fresh":

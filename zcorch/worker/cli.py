@@ -2,7 +2,8 @@
 
     zcorch worker recv --listen ADDR:PORT --mode M [params]   -> {"event": "ready", ...}, {"event": "result", ...}
     zcorch worker send --connect ADDR:PORT --mode M [params]  -> {"event": "result", ...}
-    zcorch worker info                                        -> {"event": "info", "version", "modes", "kernel"}
+    zcorch worker info                                        -> {"event": "info", "version", "modes", "kernel",
+                                                                  "capabilities", "unavailable", ...}
     zcorch worker layout --path P --bytes N                   -> {"event": "layout", "path", "created", "size"}
 
 Any failure, including a bad flag value, prints {"event": "error", "message", "code"} and exits 1.
@@ -118,9 +119,13 @@ def _params(args: argparse.Namespace) -> "dict[str, Any]":
 
 
 def _info() -> "dict[str, Any]":
+    """capabilities: {side: {mode: [names]}} as the C ops tables declare them; unavailable: {side:
+    {mode: why}} for compiled modes this kernel cannot run (empty dicts when all can)."""
+    caps = {side: {mode: sorted(names) for mode, names in modes.items()}
+            for side, modes in native.mode_capabilities().items()}
     return {"event": "info", "version": __version__, "modes": native.compiled_modes(),
             "kernel": platform.release(), "python": platform.python_version(),
-            "native": native.native_path()}
+            "native": native.native_path(), "capabilities": caps, "unavailable": native.unavailable_modes()}
 
 
 def _read_port_line() -> str:

@@ -10,8 +10,12 @@ Stdlib-only apart from the built extension: deployed to remote hosts with the wo
     result = send("127.0.0.1", port, "sendfile", source="/tmp/in", buffer=65536, timeout=10)
 
 Results are flat dicts: the metric keys of docs/architecture.md plus "side", "mode" and
-"params" (the parameters as applied). Metrics that do not apply are None (zc_* outside
-msg_zerocopy, fsync_ns without fsync, pipe_size for modes without a pipe).
+"params" (the parameters as applied). Metrics that do not apply are None (zc_* for modes without
+the `zc_completions` capability, fsync_ns without fsync, pipe_size for modes without a pipe).
+
+Each mode declares capabilities in its C ops table (`mode_capabilities()`, names in
+native/include/zcorch_api.h: file_source, mappable_source, file_sink, pipe, gift, zc_completions,
+kernel_feature); `unavailable_modes()` names the compiled modes this kernel cannot run, and why.
 """
 from __future__ import annotations
 
@@ -63,6 +67,42 @@ def compiled_modes() -> "dict[str, list[str]]":
     L = _lib()
     return {side: [ffi.string(L.zc_mode_name(n, i)).decode() for i in range(L.zc_mode_count(n))]
             for side, n in SIDES.items()}
+
+
+_CAPS: "Optional[dict[str, dict[str, frozenset[str]]]]" = None  # the C tables never change: read once
+
+
+def capability_names() -> "tuple[str, ...]":
+    """Every capability name, in bit order (ZC_CAP_* of zcorch_api.h)."""
+    L = _lib()
+    return tuple(ffi.string(L.zc_cap_name(1 << i)).decode() for i in range(int(L.ZC_CAP_ALL).bit_length()))
+
+
+def mode_capabilities() -> "dict[str, dict[str, frozenset[str]]]":
+    """{'send': {'write': frozenset(), 'mmap': frozenset({'file_source', 'mappable_source'}), ...},
+    'recv': {...}}: what each compiled mode declares in its C ops table, in registry order."""
+    global _CAPS
+    if _CAPS is None:
+        L = _lib()
+        bits = [(1 << i, name) for i, name in enumerate(capability_names())]
+        _CAPS = {side: {mode: frozenset(name for bit, name in bits if L.zc_mode_caps(SIDES[side], mode.encode()) & bit)
+                        for mode in modes}
+                 for side, modes in compiled_modes().items()}
+    return {side: dict(modes) for side, modes in _CAPS.items()}
+
+
+def unavailable_modes() -> "dict[str, dict[str, str]]":
+    """{'send': {mode: why}, 'recv': {...}}: compiled modes this kernel cannot run (their
+    kernel-feature probe failed), with the reason. Probes the kernel on each call."""
+    L = _lib()
+    why = ffi.new("char[]", 256)
+    out: "dict[str, dict[str, str]]" = {}
+    for side, modes in compiled_modes().items():
+        out[side] = {}
+        for mode in modes:
+            if L.zc_mode_available(SIDES[side], mode.encode(), why, len(why)) != 1:
+                out[side][mode] = ffi.string(why).decode(errors="replace")
+    return out
 
 
 def mem_pattern(offset: int, length: int) -> bytes:
@@ -176,7 +216,7 @@ def _result(side: str, mode: str, m, params: "dict[str, Any]") -> "dict[str, Any
     out: "dict[str, Any]" = {"side": side, "mode": mode}
     for key in METRIC_KEYS:
         out[key] = int(getattr(m, key))
-    if mode != "msg_zerocopy":
+    if "zc_completions" not in mode_capabilities()[side].get(mode, ()):
         out["zc_completions"] = out["zc_copied"] = None
     if not params.get("fsync"):
         out["fsync_ns"] = None
