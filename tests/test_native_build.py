@@ -28,8 +28,10 @@ def test_standalone_build_into_a_directory(tmp_path):
     assert os.listdir(out / "zcorch") == [os.path.basename(built[0])]  # no build debris
     # importable on its own (no repo on the path): the module the worker loads remotely
     check = ("import zcorch._native as n; "
-             "print(n.lib.zc_mode_count(0), n.lib.zc_mode_count(1), n.__file__)")
+             "print(n.lib.zc_mode_count(0), n.lib.zc_mode_count(1), n.__file__, "
+             "n.lib.zc_mode_caps(0, b'mmap') == n.lib.ZC_CAP_FILE_SOURCE | n.lib.ZC_CAP_MAPPABLE_SOURCE)")
     q = subprocess.run([sys.executable, "-c", check], cwd=out, env={"PATH": os.environ["PATH"], "PYTHONPATH": str(out)},
                        capture_output=True, text=True, timeout=30)
     assert q.returncode == 0, q.stderr
     assert q.stdout.split()[:2] == ["6", "4"] and q.stdout.split()[2] == built[0]
+    assert q.stdout.split()[3] == "True"  # the capability API is part of every build

@@ -84,6 +84,10 @@ def mode_capabilities() -> "dict[str, dict[str, frozenset[str]]]":
     global _CAPS
     if _CAPS is None:
         L = _lib()
+        if not hasattr(L, "zc_mode_caps"):
+            raise WorkerError(errno.ENOENT, f"the native module {native_path()} was built from sources without "
+                                            "mode capabilities; rebuild it: python3 native/build.py --out <dir "
+                                            "holding zcorch/>")
         bits = [(1 << i, name) for i, name in enumerate(capability_names())]
         _CAPS = {side: {mode: frozenset(name for bit, name in bits if L.zc_mode_caps(SIDES[side], mode.encode()) & bit)
                         for mode in modes}

@@ -1,0 +1,265 @@
+"""Mode capabilities declared in the C ops tables: the table as Python reads it, the C refusals behind
+each flag (real API calls, real sockets and files), `zcorch worker info`, and the planner's cell
+checks agreeing with what the worker really refuses over the whole send x recv x source x sink grid."""
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+
+import pytest
+
+from fixtures_worker import REPO, needs_native, pattern_file, run_pair, run_worker
+
+pytestmark = needs_native
+
+from zcorch.config.experiment import DEFAULTS, cell_problems  # noqa: E402
+from zcorch.errors import WorkerError  # noqa: E402
+from zcorch.worker import native  # noqa: E402
+
+EXPECTED = {
+    "send": {
+        "write": set(),
+        "mmap": {"file_source", "mappable_source"},
+        "sendfile": {"file_source"},
+        "splice": {"file_source", "pipe"},
+        "vmsplice": {"pipe", "gift"},
+        "msg_zerocopy": {"zc_completions", "kernel_feature"},
+    },
+    "recv": {
+        "read": set(),
+        "mmap": {"file_sink"},
+        "vmsplice": {"pipe", "gift"},
+        "splice": {"pipe"},
+    },
+}
+NBYTES = 64 * 1024 + 3
+
+
+def caps(side: str, mode: str) -> "frozenset[str]":
+    return native.mode_capabilities()[side][mode]
+
+
+def all_modes(side: str) -> "list[str]":
+    return native.compiled_modes()[side]
+
+
+def test_capability_names_are_stable_and_in_bit_order():
+    assert native.capability_names() == ("file_source", "mappable_source", "file_sink", "pipe", "gift",
+                                         "zc_completions", "kernel_feature")
+    # only single ZC_CAP_* bits have a name
+    for value in (0, 3, native.lib.ZC_CAP_ALL + 1):
+        assert native.lib.zc_cap_name(value) == native.ffi.NULL
+
+
+def test_capability_table_of_every_mode():
+    table = native.mode_capabilities()
+    assert {side: {m: set(c) for m, c in modes.items()} for side, modes in table.items()} == EXPECTED
+    assert [list(modes) for modes in table.values()] == [all_modes("send"), all_modes("recv")]  # registry order
+    assert all(isinstance(c, frozenset) for modes in table.values() for c in modes.values())
+    table["send"]["write"] = frozenset({"x"})  # callers get a copy: the cache stays intact
+    assert caps("send", "write") == frozenset()
+
+
+def test_unknown_modes_through_the_c_api():
+    why = native.ffi.new("char[]", 64)
+    assert native.lib.zc_mode_caps(0, b"nope") == 0
+    assert native.lib.zc_mode_available(1, b"nope", why, len(why)) == -1
+    assert native.lib.zc_mode_available(0, b"write", why, len(why)) == 1 and native.ffi.string(why) == b""
+
+
+def _closed_port():
+    """A port bound but not listening, so a sender that gets past its setup fails with ECONNREFUSED."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+@pytest.mark.parametrize("mode", list(EXPECTED["recv"]))
+def test_file_sink_flag_matches_the_refusal_of_dev_null(mode):
+    if "file_sink" in caps("recv", mode):
+        with pytest.raises(WorkerError) as ei:
+            native.Receiver("127.0.0.1", 0, mode, sink="/dev/null").close()
+        assert ei.value.code == errno.EOPNOTSUPP and str(ei.value).startswith(f"recv {mode}: ")
+    else:
+        with native.Receiver("127.0.0.1", 0, mode, sink="/dev/null") as rx:
+            assert rx.port > 0
+
+
+@pytest.mark.parametrize("mode", list(EXPECTED["send"]))
+@pytest.mark.parametrize("source,flags", [("mem", {"file_source", "mappable_source"}),
+                                          ("/dev/zero", {"mappable_source"})])
+def test_source_flags_match_the_refusals(mode, source, flags):
+    with _closed_port() as s:
+        with pytest.raises(WorkerError) as ei:
+            native.send("127.0.0.1", s.getsockname()[1], mode, source=source, bytes=NBYTES, timeout=5)
+    if caps("send", mode) & flags:
+        assert ei.value.code == errno.EOPNOTSUPP and str(ei.value).startswith(f"send {mode}: ")
+    else:  # got past setup: only the connection failed
+        assert ei.value.code == errno.ECONNREFUSED, str(ei.value)
+
+
+@pytest.mark.parametrize("send_mode,recv_mode", [("splice", "splice"), ("vmsplice", "vmsplice"),
+                                                 ("write", "read"), ("sendfile", "mmap")])
+def test_pipe_flag_matches_a_reported_pipe_size(tmp_path, send_mode, recv_mode):
+    src = tmp_path / "src"
+    pattern_file(src, NBYTES)
+    sent, got = run_pair(send_mode, recv_mode, send_kw=dict(source=str(src)), recv_kw=dict(sink=str(tmp_path / "o")))
+    for side, r in (("send", sent), ("recv", got)):
+        assert (r["pipe_size"] is not None) == ("pipe" in caps(side, r["mode"])), (side, r["mode"])
+
+
+@pytest.mark.parametrize("mode", [m for m, c in EXPECTED["send"].items() if "zc_completions" in c])
+def test_zc_completions_flag_means_completions_are_counted(mode):
+    sent, got = run_pair(mode, "read", send_kw=dict(source="mem", bytes=4 * NBYTES))
+    assert sent["zc_completions"] > 0 and got["zc_completions"] is None
+
+
+def test_kernel_feature_modes_are_probed_and_run_here():
+    # This kernel runs MSG_ZEROCOPY, so the probe must report every mode runnable and each flagged
+    # mode must really transfer. (A kernel refusing SO_ZEROCOPY cannot be produced in a test.)
+    assert native.unavailable_modes() == {"send": {}, "recv": {}}
+    flagged = [(s, m) for s in ("send", "recv") for m in all_modes(s) if "kernel_feature" in caps(s, m)]
+    assert flagged == [("send", "msg_zerocopy")]
+    for side, mode in flagged:
+        sent, got = run_pair(mode if side == "send" else "write", mode if side == "recv" else "read",
+                             send_kw=dict(source="mem", bytes=NBYTES))
+        assert sent["bytes"] == got["bytes"] == NBYTES
+
+
+def test_worker_info_reports_capabilities_and_availability():
+    rc, events, _ = run_worker("info")
+    assert rc == 0 and len(events) == 1
+    info = events[0]
+    assert info["capabilities"] == {side: {m: sorted(c) for m, c in modes.items()} for side, modes in EXPECTED.items()}
+    assert info["unavailable"] == {"send": {}, "recv": {}}
+    assert list(info["modes"]) == ["send", "recv"]  # the existing keys stay
+
+
+# ---------------------------------------------------------------- the planner agrees with the worker
+
+def worker_outcome(send_mode: str, recv_mode: str, source: str, sink: str) -> "WorkerError | None":
+    """Run the cell for real (receiver thread + sender); the WorkerError of whichever side refused."""
+    try:
+        rx = native.Receiver("127.0.0.1", 0, recv_mode, sink=sink, timeout=20)
+    except WorkerError as exc:
+        return exc
+    out: dict = {}
+
+    def receive() -> None:
+        try:
+            out["result"] = rx.run()
+        except WorkerError as exc:
+            out["error"] = exc
+
+    t = threading.Thread(target=receive)
+    t.start()
+    try:
+        sent = native.send("127.0.0.1", rx.port, send_mode, source=source, bytes=NBYTES, timeout=20)
+    except WorkerError as exc:
+        # refused before connecting: an empty connection lets the receiver finish at once
+        socket.create_connection(("127.0.0.1", rx.port)).close()
+        t.join(25)
+        return exc
+    finally:
+        t.join(25)
+        rx.close()
+    if "error" in out:
+        return out["error"]
+    assert sent["bytes"] == out["result"]["bytes"] == NBYTES
+    return None
+
+
+def test_cell_problems_agree_with_the_worker_over_the_whole_grid(tmp_path):
+    src = tmp_path / "src"
+    pattern_file(src, NBYTES)
+    disagreements = []
+    grid = itertools.product(all_modes("send"), all_modes("recv"), ["mem", "/dev/zero", str(src)], ["/dev/null", "file"])
+    for i, (send_mode, recv_mode, source, sink) in enumerate(grid):
+        sink = str(tmp_path / f"sink{i}") if sink == "file" else sink
+        planned = cell_problems(dict(DEFAULTS, send_mode=send_mode, recv_mode=recv_mode, source=source, sink=sink))
+        refused = worker_outcome(send_mode, recv_mode, source, sink)
+        assert refused is None or refused.code == errno.EOPNOTSUPP, str(refused)
+        if bool(planned) != (refused is not None):
+            disagreements.append((send_mode, recv_mode, source, sink, planned, str(refused)))
+    assert disagreements == []
+
+
+def test_gift_check_follows_the_gift_flag():
+    for send_mode, recv_mode in itertools.product(all_modes("send"), all_modes("recv")):
+        cell = dict(DEFAULTS, send_mode=send_mode, recv_mode=recv_mode, gift=True, source="/x/src", sink="/x/sink")
+        problems = cell_problems(cell)
+        honoured = "gift" in caps("send", send_mode) | caps("recv", recv_mode)
+        assert problems == ([] if honoured else ["`gift` (SPLICE_F_GIFT) only applies to the vmsplice modes"])
+
+
+def test_cell_problems_without_a_native_build_say_how_to_build_it(tmp_path):
+    shutil.copytree(os.path.join(REPO, "zcorch"), tmp_path / "zcorch",
+                    ignore=shutil.ignore_patterns("_native*", "__pycache__"))
+    code = ("from zcorch.config.experiment import DEFAULTS, cell_problems\n"
+            "from zcorch.errors import ZcorchError\n"
+            "try:\n    cell_problems(dict(DEFAULTS))\nexcept ZcorchError as exc:\n    print(exc)\n")
+    # -S: no .pth files, so the editable install's finder cannot supply another checkout's build
+    path = os.pathsep.join([str(tmp_path), sysconfig.get_paths()["purelib"]])
+    p = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={"PATH": os.environ["PATH"], "PYTHONPATH": path})
+    assert p.returncode == 0, p.stderr
+    assert "not built" in p.stdout and "native/build.py --out ." in p.stdout and "pip install" in p.stdout
+
+
+# ---------------------------------------------------------------- the one EINTR/EAGAIN retry helper
+
+@pytest.mark.parametrize("send_mode,recv_mode", [("write", "read"), ("sendfile", "splice"),
+                                                 ("msg_zerocopy", "vmsplice")])
+def test_transfers_survive_signals_interrupting_their_calls(tmp_path, send_mode, recv_mode):
+    # Python installs its handlers without SA_RESTART, so the blocked socket/pipe calls of both sides
+    # return EINTR again and again; each must be retried without losing or repeating a byte.
+    size = 32 * 2**20 + 5
+    src, sink = tmp_path / "src", tmp_path / "sink"
+    data = pattern_file(src, size)
+    hits = []
+    old = signal.signal(signal.SIGUSR1, lambda *a: hits.append(1))
+    rx = native.Receiver("127.0.0.1", 0, recv_mode, sink=str(sink), bytes=size, buffer=65536, timeout=30)
+    out: dict = {}
+    release = threading.Event()
+
+    def side(key, call) -> None:
+        try:
+            out[key] = call()
+        except BaseException as exc:  # re-raised below
+            out[key] = exc
+        release.wait()  # stay alive until the signals stop: pthread_kill needs a live thread
+
+    threads = [threading.Thread(target=side, args=("recv", rx.run)),
+               threading.Thread(target=side, args=("send", lambda: native.send(
+                   "127.0.0.1", rx.port, send_mode, source=str(src), buffer=65536, timeout=30)))]
+    sent_signals = 0
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 40
+        while len(out) < 2 and time.monotonic() < deadline:
+            for t in threads:
+                signal.pthread_kill(t.ident, signal.SIGUSR1)
+                sent_signals += 1
+            time.sleep(0.0005)
+    finally:
+        release.set()
+        for t in threads:
+            t.join(40)
+        rx.close()
+        signal.signal(signal.SIGUSR1, old)
+    for r in out.values():
+        if isinstance(r, BaseException):
+            raise r
+    assert out["send"]["bytes"] == out["recv"]["bytes"] == size
+    assert sink.read_bytes() == data
+    assert sent_signals > 20 and hits
