@@ -232,3 +232,16 @@ def test_compare_improvement_is_not_a_regression_and_cpu_is_lower_is_better():
     base["send_cpu_s_per_gib"], cand["send_cpu_s_per_gib"] = base["mb_s"], cand["mb_s"]
     t = compare_frames(base, cand, metric="send_cpu_s_per_gib")
     assert list(t["verdict"]) == ["regressed"]
+
+
+def test_compare_names_each_test_it_used():
+    base = runs_frame({("write", "read"): [("ok", v) for v in (800, 800, 810)],
+                       ("splice", "read"): [("ok", v) for v in (900, 905, 910)]})
+    cand = runs_frame({("write", "read"): [("ok", v) for v in (800, 790, 790)],  # ties: permutation
+                       ("splice", "read"): [("ok", v) for v in (700, 705, 710)]})
+    t = compare_frames(base, cand, metric="mb_s")
+    text = render(t)
+    assert ("significance: two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact permutation distribution, "
+            "ties) in 1 cell(s); two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact) in 1 cell(s)") in text
+    only_base = compare_frames(base, cand.iloc[0:0], metric="mb_s")
+    assert "significance: two-sided Mann–Whitney U (no cell had ok runs on both sides)" in render(only_base)
