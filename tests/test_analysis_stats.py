@@ -1,11 +1,13 @@
 """Pure statistics: bootstrap CI of the median, Mann–Whitney U, summarize, the seeds' table shape,
 and compare verdicts, on frames built here (real result sets are in test_analysis_load.py)."""
+import itertools
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import zcorch
 from zcorch.analysis import stats
 from zcorch.analysis.compare import compare_frames, regressed, render
 from zcorch.analysis.frames import add_derived
@@ -48,7 +50,28 @@ def test_bootstrap_ci_needs_two_values():
     assert all(math.isnan(v) for v in stats.bootstrap_median_ci([np.nan, 3.0]))
 
 
+def test_bootstrap_ci_is_the_percentile_interval_even_of_identical_values():
+    # percentile, not BCa: BCa is undefined (NaN) when every repeat measured the same value
+    assert stats.bootstrap_median_ci([857.0, 857.0, 857.0]) == (857.0, 857.0)
+    assert "percentile bootstrap (scipy.stats.bootstrap), 2000 resamples, seed 0" in stats.ci_method()
+
+
 # -- Mann–Whitney U ---------------------------------------------------------------------------
+
+def enumerated_p(x, y) -> float:
+    """Two-sided p of U by brute force: U of the first sample over every way to split the pooled
+    values into samples of these sizes (average ranks, so ties count as halves)."""
+    pooled = np.concatenate([x, y]).astype(float)
+    n1 = len(x)
+
+    def u(first):
+        rest = np.delete(pooled, first)
+        return sum((a > b) + 0.5 * (a == b) for a in pooled[list(first)] for b in rest)
+
+    us = np.array([u(first) for first in itertools.combinations(range(len(pooled)), n1)])
+    observed = u(tuple(range(n1)))
+    return min(1.0, 2 * min((us <= observed).mean(), (us >= observed).mean()))
+
 
 def test_mann_whitney_matches_published_example():
     # The example of scipy.stats.mannwhitneyu's documentation (Conover): U1 = 17, exact two-sided
@@ -58,16 +81,23 @@ def test_mann_whitney_matches_published_example():
     exact = stats.mann_whitney_u(males, females)
     assert exact.u == 17 and exact.method == "exact"
     assert exact.p_value == pytest.approx(0.1111111111111111)
+    assert exact.description == "two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact)"
     normal = stats.mann_whitney_u(males, females, exact_limit=0)
     assert normal.method == "normal"
     assert normal.p_value == pytest.approx(0.11134688653314041, rel=1e-9)
 
 
-def test_mann_whitney_exact_counts_sum_to_all_arrangements():
-    for n1, n2 in [(1, 1), (3, 3), (5, 4), (7, 9)]:
-        counts = stats._exact_u_cdf_counts(n1, n2)
-        assert sum(counts) == math.comb(n1 + n2, n1)
-        assert list(counts) == list(counts[::-1])  # the U distribution is symmetric
+def test_mann_whitney_exact_p_of_real_cells_is_the_enumerated_one(small_set):
+    df = zcorch.load(small_set)
+    ok = df[df["status"] == "ok"]
+    cells = [g["gbit_s"].to_numpy(float) for _, g in ok.groupby("cell")]
+    assert len(cells) == 12
+    for x, y in itertools.combinations(cells[:6], 2):  # 3 repeats a side, no ties
+        r = stats.mann_whitney_u(x, y)
+        assert r.method == "exact"
+        assert r.p_value == pytest.approx(enumerated_p(x, y), rel=1e-12)
+    both = np.concatenate(cells[:2]), np.concatenate(cells[2:4])  # 6 a side
+    assert stats.mann_whitney_u(*both).p_value == pytest.approx(enumerated_p(*both), rel=1e-12)
 
 
 def test_mann_whitney_separated_samples_and_minimum_p():
@@ -76,14 +106,32 @@ def test_mann_whitney_separated_samples_and_minimum_p():
     assert stats.mann_whitney_u([1, 2, 3], [4, 5, 6]).p_value == pytest.approx(0.1)
     assert stats.min_p_value(3, 3) == pytest.approx(0.1)
     assert stats.mann_whitney_u([6, 7, 8], [1, 2, 3]).u == 9  # U of the first sample
+    for n1, n2 in itertools.product(range(1, 8), repeat=2):
+        separated = stats.mann_whitney_u(range(n1), range(n1, n1 + n2))
+        assert stats.min_p_value(n1, n2) == pytest.approx(separated.p_value, rel=1e-12), (n1, n2)
 
 
-def test_mann_whitney_ties_use_the_corrected_normal_approximation():
-    r = stats.mann_whitney_u([1, 1, 2, 2, 3], [2, 3, 3, 4, 4])
-    assert r.method == "normal"
-    assert 0 < r.p_value < 1
+def test_mann_whitney_small_tied_samples_use_the_permutation_distribution():
+    for x, y in [([1, 1, 2, 2, 3], [2, 3, 3, 4, 4]), ([1, 1, 1], [2, 2, 2]), ([800, 800, 810], [790, 800, 800])]:
+        r = stats.mann_whitney_u(x, y)
+        assert r.method == "permutation" and "exact permutation distribution, ties" in r.description
+        assert r.p_value == pytest.approx(enumerated_p(x, y), rel=1e-12)
+    # The normal approximation would give 3 ties against 3 ties p = 0.047: significant although
+    # min_p_value(3, 3) says 3 repeats a side never can be.
+    tied = stats.mann_whitney_u([1, 1, 1], [2, 2, 2])
+    assert tied.p_value == pytest.approx(0.1) and tied.p_value >= stats.min_p_value(3, 3)
     same = stats.mann_whitney_u([5, 5, 5], [5, 5, 5])
     assert same.p_value == 1.0
+
+
+def test_mann_whitney_large_tied_samples_use_the_corrected_normal_approximation():
+    x, y = [1] * 5 + [2] * 5, [2] * 5 + [3] * 5  # C(20, 10) splits: too many to enumerate
+    r = stats.mann_whitney_u(x, y)
+    assert r.method == "normal" and r.u == 12.5
+    # by hand: mu = 50, tie groups of 5, 10, 5: sigma^2 = 100/12 * (21 - (120 + 990 + 120) / 380)
+    z = (50 - 12.5 - 0.5) / math.sqrt(100 / 12 * (21 - 1230 / 380))
+    assert r.p_value == pytest.approx(math.erfc(z / math.sqrt(2)), rel=1e-9)
+    assert math.isnan(stats.mann_whitney_u([], [1.0]).p_value)
 
 
 # -- summarize ------------------------------------------------------------------------------------
@@ -171,6 +219,9 @@ def test_compare_verdicts():
     write_line = next(line for line in md.splitlines() if line.startswith("| write-read |"))
     assert write_line.endswith("| regressed |")
     assert "too few repeats" in md
+    exact = "two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact)"
+    assert f"significance: {exact}, alpha 0.05" in md  # the method used, said in the output
+    assert t.loc["write", "test"] == exact and t.loc["vmsplice", "test"] == ""
 
 
 def test_compare_improvement_is_not_a_regression_and_cpu_is_lower_is_better():
@@ -181,3 +232,16 @@ def test_compare_improvement_is_not_a_regression_and_cpu_is_lower_is_better():
     base["send_cpu_s_per_gib"], cand["send_cpu_s_per_gib"] = base["mb_s"], cand["mb_s"]
     t = compare_frames(base, cand, metric="send_cpu_s_per_gib")
     assert list(t["verdict"]) == ["regressed"]
+
+
+def test_compare_names_each_test_it_used():
+    base = runs_frame({("write", "read"): [("ok", v) for v in (800, 800, 810)],
+                       ("splice", "read"): [("ok", v) for v in (900, 905, 910)]})
+    cand = runs_frame({("write", "read"): [("ok", v) for v in (800, 790, 790)],  # ties: permutation
+                       ("splice", "read"): [("ok", v) for v in (700, 705, 710)]})
+    t = compare_frames(base, cand, metric="mb_s")
+    text = render(t)
+    assert ("significance: two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact permutation distribution, "
+            "ties) in 1 cell(s); two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact) in 1 cell(s)") in text
+    only_base = compare_frames(base, cand.iloc[0:0], metric="mb_s")
+    assert "significance: two-sided Mann–Whitney U (no cell had ok runs on both sides)" in render(only_base)

@@ -45,6 +45,14 @@ def test_a_result_set_against_itself_is_unchanged(small_set, tmp_path):
     md = zcorch_cli("compare", small_set, other, "--format", "markdown")
     assert md.returncode == 0 and md.stdout.startswith("### zcorch compare: no significant regression")
     assert "too few repeats" in md.stdout  # 3 repeats a side can never be significant
+    # identical values on both sides are ties: the exact permutation distribution, and the output says so
+    tied = "two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact permutation distribution, ties)"
+    assert f"significance: {tied}, alpha 0.05" in res.stdout and tied in md.stdout
+    js = zcorch_cli("compare", small_set, other, "--format", "json")
+    cells = json.loads(js.stdout)
+    assert js.returncode == 0 and len(cells) == 13
+    assert [c["test"] for c in cells if c["p_value"] is not None] == [tied] * 12
+    assert all(c["p_value"] == 1.0 for c in cells if c["p_value"] is not None)
 
 
 def test_bad_options_are_clean_errors(small_set):

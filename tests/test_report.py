@@ -5,7 +5,7 @@ import re
 import zcorch
 from zcorch.analysis import plots
 
-from fixtures_analysis import chromium, repo_status, zcorch_cli
+from fixtures_analysis import chromium, raw_baselines, raw_runs, repo_status, zcorch_cli
 
 # Appended to a copy of the report: records, for every image, whether the browser decoded it, the
 # section headings and the Filesystems table as the browser laid it out.
@@ -57,7 +57,7 @@ def test_report_cli_writes_a_self_contained_escaped_report(small_set):
     assert not re.search(r'(src|href)="(?!data:)', text)
     assert text.count('<img src="data:image/png;base64,') >= 4
     # the experiment file's comment holds markup: shown escaped, never live
-    assert "&lt;script&gt;document.title=&quot;pwned&quot;&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in text
+    assert "&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in text
     assert "<script>document.title" not in text and "<b>bold</b>" not in text
     # the seeds' table shape: 'MB/s (Gbit/s)' cells with the spread
     assert re.search(r"\d+ MB/s \(\d+\.\d\d Gbit/s\)\n95% CI \d+–\d+, n=3", text)
@@ -102,6 +102,37 @@ def test_filesystems_section_renders_side_by_side_in_a_real_browser(fs_set, tmp_
     assert all(re.fullmatch(r"\d+ \(\d\.\d\d× dd write\)\n95% CI \d+–\d+, n=3", v)
                for v in by_label["median MB/s, recv_mode=read"]), by_label
     assert check["filesystems"]["width"] <= 1200  # fits the page width (long values wrap)
+
+
+def test_hostile_values_in_the_result_set_are_escaped_in_the_report(small_set, tmp_path):
+    # Markup where a result set holds free text: the experiment's name, a failure reason, a
+    # baseline's reason (edited records: a sweep does not produce them on demand)
+    name = '</title><script>document.title="pwned"</script>'
+    manifest = json.loads((small_set / "manifest.json").read_text())
+    manifest["name"] = name
+    (small_set / "manifest.json").write_text(json.dumps(manifest))
+    runs = raw_runs(small_set)
+    for r in runs:
+        if r["status"] != "ok":
+            r["reason"] = "<script>alert(1)</script> & more"
+    (small_set / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    baselines = raw_baselines(small_set)
+    baselines[0]["reason"] = '<img src=x onerror="alert(2)">'
+    (small_set / "baselines.jsonl").write_text("".join(json.dumps(b) + "\n" for b in baselines))
+
+    assert zcorch_cli("report", small_set).returncode == 0
+    text = (small_set / "report.html").read_text()
+    assert "<script" not in text and "<img src=x" not in text and "</title><script" not in text
+    escaped = "&lt;/title&gt;&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt;"
+    assert f"<title>zcorch report: {escaped}</title>" in text and f"<h1>zcorch report: {escaped}</h1>" in text
+    assert f'alt="{escaped}: throughput and CPU cost against buffer size"' in text  # in an attribute
+    failed = text[text.index(">Failed runs</h2>"):]
+    assert failed.count("<td>&lt;script&gt;alert(1)&lt;/script&gt; &amp; more</td>") == 3
+    assert "<td>&lt;img src=x onerror=&#34;alert(2)&#34;&gt;</td>" in text
+    assert not re.search(r'(src|href)="(?!data:)', text)
+    check = browser_check(small_set / "report.html", tmp_path)
+    assert check["title"] == "zcorch report: " + name  # shown as text; the script did not run
+    assert check["headings"][-1] == "Failed runs"
 
 
 def test_plots_that_do_not_apply_are_skipped_with_a_note(small_set):

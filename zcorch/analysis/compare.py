@@ -1,8 +1,10 @@
 """`zcorch compare BASE CANDIDATE`: did a sweep get slower? (for nightly runs and CI)
 
 Per cell (matched by cell id, i.e. identical parameters): the median of the metric on each side,
-the change in %, and a two-sided Mann–Whitney U test of the ok repeats (exact below 20 runs a side
-without ties, normal approximation otherwise). Verdicts:
+the change in %, and a two-sided Mann–Whitney U test of the ok repeats (scipy.stats.mannwhitneyu: the
+exact distribution up to 20 runs a side without ties, the exact permutation distribution of small
+samples with ties, the normal approximation otherwise; see stats.mann_whitney_u). Each cell's `test`
+names the method, and the text and markdown output say which were used. Verdicts:
 
 - `regressed` / `improved`: the change is beyond the threshold in the bad / good direction and
   significant (p < alpha);
@@ -68,7 +70,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
             change = (row["cand_median"] - row["base_median"]) / row["base_median"] * 100 \
                 if row["base_median"] else math.nan
             mw = mann_whitney_u(bv, cv)
-            row.update(change_pct=change, p_value=mw.p_value, test=f"Mann-Whitney U ({mw.method})")
+            row.update(change_pct=change, p_value=mw.p_value, test=mw.description)
             worse = change < 0 if higher_better else change > 0
             if not abs(change) > threshold_pct:
                 row["verdict"] = "unchanged"
@@ -86,6 +88,17 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
 
 def regressed(table: pd.DataFrame) -> bool:
     return bool(table["verdict"].isin(VERDICTS_BAD).any())
+
+
+def tests_used(table: pd.DataFrame) -> str:
+    """The significance tests of the table's cells, e.g. 'two-sided Mann–Whitney U
+    (scipy.stats.mannwhitneyu, exact)', with the number of cells each when they differ."""
+    counts = table.loc[table["test"] != "", "test"].value_counts(sort=False)
+    if len(counts) == 0:
+        return "two-sided Mann–Whitney U (no cell had ok runs on both sides)"
+    if len(counts) == 1:
+        return str(counts.index[0])
+    return "; ".join(f"{t} in {n} cell(s)" for t, n in counts.items())
 
 
 def _fmt(v, spec: str) -> str:
@@ -113,8 +126,7 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
     bad = table[table["verdict"].isin(VERDICTS_BAD)]
     counts = table["verdict"].value_counts()
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-    method = (f"median of ok repeats; significance: two-sided Mann-Whitney U, alpha {alpha}; "
-              f"threshold {thr}%")
+    method = f"median of ok repeats; significance: {tests_used(table)}, alpha {alpha}; threshold {thr}%"
     small = table[(table["n_base"] > 0) & (table["n_cand"] > 0)]
     caveat = ""
     if len(small) and (small.apply(lambda r: min_p_value(int(r["n_base"]), int(r["n_cand"])), axis=1) >= alpha).any():

@@ -1,18 +1,22 @@
 """`zcorch report DIR`: a self-contained HTML report of one result set (DIR/report.html).
 
-Everything is inline (CSS, images as data URIs) so the file can be mailed or archived alone; every
-value that comes from the result set is HTML-escaped. The plots are also written as PNG and SVG
+Everything is inline (CSS, images as data URIs) so the file can be mailed or archived alone. The
+page is rendered by the Jinja2 templates in zcorch/analysis/templates/ (report.html.j2 includes
+one template per section) with autoescaping on, so every value that comes from the result set is
+HTML-escaped; the functions here only gather the values. The plots are also written as PNG and SVG
 files under DIR/plots/.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import html
+import functools
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
+import jinja2
 import numpy as np
 import pandas as pd
 
@@ -22,38 +26,37 @@ from zcorch.analysis.frames import OK, load, load_baselines, load_meta, read_man
 from zcorch.analysis.plots import all_plots, data_uri, format_value, save, slices
 from zcorch.analysis.stats import ci_method, mode_table, summarize, varying_params
 
-CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
-h1 { font-size: 1.6em; } h2 { border-bottom: 1px solid #ccc; margin-top: 2em; }
-table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-td { overflow-wrap: anywhere; max-width: 32em; } th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.cell { white-space: pre-line; } .note { color: #666; font-style: italic; }
-pre { background: #f6f6f6; padding: 0.8em; overflow-x: auto; }
-img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
-.failed { color: #a00; }
-"""
 
-
-def esc(value) -> str:
+def text(value) -> str:
+    """A value as the report shows it (the templates' `text` filter; escaping is Jinja2's)."""
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return ""
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         value = int(value)  # integers that became floats next to missing values in a column
-    return html.escape(str(value), quote=True)
+    return str(value)
 
 
-def html_table(header: Iterable, rows: Iterable[Iterable], classes: Optional[list] = None) -> str:
-    """A table of escaped text; `classes` gives a CSS class per column (e.g. 'num')."""
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = []
-    for row in rows:
-        cells = []
-        for i, value in enumerate(row):
-            cls = f' class="{classes[i]}"' if classes and classes[i] else ""
-            cells.append(f"<td{cls}>{esc(value)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+@dataclass
+class Table:
+    """A table of text for the templates' `table` macro; `classes` gives a CSS class per column
+    (e.g. 'num' for right-aligned numbers, 'cell' for multi-line cells) or None."""
+    header: list
+    rows: list
+    classes: list = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.header = list(self.header)
+        self.rows = [list(r) for r in self.rows]
+        self.classes = list(self.classes) + [None] * (len(self.header) - len(self.classes))
+
+
+@functools.lru_cache(maxsize=None)
+def environment() -> jinja2.Environment:
+    """The Jinja2 environment of the report's templates (package data of zcorch.analysis)."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("zcorch.analysis", "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["text"] = text
+    return env
 
 
 def _num(value, fmt: str = "{:.2f}") -> str:
@@ -65,10 +68,10 @@ def _num(value, fmt: str = "{:.2f}") -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Sections
+# What each section shows (the templates lay it out)
 
 
-def section_experiment(manifest: dict, experiment_text: str) -> str:
+def experiment_section(manifest: dict, experiment_text: str) -> dict:
     keys = ["name", "status", "created", "finished", "zcorch_version", "git_revision", "command",
             "accept_new_host_keys", "resumed"]
     rows = []
@@ -77,15 +80,15 @@ def section_experiment(manifest: dict, experiment_text: str) -> str:
             v = manifest[k]
             rows.append((k, " ".join(map(str, v)) if k == "command" else
                          json.dumps(v) if isinstance(v, (list, dict)) else v))
-    return ("<h2>Experiment</h2>" + html_table(["", "value"], rows)
-            + f"<pre>{esc(experiment_text)}</pre>")
+    return {"table": Table(["", "value"], rows), "text": experiment_text}
 
 
-def section_hosts(meta: pd.DataFrame) -> str:
+def hosts_table(meta: pd.DataFrame) -> Optional[Table]:
+    """One column per role, one row per fact; None without host metadata."""
     if not meta.empty and "role" in meta:  # filesystems have their own section
         meta = meta[~meta["role"].astype(str).str.startswith("filesystem:")].reset_index(drop=True)
     if meta.empty or "role" not in meta:
-        return '<h2>Hosts</h2><p class="note">no host metadata (meta.json missing)</p>'
+        return None
     roles = list(meta["role"])
     facts = [c for c in meta.columns if c not in ("sweep", "role")]
     rows = []
@@ -94,59 +97,47 @@ def section_hosts(meta: pd.DataFrame) -> str:
         if all(v is None or (isinstance(v, float) and np.isnan(v)) for v in values):
             continue
         rows.append([fact] + values)
-    return "<h2>Hosts</h2>" + html_table(["fact"] + roles, rows)
+    return Table(["fact"] + roles, rows)
 
 
-def section_baselines(baselines: pd.DataFrame) -> str:
+def baselines_table(baselines: pd.DataFrame) -> Optional[Table]:
     if baselines.empty:
-        return '<h2>Baselines</h2><p class="note">no baselines in this result set</p>'
+        return None
     key_cols = [c for c in baselines.columns if c.startswith("key_")]
     rows = []
     for _, b in baselines.iterrows():
-        key = ", ".join(f"{c[4:]}={esc(b[c]) if not isinstance(b[c], str) else b[c]}" for c in key_cols
+        key = ", ".join(f"{c[4:]}={text(b[c])}" for c in key_cols
                         if b[c] is not None and not (isinstance(b[c], float) and np.isnan(b[c])))
         rows.append([b["kind"], b["host"], key, b["status"], _num(b["mb_s"], "{:.0f}"), _num(b["gbit_s"]),
                      b["reason"]])
-    return "<h2>Baselines</h2>" + html_table(
-        ["kind", "host", "parameters", "status", "MB/s", "Gbit/s", "reason"], rows,
-        [None, None, None, None, "num", "num", None])
+    return Table(["kind", "host", "parameters", "status", "MB/s", "Gbit/s", "reason"], rows,
+                 [None, None, None, None, "num", "num", None])
 
 
-def section_filesystems(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> str:
-    """One column per receiving filesystem: what it is, its dd ceilings and what the runs landed on it."""
+def filesystems_table(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> Optional[Table]:
+    """One column per receiving filesystem: what it is, its dd ceilings and what the runs landed on
+    it; None when the result set has no filesystems."""
     summary = filesystem_summary(df, baselines, descriptions)
     if summary.empty:
-        return ""
+        return None
     table = side_by_side(summary, filesystem_cells(df, baselines, descriptions))
     rows = [[label] + list(table.loc[label]) for label in table.index]
-    return ("<h2>Filesystems</h2>"
-            "<p>Each receiving filesystem as the kernel reported it after provisioning (mount options from "
-            "/proc/self/mountinfo via findmnt, RAID from mdadm --detail or btrfs filesystem df), its dd "
-            "baseline, and the median throughput of the runs that wrote onto it. "
-            "Ratio = run MB/s ÷ dd write MB/s (both 10<sup>6</sup> bytes/s until the data is on the "
-            "filesystem: dd write + sync; runs: receiver time, including the fsync when the cell asks "
-            "for one): can the network path land data as fast as dd writes?</p>"
-            + html_table(["configuration"] + list(table.columns), rows, [None] + ["cell"] * len(table.columns)))
+    return Table(["configuration"] + list(table.columns), rows, [None] + ["cell"] * len(table.columns))
 
 
-def section_mode_tables(df: pd.DataFrame) -> str:
-    out = ["<h2>Results: send mode × receive mode</h2>",
-           "<p>Median of the successful repeats, MB/s = 10<sup>6</sup> bytes/s as seen by the receiver; "
-           f"{esc(ci_method())}.</p>"]
+def results_section(df: pd.DataFrame) -> dict:
+    """The seeds' send × receive tables, one per slice of the other varying parameters."""
+    tables = []
     parts, note = slices(df, ["send_mode", "recv_mode"])
     for label, sub, _ in parts:
         table = mode_table(summarize(sub, by=["send_mode", "recv_mode"], metrics=["mb_s", "gbit_s"]))
-        if label:
-            out.append(f"<h3>{esc(label)}</h3>")
         rows = [[send] + list(table.loc[send]) for send in table.index]
-        out.append(html_table(["send \\ receive"] + list(table.columns), rows,
-                              [None] + ["cell"] * len(table.columns)))
-    if note:
-        out.append(f'<p class="note">{esc(note)}</p>')
-    return "".join(out)
+        tables.append((label, Table(["send \\ receive"] + list(table.columns), rows,
+                                    [None] + ["cell"] * len(table.columns))))
+    return {"ci_method": ci_method(), "tables": tables, "note": note}
 
 
-def section_cells(df: pd.DataFrame) -> str:
+def cells_table(df: pd.DataFrame) -> Table:
     s = summarize(df)
     params = [c for c in varying_params(df) if c in s]
     header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s 95% CI", "Gbit/s median",
@@ -158,31 +149,23 @@ def section_cells(df: pd.DataFrame) -> str:
         rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
                     + [r["n"], r["n_failed"], _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
                        _num(r["send_cpu_s_per_gib_median"], "{:.3f}"), _num(r["recv_cpu_s_per_gib_median"], "{:.3f}")])
-    classes = [None] * (1 + len(params)) + ["num"] * 7
-    return "<h2>Every cell</h2>" + html_table(header, rows, classes)
+    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * 7)
 
 
-def section_plots(plots: list) -> str:
-    out = ["<h2>Plots</h2>"]
-    for plot in plots:
-        if plot.figure is None:
-            out.append(f'<p class="note">{esc(plot.title)}: {esc(plot.note)}</p>')
-            continue
-        out.append(f'<img src="{data_uri(plot.figure, "png")}" alt="{esc(plot.title)}">')
-        if plot.note:
-            out.append(f'<p class="note">{esc(plot.note)}</p>')
-    return "".join(out)
+def plots_section(plots: list) -> list:
+    """Per plot: title, note and the PNG as a data URI (None for a plot that does not apply)."""
+    return [{"title": p.title, "note": p.note, "uri": data_uri(p.figure, "png") if p.figure is not None else None}
+            for p in plots]
 
 
-def section_failed(df: pd.DataFrame) -> str:
+def failed_table(df: pd.DataFrame) -> Optional[Table]:
     failed = df[df["status"] != OK]
     if failed.empty:
-        return "<h2>Failed runs</h2><p>none</p>"
+        return None
     params = varying_params(df)
     rows = [[r["cell"], r["repeat"]] + [format_value(p, r[p]) for p in params] + [r["status"], r["reason"], r.get("log")]
             for _, r in failed.iterrows()]
-    return ('<h2 class="failed">Failed runs</h2>'
-            + html_table(["cell", "repeat"] + params + ["status", "reason", "log"], rows))
+    return Table(["cell", "repeat"] + params + ["status", "reason", "log"], rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,27 +184,20 @@ def build_report(path, plots: Optional[list] = None) -> str:
     name = manifest.get("name") or d.name
     if plots is None:
         plots = all_plots(df, baselines, name)
-    generated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>zcorch report: {esc(name)}</title>",
-        f"<style>{CSS}</style></head><body>",
-        f"<h1>zcorch report: {esc(name)}</h1>",
-        f'<p class="note">{len(df)} runs in {df["cell"].nunique() if len(df) else 0} cells, '
-        f'{int((df["status"] != OK).sum()) if len(df) else 0} failed; result set {esc(d.name)}, '
-        f"report by zcorch {esc(__version__)} at {esc(generated)}</p>",
-        section_experiment(manifest, experiment_text),
-        section_hosts(meta),
-        section_baselines(baselines),
-        section_filesystems(df, baselines, descriptions),
-    ]
+    context = {
+        "name": name, "dir_name": d.name, "version": __version__,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "n_runs": len(df), "n_cells": df["cell"].nunique() if len(df) else 0,
+        "n_failed": int((df["status"] != OK).sum()) if len(df) else 0,
+        "experiment": experiment_section(manifest, experiment_text),
+        "hosts": hosts_table(meta),
+        "baselines": baselines_table(baselines),
+        "filesystems": filesystems_table(df, baselines, descriptions),
+    }
     if len(df):
-        parts += [section_mode_tables(df), section_plots(plots), section_cells(df), section_failed(df)]
-    else:
-        parts.append('<p class="note">no runs recorded yet</p>')
-    parts.append("</body></html>")
-    return "\n".join(parts)
+        context.update(results=results_section(df), plots=plots_section(plots), cells=cells_table(df),
+                       failed=failed_table(df))
+    return environment().get_template("report.html.j2").render(context)
 
 
 def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
@@ -233,9 +209,9 @@ def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     if plot_formats:
         save(plots, d / "plots", plot_formats)
     out = Path(output) if output else d / "report.html"
-    text = build_report(d, plots)
+    page = build_report(d, plots)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(page, encoding="utf-8")
     tmp.replace(out)
     return out
 

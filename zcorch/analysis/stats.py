@@ -1,12 +1,15 @@
 """Statistics on run frames: per-cell medians with bootstrap confidence intervals, Mann–Whitney U.
 
-Pure functions of their inputs (seeded), no scipy.
+The statistics themselves are scipy's (`scipy.stats.bootstrap`, `scipy.stats.mannwhitneyu`); this
+module picks their methods and seeds, so the results are pure functions of the inputs.
 
-The confidence interval of a median is the percentile bootstrap: `n_boot` resamples with
-replacement of the ok runs of a group, the median of each, and the (1-ci)/2 and (1+ci)/2
-quantiles of those medians. Every group draws from a fresh generator seeded with `seed`, so a
-group's interval does not depend on which other groups are in the frame. With fewer than two ok
-runs there is no interval (NaN).
+The confidence interval of a median is the percentile bootstrap (`scipy.stats.bootstrap`,
+method="percentile"): `n_boot` resamples with replacement of the ok runs of a group, the median of
+each, and the (1-ci)/2 and (1+ci)/2 quantiles of those medians. Percentile rather than BCa: with
+the usual 3 to 6 repeats, BCa's jackknife estimate of the acceleration is unstable for a median,
+and on identical values it is undefined (NaN) where the percentile interval is the value itself.
+Every group draws from a fresh generator seeded with `seed`, so a group's interval does not depend
+on which other groups are in the frame. With fewer than two ok runs there is no interval (NaN).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+import scipy.stats
 
 from zcorch.analysis.frames import OK, PARAM_KEYS
 
@@ -26,8 +30,9 @@ CI = 0.95
 
 
 def ci_method(n_boot: int = N_BOOT, seed: int = SEED, ci: float = CI) -> str:
-    return (f"{ci:.0%} confidence interval of the median: percentile bootstrap, "
-            f"{n_boot} resamples, seed {seed}")
+    """How summarize() computes its confidence intervals, in words (the report quotes it)."""
+    return (f"{ci:.0%} confidence interval of the median: percentile bootstrap "
+            f"(scipy.stats.bootstrap), {n_boot} resamples, seed {seed}")
 
 
 def bootstrap_median_ci(values: Sequence[float], n_boot: int = N_BOOT, seed: int = SEED,
@@ -37,10 +42,9 @@ def bootstrap_median_ci(values: Sequence[float], n_boot: int = N_BOOT, seed: int
     x = x[~np.isnan(x)]
     if len(x) < 2:
         return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(x), size=(n_boot, len(x)))
-    medians = np.median(x[idx], axis=1)
-    low, high = np.quantile(medians, [(1 - ci) / 2, (1 + ci) / 2])
+    res = scipy.stats.bootstrap((x,), np.median, n_resamples=n_boot, confidence_level=ci,
+                                method="percentile", rng=np.random.default_rng(seed), vectorized=True)
+    low, high = res.confidence_interval
     return float(low), float(high)
 
 
@@ -116,55 +120,37 @@ def _summary_columns(keys: list, metrics: list) -> list:
 # Mann–Whitney U (two-sided)
 
 
+# How each method of mann_whitney_u() is described in compare's output.
+MW_METHODS = {"exact": "exact",
+              "permutation": "exact permutation distribution, ties",
+              "normal": "normal approximation, tie and continuity corrections"}
+# Ties and at most this many ways to split the pooled values into the two samples: enumerate them
+# all (8 runs a side: 12870, a fraction of a second) rather than approximate.
+PERMUTATION_LIMIT = 20_000
+
+
 @dataclass(frozen=True)
 class MannWhitney:
     u: float  # U statistic of the first sample
     p_value: float  # two-sided
-    method: str  # "exact" or "normal"
+    method: str  # "exact", "permutation", "normal" (see MW_METHODS) or "none" (an empty sample)
 
-
-def _rank(values: np.ndarray) -> "tuple[np.ndarray, list]":
-    """Average ranks (1-based) and the sizes of tie groups."""
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values), dtype="float64")
-    ties = []
-    sorted_vals = values[order]
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and sorted_vals[j + 1] == sorted_vals[i]:
-            j += 1
-        ranks[order[i:j + 1]] = (i + j) / 2 + 1
-        if j > i:
-            ties.append(j - i + 1)
-        i = j + 1
-    return ranks, ties
-
-
-def _exact_u_cdf_counts(n1: int, n2: int) -> np.ndarray:
-    """Number of arrangements giving U = 0..n1*n2 (no ties), by the classic recurrence."""
-    # f[i][j] = counts for sample sizes i, j; f(i, j, u) = f(i-1, j, u-j) + f(i, j-1, u)
-    prev = [np.ones(1, dtype=object) for _ in range(n2 + 1)]  # i = 0: only U = 0
-    for i in range(1, n1 + 1):
-        cur = [np.zeros(1, dtype=object)]
-        cur[0][0] = 1  # j = 0: only U = 0
-        for j in range(1, n2 + 1):
-            size = i * j + 1
-            counts = np.zeros(size, dtype=object)
-            a = prev[j]  # (i-1, j), shifted by j
-            counts[j:j + len(a)] += a
-            b = cur[j - 1]  # (i, j-1)
-            counts[:len(b)] += b
-            cur.append(counts)
-        prev = cur
-    return prev[n2]
+    @property
+    def description(self) -> str:
+        """E.g. 'two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact)'."""
+        return f"two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, {MW_METHODS.get(self.method, self.method)})"
 
 
 def mann_whitney_u(x: Iterable[float], y: Iterable[float], exact_limit: int = 20) -> MannWhitney:
-    """Two-sided Mann–Whitney U test of x against y.
+    """Two-sided Mann–Whitney U test of x against y (scipy.stats.mannwhitneyu), NaNs dropped.
 
-    Exact distribution when both samples have at most `exact_limit` values and there are no ties;
-    otherwise the normal approximation with tie correction and continuity correction.
+    When both samples have at most `exact_limit` values: without ties the exact distribution of U
+    (method "exact"); with ties scipy's "exact" would use the distribution without ties, so the exact
+    permutation distribution of U given the ties instead (scipy.stats.PermutationMethod, every split
+    enumerated) as long as there are at most PERMUTATION_LIMIT splits. Otherwise the normal
+    approximation with tie correction and continuity correction. Either exact method keeps
+    min_p_value() true: a p-value never goes below it, whereas the normal approximation of small
+    tied samples could (3 ties against 3 ties: p = 0.047 < min_p_value(3, 3) = 0.1).
     """
     x = np.asarray(list(x), dtype="float64")
     y = np.asarray(list(y), dtype="float64")
@@ -172,29 +158,23 @@ def mann_whitney_u(x: Iterable[float], y: Iterable[float], exact_limit: int = 20
     n1, n2 = len(x), len(y)
     if n1 == 0 or n2 == 0:
         return MannWhitney(math.nan, math.nan, "none")
-    ranks, ties = _rank(np.concatenate([x, y]))
-    u1 = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2)
-    if not ties and n1 <= exact_limit and n2 <= exact_limit:
-        counts = _exact_u_cdf_counts(n1, n2)
-        total = sum(counts)
-        u_small = min(u1, n1 * n2 - u1)
-        tail = sum(counts[: int(u_small) + 1])
-        p = min(1.0, 2 * float(tail) / float(total))
-        return MannWhitney(u1, p, "exact")
-    n = n1 + n2
-    mu = n1 * n2 / 2
-    tie_term = sum(t ** 3 - t for t in ties) / (n * (n - 1)) if n > 1 else 0.0
-    sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term))
-    if sigma == 0:
-        return MannWhitney(u1, 1.0, "normal")
-    z = (abs(u1 - mu) - 0.5) / sigma
-    p = math.erfc(max(z, 0.0) / math.sqrt(2))
-    return MannWhitney(u1, min(1.0, p), "normal")
+    ties = len(np.unique(np.concatenate([x, y]))) < n1 + n2
+    if n1 > exact_limit or n2 > exact_limit:
+        method, scipy_method = "normal", "asymptotic"
+    elif not ties:
+        method, scipy_method = "exact", "exact"
+    elif math.comb(n1 + n2, n1) <= PERMUTATION_LIMIT:
+        method, scipy_method = "permutation", scipy.stats.PermutationMethod(n_resamples=np.inf)
+    else:
+        method, scipy_method = "normal", "asymptotic"
+    res = scipy.stats.mannwhitneyu(x, y, use_continuity=True, alternative="two-sided", method=scipy_method)
+    return MannWhitney(float(res.statistic), float(res.pvalue), method)
 
 
 def min_p_value(n1: int, n2: int) -> float:
-    """The smallest two-sided exact p-value samples of these sizes can reach (no ties)."""
-    return 2.0 / math.comb(n1 + n2, n1)
+    """The smallest two-sided p-value mann_whitney_u() can give for samples of these sizes (both at
+    most its exact_limit): that of two separated samples without ties, 2 / C(n1 + n2, n1)."""
+    return min(1.0, 2.0 / math.comb(n1 + n2, n1))
 
 
 # ---------------------------------------------------------------------------------------------
