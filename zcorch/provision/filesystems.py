@@ -387,7 +387,7 @@ class FilesystemManager:
             cmd = self._command(step, _resolve(step.argv, refs))
             if step.record is not None:
                 state.add(cfg.name, _resolve(step.record, refs))
-            self._say(cmd.argv)
+            self.log(f"[{self.host.name}] {cmd.display()}")  # names the module a remote step gets on stdin
             res = run_checked(self.host, cmd.argv, where, timeout=600.0, input=cmd.input, env=cmd.env)
             if step.bind:
                 refs[step.bind] = res.stdout.strip()
