@@ -32,7 +32,8 @@ def test_deployed_files_and_hash(tmp_path):
     files = deploy.deployed_files(REPO)
     for must in ("zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
                  "zcorch/worker/native.py", "zcorch/worker/cli.py", "zcorch/worker/__main__.py",
-                 "native/build.py", "native/include/zcorch_api.h", "native/modes/send_write.c"):
+                 "zcorch/worker/remote.py", "native/build.py", "native/include/zcorch_api.h",
+                 "native/modes/send_write.c"):
         assert must in files
     assert any(f.endswith(".c") for f in files) and any(f.endswith(".h") for f in files)
     assert not any(f.startswith("zcorch/analysis") or f == "zcorch/ssh.py" for f in files)

@@ -1,6 +1,8 @@
 """Filesystem configuration checks and output parsers: pure functions on captured real output."""
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from zcorch.errors import ConfigError
@@ -75,10 +77,11 @@ def test_plan_commands_of_the_issue_example_cover_every_step():
     fm = FilesystemManager(LocalHost(), ISSUE_EXAMPLE, "/var/lib/zcorch-test", dry_run=True)
     plan = fm.plan_commands("btrfs-raid0")
     assert [a[0] for a in plan] == ["mkdir", "truncate", "losetup", "truncate", "losetup", "mkfs.btrfs",
-                                    "btrfs", "mkdir", "mount", "python3"]
+                                    "btrfs", "mkdir", "mount", sys.executable]
     assert plan[5] == ["mkfs.btrfs", "-f", "-d", "raid0", "-m", "raid0", "<loop0>", "<loop1>"]
     assert plan[-2][:3] == ["mount", "-t", "btrfs"] and plan[-2][-1] == fm.mountpoint("btrfs-raid0")
-    assert plan[-1][1] == "-c" and plan[-1][3:] == ["<loop0>", "<loop1>"]  # autoclear on our loops
+    # autoclear on our loops, by zcorch.worker.remote with the host's python (localhost: this one)
+    assert plan[-1] == [sys.executable, "-m", "zcorch.worker.remote", "loop-autoclear", "<loop0>", "<loop1>"]
     md = fm.plan_commands("md-raid0")
     assert md[0] == ["mdadm", "--create", "<md>", "--run", "--level=raid0", "--raid-devices=2",
                      "--metadata=1.2", "/dev/sdb", "/dev/sdc"]

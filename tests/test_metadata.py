@@ -7,6 +7,7 @@ import sys
 
 from zcorch.sweep import metadata
 from zcorch.hosts.local import LocalHost
+from zcorch.worker import remote
 
 CAPTURED = os.path.join(os.path.dirname(__file__), "data", "captured")
 
@@ -44,12 +45,11 @@ def test_probe_values_travel_as_argv_not_through_a_shell(tmp_path):
 
 
 def test_interface_for_address_on_captured_ip_output():
-    ns = metadata.load_probe_namespace()
     with open(os.path.join(CAPTURED, "ip_addr.json")) as f:
         addrs = json.load(f)
-    assert ns["interface_for_address"](addrs, "127.0.0.1") == "lo"
-    assert ns["interface_for_address"](addrs, "::1") == "lo"
-    assert ns["interface_for_address"](addrs, "192.0.2.77") is None
+    assert remote.interface_for_address(addrs, "127.0.0.1") == "lo"
+    assert remote.interface_for_address(addrs, "::1") == "lo"
+    assert remote.interface_for_address(addrs, "192.0.2.77") is None
 
 
 def test_controller_meta_has_version_and_git_revision():

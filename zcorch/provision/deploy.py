@@ -8,8 +8,8 @@ Public API:
     prepare(hosts, need_iperf3=False, ports=()) -> dict[str, WorkerHandle] preflight + deploy + version check
 
 Remote hosts (SSHHost): the files are uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there
-with `python3 native/build.py --out DIR` (cffi, the host's own compiler), checked, marked complete and
-renamed to `<workdir>/worker-<hash>/`. A directory with the marker is reused as is (one round trip), so
+with `PYTHON native/build.py --out DIR` (the host's `python`, cffi, the host's own compiler), checked,
+marked complete and renamed to `<workdir>/worker-<hash>/` (`zcorch.worker.remote finalize`). A directory with the marker is reused as is (one round trip), so
 an unchanged redeploy is fast; a failed build raises DeployError with the host and the compiler output.
 LocalHost (`hosts: localhost`): the package this controller runs from is the worker; nothing is copied.
 """
@@ -28,10 +28,10 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from zcorch._version import __version__
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import Host
+from zcorch.provision.remote_call import DEFAULT_PYTHON, host_python, remote_json, run_remote
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_WORKDIR = "~/.cache/zcorch"
-DEFAULT_PYTHON = "python3"
 MARKER = ".zcorch-deployed"
 BUILD_TIMEOUT = 300.0
 KEEP_BUILDS = 3          # older worker-<hash> directories beyond this many are pruned
@@ -104,43 +104,8 @@ def _where(host: Host) -> str:
     return getattr(host, "where", None) or host.name
 
 
-def _host_python(host: Host) -> str:
-    if host.is_local:
-        return sys.executable
-    return str(getattr(host, "spec", {}).get("python") or DEFAULT_PYTHON)
-
-
 def _host_workdir(host: Host) -> str:
     return str(getattr(host, "spec", {}).get("workdir") or DEFAULT_WORKDIR)
-
-
-# Runs on the host after the build: check, mark complete, rename into place, prune old builds.
-# Constant code; every value arrives in sys.argv (nothing from the experiment file is interpreted).
-_FINALIZE = r"""
-import glob, os, shutil, sys
-tmp, final, marker, text, keep = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-if not glob.glob(os.path.join(tmp, "zcorch", "_native*.so")):
-    sys.exit("the build printed no error but produced no zcorch/_native*.so in " + tmp)
-with open(os.path.join(tmp, marker), "w") as f:
-    f.write(text)
-if os.path.isdir(final) and not os.path.exists(os.path.join(final, marker)):
-    aside = final + ".old-" + str(os.getpid())
-    os.rename(final, aside)          # an incomplete directory: replace it
-    shutil.rmtree(aside, ignore_errors=True)
-try:
-    os.rename(tmp, final)
-except OSError:
-    if not os.path.exists(os.path.join(final, marker)):
-        raise
-    shutil.rmtree(tmp, ignore_errors=True)   # a concurrent deploy of the same hash won the race
-parent = os.path.dirname(final)
-builds = sorted(glob.glob(os.path.join(parent, "worker-*")), key=os.path.getmtime, reverse=True)
-for old in [b for b in builds if b != final][max(keep - 1, 0):]:
-    shutil.rmtree(old, ignore_errors=True)
-for stale in glob.glob(os.path.join(parent, ".tmp-worker-*")):
-    if os.path.getmtime(stale) < os.path.getmtime(final) - 3600:
-        shutil.rmtree(stale, ignore_errors=True)
-"""
 
 
 def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str] = None,
@@ -150,7 +115,7 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     source_root: the tree whose files are deployed (default: this checkout). workdir / python default
     to the host spec's `workdir` / `python` keys. Raises DeployError naming the host.
     """
-    python = python or _host_python(host)
+    python = python or host_python(host)
     if host.is_local:
         if source_root is not None and os.path.abspath(source_root) != REPO_ROOT:
             raise DeployError("localhost runs the controller's own package; source_root is for remote hosts")
@@ -180,11 +145,12 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
             output = (build.stdout + build.stderr).strip()
             raise DeployError(f"{_where(host)}: building the worker failed (exit {build.returncode}, "
                               f"{python} native/build.py in {tmp}):\n{output[-6000:]}")
-        found = host.run([python, "-c", _CFFI_DIR], timeout=60)
+        found = run_remote(host, "cffi-dir", python=python)
         cffi_dir = found.stdout.strip() if found.ok else None
         marker = json.dumps({"hash": digest, "version": __version__, "files": files, "python": python,
                              "cffi_backend_dir": cffi_dir})
-        fin = host.run([python, "-c", _FINALIZE, tmp, final, MARKER, marker, str(KEEP_BUILDS)], timeout=60)
+        # Checks the build, marks it complete, renames it into place and prunes old builds.
+        fin = run_remote(host, "finalize", tmp, final, MARKER, marker, KEEP_BUILDS, python=python)
         if not fin.ok:
             raise DeployError(f"{_where(host)}: installing the built worker into {final} failed: "
                               f"{(fin.stderr or fin.stdout).strip()}")
@@ -193,9 +159,6 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
         raise
     _use_cffi_dir(handle, marker)
     return handle
-
-
-_CFFI_DIR = "import os, _cffi_backend; print(os.path.dirname(os.path.abspath(_cffi_backend.__file__)))"
 
 
 def _local_cffi_backend_dir() -> Optional[str]:
@@ -218,54 +181,18 @@ def _use_cffi_dir(handle: WorkerHandle, marker_text: str) -> None:
 
 # -- preflight --------------------------------------------------------------------------------
 # One round trip per host: what python, cffi, headers, compiler, iperf3, ports look like there.
-_PROBE = r"""
-import json, os, shutil, socket, sys, sysconfig
-out = {"python": list(sys.version_info[:3]), "executable": sys.executable}
-try:
-    import cffi
-    out["cffi"] = cffi.__version__
-except Exception:
-    out["cffi"] = None
-inc = sysconfig.get_paths().get("include") or ""
-out["python_h"] = os.path.exists(os.path.join(inc, "Python.h"))
-cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-out["cc"] = shutil.which(os.environ.get("CC", "") or cc) or shutil.which("cc") or shutil.which("gcc")
-out["iperf3"] = shutil.which("iperf3")
-addr = sys.argv[1]
-out["address_error"] = None
-out["busy_ports"] = []
-def try_bind(port):
-    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        s.bind((addr, port))
-    finally:
-        s.close()
-try:
-    try_bind(0)
-except OSError as e:
-    out["address_error"] = str(e)
-else:
-    for p in sys.argv[2:]:
-        try:
-            try_bind(int(p))
-        except OSError as e:
-            out["busy_ports"].append([int(p), str(e)])
-print(json.dumps(out))
-"""
-
-
 def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = None) -> dict:
-    """Facts about a host (see _PROBE), or {"error": ...} when its python cannot run at all."""
-    python = python or _host_python(host)
-    r = host.run([python, "-c", _PROBE, host.data_address, *[str(int(p)) for p in ports]], timeout=60)
+    """Facts about a host (zcorch.worker.remote.preflight_facts), or {"error": ...} when its python
+    cannot run at all."""
+    python = python or host_python(host)
+    r = run_remote(host, "preflight", host.data_address, *[int(p) for p in ports], python=python)
     if not r.ok:
         return {"error": (r.stderr or r.stdout).strip(), "returncode": r.returncode, "python_cmd": python}
-    try:
-        return json.loads(r.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+    facts = remote_json(r)
+    if facts is None:
         return {"error": f"unexpected probe output {r.stdout[-300:]!r}", "returncode": r.returncode,
                 "python_cmd": python}
+    return facts
 
 
 def host_problems(host: Host, facts: dict, need_iperf3: bool = False) -> List[str]:

@@ -44,6 +44,7 @@ from zcorch.provision.fs_probe import (device_problems, findmnt_target, has_tool
                        parse_mdadm_detail, read_text, run_checked, split_options)
 from zcorch.provision.fs_state import ACTIVE_TOKENS, StateFile, list_state_files, owner_alive, undo_resources
 from zcorch.hosts.local import Host
+from zcorch.provision.remote_call import RemoteCommand, host_python, remote_command
 from zcorch.units import format_size
 
 Log = Callable[[str], None]
@@ -51,15 +52,6 @@ SESSION = "(session)"  # state-file key of the manager's own directories, undone
 # ext4 initialises inode tables and the journal lazily in a kernel thread after mount; that
 # background writing would be measured with the first cells. Users' own -E comes later and wins.
 EXT_MKFS_DEFAULTS = ["-E", "lazy_itable_init=0,lazy_journal_init=0"]
-
-
-# LOOP_GET_STATUS64 / LOOP_SET_STATUS64 with LO_FLAGS_AUTOCLEAR (lo_flags at offset 52 of struct
-# loop_info64); util-linux has no option for it on an attached device. Devices are argv, never code.
-AUTOCLEAR_PY = ("import fcntl,os,struct,sys\n"
-                "for dev in sys.argv[1:]:\n"
-                "    fd = os.open(dev, os.O_RDONLY); buf = bytearray(232); fcntl.ioctl(fd, 0x4C05, buf)\n"
-                "    struct.pack_into('<I', buf, 52, struct.unpack_from('<I', buf, 52)[0] | 4)\n"
-                "    fcntl.ioctl(fd, 0x4C04, bytes(buf)); os.close(fd)\n")
 
 
 class Ref:
@@ -82,6 +74,7 @@ class Step:
     bind: Optional[str] = None       # Ref name bound to the command's stripped stdout
     mkdir: Optional[str] = None      # a directory to create (missing ancestors recorded one by one)
     check_devices: list = field(default_factory=list)   # devices re-checked right before this step
+    remote: Optional[str] = None     # a zcorch.worker.remote action run with the host's python; argv = its args
 
 
 def _resolve(value, refs: dict):
@@ -204,7 +197,7 @@ class FilesystemManager:
             # Now that the mount (or md array) holds them open, let our loops detach themselves on
             # last close: a killed controller's mounts vanish with the lab's mount namespace, and
             # the loops must not outlive them (cleanup_stale still undoes everything else).
-            steps.append(Step(["python3", "-c", AUTOCLEAR_PY, *devices]))
+            steps.append(Step(list(devices), remote="loop-autoclear"))
         return steps
 
     @staticmethod
@@ -225,8 +218,12 @@ class FilesystemManager:
         return [] if cfg.existing else self._render(cfg, {})
 
     def _render(self, cfg: FsConfig, refs: dict) -> "list[list[str]]":
-        return [[refs.get(a.name, repr(a)) if isinstance(a, Ref) else a for a in step.argv]
+        return [self._command(step, [refs.get(a.name, repr(a)) if isinstance(a, Ref) else a for a in step.argv]).argv
                 for step in self._steps(cfg)]
+
+    def _command(self, step: Step, argv: list) -> RemoteCommand:
+        """What runs for a step whose Refs are resolved in `argv` (a remote action: the host's python)."""
+        return remote_command(self.host, step.remote, *argv) if step.remote else RemoteCommand(list(argv))
 
     # ------------------------------------------------------------ preflight
 
@@ -248,7 +245,8 @@ class FilesystemManager:
             tools = {"mount", "umount", "findmnt", "lsblk", "wipefs", "realpath"}
             for c in provisioned:
                 tools.add(f"mkfs.{c.fs}")
-                tools |= {"losetup", "python3"} | ({"truncate"} if c.loop_count else set())
+                # The host's python: loop autoclear and the exclusive-open check (zcorch.worker.remote).
+                tools |= {"losetup", host_python(self.host)} | ({"truncate"} if c.loop_count else set())
                 if c.fs == "btrfs":
                     tools.add("btrfs")
                 if c.uses_md:
@@ -386,11 +384,11 @@ class FilesystemManager:
                 raise HostError("\n".join(problems))
             if any(isinstance(a, Ref) and a.name == "md" for a in step.argv):
                 refs["md"] = self._free_md_device()
-            argv = _resolve(step.argv, refs)
+            cmd = self._command(step, _resolve(step.argv, refs))
             if step.record is not None:
                 state.add(cfg.name, _resolve(step.record, refs))
-            self._say(argv)
-            res = run_checked(self.host, argv, where, timeout=600.0)
+            self.log(f"[{self.host.name}] {cmd.display()}")  # names the module a remote step gets on stdin
+            res = run_checked(self.host, cmd.argv, where, timeout=600.0, input=cmd.input, env=cmd.env)
             if step.bind:
                 refs[step.bind] = res.stdout.strip()
                 # Note the name too: not needed for undo (losetup -j finds it) but readable.

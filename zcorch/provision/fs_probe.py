@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from zcorch.errors import HostError
 from zcorch.hosts.local import CommandResult, Host
+from zcorch.provision.remote_call import host_python, run_remote
 
 
 # ---------------------------------------------------------------- pure parsers
@@ -123,9 +124,9 @@ def split_options(options: str) -> "list[str]":
 # ---------------------------------------------------------------- host helpers
 
 def run_checked(host: Host, argv: Sequence[str], what: str, timeout: float = 120.0,
-                input: Optional[str] = None) -> CommandResult:
+                input: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> CommandResult:
     """Run argv on host; HostError naming the host, the purpose and the command's stderr if it fails."""
-    res = host.run(list(argv), timeout=timeout, input=input)
+    res = host.run(list(argv), timeout=timeout, input=input, env=env)
     if not res.ok:
         detail = (res.stderr or res.stdout).strip() or f"exit status {res.returncode}"
         # mkfs answers a bad option with its whole usage text: the reason is the line before it.
@@ -219,10 +220,9 @@ def device_problems(host: Host, device: str, allowed: bool, where: str) -> "list
     backed = host.run(["losetup", "--list", "--noheadings", "--output", "NAME", "--associated", real]).stdout.split()
     if backed:
         problems.append(f"{pre}: refused, it backs loop device(s) {', '.join(backed)}")
-    excl = host.run(["python3", "-c", "import os,sys; os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))",
-                     real])
+    excl = run_remote(host, "open-excl", real)
     if excl.returncode == 127:
-        problems.append(f"{pre}: cannot check exclusive use: python3 not found on {host.name}")
+        problems.append(f"{pre}: cannot check exclusive use: {host_python(host)} not found on {host.name}")
     elif not excl.ok and not problems:
         problems.append(f"{pre}: refused, opened exclusively by another user (mounted elsewhere, "
                         f"btrfs/md member, swap...)")

@@ -12,12 +12,12 @@ command lines, the layout and dd commands - gets the resolved path (`resolve_par
 """
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from zcorch.provision.deploy import DEFAULT_WORKDIR, _host_workdir
+from zcorch.provision.remote_call import remote_json, run_remote
 from zcorch.errors import PreflightError
 from zcorch.hosts.local import Host
 from zcorch.config.experiment import SCRATCH_PLACEHOLDER
@@ -82,43 +82,6 @@ def _add(out: Dict[str, List[str]], role: str, rel: Optional[str]) -> None:
         subdirs.append(rel)
 
 
-# Run on the host as `python -c PREPARE WORKDIR [SUBDIR...]` (values in argv, never through a shell):
-# `~` is expanded there (for a host reached without SSH too, e.g. inside a lab host's mount namespace).
-PREPARE = r'''
-import json, os, stat, sys
-workdir, subdirs = os.path.expanduser(sys.argv[1]), sys.argv[2:]
-path = os.path.join(workdir, "scratch")
-out = {"path": path, "created": False}
-try:
-    os.makedirs(workdir, exist_ok=True)
-    try:
-        os.mkdir(path, 0o700)
-        os.chmod(path, 0o700)  # whatever the umask
-        out["created"] = True
-    except FileExistsError:
-        pass
-    st = os.stat(path)
-    out["mode"] = "%04o" % stat.S_IMODE(st.st_mode)
-    if not stat.S_ISDIR(st.st_mode):
-        out["error"] = "exists and is not a directory"
-    elif st.st_uid != os.geteuid():
-        out["error"] = ("is owned by uid %d, not by this user (uid %d): another user could read or replace "
-                        "the files" % (st.st_uid, os.geteuid()))
-    elif not os.access(path, os.W_OK | os.X_OK):
-        out["error"] = "is not writable by this user"
-    else:
-        for sub in subdirs:
-            os.makedirs(os.path.join(path, sub), 0o700, exist_ok=True)
-except OSError as exc:
-    out["error"] = "cannot be created: %s" % exc
-print(json.dumps(out))
-'''
-
-
-def prepare_argv(python: str, workdir: str, subdirs: Sequence[str] = ()) -> List[str]:
-    return [python, "-c", PREPARE, workdir, *subdirs]
-
-
 def workdir_of(host: Host) -> str:
     """The host's workdir (spec `workdir` or ~/.cache/zcorch); SSH hosts expand `~` themselves (sftp)."""
     workdir = _host_workdir(host)
@@ -132,12 +95,11 @@ def prepare(host: Host, python: str, subdirs: Sequence[str] = ()) -> Dict:
     Raises PreflightError naming the host when it cannot be used (not ours, not writable...).
     """
     workdir = workdir_of(host)
-    res = host.run(prepare_argv(python, workdir, subdirs), timeout=60)
-    try:
-        info = json.loads(res.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        info = None
-    if not res.ok or not isinstance(info, dict):
+    # zcorch.worker.remote.prepare_scratch: `~` is expanded there (also for a host reached without SSH,
+    # e.g. inside a lab host's mount namespace).
+    res = run_remote(host, "scratch", workdir, *subdirs, python=python)
+    info = remote_json(res)
+    if not res.ok or info is None:
         raise PreflightError(f"{host.name}: cannot prepare the {PLACEHOLDER} directory under {workdir} "
                              f"(exit {res.returncode}): {(res.stderr or res.stdout).strip()[-300:]}")
     if info.get("error"):

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from zcorch.errors import ConfigError, ZcorchError
 from zcorch.hosts.local import Host
+from zcorch.provision.remote_call import run_remote
 from zcorch.results.store import utc_now
 from zcorch.units import format_size, parse_duration, parse_size
 
@@ -197,7 +198,7 @@ def parse_iperf3_json(text: str) -> Dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# dd: argv builders, the stderr parser, and the timing wrapper run with the host's python
+# dd: argv builders, the stderr parser, and the timing wrapper (`zcorch.worker.remote dd`, host python)
 
 _DD_RE = re.compile(r"^(\d+) bytes?(?: \([^)]*\))? copied, ([0-9.eE+-]+) s, ([0-9.,]+ ?[kMGTP]?B/s)\s*$",
                     re.MULTILINE)
@@ -224,57 +225,8 @@ def parse_dd_stderr(text: str) -> Dict[str, Any]:
     return {"bytes": int(nbytes), "seconds": float(seconds), "rate": rate}
 
 
-# Run on the receiver as `python -c DD_WRAPPER DIR BS COUNT`: values arrive as argv, never
-# through a shell. Times `dd; sync` like the seeds' `sync; time { dd ...; sync; }` (the first
-# sync is untimed), then reads the file back after dropping the page cache when allowed.
-DD_WRAPPER = r'''
-import json, os, subprocess, sys, time
-directory, bs, count = sys.argv[1], sys.argv[2], sys.argv[3]
-path = os.path.join(directory, ".zcorch-dd-%d" % os.getpid())
-env = dict(os.environ, LC_ALL="C")
-def dd(args):
-    t0 = time.monotonic()
-    p = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
-    return p, t0
-out = {"path": path}
-try:
-    os.sync()
-    p, t0 = dd(["dd", "if=/dev/zero", "of=" + path, "bs=" + bs, "count=" + count])
-    if p.returncode == 0:
-        os.sync()
-    out["write"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
-                    "wall_s": time.monotonic() - t0,
-                    "timed": "dd if=/dev/zero of=FILE bs=%s count=%s; sync (after an untimed sync)" % (bs, count)}
-    if p.returncode == 0:
-        cached, why = True, None
-        if os.geteuid() == 0:
-            try:
-                with open("/proc/sys/vm/drop_caches", "w") as f:
-                    f.write("3\n")
-                cached = False
-            except OSError as exc:
-                why = "drop_caches failed: %s" % exc
-        else:
-            why = "not root: page cache not dropped, the read is (partly) cached"
-        p, t0 = dd(["dd", "if=" + path, "of=/dev/null", "bs=" + bs, "count=" + count])
-        out["read"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
-                       "wall_s": time.monotonic() - t0, "cached": cached, "cache_note": why,
-                       "timed": "dd if=FILE of=/dev/null bs=%s count=%s" % (bs, count)}
-finally:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-print(json.dumps(out))
-'''
-
-
-def dd_wrapper_argv(python: str, directory: str, bs: int, count: int) -> List[str]:
-    return [python, "-c", DD_WRAPPER, directory, str(bs), str(count)]
-
-
 def parse_dd_wrapper(text: str) -> Dict[str, Dict[str, Any]]:
-    """{"dd_write": result|BaselineError, "dd_read": ...} from the wrapper's JSON line."""
+    """{"dd_write": result|BaselineError, "dd_read": ...} from the JSON line of `zcorch.worker.remote dd`."""
     try:
         doc = json.loads(text.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -424,8 +376,8 @@ def _dd_records(receiver: Host, python: str, cfg: DdConfig, directory: str, key:
     missing = tool_missing(receiver, "dd")
     if missing:
         return [_record(k, key, receiver, started, status="skipped", reason=missing) for k in ("dd_write", "dd_read")]
-    argv = dd_wrapper_argv(python, directory, cfg.bs, cfg.count)
-    res = receiver.run(argv, timeout=3600)
+    # zcorch.worker.remote.dd_baseline: times `dd; sync` and the read back on the receiver itself.
+    res = run_remote(receiver, "dd", directory, cfg.bs, cfg.count, timeout=3600, python=python)
     if not res.ok:
         reason = f"dd wrapper failed on {receiver.name} (exit {res.returncode}): {res.stderr.strip()[-300:]}"
         return [_record(k, key, receiver, started, status="failed", reason=reason) for k in ("dd_write", "dd_read")]

@@ -1,0 +1,374 @@
+"""zcorch.worker.remote (the jobs run on hosts) and provision.remote_call (how they are run, with which python).
+
+Each function is called directly on real files, sockets and loop devices; the command line is run as the
+hosts run it: `python -m zcorch.worker.remote` (localhost), the file's text on stdin (remote hosts) and as
+a plain file with `python -S`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from fixtures_fs import external_loop
+from zcorch.hosts.local import LocalHost
+from zcorch.provision import deploy, remote_call, scratch
+from zcorch.provision.fs_probe import device_problems
+from zcorch.sweep import baselines as bl
+from zcorch.sweep import metadata
+from zcorch.worker import remote
+
+MODULE_FILE = remote.__file__
+
+
+def _cli(*args: str, input: str | None = None, argv0: list | None = None) -> subprocess.CompletedProcess:
+    """`python -m zcorch.worker.remote ARGS` with the checkout importable, as LocalHost runs it."""
+    return subprocess.run([*(argv0 or [sys.executable, "-m", "zcorch.worker.remote"]), *args], input=input,
+                          capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=remote_call.PACKAGE_PARENT))
+
+
+def _listening_socket(address: str = "127.0.0.1") -> socket.socket:
+    s = socket.socket()
+    s.bind((address, 0))
+    s.listen()
+    return s
+
+
+# -- preflight -----------------------------------------------------------------------------------
+def test_preflight_facts_see_a_real_listener_and_a_foreign_address():
+    busy = _listening_socket()
+    busy_port = busy.getsockname()[1]
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    free_port = free.getsockname()[1]
+    free.close()
+    try:
+        facts = remote.preflight_facts("127.0.0.1", [busy_port, free_port])
+    finally:
+        busy.close()
+    assert facts["python"] == list(sys.version_info[:3]) and facts["executable"] == sys.executable
+    import cffi
+
+    assert facts["cffi"] == cffi.__version__ and facts["address_error"] is None
+    assert [p for p, _ in facts["busy_ports"]] == [busy_port]
+    assert "Address already in use" in facts["busy_ports"][0][1]
+    # TEST-NET-1 is nobody's address: nothing can bind it, and ports are then not tried.
+    facts = remote.preflight_facts("192.0.2.77", [free_port])
+    assert facts["address_error"] and facts["busy_ports"] == []
+
+
+def test_cffi_backend_dir_is_where_python_finds_it():
+    import _cffi_backend
+
+    assert remote.cffi_backend_dir() == os.path.dirname(os.path.abspath(_cffi_backend.__file__))
+
+
+# -- finalize (deploy) ----------------------------------------------------------------------------
+def _build(parent, name: str, with_so: bool = True, age: float = 0.0) -> str:
+    d = parent / name
+    (d / "zcorch").mkdir(parents=True)
+    if with_so:
+        (d / "zcorch" / "_native.abi3.so").write_bytes(b"\x7fELF")
+    if age:
+        t = time.time() - age
+        os.utime(d, (t, t))
+    return str(d)
+
+
+def test_finalize_marks_renames_and_prunes_old_builds(tmp_path):
+    olds = [_build(tmp_path, f"worker-old{i}", age=100 * (i + 1)) for i in range(3)]   # old0 newest
+    stale_tmp = _build(tmp_path, ".tmp-worker-dead-1234", age=7200)
+    fresh_tmp = _build(tmp_path, ".tmp-worker-busy-5678")                                # another deploy's
+    tmp = _build(tmp_path, ".tmp-worker-abc-0001")
+    final = str(tmp_path / "worker-abc")
+    remote.finalize_build(tmp, final, ".zcorch-deployed", '{"hash": "abc"}', keep=2)
+    with open(os.path.join(final, ".zcorch-deployed")) as f:
+        assert f.read() == '{"hash": "abc"}'
+    assert not os.path.exists(tmp) and os.path.isfile(os.path.join(final, "zcorch", "_native.abi3.so"))
+    assert os.path.isdir(olds[0]) and not os.path.exists(olds[1]) and not os.path.exists(olds[2])  # keep=2
+    assert not os.path.exists(stale_tmp) and os.path.isdir(fresh_tmp)
+
+
+def test_finalize_replaces_an_incomplete_directory_and_loses_a_race_gracefully(tmp_path):
+    final = _build(tmp_path, "worker-h")            # same name, no marker: not trusted
+    (tmp_path / "worker-h" / "junk").write_text("x")
+    remote.finalize_build(_build(tmp_path, ".tmp-worker-h-1"), final, "M", "one", keep=3)
+    assert not os.path.exists(os.path.join(final, "junk")) and open(os.path.join(final, "M")).read() == "one"
+    # A concurrent deploy of the same hash finished first: ours is dropped, theirs stays.
+    loser = _build(tmp_path, ".tmp-worker-h-2")
+    remote.finalize_build(loser, final, "M", "two", keep=3)
+    assert not os.path.exists(loser) and open(os.path.join(final, "M")).read() == "one"
+
+
+def test_finalize_refuses_a_build_without_the_native_module(tmp_path):
+    tmp = _build(tmp_path, ".tmp-worker-x-1", with_so=False)
+    with pytest.raises(remote.ActionError, match="produced no zcorch/_native"):
+        remote.finalize_build(tmp, str(tmp_path / "worker-x"), "M", "t", keep=3)
+    assert not os.path.exists(tmp_path / "worker-x")
+    r = _cli("finalize", tmp, str(tmp_path / "worker-x"), "M", "t", "3")
+    assert r.returncode == 1 and "finalize: the build printed no error but produced no zcorch/_native" in r.stderr
+
+
+# -- metadata ---------------------------------------------------------------------------------------
+def test_host_metadata_records_why_a_value_is_null(tmp_path):
+    meta = remote.host_metadata("127.0.0.1", str(tmp_path / "a" / "b"), ["net.core.rmem_max", "no.such.sysctl"])
+    with open("/proc/sys/net/core/rmem_max") as f:
+        assert meta["sysctls"]["net.core.rmem_max"] == f.read().strip()
+    assert meta["sysctls"]["no.such.sysctl"] is None
+    assert "/proc/sys/no/such/sysctl" in meta["why_null"]["sysctls.no.such.sysctl"]
+    assert meta["sink_path"] == str(tmp_path / "a" / "b") and meta["sink_mount"]["target"]
+    assert meta["interface"]["name"] == "lo" and meta["euid"] == os.geteuid()
+    assert meta["python"]["executable"] == sys.executable
+    assert remote.host_metadata("127.0.0.1", "", [])["sink_mount"] is None   # no sink path: nothing probed
+
+
+# -- scratch --------------------------------------------------------------------------------------
+def test_prepare_scratch_is_0700_whatever_the_umask(tmp_path):
+    old = os.umask(0o000)
+    try:
+        info = remote.prepare_scratch(str(tmp_path / "wd"), ["a/b"])
+    finally:
+        os.umask(old)
+    path = tmp_path / "wd" / "scratch"
+    assert info == {"path": str(path), "created": True, "mode": "0700"}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700 and (path / "a" / "b").is_dir()
+    assert remote.prepare_scratch(str(tmp_path / "wd"))["created"] is False
+
+
+def test_prepare_scratch_reports_what_is_in_the_way(tmp_path):
+    (tmp_path / "file").write_text("x")
+    info = remote.prepare_scratch(str(tmp_path / "file" / "wd"))       # under a file
+    assert info["error"].startswith("cannot be created:") and "Not a directory" in info["error"]
+    (tmp_path / "wd").mkdir()
+    (tmp_path / "wd" / "scratch").write_text("x")
+    assert remote.prepare_scratch(str(tmp_path / "wd"))["error"] == "exists and is not a directory"
+
+
+def test_prepare_scratch_expands_home_on_the_host(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "zcorch.worker.remote", "scratch", "~/wd"], capture_output=True,
+                       text=True, env=dict(os.environ, HOME=str(tmp_path), PYTHONPATH=remote_call.PACKAGE_PARENT))
+    assert r.returncode == 0 and json.loads(r.stdout)["path"] == str(tmp_path / "wd" / "scratch")
+
+
+# -- dd -----------------------------------------------------------------------------------------------
+def test_dd_baseline_times_write_and_read_and_removes_its_file(tmp_path):
+    out = remote.dd_baseline(str(tmp_path), "4096", "8")
+    assert out["path"].startswith(str(tmp_path)) and os.listdir(tmp_path) == []
+    assert out["write"]["returncode"] == 0 and "32768 bytes" in out["write"]["stderr"]
+    assert out["write"]["wall_s"] > 0 and out["write"]["argv"][0] == "dd"
+    assert out["read"]["returncode"] == 0 and "32768 bytes" in out["read"]["stderr"]
+    assert out["read"]["cached"] is (os.geteuid() != 0)
+    parsed = bl.parse_dd_wrapper(json.dumps(out))   # the controller's parser reads it as is
+    assert parsed["dd_write"]["bytes"] == parsed["dd_read"]["bytes"] == 32768
+
+
+def test_dd_baseline_into_a_missing_directory_reports_dd_and_skips_the_read(tmp_path):
+    out = remote.dd_baseline(str(tmp_path / "nope"), "4096", "1")
+    assert out["write"]["returncode"] != 0 and "No such file or directory" in out["write"]["stderr"]
+    assert "read" not in out
+
+
+# -- loop devices -----------------------------------------------------------------------------------
+def test_loop_functions_fail_with_oserror_on_what_is_not_a_loop_device(tmp_path):
+    f = tmp_path / "plain"
+    f.write_bytes(b"x")
+    with pytest.raises(OSError):           # LOOP_GET_STATUS64 on a regular file: ENOTTY
+        remote.set_loop_autoclear([str(f)])
+    with pytest.raises(FileNotFoundError):
+        remote.open_exclusive(str(tmp_path / "missing"))
+    r = _cli("loop-autoclear", str(f))
+    assert r.returncode == 1 and r.stderr.startswith("loop-autoclear: [Errno 25]")
+
+
+@pytest.mark.root
+def test_open_exclusive_sees_an_exclusive_holder(tmp_path):
+    with external_loop(str(tmp_path)) as dev:
+        remote.open_exclusive(dev)                                 # nobody holds it
+        holder = os.open(dev, os.O_RDONLY | os.O_EXCL)             # as a mount or md member would
+        try:
+            with pytest.raises(OSError) as info:
+                remote.open_exclusive(dev)
+            assert info.value.strerror == "Device or resource busy"
+            assert _cli("open-excl", dev).returncode == 1
+        finally:
+            os.close(holder)
+        assert _cli("open-excl", dev).returncode == 0
+
+
+@pytest.mark.root
+def test_loop_autoclear_makes_the_loop_detach_on_last_close(tmp_path):
+    with external_loop(str(tmp_path)) as dev:
+        backing = subprocess.run(["losetup", "--noheadings", "--output", "BACK-FILE", dev], capture_output=True,
+                                 text=True, check=True).stdout.strip()
+        sysfs = f"/sys/block/{os.path.basename(dev)}/loop/autoclear"
+        keep = os.open(dev, os.O_RDONLY)                          # the mount's role: holds it open
+        try:
+            remote.set_loop_autoclear([dev])
+            with open(sysfs) as f:
+                assert f.read().strip() == "1"
+        finally:
+            os.close(keep)
+        deadline = time.monotonic() + 5
+        while subprocess.run(["losetup", "--associated", backing, "--noheadings"], capture_output=True,
+                             text=True).stdout.strip() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert subprocess.run(["losetup", "--associated", backing, "--noheadings"], capture_output=True,
+                              text=True).stdout.strip() == ""
+
+
+# -- command line ---------------------------------------------------------------------------------------
+def test_main_usage_errors_exit_2():
+    assert remote.main([]) == 2
+    assert remote.main(["no-such-action"]) == 2
+    assert remote.main(["dd", "/tmp"]) == 2
+    assert remote.main(["finalize", "a", "b", "c", "d", "three"]) == 2
+    r = _cli("preflight", "127.0.0.1", "http")
+    assert r.returncode == 2 and r.stderr == "preflight: PORT must be an integer, got 'http'\n"
+    r = _cli()
+    assert r.returncode == 2 and "scratch WORKDIR [SUBDIR...]" in r.stderr
+
+
+def test_the_three_ways_it_runs_print_the_same_json(tmp_path):
+    """-m (localhost), the file's text on stdin (remote hosts), a plain file with -S: one module."""
+    with open(MODULE_FILE) as f:
+        source = f.read()
+    wd = str(tmp_path / "wd")
+    bare = dict(PATH=os.environ["PATH"])      # no PYTHONPATH: it must need nothing from zcorch
+    runs = [subprocess.run([sys.executable, "-m", "zcorch.worker.remote", "scratch", wd], capture_output=True,
+                           text=True, env=dict(bare, PYTHONPATH=remote_call.PACKAGE_PARENT)),
+            subprocess.run([sys.executable, "-", "scratch", wd], input=source, capture_output=True, text=True,
+                           env=bare, cwd=str(tmp_path)),
+            subprocess.run([sys.executable, "-S", MODULE_FILE, "scratch", wd], capture_output=True, text=True,
+                           env=bare, cwd=str(tmp_path))]
+    docs = [json.loads(r.stdout) for r in runs]
+    assert [r.returncode for r in runs] == [0, 0, 0] and [r.stderr for r in runs] == ["", "", ""]
+    assert [d["created"] for d in docs] == [True, False, False]
+    assert all(d["path"] == os.path.join(wd, "scratch") for d in docs)
+
+
+def test_module_imports_neither_zcorch_nor_typing_at_run_time(tmp_path):
+    # A real job under -X importtime (every import it makes, on stderr), started with -S as the worker is.
+    r = subprocess.run([sys.executable, "-S", "-X", "importtime", MODULE_FILE, "scratch", str(tmp_path)],
+                       capture_output=True, text=True, env=dict(PATH=os.environ["PATH"]), cwd=str(tmp_path))
+    assert r.returncode == 0 and json.loads(r.stdout)["created"], r.stderr
+    imported = [line.rsplit("|", 1)[1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")]
+    assert "json" in imported and "subprocess" in imported       # the check sees the imports
+    assert [m for m in imported if m == "typing" or m.split(".")[0] == "zcorch"] == []
+
+
+# -- remote_call: which interpreter, which form -----------------------------------------------------------
+def _as_remote(python: str) -> LocalHost:
+    """This machine standing for a remote host (is_local False: the stdin form, the spec's python)."""
+    host = LocalHost("receiver", "127.0.0.1")
+    host.is_local = False
+    host.spec = {"python": python}
+    return host
+
+
+def test_localhost_runs_the_controllers_package_with_this_interpreter():
+    host = LocalHost()
+    assert remote_call.host_python(host) == sys.executable
+    cmd = remote_call.remote_command(host, "open-excl", "/dev/x")
+    assert cmd.argv == [sys.executable, "-m", "zcorch.worker.remote", "open-excl", "/dev/x"]
+    assert cmd.env == {"PYTHONPATH": remote_call.PACKAGE_PARENT} and cmd.input is None
+    assert os.path.isfile(os.path.join(cmd.env["PYTHONPATH"], "zcorch", "worker", "remote.py"))
+
+
+def test_remote_host_gets_the_module_on_stdin_and_its_configured_python(tmp_path):
+    # The host's `python:` under another name (a symlink): it must be what runs, not python3.
+    py = tmp_path / "bin" / "zc-host-python"
+    py.parent.mkdir()
+    py.symlink_to(sys.executable)
+    host = _as_remote(str(py))
+    assert remote_call.host_python(host) == str(py)
+    cmd = remote_call.remote_command(host, "preflight", "127.0.0.1", 5201)
+    assert cmd.argv == [str(py), "-", "preflight", "127.0.0.1", "5201"] and cmd.env is None
+    with open(MODULE_FILE) as f:
+        assert cmd.input == f.read()
+    assert cmd.display().endswith(" < zcorch/worker/remote.py")
+    facts = remote_call.remote_json(remote_call.run_remote(host, "preflight", "127.0.0.1"))
+    assert facts["executable"] == str(py)
+    # The callers take the host's python from the same place.
+    assert deploy.probe_host(host)["executable"] == str(py)
+    assert metadata.collect_host(host, remote_call.host_python(host), path=str(tmp_path))["python"]["executable"] \
+        == str(py)
+    host.spec["workdir"] = str(tmp_path / "wd")
+    assert scratch.prepare(host, remote_call.host_python(host))["path"] == str(tmp_path / "wd" / "scratch")
+
+
+def test_missing_interpreter_is_exit_127_and_named_by_the_callers(tmp_path):
+    host = _as_remote(str(tmp_path / "no-python"))
+    assert remote_call.run_remote(host, "preflight", "127.0.0.1").returncode == 127
+    facts = deploy.probe_host(host)
+    assert facts["returncode"] == 127 and facts["python_cmd"] == str(tmp_path / "no-python")
+    assert deploy.host_problems(host, facts)[0].startswith(f"receiver: {tmp_path / 'no-python'} not found")
+
+
+def test_remote_json_takes_the_last_line_object_only():
+    from zcorch.hosts.local import CommandResult
+
+    assert remote_call.remote_json(CommandResult([], 0, 'noise\n{"a": 1}\n', "")) == {"a": 1}
+    assert remote_call.remote_json(CommandResult([], 0, "[1]\n", "")) is None
+    assert remote_call.remote_json(CommandResult([], 0, "", "")) is None
+
+
+# -- lab: the host's own python over SSH, for every job -----------------------------------------------------
+@pytest.mark.lab
+@pytest.mark.root
+@pytest.mark.timeout(300)
+def test_every_remote_job_runs_with_the_hosts_configured_python(lab):
+    """`python:` is a wrapper (another name, logs its arguments, execs /usr/bin/python3): each job shows up."""
+    tag = uuid.uuid4().hex[:8]
+    wrapper, log = f"zc-python-{tag}", f"zc-python-{tag}.log"
+    with open(os.path.join(lab.receiver.home, wrapper), "w") as f:
+        f.write(f'#!/bin/sh\nprintf "%s\\n" "$*" >> /root/{log}\nexec /usr/bin/python3 "$@"\n')
+    os.chmod(os.path.join(lab.receiver.home, wrapper), 0o755)
+    spec = lab.hosts_spec["receiver"]
+    spec.update(python=f"/root/{wrapper}", workdir=f"~/.cache/zcorch-py-{tag}")
+    from zcorch.hosts.ssh import connect
+
+    host = connect(spec, "receiver")
+    try:
+        python = remote_call.host_python(host)
+        assert python == f"/root/{wrapper}"
+        facts = deploy.preflight({"receiver": host})["receiver"]
+        assert facts["executable"] == "/usr/bin/python3"           # what the wrapper exec'd
+        handle = deploy.deploy(host)                               # build, cffi-dir, finalize
+        assert handle.python == python and not handle.reused and handle.python_flags == ["-S"]
+        assert deploy.worker_version_problems(handle) == []
+        meta = metadata.collect_host(host, python, path="/root")
+        assert meta["interface"]["name"] and meta["sink_mount"]["target"] == "/root"
+        info = scratch.prepare(host, python, ["dd"])
+        assert info["path"] == f"/root/.cache/zcorch-py-{tag}/scratch" and info["mode"] == "0700"
+        recs = bl.run_dd(host, python, bl.DdConfig(bs=4096, count=4), info["path"] + "/dd")
+        assert [r["status"] for r in recs] == ["ok", "ok"], recs
+        backing = f"/root/zc-loop-{tag}.img"
+        assert host.run(["truncate", "-s", "16M", backing]).ok
+        dev = host.run(["losetup", "--find", "--show", backing]).stdout.strip()
+        try:
+            assert device_problems(host, dev, True, "receiver") == []   # open-excl, with the host's python
+            assert remote_call.run_remote(host, "loop-autoclear", dev).ok
+            # nobody holds it: autoclear detached it when the job closed it
+            assert host.run(["losetup", "--associated", backing, "--noheadings"]).stdout.strip() == ""
+        finally:
+            host.run(["losetup", "-d", dev])
+            host.run(["rm", "-f", backing])
+        with open(os.path.join(lab.receiver.home, log)) as f:
+            calls = f.read().splitlines()
+        jobs = [c.split()[1] for c in calls if c.startswith("- ")]
+        assert jobs == ["preflight", "cffi-dir", "finalize", "metadata", "scratch", "dd", "open-excl",
+                        "loop-autoclear"], calls
+        assert any("native/build.py --out" in c for c in calls)            # the build too
+        assert not [c for c in calls if c.startswith("-c ")]
+    finally:
+        host.run(["rm", "-rf", f"/root/.cache/zcorch-py-{tag}", f"/root/{wrapper}", f"/root/{log}"])
+        host.close()
+    assert lab.zcorch_procs("receiver") == []

@@ -1,0 +1,84 @@
+"""How the controller runs `zcorch.worker.remote` actions on a host, with that host's own python.
+
+    run_remote(host, "scratch", "~/.cache/zcorch", "in") -> CommandResult
+    remote_json(result) -> dict | None           the JSON object on the last stdout line
+    remote_command(host, action, *args) -> RemoteCommand(argv, env, input)   what run_remote runs
+    host_python(host) -> str                     hosts.<role>.python, python3 by default; sys.executable locally
+
+Remote hosts get the module's own text on stdin (`python - ACTION ARGS...`): it needs nothing deployed
+(preflight and deploy's own steps run before the worker exists) and leaves nothing behind. Localhost runs
+the controller's package (`python -m zcorch.worker.remote`, the checkout on PYTHONPATH, as the local
+worker). Arguments are argv items: nothing reaches a shell.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import zcorch
+from zcorch.hosts.local import CommandResult, Host
+from zcorch.worker import remote
+
+# Localhost imports the module from the package this controller runs (what PYTHONPATH must name).
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(zcorch.__file__)))
+DEFAULT_PYTHON = "python3"
+MODULE = "zcorch.worker.remote"
+
+_source: Optional[str] = None
+
+
+def host_python(host: Host) -> str:
+    """The interpreter that runs our code on `host`: the spec's `python` (default python3); locally this one."""
+    if host.is_local:
+        return sys.executable
+    return str(getattr(host, "spec", {}).get("python") or DEFAULT_PYTHON)
+
+
+def _module_source() -> str:
+    global _source
+    if _source is None:
+        with open(remote.__file__, encoding="utf-8") as f:
+            _source = f.read()
+    return _source
+
+
+@dataclass(frozen=True)
+class RemoteCommand:
+    """One action as a command for Host.run: argv, extra environment, text for stdin."""
+
+    argv: List[str]
+    env: Optional[Dict[str, str]] = None
+    input: Optional[str] = None
+
+    def display(self) -> str:
+        """The command for logs and --dry-run (the module fed on stdin is named, not copied)."""
+        return shlex.join(self.argv) + (f" < {MODULE.replace('.', '/')}.py" if self.input is not None else "")
+
+
+def remote_command(host: Host, action: str, *args: object, python: Optional[str] = None) -> RemoteCommand:
+    """The command that runs `zcorch.worker.remote ACTION ARGS...` on `host` with `python` (default: the host's)."""
+    python = python or host_python(host)
+    tail = [action, *[str(a) for a in args]]
+    if host.is_local:
+        return RemoteCommand([python, "-m", MODULE, *tail], env={"PYTHONPATH": PACKAGE_PARENT})
+    return RemoteCommand([python, "-", *tail], input=_module_source())
+
+
+def run_remote(host: Host, action: str, *args: object, timeout: float = 60.0,
+               python: Optional[str] = None) -> CommandResult:
+    """Run one action on `host` to completion. Exit 127 means the interpreter was not found there."""
+    cmd = remote_command(host, action, *args, python=python)
+    return host.run(cmd.argv, timeout=timeout, env=cmd.env, input=cmd.input)
+
+
+def remote_json(result: CommandResult) -> Optional[dict]:
+    """The JSON object an action printed (its last stdout line), None if there is none."""
+    try:
+        doc = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+    return doc if isinstance(doc, dict) else None

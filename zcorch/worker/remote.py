@@ -1,0 +1,435 @@
+"""Small jobs the controller runs on a host with the host's own python: probes, scratch, dd, deploy steps.
+
+    python -m zcorch.worker.remote ACTION ARGS...      (localhost: the controller's own package)
+    python - ACTION ARGS... < zcorch/worker/remote.py   (remote hosts: this file's text on stdin)
+
+Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
+    preflight ADDRESS [PORT...]        -> JSON facts: python, cffi, Python.h, cc, iperf3, address/ports bindable
+    cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
+    finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
+    metadata ADDRESS PATH [SYSCTL...]  -> JSON: kernel, CPU, memory, data interface, sysctls, sink mount...
+    scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
+    dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
+    loop-autoclear DEVICE...              set LO_FLAGS_AUTOCLEAR on attached loop devices
+    open-excl PATH                        exit 0 if PATH can be opened with O_EXCL (no one holds it exclusively)
+
+Exit status: 0 on success, 1 when the job failed (message on stderr), 2 on a usage error.
+
+Stdlib-only and imports nothing from zcorch: it runs before the worker is deployed (preflight, the deploy
+steps) and as a plain file fed to the interpreter. No `typing` at run time (the worker's package starts
+with `python -S`); annotations are strings.
+"""
+from __future__ import annotations
+
+import fcntl
+import glob
+import json
+import os
+import platform
+import shutil
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import sysconfig
+import time
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+
+class ActionError(Exception):
+    """A job that cannot be done: main() prints the message on stderr and exits 1."""
+
+
+# -- preflight (before anything is deployed) ---------------------------------------------------
+
+def preflight_facts(address: str, ports: "Sequence[int]" = ()) -> "Dict[str, Any]":
+    """What a sweep needs from this host: python version, cffi, Python.h, a compiler, iperf3, and
+    whether `address` (the data address) and each of `ports` on it can be bound."""
+    out: "Dict[str, Any]" = {"python": list(sys.version_info[:3]), "executable": sys.executable}
+    try:
+        import cffi
+        out["cffi"] = cffi.__version__
+    except Exception:  # a broken cffi install counts as none
+        out["cffi"] = None
+    inc = sysconfig.get_paths().get("include") or ""
+    out["python_h"] = os.path.exists(os.path.join(inc, "Python.h"))
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    out["cc"] = shutil.which(os.environ.get("CC", "") or cc) or shutil.which("cc") or shutil.which("gcc")
+    out["iperf3"] = shutil.which("iperf3")
+    out["address_error"] = None
+    out["busy_ports"] = []
+    try:
+        _try_bind(address, 0)
+    except OSError as exc:
+        out["address_error"] = str(exc)
+    else:
+        for port in ports:
+            try:
+                _try_bind(address, int(port))
+            except OSError as exc:
+                out["busy_ports"].append([int(port), str(exc)])
+    return out
+
+
+def _try_bind(address: str, port: int) -> None:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.bind((address, port))
+    finally:
+        s.close()
+
+
+def cffi_backend_dir() -> str:
+    """Directory holding _cffi_backend: the built worker needs only it from site-packages (so it can run -S)."""
+    try:
+        import _cffi_backend
+    except ImportError as exc:
+        raise ActionError(f"no _cffi_backend for {sys.executable}: {exc}") from None
+    return os.path.dirname(os.path.abspath(_cffi_backend.__file__))
+
+
+# -- deploy ----------------------------------------------------------------------------------
+
+def finalize_build(tmp: str, final: str, marker: str, text: str, keep: int) -> None:
+    """After a worker build in `tmp`: check it, write the completion marker, rename it to `final`,
+    prune all but the `keep` newest worker-* builds and temp directories older than an hour."""
+    if not glob.glob(os.path.join(tmp, "zcorch", "_native*.so")):
+        raise ActionError(f"the build printed no error but produced no zcorch/_native*.so in {tmp}")
+    with open(os.path.join(tmp, marker), "w") as f:
+        f.write(text)
+    if os.path.isdir(final) and not os.path.exists(os.path.join(final, marker)):
+        aside = f"{final}.old-{os.getpid()}"
+        os.rename(final, aside)          # an incomplete directory: replace it
+        shutil.rmtree(aside, ignore_errors=True)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        if not os.path.exists(os.path.join(final, marker)):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)   # a concurrent deploy of the same hash won the race
+    parent = os.path.dirname(final)
+    builds = sorted(glob.glob(os.path.join(parent, "worker-*")), key=os.path.getmtime, reverse=True)
+    for old in [b for b in builds if b != final][max(keep - 1, 0):]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in glob.glob(os.path.join(parent, ".tmp-worker-*")):
+        if os.path.getmtime(stale) < os.path.getmtime(final) - 3600:
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+# -- metadata ----------------------------------------------------------------------------------
+
+def _read(path: str) -> "Tuple[Optional[str], Optional[str]]":
+    """(stripped text, None) or (None, why it could not be read)."""
+    try:
+        with open(path) as f:
+            return f.read().strip(), None
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror or exc}"
+
+
+def _run(argv: "List[str]") -> "Tuple[Optional[str], Optional[str]]":
+    """(stdout, None) of a successful command, or (None, why not)."""
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{argv[0]}: {exc}"
+    if p.returncode != 0:
+        return None, f"{' '.join(argv)} exited {p.returncode}: {p.stderr.strip()[:200]}"
+    return p.stdout, None
+
+
+def interface_for_address(addrs: "List[Dict[str, Any]]", address: str) -> "Optional[str]":
+    """Name of the interface holding `address` in `ip -j addr` output, else None."""
+    for link in addrs:
+        for info in link.get("addr_info", []):
+            if info.get("local") == address:
+                return link.get("ifname")
+    return None
+
+
+def _first_version_line(argv: "List[str]") -> "Tuple[Optional[str], Optional[str]]":
+    out, why = _run(argv)
+    if out is None:
+        return None, why
+    return (out.strip().splitlines() or [""])[0], None
+
+
+def host_metadata(address: str, path: str, sysctls: "Sequence[str]") -> "Dict[str, Any]":
+    """What shaped the numbers on this host. Anything unreadable is null, with why in meta["why_null"].
+
+    address: the data address (its interface's MTU and speed are recorded); path: the sink, whose
+    filesystem (nearest existing parent) is recorded; sysctls: dotted names read from /proc/sys.
+    """
+    meta: "Dict[str, Any]" = {"why_null": {}}
+    why = meta["why_null"]
+    u = platform.uname()
+    meta["hostname"] = u.node
+    meta["kernel"] = {"release": u.release, "version": u.version, "machine": u.machine}
+    cpuinfo, w = _read("/proc/cpuinfo")
+    model = None
+    for line in (cpuinfo or "").splitlines():
+        if line.split(":")[0].strip() in ("model name", "Model", "cpu model"):
+            model = line.split(":", 1)[1].strip()
+            break
+    meta["cpu_model"] = model
+    if model is None:
+        why["cpu_model"] = w or "no model name in /proc/cpuinfo"
+    meta["cpu_count"] = os.cpu_count()
+    try:
+        meta["cpu_affinity_count"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        meta["cpu_affinity_count"] = None
+    meminfo, w = _read("/proc/meminfo")
+    meta["mem_total_bytes"] = None
+    for line in (meminfo or "").splitlines():
+        if line.startswith("MemTotal:"):
+            meta["mem_total_bytes"] = int(line.split()[1]) * 1024
+    if meta["mem_total_bytes"] is None:
+        why["mem_total_bytes"] = w or "no MemTotal in /proc/meminfo"
+    # The data interface: the one that holds the data address.
+    iface: "Dict[str, Any]" = {"address": address, "name": None, "mtu": None, "speed_mbps": None}
+    out, w = _run(["ip", "-j", "addr"])
+    if out is None:
+        why["interface"] = w
+    else:
+        iface["name"] = interface_for_address(json.loads(out), address)
+        if iface["name"] is None:
+            why["interface"] = f"no interface holds {address} (ip -j addr)"
+        else:
+            mtu, w = _read(f"/sys/class/net/{iface['name']}/mtu")
+            iface["mtu"] = int(mtu) if mtu else None
+            if mtu is None:
+                why["interface.mtu"] = w
+            speed, w = _read(f"/sys/class/net/{iface['name']}/speed")
+            if speed is not None and speed.lstrip("-").isdigit() and int(speed) > 0:
+                iface["speed_mbps"] = int(speed)
+            else:
+                # veth, lo and some virtual NICs have no link speed: EINVAL or -1.
+                why["interface.speed_mbps"] = w or f"speed reported as {speed!r} (virtual link?)"
+    meta["interface"] = iface
+    meta["sysctls"] = {}
+    for name in sysctls:
+        val, w = _read("/proc/sys/" + name.replace(".", "/"))
+        meta["sysctls"][name] = " ".join(val.split()) if val is not None else None
+        if val is None:
+            why["sysctls." + name] = w
+    meta["sink_path"] = path
+    meta["sink_mount"] = None
+    if path:
+        probe_path = path
+        while probe_path and not os.path.exists(probe_path):
+            probe_path = os.path.dirname(probe_path)
+        out, w = _run(["findmnt", "-J", "-T", probe_path or "/"])
+        if out is None:
+            why["sink_mount"] = w
+        else:
+            fss = json.loads(out).get("filesystems") or [None]
+            meta["sink_mount"] = fss[0]
+    meta["python"] = {"version": platform.python_version(), "executable": sys.executable}
+    meta["versions"] = {}
+    for key, argv in (("iperf3", ["iperf3", "--version"]), ("compiler", ["cc", "--version"]),
+                      ("dd", ["dd", "--version"])):
+        meta["versions"][key], w = _first_version_line(argv)
+        if w:
+            why["versions." + key] = w
+    meta["euid"] = os.geteuid()
+    return meta
+
+
+# -- {scratch} ----------------------------------------------------------------------------------
+
+def prepare_scratch(workdir: str, subdirs: "Sequence[str]" = ()) -> "Dict[str, Any]":
+    """Create `<workdir>/scratch` (mode 0700, whatever the umask) and `subdirs` under it.
+
+    `~` in workdir is expanded here, on the host. Returns {"path", "created", "mode"} plus "error"
+    when the directory cannot be used: not a directory, owned by another user, not writable.
+    """
+    workdir = os.path.expanduser(workdir)
+    path = os.path.join(workdir, "scratch")
+    out: "Dict[str, Any]" = {"path": path, "created": False}
+    try:
+        os.makedirs(workdir, exist_ok=True)
+        try:
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o700)  # whatever the umask
+            out["created"] = True
+        except FileExistsError:
+            pass
+        st = os.stat(path)
+        out["mode"] = "%04o" % stat.S_IMODE(st.st_mode)
+        if not stat.S_ISDIR(st.st_mode):
+            out["error"] = "exists and is not a directory"
+        elif st.st_uid != os.geteuid():
+            out["error"] = (f"is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()}): another user "
+                            "could read or replace the files")
+        elif not os.access(path, os.W_OK | os.X_OK):
+            out["error"] = "is not writable by this user"
+        else:
+            for sub in subdirs:
+                os.makedirs(os.path.join(path, sub), 0o700, exist_ok=True)
+    except OSError as exc:
+        out["error"] = f"cannot be created: {exc}"
+    return out
+
+
+# -- dd baseline --------------------------------------------------------------------------------
+
+def _dd(args: "List[str]") -> "Tuple[subprocess.CompletedProcess, float]":
+    """(finished dd, its monotonic start time)."""
+    t0 = time.monotonic()
+    p = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                       env=dict(os.environ, LC_ALL="C"))  # dd's summary line in a parseable language
+    return p, t0
+
+
+def dd_baseline(directory: str, bs: str, count: str) -> "Dict[str, Any]":
+    """Time `dd; sync` writing a file in `directory` (after an untimed sync, as the seeds'
+    `sync; time { dd ...; sync; }`), then its read back after dropping the page cache when allowed.
+
+    Returns {"path", "write": {argv, returncode, stderr, wall_s, timed}, "read": {... cached, cache_note}};
+    "read" only when the write succeeded. The file is always removed.
+    """
+    path = os.path.join(directory, f".zcorch-dd-{os.getpid()}")
+    out: "Dict[str, Any]" = {"path": path}
+    try:
+        os.sync()
+        p, t0 = _dd(["dd", "if=/dev/zero", "of=" + path, "bs=" + bs, "count=" + count])
+        if p.returncode == 0:
+            os.sync()
+        out["write"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
+                        "wall_s": time.monotonic() - t0,
+                        "timed": f"dd if=/dev/zero of=FILE bs={bs} count={count}; sync (after an untimed sync)"}
+        if p.returncode == 0:
+            cached, why = True, None
+            if os.geteuid() == 0:
+                try:
+                    with open("/proc/sys/vm/drop_caches", "w") as f:
+                        f.write("3\n")
+                    cached = False
+                except OSError as exc:
+                    why = f"drop_caches failed: {exc}"
+            else:
+                why = "not root: page cache not dropped, the read is (partly) cached"
+            p, t0 = _dd(["dd", "if=" + path, "of=/dev/null", "bs=" + bs, "count=" + count])
+            out["read"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
+                           "wall_s": time.monotonic() - t0, "cached": cached, "cache_note": why,
+                           "timed": f"dd if=FILE of=/dev/null bs={bs} count={count}"}
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return out
+
+
+# -- filesystems --------------------------------------------------------------------------------
+
+# struct loop_info64 is 232 bytes; lo_flags is the u32 at offset 52 (linux/loop.h).
+_LOOP_GET_STATUS64, _LOOP_SET_STATUS64, _LO_FLAGS_AUTOCLEAR = 0x4C05, 0x4C04, 4
+
+
+def set_loop_autoclear(devices: "Sequence[str]") -> None:
+    """Let attached loop devices detach themselves on last close (LO_FLAGS_AUTOCLEAR).
+
+    util-linux has no option for it on an attached device, hence the ioctls. Raises OSError.
+    """
+    for dev in devices:
+        fd = os.open(dev, os.O_RDONLY)
+        try:
+            buf = bytearray(232)
+            fcntl.ioctl(fd, _LOOP_GET_STATUS64, buf)
+            struct.pack_into("<I", buf, 52, struct.unpack_from("<I", buf, 52)[0] | _LO_FLAGS_AUTOCLEAR)
+            fcntl.ioctl(fd, _LOOP_SET_STATUS64, bytes(buf))
+        finally:
+            os.close(fd)
+
+
+def open_exclusive(path: str) -> None:
+    """Open a block device with O_EXCL and close it again: raises OSError (EBUSY) when someone holds it
+    exclusively (a mount, also in another namespace, a btrfs/md member, swap)."""
+    os.close(os.open(path, os.O_RDONLY | os.O_EXCL))
+
+
+# -- command line -------------------------------------------------------------------------------
+
+class _UsageError(Exception):
+    pass
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise _UsageError(f"{what} must be an integer, got {text!r}") from None
+
+
+def _print_json(doc: "Dict[str, Any]") -> int:
+    print(json.dumps(doc))
+    return 0
+
+
+def _cffi_dir_action(_args: "List[str]") -> int:
+    print(cffi_backend_dir())
+    return 0
+
+
+def _finalize_action(args: "List[str]") -> int:
+    finalize_build(args[0], args[1], args[2], args[3], _int(args[4], "KEEP"))
+    return 0
+
+
+def _loop_autoclear_action(args: "List[str]") -> int:
+    set_loop_autoclear(args)
+    return 0
+
+
+def _open_excl_action(args: "List[str]") -> int:
+    open_exclusive(args[0])
+    return 0
+
+
+# name -> (usage of its arguments, least and most argument count (None: any), handler)
+ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]" = {
+    "preflight": ("ADDRESS [PORT...]", 1, None,
+                  lambda a: _print_json(preflight_facts(a[0], [_int(p, "PORT") for p in a[1:]]))),
+    "cffi-dir": ("", 0, 0, _cffi_dir_action),
+    "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
+    "metadata": ("ADDRESS PATH [SYSCTL...]", 2, None, lambda a: _print_json(host_metadata(a[0], a[1], a[2:]))),
+    "scratch": ("WORKDIR [SUBDIR...]", 1, None, lambda a: _print_json(prepare_scratch(a[0], a[1:]))),
+    "dd": ("DIR BS COUNT", 3, 3, lambda a: _print_json(dd_baseline(a[0], a[1], a[2]))),
+    "loop-autoclear": ("DEVICE...", 1, None, _loop_autoclear_action),
+    "open-excl": ("PATH", 1, 1, _open_excl_action),
+}
+
+
+def _usage() -> str:
+    return "usage: python -m zcorch.worker.remote ACTION ARGS...\n" + "".join(
+        f"  {name} {spec[0]}".rstrip() + "\n" for name, spec in ACTIONS.items())
+
+
+def main(argv: "Optional[List[str]]" = None) -> int:
+    """Run one action, e.g. `main(["scratch", "~/.cache/zcorch", "in"])`; returns the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in ACTIONS:
+        sys.stderr.write((f"unknown action {args[0]!r}\n" if args else "") + _usage())
+        return 2
+    name, rest = args[0], args[1:]
+    usage, least, most, handler = ACTIONS[name]
+    try:
+        if len(rest) < least or (most is not None and len(rest) > most):
+            raise _UsageError(f"usage: {name} {usage}".rstrip())
+        return handler(rest)
+    except _UsageError as exc:
+        sys.stderr.write(f"{name}: {exc}\n")
+        return 2
+    except (ActionError, OSError) as exc:
+        sys.stderr.write(f"{name}: {exc}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
