@@ -9,12 +9,14 @@ runner passes (`worker_flags`), the analysis column order (`zcorch.analysis.fram
 Adding a parameter is one `Param` entry in `PARAMS` (plus, for a new `kind`, its parser in
 `zcorch.config.experiment` and its argparse mapping in `zcorch.worker.cli`).
 
-Stdlib-only and deployed with the worker (which imports it), so no `typing` at run time.
+Stdlib-only and deployed with the worker (which imports it), so no `typing` at run time, and the records are
+immutable namedtuples rather than frozen dataclasses: importing dataclasses (and the inspect module it
+pulls in) would add ~15 ms to every worker start, about as much as the rest of the worker's imports.
 """
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from collections import namedtuple
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
@@ -29,9 +31,11 @@ INT_MAX = 2 ** 31 - 1  # SO_SNDBUF / SO_RCVBUF / F_SETPIPE_SZ take a C int
 CPU_MAX = 65535
 
 
-@dataclass(frozen=True)
-class Param:
-    """One parameter of a cell: its experiment-file key, how it is parsed, and how the worker gets it.
+class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help", "unit", "choices", "min",
+                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices"),
+                       defaults=("", (), None, None, None, "", (), "default", False))):
+    """One parameter of a cell (an immutable record): its experiment-file key, how it is parsed, and how
+    the worker gets it.
 
     kind: choice (one of `choices`), size (bytes > 0, at most `max`), int / cpu (an integer in
     [`min`, `max`]), bool, duration (seconds > 0), path (an absolute path, a placeholder path from
@@ -43,23 +47,12 @@ class Param:
     refuses to start, "none" leaves it unset (the help says what that means).
     registry_choices: the choices are the C registry's (`zcorch worker info`): the worker checks them
     itself and tests/test_params.py checks the table against the build.
+    Fields after `help` are optional: unit (""), choices (()), min, max, unset (None), noun ("": what one
+    value is called in messages, e.g. "send mode"), placeholders (()), worker_absent ("default"),
+    registry_choices (False).
     """
 
-    key: str
-    kind: str
-    default: Any
-    side: str
-    flag: Optional[str]
-    help: str
-    unit: str = ""
-    choices: "tuple[str, ...]" = ()
-    min: Optional[int] = None
-    max: Optional[int] = None
-    unset: Optional[str] = None
-    noun: str = ""                 # what one value is called in messages ("send mode")
-    placeholders: "tuple[str, ...]" = ()
-    worker_absent: str = "default"
-    registry_choices: bool = False
+    __slots__ = ()
 
     @property
     def dest(self) -> Optional[str]:
@@ -184,19 +177,14 @@ def worker_flags(side: str, params: "dict[str, Any]") -> "list[str]":
 
 # ---------------------------------------------------------------- metrics
 
-@dataclass(frozen=True)
-class Metric:
-    """One key of a worker's result: its unit, which side reports it, and for which modes.
+class Metric(namedtuple("Metric", ("name", "unit", "side", "applies_to", "help"))):
+    """One key of a worker's result (an immutable record): its unit, which side reports it, for which modes.
 
     side: "send", "recv" or "both"; applies_to: the modes (of that side) it applies to, None = all.
     Elsewhere the value is null.
     """
 
-    name: str
-    unit: str
-    side: str
-    applies_to: "Optional[tuple[str, ...]]"
-    help: str
+    __slots__ = ()
 
 
 # In the order of the C struct's readout and of the analysis columns.
