@@ -44,6 +44,7 @@ def _yaml_value(key, value) -> str:
 
 def test_every_param_is_complete_and_consistent():
     assert len(set(PARAM_KEYS)) == len(PARAMS) and tuple(DEFAULTS) == PARAM_KEYS
+    assert set(CELL) == set(PARAM_KEYS), "give a new parameter a non-default value in CELL (tests/test_params.py)"
     assert SIZE_KEYS == {"bytes", "buffer", "window", "pipe_size"}
     for p in PARAMS:
         assert p.kind in table.KINDS and p.side in table.SIDES, p

@@ -85,6 +85,8 @@ def _add_params(p: argparse.ArgumentParser, side: str) -> None:
             elif prm.worker_absent == "default" and prm.default is not None:
                 kw["default"] = format_value(prm.key, prm.default)  # as a user writes it; parsed like one
                 kw["help"] += f" (default {kw['default']})"
+            elif prm.unset == "auto":
+                kw["help"] += " (default auto: the kernel's)"
         p.add_argument(prm.flag, **kw)
     p.add_argument("--exit-on-stdin-eof", action="store_true",
                    help="end at once when stdin reaches EOF (the controller that holds it open is gone)")
