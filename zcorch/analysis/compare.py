@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from zcorch.analysis.frames import OK, load
-from zcorch.analysis.plots import format_value
+from zcorch.params import format_value
 from zcorch.analysis.stats import mann_whitney_u, min_p_value, varying_params
 
 # Metrics that can be compared, and whether a higher value is better.

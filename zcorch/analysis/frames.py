@@ -29,23 +29,15 @@ from typing import Iterable, Union
 import numpy as np
 import pandas as pd
 
+# Parameter and metric columns (PARAM_KEYS, METRIC_KEYS) in the order of the tables in zcorch.params;
+# unknown extra parameters follow, sorted.
+from zcorch.params import METRIC_KEYS, PARAM_KEYS
 from zcorch.results import rates
 from zcorch.results import store as results
 from zcorch.errors import ResultsError
 
 PathLike = Union[str, os.PathLike]
 
-# Parameter columns in the order of docs/architecture.md; unknown extra parameters follow, sorted.
-PARAM_KEYS = [
-    "send_mode", "recv_mode", "bytes", "buffer", "window", "subblocks", "pipe_size", "send_cpu",
-    "recv_cpu", "gift", "fsync", "source", "sink", "timeout", "filesystem", "sink_state",
-]
-METRIC_KEYS = [
-    "bytes", "wall_ns", "utime_us", "stime_us", "minflt", "majflt", "nvcsw", "nivcsw", "maxrss_kib",
-    "sndbuf", "rcvbuf", "tcp_rtt_us", "tcp_rttvar_us", "tcp_retransmits", "tcp_total_retrans",
-    "tcp_snd_cwnd", "tcp_snd_mss", "tcp_rcv_mss", "tcp_pmtu", "fsync_ns", "zc_completions",
-    "zc_copied", "pipe_size",
-]
 # Keys of a worker's result line that are not metrics (mode is already a parameter column).
 _NOT_METRICS = {"event", "side", "mode", "params"}
 RUN_COLUMNS = ["cell", "repeat", "status", "reason"]

@@ -20,12 +20,13 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from zcorch.params import SIZE_KEYS, format_value
 from zcorch.units import format_size
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import summarize, varying_params
 
 MAX_SLICES = 6
-SIZE_PARAMS = {"bytes", "buffer", "window", "pipe_size"}
+SIZE_PARAMS = SIZE_KEYS  # format_value (zcorch.params) is the one every stage uses
 
 
 @dataclass
@@ -34,14 +35,6 @@ class Plot:
     title: str
     figure: Optional[Figure]
     note: Optional[str] = None  # why it was skipped (figure is None) or a caveat
-
-
-def format_value(param: str, value) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return "auto" if param in ("window", "pipe_size") else "none"
-    if param in SIZE_PARAMS and isinstance(value, (int, np.integer, float)) and float(value).is_integer():
-        return format_size(int(value))
-    return str(value)
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:

@@ -13,7 +13,7 @@ import sys
 
 from zcorch.errors import ConfigError
 from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, Plan, describe_cell, estimate, load_plan, runs_json
-from zcorch.config.experiment import PARAM_KEYS, format_value
+from zcorch.params import PARAM_KEYS, format_value
 from zcorch.units import format_size, parse_duration, parse_size
 
 

@@ -9,9 +9,10 @@ Values that later reach a remote command line (paths, addresses, ssh targets, in
 mkfs/mount options) are checked here syntactically; later stages still pass them as argv lists, never
 through a shell string.
 
-The user reference for the format is docs/experiment-files.md; the parameter table is in
-docs/architecture.md. Cell-level rules (which send/receive/source/sink combinations the worker can run)
-are `cell_problems()`, applied by `zcorch.plan.expand`.
+The user reference for the format is docs/experiment-files.md; the parameters (keys, defaults, kinds,
+constraints) are the table in zcorch.params, from which DEFAULTS, PARAM_KEYS and PARAM_PARSERS here derive.
+Cell-level rules (which send/receive/source/sink combinations the worker can run) are `cell_problems()`,
+applied by `zcorch.plan.expand`.
 """
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ from typing import Any, Callable, Optional
 
 from zcorch.config import yamlsrc as ys
 from zcorch.errors import ConfigError, WorkerError, ZcorchError
-from zcorch.units import format_size
+from zcorch.params import DEFAULTS, INT_MAX, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param
 from zcorch.worker import native
 
-SEND_MODES = ("write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy")
-RECV_MODES = ("read", "mmap", "vmsplice", "splice")
-SINK_STATES = ("fresh", "preallocated", "overwrite")
+# The parameter table (zcorch.params) is the truth; these names (and DEFAULTS, PARAM_KEYS, format_value)
+# stay importable from here.
+SEND_MODES = param("send_mode").choices
+RECV_MODES = param("recv_mode").choices
+SINK_STATES = param("sink_state").choices
 ORDERS = ("sequential", "shuffle", "interleave")
 FS_TYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 RAID_LEVELS = ("raid0", "raid1", "raid10", "single")
@@ -39,27 +42,7 @@ FILESYSTEM_PLACEHOLDER = "{filesystem}"
 SCRATCH_PLACEHOLDER = "{scratch}"
 PLACEHOLDERS = (SCRATCH_PLACEHOLDER, FILESYSTEM_PLACEHOLDER)
 
-# Every parameter a cell has, in the order of the table in docs/architecture.md, with its default.
-DEFAULTS: "dict[str, Any]" = {
-    "send_mode": "write",
-    "recv_mode": "read",
-    "bytes": 1024 ** 3,
-    "buffer": 128 * 1024,
-    "window": None,
-    "subblocks": 1,
-    "pipe_size": None,
-    "send_cpu": None,
-    "recv_cpu": None,
-    "gift": False,
-    "fsync": False,
-    "source": "mem",
-    "sink": "/dev/null",
-    "timeout": 60.0,
-    "filesystem": None,
-    "sink_state": "fresh",
-}
-PARAM_KEYS = tuple(DEFAULTS)
-SIZE_PARAMS = frozenset({"bytes", "buffer", "window", "pipe_size"})
+SIZE_PARAMS = SIZE_KEYS
 
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
             "baselines", "filesystems", "skip_invalid")
@@ -84,8 +67,7 @@ _MKFS_OPT_RE = re.compile(r"^[A-Za-z0-9_.,=:/+@%-]+$")
 _MOUNT_OPT_RE = re.compile(r"^[A-Za-z0-9_.=:/+@%-]+$")
 # `{scratch}` not preceded by a quote: YAML reads it as a flow mapping (a syntax error, or a mapping).
 _UNQUOTED_PLACEHOLDER_RE = re.compile(r"(^|[\s,\[:])\{(scratch|filesystem)\}")
-_INT_MAX = 2 ** 31 - 1  # SO_SNDBUF / F_SETPIPE_SZ take a C int
-_CPU_MAX = 65535
+_INT_MAX = INT_MAX  # SO_SNDBUF / F_SETPIPE_SZ take a C int
 
 
 # ---------------------------------------------------------------- the validated experiment
@@ -177,19 +159,6 @@ def suggest(name: str, candidates) -> str:
     if not close:
         return ""
     return "; did you mean " + " or ".join(f"`{c}`" for c in close) + "?"
-
-
-def format_value(key: str, value: Any) -> str:
-    """A parameter value as a user would write it (sizes with binary units, durations in s)."""
-    if value is None:
-        return "auto" if key in ("window", "pipe_size") else "none"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if key in SIZE_PARAMS:
-        return format_size(value)
-    if key == "timeout":
-        return f"{value / 60:g}m" if value >= 60 and value % 60 == 0 else f"{value:g}s"
-    return str(value)
 
 
 # ---------------------------------------------------------------- cell-level rules (the worker's)
@@ -349,20 +318,18 @@ def _unquoted_placeholder(node: ys.YNode) -> None:
                               f"e.g. \"{{{name}}}/FILE\"")
 
 
-def _source(node: ys.YNode) -> str:
+def _param_path(node: ys.YNode, p: Param) -> str:
+    """A `path` parameter: one of its words (source `mem`), an absolute path, or a placeholder path."""
     _unquoted_placeholder(node)
-    text = ys.as_str(node, "`mem` or an absolute path")
-    if text == "mem":
+    words = [f"`{w}`" for w in p.choices]
+    text = ys.as_str(node, " or ".join(words + ["an absolute path"]))
+    if text in p.choices:
         return text
-    if not text.startswith(("/", "{")):
-        raise ys.ValueProblem(f"expected `mem`, an absolute path (e.g. /dev/zero) or {SCRATCH_PLACEHOLDER}/FILE, "
+    if words and not text.startswith(("/", "{")):
+        forms = " or ".join(f"{ph}/FILE" for ph in p.placeholders)
+        raise ys.ValueProblem(f"expected {', '.join(words)}, an absolute path (e.g. /dev/zero) or {forms}, "
                               f"got `{text}`")
-    return _placeholder_path(text, "source", (SCRATCH_PLACEHOLDER,))
-
-
-def _sink(node: ys.YNode) -> str:
-    _unquoted_placeholder(node)
-    return _placeholder_path(ys.as_str(node, "an absolute path"), "sink", (SCRATCH_PLACEHOLDER, FILESYSTEM_PLACEHOLDER))
+    return _placeholder_path(text, p.key, p.placeholders)
 
 
 def _dd_scratch(node: ys.YNode) -> str:
@@ -385,25 +352,26 @@ def _positive_duration(node: ys.YNode) -> float:
     return secs
 
 
-PARAM_PARSERS: "dict[str, Callable[[ys.YNode], Any]]" = {
-    "send_mode": lambda n: _choice(n, SEND_MODES, "send mode"),
-    "recv_mode": lambda n: _choice(n, RECV_MODES, "receive mode"),
-    "bytes": lambda n: _positive_size(n),
-    "buffer": lambda n: _positive_size(n, _INT_MAX),
-    "window": lambda n: _auto_or(n, lambda m: _positive_size(m, _INT_MAX)),
-    "subblocks": lambda n: _int_range(n, 1),
-    "pipe_size": lambda n: _auto_or(n, lambda m: _positive_size(m, _INT_MAX)),
-    "send_cpu": lambda n: _null_or(n, lambda m: _int_range(m, 0, _CPU_MAX)),
-    "recv_cpu": lambda n: _null_or(n, lambda m: _int_range(m, 0, _CPU_MAX)),
-    "gift": ys.as_bool,
-    "fsync": ys.as_bool,
-    "source": _source,
-    "sink": _sink,
-    "timeout": _positive_duration,
-    "filesystem": lambda n: _null_or(n, _fs_name),
-    "sink_state": lambda n: _choice(n, SINK_STATES, "sink state"),
+# kind -> parser of one value of a Param of that kind (zcorch.params.KINDS); the constraints come from the entry.
+_KIND_PARSERS: "dict[str, Callable[[ys.YNode, Param], Any]]" = {
+    "choice": lambda n, p: _choice(n, p.choices, p.noun),
+    "size": lambda n, p: _positive_size(n, p.max),
+    "int": lambda n, p: _int_range(n, p.min, p.max),
+    "cpu": lambda n, p: _int_range(n, p.min, p.max),
+    "bool": lambda n, p: ys.as_bool(n),
+    "duration": lambda n, p: _positive_duration(n),
+    "path": _param_path,
+    "name": lambda n, p: _fs_name(n),
 }
-assert set(PARAM_PARSERS) == set(DEFAULTS)
+_UNSET_WRAPPERS = {None: lambda node, inner: inner(node), "auto": _auto_or, "null": _null_or}
+
+
+def _param_parser(p: Param) -> "Callable[[ys.YNode], Any]":
+    kind, wrap = _KIND_PARSERS[p.kind], _UNSET_WRAPPERS[p.unset]
+    return lambda node: wrap(node, lambda n: kind(n, p))
+
+
+PARAM_PARSERS: "dict[str, Callable[[ys.YNode], Any]]" = {p.key: _param_parser(p) for p in PARAMS}
 
 
 def parse_param(key: str, node: ys.YNode) -> Any:

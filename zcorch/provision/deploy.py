@@ -40,7 +40,7 @@ MIN_PYTHON = (3, 9)
 # Deployed modules (docs/architecture.md "Modules that are deployed"): stdlib-only + the cffi module.
 # The folder rule: zcorch/worker/ ships whole; of the core, only what the worker imports.
 _DEPLOYED_MODULES = ["zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
-                     "zcorch/worker/__init__.py", "zcorch/worker/__main__.py", "native/build.py"]
+                     "zcorch/params.py", "zcorch/worker/__init__.py", "zcorch/worker/__main__.py", "native/build.py"]
 _DEPLOYED_GLOBS = ["zcorch/worker/*.py", "native/include/*.h", "native/core/*.c", "native/modes/*.c"]
 
 

@@ -27,38 +27,8 @@ from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tupl
 from zcorch.provision import scratch as scratchmod
 from zcorch.errors import ZcorchError
 from zcorch.hosts.local import Host, Process
+from zcorch.params import worker_flags
 from zcorch.results.store import ResultSet, utc_now
-
-# Experiment-file key -> worker flag, per side (docs/architecture.md "Parameters").
-_COMMON_FLAGS = [("bytes", "--bytes"), ("buffer", "--buffer"), ("window", "--window"),
-                 ("subblocks", "--subblocks"), ("pipe_size", "--pipe-size"), ("timeout", "--timeout")]
-_SIDE_FLAGS = {
-    "send": [("send_mode", "--mode"), ("source", "--source"), ("send_cpu", "--cpu")],
-    "recv": [("recv_mode", "--mode"), ("sink", "--sink"), ("recv_cpu", "--cpu"), ("sink_state", "--sink-state")],
-}
-_BOOL_FLAGS = {"send": [("gift", "--gift")], "recv": [("gift", "--gift"), ("fsync", "--fsync")]}
-_DEFAULT_VALUES = (None, "auto")  # kernel default: the flag is left out
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
-
-
-def worker_flags(side: str, params: Dict[str, Any]) -> List[str]:
-    """Worker command-line flags for one side of a cell (the worker applies them as given)."""
-    args: List[str] = []
-    for key, flag in _SIDE_FLAGS[side][:1] + _COMMON_FLAGS + _SIDE_FLAGS[side][1:]:
-        value = params.get(key)
-        if value in _DEFAULT_VALUES:
-            continue
-        args += [flag, _fmt(value)]
-    for key, flag in _BOOL_FLAGS[side]:
-        if params.get(key):
-            args.append(flag)
-    return args
-
 
 def hostport(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"

@@ -8,7 +8,7 @@
 
 Any failure, including a bad flag value, prints {"event": "error", "message", "code"} and exits 1.
 Also runs as `python3 -m zcorch.worker ...` on remote hosts: stdlib + zcorch._native only
-(imports nothing but _version, errors, units and native from zcorch).
+(imports nothing but _version, errors, units, params and native from zcorch).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start
 from zcorch.worker import native
 from zcorch._version import __version__
 from zcorch.errors import WorkerError
+from zcorch.params import format_value, side_params
 from zcorch.units import parse_size
 
 
@@ -67,17 +68,27 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", required=True, help="transfer mode (see `zcorch worker info`)")
-    p.add_argument("--bytes", help="total bytes (64KiB, 1MiB, 16GiB, ...)")
-    p.add_argument("--buffer", default=str(native.DEFAULT_BUFFER), help="bytes per chunk (default 128KiB)")
-    p.add_argument("--window", help="SO_SNDBUF/SO_RCVBUF, set before connect/listen; auto = kernel default")
-    p.add_argument("--subblocks", type=_int, default=1, help="handle each buffer as N separate calls")
-    p.add_argument("--pipe-size", help="F_SETPIPE_SZ for modes with a pipe; auto = at least one sub-block")
-    p.add_argument("--cpu", type=_int, help="pin the transfer to this CPU")
-    p.add_argument("--gift", action="store_true", help="SPLICE_F_GIFT on vmsplice")
-    p.add_argument("--timeout", default=str(native.DEFAULT_TIMEOUT),
-                   help="overall deadline incl. accept/connect (default 300s)")
+def _add_params(p: argparse.ArgumentParser, side: str) -> None:
+    """The flags of `side`'s parameters, names, help and defaults from the table (zcorch.params)."""
+    for prm in side_params(side):
+        kw: "dict[str, Any]" = {"dest": prm.dest, "help": prm.help}
+        if prm.kind == "bool":
+            kw["action"] = "store_true"
+        else:
+            if prm.kind in ("int", "cpu"):
+                kw["type"] = _int
+            if prm.registry_choices:  # the modes: the C registry is the truth and names a wrong one
+                kw["help"] += " (`zcorch worker info` lists them)"
+            elif prm.kind == "choice":
+                kw["choices"] = prm.choices
+            if prm.worker_absent == "required":
+                kw["required"] = True
+            elif prm.worker_absent == "default" and prm.default is not None:
+                kw["default"] = format_value(prm.key, prm.default)  # as a user writes it; parsed like one
+                kw["help"] += f" (default {kw['default']})"
+            elif prm.unset == "auto":
+                kw["help"] += " (default auto: the kernel's)"
+        p.add_argument(prm.flag, **kw)
     p.add_argument("--exit-on-stdin-eof", action="store_true",
                    help="end at once when stdin reaches EOF (the controller that holds it open is gone)")
 
@@ -88,14 +99,10 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     sub.required = True
     rx = sub.add_parser("recv", help="listen, print ready, receive, print the result")
     rx.add_argument("--listen", required=True, help="ADDR:PORT to listen on (port 0 = ephemeral)")
-    _add_common(rx)
-    rx.add_argument("--sink", default="/dev/null", help="file to write (created/truncated), or /dev/null")
-    rx.add_argument("--sink-state", default="fresh", choices=sorted(native.SINK_STATES))
-    rx.add_argument("--fsync", action="store_true", help="fsync the sink inside the timed region")
+    _add_params(rx, "recv")
     tx = sub.add_parser("send", help="connect, send, print the result")
     tx.add_argument("--connect", required=True, help="ADDR:PORT of the receiver")
-    _add_common(tx)
-    tx.add_argument("--source", default="mem", help="mem, or a file path (/dev/zero allowed)")
+    _add_params(tx, "send")
     tx.add_argument("--port-from-stdin", action="store_true",
                     help="read the receiver's port as one line on stdin before connecting (the PORT of "
                          "--connect is ignored): the controller starts the sender while the receiver starts")
@@ -107,15 +114,9 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
 
 
 def _params(args: argparse.Namespace) -> "dict[str, Any]":
-    p: "dict[str, Any]" = {
-        "bytes": args.bytes, "buffer": args.buffer, "window": args.window, "subblocks": args.subblocks,
-        "pipe_size": args.pipe_size, "cpu": args.cpu, "gift": args.gift, "timeout": args.timeout,
-    }
-    if args.action == "send":
-        p["source"] = args.source
-    else:
-        p.update(sink=args.sink, sink_state=args.sink_state, fsync=args.fsync)
-    return p
+    """zcorch.worker.native keywords from the parsed flags of a send/recv action (the mode aside)."""
+    # the mode is native's positional argument
+    return {prm.dest: getattr(args, prm.dest) for prm in side_params(args.action) if prm.dest != "mode"}
 
 
 def _info() -> "dict[str, Any]":

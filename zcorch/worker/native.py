@@ -24,7 +24,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
     from typing import Any, Optional
 
+from zcorch import params as _table
 from zcorch.errors import WorkerError
+from zcorch.params import DEFAULTS, METRICS, metric_applies
 from zcorch.units import parse_duration, parse_size
 
 try:
@@ -37,16 +39,11 @@ else:
     _IMPORT_ERROR = None
 
 SIDES = {"send": 0, "recv": 1}
-SINK_STATES = {"fresh": 0, "preallocated": 1, "overwrite": 2}
-DEFAULT_BUFFER = 128 * 1024
-DEFAULT_TIMEOUT = 300.0
-
-METRIC_KEYS = (
-    "bytes", "wall_ns", "utime_us", "stime_us", "minflt", "majflt", "nvcsw", "nivcsw", "maxrss_kib",
-    "sndbuf", "rcvbuf", "tcp_rtt_us", "tcp_rttvar_us", "tcp_retransmits", "tcp_total_retrans",
-    "tcp_snd_cwnd", "tcp_snd_mss", "tcp_rcv_mss", "tcp_pmtu", "fsync_ns", "zc_completions", "zc_copied",
-    "pipe_size",
-)
+SINK_STATES = {"fresh": 0, "preallocated": 1, "overwrite": 2}  # ZC_SINK_* of zcorch_api.h
+# Defaults and metric names are the tables' in zcorch.params (METRIC_KEYS stays importable from here).
+DEFAULT_BUFFER = DEFAULTS["buffer"]
+DEFAULT_TIMEOUT = DEFAULTS["timeout"]
+METRIC_KEYS = _table.METRIC_KEYS
 
 
 def _lib():
@@ -138,9 +135,10 @@ def _opt_size(name: str, value: Any, *, auto_ok: bool) -> Optional[int]:
 
 
 def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFFER, window: Any = None,
-                     subblocks: Any = 1, pipe_size: Any = None, cpu: Any = None, gift: bool = False,
-                     fsync: bool = False, source: Optional[str] = None, sink: Optional[str] = None,
-                     timeout: Any = DEFAULT_TIMEOUT, sink_state: str = "fresh") -> "dict[str, Any]":
+                     subblocks: Any = DEFAULTS["subblocks"], pipe_size: Any = None, cpu: Any = None,
+                     gift: bool = False, fsync: bool = False, source: Optional[str] = None,
+                     sink: Optional[str] = None, timeout: Any = DEFAULT_TIMEOUT,
+                     sink_state: str = DEFAULTS["sink_state"]) -> "dict[str, Any]":
     """Parameters as they will be applied (sizes in bytes, timeout in s); WorkerError(EINVAL) if bad."""
     if side not in SIDES:
         raise _bad(f"side must be send or recv, not {side!r}")
@@ -165,15 +163,15 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
     if p["timeout"] <= 0:
         raise _bad("--timeout must be > 0")
     if side == "send":
-        if sink is not None or fsync or sink_state != "fresh":
+        if sink is not None or fsync or sink_state != DEFAULTS["sink_state"]:
             raise _bad("--sink, --sink-state and --fsync are receiver parameters")
-        p["source"] = source or "mem"
+        p["source"] = source or DEFAULTS["source"]
     else:
         if source is not None:
             raise _bad("--source is a sender parameter")
         if sink_state not in SINK_STATES:
             raise _bad(f"--sink-state must be one of {', '.join(SINK_STATES)}, not {sink_state!r}")
-        p["sink"] = sink or "/dev/null"
+        p["sink"] = sink or DEFAULTS["sink"]
         p["sink_state"] = sink_state
         p["fsync"] = bool(fsync)
     return p
@@ -218,14 +216,11 @@ def _raise(err) -> None:
 
 def _result(side: str, mode: str, m, params: "dict[str, Any]") -> "dict[str, Any]":
     out: "dict[str, Any]" = {"side": side, "mode": mode}
-    for key in METRIC_KEYS:
-        out[key] = int(getattr(m, key))
-    if "zc_completions" not in mode_capabilities()[side].get(mode, ()):
-        out["zc_completions"] = out["zc_copied"] = None
+    caps = mode_capabilities()[side].get(mode, frozenset())
+    for metric in METRICS:  # a metric that does not apply to this side and mode is null
+        out[metric.name] = int(getattr(m, metric.name)) if metric_applies(metric, side, caps) else None
     if not params.get("fsync"):
         out["fsync_ns"] = None
-    if not out["pipe_size"]:
-        out["pipe_size"] = None
     out["params"] = params
     return out
 

@@ -1,0 +1,327 @@
+"""The parameter table and the metric table: every name a cell or a worker result has, written once
+(as fio's `fio_options[]`).
+
+Everything else derives from here: the experiment-file schema and its parsers
+(`zcorch.config.experiment`), the worker's command-line flags (`zcorch.worker.cli`), the flags the
+runner passes (`worker_flags`), the analysis column order (`zcorch.analysis.frames`), value display
+(`format_value`) and the tables in docs/experiment-files.md (`python -m zcorch.params --update-docs`).
+
+Adding a parameter is one `Param` entry in `PARAMS` (plus, for a new `kind`, its parser in
+`zcorch.config.experiment` and its argparse mapping in `zcorch.worker.cli`).
+
+Stdlib-only and deployed with the worker (which imports it), so no `typing` at run time, and the records are
+immutable namedtuples rather than frozen dataclasses: importing dataclasses (and the inspect module it
+pulls in) would add ~15 ms to every worker start, about as much as the rest of the worker's imports.
+"""
+from __future__ import annotations
+
+import sys
+from collections import namedtuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
+    from typing import Any, Optional
+
+from zcorch.errors import ZcorchError
+from zcorch.units import format_size
+
+KINDS = ("choice", "size", "int", "cpu", "bool", "duration", "path", "name")
+SIDES = ("send", "recv", "both", "controller")
+INT_MAX = 2 ** 31 - 1  # SO_SNDBUF / SO_RCVBUF / F_SETPIPE_SZ take a C int
+CPU_MAX = 65535
+
+
+class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help", "unit", "choices", "min",
+                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices"),
+                       defaults=("", (), None, None, None, "", (), "default", False))):
+    """One parameter of a cell (an immutable record): its experiment-file key, how it is parsed, and how
+    the worker gets it.
+
+    kind: choice (one of `choices`), size (bytes > 0, at most `max`), int / cpu (an integer in
+    [`min`, `max`]), bool, duration (seconds > 0), path (an absolute path, a placeholder path from
+    `placeholders`, or one of the words in `choices`), name (a filesystem name).
+    side: which worker gets it ("send", "recv", "both"), or "controller" when no worker does (`flag` None).
+    unset: None = a value is required; "auto" = `auto` or null mean the kernel's default (None);
+    "null" = null means not set (None).
+    worker_absent: what the worker does without the flag: "default" applies `default`, "required"
+    refuses to start, "none" leaves it unset (the help says what that means).
+    registry_choices: the choices are the C registry's (`zcorch worker info`): the worker checks them
+    itself and tests/test_params.py checks the table against the build.
+    Fields after `help` are optional: unit (""), choices (()), min, max, unset (None), noun ("": what one
+    value is called in messages, e.g. "send mode"), placeholders (()), worker_absent ("default"),
+    registry_choices (False).
+    """
+
+    __slots__ = ()
+
+    @property
+    def dest(self) -> Optional[str]:
+        """The worker's argparse destination and zcorch.worker.native keyword (`--pipe-size` -> pipe_size)."""
+        return None if self.flag is None else self.flag[2:].replace("-", "_")
+
+
+# In the order of every table and of the analysis columns.
+PARAMS: "tuple[Param, ...]" = (
+    Param("send_mode", "choice", "write", "send", "--mode", "how the sender hands the data to the socket",
+          choices=("write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy"), noun="send mode",
+          worker_absent="required", registry_choices=True),
+    Param("recv_mode", "choice", "read", "recv", "--mode", "how the receiver takes the data from the socket",
+          choices=("read", "mmap", "vmsplice", "splice"), noun="receive mode",
+          worker_absent="required", registry_choices=True),
+    Param("bytes", "size", 1024 ** 3, "both", "--bytes",
+          "total bytes per transfer (worker without it: the source file's size, or until EOF)",
+          unit="B", worker_absent="none"),
+    Param("buffer", "size", 128 * 1024, "both", "--buffer", "bytes per call", unit="B", max=INT_MAX),
+    Param("window", "size", None, "both", "--window",
+          "SO_SNDBUF (sender) / SO_RCVBUF (receiver), set before connect/listen", unit="B", max=INT_MAX,
+          unset="auto"),
+    Param("subblocks", "int", 1, "both", "--subblocks", "calls per buffer (at most `buffer`)", min=1),
+    Param("pipe_size", "size", None, "both", "--pipe-size",
+          "F_SETPIPE_SZ of the splice/vmsplice pipe (auto: raised to one sub-block if smaller)",
+          unit="B", max=INT_MAX, unset="auto"),
+    Param("send_cpu", "cpu", None, "send", "--cpu", "CPU to pin the sender's transfer to", min=0, max=CPU_MAX,
+          unset="null"),
+    Param("recv_cpu", "cpu", None, "recv", "--cpu", "CPU to pin the receiver's transfer to", min=0,
+          max=CPU_MAX, unset="null"),
+    Param("gift", "bool", False, "both", "--gift", "SPLICE_F_GIFT (vmsplice modes only)"),
+    Param("fsync", "bool", False, "recv", "--fsync", "fsync the sink inside the timed region (file sinks only)"),
+    Param("source", "path", "mem", "send", "--source",
+          "what the sender sends: `mem` is a fixed pattern made in memory, a path a file (/dev/zero allowed)",
+          choices=("mem",), placeholders=("{scratch}",)),
+    Param("sink", "path", "/dev/null", "recv", "--sink",
+          "where the receiver writes: a file (see `sink_state`) or /dev/null",
+          placeholders=("{scratch}", "{filesystem}")),
+    Param("timeout", "duration", 60.0, "both", "--timeout", "deadline of the transfer, from listen/connect",
+          unit="s"),
+    Param("filesystem", "name", None, "controller", None,
+          "the name of an entry under `filesystems:`, mounted on the receiver for the cell", unset="null"),
+    Param("sink_state", "choice", "fresh", "recv", "--sink-state",
+          "the sink file before the run: created fresh, preallocated, or overwritten (file sinks only)",
+          choices=("fresh", "preallocated", "overwrite"), noun="sink state"),
+)
+
+_BY_KEY = {p.key: p for p in PARAMS}
+DEFAULTS: "dict[str, Any]" = {p.key: p.default for p in PARAMS}
+PARAM_KEYS: "tuple[str, ...]" = tuple(_BY_KEY)
+SIZE_KEYS = frozenset(p.key for p in PARAMS if p.kind == "size")
+
+
+def param(key: str) -> Param:
+    """The table entry of `key`; ZcorchError naming the known keys if there is none."""
+    try:
+        return _BY_KEY[key]
+    except KeyError:
+        raise ZcorchError(f"unknown parameter {key!r} (known: {', '.join(PARAM_KEYS)})") from None
+
+
+def side_params(side: str) -> "tuple[Param, ...]":
+    """The parameters the worker of `side` ("send" or "recv") gets as flags, in table order."""
+    if side not in ("send", "recv"):
+        raise ZcorchError(f"side must be send or recv, not {side!r}")
+    return tuple(p for p in PARAMS if p.flag is not None and p.side in (side, "both"))
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value)  # NaN: a missing pandas cell
+
+
+def format_value(key: str, value: Any) -> str:
+    """A parameter value as a user would write it: sizes with binary units, `auto` for an unset
+    window/pipe_size (`none` for other unset values), true/false, durations in s (whole minutes in m).
+
+    Also takes what analysis frames hold (NaN for missing, numpy scalars, float sizes); a key that is
+    not a parameter (e.g. `sweep`) is shown as is.
+    """
+    p = _BY_KEY.get(key)
+    if _is_missing(value):
+        return "auto" if p is not None and p.unset == "auto" else "none"
+    if isinstance(value, bool) or (p is not None and p.kind == "bool"):
+        return "true" if value else "false"
+    if p is None or isinstance(value, str):
+        return str(value)
+    if p.kind in ("size", "int", "cpu"):
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            return str(value)
+        if n != value:
+            return str(value)
+        return format_size(n) if p.kind == "size" else str(n)
+    if p.kind == "duration":
+        return f"{value / 60:g}m" if value >= 60 and value % 60 == 0 else f"{value:g}s"
+    return str(value)
+
+
+def _flag_value(value: Any) -> str:
+    if isinstance(value, float):  # exact and in a form units.parse_duration reads (never 1e+07)
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def worker_flags(side: str, params: "dict[str, Any]") -> "list[str]":
+    """Worker command-line flags for one side of a cell, in table order (switches last).
+
+    A value that is unset (None or `auto`: the kernel default) leaves its flag out.
+    """
+    args: "list[str]" = []
+    switches: "list[str]" = []
+    for p in side_params(side):
+        value = params.get(p.key)
+        if p.kind == "bool":
+            if value:
+                switches.append(p.flag)
+        elif value is not None and value != "auto":
+            args += [p.flag, _flag_value(value)]
+    return args + switches
+
+
+# ---------------------------------------------------------------- metrics
+
+class Metric(namedtuple("Metric", ("name", "unit", "side", "applies_to", "help"))):
+    """One key of a worker's result (an immutable record): its unit, which side reports it, for which modes.
+
+    side: "send", "recv" or "both"; applies_to: None = every mode, or the name of the C mode capability
+    (`zcorch worker info` "capabilities") a mode must declare for the metric to apply: the C mode table
+    is the one place that says which modes use a pipe or report zero-copy completions. Elsewhere null.
+    """
+
+    __slots__ = ()
+
+
+# In the order of the C struct's readout and of the analysis columns.
+METRICS: "tuple[Metric, ...]" = (
+    Metric("bytes", "B", "both", None, "payload bytes moved"),
+    Metric("wall_ns", "ns", "both", None, "wall-clock time of the timed region"),
+    Metric("utime_us", "µs", "both", None, "user CPU time of the worker process during the transfer"),
+    Metric("stime_us", "µs", "both", None, "system CPU time of the worker process during the transfer"),
+    Metric("minflt", "count", "both", None, "minor page faults"),
+    Metric("majflt", "count", "both", None, "major page faults (needed I/O)"),
+    Metric("nvcsw", "count", "both", None, "voluntary context switches"),
+    Metric("nivcsw", "count", "both", None, "involuntary context switches"),
+    Metric("maxrss_kib", "KiB", "both", None, "peak resident set size of the process (not a delta)"),
+    Metric("sndbuf", "B", "both", None, "SO_SNDBUF read back from the connected socket (Linux doubles a request)"),
+    Metric("rcvbuf", "B", "both", None, "SO_RCVBUF read back from the connected socket (Linux doubles a request)"),
+    Metric("tcp_rtt_us", "µs", "both", None, "smoothed round-trip time (TCP_INFO at the end)"),
+    Metric("tcp_rttvar_us", "µs", "both", None, "round-trip time variance (TCP_INFO at the end)"),
+    Metric("tcp_retransmits", "count", "both", None, "retransmissions of the oldest unacknowledged segment"),
+    Metric("tcp_total_retrans", "count", "both", None, "segments retransmitted over the connection"),
+    Metric("tcp_snd_cwnd", "segments", "both", None, "congestion window"),
+    Metric("tcp_snd_mss", "B", "both", None, "sending maximum segment size"),
+    Metric("tcp_rcv_mss", "B", "both", None, "receiving maximum segment size"),
+    Metric("tcp_pmtu", "B", "both", None, "path MTU"),
+    Metric("fsync_ns", "ns", "recv", None, "time of the fsync of the sink inside the timed region (`fsync` only)"),
+    Metric("zc_completions", "count", "send", "zc_completions", "MSG_ZEROCOPY completion notifications"),
+    Metric("zc_copied", "count", "send", "zc_completions",
+           "completions the kernel marked as copied (SO_EE_CODE_ZEROCOPY_COPIED)"),
+    Metric("pipe_size", "B", "both", "pipe", "effective pipe size (F_GETPIPE_SZ)"),
+)
+METRIC_KEYS: "tuple[str, ...]" = tuple(m.name for m in METRICS)
+
+
+def metric_applies(metric: Metric, side: str, mode_caps: "frozenset[str]") -> bool:
+    """Whether the worker of `side` running a mode with capabilities `mode_caps` reports `metric`."""
+    return metric.side in (side, "both") and (metric.applies_to is None or metric.applies_to in mode_caps)
+
+
+# ---------------------------------------------------------------- docs tables
+
+_SIDE_WORDS = {"send": "sender", "recv": "receiver", "both": "both", "controller": "controller"}
+DOC_BLOCKS = ("params", "metrics")
+
+
+def describe(p: Param) -> str:
+    """The accepted values of a parameter, in words (the docs' `values` column)."""
+    if p.kind == "choice":
+        text = ", ".join(f"`{c}`" for c in p.choices)
+    elif p.kind == "size":
+        text = "size > 0"
+        if p.max is not None:
+            limit = format_size(p.max + 1)
+            text += f" (< {limit})" if not limit.isdigit() else f" (≤ {p.max})"
+    elif p.kind in ("int", "cpu"):
+        what = "CPU index" if p.kind == "cpu" else "integer"
+        text = f"{what} ≥ {p.min}" if p.max is None else f"{what} between {p.min} and {p.max}"
+    elif p.kind == "bool":
+        text = "`true`/`false`"
+    elif p.kind == "duration":
+        text = "duration > 0"
+    elif p.kind == "path":
+        forms = [f"`{w}`" for w in p.choices] + ["an absolute path"] + [f"`{ph}/FILE`" for ph in p.placeholders]
+        text = ", ".join(forms[:-1]) + " or " + forms[-1] if len(forms) > 1 else forms[0]
+    else:
+        text = "a name"
+    if p.unset == "auto":
+        text += ", or `auto`/null = kernel default"
+    elif p.unset == "null":
+        text += ", or null"
+    return text
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown_tables() -> "dict[str, str]":
+    """{"params": table, "metrics": table}: the generated Markdown of docs/experiment-files.md."""
+    rows = ["| key | default | values | worker flag |", "|---|---|---|---|"]
+    for p in PARAMS:
+        default = f"unset (`{'auto' if p.unset == 'auto' else 'null'}`)" if p.default is None \
+            else f"`{format_value(p.key, p.default)}`"
+        flag = f"`{p.flag}` ({_SIDE_WORDS[p.side]})" if p.flag else f"– ({_SIDE_WORDS[p.side]})"
+        rows.append(f"| `{p.key}` | {default} | {_cell(describe(p))}: {_cell(p.help)} | {flag} |")
+    params_md = "\n".join(rows)
+    rows = ["| metric | unit | side | applies to | meaning |", "|---|---|---|---|---|"]
+    for m in METRICS:
+        modes = "all modes" if m.applies_to is None else f"modes with capability `{m.applies_to}`"
+        rows.append(f"| `{m.name}` | {m.unit} | {_SIDE_WORDS[m.side]} | {modes} | {_cell(m.help)} |")
+    return {"params": params_md, "metrics": "\n".join(rows)}
+
+
+def doc_markers(block: str) -> "tuple[str, str]":
+    return f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+
+
+def render_docs(text: str) -> str:
+    """`text` (a Markdown document) with every generated block replaced by the current table.
+
+    A block is the lines between its two markers (`doc_markers`); ZcorchError if a marker is missing.
+    """
+    tables = markdown_tables()
+    for block in DOC_BLOCKS:
+        begin, end = doc_markers(block)
+        start, stop = text.find(begin), text.find(end)
+        if start < 0 or stop < start:
+            raise ZcorchError(f"the document has no `{begin}` ... `{end}` block")
+        text = text[:start + len(begin)] + "\n" + tables[block] + "\n" + text[stop:]
+    return text
+
+
+def main(argv: "Optional[list[str]]" = None) -> int:
+    """`python -m zcorch.params --markdown` prints the tables; `--update-docs FILE` rewrites their blocks."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m zcorch.params", description=main.__doc__)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--markdown", action="store_true", help="print both tables with their markers")
+    group.add_argument("--update-docs", metavar="FILE", help="rewrite the generated blocks of FILE in place")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        for block, table in markdown_tables().items():
+            begin, end = doc_markers(block)
+            print(f"{begin}\n{table}\n{end}\n")
+        return 0
+    try:
+        with open(args.update_docs, encoding="utf-8") as f:
+            text = f.read()
+        new = render_docs(text)
+    except (OSError, ZcorchError) as exc:
+        print(f"python -m zcorch.params: {exc}", file=sys.stderr)
+        return 1
+    if new != text:
+        with open(args.update_docs, "w", encoding="utf-8") as f:
+            f.write(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
