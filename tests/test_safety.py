@@ -43,3 +43,40 @@ def test_run_recorded_ok_only_with_both_sides_metrics(tmp_path, tag):
     recv.result = {"event": "result", "bytes": 1}
     rec = runner._record("c", 0, {}, "ok", None, "t", 1.0, recv, send, "logs/c-r0.log")
     assert rec["status"] == "failed" and "sender on localhost" in rec["reason"]
+
+
+# -- 3: a full disk never glues two records ------------------------------------------------------
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root: mounts a 64 KiB tmpfs")
+    d = tmp_path / "small"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "zcorch-test", str(d)], check=True)
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", str(d)], check=True)
+
+
+def test_append_on_a_full_disk_leaves_every_earlier_record_and_no_partial_line(small_tmpfs):
+    filler = small_tmpfs / "filler"
+    filler.write_bytes(b"x" * 16384)  # freed later: the disk gets space again, as after a cleanup
+    rs = ResultSet.create(str(small_tmpfs / "rs"), name="t", experiment_bytes=b"name: t\n", plan_runs=[],
+                          command=["pytest"], accept_new_host_keys=False, zcorch_version="test",
+                          git_revision=None)
+    # 10000-byte lines are not page multiples: the append that hits ENOSPC is a short write mid-line.
+    written = []
+    with pytest.raises(ResultsError, match="disk is full") as exc:
+        for i in range(100):
+            rec = {"cell": f"c{i}", "repeat": 0, "params": {"pad": "p" * 9900}, "status": "ok", "reason": None}
+            rs.append_run(rec)
+            written.append(rec["cell"])
+    assert "nothing written before was lost" in str(exc.value)
+    assert 0 < len(written) < 100
+    raw = (small_tmpfs / "rs" / "runs.jsonl").read_bytes()
+    assert raw.endswith(b"\n") and raw.count(b"\n") == len(written)  # no partial line left behind
+    filler.unlink()
+    rs.append_run({"cell": "after", "repeat": 0, "params": {}, "status": "ok", "reason": None})
+    assert [r["cell"] for r in read_jsonl(rs.path("runs.jsonl"))] == written + ["after"]
+    assert ResultSet.open_for_resume(rs.dir, ["pytest"]).ok_keys() == {(c, 0) for c in written + ["after"]}
