@@ -80,3 +80,57 @@ def test_append_on_a_full_disk_leaves_every_earlier_record_and_no_partial_line(s
     rs.append_run({"cell": "after", "repeat": 0, "params": {}, "status": "ok", "reason": None})
     assert [r["cell"] for r in read_jsonl(rs.path("runs.jsonl"))] == written + ["after"]
     assert ResultSet.open_for_resume(rs.dir, ["pytest"]).ok_keys() == {(c, 0) for c in written + ["after"]}
+
+
+# -- 2: a local timeout (or Ctrl-C) kills the whole command, grandchildren included ------------------
+def _alive(pid: int) -> bool:
+    """Running (not a zombie waiting for its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def _grandchild_script(pidfile) -> list:
+    # The shell's child (a stand-in for a dd under a script) records its pid and outlives nothing.
+    return ["sh", "-c", f'sleep 60 & echo $! > {pidfile}; echo started; wait']
+
+
+def test_local_run_timeout_kills_the_grandchild(tmp_path):
+    pidfile = tmp_path / "pid"
+    t0 = time.monotonic()
+    r = LocalHost().run(_grandchild_script(pidfile), timeout=1.0)
+    assert time.monotonic() - t0 < 10
+    assert r.returncode == -signal.SIGKILL and "timed out after 1.0s" in r.stderr
+    assert r.stdout == "started\n"  # what it printed before the kill is kept
+    grandchild = int(pidfile.read_text())
+    try:
+        assert _gone_within(grandchild, 3.0), f"grandchild {grandchild} still running after the timeout"
+    finally:
+        if _alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+
+
+def test_local_run_ctrl_c_kills_the_grandchild(tmp_path):
+    pidfile = tmp_path / "pid"
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))  # a real Ctrl-C to this process
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            LocalHost().run(_grandchild_script(pidfile), timeout=30.0)
+    finally:
+        timer.cancel()
+    grandchild = int(pidfile.read_text())
+    try:
+        assert _gone_within(grandchild, 3.0), f"grandchild {grandchild} still running after Ctrl-C"
+    finally:
+        if _alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)

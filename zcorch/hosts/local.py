@@ -163,6 +163,27 @@ class LocalProcess(Process):
             pass
 
 
+def _kill_session(p: subprocess.Popen) -> None:
+    """SIGKILL the process group p leads (start_new_session=True) and reap p."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def _leftover_output(p: subprocess.Popen) -> "tuple[str, str]":
+    """What a killed command printed. Its group is dead; a member that left the group (setsid) may
+    still hold the pipes, so the read is bounded."""
+    try:
+        out, err = p.communicate(timeout=2.0)
+    except subprocess.TimeoutExpired:
+        for f in (p.stdout, p.stderr):
+            f.close()
+        return "", "(output lost: a process that left the command's group still holds its pipes)"
+    return out or "", err or ""
+
+
 class LocalHost(Host):
     """This machine, through subprocess. Never uses a shell."""
 
@@ -183,15 +204,23 @@ class LocalHost(Host):
     def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
         argv = [str(a) for a in argv]
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(env),
-                               input=input, start_new_session=True)
+            # Its own session: on timeout (or Ctrl-C) the whole group goes, not just the direct child
+            # (subprocess.run(timeout=) kills only that one; a dd under a shell would keep writing).
+            p = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else None,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self._env(env),
+                                 start_new_session=True)
         except FileNotFoundError as exc:
             return CommandResult(argv, 127, "", f"{argv[0]}: command not found ({exc})")
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        try:
+            out, err = p.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_session(p)
+            out, err = _leftover_output(p)
             return CommandResult(argv, -signal.SIGKILL, out, err + f"\n(timed out after {timeout:.1f}s)")
-        return CommandResult(argv, p.returncode, p.stdout, p.stderr)
+        except BaseException:  # KeyboardInterrupt included: nothing of the command may outlive us
+            _kill_session(p)
+            raise
+        return CommandResult(argv, p.returncode, out, err)
 
     def start(self, argv, env=None) -> LocalProcess:
         # stdin: a pipe only this controller holds (close_fds keeps it out of other children), so
