@@ -2,6 +2,7 @@
 and every remote operation has a deadline (a frozen sshd, not a mock)."""
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -101,6 +102,10 @@ def test_frozen_sshd_every_operation_fails_within_its_deadline(lab):
     host = lab.connect("receiver")
     try:
         host.op_timeout = 2.0
+        # A dead link (not just a frozen peer) ends the connection within about a minute, not TCP's 15:
+        # the kernel aborts when the keepalives stay unacknowledged (too slow to wait for here).
+        sock = host._client.get_transport().sock
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) > 0
         assert host.home == "/root"  # SFTP session open before the freeze: its calls must time out
         assert host.run(["true"]).ok
         session = _sshd_pids(lab, "receiver") - before   # this connection's sshd processes only

@@ -410,15 +410,17 @@ class SSHHost(Host):
         self._clients = clients           # jump hosts first; the last one is this host
         self._client = clients[-1]
         self.op_timeout = DEFAULT_OP_TIMEOUT   # deadline of every remote operation (see the module doc)
-        transport = self._client.get_transport()
         # Keepalives are data the peer must ACK: with TCP_USER_TIMEOUT a dead link breaks the
-        # connection (every waiter gets an error) instead of TCP retrying for ~15 minutes.
-        transport.set_keepalive(_KEEPALIVE_S)
-        if isinstance(transport.sock, socket.socket) and hasattr(socket, "TCP_USER_TIMEOUT"):
-            try:
-                transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, _TCP_USER_TIMEOUT_MS)
-            except OSError:
-                pass  # not Linux: the per-operation deadlines still hold
+        # connection (every waiter gets an error) instead of TCP retrying for ~15 minutes. Every hop:
+        # through ProxyJump only the first one has a TCP socket of ours, the others ride on it.
+        for client in clients:
+            transport = client.get_transport()
+            transport.set_keepalive(_KEEPALIVE_S)
+            if isinstance(transport.sock, socket.socket) and hasattr(socket, "TCP_USER_TIMEOUT"):
+                try:
+                    transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, _TCP_USER_TIMEOUT_MS)
+                except OSError:
+                    pass  # not Linux: the per-operation deadlines still hold
         self._sftp: Optional[paramiko.SFTPClient] = None
         self._home: Optional[str] = None
         self._lock = threading.Lock()
