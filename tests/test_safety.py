@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fixtures_run import base_params, local_runner, new_resultset, wait_no_workers
-from zcorch.errors import ResultsError
+from zcorch.errors import HostError, ResultsError
 from zcorch.hosts.local import LocalHost
 from zcorch.results.store import ResultSet, read_jsonl
 
@@ -134,3 +134,13 @@ def test_local_run_ctrl_c_kills_the_grandchild(tmp_path):
     finally:
         if _alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
+
+
+def test_local_put_bytes_on_a_full_disk_keeps_the_old_file_and_leaves_no_temp(small_tmpfs):
+    # put_bytes writes provisioning state files: a full disk must not leave them half-written.
+    target = small_tmpfs / "state.json"
+    LocalHost().put_bytes(b'{"old": 1}\n', str(target))
+    with pytest.raises(HostError, match="cannot write .*state.json"):
+        LocalHost().put_bytes(b"x" * 200_000, str(target))
+    assert target.read_bytes() == b'{"old": 1}\n'
+    assert sorted(os.listdir(small_tmpfs)) == ["state.json"]

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional, Sequence
 
+from zcorch.errors import HostError
+
 
 @dataclass
 class CommandResult:
@@ -236,9 +238,19 @@ class LocalHost(Host):
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         remote_path = os.path.expanduser(remote_path)
-        os.makedirs(os.path.dirname(remote_path) or ".", exist_ok=True)
         tmp = f"{remote_path}.tmp{os.getpid()}.{time.monotonic_ns()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, remote_path)
+        try:
+            os.makedirs(os.path.dirname(remote_path) or ".", exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())  # the rename must never expose a file whose data a crash lost
+            os.chmod(tmp, mode)
+            os.replace(tmp, remote_path)
+        except OSError as exc:
+            # A full disk (or any failure) leaves the old file as it was and no temp file behind.
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise HostError(f"{self.name}: cannot write {remote_path}: {exc}") from None
