@@ -137,3 +137,38 @@ def test_frozen_sshd_every_operation_fails_within_its_deadline(lab):
         host.run(["rm", "-f", "/root/zc-after-stall"])
     finally:
         host.close()
+
+
+def test_lost_ssh_connection_records_the_run_failed_not_ok(lab, tmp_path):
+    """A real HostError mid-sweep (the receiver's connection is gone): the run is failed with the
+    error as its reason, never an ok without metrics that --resume would skip for good."""
+    from fixtures_run import base_params, new_resultset
+    from zcorch.hosts import ssh
+    from zcorch.provision import deploy
+    from zcorch.sweep.runner import Runner
+
+    hosts = ssh.open_hosts(lab.hosts_spec)
+    try:
+        handles = deploy.prepare(hosts)
+        runs = [{"id": f"c{i}", "repeat": 0, "params": base_params()} for i in range(2)]
+        rs = new_resultset(tmp_path / "rs", runs)
+
+        def on_event(name, **info):
+            if name == "run_done" and info["record"]["cell"] == "c0":
+                hosts["receiver"].close()  # the link to the receiver is lost between two runs
+
+        runner = Runner(hosts["sender"], hosts["receiver"], handles["sender"].worker_argv,
+                        handles["receiver"].worker_argv, rs, worker_env={r: handles[r].env for r in handles},
+                        on_event=on_event)
+        outcome = runner.run_sweep(runs)
+        first, lost = rs.runs()
+        assert first["status"] == "ok", first
+        assert lost["status"] == "failed", lost
+        assert lost["reason"].startswith("HostError: receiver (") and "connection lost" in lost["reason"], lost
+        assert (outcome.ok, outcome.failed) == (1, 1)
+        assert rs.ok_keys() == {("c0", 0)}
+        assert "Traceback" in (tmp_path / "rs" / lost["log"]).read_text()
+    finally:
+        for h in hosts.values():
+            h.close()
+    assert lab.zcorch_procs("sender") == [] and lab.zcorch_procs("receiver") == []
