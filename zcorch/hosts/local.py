@@ -2,8 +2,8 @@
 
 `LocalHost` runs them as local subprocesses (the `hosts: localhost` default: no SSH, no root);
 `zcorch.hosts.ssh.SSHHost` runs the same argument lists over a persistent paramiko connection,
-quoted with shlex. The runner, deploy, baselines and filesystem provisioning only see this
-interface, so every stage works the same on both.
+sent on the command's stdin (never parsed by the login shell). The runner, deploy, baselines and
+filesystem provisioning only see this interface, so every stage works the same on both.
 """
 from __future__ import annotations
 
