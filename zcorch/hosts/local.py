@@ -2,8 +2,8 @@
 
 `LocalHost` runs them as local subprocesses (the `hosts: localhost` default: no SSH, no root);
 `zcorch.hosts.ssh.SSHHost` runs the same argument lists over a persistent paramiko connection,
-quoted with shlex. The runner, deploy, baselines and filesystem provisioning only see this
-interface, so every stage works the same on both.
+sent on the command's stdin (never parsed by the login shell). The runner, deploy, baselines and
+filesystem provisioning only see this interface, so every stage works the same on both.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional, Sequence
+
+from zcorch.errors import HostError
 
 
 @dataclass
@@ -163,6 +165,27 @@ class LocalProcess(Process):
             pass
 
 
+def _kill_session(p: subprocess.Popen) -> None:
+    """SIGKILL the process group p leads (start_new_session=True) and reap p."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def _leftover_output(p: subprocess.Popen) -> "tuple[str, str]":
+    """What a killed command printed. Its group is dead; a member that left the group (setsid) may
+    still hold the pipes, so the read is bounded."""
+    try:
+        out, err = p.communicate(timeout=2.0)
+    except subprocess.TimeoutExpired:
+        for f in (p.stdout, p.stderr):
+            f.close()
+        return "", "(output lost: a process that left the command's group still holds its pipes)"
+    return out or "", err or ""
+
+
 class LocalHost(Host):
     """This machine, through subprocess. Never uses a shell."""
 
@@ -183,15 +206,23 @@ class LocalHost(Host):
     def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
         argv = [str(a) for a in argv]
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self._env(env),
-                               input=input, start_new_session=True)
+            # Its own session: on timeout (or Ctrl-C) the whole group goes, not just the direct child
+            # (subprocess.run(timeout=) kills only that one; a dd under a shell would keep writing).
+            p = subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else None,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self._env(env),
+                                 start_new_session=True)
         except FileNotFoundError as exc:
             return CommandResult(argv, 127, "", f"{argv[0]}: command not found ({exc})")
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        try:
+            out, err = p.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_session(p)
+            out, err = _leftover_output(p)
             return CommandResult(argv, -signal.SIGKILL, out, err + f"\n(timed out after {timeout:.1f}s)")
-        return CommandResult(argv, p.returncode, p.stdout, p.stderr)
+        except BaseException:  # KeyboardInterrupt included: nothing of the command may outlive us
+            _kill_session(p)
+            raise
+        return CommandResult(argv, p.returncode, out, err)
 
     def start(self, argv, env=None) -> LocalProcess:
         # stdin: a pipe only this controller holds (close_fds keeps it out of other children), so
@@ -207,9 +238,19 @@ class LocalHost(Host):
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         remote_path = os.path.expanduser(remote_path)
-        os.makedirs(os.path.dirname(remote_path) or ".", exist_ok=True)
         tmp = f"{remote_path}.tmp{os.getpid()}.{time.monotonic_ns()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, remote_path)
+        try:
+            os.makedirs(os.path.dirname(remote_path) or ".", exist_ok=True)
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())  # the rename must never expose a file whose data a crash lost
+            os.chmod(tmp, mode)
+            os.replace(tmp, remote_path)
+        except OSError as exc:
+            # A full disk (or any failure) leaves the old file as it was and no temp file behind.
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise HostError(f"{self.name}: cannot write {remote_path}: {exc}") from None

@@ -15,14 +15,24 @@ Host keys: an unknown key is refused (HostError naming host, fingerprint and the
 `accept_new_host_keys` is set, in which case it is appended to the spec's `known_hosts` file (else
 ~/.ssh/known_hosts). A *changed* key is always refused.
 
-Commands: every command is an argv list quoted with shlex.join, wrapped as
-`sh -c 'echo PID PGID; exec "$@"' sh ARGV...`. sshd makes the command's shell a session leader, so
-the whole process group of the command can later be signalled with `kill -SIG -- -PGID` over a fresh
-channel (closing a channel does not stop a remote command).
+Commands: sshd hands the command string to the remote user's LOGIN shell (sh, bash, fish, csh...), so
+that string is always one of two constants (`exec /bin/sh -c '<wrapper>'`: one line, single quotes, no
+backslash, `!` or user byte, read alike by sh, fish and csh). The argv itself is sent first on the
+command's stdin (`_encode_argv`: a count line, then one line per argument with unsafe bytes as octal
+escapes); the wrapper reads exactly those lines (sh's `read` takes one byte at a time from a pipe),
+decodes them, prints `zcorch-pid PID PGID` and execs the argv, which then owns the rest of stdin. sshd
+makes the command's shell a session leader, so the whole process group of the command can later be
+signalled with `kill -SIG -- -PGID` over a fresh channel (closing a channel does not stop a remote command).
+
+Deadlines: every remote operation has one (`SSHHost.op_timeout`, default 30 s): opening a channel,
+the exec/subsystem request, every SFTP call; TCP_USER_TIMEOUT plus the transport keepalive make a
+dead link fail the connection instead of hanging for TCP's ~15 minutes. A stalled operation raises
+HostError naming the host and the operation.
 """
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import posixpath
@@ -46,6 +56,37 @@ _PID_TAG = "zcorch-pid"
 # A shell function gets its own "$@", so the fields of /proc/$$/stat after "(comm) " land in $1..$n
 # without clobbering the command's arguments ($3 is the process group).
 _WRAPPER = ('f() { echo "%s $$ $3"; }; read -r s < /proc/$$/stat; f ${s##*) }; exec "$@"' % _PID_TAG)
+# Rebuilds "$@" from stdin (see _encode_argv): line 1 is "ESC N" (ESC = the escape character, sent
+# rather than written here because fish would mangle a backslash inside single quotes); a short
+# read is an error (exit 125), never a shorter command.
+_READ_ARGV = ('read -r e n || exit 125; i=0; while [ "$i" -lt "$n" ]; do read -r a || exit 125; '
+              'case $a in *"$e"*) a=$(printf "%bx" "$a"); a=${a%x};; esac; set -- "$@" "$a"; i=$((i+1)); done')
+_ARGV_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=:,+@%-")
+DEFAULT_OP_TIMEOUT = 30.0
+# A dead link: unacknowledged data (the keepalives) aborts the TCP connection after this long.
+_TCP_USER_TIMEOUT_MS = 60_000
+_KEEPALIVE_S = 15
+
+
+def _login_shell_command(script: str) -> str:
+    """The constant string the login shell parses: portable across sh, fish and csh."""
+    assert not set(script) & set("'\\!\n"), script
+    return f"exec /bin/sh -c '{script}'"
+
+
+_RUN_WRAPPED = _login_shell_command(_READ_ARGV + "; " + _WRAPPER)
+_RUN_PLAIN = _login_shell_command(_READ_ARGV + '; exec "$@"')
+
+
+def _encode_argv(argv: Sequence[str]) -> bytes:
+    """argv for _READ_ARGV: bytes outside a safe set as printf %b octal escapes, one line per argument."""
+    lines = ["\\ %d" % len(argv)]
+    for arg in argv:
+        raw = arg.encode("utf-8", "surrogateescape")
+        if b"\0" in raw:
+            raise HostError(f"argument {arg!r} contains a NUL byte, which no command line can carry")
+        lines.append("".join(chr(c) if c in _ARGV_SAFE else "\\0%03o" % c for c in raw))
+    return ("\n".join(lines) + "\n").encode("ascii")
 
 
 @dataclass
@@ -303,7 +344,13 @@ class SSHProcess(Process):
         self._err_t = threading.Thread(target=self._drain_err, args=(channel.makefile_stderr("rb"),),
                                        daemon=True)
         self._err_t.start()
-        first = self._out.readline(startup_timeout)
+        try:
+            first = self._out.readline(startup_timeout)
+        except TimeoutError:
+            channel.close()
+            self.pid = self.pgid = None
+            raise HostError(f"{host.where}: command did not start within {startup_timeout:g}s "
+                            "(link stalled or host overloaded?)") from None
         if first is None or not first.startswith(_PID_TAG + " "):
             self.pid = self.pgid = None
             raise HostError(f"{host.name}: command did not start (got {first!r}; stderr: "
@@ -362,7 +409,18 @@ class SSHHost(Host):
         self.data_address = data_address
         self._clients = clients           # jump hosts first; the last one is this host
         self._client = clients[-1]
-        self._client.get_transport().set_keepalive(30)
+        self.op_timeout = DEFAULT_OP_TIMEOUT   # deadline of every remote operation (see the module doc)
+        # Keepalives are data the peer must ACK: with TCP_USER_TIMEOUT a dead link breaks the
+        # connection (every waiter gets an error) instead of TCP retrying for ~15 minutes. Every hop:
+        # through ProxyJump only the first one has a TCP socket of ours, the others ride on it.
+        for client in clients:
+            transport = client.get_transport()
+            transport.set_keepalive(_KEEPALIVE_S)
+            if isinstance(transport.sock, socket.socket) and hasattr(socket, "TCP_USER_TIMEOUT"):
+                try:
+                    transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, _TCP_USER_TIMEOUT_MS)
+                except OSError:
+                    pass  # not Linux: the per-operation deadlines still hold
         self._sftp: Optional[paramiko.SFTPClient] = None
         self._home: Optional[str] = None
         self._lock = threading.Lock()
@@ -374,27 +432,57 @@ class SSHHost(Host):
     def where(self) -> str:
         return f"{self.name} ({self.target.describe()})"
 
-    def _channel(self) -> paramiko.Channel:
+    def _channel(self, what: str = "") -> paramiko.Channel:
+        during = f" ({what})" if what else ""
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
-            raise HostError(f"{self.where}: connection lost")
+            raise HostError(f"{self.where}: connection lost{during}")
         try:
-            return transport.open_session(timeout=30.0)
+            return transport.open_session(timeout=self.op_timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise HostError(f"{self.where}: cannot open a channel: {exc}") from None
+            raise HostError(f"{self.where}: cannot open a channel{during} within {self.op_timeout:g}s: "
+                            f"{exc}") from None
 
-    @staticmethod
-    def _command(argv: Sequence[str], env: Optional[Mapping[str, str]], wrap: bool) -> str:
+    def _request(self, chan: paramiko.Channel, kind: str, value: str, what: str) -> None:
+        """Channel.exec_command / invoke_subsystem with a deadline (paramiko's wait forever)."""
+        m = paramiko.Message()
+        m.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+        m.add_int(chan.remote_chanid)
+        m.add_string(kind)
+        m.add_boolean(True)
+        m.add_string(value)
+        try:
+            chan._event_pending()
+            chan.transport._send_user_message(m)
+            if not chan.event.wait(self.op_timeout):
+                chan.close()
+                raise HostError(f"{self.where}: {what}: no answer within {self.op_timeout:g}s "
+                                "(link stalled or sshd frozen?)")
+            if not chan.event_ready:
+                raise chan.transport.get_exception() or paramiko.SSHException("channel closed")
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            chan.close()
+            raise HostError(f"{self.where}: {what} failed: {exc or type(exc).__name__}") from None
+
+    def _exec(self, argv: Sequence[str], env: Optional[Mapping[str, str]], wrap: bool) -> paramiko.Channel:
+        """A channel running argv: the login shell only ever sees a constant (see the module doc)."""
         argv = [str(a) for a in argv]
         if env:
             argv = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
-        if wrap:
-            argv = ["sh", "-c", _WRAPPER, "sh", *argv]
-        return shlex.join(argv)
+        what = f"starting {shlex.join(argv)[:200]}"
+        header = _encode_argv(argv)
+        chan = self._channel(what)
+        self._request(chan, "exec", _RUN_WRAPPED if wrap else _RUN_PLAIN, what)
+        try:
+            chan.sendall(header)  # a few hundred bytes: well inside the channel's first window
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            chan.close()
+            raise HostError(f"{self.where}: {what}: cannot send its arguments: {exc}") from None
+        return chan
 
     def _exec_plain(self, argv: Sequence[str], timeout: float) -> CommandResult:
-        chan = self._channel()
-        chan.exec_command(self._command(argv, None, wrap=False))
+        chan = self._exec(argv, None, wrap=False)
+        chan.shutdown_write()
         out, err = _collect(chan, timeout)
         status = chan.exit_status if chan.status_event.is_set() else -1
         chan.close()
@@ -403,10 +491,15 @@ class SSHHost(Host):
     def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
         """Run argv to completion (stdout/stderr byte-exact); on timeout its process group is killed (-9)."""
         argv = [str(a) for a in argv]
-        chan = self._channel()
-        chan.exec_command(self._command(argv, env, wrap=True))
+        chan = self._exec(argv, env, wrap=True)
         if input is not None:
-            chan.sendall(input.encode())
+            chan.settimeout(max(timeout, self.op_timeout))  # a stalled reader must not block us forever
+            try:
+                chan.sendall(input.encode())
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                chan.close()
+                raise HostError(f"{self.where}: cannot send input to {shlex.join(argv)[:200]}: "
+                                f"{exc or type(exc).__name__}") from None
         chan.shutdown_write()
         out, err = _collect(chan, timeout)
         tag, _, out = out.partition("\n")
@@ -425,8 +518,7 @@ class SSHHost(Host):
 
     def start(self, argv, env=None) -> SSHProcess:
         """Start argv; the Process reads stdout lines and can signal the whole remote process group."""
-        chan = self._channel()
-        chan.exec_command(self._command(argv, env, wrap=True))
+        chan = self._exec(argv, env, wrap=True)
         # The channel's stdin stays open: when this controller dies, sshd sees the connection drop
         # and closes the command's stdin, which a worker started with --exit-on-stdin-eof obeys.
         return SSHProcess(self, chan)
@@ -436,7 +528,8 @@ class SSHHost(Host):
     def home(self) -> str:
         """The remote user's home directory (remote commands start there)."""
         if self._home is None:
-            self._home = self.sftp().normalize(".")
+            with self._sftp_call("finding the home directory") as sftp:
+                self._home = sftp.normalize(".")
         return self._home
 
     def expand(self, path: str) -> str:
@@ -449,30 +542,58 @@ class SSHHost(Host):
         return path
 
     def sftp(self) -> paramiko.SFTPClient:
+        """The host's SFTP session; every call on it raises socket.timeout after op_timeout s."""
         with self._lock:
             if self._sftp is None:
+                chan = self._channel("starting sftp")
+                self._request(chan, "subsystem", "sftp", "starting sftp")
+                chan.settimeout(self.op_timeout)  # every later SFTP request has this deadline too
                 try:
-                    self._sftp = self._client.open_sftp()
+                    self._sftp = paramiko.SFTPClient(chan)
                 except (paramiko.SSHException, OSError, EOFError) as exc:
-                    raise HostError(f"{self.where}: cannot start sftp: {exc}") from None
+                    chan.close()
+                    stalled = " (no answer: link stalled?)" if isinstance(exc, socket.timeout) else ""
+                    raise HostError(f"{self.where}: cannot start sftp{stalled}: {exc}") from None
             return self._sftp
+
+    @contextlib.contextmanager
+    def _sftp_call(self, what: str):
+        """Yields the SFTP session; a call that times out drops the session (its replies are out of
+        step now) and raises HostError naming the host and `what`."""
+        try:
+            sftp = self.sftp()
+        except HostError as exc:
+            raise HostError(f"{exc} (while {what})") from None
+        try:
+            yield sftp
+        except socket.timeout:
+            with self._lock:
+                if self._sftp is sftp:
+                    self._sftp = None
+            sftp.close()
+            raise HostError(f"{self.where}: {what}: no answer within {self.op_timeout:g}s "
+                            "(link stalled or sshd frozen?)") from None
 
     def makedirs(self, remote_dir: str) -> None:
         remote_dir = self.expand(remote_dir)
-        sftp = self.sftp()
         parts = [p for p in remote_dir.split("/") if p]
         path = ""
-        for part in parts:
-            path += "/" + part
-            try:
-                sftp.stat(path)
-            except FileNotFoundError:
+        with self._sftp_call(f"creating {remote_dir}") as sftp:
+            for part in parts:
+                path += "/" + part
                 try:
-                    sftp.mkdir(path)
-                except OSError:
-                    sftp.stat(path)  # created concurrently is fine; anything else raises
-            except OSError as exc:
-                raise HostError(f"{self.where}: cannot create {remote_dir}: {exc}") from None
+                    sftp.stat(path)
+                except FileNotFoundError:
+                    try:
+                        sftp.mkdir(path)
+                    except socket.timeout:
+                        raise
+                    except OSError:
+                        sftp.stat(path)  # created concurrently is fine; anything else raises
+                except socket.timeout:
+                    raise
+                except OSError as exc:
+                    raise HostError(f"{self.where}: cannot create {remote_dir}: {exc}") from None
 
     def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:
         with open(local_path, "rb") as f:
@@ -483,19 +604,21 @@ class SSHHost(Host):
         remote_path = self.expand(remote_path)
         self.makedirs(posixpath.dirname(remote_path))
         tmp = f"{remote_path}.tmp{os.getpid()}.{time.monotonic_ns()}"
-        sftp = self.sftp()
-        try:
-            with sftp.open(tmp, "wb") as f:
-                f.set_pipelined(True)
-                f.write(data)
-            sftp.chmod(tmp, mode)
-            sftp.posix_rename(tmp, remote_path)
-        except (OSError, paramiko.SSHException) as exc:
+        with self._sftp_call(f"writing {remote_path}") as sftp:
             try:
-                sftp.remove(tmp)
-            except OSError:
-                pass
-            raise HostError(f"{self.where}: cannot write {remote_path}: {exc}") from None
+                with sftp.open(tmp, "wb") as f:
+                    f.set_pipelined(True)
+                    f.write(data)
+                sftp.chmod(tmp, mode)
+                sftp.posix_rename(tmp, remote_path)
+            except socket.timeout:
+                raise  # _sftp_call: the session is gone, no clean-up over it
+            except (OSError, paramiko.SSHException) as exc:
+                try:
+                    sftp.remove(tmp)
+                except OSError:
+                    pass
+                raise HostError(f"{self.where}: cannot write {remote_path}: {exc}") from None
 
     def close(self) -> None:
         if self._sftp is not None:

@@ -10,6 +10,7 @@ newest record (last in the file) wins (`latest_runs`).
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import sys
@@ -167,13 +168,33 @@ class ResultSet:
 
     # -- records ----------------------------------------------------------------------------
     def _append(self, name: str, record: dict) -> None:
-        line = json.dumps(record, sort_keys=True, default=str) + "\n"
-        # One write() of the whole line, then fsync: after a crash the file ends either before
-        # the line or (rarely) in a torn line that readers skip and resume truncates.
-        fd = os.open(self.path(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        data = (json.dumps(record, sort_keys=True, default=str) + "\n").encode("utf-8")
+        # The whole line, then fsync: after a crash the file ends either before the line or (rarely)
+        # in a torn line that readers skip and resume truncates. write() may write less than asked
+        # (ENOSPC mid-line): then the file is cut back to where the line began, so the next append
+        # cannot glue onto half a record and make the whole set unreadable.
+        path = self.path(name)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, line.encode("utf-8"))
-            os.fsync(fd)
+            start = os.fstat(fd).st_size  # the only writer: O_APPEND writes land here
+            try:
+                done = 0
+                while done < len(data):
+                    n = os.write(fd, data[done:])
+                    if n <= 0:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    done += n
+                os.fsync(fd)
+            except OSError as exc:
+                try:
+                    os.ftruncate(fd, start)
+                    os.fsync(fd)
+                except OSError as undo:
+                    raise ResultsError(f"{path}: cannot write a record ({exc}) nor cut the partial line back "
+                                       f"to byte {start} ({undo}); `zcorch run --resume` cuts it") from None
+                full = " (the disk is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+                raise ResultsError(f"{path}: cannot write a record{full}: {exc.strerror or exc}; nothing "
+                                   "written before was lost, the partial line was removed") from None
         finally:
             os.close(fd)
 

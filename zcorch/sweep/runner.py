@@ -21,6 +21,7 @@ import os
 import shlex
 import signal
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
@@ -167,17 +168,30 @@ class Runner:
                      recv_argv(self.receiver_worker, self.receiver.data_address, worker_params))
         send = _Side("sender", self.sender, [])
         log_rel = self.results.log_relpath(cell, repeat)
-        status, reason = "ok", None
+        # Not "ok" until _drive says so: whatever escapes it must never be recorded as a success.
+        status, reason = "failed", "the run ended without a result"
+        traces: List[str] = []   # tracebacks for the run's log: a crash is recorded, and debuggable
         try:
             status, reason = self._drive(recv, send, worker_params, deadline, budget)
         except KeyboardInterrupt:
             status, reason = "interrupted", "interrupted by the user (SIGINT) during the run"
             raise
+        except Exception as exc:  # HostError (lost link), OSError (Popen), a bug: failed, the sweep goes on
+            status, reason = "failed", f"{type(exc).__name__}: {exc} (traceback in {log_rel})"
+            traces.append(traceback.format_exc())
         finally:
-            self._cleanup(recv, send)
+            try:
+                self._cleanup(recv, send)
+            except Exception as exc:  # e.g. the kill over a lost SSH link: the run is still recorded
+                self.warnings.append(f"cell {cell} repeat {repeat}: workers may still run after cleanup "
+                                     f"failed: {type(exc).__name__}: {exc}")
+                traces.append(traceback.format_exc())
             wall = time.monotonic() - t0
             record = self._record(cell, repeat, params, status, reason, started_iso, wall, recv, send, log_rel)
-            self._write_log(log_rel, record, recv, send)
+            try:
+                self._write_log(log_rel, record, recv, send, traces)
+            except Exception as exc:  # the record matters more than its log
+                self.warnings.append(f"cannot write {log_rel}: {type(exc).__name__}: {exc}")
             self.results.append_run(record)
             self.on_event("run_done", record=record)
         return record
@@ -308,6 +322,12 @@ class Runner:
                 return None
             return {k: v for k, v in side.result.items() if k != "event"}
 
+        if status == "ok" and (send.result is None or recv.result is None):
+            # Invariant: `--resume` skips ok runs for good, so ok needs both sides' metrics.
+            missing = " and ".join(s.where() for s in (send, recv) if s.result is None)
+            status, reason = "failed", f"recorded without metrics from {missing}"
+        if status != "ok" and not reason:
+            reason = "no reason given (see the run's log)"
         rec = {"cell": cell, "repeat": repeat, "params": params, "status": status, "reason": reason,
                "started": started, "wall_s": round(wall, 6), "sender": metrics(send), "receiver": metrics(recv),
                "log": log_rel, "sender_host": self.sender.name, "receiver_host": self.receiver.name}
@@ -317,11 +337,14 @@ class Runner:
             rec["overhead_s"] = round(wall - max(walls) / 1e9, 6)
         return rec
 
-    def _write_log(self, log_rel: str, record: dict, recv: _Side, send: _Side) -> None:
+    def _write_log(self, log_rel: str, record: dict, recv: _Side, send: _Side,
+                   traces: Sequence[str] = ()) -> None:
         path = os.path.join(self.results.dir, log_rel)
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"=== {record['started']} cell {record['cell']} repeat {record['repeat']}: "
                     f"{record['status']}{' - ' + record['reason'] if record['reason'] else ''}\n")
+            for trace in traces:
+                f.write("--- controller exception\n" + "".join(f"[traceback] {line}\n" for line in trace.splitlines()))
             for side in (recv, send):
                 if not side.argv or side.proc is None or not side.engaged:
                     continue
