@@ -26,12 +26,11 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from zcorch._version import __version__
+from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import Host
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_WORKDIR = "~/.cache/zcorch"
-DEFAULT_PYTHON = "python3"
 MARKER = ".zcorch-deployed"
 BUILD_TIMEOUT = 300.0
 KEEP_BUILDS = 3          # older worker-<hash> directories beyond this many are pruned
@@ -104,14 +103,16 @@ def _where(host: Host) -> str:
     return getattr(host, "where", None) or host.name
 
 
-def _host_python(host: Host) -> str:
+def host_python(host: Host) -> str:
+    """The interpreter for the worker: this one locally, else the host spec's `python`."""
     if host.is_local:
         return sys.executable
-    return str(getattr(host, "spec", {}).get("python") or DEFAULT_PYTHON)
+    return host.spec.python if host.spec else DEFAULT_PYTHON
 
 
-def _host_workdir(host: Host) -> str:
-    return str(getattr(host, "spec", {}).get("workdir") or DEFAULT_WORKDIR)
+def host_workdir(host: Host) -> str:
+    """The host spec's `workdir` (DEFAULT_WORKDIR without a spec), as written: `~` not expanded."""
+    return host.spec.workdir if host.spec else DEFAULT_WORKDIR
 
 
 # Runs on the host after the build: check, mark complete, rename into place, prune old builds.
@@ -150,7 +151,7 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     source_root: the tree whose files are deployed (default: this checkout). workdir / python default
     to the host spec's `workdir` / `python` keys. Raises DeployError naming the host.
     """
-    python = python or _host_python(host)
+    python = python or host_python(host)
     if host.is_local:
         if source_root is not None and os.path.abspath(source_root) != REPO_ROOT:
             raise DeployError("localhost runs the controller's own package; source_root is for remote hosts")
@@ -163,7 +164,7 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     root = os.path.abspath(source_root or REPO_ROOT)
     files = deployed_files(root)
     digest = content_hash(root, files)
-    base = host.expand(workdir or _host_workdir(host))
+    base = host.expand(workdir or host_workdir(host))
     final = posixpath.join(base, f"worker-{digest}")
     handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final})
     existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
@@ -257,7 +258,7 @@ print(json.dumps(out))
 
 def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = None) -> dict:
     """Facts about a host (see _PROBE), or {"error": ...} when its python cannot run at all."""
-    python = python or _host_python(host)
+    python = python or host_python(host)
     r = host.run([python, "-c", _PROBE, host.data_address, *[str(int(p)) for p in ports]], timeout=60)
     if not r.ok:
         return {"error": (r.stderr or r.stdout).strip(), "returncode": r.returncode, "python_cmd": python}

@@ -17,7 +17,8 @@ import os
 import posixpath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from zcorch.provision.deploy import DEFAULT_WORKDIR, _host_workdir
+from zcorch.config.hosts import DEFAULT_WORKDIR, scratch_dir
+from zcorch.provision.deploy import host_workdir
 from zcorch.errors import PreflightError
 from zcorch.hosts.local import Host
 from zcorch.config.experiment import SCRATCH_PLACEHOLDER
@@ -121,7 +122,7 @@ def prepare_argv(python: str, workdir: str, subdirs: Sequence[str] = ()) -> List
 
 def workdir_of(host: Host) -> str:
     """The host's workdir (spec `workdir` or ~/.cache/zcorch); SSH hosts expand `~` themselves (sftp)."""
-    workdir = _host_workdir(host)
+    workdir = host_workdir(host)
     expand = getattr(host, "expand", None)
     return expand(workdir) if callable(expand) else workdir
 
@@ -168,4 +169,4 @@ def prepare_all(hosts: Mapping[str, Host], python: Mapping[str, str], needed: Ma
 
 def local_directory(workdir: Optional[str] = None) -> str:
     """What `{scratch}` is on this machine for this user (no I/O): for `--dry-run` on localhost."""
-    return os.path.join(os.path.expanduser(workdir or DEFAULT_WORKDIR), "scratch")
+    return scratch_dir(os.path.expanduser(workdir or DEFAULT_WORKDIR))
