@@ -313,7 +313,7 @@ def test_hosts_need_both_roles_and_required_keys(write_yaml):
     ("{fs: ext4, loop: {count: 1, size: 0}}", "loop.size: expected a size > 0"),
     ("{fs: ext4, loop: {count: 1}}", "missing required key `size`"),
     ("{fs: ext4, raid: raid7, loop: {count: 3, size: 1GiB}}", "not a RAID level"),
-    ("{fs: ext4, raid: raid5, loop: {count: 2, size: 1GiB}}", "raid5 needs at least 3 devices, this configuration has 2"),
+    ("{fs: ext4, raid: raid5, loop: {count: 2, size: 1GiB}}", "raid5 needs at least 3 devices, this configuration"),
     ("{fs: ext4, raid: raid10, loop: {count: 2, size: 1GiB}}", "raid10 needs at least 4 devices"),
     ("{fs: btrfs, raid: raid1c3, loop: {count: 2, size: 1GiB}}", "raid1c3 needs at least 3 devices"),
     ("{fs: xfs, raid: dup, loop: {count: 1, size: 1GiB}}", "`dup` is a btrfs profile"),
@@ -397,8 +397,8 @@ def test_filesystem_rules_live_in_one_place(write_yaml):
     r = subprocess.run([sys.executable, "-m", "zcorch", "plan", path], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{path}:5:11: filesystems.r5.raid: raid5 needs at least 3 devices, this configuration has 2" in r.stderr
-    ok = load_experiment(write_yaml("name: t\nfilesystems:\n  r5: {fs: ext4, raid: raid5, loop: {count: 3, size: 1GiB}}\n",
-                                    "ok.yaml"))
+    ok = load_experiment(write_yaml("name: t\nfilesystems:\n  r5: {fs: ext4, raid: raid5, loop: {count: 3, size: 1GiB}}\n"
+                                    "params: {sink: \"{filesystem}/x\", filesystem: r5}\n", "ok.yaml"))
     assert ok.filesystems["r5"].raid == "raid5" and ok.filesystems["r5"].uses_md
 
 def test_include_must_set_every_varying_axis(write_yaml):
