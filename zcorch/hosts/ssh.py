@@ -534,7 +534,7 @@ def _collect(chan: paramiko.Channel, timeout: float) -> "tuple[str, str]":
     return b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace")
 
 
-def open_hosts(spec: Hosts, accept_new_host_keys: bool = False,
+def open_hosts(section: Hosts, accept_new_host_keys: bool = False,
                connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> "dict[str, Host]":
     """{"sender": Host, "receiver": Host} for the `hosts:` section of an experiment file.
 
@@ -543,14 +543,14 @@ def open_hosts(spec: Hosts, accept_new_host_keys: bool = False,
     """
     from zcorch.hosts.local import LocalHost
 
-    if spec.localhost:
+    if section.localhost:
         local = LocalHost("localhost", "127.0.0.1")
         return {"sender": local, "receiver": local}
     hosts: dict = {}
     errors = []
     for role in ("sender", "receiver"):
         try:
-            hosts[role] = connect(spec.spec(role), role, accept_new_host_keys, connect_timeout)
+            hosts[role] = connect(section.spec(role), role, accept_new_host_keys, connect_timeout)
         except HostError as exc:
             errors.append(str(exc))
     if errors:
