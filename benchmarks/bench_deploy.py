@@ -17,6 +17,7 @@ which uploads and compiles the worker on the host, is measured once and printed 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -63,8 +64,8 @@ def main() -> int:
     own = args.lab is None
     layout = _bring_up() if own else lab.LabLayout(args.lab, lab._index_from_state(args.lab, None))
     try:
-        spec = layout.hosts_spec()["receiver"]
-        spec["workdir"] = f"~/.cache/zcorch-bench-{uuid.uuid4().hex[:8]}"
+        spec = dataclasses.replace(layout.hosts().spec("receiver"),
+                                   workdir=f"~/.cache/zcorch-bench-{uuid.uuid4().hex[:8]}")
         t0 = time.perf_counter()
         host = ssh.connect(spec, "receiver")
         connect_s = time.perf_counter() - t0
@@ -82,7 +83,7 @@ def main() -> int:
         for _ in range(args.rounds):
             for name, fn in checks.items():
                 samples[name].append(_timed(fn))
-        host.run(["rm", "-rf", host.expand(spec["workdir"])])
+        host.run(["rm", "-rf", host.expand(spec.workdir)])
         host.close()
     finally:
         if own:

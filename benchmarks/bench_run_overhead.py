@@ -60,7 +60,7 @@ def lab_setup(tmp: str):
     from zcorch.hosts import ssh
 
     layout = start_lab(f"bench{os.getpid()}")
-    hosts = ssh.open_hosts(layout.hosts_spec(), accept_new_host_keys=False)
+    hosts = ssh.open_hosts(layout.hosts(), accept_new_host_keys=False)
     handles = deploy.prepare(hosts)
     runner = Runner(hosts["sender"], hosts["receiver"], handles["sender"].worker_argv,
                     handles["receiver"].worker_argv, resultset(tmp, "lab"),

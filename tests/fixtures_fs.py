@@ -84,11 +84,13 @@ def write_sink(host: Host, mountpoint: str, mib: int = 8) -> "tuple[str, str]":
 
 PROVISIONER = r"""
 import json, os, signal, sys, time
+from zcorch.config.filesystems import filesystems_from_mapping
 from zcorch.provision.filesystems import FilesystemManager
 configs, state_dir, kill_at, hosts_spec = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 if hosts_spec:
+    from zcorch.config.hosts import Hosts
     from zcorch.hosts.ssh import connect
-    host = connect(hosts_spec["receiver"], "receiver")
+    host = connect(Hosts.from_mapping(hosts_spec).spec("receiver"), "receiver")
 else:
     from zcorch.hosts.local import LocalHost
     host = LocalHost()
@@ -96,7 +98,7 @@ def log(msg):
     # A real SIGKILL of this process at a chosen step (the message is logged just before it runs).
     if kill_at and msg.startswith("[" + host.name + "] " + kill_at + " "):
         os.kill(os.getpid(), signal.SIGKILL)
-fm = FilesystemManager(host, configs, state_dir, log=log)
+fm = FilesystemManager(host, filesystems_from_mapping(configs), state_dir, log=log)
 for name in configs:
     print(fm.ensure(name), flush=True)
 print("ready", flush=True)

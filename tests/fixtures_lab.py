@@ -4,7 +4,7 @@ Registered as a plugin in conftest.py, so any test module just names it:
 
     @pytest.mark.lab
     def test_something(lab):
-        hosts = zcorch.hosts.ssh.open_hosts(lab.hosts_spec)
+        hosts = zcorch.hosts.ssh.open_hosts(lab.hosts)
         ...
         assert lab.zcorch_procs("receiver") == []
 
@@ -17,6 +17,8 @@ Attributes of the yielded `LabHandle`:
     name, index, layout (zcorch.lab.netns.LabLayout), state_dir
     hosts_spec            {"sender": {...}, "receiver": {...}} as in the experiment file (a fresh copy
                           each access: ssh, data_address, identity_file, known_hosts, ssh_config)
+    hosts                 the same, validated: zcorch.config.hosts.Hosts (what open_hosts takes;
+                          for a changed copy: Hosts.from_mapping(changed hosts_spec))
     sender / receiver     LabHost(role, mgmt, data, ns, home): management/data addresses, netns name,
                           and the controller-side path of the host's private home (bind-mounted at /root)
     ns_sender / ns_receiver   network namespace names
@@ -38,6 +40,7 @@ from typing import List, Sequence
 
 import pytest
 
+from zcorch.config.hosts import Hosts
 from zcorch.lab import netns as zlab
 from zcorch.errors import LabError
 
@@ -71,6 +74,10 @@ class LabHandle:
     @property
     def hosts_spec(self) -> dict:
         return self.layout.hosts_spec()
+
+    @property
+    def hosts(self) -> Hosts:
+        return self.layout.hosts()
 
     def _role(self, host: str) -> str:
         for role in zlab.HOSTS:
@@ -108,7 +115,7 @@ class LabHandle:
     def connect(self, role: str, **kw):
         from zcorch.hosts import ssh
 
-        return ssh.connect(self.hosts_spec[role], role, **kw)
+        return ssh.connect(self.hosts.spec(role), role, **kw)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from conftest import require_tool
+from zcorch.config.baselines import BASELINES_OFF, Baselines, DdBaseline, Iperf3Baseline
 from zcorch.sweep import baselines as bl
-from zcorch.errors import ConfigError
 from zcorch.hosts.local import LocalHost
 
 CAPTURED = os.path.join(os.path.dirname(__file__), "data", "captured")
@@ -92,31 +92,40 @@ def test_iperf3_argv_are_lists_with_values_as_separate_items():
     client = bl.iperf3_client_argv("10.78.0.3", 5201, 1 << 20, 65536, True, duration=2.0)
     assert client == ["iperf3", "-c", "10.78.0.3", "-p", "5201", "-J", "-t", "2", "-w", "1048576",
                       "-l", "65536", "-Z"]
-    default = bl.iperf3_client_argv("h", 1, None, None, False, nbytes=1000)
-    assert "-w" not in default and "-l" not in default and "-Z" not in default and "-n" in default
+    default = bl.iperf3_client_argv("h", 1, None, None, False, duration=0.2)
+    assert "-w" not in default and "-l" not in default and "-Z" not in default and default[-2:] == ["-t", "1"]
 
 
-def test_baseline_config_from_file_section():
-    cfg = bl.baseline_config({"iperf3": {"per": "sweep", "duration": "3s"}, "dd": {"bs": "32k", "count": "512k"}})
-    assert cfg.iperf3.per == "sweep" and cfg.iperf3.duration == 3.0
-    assert cfg.dd.bs == 32 * 1024 and cfg.dd.count == 512 * 1024
-    off = bl.baseline_config(False)
+def test_commands_take_the_typed_settings_and_the_fixed_port():
+    cfg = Iperf3Baseline(duration=3.0, omit=1)
+    key = {"window": None, "buffer": 65536, "zerocopy": True}
+    server, client = bl.iperf3_commands(cfg, "10.78.0.3", key, bl.IPERF3_PORT)
+    assert server == ["iperf3", "-s", "-1", "-B", "10.78.0.3", "-p", "5201", "--idle-timeout",
+                      str(bl.IPERF3_IDLE_TIMEOUT), "--forceflush"]
+    assert client == ["iperf3", "-c", "10.78.0.3", "-p", "5201", "-J", "-t", "3", "-O", "1", "-l", "65536", "-Z"]
+    assert bl.dd_key(DdBaseline(bs=32768, count=4), "{scratch}") == \
+        {"bs": 32768, "count": 4, "directory": "{scratch}", "filesystem": None, "bs_text": "32KiB"}
+
+
+def test_transitional_baseline_config_keeps_the_run_cli_reading_enabled_flags():
+    both = bl.baseline_config(Baselines())
+    assert both.iperf3.enabled and both.iperf3.port == bl.IPERF3_PORT and both.dd.enabled
+    assert both.iperf3.per == "pair" and both.dd.bs == 1024 ** 2
+    off = bl.baseline_config(BASELINES_OFF)
     assert not off.iperf3.enabled and not off.dd.enabled
-    with pytest.raises(ConfigError, match="baselines.iperf3: per must be"):
-        bl.baseline_config({"iperf3": {"per": "cell"}})
-    with pytest.raises(ConfigError, match="baselines.dd"):
-        bl.baseline_config({"dd": {"bs": "lots"}})
+    only_dd = bl.baseline_config(Baselines(iperf3=None, dd=DdBaseline(count=4)))
+    assert only_dd.dd.enabled and only_dd.dd.count == 4 and not only_dd.iperf3.enabled
 
 
 def test_iperf3_keys_once_per_distinct_pair_and_both_send_paths():
     params = [{"window": 1 << 20, "buffer": 65536}, {"window": 1 << 20, "buffer": 65536},
               {"window": "auto", "buffer": 65536}, {"window": None, "buffer": 65536}]
-    keys = bl.iperf3_keys(bl.Iperf3Config(), params)
+    keys = bl.iperf3_keys(Iperf3Baseline(), params)
     assert keys == [{"window": 1 << 20, "buffer": 65536, "zerocopy": False},
                     {"window": 1 << 20, "buffer": 65536, "zerocopy": True},
                     {"window": None, "buffer": 65536, "zerocopy": False},
                     {"window": None, "buffer": 65536, "zerocopy": True}]
-    assert len(bl.iperf3_keys(bl.Iperf3Config(per="sweep"), params)) == 2
+    assert len(bl.iperf3_keys(Iperf3Baseline(per="sweep"), params)) == 2
 
 
 def _iperf3_servers():
@@ -136,7 +145,7 @@ def _iperf3_servers():
 def test_run_iperf3_on_localhost_parses_and_kills_the_server(zerocopy):
     require_tool("iperf3")
     h = LocalHost()
-    cfg = bl.Iperf3Config(duration=1)
+    cfg = Iperf3Baseline(duration=1)
     before = len(_iperf3_servers())
     rec = bl.run_iperf3(h, h, cfg, {"window": 1 << 20, "buffer": 65536, "zerocopy": zerocopy})
     assert rec["status"] == "ok", rec["reason"]
@@ -149,13 +158,13 @@ def test_run_iperf3_on_localhost_parses_and_kills_the_server(zerocopy):
 def test_run_iperf3_missing_tool_is_skipped_with_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # a real PATH without iperf3
     h = LocalHost()
-    rec = bl.run_iperf3(h, h, bl.Iperf3Config(duration=1), {"window": None, "buffer": None, "zerocopy": False})
+    rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": None, "zerocopy": False})
     assert rec["status"] == "skipped"
     assert "apt-get install iperf3" in rec["reason"]
 
 
 def test_run_dd_in_a_directory_times_write_and_read_and_cleans_up(tmp_path):
-    cfg = bl.DdConfig(bs=64 * 1024, count=16)
+    cfg = DdBaseline(bs=64 * 1024, count=16)
     recs = bl.run_dd(LocalHost(), sys.executable, cfg, str(tmp_path), filesystem=None)
     assert [r["kind"] for r in recs] == ["dd_write", "dd_read"]
     for r in recs:
@@ -169,7 +178,7 @@ def test_run_dd_in_a_directory_times_write_and_read_and_cleans_up(tmp_path):
 
 
 def test_run_dd_into_missing_directory_fails_with_dds_message(tmp_path):
-    recs = bl.run_dd(LocalHost(), sys.executable, bl.DdConfig(bs=4096, count=1), str(tmp_path / "nope"))
+    recs = bl.run_dd(LocalHost(), sys.executable, DdBaseline(bs=4096, count=1), str(tmp_path / "nope"))
     assert recs[0]["status"] == "failed" and "No such file or directory" in recs[0]["reason"]
     assert recs[1]["status"] == "skipped"
 
@@ -179,9 +188,5 @@ def test_dd_directory_uses_scratch_for_devices():
     assert bl.dd_directory("/mnt/xfs/sink.bin", "/tmp") == "/mnt/xfs"
 
 
-def test_spec_section_runs_only_the_kinds_written():
-    assert not bl.baseline_config({}).iperf3.enabled and not bl.baseline_config({}).dd.enabled
-    only_dd = bl.baseline_config({"dd": {"bs": 1 << 20, "count": 4}})
-    assert only_dd.dd.enabled and not only_dd.iperf3.enabled
-    assert bl.baseline_config(None).iperf3.enabled  # not given at all: both, with defaults
+def test_omit_reaches_iperf3():
     assert "-O" in bl.iperf3_client_argv("h", 1, None, None, False, duration=2, omit=1)

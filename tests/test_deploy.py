@@ -11,8 +11,9 @@ import uuid
 
 import pytest
 
-from zcorch.provision import deploy
 from zcorch._version import __version__
+from zcorch.config.hosts import DEFAULT_WORKDIR, Hosts, HostSpec
+from zcorch.provision import deploy
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import LocalHost
 
@@ -28,6 +29,14 @@ def _copy_sources(dest) -> str:
 
 
 # -- pure / local ----------------------------------------------------------------------------
+def test_host_python_and_workdir_come_from_the_typed_spec():
+    local = LocalHost()
+    assert deploy.host_python(local) == sys.executable and deploy.host_workdir(local) == DEFAULT_WORKDIR
+    local.spec = HostSpec(ssh="localhost", data_address="127.0.0.1", python="/opt/py", workdir="/srv/zc")
+    assert deploy.host_workdir(local) == "/srv/zc"
+    assert deploy.host_python(local) == sys.executable  # a local worker is always this interpreter
+
+
 def test_deployed_files_and_hash(tmp_path):
     files = deploy.deployed_files(REPO)
     for must in ("zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
@@ -85,7 +94,7 @@ def test_host_problems_messages_from_captured_probe():
 def hosts(lab):
     from zcorch.hosts import ssh
 
-    opened = ssh.open_hosts(lab.hosts_spec)
+    opened = ssh.open_hosts(lab.hosts)
     yield opened
     for h in opened.values():
         h.close()
@@ -163,7 +172,7 @@ def test_preflight_reports_every_missing_piece_of_every_host(lab):
     spec = lab.hosts_spec
     spec["sender"]["python"] = "/nonexistent/python3"
     spec["receiver"]["data_address"] = lab.sender.data  # not an address of the receiver
-    opened = ssh.open_hosts(spec)
+    opened = ssh.open_hosts(Hosts.from_mapping(spec))
     try:
         with pytest.raises(PreflightError) as exc:
             deploy.preflight(opened, need_iperf3=True)

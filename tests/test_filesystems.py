@@ -13,6 +13,7 @@ from conftest import require_tool
 from fixtures_fs import (SMALL_CONFIGS, external_loop, fs_uuid, host_state, mounted, start_provisioner, worker_sink,
                          write_sink)
 from fixtures_worker import needs_native
+from zcorch.config.filesystems import FilesystemConfig, filesystems_from_mapping
 from zcorch.errors import HostError
 from zcorch.provision.filesystems import FilesystemManager
 from zcorch.provision.fs_probe import md_supported
@@ -39,7 +40,7 @@ def _state_files(state_dir):
 
 def test_four_configurations_carry_a_sink_and_leave_the_host_as_before(host, before, fs_state_dir):
     log: list = []
-    fm = FilesystemManager(host, SMALL_CONFIGS, fs_state_dir, log=log.append)
+    fm = FilesystemManager(host, filesystems_from_mapping(SMALL_CONFIGS), fs_state_dir, log=log.append)
     assert fm.preflight() == []
     try:
         described = {}
@@ -88,7 +89,7 @@ def test_worker_cells_write_their_sink_on_each_configuration(host, before, fs_st
     source = tmp_path / "source.bin"
     source.write_bytes(os.urandom(8 * 1024 * 1024 + 4096 * 3 + 17))  # not a multiple of any buffer
     want = hashlib.sha256(source.read_bytes()).hexdigest()
-    fm = FilesystemManager(host, SMALL_CONFIGS, fs_state_dir)
+    fm = FilesystemManager(host, filesystems_from_mapping(SMALL_CONFIGS), fs_state_dir)
     try:
         for name, mode in RECV_MODES.items():
             mnt = fm.ensure(name)
@@ -106,8 +107,8 @@ def test_existing_path_is_used_recorded_and_never_touched(host, before, tmp_path
     d.mkdir()
     (d / "keep").write_text("x")
     log: list = []
-    fm = FilesystemManager(host, {"array": {"path": str(d)}, "gone": {"path": str(tmp_path / "nope")}},
-                           fs_state_dir, log=log.append)
+    configs = filesystems_from_mapping({"array": {"path": str(d)}, "gone": {"path": str(tmp_path / "nope")}})
+    fm = FilesystemManager(host, configs, fs_state_dir, log=log.append)
     assert fm.preflight(["array"]) == []
     assert any("nope is not an existing directory" in p for p in fm.preflight())
     assert fm.ensure("array") == str(d)
@@ -125,7 +126,7 @@ def test_existing_path_is_used_recorded_and_never_touched(host, before, tmp_path
 
 def test_dry_run_prints_every_command_and_runs_none(host, before, fs_state_dir):
     log: list = []
-    fm = FilesystemManager(host, SMALL_CONFIGS, fs_state_dir, dry_run=True, log=log.append)
+    fm = FilesystemManager(host, filesystems_from_mapping(SMALL_CONFIGS), fs_state_dir, dry_run=True, log=log.append)
     expected = []
     for name in SMALL_CONFIGS:
         assert fm.ensure(name) == fm.mountpoint(name)
@@ -141,7 +142,7 @@ def test_dry_run_prints_every_command_and_runs_none(host, before, fs_state_dir):
 def test_device_with_a_filesystem_not_in_allow_destroy_is_refused(host, tmp_path, fs_state_dir):
     with external_loop(str(tmp_path), mkfs="ext4") as dev:
         uuid = fs_uuid(dev)
-        fm = FilesystemManager(host, {"d": {"fs": "xfs", "devices": [dev]}}, fs_state_dir)
+        fm = FilesystemManager(host, filesystems_from_mapping({"d": {"fs": "xfs", "devices": [dev]}}), fs_state_dir)
         problems = fm.preflight()
         assert len(problems) == 1 and "ext4 signature" in problems[0] and "allow_destroy" in problems[0]
         with pytest.raises(HostError, match="ext4 signature"):
@@ -153,7 +154,7 @@ def test_device_with_a_filesystem_not_in_allow_destroy_is_refused(host, tmp_path
 
 def test_blank_device_not_in_allow_destroy_is_refused(host, tmp_path, fs_state_dir):
     with external_loop(str(tmp_path)) as dev:
-        fm = FilesystemManager(host, {"d": {"fs": "ext4", "devices": [dev]}}, fs_state_dir)
+        fm = FilesystemManager(host, filesystems_from_mapping({"d": {"fs": "ext4", "devices": [dev]}}), fs_state_dir)
         (problem,) = fm.preflight()
         assert "not listed in allow_destroy" in problem and dev in problem
 
@@ -161,8 +162,9 @@ def test_blank_device_not_in_allow_destroy_is_refused(host, tmp_path, fs_state_d
 def test_device_in_allow_destroy_is_accepted_and_only_unmounted_afterwards(host, before, tmp_path, fs_state_dir):
     with external_loop(str(tmp_path), mkfs="ext4") as dev:
         old = fs_uuid(dev)
-        fm = FilesystemManager(host, {"d": {"fs": "ext4", "devices": [dev], "allow_destroy": [dev],
-                                            "mount_options": ["nodelalloc"]}}, fs_state_dir)
+        configs = filesystems_from_mapping({"d": {"fs": "ext4", "devices": [dev], "allow_destroy": [dev],
+                                                  "mount_options": ["nodelalloc"]}})
+        fm = FilesystemManager(host, configs, fs_state_dir)
         assert fm.preflight() == []
         try:
             mnt = fm.ensure("d")
@@ -179,7 +181,8 @@ def test_device_in_allow_destroy_is_accepted_and_only_unmounted_afterwards(host,
 
 def test_mounted_device_is_refused_even_when_allowed(host, tmp_path, fs_state_dir):
     with external_loop(str(tmp_path), mkfs="ext4") as dev, mounted(dev, str(tmp_path)) as mnt:
-        fm = FilesystemManager(host, {"d": {"fs": "ext4", "devices": [dev], "allow_destroy": [dev]}}, fs_state_dir)
+        configs = filesystems_from_mapping({"d": {"fs": "ext4", "devices": [dev], "allow_destroy": [dev]}})
+        fm = FilesystemManager(host, configs, fs_state_dir)
         problems = fm.preflight()
         assert any(f"mounted at {mnt}" in p for p in problems), problems
         with pytest.raises(HostError, match="mounted at"):
@@ -192,8 +195,8 @@ def test_device_backing_a_loop_is_refused(host, tmp_path, fs_state_dir):
     with external_loop(str(tmp_path)) as dev:
         upper = host.run(["losetup", "--find", "--show", dev]).stdout.strip()
         try:
-            fm = FilesystemManager(host, {"d": {"fs": "ext4", "devices": [dev], "allow_destroy": [dev]}},
-                                   fs_state_dir)
+            configs = filesystems_from_mapping({"d": {"fs": "ext4", "devices": [dev], "allow_destroy": [dev]}})
+            fm = FilesystemManager(host, configs, fs_state_dir)
             assert any(f"backs loop device(s) {upper}" in p for p in fm.preflight())
         finally:
             host.run(["losetup", "-d", upper])
@@ -205,7 +208,8 @@ def test_btrfs_member_is_refused_as_in_use(host, tmp_path, fs_state_dir):
         assert host.run(["mkfs.btrfs", "-q", "-f", "-d", "raid0", "-m", "raid0", a, b]).ok
         host.run(["btrfs", "device", "scan", a, b])
         with mounted(a, str(tmp_path)):
-            fm = FilesystemManager(host, {"d": {"fs": "ext4", "devices": [b], "allow_destroy": [b]}}, fs_state_dir)
+            configs = filesystems_from_mapping({"d": {"fs": "ext4", "devices": [b], "allow_destroy": [b]}})
+            fm = FilesystemManager(host, configs, fs_state_dir)
             problems = fm.preflight()
             assert any("opened exclusively" in p for p in problems), problems
         host.run(["btrfs", "device", "scan", "--forget", a, b])
@@ -217,11 +221,13 @@ def test_paths_outside_dev_and_non_block_devices_are_refused(host, tmp_path, fs_
     os.symlink(str(img), "/dev/zcorch-test-link-%d" % os.getpid())
     link = "/dev/zcorch-test-link-%d" % os.getpid()
     try:
-        cfgs = {"file": {"fs": "ext4", "devices": [str(img)], "allow_destroy": [str(img)]},
-                "link": {"fs": "ext4", "devices": [link], "allow_destroy": [link]},
-                "chr": {"fs": "ext4", "devices": ["/dev/null"], "allow_destroy": ["/dev/null"]},
-                "missing": {"fs": "ext4", "devices": ["/dev/zcorch-nonexistent"],
-                            "allow_destroy": ["/dev/zcorch-nonexistent"]}}
+        cfgs = filesystems_from_mapping({
+            "link": {"fs": "ext4", "devices": [link], "allow_destroy": [link]},
+            "chr": {"fs": "ext4", "devices": ["/dev/null"], "allow_destroy": ["/dev/null"]},
+            "missing": {"fs": "ext4", "devices": ["/dev/zcorch-nonexistent"],
+                        "allow_destroy": ["/dev/zcorch-nonexistent"]}})
+        # The schema refuses a device outside /dev; built directly, it shows the manager checks again on its own.
+        cfgs["file"] = FilesystemConfig(name="file", fs="ext4", devices=(str(img),), allow_destroy=(str(img),))
         fm = FilesystemManager(host, cfgs, fs_state_dir)
         problems = "\n".join(fm.preflight())
         assert f"device {img}: refused, not under /dev" in problems
@@ -239,8 +245,9 @@ def test_paths_outside_dev_and_non_block_devices_are_refused(host, tmp_path, fs_
 # --- failures and cleanup -----------------------------------------------------------------------
 
 def test_failed_mkfs_undoes_the_half_built_configuration(host, before, fs_state_dir):
-    fm = FilesystemManager(host, {"x": {"fs": "xfs", "loop": {"count": 1, "size": "320MiB"},
-                                        "mkfs_options": ["-d", "bogus=1"]}}, fs_state_dir)
+    configs = filesystems_from_mapping({"x": {"fs": "xfs", "loop": {"count": 1, "size": "320MiB"},
+                                              "mkfs_options": ["-d", "bogus=1"]}})
+    fm = FilesystemManager(host, configs, fs_state_dir)
     with pytest.raises(HostError, match=r"filesystem 'x': `mkfs.xfs -f -d bogus=1 /dev/loop\d+` failed"):
         fm.ensure("x")
     assert host_state(host) == before  # loop detached, backing file gone, before teardown_all
@@ -251,7 +258,7 @@ def test_failed_mkfs_undoes_the_half_built_configuration(host, before, fs_state_
 
 def test_md_raid_needs_md_in_the_kernel(host, before, fs_state_dir):
     cfg = {"md": {"fs": "xfs", "raid": "raid0", "loop": {"count": 2, "size": "160MiB"}}}
-    fm = FilesystemManager(host, cfg, fs_state_dir)
+    fm = FilesystemManager(host, filesystems_from_mapping(cfg), fs_state_dir)
     problems = fm.preflight()
     if not md_supported(host):
         assert problems == ["localhost: filesystem(s) md need md RAID but this kernel has no md driver "
@@ -314,7 +321,7 @@ def test_cleanup_stale_after_a_sigkilled_controller(host, before, fs_state_dir, 
 
 def test_loops_detach_themselves_when_their_mount_goes_away(host, before, fs_state_dir):
     """What happens when a killed controller's mount namespace dies (lab down): umount by someone else."""
-    fm = FilesystemManager(host, {"b": SMALL_CONFIGS["btrfs-raid0"]}, fs_state_dir)
+    fm = FilesystemManager(host, filesystems_from_mapping({"b": SMALL_CONFIGS["btrfs-raid0"]}), fs_state_dir)
     try:
         mnt = fm.ensure("b")
         loops = [d["path"] for d in fm.describe("b")["devices"]]
@@ -344,7 +351,7 @@ def test_cleanup_stale_leaves_a_mount_it_did_not_make(host, tmp_path, fs_state_d
 
 def test_teardown_all_on_ctrl_c_mid_sweep(host, before, fs_state_dir):
     """KeyboardInterrupt between cells: the runner's finally calls teardown_all and the host is restored."""
-    fm = FilesystemManager(host, SMALL_CONFIGS, fs_state_dir)
+    fm = FilesystemManager(host, filesystems_from_mapping(SMALL_CONFIGS), fs_state_dir)
     with pytest.raises(KeyboardInterrupt):
         try:
             fm.ensure("ext4-loop")

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from fixtures_fs import SMALL_CONFIGS, host_state, start_provisioner, write_sink
+from zcorch.config.filesystems import filesystems_from_mapping
 from zcorch.provision.filesystems import FilesystemManager
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(300)]
@@ -24,7 +25,7 @@ def receiver(lab):
 def test_provision_write_describe_and_restore_over_ssh(receiver, lab):
     before = host_state(receiver)
     log: list = []
-    fm = FilesystemManager(receiver, CONFIGS, STATE_DIR, log=log.append)
+    fm = FilesystemManager(receiver, filesystems_from_mapping(CONFIGS), STATE_DIR, log=log.append)
     assert fm.preflight() == []
     try:
         for name in CONFIGS:

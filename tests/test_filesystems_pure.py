@@ -1,13 +1,16 @@
-"""Filesystem configuration checks and output parsers: pure functions on captured real output."""
+"""The filesystem manager's plans and the probes' output parsers: pure functions on captured real output.
+
+The `filesystems:` schema itself (every rule) is tested in test_config_sections.py and test_spec.py.
+"""
 from __future__ import annotations
 
 import sys
 
 import pytest
 
+from zcorch.config.filesystems import filesystems_from_mapping
 from zcorch.errors import ConfigError
 from zcorch.provision.filesystems import FilesystemManager
-from zcorch.provision.fs_config import config_problems, parse_configs
 from zcorch.provision.fs_probe import (lsblk_children, lsblk_mountpoints, parse_btrfs_df, parse_findmnt_json,
                              parse_mdadm_detail, parse_mdstat_arrays, parse_wipefs_json)
 from zcorch.hosts.local import LocalHost
@@ -23,58 +26,8 @@ ISSUE_EXAMPLE = {
 }
 
 
-def test_issue_example_is_valid_and_normalised():
-    configs, problems = parse_configs(ISSUE_EXAMPLE)
-    assert problems == []
-    assert configs["array"].existing and configs["array"].path == "/mnt/array"
-    assert configs["ext4-loop"].loop_size == 2 * 1024 ** 3 and configs["ext4-loop"].loop_count == 1
-    assert configs["btrfs-raid0"].device_count == 2 and not configs["btrfs-raid0"].uses_md
-    assert configs["md-raid0"].uses_md and configs["md-raid0"].allow_destroy == ("/dev/sdb", "/dev/sdc")
-    assert configs["xfs-stripe"].mkfs_options == ("-d", "su=64k,sw=4")
-
-
-@pytest.mark.parametrize("entry, needle", [
-    ({"fs": "zfs", "loop": {"size": "1GiB"}}, "filesystems.bad.fs: expected one of"),
-    ({"fs": "ext4"}, "exactly one of 'loop'"),
-    ({"fs": "ext4", "loop": {"size": "1GiB"}, "devices": ["/dev/sdb"]}, "exactly one of 'loop'"),
-    ({"fs": "ext4", "loop": {"size": "lots"}}, "filesystems.bad.loop.size: not a size"),
-    ({"fs": "ext4", "loop": {"count": 0, "size": "1GiB"}}, "loop.count: expected an integer >= 1"),
-    ({"fs": "ext4", "loop": {"count": 2, "size": "1GiB"}}, "2 devices need a 'raid' level"),
-    ({"fs": "xfs", "raid": "raid0", "loop": {"count": 1, "size": "1GiB"}}, "raid0 needs at least 2 devices"),
-    ({"fs": "btrfs", "raid": "raid7", "loop": {"count": 2, "size": "1GiB"}}, "expected a btrfs profile"),
-    ({"fs": "xfs", "loop": {"size": "100MiB"}}, "xfs needs a filesystem of at least 300MiB"),
-    ({"fs": "btrfs", "raid": "raid0", "loop": {"count": 2, "size": "64MiB"}}, "btrfs needs at least"),
-    ({"fs": "ext4", "devices": ["/dev/sdb"], "allow_destroy": ["/dev/sdc"]}, "/dev/sdc is not one of"),
-    ({"fs": "ext4", "devices": ["sdb"]}, "expected an absolute path"),
-    ({"fs": "ext4", "loop": {"size": "1GiB"}, "mount_options": "noatime"}, "expected a list of non-empty strings"),
-    ({"fs": "ext4", "loop": {"size": "1GiB"}, "mkfs_opts": []}, "unknown key(s) mkfs_opts"),
-    ({"path": "/mnt/a", "fs": "ext4"}, "never provisioned; remove fs"),
-    ({"path": "relative"}, "filesystems.bad.path: expected an absolute path"),
-    ({"fs": "btrfs", "raid": "raid0", "raid_chunk": "64KiB", "loop": {"count": 2, "size": "1GiB"}},
-     "raid_chunk: only for md RAID"),
-    ("ext4", "expected a mapping"),
-])
-def test_bad_entries_name_the_entry_and_the_problem(entry, needle):
-    problems = config_problems({"bad": entry})
-    assert any(needle in p for p in problems), problems
-    assert all(p.startswith("filesystems.bad") for p in problems)
-
-
-def test_spec_normalised_form_is_accepted():
-    """zcorch.config.experiment hands over every key, absent ones as None / []."""
-    spec_form = {"fs": "btrfs", "raid": None, "loop": {"count": 2, "size": 1073741824}, "devices": None,
-                 "mkfs_options": [], "mount_options": [], "allow_destroy": []}
-    configs, problems = parse_configs({"b": spec_form, "a": {"path": "/mnt/array"}})
-    assert problems == [] and configs["b"].loop_count == 2 and configs["b"].raid is None
-    assert configs["a"].existing
-
-
-def test_bad_name_is_reported():
-    assert any("name must be" in p for p in config_problems({"a/b": {"path": "/x"}}))
-
-
 def test_plan_commands_of_the_issue_example_cover_every_step():
-    fm = FilesystemManager(LocalHost(), ISSUE_EXAMPLE, "/var/lib/zcorch-test", dry_run=True)
+    fm = FilesystemManager(LocalHost(), filesystems_from_mapping(ISSUE_EXAMPLE), "/var/lib/zcorch-test", dry_run=True)
     plan = fm.plan_commands("btrfs-raid0")
     assert [a[0] for a in plan] == ["mkdir", "truncate", "losetup", "truncate", "losetup", "mkfs.btrfs",
                                     "btrfs", "mkdir", "mount", sys.executable]
@@ -94,13 +47,11 @@ def test_plan_commands_of_the_issue_example_cover_every_step():
     assert fm.plan_commands("xfs-stripe")[3] == ["mkfs.xfs", "-f", "-d", "su=64k,sw=4", "<loop0>"]
 
 
-def test_unknown_and_invalid_names_raise_config_error():
-    fm = FilesystemManager(LocalHost(), {"bad": {"fs": "zfs"}}, "/tmp/x", dry_run=True)
-    with pytest.raises(ConfigError, match="not defined"):
+def test_unknown_names_raise_config_error():
+    fm = FilesystemManager(LocalHost(), filesystems_from_mapping(ISSUE_EXAMPLE), "/tmp/x", dry_run=True)
+    with pytest.raises(ConfigError, match="'nope' is not defined under 'filesystems:'"):
         fm.ensure("nope")
-    with pytest.raises(ConfigError, match="filesystems.bad.fs"):
-        fm.ensure("bad")
-    assert any("filesystems.bad.fs" in p for p in fm.preflight(["bad"]))
+    assert fm.preflight(["nope"]) == ["filesystem 'nope' is not defined under 'filesystems:'"]
 
 
 # --- captured on this machine (util-linux 2.38.1, btrfs-progs 6.2, kernel 6.18) --------------------

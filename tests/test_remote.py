@@ -7,6 +7,7 @@ a plain file with `python -S`.
 from __future__ import annotations
 
 import json
+import dataclasses
 import os
 import socket
 import stat
@@ -18,6 +19,7 @@ import uuid
 import pytest
 
 from fixtures_fs import external_loop
+from zcorch.config.hosts import HostSpec
 from zcorch.hosts.local import LocalHost
 from zcorch.provision import deploy, remote_call, scratch
 from zcorch.provision.fs_probe import device_problems
@@ -269,7 +271,7 @@ def _as_remote(python: str) -> LocalHost:
     """This machine standing for a remote host (is_local False: the stdin form, the spec's python)."""
     host = LocalHost("receiver", "127.0.0.1")
     host.is_local = False
-    host.spec = {"python": python}
+    host.spec = HostSpec(ssh="127.0.0.1", data_address="127.0.0.1", python=python)
     return host
 
 
@@ -300,7 +302,7 @@ def test_remote_host_gets_the_module_on_stdin_and_its_configured_python(tmp_path
     assert deploy.probe_host(host)["executable"] == str(py)
     assert metadata.collect_host(host, remote_call.host_python(host), path=str(tmp_path))["python"]["executable"] \
         == str(py)
-    host.spec["workdir"] = str(tmp_path / "wd")
+    host.spec = dataclasses.replace(host.spec, workdir=str(tmp_path / "wd"))
     assert scratch.prepare(host, remote_call.host_python(host))["path"] == str(tmp_path / "wd" / "scratch")
 
 
@@ -331,8 +333,8 @@ def test_every_remote_job_runs_with_the_hosts_configured_python(lab):
     with open(os.path.join(lab.receiver.home, wrapper), "w") as f:
         f.write(f'#!/bin/sh\nprintf "%s\\n" "$*" >> /root/{log}\nexec /usr/bin/python3 "$@"\n')
     os.chmod(os.path.join(lab.receiver.home, wrapper), 0o755)
-    spec = lab.hosts_spec["receiver"]
-    spec.update(python=f"/root/{wrapper}", workdir=f"~/.cache/zcorch-py-{tag}")
+    spec = HostSpec.from_mapping({**lab.hosts_spec["receiver"], "python": f"/root/{wrapper}",
+                                  "workdir": f"~/.cache/zcorch-py-{tag}"}, "receiver")
     from zcorch.hosts.ssh import connect
 
     host = connect(spec, "receiver")

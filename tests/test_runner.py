@@ -121,12 +121,14 @@ def test_skip_runs_only_missing_ones(tmp_path, tag):
 
 
 def test_filesystem_hook_substitutes_mountpoint_and_runs_dd_per_filesystem(tmp_path, tag):
-    from zcorch.provision.filesystems import FilesystemManager
+    from zcorch.config.filesystems import filesystems_from_mapping
     from zcorch.hosts.local import LocalHost
+    from zcorch.provision.filesystems import FilesystemManager
 
     a, b = tmp_path / "fsa", tmp_path / "fsb"
     a.mkdir(), b.mkdir()
-    fsman = FilesystemManager(LocalHost(), {"a": {"path": str(a)}, "b": {"path": str(b)}}, str(tmp_path / "state"))
+    configs = filesystems_from_mapping({"a": {"path": str(a)}, "b": {"path": str(b)}})
+    fsman = FilesystemManager(LocalHost(), configs, str(tmp_path / "state"))
     calls = []  # the real manager, observed (its `path` entries need no root)
     orig_ensure, orig_release = fsman.ensure, fsman.release
     fsman.ensure = lambda n: calls.append(("ensure", n)) or orig_ensure(n)
@@ -146,10 +148,12 @@ def test_filesystem_hook_substitutes_mountpoint_and_runs_dd_per_filesystem(tmp_p
 
 
 def test_unprovisionable_filesystem_fails_its_runs_only(tmp_path, tag):
-    from zcorch.provision.filesystems import FilesystemManager
+    from zcorch.config.filesystems import filesystems_from_mapping
     from zcorch.hosts.local import LocalHost
+    from zcorch.provision.filesystems import FilesystemManager
 
-    fsman = FilesystemManager(LocalHost(), {"gone": {"path": str(tmp_path / "nope")}}, str(tmp_path / "state"))
+    configs = filesystems_from_mapping({"gone": {"path": str(tmp_path / "nope")}})
+    fsman = FilesystemManager(LocalHost(), configs, str(tmp_path / "state"))
     cells = [base_params(filesystem="gone", sink="{filesystem}/x.bin"), base_params()]
     rs = new_resultset(tmp_path / "rs", runs_of(cells))
     local_runner(rs, tag, fsman=fsman).run_sweep(runs_of(cells))

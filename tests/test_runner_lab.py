@@ -21,7 +21,7 @@ def lab_runner(lab, tmp_path):  # noqa: F811
     from zcorch.provision import deploy
     from zcorch.hosts import ssh
 
-    hosts = ssh.open_hosts(lab.hosts_spec)
+    hosts = ssh.open_hosts(lab.hosts)
     handles = deploy.prepare(hosts)
 
     def make(rs, **kw):

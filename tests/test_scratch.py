@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from fixtures_run import base_params, local_runner, new_resultset, wait_no_workers
+from zcorch.config.hosts import HostSpec
 from zcorch.provision import scratch
 from zcorch.errors import PreflightError
 from zcorch.hosts.local import LocalHost
@@ -50,7 +51,8 @@ def test_prepare_creates_scratch_0700_in_the_home_and_reuses_it(tmp_path, monkey
 
 def test_prepare_uses_the_host_workdir(tmp_path):
     host = LocalHost()
-    host.spec = {"workdir": str(tmp_path / "wd")}   # as an SSH host's spec carries it
+    # as an SSH host's spec carries it (LocalHost has none: the default workdir)
+    host.spec = HostSpec(ssh="localhost", data_address="127.0.0.1", workdir=str(tmp_path / "wd"))
     assert scratch.prepare(host, sys.executable)["path"] == str(tmp_path / "wd" / "scratch")
 
 

@@ -8,7 +8,10 @@ import pytest
 
 from fixtures_spec import MINIMAL, at, only_problem, problems_of
 from zcorch.errors import ConfigError
+from zcorch.config.baselines import BASELINES_OFF, Baselines, DdBaseline, Iperf3Baseline
 from zcorch.config.experiment import DEFAULTS, PARAM_KEYS, load_experiment, parse_experiment
+from zcorch.config.filesystems import FilesystemConfig
+from zcorch.config.hosts import HostSpec
 
 
 # ---------------------------------------------------------------- what a valid file gives
@@ -17,13 +20,13 @@ def test_minimal_file_has_documented_defaults(write_yaml):
     path = write_yaml(MINIMAL)
     exp = load_experiment(path)
     assert exp.name == "t" and exp.path == path and exp.text == MINIMAL
-    assert exp.hosts == "localhost" and exp.repeats == 1 and exp.order == "sequential" and exp.seed == 0
+    assert exp.hosts.localhost and exp.repeats == 1 and exp.order == "sequential" and exp.seed == 0
     assert exp.skip_invalid is False and exp.params == {} and exp.matrix == [] and exp.filesystems == {}
     assert exp.base_params() == DEFAULTS
     assert DEFAULTS["buffer"] == 128 * 1024 and DEFAULTS["bytes"] == 1024 ** 3 and DEFAULTS["timeout"] == 60.0
     assert DEFAULTS["window"] is None and DEFAULTS["pipe_size"] is None and DEFAULTS["send_cpu"] is None
     # the seeds always baselined: both kinds on by default, as the run stage does
-    assert exp.baselines["iperf3"]["per"] == "pair" and exp.baselines["dd"]["bs"] == 1024 ** 2
+    assert exp.baselines == Baselines() and exp.baselines.iperf3.per == "pair" and exp.baselines.dd.bs == 1024 ** 2
 
 
 def test_sizes_and_durations_are_normalised(write_yaml):
@@ -55,11 +58,13 @@ def test_the_issue_example_file_loads_with_filesystems(write_yaml):
           sink: "{filesystem}/recv.dat"
           sink_state: preallocated
     """))
-    assert exp.filesystems["array"] == {"path": "/mnt/array"}
-    assert exp.filesystems["ext4-loop"] == {"fs": "ext4", "loop": {"count": 1, "size": 2 << 30},
-                                            "mount_options": ["noatime"]}
-    assert exp.filesystems["xfs-stripe"]["mkfs_options"] == ["-d", "su=64k,sw=4"]
-    assert exp.filesystems["md-raid0"]["allow_destroy"] == ["/dev/sdb", "/dev/sdc"]
+    assert exp.filesystems["array"] == FilesystemConfig(name="array", path="/mnt/array")
+    assert exp.filesystems["array"].existing
+    assert exp.filesystems["ext4-loop"] == FilesystemConfig(name="ext4-loop", fs="ext4", loop_count=1,
+                                                            loop_size=2 << 30, mount_options=("noatime",))
+    assert exp.filesystems["xfs-stripe"].mkfs_options == ("-d", "su=64k,sw=4")
+    assert exp.filesystems["md-raid0"].allow_destroy == ("/dev/sdb", "/dev/sdc") and exp.filesystems["md-raid0"].uses_md
+    assert exp.filesystems["btrfs-raid0"].device_count == 2 and not exp.filesystems["btrfs-raid0"].uses_md
     assert exp.params["sink"] == "{filesystem}/recv.dat"
 
 
@@ -72,9 +77,11 @@ def test_two_host_block(write_yaml):
                      identity_file: /var/lib/zcorch-lab/id_ed25519, known_hosts: ~/.ssh/known_hosts,
                      ssh_config: /var/lib/zcorch-lab/ssh_config, python: /usr/bin/python3, workdir: ~/.cache/zcorch}
     """))
-    assert exp.hosts["sender"] == {"ssh": "root@10.77.0.2", "data_address": "10.78.0.2"}
-    assert exp.hosts["receiver"]["workdir"] == "~/.cache/zcorch"
-    assert exp.hosts["receiver"]["ssh"] == "root@[fd00::3]:2222"
+    assert not exp.hosts.localhost
+    assert exp.hosts.sender == HostSpec(ssh="root@10.77.0.2", data_address="10.78.0.2")
+    assert exp.hosts.sender.python == "python3" and exp.hosts.sender.workdir == "~/.cache/zcorch"  # defaults
+    assert exp.hosts.receiver.workdir == "~/.cache/zcorch" and exp.hosts.receiver.python == "/usr/bin/python3"
+    assert exp.hosts.receiver.ssh == "root@[fd00::3]:2222" and exp.hosts.fs_state_dir == "~/.cache/zcorch/fs"
 
 
 def test_anchors_and_merge_keys(write_yaml):
@@ -84,7 +91,7 @@ def test_anchors_and_merge_keys(write_yaml):
           sender: &lab {ssh: lab-sender, data_address: 10.78.0.2, identity_file: /k}
           receiver: {<<: *lab, ssh: lab-receiver, data_address: 10.78.0.3}
     """))
-    assert exp.hosts["receiver"] == {"ssh": "lab-receiver", "data_address": "10.78.0.3", "identity_file": "/k"}
+    assert exp.hosts.receiver == HostSpec(ssh="lab-receiver", data_address="10.78.0.3", identity_file="/k")
 
 
 # ---------------------------------------------------------------- unknown names, with suggestions
@@ -305,7 +312,14 @@ def test_hosts_need_both_roles_and_required_keys(write_yaml):
     ("{fs: ext4, loop: {count: 0, size: 1GiB}}", "loop.count: expected an integer between 1"),
     ("{fs: ext4, loop: {count: 1, size: 0}}", "loop.size: expected a size > 0"),
     ("{fs: ext4, loop: {count: 1}}", "missing required key `size`"),
-    ("{fs: ext4, raid: raid5, loop: {count: 3, size: 1GiB}}", "not a RAID level"),
+    ("{fs: ext4, raid: raid7, loop: {count: 3, size: 1GiB}}", "not a RAID level"),
+    ("{fs: ext4, raid: raid5, loop: {count: 2, size: 1GiB}}", "raid5 needs at least 3 devices, this configuration"),
+    ("{fs: ext4, raid: raid10, loop: {count: 2, size: 1GiB}}", "raid10 needs at least 4 devices"),
+    ("{fs: btrfs, raid: raid1c3, loop: {count: 2, size: 1GiB}}", "raid1c3 needs at least 3 devices"),
+    ("{fs: xfs, raid: dup, loop: {count: 1, size: 1GiB}}", "`dup` is a btrfs profile"),
+    ("{fs: btrfs, raid: raid0, raid_chunk: 64KiB, loop: {count: 2, size: 1GiB}}", "raid_chunk: only for md RAID"),
+    ("{fs: ext4, raid: raid0, raid_chunk: 6000, loop: {count: 2, size: 1GiB}}", "multiple of 4KiB"),
+    ("{fs: btrfs, raid: raid0, loop: {count: 2, size: 64MiB}}", "loop.size: btrfs needs at least"),
     ("{fs: ext4, raid: raid0, loop: {count: 1, size: 1GiB}}", "raid0 needs at least 2 devices"),
     ("{fs: xfs, raid: single, loop: {count: 1, size: 1GiB}}", "`single` is a btrfs profile"),
     ("{fs: ext4, loop: {count: 2, size: 1GiB}}", "need `raid:`"),
@@ -317,7 +331,7 @@ def test_hosts_need_both_roles_and_required_keys(write_yaml):
     ("{fs: ext4, loop: {size: 1GiB}, mount_options: [\"noatime; reboot\"]}", "shell metacharacters"),
     ("{fs: ext4, loop: {size: 1GiB}, mkfs_options: [\"-O has journal\"]}", "whitespace"),
     ("{fs: ext4, loop: {size: 1GiB}, mkfs_options: \"-O x\"}", "expected a list of mkfs options"),
-    ("{fs: xfs, loop: {size: 100MiB}}", "xfs needs a filesystem of at least 300MiB"),  # zcorch.provision.fs_config's rule
+    ("{fs: xfs, loop: {size: 100MiB}}", "loop.size: xfs needs a filesystem of at least 300MiB"),
 ])
 def test_filesystem_entries(write_yaml, entry, needle):
     path = write_yaml(f"name: t\nfilesystems:\n  one: {entry}\n")
@@ -347,15 +361,45 @@ def test_baselines(write_yaml):
           iperf3: {duration: 5s, per: sweep, omit: 2}
           dd: {bs: 32KiB, count: 512k}
     """))
-    assert exp.baselines == {"iperf3": {"duration": 5.0, "per": "sweep", "omit": 2},
-                             "dd": {"bs": 32768, "count": 512 * 1024, "scratch": "/tmp"}}
-    assert load_experiment(write_yaml("name: t\nbaselines: {dd: false}\n", "b2.yaml")).baselines["dd"] is False
-    assert load_experiment(write_yaml("name: t\nbaselines: false\n", "b3.yaml")).baselines == \
-        {"iperf3": False, "dd": False}
+    assert exp.baselines == Baselines(Iperf3Baseline(duration=5.0, per="sweep", omit=2),
+                                      DdBaseline(bs=32768, count=512 * 1024, scratch="/tmp"))
+    assert load_experiment(write_yaml("name: t\nbaselines: {dd: false}\n", "b2.yaml")).baselines == \
+        Baselines(iperf3=Iperf3Baseline(), dd=None)
+    assert load_experiment(write_yaml("name: t\nbaselines: false\n", "b3.yaml")).baselines == BASELINES_OFF
     path = write_yaml("name: t\nbaselines:\n  iperf: {per: cell}\n", "b4.yaml")
     p = only_problem(path)
     assert at(p, path, 3) and "did you mean `iperf3`?" in p
 
+
+
+@pytest.mark.parametrize("kind,key,value", [
+    ("iperf3", "bytes", "1GiB"), ("iperf3", "time", "5s"), ("iperf3", "port", 5202),
+    ("iperf3", "idle_timeout", 10), ("iperf3", "enabled", "false"), ("dd", "enabled", "false"),
+])
+def test_baseline_keys_outside_the_one_schema_are_refused(write_yaml, kind, key, value):
+    """The run stage once had its own parser accepting these; there is one schema now and they are not in it."""
+    path = write_yaml(f"name: t\nbaselines:\n  {kind}: {{{key}: {value}}}\n")
+    p = only_problem(path)
+    assert at(p, path, 3) and f"baselines.{kind}.{key}: unknown key `{key}`" in p
+
+
+def test_filesystem_rules_live_in_one_place(write_yaml):
+    """Rules the provisioning stage had on its own (raid5, device minimums) are refused at plan time, file:line."""
+    path = write_yaml("""
+        name: t
+        filesystems:
+          r5:
+            fs: ext4
+            raid: raid5
+            loop: {count: 2, size: 1GiB}
+        params: {sink: "{filesystem}/x", filesystem: r5}
+    """)
+    r = subprocess.run([sys.executable, "-m", "zcorch", "plan", path], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"{path}:5:11: filesystems.r5.raid: raid5 needs at least 3 devices, this configuration has 2" in r.stderr
+    ok = load_experiment(write_yaml("name: t\nfilesystems:\n  r5: {fs: ext4, raid: raid5, loop: {count: 3, size: 1GiB}}\n"
+                                    "params: {sink: \"{filesystem}/x\", filesystem: r5}\n", "ok.yaml"))
+    assert ok.filesystems["r5"].raid == "raid5" and ok.filesystems["r5"].uses_md
 
 def test_include_must_set_every_varying_axis(write_yaml):
     path = write_yaml("""
@@ -390,9 +434,9 @@ def test_scratch_placeholder_good_forms_are_kept_as_written(write_yaml):
     """))
     assert exp.params["source"] == "{scratch}/src.dat"
     assert exp.matrix[0].values == ["/dev/null", "{scratch}/sub/dir/recv.dat"]
-    assert exp.baselines["dd"]["scratch"] == "{scratch}"
+    assert exp.baselines.dd.scratch == "{scratch}"
     sub = load_experiment(write_yaml('name: t\nbaselines: {dd: {scratch: "{scratch}/dd"}}\n', "sub.yaml"))
-    assert sub.baselines["dd"]["scratch"] == "{scratch}/dd"
+    assert sub.baselines.dd.scratch == "{scratch}/dd"
 
 
 def test_scratch_cell_ids_hash_the_placeholder_not_a_home(write_yaml):

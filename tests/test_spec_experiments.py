@@ -30,8 +30,8 @@ def test_experiment_file_validates_and_plans(path):
 def test_quickstart_covers_every_send_mode_with_compatible_receive_modes():
     plan = load_plan(os.path.join(ROOT, "experiments", "quickstart.yaml"))
     exp = plan.experiment
-    assert exp.hosts == "localhost" and exp.repeats == 3 and exp.order == "interleave"
-    assert exp.baselines["iperf3"] and exp.baselines["dd"]
+    assert exp.hosts.localhost and exp.repeats == 3 and exp.order == "interleave"
+    assert exp.baselines.iperf3 and exp.baselines.dd
     pairs = {(c.params["send_mode"], c.params["recv_mode"]) for c in plan.cells}
     assert {s for s, _ in pairs} == {"write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy"}
     assert len(pairs) == len(plan.cells) == 24

@@ -5,9 +5,11 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 
 import pytest
 
+from zcorch.config.hosts import LOCALHOST, Hosts, HostSpec
 from zcorch.hosts import ssh
 from zcorch.errors import HostError
 from zcorch.hosts.local import LocalHost
@@ -38,8 +40,8 @@ def test_resolve_target_applies_config(tmp_path, monkeypatch):
     cfg.write_text("Host box\n  HostName 10.1.2.3\n  Port 2200\n  User alice\n  IdentityFile ~/k1\n"
                    "  IdentitiesOnly yes\n  UserKnownHostsFile ~/kh\n  ProxyJump jump1,bob@jump2:2022\n"
                    "Host jump1\n  HostName 10.9.9.9\n  User carol\n")
-    t = ssh.resolve_target({"ssh": "box", "ssh_config": str(cfg), "identity_file": "/spec/key",
-                            "known_hosts": "/spec/kh"})
+    t = ssh.resolve_target(HostSpec(ssh="box", data_address="10.1.2.3", ssh_config=str(cfg),
+                                    identity_file="/spec/key", known_hosts="/spec/kh"))
     assert (t.hostname, t.port, t.user) == ("10.1.2.3", 2200, "alice")
     assert t.identity_files == ["/spec/key", f"{tmp_path}/k1"]
     assert t.identities_only
@@ -47,15 +49,14 @@ def test_resolve_target_applies_config(tmp_path, monkeypatch):
     assert t.known_hosts_key == "[10.1.2.3]:2200"
     assert [(j.hostname, j.user, j.port) for j in t.jumps] == [("10.9.9.9", "carol", 22), ("jump2", "bob", 2022)]
     # explicit user/port in the destination win over the config
-    t2 = ssh.resolve_target({"ssh": "root@box:22", "ssh_config": str(cfg)})
+    t2 = ssh.resolve_target(HostSpec(ssh="root@box:22", data_address="10.1.2.3", ssh_config=str(cfg)))
     assert (t2.user, t2.port) == ("root", 22)
 
 
-def test_open_hosts_localhost_and_bad_spec():
-    hosts = ssh.open_hosts("localhost")
+def test_open_hosts_localhost():
+    hosts = ssh.open_hosts(LOCALHOST)
     assert isinstance(hosts["sender"], LocalHost) and hosts["receiver"] is hosts["sender"]
-    with pytest.raises(HostError, match="sender and receiver"):
-        ssh.open_hosts({"sender": {"ssh": "x"}})
+    assert hosts["sender"].spec is None  # no `hosts:` entry: zcorch.config.hosts' defaults apply
 
 
 # -- against the lab ------------------------------------------------------------------------
@@ -161,7 +162,7 @@ def test_put_file_lands_in_the_hosts_private_home(sender, lab, tmp_path):
 def test_unknown_host_key_refused_then_accepted_with_flag(lab, isolated_home, tmp_path):
     kh = tmp_path / "fresh_known_hosts"
     kh.write_text("")
-    spec = dict(lab.hosts_spec["sender"], known_hosts=str(kh), ssh_config=str(tmp_path / "none"))
+    spec = replace(lab.hosts.sender, known_hosts=str(kh), ssh_config=str(tmp_path / "none"))
     (tmp_path / "none").write_text("")
     fp = _fingerprint(lab.layout.host_key("sender") + ".pub")
     with pytest.raises(HostError) as exc:
@@ -183,7 +184,7 @@ def test_changed_host_key_refused_even_with_flag(lab, isolated_home, tmp_path):
     keytype, key = open(other + ".pub").read().split()[:2]
     kh = tmp_path / "known_hosts"
     kh.write_text(f"{lab.sender.mgmt} {keytype} {key}\n")
-    spec = dict(lab.hosts_spec["sender"], known_hosts=str(kh))
+    spec = replace(lab.hosts.sender, known_hosts=str(kh))
     for accept in (False, True):
         with pytest.raises(HostError, match="HOST KEY CHANGED") as exc:
             ssh.connect(spec, "sender", accept_new_host_keys=accept, connect_timeout=5)
@@ -195,7 +196,7 @@ def test_changed_host_key_refused_even_with_flag(lab, isolated_home, tmp_path):
 @pytest.mark.lab
 def test_unreachable_host_fails_within_the_connect_timeout(lab):
     unused = lab.sender.mgmt.rsplit(".", 1)[0] + ".99"
-    spec = dict(lab.hosts_spec["sender"], ssh=f"root@{unused}")
+    spec = replace(lab.hosts.sender, ssh=f"root@{unused}")
     t0 = time.monotonic()
     with pytest.raises(HostError) as exc:
         ssh.connect(spec, "sender", connect_timeout=2.0)
@@ -207,13 +208,13 @@ def test_unreachable_host_fails_within_the_connect_timeout(lab):
 
 @pytest.mark.lab
 def test_connection_refused_and_auth_failure(lab, isolated_home, tmp_path):
-    spec = dict(lab.hosts_spec["sender"], ssh=f"root@{lab.sender.mgmt}:2299")
+    spec = replace(lab.hosts.sender, ssh=f"root@{lab.sender.mgmt}:2299")
     t0 = time.monotonic()
     with pytest.raises(HostError, match="refused") as exc:
         ssh.connect(spec, "sender", connect_timeout=5)
     assert time.monotonic() - t0 < 3 and ":2299" in str(exc.value)
     stranger = _keygen(tmp_path / "stranger")
-    spec = dict(lab.hosts_spec["sender"], identity_file=stranger, ssh_config=str(tmp_path / "empty"))
+    spec = replace(lab.hosts.sender, identity_file=stranger, ssh_config=str(tmp_path / "empty"))
     (tmp_path / "empty").write_text("")
     with pytest.raises(HostError, match="authentication failed") as exc:
         ssh.connect(spec, "receiver", connect_timeout=5)
@@ -227,12 +228,13 @@ def test_ssh_config_alias_with_port_user_identityfile(lab, isolated_home, tmp_pa
                    f"  IdentityFile {lab.identity_file}\n  IdentitiesOnly yes\n"
                    f"  UserKnownHostsFile {lab.known_hosts}\n"
                    f"Host labrecv-wrongport\n  HostName {lab.receiver.mgmt}\n  Port 2201\n")
-    with ssh.connect({"ssh": "labrecv", "ssh_config": str(cfg)}, "receiver", connect_timeout=5) as h:
+    spec = HostSpec(ssh="labrecv", data_address=lab.receiver.data, ssh_config=str(cfg))
+    with ssh.connect(spec, "receiver", connect_timeout=5) as h:
         assert h.run(["id", "-un"]).stdout.strip() == "root"
         assert lab.receiver.data in h.run(["ip", "-br", "addr"]).stdout
-        assert h.data_address == lab.receiver.mgmt  # defaults to the SSH address
+        assert h.data_address == lab.receiver.data and h.spec is spec
     with pytest.raises(HostError, match=":2201"):
-        ssh.connect({"ssh": "labrecv-wrongport", "ssh_config": str(cfg)}, "receiver", connect_timeout=5)
+        ssh.connect(replace(spec, ssh="labrecv-wrongport"), "receiver", connect_timeout=5)
 
 
 @pytest.mark.lab
@@ -240,8 +242,8 @@ def test_proxyjump_through_the_sender(lab, isolated_home, tmp_path):
     cfg = tmp_path / "ssh_config"
     cfg.write_text(f"Host far\n  HostName {lab.receiver.mgmt}\n  User root\n  ProxyJump jump\n"
                    f"Host jump\n  HostName {lab.sender.mgmt}\n  User root\n")
-    spec = {"ssh": "far", "ssh_config": str(cfg), "identity_file": lab.identity_file,
-            "known_hosts": lab.known_hosts, "data_address": lab.receiver.data}
+    spec = HostSpec(ssh="far", ssh_config=str(cfg), identity_file=lab.identity_file,
+                    known_hosts=lab.known_hosts, data_address=lab.receiver.data)
     with ssh.connect(spec, "receiver", connect_timeout=5) as h:
         # sshd of the receiver saw the connection come from the sender, not from the controller
         client = h.run(["sh", "-c", 'echo "$SSH_CLIENT"']).stdout.split()[0]
@@ -254,9 +256,9 @@ def test_proxyjump_through_the_sender(lab, isolated_home, tmp_path):
 
 @pytest.mark.lab
 def test_open_hosts_connects_both(lab):
-    hosts = ssh.open_hosts(lab.hosts_spec)
+    hosts = ssh.open_hosts(lab.hosts)
     try:
-        assert hosts["sender"].data_address == lab.sender.data
+        assert hosts["sender"].data_address == lab.sender.data and hosts["sender"].spec == lab.hosts.sender
         assert hosts["receiver"].data_address == lab.receiver.data
         assert lab.receiver.mgmt in hosts["receiver"].run(["ip", "-br", "addr"]).stdout
     finally:
@@ -266,5 +268,5 @@ def test_open_hosts_connects_both(lab):
     bad["sender"]["ssh"] = f"root@{lab.sender.mgmt}:2298"
     bad["receiver"]["ssh"] = f"root@{lab.receiver.mgmt}:2297"
     with pytest.raises(HostError) as exc:
-        ssh.open_hosts(bad)
+        ssh.open_hosts(Hosts.from_mapping(bad))
     assert "sender" in str(exc.value) and "receiver" in str(exc.value)

@@ -32,8 +32,8 @@ from itertools import product
 from typing import Optional
 
 from zcorch.errors import ConfigError
-from zcorch.config.experiment import PARAM_KEYS, Experiment, cell_problems, filesystem_problem, format_value, \
-    load_experiment
+from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
+from zcorch.params import PARAM_KEYS, format_value
 
 ID_LENGTH = 12
 # The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
@@ -360,16 +360,14 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
     base = plan.experiment.baselines
     iperf3_tests = dd_passes = 0
     baseline = 0.0
-    if base.get("iperf3"):
-        conf = base["iperf3"]
-        pairs = {(p["buffer"], p["window"]) for p in by_id.values()} if conf["per"] == "pair" else {None}
+    if base.iperf3:
+        pairs = {(p["buffer"], p["window"]) for p in by_id.values()} if base.iperf3.per == "pair" else {None}
         iperf3_tests = 2 * len(pairs)  # plain and -Z (zero-copy), so write and sendfile cells have a peer
-        baseline += iperf3_tests * (conf["duration"] + conf["omit"] + overhead)
-    if base.get("dd"):
-        conf = base["dd"]
+        baseline += iperf3_tests * (base.iperf3.duration + base.iperf3.omit + overhead)
+    if base.dd:
         filesystems = {p["filesystem"] for p in by_id.values()}
         dd_passes = 2 * len(filesystems)  # a write and a read on each filesystem a sink lives on
-        baseline += dd_passes * (conf["bs"] * conf["count"] / rate + overhead)
+        baseline += dd_passes * (base.dd.bs * base.dd.count / rate + overhead)
     return Estimate(transfer + over + baseline, transfer, over, baseline, rate, overhead, iperf3_tests, dd_passes)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 
 from zcorch.errors import ConfigError
 from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, Plan, describe_cell, estimate, load_plan, runs_json
@@ -59,9 +60,7 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     lines = [f"{exp.name} ({exp.path})"]
     if exp.description:
         lines.extend("  " + line for line in exp.description.strip().splitlines())
-    hosts = exp.hosts if isinstance(exp.hosts, str) else \
-        f"sender {exp.hosts['sender'].get('ssh')} -> receiver {exp.hosts['receiver'].get('ssh')}"
-    lines.append(f"hosts: {hosts}")
+    lines.append(f"hosts: {exp.hosts.describe()}")
     lines.append("")
 
     varying = plan.varying or ["send_mode", "recv_mode"]
@@ -80,8 +79,8 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     lines.append(f"{n_cells} cell{'s' if n_cells != 1 else ''} x {exp.repeats} repeat"
                  f"{'s' if exp.repeats != 1 else ''} = {n_runs} runs, order {order}")
     lines.append("baselines: " + "; ".join(
-        f"{kind} " + (", ".join(f"{k}={_baseline_value(k, v)}" for k, v in conf.items()) if conf else "off")
-        for kind, conf in exp.baselines.items()))
+        f"{kind} " + (", ".join(f"{k}={_baseline_value(k, v)}" for k, v in asdict(conf).items()) if conf else "off")
+        for kind, conf in exp.baselines.kinds()))
     if plan.dropped:
         by_reason: "dict[str, list]" = {}
         for d in plan.dropped:

@@ -14,7 +14,10 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from zcorch.config.hosts import HostSpec
 
 from zcorch.errors import HostError
 
@@ -72,6 +75,8 @@ class Host:
     # Address the data connection should use to reach this host.
     data_address: str
     is_local: bool = False
+    # The `hosts:` entry the host was opened from (SSH hosts); None: the defaults of zcorch.config.hosts apply.
+    spec: "Optional[HostSpec]" = None
 
     def run(self, argv: Sequence[str], timeout: float = 60.0, env: Optional[Mapping[str, str]] = None,
             input: Optional[str] = None) -> CommandResult:  # pragma: no cover - interface

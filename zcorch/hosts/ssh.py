@@ -1,9 +1,13 @@
 """SSH hosts: the Host interface over one persistent paramiko connection per host.
 
 Public API:
-    connect(host_spec, name, accept_new_host_keys=False, connect_timeout=10.0) -> SSHHost
-    SSHHost.run / start / put_file / put_bytes / close   (see zcorch.hosts.local.Host)
-    resolve_target(host_spec) -> Target                   (pure: ssh config + spec -> where to connect)
+    open_hosts(hosts: Hosts, accept_new_host_keys=False) -> {"sender": Host, "receiver": Host}
+    connect(spec: HostSpec, name, accept_new_host_keys=False, connect_timeout=10.0) -> SSHHost
+    SSHHost.run / start / put_file / put_bytes / close   (see zcorch.hosts.local.Host); SSHHost.spec
+    resolve_target(spec: HostSpec) -> Target              (pure: ssh config + spec -> where to connect)
+
+Hosts / HostSpec are the validated `hosts:` section (zcorch.config.hosts; from plain data:
+`Hosts.from_mapping`, `HostSpec.from_mapping`).
 
 What is honoured: `ssh: [user@]host[:port]` or a Host alias; the ssh config (`ssh_config` key of the
 host spec, else ~/.ssh/config): HostName, Port, User, IdentityFile, IdentitiesOnly, UserKnownHostsFile,
@@ -46,6 +50,7 @@ from typing import List, Mapping, Optional, Sequence
 
 import paramiko
 
+from zcorch.config.hosts import Hosts, HostSpec
 from zcorch.errors import HostError
 from zcorch.hosts.local import CommandResult, Host, Process, _LineReader
 
@@ -156,11 +161,11 @@ def _load_config(path: Optional[str]) -> paramiko.SSHConfig:
         raise HostError(f"bad ssh config {path}: {exc}") from None
 
 
-def resolve_target(host_spec: Mapping, _config: Optional[paramiko.SSHConfig] = None,
+def resolve_target(spec: HostSpec, _config: Optional[paramiko.SSHConfig] = None,
                    _dest: Optional[str] = None, _depth: int = 0) -> Target:
-    """Apply the ssh config and the spec's optional keys to `host_spec['ssh']`. No network."""
-    config = _config if _config is not None else _load_config(host_spec.get("ssh_config"))
-    dest = _dest if _dest is not None else host_spec.get("ssh")
+    """Apply the ssh config and the spec's optional keys to `spec.ssh`. No network."""
+    config = _config if _config is not None else _load_config(spec.ssh_config)
+    dest = _dest if _dest is not None else spec.ssh
     user, host, port = parse_destination(dest)
     opts = config.lookup(host)
     hostname = opts.get("hostname", host)
@@ -169,10 +174,10 @@ def resolve_target(host_spec: Mapping, _config: Optional[paramiko.SSHConfig] = N
     idents = [os.path.expanduser(p) for p in opts.get("identityfile", [])]
     known = [os.path.expanduser(p) for p in opts.get("userknownhostsfile", "").split()]
     if _depth == 0:
-        if host_spec.get("identity_file"):
-            idents.insert(0, os.path.expanduser(str(host_spec["identity_file"])))
-        if host_spec.get("known_hosts"):
-            known.insert(0, os.path.expanduser(str(host_spec["known_hosts"])))
+        if spec.identity_file:
+            idents.insert(0, os.path.expanduser(spec.identity_file))
+        if spec.known_hosts:
+            known.insert(0, os.path.expanduser(spec.known_hosts))
     default_known = os.path.expanduser("~/.ssh/known_hosts")
     if default_known not in known:
         known.append(default_known)
@@ -184,7 +189,7 @@ def resolve_target(host_spec: Mapping, _config: Optional[paramiko.SSHConfig] = N
         if _depth > 5:
             raise HostError(f"ProxyJump chain for {dest!r} is longer than 5 hops (a loop?)")
         for hop in jump.split(","):
-            hop_target = resolve_target(host_spec, config, hop.strip(), _depth + 1)
+            hop_target = resolve_target(spec, config, hop.strip(), _depth + 1)
             # The spec's identity/known_hosts apply to every hop of the chain too.
             hop_target.identity_files += [p for p in target.identity_files if p not in hop_target.identity_files]
             hop_target.known_hosts = list(dict.fromkeys(target.known_hosts + hop_target.known_hosts))
@@ -285,17 +290,14 @@ def _local_user() -> str:
     return getpass.getuser()
 
 
-def connect(host_spec: Mapping, name: str, accept_new_host_keys: bool = False,
+def connect(spec: HostSpec, name: str, accept_new_host_keys: bool = False,
             connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> "SSHHost":
     """Open the persistent connection to one host of the `hosts:` section.
 
-    `host_spec` is the YAML mapping ({"ssh": ..., "data_address": ..., optional identity_file,
-    known_hosts, ssh_config, python, workdir}); `name` ("sender"/"receiver") is used in every message.
-    Raises HostError (naming the host and the cause) within about `connect_timeout` seconds per hop.
+    `name` ("sender"/"receiver") is used in every message. Raises HostError (naming the host and the
+    cause) within about `connect_timeout` seconds per hop.
     """
-    if not isinstance(host_spec, Mapping) or not host_spec.get("ssh"):
-        raise HostError(f"hosts.{name}: needs an 'ssh' destination like root@10.0.0.2")
-    target = resolve_target(host_spec)
+    target = resolve_target(spec)
     clients = []
     sock = None
     try:
@@ -315,8 +317,7 @@ def connect(host_spec: Mapping, name: str, accept_new_host_keys: bool = False,
         for c in reversed(clients):
             c.close()
         raise
-    data_address = str(host_spec.get("data_address") or target.hostname)
-    return SSHHost(name, target, clients, data_address, host_spec)
+    return SSHHost(name, target, clients, spec)
 
 
 class _ChannelStream:
@@ -402,11 +403,11 @@ class SSHHost(Host):
 
     is_local = False
 
-    def __init__(self, name: str, target: Target, clients: list, data_address: str, spec: Mapping):
+    def __init__(self, name: str, target: Target, clients: list, spec: HostSpec):
         self.name = name
         self.target = target
-        self.spec = dict(spec)
-        self.data_address = data_address
+        self.spec = spec
+        self.data_address = spec.data_address
         self._clients = clients           # jump hosts first; the last one is this host
         self._client = clients[-1]
         self.op_timeout = DEFAULT_OP_TIMEOUT   # deadline of every remote operation (see the module doc)
@@ -656,26 +657,23 @@ def _collect(chan: paramiko.Channel, timeout: float) -> "tuple[str, str]":
     return b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace")
 
 
-def open_hosts(hosts_spec, accept_new_host_keys: bool = False,
+def open_hosts(section: Hosts, accept_new_host_keys: bool = False,
                connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> "dict[str, Host]":
     """{"sender": Host, "receiver": Host} for the `hosts:` section of an experiment file.
 
-    `localhost` (or None) gives one LocalHost for both roles (no SSH); a mapping gives an SSHHost
-    per role (connected now). Connection problems of both hosts are reported together (HostError).
+    `localhost` gives one LocalHost for both roles (no SSH); otherwise an SSHHost per role (connected
+    now). Connection problems of both hosts are reported together (HostError).
     """
     from zcorch.hosts.local import LocalHost
 
-    if hosts_spec is None or hosts_spec == "localhost":
+    if section.localhost:
         local = LocalHost("localhost", "127.0.0.1")
         return {"sender": local, "receiver": local}
-    if not isinstance(hosts_spec, Mapping) or set(hosts_spec) != {"sender", "receiver"}:
-        raise HostError("hosts: must be `localhost` or a mapping with exactly the keys sender and receiver, "
-                        f"got {hosts_spec!r}")
     hosts: dict = {}
     errors = []
     for role in ("sender", "receiver"):
         try:
-            hosts[role] = connect(hosts_spec[role], role, accept_new_host_keys, connect_timeout)
+            hosts[role] = connect(section.spec(role), role, accept_new_host_keys, connect_timeout)
         except HostError as exc:
             errors.append(str(exc))
     if errors:

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
+from zcorch.config.hosts import DEFAULT_WORKDIR, Hosts, fs_state_dir
 from zcorch.errors import LabError
 from zcorch.hosts.local import LocalHost
 
@@ -39,8 +40,8 @@ _HOST_OCTET = {"sender": 2, "receiver": 3}
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,30}$")
 DATA_MTU = 9000
 SSHD_START_TIMEOUT = 15.0
-# Where `zcorch run` keeps filesystem state on a host without a `workdir` (run_cli._fs_state_dir).
-FS_STATE_DIR = "~/.cache/zcorch/fs"
+# Where `zcorch run` keeps filesystem state on a host without a `workdir` (Hosts.fs_state_dir).
+FS_STATE_DIR = fs_state_dir(DEFAULT_WORKDIR)
 
 # Inside the sshd's own mount namespace: private home and scratch, then sshd in the foreground.
 _SSHD_SCRIPT = ('mount --bind "$1" /root && mount --bind "$2" "$3" && '
@@ -147,9 +148,14 @@ class LabLayout:
 
     # -- what the user pastes ---------------------------------------------------------------
     def hosts_spec(self) -> Dict[str, dict]:
+        """The `hosts:` block as plain data (what `zcorch lab up` prints and lab.json stores)."""
         return {h: {"ssh": f"root@{self.mgmt_address(h)}", "data_address": self.data_address(h),
                     "identity_file": self.identity_file, "known_hosts": self.known_hosts,
                     "ssh_config": self.ssh_config} for h in HOSTS}
+
+    def hosts(self) -> Hosts:
+        """The same block validated, as `zcorch.hosts.ssh.open_hosts` takes it."""
+        return Hosts.from_mapping(self.hosts_spec(), f"lab {self.name}")
 
     def hosts_yaml(self) -> str:
         lines = ["hosts:"]
@@ -194,11 +200,11 @@ class LabLayout:
         return "\n".join(lines)
 
 
-def open_hosts(hosts_spec, accept_new_host_keys: bool = False, **kw):
+def open_hosts(hosts: Hosts, accept_new_host_keys: bool = False, **kw):
     """Same as zcorch.hosts.ssh.open_hosts (kept here because `zcorch run` opens its hosts through the lab module)."""
     from zcorch.hosts.ssh import open_hosts as _open_hosts
 
-    return _open_hosts(hosts_spec, accept_new_host_keys, **kw)
+    return _open_hosts(hosts, accept_new_host_keys, **kw)
 
 
 # -- small system helpers -------------------------------------------------------------------

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from zcorch._version import __version__
+from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import Host
-from zcorch.provision.remote_call import DEFAULT_PYTHON, host_python, remote_json, run_remote
+from zcorch.provision.remote_call import host_python, remote_json, run_remote
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_WORKDIR = "~/.cache/zcorch"
 MARKER = ".zcorch-deployed"
 BUILD_TIMEOUT = 300.0
 KEEP_BUILDS = 3          # older worker-<hash> directories beyond this many are pruned
@@ -104,8 +104,9 @@ def _where(host: Host) -> str:
     return getattr(host, "where", None) or host.name
 
 
-def _host_workdir(host: Host) -> str:
-    return str(getattr(host, "spec", {}).get("workdir") or DEFAULT_WORKDIR)
+def host_workdir(host: Host) -> str:
+    """The host spec's `workdir` (DEFAULT_WORKDIR without a spec), as written: `~` not expanded."""
+    return host.spec.workdir if host.spec else DEFAULT_WORKDIR
 
 
 def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str] = None,
@@ -128,7 +129,7 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     root = os.path.abspath(source_root or REPO_ROOT)
     files = deployed_files(root)
     digest = content_hash(root, files)
-    base = host.expand(workdir or _host_workdir(host))
+    base = host.expand(workdir or host_workdir(host))
     final = posixpath.join(base, f"worker-{digest}")
     handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final})
     existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)

@@ -1,7 +1,8 @@
 """Receiver filesystems as a matrix axis: provision, record, tear down - safely.
 
 The `filesystems:` section names configurations; the `filesystem` parameter picks one per cell and
-`{filesystem}` in `sink` becomes its mountpoint. Entries are checked by `zcorch.provision.fs_config`.
+`{filesystem}` in `sink` becomes its mountpoint. Entries are parsed and checked, with every rule, by
+`zcorch.config.filesystems` (`FilesystemConfig`); this module only builds and removes them.
 
 API for the runner (all work happens on the receiver through `Host.run(argv)`, local or SSH)::
 
@@ -14,8 +15,8 @@ API for the runner (all work happens on the receiver through `Host.run(argv)`, l
     fsman.plan_commands(name) -> list[list[str]]   # every provisioning command, for --dry-run
     FilesystemManager.cleanup_stale(host, state_dir, log=None) -> list[str]   # undo a killed controller's leftovers
 
-- `configs` is the raw `filesystems:` mapping (or already-parsed `FsConfig`s). Invalid entries make
-  `preflight()` report them and `ensure()` raise ConfigError.
+- `configs` is `Experiment.filesystems`: {name: FilesystemConfig} (from plain data:
+  `zcorch.config.filesystems.filesystems_from_mapping`). An undefined name makes `ensure()` raise ConfigError.
 - `state_dir` is a directory on the receiver (`~` is expanded there). Each manager keeps
   `<state_dir>/zcorch-fs-state-<token>.json`, written before every step, and puts its backing files
   and mountpoints under `<state_dir>/fs-<token>/<name>/` (`loop.dir` moves the backing files,
@@ -38,8 +39,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence, Union
 
+from zcorch.config.filesystems import FilesystemConfig
 from zcorch.errors import ConfigError, HostError
-from zcorch.provision.fs_config import FsConfig, parse_config
 from zcorch.provision.fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
                        parse_mdadm_detail, read_text, run_checked, split_options)
 from zcorch.provision.fs_state import ACTIVE_TOKENS, StateFile, list_state_files, owner_alive, undo_resources
@@ -92,21 +93,12 @@ def _resolve(value, refs: dict):
 class FilesystemManager:
     """Provisions the receiver's filesystem configurations on demand; see the module docstring."""
 
-    def __init__(self, host: Host, configs: Mapping, state_dir: str, dry_run: bool = False,
+    def __init__(self, host: Host, configs: "Mapping[str, FilesystemConfig]", state_dir: str, dry_run: bool = False,
                  log: Optional[Log] = None):
         self.host = host
         self.dry_run = dry_run
         self.log: Log = log or (lambda _m: None)
-        self.configs: dict = {}
-        self.config_problems: list = []
-        for name, raw in (configs or {}).items():
-            if isinstance(raw, FsConfig):
-                self.configs[name] = raw
-                continue
-            cfg, probs = parse_config(name, raw)
-            self.config_problems.extend(probs)
-            if cfg is not None:
-                self.configs[name] = cfg
+        self.configs: "dict[str, FilesystemConfig]" = dict(configs)
         self._state_dir_raw = state_dir
         self._state_dir: Optional[str] = None
         self.token = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
@@ -125,10 +117,10 @@ class FilesystemManager:
     def _session_dir(self) -> str:
         return posixpath.join(self.state_dir, f"fs-{self.token}")
 
-    def _config_dir(self, cfg: FsConfig) -> str:
+    def _config_dir(self, cfg: FilesystemConfig) -> str:
         return posixpath.join(self._session_dir(), cfg.name)
 
-    def _backing_dir(self, cfg: FsConfig) -> str:
+    def _backing_dir(self, cfg: FilesystemConfig) -> str:
         if cfg.loop_dir:
             return posixpath.join(cfg.loop_dir, f"zcorch-{self.token}-{cfg.name}")
         return self._config_dir(cfg)
@@ -139,18 +131,15 @@ class FilesystemManager:
             return cfg.path
         return cfg.mountpoint or posixpath.join(self._config_dir(cfg), "mnt")
 
-    def _config(self, name: str) -> FsConfig:
+    def _config(self, name: str) -> FilesystemConfig:
         if name not in self.configs:
-            bad = [p for p in self.config_problems if p.startswith(f"filesystems.{name}")]
-            if bad:
-                raise ConfigError(bad)
             known = ", ".join(sorted(self.configs)) or "none"
             raise ConfigError(f"filesystem {name!r} is not defined under 'filesystems:' (defined: {known})")
         return self.configs[name]
 
     # ------------------------------------------------------------ plan
 
-    def _steps(self, cfg: FsConfig) -> "list[Step]":
+    def _steps(self, cfg: FilesystemConfig) -> "list[Step]":
         steps: list = []
         mnt = self.mountpoint(cfg.name)
         if cfg.loop_count:
@@ -201,7 +190,7 @@ class FilesystemManager:
         return steps
 
     @staticmethod
-    def _mkfs_argv(cfg: FsConfig, devices: list, target: Arg) -> list:
+    def _mkfs_argv(cfg: FilesystemConfig, devices: list, target: Arg) -> list:
         # Forcing is safe here: every device passed the safety check or was created by this run.
         if cfg.fs == "btrfs":
             argv = ["mkfs.btrfs", "-f"]
@@ -217,7 +206,7 @@ class FilesystemManager:
         cfg = self._config(name)
         return [] if cfg.existing else self._render(cfg, {})
 
-    def _render(self, cfg: FsConfig, refs: dict) -> "list[list[str]]":
+    def _render(self, cfg: FilesystemConfig, refs: dict) -> "list[list[str]]":
         return [self._command(step, [refs.get(a.name, repr(a)) if isinstance(a, Ref) else a for a in step.argv]).argv
                 for step in self._steps(cfg)]
 
@@ -230,10 +219,9 @@ class FilesystemManager:
     def preflight(self, names: Optional[Sequence[str]] = None) -> "list[str]":
         """Problems that would stop `ensure` for these entries (default: all). Runs only read-only probes."""
         wanted = list(self.configs) if names is None else list(names)
-        problems = [p for p in self.config_problems
-                    if names is None or any(p.startswith(f"filesystems.{n}") for n in wanted)]
+        problems: "list[str]" = []
         for n in wanted:
-            if n not in self.configs and not any(p.startswith(f"filesystems.{n}") for p in problems):
+            if n not in self.configs:
                 problems.append(f"filesystem {n!r} is not defined under 'filesystems:'")
         cfgs = [self.configs[n] for n in wanted if n in self.configs]
         h = self.host.name
@@ -279,7 +267,7 @@ class FilesystemManager:
                 problems.append(f"{h}: {where}: mountpoint {c.mountpoint} is already a mountpoint")
         return problems
 
-    def _space_problems(self, cfg: FsConfig) -> "list[str]":
+    def _space_problems(self, cfg: FilesystemConfig) -> "list[str]":
         # Backing files are sparse, but a sweep can fill them: running out underneath a loop device
         # turns into I/O errors mid-cell, so ask for the full size up front.
         need = cfg.loop_count * cfg.loop_size
@@ -368,7 +356,7 @@ class FilesystemManager:
         self._descriptions[name] = self._describe_provisioned(cfg, refs)
         return mnt
 
-    def _provision(self, cfg: FsConfig) -> dict:
+    def _provision(self, cfg: FilesystemConfig) -> dict:
         state = self._state_file()
         state.resources(cfg.name)
         refs: dict = {}
@@ -493,7 +481,7 @@ class FilesystemManager:
         return {"name": name, "kind": "provisioned", "provisioned": False, **self._requested(cfg),
                 "commands": self.plan_commands(name)}
 
-    def _requested(self, cfg: FsConfig) -> dict:
+    def _requested(self, cfg: FilesystemConfig) -> dict:
         d = {"fs": cfg.fs, "raid": cfg.raid, "mkfs_options": list(cfg.mkfs_options),
              "mount_options_requested": list(cfg.mount_options), "mountpoint": self.mountpoint(cfg.name)}
         if cfg.loop_count:
@@ -512,10 +500,10 @@ class FilesystemManager:
                 "fstype": entry.get("fstype"), "mount_options": opts,
                 "size_bytes": _int(entry.get("size")), "avail_bytes": _int(entry.get("avail"))}
 
-    def _describe_existing(self, cfg: FsConfig) -> dict:
+    def _describe_existing(self, cfg: FilesystemConfig) -> dict:
         return {"name": cfg.name, "kind": "existing", "path": cfg.path, **self._mount_facts(cfg.path, True)}
 
-    def _describe_provisioned(self, cfg: FsConfig, refs: dict) -> dict:
+    def _describe_provisioned(self, cfg: FilesystemConfig, refs: dict) -> dict:
         mnt = self.mountpoint(cfg.name)
         d = {"name": cfg.name, "kind": "provisioned", "provisioned": True, **self._requested(cfg),
              **self._mount_facts(mnt, False)}

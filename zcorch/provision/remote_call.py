@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import zcorch
+from zcorch.config.hosts import DEFAULT_PYTHON
 from zcorch.hosts.local import CommandResult, Host
 from zcorch.worker import remote
 
 # Localhost imports the module from the package this controller runs (what PYTHONPATH must name).
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(zcorch.__file__)))
-DEFAULT_PYTHON = "python3"
 MODULE = "zcorch.worker.remote"
 
 _source: Optional[str] = None
@@ -35,7 +35,7 @@ def host_python(host: Host) -> str:
     """The interpreter that runs our code on `host`: the spec's `python` (default python3); locally this one."""
     if host.is_local:
         return sys.executable
-    return str(getattr(host, "spec", {}).get("python") or DEFAULT_PYTHON)
+    return host.spec.python if host.spec else DEFAULT_PYTHON
 
 
 def _module_source() -> str:

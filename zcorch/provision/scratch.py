@@ -16,11 +16,12 @@ import os
 import posixpath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from zcorch.provision.deploy import DEFAULT_WORKDIR, _host_workdir
+from zcorch.config.hosts import DEFAULT_WORKDIR, scratch_dir
+from zcorch.provision.deploy import host_workdir
 from zcorch.provision.remote_call import remote_json, run_remote
 from zcorch.errors import PreflightError
 from zcorch.hosts.local import Host
-from zcorch.config.experiment import SCRATCH_PLACEHOLDER
+from zcorch.config.checks import SCRATCH_PLACEHOLDER
 
 PLACEHOLDER = SCRATCH_PLACEHOLDER
 # Which host a parameter's path lives on.
@@ -84,7 +85,7 @@ def _add(out: Dict[str, List[str]], role: str, rel: Optional[str]) -> None:
 
 def workdir_of(host: Host) -> str:
     """The host's workdir (spec `workdir` or ~/.cache/zcorch); SSH hosts expand `~` themselves (sftp)."""
-    workdir = _host_workdir(host)
+    workdir = host_workdir(host)
     expand = getattr(host, "expand", None)
     return expand(workdir) if callable(expand) else workdir
 
@@ -130,4 +131,4 @@ def prepare_all(hosts: Mapping[str, Host], python: Mapping[str, str], needed: Ma
 
 def local_directory(workdir: Optional[str] = None) -> str:
     """What `{scratch}` is on this machine for this user (no I/O): for `--dry-run` on localhost."""
-    return os.path.join(os.path.expanduser(workdir or DEFAULT_WORKDIR), "scratch")
+    return scratch_dir(os.path.expanduser(workdir or DEFAULT_WORKDIR))

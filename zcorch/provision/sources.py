@@ -15,7 +15,7 @@ import shlex
 from typing import Callable, Dict, Iterable, List, Sequence, Tuple
 
 from zcorch.hosts.local import Host
-from zcorch.config.experiment import SCRATCH_PLACEHOLDER
+from zcorch.config.checks import SCRATCH_PLACEHOLDER
 from zcorch.units import format_size
 
 _NOT_FILES = ("/dev/", "/proc/", "/sys/")

@@ -12,14 +12,15 @@ import re
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from zcorch.errors import ConfigError, ZcorchError
+from zcorch.config.baselines import Baselines, DdBaseline, Iperf3Baseline
+from zcorch.errors import ZcorchError
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import run_remote
 from zcorch.results.store import utc_now
-from zcorch.units import format_size, parse_duration, parse_size
+from zcorch.units import format_size
 
 
 class BaselineError(ZcorchError):
@@ -27,98 +28,41 @@ class BaselineError(ZcorchError):
 
 
 # ---------------------------------------------------------------------------------------------
-# Configuration (the experiment file's `baselines:` section)
+# Fixed run-time values (the settings are the experiment's `baselines:`, zcorch.config.baselines)
 
-@dataclass
-class Iperf3Config:
+IPERF3_PORT = 5201                 # remote hosts; on localhost a free port is picked
+IPERF3_IDLE_TIMEOUT = 30           # server --idle-timeout (s): a stuck server exits by itself
+IPERF3_ZEROCOPY = (False, True)    # plain and -Z, so write and sendfile cells both have a peer
+
+
+@dataclass(frozen=True)
+class _Iperf3Switch(Iperf3Baseline):
     enabled: bool = True
-    per: str = "pair"            # "pair": once per distinct (window, buffer) of the cells; "sweep": once
-    duration: Optional[float] = 2.0   # iperf3 -t; None when `bytes` is given
-    bytes: Optional[int] = None       # iperf3 -n
-    omit: int = 0                     # iperf3 -O: seconds of slow start left out of the result
-    port: int = 5201                  # remote hosts; on localhost a free port is picked
-    idle_timeout: int = 30            # server --idle-timeout (s): a stuck server exits by itself
-    zerocopy: List[bool] = field(default_factory=lambda: [False, True])  # plain and -Z
+    port: int = IPERF3_PORT
 
 
-@dataclass
-class DdConfig:
+@dataclass(frozen=True)
+class _DdSwitch(DdBaseline):
     enabled: bool = True
-    bs: int = 1024 * 1024
-    count: int = 64
-    scratch: str = "/tmp"             # where dd writes when the sink is /dev/null
 
 
-@dataclass
+@dataclass(frozen=True)
 class BaselineConfig:
-    iperf3: Iperf3Config = field(default_factory=Iperf3Config)
-    dd: DdConfig = field(default_factory=DdConfig)
+    """TRANSITIONAL, for zcorch/cli/run.py only (it reads `cfg.iperf3.enabled`, `.port`, `cfg.dd.enabled`).
 
-
-def _get(obj: Any, key: str, default: Any = None) -> Any:
-    if obj is None:
-        return default
-    if isinstance(obj, dict):
-        return obj.get(key, default)
-    return getattr(obj, key, default)
-
-
-def baseline_config(section: Any) -> BaselineConfig:
-    """BaselineConfig from the experiment's `baselines:` section (dict or spec object, or None).
-
-    As zcorch.config.experiment normalises it, the section lists only the kinds to run: a kind that is not
-    written is not run (`{}` = no baselines); None means "not given" and runs both with defaults.
-    `false` for the section or a kind disables it. Sizes and durations go through zcorch.units.
+    New code uses `Experiment.baselines` (zcorch.config.baselines.Baselines; a kind is None when off)
+    and IPERF3_PORT; remove this and baseline_config() once cli/run.py (sweep/pipeline.py) does.
     """
-    cfg = BaselineConfig()
-    if section is False:
-        cfg.iperf3.enabled = cfg.dd.enabled = False
-        return cfg
-    if section is None or section is True:
-        return cfg
-    problems = []
-    if isinstance(section, dict):
-        cfg.iperf3.enabled = "iperf3" in section
-        cfg.dd.enabled = "dd" in section
-    ip = _get(section, "iperf3")
-    if ip is False:
-        cfg.iperf3.enabled = False
-    elif ip not in (None, True):
-        try:
-            per = _get(ip, "per", "pair")
-            if per not in ("pair", "sweep"):
-                raise ValueError(f"per must be 'pair' or 'sweep', got {per!r}")
-            cfg.iperf3.per = per
-            if _get(ip, "bytes") is not None:
-                cfg.iperf3.bytes = parse_size(_get(ip, "bytes"))
-                cfg.iperf3.duration = None
-            for key in ("duration", "time"):
-                if _get(ip, key) is not None:
-                    cfg.iperf3.duration = parse_duration(_get(ip, key))
-            cfg.iperf3.omit = int(_get(ip, "omit", 0) or 0)
-            cfg.iperf3.port = int(_get(ip, "port", cfg.iperf3.port))
-            cfg.iperf3.idle_timeout = int(parse_duration(_get(ip, "idle_timeout", cfg.iperf3.idle_timeout)))
-            if _get(ip, "enabled") is False:
-                cfg.iperf3.enabled = False
-        except (TypeError, ValueError) as exc:
-            problems.append(f"baselines.iperf3: {exc}")
-    dd = _get(section, "dd")
-    if dd is False:
-        cfg.dd.enabled = False
-    elif dd not in (None, True):
-        try:
-            cfg.dd.bs = parse_size(_get(dd, "bs", cfg.dd.bs))
-            cfg.dd.count = parse_size(_get(dd, "count", cfg.dd.count))  # "512k" blocks, as in the seeds
-            cfg.dd.scratch = str(_get(dd, "scratch", cfg.dd.scratch))
-            if cfg.dd.bs <= 0 or cfg.dd.count <= 0:
-                raise ValueError("bs and count must be > 0")
-            if _get(dd, "enabled") is False:
-                cfg.dd.enabled = False
-        except (TypeError, ValueError) as exc:
-            problems.append(f"baselines.dd: {exc}")
-    if problems:
-        raise ConfigError(problems)
-    return cfg
+
+    iperf3: _Iperf3Switch
+    dd: _DdSwitch
+
+
+def baseline_config(section: Baselines) -> BaselineConfig:
+    """TRANSITIONAL: `section` with enabled flags (see BaselineConfig). No validation: the spec did it."""
+    ip, dd = section.iperf3, section.dd
+    return BaselineConfig(_Iperf3Switch(**asdict(ip)) if ip else _Iperf3Switch(enabled=False),
+                          _DdSwitch(**asdict(dd)) if dd else _DdSwitch(enabled=False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,14 +79,9 @@ def iperf3_server_argv(bind: str, port: int, idle_timeout: int) -> List[str]:
 
 
 def iperf3_client_argv(server: str, port: int, window: Optional[int], buffer: Optional[int],
-                       zerocopy: bool, duration: Optional[float] = None,
-                       nbytes: Optional[int] = None, omit: int = 0) -> List[str]:
-    argv = ["iperf3", "-c", server, "-p", str(port), "-J"]
-    if nbytes is not None:
-        argv += ["-n", str(nbytes)]
-    else:
-        # iperf3 takes whole seconds and treats 0 as "forever": round up, at least 1.
-        argv += ["-t", str(max(1, math.ceil(duration if duration is not None else 10)))]
+                       zerocopy: bool, duration: float, omit: int = 0) -> List[str]:
+    # iperf3 takes whole seconds and treats 0 as "forever": round up, at least 1.
+    argv = ["iperf3", "-c", server, "-p", str(port), "-J", "-t", str(max(1, math.ceil(duration)))]
     if omit:
         argv += ["-O", str(omit)]
     if window:
@@ -279,7 +218,7 @@ def _free_local_port(address: str) -> int:
         return s.getsockname()[1]
 
 
-def iperf3_keys(cfg: Iperf3Config, params_list: Sequence[dict]) -> List[dict]:
+def iperf3_keys(cfg: Iperf3Baseline, params_list: Sequence[dict]) -> List[dict]:
     """The (window, buffer, zerocopy) combinations to measure: per distinct cell pair, or once."""
     pairs: List[tuple] = []
     if cfg.per == "sweep":
@@ -291,25 +230,25 @@ def iperf3_keys(cfg: Iperf3Config, params_list: Sequence[dict]) -> List[dict]:
             pair = (w, p.get("buffer"))
             if pair not in pairs:
                 pairs.append(pair)
-    return [{"window": w, "buffer": b, "zerocopy": z} for (w, b) in pairs for z in cfg.zerocopy]
+    return [{"window": w, "buffer": b, "zerocopy": z} for (w, b) in pairs for z in IPERF3_ZEROCOPY]
 
 
-def iperf3_commands(cfg: Iperf3Config, receiver_addr: str, key: dict, port: int) -> tuple:
-    server = iperf3_server_argv(receiver_addr, port, cfg.idle_timeout)
+def iperf3_commands(cfg: Iperf3Baseline, receiver_addr: str, key: dict, port: int) -> tuple:
+    server = iperf3_server_argv(receiver_addr, port, IPERF3_IDLE_TIMEOUT)
     client = iperf3_client_argv(receiver_addr, port, key["window"], key["buffer"], key["zerocopy"],
-                                cfg.duration, cfg.bytes, cfg.omit)
+                                cfg.duration, cfg.omit)
     return server, client
 
 
-def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Config, key: dict) -> dict:
+def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Baseline, key: dict) -> dict:
     """One iperf3 test sender -> receiver on the data addresses; the server is killed afterwards."""
     started = utc_now()
     missing = tool_missing(receiver, "iperf3") or tool_missing(sender, "iperf3")
     if missing:
         return _record("iperf3", key, sender, started, status="skipped", reason=missing)
-    port = _free_local_port(receiver.data_address) if receiver.is_local else cfg.port
+    port = _free_local_port(receiver.data_address) if receiver.is_local else IPERF3_PORT
     server_argv, client_argv = iperf3_commands(cfg, receiver.data_address, key, port)
-    test_s = (cfg.duration if cfg.duration is not None else 60.0) + cfg.omit
+    test_s = cfg.duration + cfg.omit
     server = receiver.start(server_argv)
     try:
         deadline = time.monotonic() + 10
@@ -350,13 +289,13 @@ def dd_directory(sink: str, scratch: str) -> str:
     return sink.rsplit("/", 1)[0] or "/"
 
 
-def dd_key(cfg: DdConfig, directory: str, filesystem: Optional[str] = None) -> dict:
+def dd_key(cfg: DdBaseline, directory: str, filesystem: Optional[str] = None) -> dict:
     """The `key` of a dd record: what it was run with (directory as written, e.g. `{scratch}`)."""
     return {"bs": cfg.bs, "count": cfg.count, "directory": directory, "filesystem": filesystem,
             "bs_text": format_size(cfg.bs)}
 
 
-def run_dd(receiver: Host, python: str, cfg: DdConfig, directory: str,
+def run_dd(receiver: Host, python: str, cfg: DdBaseline, directory: str,
            filesystem: Optional[str] = None, written_directory: Optional[str] = None) -> List[dict]:
     """dd_write and dd_read records for `directory` on the receiver.
 
@@ -372,7 +311,7 @@ def run_dd(receiver: Host, python: str, cfg: DdConfig, directory: str,
     return records
 
 
-def _dd_records(receiver: Host, python: str, cfg: DdConfig, directory: str, key: dict, started: str) -> List[dict]:
+def _dd_records(receiver: Host, python: str, cfg: DdBaseline, directory: str, key: dict, started: str) -> List[dict]:
     missing = tool_missing(receiver, "dd")
     if missing:
         return [_record(k, key, receiver, started, status="skipped", reason=missing) for k in ("dd_write", "dd_read")]

@@ -1,0 +1,271 @@
+"""The `filesystems:` section: the receiver filesystems a sweep uses (zcorch.provision.filesystems builds them).
+
+Two kinds of entry:
+
+    array:     {path: /mnt/array}                        # existing directory: used and recorded, never touched
+    ext4-loop: {fs: ext4, loop: {count: 1, size: 2GiB}, mount_options: [noatime]}
+    md-raid0:  {fs: xfs, raid: raid0, devices: [/dev/sdb, /dev/sdc], allow_destroy: [/dev/sdb, /dev/sdc]}
+
+Keys of a provisioned entry: fs (ext2|ext3|ext4|xfs|btrfs), exactly one of loop {count, size, dir,
+direct_io} or devices [...], raid (btrfs: its own profiles via mkfs.btrfs -d/-m; other fs: md via mdadm),
+raid_chunk (md only, a multiple of 4KiB), allow_destroy (subset of devices), mkfs_options, mount_options,
+mountpoint. This module holds every rule, including what mdadm / mkfs refuse (device counts per level,
+minimum sizes), so a file is refused at plan time with file:line, never half-way through a sweep.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional
+
+from zcorch.config import checks
+from zcorch.config import yamlsrc as ys
+from zcorch.config.checks import Checker
+
+FS_TYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
+MD_LEVELS = ("raid0", "raid1", "raid10", "raid5", "raid6")
+BTRFS_PROFILES = ("single", "dup", "raid0", "raid1", "raid1c3", "raid1c4", "raid10", "raid5", "raid6")
+RAID_LEVELS = tuple(dict.fromkeys(MD_LEVELS + BTRFS_PROFILES))
+# Fewest member devices each level accepts (mdadm / mkfs.btrfs refuse fewer).
+MIN_DEVICES = {"single": 1, "dup": 1, "raid0": 2, "raid1": 2, "raid1c3": 3, "raid1c4": 4,
+               "raid10": 4, "raid5": 3, "raid6": 4}
+# Smallest filesystems the mkfs tools accept (xfsprogs: "must be larger than 300MB";
+# mkfs.btrfs: "minimum size for each btrfs device is 131072000").
+XFS_MIN_BYTES = 300 * 1024 ** 2
+BTRFS_MIN_DEVICE_BYTES = 131072000
+MAX_LOOP_DEVICES = 64
+FS_KEYS = ("path", "fs", "loop", "devices", "raid", "raid_chunk", "mkfs_options", "mount_options", "allow_destroy",
+           "mountpoint")
+LOOP_KEYS = ("count", "size", "dir", "direct_io")
+
+_MKFS_OPT_RE = re.compile(r"^[A-Za-z0-9_.,=:/+@%-]+$")
+_MOUNT_OPT_RE = re.compile(r"^[A-Za-z0-9_.=:/+@%-]+$")
+_MD_LIST = ", ".join(MD_LEVELS[:-1]) + f" or {MD_LEVELS[-1]}"
+
+
+@dataclass(frozen=True)
+class FilesystemConfig:
+    """One entry. `path` set = existing directory; otherwise `fs` is set and zcorch provisions it."""
+
+    name: str
+    path: Optional[str] = None
+    fs: Optional[str] = None
+    raid: Optional[str] = None
+    raid_chunk: Optional[int] = None      # bytes
+    loop_count: int = 0                   # 0: `devices` instead of loop devices
+    loop_size: int = 0                    # bytes per loop device
+    loop_dir: Optional[str] = None
+    loop_direct_io: bool = False
+    devices: "tuple[str, ...]" = ()
+    allow_destroy: "tuple[str, ...]" = ()
+    mkfs_options: "tuple[str, ...]" = ()
+    mount_options: "tuple[str, ...]" = ()
+    mountpoint: Optional[str] = None
+
+    @property
+    def existing(self) -> bool:
+        return self.path is not None
+
+    @property
+    def uses_md(self) -> bool:
+        return self.raid is not None and self.fs != "btrfs"
+
+    @property
+    def device_count(self) -> int:
+        return self.loop_count if self.loop_count else len(self.devices)
+
+
+def filesystems_from_mapping(data: Mapping, path: str = "<filesystems>") -> "dict[str, FilesystemConfig]":
+    """Validate plain data ({name: entry} as a file writes it) through the file's parser; ConfigError if bad."""
+    return checks.parse_data("filesystems", data, parse_filesystems, path)
+
+
+# ---------------------------------------------------------------- the parser
+
+def parse_filesystems(chk: Checker, node: ys.YNode) -> "dict[str, FilesystemConfig]":
+    """The `filesystems:` node -> {name: config} of the valid entries; problems go to `chk`."""
+    out: "dict[str, FilesystemConfig]" = {}
+    if checks.is_null(node):
+        return out
+    if not isinstance(node, ys.YMap):
+        chk.problem(node.pos, "filesystems", f"expected a mapping name -> configuration, got {ys.describe(node)}")
+        return out
+    for name, (kpos, child) in node.entries.items():
+        path = f"filesystems.{name}"
+        chk.locations[path] = kpos
+        n_problems = len(chk.problems)
+        if not checks.NAME_RE.match(name):
+            chk.problem(kpos, path, f"`{name}` is not a valid name ({checks.NAME_RULE})")
+        conf = _entry(chk, child, path, name)
+        if conf is not None and len(chk.problems) == n_problems:
+            out[name] = conf
+    return out
+
+
+def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[FilesystemConfig]:
+    """One entry, normalised (sizes in bytes, paths normalised), or None if it has problems."""
+    fields = chk.mapping(node, path, FS_KEYS, "filesystem keys")
+    if not isinstance(node, ys.YMap):
+        return None
+    forms = [k for k in ("path", "loop", "devices") if k in fields]
+    if len(forms) != 1:
+        got = "none" if not forms else " and ".join(f"`{f}`" for f in forms)
+        chk.problem(node.pos, path, f"needs exactly one of `path` (an existing directory), `loop` "
+                                    f"(loop devices the run creates) or `devices`; got {got}")
+        return None
+    n_problems = len(chk.problems)
+    if forms == ["path"]:
+        for k in fields:
+            if k != "path":
+                chk.problem(fields[k][0], f"{path}.{k}", "an existing directory (`path`) is used as it "
+                                                         f"is: `{k}` does not apply")
+        p = chk.value(fields["path"][1], f"{path}.path", _existing_dir)
+        return FilesystemConfig(name=name, path=p) if len(chk.problems) == n_problems else None
+
+    def value(key: str, parser, default: Any = None) -> Any:
+        return chk.value(fields[key][1], f"{path}.{key}", parser, default) if key in fields else default
+
+    kw: dict = {}
+    if "fs" not in fields:
+        chk.problem(node.pos, path, f"missing required key `fs` (one of {', '.join(FS_TYPES)})")
+    fs = kw["fs"] = value("fs", lambda n: checks.choice(n, FS_TYPES, "filesystem type"))
+    size_node = None
+    if "loop" in fields:
+        loop, size_node = _loop(chk, fields["loop"][1], f"{path}.loop")
+        kw.update(loop or {})
+        n_dev = kw["loop_count"] if loop else None
+    else:
+        devices = _device_list(chk, fields["devices"][1], f"{path}.devices", allow_empty=False)
+        kw["devices"] = tuple(devices or ())
+        n_dev = len(devices) if devices is not None else None
+    raid = kw["raid"] = value("raid", lambda n: checks.choice(n, RAID_LEVELS, "RAID level"))
+    chunk = kw["raid_chunk"] = value("raid_chunk", checks.positive_size)
+    kw["mountpoint"] = value("mountpoint", _existing_dir)
+    for key, rx, what in (("mkfs_options", _MKFS_OPT_RE, "mkfs option"),
+                          ("mount_options", _MOUNT_OPT_RE, "mount option")):
+        if key in fields:
+            kw[key] = tuple(_option_list(chk, fields[key][1], f"{path}.{key}", rx, what))
+    if "allow_destroy" in fields:
+        kpos, child = fields["allow_destroy"]
+        if "devices" not in fields:
+            chk.problem(kpos, f"{path}.allow_destroy", "only applies to `devices` (loop devices the run "
+                                                       "creates need no permission)")
+        else:
+            allowed = _device_list(chk, child, f"{path}.allow_destroy", allow_empty=True) or []
+            for i, dev in enumerate(allowed):
+                if n_dev is not None and dev not in kw["devices"]:
+                    chk.problem(child.items[i].pos, f"{path}.allow_destroy[{i}]",  # type: ignore[union-attr]
+                                f"`{dev}` is not one of this configuration's `devices`")
+            kw["allow_destroy"] = tuple(allowed)
+    if len(chk.problems) != n_problems or fs is None:
+        return None
+
+    # Rules across keys: what mdadm and the mkfs tools would refuse, found now.
+    if raid is not None:
+        raid_pos = fields["raid"][1].pos
+        if fs != "btrfs" and raid not in MD_LEVELS:
+            chk.problem(raid_pos, f"{path}.raid", f"`{raid}` is a btrfs profile; for {fs} use {_MD_LIST} (mdadm)")
+        elif n_dev is not None and n_dev < MIN_DEVICES[raid]:
+            chk.problem(raid_pos, f"{path}.raid", f"{raid} needs at least {MIN_DEVICES[raid]} devices, "
+                                                  f"this configuration has {n_dev}")
+    elif n_dev is not None and n_dev > 1 and fs != "btrfs":  # btrfs over several devices: mkfs.btrfs's defaults
+        chk.problem(node.pos, path, f"{n_dev} devices for {fs} need `raid:` ({_MD_LIST}, built with mdadm)")
+    if chunk is not None:
+        chunk_pos = fields["raid_chunk"][1].pos
+        if fs == "btrfs" or raid is None:
+            chk.problem(chunk_pos, f"{path}.raid_chunk", "only for md RAID (a non-btrfs `fs` with `raid:`)")
+        elif chunk % 4096:
+            chk.problem(chunk_pos, f"{path}.raid_chunk", "must be a multiple of 4KiB")
+    size = kw.get("loop_size", 0)
+    if size and size_node is not None:
+        if fs == "xfs" and _usable_bytes(raid, kw["loop_count"], size) < XFS_MIN_BYTES:
+            chk.problem(size_node.pos, f"{path}.loop.size", "xfs needs a filesystem of at least 300MiB")
+        if fs == "btrfs" and size < BTRFS_MIN_DEVICE_BYTES:
+            chk.problem(size_node.pos, f"{path}.loop.size", f"btrfs needs at least {BTRFS_MIN_DEVICE_BYTES} "
+                                                            "bytes (125MiB) per device")
+    if len(chk.problems) != n_problems:
+        return None
+    return FilesystemConfig(name=name, **{k: v for k, v in kw.items() if v is not None})
+
+
+def _usable_bytes(raid: Optional[str], count: int, size: int) -> int:
+    """Rough data capacity of `count` devices of `size` bytes at a RAID level (for minimum-size checks)."""
+    data_disks = {None: 1, "single": count, "raid0": count, "raid10": count // 2, "raid5": count - 1,
+                  "raid6": count - 2}.get(raid, 1)
+    return size * max(data_disks, 1)
+
+
+def _loop(chk: Checker, node: ys.YNode, path: str) -> "tuple[Optional[dict], Optional[ys.YNode]]":
+    """({loop_count, loop_size, loop_dir, loop_direct_io} or None if bad, the `size` node)."""
+    fields = chk.mapping(node, path, LOOP_KEYS, "loop settings")
+    if not isinstance(node, ys.YMap):
+        return None, None
+    conf: dict = {"loop_count": 1}
+    if "count" in fields:
+        conf["loop_count"] = chk.value(fields["count"][1], f"{path}.count",
+                                       lambda n: checks.int_range(n, 1, MAX_LOOP_DEVICES), None)
+    size_node = None
+    if "size" not in fields:
+        chk.problem(node.pos, path, "missing required key `size` (size of each loop device, e.g. 2GiB)")
+        conf["loop_size"] = None
+    else:
+        size_node = fields["size"][1]
+        conf["loop_size"] = chk.value(size_node, f"{path}.size", checks.positive_size, None)
+    if "dir" in fields:
+        conf["loop_dir"] = chk.value(fields["dir"][1], f"{path}.dir", _existing_dir, None)
+    if "direct_io" in fields:
+        conf["loop_direct_io"] = chk.value(fields["direct_io"][1], f"{path}.direct_io", ys.as_bool, None)
+    return (conf if None not in conf.values() else None), size_node
+
+
+def _device_list(chk: Checker, node: ys.YNode, path: str, allow_empty: bool) -> "Optional[list[str]]":
+    if not isinstance(node, ys.YSeq):
+        chk.problem(node.pos, path, f"expected a list of device paths, got {ys.describe(node)}")
+        return None
+    if not node.items and not allow_empty:
+        chk.problem(node.pos, path, "empty list: name at least one device")
+        return None
+    out: "list[str]" = []
+    for i, item in enumerate(node.items):
+        dev = chk.value(item, f"{path}[{i}]", _device, None)
+        if dev is None:
+            continue
+        if dev in out:
+            chk.problem(item.pos, f"{path}[{i}]", f"`{dev}` is listed twice")
+            continue
+        out.append(dev)
+    return out
+
+
+def _option_list(chk: Checker, node: ys.YNode, path: str, rx, what: str) -> "list[str]":
+    if not isinstance(node, ys.YSeq):
+        chk.problem(node.pos, path, f"expected a list of {what}s (one item per argument), got {ys.describe(node)}")
+        return []
+    out = []
+    for i, item in enumerate(node.items):
+        text = chk.value(item, f"{path}[{i}]", lambda n: ys.as_str(n, f"a {what}"), None)
+        if text is None:
+            continue
+        if not rx.match(text):
+            extra = " or commas (one option per item)" if what == "mount option" else ""
+            chk.problem(item.pos, f"{path}[{i}]", f"`{text}`: a {what} may not contain whitespace, quotes "
+                                                  f"or shell metacharacters{extra}")
+            continue
+        out.append(text)
+    return out
+
+
+def _existing_dir(node: ys.YNode) -> str:
+    text = checks.check_abs_path(ys.as_str(node, "a path"), "directory")
+    checks.check_braces(text, "path")
+    return posixpath.normpath(text)
+
+
+def _device(node: ys.YNode) -> str:
+    text = ys.as_str(node, "a device path")
+    if not text.startswith("/dev/") or len(text) <= 5:
+        raise ys.ValueProblem(f"expected a device path under /dev/, got `{text}`")
+    if not re.match(r"^/dev/[A-Za-z0-9_./:+-]+$", text) or "/../" in text or text.endswith("/.."):
+        raise ys.ValueProblem(f"`{text}` is not a plain device path")
+    return posixpath.normpath(text)
