@@ -19,6 +19,7 @@ import uuid
 import pytest
 
 from fixtures_fs import external_loop
+from zcorch.config.baselines import DdBaseline
 from zcorch.config.hosts import HostSpec
 from zcorch.hosts.local import LocalHost
 from zcorch.provision import deploy, remote_call, scratch
@@ -350,7 +351,7 @@ def test_every_remote_job_runs_with_the_hosts_configured_python(lab):
         assert meta["interface"]["name"] and meta["sink_mount"]["target"] == "/root"
         info = scratch.prepare(host, python, ["dd"])
         assert info["path"] == f"/root/.cache/zcorch-py-{tag}/scratch" and info["mode"] == "0700"
-        recs = bl.run_dd(host, python, bl.DdConfig(bs=4096, count=4), info["path"] + "/dd")
+        recs = bl.run_dd(host, python, DdBaseline(bs=4096, count=4), info["path"] + "/dd")
         assert [r["status"] for r in recs] == ["ok", "ok"], recs
         backing = f"/root/zc-loop-{tag}.img"
         assert host.run(["truncate", "-s", "16M", backing]).ok

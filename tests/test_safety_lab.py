@@ -1,5 +1,6 @@
 """SSH transport safety against the lab's real sshd: argv never parsed by a (non-POSIX) login shell,
 and every remote operation has a deadline (a frozen sshd, not a mock)."""
+import dataclasses
 import os
 import signal
 import socket
@@ -47,7 +48,7 @@ def csh_user(lab):
 
 
 def test_argv_arrives_byte_identical_through_a_csh_login_shell(lab, csh_user):
-    spec = dict(lab.hosts_spec["sender"], ssh=f"{csh_user}@{lab.sender.mgmt}")
+    spec = dataclasses.replace(lab.hosts.sender, ssh=f"{csh_user}@{lab.sender.mgmt}")
     from zcorch.hosts import ssh
 
     with ssh.connect(spec, "sender", connect_timeout=10) as h:
@@ -147,7 +148,7 @@ def test_lost_ssh_connection_records_the_run_failed_not_ok(lab, tmp_path):
     from zcorch.provision import deploy
     from zcorch.sweep.runner import Runner
 
-    hosts = ssh.open_hosts(lab.hosts_spec)
+    hosts = ssh.open_hosts(lab.hosts)
     try:
         handles = deploy.prepare(hosts)
         runs = [{"id": f"c{i}", "repeat": 0, "params": base_params()} for i in range(2)]
