@@ -67,7 +67,7 @@ def runs_of(path: frames.PathLike, cache: bool = True) -> pd.DataFrame:
         try:
             _write(frame, cache_path, stamp)
         except OSError as exc:  # a read-only result set still loads, just without the speed-up
-            warnings.warn(f"{cache_path}: cache not written ({exc})", stacklevel=4)
+            warnings.warn(f"{cache_path}: cache not written ({exc})", stacklevel=3)
     return frame
 
 
@@ -79,24 +79,23 @@ def write_cache(path: frames.PathLike, warn: Optional[Callable[[str], None]] = N
     Best effort: runs.jsonl stays the source of truth and is only read; any failure, even Ctrl-C,
     is a warning (to `warn`, default: on stderr) and None, and the next zcorch.load parses runs.jsonl
     as it always could. Also None when there is no runs.jsonl (no runs to cache)."""
-    cache_path = Path(path) / CACHE_NAME
-    runs = Path(path) / results.RUNS
+    d = Path(path)
     try:
         d = frames.result_dir(path)
         frames.read_manifest(d)
-        cache_path, runs = d / CACHE_NAME, d / results.RUNS
-        stamp = _stamp(runs)
+        stamp = _stamp(d / results.RUNS)
         if stamp is None:
             return None
-        if not _matches(cache_path, stamp):
+        if not _matches(d / CACHE_NAME, stamp):
             if stamp["size"] > _ANNOUNCE_BYTES:  # about 1 min per GB: say why the run has not ended yet
                 print(f"zcorch: writing {CACHE_NAME} for the {stamp['size'] / 1e6:.0f} MB {results.RUNS} so that "
                       "the first load is fast (Ctrl-C skips it)", file=sys.stderr, flush=True)
-            _write(frames.parse_runs(runs), cache_path, stamp)
-        return cache_path
+            _write(frames.parse_runs(d / results.RUNS), d / CACHE_NAME, stamp)
+        return d / CACHE_NAME
     except (Exception, KeyboardInterrupt) as exc:
         what = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-        message = f"{cache_path} not built ({what}); the results are complete in {runs}, the first zcorch.load will parse it"
+        message = (f"{d / CACHE_NAME} not built ({what}); the results are complete in {d / results.RUNS}, "
+                   "the first zcorch.load will parse it")
         if warn is None:
             print(f"zcorch: warning: {message}", file=sys.stderr)
         else:
