@@ -27,6 +27,7 @@ from typing import Callable, Optional
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from zcorch.analysis import frames
@@ -148,8 +149,8 @@ def _write(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
         pass
 
 
-def _cache_meta(pf: pq.ParquetFile) -> Optional[dict]:
-    meta = json.loads((pf.schema_arrow.metadata or {}).get(META_KEY, b"null"))
+def _cache_meta(schema: pa.Schema) -> Optional[dict]:
+    meta = json.loads((schema.metadata or {}).get(META_KEY, b"null"))
     return meta if isinstance(meta, dict) else None
 
 
@@ -159,8 +160,7 @@ def _valid_for(meta: Optional[dict], stamp: dict) -> bool:
 
 def _matches(cache_path: Path, stamp: dict) -> bool:
     try:
-        with pq.ParquetFile(cache_path) as pf:
-            return _valid_for(_cache_meta(pf), stamp)
+        return _valid_for(_cache_meta(pq.read_schema(cache_path)), stamp)
     except (OSError, ValueError, pa.ArrowException):
         return False
 
@@ -168,22 +168,28 @@ def _matches(cache_path: Path, stamp: dict) -> bool:
 def _read(cache_path: Path, stamp: dict) -> Optional[pd.DataFrame]:
     """The raw runs frame stored in `cache_path` if it is valid for `stamp`, else None (missing,
     stale, cut short, foreign: rebuilt, never trusted)."""
+    # Most of a first load is the kernel faulting in fresh memory for the frame. The default pool
+    # (mimalloc) asks for transparent huge pages, whose faults can stall on compaction (3x slower
+    # on a busy host); plain malloc's small pages do not. Explicit here: the default pool of the
+    # process is the caller's. The dataset API is the reader that takes a pool.
+    pool = pa.system_memory_pool()
     try:
-        with pq.ParquetFile(cache_path, memory_map=True) as pf:
-            meta = _cache_meta(pf)
-            if not _valid_for(meta, stamp):
-                return None
-            derived = set(meta["derived"])  # recomputed by zcorch.load, so never stale
-            table = pf.read(columns=[n for n in pf.schema_arrow.names if n not in derived], use_threads=True)
+        data = ds.dataset(cache_path, format="parquet")
+        meta = _cache_meta(data.schema)
+        if not _valid_for(meta, stamp):
+            return None
+        derived = set(meta["derived"])  # recomputed by zcorch.load, so never stale
+        table = data.to_table(columns=[n for n in data.schema.names if n not in derived], memory_pool=pool)
         json_values = {name: table.column(name).to_pylist() for name in meta["json_columns"]}
-        # Numbers and timestamps without nulls may become read-only views on Arrow's buffers: copied
-        # below, so that the caller can assign to any cell as with a parsed frame.
-        shared = [name for name, col in zip(table.column_names, table.columns) if col.null_count == 0
+        # Single-chunk numbers and timestamps without nulls become read-only views on Arrow's
+        # buffers: copied below, so that the caller can assign to any cell as in a parsed frame.
+        shared = [name for name, col in zip(table.column_names, table.columns)
+                  if col.num_chunks == 1 and col.null_count == 0
                   and (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
                        or pa.types.is_timestamp(col.type))]
-        # One block per column, each column's Arrow memory freed as soon as it is converted: the
-        # least memory to fault in, which is most of the time of a first load.
-        frame = table.to_pandas(split_blocks=True, self_destruct=True)
+        # One block per column, each column's Arrow memory freed as soon as it is converted: less
+        # memory to fault in than a consolidated frame.
+        frame = table.to_pandas(split_blocks=True, self_destruct=True, memory_pool=pool)
         del table  # unusable after self_destruct
         for name in shared:
             frame[name] = frame[name].copy()
