@@ -173,7 +173,7 @@ def main() -> int:
     cache_mb = (target / results.RUNS_CACHE).stat().st_size / 1e6
     ma = statistics.median(after)
     print(f"{len(after)} rounds, {args.runs} runs, {results.RUNS_CACHE} {cache_mb:.0f} MB")
-    print(median_text("cold parse", cold) + "; " + median_text("finish() (parse + write cache)", finish))
+    print(median_text("cold parse", cold) + "; " + median_text("finish() + write_cache() (parse + write cache)", finish))
     print(median_text("first load after finish() (new process)", after) + "; "
           + median_text("its imports", imports) + "; " + median_text("cached load", cached))
     print(median_text(f"pandas.read_parquet({results.RUNS_CACHE}) without zcorch (new process)", plain))
