@@ -117,7 +117,8 @@ def _json_default(value):
 def _to_table(frame: pd.DataFrame, stamp: dict) -> pa.Table:
     """`frame` plus its derived columns as an Arrow table, with the validity stamp in its metadata."""
     full = frames.add_derived(frame.copy(deep=False))  # shallow: the derived columns go to the copy only
-    derived = [c for c in full.columns if c not in set(frame.columns)]
+    raw = set(frame.columns)
+    derived = [c for c in full.columns if c not in raw]
     json_columns = []
     for name in full.columns[full.dtypes == object]:
         col = full[name]
