@@ -8,13 +8,14 @@ ResultSet.append_run writes it), so every line has the shape and size of a real 
 
 Measured, interleaved, several times:
   cold    zcorch.load(DIR, cache=False)      the JSON-lines parser alone (no cache at all)
-  finish  ResultSet.finish("complete")       what `zcorch run` now adds at the end of a sweep:
-                                             parse runs.jsonl + write runs.cache
+  finish  ResultSet.finish("complete") and   what `zcorch run` adds at the end of a sweep:
+          cache.write_cache(DIR)             parse runs.jsonl + write runs.parquet
   after   first zcorch.load(DIR) of a new    what a user's first load costs right after the run
-          Python process, after finish()     (the process's imports are timed apart)
+          Python process, after finish()     (the process's imports, pyarrow's too, are timed apart)
   cached  zcorch.load(DIR) again, in-process
+  pandas  pandas.read_parquet(DIR/runs.parquet) in a new Python process without zcorch (imports apart)
 cold and finish take minutes for a million runs, so they run in the first --cold-repeat rounds;
-after and cached run in every round. Printed: medians and the ratio cold/after.
+after, cached and pandas run in every round. Printed: medians and the ratio cold/after.
 
     python benchmarks/bench_load.py [--runs 1000000] [--repeat 5] [--cold-repeat 1] [--keep]
                                     [--source DIR] [--dir WORKDIR]
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import zcorch  # noqa: E402
+from zcorch.analysis.cache import write_cache  # noqa: E402
 from zcorch.results import store as results  # noqa: E402
 
 REPEATS_PER_CELL = 100
@@ -83,7 +85,7 @@ def timed(fn) -> float:
 FIRST_LOAD = """
 import sys, time
 t0 = time.perf_counter()
-import zcorch, zcorch.analysis.frames
+import zcorch, zcorch.analysis.frames, zcorch.analysis.cache
 t1 = time.perf_counter()
 frame = zcorch.load(sys.argv[1])
 t2 = time.perf_counter()
@@ -92,21 +94,35 @@ print(t1 - t0, t2 - t1)
 """
 
 
-def first_load_in_new_process(target: Path) -> "tuple[float, float]":
-    """(import seconds, load seconds) of a fresh interpreter's first zcorch.load(target)."""
+PANDAS_READ = """
+import sys, time
+t0 = time.perf_counter()
+import pandas, pyarrow.parquet
+t1 = time.perf_counter()
+frame = pandas.read_parquet(sys.argv[1])
+t2 = time.perf_counter()
+assert len(frame) > 0 and not any(m.startswith("zcorch") for m in sys.modules)
+print(t1 - t0, t2 - t1)
+"""
+
+
+def in_new_process(script: str, arg: Path) -> "tuple[float, float]":
+    """(import seconds, load seconds) that `script` prints when run by a fresh interpreter."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", FIRST_LOAD, str(target)], env=env, check=True,
+    out = subprocess.run([sys.executable, "-c", script, str(arg)], env=env, check=True,
                          capture_output=True, text=True).stdout.split()
     return float(out[0]), float(out[1])
 
 
 def finish_as_zcorch_run_does(target: Path) -> float:
-    """Time ResultSet.finish("complete") on `target` after removing any cache (rebuilt from scratch)."""
+    """Time ResultSet.finish("complete") + write_cache on `target` after removing any cache (rebuilt
+    from scratch), as `zcorch run` does after a completed sweep."""
     (target / results.RUNS_CACHE).unlink(missing_ok=True)
     rs = results.ResultSet(str(target), results.load_manifest(str(target)))
     warnings = []
     t0 = time.perf_counter()
-    rs.finish("complete", warn=warnings.append)
+    rs.finish("complete")
+    write_cache(target, warn=warnings.append)
     dt = time.perf_counter() - t0
     if warnings or not (target / results.RUNS_CACHE).exists():
         sys.exit(f"finish() did not build the cache: {warnings}")
@@ -140,24 +156,27 @@ def main() -> int:
     size = (target / results.RUNS).stat().st_size
     print(f"runs.jsonl: {size / 1e6:.0f} MB", flush=True)
 
-    cold, finish, after, imports, cached = [], [], [], [], []
+    cold, finish, after, imports, cached, plain = [], [], [], [], [], []
     for i in range(args.repeat):
         line = f"  round {i + 1}:"
         if i < args.cold_repeat or not (target / results.RUNS_CACHE).exists():
             cold.append(timed(lambda: zcorch.load(target, cache=False)))
             finish.append(finish_as_zcorch_run_does(target))
             line += f" cold {cold[-1]:.2f} s, finish {finish[-1]:.2f} s,"
-        imp, load = first_load_in_new_process(target)
+        imp, load = in_new_process(FIRST_LOAD, target)
         imports.append(imp)
         after.append(load)
         cached.append(timed(lambda: zcorch.load(target)))
-        print(f"{line} after {after[-1]:.2f} s (+ imports {imp:.2f} s), cached {cached[-1]:.2f} s", flush=True)
+        plain.append(in_new_process(PANDAS_READ, target / results.RUNS_CACHE)[1])
+        print(f"{line} after {after[-1]:.2f} s (+ imports {imp:.2f} s), cached {cached[-1]:.2f} s, "
+              f"pandas {plain[-1]:.2f} s", flush=True)
     cache_mb = (target / results.RUNS_CACHE).stat().st_size / 1e6
     ma = statistics.median(after)
-    print(f"{len(after)} rounds, {args.runs} runs, runs.cache {cache_mb:.0f} MB")
-    print(median_text("cold parse", cold) + "; " + median_text("finish() (parse + write cache)", finish))
+    print(f"{len(after)} rounds, {args.runs} runs, {results.RUNS_CACHE} {cache_mb:.0f} MB")
+    print(median_text("cold parse", cold) + "; " + median_text("finish() + write_cache() (parse + write cache)", finish))
     print(median_text("first load after finish() (new process)", after) + "; "
           + median_text("its imports", imports) + "; " + median_text("cached load", cached))
+    print(median_text(f"pandas.read_parquet({results.RUNS_CACHE}) without zcorch (new process)", plain))
     print(f"cold/after = {statistics.median(cold) / ma:.0f}x; target first load after finish() < 2 s: "
           f"{'met' if ma < 2 else 'NOT met'}")
     if not args.keep:

@@ -1,7 +1,7 @@
 """Fixtures of the analysis tests: the small real result sets (tests/data/quickstart-small, recorded
 by `zcorch run tests/data/small.yaml`; tests/data/filesystems-small, recorded as root by `zcorch run
 tests/data/filesystems.yaml`), always used through a private copy so that loading (which writes
-runs.cache) and reports never touch the repository."""
+runs.parquet) and reports never touch the repository."""
 from __future__ import annotations
 
 import json
@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
 SMALL = DATA / "quickstart-small"
 FS_SMALL = DATA / "filesystems-small"
-GENERATED = {"runs.cache", "report.html", "plots"}
+GENERATED = {"runs.parquet", "runs.cache", "report.html", "plots"}
 
 
 def copy_result_set(src: Path, dst: Path) -> Path:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import zcorch
-from zcorch.analysis import frames
+from zcorch.analysis import cache, frames
 from zcorch.errors import ResultsError
 
 from fixtures_analysis import copy_result_set, raw_runs, zcorch_cli
@@ -52,7 +52,7 @@ def test_failed_runs_keep_their_reason_and_have_no_throughput(small_set):
 def test_cache_is_used_and_invalidated_by_a_change_of_runs_jsonl(small_set, monkeypatch):
     cold = zcorch.load(small_set, cache=False)
     first = zcorch.load(small_set)
-    assert (small_set / frames.CACHE_NAME).exists()
+    assert (small_set / cache.CACHE_NAME).exists()
     pd.testing.assert_frame_equal(first, cold)
 
     calls = []
@@ -72,7 +72,7 @@ def test_cache_is_used_and_invalidated_by_a_change_of_runs_jsonl(small_set, monk
 
 def test_a_foreign_or_stale_cache_is_never_trusted(small_set):
     cold = zcorch.load(small_set, cache=False)
-    (small_set / frames.CACHE_NAME).write_bytes(b"not a numpy file")
+    (small_set / cache.CACHE_NAME).write_bytes(b"not a numpy file")
     pd.testing.assert_frame_equal(zcorch.load(small_set), cold)
     os.utime(small_set / "runs.jsonl", ns=(1, 1))  # mtime changed: the cache written above is stale
     pd.testing.assert_frame_equal(zcorch.load(small_set), cold)

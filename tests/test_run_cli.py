@@ -34,7 +34,7 @@ def test_run_localhost_matrix_end_to_end(tmp_path, tag):
     r = zcorch(tag, "run", exp, "-o", out)
     assert r.returncode == 0, r.stderr
     assert sorted(os.listdir(out)) == ["baselines.jsonl", "experiment.yaml", "logs", "manifest.json", "meta.json",
-                                       "plan.json", "runs.cache", "runs.jsonl"]
+                                       "plan.json", "runs.jsonl", "runs.parquet"]
     assert (out / "experiment.yaml").read_bytes() == exp.read_bytes()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete" and manifest["name"] == "t" and manifest["finished"]

@@ -9,19 +9,15 @@ the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived
 - `send_cpu_s_per_gib`, `recv_cpu_s_per_gib`: (user + system) CPU seconds per GiB moved, like
   netperf's service demand; `send_sys_share`: the sender's system share of its CPU time.
 
-Loading a large runs.jsonl is dominated by JSON parsing, so the parsed frame is cached next to it
-in `runs.cache` (plain column arrays, no pickle, keyed by the size and mtime of runs.jsonl):
-`zcorch run` writes it when a sweep completes (`build_cache`, from ResultSet.finish) and any load
-that finds it missing or stale writes it, so later loads map columns straight from that file. A
-result set that is still being written simply invalidates the cache at every append.
+Loading a large runs.jsonl is dominated by JSON parsing, so `load` reads the runs from the Parquet
+cache `runs.parquet` beside it when that matches runs.jsonl (zcorch.analysis.cache); this module
+parses runs.jsonl.
 """
 from __future__ import annotations
 
 import gc
 import json
-import mmap
 import os
-import warnings
 from itertools import chain
 from pathlib import Path
 from typing import Iterable, Union
@@ -44,9 +40,6 @@ RUN_COLUMNS = ["cell", "repeat", "status", "reason"]
 RUN_TAIL_COLUMNS = ["started", "wall_s", "log"]
 _RECORD_KEYS = frozenset(RUN_COLUMNS + RUN_TAIL_COLUMNS + ["params", "sender", "receiver"])
 OK = "ok"
-
-CACHE_NAME = results.RUNS_CACHE
-CACHE_VERSION = 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,56 +304,10 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _stamp(runs: Path) -> "dict | None":
-    """What a cache of `runs` is valid for (None: no runs.jsonl yet)."""
-    try:
-        st = runs.stat()
-    except FileNotFoundError:
-        return None
-    return {"cache_version": CACHE_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def runs_of(path: PathLike, cache: bool = True) -> pd.DataFrame:
-    """The raw runs frame of one result set, from the cache when it matches runs.jsonl."""
-    d = result_dir(path)
-    read_manifest(d)
-    runs = d / results.RUNS
-    stamp = _stamp(runs)  # taken before parsing: a file that grows meanwhile invalidates the cache
-    if stamp is None:
-        return parse_runs(runs)  # a set interrupted before its first run: no runs
-    cache_path = d / CACHE_NAME
-    if cache:
-        frame = _read_cache(cache_path, stamp)
-        if frame is not None:
-            return frame
-    frame = parse_runs(runs)
-    if cache:
-        try:
-            _write_cache(frame, cache_path, stamp)
-        except OSError as exc:  # a read-only result set still loads, just without the speed-up
-            warnings.warn(f"{cache_path}: cache not written ({exc})", stacklevel=3)
-    return frame
-
-
-def build_cache(path: PathLike) -> "Path | None":
-    """Parse runs.jsonl and write runs.cache now, unless a valid cache is there already; what
-    `zcorch run` does when a sweep completes, so that the first zcorch.load is fast. Returns the
-    cache path (None: no runs.jsonl). Raises ResultsError (bad runs.jsonl) or OSError (not
-    writable); runs.jsonl itself is only read."""
-    d = result_dir(path)
-    read_manifest(d)
-    runs = d / results.RUNS
-    stamp = _stamp(runs)
-    if stamp is None:
-        return None
-    cache_path = d / CACHE_NAME
-    if not _cache_matches(cache_path, stamp):
-        _write_cache(parse_runs(runs), cache_path, stamp)
-    return cache_path
-
-
 def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> pd.DataFrame:
     """One row per run of one or several result sets (concatenated, `sweep` = directory name)."""
+    from zcorch.analysis.cache import runs_of  # the cache builds on this module's parser
+
     dirs = _as_dirs(path_or_paths)
     frames = []
     for d, sweep in zip(dirs, _sweep_names(dirs)):
@@ -369,124 +316,6 @@ def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> 
         frames.append(frame)
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     return add_derived(frame)
-
-
-# ---------------------------------------------------------------------------------------------
-# Columnar cache: one file, a JSON header then each column's array, 64-byte aligned. Object columns
-# are stored as int32 codes + categories (few distinct values) or as one JSON array (many). Read with
-# a single readinto() and zero-copy numpy views: no pickle, nothing executable in the file.
-
-_CACHE_MAGIC = b"ZCORCH-RUNS-CACHE\n"
-_ALIGN = 64
-
-
-def _write_cache(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
-    blobs = []
-    columns = []
-    for name in frame.columns:
-        s = frame[name]
-        if isinstance(s.dtype, pd.DatetimeTZDtype):
-            arr = np.ascontiguousarray(s.array.asi8)
-            col = {"name": name, "kind": "datetime", "tz": str(s.dtype.tz), "unit": getattr(s.dtype, "unit", "ns")}
-        elif s.dtype.kind in "biuf":
-            arr = np.ascontiguousarray(s.to_numpy())
-            col = {"name": name, "kind": "num"}
-        else:
-            codes, uniques = pd.factorize(s, use_na_sentinel=True)
-            if len(uniques) <= max(1024, len(s) // 4):
-                arr = codes.astype(np.int32)
-                col = {"name": name, "kind": "cat", "categories": list(uniques)}
-            else:
-                arr = np.frombuffer(json.dumps(s.tolist(), default=_json_default).encode(), dtype=np.uint8)
-                col = {"name": name, "kind": "json"}
-        col.update(dtype=arr.dtype.str, count=int(arr.size))
-        columns.append(col)
-        blobs.append(arr)
-    offset = 0
-    for col, arr in zip(columns, blobs):
-        col["offset"] = offset
-        offset += -(-arr.nbytes // _ALIGN) * _ALIGN
-    header = json.dumps({"stamp": stamp, "rows": len(frame), "columns": columns}, default=_json_default).encode()
-    header_len = -(-(len(_CACHE_MAGIC) + 8 + len(header)) // _ALIGN) * _ALIGN
-    tmp = cache_path.with_name(cache_path.name + f".tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(_CACHE_MAGIC + header_len.to_bytes(8, "little") + header)
-            f.write(b"\0" * (header_len - f.tell()))
-            for col, arr in zip(columns, blobs):
-                f.seek(header_len + col["offset"])
-                f.write(arr.tobytes())
-        os.replace(tmp, cache_path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-def _json_default(value):
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {value!r}")
-
-
-def _read_header(f) -> "tuple[int, dict] | None":
-    """(header length, header) of an open cache file; None if it is not one."""
-    if f.read(len(_CACHE_MAGIC)) != _CACHE_MAGIC:
-        return None
-    header_len = int.from_bytes(f.read(8), "little")
-    header = json.loads(f.read(header_len - len(_CACHE_MAGIC) - 8).rstrip(b"\0"))
-    return (header_len, header) if isinstance(header, dict) else None
-
-
-def _cache_matches(cache_path: Path, stamp: dict) -> bool:
-    try:
-        with open(cache_path, "rb") as f:
-            head = _read_header(f)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return False
-    return head is not None and head[1].get("stamp") == stamp
-
-
-def _read_cache(cache_path: Path, stamp: dict) -> "pd.DataFrame | None":
-    try:
-        with open(cache_path, "rb") as f:
-            head = _read_header(f)
-            if head is None or head[1].get("stamp") != stamp:
-                return None
-            header_len, header = head
-            # A private (copy-on-write) mapping: columns are views on the page cache, read lazily,
-            # nothing copied up front, and still writable for the caller. The cache is only ever
-            # replaced by rename, never rewritten in place, so the mapped pages stay valid.
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        buf = np.frombuffer(mapped, dtype=np.uint8, offset=header_len)
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-    try:
-        data = {}
-        for col in header["columns"]:
-            dtype = np.dtype(col["dtype"])
-            end = col["offset"] + dtype.itemsize * col["count"]
-            if end > len(buf):
-                return None  # a cut-short file
-            arr = buf[col["offset"]:end].view(dtype)
-            kind = col["kind"]
-            if kind == "num":
-                data[col["name"]] = arr
-            elif kind == "datetime":
-                stamps = pd.DatetimeIndex(arr.view(f"M8[{col['unit']}]"))
-                data[col["name"]] = stamps.tz_localize("UTC").tz_convert(col["tz"])
-            elif kind == "cat":
-                cats = np.empty(len(col["categories"]) + 1, dtype=object)
-                cats[:-1] = col["categories"]
-                cats[-1] = None  # code -1 (missing) indexes the last slot
-                data[col["name"]] = cats[arr]
-            else:
-                values = json.loads(arr.tobytes())
-                out = np.empty(len(values), dtype=object)
-                out[:] = values
-                data[col["name"]] = out
-        return pd.DataFrame(data, copy=False)
-    except (KeyError, ValueError, TypeError):
-        return None  # an unreadable or foreign cache is rebuilt, never trusted
 
 
 # ---------------------------------------------------------------------------------------------

@@ -439,6 +439,9 @@ def main(args: argparse.Namespace) -> int:
         if sweep is not None:
             sweep.close()
     rs.finish(outcome.status)
+    if outcome.status == "complete":  # the first zcorch.load then reads runs.parquet, not every JSON line
+        from zcorch.analysis.cache import write_cache  # pandas + pyarrow: imported only when a sweep ends
+        write_cache(rs.dir)
     for w in warnings:
         print(f"zcorch run: warning: {w}", file=sys.stderr)
     print(summary_table(plan_runs, rs.runs(), plan.varying or ("send_mode", "recv_mode"), rs.baselines()))

@@ -13,8 +13,7 @@ import datetime as _dt
 import errno
 import json
 import os
-import sys
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from zcorch.errors import ResultsError
 
@@ -27,11 +26,10 @@ PLAN = "plan.json"
 META = "meta.json"
 RUNS = "runs.jsonl"
 BASELINES = "baselines.jsonl"
-RUNS_CACHE = "runs.cache"  # written by zcorch.analysis.frames (columns of runs.jsonl), see build_load_cache
+RUNS_CACHE = "runs.parquet"  # runs.jsonl parsed, written by zcorch.analysis.cache (never by this module)
 LOGS = "logs"
 
 RUN_STATUSES = ("ok", "failed", "timeout", "interrupted")
-_ANNOUNCE_CACHE_BYTES = 100_000_000
 
 
 def utc_now() -> str:
@@ -244,36 +242,11 @@ class ResultSet:
     def _write_manifest(self) -> None:
         write_json_atomic(self.path(MANIFEST), self.manifest)
 
-    def finish(self, status: str, warn: Optional[Callable[[str], None]] = None) -> None:
-        """Record the final status; a complete sweep also gets its load cache (see build_load_cache)."""
+    def finish(self, status: str) -> None:
+        """Record the final status. The load cache of a complete sweep is written by the caller
+        (zcorch.analysis.cache.write_cache): this package stays free of pandas and the analysis."""
         if status not in ("complete", "interrupted", "running"):
             raise ValueError(f"bad result-set status {status!r}")
         self.manifest["status"] = status
         self.manifest["finished"] = utc_now()
         self._write_manifest()
-        if status == "complete":  # an interrupted sweep is usually resumed: no point, and Ctrl-C wants out
-            self.build_load_cache(warn)
-
-    def build_load_cache(self, warn: Optional[Callable[[str], None]] = None) -> bool:
-        """Write runs.cache now so that the first zcorch.load of this set reads columns instead of
-        parsing every JSON line (minutes for a million runs). Best effort: runs.jsonl stays the
-        source of truth and is only read; any failure, even Ctrl-C, is a warning (default: on
-        stderr) and False, and the next zcorch.load parses runs.jsonl as it always could."""
-        try:
-            size = os.path.getsize(self.path(RUNS)) if os.path.exists(self.path(RUNS)) else 0
-            if size > _ANNOUNCE_CACHE_BYTES:  # about 1 min per GB: say why the run has not ended yet
-                print(f"zcorch: writing {RUNS_CACHE} for the {size / 1e6:.0f} MB {RUNS} so that the first load "
-                      "is fast (Ctrl-C skips it)", file=sys.stderr, flush=True)
-            from zcorch.analysis.frames import build_cache  # pandas: imported only when a sweep ends
-
-            build_cache(self.dir)
-            return True
-        except (Exception, KeyboardInterrupt) as exc:
-            what = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
-            message = (f"{self.path(RUNS_CACHE)} not built ({what}); the results are complete in "
-                       f"{self.path(RUNS)}, the first zcorch.load will parse it")
-            if warn is None:
-                print(f"zcorch: warning: {message}", file=sys.stderr)
-            else:
-                warn(message)
-            return False
