@@ -10,7 +10,7 @@ from zcorch.errors import ZcorchError
 
 # Public analysis entry points, resolved lazily (see __getattr__).
 _LAZY = {
-    "load": "zcorch.analysis.frames",
+    "load": "zcorch.analysis.load",
     "load_baselines": "zcorch.analysis.frames",
     "load_meta": "zcorch.analysis.frames",
     "summarize": "zcorch.analysis.stats",

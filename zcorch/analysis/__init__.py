@@ -6,7 +6,8 @@
 """
 from __future__ import annotations
 
-from zcorch.analysis.frames import load, load_baselines, load_meta
+from zcorch.analysis.frames import load_baselines, load_meta
+from zcorch.analysis.load import load
 from zcorch.analysis.stats import summarize
 
 __all__ = ["load", "load_baselines", "load_meta", "summarize"]

@@ -18,14 +18,13 @@ Exit status 1 when any cell regressed or failed, else 0.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from typing import Optional
 
 import numpy as np
 import pandas as pd
 
-from zcorch.analysis.frames import OK, load
+from zcorch.analysis.frames import OK
+from zcorch.analysis.load import load
 from zcorch.params import format_value
 from zcorch.analysis.stats import mann_whitney_u, min_p_value, varying_params
 

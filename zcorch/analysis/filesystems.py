@@ -20,7 +20,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from zcorch.analysis.frames import OK, PathLike, load, load_baselines, read_meta
+from zcorch.analysis.frames import OK, PathLike, load_baselines, read_meta
+from zcorch.analysis.load import load
 from zcorch.analysis.stats import format_spread, summarize, varying_params
 
 NOT_DESCRIBED = "not recorded in meta.json"

@@ -304,20 +304,6 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> pd.DataFrame:
-    """One row per run of one or several result sets (concatenated, `sweep` = directory name)."""
-    from zcorch.analysis.cache import runs_of  # the cache builds on this module's parser
-
-    dirs = _as_dirs(path_or_paths)
-    frames = []
-    for d, sweep in zip(dirs, _sweep_names(dirs)):
-        frame = runs_of(d, cache=cache)
-        frame.insert(0, "sweep", sweep)
-        frames.append(frame)
-    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    return add_derived(frame)
-
-
 # ---------------------------------------------------------------------------------------------
 # Baselines and metadata
 

@@ -22,7 +22,8 @@ import pandas as pd
 
 from zcorch import __version__
 from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, side_by_side
-from zcorch.analysis.frames import OK, load, load_baselines, load_meta, read_manifest, read_meta, result_dir
+from zcorch.analysis.frames import OK, load_baselines, load_meta, read_manifest, read_meta, result_dir
+from zcorch.analysis.load import load
 from zcorch.analysis.plots import all_plots, data_uri, save, slices
 from zcorch.params import format_value
 from zcorch.analysis.stats import ci_method, mode_table, summarize, varying_params

@@ -1,0 +1,25 @@
+"""`zcorch.load`: one row per run of one or several result sets, through the runs.parquet cache.
+
+The order of the analysis modules: frames (parse result-set files into frames) <- cache (runs.parquet,
+built from the frames parser) <- load (the public entry point that prefers the cache).
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import pandas as pd
+
+from zcorch.analysis.cache import runs_of
+from zcorch.analysis.frames import PathLike, _as_dirs, _sweep_names, add_derived
+
+
+def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> pd.DataFrame:
+    """One row per run of one or several result sets (concatenated, `sweep` = directory name)."""
+    dirs = _as_dirs(path_or_paths)
+    frames = []
+    for d, sweep in zip(dirs, _sweep_names(dirs)):
+        frame = runs_of(d, cache=cache)
+        frame.insert(0, "sweep", sweep)
+        frames.append(frame)
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    return add_derived(frame)
