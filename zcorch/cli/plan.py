@@ -14,6 +14,7 @@ import sys
 from zcorch.errors import ConfigError
 from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, Plan, describe_cell, estimate, load_plan, runs_json
 from zcorch.config.experiment import PARAM_KEYS, format_value
+from zcorch.textfmt import text_table
 from zcorch.units import format_size, parse_duration, parse_size
 
 
@@ -106,9 +107,3 @@ def _baseline_value(key: str, value) -> str:
         return f"{value:g}s"
     return str(value)
 
-
-def text_table(header: "list[str]", rows: "list[list[str]]") -> "list[str]":
-    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
-              for i in range(len(header))]
-    fmt = "  ".join(f"{{:{'>' if i == 0 else '<'}{w}}}" for i, w in enumerate(widths))
-    return [fmt.format(*header).rstrip(), *(fmt.format(*r).rstrip() for r in rows)]

@@ -1,0 +1,280 @@
+"""Hosts that record instead of run: `zcorch run --dry-run` is the real sweep pipeline on these.
+
+A RecordingHost is a Host whose run/start/put_file/put_bytes touch no machine: each call becomes a
+`Recorded` entry (kept in `host.recorded` and handed to `on_record` as it happens) and is answered with
+the least the pipeline needs to go on - the worker's `info`/`layout`/`ready`/`result` events, the
+preflight probe's facts, the `{scratch}` directory, an iperf3 server that "listens". Nothing is
+measured: JSON answers carry `"not_measured": true` and text answers say "dry run". Commands the
+answers do not know get exit 0 and no output; `cat` finds no file (so a deploy shows its whole build).
+
+A host reached over SSH is not connected to: its home is unknown (shown as `~`), and its `{scratch}`
+directory is answered as the placeholder itself, so the commands keep `{scratch}/...` as written.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import posixpath
+import shlex
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+from zcorch._version import __version__
+from zcorch.errors import HostError
+from zcorch.hosts.local import CommandResult, Host, Process
+
+NOT_MEASURED = "dry run: not measured"
+# $HOME of a host never connected to; shown as `~` (Recorded.display).
+REMOTE_HOME = "/__remote_home__"
+
+
+@dataclass
+class Recorded:
+    """One thing the pipeline would have done on a host."""
+
+    host: str                      # the Host's name ("localhost", "sender", "receiver")
+    kind: str                      # "run" | "start" | "put_file" | "put_bytes"
+    argv: List[str] = field(default_factory=list)      # run/start
+    env: Dict[str, str] = field(default_factory=dict)  # run/start
+    source: Optional[str] = None   # put_file: the local file; put_bytes: "<N bytes>"
+    target: Optional[str] = None   # put_file/put_bytes: the path on the host
+    mode: Optional[int] = None
+
+    def command(self) -> str:
+        """The command as one readable line: `env K=V argv`, long `python -c` programs by name."""
+        if self.kind in ("put_file", "put_bytes"):
+            text = f"# copy {self.source} to {self.target} (mode {self.mode:04o})"
+        else:
+            words = [shlex.quote(a) for a in self.argv]
+            program = _program_index(self.argv)
+            if program is not None and (self.argv[program] in _programs() or "\n" in self.argv[program]):
+                words[program] = f"<{program_name(self.argv[program])}>"
+            if self.env:
+                words = ["env", *(shlex.quote(f"{k}={v}") for k, v in self.env.items()), *words]
+            text = " ".join(words)
+            note = _program_note(self.argv)
+            if note:
+                text += f"  # {note}"
+        return text.replace(REMOTE_HOME, "~")
+
+    def display(self) -> str:
+        """`host$ command`, as the dry run prints it."""
+        return f"{self.host}$ {self.command()}"
+
+
+class RecordingProcess(Process):
+    """A started command that prints the canned `lines` and exits 0 at once."""
+
+    def __init__(self, host: "RecordingHost", lines: Sequence[str]):
+        self.host, self.pgid = host, None
+        self._lines = list(lines)
+
+    def readline(self, timeout: float) -> Optional[str]:
+        return self._lines.pop(0) if self._lines else None
+
+    def wait(self, timeout: float) -> int:
+        return 0
+
+    def stderr_text(self) -> str:
+        return ""
+
+    def send_line(self, text: str) -> None:
+        pass
+
+    def kill_group(self, sig: int = 9) -> None:
+        pass
+
+
+class RecordingHost(Host):
+    """Stands for a host in a dry run (see the module docstring). Local unless `spec` is given."""
+
+    def __init__(self, name: str, data_address: str, spec: Optional[Mapping[str, Any]] = None,
+                 on_record: Optional[Callable[[Recorded], None]] = None):
+        self.name, self.data_address = name, data_address
+        self.is_local = spec is None
+        if spec is not None:
+            self.spec = dict(spec)      # deploy and scratch read `python` / `workdir` from it
+        self.recorded: List[Recorded] = []
+        self.on_record = on_record or (lambda entry: None)
+
+    @property
+    def where(self) -> str:
+        return self.name if self.is_local else f"{self.name} (ssh {self.spec.get('ssh')}, not connected: dry run)"
+
+    @property
+    def home(self) -> str:
+        return os.path.expanduser("~") if self.is_local else REMOTE_HOME
+
+    def expand(self, path: str) -> str:
+        """`~` and relative paths on the host -> absolute, as SSHHost.expand (home: REMOTE_HOME)."""
+        path = str(path)
+        if path == "~" or path.startswith("~/"):
+            return self.home + path[1:]
+        return path if path.startswith("/") else posixpath.join(self.home, path)
+
+    def _record(self, entry: Recorded) -> None:
+        self.recorded.append(entry)
+        self.on_record(entry)
+
+    def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
+        argv = [str(a) for a in argv]
+        self._record(Recorded(self.name, "run", argv, dict(env or {})))
+        code, out, err = self.answer(argv)
+        return CommandResult(argv, code, out, err)
+
+    def start(self, argv, env=None) -> RecordingProcess:
+        argv = [str(a) for a in argv]
+        self._record(Recorded(self.name, "start", argv, dict(env or {})))
+        return RecordingProcess(self, self.started_lines(argv))
+
+    def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:
+        self._record(Recorded(self.name, "put_file", source=local_path, target=remote_path, mode=mode))
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        self._record(Recorded(self.name, "put_bytes", source=f"<{len(data)} bytes>", target=remote_path, mode=mode))
+
+    # -- answers ---------------------------------------------------------------------------
+    def answer(self, argv: List[str]) -> "tuple[int, str, str]":
+        """(exit status, stdout, stderr) for a command run to completion."""
+        program = _program_index(argv)
+        if program is not None:
+            handler = _programs().get(argv[program])
+            return (0, handler[1](self, argv[program + 1:]), "") if handler else (0, "", "")
+        action = _worker_action(argv)
+        if action == "info":
+            return 0, _json({"event": "info", "version": __version__, "modes": {}, "kernel": NOT_MEASURED}), ""
+        if action == "layout":
+            path, size = _flag(argv, "--path"), _flag(argv, "--bytes")
+            return 0, _json({"event": "layout", "path": path, "created": False, "size": int(size or 0),
+                             "regular": True}), ""
+        if argv[:2] == ["printenv", "HOME"]:
+            return 0, self.home + "\n", ""
+        if argv[:1] == ["cat"]:
+            return 1, "", f"{NOT_MEASURED}: no file is read"
+        if argv[:2] == ["id", "-u"]:
+            # This controller's own uid locally; over SSH unknown before connecting: assume root.
+            return 0, f"{os.geteuid() if self.is_local else 0}\n", ""
+        if argv[:1] == ["df"]:
+            return 0, f"Avail\n{1 << 62}\n", ""   # free space unknown: assume enough
+        if argv[:1] == ["iperf3"] and "--version" in argv:
+            return 0, f"iperf3 ({NOT_MEASURED})\n", ""
+        return 0, "", ""
+
+    def started_lines(self, argv: List[str]) -> List[str]:
+        """What a started command prints before it exits."""
+        action = _worker_action(argv)
+        if action == "recv":
+            return [_json({"event": "ready", "port": 0, "pid": 0}), _json({"event": "result", "side": "recv"})]
+        if action == "send":
+            return [_json({"event": "result", "side": "send"})]
+        if argv[:1] == ["iperf3"]:
+            return [f"Server listening ({NOT_MEASURED})"]
+        return []
+
+
+def recording_hosts(hosts_spec: Any, on_record: Optional[Callable[[Recorded], None]] = None
+                    ) -> Dict[str, RecordingHost]:
+    """{"sender", "receiver"} for an experiment's `hosts:` section, as zcorch.hosts.ssh.open_hosts gives
+    them (one shared host for localhost) but recording, and without connecting to anything."""
+    if hosts_spec is None or hosts_spec == "localhost":
+        local = RecordingHost("localhost", "127.0.0.1", on_record=on_record)
+        return {"sender": local, "receiver": local}
+    if not isinstance(hosts_spec, Mapping) or set(hosts_spec) != {"sender", "receiver"}:
+        raise HostError("hosts: must be `localhost` or a mapping with exactly the keys sender and receiver, "
+                        f"got {hosts_spec!r}")
+    return {role: RecordingHost(role, str(hosts_spec[role].get("data_address")), hosts_spec[role], on_record)
+            for role in ("sender", "receiver")}
+
+
+# -- the programs zcorch runs as `python -c PROGRAM ARGS...` ------------------------------------
+
+def _json(obj: dict) -> str:
+    return json.dumps(dict(obj, not_measured=True)) + "\n"
+
+
+def _program_index(argv: Sequence[str]) -> Optional[int]:
+    """Index of the code after `-c` in a python command line (None when it is not one)."""
+    if len(argv) > 2 and "python" in posixpath.basename(argv[0]):
+        for i, a in enumerate(argv[1:-1], 1):
+            if a == "-c":
+                return i + 1
+            if not a.startswith("-"):
+                break
+    return None
+
+
+def _worker_action(argv: Sequence[str]) -> Optional[str]:
+    """`recv`, `send`, `info`, `layout` of a worker command line (`... -m zcorch.worker ACTION`)."""
+    for i, a in enumerate(argv[:-1]):
+        if a == "zcorch.worker" and i > 0 and argv[i - 1] == "-m":
+            return argv[i + 1]
+    return None
+
+
+def _flag(argv: Sequence[str], flag: str) -> Optional[str]:
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+
+def _probe_facts(host: RecordingHost, args: List[str]) -> str:
+    return _json({"python": list(sys.version_info[:3]), "executable": NOT_MEASURED, "cffi": NOT_MEASURED,
+                  "python_h": True, "cc": NOT_MEASURED, "iperf3": NOT_MEASURED, "address_error": None,
+                  "busy_ports": []})
+
+
+def _scratch_info(host: RecordingHost, args: List[str]) -> str:
+    from zcorch.provision.scratch import PLACEHOLDER
+
+    where = posixpath.join(args[0], "scratch")
+    if host.is_local:  # what the program would make of it here (~ expanded), created by nobody
+        return _json({"path": os.path.join(os.path.expanduser(args[0]), "scratch"), "created": False,
+                      "mode": "0700"})
+    # Unknown before connecting: the placeholder stands for itself in every command (`location`: where).
+    return _json({"path": PLACEHOLDER, "location": where, "created": False, "mode": "0700"})
+
+
+def _nothing(host: RecordingHost, args: List[str]) -> str:
+    return ""
+
+
+def _not_measured(host: RecordingHost, args: List[str]) -> str:
+    return _json({})
+
+
+def _dd_note(args: Sequence[str]) -> str:
+    from zcorch.sweep.baselines import dd_read_argv, dd_write_argv
+
+    path = posixpath.join(args[0], ".zcorch-dd-PID")
+    return (f"{shlex.join(dd_write_argv(path, args[1], args[2]))}; sync; drop caches if root; "
+            f"{shlex.join(dd_read_argv(path, args[1], args[2]))}")
+
+
+@functools.lru_cache(maxsize=1)
+def _programs() -> Dict[str, tuple]:
+    """{program text: (name, answer(host, args) -> stdout, note(args) -> str or None)}."""
+    # Imported here: these stages import zcorch.hosts themselves.
+    from zcorch.provision import deploy, filesystems, scratch
+    from zcorch.sweep import baselines, metadata
+
+    return {
+        deploy._PROBE: ("preflight probe", _probe_facts, None),
+        deploy._CFFI_DIR: ("find _cffi_backend", _nothing, None),
+        deploy._FINALIZE: ("install the built worker", _nothing, None),
+        scratch.PREPARE: ("prepare {scratch}", _scratch_info, None),
+        metadata.PROBE: ("metadata probe", _not_measured, None),
+        baselines.DD_WRAPPER: ("dd baseline", _not_measured, _dd_note),
+        filesystems.AUTOCLEAR_PY: ("loop autoclear", _nothing, None),
+    }
+
+
+def program_name(code: str) -> str:
+    """A short name for a `python -c` program (zcorch's own by purpose, others by size)."""
+    known = _programs().get(code)
+    return known[0] if known else f"python program, {len(code.splitlines())} lines"
+
+
+def _program_note(argv: Sequence[str]) -> Optional[str]:
+    program = _program_index(argv)
+    known = _programs().get(argv[program]) if program is not None else None
+    return known[2](argv[program + 1:]) if known and known[2] else None
