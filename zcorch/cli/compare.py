@@ -12,7 +12,7 @@ from zcorch.analysis.frames import load
 from zcorch.errors import ConfigError
 
 
-def register(subparsers) -> argparse.ArgumentParser:
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("compare", help="compare two result sets cell by cell; exit 1 on a regression",
                               description=__doc__.splitlines()[0])
     p.add_argument("base", help="base result set")

@@ -11,7 +11,7 @@ import sys
 from zcorch.lab import netns as lab
 
 
-def register(subparsers) -> argparse.ArgumentParser:
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("lab", help="two SSH hosts in network namespaces on this machine (root)",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("action", choices=["up", "down", "status"])

@@ -21,7 +21,7 @@ from zcorch.units import format_size, parse_duration, parse_size
 _LISTED = 3  # dropped cells listed per reason without --all
 
 
-def register(subparsers) -> argparse.ArgumentParser:
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="validate an experiment file and show its cells, runs and duration",
                               description=__doc__.splitlines()[0])
     p.add_argument("file", metavar="FILE", help="experiment file (YAML), e.g. experiments/quickstart.yaml")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(subparsers) -> argparse.ArgumentParser:
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("report", help="write DIR/report.html (tables, plots, failed runs)",
                               description=__doc__.splitlines()[0])
     p.add_argument("dir", help="result set directory (written by zcorch run)")

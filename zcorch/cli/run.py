@@ -21,7 +21,7 @@ from zcorch.sweep.pipeline import SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome
 
 
-def register(subparsers) -> argparse.ArgumentParser:
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("run", help="run an experiment (baselines + every cell) into a result set",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("file", nargs="?", help="experiment file (YAML); optional with --resume")

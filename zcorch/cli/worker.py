@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(subparsers) -> argparse.ArgumentParser:
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("worker", help="run one side of a transfer (used by the controller)",
                               description=__doc__.splitlines()[0], add_help=False)
     p.add_argument("argv", nargs=argparse.REMAINDER, help="recv|send|info [flags]; see `zcorch worker --help`")

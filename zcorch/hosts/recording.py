@@ -17,6 +17,7 @@ import json
 import os
 import posixpath
 import shlex
+import signal
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
@@ -83,7 +84,7 @@ class RecordingProcess(Process):
     def send_line(self, text: str) -> None:
         pass
 
-    def kill_group(self, sig: int = 9) -> None:
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
         pass
 
 
