@@ -5,7 +5,7 @@ import os
 
 from fixtures_run import TAG_VAR, wait_no_workers
 from zcorch._version import __version__
-from zcorch.hosts.recording import REMOTE_HOME, RecordingHost, recording_hosts
+from zcorch.hosts.recording import REMOTE_HOME, RecordingHost, RemoteRecordingHost, recording_hosts
 from zcorch.provision import scratch
 from zcorch.results.store import read_jsonl
 from zcorch.sweep.pipeline import STAGES, SweepObserver, run_sweep
@@ -123,7 +123,8 @@ def test_remote_recording_hosts_connect_nowhere_and_keep_the_scratch_placeholder
     hosts = recording_hosts({"sender": {"ssh": "root@192.0.2.1:1", "data_address": "192.0.2.1"},
                              "receiver": {"ssh": "u@192.0.2.2", "data_address": "192.0.2.2", "workdir": "/srv"}})
     sender, receiver = hosts["sender"], hosts["receiver"]
-    assert not sender.is_local and sender.data_address == "192.0.2.1" and sender is not receiver
+    assert isinstance(sender, RemoteRecordingHost) and not sender.is_local and sender is not receiver
+    assert sender.data_address == "192.0.2.1"
     assert sender.expand("~/.cache/zcorch") == REMOTE_HOME + "/.cache/zcorch"
     info = json.loads(sender.run(scratch.prepare_argv("python3", sender.expand("~/.cache/zcorch"))).stdout)
     assert info["path"] == scratch.PLACEHOLDER  # unknown before connecting: commands keep it as written

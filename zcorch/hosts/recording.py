@@ -7,8 +7,10 @@ preflight probe's facts, the `{scratch}` directory, an iperf3 server that "liste
 measured: JSON answers carry `"not_measured": true` and text answers say "dry run". Commands the
 answers do not know get exit 0 and no output; `cat` finds no file (so a deploy shows its whole build).
 
-A host reached over SSH is not connected to: its home is unknown (shown as `~`), and its `{scratch}`
-directory is answered as the placeholder itself, so the commands keep `{scratch}/...` as written.
+RecordingHost stands for LocalHost; RemoteRecordingHost for an SSHHost, which is never connected to:
+its home is unknown (shown as `~`), and its `{scratch}` directory is answered as the placeholder itself,
+so the commands keep `{scratch}/...` as written. `recording_hosts(hosts_spec)` gives them per role as
+zcorch.hosts.ssh.open_hosts gives the real ones.
 """
 from __future__ import annotations
 
@@ -89,31 +91,18 @@ class RecordingProcess(Process):
 
 
 class RecordingHost(Host):
-    """Stands for a host in a dry run (see the module docstring). Local unless `spec` is given."""
+    """Stands for this machine (LocalHost) in a dry run; see the module docstring."""
 
-    def __init__(self, name: str, data_address: str, spec: Optional[Mapping[str, Any]] = None,
-                 on_record: Optional[Callable[[Recorded], None]] = None):
-        self.name, self.data_address = name, data_address
-        self.is_local = spec is None
-        if spec is not None:
-            self.spec = dict(spec)      # deploy and scratch read `python` / `workdir` from it
-        self.recorded: List[Recorded] = []
-        self.on_record = on_record or (lambda entry: None)
-
-    @property
-    def where(self) -> str:
-        return self.name if self.is_local else f"{self.name} (ssh {self.spec.get('ssh')}, not connected: dry run)"
+    is_local = True
 
     @property
     def home(self) -> str:
-        return os.path.expanduser("~") if self.is_local else REMOTE_HOME
+        return os.path.expanduser("~")
 
-    def expand(self, path: str) -> str:
-        """`~` and relative paths on the host -> absolute, as SSHHost.expand (home: REMOTE_HOME)."""
-        path = str(path)
-        if path == "~" or path.startswith("~/"):
-            return self.home + path[1:]
-        return path if path.startswith("/") else posixpath.join(self.home, path)
+    def __init__(self, name: str, data_address: str, on_record: Optional[Callable[[Recorded], None]] = None):
+        self.name, self.data_address = name, data_address
+        self.recorded: List[Recorded] = []
+        self.on_record = on_record or (lambda entry: None)
 
     def _record(self, entry: Recorded) -> None:
         self.recorded.append(entry)
@@ -175,6 +164,32 @@ class RecordingHost(Host):
         return []
 
 
+class RemoteRecordingHost(RecordingHost):
+    """Stands for a host reached over SSH (SSHHost) in a dry run, never connected to: its home is
+    REMOTE_HOME, shown as `~`."""
+
+    is_local = False
+
+    def __init__(self, name: str, spec: Mapping[str, Any], on_record: Optional[Callable[[Recorded], None]] = None):
+        super().__init__(name, str(spec.get("data_address")), on_record)
+        self.spec = dict(spec)      # deploy and scratch read `python` / `workdir` from it
+
+    @property
+    def where(self) -> str:
+        return f"{self.name} (ssh {self.spec.get('ssh')}, not connected: dry run)"
+
+    @property
+    def home(self) -> str:
+        return REMOTE_HOME
+
+    def expand(self, path: str) -> str:
+        """`~` and relative paths on the host -> absolute, as SSHHost.expand does."""
+        path = str(path)
+        if path == "~" or path.startswith("~/"):
+            return self.home + path[1:]
+        return path if path.startswith("/") else posixpath.join(self.home, path)
+
+
 def recording_hosts(hosts_spec: Any, on_record: Optional[Callable[[Recorded], None]] = None
                     ) -> Dict[str, RecordingHost]:
     """{"sender", "receiver"} for an experiment's `hosts:` section, as zcorch.hosts.ssh.open_hosts gives
@@ -185,8 +200,7 @@ def recording_hosts(hosts_spec: Any, on_record: Optional[Callable[[Recorded], No
     if not isinstance(hosts_spec, Mapping) or set(hosts_spec) != {"sender", "receiver"}:
         raise HostError("hosts: must be `localhost` or a mapping with exactly the keys sender and receiver, "
                         f"got {hosts_spec!r}")
-    return {role: RecordingHost(role, str(hosts_spec[role].get("data_address")), hosts_spec[role], on_record)
-            for role in ("sender", "receiver")}
+    return {role: RemoteRecordingHost(role, hosts_spec[role], on_record) for role in ("sender", "receiver")}
 
 
 # -- the programs zcorch runs as `python -c PROGRAM ARGS...` ------------------------------------
