@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import require_tool
-from zcorch.config.baselines import BASELINES_OFF, Baselines, DdBaseline, Iperf3Baseline
+from zcorch.config.baselines import DdBaseline, Iperf3Baseline
 from zcorch.sweep import baselines as bl
 from zcorch.hosts.local import LocalHost
 
@@ -105,16 +105,6 @@ def test_commands_take_the_typed_settings_and_the_fixed_port():
     assert client == ["iperf3", "-c", "10.78.0.3", "-p", "5201", "-J", "-t", "3", "-O", "1", "-l", "65536", "-Z"]
     assert bl.dd_key(DdBaseline(bs=32768, count=4), "{scratch}") == \
         {"bs": 32768, "count": 4, "directory": "{scratch}", "filesystem": None, "bs_text": "32KiB"}
-
-
-def test_transitional_baseline_config_keeps_the_run_cli_reading_enabled_flags():
-    both = bl.baseline_config(Baselines())
-    assert both.iperf3.enabled and both.iperf3.port == bl.IPERF3_PORT and both.dd.enabled
-    assert both.iperf3.per == "pair" and both.dd.bs == 1024 ** 2
-    off = bl.baseline_config(BASELINES_OFF)
-    assert not off.iperf3.enabled and not off.dd.enabled
-    only_dd = bl.baseline_config(Baselines(iperf3=None, dd=DdBaseline(count=4)))
-    assert only_dd.dd.enabled and only_dd.dd.count == 4 and not only_dd.iperf3.enabled
 
 
 def test_iperf3_keys_once_per_distinct_pair_and_both_send_paths():

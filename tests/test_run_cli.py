@@ -326,7 +326,7 @@ def test_filesystem_preflight_covers_only_the_entries_the_plan_uses(tmp_path, ta
 
 def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_baselines():
     from zcorch.results import rates
-    from zcorch.cli.run import summary_table
+    from zcorch.sweep.summary import summary_table
 
     d = os.path.join(REPO, "tests", "data", "filesystems-small")
     runs = read_jsonl(os.path.join(d, "runs.jsonl"))

@@ -36,13 +36,13 @@ def test_zcorch_cli_dispatches_worker_and_lists_it_in_help():
     p = subprocess.run([sys.executable, "-m", "zcorch", "worker", "info"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 0 and '"event": "info"' in p.stdout
-    # `zcorch --help` lists it: cli registers zcorch.worker, whose register() adds the subcommand
+    # `zcorch --help` lists it: cli registers zcorch.cli.worker, whose register() adds the subcommand
     # (built here on a bare parser so the test does not import every other stage)
     import argparse
 
     from zcorch import cli
-    from zcorch.worker import cli as worker
-    assert ("worker", "zcorch.worker.cli") in cli.COMMANDS
+    from zcorch.cli import worker
+    assert ("worker", "zcorch.cli.worker") in cli.COMMANDS
     parser = argparse.ArgumentParser(prog="zcorch")
     worker.register(parser.add_subparsers(dest="command"))
     assert "worker" in parser.format_help()

@@ -17,14 +17,12 @@ Exit status 1 when any cell regressed or failed, else 0.
 """
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
 import pandas as pd
 
 from zcorch.analysis.frames import OK
-from zcorch.analysis.load import load
 from zcorch.params import format_value
 from zcorch.analysis.stats import mann_whitney_u, min_p_value, varying_params
 
@@ -154,30 +152,3 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
         lines.append("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
     return "\n".join(lines) + "\n"
 
-
-def register(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("compare", help="compare two result sets cell by cell; exit 1 on a regression",
-                              description=__doc__.splitlines()[0])
-    p.add_argument("base", help="base result set")
-    p.add_argument("candidate", help="candidate result set")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
-                   help="ignore changes up to this many percent (default 5)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
-    p.add_argument("--metric", choices=sorted(HIGHER_IS_BETTER), default="gbit_s",
-                   help="what to compare (default gbit_s; CPU metrics: lower is better)")
-    p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
-    p.set_defaults(func=main)
-    return p
-
-
-def main(args) -> int:
-    from zcorch.errors import ConfigError
-
-    if args.threshold < 0:
-        raise ConfigError(f"--threshold must be >= 0, got {args.threshold}")
-    if not 0 < args.alpha < 1:
-        raise ConfigError(f"--alpha must be between 0 and 1, got {args.alpha}")
-    base, cand = load(args.base), load(args.candidate)
-    table = compare_frames(base, cand, args.metric, args.threshold, args.alpha)
-    print(render(table, args.format, str(args.base), str(args.candidate)), end="")
-    return 1 if regressed(table) else 0

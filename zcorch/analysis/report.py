@@ -8,7 +8,6 @@ files under DIR/plots/.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import functools
 import json
@@ -217,18 +216,3 @@ def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     tmp.replace(out)
     return out
 
-
-def register(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("report", help="write DIR/report.html (tables, plots, failed runs)",
-                              description=__doc__.splitlines()[0])
-    p.add_argument("dir", help="result set directory (written by zcorch run)")
-    p.add_argument("-o", "--output", help="report file (default DIR/report.html)")
-    p.add_argument("--no-plot-files", action="store_true", help="do not write DIR/plots/*.png|svg")
-    p.set_defaults(func=main)
-    return p
-
-
-def main(args) -> int:
-    out = write_report(args.dir, args.output, () if args.no_plot_files else ("png", "svg"))
-    print(out)
-    return 0

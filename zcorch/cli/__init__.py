@@ -1,5 +1,8 @@
 """The `zcorch` command: one subcommand per stage, each registered from its own module.
 
+The modules are zcorch/cli/<command>.py: argparse and what the command prints, the work being one
+call into the library.
+
 User mistakes (ZcorchError) are printed as one clear message without a traceback; anything
 else is a bug and propagates.
 """
@@ -11,12 +14,12 @@ import sys
 
 # (subcommand, module that defines register(subparsers) -> parser with func=main(args) -> int)
 COMMANDS = [
-    ("worker", "zcorch.worker.cli"),
+    ("worker", "zcorch.cli.worker"),
     ("plan", "zcorch.cli.plan"),
     ("run", "zcorch.cli.run"),
-    ("lab", "zcorch.lab.netns"),
-    ("report", "zcorch.analysis.report"),
-    ("compare", "zcorch.analysis.compare"),
+    ("lab", "zcorch.cli.lab"),
+    ("report", "zcorch.cli.report"),
+    ("compare", "zcorch.cli.compare"),
 ]
 
 

@@ -15,13 +15,14 @@ from dataclasses import asdict
 from zcorch.errors import ConfigError
 from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, Plan, describe_cell, estimate, load_plan, runs_json
 from zcorch.params import PARAM_KEYS, format_value
+from zcorch.textfmt import text_table
 from zcorch.units import format_size, parse_duration, parse_size
 
 
 _LISTED = 3  # dropped cells listed per reason without --all
 
 
-def register(subparsers) -> argparse.ArgumentParser:
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help="validate an experiment file and show its cells, runs and duration",
                               description=__doc__.splitlines()[0])
     p.add_argument("file", metavar="FILE", help="experiment file (YAML), e.g. experiments/quickstart.yaml")
@@ -105,9 +106,3 @@ def _baseline_value(key: str, value) -> str:
         return f"{value:g}s"
     return str(value)
 
-
-def text_table(header: "list[str]", rows: "list[list[str]]") -> "list[str]":
-    widths = [max(len(header[i]), *(len(r[i]) for r in rows)) if rows else len(header[i])
-              for i in range(len(header))]
-    fmt = "  ".join(f"{{:{'>' if i == 0 else '<'}{w}}}" for i, w in enumerate(widths))
-    return [fmt.format(*header).rstrip(), *(fmt.format(*r).rstrip() for r in rows)]

@@ -15,7 +15,6 @@ left behind even without the state directory.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -23,7 +22,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
@@ -600,20 +598,7 @@ def _remove_scratch_mountpoint(layout: LabLayout) -> None:
     os.unlink(marker)
 
 
-# -- CLI ------------------------------------------------------------------------------------
-def register(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("lab", help="two SSH hosts in network namespaces on this machine (root)",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("--name", default="default", help="lab name (state in /var/lib/zcorch-lab/NAME)")
-    p.add_argument("--index", type=int, default=None,
-                   help="0-255: addresses 10.77.N.x / 10.78.N.x (default: the one `up` recorded, else 0)")
-    p.add_argument("--keep-keys", action="store_true", help="down: keep keys and known_hosts")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(func=main)
-    return p
-
-
+# -- state ----------------------------------------------------------------------------------
 def _index_from_state(name: str, given: Optional[int]) -> int:
     """`down`/`status` without --index use the index recorded by `up`."""
     if given is not None:
@@ -624,40 +609,3 @@ def _index_from_state(name: str, given: Optional[int]) -> int:
     except (OSError, ValueError, KeyError):
         return 0
 
-
-def main(args) -> int:
-    layout = LabLayout(args.name, _index_from_state(args.name, args.index))
-    if args.action == "up":
-        st = up(layout)
-        if args.json:
-            print(json.dumps({"status": st, "hosts": layout.hosts_spec()}))
-        else:
-            print(f"# lab {layout.name!r} is up (index {layout.index}); paste into the experiment file:")
-            print(layout.hosts_yaml(), end="")
-        return 0
-    if args.action == "down":
-        removed = down(layout, keep_keys=args.keep_keys)
-        if args.json:
-            print(json.dumps(removed))
-        else:
-            for line in removed["filesystems"]:
-                print(f"undid a killed sweep's filesystem state on {line}")
-            print(f"lab {layout.name!r} down: {len(removed['netns'])} namespaces, {len(removed['links'])} links, "
-                  f"{len(removed['processes'])} processes, {len(removed['mounts'])} mounts removed; "
-                  f"state {removed['state'] or 'absent'}")
-        for err in removed["filesystem_errors"]:
-            print(f"zcorch lab down: warning: {err}", file=sys.stderr)
-        return 0 if not removed["filesystem_errors"] else 1
-    _require_root()
-    st = status(layout)
-    if args.json:
-        print(json.dumps(st))
-    else:
-        print(f"lab {layout.name!r} index {layout.index}: {'up' if st['up'] else 'not up'} "
-              f"(state {layout.state_dir}{'' if st['state_exists'] else ' absent'}; links: "
-              f"{' '.join(st['links']) or '-'})")
-        for h, v in st["hosts"].items():
-            print(f"  {h:<9} netns {v['netns']} {'present' if v['netns_exists'] else 'absent'}; "
-                  f"mgmt {v['mgmt_address']} data {v['data_address']}; sshd pid {v['sshd_pid'] or '-'}; "
-                  f"ssh {'answers' if v['ssh_banner'] else 'unreachable'}; {len(v['pids'])} processes")
-    return 0 if st["up"] else 3

@@ -12,10 +12,9 @@ import re
 import signal
 import socket
 import time
-from dataclasses import asdict, dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from zcorch.config.baselines import Baselines, DdBaseline, Iperf3Baseline
+from zcorch.config.baselines import DdBaseline, Iperf3Baseline
 from zcorch.errors import ZcorchError
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import run_remote
@@ -33,36 +32,6 @@ class BaselineError(ZcorchError):
 IPERF3_PORT = 5201                 # remote hosts; on localhost a free port is picked
 IPERF3_IDLE_TIMEOUT = 30           # server --idle-timeout (s): a stuck server exits by itself
 IPERF3_ZEROCOPY = (False, True)    # plain and -Z, so write and sendfile cells both have a peer
-
-
-@dataclass(frozen=True)
-class _Iperf3Switch(Iperf3Baseline):
-    enabled: bool = True
-    port: int = IPERF3_PORT
-
-
-@dataclass(frozen=True)
-class _DdSwitch(DdBaseline):
-    enabled: bool = True
-
-
-@dataclass(frozen=True)
-class BaselineConfig:
-    """TRANSITIONAL, for zcorch/cli/run.py only (it reads `cfg.iperf3.enabled`, `.port`, `cfg.dd.enabled`).
-
-    New code uses `Experiment.baselines` (zcorch.config.baselines.Baselines; a kind is None when off)
-    and IPERF3_PORT; remove this and baseline_config() once cli/run.py (sweep/pipeline.py) does.
-    """
-
-    iperf3: _Iperf3Switch
-    dd: _DdSwitch
-
-
-def baseline_config(section: Baselines) -> BaselineConfig:
-    """TRANSITIONAL: `section` with enabled flags (see BaselineConfig). No validation: the spec did it."""
-    ip, dd = section.iperf3, section.dd
-    return BaselineConfig(_Iperf3Switch(**asdict(ip)) if ip else _Iperf3Switch(enabled=False),
-                          _DdSwitch(**asdict(dd)) if dd else _DdSwitch(enabled=False))
 
 
 # ---------------------------------------------------------------------------------------------

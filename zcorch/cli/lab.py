@@ -1,0 +1,62 @@
+"""`zcorch lab up|down|status`: two real SSH hosts on one machine, in network namespaces (root).
+
+The lab is zcorch.lab.netns (layout, up, down, status); this module is its command line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from zcorch.lab import netns as lab
+
+
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    p = subparsers.add_parser("lab", help="two SSH hosts in network namespaces on this machine (root)",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--name", default="default", help="lab name (state in /var/lib/zcorch-lab/NAME)")
+    p.add_argument("--index", type=int, default=None,
+                   help="0-255: addresses 10.77.N.x / 10.78.N.x (default: the one `up` recorded, else 0)")
+    p.add_argument("--keep-keys", action="store_true", help="down: keep keys and known_hosts")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    layout = lab.LabLayout(args.name, lab._index_from_state(args.name, args.index))
+    if args.action == "up":
+        st = lab.up(layout)
+        if args.json:
+            print(json.dumps({"status": st, "hosts": layout.hosts_spec()}))
+        else:
+            print(f"# lab {layout.name!r} is up (index {layout.index}); paste into the experiment file:")
+            print(layout.hosts_yaml(), end="")
+        return 0
+    if args.action == "down":
+        removed = lab.down(layout, keep_keys=args.keep_keys)
+        if args.json:
+            print(json.dumps(removed))
+        else:
+            for line in removed["filesystems"]:
+                print(f"undid a killed sweep's filesystem state on {line}")
+            print(f"lab {layout.name!r} down: {len(removed['netns'])} namespaces, {len(removed['links'])} links, "
+                  f"{len(removed['processes'])} processes, {len(removed['mounts'])} mounts removed; "
+                  f"state {removed['state'] or 'absent'}")
+        for err in removed["filesystem_errors"]:
+            print(f"zcorch lab down: warning: {err}", file=sys.stderr)
+        return 0 if not removed["filesystem_errors"] else 1
+    lab._require_root()
+    st = lab.status(layout)
+    if args.json:
+        print(json.dumps(st))
+    else:
+        print(f"lab {layout.name!r} index {layout.index}: {'up' if st['up'] else 'not up'} "
+              f"(state {layout.state_dir}{'' if st['state_exists'] else ' absent'}; links: "
+              f"{' '.join(st['links']) or '-'})")
+        for h, v in st["hosts"].items():
+            print(f"  {h:<9} netns {v['netns']} {'present' if v['netns_exists'] else 'absent'}; "
+                  f"mgmt {v['mgmt_address']} data {v['data_address']}; sshd pid {v['sshd_pid'] or '-'}; "
+                  f"ssh {'answers' if v['ssh_banner'] else 'unreachable'}; {len(v['pids'])} processes")
+    return 0 if st["up"] else 3

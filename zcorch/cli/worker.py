@@ -1,0 +1,22 @@
+"""`zcorch worker ...`: one side of a transfer (zcorch.worker.cli, which also runs as `python3 -m zcorch.worker`).
+
+Only lists the command in `zcorch --help`: zcorch.cli.main hands `zcorch worker ...` straight to
+zcorch.worker.cli.main without building this parser (the worker's start-up is on the hot path).
+"""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    p = subparsers.add_parser("worker", help="run one side of a transfer (used by the controller)",
+                              description=__doc__.splitlines()[0], add_help=False)
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="recv|send|info [flags]; see `zcorch worker --help`")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from zcorch.worker.cli import main as worker_main
+
+    return worker_main(args.argv)

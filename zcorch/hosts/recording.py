@@ -1,0 +1,279 @@
+"""Hosts that record instead of run: `zcorch run --dry-run` is the real sweep pipeline on these.
+
+A RecordingHost is a Host whose run/start/put_file/put_bytes touch no machine: each call becomes a
+`Recorded` entry (kept in `host.recorded` and handed to `on_record` as it happens) and is answered with
+the least the pipeline needs to go on - the worker's `info`/`layout`/`ready`/`result` events, the
+preflight probe's facts, the `{scratch}` directory, an iperf3 server that "listens". Nothing is
+measured: JSON answers carry `"not_measured": true` and text answers say "dry run". Commands the
+answers do not know get exit 0 and no output; `cat` finds no file (so a deploy shows its whole build).
+
+RecordingHost stands for LocalHost; RemoteRecordingHost for an SSHHost, which is never connected to:
+its home is unknown (shown as `~`), and its `{scratch}` directory is answered as the placeholder itself,
+so the commands keep `{scratch}/...` as written. `recording_hosts(hosts)` gives them per role as
+zcorch.hosts.ssh.open_hosts gives the real ones.
+"""
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shlex
+import signal
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+from zcorch._version import __version__
+from zcorch.config.hosts import Hosts, HostSpec
+from zcorch.hosts.local import CommandResult, Host, Process
+
+NOT_MEASURED = "dry run: not measured"
+# $HOME of a host never connected to; shown as `~` (Recorded.display).
+REMOTE_HOME = "/__remote_home__"
+
+
+@dataclass
+class Recorded:
+    """One thing the pipeline would have done on a host."""
+
+    host: str                      # the Host's name ("localhost", "sender", "receiver")
+    kind: str                      # "run" | "start" | "put_file" | "put_bytes"
+    argv: List[str] = field(default_factory=list)      # run/start
+    env: Dict[str, str] = field(default_factory=dict)  # run/start
+    source: Optional[str] = None   # put_file: the local file; put_bytes: "<N bytes>"
+    target: Optional[str] = None   # put_file/put_bytes: the path on the host
+    mode: Optional[int] = None
+
+    def command(self) -> str:
+        """The command as one readable line: `env K=V argv`, a host job of zcorch.worker.remote with its name."""
+        if self.kind in ("put_file", "put_bytes"):
+            text = f"# copy {self.source} to {self.target} (mode {self.mode:04o})"
+        else:
+            words = [shlex.quote(a) for a in self.argv]
+            if _action_index(self.argv) is not None and self.argv[1] == "-":
+                words.append("< zcorch/worker/remote.py")   # the module's text goes on stdin
+            if self.env:
+                words = ["env", *(shlex.quote(f"{k}={v}") for k, v in self.env.items()), *words]
+            text = " ".join(words)
+            note = _program_note(self.argv)
+            if note:
+                text += f"  # {note}"
+        return text.replace(REMOTE_HOME, "~")
+
+    def display(self) -> str:
+        """`host$ command`, as the dry run prints it."""
+        return f"{self.host}$ {self.command()}"
+
+
+class RecordingProcess(Process):
+    """A started command that prints the canned `lines` and exits 0 at once."""
+
+    def __init__(self, host: "RecordingHost", lines: Sequence[str]):
+        self.host, self.pgid = host, None
+        self._lines = list(lines)
+
+    def readline(self, timeout: float) -> Optional[str]:
+        return self._lines.pop(0) if self._lines else None
+
+    def wait(self, timeout: float) -> int:
+        return 0
+
+    def stderr_text(self) -> str:
+        return ""
+
+    def send_line(self, text: str) -> None:
+        pass
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        pass
+
+
+class RecordingHost(Host):
+    """Stands for this machine (LocalHost) in a dry run; see the module docstring."""
+
+    is_local = True
+
+    @property
+    def home(self) -> str:
+        return os.path.expanduser("~")
+
+    def __init__(self, name: str, data_address: str, on_record: Optional[Callable[[Recorded], None]] = None):
+        self.name, self.data_address = name, data_address
+        self.recorded: List[Recorded] = []
+        self.on_record = on_record or (lambda entry: None)
+
+    def _record(self, entry: Recorded) -> None:
+        self.recorded.append(entry)
+        self.on_record(entry)
+
+    def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
+        argv = [str(a) for a in argv]
+        self._record(Recorded(self.name, "run", argv, dict(env or {})))
+        code, out, err = self.answer(argv)
+        return CommandResult(argv, code, out, err)
+
+    def start(self, argv, env=None) -> RecordingProcess:
+        argv = [str(a) for a in argv]
+        self._record(Recorded(self.name, "start", argv, dict(env or {})))
+        return RecordingProcess(self, self.started_lines(argv))
+
+    def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:
+        self._record(Recorded(self.name, "put_file", source=local_path, target=remote_path, mode=mode))
+
+    def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        self._record(Recorded(self.name, "put_bytes", source=f"<{len(data)} bytes>", target=remote_path, mode=mode))
+
+    # -- answers ---------------------------------------------------------------------------
+    def answer(self, argv: List[str]) -> "tuple[int, str, str]":
+        """(exit status, stdout, stderr) for a command run to completion."""
+        at = _action_index(argv)
+        if at is not None:
+            job = _JOBS.get(argv[at])
+            return (0, job[1](self, argv[at + 1:]), "") if job else (0, "", "")
+        action = _worker_action(argv)
+        if action == "info":
+            return 0, _json({"event": "info", "version": __version__, "modes": {}, "kernel": NOT_MEASURED}), ""
+        if action == "layout":
+            path, size = _flag(argv, "--path"), _flag(argv, "--bytes")
+            return 0, _json({"event": "layout", "path": path, "created": False, "size": int(size or 0),
+                             "regular": True}), ""
+        if argv[:2] == ["printenv", "HOME"]:
+            return 0, self.home + "\n", ""
+        if argv[:1] == ["cat"]:
+            return 1, "", f"{NOT_MEASURED}: no file is read"
+        if argv[:2] == ["id", "-u"]:
+            # This controller's own uid locally; over SSH unknown before connecting: assume root.
+            return 0, f"{os.geteuid() if self.is_local else 0}\n", ""
+        if argv[:1] == ["df"]:
+            return 0, f"Avail\n{1 << 62}\n", ""   # free space unknown: assume enough
+        if argv[:1] == ["iperf3"] and "--version" in argv:
+            return 0, f"iperf3 ({NOT_MEASURED})\n", ""
+        return 0, "", ""
+
+    def started_lines(self, argv: List[str]) -> List[str]:
+        """What a started command prints before it exits."""
+        action = _worker_action(argv)
+        if action == "recv":
+            return [_json({"event": "ready", "port": 0, "pid": 0}), _json({"event": "result", "side": "recv"})]
+        if action == "send":
+            return [_json({"event": "result", "side": "send"})]
+        if argv[:1] == ["iperf3"]:
+            return [f"Server listening ({NOT_MEASURED})"]
+        return []
+
+
+class RemoteRecordingHost(RecordingHost):
+    """Stands for a host reached over SSH (SSHHost) in a dry run, never connected to: its home is
+    REMOTE_HOME, shown as `~`."""
+
+    is_local = False
+
+    def __init__(self, name: str, spec: HostSpec, on_record: Optional[Callable[[Recorded], None]] = None):
+        super().__init__(name, spec.data_address, on_record)
+        self.spec = spec      # deploy and scratch read `python` / `workdir` from it
+
+    @property
+    def where(self) -> str:
+        return f"{self.name} (ssh {self.spec.ssh}, not connected: dry run)"
+
+    @property
+    def home(self) -> str:
+        return REMOTE_HOME
+
+    def expand(self, path: str) -> str:
+        """`~` and relative paths on the host -> absolute, as SSHHost.expand does."""
+        path = str(path)
+        if path == "~" or path.startswith("~/"):
+            return self.home + path[1:]
+        return path if path.startswith("/") else posixpath.join(self.home, path)
+
+
+def recording_hosts(hosts: Hosts, on_record: Optional[Callable[[Recorded], None]] = None
+                    ) -> Dict[str, RecordingHost]:
+    """{"sender", "receiver"} for an experiment's `hosts:` section, as zcorch.hosts.ssh.open_hosts gives
+    them (one shared host for localhost) but recording, and without connecting to anything."""
+    if hosts.localhost:
+        local = RecordingHost("localhost", "127.0.0.1", on_record=on_record)
+        return {"sender": local, "receiver": local}
+    return {role: RemoteRecordingHost(role, hosts.spec(role), on_record) for role in ("sender", "receiver")}
+
+
+# -- the programs zcorch runs as `python -c PROGRAM ARGS...` ------------------------------------
+
+def _json(obj: dict) -> str:
+    return json.dumps(dict(obj, not_measured=True)) + "\n"
+
+
+def _action_index(argv: Sequence[str]) -> Optional[int]:
+    """Index of the job name in a zcorch.worker.remote command line (zcorch.provision.remote_call):
+    `PY [-S] -m zcorch.worker.remote JOB ...` locally, `PY - JOB ...` (module on stdin) on SSH hosts."""
+    for i, a in enumerate(argv[:-2]):
+        if a == "-m" and argv[i + 1] == "zcorch.worker.remote":
+            return i + 2
+    if len(argv) > 2 and argv[1] == "-" and argv[2] in _JOBS:
+        return 2
+    return None
+
+
+def _worker_action(argv: Sequence[str]) -> Optional[str]:
+    """`recv`, `send`, `info`, `layout` of a worker command line (`... -m zcorch.worker ACTION`)."""
+    for i, a in enumerate(argv[:-1]):
+        if a == "zcorch.worker" and i > 0 and argv[i - 1] == "-m":
+            return argv[i + 1]
+    return None
+
+
+def _flag(argv: Sequence[str], flag: str) -> Optional[str]:
+    return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+
+def _probe_facts(host: RecordingHost, args: List[str]) -> str:
+    return _json({"python": list(sys.version_info[:3]), "executable": NOT_MEASURED, "cffi": NOT_MEASURED,
+                  "python_h": True, "cc": NOT_MEASURED, "iperf3": NOT_MEASURED, "address_error": None,
+                  "busy_ports": []})
+
+
+def _scratch_info(host: RecordingHost, args: List[str]) -> str:
+    from zcorch.provision.scratch import PLACEHOLDER
+
+    where = posixpath.join(args[0], "scratch")
+    if host.is_local:  # what the program would make of it here (~ expanded), created by nobody
+        return _json({"path": os.path.join(os.path.expanduser(args[0]), "scratch"), "created": False,
+                      "mode": "0700"})
+    # Unknown before connecting: the placeholder stands for itself in every command (`location`: where).
+    return _json({"path": PLACEHOLDER, "location": where, "created": False, "mode": "0700"})
+
+
+def _nothing(host: RecordingHost, args: List[str]) -> str:
+    return ""
+
+
+def _not_measured(host: RecordingHost, args: List[str]) -> str:
+    return _json({})
+
+
+def _dd_note(args: Sequence[str]) -> str:
+    from zcorch.sweep.baselines import dd_read_argv, dd_write_argv
+
+    path = posixpath.join(args[0], ".zcorch-dd-PID")
+    return (f"{shlex.join(dd_write_argv(path, args[1], args[2]))}; sync; drop caches if root; "
+            f"{shlex.join(dd_read_argv(path, args[1], args[2]))}")
+
+
+# zcorch.worker.remote's jobs: (what it does, answer(host, args) -> stdout, note(args) -> str or None).
+_JOBS: "Dict[str, tuple]" = {
+    "preflight": ("preflight probe", _probe_facts, None),
+    "cffi-dir": ("find _cffi_backend", _nothing, None),
+    "finalize": ("install the built worker", _nothing, None),
+    "scratch": ("prepare {scratch}", _scratch_info, None),
+    "metadata": ("metadata probe", _not_measured, None),
+    "dd": ("dd baseline", _not_measured, _dd_note),
+    "loop-autoclear": ("loop autoclear", _nothing, None),
+    "open-excl": ("exclusive-open check", _nothing, None),
+}
+
+
+def _program_note(argv: Sequence[str]) -> Optional[str]:
+    at = _action_index(argv)
+    job = _JOBS.get(argv[at]) if at is not None else None
+    return job[2](argv[at + 1:]) if job and job[2] else None

@@ -1,0 +1,457 @@
+"""`zcorch run` as a library: the whole sweep pipeline in `run_sweep()` (docs/architecture.md).
+
+Stages, in order: load and plan the experiment; open the result set (new, or --resume); open the hosts;
+preflight + deploy the worker; resolve `{scratch}`; host metadata (meta.json); filesystem preflight;
+iperf3 baselines; lay out missing source files; the runs (the dd baseline before the first run in each
+sink directory, filesystems provisioned around their runs); finish. The library never prints:
+progress, messages and warnings go to a `SweepObserver`; the caller shows the returned `SweepResult`.
+
+A dry run is this same pipeline on RecordingHosts (zcorch.hosts.recording): no connection is opened,
+nothing runs anywhere, no result set is written; the observer's `command()` gets every command the
+sweep would run, stage by stage (and `stage()` says which stage begins).
+
+--resume DIR re-reads DIR/experiment.yaml (the byte copy), skips every (cell, repeat) whose newest
+record is ok and runs each other one once; older records stay in runs.jsonl and the newest record per
+(cell, repeat) wins.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from zcorch._version import __version__
+from zcorch.config.baselines import Baselines
+from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, ZcorchError
+from zcorch.hosts.local import Host
+from zcorch.hosts.recording import Recorded, recording_hosts
+from zcorch.provision import scratch, sources
+from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, read_jsonl
+from zcorch.sweep import baselines as bl
+from zcorch.sweep.runner import Runner, SweepOutcome, run_fields
+from zcorch.sweep.summary import summary_table
+
+# (name, title) of each stage, in the order run_sweep enters them: what SweepObserver.stage() gets.
+STAGES: Tuple[Tuple[str, str], ...] = (
+    ("hosts", "open the hosts"),
+    ("deploy", "preflight the hosts, deploy the worker and check its version"),
+    ("scratch", "resolve {scratch} (create the directory, mode 0700)"),
+    ("metadata", "host metadata for meta.json"),
+    ("filesystems", "filesystem preflight (and a killed sweep's leftovers undone)"),
+    ("iperf3", "iperf3 baselines"),
+    ("sources", "lay out missing source files (only files that do not exist)"),
+    ("runs", "the runs (dd baseline before the first run in each sink directory; filesystems provisioned "
+             "before their first run, removed after their last)"),
+    ("finish", "finish the result set"),
+)
+_TITLES = dict(STAGES)
+
+
+class SweepObserver:
+    """What run_sweep reports while it works. Every method does nothing here: override what you show."""
+
+    def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
+        """The plan has `total` runs, `already_ok` of them done (resume); result_dir is None in a dry run."""
+
+    def stage(self, name: str, title: str) -> None:
+        """A stage of STAGES begins."""
+
+    def hosts_opened(self, hosts: Dict[str, Host]) -> None:
+        """{"sender", "receiver"} (one object for both on localhost)."""
+
+    def scratch_ready(self, infos: Dict[str, dict], hosts: Dict[str, Host]) -> None:
+        """{role: {"path", "created", "mode"}} for the roles whose paths use `{scratch}`."""
+
+    def command(self, entry: Recorded) -> None:
+        """Dry run only: one command (or file copy) the sweep would run on a host."""
+
+    def run_started(self, cell: str, repeat: int) -> None:
+        """A run begins (not called for runs recorded failed without running)."""
+
+    def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
+        """A run's record was written; outcome counts the runs so far, `todo` is this sweep's total."""
+
+    def sweep_ended(self) -> None:
+        """The runs are over (finished, failed or interrupted)."""
+
+    def message(self, text: str) -> None:
+        """Something the user should know (a directory created, a file laid out...)."""
+
+    def warning(self, text: str) -> None:
+        """A problem that lost no result (teardown incomplete...)."""
+
+
+@dataclass
+class SweepResult:
+    """What run_sweep did. exit_status: 0 every planned run ok, 1 some failed, 130 interrupted."""
+
+    status: str                      # complete | interrupted (as the manifest records it)
+    exit_status: int
+    dry_run: bool
+    result_dir: Optional[str]        # None in a dry run
+    plan_runs: List[dict]            # plan.json: [{"id", "repeat", "params"}]
+    varying: Tuple[str, ...]         # the parameters that differ between cells
+    records: List[dict]              # every run record of the result set (older ones too after --resume)
+    baselines: List[dict]
+    warnings: List[str] = field(default_factory=list)
+    recorded: List[Recorded] = field(default_factory=list)   # dry run: every command, in order
+
+    def summary(self) -> str:
+        """The end-of-run table (zcorch.sweep.summary.summary_table)."""
+        return summary_table(self.plan_runs, self.records, self.varying, self.baselines)
+
+
+def _load(path: str):
+    from zcorch import plan as planmod
+    from zcorch.config import experiment as spec
+
+    exp = spec.load_experiment(path)
+    return exp, planmod.expand(exp)
+
+
+def _plan_json(plan) -> List[dict]:
+    out = []
+    for run in plan.runs:
+        cell, repeat, params = run_fields(run)
+        out.append({"id": cell, "repeat": repeat, "params": params})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Result sets
+
+class DryRunResults:
+    """The result set of a dry run: records kept in memory (seeded from DIR on --resume, read only),
+    run logs written to /dev/null; nothing is created or changed anywhere."""
+
+    dir = ""
+
+    def __init__(self, runs: Sequence[dict] = (), baselines: Sequence[dict] = ()):
+        self._runs, self._baselines = list(runs), list(baselines)
+        self.meta: dict = {}
+        self.status = "running"
+
+    def log_relpath(self, cell: str, repeat: int) -> str:
+        return os.devnull   # the Runner appends each run's log to dir/<this>
+
+    def append_run(self, record: dict) -> None:
+        self._runs.append(record)
+
+    def append_baseline(self, record: dict) -> None:
+        self._baselines.append(record)
+
+    def runs(self) -> List[dict]:
+        return list(self._runs)
+
+    def baselines(self) -> List[dict]:
+        return list(self._baselines)
+
+    def ok_keys(self) -> set:
+        return {k for k, rec in latest_runs(self._runs).items() if rec.get("status") == "ok"}
+
+    def write_meta(self, meta: dict, keep_previous: bool = True) -> None:
+        self.meta = dict(meta)
+
+    def finish(self, status: str, warn=None) -> None:
+        self.status = status
+
+
+def _experiment_source(experiment_path: Optional[str], resume: Optional[str]) -> Tuple[str, bytes]:
+    if resume:
+        if not os.path.exists(os.path.join(resume, "manifest.json")):
+            raise ResultsError(f"--resume {resume}: not a zcorch result set (no manifest.json)")
+        path = os.path.join(resume, "experiment.yaml")
+    elif not experiment_path:
+        raise ConfigError("zcorch run: give an experiment FILE (or --resume DIR)")
+    else:
+        path = experiment_path
+    try:
+        with open(path, "rb") as f:
+            return path, f.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the experiment file ({exc.strerror})") from None
+
+
+def _check_resumed_plan(resume: str, stored: List[dict], plan_runs: List[dict]) -> None:
+    if [(r["id"], r["repeat"]) for r in stored] != [(r["id"], r["repeat"]) for r in plan_runs]:
+        raise ResultsError(f"{resume}: its experiment.yaml now expands to other cells than its plan.json "
+                           "(planned by another zcorch version?); start a new result set instead")
+
+
+def default_output(name: str) -> str:
+    """results/<name>-<UTC time>/ (relative to the working directory)."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return os.path.join("results", f"{name}-{stamp}")
+
+
+def _open_results(name: str, exp_bytes: bytes, plan_runs: List[dict], output: Optional[str],
+                  resume: Optional[str], command: List[str], accept_new_host_keys: bool, dry_run: bool):
+    if dry_run:
+        if not resume:
+            return DryRunResults()
+        with open(os.path.join(resume, PLAN), encoding="utf-8") as f:
+            _check_resumed_plan(resume, json.load(f), plan_runs)
+        return DryRunResults(read_jsonl(os.path.join(resume, RUNS)), read_jsonl(os.path.join(resume, BASELINES)))
+    if resume:
+        rs = ResultSet.open_for_resume(resume, command)
+        _check_resumed_plan(resume, rs.plan_runs(), plan_runs)
+        return rs
+    from zcorch.sweep.metadata import git_revision
+
+    return ResultSet.create(output or default_output(name), name=name, experiment_bytes=exp_bytes,
+                            plan_runs=plan_runs, command=command, accept_new_host_keys=accept_new_host_keys,
+                            zcorch_version=__version__, git_revision=git_revision())
+
+
+# ---------------------------------------------------------------------------------------------
+# Hosts and the worker command on them
+
+class Sweep:
+    """Hosts, worker commands and interpreters for one sweep (closed by close())."""
+
+    def __init__(self, hosts: Dict[str, Host], worker: Dict[str, List[str]], env: Dict[str, Dict[str, str]],
+                 python: Dict[str, str]):
+        self.hosts, self.worker, self.env, self.python = hosts, worker, env, python
+
+    def close(self) -> None:
+        for h in {id(h): h for h in self.hosts.values()}.values():
+            h.close()
+
+
+def open_sweep(hosts: Dict[str, Host], cfg: Baselines) -> Sweep:
+    """Preflight the hosts, deploy and version-check the worker; the hosts are closed on failure."""
+    from zcorch.provision import deploy
+
+    try:
+        remote = not hosts["receiver"].is_local
+        ports = [bl.IPERF3_PORT] if cfg.iperf3 is not None and remote else []
+        # Remote hosts must have iperf3 when the file asks for it; on localhost a missing iperf3
+        # only makes the baseline `skipped` (with the fix in the reason).
+        handles = deploy.prepare(hosts, need_iperf3=cfg.iperf3 is not None and remote, ports=ports)
+    except BaseException:
+        for h in {id(h): h for h in hosts.values()}.values():
+            h.close()
+        raise
+    return Sweep(hosts, {r: list(h.worker_argv) for r, h in handles.items()},
+                 {r: dict(h.env) for r, h in handles.items()}, {r: h.python for r, h in handles.items()})
+
+
+def _open_hosts(exp: Any, accept_new_host_keys: bool, dry_run: bool, observer: SweepObserver,
+                recorded: List[Recorded]) -> Dict[str, Host]:
+    if dry_run:
+        def record(entry: Recorded) -> None:
+            recorded.append(entry)
+            observer.command(entry)
+
+        return recording_hosts(exp.hosts, on_record=record)
+    from zcorch.lab import netns as lab
+
+    return lab.open_hosts(exp.hosts, accept_new_host_keys)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scratch, metadata, baselines
+
+def prepare_scratch(sweep: Sweep, plan_runs: List[dict], cfg: Baselines,
+                    observer: SweepObserver) -> Dict[str, str]:
+    """Resolve `{scratch}` on the hosts whose paths use it (creating it, 0700): {role: directory}."""
+    needed = scratch.needs((r["params"] for r in plan_runs), cfg.dd.scratch if cfg.dd is not None else None)
+    infos = scratch.prepare_all(sweep.hosts, sweep.python, needed, log=observer.message)
+    observer.scratch_ready(infos, sweep.hosts)
+    return {role: info["path"] for role, info in infos.items()}
+
+
+def collect_meta(sweep: Sweep, plan_runs: List[dict], scratch_dirs: Optional[Dict[str, str]] = None) -> dict:
+    """meta.json: controller and hosts; `hosts.<role>.scratch` = the `{scratch}` directory there, if used."""
+    from zcorch.sweep import metadata
+
+    scratch_dirs = scratch_dirs or {}
+    sink = next((r["params"].get("sink") for r in plan_runs if r["params"].get("sink")), "")
+    sink = scratch.substitute(sink, scratch_dirs.get("receiver"))
+    meta: Dict[str, Any] = {"controller": metadata.controller_meta(), "hosts": {}, "filesystems": {}}
+    for role in ("sender", "receiver"):
+        path = sink if role == "receiver" and "{" not in (sink or "") else ""
+        try:
+            meta["hosts"][role] = metadata.collect_host(sweep.hosts[role], sweep.python[role], None, path)
+        except HostError as exc:
+            meta["hosts"][role] = {"error": str(exc)}
+        if role in scratch_dirs:
+            meta["hosts"][role]["scratch"] = scratch_dirs[role]
+    return meta
+
+
+def _key(b: dict) -> str:
+    return json.dumps([b.get("kind"), b.get("key")], sort_keys=True)
+
+
+def _iperf3_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dict]) -> None:
+    if cfg.iperf3 is None:
+        return
+    done = {_key(b) for b in rs.baselines() if b.get("kind") == "iperf3" and b.get("status") == "ok"}
+    for key in bl.iperf3_keys(cfg.iperf3, [r["params"] for r in plan_runs]):
+        if _key({"kind": "iperf3", "key": key}) in done:
+            continue
+        rs.append_baseline(bl.run_iperf3(sweep.hosts["sender"], sweep.hosts["receiver"], cfg.iperf3, key))
+
+
+def _dd_hook(rs: Any, sweep: Sweep, cfg: Baselines, scratch_dirs: Dict[str, str]):
+    done = {_key(b) for b in rs.baselines() if b.get("status") == "ok"}
+
+    def before_directory(filesystem: Optional[str], sink: str) -> None:
+        if cfg.dd is None:
+            return
+        # As written (`{scratch}` stays in the key, so keys match across users); dd runs in the resolved one.
+        written = bl.dd_directory(sink, cfg.dd.scratch)
+        key = _key({"kind": "dd_write", "key": bl.dd_key(cfg.dd, written, filesystem)})
+        if key in done:
+            return
+        done.add(key)  # a file sink in the scratch directory and /dev/null's scratch: one dd, not two
+        directory = scratch.substitute(written, scratch_dirs.get("receiver"))
+        for rec in bl.run_dd(sweep.hosts["receiver"], sweep.python["receiver"], cfg.dd, directory, filesystem,
+                             written_directory=written):
+            rs.append_baseline(rec)
+
+    return before_directory
+
+
+# ---------------------------------------------------------------------------------------------
+# Filesystems
+
+def _filesystems_used(plan_runs: List[dict]) -> List[str]:
+    """Names of the `filesystems:` entries some run of the plan uses, in first-use order."""
+    return list(dict.fromkeys(r["params"]["filesystem"] for r in plan_runs if r["params"].get("filesystem")))
+
+
+def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str], dry_run: bool,
+                        observer: SweepObserver):
+    """zcorch.provision.filesystems' manager for the receiver when the experiment declares filesystems.
+
+    Only the entries the plan uses are preflighted: an unused md entry must not fail the run. In a dry
+    run the manager only lists its provisioning commands (its own dry run: devices are picked live).
+    """
+    configs = exp.filesystems
+    if not configs:
+        return None
+    from zcorch.provision.filesystems import FilesystemManager
+
+    receiver = sweep.hosts["receiver"]
+    state_dir = exp.hosts.fs_state_dir
+    for undone in FilesystemManager.cleanup_stale(receiver, state_dir):
+        warnings.append(f"undid a previous controller's leftover: {undone}")
+    fsman = FilesystemManager(receiver, configs, state_dir, dry_run=dry_run, log=observer.message)
+    problems = fsman.preflight(names=used)
+    if problems:
+        raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
+    return fsman
+
+
+def _record_filesystems(rs: Any, meta: Dict[str, Any], fsman: Any, names: Any, warnings: List[str]) -> None:
+    try:
+        meta["filesystems"] = {name: fsman.describe(name) for name in names}
+        rs.write_meta(meta, keep_previous=False)
+    except ZcorchError as exc:
+        warnings.append(f"could not record the filesystem descriptions in meta.json: {exc}")
+
+
+class _ObservedRunner(Runner):
+    """The Runner, telling the observer when each run begins (the dry run heads its commands with it)."""
+
+    def __init__(self, *args: Any, observer: SweepObserver, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._observer = observer
+
+    def run_one(self, cell: str, repeat: int, params: Dict[str, Any],
+                worker_params: Optional[Dict[str, Any]] = None) -> dict:
+        self._observer.run_started(cell, repeat)
+        return super().run_one(cell, repeat, params, worker_params)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = None,
+              resume: Optional[str] = None, accept_new_host_keys: bool = False, dry_run: bool = False,
+              observer: Optional[SweepObserver] = None, command: Optional[List[str]] = None) -> SweepResult:
+    """Run the experiment at `experiment_path` (or continue the result set `resume`) into a result set.
+
+    output: the result directory (default results/<name>-<UTC time>/). command: what the manifest
+    records as the command line. dry_run: the same pipeline on recording hosts (module docstring).
+    Ctrl-C (KeyboardInterrupt) during the sweep ends it as `interrupted` with the finished runs kept;
+    a ZcorchError marks the result set interrupted and propagates.
+    """
+    observer = observer or SweepObserver()
+    exp_path, exp_bytes = _experiment_source(experiment_path, resume)
+    exp, plan = _load(exp_path)
+    plan_runs = _plan_json(plan)
+    cfg = exp.baselines
+    name = exp.name or os.path.splitext(os.path.basename(exp_path))[0]
+    rs = _open_results(name, exp_bytes, plan_runs, output, resume, command or ["zcorch", "run"],
+                       accept_new_host_keys, dry_run)
+    skip = rs.ok_keys()
+    observer.started(len(plan_runs), len(skip), None if dry_run else rs.dir)
+
+    sweep = None
+    fsman = None
+    meta: Dict[str, Any] = {}
+    warnings: List[str] = []
+    recorded: List[Recorded] = []
+    try:
+        observer.stage("hosts", _TITLES["hosts"])
+        hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded)
+        observer.hosts_opened(hosts)
+        observer.stage("deploy", _TITLES["deploy"])
+        sweep = open_sweep(hosts, cfg)
+        # Before anything uses a path: meta's sink probe, source layout, the dd baseline, the runs.
+        observer.stage("scratch", _TITLES["scratch"])
+        scratch_dirs = prepare_scratch(sweep, plan_runs, cfg, observer)
+        observer.stage("metadata", _TITLES["metadata"])
+        meta = collect_meta(sweep, plan_runs, scratch_dirs)
+        rs.write_meta(meta)
+        observer.stage("filesystems", _TITLES["filesystems"])
+        fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer)
+        observer.stage("iperf3", _TITLES["iperf3"])
+        _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
+        observer.stage("sources", _TITLES["sources"])
+        todo = [scratch.resolve_params(r["params"], scratch_dirs) for r in plan_runs
+                if (r["id"], r["repeat"]) not in skip]
+        laid, source_errors = sources.lay_out(sweep.hosts["sender"], sweep.worker["sender"], sweep.env["sender"],
+                                              sources.needed_sources(todo), observer.message)
+        if laid:
+            meta["sources_laid_out"] = laid
+            rs.write_meta(meta, keep_previous=False)
+        observer.stage("runs", _TITLES["runs"])
+        runner = _ObservedRunner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
+                                 sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
+                                 progress=observer.run_done, before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
+                                 source_errors=source_errors, scratch=scratch_dirs, observer=observer)
+        outcome = runner.run_sweep(plan_runs, skip)
+        warnings += runner.warnings
+    except KeyboardInterrupt:
+        outcome = SweepOutcome(status="interrupted")
+    except ZcorchError:
+        rs.finish("interrupted")
+        raise
+    finally:
+        # Also after Ctrl-C or an error: the configurations provisioned so far are described in meta.json,
+        # so the report can still show them next to the runs that were kept.
+        if fsman is not None:
+            _record_filesystems(rs, meta, fsman, exp.filesystems, warnings)
+        observer.sweep_ended()
+        if sweep is not None:
+            sweep.close()
+    observer.stage("finish", _TITLES["finish"])
+    rs.finish(outcome.status)
+    for w in warnings:
+        observer.warning(w)
+    records = rs.runs()
+    if outcome.status == "interrupted":
+        exit_status = 130
+    else:
+        latest = latest_runs(records)
+        all_ok = all(latest.get((r["id"], r["repeat"]), {}).get("status") == "ok" for r in plan_runs)
+        exit_status = 0 if all_ok else 1
+    return SweepResult(status=outcome.status, exit_status=exit_status, dry_run=dry_run,
+                       result_dir=None if dry_run else rs.dir, plan_runs=plan_runs,
+                       varying=tuple(plan.varying or ("send_mode", "recv_mode")), records=records,
+                       baselines=rs.baselines(), warnings=warnings, recorded=recorded)
