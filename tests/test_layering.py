@@ -1,6 +1,7 @@
 """The package layout is the architecture: imports only point down the stages, never up or in a circle.
 
     cli ─► sweep ─► provision, lab ─► hosts, results ─► plan ─► config ─► worker ─► core (errors, units, params)
+    (hosts may also use worker: the dry-run hosts show the commands of zcorch.worker.remote's jobs)
     analysis ─► results, config, core
 
 Every `import zcorch...`/`from zcorch... import` in every module counts, also those inside functions
@@ -27,7 +28,7 @@ ALLOWED = {
     "worker": {CORE},
     "config": {"worker", CORE},
     "plan": {"config", "worker", CORE},
-    "hosts": {"config", CORE},
+    "hosts": {"config", "worker", CORE},
     "results": {"config", CORE},
     "provision": {"hosts", "results", "plan", "config", "worker", CORE},
     "lab": {"provision", "hosts", "config", CORE},

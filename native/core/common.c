@@ -172,6 +172,25 @@ void zc_free(void *p, size_t len)
         munmap(p, len ? len : 1);
 }
 
+int zc_buf_state_new(zc_ctx *c, const char *what)
+{
+    zc_buf_state *s = zc_priv_new(c, sizeof *s);
+    if (!s)
+        return -1;
+    s->buf = zc_alloc(c, c->buffer, what);
+    return s->buf ? 0 : -1;
+}
+
+void zc_buf_state_free(zc_ctx *c)
+{
+    zc_buf_state *s = c->priv;
+    if (s) {
+        zc_free(s->buf, c->buffer);
+        zc_free(s, sizeof *s);
+        c->priv = NULL;
+    }
+}
+
 int zc_mem_ring_init(zc_ctx *c)
 {
     /* one period of the pattern plus one buffer, so any chunk [off, off+buffer) is contiguous at

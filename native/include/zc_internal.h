@@ -82,6 +82,13 @@ static inline void *zc_priv_new(zc_ctx *c, size_t len)
 {
     return c->priv = zc_alloc(c, len, "state");
 }
+/* Private state of the modes that need nothing but one chunk buffer of c->buffer bytes (read, write):
+ * zc_buf_state_new() allocates both (0, or -1 with c->err set); zc_buf_state_free() is their teardown. */
+typedef struct {
+    unsigned char *buf;
+} zc_buf_state;
+int zc_buf_state_new(zc_ctx *c, const char *what);
+void zc_buf_state_free(zc_ctx *c);
 int zc_mem_ring_init(zc_ctx *c);
 static inline const unsigned char *zc_mem_at(const zc_ctx *c, uint64_t off)
 {

@@ -4,22 +4,14 @@
  */
 #include "zc_internal.h"
 
-typedef struct {
-    unsigned char *buf;
-} priv_t;
-
 static int setup(zc_ctx *c)
 {
-    priv_t *s = zc_priv_new(c, sizeof *s);
-    if (!s)
-        return -1;
-    s->buf = zc_alloc(c, c->buffer, "the receive buffer");
-    return s->buf ? 0 : -1;
+    return zc_buf_state_new(c, "the receive buffer");
 }
 
 static int transfer(zc_ctx *c)
 {
-    priv_t *s = c->priv;
+    zc_buf_state *s = c->priv;
     for (;;) {
         if (zc_check_deadline(c, "receiving") < 0)
             return -1;
@@ -37,21 +29,11 @@ static int transfer(zc_ctx *c)
     }
 }
 
-static void teardown(zc_ctx *c)
-{
-    priv_t *s = c->priv;
-    if (s) {
-        zc_free(s->buf, c->buffer);
-        zc_free(s, sizeof *s);
-        c->priv = NULL;
-    }
-}
-
 const zc_mode_ops zc_recv_read_ops = {
     .name = "read",
     .side = ZC_SIDE_RECV,
     .caps = 0,
     .setup = setup,
     .transfer = transfer,
-    .teardown = teardown,
+    .teardown = zc_buf_state_free,
 };

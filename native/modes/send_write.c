@@ -6,24 +6,14 @@
  */
 #include "zc_internal.h"
 
-typedef struct {
-    unsigned char *buf;
-} priv_t;
-
 static int setup(zc_ctx *c)
 {
-    if (c->src_mem)
-        return 0;
-    priv_t *s = zc_priv_new(c, sizeof *s);
-    if (!s)
-        return -1;
-    s->buf = zc_alloc(c, c->buffer, "the chunk buffer");
-    return s->buf ? 0 : -1;
+    return c->src_mem ? 0 : zc_buf_state_new(c, "the chunk buffer");
 }
 
 static int transfer(zc_ctx *c)
 {
-    priv_t *s = c->priv;
+    zc_buf_state *s = c->priv;
     while (c->done < c->total) {
         if (zc_check_deadline(c, "sending") < 0)
             return -1;
@@ -43,21 +33,11 @@ static int transfer(zc_ctx *c)
     return 0;
 }
 
-static void teardown(zc_ctx *c)
-{
-    priv_t *s = c->priv;
-    if (s) {
-        zc_free(s->buf, c->buffer);
-        zc_free(s, sizeof *s);
-        c->priv = NULL;
-    }
-}
-
 const zc_mode_ops zc_send_write_ops = {
     .name = "write",
     .side = ZC_SIDE_SEND,
     .caps = 0,
     .setup = setup,
     .transfer = transfer,
-    .teardown = teardown,
+    .teardown = zc_buf_state_free,
 };

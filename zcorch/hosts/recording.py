@@ -24,8 +24,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
 from zcorch._version import __version__
+from zcorch.config.checks import SCRATCH_PLACEHOLDER
 from zcorch.config.hosts import Hosts, HostSpec
 from zcorch.hosts.local import CommandResult, Host, Process
+from zcorch.worker.remote import dd_read_argv, dd_write_argv
 
 NOT_MEASURED = "dry run: not measured"
 # $HOME of a host never connected to; shown as `~` (Recorded.display).
@@ -234,14 +236,12 @@ def _probe_facts(host: RecordingHost, args: List[str]) -> str:
 
 
 def _scratch_info(host: RecordingHost, args: List[str]) -> str:
-    from zcorch.provision.scratch import PLACEHOLDER
-
     where = posixpath.join(args[0], "scratch")
     if host.is_local:  # what the program would make of it here (~ expanded), created by nobody
         return _json({"path": os.path.join(os.path.expanduser(args[0]), "scratch"), "created": False,
                       "mode": "0700"})
     # Unknown before connecting: the placeholder stands for itself in every command (`location`: where).
-    return _json({"path": PLACEHOLDER, "location": where, "created": False, "mode": "0700"})
+    return _json({"path": SCRATCH_PLACEHOLDER, "location": where, "created": False, "mode": "0700"})
 
 
 def _nothing(host: RecordingHost, args: List[str]) -> str:
@@ -253,8 +253,6 @@ def _not_measured(host: RecordingHost, args: List[str]) -> str:
 
 
 def _dd_note(args: Sequence[str]) -> str:
-    from zcorch.sweep.baselines import dd_read_argv, dd_write_argv
-
     path = posixpath.join(args[0], ".zcorch-dd-PID")
     return (f"{shlex.join(dd_write_argv(path, args[1], args[2]))}; sync; drop caches if root; "
             f"{shlex.join(dd_read_argv(path, args[1], args[2]))}")

@@ -112,14 +112,6 @@ _DD_RE = re.compile(r"^(\d+) bytes?(?: \([^)]*\))? copied, ([0-9.eE+-]+) s, ([0-
                     re.MULTILINE)
 
 
-def dd_write_argv(path: str, bs: int, count: int) -> List[str]:
-    return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}"]
-
-
-def dd_read_argv(path: str, bs: int, count: int) -> List[str]:
-    return ["dd", f"if={path}", "of=/dev/null", f"bs={bs}", f"count={count}"]
-
-
 def parse_dd_stderr(text: str) -> Dict[str, Any]:
     """{"bytes", "seconds", "rate"} from dd's summary line (`N bytes (...) copied, T s, R MB/s`).
 

@@ -246,9 +246,9 @@ def _open_hosts(exp: Any, accept_new_host_keys: bool, dry_run: bool, observer: S
             observer.command(entry)
 
         return recording_hosts(exp.hosts, on_record=record)
-    from zcorch.lab import netns as lab
+    from zcorch.hosts.ssh import open_hosts  # paramiko: imported only when a real sweep opens its hosts
 
-    return lab.open_hosts(exp.hosts, accept_new_host_keys)
+    return open_hosts(exp.hosts, accept_new_host_keys)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -286,6 +286,16 @@ def _dd(args: "List[str]") -> "Tuple[subprocess.CompletedProcess, float]":
     return p, t0
 
 
+def dd_write_argv(path: str, bs: "int | str", count: "int | str") -> "List[str]":
+    """The timed write of the dd baseline (also what a dry run shows)."""
+    return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}"]
+
+
+def dd_read_argv(path: str, bs: "int | str", count: "int | str") -> "List[str]":
+    """The read back of the dd baseline's file."""
+    return ["dd", f"if={path}", "of=/dev/null", f"bs={bs}", f"count={count}"]
+
+
 def dd_baseline(directory: str, bs: str, count: str) -> "Dict[str, Any]":
     """Time `dd; sync` writing a file in `directory` (after an untimed sync, as the seeds'
     `sync; time { dd ...; sync; }`), then its read back after dropping the page cache when allowed.
@@ -297,7 +307,7 @@ def dd_baseline(directory: str, bs: str, count: str) -> "Dict[str, Any]":
     out: "Dict[str, Any]" = {"path": path}
     try:
         os.sync()
-        p, t0 = _dd(["dd", "if=/dev/zero", "of=" + path, "bs=" + bs, "count=" + count])
+        p, t0 = _dd(dd_write_argv(path, bs, count))
         if p.returncode == 0:
             os.sync()
         out["write"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
@@ -314,7 +324,7 @@ def dd_baseline(directory: str, bs: str, count: str) -> "Dict[str, Any]":
                     why = f"drop_caches failed: {exc}"
             else:
                 why = "not root: page cache not dropped, the read is (partly) cached"
-            p, t0 = _dd(["dd", "if=" + path, "of=/dev/null", "bs=" + bs, "count=" + count])
+            p, t0 = _dd(dd_read_argv(path, bs, count))
             out["read"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
                            "wall_s": time.monotonic() - t0, "cached": cached, "cache_note": why,
                            "timed": f"dd if=FILE of=/dev/null bs={bs} count={count}"}
