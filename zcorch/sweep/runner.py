@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from zcorch.provision import scratch as scratchmod
-from zcorch.errors import ZcorchError
+from zcorch.errors import HostError, ZcorchError
 from zcorch.hosts.local import Host, Process
 from zcorch.params import worker_flags
 from zcorch.results.store import ResultSet, utc_now
@@ -385,6 +385,8 @@ class Runner:
                 self._before(fs, params)
                 record = self.run_one(cell, repeat, params)
                 self._count(record, outcome, len(todo))
+                if record["status"] != "ok" and i < len(todo) - 1:
+                    self._check_hosts(cell, repeat)
                 if fs and last_use.get(fs) == i and fs in mounted:
                     del mounted[fs]
                     try:
@@ -400,6 +402,19 @@ class Runner:
                 except ZcorchError as exc:
                     self.warnings.append(str(exc))
         return outcome
+
+    def _check_hosts(self, cell: str, repeat: int) -> None:
+        """After a run that did not succeed, with runs left: a remote host whose connection is gone would
+        fail every later run the same way, so the sweep stops here (HostError) with the finished runs kept."""
+        for host in {id(h): h for h in (self.sender, self.receiver)}.values():
+            if host.is_local:
+                continue
+            try:
+                host.run(["true"], timeout=15.0)
+            except ZcorchError as exc:
+                raise HostError(f"the sweep stopped after cell {cell} repeat {repeat} (recorded failed): {exc}. "
+                                f"Once the host answers again, `zcorch run --resume {self.results.dir}` "
+                                "runs what is left") from None
 
     def _ensure_fs(self, fs: str, mounted: dict, fs_errors: dict) -> Tuple[Optional[str], Optional[str]]:
         if fs in fs_errors:
