@@ -40,12 +40,20 @@ def utc_now() -> str:
 def write_json_atomic(path: str, obj: Any) -> None:
     """Replace `path` with `obj` as JSON without ever leaving a half-written file."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk (finishing the manifest of a sweep it ended): no half-written temp file left behind.
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_jsonl(path: str) -> List[dict]:
