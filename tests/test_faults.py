@@ -1,11 +1,13 @@
 """Faults that end a sweep early (issue #15): whatever the exception, the result set gets a final status
 with the reason, the runs written so far stay, the exception still propagates, and --resume completes it."""
 import json
+import subprocess
 from collections import Counter
 
 import pytest
 
 from fixtures_run import TAG_VAR, wait_no_workers, zcorch
+from zcorch.errors import ResultsError
 from zcorch.results.store import read_jsonl
 from zcorch.sweep.pipeline import SweepObserver, run_sweep
 
@@ -84,3 +86,35 @@ def test_zcorch_run_stopped_by_an_error_says_how_to_resume(tmp_path, tag):
     assert f"continue with: zcorch run --resume {tmp_path / 'rs'}" in r.stderr
     manifest = json.loads((tmp_path / "rs" / "manifest.json").read_text())
     assert manifest["status"] == "interrupted" and manifest["error"]["type"] == "HostError"
+
+
+def test_a_full_disk_when_the_sweep_finishes_is_a_results_error_and_resume_finishes_it(tmp_path, tag, monkeypatch):
+    monkeypatch.setenv(TAG_VAR, tag)
+    exp = tmp_path / "faults.yaml"
+    exp.write_text(EXP)
+    out = tmp_path / "rs"
+    out.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "zc-results", str(out)], check=True)
+    filler = out / "zc-filler"
+
+    class FillTheDisk(SweepObserver):
+        def sweep_ended(self):   # the runs are over, the manifest not yet finished: the disk fills up
+            with open(filler, "wb", buffering=0) as f:
+                try:
+                    while True:
+                        f.write(b"\0" * 4096)
+                except OSError:
+                    pass
+
+    try:
+        with pytest.raises(ResultsError, match="cannot mark the result set complete") as info:
+            run_sweep(str(exp), output=str(out), observer=FillTheDisk(), command=["test"])
+        assert f"zcorch run --resume {out}" in str(info.value)
+        assert [r["status"] for r in read_jsonl(str(out / "runs.jsonl"))] == ["ok"] * 4
+        filler.unlink()
+        result = run_sweep(resume=str(out), command=["test", "--resume"])
+        assert (result.status, result.exit_status) == ("complete", 0)
+        assert len(read_jsonl(str(out / "runs.jsonl"))) == 4   # nothing run twice
+        assert json.loads((out / "manifest.json").read_text())["status"] == "complete"
+    finally:
+        subprocess.run(["umount", "-l", str(out)])

@@ -455,7 +455,12 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         if sweep is not None:
             sweep.close()
     observer.stage("finish", _TITLES["finish"])
-    rs.finish(outcome.status)
+    try:
+        rs.finish(outcome.status)
+    except OSError as exc:  # e.g. the disk filled up: a user-fixable problem, every run is already recorded
+        raise ResultsError(f"{rs.dir}: cannot mark the result set {outcome.status} ({exc.strerror or exc}); "
+                           f"every run is recorded in {RUNS}. After fixing the cause, `zcorch run --resume "
+                           f"{rs.dir}` finishes it") from None
     for w in warnings:
         observer.warning(w)
     records = rs.runs()
