@@ -44,9 +44,11 @@ class ConsoleObserver(SweepObserver):
         self.tty = stream.isatty()
         self.total = self.already = 0
         self.t0 = time.monotonic()
+        self.result_dir: Optional[str] = None
 
     def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
         self.total, self.already, self.t0 = total, already_ok, time.monotonic()
+        self.result_dir = result_dir
         self.message(f"{total} runs ({already_ok} already ok) -> {result_dir}")
 
     def message(self, text: str) -> None:
@@ -170,6 +172,13 @@ def main(args: argparse.Namespace) -> int:
         result = run_sweep(args.file, output=args.output, resume=args.resume,
                            accept_new_host_keys=args.accept_new_host_keys, dry_run=args.dry_run,
                            observer=observer, command=command)
+    except Exception:
+        # The error follows (a ZcorchError as one line, a bug with its traceback); the runs written are kept.
+        done = getattr(observer, "result_dir", None)
+        if done:
+            print(f"zcorch run: the sweep stopped; finished runs are kept in {done}. After fixing the "
+                  f"cause, continue with: zcorch run --resume {done}", file=sys.stderr)
+        raise
     finally:
         signal.signal(signal.SIGTERM, old_term)
     if result.dry_run:

@@ -40,12 +40,20 @@ def utc_now() -> str:
 def write_json_atomic(path: str, obj: Any) -> None:
     """Replace `path` with `obj` as JSON without ever leaving a half-written file."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A full disk (finishing the manifest of a sweep it ended): no half-written temp file left behind.
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_jsonl(path: str) -> List[dict]:
@@ -242,11 +250,17 @@ class ResultSet:
     def _write_manifest(self) -> None:
         write_json_atomic(self.path(MANIFEST), self.manifest)
 
-    def finish(self, status: str) -> None:
-        """Record the final status. The load cache of a complete sweep is written by the caller
-        (zcorch.analysis.cache.write_cache): this package stays free of pandas and the analysis."""
-        if status not in ("complete", "interrupted", "running"):
+    def finish(self, status: str, error: Optional[BaseException] = None) -> None:
+        """Record the final status; `error`: what ended the sweep early (its type and message go into
+        the manifest's "error", so a set that did not complete says why). The load cache of a complete
+        sweep is written by the caller (zcorch.analysis.cache.write_cache): this package stays free of
+        pandas and the analysis."""
+        if status not in ("complete", "interrupted", "failed", "running"):
             raise ValueError(f"bad result-set status {status!r}")
         self.manifest["status"] = status
         self.manifest["finished"] = utc_now()
+        if error is not None:
+            self.manifest["error"] = {"type": type(error).__name__, "message": str(error)}
+        else:
+            self.manifest.pop("error", None)  # a resumed set that now ends well: the old error is history
         self._write_manifest()

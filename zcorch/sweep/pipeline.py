@@ -154,7 +154,7 @@ class DryRunResults:
     def write_meta(self, meta: dict, keep_previous: bool = True) -> None:
         self.meta = dict(meta)
 
-    def finish(self, status: str, warn=None) -> None:
+    def finish(self, status: str, error: Optional[BaseException] = None) -> None:
         self.status = status
 
 
@@ -368,6 +368,16 @@ class _ObservedRunner(Runner):
         return super().run_one(cell, repeat, params, worker_params)
 
 
+def _finish_after_error(rs: Any, status: str, exc: BaseException) -> None:
+    """rs.finish(status, exc) while `exc` propagates: a manifest that cannot be written (disk full, the
+    cause of `exc` itself?) must not replace the error that ended the sweep, only be noted on it."""
+    try:
+        rs.finish(status, exc)
+    except Exception as failed:
+        exc.add_note(f"zcorch: the result set's manifest still says 'running': it could not be marked "
+                     f"{status} ({type(failed).__name__}: {failed}); `zcorch run --resume` continues it")
+
+
 # ---------------------------------------------------------------------------------------------
 
 def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = None,
@@ -378,7 +388,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     output: the result directory (default results/<name>-<UTC time>/). command: what the manifest
     records as the command line. dry_run: the same pipeline on recording hosts (module docstring).
     Ctrl-C (KeyboardInterrupt) during the sweep ends it as `interrupted` with the finished runs kept;
-    a ZcorchError marks the result set interrupted and propagates.
+    a ZcorchError marks the result set interrupted, any other exception (a bug) `failed`, both with
+    the manifest's "error" = {"type", "message"}, and propagates.
     """
     observer = observer or SweepObserver()
     exp_path, exp_bytes = _experiment_source(experiment_path, resume)
@@ -429,8 +440,11 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         warnings += runner.warnings
     except KeyboardInterrupt:
         outcome = SweepOutcome(status="interrupted")
-    except ZcorchError:
-        rs.finish("interrupted")
+    except BaseException as exc:
+        # Whatever ends the sweep early (a user-fixable ZcorchError: interrupted; anything else, a bug:
+        # failed), the manifest gets a final status and the reason, and the exception still propagates
+        # with its traceback; the runs already written stay as they are (--resume continues them).
+        _finish_after_error(rs, "interrupted" if isinstance(exc, ZcorchError) else "failed", exc)
         raise
     finally:
         # Also after Ctrl-C or an error: the configurations provisioned so far are described in meta.json,
@@ -441,7 +455,12 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         if sweep is not None:
             sweep.close()
     observer.stage("finish", _TITLES["finish"])
-    rs.finish(outcome.status)
+    try:
+        rs.finish(outcome.status)
+    except OSError as exc:  # e.g. the disk filled up: a user-fixable problem, every run is already recorded
+        raise ResultsError(f"{rs.dir}: cannot mark the result set {outcome.status} ({exc.strerror or exc}); "
+                           f"every run is recorded in {RUNS}. After fixing the cause, `zcorch run --resume "
+                           f"{rs.dir}` finishes it") from None
     for w in warnings:
         observer.warning(w)
     records = rs.runs()

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from zcorch.provision import scratch as scratchmod
-from zcorch.errors import ZcorchError
+from zcorch.errors import HostError, ZcorchError
 from zcorch.hosts.local import Host, Process
 from zcorch.params import worker_flags
 from zcorch.results.store import ResultSet, utc_now
@@ -152,6 +152,7 @@ class Runner:
         self.source_errors = dict(source_errors or {})
         self.scratch = dict(scratch or {})   # role -> the {scratch} directory on that host
         self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs
+        self.lost_host: Optional[str] = None   # why a host stopped answering during the last run
 
     # -- one run ------------------------------------------------------------------------------
     def run_one(self, cell: str, repeat: int, params: Dict[str, Any],
@@ -187,6 +188,10 @@ class Runner:
                                      f"failed: {type(exc).__name__}: {exc}")
                 traces.append(traceback.format_exc())
             wall = time.monotonic() - t0
+            # A lost connection explains the failure better than how the worker's channel ended.
+            self.lost_host = self._unreachable() if status not in ("ok", "interrupted") else None
+            if self.lost_host:
+                reason = f"{reason}; {self.lost_host}"
             record = self._record(cell, repeat, params, status, reason, started_iso, wall, recv, send, log_rel)
             try:
                 self._write_log(log_rel, record, recv, send, traces)
@@ -385,6 +390,11 @@ class Runner:
                 self._before(fs, params)
                 record = self.run_one(cell, repeat, params)
                 self._count(record, outcome, len(todo))
+                if self.lost_host and i < len(todo) - 1:
+                    # Every later run would fail the same way: stop, the finished runs are kept.
+                    raise HostError(f"the sweep stopped after cell {cell} repeat {repeat} (recorded failed): "
+                                    f"{self.lost_host}. Once the host answers again, "
+                                    f"`zcorch run --resume {self.results.dir}` runs what is left")
                 if fs and last_use.get(fs) == i and fs in mounted:
                     del mounted[fs]
                     try:
@@ -400,6 +410,17 @@ class Runner:
                 except ZcorchError as exc:
                     self.warnings.append(str(exc))
         return outcome
+
+    def _unreachable(self) -> Optional[str]:
+        """After a run that did not succeed: why a remote host no longer answers (None: both do)."""
+        for host in {id(h): h for h in (self.sender, self.receiver)}.values():
+            if host.is_local:
+                continue
+            try:
+                host.run(["true"], timeout=15.0)
+            except ZcorchError as exc:
+                return str(exc)
+        return None
 
     def _ensure_fs(self, fs: str, mounted: dict, fs_errors: dict) -> Tuple[Optional[str], Optional[str]]:
         if fs in fs_errors:
