@@ -68,6 +68,28 @@ def test_preflight_facts_see_a_real_listener_and_a_foreign_address():
     assert facts["address_error"] and facts["busy_ports"] == []
 
 
+def test_preflight_port_in_time_wait_is_free_but_a_listener_is_busy():
+    """Back-to-back sweeps: the previous iperf3 server's closed connection sits in TIME_WAIT for a
+    minute; it must not read as a listener (a real one still must)."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as iperf3's server does
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    assert remote.preflight_facts("127.0.0.1", [port])["busy_ports"][0][0] == port   # listening: busy
+    server.close()
+    conn.close()                 # the server side closes first: its end goes to TIME_WAIT
+    client.recv(1)               # reads the FIN, so the close below completes the handshake
+    client.close()
+    time.sleep(0.2)
+    states = subprocess.run(["ss", "-Htan", "state", "time-wait", f"sport = :{port}"],
+                            capture_output=True, text=True).stdout
+    assert f":{port} " in states, "no real TIME_WAIT on the port: the test proves nothing"
+    assert remote.preflight_facts("127.0.0.1", [port])["busy_ports"] == []
+
+
 def test_cffi_backend_dir_is_where_python_finds_it():
     import _cffi_backend
 

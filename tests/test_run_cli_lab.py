@@ -271,3 +271,15 @@ def test_scratch_resolves_to_each_hosts_own_home_inside_its_mount_namespace(lab,
     assert {(b["key"]["directory"], b["directory"]) for b in dd} == {
         (f"{{scratch}}/{sub}", f"/root/.cache/zcorch/scratch/{sub}"), ("{scratch}", "/root/.cache/zcorch/scratch")}
     assert lab_workers(lab) == []
+
+
+# -- back-to-back sweeps (issue 8) -----------------------------------------------------------------
+def test_a_second_sweep_right_after_the_first_runs(lab, tmp_path):  # noqa: F811
+    """Nightly jobs run experiment files in a row: the first sweep's iperf3 server leaves port 5201 in
+    TIME_WAIT on the receiver, and the next sweep's preflight must not take that for a listener."""
+    exp = write_exp(tmp_path, lab, name="b2b", matrix={"send_mode": ["write"]},
+                    baselines={"iperf3": {"duration": "1s", "per": "sweep"}, "dd": False})
+    for out in (tmp_path / "first", tmp_path / "second"):
+        r = zcorch("lab", "run", exp, "-o", out, timeout=240)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert all_ok_once(out)

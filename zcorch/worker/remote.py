@@ -78,6 +78,9 @@ def _try_bind(address: str, port: int) -> None:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     s = socket.socket(family, socket.SOCK_STREAM)
     try:
+        # As servers (iperf3, the worker) do: a previous run's connection in TIME_WAIT is no listener,
+        # and a real listener still makes bind fail.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((address, port))
     finally:
         s.close()
