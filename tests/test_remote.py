@@ -97,29 +97,54 @@ def test_cffi_backend_dir_is_where_python_finds_it():
 
 
 # -- finalize (deploy) ----------------------------------------------------------------------------
-def _build(parent, name: str, with_so: bool = True, age: float = 0.0) -> str:
+def _build(parent, name: str, with_so: bool = True, age: float = 0.0, marker: str | None = None) -> str:
     d = parent / name
     (d / "zcorch").mkdir(parents=True)
     if with_so:
         (d / "zcorch" / "_native.abi3.so").write_bytes(b"\x7fELF")
+    if marker:
+        (d / marker).write_text("{}")
     if age:
         t = time.time() - age
         os.utime(d, (t, t))
     return str(d)
 
 
+def _hex(i: int, n: int = 16) -> str:
+    return f"{i:0{n}x}"
+
+
 def test_finalize_marks_renames_and_prunes_old_builds(tmp_path):
-    olds = [_build(tmp_path, f"worker-old{i}", age=100 * (i + 1)) for i in range(3)]   # old0 newest
-    stale_tmp = _build(tmp_path, ".tmp-worker-dead-1234", age=7200)
-    fresh_tmp = _build(tmp_path, ".tmp-worker-busy-5678")                                # another deploy's
-    tmp = _build(tmp_path, ".tmp-worker-abc-0001")
-    final = str(tmp_path / "worker-abc")
-    remote.finalize_build(tmp, final, ".zcorch-deployed", '{"hash": "abc"}', keep=2)
-    with open(os.path.join(final, ".zcorch-deployed")) as f:
+    M = ".zcorch-deployed"
+    olds = [_build(tmp_path, f"worker-{_hex(i)}", age=100 * (i + 1), marker=M) for i in range(3)]   # [0] newest
+    stale_tmp = _build(tmp_path, f".tmp-worker-{_hex(7)}-{_hex(1, 8)}", age=7200)
+    fresh_tmp = _build(tmp_path, f".tmp-worker-{_hex(8)}-{_hex(2, 8)}")                # another deploy's
+    tmp = _build(tmp_path, f".tmp-worker-{_hex(9)}-{_hex(3, 8)}")
+    final = str(tmp_path / f"worker-{_hex(9)}")
+    remote.finalize_build(tmp, final, M, '{"hash": "abc"}', keep=2)
+    with open(os.path.join(final, M)) as f:
         assert f.read() == '{"hash": "abc"}'
     assert not os.path.exists(tmp) and os.path.isfile(os.path.join(final, "zcorch", "_native.abi3.so"))
     assert os.path.isdir(olds[0]) and not os.path.exists(olds[1]) and not os.path.exists(olds[2])  # keep=2
     assert not os.path.exists(stale_tmp) and os.path.isdir(fresh_tmp)
+
+
+def test_finalize_prunes_only_its_own_marked_builds(tmp_path):
+    """workdir "~": a user's worker-* and .tmp-worker-* directories beside the builds are not ours."""
+    M = ".zcorch-deployed"
+    photos = tmp_path / "worker-photos"
+    photos.mkdir()
+    (photos / "img.jpg").write_bytes(b"jpeg")
+    os.utime(photos, (1, 1))                                             # older than every build
+    unmarked = _build(tmp_path, f"worker-{_hex(0xabc)}", age=5000)      # our name, no marker
+    upper = _build(tmp_path, "worker-0000000000000ABC", age=5000, marker=M)   # marked, not our hex pattern
+    notes = _build(tmp_path, ".tmp-worker-notes", age=99999)
+    olds = [_build(tmp_path, f"worker-{_hex(i)}", age=1000 * (i + 1), marker=M) for i in range(3)]
+    tmp = _build(tmp_path, f".tmp-worker-{_hex(9)}-{_hex(3, 8)}")
+    remote.finalize_build(tmp, str(tmp_path / f"worker-{_hex(9)}"), M, "{}", keep=1)
+    assert (photos / "img.jpg").read_bytes() == b"jpeg"
+    assert os.path.isdir(unmarked) and os.path.isdir(upper) and os.path.isdir(notes)
+    assert not any(os.path.exists(o) for o in olds)                     # ours, marked, beyond keep=1
 
 
 def test_finalize_replaces_an_incomplete_directory_and_loses_a_race_gracefully(tmp_path):

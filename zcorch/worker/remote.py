@@ -26,6 +26,7 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import stat
@@ -97,9 +98,14 @@ def cffi_backend_dir() -> str:
 
 # -- deploy ----------------------------------------------------------------------------------
 
+# What zcorch.provision.deploy names its directories: worker-<16 hex> and .tmp-worker-<16 hex>-<8 hex>.
+BUILD_NAME = re.compile(r"worker-[0-9a-f]{16}")
+TMP_BUILD_NAME = re.compile(r"\.tmp-worker-[0-9a-f]{16}-[0-9a-f]{8}")
+
+
 def finalize_build(tmp: str, final: str, marker: str, text: str, keep: int) -> None:
     """After a worker build in `tmp`: check it, write the completion marker, rename it to `final`,
-    prune all but the `keep` newest worker-* builds and temp directories older than an hour."""
+    prune all but the `keep` newest marked worker-<hash> builds and our temp directories older than an hour."""
     if not glob.glob(os.path.join(tmp, "zcorch", "_native*.so")):
         raise ActionError(f"the build printed no error but produced no zcorch/_native*.so in {tmp}")
     with open(os.path.join(tmp, marker), "w") as f:
@@ -115,11 +121,15 @@ def finalize_build(tmp: str, final: str, marker: str, text: str, keep: int) -> N
             raise
         shutil.rmtree(tmp, ignore_errors=True)   # a concurrent deploy of the same hash won the race
     parent = os.path.dirname(final)
-    builds = sorted(glob.glob(os.path.join(parent, "worker-*")), key=os.path.getmtime, reverse=True)
-    for old in [b for b in builds if b != final][max(keep - 1, 0):]:
+    # The workdir may be a user's home: only our own names, and builds only with our marker, are ours.
+    names = os.listdir(parent)
+    builds = sorted((os.path.join(parent, n) for n in names if BUILD_NAME.fullmatch(n)),
+                    key=os.path.getmtime, reverse=True)
+    builds = [b for b in builds if b != final and os.path.isfile(os.path.join(b, marker))]
+    for old in builds[max(keep - 1, 0):]:
         shutil.rmtree(old, ignore_errors=True)
-    for stale in glob.glob(os.path.join(parent, ".tmp-worker-*")):
-        if os.path.getmtime(stale) < os.path.getmtime(final) - 3600:
+    for stale in (os.path.join(parent, n) for n in names if TMP_BUILD_NAME.fullmatch(n)):
+        if os.path.isdir(stale) and os.path.getmtime(stale) < os.path.getmtime(final) - 3600:
             shutil.rmtree(stale, ignore_errors=True)
 
 
