@@ -147,6 +147,24 @@ def test_finalize_prunes_only_its_own_marked_builds(tmp_path):
     assert not any(os.path.exists(o) for o in olds)                     # ours, marked, beyond keep=1
 
 
+def test_finalize_refuses_a_workdir_or_build_another_user_can_change(tmp_path):
+    M = ".zcorch-deployed"
+    wd = tmp_path / "shared"
+    wd.mkdir()
+    wd.chmod(0o777)                                                     # chmod o+w: anyone could swap the build
+    mine = _build(wd, f"worker-{_hex(1)}", age=5000, marker=M)
+    tmp = _build(wd, f".tmp-worker-{_hex(9)}-{_hex(3, 8)}")
+    with pytest.raises(remote.ActionError, match=f"{wd} is writable by group or others .* chmod go-w {wd}"):
+        remote.finalize_build(tmp, str(wd / f"worker-{_hex(9)}"), M, "{}", keep=1)
+    assert os.path.isdir(mine)                                          # nothing pruned in an untrusted place
+    wd.chmod(0o755)
+    remote.check_private_dirs([str(wd), mine])
+    if os.geteuid() == 0:
+        os.chown(mine, 65534, 65534)
+        r = _cli("private-dirs", str(wd), mine)
+        assert r.returncode == 1 and f"{mine} is owned by uid 65534, not by uid 0 who runs zcorch" in r.stderr
+
+
 def test_finalize_replaces_an_incomplete_directory_and_loses_a_race_gracefully(tmp_path):
     final = _build(tmp_path, "worker-h")            # same name, no marker: not trusted
     (tmp_path / "worker-h" / "junk").write_text("x")
