@@ -435,3 +435,39 @@ def test_cleanup_stale_ignores_a_state_file_others_could_write(host, tmp_path, f
     with pytest.raises(HostError, match="token 't-other' is not the one of its file name"):
         FilesystemManager.cleanup_stale(host, fs_state_dir)
     assert os.path.exists(own)
+
+
+def test_a_held_lease_refuses_a_second_sweep_and_keeps_cleanup_away(host, tmp_path, fs_state_dir):
+    """Two controllers on one receiver: the second is refused with who holds it, and its cleanup does not
+    tear down the first one's filesystems (whatever host the first controller runs on)."""
+    from zcorch.errors import PreflightError
+    from zcorch.provision.fs_state import Lease
+
+    own = os.path.join(fs_state_dir, "fs-t3", "x", "dev0.img")
+    os.makedirs(os.path.dirname(own))
+    open(own, "w").close()
+    _craft_state(fs_state_dir, "t3", [{"kind": "backing_file", "path": own}])   # owner "elsewhere": looks dead
+    first = Lease.take(host, fs_state_dir)
+    try:
+        with pytest.raises(PreflightError, match=r'another sweep holds .*"user": "root", "host": ".*", "pid": '
+                                                 rf'{os.getpid()}, "since": "'):
+            Lease.take(host, fs_state_dir)
+        assert FilesystemManager.cleanup_stale(host, fs_state_dir) == [] and os.path.exists(own)
+    finally:
+        first.release()
+    # Released (or its controller gone): the next sweep takes it and undoes the leftovers.
+    second = Lease.take(host, fs_state_dir)
+    try:
+        assert FilesystemManager.cleanup_stale(host, fs_state_dir, leased=True)[0] == f"removed backing file {own}"
+    finally:
+        second.release()
+
+
+def test_a_killed_controllers_lease_ends_with_its_stdin(host, tmp_path, fs_state_dir):
+    from zcorch.provision.fs_state import Lease, lease_held
+
+    lease = Lease.take(host, fs_state_dir)
+    assert lease_held(host, fs_state_dir)
+    lease.proc._close_stdin()       # what the controller's death does to the pipe (or the SSH channel)
+    lease.proc.wait(10.0)
+    assert not lease_held(host, fs_state_dir)

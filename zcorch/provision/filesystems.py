@@ -45,8 +45,8 @@ from zcorch.config.filesystems import FilesystemConfig
 from zcorch.errors import ConfigError, HostError
 from zcorch.provision.fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
                        parse_mdadm_detail, read_text, run_checked, split_options)
-from zcorch.provision.fs_state import (ACTIVE_TOKENS, STATE_PREFIX, Scope, StateFile, list_state_files, owner_alive,
-                                      undo_resources, untrusted)
+from zcorch.provision.fs_state import (ACTIVE_TOKENS, STATE_PREFIX, Lease, Scope, StateFile, lease_held, list_state_files,
+                                      owner_alive, undo_resources, untrusted)
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import RemoteCommand, host_python, remote_command
 from zcorch.units import format_size
@@ -108,6 +108,7 @@ class FilesystemManager:
         self._state: Optional[StateFile] = None
         self._mounted: dict = {}        # name -> mountpoint, in provisioning order
         self._descriptions: dict = {}
+        self.lease: Optional[Lease] = None   # the sweep's hold on the receiver (zcorch.sweep.pipeline takes it)
 
     # ------------------------------------------------------------ paths
 
@@ -436,10 +437,15 @@ class FilesystemManager:
         ACTIVE_TOKENS.discard(self.token)
 
     @staticmethod
-    def cleanup_stale(host: Host, state_dir: str, log: Optional[Log] = None) -> "list[str]":
-        """Undo what dead managers' state files list (a killed controller). Returns what was undone."""
+    def cleanup_stale(host: Host, state_dir: str, log: Optional[Log] = None, leased: bool = False) -> "list[str]":
+        """Undo what dead managers' state files list (a killed controller). Returns what was undone.
+
+        leased: the caller holds the receiver's Lease; otherwise nothing is undone while another sweep holds it."""
         log = log or (lambda _m: None)
         state_dir = _expand_home(host, state_dir)
+        if not leased and lease_held(host, state_dir):
+            log(f"{state_dir}: a sweep holds this receiver's lease: its filesystems are left alone")
+            return []
         done: list = []
         problems: list = []
         for path in list_state_files(host, state_dir):

@@ -9,6 +9,7 @@ Undo only ever touches what an entry names, and checks it is still zcorch's befo
 """
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import posixpath
@@ -17,7 +18,7 @@ import socket
 import time
 from typing import Callable, Optional
 
-from zcorch.errors import HostError
+from zcorch.errors import HostError, PreflightError
 from zcorch.provision.fs_probe import findmnt_target, loops_of, parse_mdstat_arrays, read_text
 from zcorch.hosts.local import Host
 
@@ -250,6 +251,50 @@ def untrusted(host: Host, state_dir: str, path: str) -> Optional[str]:
         if int(mode, 8) & 0o022:
             return f"{name} is writable by group or others (mode {int(mode, 8):04o}) — chmod go-w {name}"
     return None
+
+
+LEASE_NAME = "zcorch-fs.lease"
+BUSY = 75  # flock -E: the lock is held by someone else
+
+
+class Lease:
+    """One sweep's hold on a receiver's filesystem state: `flock` on `<state_dir>/zcorch-fs.lease`, held
+    by a process on the receiver that ends on stdin EOF (Host.start keeps stdin open while the controller
+    lives: a killed controller's lease ends with its pipe or SSH channel). Who holds it is in `.lease.json`."""
+
+    def __init__(self, host: Host, path: str, proc):
+        self.host, self.path, self.proc = host, path, proc
+
+    @classmethod
+    def take(cls, host: Host, state_dir: str, timeout: float = 30.0) -> "Lease":
+        """Raises PreflightError naming the holder when another sweep holds the receiver."""
+        path = posixpath.join(state_dir, LEASE_NAME)
+        host.run(["mkdir", "-p", "--", state_dir])
+        # A constant script (no value goes through the shell): say "held" once locked, then wait for EOF.
+        proc = host.start(["flock", "-n", "-E", str(BUSY), path, "sh", "-c", "echo held; exec cat >/dev/null"])
+        line = proc.readline(timeout)
+        if (line or "").strip() != "held":
+            proc.kill_group()
+            holder = read_text(host, path + ".json") or "unknown"
+            raise PreflightError(f"{host.name}: another sweep holds this receiver's filesystems ({holder.strip()}) "
+                                 f"— wait for it to end (its lock: {path})")
+        info = {"user": getpass.getuser(), "host": socket.gethostname(), "pid": os.getpid(),
+                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        host.put_bytes((json.dumps(info) + "\n").encode(), path + ".json", mode=0o600)
+        return cls(host, path, proc)
+
+    def release(self) -> None:
+        self.proc.kill_group()
+        try:
+            self.proc.wait(10.0)
+        except TimeoutError:
+            pass
+
+
+def lease_held(host: Host, state_dir: str) -> bool:
+    """True while some sweep's Lease is held on this state directory (util-linux only: any host can ask)."""
+    path = posixpath.join(state_dir, LEASE_NAME)
+    return host.run(["test", "-e", path]).ok and host.run(["flock", "-n", "-E", str(BUSY), path, "true"]).returncode == BUSY
 
 
 def list_state_files(host: Host, state_dir: str) -> "list[str]":
