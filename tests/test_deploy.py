@@ -72,6 +72,28 @@ def test_localhost_deploy_is_the_package_itself():
     assert handles["sender"].worker_argv == handle.worker_argv
 
 
+def test_reused_build_in_a_shared_workdir_is_refused(tmp_path):
+    """A marked build is reused as is and goes onto PYTHONPATH: only if no other user can change it."""
+    host = LocalHost("receiver", "127.0.0.1")
+    host.is_local = False                                               # this machine as a remote host
+    host.spec = HostSpec(ssh="127.0.0.1", data_address="127.0.0.1", python=sys.executable)
+    host.expand = os.path.expanduser                                    # SSHHost.expand's job, done here
+    wd = tmp_path / "wd"
+    build = wd / f"worker-{deploy.content_hash(REPO, deploy.deployed_files(REPO))}"
+    build.mkdir(parents=True)
+    (build / deploy.MARKER).write_text("{}")
+    wd.chmod(0o777)
+    with pytest.raises(DeployError, match=f"refusing to use the worker build in {build}: .*chmod go-w {wd}"):
+        deploy.deploy(host, workdir=str(wd))
+    wd.chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(build, 65534, 65534)
+        with pytest.raises(DeployError, match=f"{build} is owned by uid 65534, not by uid 0 .* chown"):
+            deploy.deploy(host, workdir=str(wd))
+        os.chown(build, 0, 0)
+    assert deploy.deploy(host, workdir=str(wd)).reused
+
+
 def test_host_problems_messages_from_captured_probe():
     host = LocalHost("receiver", "127.0.0.1")
     # a probe result as printed by a Debian host without cffi, headers, gcc, iperf3 (captured shape)

@@ -343,7 +343,7 @@ def test_cleanup_stale_leaves_a_mount_it_did_not_make(host, tmp_path, fs_state_d
                  "configs": {"e": [{"kind": "mount", "mountpoint": mnt, "sources": ["/dev/loop-not-this"]}]}}
         with open(os.path.join(fs_state_dir, "zcorch-fs-state-t.json"), "w") as f:
             json.dump(state, f)
-        with pytest.raises(HostError, match="not from zcorch's"):
+        with pytest.raises(HostError, match="left alone"):
             FilesystemManager.cleanup_stale(host, fs_state_dir)
         assert host.run(["findmnt", "--mountpoint", mnt]).ok
         os.unlink(os.path.join(fs_state_dir, "zcorch-fs-state-t.json"))
@@ -360,3 +360,114 @@ def test_teardown_all_on_ctrl_c_mid_sweep(host, before, fs_state_dir):
         finally:
             fm.teardown_all()
     assert host_state(host) == before and _state_files(fs_state_dir) == []
+
+
+def _craft_state(state_dir: str, token: str, resources: list, mode: int = 0o600) -> str:
+    os.makedirs(state_dir, exist_ok=True)
+    path = os.path.join(state_dir, f"zcorch-fs-state-{token}.json")
+    with open(path, "w") as f:
+        json.dump({"format": "zcorch-fs-state", "version": 1, "token": token,
+                   "owner": {"host": "elsewhere", "pid": 1}, "configs": {"x": resources}}, f)
+    os.chmod(path, mode)
+    return path
+
+
+def test_cleanup_stale_undoes_nothing_outside_the_runs_own_directories(host, tmp_path, fs_state_dir):
+    """A crafted (or corrupt) state file naming a user's file and someone's mount: both survive."""
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    mnt = tmp_path / "their-tmpfs"
+    mnt.mkdir()
+    assert host.run(["mount", "-t", "tmpfs", "-o", "size=1m", "zc-test-tmpfs", str(mnt)]).ok
+    try:
+        path = _craft_state(fs_state_dir, "t1", [
+            {"kind": "backing_file", "path": str(outside)},
+            {"kind": "mount", "mountpoint": str(mnt), "sources": ["zc-test-tmpfs"]}])
+        with pytest.raises(HostError, match=f"the mount on {mnt} .* not under zcorch's own directories"):
+            FilesystemManager.cleanup_stale(host, fs_state_dir)
+        assert host.run(["findmnt", "--mountpoint", str(mnt)]).ok
+        with open(path) as f:                                   # the mount gone from the record: the file next
+            data = json.load(f)
+        data["configs"]["x"] = data["configs"]["x"][:1]
+        with open(path, "w") as f:
+            json.dump(data, f)
+        with pytest.raises(HostError, match=f"{outside} is not under zcorch's own directories"):
+            FilesystemManager.cleanup_stale(host, fs_state_dir)
+        # `..` does not lead out of the run's directories either.
+        sneaky = os.path.join(fs_state_dir, "fs-t1", "..", "..", "precious.txt")
+        _craft_state(fs_state_dir, "t1", [{"kind": "backing_file", "path": sneaky}])
+        with pytest.raises(HostError, match="not under zcorch's own directories"):
+            FilesystemManager.cleanup_stale(host, fs_state_dir)
+        assert outside.read_text() == "keep me"
+        # What does lie under fs-<token>/ is undone as before.
+        own = os.path.join(fs_state_dir, "fs-t1", "x", "dev0.img")
+        os.makedirs(os.path.dirname(own))
+        open(own, "w").close()
+        _craft_state(fs_state_dir, "t1", [{"kind": "backing_file", "path": own}])
+        assert FilesystemManager.cleanup_stale(host, fs_state_dir)[0] == f"removed backing file {own}"
+    finally:
+        host.run(["umount", str(mnt)])
+
+
+def test_cleanup_stale_ignores_a_state_file_others_could_write(host, tmp_path, fs_state_dir):
+    own = os.path.join(fs_state_dir, "fs-t2", "x", "dev0.img")
+    os.makedirs(os.path.dirname(own))
+    open(own, "w").close()
+    path = _craft_state(fs_state_dir, "t2", [{"kind": "backing_file", "path": own}], mode=0o666)
+    with pytest.raises(HostError, match=f"{path}: not trusted, left in place .*writable by group or others"):
+        FilesystemManager.cleanup_stale(host, fs_state_dir)
+    os.chmod(path, 0o600)
+    os.chown(path, 65534, 65534)
+    with pytest.raises(HostError, match=f"{path}: not trusted, left in place .*owned by uid 65534"):
+        FilesystemManager.cleanup_stale(host, fs_state_dir)
+    os.chown(path, 0, 0)
+    os.chmod(fs_state_dir, 0o777)
+    with pytest.raises(HostError, match=f"{fs_state_dir} is writable by group or others"):
+        FilesystemManager.cleanup_stale(host, fs_state_dir)
+    assert os.path.exists(own)
+    os.chmod(fs_state_dir, 0o755)
+    # A token other than the file's own name is not trusted either.
+    with open(path) as f:
+        data = json.load(f)
+    data["token"] = "t-other"
+    with open(path, "w") as f:
+        json.dump(data, f)
+    with pytest.raises(HostError, match="token 't-other' is not the one of its file name"):
+        FilesystemManager.cleanup_stale(host, fs_state_dir)
+    assert os.path.exists(own)
+
+
+def test_a_held_lease_refuses_a_second_sweep_and_keeps_cleanup_away(host, tmp_path, fs_state_dir):
+    """Two controllers on one receiver: the second is refused with who holds it, and its cleanup does not
+    tear down the first one's filesystems (whatever host the first controller runs on)."""
+    from zcorch.errors import PreflightError
+    from zcorch.provision.fs_state import Lease
+
+    own = os.path.join(fs_state_dir, "fs-t3", "x", "dev0.img")
+    os.makedirs(os.path.dirname(own))
+    open(own, "w").close()
+    _craft_state(fs_state_dir, "t3", [{"kind": "backing_file", "path": own}])   # owner "elsewhere": looks dead
+    first = Lease.take(host, fs_state_dir)
+    try:
+        with pytest.raises(PreflightError, match=r'another sweep holds .*"user": "root", "host": ".*", "pid": '
+                                                 rf'{os.getpid()}, "since": "'):
+            Lease.take(host, fs_state_dir)
+        assert FilesystemManager.cleanup_stale(host, fs_state_dir) == [] and os.path.exists(own)
+    finally:
+        first.release()
+    # Released (or its controller gone): the next sweep takes it and undoes the leftovers.
+    second = Lease.take(host, fs_state_dir)
+    try:
+        assert FilesystemManager.cleanup_stale(host, fs_state_dir, leased=True)[0] == f"removed backing file {own}"
+    finally:
+        second.release()
+
+
+def test_a_killed_controllers_lease_ends_with_its_stdin(host, tmp_path, fs_state_dir):
+    from zcorch.provision.fs_state import Lease, lease_held
+
+    lease = Lease.take(host, fs_state_dir)
+    assert lease_held(host, fs_state_dir)
+    lease.proc._close_stdin()       # what the controller's death does to the pipe (or the SSH channel)
+    lease.proc.wait(10.0)
+    assert not lease_held(host, fs_state_dir)

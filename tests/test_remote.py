@@ -68,6 +68,28 @@ def test_preflight_facts_see_a_real_listener_and_a_foreign_address():
     assert facts["address_error"] and facts["busy_ports"] == []
 
 
+def test_preflight_port_in_time_wait_is_free_but_a_listener_is_busy():
+    """Back-to-back sweeps: the previous iperf3 server's closed connection sits in TIME_WAIT for a
+    minute; it must not read as a listener (a real one still must)."""
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as iperf3's server does
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = server.accept()
+    assert remote.preflight_facts("127.0.0.1", [port])["busy_ports"][0][0] == port   # listening: busy
+    server.close()
+    conn.close()                 # the server side closes first: its end goes to TIME_WAIT
+    client.recv(1)               # reads the FIN, so the close below completes the handshake
+    client.close()
+    time.sleep(0.2)
+    states = subprocess.run(["ss", "-Htan", "state", "time-wait", f"sport = :{port}"],
+                            capture_output=True, text=True).stdout
+    assert f":{port} " in states, "no real TIME_WAIT on the port: the test proves nothing"
+    assert remote.preflight_facts("127.0.0.1", [port])["busy_ports"] == []
+
+
 def test_cffi_backend_dir_is_where_python_finds_it():
     import _cffi_backend
 
@@ -75,29 +97,72 @@ def test_cffi_backend_dir_is_where_python_finds_it():
 
 
 # -- finalize (deploy) ----------------------------------------------------------------------------
-def _build(parent, name: str, with_so: bool = True, age: float = 0.0) -> str:
+def _build(parent, name: str, with_so: bool = True, age: float = 0.0, marker: str | None = None) -> str:
     d = parent / name
     (d / "zcorch").mkdir(parents=True)
     if with_so:
         (d / "zcorch" / "_native.abi3.so").write_bytes(b"\x7fELF")
+    if marker:
+        (d / marker).write_text("{}")
     if age:
         t = time.time() - age
         os.utime(d, (t, t))
     return str(d)
 
 
+def _hex(i: int, n: int = 16) -> str:
+    return f"{i:0{n}x}"
+
+
 def test_finalize_marks_renames_and_prunes_old_builds(tmp_path):
-    olds = [_build(tmp_path, f"worker-old{i}", age=100 * (i + 1)) for i in range(3)]   # old0 newest
-    stale_tmp = _build(tmp_path, ".tmp-worker-dead-1234", age=7200)
-    fresh_tmp = _build(tmp_path, ".tmp-worker-busy-5678")                                # another deploy's
-    tmp = _build(tmp_path, ".tmp-worker-abc-0001")
-    final = str(tmp_path / "worker-abc")
-    remote.finalize_build(tmp, final, ".zcorch-deployed", '{"hash": "abc"}', keep=2)
-    with open(os.path.join(final, ".zcorch-deployed")) as f:
+    M = ".zcorch-deployed"
+    olds = [_build(tmp_path, f"worker-{_hex(i)}", age=100 * (i + 1), marker=M) for i in range(3)]   # [0] newest
+    stale_tmp = _build(tmp_path, f".tmp-worker-{_hex(7)}-{_hex(1, 8)}", age=7200)
+    fresh_tmp = _build(tmp_path, f".tmp-worker-{_hex(8)}-{_hex(2, 8)}")                # another deploy's
+    tmp = _build(tmp_path, f".tmp-worker-{_hex(9)}-{_hex(3, 8)}")
+    final = str(tmp_path / f"worker-{_hex(9)}")
+    remote.finalize_build(tmp, final, M, '{"hash": "abc"}', keep=2)
+    with open(os.path.join(final, M)) as f:
         assert f.read() == '{"hash": "abc"}'
     assert not os.path.exists(tmp) and os.path.isfile(os.path.join(final, "zcorch", "_native.abi3.so"))
     assert os.path.isdir(olds[0]) and not os.path.exists(olds[1]) and not os.path.exists(olds[2])  # keep=2
     assert not os.path.exists(stale_tmp) and os.path.isdir(fresh_tmp)
+
+
+def test_finalize_prunes_only_its_own_marked_builds(tmp_path):
+    """workdir "~": a user's worker-* and .tmp-worker-* directories beside the builds are not ours."""
+    M = ".zcorch-deployed"
+    photos = tmp_path / "worker-photos"
+    photos.mkdir()
+    (photos / "img.jpg").write_bytes(b"jpeg")
+    os.utime(photos, (1, 1))                                             # older than every build
+    unmarked = _build(tmp_path, f"worker-{_hex(0xabc)}", age=5000)      # our name, no marker
+    upper = _build(tmp_path, "worker-0000000000000ABC", age=5000, marker=M)   # marked, not our hex pattern
+    notes = _build(tmp_path, ".tmp-worker-notes", age=99999)
+    olds = [_build(tmp_path, f"worker-{_hex(i)}", age=1000 * (i + 1), marker=M) for i in range(3)]
+    tmp = _build(tmp_path, f".tmp-worker-{_hex(9)}-{_hex(3, 8)}")
+    remote.finalize_build(tmp, str(tmp_path / f"worker-{_hex(9)}"), M, "{}", keep=1)
+    assert (photos / "img.jpg").read_bytes() == b"jpeg"
+    assert os.path.isdir(unmarked) and os.path.isdir(upper) and os.path.isdir(notes)
+    assert not any(os.path.exists(o) for o in olds)                     # ours, marked, beyond keep=1
+
+
+def test_finalize_refuses_a_workdir_or_build_another_user_can_change(tmp_path):
+    M = ".zcorch-deployed"
+    wd = tmp_path / "shared"
+    wd.mkdir()
+    wd.chmod(0o777)                                                     # chmod o+w: anyone could swap the build
+    mine = _build(wd, f"worker-{_hex(1)}", age=5000, marker=M)
+    tmp = _build(wd, f".tmp-worker-{_hex(9)}-{_hex(3, 8)}")
+    with pytest.raises(remote.ActionError, match=f"{wd} is writable by group or others .* chmod go-w {wd}"):
+        remote.finalize_build(tmp, str(wd / f"worker-{_hex(9)}"), M, "{}", keep=1)
+    assert os.path.isdir(mine)                                          # nothing pruned in an untrusted place
+    wd.chmod(0o755)
+    remote.check_private_dirs([str(wd), mine])
+    if os.geteuid() == 0:
+        os.chown(mine, 65534, 65534)
+        r = _cli("private-dirs", str(wd), mine)
+        assert r.returncode == 1 and f"{mine} is owned by uid 65534, not by uid 0 who runs zcorch" in r.stderr
 
 
 def test_finalize_replaces_an_incomplete_directory_and_loses_a_race_gracefully(tmp_path):

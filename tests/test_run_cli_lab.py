@@ -271,3 +271,37 @@ def test_scratch_resolves_to_each_hosts_own_home_inside_its_mount_namespace(lab,
     assert {(b["key"]["directory"], b["directory"]) for b in dd} == {
         (f"{{scratch}}/{sub}", f"/root/.cache/zcorch/scratch/{sub}"), ("{scratch}", "/root/.cache/zcorch/scratch")}
     assert lab_workers(lab) == []
+
+
+# -- back-to-back sweeps (issue 8) -----------------------------------------------------------------
+def test_a_second_sweep_right_after_the_first_runs(lab, tmp_path):  # noqa: F811
+    """Nightly jobs run experiment files in a row: the first sweep's iperf3 server leaves port 5201 in
+    TIME_WAIT on the receiver, and the next sweep's preflight must not take that for a listener."""
+    exp = write_exp(tmp_path, lab, name="b2b", matrix={"send_mode": ["write"]},
+                    baselines={"iperf3": {"duration": "1s", "per": "sweep"}, "dd": False})
+    for out in (tmp_path / "first", tmp_path / "second"):
+        r = zcorch("lab", "run", exp, "-o", out, timeout=240)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert all_ok_once(out)
+
+
+# -- one sweep per receiver (issue #5) -------------------------------------------------------------
+def test_a_sweep_on_a_receiver_another_controller_holds_is_refused(lab, receiver, tmp_path):  # noqa: F811
+    """This test process is the other controller: it holds the receiver's lease over its own SSH
+    connection, as a running sweep does."""
+    from zcorch.lab.netns import FS_STATE_DIR
+    from zcorch.provision.fs_state import Lease
+
+    before = host_state(receiver)
+    exp = fs_exp(tmp_path, lab, name="busy")
+    lease = Lease.take(receiver, receiver.expand(FS_STATE_DIR))
+    try:
+        r = zcorch("lab", "run", exp, "-o", tmp_path / "a", timeout=240)
+        assert r.returncode != 0 and "another sweep holds this receiver's filesystems" in r.stderr, r.stderr
+        assert '"user": "root"' in r.stderr and f'"pid": {os.getpid()}' in r.stderr
+        assert host_state(receiver) == before
+    finally:
+        lease.release()
+    r = zcorch("lab", "run", exp, "-o", tmp_path / "b", timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert all_ok_once(tmp_path / "b") and host_state(receiver) == before

@@ -134,6 +134,11 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final})
     existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
     if existing.ok:
+        # The build goes onto PYTHONPATH: one another user can change is not ours to run.
+        trust = run_remote(host, "private-dirs", base, final, python=python)
+        if not trust.ok:
+            raise DeployError(f"{_where(host)}: refusing to use the worker build in {final}: "
+                              f"{(trust.stderr or trust.stdout).strip()}")
         handle.reused = True
         _use_cffi_dir(handle, existing.stdout)
         return handle

@@ -22,6 +22,8 @@ API for the runner (all work happens on the receiver through `Host.run(argv)`, l
   and mountpoints under `<state_dir>/fs-<token>/<name>/` (`loop.dir` moves the backing files,
   `mountpoint` the mount). `cleanup_stale` undoes what those files list, and nothing else; it skips
   the state of a manager still alive in a process on this machine. One sweep per receiver at a time.
+  It trusts a state file only if it and `state_dir` are the user's and writable by no one else, and
+  even then undoes only what lies under the run's own directories (fs_state.Scope).
 - `{path: DIR}` entries: ensure checks DIR is an existing directory and returns it; nothing is ever
   run on it except findmnt for the record.
 - Safety: mkfs/mdadm/mount only touch loop devices this manager created or devices listed in the
@@ -43,7 +45,8 @@ from zcorch.config.filesystems import FilesystemConfig
 from zcorch.errors import ConfigError, HostError
 from zcorch.provision.fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
                        parse_mdadm_detail, read_text, run_checked, split_options)
-from zcorch.provision.fs_state import ACTIVE_TOKENS, StateFile, list_state_files, owner_alive, undo_resources
+from zcorch.provision.fs_state import (ACTIVE_TOKENS, STATE_PREFIX, Lease, Scope, StateFile, lease_held, list_state_files,
+                                      owner_alive, undo_resources, untrusted)
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import RemoteCommand, host_python, remote_command
 from zcorch.units import format_size
@@ -105,6 +108,7 @@ class FilesystemManager:
         self._state: Optional[StateFile] = None
         self._mounted: dict = {}        # name -> mountpoint, in provisioning order
         self._descriptions: dict = {}
+        self.lease: Optional[Lease] = None   # the sweep's hold on the receiver (zcorch.sweep.pipeline takes it)
 
     # ------------------------------------------------------------ paths
 
@@ -433,10 +437,15 @@ class FilesystemManager:
         ACTIVE_TOKENS.discard(self.token)
 
     @staticmethod
-    def cleanup_stale(host: Host, state_dir: str, log: Optional[Log] = None) -> "list[str]":
-        """Undo what dead managers' state files list (a killed controller). Returns what was undone."""
+    def cleanup_stale(host: Host, state_dir: str, log: Optional[Log] = None, leased: bool = False) -> "list[str]":
+        """Undo what dead managers' state files list (a killed controller). Returns what was undone.
+
+        leased: the caller holds the receiver's Lease; otherwise nothing is undone while another sweep holds it."""
         log = log or (lambda _m: None)
         state_dir = _expand_home(host, state_dir)
+        if not leased and lease_held(host, state_dir):
+            log(f"{state_dir}: a sweep holds this receiver's lease: its filesystems are left alone")
+            return []
         done: list = []
         problems: list = []
         for path in list_state_files(host, state_dir):
@@ -447,14 +456,24 @@ class FilesystemManager:
             except (ValueError, KeyError, TypeError):
                 problems.append(f"{path}: unreadable state file, left in place")
                 continue
+            why = untrusted(host, state_dir, path)
+            token = data.get("token")
+            if why is None and (not isinstance(token, str) or not isinstance(configs, dict)
+                                or posixpath.basename(path) != f"{STATE_PREFIX}{token}.json"):
+                why = f"its token {token!r} is not the one of its file name"
+            if why:
+                problems.append(f"{path}: not trusted, left in place ({why})")
+                continue
             if owner_alive(data):
                 log(f"{path}: controller pid {data['owner']['pid']} is still running: left alone")
                 continue
             state = StateFile(host, state_dir, data.get("token", ""), data)
             state.path = path
             failed = False
+            scope = Scope(host, state_dir, token, configs)
             for name in list(reversed([n for n in configs if n != SESSION])) + [SESSION]:
-                undone, errors = undo_resources(host, configs.get(name, []), log=log, on_change=state.save)
+                undone, errors = undo_resources(host, configs.get(name, []), log=log, on_change=state.save,
+                                                scope=scope)
                 done += undone
                 if errors:
                     problems += errors

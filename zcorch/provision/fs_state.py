@@ -9,6 +9,7 @@ Undo only ever touches what an entry names, and checks it is still zcorch's befo
 """
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import posixpath
@@ -17,7 +18,7 @@ import socket
 import time
 from typing import Callable, Optional
 
-from zcorch.errors import HostError
+from zcorch.errors import HostError, PreflightError
 from zcorch.provision.fs_probe import findmnt_target, loops_of, parse_mdstat_arrays, read_text
 from zcorch.hosts.local import Host
 
@@ -58,16 +59,61 @@ class StateFile:
         self.host.run(["rm", "-f", "--", self.path])
 
 
+class Scope:
+    """What a stale state file may undo (the file may be hand-edited or not ours): paths under the run's own
+    directories (`<state_dir>/fs-<token>/`, `<loop_dir>/zcorch-<token>-<name>/`), loops on the backing files
+    it recorded there, md arrays made only of those loops, and mounts of those or under those directories.
+    The live manager undoes its own in-memory record and passes no scope."""
+
+    def __init__(self, host: Host, state_dir: str, token: str, configs: dict):
+        self.host = host
+        self.session = posixpath.join(state_dir, f"fs-{token}")
+        self.backing_dirs = {f"zcorch-{token}-{name}" for name in configs}
+        self.backing_files = [r.get("path") or r.get("backing_file") for res in configs.values() for r in res
+                              if r.get("kind") in ("backing_file", "loop")]
+        self.backing_files = sorted({f for f in self.backing_files if isinstance(f, str) and self.owns(f)})
+        self._loops: Optional[set] = None
+
+    def owns(self, path: object) -> bool:
+        if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path:
+            return False          # relative, or with `..`/`.`: never ours
+        if path == self.session or path.startswith(self.session + "/"):
+            return True
+        return any(part in self.backing_dirs for part in path.split("/")[1:-1])
+
+    def loops(self) -> set:
+        if self._loops is None:
+            self._loops = {d for f in self.backing_files for d in loops_of(self.host, f)}
+        return self._loops
+
+    def our_md(self, kname: str, arrays: dict) -> bool:
+        members = arrays.get(kname)
+        return bool(members) and all(f"/dev/{m}" in self.loops() for m in members)
+
+    def may_unmount(self, mnt: str, source: object) -> bool:
+        if self.owns(mnt) or source in self.loops():
+            return True
+        if isinstance(source, str) and source.startswith("/dev/md"):
+            return self.our_md(posixpath.basename(source), parse_mdstat_arrays(read_text(self.host, "/proc/mdstat") or ""))
+        return False
+
+
+def _refuse(host: Host, what: str) -> HostError:
+    return HostError(f"{host.name}: {what} is not under zcorch's own directories nor on its loops: left alone")
+
+
 def _do(host: Host, argv: list, log: Log):
     log(f"[{host.name}] {shlex.join(argv)}")
     return host.run(argv)
 
 
-def _umount(host: Host, res: dict, log: Log) -> Optional[str]:
+def _umount(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
     mnt = res["mountpoint"]
     entry = findmnt_target(host, mnt)
     if entry is None:
         return None
+    if scope and not scope.may_unmount(mnt, entry.get("source")):
+        raise _refuse(host, f"the mount on {mnt} (of {entry.get('source')})")
     ours = set(res.get("sources") or [])
     if ours and entry.get("source") not in ours:
         raise HostError(f"{host.name}: {mnt} is mounted from {entry.get('source')}, not from zcorch's "
@@ -81,7 +127,7 @@ def _umount(host: Host, res: dict, log: Log) -> Optional[str]:
     raise HostError(f"{host.name}: umount {mnt} failed: {last.stderr.strip()}")
 
 
-def _stop_md(host: Host, res: dict, log: Log) -> Optional[str]:
+def _stop_md(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
     dev = res.get("device")
     if not dev:
         return None
@@ -90,6 +136,8 @@ def _stop_md(host: Host, res: dict, log: Log) -> Optional[str]:
     kname = posixpath.basename(dev)
     if kname not in arrays:
         return None
+    if scope and not scope.our_md(kname, arrays):
+        raise _refuse(host, f"md array {dev} (members {arrays[kname]})")
     members = {posixpath.basename(m) for m in res.get("members") or []}
     if members and not set(arrays[kname]) <= members:
         raise HostError(f"{host.name}: {dev} has members {arrays[kname]}, not zcorch's {sorted(members)}: left alone")
@@ -99,11 +147,12 @@ def _stop_md(host: Host, res: dict, log: Log) -> Optional[str]:
     for m in res.get("members") or []:
         # The members were zcorch's loops or allow_destroy devices: clear the superblock so
         # nothing re-assembles the array later.
-        _do(host, ["mdadm", "--zero-superblock", m], log)
+        if not scope or m in scope.loops():
+            _do(host, ["mdadm", "--zero-superblock", m], log)
     return f"stopped md array {dev}"
 
 
-def _forget_btrfs(host: Host, res: dict, log: Log) -> Optional[str]:
+def _forget_btrfs(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
     devs = res.get("devices") or []
     if devs:
         _do(host, ["btrfs", "device", "scan", "--forget", *devs], log)
@@ -120,7 +169,9 @@ def _loops_after_autoclear(host: Host, backing: str) -> "list[str]":
     return loops
 
 
-def _detach_loops(host: Host, res: dict, log: Log) -> Optional[str]:
+def _detach_loops(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
+    if scope and not scope.owns(res["backing_file"]):
+        raise _refuse(host, f"the loop backing file {res['backing_file']}")
     done = []
     for dev in loops_of(host, res["backing_file"]):
         r = _do(host, ["losetup", "-d", dev], log)
@@ -130,8 +181,10 @@ def _detach_loops(host: Host, res: dict, log: Log) -> Optional[str]:
     return f"detached loop device(s) {', '.join(done)}" if done else None
 
 
-def _remove_file(host: Host, res: dict, log: Log) -> Optional[str]:
+def _remove_file(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
     path = res["path"]
+    if scope and not scope.owns(path):
+        raise _refuse(host, path)
     if not host.run(["test", "-e", path]).ok:
         return None
     if _loops_after_autoclear(host, path):
@@ -142,8 +195,11 @@ def _remove_file(host: Host, res: dict, log: Log) -> Optional[str]:
     return f"removed backing file {path}"
 
 
-def _remove_dir(host: Host, res: dict, log: Log) -> Optional[str]:
+def _remove_dir(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
     path = res["path"]
+    if scope and not scope.owns(path):
+        log(f"[{host.name}] {path}: not under zcorch's own directories, left in place")
+        return None               # at most an empty directory left behind: no reason to stop the undo
     if not host.run(["test", "-d", path]).ok:
         return None
     if findmnt_target(host, path) is not None:
@@ -158,8 +214,8 @@ UNDO = {"mount": _umount, "md": _stop_md, "btrfs_devices": _forget_btrfs, "loop"
         "backing_file": _remove_file, "dir": _remove_dir}
 
 
-def undo_resources(host: Host, resources: list, log: Log = _noop, on_change: Callable[[], None] = lambda: None
-                   ) -> "tuple[list[str], list[str]]":
+def undo_resources(host: Host, resources: list, log: Log = _noop, on_change: Callable[[], None] = lambda: None,
+                   scope: Optional[Scope] = None) -> "tuple[list[str], list[str]]":
     """Undo resources newest first, removing each from the list once undone.
 
     Returns (what was undone, errors). Stops at the first failure: what lies below (a loop under
@@ -169,7 +225,7 @@ def undo_resources(host: Host, resources: list, log: Log = _noop, on_change: Cal
     while resources:
         res = resources[-1]
         try:
-            what = UNDO[res["kind"]](host, res, log)
+            what = UNDO[res["kind"]](host, res, log, scope)
         except HostError as exc:
             return undone, [str(exc)]
         if what:
@@ -177,6 +233,68 @@ def undo_resources(host: Host, resources: list, log: Log = _noop, on_change: Cal
         resources.pop()
         on_change()
     return undone, []
+
+
+def untrusted(host: Host, state_dir: str, path: str) -> Optional[str]:
+    """Why a state file must not be acted on (None if it may): it and its directory must be the effective
+    user's and writable by no one else. coreutils, not a python job: cleanup also runs through hosts that
+    only see the lab's mount namespace (zcorch.lab.netns.NamespaceHost)."""
+    uid = host.run(["id", "-u"])
+    st = host.run(["stat", "-L", "-c", "%u %a %n", "--", state_dir, path])
+    if not uid.ok or not st.ok:
+        return f"cannot check its owner: {(uid.stderr + st.stderr).strip()}"
+    euid = int(uid.stdout.strip())
+    for line in st.stdout.splitlines():
+        owner, mode, name = line.split(" ", 2)
+        if int(owner) != euid:
+            return f"{name} is owned by uid {owner}, not by uid {euid} who runs the cleanup — remove it or chown it"
+        if int(mode, 8) & 0o022:
+            return f"{name} is writable by group or others (mode {int(mode, 8):04o}) — chmod go-w {name}"
+    return None
+
+
+LEASE_NAME = "zcorch-fs.lease"
+BUSY = 75  # flock -E: the lock is held by someone else
+
+
+class Lease:
+    """One sweep's hold on a receiver's filesystem state: `flock` on `<state_dir>/zcorch-fs.lease`, held
+    by a process on the receiver that ends on stdin EOF (Host.start keeps stdin open while the controller
+    lives: a killed controller's lease ends with its pipe or SSH channel). Who holds it is in `.lease.json`."""
+
+    def __init__(self, host: Host, path: str, proc):
+        self.host, self.path, self.proc = host, path, proc
+
+    @classmethod
+    def take(cls, host: Host, state_dir: str, timeout: float = 30.0) -> "Lease":
+        """Raises PreflightError naming the holder when another sweep holds the receiver."""
+        path = posixpath.join(state_dir, LEASE_NAME)
+        host.run(["mkdir", "-p", "--", state_dir])
+        # A constant script (no value goes through the shell): say "held" once locked, then wait for EOF.
+        proc = host.start(["flock", "-n", "-E", str(BUSY), path, "sh", "-c", "echo held; exec cat >/dev/null"])
+        line = proc.readline(timeout)
+        if (line or "").strip() != "held":
+            proc.kill_group()
+            holder = read_text(host, path + ".json") or "unknown"
+            raise PreflightError(f"{host.name}: another sweep holds this receiver's filesystems ({holder.strip()}) "
+                                 f"— wait for it to end (its lock: {path})")
+        info = {"user": getpass.getuser(), "host": socket.gethostname(), "pid": os.getpid(),
+                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        host.put_bytes((json.dumps(info) + "\n").encode(), path + ".json", mode=0o600)
+        return cls(host, path, proc)
+
+    def release(self) -> None:
+        self.proc.kill_group()
+        try:
+            self.proc.wait(10.0)
+        except TimeoutError:
+            pass
+
+
+def lease_held(host: Host, state_dir: str) -> bool:
+    """True while some sweep's Lease is held on this state directory (util-linux only: any host can ask)."""
+    path = posixpath.join(state_dir, LEASE_NAME)
+    return host.run(["test", "-e", path]).ok and host.run(["flock", "-n", "-E", str(BUSY), path, "true"]).returncode == BUSY
 
 
 def list_state_files(host: Host, state_dir: str) -> "list[str]":

@@ -336,14 +336,23 @@ def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[
         return None
     from zcorch.provision.filesystems import FilesystemManager
 
+    from zcorch.provision.fs_state import Lease
+
     receiver = sweep.hosts["receiver"]
     state_dir = exp.hosts.fs_state_dir
-    for undone in FilesystemManager.cleanup_stale(receiver, state_dir):
-        warnings.append(f"undid a previous controller's leftover: {undone}")
     fsman = FilesystemManager(receiver, configs, state_dir, dry_run=dry_run, log=observer.message)
-    problems = fsman.preflight(names=used)
-    if problems:
-        raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
+    # One sweep per receiver: a second is refused with who holds it, and never undoes the first's filesystems.
+    fsman.lease = None if dry_run else Lease.take(receiver, fsman.state_dir)
+    try:
+        for undone in FilesystemManager.cleanup_stale(receiver, state_dir, leased=not dry_run):
+            warnings.append(f"undid a previous controller's leftover: {undone}")
+        problems = fsman.preflight(names=used)
+        if problems:
+            raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
+    except BaseException:
+        if fsman.lease:
+            fsman.lease.release()
+        raise
     return fsman
 
 
@@ -451,6 +460,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         # so the report can still show them next to the runs that were kept.
         if fsman is not None:
             _record_filesystems(rs, meta, fsman, exp.filesystems, warnings)
+            if fsman.lease:
+                fsman.lease.release()
         observer.sweep_ended()
         if sweep is not None:
             sweep.close()

@@ -7,6 +7,7 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
     preflight ADDRESS [PORT...]        -> JSON facts: python, cffi, Python.h, cc, iperf3, address/ports bindable
     cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
     finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
+    private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
     metadata ADDRESS PATH [SYSCTL...]  -> JSON: kernel, CPU, memory, data interface, sysctls, sink mount...
     scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
     dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
@@ -26,6 +27,7 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import stat
@@ -78,6 +80,9 @@ def _try_bind(address: str, port: int) -> None:
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     s = socket.socket(family, socket.SOCK_STREAM)
     try:
+        # As servers (iperf3, the worker) do: a previous run's connection in TIME_WAIT is no listener,
+        # and a real listener still makes bind fail.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind((address, port))
     finally:
         s.close()
@@ -94,9 +99,31 @@ def cffi_backend_dir() -> str:
 
 # -- deploy ----------------------------------------------------------------------------------
 
+def check_private_dirs(paths: "Sequence[str]") -> None:
+    """Refuse directories whose code this user would run but another user could change: each must be
+    owned by the effective user and writable by neither group nor others (the build goes on PYTHONPATH)."""
+    euid = os.geteuid()
+    problems = []
+    for path in paths:
+        st = os.stat(path)
+        if st.st_uid != euid:
+            problems.append(f"{path} is owned by uid {st.st_uid}, not by uid {euid} who runs zcorch — "
+                            f"use a workdir of your own (hosts.<role>.workdir) or chown it to uid {euid}")
+        elif st.st_mode & 0o022:
+            problems.append(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}) — "
+                            f"chmod go-w {path}")
+    if problems:
+        raise ActionError("; ".join(problems))
+
+
+# What zcorch.provision.deploy names its directories: worker-<16 hex> and .tmp-worker-<16 hex>-<8 hex>.
+BUILD_NAME = re.compile(r"worker-[0-9a-f]{16}")
+TMP_BUILD_NAME = re.compile(r"\.tmp-worker-[0-9a-f]{16}-[0-9a-f]{8}")
+
+
 def finalize_build(tmp: str, final: str, marker: str, text: str, keep: int) -> None:
     """After a worker build in `tmp`: check it, write the completion marker, rename it to `final`,
-    prune all but the `keep` newest worker-* builds and temp directories older than an hour."""
+    prune all but the `keep` newest marked worker-<hash> builds and our temp directories older than an hour."""
     if not glob.glob(os.path.join(tmp, "zcorch", "_native*.so")):
         raise ActionError(f"the build printed no error but produced no zcorch/_native*.so in {tmp}")
     with open(os.path.join(tmp, marker), "w") as f:
@@ -112,11 +139,16 @@ def finalize_build(tmp: str, final: str, marker: str, text: str, keep: int) -> N
             raise
         shutil.rmtree(tmp, ignore_errors=True)   # a concurrent deploy of the same hash won the race
     parent = os.path.dirname(final)
-    builds = sorted(glob.glob(os.path.join(parent, "worker-*")), key=os.path.getmtime, reverse=True)
-    for old in [b for b in builds if b != final][max(keep - 1, 0):]:
+    check_private_dirs([parent, final])          # before it is used, and before pruning anything there
+    # The workdir may be a user's home: only our own names, and builds only with our marker, are ours.
+    names = os.listdir(parent)
+    builds = sorted((os.path.join(parent, n) for n in names if BUILD_NAME.fullmatch(n)),
+                    key=os.path.getmtime, reverse=True)
+    builds = [b for b in builds if b != final and os.path.isfile(os.path.join(b, marker))]
+    for old in builds[max(keep - 1, 0):]:
         shutil.rmtree(old, ignore_errors=True)
-    for stale in glob.glob(os.path.join(parent, ".tmp-worker-*")):
-        if os.path.getmtime(stale) < os.path.getmtime(final) - 3600:
+    for stale in (os.path.join(parent, n) for n in names if TMP_BUILD_NAME.fullmatch(n)):
+        if os.path.isdir(stale) and os.path.getmtime(stale) < os.path.getmtime(final) - 3600:
             shutil.rmtree(stale, ignore_errors=True)
 
 
@@ -392,6 +424,11 @@ def _finalize_action(args: "List[str]") -> int:
     return 0
 
 
+def _private_dirs_action(args: "List[str]") -> int:
+    check_private_dirs(args)
+    return 0
+
+
 def _loop_autoclear_action(args: "List[str]") -> int:
     set_loop_autoclear(args)
     return 0
@@ -408,6 +445,7 @@ ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]"
                   lambda a: _print_json(preflight_facts(a[0], [_int(p, "PORT") for p in a[1:]]))),
     "cffi-dir": ("", 0, 0, _cffi_dir_action),
     "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
+    "private-dirs": ("DIR...", 1, None, _private_dirs_action),
     "metadata": ("ADDRESS PATH [SYSCTL...]", 2, None, lambda a: _print_json(host_metadata(a[0], a[1], a[2:]))),
     "scratch": ("WORKDIR [SUBDIR...]", 1, None, lambda a: _print_json(prepare_scratch(a[0], a[1:]))),
     "dd": ("DIR BS COUNT", 3, 3, lambda a: _print_json(dd_baseline(a[0], a[1], a[2]))),
