@@ -68,6 +68,9 @@ def _dd_count(node: ys.YNode) -> int:
 def _dd_scratch(node: ys.YNode) -> str:
     checks.unquoted_placeholder(node)
     text = ys.as_str(node, "a directory")
+    if checks.dev_path(text):  # dd writes its file there: never among devices
+        raise ys.ValueProblem(f"`{text}` is under /dev: the dd scratch directory must be a real directory "
+                              f"(e.g. {SCRATCH_PLACEHOLDER})")
     return checks.placeholder_path(text, "dd scratch directory", (SCRATCH_PLACEHOLDER,), directory=True)
 
 

@@ -11,6 +11,7 @@ written as YAML and read back through the same parser, so there is no second sch
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 from typing import Any, Callable, Optional, TypeVar
 
@@ -125,6 +126,12 @@ def check_abs_path(text: str, what: str = "path") -> str:
     if len(text) > 4096:
         raise ys.ValueProblem(f"{what} longer than 4096 characters")
     return text
+
+
+def dev_path(text: str) -> Optional[str]:
+    """`text` normalised if it names /dev or a path under it (`//dev/./sda`, `/dev/x/../sda` too), else None."""
+    norm = posixpath.normpath(re.sub(r"/+", "/", text))
+    return norm if norm == "/dev" or norm.startswith("/dev/") else None
 
 
 def check_braces(text: str, what: str) -> None:

@@ -244,6 +244,9 @@ def _device_list(chk: Checker, node: ys.YNode, path: str, allow_empty: bool) -> 
     return out
 
 
+device_list = _device_list  # the top-level `allow_destroy:` (zcorch.config.experiment) is the same kind of list
+
+
 def _option_list(chk: Checker, node: ys.YNode, path: str, rx, what: str) -> "list[str]":
     if not isinstance(node, ys.YSeq):
         chk.problem(node.pos, path, f"expected a list of {what}s (one item per argument), got {ys.describe(node)}")
