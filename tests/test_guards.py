@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
 from fixtures_fs import external_loop
 from fixtures_spec import at
 from fixtures_worker import needs_native, run_worker, start_receiver
+from zcorch.config.experiment import load_experiment
+from zcorch.errors import ConfigError
 
 
 def plan_cli(path: str) -> subprocess.CompletedProcess:
@@ -80,7 +83,6 @@ def test_device_paths_are_refused(write_yaml, text, line, key, needle):
 
 
 def test_allow_destroy_lets_a_listed_device_be_the_sink(write_yaml):
-    from zcorch.config.experiment import load_experiment
     path = write_yaml("name: t\nallow_destroy: [/dev/sdb]\nparams: {sink: /dev/sdb, source: /dev/zero}\n")
     exp = load_experiment(path)
     assert exp.allow_destroy == ("/dev/sdb",) and exp.params["sink"] == "/dev/sdb"
@@ -104,3 +106,57 @@ def test_worker_refuses_a_device_sink_unless_allowed(tmp_path):
     rx.close()
     rx, _ = start_receiver("--listen", "127.0.0.1:0", "--mode", "read", "--sink", "/dev/null")
     rx.close()
+
+
+# ---------------------------------------------------------------- 3. caps: counted before expanding
+
+TEN = "[" + ", ".join(str(4096 * (i + 1)) for i in range(10)) + "]"
+
+
+def test_a_ten_million_cell_matrix_is_refused_in_under_a_second(write_yaml):
+    path = write_yaml(f"""
+        name: t
+        matrix:
+          bytes: {TEN}
+          buffer: {TEN}
+          window: {TEN}
+          pipe_size: {TEN}
+          subblocks: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+          send_cpu: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+          recv_cpu: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    """)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError):  # in-process: the command's interpreter start-up is not the check's time
+        load_experiment(path)
+    assert time.monotonic() - t0 < 1.0
+    problems = refused(path)
+    assert len(problems) == 1 and at(problems[0], path, 2), problems
+    assert "matrix: 10000000 cells × 1 repeats = 10000000 runs, more than the limit of 1000000" in problems[0]
+
+
+@pytest.mark.parametrize("text,line,key,needle", [
+    ("repeats: 100000000", 2, "repeats", "expected an integer between 1 and 10000"),
+    ("repeats: 2000\nmatrix: {buffer: " + TEN + ", window: " + TEN + ", subblocks: [1, 2, 3, 4, 5, 6]}", 3, "matrix",
+     "600 cells × 2000 repeats = 1200000 runs, more than the limit of 1000000"),
+    ("params: {timeout: 10000000000000000000s}", 2, "params.timeout", "too long (at most 7 days = 604800s)"),
+    ("params: {timeout: " + "9" * 400 + "}", 2, "params.timeout", "too long"),  # float('9'*400) is inf
+    ("params: {timeout: 8d}", 2, "params.timeout", "not a duration"),
+    ("matrix: {timeout: [1s, 169h]}", 2, "matrix.timeout[1]", "too long"),
+    ("params: {bytes: 4611686018427387905}", 2, "params.bytes", "too large (at most 4611686018427387904 bytes)"),
+    ("params: {bytes: 99999999999TiB}", 2, "params.bytes", "too large"),
+    ("baselines: {iperf3: {duration: 700000s}}", 2, "baselines.iperf3.duration", "too long"),
+    ("filesystems: {x: {fs: ext4, loop: {size: 9999999TiB}}}", 2, "filesystems.x.loop.size", "too large"),
+])
+def test_caps_are_refused_with_the_limit(write_yaml, text, line, key, needle):
+    path = write_yaml(f"name: t\n{text}\n")
+    t0 = time.monotonic()
+    problems = refused(path)
+    assert time.monotonic() - t0 < 5.0
+    assert len(problems) == 1 and at(problems[0], path, line), problems
+    assert f" {key}: " in problems[0] and needle in problems[0], problems
+
+
+def test_largest_allowed_values_plan(write_yaml):
+    path = write_yaml("name: t\nrepeats: 10000\nparams: {timeout: 168h, bytes: 4611686018427387904}\n")
+    r = plan_cli(path)
+    assert r.returncode == 0, r.stderr

@@ -234,7 +234,7 @@ def test_unreadable_and_non_utf8_files(tmp_path):
     ("matrix: {buffer: 64KiB}", "expected a list of values"),
     ("matrix: {buffer: []}", "empty list"),
     ("matrix: {buffer: [64KiB, 65536]}", "duplicate value (same as matrix.buffer[0])"),
-    ("repeats: 0", "expected an integer ≥ 1"),
+    ("repeats: 0", "expected an integer between 1 and 10000"),
     ("order: random", "not a run order"),
     ("skip_invalid: 1", "expected true or false"),
     ("name: ../escape", "not a valid name"),

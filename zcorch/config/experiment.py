@@ -18,6 +18,7 @@ applied by `zcorch.plan.expand`.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ ORDERS = ("sequential", "shuffle", "interleave")
 
 SIZE_PARAMS = SIZE_KEYS
 
+# Beyond these the plan (one dict per cell, one Run per repeat) exhausts memory before anything runs.
+MAX_REPEATS = 10000
+MAX_RUNS = 1_000_000
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
             "baselines", "filesystems", "skip_invalid", "allow_destroy")
 # `{scratch}` not preceded by a quote: YAML reads it as a flow mapping (a syntax error, or a mapping).
@@ -295,13 +299,20 @@ class _Validator(Checker):
         matrix = self.matrix(get("matrix")) if "matrix" in top else []
         exclude = self.exclude(get("exclude")) if "exclude" in top else []
         include_raw = self.include(get("include")) if "include" in top else []
-        repeats = self.value(get("repeats"), "repeats", lambda n: _int_range(n, 1), 1) if "repeats" in top else 1
+        repeats = self.value(get("repeats"), "repeats", lambda n: _int_range(n, 1, MAX_REPEATS), 1) \
+            if "repeats" in top else 1
         order = self.value(get("order"), "order", lambda n: _choice(n, ORDERS, "run order"), "sequential") \
             if "order" in top else "sequential"
         seed = self.value(get("seed"), "seed", lambda n: _int_range(n, 0), 0) if "seed" in top else 0
         skip_invalid = self.value(get("skip_invalid"), "skip_invalid", ys.as_bool, False) \
             if "skip_invalid" in top else False
         baselines = parse_baselines(self, get("baselines"))
+        # Counted from the axis lengths, before anything is expanded (excludes can only lower it).
+        n_cells = math.prod(len(axis.values) for axis in matrix) + len(include_raw)
+        if n_cells * repeats > MAX_RUNS:
+            where = "matrix" if "matrix" in top else "repeats" if "repeats" in top else "include"
+            self.problem(self.locations[where], where, f"{n_cells} cells × {repeats} repeats = "
+                                                       f"{n_cells * repeats} runs, more than the limit of {MAX_RUNS}")
 
         for pos, key, fs in self.fs_refs:
             if fs is not None and fs not in self.fs_names:
