@@ -160,3 +160,13 @@ def test_largest_allowed_values_plan(write_yaml):
     path = write_yaml("name: t\nrepeats: 10000\nparams: {timeout: 168h, bytes: 4611686018427387904}\n")
     r = plan_cli(path)
     assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- 4. dd's file: per-user scratch, bounded
+
+def test_dd_defaults_to_the_scratch_directory_and_is_bounded(write_yaml):
+    assert load_experiment(write_yaml("name: t\n")).baselines.dd.scratch == "{scratch}"
+    path = write_yaml("name: t\nbaselines:\n  dd: {bs: 1MiB, count: 100000}\n", "big.yaml")
+    problems = refused(path)
+    assert len(problems) == 1 and at(problems[0], path, 3), problems
+    assert " baselines.dd.count: bs × count = 104857600000 bytes, more than the limit of 68719476736" in problems[0]

@@ -362,7 +362,7 @@ def test_baselines(write_yaml):
           dd: {bs: 32KiB, count: 512k}
     """))
     assert exp.baselines == Baselines(Iperf3Baseline(duration=5.0, per="sweep", omit=2),
-                                      DdBaseline(bs=32768, count=512 * 1024, scratch="/tmp"))
+                                      DdBaseline(bs=32768, count=512 * 1024, scratch="{scratch}"))
     assert load_experiment(write_yaml("name: t\nbaselines: {dd: false}\n", "b2.yaml")).baselines == \
         Baselines(iperf3=Iperf3Baseline(), dd=None)
     assert load_experiment(write_yaml("name: t\nbaselines: false\n", "b3.yaml")).baselines == BASELINES_OFF

@@ -113,7 +113,8 @@ _DD_RE = re.compile(r"^(\d+) bytes?(?: \([^)]*\))? copied, ([0-9.eE+-]+) s, ([0-
 
 
 def dd_write_argv(path: str, bs: int, count: int) -> List[str]:
-    return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}"]
+    # conv=notrunc: zcorch.worker.remote.dd_baseline creates the file itself (O_EXCL, random name) first
+    return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}", "conv=notrunc"]
 
 
 def dd_read_argv(path: str, bs: int, count: int) -> List[str]:
