@@ -72,11 +72,11 @@ def test_four_configurations_carry_a_sink_and_leave_the_host_as_before(host, bef
     # su=64k,sw=4 -> the kernel reports the stripe geometry in 512-byte sectors.
     assert xfs["fstype"] == "xfs" and "sunit=128" in xfs["mount_options"] and "swidth=512" in xfs["mount_options"]
     assert xfs["mkfs_options"] == ["-d", "su=64k,sw=4"]
-    assert ["mkfs.xfs", "-f", "-d", "su=64k,sw=4", xfs["devices"][0]["path"]] in xfs["commands"]
+    assert ["mkfs.xfs", "-f", "-d", "su=64k,sw=4", "--", xfs["devices"][0]["path"]] in xfs["commands"]
     btrfs = described["btrfs-raid0"]
     assert btrfs["fstype"] == "btrfs" and len(btrfs["devices"]) == 2
     assert btrfs["raid_kernel"] == {"data": "raid0", "metadata": "raid0", "system": "raid0"}
-    assert any(line.startswith("[localhost] mkfs.btrfs -f -d raid0 -m raid0 /dev/loop") for line in log)
+    assert any(line.startswith("[localhost] mkfs.btrfs -f -d raid0 -m raid0 -- /dev/loop") for line in log)
 
 
 RECV_MODES = {"ext4-loop": "read", "ext4-nodelalloc": "splice", "xfs-stripe": "mmap", "btrfs-raid0": "vmsplice"}
@@ -248,7 +248,7 @@ def test_failed_mkfs_undoes_the_half_built_configuration(host, before, fs_state_
     configs = filesystems_from_mapping({"x": {"fs": "xfs", "loop": {"count": 1, "size": "320MiB"},
                                               "mkfs_options": ["-d", "bogus=1"]}})
     fm = FilesystemManager(host, configs, fs_state_dir)
-    with pytest.raises(HostError, match=r"filesystem 'x': `mkfs.xfs -f -d bogus=1 /dev/loop\d+` failed"):
+    with pytest.raises(HostError, match=r"filesystem 'x': `mkfs.xfs -f -d bogus=1 -- /dev/loop\d+` failed"):
         fm.ensure("x")
     assert host_state(host) == before  # loop detached, backing file gone, before teardown_all
     fm.teardown_all()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import dataclasses
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -242,6 +243,53 @@ def test_dd_baseline_into_a_missing_directory_reports_dd_and_skips_the_read(tmp_
     out = remote.dd_baseline(str(tmp_path / "nope"), "4096", "1")
     assert out["write"]["returncode"] != 0 and "No such file or directory" in out["write"]["stderr"]
     assert "read" not in out
+
+
+def test_dd_baseline_names_its_file_at_random_and_never_takes_an_existing_one(tmp_path):
+    a, b = remote.dd_baseline(str(tmp_path), "4096", "1"), remote.dd_baseline(str(tmp_path), "4096", "1")
+    assert a["path"] != b["path"] and os.listdir(tmp_path) == []
+    assert "conv=notrunc" in a["write"]["argv"]
+    assert remote.dd_write_argv("/x/f", 4096, 1)[-1] == "conv=notrunc"  # the dry run shows the same command
+
+
+@pytest.mark.root
+def test_dd_baseline_refuses_what_does_not_fit_the_free_space(tmp_path):
+    """A real 1MiB tmpfs: 4MiB is not written at all (before: dd filled it, ENOSPC)."""
+    d = tmp_path / "small"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "zcorch-test", str(d)], check=True)
+    try:
+        out = remote.dd_baseline(str(d), str(1 << 20), "4")
+        assert out["write"]["returncode"] == 1 and "do not fit" in out["write"]["stderr"], out
+        assert "read" not in out and os.listdir(d) == []
+        parsed = bl.parse_dd_wrapper(json.dumps(out))["dd_write"]  # the controller's record says why
+        assert isinstance(parsed, bl.BaselineError) and "do not fit" in str(parsed)
+    finally:
+        subprocess.run(["umount", str(d)], check=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_dd_job_removes_its_file_when_terminated(tmp_path, sig):
+    """The controller's timeout ends the job with a signal: dd dies and the file goes with it."""
+    p = subprocess.Popen([sys.executable, "-m", "zcorch.worker.remote", "dd", str(tmp_path), "1", "50000000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                         env=dict(os.environ, PYTHONPATH=remote_call.PACKAGE_PARENT))
+    try:
+        deadline = time.monotonic() + 20
+        while not any(os.path.getsize(tmp_path / f) for f in os.listdir(tmp_path)):  # dd is writing
+            assert time.monotonic() < deadline and p.poll() is None
+            time.sleep(0.05)
+        p.send_signal(sig)
+        assert p.wait(timeout=10) != 0
+        assert os.listdir(tmp_path) == []
+        with pytest.raises(ProcessLookupError):  # dd did not outlive the job
+            for _ in range(50):
+                os.killpg(p.pid, 0)
+                time.sleep(0.1)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 # -- loop devices -----------------------------------------------------------------------------------

@@ -234,7 +234,7 @@ def test_unreadable_and_non_utf8_files(tmp_path):
     ("matrix: {buffer: 64KiB}", "expected a list of values"),
     ("matrix: {buffer: []}", "empty list"),
     ("matrix: {buffer: [64KiB, 65536]}", "duplicate value (same as matrix.buffer[0])"),
-    ("repeats: 0", "expected an integer ≥ 1"),
+    ("repeats: 0", "expected an integer between 1 and 10000"),
     ("order: random", "not a run order"),
     ("skip_invalid: 1", "expected true or false"),
     ("name: ../escape", "not a valid name"),
@@ -362,7 +362,7 @@ def test_baselines(write_yaml):
           dd: {bs: 32KiB, count: 512k}
     """))
     assert exp.baselines == Baselines(Iperf3Baseline(duration=5.0, per="sweep", omit=2),
-                                      DdBaseline(bs=32768, count=512 * 1024, scratch="/tmp"))
+                                      DdBaseline(bs=32768, count=512 * 1024, scratch="{scratch}"))
     assert load_experiment(write_yaml("name: t\nbaselines: {dd: false}\n", "b2.yaml")).baselines == \
         Baselines(iperf3=Iperf3Baseline(), dd=None)
     assert load_experiment(write_yaml("name: t\nbaselines: false\n", "b3.yaml")).baselines == BASELINES_OFF

@@ -29,11 +29,16 @@ KINDS = ("choice", "size", "int", "cpu", "bool", "duration", "path", "name")
 SIDES = ("send", "recv", "both", "controller")
 INT_MAX = 2 ** 31 - 1  # SO_SNDBUF / SO_RCVBUF / F_SETPIPE_SZ take a C int
 CPU_MAX = 65535
+# Device paths a source / sink may name without the experiment's `allow_destroy:`. Reading is harmless
+# only from these (opening some devices has effects: a watchdog starts, a tape rewinds); writing only to
+# /dev/null. The worker refuses any other device sink unless told it was allowed (--allow-device-sink).
+SOURCE_DEVICES = ("/dev/zero", "/dev/null", "/dev/urandom")
+SINK_DEVICES = ("/dev/null",)
 
 
 class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help", "unit", "choices", "min",
-                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices"),
-                       defaults=("", (), None, None, None, "", (), "default", False))):
+                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices", "devices"),
+                       defaults=("", (), None, None, None, "", (), "default", False, ()))):
     """One parameter of a cell (an immutable record): its experiment-file key, how it is parsed, and how
     the worker gets it.
 
@@ -49,7 +54,9 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
     itself and tests/test_params.py checks the table against the build.
     Fields after `help` are optional: unit (""), choices (()), min, max, unset (None), noun ("": what one
     value is called in messages, e.g. "send mode"), placeholders (()), worker_absent ("default"),
-    registry_choices (False).
+    registry_choices (False), devices (()).
+    devices (path kind): the only paths under /dev the value may name (the sink: also the experiment's
+    top-level `allow_destroy:` list); any other /dev path is refused at plan time.
     """
 
     __slots__ = ()
@@ -87,10 +94,10 @@ PARAMS: "tuple[Param, ...]" = (
     Param("fsync", "bool", False, "recv", "--fsync", "fsync the sink inside the timed region (file sinks only)"),
     Param("source", "path", "mem", "send", "--source",
           "what the sender sends: `mem` is a fixed pattern made in memory, a path a file (/dev/zero allowed)",
-          choices=("mem",), placeholders=("{scratch}",)),
+          choices=("mem",), placeholders=("{scratch}",), devices=SOURCE_DEVICES),
     Param("sink", "path", "/dev/null", "recv", "--sink",
           "where the receiver writes: a file (see `sink_state`) or /dev/null",
-          placeholders=("{scratch}", "{filesystem}")),
+          placeholders=("{scratch}", "{filesystem}"), devices=SINK_DEVICES),
     Param("timeout", "duration", 60.0, "both", "--timeout", "deadline of the transfer, from listen/connect",
           unit="s"),
     Param("filesystem", "name", None, "controller", None,

@@ -2,7 +2,7 @@
 
     baselines:                      # not written: both kinds with their defaults (as the seeds did)
       iperf3: {duration: 2s, per: pair, omit: 0}     # `per: sweep` = once; `pair` = per (window, buffer)
-      dd: {bs: 1MiB, count: 64, scratch: /tmp}       # count may be size-like (512k blocks)
+      dd: {bs: 1MiB, count: 64, scratch: "{scratch}"}  # count may be size-like (512k blocks)
     baselines: false                # neither; `iperf3: false` / `dd: false` turn one off
 
 `Baselines.iperf3` / `.dd` are None when that kind is off.
@@ -18,6 +18,7 @@ from zcorch.config import yamlsrc as ys
 from zcorch.config.checks import SCRATCH_PLACEHOLDER, Checker
 
 PER_CHOICES = ("pair", "sweep")
+DD_MAX_BYTES = 64 * 1024 ** 3  # bs × count: the file dd writes (the host's free space is checked too)
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,9 @@ class DdBaseline:
 
     bs: int = 1024 ** 2
     count: int = 64
-    scratch: str = "/tmp"    # where dd writes when the sink is a device (/dev/null); may be {scratch}[/DIR]
+    # Where dd writes when the sink is a device (/dev/null): the per-user scratch directory by default (a
+    # predictable name in a shared /tmp is anyone's to pre-create); may be {scratch}[/DIR] or a directory.
+    scratch: str = SCRATCH_PLACEHOLDER
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ def _dd_count(node: ys.YNode) -> int:
 def _dd_scratch(node: ys.YNode) -> str:
     checks.unquoted_placeholder(node)
     text = ys.as_str(node, "a directory")
+    if checks.dev_path(text):  # dd writes its file there: never among devices
+        raise ys.ValueProblem(f"`{text}` is under /dev: the dd scratch directory must be a real directory "
+                              f"(e.g. {SCRATCH_PLACEHOLDER})")
     return checks.placeholder_path(text, "dd scratch directory", (SCRATCH_PLACEHOLDER,), directory=True)
 
 
@@ -102,10 +108,16 @@ def parse_baselines(chk: Checker, node: "ys.YNode | None") -> Baselines:
             if not chk.value(child, path, ys.as_bool, True):
                 out[kind] = None
             continue
-        values = {}
+        values, nodes = {}, {}
         for key, (_, v) in chk.mapping(child, path, tuple(_PARSERS[kind]), f"{kind} settings").items():
             val = chk.value(v, f"{path}.{key}", _PARSERS[kind][key], None)
             if val is not None:
-                values[key] = val
+                values[key], nodes[key] = val, v
         out[kind] = replace(out[kind], **values)
+        dd = out[kind]
+        if isinstance(dd, DdBaseline) and dd.bs * dd.count > DD_MAX_BYTES:
+            at = "count" if "count" in nodes else "bs" if "bs" in nodes else None
+            chk.problem(nodes[at].pos if at else child.pos, f"{path}.{at}" if at else path,
+                        f"bs × count = {dd.bs * dd.count} bytes, more than the limit of {DD_MAX_BYTES} "
+                        f"(64GiB) for dd's file")
     return Baselines(**out)

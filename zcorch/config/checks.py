@@ -11,6 +11,7 @@ written as YAML and read back through the same parser, so there is no second sch
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 from typing import Any, Callable, Optional, TypeVar
 
@@ -28,6 +29,9 @@ FILESYSTEM_PLACEHOLDER = "{filesystem}"
 SCRATCH_PLACEHOLDER = "{scratch}"
 PLACEHOLDERS = (SCRATCH_PLACEHOLDER, FILESYSTEM_PLACEHOLDER)
 
+# Caps on values (beyond them a run never ends, or arithmetic overflows into inf / Python ints C cannot take).
+MAX_SIZE = 2 ** 62
+MAX_DURATION = 7 * 86400.0  # seconds
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 T = TypeVar("T")
@@ -127,6 +131,12 @@ def check_abs_path(text: str, what: str = "path") -> str:
     return text
 
 
+def dev_path(text: str) -> Optional[str]:
+    """`text` normalised if it names /dev or a path under it (`//dev/./sda`, `/dev/x/../sda` too), else None."""
+    norm = posixpath.normpath(re.sub(r"/+", "/", text))
+    return norm if norm == "/dev" or norm.startswith("/dev/") else None
+
+
 def check_braces(text: str, what: str) -> None:
     if "{" in text or "}" in text:
         raise ys.ValueProblem(f"{what} `{text}` contains `{{` or `}}`; placeholders ({', '.join(PLACEHOLDERS)}) "
@@ -200,7 +210,8 @@ def positive_size(node: ys.YNode, limit: Optional[int] = None) -> int:
     n = ys.as_size(node)
     if n <= 0:
         raise ys.ValueProblem(f"expected a size > 0, got `{node.text}`")
-    if limit is not None and n > limit:
+    limit = MAX_SIZE if limit is None else min(limit, MAX_SIZE)
+    if n > limit:
         raise ys.ValueProblem(f"`{node.text}` is too large (at most {limit} bytes)")
     return n
 
@@ -217,5 +228,7 @@ def positive_duration(node: ys.YNode) -> float:
     secs = ys.as_duration(node)
     if secs <= 0:
         raise ys.ValueProblem(f"expected a duration > 0, got `{node.text}`")
+    if not secs <= MAX_DURATION:  # also inf (a 400-digit number) and nan
+        raise ys.ValueProblem(f"`{node.text}` is too long (at most 7 days = {MAX_DURATION:.0f}s)")
     return secs
 

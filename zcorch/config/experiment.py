@@ -18,6 +18,7 @@ applied by `zcorch.plan.expand`.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -33,7 +34,8 @@ from zcorch.config.checks import placeholder_path as _placeholder_path
 from zcorch.config.checks import positive_duration as _positive_duration
 from zcorch.config.checks import positive_size as _positive_size
 from zcorch.config.checks import unquoted_placeholder as _unquoted_placeholder
-from zcorch.config.filesystems import FilesystemConfig, parse_filesystems
+from zcorch.config.checks import dev_path as _dev_path
+from zcorch.config.filesystems import FilesystemConfig, device_list, parse_filesystems
 from zcorch.config.hosts import LOCALHOST, Hosts, parse_hosts
 from zcorch.errors import ConfigError, WorkerError, ZcorchError
 from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param
@@ -48,8 +50,11 @@ ORDERS = ("sequential", "shuffle", "interleave")
 
 SIZE_PARAMS = SIZE_KEYS
 
+# Beyond these the plan (one dict per cell, one Run per repeat) exhausts memory before anything runs.
+MAX_REPEATS = 10000
+MAX_RUNS = 1_000_000
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
-            "baselines", "filesystems", "skip_invalid")
+            "baselines", "filesystems", "skip_invalid", "allow_destroy")
 # `{scratch}` not preceded by a quote: YAML reads it as a flow mapping (a syntax error, or a mapping).
 _UNQUOTED_PLACEHOLDER_RE = re.compile(r"(^|[\s,\[:])\{(scratch|filesystem)\}")
 
@@ -83,6 +88,7 @@ class Experiment:
     seed: int = 0
     skip_invalid: bool = False
     locations: "dict[str, ys.Pos]" = field(default_factory=dict)  # "include[0]", "exclude[1]", "matrix" ...
+    allow_destroy: "tuple[str, ...]" = ()   # devices the user lets a `sink` overwrite (besides /dev/null)
 
     def base_params(self) -> dict:
         """Defaults overridden by the `params:` section: what every matrix cell starts from."""
@@ -260,6 +266,7 @@ class _Validator(Checker):
         super().__init__(path)
         self.fs_refs: "list[tuple[ys.Pos, str, str]]" = []  # (pos, key path, name) to check once all are known
         self.fs_names: "list[str]" = []  # every entry under filesystems:, valid or not (for reference checks)
+        self.allow_destroy: "tuple[str, ...]" = ()  # read before the parameters: the sink rule needs it
 
     # -- the whole file
     def experiment(self, root: ys.YNode, text: str) -> Experiment:
@@ -280,6 +287,9 @@ class _Validator(Checker):
             name = self.value(get("name"), "name", self._name, "?")
         description = self.value(get("description"), "description", ys.as_str, "") if "description" in top else ""
         hosts = parse_hosts(self, get("hosts")) if "hosts" in top else LOCALHOST
+        if "allow_destroy" in top:
+            self.allow_destroy = tuple(device_list(self, get("allow_destroy"), "allow_destroy", allow_empty=True)
+                                       or ())
         filesystems = {}
         if "filesystems" in top:
             fs_node = get("filesystems")
@@ -289,13 +299,20 @@ class _Validator(Checker):
         matrix = self.matrix(get("matrix")) if "matrix" in top else []
         exclude = self.exclude(get("exclude")) if "exclude" in top else []
         include_raw = self.include(get("include")) if "include" in top else []
-        repeats = self.value(get("repeats"), "repeats", lambda n: _int_range(n, 1), 1) if "repeats" in top else 1
+        repeats = self.value(get("repeats"), "repeats", lambda n: _int_range(n, 1, MAX_REPEATS), 1) \
+            if "repeats" in top else 1
         order = self.value(get("order"), "order", lambda n: _choice(n, ORDERS, "run order"), "sequential") \
             if "order" in top else "sequential"
         seed = self.value(get("seed"), "seed", lambda n: _int_range(n, 0), 0) if "seed" in top else 0
         skip_invalid = self.value(get("skip_invalid"), "skip_invalid", ys.as_bool, False) \
             if "skip_invalid" in top else False
         baselines = parse_baselines(self, get("baselines"))
+        # Counted from the axis lengths, before anything is expanded (excludes can only lower it).
+        n_cells = math.prod(len(axis.values) for axis in matrix) + len(include_raw)
+        if n_cells * repeats > MAX_RUNS:
+            where = "matrix" if "matrix" in top else "repeats" if "repeats" in top else "include"
+            self.problem(self.locations[where], where, f"{n_cells} cells × {repeats} repeats = "
+                                                       f"{n_cells * repeats} runs, more than the limit of {MAX_RUNS}")
 
         for pos, key, fs in self.fs_refs:
             if fs is not None and fs not in self.fs_names:
@@ -306,7 +323,8 @@ class _Validator(Checker):
         exp = Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
                          params=params, matrix=matrix, exclude=exclude, include=[], baselines=baselines,
                          filesystems=filesystems, repeats=repeats, order=order, seed=seed,
-                         skip_invalid=skip_invalid, locations=dict(self.locations))
+                         skip_invalid=skip_invalid, locations=dict(self.locations),
+                         allow_destroy=self.allow_destroy)
         base = exp.include_base()
         multi = {axis.key: axis for axis in matrix if len(axis.values) > 1}
         for i, (pos, entry) in enumerate(include_raw):
@@ -332,6 +350,14 @@ class _Validator(Checker):
     # -- parameters
     def param(self, key: str, node: ys.YNode, path: str) -> Any:
         value = self.value(node, path, lambda n: parse_param(key, n), _INVALID)
+        if isinstance(value, str) and param(key).kind == "path":
+            dev = _dev_path(value)
+            allowed = param(key).devices + (self.allow_destroy if key == "sink" else ())
+            if dev is not None and dev not in allowed:
+                extra = " or a device listed in the top-level `allow_destroy:`" if key == "sink" else ""
+                self.problem(node.pos, path, f"`{value}` is under /dev: the {key} may only be "
+                                             f"{', '.join(param(key).devices)}{extra} (or a file)")
+                return _INVALID
         if key == "filesystem" and value is not _INVALID:
             self.fs_refs.append((node.pos, path, value))
         return value

@@ -42,6 +42,12 @@ LOOP_KEYS = ("count", "size", "dir", "direct_io")
 _MKFS_OPT_RE = re.compile(r"^[A-Za-z0-9_.,=:/+@%-]+$")
 _MOUNT_OPT_RE = re.compile(r"^[A-Za-z0-9_.=:/+@%-]+$")
 _MD_LIST = ", ".join(MD_LEVELS[:-1]) + f" or {MD_LEVELS[-1]}"
+# Option keys that name another device or file to write or attach: mkfs.xfs -l logdev= / -r rtdev=,
+# mke2fs -J device= / -O journal_dev (the target becomes a journal) / -d (populate from a path),
+# mount device= (btrfs), logdev=/rtdev= (xfs), journal_path=/journal_dev= (ext4), loop/offset/sizelimit
+# (mount sets up its own loop device). Matched as a word anywhere in the item ("size=1m,logdev=x").
+_DEVICE_OPT_RE = re.compile(r"(^|[,=])(logdev|rtdev|device|journal_dev|journal_path|loop|offset|sizelimit)"
+                            r"(=|,|$)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,9 @@ def _device_list(chk: Checker, node: ys.YNode, path: str, allow_empty: bool) -> 
     return out
 
 
+device_list = _device_list  # the top-level `allow_destroy:` (zcorch.config.experiment) is the same kind of list
+
+
 def _option_list(chk: Checker, node: ys.YNode, path: str, rx, what: str) -> "list[str]":
     if not isinstance(node, ys.YSeq):
         chk.problem(node.pos, path, f"expected a list of {what}s (one item per argument), got {ys.describe(node)}")
@@ -251,6 +260,14 @@ def _option_list(chk: Checker, node: ys.YNode, path: str, rx, what: str) -> "lis
             extra = " or commas (one option per item)" if what == "mount option" else ""
             chk.problem(item.pos, f"{path}[{i}]", f"`{text}`: a {what} may not contain whitespace, quotes "
                                                   f"or shell metacharacters{extra}")
+            continue
+        # Every device mkfs or mount touches must come from `loop`/`devices` (checked before mkfs): an
+        # option may not name one. A path ("/...", "../x") could be a device or be read as one.
+        m = _DEVICE_OPT_RE.search(text)
+        if "/" in text or m:
+            why = f"`{m.group(2)}` names another device or file" if m else "a path could name a device"
+            chk.problem(item.pos, f"{path}[{i}]", f"`{text}`: {why}; a {what} may not name a device or path "
+                                                  "(devices come only from `loop` or `devices`)")
             continue
         out.append(text)
     return out

@@ -253,7 +253,7 @@ def _not_measured(host: RecordingHost, args: List[str]) -> str:
 
 
 def _dd_note(args: Sequence[str]) -> str:
-    path = posixpath.join(args[0], ".zcorch-dd-PID")
+    path = posixpath.join(args[0], ".zcorch-dd-PID-RANDOM")
     return (f"{shlex.join(dd_write_argv(path, args[1], args[2]))}; sync; drop caches if root; "
             f"{shlex.join(dd_read_argv(path, args[1], args[2]))}")
 
@@ -268,6 +268,7 @@ _JOBS: "Dict[str, tuple]" = {
     "dd": ("dd baseline", _not_measured, _dd_note),
     "loop-autoclear": ("loop autoclear", _nothing, None),
     "open-excl": ("exclusive-open check", _nothing, None),
+    "private-dirs": ("ownership check of the deploy directories", _nothing, None),
 }
 
 

@@ -185,7 +185,7 @@ class FilesystemManager:
         if cfg.mount_options:
             argv += ["-o", ",".join(cfg.mount_options)]
         sources = devices if cfg.fs == "btrfs" else [target]
-        steps.append(Step(argv + [target, mnt], record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
+        steps.append(Step(argv + ["--", target, mnt], record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
         if cfg.loop_count:
             # Now that the mount (or md array) holds them open, let our loops detach themselves on
             # last close: a killed controller's mounts vanish with the lab's mount namespace, and
@@ -200,10 +200,11 @@ class FilesystemManager:
             argv = ["mkfs.btrfs", "-f"]
             if cfg.raid:
                 argv += ["-d", cfg.raid, "-m", cfg.raid]
-            return argv + list(cfg.mkfs_options) + devices
+            return argv + list(cfg.mkfs_options) + ["--", *devices]
+        # `--`: no option can be read as a device, nor a device as an option.
         if cfg.fs == "xfs":
-            return ["mkfs.xfs", "-f", *cfg.mkfs_options, target]
-        return [f"mkfs.{cfg.fs}", "-F", "-q", *EXT_MKFS_DEFAULTS, *cfg.mkfs_options, target]
+            return ["mkfs.xfs", "-f", *cfg.mkfs_options, "--", target]
+        return [f"mkfs.{cfg.fs}", "-F", "-q", *EXT_MKFS_DEFAULTS, *cfg.mkfs_options, "--", target]
 
     def plan_commands(self, name: str) -> "list[list[str]]":
         """Every provisioning command for `name`, with <loopN>/<md> where the device is picked at run time."""

@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import signal
+import stat
 import sys
 import threading
 TYPE_CHECKING = False
@@ -100,6 +101,9 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     rx = sub.add_parser("recv", help="listen, print ready, receive, print the result")
     rx.add_argument("--listen", required=True, help="ADDR:PORT to listen on (port 0 = ephemeral)")
     _add_params(rx, "recv")
+    rx.add_argument("--allow-device-sink", action="store_true",
+                    help="let --sink name a block or character device other than /dev/null (the experiment "
+                         "listed it in `allow_destroy:`); without it such a sink is refused")
     tx = sub.add_parser("send", help="connect, send, print the result")
     tx.add_argument("--connect", required=True, help="ADDR:PORT of the receiver")
     _add_params(tx, "send")
@@ -207,6 +211,28 @@ def layout(path: str, size: int) -> "dict[str, Any]":
     return {"event": "layout", "path": path, "created": True, "size": size, "regular": True}
 
 
+def refuse_device_sink(sink: "Optional[str]") -> None:
+    """EPERM if `sink` is (or links to) a block or character device other than /dev/null.
+
+    The last line of defence under the plan-time rule (zcorch.params SINK_DEVICES): the receiver opens
+    its sink O_RDWR|O_CREAT as root and would overwrite a disk's start. A missing path becomes a file.
+    """
+    if not sink:
+        return
+    try:
+        st = os.stat(sink)
+    except OSError:
+        return  # missing (a new file), or the native open reports the problem
+    if not (stat.S_ISBLK(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+        return
+    if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat("/dev/null").st_rdev:
+        return
+    kind = "block" if stat.S_ISBLK(st.st_mode) else "character"
+    raise WorkerError(errno.EPERM, f"recv: sink {sink} is a {kind} device, not /dev/null: refused (the "
+                                   "experiment must list it in `allow_destroy:`; the worker needs "
+                                   "--allow-device-sink)")
+
+
 def _run(args: argparse.Namespace) -> None:
     if args.action == "info":
         _emit(_info())
@@ -223,6 +249,8 @@ def _run(args: argparse.Namespace) -> None:
         _exit_when_stdin_closes()
     params = _params(args)
     if args.action == "recv":
+        if not args.allow_device_sink:
+            refuse_device_sink(params.get("sink"))
         host, port = parse_address(args.listen, "--listen")
         rx = native.Receiver(host, port, args.mode, **params)
         try:

@@ -29,6 +29,7 @@ import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import stat
 import struct
@@ -319,8 +320,9 @@ def _dd(args: "List[str]") -> "Tuple[subprocess.CompletedProcess, float]":
 
 
 def dd_write_argv(path: str, bs: "int | str", count: "int | str") -> "List[str]":
-    """The timed write of the dd baseline (also what a dry run shows)."""
-    return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}"]
+    """The timed write of the dd baseline (also what a dry run shows). conv=notrunc: dd_baseline
+    creates the file itself first (O_EXCL, random name), dd only fills it."""
+    return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}", "conv=notrunc"]
 
 
 def dd_read_argv(path: str, bs: "int | str", count: "int | str") -> "List[str]":
@@ -333,18 +335,39 @@ def dd_baseline(directory: str, bs: str, count: str) -> "Dict[str, Any]":
     `sync; time { dd ...; sync; }`), then its read back after dropping the page cache when allowed.
 
     Returns {"path", "write": {argv, returncode, stderr, wall_s, timed}, "read": {... cached, cache_note}};
-    "read" only when the write succeeded. The file is always removed.
+    "read" only when the write succeeded. The file is created exclusively under a random name (O_EXCL|
+    O_NOFOLLOW, 0600: never someone else's file or link), only if bs × count fits the free space, and
+    always removed: also when SIGTERM/SIGINT end the job (the controller's timeout).
     """
-    path = os.path.join(directory, f".zcorch-dd-{os.getpid()}")
+    path = os.path.join(directory, f".zcorch-dd-{os.getpid()}-{os.urandom(8).hex()}")
     out: "Dict[str, Any]" = {"path": path}
+    write_argv = dd_write_argv(path, bs, count)
+    timed = f"dd if=/dev/zero of=FILE bs={bs} count={count}; sync (after an untimed sync)"
+    created = False
+    old_handlers = _exit_on_signals()
     try:
+        try:
+            st = os.statvfs(directory)
+        except OSError:
+            st = None  # dd reports a missing directory in its own words
+        if st is not None and int(bs) * int(count) > st.f_bavail * st.f_frsize:
+            out["write"] = {"argv": write_argv, "returncode": 1, "wall_s": 0.0, "timed": timed,
+                            "stderr": f"dd: not run: {int(bs) * int(count)} bytes do not fit the "
+                                      f"{st.f_bavail * st.f_frsize} bytes free in {directory}\n"}
+            return out
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            created = True
+        except OSError as exc:
+            out["write"] = {"argv": write_argv, "returncode": 1, "wall_s": 0.0, "timed": timed,
+                            "stderr": f"dd: failed to open '{path}': {exc.strerror}\n"}
+            return out
         os.sync()
-        p, t0 = _dd(dd_write_argv(path, bs, count))
+        p, t0 = _dd(write_argv)
         if p.returncode == 0:
             os.sync()
         out["write"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
-                        "wall_s": time.monotonic() - t0,
-                        "timed": f"dd if=/dev/zero of=FILE bs={bs} count={count}; sync (after an untimed sync)"}
+                        "wall_s": time.monotonic() - t0, "timed": timed}
         if p.returncode == 0:
             cached, why = True, None
             if os.geteuid() == 0:
@@ -361,11 +384,28 @@ def dd_baseline(directory: str, bs: str, count: str) -> "Dict[str, Any]":
                            "wall_s": time.monotonic() - t0, "cached": cached, "cache_note": why,
                            "timed": f"dd if=FILE of=/dev/null bs={bs} count={count}"}
     finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        if created:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        for signum, handler in old_handlers.items():
+            signal.signal(signum, handler)
     return out
+
+
+def _exit_on_signals() -> "Dict[int, Any]":
+    """SIGTERM/SIGINT raise SystemExit (so `finally` blocks run; subprocess.run kills its child on the way
+    out); returns the previous handlers. Outside the main thread signals cannot be caught: {}."""
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+    old: "Dict[int, Any]" = {}
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            old[signum] = signal.signal(signum, stop)
+    except ValueError:
+        pass
+    return old
 
 
 # -- filesystems --------------------------------------------------------------------------------
