@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import signal
+import subprocess
 
 import pytest
 
@@ -471,3 +472,18 @@ def test_a_killed_controllers_lease_ends_with_its_stdin(host, tmp_path, fs_state
     lease.proc._close_stdin()       # what the controller's death does to the pipe (or the SSH channel)
     lease.proc.wait(10.0)
     assert not lease_held(host, fs_state_dir)
+
+
+def test_a_filesystem_unmounted_mid_sweep_is_refused_not_written_below(host, before, fs_state_dir):
+    """Someone unmounts a provisioned filesystem between two runs: the next ensure() says so instead of
+    handing out the bare mountpoint directory (a sink there would land on the filesystem below)."""
+    fm = FilesystemManager(host, filesystems_from_mapping({"e": SMALL_CONFIGS["ext4-loop"]}), fs_state_dir)
+    try:
+        mnt = fm.ensure("e")
+        assert fm.ensure("e") == mnt            # still mounted: the same mountpoint, nothing re-provisioned
+        subprocess.run(["umount", mnt], check=True)
+        with pytest.raises(HostError, match="no longer mounted"):
+            fm.ensure("e")
+    finally:
+        fm.teardown_all()
+    assert host_state(host) == before

@@ -170,3 +170,21 @@ def test_dd_defaults_to_the_scratch_directory_and_is_bounded(write_yaml):
     problems = refused(path)
     assert len(problems) == 1 and at(problems[0], path, 3), problems
     assert " baselines.dd.count: bs × count = 104857600000 bytes, more than the limit of 68719476736" in problems[0]
+
+
+@needs_native
+@pytest.mark.root
+def test_a_device_listed_in_allow_destroy_is_written_by_a_real_sweep(tmp_path, monkeypatch):
+    """`allow_destroy:` is honoured end to end: the runner tells the worker the device sink was allowed."""
+    from zcorch.sweep.pipeline import run_sweep
+    from zcorch.worker.native import mem_pattern
+
+    monkeypatch.chdir(tmp_path)
+    with external_loop(str(tmp_path), "2MiB") as dev:
+        exp = tmp_path / "dev.yaml"
+        exp.write_text(f"name: dev\nallow_destroy: [{dev}]\nbaselines: false\n"
+                       f"params: {{bytes: 1MiB, sink: {dev}, source: mem, timeout: 20s}}\n")
+        result = run_sweep(str(exp), output=str(tmp_path / "out"))
+        assert result.exit_status == 0, [r.get("reason") for r in result.records]
+        with open(dev, "rb") as f:
+            assert f.read(1 << 20) == mem_pattern(0, 1 << 20)

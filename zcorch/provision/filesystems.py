@@ -333,7 +333,8 @@ class FilesystemManager:
         run_checked(self.host, argv, f"filesystem {name!r}")
 
     def ensure(self, name: str) -> str:
-        """Mountpoint of `name`, provisioning it on the first call."""
+        """Mountpoint of `name`, provisioning it on the first call; later calls check it is still mounted
+        (someone may have unmounted it mid-sweep: a sink would then land on the filesystem below)."""
         cfg = self._config(name)
         if cfg.existing:
             if name not in self._descriptions:
@@ -342,7 +343,11 @@ class FilesystemManager:
                 self._descriptions[name] = self._describe_existing(cfg)
             return cfg.path
         if name in self._mounted:
-            return self._mounted[name]
+            mnt = self._mounted[name]
+            if not self.dry_run and findmnt_target(self.host, mnt) is None:
+                raise HostError(f"{self.host.name}: filesystem {name!r} is no longer mounted at {mnt} (unmounted "
+                                "outside this sweep?): its runs are refused rather than written below it")
+            return mnt
         mnt = self.mountpoint(name)
         if self.dry_run:
             for argv in self.plan_commands(name):

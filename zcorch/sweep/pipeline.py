@@ -444,7 +444,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         runner = _ObservedRunner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
                                  sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
                                  progress=observer.run_done, before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
-                                 source_errors=source_errors, scratch=scratch_dirs, observer=observer)
+                                 source_errors=source_errors, scratch=scratch_dirs, observer=observer,
+                                 allow_device_sinks=exp.allow_destroy)
         outcome = runner.run_sweep(plan_runs, skip)
         warnings += runner.warnings
     except KeyboardInterrupt:

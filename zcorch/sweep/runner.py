@@ -39,8 +39,12 @@ def hostport(address: str, port: int) -> str:
 WATCH_STDIN = "--exit-on-stdin-eof"
 
 
-def recv_argv(worker: Sequence[str], address: str, params: Dict[str, Any]) -> List[str]:
-    return [*worker, "recv", "--listen", hostport(address, 0), *worker_flags("recv", params), WATCH_STDIN]
+def recv_argv(worker: Sequence[str], address: str, params: Dict[str, Any], allow_device_sink: bool = False
+              ) -> List[str]:
+    """allow_device_sink: the sink is a device the experiment's `allow_destroy:` lists (the worker refuses
+    any other device sink but /dev/null)."""
+    extra = ["--allow-device-sink"] if allow_device_sink else []
+    return [*worker, "recv", "--listen", hostport(address, 0), *worker_flags("recv", params), *extra, WATCH_STDIN]
 
 
 def send_argv(worker: Sequence[str], address: str, port: int, params: Dict[str, Any],
@@ -134,10 +138,11 @@ class Runner:
                  on_event: Optional[Callable[..., None]] = None,
                  before_directory: Optional[Callable[[Optional[str], str], None]] = None,
                  source_errors: Optional[Dict[str, str]] = None,
-                 scratch: Optional[Dict[str, str]] = None):
+                 scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = ()):
         self.sender, self.receiver = sender, receiver
         self.sender_worker, self.receiver_worker = list(sender_worker), list(receiver_worker)
         self.results = results
+        self.allow_device_sinks = frozenset(allow_device_sinks)   # the experiment's `allow_destroy:`
         self.worker_env = worker_env or {}
         self.fsman = fsman
         self.margin = margin
@@ -166,7 +171,8 @@ class Runner:
         t0 = time.monotonic()
         deadline = t0 + budget
         recv = _Side("receiver", self.receiver,
-                     recv_argv(self.receiver_worker, self.receiver.data_address, worker_params))
+                     recv_argv(self.receiver_worker, self.receiver.data_address, worker_params,
+                               allow_device_sink=worker_params.get("sink") in self.allow_device_sinks))
         send = _Side("sender", self.sender, [])
         log_rel = self.results.log_relpath(cell, repeat)
         # Not "ok" until _drive says so: whatever escapes it must never be recorded as a success.
@@ -425,15 +431,14 @@ class Runner:
     def _ensure_fs(self, fs: str, mounted: dict, fs_errors: dict) -> Tuple[Optional[str], Optional[str]]:
         if fs in fs_errors:
             return None, fs_errors[fs]
-        if fs in mounted:
-            return mounted[fs], None
         if self.fsman is None:
             fs_errors[fs] = f"filesystem {fs!r}: no filesystem manager available to provision it"
             return None, fs_errors[fs]
-        try:
+        try:  # also before each later run: ensure() re-checks the mount is still there
             mounted[fs] = self.fsman.ensure(fs)
         except ZcorchError as exc:
-            fs_errors[fs] = f"filesystem {fs!r} could not be provisioned on {self.receiver.name}: {exc}"
+            what = "is gone from" if fs in mounted else "could not be provisioned on"
+            fs_errors[fs] = f"filesystem {fs!r} {what} {self.receiver.name}: {exc}"
             return None, fs_errors[fs]
         return mounted[fs], None
 
