@@ -141,8 +141,9 @@ def test_filesystem_hook_substitutes_mountpoint_and_runs_dd_per_filesystem(tmp_p
         runs_of(cells))
     assert [r["status"] for r in rs.runs()] == ["ok"] * 3
     assert [r["params"]["sink"] for r in rs.runs()] == [f"{a}/x.bin", f"{a}/y.bin", f"{b}/x.bin"]
-    # Provisioned once before its first run, released right after its last one.
-    assert calls == [("ensure", "a"), ("release", "a"), ("ensure", "b"), ("release", "b")]
+    # ensure() before every run (it provisions once, then re-checks the mount), released right after
+    # the configuration's last run.
+    assert calls == [("ensure", "a"), ("ensure", "a"), ("release", "a"), ("ensure", "b"), ("release", "b")]
     assert dd_dirs == [("a", f"{a}/x.bin"), ("b", f"{b}/x.bin")]
     assert (a / "x.bin").stat().st_size == cells[0]["bytes"]
 
