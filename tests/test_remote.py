@@ -488,3 +488,18 @@ def test_every_remote_job_runs_with_the_hosts_configured_python(lab):
         host.run(["rm", "-rf", f"/root/.cache/zcorch-py-{tag}", f"/root/{wrapper}", f"/root/{log}"])
         host.close()
     assert lab.zcorch_procs("receiver") == []
+
+
+def test_dd_baseline_removes_the_files_of_sigkilled_dd_jobs(tmp_path):
+    """SIGKILL runs no handler: the next dd job removes a dead job's file, never a live job's or another file."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".zcorch-dd-{dead.pid}-{'0' * 16}"
+    live = tmp_path / f".zcorch-dd-{os.getpid()}-{'1' * 16}"
+    other = tmp_path / ".zcorch-dd-notes"
+    for f in (stale, live, other):
+        f.write_bytes(b"x")
+    out = remote.dd_baseline(str(tmp_path), "4096", "2")
+    assert out["stale_removed"] == [str(stale)] and not stale.exists()
+    assert live.exists() and other.exists() and out["write"]["returncode"] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])   # its own file is gone too

@@ -330,6 +330,30 @@ def dd_read_argv(path: str, bs: "int | str", count: "int | str") -> "List[str]":
     return ["dd", f"if={path}", "of=/dev/null", f"bs={bs}", f"count={count}"]
 
 
+def remove_stale_dd_files(directory: str) -> "List[str]":
+    """Remove the files of dd jobs that were SIGKILLed (no handler runs then): `.zcorch-dd-PID-HEX`
+    regular files of this user whose PID is gone. Returns the paths removed."""
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        m = re.match(r"^\.zcorch-dd-(\d+)-[0-9a-f]{16}$", name)
+        if not m:
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or os.path.exists(f"/proc/{m.group(1)}"):
+                continue
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            continue
+    return removed
+
+
 def dd_baseline(directory: str, bs: str, count: str) -> "Dict[str, Any]":
     """Time `dd; sync` writing a file in `directory` (after an untimed sync, as the seeds'
     `sync; time { dd ...; sync; }`), then its read back after dropping the page cache when allowed.
@@ -337,10 +361,11 @@ def dd_baseline(directory: str, bs: str, count: str) -> "Dict[str, Any]":
     Returns {"path", "write": {argv, returncode, stderr, wall_s, timed}, "read": {... cached, cache_note}};
     "read" only when the write succeeded. The file is created exclusively under a random name (O_EXCL|
     O_NOFOLLOW, 0600: never someone else's file or link), only if bs × count fits the free space, and
-    always removed: also when SIGTERM/SIGINT end the job (the controller's timeout).
+    always removed: also when SIGTERM/SIGINT end the job (the controller's timeout), and by the next job
+    when SIGKILL ended it (remove_stale_dd_files; "stale_removed" lists them).
     """
     path = os.path.join(directory, f".zcorch-dd-{os.getpid()}-{os.urandom(8).hex()}")
-    out: "Dict[str, Any]" = {"path": path}
+    out: "Dict[str, Any]" = {"path": path, "stale_removed": remove_stale_dd_files(directory)}
     write_argv = dd_write_argv(path, bs, count)
     timed = f"dd if=/dev/zero of=FILE bs={bs} count={count}; sync (after an untimed sync)"
     created = False
