@@ -198,13 +198,6 @@ class LabLayout:
         return "\n".join(lines)
 
 
-def open_hosts(hosts: Hosts, accept_new_host_keys: bool = False, **kw):
-    """Same as zcorch.hosts.ssh.open_hosts (kept here because `zcorch run` opens its hosts through the lab module)."""
-    from zcorch.hosts.ssh import open_hosts as _open_hosts
-
-    return _open_hosts(hosts, accept_new_host_keys, **kw)
-
-
 # -- small system helpers -------------------------------------------------------------------
 def _run(argv: Sequence[str], check: bool = True, timeout: float = 30.0) -> subprocess.CompletedProcess:
     try:

@@ -288,12 +288,3 @@ def main(argv: "Optional[list[str]]" = None) -> int:
         pass  # whoever read our stdout is gone; nothing left to report to
     return 1
 
-
-def register(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `worker` to `zcorch --help`; cli.py hands `zcorch worker ...` straight to main(argv)."""
-    p = subparsers.add_parser("worker", help="run one side of a transfer (used by the controller)",
-                              description=__doc__.splitlines()[0], add_help=False)
-    p.add_argument("argv", nargs=argparse.REMAINDER, help="recv|send|info [flags]; see `zcorch worker --help`")
-    p.set_defaults(func=lambda args: main(args.argv))
-    return p
-
