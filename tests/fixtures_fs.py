@@ -149,3 +149,15 @@ def worker_sink(host: Host, mountpoint: str, source: str, nbytes: int, recv_mode
         return sent, got
     finally:
         recv.kill_group()
+
+
+def fill_disk(directory: str) -> str:
+    """Write `directory`/zc-filler until its filesystem is full (a real ENOSPC); returns the file's path."""
+    path = os.path.join(directory, "zc-filler")
+    with open(path, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+    return path

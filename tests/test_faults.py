@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from fixtures_fs import fill_disk
 from fixtures_run import TAG_VAR, wait_no_workers, zcorch
 from zcorch.errors import ResultsError
 from zcorch.results.store import read_jsonl
@@ -99,12 +100,7 @@ def test_a_full_disk_when_the_sweep_finishes_is_a_results_error_and_resume_finis
 
     class FillTheDisk(SweepObserver):
         def sweep_ended(self):   # the runs are over, the manifest not yet finished: the disk fills up
-            with open(filler, "wb", buffering=0) as f:
-                try:
-                    while True:
-                        f.write(b"\0" * 4096)
-                except OSError:
-                    pass
+            fill_disk(str(out))
 
     try:
         with pytest.raises(ResultsError, match="cannot mark the result set complete") as info:

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 import yaml
 
+from fixtures_fs import fill_disk
 from fixtures_run import poll_until_empty, stall_a_run, start_zcorch, zcorch, wait_records
 from zcorch.results.store import latest_runs, read_jsonl
 
@@ -114,18 +115,6 @@ def test_full_sink_disk_on_the_receiver_fails_its_runs_and_the_sweep_goes_on(lab
     assert lab_workers(lab) == []
 
 
-def _fill(directory):
-    """Write a filler file into `directory` until its filesystem is full; returns its path."""
-    path = os.path.join(directory, "zc-filler")
-    with open(path, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-        except OSError:
-            pass
-    return path
-
-
 def test_full_result_disk_on_the_controller_stops_with_a_results_error_and_resume_completes(lab, tmp_path):
     out = tmp_path / "rs"
     out.mkdir()
@@ -135,7 +124,7 @@ def test_full_result_disk_on_the_controller_stops_with_a_results_error_and_resum
         p = start_zcorch("lab", "run", exp, "-o", out)
         try:
             wait_records(out / "runs.jsonl", 1, timeout=120)
-            filler = _fill(str(out))   # the disk fills up while the sweep runs
+            filler = fill_disk(str(out))   # the disk fills up while the sweep runs
             _, err = p.communicate(timeout=120)
         finally:
             if p.poll() is None:
