@@ -180,3 +180,38 @@ def test_dd_directory_uses_scratch_for_devices():
 
 def test_omit_reaches_iperf3():
     assert "-O" in bl.iperf3_client_argv("h", 1, None, None, False, duration=2, omit=1)
+
+
+def test_run_iperf3_waits_for_a_port_another_sweep_holds(monkeypatch):
+    """Two sweeps started at once on one receiver: the second iperf3 server finds the port taken and starts
+    again once it is free. The port is really taken (a listening socket, closed after 2 s); only the choice
+    of port is forced (on localhost each test gets its own free port, so no real sweep pair can collide)."""
+    import socket
+    import threading
+    import time
+
+    require_tool("iperf3")
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    monkeypatch.setattr(bl, "_free_local_port", lambda address: port)
+    threading.Timer(2.0, holder.close).start()
+    h = LocalHost()
+    t0 = time.monotonic()
+    rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": 65536, "zerocopy": False})
+    assert rec["status"] == "ok", rec
+    assert time.monotonic() - t0 >= 2.0
+    assert str(port) in rec["argv"]
+    # a port that stays taken: the baseline fails with iperf3's reason once the wait is over
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    monkeypatch.setattr(bl, "_free_local_port", lambda address: blocker.getsockname()[1])
+    monkeypatch.setattr(bl, "IPERF3_BUSY_WAIT", 0.0)
+    try:
+        rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": 65536, "zerocopy": False})
+    finally:
+        blocker.close()
+    assert rec["status"] == "failed" and "Address already in use" in rec["reason"]

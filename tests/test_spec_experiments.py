@@ -1,4 +1,4 @@
-"""Every file shipped in experiments/ validates and plans."""
+"""Every file shipped in experiments/ validates and plans; the two-host ones with a lab inventory (`--hosts`)."""
 from __future__ import annotations
 
 import glob
@@ -6,11 +6,23 @@ import os
 
 import pytest
 
+from zcorch.config.inventory import select
+from zcorch.errors import ConfigError
+from zcorch.lab.netns import LabLayout
 from zcorch.plan import load_plan
 from zcorch.cli.plan import render
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 FILES = sorted(glob.glob(os.path.join(ROOT, "experiments", "*.yaml")))
+TWO_HOSTS = {"schutt-2006.yaml", "ext4-nodelalloc-2011.yaml"}   # `hosts: inventory`: they need --hosts
+
+
+@pytest.fixture(scope="module")
+def lab_inventory(tmp_path_factory):
+    """The inventory `zcorch lab inventory` prints for the default lab (pure: nothing is brought up)."""
+    path = tmp_path_factory.mktemp("inventory") / "lab.yaml"
+    path.write_text(LabLayout("default").inventory_yaml())
+    return select(str(path))
 
 
 def test_the_studies_are_there():
@@ -20,8 +32,11 @@ def test_the_studies_are_there():
 
 
 @pytest.mark.parametrize("path", FILES, ids=os.path.basename)
-def test_experiment_file_validates_and_plans(path):
-    plan = load_plan(path)
+def test_experiment_file_validates_and_plans(path, lab_inventory):
+    two_hosts = os.path.basename(path) in TWO_HOSTS
+    plan = load_plan(path, hosts=lab_inventory if two_hosts else None)
+    assert plan.experiment.hosts_required == two_hosts
+    assert plan.experiment.hosts.localhost != two_hosts
     assert plan.cells and len(plan.runs) == len(plan.cells) * plan.experiment.repeats
     assert not [w for w in plan.warnings if "matches no cell" in w]
     assert "estimated duration" in render(plan)
@@ -38,3 +53,27 @@ def test_quickstart_covers_every_send_mode_with_compatible_receive_modes():
     assert all(c.params["bytes"] == 64 << 20 and c.params["buffer"] == 128 << 10 for c in plan.cells)
     from zcorch.plan import estimate
     assert estimate(plan).total_s < 60
+
+
+@pytest.mark.parametrize("path", [f for f in FILES if os.path.basename(f) in TWO_HOSTS], ids=os.path.basename)
+def test_two_host_experiments_hard_code_no_hosts_and_say_they_need_them(path, lab_inventory):
+    text = open(path).read()
+    assert "10.77." not in text and "10.78." not in text and "/var/lib/zcorch-lab" not in text
+    with pytest.raises(ConfigError) as info:
+        load_plan(path)
+    (msg,) = info.value.problems
+    assert msg.startswith(f"{path}:") and "--hosts INVENTORY[:PAIR]" in msg and "ZCORCH_HOSTS" in msg
+    plan_desc = " ".join(load_plan(path, hosts=lab_inventory).experiment.description.split())
+    assert "Needs two hosts" in plan_desc and "--hosts INVENTORY[:PAIR]" in plan_desc
+
+
+def test_schutt_shrinks_from_the_command_line(lab_inventory):
+    """The issue's command: the shipped file, the lab's inventory, a few --set, no edit of the file."""
+    path = os.path.join(ROOT, "experiments", "schutt-2006.yaml")
+    plan = load_plan(path, ["bytes=64MiB", "repeats=1", "baselines.dd.count=2048", "baselines.iperf3.duration=2s",
+                            "matrix.send_mode=[write, splice]", "matrix.recv_mode=[read]", "include=[]"],
+                     lab_inventory)
+    assert [(c.params["send_mode"], c.params["recv_mode"], c.params["bytes"]) for c in plan.cells] == [
+        ("write", "read", 64 << 20), ("splice", "read", 64 << 20)]
+    assert plan.experiment.hosts == LabLayout("default").hosts() and len(plan.runs) == 2
+    assert plan.experiment.baselines.dd.count == 2048 and plan.experiment.baselines.iperf3.duration == 2.0

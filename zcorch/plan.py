@@ -29,10 +29,12 @@ import random
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import product
-from typing import Optional
+from typing import Optional, Sequence
 
 from zcorch.errors import ConfigError
+from zcorch.config import yamlsrc as ys
 from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
+from zcorch.config.inventory import InventoryPair
 from zcorch.params import PARAM_KEYS, format_value
 
 ID_LENGTH = 12
@@ -104,9 +106,10 @@ def cell_id(params: dict) -> str:
     return hashlib.sha256(canonical(params).encode()).hexdigest()[:ID_LENGTH]
 
 
-def load_plan(path: "str | os.PathLike") -> Plan:
-    """`expand(load_experiment(path))`."""
-    return expand(load_experiment(path))
+def load_plan(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
+              hosts: "Optional[InventoryPair]" = None) -> Plan:
+    """`expand(load_experiment(path, overrides, hosts))`."""
+    return expand(load_experiment(path, overrides, hosts))
 
 
 def expand(exp: Experiment) -> Plan:
@@ -314,7 +317,7 @@ def _warnings(exp: Experiment, plan: Plan, ex_hits: "list[int]") -> "list[str]":
             out.append(f"{exp.where(f'exclude[{i}]')}: exclude[{i}] matches no cell (a typo in a value?)")
     for a in exp.matrix:
         if a.key in exp.params:
-            out.append(f"{exp.path}:{a.pos}: matrix.{a.key} overrides params.{a.key} in every matrix cell")
+            out.append(f"{ys.where(exp.path, a.pos)}: matrix.{a.key} overrides params.{a.key} in every matrix cell")
     used = {c.params["filesystem"] for c in plan.cells}
     for name in exp.filesystems:
         if name not in used:

@@ -74,10 +74,10 @@ def _num(value, fmt: str = "{:.2f}") -> str:
 
 def experiment_section(manifest: dict, experiment_text: str) -> dict:
     keys = ["name", "status", "created", "finished", "zcorch_version", "git_revision", "command",
-            "accept_new_host_keys", "resumed"]
+            "accept_new_host_keys", "inventory", "overrides", "resumed"]
     rows = []
     for k in keys:
-        if k in manifest and manifest[k] is not None:
+        if k in manifest and manifest[k] is not None and manifest[k] != []:
             v = manifest[k]
             rows.append((k, " ".join(map(str, v)) if k == "command" else
                          json.dumps(v) if isinstance(v, (list, dict)) else v))

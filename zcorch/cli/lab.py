@@ -1,20 +1,24 @@
-"""`zcorch lab up|down|status`: two real SSH hosts on one machine, in network namespaces (root).
+"""`zcorch lab up|down|status|inventory`: two real SSH hosts on one machine, in network namespaces (root).
 
-The lab is zcorch.lab.netns (layout, up, down, status); this module is its command line.
+The lab is zcorch.lab.netns (layout, up, down, status); this module is its command line. `up` prints the
+`hosts:` block of an experiment file, `inventory` the same hosts as an inventory file (one pair named after
+the lab) for `zcorch run EXP --hosts FILE`.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
+from zcorch.errors import LabError
 from zcorch.lab import netns as lab
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("lab", help="two SSH hosts in network namespaces on this machine (root)",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("action", choices=["up", "down", "status", "inventory"])
     p.add_argument("--name", default="default", help="lab name (state in /var/lib/zcorch-lab/NAME)")
     p.add_argument("--index", type=int, default=None,
                    help="0-255: addresses 10.77.N.x / 10.78.N.x (default: the one `up` recorded, else 0)")
@@ -31,8 +35,20 @@ def main(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"status": st, "hosts": layout.hosts_spec()}))
         else:
-            print(f"# lab {layout.name!r} is up (index {layout.index}); paste into the experiment file:")
+            print(f"# lab {layout.name!r} is up (index {layout.index}); paste into the experiment file, or "
+                  f"`zcorch lab inventory --name {layout.name} > lab.yaml` and `zcorch run FILE --hosts lab.yaml`:")
             print(layout.hosts_yaml(), end="")
+        return 0
+    if args.action == "inventory":
+        if not os.path.exists(layout.info_file):
+            raise LabError(f"lab {layout.name!r} is not up (no {layout.info_file}): `zcorch lab up --name "
+                           f"{layout.name}` (root) first")
+        if args.json:
+            print(json.dumps(layout.inventory_spec()))
+        else:
+            print(f"# zcorch lab {layout.name!r} (index {layout.index}): save as a file, then "
+                  f"`zcorch run FILE --hosts THAT_FILE[:{layout.name}]`")
+            print(layout.inventory_yaml(), end="")
         return 0
     if args.action == "down":
         removed = lab.down(layout, keep_keys=args.keep_keys)

@@ -1,5 +1,7 @@
 """`zcorch plan FILE [--json]`: validate an experiment file and show what `zcorch run` would do.
 
+`--hosts INVENTORY[:PAIR]` and `--set KEY=VALUE` change the experiment as they do for `zcorch run`.
+
 Without --json: a table (one row per cell, the parameters that vary as columns, sizes human-readable),
 the fixed parameters, cell/run counts, dropped cells with the reason, warnings and an estimated duration
 with its assumptions. With --json: the runs as a JSON array `[{"id", "repeat", "params"}, ...]` in
@@ -12,6 +14,7 @@ import json
 import sys
 from dataclasses import asdict
 
+from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.errors import ConfigError
 from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, Plan, describe_cell, estimate, load_plan, runs_json
 from zcorch.params import PARAM_KEYS, format_value
@@ -32,6 +35,7 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                    help="assumed transfer rate per second for the estimate (a size, default %(default)s)")
     p.add_argument("--overhead", default=f"{DEFAULT_OVERHEAD:g}s",
                    help="assumed overhead per run and per baseline test (a duration, default %(default)s)")
+    add_hosts_and_set(p)
     p.set_defaults(func=main)
     return p
 
@@ -44,7 +48,7 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--rate/--overhead: {exc}") from None
     if rate <= 0:
         raise ConfigError("--rate must be > 0")
-    plan = load_plan(args.file)
+    plan = load_plan(args.file, args.overrides, hosts_from_args(args))
     if args.json:
         for w in plan.warnings:
             print(f"warning: {w}", file=sys.stderr)
@@ -61,7 +65,8 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     lines = [f"{exp.name} ({exp.path})"]
     if exp.description:
         lines.extend("  " + line for line in exp.description.strip().splitlines())
-    lines.append(f"hosts: {exp.hosts.describe()}")
+    lines.append(f"hosts: {exp.hosts.describe()}" + (f" ({exp.inventory.describe()})" if exp.inventory else ""))
+    lines.extend(f"--set {text}" for text in exp.overrides)
     lines.append("")
 
     varying = plan.varying or ["send_mode", "recv_mode"]

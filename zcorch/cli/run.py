@@ -14,6 +14,7 @@ import sys
 import time
 from typing import Dict, List, Optional, TextIO
 
+from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
@@ -31,6 +32,7 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                    help="print the plan and every command that would run; change nothing anywhere")
     p.add_argument("--accept-new-host-keys", action="store_true",
                    help="trust SSH host keys not yet in known_hosts (otherwise they are refused)")
+    add_hosts_and_set(p, resume=True)
     p.set_defaults(func=main)
     return p
 
@@ -171,7 +173,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = run_sweep(args.file, output=args.output, resume=args.resume,
                            accept_new_host_keys=args.accept_new_host_keys, dry_run=args.dry_run,
-                           observer=observer, command=command)
+                           observer=observer, command=command, hosts=hosts_from_args(args),
+                           overrides=args.overrides)
     except Exception:
         # The error follows (a ZcorchError as one line, a bug with its traceback); the runs written are kept.
         done = getattr(observer, "result_dir", None)

@@ -62,8 +62,9 @@ class Checker:
 
     def raise_if_any(self) -> None:
         if self.problems:
-            ordered = sorted(self.problems, key=lambda p: (p[0].line, p[0].column))
-            raise ConfigError([f"{self.path}:{pos}: {key + ': ' if key else ''}{msg}" for pos, key, msg in ordered])
+            ordered = sorted(self.problems, key=lambda p: (p[0].source is not None, p[0].line, p[0].column))
+            raise ConfigError([f"{ys.where(self.path, pos)}: {key + ': ' if key else ''}{msg}"
+                               for pos, key, msg in ordered])
 
     def value(self, node: ys.YNode, key: str, parser: Callable, default: Any = None) -> Any:
         """parser(node), or record the problem at the node and return `default`."""

@@ -22,8 +22,11 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
+import yaml
+
+from zcorch.config import overrides as _overrides
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines import Baselines, parse_baselines
 from zcorch.config.checks import FILESYSTEM_PLACEHOLDER, NAME_RE, NAME_RULE, Checker, suggest
@@ -36,7 +39,8 @@ from zcorch.config.checks import positive_size as _positive_size
 from zcorch.config.checks import unquoted_placeholder as _unquoted_placeholder
 from zcorch.config.checks import dev_path as _dev_path
 from zcorch.config.filesystems import FilesystemConfig, device_list, parse_filesystems
-from zcorch.config.hosts import LOCALHOST, Hosts, parse_hosts
+from zcorch.config.hosts import INVENTORY, LOCALHOST, Hosts, parse_hosts
+from zcorch.config.inventory import InventoryPair
 from zcorch.errors import ConfigError, WorkerError, ZcorchError
 from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param
 from zcorch.worker import native
@@ -89,6 +93,14 @@ class Experiment:
     skip_invalid: bool = False
     locations: "dict[str, ys.Pos]" = field(default_factory=dict)  # "include[0]", "exclude[1]", "matrix" ...
     allow_destroy: "tuple[str, ...]" = ()   # devices the user lets a `sink` overwrite (besides /dev/null)
+    hosts_required: bool = False            # the file says `hosts: inventory` (hosts come from --hosts)
+    inventory: Optional[InventoryPair] = None   # the pair given with --hosts / ZCORCH_HOSTS (then `hosts` is its)
+    overrides: "tuple[str, ...]" = ()       # the --set KEY=VALUE applied, as given, in order
+    effective: Optional[str] = None         # with --hosts or --set: the document as run (YAML text); else None
+
+    def effective_text(self) -> str:
+        """The experiment as it runs: `text` itself, or with --hosts/--set the effective document."""
+        return self.text if self.effective is None else self.effective
 
     def base_params(self) -> dict:
         """Defaults overridden by the `params:` section: what every matrix cell starts from."""
@@ -105,13 +117,18 @@ class Experiment:
     def where(self, key: str) -> str:
         """`file:line:column` of a section or entry, for messages."""
         pos = self.locations.get(key)
-        return f"{self.path}:{pos}" if pos else self.path
+        return ys.where(self.path, pos) if pos else self.path
 
 
 # ---------------------------------------------------------------- entry points
 
-def load_experiment(path: "str | os.PathLike") -> Experiment:
-    """Read and validate an experiment file. Raises ConfigError listing every problem (file:line:col)."""
+def load_experiment(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
+                    hosts: Optional[InventoryPair] = None) -> Experiment:
+    """Read and validate an experiment file. Raises ConfigError listing every problem (file:line:col).
+
+    overrides: `--set KEY=VALUE` strings (zcorch.config.overrides), applied before validation.
+    hosts: a pair of an inventory (zcorch.config.inventory), used instead of the file's `hosts:`.
+    """
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
@@ -122,13 +139,18 @@ def load_experiment(path: "str | os.PathLike") -> Experiment:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    return parse_experiment(text, path)
+    return parse_experiment(text, path, overrides, hosts)
 
 
-def parse_experiment(text: str, path: str = "<experiment>") -> Experiment:
-    """Validate experiment-file text; `path` only names it in messages and `Experiment.path`."""
+def parse_experiment(text: str, path: str = "<experiment>", overrides: "Sequence[str]" = (),
+                     hosts: Optional[InventoryPair] = None) -> Experiment:
+    """Validate experiment-file text; `path` only names it in messages and `Experiment.path`.
+
+    With `overrides` or `hosts` (see load_experiment), `Experiment.effective` is the document as run.
+    """
+    ovs = _overrides.parse_overrides(overrides)
     root, raw_problems = ys.parse(text, path)
-    v = _Validator(path)
+    v = _Validator(path, hosts)
     lines = text.splitlines()
     for pos, key, msg in raw_problems:
         line = lines[pos.line - 1] if 0 < pos.line <= len(lines) else ""
@@ -138,11 +160,66 @@ def parse_experiment(text: str, path: str = "<experiment>") -> Experiment:
         v.problem(pos, key, msg)
     if root is None:
         v.raise_if_any()
+    targets: "list[str]" = []
+    if hosts is not None:
+        for ov in [ov for ov in ovs if ov.key.split(".")[0] == "hosts"]:
+            v.problem(ov.value.pos, "hosts", f"the hosts come from {hosts.describe()} (--hosts / ZCORCH_HOSTS): "
+                                             "change them there, not with --set")
+            ovs.remove(ov)
+    if ovs and isinstance(root, ys.YMap):
+        root, problems, targets = _overrides.apply(root, ovs, TOP_KEYS, PARAM_KEYS)
+        for problem in problems:
+            v.problem(*problem)
     exp = v.experiment(root, text)
     v.raise_if_any()
+    exp.inventory = hosts
+    exp.overrides = tuple(ov.text for ov in ovs)
+    if ovs or hosts is not None:
+        exp.effective = _effective_document(root, exp, targets)
+        _check_effective(exp)
     return exp
 
 
+class _Dumper(yaml.SafeDumper):
+    """safe_dump without anchors (a value the file wrote once through an alias is written out each time)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _effective_document(root: ys.YNode, exp: Experiment, targets: "list[str]") -> str:
+    """The document as it runs: the file's data with the --set values and the inventory's hosts, under a
+    comment header naming the file, the pair and each --set (comments of the file itself are not kept)."""
+    data = ys.to_data(root)
+    head = ["# zcorch run: the experiment as this sweep runs it, not the file as written:",
+            f"#   file:  {os.path.abspath(exp.path) if not exp.path.startswith('<') else exp.path}"]
+    if exp.inventory is not None:
+        inv = exp.inventory
+        head.append(f"#   hosts: pair `{inv.pair}` of the inventory {inv.path} (sha256 {inv.sha256[:16]}...)")
+        hosts = exp.hosts.to_data()
+        if "hosts" in data:
+            data["hosts"] = hosts
+        else:  # after name/description, where a file writes it
+            items = list(data.items())
+            at = sum(1 for k, _ in items[:2] if k in ("name", "description"))
+            data = dict(items[:at] + [("hosts", hosts)] + items[at:])
+    for text, target in zip(exp.overrides, targets):
+        head.append(f"#   --set {text}" + (f"   ({target})" if target != text.partition("=")[0] else ""))
+    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=None,
+                     width=110)
+    return "\n".join(head) + "\n" + body
+
+
+def _check_effective(exp: Experiment) -> None:
+    """The effective document must read back to the experiment that runs (--resume and reports read it)."""
+    again = parse_experiment(exp.effective or "", exp.path)
+    fields_ = ("name", "description", "hosts", "params", "exclude", "include", "baselines", "filesystems",
+               "repeats", "order", "seed", "skip_invalid", "allow_destroy")
+    differ = [f for f in fields_ if getattr(again, f) != getattr(exp, f)]
+    if [(a.key, a.values) for a in again.matrix] != [(a.key, a.values) for a in exp.matrix]:
+        differ.append("matrix")
+    if differ:  # a bug, not a user mistake
+        raise AssertionError(f"{exp.path}: the effective document reads back differently ({', '.join(differ)})")
 
 
 # ---------------------------------------------------------------- cell-level rules (the worker's)
@@ -262,8 +339,9 @@ def parse_param(key: str, node: ys.YNode) -> Any:
 # ---------------------------------------------------------------- the validator
 
 class _Validator(Checker):
-    def __init__(self, path: str):
+    def __init__(self, path: str, hosts: Optional[InventoryPair] = None):
         super().__init__(path)
+        self.given_hosts = hosts  # --hosts: replaces the file's `hosts:` (which is still checked)
         self.fs_refs: "list[tuple[ys.Pos, str, str]]" = []  # (pos, key path, name) to check once all are known
         self.fs_names: "list[str]" = []  # every entry under filesystems:, valid or not (for reference checks)
         self.allow_destroy: "tuple[str, ...]" = ()  # read before the parameters: the sink rule needs it
@@ -286,7 +364,16 @@ class _Validator(Checker):
         else:
             name = self.value(get("name"), "name", self._name, "?")
         description = self.value(get("description"), "description", ys.as_str, "") if "description" in top else ""
-        hosts = parse_hosts(self, get("hosts")) if "hosts" in top else LOCALHOST
+        file_hosts = parse_hosts(self, get("hosts"), inventory_ok=True) if "hosts" in top else LOCALHOST
+        hosts = LOCALHOST if file_hosts is None else file_hosts
+        if self.given_hosts is not None:
+            hosts = self.given_hosts.hosts
+        elif file_hosts is None:
+            self.problem(get("hosts").pos, "hosts",
+                         f"`{INVENTORY}`: this experiment runs on two hosts you name when you run it: "
+                         "`zcorch run FILE --hosts INVENTORY[:PAIR]` (or set ZCORCH_HOSTS=INVENTORY[:PAIR]); "
+                         "`zcorch lab inventory` prints the inventory of the lab (docs/experiment-files.md, "
+                         "Inventory files)")
         if "allow_destroy" in top:
             self.allow_destroy = tuple(device_list(self, get("allow_destroy"), "allow_destroy", allow_empty=True)
                                        or ())
@@ -324,7 +411,7 @@ class _Validator(Checker):
                          params=params, matrix=matrix, exclude=exclude, include=[], baselines=baselines,
                          filesystems=filesystems, repeats=repeats, order=order, seed=seed,
                          skip_invalid=skip_invalid, locations=dict(self.locations),
-                         allow_destroy=self.allow_destroy)
+                         allow_destroy=self.allow_destroy, hosts_required=file_hosts is None)
         base = exp.include_base()
         multi = {axis.key: axis for axis in matrix if len(axis.values) > 1}
         for i, (pos, entry) in enumerate(include_raw):

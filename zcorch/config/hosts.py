@@ -129,35 +129,52 @@ LOCALHOST = Hosts()
 
 # ---------------------------------------------------------------- the parser
 
-def parse_hosts(chk: Checker, node: ys.YNode) -> Hosts:
-    """The `hosts:` node; problems go to `chk` (the result then has defaults where values were bad)."""
+# `hosts: inventory` in an experiment file: the two hosts come from `--hosts INVENTORY[:PAIR]` (or ZCORCH_HOSTS).
+INVENTORY = "inventory"
+
+
+def parse_hosts(chk: Checker, node: ys.YNode, path: str = "hosts", base_dir: Optional[str] = None,
+                inventory_ok: bool = False) -> "Hosts | None":
+    """The `hosts:` node; problems go to `chk` (the result then has defaults where values were bad).
+
+    path: the key path in messages (`pairs.lab` in an inventory). base_dir: the directory relative
+    `identity_file`/`known_hosts`/`ssh_config` paths are relative to (an inventory's); None = they must
+    be absolute or ~/ (an experiment file). inventory_ok: `inventory` is accepted and returns None.
+    """
     if isinstance(node, ys.YScalar):
-        text = chk.value(node, "hosts", ys.as_str, None)
+        text = chk.value(node, path, ys.as_str, None)
+        if inventory_ok and text == INVENTORY:
+            return None
         if text is not None and text != "localhost":
-            chk.problem(node.pos, "hosts", f"expected `localhost` or a mapping with `sender:` and "
-                                           f"`receiver:`, got `{text}`")
+            also = " (or `inventory`: the hosts are given with --hosts)" if inventory_ok else ""
+            chk.problem(node.pos, path, f"expected `localhost` or a mapping with `sender:` and "
+                                        f"`receiver:`{also}, got `{text}`")
         return LOCALHOST
-    roles = chk.mapping(node, "hosts", HOST_ROLES, "host roles")
+    roles = chk.mapping(node, path, HOST_ROLES, "host roles")
     specs = {}
     for role in HOST_ROLES:
         if role not in roles:
             if isinstance(node, ys.YMap):
-                chk.problem(node.pos, "hosts", f"missing `{role}:` (both sender and receiver are needed)")
+                chk.problem(node.pos, path, f"missing `{role}:` (both sender and receiver are needed)")
             continue
-        specs[role] = _host_spec(chk, roles[role][1], role)
+        specs[role] = _host_spec(chk, roles[role][1], role, f"{path}.{role}", base_dir)
     if set(specs) != set(HOST_ROLES) or None in specs.values():
         return LOCALHOST  # only returned with problems recorded
     return Hosts.remote(specs["sender"], specs["receiver"])
 
 
-def _host_spec(chk: Checker, node: ys.YNode, role: str) -> Optional[HostSpec]:
-    path = f"hosts.{role}"
+def _host_spec(chk: Checker, node: ys.YNode, role: str, path: Optional[str] = None,
+               base_dir: Optional[str] = None) -> Optional[HostSpec]:
+    path = path or f"hosts.{role}"
     n_problems = len(chk.problems)
     fields = chk.mapping(node, path, HOST_KEYS, "host keys")
     values = {}
     for key in HOST_KEYS:
         if key in fields:
-            val = chk.value(fields[key][1], f"{path}.{key}", HOST_PARSERS[key], None)
+            parser = HOST_PARSERS[key]
+            if key in LOCAL_FILE_KEYS and base_dir is not None:
+                parser = _relative_to(base_dir)
+            val = chk.value(fields[key][1], f"{path}.{key}", parser, None)
             if val is not None:
                 values[key] = val
         elif key in REQUIRED_HOST_KEYS and isinstance(node, ys.YMap):
@@ -224,9 +241,25 @@ def _address(node: ys.YNode) -> str:
 def _local_file(node: ys.YNode) -> str:
     text = ys.as_str(node, "a path")
     if not (text.startswith("/") or text.startswith("~/")):
-        raise ys.ValueProblem(f"expected an absolute path or ~/..., got `{text}`")
+        raise ys.ValueProblem(f"expected an absolute path or ~/..., got `{text}` (the experiment file is "
+                              "copied into the result set, where a relative path would name another file; "
+                              "in an inventory file (--hosts), paths are relative to the inventory)")
     checks.check_no_control(text, "path")
     return text
+
+
+def _relative_to(base_dir: str):
+    """An inventory's controller-side path: absolute, ~/..., or relative to `base_dir` (made absolute)."""
+    def parse(node: ys.YNode) -> str:
+        text = ys.as_str(node, "a path")
+        checks.check_no_control(text, "path")
+        if text.startswith("/") or text.startswith("~/"):
+            return text
+        if text.startswith("~"):
+            raise ys.ValueProblem(f"`{text}`: write ~/... (another user's ~name is not expanded)")
+        return posixpath.normpath(posixpath.join(base_dir, text))
+
+    return parse
 
 
 def _python(node: ys.YNode) -> str:
@@ -244,6 +277,7 @@ def _workdir(node: ys.YNode) -> str:
     return text
 
 
+LOCAL_FILE_KEYS = ("identity_file", "known_hosts", "ssh_config")
 HOST_PARSERS = {
     "ssh": lambda n: _ssh_target(ys.as_str(n, "[user@]host[:port]")),
     "data_address": _address,

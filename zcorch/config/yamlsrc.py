@@ -37,13 +37,20 @@ _TRUE_FALSE = {"true": True, "True": True, "TRUE": True, "false": False, "False"
 
 @dataclass(frozen=True)
 class Pos:
-    """1-based line and column of a node in its file."""
+    """1-based line and column of a node in its file; `source`: where the node came from when not from
+    the file itself (e.g. `--set bytes=1GiB`), and then messages name it instead of file:line:column."""
 
     line: int
     column: int
+    source: Optional[str] = None
 
     def __str__(self) -> str:
         return f"{self.line}:{self.column}"
+
+
+def where(path: str, pos: Pos) -> str:
+    """`file:line:column` of a position, or the source it came from (`--set KEY=VALUE`)."""
+    return pos.source if pos.source else f"{path}:{pos}"
 
 
 def _pos(mark) -> Pos:
@@ -107,8 +114,11 @@ class ValueProblem(ValueError):
     """A scalar does not have the type the schema expects; the message says what to write."""
 
 
-def parse(text: str, filename: str) -> "tuple[Optional[YNode], list[tuple[Pos, str, str]]]":
-    """Parse one YAML document. Returns (root or None, problems as (pos, key path, message))."""
+def parse(text: str, filename: str, document: str = "an experiment file",
+          empty: str = "an experiment needs at least `name:`") -> "tuple[Optional[YNode], list[tuple[Pos, str, str]]]":
+    """Parse one YAML document. Returns (root or None, problems as (pos, key path, message)).
+
+    `document` and `empty` word the messages about a file with more than one document or none."""
     problems: "list[tuple[Pos, str, str]]" = []
     try:
         loader = _Loader(text)
@@ -121,14 +131,14 @@ def parse(text: str, filename: str) -> "tuple[Optional[YNode], list[tuple[Pos, s
         where = _pos(mark) if mark is not None else Pos(1, 1)
         msg = " ".join(str(p) for p in (exc.context, exc.problem) if p)
         if "expected a single document" in msg:
-            msg = "more than one YAML document (`---`); an experiment file holds exactly one"
+            msg = f"more than one YAML document (`---`); {document} holds exactly one"
         problems.append((where, "", f"YAML syntax error: {msg}"))
         return None, problems
     except yaml.YAMLError as exc:  # e.g. a reader error (control characters)
         problems.append((Pos(1, 1), "", f"YAML error: {exc}"))
         return None, problems
     if root is None:
-        problems.append((Pos(1, 1), "", "the file is empty; an experiment needs at least `name:`"))
+        problems.append((Pos(1, 1), "", f"the file is empty; {empty}"))
         return None, problems
     return _convert(root, "", problems, {}), problems
 
@@ -263,3 +273,28 @@ def as_duration(node: YNode, expected: str = "a duration (e.g. 500ms, 5s, 2m)") 
         return parse_duration(s.text)
     except ValueError as exc:
         raise ValueProblem(str(exc)) from None
+
+
+# ---------------------------------------------------------------- back to plain data
+
+def to_data(node: YNode):
+    """A tree as plain Python data (what yaml.safe_load would make of it; merges applied, aliases expanded).
+
+    Every scalar the validators accepted is a str, int, float, bool or None whose YAML text re-reads as
+    the same value (they refuse YAML 1.1 surprises), so `yaml.safe_dump(to_data(tree))` is a document
+    the same validator reads back to the same values."""
+    if isinstance(node, YMap):
+        return {name: to_data(child) for name, (_, child) in node.entries.items()}
+    if isinstance(node, YSeq):
+        return [to_data(item) for item in node.items]
+    return node.yaml_value()
+
+
+def with_source(node: YNode, source: str) -> YNode:
+    """The same tree with every position replaced by `source` (messages then name it, not a line)."""
+    pos = Pos(0, 0, source)
+    if isinstance(node, YMap):
+        return YMap({k: (pos, with_source(v, source)) for k, (_, v) in node.entries.items()}, pos)
+    if isinstance(node, YSeq):
+        return YSeq([with_source(item, source) for item in node.items], pos)
+    return YScalar(node.text, node.tag, node.plain, pos)

@@ -155,12 +155,25 @@ class LabLayout:
         """The same block validated, as `zcorch.hosts.ssh.open_hosts` takes it."""
         return Hosts.from_mapping(self.hosts_spec(), f"lab {self.name}")
 
-    def hosts_yaml(self) -> str:
-        lines = ["hosts:"]
+    def inventory_spec(self) -> Dict[str, dict]:
+        """The lab as an inventory (zcorch.config.inventory): one pair, named after the lab."""
+        return {"pairs": {self.name: self.hosts_spec()}}
+
+    def _role_lines(self, indent: int) -> List[str]:
+        """`sender: {...}` and `receiver: {...}` (one flow mapping each): the body of a hosts block."""
+        lines = []
         for host, spec in self.hosts_spec().items():
             body = ", ".join(f"{k}: {json.dumps(v)}" for k, v in spec.items())
-            lines.append(f"  {host + ':':<10}{{{body}}}")
-        return "\n".join(lines) + "\n"
+            lines.append(f"{' ' * indent}{host + ':':<10}{{{body}}}")
+        return lines
+
+    def hosts_yaml(self) -> str:
+        """The `hosts:` block of an experiment file (what `zcorch lab up` prints)."""
+        return "\n".join(["hosts:"] + self._role_lines(2)) + "\n"
+
+    def inventory_yaml(self) -> str:
+        """The inventory file of the lab (what `zcorch lab inventory` prints): the same hosts, as pair NAME."""
+        return "\n".join(["pairs:", f"  {self.name}:"] + self._role_lines(4)) + "\n"
 
     def sshd_config_text(self, host: str) -> str:
         return "\n".join([

@@ -13,7 +13,7 @@ import datetime as _dt
 import errno
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError
 
@@ -22,6 +22,7 @@ FORMAT_VERSION = 1
 
 MANIFEST = "manifest.json"
 EXPERIMENT = "experiment.yaml"
+EXPERIMENT_SOURCE = "experiment.source.yaml"  # the file as written, when experiment.yaml is the effective document
 PLAN = "plan.json"
 META = "meta.json"
 RUNS = "runs.jsonl"
@@ -95,6 +96,21 @@ def _truncate_torn_tail(path: str) -> bool:
     return True
 
 
+def _new_directory(base: str) -> str:
+    """Make `base` (or `base-2`, `base-3` ... if taken) with an exclusive mkdir; returns the one made."""
+    parent = os.path.dirname(base)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    for n in range(1, 10000):
+        candidate = base if n == 1 else f"{base}-{n}"
+        try:
+            os.mkdir(candidate)
+        except FileExistsError:
+            continue
+        return candidate
+    raise ResultsError(f"{base}: 9999 result directories of that name exist; choose another -o")
+
+
 def latest_runs(records: Iterable[dict]) -> Dict[Tuple[str, int], dict]:
     """Newest record per (cell, repeat): later lines supersede earlier ones (resume re-runs)."""
     latest: Dict[Tuple[str, int], dict] = {}
@@ -131,31 +147,54 @@ class ResultSet:
     @classmethod
     def create(cls, directory: str, *, name: str, experiment_bytes: bytes, plan_runs: List[dict],
                command: List[str], accept_new_host_keys: bool, zcorch_version: str,
-               git_revision: Optional[str]) -> "ResultSet":
-        if os.path.exists(os.path.join(directory, MANIFEST)):
+               git_revision: Optional[str], unique: bool = False, source: Optional[dict] = None,
+               source_bytes: Optional[bytes] = None, inventory: Optional[dict] = None,
+               overrides: Sequence[str] = ()) -> "ResultSet":
+        """A new result set in `directory`.
+
+        unique: `directory` is a default name (results/<name>-<time>): if another sweep took it (two
+        started within the same second), `-2`, `-3` ... is appended; the directory is made with an
+        exclusive mkdir, so two sweeps never share one. experiment_bytes: what experiment.yaml holds
+        (the document as run); source_bytes: the file as written when that differs (experiment.source.yaml).
+        source: {"path", "sha256"} of the experiment file given; inventory: {"path", "sha256", "pair"}
+        when the hosts came from an inventory; overrides: the --set KEY=VALUE applied, as given.
+        """
+        if unique:
+            directory = _new_directory(directory)
+        elif os.path.exists(os.path.join(directory, MANIFEST)):
             raise ResultsError(f"{directory} already holds a result set; use --resume {directory} "
                                "to continue it or choose another -o")
         os.makedirs(os.path.join(directory, LOGS), exist_ok=True)
         with open(os.path.join(directory, EXPERIMENT), "wb") as f:
             f.write(experiment_bytes)
+        if source_bytes is not None:
+            with open(os.path.join(directory, EXPERIMENT_SOURCE), "wb") as f:
+                f.write(source_bytes)
         write_json_atomic(os.path.join(directory, PLAN), plan_runs)
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "created": utc_now(),
             "finished": None, "zcorch_version": zcorch_version, "git_revision": git_revision,
             "command": list(command), "accept_new_host_keys": bool(accept_new_host_keys),
             "experiment_file": EXPERIMENT, "status": "running",
+            "experiment_source": dict(source or {}, copy=EXPERIMENT_SOURCE if source_bytes is not None else None),
+            "inventory": dict(inventory) if inventory else None, "overrides": list(overrides),
         }
         rs = cls(directory, manifest)
         rs._write_manifest()
         return rs
 
     @classmethod
-    def open_for_resume(cls, directory: str, command: List[str]) -> "ResultSet":
+    def open_for_resume(cls, directory: str, command: List[str], inventory: Optional[dict] = None) -> "ResultSet":
+        """Reopen a result set; `inventory`: the pair given with --hosts for this resume (recorded in its
+        `resumed` entry; without it the hosts of experiment.yaml run again)."""
         manifest = load_manifest(directory)
         for name in (RUNS, BASELINES):
             _truncate_torn_tail(os.path.join(directory, name))
         os.makedirs(os.path.join(directory, LOGS), exist_ok=True)
-        manifest.setdefault("resumed", []).append({"at": utc_now(), "command": list(command)})
+        entry: Dict[str, Any] = {"at": utc_now(), "command": list(command)}
+        if inventory:
+            entry["inventory"] = dict(inventory)
+        manifest.setdefault("resumed", []).append(entry)
         manifest["status"] = "running"
         manifest["finished"] = None
         rs = cls(directory, manifest)

@@ -30,6 +30,8 @@ class BaselineError(ZcorchError):
 # Fixed run-time values (the settings are the experiment's `baselines:`, zcorch.config.baselines)
 
 IPERF3_PORT = 5201                 # remote hosts; on localhost a free port is picked
+IPERF3_BUSY_WAIT = 60.0            # s to wait for a port another sweep's iperf3 test holds (plus one test)
+_PORT_BUSY = "Address already in use"
 IPERF3_IDLE_TIMEOUT = 30           # server --idle-timeout (s): a stuck server exits by itself
 IPERF3_ZEROCOPY = (False, True)    # plain and -Z, so write and sendfile cells both have a peer
 
@@ -202,7 +204,11 @@ def iperf3_commands(cfg: Iperf3Baseline, receiver_addr: str, key: dict, port: in
 
 
 def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Baseline, key: dict) -> dict:
-    """One iperf3 test sender -> receiver on the data addresses; the server is killed afterwards."""
+    """One iperf3 test sender -> receiver on the data addresses; the server is killed afterwards.
+
+    When the port is taken on the receiver (another sweep's iperf3 test on the same host, started at the
+    same time), the server is started again once a second for up to IPERF3_BUSY_WAIT s plus one test.
+    """
     started = utc_now()
     missing = tool_missing(receiver, "iperf3") or tool_missing(sender, "iperf3")
     if missing:
@@ -210,34 +216,44 @@ def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Baseline, key: dict) -> 
     port = _free_local_port(receiver.data_address) if receiver.is_local else IPERF3_PORT
     server_argv, client_argv = iperf3_commands(cfg, receiver.data_address, key, port)
     test_s = cfg.duration + cfg.omit
-    server = receiver.start(server_argv)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
+    busy_until = time.monotonic() + IPERF3_BUSY_WAIT + test_s
+    while True:
+        server = receiver.start(server_argv)
+        try:
+            failed = _wait_listening(server, receiver)
+            if failed is not None:
+                if _PORT_BUSY in failed and time.monotonic() < busy_until:
+                    time.sleep(1.0)
+                    continue
+                return _record("iperf3", key, sender, started, status="failed", argv=client_argv, reason=failed)
+            res = sender.run(client_argv, timeout=test_s + 30)
             try:
-                line = server.readline(max(0.0, deadline - time.monotonic()))
+                result = parse_iperf3_json(res.stdout)
+            except BaselineError as exc:
+                detail = res.stderr.strip()
+                return _record("iperf3", key, sender, started, status="failed", argv=client_argv,
+                               reason=f"{exc} (on {sender.name}{'; ' + detail if detail else ''})")
+            return _record("iperf3", key, sender, started, result=result, argv=client_argv)
+        finally:
+            server.kill_group(signal.SIGKILL)
+            try:
+                server.wait(5)
             except TimeoutError:
-                return _record("iperf3", key, sender, started, status="failed", argv=client_argv,
-                               reason=f"iperf3 server on {receiver.name} did not start listening within 10s")
-            if line is None:
-                return _record("iperf3", key, sender, started, status="failed", argv=client_argv,
-                               reason=f"iperf3 server on {receiver.name} exited: {server.stderr_text().strip()}")
-            if "listening" in line.lower():
-                break
-        res = sender.run(client_argv, timeout=test_s + 30)
+                pass
+
+
+def _wait_listening(server: Any, receiver: Host) -> Optional[str]:
+    """None once the iperf3 server listens, else why it does not."""
+    deadline = time.monotonic() + 10
+    while True:
         try:
-            result = parse_iperf3_json(res.stdout)
-        except BaselineError as exc:
-            detail = res.stderr.strip()
-            return _record("iperf3", key, sender, started, status="failed", argv=client_argv,
-                           reason=f"{exc} (on {sender.name}{'; ' + detail if detail else ''})")
-        return _record("iperf3", key, sender, started, result=result, argv=client_argv)
-    finally:
-        server.kill_group(signal.SIGKILL)
-        try:
-            server.wait(5)
+            line = server.readline(max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            pass
+            return f"iperf3 server on {receiver.name} did not start listening within 10s"
+        if line is None:
+            return f"iperf3 server on {receiver.name} exited: {server.stderr_text().strip()}"
+        if "listening" in line.lower():
+            return None
 
 
 def dd_directory(sink: str, scratch: str) -> str:

@@ -10,13 +10,15 @@ A dry run is this same pipeline on RecordingHosts (zcorch.hosts.recording): no c
 nothing runs anywhere, no result set is written; the observer's `command()` gets every command the
 sweep would run, stage by stage (and `stage()` says which stage begins).
 
---resume DIR re-reads DIR/experiment.yaml (the byte copy), skips every (cell, repeat) whose newest
-record is ok and runs each other one once; older records stay in runs.jsonl and the newest record per
-(cell, repeat) wins.
+--resume DIR re-reads DIR/experiment.yaml (the document as run: the file's byte copy, or with --hosts
+or --set the effective document), skips every (cell, repeat) whose newest record is ok and runs each
+other one once; older records stay in runs.jsonl and the newest record per (cell, repeat) wins. Its
+hosts are the recorded ones unless `hosts` (--hosts) is given again; --set cannot change a resumed set.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from zcorch._version import __version__
 from zcorch.config.baselines import Baselines
+from zcorch.config.inventory import InventoryPair
 from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, ZcorchError
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded, recording_hosts
@@ -103,11 +106,11 @@ class SweepResult:
         return summary_table(self.plan_runs, self.records, self.varying, self.baselines)
 
 
-def _load(path: str):
+def _load(path: str, overrides: Sequence[str] = (), hosts: Optional[InventoryPair] = None):
     from zcorch import plan as planmod
     from zcorch.config import experiment as spec
 
-    exp = spec.load_experiment(path)
+    exp = spec.load_experiment(path, overrides, hosts)
     return exp, planmod.expand(exp)
 
 
@@ -181,13 +184,16 @@ def _check_resumed_plan(resume: str, stored: List[dict], plan_runs: List[dict]) 
 
 
 def default_output(name: str) -> str:
-    """results/<name>-<UTC time>/ (relative to the working directory)."""
+    """results/<name>-<UTC time>/ (relative to the working directory); ResultSet.create appends -2, -3 ...
+    when another sweep of the same name started within the same second."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return os.path.join("results", f"{name}-{stamp}")
 
 
-def _open_results(name: str, exp_bytes: bytes, plan_runs: List[dict], output: Optional[str],
+def _open_results(exp: Any, exp_path: str, exp_bytes: bytes, plan_runs: List[dict], output: Optional[str],
                   resume: Optional[str], command: List[str], accept_new_host_keys: bool, dry_run: bool):
+    name = exp.name or os.path.splitext(os.path.basename(exp_path))[0]
+    inventory = exp.inventory.record() if exp.inventory is not None else None
     if dry_run:
         if not resume:
             return DryRunResults()
@@ -195,12 +201,19 @@ def _open_results(name: str, exp_bytes: bytes, plan_runs: List[dict], output: Op
             _check_resumed_plan(resume, json.load(f), plan_runs)
         return DryRunResults(read_jsonl(os.path.join(resume, RUNS)), read_jsonl(os.path.join(resume, BASELINES)))
     if resume:
-        rs = ResultSet.open_for_resume(resume, command)
+        rs = ResultSet.open_for_resume(resume, command, inventory=inventory)
         _check_resumed_plan(resume, rs.plan_runs(), plan_runs)
         return rs
     from zcorch.sweep.metadata import git_revision
 
-    return ResultSet.create(output or default_output(name), name=name, experiment_bytes=exp_bytes,
+    # With --hosts or --set, experiment.yaml is the document as run (what --resume and reports read) and
+    # the file as written is kept next to it; otherwise experiment.yaml is the file's byte copy.
+    effective = exp.effective.encode("utf-8") if exp.effective is not None else None
+    source = {"path": os.path.abspath(exp_path), "sha256": hashlib.sha256(exp_bytes).hexdigest()}
+    return ResultSet.create(output or default_output(name), name=name,
+                            experiment_bytes=exp_bytes if effective is None else effective,
+                            source_bytes=None if effective is None else exp_bytes, source=source,
+                            inventory=inventory, overrides=exp.overrides, unique=output is None,
                             plan_runs=plan_runs, command=command, accept_new_host_keys=accept_new_host_keys,
                             zcorch_version=__version__, git_revision=git_revision())
 
@@ -391,25 +404,35 @@ def _finish_after_error(rs: Any, status: str, exc: BaseException) -> None:
 
 def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = None,
               resume: Optional[str] = None, accept_new_host_keys: bool = False, dry_run: bool = False,
-              observer: Optional[SweepObserver] = None, command: Optional[List[str]] = None) -> SweepResult:
+              observer: Optional[SweepObserver] = None, command: Optional[List[str]] = None,
+              hosts: Optional[InventoryPair] = None, overrides: Sequence[str] = ()) -> SweepResult:
     """Run the experiment at `experiment_path` (or continue the result set `resume`) into a result set.
 
     output: the result directory (default results/<name>-<UTC time>/). command: what the manifest
     records as the command line. dry_run: the same pipeline on recording hosts (module docstring).
+    hosts: a pair of an inventory (zcorch.config.inventory.select), instead of the file's `hosts:` (on
+    resume: instead of the recorded hosts). overrides: `--set KEY=VALUE` strings (zcorch.config.overrides);
+    not with `resume`. The manifest records both ("inventory", "overrides"; module zcorch.results.store).
     Ctrl-C (KeyboardInterrupt) during the sweep ends it as `interrupted` with the finished runs kept;
     a ZcorchError marks the result set interrupted, any other exception (a bug) `failed`, both with
     the manifest's "error" = {"type", "message"}, and propagates.
     """
     observer = observer or SweepObserver()
+    if resume and overrides:
+        raise ConfigError(f"--set cannot change the result set being resumed ({resume}): its experiment.yaml "
+                          "is what it runs (start a new result set to run something else)")
     exp_path, exp_bytes = _experiment_source(experiment_path, resume)
-    exp, plan = _load(exp_path)
+    exp, plan = _load(exp_path, overrides, hosts)
     plan_runs = _plan_json(plan)
     cfg = exp.baselines
-    name = exp.name or os.path.splitext(os.path.basename(exp_path))[0]
-    rs = _open_results(name, exp_bytes, plan_runs, output, resume, command or ["zcorch", "run"],
+    rs = _open_results(exp, exp_path, exp_bytes, plan_runs, output, resume, command or ["zcorch", "run"],
                        accept_new_host_keys, dry_run)
     skip = rs.ok_keys()
     observer.started(len(plan_runs), len(skip), None if dry_run else rs.dir)
+    if exp.inventory is not None:
+        observer.message(f"hosts: {exp.hosts.describe()} ({exp.inventory.describe()})")
+    for text in exp.overrides:
+        observer.message(f"--set {text}")
 
     sweep = None
     fsman = None

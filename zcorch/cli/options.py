@@ -1,0 +1,28 @@
+"""Options shared by several commands (not a command itself): --hosts and --set of `zcorch run` and `zcorch plan`."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from zcorch.config.inventory import ENV_VAR, FLAG, from_environment, select
+
+
+def add_hosts_and_set(p: argparse.ArgumentParser, resume: bool = False) -> None:
+    """--hosts and --set, shared by `zcorch run` and `zcorch plan`."""
+    env = f"; the env {ENV_VAR} does the same (this flag wins)"
+    p.add_argument(FLAG, dest="hosts", metavar="INVENTORY[:PAIR]",
+                   help="run on a pair of hosts of an inventory file instead of the experiment's hosts: "
+                        f"PAIR, or the only/first pair{env}" +
+                        ("; with --resume: instead of the hosts the result set recorded (the env is "
+                         "not read then)" if resume else ""))
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="change the experiment: a dotted key (repeats, baselines.dd.count, matrix.send_mode) "
+                        "or a parameter (bytes: the matrix axis if there is one, else params.bytes) = a YAML "
+                        "value (64MiB, [write,splice]); repeatable, validated as the file is")
+
+
+def hosts_from_args(args: argparse.Namespace, environ=None):
+    """The inventory pair of --hosts, else of ZCORCH_HOSTS (not with --resume: the recorded hosts), else None."""
+    if getattr(args, "resume", None):
+        return select(args.hosts) if args.hosts is not None else None
+    return from_environment(args.hosts, os.environ if environ is None else environ)

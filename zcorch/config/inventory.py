@@ -1,0 +1,155 @@
+"""Inventory files: named pairs of hosts kept apart from the experiments (`zcorch run EXP --hosts FILE[:PAIR]`).
+
+    pairs:
+      lab:                                   # each pair: exactly what an experiment's `hosts:` takes
+        sender:   {ssh: root@10.77.0.2, data_address: 10.78.0.2, identity_file: keys/lab_ed25519}
+        receiver: {ssh: root@10.77.0.3, data_address: 10.78.0.3, identity_file: keys/lab_ed25519}
+      rack3: {sender: {...}, receiver: {...}}
+      here: localhost                        # a pair may also be `localhost`
+
+The pairs are parsed by zcorch.config.hosts (the parser of `hosts:`), through a Checker, so a problem is
+reported as `inventory.yaml:line:column: pairs.lab.sender.ssh: message`, every problem at once. Unlike an
+experiment file (which is copied into each result set), an inventory may give `identity_file`,
+`known_hosts` and `ssh_config` relative to its own directory: they are made absolute here, and the result
+set records the absolute paths.
+
+`select(spec, label)` reads `FILE[:PAIR]` (the --hosts value or ZCORCH_HOSTS) and returns the chosen
+`InventoryPair`: PAIR, or the only pair, or the first in the file. `from_environment(flag, environ)` is
+the rule the command line applies: the flag wins over ZCORCH_HOSTS.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from zcorch.config import yamlsrc as ys
+from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, suggest
+from zcorch.config.hosts import Hosts, parse_hosts
+from zcorch.errors import ConfigError
+
+ENV_VAR = "ZCORCH_HOSTS"
+FLAG = "--hosts"
+TOP_KEYS = ("pairs",)
+
+
+@dataclass(frozen=True)
+class InventoryPair:
+    """One pair chosen from an inventory file: its hosts (validated, paths absolute) and where it came from."""
+
+    path: str                     # the inventory file, absolute
+    sha256: str                   # of the file's bytes when it was read
+    pair: str                     # the pair's name
+    hosts: Hosts
+    pairs: "tuple[str, ...]"      # every pair of the file, in file order
+
+    def record(self) -> dict:
+        """What a result set records (manifest.json `inventory`)."""
+        return {"path": self.path, "sha256": self.sha256, "pair": self.pair}
+
+    def describe(self) -> str:
+        return f"pair `{self.pair}` of {self.path}"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: str
+    sha256: str
+    pairs: "dict[str, Hosts]"     # name -> hosts, in file order
+
+    def pair(self, name: Optional[str] = None, label: str = FLAG) -> InventoryPair:
+        """The pair `name`, or (None) the only or first pair. ConfigError for an unknown name, listing the pairs."""
+        names = tuple(self.pairs)
+        if name is None:
+            name = names[0]
+        elif name not in self.pairs:
+            raise ConfigError(f"{label}: {self.path} has no pair `{name}`{suggest(name, names)} "
+                              f"(its pairs: {', '.join(names)})")
+        return InventoryPair(self.path, self.sha256, name, self.pairs[name], names)
+
+
+def load_inventory(path: str) -> Inventory:
+    """Read and validate an inventory file; ConfigError lists every problem as file:line:column: key: message."""
+    path = os.path.abspath(os.fspath(path))
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the inventory file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    return parse_inventory(text, path, hashlib.sha256(raw).hexdigest())
+
+
+def parse_inventory(text: str, path: str, sha256: str = "") -> Inventory:
+    """Validate inventory text; relative paths in it are relative to `path`'s directory."""
+    root, raw_problems = ys.parse(text, path, document="an inventory file",
+                                  empty="an inventory needs `pairs:` with at least one pair")
+    chk = Checker(path)
+    for pos, key, msg in raw_problems:
+        chk.problem(pos, key, msg)
+    chk.raise_if_any()
+    assert root is not None
+    if not isinstance(root, ys.YMap):
+        chk.problem(root.pos, "", f"expected a mapping with `pairs:`, got {ys.describe(root)}")
+        chk.raise_if_any()
+    top = chk.mapping(root, "", TOP_KEYS, "top-level keys of an inventory")
+    pairs: "dict[str, Hosts]" = {}
+    if "pairs" not in top:
+        chk.problem(root.pos, "pairs", "missing required key `pairs` (name: {sender: ..., receiver: ...})")
+    else:
+        node = top["pairs"][1]
+        entries = node.entries if isinstance(node, ys.YMap) else {}
+        if not isinstance(node, ys.YMap):
+            chk.problem(node.pos, "pairs", f"expected a mapping of pair names to hosts, got {ys.describe(node)}")
+        elif not entries:
+            chk.problem(node.pos, "pairs", "no pair defined")
+        base_dir = os.path.dirname(path)
+        for name, (kpos, child) in entries.items():
+            if not NAME_RE.match(name):
+                chk.problem(kpos, f"pairs.{name}", f"`{name}` is not a valid pair name ({NAME_RULE})")
+                continue
+            if isinstance(child, ys.YScalar) and child.is_null:
+                chk.problem(child.pos, f"pairs.{name}", "expected `localhost` or a mapping with `sender:` and "
+                                                         "`receiver:`, got nothing (null)")
+                continue
+            hosts = parse_hosts(chk, child, f"pairs.{name}", base_dir=base_dir)
+            if hosts is not None:
+                pairs[name] = hosts
+    chk.raise_if_any()
+    return Inventory(path, sha256, pairs)
+
+
+def split_spec(spec: str) -> "tuple[str, Optional[str]]":
+    """`FILE[:PAIR]` -> (file, pair or None). A file that exists under the whole name is a file."""
+    if os.path.exists(spec) or ":" not in spec:
+        return spec, None
+    path, pair = spec.rsplit(":", 1)
+    return path, (pair or None)
+
+
+def select(spec: str, label: str = FLAG) -> InventoryPair:
+    """The pair `FILE[:PAIR]` names (the only or first pair without PAIR); `label` names the source in errors."""
+    if not spec:
+        raise ConfigError(f"{label}: expected INVENTORY[:PAIR], got an empty value")
+    path, name = split_spec(spec)
+    try:
+        inv = load_inventory(path)
+    except ConfigError as exc:
+        if len(exc.problems) == 1 and "cannot read the inventory file" in exc.problems[0]:
+            raise ConfigError(f"{label} {spec}: {exc.problems[0]}") from None
+        raise
+    return inv.pair(name, f"{label} {spec}")
+
+
+def from_environment(flag: Optional[str], environ: Mapping[str, str]) -> Optional[InventoryPair]:
+    """The pair of `--hosts` if given, else of ZCORCH_HOSTS if set and not empty, else None."""
+    if flag is not None:
+        return select(flag, FLAG)
+    value = environ.get(ENV_VAR)
+    if value:
+        return select(value, ENV_VAR)
+    return None

@@ -1,0 +1,138 @@
+"""`--set KEY=VALUE`: change an experiment document from the command line before it is validated.
+
+The VALUE is read as YAML (flow style: `64MiB`, `1`, `[write, splice]`, `{count: 16}`; empty = null) into
+the same position-keeping tree as a file (zcorch.config.yamlsrc), its positions replaced by the label
+`--set KEY=VALUE`, and grafted into the file's tree; then the file's own validator runs on the result.
+So a value is checked exactly as if it were written in the file, and a problem is reported as
+`--set bytes=1GX: params.bytes: ...` instead of `file:line:column: ...`. Values are data: they reach no
+shell, like every other value of an experiment.
+
+KEY is a dotted path into the document (`repeats`, `baselines.dd.count`, `matrix.send_mode`,
+`params.bytes`, `filesystems.xfs.loop.size`), or a parameter name alone (`bytes`): then the matrix axis of
+that name if there is one (replaced by the single value: every matrix cell gets it), else `params.<name>`.
+Include entries that set the parameter themselves keep their value (an include is a cell written to
+differ); `--set include=[...]` replaces the includes. Mappings missing on the way are created; a
+section that is a scalar in the file (`baselines: false`) is not silently turned into a mapping: set it
+whole (`--set baselines={dd: {count: 16}}`). A list cannot be indexed: set it whole.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from zcorch.config import yamlsrc as ys
+from zcorch.config.checks import suggest
+from zcorch.errors import ConfigError
+
+FLAG = "--set"
+
+
+@dataclass(frozen=True)
+class Override:
+    text: str            # KEY=VALUE exactly as given
+    key: str
+    value: ys.YNode      # positions: Pos(0, 0, source=label)
+
+    @property
+    def label(self) -> str:
+        return f"{FLAG} {self.text}"
+
+
+def parse_override(text: str) -> Override:
+    """`KEY=VALUE` -> Override; ConfigError naming the --set for a malformed one or a YAML syntax error."""
+    label = f"{FLAG} {text}"
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"{label}: expected KEY=VALUE (e.g. {FLAG} bytes=64MiB, {FLAG} baselines.dd.count=16, "
+                          f"{FLAG} matrix.send_mode=[write,splice])")
+    if any(part == "" for part in key.split(".")):
+        raise ConfigError(f"{label}: `{key}` is not a key path (dotted names, e.g. baselines.dd.count)")
+    if value.strip() == "":
+        node: ys.YNode = ys.YScalar("", ys.NULL, True, ys.Pos(0, 0, label))
+    else:
+        node, problems = ys.parse(value, label, document="a --set value", empty="")
+        if problems:
+            raise ConfigError([f"{label}: {msg}" for _, _, msg in problems])
+        assert node is not None
+        node = ys.with_source(node, label)
+    return Override(text, key, node)
+
+
+def parse_overrides(texts: Iterable[str]) -> "list[Override]":
+    """Every --set; all malformed ones reported together."""
+    out, problems = [], []
+    for text in texts:
+        try:
+            out.append(parse_override(text))
+        except ConfigError as exc:
+            problems += exc.problems
+    if problems:
+        raise ConfigError(problems)
+    return out
+
+
+def apply(root: ys.YMap, overrides: Sequence[Override], top_keys: Sequence[str], param_keys: Sequence[str]
+          ) -> "tuple[ys.YMap, list[tuple[ys.Pos, str, str]], list[str]]":
+    """The document with the overrides grafted in, in order (a later one wins over an earlier one).
+
+    Returns (new root, problems as (pos, key path, message), the document path each override set).
+    The file's tree is not changed (the nodes on each path are copied).
+    """
+    problems: "list[tuple[ys.Pos, str, str]]" = []
+    targets: "list[str]" = []
+    for ov in overrides:
+        pos = ys.Pos(0, 0, ov.label)
+        parts = ov.key.split(".")
+        head = parts[0]
+        if head in param_keys:
+            if len(parts) > 1:
+                problems.append((pos, ov.key, f"`{head}` is a parameter (one value): no key under it"))
+                continue
+            if isinstance(ov.value, ys.YSeq):
+                problems.append((pos, ov.key, f"one value for every cell; to vary `{head}`, set a matrix axis: "
+                                              f"{FLAG} matrix.{head}=[...]"))
+                continue
+            matrix = root.get("matrix")
+            if isinstance(matrix, ys.YMap) and head in matrix.entries:
+                parts, value = ["matrix", head], ys.YSeq([ov.value], pos)
+            else:
+                parts, value = ["params", head], ov.value
+        elif head in top_keys:
+            value = ov.value
+        else:
+            problems.append((pos, ov.key, f"unknown key `{head}`{suggest(head, list(top_keys) + list(param_keys))} "
+                                          f"(expected a top-level key ({', '.join(top_keys)}) or a parameter)"))
+            continue
+        new_root = _set(root, parts, value, pos, [], problems)
+        if isinstance(new_root, ys.YMap):
+            root = new_root
+            targets.append(".".join(parts))
+    return root, problems, targets
+
+
+def _set(node: "ys.YNode | None", parts: "list[str]", value: ys.YNode, pos: ys.Pos, done: "list[str]",
+         problems: list) -> "ys.YNode | None":
+    """`node` with the path `parts` set to `value` (None: a problem was recorded)."""
+    if not parts:
+        return value
+    where = ".".join(done) or "the document"
+    if node is None or isinstance(node, ys.YScalar) and node.is_null and node.plain:
+        node = ys.YMap({}, pos)
+    if isinstance(node, ys.YSeq):
+        problems.append((pos, ".".join(done), f"`{where}` is a list: set it whole ({FLAG} {where}=[...])"))
+        return None
+    if not isinstance(node, ys.YMap):
+        problems.append((pos, ".".join(done), f"`{where}` is `{node.text}`, not a mapping: set it "
+                                              f"whole ({FLAG} {where}={{...}})"))
+        return None
+    # A name may contain dots (a filesystem `xfs.v2`): the longest existing key wins.
+    n = next((k for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in node.entries), 1)
+    name = ".".join(parts[:n])
+    kpos, child = node.entries.get(name, (pos, None))
+    new_child = _set(child, parts[n:], value, pos, done + [name], problems)
+    if new_child is None:
+        return None
+    entries = dict(node.entries)
+    entries[name] = (kpos, new_child)
+    return ys.YMap(entries, node.pos)
