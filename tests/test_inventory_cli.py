@@ -164,5 +164,6 @@ def test_result_set_create_unique_takes_the_next_free_name(tmp_path):
 
 def test_lab_inventory_of_a_lab_that_is_not_up(tag):
     r = zcorch(tag, "lab", "inventory", "--name", "nosuchlab", "--index", "251")
-    assert r.returncode == 1 and "lab 'nosuchlab' is not up" in r.stderr and "zcorch lab up --name nosuchlab" in r.stderr
+    assert r.returncode == 1 and "lab 'nosuchlab' is not up" in r.stderr
+    assert "zcorch lab up --name nosuchlab" in r.stderr
     assert r.stdout == ""

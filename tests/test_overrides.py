@@ -189,3 +189,12 @@ def test_hosts_inventory_without_hosts_says_to_give_them(write_yaml, tmp_path):
     exp = load_experiment(path, hosts=select(str(inv)))
     assert exp.hosts.localhost and exp.hosts_required
     assert yaml.safe_load(exp.effective_text())["hosts"] == "localhost"
+
+
+def test_a_newline_in_a_set_value_stays_inside_the_comment_header(exp_file):
+    exp = load_experiment(exp_file, ['description="two\nname: other"', "repeats=1\n"])
+    assert exp.description == "two name: other"
+    text = exp.effective_text()
+    assert '#   --set description="two\\nname: other"' in text and "#   --set repeats=1\\n" in text
+    again = parse_experiment(text)
+    assert again.name == "t" and again.description == "two name: other" and again.repeats == 1

@@ -18,6 +18,7 @@ applied by `zcorch.plan.expand`.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -191,11 +192,13 @@ def _effective_document(root: ys.YNode, exp: Experiment, targets: "list[str]") -
     """The document as it runs: the file's data with the --set values and the inventory's hosts, under a
     comment header naming the file, the pair and each --set (comments of the file itself are not kept)."""
     data = ys.to_data(root)
+    source = os.path.abspath(exp.path) if not exp.path.startswith("<") else exp.path
     head = ["# zcorch run: the experiment as this sweep runs it, not the file as written:",
-            f"#   file:  {os.path.abspath(exp.path) if not exp.path.startswith('<') else exp.path}"]
+            f"#   file:  {_one_line(source)}"]
     if exp.inventory is not None:
         inv = exp.inventory
-        head.append(f"#   hosts: pair `{inv.pair}` of the inventory {inv.path} (sha256 {inv.sha256[:16]}...)")
+        head.append(f"#   hosts: pair `{inv.pair}` of the inventory {_one_line(inv.path)} "
+                    f"(sha256 {inv.sha256[:16]}...)")
         hosts = exp.hosts.to_data()
         if "hosts" in data:
             data["hosts"] = hosts
@@ -204,10 +207,15 @@ def _effective_document(root: ys.YNode, exp: Experiment, targets: "list[str]") -
             at = sum(1 for k, _ in items[:2] if k in ("name", "description"))
             data = dict(items[:at] + [("hosts", hosts)] + items[at:])
     for text, target in zip(exp.overrides, targets):
-        head.append(f"#   --set {text}" + (f"   ({target})" if target != text.partition("=")[0] else ""))
+        head.append(f"#   --set {_one_line(text)}" + (f"   ({target})" if target != text.partition("=")[0] else ""))
     body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=None,
                      width=110)
     return "\n".join(head) + "\n" + body
+
+
+def _one_line(text: str) -> str:
+    """`text` for a comment line: control characters (a newline in a --set value or a file name) escaped."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: json.dumps(m.group(0))[1:-1], text)
 
 
 def _check_effective(exp: Experiment) -> None:
