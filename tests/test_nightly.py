@@ -7,6 +7,8 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 
@@ -137,3 +139,35 @@ def test_the_recipe_against_the_lab_through_an_inventory(lab, tmp_path):
     assert meta["hosts"]["sender"]["interface"]["address"] == lab.sender.data
     assert "tiny-nightly: 1 sweep(s)" in res.stdout and "no significant regression" in res.stdout
     assert (root / "index.html").is_file() and (night / "tiny" / "report.html").is_file()
+
+
+def recipe_argv(text: str) -> list:
+    """The zcorch-nightly command line of a unit's ExecStart= (continuation lines joined) or a cron line."""
+    text = text.replace("\\\n", " ")
+    for line in text.splitlines():
+        if "contrib/nightly/zcorch-nightly " in line and not line.startswith("#"):
+            argv = shlex.split(line.split("ExecStart=", 1)[-1].split(">>", 1)[0])
+            return argv[argv.index(next(a for a in argv if a.endswith("contrib/nightly/zcorch-nightly"))) + 1:]
+    raise AssertionError("no zcorch-nightly command line")
+
+
+def test_the_shipped_unit_timer_and_cron_line_are_valid_and_call_the_script_as_it_parses(tmp_path):
+    mod = script_module()
+    nightly_dir = SCRIPT.parent
+    for name in ("zcorch-nightly.service", "zcorch-nightly.cron"):
+        argv = recipe_argv((nightly_dir / name).read_text())
+        # the experiment files named there exist in a lab's /etc/zcorch; ours are in experiments/
+        argv = [str(ROOT / "experiments" / os.path.basename(a)) if a.endswith(".yaml") else a for a in argv]
+        args = mod.parse_args(argv)
+        assert args.hosts == "/etc/zcorch/inventory.yaml:lab" and args.keep == 30 and len(args.experiments) == 2
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze not installed")
+    # verified with this machine's python in place of /opt/zcorch/.venv (systemd checks it is executable)
+    unit = (nightly_dir / "zcorch-nightly.service").read_text()
+    unit = unit.replace("/opt/zcorch/.venv/bin/python", sys.executable).replace("User=zcorch", "User=root")
+    (tmp_path / "zcorch-nightly.service").write_text(unit)
+    (tmp_path / "zcorch-nightly.timer").write_text((nightly_dir / "zcorch-nightly.timer").read_text())
+    res = subprocess.run([tool, "verify", "zcorch-nightly.service", "zcorch-nightly.timer"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "zcorch-nightly" not in res.stderr, res.stderr
