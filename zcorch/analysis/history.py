@@ -290,12 +290,13 @@ class ExperimentHistory:
 
 
 def cell_labels(frames: Sequence[pd.DataFrame]) -> Dict[str, str]:
-    """cell id -> "key=value, ..." of the parameters that vary across the experiment's sweeps."""
+    """cell id -> "key=value, ..." of the parameters that vary across the experiment's sweeps (the
+    modes when nothing varies)."""
     frames = [f for f in frames if len(f)]
     if not frames:
         return {}
     df = pd.concat(frames, ignore_index=True)
-    params = varying_params(df)
+    params = varying_params(df) or [p for p in ("send_mode", "recv_mode") if p in df]  # one cell: its modes
     labels = {}
     for cell, group in df.groupby("cell", sort=False):
         first = group.iloc[0]
@@ -443,9 +444,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "experiment"
 
 
-def _tick_label(s: Sweep) -> str:
+def _tick_label(i: int, s: Sweep, dated: bool) -> str:
+    """'#3' (the # of the page's tables), over the sweep's date when `dated`."""
+    if not dated:
+        return f"#{i + 1}"
     t = s.created
-    return t.strftime("%m-%d\n%H:%M") if t else s.path.name[:10]
+    return f"#{i + 1}\n" + (t.strftime("%m-%d %H:%M") if t else s.path.name[:12])
 
 
 def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
@@ -453,7 +457,7 @@ def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
     with the change between the levels, sweeps where every run of the cell failed marked ×."""
     n = len(exp.sweeps)
     x = np.arange(n)
-    fig = Figure(figsize=(5.8, 3.2))
+    fig = Figure(figsize=(5.8, 3.6))
     ax = fig.add_subplot()
     med = ch.median
     have = np.isfinite(med)
@@ -483,12 +487,15 @@ def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
     step = max(1, int(math.ceil(n / 12)))
     ticks = list(range(n - 1, -1, -step))[::-1]
     ax.set_xticks(ticks)
-    ax.set_xticklabels([_tick_label(exp.sweeps[i]) for i in ticks], fontsize=7)
+    every = max(1, int(math.ceil(len(ticks) / 5)))  # dates on at most 5 ticks (the newest one dated)
+    ax.set_xticklabels([_tick_label(i, exp.sweeps[i], (len(ticks) - 1 - k) % every == 0)
+                        for k, i in enumerate(ticks)], fontsize=7)
     ax.set_ylabel(UNITS.get(exp.metric, exp.metric))
     ax.margins(y=0.15)
     ax.grid(True, alpha=0.3)
     ax.set_title(ch.label, fontsize=9)
-    ax.legend(fontsize=7, loc="best")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=5, frameon=False,
+              handlelength=1.5, columnspacing=1.0)
     fig.tight_layout()
     return fig
 
@@ -526,7 +533,7 @@ def page_context(history: History, out_dir: Path) -> dict:
             if c is not None:
                 row.update(base=_fmt(c.base_median, ".3f"), change=_fmt(c.change_pct, "+.1f"),
                            p=_fmt(c.p_value, ".3g"), verdict=c.verdict, bad=c.bad,
-                           since=f"#{c.since + 1}", against=_span(c.baseline))
+                           since=f"#{c.since + 1}" if c.bad else "", against=_span(c.baseline))
             else:
                 row.update(base="–", change="–", p="–", verdict="nothing to compare", bad=False, since="",
                            against="")
