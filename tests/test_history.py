@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import zcorch
-from zcorch.analysis.history import build_history, find_result_sets, render_text, write_index
+from zcorch.analysis.history import build_history, find_result_sets, render_text
 from zcorch.plan import cell_id
 from zcorch.results.store import ResultSet
 
