@@ -29,9 +29,15 @@ Attributes of the yielded `LabHandle`:
     pids_in(host)         every pid in the host's netns
     zcorch_procs(host)    pids of zcorch worker processes in the host (assert [] after each scenario)
     connect(role, **kw)   zcorch.hosts.ssh.connect for that role (caller closes it)
+    data_interface(role)  name of the host's data-link interface (the one holding its data address)
+    rate_limited(role="sender", rate="500mbit")   context manager: the host's data interface shaped
+                          with `tc qdisc ... tbf` (a real, identical-parameters slowdown of the sweeps
+                          run inside it: data flows sender -> receiver, so the sender's queue limits it)
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import subprocess
@@ -116,6 +122,24 @@ class LabHandle:
         from zcorch.hosts import ssh
 
         return ssh.connect(self.hosts.spec(role), role, **kw)
+
+    def data_interface(self, role: str) -> str:
+        address = self._host(self._role(role)).data
+        out = self.run_in(role, ["ip", "-j", "-4", "addr", "show"], check=True).stdout
+        for link in json.loads(out):
+            if any(a.get("local") == address for a in link.get("addr_info", [])):
+                return link["ifname"]
+        raise AssertionError(f"no interface with {address} in {role}: {out}")
+
+    @contextlib.contextmanager
+    def rate_limited(self, role: str = "sender", rate: str = "500mbit"):
+        dev = self.data_interface(role)
+        self.run_in(role, ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", "256kb",
+                           "latency", "50ms"], check=True)
+        try:
+            yield dev
+        finally:
+            self.run_in(role, ["tc", "qdisc", "del", "dev", dev, "root"], check=True)
 
 
 def _pid_alive(pid: int) -> bool:

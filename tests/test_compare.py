@@ -62,14 +62,6 @@ def test_bad_options_are_clean_errors(small_set):
     assert res.returncode == 1 and "missing" in res.stderr and "Traceback" not in res.stderr
 
 
-def data_interface(lab, role: str, address: str) -> str:
-    out = lab.run_in(role, ["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, check=True).stdout
-    for link in json.loads(out):
-        if any(a.get("local") == address for a in link.get("addr_info", [])):
-            return link["ifname"]
-    raise AssertionError(f"no interface with {address} in {role}: {out}")
-
-
 @pytest.mark.lab
 @pytest.mark.slow
 def test_a_rate_limited_link_is_a_significant_regression(lab, tmp_path):
@@ -80,13 +72,8 @@ def test_a_rate_limited_link_is_a_significant_regression(lab, tmp_path):
     base, cand = tmp_path / "base", tmp_path / "candidate"
     res = zcorch_cli("run", experiment, "-o", base)
     assert res.returncode == 0, res.stderr[-3000:]
-    dev = data_interface(lab, "sender", lab.sender.data)
-    tbf = ["tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", "500mbit", "burst", "256kb", "latency", "50ms"]
-    lab.run_in("sender", tbf, check=True)
-    try:
+    with lab.rate_limited("sender", "500mbit"):
         res = zcorch_cli("run", experiment, "-o", cand)
-    finally:
-        lab.run_in("sender", ["tc", "qdisc", "del", "dev", dev, "root"], check=True)
     assert res.returncode == 0, res.stderr[-3000:]
     cand_df = zcorch.load(cand)
     assert (cand_df["gbit_s"] < 0.55).all()  # the limit is what the candidate got

@@ -149,9 +149,14 @@ _DECODER = json.JSONDecoder()
 def _iter_jsonl(path: Path):
     """(line number, record) of a JSON-lines file, streamed: a million-run file does not fit in
     memory as dicts. Same rules as zcorch.results.store.read_jsonl: an unterminated final line that does
-    not parse is a torn write and skipped; any other bad line is corruption."""
+    not parse is a torn write and skipped; any other bad line is corruption. No file (a sweep that
+    stopped before its first run): no records."""
     decode = _DECODER.decode  # json.loads minus its per-call type and encoding checks
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
         for lineno, line in enumerate(f, start=1):
             try:
                 rec = decode(line.decode("utf-8"))

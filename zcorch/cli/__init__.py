@@ -20,6 +20,7 @@ COMMANDS = [
     ("lab", "zcorch.cli.lab"),
     ("report", "zcorch.cli.report"),
     ("compare", "zcorch.cli.compare"),
+    ("history", "zcorch.cli.history"),
 ]
 
 

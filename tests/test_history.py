@@ -1,0 +1,230 @@
+"""`zcorch history` on result sets written through zcorch.results.store (real files, synthetic numbers):
+finding and grouping sweeps, the newest sweep against the preceding stable segment, the page in a real
+browser. The lab sweeps (a real `tc tbf` slowdown) are in test_history_lab.py."""
+import datetime as dt
+import json
+import os
+import re
+from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pytest
+
+import zcorch
+from zcorch.analysis.history import build_history, find_result_sets, render_text
+from zcorch.plan import cell_id
+from zcorch.results.store import ResultSet
+
+from fixtures_analysis import chromium, zcorch_cli
+
+T0 = dt.datetime(2026, 11, 1, 3, 0, tzinfo=dt.timezone.utc)
+READ = {"send_mode": "write", "recv_mode": "read", "buffer": 65536, "bytes": 1 << 26}
+SPLICE = {"send_mode": "write", "recv_mode": "splice", "buffer": 65536, "bytes": 1 << 26}
+
+
+def write_sweep(directory, name, night, cells, status="complete", rel_noise=0.01, repeats=5,
+                kernel="6.1.0-test", manifest_extra=None, hosts="localhost", error=None):
+    """A result set as `zcorch run` writes it, through ResultSet: `cells` = [(params, Gbit/s or None
+    for runs that all fail)]; noise of rel_noise per run, seeded by the night."""
+    exp_text = f"name: {name}\nhosts: {hosts}\n"
+    rs = ResultSet.create(str(directory), name=name, experiment_bytes=exp_text.encode(), plan_runs=[],
+                          command=["zcorch", "run"], accept_new_host_keys=False, zcorch_version="0",
+                          git_revision=f"{night:02d}abcdef0123456789abcdef0123456789abcd-dirty")
+    rng = np.random.default_rng(night)
+    for params, gbit in cells:
+        for r in range(repeats):
+            rec = {"cell": cell_id(params), "repeat": r, "params": params, "status": "ok", "reason": None,
+                   "sender": None, "receiver": None}
+            if gbit is None:
+                rec.update(status="failed", reason="worker failed")
+            else:
+                wall = int(params["bytes"] * 8 / (gbit * (1 + rel_noise * rng.standard_normal())))
+                rec["receiver"] = rec["sender"] = {"bytes": params["bytes"], "wall_ns": wall}
+            rs.append_run(rec)
+    rs.write_meta({"hosts": {role: {"hostname": "h", "kernel": {"release": kernel}} for role in ("sender", "receiver")}})
+    rs.manifest["created"] = (T0 + dt.timedelta(days=night)).isoformat()
+    rs.manifest.update(manifest_extra or {})
+    rs.finish(status, error)
+    return directory
+
+
+def nights(root, name, levels, **kw):
+    """One sweep per night under ROOT/<night>/<name> (as contrib/nightly/zcorch-nightly lays them out);
+    levels[i] = [(params, Gbit/s)] of night i."""
+    for i, cells in enumerate(levels):
+        write_sweep(root / f"2026{i:04d}T0300Z" / name, name, i, cells, **kw)
+
+
+def check(root, *args):
+    return zcorch_cli("history", root, "--check", *args)
+
+
+def test_stable_nights_pass_and_a_slower_newest_night_fails_naming_cells_change_and_since(tmp_path):
+    root = tmp_path / "nightly"
+    nights(root, "exp", [[(READ, 10.0), (SPLICE, 5.0)]] * 6)
+    res = check(root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "exp: 6 sweep(s)" in res.stdout and "no significant regression (2 unchanged)" in res.stdout
+    assert (root / "index.html").is_file()
+
+    write_sweep(root / "20260006T0300Z" / "exp", "exp", 6, [(READ, 8.0), (SPLICE, 5.0)])
+    res = check(root)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "REGRESSION (1 regressed, 1 unchanged)" in res.stdout
+    line = next(ln for ln in res.stdout.splitlines() if "recv_mode=read" in ln)
+    change = float(re.search(r"\[cell \w+\]: ([-+\d.]+)%", line).group(1))
+    assert -22 < change < -18
+    assert f"since {root / '20260006T0300Z' / 'exp'};" in line
+    assert f"against 6 sweeps {root / '20260000T0300Z' / 'exp'} .. {root / '20260005T0300Z' / 'exp'}" in line
+    assert "recv_mode=splice" not in res.stdout.split("REGRESSION")[1].split("method:")[0]
+    # without --check the same report, exit 0
+    plain = zcorch_cli("history", root)
+    assert plain.returncode == 0 and "REGRESSION" in plain.stdout
+
+
+def test_a_regression_stays_reported_since_the_step_and_is_measured_against_the_level_before(tmp_path):
+    root = tmp_path / "r"
+    nights(root, "exp", [[(READ, 10.0)]] * 8 + [[(READ, 7.0)]] * 3)
+    hist = build_history(root, reports=False)
+    (exp,) = hist.experiments
+    (cell,) = exp.cells
+    assert cell.fit.steps == [8]
+    c = cell.comparison
+    assert c.verdict == "regressed" and c.since == 8 and c.baseline == list(range(8))
+    assert c.change_pct == pytest.approx(-30, abs=2)
+    assert f"since {exp.sweeps[8].path};" in render_text(hist)
+
+
+def test_a_fixed_regression_passes_and_a_spike_is_not_the_level(tmp_path):
+    root = tmp_path / "r"
+    # 10, a slow stretch, back to 10: the newest night is compared with the slow stretch's segment...
+    nights(root, "fixed", [[(READ, 10.0)]] * 6 + [[(READ, 7.0)]] * 3 + [[(READ, 10.0)]] * 2)
+    # ...and one very fast night before the newest one is a spike, not the level to hold it against
+    nights(root, "spike", [[(READ, 10.0)]] * 10 + [[(READ, 20.0)]] + [[(READ, 10.0)]])
+    hist = build_history(root, reports=False)
+    fixed, spike = hist.experiments
+    assert fixed.cells[0].fit.steps == [6, 9] and fixed.cells[0].comparison.verdict == "improved"
+    assert spike.cells[0].fit.steps == [10, 11]
+    assert spike.cells[0].comparison.verdict == "unchanged" and spike.cells[0].comparison.baseline == list(range(10))
+    assert not hist.bad
+
+
+def test_noisy_equal_nights_are_not_a_regression(tmp_path):
+    root = tmp_path / "r"
+    nights(root, "exp", [[(READ, 10.0), (SPLICE, 5.0)]] * 12, rel_noise=0.03)
+    hist = build_history(root, reports=False)
+    assert not hist.bad
+    assert all(c.fit.steps == [] for c in hist.experiments[0].cells)
+
+
+def test_cells_that_now_always_fail_and_a_sweep_that_measured_nothing(tmp_path):
+    root = tmp_path / "r"
+    nights(root, "cells", [[(READ, 10.0), (SPLICE, 5.0)]] * 4)
+    write_sweep(root / "n5" / "cells", "cells", 5, [(READ, 10.0), (SPLICE, None)])
+    nights(root, "dead", [[(READ, 10.0)]] * 3)
+    # the hosts were unreachable: the set exists, with no run and the error
+    rs = ResultSet.create(str(root / "n5" / "dead"), name="dead", experiment_bytes=b"name: dead\n", plan_runs=[],
+                          command=["zcorch"], accept_new_host_keys=False, zcorch_version="0", git_revision=None)
+    rs.manifest["created"] = (T0 + dt.timedelta(days=9)).isoformat()
+    rs.finish("failed", ConnectionRefusedError("sender: connection refused"))
+    res = check(root)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "recv_mode=splice [cell" in res.stdout and "every run failed" in res.stdout
+    assert (f"the newest sweep {root / 'n5' / 'dead'} measured nothing: status failed, 0 ok / 0 failed runs "
+            "(ConnectionRefusedError: sender: connection refused)") in res.stdout
+    assert zcorch.load(root / "n5" / "dead").empty  # a set with no runs.jsonl loads as no rows
+
+
+def test_result_sets_at_any_depth_grouped_by_name_and_what_is_not_one(tmp_path):
+    root = tmp_path / "r"
+    write_sweep(root / "a", "one", 0, [(READ, 1.0)])
+    write_sweep(root / "x" / "y" / "z" / "b", "one", 1, [(READ, 1.0)])
+    write_sweep(root / "c", "two", 2, [(READ, 1.0)])
+    write_sweep(root / "a" / "logs" / "nested", "one", 3, [(READ, 1.0)])   # inside a result set: not searched
+    (root / "foreign").mkdir()
+    (root / "foreign" / "manifest.json").write_text('{"format": "something-else"}')
+    (root / "future").mkdir()
+    (root / "future" / "manifest.json").write_text('{"format": "zcorch-results", "format_version": 99}')
+    warnings = []
+    found = find_result_sets(root, warnings.append)
+    assert found == [root / "a", root / "c", root / "x" / "y" / "z" / "b"]
+    assert len(warnings) == 1 and "version 99" in warnings[0]
+    hist = build_history(root, reports=False)
+    assert [(e.name, [s.path for s in e.sweeps]) for e in hist.experiments] == [
+        ("one", [root / "a", root / "x" / "y" / "z" / "b"]), ("two", [root / "c"])]
+    res = zcorch_cli("history", root)
+    assert res.returncode == 0 and "version 99" in res.stderr
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    res = zcorch_cli("history", empty, "--check")
+    assert res.returncode == 1 and "no zcorch result set found" in res.stderr and "Traceback" not in res.stderr
+    res = zcorch_cli("history", root, "--threshold", "-1")
+    assert res.returncode == 2 and "--threshold" in res.stderr
+
+
+def test_other_metrics_and_their_direction(tmp_path):
+    root = tmp_path / "r"
+    nights(root, "exp", [[(READ, 10.0)]] * 5 + [[(READ, 12.0)]])
+    assert check(root).returncode == 0        # faster is no regression
+    assert check(root, "--metric", "mb_s").returncode == 0
+    res = zcorch_cli("history", root, "--metric", "nope")
+    assert res.returncode == 2 and "invalid choice" in res.stderr
+
+
+def test_the_page_lists_sweeps_links_reports_and_shows_the_plots_in_a_browser(tmp_path):
+    root = tmp_path / "nightly"
+    inv = {"inventory": {"path": "/etc/zcorch/inventory.yaml", "pair": "rack3"}}
+    nights(root, "exp <b>x</b>", [[(READ, 10.0), (SPLICE, 5.0)]] * 3, manifest_extra=inv)
+    hosts = "{sender: {ssh: root@s.example, data_address: 10.0.0.1}, receiver: {ssh: r.example, data_address: 10.0.0.2}}"
+    write_sweep(root / "20260003T0300Z" / "exp <b>x</b>", "exp <b>x</b>", 3, [(READ, 7.0), (SPLICE, 5.0)],
+                kernel="6.2.0-new", hosts=hosts)
+    out = tmp_path / "site"
+    res = zcorch_cli("history", root, "-o", out)
+    assert res.returncode == 0, res.stderr
+    page = (out / "index.html").read_text()
+    assert not (root / "index.html").exists()
+    assert "exp &lt;b&gt;x&lt;/b&gt;" in page and "<b>x</b>" not in page
+    for night in range(4):
+        d = root / f"2026{night:04d}T0300Z" / "exp <b>x</b>"
+        assert (d / "report.html").is_file()  # written because it was missing
+        assert f'href="../nightly/2026{night:04d}T0300Z/exp &lt;b&gt;x&lt;/b&gt;/report.html"' in page
+    assert "rack3 (inventory.yaml)" in page and "root@s.example → r.example" in page
+    assert "6.2.0-new" in page and "6.1.0-test" in page and "03abcdef0123-dirty" in page
+    assert page.count('<img src="history-plots/') == 2
+    assert 'class="bad"' in page and "regressed" in page
+
+    # a report newer than the runs is kept; one older than them is written again
+    report = root / "20260000T0300Z" / "exp <b>x</b>" / "report.html"
+    report.write_text("kept")
+    zcorch_cli("history", root, "-o", out)
+    assert report.read_text() == "kept"
+    runs = report.parent / "runs.jsonl"
+    stamp = report.stat().st_mtime + 10
+    os.utime(runs, (stamp, stamp))
+    zcorch_cli("history", root, "-o", out)
+    assert report.read_text().startswith("<!DOCTYPE html>")
+
+    # in a real browser: every image decodes, every link leads to a file
+    probe = out / "probe.html"
+    probe.write_text(page.replace("</body>", PROBE + "</body>"))
+    res = chromium("--virtual-time-budget=10000", "--dump-dom", probe.as_uri(), profile=tmp_path / "prof")
+    assert res.returncode == 0, res.stderr[-2000:]
+    seen = json.loads(re.search(r'<pre id="probe">(.*?)</pre>', res.stdout, re.S).group(1)
+                      .replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+    assert len(seen["images"]) == 2 and all(i["ok"] and i["w"] > 400 for i in seen["images"])
+    files = [unquote(urlparse(h).path) for h in seen["links"] if h.startswith("file:")]
+    assert len(files) >= 8 and all(os.path.exists(f) for f in files), files
+
+
+PROBE = """<script>
+window.addEventListener('load', function () {
+  var out = document.createElement('pre');
+  out.id = 'probe';
+  out.textContent = JSON.stringify({
+    images: Array.prototype.map.call(document.images, function (i) {
+      return {ok: i.complete && i.naturalWidth > 0, w: i.naturalWidth}; }),
+    links: Array.prototype.map.call(document.links, function (a) { return a.href; })});
+  document.body.appendChild(out);
+});
+</script>"""

@@ -1,0 +1,61 @@
+"""`zcorch history --check` on real sweeps in the two-host lab: two alike, then a slower one, the data
+link rate-limited with `tc tbf` (lab.rate_limited, the slowdown test_compare.py uses too): same
+parameters, same cell ids, really slower.
+
+The two alike sweeps run shaped to 2 Gbit/s, well below what the link does unshaped: unshaped, this
+machine's throughput follows whatever else its two CPUs run (other test sessions), and two sweeps a
+minute apart can really differ by more than the 5% threshold; shaped, both are the same sweep. The
+third is shaped to 500 Mbit/s."""
+import re
+
+import pytest
+
+from conftest import require_tool
+from fixtures_analysis import zcorch_cli
+
+# Tiny on purpose: 2 cells x 5 repeats of 32 MiB (5 a side: Mann-Whitney can reach p < 0.05).
+EXPERIMENT = """\
+name: history-check
+params: {bytes: 32MiB, buffer: 64KiB, timeout: 60s, source: /dev/zero}
+matrix:
+  send_mode: [write]
+  recv_mode: [read, splice]
+repeats: 5
+baselines: false
+"""
+
+
+@pytest.mark.lab
+@pytest.mark.slow
+def test_history_check_on_two_alike_lab_sweeps_then_a_rate_limited_one(lab, tmp_path):
+    require_tool("tc")
+    experiment = tmp_path / "history-check.yaml"
+    experiment.write_text(EXPERIMENT + lab.layout.hosts_yaml())
+    root = tmp_path / "nightly"
+    for night in ("night1", "night2"):
+        with lab.rate_limited("sender", "2gbit"):
+            res = zcorch_cli("run", experiment, "-o", root / night / "history-check")
+        assert res.returncode == 0, res.stderr[-3000:]
+    alike = zcorch_cli("history", root, "--check")
+    print(alike.stdout)
+    assert alike.returncode == 0, alike.stdout + alike.stderr
+    assert "history-check: 2 sweep(s)" in alike.stdout and "no significant regression" in alike.stdout
+
+    with lab.rate_limited("sender", "500mbit"):
+        res = zcorch_cli("run", experiment, "-o", root / "night3" / "history-check")
+    assert res.returncode == 0, res.stderr[-3000:]
+    slowed = zcorch_cli("history", root, "--check")
+    print(slowed.stdout)
+    assert slowed.returncode == 1, slowed.stdout + slowed.stderr
+    assert "history-check: 3 sweep(s)" in slowed.stdout and "REGRESSION (2 regressed)" in slowed.stdout
+    for mode in ("read", "splice"):
+        line = next(ln for ln in slowed.stdout.splitlines() if f"recv_mode={mode} [cell" in ln)
+        assert float(re.search(r"\]: ([-+\d.]+)%", line).group(1)) < -60, line
+        assert f"since {root / 'night3' / 'history-check'};" in line
+        assert (f"against 2 sweeps {root / 'night1' / 'history-check'} .. "
+                f"{root / 'night2' / 'history-check'}") in line
+    page = (root / "index.html").read_text()
+    assert page.count('<img src="history-plots/history-check/') == 2
+    for night in ("night1", "night2", "night3"):
+        assert (root / night / "history-check" / "report.html").is_file()
+        assert f'href="{night}/history-check/report.html"' in page

@@ -1,0 +1,622 @@
+"""`zcorch history ROOT`: every result set under ROOT, per experiment over time (nightly sweeps).
+
+What it does, in order (`build_history`, then `write_index`):
+
+1. finds every result set under ROOT at any depth (a directory whose manifest.json is a zcorch result
+   set, zcorch.results.store.load_manifest; nothing below a result set is searched), and groups them by
+   the experiment name of their manifest, oldest first by the manifest's `created`;
+2. per sweep: date, git revision, kernel (meta.json), host pair (the inventory pair the manifest
+   records, else the experiment copy's `hosts:`), status, runs ok/failed, its report.html (written by
+   zcorch.analysis.report when missing or older than the runs);
+3. per cell (identical parameters, i.e. one cell id): the median of the metric with its 95% CI in every
+   sweep (zcorch.analysis.stats.summarize), and the change points of that series
+   (zcorch.analysis.steps: a penalised piecewise-constant fit weighted by each sweep's CI);
+4. the newest sweep of each experiment against the preceding stable segment, cell by cell, with
+   zcorch.analysis.compare.compare_frames (medians, threshold, two-sided Mann–Whitney U of the ok runs:
+   the same verdicts as `zcorch compare`), against the runs of every sweep of that segment together:
+   - when the newest sweep shares its segment with earlier sweeps (no step before it): those sweeps;
+   - when a step begins a segment that the newest sweep ends (the change started there): the segment
+     before that step (the nearest earlier one with at least two sweeps, so that a one-night spike is not
+     taken for the level), reported "since" the first sweep after the step; a regression is reported
+     night after night until it is fixed (or its stable segment has left the nights kept under ROOT);
+   a cell is bad when a comparison says `regressed` or `failed` (the newest sweep has no ok run where
+   the segment had some). A newest sweep that ended without any ok run (hosts unreachable, ...) is bad too.
+
+`zcorch history --check` exits 1 when something is bad (zcorch.cli.history).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.transforms import blended_transform_factory
+
+from zcorch import __version__
+from zcorch.analysis.compare import HIGHER_IS_BETTER, VERDICTS_BAD, compare_frames
+from zcorch.analysis.frames import OK, read_meta
+from zcorch.analysis.load import load
+from zcorch.analysis.plots import figure_bytes
+from zcorch.analysis.stats import CI, ci_method, summarize, varying_params
+from zcorch.analysis.steps import StepFit, fit_steps, point_sigmas
+from zcorch.config import yamlsrc
+from zcorch.errors import ResultsError, ZcorchError
+from zcorch.params import format_value
+from zcorch.results import store
+
+INDEX = "index.html"
+PLOTS_DIR = "history-plots"   # next to index.html: one PNG per experiment × cell
+MIN_STABLE = 2                # sweeps a segment needs to be the level a newest sweep is held against
+UNITS = {"gbit_s": "Gbit/s", "mb_s": "MB/s", "send_cpu_s_per_gib": "sender CPU s/GiB",
+         "recv_cpu_s_per_gib": "receiver CPU s/GiB"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding result sets
+
+
+def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = lambda _: None) -> List[Path]:
+    """Every result-set directory under `root` (root included), at any depth, sorted by path. A
+    manifest.json of another format is not a result set; one of an unreadable or unsupported zcorch
+    format is skipped with a warning. Nothing below a result set is searched."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ResultsError(f"{root}: no such directory")
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        if store.MANIFEST not in filenames:
+            continue
+        try:
+            with open(os.path.join(dirpath, store.MANIFEST), encoding="utf-8") as f:
+                manifest = json.load(f)
+        except (OSError, ValueError) as exc:
+            warn(f"{dirpath}: skipped, manifest.json unreadable ({exc})")
+            continue
+        if not isinstance(manifest, dict) or manifest.get("format") != store.FORMAT:
+            continue
+        try:
+            store.load_manifest(dirpath)
+        except ResultsError as exc:
+            warn(f"skipped: {exc}")
+            continue
+        found.append(Path(dirpath))
+        dirnames[:] = []  # logs/, plots/ of a result set hold no result sets
+    return sorted(found)
+
+
+# ---------------------------------------------------------------------------------------------
+# One sweep
+
+
+@dataclass
+class Sweep:
+    path: Path
+    manifest: dict
+    meta: dict
+    runs: pd.DataFrame
+    report: Optional[Path] = None
+    report_problem: Optional[str] = None
+
+    @property
+    def name(self) -> str:
+        return str(self.manifest.get("name") or self.path.name)
+
+    @property
+    def created(self) -> Optional[_dt.datetime]:
+        return _parse_time(self.manifest.get("created"))
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest.get("status") or "unknown")
+
+    @property
+    def n_ok(self) -> int:
+        return int((self.runs["status"] == OK).sum()) if len(self.runs) else 0
+
+    @property
+    def n_failed(self) -> int:
+        return len(self.runs) - self.n_ok
+
+    @property
+    def git_revision(self) -> str:
+        rev = self.manifest.get("git_revision") or (self.meta.get("controller") or {}).get("git_revision")
+        if not rev:
+            return ""
+        dirty = rev.endswith("-dirty")
+        return rev[:12] + ("-dirty" if dirty else "")
+
+    @property
+    def kernel(self) -> str:
+        releases = []
+        for role in ("sender", "receiver"):
+            host = (self.meta.get("hosts") or {}).get(role) or {}
+            release = (host.get("kernel") or {}).get("release")
+            if release and release not in releases:
+                releases.append(release)
+        return " / ".join(releases)
+
+    @property
+    def hosts(self) -> str:
+        return host_pair(self.manifest, self.path, self.meta)
+
+    @property
+    def error(self) -> str:
+        err = self.manifest.get("error")
+        if isinstance(err, dict):
+            return f"{err.get('type', 'error')}: {err.get('message', '')}"
+        return ""
+
+    def date(self) -> str:
+        t = self.created
+        return t.strftime("%Y-%m-%d %H:%M UTC") if t else str(self.manifest.get("created") or "")
+
+
+def _parse_time(text) -> Optional[_dt.datetime]:
+    if not isinstance(text, str):
+        return None
+    try:
+        t = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=_dt.timezone.utc)
+    return t.astimezone(_dt.timezone.utc)
+
+
+def host_pair(manifest: dict, directory: Path, meta: dict) -> str:
+    """Which hosts ran a sweep: the inventory pair recorded in the manifest (`inventory`: {"pair",
+    "path"/"file"} or a string); else the `hosts:` of the experiment copy (`localhost` or
+    "SENDER → RECEIVER", their ssh targets); else the hostnames in meta.json."""
+    inv = manifest.get("inventory")
+    if isinstance(inv, dict):
+        pair = inv.get("pair") or inv.get("name")
+        where = inv.get("path") or inv.get("file")
+        if pair or where:
+            return f"{pair or '?'} ({os.path.basename(str(where))})" if where else str(pair)
+    elif isinstance(inv, str) and inv:
+        return inv
+    exp = directory / str(manifest.get("experiment_file") or store.EXPERIMENT)
+    try:
+        root, _ = yamlsrc.parse(exp.read_text(errors="replace"), str(exp))
+    except OSError:
+        root = None
+    hosts = root.get("hosts") if isinstance(root, yamlsrc.YMap) else None
+    if isinstance(hosts, yamlsrc.YScalar) and not hosts.is_null:
+        return hosts.text
+    if isinstance(hosts, yamlsrc.YMap):
+        ends = []
+        for role in ("sender", "receiver"):
+            spec = hosts.get(role)
+            ssh = spec.get("ssh") if isinstance(spec, yamlsrc.YMap) else None
+            ends.append(ssh.text if isinstance(ssh, yamlsrc.YScalar) else "?")
+        return " → ".join(ends)
+    names = [((meta.get("hosts") or {}).get(r) or {}).get("hostname") for r in ("sender", "receiver")]
+    names = [n for n in names if n]
+    if len(names) == 2 and names[0] == names[1]:
+        return names[0]
+    return " → ".join(names)
+
+
+def open_sweep(path: Path) -> Sweep:
+    manifest = store.load_manifest(str(path))
+    return Sweep(path, manifest, read_meta(path), load(path))
+
+
+def ensure_report(sweep: Sweep) -> None:
+    """sweep.report = DIR/report.html, written by zcorch.analysis.report when missing or older than the
+    sweep's runs or manifest (not for a sweep still running); a problem writing it is noted, not raised."""
+    from zcorch.analysis.report import write_report  # the report's plots: only when one is written
+
+    path = sweep.path / "report.html"
+    inputs = [sweep.path / store.RUNS, sweep.path / store.MANIFEST]
+    newest_input = max((p.stat().st_mtime for p in inputs if p.exists()), default=0.0)
+    fresh = path.exists() and path.stat().st_mtime >= newest_input
+    if not fresh and sweep.status != "running":
+        try:
+            write_report(sweep.path)
+        except (ZcorchError, OSError) as exc:
+            sweep.report_problem = f"report not written: {exc}"
+    sweep.report = path if path.exists() else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Per cell: the series, its steps, the newest sweep against the level before
+
+
+@dataclass
+class Comparison:
+    """The newest sweep of one cell against a stable segment (a row of compare_frames)."""
+    verdict: str
+    change_pct: float
+    base_median: float
+    cand_median: float
+    p_value: float
+    test: str
+    n_base: int
+    n_cand: int
+    baseline: List[int]      # sweep indices pooled as the base
+    since: int               # first sweep of the change
+
+    @property
+    def bad(self) -> bool:
+        return self.verdict in VERDICTS_BAD
+
+
+@dataclass
+class CellHistory:
+    cell: str
+    label: str                    # the parameters that distinguish it within the experiment
+    median: np.ndarray            # per sweep (NaN: no ok run of this cell in that sweep)
+    ci_low: np.ndarray
+    ci_high: np.ndarray
+    n: np.ndarray                 # ok runs per sweep
+    n_failed: np.ndarray          # other runs per sweep
+    fit: StepFit
+    comparison: Optional[Comparison] = None
+    plot: Optional[str] = None    # path of the trend plot relative to index.html
+
+    def present(self, i: int) -> bool:
+        return bool(self.n[i] + self.n_failed[i])
+
+
+@dataclass
+class ExperimentHistory:
+    name: str
+    sweeps: List[Sweep]
+    cells: List[CellHistory]
+    metric: str
+    problem: Optional[str] = None  # the newest sweep measured nothing
+
+    @property
+    def newest(self) -> Sweep:
+        return self.sweeps[-1]
+
+    @property
+    def regressions(self) -> List[CellHistory]:
+        return [c for c in self.cells if c.comparison is not None and c.comparison.bad]
+
+    @property
+    def bad(self) -> bool:
+        return bool(self.problem or self.regressions)
+
+
+def cell_labels(frames: Sequence[pd.DataFrame]) -> Dict[str, str]:
+    """cell id -> "key=value, ..." of the parameters that vary across the experiment's sweeps (the
+    modes when nothing varies)."""
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return {}
+    df = pd.concat(frames, ignore_index=True)
+    params = varying_params(df) or [p for p in ("send_mode", "recv_mode") if p in df]  # one cell: its modes
+    labels = {}
+    for cell, group in df.groupby("cell", sort=False):
+        first = group.iloc[0]
+        labels[cell] = ", ".join(f"{p}={format_value(p, first[p])}" for p in params) or f"cell {cell}"
+    return labels
+
+
+def _compare(sweeps: List[Sweep], cell: str, baseline: List[int], newest: int, since: int, metric: str,
+             threshold_pct: float, alpha: float) -> Optional[Comparison]:
+    parts = [sweeps[i].runs[sweeps[i].runs["cell"] == cell] for i in baseline]
+    base = pd.concat(parts, ignore_index=True) if parts else sweeps[newest].runs.iloc[0:0]
+    cand = sweeps[newest].runs[sweeps[newest].runs["cell"] == cell]
+    if not len(base) or not len(cand):
+        return None
+    row = compare_frames(base, cand, metric, threshold_pct, alpha).iloc[0]
+    return Comparison(str(row["verdict"]), float(row["change_pct"]), float(row["base_median"]),
+                      float(row["cand_median"]), float(row["p_value"]), str(row["test"]), int(row["n_base"]),
+                      int(row["n_cand"]), list(baseline), since)
+
+
+def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, threshold_pct: float,
+                          alpha: float) -> Optional[Comparison]:
+    """The newest sweep of a cell against the preceding stable segment (module docstring, step 4):
+    the first bad comparison, else the first one made; None when there is nothing to compare."""
+    last = len(sweeps) - 1
+    if not ch.present(last) or not ch.fit.segments:
+        return None
+    has_ok = [i for i in range(len(sweeps)) if ch.n[i] > 0]
+    segs = ch.fit.segments
+    k = ch.fit.segment_of(last)
+    candidates = []
+    if k > 0:
+        ok_in = [[i for i in has_ok if s.start <= i < s.end and i != last] for s in segs[:k]]
+        j = next((j for j in range(k - 1, -1, -1) if len(ok_in[j]) >= MIN_STABLE), k - 1)
+        if ok_in[j]:
+            candidates.append((ok_in[j], segs[k].start))
+    same = [i for i in has_ok if segs[k].start <= i < last]
+    if same:
+        candidates.append((same, last))
+    results = []
+    for baseline, since in candidates:
+        cmp = _compare(sweeps, ch.cell, baseline, last, since, metric, threshold_pct, alpha)
+        if cmp is not None:
+            if cmp.bad:
+                return cmp
+            results.append(cmp)
+    return results[0] if results else None
+
+
+def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = 5.0,
+                       alpha: float = 0.05) -> ExperimentHistory:
+    """The per-cell series, their steps and the newest sweep's comparisons (sweeps oldest first)."""
+    labels = cell_labels([s.runs for s in sweeps])
+    n = len(sweeps)
+    summaries = []
+    for s in sweeps:
+        runs = s.runs
+        if len(runs) and metric not in runs:
+            raise ResultsError(f"{s.path}: no column {metric!r} in its runs")
+        summaries.append(summarize(runs, by=["cell"], metrics=[metric]).set_index("cell") if len(runs) else None)
+    cells = []
+    for cell in sorted(labels, key=lambda c: (labels[c], c)):
+        cols = {k: np.full(n, np.nan) for k in ("median", "ci_low", "ci_high")}
+        counts = {k: np.zeros(n, dtype=int) for k in ("n", "n_failed")}
+        for i, summ in enumerate(summaries):
+            if summ is None or cell not in summ.index:
+                continue
+            row = summ.loc[cell]
+            for k in cols:
+                cols[k][i] = row[f"{metric}_{k}"]
+            counts["n"][i], counts["n_failed"][i] = int(row["n"]), int(row["n_failed"])
+        sigma = point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], CI)
+        ch = CellHistory(cell, labels[cell], cols["median"], cols["ci_low"], cols["ci_high"], counts["n"],
+                         counts["n_failed"], fit_steps(cols["median"], sigma))
+        ch.comparison = newest_against_stable(sweeps, ch, metric, threshold_pct, alpha)
+        cells.append(ch)
+    hist = ExperimentHistory(name, sweeps, cells, metric)
+    newest = hist.newest
+    if newest.status != "running" and newest.n_ok == 0:
+        why = f" ({newest.error})" if newest.error else ""
+        hist.problem = (f"the newest sweep {newest.path} measured nothing: status {newest.status}, "
+                        f"{newest.n_ok} ok / {newest.n_failed} failed runs{why}")
+    return hist
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole tree
+
+
+@dataclass
+class History:
+    root: Path
+    metric: str
+    threshold_pct: float
+    alpha: float
+    experiments: List[ExperimentHistory]
+    warnings: List[str] = field(default_factory=list)
+    index: Optional[Path] = None
+
+    @property
+    def n_sweeps(self) -> int:
+        return sum(len(e.sweeps) for e in self.experiments)
+
+    @property
+    def bad(self) -> bool:
+        return any(e.bad for e in self.experiments)
+
+
+def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: float = 5.0,
+                  alpha: float = 0.05, reports: bool = True) -> History:
+    """Every result set under `root`, grouped and analysed (module docstring, steps 1–4); with
+    `reports`, each sweep's report.html is written when missing or stale."""
+    if metric not in HIGHER_IS_BETTER:
+        raise ResultsError(f"metric must be one of {', '.join(HIGHER_IS_BETTER)}, got {metric!r}")
+    warnings: List[str] = []
+    dirs = find_result_sets(root, warnings.append)
+    if not dirs:
+        raise ResultsError(f"{root}: no zcorch result set found (a directory with manifest.json) at any depth")
+    groups: Dict[str, List[Sweep]] = {}
+    for d in dirs:
+        try:
+            sweep = open_sweep(d)
+        except ResultsError as exc:
+            warnings.append(f"skipped: {exc}")
+            continue
+        groups.setdefault(sweep.name, []).append(sweep)
+    experiments = []
+    for name in sorted(groups):
+        sweeps = sorted(groups[name], key=lambda s: (s.created or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc),
+                                                     str(s.path)))
+        if reports:
+            for s in sweeps:
+                ensure_report(s)
+                if s.report_problem:
+                    warnings.append(f"{s.path}: {s.report_problem}")
+        experiments.append(experiment_history(name, sweeps, metric, threshold_pct, alpha))
+    return History(Path(root), metric, threshold_pct, alpha, experiments, warnings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots and the page
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "experiment"
+
+
+def _tick_label(i: int, s: Sweep, dated: bool) -> str:
+    """'#3' (the # of the page's tables), over the sweep's date when `dated`."""
+    if not dated:
+        return f"#{i + 1}"
+    t = s.created
+    return f"#{i + 1}\n" + (t.strftime("%m-%d %H:%M") if t else s.path.name[:12])
+
+
+def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
+    """The median of the metric with its CI across the sweeps, the fitted levels, the steps marked
+    with the change between the levels, sweeps where every run of the cell failed marked ×."""
+    n = len(exp.sweeps)
+    x = np.arange(n)
+    fig = Figure(figsize=(5.8, 3.6))
+    ax = fig.add_subplot()
+    med = ch.median
+    have = np.isfinite(med)
+    low = np.where(np.isfinite(ch.ci_low), med - ch.ci_low, 0.0)
+    high = np.where(np.isfinite(ch.ci_high), ch.ci_high - med, 0.0)
+    ax.errorbar(x[have], med[have], yerr=[low[have], high[have]], fmt="o", ms=4, capsize=3, color="C0",
+                label="median, 95% CI")
+    for k, seg in enumerate(ch.fit.segments):
+        ax.hlines(seg.level, seg.start - 0.4, seg.end - 0.6, colors="0.45", linewidth=1.5,
+                  label="fitted level" if k == 0 else None)
+    top = blended_transform_factory(ax.transData, ax.transAxes)
+    for k, seg in enumerate(ch.fit.segments[1:], start=1):
+        prev = ch.fit.segments[k - 1].level
+        ax.axvline(seg.start - 0.5, color="C3", linestyle="--", linewidth=1.2,
+                   label="change point" if k == 1 else None)
+        if prev:
+            ax.text(seg.start - 0.45, 0.97, f"{(seg.level - prev) / prev * 100:+.1f}%", transform=top,
+                    color="C3", fontsize=8, va="top", ha="left")
+    dead = (ch.n == 0) & (ch.n_failed > 0)
+    if dead.any():
+        ax.plot(x[dead], np.full(dead.sum(), 0.03), "x", color="C3", ms=8, transform=top,
+                label="all runs failed")
+    cmp = ch.comparison
+    if cmp is not None and cmp.bad and have[n - 1]:
+        ax.plot([n - 1], [med[n - 1]], "o", ms=9, mfc="none", mec="C3", mew=2, label="regression")
+    ax.set_xlim(-0.6, n - 0.4)
+    step = max(1, int(math.ceil(n / 12)))
+    ticks = list(range(n - 1, -1, -step))[::-1]
+    ax.set_xticks(ticks)
+    every = max(1, int(math.ceil(len(ticks) / 5)))  # dates on at most 5 ticks (the newest one dated)
+    ax.set_xticklabels([_tick_label(i, exp.sweeps[i], (len(ticks) - 1 - k) % every == 0)
+                        for k, i in enumerate(ticks)], fontsize=7)
+    ax.set_ylabel(UNITS.get(exp.metric, exp.metric))
+    ax.margins(y=0.15)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(ch.label, fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=5, frameon=False,
+              handlelength=1.5, columnspacing=1.0)
+    fig.tight_layout()
+    return fig
+
+
+def _fmt(v, spec: str) -> str:
+    return format(v, spec) if isinstance(v, (int, float, np.floating)) and np.isfinite(v) else "–"
+
+
+def _rel(path: Path, start: Path) -> str:
+    return Path(os.path.relpath(path, start)).as_posix()
+
+
+def page_context(history: History, out_dir: Path) -> dict:
+    """What the template history.html.j2 shows (every value autoescaped there)."""
+    unit = UNITS.get(history.metric, history.metric)
+    experiments = []
+    for exp in history.experiments:
+        sweeps = []
+        for i in range(len(exp.sweeps) - 1, -1, -1):
+            s = exp.sweeps[i]
+            sweeps.append({"index": i + 1, "date": s.date(), "revision": s.git_revision, "kernel": s.kernel,
+                           "hosts": s.hosts, "status": s.status, "ok": s.n_ok, "failed": s.n_failed,
+                           "dir": _rel(s.path, out_dir), "report": _rel(s.report, out_dir) if s.report else None,
+                           "error": s.error, "report_problem": s.report_problem})
+        cells = []
+        for ch in exp.cells:
+            c = ch.comparison
+            last = len(exp.sweeps) - 1
+            row = {"cell": ch.cell, "label": ch.label, "plot": ch.plot,
+                   "steps": ", ".join(f"#{s + 1}" for s in ch.fit.steps),
+                   "newest": (f"{_fmt(ch.median[last], '.3f')} [{_fmt(ch.ci_low[last], '.3f')}–"
+                              f"{_fmt(ch.ci_high[last], '.3f')}]" if np.isfinite(ch.median[last]) else
+                              ("all failed" if ch.n_failed[last] else "not run")),
+                   "n": f"{ch.n[last]}/{ch.n[last] + ch.n_failed[last]}"}
+            if c is not None:
+                row.update(base=_fmt(c.base_median, ".3f"), change=_fmt(c.change_pct, "+.1f"),
+                           p=_fmt(c.p_value, ".3g"), verdict=c.verdict, bad=c.bad,
+                           since=f"#{c.since + 1}" if c.bad else "", against=_span(c.baseline))
+            else:
+                row.update(base="–", change="–", p="–", verdict="nothing to compare", bad=False, since="",
+                           against="")
+            cells.append(row)
+        experiments.append({"name": exp.name, "anchor": _slug(exp.name), "sweeps": sweeps, "cells": cells,
+                            "problem": exp.problem, "n_regressed": len(exp.regressions), "bad": exp.bad,
+                            "newest": {"index": len(exp.sweeps), "date": exp.newest.date(),
+                                       "dir": _rel(exp.newest.path, out_dir)}})
+    return {"root": str(history.root), "metric": history.metric, "unit": unit, "version": __version__,
+            "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "threshold": history.threshold_pct, "alpha": history.alpha, "ci_method": ci_method(),
+            "experiments": experiments, "warnings": history.warnings, "bad": history.bad,
+            "n_sweeps": history.n_sweeps}
+
+
+def _span(indices: Sequence[int]) -> str:
+    if not indices:
+        return ""
+    if len(indices) == 1:
+        return f"#{indices[0] + 1}"
+    return f"#{indices[0] + 1}–#{indices[-1] + 1} ({len(indices)} sweeps)"
+
+
+def write_index(history: History, out: "str | os.PathLike | None" = None) -> Path:
+    """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/."""
+    from zcorch.analysis.report import environment
+
+    out_dir = Path(out) if out is not None else history.root
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for exp in history.experiments:
+        plot_dir = out_dir / PLOTS_DIR / _slug(exp.name)
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        for ch in exp.cells:
+            path = plot_dir / f"{ch.cell}-{history.metric}.png"
+            _write_atomic(path, figure_bytes(trend_figure(exp, ch), "png"))
+            ch.plot = _rel(path, out_dir)
+    page = environment().get_template("history.html.j2").render(page_context(history, out_dir))
+    index = out_dir / INDEX
+    _write_atomic(index, page.encode("utf-8"))
+    history.index = index
+    return index
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the command prints
+
+
+def render_text(history: History) -> str:
+    """Per experiment its newest sweep, and every bad cell: by how much, since which sweep, against
+    which sweeps (result directories)."""
+    lines = [f"zcorch history: {history.n_sweeps} result set(s) of {len(history.experiments)} experiment(s) "
+             f"under {history.root}" + (f" -> {history.index}" if history.index else "")]
+    for exp in history.experiments:
+        newest = exp.newest
+        head = (f"{exp.name}: {len(exp.sweeps)} sweep(s); newest {newest.path} ({newest.date()}, {newest.status}, "
+                f"{newest.n_ok} ok / {newest.n_failed} failed)")
+        verdicts = pd.Series([c.comparison.verdict for c in exp.cells if c.comparison is not None], dtype=object)
+        counts = ", ".join(f"{n} {v}" for v, n in verdicts.value_counts().items()) or "no cell to compare"
+        if not exp.bad:
+            lines.append(f"{head}: no significant regression ({counts})")
+            continue
+        lines.append(f"{head}: REGRESSION ({counts})")
+        if exp.problem:
+            lines.append(f"  {exp.problem}")
+        for ch in exp.regressions:
+            c = ch.comparison
+            since = exp.sweeps[c.since].path
+            base = [exp.sweeps[i].path for i in c.baseline]
+            against = str(base[0]) if len(base) == 1 else f"{len(base)} sweeps {base[0]} .. {base[-1]}"
+            if c.verdict == "failed":
+                what = f"every run failed (base median {_fmt(c.base_median, '.3f')} {history.metric})"
+            else:
+                what = (f"{_fmt(c.change_pct, '+.1f')}% ({history.metric} {_fmt(c.base_median, '.3f')} -> "
+                        f"{_fmt(c.cand_median, '.3f')}, p={_fmt(c.p_value, '.3g')}, n {c.n_base}/{c.n_cand})")
+            lines.append(f"  {ch.label} [cell {ch.cell}]: {what} since {since}; against {against}")
+    better = "higher" if HIGHER_IS_BETTER[history.metric] else "lower"
+    lines.append(f"method: median of ok repeats ({better} is better), the newest sweep against the preceding "
+                 f"stable segment; threshold {history.threshold_pct:g}%, alpha {history.alpha:g} "
+                 "(two-sided Mann–Whitney U, as zcorch compare)")
+    return "\n".join(lines) + "\n"
