@@ -1,6 +1,6 @@
 """Install anywhere: the sdist and the wheel carry everything deploy uploads (native/ as the package data
 zcorch/_native_src/, copied by setup.py's build_py), and a wheel installed into a fresh venv outside the
-checkout runs a two-host lab sweep from an empty directory.
+checkout runs a localhost sweep and a two-host lab sweep from an empty directory.
 
 Everything is built from a copy of this checkout's source files (nothing is written into the checkout),
 offline: `python -m build --no-isolation` with this interpreter's setuptools and build (the test extras).
@@ -164,12 +164,42 @@ def test_wheel_contents_match_the_sdist_and_an_in_place_build(dist):
         assert here == [os.path.basename(modules[0])]
 
 
+@pytest.fixture(scope="module")
+def wheel_venv(dist, tmp_path_factory):
+    venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
+    return venv, fresh_venv(venv, dist[1])
+
+
+@pytest.mark.slow
+def test_a_wheel_install_runs_a_localhost_sweep(wheel_venv, tmp_path):
+    """localhost: the worker is the installed package itself (PYTHONPATH = its site-packages, run with -S)."""
+    venv, python = wheel_venv
+    experiment = tmp_path / "local.yaml"
+    experiment.write_text(yaml.safe_dump({"name": "local", "params": {"bytes": "1MiB", "timeout": "30s"},
+                                          "matrix": {"send_mode": ["write"], "recv_mode": ["read"]},
+                                          "repeats": 1, "baselines": False}))
+    p = subprocess.run([str(venv / "bin" / "zcorch"), "run", str(experiment), "-o", str(tmp_path / "rs")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [run] = read_jsonl(str(tmp_path / "rs" / "runs.jsonl"))
+    assert run["status"] == "ok" and run["receiver"]["bytes"] == 1 << 20
+    # -S: no site-packages but what PYTHONPATH names, so the worker ran from the installed package
+    assert f"{python} -S -m zcorch.worker recv" in (tmp_path / "rs" / run["log"]).read_text()
+    code = ("import json; from zcorch.hosts.local import LocalHost; from zcorch.provision import deploy; "
+            "h = deploy.deploy(LocalHost()); r = h.host.run(h.command(['info'])); "
+            "print(json.dumps([h.env, deploy.PACKAGE_PARENT, r.stdout.splitlines()[-1]]))")
+    q = subprocess.run([str(python), "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env=clean_env())
+    assert q.returncode == 0, q.stderr
+    env, site, info = json.loads(q.stdout)
+    assert Path(site).is_relative_to(venv) and env["PYTHONPATH"].split(":")[0] == site
+    assert json.loads(info)["native"].startswith(os.path.join(site, "zcorch", "_native"))
+
+
 @pytest.mark.slow
 @pytest.mark.lab
-def test_a_wheel_installed_outside_the_checkout_runs_a_two_host_sweep(lab, dist, tmp_path):
-    _, wheel = dist
-    venv = tmp_path / "venv"
-    python = fresh_venv(venv, wheel)
+def test_a_wheel_installed_outside_the_checkout_runs_a_two_host_sweep(lab, wheel_venv, tmp_path):
+    venv, python = wheel_venv
     run_dir = tmp_path / "empty"
     run_dir.mkdir()
     env = clean_env()
