@@ -194,7 +194,7 @@ def test_the_worker_imports_the_table_cheaply_and_everything_it_imports_is_deplo
     modules, slow = p.stdout.splitlines()
     # each costs the worker's start-up 5-15 ms (the table is namedtuples for this reason)
     assert slow == "[]", f"a module the worker imports imports {slow} at run time"
-    deployed = set(deploy.deployed_files(REPO))
+    deployed = set(deploy.deployed_files())
     for name in eval(modules):
         if name != "zcorch._native":
             rel = name.replace(".", "/")

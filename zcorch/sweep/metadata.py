@@ -38,16 +38,19 @@ def collect_host(host: Host, python: str, data_address: Optional[str] = None, pa
 
 
 def git_revision(directory: Optional[str] = None) -> Optional[str]:
-    """Revision of the controller checkout (with '-dirty' if modified), or None outside git."""
+    """Revision of the controller checkout (with '-dirty' if modified), or None when `directory` (default:
+    the directory holding the zcorch package) is not the top of a git work tree: a wheel installed into
+    site-packages has no revision, even when its venv lies inside some other repository."""
     directory = directory or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        rev = subprocess.run(["git", "-C", directory, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
-        if rev.returncode != 0:
+        rev = subprocess.run(["git", "-C", directory, "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        lines = rev.stdout.split("\n")
+        if rev.returncode != 0 or len(lines) < 2 or not os.path.samefile(lines[0], directory):
             return None
         dirty = subprocess.run(["git", "-C", directory, "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10)
-        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        return lines[1].strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return None
 
