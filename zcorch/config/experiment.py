@@ -131,15 +131,7 @@ def load_experiment(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
     hosts: a pair of an inventory (zcorch.config.inventory), used instead of the file's `hosts:`.
     """
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the experiment file: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    text, _ = ys.read_text(path, "the experiment file")
     return parse_experiment(text, path, overrides, hosts)
 
 
