@@ -37,8 +37,9 @@ SINK_DEVICES = ("/dev/null",)
 
 
 class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help", "unit", "choices", "min",
-                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices", "devices"),
-                       defaults=("", (), None, None, None, "", (), "default", False, ()))):
+                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices", "devices",
+                                 "id_omit_default"),
+                       defaults=("", (), None, None, None, "", (), "default", False, (), False))):
     """One parameter of a cell (an immutable record): its experiment-file key, how it is parsed, and how
     the worker gets it.
 
@@ -57,6 +58,9 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
     registry_choices (False), devices (()).
     devices (path kind): the only paths under /dev the value may name (the sink: also the experiment's
     top-level `allow_destroy:` list); any other /dev path is refused at plan time.
+    id_omit_default: a parameter added after cells were first recorded: at its default it is left out of
+    the cell id (zcorch.plan.canonical), so the cells of older result sets keep their ids and --resume,
+    compare and history still match them.
     """
 
     __slots__ = ()
@@ -107,10 +111,13 @@ PARAMS: "tuple[Param, ...]" = (
           choices=("fresh", "preallocated", "overwrite"), noun="sink state"),
     Param("sample_interval", "duration", 1.0, "both", "--sample-interval",
           "interval of the per-run samples (bytes, process and host CPU, TCP_INFO), kept for transfers that "
-          "last at least 3 intervals; null = no samples", unit="s", unset="null", worker_absent="none"),
+          "last at least 3 intervals; null = no samples", unit="s", unset="null", worker_absent="none",
+          id_omit_default=True),
 )
 
 _BY_KEY = {p.key: p for p in PARAMS}
+# Parameters left out of the cell id while at their default (Param.id_omit_default): key -> default.
+ID_OMIT_AT_DEFAULT: "dict[str, Any]" = {p.key: p.default for p in PARAMS if p.id_omit_default}
 DEFAULTS: "dict[str, Any]" = {p.key: p.default for p in PARAMS}
 PARAM_KEYS: "tuple[str, ...]" = tuple(_BY_KEY)
 SIZE_KEYS = frozenset(p.key for p in PARAMS if p.kind == "size")

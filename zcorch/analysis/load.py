@@ -10,6 +10,7 @@ from typing import Iterable
 import pandas as pd
 
 from zcorch.analysis.cache import runs_of
+from zcorch.errors import ResultsError
 from zcorch.analysis.frames import (PathLike, _as_dirs, _sweep_names, add_copy_units, add_derived, copy_yardsticks,
                                     read_meta)
 
@@ -24,6 +25,9 @@ def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> 
         frame = runs_of(d, cache=cache)
         frame.insert(0, "sweep", sweep)
         frames.append(frame)
-        yardsticks[sweep] = copy_yardsticks(read_meta(d))
+        try:
+            yardsticks[sweep] = copy_yardsticks(read_meta(d))
+        except ResultsError:  # a broken meta.json costs the copy units only, never the runs
+            yardsticks[sweep] = copy_yardsticks({})
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     return add_copy_units(add_derived(frame), yardsticks)
