@@ -51,7 +51,7 @@ DEFAULT_BUFFER = DEFAULTS["buffer"]
 DEFAULT_TIMEOUT = DEFAULTS["timeout"]
 METRIC_KEYS = _table.METRIC_KEYS
 SAMPLE_MIN_INTERVALS = 3   # samples are kept for transfers of at least this many intervals
-MAX_SAMPLES = 1_000_000
+MAX_SAMPLES = 200_000    # 14 MB of zc_sample at most (a tiny interval with a long timeout)
 
 
 def _lib():
