@@ -7,8 +7,10 @@ For write, sendfile, splice, vmsplice and msg_zerocopy (receiver: `read` into /d
 pinned to the same CPU and to two different CPUs, it prints Gbit/s and CPU seconds per GiB:
 
 - process view: each worker's own user+system time (rusage of its transfer thread);
-- host view: busy CPU time of the machine over the transfer (/proc/stat, softirq included), on the
-  pinned CPUs ("used") and on all CPUs ("all", which on a shared machine includes everyone else);
+- host view: busy CPU time of the machine over the transfer (/proc/stat, softirq included), per side
+  on the CPU that side is pinned to (in the same-CPU layout both sides share one CPU, so only "used"
+  is shown), on the pinned CPUs together ("used") and on all CPUs ("all", which on a shared machine
+  includes everyone else);
 
 each also in units of one memcpy of the data (`zcorch worker calibrate` on CPU 0 of this machine).
 The physics check: the busy time of the CPUs used cannot exceed (number of CPUs used) x wall time
@@ -90,6 +92,7 @@ def run_pair(mode: str, source: str, nbytes: int, buffer: int, cpus: "tuple[int,
     return {"gbps": r["bytes"] * 8 / r["wall_ns"],
             "proc_send": (s["utime_us"] + s["stime_us"]) / 1e6 / gib,
             "proc_recv": (r["utime_us"] + r["stime_us"]) / 1e6 / gib,
+            "host_send": busy_on(host, {cpus[0]}) / gib, "host_recv": busy_on(host, {cpus[1]}) / gib,
             "host_used": busy_on(host, used) / gib, "host_all": busy_s(host) / gib,
             "wall": window / gib, "n_used": len(used), "n_all": host["host_ncpus"],
             "used_ok": busy_on(host, used) <= len(used) * (window + len(HOST_CPU_FIELDS) * TICK_S),
@@ -124,13 +127,14 @@ def main() -> int:
                                  args.timeout)
                     results.setdefault((lname, mode), []).append(r)
     head = (f"{'layout':<9} {'send mode':<13} {'Gbit/s':>7}  {'process send':>13} {'process recv':>13} "
-            f"{'host (used CPUs)':>17} {'host (all CPUs)':>16} {'wall':>6}  bound")
+            f"{'host send CPU':>13} {'host recv CPU':>13} {'host (used CPUs)':>17} {'host (all CPUs)':>16} "
+            f"{'wall':>6}  bound")
     print(head)
     print("-" * len(head))
     every_bound = True
     for (lname, mode), runs in results.items():
-        med = {k: statistics.median(r[k] for r in runs) for k in ("gbps", "proc_send", "proc_recv", "host_used",
-                                                                   "host_all", "wall")}
+        med = {k: statistics.median(r[k] for r in runs) for k in ("gbps", "proc_send", "proc_recv", "host_send",
+                                                                   "host_recv", "host_used", "host_all", "wall")}
         ok = all(r["used_ok"] and r["all_ok"] for r in runs)
         every_bound &= ok
         n_used = runs[0]["n_used"]
@@ -138,8 +142,11 @@ def main() -> int:
         def cell(v: float) -> str:
             return f"{v:.3f} ({v / copy:4.1f}x)"
 
+        # same CPU: the host view cannot tell the sides apart (one CPU runs both and their softirqs)
+        sides = ((cell(med["host_send"]), cell(med["host_recv"])) if n_used > 1 else ("(shared)", "(shared)"))
         print(f"{lname:<9} {mode:<13} {med['gbps']:>7.2f}  {cell(med['proc_send']):>13} {cell(med['proc_recv']):>13} "
-              f"{cell(med['host_used']):>17} {cell(med['host_all']):>16} {med['wall']:>6.3f}  "
+              f"{sides[0]:>13} {sides[1]:>13} {cell(med['host_used']):>17} {cell(med['host_all']):>16} "
+              f"{med['wall']:>6.3f}  "
               f"{'holds' if ok else 'VIOLATED'} (used {med['host_used'] / med['wall']:.2f} of {n_used} CPU"
               f"{'s' if n_used > 1 else ''})")
     print("CPU in seconds per GiB (in units of one memcpy of the data); wall = the transfer's wall time per GiB; "

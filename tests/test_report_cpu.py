@@ -75,6 +75,15 @@ def test_load_samples(cpu_set):
     assert (s["dt_s"] > 0).all() and (s["proc_cpus"] >= 0).all()
 
 
+def test_load_samples_leaves_out_runs_whose_samples_file_is_gone(cpu_set):
+    runs = raw_runs(cpu_set)
+    gone = runs[0]
+    (cpu_set / gone["samples"]).unlink()
+    s = zcorch.load_samples(cpu_set)
+    assert (gone["cell"], gone["repeat"]) not in set(zip(s["cell"], s["repeat"]))
+    assert set(zip(s["cell"], s["repeat"])) == {(r["cell"], r["repeat"]) for r in runs[1:]}
+
+
 def test_summary_shows_both_views_and_the_verdict(cpu_set):
     plan = json.loads((cpu_set / "plan.json").read_text())
     text = summary_table(plan, read_jsonl(str(cpu_set / "runs.jsonl")))

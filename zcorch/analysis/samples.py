@@ -3,7 +3,8 @@
 A worker samples every `sample_interval` while it transfers (a thread of the C core: bytes moved, the
 process's CPU clock, the "cpu" line of /proc/stat, TCP_INFO) and keeps the samples of a transfer that
 lasted at least 3 intervals; the runner writes them to `samples/<cell>-r<repeat>.jsonl` beside the run's
-record, which names the file (`samples`). Only the newest record of each (cell, repeat) counts.
+record, which names the file (`samples`). Only the newest record of each (cell, repeat) counts; a
+samples file that is gone (a result set copied without its samples/) leaves that run out.
 
 Columns: sweep, cell, repeat, side (`send`/`recv`), t_s (since the start of the timed region; the last
 sample is the end of the transfer), the cumulative bytes, proc_cpu_s, host_busy_s, host_softirq_s,
@@ -87,7 +88,10 @@ def load_samples(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame
         # the run's parameters, but `bytes` (the run's total) would clash with the samples' bytes moved
         params = [p for p in PARAM_KEYS if p in runs and p not in SAMPLE_COLUMNS] or params
         for _, run in runs[runs["samples"].notna()].iterrows():
-            rows = _read(d / run["samples"])
+            path = d / run["samples"]
+            if not path.is_file():  # removed or never copied along: the run simply has no samples
+                continue
+            rows = _read(path)
             if not rows:
                 continue
             part = pd.DataFrame.from_records(rows)
