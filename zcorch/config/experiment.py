@@ -534,3 +534,20 @@ _INVALID = _Invalid()
 
 def _example(node: ys.YNode) -> str:
     return node.text if isinstance(node, ys.YScalar) and node.text else "a, b"
+
+
+def reference_of(text: str, path: str = "<experiment>") -> Optional[Reference]:
+    """The `reference:` section of an experiment document alone (None without one), for analysis of a result
+    set: the rest of the file is not validated again (its hosts may come from an inventory no longer there).
+    ConfigError (file:line) when the section itself has problems."""
+    root, raw = ys.parse(text, path)
+    chk = Checker(path)
+    for problem in raw:
+        chk.problem(*problem)
+    chk.raise_if_any()
+    node = root.get("reference") if isinstance(root, ys.YMap) else None
+    if node is None:
+        return None
+    ref = parse_reference(chk, node, parse_param)
+    chk.raise_if_any()
+    return ref
