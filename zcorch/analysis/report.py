@@ -24,6 +24,9 @@ from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, si
 from zcorch.analysis.frames import OK, load_baselines, load_meta, read_manifest, read_meta, result_dir
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import all_plots, data_uri, save, slices
+from zcorch.analysis import reproduction as rp
+from zcorch.config.experiment import reference_of
+from zcorch.errors import ConfigError
 from zcorch.params import format_value
 from zcorch.analysis.stats import ci_method, mode_table, summarize, varying_params
 
@@ -153,6 +156,37 @@ def cells_table(df: pd.DataFrame) -> Table:
     return Table(header, rows, [None] * (1 + len(params)) + ["num"] * 7)
 
 
+def reproduction_section(experiment_text: str, path: str, df: pd.DataFrame,
+                         baselines: pd.DataFrame) -> Optional[dict]:
+    """The study's published figures and claims next to this run (None: the experiment has no `reference:`)."""
+    try:
+        ref = reference_of(experiment_text, path)
+    except ConfigError as exc:
+        return {"error": str(exc)}
+    if ref is None:
+        return None
+    claims = rp.claims(df, ref)
+    return {"error": None, "source": ref.source, "setup": " ".join(ref.setup.split()),
+            "ci": ci_method(),
+            "baselines": Table(rp.BASELINE_HEADER, rp.baseline_table(ref, baselines)) if ref.baselines else None,
+            "figures": Table(rp.FIGURE_HEADER, rp.figure_table(rp.figures(df, baselines, ref)),
+                             [None, None, None, "num", "num", "num", "num", "num"]) if ref.figures else None,
+            "claim_header": rp.CLAIM_HEADER, "claims": rp.claim_table(claims), "counts": rp.verdict_counts(claims)}
+
+
+def reproduction_markdown(path) -> str:
+    """The Reproduction section of a result set as Markdown (`zcorch report DIR --format markdown`)."""
+    d = result_dir(path)
+    manifest = read_manifest(d)
+    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
+    text = exp_file.read_text(errors="replace") if exp_file.is_file() else ""
+    ref = reference_of(text, str(exp_file))
+    if ref is None:
+        raise ConfigError(f"{exp_file}: the experiment has no `reference:` section: there is no published study "
+                          "to compare this result set with (docs/experiment-files.md, Reference)")
+    return rp.markdown(ref, load(d), load_baselines(d), manifest.get("name") or d.name)
+
+
 def plots_section(plots: list) -> list:
     """Per plot: title, note and the PNG as a data URI (None for a plot that does not apply)."""
     return [{"title": p.title, "note": p.note, "uri": data_uri(p.figure, "png") if p.figure is not None else None}
@@ -194,6 +228,7 @@ def build_report(path, plots: Optional[list] = None) -> str:
         "hosts": hosts_table(meta),
         "baselines": baselines_table(baselines),
         "filesystems": filesystems_table(df, baselines, descriptions),
+        "reproduction": reproduction_section(experiment_text, str(exp_file), df, baselines) if len(df) else None,
     }
     if len(df):
         context.update(results=results_section(df), plots=plots_section(plots), cells=cells_table(df),
