@@ -15,6 +15,7 @@ from zcorch.errors import ConfigError
 REF = """\
 reference:
   source: {title: T, author: A, date: "2006-11-16"}
+  bytes: 1GiB
   baselines:
     iperf3: {value: 8 Gbit/s, command: iperf -l 64K}
     dd_write: {value: 400-500 MB/s}
@@ -38,7 +39,7 @@ reference:
 
 def runs(cell, mode, mb_s, stime_s, status="ok"):
     return [{"cell": cell, "repeat": i, "status": status, "send_mode": mode, "buffer": 65536.0, "window": np.nan,
-             "mb_s": v, "gbit_s": v * 8 / 1000, "send_stime_us": s * 1e6} for i, (v, s) in enumerate(zip(mb_s, stime_s))]
+             "mb_s": v, "gbit_s": v * 8 / 1000, "send_stime_us": s * 1e6, "bytes": 512 << 20} for i, (v, s) in enumerate(zip(mb_s, stime_s))]
 
 
 @pytest.fixture
@@ -107,8 +108,13 @@ def test_figures_are_normalised_to_their_own_baselines(frame, baselines, ref):
     assert a.measured_norm == pytest.approx(0.328)
     assert a.ratio == pytest.approx(0.82)
     assert s.unit == "Gbit/s" and s.measured.median == pytest.approx(8.08)
-    # a time figure: converted to the metric's unit (µs), not normalised
+    # a time figure: converted to the metric's unit (µs), not normalised; a total, compared per byte
     assert w.published == (25497000.0, 25497000.0) and w.published_norm is None
+    assert w.per_byte and w.ratio == pytest.approx((25 / (512 << 20)) / (25.497 / (1 << 30)))
+    assert rp.figure_table([w])[0][7] == "1.96 per byte"
+    frame["bytes"] = 1 << 30     # the study's amount: compared as it is
+    w_same = rp.figures(frame, baselines, ref)[2]
+    assert not w_same.per_byte and w_same.ratio == pytest.approx(25 / 25.497)
     # dd write range 400–500 MB/s: the normalised figure is a range too; our dd: the ok record only
     assert d.published_norm == pytest.approx((300 / 500, 300 / 400))
     assert d.measured_baseline == 4.0 and d.measured_norm == pytest.approx(3.28 / 4)
@@ -133,6 +139,9 @@ def test_show_picks_readable_units():
     assert rp.show(512.0, "µs") == "512 µs"
     assert rp.show(5120077, "count") == "5120077"
     assert rp.show(float("nan"), "MB/s") == "–"
+    assert rp.show(72690317.0, "ns") == "72.7 ms"
+    assert rp.show_range(585.0, 13917.0, "µs") == "585 µs–13.9 ms"
+    assert rp.show_range(1480.0, 7590.0, "µs") == "1.48–7.59 ms"
 
 
 def test_reference_of_reports_problems_at_file_line():

@@ -29,7 +29,7 @@ import pandas as pd
 
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import CI, summarize
-from zcorch.config.reference import METRIC_UNITS, Claim, Figure, Match, Reference
+from zcorch.config.reference import EXTENSIVE_METRICS, METRIC_UNITS, RATE_METRICS, Claim, Figure, Match, Reference
 from zcorch.params import format_value
 from zcorch.units import convert, unit_dimension
 
@@ -63,12 +63,22 @@ class FigureRow:
     measured: Measured
     measured_baseline: float             # this run's baseline of the same kind, Gbit/s (NaN: none)
     measured_norm: float                 # measured median / measured_baseline
+    per_byte: bool = False               # a total (time, count): ratio compares per byte moved
+    run_bytes: float = math.nan          # the cell's `bytes` (for a total)
 
     @property
     def ratio(self) -> float:
-        """measured (this run) / published (midpoint of a range)."""
+        """measured (this run) / published (midpoint of a range); totals per byte when the study's bytes
+        and the run's differ (NaN when the study's amount is not known)."""
         mid = (self.published[0] + self.published[1]) / 2
-        return self.measured.median / mid if mid else math.nan
+        if not mid:
+            return math.nan
+        if self.per_byte:
+            study = self.figure.bytes
+            if study is None:
+                return math.nan
+            return (self.measured.median / self.run_bytes) / (mid / study)
+        return self.measured.median / mid
 
 
 @dataclass(frozen=True)
@@ -85,23 +95,23 @@ class ClaimRow:
 # ---------------------------------------------------------------- numbers as text
 
 def show(value: float, unit: str) -> str:
-    """A value of a metric in its unit with 3 significant digits; times above a second in s."""
+    """A value of a metric with 3 significant digits; times in s, ms, µs or ns, whichever reads best."""
     if not np.isfinite(value):
         return "–"
-    if unit_dimension(unit) == "time" and unit != "s" and abs(convert(value, unit, "s")) >= 1:
-        value, unit = convert(value, unit, "s"), "s"
-    if unit in ("count", "segments"):
-        text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
-    else:
-        text = f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    if unit_dimension(unit) == "time" and value:
+        secs = convert(value, unit, "s")
+        unit = next(u for u, lim in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 0.0)) if abs(secs) >= lim)
+        value = convert(secs, "s", unit)
+    text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return f"{text} {unit}" if unit not in ("count", "") else text
 
 
 def show_range(low: float, high: float, unit: str) -> str:
     if low == high:
         return show(low, unit)
-    lo, hi = show(low, unit).split(" ")[0], show(high, unit)
-    return f"{lo}–{hi}"
+    lo, hi = show(low, unit), show(high, unit)
+    lo_num, _, lo_unit = lo.partition(" ")
+    return f"{lo_num}–{hi}" if lo_unit == hi.partition(" ")[2] else f"{lo}–{hi}"
 
 
 def show_measured(m: Measured, unit: str) -> str:
@@ -195,7 +205,11 @@ def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[
                 base_gbit = own_baseline(baselines, study.kind, _params(first))
                 if np.isfinite(m.median) and base_gbit > 0:
                     norm = convert(m.median, unit, "Gbit/s") / base_gbit
-        out.append(FigureRow(f, unit, published, pub_norm, m, base_gbit, norm))
+        per_byte, run_bytes = f.metric in EXTENSIVE_METRICS, math.nan
+        if per_byte and m.cell is not None:
+            run_bytes = float(cell_rows(df, f.match)["bytes"].iloc[0]) if "bytes" in df else math.nan
+            per_byte = not (f.bytes is not None and run_bytes == f.bytes)
+        out.append(FigureRow(f, unit, published, pub_norm, m, base_gbit, norm, per_byte, run_bytes))
     return out
 
 
@@ -218,7 +232,7 @@ def verdict(a: Measured, b: Measured, op: str, factor: float) -> "tuple[str, str
 def _published_for(ref: Reference, match: Match, metric: str) -> "Optional[tuple[float, float]]":
     unit = METRIC_UNITS[metric][0]
     for f in ref.figures:
-        if f.match == match and unit_dimension(METRIC_UNITS[f.metric][0]) == unit_dimension(unit):
+        if f.match == match and (f.metric == metric or {f.metric, metric} <= RATE_METRICS):
             return f.value.to(unit)
     return None
 
@@ -271,8 +285,11 @@ def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
         else:
             ours = (f"{_norm_text(r.measured_norm, r.measured_norm, kind)} "
                     f"({_BASELINE_WORDS[kind]} {show(r.measured_baseline, 'Gbit/s')})")
+        ratio = _ratio(r.ratio)
+        if r.per_byte:
+            ratio = f"{ratio} per byte" if np.isfinite(r.ratio) else "– (a total: the study's bytes are not given)"
         out.append([f.label or "–", f.match.describe(), f.metric, show_range(*r.published, r.unit), pub_norm,
-                    show_measured(m, r.unit), ours, _ratio(r.ratio)])
+                    show_measured(m, r.unit), ours, ratio])
     return out
 
 

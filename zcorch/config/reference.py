@@ -4,6 +4,8 @@
       source: {title: "...", author: "...", date: "2006-11-16", url: "https://...", venue: "linux-kernel"}
       setup: >-                           # the study's own machines and settings, in its words
         two dual Opteron hosts, Myri-10G back to back, MTU 9000 ...
+      bytes: 16GiB                        # what the study moved per transfer: published totals (times,
+                                          # faults) are compared per byte when a run moves another amount
       baselines:                          # the study's ceilings, each mapped to the zcorch baseline it stands for
         iperf3: {value: 6.9 Gbit/s, command: "iperf -w 1M -l 64K"}
         dd_write: {value: 465-520 MB/s, command: "sync; time { dd if=/dev/zero of=./zero bs=32k count=512k; sync; }"}
@@ -52,15 +54,19 @@ for _m in METRICS:
     for _side in ("send", "recv"):
         if _m.side in (_side, "both"):
             METRIC_UNITS[f"{_side}_{_m.name}"] = (_m.unit, f"{_SIDE_WORD[_side]} {_m.help}", False)
+# Totals over a transfer (they grow with `bytes`): a published total is compared per byte moved.
+EXTENSIVE_METRICS = frozenset(f"{side}_{m}" for side in ("send", "recv") for m in (
+    "bytes", "wall_ns", "utime_us", "stime_us", "minflt", "majflt", "nvcsw", "nivcsw", "fsync_ns", "zc_completions",
+    "zc_copied", "tcp_total_retrans"))
 RATE_METRICS = frozenset(k for k, (u, _, _) in METRIC_UNITS.items() if unit_dimension(u) == "rate")
 
 # zcorch's baseline kinds (zcorch.sweep.baselines records) a study's own baseline can stand for
 BASELINE_KINDS = {"iperf3": "iperf3 throughput (network alone)", "dd_write": "dd write (the sink's disk)",
                   "dd_read": "dd read"}
-SECTION_KEYS = ("source", "setup", "baselines", "figures", "claims")
+SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims")
 SOURCE_KEYS = ("title", "author", "date", "url", "venue")
 BASELINE_KEYS = ("value", "command")
-FIGURE_KEYS = ("label", "match", "metric", "value", "baseline")
+FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes")
 CLAIM_KEYS = ("says", "metric", "a", "b", "holds_if", "note")
 _HOLDS_RE = re.compile(r"^\s*a\s*(<=|>=|<|>|≤|≥)\s*(?:(\d+(?:\.\d+)?)\s*[*×x]\s*)?b\s*$")
 _OPS = {"≤": "<=", "≥": ">="}
@@ -144,6 +150,7 @@ class Figure:
     metric: str
     value: Quantity
     baseline: Optional[str] = None   # the kind to normalise with (None: not normalised)
+    bytes: Optional[int] = None      # what the study moved in that measurement (totals compare per byte)
     pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
 
 
@@ -167,6 +174,7 @@ class Claim:
 class Reference:
     source: Source
     setup: str = ""
+    bytes: Optional[int] = None      # what the study moved per transfer (the figures' default `bytes`)
     baselines: "tuple[PublishedBaseline, ...]" = ()
     figures: "tuple[Figure, ...]" = ()
     claims: "tuple[Claim, ...]" = ()
@@ -275,6 +283,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             chk.problem(top["source"][1].pos, "reference.source", "missing `title:`")
         source = Source(**{k: vals.get(k, "") for k in SOURCE_KEYS})
     setup = chk.value(top["setup"][1], "reference.setup", _text, "") if "setup" in top else ""
+    nbytes = chk.value(top["bytes"][1], "reference.bytes", checks.positive_size) if "bytes" in top else None
 
     baselines = []
     if "baselines" in top:
@@ -333,8 +342,9 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                 chk.problem(f["baseline"][1].pos, f"{path}.baseline",
                             f"only throughput figures (gbit_s, mb_s) are normalised to a baseline, not `{metric}`")
                 base = None
+            fbytes = chk.value(f["bytes"][1], f"{path}.bytes", checks.positive_size) if "bytes" in f else nbytes
             if match and metric and value:
-                figures.append(Figure(label, match, metric, value, base, item.pos))
+                figures.append(Figure(label, match, metric, value, base, fbytes, item.pos))
 
     claims = []
     if "claims" in top:
@@ -357,7 +367,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                 chk.problem(c["b"][1].pos, f"{path}.b", "`b` matches the same as `a`: a claim compares two cells")
             elif says is not None and metric and a and b and cond:
                 claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos))
-    return Reference(source, setup or "", tuple(baselines), tuple(figures), tuple(claims))
+    return Reference(source, setup or "", nbytes, tuple(baselines), tuple(figures), tuple(claims))
 
 
 def _items(chk: Checker, node: ys.YNode, path: str) -> list:
