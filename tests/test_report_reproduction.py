@@ -45,7 +45,7 @@ def with_reference(path):
 
 def test_the_section_shows_published_and_measured_side_by_side(small_set):
     page = build_report(with_reference(small_set))
-    section = page[page.index("<h2>Reproduction</h2>"):page.index("<h2>Hosts</h2>")]
+    section = page[page.index("<h2>Reproduction</h2>"):page.index("<h2>Experiment</h2>")]   # the report opens with it
     assert "A &lt;b&gt;test&lt;/b&gt; study" in section                       # escaped like every value
     assert '<a href="https://example.org/study">' in section
     for label in ("published (study)", "measured (this run)", "published / study baseline",
