@@ -152,3 +152,9 @@ def test_reference_of_reports_problems_at_file_line():
               source: {title: T}
               figures: [{metric: mb_s, value: 1 MB/s}]
             """), "exp.yaml")
+
+
+def test_a_zero_denominator_reads_as_infinity(ref):
+    rows = runs("w", "write", [400, 410, 420], [0, 0, 0]) + runs("s", "splice", [1000, 1010, 1020], [9, 10, 11])
+    claim = {r.claim.says: r for r in rp.claims(pd.DataFrame(rows), ref)}["splice stime at most half"]
+    assert claim.verdict == rp.FAILS and "a/b = ∞" in claim.evidence

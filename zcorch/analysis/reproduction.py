@@ -127,7 +127,7 @@ def show_measured(m: Measured, unit: str) -> str:
 
 
 def _ratio(x: float) -> str:
-    return f"{x:.2f}" if np.isfinite(x) else "–"
+    return f"{x:.2f}" if np.isfinite(x) else "∞" if x == math.inf else "–"
 
 
 # ---------------------------------------------------------------- measuring
@@ -243,7 +243,9 @@ def claims(df: pd.DataFrame, ref: Reference) -> "list[ClaimRow]":
         unit = METRIC_UNITS[c.metric][0]
         a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
         v, why = verdict(a, b, c.op, c.factor)
-        ratio = a.median / b.median if np.isfinite(a.median) and b.median else math.nan
+        ratio = math.nan
+        if np.isfinite(a.median) and np.isfinite(b.median):
+            ratio = a.median / b.median if b.median else (math.inf if a.median > 0 else math.nan)
         bounds = ""
         if a.has_ci and b.has_ci and b.ci_low > 0:
             bounds = f" (interval bounds {_ratio(a.ci_low / b.ci_high)}–{_ratio(a.ci_high / b.ci_low)})"
