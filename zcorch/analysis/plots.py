@@ -253,7 +253,7 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     ncols = min(3, len(facets))
     nrows = -(-len(facets) // ncols)
     width = max(4.5, 0.5 * len(xs) * max(1, len(hues)) + 2.5)
-    fig = Figure(figsize=(min(6.0 * ncols, width * ncols), 4.2 * nrows + 1.4))
+    fig = Figure(figsize=(max(7.0, min(6.0 * ncols, width * ncols)), 4.2 * nrows + 1.4))
     axes = np.atleast_1d(fig.subplots(nrows, ncols, sharey=True, squeeze=False)).ravel()
     bar_w = 0.8 / max(1, len(hues))
     pos = np.arange(len(xs))
@@ -289,6 +289,7 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
                            color=f"C{len(hues) + j}", label=blabel)
                 top = max(top, convert(gbit, "Gbit/s", unit))
         ax.set_xticks(pos)
+        ax.set_xlim(-0.5, len(xs) - 0.5)   # every position, also where a panel has no bar
         ax.set_xticklabels([_combo_label(view.x, k, named=len(view.x) > 1) for k in xs],
                            rotation=20 if len(xs) > 3 or len(view.x) > 1 else 0, ha="right" if len(xs) > 3 else "center",
                            fontsize="small")
@@ -302,6 +303,9 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     for r in range(nrows):
         axes[r * ncols].set_ylabel(f"{metric} ({unit}), median, 95% CI" if unit else metric)
     handles, labels = axes[0].get_legend_handles_labels()
+    if not view.hue:   # one colour: its name is the y axis already
+        keep = [i for i, label in enumerate(labels) if label != metric]
+        handles, labels = [handles[i] for i in keep], [labels[i] for i in keep]
     height = fig.get_figheight()
     bottom = 0.0
     if handles:
