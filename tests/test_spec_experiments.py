@@ -97,6 +97,7 @@ def test_every_study_carries_its_published_reference(path, lab_inventory):
         assert sum(match.selects(p) for p in cells) == 1, label
     text = open(path).read()
     assert "/work/" not in text and "seeds" not in text
+    assert f"{len(ref.figures)} published figures, {len(ref.claims)} claims" in render(plan)
 
 
 def test_a_reduced_study_keeps_its_reference_and_warns_about_what_it_dropped(lab_inventory):
