@@ -31,7 +31,8 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = "zcorch._native"
-CFLAGS = ["-O2", "-D_GNU_SOURCE", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+CFLAGS = ["-O2", "-D_GNU_SOURCE", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-pthread"]
+LDFLAGS = ["-pthread"]  # the sampler thread (core/hoststat.c); glibc before 2.34 has pthread in a library of its own
 
 
 def _sources(absolute: bool) -> "list[str]":
@@ -53,6 +54,7 @@ def make_ffibuilder(absolute_paths: bool = False) -> FFI:
         sources=_sources(absolute_paths),
         include_dirs=[os.path.join(HERE, "include")],
         extra_compile_args=CFLAGS,
+        extra_link_args=LDFLAGS,
     )
     return builder
 

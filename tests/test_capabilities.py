@@ -39,6 +39,7 @@ EXPECTED = {
         "mmap": {"file_sink"},
         "vmsplice": {"pipe", "gift"},
         "splice": {"pipe"},
+        "discard": {"no_sink", "kernel_feature"},
     },
 }
 NBYTES = 64 * 1024 + 3
@@ -54,7 +55,7 @@ def all_modes(side: str) -> "list[str]":
 
 def test_capability_names_are_stable_and_in_bit_order():
     assert native.capability_names() == ("file_source", "mappable_source", "file_sink", "pipe", "gift",
-                                         "zc_completions", "kernel_feature")
+                                         "zc_completions", "kernel_feature", "no_sink")
     # only single ZC_CAP_* bits have a name
     for value in (0, 3, native.lib.ZC_CAP_ALL + 1):
         assert native.lib.zc_cap_name(value) == native.ffi.NULL
@@ -94,6 +95,19 @@ def test_file_sink_flag_matches_the_refusal_of_dev_null(mode):
             assert rx.port > 0
 
 
+@pytest.mark.parametrize("mode", list(EXPECTED["recv"]))
+def test_no_sink_flag_matches_the_refusal_of_a_file_sink(tmp_path, mode):
+    sink = tmp_path / "sink"
+    if "no_sink" in caps("recv", mode):
+        with pytest.raises(WorkerError) as ei:
+            native.Receiver("127.0.0.1", 0, mode, sink=str(sink)).close()
+        assert ei.value.code == errno.EOPNOTSUPP and str(ei.value).startswith(f"recv {mode}: ")
+        assert "/dev/null" in str(ei.value)
+    else:
+        with native.Receiver("127.0.0.1", 0, mode, sink=str(sink)) as rx:
+            assert rx.port > 0
+
+
 @pytest.mark.parametrize("mode", list(EXPECTED["send"]))
 @pytest.mark.parametrize("source,flags", [("mem", {"file_source", "mappable_source"}),
                                           ("/dev/zero", {"mappable_source"})])
@@ -124,11 +138,12 @@ def test_zc_completions_flag_means_completions_are_counted(mode):
 
 
 def test_kernel_feature_modes_are_probed_and_run_here():
-    # This kernel runs MSG_ZEROCOPY, so the probe must report every mode runnable and each flagged
-    # mode must really transfer. (A kernel refusing SO_ZEROCOPY cannot be produced in a test.)
+    # This kernel runs MSG_ZEROCOPY and discards TCP data with recv(MSG_TRUNC), so the probe must report
+    # every mode runnable and each flagged mode must really transfer. (A kernel refusing SO_ZEROCOPY or
+    # copying on MSG_TRUNC cannot be produced in a test.)
     assert native.unavailable_modes() == {"send": {}, "recv": {}}
     flagged = [(s, m) for s in ("send", "recv") for m in all_modes(s) if "kernel_feature" in caps(s, m)]
-    assert flagged == [("send", "msg_zerocopy")]
+    assert flagged == [("send", "msg_zerocopy"), ("recv", "discard")]
     for side, mode in flagged:
         sent, got = run_pair(mode if side == "send" else "write", mode if side == "recv" else "read",
                              send_kw=dict(source="mem", bytes=NBYTES))
@@ -195,7 +210,8 @@ def test_cell_problems_agree_with_the_worker_over_the_whole_grid(tmp_path):
 
 def test_gift_check_follows_the_gift_flag():
     for send_mode, recv_mode in itertools.product(all_modes("send"), all_modes("recv")):
-        cell = dict(DEFAULTS, send_mode=send_mode, recv_mode=recv_mode, gift=True, source="/x/src", sink="/x/sink")
+        sink = "/dev/null" if "no_sink" in caps("recv", recv_mode) else "/x/sink"  # a sink the receive mode takes
+        cell = dict(DEFAULTS, send_mode=send_mode, recv_mode=recv_mode, gift=True, source="/x/src", sink=sink)
         problems = cell_problems(cell)
         honoured = "gift" in caps("send", send_mode) | caps("recv", recv_mode)
         assert problems == ([] if honoured else ["`gift` (SPLICE_F_GIFT) only applies to the vmsplice modes"])

@@ -37,8 +37,9 @@ SINK_DEVICES = ("/dev/null",)
 
 
 class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help", "unit", "choices", "min",
-                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices", "devices"),
-                       defaults=("", (), None, None, None, "", (), "default", False, ()))):
+                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices", "devices",
+                                 "id_omit_default"),
+                       defaults=("", (), None, None, None, "", (), "default", False, (), False))):
     """One parameter of a cell (an immutable record): its experiment-file key, how it is parsed, and how
     the worker gets it.
 
@@ -57,6 +58,9 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
     registry_choices (False), devices (()).
     devices (path kind): the only paths under /dev the value may name (the sink: also the experiment's
     top-level `allow_destroy:` list); any other /dev path is refused at plan time.
+    id_omit_default: a parameter added after cells were first recorded: at its default it is left out of
+    the cell id (zcorch.plan.canonical), so the cells of older result sets keep their ids and --resume,
+    compare and history still match them.
     """
 
     __slots__ = ()
@@ -73,7 +77,7 @@ PARAMS: "tuple[Param, ...]" = (
           choices=("write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy"), noun="send mode",
           worker_absent="required", registry_choices=True),
     Param("recv_mode", "choice", "read", "recv", "--mode", "how the receiver takes the data from the socket",
-          choices=("read", "mmap", "vmsplice", "splice"), noun="receive mode",
+          choices=("read", "mmap", "vmsplice", "splice", "discard"), noun="receive mode",
           worker_absent="required", registry_choices=True),
     Param("bytes", "size", 1024 ** 3, "both", "--bytes",
           "total bytes per transfer (worker without it: the source file's size, or until EOF)",
@@ -105,9 +109,15 @@ PARAMS: "tuple[Param, ...]" = (
     Param("sink_state", "choice", "fresh", "recv", "--sink-state",
           "the sink file before the run: created fresh, preallocated, or overwritten (file sinks only)",
           choices=("fresh", "preallocated", "overwrite"), noun="sink state"),
+    Param("sample_interval", "duration", 1.0, "both", "--sample-interval",
+          "interval of the per-run samples (bytes, process and host CPU, TCP_INFO), kept for transfers that "
+          "last at least 3 intervals; null = no samples", unit="s", unset="null", worker_absent="none",
+          id_omit_default=True),
 )
 
 _BY_KEY = {p.key: p for p in PARAMS}
+# Parameters left out of the cell id while at their default (Param.id_omit_default): key -> default.
+ID_OMIT_AT_DEFAULT: "dict[str, Any]" = {p.key: p.default for p in PARAMS if p.id_omit_default}
 DEFAULTS: "dict[str, Any]" = {p.key: p.default for p in PARAMS}
 PARAM_KEYS: "tuple[str, ...]" = tuple(_BY_KEY)
 SIZE_KEYS = frozenset(p.key for p in PARAMS if p.kind == "size")
@@ -221,8 +231,40 @@ METRICS: "tuple[Metric, ...]" = (
     Metric("zc_copied", "count", "send", "zc_completions",
            "completions the kernel marked as copied (SO_EE_CODE_ZEROCOPY_COPIED)"),
     Metric("pipe_size", "B", "both", "pipe", "effective pipe size (F_GETPIPE_SZ)"),
+    # Host-wide (every process, softirq and interrupt on the machine), read by the worker just outside its
+    # timed region (zcorch.worker.hoststat): the "host CPU" view, next to the process view above.
+    Metric("host_window_ns", "ns", "both", None,
+           "time between the two /proc/stat reads around the transfer: the window of every host_* time"),
+    Metric("host_user_us", "µs", "both", None, "host-wide user time, all CPUs (/proc/stat; includes guest)"),
+    Metric("host_nice_us", "µs", "both", None, "host-wide niced user time, all CPUs (/proc/stat)"),
+    Metric("host_system_us", "µs", "both", None, "host-wide system time, all CPUs (/proc/stat)"),
+    Metric("host_irq_us", "µs", "both", None, "host-wide hard-interrupt time, all CPUs (/proc/stat)"),
+    Metric("host_softirq_us", "µs", "both", None,
+           "host-wide softirq time, all CPUs (/proc/stat): most of the network stack's receive work"),
+    Metric("host_iowait_us", "µs", "both", None, "host-wide idle time waiting for I/O, all CPUs (/proc/stat)"),
+    Metric("host_steal_us", "µs", "both", None, "host-wide time stolen by the hypervisor, all CPUs (/proc/stat)"),
+    Metric("host_idle_us", "µs", "both", None, "host-wide idle time, all CPUs (/proc/stat)"),
+    Metric("host_ncpus", "count", "both", None, "CPUs in /proc/stat at both reads"),
+    Metric("host_per_cpu_us", "µs", "both", None,
+           "per CPU (`cpuN`): [user, nice, system, irq, softirq, iowait, steal, idle] over the window"),
+    Metric("host_net_rx_softirqs", "count", "both", None, "NET_RX softirqs run on the host (/proc/softirqs, all CPUs)"),
+    Metric("host_net_tx_softirqs", "count", "both", None, "NET_TX softirqs run on the host (/proc/softirqs, all CPUs)"),
+    Metric("host_tcp_retrans_segs", "count", "both", None,
+           "TCP segments retransmitted in the host's network namespace (/proc/net/snmp RetransSegs)"),
+    Metric("host_tcp_out_segs", "count", "both", None,
+           "TCP segments sent in the host's network namespace (/proc/net/snmp OutSegs)"),
+    Metric("host_tcp_in_segs", "count", "both", None,
+           "TCP segments received in the host's network namespace (/proc/net/snmp InSegs)"),
+    Metric("host_pgfault", "count", "both", None, "page faults on the host (/proc/vmstat pgfault)"),
+    Metric("host_pgmajfault", "count", "both", None, "major page faults on the host (/proc/vmstat pgmajfault)"),
+    Metric("host_boot_id", "id", "both", None,
+           "the kernel's boot id (not a delta): the same on both sides = one machine, whose host CPU counts once"),
 )
 METRIC_KEYS: "tuple[str, ...]" = tuple(m.name for m in METRICS)
+# The host CPU fields of the host_<field>_us metrics (and of each host_per_cpu_us list, in this order), and
+# the ones that count as busy: everything but idle and iowait (a CPU waiting for I/O could run something).
+HOST_CPU_FIELDS: "tuple[str, ...]" = ("user", "nice", "system", "irq", "softirq", "iowait", "steal", "idle")
+HOST_BUSY_FIELDS: "tuple[str, ...]" = ("user", "nice", "system", "irq", "softirq", "steal")
 
 
 def metric_applies(metric: Metric, side: str, mode_caps: "frozenset[str]") -> bool:

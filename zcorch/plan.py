@@ -36,7 +36,7 @@ from zcorch.config import yamlsrc as ys
 from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
-from zcorch.params import PARAM_KEYS, format_value
+from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value
 
 ID_LENGTH = 12
 # The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
@@ -99,7 +99,10 @@ class Plan:
 
 
 def canonical(params: dict) -> str:
-    """The canonical text a cell id is computed from."""
+    """The canonical text a cell id is computed from: every parameter but those of ID_OMIT_AT_DEFAULT
+    (zcorch.params) that are at their default."""
+    if any(k in params and params[k] == d for k, d in ID_OMIT_AT_DEFAULT.items()):
+        params = {k: v for k, v in params.items() if not (k in ID_OMIT_AT_DEFAULT and v == ID_OMIT_AT_DEFAULT[k])}
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
@@ -187,11 +190,14 @@ def _expand(exp: Experiment) -> Plan:
             for i, j in enumerate(ocombo):
                 p0[outer_keys[i]] = outer[i].values[j]
                 parts[outer_slots[i]] = outer_frags[i][j]
+            # empty fragments: parameters left out of the id (ID_OMIT_AT_DEFAULT)
             if inner is None:
-                left, right = "{" + ",".join(parts) + "}", ""
+                left, right = "{" + ",".join(f for f in parts if f) + "}", ""
+                without = left
             else:
-                left = "{" + "".join(f + "," for f in parts[:islot])
-                right = "".join("," + f for f in parts[islot + 1:]) + "}"
+                left = "{" + "".join(f + "," for f in parts[:islot] if f)
+                right = "".join("," + f for f in parts[islot + 1:] if f) + "}"
+                without = "{" + ",".join(f for i, f in enumerate(parts) if f and i != islot) + "}"
             active = []  # exclude entries whose outer conditions hold: (index, accepted inner indexes or None)
             for e_i, conds in excludes:
                 accepted_inner = None
@@ -207,7 +213,7 @@ def _expand(exp: Experiment) -> Plan:
                 params = p0.copy()
                 if ikey is not None:
                     params[ikey] = value
-                cid = sha256((left + frag + right).encode()).hexdigest()[:ID_LENGTH]
+                cid = sha256((left + frag + right if frag else without).encode()).hexdigest()[:ID_LENGTH]
                 if active:
                     hit = next((e_i for e_i, acc in active if acc is None or j in acc), None)
                     if hit is not None:
@@ -247,6 +253,9 @@ def _expand(exp: Experiment) -> Plan:
 
 
 def _fragment(key: str, value) -> str:
+    """`"key":value` of the canonical text; "" for a parameter left out of it (ID_OMIT_AT_DEFAULT)."""
+    if key in ID_OMIT_AT_DEFAULT and value == ID_OMIT_AT_DEFAULT[key]:
+        return ""
     return json.dumps(key) + ":" + json.dumps(value)
 
 

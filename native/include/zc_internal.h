@@ -53,7 +53,13 @@ typedef struct zc_ctx {
     unsigned char *mem_ring; /* source mem: pattern of one period + one buffer, never rewritten */
     size_t mem_ring_len;
     void *priv;              /* mode-private state */
+    struct zc_watch_state *watch_state; /* hoststat.c: zc_params.watch while the transfer runs */
 } zc_ctx;
+
+/* hoststat.c: host counters and samples (zc_params.watch) around the timed region; no-ops without a
+ * watch. zc_watch_end is called once after every zc_watch_begin, whatever the transfer's outcome. */
+void zc_watch_begin(zc_ctx *c);
+void zc_watch_end(zc_ctx *c);
 
 /* registry.c */
 const zc_mode_ops *zc_find_mode(int side, const char *name);

@@ -107,6 +107,25 @@ def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = Non
     return lines
 
 
+def copy_line(df: pd.DataFrame, prefix: str) -> "Optional[float]":
+    """CPU seconds one memcpy of a GiB costs on that side's host (the calibration zcorch.load puts in
+    `<prefix>copy_s_per_gib`), None when the sweep has no calibration."""
+    col = prefix + "copy_s_per_gib"
+    if col not in df:
+        return None
+    values = pd.to_numeric(df[col], errors="coerce").dropna()
+    return float(values.median()) if len(values) else None
+
+
+def draw_copy_line(ax, value: "Optional[float]", label_host: str = "") -> None:
+    """The "one copy of the data" reference line on a CPU-per-GiB axis."""
+    if value is None:
+        return
+    where = f" on the {label_host}" if label_host else ""
+    ax.axhline(value, linestyle=":", linewidth=1.5, color="black",
+               label=f"one copy of the data (memcpy{where}): {value:.3f} s/GiB")
+
+
 def grouped_bars(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "") -> list:
     """Receive mode × send mode throughput, median with CI whiskers; baselines as lines."""
     what = "throughput by send and receive mode"
@@ -345,8 +364,8 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
     others = [c for c in varying_params(ok) if c not in ("buffer", "send_mode", "recv_mode")]
     fig = Figure(figsize=(15, 4.5))
     axes = fig.subplots(1, 3)
-    panels = [("gbit_s", "throughput (Gbit/s)"), ("send_cpu_s_per_gib", "sender CPU (s/GiB, usr+sys)"),
-              ("recv_cpu_s_per_gib", "receiver CPU (s/GiB, usr+sys)")]
+    panels = [("gbit_s", "throughput (Gbit/s)"), ("send_cpu_s_per_gib", "sender process CPU (s/GiB, usr+sys)"),
+              ("recv_cpu_s_per_gib", "receiver process CPU (s/GiB, usr+sys)")]
     keys = ["send_mode", "recv_mode"] + others
     s = summarize(ok, by=keys + ["buffer"], metrics=[m for m, _ in panels])
     for key, line in s.groupby(keys, sort=True, dropna=False):
@@ -356,6 +375,8 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
         for ax, (m, _) in zip(axes, panels):
             ax.plot(line["buffer"].astype(float), line[f"{m}_median"], marker="o", label=label)
     buffers = sorted(ok["buffer"].astype(float).unique())
+    draw_copy_line(axes[1], copy_line(ok, "send_"), "sender")
+    draw_copy_line(axes[2], copy_line(ok, "recv_"), "receiver")
     for ax, (_, ylabel) in zip(axes, panels):
         ax.set_xscale("log", base=2)
         ax.set_xticks(buffers)
@@ -365,6 +386,9 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize="small")
+    for ax in axes[1:]:
+        if any(line.get_linestyle() == ":" for line in ax.get_lines()):
+            ax.legend(handles=[line for line in ax.get_lines() if line.get_linestyle() == ":"], fontsize="small")
     fig.suptitle(_title(experiment, what, ""))
     fig.tight_layout()
     return [Plot("buffer", _title(experiment, what, ""), fig)]
@@ -372,7 +396,7 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
 
 def cpu_stacked(df: pd.DataFrame, experiment: str = "") -> list:
     """CPU seconds per GiB as stacked user/system bars per mode, sender and receiver side by side."""
-    what = "CPU cost per mode (user + system seconds per GiB)"
+    what = "process CPU cost per mode (the worker's user + system seconds per GiB)"
     ok = _ok(df)
     sides = []
     for prefix, mode_col, side in (("send_", "send_mode", "sender"), ("recv_", "recv_mode", "receiver")):
@@ -387,24 +411,136 @@ def cpu_stacked(df: pd.DataFrame, experiment: str = "") -> list:
                     "usr": part[prefix + "utime_us"].astype(float) / 1e6 / gib,
                     "sys": part[prefix + "stime_us"].astype(float) / 1e6 / gib,
                 })
-                sides.append((side, frame.groupby("mode", sort=True)[["usr", "sys"]].median()))
+                sides.append((side, frame.groupby("mode", sort=True)[["usr", "sys"]].median(), copy_line(ok, prefix)))
     if not sides:
         return [Plot("cpu", what, None, "no successful runs with CPU times to plot")]
     fig = Figure(figsize=(6 * len(sides), 4.5))
     axes = np.atleast_1d(fig.subplots(1, len(sides)))
-    for ax, (side, med) in zip(axes, sides):
+    for ax, (side, med, copy) in zip(axes, sides):
         x = np.arange(len(med))
         ax.bar(x, med["usr"], 0.6, label="user", color="C0")
         ax.bar(x, med["sys"], 0.6, bottom=med["usr"], label="system", color="C3")
+        draw_copy_line(ax, copy)
         ax.set_xticks(x)
         ax.set_xticklabels(list(med.index))
         ax.set_xlabel(f"{side} mode")
-        ax.set_ylabel("CPU seconds per GiB (median)")
+        ax.set_ylabel("process CPU seconds per GiB (median)")
         ax.set_title(f"{side}")
         ax.legend(fontsize="small")
     fig.suptitle(_title(experiment, what, ""))
     fig.tight_layout()
     return [Plot("cpu", _title(experiment, what, ""), fig)]
+
+
+MAX_CELLS_DRAWN = 16
+
+
+def _cell_label(row: pd.Series, others: Sequence[str]) -> str:
+    label = f"{row['send_mode']} → {row['recv_mode']}"
+    return label + "".join(f"\n{p}={format_value(p, row[p])}" for p in others)
+
+
+def cpu_views(df: pd.DataFrame, experiment: str = "") -> list:
+    """Per cell and side: the process CPU (the worker's rusage) next to the host CPU (the whole machine's
+    busy CPU over the transfer, /proc/stat), in s/GiB, with one copy of the data as the reference line."""
+    what = "where the CPU goes: process CPU and host CPU per GiB"
+    ok = _ok(df)
+    have = [c for c in ("send_host_busy_s_per_gib", "recv_host_busy_s_per_gib") if c in ok and ok[c].notna().any()]
+    if not have:
+        return [Plot("cpuviews", what, None, "skipped: the runs have no host CPU (recorded before zcorch read /proc/stat)")]
+    metrics = ["send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib"]
+    s = summarize(ok, metrics=metrics)
+    s = s[s["n"] > 0].copy()
+    for key in ("send_mode", "recv_mode"):  # carried along only when they vary
+        if key not in s:
+            s[key] = ok[key].iloc[0]
+    s = s.sort_values(["send_mode", "recv_mode", "cell"])
+    note = None
+    if len(s) > MAX_CELLS_DRAWN:
+        note = f"{len(s) - MAX_CELLS_DRAWN} more cells not drawn (the cells table lists them all)"
+        s = s.iloc[:MAX_CELLS_DRAWN]
+    others = [c for c in varying_params(ok) if c not in ("send_mode", "recv_mode") and c in s]
+    labels = [_cell_label(r, others) for _, r in s.iterrows()]
+    fig = Figure(figsize=(max(8.0, 1.1 * len(s) + 3), 9))
+    axes = fig.subplots(2, 1, sharex=True)
+    x = np.arange(len(s))
+    same = "same_host" in ok and bool(ok["same_host"].fillna(False).astype(bool).any())
+    for ax, prefix, side in zip(axes, ("send_", "recv_"), ("sender", "receiver")):
+        ax.bar(x - 0.2, s[f"{prefix}cpu_s_per_gib_median"], 0.4, label="process CPU (the worker's rusage)",
+               color="C0")
+        ax.bar(x + 0.2, s[f"{prefix}host_busy_s_per_gib_median"], 0.4,
+               label="host CPU (whole machine, /proc/stat incl. softirq)", color="C1")
+        draw_copy_line(ax, copy_line(ok, prefix), side)
+        ax.set_ylabel(f"{side}: CPU seconds per GiB (median)")
+        ax.set_title(side + (" (one machine with the receiver: its host CPU is the same machine's)"
+                             if same and side == "sender" else ""))
+        ax.legend(fontsize="small")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[1].set_xticks(x)
+    axes[1].set_xticklabels(labels, fontsize="small")
+    axes[1].set_xlabel("send mode → receive mode")
+    fig.suptitle(_title(experiment, what, ""))
+    fig.tight_layout()
+    return [Plot("cpuviews", _title(experiment, what, ""), fig, note)]
+
+
+def samples_timelines(df: pd.DataFrame, samples: "pd.DataFrame | None", experiment: str = "") -> list:
+    """Per-interval samples of one run of the slowest and of the fastest cell (median Gbit/s among the
+    cells that kept samples): throughput, CPUs busy (process and host view), congestion window and RTT."""
+    what = "per-interval samples"
+    if samples is None or samples.empty:
+        return [Plot("samples", what, None, "skipped: no run kept samples (`sample_interval`: samples are kept "
+                                            "for transfers of at least 3 intervals)")]
+    ok = _ok(df)
+    ok = ok[ok["samples"].notna()] if "samples" in ok else ok.iloc[0:0]
+    if ok.empty:
+        return [Plot("samples", what, None, "skipped: no successful run kept samples")]
+    medians = ok.groupby("cell")["gbit_s"].median().sort_values()
+    picks = [("slowest", medians.index[0])]
+    if len(medians) > 1:
+        picks.append(("fastest", medians.index[-1]))
+    plots = []
+    for which, cell in picks:
+        run = ok[ok["cell"] == cell].sort_values("repeat").iloc[0]
+        part = samples[(samples["cell"] == cell) & (samples["repeat"] == run["repeat"])]
+        if "sweep" in samples and "sweep" in run:
+            part = part[part["sweep"] == run["sweep"]]
+        label = f"{which} cell {cell}: {run['send_mode']} → {run['recv_mode']}, repeat {int(run['repeat'])}, " \
+                f"median {medians[cell]:.2f} Gbit/s"
+        fig = Figure(figsize=(10, 9))
+        axes = fig.subplots(3, 1, sharex=True)
+        one_machine = isinstance(run.get("same_host"), (bool, np.bool_)) and bool(run.get("same_host"))
+        for side, style in (("send", "-"), ("recv", "--")):
+            sp = part[part["side"] == side].sort_values("t_s")
+            if sp.empty:
+                continue
+            name = "sender" if side == "send" else "receiver"
+            axes[0].plot(sp["t_s"], sp["gbit_s"], style, marker=".", label=name)
+            axes[1].plot(sp["t_s"], sp["proc_cpus"], style, marker=".", label=f"{name} process CPU")
+            if not (one_machine and side == "recv"):  # one machine: one /proc/stat, drawn once
+                host = "host CPU (one machine for both)" if one_machine else f"{name} host CPU"
+                axes[1].plot(sp["t_s"], sp["host_busy_cpus"], style, marker="x", label=host)
+            if side == "send":
+                axes[2].plot(sp["t_s"], sp["tcp_snd_cwnd"], style, marker=".", color="C2", label="sender cwnd")
+                rtt = axes[2].twinx()
+                rtt.plot(sp["t_s"], sp["tcp_rtt_us"], ":", marker=".", color="C4", label="sender RTT (right axis)")
+                rtt.set_ylabel("RTT (µs)")
+                rtt.set_ylim(bottom=0)
+                axes[2].legend(handles=axes[2].get_lines() + rtt.get_lines(), fontsize="small", loc="lower left")
+        axes[0].set_ylabel("throughput (Gbit/s)")
+        axes[1].set_ylabel("CPUs busy (CPU s per s)")
+        axes[2].set_ylabel("congestion window (segments)")
+        axes[2].set_xlabel("time since the start of the transfer (s)")
+        for ax in axes:
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+        for ax in axes[:2]:
+            ax.legend(fontsize="small", loc="lower left")
+        fig.suptitle(_title(experiment, what, label))
+        fig.tight_layout()
+        plots.append(Plot(f"samples-{which}", _title(experiment, what, label), fig))
+    return plots
 
 
 def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
@@ -446,11 +582,13 @@ def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
 
 
 def all_plots(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "",
-              declared: "Sequence[View]" = ()) -> list:
-    """Every plot of the report, in order (skipped ones carry their note): the small-multiple views (declared
-    by the experiment's `report:` section, or the default one) instead of a bar chart per combination."""
+              samples: "pd.DataFrame | None" = None, declared: "Sequence[View]" = ()) -> list:
+    """Every plot of the report, in order (skipped ones carry their note); `samples`: zcorch.load_samples.
+    Throughput is drawn as small-multiple views (declared by the experiment's `report:` section, or the
+    default one) instead of a bar chart per combination of the other parameters."""
     return (views(df, declared, baselines, experiment) + versus_buffer(df, experiment)
-            + cpu_stacked(df, experiment) + heatmap(df, experiment))
+            + cpu_stacked(df, experiment) + cpu_views(df, experiment) + heatmap(df, experiment)
+            + samples_timelines(df, samples, experiment))
 
 
 def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:

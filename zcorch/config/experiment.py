@@ -253,6 +253,8 @@ def cell_problems(p: dict) -> "list[str]":
     send_caps, recv_caps = _mode_caps("send", send), _mode_caps("recv", recv)
     if "file_sink" in recv_caps and sink == "/dev/null":
         out.append(f"receive mode `{recv}` needs a regular file as sink, not /dev/null")
+    if "no_sink" in recv_caps and sink != "/dev/null":
+        out.append(f"receive mode `{recv}` keeps no data: its sink must be /dev/null, not `{sink}`")
     if send_caps & {"file_source", "mappable_source"} and source == "mem":
         out.append(f"send mode `{send}` reads from a file; source `mem` is not one (use a path or /dev/zero)")
     if "mappable_source" in send_caps and source == "/dev/zero":

@@ -50,9 +50,24 @@ METRIC_UNITS: "dict[str, tuple[str, str, bool]]" = {
     "recv_cpu_s_per_gib": ("s/GiB", "receiver CPU time (user + system) per GiB", False),
 }
 _SIDE_WORD = {"send": "sender", "recv": "receiver"}
+for _side in ("send", "recv"):   # the host CPU view (zcorch.analysis.frames), per side
+    METRIC_UNITS[f"{_side}_host_busy_s_per_gib"] = ("s/GiB", f"busy CPU of the {_SIDE_WORD[_side]}'s host per GiB", False)
+    METRIC_UNITS[f"{_side}_host_softirq_s_per_gib"] = ("s/GiB", f"softirq CPU of the {_SIDE_WORD[_side]}'s host per GiB",
+                                                       False)
+METRIC_UNITS["total_host_busy_s_per_gib"] = ("s/GiB", "busy CPU of both hosts per GiB (one machine counted once)", False)
+
+
+def _quantity_unit(unit: str) -> bool:
+    try:
+        unit_dimension(unit)
+        return True
+    except ValueError:   # e.g. an id: not a number a study could publish
+        return False
+
+
 for _m in METRICS:
     for _side in ("send", "recv"):
-        if _m.side in (_side, "both"):
+        if _m.side in (_side, "both") and _quantity_unit(_m.unit):
             METRIC_UNITS[f"{_side}_{_m.name}"] = (_m.unit, f"{_SIDE_WORD[_side]} {_m.help}", False)
 # Totals over a transfer (they grow with `bytes`): a published total is compared per byte moved.
 EXTENSIVE_METRICS = frozenset(f"{side}_{m}" for side in ("send", "recv") for m in (

@@ -29,6 +29,7 @@ RUNS = "runs.jsonl"
 BASELINES = "baselines.jsonl"
 RUNS_CACHE = "runs.parquet"  # runs.jsonl parsed, written by zcorch.analysis.cache (never by this module)
 LOGS = "logs"
+SAMPLES = "samples"  # per-run samples: samples/<cell>-r<repeat>.jsonl, one line per sample and side
 
 RUN_STATUSES = ("ok", "failed", "timeout", "interrupted")
 
@@ -210,6 +211,30 @@ class ResultSet:
 
     def log_relpath(self, cell: str, repeat: int) -> str:
         return f"{LOGS}/{cell}-r{repeat}.log"
+
+    def write_samples(self, cell: str, repeat: int, samples: Dict[str, List[dict]]) -> str:
+        """samples/<cell>-r<repeat>.jsonl: one JSON line per sample, {"side": "send"|"recv", ...the sample}
+        (sides in the order given), replacing an earlier run's file (a re-run wins, as its record does);
+        written whole (temp file, fsync, rename) before the record that names it. Returns its relative path."""
+        rel = f"{SAMPLES}/{cell}-r{repeat}.jsonl"
+        path = self.path(rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                for side, rows in samples.items():
+                    for row in rows:
+                        f.write(json.dumps(dict(row, side=side), sort_keys=True) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        return rel
 
     # -- records ----------------------------------------------------------------------------
     def _append(self, name: str, record: dict) -> None:

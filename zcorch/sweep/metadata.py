@@ -7,12 +7,13 @@ together with why (e.g. `speed` on veth/lo).
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
 import subprocess
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from zcorch._version import __version__
 from zcorch.errors import HostError
@@ -35,6 +36,40 @@ def collect_host(host: Host, python: str, data_address: Optional[str] = None, pa
     if meta is None:
         raise HostError(f"{host.name}: metadata probe printed no JSON: {res.stdout[:200]!r}")
     return meta
+
+
+CALIBRATE_TIMEOUT = 120.0
+
+
+def calibrate_host(host: Host, worker: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """The copy-cost yardsticks of one host: the deployed worker's `calibrate` (native/core/calibrate.c),
+    its event minus "event"; {"error": why} when it failed (the sweep goes on without the yardstick)."""
+    try:
+        res = host.run([*worker, "calibrate"], timeout=CALIBRATE_TIMEOUT, env=env)
+    except HostError as exc:
+        return {"error": f"{host.name}: calibration failed: {exc}"}
+    events = []
+    for line in res.stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    for event in events:
+        if event.get("event") == "calibration":
+            return {k: v for k, v in event.items() if k != "event"}
+    said = next((e.get("message") for e in events if e.get("event") == "error"), None)
+    return {"error": f"{host.name}: calibration failed (exit {res.returncode}): "
+                     f"{said or res.stderr.strip()[-300:] or 'no output'}"}
+
+
+def same_host(meta: Dict[str, Any]) -> Optional[bool]:
+    """Whether meta.json's sender and receiver run on one kernel (equal boot ids): their host CPU (one
+    /proc/stat) must not be added up. None when a boot id is unknown."""
+    hosts = meta.get("hosts") or {}
+    ids = [(hosts.get(role) or {}).get("boot_id") for role in ("sender", "receiver")]
+    return ids[0] == ids[1] if all(isinstance(i, str) and i for i in ids) else None
 
 
 def git_revision(directory: Optional[str] = None) -> Optional[str]:
