@@ -328,8 +328,11 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     height = fig.get_figheight()
     bottom = 0.0
     if handles:
-        rows = -(-len(labels) // 3) + (1 if view.hue else 0)
-        fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize="small",
+        # as many columns as fit the figure's width (small font: ~0.075 in per character, plus the marker)
+        per_col = 0.075 * max(len(label) for label in labels) + 0.7
+        ncol = max(1, min(3, len(labels), int(fig.get_figwidth() // per_col)))
+        rows = -(-len(labels) // ncol) + (1 if view.hue else 0)
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize="small",
                    title="+".join(view.hue) if view.hue else None, bbox_to_anchor=(0.5, 0.0))
         bottom = min(0.5, (0.25 + 0.2 * rows) / height)
     fig.suptitle(_title(experiment, what, ""))
