@@ -128,7 +128,7 @@ def test_unknown_top_level_and_host_keys(write_yaml):
     """)
     problems = problems_of(path)
     assert len(problems) == 2
-    assert at(problems[0], path, 2, 1) and "did you mean `repeats`?" in problems[0]
+    assert at(problems[0], path, 2, 1) and "did you mean `repeats`" in problems[0]   # (or `report`)
     assert at(problems[1], path, 4) and "hosts.sender.identiy_file" in problems[1] and "`identity_file`" in problems[1]
 
 

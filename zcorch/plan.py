@@ -35,6 +35,7 @@ from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
 from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
 from zcorch.config.inventory import InventoryPair
+from zcorch.config.reference import reference_problems
 from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value
 
 ID_LENGTH = 12
@@ -239,8 +240,15 @@ def _expand(exp: Experiment) -> Plan:
     if not cells:
         raise ConfigError(f"{exp.where('matrix')}: no cell left to run (every cell was excluded or dropped)")
 
+    ref_problems = reference_problems(exp.reference, [c.params for c in cells]) if exp.reference else []
+    if ref_problems and not exp.overrides:
+        raise ConfigError([f"{ys.where(exp.path, pos)}: {key}: {msg}" for pos, key, msg in ref_problems])
+
     plan = Plan(exp, cells, _order_runs(exp, cells), dropped, merged)
     plan.warnings = _warnings(exp, plan, ex_hits)
+    # --set reduced the study: what the reference names but this run lacks is reported as not measured
+    plan.warnings += [f"{ys.where(exp.path, pos)}: {key}: {msg} as run (--set): the report shows it as not "
+                      "measured" for pos, key, msg in ref_problems]
     return plan
 
 

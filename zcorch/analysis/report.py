@@ -23,10 +23,15 @@ from zcorch import __version__
 from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, side_by_side
 from zcorch.analysis.frames import OK, load_baselines, load_meta, read_manifest, read_meta, result_dir
 from zcorch.analysis.load import load
-from zcorch.analysis.plots import all_plots, data_uri, save, slices
+from zcorch.analysis.plots import _combo_label, _keys, _select, all_plots, data_uri, default_view, save
 from zcorch.analysis.samples import load_samples
+from zcorch.config.views import View
+from zcorch.config.experiment import views_of
+from zcorch.analysis import reproduction as rp
+from zcorch.config.experiment import reference_of
+from zcorch.errors import ConfigError
 from zcorch.params import format_value
-from zcorch.analysis.stats import ci_method, mode_table, summarize, varying_params
+from zcorch.analysis.stats import ci_method, format_rate, format_spread, summarize, varying_params
 
 
 def text(value) -> str:
@@ -128,15 +133,47 @@ def filesystems_table(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: d
 
 
 def results_section(df: pd.DataFrame) -> dict:
-    """The seeds' send × receive tables, one per slice of the other varying parameters."""
+    """The throughput tables of the default view (plots.default_view): rows its colour (the send mode, as
+    the seeds' tables), columns its x (the receive mode, or the parameter the modes do not vary), one table
+    per panel; cells 'MB/s (Gbit/s)' with their spread."""
+    view, folded = default_view(df, ok_only=False)
+    view = View(view.x, view.hue, view.facet, "mb_s")
+    ok = df[df["status"] == OK]
     tables = []
-    parts, note = slices(df, ["send_mode", "recv_mode"])
-    for label, sub, _ in parts:
-        table = mode_table(summarize(sub, by=["send_mode", "recv_mode"], metrics=["mb_s", "gbit_s"]))
-        rows = [[send] + list(table.loc[send]) for send in table.index]
-        tables.append((label, Table(["send \\ receive"] + list(table.columns), rows,
-                                    [None] + ["cell"] * len(table.columns))))
-    return {"ci_method": ci_method(), "tables": tables, "note": note}
+    s = summarize(df, by=list(view.facet) + list(view.hue) + list(view.x), metrics=["mb_s", "gbit_s"])
+    facets, hues, xs = (_present(df, p) for p in (view.facet, view.hue, view.x))
+    for fkey in facets:
+        panel = _select(s, view.facet, fkey)
+        rows = []
+        for hkey in hues:
+            part = _select(panel, view.hue, hkey)
+            label = _combo(view.hue, hkey) or "all"
+            if folded and len(_select(df, view.hue, hkey)):
+                first = _select(df, view.hue, hkey).iloc[0]
+                label += " (" + ", ".join(f"{p}={format_value(p, first[p])}" for p in folded) + ")"
+            cells = []
+            for xkey in xs:
+                r = _select(part, view.x, xkey)
+                cells.append("" if r.empty else format_rate(r["mb_s_median"].iloc[0], r["gbit_s_median"].iloc[0])
+                             + "\n" + format_spread(r.iloc[0]))
+            if any(cells):
+                rows.append([label] + cells)
+        corner = f"{'+'.join(view.hue) or ' '} \\ {'+'.join(view.x)}"
+        tables.append((_combo(view.facet, fkey, named=True),
+                       Table([corner] + [_combo(view.x, k, named=len(view.x) > 1) for k in xs], rows,
+                             [None] + ["cell"] * len(xs))))
+    note = None
+    return {"ci_method": ci_method(), "tables": tables, "note": note,
+            "axes": f"rows: {'+'.join(view.hue) or '–'}; columns: {'+'.join(view.x)}"
+                    + (f"; one table per {'+'.join(view.facet)}" if view.facet else "")}
+
+
+def _present(df: pd.DataFrame, params) -> list:
+    return _keys(df, params)
+
+
+def _combo(params, key, named: bool = False) -> str:
+    return _combo_label(params, key, named) if params else ""
 
 
 CPU_METRICS = ["send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib",
@@ -249,6 +286,45 @@ def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
             "have_copy": any(c in df and df[c].notna().any() for c in ("send_copy_s_per_gib", "recv_copy_s_per_gib"))}
 
 
+def reproduction_section(experiment_text: str, path: str, df: pd.DataFrame,
+                         baselines: pd.DataFrame) -> Optional[dict]:
+    """The study's published figures and claims next to this run (None: the experiment has no `reference:`)."""
+    try:
+        ref = reference_of(experiment_text, path)
+    except ConfigError as exc:
+        return {"error": str(exc)}
+    if ref is None:
+        return None
+    claims = rp.claims(df, ref)
+    return {"error": None, "source": ref.source, "setup": " ".join(ref.setup.split()),
+            "ci": ci_method(),
+            "baselines": Table(rp.BASELINE_HEADER, rp.baseline_table(ref, baselines)) if ref.baselines else None,
+            "figures": Table(rp.FIGURE_HEADER, rp.figure_table(rp.figures(df, baselines, ref)),
+                             [None, None, None, "num", "num", "num", "num", "num"]) if ref.figures else None,
+            "claim_header": rp.CLAIM_HEADER, "claims": rp.claim_table(claims), "counts": rp.verdict_counts(claims)}
+
+
+def reproduction_markdown(path) -> str:
+    """The Reproduction section of a result set as Markdown (`zcorch report DIR --format markdown`)."""
+    d = result_dir(path)
+    manifest = read_manifest(d)
+    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
+    text = exp_file.read_text(errors="replace") if exp_file.is_file() else ""
+    ref = reference_of(text, str(exp_file))
+    if ref is None:
+        raise ConfigError(f"{exp_file}: the experiment has no `reference:` section: there is no published study "
+                          "to compare this result set with (docs/experiment-files.md, Reference)")
+    return rp.markdown(ref, load(d), load_baselines(d), manifest.get("name") or d.name)
+
+
+def _declared_views(text: str, path: str) -> tuple:
+    """The experiment's `report:` views; () when it has none or they cannot be read (the default view then)."""
+    try:
+        return views_of(text, path)
+    except ConfigError:
+        return ()
+
+
 def plots_section(plots: list) -> list:
     """Per plot: title, note and the PNG as a data URI (None for a plot that does not apply)."""
     return [{"title": p.title, "note": p.note, "uri": data_uri(p.figure, "png") if p.figure is not None else None}
@@ -281,7 +357,8 @@ def build_report(path, plots: Optional[list] = None) -> str:
     experiment_text = exp_file.read_text(errors="replace") if exp_file.is_file() else "(experiment file missing)"
     name = manifest.get("name") or d.name
     if plots is None:
-        plots = all_plots(df, baselines, name, load_samples(d) if len(df) else None)
+        plots = all_plots(df, baselines, name, load_samples(d) if len(df) else None,
+                          _declared_views(experiment_text, str(exp_file)))
     context = {
         "name": name, "dir_name": d.name, "version": __version__,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -291,6 +368,7 @@ def build_report(path, plots: Optional[list] = None) -> str:
         "hosts": hosts_table(meta),
         "baselines": baselines_table(baselines),
         "filesystems": filesystems_table(df, baselines, descriptions),
+        "reproduction": reproduction_section(experiment_text, str(exp_file), df, baselines) if len(df) else None,
     }
     if len(df):
         context.update(results=results_section(df), plots=plots_section(plots), cells=cells_table(df),
@@ -303,7 +381,10 @@ def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     d = result_dir(path)
     manifest = read_manifest(d)
     df = load(d)
-    plots = all_plots(df, load_baselines(d), manifest.get("name") or d.name, load_samples(d)) if len(df) else []
+    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
+    declared = _declared_views(exp_file.read_text(errors="replace"), str(exp_file)) if exp_file.is_file() else ()
+    plots = all_plots(df, load_baselines(d), manifest.get("name") or d.name, load_samples(d), declared) \
+        if len(df) else []
     if plot_formats:
         save(plots, d / "plots", plot_formats)
     out = Path(output) if output else d / "report.html"

@@ -29,7 +29,8 @@ FLOAT = "tag:yaml.org,2002:float"
 BOOL = "tag:yaml.org,2002:bool"
 NULL = "tag:yaml.org,2002:null"
 MERGE = "tag:yaml.org,2002:merge"
-_SCALAR_TAGS = {STR, INT, FLOAT, BOOL, NULL}
+TIMESTAMP = "tag:yaml.org,2002:timestamp"   # `date: 2006-11-16`: read as its text by as_str
+_SCALAR_TAGS = {STR, INT, FLOAT, BOOL, NULL, TIMESTAMP}
 
 _DECIMAL_RE = re.compile(r"^-?(0|[1-9][0-9]*)$")
 _PLAIN_FLOAT_RE = re.compile(r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$")
