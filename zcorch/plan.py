@@ -116,20 +116,24 @@ def load_plan(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
     return expand(load_experiment(path, overrides, hosts))
 
 
-def expand(exp: Experiment) -> Plan:
-    """Every cell and run of an experiment, in execution order. Raises ConfigError for cells that cannot run."""
+def expand(exp: Experiment, reduced: bool = False) -> Plan:
+    """Every cell and run of an experiment, in execution order. Raises ConfigError for cells that cannot run.
+
+    reduced: the document is a run reduced by `--set` (also when `exp.overrides` no longer says so: the
+    effective experiment.yaml of a result set being resumed), so reference matches it lacks only warn.
+    """
     # A plan is hundreds of thousands of small acyclic objects: the cyclic GC would rescan them over and
     # over while they are built (about a third of the time of a 100k-cell plan) and can find nothing.
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        return _expand(exp)
+        return _expand(exp, reduced or bool(exp.overrides))
     finally:
         if gc_was_on:
             gc.enable()
 
 
-def _expand(exp: Experiment) -> Plan:
+def _expand(exp: Experiment, reduced: bool) -> Plan:
     cells: "list[Cell]" = []
     dropped: "list[Dropped]" = []
     merged: "list[tuple[str, str]]" = []
@@ -241,7 +245,7 @@ def _expand(exp: Experiment) -> Plan:
         raise ConfigError(f"{exp.where('matrix')}: no cell left to run (every cell was excluded or dropped)")
 
     ref_problems = reference_problems(exp.reference, [c.params for c in cells]) if exp.reference else []
-    if ref_problems and not exp.overrides:
+    if ref_problems and not reduced:
         raise ConfigError([f"{ys.where(exp.path, pos)}: {key}: {msg}" for pos, key, msg in ref_problems])
 
     plan = Plan(exp, cells, _order_runs(exp, cells), dropped, merged)

@@ -32,7 +32,7 @@ from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, 
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded, recording_hosts
 from zcorch.provision import scratch, sources
-from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, read_jsonl
+from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl
 from zcorch.sweep import baselines as bl
 from zcorch.sweep.runner import Runner, SweepOutcome, run_fields
 from zcorch.sweep.summary import summary_table
@@ -108,12 +108,13 @@ class SweepResult:
         return summary_table(self.plan_runs, self.records, self.varying, self.baselines)
 
 
-def _load(path: str, overrides: Sequence[str] = (), hosts: Optional[InventoryPair] = None):
+def _load(path: str, overrides: Sequence[str] = (), hosts: Optional[InventoryPair] = None,
+          reduced: bool = False):
     from zcorch import plan as planmod
     from zcorch.config import experiment as spec
 
     exp = spec.load_experiment(path, overrides, hosts)
-    return exp, planmod.expand(exp)
+    return exp, planmod.expand(exp, reduced)
 
 
 def _plan_json(plan) -> List[dict]:
@@ -444,7 +445,10 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         raise ConfigError(f"--set cannot change the result set being resumed ({resume}): its experiment.yaml "
                           "is what it runs (start a new result set to run something else)")
     exp_path, exp_bytes = _experiment_source(experiment_path, resume)
-    exp, plan = _load(exp_path, overrides, hosts)
+    # A resumed result set whose sweep was reduced with --set runs its effective experiment.yaml, in which
+    # the reference may name cells the reduced matrix lacks: as at the start, they are warnings.
+    reduced = bool(resume and load_manifest(resume).get("overrides"))
+    exp, plan = _load(exp_path, overrides, hosts, reduced)
     plan_runs = _plan_json(plan)
     cfg = exp.baselines
     rs = _open_results(exp, exp_path, exp_bytes, plan_runs, output, resume, command or ["zcorch", "run"],
