@@ -34,15 +34,11 @@ sys.path.insert(0, REPO)
 
 from zcorch.params import HOST_BUSY_FIELDS, HOST_CPU_FIELDS  # noqa: E402
 from zcorch.units import format_size, parse_size  # noqa: E402
+from _loopback import ENV, transfer, worker  # noqa: E402
 
 GIB = 2**30
-ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
 MODES = [("write", "mem"), ("sendfile", "file"), ("splice", "file"), ("vmsplice", "mem"), ("msg_zerocopy", "mem")]
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
-
-
-def worker(*args: str) -> "list[str]":
-    return [sys.executable, "-m", "zcorch.worker", *args]
 
 
 def calibrate() -> float:
@@ -66,24 +62,9 @@ def busy_on(m: dict, cpus: "set[int]") -> float:
 
 def run_pair(mode: str, source: str, nbytes: int, buffer: int, cpus: "tuple[int, int]", recv_mode: str,
              timeout: float) -> dict:
-    common = ["--bytes", str(nbytes), "--buffer", str(buffer), "--timeout", f"{timeout}s"]
-    rx = subprocess.Popen(worker("recv", "--listen", "127.0.0.1:0", "--mode", recv_mode, "--cpu", str(cpus[1]),
-                                 *common), stdout=subprocess.PIPE, text=True, env=ENV)
-    try:
-        ready = json.loads(rx.stdout.readline())
-        if ready.get("event") != "ready":
-            raise RuntimeError(f"receiver: {ready}")
-        tx = subprocess.run(worker("send", "--connect", f"127.0.0.1:{ready['port']}", "--mode", mode, "--source",
-                                   source, "--cpu", str(cpus[0]), *common),
-                            capture_output=True, text=True, env=ENV, timeout=timeout + 10)
-        r = json.loads(rx.stdout.readline())
-        s = json.loads(tx.stdout.splitlines()[-1])
-    finally:
-        rx.kill()
-        rx.wait()
-    for ev in (s, r):
-        if ev["event"] != "result":
-            raise RuntimeError(ev["message"])
+    common = ["--bytes", str(nbytes), "--buffer", str(buffer)]
+    s, r = transfer(["--mode", mode, "--source", source, "--cpu", str(cpus[0]), *common],
+                    ["--mode", recv_mode, "--cpu", str(cpus[1]), *common], timeout)
     gib = r["bytes"] / GIB
     used = set(cpus)
     # One machine: both workers read one /proc/stat; the receiver's window ends last (the data landed).

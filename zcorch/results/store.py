@@ -39,13 +39,12 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Replace `path` with `obj` as JSON without ever leaving a half-written file."""
+def write_text_atomic(path: str, text: str) -> None:
+    """Replace `path` with `text` without ever leaving a half-written file."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -56,6 +55,11 @@ def write_json_atomic(path: str, obj: Any) -> None:
         except OSError:
             pass
         raise
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Replace `path` with `obj` as JSON without ever leaving a half-written file."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_jsonl(path: str) -> List[dict]:
@@ -219,21 +223,8 @@ class ResultSet:
         rel = f"{SAMPLES}/{cell}-r{repeat}.jsonl"
         path = self.path(rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                for side, rows in samples.items():
-                    for row in rows:
-                        f.write(json.dumps(dict(row, side=side), sort_keys=True) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_text_atomic(path, "".join(json.dumps(dict(row, side=side), sort_keys=True) + "\n"
+                                        for side, rows in samples.items() for row in rows))
         return rel
 
     # -- records ----------------------------------------------------------------------------
