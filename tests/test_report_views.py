@@ -2,7 +2,6 @@
 (validated at file:line), CPU ids as integers, one chart instead of one per combination."""
 from __future__ import annotations
 
-import textwrap
 
 import numpy as np
 import pandas as pd

@@ -26,9 +26,8 @@ from zcorch.analysis.load import load
 from zcorch.analysis.plots import _combo_label, _keys, _select, all_plots, data_uri, default_view, save
 from zcorch.analysis.samples import load_samples
 from zcorch.config.views import View
-from zcorch.config.experiment import views_of
 from zcorch.analysis import reproduction as rp
-from zcorch.config.experiment import reference_of
+from zcorch.config.experiment import reference_of, views_of
 from zcorch.errors import ConfigError
 from zcorch.params import format_value
 from zcorch.analysis.stats import ci_method, format_rate, format_spread, summarize, varying_params
@@ -138,7 +137,6 @@ def results_section(df: pd.DataFrame) -> dict:
     per panel; cells 'MB/s (Gbit/s)' with their spread."""
     view, folded = default_view(df, ok_only=False)
     view = View(view.x, view.hue, view.facet, "mb_s")
-    ok = df[df["status"] == OK]
     tables = []
     s = summarize(df, by=list(view.facet) + list(view.hue) + list(view.x), metrics=["mb_s", "gbit_s"])
     facets, hues, xs = (_present(df, p) for p in (view.facet, view.hue, view.x))

@@ -44,7 +44,7 @@ from zcorch.config.hosts import INVENTORY, LOCALHOST, Hosts, parse_hosts
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import Reference, parse_reference
 from zcorch.config.views import View, parse_report
-from zcorch.errors import ConfigError, WorkerError, ZcorchError
+from zcorch.errors import WorkerError, ZcorchError
 from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param
 from zcorch.worker import native
 
@@ -541,33 +541,29 @@ def _example(node: ys.YNode) -> str:
     return node.text if isinstance(node, ys.YScalar) and node.text else "a, b"
 
 
-def views_of(text: str, path: str = "<experiment>") -> "tuple[View, ...]":
-    """The `report:` views of an experiment document alone (() without), like reference_of."""
+def _section_of(text: str, path: str, key: str, parse: Callable[[Checker, ys.YNode], Any], absent: Any) -> Any:
+    """One top-level section of an experiment document, parsed alone (`absent` without it); ConfigError
+    (file:line) when the document or the section has problems. The rest of the file is not validated again."""
     root, raw = ys.parse(text, path)
     chk = Checker(path)
     for problem in raw:
         chk.problem(*problem)
     chk.raise_if_any()
-    node = root.get("report") if isinstance(root, ys.YMap) else None
+    node = root.get(key) if isinstance(root, ys.YMap) else None
     if node is None:
-        return ()
-    views = parse_report(chk, node)
+        return absent
+    section = parse(chk, node)
     chk.raise_if_any()
-    return views
+    return section
+
+
+def views_of(text: str, path: str = "<experiment>") -> "tuple[View, ...]":
+    """The `report:` views of an experiment document alone (() without), like reference_of."""
+    return _section_of(text, path, "report", parse_report, ())
 
 
 def reference_of(text: str, path: str = "<experiment>") -> Optional[Reference]:
     """The `reference:` section of an experiment document alone (None without one), for analysis of a result
     set: the rest of the file is not validated again (its hosts may come from an inventory no longer there).
     ConfigError (file:line) when the section itself has problems."""
-    root, raw = ys.parse(text, path)
-    chk = Checker(path)
-    for problem in raw:
-        chk.problem(*problem)
-    chk.raise_if_any()
-    node = root.get("reference") if isinstance(root, ys.YMap) else None
-    if node is None:
-        return None
-    ref = parse_reference(chk, node, parse_param)
-    chk.raise_if_any()
-    return ref
+    return _section_of(text, path, "reference", lambda chk, node: parse_reference(chk, node, parse_param), None)

@@ -12,7 +12,6 @@ the report picks a view from the parameters that vary (zcorch.analysis.plots.def
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from zcorch.config import yamlsrc as ys
 from zcorch.config.checks import Checker, suggest
