@@ -15,7 +15,11 @@ the `zc_completions` capability, fsync_ns without fsync, pipe_size for modes wit
 
 Each mode declares capabilities in its C ops table (`mode_capabilities()`, names in
 native/include/zcorch_api.h: file_source, mappable_source, file_sink, pipe, gift, zc_completions,
-kernel_feature); `unavailable_modes()` names the compiled modes this kernel cannot run, and why.
+kernel_feature, zc_recv, uring, one_stream); `unavailable_modes()` names the compiled modes this
+kernel (or this build: `build_features()`) cannot run, and why.
+
+With `streams=N` (N > 1) a result also has "streams": one dict per stream ("stream", "offset" of its
+slice, and the metrics that apply), the top-level metrics being the totals (see native/core/core.c).
 """
 from __future__ import annotations
 
@@ -106,6 +110,58 @@ def unavailable_modes() -> "dict[str, dict[str, str]]":
     return out
 
 
+def build_features() -> "dict[str, Optional[str]]":
+    """{feature: None if this build has it, else why not} (native/build.py FEATURES: io_uring,
+    io_uring_send_zc, io_uring_pbuf_ring, tcp_zerocopy_receive). {} for a build older than them."""
+    L = _lib()
+    if not hasattr(L, "zc_build_feature_name"):
+        return {}
+    out: "dict[str, Optional[str]]" = {}
+    i = 0
+    while True:
+        name = L.zc_build_feature_name(i)
+        if name == ffi.NULL:
+            return out
+        why = L.zc_build_feature_missing(i)
+        out[ffi.string(name).decode()] = None if why == ffi.NULL else ffi.string(why).decode(errors="replace")
+        i += 1
+
+
+def parse_cpus(value: Any) -> "Optional[list[int]]":
+    """A CPU list: "0,2-3" / "0 2 3", a list of ints, or one int -> [0, 2, 3]; None/"" -> None.
+    ValueError naming the problem."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"not a CPU list: {value!r}")
+    if isinstance(value, int):
+        items: "list[Any]" = [value]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [t for t in str(value).replace(",", " ").split() if t]
+    cpus: "list[int]" = []
+    for item in items:
+        if isinstance(item, bool):
+            raise ValueError(f"not a CPU: {item!r}")
+        if isinstance(item, int):
+            lo = hi = item
+        else:
+            text = str(item).strip()
+            first, dash, last = text.partition("-")
+            if not first.isdigit() or (dash and not last.isdigit()):
+                raise ValueError(f"not a CPU or range (N or N-M): {text!r}")
+            lo, hi = int(first), int(last) if dash else int(first)
+            if hi < lo:
+                raise ValueError(f"range {text!r} runs backwards")
+        if lo < 0 or hi > _table.CPU_MAX:
+            raise ValueError(f"CPU {lo if lo < 0 else hi} is out of range (0..{_table.CPU_MAX})")
+        cpus.extend(range(lo, hi + 1))
+    if not cpus:
+        raise ValueError("an empty CPU list")
+    return cpus
+
+
 def mem_pattern(offset: int, length: int) -> bytes:
     """The bytes source `mem` sends at [offset, offset+length) (see native/mempattern.c)."""
     L = _lib()
@@ -138,7 +194,9 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
                      subblocks: Any = DEFAULTS["subblocks"], pipe_size: Any = None, cpu: Any = None,
                      gift: bool = False, fsync: bool = False, source: Optional[str] = None,
                      sink: Optional[str] = None, timeout: Any = DEFAULT_TIMEOUT,
-                     sink_state: str = DEFAULTS["sink_state"]) -> "dict[str, Any]":
+                     sink_state: str = DEFAULTS["sink_state"], streams: Any = DEFAULTS["streams"],
+                     cpus: Any = None, uring_depth: Any = DEFAULTS["uring_depth"],
+                     tcp_maxseg: Any = None) -> "dict[str, Any]":
     """Parameters as they will be applied (sizes in bytes, timeout in s); WorkerError(EINVAL) if bad."""
     if side not in SIDES:
         raise _bad(f"side must be send or recv, not {side!r}")
@@ -155,6 +213,17 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
     if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0):
         raise _bad(f"--cpu must be an integer >= 0, got {cpu!r}")
     p["cpu"] = cpu
+    for name, value, lo, hi in (("streams", streams, 1, 256), ("uring-depth", uring_depth, 1, 4096)):
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise _bad(f"--{name} must be an integer between {lo} and {hi}, got {value!r}")
+    p["streams"] = streams
+    p["uring_depth"] = uring_depth
+    try:
+        p["cpus"] = parse_cpus(cpus)
+    except ValueError as exc:
+        raise _bad(f"--cpus: {exc}") from None
+    if p["cpus"] is not None and cpu is not None:
+        raise _bad("--cpu and --cpus exclude each other (one CPU, or one per stream)")
     p["gift"] = bool(gift)
     try:
         p["timeout"] = parse_duration(timeout)
@@ -163,8 +232,8 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
     if p["timeout"] <= 0:
         raise _bad("--timeout must be > 0")
     if side == "send":
-        if sink is not None or fsync or sink_state != DEFAULTS["sink_state"]:
-            raise _bad("--sink, --sink-state and --fsync are receiver parameters")
+        if sink is not None or fsync or sink_state != DEFAULTS["sink_state"] or tcp_maxseg is not None:
+            raise _bad("--sink, --sink-state, --fsync and --tcp-maxseg are receiver parameters")
         p["source"] = source or DEFAULTS["source"]
     else:
         if source is not None:
@@ -174,6 +243,10 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
         p["sink"] = sink or DEFAULTS["sink"]
         p["sink_state"] = sink_state
         p["fsync"] = bool(fsync)
+        if tcp_maxseg is not None and (isinstance(tcp_maxseg, bool) or not isinstance(tcp_maxseg, int)
+                                       or not 88 <= tcp_maxseg <= 32767):
+            raise _bad(f"--tcp-maxseg must be an integer between 88 and 32767, got {tcp_maxseg!r}")
+        p["tcp_maxseg"] = tcp_maxseg
     return p
 
 
@@ -200,6 +273,19 @@ class _CParams:
         s.sink = self._str(p.get("sink"))
         s.timeout_s = p["timeout"]
         s.sink_state = SINK_STATES[p.get("sink_state", "fresh")]
+        if hasattr(s, "streams"):  # a build older than streams has none of these fields
+            s.streams = p.get("streams", 1)
+            cpus = p.get("cpus") or []
+            if cpus:
+                arr = ffi.new("int[]", cpus)
+                self._strings.append(arr)
+                s.cpus = arr
+            s.ncpus = len(cpus)
+            s.uring_depth = p.get("uring_depth", 8)
+            s.tcp_maxseg = p.get("tcp_maxseg") or 0
+            if s.streams > 1:
+                self.stream_metrics = ffi.new("zc_metrics[]", s.streams)
+                s.stream_metrics = self.stream_metrics
         self.struct = s
 
     def _str(self, value: Optional[str]):
@@ -214,13 +300,24 @@ def _raise(err) -> None:
     raise WorkerError(int(err.code), ffi.string(err.message).decode(errors="replace"))
 
 
-def _result(side: str, mode: str, m, params: "dict[str, Any]") -> "dict[str, Any]":
+def _metrics(side: str, caps: "frozenset[str]", m) -> "dict[str, Any]":
+    # a metric that does not apply to this side and mode is null
+    return {metric.name: int(getattr(m, metric.name)) if metric_applies(metric, side, caps) else None
+            for metric in METRICS}
+
+
+def _result(side: str, mode: str, m, params: "dict[str, Any]", streams=None) -> "dict[str, Any]":
     out: "dict[str, Any]" = {"side": side, "mode": mode}
     caps = mode_capabilities()[side].get(mode, frozenset())
-    for metric in METRICS:  # a metric that does not apply to this side and mode is null
-        out[metric.name] = int(getattr(m, metric.name)) if metric_applies(metric, side, caps) else None
+    out.update(_metrics(side, caps, m))
     if not params.get("fsync"):
         out["fsync_ns"] = None
+    if streams is not None:  # per stream: its slice and its own metrics (the totals are above)
+        out["streams"] = []
+        for i in range(params.get("streams", 1)):
+            one = {"stream": i, "offset": int(streams[i].stream_offset), **_metrics(side, caps, streams[i])}
+            one["fsync_ns"] = None   # the group fsyncs once, after every stream (in the totals)
+            out["streams"].append(one)
     out["params"] = params
     return out
 
@@ -252,7 +349,7 @@ class Receiver:
         err = ffi.new("zc_error *")
         if lib.zc_recv_run(self._c.struct, self._listener, m, err) != 0:
             _raise(err)
-        return _result("recv", self.mode, m, self.params)
+        return _result("recv", self.mode, m, self.params, getattr(self._c, "stream_metrics", None))
 
     def close(self) -> None:
         lib.zc_listener_close(self._listener)
@@ -275,4 +372,4 @@ def send(host: str, port: int, mode: str, **params: Any) -> "dict[str, Any]":
     err = ffi.new("zc_error *")
     if L.zc_send_run(c.struct, m, err) != 0:
         _raise(err)
-    return _result("send", mode, m, applied)
+    return _result("send", mode, m, applied, getattr(c, "stream_metrics", None))
