@@ -110,10 +110,12 @@ PARAMS: "tuple[Param, ...]" = (
           "parallel TCP connections per run, one thread per stream on each side, each moving its own slice of "
           "the data (4 KiB-aligned) to the same offsets of the sink", min=1, max=256),
     Param("send_cpus", "cpus", None, "send", "--cpus",
-          "CPUs for the sender's streams: stream i runs on the i-th (round robin); instead of `send_cpu`",
+          "CPUs for the sender's streams: stream i runs on the i-th (round robin); when given, the transfers "
+          "run there rather than on `send_cpu`",
           unset="null"),
     Param("recv_cpus", "cpus", None, "recv", "--cpus",
-          "CPUs for the receiver's streams: stream i runs on the i-th (round robin); instead of `recv_cpu`",
+          "CPUs for the receiver's streams: stream i runs on the i-th (round robin); when given, the transfers "
+          "run there rather than on `recv_cpu`",
           unset="null"),
     Param("uring_depth", "int", 8, "both", "--uring-depth",
           "io_uring modes: sub-blocks per submission, sent as one linked chain (send); provided buffers, "

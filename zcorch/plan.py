@@ -40,7 +40,7 @@ from zcorch.params import PARAM_KEYS, format_value
 ID_LENGTH = 12
 # The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
 _RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "filesystem", "fsync",
-              "sink_state", "send_cpu", "recv_cpu", "send_cpus", "recv_cpus", "streams")
+              "sink_state", "streams")
 _SORTED_KEYS = sorted(PARAM_KEYS)
 _MAX_LISTED = 5  # cells named per reason in an error message
 

@@ -70,8 +70,6 @@ static int validate_streams(zc_ctx *c)
         return zc_fail(c, EOPNOTSUPP, "cannot run as %d parallel streams (the mode handles one stream only)", n);
     if (p->ncpus < 0 || (p->ncpus > 0 && !p->cpus))
         return zc_fail(c, EINVAL, "--cpus: bad CPU list");
-    if (p->ncpus > 0 && p->cpu >= 0)
-        return zc_fail(c, EINVAL, "--cpu and --cpus exclude each other (one CPU, or one per stream)");
     for (int i = 0; i < p->ncpus; i++)
         if (p->cpus[i] < 0 || p->cpus[i] >= CPU_SETSIZE)
             return zc_fail(c, EINVAL, "--cpus: CPU %d is out of range", p->cpus[i]);
@@ -121,7 +119,7 @@ static int validate(zc_ctx *c, int side)
 
 static int pin_cpu(zc_ctx *c)
 {
-    /* --cpus: stream i on the i-th CPU of the list (round robin); this thread only */
+    /* --cpus: stream i on the i-th CPU of the list (round robin), whatever --cpu says; this thread only */
     int cpu = c->p->ncpus > 0 ? c->p->cpus[c->stream % c->p->ncpus] : c->p->cpu;
     if (cpu < 0)
         return 0;
@@ -707,6 +705,7 @@ static zc_group *group_new(const zc_params *p, zc_error *err)
         g->params[i] = *p;
         g->params[i].fsync = 0;           /* the group fsyncs the sink once, after every stream */
         g->params[i].stream_metrics = NULL;
+        g->params[i].stream_offsets = NULL;
         ctx_init(&g->ctx[i], &g->params[i], &g->errs[i]);
         g->ctx[i].stream = i;
         g->ctx[i].nstreams = n;
@@ -905,7 +904,8 @@ static void group_stream_metrics(zc_group *g, const zc_params *p)
         return;
     for (int i = 0; i < g->n; i++) {
         p->stream_metrics[i] = g->ctx[i].m;
-        p->stream_metrics[i].stream_offset = (int64_t)g->ctx[i].base;
+        if (p->stream_offsets)
+            p->stream_offsets[i] = g->ctx[i].base;
     }
 }
 

@@ -191,6 +191,8 @@ int zc_uring_send_transfer(zc_ctx *c)
                     chunk = zc_mem_at(c, queued);
                     slot = SLOT_MEM;
                 } else {
+                    if (s->notifs[next_slot] && n)
+                        break; /* submit what the chain has first: never wait with a chain half built */
                     slot = next_slot;
                     next_slot = (next_slot + 1) % s->nslots;
                     while (s->notifs[slot]) { /* io_uring_zc: the kernel may still read this buffer */

@@ -46,6 +46,7 @@ typedef struct zc_params {
     int tcp_maxseg;            /* recv: TCP_MAXSEG on the listening socket; 0 = kernel default (zerocopy_recv:
                                   page-sized payload for the data interface's MTU) */
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
+    uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
 } zc_params;
 
 typedef struct zc_metrics {
@@ -76,7 +77,6 @@ typedef struct zc_metrics {
     int64_t zc_recv_copied;    /* zerocopy_recv: bytes read() because they could not be mapped */
     int64_t uring_cqes;        /* io_uring modes: completions reaped (notifications included) */
     int64_t uring_bundle;      /* recv io_uring: 1 = bundles used, 0 = the kernel has none */
-    int64_t stream_offset;     /* per-stream entries: where the stream's slice of the data starts */
 } zc_metrics;
 
 typedef struct zc_listener {

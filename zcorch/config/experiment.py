@@ -270,9 +270,6 @@ def cell_problems(p: dict) -> "list[str]":
         out.append(f"sink_state `{p['sink_state']}` needs a regular file as sink, not /dev/null")
     if p["subblocks"] > p["buffer"]:
         out.append(f"subblocks ({p['subblocks']}) > buffer ({p['buffer']} bytes): a sub-block would be empty")
-    for side, one, many in (("send", "send_cpu", "send_cpus"), ("recv", "recv_cpu", "recv_cpus")):
-        if p.get(one) is not None and p.get(many):
-            out.append(f"`{one}` and `{many}` exclude each other (one CPU, or one per stream)")
     if p.get("streams", 1) > 1:
         for side, mode, caps in (("send", send, send_caps), ("receive", recv, recv_caps)):
             if "one_stream" in caps:

@@ -218,12 +218,11 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
             raise _bad(f"--{name} must be an integer between {lo} and {hi}, got {value!r}")
     p["streams"] = streams
     p["uring_depth"] = uring_depth
-    try:
-        p["cpus"] = parse_cpus(cpus)
+    try:  # as the experiment file's canonical text "0,2,3"; the C list is made from it
+        listed = parse_cpus(cpus)
     except ValueError as exc:
         raise _bad(f"--cpus: {exc}") from None
-    if p["cpus"] is not None and cpu is not None:
-        raise _bad("--cpu and --cpus exclude each other (one CPU, or one per stream)")
+    p["cpus"] = None if listed is None else ",".join(map(str, listed))
     p["gift"] = bool(gift)
     try:
         p["timeout"] = parse_duration(timeout)
@@ -275,7 +274,7 @@ class _CParams:
         s.sink_state = SINK_STATES[p.get("sink_state", "fresh")]
         if hasattr(s, "streams"):  # a build older than streams has none of these fields
             s.streams = p.get("streams", 1)
-            cpus = p.get("cpus") or []
+            cpus = parse_cpus(p.get("cpus")) or []
             if cpus:
                 arr = ffi.new("int[]", cpus)
                 self._strings.append(arr)
@@ -285,7 +284,9 @@ class _CParams:
             s.tcp_maxseg = p.get("tcp_maxseg") or 0
             if s.streams > 1:
                 self.stream_metrics = ffi.new("zc_metrics[]", s.streams)
+                self.stream_offsets = ffi.new("uint64_t[]", s.streams)
                 s.stream_metrics = self.stream_metrics
+                s.stream_offsets = self.stream_offsets
         self.struct = s
 
     def _str(self, value: Optional[str]):
@@ -306,16 +307,17 @@ def _metrics(side: str, caps: "frozenset[str]", m) -> "dict[str, Any]":
             for metric in METRICS}
 
 
-def _result(side: str, mode: str, m, params: "dict[str, Any]", streams=None) -> "dict[str, Any]":
+def _result(side: str, mode: str, m, params: "dict[str, Any]", c: "Optional[_CParams]" = None) -> "dict[str, Any]":
     out: "dict[str, Any]" = {"side": side, "mode": mode}
     caps = mode_capabilities()[side].get(mode, frozenset())
     out.update(_metrics(side, caps, m))
     if not params.get("fsync"):
         out["fsync_ns"] = None
+    streams = getattr(c, "stream_metrics", None)
     if streams is not None:  # per stream: its slice and its own metrics (the totals are above)
         out["streams"] = []
         for i in range(params.get("streams", 1)):
-            one = {"stream": i, "offset": int(streams[i].stream_offset), **_metrics(side, caps, streams[i])}
+            one = {"stream": i, "offset": int(c.stream_offsets[i]), **_metrics(side, caps, streams[i])}
             one["fsync_ns"] = None   # the group fsyncs once, after every stream (in the totals)
             out["streams"].append(one)
     out["params"] = params
@@ -349,7 +351,7 @@ class Receiver:
         err = ffi.new("zc_error *")
         if lib.zc_recv_run(self._c.struct, self._listener, m, err) != 0:
             _raise(err)
-        return _result("recv", self.mode, m, self.params, getattr(self._c, "stream_metrics", None))
+        return _result("recv", self.mode, m, self.params, self._c)
 
     def close(self) -> None:
         lib.zc_listener_close(self._listener)
@@ -372,4 +374,4 @@ def send(host: str, port: int, mode: str, **params: Any) -> "dict[str, Any]":
     err = ffi.new("zc_error *")
     if L.zc_send_run(c.struct, m, err) != 0:
         _raise(err)
-    return _result("send", mode, m, applied, getattr(c, "stream_metrics", None))
+    return _result("send", mode, m, applied, c)
