@@ -743,8 +743,8 @@ static int group_error(zc_group *g, zc_error *err)
         snprintf(tail, sizeof tail, "%s", rest ? rest + 2 : msg);
         int k = snprintf(err->message, sizeof err->message, "%.*s: stream %d of %d: ", head, msg, i, g->n);
         if (k > 0 && (size_t)k < sizeof err->message)
-            snprintf(err->message + k, sizeof err->message - (size_t)k, "%.*s", (int)(sizeof err->message - (size_t)k - 1),
-                     tail);
+            snprintf(err->message + k, sizeof err->message - (size_t)k, "%.*s",
+                     (int)(sizeof err->message - (size_t)k - 1), tail);
         return -1;
     }
     return 0;

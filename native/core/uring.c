@@ -103,7 +103,8 @@ int zc_uring_init(zc_uring *r, unsigned entries, unsigned cq_entries, const char
     if (single) {
         r->cq_map = r->sq_map;
     } else {
-        r->cq_map = mmap(NULL, r->cq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_CQ_RING);
+        r->cq_map = mmap(NULL, r->cq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
+                         IORING_OFF_CQ_RING);
         if (r->cq_map == MAP_FAILED) {
             int e = -errno;
             r->cq_map = NULL;

@@ -110,7 +110,10 @@ static inline const unsigned char *zc_mem_at(const zc_ctx *c, uint64_t off)
     return c->mem_ring + ((c->base + off) % zc_mem_pattern_period());
 }
 /* io_uring modes: --uring-depth, 8 when not given */
-static inline unsigned zc_uring_depth(const zc_ctx *c) { return c->p->uring_depth > 0 ? (unsigned)c->p->uring_depth : 8; }
+static inline unsigned zc_uring_depth(const zc_ctx *c)
+{
+    return c->p->uring_depth > 0 ? (unsigned)c->p->uring_depth : 8;
+}
 
 /* I/O loops that honour the deadline (common.c) */
 int zc_sock_write_all(zc_ctx *c, const void *buf, size_t len);

@@ -8,14 +8,16 @@
  * before each call let data gather into whole windows, as tcp_mmap does.
  *
  * The link must deliver page-sized payloads: the sender's payload per segment a multiple of the
- * page size. On loopback and veth the receiver asks for it itself: its listening socket gets
- * TCP_MAXSEG = the largest whole number of pages the data interface's MTU carries + 12 (the
- * timestamp option), at most 7 pages (TCP_MAXSEG stops at 32767): 28684 on lo (MTU 65536), 8204 on
- * an MTU-9000 veth (--tcp-maxseg overrides it). A link that cannot carry one page per segment (MTU < 4148 with IPv4) is refused
- * before any data moves, with the MTU it needs. Which pages the kernel can map also depends on the
- * sender: over loopback and veth only pages the kernel allocated for the transfer qualify (the
- * copies msg_zerocopy and io_uring_zc senders get); a write() or sendfile() sender's pages never do,
- * so those transfers are received by read() and say so (zc_recv_mapped 0).
+ * page size. The receiver asks for it itself: its listening socket gets TCP_MAXSEG = the largest
+ * whole number of pages the data interface's MTU carries + 12 (the timestamp option), at most 7
+ * pages (the kernel's TCP_MAXSEG stops at 32767): 28684 on lo (MTU 65536), 8204 on an MTU-9000 veth;
+ * --tcp-maxseg overrides it. A link that cannot carry one page per segment (MTU below 4148 with
+ * IPv4) is refused before any data moves, naming the MTU it needs; so is a connection whose MSS
+ * comes out below one page. Which pages the kernel can map also depends on the sender: over
+ * loopback and veth only pages the kernel allocated for the transfer qualify (the copies that
+ * msg_zerocopy and io_uring_zc senders get there); a write() or sendfile() sender's pages never do
+ * (page-cache pages are refused), so those transfers arrive by read() and say so (zc_recv_mapped
+ * 0). A NIC with header/data split fills pages of its own: any sender.
  */
 #include "zc_internal.h"
 
