@@ -634,6 +634,7 @@ typedef struct zc_group {
     zc_error *errs;          /* each stream's error */
     int *rc;
     int64_t *t0, *t1;        /* each stream's timed region, CLOCK_MONOTONIC */
+    int64_t *tfail;          /* when each failed stream failed: the first failure explains the others */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int go;                  /* 1: start; -1: abort (a thread could not be created) */
@@ -683,9 +684,11 @@ static zc_group *group_new(const zc_params *p, zc_error *err)
         g->rc = calloc((size_t)n, sizeof *g->rc);
         g->t0 = calloc((size_t)n, sizeof *g->t0);
         g->t1 = calloc((size_t)n, sizeof *g->t1);
+        g->tfail = calloc((size_t)n, sizeof *g->tfail);
     }
-    if (!g || !g->ctx || !g->params || !g->errs || !g->rc || !g->t0 || !g->t1) {
+    if (!g || !g->ctx || !g->params || !g->errs || !g->rc || !g->t0 || !g->t1 || !g->tfail) {
         if (g) {
+            free(g->tfail);
             free(g->ctx);
             free(g->params);
             free(g->errs);
@@ -726,28 +729,31 @@ static void group_free(zc_group *g)
     free(g->rc);
     free(g->t0);
     free(g->t1);
+    free(g->tfail);
     free(g);
 }
 
-/* The first failing stream's error, as "<side> <mode>: stream i of n: <what>"; 0 if none failed. */
+/* The error of the stream that failed first (in time; set-up failures come in stream order), as
+ * "<side> <mode>: stream i of n: <what>"; 0 if none failed. */
 static int group_error(zc_group *g, zc_error *err)
 {
-    for (int i = 0; i < g->n; i++) {
-        if (g->rc[i] == 0)
-            continue;
-        const char *msg = g->errs[i].message;
-        const char *rest = strstr(msg, ": ");
-        int head = rest ? (int)(rest - msg) : 0;
-        err->code = g->errs[i].code ? g->errs[i].code : EIO;
-        char tail[sizeof err->message];
-        snprintf(tail, sizeof tail, "%s", rest ? rest + 2 : msg);
-        int k = snprintf(err->message, sizeof err->message, "%.*s: stream %d of %d: ", head, msg, i, g->n);
-        if (k > 0 && (size_t)k < sizeof err->message)
-            snprintf(err->message + k, sizeof err->message - (size_t)k, "%.*s",
-                     (int)(sizeof err->message - (size_t)k - 1), tail);
-        return -1;
-    }
-    return 0;
+    int first = -1;
+    for (int i = 0; i < g->n; i++)
+        if (g->rc[i] != 0 && (first < 0 || g->tfail[i] < g->tfail[first]))
+            first = i;
+    if (first < 0)
+        return 0;
+    const char *msg = g->errs[first].message;
+    const char *rest = strstr(msg, ": ");
+    int head = rest ? (int)(rest - msg) : 0;
+    err->code = g->errs[first].code ? g->errs[first].code : EIO;
+    char tail[sizeof err->message];
+    snprintf(tail, sizeof tail, "%s", rest ? rest + 2 : msg);
+    int k = snprintf(err->message, sizeof err->message, "%.*s: stream %d of %d: ", head, msg, first, g->n);
+    if (k > 0 && (size_t)k < sizeof err->message)
+        snprintf(err->message + k, sizeof err->message - (size_t)k, "%.*s",
+                 (int)(sizeof err->message - (size_t)k - 1), tail);
+    return -1;
 }
 
 /* Sender: the hello of stream c->stream, written before the timed region. */
@@ -790,6 +796,7 @@ static void *stream_thread(void *arg)
     pthread_mutex_unlock(&g->lock);
     if (go < 0) {
         g->rc[i] = zc_fail(c, EAGAIN, "another stream's thread could not be created");
+        g->tfail[i] = INT64_MAX;
         return NULL;
     }
     if (rc == 0) {
@@ -816,6 +823,7 @@ static void *stream_thread(void *arg)
         }
     }
     g->rc[i] = rc;
+    g->tfail[i] = rc ? zc_now_ns() : 0;
     return NULL;
 }
 

@@ -160,7 +160,8 @@ static int setup(zc_ctx *c)
 static int connected(zc_ctx *c)
 {
     zrecv_t *s = c->priv;
-    /* what the sender will put in one segment: the MSS we advertised, within our path MTU, less options */
+    /* what the sender will put in one segment: the MSS we advertised (tcpi_advmss: already less the
+     * timestamp option), within our path MTU */
     struct tcp_info ti;
     socklen_t tl = sizeof ti;
     memset(&ti, 0, sizeof ti);
@@ -168,11 +169,12 @@ static int connected(zc_ctx *c)
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
         int v6 = getsockname(c->sock, (struct sockaddr *)&ss, &sl) == 0 && ss.ss_family == AF_INET6;
-        long route = (long)ti.tcpi_pmtu - (v6 ? 40 : 20) - 20;
-        long mss = (long)ti.tcpi_advmss < route ? (long)ti.tcpi_advmss : route;
-        long payload = mss - ((ti.tcpi_options & TCPI_OPT_TIMESTAMPS) ? TS_OPTION_LEN : 0);
+        long opts = (ti.tcpi_options & TCPI_OPT_TIMESTAMPS) ? TS_OPTION_LEN : 0;
+        long route = (long)ti.tcpi_pmtu - (v6 ? 40 : 20) - 20 - opts;
+        long payload = (long)ti.tcpi_advmss < route ? (long)ti.tcpi_advmss : route;
         if (payload < (long)c->page)
-            return zc_fail(c, EOPNOTSUPP, "the connection carries %ld payload bytes per segment (MSS %u, path MTU %u), "
+            return zc_fail(c, EOPNOTSUPP, "the connection carries %ld payload bytes per segment (advertised MSS %u, "
+                                          "path MTU %u), "
                                           "less than one %zu-byte page, so TCP_ZEROCOPY_RECEIVE could map nothing; "
                                           "raise the MTU or --tcp-maxseg (payload + 12 bytes per segment)",
                            payload, ti.tcpi_advmss, ti.tcpi_pmtu, c->page);
