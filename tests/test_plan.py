@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from fixtures_spec import at, only_problem, problems_of
+from zcorch.params import ID_NEUTRAL
 from zcorch.plan import canonical, cell_id, estimate, expand, load_plan, runs_json
 from zcorch.cli.plan import render
 from zcorch.config.experiment import PARAM_KEYS, load_experiment
@@ -178,10 +180,37 @@ def test_id_is_the_documented_hash_of_canonical_params(write_yaml):
           send_mode: [vmsplice]
     """))
     for cell in plan.cells:
-        text = json.dumps(cell.params, sort_keys=True, separators=(",", ":"))
+        # the parameters added later (ID_NEUTRAL) stay out while they hold their "as before" value
+        kept = {k: v for k, v in cell.params.items() if k not in ID_NEUTRAL or v != ID_NEUTRAL[k]}
+        text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
         assert canonical(cell.params) == text
         assert cell.id == hashlib.sha256(text.encode()).hexdigest()[:12] == cell_id(cell.params)
     assert len({c.id for c in plan.cells}) == 6
+
+
+def test_ids_of_cells_with_later_parameters_at_their_neutral_values_are_those_of_before(write_yaml):
+    # The result sets in tests/data were recorded before streams, uring_depth... existed: the same
+    # experiments still expand to the very ids of their plan.json (so --resume, compare and history
+    # match them), whether or not a file spells the neutral values out.
+    for name in ("quickstart-small", "filesystems-small"):
+        d = os.path.join(os.path.dirname(__file__), "data", name)
+        with open(os.path.join(d, "plan.json")) as f:
+            stored = [(r["id"], r["repeat"]) for r in json.load(f)]
+        assert [(r.id, r.repeat) for r in load_plan(os.path.join(d, "experiment.yaml")).runs] == stored
+    plain = load_plan(write_yaml("name: t\nmatrix: {send_mode: [write, sendfile], source: [/x]}\n", "a.yaml"))
+    spelled = load_plan(write_yaml("name: t\nparams: {streams: 1, uring_depth: 8, send_cpus: null}\n"
+                                   "matrix: {send_mode: [write, sendfile], streams: [1], source: [/x]}\n", "b.yaml"))
+    assert [c.id for c in plain.cells] == [c.id for c in spelled.cells]
+    # any other value is a different cell, also as the matrix's inner (fast-path) axis
+    varied = load_plan(write_yaml("name: t\nmatrix: {send_mode: [write], streams: [1, 2, 4], uring_depth: [8, 16]}\n",
+                                  "c.yaml"))
+    assert len({c.id for c in varied.cells}) == 6
+    for cell in varied.cells:
+        assert cell.id == cell_id(cell.params)
+    # streams 1 and depth 8 are the neutral values: that cell's id is the one without them
+    first = varied.cells[0]
+    assert (first.params["streams"], first.params["uring_depth"]) == (1, 8)
+    assert first.id == cell_id({k: v for k, v in first.params.items() if k not in ("streams", "uring_depth")})
 
 
 def test_ids_are_stable_under_reordering_and_unrelated_edits(write_yaml):

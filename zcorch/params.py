@@ -126,6 +126,23 @@ PARAMS: "tuple[Param, ...]" = (
           "data interface's MTU)", min=88, max=32767, unset="null"),
 )
 
+# Parameters added after result sets were first recorded, each with the value that means "as before it
+# existed". A cell holding exactly that value leaves the key out of its id (zcorch.plan.canonical), so the
+# cells of existing experiments keep their ids across the upgrade: `--resume` of an older result set,
+# `zcorch compare` and `zcorch history` still match them. A later parameter whose default changes
+# nothing belongs here too (never remove or change an entry: that would change ids).
+ID_NEUTRAL: "dict[str, Any]" = {"streams": 1, "send_cpus": None, "recv_cpus": None, "uring_depth": 8,
+                                "tcp_maxseg": None}
+
+
+def id_neutral(key: str, value: Any) -> bool:
+    """Whether `key` = `value` stays out of a cell's id (ID_NEUTRAL; 1 never stands for True)."""
+    if key not in ID_NEUTRAL:
+        return False
+    neutral = ID_NEUTRAL[key]
+    return value is None if neutral is None else (type(value) is type(neutral) and value == neutral)
+
+
 _BY_KEY = {p.key: p for p in PARAMS}
 DEFAULTS: "dict[str, Any]" = {p.key: p.default for p in PARAMS}
 PARAM_KEYS: "tuple[str, ...]" = tuple(_BY_KEY)

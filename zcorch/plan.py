@@ -2,9 +2,10 @@
 
 A cell is one full set of parameters (every key of `zcorch.config.experiment.DEFAULTS`, sizes in bytes, durations in
 seconds). Its id is the first 12 hex digits of sha256 over its canonical JSON
-(`json.dumps(params, sort_keys=True, separators=(",", ":"))`): the same parameters give the same id
+(`json.dumps(params, sort_keys=True, separators=(",", ":"))`, leaving out a parameter added later while it
+holds the value that means "as before": zcorch.params.ID_NEUTRAL): the same parameters give the same id
 whatever the axis order, key order or the other cells of the file, so results match across edits of the
-file and resumed sweeps. A run is one repeat of a cell.
+file, resumed sweeps and zcorch versions. A run is one repeat of a cell.
 
 Matrix cells come in file order (first axis outermost), then include cells; a cell identical to an earlier
 one is merged. Excluded cells and (with `skip_invalid: true`) cells the worker cannot run go to
@@ -35,7 +36,7 @@ from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
 from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
 from zcorch.config.inventory import InventoryPair
-from zcorch.params import PARAM_KEYS, format_value
+from zcorch.params import PARAM_KEYS, format_value, id_neutral
 
 ID_LENGTH = 12
 # The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
@@ -98,8 +99,9 @@ class Plan:
 
 
 def canonical(params: dict) -> str:
-    """The canonical text a cell id is computed from."""
-    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+    """The canonical text a cell id is computed from (ID_NEUTRAL values left out)."""
+    return json.dumps({k: v for k, v in params.items() if not id_neutral(k, v)}, sort_keys=True,
+                      separators=(",", ":"))
 
 
 def cell_id(params: dict) -> str:
@@ -187,10 +189,13 @@ def _expand(exp: Experiment) -> Plan:
                 p0[outer_keys[i]] = outer[i].values[j]
                 parts[outer_slots[i]] = outer_frags[i][j]
             if inner is None:
-                left, right = "{" + ",".join(parts) + "}", ""
-            else:
-                left = "{" + "".join(f + "," for f in parts[:islot])
-                right = "".join("," + f for f in parts[islot + 1:]) + "}"
+                left, right = "{" + ",".join(f for f in parts if f) + "}", ""
+            else:  # ID_NEUTRAL fragments are "": left out, with their commas
+                before = ",".join(f for f in parts[:islot] if f)
+                after = ",".join(f for f in parts[islot + 1:] if f)
+                left, right = "{" + before + ("," if before else ""), ("," if after else "") + after + "}"
+                # an inner value that is itself left out: the two commas around it must not both stay
+                bare = "{" + ",".join(x for x in (before, after) if x) + "}"
             active = []  # exclude entries whose outer conditions hold: (index, accepted inner indexes or None)
             for e_i, conds in excludes:
                 accepted_inner = None
@@ -206,7 +211,7 @@ def _expand(exp: Experiment) -> Plan:
                 params = p0.copy()
                 if ikey is not None:
                     params[ikey] = value
-                cid = sha256((left + frag + right).encode()).hexdigest()[:ID_LENGTH]
+                cid = sha256((left + frag + right if frag or ikey is None else bare).encode()).hexdigest()[:ID_LENGTH]
                 if active:
                     hit = next((e_i for e_i, acc in active if acc is None or j in acc), None)
                     if hit is not None:
@@ -239,7 +244,8 @@ def _expand(exp: Experiment) -> Plan:
 
 
 def _fragment(key: str, value) -> str:
-    return json.dumps(key) + ":" + json.dumps(value)
+    """`"key":value` of the canonical text; "" for a value it leaves out (ID_NEUTRAL)."""
+    return "" if id_neutral(key, value) else json.dumps(key) + ":" + json.dumps(value)
 
 
 def _compile_excludes(exp: Experiment, base: dict, axes: list) -> list:
