@@ -28,13 +28,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from zcorch.units import format_size, parse_size  # noqa: E402
+from _loopback import transfer  # noqa: E402
 
 GIB = 2**30
-ENV = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-
-
-def worker(*args: str) -> "list[str]":
-    return [sys.executable, "-m", "zcorch.worker", *args]
 
 
 def unavailable() -> "dict[str, dict[str, str]]":
@@ -43,22 +39,7 @@ def unavailable() -> "dict[str, dict[str, str]]":
 
 
 def run_pair(send: "list[str]", recv: "list[str]", timeout: float) -> "dict[str, float]":
-    rx = subprocess.Popen(worker("recv", "--listen", "127.0.0.1:0", "--timeout", f"{timeout}s", *recv),
-                          stdout=subprocess.PIPE, text=True, env=ENV)
-    try:
-        ready = json.loads(rx.stdout.readline())
-        if ready.get("event") != "ready":
-            raise RuntimeError(f"receiver: {ready}")
-        tx = subprocess.run(worker("send", "--connect", f"127.0.0.1:{ready['port']}", "--timeout", f"{timeout}s",
-                                   *send), capture_output=True, text=True, env=ENV, timeout=timeout + 10)
-        r = json.loads(rx.stdout.readline())
-        s = json.loads(tx.stdout.splitlines()[-1])
-    finally:
-        rx.kill()
-        rx.wait()
-    for ev in (s, r):
-        if ev["event"] != "result":
-            raise RuntimeError(ev["message"])
+    s, r = transfer(send, recv, timeout)
     gib = r["bytes"] / GIB
     out = {"gbps": r["bytes"] * 8 / r["wall_ns"],
            "send_cpu": (s["utime_us"] + s["stime_us"]) / 1e6 / gib,

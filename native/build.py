@@ -5,7 +5,11 @@ Two ways, one definition:
     `pip install .` / `pip install -e .` compile it into the zcorch package;
   * standalone, on a bare remote host with only python3, cffi and a C compiler:
     `python3 native/build.py --out DIR` writes DIR/zcorch/_native*.so (build files go to a
-    temporary directory). `--out .` from the repository root is the in-place development build.
+    temporary directory), named as pip names it (`_native.abi3.so` on CPython). `--out .` from the
+    repository root is the in-place development build.
+
+A wheel or sdist install carries this file and the sources below as package data (zcorch/_native_src/,
+copied by setup.py's build_py); deploy uploads them to a remote host as native/ and runs this script there.
 
 Layout: include/ (zcorch_api.h, the declarations-only header fed verbatim to ffi.cdef, and
 zc_internal.h), core/ (the transfer core, errors, helpers, the mode registry) and modes/ (one file per
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import importlib.machinery
 import os
 import shlex
 import shutil
@@ -36,7 +41,8 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULE = "zcorch._native"
-CFLAGS = ["-O2", "-D_GNU_SOURCE", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+CFLAGS = ["-O2", "-D_GNU_SOURCE", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-pthread"]
+LDFLAGS = ["-pthread"]  # the sampler thread (core/hoststat.c); glibc before 2.34 has pthread in a library of its own
 
 
 def _sources(absolute: bool) -> "list[str]":
@@ -153,7 +159,7 @@ def make_ffibuilder(absolute_paths: bool = False, without: "tuple[str, ...]" = (
         sources=_sources(absolute_paths),
         include_dirs=[os.path.join(HERE, "include")],
         extra_compile_args=CFLAGS + feature_macros(probe_features(without)),
-        libraries=["pthread"],
+        extra_link_args=LDFLAGS,
     )
     return builder
 
@@ -164,15 +170,31 @@ def ffibuilder() -> FFI:
     return make_ffibuilder(without=_without_from_env())
 
 
+def _limited_api() -> bool:
+    """Whether cffi compiles the module against the stable ABI (it defines Py_LIMITED_API itself unless
+    the interpreter is a debug or free-threaded build): the rule cffi's setuptools hook applies when
+    `pip install` names the module `_native.abi3.so`."""
+    from cffi import recompiler
+
+    return (getattr(recompiler, "USE_LIMITED_API", True) and not hasattr(sys, "gettotalrefcount")
+            and not sysconfig.get_config_var("Py_GIL_DISABLED")
+            and ".abi3.so" in importlib.machinery.EXTENSION_SUFFIXES)
+
+
 def build_into(out_dir: str, verbose: bool = False, without: "tuple[str, ...]" = ()) -> str:
-    """Compile into out_dir/zcorch/ and return the path of the built shared object."""
+    """Compile into out_dir/zcorch/ and return the path of the built shared object.
+
+    The file gets the name `pip install` gives it (`_native.abi3.so` on CPython), and every other
+    `_native*.so` there is removed: a `_native.cpython-3XX-*.so` next to pip's `_native.abi3.so` would
+    be the one Python imports (it tries the version-specific suffix first)."""
     builder = make_ffibuilder(absolute_paths=True, without=without)
     target_dir = os.path.join(os.path.abspath(out_dir), "zcorch")
     os.makedirs(target_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="zcorch-native-")
     try:
         built = builder.compile(tmpdir=tmp, verbose=verbose)
-        dest = os.path.join(target_dir, os.path.basename(built))
+        name = "_native.abi3.so" if _limited_api() else os.path.basename(built)
+        dest = os.path.join(target_dir, name)
         for old in glob.glob(os.path.join(target_dir, "_native*.so")):
             os.unlink(old)
         shutil.move(built, dest)

@@ -25,3 +25,9 @@ def require_tool(name: str) -> str:
     if path is None:
         pytest.skip(f"{name} not installed (scripts/install-system-deps installs it)")
     return path
+
+
+def can_drop_caches() -> bool:
+    """Whether this process can drop the page cache (what makes a dd read-back uncached): root, and a
+    writable /proc/sys (a container's root often has it read-only)."""
+    return os.geteuid() == 0 and os.access("/proc/sys/vm/drop_caches", os.W_OK)

@@ -39,6 +39,36 @@ def fs_set(tmp_path) -> Path:
     return copy_result_set(FS_SMALL, tmp_path / "filesystems-small")
 
 
+CPU_EXPERIMENT = """name: cpu-small
+params: {bytes: 256MiB, source: mem, timeout: 30s, sample_interval: 5ms}
+matrix:
+  send_mode: [write, msg_zerocopy]
+  recv_mode: [read, discard]
+repeats: 2
+baselines: false
+"""
+
+
+@pytest.fixture(scope="session")
+def cpu_set_recorded(tmp_path_factory) -> Path:
+    """A result set recorded now by a real localhost sweep with the host view: 256 MiB runs, long enough
+    (with sample_interval 5ms) to keep samples; meta.json with the hosts' calibration. Use `cpu_set`."""
+    from zcorch.sweep.pipeline import run_sweep
+
+    d = tmp_path_factory.mktemp("cpu")
+    exp = d / "cpu-small.yaml"
+    exp.write_text(CPU_EXPERIMENT)
+    result = run_sweep(str(exp), output=str(d / "cpu-small"), command=["test"])
+    assert result.exit_status == 0, [r.get("reason") for r in result.records]
+    return d / "cpu-small"
+
+
+@pytest.fixture
+def cpu_set(cpu_set_recorded, tmp_path) -> Path:
+    """A private copy of cpu_set_recorded (loading and reports write into it)."""
+    return copy_result_set(cpu_set_recorded, tmp_path / "cpu-small")
+
+
 def raw_runs(path: Path) -> list:
     """The run records as written, parsed independently of zcorch."""
     return [json.loads(line) for line in (path / "runs.jsonl").read_text().splitlines() if line.strip()]

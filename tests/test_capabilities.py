@@ -43,6 +43,7 @@ EXPECTED = {
         "splice": {"pipe"},
         "io_uring": {"kernel_feature", "uring"},
         "zerocopy_recv": {"zc_recv", "kernel_feature"},
+        "discard": {"no_sink", "kernel_feature"},
     },
 }
 NBYTES = 64 * 1024 + 3
@@ -58,7 +59,8 @@ def all_modes(side: str) -> "list[str]":
 
 def test_capability_names_are_stable_and_in_bit_order():
     assert native.capability_names() == ("file_source", "mappable_source", "file_sink", "pipe", "gift",
-                                         "zc_completions", "kernel_feature", "zc_recv", "uring", "one_stream")
+                                         "zc_completions", "kernel_feature", "no_sink", "zc_recv", "uring",
+                                         "one_stream")
     # only single ZC_CAP_* bits have a name
     for value in (0, 3, native.lib.ZC_CAP_ALL + 1):
         assert native.lib.zc_cap_name(value) == native.ffi.NULL
@@ -95,6 +97,19 @@ def test_file_sink_flag_matches_the_refusal_of_dev_null(mode):
         assert ei.value.code == errno.EOPNOTSUPP and str(ei.value).startswith(f"recv {mode}: ")
     else:
         with native.Receiver("127.0.0.1", 0, mode, sink="/dev/null") as rx:
+            assert rx.port > 0
+
+
+@pytest.mark.parametrize("mode", list(EXPECTED["recv"]))
+def test_no_sink_flag_matches_the_refusal_of_a_file_sink(tmp_path, mode):
+    sink = tmp_path / "sink"
+    if "no_sink" in caps("recv", mode):
+        with pytest.raises(WorkerError) as ei:
+            native.Receiver("127.0.0.1", 0, mode, sink=str(sink)).close()
+        assert ei.value.code == errno.EOPNOTSUPP and str(ei.value).startswith(f"recv {mode}: ")
+        assert "/dev/null" in str(ei.value)
+    else:
+        with native.Receiver("127.0.0.1", 0, mode, sink=str(sink)) as rx:
             assert rx.port > 0
 
 
@@ -135,9 +150,10 @@ def test_kernel_feature_modes_are_probed_and_run_here():
     unavailable = native.unavailable_modes()
     flagged = [(s, m) for s in ("send", "recv") for m in all_modes(s) if "kernel_feature" in caps(s, m)]
     assert flagged == [("send", "msg_zerocopy"), ("send", "io_uring"), ("send", "io_uring_zc"),
-                       ("recv", "io_uring"), ("recv", "zerocopy_recv")]
+                       ("recv", "io_uring"), ("recv", "zerocopy_recv"), ("recv", "discard")]
     assert all(mode in dict.fromkeys(m for s, m in flagged) for side in unavailable for mode in unavailable[side])
-    assert "msg_zerocopy" not in unavailable["send"]
+    # this kernel discards TCP data with recv(MSG_TRUNC) (one copying on MSG_TRUNC cannot be produced in a test)
+    assert "msg_zerocopy" not in unavailable["send"] and "discard" not in unavailable["recv"]
     for side, mode in flagged:
         send_mode, recv_mode = (mode, "read") if side == "send" else ("write", mode)
         if mode in unavailable[side]:
@@ -214,7 +230,8 @@ def test_cell_problems_agree_with_the_worker_over_the_whole_grid(tmp_path):
 
 def test_gift_check_follows_the_gift_flag():
     for send_mode, recv_mode in itertools.product(all_modes("send"), all_modes("recv")):
-        cell = dict(DEFAULTS, send_mode=send_mode, recv_mode=recv_mode, gift=True, source="/x/src", sink="/x/sink")
+        sink = "/dev/null" if "no_sink" in caps("recv", recv_mode) else "/x/sink"  # a sink the receive mode takes
+        cell = dict(DEFAULTS, send_mode=send_mode, recv_mode=recv_mode, gift=True, source="/x/src", sink=sink)
         problems = cell_problems(cell)
         honoured = "gift" in caps("send", send_mode) | caps("recv", recv_mode)
         assert problems == ([] if honoured else ["`gift` (SPLICE_F_GIFT) only applies to the vmsplice modes"])

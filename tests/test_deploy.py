@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -17,14 +18,14 @@ from zcorch.provision import deploy
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import LocalHost
 
-REPO = deploy.REPO_ROOT
+PACKAGE_PARENT = deploy.PACKAGE_PARENT
 
 
 def _copy_sources(dest) -> str:
-    """A private copy of the deployed files, so a test can change them."""
-    for rel in deploy.deployed_files(REPO):
+    """A private copy of the deployed files, laid out as on a host, so a test can change them."""
+    for rel, path in deploy.worker_sources().items():
         os.makedirs(os.path.join(dest, os.path.dirname(rel)), exist_ok=True)
-        shutil.copy2(os.path.join(REPO, rel), os.path.join(dest, rel))
+        shutil.copy2(path, os.path.join(dest, rel))
     return str(dest)
 
 
@@ -38,7 +39,7 @@ def test_host_python_and_workdir_come_from_the_typed_spec():
 
 
 def test_deployed_files_and_hash(tmp_path):
-    files = deploy.deployed_files(REPO)
+    files = deploy.deployed_files()
     for must in ("zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
                  "zcorch/worker/native.py", "zcorch/worker/cli.py", "zcorch/worker/__main__.py",
                  "zcorch/worker/remote.py", "native/build.py", "native/include/zcorch_api.h",
@@ -47,14 +48,50 @@ def test_deployed_files_and_hash(tmp_path):
     assert any(f.endswith(".c") for f in files) and any(f.endswith(".h") for f in files)
     assert not any(f.startswith("zcorch/analysis") or f == "zcorch/ssh.py" for f in files)
     src = _copy_sources(tmp_path / "src")
-    h1 = deploy.content_hash(src, files)
-    assert h1 == deploy.content_hash(REPO, files) and len(h1) == 16
+    assert deploy.deployed_files(src) == files
+    h1 = deploy.content_hash(deploy.worker_sources(src))
+    assert h1 == deploy.content_hash(deploy.worker_sources()) and len(h1) == 16
     with open(os.path.join(src, "zcorch/units.py"), "a") as f:
         f.write("\n# changed\n")
-    assert deploy.content_hash(src, files) != h1
+    assert deploy.content_hash(deploy.worker_sources(src)) != h1
+    os.rename(os.path.join(src, "native/modes/send_write.c"), os.path.join(src, "native/modes/send_write.c.off"))
+    assert "native/modes/send_write.c" not in deploy.deployed_files(src)     # a mode file removed: not uploaded
     os.unlink(os.path.join(src, "zcorch/worker/__main__.py"))
     with pytest.raises(DeployError, match="zcorch/worker/__main__.py"):
         deploy.deployed_files(src)
+
+
+def test_the_c_sources_come_from_the_package_data_when_the_install_has_it(tmp_path, monkeypatch):
+    """A checkout or editable install: native/ next to the package; a wheel: zcorch/_native_src/ (setup.py)."""
+    assert deploy.native_sources_dir() == os.path.join(PACKAGE_PARENT, "native")
+    checkout = deploy.worker_sources()
+    assert checkout["native/build.py"] == os.path.join(PACKAGE_PARENT, "native", "build.py")
+    assert checkout["zcorch/worker/cli.py"] == os.path.join(PACKAGE_PARENT, "zcorch", "worker", "cli.py")
+    # The package as a wheel installs it (no native/ beside it): found through importlib.resources.
+    site = tmp_path / "site-packages"
+    shutil.copytree(os.path.join(PACKAGE_PARENT, "zcorch"), site / "zcorch",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copytree(os.path.join(PACKAGE_PARENT, "native"), site / "zcorch" / deploy.NATIVE_PACKAGE_DATA,
+                    ignore=shutil.ignore_patterns("_build", "__pycache__"))
+    code = ("import json, zcorch; from zcorch.provision import deploy; "
+            "print(json.dumps([zcorch.__file__, deploy.native_sources_dir(), deploy.worker_sources(), "
+            "deploy.content_hash(deploy.worker_sources())]))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(site)})
+    assert p.returncode == 0, p.stderr
+    init, native_dir, installed, digest = json.loads(p.stdout)
+    assert init == str(site / "zcorch" / "__init__.py")
+    assert native_dir == str(site / "zcorch" / deploy.NATIVE_PACKAGE_DATA)
+    assert list(installed) == list(checkout)
+    assert all(path.startswith(str(site) + os.sep) for path in installed.values())
+    assert installed["native/modes/send_write.c"] == str(site / "zcorch" / "_native_src" / "modes" / "send_write.c")
+    assert digest == deploy.content_hash(checkout)       # the same build directory on a host
+    # Neither there: the error says what is missing and how to get it.
+    shutil.rmtree(site / "zcorch" / deploy.NATIVE_PACKAGE_DATA)
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "PYTHONPATH": str(site)})
+    assert p.returncode == 1 and "DeployError: worker sources missing under" in p.stderr
+    assert "native/build.py" in p.stderr and "reinstall zcorch" in p.stderr
 
 
 def test_localhost_deploy_is_the_package_itself():
@@ -64,7 +101,7 @@ def test_localhost_deploy_is_the_package_itself():
     import _cffi_backend
 
     assert handle.worker_argv == [sys.executable, "-S", "-m", "zcorch.worker"]
-    assert handle.env == {"PYTHONPATH": f"{REPO}:{os.path.dirname(_cffi_backend.__file__)}"} and handle.reused
+    assert handle.env == {"PYTHONPATH": f"{PACKAGE_PARENT}:{os.path.dirname(_cffi_backend.__file__)}"} and handle.reused
     r = host.run(handle.command(["info"]))
     assert r.ok, r.stderr
     assert json.loads(r.stdout.splitlines()[-1])["version"] == __version__
@@ -79,7 +116,7 @@ def test_reused_build_in_a_shared_workdir_is_refused(tmp_path):
     host.spec = HostSpec(ssh="127.0.0.1", data_address="127.0.0.1", python=sys.executable)
     host.expand = os.path.expanduser                                    # SSHHost.expand's job, done here
     wd = tmp_path / "wd"
-    build = wd / f"worker-{deploy.content_hash(REPO, deploy.deployed_files(REPO))}"
+    build = wd / f"worker-{deploy.content_hash(deploy.worker_sources())}"
     build.mkdir(parents=True)
     (build / deploy.MARKER).write_text("{}")
     wd.chmod(0o777)

@@ -1,9 +1,11 @@
 """FilesystemManager on this machine as root: real loop devices, mkfs, mounts, SIGKILLed controllers."""
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -450,8 +452,9 @@ def test_a_held_lease_refuses_a_second_sweep_and_keeps_cleanup_away(host, tmp_pa
     _craft_state(fs_state_dir, "t3", [{"kind": "backing_file", "path": own}])   # owner "elsewhere": looks dead
     first = Lease.take(host, fs_state_dir)
     try:
-        with pytest.raises(PreflightError, match=r'another sweep holds .*"user": "root", "host": ".*", "pid": '
-                                                 rf'{os.getpid()}, "since": "'):
+        # the user as this process names itself (getpass: $LOGNAME/$USER first), not as the recording machine did
+        with pytest.raises(PreflightError, match=rf'another sweep holds .*"user": {re.escape(json.dumps(getpass.getuser()))}, '
+                                                 rf'"host": ".*", "pid": {os.getpid()}, "since": "'):
             Lease.take(host, fs_state_dir)
         assert FilesystemManager.cleanup_stale(host, fs_state_dir) == [] and os.path.exists(own)
     finally:

@@ -5,6 +5,7 @@ import platform
 import subprocess
 import sys
 
+from conftest import require_tool
 from zcorch.sweep import metadata
 from zcorch.hosts.local import LocalHost
 from zcorch.worker import remote
@@ -109,3 +110,17 @@ def test_zcrx_verdict_from_ethtool_output():
     unknown = dict(nic, tcp_data_split=None, ntuple=None, ethtool_error="ethtool is not installed (apt-get install ethtool)")
     assert remote.zcrx_verdict(unknown) == (None, ["unknown: ethtool is not installed (apt-get install ethtool)"])
     assert remote.zcrx_verdict(dict(nic, kind="veth", interface="v0"))[0] is False
+
+
+def test_git_revision_only_of_the_top_of_a_work_tree(tmp_path):
+    """A wheel installed into a venv that lies inside some repository: that repository's revision is not ours."""
+    require_tool("git")
+    repo, site = tmp_path / "project", tmp_path / "project" / ".venv" / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(repo)]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "x"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert metadata.git_revision(str(repo)) == head
+    assert metadata.git_revision(str(site)) is None
+    assert metadata.git_revision(str(tmp_path)) is None          # no repository at all

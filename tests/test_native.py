@@ -16,7 +16,8 @@ from zcorch.errors import WorkerError  # noqa: E402
 
 SEND_MODES = ["write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy"]
 NEW_SEND_MODES = ["io_uring", "io_uring_zc"]  # tests/test_native_modern.py
-RECV_MODES = ["read", "mmap", "vmsplice", "splice"]
+DATA_RECV_MODES = ["read", "mmap", "vmsplice", "splice"]   # the receive modes that keep the data
+RECV_MODES = DATA_RECV_MODES + ["discard"]                  # discard: tests/test_hostcpu.py
 NEW_RECV_MODES = ["io_uring", "zerocopy_recv"]  # tests/test_native_modern.py
 PRIME = 1_000_003                  # not a multiple of the page size
 SIZES = [0, 1, PRIME, 6 * 2**20 + 12_345]
@@ -24,7 +25,7 @@ BUFFER = 65_537                    # divides none of the sizes
 
 
 def test_compiled_modes_match_the_contract():
-    assert native.compiled_modes() == {"send": SEND_MODES + NEW_SEND_MODES, "recv": RECV_MODES + NEW_RECV_MODES}
+    assert native.compiled_modes() == {"send": SEND_MODES + NEW_SEND_MODES, "recv": DATA_RECV_MODES + NEW_RECV_MODES + ["discard"]}
 
 
 def test_mem_pattern_matches_the_documented_formula():
@@ -37,7 +38,7 @@ def test_mem_pattern_matches_the_documented_formula():
 
 
 @pytest.mark.parametrize("send_mode", SEND_MODES)
-@pytest.mark.parametrize("recv_mode", RECV_MODES)
+@pytest.mark.parametrize("recv_mode", DATA_RECV_MODES)
 def test_every_pair_moves_a_file_byte_identically(tmp_path, send_mode, recv_mode):
     for size in SIZES:
         src, sink = tmp_path / f"src{size}", tmp_path / f"sink{size}"
@@ -52,7 +53,7 @@ def test_every_pair_moves_a_file_byte_identically(tmp_path, send_mode, recv_mode
 
 
 @pytest.mark.parametrize("send_mode", SEND_MODES)
-@pytest.mark.parametrize("recv_mode", RECV_MODES)
+@pytest.mark.parametrize("recv_mode", DATA_RECV_MODES)
 def test_subblocks_and_receiver_bytes(tmp_path, send_mode, recv_mode):
     # 3 sub-blocks of a buffer that 3 does not divide (last sub-block shorter), receiver told --bytes
     size = 3 * 2**20 + 777
@@ -68,7 +69,7 @@ def test_subblocks_and_receiver_bytes(tmp_path, send_mode, recv_mode):
 
 @pytest.mark.parametrize("send_mode,gift", [("write", False), ("vmsplice", False), ("vmsplice", True),
                                             ("msg_zerocopy", False)])
-@pytest.mark.parametrize("recv_mode", RECV_MODES)
+@pytest.mark.parametrize("recv_mode", DATA_RECV_MODES)
 def test_source_mem_is_the_offset_pattern(tmp_path, send_mode, gift, recv_mode):
     size = 3 * 2**20 + 4_321  # crosses the 1 MiB pattern period several times
     sink = tmp_path / "sink"
@@ -158,7 +159,7 @@ def test_fsync_is_timed_inside_the_transfer(tmp_path):
     assert sink.stat().st_size == 4 * 2**20
 
 
-@pytest.mark.parametrize("recv_mode", RECV_MODES)
+@pytest.mark.parametrize("recv_mode", DATA_RECV_MODES)
 def test_sink_states(tmp_path, recv_mode):
     size = 1_500_007
     payload = expected_mem(0, size)

@@ -30,7 +30,7 @@ CELL = {"send_mode": "sendfile", "recv_mode": "splice", "bytes": 3 * 2**20 + 5, 
         "window": 1 << 20, "subblocks": 3, "pipe_size": 1 << 18, "send_cpu": 0, "recv_cpu": 1, "gift": True,
         "fsync": True, "source": "/srv/in file", "sink": "/mnt/a dir/$(rm -rf)", "timeout": 12.5,
         "filesystem": "ext4-loop", "sink_state": "overwrite", "streams": 2, "send_cpus": "0,1", "recv_cpus": "1",
-        "uring_depth": 16, "tcp_maxseg": 4108}
+        "uring_depth": 16, "tcp_maxseg": 4108, "sample_interval": 0.25}
 
 
 def _yaml_value(key, value) -> str:
@@ -180,10 +180,11 @@ def test_worker_flags_pin_the_runner_command_line():
     assert worker_flags("send", CELL) == [
         "--mode", "sendfile", "--bytes", "3145733", "--buffer", "65536", "--window", "1048576", "--subblocks", "3",
         "--pipe-size", "262144", "--cpu", "0", "--source", "/srv/in file", "--timeout", "12.5", "--streams", "2",
-        "--cpus", "0,1", "--uring-depth", "16", "--gift"]
+        "--cpus", "0,1", "--uring-depth", "16", "--sample-interval", "0.25", "--gift"]
     assert worker_flags("recv", DEFAULTS) == [
         "--mode", "read", "--bytes", "1073741824", "--buffer", "131072", "--subblocks", "1", "--sink", "/dev/null",
-        "--timeout", "60", "--sink-state", "fresh", "--streams", "1", "--uring-depth", "8"]
+        "--timeout", "60", "--sink-state", "fresh", "--streams", "1", "--uring-depth", "8", "--sample-interval", "1"]
+    assert "--sample-interval" not in worker_flags("send", dict(DEFAULTS, sample_interval=None))  # null: no samples
 
 
 def test_the_worker_imports_the_table_cheaply_and_everything_it_imports_is_deployed():
@@ -196,7 +197,7 @@ def test_the_worker_imports_the_table_cheaply_and_everything_it_imports_is_deplo
     modules, slow = p.stdout.splitlines()
     # each costs the worker's start-up 5-15 ms (the table is namedtuples for this reason)
     assert slow == "[]", f"a module the worker imports imports {slow} at run time"
-    deployed = set(deploy.deployed_files(REPO))
+    deployed = set(deploy.deployed_files())
     for name in eval(modules):
         if name != "zcorch._native":
             rel = name.replace(".", "/")
@@ -217,15 +218,18 @@ def test_mode_choices_are_the_modes_the_native_module_registers():
 
 @needs_native
 def test_metric_table_is_the_c_struct_and_says_where_each_metric_is_null(tmp_path):
-    assert [name for name, _ in native.ffi.typeof("zc_metrics").fields] != []
-    assert {name for name, _ in native.ffi.typeof("zc_metrics").fields} == set(METRIC_KEYS)
+    struct = {name for name, _ in native.ffi.typeof("zc_metrics").fields}
+    assert struct
+    # every metric is a zc_metrics field, or a host_* metric the worker derives from its /proc snapshots
+    host = {m for m in METRIC_KEYS if m.startswith("host_")}
+    assert struct | host == set(METRIC_KEYS) and not struct & host
     for send_mode, recv_mode, fsync in (("msg_zerocopy", "splice", True), ("vmsplice", "read", False),
                                         ("write", "mmap", True)):
         sink = str(tmp_path / f"{send_mode}-{recv_mode}")
         results = run_pair(send_mode, recv_mode, send_kw=dict(source="mem", bytes=2**20),
                            recv_kw=dict(sink=sink, fsync=fsync))
         for result in results:
-            assert set(result) == set(METRIC_KEYS) | {"side", "mode", "params"}
+            assert set(result) == set(METRIC_KEYS) | {"side", "mode", "params", "samples"}
             for m in METRICS:
                 caps = native.mode_capabilities()[result["side"]][result["mode"]]
                 expect = metric_applies(m, result["side"], caps) and (m.name != "fsync_ns" or fsync)

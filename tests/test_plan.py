@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from fixtures_spec import at, only_problem, problems_of
-from zcorch.params import ID_NEUTRAL
+from zcorch.params import ID_OMIT_AT_DEFAULT
 from zcorch.plan import canonical, cell_id, estimate, expand, load_plan, runs_json
 from zcorch.cli.plan import render
 from zcorch.config.experiment import PARAM_KEYS, load_experiment
@@ -180,18 +180,20 @@ def test_id_is_the_documented_hash_of_canonical_params(write_yaml):
           send_mode: [vmsplice]
     """))
     for cell in plan.cells:
-        # the parameters added later (ID_NEUTRAL) stay out while they hold their "as before" value
-        kept = {k: v for k, v in cell.params.items() if k not in ID_NEUTRAL or v != ID_NEUTRAL[k]}
+        # every parameter, but those added later (ID_OMIT_AT_DEFAULT: sample_interval, streams, ...) at their
+        # default (left out: see the next tests)
+        assert cell.params["sample_interval"] == 1.0 and cell.params["streams"] == 1
+        kept = {k: v for k, v in cell.params.items() if k not in ID_OMIT_AT_DEFAULT or v != ID_OMIT_AT_DEFAULT[k]}
         text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
         assert canonical(cell.params) == text
         assert cell.id == hashlib.sha256(text.encode()).hexdigest()[:12] == cell_id(cell.params)
     assert len({c.id for c in plan.cells}) == 6
 
 
-def test_ids_of_cells_with_later_parameters_at_their_neutral_values_are_those_of_before(write_yaml):
+def test_ids_of_cells_with_later_parameters_at_their_default_values_are_those_of_before(write_yaml):
     # The result sets in tests/data were recorded before streams, uring_depth... existed: the same
     # experiments still expand to the very ids of their plan.json (so --resume, compare and history
-    # match them), whether or not a file spells the neutral values out.
+    # match them), whether or not a file spells the defaults out.
     for name in ("quickstart-small", "filesystems-small"):
         d = os.path.join(os.path.dirname(__file__), "data", name)
         with open(os.path.join(d, "plan.json")) as f:
@@ -207,10 +209,26 @@ def test_ids_of_cells_with_later_parameters_at_their_neutral_values_are_those_of
     assert len({c.id for c in varied.cells}) == 6
     for cell in varied.cells:
         assert cell.id == cell_id(cell.params)
-    # streams 1 and depth 8 are the neutral values: that cell's id is the one without them
+    # streams 1 and depth 8 are the defaults: that cell's id is the one without them
     first = varied.cells[0]
     assert (first.params["streams"], first.params["uring_depth"]) == (1, 8)
     assert first.id == cell_id({k: v for k, v in first.params.items() if k not in ("streams", "uring_depth")})
+
+
+def test_parameters_added_later_keep_older_ids_at_their_default(write_yaml):
+    # sample_interval came after result sets were recorded: at its default the id is the one of the same
+    # cell planned without it (so --resume, compare and history still match older sets); elsewhere it counts.
+    for axis in ("[1s, 250ms, null]", "[1s]"):
+        for inner in (True, False):   # the planner's fast path builds ids differently for the last axis
+            axes = [f"sample_interval: {axis}", "send_mode: [write, vmsplice]"]
+            plan = load_plan(write_yaml("name: t\nmatrix:\n  " + "\n  ".join(axes if not inner else axes[::-1])
+                                        + "\n"))
+            for cell in plan.cells:
+                assert cell.id == cell_id(cell.params)
+                older = {k: v for k, v in cell.params.items() if k != "sample_interval"}
+                same = hashlib.sha256(canonical(older).encode()).hexdigest()[:12] == cell.id
+                assert same == (cell.params["sample_interval"] == 1.0), cell.params["sample_interval"]
+            assert len({c.id for c in plan.cells}) == len(plan.cells)
 
 
 def test_ids_are_stable_under_reordering_and_unrelated_edits(write_yaml):

@@ -123,7 +123,11 @@ def test_report_shows_the_configurations_side_by_side_with_their_dd_ceiling(fs_s
     # does not split the result tables a second time
     hosts = text[text.index("<h2>Hosts</h2>"):text.index("<h2>Baselines</h2>")]
     assert "filesystem:" not in hosts
-    assert re.findall(r"<h3>(.*?)</h3>", text) == [f"filesystem={n}" for n in NAMES]
+    # one results table: the filesystems as rows, the receive modes as columns (not one table per filesystem)
+    results = text[text.index("<h2>Results</h2>"):text.index(">Where the CPU goes</h2>")]
+    assert re.findall(r"<h3>(.*?)</h3>", results) == []
+    assert "<th>filesystem \\ recv_mode</th>" in results
+    assert re.findall(r"<tr><td>([^<]*)</td>", results) == NAMES
 
 
 def test_a_result_set_without_filesystems_has_no_such_section(small_set):

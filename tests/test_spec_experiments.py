@@ -77,3 +77,33 @@ def test_schutt_shrinks_from_the_command_line(lab_inventory):
         ("write", "read", 64 << 20), ("splice", "read", 64 << 20)]
     assert plan.experiment.hosts == LabLayout("default").hosts() and len(plan.runs) == 2
     assert plan.experiment.baselines.dd.count == 2048 and plan.experiment.baselines.iperf3.duration == 2.0
+
+
+STUDIES = {"schutt-2006.yaml", "zero-copy-output-2011.yaml", "splice-write-benchmark.yaml",
+           "sendfile-pinning-2001.yaml", "ext4-nodelalloc-2011.yaml"}
+
+
+@pytest.mark.parametrize("path", [f for f in FILES if os.path.basename(f) in STUDIES], ids=os.path.basename)
+def test_every_study_carries_its_published_reference(path, lab_inventory):
+    """Each shipped study has a `reference:` whose matches select one cell each of its own matrix (load_plan
+    refuses the file otherwise), cites its original publication, not a file around this repository."""
+    two_hosts = os.path.basename(path) in TWO_HOSTS
+    plan = load_plan(path, hosts=lab_inventory if two_hosts else None)
+    ref = plan.experiment.reference
+    assert ref is not None and ref.source.title and ref.source.venue and ref.setup   # the README gives no date
+    assert ref.claims, "a study's findings are its claims"
+    cells = [c.params for c in plan.cells]
+    for label, match in ref.matches():
+        assert sum(match.selects(p) for p in cells) == 1, label
+    text = open(path).read()
+    assert "/work/" not in text and "seeds" not in text
+    assert f"{len(ref.figures)} published figures, {len(ref.claims)} claims" in render(plan)
+
+
+def test_a_reduced_study_keeps_its_reference_and_warns_about_what_it_dropped(lab_inventory):
+    path = os.path.join(ROOT, "experiments", "schutt-2006.yaml")
+    plan = load_plan(path, ["matrix.send_mode=[write, splice]", "matrix.recv_mode=[read]", "include=[]"],
+                     lab_inventory)
+    assert plan.experiment.reference is not None
+    dropped = [w for w in plan.warnings if "reference." in w]
+    assert dropped and all("not measured" in w and "selects no cell" in w for w in dropped)

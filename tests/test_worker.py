@@ -29,7 +29,7 @@ def test_info_reports_version_modes_kernel():
     assert info["kernel"] == platform.release()
     assert info["modes"]["send"] == ["write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy", "io_uring",
                                      "io_uring_zc"]
-    assert info["modes"]["recv"] == ["read", "mmap", "vmsplice", "splice", "io_uring", "zerocopy_recv"]
+    assert info["modes"]["recv"] == ["read", "mmap", "vmsplice", "splice", "io_uring", "zerocopy_recv", "discard"]
 
 
 def test_zcorch_cli_dispatches_worker_and_lists_it_in_help():

@@ -13,6 +13,7 @@ _LAZY = {
     "load": "zcorch.analysis.load",
     "load_baselines": "zcorch.analysis.frames",
     "load_meta": "zcorch.analysis.frames",
+    "load_samples": "zcorch.analysis.samples",
     "summarize": "zcorch.analysis.stats",
 }
 

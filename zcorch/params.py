@@ -37,8 +37,9 @@ SINK_DEVICES = ("/dev/null",)
 
 
 class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help", "unit", "choices", "min",
-                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices", "devices"),
-                       defaults=("", (), None, None, None, "", (), "default", False, ()))):
+                                 "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices", "devices",
+                                 "id_omit_default"),
+                       defaults=("", (), None, None, None, "", (), "default", False, (), False))):
     """One parameter of a cell (an immutable record): its experiment-file key, how it is parsed, and how
     the worker gets it.
 
@@ -58,6 +59,9 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
     registry_choices (False), devices (()).
     devices (path kind): the only paths under /dev the value may name (the sink: also the experiment's
     top-level `allow_destroy:` list); any other /dev path is refused at plan time.
+    id_omit_default: a parameter added after cells were first recorded: at its default it is left out of
+    the cell id (zcorch.plan.canonical), so the cells of older result sets keep their ids and --resume,
+    compare and history still match them.
     """
 
     __slots__ = ()
@@ -74,7 +78,8 @@ PARAMS: "tuple[Param, ...]" = (
           choices=("write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy", "io_uring", "io_uring_zc"),
           noun="send mode", worker_absent="required", registry_choices=True),
     Param("recv_mode", "choice", "read", "recv", "--mode", "how the receiver takes the data from the socket",
-          choices=("read", "mmap", "vmsplice", "splice", "io_uring", "zerocopy_recv"), noun="receive mode",
+          choices=("read", "mmap", "vmsplice", "splice", "io_uring", "zerocopy_recv", "discard"),
+          noun="receive mode",
           worker_absent="required", registry_choices=True),
     Param("bytes", "size", 1024 ** 3, "both", "--bytes",
           "total bytes per transfer (worker without it: the source file's size, or until EOF)",
@@ -108,42 +113,31 @@ PARAMS: "tuple[Param, ...]" = (
           choices=("fresh", "preallocated", "overwrite"), noun="sink state"),
     Param("streams", "int", 1, "both", "--streams",
           "parallel TCP connections per run, one thread per stream on each side, each moving its own slice of "
-          "the data (4 KiB-aligned) to the same offsets of the sink", min=1, max=256),
+          "the data (4 KiB-aligned) to the same offsets of the sink", min=1, max=256, id_omit_default=True),
     Param("send_cpus", "cpus", None, "send", "--cpus",
           "CPUs for the sender's streams: stream i runs on the i-th (round robin); when given, the transfers "
           "run there rather than on `send_cpu`",
-          unset="null"),
+          unset="null", id_omit_default=True),
     Param("recv_cpus", "cpus", None, "recv", "--cpus",
           "CPUs for the receiver's streams: stream i runs on the i-th (round robin); when given, the transfers "
           "run there rather than on `recv_cpu`",
-          unset="null"),
+          unset="null", id_omit_default=True),
     Param("uring_depth", "int", 8, "both", "--uring-depth",
           "io_uring modes: sub-blocks per submission, sent as one linked chain (send); provided buffers, "
-          "rounded up to a power of two (receive)", min=1, max=4096),
+          "rounded up to a power of two (receive)", min=1, max=4096, id_omit_default=True),
     Param("tcp_maxseg", "int", None, "recv", "--tcp-maxseg",
           "TCP_MAXSEG of the receiver's listening socket: caps the sender's payload per segment at this "
           "less 12 bytes of timestamps (null: the kernel's; `zerocopy_recv` then takes whole pages for the "
-          "data interface's MTU)", min=88, max=32767, unset="null"),
+          "data interface's MTU)", min=88, max=32767, unset="null", id_omit_default=True),
+    Param("sample_interval", "duration", 1.0, "both", "--sample-interval",
+          "interval of the per-run samples (bytes, process and host CPU, TCP_INFO), kept for transfers that "
+          "last at least 3 intervals; null = no samples", unit="s", unset="null", worker_absent="none",
+          id_omit_default=True),
 )
 
-# Parameters added after result sets were first recorded, each with the value that means "as before it
-# existed". A cell holding exactly that value leaves the key out of its id (zcorch.plan.canonical), so the
-# cells of existing experiments keep their ids across the upgrade: `--resume` of an older result set,
-# `zcorch compare` and `zcorch history` still match them. A later parameter whose default changes
-# nothing belongs here too (never remove or change an entry: that would change ids).
-ID_NEUTRAL: "dict[str, Any]" = {"streams": 1, "send_cpus": None, "recv_cpus": None, "uring_depth": 8,
-                                "tcp_maxseg": None}
-
-
-def id_neutral(key: str, value: Any) -> bool:
-    """Whether `key` = `value` stays out of a cell's id (ID_NEUTRAL; 1 never stands for True)."""
-    if key not in ID_NEUTRAL:
-        return False
-    neutral = ID_NEUTRAL[key]
-    return value is None if neutral is None else (type(value) is type(neutral) and value == neutral)
-
-
 _BY_KEY = {p.key: p for p in PARAMS}
+# Parameters left out of the cell id while at their default (Param.id_omit_default): key -> default.
+ID_OMIT_AT_DEFAULT: "dict[str, Any]" = {p.key: p.default for p in PARAMS if p.id_omit_default}
 DEFAULTS: "dict[str, Any]" = {p.key: p.default for p in PARAMS}
 PARAM_KEYS: "tuple[str, ...]" = tuple(_BY_KEY)
 SIZE_KEYS = frozenset(p.key for p in PARAMS if p.kind == "size")
@@ -268,8 +262,40 @@ METRICS: "tuple[Metric, ...]" = (
     Metric("uring_cqes", "count", "both", "uring", "io_uring completions reaped (zero-copy notifications included)"),
     Metric("uring_bundle", "0/1", "recv", "uring",
            "1 when the receive used bundles (IORING_RECVSEND_BUNDLE), 0 when the kernel has none"),
+    # Host-wide (every process, softirq and interrupt on the machine), read by the worker just outside its
+    # timed region (zcorch.worker.hoststat): the "host CPU" view, next to the process view above.
+    Metric("host_window_ns", "ns", "both", None,
+           "time between the two /proc/stat reads around the transfer: the window of every host_* time"),
+    Metric("host_user_us", "µs", "both", None, "host-wide user time, all CPUs (/proc/stat; includes guest)"),
+    Metric("host_nice_us", "µs", "both", None, "host-wide niced user time, all CPUs (/proc/stat)"),
+    Metric("host_system_us", "µs", "both", None, "host-wide system time, all CPUs (/proc/stat)"),
+    Metric("host_irq_us", "µs", "both", None, "host-wide hard-interrupt time, all CPUs (/proc/stat)"),
+    Metric("host_softirq_us", "µs", "both", None,
+           "host-wide softirq time, all CPUs (/proc/stat): most of the network stack's receive work"),
+    Metric("host_iowait_us", "µs", "both", None, "host-wide idle time waiting for I/O, all CPUs (/proc/stat)"),
+    Metric("host_steal_us", "µs", "both", None, "host-wide time stolen by the hypervisor, all CPUs (/proc/stat)"),
+    Metric("host_idle_us", "µs", "both", None, "host-wide idle time, all CPUs (/proc/stat)"),
+    Metric("host_ncpus", "count", "both", None, "CPUs in /proc/stat at both reads"),
+    Metric("host_per_cpu_us", "µs", "both", None,
+           "per CPU (`cpuN`): [user, nice, system, irq, softirq, iowait, steal, idle] over the window"),
+    Metric("host_net_rx_softirqs", "count", "both", None, "NET_RX softirqs run on the host (/proc/softirqs, all CPUs)"),
+    Metric("host_net_tx_softirqs", "count", "both", None, "NET_TX softirqs run on the host (/proc/softirqs, all CPUs)"),
+    Metric("host_tcp_retrans_segs", "count", "both", None,
+           "TCP segments retransmitted in the host's network namespace (/proc/net/snmp RetransSegs)"),
+    Metric("host_tcp_out_segs", "count", "both", None,
+           "TCP segments sent in the host's network namespace (/proc/net/snmp OutSegs)"),
+    Metric("host_tcp_in_segs", "count", "both", None,
+           "TCP segments received in the host's network namespace (/proc/net/snmp InSegs)"),
+    Metric("host_pgfault", "count", "both", None, "page faults on the host (/proc/vmstat pgfault)"),
+    Metric("host_pgmajfault", "count", "both", None, "major page faults on the host (/proc/vmstat pgmajfault)"),
+    Metric("host_boot_id", "id", "both", None,
+           "the kernel's boot id (not a delta): the same on both sides = one machine, whose host CPU counts once"),
 )
 METRIC_KEYS: "tuple[str, ...]" = tuple(m.name for m in METRICS)
+# The host CPU fields of the host_<field>_us metrics (and of each host_per_cpu_us list, in this order), and
+# the ones that count as busy: everything but idle and iowait (a CPU waiting for I/O could run something).
+HOST_CPU_FIELDS: "tuple[str, ...]" = ("user", "nice", "system", "irq", "softirq", "iowait", "steal", "idle")
+HOST_BUSY_FIELDS: "tuple[str, ...]" = ("user", "nice", "system", "irq", "softirq", "steal")
 
 
 def metric_applies(metric: Metric, side: str, mode_caps: "frozenset[str]") -> bool:

@@ -3,7 +3,7 @@
 A cell is one full set of parameters (every key of `zcorch.config.experiment.DEFAULTS`, sizes in bytes, durations in
 seconds). Its id is the first 12 hex digits of sha256 over its canonical JSON
 (`json.dumps(params, sort_keys=True, separators=(",", ":"))`, leaving out a parameter added later while it
-holds the value that means "as before": zcorch.params.ID_NEUTRAL): the same parameters give the same id
+holds its default, Param.id_omit_default: zcorch.params.ID_OMIT_AT_DEFAULT): the same parameters give the same id
 whatever the axis order, key order or the other cells of the file, so results match across edits of the
 file, resumed sweeps and zcorch versions. A run is one repeat of a cell.
 
@@ -36,7 +36,8 @@ from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
 from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
 from zcorch.config.inventory import InventoryPair
-from zcorch.params import PARAM_KEYS, format_value, id_neutral
+from zcorch.config.reference import reference_problems
+from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value
 
 ID_LENGTH = 12
 # The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
@@ -99,9 +100,11 @@ class Plan:
 
 
 def canonical(params: dict) -> str:
-    """The canonical text a cell id is computed from (ID_NEUTRAL values left out)."""
-    return json.dumps({k: v for k, v in params.items() if not id_neutral(k, v)}, sort_keys=True,
-                      separators=(",", ":"))
+    """The canonical text a cell id is computed from: every parameter but those of ID_OMIT_AT_DEFAULT
+    (zcorch.params) that are at their default."""
+    if any(k in params and params[k] == d for k, d in ID_OMIT_AT_DEFAULT.items()):
+        params = {k: v for k, v in params.items() if not (k in ID_OMIT_AT_DEFAULT and v == ID_OMIT_AT_DEFAULT[k])}
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
 def cell_id(params: dict) -> str:
@@ -114,20 +117,24 @@ def load_plan(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
     return expand(load_experiment(path, overrides, hosts))
 
 
-def expand(exp: Experiment) -> Plan:
-    """Every cell and run of an experiment, in execution order. Raises ConfigError for cells that cannot run."""
+def expand(exp: Experiment, reduced: bool = False) -> Plan:
+    """Every cell and run of an experiment, in execution order. Raises ConfigError for cells that cannot run.
+
+    reduced: the document is a run reduced by `--set` (also when `exp.overrides` no longer says so: the
+    effective experiment.yaml of a result set being resumed), so reference matches it lacks only warn.
+    """
     # A plan is hundreds of thousands of small acyclic objects: the cyclic GC would rescan them over and
     # over while they are built (about a third of the time of a 100k-cell plan) and can find nothing.
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        return _expand(exp)
+        return _expand(exp, reduced or bool(exp.overrides))
     finally:
         if gc_was_on:
             gc.enable()
 
 
-def _expand(exp: Experiment) -> Plan:
+def _expand(exp: Experiment, reduced: bool) -> Plan:
     cells: "list[Cell]" = []
     dropped: "list[Dropped]" = []
     merged: "list[tuple[str, str]]" = []
@@ -188,14 +195,14 @@ def _expand(exp: Experiment) -> Plan:
             for i, j in enumerate(ocombo):
                 p0[outer_keys[i]] = outer[i].values[j]
                 parts[outer_slots[i]] = outer_frags[i][j]
+            # empty fragments: parameters left out of the id (ID_OMIT_AT_DEFAULT)
             if inner is None:
                 left, right = "{" + ",".join(f for f in parts if f) + "}", ""
-            else:  # ID_NEUTRAL fragments are "": left out, with their commas
-                before = ",".join(f for f in parts[:islot] if f)
-                after = ",".join(f for f in parts[islot + 1:] if f)
-                left, right = "{" + before + ("," if before else ""), ("," if after else "") + after + "}"
-                # an inner value that is itself left out: the two commas around it must not both stay
-                bare = "{" + ",".join(x for x in (before, after) if x) + "}"
+                without = left
+            else:
+                left = "{" + "".join(f + "," for f in parts[:islot] if f)
+                right = "".join("," + f for f in parts[islot + 1:] if f) + "}"
+                without = "{" + ",".join(f for i, f in enumerate(parts) if f and i != islot) + "}"
             active = []  # exclude entries whose outer conditions hold: (index, accepted inner indexes or None)
             for e_i, conds in excludes:
                 accepted_inner = None
@@ -211,7 +218,7 @@ def _expand(exp: Experiment) -> Plan:
                 params = p0.copy()
                 if ikey is not None:
                     params[ikey] = value
-                cid = sha256((left + frag + right if frag or ikey is None else bare).encode()).hexdigest()[:ID_LENGTH]
+                cid = sha256((left + frag + right if frag else without).encode()).hexdigest()[:ID_LENGTH]
                 if active:
                     hit = next((e_i for e_i, acc in active if acc is None or j in acc), None)
                     if hit is not None:
@@ -238,14 +245,23 @@ def _expand(exp: Experiment) -> Plan:
     if not cells:
         raise ConfigError(f"{exp.where('matrix')}: no cell left to run (every cell was excluded or dropped)")
 
+    ref_problems = reference_problems(exp.reference, [c.params for c in cells]) if exp.reference else []
+    if ref_problems and not reduced:
+        raise ConfigError([f"{ys.where(exp.path, pos)}: {key}: {msg}" for pos, key, msg in ref_problems])
+
     plan = Plan(exp, cells, _order_runs(exp, cells), dropped, merged)
     plan.warnings = _warnings(exp, plan, ex_hits)
+    # --set reduced the study: what the reference names but this run lacks is reported as not measured
+    plan.warnings += [f"{ys.where(exp.path, pos)}: {key}: {msg} as run (--set): the report shows it as not "
+                      "measured" for pos, key, msg in ref_problems]
     return plan
 
 
 def _fragment(key: str, value) -> str:
-    """`"key":value` of the canonical text; "" for a value it leaves out (ID_NEUTRAL)."""
-    return "" if id_neutral(key, value) else json.dumps(key) + ":" + json.dumps(value)
+    """`"key":value` of the canonical text; "" for a parameter left out of it (ID_OMIT_AT_DEFAULT)."""
+    if key in ID_OMIT_AT_DEFAULT and value == ID_OMIT_AT_DEFAULT[key]:
+        return ""
+    return json.dumps(key) + ":" + json.dumps(value)
 
 
 def _compile_excludes(exp: Experiment, base: dict, axes: list) -> list:

@@ -402,6 +402,10 @@ static int64_t tv_us(struct timeval tv) { return (int64_t)tv.tv_sec * 1000000 + 
 static int timed_transfer(zc_ctx *c)
 {
     struct rusage r0, r1, self;
+    /* host counters (and the sampler) just outside the region: hoststat.c; with parallel streams the
+     * group takes them once around all streams (group_run) */
+    if (!c->group)
+        zc_watch_begin(c);
     getrusage(RUSAGE_THREAD, &r0);
     int64_t t0 = zc_now_ns();
     int rc = c->ops->transfer(c);
@@ -413,6 +417,8 @@ static int timed_transfer(zc_ctx *c)
     }
     int64_t t1 = zc_now_ns();
     getrusage(RUSAGE_THREAD, &r1);
+    if (!c->group)
+        zc_watch_end(c);
     getrusage(RUSAGE_SELF, &self);
     c->m.bytes = c->done;
     c->m.wall_ns = t1 - t0;
@@ -827,7 +833,14 @@ static void *stream_thread(void *arg)
     return NULL;
 }
 
-/* Start one thread per stream, open the gate, wait for all; the group's timed span in t0, t1. */
+/* The streams of c's group (c itself without one): the host sampler (hoststat.c) sums their bytes. */
+int zc_group_size(const zc_ctx *c) { return c->group ? c->group->n : 1; }
+const zc_ctx *zc_group_stream(const zc_ctx *c, int i) { return c->group ? &c->group->ctx[i] : c; }
+
+/* Start one thread per stream, open the gate, wait for all; the group's timed span in t0, t1. The
+ * host watch (zc_params.watch: /proc counters, the sampler) begins once for the whole group, on
+ * ctx[0], just before the gate opens; the caller ends it (zc_watch_end(&g->ctx[0])) after the span
+ * (the receiver after its fsync), whatever the outcome. */
 static void group_run(zc_group *g, int64_t *t0, int64_t *t1)
 {
     pthread_t *th = calloc((size_t)g->n, sizeof *th);
@@ -845,6 +858,8 @@ static void group_run(zc_group *g, int64_t *t0, int64_t *t1)
             break;
         }
     }
+    if (started == g->n)
+        zc_watch_begin(&g->ctx[0]);
     pthread_mutex_lock(&g->lock);
     g->go = started == g->n ? 1 : -1;
     pthread_cond_broadcast(&g->cond);
@@ -960,6 +975,7 @@ static int streams_send_run(const zc_params *p, zc_metrics *m, zc_error *err)
     int64_t t0 = 0, t1 = 0;
     if (rc == 0)
         group_run(g, &t0, &t1);
+    zc_watch_end(&g->ctx[0]);
     rc = group_error(g, err);
     if (rc == 0) {
         group_totals(g, m, t1 - t0);
@@ -1116,6 +1132,7 @@ static int streams_recv_run(zc_ctx *c0, const zc_params *p, zc_metrics *m, zc_er
         t1 = zc_now_ns();
         fsync_ns = t1 - f0;
     }
+    zc_watch_end(c0);
     if (rc == 0) {
         group_totals(g, m, t1 - t0);
         m->fsync_ns = fsync_ns;

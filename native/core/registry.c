@@ -11,6 +11,7 @@ extern const zc_mode_ops zc_send_write_ops, zc_send_mmap_ops, zc_send_sendfile_o
 extern const zc_mode_ops zc_recv_read_ops, zc_recv_mmap_ops, zc_recv_vmsplice_ops, zc_recv_splice_ops;
 extern const zc_mode_ops zc_send_io_uring_ops, zc_send_io_uring_zc_ops;
 extern const zc_mode_ops zc_recv_io_uring_ops, zc_recv_zerocopy_recv_ops;
+extern const zc_mode_ops zc_recv_discard_ops;
 
 static const zc_mode_ops *const zc_modes[] = {
     &zc_send_write_ops,
@@ -27,6 +28,7 @@ static const zc_mode_ops *const zc_modes[] = {
     &zc_recv_splice_ops,
     &zc_recv_io_uring_ops,
     &zc_recv_zerocopy_recv_ops,
+    &zc_recv_discard_ops,
 };
 
 #define N_MODES (sizeof zc_modes / sizeof zc_modes[0])
@@ -58,7 +60,7 @@ const zc_mode_ops *zc_find_mode(int side, const char *name)
 /* Stable names: they reach Python, the worker's info event and the planner; never rename one. */
 static const char *const zc_cap_names[] = {
     "file_source", "mappable_source", "file_sink", "pipe", "gift", "zc_completions", "kernel_feature",
-    "zc_recv", "uring", "one_stream",
+    "no_sink", "zc_recv", "uring", "one_stream",
 };
 
 _Static_assert(ZC_CAP_ALL == (1u << (sizeof zc_cap_names / sizeof zc_cap_names[0])) - 1,

@@ -63,9 +63,18 @@ typedef struct zc_ctx {
     int stream, nstreams;
     struct zc_group *group;
     int listen_maxseg;       /* recv: TCP_MAXSEG a mode's setup() wants on the listening socket (0: none) */
+    struct zc_watch_state *watch_state; /* hoststat.c: zc_params.watch while the transfer runs */
 } zc_ctx;
 
 #define ZC_TCP_MAXSEG_MAX 32767 /* the kernel refuses a larger TCP_MAXSEG (MAX_TCP_WINDOW) */
+
+/* hoststat.c: host counters and samples (zc_params.watch) around the timed region; no-ops without a
+ * watch. zc_watch_end is called once after every zc_watch_begin, whatever the transfer's outcome. */
+void zc_watch_begin(zc_ctx *c);
+void zc_watch_end(zc_ctx *c);
+/* core.c: the parallel streams of c's group (1 and c itself when c runs alone) */
+int zc_group_size(const zc_ctx *c);
+const zc_ctx *zc_group_stream(const zc_ctx *c, int i);
 
 /* registry.c */
 const zc_mode_ops *zc_find_mode(int side, const char *name);

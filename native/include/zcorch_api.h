@@ -20,6 +20,43 @@ typedef struct zc_error {
     char message[512];
 } zc_error;
 
+/* Host-wide counters and per-interval samples taken around the timed region (hoststat.c). The caller
+ * owns every buffer; NULL / 0 switches a part off. Files of a snapshot, in this order: /proc/stat,
+ * /proc/softirqs, /proc/net/snmp, /proc/vmstat. */
+#define ZC_HOST_NFILES 4
+
+typedef struct zc_host_snap {
+    char *buf;                 /* the caller's buffer for the files' texts (NULL: no snapshot) */
+    size_t cap;
+    size_t off[4];             /* where each file's text starts in buf (files in the order above) */
+    size_t len[4];             /* its length (0 with err set: unreadable) */
+    int err[4];                /* errno of a file that could not be read whole (ENOBUFS: buf too small), else 0 */
+    int64_t at_ns;             /* CLOCK_MONOTONIC right after /proc/stat was read */
+} zc_host_snap;
+
+typedef struct zc_sample {
+    int64_t t_ns;              /* since the start of the timed region */
+    uint64_t bytes;            /* bytes moved so far */
+    int64_t proc_cpu_ns;       /* CPU time of the worker process since the start (all its threads) */
+    int64_t host_busy_ticks;   /* /proc/stat "cpu" since the start: user+nice+system+irq+softirq+steal */
+    int64_t host_softirq_ticks;
+    int64_t host_idle_ticks;   /* idle + iowait */
+    int64_t tcp_snd_cwnd;      /* TCP_INFO at the sample */
+    int64_t tcp_rtt_us;
+    int64_t tcp_total_retrans;
+} zc_sample;
+
+typedef struct zc_watch {
+    zc_host_snap before;       /* read just before the timed region (/proc/stat last) */
+    zc_host_snap after;        /* read just after it (/proc/stat first) */
+    double interval_s;         /* > 0: a sampler thread records one zc_sample per interval */
+    zc_sample *samples;        /* the caller's array of samples_cap entries */
+    size_t samples_cap;
+    size_t n_samples;          /* samples written (the last one at the end of the transfer) */
+    int samples_dropped;       /* 1 when samples_cap was too small for the run */
+    int sampler_err;           /* errno when the sampler could not run (the transfer ran without it) */
+} zc_watch;
+
 typedef struct zc_params {
     int side;                  /* ZC_SIDE_SEND / ZC_SIDE_RECV */
     const char *mode;          /* a name from zc_mode_name() */
@@ -47,6 +84,7 @@ typedef struct zc_params {
                                   page-sized payload for the data interface's MTU) */
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
     uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
+    zc_watch *watch;           /* host counters and samples around the timed region; NULL = none */
 } zc_params;
 
 typedef struct zc_metrics {
@@ -96,10 +134,11 @@ const char *zc_mode_name(int side, int index);
 #define ZC_CAP_GIFT            0x10  /* "gift": honours --gift (SPLICE_F_GIFT on vmsplice) */
 #define ZC_CAP_ZC_COMPLETIONS  0x20  /* "zc_completions": reports the zc_* metrics */
 #define ZC_CAP_KERNEL_FEATURE  0x40  /* "kernel_feature": needs a kernel feature, probed by zc_mode_available */
-#define ZC_CAP_ZC_RECV         0x80  /* "zc_recv": reports zc_recv_mapped / zc_recv_copied */
-#define ZC_CAP_URING           0x100 /* "uring": an io_uring mode: honours --uring-depth, reports uring_* */
-#define ZC_CAP_ONE_STREAM      0x200 /* "one_stream": cannot run as parallel streams (--streams > 1 refused) */
-#define ZC_CAP_ALL             0x3ff
+#define ZC_CAP_NO_SINK         0x80  /* "no_sink": recv keeps no data, so its sink must be /dev/null */
+#define ZC_CAP_ZC_RECV         0x100 /* "zc_recv": reports zc_recv_mapped / zc_recv_copied */
+#define ZC_CAP_URING           0x200 /* "uring": an io_uring mode: honours --uring-depth, reports uring_* */
+#define ZC_CAP_ONE_STREAM      0x400 /* "one_stream": cannot run as parallel streams (--streams > 1 refused) */
+#define ZC_CAP_ALL             0x7ff
 
 /* ZC_CAP_* bits of a compiled mode; 0 for an unknown one (check zc_mode_name first). */
 unsigned zc_mode_caps(int side, const char *name);
@@ -128,3 +167,22 @@ void zc_listener_close(zc_listener *l);
 
 /* Sender: validate, open the source, connect, run. */
 int zc_send_run(const zc_params *p, zc_metrics *m, zc_error *err);
+
+/* Copy-cost calibration of this host (calibrate.c), on the calling thread (pinned to cpu unless -1):
+ * memcpy of a `bytes` buffer in 64 KiB calls (larger than the caches: what one copy of streamed data
+ * costs), first touch of fresh anonymous 4 KiB pages (a page fault plus zeroing each), and a trivial
+ * system call (getppid). Times are medians over repetitions. */
+typedef struct zc_calibration {
+    uint64_t memcpy_bytes;     /* bytes copied per round */
+    int64_t memcpy_rounds;
+    int64_t memcpy_ns;         /* median time of one round */
+    int64_t memcpy_best_ns;    /* fastest round */
+    uint64_t fault_pages;      /* fresh pages touched per round */
+    int64_t fault_ns;          /* median time to touch them all */
+    int64_t fault_minflt;      /* minor faults counted during that round (about fault_pages) */
+    int64_t page_size;
+    uint64_t syscall_calls;    /* calls per round */
+    int64_t syscall_ns;        /* median time of one round */
+} zc_calibration;
+
+int zc_calibrate(uint64_t bytes, int cpu, zc_calibration *out, zc_error *err);

@@ -3,7 +3,8 @@
 Loading a large runs.jsonl is dominated by JSON parsing (about a minute per GB), so the parsed runs
 are kept as Parquet. The file holds the frame zcorch.load returns minus `sweep` (the directory's
 name, which the loader adds), with the same columns and dtypes, so pandas, polars, DuckDB or Spark
-read a result set without zcorch. Object columns whose values Parquet cannot type faithfully
+read a result set without zcorch (the copy units come from meta.json as it was when the file was written).
+Object columns whose values Parquet cannot type faithfully
 (mixed types, e.g. an unknown parameter that is a number in one run and text in another) are
 stored as JSON text and decoded again by zcorch.
 
@@ -31,6 +32,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from zcorch.analysis import frames
+from zcorch.errors import ResultsError
 from zcorch.results import store as results
 
 CACHE_NAME = results.RUNS_CACHE
@@ -114,9 +116,11 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
-def _to_table(frame: pd.DataFrame, stamp: dict) -> pa.Table:
-    """`frame` plus its derived columns as an Arrow table, with the validity stamp in its metadata."""
+def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None) -> pa.Table:
+    """`frame` plus its derived columns (and the copy units of `yardsticks`, frames.copy_yardsticks of the
+    set's meta.json) as an Arrow table, with the validity stamp in its metadata."""
     full = frames.add_derived(frame.copy(deep=False))  # shallow: the derived columns go to the copy only
+    full = frames.add_copy_units(full, {None: yardsticks or frames.copy_yardsticks({})})
     raw = set(frame.columns)
     derived = [c for c in full.columns if c not in raw]
     json_columns = []
@@ -137,7 +141,11 @@ def _to_table(frame: pd.DataFrame, stamp: dict) -> pa.Table:
 
 
 def _write(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
-    table = _to_table(frame, stamp)
+    try:
+        yardsticks = frames.copy_yardsticks(frames.read_meta(cache_path.parent))
+    except ResultsError:  # an unreadable meta.json: the copy units are left out, as zcorch.load leaves them
+        yardsticks = None
+    table = _to_table(frame, stamp, yardsticks)
     tmp = cache_path.with_name(f"{cache_path.name}.tmp{os.getpid()}")
     try:
         pq.write_table(table, tmp)

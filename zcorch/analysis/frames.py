@@ -7,7 +7,23 @@ the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived
   fsync when asked), falling back to the sender when there is no receiver record; MB = 10^6 bytes
   as in the seeds' tables.
 - `send_cpu_s_per_gib`, `recv_cpu_s_per_gib`: (user + system) CPU seconds per GiB moved, like
-  netperf's service demand; `send_sys_share`: the sender's system share of its CPU time.
+  netperf's service demand; `send_sys_share`: the sender's system share of its CPU time. This is the
+  **process CPU** view (the worker's own rusage): the kernel charges protocol and softirq work to
+  whichever process happens to run, so it moves between the sides with the pinning.
+- `send_host_busy_s`, `recv_host_busy_s`: the **host CPU** view, busy CPU seconds of the whole machine
+  over the worker's window (/proc/stat: user+nice+system+irq+softirq+steal, all CPUs);
+  `*_host_busy_s_per_gib`, `*_host_softirq_s_per_gib` per GiB the side moved; `*_host_busy_cpus` = busy
+  seconds / window (CPUs busy on average).
+- `same_host`: both workers on one running kernel (equal `host_boot_id`: localhost, or network
+  namespaces of one machine), so they read one /proc/stat; `total_host_busy_s_per_gib` is then the larger
+  of the two sides (counted once), else their sum; `total_cpu_s_per_gib` = both processes' CPU per GiB.
+- `zc_verdict`: `zero-copy`, `copied`, `partly copied (N%)` or `n/a` from the kernel's completion
+  reports (zc_completions/zc_copied of either side, zcorch.results.rates.zc_verdict); `zc_copied_share`.
+
+`zcorch.load` adds, from meta.json's per-host calibration (`add_copy_units`): `send_copy_s_per_gib`,
+`recv_copy_s_per_gib` (what one memcpy of a GiB costs on that host) and the CPU per GiB in units of that
+copy: `send_cpu_copies`, `recv_cpu_copies` (process view), `send_host_busy_copies`,
+`recv_host_busy_copies` (host view).
 
 Loading a large runs.jsonl is dominated by JSON parsing, so `load` reads the runs from the Parquet
 cache `runs.parquet` beside it when that matches runs.jsonl (zcorch.analysis.cache); this module
@@ -27,7 +43,7 @@ import pandas as pd
 
 # Parameter and metric columns (PARAM_KEYS, METRIC_KEYS) in the order of the tables in zcorch.params;
 # unknown extra parameters follow, sorted.
-from zcorch.params import METRIC_KEYS, PARAM_KEYS
+from zcorch.params import HOST_BUSY_FIELDS, METRIC_KEYS, PARAM_KEYS
 from zcorch.results import rates
 from zcorch.results import store as results
 from zcorch.errors import ResultsError
@@ -283,7 +299,7 @@ def _to_datetime(s: pd.Series) -> pd.Series:
 
 
 def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
-    """Add gbit_s, mb_s, {send,recv}_cpu_s_per_gib and send_sys_share (see the module docstring)."""
+    """`frame` with the derived columns of the module docstring (a new frame; the columns of `frame` are shared)."""
     n = len(frame)
 
     def col(name):
@@ -291,6 +307,7 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
             return pd.to_numeric(frame[name], errors="coerce").to_numpy(dtype="float64")
         return np.full(n, np.nan)
 
+    out: dict = {}
     nbytes = col("recv_bytes")
     wall = col("recv_wall_ns")
     use_send = np.isnan(nbytes) | np.isnan(wall) | (wall <= 0)
@@ -298,15 +315,79 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     wall = np.where(use_send, col("send_wall_ns"), wall)
     with np.errstate(divide="ignore", invalid="ignore"):
         wall = np.where(wall > 0, wall, np.nan)
-        frame["gbit_s"] = rates.gbit_s(nbytes, wall)
-        frame["mb_s"] = rates.mb_s(nbytes, wall)
+        out["gbit_s"] = rates.gbit_s(nbytes, wall)
+        out["mb_s"] = rates.mb_s(nbytes, wall)
+        busy, window = {}, {}
         for prefix in ("send_", "recv_"):
-            moved = col(prefix + "bytes")
-            cpu = rates.cpu_s_per_gib(col(prefix + "utime_us"), col(prefix + "stime_us"), moved)
-            frame[prefix + "cpu_s_per_gib"] = np.where(moved > 0, cpu, np.nan)
+            moved = np.where(col(prefix + "bytes") > 0, col(prefix + "bytes"), np.nan)
+            out[prefix + "cpu_s_per_gib"] = rates.cpu_s_per_gib(col(prefix + "utime_us"), col(prefix + "stime_us"),
+                                                                moved)
         usr, sys_ = col("send_utime_us"), col("send_stime_us")
-        frame["send_sys_share"] = np.where(usr + sys_ > 0, sys_ / (usr + sys_), np.nan)
-    return frame
+        out["send_sys_share"] = np.where(usr + sys_ > 0, sys_ / (usr + sys_), np.nan)
+        # The host view (every process, interrupt and softirq of the machine, /proc/stat).
+        for prefix in ("send_", "recv_"):
+            moved = np.where(col(prefix + "bytes") > 0, col(prefix + "bytes"), np.nan)
+            busy[prefix] = sum(col(f"{prefix}host_{f}_us") for f in HOST_BUSY_FIELDS) / 1e6
+            window[prefix] = col(prefix + "host_window_ns") / 1e9
+            out[prefix + "host_busy_s"] = busy[prefix]
+            out[prefix + "host_busy_cpus"] = busy[prefix] / np.where(window[prefix] > 0, window[prefix], np.nan)
+            out[prefix + "host_busy_s_per_gib"] = rates.per_gib(busy[prefix], moved)
+            out[prefix + "host_softirq_s_per_gib"] = rates.per_gib(col(prefix + "host_softirq_us") / 1e6, moved)
+        same = same_host_column(frame)
+        out["same_host"] = same
+        one = np.array([v is True for v in same])
+        out["total_cpu_s_per_gib"] = out["send_cpu_s_per_gib"] + out["recv_cpu_s_per_gib"]
+        send_h, recv_h = out["send_host_busy_s_per_gib"], out["recv_host_busy_s_per_gib"]
+        out["total_host_busy_s_per_gib"] = np.where(one, np.fmax(send_h, recv_h), send_h + recv_h)
+    completions = np.nansum([col("send_zc_completions"), col("recv_zc_completions")], axis=0)
+    copied = np.nansum([col("send_zc_copied"), col("recv_zc_copied")], axis=0)
+    reported = ~(np.isnan(col("send_zc_completions")) & np.isnan(col("recv_zc_completions")))
+    completions = np.where(reported, completions, np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["zc_copied_share"] = np.where(completions > 0, copied / completions, np.nan)
+    out["zc_verdict"] = [rates.zc_verdict(c, k) for c, k in zip(completions, copied)]
+    keep = frame.drop(columns=[c for c in out if c in frame])
+    return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
+
+
+def same_host_column(frame: pd.DataFrame) -> list:
+    """Per run: True when both workers ran on one kernel (their host_boot_id metrics are equal; else the
+    record's `same_host`), False when not, None when unknown."""
+    n = len(frame)
+    recorded = list(frame["same_host"]) if "same_host" in frame else [None] * n
+    if "send_host_boot_id" in frame and "recv_host_boot_id" in frame:
+        out = []
+        for a, b, r in zip(frame["send_host_boot_id"], frame["recv_host_boot_id"], recorded):
+            known = isinstance(a, str) and isinstance(b, str) and a and b
+            out.append((a == b) if known else (r if isinstance(r, (bool, np.bool_)) else None))
+        return [None if v is None else bool(v) for v in out]
+    return [bool(v) if isinstance(v, (bool, np.bool_)) else None for v in recorded]
+
+
+def copy_yardsticks(meta: dict) -> dict:
+    """{"sender": s, "receiver": s}: CPU seconds one memcpy of a GiB costs on each host (meta.json
+    hosts.<role>.calibration.memcpy_s_per_gib), NaN where it was not calibrated."""
+    out = {}
+    for role in ("sender", "receiver"):
+        cal = ((meta.get("hosts") or {}).get(role) or {}).get("calibration") or {}
+        value = cal.get("memcpy_s_per_gib")
+        out[role] = float(value) if isinstance(value, (int, float)) and value > 0 else np.nan
+    return out
+
+
+def add_copy_units(frame: pd.DataFrame, yardsticks: dict) -> pd.DataFrame:
+    """The copy-unit columns of the module docstring; `yardsticks`: {sweep: copy_yardsticks(meta)}."""
+    sweeps = frame["sweep"] if "sweep" in frame else pd.Series([None] * len(frame), index=frame.index)
+    out = {}
+    for prefix, role in (("send_", "sender"), ("recv_", "receiver")):
+        copy = np.array([yardsticks.get(s, {}).get(role, np.nan) for s in sweeps], dtype="float64")
+        out[prefix + "copy_s_per_gib"] = copy
+        for what, source in (("cpu", prefix + "cpu_s_per_gib"), ("host_busy", prefix + "host_busy_s_per_gib")):
+            values = (pd.to_numeric(frame[source], errors="coerce").to_numpy(dtype="float64") if source in frame
+                      else np.full(len(frame), np.nan))
+            out[f"{prefix}{what}_copies"] = values / copy
+    keep = frame.drop(columns=[c for c in out if c in frame])
+    return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,12 +20,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from zcorch.config.reference import METRIC_UNITS
+from zcorch.config.views import View
 from zcorch.params import SIZE_KEYS, format_value
+from zcorch.units import convert, unit_dimension
 from zcorch.units import format_size
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import summarize, varying_params
 
 MAX_SLICES = 6
+MAX_PANELS = 12
 SIZE_PARAMS = SIZE_KEYS  # format_value (zcorch.params) is the one every stage uses
 
 
@@ -103,6 +107,25 @@ def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = Non
     return lines
 
 
+def copy_line(df: pd.DataFrame, prefix: str) -> "Optional[float]":
+    """CPU seconds one memcpy of a GiB costs on that side's host (the calibration zcorch.load puts in
+    `<prefix>copy_s_per_gib`), None when the sweep has no calibration."""
+    col = prefix + "copy_s_per_gib"
+    if col not in df:
+        return None
+    values = pd.to_numeric(df[col], errors="coerce").dropna()
+    return float(values.median()) if len(values) else None
+
+
+def draw_copy_line(ax, value: "Optional[float]", label_host: str = "") -> None:
+    """The "one copy of the data" reference line on a CPU-per-GiB axis."""
+    if value is None:
+        return
+    where = f" on the {label_host}" if label_host else ""
+    ax.axhline(value, linestyle=":", linewidth=1.5, color="black",
+               label=f"one copy of the data (memcpy{where}): {value:.3f} s/GiB")
+
+
 def grouped_bars(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "") -> list:
     """Receive mode × send mode throughput, median with CI whiskers; baselines as lines."""
     what = "throughput by send and receive mode"
@@ -147,6 +170,194 @@ def grouped_bars(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, expe
     return plots
 
 
+# ---------------------------------------------------------------- small multiples
+
+def _determined_by(df: pd.DataFrame, param: str, by: "Sequence[str]") -> bool:
+    """Whether each combination of `by` has one value of `param` (the pinning study's buffer follows the mode)."""
+    if not by:
+        return False
+    return bool((df.groupby(list(by), dropna=False)[param].nunique(dropna=False) <= 1).all())
+
+
+def _linked(df: pd.DataFrame, params: "Sequence[str]") -> bool:
+    """Whether only some combinations of the parameters occur (a linked axis, e.g. the pinning cases)."""
+    if len(params) < 2:
+        return False
+    present = len(df[list(params)].astype(str).drop_duplicates())
+    return present < int(np.prod([df[p].astype(str).nunique(dropna=False) for p in params]))
+
+
+def default_view(df: pd.DataFrame, metric: str = "gbit_s", ok_only: bool = True) -> "tuple[View, list]":
+    """(view, folded) for the parameters that vary among the ok runs: receive mode along x and send mode as
+    colour (the seeds' comparison), the other varying parameters as x (when the modes do not use it), colour
+    and panels; parameters that only follow the colour (a buffer tied to the send mode) are `folded` into
+    its labels instead of splitting the chart. `ok_only`: from the successful runs (the plots), or from all
+    (the tables, where a cell whose runs all failed keeps a place of its own)."""
+    ok = _ok(df) if ok_only else df
+    vary = varying_params(ok)
+    hue = ["send_mode"] if "send_mode" in vary else []
+    x = ["recv_mode"] if "recv_mode" in vary else []
+    rest = [p for p in vary if p not in ("send_mode", "recv_mode")]
+    folded = [p for p in rest if _determined_by(ok, p, hue)]
+    rest = [p for p in rest if p not in folded]
+    if not x:
+        if rest and _linked(ok, rest):
+            x, rest = rest, []
+        elif rest:
+            x, rest = [rest[0]], rest[1:]
+        elif hue:
+            x, hue = hue, []
+    if not hue and rest:
+        hue, rest = [rest[0]], rest[1:]
+    if not x:  # nothing varies: one bar
+        x = ["send_mode"]
+    return View(tuple(x), tuple(hue), tuple(rest), metric), folded
+
+
+def _combo_label(params: "Sequence[str]", key: tuple, named: bool = True) -> str:
+    if len(params) == 1 and not named:
+        return format_value(params[0], key[0])
+    return ", ".join(f"{p}={format_value(p, v)}" for p, v in zip(params, key))
+
+
+def _keys(df: pd.DataFrame, params: "Sequence[str]") -> list:
+    """The combinations of `params` present, sorted by value (numbers as numbers, missing first)."""
+    if not params:
+        return [()]
+    combos = df[list(params)].drop_duplicates()
+    keys = [tuple(r) for r in combos.itertuples(index=False, name=None)]
+
+    def order(key):
+        return tuple((0, 0, "") if _is_null(v) else (1, float(v), "") if isinstance(v, (int, float, np.number))
+                     and not isinstance(v, bool) else (2, 0, str(v)) for v in key)
+    return sorted(keys, key=order)
+
+
+def _select(df: pd.DataFrame, params: "Sequence[str]", key: tuple) -> pd.DataFrame:
+    mask = np.ones(len(df), dtype=bool)
+    for p, v in zip(params, key):
+        col = df[p]
+        mask &= (col.isna() if _is_null(v) else (col == v)).to_numpy()
+    return df[mask]
+
+
+def view_summary(df: pd.DataFrame, view: View) -> "tuple[pd.DataFrame, list, list, list]":
+    """(summary by facet + hue + x, facet keys, hue keys, x keys) of the ok runs for a view."""
+    ok = _ok(df)
+    by = list(view.facet) + list(view.hue) + list(view.x)
+    missing = [p for p in by if p not in ok]
+    if missing:
+        raise KeyError(f"the runs have no parameter {missing[0]!r}")
+    metrics = [view.metric] if view.metric in ok else []
+    s = summarize(ok, by=by, metrics=metrics) if metrics else pd.DataFrame()
+    return s, _keys(ok, view.facet), _keys(ok, view.hue), _keys(ok, view.x)
+
+
+def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | None" = None, experiment: str = "",
+                    folded: "Sequence[str]" = (), name: str = "view") -> Plot:
+    """One figure: a panel per facet combination, bars per x position and hue, median with CI whiskers;
+    throughput panels carry the iperf3 baselines as lines."""
+    metric = view.metric
+    unit, what_metric, _ = METRIC_UNITS.get(metric, ("", metric, True))
+    axes_words = " × ".join("+".join(p) for p in (view.x, view.hue) if p)
+    what = view.title or f"{metric} by {axes_words}" + (f", panels by {'+'.join(view.facet)}" if view.facet else "")
+    ok = _ok(df)
+    if ok.empty or metric not in ok:
+        return Plot(name, _title(experiment, what, ""), None,
+                    "no successful runs to plot" if ok.empty else f"the runs have no `{metric}`")
+    s, facets, hues, xs = view_summary(df, view)
+    note = None
+    if len(facets) > MAX_PANELS:
+        note, facets = f"{len(facets) - MAX_PANELS} more panels ({'+'.join(view.facet)}) not drawn", facets[:MAX_PANELS]
+    ncols = min(3, len(facets))
+    nrows = -(-len(facets) // ncols)
+    width = max(4.5, 0.5 * len(xs) * max(1, len(hues)) + 2.5)
+    fig = Figure(figsize=(max(7.0, min(6.0 * ncols, width * ncols)), 4.2 * nrows + 1.4))
+    axes = np.atleast_1d(fig.subplots(nrows, ncols, sharey=True, squeeze=False)).ravel()
+    bar_w = 0.8 / max(1, len(hues))
+    pos = np.arange(len(xs))
+    folded_vals = {}
+    for hkey in hues:
+        rows = _select(ok, view.hue, hkey)
+        folded_vals[hkey] = ", ".join(f"{p}={format_value(p, rows[p].iloc[0])}" for p in folded if len(rows))
+    rate = unit_dimension(unit) == "rate" if unit else False
+    top = 0.0
+    for ax, fkey in zip(axes, facets):
+        panel = _select(s, view.facet, fkey)
+        for i, hkey in enumerate(hues):
+            rows = _select(panel, view.hue, hkey)
+            med, lo, hi = [], [], []
+            for xkey in xs:
+                r = _select(rows, view.x, xkey)
+                r = r[r["n"] > 0] if len(r) else r
+                m = float(r[f"{metric}_median"].iloc[0]) if len(r) else np.nan
+                med.append(m)
+                lo.append(m - float(r[f"{metric}_ci_low"].iloc[0]) if len(r) else np.nan)
+                hi.append(float(r[f"{metric}_ci_high"].iloc[0]) - m if len(r) else np.nan)
+            label = _combo_label(view.hue, hkey, named=False) if view.hue else metric
+            if folded_vals.get(hkey):
+                label += f" ({folded_vals[hkey]})"
+            ax.bar(pos + (i - (len(hues) - 1) / 2) * bar_w, med, bar_w,
+                   yerr=[np.nan_to_num(lo), np.nan_to_num(hi)], capsize=3, label=label, color=f"C{i}")
+            tops = np.array(med) + np.nan_to_num(np.array(hi))
+            top = max([top] + [t for t in tops if np.isfinite(t)])
+        if rate and baselines is not None:
+            values = dict(zip(view.facet, fkey))
+            for j, (blabel, gbit) in enumerate(baseline_lines(baselines, values)):
+                ax.axhline(convert(gbit, "Gbit/s", unit), linestyle="--", linewidth=1.1,
+                           color=f"C{len(hues) + j}", label=blabel)
+                top = max(top, convert(gbit, "Gbit/s", unit))
+        ax.set_xticks(pos)
+        ax.set_xlim(-0.5, len(xs) - 0.5)   # every position, also where a panel has no bar
+        ax.set_xticklabels([_combo_label(view.x, k, named=len(view.x) > 1) for k in xs],
+                           rotation=20 if len(xs) > 3 or len(view.x) > 1 else 0, ha="right" if len(xs) > 3 else "center",
+                           fontsize="small")
+        ax.set_xlabel(" + ".join(view.x))
+        if view.facet:
+            ax.set_title(_combo_label(view.facet, fkey), fontsize="medium")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylim(0, top * 1.08 if top > 0 else 1)   # shared by every panel
+    for ax in axes[len(facets):]:
+        ax.set_visible(False)
+    for r in range(nrows):
+        axes[r * ncols].set_ylabel(f"{metric} ({unit}), median, 95% CI" if unit else metric)
+    handles, labels = axes[0].get_legend_handles_labels()
+    if not view.hue:   # one colour: its name is the y axis already
+        keep = [i for i, label in enumerate(labels) if label != metric]
+        handles, labels = [handles[i] for i in keep], [labels[i] for i in keep]
+    height = fig.get_figheight()
+    bottom = 0.0
+    if handles:
+        # as many columns as fit the figure's width (small font: ~0.075 in per character, plus the marker)
+        per_col = 0.075 * max(len(label) for label in labels) + 0.7
+        ncol = max(1, min(3, len(labels), int(fig.get_figwidth() // per_col)))
+        rows = -(-len(labels) // ncol) + (1 if view.hue else 0)
+        fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize="small",
+                   title="+".join(view.hue) if view.hue else None, bbox_to_anchor=(0.5, 0.0))
+        bottom = min(0.5, (0.25 + 0.2 * rows) / height)
+    fig.suptitle(_title(experiment, what, ""))
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    return Plot(name, _title(experiment, what, ""), fig, note)
+
+
+def views(df: pd.DataFrame, declared: "Sequence[View]" = (), baselines: "pd.DataFrame | None" = None,
+          experiment: str = "") -> list:
+    """The report's small-multiple charts: the experiment's declared views, or the default one."""
+    if _ok(df).empty:
+        return [Plot("view", "throughput", None, "no successful runs to plot")]
+    if declared:
+        out = []
+        for i, v in enumerate(declared):
+            missing = [p for p in (*v.x, *v.hue, *v.facet) if p not in df]
+            if missing:
+                out.append(Plot(f"view-{i + 1}", v.title or f"view {i + 1}", None, f"the runs have no `{missing[0]}`"))
+                continue
+            out.append(small_multiples(df, v, baselines, experiment, name=f"view-{i + 1}"))
+        return out
+    view, folded = default_view(df)
+    return [small_multiples(df, view, baselines, experiment, folded, name="view")]
+
+
 def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
     """Throughput and CPU per GiB (each side) against buffer size, one line per mode; log2 x."""
     what = "throughput and CPU cost against buffer size"
@@ -156,8 +367,8 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
     others = [c for c in varying_params(ok) if c not in ("buffer", "send_mode", "recv_mode")]
     fig = Figure(figsize=(15, 4.5))
     axes = fig.subplots(1, 3)
-    panels = [("gbit_s", "throughput (Gbit/s)"), ("send_cpu_s_per_gib", "sender CPU (s/GiB, usr+sys)"),
-              ("recv_cpu_s_per_gib", "receiver CPU (s/GiB, usr+sys)")]
+    panels = [("gbit_s", "throughput (Gbit/s)"), ("send_cpu_s_per_gib", "sender process CPU (s/GiB, usr+sys)"),
+              ("recv_cpu_s_per_gib", "receiver process CPU (s/GiB, usr+sys)")]
     keys = ["send_mode", "recv_mode"] + others
     s = summarize(ok, by=keys + ["buffer"], metrics=[m for m, _ in panels])
     for key, line in s.groupby(keys, sort=True, dropna=False):
@@ -167,6 +378,8 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
         for ax, (m, _) in zip(axes, panels):
             ax.plot(line["buffer"].astype(float), line[f"{m}_median"], marker="o", label=label)
     buffers = sorted(ok["buffer"].astype(float).unique())
+    draw_copy_line(axes[1], copy_line(ok, "send_"), "sender")
+    draw_copy_line(axes[2], copy_line(ok, "recv_"), "receiver")
     for ax, (_, ylabel) in zip(axes, panels):
         ax.set_xscale("log", base=2)
         ax.set_xticks(buffers)
@@ -176,6 +389,9 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
     axes[0].legend(fontsize="small")
+    for ax in axes[1:]:
+        if any(line.get_linestyle() == ":" for line in ax.get_lines()):
+            ax.legend(handles=[line for line in ax.get_lines() if line.get_linestyle() == ":"], fontsize="small")
     fig.suptitle(_title(experiment, what, ""))
     fig.tight_layout()
     return [Plot("buffer", _title(experiment, what, ""), fig)]
@@ -183,7 +399,7 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
 
 def cpu_stacked(df: pd.DataFrame, experiment: str = "") -> list:
     """CPU seconds per GiB as stacked user/system bars per mode, sender and receiver side by side."""
-    what = "CPU cost per mode (user + system seconds per GiB)"
+    what = "process CPU cost per mode (the worker's user + system seconds per GiB)"
     ok = _ok(df)
     sides = []
     for prefix, mode_col, side in (("send_", "send_mode", "sender"), ("recv_", "recv_mode", "receiver")):
@@ -198,24 +414,136 @@ def cpu_stacked(df: pd.DataFrame, experiment: str = "") -> list:
                     "usr": part[prefix + "utime_us"].astype(float) / 1e6 / gib,
                     "sys": part[prefix + "stime_us"].astype(float) / 1e6 / gib,
                 })
-                sides.append((side, frame.groupby("mode", sort=True)[["usr", "sys"]].median()))
+                sides.append((side, frame.groupby("mode", sort=True)[["usr", "sys"]].median(), copy_line(ok, prefix)))
     if not sides:
         return [Plot("cpu", what, None, "no successful runs with CPU times to plot")]
     fig = Figure(figsize=(6 * len(sides), 4.5))
     axes = np.atleast_1d(fig.subplots(1, len(sides)))
-    for ax, (side, med) in zip(axes, sides):
+    for ax, (side, med, copy) in zip(axes, sides):
         x = np.arange(len(med))
         ax.bar(x, med["usr"], 0.6, label="user", color="C0")
         ax.bar(x, med["sys"], 0.6, bottom=med["usr"], label="system", color="C3")
+        draw_copy_line(ax, copy)
         ax.set_xticks(x)
         ax.set_xticklabels(list(med.index))
         ax.set_xlabel(f"{side} mode")
-        ax.set_ylabel("CPU seconds per GiB (median)")
+        ax.set_ylabel("process CPU seconds per GiB (median)")
         ax.set_title(f"{side}")
         ax.legend(fontsize="small")
     fig.suptitle(_title(experiment, what, ""))
     fig.tight_layout()
     return [Plot("cpu", _title(experiment, what, ""), fig)]
+
+
+MAX_CELLS_DRAWN = 16
+
+
+def _cell_label(row: pd.Series, others: Sequence[str]) -> str:
+    label = f"{row['send_mode']} → {row['recv_mode']}"
+    return label + "".join(f"\n{p}={format_value(p, row[p])}" for p in others)
+
+
+def cpu_views(df: pd.DataFrame, experiment: str = "") -> list:
+    """Per cell and side: the process CPU (the worker's rusage) next to the host CPU (the whole machine's
+    busy CPU over the transfer, /proc/stat), in s/GiB, with one copy of the data as the reference line."""
+    what = "where the CPU goes: process CPU and host CPU per GiB"
+    ok = _ok(df)
+    have = [c for c in ("send_host_busy_s_per_gib", "recv_host_busy_s_per_gib") if c in ok and ok[c].notna().any()]
+    if not have:
+        return [Plot("cpuviews", what, None, "skipped: the runs have no host CPU (recorded before zcorch read /proc/stat)")]
+    metrics = ["send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib"]
+    s = summarize(ok, metrics=metrics)
+    s = s[s["n"] > 0].copy()
+    for key in ("send_mode", "recv_mode"):  # carried along only when they vary
+        if key not in s:
+            s[key] = ok[key].iloc[0]
+    s = s.sort_values(["send_mode", "recv_mode", "cell"])
+    note = None
+    if len(s) > MAX_CELLS_DRAWN:
+        note = f"{len(s) - MAX_CELLS_DRAWN} more cells not drawn (the cells table lists them all)"
+        s = s.iloc[:MAX_CELLS_DRAWN]
+    others = [c for c in varying_params(ok) if c not in ("send_mode", "recv_mode") and c in s]
+    labels = [_cell_label(r, others) for _, r in s.iterrows()]
+    fig = Figure(figsize=(max(8.0, 1.1 * len(s) + 3), 9))
+    axes = fig.subplots(2, 1, sharex=True)
+    x = np.arange(len(s))
+    same = "same_host" in ok and bool(ok["same_host"].fillna(False).astype(bool).any())
+    for ax, prefix, side in zip(axes, ("send_", "recv_"), ("sender", "receiver")):
+        ax.bar(x - 0.2, s[f"{prefix}cpu_s_per_gib_median"], 0.4, label="process CPU (the worker's rusage)",
+               color="C0")
+        ax.bar(x + 0.2, s[f"{prefix}host_busy_s_per_gib_median"], 0.4,
+               label="host CPU (whole machine, /proc/stat incl. softirq)", color="C1")
+        draw_copy_line(ax, copy_line(ok, prefix), side)
+        ax.set_ylabel(f"{side}: CPU seconds per GiB (median)")
+        ax.set_title(side + (" (one machine with the receiver: its host CPU is the same machine's)"
+                             if same and side == "sender" else ""))
+        ax.legend(fontsize="small")
+        ax.set_ylim(bottom=0)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[1].set_xticks(x)
+    axes[1].set_xticklabels(labels, fontsize="small")
+    axes[1].set_xlabel("send mode → receive mode")
+    fig.suptitle(_title(experiment, what, ""))
+    fig.tight_layout()
+    return [Plot("cpuviews", _title(experiment, what, ""), fig, note)]
+
+
+def samples_timelines(df: pd.DataFrame, samples: "pd.DataFrame | None", experiment: str = "") -> list:
+    """Per-interval samples of one run of the slowest and of the fastest cell (median Gbit/s among the
+    cells that kept samples): throughput, CPUs busy (process and host view), congestion window and RTT."""
+    what = "per-interval samples"
+    if samples is None or samples.empty:
+        return [Plot("samples", what, None, "skipped: no run kept samples (`sample_interval`: samples are kept "
+                                            "for transfers of at least 3 intervals)")]
+    ok = _ok(df)
+    ok = ok[ok["samples"].notna()] if "samples" in ok else ok.iloc[0:0]
+    if ok.empty:
+        return [Plot("samples", what, None, "skipped: no successful run kept samples")]
+    medians = ok.groupby("cell")["gbit_s"].median().sort_values()
+    picks = [("slowest", medians.index[0])]
+    if len(medians) > 1:
+        picks.append(("fastest", medians.index[-1]))
+    plots = []
+    for which, cell in picks:
+        run = ok[ok["cell"] == cell].sort_values("repeat").iloc[0]
+        part = samples[(samples["cell"] == cell) & (samples["repeat"] == run["repeat"])]
+        if "sweep" in samples and "sweep" in run:
+            part = part[part["sweep"] == run["sweep"]]
+        label = f"{which} cell {cell}: {run['send_mode']} → {run['recv_mode']}, repeat {int(run['repeat'])}, " \
+                f"median {medians[cell]:.2f} Gbit/s"
+        fig = Figure(figsize=(10, 9))
+        axes = fig.subplots(3, 1, sharex=True)
+        one_machine = isinstance(run.get("same_host"), (bool, np.bool_)) and bool(run.get("same_host"))
+        for side, style in (("send", "-"), ("recv", "--")):
+            sp = part[part["side"] == side].sort_values("t_s")
+            if sp.empty:
+                continue
+            name = "sender" if side == "send" else "receiver"
+            axes[0].plot(sp["t_s"], sp["gbit_s"], style, marker=".", label=name)
+            axes[1].plot(sp["t_s"], sp["proc_cpus"], style, marker=".", label=f"{name} process CPU")
+            if not (one_machine and side == "recv"):  # one machine: one /proc/stat, drawn once
+                host = "host CPU (one machine for both)" if one_machine else f"{name} host CPU"
+                axes[1].plot(sp["t_s"], sp["host_busy_cpus"], style, marker="x", label=host)
+            if side == "send":
+                axes[2].plot(sp["t_s"], sp["tcp_snd_cwnd"], style, marker=".", color="C2", label="sender cwnd")
+                rtt = axes[2].twinx()
+                rtt.plot(sp["t_s"], sp["tcp_rtt_us"], ":", marker=".", color="C4", label="sender RTT (right axis)")
+                rtt.set_ylabel("RTT (µs)")
+                rtt.set_ylim(bottom=0)
+                axes[2].legend(handles=axes[2].get_lines() + rtt.get_lines(), fontsize="small", loc="lower left")
+        axes[0].set_ylabel("throughput (Gbit/s)")
+        axes[1].set_ylabel("CPUs busy (CPU s per s)")
+        axes[2].set_ylabel("congestion window (segments)")
+        axes[2].set_xlabel("time since the start of the transfer (s)")
+        for ax in axes:
+            ax.set_ylim(bottom=0)
+            ax.grid(True, alpha=0.3)
+        for ax in axes[:2]:
+            ax.legend(fontsize="small", loc="lower left")
+        fig.suptitle(_title(experiment, what, label))
+        fig.tight_layout()
+        plots.append(Plot(f"samples-{which}", _title(experiment, what, label), fig))
+    return plots
 
 
 def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
@@ -256,10 +584,14 @@ def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
     return plots
 
 
-def all_plots(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "") -> list:
-    """Every plot of the report, in order (skipped ones carry their note)."""
-    return (grouped_bars(df, baselines, experiment) + versus_buffer(df, experiment)
-            + cpu_stacked(df, experiment) + heatmap(df, experiment))
+def all_plots(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "",
+              samples: "pd.DataFrame | None" = None, declared: "Sequence[View]" = ()) -> list:
+    """Every plot of the report, in order (skipped ones carry their note); `samples`: zcorch.load_samples.
+    Throughput is drawn as small-multiple views (declared by the experiment's `report:` section, or the
+    default one) instead of a bar chart per combination of the other parameters."""
+    return (views(df, declared, baselines, experiment) + versus_buffer(df, experiment)
+            + cpu_stacked(df, experiment) + cpu_views(df, experiment) + heatmap(df, experiment)
+            + samples_timelines(df, samples, experiment))
 
 
 def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:

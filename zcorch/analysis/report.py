@@ -23,9 +23,15 @@ from zcorch import __version__
 from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, side_by_side
 from zcorch.analysis.frames import OK, load_baselines, load_meta, read_manifest, read_meta, result_dir
 from zcorch.analysis.load import load
-from zcorch.analysis.plots import all_plots, data_uri, save, slices
+from zcorch.analysis.plots import _combo_label, _keys, _select, all_plots, data_uri, default_view, save
+from zcorch.analysis.samples import load_samples
+from zcorch.config.views import View
+from zcorch.config.experiment import views_of
+from zcorch.analysis import reproduction as rp
+from zcorch.config.experiment import reference_of
+from zcorch.errors import ConfigError
 from zcorch.params import format_value
-from zcorch.analysis.stats import ci_method, mode_table, summarize, varying_params
+from zcorch.analysis.stats import ci_method, format_rate, format_spread, summarize, varying_params
 
 
 def text(value) -> str:
@@ -127,30 +133,196 @@ def filesystems_table(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: d
 
 
 def results_section(df: pd.DataFrame) -> dict:
-    """The seeds' send × receive tables, one per slice of the other varying parameters."""
+    """The throughput tables of the default view (plots.default_view): rows its colour (the send mode, as
+    the seeds' tables), columns its x (the receive mode, or the parameter the modes do not vary), one table
+    per panel; cells 'MB/s (Gbit/s)' with their spread."""
+    view, folded = default_view(df, ok_only=False)
+    view = View(view.x, view.hue, view.facet, "mb_s")
+    ok = df[df["status"] == OK]
     tables = []
-    parts, note = slices(df, ["send_mode", "recv_mode"])
-    for label, sub, _ in parts:
-        table = mode_table(summarize(sub, by=["send_mode", "recv_mode"], metrics=["mb_s", "gbit_s"]))
-        rows = [[send] + list(table.loc[send]) for send in table.index]
-        tables.append((label, Table(["send \\ receive"] + list(table.columns), rows,
-                                    [None] + ["cell"] * len(table.columns))))
-    return {"ci_method": ci_method(), "tables": tables, "note": note}
+    s = summarize(df, by=list(view.facet) + list(view.hue) + list(view.x), metrics=["mb_s", "gbit_s"])
+    facets, hues, xs = (_present(df, p) for p in (view.facet, view.hue, view.x))
+    for fkey in facets:
+        panel = _select(s, view.facet, fkey)
+        rows = []
+        for hkey in hues:
+            part = _select(panel, view.hue, hkey)
+            label = _combo(view.hue, hkey) or "all"
+            if folded and len(_select(df, view.hue, hkey)):
+                first = _select(df, view.hue, hkey).iloc[0]
+                label += " (" + ", ".join(f"{p}={format_value(p, first[p])}" for p in folded) + ")"
+            cells = []
+            for xkey in xs:
+                r = _select(part, view.x, xkey)
+                cells.append("" if r.empty else format_rate(r["mb_s_median"].iloc[0], r["gbit_s_median"].iloc[0])
+                             + "\n" + format_spread(r.iloc[0]))
+            if any(cells):
+                rows.append([label] + cells)
+        corner = f"{'+'.join(view.hue) or ' '} \\ {'+'.join(view.x)}"
+        tables.append((_combo(view.facet, fkey, named=True),
+                       Table([corner] + [_combo(view.x, k, named=len(view.x) > 1) for k in xs], rows,
+                             [None] + ["cell"] * len(xs))))
+    note = None
+    return {"ci_method": ci_method(), "tables": tables, "note": note,
+            "axes": f"rows: {'+'.join(view.hue) or '–'}; columns: {'+'.join(view.x)}"
+                    + (f"; one table per {'+'.join(view.facet)}" if view.facet else "")}
+
+
+def _present(df: pd.DataFrame, params) -> list:
+    return _keys(df, params)
+
+
+def _combo(params, key, named: bool = False) -> str:
+    return _combo_label(params, key, named) if params else ""
+
+
+CPU_METRICS = ["send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib",
+               "total_host_busy_s_per_gib", "send_cpu_copies", "recv_cpu_copies", "send_host_busy_copies",
+               "recv_host_busy_copies"]
+
+
+def _median(r: pd.Series, metric: str, fmt: str = "{:.3f}") -> str:
+    return _num(r.get(f"{metric}_median"), fmt)
+
+
+def cell_zc_verdicts(df: pd.DataFrame) -> dict:
+    """{cell: zero-copy verdict} over the ok runs of each cell (their completion reports added up)."""
+    from zcorch.results.rates import zc_verdict
+
+    ok = df[df["status"] == OK]
+    out = {}
+    for cell, group in ok.groupby("cell", sort=False):
+        completions = copied = 0.0
+        reported = False
+        for side in ("send_", "recv_"):
+            if side + "zc_completions" in group:
+                c = pd.to_numeric(group[side + "zc_completions"], errors="coerce")
+                k = pd.to_numeric(group.get(side + "zc_copied"), errors="coerce") if side + "zc_copied" in group else c * 0
+                reported = reported or bool(c.notna().any())
+                completions += float(c.sum())
+                copied += float(k.sum())
+        out[cell] = zc_verdict(completions, copied) if reported else "n/a"
+    return out
 
 
 def cells_table(df: pd.DataFrame) -> Table:
-    s = summarize(df)
+    s = summarize(df, metrics=["mb_s", "gbit_s"] + CPU_METRICS)
     params = [c for c in varying_params(df) if c in s]
+    verdicts = cell_zc_verdicts(df)
     header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s 95% CI", "Gbit/s median",
-                                  "send CPU s/GiB", "recv CPU s/GiB"]
+                                  "send process CPU s/GiB", "recv process CPU s/GiB", "send host CPU s/GiB",
+                                  "recv host CPU s/GiB", "zero-copy"]
     rows = []
     for _, r in s.iterrows():
         ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')}"
               if np.isfinite(r["mb_s_ci_low"]) else "")
         rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
                     + [r["n"], r["n_failed"], _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
-                       _num(r["send_cpu_s_per_gib_median"], "{:.3f}"), _num(r["recv_cpu_s_per_gib_median"], "{:.3f}")])
-    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * 7)
+                       _median(r, "send_cpu_s_per_gib"), _median(r, "recv_cpu_s_per_gib"),
+                       _median(r, "send_host_busy_s_per_gib"), _median(r, "recv_host_busy_s_per_gib"),
+                       verdicts.get(r["cell"], "")])
+    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * 9 + [None])
+
+
+def calibration_table(meta: dict) -> Optional[Table]:
+    """The copy-cost yardsticks of each host (meta.json hosts.<role>.calibration); None without any."""
+    hosts = meta.get("hosts") or {}
+    cals = {role: (hosts.get(role) or {}).get("calibration") for role in ("sender", "receiver")}
+    if not any(isinstance(c, dict) for c in cals.values()):
+        return None
+    rows = []
+    facts = [("one copy of a GiB (memcpy, s)", "memcpy_s_per_gib", "{:.4f}"),
+             ("memcpy bandwidth (GiB/s, median round)", "memcpy_gib_s", "{:.2f}"),
+             ("memcpy, best round (s per GiB)", "memcpy_best_s_per_gib", "{:.4f}"),
+             ("memcpy buffer (bytes)", "memcpy_bytes", "{:.0f}"),
+             ("page fault + zeroing of a fresh 4 KiB page (ns)", "fault_ns_per_page", "{:.0f}"),
+             ("first touch of a GiB of fresh pages (s)", "fault_s_per_gib", "{:.4f}"),
+             ("trivial system call, getppid (ns)", "syscall_ns_per_call", "{:.0f}")]
+    for label, key, fmt in facts:
+        rows.append([label] + [_num((c or {}).get(key), fmt) if isinstance(c, dict) else "" for c in cals.values()])
+    errors = [(c or {}).get("error") for c in cals.values()]
+    if any(errors):
+        rows.append(["calibration error"] + [e or "" for e in errors])
+    return Table(["", "sender", "receiver"], rows, [None, "num", "num"])
+
+
+def _data_links(meta: dict) -> list:
+    """[(role, interface name, kind)] of the data links that always copy (loopback, veth)."""
+    out = []
+    for role in ("sender", "receiver"):
+        iface = ((meta.get("hosts") or {}).get(role) or {}).get("interface") or {}
+        name, kind = iface.get("name"), iface.get("kind")
+        if kind in ("loopback", "veth") or (kind is None and name == "lo"):
+            out.append((role, name, kind or "loopback"))
+    return out
+
+
+def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
+    """Where the CPU goes: both CPU views per cell in units of one copy of the data, the yardsticks, and
+    what the zero-copy verdicts mean on this data link."""
+    ok = df[df["status"] == OK]
+    have_host = any(c in ok and ok[c].notna().any() for c in ("send_host_busy_s_per_gib", "recv_host_busy_s_per_gib"))
+    same = "same_host" in ok and bool(ok["same_host"].fillna(False).astype(bool).any())
+    table = None
+    if len(ok):
+        s = summarize(df, metrics=CPU_METRICS)
+        params = [c for c in varying_params(df) if c in s]
+        header = ["cell"] + params + ["send process CPU s/GiB", "send in copies", "send host CPU s/GiB",
+                                      "send in copies", "recv process CPU s/GiB", "recv in copies",
+                                      "recv host CPU s/GiB", "recv in copies", "both hosts s/GiB"]
+        rows = []
+        for _, r in s[s["n"] > 0].iterrows():
+            rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
+                        + [_median(r, "send_cpu_s_per_gib"), _median(r, "send_cpu_copies", "{:.1f}×"),
+                           _median(r, "send_host_busy_s_per_gib"), _median(r, "send_host_busy_copies", "{:.1f}×"),
+                           _median(r, "recv_cpu_s_per_gib"), _median(r, "recv_cpu_copies", "{:.1f}×"),
+                           _median(r, "recv_host_busy_s_per_gib"), _median(r, "recv_host_busy_copies", "{:.1f}×"),
+                           _median(r, "total_host_busy_s_per_gib")])
+        table = Table(header, rows, [None] * (1 + len(params)) + ["num"] * 9)
+    verdicts = set(cell_zc_verdicts(df).values()) - {"n/a"}
+    links = _data_links(meta) if verdicts else []
+    return {"table": table, "calibration": calibration_table(meta), "have_host": have_host, "same_host": same,
+            "links": [f"{name or '?'} ({kind}) on the {role}" for role, name, kind in links],
+            "have_copy": any(c in df and df[c].notna().any() for c in ("send_copy_s_per_gib", "recv_copy_s_per_gib"))}
+
+
+def reproduction_section(experiment_text: str, path: str, df: pd.DataFrame,
+                         baselines: pd.DataFrame) -> Optional[dict]:
+    """The study's published figures and claims next to this run (None: the experiment has no `reference:`)."""
+    try:
+        ref = reference_of(experiment_text, path)
+    except ConfigError as exc:
+        return {"error": str(exc)}
+    if ref is None:
+        return None
+    claims = rp.claims(df, ref)
+    return {"error": None, "source": ref.source, "setup": " ".join(ref.setup.split()),
+            "ci": ci_method(),
+            "baselines": Table(rp.BASELINE_HEADER, rp.baseline_table(ref, baselines)) if ref.baselines else None,
+            "figures": Table(rp.FIGURE_HEADER, rp.figure_table(rp.figures(df, baselines, ref)),
+                             [None, None, None, "num", "num", "num", "num", "num"]) if ref.figures else None,
+            "claim_header": rp.CLAIM_HEADER, "claims": rp.claim_table(claims), "counts": rp.verdict_counts(claims)}
+
+
+def reproduction_markdown(path) -> str:
+    """The Reproduction section of a result set as Markdown (`zcorch report DIR --format markdown`)."""
+    d = result_dir(path)
+    manifest = read_manifest(d)
+    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
+    text = exp_file.read_text(errors="replace") if exp_file.is_file() else ""
+    ref = reference_of(text, str(exp_file))
+    if ref is None:
+        raise ConfigError(f"{exp_file}: the experiment has no `reference:` section: there is no published study "
+                          "to compare this result set with (docs/experiment-files.md, Reference)")
+    return rp.markdown(ref, load(d), load_baselines(d), manifest.get("name") or d.name)
+
+
+def _declared_views(text: str, path: str) -> tuple:
+    """The experiment's `report:` views; () when it has none or they cannot be read (the default view then)."""
+    try:
+        return views_of(text, path)
+    except ConfigError:
+        return ()
 
 
 def plots_section(plots: list) -> list:
@@ -179,12 +351,14 @@ def build_report(path, plots: Optional[list] = None) -> str:
     df = load(d)
     baselines = load_baselines(d)
     meta = load_meta(d)
-    descriptions = read_meta(d).get("filesystems") or {}
+    raw_meta = read_meta(d)
+    descriptions = raw_meta.get("filesystems") or {}
     exp_file = d / manifest.get("experiment_file", "experiment.yaml")
     experiment_text = exp_file.read_text(errors="replace") if exp_file.is_file() else "(experiment file missing)"
     name = manifest.get("name") or d.name
     if plots is None:
-        plots = all_plots(df, baselines, name)
+        plots = all_plots(df, baselines, name, load_samples(d) if len(df) else None,
+                          _declared_views(experiment_text, str(exp_file)))
     context = {
         "name": name, "dir_name": d.name, "version": __version__,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -194,10 +368,11 @@ def build_report(path, plots: Optional[list] = None) -> str:
         "hosts": hosts_table(meta),
         "baselines": baselines_table(baselines),
         "filesystems": filesystems_table(df, baselines, descriptions),
+        "reproduction": reproduction_section(experiment_text, str(exp_file), df, baselines) if len(df) else None,
     }
     if len(df):
         context.update(results=results_section(df), plots=plots_section(plots), cells=cells_table(df),
-                       failed=failed_table(df))
+                       cpu=cpu_section(df, raw_meta), failed=failed_table(df))
     return environment().get_template("report.html.j2").render(context)
 
 
@@ -206,7 +381,10 @@ def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     d = result_dir(path)
     manifest = read_manifest(d)
     df = load(d)
-    plots = all_plots(df, load_baselines(d), manifest.get("name") or d.name) if len(df) else []
+    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
+    declared = _declared_views(exp_file.read_text(errors="replace"), str(exp_file)) if exp_file.is_file() else ()
+    plots = all_plots(df, load_baselines(d), manifest.get("name") or d.name, load_samples(d), declared) \
+        if len(df) else []
     if plot_formats:
         save(plots, d / "plots", plot_formats)
     out = Path(output) if output else d / "report.html"

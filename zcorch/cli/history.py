@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from zcorch.cli.options import add_regression_options, check_regression_options
 from zcorch.analysis.compare import HIGHER_IS_BETTER
-from zcorch.errors import ConfigError
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -22,11 +22,7 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p.add_argument("-o", "--output", metavar="OUT", help="write OUT/index.html (default ROOT/index.html)")
     p.add_argument("--check", action="store_true",
                    help="exit 1 when the newest sweep of an experiment is a significant regression")
-    p.add_argument("--metric", choices=sorted(HIGHER_IS_BETTER), default="gbit_s",
-                   help="what to follow (default gbit_s; CPU metrics: lower is better)")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
-                   help="ignore changes up to this many percent (default 5, as zcorch compare)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    add_regression_options(p, HIGHER_IS_BETTER, "follow")
     p.set_defaults(func=main)
     return p
 
@@ -34,10 +30,7 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 def main(args: argparse.Namespace) -> int:
     from zcorch.analysis.history import build_history, render_text, write_index  # pandas, matplotlib
 
-    if args.threshold < 0:
-        raise ConfigError(f"--threshold must be >= 0, got {args.threshold}")
-    if not 0 < args.alpha < 1:
-        raise ConfigError(f"--alpha must be between 0 and 1, got {args.alpha}")
+    check_regression_options(args)
     history = build_history(args.root, args.metric, args.threshold, args.alpha)
     for warning in history.warnings:
         print(f"zcorch history: warning: {warning}", file=sys.stderr)

@@ -1,10 +1,12 @@
-"""Options shared by several commands (not a command itself): --hosts and --set of `zcorch run` and `zcorch plan`."""
+"""Options shared by several commands (not a command itself): --hosts and --set of `zcorch run` and `zcorch plan`;
+--metric, --threshold and --alpha of `zcorch compare` and `zcorch history`."""
 from __future__ import annotations
 
 import argparse
 import os
 
 from zcorch.config.inventory import ENV_VAR, FLAG, from_environment, select
+from zcorch.errors import ConfigError
 
 
 def add_hosts_and_set(p: argparse.ArgumentParser, resume: bool = False) -> None:
@@ -26,3 +28,19 @@ def hosts_from_args(args: argparse.Namespace, environ=None):
     if getattr(args, "resume", None):
         return select(args.hosts) if args.hosts is not None else None
     return from_environment(args.hosts, os.environ if environ is None else environ)
+
+
+def add_regression_options(p: argparse.ArgumentParser, metric_choices, what: str) -> None:
+    """--metric, --threshold, --alpha: how `compare` and `history` decide a regression (one rule, one set of flags)."""
+    p.add_argument("--metric", choices=sorted(metric_choices), default="gbit_s",
+                   help=f"what to {what} (default gbit_s; CPU metrics: lower is better)")
+    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
+                   help="ignore changes up to this many percent (default 5)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+
+
+def check_regression_options(args: argparse.Namespace) -> None:
+    if args.threshold < 0:
+        raise ConfigError(f"--threshold must be >= 0, got {args.threshold}")
+    if not 0 < args.alpha < 1:
+        raise ConfigError(f"--alpha must be between 0 and 1, got {args.alpha}")

@@ -87,6 +87,11 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     lines.append("baselines: " + "; ".join(
         f"{kind} " + (", ".join(f"{k}={_baseline_value(k, v)}" for k, v in asdict(conf).items()) if conf else "off")
         for kind, conf in exp.baselines.kinds()))
+    if exp.reference is not None:
+        src = exp.reference.source
+        cite = ", ".join(x for x in (src.author, f"\"{src.title}\"", src.date) if x)
+        lines.append(f"reference: {cite}: {len(exp.reference.figures)} published figures, "
+                     f"{len(exp.reference.claims)} claims (the report checks them)")
     if plan.dropped:
         by_reason: "dict[str, list]" = {}
         for d in plan.dropped:

@@ -42,6 +42,8 @@ from zcorch.config.checks import dev_path as _dev_path
 from zcorch.config.filesystems import FilesystemConfig, device_list, parse_filesystems
 from zcorch.config.hosts import INVENTORY, LOCALHOST, Hosts, parse_hosts
 from zcorch.config.inventory import InventoryPair
+from zcorch.config.reference import Reference, parse_reference
+from zcorch.config.views import View, parse_report
 from zcorch.errors import ConfigError, WorkerError, ZcorchError
 from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param
 from zcorch.worker import native
@@ -59,7 +61,7 @@ SIZE_PARAMS = SIZE_KEYS
 MAX_REPEATS = 10000
 MAX_RUNS = 1_000_000
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
-            "baselines", "filesystems", "skip_invalid", "allow_destroy")
+            "baselines", "filesystems", "skip_invalid", "allow_destroy", "reference", "report")
 # `{scratch}` not preceded by a quote: YAML reads it as a flow mapping (a syntax error, or a mapping).
 _UNQUOTED_PLACEHOLDER_RE = re.compile(r"(^|[\s,\[:])\{(scratch|filesystem)\}")
 
@@ -98,6 +100,8 @@ class Experiment:
     inventory: Optional[InventoryPair] = None   # the pair given with --hosts / ZCORCH_HOSTS (then `hosts` is its)
     overrides: "tuple[str, ...]" = ()       # the --set KEY=VALUE applied, as given, in order
     effective: Optional[str] = None         # with --hosts or --set: the document as run (YAML text); else None
+    reference: Optional[Reference] = None   # the published study this experiment reproduces (config.reference)
+    views: "tuple[View, ...]" = ()          # `report: {views: [...]}`: the report's declared views (config.views)
 
     def effective_text(self) -> str:
         """The experiment as it runs: `text` itself, or with --hosts/--set the effective document."""
@@ -131,15 +135,7 @@ def load_experiment(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
     hosts: a pair of an inventory (zcorch.config.inventory), used instead of the file's `hosts:`.
     """
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the experiment file: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    text, _ = ys.read_text(path, "the experiment file")
     return parse_experiment(text, path, overrides, hosts)
 
 
@@ -222,7 +218,7 @@ def _check_effective(exp: Experiment) -> None:
     """The effective document must read back to the experiment that runs (--resume and reports read it)."""
     again = parse_experiment(exp.effective or "", exp.path)
     fields_ = ("name", "description", "hosts", "params", "exclude", "include", "baselines", "filesystems",
-               "repeats", "order", "seed", "skip_invalid", "allow_destroy")
+               "repeats", "order", "seed", "skip_invalid", "allow_destroy", "reference", "views")
     differ = [f for f in fields_ if getattr(again, f) != getattr(exp, f)]
     if [(a.key, a.values) for a in again.matrix] != [(a.key, a.values) for a in exp.matrix]:
         differ.append("matrix")
@@ -257,6 +253,8 @@ def cell_problems(p: dict) -> "list[str]":
     send_caps, recv_caps = _mode_caps("send", send), _mode_caps("recv", recv)
     if "file_sink" in recv_caps and sink == "/dev/null":
         out.append(f"receive mode `{recv}` needs a regular file as sink, not /dev/null")
+    if "no_sink" in recv_caps and sink != "/dev/null":
+        out.append(f"receive mode `{recv}` keeps no data: its sink must be /dev/null, not `{sink}`")
     if send_caps & {"file_source", "mappable_source"} and source == "mem":
         out.append(f"send mode `{send}` reads from a file; source `mem` is not one (use a path or /dev/zero)")
     if "mappable_source" in send_caps and source == "/dev/zero":
@@ -417,6 +415,8 @@ class _Validator(Checker):
         skip_invalid = self.value(get("skip_invalid"), "skip_invalid", ys.as_bool, False) \
             if "skip_invalid" in top else False
         baselines = parse_baselines(self, get("baselines"))
+        reference = parse_reference(self, get("reference"), parse_param) if "reference" in top else None
+        views = parse_report(self, get("report")) if "report" in top else ()
         # Counted from the axis lengths, before anything is expanded (excludes can only lower it).
         n_cells = math.prod(len(axis.values) for axis in matrix) + len(include_raw)
         if n_cells * repeats > MAX_RUNS:
@@ -434,7 +434,8 @@ class _Validator(Checker):
                          params=params, matrix=matrix, exclude=exclude, include=[], baselines=baselines,
                          filesystems=filesystems, repeats=repeats, order=order, seed=seed,
                          skip_invalid=skip_invalid, locations=dict(self.locations),
-                         allow_destroy=self.allow_destroy, hosts_required=file_hosts is None)
+                         allow_destroy=self.allow_destroy, hosts_required=file_hosts is None,
+                         reference=reference, views=views)
         base = exp.include_base()
         multi = {axis.key: axis for axis in matrix if len(axis.values) > 1}
         for i, (pos, entry) in enumerate(include_raw):
@@ -553,3 +554,35 @@ _INVALID = _Invalid()
 
 def _example(node: ys.YNode) -> str:
     return node.text if isinstance(node, ys.YScalar) and node.text else "a, b"
+
+
+def views_of(text: str, path: str = "<experiment>") -> "tuple[View, ...]":
+    """The `report:` views of an experiment document alone (() without), like reference_of."""
+    root, raw = ys.parse(text, path)
+    chk = Checker(path)
+    for problem in raw:
+        chk.problem(*problem)
+    chk.raise_if_any()
+    node = root.get("report") if isinstance(root, ys.YMap) else None
+    if node is None:
+        return ()
+    views = parse_report(chk, node)
+    chk.raise_if_any()
+    return views
+
+
+def reference_of(text: str, path: str = "<experiment>") -> Optional[Reference]:
+    """The `reference:` section of an experiment document alone (None without one), for analysis of a result
+    set: the rest of the file is not validated again (its hosts may come from an inventory no longer there).
+    ConfigError (file:line) when the section itself has problems."""
+    root, raw = ys.parse(text, path)
+    chk = Checker(path)
+    for problem in raw:
+        chk.problem(*problem)
+    chk.raise_if_any()
+    node = root.get("reference") if isinstance(root, ys.YMap) else None
+    if node is None:
+        return None
+    ref = parse_reference(chk, node, parse_param)
+    chk.raise_if_any()
+    return ref

@@ -19,7 +19,6 @@ the rule the command line applies: the flag wins over ZCORCH_HOSTS.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -72,16 +71,8 @@ class Inventory:
 def load_inventory(path: str) -> Inventory:
     """Read and validate an inventory file; ConfigError lists every problem as file:line:column: key: message."""
     path = os.path.abspath(os.fspath(path))
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the inventory file: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
-    return parse_inventory(text, path, hashlib.sha256(raw).hexdigest())
+    text, sha256 = ys.read_text(path, "the inventory file")
+    return parse_inventory(text, path, sha256)
 
 
 def parse_inventory(text: str, path: str, sha256: str = "") -> Inventory:

@@ -11,12 +11,14 @@ as a list so the caller can report them together with its own; a YAML syntax err
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
 import yaml
 
+from zcorch.errors import ConfigError
 from zcorch.units import parse_duration, parse_size
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -27,7 +29,8 @@ FLOAT = "tag:yaml.org,2002:float"
 BOOL = "tag:yaml.org,2002:bool"
 NULL = "tag:yaml.org,2002:null"
 MERGE = "tag:yaml.org,2002:merge"
-_SCALAR_TAGS = {STR, INT, FLOAT, BOOL, NULL}
+TIMESTAMP = "tag:yaml.org,2002:timestamp"   # `date: 2006-11-16`: read as its text by as_str
+_SCALAR_TAGS = {STR, INT, FLOAT, BOOL, NULL, TIMESTAMP}
 
 _DECIMAL_RE = re.compile(r"^-?(0|[1-9][0-9]*)$")
 _PLAIN_FLOAT_RE = re.compile(r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$")
@@ -46,6 +49,21 @@ class Pos:
 
     def __str__(self) -> str:
         return f"{self.line}:{self.column}"
+
+
+def read_text(path: str, what: str) -> "tuple[str, str]":
+    """(text, sha256 hex) of a UTF-8 file; ConfigError naming `what` ("the experiment file") when it
+    cannot be read or is not UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read {what}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    return text, hashlib.sha256(raw).hexdigest()
 
 
 def where(path: str, pos: Pos) -> str:

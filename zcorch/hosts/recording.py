@@ -135,6 +135,8 @@ class RecordingHost(Host):
         action = _worker_action(argv)
         if action == "info":
             return 0, _json({"event": "info", "version": __version__, "modes": {}, "kernel": NOT_MEASURED}), ""
+        if action == "calibrate":
+            return 0, _json({"event": "calibration", "kernel": NOT_MEASURED}), ""
         if action == "layout":
             path, size = _flag(argv, "--path"), _flag(argv, "--bytes")
             return 0, _json({"event": "layout", "path": path, "created": False, "size": int(size or 0),
@@ -218,7 +220,7 @@ def _action_index(argv: Sequence[str]) -> Optional[int]:
 
 
 def _worker_action(argv: Sequence[str]) -> Optional[str]:
-    """`recv`, `send`, `info`, `layout` of a worker command line (`... -m zcorch.worker ACTION`)."""
+    """`recv`, `send`, `info`, `layout`, `calibrate` of a worker command line (`... -m zcorch.worker ACTION`)."""
     for i, a in enumerate(argv[:-1]):
         if a == "zcorch.worker" and i > 0 and argv[i - 1] == "-m":
             return argv[i + 1]

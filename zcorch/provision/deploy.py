@@ -1,8 +1,10 @@
 """Deploy the worker to a host and check the host has what a sweep needs (preflight).
 
 Public API:
-    deployed_files(source_root) -> list[str]      the one list of files a remote host gets
-    content_hash(source_root, files) -> str       what the remote build directory is keyed by
+    worker_sources(source_root=None) -> {rel: local path}   the one set of files a remote host gets
+    deployed_files(source_root=None) -> list[str]  their paths as on the host (zcorch/..., native/...)
+    native_sources_dir() -> str                    zcorch/_native_src/ (wheel, sdist) or the checkout's native/
+    content_hash(sources) -> str                   what the remote build directory is keyed by
     deploy(host, source_root=None, ...) -> WorkerHandle
     preflight(hosts, need_iperf3=False, ports=(), handles=None) -> dict   raises PreflightError
     prepare(hosts, need_iperf3=False, ports=(), modes=None) -> dict[str, WorkerHandle]
@@ -14,6 +16,11 @@ with `PYTHON native/build.py --out DIR` (the host's `python`, cffi, the host's o
 marked complete and renamed to `<workdir>/worker-<hash>/` (`zcorch.worker.remote finalize`). A directory with the marker is reused as is (one round trip), so
 an unchanged redeploy is fast; a failed build raises DeployError with the host and the compiler output.
 LocalHost (`hosts: localhost`): the package this controller runs from is the worker; nothing is copied.
+
+The files come from this installation through importlib.resources: the package's own modules, and the C
+sources, headers and build script from the package data zcorch/_native_src/ (a wheel, an sdist install:
+setup.py copies native/ there) or else the checkout's native/ (a checkout, an editable install), uploaded
+as native/ on the host either way: deploy works the same from all four.
 """
 from __future__ import annotations
 
@@ -31,40 +38,90 @@ from zcorch._version import __version__
 from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import Host
-from zcorch.provision.remote_call import host_python, remote_json, run_remote
+# PACKAGE_PARENT: the directory holding the zcorch package this controller runs (a checkout, or the
+# site-packages of a wheel/sdist install): a local worker's PYTHONPATH.
+from zcorch.provision.remote_call import PACKAGE_PARENT, host_python, remote_json, run_remote
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MARKER = ".zcorch-deployed"
 BUILD_TIMEOUT = 300.0
 KEEP_BUILDS = 3          # older worker-<hash> directories beyond this many are pruned
 MIN_PYTHON = (3, 9)
+NATIVE_PACKAGE_DATA = "_native_src"   # zcorch/_native_src/ of a wheel = the checkout's native/ (setup.py)
 
-# Deployed modules (docs/architecture.md "Modules that are deployed"): stdlib-only + the cffi module.
+# Deployed modules (docs/architecture.md "What ships to the hosts"): stdlib-only + the cffi module.
 # The folder rule: zcorch/worker/ ships whole; of the core, only what the worker imports.
+# Paths are as laid out on the host (zcorch/..., native/...), whatever the local layout.
 _DEPLOYED_MODULES = ["zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
                      "zcorch/params.py", "zcorch/worker/__init__.py", "zcorch/worker/__main__.py", "native/build.py"]
 _DEPLOYED_GLOBS = ["zcorch/worker/*.py", "native/include/*.h", "native/core/*.c", "native/modes/*.c"]
 
 
-def deployed_files(source_root: str = REPO_ROOT) -> List[str]:
-    """Relative paths (sorted) of every file a remote host gets. Raises DeployError if one is missing."""
-    files = set()
+def native_sources_dir() -> str:
+    """Where this installation keeps what becomes native/ on a host (build.py, include/, core/, modes/):
+    the package data zcorch/_native_src/ of a wheel or sdist install, else the checkout's native/ next
+    to the package (a checkout, an editable install). Found through importlib.resources."""
+    package = _package_dir()
+    data = os.path.join(package, NATIVE_PACKAGE_DATA)
+    if os.path.isfile(os.path.join(data, "build.py")):
+        return data
+    return os.path.join(os.path.dirname(package), "native")
+
+
+def _package_dir() -> str:
+    import importlib.resources
+
+    root = importlib.resources.files("zcorch")
+    if not isinstance(root, os.PathLike):   # e.g. a zip archive: files are uploaded from the filesystem
+        raise DeployError(f"the zcorch package is not a directory ({root!r}): install it from a wheel or sdist")
+    return os.fspath(root)
+
+
+def worker_sources(source_root: Optional[str] = None) -> Dict[str, str]:
+    """{path on the host, relative to the build directory -> local file}: every file a remote host gets.
+
+    source_root None: this installation (the package's own modules, the C side from native_sources_dir()),
+    the same set from a checkout, an editable install, a wheel or an sdist install. source_root DIR: a tree
+    laid out as on the host (DIR/zcorch/..., DIR/native/...), e.g. a changed copy in a test.
+    Raises DeployError if a file is missing.
+    """
+    if source_root is None:
+        roots = {"zcorch": _package_dir(), "native": native_sources_dir()}
+    else:
+        root = os.path.abspath(source_root)
+        roots = {"zcorch": os.path.join(root, "zcorch"), "native": os.path.join(root, "native")}
+
+    def local(rel: str) -> str:
+        top, _, rest = rel.partition("/")
+        return os.path.join(roots[top], *rest.split("/"))
+
+    files: Dict[str, str] = {}
     missing = []
     for rel in _DEPLOYED_MODULES:
-        (files.add(rel) if os.path.isfile(os.path.join(source_root, rel)) else missing.append(rel))
+        if os.path.isfile(local(rel)):
+            files[rel] = local(rel)
+        else:
+            missing.append(rel)
     for pattern in _DEPLOYED_GLOBS:
-        for path in glob.glob(os.path.join(source_root, pattern)):
-            files.add(os.path.relpath(path, source_root).replace(os.sep, "/"))
+        top, _, rest = pattern.partition("/")
+        for path in glob.glob(local(pattern)):
+            files[f"{top}/" + os.path.relpath(path, roots[top]).replace(os.sep, "/")] = path
     if missing:
-        raise DeployError(f"worker sources missing under {source_root}: {', '.join(missing)}")
-    return sorted(files)
+        where = source_root or f"{roots['zcorch']} and {roots['native']}"
+        raise DeployError(f"worker sources missing under {where}: {', '.join(missing)} — "
+                          f"reinstall zcorch (a wheel or sdist carries them as zcorch/{NATIVE_PACKAGE_DATA}/)")
+    return dict(sorted(files.items()))
 
 
-def content_hash(source_root: str, files: Sequence[str]) -> str:
-    """16 hex digits of SHA-256 over every deployed file's path and bytes."""
+def deployed_files(source_root: Optional[str] = None) -> List[str]:
+    """Relative paths (sorted, as on the host) of every file a remote host gets. Raises DeployError if one is missing."""
+    return list(worker_sources(source_root))
+
+
+def content_hash(sources: Mapping[str, str]) -> str:
+    """16 hex digits of SHA-256 over every deployed file's path (as on the host) and bytes."""
     h = hashlib.sha256()
-    for rel in files:
-        with open(os.path.join(source_root, rel), "rb") as f:
+    for rel in sorted(sources):
+        with open(sources[rel], "rb") as f:
             data = f.read()
         h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
     return h.hexdigest()[:16]
@@ -115,22 +172,23 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
            python: Optional[str] = None, build_timeout: float = BUILD_TIMEOUT) -> WorkerHandle:
     """Make the worker runnable on `host`; returns the handle that starts it.
 
-    source_root: the tree whose files are deployed (default: this checkout). workdir / python default
+    source_root: a tree laid out as on the host whose files are deployed (default: this installation,
+    worker_sources()). workdir / python default
     to the host spec's `workdir` / `python` keys. Raises DeployError naming the host.
     """
     python = python or host_python(host)
     if host.is_local:
-        if source_root is not None and os.path.abspath(source_root) != REPO_ROOT:
+        if source_root is not None and os.path.abspath(source_root) != PACKAGE_PARENT:
             raise DeployError("localhost runs the controller's own package; source_root is for remote hosts")
-        handle = WorkerHandle(host, python, REPO_ROOT, "local", reused=True, env={"PYTHONPATH": REPO_ROOT})
+        handle = WorkerHandle(host, python, PACKAGE_PARENT, "local", reused=True, env={"PYTHONPATH": PACKAGE_PARENT})
         cffi_dir = _local_cffi_backend_dir() if python == sys.executable else None
         if cffi_dir:
-            handle.env["PYTHONPATH"] = f"{REPO_ROOT}:{cffi_dir}"
+            handle.env["PYTHONPATH"] = f"{PACKAGE_PARENT}:{cffi_dir}"
             handle.python_flags = ["-S"]
         return handle
-    root = os.path.abspath(source_root or REPO_ROOT)
-    files = deployed_files(root)
-    digest = content_hash(root, files)
+    sources = worker_sources(source_root)
+    files = list(sources)
+    digest = content_hash(sources)
     base = host.expand(workdir or host_workdir(host))
     final = posixpath.join(base, f"worker-{digest}")
     handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final})
@@ -146,8 +204,8 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
         return handle
     tmp = posixpath.join(base, f".tmp-worker-{digest}-{uuid.uuid4().hex[:8]}")
     try:
-        for rel in files:
-            host.put_file(os.path.join(root, rel), posixpath.join(tmp, rel))
+        for rel, path in sources.items():
+            host.put_file(path, posixpath.join(tmp, rel))
         build = host.run([python, posixpath.join(tmp, "native", "build.py"), "--out", tmp], timeout=build_timeout)
         if not build.ok:
             output = (build.stdout + build.stderr).strip()
@@ -265,7 +323,8 @@ def worker_version_problems(handle: WorkerHandle,
     each of `modes` ({"send": [...], "recv": [...]}, the cells' modes on this host) it cannot run."""
     where = _where(handle.host)
     r = handle.host.run(handle.worker_argv + ["info"], env=handle.env, timeout=60)
-    fix = "run scripts/bootstrap" if handle.host.is_local else "redeploy (delete the worker-* directory)"
+    fix = ("reinstall zcorch (in a checkout: scripts/bootstrap)" if handle.host.is_local
+           else "redeploy (delete the worker-* directory)")
     if not r.ok:
         return [f"{where}: `{' '.join(handle.worker_argv)} info` failed (exit {r.returncode}): "
                 f"{(r.stderr or r.stdout).strip()[-800:]} — {fix}"]

@@ -1,7 +1,12 @@
 """How the figures users compare are derived from a worker's metrics, defined once for the end-of-run
-summary and for the analysis frames. Plain arithmetic, so each takes floats or numpy arrays alike.
+summary and for the analysis frames. Plain arithmetic, so each takes floats or numpy arrays alike
+(zc_verdict: one run's or one cell's numbers).
 """
 from __future__ import annotations
+
+import math
+
+from zcorch.params import HOST_BUSY_FIELDS
 
 GIB = float(1 << 30)
 
@@ -19,3 +24,41 @@ def mb_s(nbytes, wall_ns):
 def cpu_s_per_gib(utime_us, stime_us, nbytes):
     """User + system CPU seconds per GiB moved: netperf's service demand, per side."""
     return (utime_us + stime_us) / 1e6 / (nbytes / GIB)
+
+
+def per_gib(seconds, nbytes):
+    """Seconds per GiB moved."""
+    return seconds / (nbytes / GIB)
+
+
+def host_busy_us(metrics: dict):
+    """Busy host CPU µs of one worker's metrics (HOST_BUSY_FIELDS of host_<field>_us: everything but idle
+    and iowait, all CPUs); None when the worker did not report them."""
+    parts = [metrics.get(f"host_{f}_us") for f in HOST_BUSY_FIELDS]
+    return None if any(p is None for p in parts) else sum(parts)
+
+
+def host_busy_total(send, recv, same_host: bool):
+    """Both hosts' busy CPU (seconds, or seconds per GiB): their sum; on one machine (same_host: both
+    windows read the same /proc/stat and overlap almost entirely) the larger of the two, counted once."""
+    return max(send, recv) if same_host else send + recv
+
+
+ZC_VERDICTS = ("zero-copy", "copied", "partly copied (N%)", "n/a")
+
+
+def zc_verdict(completions, copied) -> str:
+    """Was it zero-copy? From the kernel's completion reports (zc_completions / zc_copied, any mode with
+    the `zc_completions` capability): `n/a` without reports (other modes, nothing sent), `zero-copy` when
+    none was copied, `copied` when all were, else `partly copied (N%)` (N = share copied, rounded, 1..99)."""
+    def missing(v) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    if missing(completions) or missing(copied) or completions <= 0:
+        return "n/a"
+    if copied <= 0:
+        return "zero-copy"
+    if copied >= completions:
+        return "copied"
+    pct = min(max(round(100.0 * copied / completions), 1), 99)
+    return f"partly copied ({pct}%)"

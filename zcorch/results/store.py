@@ -29,6 +29,7 @@ RUNS = "runs.jsonl"
 BASELINES = "baselines.jsonl"
 RUNS_CACHE = "runs.parquet"  # runs.jsonl parsed, written by zcorch.analysis.cache (never by this module)
 LOGS = "logs"
+SAMPLES = "samples"  # per-run samples: samples/<cell>-r<repeat>.jsonl, one line per sample and side
 
 RUN_STATUSES = ("ok", "failed", "timeout", "interrupted")
 
@@ -38,13 +39,12 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Replace `path` with `obj` as JSON without ever leaving a half-written file."""
+def write_text_atomic(path: str, text: str) -> None:
+    """Replace `path` with `text` without ever leaving a half-written file."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -55,6 +55,11 @@ def write_json_atomic(path: str, obj: Any) -> None:
         except OSError:
             pass
         raise
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Replace `path` with `obj` as JSON without ever leaving a half-written file."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def read_jsonl(path: str) -> List[dict]:
@@ -210,6 +215,17 @@ class ResultSet:
 
     def log_relpath(self, cell: str, repeat: int) -> str:
         return f"{LOGS}/{cell}-r{repeat}.log"
+
+    def write_samples(self, cell: str, repeat: int, samples: Dict[str, List[dict]]) -> str:
+        """samples/<cell>-r<repeat>.jsonl: one JSON line per sample, {"side": "send"|"recv", ...the sample}
+        (sides in the order given), replacing an earlier run's file (a re-run wins, as its record does);
+        written whole (temp file, fsync, rename) before the record that names it. Returns its relative path."""
+        rel = f"{SAMPLES}/{cell}-r{repeat}.jsonl"
+        path = self.path(rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_text_atomic(path, "".join(json.dumps(dict(row, side=side), sort_keys=True) + "\n"
+                                        for side, rows in samples.items() for row in rows))
+        return rel
 
     # -- records ----------------------------------------------------------------------------
     def _append(self, name: str, record: dict) -> None:

@@ -7,12 +7,13 @@ together with why (e.g. `speed` on veth/lo).
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
 import subprocess
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from zcorch._version import __version__
 from zcorch.errors import HostError
@@ -37,17 +38,54 @@ def collect_host(host: Host, python: str, data_address: Optional[str] = None, pa
     return meta
 
 
+CALIBRATE_TIMEOUT = 120.0
+
+
+def calibrate_host(host: Host, worker: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """The copy-cost yardsticks of one host: the deployed worker's `calibrate` (native/core/calibrate.c),
+    its event minus "event"; {"error": why} when it failed (the sweep goes on without the yardstick)."""
+    try:
+        res = host.run([*worker, "calibrate"], timeout=CALIBRATE_TIMEOUT, env=env)
+    except HostError as exc:
+        return {"error": f"{host.name}: calibration failed: {exc}"}
+    events = []
+    for line in res.stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    for event in events:
+        if event.get("event") == "calibration":
+            return {k: v for k, v in event.items() if k != "event"}
+    said = next((e.get("message") for e in events if e.get("event") == "error"), None)
+    return {"error": f"{host.name}: calibration failed (exit {res.returncode}): "
+                     f"{said or res.stderr.strip()[-300:] or 'no output'}"}
+
+
+def same_host(meta: Dict[str, Any]) -> Optional[bool]:
+    """Whether meta.json's sender and receiver run on one kernel (equal boot ids): their host CPU (one
+    /proc/stat) must not be added up. None when a boot id is unknown."""
+    hosts = meta.get("hosts") or {}
+    ids = [(hosts.get(role) or {}).get("boot_id") for role in ("sender", "receiver")]
+    return ids[0] == ids[1] if all(isinstance(i, str) and i for i in ids) else None
+
+
 def git_revision(directory: Optional[str] = None) -> Optional[str]:
-    """Revision of the controller checkout (with '-dirty' if modified), or None outside git."""
+    """Revision of the controller checkout (with '-dirty' if modified), or None when `directory` (default:
+    the directory holding the zcorch package) is not the top of a git work tree: a wheel installed into
+    site-packages has no revision, even when its venv lies inside some other repository."""
     directory = directory or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
-        rev = subprocess.run(["git", "-C", directory, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
-        if rev.returncode != 0:
+        rev = subprocess.run(["git", "-C", directory, "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+        lines = rev.stdout.split("\n")
+        if rev.returncode != 0 or len(lines) < 2 or not os.path.samefile(lines[0], directory):
             return None
         dirty = subprocess.run(["git", "-C", directory, "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10)
-        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+        return lines[1].strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return None
 

@@ -1,7 +1,8 @@
 """`zcorch run` as a library: the whole sweep pipeline in `run_sweep()` (docs/architecture.md).
 
 Stages, in order: load and plan the experiment; open the result set (new, or --resume); open the hosts;
-preflight + deploy the worker; resolve `{scratch}`; host metadata (meta.json); filesystem preflight;
+preflight + deploy the worker; resolve `{scratch}`; host metadata (meta.json); the copy-cost calibration
+per host (meta.json hosts.<role>.calibration); filesystem preflight;
 iperf3 baselines; lay out missing source files; the runs (the dd baseline before the first run in each
 sink directory, filesystems provisioned around their runs); finish. The library never prints:
 progress, messages and warnings go to a `SweepObserver`; the caller shows the returned `SweepResult`.
@@ -31,7 +32,7 @@ from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, 
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded, recording_hosts
 from zcorch.provision import scratch, sources
-from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, read_jsonl
+from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl
 from zcorch.sweep import baselines as bl
 from zcorch.sweep.runner import Runner, SweepOutcome, run_fields
 from zcorch.sweep.summary import summary_table
@@ -43,6 +44,7 @@ STAGES: Tuple[Tuple[str, str], ...] = (
                "cells' modes"),
     ("scratch", "resolve {scratch} (create the directory, mode 0700)"),
     ("metadata", "host metadata for meta.json"),
+    ("calibrate", "copy-cost calibration per host (memcpy, page fault, system call) for meta.json"),
     ("filesystems", "filesystem preflight (and a killed sweep's leftovers undone)"),
     ("iperf3", "iperf3 baselines"),
     ("sources", "lay out missing source files (only files that do not exist)"),
@@ -107,12 +109,13 @@ class SweepResult:
         return summary_table(self.plan_runs, self.records, self.varying, self.baselines)
 
 
-def _load(path: str, overrides: Sequence[str] = (), hosts: Optional[InventoryPair] = None):
+def _load(path: str, overrides: Sequence[str] = (), hosts: Optional[InventoryPair] = None,
+          reduced: bool = False):
     from zcorch import plan as planmod
     from zcorch.config import experiment as spec
 
     exp = spec.load_experiment(path, overrides, hosts)
-    return exp, planmod.expand(exp)
+    return exp, planmod.expand(exp, reduced)
 
 
 def _plan_json(plan) -> List[dict]:
@@ -145,6 +148,9 @@ class DryRunResults:
 
     def append_baseline(self, record: dict) -> None:
         self._baselines.append(record)
+
+    def write_samples(self, cell: str, repeat: int, samples: dict) -> str:
+        return os.devnull   # nothing is written in a dry run
 
     def runs(self) -> List[dict]:
         return list(self._runs)
@@ -302,7 +308,24 @@ def collect_meta(sweep: Sweep, plan_runs: List[dict], scratch_dirs: Optional[Dic
             meta["hosts"][role] = {"error": str(exc)}
         if role in scratch_dirs:
             meta["hosts"][role]["scratch"] = scratch_dirs[role]
+    meta["same_host"] = metadata.same_host(meta)
     return meta
+
+
+def calibrate(sweep: Sweep, meta: Dict[str, Any], warnings: List[str]) -> None:
+    """meta.json hosts.<role>.calibration: the worker's copy-cost yardsticks, once per host of the sweep
+    (localhost: one calibration shared by both roles), one host after the other so they do not disturb
+    each other."""
+    from zcorch.sweep import metadata
+
+    done: Dict[int, Dict[str, Any]] = {}
+    for role in ("sender", "receiver"):
+        host = sweep.hosts[role]
+        if id(host) not in done:
+            done[id(host)] = metadata.calibrate_host(host, sweep.worker[role], sweep.env.get(role))
+            if "error" in done[id(host)]:
+                warnings.append(done[id(host)]["error"])
+        meta["hosts"].setdefault(role, {})["calibration"] = done[id(host)]
 
 
 def _key(b: dict) -> str:
@@ -432,7 +455,10 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         raise ConfigError(f"--set cannot change the result set being resumed ({resume}): its experiment.yaml "
                           "is what it runs (start a new result set to run something else)")
     exp_path, exp_bytes = _experiment_source(experiment_path, resume)
-    exp, plan = _load(exp_path, overrides, hosts)
+    # A resumed result set whose sweep was reduced with --set runs its effective experiment.yaml, in which
+    # the reference may name cells the reduced matrix lacks: as at the start, they are warnings.
+    reduced = bool(resume and load_manifest(resume).get("overrides"))
+    exp, plan = _load(exp_path, overrides, hosts, reduced)
     plan_runs = _plan_json(plan)
     cfg = exp.baselines
     rs = _open_results(exp, exp_path, exp_bytes, plan_runs, output, resume, command or ["zcorch", "run"],
@@ -463,6 +489,9 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         observer.stage("metadata", _TITLES["metadata"])
         meta = collect_meta(sweep, plan_runs, scratch_dirs)
         rs.write_meta(meta)
+        observer.stage("calibrate", _TITLES["calibrate"])
+        calibrate(sweep, meta, warnings)
+        rs.write_meta(meta, keep_previous=False)
         observer.stage("filesystems", _TITLES["filesystems"])
         fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer)
         observer.stage("iperf3", _TITLES["iperf3"])

@@ -331,7 +331,7 @@ class Runner:
         def metrics(side: _Side) -> Optional[dict]:
             if side.result is None:
                 return None
-            return {k: v for k, v in side.result.items() if k != "event"}
+            return {k: v for k, v in side.result.items() if k not in ("event", "samples")}
 
         if status == "ok" and (send.result is None or recv.result is None):
             # Invariant: `--resume` skips ok runs for good, so ok needs both sides' metrics.
@@ -346,7 +346,34 @@ class Runner:
         if walls and status == "ok":
             # Controller cost of this run: process start-up, ready handshake, result collection.
             rec["overhead_s"] = round(wall - max(walls) / 1e9, 6)
+        if status == "ok":
+            rec.update(self._host_facts(cell, repeat, send, recv))
         return rec
+
+    def _host_facts(self, cell: str, repeat: int, send: _Side, recv: _Side) -> dict:
+        """same_host (both workers on one running kernel: one /proc/stat, so their host CPU is one machine's,
+        counted once) and the run's samples file (written here, before the record that names it)."""
+        facts: dict = {}
+        boots = [s.result.get("host_boot_id") for s in (send, recv)]
+        if all(boots):
+            facts["same_host"] = boots[0] == boots[1]
+        samples = {name: s.result["samples"] for name, s in (("send", send), ("recv", recv))
+                   if isinstance(s.result.get("samples"), dict)}
+        rows = {name: smp.get("rows") or [] for name, smp in samples.items()}
+        if any(rows.values()):
+            try:
+                facts["samples"] = self.results.write_samples(cell, repeat, rows)
+            except OSError as exc:  # the run's record matters more than its samples
+                self.warnings.append(f"cell {cell} repeat {repeat}: cannot write its samples: {exc}")
+        notes = []
+        for name, smp in samples.items():
+            if smp.get("error"):
+                notes.append(f"{name}: the sampler did not run ({smp['error']})")
+            if smp.get("dropped"):
+                notes.append(f"{name}: samples beyond the preallocated array were dropped")
+        if notes:
+            facts["samples_note"] = "; ".join(notes)
+        return facts
 
     def _write_log(self, log_rel: str, record: dict, recv: _Side, send: _Side,
                    traces: Sequence[str] = ()) -> None:

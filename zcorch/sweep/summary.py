@@ -15,28 +15,51 @@ def _median(values: List[float]) -> str:
     return f"{statistics.median(values):.2f}" if values else "-"
 
 
+def _host_cpu(m: dict):
+    busy = rates.host_busy_us(m)
+    return rates.per_gib(busy / 1e6, m["bytes"]) if busy is not None and m.get("bytes") else None
+
+
 def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[str] = ("send_mode", "recv_mode"),
                   baselines: Sequence[dict] = ()) -> str:
     """The end-of-run table: per cell its varying parameters, median throughput (as the receiver saw
-    it), median CPU seconds per GiB on each side, ok/failed; then one line per baseline."""
+    it), median CPU seconds per GiB on each side in both views (the worker process's own CPU, and the
+    whole machine's busy CPU over the transfer), ok/failed and the zero-copy verdict of its ok runs;
+    then a legend and one line per baseline."""
     latest = latest_runs(records)
     by_cell: Dict[str, List[dict]] = {}
     for run in plan_runs:
         by_cell.setdefault(run["id"], []).append(run)
     rows = []
+    same_host = False
     for cell, runs in by_cell.items():
         recs = [latest.get((cell, r["repeat"])) for r in runs]
         ok = [r for r in recs if r and r["status"] == "ok" and (r.get("receiver") or {}).get("wall_ns")]
         gbit = [rates.gbit_s(r["receiver"]["bytes"], r["receiver"]["wall_ns"]) for r in ok]
-        cpu = {side: [rates.cpu_s_per_gib(m["utime_us"], m["stime_us"], m["bytes"])
-                      for m in (r.get(side) or {} for r in ok) if m.get("bytes")]
-               for side in ("sender", "receiver")}
+        proc, host = [], []
+        for side in ("sender", "receiver"):
+            metrics = [r.get(side) or {} for r in ok]
+            proc.append([rates.cpu_s_per_gib(m["utime_us"], m["stime_us"], m["bytes"]) for m in metrics
+                         if m.get("bytes")])
+            host.append([v for v in map(_host_cpu, metrics) if v is not None])
+        same_host = same_host or any(r.get("same_host") for r in ok)
+        completions = [m.get("zc_completions") for r in ok for m in (r["sender"], r["receiver"])
+                       if m.get("zc_completions") is not None]
+        copied = sum(m.get("zc_copied") or 0 for r in ok for m in (r["sender"], r["receiver"])
+                     if m.get("zc_completions") is not None)
+        verdict = rates.zc_verdict(sum(completions), copied) if completions else "n/a"
         failed = sum(1 for r in recs if r and r["status"] != "ok")
         params = runs[0]["params"]
         rows.append([cell, *(format_value(k, params.get(k)) for k in varying), _median(gbit),
-                     _median(cpu["sender"]), _median(cpu["receiver"]), f"{len(ok)}/{failed}"])
-    head = ["cell", *varying, "Gbit/s", "send CPU-s/GiB", "recv CPU-s/GiB", "ok/failed"]
+                     _median(proc[0]), _median(proc[1]), _median(host[0]), _median(host[1]), f"{len(ok)}/{failed}",
+                     verdict])
+    head = ["cell", *varying, "Gbit/s", "send proc-CPU", "recv proc-CPU", "send host-CPU", "recv host-CPU",
+            "ok/failed", "zero-copy"]
     lines = text_table(head, rows)
+    lines.append("CPU in seconds per GiB moved: proc = the worker process's own CPU (rusage); host = the whole "
+                 "machine's busy CPU over the transfer (/proc/stat, softirq and interrupts included)")
+    if same_host:
+        lines.append("sender and receiver share one kernel: their host-CPU columns are one machine's, count it once")
     for b in baselines:
         lines.append("baseline " + describe_result(b))
     return "\n".join(lines)

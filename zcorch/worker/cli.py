@@ -6,6 +6,7 @@
                                                                   "capabilities", "unavailable", "runnable",
                                                                   "build", ...}
     zcorch worker layout --path P --bytes N                   -> {"event": "layout", "path", "created", "size"}
+    zcorch worker calibrate [--bytes N] [--cpu C]             -> {"event": "calibration", "memcpy_s_per_gib", ...}
 
 Any failure, including a bad flag value, prints {"event": "error", "message", "code"} and exits 1.
 Also runs as `python3 -m zcorch.worker ...` on remote hosts: stdlib + zcorch._native only
@@ -26,7 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
     from typing import Any, Optional
 
-from zcorch.worker import native
+from zcorch.worker import hoststat, native
 from zcorch._version import __version__
 from zcorch.errors import WorkerError
 from zcorch.params import format_value, side_params
@@ -115,6 +116,10 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     lay = sub.add_parser("layout", help="create a missing source file filled with the mem pattern (untimed)")
     lay.add_argument("--path", required=True, help="absolute path of the file to create")
     lay.add_argument("--bytes", required=True, help="its size")
+    cal = sub.add_parser("calibrate", help="copy-cost yardsticks of this host: memcpy, page fault, system call")
+    cal.add_argument("--bytes", help="memcpy buffer and page-fault region (default: 64MiB or twice the largest "
+                                     "CPU cache, whichever is larger, at most 1GiB)")
+    cal.add_argument("--cpu", type=_int, help="CPU to pin the calibration to (default: not pinned)")
     return parser
 
 
@@ -138,6 +143,38 @@ def _info() -> "dict[str, Any]":
             "runnable": {side: [m for m in names if m not in unavailable.get(side, {})]
                          for side, names in modes.items()},
             "build": native.build_features()}
+
+
+def largest_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
+    """Size of cpu0's largest cache (sysfs `index*/size`, e.g. `32768K`), 0 when unknown."""
+    best = 0
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return 0
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "size")) as f:
+                best = max(best, parse_size(f.read().strip().replace("K", "KiB").replace("M", "MiB")))
+        except (OSError, ValueError):
+            continue
+    return best
+
+
+def calibration_bytes() -> int:
+    """The default calibration size: larger than every cache, so the copy streams through memory."""
+    return min(max(native.CALIBRATE_BYTES, 2 * largest_cache_bytes()), 1 << 30)
+
+
+def _calibrate(args: argparse.Namespace) -> "dict[str, Any]":
+    try:
+        nbytes = parse_size(args.bytes) if args.bytes is not None else calibration_bytes()
+    except ValueError as exc:
+        raise _UsageError(f"--bytes: {exc}") from None
+    if args.cpu is not None and args.cpu < 0:
+        raise _UsageError(f"--cpu must be >= 0, got {args.cpu}")
+    return {"event": "calibration", **native.calibrate(nbytes, args.cpu), "kernel": platform.release(),
+            "boot_id": hoststat.boot_id()}
 
 
 def _read_port_line() -> str:
@@ -243,6 +280,9 @@ def refuse_device_sink(sink: "Optional[str]") -> None:
 def _run(args: argparse.Namespace) -> None:
     if args.action == "info":
         _emit(_info())
+        return
+    if args.action == "calibrate":
+        _emit(_calibrate(args))
         return
     if args.action == "layout":
         try:

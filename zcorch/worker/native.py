@@ -11,24 +11,33 @@ Stdlib-only apart from the built extension: deployed to remote hosts with the wo
 
 Results are flat dicts: the metric keys of docs/architecture.md plus "side", "mode" and
 "params" (the parameters as applied). Metrics that do not apply are None (zc_* for modes without
-the `zc_completions` capability, fsync_ns without fsync, pipe_size for modes without a pipe).
+the `zc_completions` capability, fsync_ns without fsync, pipe_size for modes without a pipe). The
+host_* metrics come from the /proc snapshots the C core takes around its timed region (a `zc_watch`,
+parsed by zcorch.worker.hoststat); with `sample_interval`, "samples" holds the per-interval samples
+({"interval_s", "dropped", "error", "rows": [...]}) of a transfer that lasted at least
+SAMPLE_MIN_INTERVALS intervals, else None.
 
 Each mode declares capabilities in its C ops table (`mode_capabilities()`, names in
 native/include/zcorch_api.h: file_source, mappable_source, file_sink, pipe, gift, zc_completions,
-kernel_feature, zc_recv, uring, one_stream); `unavailable_modes()` names the compiled modes this
+kernel_feature, no_sink, zc_recv, uring, one_stream); `unavailable_modes()` names the compiled modes this
 kernel (or this build: `build_features()`) cannot run, and why.
 
 With `streams=N` (N > 1) a result also has "streams": one dict per stream ("stream", "offset" of its
 slice, and the metrics that apply), the top-level metrics being the totals (see native/core/core.c).
+The host_* metrics and the samples are host-wide: taken once around all the streams (one /proc window
+from just before the streams start to just after the last ends, samples summing every stream's bytes),
+so they appear in the totals only.
 """
 from __future__ import annotations
 
 import errno
+import os
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
     from typing import Any, Optional
 
 from zcorch import params as _table
+from zcorch.worker import hoststat
 from zcorch.errors import WorkerError
 from zcorch.params import DEFAULTS, METRICS, metric_applies
 from zcorch.units import parse_duration, parse_size
@@ -48,6 +57,8 @@ SINK_STATES = {"fresh": 0, "preallocated": 1, "overwrite": 2}  # ZC_SINK_* of zc
 DEFAULT_BUFFER = DEFAULTS["buffer"]
 DEFAULT_TIMEOUT = DEFAULTS["timeout"]
 METRIC_KEYS = _table.METRIC_KEYS
+SAMPLE_MIN_INTERVALS = 3   # samples are kept for transfers of at least this many intervals
+MAX_SAMPLES = 200_000    # 14 MB of zc_sample at most (a tiny interval with a long timeout)
 
 
 def _lib():
@@ -174,6 +185,34 @@ def mem_pattern_period() -> int:
     return int(_lib().zc_mem_pattern_period())
 
 
+CALIBRATE_BYTES = 64 << 20
+_GIB = float(1 << 30)
+
+
+def calibrate(bytes: int = CALIBRATE_BYTES, cpu: Optional[int] = None) -> "dict[str, Any]":
+    """Copy-cost yardsticks of this host (native/core/calibrate.c), on this thread (pinned to `cpu`).
+
+    Raw: memcpy_bytes, memcpy_rounds, memcpy_ns (median round), memcpy_best_ns, fault_pages, fault_ns,
+    fault_minflt, page_size, syscall_calls, syscall_ns. Derived: memcpy_s_per_gib (CPU seconds one copy
+    of a GiB costs: the "one copy of the data" yardstick), memcpy_gib_s, memcpy_best_s_per_gib,
+    fault_ns_per_page, fault_s_per_gib (first touch of a GiB of fresh pages), syscall_ns_per_call."""
+    L = _lib()
+    out = ffi.new("zc_calibration *")
+    err = ffi.new("zc_error *")
+    if L.zc_calibrate(int(bytes), -1 if cpu is None else int(cpu), out, err) != 0:
+        _raise(err)
+    r: "dict[str, Any]" = {name: int(getattr(out, name)) for name, _ in ffi.typeof("zc_calibration").fields}
+    gib = r["memcpy_bytes"] / _GIB
+    r["memcpy_s_per_gib"] = r["memcpy_ns"] / 1e9 / gib
+    r["memcpy_best_s_per_gib"] = r["memcpy_best_ns"] / 1e9 / gib
+    r["memcpy_gib_s"] = gib / (r["memcpy_ns"] / 1e9)
+    r["fault_ns_per_page"] = r["fault_ns"] / r["fault_pages"]
+    r["fault_s_per_gib"] = r["fault_ns"] / 1e9 / (r["fault_pages"] * r["page_size"] / _GIB)
+    r["syscall_ns_per_call"] = r["syscall_ns"] / r["syscall_calls"]
+    r["cpu"] = cpu
+    return r
+
+
 def _bad(message: str) -> WorkerError:
     return WorkerError(errno.EINVAL, message)
 
@@ -196,8 +235,10 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
                      sink: Optional[str] = None, timeout: Any = DEFAULT_TIMEOUT,
                      sink_state: str = DEFAULTS["sink_state"], streams: Any = DEFAULTS["streams"],
                      cpus: Any = None, uring_depth: Any = DEFAULTS["uring_depth"],
-                     tcp_maxseg: Any = None) -> "dict[str, Any]":
-    """Parameters as they will be applied (sizes in bytes, timeout in s); WorkerError(EINVAL) if bad."""
+                     tcp_maxseg: Any = None, sample_interval: Any = None) -> "dict[str, Any]":
+    """Parameters as they will be applied (sizes in bytes, timeout in s); WorkerError(EINVAL) if bad.
+
+    sample_interval: seconds between samples; None or 0 = no samples."""
     if side not in SIDES:
         raise _bad(f"side must be send or recv, not {side!r}")
     p: "dict[str, Any]" = {"bytes": _opt_size("bytes", bytes, auto_ok=False)}
@@ -230,6 +271,13 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
         raise _bad(f"--timeout: {exc}") from None
     if p["timeout"] <= 0:
         raise _bad("--timeout must be > 0")
+    try:
+        interval = parse_duration(sample_interval) if sample_interval not in (None, 0, "0") else None
+    except ValueError as exc:
+        raise _bad(f"--sample-interval: {exc}") from None
+    if interval is not None and interval < 0.001:
+        raise _bad("--sample-interval must be at least 1ms (or 0: no samples)")
+    p["sample_interval"] = interval
     if side == "send":
         if sink is not None or fsync or sink_state != DEFAULTS["sink_state"] or tcp_maxseg is not None:
             raise _bad("--sink, --sink-state, --fsync and --tcp-maxseg are receiver parameters")
@@ -287,6 +335,8 @@ class _CParams:
                 self.stream_offsets = ffi.new("uint64_t[]", s.streams)
                 s.stream_metrics = self.stream_metrics
                 s.stream_offsets = self.stream_offsets
+        self.watch = _Watch(p.get("sample_interval"), p["timeout"])
+        s.watch = self.watch.struct
         self.struct = s
 
     def _str(self, value: Optional[str]):
@@ -297,27 +347,103 @@ class _CParams:
         return c
 
 
+def _proc_size(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return len(f.read())
+    except OSError:
+        return 0
+
+
+class _Watch:
+    """A zc_watch (zcorch_api.h) with its buffers: /proc snapshots around the timed region and, with an
+    interval, room for one sample per interval of the whole timeout."""
+
+    def __init__(self, interval: Optional[float], timeout: float):
+        self.struct = ffi.new("zc_watch *")
+        self.interval = interval
+        # Room for twice what the files hold now (a busier machine has larger counters) and more.
+        cap = 2 * sum(_proc_size(f) for f in hoststat.FILES) + 65536
+        self._bufs = [ffi.new("char[]", cap), ffi.new("char[]", cap)]
+        for snap, buf in zip((self.struct.before, self.struct.after), self._bufs):
+            snap.buf, snap.cap = buf, cap
+        if interval:
+            n = min(int(timeout / interval) + 4, MAX_SAMPLES)
+            self._samples = ffi.new("zc_sample[]", n)
+            self.struct.interval_s = interval
+            self.struct.samples = self._samples
+            self.struct.samples_cap = n
+
+    @staticmethod
+    def _texts(snap) -> "dict[str, Optional[str]]":
+        out: "dict[str, Optional[str]]" = {}
+        for i, name in enumerate(hoststat.FILES):
+            ok = snap.buf != ffi.NULL and snap.err[i] == 0
+            out[name] = ffi.buffer(snap.buf + snap.off[i], snap.len[i])[:].decode("ascii", "replace") if ok else None
+        return out
+
+    def host_metrics(self) -> "dict[str, Any]":
+        w = self.struct
+        stat_ok = w.before.err[0] == 0 and w.after.err[0] == 0
+        window = int(w.after.at_ns - w.before.at_ns) if stat_ok else None
+        out = hoststat.host_deltas(self._texts(w.before), self._texts(w.after), window)
+        out["host_boot_id"] = hoststat.boot_id()
+        return out
+
+    def samples(self, wall_ns: int) -> "Optional[dict[str, Any]]":
+        w = self.struct
+        if not self.interval or wall_ns < SAMPLE_MIN_INTERVALS * self.interval * 1e9:
+            return None
+        tck = float(os.sysconf("SC_CLK_TCK"))
+
+        def opt(v: int, scale: float = 1.0) -> Any:
+            return None if v < 0 else (v / scale if scale != 1.0 else int(v))
+
+        rows = [{"t_s": s.t_ns / 1e9, "bytes": int(s.bytes), "proc_cpu_s": s.proc_cpu_ns / 1e9,
+                 "host_busy_s": opt(s.host_busy_ticks, tck), "host_softirq_s": opt(s.host_softirq_ticks, tck),
+                 "host_idle_s": opt(s.host_idle_ticks, tck), "tcp_snd_cwnd": opt(s.tcp_snd_cwnd),
+                 "tcp_rtt_us": opt(s.tcp_rtt_us), "tcp_total_retrans": opt(s.tcp_total_retrans)}
+                for s in (w.samples[i] for i in range(w.n_samples))]
+        error = os.strerror(w.sampler_err) if w.sampler_err else None
+        return {"interval_s": self.interval, "dropped": bool(w.samples_dropped), "error": error, "rows": rows}
+
+
 def _raise(err) -> None:
     raise WorkerError(int(err.code), ffi.string(err.message).decode(errors="replace"))
 
 
-def _metrics(side: str, caps: "frozenset[str]", m) -> "dict[str, Any]":
-    # a metric that does not apply to this side and mode is null
-    return {metric.name: int(getattr(m, metric.name)) if metric_applies(metric, side, caps) else None
-            for metric in METRICS}
+_STRUCT_METRICS: "Optional[frozenset[str]]" = None   # the zc_metrics fields; other metrics come from the watch
+
+
+def _metrics(side: str, caps: "frozenset[str]", m, host: "Optional[dict[str, Any]]") -> "dict[str, Any]":
+    """The METRICS of one zc_metrics (a metric that does not apply to this side and mode is null); the
+    host-wide ones from `host` (the watch's), left out when host is None (one stream of several: the
+    host is measured once, for the whole group, in the totals)."""
+    global _STRUCT_METRICS
+    if _STRUCT_METRICS is None:
+        _STRUCT_METRICS = frozenset(name for name, _ in ffi.typeof("zc_metrics").fields)
+    out: "dict[str, Any]" = {}
+    for metric in METRICS:
+        if metric.name in _STRUCT_METRICS:
+            out[metric.name] = int(getattr(m, metric.name)) if metric_applies(metric, side, caps) else None
+        elif host is not None:
+            out[metric.name] = host.get(metric.name) if metric_applies(metric, side, caps) else None
+    return out
 
 
 def _result(side: str, mode: str, m, params: "dict[str, Any]", c: "Optional[_CParams]" = None) -> "dict[str, Any]":
     out: "dict[str, Any]" = {"side": side, "mode": mode}
     caps = mode_capabilities()[side].get(mode, frozenset())
-    out.update(_metrics(side, caps, m))
+    watch = getattr(c, "watch", None)
+    out.update(_metrics(side, caps, m, watch.host_metrics() if watch is not None else {}))
     if not params.get("fsync"):
         out["fsync_ns"] = None
+    out["samples"] = watch.samples(out["wall_ns"]) if watch is not None else None
     streams = getattr(c, "stream_metrics", None)
     if streams is not None:  # per stream: its slice and its own metrics (the totals are above)
         out["streams"] = []
         for i in range(params.get("streams", 1)):
-            one = {"stream": i, "offset": int(c.stream_offsets[i]), **_metrics(side, caps, streams[i])}
+            one = {"stream": i, "offset": int(c.stream_offsets[i]), **_metrics(side, caps, streams[i], None)}
             one["fsync_ns"] = None   # the group fsyncs once, after every stream (in the totals)
             out["streams"].append(one)
     out["params"] = params

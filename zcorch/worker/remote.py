@@ -185,6 +185,29 @@ def interface_for_address(addrs: "List[Dict[str, Any]]", address: str) -> "Optio
     return None
 
 
+def link_kind(links: "List[Dict[str, Any]]") -> "Optional[str]":
+    """The kind of the (one) link in `ip -j -d link show dev X` output: its linkinfo kind (veth, bridge,
+    bond...), "loopback" for lo, "device" for a plain device with none (a physical NIC)."""
+    for link in links:
+        kind = (link.get("linkinfo") or {}).get("info_kind")
+        if kind:
+            return kind
+        return "loopback" if link.get("link_type") == "loopback" else "device"
+    return None
+
+
+def interface_kind(name: str) -> "Tuple[Optional[str], Optional[str]]":
+    """(kind, None) of interface `name` (link_kind), or (None, why not). On loopback and veth the kernel
+    copies every MSG_ZEROCOPY send (the report says so next to the zero-copy verdicts)."""
+    out, w = _run(["ip", "-j", "-d", "link", "show", "dev", name])
+    if out is None:
+        return None, w
+    try:
+        return link_kind(json.loads(out)), None
+    except ValueError as exc:
+        return None, f"ip -j -d link: {exc}"
+
+
 def _first_version_line(argv: "List[str]") -> "Tuple[Optional[str], Optional[str]]":
     out, why = _run(argv)
     if out is None:
@@ -313,7 +336,7 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]") -> "Dict[st
     if meta["mem_total_bytes"] is None:
         why["mem_total_bytes"] = w or "no MemTotal in /proc/meminfo"
     # The data interface: the one that holds the data address.
-    iface: "Dict[str, Any]" = {"address": address, "name": None, "mtu": None, "speed_mbps": None}
+    iface: "Dict[str, Any]" = {"address": address, "name": None, "mtu": None, "speed_mbps": None, "kind": None}
     out, w = _run(["ip", "-j", "addr"])
     if out is None:
         why["interface"] = w
@@ -332,9 +355,15 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]") -> "Dict[st
             else:
                 # veth, lo and some virtual NICs have no link speed: EINVAL or -1.
                 why["interface.speed_mbps"] = w or f"speed reported as {speed!r} (virtual link?)"
+            iface["kind"], w = interface_kind(iface["name"])
+            if w:
+                why["interface.kind"] = w
     meta["interface"] = iface
     # per data interface: could io_uring zero-copy receive (zcrx) run there? (no mode uses it)
     meta["zcrx"] = {iface["name"]: zcrx_support(iface["name"])} if iface["name"] else {}
+    meta["boot_id"], w = _read("/proc/sys/kernel/random/boot_id")
+    if w:
+        why["boot_id"] = w
     meta["sysctls"] = {}
     for name in sysctls:
         val, w = _read("/proc/sys/" + name.replace(".", "/"))

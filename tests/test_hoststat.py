@@ -1,0 +1,152 @@
+"""Pure parts of the host CPU view: the /proc parsers and their deltas (zcorch.worker.hoststat) on
+texts captured on a real machine (tests/data/proc/*.before|after, taken around a loopback transfer),
+the derived columns and verdicts (zcorch.results.rates, zcorch.analysis.frames). Values expected here
+were read off the captured texts by hand; nothing depends on the machine running the tests."""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from zcorch.analysis.frames import add_copy_units, add_derived, copy_yardsticks
+from zcorch.params import HOST_BUSY_FIELDS, HOST_CPU_FIELDS, METRIC_KEYS
+from zcorch.results import rates
+from zcorch.worker import hoststat
+
+PROC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "proc")
+NAMES = {"/proc/stat": "stat", "/proc/softirqs": "softirqs", "/proc/net/snmp": "net_snmp", "/proc/vmstat": "vmstat"}
+
+
+def captured(when: str) -> dict:
+    out = {}
+    for path, name in NAMES.items():
+        with open(os.path.join(PROC, f"{name}.{when}")) as f:
+            out[path] = f.read()
+    return out
+
+
+BEFORE, AFTER = captured("before"), captured("after")
+
+
+def test_parse_stat_reads_every_cpu_line_in_column_order():
+    st = hoststat.parse_stat(BEFORE["/proc/stat"])
+    assert sorted(st) == ["cpu", "cpu0", "cpu1"]  # intr, ctxt, btime ... are not cpu lines
+    assert st["cpu"] == {"user": 637466, "nice": 1045, "system": 291019, "idle": 1880398, "iowait": 22701,
+                         "irq": 0, "softirq": 73073, "steal": 2145, "guest": 0, "guest_nice": 0}
+    assert st["cpu1"]["softirq"] == 27883
+
+
+def test_parse_softirqs_snmp_and_vmstat():
+    q = hoststat.parse_softirqs(BEFORE["/proc/softirqs"])
+    assert q["NET_RX"] == 50713575 + 35553091 and q["NET_TX"] == 162792 + 200753 and q["HI"] == 0
+    tcp = hoststat.parse_snmp(BEFORE["/proc/net/snmp"])["Tcp"]
+    assert tcp["RetransSegs"] == 11267 and tcp["OutSegs"] == 103165120 and tcp["MaxConn"] == -1
+    assert "Ip" in hoststat.parse_snmp(BEFORE["/proc/net/snmp"])
+    vm = hoststat.parse_vmstat(BEFORE["/proc/vmstat"])
+    assert vm["pgfault"] == 244313100 and vm["pgmajfault"] == 532570
+
+
+def test_host_deltas_of_the_captured_transfer():
+    d = hoststat.host_deltas(BEFORE, AFTER, window_ns=123, clk_tck=100)
+    assert set(d) | {"host_boot_id"} == {m for m in METRIC_KEYS if m.startswith("host_")}
+    tick = 10_000  # µs at USER_HZ 100
+    assert {f: d[f"host_{f}_us"] // tick for f in HOST_CPU_FIELDS} == {
+        "user": 6, "nice": 0, "system": 16, "irq": 0, "softirq": 12, "iowait": 0, "steal": 0, "idle": 2}
+    assert d["host_window_ns"] == 123 and d["host_ncpus"] == 2
+    assert d["host_per_cpu_us"] == {"cpu0": [7 * tick, 0, 7 * tick, 0, 3 * tick, 0, 0, 2 * tick],
+                                    "cpu1": [0, 0, 8 * tick, 0, 9 * tick, 0, 0, 0]}
+    # the kernel converts each counter to ticks on its own: the total line is the per-CPU sum to a tick
+    # per CPU (here user: 6 in total, 7 + 0 per CPU)
+    for i, f in enumerate(HOST_CPU_FIELDS):
+        assert abs(sum(v[i] for v in d["host_per_cpu_us"].values()) - d[f"host_{f}_us"]) <= 2 * tick
+    assert (d["host_net_rx_softirqs"], d["host_net_tx_softirqs"]) == (8772, 0)
+    assert (d["host_tcp_retrans_segs"], d["host_tcp_out_segs"], d["host_tcp_in_segs"]) == (0, 3624, 3623)
+    assert (d["host_pgfault"], d["host_pgmajfault"]) == (14403, 2)
+    assert hoststat.busy_us(d) == (6 + 16 + 12) * tick
+    assert rates.host_busy_us(d) == hoststat.busy_us(d)
+
+
+def test_counters_stepping_back_missing_columns_hotplug_and_unreadable_files():
+    before = "cpu  100 0 50 1000 40 0 5 0\ncpu0 100 0 50 1000 40 0 5 0\ncpu3 1 1 1 1 1 1 1 1\n"
+    after = "cpu  130 0 60 1100 35 0 9 0\ncpu0 120 0 55 1050 35 0 7 0\ncpu1 10 0 5 50 0 0 2 0\n"
+    d = hoststat.host_deltas({"/proc/stat": before}, {"/proc/stat": after}, clk_tck=100)
+    assert d["host_iowait_us"] == 0            # iowait went back by 5 ticks: no negative time
+    assert d["host_user_us"] == 300_000 and d["host_softirq_us"] == 40_000
+    assert list(d["host_per_cpu_us"]) == ["cpu0"] and d["host_ncpus"] == 1   # cpu1 came, cpu3 went
+    # a 2.4-era line without iowait/irq/softirq/steal: those are unknown, not zero
+    old = hoststat.host_deltas({"/proc/stat": "cpu 1 2 3 4\n"}, {"/proc/stat": "cpu 2 2 5 9\n"}, clk_tck=100)
+    assert (old["host_user_us"], old["host_idle_us"], old["host_softirq_us"]) == (10_000, 50_000, None)
+    assert hoststat.busy_us(old) is None
+    # a file that could not be read in either snapshot: its metrics are null, the others stay
+    d = hoststat.host_deltas(dict(BEFORE, **{"/proc/net/snmp": None}), AFTER, clk_tck=100)
+    assert d["host_tcp_out_segs"] is None and d["host_pgfault"] == 14403 and d["host_user_us"] == 60_000
+    d = hoststat.host_deltas({}, {}, window_ns=None, clk_tck=100)
+    assert all(v is None for v in d.values())
+
+
+def test_busy_fields_are_everything_but_idle_and_iowait():
+    assert set(HOST_BUSY_FIELDS) == set(HOST_CPU_FIELDS) - {"idle", "iowait"}
+    assert hoststat.BUSY_FIELDS == HOST_BUSY_FIELDS and hoststat.CPU_FIELDS == HOST_CPU_FIELDS
+
+
+@pytest.mark.parametrize("completions,copied,verdict", [
+    (None, None, "n/a"), (float("nan"), 0, "n/a"), (0, 0, "n/a"),
+    (100, 0, "zero-copy"), (100, 100, "copied"), (100, 37, "partly copied (37%)"),
+    (1000, 1, "partly copied (1%)"),     # never rounded to 0% ...
+    (1000, 999, "partly copied (99%)"),  # ... nor to 100%
+])
+def test_zc_verdict(completions, copied, verdict):
+    assert rates.zc_verdict(completions, copied) == verdict
+
+
+def _frame(**cols) -> pd.DataFrame:
+    n = max(len(v) for v in cols.values())
+    return pd.DataFrame({k: v if len(v) == n else v * n for k, v in cols.items()})
+
+
+def test_derived_host_columns_one_machine_and_two():
+    gib = 2 ** 30
+    host = {f"{side}host_{f}_us": [0] for side in ("send_", "recv_") for f in HOST_CPU_FIELDS}
+    host.update({"send_host_user_us": [500_000, 500_000], "send_host_softirq_us": [250_000, 250_000],
+                 "recv_host_system_us": [400_000, 400_000], "recv_host_softirq_us": [100_000, 100_000],
+                 "send_host_window_ns": [1e9, 1e9], "recv_host_window_ns": [2e9, 2e9]})
+    df = _frame(status=["ok", "ok"], send_bytes=[gib, gib], recv_bytes=[gib, gib], send_wall_ns=[1e9, 1e9],
+                recv_wall_ns=[1e9, 1e9], send_utime_us=[100_000, 100_000], send_stime_us=[100_000, 100_000],
+                recv_utime_us=[0, 0], recv_stime_us=[300_000, 300_000],
+                send_host_boot_id=["a", "a"], recv_host_boot_id=["a", "b"], **host)
+    d = add_derived(df)
+    assert list(d["same_host"]) == [True, False]
+    assert d.loc[0, "send_host_busy_s_per_gib"] == pytest.approx(0.75)
+    assert d.loc[0, "recv_host_busy_s_per_gib"] == pytest.approx(0.5)
+    assert d.loc[0, "send_host_softirq_s_per_gib"] == pytest.approx(0.25)
+    assert d.loc[0, "send_host_busy_cpus"] == pytest.approx(0.75)
+    assert d.loc[0, "recv_host_busy_cpus"] == pytest.approx(0.25)
+    # one machine: counted once (the larger side); two machines: added
+    assert list(d["total_host_busy_s_per_gib"]) == pytest.approx([0.75, 1.25])
+    assert list(d["total_cpu_s_per_gib"]) == pytest.approx([0.5, 0.5])
+    assert list(d["zc_verdict"]) == ["n/a", "n/a"]
+    yard = {"sw": {"sender": 0.25, "receiver": 0.1}}
+    c = add_copy_units(d.assign(sweep="sw"), yard)
+    assert c.loc[0, "send_cpu_copies"] == pytest.approx(0.2 / 0.25)
+    assert c.loc[0, "recv_host_busy_copies"] == pytest.approx(0.5 / 0.1)
+    assert c.loc[1, "send_copy_s_per_gib"] == 0.25
+
+
+def test_derived_columns_of_runs_recorded_before_the_host_view():
+    df = _frame(status=["ok"], send_bytes=[2 ** 30], recv_bytes=[2 ** 30], send_wall_ns=[1e9], recv_wall_ns=[1e9],
+                send_zc_completions=[10.0], send_zc_copied=[4.0], recv_zc_completions=[np.nan])
+    d = add_derived(df)
+    assert math.isnan(d.loc[0, "send_host_busy_s_per_gib"]) and d.loc[0, "same_host"] is None
+    assert d.loc[0, "zc_verdict"] == "partly copied (40%)" and d.loc[0, "zc_copied_share"] == pytest.approx(0.4)
+    c = add_copy_units(d.assign(sweep="old"), {"old": copy_yardsticks({})})
+    assert c[["send_copy_s_per_gib", "send_cpu_copies"]].isna().all(axis=None)
+
+
+def test_copy_yardsticks_of_meta():
+    meta = {"hosts": {"sender": {"calibration": {"memcpy_s_per_gib": 0.05}}, "receiver": {"calibration":
+                                                                                           {"error": "x"}}}}
+    y = copy_yardsticks(meta)
+    assert y["sender"] == 0.05 and math.isnan(y["receiver"])

@@ -1,0 +1,160 @@
+"""The verdict engine (zcorch.analysis.reproduction) on synthetic frames: holds / does not hold /
+inconclusive, normalisation to each setup's baseline, units."""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from zcorch.analysis import reproduction as rp
+from zcorch.config.experiment import reference_of
+from zcorch.errors import ConfigError
+
+REF = """\
+reference:
+  source: {title: T, author: A, date: "2006-11-16"}
+  bytes: 1GiB
+  baselines:
+    iperf3: {value: 8 Gbit/s, command: iperf -l 64K}
+    dd_write: {value: 400-500 MB/s}
+  figures:
+    - {label: A, match: {send_mode: write}, metric: mb_s, value: 500 MB/s}
+    - {label: S, match: {send_mode: splice}, metric: gbit_s, value: 6 Gbit/s}
+    - {label: W, match: {send_mode: write}, metric: send_stime_us, value: 25.497 s}
+    - {label: D, match: {send_mode: write}, metric: mb_s, value: 300 MB/s, baseline: dd_write}
+    - {label: M, match: {send_mode: mmap}, metric: mb_s, value: 1 MB/s}
+  claims:
+    - {says: splice beats write, metric: mb_s, a: {send_mode: splice}, b: {send_mode: write}, holds_if: a > b}
+    - {says: write beats splice, metric: mb_s, a: {send_mode: write}, b: {send_mode: splice}, holds_if: a > b}
+    - {says: splice at least twice write, metric: mb_s, a: {send_mode: splice}, b: {send_mode: write},
+       holds_if: a >= 2 * b}
+    - {says: splice stime at most half, metric: send_stime_us, a: {send_mode: splice}, b: {send_mode: write},
+       holds_if: a <= 0.5 * b}
+    - {says: mmap slower, metric: mb_s, a: {send_mode: mmap}, b: {send_mode: write}, holds_if: a < b}
+    - {says: vmsplice slower, metric: mb_s, a: {send_mode: vmsplice}, b: {send_mode: write}, holds_if: a < b}
+"""
+
+
+def runs(cell, mode, mb_s, stime_s, status="ok"):
+    return [{"cell": cell, "repeat": i, "status": status, "send_mode": mode, "buffer": 65536.0, "window": np.nan,
+             "mb_s": v, "gbit_s": v * 8 / 1000, "send_stime_us": s * 1e6, "bytes": 512 << 20} for i, (v, s) in enumerate(zip(mb_s, stime_s))]
+
+
+@pytest.fixture
+def frame():
+    rows = (runs("w", "write", [400, 410, 420], [24, 25, 26])
+            + runs("s", "splice", [1000, 1010, 1020], [9, 10, 11])
+            + runs("m", "mmap", [405, 1, 500], [1, 1, 1])           # wide interval: overlaps write
+            + runs("v", "vmsplice", [300], [1]))                     # one run: no interval
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def baselines():
+    return pd.DataFrame([
+        {"kind": "iperf3", "status": "ok", "gbit_s": 10.0, "key_buffer": 65536, "key_window": None, "key_zerocopy": False},
+        {"kind": "iperf3", "status": "ok", "gbit_s": 99.0, "key_buffer": 65536, "key_window": None, "key_zerocopy": True},
+        {"kind": "iperf3", "status": "ok", "gbit_s": 50.0, "key_buffer": 8192, "key_window": None, "key_zerocopy": False},
+        {"kind": "dd_write", "status": "ok", "gbit_s": 4.0},
+        {"kind": "dd_write", "status": "failed", "gbit_s": 400.0},
+    ])
+
+
+@pytest.fixture
+def ref():
+    return reference_of(REF, "exp.yaml")
+
+
+def test_verdicts_from_confidence_intervals(frame, ref):
+    rows = {r.claim.says: r for r in rp.claims(frame, ref)}
+    assert rows["splice beats write"].verdict == rp.HOLDS
+    assert rows["write beats splice"].verdict == rp.FAILS
+    assert rows["splice at least twice write"].verdict == rp.HOLDS          # 1000 > 2 × 420
+    assert rows["splice stime at most half"].verdict == rp.HOLDS            # 11 s ≤ 0.5 × 24 s
+    assert rows["mmap slower"].verdict == rp.INCONCLUSIVE
+    assert "intervals overlap" in rows["mmap slower"].evidence
+    assert rows["vmsplice slower"].verdict == rp.INCONCLUSIVE
+    assert "one ok run: no interval" in rows["vmsplice slower"].evidence
+    # the numbers are on the verdict's line, labelled as ours
+    ev = rows["splice beats write"].evidence
+    assert ev.startswith("measured (this run): a 1.01e+03 MB/s") or ev.startswith("measured (this run): a 1010 MB/s")
+    assert "a/b = 2.46" in ev and "n=3" in ev
+    assert rows["splice beats write"].published == "published: a 750 MB/s vs b 500 MB/s; a/b = 1.50"
+
+
+def test_a_doubled_factor_can_fail(frame, ref):
+    frame.loc[frame["cell"] == "s", "mb_s"] = [700, 710, 720]
+    rows = {r.claim.says: r for r in rp.claims(frame, ref)}
+    assert rows["splice at least twice write"].verdict == rp.FAILS         # 720 < 2 × 400
+    assert rows["splice beats write"].verdict == rp.HOLDS
+
+
+def test_missing_cells_and_failed_runs_are_inconclusive(frame, ref):
+    frame.loc[frame["cell"] == "w", "status"] = "failed"
+    rows = {r.claim.says: r for r in rp.claims(frame[frame["cell"] != "s"], ref)}
+    assert rows["splice beats write"].verdict == rp.INCONCLUSIVE
+    assert "a is not in this run" in rows["splice beats write"].evidence
+    assert "all 3 runs failed" in rows["mmap slower"].evidence
+
+
+def test_figures_are_normalised_to_their_own_baselines(frame, baselines, ref):
+    a, s, w, d, m = rp.figures(frame, baselines, ref)
+    # published: 500 MB/s = 4 Gbit/s over the study's iperf 8 Gbit/s
+    assert a.published == (500, 500) and a.published_norm == pytest.approx((0.5, 0.5))
+    # measured: median 410 MB/s = 3.28 Gbit/s over our plain iperf3 of the same buffer (10, not -Z's 99)
+    assert a.measured.median == 410 and a.measured_baseline == 10.0
+    assert a.measured_norm == pytest.approx(0.328)
+    assert a.ratio == pytest.approx(0.82)
+    assert s.unit == "Gbit/s" and s.measured.median == pytest.approx(8.08)
+    # a time figure: converted to the metric's unit (µs), not normalised; a total, compared per byte
+    assert w.published == (25497000.0, 25497000.0) and w.published_norm is None
+    assert w.per_byte and w.ratio == pytest.approx((25 / (512 << 20)) / (25.497 / (1 << 30)))
+    assert rp.figure_table([w])[0][7] == "1.96 per byte"
+    frame["bytes"] = 1 << 30     # the study's amount: compared as it is
+    w_same = rp.figures(frame, baselines, ref)[2]
+    assert not w_same.per_byte and w_same.ratio == pytest.approx(25 / 25.497)
+    # dd write range 400–500 MB/s: the normalised figure is a range too; our dd: the ok record only
+    assert d.published_norm == pytest.approx((300 / 500, 300 / 400))
+    assert d.measured_baseline == 4.0 and d.measured_norm == pytest.approx(3.28 / 4)
+    table = rp.figure_table([a, d])
+    assert table[0][3] == "500 MB/s" and table[0][4] == "0.50 × iperf3"
+    assert table[0][5].startswith("410 MB/s (95% CI")
+    assert table[0][6] == "0.33 × iperf3 (iperf3 10 Gbit/s)"
+    assert table[1][4] == "0.60–0.75 × dd write"
+
+
+def test_markdown_labels_published_and_measured(frame, baselines, ref):
+    text = rp.markdown(ref, frame, baselines, "t")
+    assert text.startswith("## Reproduction: t")
+    assert "| published as | cell | metric | published (study) |" in text
+    assert "measured (this run)" in text
+    assert "### Claims (3 holds, 1 does not hold, 2 inconclusive)" in text
+    assert "| iperf3 | 8 Gbit/s | iperf -l 64K | 30 Gbit/s = 3750 MB/s |" in text   # median of the plain tests
+
+
+def test_show_picks_readable_units():
+    assert rp.show(25497000.0, "µs") == "25.5 s"
+    assert rp.show(512.0, "µs") == "512 µs"
+    assert rp.show(5120077, "count") == "5120077"
+    assert rp.show(float("nan"), "MB/s") == "–"
+    assert rp.show(72690317.0, "ns") == "72.7 ms"
+    assert rp.show_range(585.0, 13917.0, "µs") == "585 µs–13.9 ms"
+    assert rp.show_range(1480.0, 7590.0, "µs") == "1.48–7.59 ms"
+
+
+def test_reference_of_reports_problems_at_file_line():
+    assert reference_of("name: x\n") is None
+    with pytest.raises(ConfigError, match=r"exp.yaml:3:\d+: reference.figures\[0\]: missing `match:`"):
+        reference_of(textwrap.dedent("""\
+            reference:
+              source: {title: T}
+              figures: [{metric: mb_s, value: 1 MB/s}]
+            """), "exp.yaml")
+
+
+def test_a_zero_denominator_reads_as_infinity(ref):
+    rows = runs("w", "write", [400, 410, 420], [0, 0, 0]) + runs("s", "splice", [1000, 1010, 1020], [9, 10, 11])
+    claim = {r.claim.says: r for r in rp.claims(pd.DataFrame(rows), ref)}["splice stime at most half"]
+    assert claim.verdict == rp.FAILS and "a/b = ∞" in claim.evidence

@@ -1,0 +1,356 @@
+"""Reproduction: a study's published figures next to this run's, and a verdict per published claim.
+
+Pure functions of a runs frame (zcorch.analysis.load), its baselines frame (frames.load_baselines) and the
+experiment's `reference:` (zcorch.config.reference). Nothing here measures or reads files.
+
+Per published figure (`figures()`): the published value (in the metric's unit) and, for throughput, that value
+divided by the study's own baseline (its iperf or dd figure); the measured median of the one cell the figure's
+match selects, its confidence interval (zcorch.analysis.stats.summarize: the same bootstrap as every table of
+the report) and that median divided by this result set's baseline of the same kind (iperf3 of the cell's
+buffer/window, dd of its filesystem). So 2006 hardware and a 2026 VM are compared as fractions of their own
+ceilings. The study's numbers and ours are kept in separate fields and every rendering labels them
+"published" and "measured (this run)".
+
+Per claim (`claims()`): `metric(a) OP K × metric(b)` checked on the confidence intervals of the two medians:
+- holds: the intervals are separated in the claimed direction (e.g. for `a > K×b`: low(a) > K × high(b));
+- does not hold: separated in the other direction;
+- inconclusive: they overlap, or a side has fewer than two ok runs (no interval), or is not in this run.
+The evidence (both medians with interval and n, the ratio a/b with the bounds the intervals allow) is part of
+the verdict's line.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import pandas as pd
+
+from zcorch.analysis.frames import OK
+from zcorch.analysis.stats import CI, summarize
+from zcorch.config.reference import EXTENSIVE_METRICS, METRIC_UNITS, RATE_METRICS, Claim, Figure, Match, Reference
+from zcorch.params import format_value
+from zcorch.units import convert, unit_dimension
+
+HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+_BASELINE_WORDS = {"iperf3": "iperf3", "dd_write": "dd write", "dd_read": "dd read"}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One cell's measurement of a metric in this result set (NaN where there is none)."""
+
+    cell: Optional[str]      # None: the match selects no cell of this run
+    n: int = 0
+    n_failed: int = 0
+    median: float = math.nan
+    ci_low: float = math.nan
+    ci_high: float = math.nan
+    note: str = ""           # why there is no value or no interval
+
+    @property
+    def has_ci(self) -> bool:
+        return np.isfinite(self.ci_low) and np.isfinite(self.ci_high)
+
+
+@dataclass(frozen=True)
+class FigureRow:
+    figure: Figure
+    unit: str                            # the metric's unit; every number below is in it
+    published: "tuple[float, float]"     # low, high (equal for a single number)
+    published_norm: "Optional[tuple[float, float]]"   # / the study's baseline
+    measured: Measured
+    measured_baseline: float             # this run's baseline of the same kind, Gbit/s (NaN: none)
+    measured_norm: float                 # measured median / measured_baseline
+    per_byte: bool = False               # a total (time, count): ratio compares per byte moved
+    run_bytes: float = math.nan          # the cell's `bytes` (for a total)
+
+    @property
+    def ratio(self) -> float:
+        """measured (this run) / published (midpoint of a range); totals per byte when the study's bytes
+        and the run's differ (NaN when the study's amount is not known)."""
+        mid = (self.published[0] + self.published[1]) / 2
+        if not mid:
+            return math.nan
+        if self.per_byte:
+            study = self.figure.bytes
+            if study is None:
+                return math.nan
+            return (self.measured.median / self.run_bytes) / (mid / study)
+        return self.measured.median / mid
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    claim: Claim
+    unit: str
+    a: Measured
+    b: Measured
+    verdict: str
+    evidence: str            # one line: the numbers the verdict rests on
+    published: str           # the study's own numbers for the claim, when its figures give them ("" if not)
+
+
+# ---------------------------------------------------------------- numbers as text
+
+def show(value: float, unit: str) -> str:
+    """A value of a metric with 3 significant digits; times in s, ms, µs or ns, whichever reads best."""
+    if not np.isfinite(value):
+        return "–"
+    if unit_dimension(unit) == "time" and value:
+        secs = convert(value, unit, "s")
+        unit = next(u for u, lim in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 0.0)) if abs(secs) >= lim)
+        value = convert(secs, "s", unit)
+    text = f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return f"{text} {unit}" if unit not in ("count", "") else text
+
+
+def show_range(low: float, high: float, unit: str) -> str:
+    if low == high:
+        return show(low, unit)
+    lo, hi = show(low, unit), show(high, unit)
+    lo_num, _, lo_unit = lo.partition(" ")
+    return f"{lo_num}–{hi}" if lo_unit == hi.partition(" ")[2] else f"{lo}–{hi}"
+
+
+def show_measured(m: Measured, unit: str) -> str:
+    """'854 MB/s (95% CI 850–860, n=3)' or why there is nothing."""
+    if m.cell is None:
+        return m.note or "not in this run"
+    if not np.isfinite(m.median):
+        return m.note or "no ok run"
+    inner = f"n={m.n}" + (f", {m.n_failed} failed" if m.n_failed else "")
+    if m.has_ci:
+        inner = f"{CI:.0%} CI {show_range(m.ci_low, m.ci_high, unit)}, " + inner
+    return f"{show(m.median, unit)} ({inner})"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:.2f}" if np.isfinite(x) else "∞" if x == math.inf else "–"
+
+
+# ---------------------------------------------------------------- measuring
+
+def _params(row: pd.Series) -> dict:
+    return {k: row[k] for k in row.index}
+
+
+def cell_rows(df: pd.DataFrame, match: Match) -> pd.DataFrame:
+    """The runs of the cell a match selects (empty when none); ValueError if it selects several cells."""
+    if df.empty:
+        return df
+    firsts = df.drop_duplicates("cell")
+    cells = [r["cell"] for _, r in firsts.iterrows() if match.selects(_params(r))]
+    if len(cells) > 1:
+        raise ValueError(f"{match.describe()} selects {len(cells)} cells of the result set")
+    return df[df["cell"] == cells[0]] if cells else df.iloc[0:0]
+
+
+def measure(df: pd.DataFrame, match: Match, metric: str) -> Measured:
+    try:
+        rows = cell_rows(df, match)
+    except ValueError as exc:   # several sweeps in one frame, or a reference edited after the run
+        return Measured(None, note=str(exc))
+    if rows.empty:
+        return Measured(None, note="not in this run")
+    cell = str(rows["cell"].iloc[0])
+    if metric not in rows:
+        return Measured(cell, note=f"no `{metric}` recorded")
+    s = summarize(rows, by=["cell"], metrics=[metric]).iloc[0]
+    n, failed = int(s["n"]), int(s["n_failed"])
+    note = "" if n >= 2 else (f"all {failed} runs failed" if n == 0 and failed else
+                              "no ok run" if n == 0 else "one ok run: no interval")
+    return Measured(cell, n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
+                    float(s[f"{metric}_ci_high"]), note)
+
+
+def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> float:
+    """This result set's baseline of `kind` for a cell, Gbit/s (median of its ok records; NaN if none).
+
+    iperf3: the plain (not -Z) tests, those of the cell's buffer and window when there are some; dd: those
+    of the cell's filesystem when there are some."""
+    if baselines is None or baselines.empty:
+        return math.nan
+    rows = baselines[(baselines["kind"] == kind) & (baselines["status"] == OK)]
+    if kind == "iperf3" and "key_zerocopy" in rows:
+        rows = rows[~rows["key_zerocopy"].fillna(False).astype(bool)]
+    keys = ("buffer", "window") if kind == "iperf3" else ("filesystem",)
+    for key in keys:
+        col = f"key_{key}"
+        if col in rows and key in cell:
+            same = rows[rows[col].map(lambda v: format_value(key, v)) == format_value(key, cell[key])]
+            if len(same):
+                rows = same
+    vals = pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()
+    return float(vals.median()) if len(vals) else math.nan
+
+
+# ---------------------------------------------------------------- figures and claims
+
+def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[FigureRow]":
+    out = []
+    for f in ref.figures:
+        unit = METRIC_UNITS[f.metric][0]
+        published = f.value.to(unit)
+        m = measure(df, f.match, f.metric)
+        pub_norm, base_gbit, norm = None, math.nan, math.nan
+        study = ref.baseline(f.baseline)
+        if study is not None:
+            lo, hi = study.value.to("Gbit/s")
+            p_lo, p_hi = (convert(v, unit, "Gbit/s") for v in published)
+            pub_norm = (p_lo / hi, p_hi / lo)
+            if m.cell is not None:
+                first = cell_rows(df, f.match).iloc[0]
+                base_gbit = own_baseline(baselines, study.kind, _params(first))
+                if np.isfinite(m.median) and base_gbit > 0:
+                    norm = convert(m.median, unit, "Gbit/s") / base_gbit
+        per_byte, run_bytes = f.metric in EXTENSIVE_METRICS, math.nan
+        if per_byte and m.cell is not None:
+            run_bytes = float(cell_rows(df, f.match)["bytes"].iloc[0]) if "bytes" in df else math.nan
+            per_byte = not (f.bytes is not None and run_bytes == f.bytes)
+        out.append(FigureRow(f, unit, published, pub_norm, m, base_gbit, norm, per_byte, run_bytes))
+    return out
+
+
+def verdict(a: Measured, b: Measured, op: str, factor: float) -> "tuple[str, str]":
+    """(verdict, why) of `a OP factor × b` from the two medians' confidence intervals."""
+    for side, m in (("a", a), ("b", b)):
+        if m.cell is None:
+            return INCONCLUSIVE, f"{side} is not in this run"
+        if not m.has_ci:
+            return INCONCLUSIVE, f"{side}: {m.note or 'no confidence interval'}"
+    b_lo, b_hi = factor * b.ci_low, factor * b.ci_high
+    above, below = a.ci_low > b_hi, a.ci_high < b_lo
+    if op in (">", ">="):
+        return (HOLDS, "intervals separated, a above") if above else \
+            (FAILS, "intervals separated, a below") if below else (INCONCLUSIVE, "intervals overlap")
+    return (HOLDS, "intervals separated, a below") if below else \
+        (FAILS, "intervals separated, a above") if above else (INCONCLUSIVE, "intervals overlap")
+
+
+def _published_for(ref: Reference, match: Match, metric: str) -> "Optional[tuple[float, float]]":
+    unit = METRIC_UNITS[metric][0]
+    for f in ref.figures:
+        if f.match == match and (f.metric == metric or {f.metric, metric} <= RATE_METRICS):
+            return f.value.to(unit)
+    return None
+
+
+def claims(df: pd.DataFrame, ref: Reference) -> "list[ClaimRow]":
+    out = []
+    for c in ref.claims:
+        unit = METRIC_UNITS[c.metric][0]
+        a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
+        v, why = verdict(a, b, c.op, c.factor)
+        ratio = math.nan
+        if np.isfinite(a.median) and np.isfinite(b.median):
+            ratio = a.median / b.median if b.median else (math.inf if a.median > 0 else math.nan)
+        bounds = ""
+        if a.has_ci and b.has_ci and b.ci_low > 0:
+            bounds = f" (interval bounds {_ratio(a.ci_low / b.ci_high)}–{_ratio(a.ci_high / b.ci_low)})"
+        evidence = (f"measured (this run): a {show_measured(a, unit)} vs b {show_measured(b, unit)}; "
+                    f"a/b = {_ratio(ratio)}{bounds}, claim {c.op} {c.factor:g}: {why}")
+        pa, pb = _published_for(ref, c.a, c.metric), _published_for(ref, c.b, c.metric)
+        published = ""
+        if pa and pb:
+            published = (f"published: a {show_range(*pa, unit)} vs b {show_range(*pb, unit)}; "
+                         f"a/b = {_ratio(((pa[0] + pa[1]) / 2) / ((pb[0] + pb[1]) / 2))}")
+        out.append(ClaimRow(c, unit, a, b, v, evidence, published))
+    return out
+
+
+# ---------------------------------------------------------------- tables (the report and markdown share them)
+
+FIGURE_HEADER = ["published as", "cell", "metric", "published (study)", "published / study baseline",
+                 "measured (this run)", "measured / our baseline", "measured ÷ published"]
+CLAIM_HEADER = ["claim (published finding)", "condition", "verdict", "evidence"]
+
+
+def _norm_text(low: float, high: float, kind: Optional[str]) -> str:
+    word = _BASELINE_WORDS.get(kind or "", kind or "")
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return "–"
+    return f"{_ratio(low)} × {word}" if abs(low - high) < 0.005 else f"{_ratio(low)}–{_ratio(high)} × {word}"
+
+
+def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
+    out = []
+    for r in rows:
+        f, m = r.figure, r.measured
+        kind = f.baseline
+        pub_norm = _norm_text(*r.published_norm, kind) if r.published_norm else "–"
+        if kind is None:
+            ours = "–"
+        elif not np.isfinite(r.measured_baseline):
+            ours = f"no {_BASELINE_WORDS[kind]} baseline in this run"
+        else:
+            ours = (f"{_norm_text(r.measured_norm, r.measured_norm, kind)} "
+                    f"({_BASELINE_WORDS[kind]} {show(r.measured_baseline, 'Gbit/s')})")
+        ratio = _ratio(r.ratio)
+        if r.per_byte:
+            ratio = f"{ratio} per byte" if np.isfinite(r.ratio) else "– (a total: the study's bytes are not given)"
+        out.append([f.label or "–", f.match.describe(), f.metric, show_range(*r.published, r.unit), pub_norm,
+                    show_measured(m, r.unit), ours, ratio])
+    return out
+
+
+def claim_table(rows: "list[ClaimRow]") -> "list[list[str]]":
+    out = []
+    for r in rows:
+        c = r.claim
+        cond = f"{c.metric}: {c.condition}, a = {c.a.describe()}; b = {c.b.describe()}"
+        evidence = r.evidence + (f" · {r.published}" if r.published else "") + (f" · note: {c.note}" if c.note else "")
+        out.append([c.says, cond, r.verdict, evidence])
+    return out
+
+
+def baseline_table(ref: Reference, baselines: pd.DataFrame) -> "list[list[str]]":
+    """[kind, published (study) with its command, measured (this run)] per baseline the study gives."""
+    out = []
+    for b in ref.baselines:
+        lo, hi = b.value.to("Gbit/s")
+        study = f"{b.value}" + (f" = {show_range(lo, hi, 'Gbit/s')}" if b.value.unit != "Gbit/s" else "")
+        ours = own_baseline(baselines, b.kind, {})
+        out.append([_BASELINE_WORDS[b.kind], study, b.command or "–",
+                    f"{show(ours, 'Gbit/s')} = {show(convert(ours, 'Gbit/s', 'MB/s'), 'MB/s')}"
+                    if np.isfinite(ours) else "not measured"])
+    return out
+
+
+BASELINE_HEADER = ["baseline", "published (study)", "the study's command", "measured (this run), all tests"]
+
+
+def verdict_counts(rows: "list[ClaimRow]") -> str:
+    counts = {v: sum(r.verdict == v for r in rows) for v in (HOLDS, FAILS, INCONCLUSIVE)}
+    return ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "no claims"
+
+
+def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: str = "") -> str:
+    """The Reproduction section as Markdown (what `zcorch report DIR --format markdown` prints)."""
+    s = ref.source
+    cite = ", ".join(x for x in (s.author, f"“{s.title}”", s.venue, s.date) if x)
+    lines = [f"## Reproduction{': ' + name if name else ''}", "",
+             f"Published: {cite}" + (f" — <{s.url}>" if s.url else "") + ".", ""]
+    if ref.setup:
+        lines += [f"**The study's setup (published):** {' '.join(ref.setup.split())}", ""]
+    lines += ["Numbers labelled *published* are the study's, on its hardware; *measured (this run)* are this "
+              f"result set's medians with {CI:.0%} bootstrap confidence intervals. Throughput is also shown as a "
+              "fraction of each setup's own baseline.", ""]
+
+    def table(header, rows):
+        esc = [[str(v).replace("|", "\\|").replace("\n", " ") for v in r] for r in rows]
+        return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"] + \
+            ["| " + " | ".join(r) + " |" for r in esc] + [""]
+
+    if ref.baselines:
+        lines += ["### Baselines", ""] + table(BASELINE_HEADER, baseline_table(ref, baselines))
+    fig_rows = figures(df, baselines, ref)
+    if fig_rows:
+        lines += ["### Published figures vs this run", ""] + table(FIGURE_HEADER, figure_table(fig_rows))
+    claim_rows = claims(df, ref)
+    if claim_rows:
+        lines += [f"### Claims ({verdict_counts(claim_rows)})", "",
+                  "A verdict needs both confidence intervals separated; overlapping intervals or missing runs are "
+                  "*inconclusive*.", ""] + table(CLAIM_HEADER, claim_table(claim_rows))
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""`zcorch.load_samples`: the per-interval samples of the runs (param `sample_interval`) as one frame.
+
+A worker samples every `sample_interval` while it transfers (a thread of the C core: bytes moved, the
+process's CPU clock, the "cpu" line of /proc/stat, TCP_INFO) and keeps the samples of a transfer that
+lasted at least 3 intervals; the runner writes them to `samples/<cell>-r<repeat>.jsonl` beside the run's
+record, which names the file (`samples`). Only the newest record of each (cell, repeat) counts; a
+samples file that is gone (a result set copied without its samples/) leaves that run out.
+
+Columns: sweep, cell, repeat, side (`send`/`recv`), t_s (since the start of the timed region; the last
+sample is the end of the transfer), the cumulative bytes, proc_cpu_s, host_busy_s, host_softirq_s,
+host_idle_s, the TCP_INFO values at the sample (tcp_snd_cwnd, tcp_rtt_us, tcp_total_retrans), the
+interval's dt_s, gbit_s, proc_cpus (process CPU seconds per second: CPUs the worker kept busy) and
+host_busy_cpus (the machine's), then the run's parameters (but `bytes`: here the bytes moved so far).
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from zcorch.analysis.frames import PathLike, _as_dirs, _sweep_names, read_manifest
+from zcorch.analysis.load import load
+from zcorch.errors import ResultsError
+from zcorch.params import PARAM_KEYS
+
+SAMPLE_COLUMNS = ["t_s", "bytes", "proc_cpu_s", "host_busy_s", "host_softirq_s", "host_idle_s", "tcp_snd_cwnd",
+                  "tcp_rtt_us", "tcp_total_retrans"]
+DERIVED = ["dt_s", "gbit_s", "proc_cpus", "host_busy_cpus"]
+HEAD = ["sweep", "cell", "repeat", "side"]
+
+
+def _read(path) -> list:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                raise ResultsError(f"{path}:{lineno}: not a JSON sample: {line[:80]!r}") from None
+            if not isinstance(row, dict) or "side" not in row or "t_s" not in row:
+                raise ResultsError(f"{path}:{lineno}: a sample needs `side` and `t_s`")
+            rows.append(row)
+    return rows
+
+
+def _empty(params: Iterable[str] = ()) -> pd.DataFrame:
+    cols = HEAD + SAMPLE_COLUMNS + DERIVED + list(params)
+    return pd.DataFrame({c: pd.Series(dtype=object if c in ("sweep", "cell", "side") else "float64") for c in cols})
+
+
+def _per_interval(frame: pd.DataFrame) -> pd.DataFrame:
+    """dt_s and the interval rates, within each (sweep, cell, repeat, side) from the previous sample (the
+    first from the start of the transfer: t = 0 with nothing moved or spent)."""
+    keys = ["sweep", "cell", "repeat", "side"]
+    frame = frame.sort_values(keys + ["t_s"], kind="stable").reset_index(drop=True)
+    grouped = frame.groupby(keys, sort=False)
+
+    def diff(col: str) -> np.ndarray:
+        values = pd.to_numeric(frame[col], errors="coerce")
+        return (values - grouped[col].shift(1).astype("float64").fillna(0.0)).to_numpy(dtype="float64")
+
+    dt = diff("t_s")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dt = np.where(dt > 0, dt, np.nan)
+        frame["dt_s"] = dt
+        frame["gbit_s"] = diff("bytes") * 8 / dt / 1e9
+        frame["proc_cpus"] = diff("proc_cpu_s") / dt
+        frame["host_busy_cpus"] = diff("host_busy_s") / dt
+    return frame
+
+
+def load_samples(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
+    """Every sample of one or several result sets (module docstring); an empty frame with the columns
+    when no run kept samples."""
+    dirs = _as_dirs(path_or_paths)
+    parts = []
+    params = []
+    for d, sweep in zip(dirs, _sweep_names(dirs)):
+        read_manifest(d)
+        runs = load(d)
+        runs["sweep"] = sweep
+        if "samples" not in runs:
+            continue
+        # the run's parameters, but `bytes` (the run's total) would clash with the samples' bytes moved
+        params = [p for p in PARAM_KEYS if p in runs and p not in SAMPLE_COLUMNS] or params
+        for _, run in runs[runs["samples"].notna()].iterrows():
+            path = d / run["samples"]
+            if not path.is_file():  # removed or never copied along: the run simply has no samples
+                continue
+            rows = _read(path)
+            if not rows:
+                continue
+            part = pd.DataFrame.from_records(rows)
+            part["sweep"], part["cell"], part["repeat"] = sweep, run["cell"], int(run["repeat"])
+            for p in params:
+                part[p] = run[p]
+            parts.append(part)
+    if not parts:
+        return _empty(params)
+    frame = pd.concat(parts, ignore_index=True)
+    for col in SAMPLE_COLUMNS:
+        if col not in frame:
+            frame[col] = np.nan
+        frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    frame = _per_interval(frame)
+    rest = [c for c in frame.columns if c not in HEAD + SAMPLE_COLUMNS + DERIVED + params]
+    return frame[HEAD + SAMPLE_COLUMNS + DERIVED + params + rest]

@@ -1,0 +1,410 @@
+"""The `reference:` section: what a published study reported, next to which zcorch measures the same cells.
+
+    reference:
+      source: {title: "...", author: "...", date: "2006-11-16", url: "https://...", venue: "linux-kernel"}
+      setup: >-                           # the study's own machines and settings, in its words
+        two dual Opteron hosts, Myri-10G back to back, MTU 9000 ...
+      bytes: 16GiB                        # what the study moved per transfer: published totals (times,
+                                          # faults) are compared per byte when a run moves another amount
+      baselines:                          # the study's ceilings, each mapped to the zcorch baseline it stands for
+        iperf3: {value: 6.9 Gbit/s, command: "iperf -w 1M -l 64K"}
+        dd_write: {value: 465-520 MB/s, command: "sync; time { dd if=/dev/zero of=./zero bs=32k count=512k; sync; }"}
+        dd_read: {value: 950 MB/s}
+      figures:                            # published numbers, one cell each
+        - {label: "C) file -> 1) /dev/null", match: {send_mode: splice, sink: /dev/null}, metric: mb_s,
+           value: 854 MB/s}
+      claims:                             # findings in a form a run can check
+        - says: "splice is the fastest way to send a file"
+          metric: mb_s
+          a: {send_mode: splice, sink: /dev/null}
+          b: {send_mode: write, sink: /dev/null, source: {not: /dev/zero}}
+          holds_if: a > b                 # or a < b, a <= 0.5 * b, a >= 2 * b
+
+A `match:` maps parameter names to a value (`send_mode: splice`), a list of values (any of them) or
+`{not: value-or-list}` (none of them); values are written and compared as in `params:` (64KiB = 65536).
+Every match selects exactly one cell of the experiment: zcorch.plan checks that against the expanded
+cells (`reference_problems`), an error for the file as written, a warning when `--set` reduced the run
+(the report then shows the figure or claim as not measured by this run).
+
+Metrics (`METRIC_UNITS`): the analysis columns `gbit_s`, `mb_s`, `send_cpu_s_per_gib`, `recv_cpu_s_per_gib`
+and every worker metric of zcorch.params METRICS with its side, `send_stime_us`, `recv_wall_ns`, ...
+Quantities are a number or a range and a unit (zcorch.units.parse_quantity), converted to the metric's unit.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from zcorch.config import checks
+from zcorch.config import yamlsrc as ys
+from zcorch.config.checks import Checker, suggest
+from zcorch.params import METRICS, PARAM_KEYS, format_value
+from zcorch.units import convert, parse_quantity, unit_dimension
+
+# metric name -> (unit of the analysis column, what it is, whether a higher value is better)
+METRIC_UNITS: "dict[str, tuple[str, str, bool]]" = {
+    "gbit_s": ("Gbit/s", "throughput", True),
+    "mb_s": ("MB/s", "throughput", True),
+    "send_cpu_s_per_gib": ("s/GiB", "sender CPU time (user + system) per GiB", False),
+    "recv_cpu_s_per_gib": ("s/GiB", "receiver CPU time (user + system) per GiB", False),
+}
+_SIDE_WORD = {"send": "sender", "recv": "receiver"}
+for _side in ("send", "recv"):   # the host CPU view (zcorch.analysis.frames), per side
+    METRIC_UNITS[f"{_side}_host_busy_s_per_gib"] = ("s/GiB", f"busy CPU of the {_SIDE_WORD[_side]}'s host per GiB", False)
+    METRIC_UNITS[f"{_side}_host_softirq_s_per_gib"] = ("s/GiB", f"softirq CPU of the {_SIDE_WORD[_side]}'s host per GiB",
+                                                       False)
+METRIC_UNITS["total_host_busy_s_per_gib"] = ("s/GiB", "busy CPU of both hosts per GiB (one machine counted once)", False)
+
+
+def _quantity_unit(unit: str) -> bool:
+    try:
+        unit_dimension(unit)
+        return True
+    except ValueError:   # e.g. an id: not a number a study could publish
+        return False
+
+
+for _m in METRICS:
+    for _side in ("send", "recv"):
+        if _m.side in (_side, "both") and _quantity_unit(_m.unit):
+            METRIC_UNITS[f"{_side}_{_m.name}"] = (_m.unit, f"{_SIDE_WORD[_side]} {_m.help}", False)
+# Totals over a transfer (they grow with `bytes`): a published total is compared per byte moved.
+EXTENSIVE_METRICS = frozenset(f"{side}_{m}" for side in ("send", "recv") for m in (
+    "bytes", "wall_ns", "utime_us", "stime_us", "minflt", "majflt", "nvcsw", "nivcsw", "fsync_ns", "zc_completions",
+    "zc_copied", "tcp_total_retrans"))
+RATE_METRICS = frozenset(k for k, (u, _, _) in METRIC_UNITS.items() if unit_dimension(u) == "rate")
+
+# zcorch's baseline kinds (zcorch.sweep.baselines records) a study's own baseline can stand for
+BASELINE_KINDS = {"iperf3": "iperf3 throughput (network alone)", "dd_write": "dd write (the sink's disk)",
+                  "dd_read": "dd read"}
+SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims")
+SOURCE_KEYS = ("title", "author", "date", "url", "venue")
+BASELINE_KEYS = ("value", "command")
+FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes")
+CLAIM_KEYS = ("says", "metric", "a", "b", "holds_if", "note")
+_HOLDS_RE = re.compile(r"^\s*a\s*(<=|>=|<|>|≤|≥)\s*(?:(\d+(?:\.\d+)?)\s*[*×x]\s*)?b\s*$")
+_OPS = {"≤": "<=", "≥": ">="}
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A published number or range, in the unit it was written in."""
+
+    low: float
+    high: float
+    unit: str
+
+    @property
+    def is_range(self) -> bool:
+        return self.low != self.high
+
+    def to(self, unit: str) -> "tuple[float, float]":
+        return convert(self.low, self.unit, unit), convert(self.high, self.unit, unit)
+
+    def __str__(self) -> str:
+        num = f"{self.low:g}" if not self.is_range else f"{self.low:g}–{self.high:g}"
+        return f"{num} {self.unit}".strip()
+
+
+@dataclass(frozen=True)
+class Condition:
+    key: str
+    op: str                 # "eq" (one value), "in" (any of values), "not" (none of values)
+    values: tuple
+
+
+@dataclass(frozen=True)
+class Match:
+    conditions: "tuple[Condition, ...]"
+    pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
+
+    def selects(self, params: "dict[str, Any]") -> bool:
+        """Whether a cell's parameters (a plan cell, or a row of a runs frame: NaN for null) satisfy it."""
+        for c in self.conditions:
+            have = format_value(c.key, params.get(c.key))
+            hit = any(have == format_value(c.key, v) for v in c.values)
+            if hit == (c.op == "not"):
+                return False
+        return True
+
+    def describe(self) -> str:
+        parts = []
+        for c in self.conditions:
+            vals = [format_value(c.key, v) for v in c.values]
+            if c.op == "eq":
+                parts.append(f"{c.key}={vals[0]}")
+            elif c.op == "in":
+                parts.append(f"{c.key}∈{{{', '.join(vals)}}}")
+            else:
+                parts.append(f"{c.key}≠{'/'.join(vals)}")
+        return ", ".join(parts) or "(every cell)"
+
+
+@dataclass(frozen=True)
+class Source:
+    title: str
+    author: str = ""
+    date: str = ""
+    url: str = ""
+    venue: str = ""
+
+
+@dataclass(frozen=True)
+class PublishedBaseline:
+    kind: str               # a BASELINE_KINDS key
+    value: Quantity
+    command: str = ""
+    pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
+
+
+@dataclass(frozen=True)
+class Figure:
+    label: str
+    match: Match
+    metric: str
+    value: Quantity
+    baseline: Optional[str] = None   # the kind to normalise with (None: not normalised)
+    bytes: Optional[int] = None      # what the study moved in that measurement (totals compare per byte)
+    pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
+
+
+@dataclass(frozen=True)
+class Claim:
+    says: str
+    metric: str
+    a: Match
+    b: Match
+    op: str                 # "<", "<=", ">", ">="
+    factor: float = 1.0     # holds if metric(a) op factor × metric(b)
+    note: str = ""
+    pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
+
+    @property
+    def condition(self) -> str:
+        return f"a {self.op} {self.factor:g} × b" if self.factor != 1 else f"a {self.op} b"
+
+
+@dataclass(frozen=True)
+class Reference:
+    source: Source
+    setup: str = ""
+    bytes: Optional[int] = None      # what the study moved per transfer (the figures' default `bytes`)
+    baselines: "tuple[PublishedBaseline, ...]" = ()
+    figures: "tuple[Figure, ...]" = ()
+    claims: "tuple[Claim, ...]" = ()
+
+    def baseline(self, kind: Optional[str]) -> Optional[PublishedBaseline]:
+        return next((b for b in self.baselines if b.kind == kind), None)
+
+    def matches(self) -> "list[tuple[str, Match]]":
+        """Every match with a label for messages (`figures[0]`, `claims[1].a`)."""
+        out = [(f"reference.figures[{i}]", f.match) for i, f in enumerate(self.figures)]
+        for i, c in enumerate(self.claims):
+            out += [(f"reference.claims[{i}].a", c.a), (f"reference.claims[{i}].b", c.b)]
+        return out
+
+
+# ---------------------------------------------------------------- parsing
+
+def _text(node: ys.YNode) -> str:
+    text = ys.as_str(node, "text")
+    checks.check_no_control(text.replace("\n", " "), "text")
+    return text
+
+
+def _quantity(node: ys.YNode) -> Quantity:
+    if isinstance(node, ys.YScalar) and node.plain and node.tag in (ys.INT, ys.FLOAT):
+        raise ys.ValueProblem(f"`{node.text}` has no unit: write e.g. `{node.text} MB/s` or `{node.text} s`")
+    text = ys.as_str(node, "a quantity (e.g. 857 MB/s, 465-520 MB/s)")
+    try:
+        low, high, unit = parse_quantity(text)
+    except ValueError as exc:
+        raise ys.ValueProblem(str(exc)) from None
+    return Quantity(low, high, unit)
+
+
+def _metric(node: ys.YNode) -> str:
+    name = ys.as_str(node, "a metric name")
+    if name not in METRIC_UNITS:
+        raise ys.ValueProblem(f"`{name}` is not a metric{suggest(name, METRIC_UNITS)} (e.g. gbit_s, mb_s, "
+                              "send_stime_us, send_cpu_s_per_gib: docs/experiment-files.md, Reference)")
+    return name
+
+
+def _holds_if(node: ys.YNode) -> "tuple[str, float]":
+    text = ys.as_str(node, "a condition like `a > b` or `a <= 0.5 * b`")
+    m = _HOLDS_RE.match(text)
+    if not m:
+        raise ys.ValueProblem(f"`{text}` is not a condition: write `a > b`, `a < b`, `a <= K * b` or `a >= K * b` "
+                              "(K a positive number)")
+    factor = float(m.group(2)) if m.group(2) else 1.0
+    if factor <= 0:
+        raise ys.ValueProblem(f"`{text}`: the factor must be > 0")
+    return _OPS.get(m.group(1), m.group(1)), factor
+
+
+def parse_match(chk: Checker, node: ys.YNode, path: str, param_parser) -> Optional[Match]:
+    """A `match:` mapping (parameter -> value | [values] | {not: value | [values]}); None if unusable."""
+    if not isinstance(node, ys.YMap) or not node.entries:
+        chk.problem(node.pos, path, f"expected a mapping of parameters to values (e.g. {{send_mode: splice}}), "
+                                    f"got {'an empty mapping' if isinstance(node, ys.YMap) else ys.describe(node)}")
+        return None
+    conds, ok = [], True
+    for key, (kpos, child) in node.entries.items():
+        kpath = f"{path}.{key}"
+        if key not in PARAM_KEYS:
+            chk.problem(kpos, kpath, f"unknown parameter `{key}`{suggest(key, PARAM_KEYS)}")
+            ok = False
+            continue
+        op, items = "eq", [child]
+        if isinstance(child, ys.YMap):
+            if list(child.entries) != ["not"]:
+                chk.problem(child.pos, kpath, "a mapping here must be {not: value} or {not: [values]}")
+                ok = False
+                continue
+            inner = child.entries["not"][1]
+            op, items = "not", inner.items if isinstance(inner, ys.YSeq) else [inner]
+        elif isinstance(child, ys.YSeq):
+            op, items = "in", child.items
+        if not items:
+            chk.problem(child.pos, kpath, "empty list: name at least one value")
+            ok = False
+            continue
+        values = []
+        for item in items:
+            try:
+                values.append(param_parser(key, item))
+            except ys.ValueProblem as exc:
+                chk.problem(item.pos, kpath, str(exc))
+                ok = False
+        conds.append(Condition(key, op, tuple(values)))
+    return Match(tuple(conds), node.pos) if ok else None
+
+
+def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Reference]:
+    """The `reference:` node; problems go to `chk`. `param_parser(key, node)` parses one parameter value
+    (zcorch.config.experiment.parse_param, passed in so this module need not import the experiment's)."""
+    top = chk.mapping(node, "reference", SECTION_KEYS, "reference keys")
+    if not isinstance(node, ys.YMap):
+        return None
+    source = Source("")
+    if "source" not in top:
+        chk.problem(node.pos, "reference.source", "missing `source:` (title, author, date, url of the study)")
+    else:
+        src = chk.mapping(top["source"][1], "reference.source", SOURCE_KEYS, "source keys")
+        vals = {k: chk.value(v, f"reference.source.{k}", _text, "") for k, (_, v) in src.items()}
+        if "title" not in src and isinstance(top["source"][1], ys.YMap):
+            chk.problem(top["source"][1].pos, "reference.source", "missing `title:`")
+        source = Source(**{k: vals.get(k, "") for k in SOURCE_KEYS})
+    setup = chk.value(top["setup"][1], "reference.setup", _text, "") if "setup" in top else ""
+    nbytes = chk.value(top["bytes"][1], "reference.bytes", checks.positive_size) if "bytes" in top else None
+
+    baselines = []
+    if "baselines" in top:
+        for kind, (_, child) in chk.mapping(top["baselines"][1], "reference.baselines", tuple(BASELINE_KINDS),
+                                            "zcorch baseline kinds").items():
+            path = f"reference.baselines.{kind}"
+            fields_ = chk.mapping(child, path, BASELINE_KEYS, "published baseline keys")
+            if not isinstance(child, ys.YMap):
+                continue
+            if "value" not in fields_:
+                chk.problem(child.pos, path, "missing `value:` (e.g. 6.9 Gbit/s)")
+                continue
+            q = chk.value(fields_["value"][1], f"{path}.value", _quantity)
+            if q is not None and unit_dimension(q.unit) != "rate":
+                chk.problem(fields_["value"][1].pos, f"{path}.value", f"`{q}` is not a rate (e.g. MB/s, Gbit/s)")
+                q = None
+            cmd = chk.value(fields_["command"][1], f"{path}.command", _text, "") if "command" in fields_ else ""
+            if q is not None:
+                baselines.append(PublishedBaseline(kind, q, cmd, child.pos))
+    kinds = {b.kind for b in baselines}
+
+    figures = []
+    if "figures" in top:
+        for i, item in enumerate(_items(chk, top["figures"][1], "reference.figures")):
+            path = f"reference.figures[{i}]"
+            f = chk.mapping(item, path, FIGURE_KEYS, "figure keys")
+            if not isinstance(item, ys.YMap):
+                continue
+            missing = [k for k in ("match", "metric", "value") if k not in f]
+            if missing:
+                chk.problem(item.pos, path, f"missing {', '.join(f'`{k}:`' for k in missing)}")
+                continue
+            match = parse_match(chk, f["match"][1], f"{path}.match", param_parser)
+            metric = chk.value(f["metric"][1], f"{path}.metric", _metric)
+            value = chk.value(f["value"][1], f"{path}.value", _quantity)
+            label = chk.value(f["label"][1], f"{path}.label", _text, "") if "label" in f else ""
+            if metric and value:
+                unit = METRIC_UNITS[metric][0]
+                try:
+                    value.to(unit)
+                except ValueError as exc:
+                    chk.problem(f["value"][1].pos, f"{path}.value", f"`{value}` does not fit metric `{metric}` "
+                                                                   f"({unit}): {exc}")
+                    value = None
+            base = None
+            if "baseline" in f:
+                base = chk.value(f["baseline"][1], f"{path}.baseline",
+                                 lambda n: checks.choice(n, tuple(BASELINE_KINDS), "baseline kind"))
+                if base and base not in kinds:
+                    chk.problem(f["baseline"][1].pos, f"{path}.baseline",
+                                f"`{base}`: the reference gives no published `{base}` under `baselines:`")
+                    base = None
+            elif metric in RATE_METRICS and "iperf3" in kinds:
+                base = "iperf3"
+            if base and metric not in RATE_METRICS:
+                chk.problem(f["baseline"][1].pos, f"{path}.baseline",
+                            f"only throughput figures (gbit_s, mb_s) are normalised to a baseline, not `{metric}`")
+                base = None
+            fbytes = chk.value(f["bytes"][1], f"{path}.bytes", checks.positive_size) if "bytes" in f else nbytes
+            if match and metric and value:
+                figures.append(Figure(label, match, metric, value, base, fbytes, item.pos))
+
+    claims = []
+    if "claims" in top:
+        for i, item in enumerate(_items(chk, top["claims"][1], "reference.claims")):
+            path = f"reference.claims[{i}]"
+            c = chk.mapping(item, path, CLAIM_KEYS, "claim keys")
+            if not isinstance(item, ys.YMap):
+                continue
+            missing = [k for k in ("says", "metric", "a", "b", "holds_if") if k not in c]
+            if missing:
+                chk.problem(item.pos, path, f"missing {', '.join(f'`{k}:`' for k in missing)}")
+                continue
+            says = chk.value(c["says"][1], f"{path}.says", _text, "")
+            metric = chk.value(c["metric"][1], f"{path}.metric", _metric)
+            a = parse_match(chk, c["a"][1], f"{path}.a", param_parser)
+            b = parse_match(chk, c["b"][1], f"{path}.b", param_parser)
+            cond = chk.value(c["holds_if"][1], f"{path}.holds_if", _holds_if)
+            note = chk.value(c["note"][1], f"{path}.note", _text, "") if "note" in c else ""
+            if a and b and a == b:
+                chk.problem(c["b"][1].pos, f"{path}.b", "`b` matches the same as `a`: a claim compares two cells")
+            elif says is not None and metric and a and b and cond:
+                claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos))
+    return Reference(source, setup or "", nbytes, tuple(baselines), tuple(figures), tuple(claims))
+
+
+def _items(chk: Checker, node: ys.YNode, path: str) -> list:
+    if not isinstance(node, ys.YSeq):
+        chk.problem(node.pos, path, f"expected a list, got {ys.describe(node)}")
+        return []
+    return node.items
+
+
+# ---------------------------------------------------------------- against the expanded cells
+
+def reference_problems(ref: Reference, cells: "list[dict]") -> "list[tuple[ys.Pos, str, str]]":
+    """(pos, key, message) for every match that selects no cell or more than one of `cells` (parameter dicts)."""
+    out = []
+    for label, match in ref.matches():
+        hits = [p for p in cells if match.selects(p)]
+        if len(hits) == 1:
+            continue
+        if not hits:
+            out.append((match.pos, label, f"{match.describe()} selects no cell of the experiment"))
+        else:
+            differ = [k for k in PARAM_KEYS if len({format_value(k, h.get(k)) for h in hits}) > 1]
+            out.append((match.pos, label, f"{match.describe()} selects {len(hits)} cells; one is needed: "
+                                          f"add {' or '.join(f'`{k}`' for k in differ[:3])} to tell them apart"))
+    return out

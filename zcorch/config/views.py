@@ -1,0 +1,94 @@
+"""The `report:` section: the views (small-multiple charts and their tables) the report draws.
+
+    report:
+      views:
+        - {x: send_cpu, hue: send_mode, facet: recv_mode, metric: gbit_s}
+        - {x: subblocks, hue: send_mode, facet: [gift], metric: send_stime_us, title: "sender system time"}
+
+`x` (required), `hue` and `facet` name a parameter or a list of them (the combinations of their values present
+in the runs make the axis positions, the colours, the panels); `metric` is a metric of zcorch.config.reference.METRIC_UNITS (default gbit_s). Without the section
+the report picks a view from the parameters that vary (zcorch.analysis.plots.default_view).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from zcorch.config import yamlsrc as ys
+from zcorch.config.checks import Checker, suggest
+from zcorch.config.reference import METRIC_UNITS
+from zcorch.params import PARAM_KEYS
+
+SECTION_KEYS = ("views",)
+VIEW_KEYS = ("x", "hue", "facet", "metric", "title")
+
+
+@dataclass(frozen=True)
+class View:
+    x: "tuple[str, ...]"                 # one parameter, or linked ones whose combinations share the axis
+    hue: "tuple[str, ...]" = ()
+    facet: "tuple[str, ...]" = ()
+    metric: str = "gbit_s"
+    title: str = ""
+    pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
+
+
+def _param(node: ys.YNode) -> str:
+    name = ys.as_str(node, "a parameter name")
+    if name not in PARAM_KEYS:
+        raise ys.ValueProblem(f"`{name}` is not a parameter{suggest(name, PARAM_KEYS)}")
+    return name
+
+
+def _metric(node: ys.YNode) -> str:
+    name = ys.as_str(node, "a metric name")
+    if name not in METRIC_UNITS:
+        raise ys.ValueProblem(f"`{name}` is not a metric{suggest(name, METRIC_UNITS)} (e.g. gbit_s, mb_s, "
+                              "send_cpu_s_per_gib, send_stime_us)")
+    return name
+
+
+def parse_report(chk: Checker, node: ys.YNode) -> "tuple[View, ...]":
+    """The `report:` node's views; problems go to `chk`."""
+    top = chk.mapping(node, "report", SECTION_KEYS, "report keys")
+    if "views" not in top:
+        return ()
+    vnode = top["views"][1]
+    if not isinstance(vnode, ys.YSeq):
+        chk.problem(vnode.pos, "report.views", f"expected a list of views, got {ys.describe(vnode)}")
+        return ()
+    views = []
+    for i, item in enumerate(vnode.items):
+        path = f"report.views[{i}]"
+        f = chk.mapping(item, path, VIEW_KEYS, "view keys")
+        if not isinstance(item, ys.YMap):
+            continue
+        if "x" not in f:
+            chk.problem(item.pos, path, "missing `x:` (the parameter along the horizontal axis)")
+            continue
+        x = _params(chk, f["x"][1], f"{path}.x")
+        hue = _params(chk, f["hue"][1], f"{path}.hue") if "hue" in f else []
+        facet = _params(chk, f["facet"][1], f"{path}.facet") if "facet" in f else []
+        metric = chk.value(f["metric"][1], f"{path}.metric", _metric) if "metric" in f else "gbit_s"
+        title = chk.value(f["title"][1], f"{path}.title", ys.as_str, "") if "title" in f else ""
+        used = [*x, *hue, *facet]
+        dup = sorted({p for p in used if used.count(p) > 1})
+        if dup:
+            chk.problem(item.pos, path, f"`{dup[0]}` is used twice: x, hue and facet must be different parameters")
+            continue
+        if x and metric and len(x) == len(f["x"][1].items if isinstance(f["x"][1], ys.YSeq) else [1]):
+            views.append(View(tuple(x), tuple(hue), tuple(facet), metric, title or "", item.pos))
+    return tuple(views)
+
+
+def _params(chk: Checker, node: ys.YNode, path: str) -> "list[str]":
+    """One parameter name or a list of them."""
+    items = node.items if isinstance(node, ys.YSeq) else [node]
+    if isinstance(node, ys.YSeq) and not items:
+        chk.problem(node.pos, path, "empty list: name at least one parameter")
+    out = []
+    for j, it in enumerate(items):
+        name = chk.value(it, f"{path}[{j}]" if isinstance(node, ys.YSeq) else path, _param)
+        if name:
+            out.append(name)
+    return out

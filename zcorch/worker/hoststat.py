@@ -1,0 +1,151 @@
+"""Host-wide counters over a transfer: parsers of /proc/stat, /proc/softirqs, /proc/net/snmp and
+/proc/vmstat texts and the deltas between two snapshots (the C core copies the texts just before and
+just after its timed region, native/core/hoststat.c; this turns them into metrics afterwards).
+
+    host_deltas(before, after, window_ns) -> {"host_user_us": ..., "host_per_cpu_us": {...}, ...}
+
+`before`/`after` map each file name of FILES to its text (None when it could not be read). Every value
+is a delta over the window, never negative (some kernels let iowait step backwards; such a delta is 0);
+a counter missing from either snapshot is None. /proc/stat counts in USER_HZ ticks (`clk_tck`, usually
+100 a second), so each CPU time is exact only to one tick per CPU and field.
+
+What the kernel shares: /proc/stat, /proc/softirqs and /proc/vmstat are the machine's (every network
+namespace on it sees the same); /proc/net/snmp is the reading process's network namespace's.
+
+Stdlib-only and deployed with the worker; pure functions (tests feed them captured texts).
+"""
+from __future__ import annotations
+
+import os
+
+from zcorch.params import HOST_BUSY_FIELDS, HOST_CPU_FIELDS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any, Dict, Optional
+
+FILES = ("/proc/stat", "/proc/softirqs", "/proc/net/snmp", "/proc/vmstat")  # zc_host_snap's order
+# The time fields of a /proc/stat cpu line, in the kernel's column order (guest and guest_nice are
+# already counted in user and nice, so they are never added).
+STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
+# What the metrics report, in this order (also the order of each host_per_cpu_us list), and busy =
+# everything but idle and iowait: the one definition is zcorch.params'.
+CPU_FIELDS = HOST_CPU_FIELDS
+BUSY_FIELDS = HOST_BUSY_FIELDS
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def parse_stat(text: str) -> "Dict[str, Dict[str, int]]":
+    """/proc/stat -> {"cpu": {field: ticks}, "cpu0": {...}, ...} (the time fields of STAT_COLUMNS that
+    the line has; older kernels have fewer columns)."""
+    out: "Dict[str, Dict[str, int]]" = {}
+    for line in text.splitlines():
+        if not line.startswith("cpu"):
+            continue
+        parts = line.split()
+        name = parts[0]
+        if name != "cpu" and not name[3:].isdigit():
+            continue
+        out[name] = {col: int(v) for col, v in zip(STAT_COLUMNS, parts[1:])}
+    return out
+
+
+def parse_softirqs(text: str) -> "Dict[str, int]":
+    """/proc/softirqs -> {"NET_RX": count summed over the CPUs, ...}."""
+    out: "Dict[str, int]" = {}
+    for line in text.splitlines()[1:]:  # the first line names the CPUs
+        name, sep, counts = line.partition(":")
+        if sep:
+            out[name.strip()] = sum(int(v) for v in counts.split())
+    return out
+
+
+def parse_snmp(text: str) -> "Dict[str, Dict[str, int]]":
+    """/proc/net/snmp (pairs of lines: `Proto: names...` then `Proto: values...`) -> {"Tcp": {"RetransSegs": n}}."""
+    out: "Dict[str, Dict[str, int]]" = {}
+    lines = text.splitlines()
+    for names, values in zip(lines[0::2], lines[1::2]):
+        proto, _, keys = names.partition(":")
+        proto2, _, nums = values.partition(":")
+        if proto != proto2:
+            continue
+        out[proto.strip()] = {k: int(v) for k, v in zip(keys.split(), nums.split())}
+    return out
+
+
+def parse_vmstat(text: str) -> "Dict[str, int]":
+    """/proc/vmstat -> {"pgfault": n, ...}."""
+    out: "Dict[str, int]" = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def _delta(a: "Optional[int]", b: "Optional[int]") -> "Optional[int]":
+    if a is None or b is None:
+        return None
+    return max(b - a, 0)
+
+
+def cpu_delta_ticks(before: "Dict[str, int]", after: "Dict[str, int]") -> "Dict[str, Optional[int]]":
+    """{field of CPU_FIELDS: ticks} between two parsed cpu lines."""
+    return {f: _delta(before.get(f), after.get(f)) for f in CPU_FIELDS}
+
+
+def _us(ticks: "Optional[int]", clk_tck: int) -> "Optional[int]":
+    return None if ticks is None else ticks * 1_000_000 // clk_tck
+
+
+def _cpu_number(name: str) -> int:
+    return int(name[3:])
+
+
+def host_deltas(before: "Dict[str, Optional[str]]", after: "Dict[str, Optional[str]]",
+                window_ns: "Optional[int]" = None, clk_tck: "Optional[int]" = None) -> "Dict[str, Any]":
+    """The host_* metrics (zcorch.params METRICS) between two snapshots; see the module docstring."""
+    clk_tck = clk_tck or os.sysconf("SC_CLK_TCK")
+    out: "Dict[str, Any]" = {f"host_{f}_us": None for f in CPU_FIELDS}
+    out.update(host_window_ns=window_ns, host_ncpus=None, host_per_cpu_us=None)
+    st0, st1 = before.get("/proc/stat"), after.get("/proc/stat")
+    if st0 is not None and st1 is not None:
+        s0, s1 = parse_stat(st0), parse_stat(st1)
+        if "cpu" in s0 and "cpu" in s1:
+            total = cpu_delta_ticks(s0["cpu"], s1["cpu"])
+            out.update({f"host_{f}_us": _us(total[f], clk_tck) for f in CPU_FIELDS})
+        cpus = sorted((n for n in s1 if n != "cpu" and n in s0), key=_cpu_number)  # hot-plugged: skipped
+        out["host_ncpus"] = len(cpus)
+        out["host_per_cpu_us"] = {n: [_us(v, clk_tck) for v in cpu_delta_ticks(s0[n], s1[n]).values()]
+                                  for n in cpus}
+    sq0, sq1 = before.get("/proc/softirqs"), after.get("/proc/softirqs")
+    q0, q1 = (parse_softirqs(sq0), parse_softirqs(sq1)) if sq0 is not None and sq1 is not None else ({}, {})
+    out["host_net_rx_softirqs"] = _delta(q0.get("NET_RX"), q1.get("NET_RX"))
+    out["host_net_tx_softirqs"] = _delta(q0.get("NET_TX"), q1.get("NET_TX"))
+    sn0, sn1 = before.get("/proc/net/snmp"), after.get("/proc/net/snmp")
+    t0, t1 = ((parse_snmp(sn0).get("Tcp", {}), parse_snmp(sn1).get("Tcp", {}))
+              if sn0 is not None and sn1 is not None else ({}, {}))
+    out["host_tcp_retrans_segs"] = _delta(t0.get("RetransSegs"), t1.get("RetransSegs"))
+    out["host_tcp_out_segs"] = _delta(t0.get("OutSegs"), t1.get("OutSegs"))
+    out["host_tcp_in_segs"] = _delta(t0.get("InSegs"), t1.get("InSegs"))
+    vm0, vm1 = before.get("/proc/vmstat"), after.get("/proc/vmstat")
+    v0, v1 = (parse_vmstat(vm0), parse_vmstat(vm1)) if vm0 is not None and vm1 is not None else ({}, {})
+    out["host_pgfault"] = _delta(v0.get("pgfault"), v1.get("pgfault"))
+    out["host_pgmajfault"] = _delta(v0.get("pgmajfault"), v1.get("pgmajfault"))
+    return out
+
+
+def busy_us(metrics: "Dict[str, Any]") -> "Optional[int]":
+    """Busy host CPU time (BUSY_FIELDS) of a worker's host_* metrics, None if one is missing."""
+    parts = [metrics.get(f"host_{f}_us") for f in BUSY_FIELDS]
+    return None if any(p is None for p in parts) else sum(parts)
+
+
+def boot_id() -> "Optional[str]":
+    """This kernel's boot id: the same for every process (and network namespace) of one running kernel,
+    so two workers that report the same one share /proc/stat and their host CPU must not be added."""
+    try:
+        with open(BOOT_ID) as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
