@@ -15,6 +15,13 @@ Layout: include/ (zcorch_api.h, the declarations-only header fed verbatim to ffi
 zc_internal.h), core/ (the transfer core, errors, helpers, the mode registry) and modes/ (one file per
 send or receive mode). Out-of-line API mode: cffi compiles the real C and checks the declarations in
 zcorch_api.h against it.
+
+Feature probes (as pynacl's HAS_* flags): before compiling, each entry of FEATURES is test-compiled
+against the host's headers; the build gets -DZC_HAVE_<NAME> for each one found and
+-DZC_LACKS_<NAME>="why" for each one missing. A mode whose feature is missing is still compiled
+(as a stub that never runs) and listed; its available() probe answers with that reason, which
+`zcorch worker info` and preflight show. `--without NAME` (repeatable) builds as if a feature were
+missing (tests use it; nothing else should). A missing feature never fails the build.
 """
 from __future__ import annotations
 
@@ -22,10 +29,13 @@ import argparse
 import glob
 import importlib.machinery
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections import namedtuple
 
 from cffi import FFI
 
@@ -44,7 +54,102 @@ def _sources(absolute: bool) -> "list[str]":
     return files if any(r.startswith("..") for r in rel) else rel
 
 
-def make_ffibuilder(absolute_paths: bool = False) -> FFI:
+# name (the C macro suffix, upper-cased), what is missing when the probe fails (with the package that
+# brings it), and the probe: a translation unit that must compile (syntax and types only, no linking).
+Feature = namedtuple("Feature", ("name", "missing", "probe"))
+_URING_BASE = """
+#include <linux/io_uring.h>
+#include <sys/syscall.h>
+int main(void) {
+    struct io_uring_params p; struct io_uring_sqe s; struct io_uring_cqe c; struct io_uring_getevents_arg a;
+    struct io_uring_probe *pr = 0;
+    (void)p; (void)s; (void)c; (void)a; (void)pr;
+    return IORING_OP_SEND + IORING_OP_RECV + IORING_OP_ASYNC_CANCEL + IORING_ENTER_EXT_ARG
+        + IORING_REGISTER_FILES + IORING_REGISTER_BUFFERS + IORING_REGISTER_PROBE + IORING_REGISTER_ENABLE_RINGS
+        + IORING_SETUP_R_DISABLED + IORING_FEAT_EXT_ARG + IOSQE_FIXED_FILE + IOSQE_IO_LINK
+        + __NR_io_uring_setup + __NR_io_uring_enter + __NR_io_uring_register;
+}
+"""
+FEATURES = (
+    Feature("io_uring", "<linux/io_uring.h> with the io_uring system calls, IORING_OP_SEND/RECV and timed waits "
+                        "(Linux 5.11+ kernel headers: Debian package linux-libc-dev)", _URING_BASE),
+    Feature("io_uring_send_zc", "IORING_OP_SEND_ZC with IORING_SEND_ZC_REPORT_USAGE in <linux/io_uring.h> (Linux 6.2+ "
+                                "kernel headers: Debian package linux-libc-dev)",
+            _URING_BASE.replace("return ", "return IORING_OP_SEND_ZC + IORING_SEND_ZC_REPORT_USAGE + "
+                                           "(int)IORING_NOTIF_USAGE_ZC_COPIED + IORING_CQE_F_NOTIF + "
+                                           "IORING_RECVSEND_FIXED_BUF + ")),
+    Feature("io_uring_pbuf_ring", "provided buffer rings and multishot IORING_OP_RECV in <linux/io_uring.h> "
+                                  "(Linux 6.0+ kernel headers: Debian package linux-libc-dev)",
+            _URING_BASE.replace("int main(void) {", "int main(void) {\n    struct io_uring_buf_reg r; "
+                                "struct io_uring_buf_ring *br = 0; (void)r; (void)br;")
+                       .replace("return ", "return IORING_REGISTER_PBUF_RING + IORING_UNREGISTER_PBUF_RING + "
+                                           "IORING_RECV_MULTISHOT + IORING_CQE_BUFFER_SHIFT + IOSQE_BUFFER_SELECT + ")),
+    Feature("tcp_zerocopy_receive", "struct tcp_zerocopy_receive and TCP_ZEROCOPY_RECEIVE in <linux/tcp.h> (Linux "
+                                    "4.18+ kernel headers: Debian package linux-libc-dev)", """
+#include <sys/socket.h>
+#include <linux/tcp.h>
+int main(void) {
+    struct tcp_zerocopy_receive z = {0};
+    z.address = 0; z.length = 0; z.recv_skip_hint = 0;
+    return TCP_ZEROCOPY_RECEIVE + TCP_MAXSEG + TCP_INFO + TCPI_OPT_TIMESTAMPS + (int)sizeof(struct tcp_info);
+}
+"""),
+)
+FEATURE_NAMES = tuple(f.name for f in FEATURES)
+
+
+def _compiler() -> "list[str]":
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    argv = shlex.split(cc)
+    return argv if argv and shutil.which(argv[0]) else ["cc"]
+
+
+def probe_features(without: "tuple[str, ...]" = ()) -> "dict[str, str | None]":
+    """{feature: None if this host's headers have it, else why not}. Compiles each probe (syntax only)."""
+    unknown = sorted(set(without) - set(FEATURE_NAMES))
+    if unknown:
+        raise SystemExit(f"build.py: unknown feature(s) {', '.join(unknown)} (known: {', '.join(FEATURE_NAMES)})")
+    out: "dict[str, str | None]" = {}
+    with tempfile.TemporaryDirectory(prefix="zcorch-probe-") as tmp:
+        for f in FEATURES:
+            if f.name in without:
+                out[f.name] = f"this worker was built with --without {f.name}"
+                continue
+            src = os.path.join(tmp, f.name + ".c")
+            with open(src, "w") as fh:
+                fh.write(f.probe)
+            try:
+                p = subprocess.run([*_compiler(), *CFLAGS, "-fsyntax-only", src], capture_output=True, text=True,
+                                   timeout=60)
+                ok = p.returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                ok = False
+            out[f.name] = None if ok else (f"this worker was built without {f.missing}; install or upgrade the "
+                                           "package and redeploy")
+    for name in ("io_uring_send_zc", "io_uring_pbuf_ring"):  # they extend the base ring
+        if out["io_uring"] is not None:
+            out[name] = out["io_uring"]
+    return out
+
+
+def feature_macros(found: "dict[str, str | None]") -> "list[str]":
+    """-D flags: ZC_HAVE_<NAME> for each feature found, ZC_LACKS_<NAME>="why" for each one missing."""
+    flags = []
+    for name, why in found.items():
+        macro = name.upper()
+        if why is None:
+            flags.append(f"-DZC_HAVE_{macro}=1")
+        else:  # a C string literal (argv, never a shell: quotes and spaces pass as they are)
+            text = why.replace("\\", "\\\\").replace('"', '\\"')
+            flags.append(f'-DZC_LACKS_{macro}="{text}"')
+    return flags
+
+
+def _without_from_env() -> "tuple[str, ...]":
+    return tuple(n for n in os.environ.get("ZCORCH_BUILD_WITHOUT", "").replace(",", " ").split() if n)
+
+
+def make_ffibuilder(absolute_paths: bool = False, without: "tuple[str, ...]" = ()) -> FFI:
     builder = FFI()
     with open(os.path.join(HERE, "include", "zcorch_api.h")) as fh:
         builder.cdef(fh.read())
@@ -53,13 +158,16 @@ def make_ffibuilder(absolute_paths: bool = False) -> FFI:
         '#include "zc_internal.h"\n',
         sources=_sources(absolute_paths),
         include_dirs=[os.path.join(HERE, "include")],
-        extra_compile_args=CFLAGS,
+        extra_compile_args=CFLAGS + feature_macros(probe_features(without)),
         extra_link_args=LDFLAGS,
     )
     return builder
 
 
-ffibuilder = make_ffibuilder()
+def ffibuilder() -> FFI:
+    """setup.py's `cffi_modules=["native/build.py:ffibuilder"]` (cffi calls a function it is given): the
+    feature probes run when a build runs, on the building host (ZCORCH_BUILD_WITHOUT="a,b" as --without)."""
+    return make_ffibuilder(without=_without_from_env())
 
 
 def _limited_api() -> bool:
@@ -73,13 +181,13 @@ def _limited_api() -> bool:
             and ".abi3.so" in importlib.machinery.EXTENSION_SUFFIXES)
 
 
-def build_into(out_dir: str, verbose: bool = False) -> str:
+def build_into(out_dir: str, verbose: bool = False, without: "tuple[str, ...]" = ()) -> str:
     """Compile into out_dir/zcorch/ and return the path of the built shared object.
 
     The file gets the name `pip install` gives it (`_native.abi3.so` on CPython), and every other
     `_native*.so` there is removed: a `_native.cpython-3XX-*.so` next to pip's `_native.abi3.so` would
     be the one Python imports (it tries the version-specific suffix first)."""
-    builder = make_ffibuilder(absolute_paths=True)
+    builder = make_ffibuilder(absolute_paths=True, without=without)
     target_dir = os.path.join(os.path.abspath(out_dir), "zcorch")
     os.makedirs(target_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="zcorch-native-")
@@ -99,8 +207,10 @@ def main(argv: "list[str] | None" = None) -> int:
     ap = argparse.ArgumentParser(description="Build zcorch._native into DIR/zcorch/.")
     ap.add_argument("--out", required=True, metavar="DIR", help="directory that holds (or will hold) the zcorch package")
     ap.add_argument("--verbose", action="store_true", help="show the compiler command lines")
+    ap.add_argument("--without", action="append", default=[], metavar="FEATURE", choices=FEATURE_NAMES,
+                    help="build as if the host lacked FEATURE (its modes are listed but unavailable; for tests)")
     args = ap.parse_args(argv)
-    print(build_into(args.out, verbose=args.verbose))
+    print(build_into(args.out, verbose=args.verbose, without=tuple(args.without)))
     return 0
 
 

@@ -33,12 +33,16 @@ EXPECTED = {
         "splice": {"file_source", "pipe"},
         "vmsplice": {"pipe", "gift"},
         "msg_zerocopy": {"zc_completions", "kernel_feature"},
+        "io_uring": {"kernel_feature", "uring"},
+        "io_uring_zc": {"zc_completions", "kernel_feature", "uring"},
     },
     "recv": {
         "read": set(),
-        "mmap": {"file_sink"},
+        "mmap": {"file_sink", "one_stream"},
         "vmsplice": {"pipe", "gift"},
         "splice": {"pipe"},
+        "io_uring": {"kernel_feature", "uring"},
+        "zerocopy_recv": {"zc_recv", "kernel_feature"},
         "discard": {"no_sink", "kernel_feature"},
     },
 }
@@ -55,7 +59,8 @@ def all_modes(side: str) -> "list[str]":
 
 def test_capability_names_are_stable_and_in_bit_order():
     assert native.capability_names() == ("file_source", "mappable_source", "file_sink", "pipe", "gift",
-                                         "zc_completions", "kernel_feature", "no_sink")
+                                         "zc_completions", "kernel_feature", "no_sink", "zc_recv", "uring",
+                                         "one_stream")
     # only single ZC_CAP_* bits have a name
     for value in (0, 3, native.lib.ZC_CAP_ALL + 1):
         assert native.lib.zc_cap_name(value) == native.ffi.NULL
@@ -138,15 +143,25 @@ def test_zc_completions_flag_means_completions_are_counted(mode):
 
 
 def test_kernel_feature_modes_are_probed_and_run_here():
-    # This kernel runs MSG_ZEROCOPY and discards TCP data with recv(MSG_TRUNC), so the probe must report
-    # every mode runnable and each flagged mode must really transfer. (A kernel refusing SO_ZEROCOPY or
-    # copying on MSG_TRUNC cannot be produced in a test.)
-    assert native.unavailable_modes() == {"send": {}, "recv": {}}
+    # Only modes declaring a kernel feature can be unavailable. Each flagged mode this kernel (and
+    # build) can run must really transfer; one it cannot must be refused with the probe's reason.
+    # MSG_ZEROCOPY (Linux 4.14) runs on any kernel the suite supports; io_uring may be forbidden (a
+    # seccomp filter, kernel.io_uring_disabled) or too old: tests/test_native_modern.py forbids it.
+    unavailable = native.unavailable_modes()
     flagged = [(s, m) for s in ("send", "recv") for m in all_modes(s) if "kernel_feature" in caps(s, m)]
-    assert flagged == [("send", "msg_zerocopy"), ("recv", "discard")]
+    assert flagged == [("send", "msg_zerocopy"), ("send", "io_uring"), ("send", "io_uring_zc"),
+                       ("recv", "io_uring"), ("recv", "zerocopy_recv"), ("recv", "discard")]
+    assert all(mode in dict.fromkeys(m for s, m in flagged) for side in unavailable for mode in unavailable[side])
+    # this kernel discards TCP data with recv(MSG_TRUNC) (one copying on MSG_TRUNC cannot be produced in a test)
+    assert "msg_zerocopy" not in unavailable["send"] and "discard" not in unavailable["recv"]
     for side, mode in flagged:
-        sent, got = run_pair(mode if side == "send" else "write", mode if side == "recv" else "read",
-                             send_kw=dict(source="mem", bytes=NBYTES))
+        send_mode, recv_mode = (mode, "read") if side == "send" else ("write", mode)
+        if mode in unavailable[side]:
+            with pytest.raises(WorkerError) as ei:
+                run_pair(send_mode, recv_mode, send_kw=dict(source="mem", bytes=NBYTES))
+            assert ei.value.code == errno.EOPNOTSUPP and unavailable[side][mode] in str(ei.value)
+            continue
+        sent, got = run_pair(send_mode, recv_mode, send_kw=dict(source="mem", bytes=NBYTES))
         assert sent["bytes"] == got["bytes"] == NBYTES
 
 
@@ -155,8 +170,13 @@ def test_worker_info_reports_capabilities_and_availability():
     assert rc == 0 and len(events) == 1
     info = events[0]
     assert info["capabilities"] == {side: {m: sorted(c) for m, c in modes.items()} for side, modes in EXPECTED.items()}
-    assert info["unavailable"] == {"send": {}, "recv": {}}
+    assert info["unavailable"] == native.unavailable_modes()
     assert list(info["modes"]) == ["send", "recv"]  # the existing keys stay
+    # runnable = compiled minus unavailable, in registry order; build = what native/build.py's probes found
+    assert info["runnable"] == {s: [m for m in info["modes"][s] if m not in info["unavailable"][s]]
+                                for s in ("send", "recv")}
+    assert set(info["build"]) == {"io_uring", "io_uring_send_zc", "io_uring_pbuf_ring", "tcp_zerocopy_receive"}
+    assert all(why is None or "built" in why for why in info["build"].values())
 
 
 # ---------------------------------------------------------------- the planner agrees with the worker
@@ -234,8 +254,13 @@ def test_cell_problems_without_a_native_build_say_how_to_build_it(tmp_path):
 # ---------------------------------------------------------------- the one EINTR/EAGAIN retry helper
 
 @pytest.mark.parametrize("send_mode,recv_mode", [("write", "read"), ("sendfile", "splice"),
-                                                 ("msg_zerocopy", "vmsplice")])
+                                                 ("msg_zerocopy", "vmsplice"), ("io_uring", "io_uring"),
+                                                 ("io_uring_zc", "zerocopy_recv")])
 def test_transfers_survive_signals_interrupting_their_calls(tmp_path, send_mode, recv_mode):
+    for side, mode in (("send", send_mode), ("recv", recv_mode)):
+        why = native.unavailable_modes()[side].get(mode)
+        if why:
+            pytest.skip(f"{side} mode {mode} cannot run here: {why}")
     # Python installs its handlers without SA_RESTART, so the blocked socket/pipe calls of both sides
     # return EINTR again and again; each must be retried without losing or repeating a byte.
     size = 32 * 2**20 + 5

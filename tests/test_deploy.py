@@ -277,3 +277,32 @@ def test_localhost_preflight_busy_port():
             deploy.preflight({"sender": LocalHost(), "receiver": LocalHost()}, ports=[port])
     finally:
         s.close()
+
+
+def test_mode_problems_name_the_host_the_mode_and_why():
+    info = {"modes": {"send": ["write", "io_uring_zc"], "recv": ["read", "zerocopy_recv"]},
+            "unavailable": {"send": {"io_uring_zc": "io_uring is not permitted here (...)"},
+                            "recv": {"zerocopy_recv": "this worker was built without struct tcp_zerocopy_receive "
+                                                      "(...: Debian package linux-libc-dev); install or upgrade the "
+                                                      "package and redeploy"}}}
+    assert deploy.mode_problems("h1", info, {"send": ["write"], "recv": ["read"]}) == []
+    assert deploy.mode_problems("h1", info, {"send": ["io_uring_zc", "write", "io_uring_zc"], "recv": ["zerocopy_recv"]}) == [
+        "h1: send mode `io_uring_zc` cannot run there: io_uring is not permitted here (...)",
+        "h1: receive mode `zerocopy_recv` cannot run there: this worker was built without struct tcp_zerocopy_receive "
+        "(...: Debian package linux-libc-dev); install or upgrade the package and redeploy"]
+    assert deploy.mode_problems("h1", info, {"send": ["warp"]}) == [
+        "h1: the worker there has no send mode `warp` (it has write, io_uring_zc) — redeploy (delete the worker-* "
+        "directory)"]
+    # a dry run's worker info lists no modes: nothing to check
+    assert deploy.mode_problems("h1", {"modes": {}}, {"send": ["warp"], "recv": ["io_uring"]}) == []
+
+
+def test_prepare_checks_the_cells_modes_on_each_host():
+    host = LocalHost()
+    handles = deploy.prepare({"sender": host, "receiver": host},
+                             modes={"sender": {"send": ["write"]}, "receiver": {"recv": ["read"]}})
+    assert set(handles) == {"sender", "receiver"}
+    with pytest.raises(PreflightError) as ei:  # one host in both roles: both sides' modes are its own
+        deploy.prepare({"sender": host, "receiver": host},
+                       modes={"sender": {"send": ["write", "warp"]}, "receiver": {"recv": ["drift"]}})
+    assert "no send mode `warp`" in str(ei.value) and "no receive mode `drift`" in str(ei.value)

@@ -170,3 +170,22 @@ def test_discard_refuses_a_file_sink_in_the_worker_and_the_planner(tmp_path):
     assert cell_problems(dict(DEFAULTS, recv_mode="discard", sink=str(sink))) == [
         f"receive mode `discard` keeps no data: its sink must be /dev/null, not `{sink}`"]
     assert cell_problems(dict(DEFAULTS, recv_mode="discard")) == []
+
+
+def test_parallel_streams_take_the_host_view_once_around_all_streams():
+    # streams > 1: one /proc window and one sampler for the whole group (not one per stream thread), the
+    # samples counting every stream's bytes; the host-wide metrics are in the totals only.
+    size, n = 256 * 2**20 + 12_345, 4   # tens of ms on loopback: many 1 ms intervals
+    sent, got = run_pair("write", "read", send_kw=dict(source="mem", bytes=size, streams=n, sample_interval=0.001),
+                         recv_kw=dict(sink="/dev/null", streams=n, sample_interval=0.001))
+    for r in (sent, got):
+        assert r["bytes"] == size and len(r["streams"]) == n
+        assert r["wall_ns"] <= r["host_window_ns"] < r["wall_ns"] + 1e9   # the window brackets the group's span
+        assert r["host_ncpus"] == online_cpus() and r["host_net_rx_softirqs"] > 0
+        assert all(not key.startswith("host_") for s in r["streams"] for key in s)
+        assert "samples" not in r["streams"][0]
+        rows = r["samples"]["rows"]
+        assert len(rows) >= 3 and rows[-1]["bytes"] == size   # summed over the streams: each moved about 1/n
+        values = [s["bytes"] for s in rows]
+        assert values == sorted(values)
+        assert all(s["tcp_snd_cwnd"] > 0 for s in rows)

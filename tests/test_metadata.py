@@ -62,6 +62,56 @@ def test_controller_meta_has_version_and_git_revision():
         assert meta["git_revision"].startswith(head.stdout.strip())
 
 
+def test_zcrx_is_recorded_for_the_data_interface_and_never_claimed_for_loopback(tmp_path):
+    meta = metadata.collect_host(LocalHost(), sys.executable, "127.0.0.1", str(tmp_path))
+    lo = meta["zcrx"]["lo"]
+    assert lo["interface"] == "lo" and lo["kind"] == "loopback" and lo["possible"] is False
+    assert lo["why"] == ["lo is a loopback link: no NIC with header/data split"]
+    assert lo["kernel"] == (remote.kernel_version(platform.release()) >= remote.ZCRX_KERNEL)
+    assert metadata.collect_host(LocalHost(), sys.executable, "192.0.2.77", "")["zcrx"] == {}  # no interface
+
+
+ETHTOOL_G = """Ring parameters for ens1f0np0:
+Pre-set maximums:
+RX:\t\t\t2047
+TX:\t\t\t2047
+Current hardware settings:
+RX:\t\t\t1023
+TX:\t\t\t1023
+RX Buf Len:\t\tn/a
+CQE Size:\t\tn/a
+TX Push:\t\toff
+TCP data split:\t\ton
+"""
+ETHTOOL_K = """Features for ens1f0np0:
+rx-checksumming: on
+ntuple-filters: off
+receive-hashing: on
+hw-tc-offload: off [fixed]
+"""
+
+
+def test_zcrx_verdict_from_ethtool_output():
+    assert remote.parse_ethtool_feature(ETHTOOL_G, "TCP data split") == "on"
+    assert remote.parse_ethtool_feature(ETHTOOL_K, "ntuple-filters") == "off"
+    assert remote.parse_ethtool_feature(ETHTOOL_K, "hw-tc-offload") == "off"  # "[fixed]" dropped
+    assert remote.parse_ethtool_feature(ETHTOOL_K, "tcp-data-split") is None
+    assert remote.kernel_version("6.18.44-fc-v669") == (6, 18) and remote.kernel_version("x") == ()
+    nic = {"interface": "ens1f0np0", "kind": "physical", "driver": "bnxt_en", "kernel": True, "kernel_release": "6.16.0",
+           "io_uring_disabled": "0", "tcp_data_split": "on", "ntuple": "on"}
+    assert remote.zcrx_verdict(nic) == (True, [])
+    assert remote.zcrx_verdict(dict(nic, ntuple="off")) == (False, [
+        "flow steering (ntuple filters) is off (ethtool -K ens1f0np0 ntuple on)"])
+    assert remote.zcrx_verdict(dict(nic, tcp_data_split="off", kernel=False, kernel_release="6.1.0"))[1] == [
+        "kernel 6.1.0 has no io_uring zcrx (Linux 6.15 or later)",
+        "TCP header/data split is off (ethtool -G ens1f0np0 tcp-data-split on)"]
+    assert remote.zcrx_verdict(dict(nic, tcp_data_split="n/a"))[1][0].startswith("driver bnxt_en reports no TCP")
+    assert remote.zcrx_verdict(dict(nic, io_uring_disabled="2"))[0] is False
+    unknown = dict(nic, tcp_data_split=None, ntuple=None, ethtool_error="ethtool is not installed (apt-get install ethtool)")
+    assert remote.zcrx_verdict(unknown) == (None, ["unknown: ethtool is not installed (apt-get install ethtool)"])
+    assert remote.zcrx_verdict(dict(nic, kind="veth", interface="v0"))[0] is False
+
+
 def test_git_revision_only_of_the_top_of_a_work_tree(tmp_path):
     """A wheel installed into a venv that lies inside some repository: that repository's revision is not ours."""
     require_tool("git")

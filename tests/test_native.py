@@ -15,15 +15,17 @@ from zcorch.worker import native  # noqa: E402
 from zcorch.errors import WorkerError  # noqa: E402
 
 SEND_MODES = ["write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy"]
+NEW_SEND_MODES = ["io_uring", "io_uring_zc"]  # tests/test_native_modern.py
 DATA_RECV_MODES = ["read", "mmap", "vmsplice", "splice"]   # the receive modes that keep the data
 RECV_MODES = DATA_RECV_MODES + ["discard"]                  # discard: tests/test_hostcpu.py
+NEW_RECV_MODES = ["io_uring", "zerocopy_recv"]  # tests/test_native_modern.py
 PRIME = 1_000_003                  # not a multiple of the page size
 SIZES = [0, 1, PRIME, 6 * 2**20 + 12_345]
 BUFFER = 65_537                    # divides none of the sizes
 
 
 def test_compiled_modes_match_the_contract():
-    assert native.compiled_modes() == {"send": SEND_MODES, "recv": RECV_MODES}
+    assert native.compiled_modes() == {"send": SEND_MODES + NEW_SEND_MODES, "recv": DATA_RECV_MODES + NEW_RECV_MODES + ["discard"]}
 
 
 def test_mem_pattern_matches_the_documented_formula():

@@ -29,7 +29,8 @@ REGENERATE = "python -m zcorch.params --update-docs docs/experiment-files.md"
 CELL = {"send_mode": "sendfile", "recv_mode": "splice", "bytes": 3 * 2**20 + 5, "buffer": 65536,
         "window": 1 << 20, "subblocks": 3, "pipe_size": 1 << 18, "send_cpu": 0, "recv_cpu": 1, "gift": True,
         "fsync": True, "source": "/srv/in file", "sink": "/mnt/a dir/$(rm -rf)", "timeout": 12.5,
-        "filesystem": "ext4-loop", "sink_state": "overwrite", "sample_interval": 0.25}
+        "filesystem": "ext4-loop", "sink_state": "overwrite", "streams": 2, "send_cpus": "0,1", "recv_cpus": "1",
+        "uring_depth": 16, "tcp_maxseg": 4108, "sample_interval": 0.25}
 
 
 def _yaml_value(key, value) -> str:
@@ -178,11 +179,11 @@ def test_worker_flags_round_trip_through_the_worker_parser(side, cell):
 def test_worker_flags_pin_the_runner_command_line():
     assert worker_flags("send", CELL) == [
         "--mode", "sendfile", "--bytes", "3145733", "--buffer", "65536", "--window", "1048576", "--subblocks", "3",
-        "--pipe-size", "262144", "--cpu", "0", "--source", "/srv/in file", "--timeout", "12.5",
-        "--sample-interval", "0.25", "--gift"]
+        "--pipe-size", "262144", "--cpu", "0", "--source", "/srv/in file", "--timeout", "12.5", "--streams", "2",
+        "--cpus", "0,1", "--uring-depth", "16", "--sample-interval", "0.25", "--gift"]
     assert worker_flags("recv", DEFAULTS) == [
         "--mode", "read", "--bytes", "1073741824", "--buffer", "131072", "--subblocks", "1", "--sink", "/dev/null",
-        "--timeout", "60", "--sink-state", "fresh", "--sample-interval", "1"]
+        "--timeout", "60", "--sink-state", "fresh", "--streams", "1", "--uring-depth", "8", "--sample-interval", "1"]
     assert "--sample-interval" not in worker_flags("send", dict(DEFAULTS, sample_interval=None))  # null: no samples
 
 

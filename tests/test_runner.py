@@ -177,3 +177,30 @@ def test_worker_argv_quotes_nothing_and_maps_every_flag():
     assert s[:4] == ["w", "send", "--connect", "[fd00::3]:5000"]
     assert s[s.index("--cpu") + 1] == "0" and "--fsync" not in s
     assert "--window" not in worker_flags("send", base_params(window=None))
+
+
+def test_streams_and_the_modern_modes_through_the_runner(tmp_path, tag):
+    # The worker's per-stream results travel in the run record (sender/receiver "streams": one dict per
+    # stream) with the totals in the usual metrics, and load as one row per run.
+    from zcorch.analysis.load import load
+    from zcorch.worker import native
+
+    unavailable = native.unavailable_modes()
+    cells = [base_params(send_mode="write", recv_mode="read", streams=3, bytes=3 * 2**20 + 7),
+             base_params(send_mode="msg_zerocopy", recv_mode="read", streams=2, send_cpus="0", bytes=2**20)]
+    for send_mode, recv_mode in (("io_uring_zc", "zerocopy_recv"), ("io_uring", "io_uring")):
+        if send_mode not in unavailable["send"] and recv_mode not in unavailable["recv"]:
+            cells.append(base_params(send_mode=send_mode, recv_mode=recv_mode, streams=2, bytes=2**20 + 3))
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    outcome = local_runner(rs, tag).run_sweep(runs_of(cells))
+    assert outcome.ok == len(cells), [r["reason"] for r in rs.runs()]
+    for rec, params in zip(rs.runs(), cells):
+        for side in ("sender", "receiver"):
+            streams = rec[side]["streams"]
+            assert len(streams) == params["streams"] and sum(s["bytes"] for s in streams) == params["bytes"]
+            assert rec[side]["bytes"] == params["bytes"] and rec[side]["params"]["streams"] == params["streams"]
+        assert "--streams" in (tmp_path / "rs" / rec["log"]).read_text()
+    frame = load(str(tmp_path / "rs"))
+    assert list(frame["streams"]) == [c["streams"] for c in cells]
+    assert frame["send_bytes"].tolist() == [c["bytes"] for c in cells]
+    assert '"stream": 1' in frame["send_streams"].iloc[0]  # per-stream values: JSON text in one column

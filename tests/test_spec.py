@@ -450,9 +450,11 @@ def test_scratch_cell_ids_hash_the_placeholder_not_a_home(write_yaml):
                                 'recv_mode: mmap, sink: "{scratch}/r.dat"}\n'))
     (cell,) = plan.cells
     assert cell.params["source"] == "{scratch}/s.dat" and cell.params["sink"] == "{scratch}/r.dat"
-    # sample_interval at its default is left out of the id (zcorch.plan.canonical)
-    canonical = json.dumps({k: v for k, v in cell.params.items() if k != "sample_interval"}, sort_keys=True,
-                           separators=(",", ":"))
+    from zcorch.params import ID_OMIT_AT_DEFAULT
+
+    # the parameters added later (sample_interval, streams, ...) at their default are left out of the id
+    kept = {k: v for k, v in cell.params.items() if k not in ID_OMIT_AT_DEFAULT or v != ID_OMIT_AT_DEFAULT[k]}
+    canonical = json.dumps(kept, sort_keys=True, separators=(",", ":"))
     assert cell.id == hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 

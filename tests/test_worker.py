@@ -27,8 +27,9 @@ def test_info_reports_version_modes_kernel():
     info = events[0]
     assert info["event"] == "info" and info["version"] == __version__
     assert info["kernel"] == platform.release()
-    assert info["modes"]["send"] == ["write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy"]
-    assert info["modes"]["recv"] == ["read", "mmap", "vmsplice", "splice", "discard"]
+    assert info["modes"]["send"] == ["write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy", "io_uring",
+                                     "io_uring_zc"]
+    assert info["modes"]["recv"] == ["read", "mmap", "vmsplice", "splice", "io_uring", "zerocopy_recv", "discard"]
 
 
 def test_zcorch_cli_dispatches_worker_and_lists_it_in_help():
@@ -236,3 +237,23 @@ def test_worker_imports_only_stdlib_and_the_deployed_modules():
     assert set(zc) <= {"zcorch", "zcorch.worker", "zcorch.worker.native", "zcorch._native", "zcorch._version",
                        "zcorch.errors", "zcorch.units"}, zc
     assert set(third_party) <= {"_cffi_backend", "__main__"}, third_party
+
+
+def test_stream_flags_and_their_errors_on_the_command_line():
+    rx, port = start_receiver("--listen", "127.0.0.1:0", "--mode", "read", "--streams", "2", "--cpus", "0",
+                              "--tcp-maxseg", "4108", "--timeout", "10")
+    try:
+        rc, events, _ = run_worker("send", "--connect", f"127.0.0.1:{port}", "--mode", "write", "--bytes", "1MiB",
+                                   "--streams", "2", "--uring-depth", "4", "--timeout", "10")
+        assert rc == 0 and events[-1]["event"] == "result", events
+        sent = events[-1]
+        got = rx.event(1)
+        assert rx.wait(10) == 0
+    finally:
+        rx.close()
+    assert [s["stream"] for s in sent["streams"]] == [0, 1] and got["params"]["cpus"] == "0"
+    assert got["params"]["tcp_maxseg"] == 4108 and got["tcp_rcv_mss"] <= 4096 and sent["params"]["uring_depth"] == 4
+    for args, needle in ((["--cpus", "1-0"], "--cpus: range '1-0' runs backwards"),
+                         (["--streams", "0"], "--streams must be an integer between 1 and 256")):
+        rc, events, _ = run_worker("send", "--connect", "127.0.0.1:9", "--mode", "write", "--bytes", "1", *args)
+        assert rc == 1 and events[-1]["code"] == "EINVAL" and needle in events[-1]["message"], events

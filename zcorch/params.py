@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start
 from zcorch.errors import ZcorchError
 from zcorch.units import format_size
 
-KINDS = ("choice", "size", "int", "cpu", "bool", "duration", "path", "name")
+KINDS = ("choice", "size", "int", "cpu", "bool", "duration", "path", "name", "cpus")
 SIDES = ("send", "recv", "both", "controller")
 INT_MAX = 2 ** 31 - 1  # SO_SNDBUF / SO_RCVBUF / F_SETPIPE_SZ take a C int
 CPU_MAX = 65535
@@ -45,7 +45,8 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
 
     kind: choice (one of `choices`), size (bytes > 0, at most `max`), int / cpu (an integer in
     [`min`, `max`]), bool, duration (seconds > 0), path (an absolute path, a placeholder path from
-    `placeholders`, or one of the words in `choices`), name (a filesystem name).
+    `placeholders`, or one of the words in `choices`), name (a filesystem name), cpus (a CPU list such as
+    `0-3` or `0,2`, kept as the canonical text "0,1,2,3").
     side: which worker gets it ("send", "recv", "both"), or "controller" when no worker does (`flag` None).
     unset: None = a value is required; "auto" = `auto` or null mean the kernel's default (None);
     "null" = null means not set (None).
@@ -74,10 +75,11 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
 # In the order of every table and of the analysis columns.
 PARAMS: "tuple[Param, ...]" = (
     Param("send_mode", "choice", "write", "send", "--mode", "how the sender hands the data to the socket",
-          choices=("write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy"), noun="send mode",
-          worker_absent="required", registry_choices=True),
+          choices=("write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy", "io_uring", "io_uring_zc"),
+          noun="send mode", worker_absent="required", registry_choices=True),
     Param("recv_mode", "choice", "read", "recv", "--mode", "how the receiver takes the data from the socket",
-          choices=("read", "mmap", "vmsplice", "splice", "discard"), noun="receive mode",
+          choices=("read", "mmap", "vmsplice", "splice", "io_uring", "zerocopy_recv", "discard"),
+          noun="receive mode",
           worker_absent="required", registry_choices=True),
     Param("bytes", "size", 1024 ** 3, "both", "--bytes",
           "total bytes per transfer (worker without it: the source file's size, or until EOF)",
@@ -109,6 +111,24 @@ PARAMS: "tuple[Param, ...]" = (
     Param("sink_state", "choice", "fresh", "recv", "--sink-state",
           "the sink file before the run: created fresh, preallocated, or overwritten (file sinks only)",
           choices=("fresh", "preallocated", "overwrite"), noun="sink state"),
+    Param("streams", "int", 1, "both", "--streams",
+          "parallel TCP connections per run, one thread per stream on each side, each moving its own slice of "
+          "the data (4 KiB-aligned) to the same offsets of the sink", min=1, max=256, id_omit_default=True),
+    Param("send_cpus", "cpus", None, "send", "--cpus",
+          "CPUs for the sender's streams: stream i runs on the i-th (round robin); when given, the transfers "
+          "run there rather than on `send_cpu`",
+          unset="null", id_omit_default=True),
+    Param("recv_cpus", "cpus", None, "recv", "--cpus",
+          "CPUs for the receiver's streams: stream i runs on the i-th (round robin); when given, the transfers "
+          "run there rather than on `recv_cpu`",
+          unset="null", id_omit_default=True),
+    Param("uring_depth", "int", 8, "both", "--uring-depth",
+          "io_uring modes: sub-blocks per submission, sent as one linked chain (send); provided buffers, "
+          "rounded up to a power of two (receive)", min=1, max=4096, id_omit_default=True),
+    Param("tcp_maxseg", "int", None, "recv", "--tcp-maxseg",
+          "TCP_MAXSEG of the receiver's listening socket: caps the sender's payload per segment at this "
+          "less 12 bytes of timestamps (null: the kernel's; `zerocopy_recv` then takes whole pages for the "
+          "data interface's MTU)", min=88, max=32767, unset="null", id_omit_default=True),
     Param("sample_interval", "duration", 1.0, "both", "--sample-interval",
           "interval of the per-run samples (bytes, process and host CPU, TCP_INFO), kept for transfers that "
           "last at least 3 intervals; null = no samples", unit="s", unset="null", worker_absent="none",
@@ -156,6 +176,8 @@ def format_value(key: str, value: Any) -> str:
         return "true" if value else "false"
     if p is None or isinstance(value, str):
         return str(value)
+    if p.kind == "cpus" and isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
     if p.kind in ("size", "int", "cpu"):
         try:
             n = int(value)
@@ -227,10 +249,19 @@ METRICS: "tuple[Metric, ...]" = (
     Metric("tcp_rcv_mss", "B", "both", None, "receiving maximum segment size"),
     Metric("tcp_pmtu", "B", "both", None, "path MTU"),
     Metric("fsync_ns", "ns", "recv", None, "time of the fsync of the sink inside the timed region (`fsync` only)"),
-    Metric("zc_completions", "count", "send", "zc_completions", "MSG_ZEROCOPY completion notifications"),
+    Metric("zc_completions", "count", "send", "zc_completions",
+           "MSG_ZEROCOPY completion notifications (io_uring_zc: its notification completions)"),
     Metric("zc_copied", "count", "send", "zc_completions",
-           "completions the kernel marked as copied (SO_EE_CODE_ZEROCOPY_COPIED)"),
+           "completions the kernel marked as copied (SO_EE_CODE_ZEROCOPY_COPIED; io_uring_zc: "
+           "IORING_NOTIF_USAGE_ZC_COPIED)"),
     Metric("pipe_size", "B", "both", "pipe", "effective pipe size (F_GETPIPE_SZ)"),
+    Metric("zc_recv_mapped", "B", "recv", "zc_recv",
+           "bytes TCP_ZEROCOPY_RECEIVE mapped into the receiver instead of copying them"),
+    Metric("zc_recv_copied", "B", "recv", "zc_recv",
+           "bytes the zero-copy receiver had to read() (payload that was not whole, mappable pages)"),
+    Metric("uring_cqes", "count", "both", "uring", "io_uring completions reaped (zero-copy notifications included)"),
+    Metric("uring_bundle", "0/1", "recv", "uring",
+           "1 when the receive used bundles (IORING_RECVSEND_BUNDLE), 0 when the kernel has none"),
     # Host-wide (every process, softirq and interrupt on the machine), read by the worker just outside its
     # timed region (zcorch.worker.hoststat): the "host CPU" view, next to the process view above.
     Metric("host_window_ns", "ns", "both", None,
@@ -294,6 +325,8 @@ def describe(p: Param) -> str:
         text = "`true`/`false`"
     elif p.kind == "duration":
         text = "duration > 0"
+    elif p.kind == "cpus":
+        text = "a CPU list (`0-3`, `0,2`)"
     elif p.kind == "path":
         forms = [f"`{w}`" for w in p.choices] + ["an absolute path"] + [f"`{ph}/FILE`" for ph in p.placeholders]
         text = ", ".join(forms[:-1]) + " or " + forms[-1] if len(forms) > 1 else forms[0]

@@ -2,9 +2,10 @@
 
 A cell is one full set of parameters (every key of `zcorch.config.experiment.DEFAULTS`, sizes in bytes, durations in
 seconds). Its id is the first 12 hex digits of sha256 over its canonical JSON
-(`json.dumps(params, sort_keys=True, separators=(",", ":"))`): the same parameters give the same id
+(`json.dumps(params, sort_keys=True, separators=(",", ":"))`, leaving out a parameter added later while it
+holds its default, Param.id_omit_default: zcorch.params.ID_OMIT_AT_DEFAULT): the same parameters give the same id
 whatever the axis order, key order or the other cells of the file, so results match across edits of the
-file and resumed sweeps. A run is one repeat of a cell.
+file, resumed sweeps and zcorch versions. A run is one repeat of a cell.
 
 Matrix cells come in file order (first axis outermost), then include cells; a cell identical to an earlier
 one is merged. Excluded cells and (with `skip_invalid: true`) cells the worker cannot run go to
@@ -41,7 +42,7 @@ from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value
 ID_LENGTH = 12
 # The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
 _RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "filesystem", "fsync",
-              "sink_state")
+              "sink_state", "streams")
 _SORTED_KEYS = sorted(PARAM_KEYS)
 _MAX_LISTED = 5  # cells named per reason in an error message
 

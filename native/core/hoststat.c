@@ -7,7 +7,8 @@
  * after the transfer. The files are opened before the first read, so path lookups stay outside.
  *
  * Samples: a thread that sleeps until each interval's deadline (a condition variable on
- * CLOCK_MONOTONIC, so stopping it is immediate) and records bytes moved (c->done, read relaxed), the
+ * CLOCK_MONOTONIC, so stopping it is immediate) and records bytes moved (c->done, read relaxed; with
+ * parallel streams the watch runs once for the group and sums every stream's c->done), the
  * process's CPU clock, the "cpu" line of /proc/stat and TCP_INFO into the caller's preallocated array.
  * A thread rather than a clock check in the transfer loops: no mode's loop changes and the loop pays
  * nothing; the cost is one wake-up per interval (a few tens of microseconds, on the transfer's CPU
@@ -148,7 +149,10 @@ static void take_sample(struct zc_watch_state *ws)
     zc_sample *s = &w->samples[w->n_samples];
     memset(s, 0, sizeof *s);
     s->t_ns = zc_now_ns() - ws->t0_ns;
-    s->bytes = __atomic_load_n(&ws->c->done, __ATOMIC_RELAXED);
+    int n = zc_group_size(ws->c); /* parallel streams: bytes summed, TCP_INFO combined as group_totals does */
+    s->bytes = 0;
+    for (int i = 0; i < n; i++)
+        s->bytes += __atomic_load_n(&zc_group_stream(ws->c, i)->done, __ATOMIC_RELAXED);
     s->proc_cpu_ns = proc_cpu_ns() - ws->cpu0_ns;
     int64_t busy, softirq, idle;
     if (ws->stat_fd >= 0 && stat_totals(ws->stat_fd, &busy, &softirq, &idle) == 0) {
@@ -158,13 +162,24 @@ static void take_sample(struct zc_watch_state *ws)
     } else {
         s->host_busy_ticks = s->host_softirq_ticks = s->host_idle_ticks = -1;
     }
-    struct tcp_info ti;
-    socklen_t l = sizeof ti;
-    memset(&ti, 0, sizeof ti);
-    if (ws->c->sock >= 0 && getsockopt(ws->c->sock, IPPROTO_TCP, TCP_INFO, &ti, &l) == 0) {
-        s->tcp_snd_cwnd = ti.tcpi_snd_cwnd;
-        s->tcp_rtt_us = ti.tcpi_rtt;
-        s->tcp_total_retrans = ti.tcpi_total_retrans;
+    int64_t cwnd = 0, rtt = 0, retrans = 0;
+    int got = 0;
+    for (int i = 0; i < n; i++) {
+        int sock = __atomic_load_n(&zc_group_stream(ws->c, i)->sock, __ATOMIC_RELAXED);
+        struct tcp_info ti;
+        socklen_t l = sizeof ti;
+        memset(&ti, 0, sizeof ti);
+        if (sock >= 0 && getsockopt(sock, IPPROTO_TCP, TCP_INFO, &ti, &l) == 0) {
+            cwnd += ti.tcpi_snd_cwnd; /* summed over the streams */
+            rtt += ti.tcpi_rtt;       /* averaged */
+            retrans += ti.tcpi_total_retrans;
+            got++;
+        }
+    }
+    if (got) {
+        s->tcp_snd_cwnd = cwnd;
+        s->tcp_rtt_us = rtt / got;
+        s->tcp_total_retrans = retrans;
     } else {
         s->tcp_snd_cwnd = s->tcp_rtt_us = s->tcp_total_retrans = -1;
     }

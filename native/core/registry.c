@@ -9,6 +9,8 @@
 extern const zc_mode_ops zc_send_write_ops, zc_send_mmap_ops, zc_send_sendfile_ops, zc_send_splice_ops,
     zc_send_vmsplice_ops, zc_send_msg_zerocopy_ops;
 extern const zc_mode_ops zc_recv_read_ops, zc_recv_mmap_ops, zc_recv_vmsplice_ops, zc_recv_splice_ops;
+extern const zc_mode_ops zc_send_io_uring_ops, zc_send_io_uring_zc_ops;
+extern const zc_mode_ops zc_recv_io_uring_ops, zc_recv_zerocopy_recv_ops;
 extern const zc_mode_ops zc_recv_discard_ops;
 
 static const zc_mode_ops *const zc_modes[] = {
@@ -18,10 +20,14 @@ static const zc_mode_ops *const zc_modes[] = {
     &zc_send_splice_ops,
     &zc_send_vmsplice_ops,
     &zc_send_msg_zerocopy_ops,
+    &zc_send_io_uring_ops,
+    &zc_send_io_uring_zc_ops,
     &zc_recv_read_ops,
     &zc_recv_mmap_ops,
     &zc_recv_vmsplice_ops,
     &zc_recv_splice_ops,
+    &zc_recv_io_uring_ops,
+    &zc_recv_zerocopy_recv_ops,
     &zc_recv_discard_ops,
 };
 
@@ -54,7 +60,7 @@ const zc_mode_ops *zc_find_mode(int side, const char *name)
 /* Stable names: they reach Python, the worker's info event and the planner; never rename one. */
 static const char *const zc_cap_names[] = {
     "file_source", "mappable_source", "file_sink", "pipe", "gift", "zc_completions", "kernel_feature",
-    "no_sink",
+    "no_sink", "zc_recv", "uring", "one_stream",
 };
 
 _Static_assert(ZC_CAP_ALL == (1u << (sizeof zc_cap_names / sizeof zc_cap_names[0])) - 1,
@@ -89,4 +95,63 @@ int zc_mode_available(int side, const char *name, char *why, size_t len)
         return 0;
     }
     return m->available(why, len) ? 1 : 0;
+}
+
+/* What native/build.py's feature probes found: ZC_HAVE_<NAME> when the host's headers have it, else
+ * ZC_LACKS_<NAME> = why not (a build without build.py, e.g. a hand-made one, lacks everything). */
+#ifdef ZC_HAVE_IO_URING
+#define ZC_WHY_IO_URING NULL
+#elif defined(ZC_LACKS_IO_URING)
+#define ZC_WHY_IO_URING ZC_LACKS_IO_URING
+#else
+#define ZC_WHY_IO_URING "this worker was built without native/build.py's feature probes"
+#endif
+#ifdef ZC_HAVE_IO_URING_SEND_ZC
+#define ZC_WHY_IO_URING_SEND_ZC NULL
+#elif defined(ZC_LACKS_IO_URING_SEND_ZC)
+#define ZC_WHY_IO_URING_SEND_ZC ZC_LACKS_IO_URING_SEND_ZC
+#else
+#define ZC_WHY_IO_URING_SEND_ZC "this worker was built without native/build.py's feature probes"
+#endif
+#ifdef ZC_HAVE_IO_URING_PBUF_RING
+#define ZC_WHY_IO_URING_PBUF_RING NULL
+#elif defined(ZC_LACKS_IO_URING_PBUF_RING)
+#define ZC_WHY_IO_URING_PBUF_RING ZC_LACKS_IO_URING_PBUF_RING
+#else
+#define ZC_WHY_IO_URING_PBUF_RING "this worker was built without native/build.py's feature probes"
+#endif
+#ifdef ZC_HAVE_TCP_ZEROCOPY_RECEIVE
+#define ZC_WHY_TCP_ZEROCOPY_RECEIVE NULL
+#elif defined(ZC_LACKS_TCP_ZEROCOPY_RECEIVE)
+#define ZC_WHY_TCP_ZEROCOPY_RECEIVE ZC_LACKS_TCP_ZEROCOPY_RECEIVE
+#else
+#define ZC_WHY_TCP_ZEROCOPY_RECEIVE "this worker was built without native/build.py's feature probes"
+#endif
+
+static const struct {
+    const char *name, *missing;
+} zc_features[] = {
+    {"io_uring", ZC_WHY_IO_URING},
+    {"io_uring_send_zc", ZC_WHY_IO_URING_SEND_ZC},
+    {"io_uring_pbuf_ring", ZC_WHY_IO_URING_PBUF_RING},
+    {"tcp_zerocopy_receive", ZC_WHY_TCP_ZEROCOPY_RECEIVE},
+};
+
+const char *zc_build_feature_name(int index)
+{
+    return index >= 0 && (size_t)index < sizeof zc_features / sizeof zc_features[0] ? zc_features[index].name : NULL;
+}
+
+const char *zc_build_feature_missing(int index)
+{
+    return index >= 0 && (size_t)index < sizeof zc_features / sizeof zc_features[0] ? zc_features[index].missing
+                                                                                      : NULL;
+}
+
+const char *zc_build_missing(const char *feature)
+{
+    for (size_t i = 0; i < sizeof zc_features / sizeof zc_features[0]; i++)
+        if (strcmp(zc_features[i].name, feature) == 0)
+            return zc_features[i].missing;
+    return "unknown build feature (bug)";
 }

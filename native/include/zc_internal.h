@@ -15,7 +15,8 @@
 
 struct zc_ctx;
 
-/* Defined with designated initializers: .name, .side, .caps, [.available,] .setup, .transfer, .teardown */
+/* Defined with designated initializers: .name, .side, .caps, [.available,] .setup, [.connected,]
+ * .transfer, .teardown */
 typedef struct zc_mode_ops {
     const char *name;
     int side;                                /* ZC_SIDE_SEND / ZC_SIDE_RECV */
@@ -25,6 +26,9 @@ typedef struct zc_mode_ops {
     int (*setup)(struct zc_ctx *c);          /* untimed; 0 or zc_fail() */
     int (*transfer)(struct zc_ctx *c);       /* timed; moves c->total bytes (or until EOF) */
     void (*teardown)(struct zc_ctx *c);      /* always called once setup was attempted */
+    /* optional: untimed, once c->sock is connected (accepted), before the timed transfer (register the
+     * socket with io_uring, map it, check the connection); 0 or zc_fail() */
+    int (*connected)(struct zc_ctx *c);
 } zc_mode_ops;
 
 typedef struct zc_ctx {
@@ -53,16 +57,29 @@ typedef struct zc_ctx {
     unsigned char *mem_ring; /* source mem: pattern of one period + one buffer, never rewritten */
     size_t mem_ring_len;
     void *priv;              /* mode-private state */
+    /* parallel streams (core/streams.c): this stream's slice of the source/sink starts at `base`
+     * (0 with one stream); stream index / count; the group the streams share */
+    uint64_t base;
+    int stream, nstreams;
+    struct zc_group *group;
+    int listen_maxseg;       /* recv: TCP_MAXSEG a mode's setup() wants on the listening socket (0: none) */
     struct zc_watch_state *watch_state; /* hoststat.c: zc_params.watch while the transfer runs */
 } zc_ctx;
+
+#define ZC_TCP_MAXSEG_MAX 32767 /* the kernel refuses a larger TCP_MAXSEG (MAX_TCP_WINDOW) */
 
 /* hoststat.c: host counters and samples (zc_params.watch) around the timed region; no-ops without a
  * watch. zc_watch_end is called once after every zc_watch_begin, whatever the transfer's outcome. */
 void zc_watch_begin(zc_ctx *c);
 void zc_watch_end(zc_ctx *c);
+/* core.c: the parallel streams of c's group (1 and c itself when c runs alone) */
+int zc_group_size(const zc_ctx *c);
+const zc_ctx *zc_group_stream(const zc_ctx *c, int i);
 
 /* registry.c */
 const zc_mode_ops *zc_find_mode(int side, const char *name);
+/* NULL if this build has a native/build.py feature ("io_uring", ...), else why not */
+const char *zc_build_missing(const char *feature);
 
 /* errors (common.c): fill c->err with "<side> <mode>: <fmt>", return -1 */
 int zc_fail(zc_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -96,9 +113,15 @@ typedef struct {
 int zc_buf_state_new(zc_ctx *c, const char *what);
 void zc_buf_state_free(zc_ctx *c);
 int zc_mem_ring_init(zc_ctx *c);
+/* The pattern at stream offset `off` of this stream's slice (base + off of the whole transfer) */
 static inline const unsigned char *zc_mem_at(const zc_ctx *c, uint64_t off)
 {
-    return c->mem_ring + (off % zc_mem_pattern_period());
+    return c->mem_ring + ((c->base + off) % zc_mem_pattern_period());
+}
+/* io_uring modes: --uring-depth, 8 when not given */
+static inline unsigned zc_uring_depth(const zc_ctx *c)
+{
+    return c->p->uring_depth > 0 ? (unsigned)c->p->uring_depth : 8;
 }
 
 /* I/O loops that honour the deadline (common.c) */

@@ -75,6 +75,15 @@ typedef struct zc_params {
     const char *sink;          /* recv: a path (/dev/null allowed) */
     double timeout_s;          /* overall deadline, from zc_recv_listen / zc_send_run entry */
     int sink_state;            /* ZC_SINK_* */
+    /* parallel streams and the modern paths (issue 14) */
+    int streams;               /* connections per run, one thread per stream on each side (0 or 1: one, as before) */
+    const int *cpus;           /* with ncpus > 0: stream i runs pinned to cpus[i % ncpus] (instead of cpu) */
+    int ncpus;
+    int uring_depth;           /* io_uring modes: sends in flight (send) / provided buffers (recv); 0 = 8 */
+    int tcp_maxseg;            /* recv: TCP_MAXSEG on the listening socket; 0 = kernel default (zerocopy_recv:
+                                  page-sized payload for the data interface's MTU) */
+    struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
+    uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
     zc_watch *watch;           /* host counters and samples around the timed region; NULL = none */
 } zc_params;
 
@@ -102,6 +111,10 @@ typedef struct zc_metrics {
     int64_t tcp_snd_mss;
     int64_t tcp_rcv_mss;
     int64_t tcp_pmtu;
+    int64_t zc_recv_mapped;    /* zerocopy_recv: bytes mapped by TCP_ZEROCOPY_RECEIVE */
+    int64_t zc_recv_copied;    /* zerocopy_recv: bytes read() because they could not be mapped */
+    int64_t uring_cqes;        /* io_uring modes: completions reaped (notifications included) */
+    int64_t uring_bundle;      /* recv io_uring: 1 = bundles used, 0 = the kernel has none */
 } zc_metrics;
 
 typedef struct zc_listener {
@@ -122,7 +135,10 @@ const char *zc_mode_name(int side, int index);
 #define ZC_CAP_ZC_COMPLETIONS  0x20  /* "zc_completions": reports the zc_* metrics */
 #define ZC_CAP_KERNEL_FEATURE  0x40  /* "kernel_feature": needs a kernel feature, probed by zc_mode_available */
 #define ZC_CAP_NO_SINK         0x80  /* "no_sink": recv keeps no data, so its sink must be /dev/null */
-#define ZC_CAP_ALL             0xff
+#define ZC_CAP_ZC_RECV         0x100 /* "zc_recv": reports zc_recv_mapped / zc_recv_copied */
+#define ZC_CAP_URING           0x200 /* "uring": an io_uring mode: honours --uring-depth, reports uring_* */
+#define ZC_CAP_ONE_STREAM      0x400 /* "one_stream": cannot run as parallel streams (--streams > 1 refused) */
+#define ZC_CAP_ALL             0x7ff
 
 /* ZC_CAP_* bits of a compiled mode; 0 for an unknown one (check zc_mode_name first). */
 unsigned zc_mode_caps(int side, const char *name);
@@ -131,6 +147,11 @@ const char *zc_cap_name(unsigned bit);
 /* Whether a compiled mode can run on this kernel: 1 = yes; 0 = no, why says why (NUL-terminated,
  * at most len bytes); -1 = unknown mode. Probes the kernel, no side effect is left behind. */
 int zc_mode_available(int side, const char *name, char *why, size_t len);
+
+/* What the build found on the host (native/build.py FEATURES: io_uring, io_uring_send_zc, ...):
+ * the name of feature i (NULL past the last), and NULL if this build has it, else why not. */
+const char *zc_build_feature_name(int index);
+const char *zc_build_feature_missing(int index);
 
 /* Fixed pattern of source "mem" (see mempattern.c): byte at stream offset off. */
 void zc_mem_pattern(uint64_t off, unsigned char *out, size_t len);

@@ -27,7 +27,7 @@ static int transfer(zc_ctx *c)
         uint64_t base = c->done;
         for (size_t o = 0; o < len; o += c->sub) {
             size_t l = zc_min(c->sub, len - o);
-            uint64_t off = base + o;
+            uint64_t off = c->base + base + o; /* c->base: this stream's slice */
             uint64_t aoff = off - off % c->page;
             size_t maplen = l + (size_t)(off - aoff);
             unsigned char *map = mmap(NULL, maplen, PROT_READ, MAP_SHARED, c->fd, (off_t)aoff);

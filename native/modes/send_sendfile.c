@@ -16,7 +16,7 @@ static int setup(zc_ctx *c)
 
 static int transfer(zc_ctx *c)
 {
-    off_t off = 0;
+    off_t off = (off_t)c->base; /* this stream's slice (0 with one stream) */
     off_t *offp = c->fd_is_reg ? &off : NULL;
     while (c->done < c->total) {
         if (zc_check_deadline(c, "sending") < 0)

@@ -16,7 +16,7 @@ static int setup(zc_ctx *c)
 
 static int transfer(zc_ctx *c)
 {
-    loff_t off = 0;
+    loff_t off = (loff_t)c->base; /* this stream's slice (0 with one stream) */
     loff_t *offp = c->fd_is_reg ? &off : NULL;
     while (c->done < c->total) {
         if (zc_check_deadline(c, "sending") < 0)

@@ -32,7 +32,7 @@ static int transfer(zc_ctx *c)
             if (!fresh)
                 return -1;
             if (c->src_mem)
-                zc_mem_pattern(c->done, fresh, len);
+                zc_mem_pattern(c->base + c->done, fresh, len);
             else if (zc_file_read_full(c, fresh, len) < 0) {
                 zc_free(fresh, len);
                 return -1;

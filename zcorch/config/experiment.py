@@ -268,6 +268,10 @@ def cell_problems(p: dict) -> "list[str]":
         out.append(f"sink_state `{p['sink_state']}` needs a regular file as sink, not /dev/null")
     if p["subblocks"] > p["buffer"]:
         out.append(f"subblocks ({p['subblocks']}) > buffer ({p['buffer']} bytes): a sub-block would be empty")
+    if p.get("streams", 1) > 1:
+        for side, mode, caps in (("send", send, send_caps), ("receive", recv, recv_caps)):
+            if "one_stream" in caps:
+                out.append(f"{side} mode `{mode}` handles one stream only; `streams: {p['streams']}` needs another")
     return out
 
 
@@ -306,6 +310,16 @@ def _param_path(node: ys.YNode, p: Param) -> str:
     return _placeholder_path(text, p.key, p.placeholders)
 
 
+def _cpu_list(node: ys.YNode) -> str:
+    """A CPU list (`0-3`, `0,2`, `5`) as its canonical text "0,1,2,3" (one string: the matrix varies it)."""
+    text = ys.as_str(node, "a CPU list (e.g. `0-3` or `0,2`)")
+    try:
+        cpus = native.parse_cpus(text)
+    except ValueError as exc:
+        raise ys.ValueProblem(f"`{text}`: {exc} (expected a CPU list such as `0-3` or `0,2`)") from None
+    return ",".join(str(c) for c in cpus or ())
+
+
 def _fs_name(node: ys.YNode) -> str:
     text = ys.as_str(node, "a filesystem name")
     if not NAME_RE.match(text):
@@ -323,6 +337,7 @@ _KIND_PARSERS: "dict[str, Callable[[ys.YNode, Param], Any]]" = {
     "duration": lambda n, p: _positive_duration(n),
     "path": _param_path,
     "name": lambda n, p: _fs_name(n),
+    "cpus": lambda n, p: _cpu_list(n),
 }
 _UNSET_WRAPPERS = {None: lambda node, inner: inner(node), "auto": _auto_or, "null": _null_or}
 

@@ -7,7 +7,9 @@ Public API:
     content_hash(sources) -> str                   what the remote build directory is keyed by
     deploy(host, source_root=None, ...) -> WorkerHandle
     preflight(hosts, need_iperf3=False, ports=(), handles=None) -> dict   raises PreflightError
-    prepare(hosts, need_iperf3=False, ports=()) -> dict[str, WorkerHandle] preflight + deploy + version check
+    prepare(hosts, need_iperf3=False, ports=(), modes=None) -> dict[str, WorkerHandle]
+                                                  preflight + deploy + version and mode check
+    mode_problems(where, info, needed) -> list[str]   the modes a host's `worker info` says it cannot run
 
 Remote hosts (SSHHost): the files are uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there
 with `PYTHON native/build.py --out DIR` (the host's `python`, cffi, the host's own compiler), checked,
@@ -293,8 +295,32 @@ def host_problems(host: Host, facts: dict, need_iperf3: bool = False) -> List[st
     return problems
 
 
-def worker_version_problems(handle: WorkerHandle) -> List[str]:
-    """Run `worker info` on the host; a mismatch with the controller's version is a problem."""
+_SIDE_WORDS = {"send": "send", "recv": "receive"}
+
+
+def mode_problems(where: str, info: dict, needed: Mapping[str, "Sequence[str]"]) -> List[str]:
+    """Pure: each mode of `needed` ({"send": [modes], "recv": [modes]}) that the host's `worker info`
+    says it cannot run, with the worker's reason: the package missing when the worker was built
+    (native/build.py's feature probes) or the kernel feature its probe did not find. A mode the
+    info does not list at all (a build from other sources) is a problem too; an info without a mode
+    list (a dry run's) checks nothing."""
+    problems = []
+    listed, unavailable = info.get("modes") or {}, info.get("unavailable") or {}
+    for side in ("send", "recv"):
+        for mode in sorted(set(needed.get(side, ()))):
+            why = (unavailable.get(side) or {}).get(mode)
+            if why:
+                problems.append(f"{where}: {_SIDE_WORDS[side]} mode `{mode}` cannot run there: {why}")
+            elif listed.get(side) and mode not in listed[side]:
+                problems.append(f"{where}: the worker there has no {_SIDE_WORDS[side]} mode `{mode}` (it has "
+                                f"{', '.join(listed[side])}) — redeploy (delete the worker-* directory)")
+    return problems
+
+
+def worker_version_problems(handle: WorkerHandle,
+                            modes: Optional[Mapping[str, "Sequence[str]"]] = None) -> List[str]:
+    """Run `worker info` on the host; a mismatch with the controller's version is a problem, and so is
+    each of `modes` ({"send": [...], "recv": [...]}, the cells' modes on this host) it cannot run."""
     where = _where(handle.host)
     r = handle.host.run(handle.worker_argv + ["info"], env=handle.env, timeout=60)
     fix = ("reinstall zcorch (in a checkout: scripts/bootstrap)" if handle.host.is_local
@@ -309,7 +335,7 @@ def worker_version_problems(handle: WorkerHandle) -> List[str]:
         return [f"{where}: `worker info` printed no version: {r.stdout[-300:]!r} — {fix}"]
     if version != __version__:
         return [f"{where}: worker version {version} != controller version {__version__} — {fix}"]
-    return []
+    return mode_problems(where, info, modes or {})
 
 
 def preflight(hosts: Mapping[str, Host], need_iperf3: bool = False, ports: Sequence[int] = (),
@@ -338,13 +364,21 @@ def preflight(hosts: Mapping[str, Host], need_iperf3: bool = False, ports: Seque
 
 
 def prepare(hosts: Mapping[str, Host], need_iperf3: bool = False, ports: Sequence[int] = (),
-            source_root: Optional[str] = None) -> Dict[str, WorkerHandle]:
-    """Preflight the hosts, deploy the worker to each, then check the deployed versions."""
+            source_root: Optional[str] = None,
+            modes: Optional[Mapping[str, Mapping[str, "Sequence[str]"]]] = None) -> Dict[str, WorkerHandle]:
+    """Preflight the hosts, deploy the worker to each, then check the deployed versions and that each
+    host can run the modes the cells give it: modes = {"sender": {"send": [...]}, "receiver": {"recv":
+    [...]}} (one host in both roles gets both). Raises PreflightError naming every problem."""
     preflight(hosts, need_iperf3=need_iperf3, ports=ports)
     handles = {role: deploy(host, source_root=source_root) for role, host in hosts.items()}
+    needed: Dict[int, Dict[str, List[str]]] = {}
+    for role, handle in handles.items():
+        mine = needed.setdefault(id(handle.host), {"send": [], "recv": []})
+        for side, names in ((modes or {}).get(role) or {}).items():
+            mine[side] += list(names)
     problems: List[str] = []
     for handle in {id(h.host): h for h in handles.values()}.values():
-        problems += worker_version_problems(handle)
+        problems += worker_version_problems(handle, needed[id(handle.host)])
     if problems:
         raise PreflightError("preflight failed:\n  " + "\n  ".join(problems))
     return handles

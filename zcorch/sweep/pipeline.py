@@ -40,7 +40,8 @@ from zcorch.sweep.summary import summary_table
 # (name, title) of each stage, in the order run_sweep enters them: what SweepObserver.stage() gets.
 STAGES: Tuple[Tuple[str, str], ...] = (
     ("hosts", "open the hosts"),
-    ("deploy", "preflight the hosts, deploy the worker and check its version"),
+    ("deploy", "preflight the hosts, deploy the worker, check its version and that each host can run its "
+               "cells' modes"),
     ("scratch", "resolve {scratch} (create the directory, mode 0700)"),
     ("metadata", "host metadata for meta.json"),
     ("calibrate", "copy-cost calibration per host (memcpy, page fault, system call) for meta.json"),
@@ -239,8 +240,17 @@ class Sweep:
             h.close()
 
 
-def open_sweep(hosts: Dict[str, Host], cfg: Baselines) -> Sweep:
-    """Preflight the hosts, deploy and version-check the worker; the hosts are closed on failure."""
+def cell_modes(params_list: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, List[str]]]:
+    """{"sender": {"send": [send modes]}, "receiver": {"recv": [receive modes]}} of the given cells' params."""
+    params_list = list(params_list)
+    return {"sender": {"send": sorted({p["send_mode"] for p in params_list})},
+            "receiver": {"recv": sorted({p["recv_mode"] for p in params_list})}}
+
+
+def open_sweep(hosts: Dict[str, Host], cfg: Baselines,
+               modes: Optional[Dict[str, Dict[str, List[str]]]] = None) -> Sweep:
+    """Preflight the hosts, deploy and version-check the worker, and check each host can run the modes
+    its cells need (`modes`, from cell_modes()); the hosts are closed on failure."""
     from zcorch.provision import deploy
 
     try:
@@ -248,7 +258,7 @@ def open_sweep(hosts: Dict[str, Host], cfg: Baselines) -> Sweep:
         ports = [bl.IPERF3_PORT] if cfg.iperf3 is not None and remote else []
         # Remote hosts must have iperf3 when the file asks for it; on localhost a missing iperf3
         # only makes the baseline `skipped` (with the fix in the reason).
-        handles = deploy.prepare(hosts, need_iperf3=cfg.iperf3 is not None and remote, ports=ports)
+        handles = deploy.prepare(hosts, need_iperf3=cfg.iperf3 is not None and remote, ports=ports, modes=modes)
     except BaseException:
         for h in {id(h): h for h in hosts.values()}.values():
             h.close()
@@ -470,7 +480,9 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded)
         observer.hosts_opened(hosts)
         observer.stage("deploy", _TITLES["deploy"])
-        sweep = open_sweep(hosts, cfg)
+        # the modes of the runs still to do: one a host cannot run stops the sweep here, naming why
+        sweep = open_sweep(hosts, cfg, cell_modes(r["params"] for r in plan_runs
+                                                  if (r["id"], r["repeat"]) not in skip))
         # Before anything uses a path: meta's sink probe, source layout, the dd baseline, the runs.
         observer.stage("scratch", _TITLES["scratch"])
         scratch_dirs = prepare_scratch(sweep, plan_runs, cfg, observer)

@@ -3,7 +3,8 @@
     zcorch worker recv --listen ADDR:PORT --mode M [params]   -> {"event": "ready", ...}, {"event": "result", ...}
     zcorch worker send --connect ADDR:PORT --mode M [params]  -> {"event": "result", ...}
     zcorch worker info                                        -> {"event": "info", "version", "modes", "kernel",
-                                                                  "capabilities", "unavailable", ...}
+                                                                  "capabilities", "unavailable", "runnable",
+                                                                  "build", ...}
     zcorch worker layout --path P --bytes N                   -> {"event": "layout", "path", "created", "size"}
     zcorch worker calibrate [--bytes N] [--cpu C]             -> {"event": "calibration", "memcpy_s_per_gib", ...}
 
@@ -130,12 +131,18 @@ def _params(args: argparse.Namespace) -> "dict[str, Any]":
 
 def _info() -> "dict[str, Any]":
     """capabilities: {side: {mode: [names]}} as the C ops tables declare them; unavailable: {side:
-    {mode: why}} for compiled modes this kernel cannot run (empty dicts when all can)."""
+    {mode: why}} for compiled modes this build or kernel cannot run (empty dicts when all can);
+    runnable: {side: [modes]} the others; build: {feature: null if built with it, else why not}."""
     caps = {side: {mode: sorted(names) for mode, names in modes.items()}
             for side, modes in native.mode_capabilities().items()}
-    return {"event": "info", "version": __version__, "modes": native.compiled_modes(),
+    modes = native.compiled_modes()
+    unavailable = native.unavailable_modes()
+    return {"event": "info", "version": __version__, "modes": modes,
             "kernel": platform.release(), "python": platform.python_version(),
-            "native": native.native_path(), "capabilities": caps, "unavailable": native.unavailable_modes()}
+            "native": native.native_path(), "capabilities": caps, "unavailable": unavailable,
+            "runnable": {side: [m for m in names if m not in unavailable.get(side, {})]
+                         for side, names in modes.items()},
+            "build": native.build_features()}
 
 
 def largest_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:

@@ -19,7 +19,14 @@ SAMPLE_MIN_INTERVALS intervals, else None.
 
 Each mode declares capabilities in its C ops table (`mode_capabilities()`, names in
 native/include/zcorch_api.h: file_source, mappable_source, file_sink, pipe, gift, zc_completions,
-kernel_feature); `unavailable_modes()` names the compiled modes this kernel cannot run, and why.
+kernel_feature, no_sink, zc_recv, uring, one_stream); `unavailable_modes()` names the compiled modes this
+kernel (or this build: `build_features()`) cannot run, and why.
+
+With `streams=N` (N > 1) a result also has "streams": one dict per stream ("stream", "offset" of its
+slice, and the metrics that apply), the top-level metrics being the totals (see native/core/core.c).
+The host_* metrics and the samples are host-wide: taken once around all the streams (one /proc window
+from just before the streams start to just after the last ends, samples summing every stream's bytes),
+so they appear in the totals only.
 """
 from __future__ import annotations
 
@@ -114,6 +121,58 @@ def unavailable_modes() -> "dict[str, dict[str, str]]":
     return out
 
 
+def build_features() -> "dict[str, Optional[str]]":
+    """{feature: None if this build has it, else why not} (native/build.py FEATURES: io_uring,
+    io_uring_send_zc, io_uring_pbuf_ring, tcp_zerocopy_receive). {} for a build older than them."""
+    L = _lib()
+    if not hasattr(L, "zc_build_feature_name"):
+        return {}
+    out: "dict[str, Optional[str]]" = {}
+    i = 0
+    while True:
+        name = L.zc_build_feature_name(i)
+        if name == ffi.NULL:
+            return out
+        why = L.zc_build_feature_missing(i)
+        out[ffi.string(name).decode()] = None if why == ffi.NULL else ffi.string(why).decode(errors="replace")
+        i += 1
+
+
+def parse_cpus(value: Any) -> "Optional[list[int]]":
+    """A CPU list: "0,2-3" / "0 2 3", a list of ints, or one int -> [0, 2, 3]; None/"" -> None.
+    ValueError naming the problem."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"not a CPU list: {value!r}")
+    if isinstance(value, int):
+        items: "list[Any]" = [value]
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [t for t in str(value).replace(",", " ").split() if t]
+    cpus: "list[int]" = []
+    for item in items:
+        if isinstance(item, bool):
+            raise ValueError(f"not a CPU: {item!r}")
+        if isinstance(item, int):
+            lo = hi = item
+        else:
+            text = str(item).strip()
+            first, dash, last = text.partition("-")
+            if not first.isdigit() or (dash and not last.isdigit()):
+                raise ValueError(f"not a CPU or range (N or N-M): {text!r}")
+            lo, hi = int(first), int(last) if dash else int(first)
+            if hi < lo:
+                raise ValueError(f"range {text!r} runs backwards")
+        if lo < 0 or hi > _table.CPU_MAX:
+            raise ValueError(f"CPU {lo if lo < 0 else hi} is out of range (0..{_table.CPU_MAX})")
+        cpus.extend(range(lo, hi + 1))
+    if not cpus:
+        raise ValueError("an empty CPU list")
+    return cpus
+
+
 def mem_pattern(offset: int, length: int) -> bytes:
     """The bytes source `mem` sends at [offset, offset+length) (see native/mempattern.c)."""
     L = _lib()
@@ -174,7 +233,9 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
                      subblocks: Any = DEFAULTS["subblocks"], pipe_size: Any = None, cpu: Any = None,
                      gift: bool = False, fsync: bool = False, source: Optional[str] = None,
                      sink: Optional[str] = None, timeout: Any = DEFAULT_TIMEOUT,
-                     sink_state: str = DEFAULTS["sink_state"], sample_interval: Any = None) -> "dict[str, Any]":
+                     sink_state: str = DEFAULTS["sink_state"], streams: Any = DEFAULTS["streams"],
+                     cpus: Any = None, uring_depth: Any = DEFAULTS["uring_depth"],
+                     tcp_maxseg: Any = None, sample_interval: Any = None) -> "dict[str, Any]":
     """Parameters as they will be applied (sizes in bytes, timeout in s); WorkerError(EINVAL) if bad.
 
     sample_interval: seconds between samples; None or 0 = no samples."""
@@ -193,6 +254,16 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
     if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0):
         raise _bad(f"--cpu must be an integer >= 0, got {cpu!r}")
     p["cpu"] = cpu
+    for name, value, lo, hi in (("streams", streams, 1, 256), ("uring-depth", uring_depth, 1, 4096)):
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise _bad(f"--{name} must be an integer between {lo} and {hi}, got {value!r}")
+    p["streams"] = streams
+    p["uring_depth"] = uring_depth
+    try:  # as the experiment file's canonical text "0,2,3"; the C list is made from it
+        listed = parse_cpus(cpus)
+    except ValueError as exc:
+        raise _bad(f"--cpus: {exc}") from None
+    p["cpus"] = None if listed is None else ",".join(map(str, listed))
     p["gift"] = bool(gift)
     try:
         p["timeout"] = parse_duration(timeout)
@@ -208,8 +279,8 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
         raise _bad("--sample-interval must be at least 1ms (or 0: no samples)")
     p["sample_interval"] = interval
     if side == "send":
-        if sink is not None or fsync or sink_state != DEFAULTS["sink_state"]:
-            raise _bad("--sink, --sink-state and --fsync are receiver parameters")
+        if sink is not None or fsync or sink_state != DEFAULTS["sink_state"] or tcp_maxseg is not None:
+            raise _bad("--sink, --sink-state, --fsync and --tcp-maxseg are receiver parameters")
         p["source"] = source or DEFAULTS["source"]
     else:
         if source is not None:
@@ -219,6 +290,10 @@ def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFF
         p["sink"] = sink or DEFAULTS["sink"]
         p["sink_state"] = sink_state
         p["fsync"] = bool(fsync)
+        if tcp_maxseg is not None and (isinstance(tcp_maxseg, bool) or not isinstance(tcp_maxseg, int)
+                                       or not 88 <= tcp_maxseg <= 32767):
+            raise _bad(f"--tcp-maxseg must be an integer between 88 and 32767, got {tcp_maxseg!r}")
+        p["tcp_maxseg"] = tcp_maxseg
     return p
 
 
@@ -245,6 +320,21 @@ class _CParams:
         s.sink = self._str(p.get("sink"))
         s.timeout_s = p["timeout"]
         s.sink_state = SINK_STATES[p.get("sink_state", "fresh")]
+        if hasattr(s, "streams"):  # a build older than streams has none of these fields
+            s.streams = p.get("streams", 1)
+            cpus = parse_cpus(p.get("cpus")) or []
+            if cpus:
+                arr = ffi.new("int[]", cpus)
+                self._strings.append(arr)
+                s.cpus = arr
+            s.ncpus = len(cpus)
+            s.uring_depth = p.get("uring_depth", 8)
+            s.tcp_maxseg = p.get("tcp_maxseg") or 0
+            if s.streams > 1:
+                self.stream_metrics = ffi.new("zc_metrics[]", s.streams)
+                self.stream_offsets = ffi.new("uint64_t[]", s.streams)
+                s.stream_metrics = self.stream_metrics
+                s.stream_offsets = self.stream_offsets
         self.watch = _Watch(p.get("sample_interval"), p["timeout"])
         s.watch = self.watch.struct
         self.struct = s
@@ -325,23 +415,37 @@ def _raise(err) -> None:
 _STRUCT_METRICS: "Optional[frozenset[str]]" = None   # the zc_metrics fields; other metrics come from the watch
 
 
-def _result(side: str, mode: str, m, params: "dict[str, Any]", watch: "Optional[_Watch]" = None) -> "dict[str, Any]":
+def _metrics(side: str, caps: "frozenset[str]", m, host: "Optional[dict[str, Any]]") -> "dict[str, Any]":
+    """The METRICS of one zc_metrics (a metric that does not apply to this side and mode is null); the
+    host-wide ones from `host` (the watch's), left out when host is None (one stream of several: the
+    host is measured once, for the whole group, in the totals)."""
     global _STRUCT_METRICS
     if _STRUCT_METRICS is None:
         _STRUCT_METRICS = frozenset(name for name, _ in ffi.typeof("zc_metrics").fields)
+    out: "dict[str, Any]" = {}
+    for metric in METRICS:
+        if metric.name in _STRUCT_METRICS:
+            out[metric.name] = int(getattr(m, metric.name)) if metric_applies(metric, side, caps) else None
+        elif host is not None:
+            out[metric.name] = host.get(metric.name) if metric_applies(metric, side, caps) else None
+    return out
+
+
+def _result(side: str, mode: str, m, params: "dict[str, Any]", c: "Optional[_CParams]" = None) -> "dict[str, Any]":
     out: "dict[str, Any]" = {"side": side, "mode": mode}
     caps = mode_capabilities()[side].get(mode, frozenset())
-    host = watch.host_metrics() if watch is not None else {}
-    for metric in METRICS:  # a metric that does not apply to this side and mode is null
-        if not metric_applies(metric, side, caps):
-            out[metric.name] = None
-        elif metric.name in _STRUCT_METRICS:
-            out[metric.name] = int(getattr(m, metric.name))
-        else:
-            out[metric.name] = host.get(metric.name)
+    watch = getattr(c, "watch", None)
+    out.update(_metrics(side, caps, m, watch.host_metrics() if watch is not None else {}))
     if not params.get("fsync"):
         out["fsync_ns"] = None
     out["samples"] = watch.samples(out["wall_ns"]) if watch is not None else None
+    streams = getattr(c, "stream_metrics", None)
+    if streams is not None:  # per stream: its slice and its own metrics (the totals are above)
+        out["streams"] = []
+        for i in range(params.get("streams", 1)):
+            one = {"stream": i, "offset": int(c.stream_offsets[i]), **_metrics(side, caps, streams[i], None)}
+            one["fsync_ns"] = None   # the group fsyncs once, after every stream (in the totals)
+            out["streams"].append(one)
     out["params"] = params
     return out
 
@@ -373,7 +477,7 @@ class Receiver:
         err = ffi.new("zc_error *")
         if lib.zc_recv_run(self._c.struct, self._listener, m, err) != 0:
             _raise(err)
-        return _result("recv", self.mode, m, self.params, self._c.watch)
+        return _result("recv", self.mode, m, self.params, self._c)
 
     def close(self) -> None:
         lib.zc_listener_close(self._listener)
@@ -396,4 +500,4 @@ def send(host: str, port: int, mode: str, **params: Any) -> "dict[str, Any]":
     err = ffi.new("zc_error *")
     if L.zc_send_run(c.struct, m, err) != 0:
         _raise(err)
-    return _result("send", mode, m, applied, c.watch)
+    return _result("send", mode, m, applied, c)

@@ -8,7 +8,8 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
     cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
     finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
     private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
-    metadata ADDRESS PATH [SYSCTL...]  -> JSON: kernel, CPU, memory, data interface, sysctls, sink mount...
+    metadata ADDRESS PATH [SYSCTL...]  -> JSON: kernel, CPU, memory, data interface (+ whether it could do
+                                          io_uring zero-copy receive), sysctls, sink mount...
     scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
     dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
     loop-autoclear DEVICE...              set LO_FLAGS_AUTOCLEAR on attached loop devices
@@ -214,6 +215,94 @@ def _first_version_line(argv: "List[str]") -> "Tuple[Optional[str], Optional[str
     return (out.strip().splitlines() or [""])[0], None
 
 
+# -- io_uring zero-copy receive (zcrx): recorded per data interface, never run ----------------------
+
+ZCRX_KERNEL = (6, 15)
+_ETHTOOL_FIX = "apt-get install ethtool"
+
+
+def kernel_version(release: str) -> "Tuple[int, ...]":
+    """(6, 18) of "6.18.44-fc-v669"; () if the release does not start with numbers."""
+    m = re.match(r"(\d+)\.(\d+)", release)
+    return (int(m.group(1)), int(m.group(2))) if m else ()
+
+
+def parse_ethtool_feature(text: str, label: str) -> "Optional[str]":
+    """The value of a `Label: value` line of ethtool output ("on", "off", "n/a", ...), None without one.
+    Works for `ethtool -g` ("TCP data split:") and `ethtool -k` ("ntuple-filters:", "[fixed]" dropped)."""
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip().lower() == label.lower():
+            return value.split("[")[0].strip() or None
+    return None
+
+
+def zcrx_verdict(facts: "Dict[str, Any]") -> "Tuple[Optional[bool], List[str]]":
+    """Pure: (True: the interface could do zcrx now, False: it cannot, None: unknown; the reasons).
+
+    zcrx (io_uring zero-copy receive, Linux 6.15+) needs the kernel feature with io_uring allowed, a
+    NIC whose driver splits headers from payload (ethtool's `tcp-data-split` on) and flow steering
+    (ntuple filters) to put the flow on the queue given to io_uring. Loopback and virtual links have
+    neither, so they never can."""
+    name, kind = facts.get("interface"), facts.get("kind")
+    if kind != "physical":
+        return False, [f"{name} is a {kind or 'virtual'} link: no NIC with header/data split"]
+    why: "List[str]" = []
+    if facts.get("kernel") is False:
+        why.append(f"kernel {facts.get('kernel_release')} has no io_uring zcrx "
+                   f"(Linux {'.'.join(map(str, ZCRX_KERNEL))} or later)")
+    if facts.get("io_uring_disabled") not in (None, "0"):
+        why.append(f"io_uring is disabled (kernel.io_uring_disabled={facts['io_uring_disabled']})")
+    if facts.get("ethtool_error"):
+        return (False if why else None), why + [f"unknown: {facts['ethtool_error']}"]
+    split, ntuple = facts.get("tcp_data_split"), facts.get("ntuple")
+    if split in (None, "n/a", "unknown"):
+        why.append(f"driver {facts.get('driver')} reports no TCP header/data split (ethtool -g {name})")
+    elif split != "on":
+        why.append(f"TCP header/data split is {split} (ethtool -G {name} tcp-data-split on)")
+    if ntuple != "on":
+        why.append(f"flow steering (ntuple filters) is {ntuple or 'not reported'} (ethtool -K {name} ntuple on)")
+    return not why, why
+
+
+def zcrx_support(ifname: "Optional[str]") -> "Dict[str, Any]":
+    """Whether io_uring zero-copy receive could run on the data interface `ifname` (zcrx_verdict):
+    {"interface", "kind" (loopback|physical|<ip link kind>), "driver", "kernel_release", "kernel",
+    "io_uring_disabled", "tcp_data_split", "ntuple", "possible" (true/false/null), "why" [...]}."""
+    release = platform.release()
+    facts: "Dict[str, Any]" = {"interface": ifname, "kind": None, "driver": None, "kernel_release": release,
+                               "kernel": kernel_version(release) >= ZCRX_KERNEL, "io_uring_disabled": None,
+                               "tcp_data_split": None, "ntuple": None}
+    disabled, _ = _read("/proc/sys/kernel/io_uring_disabled")
+    facts["io_uring_disabled"] = disabled
+    if ifname:
+        out, w = _run(["ip", "-d", "-j", "link", "show", "dev", ifname])
+        link = (json.loads(out) or [{}])[0] if out else {}
+        kind = (link.get("linkinfo") or {}).get("info_kind")
+        if link.get("link_type") == "loopback" or "LOOPBACK" in (link.get("flags") or []):
+            kind = "loopback"
+        driver = None
+        try:
+            driver = os.path.basename(os.readlink(f"/sys/class/net/{ifname}/device/driver"))
+        except OSError:
+            pass
+        facts["driver"] = driver
+        facts["kind"] = kind or ("physical" if driver else ("unknown" if out is None else "virtual"))
+        if facts["kind"] == "physical":
+            if shutil.which("ethtool") is None:
+                facts["ethtool_error"] = f"ethtool is not installed ({_ETHTOOL_FIX})"
+            else:
+                rings, w1 = _run(["ethtool", "-g", ifname])
+                feats, w2 = _run(["ethtool", "-k", ifname])
+                facts["tcp_data_split"] = parse_ethtool_feature(rings or "", "TCP data split")
+                facts["ntuple"] = parse_ethtool_feature(feats or "", "ntuple-filters")
+                if w1 or w2:
+                    facts["ethtool_error"] = w1 or w2
+    possible, why = zcrx_verdict(facts)
+    facts["possible"], facts["why"] = possible, why
+    return facts
+
+
 def host_metadata(address: str, path: str, sysctls: "Sequence[str]") -> "Dict[str, Any]":
     """What shaped the numbers on this host. Anything unreadable is null, with why in meta["why_null"].
 
@@ -270,6 +359,8 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]") -> "Dict[st
             if w:
                 why["interface.kind"] = w
     meta["interface"] = iface
+    # per data interface: could io_uring zero-copy receive (zcrx) run there? (no mode uses it)
+    meta["zcrx"] = {iface["name"]: zcrx_support(iface["name"])} if iface["name"] else {}
     meta["boot_id"], w = _read("/proc/sys/kernel/random/boot_id")
     if w:
         why["boot_id"] = w

@@ -1,0 +1,69 @@
+/* send mode "io_uring": IORING_OP_SEND on the registered (fixed) socket, --uring-depth sub-blocks
+ * per submission as one linked chain (the loop, shared with io_uring_zc, is core/uring_send.c).
+ * Source mem sends from the pattern ring; a file source (or /dev/zero) is read() into a ring of
+ * --uring-depth + 1 chunk buffers. The kernel offers no registered-buffer IORING_OP_SEND (only the
+ * zero-copy sends take IORING_RECVSEND_FIXED_BUF; a copying send gains nothing from pinned pages),
+ * so the buffers are plain memory.
+ *
+ * Needs io_uring with timed waits (Linux 5.11+), IORING_REGISTER_ENABLE_RINGS and IORING_OP_SEND;
+ * available() probes a ring and says what is missing (no io_uring, kernel.io_uring_disabled, a
+ * seccomp filter, or a build without <linux/io_uring.h>).
+ */
+#include "zc_internal.h"
+#include "zc_uring.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+#ifdef ZC_HAVE_IO_URING
+
+static int available(char *why, size_t len)
+{
+    zc_uring r;
+    if (!zc_uring_probe_ring(&r, why, len))
+        return 0;
+    static const int ops[] = {IORING_OP_SEND, IORING_OP_ASYNC_CANCEL};
+    int missing = zc_uring_first_unsupported(&r, ops, 2);
+    zc_uring_exit(&r);
+    if (missing == -2)
+        snprintf(why, len, "the kernel's io_uring cannot be probed (IORING_REGISTER_PROBE, Linux 5.6 or later)");
+    else if (missing >= 0)
+        snprintf(why, len, "the kernel's io_uring has no IORING_OP_SEND (Linux 5.6 or later)");
+    return missing == -1;
+}
+
+static int setup(zc_ctx *c) { return zc_uring_send_setup(c, 0); }
+
+const zc_mode_ops zc_send_io_uring_ops = {
+    .name = "io_uring",
+    .side = ZC_SIDE_SEND,
+    .caps = ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING,
+    .available = available,
+    .setup = setup,
+    .connected = zc_uring_send_connected,
+    .transfer = zc_uring_send_transfer,
+    .teardown = zc_uring_send_teardown,
+};
+
+#else /* built without <linux/io_uring.h>: listed, never run */
+
+static int available(char *why, size_t len)
+{
+    snprintf(why, len, "%s", zc_build_missing("io_uring"));
+    return 0;
+}
+
+static int unavailable(zc_ctx *c) { return zc_fail(c, EOPNOTSUPP, "%s", zc_build_missing("io_uring")); }
+static void nothing(zc_ctx *c) { (void)c; }
+
+const zc_mode_ops zc_send_io_uring_ops = {
+    .name = "io_uring",
+    .side = ZC_SIDE_SEND,
+    .caps = ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING,
+    .available = available,
+    .setup = unavailable,
+    .transfer = unavailable,
+    .teardown = nothing,
+};
+
+#endif
