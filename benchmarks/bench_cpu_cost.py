@@ -32,9 +32,9 @@ import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from zcorch.params import HOST_BUSY_FIELDS, HOST_CPU_FIELDS  # noqa: E402
+from zcorch.params import HOST_CPU_FIELDS  # noqa: E402
 from zcorch.units import format_size, parse_size  # noqa: E402
-from _loopback import ENV, transfer, worker  # noqa: E402
+from _loopback import ENV, host_busy_s, host_event, transfer, worker  # noqa: E402
 
 GIB = 2**30
 MODES = [("write", "mem"), ("sendfile", "file"), ("splice", "file"), ("vmsplice", "mem"), ("msg_zerocopy", "mem")]
@@ -49,17 +49,6 @@ def calibrate() -> float:
     return float(event["memcpy_s_per_gib"])
 
 
-def busy_s(m: dict) -> float:
-    return sum(m[f"host_{f}_us"] for f in HOST_BUSY_FIELDS) / 1e6
-
-
-def busy_on(m: dict, cpus: "set[int]") -> float:
-    """Busy seconds of the CPUs in `cpus` (host_per_cpu_us lists [user, nice, system, irq, softirq,
-    iowait, steal, idle] per CPU)."""
-    idx = [HOST_CPU_FIELDS.index(f) for f in HOST_BUSY_FIELDS]
-    return sum(v[i] for name, v in m["host_per_cpu_us"].items() if int(name[3:]) in cpus for i in idx) / 1e6
-
-
 def run_pair(mode: str, source: str, nbytes: int, buffer: int, cpus: "tuple[int, int]", recv_mode: str,
              timeout: float) -> dict:
     common = ["--bytes", str(nbytes), "--buffer", str(buffer)]
@@ -69,15 +58,15 @@ def run_pair(mode: str, source: str, nbytes: int, buffer: int, cpus: "tuple[int,
     used = set(cpus)
     # One machine: both workers read one /proc/stat; the receiver's window ends last (the data landed).
     window = max(s["host_window_ns"], r["host_window_ns"]) / 1e9
-    host = r if r["host_window_ns"] >= s["host_window_ns"] else s
+    host = host_event(s, r)
     return {"gbps": r["bytes"] * 8 / r["wall_ns"],
             "proc_send": (s["utime_us"] + s["stime_us"]) / 1e6 / gib,
             "proc_recv": (r["utime_us"] + r["stime_us"]) / 1e6 / gib,
-            "host_send": busy_on(host, {cpus[0]}) / gib, "host_recv": busy_on(host, {cpus[1]}) / gib,
-            "host_used": busy_on(host, used) / gib, "host_all": busy_s(host) / gib,
+            "host_send": host_busy_s(host, {cpus[0]}) / gib, "host_recv": host_busy_s(host, {cpus[1]}) / gib,
+            "host_used": host_busy_s(host, used) / gib, "host_all": host_busy_s(host) / gib,
             "wall": window / gib, "n_used": len(used), "n_all": host["host_ncpus"],
-            "used_ok": busy_on(host, used) <= len(used) * (window + len(HOST_CPU_FIELDS) * TICK_S),
-            "all_ok": busy_s(host) <= host["host_ncpus"] * (window + len(HOST_CPU_FIELDS) * TICK_S)}
+            "used_ok": host_busy_s(host, used) <= len(used) * (window + len(HOST_CPU_FIELDS) * TICK_S),
+            "all_ok": host_busy_s(host) <= host["host_ncpus"] * (window + len(HOST_CPU_FIELDS) * TICK_S)}
 
 
 def main() -> int:

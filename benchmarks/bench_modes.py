@@ -8,6 +8,10 @@ Send modes are measured with receiver `read` into /dev/null; receive modes with 
 mapped). `write`/`read` over 4 parallel streams (--streams 4) and `io_uring` both ways are in the same
 run. Modes this kernel or build cannot run are left out, with the reason. iperf3 runs with the same
 chunk size (-l) and window (-w), plain and with -Z (sendfile).
+The sender is pinned to one CPU and the receiver to another (--pin, default 0,1; iperf3 -A likewise), so
+each side has two CPU views: the process view (the worker's own user+system time; iperf3's from its -J
+output) and the host view (busy time of that side's CPU from /proc/stat, softirq included: where the
+kernel's work for the side lands, whoever's context it ran in; iperf3 has none).
 Every configuration runs once per repetition, repetitions interleaved; medians are printed.
 The workers run as the controller runs them (`python3 -m zcorch.worker` subprocesses); the
 figures are the workers' own (C-timed transfer only); iperf3's are from its -J output.
@@ -28,7 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from zcorch.units import format_size, parse_size  # noqa: E402
-from _loopback import transfer  # noqa: E402
+from _loopback import ENV, host_busy_s, host_event, transfer, worker  # noqa: E402
 
 GIB = 2**30
 
@@ -38,12 +42,19 @@ def unavailable() -> "dict[str, dict[str, str]]":
     return json.loads(p.stdout.splitlines()[-1])["unavailable"]
 
 
-def run_pair(send: "list[str]", recv: "list[str]", timeout: float) -> "dict[str, float]":
+def run_pair(send: "list[str]", recv: "list[str]", timeout: float,
+             pin: "tuple[int, int] | None") -> "dict[str, float]":
+    if pin:
+        send, recv = send + ["--cpu", str(pin[0])], recv + ["--cpu", str(pin[1])]
     s, r = transfer(send, recv, timeout)
     gib = r["bytes"] / GIB
     out = {"gbps": r["bytes"] * 8 / r["wall_ns"],
            "send_cpu": (s["utime_us"] + s["stime_us"]) / 1e6 / gib,
            "recv_cpu": (r["utime_us"] + r["stime_us"]) / 1e6 / gib}
+    if pin:  # one machine, one /proc/stat: each side's CPU from the window that ends last
+        host = host_event(s, r)
+        out["send_host"] = host_busy_s(host, {pin[0]}) / gib
+        out["recv_host"] = host_busy_s(host, {pin[1]}) / gib
     if s.get("zc_completions"):  # share of zero-copy sends the kernel copied after all
         out["zc_copied_share"] = s["zc_copied"] / s["zc_completions"]
     if r.get("zc_recv_mapped") is not None and r["bytes"]:  # share of received bytes mapped, not copied
@@ -52,7 +63,7 @@ def run_pair(send: "list[str]", recv: "list[str]", timeout: float) -> "dict[str,
 
 
 def run_iperf3(nbytes: int, buffer: int, window: "int | None", zerocopy: bool, timeout: float,
-               parallel: int = 1) -> "dict[str, float]":
+               pin: "tuple[int, int] | None", parallel: int = 1) -> "dict[str, float]":
     port = 5201 + os.getpid() % 1000
     srv = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port), "-B", "127.0.0.1"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -64,6 +75,8 @@ def run_iperf3(nbytes: int, buffer: int, window: "int | None", zerocopy: bool, t
             cmd.append("-Z")
         if parallel > 1:
             cmd += ["-P", str(parallel)]
+        if pin:  # -A n,m: the client on n, the server on m
+            cmd += ["-A", f"{pin[0]},{pin[1]}"]
         for _ in range(50):  # the server needs a moment to listen
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
             out = json.loads(p.stdout)
@@ -91,7 +104,13 @@ def main() -> int:
     ap.add_argument("--window", default="auto", help="SO_SNDBUF/SO_RCVBUF, also iperf3 -w (default auto)")
     ap.add_argument("--timeout", type=float, default=120.0, help="per-run timeout in seconds")
     ap.add_argument("--only", default="", help="run only the configurations whose name contains this text")
+    ap.add_argument("--pin", default="0,1", help="SEND_CPU,RECV_CPU, or none (default 0,1; the host view "
+                                                 "needs the sides on CPUs of their own)")
     args = ap.parse_args()
+    pin = None if args.pin == "none" else tuple(int(c) for c in args.pin.split(","))
+    if pin is not None and (len(pin) != 2 or pin[0] == pin[1] or not set(pin) <= os.sched_getaffinity(0)):
+        print(f"--pin {args.pin}: two different CPUs this process may run on, or none", file=sys.stderr)
+        return 2
     nbytes, buffer = parse_size(args.bytes), parse_size(args.buffer)
     window = None if args.window == "auto" else parse_size(args.window)
     if shutil.which("iperf3") is None:
@@ -114,35 +133,35 @@ def main() -> int:
         return ["--mode", mode, "--source", source, "--bytes", str(nbytes), *common]
 
     configs = {
-        "send write (mem)": lambda: run_pair(send_cfg("write", "mem"), recv_null, args.timeout),
-        "send write (file)": lambda: run_pair(send_cfg("write", src), recv_null, args.timeout),
-        "send mmap": lambda: run_pair(send_cfg("mmap", src), recv_null, args.timeout),
-        "send sendfile": lambda: run_pair(send_cfg("sendfile", src), recv_null, args.timeout),
-        "send splice": lambda: run_pair(send_cfg("splice", src), recv_null, args.timeout),
-        "send vmsplice (mem)": lambda: run_pair(send_cfg("vmsplice", "mem"), recv_null, args.timeout),
-        "send msg_zerocopy (mem)": lambda: run_pair(send_cfg("msg_zerocopy", "mem"), recv_null, args.timeout),
-        "recv read -> /dev/null": lambda: run_pair(send_file, recv_null, args.timeout),
+        "send write (mem)": lambda: run_pair(send_cfg("write", "mem"), recv_null, args.timeout, pin),
+        "send write (file)": lambda: run_pair(send_cfg("write", src), recv_null, args.timeout, pin),
+        "send mmap": lambda: run_pair(send_cfg("mmap", src), recv_null, args.timeout, pin),
+        "send sendfile": lambda: run_pair(send_cfg("sendfile", src), recv_null, args.timeout, pin),
+        "send splice": lambda: run_pair(send_cfg("splice", src), recv_null, args.timeout, pin),
+        "send vmsplice (mem)": lambda: run_pair(send_cfg("vmsplice", "mem"), recv_null, args.timeout, pin),
+        "send msg_zerocopy (mem)": lambda: run_pair(send_cfg("msg_zerocopy", "mem"), recv_null, args.timeout, pin),
+        "recv read -> /dev/null": lambda: run_pair(send_file, recv_null, args.timeout, pin),
         "recv mmap -> /tmp file": lambda: run_pair(send_file, ["--mode", "mmap", "--sink", sink, *common],
-                                                   args.timeout),
-        "recv vmsplice -> /dev/null": lambda: run_pair(send_file, ["--mode", "vmsplice", *common], args.timeout),
-        "recv splice -> /dev/null": lambda: run_pair(send_file, ["--mode", "splice", *common], args.timeout),
+                                                   args.timeout, pin),
+        "recv vmsplice -> /dev/null": lambda: run_pair(send_file, ["--mode", "vmsplice", *common], args.timeout, pin),
+        "recv splice -> /dev/null": lambda: run_pair(send_file, ["--mode", "splice", *common], args.timeout, pin),
         # the modern paths (issue 14), against write/read of this same run
-        "send io_uring (mem)": lambda: run_pair(send_cfg("io_uring", "mem"), recv_null, args.timeout),
-        "send io_uring (file)": lambda: run_pair(send_cfg("io_uring", src), recv_null, args.timeout),
-        "send io_uring_zc (mem)": lambda: run_pair(send_cfg("io_uring_zc", "mem"), recv_null, args.timeout),
-        "send io_uring_zc (file)": lambda: run_pair(send_cfg("io_uring_zc", src), recv_null, args.timeout),
-        "recv io_uring -> /dev/null": lambda: run_pair(send_file, ["--mode", "io_uring", *common], args.timeout),
+        "send io_uring (mem)": lambda: run_pair(send_cfg("io_uring", "mem"), recv_null, args.timeout, pin),
+        "send io_uring (file)": lambda: run_pair(send_cfg("io_uring", src), recv_null, args.timeout, pin),
+        "send io_uring_zc (mem)": lambda: run_pair(send_cfg("io_uring_zc", "mem"), recv_null, args.timeout, pin),
+        "send io_uring_zc (file)": lambda: run_pair(send_cfg("io_uring_zc", src), recv_null, args.timeout, pin),
+        "recv io_uring -> /dev/null": lambda: run_pair(send_file, ["--mode", "io_uring", *common], args.timeout, pin),
         "recv zerocopy_recv -> /dev/null": lambda: run_pair(send_file, ["--mode", "zerocopy_recv", *common],
-                                                            args.timeout),
+                                                            args.timeout, pin),
         "recv zerocopy_recv <- msg_zc": lambda: run_pair(send_cfg("msg_zerocopy", "mem"),
-                                                         ["--mode", "zerocopy_recv", *common], args.timeout),
+                                                         ["--mode", "zerocopy_recv", *common], args.timeout, pin),
         "io_uring -> io_uring (mem)": lambda: run_pair(send_cfg("io_uring", "mem"), ["--mode", "io_uring", *common],
-                                                       args.timeout),
+                                                       args.timeout, pin),
         "write -> read, 4 streams": lambda: run_pair(send_cfg("write", "mem") + ["--streams", "4"],
-                                                     recv_null + ["--streams", "4"], args.timeout),
-        "iperf3": lambda: run_iperf3(nbytes, buffer, window, False, args.timeout),
-        "iperf3 -Z": lambda: run_iperf3(nbytes, buffer, window, True, args.timeout),
-        "iperf3 -P 4": lambda: run_iperf3(nbytes, buffer, window, False, args.timeout, parallel=4),
+                                                     recv_null + ["--streams", "4"], args.timeout, pin),
+        "iperf3": lambda: run_iperf3(nbytes, buffer, window, False, args.timeout, pin),
+        "iperf3 -Z": lambda: run_iperf3(nbytes, buffer, window, True, args.timeout, pin),
+        "iperf3 -P 4": lambda: run_iperf3(nbytes, buffer, window, False, args.timeout, pin, parallel=4),
     }
     missing = unavailable()
     for name in list(configs):
@@ -166,12 +185,22 @@ def main() -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    med = {k: {m: statistics.median(s[m] for s in v) for m in ("gbps", "send_cpu", "recv_cpu")}
+    views = ("gbps", "send_cpu", "recv_cpu", "send_host", "recv_host")
+    med = {k: {m: statistics.median(s[m] for s in v) if m in v[0] else None for m in views}
            for k, v in samples.items()}
-    print(f"loopback, {format_size(nbytes)} per run, buffer {format_size(buffer)}, window {args.window}, "
+    pinned = f"sender on CPU {pin[0]}, receiver on CPU {pin[1]}" if pin else "not pinned"
+    print(f"loopback, {format_size(nbytes)} per run, buffer {format_size(buffer)}, window {args.window}, {pinned}, "
           f"median of {args.reps} interleaved repetitions, kernel {os.uname().release}, {os.cpu_count()} CPUs")
-    print(f"{'configuration':32s} {'Gbit/s':>8s} {'send CPU-s/GiB':>15s} {'recv CPU-s/GiB':>15s} "
-          f"{'min..max Gbit/s':>16s}  zero copy")
+    tick = 1.0 / os.sysconf("SC_CLK_TCK") / (nbytes / GIB)
+    print("CPU in seconds per GiB: process = the side's own user+system time; host = busy time of the side's CPU "
+          f"(whole /proc/stat ticks: {tick:.3f} s/GiB per tick at this size; on a shared machine it includes "
+          "everyone else on that CPU)")
+    print(f"{'configuration':32s} {'Gbit/s':>7s} {'send proc':>9s} {'send host':>9s} {'recv proc':>9s} "
+          f"{'recv host':>9s} {'min..max Gbit/s':>16s}  zero copy")
+
+    def cpu(v: "float | None") -> str:
+        return "-" if v is None else f"{v:.3f}"
+
     for k, v in med.items():
         lo, hi = min(s["gbps"] for s in samples[k]), max(s["gbps"] for s in samples[k])
         zc = []
@@ -179,8 +208,8 @@ def main() -> int:
             vals = [s[key] for s in samples[k] if key in s]
             if vals:
                 zc.append(f"{statistics.median(vals):.0%} {what}")
-        print(f"{k:32s} {v['gbps']:8.2f} {v['send_cpu']:15.3f} {v['recv_cpu']:15.3f} {lo:7.2f}..{hi:<7.2f}  "
-              f"{', '.join(zc)}")
+        print(f"{k:32s} {v['gbps']:7.2f} {cpu(v['send_cpu']):>9s} {cpu(v['send_host']):>9s} "
+              f"{cpu(v['recv_cpu']):>9s} {cpu(v['recv_host']):>9s} {lo:7.2f}..{hi:<7.2f}  {', '.join(zc)}")
     print()
     for ours, peer in (("send write (mem)", "iperf3"), ("send sendfile", "iperf3 -Z"),
                        ("write -> read, 4 streams", "iperf3 -P 4"), ("send io_uring (mem)", "send write (mem)"),
@@ -188,9 +217,12 @@ def main() -> int:
                        ("recv io_uring -> /dev/null", "recv read -> /dev/null"),
                        ("recv zerocopy_recv <- msg_zc", "recv read -> /dev/null")):
         if ours in med and peer in med:
-            print(f"ratio {ours} / {peer}: throughput {med[ours]['gbps'] / med[peer]['gbps']:.2f}, "
-                  f"sender CPU per GiB {med[ours]['send_cpu'] / med[peer]['send_cpu']:.2f}, "
-                  f"receiver CPU per GiB {med[ours]['recv_cpu'] / med[peer]['recv_cpu']:.2f} (lower is better)")
+            a, b = med[ours], med[peer]
+            cpu_ratios = ", ".join(f"{what} {a[key] / b[key]:.2f}" for key, what in (
+                ("send_cpu", "sender process"), ("send_host", "sender host"), ("recv_cpu", "receiver process"),
+                ("recv_host", "receiver host")) if a[key] is not None and b[key])
+            print(f"ratio {ours} / {peer}: throughput {a['gbps'] / b['gbps']:.2f}; CPU per GiB {cpu_ratios} "
+                  "(lower is better)")
     return 0
 
 
