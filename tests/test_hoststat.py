@@ -150,3 +150,22 @@ def test_copy_yardsticks_of_meta():
                                                                                            {"error": "x"}}}}
     y = copy_yardsticks(meta)
     assert y["sender"] == 0.05 and math.isnan(y["receiver"])
+
+
+@pytest.mark.parametrize("mapped,copied,verdict", [
+    (None, None, "n/a"), (float("nan"), 5, "n/a"), (0, 0, "n/a"),
+    (4096, 0, "mapped"), (0, 4096, "copied"), (750, 250, "partly mapped (75%)"),
+    (1, 999, "partly mapped (1%)"), (999, 1, "partly mapped (99%)"),
+])
+def test_zc_recv_verdict(mapped, copied, verdict):
+    assert rates.zc_recv_verdict(mapped, copied) == verdict
+
+
+@pytest.mark.parametrize("args,label", [
+    ((None, None, None, None), "n/a"),
+    ((10, 10, None, None), "copied"),                    # a zero-copy sender, an ordinary receiver
+    ((None, None, 0, 4096), "receive copied"),           # zerocopy_recv behind a copying sender
+    ((10, 10, 8192, 0), "copied; receive mapped"),       # both sides report
+])
+def test_zc_label_joins_both_sides(args, label):
+    assert rates.zc_label(*args) == label

@@ -18,7 +18,9 @@ the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived
   namespaces of one machine), so they read one /proc/stat; `total_host_busy_s_per_gib` is then the larger
   of the two sides (counted once), else their sum; `total_cpu_s_per_gib` = both processes' CPU per GiB.
 - `zc_verdict`: `zero-copy`, `copied`, `partly copied (N%)` or `n/a` from the kernel's completion
-  reports (zc_completions/zc_copied of either side, zcorch.results.rates.zc_verdict); `zc_copied_share`.
+  reports (zc_completions/zc_copied of either side, zcorch.results.rates.zc_verdict); `zc_copied_share`;
+  followed by `receive mapped|copied|partly mapped (N%)` when the receiver reported zero-copy receive
+  (zc_recv_mapped/zc_recv_copied, zcorch.results.rates.zc_label); `zc_recv_mapped_share`.
 
 `zcorch.load` adds, from meta.json's per-host calibration (`add_copy_units`): `send_copy_s_per_gib`,
 `recv_copy_s_per_gib` (what one memcpy of a GiB costs on that host) and the CPU per GiB in units of that
@@ -345,7 +347,11 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     completions = np.where(reported, completions, np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         out["zc_copied_share"] = np.where(completions > 0, copied / completions, np.nan)
-    out["zc_verdict"] = [rates.zc_verdict(c, k) for c, k in zip(completions, copied)]
+    mapped, recv_copied = col("recv_zc_recv_mapped"), col("recv_zc_recv_copied")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        received = mapped + recv_copied
+        out["zc_recv_mapped_share"] = np.where(received > 0, mapped / received, np.nan)
+    out["zc_verdict"] = [rates.zc_label(*v) for v in zip(completions, copied, mapped, recv_copied)]
     keep = frame.drop(columns=[c for c in out if c in frame])
     return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
 

@@ -184,22 +184,24 @@ def _median(r: pd.Series, metric: str, fmt: str = "{:.3f}") -> str:
 
 
 def cell_zc_verdicts(df: pd.DataFrame) -> dict:
-    """{cell: zero-copy verdict} over the ok runs of each cell (their completion reports added up)."""
-    from zcorch.results.rates import zc_verdict
+    """{cell: zero-copy verdict} over the ok runs of each cell (their completion reports and mapped/copied
+    receive bytes added up: zcorch.results.rates.zc_label)."""
+    from zcorch.results.rates import zc_label
+
+    def total(group: pd.DataFrame, column: str) -> Optional[float]:
+        values = pd.to_numeric(group[column], errors="coerce") if column in group else None
+        return float(values.sum()) if values is not None and values.notna().any() else None
 
     ok = df[df["status"] == OK]
     out = {}
     for cell, group in ok.groupby("cell", sort=False):
-        completions = copied = 0.0
-        reported = False
-        for side in ("send_", "recv_"):
-            if side + "zc_completions" in group:
-                c = pd.to_numeric(group[side + "zc_completions"], errors="coerce")
-                k = pd.to_numeric(group.get(side + "zc_copied"), errors="coerce") if side + "zc_copied" in group else c * 0
-                reported = reported or bool(c.notna().any())
-                completions += float(c.sum())
-                copied += float(k.sum())
-        out[cell] = zc_verdict(completions, copied) if reported else "n/a"
+        sides = [(total(group, side + "zc_completions"), total(group, side + "zc_copied") or 0.0)
+                 for side in ("send_", "recv_")]
+        reported = [s for s in sides if s[0] is not None]
+        completions = sum(c for c, _ in reported) if reported else None
+        copied = sum(k for _, k in reported) if reported else None
+        out[cell] = zc_label(completions, copied, total(group, "recv_zc_recv_mapped"),
+                             total(group, "recv_zc_recv_copied"))
     return out
 
 

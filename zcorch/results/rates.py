@@ -44,17 +44,14 @@ def host_busy_total(send, recv, same_host: bool):
     return max(send, recv) if same_host else send + recv
 
 
-ZC_VERDICTS = ("zero-copy", "copied", "partly copied (N%)", "n/a")
+ZC_VERDICTS = ("zero-copy", "copied", "partly copied (N%)", "n/a")  # of the send side; zc_label adds the receive
 
 
 def zc_verdict(completions, copied) -> str:
     """Was it zero-copy? From the kernel's completion reports (zc_completions / zc_copied, any mode with
     the `zc_completions` capability): `n/a` without reports (other modes, nothing sent), `zero-copy` when
     none was copied, `copied` when all were, else `partly copied (N%)` (N = share copied, rounded, 1..99)."""
-    def missing(v) -> bool:
-        return v is None or (isinstance(v, float) and math.isnan(v))
-
-    if missing(completions) or missing(copied) or completions <= 0:
+    if _missing(completions) or _missing(copied) or completions <= 0:
         return "n/a"
     if copied <= 0:
         return "zero-copy"
@@ -62,3 +59,31 @@ def zc_verdict(completions, copied) -> str:
         return "copied"
     pct = min(max(round(100.0 * copied / completions), 1), 99)
     return f"partly copied ({pct}%)"
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def zc_recv_verdict(mapped, copied) -> str:
+    """Was the receive zero-copy? From zerocopy_recv's byte counts (zc_recv_mapped / zc_recv_copied): `n/a`
+    without them or without bytes, `mapped` when every byte was mapped, `copied` when none was (e.g. behind a
+    sender whose pages the kernel copied: the mode still ran, so it is said, not hidden), else
+    `partly mapped (N%)` (N = share of the bytes mapped, rounded, 1..99)."""
+    if _missing(mapped) or _missing(copied) or mapped + copied <= 0:
+        return "n/a"
+    if copied <= 0:
+        return "mapped"
+    if mapped <= 0:
+        return "copied"
+    pct = min(max(round(100.0 * mapped / (mapped + copied)), 1), 99)
+    return f"partly mapped ({pct}%)"
+
+
+def zc_label(completions, copied, recv_mapped, recv_copied) -> str:
+    """The one zero-copy column of a run or cell: the send side's verdict (zc_verdict), and when the
+    receiver reported mapping, `receive <zc_recv_verdict>` after it; `n/a` when neither side reported."""
+    send, recv = zc_verdict(completions, copied), zc_recv_verdict(recv_mapped, recv_copied)
+    if recv == "n/a":
+        return send
+    return f"receive {recv}" if send == "n/a" else f"{send}; receive {recv}"

@@ -47,7 +47,10 @@ def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[
                        if m.get("zc_completions") is not None]
         copied = sum(m.get("zc_copied") or 0 for r in ok for m in (r["sender"], r["receiver"])
                      if m.get("zc_completions") is not None)
-        verdict = rates.zc_verdict(sum(completions), copied) if completions else "n/a"
+        mapped = [r["receiver"]["zc_recv_mapped"] for r in ok if r["receiver"].get("zc_recv_mapped") is not None]
+        verdict = rates.zc_label(sum(completions) if completions else None, copied,
+                                 sum(mapped) if mapped else None,
+                                 sum(r["receiver"].get("zc_recv_copied") or 0 for r in ok))
         failed = sum(1 for r in recs if r and r["status"] != "ok")
         params = runs[0]["params"]
         rows.append([cell, *(format_value(k, params.get(k)) for k in varying), _median(gbit),
