@@ -23,8 +23,8 @@ def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> 
     yardsticks = {}
     for d, sweep in zip(dirs, _sweep_names(dirs)):
         frame = runs_of(d, cache=cache)
-        frame.insert(0, "sweep", sweep)
-        frames.append(frame)
+        # one concat, not frame.insert: the frame is hundreds of columns built one by one (fragmented)
+        frames.append(pd.concat([pd.Series(sweep, index=frame.index, name="sweep"), frame], axis=1))
         try:
             yardsticks[sweep] = copy_yardsticks(read_meta(d))
         except ResultsError:  # a broken meta.json costs the copy units only, never the runs
