@@ -37,12 +37,12 @@ from zcorch.config import yamlsrc as ys
 from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
-from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value
+from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
 
 ID_LENGTH = 12
 # The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
-_RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "filesystem", "fsync",
-              "sink_state", "streams")
+_RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "send_buffer",
+              "recv_buffer", "filesystem", "fsync", "sink_state", "streams")
 _SORTED_KEYS = sorted(PARAM_KEYS)
 _MAX_LISTED = 5  # cells named per reason in an error message
 
@@ -386,7 +386,7 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
     iperf3_tests = dd_passes = 0
     baseline = 0.0
     if base.iperf3:
-        pairs = {(p["buffer"], p["window"]) for p in by_id.values()} if base.iperf3.per == "pair" else {None}
+        pairs = {(side_value("send", p, "buffer"), p["window"]) for p in by_id.values()} if base.iperf3.per == "pair" else {None}
         iperf3_tests = 2 * len(pairs)  # plain and -Z (zero-copy), so write and sendfile cells have a peer
         baseline += iperf3_tests * (base.iperf3.duration + base.iperf3.omit + overhead)
     if base.dd:

@@ -45,7 +45,7 @@ from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import Reference, parse_reference
 from zcorch.config.views import View, parse_report
 from zcorch.errors import WorkerError, ZcorchError
-from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param
+from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param, side_value
 from zcorch.worker import native
 
 # The parameter table (zcorch.params) is the truth; these names (and DEFAULTS, PARAM_KEYS, format_value)
@@ -266,8 +266,13 @@ def cell_problems(p: dict) -> "list[str]":
         out.append("`fsync` needs a regular file as sink, not /dev/null")
     if sink == "/dev/null" and p["sink_state"] != "fresh":
         out.append(f"sink_state `{p['sink_state']}` needs a regular file as sink, not /dev/null")
-    if p["subblocks"] > p["buffer"]:
-        out.append(f"subblocks ({p['subblocks']}) > buffer ({p['buffer']} bytes): a sub-block would be empty")
+    for side, key in (("send", "send_buffer"), ("recv", "recv_buffer")):  # each side's own buffer (params.side_value)
+        buf = side_value(side, p, "buffer")
+        if p["subblocks"] > buf:
+            what = key if p.get(key) is not None else "buffer"
+            out.append(f"subblocks ({p['subblocks']}) > {what} ({buf} bytes): a sub-block would be empty")
+            if what == "buffer":
+                break  # one message for the shared size
     if p.get("streams", 1) > 1:
         for side, mode, caps in (("send", send, send_caps), ("receive", recv, recv_caps)):
             if "one_stream" in caps:
