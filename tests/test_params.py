@@ -17,7 +17,7 @@ from zcorch import params as table
 from zcorch.config.experiment import PARAM_PARSERS, parse_experiment
 from zcorch.errors import ConfigError, ZcorchError
 from zcorch.params import (DEFAULTS, METRIC_KEYS, METRICS, PARAM_KEYS, PARAMS, SIZE_KEYS, format_value,
-                           metric_applies, param, side_params, worker_flags)
+                           metric_applies, param, side_params, side_value, worker_flags)
 from zcorch.provision import deploy
 from zcorch.worker import cli as worker_cli
 from zcorch.worker import native
@@ -27,6 +27,7 @@ REGENERATE = "python -m zcorch.params --update-docs docs/experiment-files.md"
 
 # Every parameter set away from its default (and valid together for the worker).
 CELL = {"send_mode": "sendfile", "recv_mode": "splice", "bytes": 3 * 2**20 + 5, "buffer": 65536,
+        "send_buffer": 8192, "recv_buffer": 32768,
         "window": 1 << 20, "subblocks": 3, "pipe_size": 1 << 18, "send_cpu": 0, "recv_cpu": 1, "gift": True,
         "fsync": True, "source": "/srv/in file", "sink": "/mnt/a dir/$(rm -rf)", "timeout": 12.5,
         "filesystem": "ext4-loop", "sink_state": "overwrite", "streams": 2, "send_cpus": "0,1", "recv_cpus": "1",
@@ -46,7 +47,7 @@ def _yaml_value(key, value) -> str:
 def test_every_param_is_complete_and_consistent():
     assert len(set(PARAM_KEYS)) == len(PARAMS) and tuple(DEFAULTS) == PARAM_KEYS
     assert set(CELL) == set(PARAM_KEYS), "give a new parameter a non-default value in CELL (tests/test_params.py)"
-    assert SIZE_KEYS == {"bytes", "buffer", "window", "pipe_size"}
+    assert SIZE_KEYS == {"bytes", "buffer", "send_buffer", "recv_buffer", "window", "pipe_size"}
     for p in PARAMS:
         assert p.kind in table.KINDS and p.side in table.SIDES, p
         assert p.help and "\n" not in p.help and not p.help.endswith("."), p.key
@@ -172,13 +173,31 @@ def test_worker_flags_round_trip_through_the_worker_parser(side, cell):
     assert args.mode == cell[f"{side}_mode"]
     for p in side_params(side):
         if p.dest != "mode":
-            want = None if cell[p.key] == "auto" else cell[p.key]
+            value = side_value(side, cell, p.key)  # the side's own buffer (send_buffer / recv_buffer) when set
+            want = None if value == "auto" else value
             assert applied[p.dest] == want, (p.key, argv)
+    if cell is CELL:  # each side really gets its own size
+        assert applied["buffer"] == {"send": 8192, "recv": 32768}[side]
+
+
+def test_per_side_parameters_replace_the_shared_one_for_their_side_only():
+    replacers = [p for p in PARAMS if p.replaces]
+    assert {(p.key, p.side, p.replaces) for p in replacers} == {("send_buffer", "send", "buffer"),
+                                                                ("recv_buffer", "recv", "buffer")}
+    for p in replacers:  # same flag and kind as the shared one; never a flag of its own
+        shared = param(p.replaces)
+        assert p.flag == shared.flag and p.kind == shared.kind and shared.side == "both" and p.default is None
+        assert p not in side_params(p.side) and p.id_omit_default
+    cell = dict(DEFAULTS, buffer=65536, send_buffer=8192)
+    assert side_value("send", cell, "buffer") == 8192 and side_value("recv", cell, "buffer") == 65536
+    assert side_value("send", dict(cell, send_buffer=float("nan")), "buffer") == 65536  # a frame's missing cell
+    assert worker_flags("send", cell).count("--buffer") == 1
+    assert format_value("send_buffer", None) == "(buffer)" and format_value("recv_buffer", 8192) == "8KiB"
 
 
 def test_worker_flags_pin_the_runner_command_line():
     assert worker_flags("send", CELL) == [
-        "--mode", "sendfile", "--bytes", "3145733", "--buffer", "65536", "--window", "1048576", "--subblocks", "3",
+        "--mode", "sendfile", "--bytes", "3145733", "--buffer", "8192", "--window", "1048576", "--subblocks", "3",
         "--pipe-size", "262144", "--cpu", "0", "--source", "/srv/in file", "--timeout", "12.5", "--streams", "2",
         "--cpus", "0,1", "--uring-depth", "16", "--sample-interval", "0.25", "--gift"]
     assert worker_flags("recv", DEFAULTS) == [

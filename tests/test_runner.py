@@ -1,5 +1,7 @@
 """The runner with the real worker on localhost: matrix, worker errors, killed/stalled peers, Ctrl-C."""
 import os
+import re
+import shutil
 import signal
 import threading
 import time
@@ -204,3 +206,47 @@ def test_streams_and_the_modern_modes_through_the_runner(tmp_path, tag):
     assert list(frame["streams"]) == [c["streams"] for c in cells]
     assert frame["send_bytes"].tolist() == [c["bytes"] for c in cells]
     assert '"stream": 1' in frame["send_streams"].iloc[0]  # per-stream values: JSON text in one column
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (the system calls are the observable)")
+def test_each_worker_makes_calls_of_its_own_side_buffer(tmp_path, tag):
+    """send_buffer / recv_buffer reach the real workers: the kernel sees the sender write() 8 KiB and the
+    receiver read() 64 KiB from the TCP socket (strace of the workers, as the runner starts them)."""
+    from fixtures_run import REPO, TAG_VAR, WORKER
+    from zcorch.hosts.local import LocalHost
+    from zcorch.sweep.runner import Runner
+
+    cell = base_params(send_mode="write", recv_mode="read", bytes=1 << 20, buffer=32 * 1024,
+                       send_buffer=8 * 1024, recv_buffer=64 * 1024)
+    rs = new_resultset(tmp_path / "rs", runs_of([cell]))
+    traced = {}
+    for role in ("sender", "receiver"):
+        traced[role] = tmp_path / f"{role}.strace"
+        traced[role + "_argv"] = ["strace", "-f", "-qq", "-yy", "-e", "trace=read,sendto", "-o",
+                                  str(traced[role]), *WORKER]
+    host = LocalHost()
+    env = {"PYTHONPATH": REPO, TAG_VAR: tag}
+    outcome = Runner(host, host, traced["sender_argv"], traced["receiver_argv"], rs,
+                     worker_env={"sender": env, "receiver": env}).run_sweep(runs_of([cell]))
+    assert outcome.ok == 1, rs.runs()
+    rec = rs.runs()[0]
+    assert rec["sender"]["params"]["buffer"] == 8192 and rec["receiver"]["params"]["buffer"] == 65536
+
+    def socket_calls(role, call):
+        """(asked, done) of each `call` on the TCP socket (read(fd, buf, N), sendto(fd, buf, N, flags, ...))."""
+        out = []
+        for line in traced[role].read_text().splitlines():
+            m = re.search(rf"\b{call}\(\d+<TCP:\[[^\]]*\]>, \".*\"(?:\.\.\.)?, (\d+)[,)].* = (\d+)$", line)
+            if m:
+                out.append((int(m.group(1)), int(m.group(2))))
+        return out
+
+    sends, reads = socket_calls("sender", "sendto"), socket_calls("receiver", "read")
+    assert sends and max(a for a, _ in sends) == 8192 and sum(d for _, d in sends) == 1 << 20
+    assert len(sends) >= (1 << 20) // 8192  # a send() never asks more than the sender's buffer
+    data_reads = [(a, d) for a, d in reads if d > 0]
+    assert reads and max(a for a, _ in reads) == 65536 and sum(d for _, d in data_reads) == 1 << 20
+    left = 1 << 20
+    for asked, done in data_reads:  # every read() asks one receiver buffer (64 KiB, not 8 or 32), or what is left
+        assert asked == min(65536, left)
+        left -= done

@@ -104,7 +104,7 @@ def test_unknown_param_key_suggests_closest(write_yaml):
     """)
     p = only_problem(path)
     assert at(p, path, 3, 3)
-    assert "params.send_mdoe" in p and "did you mean `send_mode`?" in p
+    assert "params.send_mdoe" in p and "did you mean `send_mode`" in p
 
 
 @pytest.mark.parametrize("section,line", [

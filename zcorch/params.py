@@ -38,8 +38,8 @@ SINK_DEVICES = ("/dev/null",)
 
 class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help", "unit", "choices", "min",
                                  "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices", "devices",
-                                 "id_omit_default"),
-                       defaults=("", (), None, None, None, "", (), "default", False, (), False))):
+                                 "id_omit_default", "replaces"),
+                       defaults=("", (), None, None, None, "", (), "default", False, (), False, None))):
     """One parameter of a cell (an immutable record): its experiment-file key, how it is parsed, and how
     the worker gets it.
 
@@ -62,6 +62,9 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
     id_omit_default: a parameter added after cells were first recorded: at its default it is left out of
     the cell id (zcorch.plan.canonical), so the cells of older result sets keep their ids and --resume,
     compare and history still match them.
+    replaces: the key of a `both` parameter whose value this one replaces for its own side's worker when it is
+    set (`send_buffer` -> `buffer` for the sender); null leaves that side with the shared value. Its `flag` is
+    the replaced parameter's: the worker has one flag and gets the effective value (`side_value`).
     """
 
     __slots__ = ()
@@ -85,6 +88,12 @@ PARAMS: "tuple[Param, ...]" = (
           "total bytes per transfer (worker without it: the source file's size, or until EOF)",
           unit="B", worker_absent="none"),
     Param("buffer", "size", 128 * 1024, "both", "--buffer", "bytes per call", unit="B", max=INT_MAX),
+    Param("send_buffer", "size", None, "send", "--buffer",
+          "bytes per call of the sender alone (null: `buffer`), e.g. send() in 8 KiB against 64 KiB reads",
+          unit="B", max=INT_MAX, unset="null", id_omit_default=True, replaces="buffer"),
+    Param("recv_buffer", "size", None, "recv", "--buffer",
+          "bytes per call of the receiver alone (null: `buffer`)",
+          unit="B", max=INT_MAX, unset="null", id_omit_default=True, replaces="buffer"),
     Param("window", "size", None, "both", "--window",
           "SO_SNDBUF (sender) / SO_RCVBUF (receiver), set before connect/listen", unit="B", max=INT_MAX,
           unset="auto"),
@@ -141,6 +150,8 @@ ID_OMIT_AT_DEFAULT: "dict[str, Any]" = {p.key: p.default for p in PARAMS if p.id
 DEFAULTS: "dict[str, Any]" = {p.key: p.default for p in PARAMS}
 PARAM_KEYS: "tuple[str, ...]" = tuple(_BY_KEY)
 SIZE_KEYS = frozenset(p.key for p in PARAMS if p.kind == "size")
+# (side, replaced key) -> the parameter that replaces it for that side's worker when set (Param.replaces).
+_REPLACER = {(p.side, p.replaces): p.key for p in PARAMS if p.replaces}
 
 
 def param(key: str) -> Param:
@@ -155,7 +166,21 @@ def side_params(side: str) -> "tuple[Param, ...]":
     """The parameters the worker of `side` ("send" or "recv") gets as flags, in table order."""
     if side not in ("send", "recv"):
         raise ZcorchError(f"side must be send or recv, not {side!r}")
-    return tuple(p for p in PARAMS if p.flag is not None and p.side in (side, "both"))
+    return tuple(p for p in PARAMS if p.flag is not None and p.side in (side, "both") and not p.replaces)
+
+
+def side_value(side: str, params: "dict[str, Any]", key: str) -> Any:
+    """The value of `key` the worker of `side` gets: a per-side parameter that replaces it when that is set
+    (`side_value("send", cell, "buffer")` is `send_buffer` if set, else `buffer`)."""
+    replacer = _REPLACER.get((side, key))
+    if replacer is not None and not _is_missing(params.get(replacer)):  # NaN: a missing cell of a frame
+        return params[replacer]
+    return params.get(key)
+
+
+def side_values(params: "dict[str, Any]", key: str) -> "tuple[Any, Any]":
+    """(sender's, receiver's) value of `key` (side_value of both sides)."""
+    return side_value("send", params, key), side_value("recv", params, key)
 
 
 def _is_missing(value: Any) -> bool:
@@ -171,6 +196,8 @@ def format_value(key: str, value: Any) -> str:
     """
     p = _BY_KEY.get(key)
     if _is_missing(value):
+        if p is not None and p.replaces:
+            return f"({p.replaces})"  # null: the shared parameter's value
         return "auto" if p is not None and p.unset == "auto" else "none"
     if isinstance(value, bool) or (p is not None and p.kind == "bool"):
         return "true" if value else "false"
@@ -200,12 +227,13 @@ def _flag_value(value: Any) -> str:
 def worker_flags(side: str, params: "dict[str, Any]") -> "list[str]":
     """Worker command-line flags for one side of a cell, in table order (switches last).
 
-    A value that is unset (None or `auto`: the kernel default) leaves its flag out.
+    Each flag carries the side's effective value (side_value: `--buffer` is `send_buffer` for the sender
+    when that is set). A value that is unset (None or `auto`: the kernel default) leaves its flag out.
     """
     args: "list[str]" = []
     switches: "list[str]" = []
     for p in side_params(side):
-        value = params.get(p.key)
+        value = side_value(side, params, p.key)
         if p.kind == "bool":
             if value:
                 switches.append(p.flag)
@@ -332,7 +360,9 @@ def describe(p: Param) -> str:
         text = ", ".join(forms[:-1]) + " or " + forms[-1] if len(forms) > 1 else forms[0]
     else:
         text = "a name"
-    if p.unset == "auto":
+    if p.replaces:
+        text += f", or null = `{p.replaces}`"
+    elif p.unset == "auto":
         text += ", or `auto`/null = kernel default"
     elif p.unset == "null":
         text += ", or null"

@@ -30,19 +30,20 @@ import random
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import product
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
 from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
-from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value
+from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
 
 ID_LENGTH = 12
 # The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
-_RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "filesystem", "fsync",
-              "sink_state", "streams")
+_RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "send_buffer",
+              "recv_buffer", "filesystem", "fsync", "sink_state", "streams")
+_RULE_KEYS_SET = frozenset(_RULE_KEYS)
 _SORTED_KEYS = sorted(PARAM_KEYS)
 _MAX_LISTED = 5  # cells named per reason in an error message
 
@@ -86,7 +87,7 @@ class Plan:
     def varying(self) -> "list[str]":
         """Parameters whose value differs between cells, in parameter-table order."""
         exp = self.experiment
-        candidates = {a.key for a in exp.matrix if len(a.values) > 1}
+        candidates = {p for a in exp.matrix if len(a.values) > 1 for p in a.params}
         base = exp.include_base()
         for inc in exp.include:
             candidates.update(k for k in PARAM_KEYS if inc[k] != base[k])
@@ -96,6 +97,16 @@ class Plan:
                 first = self.cells[0].params[key] if self.cells else None
                 if any(c.params[key] != first for c in self.cells):
                     out.append(key)
+        return out
+
+    @cached_property
+    def linked(self) -> "list":
+        """The linked axes whose label differs between cells (zcorch.config.experiment.Axis), in file order."""
+        out = []
+        for a in self.experiment.linked_axes():
+            labels = {a.label_of(c.params) for c in self.cells}
+            if len(labels) > 1:
+                out.append(a)
         return out
 
 
@@ -174,29 +185,34 @@ def _expand(exp: Experiment, reduced: bool) -> Plan:
         ex_reasons = [f"excluded by exclude[{i}]" for i in range(len(exp.exclude))]
         slot = {k: i for i, k in enumerate(_SORTED_KEYS)}
         template = [_fragment(k, base[k]) for k in _SORTED_KEYS]
+        # per axis and value: the parameters it sets and their (slot, fragment) in the canonical text
+        # (one of each for a plain axis, several for a linked one)
+        sets = [[list(a.assignment(j).items()) for j in range(len(a.values))] for a in multi]
+        frags = [[[(slot[k], _fragment(k, v)) for k, v in items] for items in axis_sets] for axis_sets in sets]
         inner = multi[-1] if multi else None
         outer = multi[:-1]
-        outer_keys = [a.key for a in outer]
-        outer_slots = [slot[a.key] for a in outer]
-        outer_frags = [[_fragment(a.key, v) for v in a.values] for a in outer]
-        outer_rule = [i for i, a in enumerate(outer) if a.key in _RULE_KEYS]
+        outer_rule = [i for i, a in enumerate(outer) if set(a.params) & _RULE_KEYS_SET]
         inner_index = len(multi) - 1
-        inner_is_rule = inner is not None and inner.key in _RULE_KEYS
-        if inner is not None:
-            ikey, islot = inner.key, slot[inner.key]
-            inner_items = [(j, v, _fragment(ikey, v)) for j, v in enumerate(inner.values)]
-        else:
-            ikey, islot, inner_items = None, None, [(0, None, "")]
+        inner_is_rule = inner is not None and bool(set(inner.params) & _RULE_KEYS_SET)
+        if inner is None:
+            islot, inner_items = None, [(0, (), "")]
+        elif not inner.linked:
+            islot = slot[inner.key]
+            inner_items = [(j, sets[-1][j], frags[-1][j][0][1]) for j in range(len(inner.values))]
+        else:  # several slots per value: the canonical text is joined per value
+            islot = None
+            inner_items = [(j, sets[-1][j], frags[-1][j]) for j in range(len(inner.values))]
         verdicts: dict = {}
         sha256 = hashlib.sha256
         for ocombo in product(*(range(len(a.values)) for a in outer)):
             p0 = base.copy()
             parts = template.copy()
             for i, j in enumerate(ocombo):
-                p0[outer_keys[i]] = outer[i].values[j]
-                parts[outer_slots[i]] = outer_frags[i][j]
+                p0.update(sets[i][j])
+                for sl, frag in frags[i][j]:
+                    parts[sl] = frag
             # empty fragments: parameters left out of the id (ID_OMIT_AT_DEFAULT)
-            if inner is None:
+            if inner is None or islot is None:
                 left, right = "{" + ",".join(f for f in parts if f) + "}", ""
                 without = left
             else:
@@ -214,11 +230,17 @@ def _expand(exp: Experiment, reduced: bool) -> Plan:
                 else:
                     active.append((e_i, accepted_inner))
             okey = tuple(ocombo[i] for i in outer_rule)
-            for j, value, frag in inner_items:
+            for j, items, frag in inner_items:
                 params = p0.copy()
-                if ikey is not None:
-                    params[ikey] = value
-                cid = sha256((left + frag + right if frag else without).encode()).hexdigest()[:ID_LENGTH]
+                params.update(items)
+                if islot is None and frag:  # a linked inner axis
+                    joined = parts.copy()
+                    for sl, f in frag:
+                        joined[sl] = f
+                    text = "{" + ",".join(f for f in joined if f) + "}"
+                else:
+                    text = left + frag + right if frag else without
+                cid = sha256(text.encode()).hexdigest()[:ID_LENGTH]
                 if active:
                     hit = next((e_i for e_i, acc in active if acc is None or j in acc), None)
                     if hit is not None:
@@ -267,21 +289,31 @@ def _fragment(key: str, value) -> str:
 def _compile_excludes(exp: Experiment, base: dict, axes: list) -> list:
     """Each exclude entry as (index, [(axis index, accepted value indexes)]) over the varying `axes`.
 
-    Conditions on other parameters are decided here against `base`; entries that can never match are left out.
+    A key is a parameter (of a plain axis, inside a linked axis, or fixed) or a linked axis's name (its labels).
+    Conditions on fixed parameters are decided here against `base`; entries that can never match are left out.
     """
     out = []
-    index = {a.key: i for i, a in enumerate(axes)}
+    where: "dict[str, tuple[int, Callable[[int], object]]]" = {}  # key -> (axis index, value j -> its value)
+    for ai, a in enumerate(axes):
+        if a.linked:
+            where[a.key] = (ai, lambda j, a=a: a.labels[j])
+            for p in a.params:
+                where[p] = (ai, lambda j, a=a, p=p: a.values[j][p])
+        else:
+            where[a.key] = (ai, lambda j, a=a: a.values[j])
+    fixed = {a.key: a.labels[0] for a in exp.matrix if a.linked and len(a.values) == 1}
     for e_i, entry in enumerate(exp.exclude):
-        conds, possible = [], True
+        conds: "dict[int, frozenset]" = {}
+        possible = True
         for key, accepted in entry.items():
-            if key in index:
-                ai = index[key]
-                ok = frozenset(j for j, v in enumerate(axes[ai].values) if _member(v, accepted))
-                conds.append((ai, ok))
-            elif not _member(base[key], accepted):
+            if key in where:
+                ai, value_of = where[key]
+                ok = frozenset(j for j in range(len(axes[ai].values)) if _member(value_of(j), accepted))
+                conds[ai] = conds[ai] & ok if ai in conds else ok  # two keys of one linked axis: both hold
+            elif not _member(fixed[key] if key in fixed else base[key], accepted):
                 possible = False  # a fixed parameter that never takes an accepted value
         if possible:
-            out.append((e_i, conds))
+            out.append((e_i, list(conds.items())))
     return out
 
 
@@ -309,7 +341,7 @@ def _order_runs(exp: Experiment, cells: "list[Cell]") -> "list[Run]":
 
 def describe_cell(exp: Experiment, params: dict, origin: str) -> str:
     """`send_mode=mmap recv_mode=read` over the parameters that distinguish cells of this file."""
-    keys = [a.key for a in exp.matrix if len(a.values) > 1]
+    keys = [p for a in exp.matrix if len(a.values) > 1 for p in a.params]
     if origin.startswith("include["):
         base = exp.include_base()
         entry_keys = [k for k in PARAM_KEYS if params[k] != base[k]]
@@ -338,8 +370,9 @@ def _warnings(exp: Experiment, plan: Plan, ex_hits: "list[int]") -> "list[str]":
         if hits == 0:
             out.append(f"{exp.where(f'exclude[{i}]')}: exclude[{i}] matches no cell (a typo in a value?)")
     for a in exp.matrix:
-        if a.key in exp.params:
-            out.append(f"{ys.where(exp.path, a.pos)}: matrix.{a.key} overrides params.{a.key} in every matrix cell")
+        for p in a.params:
+            if p in exp.params:
+                out.append(f"{ys.where(exp.path, a.pos)}: matrix.{a.key} overrides params.{p} in every matrix cell")
     used = {c.params["filesystem"] for c in plan.cells}
     for name in exp.filesystems:
         if name not in used:
@@ -386,7 +419,7 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
     iperf3_tests = dd_passes = 0
     baseline = 0.0
     if base.iperf3:
-        pairs = {(p["buffer"], p["window"]) for p in by_id.values()} if base.iperf3.per == "pair" else {None}
+        pairs = {(side_value("send", p, "buffer"), p["window"]) for p in by_id.values()} if base.iperf3.per == "pair" else {None}
         iperf3_tests = 2 * len(pairs)  # plain and -Z (zero-copy), so write and sendfile cells have a peer
         baseline += iperf3_tests * (base.iperf3.duration + base.iperf3.omit + overhead)
     if base.dd:

@@ -356,6 +356,39 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
 
 
+LINKED_ATTR = "linked_axes"  # frame.attrs[LINKED_ATTR]: {axis name: {"params": [...], "labels": [...]}}
+
+
+def add_linked_axes(frame: pd.DataFrame, axes: list) -> pd.DataFrame:
+    """`frame` with a column per linked axis of the experiment (zcorch.config.experiment.Axis, `linked`),
+    named after the axis and holding each run's label (the label of the value its parameters hold, else one
+    derived from them), placed before the axis's first parameter; the axes are recorded in
+    `frame.attrs[LINKED_ATTR]` (zcorch.analysis.stats.varying_params shows the axis instead of its parameters).
+
+    Computed from the parameters, never stored: the cell ids of a linked axis are those of the same cells
+    written with excludes, and a result set's experiment.yaml says how to name them."""
+    info = dict(frame.attrs.get(LINKED_ATTR) or {})
+    for axis in axes:
+        cols = list(axis.params)
+        if not len(frame) or any(c not in frame for c in cols):
+            continue
+        combos = frame[cols].drop_duplicates()
+        combos[axis.key + "\0label"] = [axis.label_of(dict(zip(cols, row)))
+                                        for row in combos.itertuples(index=False, name=None)]
+        labels = frame[cols].merge(combos, on=cols, how="left")[axis.key + "\0label"].to_numpy(dtype=object)
+        if axis.key in frame:
+            frame = frame.drop(columns=[axis.key])
+        at = int(frame.columns.get_loc(cols[0]))
+        frame = pd.concat([frame.iloc[:, :at], pd.DataFrame({axis.key: labels}, index=frame.index), frame.iloc[:, at:]],
+                          axis=1)  # one new block (an insert into a wide frame fragments it)
+        known = info.get(axis.key, {"params": cols, "labels": []})
+        extra = sorted(set(labels) - set(axis.labels) - set(known["labels"]))
+        info[axis.key] = {"params": cols, "labels": known["labels"] + [x for x in axis.labels + extra
+                                                                          if x not in known["labels"]]}
+    frame.attrs[LINKED_ATTR] = info
+    return frame
+
+
 def same_host_column(frame: pd.DataFrame) -> list:
     """Per run: True when both workers ran on one kernel (their host_boot_id metrics are equal; else the
     record's `same_host`), False when not, None when unknown."""

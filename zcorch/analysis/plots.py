@@ -26,7 +26,7 @@ from zcorch.params import SIZE_KEYS, format_value
 from zcorch.units import convert, unit_dimension
 from zcorch.units import format_size
 from zcorch.analysis.frames import OK
-from zcorch.analysis.stats import summarize, varying_params
+from zcorch.analysis.stats import linked_axes, summarize, varying_params
 
 MAX_SLICES = 6
 MAX_PANELS = 12
@@ -226,10 +226,13 @@ def _keys(df: pd.DataFrame, params: "Sequence[str]") -> list:
         return [()]
     combos = df[list(params)].drop_duplicates()
     keys = [tuple(r) for r in combos.itertuples(index=False, name=None)]
+    axes = linked_axes(df)
+    rank = {p: {label: i for i, label in enumerate(axes[p]["labels"])} for p in params if p in axes}
 
-    def order(key):
-        return tuple((0, 0, "") if _is_null(v) else (1, float(v), "") if isinstance(v, (int, float, np.number))
-                     and not isinstance(v, bool) else (2, 0, str(v)) for v in key)
+    def order(key):  # a linked axis in the file's order of its values
+        return tuple((1, rank[p].get(v, len(rank[p])), str(v)) if p in rank and not _is_null(v) else
+                     (0, 0, "") if _is_null(v) else (1, float(v), "") if isinstance(v, (int, float, np.number))
+                     and not isinstance(v, bool) else (2, 0, str(v)) for p, v in zip(params, key))
     return sorted(keys, key=order)
 
 

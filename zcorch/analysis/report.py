@@ -207,7 +207,7 @@ def cell_zc_verdicts(df: pd.DataFrame) -> dict:
 
 def cells_table(df: pd.DataFrame) -> Table:
     s = summarize(df, metrics=["mb_s", "gbit_s"] + CPU_METRICS)
-    params = [c for c in varying_params(df) if c in s]
+    params = [c for c in varying_params(df, with_members=True) if c in s]
     verdicts = cell_zc_verdicts(df)
     header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s 95% CI", "Gbit/s median",
                                   "send process CPU s/GiB", "recv process CPU s/GiB", "send host CPU s/GiB",

@@ -30,7 +30,7 @@ import pandas as pd
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import CI, summarize
 from zcorch.config.reference import EXTENSIVE_METRICS, METRIC_UNITS, RATE_METRICS, Claim, Figure, Match, Reference
-from zcorch.params import format_value
+from zcorch.params import format_value, side_value
 from zcorch.units import convert, unit_dimension
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
@@ -179,7 +179,8 @@ def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> float:
     for key in keys:
         col = f"key_{key}"
         if col in rows and key in cell:
-            same = rows[rows[col].map(lambda v: format_value(key, v)) == format_value(key, cell[key])]
+            want = side_value("send", cell, key) if key == "buffer" else cell[key]  # iperf3 -l: the sender's
+            same = rows[rows[col].map(lambda v: format_value(key, v)) == format_value(key, want)]
             if len(same):
                 rows = same
     vals = pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()

@@ -48,8 +48,11 @@ def bootstrap_median_ci(values: Sequence[float], n_boot: int = N_BOOT, seed: int
     return float(low), float(high)
 
 
-def varying_params(df: pd.DataFrame) -> list:
+def varying_params(df: pd.DataFrame, with_members: bool = False) -> list:
     """Parameter columns with more than one value in the frame (what distinguishes cells).
+
+    A linked axis of the experiment that varies (its column, frames.add_linked_axes) replaces its parameters;
+    `with_members`: it comes first and its parameters follow it (tables that list every parameter).
 
     A sink that only follows the filesystem (`{filesystem}/recv.dat` rendered to each mountpoint)
     tells nothing the filesystem does not, so it is left out then."""
@@ -61,7 +64,22 @@ def varying_params(df: pd.DataFrame) -> list:
         pairs = df[["filesystem", "sink"]].astype(str).drop_duplicates()
         if len(pairs) == df["filesystem"].astype(str).nunique(dropna=False):
             out.remove("sink")
+    # a linked axis that varies stands for its parameters (its column holds their labels), where its first one was
+    for name, info in linked_axes(df).items():
+        members = [p for p in info["params"] if p in out]
+        if name in df and members and df[name].astype(str).nunique(dropna=False) > 1:
+            at = out.index(members[0])
+            out = [p for p in out if p not in members]
+            if with_members:
+                out[at:at] = [name] + members
+            else:
+                out.insert(at, name)
     return out
+
+
+def linked_axes(df: pd.DataFrame) -> dict:
+    """{axis name: {"params", "labels"}} of the linked axes whose columns zcorch.load added (frames.add_linked_axes)."""
+    return {k: v for k, v in (df.attrs.get("linked_axes") or {}).items() if k in df}
 
 
 def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
@@ -75,7 +93,7 @@ def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
     """
     if by is None:
         by = (["sweep"] if "sweep" in df and df["sweep"].nunique() > 1 else []) + ["cell"]
-        carry = [c for c in varying_params(df) if c not in by]
+        carry = [c for c in varying_params(df, with_members=True) if c not in by]
     else:
         by = [by] if isinstance(by, str) else list(by)
         carry = []

@@ -2,7 +2,8 @@
 
 `--hosts INVENTORY[:PAIR]` and `--set KEY=VALUE` change the experiment as they do for `zcorch run`.
 
-Without --json: a table (one row per cell, the parameters that vary as columns, sizes human-readable),
+Without --json: a table (one row per cell, the linked axes' labels and the parameters that vary as columns,
+sizes human-readable),
 the fixed parameters, cell/run counts, dropped cells with the reason, warnings and an estimated duration
 with its assumptions. With --json: the runs as a JSON array `[{"id", "repeat", "params"}, ...]` in
 execution order (sizes in bytes, durations in seconds); warnings then go to stderr.
@@ -70,9 +71,10 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     lines.append("")
 
     varying = plan.varying or ["send_mode", "recv_mode"]
-    header = ["#", "id", *varying, "from"]
-    rows = [[str(i + 1), c.id, *(format_value(k, c.params[k]) for k in varying), c.origin]
-            for i, c in enumerate(plan.cells)]
+    linked = plan.linked  # linked axes: their label first, then the parameters they set
+    header = ["#", "id", *(a.key for a in linked), *varying, "from"]
+    rows = [[str(i + 1), c.id, *(a.label_of(c.params) for a in linked), *(format_value(k, c.params[k]) for k in varying),
+             c.origin] for i, c in enumerate(plan.cells)]
     lines.extend(text_table(header, rows))
     fixed = [k for k in PARAM_KEYS if k not in varying]
     if plan.cells:

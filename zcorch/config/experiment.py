@@ -42,10 +42,10 @@ from zcorch.config.checks import dev_path as _dev_path
 from zcorch.config.filesystems import FilesystemConfig, device_list, parse_filesystems
 from zcorch.config.hosts import INVENTORY, LOCALHOST, Hosts, parse_hosts
 from zcorch.config.inventory import InventoryPair
-from zcorch.config.reference import Reference, parse_reference
+from zcorch.config.reference import METRIC_UNITS, Reference, parse_reference
 from zcorch.config.views import View, parse_report
 from zcorch.errors import WorkerError, ZcorchError
-from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param
+from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param, side_value
 from zcorch.worker import native
 
 # The parameter table (zcorch.params) is the truth; these names (and DEFAULTS, PARAM_KEYS, format_value)
@@ -62,6 +62,12 @@ MAX_REPEATS = 10000
 MAX_RUNS = 1_000_000
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
             "baselines", "filesystems", "skip_invalid", "allow_destroy", "reference", "report")
+# A linked axis (matrix entry that is not a parameter) names a results column: not one zcorch has already.
+_AXIS_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+RESERVED_AXIS_NAMES = tuple(sorted({"cell", "repeat", "status", "reason", "started", "wall_s", "log", "sweep",
+                                    "params", "matrix", "label", "same_host", "zc_verdict", *METRIC_UNITS}))
+LABEL_KEY = "label"   # the key naming a value of a linked axis
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # `{scratch}` not preceded by a quote: YAML reads it as a flow mapping (a syntax error, or a mapping).
 _UNQUOTED_PLACEHOLDER_RE = re.compile(r"(^|[\s,\[:])\{(scratch|filesystem)\}")
 
@@ -70,11 +76,50 @@ _UNQUOTED_PLACEHOLDER_RE = re.compile(r"(^|[\s,\[:])\{(scratch|filesystem)\}")
 
 @dataclass
 class Axis:
-    """One matrix axis: a parameter and its (normalised, distinct) values, in file order."""
+    """One matrix axis, its (normalised, distinct) values in file order.
+
+    A plain axis: `key` is a parameter and `values` its values. A linked axis (`linked`): `key` is the
+    axis's own name (not a parameter), each value a mapping {parameter: value} with the same parameters
+    (`params`), and `labels` one name per value (written `label:`, else derived: `send_cpu=0 recv_cpu=1`).
+    """
 
     key: str
     values: list
     pos: ys.Pos
+    linked: bool = False
+    labels: "list[str]" = field(default_factory=list)
+
+    @property
+    def params(self) -> "tuple[str, ...]":
+        """The parameters the axis sets."""
+        return tuple(self.values[0]) if self.linked else (self.key,)
+
+    def assignment(self, j: int) -> dict:
+        """{parameter: value} of the axis's j-th value."""
+        return dict(self.values[j]) if self.linked else {self.key: self.values[j]}
+
+    def label_of(self, params: dict) -> Optional[str]:
+        """A linked axis's label for a cell's parameters: the label of the value they hold, else one derived
+        from them (an include cell off the axis); None for a plain axis."""
+        if not self.linked:
+            return None
+        mine = {k: params.get(k) for k in self.params}
+        # compared as written, so a frame's row (NaN for null, 0.0 for 0 in a column with nulls) finds its label
+        shown = {k: format_value(k, v) for k, v in mine.items()}
+        for value, label in zip(self.values, self.labels):
+            if all(shown[k] == format_value(k, v) for k, v in value.items()):
+                return label
+        return default_label(mine)
+
+
+def default_label(assignment: dict) -> str:
+    """The label of a linked-axis value written without `label:`: `send_cpu=0 recv_cpu=1` (`none` for null)."""
+    return " ".join(f"{k}={format_value(k, v)}" for k, v in assignment.items())
+
+
+def _same(a: Any, b: Any) -> bool:
+    # `True == 1` in Python: a boolean never equals an integer here
+    return type(a) is type(b) and a == b
 
 
 @dataclass
@@ -86,7 +131,7 @@ class Experiment:
     hosts: Hosts                       # localhost, or the sender's and receiver's HostSpec
     params: dict                       # the `params:` section, normalised (only the keys written)
     matrix: "list[Axis]"
-    exclude: "list[dict]"              # each: {key: [accepted normalised values]}
+    exclude: "list[dict]"              # each: {key: [accepted normalised values]} (a linked axis: [labels])
     include: "list[dict]"              # each: full cell params (defaults <- params <- 1-value axes <- entry)
     baselines: Baselines               # .iperf3 / .dd: their settings, None = off
     filesystems: "dict[str, FilesystemConfig]"   # name -> configuration, in file order
@@ -116,8 +161,18 @@ class Experiment:
     def include_base(self) -> dict:
         """What an include entry starts from: base_params() plus every matrix axis that has one value."""
         base = self.base_params()
-        base.update({axis.key: axis.values[0] for axis in self.matrix if len(axis.values) == 1})
+        for axis in self.matrix:
+            if len(axis.values) == 1:
+                base.update(axis.assignment(0))
         return base
+
+    def linked_axes(self) -> "list[Axis]":
+        """The linked axes of the matrix, in file order."""
+        return [a for a in self.matrix if a.linked]
+
+    def axis_labels(self, params: dict) -> "dict[str, str]":
+        """{linked axis name: label} of a cell's parameters (Axis.label_of)."""
+        return {a.key: a.label_of(params) for a in self.matrix if a.linked}
 
     def where(self, key: str) -> str:
         """`file:line:column` of a section or entry, for messages."""
@@ -220,7 +275,7 @@ def _check_effective(exp: Experiment) -> None:
     fields_ = ("name", "description", "hosts", "params", "exclude", "include", "baselines", "filesystems",
                "repeats", "order", "seed", "skip_invalid", "allow_destroy", "reference", "views")
     differ = [f for f in fields_ if getattr(again, f) != getattr(exp, f)]
-    if [(a.key, a.values) for a in again.matrix] != [(a.key, a.values) for a in exp.matrix]:
+    if [(a.key, a.values, a.labels) for a in again.matrix] != [(a.key, a.values, a.labels) for a in exp.matrix]:
         differ.append("matrix")
     if differ:  # a bug, not a user mistake
         raise AssertionError(f"{exp.path}: the effective document reads back differently ({', '.join(differ)})")
@@ -266,8 +321,13 @@ def cell_problems(p: dict) -> "list[str]":
         out.append("`fsync` needs a regular file as sink, not /dev/null")
     if sink == "/dev/null" and p["sink_state"] != "fresh":
         out.append(f"sink_state `{p['sink_state']}` needs a regular file as sink, not /dev/null")
-    if p["subblocks"] > p["buffer"]:
-        out.append(f"subblocks ({p['subblocks']}) > buffer ({p['buffer']} bytes): a sub-block would be empty")
+    for side, key in (("send", "send_buffer"), ("recv", "recv_buffer")):  # each side's own buffer (params.side_value)
+        buf = side_value(side, p, "buffer")
+        if p["subblocks"] > buf:
+            what = key if p.get(key) is not None else "buffer"
+            out.append(f"subblocks ({p['subblocks']}) > {what} ({buf} bytes): a sub-block would be empty")
+            if what == "buffer":
+                break  # one message for the shared size
     if p.get("streams", 1) > 1:
         for side, mode, caps in (("send", send, send_caps), ("receive", recv, recv_caps)):
             if "one_stream" in caps:
@@ -366,6 +426,7 @@ class _Validator(Checker):
         self.fs_refs: "list[tuple[ys.Pos, str, str]]" = []  # (pos, key path, name) to check once all are known
         self.fs_names: "list[str]" = []  # every entry under filesystems:, valid or not (for reference checks)
         self.allow_destroy: "tuple[str, ...]" = ()  # read before the parameters: the sink rule needs it
+        self.linked: "list[Axis]" = []  # the matrix's linked axes (exclude entries may name them)
 
     # -- the whole file
     def experiment(self, root: ys.YNode, text: str) -> Experiment:
@@ -405,6 +466,7 @@ class _Validator(Checker):
             filesystems = parse_filesystems(self, fs_node)
         params = self.params(get("params"), "params") if "params" in top else {}
         matrix = self.matrix(get("matrix")) if "matrix" in top else []
+        self.linked = [a for a in matrix if a.linked]
         exclude = self.exclude(get("exclude")) if "exclude" in top else []
         include_raw = self.include(get("include")) if "include" in top else []
         repeats = self.value(get("repeats"), "repeats", lambda n: _int_range(n, 1, MAX_REPEATS), 1) \
@@ -416,7 +478,7 @@ class _Validator(Checker):
             if "skip_invalid" in top else False
         baselines = parse_baselines(self, get("baselines"))
         reference = parse_reference(self, get("reference"), parse_param) if "reference" in top else None
-        views = parse_report(self, get("report")) if "report" in top else ()
+        views = parse_report(self, get("report"), tuple(a.key for a in matrix if a.linked)) if "report" in top else ()
         # Counted from the axis lengths, before anything is expanded (excludes can only lower it).
         n_cells = math.prod(len(axis.values) for axis in matrix) + len(include_raw)
         if n_cells * repeats > MAX_RUNS:
@@ -439,9 +501,11 @@ class _Validator(Checker):
         base = exp.include_base()
         multi = {axis.key: axis for axis in matrix if len(axis.values) > 1}
         for i, (pos, entry) in enumerate(include_raw):
-            missing = [k for k in multi if k not in entry]
+            missing = [k for k, axis in multi.items() if any(p not in entry for p in axis.params)]
             if missing:
                 axes = "; ".join(f"`{k}` ({', '.join(format_value(k, v) for v in multi[k].values)})"
+                                 if not multi[k].linked else
+                                 f"the linked axis `{k}` ({', '.join(multi[k].params)}: {'; '.join(multi[k].labels)})"
                                  for k in missing)
                 self.problem(pos, f"include[{i}]", f"does not set {axes}, which the matrix varies; an include "
                                                    "adds one cell, so set every varying axis explicitly")
@@ -482,11 +546,20 @@ class _Validator(Checker):
         return out
 
     def matrix(self, node: ys.YNode) -> "list[Axis]":
-        axes = []
+        axes: "list[Axis]" = []
         if isinstance(node, ys.YScalar) and node.is_null:
             return axes
-        for key, (kpos, child) in self.mapping(node, "matrix", PARAM_KEYS, "parameters").items():
+        if not isinstance(node, ys.YMap):
+            self.problem(node.pos, "matrix", f"expected a mapping of parameters (or linked axes) to lists of "
+                                             f"values, got {ys.describe(node)}")
+            return axes
+        for key, (kpos, child) in node.entries.items():
             path = f"matrix.{key}"
+            if key not in PARAM_KEYS and not _is_linked(child):
+                self.problem(kpos, path, f"unknown key `{key}`{suggest(key, PARAM_KEYS)} (expected a parameter: "
+                                         f"{', '.join(PARAM_KEYS)}; or a linked axis: a name of your own with a "
+                                         "list of mappings of parameters)")
+                continue
             if not isinstance(child, ys.YSeq):
                 self.problem(child.pos, path, f"expected a list of values (e.g. [{_example(child)}]), "
                                               f"got {ys.describe(child)}")
@@ -494,8 +567,18 @@ class _Validator(Checker):
             if not child.items:
                 self.problem(child.pos, path, "empty list: an axis needs at least one value")
                 continue
+            if key not in PARAM_KEYS:
+                axis = self.linked_axis(key, kpos, child)
+                if axis is not None:
+                    axes.append(axis)
+                continue
             values, seen = [], {}
             for i, item in enumerate(child.items):
+                if isinstance(item, ys.YMap):
+                    self.problem(item.pos, f"{path}[{i}]", f"`{key}` is a parameter: its values are single values; "
+                                                           "to set parameters together, give the linked axis a name "
+                                                           "of its own (docs/experiment-files.md, Linked axes)")
+                    continue
                 value = self.param(key, item, f"{path}[{i}]")
                 if value is _INVALID:
                     continue
@@ -507,25 +590,114 @@ class _Validator(Checker):
                 values.append(value)
             if values:
                 axes.append(Axis(key, values, kpos))
+        # a parameter is set by one axis only (a plain one, or one linked axis)
+        owner: "dict[str, str]" = {}
+        for axis in axes:
+            for p in axis.params:
+                if p in owner:
+                    first, second = (owner[p], axis.key)
+                    self.problem(axis.pos, f"matrix.{axis.key}",
+                                 f"`{p}` is set by two axes (`matrix.{first}` and `matrix.{second}`): a parameter "
+                                 "belongs to one axis; put its values in one of them")
+                else:
+                    owner[p] = axis.key
         return axes
+
+    def linked_axis(self, name: str, kpos: ys.Pos, node: ys.YSeq) -> Optional[Axis]:
+        """A linked axis `name: [{param: value, ...}, ...]` (each value may carry a `label:`)."""
+        path = f"matrix.{name}"
+        ok = True
+        if not _AXIS_NAME_RE.match(name) or name in RESERVED_AXIS_NAMES or name.startswith(("send_", "recv_")):
+            self.problem(kpos, path, f"`{name}` cannot name a linked axis: it becomes a column of the results, so use "
+                                     "letters, digits and `_` (starting with a letter), not a column zcorch already "
+                                     f"has ({', '.join(RESERVED_AXIS_NAMES)}, send_*, recv_*, metric names)")
+            ok = False
+        values: "list[dict]" = []
+        labels: "list[str]" = []
+        written: "list[Optional[str]]" = []
+        keys: Optional["tuple[str, ...]"] = None
+        for i, item in enumerate(node.items):
+            ipath = f"{path}[{i}]"
+            if not isinstance(item, ys.YMap):
+                self.problem(item.pos, ipath, f"expected a mapping of parameters (e.g. {{send_cpu: 0, recv_cpu: 1}}): "
+                                              f"every value of the linked axis `{name}` sets its parameters together, "
+                                              f"got {ys.describe(item)}")
+                ok = False
+                continue
+            value: dict = {}
+            label: Optional[str] = None
+            for key, (pos, child) in item.entries.items():
+                if key == LABEL_KEY:
+                    label = self.value(child, f"{ipath}.{key}", _axis_label, None)
+                    ok = ok and label is not None
+                    continue
+                if key not in PARAM_KEYS:
+                    self.problem(pos, f"{ipath}.{key}", f"unknown parameter `{key}`{suggest(key, PARAM_KEYS)} "
+                                                        f"(a linked axis sets parameters; `{LABEL_KEY}:` names a value)")
+                    ok = False
+                    continue
+                v = self.param(key, child, f"{ipath}.{key}")
+                if v is _INVALID:
+                    ok = False
+                    continue
+                value[key] = v
+            if not value and ok:
+                self.problem(item.pos, ipath, "sets no parameter: a value of a linked axis sets at least one")
+                ok = False
+                continue
+            if keys is None:
+                keys = tuple(value)
+            elif set(value) != set(keys) and ok:
+                missing = [k for k in keys if k not in value]
+                extra = [k for k in value if k not in keys]
+                what = "; ".join(x for x in (f"lacks {', '.join(missing)}" if missing else "",
+                                             f"adds {', '.join(extra)}" if extra else "") if x)
+                self.problem(item.pos, ipath, f"{what}: every value of a linked axis sets the same parameters "
+                                              f"({', '.join(keys)}, as `{path}[0]`); write null for a parameter "
+                                              "left unset (its default)")
+                ok = False
+                continue
+            value = {k: value[k] for k in keys}  # the first value's order
+            dup = next((j for j, other in enumerate(values) if all(_same(other[k], value[k]) for k in keys)), None)
+            if dup is not None:
+                self.problem(item.pos, ipath, f"duplicate value (the same parameters as {path}[{dup}])")
+                ok = False
+                continue
+            values.append(value)
+            written.append(label)
+        if not ok or not values:
+            return None
+        labels = [w if w is not None else default_label(v) for w, v in zip(written, values)]
+        for j, label in enumerate(labels):
+            if labels.index(label) != j:
+                self.problem(node.items[j].pos, f"{path}[{j}]", f"duplicate label `{label}` (also "
+                                                                f"{path}[{labels.index(label)}]): labels name the values")
+                return None
+        return Axis(name, values, kpos, linked=True, labels=labels)
 
     def exclude(self, node: ys.YNode) -> "list[dict]":
         out = []
         if not isinstance(node, ys.YSeq):
             self.problem(node.pos, "exclude", f"expected a list of mappings, got {ys.describe(node)}")
             return out
+        linked = {a.key: a for a in self.linked}
         for i, entry in enumerate(node.items):
             path = f"exclude[{i}]"
             self.locations[path] = entry.pos
-            fields = self.mapping(entry, path, PARAM_KEYS, "parameters")
+            fields = self.mapping(entry, path, PARAM_KEYS + tuple(linked), "parameters or linked axes")
             if isinstance(entry, ys.YMap) and not entry.entries:
                 self.problem(entry.pos, path, "empty entry would exclude every cell")
             match = {}
             for key, (_, child) in fields.items():
                 items = child.items if isinstance(child, ys.YSeq) else [child]
                 kpath = _join(path, key)
-                vals = [self.param(key, it, f"{kpath}[{j}]" if isinstance(child, ys.YSeq) else kpath)
-                        for j, it in enumerate(items)]
+                if key in linked:  # by the labels of a linked axis
+                    parse = lambda it, axis=linked[key]: _label_of_axis(it, axis)  # noqa: E731
+                    vals = [self.value(it, f"{kpath}[{j}]" if isinstance(child, ys.YSeq) else kpath, parse, _INVALID)
+                            for j, it in enumerate(items)]
+                else:
+                    vals = [self.param(key, it, f"{kpath}[{j}]" if isinstance(child, ys.YSeq) else kpath)
+                            for j, it in enumerate(items)]
                 match[key] = [v for v in vals if v is not _INVALID]
             out.append(match)
         return out
@@ -543,6 +715,27 @@ class _Validator(Checker):
                 continue
             out.append((entry.pos, self.params(entry, path)))
         return out
+
+def _is_linked(node: ys.YNode) -> bool:
+    """A matrix entry that reads as a linked axis: a list whose items are mappings."""
+    return isinstance(node, ys.YSeq) and bool(node.items) and any(isinstance(it, ys.YMap) for it in node.items)
+
+
+def _label_of_axis(node: ys.YNode, axis: Axis) -> str:
+    """One of a linked axis's labels (an exclude entry naming the axis)."""
+    text = ys.as_str(node, f"a label of the linked axis `{axis.key}`")
+    if text not in axis.labels:
+        raise ys.ValueProblem(f"`{text}` is not a value of the linked axis `{axis.key}`{suggest(text, axis.labels)} "
+                              f"(its labels: {'; '.join(axis.labels)})")
+    return text
+
+
+def _axis_label(node: ys.YNode) -> str:
+    text = ys.as_str(node, "a label (text)")
+    if not text.strip() or _CONTROL_RE.search(text) or len(text) > 100:
+        raise ys.ValueProblem(f"`{text}` is not a usable label: one line of at most 100 characters")
+    return text
+
 
 class _Invalid:
     def __repr__(self) -> str:
@@ -573,8 +766,25 @@ def _section_of(text: str, path: str, key: str, parse: Callable[[Checker, ys.YNo
 
 
 def views_of(text: str, path: str = "<experiment>") -> "tuple[View, ...]":
-    """The `report:` views of an experiment document alone (() without), like reference_of."""
-    return _section_of(text, path, "report", parse_report, ())
+    """The `report:` views of an experiment document alone (() without), like reference_of (a view may name a
+    linked axis of the matrix)."""
+    axes = tuple(a.key for a in linked_axes_of(text, path))
+    return _section_of(text, path, "report", lambda chk, node: parse_report(chk, node, axes), ())
+
+
+def linked_axes_of(text: str, path: str = "<experiment>") -> "list[Axis]":
+    """The linked axes of an experiment document's `matrix:` alone ([] without), like reference_of: the analysis
+    of a result set names its cells by them (zcorch.analysis.frames.add_linked_axes)."""
+    def parse(chk: Checker, node: ys.YNode) -> "list[Axis]":
+        v = _Validator(path)
+        axes = [a for a in v.matrix(node) if a.linked]  # the plain axes' problems are the run's business
+        chk.problems += [p for p in v.problems if p[1].startswith(tuple(f"matrix.{a}" for a in _linked_names(node)))]
+        return axes
+    return _section_of(text, path, "matrix", parse, [])
+
+
+def _linked_names(node: ys.YNode) -> "list[str]":
+    return [k for k in node.entries if k not in PARAM_KEYS] if isinstance(node, ys.YMap) else []
 
 
 def reference_of(text: str, path: str = "<experiment>") -> Optional[Reference]:

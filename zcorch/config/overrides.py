@@ -9,7 +9,8 @@ shell, like every other value of an experiment.
 
 KEY is a dotted path into the document (`repeats`, `baselines.dd.count`, `matrix.send_mode`,
 `params.bytes`, `filesystems.xfs.loop.size`), or a parameter name alone (`bytes`): then the matrix axis of
-that name if there is one (replaced by the single value: every matrix cell gets it), else `params.<name>`.
+that name if there is one (replaced by the single value: every matrix cell gets it), else `params.<name>`;
+or the name of a linked axis of the matrix (`pinning=[{send_cpu: 0, recv_cpu: 1}]`, or one mapping alone).
 Include entries that set the parameter themselves keep their value (an include is a cell written to
 differ); `--set include=[...]` replaces the includes. Mappings missing on the way are created; a
 section that is a scalar in the file (`baselines: false`) is not silently turned into a mapping: set it
@@ -100,6 +101,14 @@ def apply(root: ys.YMap, overrides: Sequence[Override], top_keys: Sequence[str],
                 parts, value = ["params", head], ov.value
         elif head in top_keys:
             value = ov.value
+        elif isinstance(root.get("matrix"), ys.YMap) and head in root.get("matrix").entries:
+            # a linked axis of the matrix (its own name): its values, or one value (a mapping) alone
+            if len(parts) > 1:
+                problems.append((pos, ov.key, f"`{head}` is a linked axis: set its values whole "
+                                              f"({FLAG} {head}=[{{...}}, ...])"))
+                continue
+            parts = ["matrix", head]
+            value = ov.value if isinstance(ov.value, ys.YSeq) else ys.YSeq([ov.value], pos)
         else:
             problems.append((pos, ov.key, f"unknown key `{head}`{suggest(head, list(top_keys) + list(param_keys))} "
                                           f"(expected a top-level key ({', '.join(top_keys)}) or a parameter)"))

@@ -5,13 +5,14 @@
         - {x: send_cpu, hue: send_mode, facet: recv_mode, metric: gbit_s}
         - {x: subblocks, hue: send_mode, facet: [gift], metric: send_stime_us, title: "sender system time"}
 
-`x` (required), `hue` and `facet` name a parameter or a list of them (the combinations of their values present
+`x` (required), `hue` and `facet` name a parameter (or a linked axis of the matrix) or a list of them (the combinations of their values present
 in the runs make the axis positions, the colours, the panels); `metric` is a metric of zcorch.config.reference.METRIC_UNITS (default gbit_s). Without the section
 the report picks a view from the parameters that vary (zcorch.analysis.plots.default_view).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from zcorch.config import yamlsrc as ys
 from zcorch.config.checks import Checker, suggest
@@ -32,10 +33,12 @@ class View:
     pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
 
 
-def _param(node: ys.YNode) -> str:
+def _param(node: ys.YNode, axes: "Sequence[str]" = ()) -> str:
     name = ys.as_str(node, "a parameter name")
-    if name not in PARAM_KEYS:
-        raise ys.ValueProblem(f"`{name}` is not a parameter{suggest(name, PARAM_KEYS)}")
+    if name not in PARAM_KEYS and name not in axes:
+        known = list(PARAM_KEYS) + list(axes)
+        also = f" or a linked axis of the matrix ({', '.join(axes)})" if axes else ""
+        raise ys.ValueProblem(f"`{name}` is not a parameter{also}{suggest(name, known)}")
     return name
 
 
@@ -47,8 +50,9 @@ def _metric(node: ys.YNode) -> str:
     return name
 
 
-def parse_report(chk: Checker, node: ys.YNode) -> "tuple[View, ...]":
-    """The `report:` node's views; problems go to `chk`."""
+def parse_report(chk: Checker, node: ys.YNode, axes: "Sequence[str]" = ()) -> "tuple[View, ...]":
+    """The `report:` node's views; problems go to `chk`. `axes`: the names of the matrix's linked axes, which a
+    view may use like parameters (the results have a column of each, holding its labels)."""
     top = chk.mapping(node, "report", SECTION_KEYS, "report keys")
     if "views" not in top:
         return ()
@@ -65,9 +69,9 @@ def parse_report(chk: Checker, node: ys.YNode) -> "tuple[View, ...]":
         if "x" not in f:
             chk.problem(item.pos, path, "missing `x:` (the parameter along the horizontal axis)")
             continue
-        x = _params(chk, f["x"][1], f"{path}.x")
-        hue = _params(chk, f["hue"][1], f"{path}.hue") if "hue" in f else []
-        facet = _params(chk, f["facet"][1], f"{path}.facet") if "facet" in f else []
+        x = _params(chk, f["x"][1], f"{path}.x", axes)
+        hue = _params(chk, f["hue"][1], f"{path}.hue", axes) if "hue" in f else []
+        facet = _params(chk, f["facet"][1], f"{path}.facet", axes) if "facet" in f else []
         metric = chk.value(f["metric"][1], f"{path}.metric", _metric) if "metric" in f else "gbit_s"
         title = chk.value(f["title"][1], f"{path}.title", ys.as_str, "") if "title" in f else ""
         used = [*x, *hue, *facet]
@@ -80,14 +84,14 @@ def parse_report(chk: Checker, node: ys.YNode) -> "tuple[View, ...]":
     return tuple(views)
 
 
-def _params(chk: Checker, node: ys.YNode, path: str) -> "list[str]":
-    """One parameter name or a list of them."""
+def _params(chk: Checker, node: ys.YNode, path: str, axes: "Sequence[str]" = ()) -> "list[str]":
+    """One parameter (or linked axis) name or a list of them."""
     items = node.items if isinstance(node, ys.YSeq) else [node]
     if isinstance(node, ys.YSeq) and not items:
         chk.problem(node.pos, path, "empty list: name at least one parameter")
     out = []
     for j, it in enumerate(items):
-        name = chk.value(it, f"{path}[{j}]" if isinstance(node, ys.YSeq) else path, _param)
+        name = chk.value(it, f"{path}[{j}]" if isinstance(node, ys.YSeq) else path, lambda n: _param(n, axes))
         if name:
             out.append(name)
     return out

@@ -18,6 +18,7 @@ from zcorch.config.baselines import DdBaseline, Iperf3Baseline
 from zcorch.errors import ZcorchError
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import run_remote
+from zcorch.params import side_value
 from zcorch.results.store import utc_now
 from zcorch.units import format_size
 
@@ -190,7 +191,7 @@ def iperf3_keys(cfg: Iperf3Baseline, params_list: Sequence[dict]) -> List[dict]:
         for p in params_list:
             w = p.get("window")
             w = None if w in (None, "auto") else int(w)
-            pair = (w, p.get("buffer"))
+            pair = (w, side_value("send", p, "buffer"))  # iperf3 -l: the sender's call size
             if pair not in pairs:
                 pairs.append(pair)
     return [{"window": w, "buffer": b, "zerocopy": z} for (w, b) in pairs for z in IPERF3_ZEROCOPY]
