@@ -306,6 +306,36 @@ def test_source_layout_never_touches_existing_files(tmp_path, tag):
     assert [x["path"] for x in meta["sources_laid_out"]] == [str(new)]
 
 
+def test_a_scratch_source_laid_out_by_a_smaller_sweep_grows(tmp_path, tag):
+    # The bug: `--set bytes=64MiB` laid out {scratch}/src.dat at 64 MiB, and the full sweep then failed
+    # every cell ("shorter than --bytes"). A short scratch file holding the mem pattern is zcorch's own
+    # and is laid out anew; a file of other bytes in the scratch directory is still never touched.
+    home = tmp_path / "home"
+    home.mkdir()
+    exp = tmp_path / "grow.yaml"
+    exp.write_text("name: grow\nparams: {bytes: 1MiB, send_mode: sendfile, timeout: 10s}\nbaselines: false\n"
+                   "matrix:\n  source: ['{scratch}/src.dat', '{scratch}/theirs.dat']\n")
+    env = {"HOME": str(home)}
+    first = zcorch(tag, "run", exp, "-o", tmp_path / "small", "--set", "bytes=64KiB", env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    scratch_dir = home / ".cache" / "zcorch" / "scratch"
+    src, theirs = scratch_dir / "src.dat", scratch_dir / "theirs.dat"
+    assert src.stat().st_size == theirs.stat().st_size == 64 << 10
+    theirs.write_bytes(b"not the pattern" * 4000)
+    second = zcorch(tag, "run", exp, "-o", tmp_path / "full", env=env)
+    assert second.returncode == 1, second.stdout + second.stderr
+    by_source = {x["params"]["source"]: x for x in read_jsonl(str(tmp_path / "full" / "runs.jsonl"))}
+    assert by_source["{scratch}/src.dat"]["status"] == "ok" and src.stat().st_size == 1 << 20
+    from zcorch.worker.native import mem_pattern
+    assert src.read_bytes() == mem_pattern(0, 1 << 20)
+    assert "shorter than --bytes" in by_source["{scratch}/theirs.dat"]["reason"]
+    assert theirs.read_bytes() == b"not the pattern" * 4000
+    meta = json.loads((tmp_path / "full" / "meta.json").read_text())
+    assert meta["sources_laid_out"] == [{"host": "localhost", "path": str(src), "size": 1 << 20,
+                                         "grown_from": 64 << 10}]
+    assert "laid out by an earlier sweep" in second.stderr + second.stdout
+
+
 def test_filesystem_preflight_covers_only_the_entries_the_plan_uses(tmp_path, tag):
     # This machine has no md driver (/proc/mdstat): preflighting the md entry would fail the run.
     assert not os.path.exists("/proc/mdstat"), "the test needs a host without md support"

@@ -4,15 +4,18 @@ A cell whose `source` is a regular-file path (not `mem`, not under /dev, /proc o
 with at least the cell's `bytes`. When it does not exist on the sender, `zcorch run` creates it once,
 untimed, with the largest `bytes` of the cells using it, filled with the mem pattern (the worker's
 `layout` action: the bytes of source `mem` at each offset). An existing file is never touched, even a
-short one: the cells it is too short for fail with the worker's own error. Laid-out files are kept
-after the sweep (like fio's); meta.json lists them under "sources_laid_out". A `{scratch}/FILE` source is
-laid out in the sender's scratch directory (zcorch.provision.scratch; the caller resolves the paths first).
+short one: the cells it is too short for fail with the worker's own error. The one exception is a
+`{scratch}/FILE` source, laid out in the sender's scratch directory (zcorch.provision.scratch; the caller
+resolves the paths first, and names them in `grow`): there a shorter file that holds the mem pattern was
+laid out by an earlier, smaller sweep (e.g. one reduced with `--set bytes=...`) and is laid out anew at
+the size needed. Laid-out files are kept after the sweep (like fio's); meta.json lists them under
+"sources_laid_out".
 """
 from __future__ import annotations
 
 import json
 import shlex
-from typing import Callable, Dict, Iterable, List, Sequence, Tuple
+from typing import Callable, Container, Dict, Iterable, List, Sequence, Tuple
 
 from zcorch.hosts.local import Host
 from zcorch.config.checks import SCRATCH_PLACEHOLDER
@@ -43,17 +46,18 @@ def needed_sources(params_list: Iterable[dict]) -> Dict[str, int]:
     return needs
 
 
-def layout_argv(worker: Sequence[str], path: str, size: int) -> List[str]:
-    return [*worker, "layout", "--path", path, "--bytes", str(size)]
+def layout_argv(worker: Sequence[str], path: str, size: int, grow: bool = False) -> List[str]:
+    return [*worker, "layout", "--path", path, "--bytes", str(size), *(["--grow"] if grow else [])]
 
 
 def lay_out(host: Host, worker: Sequence[str], env: Dict[str, str], needs: Dict[str, int],
-            log: Callable[[str], None]) -> Tuple[List[dict], Dict[str, str]]:
-    """Create each missing file of `needs` on `host`. Returns (what was laid out, {path: why not})."""
+            log: Callable[[str], None], grow: Container[str] = ()) -> Tuple[List[dict], Dict[str, str]]:
+    """Create each missing file of `needs` on `host` (and grow the short laid-out ones among `grow`: the
+    scratch directory's). Returns (what was laid out, {path: why not})."""
     laid: List[dict] = []
     errors: Dict[str, str] = {}
     for path, size in needs.items():
-        argv = layout_argv(worker, path, size)
+        argv = layout_argv(worker, path, size, grow=path in grow)
         r = host.run(argv, env=env, timeout=_LAYOUT_FIXED_S + size / _LAYOUT_RATE)
         event = _last_event(r.stdout)
         if not r.ok or event.get("event") != "layout":
@@ -62,8 +66,11 @@ def lay_out(host: Host, worker: Sequence[str], env: Dict[str, str], needs: Dict[
             log(f"cannot lay out {path} on {host.name}: {why} ({shlex.join(argv)})")
             continue
         if event.get("created"):
-            laid.append({"host": host.name, "path": path, "size": size})
-            log(f"laid out {path} on {host.name}: {format_size(size)} of the mem pattern (it did not exist; "
+            laid.append({"host": host.name, "path": path, "size": size,
+                         **({"grown_from": event["grown_from"]} if "grown_from" in event else {})})
+            why = (f"it held {format_size(event['grown_from'])} of it, laid out by an earlier sweep"
+                   if "grown_from" in event else "it did not exist")
+            log(f"laid out {path} on {host.name}: {format_size(size)} of the mem pattern ({why}; "
                 "untimed; kept after the sweep)")
     return laid, errors
 

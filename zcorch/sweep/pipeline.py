@@ -499,8 +499,11 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         observer.stage("sources", _TITLES["sources"])
         todo = [scratch.resolve_params(r["params"], scratch_dirs) for r in plan_runs
                 if (r["id"], r["repeat"]) not in skip]
+        mine = scratch_dirs.get("sender")  # zcorch's own directory: its short laid-out files may grow
+        grow = {r["params"]["source"] for r in plan_runs if scratch.uses(r["params"].get("source"))}
         laid, source_errors = sources.lay_out(sweep.hosts["sender"], sweep.worker["sender"], sweep.env["sender"],
-                                              sources.needed_sources(todo), observer.message)
+                                              sources.needed_sources(todo), observer.message,
+                                              grow={scratch.substitute(g, mine) for g in grow} if mine else ())
         if laid:
             meta["sources_laid_out"] = laid
             rs.write_meta(meta, keep_previous=False)

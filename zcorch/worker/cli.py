@@ -5,7 +5,7 @@
     zcorch worker info                                        -> {"event": "info", "version", "modes", "kernel",
                                                                   "capabilities", "unavailable", "runnable",
                                                                   "build", ...}
-    zcorch worker layout --path P --bytes N                   -> {"event": "layout", "path", "created", "size"}
+    zcorch worker layout --path P --bytes N [--grow]          -> {"event": "layout", "path", "created", "size"}
     zcorch worker calibrate [--bytes N] [--cpu C]             -> {"event": "calibration", "memcpy_s_per_gib", ...}
 
 Any failure, including a bad flag value, prints {"event": "error", "message", "code"} and exits 1.
@@ -116,6 +116,8 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     lay = sub.add_parser("layout", help="create a missing source file filled with the mem pattern (untimed)")
     lay.add_argument("--path", required=True, help="absolute path of the file to create")
     lay.add_argument("--bytes", required=True, help="its size")
+    lay.add_argument("--grow", action="store_true",
+                     help="replace a shorter file that holds the mem pattern (one laid out before) by a longer one")
     cal = sub.add_parser("calibrate", help="copy-cost yardsticks of this host: memcpy, page fault, system call")
     cal.add_argument("--bytes", help="memcpy buffer and page-fault region (default: 64MiB or twice the largest "
                                      "CPU cache, whichever is larger, at most 1GiB)")
@@ -212,20 +214,38 @@ def _exit_when_stdin_closes() -> None:
     threading.Thread(target=watch, name="stdin-eof", daemon=True).start()
 
 
-def layout(path: str, size: int) -> "dict[str, Any]":
+def _holds_the_pattern(path: str, size: int) -> bool:
+    """Whether a file's first and last pages are the mem pattern at their offsets: one laid out before."""
+    page = 4096
+    with open(path, "rb") as fh:
+        for off in sorted({0, max(size - page, 0)}):
+            fh.seek(off)
+            chunk = fh.read(min(page, size - off))
+            if chunk != native.mem_pattern(off, len(chunk)):
+                return False
+    return True
+
+
+def layout(path: str, size: int, grow: bool = False) -> "dict[str, Any]":
     """Create `path` with `size` bytes of the mem pattern (what source `mem` sends at each offset),
     unless something already exists there: an existing file is never touched, whatever its size
     (a file shorter than a cell's --bytes stays that cell's error). What fio calls laying out.
 
-    Written to a temporary name and hard-linked into place, so neither a concurrent creator nor a
-    killed layout leaves a short file under `path`.
+    grow: a shorter regular file that holds the pattern (laid out before, by a sweep that needed fewer
+    bytes: zcorch's own scratch files) is replaced by a longer one; any other file is still never touched.
+    Written to a temporary name and hard-linked (grow: renamed) into place, so neither a concurrent creator
+    nor a killed layout leaves a short file under `path`.
     """
     if not os.path.isabs(path):
         raise _UsageError(f"--path must be absolute, got {path!r}")
+    replace = False
     if os.path.lexists(path):
-        st = os.stat(path)
-        return {"event": "layout", "path": path, "created": False, "size": st.st_size,
-                "regular": os.path.isfile(path)}
+        st = os.lstat(path)
+        regular = stat.S_ISREG(st.st_mode)
+        replace = grow and regular and 0 < st.st_size < size and _holds_the_pattern(path, st.st_size)
+        if not replace:
+            return {"event": "layout", "path": path, "created": False, "size": os.stat(path).st_size,
+                    "regular": os.path.isfile(path)}
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         raise WorkerError(errno.ENOENT, f"layout {path}: directory {directory} does not exist")
@@ -241,10 +261,13 @@ def layout(path: str, size: int) -> "dict[str, Any]":
             os.fsync(fd)
         finally:
             os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:  # someone else made it meanwhile: theirs stays, ours goes
-            return layout(path, size)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:  # someone else made it meanwhile: theirs stays, ours goes
+                return layout(path, size)
     except OSError as exc:
         raise WorkerError(exc.errno or errno.EIO, f"layout {path}: {exc.strerror or exc}") from None
     finally:
@@ -252,7 +275,8 @@ def layout(path: str, size: int) -> "dict[str, Any]":
             os.unlink(tmp)
         except OSError:
             pass
-    return {"event": "layout", "path": path, "created": True, "size": size, "regular": True}
+    return {"event": "layout", "path": path, "created": True, "size": size, "regular": True,
+            **({"grown_from": st.st_size} if replace else {})}
 
 
 def refuse_device_sink(sink: "Optional[str]") -> None:
@@ -289,7 +313,7 @@ def _run(args: argparse.Namespace) -> None:
             size = parse_size(args.bytes)
         except ValueError as exc:
             raise _UsageError(f"--bytes: {exc}") from None
-        _emit(layout(args.path, size))
+        _emit(layout(args.path, size, grow=args.grow))
         return
     port_line = _read_port_line() if args.action == "send" and args.port_from_stdin else None
     if args.exit_on_stdin_eof:
