@@ -451,7 +451,8 @@ class _Validator(Checker):
                 self.problem(pos, key, f"`{fs}` is not a filesystem defined under `filesystems:`"
                                        f"{suggest(fs, self.fs_names)} (defined: {defined})")
 
-        self._check_networks(hosts, allow_net)
+        # (`hosts: inventory` without --hosts: the hosts are unknown, and that problem is already reported)
+        self._check_networks(hosts, allow_net, hosts_known=file_hosts is not None or self.given_hosts is not None)
 
         exp = Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
                          params=params, matrix=matrix, exclude=exclude, include=[], baselines=baselines,
@@ -473,7 +474,7 @@ class _Validator(Checker):
             exp.include.append(cell)
         return exp
 
-    def _check_networks(self, hosts: Hosts, allow_all: bool) -> None:
+    def _check_networks(self, hosts: Hosts, allow_all: bool, hosts_known: bool = True) -> None:
         """`network` values name an entry of `networks:`, and the hosts let them change their network."""
         used = False
         for pos, key, net in self.net_refs:
@@ -484,7 +485,7 @@ class _Validator(Checker):
                 defined = ", ".join(self.net_names) or "none: add a `networks:` section"
                 self.problem(pos, key, f"`{net}` is not a network defined under `networks:`"
                                        f"{suggest(net, self.net_names)} (defined: {defined})")
-        if not used or allow_all:
+        if not used or allow_all or not hosts_known:
             return
         pos, key, _ = next(r for r in self.net_refs if r[2] is not None)
         if hosts.localhost:
