@@ -86,7 +86,7 @@ def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[Netwo
     fields = chk.mapping(node, path, NET_KEYS, "network keys")
     if not isinstance(node, ys.YMap):
         return None
-    if not fields:
+    if not node.entries:
         chk.problem(node.pos, path, "empty configuration: give `mtu`, `congestion` or `sysctls` (leave the "
                                     "hosts as they are with `network: null`)")
         return None
