@@ -552,13 +552,12 @@ def _restore_network(host: "NamespaceHost", removed: dict) -> None:
     (`~/.cache/zcorch/net`). Deleting the namespace right after discards data0 and every net.* sysctl of
     the namespace anyway (they are per namespace); restoring first also clears the state file, so nothing
     stale is left for a lab that keeps its state (`down --keep-keys`)."""
-    import sys
-
+    from zcorch.config.hosts import DEFAULT_PYTHON
     from zcorch.errors import ZcorchError
     from zcorch.provision.network import restore_state
 
-    try:
-        removed["network"] += restore_state(host, sys.executable, NET_STATE_DIR)
+    try:  # the host's own python3, as a sweep's (the controller's may live under /root, hidden there)
+        removed["network"] += restore_state(host, DEFAULT_PYTHON, NET_STATE_DIR)
     except ZcorchError as exc:
         removed["network_errors"].append(str(exc))
 

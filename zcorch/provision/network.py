@@ -176,11 +176,21 @@ class NetworkManager:
                 out.append(f"{where}: network {c.name!r}: congestion control `{c.congestion}` is not available "
                            f"(net.ipv4.tcp_available_congestion_control: {avail}; `modprobe tcp_{c.congestion}` "
                            "loads it if the kernel has it)")
+            elif (c.congestion is not None and facts.get("init_netns") is False
+                  and c.congestion not in (facts.get("congestion_allowed") or [])):
+                allowed = " ".join(facts.get("congestion_allowed") or []) or "none"
+                out.append(f"{where}: network {c.name!r}: congestion control `{c.congestion}` cannot be chosen in this "
+                           f"host's network namespace: the kernel allows only net.ipv4.tcp_allowed_congestion_control "
+                           f"({allowed}) there (add it to that sysctl in the root namespace)")
         missing = sorted(k for k, v in (facts.get("sysctls") or {}).items() if v is None)
         if missing:
             users = [c.name for c in configs if set(missing) & set(c.all_sysctls())]
             out.append(f"{where}: network {', '.join(map(repr, users))}: no sysctl {', '.join(missing)} on this host "
                        "(in its network namespace: a namespace has only its own net.* sysctls)")
+        readonly = sorted(facts.get("sysctls_readonly") or [])
+        if readonly and facts.get("euid") == 0:
+            out.append(f"{where}: sysctl {', '.join(readonly)} cannot be written on this host (in a network "
+                       "namespace the machine-wide ones, such as net.core.rmem_max, are read-only)")
         return out
 
     # ------------------------------------------------------------ apply / restore

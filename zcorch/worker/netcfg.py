@@ -100,10 +100,21 @@ def netns_id() -> int:
     return os.stat("/proc/self/ns/net").st_ino
 
 
+def in_init_netns() -> "Optional[bool]":
+    """Whether this is the machine's initial network namespace (None: cannot tell). Outside it the kernel
+    lets only net.ipv4.tcp_allowed_congestion_control be chosen as the default (EPERM otherwise)."""
+    try:
+        return os.stat("/proc/1/ns/net").st_ino == netns_id()
+    except OSError:
+        return None
+
+
 def _congestion() -> "Dict[str, Any]":
     avail = read_sysctl("net.ipv4.tcp_available_congestion_control")
+    allowed = read_sysctl("net.ipv4.tcp_allowed_congestion_control")
     return {"congestion": read_sysctl(CONGESTION),
-            "congestion_available": avail.split() if avail else []}
+            "congestion_available": avail.split() if avail else [],
+            "congestion_allowed": allowed.split() if allowed else [], "init_netns": in_init_netns()}
 
 
 def probe(peer: str, sysctls: "List[str]") -> "Dict[str, Any]":
@@ -116,6 +127,9 @@ def probe(peer: str, sysctls: "List[str]") -> "Dict[str, Any]":
         out["error"] = str(exc)
     out.update(_congestion())
     out["sysctls"] = {name: read_sysctl(name) for name in sysctls}
+    # In a network namespace the machine-wide ones (net.core.rmem_max...) are visible but read-only.
+    out["sysctls_readonly"] = [name for name in sysctls
+                               if out["sysctls"][name] is not None and not os.access(sysctl_path(name), os.W_OK)]
     return out
 
 
