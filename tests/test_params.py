@@ -31,7 +31,7 @@ CELL = {"send_mode": "sendfile", "recv_mode": "splice", "bytes": 3 * 2**20 + 5, 
         "window": 1 << 20, "subblocks": 3, "pipe_size": 1 << 18, "send_cpu": 0, "recv_cpu": 1, "gift": True,
         "fsync": True, "source": "/srv/in file", "sink": "/mnt/a dir/$(rm -rf)", "timeout": 12.5,
         "filesystem": "ext4-loop", "sink_state": "overwrite", "streams": 2, "send_cpus": "0,1", "recv_cpus": "1",
-        "uring_depth": 16, "tcp_maxseg": 4108, "sample_interval": 0.25}
+        "uring_depth": 16, "tcp_maxseg": 4108, "sample_interval": 0.25, "network": "jumbo"}
 
 
 def _yaml_value(key, value) -> str:
@@ -99,6 +99,8 @@ def test_defaults_and_every_written_value_pass_the_spec_and_come_back_equal():
         text = "name: t\nparams:\n" + "".join(f"  {k}: {_yaml_value(k, v)}\n" for k, v in values.items())
         if values["filesystem"]:
             text += "filesystems:\n  ext4-loop: {fs: ext4, loop: {size: 1GiB}}\n"
+        if values["network"]:
+            text += "allow_network_changes: true\nnetworks:\n  jumbo: {mtu: 9000}\n"
         assert parse_experiment(text).base_params() == values
 
 

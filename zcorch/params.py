@@ -45,7 +45,8 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
 
     kind: choice (one of `choices`), size (bytes > 0, at most `max`), int / cpu (an integer in
     [`min`, `max`]), bool, duration (seconds > 0), path (an absolute path, a placeholder path from
-    `placeholders`, or one of the words in `choices`), name (a filesystem name), cpus (a CPU list such as
+    `placeholders`, or one of the words in `choices`), name (the name of a `filesystems:` entry, or with
+    `noun` "network" of a `networks:` entry), cpus (a CPU list such as
     `0-3` or `0,2`, kept as the canonical text "0,1,2,3").
     side: which worker gets it ("send", "recv", "both"), or "controller" when no worker does (`flag` None).
     unset: None = a value is required; "auto" = `auto` or null mean the kernel's default (None);
@@ -142,6 +143,10 @@ PARAMS: "tuple[Param, ...]" = (
           "interval of the per-run samples (bytes, process and host CPU, TCP_INFO), kept for transfers that "
           "last at least 3 intervals; null = no samples", unit="s", unset="null", worker_absent="none",
           id_omit_default=True),
+    Param("network", "name", None, "controller", None,
+          "the name of an entry under `networks:` (MTU of the data link, congestion control, sysctls), applied "
+          "on both hosts for the cell and restored after; null leaves the hosts' network as it is",
+          unset="null", noun="network", id_omit_default=True),
 )
 
 _BY_KEY = {p.key: p for p in PARAMS}

@@ -14,7 +14,8 @@ one is merged. Excluded cells and (with `skip_invalid: true`) cells the worker c
 Order of runs: `sequential` (all repeats of a cell, then the next cell), `interleave` (repeat r of every
 cell before repeat r+1), `shuffle` (like interleave, but every round visits the cells in a fresh random
 order drawn from random.Random(seed) over the cells sorted by id, so the order depends only on the set of
-cells and the seed).
+cells and the seed). When cells differ in `network`, the runs of each network then run together (network
+outermost, in first-use order; the order above within each), so each configuration is applied once.
 
 The 100k-cell path avoids per-cell JSON and validation: axis values were validated once by the spec, the
 canonical text is joined from pre-rendered `"key":value` fragments, and the cell rules are memoised on the
@@ -323,6 +324,18 @@ def _member(value, accepted: list) -> bool:
 
 
 def _order_runs(exp: Experiment, cells: "list[Cell]") -> "list[Run]":
+    runs = _order_runs_ungrouped(exp, cells)
+    if len({c.params.get("network") for c in cells}) < 2:
+        return runs
+    # A network configuration is applied to both hosts once per group of runs (zcorch.provision.network):
+    # the runs of each `network` run together, groups in first-use order, each keeping the order above.
+    groups: "dict[object, list[Run]]" = {}
+    for run in runs:
+        groups.setdefault(run.params.get("network"), []).append(run)
+    return [run for group in groups.values() for run in group]
+
+
+def _order_runs_ungrouped(exp: Experiment, cells: "list[Cell]") -> "list[Run]":
     r = exp.repeats
     if exp.order == "sequential":
         return [Run(c.id, k, c.params) for c in cells for k in range(r)]
@@ -377,6 +390,10 @@ def _warnings(exp: Experiment, plan: Plan, ex_hits: "list[int]") -> "list[str]":
     for name in exp.filesystems:
         if name not in used:
             out.append(f"{exp.where(f'filesystems.{name}')}: filesystems.{name} is defined but no cell uses it")
+    used_nets = {c.params.get("network") for c in plan.cells}
+    for name in exp.networks:
+        if name not in used_nets:
+            out.append(f"{exp.where(f'networks.{name}')}: networks.{name} is defined but no cell uses it")
     for origin, cid in plan.merged:
         out.append(f"{exp.where(origin)}: {origin} is identical to cell {cid}; merged (run once per repeat)")
     return out

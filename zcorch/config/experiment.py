@@ -42,6 +42,7 @@ from zcorch.config.checks import dev_path as _dev_path
 from zcorch.config.filesystems import FilesystemConfig, device_list, parse_filesystems
 from zcorch.config.hosts import INVENTORY, LOCALHOST, Hosts, parse_hosts
 from zcorch.config.inventory import InventoryPair
+from zcorch.config.networks import NetworkConfig, parse_networks
 from zcorch.config.reference import METRIC_UNITS, Reference, parse_reference
 from zcorch.config.views import View, parse_report
 from zcorch.errors import WorkerError, ZcorchError
@@ -61,7 +62,8 @@ SIZE_PARAMS = SIZE_KEYS
 MAX_REPEATS = 10000
 MAX_RUNS = 1_000_000
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
-            "baselines", "filesystems", "skip_invalid", "allow_destroy", "reference", "report")
+            "baselines", "filesystems", "skip_invalid", "allow_destroy", "reference", "report", "networks",
+            "allow_network_changes")
 # A linked axis (matrix entry that is not a parameter) names a results column: not one zcorch has already.
 _AXIS_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 RESERVED_AXIS_NAMES = tuple(sorted({"cell", "repeat", "status", "reason", "started", "wall_s", "log", "sweep",
@@ -147,6 +149,15 @@ class Experiment:
     effective: Optional[str] = None         # with --hosts or --set: the document as run (YAML text); else None
     reference: Optional[Reference] = None   # the published study this experiment reproduces (config.reference)
     views: "tuple[View, ...]" = ()          # `report: {views: [...]}`: the report's declared views (config.views)
+    networks: "dict[str, NetworkConfig]" = field(default_factory=dict)  # `networks:` name -> configuration
+    allow_network_changes: bool = False     # the top-level opt-in: `networks:` may change both hosts (localhost too)
+
+    def network_allowed(self, role: str) -> bool:
+        """Whether a `networks:` entry may change `role`'s host: the top-level `allow_network_changes: true`,
+        or (remote hosts) the host's own `allow_network_changes: true` (hosts section or inventory)."""
+        if self.allow_network_changes:
+            return True
+        return not self.hosts.localhost and bool(self.hosts.spec(role).allow_network_changes)
 
     def effective_text(self) -> str:
         """The experiment as it runs: `text` itself, or with --hosts/--set the effective document."""
@@ -273,7 +284,8 @@ def _check_effective(exp: Experiment) -> None:
     """The effective document must read back to the experiment that runs (--resume and reports read it)."""
     again = parse_experiment(exp.effective or "", exp.path)
     fields_ = ("name", "description", "hosts", "params", "exclude", "include", "baselines", "filesystems",
-               "repeats", "order", "seed", "skip_invalid", "allow_destroy", "reference", "views")
+               "repeats", "order", "seed", "skip_invalid", "allow_destroy", "reference", "views", "networks",
+               "allow_network_changes")
     differ = [f for f in fields_ if getattr(again, f) != getattr(exp, f)]
     if [(a.key, a.values, a.labels) for a in again.matrix] != [(a.key, a.values, a.labels) for a in exp.matrix]:
         differ.append("matrix")
@@ -380,8 +392,8 @@ def _cpu_list(node: ys.YNode) -> str:
     return ",".join(str(c) for c in cpus or ())
 
 
-def _fs_name(node: ys.YNode) -> str:
-    text = ys.as_str(node, "a filesystem name")
+def _fs_name(node: ys.YNode, noun: str = "filesystem") -> str:
+    text = ys.as_str(node, f"a {noun} name")
     if not NAME_RE.match(text):
         raise ys.ValueProblem(f"`{text}` is not a valid name ({NAME_RULE})")
     return text
@@ -396,7 +408,7 @@ _KIND_PARSERS: "dict[str, Callable[[ys.YNode, Param], Any]]" = {
     "bool": lambda n, p: ys.as_bool(n),
     "duration": lambda n, p: _positive_duration(n),
     "path": _param_path,
-    "name": lambda n, p: _fs_name(n),
+    "name": lambda n, p: _fs_name(n, p.noun or "filesystem"),
     "cpus": lambda n, p: _cpu_list(n),
 }
 _UNSET_WRAPPERS = {None: lambda node, inner: inner(node), "auto": _auto_or, "null": _null_or}
@@ -425,6 +437,8 @@ class _Validator(Checker):
         self.given_hosts = hosts  # --hosts: replaces the file's `hosts:` (which is still checked)
         self.fs_refs: "list[tuple[ys.Pos, str, str]]" = []  # (pos, key path, name) to check once all are known
         self.fs_names: "list[str]" = []  # every entry under filesystems:, valid or not (for reference checks)
+        self.net_refs: "list[tuple[ys.Pos, str, str]]" = []   # the same for `network` values and networks:
+        self.net_names: "list[str]" = []
         self.allow_destroy: "tuple[str, ...]" = ()  # read before the parameters: the sink rule needs it
         self.linked: "list[Axis]" = []  # the matrix's linked axes (exclude entries may name them)
 
@@ -464,6 +478,13 @@ class _Validator(Checker):
             fs_node = get("filesystems")
             self.fs_names = list(fs_node.entries) if isinstance(fs_node, ys.YMap) else []
             filesystems = parse_filesystems(self, fs_node)
+        networks = {}
+        if "networks" in top:
+            net_node = get("networks")
+            self.net_names = list(net_node.entries) if isinstance(net_node, ys.YMap) else []
+            networks = parse_networks(self, net_node)
+        allow_net = self.value(get("allow_network_changes"), "allow_network_changes", ys.as_bool, False) \
+            if "allow_network_changes" in top else False
         params = self.params(get("params"), "params") if "params" in top else {}
         matrix = self.matrix(get("matrix")) if "matrix" in top else []
         self.linked = [a for a in matrix if a.linked]
@@ -492,12 +513,15 @@ class _Validator(Checker):
                 self.problem(pos, key, f"`{fs}` is not a filesystem defined under `filesystems:`"
                                        f"{suggest(fs, self.fs_names)} (defined: {defined})")
 
+        # (`hosts: inventory` without --hosts: the hosts are unknown, and that problem is already reported)
+        self._check_networks(hosts, allow_net, hosts_known=file_hosts is not None or self.given_hosts is not None)
+
         exp = Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
                          params=params, matrix=matrix, exclude=exclude, include=[], baselines=baselines,
                          filesystems=filesystems, repeats=repeats, order=order, seed=seed,
                          skip_invalid=skip_invalid, locations=dict(self.locations),
                          allow_destroy=self.allow_destroy, hosts_required=file_hosts is None,
-                         reference=reference, views=views)
+                         reference=reference, views=views, networks=networks, allow_network_changes=allow_net)
         base = exp.include_base()
         multi = {axis.key: axis for axis in matrix if len(axis.values) > 1}
         for i, (pos, entry) in enumerate(include_raw):
@@ -513,6 +537,33 @@ class _Validator(Checker):
             cell.update(entry)
             exp.include.append(cell)
         return exp
+
+    def _check_networks(self, hosts: Hosts, allow_all: bool, hosts_known: bool = True) -> None:
+        """`network` values name an entry of `networks:`, and the hosts let them change their network."""
+        used = False
+        for pos, key, net in self.net_refs:
+            if net is None:
+                continue
+            used = True
+            if net not in self.net_names:
+                defined = ", ".join(self.net_names) or "none: add a `networks:` section"
+                self.problem(pos, key, f"`{net}` is not a network defined under `networks:`"
+                                       f"{suggest(net, self.net_names)} (defined: {defined})")
+        if not used or allow_all or not hosts_known:
+            return
+        pos, key, _ = next(r for r in self.net_refs if r[2] is not None)
+        if hosts.localhost:
+            self.problem(pos, key, "a `network` changes the MTU of the loopback device and net.* sysctls, "
+                                   "which every program on this machine shares: allow it explicitly with "
+                                   "`allow_network_changes: true` at the top of the file (the values are "
+                                   "restored after the cells)")
+            return
+        refused = [r for r in ("sender", "receiver") if not hosts.spec(r).allow_network_changes]
+        if refused:
+            self.problem(pos, key, f"a `network` changes the data link's MTU and net.* sysctls on both hosts, "
+                                   f"but {' and '.join(refused)} ({', '.join(hosts.spec(r).ssh for r in refused)}) "
+                                   "did not allow it: add `allow_network_changes: true` to the host (hosts "
+                                   "section or inventory; `zcorch lab inventory` has it) or at the top of the file")
 
     @staticmethod
     def _name(node: ys.YNode) -> str:
@@ -535,6 +586,8 @@ class _Validator(Checker):
                 return _INVALID
         if key == "filesystem" and value is not _INVALID:
             self.fs_refs.append((node.pos, path, value))
+        if key == "network" and value is not _INVALID:
+            self.net_refs.append((node.pos, path, value))
         return value
 
     def params(self, node: ys.YNode, path: str) -> dict:

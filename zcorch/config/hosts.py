@@ -5,7 +5,7 @@
       sender:   {ssh: root@10.77.0.2, data_address: 10.78.0.2}
       receiver: {ssh: lab-receiver, data_address: 10.78.0.3, identity_file: ~/.ssh/id_ed25519,
                  known_hosts: ~/.ssh/known_hosts, ssh_config: ~/.ssh/config, python: python3,
-                 workdir: ~/.cache/zcorch}
+                 workdir: ~/.cache/zcorch, allow_network_changes: false}
 
 Every value reaches a remote command line or ssh, so each is checked syntactically here (an ssh target
 that ssh could read as an option, an interpreter with arguments ... are refused); later stages still pass
@@ -27,7 +27,8 @@ from zcorch.config.checks import Checker
 DEFAULT_WORKDIR = "~/.cache/zcorch"
 DEFAULT_PYTHON = "python3"
 HOST_ROLES = ("sender", "receiver")
-HOST_KEYS = ("ssh", "data_address", "identity_file", "known_hosts", "ssh_config", "python", "workdir")
+HOST_KEYS = ("ssh", "data_address", "identity_file", "known_hosts", "ssh_config", "python", "workdir",
+             "allow_network_changes")
 REQUIRED_HOST_KEYS = ("ssh", "data_address")
 
 _HOST_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
@@ -39,6 +40,11 @@ _PYTHON_RE = re.compile(r"^[A-Za-z0-9_./+-]+$")
 def fs_state_dir(workdir: str) -> str:
     """Where zcorch.provision.filesystems keeps its state files and mounts under a workdir."""
     return posixpath.join(workdir.rstrip("/") or "/", "fs")
+
+
+def net_state_dir(workdir: str) -> str:
+    """Where zcorch.provision.network records a host's previous network values under a workdir."""
+    return posixpath.join(workdir.rstrip("/") or "/", "net")
 
 
 def scratch_dir(workdir: str) -> str:
@@ -57,6 +63,9 @@ class HostSpec:
     ssh_config: Optional[str] = None
     python: str = DEFAULT_PYTHON          # the host's interpreter for the worker
     workdir: str = DEFAULT_WORKDIR        # deploy, {scratch} and filesystem state live under it
+    # The host's owner lets a `networks:` entry change its data link's MTU and its net.* sysctls (restored
+    # after): zcorch never changes a host's network without it (zcorch.provision.network).
+    allow_network_changes: Optional[bool] = None
 
     @property
     def fs_state_dir(self) -> str:
@@ -286,5 +295,6 @@ HOST_PARSERS = {
     "ssh_config": _local_file,
     "python": _python,
     "workdir": _workdir,
+    "allow_network_changes": ys.as_bool,
 }
 assert set(HOST_PARSERS) == set(HOST_KEYS)

@@ -54,6 +54,8 @@ class Recorded:
             words = [shlex.quote(a) for a in self.argv]
             if _action_index(self.argv) is not None and self.argv[1] == "-":
                 words.append("< zcorch/worker/remote.py")   # the module's text goes on stdin
+            elif _net_action_index(self.argv) is not None and self.argv[1] == "-":
+                words.append("< zcorch/worker/netcfg.py")
             if self.env:
                 words = ["env", *(shlex.quote(f"{k}={v}") for k, v in self.env.items()), *words]
             text = " ".join(words)
@@ -215,6 +217,20 @@ def _action_index(argv: Sequence[str]) -> Optional[int]:
         if a == "-m" and argv[i + 1] == "zcorch.worker.remote":
             return i + 2
     if len(argv) > 2 and argv[1] == "-" and argv[2] in _JOBS:
+        return 2
+    return None
+
+
+# zcorch.worker.netcfg's jobs (the data link's MTU and sysctls): answered with nothing (exit 0, no output).
+_NET_JOBS = ("probe", "state", "apply", "restore")
+
+
+def _net_action_index(argv: Sequence[str]) -> Optional[int]:
+    """Index of the job name in a zcorch.worker.netcfg command line (as _action_index for remote)."""
+    for i, a in enumerate(argv[:-2]):
+        if a == "-m" and argv[i + 1] == "zcorch.worker.netcfg":
+            return i + 2
+    if len(argv) > 2 and argv[1] == "-" and argv[2] in _NET_JOBS:
         return 2
     return None
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
-from zcorch.config.hosts import DEFAULT_WORKDIR, Hosts, fs_state_dir
+from zcorch.config.hosts import DEFAULT_WORKDIR, Hosts, fs_state_dir, net_state_dir
 from zcorch.errors import LabError
 from zcorch.hosts.local import LocalHost
 
@@ -40,6 +40,7 @@ DATA_MTU = 9000
 SSHD_START_TIMEOUT = 15.0
 # Where `zcorch run` keeps filesystem state on a host without a `workdir` (Hosts.fs_state_dir).
 FS_STATE_DIR = fs_state_dir(DEFAULT_WORKDIR)
+NET_STATE_DIR = net_state_dir(DEFAULT_WORKDIR)   # and the network state (zcorch.provision.network)
 
 # Inside the sshd's own mount namespace: private home and scratch, then sshd in the foreground.
 _SSHD_SCRIPT = ('mount --bind "$1" /root && mount --bind "$2" "$3" && '
@@ -147,9 +148,11 @@ class LabLayout:
     # -- what the user pastes ---------------------------------------------------------------
     def hosts_spec(self) -> Dict[str, dict]:
         """The `hosts:` block as plain data (what `zcorch lab up` prints and lab.json stores)."""
+        # allow_network_changes: a `networks:` entry may set the MTU of data0 (the veth `up` created) and the
+        # net.* sysctls of the host's own network namespace; both die with the namespace at `down`.
         return {h: {"ssh": f"root@{self.mgmt_address(h)}", "data_address": self.data_address(h),
                     "identity_file": self.identity_file, "known_hosts": self.known_hosts,
-                    "ssh_config": self.ssh_config} for h in HOSTS}
+                    "ssh_config": self.ssh_config, "allow_network_changes": True} for h in HOSTS}
 
     def hosts(self) -> Hosts:
         """The same block validated, as `zcorch.hosts.ssh.open_hosts` takes it."""
@@ -469,7 +472,7 @@ def down(layout: LabLayout, keep_keys: bool = False) -> dict:
     """Remove every trace of the lab (idempotent, works after a crash). Returns what was removed."""
     _require_root()
     removed: dict = {"processes": [], "netns": [], "links": [], "mounts": [], "state": None,
-                     "filesystems": [], "filesystem_errors": []}
+                     "filesystems": [], "filesystem_errors": [], "network": [], "network_errors": []}
     namespaces = [ns for ns in list_netns() if ns.startswith(layout.ns_prefix)]
     # Loops, mounts and md arrays a killed `zcorch run` left on a host live in (or hang off) that
     # host's namespaces: undo them from inside, while its sshd (and so its mount namespace) lives.
@@ -477,6 +480,7 @@ def down(layout: LabLayout, keep_keys: bool = False) -> dict:
         pid = _read_pid(layout.sshd_pidfile(h))
         if layout.ns(h) in namespaces and _alive(pid) and _is_lab_sshd(pid, layout, h):
             _cleanup_filesystems(NamespaceHost(h, pid), removed)
+            _restore_network(NamespaceHost(h, pid), removed)
     for ns in namespaces:
         removed["processes"] += _kill_netns(ns)
     for h in HOSTS:  # an sshd that escaped its netns listing (e.g. netns already gone)
@@ -541,6 +545,21 @@ def _cleanup_filesystems(host: "NamespaceHost", removed: dict) -> None:
         removed["filesystem_errors"].append(str(exc))
         return
     removed["filesystems"] += [f"{host.name}: {u}" for u in undone]
+
+
+def _restore_network(host: "NamespaceHost", removed: dict) -> None:
+    """What a killed `zcorch run` changed with a `networks:` entry, put back from the default state dir
+    (`~/.cache/zcorch/net`). Deleting the namespace right after discards data0 and every net.* sysctl of
+    the namespace anyway (they are per namespace); restoring first also clears the state file, so nothing
+    stale is left for a lab that keeps its state (`down --keep-keys`)."""
+    from zcorch.config.hosts import DEFAULT_PYTHON
+    from zcorch.errors import ZcorchError
+    from zcorch.provision.network import restore_state
+
+    try:  # the host's own python3, as a sweep's (the controller's may live under /root, hidden there)
+        removed["network"] += restore_state(host, DEFAULT_PYTHON, NET_STATE_DIR)
+    except ZcorchError as exc:
+        removed["network_errors"].append(str(exc))
 
 
 def _remove(path: str) -> None:

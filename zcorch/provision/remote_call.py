@@ -22,13 +22,15 @@ from typing import Dict, List, Optional
 import zcorch
 from zcorch.config.hosts import DEFAULT_PYTHON
 from zcorch.hosts.local import CommandResult, Host
-from zcorch.worker import remote
+from zcorch.worker import netcfg, remote
 
 # Localhost imports the module from the package this controller runs (what PYTHONPATH must name).
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(zcorch.__file__)))
 MODULE = "zcorch.worker.remote"
+# The host-side modules (stdlib-only, one file each): zcorch.worker.netcfg configures the data link.
+MODULES = {MODULE: remote, "zcorch.worker.netcfg": netcfg}
 
-_source: Optional[str] = None
+_sources: Dict[str, str] = {}
 
 
 def host_python(host: Host) -> str:
@@ -38,12 +40,11 @@ def host_python(host: Host) -> str:
     return host.spec.python if host.spec else DEFAULT_PYTHON
 
 
-def _module_source() -> str:
-    global _source
-    if _source is None:
-        with open(remote.__file__, encoding="utf-8") as f:
-            _source = f.read()
-    return _source
+def _module_source(module: str = MODULE) -> str:
+    if module not in _sources:
+        with open(MODULES[module].__file__, encoding="utf-8") as f:
+            _sources[module] = f.read()
+    return _sources[module]
 
 
 @dataclass(frozen=True)
@@ -53,25 +54,28 @@ class RemoteCommand:
     argv: List[str]
     env: Optional[Dict[str, str]] = None
     input: Optional[str] = None
+    module: str = MODULE
 
     def display(self) -> str:
         """The command for logs and --dry-run (the module fed on stdin is named, not copied)."""
-        return shlex.join(self.argv) + (f" < {MODULE.replace('.', '/')}.py" if self.input is not None else "")
+        return shlex.join(self.argv) + (f" < {self.module.replace('.', '/')}.py" if self.input is not None else "")
 
 
-def remote_command(host: Host, action: str, *args: object, python: Optional[str] = None) -> RemoteCommand:
-    """The command that runs `zcorch.worker.remote ACTION ARGS...` on `host` with `python` (default: the host's)."""
+def remote_command(host: Host, action: str, *args: object, python: Optional[str] = None,
+                   module: str = MODULE) -> RemoteCommand:
+    """The command that runs `MODULE ACTION ARGS...` (a module of MODULES, default zcorch.worker.remote) on
+    `host` with `python` (default: the host's)."""
     python = python or host_python(host)
     tail = [action, *[str(a) for a in args]]
     if host.is_local:
-        return RemoteCommand([python, "-m", MODULE, *tail], env={"PYTHONPATH": PACKAGE_PARENT})
-    return RemoteCommand([python, "-", *tail], input=_module_source())
+        return RemoteCommand([python, "-m", module, *tail], env={"PYTHONPATH": PACKAGE_PARENT}, module=module)
+    return RemoteCommand([python, "-", *tail], input=_module_source(module), module=module)
 
 
 def run_remote(host: Host, action: str, *args: object, timeout: float = 60.0,
-               python: Optional[str] = None) -> CommandResult:
+               python: Optional[str] = None, module: str = MODULE) -> CommandResult:
     """Run one action on `host` to completion. Exit 127 means the interpreter was not found there."""
-    cmd = remote_command(host, action, *args, python=python)
+    cmd = remote_command(host, action, *args, python=python, module=module)
     return host.run(cmd.argv, timeout=timeout, env=cmd.env, input=cmd.input)
 
 

@@ -2,7 +2,7 @@
 
 Stages, in order: load and plan the experiment; open the result set (new, or --resume); open the hosts;
 preflight + deploy the worker; resolve `{scratch}`; host metadata (meta.json); the copy-cost calibration
-per host (meta.json hosts.<role>.calibration); filesystem preflight;
+per host (meta.json hosts.<role>.calibration); filesystem preflight; network preflight;
 iperf3 baselines; lay out missing source files; the runs (the dd baseline before the first run in each
 sink directory, filesystems provisioned around their runs); finish. The library never prints:
 progress, messages and warnings go to a `SweepObserver`; the caller shows the returned `SweepResult`.
@@ -46,10 +46,13 @@ STAGES: Tuple[Tuple[str, str], ...] = (
     ("metadata", "host metadata for meta.json"),
     ("calibrate", "copy-cost calibration per host (memcpy, page fault, system call) for meta.json"),
     ("filesystems", "filesystem preflight (and a killed sweep's leftovers undone)"),
+    ("network", "network preflight: opt-in, root, the data link and sysctls on both hosts (a killed sweep's "
+                "changes restored)"),
     ("iperf3", "iperf3 baselines"),
     ("sources", "lay out missing source files (only files that do not exist)"),
     ("runs", "the runs (dd baseline before the first run in each sink directory; filesystems provisioned "
-             "before their first run, removed after their last)"),
+             "before their first run, removed after their last; each network applied before its group of "
+             "runs, restored after)"),
     ("finish", "finish the result set"),
 )
 _TITLES = dict(STAGES)
@@ -410,6 +413,42 @@ def _record_filesystems(rs: Any, meta: Dict[str, Any], fsman: Any, names: Any, w
         warnings.append(f"could not record the filesystem descriptions in meta.json: {exc}")
 
 
+# ---------------------------------------------------------------------------------------------
+# Networks
+
+def _networks_used(plan_runs: List[dict]) -> List[str]:
+    """Names of the `networks:` entries some run of the plan uses, in first-use order."""
+    return list(dict.fromkeys(r["params"]["network"] for r in plan_runs if r["params"].get("network")))
+
+
+def _network_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str], dry_run: bool,
+                     observer: SweepObserver):
+    """zcorch.provision.network's manager for both hosts when some cell has a `network` (else None)."""
+    if not used:
+        return None
+    from zcorch.provision.network import NetworkManager
+
+    for role in ("sender", "receiver"):   # load time checked it already; never change a host without it
+        if not exp.network_allowed(role):
+            raise PreflightError(f"{sweep.hosts[role].name}: the hosts did not allow network changes "
+                                 "(allow_network_changes)")
+    netman = NetworkManager(sweep.hosts, sweep.python, exp.networks, exp.hosts, dry_run=dry_run,
+                            log=observer.message)
+    problems = netman.preflight(used)
+    warnings += netman.warnings
+    if problems:
+        raise PreflightError("network preflight failed:\n  " + "\n  ".join(problems))
+    return netman
+
+
+def _record_networks(rs: Any, meta: Dict[str, Any], netman: Any, names: List[str], warnings: List[str]) -> None:
+    try:
+        meta["networks"] = {name: netman.describe(name) for name in names}
+        rs.write_meta(meta, keep_previous=False)
+    except ZcorchError as exc:
+        warnings.append(f"could not record the network descriptions in meta.json: {exc}")
+
+
 class _ObservedRunner(Runner):
     """The Runner, telling the observer when each run begins (the dry run heads its commands with it)."""
 
@@ -472,6 +511,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
 
     sweep = None
     fsman = None
+    netman = None
     meta: Dict[str, Any] = {}
     warnings: List[str] = []
     recorded: List[Recorded] = []
@@ -494,6 +534,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         rs.write_meta(meta, keep_previous=False)
         observer.stage("filesystems", _TITLES["filesystems"])
         fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer)
+        observer.stage("network", _TITLES["network"])
+        netman = _network_manager(exp, sweep, warnings, _networks_used(plan_runs), dry_run, observer)
         observer.stage("iperf3", _TITLES["iperf3"])
         _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
         observer.stage("sources", _TITLES["sources"])
@@ -512,7 +554,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
                                  sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
                                  progress=observer.run_done, before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
                                  source_errors=source_errors, scratch=scratch_dirs, observer=observer,
-                                 allow_device_sinks=exp.allow_destroy)
+                                 allow_device_sinks=exp.allow_destroy, netman=netman)
         outcome = runner.run_sweep(plan_runs, skip)
         warnings += runner.warnings
     except KeyboardInterrupt:
@@ -526,6 +568,12 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     finally:
         # Also after Ctrl-C or an error: the configurations provisioned so far are described in meta.json,
         # so the report can still show them next to the runs that were kept.
+        if netman is not None:
+            try:  # the runner restores on its way out; this covers an exit before the runs started
+                netman.teardown_all()
+            except ZcorchError as exc:
+                warnings.append(f"network not restored: {exc}")
+            _record_networks(rs, meta, netman, _networks_used(plan_runs), warnings)
         if fsman is not None:
             _record_filesystems(rs, meta, fsman, exp.filesystems, warnings)
             if fsman.lease:

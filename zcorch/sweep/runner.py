@@ -10,6 +10,12 @@ Filesystem hook (zcorch.provision.filesystems, provided by the caller as `fsman`
 using filesystem X, `fsman.ensure(X) -> mountpoint`; after its last run, `fsman.release(X)`; on
 any exit, `fsman.teardown_all()`. `{filesystem}` in `sink` is replaced by the mountpoint.
 
+Network hook (zcorch.provision.network, `netman`): before a run whose `network` differs from the one
+applied, `netman.ensure(X)` (which restores the previous one first; a null `network` restores the hosts);
+each record of a run with a network gets `"network"`: netman.run_facts() (the effective MTU, congestion
+control and sysctls per role); on any exit, `netman.teardown_all()`. A network that cannot be applied
+records its runs failed unrun, like a filesystem that cannot be provisioned.
+
 `{scratch}` (zcorch.provision.scratch): `scratch={"sender": dir, "receiver": dir}` (resolved by the caller before the
 sweep) replaces it in the workers' `source`/`sink` only; the record's `params` keep it as written, the
 workers' applied params (in their metrics) show the path.
@@ -138,13 +144,15 @@ class Runner:
                  on_event: Optional[Callable[..., None]] = None,
                  before_directory: Optional[Callable[[Optional[str], str], None]] = None,
                  source_errors: Optional[Dict[str, str]] = None,
-                 scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = ()):
+                 scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = (),
+                 netman: Any = None):
         self.sender, self.receiver = sender, receiver
         self.sender_worker, self.receiver_worker = list(sender_worker), list(receiver_worker)
         self.results = results
         self.allow_device_sinks = frozenset(allow_device_sinks)   # the experiment's `allow_destroy:`
         self.worker_env = worker_env or {}
         self.fsman = fsman
+        self.netman = netman      # zcorch.provision.network.NetworkManager, or None (no `networks:`)
         self.margin = margin
         self.failure_grace = 3.0
         self.default_timeout = default_timeout
@@ -346,6 +354,8 @@ class Runner:
         if walls and status == "ok":
             # Controller cost of this run: process start-up, ready handshake, result collection.
             rec["overhead_s"] = round(wall - max(walls) / 1e9, 6)
+        if params.get("network") and self.netman is not None:
+            rec["network"] = self.netman.run_facts()
         if status == "ok":
             rec.update(self._host_facts(cell, repeat, send, recv))
         return rec
@@ -406,11 +416,16 @@ class Runner:
                 last_use[params["filesystem"]] = i
         mounted: Dict[str, str] = {}
         fs_errors: Dict[str, str] = {}
+        net_errors: Dict[str, str] = {}
         try:
             for i, (cell, repeat, params) in enumerate(todo):
                 source = scratchmod.resolve_params(params, self.scratch).get("source")
                 if source in self.source_errors:
                     self._record_unrun(cell, repeat, params, self.source_errors[source], outcome, len(todo))
+                    continue
+                error = self._ensure_net(params.get("network"), net_errors)
+                if error is not None:
+                    self._record_unrun(cell, repeat, params, error, outcome, len(todo))
                     continue
                 fs = params.get("filesystem")
                 mountpoint = None
@@ -442,7 +457,32 @@ class Runner:
                     self.fsman.teardown_all()
                 except ZcorchError as exc:
                     self.warnings.append(str(exc))
+            if self.netman is not None:
+                try:
+                    self.netman.teardown_all()
+                except ZcorchError as exc:
+                    self.warnings.append(f"network not restored: {exc}")
         return outcome
+
+    def _ensure_net(self, net: Optional[str], net_errors: dict) -> Optional[str]:
+        """Apply `net` (None: restore the hosts) unless it is the one applied; why its run cannot run, or None."""
+        if self.netman is None:
+            return f"network {net!r}: no network manager available to apply it" if net else None
+        if net is None:
+            if self.netman.current is not None:
+                try:
+                    self.netman.restore()
+                except ZcorchError as exc:
+                    net_errors[None] = f"the hosts' network could not be restored: {exc}"
+            return net_errors.get(None)
+        if net in net_errors:
+            return net_errors[net]
+        try:
+            self.netman.ensure(net)
+        except ZcorchError as exc:
+            net_errors[net] = f"network {net!r} could not be applied: {exc}"
+            return net_errors[net]
+        return None
 
     def _unreachable(self) -> Optional[str]:
         """After a run that did not succeed: why a remote host no longer answers (None: both do)."""

@@ -1,0 +1,142 @@
+"""The `networks:` section: named network configurations of the data link (zcorch.provision.network applies them).
+
+    networks:
+      mtu1500: {mtu: 1500}
+      jumbo:   {mtu: 9000, congestion: cubic}
+      bigbuf:  {sysctls: {net.core.rmem_max: 67108864, net.ipv4.tcp_rmem: "4096 131072 67108864"}}
+
+Keys of an entry (at least one): `mtu` (68..65535: the MTU of the data link on both hosts, the interface
+carrying the route to the other host's data address), `congestion` (the host-wide TCP congestion control,
+i.e. the sysctl net.ipv4.tcp_congestion_control, on both hosts), `sysctls` (a mapping of `net.*` sysctl
+names to values: an integer, or a string of words such as "4096 131072 67108864"; written to
+/proc/sys/... on both hosts). The `network` parameter picks an entry per cell; null leaves the hosts alone.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+from zcorch.config import checks
+from zcorch.config import yamlsrc as ys
+from zcorch.config.checks import Checker
+
+NET_KEYS = ("mtu", "congestion", "sysctls")
+MTU_MIN, MTU_MAX = 68, 65535          # IPv4's minimum MTU; the largest an interface's u16 MTU field takes
+CONGESTION_SYSCTL = "net.ipv4.tcp_congestion_control"
+# The kernel's congestion control names: TCP_CA_NAME_MAX is 16 bytes with the NUL (reno, cubic, bbr, dctcp...).
+_CONGESTION_RE = re.compile(r"^[a-z][a-z0-9_]{0,14}$")
+# Only the network stack's sysctls: they are what the studies tuned, and in a network namespace (the lab)
+# they belong to it. Dotted words of letters, digits, `_` and `-` (interface names in net.ipv4.conf.X.*).
+SYSCTL_RE = re.compile(r"^net(\.[A-Za-z0-9_-]+)+$")
+# A value: words of printable characters without quotes, shell or path characters ("4096 87380 6291456").
+_VALUE_RE = re.compile(r"^[A-Za-z0-9_.:,+-]+( [A-Za-z0-9_.:,+-]+)*$")
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    """One entry: the MTU (None: left as it is) and the sysctls to set, congestion included, in file order."""
+
+    name: str
+    mtu: Optional[int] = None
+    congestion: Optional[str] = None
+    sysctls: "tuple[tuple[str, str], ...]" = ()    # the `sysctls:` entries, values as written to /proc/sys
+
+    def all_sysctls(self) -> "dict[str, str]":
+        """Every sysctl the entry sets (congestion as net.ipv4.tcp_congestion_control last)."""
+        out = dict(self.sysctls)
+        if self.congestion is not None:
+            out[CONGESTION_SYSCTL] = self.congestion
+        return out
+
+    def spec(self) -> dict:
+        """What the host module (zcorch.worker.netcfg apply) gets."""
+        return {"name": self.name, "mtu": self.mtu, "sysctls": self.all_sysctls()}
+
+    def requested(self) -> dict:
+        return {"mtu": self.mtu, "congestion": self.congestion, "sysctls": dict(self.sysctls)}
+
+
+def networks_from_mapping(data: Mapping, path: str = "<networks>") -> "dict[str, NetworkConfig]":
+    """Validate plain data ({name: entry}) through the file's parser; ConfigError if bad."""
+    return checks.parse_data("networks", data, parse_networks, path)
+
+
+def parse_networks(chk: Checker, node: ys.YNode) -> "dict[str, NetworkConfig]":
+    """The `networks:` node -> {name: config} of the valid entries; problems go to `chk`."""
+    out: "dict[str, NetworkConfig]" = {}
+    if checks.is_null(node):
+        return out
+    if not isinstance(node, ys.YMap):
+        chk.problem(node.pos, "networks", f"expected a mapping name -> configuration, got {ys.describe(node)}")
+        return out
+    for name, (kpos, child) in node.entries.items():
+        path = f"networks.{name}"
+        chk.locations[path] = kpos
+        n_problems = len(chk.problems)
+        if not checks.NAME_RE.match(name):
+            chk.problem(kpos, path, f"`{name}` is not a valid name ({checks.NAME_RULE})")
+        conf = _entry(chk, child, path, name)
+        if conf is not None and len(chk.problems) == n_problems:
+            out[name] = conf
+    return out
+
+
+def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[NetworkConfig]:
+    fields = chk.mapping(node, path, NET_KEYS, "network keys")
+    if not isinstance(node, ys.YMap):
+        return None
+    if not node.entries:
+        chk.problem(node.pos, path, "empty configuration: give `mtu`, `congestion` or `sysctls` (leave the "
+                                    "hosts as they are with `network: null`)")
+        return None
+    n_problems = len(chk.problems)
+    mtu = congestion = None
+    if "mtu" in fields:
+        mtu = chk.value(fields["mtu"][1], f"{path}.mtu", lambda n: checks.int_range(n, MTU_MIN, MTU_MAX), None)
+    if "congestion" in fields:
+        congestion = chk.value(fields["congestion"][1], f"{path}.congestion", _congestion, None)
+    sysctls: "list[tuple[str, str]]" = []
+    if "sysctls" in fields:
+        snode = fields["sysctls"][1]
+        if not isinstance(snode, ys.YMap) or not snode.entries:
+            chk.problem(snode.pos, f"{path}.sysctls", "expected a mapping of sysctl names to values "
+                                                      f"(e.g. {{net.core.rmem_max: 67108864}}), got {ys.describe(snode)}")
+        else:
+            for key, (kpos, vnode) in snode.entries.items():
+                kpath = f"{path}.sysctls.{key}"
+                if not SYSCTL_RE.match(key) or ".." in key:
+                    chk.problem(kpos, kpath, f"`{key}`: only the network stack's sysctls may be set, dotted names "
+                                             "starting with `net.` (e.g. net.ipv4.tcp_rmem)")
+                    continue
+                if key == CONGESTION_SYSCTL and congestion is not None:
+                    chk.problem(kpos, kpath, f"`{key}` is what `congestion` sets: give it once")
+                    continue
+                value = chk.value(vnode, kpath, _sysctl_value, None)
+                if value is not None:
+                    sysctls.append((key, value))
+    if len(chk.problems) != n_problems:
+        return None
+    return NetworkConfig(name=name, mtu=mtu, congestion=congestion, sysctls=tuple(sysctls))
+
+
+def _congestion(node: ys.YNode) -> str:
+    text = ys.as_str(node, "a congestion control name")
+    if not _CONGESTION_RE.match(text):
+        raise ys.ValueProblem(f"`{text}` is not a congestion control name (lower-case letters, digits and `_`, "
+                              "at most 15, as in /proc/sys/net/ipv4/tcp_available_congestion_control: reno, "
+                              "cubic, bbr...)")
+    return text
+
+
+def _sysctl_value(node: ys.YNode) -> str:
+    """An integer (not a boolean) or a string of words, as /proc/sys shows it; returned as text."""
+    if not isinstance(node, ys.YScalar) or node.is_null:
+        raise ys.ValueProblem(f"expected an integer or a string, got {ys.describe(node)}")
+    if node.plain and node.tag.endswith(":bool"):
+        raise ys.ValueProblem(f"`{node.text}` reads as a boolean: write 1 or 0 (or quote it)")
+    text = " ".join(node.text.split())
+    if not _VALUE_RE.match(text):
+        raise ys.ValueProblem(f"`{node.text}`: a sysctl value is an integer or words of letters, digits and "
+                              "`_ . : , + -` separated by spaces (no quotes, slashes or shell characters)")
+    return text

@@ -1,0 +1,298 @@
+"""Network configurations as a matrix axis: applied to both hosts around their runs, always restored.
+
+The `networks:` section names configurations (zcorch.config.networks: mtu, congestion, sysctls); the
+`network` parameter picks one per cell (null: the hosts are left as they are). The plan runs the cells of
+one network together (zcorch.plan), so each is applied once per group::
+
+    netman = NetworkManager(hosts, python, configs, exp.hosts, dry_run=False, log=print)
+    problems = netman.preflight(names)    # opt-in, root, the data link, sysctls and congestion controls exist;
+                                          # a killed sweep's leftovers are restored first (warnings)
+    facts = netman.ensure("jumbo")        # restores the previous configuration, applies this one
+    netman.run_facts()                    # what each run record's "network" says: mtu, congestion, sysctls
+    netman.restore()                      # the hosts as they were (also teardown_all(), on every exit path)
+
+Everything on a host runs through zcorch.worker.netcfg with the host's own python (argv, no shell):
+the *data link* is the interface of the route to the other host's data address (`ip -j route get`), on
+localhost `lo`. Before the first change the host module writes the previous MTU and each sysctl's old
+value to `<workdir>/net/zcorch-net-<netns inode>.json`, so a controller killed at any moment leaves what
+the next run (preflight) or `zcorch lab down` need to put the values back.
+
+Safety: nothing is changed unless the hosts' owner allowed it (Experiment.network_allowed, checked at
+load time; preflight checks again), and only as root (preflight refuses otherwise, before any run).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import time
+import uuid
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+from zcorch.config.hosts import Hosts, net_state_dir
+from zcorch.config.networks import CONGESTION_SYSCTL, NetworkConfig
+from zcorch.errors import HostError, PreflightError
+from zcorch.hosts.local import Host
+from zcorch.provision.remote_call import remote_command, remote_json, run_remote
+
+MODULE = "zcorch.worker.netcfg"
+Log = Callable[[str], None]
+ACTIVE_TOKENS: set = set()   # managers alive in this process (their state is never "stale" to us)
+
+
+def _noop(_msg: str) -> None:
+    pass
+
+
+def owner_alive(owner: Any) -> bool:
+    """True if a state file's owner is a live controller on this machine (not ours to restore)."""
+    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+        return False
+    if owner["pid"] == os.getpid():
+        return owner.get("token") in ACTIVE_TOKENS
+    try:
+        os.kill(owner["pid"], 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Target:
+    """One host the configuration is applied to: both roles on localhost, else sender and receiver."""
+
+    def __init__(self, roles: List[str], host: Host, python: str, peer: str, state_dir: str):
+        self.roles, self.host, self.python, self.peer, self.state_dir = roles, host, python, peer, state_dir
+        self.applied = False
+        self.facts: Dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+
+def _call(t: _Target, action: str, *args: object, what: str) -> Dict[str, Any]:
+    res = run_remote(t.host, action, *args, python=t.python, module=MODULE, timeout=60.0)
+    doc = remote_json(res)
+    if not res.ok or doc is None and action != "state":
+        raise HostError(f"{t.name}: {what} failed: {(res.stderr or res.stdout).strip() or f'exit {res.returncode}'}")
+    return doc or {}
+
+
+def restore_state(host: Host, python: str, state_dir: str, log: Log = _noop) -> List[str]:
+    """Restore what a state file in `state_dir` on `host` records (a killed sweep's leftovers, any owner).
+    Returns what was restored; HostError if something could not be."""
+    t = _Target([], host, python, "", state_dir)
+    res = run_remote(host, "restore", state_dir, python=python, module=MODULE)
+    doc = remote_json(res)
+    if not res.ok or doc is None:
+        raise HostError(f"{t.name}: restoring the network state in {state_dir} failed: "
+                        f"{(res.stderr or res.stdout).strip()}")
+    if doc.get("errors"):
+        raise HostError(f"{t.name}: network restore incomplete (state kept in {state_dir}): "
+                        f"{'; '.join(doc['errors'])}")
+    for line in doc.get("restored", []):
+        log(f"[{host.name}] restored {line}")
+    return [f"{host.name}: {line}" for line in doc.get("restored", [])]
+
+
+class NetworkManager:
+    """Applies `networks:` entries to the data link of both hosts and restores them (module docstring)."""
+
+    def __init__(self, hosts: Dict[str, Host], python: Dict[str, str], configs: Dict[str, NetworkConfig],
+                 spec: Hosts, dry_run: bool = False, log: Log = _noop):
+        self.configs, self.dry_run, self.log = configs, dry_run, log
+        self.token = uuid.uuid4().hex[:16]
+        self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
+                      "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        s, r = hosts["sender"], hosts["receiver"]
+        if s is r:
+            self.targets = [_Target(["sender", "receiver"], r, python["receiver"], r.data_address,
+                                    net_state_dir(spec.workdir("receiver")))]
+        else:
+            self.targets = [_Target(["sender"], s, python["sender"], r.data_address,
+                                    net_state_dir(spec.workdir("sender"))),
+                            _Target(["receiver"], r, python["receiver"], s.data_address,
+                                    net_state_dir(spec.workdir("receiver")))]
+        self.current: Optional[str] = None
+        self._descriptions: Dict[str, dict] = {}
+        self.warnings: List[str] = []
+
+    def _config(self, name: str) -> NetworkConfig:
+        try:
+            return self.configs[name]
+        except KeyError:
+            raise HostError(f"network {name!r} is not defined under `networks:`") from None
+
+    # ------------------------------------------------------------ preflight
+
+    def preflight(self, names: Iterable[str]) -> List[str]:
+        """Problems that would stop the configurations `names` from being applied (empty: all can be).
+        A dead controller's leftovers are restored first (self.warnings say what)."""
+        configs = [self._config(n) for n in dict.fromkeys(names)]
+        if not configs or self.dry_run:
+            return []
+        ACTIVE_TOKENS.add(self.token)
+        problems: List[str] = []
+        sysctls = sorted({k for c in configs for k in c.all_sysctls()} - {CONGESTION_SYSCTL})
+        for t in self.targets:
+            try:
+                state = _call(t, "state", t.state_dir, what="reading the network state file")
+                if state:
+                    if owner_alive(state.get("owner")):
+                        problems.append(f"{t.name}: another sweep (pid {state['owner'].get('pid')}) has changed this "
+                                        f"host's network ({state.get('name')!r}); wait for it to end")
+                        continue
+                    self.warnings += [f"restored a previous controller's network leftover on {u}"
+                                      for u in restore_state(t.host, t.python, t.state_dir, self.log)]
+                facts = _call(t, "probe", t.peer, *sysctls, what="probing the data link")
+            except HostError as exc:
+                problems.append(str(exc))
+                continue
+            problems += self._probe_problems(t, facts, configs)
+        return problems
+
+    def _probe_problems(self, t: _Target, facts: Dict[str, Any], configs: List[NetworkConfig]) -> List[str]:
+        where = f"{t.name}"
+        out = []
+        if facts.get("euid") != 0:
+            out.append(f"{where}: changing the network (networks: {', '.join(c.name for c in configs)}) needs root "
+                       f"on this host (it runs as uid {facts.get('euid')}): connect as root")
+        if facts.get("error"):
+            out.append(f"{where}: cannot find the data link to {t.peer}: {facts['error']}")
+            return out
+        dev = facts.get("interface")
+        lo, hi = facts.get("min_mtu"), facts.get("max_mtu")
+        for c in configs:
+            if c.mtu is None:
+                continue
+            if isinstance(hi, int) and hi > 0 and c.mtu > hi or isinstance(lo, int) and c.mtu < lo:  # 0: no limit
+                out.append(f"{where}: network {c.name!r}: mtu {c.mtu} is outside what {dev} takes ({lo}..{hi})")
+        for c in configs:
+            if c.congestion is not None and c.congestion not in (facts.get("congestion_available") or []):
+                avail = " ".join(facts.get("congestion_available") or []) or "none listed"
+                out.append(f"{where}: network {c.name!r}: congestion control `{c.congestion}` is not available "
+                           f"(net.ipv4.tcp_available_congestion_control: {avail}; `modprobe tcp_{c.congestion}` "
+                           "loads it if the kernel has it)")
+            elif (c.congestion is not None and facts.get("init_netns") is False
+                  and c.congestion not in (facts.get("congestion_allowed") or [])):
+                allowed = " ".join(facts.get("congestion_allowed") or []) or "none"
+                out.append(f"{where}: network {c.name!r}: congestion control `{c.congestion}` cannot be chosen in this "
+                           f"host's network namespace: the kernel allows only net.ipv4.tcp_allowed_congestion_control "
+                           f"({allowed}) there (add it to that sysctl in the root namespace)")
+        missing = sorted(k for k, v in (facts.get("sysctls") or {}).items() if v is None)
+        if missing:
+            users = [c.name for c in configs if set(missing) & set(c.all_sysctls())]
+            out.append(f"{where}: network {', '.join(map(repr, users))}: no sysctl {', '.join(missing)} on this host "
+                       "(in its network namespace: a namespace has only its own net.* sysctls)")
+        readonly = sorted(facts.get("sysctls_readonly") or [])
+        if readonly and facts.get("euid") == 0:
+            out.append(f"{where}: sysctl {', '.join(readonly)} cannot be written on this host (in a network "
+                       "namespace the machine-wide ones, such as net.core.rmem_max, are read-only)")
+        return out
+
+    # ------------------------------------------------------------ apply / restore
+
+    def _say(self, t: _Target, action: str, *args: object) -> None:
+        cmd = remote_command(t.host, action, *args, python=t.python, module=MODULE)
+        self.log(f"[{t.name}] {'(dry run) ' if self.dry_run else ''}{cmd.display()}")
+
+    def commands(self, name: str) -> List[str]:
+        """What applying `name` does on each host, in words (dry run, meta.json)."""
+        c = self._config(name)
+        out = []
+        for t in self.targets:
+            link = f"<data link to {t.peer}>"
+            if c.mtu is not None:
+                out.append(f"[{t.name}] ip link set dev {link} mtu {c.mtu}")
+            for k, v in c.all_sysctls().items():
+                out.append(f"[{t.name}] write {shlex.quote(v)} to /proc/sys/{k.replace('.', '/')}")
+        return out
+
+    def ensure(self, name: str) -> Dict[str, Any]:
+        """Apply `name` on every host (restoring the previous configuration first); the effective values."""
+        if self.current == name:
+            return self.run_facts()
+        if self.current is not None:
+            self.restore()
+        c = self._config(name)
+        ACTIVE_TOKENS.add(self.token)
+        spec, owner = json.dumps(c.spec()), json.dumps(self.owner)
+        if self.dry_run:
+            for line in self.commands(name):
+                self.log(f"(dry run) {line}")
+        try:
+            for t in self.targets:
+                t.applied = True   # before the call: a failure half-way leaves a state file to restore from
+                if self.dry_run:   # the recording host shows the command; nothing runs
+                    run_remote(t.host, "apply", t.state_dir, t.peer, spec, owner, python=t.python, module=MODULE)
+                    t.facts = {"interface": None, "mtu": c.mtu, "congestion": c.congestion,
+                               "sysctls": c.all_sysctls()}
+                    continue
+                self._say(t, "apply", t.state_dir, t.peer, spec, owner)
+                doc = _call(t, "apply", t.state_dir, t.peer, spec, owner, what=f"applying network {name!r}")
+                t.facts = {k: doc.get(k) for k in ("interface", "kind", "mtu", "congestion", "sysctls")}
+        except BaseException as exc:  # also Ctrl-C: never leave a half-applied configuration behind
+            self.current = name
+            try:
+                self.restore()
+            except HostError as again:
+                if isinstance(exc, HostError):
+                    raise HostError(f"{exc} (restoring failed too: {again})") from exc
+            raise
+        self.current = name
+        self._descriptions[name] = {"name": name, **c.requested(), "applied": not self.dry_run,
+                                    "hosts": {role: dict(t.facts) for t in self.targets for role in t.roles}}
+        return self.run_facts()
+
+    def run_facts(self) -> Dict[str, Any]:
+        """The record's "network": {"name", "sender": {interface, kind, mtu, congestion, sysctls}, "receiver"}."""
+        if self.current is None:
+            return {}
+        out: Dict[str, Any] = {"name": self.current}
+        for t in self.targets:
+            for role in t.roles:
+                out[role] = dict(t.facts)
+        return out
+
+    def restore(self) -> None:
+        """The hosts' network as it was before ensure(); HostError names what could not be restored (the
+        state file stays for the next run / `zcorch lab down`)."""
+        errors = []
+        for t in reversed(self.targets):
+            if not t.applied:
+                continue
+            if self.dry_run:
+                run_remote(t.host, "restore", t.state_dir, python=t.python, module=MODULE)
+                t.applied = False
+                continue
+            self._say(t, "restore", t.state_dir)
+            try:
+                restore_state(t.host, t.python, t.state_dir, self.log)
+                t.applied = False
+                t.facts = {}
+            except HostError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise HostError("; ".join(errors))
+        self.current = None
+
+    def teardown_all(self) -> None:
+        """restore(), for every exit path (idempotent)."""
+        try:
+            self.restore()
+        finally:
+            if not any(t.applied for t in self.targets):
+                ACTIVE_TOKENS.discard(self.token)
+
+    # ------------------------------------------------------------ description
+
+    def describe(self, name: str) -> dict:
+        """What meta.json records for `name`: the settings asked for and, once applied, the effective values
+        per role (data link, its kind and MTU, congestion control, each sysctl)."""
+        if name in self._descriptions:
+            return dict(self._descriptions[name])
+        c = self._config(name)
+        return {"name": name, **c.requested(), "applied": False, "commands": self.commands(name)}

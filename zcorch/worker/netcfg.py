@@ -1,0 +1,278 @@
+"""Network configuration of a host's data link, run on the host with its own python: probe, apply, restore.
+
+    python -m zcorch.worker.netcfg ACTION ARGS...      (localhost: the controller's own package)
+    python - ACTION ARGS... < zcorch/worker/netcfg.py   (remote hosts: this file's text on stdin)
+
+Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
+    probe PEER [SYSCTL...]          -> JSON: euid, netns, the data link (the interface of the route to PEER,
+                                       `ip -j route get PEER`), its MTU and kind, the congestion controls,
+                                       each SYSCTL's value (null when the host has no such file)
+    state STATE_DIR                 -> JSON: this network namespace's state file (null without one)
+    apply STATE_DIR PEER SPEC OWNER -> JSON: the effective values after applying SPEC
+                                       ({"name", "mtu": int|null, "sysctls": {name: value}})
+    restore STATE_DIR               -> JSON {"restored": [...], "errors": [...]}: the recorded values back
+
+The state file (`STATE_DIR/zcorch-net-<netns inode>.json`, mode 0600) records the data link's MTU and
+every sysctl's previous value *before* anything changes, so a controller killed at any moment leaves what
+`restore` (the next run, `zcorch lab down`) needs. One per network namespace: interfaces and `net.*`
+sysctls belong to a namespace, so two lab hosts sharing a directory never share a file.
+
+Sysctls are written as files under /proc/sys (no `sysctl` program, no shell); the MTU is set with
+`ip link set dev IF mtu N` (argv). Only `net.` names are accepted here too (the controller checks first).
+
+Stdlib-only and imports nothing from zcorch, like zcorch.worker.remote (it is fed to the host's
+interpreter as a plain file). No `typing` at run time; annotations are strings.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any, Dict, List, Optional, Tuple
+
+STATE_PREFIX = "zcorch-net-"
+FORMAT = "zcorch-net-state"
+CONGESTION = "net.ipv4.tcp_congestion_control"
+SYSCTL_RE = re.compile(r"^net(\.[A-Za-z0-9_-]+)+$")
+
+
+class ActionError(Exception):
+    """A job that cannot be done: main() prints the message on stderr and exits 1."""
+
+
+def sysctl_path(name: str) -> str:
+    """/proc/sys/net/ipv4/tcp_rmem of `net.ipv4.tcp_rmem` (only `net.` names: anything else is refused)."""
+    if not SYSCTL_RE.match(name):
+        raise ActionError(f"{name!r} is not a net.* sysctl name")
+    return "/proc/sys/" + name.replace(".", "/")
+
+
+def read_sysctl(name: str) -> "Optional[str]":
+    """The value with its whitespace collapsed (`4096 131072 6291456`), None when the file does not exist."""
+    try:
+        with open(sysctl_path(name)) as f:
+            return " ".join(f.read().split())
+    except FileNotFoundError:
+        return None
+
+
+def write_sysctl(name: str, value: str) -> None:
+    with open(sysctl_path(name), "w") as f:
+        f.write(str(value) + "\n")
+
+
+def _ip(argv: "List[str]") -> str:
+    try:
+        p = subprocess.run(["ip", *argv], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ActionError(f"ip {' '.join(argv)}: {exc}") from None
+    if p.returncode != 0:
+        raise ActionError(f"ip {' '.join(argv)} exited {p.returncode}: {p.stderr.strip()[:300]}")
+    return p.stdout
+
+
+def data_link(peer: str) -> str:
+    """The interface carrying the route to `peer` (lo for a local address)."""
+    routes = json.loads(_ip(["-j", "route", "get", peer]) or "[]")
+    dev = routes[0].get("dev") if routes else None
+    if not dev:
+        raise ActionError(f"no route to {peer} (ip -j route get {peer})")
+    return dev
+
+
+def link_facts(dev: str) -> "Dict[str, Any]":
+    """{"ifindex", "mtu", "kind", "min_mtu", "max_mtu"}: kind = the link's type (veth, bridge...), loopback, or device."""
+    links = json.loads(_ip(["-j", "-d", "link", "show", "dev", dev]) or "[]")
+    link = links[0] if links else {}
+    kind = (link.get("linkinfo") or {}).get("info_kind")
+    if link.get("link_type") == "loopback":
+        kind = "loopback"
+    return {"ifindex": link.get("ifindex"), "mtu": link.get("mtu"), "kind": kind or "device",
+            "min_mtu": link.get("min_mtu"), "max_mtu": link.get("max_mtu")}
+
+
+def netns_id() -> int:
+    """The inode of this process's network namespace: one state file per namespace."""
+    return os.stat("/proc/self/ns/net").st_ino
+
+
+def in_init_netns() -> "Optional[bool]":
+    """Whether this is the machine's initial network namespace (None: cannot tell). Outside it the kernel
+    lets only net.ipv4.tcp_allowed_congestion_control be chosen as the default (EPERM otherwise)."""
+    try:
+        return os.stat("/proc/1/ns/net").st_ino == netns_id()
+    except OSError:
+        return None
+
+
+def _congestion() -> "Dict[str, Any]":
+    avail = read_sysctl("net.ipv4.tcp_available_congestion_control")
+    allowed = read_sysctl("net.ipv4.tcp_allowed_congestion_control")
+    return {"congestion": read_sysctl(CONGESTION),
+            "congestion_available": avail.split() if avail else [],
+            "congestion_allowed": allowed.split() if allowed else [], "init_netns": in_init_netns()}
+
+
+def probe(peer: str, sysctls: "List[str]") -> "Dict[str, Any]":
+    out: "Dict[str, Any]" = {"euid": os.geteuid(), "netns": netns_id(), "interface": None, "mtu": None,
+                             "kind": None, "error": None}
+    try:
+        out["interface"] = data_link(peer)
+        out.update({k: v for k, v in link_facts(out["interface"]).items() if k != "ifindex"})
+    except (ActionError, ValueError) as exc:
+        out["error"] = str(exc)
+    out.update(_congestion())
+    out["sysctls"] = {name: read_sysctl(name) for name in sysctls}
+    # In a network namespace the machine-wide ones (net.core.rmem_max...) are visible but read-only.
+    out["sysctls_readonly"] = [name for name in sysctls
+                               if out["sysctls"][name] is not None and not os.access(sysctl_path(name), os.W_OK)]
+    return out
+
+
+# -- state file ---------------------------------------------------------------------------------
+
+def state_path(state_dir: str) -> str:
+    return os.path.join(os.path.expanduser(state_dir), f"{STATE_PREFIX}{netns_id()}.json")
+
+
+def read_state(state_dir: str) -> "Optional[Dict[str, Any]]":
+    try:
+        with open(state_path(state_dir)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise ActionError(f"{state_path(state_dir)}: unreadable state file ({exc}); check and remove it") from None
+
+
+def _write_state(path: str, data: "Dict[str, Any]") -> None:
+    """Atomically (temp file, fsync, rename), mode 0600, in a directory only this user can change."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    st = os.stat(directory)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ActionError(f"{directory} is not this user's private directory (owner uid {st.st_uid}, mode "
+                          f"{st.st_mode & 0o7777:04o}): refusing to keep network state there")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.rename(tmp, path)
+
+
+def apply(state_dir: str, peer: str, spec: "Dict[str, Any]", owner: "Dict[str, Any]") -> "Dict[str, Any]":
+    """Record the previous values, then set the MTU of the data link and the sysctls. On any failure what
+    was changed is put back (and the state file removed) before the error is raised."""
+    path = state_path(state_dir)
+    if os.path.exists(path):
+        raise ActionError(f"{path} exists: a previous configuration is still applied (restore it first)")
+    sysctls = {str(k): str(v) for k, v in (spec.get("sysctls") or {}).items()}
+    dev = data_link(peer)
+    link = link_facts(dev)
+    old: "Dict[str, Optional[str]]" = {}
+    for name in sysctls:
+        old[name] = read_sysctl(name)
+        if old[name] is None:
+            raise ActionError(f"this host has no sysctl {name} ({sysctl_path(name)} does not exist in its "
+                              "network namespace)")
+    mtu = spec.get("mtu")
+    data = {"format": FORMAT, "version": 1, "name": spec.get("name"), "owner": owner, "netns": netns_id(),
+            "interface": dev, "ifindex": link["ifindex"], "mtu": link["mtu"] if mtu is not None else None,
+            "sysctls": old}
+    _write_state(path, data)     # before the first change: a kill from here on leaves what restore needs
+    try:
+        if mtu is not None and int(mtu) != link["mtu"]:
+            _ip(["link", "set", "dev", dev, "mtu", str(int(mtu))])
+        for name, value in sysctls.items():
+            try:
+                write_sysctl(name, value)
+            except OSError as exc:
+                raise ActionError(f"cannot set {name} to {value!r}: {exc.strerror or exc}") from None
+    except BaseException:
+        restore(state_dir)
+        raise
+    return effective(dev, list(sysctls))
+
+
+def effective(dev: str, sysctls: "List[str]") -> "Dict[str, Any]":
+    facts = link_facts(dev)
+    return {"interface": dev, "mtu": facts["mtu"], "kind": facts["kind"], **_congestion(),
+            "sysctls": {name: read_sysctl(name) for name in sysctls}}
+
+
+def restore(state_dir: str) -> "Dict[str, Any]":
+    """Put back what this namespace's state file records, newest change first; remove the file when all is
+    back. A link that is gone (or another link now has its name) is skipped: nothing else is touched."""
+    data = read_state(state_dir)
+    out: "Dict[str, Any]" = {"restored": [], "errors": []}
+    if data is None:
+        return out
+    for name, value in reversed(list((data.get("sysctls") or {}).items())):
+        if value is None:
+            continue
+        try:
+            if read_sysctl(name) != value:
+                write_sysctl(name, value)
+                out["restored"].append(f"{name} = {value}")
+        except (OSError, ActionError) as exc:
+            out["errors"].append(f"{name}: {getattr(exc, 'strerror', None) or exc}")
+    dev, mtu = data.get("interface"), data.get("mtu")
+    if isinstance(dev, str) and isinstance(mtu, int):
+        try:
+            facts = link_facts(dev)
+        except (ActionError, ValueError):
+            facts = None        # the link is gone (a lab torn down): nothing to restore there
+        if facts is not None and facts["ifindex"] == data.get("ifindex") and facts["mtu"] != mtu:
+            try:
+                _ip(["link", "set", "dev", dev, "mtu", str(mtu)])
+                out["restored"].append(f"{dev} mtu {mtu}")
+            except ActionError as exc:
+                out["errors"].append(str(exc))
+    if not out["errors"]:
+        os.unlink(state_path(state_dir))
+    return out
+
+
+# -- command line -------------------------------------------------------------------------------
+
+def _print_json(doc: "Any") -> int:
+    print(json.dumps(doc))
+    return 0
+
+
+ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Any]]" = {
+    "probe": ("PEER [SYSCTL...]", 1, None, lambda a: _print_json(probe(a[0], a[1:]))),
+    "state": ("STATE_DIR", 1, 1, lambda a: _print_json(read_state(a[0]))),
+    "apply": ("STATE_DIR PEER SPEC OWNER", 4, 4,
+              lambda a: _print_json(apply(a[0], a[1], json.loads(a[2]), json.loads(a[3])))),
+    "restore": ("STATE_DIR", 1, 1, lambda a: _print_json(restore(a[0]))),
+}
+
+
+def main(argv: "Optional[List[str]]" = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in ACTIONS:
+        sys.stderr.write("usage: python -m zcorch.worker.netcfg ACTION ARGS...\n" + "".join(
+            f"  {n} {s[0]}\n" for n, s in ACTIONS.items()))
+        return 2
+    name, rest = args[0], args[1:]
+    usage, least, most, handler = ACTIONS[name]
+    if len(rest) < least or (most is not None and len(rest) > most):
+        sys.stderr.write(f"{name}: usage: {name} {usage}\n")
+        return 2
+    try:
+        return handler(rest)
+    except (ActionError, OSError, ValueError) as exc:
+        sys.stderr.write(f"{name}: {exc}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
