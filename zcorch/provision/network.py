@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from zcorch.config.hosts import Hosts, net_state_dir
 from zcorch.config.networks import CONGESTION_SYSCTL, NetworkConfig
-from zcorch.errors import HostError, PreflightError
+from zcorch.errors import HostError
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import remote_command, remote_json, run_remote
 
