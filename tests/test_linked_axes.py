@@ -207,3 +207,7 @@ def test_a_localhost_run_has_the_axis_column_its_view_and_integer_cpus(tmp_path,
     cpus = {v for row in cells.rows for v in row[3:5]}
     assert cpus == {"none", "0", "1"}  # integers, never 0.0, though the column holds NaN and floats
     assert df["send_cpu"].dtype.kind == "f"  # (pandas made the column float: the labels must not show it)
+    # the end-of-run summary names the axis and its labels as `zcorch plan` does
+    head, *rows = result.summary().splitlines()[:1 + len(plan.cells)]
+    assert head.split()[:2] == ["cell", "pinning"]
+    assert sum("same CPU" in r for r in rows) == len({c.params["send_mode"] for c in plan.cells})

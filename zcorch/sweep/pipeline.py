@@ -106,10 +106,11 @@ class SweepResult:
     baselines: List[dict]
     warnings: List[str] = field(default_factory=list)
     recorded: List[Recorded] = field(default_factory=list)   # dry run: every command, in order
+    linked: Tuple = ()               # the linked axes whose label varies (zcorch.config.experiment.Axis)
 
     def summary(self) -> str:
         """The end-of-run table (zcorch.sweep.summary.summary_table)."""
-        return summary_table(self.plan_runs, self.records, self.varying, self.baselines)
+        return summary_table(self.plan_runs, self.records, self.varying, self.baselines, self.linked)
 
 
 def _load(path: str, overrides: Sequence[str] = (), hosts: Optional[InventoryPair] = None,
@@ -600,4 +601,4 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     return SweepResult(status=outcome.status, exit_status=exit_status, dry_run=dry_run,
                        result_dir=None if dry_run else rs.dir, plan_runs=plan_runs,
                        varying=tuple(plan.varying or ("send_mode", "recv_mode")), records=records,
-                       baselines=rs.baselines(), warnings=warnings, recorded=recorded)
+                       baselines=rs.baselines(), warnings=warnings, recorded=recorded, linked=tuple(plan.linked))

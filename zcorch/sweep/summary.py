@@ -21,8 +21,9 @@ def _host_cpu(m: dict):
 
 
 def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[str] = ("send_mode", "recv_mode"),
-                  baselines: Sequence[dict] = ()) -> str:
-    """The end-of-run table: per cell its varying parameters, median throughput (as the receiver saw
+                  baselines: Sequence[dict] = (), linked: Sequence = ()) -> str:
+    """The end-of-run table: per cell the labels of its linked axes (`linked`: zcorch.config.experiment.Axis,
+    as `zcorch plan` shows them) and its varying parameters, median throughput (as the receiver saw
     it), median CPU seconds per GiB on each side in both views (the worker process's own CPU, and the
     whole machine's busy CPU over the transfer), ok/failed and the zero-copy verdict of its ok runs;
     then a legend and one line per baseline."""
@@ -53,10 +54,11 @@ def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[
                                  sum(r["receiver"].get("zc_recv_copied") or 0 for r in ok))
         failed = sum(1 for r in recs if r and r["status"] != "ok")
         params = runs[0]["params"]
-        rows.append([cell, *(format_value(k, params.get(k)) for k in varying), _median(gbit),
+        rows.append([cell, *(a.label_of(params) for a in linked), *(format_value(k, params.get(k)) for k in varying),
+                     _median(gbit),
                      _median(proc[0]), _median(proc[1]), _median(host[0]), _median(host[1]), f"{len(ok)}/{failed}",
                      verdict])
-    head = ["cell", *varying, "Gbit/s", "send proc-CPU", "recv proc-CPU", "send host-CPU", "recv host-CPU",
+    head = ["cell", *(a.key for a in linked), *varying, "Gbit/s", "send proc-CPU", "recv proc-CPU", "send host-CPU", "recv host-CPU",
             "ok/failed", "zero-copy"]
     lines = text_table(head, rows)
     lines.append("CPU in seconds per GiB moved: proc = the worker process's own CPU (rusage); host = the whole "
