@@ -170,8 +170,14 @@ def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> float:
 
     iperf3: the plain (not -Z) tests, those of the cell's buffer and window when there are some; dd: those
     of the cell's filesystem when there are some."""
+    vals = own_baseline_values(baselines, kind, cell)
+    return float(np.median(vals)) if len(vals) else math.nan
+
+
+def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list[float]":
+    """The Gbit/s of the ok records own_baseline takes the median of."""
     if baselines is None or baselines.empty:
-        return math.nan
+        return []
     rows = baselines[(baselines["kind"] == kind) & (baselines["status"] == OK)]
     if kind == "iperf3" and "key_zerocopy" in rows:
         rows = rows[~rows["key_zerocopy"].fillna(False).astype(bool)]
@@ -183,8 +189,7 @@ def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> float:
             same = rows[rows[col].map(lambda v: format_value(key, v)) == format_value(key, want)]
             if len(same):
                 rows = same
-    vals = pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()
-    return float(vals.median()) if len(vals) else math.nan
+    return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()]
 
 
 # ---------------------------------------------------------------- figures and claims
@@ -312,9 +317,12 @@ def baseline_table(ref: Reference, baselines: pd.DataFrame) -> "list[list[str]]"
     for b in ref.baselines:
         lo, hi = b.value.to("Gbit/s")
         study = f"{b.value}" + (f" = {show_range(lo, hi, 'Gbit/s')}" if b.value.unit != "Gbit/s" else "")
-        ours = own_baseline(baselines, b.kind, {})
+        vals = own_baseline_values(baselines, b.kind, {})
+        ours = float(np.median(vals)) if vals else math.nan
+        spread = (f" (median of {len(vals)}: {show_range(min(vals), max(vals), 'Gbit/s')})"
+                  if len(vals) > 1 and min(vals) < max(vals) else "")
         out.append([_BASELINE_WORDS[b.kind], study, b.command or "–",
-                    f"{show(ours, 'Gbit/s')} = {show(convert(ours, 'Gbit/s', 'MB/s'), 'MB/s')}"
+                    f"{show(ours, 'Gbit/s')} = {show(convert(ours, 'Gbit/s', 'MB/s'), 'MB/s')}{spread}"
                     if np.isfinite(ours) else "not measured"])
     return out
 
