@@ -196,7 +196,7 @@ def test_run_iperf3_waits_for_a_port_another_sweep_holds(monkeypatch):
     holder.bind(("127.0.0.1", 0))
     holder.listen()
     port = holder.getsockname()[1]
-    monkeypatch.setattr(bl, "_free_local_port", lambda address: port)
+    monkeypatch.setattr(bl, "free_local_port", lambda address: port)
     threading.Timer(2.0, holder.close).start()
     h = LocalHost()
     t0 = time.monotonic()
@@ -208,7 +208,7 @@ def test_run_iperf3_waits_for_a_port_another_sweep_holds(monkeypatch):
     blocker = socket.socket()
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
-    monkeypatch.setattr(bl, "_free_local_port", lambda address: blocker.getsockname()[1])
+    monkeypatch.setattr(bl, "free_local_port", lambda address: blocker.getsockname()[1])
     monkeypatch.setattr(bl, "IPERF3_BUSY_WAIT", 0.0)
     try:
         rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": 65536, "zerocopy": False})

@@ -29,12 +29,20 @@ import pandas as pd
 
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import CI, summarize
-from zcorch.config.reference import EXTENSIVE_METRICS, METRIC_UNITS, RATE_METRICS, Claim, Figure, Match, Reference
+from zcorch.config.reference import (COMMAND_KIND_PREFIX, EXTENSIVE_METRICS, METRIC_UNITS, RATE_METRICS, Claim, Figure,
+                                     Match, Reference)
 from zcorch.params import format_value, side_value
 from zcorch.units import convert, unit_dimension
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
 _BASELINE_WORDS = {"iperf3": "iperf3", "dd_write": "dd write", "dd_read": "dd read"}
+
+
+def baseline_word(kind: str) -> str:
+    """How a baseline kind reads in a table: `dd write`, or `nc (command)` for `command:nc`."""
+    if kind.startswith(COMMAND_KIND_PREFIX):
+        return f"{kind[len(COMMAND_KIND_PREFIX):]} (command)"
+    return _BASELINE_WORDS.get(kind, kind)
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,11 @@ def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list
     """The Gbit/s of the ok records own_baseline takes the median of."""
     if baselines is None or baselines.empty:
         return []
+    if kind.startswith(COMMAND_KIND_PREFIX):  # a command baseline: the records of that command
+        rows = baselines[(baselines["kind"] == "command") & (baselines["status"] == OK)]
+        name = kind[len(COMMAND_KIND_PREFIX):]
+        rows = rows[rows["key_name"] == name] if "key_name" in rows else rows.iloc[0:0]
+        return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()]
     rows = baselines[(baselines["kind"] == kind) & (baselines["status"] == OK)]
     if kind == "iperf3" and "key_zerocopy" in rows:
         rows = rows[~rows["key_zerocopy"].fillna(False).astype(bool)]
@@ -274,7 +287,7 @@ CLAIM_HEADER = ["claim (published finding)", "condition", "verdict", "evidence"]
 
 
 def _norm_text(low: float, high: float, kind: Optional[str]) -> str:
-    word = _BASELINE_WORDS.get(kind or "", kind or "")
+    word = baseline_word(kind or "")
     if not (np.isfinite(low) and np.isfinite(high)):
         return "–"
     return f"{_ratio(low)} × {word}" if abs(low - high) < 0.005 else f"{_ratio(low)}–{_ratio(high)} × {word}"
@@ -289,10 +302,10 @@ def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
         if kind is None:
             ours = "–"
         elif not np.isfinite(r.measured_baseline):
-            ours = f"no {_BASELINE_WORDS[kind]} baseline in this run"
+            ours = f"no {baseline_word(kind)} baseline in this run"
         else:
             ours = (f"{_norm_text(r.measured_norm, r.measured_norm, kind)} "
-                    f"({_BASELINE_WORDS[kind]} {show(r.measured_baseline, 'Gbit/s')})")
+                    f"({baseline_word(kind)} {show(r.measured_baseline, 'Gbit/s')})")
         ratio = _ratio(r.ratio)
         if r.per_byte:
             ratio = f"{ratio} per byte" if np.isfinite(r.ratio) else "– (a total: the study's bytes are not given)"
@@ -321,7 +334,7 @@ def baseline_table(ref: Reference, baselines: pd.DataFrame) -> "list[list[str]]"
         ours = float(np.median(vals)) if vals else math.nan
         spread = (f" (median of {len(vals)}: {show_range(min(vals), max(vals), 'Gbit/s')})"
                   if len(vals) > 1 and min(vals) < max(vals) else "")
-        out.append([_BASELINE_WORDS[b.kind], study, b.command or "–",
+        out.append([baseline_word(b.kind), study, b.command or "–",
                     f"{show(ours, 'Gbit/s')} = {show(convert(ours, 'Gbit/s', 'MB/s'), 'MB/s')}{spread}"
                     if np.isfinite(ours) else "not measured"])
     return out

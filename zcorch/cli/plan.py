@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from dataclasses import asdict
 
@@ -89,6 +90,10 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     lines.append("baselines: " + "; ".join(
         f"{kind} " + (", ".join(f"{k}={_baseline_value(k, v)}" for k, v in asdict(conf).items()) if conf else "off")
         for kind, conf in exp.baselines.kinds()))
+    for cmd in exp.baselines.commands:  # argv as written: the placeholders are filled on the hosts
+        lines.append(f"baseline command {cmd.name} (x{cmd.repeats}): receiver `{shlex.join(cmd.receiver)}`"
+                     f"{' > {sink}' if cmd.stdout == 'sink' else ''}; sender `{shlex.join(cmd.sender)}`"
+                     f"{' < {source}' if cmd.stdin == 'source' else ''}")
     if exp.reference is not None:
         src = exp.reference.source
         cite = ", ".join(x for x in (src.author, f"\"{src.title}\"", src.date) if x)

@@ -4,13 +4,27 @@
       iperf3: {duration: 2s, per: pair, omit: 0}     # `per: sweep` = once; `pair` = per (window, buffer)
       dd: {bs: 1MiB, count: 64, scratch: "{scratch}"}  # count may be size-like (512k blocks)
     baselines: false                # neither; `iperf3: false` / `dd: false` turn one off
+    baselines:
+      commands:                     # the user's own transfer commands, timed like the others
+        - name: nc
+          receiver: [nc, -l, "{port}"]                 # argv lists: never a shell string
+          sender: [nc, -N, "{address}", "{port}"]
+          stdin: source             # the sender's stdin is the source file; stdout: sink = the receiver's
+          stdout: sink              #   stdout goes into the sink file
+          bytes: 1GiB               # default: the largest `bytes` of the cells
+          repeats: 3                # default 1
+          timeout: 5m               # default 10m
 
-`Baselines.iperf3` / `.dd` are None when that kind is off.
+`Baselines.iperf3` / `.dd` are None when that kind is off; `.commands` is a tuple of CommandBaseline.
+Placeholders in a command's argv: {address} (the receiver's data address), {port} (a free port on the
+receiver), {source} (a file on the sender the sweep lays out with `bytes` of the mem pattern, in the
+scratch directory), {sink} (a file on the receiver's scratch directory, removed after each run), {bytes}.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 from zcorch.config import checks
 from zcorch.params import INT_MAX
@@ -41,10 +55,37 @@ class DdBaseline:
     scratch: str = SCRATCH_PLACEHOLDER
 
 
+COMMAND_PLACEHOLDERS = ("address", "port", "source", "sink", "bytes")
+COMMAND_STDIN = ("source",)
+COMMAND_STDOUT = ("sink",)
+_PLACEHOLDER_RE = re.compile(r"\{([^{}]*)\}")
+_COMMAND_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,39}$")
+
+
+@dataclass(frozen=True)
+class CommandBaseline:
+    """A user's transfer command pair (sender, receiver argv with placeholders), timed like iperf3/dd."""
+
+    name: str
+    sender: Tuple[str, ...]
+    receiver: Tuple[str, ...]
+    stdin: Optional[str] = None       # "source": the sender's stdin is the laid-out source file
+    stdout: Optional[str] = None      # "sink": the receiver's stdout goes into the sink file
+    bytes: Optional[int] = None       # None: the largest `bytes` of the cells
+    repeats: int = 1
+    timeout: float = 600.0
+
+    def uses(self, placeholder: str) -> bool:
+        """Whether an argv item names `{placeholder}`, or stdin/stdout wires it."""
+        wired = {"source": self.stdin == "source", "sink": self.stdout == "sink"}.get(placeholder, False)
+        return wired or any("{" + placeholder + "}" in a for a in self.sender + self.receiver)
+
+
 @dataclass(frozen=True)
 class Baselines:
     iperf3: Optional[Iperf3Baseline] = Iperf3Baseline()
     dd: Optional[DdBaseline] = DdBaseline()
+    commands: Tuple[CommandBaseline, ...] = ()
 
     def kinds(self) -> "list[tuple[str, Any]]":
         """[("iperf3", Iperf3Baseline | None), ("dd", DdBaseline | None)], in file order."""
@@ -58,6 +99,79 @@ class Baselines:
 
 BASELINES_OFF = Baselines(iperf3=None, dd=None)
 _KINDS = {"iperf3": Iperf3Baseline, "dd": DdBaseline}
+_SECTION_KEYS = (*_KINDS, "commands")
+
+
+def _argv(node: ys.YNode) -> Tuple[str, ...]:
+    """A command as an argv list of strings (numbers are taken as written); placeholders checked."""
+    if not isinstance(node, ys.YSeq) or not node.items:
+        raise ys.ValueProblem(f"expected a non-empty list of arguments (argv, never a shell string), "
+                              f"got {ys.describe(node)}")
+    out = []
+    for item in node.items:
+        if not isinstance(item, ys.YScalar) or item.is_null:
+            raise ys.ValueProblem(f"every argument must be a string, got {ys.describe(item)}")
+        checks.check_no_control(item.text, "argument")
+        for name in _PLACEHOLDER_RE.findall(item.text):
+            if name not in COMMAND_PLACEHOLDERS:
+                raise ys.ValueProblem(f"unknown placeholder `{{{name}}}` in `{item.text}`{checks.suggest(name, COMMAND_PLACEHOLDERS)} "
+                                      f"(expected {', '.join('{' + p + '}' for p in COMMAND_PLACEHOLDERS)})")
+        if _PLACEHOLDER_RE.sub("", item.text).count("{") or _PLACEHOLDER_RE.sub("", item.text).count("}"):
+            raise ys.ValueProblem(f"unbalanced brace in `{item.text}`")
+        out.append(item.text)
+    return tuple(out)
+
+
+def _command_name(node: ys.YNode) -> str:
+    text = ys.as_str(node, "a name")
+    if not _COMMAND_NAME_RE.match(text):
+        raise ys.ValueProblem(f"`{text}` is not a valid command baseline name (a letter, then up to 39 "
+                              "letters, digits, `_`, `.` or `-`)")
+    return text
+
+
+_COMMAND_PARSERS = {
+    "name": _command_name,
+    "sender": _argv,
+    "receiver": _argv,
+    "stdin": lambda n: checks.choice(n, COMMAND_STDIN, "stdin (the sender's)"),
+    "stdout": lambda n: checks.choice(n, COMMAND_STDOUT, "stdout (the receiver's)"),
+    "bytes": lambda n: checks.positive_size(n, DD_MAX_BYTES),
+    "repeats": lambda n: checks.int_range(n, 1, 100),
+    "timeout": checks.positive_duration,
+}
+assert set(_COMMAND_PARSERS) == {f.name for f in fields(CommandBaseline)}
+
+
+def _parse_commands(chk: Checker, node: ys.YNode) -> Tuple[CommandBaseline, ...]:
+    if not isinstance(node, ys.YSeq):
+        chk.problem(node.pos, "baselines.commands", f"expected a list of commands, got {ys.describe(node)}")
+        return ()
+    out, seen = [], set()
+    for i, item in enumerate(node.items):
+        path = f"baselines.commands[{i}]"
+        values = {}
+        for key, (_, v) in chk.mapping(item, path, tuple(_COMMAND_PARSERS), "command baseline settings").items():
+            val = chk.value(v, f"{path}.{key}", _COMMAND_PARSERS[key], None)
+            if val is not None:
+                values[key] = val
+        if not isinstance(item, ys.YMap):
+            continue
+        missing = [k for k in ("name", "sender", "receiver") if k not in item.entries]
+        if missing:
+            chk.problem(item.pos, path, f"missing {', '.join(f'`{k}`' for k in missing)}")
+            continue
+        if not {"name", "sender", "receiver"} <= set(values):
+            continue  # already reported
+        if values["name"] in seen:
+            chk.problem(item.entries["name"][1].pos, f"{path}.name", f"`{values['name']}` is used twice")
+        seen.add(values["name"])
+        cmd = CommandBaseline(**values)
+        if "{port}" not in " ".join(cmd.receiver) + " ".join(cmd.sender):
+            chk.problem(item.pos, path, "neither command names `{port}`: the receiver must listen on the port "
+                                        "zcorch picks (it waits for it before starting the sender)")
+        out.append(cmd)
+    return tuple(out)
 
 
 def _dd_count(node: ys.YNode) -> int:
@@ -99,10 +213,13 @@ def parse_baselines(chk: Checker, node: "ys.YNode | None") -> Baselines:
     assert node is not None
     if checks.is_off(node):
         return BASELINES_OFF
-    out = {kind: cls() for kind, cls in _KINDS.items()}
-    for kind, (_, child) in chk.mapping(node, "baselines", tuple(_KINDS), "baseline kinds").items():
+    out: "dict[str, Any]" = {kind: cls() for kind, cls in _KINDS.items()}
+    for kind, (_, child) in chk.mapping(node, "baselines", _SECTION_KEYS, "baseline kinds").items():
         path = f"baselines.{kind}"
         if checks.is_null(child):
+            continue
+        if kind == "commands":
+            out[kind] = _parse_commands(chk, child)
             continue
         if isinstance(child, ys.YScalar) and child.tag == ys.BOOL and child.plain:
             if not chk.value(child, path, ys.as_bool, True):

@@ -43,7 +43,7 @@ from zcorch.config.filesystems import FilesystemConfig, device_list, parse_files
 from zcorch.config.hosts import INVENTORY, LOCALHOST, Hosts, parse_hosts
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.networks import NetworkConfig, parse_networks
-from zcorch.config.reference import METRIC_UNITS, Reference, parse_reference
+from zcorch.config.reference import COMMAND_KIND_PREFIX, METRIC_UNITS, Reference, parse_reference
 from zcorch.config.views import View, parse_report
 from zcorch.errors import WorkerError, ZcorchError
 from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param, side_value
@@ -499,6 +499,13 @@ class _Validator(Checker):
             if "skip_invalid" in top else False
         baselines = parse_baselines(self, get("baselines"))
         reference = parse_reference(self, get("reference"), parse_param) if "reference" in top else None
+        if reference is not None and baselines.commands:  # (none at all: e.g. --set baselines=false)
+            names = [c.name for c in baselines.commands]
+            for b in reference.baselines:
+                name = b.kind[len(COMMAND_KIND_PREFIX):] if b.kind.startswith(COMMAND_KIND_PREFIX) else None
+                if name is not None and name not in names:
+                    self.problem(b.pos, f"reference.baselines.{b.kind}", f"no command baseline `{name}` in "
+                                 f"baselines.commands{suggest(name, names)} (there: {', '.join(names)})")
         views = parse_report(self, get("report"), tuple(a.key for a in matrix if a.linked)) if "report" in top else ()
         # Counted from the axis lengths, before anything is expanded (excludes can only lower it).
         n_cells = math.prod(len(axis.values) for axis in matrix) + len(include_raw)

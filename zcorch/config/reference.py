@@ -10,6 +10,7 @@
         iperf3: {value: 6.9 Gbit/s, command: "iperf -w 1M -l 64K"}
         dd_write: {value: 465-520 MB/s, command: "sync; time { dd if=/dev/zero of=./zero bs=32k count=512k; sync; }"}
         dd_read: {value: 950 MB/s}
+        "command:nc": {value: 502 MB/s, command: "an FTP get"}   # a command baseline of `baselines.commands`
       figures:                            # published numbers, one cell each
         - {label: "C) file -> 1) /dev/null", match: {send_mode: splice, sink: /dev/null}, metric: mb_s,
            value: 854 MB/s}
@@ -78,6 +79,9 @@ RATE_METRICS = frozenset(k for k, (u, _, _) in METRIC_UNITS.items() if unit_dime
 # zcorch's baseline kinds (zcorch.sweep.baselines records) a study's own baseline can stand for
 BASELINE_KINDS = {"iperf3": "iperf3 throughput (network alone)", "dd_write": "dd write (the sink's disk)",
                   "dd_read": "dd read"}
+# `command:NAME`: the command baseline NAME of the experiment's `baselines.commands` (the study's FTP, rsync...)
+COMMAND_KIND_PREFIX = "command:"
+_COMMAND_KIND_RE = re.compile(r"^command:[A-Za-z][A-Za-z0-9_.-]{0,39}$")
 SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims")
 SOURCE_KEYS = ("title", "author", "date", "url", "venue")
 BASELINE_KEYS = ("value", "command")
@@ -302,8 +306,10 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
 
     baselines = []
     if "baselines" in top:
-        for kind, (_, child) in chk.mapping(top["baselines"][1], "reference.baselines", tuple(BASELINE_KINDS),
-                                            "zcorch baseline kinds").items():
+        node = top["baselines"][1]
+        commands = tuple(k for k in getattr(node, "entries", {}) if _COMMAND_KIND_RE.match(str(k)))
+        for kind, (_, child) in chk.mapping(node, "reference.baselines", (*BASELINE_KINDS, *commands),
+                                            "zcorch baseline kinds, or command:NAME").items():
             path = f"reference.baselines.{kind}"
             fields_ = chk.mapping(child, path, BASELINE_KEYS, "published baseline keys")
             if not isinstance(child, ys.YMap):
@@ -346,7 +352,8 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             base = None
             if "baseline" in f:
                 base = chk.value(f["baseline"][1], f"{path}.baseline",
-                                 lambda n: checks.choice(n, tuple(BASELINE_KINDS), "baseline kind"))
+                                 lambda n: checks.choice(n, (*BASELINE_KINDS, *sorted(k for k in kinds if k.startswith(
+                                     COMMAND_KIND_PREFIX))), "baseline kind"))
                 if base and base not in kinds:
                     chk.problem(f["baseline"][1].pos, f"{path}.baseline",
                                 f"`{base}`: the reference gives no published `{base}` under `baselines:`")

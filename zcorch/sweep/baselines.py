@@ -20,6 +20,7 @@ from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import run_remote
 from zcorch.params import side_value
 from zcorch.results.store import utc_now
+from zcorch.sweep import commands
 from zcorch.units import format_size
 
 
@@ -175,7 +176,8 @@ def tool_missing(host: Host, tool: str) -> Optional[str]:
     return None
 
 
-def _free_local_port(address: str) -> int:
+def free_local_port(address: str) -> int:
+    """A TCP port free on `address` of this machine now (iperf3 and command baselines on localhost)."""
     fam = socket.AF_INET6 if ":" in address else socket.AF_INET
     with socket.socket(fam, socket.SOCK_STREAM) as s:
         s.bind((address, 0))
@@ -214,7 +216,7 @@ def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Baseline, key: dict) -> 
     missing = tool_missing(receiver, "iperf3") or tool_missing(sender, "iperf3")
     if missing:
         return _record("iperf3", key, sender, started, status="skipped", reason=missing)
-    port = _free_local_port(receiver.data_address) if receiver.is_local else IPERF3_PORT
+    port = free_local_port(receiver.data_address) if receiver.is_local else IPERF3_PORT
     server_argv, client_argv = iperf3_commands(cfg, receiver.data_address, key, port)
     test_s = cfg.duration + cfg.omit
     busy_until = time.monotonic() + IPERF3_BUSY_WAIT + test_s
@@ -317,6 +319,8 @@ def _dd_records(receiver: Host, python: str, cfg: DdBaseline, directory: str, ke
 
 def describe_result(record: Dict[str, Any]) -> str:
     """One line for a baseline record (the end-of-run summary): what ran, with which key, and its figure."""
+    if record.get("kind") == commands.KIND:
+        return commands.describe(record)
     key = record.get("key") or {}
     if record.get("kind") == "iperf3":
         what = "iperf3 -Z" if key.get("zerocopy") else "iperf3"

@@ -32,8 +32,9 @@ from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, 
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded, recording_hosts
 from zcorch.provision import scratch, sources
-from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl
+from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl, utc_now
 from zcorch.sweep import baselines as bl
+from zcorch.sweep import commands as cmds
 from zcorch.sweep.runner import Runner, SweepOutcome, run_fields
 from zcorch.sweep.summary import summary_table
 
@@ -50,6 +51,7 @@ STAGES: Tuple[Tuple[str, str], ...] = (
                 "changes restored)"),
     ("iperf3", "iperf3 baselines"),
     ("sources", "lay out missing source files (only files that do not exist)"),
+    ("commands", "command baselines (baselines.commands: the user's own transfer commands, timed)"),
     ("runs", "the runs (dd baseline before the first run in each sink directory; filesystems provisioned "
              "before their first run, removed after their last; each network applied before its group of "
              "runs, restored after)"),
@@ -291,6 +293,11 @@ def prepare_scratch(sweep: Sweep, plan_runs: List[dict], cfg: Baselines,
                     observer: SweepObserver) -> Dict[str, str]:
     """Resolve `{scratch}` on the hosts whose paths use it (creating it, 0700): {role: directory}."""
     needed = scratch.needs((r["params"] for r in plan_runs), cfg.dd.scratch if cfg.dd is not None else None)
+    for cmd in cfg.commands:  # a command's {source} / {sink} live in the scratch directories too
+        for placeholder, role in (("source", "sender"), ("sink", "receiver")):
+            if cmd.uses(placeholder):
+                needed.setdefault(role, [])
+    needed = {role: needed[role] for role in ("sender", "receiver") if role in needed}
     infos = scratch.prepare_all(sweep.hosts, sweep.python, needed, log=observer.message)
     observer.scratch_ready(infos, sweep.hosts)
     return {role: info["path"] for role, info in infos.items()}
@@ -344,6 +351,39 @@ def _iperf3_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dic
         if _key({"kind": "iperf3", "key": key}) in done:
             continue
         rs.append_baseline(bl.run_iperf3(sweep.hosts["sender"], sweep.hosts["receiver"], cfg.iperf3, key))
+
+
+def _commands_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dict],
+                        scratch_dirs: Dict[str, str], observer: SweepObserver) -> None:
+    """Each command baseline's runs not yet ok in the result set (resume), after laying out its source."""
+    if not cfg.commands:
+        return
+    sender, receiver = sweep.hosts["sender"], sweep.hosts["receiver"]
+    params = [r["params"] for r in plan_runs]
+    done = {(b["key"].get("name"), b["key"].get("bytes"), b.get("repeat")) for b in rs.baselines()
+            if b.get("kind") == cmds.KIND and b.get("status") == "ok"}
+    for i, cmd in enumerate(cfg.commands):
+        nbytes = cmds.command_bytes(cmd, params)
+        todo = [rep for rep in range(cmd.repeats) if (cmd.name, nbytes, rep) not in done]
+        if not todo:
+            continue
+        paths = {"source": scratch.substitute(cmds.source_path(cmd), scratch_dirs.get("sender")),
+                 "sink": scratch.substitute(cmds.sink_path(cmd), scratch_dirs.get("receiver"))}
+        errors: Dict[str, str] = {}
+        if cmd.uses("source"):  # ours, in the scratch directory: laid out anew when too short
+            _, errors = sources.lay_out(sender, sweep.worker["sender"], sweep.env["sender"],
+                                        {paths["source"]: nbytes}, observer.message, grow={paths["source"]})
+        for rep in todo:
+            if errors:
+                rec = {"kind": cmds.KIND, "key": cmds.key(cmd, nbytes), "repeat": rep, "status": "failed",
+                       "reason": errors[paths["source"]], "result": None, "host": sender.name,
+                       "started": utc_now()}
+            else:
+                port = (bl.free_local_port(receiver.data_address) if receiver.is_local
+                        else cmds.COMMAND_PORT + i)
+                rec = cmds.run_command(sender, receiver, sweep.worker, sweep.env, cmd, nbytes, paths, port, rep)
+            rs.append_baseline(rec)
+            observer.message(cmds.describe(rec))
 
 
 def _dd_hook(rs: Any, sweep: Sweep, cfg: Baselines, scratch_dirs: Dict[str, str]):
@@ -550,6 +590,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         if laid:
             meta["sources_laid_out"] = laid
             rs.write_meta(meta, keep_previous=False)
+        observer.stage("commands", _TITLES["commands"])
+        _commands_for_sweep(rs, sweep, cfg, plan_runs, scratch_dirs, observer)
         observer.stage("runs", _TITLES["runs"])
         runner = _ObservedRunner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
                                  sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,

@@ -6,6 +6,7 @@
                                                                   "capabilities", "unavailable", "runnable",
                                                                   "build", ...}
     zcorch worker layout --path P --bytes N [--grow]          -> {"event": "layout", "path", "created", "size"}
+    zcorch worker command [--stdin F] [--stdout F] ... -- ARGV -> {"event": "exit", "rc", "wall_s", ...}
     zcorch worker calibrate [--bytes N] [--cpu C]             -> {"event": "calibration", "memcpy_s_per_gib", ...}
 
 Any failure, including a bad flag value, prints {"event": "error", "message", "code"} and exits 1.
@@ -27,7 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
     from typing import Any, Optional
 
-from zcorch.worker import hoststat, native
+from zcorch.worker import command, hoststat, native
 from zcorch._version import __version__
 from zcorch.errors import WorkerError
 from zcorch.params import format_value, side_params
@@ -118,6 +119,15 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     lay.add_argument("--bytes", required=True, help="its size")
     lay.add_argument("--grow", action="store_true",
                      help="replace a shorter file that holds the mem pattern (one laid out before) by a longer one")
+    cmd = sub.add_parser("command", help="one end of a command baseline: run ARGV with stdin/stdout files, "
+                                          "timed (zcorch.worker.command)")
+    cmd.add_argument("--stdin", help="file for the command's stdin (default /dev/null)")
+    cmd.add_argument("--stdout", help="file for the command's stdout (default /dev/null)")
+    cmd.add_argument("--listen-port", type=_int, help="say when a TCP socket of this host listens on this port")
+    cmd.add_argument("--sink", help="report this file's size after the exit")
+    cmd.add_argument("--remove", action="append", default=[], help="delete this file afterwards (repeatable)")
+    cmd.add_argument("--timeout", type=float, default=3600.0, help="kill the command after this many seconds")
+    cmd.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command")
     cal = sub.add_parser("calibrate", help="copy-cost yardsticks of this host: memcpy, page fault, system call")
     cal.add_argument("--bytes", help="memcpy buffer and page-fault region (default: 64MiB or twice the largest "
                                      "CPU cache, whichever is larger, at most 1GiB)")
@@ -307,6 +317,15 @@ def _run(args: argparse.Namespace) -> None:
         return
     if args.action == "calibrate":
         _emit(_calibrate(args))
+        return
+    if args.action == "command":
+        argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        if not argv:
+            raise _UsageError("command: no command after --")
+        result = command.run(argv, stdin=args.stdin, stdout=args.stdout, listen_port=args.listen_port,
+                             sink=args.sink, remove=args.remove, timeout=args.timeout)
+        if result["rc"] != 0:
+            sys.exit(1)
         return
     if args.action == "layout":
         try:

@@ -1,0 +1,184 @@
+"""Command baselines (`baselines.commands`): a user's own transfer command pair, timed like iperf3 and dd.
+
+Per command and repeat: the receiver's command starts first under `zcorch worker command` (its stdout
+into the sink file when `stdout: sink`), which says when a socket of the receiver listens on `{port}`;
+then the sender's (stdin from the source file when `stdin: source`). The figure is `bytes` over the time
+from starting the sender's command to both ends exiting, taken on the controller (like `time` around the
+pair: the commands' own start-up is part of what they cost); each end's own wall time is recorded too.
+A sink must then hold exactly `bytes`. The source is laid out once per sweep in the sender's scratch
+directory (the mem pattern, as for the cells), the sink lives in the receiver's and is removed after
+each run: a command never reads or writes a user's file through these placeholders.
+
+Records (baselines.jsonl): {"kind": "command", "key": {"name", "bytes"}, "repeat", "status", "reason",
+"result": {"bytes", "wall_s", "bits_per_second", "MB_per_s", "sender_wall_s", "receiver_wall_s"},
+"argv": {"sender": [...], "receiver": [...]}, "host", "started"}. A failed command (non-zero exit, a
+program missing on a host, a timeout, a short sink) is recorded failed with the reason; the sweep goes on.
+"""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from zcorch.config.baselines import CommandBaseline
+from zcorch.hosts.local import Host
+from zcorch.results.store import utc_now
+
+KIND = "command"
+COMMAND_PORT = 5301            # + the command's index, on a remote receiver (localhost: a free port)
+LISTEN_WAIT_S = 15.0           # the worker itself waits 10 s for the listening socket
+_PLACEHOLDER_RE = re.compile(r"\{(address|port|source|sink|bytes)\}")
+DEFAULT_BYTES = 1 << 30        # when no cell says how much
+
+
+def source_path(cmd: CommandBaseline) -> str:
+    """The source file as written (in the sender's `{scratch}`)."""
+    return f"{{scratch}}/cmd-{cmd.name}.src"
+
+
+def sink_path(cmd: CommandBaseline) -> str:
+    """The sink file as written (in the receiver's `{scratch}`)."""
+    return f"{{scratch}}/cmd-{cmd.name}.sink"
+
+
+def command_bytes(cmd: CommandBaseline, params_list: Sequence[dict]) -> int:
+    """How much one run moves: the command's `bytes`, else the largest of the cells. Pure."""
+    if cmd.bytes:
+        return cmd.bytes
+    return max((int(p["bytes"]) for p in params_list if p.get("bytes")), default=DEFAULT_BYTES)
+
+
+def fill(argv: Sequence[str], values: Mapping[str, str]) -> List[str]:
+    """argv with each `{name}` replaced by values[name] (one argv item stays one item: no shell). Pure."""
+    return [_PLACEHOLDER_RE.sub(lambda m: str(values[m.group(1)]), a) for a in argv]
+
+
+def key(cmd: CommandBaseline, nbytes: int) -> dict:
+    return {"name": cmd.name, "bytes": nbytes}
+
+
+def end_argv(worker: Sequence[str], argv: Sequence[str], *, stdin: Optional[str] = None,
+             stdout: Optional[str] = None, listen_port: Optional[int] = None, sink: Optional[str] = None,
+             remove: Sequence[str] = (), timeout: float) -> List[str]:
+    """`zcorch worker command ... -- ARGV`: one end of the pair (zcorch.worker.command)."""
+    out = [*worker, "command", "--timeout", f"{timeout:g}"]
+    for flag, value in (("--stdin", stdin), ("--stdout", stdout), ("--listen-port", listen_port), ("--sink", sink)):
+        if value is not None:
+            out += [flag, str(value)]
+    for path in remove:
+        out += ["--remove", path]
+    return [*out, "--", *argv]
+
+
+def _exit_event(lines: Sequence[str]) -> Optional[dict]:
+    for line in reversed(lines):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("event") == "exit":
+            return doc
+    return None
+
+
+def _why(end: str, host: Host, event: Optional[dict], fallback: str) -> Optional[str]:
+    """Why one end failed (None: it exited 0)."""
+    if event is None:
+        return f"{end} on {host.name}: {fallback}"
+    if event.get("rc") == 0 and not event.get("error"):
+        return None
+    what = event.get("error") or f"exit {event.get('rc')}"
+    tail = " ".join((event.get("stderr") or "").split())[-300:]
+    return f"{end} on {host.name}: {what}" + (f": {tail}" if tail else "")
+
+
+def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]],
+                env: Mapping[str, Optional[Dict[str, str]]], cmd: CommandBaseline, nbytes: int,
+                paths: Mapping[str, str], port: int, repeat: int) -> dict:
+    """One run of a command baseline. paths: {"source": resolved path on the sender, "sink": on the
+    receiver}. Returns its baselines.jsonl record."""
+    started = utc_now()
+    values = {"address": receiver.data_address, "port": str(port), "source": paths["source"],
+              "sink": paths["sink"], "bytes": str(nbytes)}
+    send_argv, recv_argv = fill(cmd.sender, values), fill(cmd.receiver, values)
+    record: Dict[str, Any] = {"kind": KIND, "key": key(cmd, nbytes), "repeat": repeat, "status": "failed",
+                              "reason": None, "result": None, "host": sender.name, "started": started,
+                              "argv": {"sender": send_argv, "receiver": recv_argv}}
+    uses_sink = cmd.uses("sink")
+    rx_cmd = end_argv(worker["receiver"], recv_argv, stdout=paths["sink"] if cmd.stdout == "sink" else None,
+                      listen_port=port, sink=paths["sink"] if uses_sink else None,
+                      remove=[paths["sink"]] if uses_sink else (), timeout=cmd.timeout)
+    tx_cmd = end_argv(worker["sender"], send_argv, stdin=paths["source"] if cmd.stdin == "source" else None,
+                      timeout=cmd.timeout)
+    rx = receiver.start(rx_cmd, env=env.get("receiver"))
+    lines: List[str] = []
+    try:
+        deadline = time.monotonic() + LISTEN_WAIT_S
+        while True:
+            try:
+                line = rx.readline(max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                record["reason"] = (f"receiver on {receiver.name}: nothing listened on port {port} within "
+                                    f"{LISTEN_WAIT_S:g} s ({' '.join(recv_argv)})")
+                return record
+            if line is None:   # it exited before listening
+                record["reason"] = _why("receiver", receiver, _exit_event(lines),
+                                        f"exited before listening: {rx.stderr_text().strip()[-300:]}") \
+                    or f"receiver on {receiver.name}: exited before listening on port {port}"
+                return record
+            lines.append(line)
+            if '"listening"' in line:
+                break
+        t0 = time.monotonic()
+        tx = sender.run(tx_cmd, timeout=cmd.timeout + 30, env=env.get("sender"))
+        tx_event = _exit_event(tx.stdout.splitlines())
+        why = _why("sender", sender, tx_event, f"no result (exit {tx.returncode}): {tx.stderr.strip()[-300:]}")
+        if why:
+            record["reason"] = why
+            return record
+        rx_deadline = time.monotonic() + cmd.timeout
+        while True:
+            try:
+                line = rx.readline(max(0.0, rx_deadline - time.monotonic()))
+            except TimeoutError:
+                record["reason"] = f"receiver on {receiver.name}: still running {cmd.timeout:g} s after the sender ended"
+                return record
+            if line is None:
+                break
+            lines.append(line)
+        wall = max(time.monotonic() - t0, 1e-9)
+        rx_event = _exit_event(lines)
+        why = _why("receiver", receiver, rx_event, f"no result: {rx.stderr_text().strip()[-300:]}")
+        if why:
+            record["reason"] = why
+            return record
+        assert rx_event is not None and tx_event is not None
+        if uses_sink and rx_event.get("sink_bytes") != nbytes:
+            record["reason"] = (f"the sink on {receiver.name} holds {rx_event.get('sink_bytes')} bytes, not the "
+                                f"{nbytes} sent")
+            return record
+        record["status"] = "ok"
+        record["result"] = {"bytes": nbytes, "wall_s": wall, "bits_per_second": nbytes * 8 / wall,
+                            "MB_per_s": nbytes / wall / 1e6, "sender_wall_s": tx_event.get("wall_s"),
+                            "receiver_wall_s": rx_event.get("wall_s"),
+                            "sink_checked": uses_sink}
+        return record
+    finally:
+        if record["status"] != "ok":  # the wrapper and the user's command: one process group
+            rx.kill_group(signal.SIGKILL)
+        try:
+            rx.wait(5)
+        except TimeoutError:
+            rx.kill_group(signal.SIGKILL)
+
+
+def describe(record: Dict[str, Any]) -> str:
+    """One line for the end-of-run summary."""
+    k = record.get("key") or {}
+    what = f"command {k.get('name')} ({k.get('bytes')} bytes, repeat {record.get('repeat', 0)})"
+    if record.get("status") != "ok":
+        return f"{what}: {record.get('status')}: {record.get('reason')}"
+    r = record["result"]
+    return f"{what}: {r['bits_per_second'] / 1e9:.2f} Gbit/s = {r['MB_per_s']:.0f} MB/s"
