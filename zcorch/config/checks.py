@@ -89,6 +89,28 @@ class Checker:
         return good
 
 
+def named_entries(chk: Checker, node: ys.YNode, section: str,
+                  entry: "Callable[[Checker, ys.YNode, str, str], Optional[T]]") -> "dict[str, T]":
+    """A `section:` of named entries (`filesystems:`, `networks:`) -> {name: entry(chk, node, path, name)} of
+    the entries without problems; every problem (a bad name, a bad entry) goes to `chk` at its place."""
+    out: "dict[str, T]" = {}
+    if is_null(node):
+        return out
+    if not isinstance(node, ys.YMap):
+        chk.problem(node.pos, section, f"expected a mapping name -> configuration, got {ys.describe(node)}")
+        return out
+    for name, (kpos, child) in node.entries.items():
+        path = f"{section}.{name}"
+        chk.locations[path] = kpos
+        n_problems = len(chk.problems)
+        if not NAME_RE.match(name):
+            chk.problem(kpos, path, f"`{name}` is not a valid name ({NAME_RULE})")
+        conf = entry(chk, child, path, name)
+        if conf is not None and len(chk.problems) == n_problems:
+            out[name] = conf
+    return out
+
+
 def parse_data(section: str, data: Any, parser: "Callable[[Checker, ys.YNode], T]", path: str) -> T:
     """`parser` applied to plain data as if it were the `section:` of a file; ConfigError if it has problems."""
     try:

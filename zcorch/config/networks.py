@@ -64,22 +64,7 @@ def networks_from_mapping(data: Mapping, path: str = "<networks>") -> "dict[str,
 
 def parse_networks(chk: Checker, node: ys.YNode) -> "dict[str, NetworkConfig]":
     """The `networks:` node -> {name: config} of the valid entries; problems go to `chk`."""
-    out: "dict[str, NetworkConfig]" = {}
-    if checks.is_null(node):
-        return out
-    if not isinstance(node, ys.YMap):
-        chk.problem(node.pos, "networks", f"expected a mapping name -> configuration, got {ys.describe(node)}")
-        return out
-    for name, (kpos, child) in node.entries.items():
-        path = f"networks.{name}"
-        chk.locations[path] = kpos
-        n_problems = len(chk.problems)
-        if not checks.NAME_RE.match(name):
-            chk.problem(kpos, path, f"`{name}` is not a valid name ({checks.NAME_RULE})")
-        conf = _entry(chk, child, path, name)
-        if conf is not None and len(chk.problems) == n_problems:
-            out[name] = conf
-    return out
+    return checks.named_entries(chk, node, "networks", _entry)
 
 
 def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[NetworkConfig]:

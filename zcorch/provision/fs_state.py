@@ -16,7 +16,7 @@ import posixpath
 import shlex
 import socket
 import time
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from zcorch.errors import HostError, PreflightError
 from zcorch.provision.fs_probe import findmnt_target, loops_of, parse_mdstat_arrays, read_text
@@ -307,11 +307,16 @@ def owner_alive(data: dict) -> bool:
 
     A controller on another machine cannot be asked: its state counts as stale (one sweep per receiver).
     """
-    owner = data.get("owner") or {}
-    if owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
+    return controller_alive(data.get("owner"), data.get("token"), ACTIVE_TOKENS)
+
+
+def controller_alive(owner: Any, token: Any, active: "set | frozenset") -> bool:
+    """True if `owner` ({"host", "pid"} of a state file) is a live controller process on this machine; this
+    process only while `token` (the state's) is among its `active` ones. Another machine's cannot be asked."""
+    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
         return False
     if owner["pid"] == os.getpid():
-        return data.get("token") in ACTIVE_TOKENS
+        return token in active
     try:
         os.kill(owner["pid"], 0)
     except ProcessLookupError:

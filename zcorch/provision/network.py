@@ -34,6 +34,7 @@ from zcorch.config.hosts import Hosts, net_state_dir
 from zcorch.config.networks import CONGESTION_SYSCTL, NetworkConfig
 from zcorch.errors import HostError
 from zcorch.hosts.local import Host
+from zcorch.provision.fs_state import controller_alive
 from zcorch.provision.remote_call import remote_command, remote_json, run_remote
 
 MODULE = "zcorch.worker.netcfg"
@@ -47,17 +48,7 @@ def _noop(_msg: str) -> None:
 
 def owner_alive(owner: Any) -> bool:
     """True if a state file's owner is a live controller on this machine (not ours to restore)."""
-    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
-        return False
-    if owner["pid"] == os.getpid():
-        return owner.get("token") in ACTIVE_TOKENS
-    try:
-        os.kill(owner["pid"], 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return controller_alive(owner, owner.get("token") if isinstance(owner, dict) else None, ACTIVE_TOKENS)
 
 
 class _Target:
