@@ -155,3 +155,13 @@ const char *zc_build_missing(const char *feature)
             return zc_features[i].missing;
     return "unknown build feature (bug)";
 }
+
+const char *zc_build_missing_any(const char *const *features)
+{
+    for (; *features; features++) {
+        const char *why = zc_build_missing(*features);
+        if (why)
+            return why;
+    }
+    return NULL;
+}

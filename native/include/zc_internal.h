@@ -80,6 +80,27 @@ const zc_ctx *zc_group_stream(const zc_ctx *c, int i);
 const zc_mode_ops *zc_find_mode(int side, const char *name);
 /* NULL if this build has a native/build.py feature ("io_uring", ...), else why not */
 const char *zc_build_missing(const char *feature);
+/* why the first missing feature of a NULL-terminated list is missing; NULL if the build has them all */
+const char *zc_build_missing_any(const char *const *features);
+
+/* The ops of a mode this build lacks a header feature for (native/build.py FEATURES; `...`: the features
+ * it needs, in order): listed with the reason the first missing one gives, refused if run, never another
+ * mode in its place. One per mode file, in its #else branch. */
+#define ZC_UNBUILT_MODE(ops, mode_name, mode_side, mode_caps, ...)                                           \
+    static const char *const unbuilt_features_[] = {__VA_ARGS__, NULL};                                   \
+    static int unbuilt_available_(char *why, size_t len)                                                  \
+    {                                                                                                     \
+        snprintf(why, len, "%s", zc_build_missing_any(unbuilt_features_));                               \
+        return 0;                                                                                         \
+    }                                                                                                     \
+    static int unbuilt_refuse_(zc_ctx *c)                                                                 \
+    {                                                                                                     \
+        return zc_fail(c, EOPNOTSUPP, "%s", zc_build_missing_any(unbuilt_features_));                    \
+    }                                                                                                     \
+    static void unbuilt_nothing_(zc_ctx *c) { (void)c; }                                                  \
+    const zc_mode_ops ops = {.name = (mode_name), .side = (mode_side), .caps = (mode_caps),              \
+                             .available = unbuilt_available_, .setup = unbuilt_refuse_,                  \
+                             .transfer = unbuilt_refuse_, .teardown = unbuilt_nothing_}
 
 /* errors (common.c): fill c->err with "<side> <mode>: <fmt>", return -1 */
 int zc_fail(zc_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -300,29 +300,7 @@ const zc_mode_ops zc_recv_io_uring_ops = {
 
 #else /* built without provided buffer rings in <linux/io_uring.h>: listed, never run */
 
-static const char *missing(void)
-{
-    const char *why = zc_build_missing("io_uring");
-    return why ? why : zc_build_missing("io_uring_pbuf_ring");
-}
-
-static int available(char *why, size_t len)
-{
-    snprintf(why, len, "%s", missing());
-    return 0;
-}
-
-static int unavailable(zc_ctx *c) { return zc_fail(c, EOPNOTSUPP, "%s", missing()); }
-static void nothing(zc_ctx *c) { (void)c; }
-
-const zc_mode_ops zc_recv_io_uring_ops = {
-    .name = "io_uring",
-    .side = ZC_SIDE_RECV,
-    .caps = ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING,
-    .available = available,
-    .setup = unavailable,
-    .transfer = unavailable,
-    .teardown = nothing,
-};
+ZC_UNBUILT_MODE(zc_recv_io_uring_ops, "io_uring", ZC_SIDE_RECV, ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING, "io_uring",
+                "io_uring_pbuf_ring");
 
 #endif

@@ -312,23 +312,7 @@ const zc_mode_ops zc_recv_zerocopy_recv_ops = {
 
 #else /* built without struct tcp_zerocopy_receive in <linux/tcp.h>: listed, never run */
 
-static int available(char *why, size_t len)
-{
-    snprintf(why, len, "%s", zc_build_missing("tcp_zerocopy_receive"));
-    return 0;
-}
-
-static int unavailable(zc_ctx *c) { return zc_fail(c, EOPNOTSUPP, "%s", zc_build_missing("tcp_zerocopy_receive")); }
-static void nothing(zc_ctx *c) { (void)c; }
-
-const zc_mode_ops zc_recv_zerocopy_recv_ops = {
-    .name = "zerocopy_recv",
-    .side = ZC_SIDE_RECV,
-    .caps = ZC_CAP_ZC_RECV | ZC_CAP_KERNEL_FEATURE,
-    .available = available,
-    .setup = unavailable,
-    .transfer = unavailable,
-    .teardown = nothing,
-};
+ZC_UNBUILT_MODE(zc_recv_zerocopy_recv_ops, "zerocopy_recv", ZC_SIDE_RECV, ZC_CAP_ZC_RECV | ZC_CAP_KERNEL_FEATURE,
+                "tcp_zerocopy_receive");
 
 #endif

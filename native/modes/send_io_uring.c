@@ -47,23 +47,6 @@ const zc_mode_ops zc_send_io_uring_ops = {
 
 #else /* built without <linux/io_uring.h>: listed, never run */
 
-static int available(char *why, size_t len)
-{
-    snprintf(why, len, "%s", zc_build_missing("io_uring"));
-    return 0;
-}
-
-static int unavailable(zc_ctx *c) { return zc_fail(c, EOPNOTSUPP, "%s", zc_build_missing("io_uring")); }
-static void nothing(zc_ctx *c) { (void)c; }
-
-const zc_mode_ops zc_send_io_uring_ops = {
-    .name = "io_uring",
-    .side = ZC_SIDE_SEND,
-    .caps = ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING,
-    .available = available,
-    .setup = unavailable,
-    .transfer = unavailable,
-    .teardown = nothing,
-};
+ZC_UNBUILT_MODE(zc_send_io_uring_ops, "io_uring", ZC_SIDE_SEND, ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING, "io_uring");
 
 #endif

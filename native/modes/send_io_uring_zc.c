@@ -61,29 +61,7 @@ const zc_mode_ops zc_send_io_uring_zc_ops = {
 
 #else /* built without IORING_OP_SEND_ZC in <linux/io_uring.h>: listed, never run */
 
-static const char *missing(void)
-{
-    const char *why = zc_build_missing("io_uring");
-    return why ? why : zc_build_missing("io_uring_send_zc");
-}
-
-static int available(char *why, size_t len)
-{
-    snprintf(why, len, "%s", missing());
-    return 0;
-}
-
-static int unavailable(zc_ctx *c) { return zc_fail(c, EOPNOTSUPP, "%s", missing()); }
-static void nothing(zc_ctx *c) { (void)c; }
-
-const zc_mode_ops zc_send_io_uring_zc_ops = {
-    .name = "io_uring_zc",
-    .side = ZC_SIDE_SEND,
-    .caps = ZC_CAP_ZC_COMPLETIONS | ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING,
-    .available = available,
-    .setup = unavailable,
-    .transfer = unavailable,
-    .teardown = nothing,
-};
+ZC_UNBUILT_MODE(zc_send_io_uring_zc_ops, "io_uring_zc", ZC_SIDE_SEND,
+                ZC_CAP_ZC_COMPLETIONS | ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING, "io_uring", "io_uring_send_zc");
 
 #endif
