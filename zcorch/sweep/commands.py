@@ -59,6 +59,13 @@ def key(cmd: CommandBaseline, nbytes: int) -> dict:
     return {"name": cmd.name, "bytes": nbytes}
 
 
+def failed(cmd: CommandBaseline, nbytes: int, repeat: int, host: Host, reason: Optional[str],
+           started: Optional[str] = None) -> Dict[str, Any]:
+    """A run's record as failed (run_command fills in the rest when it gets further)."""
+    return {"kind": KIND, "key": key(cmd, nbytes), "repeat": repeat, "status": "failed", "reason": reason,
+            "result": None, "host": host.name, "started": started or utc_now()}
+
+
 def end_argv(worker: Sequence[str], argv: Sequence[str], *, stdin: Optional[str] = None,
              stdout: Optional[str] = None, listen_port: Optional[int] = None, sink: Optional[str] = None,
              remove: Sequence[str] = (), timeout: float) -> List[str]:
@@ -103,9 +110,8 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
     values = {"address": receiver.data_address, "port": str(port), "source": paths["source"],
               "sink": paths["sink"], "bytes": str(nbytes)}
     send_argv, recv_argv = fill(cmd.sender, values), fill(cmd.receiver, values)
-    record: Dict[str, Any] = {"kind": KIND, "key": key(cmd, nbytes), "repeat": repeat, "status": "failed",
-                              "reason": None, "result": None, "host": sender.name, "started": started,
-                              "argv": {"sender": send_argv, "receiver": recv_argv}}
+    record = dict(failed(cmd, nbytes, repeat, sender, None, started),
+                  argv={"sender": send_argv, "receiver": recv_argv})
     uses_sink = cmd.uses("sink")
     rx_cmd = end_argv(worker["receiver"], recv_argv, stdout=paths["sink"] if cmd.stdout == "sink" else None,
                       listen_port=port, sink=paths["sink"] if uses_sink else None,

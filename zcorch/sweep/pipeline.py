@@ -32,7 +32,7 @@ from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, 
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded, recording_hosts
 from zcorch.provision import scratch, sources
-from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl, utc_now
+from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl
 from zcorch.sweep import baselines as bl
 from zcorch.sweep import commands as cmds
 from zcorch.sweep.runner import Runner, SweepOutcome, run_fields
@@ -375,9 +375,7 @@ def _commands_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[d
                                         {paths["source"]: nbytes}, observer.message, grow={paths["source"]})
         for rep in todo:
             if errors:
-                rec = {"kind": cmds.KIND, "key": cmds.key(cmd, nbytes), "repeat": rep, "status": "failed",
-                       "reason": errors[paths["source"]], "result": None, "host": sender.name,
-                       "started": utc_now()}
+                rec = cmds.failed(cmd, nbytes, rep, sender, errors[paths["source"]])
             else:
                 port = (bl.free_local_port(receiver.data_address) if receiver.is_local
                         else cmds.COMMAND_PORT + i)
