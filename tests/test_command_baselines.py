@@ -135,3 +135,13 @@ def test_a_command_baseline_across_the_lab_hosts(lab, tmp_path, tag):  # noqa: F
     assert rec["argv"]["receiver"][3] == str(commands.COMMAND_PORT)
     assert rec["result"]["bytes"] == 16 << 20 and rec["result"]["sink_checked"]
     assert lab.zcorch_procs("sender") == [] and lab.zcorch_procs("receiver") == []
+
+
+def test_a_dry_run_shows_both_ends_and_claims_no_outcome(tmp_path, tag):
+    r = zcorch(tag, "run", _experiment(tmp_path, [NC]), "--dry-run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    ends = [line for line in r.stdout.splitlines() if " command --timeout " in line]
+    assert len(ends) == 2
+    assert ends[0].endswith(" -- nc -l 127.0.0.1 " + ends[0].rsplit(" ", 1)[1]) and "--stdout " in ends[0]
+    assert "--wait-go --stdin " in ends[1] and ends[1].split(" -- ")[1].startswith("nc -N 127.0.0.1 ")
+    assert "command nc (" not in r.stdout + r.stderr   # no result line: nothing ran

@@ -41,14 +41,16 @@ def test_zerocopy_recv_says_whether_it_mapped(tmp_path):
     by_mode = {m: set(g["zc_verdict"]) for m, g in df.groupby("send_mode")}
     assert by_mode["sendfile"] == {"receive copied"}
     assert (df.loc[df["send_mode"] == "sendfile", "zc_recv_mapped_share"] == 0).all()
-    # loopback: the kernel copies a MSG_ZEROCOPY send for local delivery, and the receiver maps that copy
-    [verdict] = by_mode["msg_zerocopy"]
-    assert verdict.startswith("copied; receive ") and "mapped" in verdict, verdict
+    # loopback: the kernel copies a MSG_ZEROCOPY send for local delivery, and the receiver maps most of that
+    # copy (all of it, or all but a last partial page: `mapped` or `partly mapped (99%)` per run)
+    for verdict in by_mode["msg_zerocopy"]:
+        assert verdict.startswith("copied; receive ") and "mapped" in verdict, verdict
     assert (df.loc[df["send_mode"] == "msg_zerocopy", "zc_recv_mapped_share"] > 0.5).all()
 
     cells = dict(zip(df["cell"], df["send_mode"]))
-    assert {cells[c]: v for c, v in cell_zc_verdicts(df).items()} == {"sendfile": "receive copied",
-                                                                      "msg_zerocopy": verdict}
+    verdicts = {cells[c]: v for c, v in cell_zc_verdicts(df).items()}
+    assert verdicts["sendfile"] == "receive copied"
+    assert verdicts["msg_zerocopy"].startswith("copied; receive ") and "mapped" in verdicts["msg_zerocopy"]
     summary = result.summary()
     lines = {mode: next(line for line in summary.splitlines() if f" {mode} " in line)
              for mode in ("sendfile", "msg_zerocopy")}

@@ -169,7 +169,8 @@ class RecordingHost(Host):
         if argv[:1] == ["iperf3"]:
             return [f"Server listening ({NOT_MEASURED})"]
         if action == "command":
-            return [_json({"event": "listening", "port": 0}), self.answer(argv)[1]]
+            first = {"event": "ready"} if "--wait-go" in argv else {"event": "listening", "port": 0}
+            return [_json(first), self.answer(argv)[1]]
         return []
 
 

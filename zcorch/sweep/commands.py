@@ -2,9 +2,11 @@
 
 Per command and repeat: the receiver's command starts first under `zcorch worker command` (its stdout
 into the sink file when `stdout: sink`), which says when a socket of the receiver listens on `{port}`;
-then the sender's (stdin from the source file when `stdin: source`). The figure is `bytes` over the time
-from starting the sender's command to both ends exiting, taken on the controller (like `time` around the
-pair: the commands' own start-up is part of what they cost); each end's own wall time is recorded too.
+then the sender's (stdin from the source file when `stdin: source`), whose worker opens its files and
+waits for the controller's `go`. The figure is `bytes` over the time from that `go` to both ends having
+exited, on the controller's clock: the commands' own start-up (exec, connect) is part of what they cost,
+the SSH session and the worker's python start-up are not (one controller-host latency each way is); each
+end's own wall time is recorded too.
 A sink must then hold exactly `bytes`. The source is laid out once per sweep in the sender's scratch
 directory (the mem pattern, as for the cells), the sink lives in the receiver's and is removed after
 each run: a command never reads or writes a user's file through these placeholders.
@@ -68,9 +70,9 @@ def failed(cmd: CommandBaseline, nbytes: int, repeat: int, host: Host, reason: O
 
 def end_argv(worker: Sequence[str], argv: Sequence[str], *, stdin: Optional[str] = None,
              stdout: Optional[str] = None, listen_port: Optional[int] = None, sink: Optional[str] = None,
-             remove: Sequence[str] = (), timeout: float) -> List[str]:
+             remove: Sequence[str] = (), timeout: float, wait_go: bool = False) -> List[str]:
     """`zcorch worker command ... -- ARGV`: one end of the pair (zcorch.worker.command)."""
-    out = [*worker, "command", "--timeout", f"{timeout:g}"]
+    out = [*worker, "command", "--timeout", f"{timeout:g}", *(["--wait-go"] if wait_go else [])]
     for flag, value in (("--stdin", stdin), ("--stdout", stdout), ("--listen-port", listen_port), ("--sink", sink)):
         if value is not None:
             out += [flag, str(value)]
@@ -117,8 +119,9 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
                       listen_port=port, sink=paths["sink"] if uses_sink else None,
                       remove=[paths["sink"]] if uses_sink else (), timeout=cmd.timeout)
     tx_cmd = end_argv(worker["sender"], send_argv, stdin=paths["source"] if cmd.stdin == "source" else None,
-                      timeout=cmd.timeout)
+                      timeout=cmd.timeout, wait_go=True)
     rx = receiver.start(rx_cmd, env=env.get("receiver"))
+    tx = None
     lines: List[str] = []
     try:
         deadline = time.monotonic() + LISTEN_WAIT_S
@@ -137,10 +140,18 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
             lines.append(line)
             if '"listening"' in line:
                 break
+        tx = sender.start(tx_cmd, env=env.get("sender"))
+        tx_lines = _read_until(tx, '"ready"', LISTEN_WAIT_S)
+        if not tx_lines or '"ready"' not in tx_lines[-1]:
+            record["reason"] = _why("sender", sender, _exit_event(tx_lines),
+                                    f"its worker did not start: {tx.stderr_text().strip()[-300:]}") \
+                or f"sender on {sender.name}: its worker did not start"
+            return record
         t0 = time.monotonic()
-        tx = sender.run(tx_cmd, timeout=cmd.timeout + 30, env=env.get("sender"))
-        tx_event = _exit_event(tx.stdout.splitlines())
-        why = _why("sender", sender, tx_event, f"no result (exit {tx.returncode}): {tx.stderr.strip()[-300:]}")
+        tx.send_line("go")
+        tx_lines += _read_until(tx, None, cmd.timeout + 30)
+        tx_event = _exit_event(tx_lines)
+        why = _why("sender", sender, tx_event, f"no result: {tx.stderr_text().strip()[-300:]}")
         if why:
             record["reason"] = why
             return record
@@ -172,12 +183,29 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
                             "sink_checked": uses_sink}
         return record
     finally:
-        if record["status"] != "ok":  # the wrapper and the user's command: one process group
-            rx.kill_group(signal.SIGKILL)
+        for proc in (p for p in (rx, tx) if p is not None):
+            if record["status"] != "ok":  # the worker and the user's command: one process group
+                proc.kill_group(signal.SIGKILL)
+            try:
+                proc.wait(5)
+            except TimeoutError:
+                proc.kill_group(signal.SIGKILL)
+
+
+def _read_until(proc: Any, marker: Optional[str], timeout: float) -> List[str]:
+    """Lines of a started end until one holds `marker` (None: until it exits) or `timeout` s pass."""
+    lines: List[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
         try:
-            rx.wait(5)
+            line = proc.readline(max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            rx.kill_group(signal.SIGKILL)
+            return lines
+        if line is None:
+            return lines
+        lines.append(line)
+        if marker is not None and marker in line:
+            return lines
 
 
 def describe(record: Dict[str, Any]) -> str:

@@ -354,8 +354,9 @@ def _iperf3_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dic
 
 
 def _commands_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dict],
-                        scratch_dirs: Dict[str, str], observer: SweepObserver) -> None:
-    """Each command baseline's runs not yet ok in the result set (resume), after laying out its source."""
+                        scratch_dirs: Dict[str, str], observer: SweepObserver, dry_run: bool = False) -> None:
+    """Each command baseline's runs not yet ok in the result set (resume), after laying out its source.
+    dry_run: the commands are shown (recording hosts), no outcome is claimed."""
     if not cfg.commands:
         return
     sender, receiver = sweep.hosts["sender"], sweep.hosts["receiver"]
@@ -380,8 +381,9 @@ def _commands_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[d
                 port = (bl.free_local_port(receiver.data_address) if receiver.is_local
                         else cmds.COMMAND_PORT + i)
                 rec = cmds.run_command(sender, receiver, sweep.worker, sweep.env, cmd, nbytes, paths, port, rep)
-            rs.append_baseline(rec)
-            observer.message(cmds.describe(rec))
+            if not dry_run:
+                rs.append_baseline(rec)
+                observer.message(cmds.describe(rec))
 
 
 def _dd_hook(rs: Any, sweep: Sweep, cfg: Baselines, scratch_dirs: Dict[str, str]):
@@ -589,7 +591,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
             meta["sources_laid_out"] = laid
             rs.write_meta(meta, keep_previous=False)
         observer.stage("commands", _TITLES["commands"])
-        _commands_for_sweep(rs, sweep, cfg, plan_runs, scratch_dirs, observer)
+        _commands_for_sweep(rs, sweep, cfg, plan_runs, scratch_dirs, observer, dry_run)
         observer.stage("runs", _TITLES["runs"])
         runner = _ObservedRunner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
                                  sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,

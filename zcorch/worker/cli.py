@@ -127,6 +127,7 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     cmd.add_argument("--sink", help="report this file's size after the exit")
     cmd.add_argument("--remove", action="append", default=[], help="delete this file afterwards (repeatable)")
     cmd.add_argument("--timeout", type=float, default=3600.0, help="kill the command after this many seconds")
+    cmd.add_argument("--wait-go", action="store_true", help="print a ready event, start on a line on stdin")
     cmd.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the command")
     cal = sub.add_parser("calibrate", help="copy-cost yardsticks of this host: memcpy, page fault, system call")
     cal.add_argument("--bytes", help="memcpy buffer and page-fault region (default: 64MiB or twice the largest "
@@ -323,7 +324,7 @@ def _run(args: argparse.Namespace) -> None:
         if not argv:
             raise _UsageError("command: no command after --")
         result = command.run(argv, stdin=args.stdin, stdout=args.stdout, listen_port=args.listen_port,
-                             sink=args.sink, remove=args.remove, timeout=args.timeout)
+                             sink=args.sink, remove=args.remove, timeout=args.timeout, wait_go=args.wait_go)
         if result["rc"] != 0:
             sys.exit(1)
         return

@@ -1,13 +1,15 @@
 """One end of a command baseline, run on its host by the deployed worker (`zcorch worker command`).
 
     zcorch worker command [--stdin FILE] [--stdout FILE] [--listen-port PORT] [--sink PATH] [--remove PATH]
-                          [--timeout S] -- ARGV...
+                          [--wait-go] [--timeout S] -- ARGV...
 
 The user's command (an argv list from `baselines.commands`, placeholders already filled by the controller:
 zcorch.sweep.commands) is started without a shell, with stdin from FILE (default /dev/null) and stdout
 into FILE (default /dev/null) as file descriptors; `{source}`/`{sink}` are how a command names them
 itself. Events, one JSON object a line on stdout:
 
+    {"event": "ready"}                                --wait-go: files open; the command starts when a line
+                                                      arrives on stdin (the controller's clock starts then)
     {"event": "listening", "port": P, "after_s": T}   --listen-port: a TCP socket of this host listens on P
     {"event": "exit", "rc": N, "wall_s": T, "stderr": "...tail", "sink_bytes": N|null, "error": "..."|null}
 
@@ -24,7 +26,9 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: the worker imports nothing it does not need at run time
+    from typing import Any, Dict, List, Optional
 
 LISTEN_WAIT_S = 10.0
 STDERR_TAIL = 600
@@ -47,29 +51,34 @@ def listening(port: int) -> bool:
     return False
 
 
-def _emit(doc: Dict[str, Any]) -> None:
+def _emit(doc: "Dict[str, Any]") -> None:
     sys.stdout.write(json.dumps(doc) + "\n")
     sys.stdout.flush()
 
 
-def _size(path: Optional[str]) -> Optional[int]:
+def _size(path: "Optional[str]") -> "Optional[int]":
     try:
         return os.stat(path).st_size if path else None
     except OSError:
         return None
 
 
-def run(argv: List[str], stdin: Optional[str] = None, stdout: Optional[str] = None,
-        listen_port: Optional[int] = None, sink: Optional[str] = None, remove: "List[str] | None" = None,
-        timeout: float = 3600.0) -> Dict[str, Any]:
+def run(argv: "List[str]", stdin: "Optional[str]" = None, stdout: "Optional[str]" = None,
+        listen_port: "Optional[int]" = None, sink: "Optional[str]" = None, remove: "List[str] | None" = None,
+        timeout: float = 3600.0, wait_go: bool = False) -> "Dict[str, Any]":
     """Run argv as described above; emits the events and returns the exit event."""
-    result: Dict[str, Any] = {"event": "exit", "rc": None, "wall_s": None, "stderr": "", "sink_bytes": None,
+    result: "Dict[str, Any]" = {"event": "exit", "rc": None, "wall_s": None, "stderr": "", "sink_bytes": None,
                               "error": None}
     try:
         if shutil.which(argv[0]) is None:
             result.update(rc=127, error=f"{argv[0]}: not found on this host (not on its PATH)")
             return result
         with open(stdin or os.devnull, "rb") as fin, open(stdout or os.devnull, "wb") as fout:
+            if wait_go:
+                _emit({"event": "ready"})
+                if not sys.stdin.readline():
+                    result.update(rc=125, error="the controller went away before the start")
+                    return result
             start = time.monotonic()
             try:
                 # in our process group: the controller's kill of the group ends the command too
