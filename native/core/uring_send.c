@@ -167,6 +167,19 @@ static int wait_some(zc_ctx *c, usend_t *s, const char *doing)
     return zc_check_deadline(c, doing);
 }
 
+/* One wait for io_uring_zc notifications, between chains (no send is in flight then: each chain is
+ * reaped whole before the next is built). */
+static int wait_notifications(zc_ctx *c, usend_t *s)
+{
+    unsigned none = 0;
+    int err = 0;
+    uint64_t sent = 0;
+    if (wait_some(c, s, "waiting for io_uring zero-copy notifications") < 0)
+        return -1;
+    reap(c, s, &none, &err, &sent);
+    return 0;
+}
+
 int zc_uring_send_transfer(zc_ctx *c)
 {
     usend_t *s = c->priv;
@@ -195,14 +208,9 @@ int zc_uring_send_transfer(zc_ctx *c)
                         break; /* submit what the chain has first: never wait with a chain half built */
                     slot = next_slot;
                     next_slot = (next_slot + 1) % s->nslots;
-                    while (s->notifs[slot]) { /* io_uring_zc: the kernel may still read this buffer */
-                        unsigned none = 0;
-                        int err = 0;
-                        uint64_t sent = 0;
-                        if (wait_some(c, s, "waiting for io_uring zero-copy notifications") < 0)
+                    while (s->notifs[slot]) /* io_uring_zc: the kernel may still read this buffer */
+                        if (wait_notifications(c, s) < 0)
                             return -1;
-                        reap(c, s, &none, &err, &sent);
-                    }
                     if (zc_file_read_full(c, s->slots[slot], len) < 0)
                         return -1;
                     chunk = s->slots[slot];
@@ -254,14 +262,9 @@ int zc_uring_send_transfer(zc_ctx *c)
             return zc_fail_errno(c, "%s on the socket", s->zc ? "IORING_OP_SEND_ZC" : "IORING_OP_SEND");
         }
     }
-    while (s->notifs_out) {
-        unsigned none = 0;
-        int err = 0;
-        uint64_t sent = 0;
-        if (wait_some(c, s, "waiting for io_uring zero-copy notifications") < 0)
+    while (s->notifs_out)
+        if (wait_notifications(c, s) < 0)
             return -1;
-        reap(c, s, &none, &err, &sent);
-    }
     c->m.uring_cqes = (int64_t)s->cqes;
     if (s->zc) {
         c->m.zc_completions = (int64_t)s->completed;
