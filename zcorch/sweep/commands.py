@@ -122,49 +122,37 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
                       timeout=cmd.timeout, wait_go=True)
     rx = receiver.start(rx_cmd, env=env.get("receiver"))
     tx = None
-    lines: List[str] = []
     try:
-        deadline = time.monotonic() + LISTEN_WAIT_S
-        while True:
-            try:
-                line = rx.readline(max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                record["reason"] = (f"receiver on {receiver.name}: nothing listened on port {port} within "
-                                    f"{LISTEN_WAIT_S:g} s ({' '.join(recv_argv)})")
-                return record
-            if line is None:   # it exited before listening
-                record["reason"] = _why("receiver", receiver, _exit_event(lines),
-                                        f"exited before listening: {rx.stderr_text().strip()[-300:]}") \
-                    or f"receiver on {receiver.name}: exited before listening on port {port}"
-                return record
-            lines.append(line)
-            if '"listening"' in line:
-                break
+        lines, how = _read_until(rx, '"listening"', LISTEN_WAIT_S)
+        if how == _TIMEOUT:
+            record["reason"] = (f"receiver on {receiver.name}: nothing listened on port {port} within "
+                                f"{LISTEN_WAIT_S:g} s ({' '.join(recv_argv)})")
+            return record
+        if how == _EXITED:
+            record["reason"] = _why("receiver", receiver, _exit_event(lines),
+                                    f"exited before listening: {rx.stderr_text().strip()[-300:]}") \
+                or f"receiver on {receiver.name}: exited before listening on port {port}"
+            return record
         tx = sender.start(tx_cmd, env=env.get("sender"))
-        tx_lines = _read_until(tx, '"ready"', LISTEN_WAIT_S)
-        if not tx_lines or '"ready"' not in tx_lines[-1]:
+        tx_lines, how = _read_until(tx, '"ready"', LISTEN_WAIT_S)
+        if how != _FOUND:
             record["reason"] = _why("sender", sender, _exit_event(tx_lines),
                                     f"its worker did not start: {tx.stderr_text().strip()[-300:]}") \
                 or f"sender on {sender.name}: its worker did not start"
             return record
         t0 = time.monotonic()
         tx.send_line("go")
-        tx_lines += _read_until(tx, None, cmd.timeout + 30)
+        tx_lines += _read_until(tx, None, cmd.timeout + 30)[0]
         tx_event = _exit_event(tx_lines)
         why = _why("sender", sender, tx_event, f"no result: {tx.stderr_text().strip()[-300:]}")
         if why:
             record["reason"] = why
             return record
-        rx_deadline = time.monotonic() + cmd.timeout
-        while True:
-            try:
-                line = rx.readline(max(0.0, rx_deadline - time.monotonic()))
-            except TimeoutError:
-                record["reason"] = f"receiver on {receiver.name}: still running {cmd.timeout:g} s after the sender ended"
-                return record
-            if line is None:
-                break
-            lines.append(line)
+        more, how = _read_until(rx, None, cmd.timeout)
+        if how == _TIMEOUT:
+            record["reason"] = f"receiver on {receiver.name}: still running {cmd.timeout:g} s after the sender ended"
+            return record
+        lines += more
         wall = max(time.monotonic() - t0, 1e-9)
         rx_event = _exit_event(lines)
         why = _why("receiver", receiver, rx_event, f"no result: {rx.stderr_text().strip()[-300:]}")
@@ -192,20 +180,24 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
                 proc.kill_group(signal.SIGKILL)
 
 
-def _read_until(proc: Any, marker: Optional[str], timeout: float) -> List[str]:
-    """Lines of a started end until one holds `marker` (None: until it exits) or `timeout` s pass."""
+_FOUND, _EXITED, _TIMEOUT = "found", "exited", "timeout"
+
+
+def _read_until(proc: Any, marker: Optional[str], timeout: float) -> "tuple[List[str], str]":
+    """(lines, how) of a started end, read until one holds `marker` (how = found), it exits (exited: what
+    marker None waits for) or `timeout` s pass (timeout)."""
     lines: List[str] = []
     deadline = time.monotonic() + timeout
     while True:
         try:
             line = proc.readline(max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            return lines
+            return lines, _TIMEOUT
         if line is None:
-            return lines
+            return lines, _EXITED
         lines.append(line)
         if marker is not None and marker in line:
-            return lines
+            return lines, _FOUND
 
 
 def describe(record: Dict[str, Any]) -> str:
