@@ -37,8 +37,8 @@ def require_build_tools() -> None:
         metadata.version("build")
     except metadata.PackageNotFoundError as exc:
         pytest.skip(f"{exc.name} not installed for {sys.executable} (scripts/bootstrap test installs the test extras)")
-    if int(setuptools.split(".")[0]) < 77:
-        pytest.skip(f"setuptools {setuptools} < 77 (pyproject.toml's build requirement; "
+    if tuple(int(x) for x in setuptools.split(".")[:3] if x.isdigit()) < (78, 1, 1):
+        pytest.skip(f"setuptools {setuptools} < 78.1.1 (pyproject.toml's build requirement; "
                     f"scripts/bootstrap test installs the test extras)")
 
 
