@@ -14,6 +14,7 @@ import pytest
 
 from zcorch._version import __version__
 from zcorch.config.hosts import DEFAULT_WORKDIR, Hosts, HostSpec
+from zcorch.hosts.interpreter import python_argv
 from zcorch.provision import deploy
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import LocalHost
@@ -100,7 +101,7 @@ def test_localhost_deploy_is_the_package_itself():
     # -S (no site, no .pth files): _cffi_backend's directory is on PYTHONPATH instead.
     import _cffi_backend
 
-    assert handle.worker_argv == [sys.executable, "-S", "-m", "zcorch.worker"]
+    assert handle.worker_argv == python_argv(sys.executable, "zcorch.worker", ["-S"], sys.version_info >= (3, 11))
     assert handle.env == {"PYTHONPATH": f"{PACKAGE_PARENT}:{os.path.dirname(_cffi_backend.__file__)}"} and handle.reused
     r = host.run(handle.command(["info"]))
     assert r.ok, r.stderr

@@ -87,7 +87,11 @@ def test_dry_run_of_a_remote_experiment_opens_no_connection(tmp_path, tag):
                                     "  receiver: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1}\n")
     r = zcorch(tag, "run", exp, "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert "ssh root@127.0.0.1:1" in r.stdout and "python3 -m zcorch.worker recv" in r.stdout
+    assert "ssh root@127.0.0.1:1" in r.stdout
+    # the worker on the host: never from the current directory (-P, or the bootstrap that drops it)
+    workers = [line for line in r.stdout.splitlines() if "zcorch.worker" in line and " recv --listen" in line]
+    assert workers and all((" -P -m zcorch.worker recv" in w or 'run_module("zcorch.worker"' in w)
+                           for w in workers), workers
 
 
 def test_dry_run_shows_scratch_resolved_on_localhost_and_as_written_for_remote_hosts(tmp_path, tag):
