@@ -184,7 +184,9 @@ def test_a_wheel_install_runs_a_localhost_sweep(wheel_venv, tmp_path):
     [run] = read_jsonl(str(tmp_path / "rs" / "runs.jsonl"))
     assert run["status"] == "ok" and run["receiver"]["bytes"] == 1 << 20
     # -S: no site-packages but what PYTHONPATH names, so the worker ran from the installed package
-    assert f"{python} -S -m zcorch.worker recv" in (tmp_path / "rs" / run["log"]).read_text()
+    # (-P: nothing from the current directory; the venv's python is this interpreter's version)
+    if sys.version_info >= (3, 11):
+        assert f"{python} -S -P -m zcorch.worker recv" in (tmp_path / "rs" / run["log"]).read_text()
     code = ("import json; from zcorch.hosts.local import LocalHost; from zcorch.provision import deploy; "
             "h = deploy.deploy(LocalHost()); r = h.host.run(h.command(['info'])); "
             "print(json.dumps([h.env, deploy.PACKAGE_PARENT, r.stdout.splitlines()[-1]]))")
@@ -194,6 +196,29 @@ def test_a_wheel_install_runs_a_localhost_sweep(wheel_venv, tmp_path):
     env, site, info = json.loads(q.stdout)
     assert Path(site).is_relative_to(venv) and env["PYTHONPATH"].split(":")[0] == site
     assert json.loads(info)["native"].startswith(os.path.join(site, "zcorch", "_native"))
+
+
+@pytest.mark.slow
+def test_a_wheel_install_run_from_inside_a_source_checkout_uses_the_installed_package(wheel_venv, tmp_path):
+    """Issue 21: `zcorch run` of a wheel install, started in a checkout (whose zcorch/ has no built
+    _native), ran the checkout's package as the localhost worker ("the native module zcorch._native is not
+    built ... <checkout>/zcorch/__init__.py"). Every job and the worker must import the installed one."""
+    venv, python = wheel_venv
+    checkout = source_copy(tmp_path / "checkout")
+    assert not list((checkout / "zcorch").glob("_native*.so"))
+    experiment = tmp_path / "local.yaml"
+    experiment.write_text(yaml.safe_dump({"name": "local", "params": {"bytes": "1MiB", "timeout": "30s"},
+                                          "matrix": {"send_mode": ["write"], "recv_mode": ["read"]},
+                                          "repeats": 1, "baselines": {"iperf3": False,
+                                                                      "dd": {"bs": "64KiB", "count": 4}}}))
+    p = subprocess.run([str(venv / "bin" / "zcorch"), "run", str(experiment), "-o", str(tmp_path / "rs")],
+                       cwd=checkout, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [run] = read_jsonl(str(tmp_path / "rs" / "runs.jsonl"))
+    assert run["status"] == "ok" and run["receiver"]["bytes"] == 1 << 20
+    assert str(checkout) not in (tmp_path / "rs" / run["log"]).read_text()
+    meta = json.loads((tmp_path / "rs" / "meta.json").read_text())
+    assert str(checkout) not in json.dumps(meta.get("hosts", {}))
 
 
 @pytest.mark.slow
