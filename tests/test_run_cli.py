@@ -33,7 +33,7 @@ def test_run_localhost_matrix_end_to_end(tmp_path, tag):
     out = tmp_path / "rs"
     r = zcorch(tag, "run", exp, "-o", out)
     assert r.returncode == 0, r.stderr
-    assert sorted(os.listdir(out)) == ["baselines.jsonl", "experiment.yaml", "logs", "manifest.json", "meta.json",
+    assert sorted(os.listdir(out)) == [".lock", "baselines.jsonl", "experiment.yaml", "logs", "manifest.json", "meta.json",
                                        "plan.json", "runs.jsonl", "runs.parquet"]
     assert (out / "experiment.yaml").read_bytes() == exp.read_bytes()
     manifest = json.loads((out / "manifest.json").read_text())

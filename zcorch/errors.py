@@ -49,3 +49,9 @@ class LabError(ZcorchError):
 
 class ResultsError(ZcorchError):
     """A result set is missing, malformed, or of an unknown format version."""
+
+
+class ResultSetBusy(ResultsError):
+    """Another `zcorch run` holds the result set (its lock): exit status 75 (EX_TEMPFAIL: try again later)."""
+
+    exit_status = 75

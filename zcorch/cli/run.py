@@ -1,7 +1,9 @@
 """`zcorch run FILE`: deploy, baselines, every cell, into a result set (docs/architecture.md).
 
 Exit status: 0 when every run of the plan is ok, 1 when some failed (results still written),
-130 on Ctrl-C (finished runs kept, result set marked interrupted; continue with --resume).
+2 for a bad experiment file or option, 75 when another `zcorch run` is writing the result set
+(--resume DIR or -o DIR: its lock, DIR/.lock, is held; nothing was done), 130 on Ctrl-C or SIGTERM
+(finished runs kept, result set marked interrupted; continue with --resume).
 
 The pipeline is zcorch.sweep.pipeline.run_sweep; this module is its command line and what it prints.
 """

@@ -146,6 +146,9 @@ class DryRunResults:
         self.meta: dict = {}
         self.status = "running"
 
+    def close(self) -> None:
+        """Nothing to release: a dry run takes no lock."""
+
     def log_relpath(self, cell: str, repeat: int) -> str:
         return os.devnull   # the Runner appends each run's log to dir/<this>
 
@@ -556,6 +559,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     meta: Dict[str, Any] = {}
     warnings: List[str] = []
     recorded: List[Recorded] = []
+    ended_early = False
     try:
         observer.stage("hosts", _TITLES["hosts"])
         hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded)
@@ -607,6 +611,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         # failed), the manifest gets a final status and the reason, and the exception still propagates
         # with its traceback; the runs already written stay as they are (--resume continues them).
         _finish_after_error(rs, "interrupted" if isinstance(exc, ZcorchError) else "failed", exc)
+        ended_early = True
         raise
     finally:
         # Also after Ctrl-C or an error: the configurations provisioned so far are described in meta.json,
@@ -624,16 +629,20 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         observer.sweep_ended()
         if sweep is not None:
             sweep.close()
+        if ended_early:
+            rs.close()   # the result set's lock: another `zcorch run --resume` may continue it now
     observer.stage("finish", _TITLES["finish"])
     try:
         rs.finish(outcome.status)
     except OSError as exc:  # e.g. the disk filled up: a user-fixable problem, every run is already recorded
+        rs.close()
         raise ResultsError(f"{rs.dir}: cannot mark the result set {outcome.status} ({exc.strerror or exc}); "
                            f"every run is recorded in {RUNS}. After fixing the cause, `zcorch run --resume "
                            f"{rs.dir}` finishes it") from None
     for w in warnings:
         observer.warning(w)
     records = rs.runs()
+    rs.close()
     if outcome.status == "interrupted":
         exit_status = 130
     else:
