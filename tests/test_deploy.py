@@ -132,6 +132,44 @@ def test_reused_build_in_a_shared_workdir_is_refused(tmp_path):
     assert deploy.deploy(host, workdir=str(wd)).reused
 
 
+def test_a_reused_build_with_a_tampered_nested_file_is_refused(tmp_path):
+    """Issue 23 item 18: only the top directory was checked; a module two levels down that another user
+    can rewrite (or owns, or a symlink planted there) runs on PYTHONPATH all the same."""
+    host = LocalHost("receiver", "127.0.0.1")
+    host.is_local = False                                               # this machine as a remote host
+    host.spec = HostSpec(ssh="127.0.0.1", data_address="127.0.0.1", python=sys.executable)
+    host.expand = os.path.expanduser
+    wd = tmp_path / "wd"
+    build = wd / f"worker-{deploy.content_hash(deploy.worker_sources())}"
+    nested = build / "zcorch" / "worker" / "cli.py"
+    nested.parent.mkdir(parents=True)
+    nested.write_text("# the build's module\n")
+    (build / deploy.MARKER).write_text("{}")
+    for d in (wd, build, build / "zcorch", nested.parent):
+        d.chmod(0o755)
+    nested.chmod(0o644)
+    assert deploy.deploy(host, workdir=str(wd)).reused                  # a clean build is reused
+    nested.chmod(0o666)
+    with pytest.raises(DeployError, match=f"refusing to use the worker build in {build}: .*{nested} is writable by "
+                                          "group or others .*delete"):
+        deploy.deploy(host, workdir=str(wd))
+    nested.chmod(0o644)
+    (build / "zcorch").chmod(0o775)
+    with pytest.raises(DeployError, match=f"{build / 'zcorch'} is writable by group or others"):
+        deploy.deploy(host, workdir=str(wd))
+    (build / "zcorch").chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(nested, 65534, 65534)
+        with pytest.raises(DeployError, match=f"{nested} is owned by uid 65534"):
+            deploy.deploy(host, workdir=str(wd))
+        os.chown(nested, 0, 0)
+    (build / "zcorch" / "json.py").symlink_to(tmp_path / "elsewhere.py")
+    with pytest.raises(DeployError, match="json.py is a symlink"):
+        deploy.deploy(host, workdir=str(wd))
+    (build / "zcorch" / "json.py").unlink()
+    assert deploy.deploy(host, workdir=str(wd)).reused
+
+
 def test_host_problems_messages_from_captured_probe():
     host = LocalHost("receiver", "127.0.0.1")
     # a probe result as printed by a Debian host without cffi, headers, gcc, iperf3 (captured shape)

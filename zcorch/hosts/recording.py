@@ -300,6 +300,7 @@ _JOBS: "Dict[str, tuple]" = {
     "loop-autoclear": ("loop autoclear", _nothing, None),
     "open-excl": ("exclusive-open check", _nothing, None),
     "private-dirs": ("ownership check of the deploy directories", _nothing, None),
+    "private-build": ("ownership and mode check of a reused worker build, every file in it", _nothing, None),
 }
 
 

@@ -202,8 +202,9 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final}, safe_path=safe_path)
     existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
     if existing.ok:
-        # The build goes onto PYTHONPATH: one another user can change is not ours to run.
-        trust = run_remote(host, "private-dirs", base, final, python=python)
+        # The build goes onto PYTHONPATH: one another user can change (its directory, or any directory or
+        # file in it) is not ours to run.
+        trust = run_remote(host, "private-build", base, final, python=python)
         if not trust.ok:
             raise DeployError(f"{_where(host)}: refusing to use the worker build in {final}: "
                               f"{(trust.stderr or trust.stdout).strip()}")
