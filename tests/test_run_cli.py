@@ -383,3 +383,27 @@ def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_ba
     assert row[3] == f"{gbit:.2f}" and row[5] == f"{recv_cpu:.2f}" and row[6:] == ["-", "-", f"{len(ok)}/0", "n/a"]
     dd = [line for line in lines if line.startswith("baseline dd write")]
     assert len(dd) == 4 and all(" on " in line and line.endswith("MB/s") for line in dd)
+
+
+@pytest.mark.parametrize("sig, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT (Ctrl-C)")])
+def test_the_run_in_progress_records_the_signal_that_interrupted_it(tmp_path, tag, sig, name):
+    """Issue 23 item 22: SIGTERM was recorded as "interrupted by the user (SIGINT)"."""
+    exp = write_exp(tmp_path, bytes="512MiB", timeout="60s", repeats=3)
+    out = tmp_path / "rs"
+    p = start_zcorch(tag, "run", exp, "-o", out)
+    try:
+        wait_records(out / "runs.jsonl", 1)
+        rx, _ = stall_a_run(lambda: tagged_worker_pids(tag))   # a run in progress that cannot end by itself
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 130, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+        try:
+            os.kill(rx, signal.SIGCONT)
+        except (ProcessLookupError, UnboundLocalError):
+            pass
+    [stopped] = [r for r in read_jsonl(str(out / "runs.jsonl")) if r["status"] == "interrupted"]
+    assert stopped["reason"] == f"interrupted by {name} during the run"
+    assert wait_no_workers(tag, 5.0) == []

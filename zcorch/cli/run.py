@@ -17,6 +17,7 @@ import time
 from typing import Dict, List, Optional, TextIO
 
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
+from zcorch.errors import SignalInterrupt
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
@@ -164,7 +165,7 @@ def _fmt_secs(s: float) -> str:
 
 
 def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
+    raise SignalInterrupt(signum)   # a KeyboardInterrupt that names the signal in the records
 
 
 def main(args: argparse.Namespace) -> int:
