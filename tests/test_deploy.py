@@ -168,6 +168,16 @@ def test_a_reused_build_with_a_tampered_nested_file_is_refused(tmp_path):
         deploy.deploy(host, workdir=str(wd))
     (build / "zcorch" / "json.py").unlink()
     assert deploy.deploy(host, workdir=str(wd)).reused
+    # above the workdir: a directory anyone may write (no sticky bit) lets them swap the workdir itself
+    tmp_path.chmod(0o777)
+    try:
+        with pytest.raises(DeployError, match=f"{tmp_path} \\(above the workdir\\) is writable by group or others "
+                                              "without the sticky bit"):
+            deploy.deploy(host, workdir=str(wd))
+        tmp_path.chmod(0o1777)
+        assert deploy.deploy(host, workdir=str(wd)).reused
+    finally:
+        tmp_path.chmod(0o700)
 
 
 def test_host_problems_messages_from_captured_probe():

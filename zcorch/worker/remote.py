@@ -153,6 +153,29 @@ def check_private_tree(root: str) -> None:
                           "and find out who changed it")
 
 
+def check_private_ancestors(path: str) -> None:
+    """The directories above a worker build's parent: another user who can write one of them (without the
+    sticky bit that keeps others' entries) can rename the whole workdir away and put their own in its
+    place, so each must be root's or this user's, and group/other-writable only with the sticky bit (/tmp)."""
+    euid = os.geteuid()
+    problems = []
+    here = os.path.dirname(os.path.realpath(path))
+    while True:
+        st = os.stat(here)
+        if st.st_uid not in (0, euid):
+            problems.append(f"{here} (above the workdir) is owned by uid {st.st_uid}, neither root nor uid {euid}")
+        elif st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            problems.append(f"{here} (above the workdir) is writable by group or others without the sticky bit "
+                            f"(mode {stat.S_IMODE(st.st_mode):04o}): anyone could replace the workdir")
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    if problems:
+        raise ActionError("; ".join(problems) + " — choose a workdir (hosts.<role>.workdir) below directories "
+                          "only you and root can change")
+
+
 def _raise(exc: OSError) -> None:
     raise exc
 
@@ -187,6 +210,7 @@ def finalize_build(tmp: str, final: str, marker: str, text: str, keep: int) -> N
             raise
         shutil.rmtree(tmp, ignore_errors=True)   # a concurrent deploy of the same hash won the race
     parent = os.path.dirname(final)
+    check_private_ancestors(parent)
     check_private_dirs([parent])                 # before it is used, and before pruning anything there
     check_private_tree(final)
     # The workdir may be a user's home: only our own names, and builds only with our marker, are ours.
@@ -662,6 +686,7 @@ def _private_dirs_action(args: "List[str]") -> int:
 
 
 def _private_build_action(args: "List[str]") -> int:
+    check_private_ancestors(args[0])
     check_private_dirs(args[:1])
     check_private_tree(args[1])
     return 0
