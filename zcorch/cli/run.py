@@ -17,10 +17,11 @@ import time
 from typing import Dict, List, Optional, TextIO
 
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
-from zcorch.errors import SignalInterrupt
+from zcorch.errors import ResultsError, SignalInterrupt
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
+from zcorch.results.store import lock_result_set
 from zcorch.sweep.pipeline import SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome
 
@@ -168,6 +169,22 @@ def _raise_keyboard_interrupt(signum, frame):
     raise SignalInterrupt(signum)   # a KeyboardInterrupt that names the signal in the records
 
 
+def _write_cache_locked(directory: str) -> None:
+    """runs.parquet, so the first zcorch.load reads it rather than every JSON line (best effort: a warning),
+    under the result set's lock again: a `--resume` started since the sweep released it is appending."""
+    from zcorch.analysis.cache import write_cache  # pandas + pyarrow: imported only when a sweep ends
+
+    try:
+        lock = lock_result_set(directory)
+    except ResultsError as exc:
+        print(f"zcorch run: warning: runs.parquet not written: {exc}", file=sys.stderr)
+        return
+    try:
+        write_cache(directory)
+    finally:
+        os.close(lock)
+
+
 def main(args: argparse.Namespace) -> int:
     command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
     observer = DryRunObserver() if args.dry_run else ConsoleObserver()
@@ -190,9 +207,7 @@ def main(args: argparse.Namespace) -> int:
     if result.dry_run:
         return 0
     if result.status == "complete":
-        # The first zcorch.load then reads runs.parquet, not every JSON line (best effort: a warning).
-        from zcorch.analysis.cache import write_cache  # pandas + pyarrow: imported only when a sweep ends
-        write_cache(result.result_dir)
+        _write_cache_locked(result.result_dir)
     print(result.summary())
     print(f"results: {result.result_dir}")
     if result.status == "interrupted":
