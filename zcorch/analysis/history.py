@@ -591,6 +591,40 @@ def _write_atomic(path: Path, data: bytes) -> None:
 # What the command prints
 
 
+def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
+    """What `zcorch history --format json` prints: per experiment its sweeps and, per cell, the newest
+    median with its interval and level and the comparison against the stable level; with `gate` (the
+    zcorch.analysis.gate answer of --check: verdict, exit_code, reason) first."""
+    def num(v):
+        return float(v) if v is not None and np.isfinite(v) else None
+
+    exps = []
+    for exp in history.experiments:
+        last = len(exp.sweeps) - 1
+        cells = []
+        for ch in exp.cells:
+            c = ch.comparison
+            cells.append({"cell": ch.cell, "label": ch.label, "median": num(ch.median[last]),
+                          "ci_low": num(ch.ci_low[last]), "ci_high": num(ch.ci_high[last]),
+                          "ci_level": num(ch.ci_level[last]), "n": int(ch.n[last]),
+                          "n_failed": int(ch.n_failed[last]), "steps": [int(i) for i in ch.fit.steps],
+                          "comparison": None if c is None else {
+                              "verdict": c.verdict, "change_pct": num(c.change_pct), "base_median": num(c.base_median),
+                              "cand_median": num(c.cand_median), "p_value": num(c.p_value), "test": c.test,
+                              "n_base": c.n_base, "n_cand": c.n_cand,
+                              "baseline": [str(exp.sweeps[i].path) for i in c.baseline],
+                              "since": str(exp.sweeps[c.since].path)}})
+        exps.append({"name": exp.name, "problem": exp.problem,
+                     "sweeps": [{"path": str(s.path), "created": s.manifest.get("created"), "status": s.status,
+                                 "ok": s.n_ok, "failed": s.n_failed, "git_revision": s.git_revision}
+                                for s in exp.sweeps],
+                     "cells": cells})
+    doc = dict(gate or {})
+    doc.update(root=str(history.root), metric=history.metric, threshold_pct=history.threshold_pct,
+               alpha=history.alpha, ci_method=ci_method(), warnings=list(history.warnings), experiments=exps)
+    return doc
+
+
 def render_text(history: History) -> str:
     """Per experiment its newest sweep, and every bad cell: by how much, since which sweep, against
     which sweeps (result directories)."""
