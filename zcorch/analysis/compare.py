@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -27,7 +28,7 @@ import pandas as pd
 
 from zcorch.analysis.frames import OK
 from zcorch.params import format_value
-from zcorch.analysis.gate import Completeness, Gate, compare_gate
+from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, Completeness, Gate, compare_gate
 from zcorch.analysis.stats import mann_whitney_u, min_p_value, varying_params
 
 # Metrics that can be compared, and whether a higher value is better.
@@ -36,7 +37,7 @@ VERDICTS_BAD = ("regressed", "failed")
 
 
 def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s",
-                   threshold_pct: float = 5.0, alpha: float = 0.05) -> pd.DataFrame:
+                   threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
     """One row per cell: params, n_base, n_cand, base_median, cand_median, change_pct, p_value,
     test, verdict. Cells on one side only have verdict 'only in base' / 'only in candidate'."""
     if metric not in HIGHER_IS_BETTER:
@@ -68,23 +69,39 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
         elif not len(bv):
             row["verdict"] = "no base data" if not len(cv) else "fixed"
         else:
-            change = (row["cand_median"] - row["base_median"]) / row["base_median"] * 100 \
-                if row["base_median"] else math.nan
-            mw = mann_whitney_u(bv, cv)
-            row.update(change_pct=change, p_value=mw.p_value, test=mw.description)
-            worse = change < 0 if higher_better else change > 0
-            if not abs(change) > threshold_pct:
-                row["verdict"] = "unchanged"
-            elif mw.p_value < alpha:
-                row["verdict"] = "regressed" if worse else "improved"
-            else:
-                row["verdict"] = "not significant"
+            j = judge(bv, cv, higher_better, threshold_pct, alpha)
+            row.update(change_pct=j.change_pct, p_value=j.p_value, test=j.test, verdict=j.verdict)
         rows.append(row)
     cols = ["cell"] + params + ["n_base", "n_cand", "base_failed", "cand_failed", "base_median", "cand_median",
                                 "change_pct", "p_value", "test", "verdict"]
     out = pd.DataFrame(rows, columns=cols)
     out.attrs.update(metric=metric, threshold_pct=threshold_pct, alpha=alpha)
     return out
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str        # regressed, improved, unchanged, not significant
+    change_pct: float   # of the candidate's median against the base's
+    p_value: float
+    test: str           # the significance test, in words
+
+
+def judge(base: np.ndarray, cand: np.ndarray, higher_better: bool, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+          alpha: float = DEFAULT_ALPHA) -> Judgement:
+    """The verdict on two non-empty samples of ok runs (the rule of the module docstring): a pure function,
+    shared by compare_frames, zcorch history and benchmarks/bench_detector.py."""
+    b_med, c_med = float(np.median(base)), float(np.median(cand))
+    change = (c_med - b_med) / b_med * 100 if b_med else math.nan
+    mw = mann_whitney_u(base, cand)
+    worse = change < 0 if higher_better else change > 0
+    if not abs(change) > threshold_pct:
+        verdict = "unchanged"
+    elif mw.p_value < alpha:
+        verdict = "regressed" if worse else "improved"
+    else:
+        verdict = "not significant"
+    return Judgement(verdict, change, mw.p_value, mw.description)
 
 
 def regressed(table: pd.DataFrame) -> bool:

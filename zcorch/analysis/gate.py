@@ -23,6 +23,12 @@ from typing import Iterable, List, Optional, Sequence
 
 from zcorch.results.store import PLAN, RUNS, latest_runs, load_manifest, read_jsonl
 
+# The defaults of both gates' --threshold and --alpha, chosen with benchmarks/bench_detector.py on this
+# machine's real noise (docs/nightly.md, "How often it is wrong"): at most 1 false alarm per 100 series-nights
+# and a 5% step caught within 3 nights in at least 90% of series, with repeats {target_ci: 2%}.
+DEFAULT_THRESHOLD_PCT = 5.0
+DEFAULT_ALPHA = 0.05
+
 EXIT_OK = 0
 EXIT_REGRESSION = 1
 EXIT_INPUT = 2
