@@ -1,7 +1,7 @@
 """The effective document: an experiment as a sweep runs it, after `--set` and `--hosts`.
 
-The run stage stores it beside the file as written (the results' `experiment.yaml` is what ran), and
-`--resume` and the reports read it back; zcorch.config.experiment checks that it reads back to the same
+The run stage stores it as the result set's `experiment.yaml` (the file as written next to it), which
+`--resume` and the reports read back; zcorch.config.experiment checks that it reads back to the same
 experiment (`read_back_differences`).
 """
 from __future__ import annotations
