@@ -35,7 +35,8 @@ from typing import Callable, Optional, Sequence
 
 from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
-from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
+from zcorch.config.cells import cell_problems, filesystem_problem
+from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
 from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
