@@ -125,9 +125,9 @@ def cell_id(params: dict) -> str:
 
 
 def load_plan(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
-              hosts: "Optional[InventoryPair]" = None) -> Plan:
-    """`expand(load_experiment(path, overrides, hosts))`."""
-    return expand(load_experiment(path, overrides, hosts))
+              hosts: "Optional[InventoryPair]" = None, unknown_hosts: bool = False) -> Plan:
+    """`expand(load_experiment(path, overrides, hosts, unknown_hosts))`."""
+    return expand(load_experiment(path, overrides, hosts, unknown_hosts))
 
 
 def expand(exp: Experiment, reduced: bool = False) -> Plan:
