@@ -26,9 +26,10 @@ FIXED = {
     "pyyaml": ("5.4", "CVE-2020-14343"),
     "setuptools": ("78.1.1", "CVE-2025-47273, CVE-2024-6345"),
     "pytest": ("9.0.3", "CVE-2025-71176"),
+    "tqdm": ("4.66.3", "CVE-2024-34062"),
 }
-# Markers under which no fixed release exists (pytest 9.0.3 needs Python 3.10): the floor there is allowed to lag.
-NO_FIX_FOR = {"pytest": 'python_version < "3.10"'}
+# Markers under which no fixed release exists: the floor there may lag (none today: requires-python >= 3.11).
+NO_FIX_FOR: "dict[str, str]" = {}
 
 
 def _requirements() -> "list[tuple[str, Requirement]]":
