@@ -7,7 +7,9 @@ runner passes (`worker_flags`), the analysis column order (`zcorch.analysis.fram
 (`format_value`) and the tables in docs/experiment-files.md (`python -m zcorch.params --update-docs`).
 
 Adding a parameter is one `Param` entry in `PARAMS` (plus, for a new `kind`, its parser in
-`zcorch.config.experiment` and its argparse mapping in `zcorch.worker.cli`).
+`zcorch.config.experiment` and its argparse mapping in `zcorch.worker.cli`). The C worker's side derives too:
+native/gen_params.py writes the `zc_params` / `zc_metrics` structs, their defaults, range checks and stream
+totals from these tables (include/zc_params_gen.h); only the C code that acts on a new field is written by hand.
 
 Stdlib-only and deployed with the worker (which imports it), so no `typing` at run time, and the records are
 immutable namedtuples rather than frozen dataclasses: importing dataclasses (and the inspect module it
