@@ -26,7 +26,7 @@ CDEF_END = "/* cdef:end */"
 _HEAD_FIELDS = """    int side;                  /* ZC_SIDE_SEND / ZC_SIDE_RECV */
     const char *host;          /* send: address to connect to; recv: address to listen on */
     int port;                  /* recv: 0 = ephemeral */"""
-_TAIL_FIELDS = """    const int *cpus;           /* --cpus, with ncpus > 0: stream i runs pinned to cpus[i % ncpus] (instead of cpu) */
+_TAIL_FIELDS = """    const int *cpus;           /* --cpus, with ncpus > 0: stream i runs on cpus[i % ncpus] (instead of cpu) */
     int ncpus;
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
     uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
@@ -103,8 +103,8 @@ def generate(t) -> str:
     out.append("")
     groups = {"int": "INT", "uint64_t": "U64", "double": "DOUBLE"}
     for ctype, suffix in groups.items():
-        out.append(f"/* X(field, flag, min, max, has_unset, unset, limits): the range checks of the {ctype} fields; "
-                   "message: <flag>: <limits>, got <value> */")
+        out.append(f"/* X(field, flag, min, max, has_unset, unset, limits): the range checks of the {ctype} fields")
+        out.append(" * (message: <flag>: <limits>, got <value>) */")
         out.append(f"#define ZC_PARAM_LIMITS_{suffix}(X) \\")
         for p in fields:
             if p.ctype == ctype and p.kind in t.NUMERIC_KINDS:
@@ -113,7 +113,7 @@ def generate(t) -> str:
                 out.append(f"    X({p.dest}, {_c_literal(p.flag)}, {_c_literal(p.min)}, {_c_literal(p.max)}, "
                            f"{int(p.c_unset is not None)}, {_c_literal(unset)}, {_c_literal(text)}) \\")
         out.append("")
-    out.append("/* X(combine, field): how the group's totals combine the streams' value of each zc_metrics field */")
+    out.append("/* X(combine, field): how the group's totals combine the streams' values of each zc_metrics field */")
     out.append("#define ZC_METRIC_COMBINE(X) \\")
     out += [f"    X({m.combine}, {m.name}) \\" for m in t.METRICS if m.ctype is not None]
     out += ["", "#endif", ""]

@@ -29,7 +29,7 @@ struct zc_params {
     int streams;               /* --streams */
     int uring_depth;           /* --uring-depth */
     int tcp_maxseg;            /* --tcp-maxseg; 0 = unset */
-    const int *cpus;           /* --cpus, with ncpus > 0: stream i runs pinned to cpus[i % ncpus] (instead of cpu) */
+    const int *cpus;           /* --cpus, with ncpus > 0: stream i runs on cpus[i % ncpus] (instead of cpu) */
     int ncpus;
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
     uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
@@ -108,7 +108,8 @@ struct zc_metrics {
 #define ZC_MIN_TCP_MAXSEG 88
 #define ZC_MAX_TCP_MAXSEG 32767
 
-/* X(field, flag, min, max, has_unset, unset, limits): the range checks of the int fields; message: <flag>: <limits>, got <value> */
+/* X(field, flag, min, max, has_unset, unset, limits): the range checks of the int fields
+ * (message: <flag>: <limits>, got <value>) */
 #define ZC_PARAM_LIMITS_INT(X) \
     X(subblocks, "--subblocks", 1, 1073741824, 0, 0, "expected an integer between 1 and 1073741824") \
     X(cpu, "--cpu", 0, 65535, 1, -1, "expected an integer between 0 and 65535") \
@@ -116,18 +117,20 @@ struct zc_metrics {
     X(uring_depth, "--uring-depth", 1, 4096, 0, 0, "expected an integer between 1 and 4096") \
     X(tcp_maxseg, "--tcp-maxseg", 88, 32767, 1, 0, "expected an integer between 88 and 32767") \
 
-/* X(field, flag, min, max, has_unset, unset, limits): the range checks of the uint64_t fields; message: <flag>: <limits>, got <value> */
+/* X(field, flag, min, max, has_unset, unset, limits): the range checks of the uint64_t fields
+ * (message: <flag>: <limits>, got <value>) */
 #define ZC_PARAM_LIMITS_U64(X) \
     X(bytes, "--bytes", 1, 4611686018427387904LL, 1, 0, "expected a size between 1 and 4611686018427387904 bytes (4194304TiB)") \
     X(buffer, "--buffer", 1, 1073741824, 0, 0, "expected a size between 1 and 1073741824 bytes (1GiB)") \
     X(window, "--window", 1, 1073741823, 1, 0, "expected a size between 1 and 1073741823 bytes") \
     X(pipe_size, "--pipe-size", 1, 2147483647, 1, 0, "expected a size between 1 and 2147483647 bytes") \
 
-/* X(field, flag, min, max, has_unset, unset, limits): the range checks of the double fields; message: <flag>: <limits>, got <value> */
+/* X(field, flag, min, max, has_unset, unset, limits): the range checks of the double fields
+ * (message: <flag>: <limits>, got <value>) */
 #define ZC_PARAM_LIMITS_DOUBLE(X) \
     X(timeout, "--timeout", 0.001, 604800.0, 0, 0, "expected a duration between 0.001s and 604800s") \
 
-/* X(combine, field): how the group's totals combine the streams' value of each zc_metrics field */
+/* X(combine, field): how the group's totals combine the streams' values of each zc_metrics field */
 #define ZC_METRIC_COMBINE(X) \
     X(sum, bytes) \
     X(span, wall_ns) \

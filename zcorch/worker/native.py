@@ -23,7 +23,8 @@ kernel_feature, no_sink, zc_recv, uring, one_stream); `unavailable_modes()` name
 kernel (or this build: `build_features()`) cannot run, and why.
 
 With `streams=N` (N > 1) a result also has "streams": one dict per stream ("stream", "offset" of its
-slice, and the metrics that apply), the top-level metrics being the totals (each metric combined as its `Metric.combine` in zcorch.params says: native/core/totals.c).
+slice, and the metrics that apply), the top-level metrics being the totals (each metric combined as its
+`Metric.combine` in zcorch.params says: native/core/totals.c).
 The host_* metrics and the samples are host-wide: taken once around all the streams (one /proc window
 from just before the streams start to just after the last ends, samples summing every stream's bytes),
 so they appear in the totals only.
