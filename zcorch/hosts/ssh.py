@@ -429,6 +429,15 @@ class SSHHost(Host):
     def __repr__(self) -> str:
         return f"SSHHost({self.name!r}, {self.target.describe()!r})"
 
+    def peer_address(self) -> Optional[str]:
+        """The address our TCP connection goes to (the first jump host's with ProxyJump): the route to it
+        on this machine carries the session (zcorch.provision.network keeps it unchanged)."""
+        sock = getattr(self._clients[0].get_transport(), "sock", None)
+        try:
+            return str(sock.getpeername()[0]) if isinstance(sock, socket.socket) else None
+        except OSError:
+            return None
+
     @property
     def where(self) -> str:
         return f"{self.name} ({self.target.describe()})"

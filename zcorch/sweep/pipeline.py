@@ -40,8 +40,9 @@ from zcorch.sweep.summary import summary_table
 
 # (name, title) of each stage, in the order run_sweep enters them: what SweepObserver.stage() gets.
 STAGES: Tuple[Tuple[str, str], ...] = (
-    ("hosts", "open the hosts"),
-    ("deploy", "preflight the hosts, deploy the worker, check its version and that each host can run its "
+    ("hosts", "open the hosts and take their leases (one sweep at a time per host: its network lease, and the "
+              "receiver's filesystem lease when the experiment has filesystems), before anything loads them"),
+    ("deploy", "restore a killed sweep's network changes (with or without `networks:`), preflight the hosts, deploy the worker, check its version and that each host can run its "
                "cells' modes"),
     ("scratch", "resolve {scratch} (create the directory, mode 0700)"),
     ("metadata", "host metadata for meta.json"),
@@ -415,7 +416,7 @@ def _filesystems_used(plan_runs: List[dict]) -> List[str]:
 
 
 def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str], dry_run: bool,
-                        observer: SweepObserver):
+                        observer: SweepObserver, lease: Any = None):
     """zcorch.provision.filesystems' manager for the receiver when the experiment declares filesystems.
 
     Only the entries the plan uses are preflighted: an unused md entry must not fail the run. In a dry
@@ -426,23 +427,17 @@ def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[
         return None
     from zcorch.provision.filesystems import FilesystemManager
 
-    from zcorch.provision.fs_state import Lease
-
     receiver = sweep.hosts["receiver"]
     state_dir = exp.hosts.fs_state_dir
     fsman = FilesystemManager(receiver, configs, state_dir, dry_run=dry_run, log=observer.message)
-    # One sweep per receiver: a second is refused with who holds it, and never undoes the first's filesystems.
-    fsman.lease = None if dry_run else Lease.take(receiver, fsman.state_dir)
-    try:
-        for undone in FilesystemManager.cleanup_stale(receiver, state_dir, leased=not dry_run):
-            warnings.append(f"undid a previous controller's leftover: {undone}")
-        problems = fsman.preflight(names=used)
-        if problems:
-            raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
-    except BaseException:
-        if fsman.lease:
-            fsman.lease.release()
-        raise
+    # One sweep per receiver (taken with the hosts, _take_leases): a second is refused with who holds it,
+    # and never undoes the first's filesystems.
+    fsman.lease = lease   # released by run_sweep, on every exit path
+    for undone in FilesystemManager.cleanup_stale(receiver, state_dir, leased=not dry_run):
+        warnings.append(f"undid a previous controller's leftover: {undone}")
+    problems = fsman.preflight(names=used)
+    if problems:
+        raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
     return fsman
 
 
@@ -452,6 +447,46 @@ def _record_filesystems(rs: Any, meta: Dict[str, Any], fsman: Any, names: Any, w
         rs.write_meta(meta, keep_previous=False)
     except ZcorchError as exc:
         warnings.append(f"could not record the filesystem descriptions in meta.json: {exc}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Leases: before anything loads the hosts
+
+def _take_leases(exp: Any, hosts: Dict[str, Host], dry_run: bool, changes: bool) -> Tuple[List[Any], Any]:
+    """(network leases of both hosts, the receiver's filesystem lease or None), taken right after the hosts
+    open: a sweep another one already holds is refused before it deploys or calibrates there (the live
+    sweep's measurements stay undisturbed). The hosts are closed when a lease is refused."""
+    if dry_run:
+        return [], None
+    from zcorch.provision import network
+    from zcorch.provision.filesystems import FilesystemManager
+    from zcorch.provision.fs_state import Lease
+
+    leases: List[Any] = []
+    try:
+        leases = network.take_leases(hosts, exp.hosts, token=os.urandom(8).hex(), changes=changes)
+        fs_lease = None
+        if exp.filesystems:
+            receiver = hosts["receiver"]
+            state_dir = FilesystemManager(receiver, {}, exp.hosts.fs_state_dir).state_dir
+            fs_lease = Lease.take(receiver, state_dir)
+        return leases, fs_lease
+    except BaseException:
+        network.release_leases(leases)
+        for h in {id(h): h for h in hosts.values()}.values():
+            h.close()
+        raise
+
+
+def _restore_network_leftovers(exp: Any, sweep: Sweep, warnings: List[str], dry_run: bool,
+                               observer: SweepObserver) -> None:
+    """Every sweep, with `networks:` or not: a killed sweep's network changes are put back (warnings say
+    so) before anything is measured, or the sweep is refused (PreflightError)."""
+    if dry_run:
+        return
+    from zcorch.provision.network import restore_leftovers
+
+    warnings += restore_leftovers(sweep.hosts, sweep.python, exp.hosts, observer.message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -553,17 +588,21 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     sweep = None
     fsman = None
     netman = None
+    leases: List[Any] = []
+    fs_lease = None
     meta: Dict[str, Any] = {}
     warnings: List[str] = []
     recorded: List[Recorded] = []
     try:
         observer.stage("hosts", _TITLES["hosts"])
         hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded)
+        leases, fs_lease = _take_leases(exp, hosts, dry_run, bool(_networks_used(plan_runs)))
         observer.hosts_opened(hosts)
         observer.stage("deploy", _TITLES["deploy"])
         # the modes of the runs still to do: one a host cannot run stops the sweep here, naming why
         sweep = open_sweep(hosts, cfg, cell_modes(r["params"] for r in plan_runs
                                                   if (r["id"], r["repeat"]) not in skip))
+        _restore_network_leftovers(exp, sweep, warnings, dry_run, observer)
         # Before anything uses a path: meta's sink probe, source layout, the dd baseline, the runs.
         observer.stage("scratch", _TITLES["scratch"])
         scratch_dirs = prepare_scratch(sweep, plan_runs, cfg, observer)
@@ -574,7 +613,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         calibrate(sweep, meta, warnings)
         rs.write_meta(meta, keep_previous=False)
         observer.stage("filesystems", _TITLES["filesystems"])
-        fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer)
+        fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer, fs_lease)
         observer.stage("network", _TITLES["network"])
         netman = _network_manager(exp, sweep, warnings, _networks_used(plan_runs), dry_run, observer)
         observer.stage("iperf3", _TITLES["iperf3"])
@@ -619,8 +658,12 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
             _record_networks(rs, meta, netman, _networks_used(plan_runs), warnings)
         if fsman is not None:
             _record_filesystems(rs, meta, fsman, exp.filesystems, warnings)
-            if fsman.lease:
-                fsman.lease.release()
+        if fs_lease is not None:
+            fs_lease.release()
+        if leases:
+            from zcorch.provision.network import release_leases
+
+            release_leases(leases)
         observer.sweep_ended()
         if sweep is not None:
             sweep.close()
