@@ -370,6 +370,13 @@ class NetworkManager:
             raise HostError("; ".join(errors))
         self.current = None
 
+    def leftovers(self) -> List[str]:
+        """What stays changed if the teardown stops now, and how to put it back (a third Ctrl-C)."""
+        return [f"{t.name}: network {self.current!r} is still applied (the previous values are recorded in "
+                f"{t.state_dir}/zcorch-net-<netns>.json there): the next `zcorch run` on this host restores them "
+                "before anything else (for a lab, `zcorch lab down` does too)"
+                for t in self.targets if t.applied and not self.dry_run]
+
     def teardown_all(self) -> None:
         """restore(), for every exit path (idempotent)."""
         try:

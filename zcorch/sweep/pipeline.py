@@ -35,6 +35,7 @@ from zcorch.provision import scratch, sources
 from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl
 from zcorch.sweep import baselines as bl
 from zcorch.sweep import commands as cmds
+from zcorch.sweep import interrupts
 from zcorch.sweep.runner import Runner, SweepOutcome, run_fields
 from zcorch.sweep.summary import summary_table
 
@@ -275,7 +276,7 @@ def open_sweep(hosts: Dict[str, Host], cfg: Baselines,
 
 
 def _open_hosts(exp: Any, accept_new_host_keys: bool, dry_run: bool, observer: SweepObserver,
-                recorded: List[Recorded]) -> Dict[str, Host]:
+                recorded: List[Recorded], allow_ssh_config_exec: bool = False) -> Dict[str, Host]:
     if dry_run:
         def record(entry: Recorded) -> None:
             recorded.append(entry)
@@ -284,7 +285,7 @@ def _open_hosts(exp: Any, accept_new_host_keys: bool, dry_run: bool, observer: S
         return recording_hosts(exp.hosts, on_record=record)
     from zcorch.hosts.ssh import open_hosts  # paramiko: imported only when a real sweep opens its hosts
 
-    return open_hosts(exp.hosts, accept_new_host_keys)
+    return open_hosts(exp.hosts, accept_new_host_keys, allow_config_exec=allow_ssh_config_exec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -553,7 +554,8 @@ def _finish_after_error(rs: Any, status: str, exc: BaseException) -> None:
 def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = None,
               resume: Optional[str] = None, accept_new_host_keys: bool = False, dry_run: bool = False,
               observer: Optional[SweepObserver] = None, command: Optional[List[str]] = None,
-              hosts: Optional[InventoryPair] = None, overrides: Sequence[str] = ()) -> SweepResult:
+              hosts: Optional[InventoryPair] = None, overrides: Sequence[str] = (),
+              allow_ssh_config_exec: bool = False) -> SweepResult:
     """Run the experiment at `experiment_path` (or continue the result set `resume`) into a result set.
 
     output: the result directory (default results/<name>-<UTC time>/). command: what the manifest
@@ -561,6 +563,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     hosts: a pair of an inventory (zcorch.config.inventory.select), instead of the file's `hosts:` (on
     resume: instead of the recorded hosts). overrides: `--set KEY=VALUE` strings (zcorch.config.overrides);
     not with `resume`. The manifest records both ("inventory", "overrides"; module zcorch.results.store).
+    allow_ssh_config_exec: let the hosts' ssh config run its `Match exec` commands (refused otherwise).
     Ctrl-C (KeyboardInterrupt) during the sweep ends it as `interrupted` with the finished runs kept;
     a ZcorchError marks the result set interrupted, any other exception (a bug) `failed`, both with
     the manifest's "error" = {"type", "message"}, and propagates.
@@ -578,6 +581,9 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     cfg = exp.baselines
     rs = _open_results(exp, exp_path, exp_bytes, plan_runs, output, resume, command or ["zcorch", "run"],
                        accept_new_host_keys, dry_run)
+    if not dry_run:   # what a third Ctrl-C during the teardown would leave (zcorch.sweep.interrupts)
+        interrupts.left_behind("results", lambda: [f"{rs.dir}: the manifest still says 'running': `zcorch run "
+                                                   f"--resume {rs.dir}` continues it"])
     skip = rs.ok_keys()
     observer.started(len(plan_runs), len(skip), None if dry_run else rs.dir)
     if exp.inventory is not None:
@@ -595,7 +601,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     recorded: List[Recorded] = []
     try:
         observer.stage("hosts", _TITLES["hosts"])
-        hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded)
+        hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded, allow_ssh_config_exec)
         leases, fs_lease = _take_leases(exp, hosts, dry_run, bool(_networks_used(plan_runs)))
         observer.hosts_opened(hosts)
         observer.stage("deploy", _TITLES["deploy"])
@@ -614,8 +620,10 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         rs.write_meta(meta, keep_previous=False)
         observer.stage("filesystems", _TITLES["filesystems"])
         fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer, fs_lease)
+        interrupts.left_behind("filesystems", fsman.leftovers if fsman is not None else None)
         observer.stage("network", _TITLES["network"])
         netman = _network_manager(exp, sweep, warnings, _networks_used(plan_runs), dry_run, observer)
+        interrupts.left_behind("network", netman.leftovers if netman is not None else None)
         observer.stage("iperf3", _TITLES["iperf3"])
         _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
         observer.stage("sources", _TITLES["sources"])
@@ -648,6 +656,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         _finish_after_error(rs, "interrupted" if isinstance(exc, ZcorchError) else "failed", exc)
         raise
     finally:
+        interrupts.begin_teardown()   # from here on no signal stops the teardown (zcorch.sweep.interrupts)
         # Also after Ctrl-C or an error: the configurations provisioned so far are described in meta.json,
         # so the report can still show them next to the runs that were kept.
         if netman is not None:
@@ -670,6 +679,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     observer.stage("finish", _TITLES["finish"])
     try:
         rs.finish(outcome.status)
+        interrupts.left_behind("results", None)
     except OSError as exc:  # e.g. the disk filled up: a user-fixable problem, every run is already recorded
         raise ResultsError(f"{rs.dir}: cannot mark the result set {outcome.status} ({exc.strerror or exc}); "
                            f"every run is recorded in {RUNS}. After fixing the cause, `zcorch run --resume "
