@@ -167,3 +167,36 @@ def test_without_a_teardown_a_signal_interrupts_as_before():
     p = _guarded("TERM", [])
     assert p.returncode == 0 and "teardown finished 0" in p.stdout
     assert signal.SIGTERM  # (the first signal raised KeyboardInterrupt: the except branch ran)
+
+
+# -- items 2, 9, 19: the network lease (the lab tests run it between controllers) ---------------------
+
+def test_the_network_lease_excludes_a_changing_sweep_shares_between_others_and_wants_a_private_directory(tmp_path):
+    from zcorch.errors import PreflightError
+    from zcorch.hosts.local import LocalHost
+    from zcorch.provision.fs_state import Lease
+    from zcorch.provision.network import LEASE_NAME
+
+    host, d = LocalHost("localhost", "127.0.0.1"), str(tmp_path / "net")
+    kw = dict(name=LEASE_NAME, what="this host's network")
+    readers = [Lease.take(host, d, shared=True, **kw), Lease.take(host, d, shared=True, **kw)]   # sweeps without networks:
+    try:
+        with pytest.raises(PreflightError, match="another sweep holds this host's network"):
+            Lease.take(host, d, token="b", **kw)          # one with networks: waits for none of them
+    finally:
+        for lease in readers:
+            lease.release()
+    writer = Lease.take(host, d, token="a", **kw)
+    try:
+        with pytest.raises(PreflightError, match=r'another sweep holds this host\'s network \(.*"token": "a"'):
+            Lease.take(host, d, shared=True, **kw)         # nor may another run beside it
+        same = Lease.take(host, d, token="a", **kw)       # the same sweep, its other host on this machine
+        same.release()                                    # (a no-op: the first one holds it)
+        with pytest.raises(PreflightError):
+            Lease.take(host, d, token="b", **kw)
+    finally:
+        writer.release()
+    Lease.take(host, d, token="b", **kw).release()        # released: the next one takes it
+    os.chmod(d, 0o777)
+    with pytest.raises(PreflightError, match="writable by group or others"):
+        Lease.take(host, d, token="b", **kw)

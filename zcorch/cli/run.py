@@ -175,6 +175,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with guard.installed():
             result = _run(args, observer, command)
+            guard.ignore_term_after = result.status == "interrupted"
     except Exception:
         # The error follows (a ZcorchError as one line, a bug with its traceback); the runs written are kept.
         done = getattr(observer, "result_dir", None)

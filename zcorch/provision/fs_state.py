@@ -276,6 +276,11 @@ class Lease:
         shared: a reader's hold (flock -s): readers coexist, an exclusive holder excludes them all."""
         path = posixpath.join(state_dir, name)
         host.run(["mkdir", "-p", "-m", "0700", "--", state_dir])
+        # In a directory others may write, the lock file could be swapped under a holder (two sweeps would
+        # then lock two files) or the holder's file be planted: refuse, as the state files are refused.
+        why = untrusted(host, state_dir, state_dir)
+        if why:
+            raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: {why}")
         # A constant script (no value goes through the shell): say "held" once locked, then wait for EOF.
         lock = (["-w", f"{wait:g}"] if wait > 0 else ["-n"]) + (["-s"] if shared else [])
         proc = host.start(["flock", *lock, "-E", str(BUSY), path, "sh", "-c", "echo held; exec cat >/dev/null"])

@@ -18,7 +18,11 @@ value to `<workdir>/net/zcorch-net-<netns inode>.json`, so a controller killed a
 the next run (preflight) or `zcorch lab down` need to put the values back.
 
 Safety: nothing is changed unless the hosts' owner allowed it (Experiment.network_allowed, checked at
-load time; preflight checks again), and only as root (preflight refuses otherwise, before any run).
+load time; preflight checks again), and only as root (preflight refuses otherwise, before any run);
+never on a link that carries the controller's SSH session, nor to an MTU that would delete the link's
+addresses (preflight; the host module refuses the MTU too). Every sweep holds each host's network lease
+(take_leases: exclusive with `networks:`, shared without) from before it loads the hosts, and restores a
+killed sweep's leftovers under it (restore_leftovers), whether it has `networks:` or not.
 """
 from __future__ import annotations
 

@@ -34,6 +34,9 @@ class InterruptGuard:
         self.presses = 0                      # SIGINTs (Ctrl-C), the one that stopped the sweep included
         self.signals: List[int] = []          # the signals that arrived once the teardown began
         self._left: Dict[str, Leftovers] = {}
+        # Set when the sweep ended interrupted: SIGTERM stays ignored after installed() (the process is
+        # exiting; a supervisor repeating TERM must not turn exit status 130 into a kill).
+        self.ignore_term_after = False
 
     def _say(self, text: str) -> None:
         try:
@@ -79,7 +82,7 @@ class InterruptGuard:
         finally:
             _ACTIVE.remove(self)
             for s, h in old.items():
-                signal.signal(s, h)
+                signal.signal(s, signal.SIG_IGN if s == signal.SIGTERM and self.ignore_term_after else h)
 
 
 def _safe(fn: Leftovers) -> List[str]:
