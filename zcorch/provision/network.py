@@ -154,9 +154,16 @@ def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, 
     return taken
 
 
-def release_leases(leases: List[Lease]) -> None:
+def release_leases(leases: List[Lease], warnings: Optional[List[str]] = None) -> None:
+    """Release each lease (newest first). One that cannot be released over a lost connection has ended
+    with it (its holder process reads the connection's EOF): a warning, never an exception."""
     for lease in reversed(leases):
-        lease.release()
+        try:
+            lease.release()
+        except (HostError, OSError) as exc:
+            if warnings is not None:
+                warnings.append(f"{lease.host.name}: lease {lease.path} not released cleanly (it ends with the "
+                                f"connection): {exc}")
 
 
 def restore_leftovers(hosts: Dict[str, Host], python: Dict[str, str], spec: Hosts, log: Log = _noop) -> List[str]:

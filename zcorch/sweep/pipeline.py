@@ -43,8 +43,8 @@ from zcorch.sweep.summary import summary_table
 STAGES: Tuple[Tuple[str, str], ...] = (
     ("hosts", "open the hosts and take their leases (one sweep at a time per host: its network lease, and the "
               "receiver's filesystem lease when the experiment has filesystems), before anything loads them"),
-    ("deploy", "restore a killed sweep's network changes (with or without `networks:`), preflight the hosts, deploy the worker, check its version and that each host can run its "
-               "cells' modes"),
+    ("deploy", "restore a killed sweep's network changes (with or without `networks:`), preflight the hosts, "
+               "deploy the worker, check its version and that each host can run its cells' modes"),
     ("scratch", "resolve {scratch} (create the directory, mode 0700)"),
     ("metadata", "host metadata for meta.json"),
     ("calibrate", "copy-cost calibration per host (memcpy, page fault, system call) for meta.json"),
@@ -667,12 +667,10 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
             _record_networks(rs, meta, netman, _networks_used(plan_runs), warnings)
         if fsman is not None:
             _record_filesystems(rs, meta, fsman, exp.filesystems, warnings)
-        if fs_lease is not None:
-            fs_lease.release()
-        if leases:
+        if fs_lease is not None or leases:
             from zcorch.provision.network import release_leases
 
-            release_leases(leases)
+            release_leases(leases + ([fs_lease] if fs_lease is not None else []), warnings)
         observer.sweep_ended()
         if sweep is not None:
             sweep.close()
