@@ -59,7 +59,7 @@ def test_quiet_prints_no_progress_and_progress_names_modes(tmp_path):
     exp.write_text(TINY)
     loud = zcorch_cli("run", exp, "-o", tmp_path / "loud")
     assert loud.returncode == 0, loud.stderr
-    assert "set-up took" in loud.stderr and "deploy the worker" in loud.stderr
+    assert "set-up took" in loud.stderr and "copy-cost calibration" in loud.stderr
     assert "write→read r0: ok" in loud.stderr and "Gbit/s" in loud.stderr and "vmsplice→read r1" in loud.stderr
     quiet = zcorch_cli("-q", "run", exp, "-o", tmp_path / "quiet")
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
