@@ -4,7 +4,8 @@
     python - ACTION ARGS... < zcorch/worker/remote.py   (remote hosts: this file's text on stdin)
 
 Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
-    preflight ADDRESS [PORT...]        -> JSON facts: python, cffi, Python.h, cc, iperf3, address/ports bindable
+    preflight ADDRESS [PORT...] [PROGRAM...] -> JSON facts: python, cffi, Python.h, cc, address/ports bindable,
+                                          the path of each PROGRAM (the baseline kinds' tools) or null
     cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
     finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
     private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
@@ -49,9 +50,10 @@ class ActionError(Exception):
 
 # -- preflight (before anything is deployed) ---------------------------------------------------
 
-def preflight_facts(address: str, ports: "Sequence[int]" = ()) -> "Dict[str, Any]":
-    """What a sweep needs from this host: python version, cffi, Python.h, a compiler, iperf3, and
-    whether `address` (the data address) and each of `ports` on it can be bound."""
+def preflight_facts(address: str, ports: "Sequence[int]" = (), programs: "Sequence[str]" = ()) -> "Dict[str, Any]":
+    """What a sweep needs from this host: python version, cffi, Python.h, a compiler, each of `programs`
+    (`tools`: {program: path or None}), and whether `address` (the data address) and each of `ports` on
+    it can be bound."""
     out: "Dict[str, Any]" = {"python": list(sys.version_info[:3]), "executable": sys.executable}
     try:
         import cffi
@@ -62,7 +64,7 @@ def preflight_facts(address: str, ports: "Sequence[int]" = ()) -> "Dict[str, Any
     out["python_h"] = os.path.exists(os.path.join(inc, "Python.h"))
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     out["cc"] = shutil.which(os.environ.get("CC", "") or cc) or shutil.which("cc") or shutil.which("gcc")
-    out["iperf3"] = shutil.which("iperf3")
+    out["tools"] = {p: shutil.which(p) for p in programs}
     out["address_error"] = None
     out["busy_ports"] = []
     try:
@@ -626,8 +628,9 @@ def _open_excl_action(args: "List[str]") -> int:
 
 # name -> (usage of its arguments, least and most argument count (None: any), handler)
 ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]" = {
-    "preflight": ("ADDRESS [PORT...]", 1, None,
-                  lambda a: _print_json(preflight_facts(a[0], [_int(p, "PORT") for p in a[1:]]))),
+    "preflight": ("ADDRESS [PORT...] [PROGRAM...]", 1, None,
+                  lambda a: _print_json(preflight_facts(a[0], [_int(p, "PORT") for p in a[1:] if p.isdigit()],
+                                                        [p for p in a[1:] if not p.isdigit()]))),
     "cffi-dir": ("", 0, 0, _cffi_dir_action),
     "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
     "private-dirs": ("DIR...", 1, None, _private_dirs_action),
