@@ -273,7 +273,7 @@ def _flag(argv: Sequence[str], flag: str) -> Optional[str]:
 
 
 def _probe_facts(host: RecordingHost, args: List[str]) -> str:
-    programs = [a for a in args[1:] if not a.isdigit()]   # the baseline tools asked for: "found"
+    programs = [b for a, b in zip(args, args[1:]) if a == "--tool"]   # the baseline tools asked for: "found"
     return _json({"python": list(sys.version_info[:3]), "executable": NOT_MEASURED, "cffi": NOT_MEASURED,
                   "python_h": True, "cc": NOT_MEASURED, "tools": {p: NOT_MEASURED for p in programs},
                   "address_error": None, "busy_ports": []})

@@ -253,7 +253,8 @@ def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = No
     """Facts about a host (zcorch.worker.remote.preflight_facts; `tools` = {program: its path or None}
     for each of `programs`), or {"error": ...} when its python cannot run at all."""
     python = python or host_python(host)
-    r = run_remote(host, "preflight", host.data_address, *[int(p) for p in ports], *programs, python=python)
+    r = run_remote(host, "preflight", host.data_address, *[int(p) for p in ports],
+                   *[a for p in programs for a in ("--tool", p)], python=python)
     if not r.ok:
         return {"error": (r.stderr or r.stdout).strip(), "returncode": r.returncode, "python_cmd": python}
     facts = remote_json(r)

@@ -4,7 +4,7 @@
     python - ACTION ARGS... < zcorch/worker/remote.py   (remote hosts: this file's text on stdin)
 
 Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
-    preflight ADDRESS [PORT...] [PROGRAM...] -> JSON facts: python, cffi, Python.h, cc, address/ports bindable,
+    preflight ADDRESS [PORT...] [--tool PROGRAM...] -> JSON facts: python, cffi, Python.h, cc, address/ports bindable,
                                           the path of each PROGRAM (the baseline kinds' tools) or null
     cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
     finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
@@ -626,11 +626,24 @@ def _open_excl_action(args: "List[str]") -> int:
     return 0
 
 
+def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
+    """(ports, programs) of preflight's arguments: each program follows `--tool`."""
+    ports: "List[str]" = []
+    programs: "List[str]" = []
+    it = iter(args)
+    for a in it:
+        if a == "--tool":
+            programs.append(next(it, ""))
+        else:
+            ports.append(a)
+    return ports, programs
+
+
 # name -> (usage of its arguments, least and most argument count (None: any), handler)
 ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]" = {
-    "preflight": ("ADDRESS [PORT...] [PROGRAM...]", 1, None,
-                  lambda a: _print_json(preflight_facts(a[0], [_int(p, "PORT") for p in a[1:] if p.isdigit()],
-                                                        [p for p in a[1:] if not p.isdigit()]))),
+    "preflight": ("ADDRESS [PORT...] [--tool PROGRAM...]", 1, None,
+                  lambda a: _print_json(preflight_facts(a[0], [_int(p, "PORT") for p in _tool_args(a[1:])[0]],
+                                                        _tool_args(a[1:])[1]))),
     "cffi-dir": ("", 0, 0, _cffi_dir_action),
     "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
     "private-dirs": ("DIR...", 1, None, _private_dirs_action),

@@ -95,6 +95,8 @@ def parse_qperf(text: str) -> Dict[str, Any]:
             if name.startswith(short):
                 name = side + name[len(short):]
         value = number * factor
+        if name.endswith(suffix):   # send_bytes in bytes: send_bytes, not send_bytes_bytes
+            suffix = ""
         out[name + suffix] = int(value) if value.is_integer() and suffix in ("_bytes", "") else value
     bw = out.pop("bw_bytes_per_s", None)
     if bw is None:
