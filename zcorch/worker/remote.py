@@ -9,7 +9,7 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
     cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
     finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
     private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
-    metadata ADDRESS PATH [SYSCTL...]  -> JSON: kernel, CPU, memory, data interface (+ whether it could do
+    metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...] -> JSON: kernel, CPU, memory, data interface (+ whether it could do
                                           io_uring zero-copy receive), sysctls, sink mount...
     scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
     dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
@@ -305,11 +305,13 @@ def zcrx_support(ifname: "Optional[str]") -> "Dict[str, Any]":
     return facts
 
 
-def host_metadata(address: str, path: str, sysctls: "Sequence[str]") -> "Dict[str, Any]":
+def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
+                  programs: "Sequence[str]" = ()) -> "Dict[str, Any]":
     """What shaped the numbers on this host. Anything unreadable is null, with why in meta["why_null"].
 
     address: the data address (its interface's MTU and speed are recorded); path: the sink, whose
-    filesystem (nearest existing parent) is recorded; sysctls: dotted names read from /proc/sys.
+    filesystem (nearest existing parent) is recorded; sysctls: dotted names read from /proc/sys; programs:
+    the baseline kinds' tools whose `--version` first line is recorded in meta["versions"] (with the compiler's).
     """
     meta: "Dict[str, Any]" = {"why_null": {}}
     why = meta["why_null"]
@@ -386,8 +388,7 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]") -> "Dict[st
             meta["sink_mount"] = fss[0]
     meta["python"] = {"version": platform.python_version(), "executable": sys.executable}
     meta["versions"] = {}
-    for key, argv in (("iperf3", ["iperf3", "--version"]), ("compiler", ["cc", "--version"]),
-                      ("dd", ["dd", "--version"])):
+    for key, argv in (("compiler", ["cc", "--version"]), *((p, [p, "--version"]) for p in programs)):
         meta["versions"][key], w = _first_version_line(argv)
         if w:
             why["versions." + key] = w
@@ -647,7 +648,8 @@ ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]"
     "cffi-dir": ("", 0, 0, _cffi_dir_action),
     "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
     "private-dirs": ("DIR...", 1, None, _private_dirs_action),
-    "metadata": ("ADDRESS PATH [SYSCTL...]", 2, None, lambda a: _print_json(host_metadata(a[0], a[1], a[2:]))),
+    "metadata": ("ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]", 2, None,
+                 lambda a: _print_json(host_metadata(a[0], a[1], *_tool_args(a[2:])))),
     "scratch": ("WORKDIR [SUBDIR...]", 1, None, lambda a: _print_json(prepare_scratch(a[0], a[1:]))),
     "dd": ("DIR BS COUNT", 3, 3, lambda a: _print_json(dd_baseline(a[0], a[1], a[2]))),
     "loop-autoclear": ("DEVICE...", 1, None, _loop_autoclear_action),
