@@ -46,7 +46,7 @@ def _record(kind: str, key: dict, host: Host, started: str, result: Optional[dic
 def tool_missing(host: Host, tool: "Tool | str") -> Optional[str]:
     """Reason string if `tool` cannot be run on `host`, else None."""
     if isinstance(tool, str):  # a bare program name: its kind's declaration says how to ask and install
-        tool = next((t for k in BY_RECORD.values() for t in k.tools(k.default() or k.settings())
+        tool = next((t for k in BY_RECORD.values() for t in k.tools(k.default())
                      if t.program == tool), Tool(tool, tool))
     res = host.run([tool.program, *tool.version_argv], timeout=20)
     if res.returncode == 127 or "not found" in (res.stderr or "").lower():

@@ -31,7 +31,7 @@ def collect_host(host: Host, python: str, data_address: Optional[str] = None, pa
     """Metadata of one host (one command). Raises HostError naming the host if the probe fails."""
     address = data_address or host.data_address
     # every registered baseline kind's tools: their versions are recorded whether or not this sweep runs them
-    programs = dict.fromkeys(t.program for k in KINDS for t in k.tools(k.default() or k.settings()))
+    programs = dict.fromkeys(t.program for k in KINDS for t in k.tools(k.default()))
     res = run_remote(host, "metadata", address, path, *SYSCTLS, *[a for p in programs for a in ("--tool", p)],
                      python=python)
     if not res.ok:

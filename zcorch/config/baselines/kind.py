@@ -105,6 +105,7 @@ class BaselineKind:
 
     # -- hosts ------------------------------------------------------------------------------
     def tools(self, conf: Any) -> Sequence[Tool]:
+        """The programs it runs with settings `conf` (also asked with self.default(), which may be off)."""
         return ()
 
     def ports(self, conf: Any) -> Sequence[int]:
@@ -119,7 +120,7 @@ class BaselineKind:
     def dry_run(self, argv: Sequence[str]) -> "Optional[Tuple[int, str, str]]":
         """(exit status, stdout, stderr) a dry run answers for one of its commands run to completion, or
         None when argv is not one of its commands."""
-        for tool in self.tools(self.default() or self.settings()):
+        for tool in self.tools(self.default()):
             if list(argv) == [tool.program, *tool.version_argv]:
                 return 0, f"{tool.program} ({DRY_RUN})\n", ""
         return None
