@@ -15,7 +15,7 @@ import fcntl
 import json
 import os
 import socket
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError, ResultSetBusy, ResultsWriteError
 
@@ -176,6 +176,7 @@ class ResultSet:
         self.dir = directory
         self.manifest = manifest
         self._lock_fd = lock_fd
+        self.baseline_written: Optional[Callable[[dict], None]] = None  # told of each baseline record written
 
     def close(self) -> None:
         """Release the result set's lock (also released when the process ends)."""
@@ -318,6 +319,8 @@ class ResultSet:
 
     def append_baseline(self, record: dict) -> None:
         self._append(BASELINES, record)
+        if self.baseline_written is not None:
+            self.baseline_written(record)
 
     def runs(self) -> List[dict]:
         return read_jsonl(self.path(RUNS))
