@@ -9,7 +9,6 @@ import os
 
 import pytest
 
-from fixtures_fs import fs_state_dir  # noqa: F401  (fixture)
 from zcorch.errors import HostError
 from zcorch.hosts.local import LocalHost
 from zcorch.provision.filesystems import FilesystemManager
