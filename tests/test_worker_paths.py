@@ -94,9 +94,12 @@ def test_kernel_fs_reads_the_mount_table_not_the_name():
     ("params: {source: /proc/kcore}", "params.source"),
     ("matrix: {sink: [/tmp/a, /sys/x]}", "matrix.sink[1]"),
     ("baselines: {dd: {scratch: /proc/sys}}", "baselines.dd.scratch"),
+    ("filesystems: {k: {path: /proc/sys/net/ipv4}}", "filesystems.k.path"),
+    ("filesystems: {k: {fs: ext4, loop: {size: 1GiB}, mountpoint: /sys/kernel}}", "filesystems.k.mountpoint"),
+    ("filesystems: {k: {fs: ext4, loop: {size: 1GiB, dir: //proc/x}}}", "filesystems.k.loop.dir"),
 ])
 def test_proc_and_sys_paths_are_refused_at_plan(write_yaml, text, key):
     path = write_yaml(f"name: t\n{text}\n")
     problems = refused(path)
     assert len(problems) == 1 and f"{path}:2:" in problems[0] and f" {key}: " in problems[0], problems
-    assert "kernel settings" in problems[0]
+    assert "kernel settings" in problems[0] or "kernel interfaces" in problems[0]

@@ -259,6 +259,10 @@ def _option_list(chk: Checker, node: ys.YNode, path: str, rx, what: str, fs: Opt
 def _existing_dir(node: ys.YNode) -> str:
     text = checks.check_abs_path(ys.as_str(node, "a path"), "directory")
     checks.check_braces(text, "path")
+    if checks.kernel_fs_path(text):
+        # `path: /proc/sys/net/ipv4` would make `{filesystem}/tcp_fin_timeout` a sink; a mountpoint or loop.dir
+        # there would mount over or fill kernel interfaces
+        raise ys.ValueProblem(f"`{text}` is under /proc or /sys: kernel interfaces, not a directory for data")
     return posixpath.normpath(text)
 
 
