@@ -34,9 +34,12 @@ def add_regression_options(p: argparse.ArgumentParser, metric_choices, what: str
     """--metric, --threshold, --alpha: how `compare` and `history` decide a regression (one rule, one set of flags)."""
     p.add_argument("--metric", choices=sorted(metric_choices), default="gbit_s",
                    help=f"what to {what} (default gbit_s; CPU metrics: lower is better)")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
-                   help="ignore changes up to this many percent (default 5)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT  # stdlib only: no pandas at start-up
+
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+                   help=f"ignore changes up to this many percent (default {DEFAULT_THRESHOLD_PCT:g})")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                   help=f"significance level (default {DEFAULT_ALPHA:g})")
 
 
 def check_regression_options(args: argparse.Namespace) -> None:

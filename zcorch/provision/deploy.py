@@ -45,7 +45,7 @@ from zcorch.provision.remote_call import PACKAGE_PARENT, host_python, remote_jso
 MARKER = ".zcorch-deployed"
 BUILD_TIMEOUT = 300.0
 KEEP_BUILDS = 3          # older worker-<hash> directories beyond this many are pruned
-MIN_PYTHON = (3, 9)
+MIN_PYTHON = (3, 11)  # the range pyproject.toml states and CI tests, on hosts as on the controller
 NATIVE_PACKAGE_DATA = "_native_src"   # zcorch/_native_src/ of a wheel = the checkout's native/ (setup.py)
 
 # Deployed modules (docs/architecture.md "What ships to the hosts"): stdlib-only + the cffi module.
