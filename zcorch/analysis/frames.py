@@ -81,6 +81,11 @@ def read_manifest(path: PathLike) -> dict:
     return results.load_manifest(str(result_dir(path)))
 
 
+def load_manifest(path: PathLike) -> dict:
+    """The public name of read_manifest (`zcorch.load_manifest`): a result set's name, status, times, command."""
+    return read_manifest(path)
+
+
 def read_experiment_text(d: Path, manifest: dict) -> "tuple[Path, Optional[str]]":
     """(path, text) of a result set's experiment file as its manifest names it; text None when it is missing,
     not a regular file inside the set, or too large (zcorch.results.setfiles: never read through a link)."""
