@@ -14,7 +14,7 @@ import errno
 import json
 import os
 import stat
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError, ResultsWriteError
 from zcorch.results import setfiles
@@ -146,6 +146,7 @@ class ResultSet:
     def __init__(self, directory: str, manifest: dict):
         self.dir = directory
         self.manifest = manifest
+        self.baseline_written: Optional[Callable[[dict], None]] = None  # told of each baseline record written
 
     # -- creation / reopening ------------------------------------------------------------
     @classmethod
@@ -267,6 +268,8 @@ class ResultSet:
 
     def append_baseline(self, record: dict) -> None:
         self._append(BASELINES, record)
+        if self.baseline_written is not None:
+            self.baseline_written(record)
 
     def runs(self) -> List[dict]:
         return read_jsonl(self.path(RUNS))
