@@ -22,12 +22,14 @@ import math
 import numpy as np
 import pandas as pd
 
+from zcorch import metrics
 from zcorch.analysis.frames import OK
 from zcorch.params import format_value
 from zcorch.analysis.stats import mann_whitney_u, min_p_value, varying_params
 
-# Metrics that can be compared, and whether a higher value is better.
-HIGHER_IS_BETTER = {"gbit_s": True, "mb_s": True, "send_cpu_s_per_gib": False, "recv_cpu_s_per_gib": False}
+# Metrics that can be compared: every metric of zcorch.metrics with a better direction (a rise of a CPU cost
+# is a regression, a fall of a throughput is one).
+CHOICES = metrics.DIRECTED
 VERDICTS_BAD = ("regressed", "failed")
 
 
@@ -35,9 +37,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
                    threshold_pct: float = 5.0, alpha: float = 0.05) -> pd.DataFrame:
     """One row per cell: params, n_base, n_cand, base_median, cand_median, change_pct, p_value,
     test, verdict. Cells on one side only have verdict 'only in base' / 'only in candidate'."""
-    if metric not in HIGHER_IS_BETTER:
-        raise ValueError(f"metric must be one of {', '.join(HIGHER_IS_BETTER)}")
-    higher_better = HIGHER_IS_BETTER[metric]
+    declared = metrics.directed(metric)   # ValueError for a metric without a direction
     params = [p for p in varying_params(pd.concat([base, cand], ignore_index=True))]
     rows = []
     cells = list(dict.fromkeys(list(base["cell"]) + list(cand["cell"])))
@@ -68,7 +68,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
                 if row["base_median"] else math.nan
             mw = mann_whitney_u(bv, cv)
             row.update(change_pct=change, p_value=mw.p_value, test=mw.description)
-            worse = change < 0 if higher_better else change > 0
+            worse = declared.worse(change)
             if not abs(change) > threshold_pct:
                 row["verdict"] = "unchanged"
             elif mw.p_value < alpha:
@@ -120,6 +120,8 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
                                                      "base_median", "cand_median", "change_pct", "p_value",
                                                      "test", "verdict")]
     header = ["cell"] + params + ["n base/cand", f"base {metric}", f"cand {metric}", "change %", "p", "verdict"]
+    declared = metrics.get(metric)
+    what = f"{metric} ({declared.unit}, {declared.better} is better)"
     bad = table[table["verdict"].isin(VERDICTS_BAD)]
     counts = table["verdict"].value_counts()
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
@@ -133,7 +135,8 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
     rows = _rows(table, params)
     if fmt == "markdown":
         lines = [f"### zcorch compare: {headline}", "",
-                 f"**{base_name}** → **{cand_name}**, metric `{metric}` ({summary}). {method}.", ""]
+                 f"**{base_name}** → **{cand_name}**, metric `{metric}` ({declared.unit}, {declared.better} is "
+                 f"better; {summary}). {method}.", ""]
         if caveat:
             lines += [f"_Note: {caveat}._", ""]
         lines.append("| " + " | ".join(header) + " |")
@@ -143,7 +146,7 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
         return "\n".join(lines) + "\n"
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(header)]
-    lines = [f"zcorch compare: {headline}", f"{base_name} -> {cand_name}, metric {metric} ({summary})",
+    lines = [f"zcorch compare: {headline}", f"{base_name} -> {cand_name}, metric {what} ({summary})",
              method]
     if caveat:
         lines.append(f"note: {caveat}")

@@ -22,8 +22,9 @@ import pandas as pd
 import scipy.stats
 
 from zcorch.analysis.frames import OK, PARAM_KEYS
+from zcorch.metrics import SUMMARY
 
-METRICS = ("mb_s", "gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib")
+METRICS = SUMMARY   # the default metrics of summarize (zcorch.metrics)
 N_BOOT = 2000
 SEED = 0
 CI = 0.95

@@ -11,7 +11,6 @@ import argparse
 import sys
 
 from zcorch.cli.options import add_regression_options, check_regression_options
-from zcorch.analysis.compare import HIGHER_IS_BETTER
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -22,7 +21,7 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p.add_argument("-o", "--output", metavar="OUT", help="write OUT/index.html (default ROOT/index.html)")
     p.add_argument("--check", action="store_true",
                    help="exit 1 when the newest sweep of an experiment is a significant regression")
-    add_regression_options(p, HIGHER_IS_BETTER, "follow")
+    add_regression_options(p, "follow")
     p.set_defaults(func=main)
     return p
 

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import yaml
 
+from zcorch import metrics
 from zcorch.config import overrides as _overrides
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines import Baselines, parse_baselines
@@ -43,7 +44,7 @@ from zcorch.config.filesystems import FilesystemConfig, device_list, parse_files
 from zcorch.config.hosts import INVENTORY, LOCALHOST, Hosts, parse_hosts
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.networks import NetworkConfig, parse_networks
-from zcorch.config.reference import COMMAND_KIND_PREFIX, METRIC_UNITS, Reference, parse_reference
+from zcorch.config.reference import COMMAND_KIND_PREFIX, Reference, parse_reference
 from zcorch.config.views import View, parse_report
 from zcorch.errors import WorkerError, ZcorchError
 from zcorch.params import DEFAULTS, PARAM_KEYS, PARAMS, SIZE_KEYS, Param, format_value, param, side_value
@@ -67,7 +68,7 @@ TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "incl
 # A linked axis (matrix entry that is not a parameter) names a results column: not one zcorch has already.
 _AXIS_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
 RESERVED_AXIS_NAMES = tuple(sorted({"cell", "repeat", "status", "reason", "started", "wall_s", "log", "sweep",
-                                    "params", "matrix", "label", "same_host", "zc_verdict", *METRIC_UNITS}))
+                                    "params", "matrix", "label", "same_host", "zc_verdict", *metrics.BY_NAME}))
 LABEL_KEY = "label"   # the key naming a value of a linked axis
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 # `{scratch}` not preceded by a quote: YAML reads it as a flow mapping (a syntax error, or a mapping).
