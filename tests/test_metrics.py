@@ -81,6 +81,15 @@ def test_every_worker_metric_is_a_per_side_entry_and_classified():
     assert "send_fsync_ns" not in metrics.BY_NAME   # the receiver's alone
 
 
+def test_the_docs_table_is_the_tables():
+    path = Path(__file__).resolve().parent.parent / "docs" / "experiment-files.md"
+    text = path.read_text(encoding="utf-8")
+    assert metrics.render_docs(text) == text, "run `python -m zcorch.metrics docs/experiment-files.md`"
+    assert "| `total_host_busy_s_per_gib` | s/GiB | lower |" in text
+    with pytest.raises(ValueError, match="analysis-metrics:begin"):
+        metrics.render_docs("no block here")
+
+
 # ---------------------------------------------------------------- real result sets
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,7 @@ def _sides(base: str, unit: str, label: str, help: str, better: Optional[str], c
                                f"{_SIDE_WORDS[side]}: {help}") for side in sides)
     if total:
         out += (AnalysisMetric(f"total_{base}", unit, "total", better, combine, extensive, f"both {label}",
-                               f"both sides ({COMBINE[combine]}): {help}"),)
+                               f"both sides: {help}"),)
     return out
 
 
@@ -198,3 +198,37 @@ def axis_label(name: str) -> str:
     """`label (unit)` of a metric, the name itself for a column the table does not declare."""
     m = BY_NAME.get(name)
     return m.axis_label if m is not None else name
+
+
+# ---------------------------------------------------------------- docs table
+
+DOC_BEGIN, DOC_END = "<!-- analysis-metrics:begin -->", "<!-- analysis-metrics:end -->"
+
+
+def markdown_table() -> str:
+    """The derived metrics as Markdown (docs/experiment-files.md "Analysis metrics"); the per-side worker metrics
+    (`send_<name>`, `recv_<name>`) are the worker table's."""
+    rows = ["| metric | unit | better | sides | meaning |", "|---|---|---|---|---|"]
+    for m in DERIVED:
+        sides = f"total: {COMBINE[m.combine]}" if m.side == "total" else m.side
+        rows.append(f"| `{m.name}` | {m.unit} | {m.better or '–'} | {sides} | {m.help.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def render_docs(text: str) -> str:
+    """`text` with the lines between DOC_BEGIN and DOC_END replaced by markdown_table(); ValueError without them."""
+    start, stop = text.find(DOC_BEGIN), text.find(DOC_END)
+    if start < 0 or stop < start:
+        raise ValueError(f"the document has no `{DOC_BEGIN}` ... `{DOC_END}` block")
+    return text[:start + len(DOC_BEGIN)] + "\n" + markdown_table() + "\n" + text[stop:]
+
+
+if __name__ == "__main__":   # python -m zcorch.metrics FILE: rewrite the generated block of FILE
+    import sys
+
+    with open(sys.argv[1], encoding="utf-8") as f:
+        old = f.read()
+    new = render_docs(old)
+    if new != old:
+        with open(sys.argv[1], "w", encoding="utf-8") as f:
+            f.write(new)
