@@ -28,7 +28,7 @@ def test_notebook_executes_against_the_small_result_set(small_set, tmp_path, mon
     assert not [o for o in outputs if o.output_type == "error"]
     text = "\n".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "quickstart-small: 39 runs, 13 cells, 3 failed" in text
-    assert "percentile bootstrap" in text
+    assert "order statistics" in text
     html = "\n".join(o.get("data", {}).get("text/html", "") for o in outputs)
     assert "MB/s (" in html and "out of range" in html
     images = [o for o in outputs if "image/png" in o.get("data", {})]

@@ -24,36 +24,53 @@ def runs_frame(cells):
     return pd.DataFrame(rows)
 
 
-# -- bootstrap ----------------------------------------------------------------------------------
+# -- order-statistic interval of the median -----------------------------------------------------
 
-def test_bootstrap_ci_is_seeded_and_brackets_the_median():
-    values = [850, 857, 861, 849, 870, 855, 858]
-    a = stats.bootstrap_median_ci(values, seed=1)
-    b = stats.bootstrap_median_ci(values, seed=1)
-    assert a == b
-    assert a[0] <= np.median(values) <= a[1]
-    assert min(values) <= a[0] and a[1] <= max(values)
-
-
-def test_bootstrap_ci_narrows_with_more_data():
-    rng = np.random.default_rng(7)
-    few = rng.normal(100, 10, 5)
-    many = rng.normal(100, 10, 500)
-    w_few = np.diff(stats.bootstrap_median_ci(few))[0]
-    w_many = np.diff(stats.bootstrap_median_ci(many))[0]
-    assert w_many < w_few / 3
+@pytest.mark.parametrize("n, level", [(2, 0.5), (3, 0.75), (4, 0.875), (5, 0.9375), (6, 0.96875)])
+def test_min_max_is_the_interval_of_few_runs_at_the_level_it_really_has(n, level):
+    values = list(np.linspace(10.0, 20.0, n))
+    low, high, got = stats.median_ci(values)
+    assert (low, high) == (10.0, 20.0)
+    assert got == pytest.approx(level)
 
 
-def test_bootstrap_ci_needs_two_values():
-    assert all(math.isnan(v) for v in stats.bootstrap_median_ci([5.0]))
-    assert all(math.isnan(v) for v in stats.bootstrap_median_ci([]))
-    assert all(math.isnan(v) for v in stats.bootstrap_median_ci([np.nan, 3.0]))
+def test_the_level_is_met_from_six_runs_and_the_interval_narrows_with_more():
+    assert stats.min_runs_for(0.95) == 6
+    assert stats.median_ci_rank(5) == 1 and stats.median_ci_level(5, 1) < 0.95
+    x = list(range(1, 10))                        # 9 runs: [x(2), x(8)] has 96.1%, [x(3), x(7)] only 82%
+    assert stats.median_ci(x)[:2] == (2.0, 8.0)
+    assert stats.median_ci(x)[2] == pytest.approx(0.9609375)
+    x = list(range(1, 101))
+    low, high, level = stats.median_ci(x)
+    assert 0.95 <= level < 0.97 and 35 < low < 50 < high < 66
 
 
-def test_bootstrap_ci_is_the_percentile_interval_even_of_identical_values():
-    # percentile, not BCa: BCa is undefined (NaN) when every repeat measured the same value
-    assert stats.bootstrap_median_ci([857.0, 857.0, 857.0]) == (857.0, 857.0)
-    assert "percentile bootstrap (scipy.stats.bootstrap), 2000 resamples, seed 0" in stats.ci_method()
+def test_the_interval_covers_the_median_as_often_as_its_level_says():
+    # the claim itself, checked by simulation on a skewed distribution (any continuous one would do):
+    # a percentile bootstrap of three runs called [min, max] "95%" while it covers the median 75% of the time
+    rng = np.random.default_rng(3)
+    true_median = math.log(2)                     # of Exp(1)
+    for n in (3, 5, 9):
+        hits = 0
+        trials = 4000
+        for _ in range(trials):
+            low, high, level = stats.median_ci(rng.exponential(1.0, n))
+            hits += low <= true_median <= high
+        assert abs(hits / trials - level) < 0.03, (n, hits / trials, level)
+
+
+def test_no_interval_below_two_values_and_nans_are_left_out():
+    for values in ([5.0], [], [np.nan, 3.0]):
+        assert all(math.isnan(v) for v in stats.median_ci(values))
+    assert stats.median_ci([857.0, 857.0, 857.0])[:2] == (857.0, 857.0)
+    assert stats.median_ci([1.0, np.nan, 3.0, 2.0])[:2] == (1.0, 3.0)
+
+
+def test_labels_never_round_a_level_up_to_one_it_does_not_have():
+    assert stats.ci_label(0.75) == "75% CI"
+    assert stats.ci_label(0.9375) == "93.7% CI"     # not "94%", never "95%"
+    assert stats.ci_label(math.nan) == ""
+    assert "order statistics" in stats.ci_method() and "bootstrap" not in stats.ci_method()
 
 
 # -- Mann–Whitney U ---------------------------------------------------------------------------
@@ -144,10 +161,14 @@ def test_summarize_counts_failed_runs_but_never_averages_them():
     wr = s[s["send_mode"] == "write"].iloc[0]
     assert (wr["n"], wr["n_failed"]) == (3, 2)
     assert (wr["mb_s_median"], wr["mb_s_min"], wr["mb_s_max"]) == (810, 800, 820)
-    assert 800 <= wr["mb_s_ci_low"] <= 810 <= wr["mb_s_ci_high"] <= 820
+    assert (wr["mb_s_ci_low"], wr["mb_s_ci_high"]) == (800, 820)   # three runs: min-max ...
+    assert wr["mb_s_ci_level"] == pytest.approx(0.75) and wr["ci_level"] == pytest.approx(0.75)
+    assert not wr["ci_met"]                                           # ... at 75%, not the 95% asked for
+    assert stats.format_spread(wr) == "75% CI 800–820, n=3, 2 failed"
     sp = s[s["send_mode"] == "splice"].iloc[0]
     assert (sp["n"], sp["n_failed"]) == (0, 2) and math.isnan(sp["mb_s_median"])
-    assert "bootstrap" in s.attrs["ci_method"] and "seed 0" in s.attrs["ci_method"]
+    assert math.isnan(sp["ci_level"]) and not sp["ci_met"]
+    assert "order statistics" in s.attrs["ci_method"]
 
 
 def test_summarize_default_groups_by_cell_and_carries_varying_params():

@@ -60,7 +60,7 @@ def test_report_cli_writes_a_self_contained_escaped_report(small_set):
     assert "&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in text
     assert "<script>document.title" not in text and "<b>bold</b>" not in text
     # the seeds' table shape: 'MB/s (Gbit/s)' cells with the spread
-    assert re.search(r"\d+ MB/s \(\d+\.\d\d Gbit/s\)\n95% CI \d+–\d+, n=3", text)
+    assert re.search(r"\d+ MB/s \(\d+\.\d\d Gbit/s\)\n75% CI \d+–\d+, n=3", text)
     # failed runs with their reasons
     failed = text[text.index(">Failed runs</h2>"):]
     assert failed.count("out of range [EINVAL]") == 3
@@ -100,7 +100,7 @@ def test_filesystems_section_renders_side_by_side_in_a_real_browser(fs_set, tmp_
     by_label = {r[0]: r[1:] for r in rows[1:]}
     assert by_label["type"] == ["btrfs", "ext4", "ext4", "xfs"]
     # multi-line cells keep their line break (CSS pre-line): median, then the spread
-    assert all(re.fullmatch(r"\d+ \(\d\.\d\d× dd write\)\n95% CI \d+–\d+, n=3", v)
+    assert all(re.fullmatch(r"\d+ \(\d\.\d\d× dd write\)\n75% CI \d+–\d+, n=3", v)
                for v in by_label["median MB/s, recv_mode=read"]), by_label
     assert check["filesystems"]["width"] <= 1200  # fits the page width (long values wrap)
 

@@ -120,7 +120,7 @@ def test_figures_are_normalised_to_their_own_baselines(frame, baselines, ref):
     assert d.measured_baseline == 4.0 and d.measured_norm == pytest.approx(3.28 / 4)
     table = rp.figure_table([a, d])
     assert table[0][3] == "500 MB/s" and table[0][4] == "0.50 × iperf3"
-    assert table[0][5].startswith("410 MB/s (95% CI")
+    assert table[0][5].startswith("410 MB/s (75% CI")  # three runs: min–max, at the 75% it has
     assert table[0][6] == "0.33 × iperf3 (iperf3 10 Gbit/s)"
     assert table[1][4] == "0.60–0.75 × dd write"
 

@@ -8,7 +8,7 @@ What it does, in order (`build_history`, then `write_index`):
 2. per sweep: date, git revision, kernel (meta.json), host pair (the inventory pair the manifest
    records, else the experiment copy's `hosts:`), status, runs ok/failed, its report.html (written by
    zcorch.analysis.report when missing or older than the runs);
-3. per cell (identical parameters, i.e. one cell id): the median of the metric with its 95% CI in every
+3. per cell (identical parameters, i.e. one cell id): the median of the metric with its confidence interval (at the level it really has) in every
    sweep (zcorch.analysis.stats.summarize), and the change points of that series
    (zcorch.analysis.steps: a penalised piecewise-constant fit weighted by each sweep's CI);
 4. the newest sweep of each experiment against the preceding stable segment, cell by cell, with
@@ -45,7 +45,7 @@ from zcorch.analysis.compare import VERDICTS_BAD, compare_frames
 from zcorch.analysis.frames import OK, read_meta
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import figure_bytes
-from zcorch.analysis.stats import CI, ci_method, summarize, varying_params
+from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
 from zcorch.analysis.steps import StepFit, fit_steps, point_sigmas
 from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
@@ -256,6 +256,7 @@ class CellHistory:
     median: np.ndarray            # per sweep (NaN: no ok run of this cell in that sweep)
     ci_low: np.ndarray
     ci_high: np.ndarray
+    ci_level: np.ndarray          # the level each sweep's interval really has (zcorch.analysis.stats.median_ci)
     n: np.ndarray                 # ok runs per sweep
     n_failed: np.ndarray          # other runs per sweep
     fit: StepFit
@@ -357,7 +358,7 @@ def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", t
         summaries.append(summarize(runs, by=["cell"], metrics=[metric]).set_index("cell") if len(runs) else None)
     cells = []
     for cell in sorted(labels, key=lambda c: (labels[c], c)):
-        cols = {k: np.full(n, np.nan) for k in ("median", "ci_low", "ci_high")}
+        cols = {k: np.full(n, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
         counts = {k: np.zeros(n, dtype=int) for k in ("n", "n_failed")}
         for i, summ in enumerate(summaries):
             if summ is None or cell not in summ.index:
@@ -366,8 +367,9 @@ def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", t
             for k in cols:
                 cols[k][i] = row[f"{metric}_{k}"]
             counts["n"][i], counts["n_failed"][i] = int(row["n"]), int(row["n_failed"])
-        sigma = point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], CI)
-        ch = CellHistory(cell, labels[cell], cols["median"], cols["ci_low"], cols["ci_high"], counts["n"],
+        sigma = point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"])
+        ch = CellHistory(cell, labels[cell], cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"],
+                         counts["n"],
                          counts["n_failed"], fit_steps(cols["median"], sigma))
         ch.comparison = newest_against_stable(sweeps, ch, metric, threshold_pct, alpha)
         cells.append(ch)
@@ -464,7 +466,7 @@ def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
     low = np.where(np.isfinite(ch.ci_low), med - ch.ci_low, 0.0)
     high = np.where(np.isfinite(ch.ci_high), ch.ci_high - med, 0.0)
     ax.errorbar(x[have], med[have], yerr=[low[have], high[have]], fmt="o", ms=4, capsize=3, color="C0",
-                label="median, 95% CI")
+                label="median, CI (order statistics; level per sweep in the table)")
     for k, seg in enumerate(ch.fit.segments):
         ax.hlines(seg.level, seg.start - 0.4, seg.end - 0.6, colors="0.45", linewidth=1.5,
                   label="fitted level" if k == 0 else None)
@@ -527,8 +529,10 @@ def page_context(history: History, out_dir: Path) -> dict:
             last = len(exp.sweeps) - 1
             row = {"cell": ch.cell, "label": ch.label, "plot": ch.plot,
                    "steps": ", ".join(f"#{s + 1}" for s in ch.fit.steps),
-                   "newest": (f"{_fmt(ch.median[last], '.3f')} [{_fmt(ch.ci_low[last], '.3f')}–"
-                              f"{_fmt(ch.ci_high[last], '.3f')}]" if np.isfinite(ch.median[last]) else
+                   "newest": (f"{_fmt(ch.median[last], '.3f')}" + (
+                              f" [{_fmt(ch.ci_low[last], '.3f')}–{_fmt(ch.ci_high[last], '.3f')}, "
+                              f"{ci_label(ch.ci_level[last])}]" if np.isfinite(ch.ci_low[last]) else " [no interval]")
+                              if np.isfinite(ch.median[last]) else
                               ("all failed" if ch.n_failed[last] else "not run")),
                    "n": f"{ch.n[last]}/{ch.n[last] + ch.n_failed[last]}"}
             if c is not None:

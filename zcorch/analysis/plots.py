@@ -159,7 +159,7 @@ def grouped_bars(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, expe
         ax.set_xticks(x)
         ax.set_xticklabels([f"recv {m}" for m in recv_modes])
         ax.set_xlabel("receive mode")
-        ax.set_ylabel("throughput (Gbit/s), median and 95% CI")
+        ax.set_ylabel("throughput (Gbit/s), median and CI")
         ax.set_title(_title(experiment, what, label))
         ax.legend(fontsize="small")
         ax.set_ylim(bottom=0)
@@ -324,7 +324,7 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     for ax in axes[len(facets):]:
         ax.set_visible(False)
     for r in range(nrows):
-        axes[r * ncols].set_ylabel(f"{metric} ({unit}), median, 95% CI" if unit else metric)   # the column a view names
+        axes[r * ncols].set_ylabel(f"{metric} ({unit}), median and CI" if unit else metric)   # the column a view names
     handles, labels = axes[0].get_legend_handles_labels()
     if not view.hue:   # one colour: its name is the y axis already
         keep = [i for i, label in enumerate(labels) if label != metric]

@@ -30,7 +30,7 @@ from zcorch.analysis import reproduction as rp
 from zcorch.config.experiment import reference_of, views_of
 from zcorch.errors import ConfigError
 from zcorch.params import format_value
-from zcorch.analysis.stats import ci_method, format_rate, format_spread, summarize, varying_params
+from zcorch.analysis.stats import ci_label, ci_method, format_rate, format_spread, summarize, varying_params
 
 
 def text(value) -> str:
@@ -221,11 +221,11 @@ def cells_table(df: pd.DataFrame) -> Table:
     s = summarize(df, metrics=["mb_s", "gbit_s", *CELL_CPU_METRICS])
     params = [c for c in varying_params(df, with_members=True) if c in s]
     verdicts = cell_zc_verdicts(df)
-    header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s 95% CI", "Gbit/s median",
+    header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s CI (level)", "Gbit/s median",
                                   *map(_header, CELL_CPU_METRICS), "zero-copy"]
     rows = []
     for _, r in s.iterrows():
-        ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')}"
+        ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')} ({ci_label(r['mb_s_ci_level'])})"
               if np.isfinite(r["mb_s_ci_low"]) else "")
         rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
                     + [r["n"], r["n_failed"], _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),

@@ -5,7 +5,7 @@ experiment's `reference:` (zcorch.config.reference). Nothing here measures or re
 
 Per published figure (`figures()`): the published value (in the metric's unit) and, for throughput, that value
 divided by the study's own baseline (its iperf or dd figure); the measured median of the one cell the figure's
-match selects, its confidence interval (zcorch.analysis.stats.summarize: the same bootstrap as every table of
+match selects, its confidence interval (zcorch.analysis.stats.summarize: the same order-statistic interval as every table of
 the report) and that median divided by this result set's baseline of the same kind (iperf3 of the cell's
 buffer/window, dd of its filesystem). So 2006 hardware and a 2026 VM are compared as fractions of their own
 ceilings. The study's numbers and ours are kept in separate fields and every rendering labels them
@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from zcorch.analysis.frames import OK
-from zcorch.analysis.stats import CI, summarize
+from zcorch.analysis.stats import CI, ci_label, summarize
 from zcorch import metrics
 from zcorch.config.reference import COMMAND_KIND_PREFIX, Claim, Figure, Match, Reference
 from zcorch.params import format_value, side_value
@@ -56,6 +56,7 @@ class Measured:
     ci_low: float = math.nan
     ci_high: float = math.nan
     note: str = ""           # why there is no value or no interval
+    ci_level: float = math.nan  # the level the interval really has (zcorch.analysis.stats.median_ci)
 
     @property
     def has_ci(self) -> bool:
@@ -123,14 +124,14 @@ def show_range(low: float, high: float, unit: str) -> str:
 
 
 def show_measured(m: Measured, unit: str) -> str:
-    """'854 MB/s (95% CI 850–860, n=3)' or why there is nothing."""
+    """'854 MB/s (75% CI 850–860, n=3)' or why there is nothing: the interval's own level."""
     if m.cell is None:
         return m.note or "not in this run"
     if not np.isfinite(m.median):
         return m.note or "no ok run"
     inner = f"n={m.n}" + (f", {m.n_failed} failed" if m.n_failed else "")
     if m.has_ci:
-        inner = f"{CI:.0%} CI {show_range(m.ci_low, m.ci_high, unit)}, " + inner
+        inner = f"{ci_label(m.ci_level)} {show_range(m.ci_low, m.ci_high, unit)}, " + inner
     return f"{show(m.median, unit)} ({inner})"
 
 
@@ -170,7 +171,7 @@ def measure(df: pd.DataFrame, match: Match, metric: str) -> Measured:
     note = "" if n >= 2 else (f"all {failed} runs failed" if n == 0 and failed else
                               "no ok run" if n == 0 else "one ok run: no interval")
     return Measured(cell, n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
-                    float(s[f"{metric}_ci_high"]), note)
+                    float(s[f"{metric}_ci_high"]), note, float(s[f"{metric}_ci_level"]))
 
 
 def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> float:
@@ -357,7 +358,8 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
     if ref.setup:
         lines += [f"**The study's setup (published):** {' '.join(ref.setup.split())}", ""]
     lines += ["Numbers labelled *published* are the study's, on its hardware; *measured (this run)* are this "
-              f"result set's medians with {CI:.0%} bootstrap confidence intervals. Throughput is also shown as a "
+              f"result set's medians with order-statistic confidence intervals, each labelled with the level it "
+              f"really has (three runs: 75%; {CI:.0%} needs six). Throughput is also shown as a "
               "fraction of each setup's own baseline.", ""]
 
     def table(header, rows):

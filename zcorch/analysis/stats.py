@@ -1,15 +1,19 @@
-"""Statistics on run frames: per-cell medians with bootstrap confidence intervals, Mann–Whitney U.
+"""Statistics on run frames: per-cell medians with distribution-free confidence intervals, Mann–Whitney U.
 
-The statistics themselves are scipy's (`scipy.stats.bootstrap`, `scipy.stats.mannwhitneyu`); this
-module picks their methods and seeds, so the results are pure functions of the inputs.
+The confidence interval of a median is the one from order statistics (the binomial or sign-test
+interval, e.g. Hollander & Wolfe): of n ok runs sorted x(1) ≤ … ≤ x(n), the interval [x(k), x(n+1-k)]
+covers the true median with probability P(k ≤ B ≤ n-k), B ~ Binomial(n, 1/2), whatever the
+distribution of the runs. `median_ci` takes the narrowest such interval whose coverage is at least the
+requested level and returns the level it really has (`ci_level`): n=5 gives [min, max] at 93.75%, n=6
+[min, max] at 96.9%, n=9 [x(2), x(8)] at 96.1%. Where even [min, max] falls short of the requested level
+(n ≤ 5 for 95%: three runs cover the median only 75% of the time) the interval is [min, max] with its
+own, lower level and `ci_met` is false: tables then say "75% CI", never "95%". With fewer than two ok runs
+there is no interval (NaN, level NaN).
 
-The confidence interval of a median is the percentile bootstrap (`scipy.stats.bootstrap`,
-method="percentile"): `n_boot` resamples with replacement of the ok runs of a group, the median of
-each, and the (1-ci)/2 and (1+ci)/2 quantiles of those medians. Percentile rather than BCa: with
-the usual 3 to 6 repeats, BCa's jackknife estimate of the acceleration is unstable for a median,
-and on identical values it is undefined (NaN) where the percentile interval is the value itself.
-Every group draws from a fresh generator seeded with `seed`, so a group's interval does not depend
-on which other groups are in the frame. With fewer than two ok runs there is no interval (NaN).
+No resampling: a percentile bootstrap of 3 to 6 repeats claims 95% for what is the min–max of the
+runs, and scipy.stats.quantile_test's interval is NaN where the level cannot be reached, without
+saying what can. Binomial probabilities are scipy's (`scipy.stats.binom`); Mann–Whitney U is scipy's
+(`scipy.stats.mannwhitneyu`, methods below).
 """
 from __future__ import annotations
 
@@ -25,28 +29,59 @@ from zcorch.analysis.frames import OK, PARAM_KEYS
 from zcorch.metrics import SUMMARY
 
 METRICS = SUMMARY   # the default metrics of summarize (zcorch.metrics)
-N_BOOT = 2000
-SEED = 0
-CI = 0.95
+CI = 0.95  # the level asked for; each interval says the level it really has (median_ci)
 
 
-def ci_method(n_boot: int = N_BOOT, seed: int = SEED, ci: float = CI) -> str:
+def ci_method(ci: float = CI) -> str:
     """How summarize() computes its confidence intervals, in words (the report quotes it)."""
-    return (f"{ci:.0%} confidence interval of the median: percentile bootstrap "
-            f"(scipy.stats.bootstrap), {n_boot} resamples, seed {seed}")
+    return (f"confidence interval of the median from order statistics (distribution-free, binomial): the "
+            f"narrowest [x(k), x(n+1-k)] of the ok runs covering the median with at least {ci:.0%}, "
+            f"else [min, max] at the lower level it has (each interval states its level)")
 
 
-def bootstrap_median_ci(values: Sequence[float], n_boot: int = N_BOOT, seed: int = SEED,
-                        ci: float = CI) -> "tuple[float, float]":
-    """(low, high) percentile-bootstrap confidence interval of the median; NaN for < 2 values."""
+def median_ci_level(n: int, k: int) -> float:
+    """Coverage of [x(k), x(n+1-k)] for the median of n independent runs: P(k ≤ B ≤ n-k), B ~ Bin(n, 1/2)."""
+    if n < 2 or not 1 <= k <= n // 2:
+        return math.nan
+    return float(1.0 - 2.0 * scipy.stats.binom.cdf(k - 1, n, 0.5))
+
+
+def median_ci_rank(n: int, ci: float = CI) -> int:
+    """k of the narrowest [x(k), x(n+1-k)] with coverage ≥ ci; 1 (min–max) when none reaches ci; 0 for n < 2."""
+    if n < 2:
+        return 0
+    k = 1
+    while k + 1 <= n // 2 and median_ci_level(n, k + 1) >= ci:
+        k += 1
+    return k
+
+
+def median_ci(values: Sequence[float], ci: float = CI) -> "tuple[float, float, float]":
+    """(low, high, level): the order-statistic confidence interval of the median of `values` (NaNs left
+    out) and the confidence level it really has (below `ci` when too few values reach it); NaNs for < 2."""
     x = np.asarray(values, dtype="float64")
-    x = x[~np.isnan(x)]
-    if len(x) < 2:
-        return math.nan, math.nan
-    res = scipy.stats.bootstrap((x,), np.median, n_resamples=n_boot, confidence_level=ci,
-                                method="percentile", rng=np.random.default_rng(seed), vectorized=True)
-    low, high = res.confidence_interval
-    return float(low), float(high)
+    x = np.sort(x[~np.isnan(x)])
+    k = median_ci_rank(len(x), ci)
+    if k == 0:
+        return math.nan, math.nan, math.nan
+    return float(x[k - 1]), float(x[len(x) - k]), median_ci_level(len(x), k)
+
+
+def ci_label(level: float, ci: float = CI) -> str:
+    """How a table heads or tags an interval: "95% CI" only when its level is at least 95%: "75% CI" for
+    three runs, "" with no interval. Levels are rounded down so that 93.8% never reads as 94% met."""
+    if not level == level:  # NaN
+        return ""
+    shown = math.floor(level * 1000) / 10
+    return f"{shown:g}% CI"
+
+
+def min_runs_for(ci: float = CI) -> int:
+    """The fewest runs whose [min, max] covers the median with at least `ci` (95%: 6)."""
+    n = 2
+    while median_ci_level(n, 1) < ci:
+        n += 1
+    return n
 
 
 def varying_params(df: pd.DataFrame, with_members: bool = False) -> list:
@@ -84,10 +119,11 @@ def linked_axes(df: pd.DataFrame) -> dict:
 
 
 def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
-              metrics: Sequence[str] = METRICS, n_boot: int = N_BOOT, seed: int = SEED,
-              ci: float = CI) -> pd.DataFrame:
+              metrics: Sequence[str] = METRICS, ci: float = CI) -> pd.DataFrame:
     """Per group of runs: n (ok runs), n_failed (any other status: counted, never averaged in),
-    and for each metric its median, min, max, ci_low, ci_high (see the module docstring).
+    and for each metric its median, min, max, ci_low, ci_high, ci_level (the level the interval really
+    has: see the module docstring); `ci_level` (of the group's n ok runs) and `ci_met` (that level is at
+    least `ci`).
 
     `by` defaults to the cell (and the sweep when the frame holds several), with the parameters
     that vary across the frame carried along as columns. The CI method is in `.attrs["ci_method"]`.
@@ -121,17 +157,20 @@ def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
                 row[f"{m}_max"] = float(vals.max())
             else:
                 row[f"{m}_median"] = row[f"{m}_min"] = row[f"{m}_max"] = math.nan
-            row[f"{m}_ci_low"], row[f"{m}_ci_high"] = bootstrap_median_ci(vals, n_boot, seed, ci)
+            row[f"{m}_ci_low"], row[f"{m}_ci_high"], row[f"{m}_ci_level"] = median_ci(vals, ci)
+        row["ci_level"] = median_ci_level(len(good), median_ci_rank(len(good), ci))
+        row["ci_met"] = bool(row["ci_level"] >= ci)
         rows.append(row)
     out = pd.DataFrame(rows, columns=_summary_columns(by + carry, metrics))
-    out.attrs["ci_method"] = ci_method(n_boot, seed, ci)
+    out.attrs["ci_method"] = ci_method(ci)
+    out.attrs["ci"] = ci
     return out
 
 
 def _summary_columns(keys: list, metrics: list) -> list:
-    cols = list(keys) + ["n", "n_failed"]
+    cols = list(keys) + ["n", "n_failed", "ci_level", "ci_met"]
     for m in metrics:
-        cols += [f"{m}_{s}" for s in ("median", "min", "max", "ci_low", "ci_high")]
+        cols += [f"{m}_{s}" for s in ("median", "min", "max", "ci_low", "ci_high", "ci_level")]
     return cols
 
 
@@ -207,14 +246,15 @@ def format_rate(mb_s: float, gbit_s: float) -> str:
 
 
 def format_spread(row: "pd.Series | dict", metric: str = "mb_s") -> str:
-    """'CI 850–860, n=3' (or 'n=1' / 'all 3 failed'), in the metric's unit."""
+    """'75% CI 850–860, n=3' (or 'n=1' / 'all 3 failed'), in the metric's unit: the interval's own level."""
     n, failed = int(row["n"]), int(row["n_failed"])
     if n == 0:
         return f"all {failed} failed" if failed else "no runs"
     text = f"n={n}"
     low, high = row[f"{metric}_ci_low"], row[f"{metric}_ci_high"]
     if np.isfinite(low) and np.isfinite(high):
-        text = f"95% CI {low:.0f}–{high:.0f}, " + text
+        level = row.get(f"{metric}_ci_level", math.nan) if hasattr(row, "get") else math.nan
+        text = f"{ci_label(level) or 'CI'} {low:.0f}–{high:.0f}, " + text
     if failed:
         text += f", {failed} failed"
     return text

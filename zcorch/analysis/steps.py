@@ -12,7 +12,7 @@ night from pulling a level; the weights make a step count in units of each night
 noisy series needs a bigger step than a quiet one. The fit is exact: dynamic programming over every
 segmentation (O(n²) segments, each cost computed vectorised), fine for the few hundred nights a lab keeps.
 
-The noise of a point (point_sigmas) is its standard error of the median, read off the 95% CI that
+The noise of a point (point_sigmas) is its standard error of the median, read off the CI (at the level that CI really has) that
 zcorch.analysis.stats computes per sweep (half-width / 1.96); a point without CI (fewer than two ok
 runs) gets the median of the others. Two corrections keep the weights honest:
 
@@ -77,16 +77,20 @@ def default_penalty(n: int) -> float:
 
 
 def point_sigmas(y: Sequence[float], ci_low: Optional[Sequence[float]] = None,
-                 ci_high: Optional[Sequence[float]] = None, ci: float = 0.95) -> np.ndarray:
+                 ci_high: Optional[Sequence[float]] = None,
+                 ci: "float | Sequence[float]" = 0.95) -> np.ndarray:
     """The noise σ_i of each point from its confidence interval (see the module docstring); NaN
-    where y is NaN."""
+    where y is NaN. `ci`: the level of every interval, or of each one (an interval of three runs is a
+    75% one: read off as if it were 95% it would make σ 1.7× too small)."""
     y = np.asarray(y, dtype="float64")
     n = len(y)
     known = np.isfinite(y)
     if ci_low is None or ci_high is None:
         s = np.full(n, np.nan)
     else:
-        z = Z95 if ci == 0.95 else _normal_quantile((1 + ci) / 2)
+        levels = np.broadcast_to(np.asarray(ci, dtype="float64"), (n,))
+        z = np.array([Z95 if c == 0.95 else _normal_quantile((1 + c) / 2) if 0 < c < 1 else np.nan
+                      for c in levels])
         s = (np.asarray(ci_high, dtype="float64") - np.asarray(ci_low, dtype="float64")) / (2 * z)
     s = np.where(known & np.isfinite(s) & (s >= 0), s, np.nan)
     level = float(np.median(np.abs(y[known]))) if known.any() else 0.0
