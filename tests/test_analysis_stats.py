@@ -266,3 +266,18 @@ def test_compare_names_each_test_it_used():
             "ties) in 1 cell(s); two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact) in 1 cell(s)") in text
     only_base = compare_frames(base, cand.iloc[0:0], metric="mb_s")
     assert "significance: two-sided Mann–Whitney U (no cell had ok runs on both sides)" in render(only_base)
+
+
+def test_the_exact_binomial_sums_agree_with_scipy():
+    import scipy.stats
+    for n in range(2, 60):
+        for k in range(1, n // 2 + 1):
+            assert stats.median_ci_level(n, k) == pytest.approx(1 - 2 * scipy.stats.binom.cdf(k - 1, n, 0.5),
+                                                                abs=1e-12)
+
+
+def test_the_width_a_target_is_held_to():
+    assert stats.ci_width_pct([100.0] * 5) == math.inf            # five runs: no 95% interval yet
+    assert stats.ci_width_pct([100.0, 99.0, 101.0, 100.5, 99.5, 100.0]) == pytest.approx(1.0)
+    assert stats.ci_width_pct([100.0, 99.0, 101.0, 100.5, 99.5, 100.0], ci=0.5) == pytest.approx(0.5)
+    assert stats.ci_width_pct([0.0] * 8) == math.inf

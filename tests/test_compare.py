@@ -21,7 +21,8 @@ from fixtures_analysis import DATA, copy_result_set, zcorch_cli
 def check_regression(base, cand, n_cells: int, min_drop_pct: float):
     res = zcorch_cli("compare", base, cand)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert f"REGRESSION: {n_cells} cell(s)" in res.stdout, res.stdout
+    assert f"REGRESSION: {n_cells} cell(s) regressed" in res.stdout, res.stdout
+    assert res.stdout.splitlines()[-1].startswith(f"zcorch compare: regression: {n_cells} cell(s) regressed: ")
     table = compare_frames(zcorch.load(base), zcorch.load(cand))
     assert list(table["verdict"]) == ["regressed"] * n_cells, table.to_string()
     assert (table["change_pct"] < -min_drop_pct).all() and (table["p_value"] < 0.01).all()
@@ -36,21 +37,38 @@ def check_regression(base, cand, n_cells: int, min_drop_pct: float):
     assert zcorch_cli("compare", base, cand, "--threshold", str(worst + 1)).returncode == 0
 
 
-def test_a_result_set_against_itself_is_unchanged(small_set, tmp_path):
+def test_a_complete_result_set_against_itself_passes(cpu_set, tmp_path):
+    other = copy_result_set(cpu_set, tmp_path / "again")
+    res = zcorch_cli("compare", cpu_set, other)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.startswith("zcorch compare: no regression: 4 cell(s) compared")
+    assert res.stdout.splitlines()[-1] == "zcorch compare: no regression: 4 cell(s) compared"
+    js = json.loads(zcorch_cli("compare", cpu_set, other, "--format", "json").stdout)
+    assert (js["verdict"], js["exit_code"], js["reason"]) == ("no regression", 0, "4 cell(s) compared")
+
+
+def test_a_result_set_with_failed_runs_is_incomplete_even_against_itself(small_set, tmp_path):
+    # a real sweep in which one cell always fails: 36 of its 39 planned runs are ok. Nothing regressed
+    # among the cells both sides measured, but the gate must not pass on the runs it does not have.
     other = copy_result_set(small_set, tmp_path / "again")
     res = zcorch_cli("compare", small_set, other)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "no significant regression" in res.stdout
+    assert res.returncode == 3, res.stdout + res.stderr
     assert "12 unchanged" in res.stdout and "1 no base data" in res.stdout  # the cell that always fails
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith("zcorch compare: incomplete: ")
+    assert f"base {small_set}: 36 of 39 planned runs ok" in last and f"candidate {other}: 36 of 39" in last
     md = zcorch_cli("compare", small_set, other, "--format", "markdown")
-    assert md.returncode == 0 and md.stdout.startswith("### zcorch compare: no significant regression")
+    assert md.returncode == 3 and md.stdout.startswith("### zcorch compare: INCOMPLETE: ")
     assert "too few repeats" in md.stdout  # 3 repeats a side can never be significant
     # identical values on both sides are ties: the exact permutation distribution, and the output says so
     tied = "two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact permutation distribution, ties)"
     assert f"significance: {tied}, alpha 0.05" in res.stdout and tied in md.stdout
     js = zcorch_cli("compare", small_set, other, "--format", "json")
-    cells = json.loads(js.stdout)
-    assert js.returncode == 0 and len(cells) == 13
+    doc = json.loads(js.stdout)
+    cells = doc["cells"]
+    assert js.returncode == 3 and len(cells) == 13
+    assert doc["verdict"] == "incomplete" and doc["exit_code"] == 3 and "36 of 39" in doc["reason"]
+    assert doc["metric"] == "gbit_s" and doc["threshold_pct"] == 5.0
     assert [c["test"] for c in cells if c["p_value"] is not None] == [tied] * 12
     assert all(c["p_value"] == 1.0 for c in cells if c["p_value"] is not None)
 
@@ -59,7 +77,35 @@ def test_bad_options_are_clean_errors(small_set):
     res = zcorch_cli("compare", small_set, small_set, "--threshold", "-1")
     assert res.returncode == 2 and "--threshold" in res.stderr and "Traceback" not in res.stderr
     res = zcorch_cli("compare", small_set, small_set.parent / "missing")
-    assert res.returncode == 1 and "missing" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "missing" in res.stderr and "Traceback" not in res.stderr
+    res = zcorch_cli("compare", small_set, small_set, "--metric", "no_such_metric")
+    assert res.returncode == 2 and "--metric" in res.stderr and "Traceback" not in res.stderr
+    (small_set / "plan.json").unlink()        # a set that cannot say what it should hold is no input to gate on
+    res = zcorch_cli("compare", small_set, small_set)
+    assert res.returncode == 2 and "plan.json" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_two_result_sets_with_no_cell_in_common_are_incomplete(small_set, cpu_set):
+    # two real sweeps of different experiments: nothing can be compared, which is no pass
+    res = zcorch_cli("compare", cpu_set, small_set)
+    assert res.returncode == 3, res.stdout + res.stderr
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith("zcorch compare: incomplete: no cell measured on both sides (base 4 cells planned, "
+                           "candidate 13)")
+    assert "4 cell(s) only in base" in last and "13 cell(s) only in candidate" in last
+
+
+def test_a_short_candidate_is_incomplete_and_a_failed_cell_is_named(cpu_set, tmp_path):
+    # the candidate is the same real sweep cut short as a killed one is: its last runs never written
+    cand = copy_result_set(cpu_set, tmp_path / "cut")
+    lines = (cand / "runs.jsonl").read_text().splitlines(keepends=True)
+    (cand / "runs.jsonl").write_text("".join(lines[:-2]))
+    manifest = json.loads((cand / "manifest.json").read_text())
+    manifest["status"] = "interrupted"
+    (cand / "manifest.json").write_text(json.dumps(manifest))
+    res = zcorch_cli("compare", cpu_set, cand)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert f"candidate {cand}: status interrupted, 6 of 8 planned runs ok" in res.stdout.splitlines()[-1]
 
 
 @pytest.mark.lab

@@ -15,7 +15,7 @@ from zcorch.analysis.history import build_history, find_result_sets, render_text
 from zcorch.plan import cell_id
 from zcorch.results.store import ResultSet
 
-from fixtures_analysis import chromium, zcorch_cli
+from fixtures_analysis import chromium, copy_result_set, zcorch_cli
 
 T0 = dt.datetime(2026, 11, 1, 3, 0, tzinfo=dt.timezone.utc)
 READ = {"send_mode": "write", "recv_mode": "read", "buffer": 65536, "bytes": 1 << 26}
@@ -128,8 +128,12 @@ def test_cells_that_now_always_fail_and_a_sweep_that_measured_nothing(tmp_path):
     rs.manifest["created"] = (T0 + dt.timedelta(days=9)).isoformat()
     rs.finish("failed", ConnectionRefusedError("sender: connection refused"))
     res = check(root)
-    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.returncode == 3, res.stdout + res.stderr   # nothing measured regressed: the data is missing
     assert "recv_mode=splice [cell" in res.stdout and "every run failed" in res.stdout
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith("zcorch history: incomplete: ")
+    assert f"dead: newest sweep {root / 'n5' / 'dead'}: status failed" in last
+    assert "cells recv_mode=splice: no ok run in the newest sweep" in last
     assert (f"the newest sweep {root / 'n5' / 'dead'} measured nothing: status failed, 0 ok / 0 failed runs "
             "(ConnectionRefusedError: sender: connection refused)") in res.stdout
     assert zcorch.load(root / "n5" / "dead").empty  # a set with no runs.jsonl loads as no rows
@@ -158,7 +162,7 @@ def test_result_sets_at_any_depth_grouped_by_name_and_what_is_not_one(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     res = zcorch_cli("history", empty, "--check")
-    assert res.returncode == 1 and "no zcorch result set found" in res.stderr and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "no zcorch result set found" in res.stderr and "Traceback" not in res.stderr
     res = zcorch_cli("history", root, "--threshold", "-1")
     assert res.returncode == 2 and "--threshold" in res.stderr
 
@@ -228,3 +232,44 @@ window.addEventListener('load', function () {
   document.body.appendChild(out);
 });
 </script>"""
+
+
+def test_check_on_real_result_sets_exit_codes_and_json(cpu_set, small_set, tmp_path):
+    """Each exit code of `history --check` on result sets that real sweeps wrote: two nights of a complete
+    sweep pass (0); a newest night with failed runs (the quickstart-small sweep, whose one cell always fails)
+    is incomplete (3), as is an experiment with one night only; a missing root is an input error (2)."""
+    root = tmp_path / "nightly"
+    first = copy_result_set(cpu_set, root / "n1" / "cpu-small")
+    second = copy_result_set(cpu_set, root / "n2" / "cpu-small")
+    manifest = json.loads((second / "manifest.json").read_text())
+    manifest["created"] = "2099-01-01T03:00:00+00:00"     # the copy is the later night
+    (second / "manifest.json").write_text(json.dumps(manifest))
+    res = check(root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.splitlines()[-1] == "zcorch history: no regression: 4 cell(s) of 1 experiment(s) checked"
+    js = zcorch_cli("history", root, "--check", "--format", "json")
+    doc = json.loads(js.stdout)
+    assert js.returncode == 0 and (doc["verdict"], doc["exit_code"]) == ("no regression", 0)
+    cell = doc["experiments"][0]["cells"][0]
+    assert cell["n"] == 2 and cell["ci_level"] == pytest.approx(0.5)   # two runs: [min, max] covers 50%
+    assert cell["steps"] == [] and cell["comparison"]["verdict"] == "unchanged"
+    assert first != second
+
+    for n in ("n1", "n2"):
+        copy_result_set(small_set, root / n / "quickstart-small")
+    later = root / "n2" / "quickstart-small" / "manifest.json"
+    manifest = json.loads(later.read_text())
+    manifest["created"] = "2099-01-01T03:00:00+00:00"
+    later.write_text(json.dumps(manifest))
+    res = check(root)
+    assert res.returncode == 3, res.stdout + res.stderr
+    last = res.stdout.splitlines()[-1]
+    assert f"quickstart-small: newest sweep {root / 'n2' / 'quickstart-small'}: 36 of 39 planned runs ok" in last
+    assert zcorch_cli("history", root).returncode == 0          # without --check: a page, not a gate
+
+    alone = tmp_path / "alone"
+    copy_result_set(cpu_set, alone / "cpu-small")
+    res = check(alone)
+    assert res.returncode == 3 and "cpu-small: one sweep only, nothing earlier to compare with" in res.stdout
+    res = check(tmp_path / "missing")
+    assert res.returncode == 2 and "Traceback" not in res.stderr

@@ -124,3 +124,13 @@ def test_degenerate_series():
     assert default_penalty(100) > default_penalty(10)
     with pytest.raises(ValueError):
         fit_steps([1.0, 2.0], sigma=[1.0, 0.0])
+
+
+def test_too_short_a_series_supports_no_change_point():
+    # two nights +136% apart: a change point there would claim what the newest-night verdict does not
+    from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS
+    for y in ([1.0, 2.36], [1.0, 2.36, 1.0]):
+        fit = fit_steps(y, np.full(len(y), 0.001))
+        assert fit.steps == [] and len(fit.segments) == 1
+    y = [1.0] * (MIN_POINTS_FOR_STEPS - 2) + [2.36] * 2
+    assert fit_steps(y, np.full(len(y), 0.001)).steps == [MIN_POINTS_FOR_STEPS - 2]

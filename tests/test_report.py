@@ -170,5 +170,5 @@ def test_plots_have_units_legends_and_the_experiment_title(small_set):
 
 def test_report_of_a_missing_directory_is_a_clean_error(tmp_path):
     res = zcorch_cli("report", tmp_path / "nope")
-    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "nope" in res.stderr and "not found" in res.stderr

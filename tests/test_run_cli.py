@@ -188,7 +188,7 @@ def test_resume_reruns_failed_runs_and_newest_record_wins(tmp_path, tag):
 
 def test_resume_of_something_else_is_refused(tmp_path, tag):
     r = zcorch(tag, "run", "--resume", tmp_path)
-    assert r.returncode == 1 and "not a zcorch result set" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "not a zcorch result set" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_quickstart_runs_end_to_end(tmp_path, tag):

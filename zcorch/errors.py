@@ -49,3 +49,11 @@ class LabError(ZcorchError):
 
 class ResultsError(ZcorchError):
     """A result set is missing, malformed, or of an unknown format version."""
+
+    exit_status = 2  # an input error, as a bad experiment file: 1 is a regression or a failed run
+
+
+class ResultsWriteError(ResultsError):
+    """A result set could not be written (disk full, permissions): the sweep failed, the input was fine."""
+
+    exit_status = 1

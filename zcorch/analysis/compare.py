@@ -13,11 +13,15 @@ names the method, and the text and markdown output say which were used. Verdicts
   (with 3 repeats a side the smallest possible p is 0.1: use ≥ 5 repeats for nightly comparisons);
 - cells present on one side only are listed separately.
 
-Exit status 1 when any cell regressed or failed, else 0.
+The overall verdict and exit code (0 no regression, 1 regression, 3 incomplete: a failed or short set, a
+cell on one side only, no cell in common) are zcorch.analysis.gate's.
 """
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -25,16 +29,16 @@ import pandas as pd
 from zcorch import metrics
 from zcorch.analysis.frames import OK
 from zcorch.params import format_value
+from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, Completeness, Gate, compare_gate
 from zcorch.analysis.stats import mann_whitney_u, min_p_value, varying_params
 
-# Metrics that can be compared: every metric of zcorch.metrics with a better direction (a rise of a CPU cost
-# is a regression, a fall of a throughput is one).
-CHOICES = metrics.DIRECTED
+# The metrics that can be compared are those of zcorch.metrics with a better direction (metrics.DIRECTED):
+# a rise of a CPU cost is a regression, as is a fall of a throughput.
 VERDICTS_BAD = ("regressed", "failed")
 
 
 def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s",
-                   threshold_pct: float = 5.0, alpha: float = 0.05) -> pd.DataFrame:
+                   threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
     """One row per cell: params, n_base, n_cand, base_median, cand_median, change_pct, p_value,
     test, verdict. Cells on one side only have verdict 'only in base' / 'only in candidate'."""
     declared = metrics.directed(metric)   # ValueError for a metric without a direction
@@ -64,23 +68,39 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
         elif not len(bv):
             row["verdict"] = "no base data" if not len(cv) else "fixed"
         else:
-            change = (row["cand_median"] - row["base_median"]) / row["base_median"] * 100 \
-                if row["base_median"] else math.nan
-            mw = mann_whitney_u(bv, cv)
-            row.update(change_pct=change, p_value=mw.p_value, test=mw.description)
-            worse = declared.worse(change)
-            if not abs(change) > threshold_pct:
-                row["verdict"] = "unchanged"
-            elif mw.p_value < alpha:
-                row["verdict"] = "regressed" if worse else "improved"
-            else:
-                row["verdict"] = "not significant"
+            j = judge(bv, cv, declared.better == "higher", threshold_pct, alpha)
+            row.update(change_pct=j.change_pct, p_value=j.p_value, test=j.test, verdict=j.verdict)
         rows.append(row)
     cols = ["cell"] + params + ["n_base", "n_cand", "base_failed", "cand_failed", "base_median", "cand_median",
                                 "change_pct", "p_value", "test", "verdict"]
     out = pd.DataFrame(rows, columns=cols)
     out.attrs.update(metric=metric, threshold_pct=threshold_pct, alpha=alpha)
     return out
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: str        # regressed, improved, unchanged, not significant
+    change_pct: float   # of the candidate's median against the base's
+    p_value: float
+    test: str           # the significance test, in words
+
+
+def judge(base: np.ndarray, cand: np.ndarray, higher_better: bool, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+          alpha: float = DEFAULT_ALPHA) -> Judgement:
+    """The verdict on two non-empty samples of ok runs (the rule of the module docstring): a pure function,
+    shared by compare_frames, zcorch history and benchmarks/bench_detector.py."""
+    b_med, c_med = float(np.median(base)), float(np.median(cand))
+    change = (c_med - b_med) / b_med * 100 if b_med else math.nan
+    mw = mann_whitney_u(base, cand)
+    worse = change < 0 if higher_better else change > 0
+    if not abs(change) > threshold_pct:
+        verdict = "unchanged"
+    elif mw.p_value < alpha:
+        verdict = "regressed" if worse else "improved"
+    else:
+        verdict = "not significant"
+    return Judgement(verdict, change, mw.p_value, mw.description)
 
 
 def regressed(table: pd.DataFrame) -> bool:
@@ -111,14 +131,37 @@ def _rows(table: pd.DataFrame, params: list) -> list:
     return out
 
 
-def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand_name: str = "candidate") -> str:
-    """The comparison as plain text, markdown (mail, CI comment) or JSON."""
+_NOT_PARAMS = ("cell", "n_base", "n_cand", "base_failed", "cand_failed", "base_median", "cand_median", "change_pct",
+               "p_value", "test", "verdict")
+
+
+def cell_labels(table: pd.DataFrame) -> dict:
+    """cell id -> 'write→read (buffer=64KiB)': the modes, then the other parameters that vary."""
+    params = [c for c in table.columns if c not in _NOT_PARAMS]
+    out = {}
+    for _, r in table.iterrows():
+        modes = "→".join(format_value(p, r[p]) for p in ("send_mode", "recv_mode") if p in params)
+        rest = ", ".join(f"{p}={format_value(p, r[p])}" for p in params if p not in ("send_mode", "recv_mode"))
+        out[r["cell"]] = " ".join(x for x in (modes, f"({rest})" if rest else "") if x) or r["cell"]
+    return out
+
+
+def gate_of(table: pd.DataFrame, base: "Completeness", cand: "Completeness") -> "Gate":
+    """The overall verdict and exit code of comparing two result sets (zcorch.analysis.gate)."""
+    return compare_gate(zip(table["cell"], table["verdict"]), base, cand, cell_labels(table))
+
+
+def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand_name: str = "candidate",
+           gate: "Optional[Gate]" = None) -> str:
+    """The comparison as plain text, markdown (mail, CI comment) or JSON (an object: the overall verdict,
+    its exit code and reason, the settings and one entry per cell). With `gate`, its line heads the text."""
     metric, thr, alpha = table.attrs["metric"], table.attrs["threshold_pct"], table.attrs["alpha"]
     if fmt == "json":
-        return table.to_json(orient="records", indent=1)
-    params = [c for c in table.columns if c not in ("cell", "n_base", "n_cand", "base_failed", "cand_failed",
-                                                     "base_median", "cand_median", "change_pct", "p_value",
-                                                     "test", "verdict")]
+        doc = dict(gate.as_dict() if gate else {}, metric=metric, threshold_pct=thr, alpha=alpha,
+                   base=base_name, candidate=cand_name,
+                   cells=json.loads(table.to_json(orient="records")))
+        return json.dumps(doc, indent=1) + "\n"
+    params = [c for c in table.columns if c not in _NOT_PARAMS]
     header = ["cell"] + params + ["n base/cand", f"base {metric}", f"cand {metric}", "change %", "p", "verdict"]
     declared = metrics.get(metric)
     what = f"{metric} ({declared.unit}, {declared.better} is better)"
@@ -130,8 +173,11 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
     caveat = ""
     if len(small) and (small.apply(lambda r: min_p_value(int(r["n_base"]), int(r["n_cand"])), axis=1) >= alpha).any():
         caveat = "some cells have too few repeats to ever reach significance (use >= 5 repeats a side)"
-    headline = (f"REGRESSION: {len(bad)} cell(s) regressed or failed" if len(bad)
-                else "no significant regression")
+    if gate is not None:
+        headline = f"{gate.verdict.upper() if gate.code else gate.verdict}: {gate.reason}"
+    else:
+        headline = (f"REGRESSION: {len(bad)} cell(s) regressed or failed" if len(bad)
+                    else "no significant regression")
     rows = _rows(table, params)
     if fmt == "markdown":
         lines = [f"### zcorch compare: {headline}", "",

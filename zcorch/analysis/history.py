@@ -46,6 +46,7 @@ from zcorch.analysis.frames import OK, read_meta
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import figure_bytes
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
+from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT
 from zcorch.analysis.steps import StepFit, fit_steps, point_sigmas
 from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
@@ -316,16 +317,15 @@ def _compare(sweeps: List[Sweep], cell: str, baseline: List[int], newest: int, s
                       int(row["n_cand"]), list(baseline), since)
 
 
-def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, threshold_pct: float,
-                          alpha: float) -> Optional[Comparison]:
-    """The newest sweep of a cell against the preceding stable segment (module docstring, step 4):
-    the first bad comparison, else the first one made; None when there is nothing to compare."""
-    last = len(sweeps) - 1
-    if not ch.present(last) or not ch.fit.segments:
-        return None
-    has_ok = [i for i in range(len(sweeps)) if ch.n[i] > 0]
-    segs = ch.fit.segments
-    k = ch.fit.segment_of(last)
+def stable_baselines(fit: StepFit, has_ok: Sequence[int], last: int) -> "List[tuple[List[int], int]]":
+    """What the newest sweep `last` is held against (module docstring, step 4), in order: (the sweeps pooled
+    as the base, the first sweep of the change). With a change point before `last`: the nearest earlier
+    segment of at least MIN_STABLE sweeps with ok runs, "since" the change point; then the earlier sweeps
+    of its own segment, "since" itself. A pure function of the fit (benchmarks/bench_detector.py uses it)."""
+    if not fit.segments:
+        return []
+    segs = fit.segments
+    k = fit.segment_of(last)
     candidates = []
     if k > 0:
         ok_in = [[i for i in has_ok if s.start <= i < s.end and i != last] for s in segs[:k]]
@@ -335,8 +335,19 @@ def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, thr
     same = [i for i in has_ok if segs[k].start <= i < last]
     if same:
         candidates.append((same, last))
+    return candidates
+
+
+def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, threshold_pct: float,
+                          alpha: float) -> Optional[Comparison]:
+    """The newest sweep of a cell against the preceding stable segment (module docstring, step 4):
+    the first bad comparison, else the first one made; None when there is nothing to compare."""
+    last = len(sweeps) - 1
+    if not ch.present(last):
+        return None
+    has_ok = [i for i in range(len(sweeps)) if ch.n[i] > 0]
     results = []
-    for baseline, since in candidates:
+    for baseline, since in stable_baselines(ch.fit, has_ok, last):
         cmp = _compare(sweeps, ch.cell, baseline, last, since, metric, threshold_pct, alpha)
         if cmp is not None:
             if cmp.bad:
@@ -345,8 +356,8 @@ def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, thr
     return results[0] if results else None
 
 
-def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = 5.0,
-                       alpha: float = 0.05) -> ExperimentHistory:
+def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+                       alpha: float = DEFAULT_ALPHA) -> ExperimentHistory:
     """The per-cell series, their steps and the newest sweep's comparisons (sweeps oldest first)."""
     labels = cell_labels([s.runs for s in sweeps])
     n = len(sweeps)
@@ -405,8 +416,8 @@ class History:
         return any(e.bad for e in self.experiments)
 
 
-def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: float = 5.0,
-                  alpha: float = 0.05, reports: bool = True) -> History:
+def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+                  alpha: float = DEFAULT_ALPHA, reports: bool = True) -> History:
     """Every result set under `root`, grouped and analysed (module docstring, steps 1–4); with
     `reports`, each sweep's report.html is written when missing or stale."""
     try:
@@ -590,6 +601,40 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # What the command prints
+
+
+def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
+    """What `zcorch history --format json` prints: per experiment its sweeps and, per cell, the newest
+    median with its interval and level and the comparison against the stable level; with `gate` (the
+    zcorch.analysis.gate answer of --check: verdict, exit_code, reason) first."""
+    def num(v):
+        return float(v) if v is not None and np.isfinite(v) else None
+
+    exps = []
+    for exp in history.experiments:
+        last = len(exp.sweeps) - 1
+        cells = []
+        for ch in exp.cells:
+            c = ch.comparison
+            cells.append({"cell": ch.cell, "label": ch.label, "median": num(ch.median[last]),
+                          "ci_low": num(ch.ci_low[last]), "ci_high": num(ch.ci_high[last]),
+                          "ci_level": num(ch.ci_level[last]), "n": int(ch.n[last]),
+                          "n_failed": int(ch.n_failed[last]), "steps": [int(i) for i in ch.fit.steps],
+                          "comparison": None if c is None else {
+                              "verdict": c.verdict, "change_pct": num(c.change_pct), "base_median": num(c.base_median),
+                              "cand_median": num(c.cand_median), "p_value": num(c.p_value), "test": c.test,
+                              "n_base": c.n_base, "n_cand": c.n_cand,
+                              "baseline": [str(exp.sweeps[i].path) for i in c.baseline],
+                              "since": str(exp.sweeps[c.since].path)}})
+        exps.append({"name": exp.name, "problem": exp.problem,
+                     "sweeps": [{"path": str(s.path), "created": s.manifest.get("created"), "status": s.status,
+                                 "ok": s.n_ok, "failed": s.n_failed, "git_revision": s.git_revision}
+                                for s in exp.sweeps],
+                     "cells": cells})
+    doc = dict(gate or {})
+    doc.update(root=str(history.root), metric=history.metric, threshold_pct=history.threshold_pct,
+               alpha=history.alpha, ci_method=ci_method(), warnings=list(history.warnings), experiments=exps)
+    return doc
 
 
 def render_text(history: History) -> str:

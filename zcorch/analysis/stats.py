@@ -12,7 +12,8 @@ there is no interval (NaN, level NaN).
 
 No resampling: a percentile bootstrap of 3 to 6 repeats claims 95% for what is the min–max of the
 runs, and scipy.stats.quantile_test's interval is NaN where the level cannot be reached, without
-saying what can. Binomial probabilities are scipy's (`scipy.stats.binom`); Mann–Whitney U is scipy's
+saying what can. The interval is zcorch.results.intervals' (exact binomial sums, stdlib only, so that the
+sweep's runner can ask it too; tested against scipy.stats.binom); Mann–Whitney U is scipy's
 (`scipy.stats.mannwhitneyu`, methods below).
 """
 from __future__ import annotations
@@ -26,10 +27,11 @@ import pandas as pd
 import scipy.stats
 
 from zcorch.analysis.frames import OK, PARAM_KEYS
+# The order-statistic interval itself lives beside the results (stdlib only: the sweep's runner asks it too)
+from zcorch.results.intervals import CI, ci_width_pct, median_ci, median_ci_level, median_ci_rank, min_runs_for  # noqa: F401
 from zcorch.metrics import SUMMARY
 
 METRICS = SUMMARY   # the default metrics of summarize (zcorch.metrics)
-CI = 0.95  # the level asked for; each interval says the level it really has (median_ci)
 
 
 def ci_method(ci: float = CI) -> str:
@@ -39,34 +41,6 @@ def ci_method(ci: float = CI) -> str:
             f"else [min, max] at the lower level it has (each interval states its level)")
 
 
-def median_ci_level(n: int, k: int) -> float:
-    """Coverage of [x(k), x(n+1-k)] for the median of n independent runs: P(k ≤ B ≤ n-k), B ~ Bin(n, 1/2)."""
-    if n < 2 or not 1 <= k <= n // 2:
-        return math.nan
-    return float(1.0 - 2.0 * scipy.stats.binom.cdf(k - 1, n, 0.5))
-
-
-def median_ci_rank(n: int, ci: float = CI) -> int:
-    """k of the narrowest [x(k), x(n+1-k)] with coverage ≥ ci; 1 (min–max) when none reaches ci; 0 for n < 2."""
-    if n < 2:
-        return 0
-    k = 1
-    while k + 1 <= n // 2 and median_ci_level(n, k + 1) >= ci:
-        k += 1
-    return k
-
-
-def median_ci(values: Sequence[float], ci: float = CI) -> "tuple[float, float, float]":
-    """(low, high, level): the order-statistic confidence interval of the median of `values` (NaNs left
-    out) and the confidence level it really has (below `ci` when too few values reach it); NaNs for < 2."""
-    x = np.asarray(values, dtype="float64")
-    x = np.sort(x[~np.isnan(x)])
-    k = median_ci_rank(len(x), ci)
-    if k == 0:
-        return math.nan, math.nan, math.nan
-    return float(x[k - 1]), float(x[len(x) - k]), median_ci_level(len(x), k)
-
-
 def ci_label(level: float, ci: float = CI) -> str:
     """How a table heads or tags an interval: "95% CI" only when its level is at least 95%: "75% CI" for
     three runs, "" with no interval. Levels are rounded down so that 93.8% never reads as 94% met."""
@@ -74,14 +48,6 @@ def ci_label(level: float, ci: float = CI) -> str:
         return ""
     shown = math.floor(level * 1000) / 10
     return f"{shown:g}% CI"
-
-
-def min_runs_for(ci: float = CI) -> int:
-    """The fewest runs whose [min, max] covers the median with at least `ci` (95%: 6)."""
-    n = 2
-    while median_ci_level(n, 1) < ci:
-        n += 1
-    return n
 
 
 def varying_params(df: pd.DataFrame, with_members: bool = False) -> list:

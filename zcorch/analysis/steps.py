@@ -44,6 +44,10 @@ MIN_FOR_SCALE = 8           # points needed to estimate how much more nights var
 PENALTY_PER_LOG = 2.0
 PENALTY_CONST = 2.0
 Z95 = 1.959963984540054     # normal quantile of a two-sided 95% interval
+# Fewer nights than this support no change point: with two or three, a "step" is one night against one or
+# two others, which is what the newest sweep's Mann–Whitney comparison judges (and says whether it is
+# significant); a step drawn there would claim what that verdict does not.
+MIN_POINTS_FOR_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,8 @@ def fit_steps(y: Sequence[float], sigma: Optional[Sequence[float]] = None,
     if not np.all(np.isfinite(sk) & (sk > 0)):
         raise ValueError("every point with a value needs a positive, finite sigma")
     cost, level = _segment_costs(yk, 1.0 / sk)
+    if n < MIN_POINTS_FOR_STEPS:
+        return StepFit([Segment(0, len(y), float(level[0, n]))], sigma, penalty)
     best = np.full(n + 1, np.inf)
     best[0] = 0.0
     back = np.zeros(n + 1, dtype=int)

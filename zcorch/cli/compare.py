@@ -1,20 +1,25 @@
 """`zcorch compare BASE CANDIDATE`: did a sweep get slower? (for nightly runs and CI)
 
 Per cell (matched by cell id) the medians, the change in % and a significance test; the verdicts are
-explained in zcorch.analysis.compare. Exit status 1 when any cell regressed or failed, else 0.
+explained in zcorch.analysis.compare. Exit status: 0 no regression, 1 regression, 2 usage or input
+error (a missing result set, a bad option), 3 incomplete (no cell in common, a set that failed or has
+fewer ok runs than its plan, a cell on one side only); the last line says which and why
+(zcorch.analysis.gate).
 """
 from __future__ import annotations
 
 import argparse
 
 from zcorch.cli.options import add_regression_options, check_regression_options
-from zcorch.analysis.compare import compare_frames, regressed, render
+from zcorch.analysis.compare import compare_frames, gate_of, render
+from zcorch.analysis.gate import completeness, describe_codes
 from zcorch.analysis.load import load
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("compare", help="compare two result sets cell by cell; exit 1 on a regression",
-                              description=__doc__.splitlines()[0])
+    p = subparsers.add_parser("compare", help="compare two result sets cell by cell; exit 1 on a regression, "
+                                              "3 when incomplete",
+                              description=__doc__.splitlines()[0], epilog=f"exit status: {describe_codes()}")
     p.add_argument("base", help="base result set")
     p.add_argument("candidate", help="candidate result set")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
@@ -25,6 +30,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 def main(args: argparse.Namespace) -> int:
     check_regression_options(args)
+    base, cand = completeness(args.base), completeness(args.candidate)
     table = compare_frames(load(args.base), load(args.candidate), args.metric, args.threshold, args.alpha)
-    print(render(table, args.format, str(args.base), str(args.candidate)), end="")
-    return 1 if regressed(table) else 0
+    gate = gate_of(table, base, cand)
+    print(render(table, args.format, str(args.base), str(args.candidate), gate), end="")
+    if args.format != "json":
+        print(gate.line("zcorch compare"))
+    return gate.code

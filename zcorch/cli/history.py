@@ -2,37 +2,53 @@
 
 Per experiment the sweeps (date, git revision, kernel, hosts, status, report), per cell a trend plot of the
 median with its CI and the detected change points, and the newest sweep against the preceding stable
-segment; the analysis is zcorch.analysis.history. With --check the exit status is 1 when the newest sweep
-of any experiment regressed (the cells, by how much and since which sweep are printed), else 0.
+segment; the analysis is zcorch.analysis.history. With --check the exit status is the gate's
+(zcorch.analysis.gate, the same as `zcorch compare`): 0 no regression, 1 a regression of the newest sweep,
+2 usage or input error, 3 incomplete (the newest sweep failed or measured fewer runs than its plan, a cell of
+the previous sweep is missing, or there is no earlier sweep); the last line says which and why.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from zcorch.cli.options import add_regression_options, check_regression_options
+from zcorch.analysis.gate import describe_codes
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("history", help="every result set under ROOT over time: ROOT/index.html; "
-                                              "--check exits 1 on a regression of the newest sweep",
-                              description=__doc__.splitlines()[0])
+                                              "--check gates the newest sweep (exit 1 regression, 3 incomplete)",
+                              description=__doc__.splitlines()[0],
+                              epilog=f"exit status with --check: {describe_codes()}; without it 0 or 2")
     p.add_argument("root", help="directory searched for result sets at any depth")
     p.add_argument("-o", "--output", metavar="OUT", help="write OUT/index.html (default ROOT/index.html)")
     p.add_argument("--check", action="store_true",
-                   help="exit 1 when the newest sweep of an experiment is a significant regression")
+                   help="exit 1 when the newest sweep of an experiment is a significant regression, 3 when it "
+                        "is incomplete")
+    p.add_argument("--format", choices=["text", "json"], default="text",
+                   help="json: one object (experiments, cells, comparisons; with --check the verdict, exit code "
+                        "and reason first)")
     add_regression_options(p, "follow")
     p.set_defaults(func=main)
     return p
 
 
 def main(args: argparse.Namespace) -> int:
-    from zcorch.analysis.history import build_history, render_text, write_index  # pandas, matplotlib
+    from zcorch.analysis.gate import history_gate
+    from zcorch.analysis.history import as_json, build_history, render_text, write_index  # pandas, matplotlib
 
     check_regression_options(args)
     history = build_history(args.root, args.metric, args.threshold, args.alpha)
     for warning in history.warnings:
         print(f"zcorch history: warning: {warning}", file=sys.stderr)
     write_index(history, args.output)
-    print(render_text(history), end="")
-    return 1 if args.check and history.bad else 0
+    gate = history_gate(history.experiments) if args.check else None
+    if args.format == "json":
+        print(json.dumps(as_json(history, gate.as_dict() if gate else None), indent=1))
+    else:
+        print(render_text(history), end="")
+        if gate is not None:
+            print(gate.line("zcorch history"))
+    return gate.code if gate is not None else 0

@@ -38,9 +38,12 @@ def add_regression_options(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--metric", choices=metrics.DIRECTED, default="gbit_s", metavar="METRIC",
                    help=f"what to {what} (default gbit_s): one of {', '.join(metrics.DIRECTED)}; higher is better "
                         f"for {', '.join(higher)}, lower for the others (CPU: a rise is a regression)")
-    p.add_argument("--threshold", type=float, default=5.0, metavar="PCT",
-                   help="ignore changes up to this many percent (default 5)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT  # stdlib only: no pandas at start-up
+
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
+                   help=f"ignore changes up to this many percent (default {DEFAULT_THRESHOLD_PCT:g})")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                   help=f"significance level (default {DEFAULT_ALPHA:g})")
 
 
 def check_regression_options(args: argparse.Namespace) -> None:

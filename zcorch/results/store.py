@@ -15,7 +15,7 @@ import json
 import os
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from zcorch.errors import ResultsError
+from zcorch.errors import ResultsError, ResultsWriteError
 
 FORMAT = "zcorch-results"
 FORMAT_VERSION = 1
@@ -251,10 +251,10 @@ class ResultSet:
                     os.ftruncate(fd, start)
                     os.fsync(fd)
                 except OSError as undo:
-                    raise ResultsError(f"{path}: cannot write a record ({exc}) nor cut the partial line back "
+                    raise ResultsWriteError(f"{path}: cannot write a record ({exc}) nor cut the partial line back "
                                        f"to byte {start} ({undo}); `zcorch run --resume` cuts it") from None
                 full = " (the disk is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
-                raise ResultsError(f"{path}: cannot write a record{full}: {exc.strerror or exc}; nothing "
+                raise ResultsWriteError(f"{path}: cannot write a record{full}: {exc.strerror or exc}; nothing "
                                    "written before was lost, the partial line was removed") from None
         finally:
             os.close(fd)

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from zcorch._version import __version__
 from zcorch.config.baselines import Baselines
 from zcorch.config.inventory import InventoryPair
-from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, ZcorchError
+from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, ResultsWriteError, ZcorchError
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded, recording_hosts
 from zcorch.provision import scratch, sources
@@ -628,7 +628,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     try:
         rs.finish(outcome.status)
     except OSError as exc:  # e.g. the disk filled up: a user-fixable problem, every run is already recorded
-        raise ResultsError(f"{rs.dir}: cannot mark the result set {outcome.status} ({exc.strerror or exc}); "
+        raise ResultsWriteError(f"{rs.dir}: cannot mark the result set {outcome.status} ({exc.strerror or exc}); "
                            f"every run is recorded in {RUNS}. After fixing the cause, `zcorch run --resume "
                            f"{rs.dir}` finishes it") from None
     for w in warnings:

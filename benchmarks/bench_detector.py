@@ -1,0 +1,193 @@
+"""How often `zcorch history --check` cries wolf, and how soon it catches a real step: measured, not claimed.
+
+Nightly series are built from REAL runs of this machine: several sweeps of the same small experiment
+(recorded now on localhost, or given with --sets) are the pool. A night is one of those sweeps, chosen at
+random (so nights differ as much as this machine's sweeps do, not only as much as runs within a sweep),
+whose runs are drawn from it one at a time, as `repeats: {min: 3, max: 30, target_ci: 2%}` draws them,
+until the 95% interval of their median is within 2% of it or 30 runs are reached. A change is a step
+of the whole level (5% or 10% worse from night `--step-at` on). Each night from the `--warmup`-th on is
+judged exactly as `history --check` judges the newest sweep (zcorch.analysis.history.stable_baselines,
+steps.fit_steps, compare.judge), with the defaults of zcorch.analysis.gate.
+
+Printed: false alarms per 100 series-nights on series without a change, and the share of series whose
+5% and 10% steps are caught within 1, 2 and 3 nights; with --grid the same for other thresholds and
+alphas (how the defaults were chosen).
+
+    python benchmarks/bench_detector.py [--sets DIR ...] [--sweeps 4] [--repeats 12] [--series 200]
+                                        [--nights 30] [--grid]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from zcorch.analysis.compare import judge  # noqa: E402
+from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT  # noqa: E402
+from zcorch.analysis.history import stable_baselines  # noqa: E402
+from zcorch.analysis.stats import ci_width_pct, median_ci  # noqa: E402
+from zcorch.analysis.steps import fit_steps, point_sigmas  # noqa: E402
+
+EXPERIMENT = """name: detector-noise
+hosts: localhost
+params: {{bytes: {bytes}, buffer: 128KiB, sink: /dev/null, timeout: 30s}}
+matrix:
+  send_mode: [write, sendfile]
+  recv_mode: [read, splice]
+  source: [mem, "{{scratch}}/detector-source.dat"]
+exclude:
+  - {{send_mode: sendfile, recv_mode: read}}
+  - {{send_mode: write, recv_mode: splice}}
+  - {{send_mode: sendfile, source: mem}}
+  - {{send_mode: write, source: "{{scratch}}/detector-source.dat"}}
+repeats: {repeats}
+order: interleave
+baselines: false
+"""
+
+
+def record(n_sweeps: int, repeats: int, nbytes: str, out: str) -> list:
+    """n_sweeps real localhost sweeps of EXPERIMENT (write→read, sendfile→splice) into `out`."""
+    from zcorch.sweep.pipeline import run_sweep
+
+    exp = os.path.join(out, "detector-noise.yaml")
+    with open(exp, "w") as f:
+        f.write(EXPERIMENT.format(bytes=nbytes, repeats=repeats))
+    dirs = []
+    for i in range(n_sweeps):
+        d = os.path.join(out, f"sweep{i}")
+        res = run_sweep(exp, output=d, command=["bench_detector"])
+        if res.exit_status != 0:
+            print(f"warning: sweep {i} exit {res.exit_status}", file=sys.stderr)
+        dirs.append(d)
+    return dirs
+
+
+def pools(dirs: list, metric: str) -> "dict[str, list[np.ndarray]]":
+    """cell label -> one array of the ok runs' metric per sweep."""
+    import zcorch
+
+    out: "dict[str, list[np.ndarray]]" = {}
+    for d in dirs:
+        df = zcorch.load(d)
+        ok = df[df["status"] == "ok"]
+        for (send, recv), g in ok.groupby(["send_mode", "recv_mode"]):
+            out.setdefault(f"{send}->{recv}", []).append(g[metric].to_numpy(dtype=float))
+    return {k: v for k, v in out.items() if len(v) == len(dirs) and all(len(a) >= 3 for a in v)}
+
+
+def night(rng: np.random.Generator, sweeps: list, target: float, lo: int = 3, hi: int = 30) -> np.ndarray:
+    """One night's ok runs: a random sweep of the pool, runs drawn from it until the median's 95% interval
+    is within `target` % of it (or `hi` runs)."""
+    pool = sweeps[rng.integers(len(sweeps))]
+    runs = list(rng.choice(pool, lo))
+    while len(runs) < hi and ci_width_pct(runs) > target:
+        runs.append(float(rng.choice(pool)))
+    return np.asarray(runs)
+
+
+def alarm(nights: list, threshold: float, alpha: float) -> bool:
+    """Whether `history --check` flags the newest of `nights` (arrays of ok runs, oldest first) as regressed
+    (higher is better)."""
+    med = np.array([np.median(x) for x in nights])
+    ci = np.array([median_ci(x) for x in nights])
+    sigma = point_sigmas(med, ci[:, 0], ci[:, 1], ci[:, 2])
+    fit = fit_steps(med, sigma)
+    last = len(nights) - 1
+    results = []
+    for baseline, _since in stable_baselines(fit, list(range(len(nights))), last):
+        j = judge(np.concatenate([nights[i] for i in baseline]), nights[last], True, threshold, alpha)
+        if j.verdict == "regressed":
+            return True
+        results.append(j)
+    return False
+
+
+def simulate(pool: list, rng, n_series: int, n_nights: int, warmup: int, step_at: int, target: float,
+             settings: list) -> dict:
+    """{(threshold, alpha): {"fa": alarms per 100 nights, "caught": {step: [share within 1, 2, 3]}}}."""
+    out = {s: {"fa_alarms": 0, "fa_nights": 0, "caught": {0.05: [0, 0, 0], 0.10: [0, 0, 0]}} for s in settings}
+    for _ in range(n_series):
+        base = [night(rng, pool, target) for _ in range(n_nights)]
+        for s in settings:
+            for t in range(warmup, n_nights):
+                out[s]["fa_alarms"] += alarm(base[:t + 1], *s)
+                out[s]["fa_nights"] += 1
+        for step in (0.05, 0.10):
+            series = [x if i < step_at else x * (1 - step) for i, x in enumerate(base[:step_at + 3])]
+            for s in settings:
+                first = next((k for k in range(3) if alarm(series[:step_at + k + 1], *s)), None)
+                if first is not None:
+                    for k in range(first, 3):
+                        out[s]["caught"][step][k] += 1
+    return {s: {"fa": 100 * v["fa_alarms"] / max(v["fa_nights"], 1),
+                "caught": {st: [c / n_series for c in cs] for st, cs in v["caught"].items()}}
+            for s, v in out.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sets", nargs="*", help="result sets of one experiment repeated (default: record them now)")
+    ap.add_argument("--sweeps", type=int, default=4, help="sweeps to record (default 4)")
+    ap.add_argument("--repeats", type=int, default=12, help="repeats per cell of each recorded sweep (default 12)")
+    ap.add_argument("--bytes", default="256MiB", help="bytes per recorded run (default 256MiB)")
+    ap.add_argument("--metric", default="gbit_s")
+    ap.add_argument("--series", type=int, default=200, help="series per cell and case (default 200)")
+    ap.add_argument("--nights", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=10, help="nights before the first judged one (default 10)")
+    ap.add_argument("--step-at", type=int, default=20)
+    ap.add_argument("--target", type=float, default=2.0, help="target_ci in %% (default 2)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--grid", action="store_true", help="also other thresholds and alphas")
+    args = ap.parse_args(argv)
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-detector-") as tmp:
+        dirs = args.sets or record(args.sweeps, args.repeats, args.bytes, tmp)
+        noise = pools(dirs, args.metric)
+    if not noise:
+        print("no cell with ok runs in every sweep", file=sys.stderr)
+        return 1
+    default = (DEFAULT_THRESHOLD_PCT, DEFAULT_ALPHA)
+    settings = [default] + ([(t, a) for t in (2.0, 3.0, 4.0, 5.0) for a in (0.01, 0.05) if (t, a) != default]
+                            if args.grid else [])
+    rng = np.random.default_rng(args.seed)
+    print(f"noise: {len(dirs)} real sweeps of this machine ({args.metric}, ok runs per sweep and cell):")
+    for cell, sweeps in noise.items():
+        meds = [float(np.median(s)) for s in sweeps]
+        within = float(np.median([np.std(s) / np.median(s) * 100 for s in sweeps]))
+        between = float(np.std(meds) / np.median(meds) * 100)
+        print(f"  {cell}: runs/sweep {[len(s) for s in sweeps]}, sweep medians {', '.join(f'{m:.2f}' for m in meds)}; "
+              f"within-sweep sd {within:.1f}%, between-sweep sd of medians {between:.1f}%")
+    print(f"series: {args.series} per cell and case, {args.nights} nights, judged from night {args.warmup + 1}, "
+          f"step at night {args.step_at + 1}; nights drawn as repeats {{min: 3, max: 30, target_ci: {args.target:g}%}}")
+    rows = {s: {"fa": [], 0.05: [], 0.10: []} for s in settings}
+    for cell, sweeps in noise.items():
+        res = simulate(sweeps, rng, args.series, args.nights, args.warmup, args.step_at, args.target, settings)
+        for s, r in res.items():
+            rows[s]["fa"].append(r["fa"])
+            rows[s][0.05].append(r["caught"][0.05])
+            rows[s][0.10].append(r["caught"][0.10])
+    print()
+    print("threshold  alpha   false alarms/100 series-nights   5% step caught within 1/2/3 nights   "
+          "10% step within 1/2/3")
+    for s in settings:
+        r = rows[s]
+        fa = float(np.mean(r["fa"]))
+        c5 = np.mean(r[0.05], axis=0)
+        c10 = np.mean(r[0.10], axis=0)
+        mark = "  <- default" if s == default else ""
+        print(f"{s[0]:>8.1f}%  {s[1]:<6g}  {fa:>30.2f}   {'/'.join(f'{c:.0%}' for c in c5):>34}   "
+              f"{'/'.join(f'{c:.0%}' for c in c10):>21}{mark}")
+    print(f"\n({time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

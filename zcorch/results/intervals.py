@@ -1,0 +1,73 @@
+"""The confidence interval of a median from order statistics, and how close a cell's runs are to a target.
+
+Of n ok runs sorted x(1) ≤ … ≤ x(n), the interval [x(k), x(n+1-k)] covers the true median with
+probability P(k ≤ B ≤ n-k), B ~ Binomial(n, 1/2), whatever the distribution of the runs (the sign-test
+interval). `median_ci` takes the narrowest such interval whose coverage is at least the level asked for
+and returns the level it really has: below that level when even [min, max] falls short (three runs: 75%).
+
+Stdlib only, exact integer arithmetic (math.comb): the sweep's runner asks `ci_width_pct` after every
+run of a cell with `repeats: {target_ci: …}` and should not pull scipy into the controller's loop for a
+binomial sum; zcorch.analysis.stats re-exports these for the tables (and tests them against scipy.stats.binom).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence, Tuple
+
+CI = 0.95  # the level asked for unless told otherwise
+
+
+def median_ci_level(n: int, k: int) -> float:
+    """Coverage of [x(k), x(n+1-k)] for the median of n independent runs: P(k ≤ B ≤ n-k), B ~ Bin(n, 1/2);
+    NaN when there is no such interval (n < 2, k outside 1..n//2)."""
+    if n < 2 or not 1 <= k <= n // 2:
+        return math.nan
+    tail = sum(math.comb(n, i) for i in range(k))  # P(B ≤ k-1) × 2^n
+    return 1.0 - 2.0 * tail / 2 ** n
+
+
+def median_ci_rank(n: int, ci: float = CI) -> int:
+    """k of the narrowest [x(k), x(n+1-k)] with coverage ≥ ci; 1 (min–max) when none reaches ci; 0 for n < 2."""
+    if n < 2:
+        return 0
+    k = 1
+    while k + 1 <= n // 2 and median_ci_level(n, k + 1) >= ci:
+        k += 1
+    return k
+
+
+def _finite_sorted(values: Sequence[float]) -> list:
+    return sorted(float(v) for v in values if v is not None and v == v)  # v == v: not NaN
+
+
+def median_ci(values: Sequence[float], ci: float = CI) -> Tuple[float, float, float]:
+    """(low, high, level): the order-statistic confidence interval of the median of `values` (NaNs left
+    out) and the confidence level it really has (below `ci` when too few values reach it); NaNs for < 2."""
+    x = _finite_sorted(values)
+    k = median_ci_rank(len(x), ci)
+    if k == 0:
+        return math.nan, math.nan, math.nan
+    return x[k - 1], x[len(x) - k], median_ci_level(len(x), k)
+
+
+def min_runs_for(ci: float = CI) -> int:
+    """The fewest runs whose [min, max] covers the median with at least `ci` (95%: 6)."""
+    n = 2
+    while median_ci_level(n, 1) < ci:
+        n += 1
+    return n
+
+
+def ci_width_pct(values: Sequence[float], ci: float = CI) -> float:
+    """How far the median's interval at level `ci` reaches from the median, in % of the median (the larger
+    of its two sides): what `repeats: {target_ci: 2%}` holds a cell to. inf while no interval of that level
+    exists (fewer than min_runs_for(ci) values) or the median is 0."""
+    x = _finite_sorted(values)
+    low, high, level = median_ci(x, ci)
+    if not x or not level >= ci:
+        return math.inf
+    n = len(x)
+    med = x[n // 2] if n % 2 else (x[n // 2 - 1] + x[n // 2]) / 2
+    if not med:
+        return math.inf
+    return max(med - low, high - med) / abs(med) * 100
