@@ -152,7 +152,7 @@ def test_compare_flags_a_rise_of_host_cpu_as_a_regression_and_a_fall_as_an_impro
     cand, factor = more_host_cpu(recorded, tmp_path / "cand")
     res = zcorch_cli("compare", "--metric", "send_host_busy_s_per_gib", base, cand)
     assert res.returncode == 1, res.stdout + res.stderr
-    assert "REGRESSION: 2 cell(s) regressed or failed" in res.stdout
+    assert "REGRESSION: 2 cell(s) regressed" in res.stdout
     assert "metric send_host_busy_s_per_gib (s/GiB, lower is better)" in res.stdout
     table = compare_frames(zcorch.load(base), zcorch.load(cand), "send_host_busy_s_per_gib")
     assert list(table["verdict"]) == ["regressed"] * 2, table.to_string()
@@ -160,7 +160,7 @@ def test_compare_flags_a_rise_of_host_cpu_as_a_regression_and_a_fall_as_an_impro
     assert all(math.isclose(c, (factor - 1) * 100, rel_tol=1e-3) for c in table["change_pct"]), table["change_pct"]
 
     back = zcorch_cli("compare", "--metric", "send_host_busy_s_per_gib", cand, base)   # less CPU: better
-    assert back.returncode == 0 and "no significant regression" in back.stdout and "2 improved" in back.stdout, \
+    assert back.returncode == 0 and "no regression" in back.stdout and "2 improved" in back.stdout, \
         back.stdout
     # the receiver's host CPU and the throughput are as recorded
     for metric in ("recv_host_busy_s_per_gib", "gbit_s"):
