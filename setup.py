@@ -13,6 +13,9 @@ from setuptools.command.build_py import build_py
 NATIVE = "native"
 NATIVE_PARTS = ["build.py", "include", "core", "modes"]   # what a host needs to build the worker
 PACKAGE_DATA_DIR = os.path.join("zcorch", "_native_src")
+# The shipped experiment files and the analysis notebook, for `zcorch examples` in a wheel install.
+EXAMPLES = {"experiments": ".yaml", "notebooks": ".ipynb"}
+EXAMPLES_DIR = os.path.join("zcorch", "_examples")
 _SKIP_DIRS = {"__pycache__", "_build"}
 _SKIP_SUFFIXES = (".so", ".o", ".pyc", ".pyo", "~")
 
@@ -32,10 +35,16 @@ def native_files():
 
 
 class build_py_with_native_sources(build_py):
-    """build_py, plus native/ copied into the built package as zcorch/_native_src/ (package data)."""
+    """build_py, plus native/ copied into the built package as zcorch/_native_src/ and the experiments and
+    notebook as zcorch/_examples/ (package data)."""
 
     def _native_outputs(self):
-        return {os.path.join(self.build_lib, PACKAGE_DATA_DIR, rel): os.path.join(NATIVE, rel) for rel in native_files()}
+        out = {os.path.join(self.build_lib, PACKAGE_DATA_DIR, rel): os.path.join(NATIVE, rel) for rel in native_files()}
+        for folder, suffix in EXAMPLES.items():
+            for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+                if name.endswith(suffix):
+                    out[os.path.join(self.build_lib, EXAMPLES_DIR, name)] = os.path.join(folder, name)
+        return out
 
     def run(self):
         super().run()

@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import errno
 import itertools
-import os
-import shutil
 import signal
 import socket
-import subprocess
-import sys
-import sysconfig
 import threading
 import time
 
 import pytest
 
-from fixtures_worker import REPO, needs_native, pattern_file, run_pair, run_worker
+from fixtures_worker import needs_native, pattern_file, run_pair, run_worker
 
 pytestmark = needs_native
 
@@ -235,20 +230,6 @@ def test_gift_check_follows_the_gift_flag():
         problems = cell_problems(cell)
         honoured = "gift" in caps("send", send_mode) | caps("recv", recv_mode)
         assert problems == ([] if honoured else ["`gift` (SPLICE_F_GIFT) only applies to the vmsplice modes"])
-
-
-def test_cell_problems_without_a_native_build_say_how_to_build_it(tmp_path):
-    shutil.copytree(os.path.join(REPO, "zcorch"), tmp_path / "zcorch",
-                    ignore=shutil.ignore_patterns("_native*", "__pycache__"))
-    code = ("from zcorch.config.experiment import DEFAULTS, cell_problems\n"
-            "from zcorch.errors import ZcorchError\n"
-            "try:\n    cell_problems(dict(DEFAULTS))\nexcept ZcorchError as exc:\n    print(exc)\n")
-    # -S: no .pth files, so the editable install's finder cannot supply another checkout's build
-    path = os.pathsep.join([str(tmp_path), sysconfig.get_paths()["purelib"]])
-    p = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                       env={"PATH": os.environ["PATH"], "PYTHONPATH": path})
-    assert p.returncode == 0, p.stderr
-    assert "not built" in p.stdout and "native/build.py --out ." in p.stdout and "pip install" in p.stdout
 
 
 # ---------------------------------------------------------------- the one EINTR/EAGAIN retry helper

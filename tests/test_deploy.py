@@ -295,6 +295,15 @@ def test_mode_problems_name_the_host_the_mode_and_why():
         "directory)"]
     # a dry run's worker info lists no modes: nothing to check
     assert deploy.mode_problems("h1", {"modes": {}}, {"send": ["warp"], "recv": ["io_uring"]}) == []
+    # the cells were judged by the controller's copy of the capability table: a worker declaring other
+    # capabilities for a mode the cells use would refuse (or run) other cells than the plan says
+    caps = {"send": {"write": [], "mmap": ["file_source"]}, "recv": {"read": []}}
+    info = {"modes": {"send": ["write", "mmap"], "recv": ["read"]}, "unavailable": {}, "capabilities": caps}
+    assert deploy.mode_problems("h1", info, {"send": ["write"], "recv": ["read"]}) == []
+    [problem] = deploy.mode_problems("h1", info, {"send": ["mmap", "write"]})
+    assert problem.startswith("h1: the worker there declares send mode `mmap` with capabilities [file_source], "
+                              "the plan's cell rules used [file_source, mappable_source]")
+    assert "python -m zcorch.config.capabilities --write" in problem
 
 
 def test_prepare_checks_the_cells_modes_on_each_host():

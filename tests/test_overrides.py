@@ -2,6 +2,8 @@
 the file's own validator with errors naming the --set, and the effective document a result set keeps."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import yaml
 
@@ -198,3 +200,16 @@ def test_a_newline_in_a_set_value_stays_inside_the_comment_header(exp_file):
     assert '#   --set description="two\\nname: other"' in text and "#   --set repeats=1\\n" in text
     again = parse_experiment(text)
     assert again.name == "t" and again.description == "two name: other" and again.repeats == 1
+
+
+def test_the_experiment_is_built_complete_and_frozen(exp_file):
+    exp = load_experiment(exp_file, ["repeats=1"])
+    # the --set texts and the effective document are in the Experiment as returned, not patched in later
+    assert exp.overrides == ("repeats=1",) and exp.inventory is None
+    assert exp.effective is not None and "--set repeats=1" in exp.effective
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        exp.name = "other"  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        exp.matrix[0].key = "other"  # type: ignore[misc]
+    plain = load_experiment(exp_file)
+    assert plain.overrides == () and plain.effective is None

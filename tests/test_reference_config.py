@@ -132,3 +132,17 @@ reference:
     plan = expand(exp)
     assert any("reference.figures[0]" in w and "not measured" in w for w in plan.warnings)
     assert exp.reference == parse(text).reference     # the effective document keeps the section
+
+
+def test_a_command_reference_keeps_the_experiment_s_name():
+    # the check of `reference.baselines.command:NAME` against `baselines.commands` once reused the
+    # experiment's `name` for the command's: the plan and the results were named after the command
+    text = GOOD.replace("dd_write: {value: 465-520 MB/s}", '"command:nc": {value: 502.77 MB/s}') + """\
+baselines:
+  commands: [{name: nc, receiver: [nc, -l, "{address}", "{port}"], sender: [nc, -N, "{address}", "{port}"]}]
+"""
+    exp = parse(text)
+    assert exp.name == "t" and [c.name for c in exp.baselines.commands] == ["nc"]
+    assert expand(exp).experiment.name == "t"
+    with pytest.raises(ConfigError, match="no command baseline `nc`"):
+        parse(text.replace("{name: nc,", "{name: ncat,"))

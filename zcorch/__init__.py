@@ -15,6 +15,10 @@ _LAZY = {
     "load_meta": "zcorch.analysis.frames",
     "load_samples": "zcorch.analysis.samples",
     "summarize": "zcorch.analysis.stats",
+    "mode_table": "zcorch.analysis.stats",
+    "load_manifest": "zcorch.analysis.frames",
+    "find_result_sets": "zcorch.analysis.history",
+    "report_figures": "zcorch.analysis.plots",
 }
 
 __all__ = ["__version__", "ZcorchError", *_LAZY]

@@ -35,7 +35,8 @@ from typing import Callable, Optional, Sequence
 
 from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
-from zcorch.config.experiment import Experiment, cell_problems, filesystem_problem, load_experiment
+from zcorch.config.cells import cell_problems, filesystem_problem
+from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
 from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
@@ -124,9 +125,9 @@ def cell_id(params: dict) -> str:
 
 
 def load_plan(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
-              hosts: "Optional[InventoryPair]" = None) -> Plan:
-    """`expand(load_experiment(path, overrides, hosts))`."""
-    return expand(load_experiment(path, overrides, hosts))
+              hosts: "Optional[InventoryPair]" = None, unknown_hosts: bool = False) -> Plan:
+    """`expand(load_experiment(path, overrides, hosts, unknown_hosts))`."""
+    return expand(load_experiment(path, overrides, hosts, unknown_hosts))
 
 
 def expand(exp: Experiment, reduced: bool = False) -> Plan:

@@ -81,6 +81,11 @@ def read_manifest(path: PathLike) -> dict:
     return results.load_manifest(str(result_dir(path)))
 
 
+def load_manifest(path: PathLike) -> dict:
+    """The public name of read_manifest (`zcorch.load_manifest`): a result set's name, status, times, command."""
+    return read_manifest(path)
+
+
 def read_jsonl(path: Path) -> list:
     """Records of a JSON-lines file (a torn final line skipped, other bad lines an error)."""
     return results.read_jsonl(str(path))

@@ -11,7 +11,7 @@ from typing import Iterable
 import pandas as pd
 
 from zcorch.analysis.cache import runs_of
-from zcorch.config.experiment import linked_axes_of
+from zcorch.config.sections import linked_axes_of
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.analysis.frames import (LINKED_ATTR, PathLike, _as_dirs, _sweep_names, add_copy_units, add_derived,
                                     add_linked_axes, copy_yardsticks, read_manifest, read_meta)

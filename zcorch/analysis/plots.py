@@ -597,6 +597,16 @@ def all_plots(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experim
             + samples_timelines(df, samples, experiment))
 
 
+def report_figures(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "",
+                   fmt: str = "png") -> "list[tuple[str, bytes | None, str]]":
+    """The report's charts for a notebook or a script (`zcorch.report_figures`): (title, image bytes or None,
+    note) each, rendered headless."""
+    out = []
+    for plot in all_plots(df, baselines, experiment):
+        out.append((plot.title, None if plot.figure is None else figure_bytes(plot.figure, fmt), plot.note))
+    return out
+
+
 def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=dpi)

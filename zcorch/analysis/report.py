@@ -27,7 +27,7 @@ from zcorch.analysis.plots import _combo_label, _keys, _select, all_plots, data_
 from zcorch.analysis.samples import load_samples
 from zcorch.config.views import View
 from zcorch.analysis import reproduction as rp
-from zcorch.config.experiment import reference_of, views_of
+from zcorch.config.sections import reference_of, views_of
 from zcorch.errors import ConfigError
 from zcorch.params import format_value
 from zcorch.analysis.stats import ci_label, ci_method, format_rate, format_spread, summarize, varying_params

@@ -8,12 +8,14 @@ The pipeline is zcorch.sweep.pipeline.run_sweep; this module is its command line
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
 import time
 from typing import Dict, List, Optional, TextIO
 
+from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
@@ -38,52 +40,104 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 class ConsoleObserver(SweepObserver):
-    """Messages on stderr as `zcorch run: ...`; progress (runs done/total, failures, ETA): one updating
-    line on a tty, one line per run otherwise."""
+    """What `zcorch run` tells the user on stderr, through the `zcorch.run` logger (-q: warnings only, -v:
+    more): the stage being set up and how long the set-up took, then per run its modes, its rate and the
+    ETA. On a terminal the runs are one tqdm progress bar (its ETA starts with the first run, so the
+    minutes of deploy, calibration and baselines do not inflate it); elsewhere one line per run."""
 
-    def __init__(self, stream: TextIO = sys.stderr):
-        self.stream = stream
-        self.tty = stream.isatty()
+    def __init__(self, stream: Optional[TextIO] = None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.log = log("run")
+        self.tty = self.stream.isatty()
         self.total = self.already = 0
-        self.t0 = time.monotonic()
+        self.t0 = self.t_stage = time.monotonic()
+        self.t_runs: Optional[float] = None
         self.result_dir: Optional[str] = None
+        self.bar = None
+
+    def _say(self, level: int, text: str) -> None:
+        if self.bar is not None:
+            self.bar.clear()
+        self.log.log(level, f"zcorch run: {text}")
+        if self.bar is not None:
+            self.bar.refresh()
 
     def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
         self.total, self.already, self.t0 = total, already_ok, time.monotonic()
         self.result_dir = result_dir
         self.message(f"{total} runs ({already_ok} already ok) -> {result_dir}")
 
+    def stage(self, name: str, title: str) -> None:
+        now = time.monotonic()
+        if name == "runs":
+            self.t_runs = now
+            self._say(logging.INFO, f"set-up took {now - self.t0:.1f} s; the runs")
+        elif name != "finish":
+            self._say(logging.INFO, f"{title.split(' (')[0]} ...")
+        self.t_stage = now
+
     def message(self, text: str) -> None:
-        print(f"zcorch run: {text}", file=self.stream)
+        self._say(logging.INFO, text)
 
     def warning(self, text: str) -> None:
-        self.message(f"warning: {text}")
+        self._say(logging.WARNING, f"warning: {text}")
 
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
         done_now = outcome.ok + outcome.failed
-        elapsed = time.monotonic() - self.t0
-        eta = elapsed / done_now * (todo - done_now) if done_now else 0.0
-        text = (f"[{self.already + done_now}/{self.total}] failures {outcome.failed}  ETA {_fmt_secs(eta)}  "
-                f"{record['cell']} r{record['repeat']}: {record['status']}")
+        text = f"{_modes(record)} r{record['repeat']}: {record['status']}"
+        rate = _rate(record)
+        if rate:
+            text += f" {rate}"
         if record["status"] != "ok" and record.get("reason"):
-            text += f" ({record['reason'][:160]})"
+            reason = record["reason"]
+            text += f" ({reason if self.log.isEnabledFor(logging.DEBUG) else reason[:160]})"
+        if not self.log.isEnabledFor(logging.INFO):
+            if record["status"] != "ok":
+                self.log.warning(f"zcorch run: {text}")
+            return
         if self.tty:
-            self.stream.write("\r\x1b[K" + text[:max(20, _term_width() - 1)])
-        else:
-            self.stream.write(text + "\n")
+            if self.bar is None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=todo, initial=0, file=self.stream, unit="run", dynamic_ncols=True,
+                                leave=True, desc="zcorch run")
+            self.bar.set_postfix_str(f"failures {outcome.failed}  {text}"[:120], refresh=False)
+            self.bar.update(done_now - self.bar.n)
+            return
+        since = self.t_runs if self.t_runs is not None else self.t0
+        elapsed = time.monotonic() - since
+        eta = elapsed / done_now * (todo - done_now) if done_now else 0.0
+        self.stream.write(f"[{self.already + done_now}/{self.total}] failures {outcome.failed}  "
+                          f"ETA {_fmt_secs(eta)}  {text}  [{record['cell']}]\n")
         self.stream.flush()
 
     def sweep_ended(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def _modes(record: dict) -> str:
+    """'write→read' (plus the streams when several): what a user recognises, where the cell id is a hash."""
+    p = record.get("params") or {}
+    text = f"{p.get('send_mode', '?')}→{p.get('recv_mode', '?')}"
+    if (p.get("streams") or 1) > 1:
+        text += f" ×{p['streams']}"
+    return text
+
+
+def _rate(record: dict) -> str:
+    recv = record.get("receiver") or {}
+    if record.get("status") != "ok" or not recv.get("wall_ns"):
+        return ""
+    return f"{recv['bytes'] * 8 / recv['wall_ns']:.2f} Gbit/s"
 
 
 class DryRunObserver(SweepObserver):
     """The dry run's listing on `out`: each stage, then the commands it would run (`host$ argv`)."""
 
-    def __init__(self, out: TextIO = sys.stdout):
-        self.out = out
+    def __init__(self, out: Optional[TextIO] = None):
+        self.out = out if out is not None else sys.stdout  # at run time: the pipe-guarded stream
         self._copies: List[Recorded] = []   # consecutive file copies to one host, shown as one line
 
     def _line(self, text: str) -> None:
@@ -147,13 +201,6 @@ class DryRunObserver(SweepObserver):
     def sweep_ended(self) -> None:
         self._flush_copies()
         self.out.flush()
-
-
-def _term_width() -> int:
-    try:
-        return os.get_terminal_size(2).columns
-    except OSError:
-        return 100
 
 
 def _fmt_secs(s: float) -> str:

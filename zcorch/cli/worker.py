@@ -9,7 +9,7 @@ import argparse
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("worker", help="run one side of a transfer (used by the controller)",
+    p = subparsers.add_parser("worker", help="internal: one side of a transfer, run on each host by zcorch run",
                               description=__doc__.splitlines()[0], add_help=False)
     p.add_argument("argv", nargs=argparse.REMAINDER, help="recv|send|info [flags]; see `zcorch worker --help`")
     p.set_defaults(func=main)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from zcorch._version import __version__
+from zcorch.config import capabilities
 from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import Host
@@ -45,7 +46,7 @@ from zcorch.provision.remote_call import PACKAGE_PARENT, host_python, remote_jso
 MARKER = ".zcorch-deployed"
 BUILD_TIMEOUT = 300.0
 KEEP_BUILDS = 3          # older worker-<hash> directories beyond this many are pruned
-MIN_PYTHON = (3, 9)
+MIN_PYTHON = (3, 11)  # the range pyproject.toml states and CI tests, on hosts as on the controller
 NATIVE_PACKAGE_DATA = "_native_src"   # zcorch/_native_src/ of a wheel = the checkout's native/ (setup.py)
 
 # Deployed modules (docs/architecture.md "What ships to the hosts"): stdlib-only + the cffi module.
@@ -302,18 +303,27 @@ def mode_problems(where: str, info: dict, needed: Mapping[str, "Sequence[str]"])
     """Pure: each mode of `needed` ({"send": [modes], "recv": [modes]}) that the host's `worker info`
     says it cannot run, with the worker's reason: the package missing when the worker was built
     (native/build.py's feature probes) or the kernel feature its probe did not find. A mode the
-    info does not list at all (a build from other sources) is a problem too; an info without a mode
-    list (a dry run's) checks nothing."""
+    info does not list at all (a build from other sources) is a problem too, and so is a mode whose
+    capabilities there differ from the controller's copy of the table that judged the cells
+    (zcorch.config.capabilities); an info without a mode list (a dry run's) checks nothing."""
     problems = []
     listed, unavailable = info.get("modes") or {}, info.get("unavailable") or {}
+    declared = info.get("capabilities") or {}
     for side in ("send", "recv"):
         for mode in sorted(set(needed.get(side, ()))):
             why = (unavailable.get(side) or {}).get(mode)
+            theirs = (declared.get(side) or {}).get(mode)
             if why:
                 problems.append(f"{where}: {_SIDE_WORDS[side]} mode `{mode}` cannot run there: {why}")
             elif listed.get(side) and mode not in listed[side]:
                 problems.append(f"{where}: the worker there has no {_SIDE_WORDS[side]} mode `{mode}` (it has "
                                 f"{', '.join(listed[side])}) — redeploy (delete the worker-* directory)")
+            elif theirs is not None and set(theirs) != capabilities.mode_caps(side, mode):
+                ours = sorted(capabilities.mode_caps(side, mode))
+                problems.append(f"{where}: the worker there declares {_SIDE_WORDS[side]} mode `{mode}` with "
+                                f"capabilities [{', '.join(sorted(theirs))}], the plan's cell rules used "
+                                f"[{', '.join(ours)}] — redeploy (delete the worker-* directory), or after changing "
+                                f"the C modes: {capabilities.REGENERATE}")
     return problems
 
 

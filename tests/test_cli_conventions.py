@@ -1,0 +1,114 @@
+"""The command line's habits, tried as a user would: -V, -q, tab completion in a real bash, the shipped
+examples, and a closed pipe (`zcorch run ... | head`, `2>&1 | head`) that must never reach the sweep."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from fixtures_analysis import ROOT, zcorch_cli
+
+TINY = """name: tiny-pipe
+hosts: localhost
+params: {bytes: 4MiB, source: mem, timeout: 30s}
+matrix:
+  send_mode: [write, vmsplice]
+  recv_mode: [read]
+repeats: 2
+baselines: false
+"""
+
+
+def test_version_and_help_read_for_users():
+    from zcorch import __version__
+
+    for flag in ("-V", "--version"):
+        res = zcorch_cli(flag)
+        assert res.returncode == 0 and res.stdout.strip() == f"zcorch {__version__}"
+    res = zcorch_cli("--help")
+    commands = [ln.split()[0] for ln in res.stdout.split("commands:")[1].split("start here:")[0].splitlines()
+                if ln.startswith("    ") and not ln.startswith("     ")]
+    assert commands[:2] == ["plan", "run"] and commands[-1] == "worker"      # the internal command last
+    assert "zcorch examples copy quickstart" in res.stdout and "exit status:" in res.stdout
+
+
+@pytest.mark.parametrize("closed", ["stdout", "both"])
+def test_a_closed_pipe_ends_output_quietly_and_leaves_the_sweep_alone(tmp_path, closed):
+    exp = tmp_path / "tiny.yaml"
+    exp.write_text(TINY)
+    out = tmp_path / "set"
+    # a real pipe whose reader is gone before the first byte: every write to it is EPIPE
+    r, w = os.pipe()
+    os.close(r)
+    res = subprocess.run([sys.executable, "-m", "zcorch", "run", str(exp), "-o", str(out)], cwd=ROOT,
+                         stdout=w, stderr=w if closed == "both" else subprocess.PIPE, timeout=300)
+    os.close(w)
+    assert res.returncode == 0, res.stderr
+    if closed == "stdout":
+        assert b"Traceback" not in res.stderr and b"BrokenPipe" not in res.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    runs = [json.loads(ln) for ln in (out / "runs.jsonl").read_text().splitlines()]
+    assert len(runs) == 4 and all(r["status"] == "ok" for r in runs)
+
+
+def test_quiet_prints_no_progress_and_progress_names_modes(tmp_path):
+    exp = tmp_path / "tiny.yaml"
+    exp.write_text(TINY)
+    loud = zcorch_cli("run", exp, "-o", tmp_path / "loud")
+    assert loud.returncode == 0, loud.stderr
+    assert "set-up took" in loud.stderr and "deploy the worker" in loud.stderr
+    assert "write→read r0: ok" in loud.stderr and "Gbit/s" in loud.stderr and "vmsplice→read r1" in loud.stderr
+    quiet = zcorch_cli("-q", "run", exp, "-o", tmp_path / "quiet")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert "results:" in quiet.stdout                       # the answer is still printed
+
+
+def test_tab_completion_in_a_real_bash():
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("bash not installed")
+    code = zcorch_cli("completion", "bash")
+    assert code.returncode == 0 and "complete" in code.stdout
+    # the completion function the shell code registers, called as bash calls it on <TAB>
+    zcorch = f"{sys.executable} -m zcorch"
+    script = f"""
+zcorch() {{ {zcorch} "$@"; }}
+export -f zcorch
+{code.stdout}
+complete -p zcorch >/dev/null || exit 3
+fn=$(complete -p zcorch | sed -E 's/.*-F ([^ ]+) .*/\\1/')
+for line in "zcorch ru" "zcorch compare a b --met" "zcorch examples co"; do
+  COMP_LINE="$line"; COMP_POINT=${{#COMP_LINE}}; read -ra COMP_WORDS <<< "$line"; COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+  COMPREPLY=(); $fn zcorch "${{COMP_WORDS[-1]}}" "${{COMP_WORDS[-2]}}" 2>/dev/null
+  echo "${{COMPREPLY[*]}}"
+done
+"""
+    res = subprocess.run([bash, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = res.stdout.splitlines()
+    assert res.returncode == 0 and len(lines) == 3, res.stdout + res.stderr
+    assert "run" in lines[0].split()
+    assert "--metric" in lines[1].split()
+    assert "copy" in lines[2].split()
+
+
+def test_examples_list_and_copy_never_overwrite(tmp_path):
+    res = zcorch_cli("examples")
+    names = [ln.split()[0] for ln in res.stdout.splitlines() if ln and not ln.startswith("copy")]
+    assert res.returncode == 0 and names[0] == "quickstart" and "analysis" in names and "schutt-2006" in names
+    res = zcorch_cli("examples", "copy", "quickstart", tmp_path / "mine")
+    assert res.returncode == 0, res.stderr
+    written = tmp_path / "mine" / "quickstart.yaml"
+    assert written.read_text() == (ROOT / "experiments" / "quickstart.yaml").read_text()
+    again = zcorch_cli("examples", "copy", "quickstart", tmp_path / "mine")
+    assert again.returncode == 1 and "not overwritten" in again.stderr
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "analysis.ipynb").symlink_to(victim)
+    linked = zcorch_cli("examples", "copy", "analysis", tmp_path / "linked")
+    assert linked.returncode == 1 and victim.read_text() == "keep"
+    unknown = zcorch_cli("examples", "copy", "nope", tmp_path)
+    assert unknown.returncode == 2 and "quickstart" in unknown.stderr

@@ -1,0 +1,60 @@
+"""The worker's cell rules: which combinations of parameters the worker can run, judged at plan time.
+
+`zcorch.plan.expand` applies `cell_problems()` to every cell (skipped with `skip_invalid: true`, else an
+error naming the cell) and `filesystem_problem()` (always an error). The per-mode rules follow the
+capabilities each mode declares in its C ops table, read from the committed copy of that table
+(zcorch.config.capabilities), so `zcorch plan` works where the worker is not built.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from zcorch.config.capabilities import mode_caps as _mode_caps
+from zcorch.config.capabilities import with_capability
+from zcorch.config.checks import FILESYSTEM_PLACEHOLDER
+from zcorch.params import side_value
+
+
+def cell_problems(p: dict) -> "list[str]":
+    """Why the worker cannot run a cell with these parameters (empty if it can).
+
+    The mode-specific checks come from the capabilities each mode declares in the C core (the worker
+    refuses the same cells), so they are caught at plan time instead of as failed runs; they are read from
+    the committed copy of the table (zcorch.config.capabilities), so planning needs no compiled worker.
+    """
+    out = []
+    send, recv, source, sink = p["send_mode"], p["recv_mode"], p["source"], p["sink"]
+    send_caps, recv_caps = _mode_caps("send", send), _mode_caps("recv", recv)
+    if "file_sink" in recv_caps and sink == "/dev/null":
+        out.append(f"receive mode `{recv}` needs a regular file as sink, not /dev/null")
+    if "no_sink" in recv_caps and sink != "/dev/null":
+        out.append(f"receive mode `{recv}` keeps no data: its sink must be /dev/null, not `{sink}`")
+    if send_caps & {"file_source", "mappable_source"} and source == "mem":
+        out.append(f"send mode `{send}` reads from a file; source `mem` is not one (use a path or /dev/zero)")
+    if "mappable_source" in send_caps and source == "/dev/zero":
+        out.append(f"send mode `{send}` cannot map /dev/zero; use a regular file as source")
+    if p["gift"] and "gift" not in send_caps | recv_caps:
+        out.append(f"`gift` (SPLICE_F_GIFT) only applies to the {'/'.join(with_capability('gift'))} modes")
+    if sink == "/dev/null" and p["fsync"]:
+        out.append("`fsync` needs a regular file as sink, not /dev/null")
+    if sink == "/dev/null" and p["sink_state"] != "fresh":
+        out.append(f"sink_state `{p['sink_state']}` needs a regular file as sink, not /dev/null")
+    for side, key in (("send", "send_buffer"), ("recv", "recv_buffer")):  # each side's own buffer (params.side_value)
+        buf = side_value(side, p, "buffer")
+        if p["subblocks"] > buf:
+            what = key if p.get(key) is not None else "buffer"
+            out.append(f"subblocks ({p['subblocks']}) > {what} ({buf} bytes): a sub-block would be empty")
+            if what == "buffer":
+                break  # one message for the shared size
+    if p.get("streams", 1) > 1:
+        for side, mode, caps in (("send", send, send_caps), ("receive", recv, recv_caps)):
+            if "one_stream" in caps:
+                out.append(f"{side} mode `{mode}` handles one stream only; `streams: {p['streams']}` needs another")
+    return out
+
+
+def filesystem_problem(p: dict) -> Optional[str]:
+    """A cell whose sink lives on `{filesystem}` must name one (a file error, never skipped)."""
+    if p["sink"].startswith(FILESYSTEM_PLACEHOLDER) and p["filesystem"] is None:
+        return f"sink `{p['sink']}` uses {FILESYSTEM_PLACEHOLDER} but the cell has no `filesystem`"
+    return None

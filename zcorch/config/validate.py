@@ -1,0 +1,429 @@
+"""The experiment validator: every top-level key of an experiment document, checked against the schema.
+
+`Validator(path).experiment(root, text)` walks a parsed document (zcorch.config.yamlsrc: nodes with
+positions) and returns the `Experiment` (zcorch.config.schema), collecting every problem as
+`file:line:column: key.path: message` instead of stopping at the first. The sections with their own schema
+are parsed by their modules (hosts, baselines, filesystems, networks, reference, views) through the same
+Checker; parameter values by zcorch.config.param_values. Values that later reach a remote command line
+(paths, addresses, ssh targets, interpreter, workdir, mkfs/mount options) are checked syntactically there;
+later stages still pass them as argv lists, never through a shell string.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Optional, Sequence
+
+from zcorch.config import yamlsrc as ys
+from zcorch.config.baselines import parse_baselines
+from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, suggest
+from zcorch.config.checks import choice as _choice
+from zcorch.config.checks import dev_path as _dev_path
+from zcorch.config.checks import int_range as _int_range
+from zcorch.config.checks import join as _join
+from zcorch.config.filesystems import device_list, parse_filesystems
+from zcorch.config.hosts import INVENTORY, LOCALHOST, Hosts, parse_hosts
+from zcorch.config.inventory import InventoryPair
+from zcorch.config.networks import parse_networks
+from zcorch.config.param_values import parse_param
+from zcorch.config.reference import COMMAND_KIND_PREFIX, parse_reference
+from zcorch.config.schema import (LABEL_KEY, MAX_REPEATS, MAX_RUNS, ORDERS, RESERVED_AXIS_NAMES, TOP_KEYS, Axis,
+                                  Experiment, default_label, include_base)
+from zcorch.config.views import parse_report
+from zcorch.params import PARAM_KEYS, format_value, param
+
+# A linked axis (matrix entry that is not a parameter) names a results column: letters, digits, `_`.
+_AXIS_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _same(a: Any, b: Any) -> bool:
+    # `True == 1` in Python: a boolean never equals an integer here
+    return type(a) is type(b) and a == b
+
+
+class Validator(Checker):
+    """Checks one experiment document's tree; `experiment()` returns the `Experiment`, and every problem
+    found stays in `problems` (raise_if_any raises them all as one ConfigError)."""
+
+    def __init__(self, path: str, hosts: Optional[InventoryPair] = None, overrides: "Sequence[str]" = (),
+                 unknown_hosts: bool = False):
+        super().__init__(path)
+        self.given_hosts = hosts  # --hosts: replaces the file's `hosts:` (which is still checked)
+        # `zcorch plan` of a `hosts: inventory` file without --hosts: the cells are shown, the hosts unknown
+        self.unknown_hosts = unknown_hosts
+        self.overrides = tuple(overrides)  # the --set texts applied to the tree (kept in the Experiment)
+        self.fs_refs: "list[tuple[ys.Pos, str, str]]" = []  # (pos, key path, name) to check once all are known
+        self.fs_names: "list[str]" = []  # every entry under filesystems:, valid or not (for reference checks)
+        self.net_refs: "list[tuple[ys.Pos, str, str]]" = []   # the same for `network` values and networks:
+        self.net_names: "list[str]" = []
+        self.allow_destroy: "tuple[str, ...]" = ()  # read before the parameters: the sink rule needs it
+        self.linked: "list[Axis]" = []  # the matrix's linked axes (exclude entries may name them)
+
+    # -- the whole file
+    def experiment(self, root: ys.YNode, text: str) -> Experiment:
+        if not isinstance(root, ys.YMap):
+            self.problem(root.pos, "", f"expected a mapping (name:, params:, matrix: ...), got {ys.describe(root)}")
+            return None  # type: ignore[return-value]
+        top = self.mapping(root, "", TOP_KEYS, "top-level keys")
+        for name, (kpos, _) in top.items():
+            self.locations[name] = kpos
+
+        def get(name):
+            return top[name][1] if name in top else None
+
+        name = "?"
+        if "name" not in top:
+            self.problem(root.pos, "name", "missing required key `name` (it names the results directory)")
+        else:
+            name = self.value(get("name"), "name", self._name, "?")
+        description = self.value(get("description"), "description", ys.as_str, "") if "description" in top else ""
+        file_hosts = parse_hosts(self, get("hosts"), inventory_ok=True) if "hosts" in top else LOCALHOST
+        hosts = LOCALHOST if file_hosts is None else file_hosts
+        if self.given_hosts is not None:
+            hosts = self.given_hosts.hosts
+        elif file_hosts is None and not self.unknown_hosts:
+            self.problem(get("hosts").pos, "hosts",
+                         f"`{INVENTORY}`: this experiment runs on two hosts you name when you run it: "
+                         "`zcorch run FILE --hosts INVENTORY[:PAIR]` (or set ZCORCH_HOSTS=INVENTORY[:PAIR]); "
+                         "`zcorch lab inventory` prints the inventory of the lab (docs/experiment-files.md, "
+                         "Inventory files)")
+        if "allow_destroy" in top:
+            self.allow_destroy = tuple(device_list(self, get("allow_destroy"), "allow_destroy", allow_empty=True)
+                                       or ())
+        filesystems = {}
+        if "filesystems" in top:
+            fs_node = get("filesystems")
+            self.fs_names = list(fs_node.entries) if isinstance(fs_node, ys.YMap) else []
+            filesystems = parse_filesystems(self, fs_node)
+        networks = {}
+        if "networks" in top:
+            net_node = get("networks")
+            self.net_names = list(net_node.entries) if isinstance(net_node, ys.YMap) else []
+            networks = parse_networks(self, net_node)
+        allow_net = self.value(get("allow_network_changes"), "allow_network_changes", ys.as_bool, False) \
+            if "allow_network_changes" in top else False
+        params = self.params(get("params"), "params") if "params" in top else {}
+        matrix = self.matrix(get("matrix")) if "matrix" in top else []
+        self.linked = [a for a in matrix if a.linked]
+        exclude = self.exclude(get("exclude")) if "exclude" in top else []
+        include_raw = self.include(get("include")) if "include" in top else []
+        repeats = self.value(get("repeats"), "repeats", lambda n: _int_range(n, 1, MAX_REPEATS), 1) \
+            if "repeats" in top else 1
+        order = self.value(get("order"), "order", lambda n: _choice(n, ORDERS, "run order"), "sequential") \
+            if "order" in top else "sequential"
+        seed = self.value(get("seed"), "seed", lambda n: _int_range(n, 0), 0) if "seed" in top else 0
+        skip_invalid = self.value(get("skip_invalid"), "skip_invalid", ys.as_bool, False) \
+            if "skip_invalid" in top else False
+        baselines = parse_baselines(self, get("baselines"))
+        reference = parse_reference(self, get("reference"), parse_param) if "reference" in top else None
+        if reference is not None and baselines.commands:  # (none at all: e.g. --set baselines=false)
+            names = [c.name for c in baselines.commands]
+            for b in reference.baselines:  # (not `name`: that is the experiment's)
+                command = b.kind[len(COMMAND_KIND_PREFIX):] if b.kind.startswith(COMMAND_KIND_PREFIX) else None
+                if command is not None and command not in names:
+                    self.problem(b.pos, f"reference.baselines.{b.kind}", f"no command baseline `{command}` in "
+                                 f"baselines.commands{suggest(command, names)} (there: {', '.join(names)})")
+        views = parse_report(self, get("report"), tuple(a.key for a in matrix if a.linked)) if "report" in top else ()
+        # Counted from the axis lengths, before anything is expanded (excludes can only lower it).
+        n_cells = math.prod(len(axis.values) for axis in matrix) + len(include_raw)
+        if n_cells * repeats > MAX_RUNS:
+            where = "matrix" if "matrix" in top else "repeats" if "repeats" in top else "include"
+            self.problem(self.locations[where], where, f"{n_cells} cells × {repeats} repeats = "
+                                                       f"{n_cells * repeats} runs, more than the limit of {MAX_RUNS}")
+
+        for pos, key, fs in self.fs_refs:
+            if fs is not None and fs not in self.fs_names:
+                defined = ", ".join(self.fs_names) or "none: add a `filesystems:` section"
+                self.problem(pos, key, f"`{fs}` is not a filesystem defined under `filesystems:`"
+                                       f"{suggest(fs, self.fs_names)} (defined: {defined})")
+
+        # (`hosts: inventory` without --hosts: the hosts are unknown, and that problem is already reported)
+        self._check_networks(hosts, allow_net, hosts_known=file_hosts is not None or self.given_hosts is not None)
+
+        base = include_base(params, matrix)
+        include: "list[dict]" = []
+        multi = {axis.key: axis for axis in matrix if len(axis.values) > 1}
+        for i, (pos, entry) in enumerate(include_raw):
+            missing = [k for k, axis in multi.items() if any(p not in entry for p in axis.params)]
+            if missing:
+                axes = "; ".join(f"`{k}` ({', '.join(format_value(k, v) for v in multi[k].values)})"
+                                 if not multi[k].linked else
+                                 f"the linked axis `{k}` ({', '.join(multi[k].params)}: {'; '.join(multi[k].labels)})"
+                                 for k in missing)
+                self.problem(pos, f"include[{i}]", f"does not set {axes}, which the matrix varies; an include "
+                                                   "adds one cell, so set every varying axis explicitly")
+            cell = dict(base)
+            cell.update(entry)
+            include.append(cell)
+        return Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
+                          params=params, matrix=matrix, exclude=exclude, include=include, baselines=baselines,
+                          filesystems=filesystems, repeats=repeats, order=order, seed=seed,
+                          skip_invalid=skip_invalid, locations=dict(self.locations),
+                          allow_destroy=self.allow_destroy, hosts_required=file_hosts is None,
+                          inventory=self.given_hosts, overrides=self.overrides,
+                          reference=reference, views=views, networks=networks, allow_network_changes=allow_net)
+
+    def _check_networks(self, hosts: Hosts, allow_all: bool, hosts_known: bool = True) -> None:
+        """`network` values name an entry of `networks:`, and the hosts let them change their network."""
+        used = False
+        for pos, key, net in self.net_refs:
+            if net is None:
+                continue
+            used = True
+            if net not in self.net_names:
+                defined = ", ".join(self.net_names) or "none: add a `networks:` section"
+                self.problem(pos, key, f"`{net}` is not a network defined under `networks:`"
+                                       f"{suggest(net, self.net_names)} (defined: {defined})")
+        if not used or allow_all or not hosts_known:
+            return
+        pos, key, _ = next(r for r in self.net_refs if r[2] is not None)
+        if hosts.localhost:
+            self.problem(pos, key, "a `network` changes the MTU of the loopback device and net.* sysctls, "
+                                   "which every program on this machine shares: allow it explicitly with "
+                                   "`allow_network_changes: true` at the top of the file (the values are "
+                                   "restored after the cells)")
+            return
+        refused = [r for r in ("sender", "receiver") if not hosts.spec(r).allow_network_changes]
+        if refused:
+            self.problem(pos, key, f"a `network` changes the data link's MTU and net.* sysctls on both hosts, "
+                                   f"but {' and '.join(refused)} ({', '.join(hosts.spec(r).ssh for r in refused)}) "
+                                   "did not allow it: add `allow_network_changes: true` to the host (hosts "
+                                   "section or inventory; `zcorch lab inventory` has it) or at the top of the file")
+
+    @staticmethod
+    def _name(node: ys.YNode) -> str:
+        text = ys.as_str(node, "a name")
+        if not NAME_RE.match(text):
+            raise ys.ValueProblem(f"`{text}` is not a valid name: it names the results directory, so use "
+                                  f"{NAME_RULE} (at most 100, not starting with `.`/`-`)")
+        return text
+
+    # -- parameters
+    def param(self, key: str, node: ys.YNode, path: str) -> Any:
+        value = self.value(node, path, lambda n: parse_param(key, n), _INVALID)
+        if isinstance(value, str) and param(key).kind == "path":
+            dev = _dev_path(value)
+            allowed = param(key).devices + (self.allow_destroy if key == "sink" else ())
+            if dev is not None and dev not in allowed:
+                extra = " or a device listed in the top-level `allow_destroy:`" if key == "sink" else ""
+                self.problem(node.pos, path, f"`{value}` is under /dev: the {key} may only be "
+                                             f"{', '.join(param(key).devices)}{extra} (or a file)")
+                return _INVALID
+        if key == "filesystem" and value is not _INVALID:
+            self.fs_refs.append((node.pos, path, value))
+        if key == "network" and value is not _INVALID:
+            self.net_refs.append((node.pos, path, value))
+        return value
+
+    def params(self, node: ys.YNode, path: str) -> dict:
+        out = {}
+        for key, (_, child) in self.mapping(node, path, PARAM_KEYS, "parameters").items():
+            value = self.param(key, child, _join(path, key))
+            if value is not _INVALID:
+                out[key] = value
+        return out
+
+    def matrix(self, node: ys.YNode) -> "list[Axis]":
+        axes: "list[Axis]" = []
+        if isinstance(node, ys.YScalar) and node.is_null:
+            return axes
+        if not isinstance(node, ys.YMap):
+            self.problem(node.pos, "matrix", f"expected a mapping of parameters (or linked axes) to lists of "
+                                             f"values, got {ys.describe(node)}")
+            return axes
+        for key, (kpos, child) in node.entries.items():
+            path = f"matrix.{key}"
+            if key not in PARAM_KEYS and not _is_linked(child):
+                self.problem(kpos, path, f"unknown key `{key}`{suggest(key, PARAM_KEYS)} (expected a parameter: "
+                                         f"{', '.join(PARAM_KEYS)}; or a linked axis: a name of your own with a "
+                                         "list of mappings of parameters)")
+                continue
+            if not isinstance(child, ys.YSeq):
+                self.problem(child.pos, path, f"expected a list of values (e.g. [{_example(child)}]), "
+                                              f"got {ys.describe(child)}")
+                continue
+            if not child.items:
+                self.problem(child.pos, path, "empty list: an axis needs at least one value")
+                continue
+            if key not in PARAM_KEYS:
+                axis = self.linked_axis(key, kpos, child)
+                if axis is not None:
+                    axes.append(axis)
+                continue
+            values, seen = [], {}
+            for i, item in enumerate(child.items):
+                if isinstance(item, ys.YMap):
+                    self.problem(item.pos, f"{path}[{i}]", f"`{key}` is a parameter: its values are single values; "
+                                                           "to set parameters together, give the linked axis a name "
+                                                           "of its own (docs/experiment-files.md, Linked axes)")
+                    continue
+                value = self.param(key, item, f"{path}[{i}]")
+                if value is _INVALID:
+                    continue
+                hkey = (type(value), value)
+                if hkey in seen:
+                    self.problem(item.pos, f"{path}[{i}]", f"duplicate value (same as {path}[{seen[hkey]}])")
+                    continue
+                seen[hkey] = i
+                values.append(value)
+            if values:
+                axes.append(Axis(key, values, kpos))
+        # a parameter is set by one axis only (a plain one, or one linked axis)
+        owner: "dict[str, str]" = {}
+        for axis in axes:
+            for p in axis.params:
+                if p in owner:
+                    first, second = (owner[p], axis.key)
+                    self.problem(axis.pos, f"matrix.{axis.key}",
+                                 f"`{p}` is set by two axes (`matrix.{first}` and `matrix.{second}`): a parameter "
+                                 "belongs to one axis; put its values in one of them")
+                else:
+                    owner[p] = axis.key
+        return axes
+
+    def linked_axis(self, name: str, kpos: ys.Pos, node: ys.YSeq) -> Optional[Axis]:
+        """A linked axis `name: [{param: value, ...}, ...]` (each value may carry a `label:`)."""
+        path = f"matrix.{name}"
+        ok = True
+        if not _AXIS_NAME_RE.match(name) or name in RESERVED_AXIS_NAMES or name.startswith(("send_", "recv_")):
+            self.problem(kpos, path, f"`{name}` cannot name a linked axis: it becomes a column of the results, so use "
+                                     "letters, digits and `_` (starting with a letter), not a column zcorch already "
+                                     f"has ({', '.join(RESERVED_AXIS_NAMES)}, send_*, recv_*, metric names)")
+            ok = False
+        values: "list[dict]" = []
+        labels: "list[str]" = []
+        written: "list[Optional[str]]" = []
+        keys: Optional["tuple[str, ...]"] = None
+        for i, item in enumerate(node.items):
+            ipath = f"{path}[{i}]"
+            if not isinstance(item, ys.YMap):
+                self.problem(item.pos, ipath, f"expected a mapping of parameters (e.g. {{send_cpu: 0, recv_cpu: 1}}): "
+                                              f"every value of the linked axis `{name}` sets its parameters together, "
+                                              f"got {ys.describe(item)}")
+                ok = False
+                continue
+            value: dict = {}
+            label: Optional[str] = None
+            for key, (pos, child) in item.entries.items():
+                if key == LABEL_KEY:
+                    label = self.value(child, f"{ipath}.{key}", _axis_label, None)
+                    ok = ok and label is not None
+                    continue
+                if key not in PARAM_KEYS:
+                    self.problem(pos, f"{ipath}.{key}", f"unknown parameter `{key}`{suggest(key, PARAM_KEYS)} "
+                                                        f"(a linked axis sets parameters; `{LABEL_KEY}:` names a value)")
+                    ok = False
+                    continue
+                v = self.param(key, child, f"{ipath}.{key}")
+                if v is _INVALID:
+                    ok = False
+                    continue
+                value[key] = v
+            if not value and ok:
+                self.problem(item.pos, ipath, "sets no parameter: a value of a linked axis sets at least one")
+                ok = False
+                continue
+            if keys is None:
+                keys = tuple(value)
+            elif set(value) != set(keys) and ok:
+                missing = [k for k in keys if k not in value]
+                extra = [k for k in value if k not in keys]
+                what = "; ".join(x for x in (f"lacks {', '.join(missing)}" if missing else "",
+                                             f"adds {', '.join(extra)}" if extra else "") if x)
+                self.problem(item.pos, ipath, f"{what}: every value of a linked axis sets the same parameters "
+                                              f"({', '.join(keys)}, as `{path}[0]`); write null for a parameter "
+                                              "left unset (its default)")
+                ok = False
+                continue
+            value = {k: value[k] for k in keys}  # the first value's order
+            dup = next((j for j, other in enumerate(values) if all(_same(other[k], value[k]) for k in keys)), None)
+            if dup is not None:
+                self.problem(item.pos, ipath, f"duplicate value (the same parameters as {path}[{dup}])")
+                ok = False
+                continue
+            values.append(value)
+            written.append(label)
+        if not ok or not values:
+            return None
+        labels = [w if w is not None else default_label(v) for w, v in zip(written, values)]
+        for j, label in enumerate(labels):
+            if labels.index(label) != j:
+                self.problem(node.items[j].pos, f"{path}[{j}]", f"duplicate label `{label}` (also "
+                                                                f"{path}[{labels.index(label)}]): labels name the values")
+                return None
+        return Axis(name, values, kpos, linked=True, labels=labels)
+
+    def exclude(self, node: ys.YNode) -> "list[dict]":
+        out = []
+        if not isinstance(node, ys.YSeq):
+            self.problem(node.pos, "exclude", f"expected a list of mappings, got {ys.describe(node)}")
+            return out
+        linked = {a.key: a for a in self.linked}
+        for i, entry in enumerate(node.items):
+            path = f"exclude[{i}]"
+            self.locations[path] = entry.pos
+            fields = self.mapping(entry, path, PARAM_KEYS + tuple(linked), "parameters or linked axes")
+            if isinstance(entry, ys.YMap) and not entry.entries:
+                self.problem(entry.pos, path, "empty entry would exclude every cell")
+            match = {}
+            for key, (_, child) in fields.items():
+                items = child.items if isinstance(child, ys.YSeq) else [child]
+                kpath = _join(path, key)
+                if key in linked:  # by the labels of a linked axis
+                    parse = lambda it, axis=linked[key]: _label_of_axis(it, axis)  # noqa: E731
+                    vals = [self.value(it, f"{kpath}[{j}]" if isinstance(child, ys.YSeq) else kpath, parse, _INVALID)
+                            for j, it in enumerate(items)]
+                else:
+                    vals = [self.param(key, it, f"{kpath}[{j}]" if isinstance(child, ys.YSeq) else kpath)
+                            for j, it in enumerate(items)]
+                match[key] = [v for v in vals if v is not _INVALID]
+            out.append(match)
+        return out
+
+    def include(self, node: ys.YNode) -> "list[tuple[ys.Pos, dict]]":
+        out = []
+        if not isinstance(node, ys.YSeq):
+            self.problem(node.pos, "include", f"expected a list of mappings, got {ys.describe(node)}")
+            return out
+        for i, entry in enumerate(node.items):
+            path = f"include[{i}]"
+            self.locations[path] = entry.pos
+            if not isinstance(entry, ys.YMap):
+                self.problem(entry.pos, path, f"expected a mapping of parameters, got {ys.describe(entry)}")
+                continue
+            out.append((entry.pos, self.params(entry, path)))
+        return out
+
+
+def _is_linked(node: ys.YNode) -> bool:
+    """A matrix entry that reads as a linked axis: a list whose items are mappings."""
+    return isinstance(node, ys.YSeq) and bool(node.items) and any(isinstance(it, ys.YMap) for it in node.items)
+
+
+def _label_of_axis(node: ys.YNode, axis: Axis) -> str:
+    """One of a linked axis's labels (an exclude entry naming the axis)."""
+    text = ys.as_str(node, f"a label of the linked axis `{axis.key}`")
+    if text not in axis.labels:
+        raise ys.ValueProblem(f"`{text}` is not a value of the linked axis `{axis.key}`{suggest(text, axis.labels)} "
+                              f"(its labels: {'; '.join(axis.labels)})")
+    return text
+
+
+def _axis_label(node: ys.YNode) -> str:
+    text = ys.as_str(node, "a label (text)")
+    if not text.strip() or _CONTROL_RE.search(text) or len(text) > 100:
+        raise ys.ValueProblem(f"`{text}` is not a usable label: one line of at most 100 characters")
+    return text
+
+
+class _Invalid:
+    def __repr__(self) -> str:
+        return "<invalid>"
+
+
+_INVALID = _Invalid()
+
+
+def _example(node: ys.YNode) -> str:
+    return node.text if isinstance(node, ys.YScalar) and node.text else "a, b"
