@@ -27,6 +27,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from zcorch.analysis.links import href
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import CI, ci_label, summarize
 from zcorch import metrics
@@ -357,7 +358,8 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
     s = ref.source
     cite = ", ".join(x for x in (s.author, f"“{s.title}”", s.venue, s.date) if x)
     lines = [f"## Reproduction{': ' + name if name else ''}", "",
-             f"Published: {cite}" + (f" — <{s.url}>" if s.url else "") + ".", ""]
+             f"Published: {cite}" + (f" — <{href(s.url)}>" if href(s.url).startswith("http") else
+                                     f" — `{s.url}`" if s.url else "") + ".", ""]
     if ref.setup:
         lines += [f"**The study's setup (published):** {' '.join(ref.setup.split())}", ""]
     lines += ["Numbers labelled *published* are the study's, on its hardware; *measured (this run)* are this "

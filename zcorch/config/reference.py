@@ -272,7 +272,8 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
         chk.problem(node.pos, "reference.source", "missing `source:` (title, author, date, url of the study)")
     else:
         src = chk.mapping(top["source"][1], "reference.source", SOURCE_KEYS, "source keys")
-        vals = {k: chk.value(v, f"reference.source.{k}", _text, "") for k, (_, v) in src.items()}
+        vals = {k: chk.value(v, f"reference.source.{k}", checks.http_url if k == "url" else _text, "")
+                for k, (_, v) in src.items()}
         if "title" not in src and isinstance(top["source"][1], ys.YMap):
             chk.problem(top["source"][1].pos, "reference.source", "missing `title:`")
         source = Source(**{k: vals.get(k, "") for k in SOURCE_KEYS})

@@ -88,6 +88,9 @@ class SweepObserver:
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
         """A run's record was written; outcome counts the runs so far, `todo` is this sweep's total."""
 
+    def baseline_done(self, record: dict) -> None:
+        """A baseline's record (iperf3, dd, a command...) was written."""
+
     def sweep_ended(self) -> None:
         """The runs are over (finished, failed or interrupted)."""
 
@@ -592,6 +595,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         interrupts.left_behind("results", lambda: [f"{rs.dir}: the manifest still says 'running': `zcorch run "
                                                    f"--resume {rs.dir}` continues it"])
     skip = rs.ok_keys()
+    rs.baseline_written = observer.baseline_done  # every baseline record, as it is written (run --json)
     observer.started(len(plan_runs), len(skip), None if dry_run else rs.dir)
     if exp.inventory is not None:
         observer.message(f"hosts: {exp.hosts.describe()} ({exp.inventory.describe()})")
