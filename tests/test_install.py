@@ -269,3 +269,44 @@ def test_a_wheel_installed_outside_the_checkout_runs_a_two_host_sweep(lab, wheel
         for host in (lab.sender, lab.receiver):
             shutil.rmtree(Path(host.home, workdir[2:]), ignore_errors=True)
     assert lab.zcorch_procs("sender") == [] and lab.zcorch_procs("receiver") == []
+
+
+def lowest_supported_python() -> "tuple[int, int]":
+    """The lowest Python version pyproject.toml's requires-python admits (">=3.11" -> (3, 11))."""
+    import re
+
+    text = (CHECKOUT / "pyproject.toml").read_text()
+    major, minor = re.search(r'requires-python\s*=\s*">=\s*(\d+)\.(\d+)"', text).groups()
+    return int(major), int(minor)
+
+
+@pytest.mark.slow
+def test_a_wheel_on_the_lowest_supported_python_copies_the_quick_start_and_runs_it(wheel_venv, tmp_path):
+    """As a new user: a fresh venv of the lowest Python the package supports (the interpreter running the
+    suite must be that one, since the venv borrows its installed dependencies; CI runs the suite with it),
+    `zcorch examples copy quickstart` into an empty directory, then that sweep."""
+    lowest = lowest_supported_python()
+    if sys.version_info[:2] != lowest:
+        pytest.skip(f"the suite runs on Python {sys.version_info[0]}.{sys.version_info[1]}, not the lowest "
+                    f"supported {lowest[0]}.{lowest[1]}: run it with that interpreter to check the floor")
+    venv, python = wheel_venv
+    out = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                         text=True, timeout=60, env=clean_env())
+    assert out.stdout.strip() == str(lowest)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    zcorch = str(venv / "bin" / "zcorch")
+    copied = subprocess.run([zcorch, "examples", "copy", "quickstart"], cwd=empty, capture_output=True, text=True,
+                            timeout=120, env=clean_env())
+    assert copied.returncode == 0, copied.stderr
+    assert (empty / "quickstart.yaml").read_text() == (CHECKOUT / "experiments" / "quickstart.yaml").read_text()
+    listed = subprocess.run([zcorch, "examples"], cwd=empty, capture_output=True, text=True, timeout=120,
+                            env=clean_env())
+    assert "analysis" in listed.stdout and "schutt-2006" in listed.stdout   # the notebook and studies ship too
+    run = subprocess.run([zcorch, "run", "quickstart.yaml", "--set", "bytes=4MiB", "--set", "repeats=1",
+                          "--set", "baselines=false"], cwd=empty, capture_output=True, text=True, timeout=900,
+                         env=clean_env())
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    [rs] = list((empty / "results").iterdir())
+    runs = read_jsonl(str(rs / "runs.jsonl"))
+    assert runs and all(r["status"] == "ok" for r in runs)
