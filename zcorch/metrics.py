@@ -130,18 +130,6 @@ DERIVED: "tuple[AnalysisMetric, ...]" = (
             "host CPU per GiB in units of one memcpy of a GiB on that host", "lower"),
 )
 
-# Worker metrics (zcorch.params METRICS) that are totals over the transfer: they grow with `bytes`. The others
-# are levels (a peak, a size, a state at the end). Every worker metric with a quantity unit is in one of the two
-# (tests/test_metrics.py), so a new worker metric is classified where it is added.
-WORKER_TOTALS = frozenset((
-    "bytes", "wall_ns", "utime_us", "stime_us", "minflt", "majflt", "nvcsw", "nivcsw", "fsync_ns", "zc_completions",
-    "zc_copied", "tcp_total_retrans", "zc_recv_mapped", "zc_recv_copied", "uring_cqes", "host_window_ns",
-    "host_user_us", "host_nice_us", "host_system_us", "host_irq_us", "host_softirq_us", "host_iowait_us",
-    "host_steal_us", "host_idle_us", "host_net_rx_softirqs", "host_net_tx_softirqs", "host_tcp_retrans_segs",
-    "host_tcp_out_segs", "host_tcp_in_segs", "host_pgfault", "host_pgmajfault"))
-WORKER_LEVELS = frozenset((
-    "maxrss_kib", "sndbuf", "rcvbuf", "tcp_rtt_us", "tcp_rttvar_us", "tcp_retransmits", "tcp_snd_cwnd", "tcp_snd_mss",
-    "tcp_rcv_mss", "tcp_pmtu", "pipe_size", "host_ncpus"))
 # Not one number per run (a list per CPU), so no metric to compare although its unit is a quantity.
 _NOT_SCALAR = frozenset(("host_per_cpu_us",))
 
@@ -154,7 +142,7 @@ def _worker_entries() -> tuple:
         for side in ("send", "recv"):
             if m.side not in (side, "both"):
                 continue
-            entry = AnalysisMetric(f"{side}_{m.name}", m.unit, side, None, None, m.name in WORKER_TOTALS,
+            entry = AnalysisMetric(f"{side}_{m.name}", m.unit, side, None, None, m.extent == "total",
                                    f"{side} {m.name}", f"{_SIDE_WORDS[side]} {m.help}")
             if entry.quantity:   # an id or a flag (host_boot_id, uring_bundle) is no figure to compare
                 out.append(entry)
