@@ -45,7 +45,13 @@ def files(tmp_path):
 
 def test_plan_takes_hosts_set_and_the_environment(files, tag):
     exp, inv = files
+    # without a pair the plan still shows the cells, its hosts unknown; a run refuses (and says how to name them)
     r = zcorch(tag, "plan", exp)
+    assert r.returncode == 0, r.stderr
+    assert "hosts: unknown until run: `hosts: inventory`" in r.stdout and "4 cells x 2 repeats" in r.stdout
+    r = zcorch(tag, "plan", exp, "--json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)) == 8
+    r = zcorch(tag, "run", exp, "--dry-run")
     assert r.returncode == 2 and "hosts: `inventory`: this experiment runs on two hosts" in r.stderr
     r = zcorch(tag, "plan", exp, "--hosts", f"{inv}:far", "--set", "bytes=2MiB", "--set", "matrix.buffer=[64KiB]")
     assert r.returncode == 0, r.stderr

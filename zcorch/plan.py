@@ -43,17 +43,16 @@ from zcorch.config.cells import cell_problems, filesystem_problem
 from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
-from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
+from zcorch.params import CELL_RULE_KEYS, ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
 
 # A 95% interval of a median needs this many runs (zcorch.results.intervals.min_runs_for(0.95)): no cell
 # of `repeats: {target_ci: ...}` can converge with fewer, whatever its `min` says.
 MIN_RUNS_95 = 6
 
 ID_LENGTH = 12
-# The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
-_RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "send_buffer",
-              "recv_buffer", "filesystem", "fsync", "sink_state", "streams")
-_RULE_KEYS_SET = frozenset(_RULE_KEYS)
+# The parameters the cell rules read (Param.cell_rule: cell_problems / filesystem_problem): verdicts are
+# memoised on them.
+_RULE_KEYS_SET = frozenset(CELL_RULE_KEYS)
 _SORTED_KEYS = sorted(PARAM_KEYS)
 _MAX_LISTED = 5  # cells named per reason in an error message
 
@@ -139,9 +138,9 @@ def cell_id(params: dict) -> str:
 
 
 def load_plan(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
-              hosts: "Optional[InventoryPair]" = None) -> Plan:
-    """`expand(load_experiment(path, overrides, hosts))`."""
-    return expand(load_experiment(path, overrides, hosts))
+              hosts: "Optional[InventoryPair]" = None, unknown_hosts: bool = False) -> Plan:
+    """`expand(load_experiment(path, overrides, hosts, unknown_hosts))`."""
+    return expand(load_experiment(path, overrides, hosts, unknown_hosts))
 
 
 def expand(exp: Experiment, reduced: bool = False) -> Plan:

@@ -52,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--rate/--overhead: {exc}") from None
     if rate <= 0:
         raise ConfigError("--rate must be > 0")
-    plan = load_plan(args.file, args.overrides, hosts_from_args(args))
+    plan = load_plan(args.file, args.overrides, hosts_from_args(args), unknown_hosts=True)
     if args.json:
         for w in plan.warnings:
             print(f"warning: {w}", file=sys.stderr)
@@ -69,7 +69,11 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     lines = [f"{exp.name} ({exp.path})"]
     if exp.description:
         lines.extend("  " + line for line in exp.description.strip().splitlines())
-    lines.append(f"hosts: {exp.hosts.describe()}" + (f" ({exp.inventory.describe()})" if exp.inventory else ""))
+    if exp.hosts_unknown:
+        lines.append("hosts: unknown until run: `hosts: inventory` (zcorch run FILE --hosts INVENTORY[:PAIR]); "
+                     "cells a host cannot run are found by the run's preflight")
+    else:
+        lines.append(f"hosts: {exp.hosts.describe()}" + (f" ({exp.inventory.describe()})" if exp.inventory else ""))
     lines.extend(f"--set {text}" for text in exp.overrides)
     lines.append("")
 

@@ -47,19 +47,21 @@ _UNQUOTED_PLACEHOLDER_RE = re.compile(r"(^|[\s,\[:])\{(scratch|filesystem)\}")
 
 
 def load_experiment(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
-                    hosts: Optional[InventoryPair] = None) -> Experiment:
+                    hosts: Optional[InventoryPair] = None, unknown_hosts: bool = False) -> Experiment:
     """Read and validate an experiment file. Raises ConfigError listing every problem (file:line:col).
 
     overrides: `--set KEY=VALUE` strings (zcorch.config.overrides), applied before validation.
     hosts: a pair of an inventory (zcorch.config.inventory), used instead of the file's `hosts:`.
+    unknown_hosts: a `hosts: inventory` file without `hosts` is valid (`Experiment.hosts_unknown`): what
+    `zcorch plan` shows before anyone names the pair; a run still needs them.
     """
     path = os.fspath(path)
     text, _ = ys.read_text(path, "the experiment file")
-    return parse_experiment(text, path, overrides, hosts)
+    return parse_experiment(text, path, overrides, hosts, unknown_hosts)
 
 
 def parse_experiment(text: str, path: str = "<experiment>", overrides: "Sequence[str]" = (),
-                     hosts: Optional[InventoryPair] = None) -> Experiment:
+                     hosts: Optional[InventoryPair] = None, unknown_hosts: bool = False) -> Experiment:
     """Validate experiment-file text; `path` only names it in messages and `Experiment.path`.
 
     With `overrides` or `hosts` (see load_experiment), `Experiment.effective` is the document as run.
@@ -69,7 +71,7 @@ def parse_experiment(text: str, path: str = "<experiment>", overrides: "Sequence
     # with --hosts, a --set of hosts.* is refused (below) and not applied
     host_sets = [ov for ov in ovs if hosts is not None and ov.key.split(".")[0] == "hosts"]
     ovs = [ov for ov in ovs if not (hosts is not None and ov.key.split(".")[0] == "hosts")]
-    v = Validator(path, hosts, tuple(ov.text for ov in ovs))
+    v = Validator(path, hosts, tuple(ov.text for ov in ovs), unknown_hosts)
     lines = text.splitlines()
     for pos, key, msg in raw_problems:
         line = lines[pos.line - 1] if 0 < pos.line <= len(lines) else ""

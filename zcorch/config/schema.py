@@ -138,6 +138,11 @@ class Experiment:
             return True
         return not self.hosts.localhost and bool(self.hosts.spec(role).allow_network_changes)
 
+    @property
+    def hosts_unknown(self) -> bool:
+        """`hosts: inventory` and no pair named yet (only `zcorch plan` accepts that): `hosts` is a stand-in."""
+        return self.hosts_required and self.inventory is None
+
     def effective_text(self) -> str:
         """The experiment as it runs: `text` itself, or with --hosts/--set the effective document."""
         return self.text if self.effective is None else self.effective

@@ -46,9 +46,12 @@ class Validator(Checker):
     """Checks one experiment document's tree; `experiment()` returns the `Experiment`, and every problem
     found stays in `problems` (raise_if_any raises them all as one ConfigError)."""
 
-    def __init__(self, path: str, hosts: Optional[InventoryPair] = None, overrides: "Sequence[str]" = ()):
+    def __init__(self, path: str, hosts: Optional[InventoryPair] = None, overrides: "Sequence[str]" = (),
+                 unknown_hosts: bool = False):
         super().__init__(path)
         self.given_hosts = hosts  # --hosts: replaces the file's `hosts:` (which is still checked)
+        # `zcorch plan` of a `hosts: inventory` file without --hosts: the cells are shown, the hosts unknown
+        self.unknown_hosts = unknown_hosts
         self.overrides = tuple(overrides)  # the --set texts applied to the tree (kept in the Experiment)
         self.fs_refs: "list[tuple[ys.Pos, str, str]]" = []  # (pos, key path, name) to check once all are known
         self.fs_names: "list[str]" = []  # every entry under filesystems:, valid or not (for reference checks)
@@ -79,7 +82,7 @@ class Validator(Checker):
         hosts = LOCALHOST if file_hosts is None else file_hosts
         if self.given_hosts is not None:
             hosts = self.given_hosts.hosts
-        elif file_hosts is None:
+        elif file_hosts is None and not self.unknown_hosts:
             self.problem(get("hosts").pos, "hosts",
                          f"`{INVENTORY}`: this experiment runs on two hosts you name when you run it: "
                          "`zcorch run FILE --hosts INVENTORY[:PAIR]` (or set ZCORCH_HOSTS=INVENTORY[:PAIR]); "
