@@ -19,7 +19,7 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from zcorch import __version__
+from zcorch import __version__, metrics
 from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, side_by_side
 from zcorch.analysis.frames import (OK, load_baselines, load_meta, read_experiment_text, read_manifest, read_meta,
                                     result_dir)
@@ -179,9 +179,21 @@ def _combo(params, key, named: bool = False) -> str:
     return _combo_label(params, key, named) if params else ""
 
 
-CPU_METRICS = ["send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib",
-               "total_host_busy_s_per_gib", "send_cpu_copies", "recv_cpu_copies", "send_host_busy_copies",
-               "recv_host_busy_copies"]
+# The CPU columns of the tables (metrics of zcorch.metrics: their headers are the table's labels and units).
+CELL_CPU_METRICS = ("send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib")
+CPU_SECTION_METRICS = ("send_cpu_s_per_gib", "send_cpu_copies", "send_host_busy_s_per_gib", "send_host_busy_copies",
+                       "recv_cpu_s_per_gib", "recv_cpu_copies", "recv_host_busy_s_per_gib", "recv_host_busy_copies",
+                       "total_host_busy_s_per_gib")
+
+
+def _header(name: str) -> str:
+    """A metric's column header: `send process CPU s/GiB`; one in copies of the data beside it: `send in copies`."""
+    m = metrics.get(name)
+    return f"{m.side} in {m.unit}" if m.unit == "copies" else f"{m.label} {m.unit}"
+
+
+def _cpu_median(r: pd.Series, name: str) -> str:
+    return _median(r, name, "{:.1f}×" if metrics.get(name).unit == "copies" else "{:.3f}")
 
 
 def _median(r: pd.Series, metric: str, fmt: str = "{:.3f}") -> str:
@@ -211,23 +223,23 @@ def cell_zc_verdicts(df: pd.DataFrame) -> dict:
 
 
 def cells_table(df: pd.DataFrame) -> Table:
-    s = summarize(df, metrics=["mb_s", "gbit_s"] + CPU_METRICS)
+    s = summarize(df, metrics=["mb_s", "gbit_s", *CELL_CPU_METRICS])
     params = [c for c in varying_params(df, with_members=True) if c in s]
     verdicts = cell_zc_verdicts(df)
     adaptive = "converged" in s   # repeats: {min, max, target_ci}: did each cell converge, how wide it got
     header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s CI (level)", "Gbit/s median",
-                                  "send process CPU s/GiB", "recv process CPU s/GiB", "send host CPU s/GiB",
-                                  "recv host CPU s/GiB", "zero-copy"] + (["converged (95% CI ±)"] if adaptive else [])
+                                  *map(_header, CELL_CPU_METRICS), "zero-copy"] \
+        + (["converged (95% CI ±)"] if adaptive else [])
     rows = []
     for _, r in s.iterrows():
         ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')} ({ci_label(r['mb_s_ci_level'])})"
               if np.isfinite(r["mb_s_ci_low"]) else "")
         rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
                     + [r["n"], r["n_failed"], _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
-                       _median(r, "send_cpu_s_per_gib"), _median(r, "recv_cpu_s_per_gib"),
-                       _median(r, "send_host_busy_s_per_gib"), _median(r, "recv_host_busy_s_per_gib"),
-                       verdicts.get(r["cell"], "")] + ([_converged(r)] if adaptive else []))
-    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * 9 + [None] * (2 if adaptive else 1))
+                       *(_cpu_median(r, m) for m in CELL_CPU_METRICS), verdicts.get(r["cell"], "")]
+                    + ([_converged(r)] if adaptive else []))
+    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * (5 + len(CELL_CPU_METRICS))
+                 + [None] * (2 if adaptive else 1))
 
 
 def _converged(r: pd.Series) -> str:
@@ -277,20 +289,14 @@ def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
     same = "same_host" in ok and bool(ok["same_host"].fillna(False).astype(bool).any())
     table = None
     if len(ok):
-        s = summarize(df, metrics=CPU_METRICS)
+        s = summarize(df, metrics=CPU_SECTION_METRICS)
         params = [c for c in varying_params(df) if c in s]
-        header = ["cell"] + params + ["send process CPU s/GiB", "send in copies", "send host CPU s/GiB",
-                                      "send in copies", "recv process CPU s/GiB", "recv in copies",
-                                      "recv host CPU s/GiB", "recv in copies", "both hosts s/GiB"]
+        header = ["cell"] + params + [_header(m) for m in CPU_SECTION_METRICS]
         rows = []
         for _, r in s[s["n"] > 0].iterrows():
             rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
-                        + [_median(r, "send_cpu_s_per_gib"), _median(r, "send_cpu_copies", "{:.1f}×"),
-                           _median(r, "send_host_busy_s_per_gib"), _median(r, "send_host_busy_copies", "{:.1f}×"),
-                           _median(r, "recv_cpu_s_per_gib"), _median(r, "recv_cpu_copies", "{:.1f}×"),
-                           _median(r, "recv_host_busy_s_per_gib"), _median(r, "recv_host_busy_copies", "{:.1f}×"),
-                           _median(r, "total_host_busy_s_per_gib")])
-        table = Table(header, rows, [None] * (1 + len(params)) + ["num"] * 9)
+                        + [_cpu_median(r, m) for m in CPU_SECTION_METRICS])
+        table = Table(header, rows, [None] * (1 + len(params)) + ["num"] * len(CPU_SECTION_METRICS))
     verdicts = set(cell_zc_verdicts(df).values()) - {"n/a"}
     links = _data_links(meta) if verdicts else []
     return {"table": table, "calibration": calibration_table(meta), "have_host": have_host, "same_host": same,

@@ -29,8 +29,9 @@ import scipy.stats
 from zcorch.analysis.frames import OK, PARAM_KEYS
 # The order-statistic interval itself lives beside the results (stdlib only: the sweep's runner asks it too)
 from zcorch.results.intervals import CI, ci_width_pct, median_ci, median_ci_level, median_ci_rank, min_runs_for  # noqa: F401
+from zcorch.metrics import SUMMARY
 
-METRICS = ("mb_s", "gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib")
+METRICS = SUMMARY   # the default metrics of summarize (zcorch.metrics)
 
 
 def ci_method(ci: float = CI) -> str:

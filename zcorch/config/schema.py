@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from zcorch import metrics
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines import Baselines
 from zcorch.config.filesystems import FilesystemConfig
 from zcorch.config.hosts import Hosts
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.networks import NetworkConfig
-from zcorch.config.reference import METRIC_UNITS, Reference
+from zcorch.config.reference import Reference
 from zcorch.config.views import View
 from zcorch.params import DEFAULTS, SIZE_KEYS, format_value, param
 
@@ -38,7 +39,7 @@ TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "incl
 # A linked axis (matrix entry that is not a parameter) names a results column: not one zcorch has already.
 RESERVED_AXIS_NAMES = tuple(sorted({"cell", "repeat", "status", "reason", "started", "wall_s", "log", "sweep",
                                     "params", "matrix", "label", "same_host", "zc_verdict", "convergence",
-                                    *METRIC_UNITS}))
+                                    *metrics.BY_NAME}))
 LABEL_KEY = "label"   # the key naming a value of a linked axis
 
 

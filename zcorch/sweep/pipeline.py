@@ -157,6 +157,9 @@ class DryRunResults:
         self.meta: dict = {}
         self.status = "running"
 
+    def close(self) -> None:
+        """Nothing to release: a dry run takes no lock."""
+
     def log_relpath(self, cell: str, repeat: int) -> str:
         return os.devnull   # the Runner appends each run's log to dir/<this>
 
@@ -623,6 +626,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     meta: Dict[str, Any] = {}
     warnings: List[str] = []
     recorded: List[Recorded] = []
+    ended_early = False
     try:
         observer.stage("hosts", _TITLES["hosts"])
         hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded, allow_ssh_config_exec)
@@ -678,6 +682,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         # failed), the manifest gets a final status and the reason, and the exception still propagates
         # with its traceback; the runs already written stay as they are (--resume continues them).
         _finish_after_error(rs, "interrupted" if isinstance(exc, ZcorchError) else "failed", exc)
+        ended_early = True
         raise
     finally:
         interrupts.begin_teardown()   # from here on no signal stops the teardown (zcorch.sweep.interrupts)
@@ -698,6 +703,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         observer.sweep_ended()
         if sweep is not None:
             sweep.close()
+        if ended_early:
+            rs.close()   # the result set's lock: another `zcorch run --resume` may continue it now
     observer.stage("finish", _TITLES["finish"])
     if convergence is not None:  # each cell's end state, converged or not (and the width it reached)
         rs.record_convergence({cell: st.as_record() for cell, st in convergence.states().items()})
@@ -705,12 +712,14 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         rs.finish(outcome.status)
         interrupts.left_behind("results", None)
     except OSError as exc:  # e.g. the disk filled up: a user-fixable problem, every run is already recorded
+        rs.close()
         raise ResultsWriteError(f"{rs.dir}: cannot mark the result set {outcome.status} ({exc.strerror or exc}); "
                            f"every run is recorded in {RUNS}. After fixing the cause, `zcorch run --resume "
                            f"{rs.dir}` finishes it") from None
     for w in warnings:
         observer.warning(w)
     records = rs.runs()
+    rs.close()
     if outcome.status == "interrupted":
         exit_status = 130
     else:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from zcorch.provision import scratch as scratchmod
-from zcorch.errors import HostError, ZcorchError
+from zcorch.errors import HostError, ZcorchError, interrupt_name
 from zcorch.hosts.local import Host, Process
 from zcorch.params import worker_flags
 from zcorch.results.store import ResultSet, utc_now
@@ -193,8 +193,8 @@ class Runner:
         traces: List[str] = []   # tracebacks for the run's log: a crash is recorded, and debuggable
         try:
             status, reason = self._drive(recv, send, worker_params, deadline, budget)
-        except KeyboardInterrupt:
-            status, reason = "interrupted", "interrupted by the user (SIGINT) during the run"
+        except KeyboardInterrupt as exc:   # SIGINT, or what `zcorch run` makes of SIGTERM (SignalInterrupt)
+            status, reason = "interrupted", f"interrupted by {interrupt_name(exc)} during the run"
             raise
         except Exception as exc:  # HostError (lost link), OSError (Popen), a bug: failed, the sweep goes on
             status, reason = "failed", f"{type(exc).__name__}: {exc} (traceback in {log_rel})"
