@@ -226,16 +226,26 @@ def cells_table(df: pd.DataFrame) -> Table:
     s = summarize(df, metrics=["mb_s", "gbit_s", *CELL_CPU_METRICS])
     params = [c for c in varying_params(df, with_members=True) if c in s]
     verdicts = cell_zc_verdicts(df)
+    adaptive = "converged" in s   # repeats: {min, max, target_ci}: did each cell converge, how wide it got
     header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s CI (level)", "Gbit/s median",
-                                  *map(_header, CELL_CPU_METRICS), "zero-copy"]
+                                  *map(_header, CELL_CPU_METRICS), "zero-copy"] \
+        + (["converged (95% CI ±)"] if adaptive else [])
     rows = []
     for _, r in s.iterrows():
         ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')} ({ci_label(r['mb_s_ci_level'])})"
               if np.isfinite(r["mb_s_ci_low"]) else "")
         rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
                     + [r["n"], r["n_failed"], _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
-                       *(_cpu_median(r, m) for m in CELL_CPU_METRICS), verdicts.get(r["cell"], "")])
-    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * (5 + len(CELL_CPU_METRICS)) + [None])
+                       *(_cpu_median(r, m) for m in CELL_CPU_METRICS), verdicts.get(r["cell"], "")]
+                    + ([_converged(r)] if adaptive else []))
+    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * (5 + len(CELL_CPU_METRICS))
+                 + [None] * (2 if adaptive else 1))
+
+
+def _converged(r: pd.Series) -> str:
+    """`yes (±1.2%)` / `no (±3.4%)` / `no (n<6)`, as the end-of-run summary says it."""
+    width = f"±{r['width_pct']:.1f}%" if np.isfinite(r["width_pct"]) else "n<6"
+    return f"{'yes' if r['converged'] else 'no'} ({width})"
 
 
 def calibration_table(meta: dict) -> Optional[Table]:

@@ -328,7 +328,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         from zcorch.sweep.summary import summary_rows
 
-        observer.emit("summary", cells=summary_rows(result.plan_runs, result.records),
+        observer.emit("summary", cells=summary_rows(result.plan_runs, result.records, result.repeat_policy),
                       baselines=len(result.baselines))
         observer.emit("end", status=result.status, exit_status=result.exit_status, result_dir=result.result_dir)
         return result.exit_status

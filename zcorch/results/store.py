@@ -192,7 +192,7 @@ class ResultSet:
                command: List[str], accept_new_host_keys: bool, zcorch_version: str,
                git_revision: Optional[str], unique: bool = False, source: Optional[dict] = None,
                source_bytes: Optional[bytes] = None, inventory: Optional[dict] = None,
-               overrides: Sequence[str] = ()) -> "ResultSet":
+               overrides: Sequence[str] = (), repeat_policy: Optional[dict] = None) -> "ResultSet":
         """A new result set in `directory`.
 
         unique: `directory` is a default name (results/<name>-<time>): if another sweep took it (two
@@ -201,6 +201,9 @@ class ResultSet:
         (the document as run); source_bytes: the file as written when that differs (experiment.source.yaml).
         source: {"path", "sha256"} of the experiment file given; inventory: {"path", "sha256", "pair"}
         when the hosts came from an inventory; overrides: the --set KEY=VALUE applied, as given.
+        repeat_policy: `repeats: {min, max, target_ci}` as {"min", "max", "target_ci"} (manifest "repeats"):
+        plan.json then lists every cell's repeats up to max, and a cell that converged stops early
+        (zcorch.results.convergence); None (a fixed `repeats: N`): every planned run is to run.
         """
         if unique:
             directory = _new_directory(directory)
@@ -229,6 +232,8 @@ class ResultSet:
             "experiment_source": dict(source or {}, copy=EXPERIMENT_SOURCE if source_bytes is not None else None),
             "inventory": dict(inventory) if inventory else None, "overrides": list(overrides),
         }
+        if repeat_policy is not None:
+            manifest["repeats"] = dict(repeat_policy)
         rs = cls(directory, manifest, lock)
         rs._write_manifest()
         return rs
@@ -354,6 +359,11 @@ class ResultSet:
             meta = dict(meta)
             meta["previous"] = old.get("previous", []) + [{k: v for k, v in old.items() if k != "previous"}]
         write_json_atomic(path, meta)
+
+    def record_convergence(self, states: Dict[str, dict]) -> None:
+        """{cell: {"n", "width_pct", "converged"}} at the end of an adaptive sweep (manifest "convergence",
+        written by finish()): which cells did not converge, and the width each reached."""
+        self.manifest["convergence"] = dict(states)
 
     def _write_manifest(self) -> None:
         write_json_atomic(self.path(MANIFEST), self.manifest)
