@@ -194,7 +194,7 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, manifest
             if r["n_failed"]:
                 flags.append(f"failed: {int(r['n_failed'])} of {int(r['n'] + r['n_failed'])} runs")
             if n_short:
-                flags.append(f"host CPU too short to measure: {n_short} of {int(r['n'])} ok runs under "
+                flags.append(f"host CPU too short to measure: {n_short} of {int(r['n'])} ok runs < "
                              f"{MIN_HOST_TICKS} ticks")
             if conv is not None and conv.get("converged") is False:
                 flags.append("not converged" + (f" (interval ±{conv['width_pct']:.1f}% after {conv.get('n')} runs)"
