@@ -154,3 +154,21 @@ def test_heatmaps_share_one_colour_scale_and_every_cell_is_drawn(small_set, monk
     assert drawn == ok["cell"].nunique()
     label = parts[0].figure.axes[1].get_xticklabels()[0]
     assert label.get_rotation() == 35 and label.get_ha() == "right"
+
+
+def test_hosts_side_by_side_mark_what_differs(small_set):
+    from zcorch.analysis.hosts import comparison
+
+    meta = json.loads((small_set / "meta.json").read_text())
+    same = comparison(meta)
+    assert same["roles"] == ["sender", "receiver"] and same["n_differ"] == 0   # localhost: one machine
+    rows = {r["label"]: r for r in same["rows"]}
+    assert rows["sink"]["values"] == ["–", "/dev/null on devtmpfs (/dev)"] and not rows["sink"]["differs"]
+    assert rows["TCP receive buffer (tcp_rmem)"]["values"][0] == "min 4 KiB, default 128 KiB, max 32 MiB"
+    # a receiver with another kernel and a larger rmem_max (edited: one machine cannot differ from itself)
+    meta["hosts"]["receiver"]["kernel"]["release"] = "6.1.0-other"
+    meta["hosts"]["receiver"]["sysctls"]["net.core.rmem_max"] = str(64 << 20)
+    rows = {r["label"]: r for r in comparison(meta)["rows"]}
+    assert rows["kernel"]["differs"] and rows["kernel"]["values"][1] == "6.1.0-other x86_64"
+    assert rows["socket receive buffer limit (rmem_max)"]["values"] == ["4 MiB", "64 MiB"]
+    assert [label for label, r in rows.items() if r["differs"]] == ["kernel", "socket receive buffer limit (rmem_max)"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 ROLES = ("sender", "receiver")
+ROLE_FACTS = {"sink"}  # facts only one role has: shown, never marked as a difference
 
 
 def _get(facts: dict, dotted: str) -> Any:
@@ -128,5 +129,10 @@ def comparison(meta: dict) -> Optional[dict]:
         if all(v is None for v in values):
             continue
         shown = ["" if v is None else str(v) for v in values]
-        rows.append({"label": label, "values": shown, "differs": len(set(shown)) > 1})
+        if label in ROLE_FACTS:  # a fact of one role (the sink is the receiver's): nothing to compare
+            shown = [v or "–" for v in shown]
+            differs = False
+        else:
+            differs = len(set(shown)) > 1
+        rows.append({"label": label, "values": shown, "differs": differs})
     return {"roles": roles, "rows": rows, "n_differ": sum(r["differs"] for r in rows)}

@@ -695,15 +695,21 @@ def efficiency(found: dict, experiment: str = "") -> list:
                         color="white" if e["efficient"] else "black", zorder=4)
         ax.plot([e["cpu"][metric] for e in front], [e["mb_s"] for e in front], "-", color="C3", alpha=0.6,
                 label="efficient (Pareto front): no other is as fast for less CPU", zorder=1)
+        # limits from the data with room for the labels (autoscaling stops at the outermost point)
+        xmax = max(e["cpu"][metric] for e in pts) * 1.25 or 1.0
+        ymax = max([e["mb_s_ci"]["high"] if e["mb_s_ci"] else e["mb_s"] for e in pts]
+                   + [b["mb_s"] for b in best_baselines(ranking["baselines"])]) * 1.12 or 1.0
         for e in front:
-            ax.annotate(f"#{e['rank']} {e['label']}", (e["cpu"][metric], e["mb_s"]), xytext=(8, 6),
-                        textcoords="offset points", fontsize="small", color="C3", fontweight="bold")
+            right = e["cpu"][metric] > 0.55 * xmax   # label on the side with room
+            ax.annotate(f"#{e['rank']} {e['label']}", (e["cpu"][metric], e["mb_s"]), xytext=(-8 if right else 8, 6),
+                        textcoords="offset points", fontsize="small", color="C3", fontweight="bold",
+                        ha="right" if right else "left")
         for b in best_baselines(ranking["baselines"]):
             ax.axhline(b["mb_s"], linestyle="--", linewidth=1, color="0.35")
             ax.annotate(f"{b['name']}: {b['mb_s']:.0f} MB/s", (1.0, b["mb_s"]), xycoords=("axes fraction", "data"),
                         ha="right", va="bottom", fontsize="x-small", color="0.35")
-        ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
+        ax.set_xlim(0, xmax)
+        ax.set_ylim(0, ymax)
         ax.set_xlabel(EFFICIENCY_AXES.get(metric, metric) + " (less is better)")
         ax.set_ylabel("throughput (MB/s), median and CI (more is better)")
         ax.grid(True, alpha=0.3)

@@ -228,7 +228,8 @@ def cells_table(df: pd.DataFrame) -> Table:
                        _median(r, "send_cpu_s_per_gib"), _median(r, "recv_cpu_s_per_gib"),
                        _median(r, "send_host_busy_s_per_gib"), _median(r, "recv_host_busy_s_per_gib"),
                        verdicts.get(r["cell"], ""), r["cell"]])
-    return Table(header, rows, [None] * len(params) + ["num"] * 9 + [None, "nowrap"])
+    return Table(header, rows, ["nowrap"] * len(params) + ["num", "num", "num", "num nowrap"] + ["num"] * 5
+                 + [None, "nowrap"])
 
 
 def _missing(value) -> bool:
@@ -272,6 +273,7 @@ def calibration_table(meta: dict) -> Optional[Table]:
 
 
 SHARE_KINDS = ("iperf3", "dd_write", "dd_read")
+SIDE_WORDS = {"sender": "send", "receiver": "recv", "both hosts": "both"}  # short headers: the legend says the rest
 
 
 def headline(ranking: dict) -> str:
@@ -303,7 +305,7 @@ def findings_section(found: dict) -> dict:
     for ranking in found["rankings"]:
         kinds = [k for k in SHARE_KINDS if any(k in e["share_of_baseline"] for e in ranking["modes"])]
         header = (["rank", "group", "configuration", "MB/s", "interval (level)", "Gbit/s", "ok runs"]
-                  + [f"{view} CPU s/GiB, {side}" for _, view, side in CPU_COLUMNS]
+                  + [f"{view} {SIDE_WORDS[side]}" for _, view, side in CPU_COLUMNS]
                   + [f"% of {k}" for k in kinds] + ["flags"])
         classes = ["num", "num", None, "num", "num nowrap", "num", "num"] + ["num"] * len(CPU_COLUMNS) \
             + ["num"] * len(kinds) + [None]
@@ -364,7 +366,7 @@ def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
                            _median(r, "recv_cpu_s_per_gib"), _median(r, "recv_cpu_copies", "{:.1f}×"),
                            _median(r, "recv_host_busy_s_per_gib"), _median(r, "recv_host_busy_copies", "{:.1f}×"),
                            _median(r, "total_host_busy_s_per_gib")])
-        table = Table(header, rows, [None] * len(params) + ["num"] * 9)
+        table = Table(header, rows, ["nowrap"] * len(params) + ["num"] * 9)
     verdicts = set(cell_zc_verdicts(df).values()) - {"n/a"}
     links = _data_links(meta) if verdicts else []
     return {"table": table, "calibration": calibration_table(meta), "have_host": have_host, "same_host": same,
@@ -425,7 +427,8 @@ def failed_table(df: pd.DataFrame) -> Optional[Table]:
     failed = by_mode(failed, params)
     rows = [[format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
             + [r["repeat"], r["status"], r["reason"], r.get("log"), r["cell"]] for _, r in failed.iterrows()]
-    return Table(params + ["repeat", "status", "reason", "log", "cell id"], rows)
+    return Table(params + ["repeat", "status", "reason", "log", "cell id"], rows,
+                 ["nowrap"] * len(params) + ["num", None, None, None, "nowrap"])
 
 
 # ---------------------------------------------------------------------------------------------
