@@ -16,7 +16,8 @@ window.addEventListener('load', function () {
   var fs = null;
   Array.prototype.forEach.call(document.querySelectorAll('h2'), function (h) {
     if (h.textContent !== 'Filesystems') return;
-    var table = h.nextElementSibling.nextElementSibling;
+    var box = h.nextElementSibling.nextElementSibling;   // the table, or the scrolling box around it
+    var table = box.tagName === 'TABLE' ? box : box.querySelector('table');
     fs = {width: table.getBoundingClientRect().width, rows: Array.prototype.map.call(table.rows, function (r) {
       return Array.prototype.map.call(r.cells, function (c) { return c.innerText; }); })};
   });

@@ -172,3 +172,19 @@ def test_hosts_side_by_side_mark_what_differs(small_set):
     assert rows["kernel"]["differs"] and rows["kernel"]["values"][1] == "6.1.0-other x86_64"
     assert rows["socket receive buffer limit (rmem_max)"]["values"] == ["4 MiB", "64 MiB"]
     assert [label for label, r in rows.items() if r["differs"]] == ["kernel", "socket receive buffer limit (rmem_max)"]
+
+
+def test_one_ranking_per_filesystem_against_its_own_dd(fs_set):
+    df = zcorch.load(fs_set)
+    baselines = zcorch.load_baselines(fs_set)
+    found = findings(df, baselines, {})
+    assert found["context_params"] == ["filesystem"]
+    assert [r["context"]["filesystem"] for r in found["rankings"]] == sorted(df["filesystem"].unique())
+    for ranking in found["rankings"]:
+        fs = ranking["context"]["filesystem"]
+        dd = baselines[(baselines["kind"] == "dd_write") & (baselines["key_filesystem"] == fs)
+                       & (baselines["status"] == "ok")]["mb_s"].median()
+        for m in ranking["modes"]:
+            assert m["share_of_baseline"]["dd_write"]["baseline_mb_s"] == pytest.approx(dd)
+            runs = df[(df["filesystem"] == fs) & (df["cell"] == m["cell"]) & (df["status"] == "ok")]
+            assert m["mb_s"] == pytest.approx(runs["mb_s"].median())

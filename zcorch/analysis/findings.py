@@ -174,7 +174,7 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, manifest
     converged = {c: v for c, v in (manifest.get("convergence") or {}).items() if isinstance(v, dict)}
     cells, shorts = {}, {}
     if len(df):
-        for key, group in df.assign(_short=short).groupby(by, dropna=False, sort=False):
+        for key, group in df[by + ["cell"]].assign(_short=short).groupby(by, dropna=False, sort=False):
             key = _norm(key if isinstance(key, tuple) else (key,))
             cells[key], shorts[key] = group["cell"].iloc[0], int(group["_short"].sum())
     rankings = []
