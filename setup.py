@@ -11,7 +11,7 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 NATIVE = "native"
-NATIVE_PARTS = ["build.py", "include", "core", "modes"]   # what a host needs to build the worker
+NATIVE_PARTS = ["build.py", "gen_params.py", "include", "core", "modes"]   # what a host needs to build the worker
 PACKAGE_DATA_DIR = os.path.join("zcorch", "_native_src")
 # The shipped experiment files and the analysis notebook, for `zcorch examples` in a wheel install.
 EXAMPLES = {"experiments": ".yaml", "notebooks": ".ipynb"}

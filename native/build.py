@@ -11,10 +11,13 @@ Two ways, one definition:
 A wheel or sdist install carries this file and the sources below as package data (zcorch/_native_src/,
 copied by setup.py's build_py); deploy uploads them to a remote host as native/ and runs this script there.
 
-Layout: include/ (zcorch_api.h, the declarations-only header fed verbatim to ffi.cdef, and
-zc_internal.h), core/ (the transfer core, errors, helpers, the mode registry) and modes/ (one file per
-send or receive mode). Out-of-line API mode: cffi compiles the real C and checks the declarations in
-zcorch_api.h against it.
+Layout: include/ (zcorch_api.h, the declarations-only header fed to ffi.cdef; zc_params_gen.h, the
+structs zc_params and zc_metrics and their tables generated from zcorch/params.py by gen_params.py, whose
+declarations follow zcorch_api.h into ffi.cdef; zc_internal.h for the modes; zc_core.h for the core),
+core/ (the run's lifecycle, stream groups, totals, validation, files, connections, errors, helpers, the
+mode registry) and modes/ (one file per send or receive mode). Out-of-line API mode: cffi compiles the
+real C and checks the declarations against it. Before compiling, gen_params.py rewrites zc_params_gen.h
+if the importable parameter table says otherwise (a host gets the table with the worker).
 
 Feature probes (as pynacl's HAS_* flags): before compiling, each entry of FEATURES is test-compiled
 against the host's headers; the build gets -DZC_HAVE_<NAME> for each one found and
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import glob
 import importlib.machinery
+import importlib.util
 import os
 import shlex
 import shutil
@@ -149,10 +153,20 @@ def _without_from_env() -> "tuple[str, ...]":
     return tuple(n for n in os.environ.get("ZCORCH_BUILD_WITHOUT", "").replace(",", " ").split() if n)
 
 
+def _gen_params():
+    """native/gen_params.py, loaded by path (setuptools runs this file without native/ on sys.path)."""
+    spec = importlib.util.spec_from_file_location("zcorch_gen_params", os.path.join(HERE, "gen_params.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def make_ffibuilder(absolute_paths: bool = False, without: "tuple[str, ...]" = ()) -> FFI:
     builder = FFI()
+    gen = _gen_params()
+    generated = gen.refresh(log=lambda msg: print(msg, file=sys.stderr))
     with open(os.path.join(HERE, "include", "zcorch_api.h")) as fh:
-        builder.cdef(fh.read())
+        builder.cdef(fh.read() + gen.cdef_text(generated))
     builder.set_source(
         MODULE,
         '#include "zc_internal.h"\n',

@@ -103,7 +103,8 @@ def test_no_samples_below_three_intervals_and_bad_intervals():
     sent, got = run_pair("write", "read", send_kw=dict(source="mem", bytes=2**20, sample_interval=30),
                          recv_kw=dict(sample_interval=0))
     assert sent["samples"] is None and got["samples"] is None and got["params"]["sample_interval"] is None
-    for bad, needle in (("-1s", "--sample-interval"), ("0.0001", "at least 1ms")):
+    for bad, needle in (("-1s", "--sample-interval"),
+                        ("0.0001", "--sample-interval: expected a duration between 0.001s")):
         with pytest.raises(WorkerError) as ei:
             native.send("127.0.0.1", 9, "write", source="mem", bytes=1, sample_interval=bad)
         assert ei.value.code == errno.EINVAL and needle in str(ei.value)

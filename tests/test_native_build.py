@@ -119,3 +119,42 @@ def test_feature_probes_name_the_package_when_the_headers_lack_a_feature(tmp_pat
     flags = native_build.feature_macros(found)
     assert not any(f.startswith("-DZC_HAVE_") for f in flags)
     assert f'-DZC_LACKS_TCP_ZEROCOPY_RECEIVE="{found["tcp_zerocopy_receive"]}"' in flags
+
+
+def _gen_params():
+    spec = importlib.util.spec_from_file_location("gen_params_under_test", os.path.join(REPO, "native", "gen_params.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_generated_header_is_what_the_tables_generate():
+    # a host or a wheel build without the zcorch package compiles the committed header as it is
+    from zcorch import params as table
+
+    gen = _gen_params()
+    with open(gen.HEADER) as f:
+        assert f.read() == gen.generate(table), "stale include/zc_params_gen.h: run python3 native/gen_params.py"
+    assert {m.combine for m in table.METRICS} <= set(table.COMBINES)
+    assert all((m.ctype is None) == (m.combine == "once") for m in table.METRICS)
+
+
+def test_the_c_struct_and_its_defaults_are_the_tables():
+    from fixtures_worker import HAVE_NATIVE
+    from zcorch import params as table
+
+    if not HAVE_NATIVE:
+        pytest.skip("zcorch._native not built: python3 native/build.py --out .")
+    from zcorch.worker import native
+
+    fields = {name for name, _ in native.ffi.typeof("zc_params").fields}
+    assert {p.dest for p in table.c_params()} <= fields
+    assert {name for name, _ in native.ffi.typeof("zc_metrics").fields} == \
+        {m.name for m in table.METRICS if m.ctype is not None}
+    s = native.ffi.new("zc_params *")
+    native.lib.zc_params_init(s)
+    for p in table.c_params():
+        if p.ctype != "const char *":  # the strings start NULL: the mode is required, NULL source/sink = default
+            want = table.c_value(p, p.default if p.worker_absent == "default" else None)
+            assert getattr(s, p.dest) == want, p.key
+    assert s.uring_depth == table.DEFAULTS["uring_depth"]

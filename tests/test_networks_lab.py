@@ -29,7 +29,8 @@ def host_net(lab, role):
     mtu = int(lab.run_in(role, ["cat", f"/sys/class/net/{dev}/mtu"], check=True).stdout)
     cc = lab.run_in(role, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"], check=True).stdout.strip()
     rmem = " ".join(lab.run_in(role, ["cat", "/proc/sys/net/ipv4/tcp_rmem"], check=True).stdout.split())
-    state = lab.run_in(role, ["sh", "-c", "ls /root/.cache/zcorch/net/ 2>/dev/null || true"]).stdout.split()
+    state = [n for n in lab.run_in(role, ["sh", "-c", "ls /root/.cache/zcorch/net/ 2>/dev/null || true"]).stdout.split()
+             if n.startswith("zcorch-net-")]    # the state files (not the lease, zcorch-net.lease)
     return mtu, cc, rmem, state
 
 

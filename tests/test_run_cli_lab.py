@@ -164,6 +164,9 @@ def test_killed_sender_is_recorded_and_the_sweep_goes_on(lab, tmp_path):  # noqa
     exp = write_exp(tmp_path, lab, params={"bytes": "256MiB", "timeout": "30s"})
     out = tmp_path / "rs"
     p = start_zcorch("lab", "run", exp, "-o", out)
+    deadline = time.monotonic() + 120   # the set-up before the first run (leases, deploy, calibration) varies with load
+    while len(lab_workers(lab)) < 2 and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.05)
     rx, tx = stall_a_run(lambda: lab_workers(lab))
     os.kill(tx, signal.SIGKILL)  # the sender dies mid-transfer; the receiver (stopped) cannot finish
     os.kill(rx, signal.SIGCONT)

@@ -254,6 +254,6 @@ def test_stream_flags_and_their_errors_on_the_command_line():
     assert [s["stream"] for s in sent["streams"]] == [0, 1] and got["params"]["cpus"] == "0"
     assert got["params"]["tcp_maxseg"] == 4108 and got["tcp_rcv_mss"] <= 4096 and sent["params"]["uring_depth"] == 4
     for args, needle in ((["--cpus", "1-0"], "--cpus: range '1-0' runs backwards"),
-                         (["--streams", "0"], "--streams must be an integer between 1 and 256")):
+                         (["--streams", "0"], "--streams: expected an integer between 1 and 256, got 0")):
         rc, events, _ = run_worker("send", "--connect", "127.0.0.1:9", "--mode", "write", "--bytes", "1", *args)
         assert rc == 1 and events[-1]["code"] == "EINVAL" and needle in events[-1]["message"], events

@@ -7,7 +7,9 @@ runner passes (`worker_flags`), the analysis column order (`zcorch.analysis.fram
 (`format_value`) and the tables in docs/experiment-files.md (`python -m zcorch.params --update-docs`).
 
 Adding a parameter is one `Param` entry in `PARAMS` (plus, for a new `kind`, its parser in
-`zcorch.config.experiment` and its argparse mapping in `zcorch.worker.cli`).
+`zcorch.config.experiment` and its argparse mapping in `zcorch.worker.cli`). The C worker's side derives too:
+native/gen_params.py writes the `zc_params` / `zc_metrics` structs, their defaults, range checks and stream
+totals from these tables (include/zc_params_gen.h); only the C code that acts on a new field is written by hand.
 
 Stdlib-only and deployed with the worker (which imports it), so no `typing` at run time, and the records are
 immutable namedtuples rather than frozen dataclasses: importing dataclasses (and the inspect module it
@@ -29,6 +31,12 @@ KINDS = ("choice", "size", "int", "cpu", "bool", "duration", "path", "name", "cp
 SIDES = ("send", "recv", "both", "controller")
 INT_MAX = 2 ** 31 - 1  # SO_SNDBUF / SO_RCVBUF / F_SETPIPE_SZ take a C int
 CPU_MAX = 65535
+SIZE_MAX = 2 ** 62     # beyond it a run never ends, or arithmetic overflows
+BUFFER_MAX = 2 ** 30   # one chunk buffer: allocated whole, per stream
+# Linux doubles SO_SNDBUF / SO_RCVBUF requests, into a C int
+WINDOW_MAX = INT_MAX // 2
+DURATION_MIN = 0.001   # 1ms: the sampler's tick and the shortest deadline worth a poll
+DURATION_MAX = 7 * 86400.0
 # Device paths a source / sink may name without the experiment's `allow_destroy:`. Reading is harmless
 # only from these (opening some devices has effects: a watchdog starts, a tape rewinds); writing only to
 # /dev/null. The worker refuses any other device sink unless told it was allowed (--allow-device-sink).
@@ -38,8 +46,9 @@ SINK_DEVICES = ("/dev/null",)
 
 class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help", "unit", "choices", "min",
                                  "max", "unset", "noun", "placeholders", "worker_absent", "registry_choices", "devices",
-                                 "id_omit_default", "replaces"),
-                       defaults=("", (), None, None, None, "", (), "default", False, (), False, None))):
+                                 "id_omit_default", "replaces", "ctype", "c_unset", "cell_rule"),
+                       defaults=("", (), None, None, None, "", (), "default", False, (), False, None, None, None,
+                                 False))):
     """One parameter of a cell (an immutable record): its experiment-file key, how it is parsed, and how
     the worker gets it.
 
@@ -66,6 +75,15 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
     replaces: the key of a `both` parameter whose value this one replaces for its own side's worker when it is
     set (`send_buffer` -> `buffer` for the sender); null leaves that side with the shared value. Its `flag` is
     the replaced parameter's: the worker has one flag and gets the effective value (`side_value`).
+    ctype: the C type of its field in the worker's `zc_params` (named `dest`; native/build.py generates the
+    struct, its defaults and its range checks from this table: include/zc_params_gen.h), or None when the C
+    core does not get it. Per-side parameters sharing one flag (send_cpu, recv_cpu) share one field.
+    c_unset: the C value that means "not set" (window 0 = the kernel's), None when a value is always given.
+    min / max: the limits of a numeric kind (size, int, cpu, duration), inclusive: the plan refuses a value
+    outside them and so does the worker, with the same message (`limit_problem`); they are the real limits
+    of the worker, never wider.
+    cell_rule: the planner's cell rules read it (zcorch.config.experiment.cell_problems,
+    filesystem_problem): zcorch.plan memoises their verdicts on these keys.
     """
 
     __slots__ = ()
@@ -80,50 +98,58 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
 PARAMS: "tuple[Param, ...]" = (
     Param("send_mode", "choice", "write", "send", "--mode", "how the sender hands the data to the socket",
           choices=("write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy", "io_uring", "io_uring_zc"),
-          noun="send mode", worker_absent="required", registry_choices=True),
+          noun="send mode", worker_absent="required", registry_choices=True, ctype="const char *", cell_rule=True),
     Param("recv_mode", "choice", "read", "recv", "--mode", "how the receiver takes the data from the socket",
           choices=("read", "mmap", "vmsplice", "splice", "io_uring", "zerocopy_recv", "discard"),
           noun="receive mode",
-          worker_absent="required", registry_choices=True),
+          worker_absent="required", registry_choices=True, ctype="const char *", cell_rule=True),
     Param("bytes", "size", 1024 ** 3, "both", "--bytes",
           "total bytes per transfer (worker without it: the source file's size, or until EOF)",
-          unit="B", worker_absent="none"),
-    Param("buffer", "size", 128 * 1024, "both", "--buffer", "bytes per call", unit="B", max=INT_MAX),
+          unit="B", min=1, max=SIZE_MAX, worker_absent="none", ctype="uint64_t", c_unset=0),
+    Param("buffer", "size", 128 * 1024, "both", "--buffer", "bytes per call", unit="B", min=1, max=BUFFER_MAX,
+          ctype="uint64_t", cell_rule=True),
     Param("send_buffer", "size", None, "send", "--buffer",
           "bytes per call of the sender alone (null: `buffer`), e.g. send() in 8 KiB against 64 KiB reads",
-          unit="B", max=INT_MAX, unset="null", id_omit_default=True, replaces="buffer"),
+          unit="B", min=1, max=BUFFER_MAX, unset="null", id_omit_default=True, replaces="buffer", cell_rule=True),
     Param("recv_buffer", "size", None, "recv", "--buffer",
           "bytes per call of the receiver alone (null: `buffer`)",
-          unit="B", max=INT_MAX, unset="null", id_omit_default=True, replaces="buffer"),
+          unit="B", min=1, max=BUFFER_MAX, unset="null", id_omit_default=True, replaces="buffer", cell_rule=True),
     Param("window", "size", None, "both", "--window",
-          "SO_SNDBUF (sender) / SO_RCVBUF (receiver), set before connect/listen", unit="B", max=INT_MAX,
-          unset="auto"),
-    Param("subblocks", "int", 1, "both", "--subblocks", "calls per buffer (at most `buffer`)", min=1),
+          "SO_SNDBUF (sender) / SO_RCVBUF (receiver), set before connect/listen", unit="B", min=1,
+          max=WINDOW_MAX, unset="auto", ctype="uint64_t", c_unset=0),
+    Param("subblocks", "int", 1, "both", "--subblocks", "calls per buffer (at most `buffer`)", min=1,
+          max=BUFFER_MAX, ctype="int", cell_rule=True),
     Param("pipe_size", "size", None, "both", "--pipe-size",
           "F_SETPIPE_SZ of the splice/vmsplice pipe (auto: raised to one sub-block if smaller)",
-          unit="B", max=INT_MAX, unset="auto"),
+          unit="B", min=1, max=INT_MAX, unset="auto", ctype="uint64_t", c_unset=0),
     Param("send_cpu", "cpu", None, "send", "--cpu", "CPU to pin the sender's transfer to", min=0, max=CPU_MAX,
-          unset="null"),
+          unset="null", ctype="int", c_unset=-1),
     Param("recv_cpu", "cpu", None, "recv", "--cpu", "CPU to pin the receiver's transfer to", min=0,
-          max=CPU_MAX, unset="null"),
-    Param("gift", "bool", False, "both", "--gift", "SPLICE_F_GIFT (vmsplice modes only)"),
-    Param("fsync", "bool", False, "recv", "--fsync", "fsync the sink inside the timed region (file sinks only)"),
+          max=CPU_MAX, unset="null", ctype="int", c_unset=-1),
+    Param("gift", "bool", False, "both", "--gift", "SPLICE_F_GIFT (vmsplice modes only)", ctype="int",
+          cell_rule=True),
+    Param("fsync", "bool", False, "recv", "--fsync", "fsync the sink inside the timed region (file sinks only)",
+          ctype="int", cell_rule=True),
     Param("source", "path", "mem", "send", "--source",
           "what the sender sends: `mem` is a fixed pattern made in memory, a path a file (/dev/zero allowed)",
-          choices=("mem",), placeholders=("{scratch}",), devices=SOURCE_DEVICES),
+          choices=("mem",), placeholders=("{scratch}",), devices=SOURCE_DEVICES, ctype="const char *",
+          cell_rule=True),
     Param("sink", "path", "/dev/null", "recv", "--sink",
           "where the receiver writes: a file (see `sink_state`) or /dev/null",
-          placeholders=("{scratch}", "{filesystem}"), devices=SINK_DEVICES),
+          placeholders=("{scratch}", "{filesystem}"), devices=SINK_DEVICES, ctype="const char *",
+          cell_rule=True),
     Param("timeout", "duration", 60.0, "both", "--timeout", "deadline of the transfer, from listen/connect",
-          unit="s"),
+          unit="s", min=DURATION_MIN, max=DURATION_MAX, ctype="double"),
     Param("filesystem", "name", None, "controller", None,
-          "the name of an entry under `filesystems:`, mounted on the receiver for the cell", unset="null"),
+          "the name of an entry under `filesystems:`, mounted on the receiver for the cell", unset="null",
+          cell_rule=True),
     Param("sink_state", "choice", "fresh", "recv", "--sink-state",
           "the sink file before the run: created fresh, preallocated, or overwritten (file sinks only)",
-          choices=("fresh", "preallocated", "overwrite"), noun="sink state"),
+          choices=("fresh", "preallocated", "overwrite"), noun="sink state", ctype="int", cell_rule=True),
     Param("streams", "int", 1, "both", "--streams",
           "parallel TCP connections per run, one thread per stream on each side, each moving its own slice of "
-          "the data (4 KiB-aligned) to the same offsets of the sink", min=1, max=256, id_omit_default=True),
+          "the data (4 KiB-aligned) to the same offsets of the sink", min=1, max=256, id_omit_default=True,
+          ctype="int", cell_rule=True),
     Param("send_cpus", "cpus", None, "send", "--cpus",
           "CPUs for the sender's streams: stream i runs on the i-th (round robin); when given, the transfers "
           "run there rather than on `send_cpu`",
@@ -134,15 +160,17 @@ PARAMS: "tuple[Param, ...]" = (
           unset="null", id_omit_default=True),
     Param("uring_depth", "int", 8, "both", "--uring-depth",
           "io_uring modes: sub-blocks per submission, sent as one linked chain (send); provided buffers, "
-          "rounded up to a power of two (receive)", min=1, max=4096, id_omit_default=True),
+          "rounded up to a power of two (receive)", min=1, max=4096, id_omit_default=True,
+          ctype="int"),
     Param("tcp_maxseg", "int", None, "recv", "--tcp-maxseg",
           "TCP_MAXSEG of the receiver's listening socket: caps the sender's payload per segment at this "
           "less 12 bytes of timestamps (null: the kernel's; `zerocopy_recv` then takes whole pages for the "
-          "data interface's MTU)", min=88, max=32767, unset="null", id_omit_default=True),
+          "data interface's MTU)", min=88, max=32767, unset="null", id_omit_default=True,
+          ctype="int", c_unset=0),
     Param("sample_interval", "duration", 1.0, "both", "--sample-interval",
           "interval of the per-run samples (bytes, process and host CPU, TCP_INFO), kept for transfers that "
-          "last at least 3 intervals; null = no samples", unit="s", unset="null", worker_absent="none",
-          id_omit_default=True),
+          "last at least 3 intervals; null = no samples", unit="s", min=DURATION_MIN, max=DURATION_MAX,
+          unset="null", worker_absent="none", id_omit_default=True),
     Param("network", "name", None, "controller", None,
           "the name of an entry under `networks:` (MTU of the data link, congestion control, sysctls), applied "
           "on both hosts for the cell and restored after; null leaves the hosts' network as it is",
@@ -150,6 +178,11 @@ PARAMS: "tuple[Param, ...]" = (
 )
 
 _BY_KEY = {p.key: p for p in PARAMS}
+# The parameters the planner's cell rules read (Param.cell_rule): zcorch.plan memoises verdicts on them.
+CELL_RULE_KEYS: "tuple[str, ...]" = tuple(p.key for p in PARAMS if p.cell_rule)
+NUMERIC_KINDS = ("size", "int", "cpu", "duration")
+# What one value of a numeric kind is called in a limit message.
+_LIMIT_NOUNS = {"size": "a size", "int": "an integer", "cpu": "an integer", "duration": "a duration"}
 # Parameters left out of the cell id while at their default (Param.id_omit_default): key -> default.
 ID_OMIT_AT_DEFAULT: "dict[str, Any]" = {p.key: p.default for p in PARAMS if p.id_omit_default}
 DEFAULTS: "dict[str, Any]" = {p.key: p.default for p in PARAMS}
@@ -186,6 +219,60 @@ def side_value(side: str, params: "dict[str, Any]", key: str) -> Any:
 def side_values(params: "dict[str, Any]", key: str) -> "tuple[Any, Any]":
     """(sender's, receiver's) value of `key` (side_value of both sides)."""
     return side_value("send", params, key), side_value("recv", params, key)
+
+
+def limit_text(p: Param) -> str:
+    """The limits of a numeric parameter in words ("between 1 and 1073741824 bytes (1GiB)"): the one wording of
+    the plan's message and the worker's (native/build.py writes it into the C range checks)."""
+    if p.kind == "size":
+        text = f"between {p.min} and {p.max} bytes"
+        pretty = format_size(p.max)
+        return text + (f" ({pretty})" if pretty != str(p.max) else "")
+    if p.kind == "duration":
+        return f"between {p.min:g}s and {p.max:g}s"
+    return f"between {p.min} and {p.max}"
+
+
+def limit_expectation(p: Param) -> str:
+    """"expected an integer between 1 and 256": a limit message less the value it got."""
+    return f"expected {_LIMIT_NOUNS[p.kind]} {limit_text(p)}"
+
+
+def format_got(p: Param, value: Any) -> str:
+    """A value in a limit message, as the C worker prints it (`%.9gs` for a duration, an integer else)."""
+    return f"{value:.9g}s" if p.kind == "duration" else str(value)
+
+
+def limit_problem(p: Param, value: Any) -> Optional[str]:
+    """None if `value` is within the limits of numeric parameter `p`, else the message the plan and the
+    worker both give: "expected an integer between 1 and 256, got 300" (the worker puts its flag first)."""
+    if p.min <= value <= p.max:
+        return None
+    return f"{limit_expectation(p)}, got {format_got(p, value)}"
+
+
+def c_params() -> "tuple[Param, ...]":
+    """The parameters with a field in the C worker's zc_params, one per field (`dest`), in table order:
+    the shared ones (`both`) and the first of two per-side ones with one flag (send_cpu for `cpu`)."""
+    seen: "set[str]" = set()
+    out = []
+    for p in PARAMS:
+        if p.ctype is not None and p.dest not in seen:
+            seen.add(p.dest)
+            out.append(p)
+    return tuple(out)
+
+
+def c_value(p: Param, value: Any) -> Any:
+    """The value the C field of `p` holds for a worker value: `c_unset` for an unset one, the index of
+    a `choice` held as an int, 0/1 for a bool, the value itself else (strings stay str)."""
+    if value is None:
+        return p.c_unset
+    if p.kind == "choice" and p.ctype == "int":
+        return p.choices.index(value)
+    if p.kind == "bool":
+        return 1 if value else 0
+    return value
 
 
 def _is_missing(value: Any) -> bool:
@@ -249,80 +336,109 @@ def worker_flags(side: str, params: "dict[str, Any]") -> "list[str]":
 
 # ---------------------------------------------------------------- metrics
 
-class Metric(namedtuple("Metric", ("name", "unit", "side", "applies_to", "help"))):
+class Metric(namedtuple("Metric", ("name", "unit", "side", "applies_to", "help", "combine", "ctype"),
+                        defaults=("sum", "int64_t"))):
     """One key of a worker's result (an immutable record): its unit, which side reports it, for which modes.
 
     side: "send", "recv" or "both"; applies_to: None = every mode, or the name of the C mode capability
     (`zcorch worker info` "capabilities") a mode must declare for the metric to apply: the C mode table
     is the one place that says which modes use a pipe or report zero-copy completions. Elsewhere null.
+    combine: how the totals of parallel streams combine the streams' values (COMBINES): the C core's
+    group totals are generated from it (native/build.py). ctype: the C type of its field in the worker's
+    zc_metrics, or None for the host-wide metrics the worker reads around the whole group (combine "once").
     """
 
     __slots__ = ()
 
 
-# In the order of the C struct's readout and of the analysis columns.
+# How a metric of parallel streams becomes the group's: sum, max, min, mean (integer, over the streams),
+# first (stream 0's), span (the group measures it itself: first start to last end, the one fsync after
+# every stream), once (host-wide, measured once around the whole group, not per stream).
+COMBINES = ("sum", "max", "min", "mean", "first", "span", "once")
+
+# In the order of the C struct (zc_metrics, generated) and of the analysis columns.
 METRICS: "tuple[Metric, ...]" = (
-    Metric("bytes", "B", "both", None, "payload bytes moved"),
-    Metric("wall_ns", "ns", "both", None, "wall-clock time of the timed region"),
+    Metric("bytes", "B", "both", None, "payload bytes moved", ctype="uint64_t"),
+    Metric("wall_ns", "ns", "both", None, "wall-clock time of the timed region", combine="span"),
     Metric("utime_us", "µs", "both", None, "user CPU time of the worker process during the transfer"),
     Metric("stime_us", "µs", "both", None, "system CPU time of the worker process during the transfer"),
     Metric("minflt", "count", "both", None, "minor page faults"),
     Metric("majflt", "count", "both", None, "major page faults (needed I/O)"),
     Metric("nvcsw", "count", "both", None, "voluntary context switches"),
     Metric("nivcsw", "count", "both", None, "involuntary context switches"),
-    Metric("maxrss_kib", "KiB", "both", None, "peak resident set size of the process (not a delta)"),
-    Metric("sndbuf", "B", "both", None, "SO_SNDBUF read back from the connected socket (Linux doubles a request)"),
-    Metric("rcvbuf", "B", "both", None, "SO_RCVBUF read back from the connected socket (Linux doubles a request)"),
-    Metric("tcp_rtt_us", "µs", "both", None, "smoothed round-trip time (TCP_INFO at the end)"),
-    Metric("tcp_rttvar_us", "µs", "both", None, "round-trip time variance (TCP_INFO at the end)"),
+    Metric("maxrss_kib", "KiB", "both", None, "peak resident set size of the process (not a delta)", combine="max"),
+    Metric("sndbuf", "B", "both", None, "SO_SNDBUF read back from the connected socket (Linux doubles a request)",
+           combine="first"),
+    Metric("rcvbuf", "B", "both", None, "SO_RCVBUF read back from the connected socket (Linux doubles a request)",
+           combine="first"),
+    Metric("tcp_rtt_us", "µs", "both", None, "smoothed round-trip time (TCP_INFO at the end)", combine="mean"),
+    Metric("tcp_rttvar_us", "µs", "both", None, "round-trip time variance (TCP_INFO at the end)", combine="mean"),
     Metric("tcp_retransmits", "count", "both", None, "retransmissions of the oldest unacknowledged segment"),
     Metric("tcp_total_retrans", "count", "both", None, "segments retransmitted over the connection"),
     Metric("tcp_snd_cwnd", "segments", "both", None, "congestion window"),
-    Metric("tcp_snd_mss", "B", "both", None, "sending maximum segment size"),
-    Metric("tcp_rcv_mss", "B", "both", None, "receiving maximum segment size"),
-    Metric("tcp_pmtu", "B", "both", None, "path MTU"),
-    Metric("fsync_ns", "ns", "recv", None, "time of the fsync of the sink inside the timed region (`fsync` only)"),
+    Metric("tcp_snd_mss", "B", "both", None, "sending maximum segment size", combine="min"),
+    Metric("tcp_rcv_mss", "B", "both", None, "receiving maximum segment size", combine="min"),
+    Metric("tcp_pmtu", "B", "both", None, "path MTU", combine="min"),
+    Metric("fsync_ns", "ns", "recv", None, "time of the fsync of the sink inside the timed region (`fsync` only)",
+           combine="span"),
     Metric("zc_completions", "count", "send", "zc_completions",
            "MSG_ZEROCOPY completion notifications (io_uring_zc: its notification completions)"),
     Metric("zc_copied", "count", "send", "zc_completions",
            "completions the kernel marked as copied (SO_EE_CODE_ZEROCOPY_COPIED; io_uring_zc: "
            "IORING_NOTIF_USAGE_ZC_COPIED)"),
-    Metric("pipe_size", "B", "both", "pipe", "effective pipe size (F_GETPIPE_SZ)"),
+    Metric("pipe_size", "B", "both", "pipe", "effective pipe size (F_GETPIPE_SZ)", combine="first"),
     Metric("zc_recv_mapped", "B", "recv", "zc_recv",
            "bytes TCP_ZEROCOPY_RECEIVE mapped into the receiver instead of copying them"),
     Metric("zc_recv_copied", "B", "recv", "zc_recv",
            "bytes the zero-copy receiver had to read() (payload that was not whole, mappable pages)"),
     Metric("uring_cqes", "count", "both", "uring", "io_uring completions reaped (zero-copy notifications included)"),
     Metric("uring_bundle", "0/1", "recv", "uring",
-           "1 when the receive used bundles (IORING_RECVSEND_BUNDLE), 0 when the kernel has none"),
+           "1 when the receive used bundles (IORING_RECVSEND_BUNDLE), 0 when the kernel has none", combine="max"),
     # Host-wide (every process, softirq and interrupt on the machine), read by the worker just outside its
     # timed region (zcorch.worker.hoststat): the "host CPU" view, next to the process view above.
     Metric("host_window_ns", "ns", "both", None,
-           "time between the two /proc/stat reads around the transfer: the window of every host_* time"),
-    Metric("host_user_us", "µs", "both", None, "host-wide user time, all CPUs (/proc/stat; includes guest)"),
-    Metric("host_nice_us", "µs", "both", None, "host-wide niced user time, all CPUs (/proc/stat)"),
-    Metric("host_system_us", "µs", "both", None, "host-wide system time, all CPUs (/proc/stat)"),
-    Metric("host_irq_us", "µs", "both", None, "host-wide hard-interrupt time, all CPUs (/proc/stat)"),
+           "time between the two /proc/stat reads around the transfer: the window of every host_* time",
+           combine="once", ctype=None),
+    Metric("host_user_us", "µs", "both", None, "host-wide user time, all CPUs (/proc/stat; includes guest)",
+           combine="once", ctype=None),
+    Metric("host_nice_us", "µs", "both", None, "host-wide niced user time, all CPUs (/proc/stat)",
+           combine="once", ctype=None),
+    Metric("host_system_us", "µs", "both", None, "host-wide system time, all CPUs (/proc/stat)",
+           combine="once", ctype=None),
+    Metric("host_irq_us", "µs", "both", None, "host-wide hard-interrupt time, all CPUs (/proc/stat)",
+           combine="once", ctype=None),
     Metric("host_softirq_us", "µs", "both", None,
-           "host-wide softirq time, all CPUs (/proc/stat): most of the network stack's receive work"),
-    Metric("host_iowait_us", "µs", "both", None, "host-wide idle time waiting for I/O, all CPUs (/proc/stat)"),
-    Metric("host_steal_us", "µs", "both", None, "host-wide time stolen by the hypervisor, all CPUs (/proc/stat)"),
-    Metric("host_idle_us", "µs", "both", None, "host-wide idle time, all CPUs (/proc/stat)"),
-    Metric("host_ncpus", "count", "both", None, "CPUs in /proc/stat at both reads"),
+           "host-wide softirq time, all CPUs (/proc/stat): most of the network stack's receive work",
+           combine="once", ctype=None),
+    Metric("host_iowait_us", "µs", "both", None, "host-wide idle time waiting for I/O, all CPUs (/proc/stat)",
+           combine="once", ctype=None),
+    Metric("host_steal_us", "µs", "both", None, "host-wide time stolen by the hypervisor, all CPUs (/proc/stat)",
+           combine="once", ctype=None),
+    Metric("host_idle_us", "µs", "both", None, "host-wide idle time, all CPUs (/proc/stat)",
+           combine="once", ctype=None),
+    Metric("host_ncpus", "count", "both", None, "CPUs in /proc/stat at both reads", combine="once", ctype=None),
     Metric("host_per_cpu_us", "µs", "both", None,
-           "per CPU (`cpuN`): [user, nice, system, irq, softirq, iowait, steal, idle] over the window"),
-    Metric("host_net_rx_softirqs", "count", "both", None, "NET_RX softirqs run on the host (/proc/softirqs, all CPUs)"),
-    Metric("host_net_tx_softirqs", "count", "both", None, "NET_TX softirqs run on the host (/proc/softirqs, all CPUs)"),
+           "per CPU (`cpuN`): [user, nice, system, irq, softirq, iowait, steal, idle] over the window",
+           combine="once", ctype=None),
+    Metric("host_net_rx_softirqs", "count", "both", None, "NET_RX softirqs run on the host (/proc/softirqs, all CPUs)",
+           combine="once", ctype=None),
+    Metric("host_net_tx_softirqs", "count", "both", None, "NET_TX softirqs run on the host (/proc/softirqs, all CPUs)",
+           combine="once", ctype=None),
     Metric("host_tcp_retrans_segs", "count", "both", None,
-           "TCP segments retransmitted in the host's network namespace (/proc/net/snmp RetransSegs)"),
+           "TCP segments retransmitted in the host's network namespace (/proc/net/snmp RetransSegs)",
+           combine="once", ctype=None),
     Metric("host_tcp_out_segs", "count", "both", None,
-           "TCP segments sent in the host's network namespace (/proc/net/snmp OutSegs)"),
+           "TCP segments sent in the host's network namespace (/proc/net/snmp OutSegs)", combine="once", ctype=None),
     Metric("host_tcp_in_segs", "count", "both", None,
-           "TCP segments received in the host's network namespace (/proc/net/snmp InSegs)"),
-    Metric("host_pgfault", "count", "both", None, "page faults on the host (/proc/vmstat pgfault)"),
-    Metric("host_pgmajfault", "count", "both", None, "major page faults on the host (/proc/vmstat pgmajfault)"),
+           "TCP segments received in the host's network namespace (/proc/net/snmp InSegs)",
+           combine="once", ctype=None),
+    Metric("host_pgfault", "count", "both", None, "page faults on the host (/proc/vmstat pgfault)",
+           combine="once", ctype=None),
+    Metric("host_pgmajfault", "count", "both", None, "major page faults on the host (/proc/vmstat pgmajfault)",
+           combine="once", ctype=None),
     Metric("host_boot_id", "id", "both", None,
-           "the kernel's boot id (not a delta): the same on both sides = one machine, whose host CPU counts once"),
+           "the kernel's boot id (not a delta): the same on both sides = one machine, whose host CPU counts once",
+           combine="once", ctype=None),
 )
 METRIC_KEYS: "tuple[str, ...]" = tuple(m.name for m in METRICS)
 # The host CPU fields of the host_<field>_us metrics (and of each host_per_cpu_us list, in this order), and
@@ -347,17 +463,15 @@ def describe(p: Param) -> str:
     if p.kind == "choice":
         text = ", ".join(f"`{c}`" for c in p.choices)
     elif p.kind == "size":
-        text = "size > 0"
-        if p.max is not None:
-            limit = format_size(p.max + 1)
-            text += f" (< {limit})" if not limit.isdigit() else f" (≤ {p.max})"
+        at_most, below = format_size(p.max), format_size(p.max + 1)
+        text = f"size > 0 (≤ {at_most})" if not at_most.isdigit() or below.isdigit() else f"size > 0 (< {below})"
     elif p.kind in ("int", "cpu"):
         what = "CPU index" if p.kind == "cpu" else "integer"
         text = f"{what} ≥ {p.min}" if p.max is None else f"{what} between {p.min} and {p.max}"
     elif p.kind == "bool":
         text = "`true`/`false`"
     elif p.kind == "duration":
-        text = "duration > 0"
+        text = f"duration {limit_text(p)}"
     elif p.kind == "cpus":
         text = "a CPU list (`0-3`, `0,2`)"
     elif p.kind == "path":

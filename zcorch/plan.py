@@ -39,13 +39,12 @@ from zcorch.config.cells import cell_problems, filesystem_problem
 from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
-from zcorch.params import ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
+from zcorch.params import CELL_RULE_KEYS, ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
 
 ID_LENGTH = 12
-# The parameters the cell rules read (spec.cell_problems / filesystem_problem): verdicts are memoised on them.
-_RULE_KEYS = ("send_mode", "recv_mode", "source", "sink", "gift", "subblocks", "buffer", "send_buffer",
-              "recv_buffer", "filesystem", "fsync", "sink_state", "streams")
-_RULE_KEYS_SET = frozenset(_RULE_KEYS)
+# The parameters the cell rules read (Param.cell_rule: cell_problems / filesystem_problem): verdicts are
+# memoised on them.
+_RULE_KEYS_SET = frozenset(CELL_RULE_KEYS)
 _SORTED_KEYS = sorted(PARAM_KEYS)
 _MAX_LISTED = 5  # cells named per reason in an error message
 

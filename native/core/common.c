@@ -73,7 +73,7 @@ int zc_check_deadline(zc_ctx *c, const char *doing)
     if (zc_now_ns() < c->deadline_ns)
         return 0;
     return zc_fail(c, ETIMEDOUT, "timed out after %gs while %s (%llu bytes moved; is the peer stalled or gone?)",
-                   c->p->timeout_s, doing, (unsigned long long)c->done);
+                   c->p->timeout, doing, (unsigned long long)c->done);
 }
 
 static int set_timeo(zc_ctx *c, int64_t ns)

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "zcorch_api.h"
+#include "zc_params_gen.h"   /* zc_params, zc_metrics and their tables, generated from zcorch/params.py */
 
 struct zc_ctx;
 
@@ -44,7 +45,7 @@ typedef struct zc_ctx {
     int src_mem;             /* send: source "mem" */
     int src_zero;            /* send: source is /dev/zero */
     uint64_t orig_size;      /* recv: sink size after the sink-state preparation */
-    uint64_t total;          /* bytes to move (send always, recv when bytes_set) */
+    uint64_t total;          /* bytes to move (send always, recv when --bytes is set) */
     int total_known;
     uint64_t done;           /* bytes moved so far */
     size_t buffer;           /* bytes per chunk */
@@ -57,22 +58,21 @@ typedef struct zc_ctx {
     unsigned char *mem_ring; /* source mem: pattern of one period + one buffer, never rewritten */
     size_t mem_ring_len;
     void *priv;              /* mode-private state */
-    /* parallel streams (core/streams.c): this stream's slice of the source/sink starts at `base`
-     * (0 with one stream); stream index / count; the group the streams share */
+    /* the stream group (core/group.c; one stream is a group of one): this stream's slice of the
+     * source/sink starts at `base` (0 with one stream); stream index / count; the group */
     uint64_t base;
     int stream, nstreams;
     struct zc_group *group;
+    int64_t t0_ns, t1_ns;    /* this stream's timed region (CLOCK_MONOTONIC; 0 = not run) */
     int listen_maxseg;       /* recv: TCP_MAXSEG a mode's setup() wants on the listening socket (0: none) */
     struct zc_watch_state *watch_state; /* hoststat.c: zc_params.watch while the transfer runs */
 } zc_ctx;
-
-#define ZC_TCP_MAXSEG_MAX 32767 /* the kernel refuses a larger TCP_MAXSEG (MAX_TCP_WINDOW) */
 
 /* hoststat.c: host counters and samples (zc_params.watch) around the timed region; no-ops without a
  * watch. zc_watch_end is called once after every zc_watch_begin, whatever the transfer's outcome. */
 void zc_watch_begin(zc_ctx *c);
 void zc_watch_end(zc_ctx *c);
-/* core.c: the parallel streams of c's group (1 and c itself when c runs alone) */
+/* group.c: the streams of c's group (one stream is a group of one) */
 int zc_group_size(const zc_ctx *c);
 const zc_ctx *zc_group_stream(const zc_ctx *c, int i);
 
@@ -139,10 +139,10 @@ static inline const unsigned char *zc_mem_at(const zc_ctx *c, uint64_t off)
 {
     return c->mem_ring + ((c->base + off) % zc_mem_pattern_period());
 }
-/* io_uring modes: --uring-depth, 8 when not given */
+/* io_uring modes: --uring-depth (validated: ZC_MIN_URING_DEPTH..ZC_MAX_URING_DEPTH) */
 static inline unsigned zc_uring_depth(const zc_ctx *c)
 {
-    return c->p->uring_depth > 0 ? (unsigned)c->p->uring_depth : 8;
+    return (unsigned)c->p->uring_depth;
 }
 
 /* I/O loops that honour the deadline (common.c) */
@@ -154,6 +154,8 @@ int zc_splice_all(zc_ctx *c, int in, loff_t *off_in, int out, loff_t *off_out, s
                   unsigned flags, const char *what);                 /* moves exactly len */
 int zc_vmsplice_out(zc_ctx *c, const unsigned char *buf, size_t len, int out, loff_t *off_out);
 
+/* --bytes given (0 is the table's "unset": send the source's size, receive until EOF) */
+static inline int zc_bytes_set(const zc_params *p) { return p->bytes != 0; }
 static inline size_t zc_min(size_t a, uint64_t b) { return (uint64_t)a < b ? a : (size_t)b; }
 /* bytes the receiver may still ask for: a whole `want` when reading until EOF */
 static inline size_t zc_recv_want(const zc_ctx *c, size_t want)

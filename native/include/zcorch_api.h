@@ -9,10 +9,6 @@
 #define ZC_SIDE_SEND 0
 #define ZC_SIDE_RECV 1
 
-#define ZC_SINK_FRESH 0
-#define ZC_SINK_PREALLOCATED 1
-#define ZC_SINK_OVERWRITE 2
-
 #define ZC_MSG_LEN 512
 
 typedef struct zc_error {
@@ -57,65 +53,12 @@ typedef struct zc_watch {
     int sampler_err;           /* errno when the sampler could not run (the transfer ran without it) */
 } zc_watch;
 
-typedef struct zc_params {
-    int side;                  /* ZC_SIDE_SEND / ZC_SIDE_RECV */
-    const char *mode;          /* a name from zc_mode_name() */
-    const char *host;          /* send: address to connect to; recv: address to listen on */
-    int port;                  /* recv: 0 = ephemeral */
-    uint64_t bytes;            /* total bytes to move */
-    int bytes_set;             /* 0: send = size of the source file, recv = until EOF */
-    uint64_t buffer;           /* bytes per chunk (> 0) */
-    uint64_t window;           /* SO_SNDBUF (send) / SO_RCVBUF (recv); 0 = kernel default */
-    int subblocks;             /* >= 1: each chunk handled as this many separate calls */
-    uint64_t pipe_size;        /* F_SETPIPE_SZ; 0 = auto (>= one chunk, see common.c) */
-    int cpu;                   /* -1 = no pinning */
-    int gift;                  /* SPLICE_F_GIFT on vmsplice */
-    int fsync;                 /* recv: fsync the sink inside the timed region */
-    const char *source;        /* send: "mem" or a path (/dev/zero allowed) */
-    const char *sink;          /* recv: a path (/dev/null allowed) */
-    double timeout_s;          /* overall deadline, from zc_recv_listen / zc_send_run entry */
-    int sink_state;            /* ZC_SINK_* */
-    /* parallel streams and the modern paths (issue 14) */
-    int streams;               /* connections per run, one thread per stream on each side (0 or 1: one, as before) */
-    const int *cpus;           /* with ncpus > 0: stream i runs pinned to cpus[i % ncpus] (instead of cpu) */
-    int ncpus;
-    int uring_depth;           /* io_uring modes: sends in flight (send) / provided buffers (recv); 0 = 8 */
-    int tcp_maxseg;            /* recv: TCP_MAXSEG on the listening socket; 0 = kernel default (zerocopy_recv:
-                                  page-sized payload for the data interface's MTU) */
-    struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
-    uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
-    zc_watch *watch;           /* host counters and samples around the timed region; NULL = none */
-} zc_params;
-
-typedef struct zc_metrics {
-    uint64_t bytes;
-    int64_t wall_ns;
-    int64_t utime_us;
-    int64_t stime_us;
-    int64_t minflt;
-    int64_t majflt;
-    int64_t nvcsw;
-    int64_t nivcsw;
-    int64_t maxrss_kib;        /* peak RSS of the process at the end (not a delta) */
-    int64_t sndbuf;
-    int64_t rcvbuf;
-    int64_t pipe_size;         /* effective F_GETPIPE_SZ, 0 if the mode uses no pipe */
-    int64_t fsync_ns;
-    int64_t zc_completions;
-    int64_t zc_copied;
-    int64_t tcp_rtt_us;
-    int64_t tcp_rttvar_us;
-    int64_t tcp_retransmits;
-    int64_t tcp_total_retrans;
-    int64_t tcp_snd_cwnd;
-    int64_t tcp_snd_mss;
-    int64_t tcp_rcv_mss;
-    int64_t tcp_pmtu;
-    int64_t zc_recv_mapped;    /* zerocopy_recv: bytes mapped by TCP_ZEROCOPY_RECEIVE */
-    int64_t zc_recv_copied;    /* zerocopy_recv: bytes read() because they could not be mapped */
-    int64_t uring_cqes;        /* io_uring modes: completions reaped (notifications included) */
-    int64_t uring_bundle;      /* recv io_uring: 1 = bundles used, 0 = the kernel has none */
-} zc_metrics;
+/* The parameters of one side's run (zc_params) and its result (zc_metrics): generated from the tables of
+ * zcorch/params.py into zc_params_gen.h (native/gen_params.py), whose declarations cffi's cdef reads after
+ * this file. A field per worker parameter (named as its flag: --pipe-size -> pipe_size), each a value or
+ * the table's "unset" (0 for window: the kernel's); zc_params_init fills in the table's defaults. */
+typedef struct zc_params zc_params;
+typedef struct zc_metrics zc_metrics;
 
 typedef struct zc_listener {
     int port;                  /* the port actually bound (useful with port 0) */
@@ -167,6 +110,12 @@ void zc_listener_close(zc_listener *l);
 
 /* Sender: validate, open the source, connect, run. */
 int zc_send_run(const zc_params *p, zc_metrics *m, zc_error *err);
+
+/* The table's defaults (every parameter field; the others zero: no host, no watch). */
+void zc_params_init(zc_params *p);
+/* The checks zc_send_run / zc_recv_listen start with (the table's limits, the mode, what the mode
+ * declares it cannot do), nothing else: 0, or -1 with err filled as those calls would. */
+int zc_validate(const zc_params *p, zc_error *err);
 
 /* Copy-cost calibration of this host (calibrate.c), on the calling thread (pinned to cpu unless -1):
  * memcpy of a `bytes` buffer in 64 KiB calls (larger than the caches: what one copy of streamed data

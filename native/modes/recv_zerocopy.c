@@ -152,7 +152,7 @@ static int setup(zc_ctx *c)
                                       "bytes, less than one %zu-byte page, so TCP_ZEROCOPY_RECEIVE could map nothing; "
                                       "raise its MTU to at least %ld",
                        ifname, mtu, payload, c->page, (long)c->page + hdr + ts);
-    long most = (ZC_TCP_MAXSEG_MAX - ts) / (long)c->page; /* the kernel's TCP_MAXSEG limit */
+    long most = (ZC_MAX_TCP_MAXSEG - ts) / (long)c->page; /* the kernel's TCP_MAXSEG limit */
     c->listen_maxseg = (int)((pages < most ? pages : most) * (long)c->page + ts);
     return 0;
 }

@@ -1,7 +1,9 @@
 """`zcorch run FILE`: deploy, baselines, every cell, into a result set (docs/architecture.md).
 
 Exit status: 0 when every run of the plan is ok, 1 when some failed (results still written),
-130 on Ctrl-C (finished runs kept, result set marked interrupted; continue with --resume).
+130 on Ctrl-C or SIGTERM (finished runs kept, result set marked interrupted; continue with --resume). The
+teardown after it (hosts' network restored, filesystems undone, the manifest closed) finishes whatever
+signals arrive, except that a third Ctrl-C abandons it, printing what is left and how to restore it.
 
 The pipeline is zcorch.sweep.pipeline.run_sweep; this module is its command line and what it prints.
 """
@@ -10,7 +12,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
 import time
 from typing import Dict, List, Optional, TextIO
@@ -20,6 +21,7 @@ from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
+from zcorch.sweep.interrupts import InterruptGuard
 from zcorch.sweep.pipeline import SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome
 
@@ -34,6 +36,9 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                    help="print the plan and every command that would run; change nothing anywhere")
     p.add_argument("--accept-new-host-keys", action="store_true",
                    help="trust SSH host keys not yet in known_hosts (otherwise they are refused)")
+    p.add_argument("--allow-ssh-config-exec", action="store_true",
+                   help="let the hosts' ssh config (an inventory's ssh_config, ~/.ssh/config) run its `Match exec` "
+                        "commands on this machine, as this user (otherwise such a config is refused)")
     add_hosts_and_set(p, resume=True)
     p.set_defaults(func=main)
     return p
@@ -208,20 +213,16 @@ def _fmt_secs(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main(args: argparse.Namespace) -> int:
     command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
     observer = DryRunObserver() if args.dry_run else ConsoleObserver()
-    # SIGTERM ends a sweep as Ctrl-C does: finished runs kept, result set marked interrupted.
-    old_term = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    # SIGTERM ends a sweep as Ctrl-C does: finished runs kept, result set marked interrupted. Neither stops
+    # the teardown that follows, except a third Ctrl-C (zcorch.sweep.interrupts).
+    guard = InterruptGuard()
     try:
-        result = run_sweep(args.file, output=args.output, resume=args.resume,
-                           accept_new_host_keys=args.accept_new_host_keys, dry_run=args.dry_run,
-                           observer=observer, command=command, hosts=hosts_from_args(args),
-                           overrides=args.overrides)
+        with guard.installed():
+            result = _run(args, observer, command)
+            guard.ignore_term_after = result.status == "interrupted"
     except Exception:
         # The error follows (a ZcorchError as one line, a bug with its traceback); the runs written are kept.
         done = getattr(observer, "result_dir", None)
@@ -229,8 +230,6 @@ def main(args: argparse.Namespace) -> int:
             print(f"zcorch run: the sweep stopped; finished runs are kept in {done}. After fixing the "
                   f"cause, continue with: zcorch run --resume {done}", file=sys.stderr)
         raise
-    finally:
-        signal.signal(signal.SIGTERM, old_term)
     if result.dry_run:
         return 0
     if result.status == "complete":
@@ -243,3 +242,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
               f"{result.result_dir}", file=sys.stderr)
     return result.exit_status
+
+
+def _run(args: argparse.Namespace, observer: SweepObserver, command: List[str]):
+    return run_sweep(args.file, output=args.output, resume=args.resume,
+                     accept_new_host_keys=args.accept_new_host_keys, dry_run=args.dry_run,
+                     observer=observer, command=command, hosts=hosts_from_args(args), overrides=args.overrides,
+                     allow_ssh_config_exec=args.allow_ssh_config_exec)

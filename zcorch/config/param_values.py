@@ -11,12 +11,9 @@ from typing import Any, Callable
 from zcorch.config import yamlsrc as ys
 from zcorch.config.checks import NAME_RE, NAME_RULE
 from zcorch.config.checks import choice as _choice
-from zcorch.config.checks import int_range as _int_range
 from zcorch.config.checks import placeholder_path as _placeholder_path
-from zcorch.config.checks import positive_duration as _positive_duration
-from zcorch.config.checks import positive_size as _positive_size
 from zcorch.config.checks import unquoted_placeholder as _unquoted_placeholder
-from zcorch.params import PARAMS, Param
+from zcorch.params import PARAMS, Param, limit_problem
 from zcorch.worker import native  # parse_cpus only: pure Python, no compiled module needed
 
 
@@ -63,14 +60,23 @@ def _fs_name(node: ys.YNode, noun: str = "filesystem") -> str:
     return text
 
 
+def _in_limits(p: Param, value: Any) -> Any:
+    """A numeric parameter's value within the table's limits: the worker's own (the C core checks the same
+    ones with the same message: zcorch.params.limit_problem)."""
+    problem = limit_problem(p, value)
+    if problem:
+        raise ys.ValueProblem(problem)
+    return value
+
+
 # kind -> parser of one value of a Param of that kind (zcorch.params.KINDS); the constraints come from the entry.
 _KIND_PARSERS: "dict[str, Callable[[ys.YNode, Param], Any]]" = {
     "choice": lambda n, p: _choice(n, p.choices, p.noun),
-    "size": lambda n, p: _positive_size(n, p.max),
-    "int": lambda n, p: _int_range(n, p.min, p.max),
-    "cpu": lambda n, p: _int_range(n, p.min, p.max),
+    "size": lambda n, p: _in_limits(p, ys.as_size(n)),
+    "int": lambda n, p: _in_limits(p, ys.as_int(n)),
+    "cpu": lambda n, p: _in_limits(p, ys.as_int(n)),
     "bool": lambda n, p: ys.as_bool(n),
-    "duration": lambda n, p: _positive_duration(n),
+    "duration": lambda n, p: _in_limits(p, ys.as_duration(n)),
     "path": _param_path,
     "name": lambda n, p: _fs_name(n, p.noun or "filesystem"),
     "cpus": lambda n, p: _cpu_list(n),

@@ -1,8 +1,8 @@
 """SSH hosts: the Host interface over one persistent paramiko connection per host.
 
 Public API:
-    open_hosts(hosts: Hosts, accept_new_host_keys=False) -> {"sender": Host, "receiver": Host}
-    connect(spec: HostSpec, name, accept_new_host_keys=False, connect_timeout=10.0) -> SSHHost
+    open_hosts(hosts: Hosts, accept_new_host_keys=False, allow_config_exec=False) -> {"sender", "receiver"}
+    connect(spec: HostSpec, name, accept_new_host_keys=False, connect_timeout=10.0, allow_config_exec=False)
     SSHHost.run / start / put_file / put_bytes / close   (see zcorch.hosts.local.Host); SSHHost.spec
     resolve_target(spec: HostSpec) -> Target              (pure: ssh config + spec -> where to connect)
 
@@ -13,7 +13,10 @@ What is honoured: `ssh: [user@]host[:port]` or a Host alias; the ssh config (`ss
 host spec, else ~/.ssh/config): HostName, Port, User, IdentityFile, IdentitiesOnly, UserKnownHostsFile,
 ProxyJump (chains, each hop resolved through the same config); known_hosts (~/.ssh/known_hosts, the
 config's UserKnownHostsFile, and the spec's `known_hosts` key); key files and the ssh agent for
-authentication. Agent forwarding is never requested.
+authentication. Agent forwarding is never requested. `Match ... exec CMD` (which runs CMD through a shell
+on this machine while the config is read) is refused, naming file:line, unless the caller opts in
+(`allow_config_exec`, `zcorch run --allow-ssh-config-exec`): an inventory's ssh_config is data, not code.
+ProxyCommand, LocalCommand and KnownHostsCommand are never run.
 
 Host keys: an unknown key is refused (HostError naming host, fingerprint and the fix) unless
 `accept_new_host_keys` is set, in which case it is appended to the spec's `known_hosts` file (else
@@ -40,6 +43,7 @@ import contextlib
 import hashlib
 import os
 import posixpath
+import re
 import shlex
 import signal
 import socket
@@ -51,7 +55,7 @@ from typing import List, Mapping, Optional, Sequence
 import paramiko
 
 from zcorch.config.hosts import Hosts, HostSpec
-from zcorch.errors import HostError
+from zcorch.errors import ConfigError, HostError
 from zcorch.hosts.local import CommandResult, Host, Process, _LineReader
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -146,7 +150,24 @@ def parse_destination(dest: str) -> "tuple[Optional[str], str, Optional[int]]":
     return user or None, host, port
 
 
-def _load_config(path: Optional[str]) -> paramiko.SSHConfig:
+def match_exec_lines(text: str) -> "list[int]":
+    """Line numbers of `Match ... exec CMD` (also `!exec`, `Match=...`, any case): reading such a config
+    runs CMD through a shell on this machine (paramiko, as ssh does), before any connection."""
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"\s*match(?:\s*=\s*|\s+)(.*)$", line, re.IGNORECASE)
+        if not m:
+            continue
+        try:
+            words = shlex.split(m.group(1), comments=True)
+        except ValueError:
+            words = m.group(1).split()
+        if any(w.lower().lstrip("!").split("=", 1)[0] == "exec" for w in words):
+            found.append(n)
+    return found
+
+
+def _load_config(path: Optional[str], allow_exec: bool = False) -> paramiko.SSHConfig:
     if path is None:
         default = os.path.expanduser("~/.ssh/config")
         if not os.path.exists(default):
@@ -154,17 +175,29 @@ def _load_config(path: Optional[str]) -> paramiko.SSHConfig:
         path = default
     path = os.path.expanduser(path)
     try:
+        if not allow_exec:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = match_exec_lines(f.read())
+            if lines:
+                raise ConfigError(f"{path}:{lines[0]}: `Match ... exec` would run a shell command on this machine "
+                                  f"(as {_local_user()}) while zcorch reads the ssh config: it is run only with "
+                                  "--allow-ssh-config-exec (the dry run never runs it); or remove the `exec` "
+                                  "criterion" + (f" (also on line(s) {', '.join(map(str, lines[1:]))})"
+                                                 if len(lines) > 1 else ""))
         return paramiko.SSHConfig.from_path(path)
     except OSError as exc:
         raise HostError(f"cannot read ssh config {path}: {exc}") from None
+    except ConfigError:
+        raise
     except Exception as exc:  # paramiko raises ConfigParseError and friends
         raise HostError(f"bad ssh config {path}: {exc}") from None
 
 
 def resolve_target(spec: HostSpec, _config: Optional[paramiko.SSHConfig] = None,
-                   _dest: Optional[str] = None, _depth: int = 0) -> Target:
-    """Apply the ssh config and the spec's optional keys to `spec.ssh`. No network."""
-    config = _config if _config is not None else _load_config(spec.ssh_config)
+                   _dest: Optional[str] = None, _depth: int = 0, allow_exec: bool = False) -> Target:
+    """Apply the ssh config and the spec's optional keys to `spec.ssh`. No network. A config with
+    `Match exec` is refused (ConfigError naming file:line) unless `allow_exec` (--allow-ssh-config-exec)."""
+    config = _config if _config is not None else _load_config(spec.ssh_config, allow_exec)
     dest = _dest if _dest is not None else spec.ssh
     user, host, port = parse_destination(dest)
     opts = config.lookup(host)
@@ -291,13 +324,13 @@ def _local_user() -> str:
 
 
 def connect(spec: HostSpec, name: str, accept_new_host_keys: bool = False,
-            connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> "SSHHost":
+            connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, allow_config_exec: bool = False) -> "SSHHost":
     """Open the persistent connection to one host of the `hosts:` section.
 
     `name` ("sender"/"receiver") is used in every message. Raises HostError (naming the host and the
     cause) within about `connect_timeout` seconds per hop.
     """
-    target = resolve_target(spec)
+    target = resolve_target(spec, allow_exec=allow_config_exec)
     clients = []
     sock = None
     try:
@@ -428,6 +461,15 @@ class SSHHost(Host):
 
     def __repr__(self) -> str:
         return f"SSHHost({self.name!r}, {self.target.describe()!r})"
+
+    def peer_address(self) -> Optional[str]:
+        """The address our TCP connection goes to (the first jump host's with ProxyJump): the route to it
+        on this machine carries the session (zcorch.provision.network keeps it unchanged)."""
+        sock = getattr(self._clients[0].get_transport(), "sock", None)
+        try:
+            return str(sock.getpeername()[0]) if isinstance(sock, socket.socket) else None
+        except OSError:
+            return None
 
     @property
     def where(self) -> str:
@@ -658,7 +700,7 @@ def _collect(chan: paramiko.Channel, timeout: float) -> "tuple[str, str]":
 
 
 def open_hosts(section: Hosts, accept_new_host_keys: bool = False,
-               connect_timeout: float = DEFAULT_CONNECT_TIMEOUT) -> "dict[str, Host]":
+               connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, allow_config_exec: bool = False) -> "dict[str, Host]":
     """{"sender": Host, "receiver": Host} for the `hosts:` section of an experiment file.
 
     `localhost` gives one LocalHost for both roles (no SSH); otherwise an SSHHost per role (connected
@@ -673,7 +715,8 @@ def open_hosts(section: Hosts, accept_new_host_keys: bool = False,
     errors = []
     for role in ("sender", "receiver"):
         try:
-            hosts[role] = connect(section.spec(role), role, accept_new_host_keys, connect_timeout)
+            hosts[role] = connect(section.spec(role), role, accept_new_host_keys, connect_timeout,
+                                  allow_config_exec=allow_config_exec)
         except HostError as exc:
             errors.append(str(exc))
     if errors:

@@ -53,7 +53,8 @@ NATIVE_PACKAGE_DATA = "_native_src"   # zcorch/_native_src/ of a wheel = the che
 # The folder rule: zcorch/worker/ ships whole; of the core, only what the worker imports.
 # Paths are as laid out on the host (zcorch/..., native/...), whatever the local layout.
 _DEPLOYED_MODULES = ["zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
-                     "zcorch/params.py", "zcorch/worker/__init__.py", "zcorch/worker/__main__.py", "native/build.py"]
+                     "zcorch/params.py", "zcorch/worker/__init__.py", "zcorch/worker/__main__.py", "native/build.py",
+                     "native/gen_params.py"]
 _DEPLOYED_GLOBS = ["zcorch/worker/*.py", "native/include/*.h", "native/core/*.c", "native/modes/*.c"]
 
 

@@ -110,6 +110,15 @@ class FilesystemManager:
         self._descriptions: dict = {}
         self.lease: Optional[Lease] = None   # the sweep's hold on the receiver (zcorch.sweep.pipeline takes it)
 
+    def leftovers(self) -> "list[str]":
+        """What stays provisioned if the teardown stops now, and how to undo it (a third Ctrl-C)."""
+        if self.dry_run or self._state is None:
+            return []
+        names = ", ".join(n for n in self._state.data["configs"] if n != SESSION) or "(directories only)"
+        return [f"{self.host.name}: filesystems {names} may still be provisioned (recorded in "
+                f"{self._state.path} there): the next "
+                "`zcorch run` with this receiver undoes them first (for a lab, `zcorch lab down` does too)"]
+
     # ------------------------------------------------------------ paths
 
     @property

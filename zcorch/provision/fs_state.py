@@ -258,32 +258,56 @@ BUSY = 75  # flock -E: the lock is held by someone else
 
 
 class Lease:
-    """One sweep's hold on a receiver's filesystem state: `flock` on `<state_dir>/zcorch-fs.lease`, held
-    by a process on the receiver that ends on stdin EOF (Host.start keeps stdin open while the controller
-    lives: a killed controller's lease ends with its pipe or SSH channel). Who holds it is in `.lease.json`."""
+    """One sweep's hold on a host's state: `flock` on `<state_dir>/<name>` (zcorch-fs.lease: a receiver's
+    filesystems; zcorch-net.lease: a host's network, zcorch.provision.network), held by a process on the host
+    that ends on stdin EOF (Host.start keeps stdin open while the controller lives: a killed controller's
+    lease ends with its pipe or SSH channel). Who holds it is in `<name>.json`."""
 
-    def __init__(self, host: Host, path: str, proc):
-        self.host, self.path, self.proc = host, path, proc
+    def __init__(self, host: Host, path: str, proc, info: bool = False):
+        self.host, self.path, self.proc, self.info = host, path, proc, info
 
     @classmethod
-    def take(cls, host: Host, state_dir: str, timeout: float = 30.0) -> "Lease":
-        """Raises PreflightError naming the holder when another sweep holds the receiver."""
-        path = posixpath.join(state_dir, LEASE_NAME)
-        host.run(["mkdir", "-p", "--", state_dir])
+    def take(cls, host: Host, state_dir: str, timeout: float = 30.0, name: str = LEASE_NAME,
+             what: str = "this receiver's filesystems", wait: float = 0.0, token: str = "",
+             shared: bool = False) -> "Lease":
+        """Raises PreflightError naming the holder when another sweep holds it (after `wait` seconds: a
+        just-killed controller's lease ends when its connection does). A lease this same sweep (`token`)
+        already holds on the same file (two host names for one machine) is shared: release() does nothing.
+        shared: a reader's hold (flock -s): readers coexist, an exclusive holder excludes them all."""
+        path = posixpath.join(state_dir, name)
+        host.run(["mkdir", "-p", "-m", "0700", "--", state_dir])
+        # In a directory others may write, the lock file could be swapped under a holder (two sweeps would
+        # then lock two files) or the holder's file be planted: refuse, as the state files are refused.
+        why = untrusted(host, state_dir, state_dir)
+        if why:
+            raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: {why}")
         # A constant script (no value goes through the shell): say "held" once locked, then wait for EOF.
-        proc = host.start(["flock", "-n", "-E", str(BUSY), path, "sh", "-c", "echo held; exec cat >/dev/null"])
-        line = proc.readline(timeout)
+        lock = (["-w", f"{wait:g}"] if wait > 0 else ["-n"]) + (["-s"] if shared else [])
+        proc = host.start(["flock", *lock, "-E", str(BUSY), path, "sh", "-c", "echo held; exec cat >/dev/null"])
+        line = proc.readline(timeout + wait)
         if (line or "").strip() != "held":
             proc.kill_group()
-            holder = read_text(host, path + ".json") or "unknown"
-            raise PreflightError(f"{host.name}: another sweep holds this receiver's filesystems ({holder.strip()}) "
-                                 f"— wait for it to end (its lock: {path})")
+            holder = (read_text(host, path + ".json") or "").strip() or "a sweep holding it shared"
+            try:
+                mine = bool(token) and json.loads(holder).get("token") == token
+            except (ValueError, AttributeError):
+                mine = False
+            if mine:
+                return cls(host, path, None)
+            raise PreflightError(f"{host.name}: another sweep holds {what} ({holder}) — wait for it to end "
+                                 f"(its lock: {path})")
+        if shared:   # many readers: none of them is "the" holder
+            return cls(host, path, proc)
         info = {"user": getpass.getuser(), "host": socket.gethostname(), "pid": os.getpid(),
-                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **({"token": token} if token else {})}
         host.put_bytes((json.dumps(info) + "\n").encode(), path + ".json", mode=0o600)
-        return cls(host, path, proc)
+        return cls(host, path, proc, info=True)
 
     def release(self) -> None:
+        if self.proc is None:
+            return
+        if self.info:   # while still held: the next holder's file is never removed
+            self.host.run(["rm", "-f", "--", self.path + ".json"])
         self.proc.kill_group()
         try:
             self.proc.wait(10.0)

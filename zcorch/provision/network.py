@@ -18,7 +18,11 @@ value to `<workdir>/net/zcorch-net-<netns inode>.json`, so a controller killed a
 the next run (preflight) or `zcorch lab down` need to put the values back.
 
 Safety: nothing is changed unless the hosts' owner allowed it (Experiment.network_allowed, checked at
-load time; preflight checks again), and only as root (preflight refuses otherwise, before any run).
+load time; preflight checks again), and only as root (preflight refuses otherwise, before any run);
+never on a link that carries the controller's SSH session, nor to an MTU that would delete the link's
+addresses (preflight; the host module refuses the MTU too). Every sweep holds each host's network lease
+(take_leases: exclusive with `networks:`, shared without) from before it loads the hosts, and restores a
+killed sweep's leftovers under it (restore_leftovers), whether it has `networks:` or not.
 """
 from __future__ import annotations
 
@@ -32,12 +36,14 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from zcorch.config.hosts import Hosts, net_state_dir
 from zcorch.config.networks import CONGESTION_SYSCTL, NetworkConfig
-from zcorch.errors import HostError
+from zcorch.errors import HostError, PreflightError
 from zcorch.hosts.local import Host
-from zcorch.provision.fs_state import controller_alive
+from zcorch.provision.fs_state import Lease, controller_alive
 from zcorch.provision.remote_call import remote_command, remote_json, run_remote
+from zcorch.worker.netcfg import mtu_problem
 
 MODULE = "zcorch.worker.netcfg"
+LEASE_NAME = "zcorch-net.lease"   # in each host's network state directory (zcorch.provision.fs_state.Lease)
 Log = Callable[[str], None]
 ACTIVE_TOKENS: set = set()   # managers alive in this process (their state is never "stale" to us)
 
@@ -89,6 +95,100 @@ def restore_state(host: Host, python: str, state_dir: str, log: Log = _noop) -> 
     return [f"{host.name}: {line}" for line in doc.get("restored", [])]
 
 
+def _names_link(sysctl: str, dev: str) -> bool:
+    """net.ipv4.conf.DEV.*, net.ipv6.neigh.DEV.*...: a sysctl of that one interface."""
+    parts = sysctl.split(".")
+    return len(parts) > 3 and parts[2] in ("conf", "neigh") and parts[3] == dev
+
+
+def _carrying_problems(where: str, peer: str, dev: Optional[str], carrying: Dict[str, str],
+                       configs: List[NetworkConfig]) -> List[str]:
+    """A change of a link that carries the controller's SSH session: refused (if the link stops working, the
+    controller cannot reach the host to put it back; the restore would fail with the connection)."""
+    out = []
+    for c in configs:
+        touched = [(dev, f"mtu {c.mtu}")] if c.mtu is not None and dev in carrying else []
+        touched += [(link, k) for k in c.all_sysctls() for link in carrying if _names_link(k, link)]
+        for link, change in touched:
+            role = f"{link}, the data link to {peer}," if link == dev else link
+            out.append(f"{where}: network {c.name!r} would change {role} ({change}), which also carries "
+                       f"{carrying[link]}: if the link stops working the controller cannot reach the host to "
+                       "restore it. Give the host a data_address on another link (or leave that setting out)")
+    return out
+
+
+def _host_dirs(hosts: Dict[str, Host], spec: Hosts) -> List[tuple]:
+    """[(host, network state directory as written)]: each host once (localhost: both roles are one)."""
+    if hosts["sender"] is hosts["receiver"]:
+        return [(hosts["receiver"], net_state_dir(spec.workdir("receiver")))]
+    return [(hosts[role], net_state_dir(spec.workdir(role))) for role in ("sender", "receiver")]
+
+
+def _expand_home(host: Host, path: str) -> str:
+    """`~/x` expanded on the host (argv reaches no shell, so `~` would stay literal)."""
+    if path == "~" or path.startswith("~/"):
+        res = host.run(["printenv", "HOME"])
+        home = res.stdout.strip()
+        if not res.ok or not home.startswith("/"):
+            raise HostError(f"{host.name}: cannot read $HOME to place {path}: {res.stderr.strip()}")
+        path = home + path[1:]
+    return path
+
+
+def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, wait: float = 3.0) -> List[Lease]:
+    """The network lease of every host, before anything loads them (deploy, calibration, runs). Every sweep
+    takes it: one that changes the network (`changes`: it has `networks:`) alone (exclusive), the others
+    together (shared): a sweep never runs on another sweep's network changes, nor has them restored under
+    it, nor changes them under another. PreflightError names the holder (after `wait` s: a just-killed
+    controller's lease ends with its connection)."""
+    taken: List[Lease] = []
+    try:
+        for host, state_dir in _host_dirs(hosts, spec):
+            taken.append(Lease.take(host, _expand_home(host, state_dir), name=LEASE_NAME, wait=wait, token=token,
+                                    shared=not changes,
+                                    what="this host's network (a sweep with `networks:` excludes every other "
+                                         "sweep on its hosts; sweeps without share them)"))
+    except BaseException:
+        release_leases(taken)
+        raise
+    return taken
+
+
+def release_leases(leases: List[Lease], warnings: Optional[List[str]] = None) -> None:
+    """Release each lease (newest first). One that cannot be released over a lost connection has ended
+    with it (its holder process reads the connection's EOF): a warning, never an exception."""
+    for lease in reversed(leases):
+        try:
+            lease.release()
+        except (HostError, OSError) as exc:
+            if warnings is not None:
+                warnings.append(f"{lease.host.name}: lease {lease.path} not released cleanly (it ends with the "
+                                f"connection): {exc}")
+
+
+def restore_leftovers(hosts: Dict[str, Host], python: Dict[str, str], spec: Hosts, log: Log = _noop) -> List[str]:
+    """Under the leases: what a killed sweep changed on each host (any controller's), put back before this
+    sweep loads the hosts, with or without `networks:` of its own. Returns warnings; PreflightError when
+    a host's network cannot be restored (the sweep would measure someone else's configuration)."""
+    warnings: List[str] = []
+    for host, state_dir in _host_dirs(hosts, spec):
+        py = python["receiver"] if host is hosts["receiver"] else python["sender"]
+        t = _Target([], host, py, "", state_dir)
+        try:
+            state = _call(t, "state", state_dir, what="reading the network state file")
+            if not state:
+                continue
+            if owner_alive(state.get("owner")):
+                raise PreflightError(f"{host.name}: another sweep (pid {state['owner'].get('pid')}) has changed "
+                                     f"this host's network ({state.get('name')!r}); wait for it to end")
+            warnings += [f"restored a previous controller's network leftover on {u}"
+                         for u in restore_state(host, py, state_dir, log)]
+        except HostError as exc:
+            raise PreflightError(f"{host.name}: a previous sweep's network changes are still applied and could "
+                                 f"not be restored, so no run would measure this host as configured: {exc}") from None
+    return warnings
+
+
 class NetworkManager:
     """Applies `networks:` entries to the data link of both hosts and restores them (module docstring)."""
 
@@ -138,12 +238,20 @@ class NetworkManager:
                         continue
                     self.warnings += [f"restored a previous controller's network leftover on {u}"
                                       for u in restore_state(t.host, t.python, t.state_dir, self.log)]
-                facts = _call(t, "probe", t.peer, *sysctls, what="probing the data link")
+                facts = _call(t, "probe", t.peer, *self._keep(t), *sysctls, what="probing the data link")
             except HostError as exc:
                 problems.append(str(exc))
                 continue
             problems += self._probe_problems(t, facts, configs)
         return problems
+
+    def _keep(self, t: _Target) -> List[str]:
+        """--keep=ADDR for a host without SSH (this machine): the routes to the other hosts' SSH peers ride on
+        its links too. A host reached over SSH finds its own session (SSH_CONNECTION)."""
+        if not t.host.is_local:
+            return []
+        peers = [getattr(o.host, "peer_address", lambda: None)() for o in self.targets if o is not t]
+        return [f"--keep={p}" for p in peers if p]
 
     def _probe_problems(self, t: _Target, facts: Dict[str, Any], configs: List[NetworkConfig]) -> List[str]:
         where = f"{t.name}"
@@ -161,6 +269,9 @@ class NetworkManager:
                 continue
             if isinstance(hi, int) and hi > 0 and c.mtu > hi or isinstance(lo, int) and c.mtu < lo:  # 0: no limit
                 out.append(f"{where}: network {c.name!r}: mtu {c.mtu} is outside what {dev} takes ({lo}..{hi})")
+            elif isinstance(dev, str) and mtu_problem(dev, c.mtu, facts.get("addresses") or {}):
+                out.append(f"{where}: network {c.name!r}: {mtu_problem(dev, c.mtu, facts.get('addresses') or {})}")
+        out += _carrying_problems(where, t.peer, dev, facts.get("carrying") or {}, configs)
         for c in configs:
             if c.congestion is not None and c.congestion not in (facts.get("congestion_available") or []):
                 avail = " ".join(facts.get("congestion_available") or []) or "none listed"
@@ -269,6 +380,13 @@ class NetworkManager:
         if errors:
             raise HostError("; ".join(errors))
         self.current = None
+
+    def leftovers(self) -> List[str]:
+        """What stays changed if the teardown stops now, and how to put it back (a third Ctrl-C)."""
+        return [f"{t.name}: network {self.current!r} is still applied (the previous values are recorded in "
+                f"{t.state_dir}/zcorch-net-<netns>.json there): the next `zcorch run` on this host restores them "
+                "before anything else (for a lab, `zcorch lab down` does too)"
+                for t in self.targets if t.applied and not self.dry_run]
 
     def teardown_all(self) -> None:
         """restore(), for every exit path (idempotent)."""

@@ -35,14 +35,16 @@ from zcorch.provision import scratch, sources
 from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl
 from zcorch.sweep import baselines as bl
 from zcorch.sweep import commands as cmds
+from zcorch.sweep import interrupts
 from zcorch.sweep.runner import Runner, SweepOutcome, run_fields
 from zcorch.sweep.summary import summary_table
 
 # (name, title) of each stage, in the order run_sweep enters them: what SweepObserver.stage() gets.
 STAGES: Tuple[Tuple[str, str], ...] = (
-    ("hosts", "open the hosts"),
-    ("deploy", "preflight the hosts, deploy the worker, check its version and that each host can run its "
-               "cells' modes"),
+    ("hosts", "open the hosts and take their leases (one sweep at a time per host: its network lease, and the "
+              "receiver's filesystem lease when the experiment has filesystems), before anything loads them"),
+    ("deploy", "restore a killed sweep's network changes (with or without `networks:`), preflight the hosts, "
+               "deploy the worker, check its version and that each host can run its cells' modes"),
     ("scratch", "resolve {scratch} (create the directory, mode 0700)"),
     ("metadata", "host metadata for meta.json"),
     ("calibrate", "copy-cost calibration per host (memcpy, page fault, system call) for meta.json"),
@@ -274,7 +276,7 @@ def open_sweep(hosts: Dict[str, Host], cfg: Baselines,
 
 
 def _open_hosts(exp: Any, accept_new_host_keys: bool, dry_run: bool, observer: SweepObserver,
-                recorded: List[Recorded]) -> Dict[str, Host]:
+                recorded: List[Recorded], allow_ssh_config_exec: bool = False) -> Dict[str, Host]:
     if dry_run:
         def record(entry: Recorded) -> None:
             recorded.append(entry)
@@ -283,7 +285,7 @@ def _open_hosts(exp: Any, accept_new_host_keys: bool, dry_run: bool, observer: S
         return recording_hosts(exp.hosts, on_record=record)
     from zcorch.hosts.ssh import open_hosts  # paramiko: imported only when a real sweep opens its hosts
 
-    return open_hosts(exp.hosts, accept_new_host_keys)
+    return open_hosts(exp.hosts, accept_new_host_keys, allow_config_exec=allow_ssh_config_exec)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -415,7 +417,7 @@ def _filesystems_used(plan_runs: List[dict]) -> List[str]:
 
 
 def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str], dry_run: bool,
-                        observer: SweepObserver):
+                        observer: SweepObserver, lease: Any = None):
     """zcorch.provision.filesystems' manager for the receiver when the experiment declares filesystems.
 
     Only the entries the plan uses are preflighted: an unused md entry must not fail the run. In a dry
@@ -426,23 +428,17 @@ def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[
         return None
     from zcorch.provision.filesystems import FilesystemManager
 
-    from zcorch.provision.fs_state import Lease
-
     receiver = sweep.hosts["receiver"]
     state_dir = exp.hosts.fs_state_dir
     fsman = FilesystemManager(receiver, configs, state_dir, dry_run=dry_run, log=observer.message)
-    # One sweep per receiver: a second is refused with who holds it, and never undoes the first's filesystems.
-    fsman.lease = None if dry_run else Lease.take(receiver, fsman.state_dir)
-    try:
-        for undone in FilesystemManager.cleanup_stale(receiver, state_dir, leased=not dry_run):
-            warnings.append(f"undid a previous controller's leftover: {undone}")
-        problems = fsman.preflight(names=used)
-        if problems:
-            raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
-    except BaseException:
-        if fsman.lease:
-            fsman.lease.release()
-        raise
+    # One sweep per receiver (taken with the hosts, _take_leases): a second is refused with who holds it,
+    # and never undoes the first's filesystems.
+    fsman.lease = lease   # released by run_sweep, on every exit path
+    for undone in FilesystemManager.cleanup_stale(receiver, state_dir, leased=not dry_run):
+        warnings.append(f"undid a previous controller's leftover: {undone}")
+    problems = fsman.preflight(names=used)
+    if problems:
+        raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
     return fsman
 
 
@@ -452,6 +448,46 @@ def _record_filesystems(rs: Any, meta: Dict[str, Any], fsman: Any, names: Any, w
         rs.write_meta(meta, keep_previous=False)
     except ZcorchError as exc:
         warnings.append(f"could not record the filesystem descriptions in meta.json: {exc}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Leases: before anything loads the hosts
+
+def _take_leases(exp: Any, hosts: Dict[str, Host], dry_run: bool, changes: bool) -> Tuple[List[Any], Any]:
+    """(network leases of both hosts, the receiver's filesystem lease or None), taken right after the hosts
+    open: a sweep another one already holds is refused before it deploys or calibrates there (the live
+    sweep's measurements stay undisturbed). The hosts are closed when a lease is refused."""
+    if dry_run:
+        return [], None
+    from zcorch.provision import network
+    from zcorch.provision.filesystems import FilesystemManager
+    from zcorch.provision.fs_state import Lease
+
+    leases: List[Any] = []
+    try:
+        leases = network.take_leases(hosts, exp.hosts, token=os.urandom(8).hex(), changes=changes)
+        fs_lease = None
+        if exp.filesystems:
+            receiver = hosts["receiver"]
+            state_dir = FilesystemManager(receiver, {}, exp.hosts.fs_state_dir).state_dir
+            fs_lease = Lease.take(receiver, state_dir)
+        return leases, fs_lease
+    except BaseException:
+        network.release_leases(leases)
+        for h in {id(h): h for h in hosts.values()}.values():
+            h.close()
+        raise
+
+
+def _restore_network_leftovers(exp: Any, sweep: Sweep, warnings: List[str], dry_run: bool,
+                               observer: SweepObserver) -> None:
+    """Every sweep, with `networks:` or not: a killed sweep's network changes are put back (warnings say
+    so) before anything is measured, or the sweep is refused (PreflightError)."""
+    if dry_run:
+        return
+    from zcorch.provision.network import restore_leftovers
+
+    warnings += restore_leftovers(sweep.hosts, sweep.python, exp.hosts, observer.message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -518,7 +554,8 @@ def _finish_after_error(rs: Any, status: str, exc: BaseException) -> None:
 def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = None,
               resume: Optional[str] = None, accept_new_host_keys: bool = False, dry_run: bool = False,
               observer: Optional[SweepObserver] = None, command: Optional[List[str]] = None,
-              hosts: Optional[InventoryPair] = None, overrides: Sequence[str] = ()) -> SweepResult:
+              hosts: Optional[InventoryPair] = None, overrides: Sequence[str] = (),
+              allow_ssh_config_exec: bool = False) -> SweepResult:
     """Run the experiment at `experiment_path` (or continue the result set `resume`) into a result set.
 
     output: the result directory (default results/<name>-<UTC time>/). command: what the manifest
@@ -526,6 +563,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     hosts: a pair of an inventory (zcorch.config.inventory.select), instead of the file's `hosts:` (on
     resume: instead of the recorded hosts). overrides: `--set KEY=VALUE` strings (zcorch.config.overrides);
     not with `resume`. The manifest records both ("inventory", "overrides"; module zcorch.results.store).
+    allow_ssh_config_exec: let the hosts' ssh config run its `Match exec` commands (refused otherwise).
     Ctrl-C (KeyboardInterrupt) during the sweep ends it as `interrupted` with the finished runs kept;
     a ZcorchError marks the result set interrupted, any other exception (a bug) `failed`, both with
     the manifest's "error" = {"type", "message"}, and propagates.
@@ -543,6 +581,9 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     cfg = exp.baselines
     rs = _open_results(exp, exp_path, exp_bytes, plan_runs, output, resume, command or ["zcorch", "run"],
                        accept_new_host_keys, dry_run)
+    if not dry_run:   # what a third Ctrl-C during the teardown would leave (zcorch.sweep.interrupts)
+        interrupts.left_behind("results", lambda: [f"{rs.dir}: the manifest still says 'running': `zcorch run "
+                                                   f"--resume {rs.dir}` continues it"])
     skip = rs.ok_keys()
     observer.started(len(plan_runs), len(skip), None if dry_run else rs.dir)
     if exp.inventory is not None:
@@ -553,17 +594,21 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     sweep = None
     fsman = None
     netman = None
+    leases: List[Any] = []
+    fs_lease = None
     meta: Dict[str, Any] = {}
     warnings: List[str] = []
     recorded: List[Recorded] = []
     try:
         observer.stage("hosts", _TITLES["hosts"])
-        hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded)
+        hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded, allow_ssh_config_exec)
+        leases, fs_lease = _take_leases(exp, hosts, dry_run, bool(_networks_used(plan_runs)))
         observer.hosts_opened(hosts)
         observer.stage("deploy", _TITLES["deploy"])
         # the modes of the runs still to do: one a host cannot run stops the sweep here, naming why
         sweep = open_sweep(hosts, cfg, cell_modes(r["params"] for r in plan_runs
                                                   if (r["id"], r["repeat"]) not in skip))
+        _restore_network_leftovers(exp, sweep, warnings, dry_run, observer)
         # Before anything uses a path: meta's sink probe, source layout, the dd baseline, the runs.
         observer.stage("scratch", _TITLES["scratch"])
         scratch_dirs = prepare_scratch(sweep, plan_runs, cfg, observer)
@@ -574,9 +619,11 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         calibrate(sweep, meta, warnings)
         rs.write_meta(meta, keep_previous=False)
         observer.stage("filesystems", _TITLES["filesystems"])
-        fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer)
+        fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer, fs_lease)
+        interrupts.left_behind("filesystems", fsman.leftovers if fsman is not None else None)
         observer.stage("network", _TITLES["network"])
         netman = _network_manager(exp, sweep, warnings, _networks_used(plan_runs), dry_run, observer)
+        interrupts.left_behind("network", netman.leftovers if netman is not None else None)
         observer.stage("iperf3", _TITLES["iperf3"])
         _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
         observer.stage("sources", _TITLES["sources"])
@@ -609,6 +656,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         _finish_after_error(rs, "interrupted" if isinstance(exc, ZcorchError) else "failed", exc)
         raise
     finally:
+        interrupts.begin_teardown()   # from here on no signal stops the teardown (zcorch.sweep.interrupts)
         # Also after Ctrl-C or an error: the configurations provisioned so far are described in meta.json,
         # so the report can still show them next to the runs that were kept.
         if netman is not None:
@@ -619,14 +667,17 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
             _record_networks(rs, meta, netman, _networks_used(plan_runs), warnings)
         if fsman is not None:
             _record_filesystems(rs, meta, fsman, exp.filesystems, warnings)
-            if fsman.lease:
-                fsman.lease.release()
+        if fs_lease is not None or leases:
+            from zcorch.provision.network import release_leases
+
+            release_leases(leases + ([fs_lease] if fs_lease is not None else []), warnings)
         observer.sweep_ended()
         if sweep is not None:
             sweep.close()
     observer.stage("finish", _TITLES["finish"])
     try:
         rs.finish(outcome.status)
+        interrupts.left_behind("results", None)
     except OSError as exc:  # e.g. the disk filled up: a user-fixable problem, every run is already recorded
         raise ResultsWriteError(f"{rs.dir}: cannot mark the result set {outcome.status} ({exc.strerror or exc}); "
                            f"every run is recorded in {RUNS}. After fixing the cause, `zcorch run --resume "

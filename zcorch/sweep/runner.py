@@ -36,6 +36,7 @@ from zcorch.errors import HostError, ZcorchError
 from zcorch.hosts.local import Host, Process
 from zcorch.params import worker_flags
 from zcorch.results.store import ResultSet, utc_now
+from zcorch.sweep import interrupts
 
 def hostport(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
@@ -452,6 +453,7 @@ class Runner:
         except KeyboardInterrupt:
             outcome.status = "interrupted"
         finally:
+            interrupts.begin_teardown()   # no signal stops what follows (zcorch.sweep.interrupts)
             if self.fsman is not None:
                 try:
                     self.fsman.teardown_all()

@@ -23,7 +23,8 @@ kernel_feature, no_sink, zc_recv, uring, one_stream); `unavailable_modes()` name
 kernel (or this build: `build_features()`) cannot run, and why.
 
 With `streams=N` (N > 1) a result also has "streams": one dict per stream ("stream", "offset" of its
-slice, and the metrics that apply), the top-level metrics being the totals (see native/core/core.c).
+slice, and the metrics that apply), the top-level metrics being the totals (each metric combined as its
+`Metric.combine` in zcorch.params says: native/core/totals.c).
 The host_* metrics and the samples are host-wide: taken once around all the streams (one /proc window
 from just before the streams start to just after the last ends, samples summing every stream's bytes),
 so they appear in the totals only.
@@ -52,7 +53,7 @@ else:
     _IMPORT_ERROR = None
 
 SIDES = {"send": 0, "recv": 1}
-SINK_STATES = {"fresh": 0, "preallocated": 1, "overwrite": 2}  # ZC_SINK_* of zcorch_api.h
+SINK_STATES = {name: i for i, name in enumerate(_table.param("sink_state").choices)}  # ZC_SINK_STATE_* in C
 # Defaults and metric names are the tables' in zcorch.params (METRIC_KEYS stays importable from here).
 DEFAULT_BUFFER = DEFAULTS["buffer"]
 DEFAULT_TIMEOUT = DEFAULTS["timeout"]
@@ -217,124 +218,114 @@ def _bad(message: str) -> WorkerError:
     return WorkerError(errno.EINVAL, message)
 
 
-def _opt_size(name: str, value: Any, *, auto_ok: bool) -> Optional[int]:
-    if value is None or (auto_ok and value == "auto"):
+def _worker_params(side: str) -> "dict[str, _table.Param]":
+    """{keyword (dest): parameter} of the side's worker, the mode aside (native's positional argument)."""
+    return {p.dest: p for p in _table.side_params(side) if p.dest != "mode"}
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _as_choice(p: "_table.Param", value: Any) -> str:
+    if value not in p.choices:
+        raise ValueError(f"must be one of {', '.join(p.choices)}, not {value!r}")
+    return value
+
+
+def _as_cpus(value: Any) -> Optional[str]:
+    listed = parse_cpus(value)  # as the experiment file's canonical text "0,2,3"; the C list is made from it
+    return None if listed is None else ",".join(map(str, listed))
+
+
+# kind -> the worker's parser of one value (the limits are the C core's: zc_validate)
+_PARSERS = {"size": lambda p, v: parse_size(v), "int": lambda p, v: _as_int(v), "cpu": lambda p, v: _as_int(v),
+            "duration": lambda p, v: parse_duration(v), "bool": lambda p, v: bool(v), "choice": _as_choice,
+            "path": lambda p, v: v or p.default, "cpus": lambda p, v: _as_cpus(v)}
+
+
+def _worker_default(p: "_table.Param") -> Any:
+    return p.default if p.worker_absent == "default" else None
+
+
+def _parse(p: "_table.Param", value: Any) -> Any:
+    """One parameter's value as the worker applies it (None: unset); WorkerError(EINVAL) naming its flag.
+
+    The limits are the table's, checked by the C core (zc_validate) with the plan's message; here only
+    what C cannot see: a value C would take for "unset" (window 0), and a parameter C does not get."""
+    if p.kind == "path":
+        return _PARSERS["path"](p, value)
+    if value is None or (p.unset == "auto" and value == "auto"):
         return None
+    if p.kind == "duration" and p.unset == "null" and value in (0, "0"):
+        return None  # sample_interval 0: no samples
     try:
-        n = parse_size(value)
+        parsed = _PARSERS[p.kind](p, value)
     except ValueError as exc:
-        raise _bad(f"--{name}: {exc}") from None
-    if auto_ok and n == 0:
-        raise _bad(f"--{name} must be > 0 (or auto)")
-    return n
+        raise _bad(f"{p.flag}: {exc}") from None
+    if p.kind in _table.NUMERIC_KINDS and (p.ctype is None or parsed == p.c_unset):
+        problem = _table.limit_problem(p, parsed)
+        if problem:
+            raise _bad(f"{p.flag}: {problem}")
+    return parsed
 
 
-def normalize_params(side: str, *, bytes: Any = None, buffer: Any = DEFAULT_BUFFER, window: Any = None,
-                     subblocks: Any = DEFAULTS["subblocks"], pipe_size: Any = None, cpu: Any = None,
-                     gift: bool = False, fsync: bool = False, source: Optional[str] = None,
-                     sink: Optional[str] = None, timeout: Any = DEFAULT_TIMEOUT,
-                     sink_state: str = DEFAULTS["sink_state"], streams: Any = DEFAULTS["streams"],
-                     cpus: Any = None, uring_depth: Any = DEFAULTS["uring_depth"],
-                     tcp_maxseg: Any = None, sample_interval: Any = None) -> "dict[str, Any]":
-    """Parameters as they will be applied (sizes in bytes, timeout in s); WorkerError(EINVAL) if bad.
+def normalize_params(side: str, **given: Any) -> "dict[str, Any]":
+    """Parameters as they will be applied (sizes in bytes, durations in s, a CPU list as "0,2"), keyed by
+    the worker's keyword (zcorch.params Param.dest); the table's default for one not given. WorkerError
+    (EINVAL) for a value that cannot be parsed, or one of the other side's parameters given a value.
 
     sample_interval: seconds between samples; None or 0 = no samples."""
     if side not in SIDES:
         raise _bad(f"side must be send or recv, not {side!r}")
-    p: "dict[str, Any]" = {"bytes": _opt_size("bytes", bytes, auto_ok=False)}
-    buf = _opt_size("buffer", buffer, auto_ok=False)
-    if not buf:
-        raise _bad("--buffer must be > 0")
-    p["buffer"] = buf
-    p["window"] = _opt_size("window", window, auto_ok=True)
-    p["pipe_size"] = _opt_size("pipe-size", pipe_size, auto_ok=True)
-    if isinstance(subblocks, bool) or not isinstance(subblocks, int) or subblocks < 1:
-        raise _bad(f"--subblocks must be an integer >= 1, got {subblocks!r}")
-    p["subblocks"] = subblocks
-    if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, int) or cpu < 0):
-        raise _bad(f"--cpu must be an integer >= 0, got {cpu!r}")
-    p["cpu"] = cpu
-    for name, value, lo, hi in (("streams", streams, 1, 256), ("uring-depth", uring_depth, 1, 4096)):
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise _bad(f"--{name} must be an integer between {lo} and {hi}, got {value!r}")
-    p["streams"] = streams
-    p["uring_depth"] = uring_depth
-    try:  # as the experiment file's canonical text "0,2,3"; the C list is made from it
-        listed = parse_cpus(cpus)
-    except ValueError as exc:
-        raise _bad(f"--cpus: {exc}") from None
-    p["cpus"] = None if listed is None else ",".join(map(str, listed))
-    p["gift"] = bool(gift)
-    try:
-        p["timeout"] = parse_duration(timeout)
-    except ValueError as exc:
-        raise _bad(f"--timeout: {exc}") from None
-    if p["timeout"] <= 0:
-        raise _bad("--timeout must be > 0")
-    try:
-        interval = parse_duration(sample_interval) if sample_interval not in (None, 0, "0") else None
-    except ValueError as exc:
-        raise _bad(f"--sample-interval: {exc}") from None
-    if interval is not None and interval < 0.001:
-        raise _bad("--sample-interval must be at least 1ms (or 0: no samples)")
-    p["sample_interval"] = interval
-    if side == "send":
-        if sink is not None or fsync or sink_state != DEFAULTS["sink_state"] or tcp_maxseg is not None:
-            raise _bad("--sink, --sink-state, --fsync and --tcp-maxseg are receiver parameters")
-        p["source"] = source or DEFAULTS["source"]
-    else:
-        if source is not None:
-            raise _bad("--source is a sender parameter")
-        if sink_state not in SINK_STATES:
-            raise _bad(f"--sink-state must be one of {', '.join(SINK_STATES)}, not {sink_state!r}")
-        p["sink"] = sink or DEFAULTS["sink"]
-        p["sink_state"] = sink_state
-        p["fsync"] = bool(fsync)
-        if tcp_maxseg is not None and (isinstance(tcp_maxseg, bool) or not isinstance(tcp_maxseg, int)
-                                       or not 88 <= tcp_maxseg <= 32767):
-            raise _bad(f"--tcp-maxseg must be an integer between 88 and 32767, got {tcp_maxseg!r}")
-        p["tcp_maxseg"] = tcp_maxseg
-    return p
+    mine = _worker_params(side)
+    other_side = "recv" if side == "send" else "send"
+    others = {dest: p for dest, p in _worker_params(other_side).items() if dest not in mine}
+    unknown = sorted(set(given) - set(mine) - set(others))
+    if unknown:
+        raise TypeError(f"normalize_params() got unexpected keyword arguments: {', '.join(unknown)}")
+    misplaced = [p.flag for dest, p in others.items() if given.get(dest) not in (None, False, p.default)]
+    if misplaced:
+        words = ("receiver", "sender") if side == "send" else ("sender", "receiver")
+        raise _bad(f"the {words[0]} parameters {', '.join(misplaced)} do not apply to the {words[1]}")
+    return {dest: _parse(p, given.get(dest, _worker_default(p))) for dest, p in mine.items()}
 
 
 class _CParams:
-    """A zc_params struct plus the C strings it points to (kept alive as long as this object)."""
+    """A zc_params struct plus the C strings and arrays it points to (kept alive as long as this object).
+
+    One loop over the table's C fields (zcorch.params.c_params): a field this side does not get keeps
+    zc_params_init's default."""
 
     def __init__(self, side: str, mode: str, host: str, port: int, p: "dict[str, Any]"):
-        self._strings = []
+        self._keep: "list[Any]" = []
         s = ffi.new("zc_params *")
+        lib.zc_params_init(s)
         s.side = SIDES[side]
         s.mode = self._str(mode)
         s.host = self._str(host)
         s.port = port
-        s.bytes = p["bytes"] or 0
-        s.bytes_set = p["bytes"] is not None
-        s.buffer = p["buffer"]
-        s.window = p["window"] or 0
-        s.subblocks = p["subblocks"]
-        s.pipe_size = p["pipe_size"] or 0
-        s.cpu = -1 if p["cpu"] is None else p["cpu"]
-        s.gift = p["gift"]
-        s.fsync = p.get("fsync", False)
-        s.source = self._str(p.get("source"))
-        s.sink = self._str(p.get("sink"))
-        s.timeout_s = p["timeout"]
-        s.sink_state = SINK_STATES[p.get("sink_state", "fresh")]
-        if hasattr(s, "streams"):  # a build older than streams has none of these fields
-            s.streams = p.get("streams", 1)
-            cpus = parse_cpus(p.get("cpus")) or []
-            if cpus:
-                arr = ffi.new("int[]", cpus)
-                self._strings.append(arr)
-                s.cpus = arr
-            s.ncpus = len(cpus)
-            s.uring_depth = p.get("uring_depth", 8)
-            s.tcp_maxseg = p.get("tcp_maxseg") or 0
-            if s.streams > 1:
-                self.stream_metrics = ffi.new("zc_metrics[]", s.streams)
-                self.stream_offsets = ffi.new("uint64_t[]", s.streams)
-                s.stream_metrics = self.stream_metrics
-                s.stream_offsets = self.stream_offsets
+        for prm in _table.c_params():
+            if prm.dest == "mode" or prm.dest not in p:
+                continue
+            value = _table.c_value(prm, p[prm.dest])
+            try:
+                setattr(s, prm.dest, self._str(value) if prm.ctype == "const char *" else value)
+            except OverflowError:  # beyond the C type: beyond the table's limits too
+                raise _bad(f"{prm.flag}: {_table.limit_problem(prm, p[prm.dest])}") from None
+        cpus = parse_cpus(p.get("cpus")) or []
+        if cpus:
+            arr = ffi.new("int[]", cpus)
+            self._keep.append(arr)
+            s.cpus = arr
+        s.ncpus = len(cpus)
+        if s.streams > 1:
+            self.stream_metrics = ffi.new("zc_metrics[]", s.streams)
+            self.stream_offsets = ffi.new("uint64_t[]", s.streams)
+            s.stream_metrics = self.stream_metrics
+            s.stream_offsets = self.stream_offsets
         self.watch = _Watch(p.get("sample_interval"), p["timeout"])
         s.watch = self.watch.struct
         self.struct = s
@@ -343,8 +334,21 @@ class _CParams:
         if value is None:
             return ffi.NULL
         c = ffi.new("char[]", value.encode())
-        self._strings.append(c)
+        self._keep.append(c)
         return c
+
+
+def validate(side: str, mode: str, **params: Any) -> "dict[str, Any]":
+    """The checks a run starts with, and nothing else: the parameters as applied (normalize_params), or
+    WorkerError as send() / Receiver() would raise it (the C core's zc_validate: the table's limits, the
+    mode, what the mode cannot do). Opens nothing."""
+    L = _lib()
+    applied = normalize_params(side, **params)
+    c = _CParams(side, mode, "", 0, applied)
+    err = ffi.new("zc_error *")
+    if L.zc_validate(c.struct, err) != 0:
+        _raise(err)
+    return applied
 
 
 def _proc_size(path: str) -> int:

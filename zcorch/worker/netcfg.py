@@ -4,15 +4,20 @@
     python - ACTION ARGS... < zcorch/worker/netcfg.py   (remote hosts: this file's text on stdin)
 
 Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
-    probe PEER [SYSCTL...]          -> JSON: euid, netns, the data link (the interface of the route to PEER,
-                                       `ip -j route get PEER`), its MTU and kind, the congestion controls,
-                                       each SYSCTL's value (null when the host has no such file)
+    probe PEER [--keep=ADDR...] [SYSCTL...]
+                                    -> JSON: euid, netns, the data link (the interface of the route to PEER,
+                                       `ip -j route get PEER`), its MTU, kind and address families, the
+                                       congestion controls, each SYSCTL's value (null when the host has no
+                                       such file), and the links that carry the controller's SSH session
+                                       (SSH_CONNECTION's two ends, and the route to each --keep ADDR)
     state STATE_DIR                 -> JSON: this network namespace's state file (null without one)
     apply STATE_DIR PEER SPEC OWNER -> JSON: the effective values after applying SPEC
                                        ({"name", "mtu": int|null, "sysctls": {name: value}})
     restore STATE_DIR               -> JSON {"restored": [...], "errors": [...]}: the recorded values back
 
-The state file (`STATE_DIR/zcorch-net-<netns inode>.json`, mode 0600) records the data link's MTU and
+The state file (`STATE_DIR/zcorch-net-<netns inode>.json`, mode 0600, in a directory only this user can
+write; read only when both are so, and never through a symlink: a file someone else could have written
+would make `restore` set values of their choosing) records the data link's MTU and
 every sysctl's previous value *before* anything changes, so a controller killed at any moment leaves what
 `restore` (the next run, `zcorch lab down`) needs. One per network namespace: interfaces and `net.*`
 sysctls belong to a namespace, so two lab hosts sharing a directory never share a file.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 TYPE_CHECKING = False
@@ -38,6 +44,8 @@ STATE_PREFIX = "zcorch-net-"
 FORMAT = "zcorch-net-state"
 CONGESTION = "net.ipv4.tcp_congestion_control"
 SYSCTL_RE = re.compile(r"^net(\.[A-Za-z0-9_-]+)+$")
+IPV6_MIN_MTU = 1280   # below it the kernel deletes the link's IPv6 addresses (restoring the MTU does not re-add them)
+IPV4_MIN_MTU = 68
 
 
 class ActionError(Exception):
@@ -95,6 +103,70 @@ def link_facts(dev: str) -> "Dict[str, Any]":
             "min_mtu": link.get("min_mtu"), "max_mtu": link.get("max_mtu")}
 
 
+def link_addresses(dev: str) -> "Dict[str, List[str]]":
+    """{"inet": [...], "inet6": [...]}: the addresses on `dev` (an MTU below a family's minimum deletes them)."""
+    out: "Dict[str, List[str]]" = {"inet": [], "inet6": []}
+    for link in json.loads(_ip(["-j", "addr", "show", "dev", dev]) or "[]"):
+        for a in link.get("addr_info") or []:
+            if a.get("family") in out and a.get("local"):
+                out[a["family"]].append(str(a["local"]))
+    return out
+
+
+def mtu_problem(dev: str, mtu: int, addresses: "Dict[str, List[str]]") -> "Optional[str]":
+    """Why `mtu` would cost `dev` its addresses (None: it would keep them)."""
+    for family, least, name in (("inet6", IPV6_MIN_MTU, "IPv6"), ("inet", IPV4_MIN_MTU, "IPv4")):
+        if addresses.get(family) and mtu < least:
+            return (f"mtu {mtu} is below {least}, the least {name} needs: the kernel would delete {dev}'s {name} "
+                    f"addresses ({', '.join(addresses[family][:4])}) and restoring the MTU does not bring them back")
+    return None
+
+
+def _bare(address: str) -> str:
+    """An address as `ip` prints it: no IPv6 zone (%eth0), no IPv4-mapped prefix (::ffff:10.0.0.1)."""
+    address = address.split("%", 1)[0]
+    return address[7:] if address.lower().startswith("::ffff:") and "." in address else address
+
+
+def _all_links() -> "List[Dict[str, Any]]":
+    return json.loads(_ip(["-j", "-d", "addr", "show"]) or "[]")
+
+
+def carrying_links(keep: "List[str]") -> "Dict[str, str]":
+    """{interface: why}: the links the controller's SSH session rides on here, which no network change may
+    touch. The session's two ends come from SSH_CONNECTION (the interface holding the local end, the route
+    to the client); `keep` adds the route to each given address (a local host: the other hosts' SSH peers).
+    A link under one of those (the parent of a VLAN/macvlan, a bridge's or bond's ports) carries it too."""
+    out: "Dict[str, str]" = {}
+    links = _all_links()
+    by_name = {link.get("ifname"): link for link in links if link.get("ifname")}
+    session = os.environ.get("SSH_CONNECTION", "").split()
+    if len(session) == 4:
+        client, server = _bare(session[0]), _bare(session[2])
+        what = f"the controller's SSH session ({client} -> {server}:{session[3]})"
+        for link in links:
+            if any(a.get("local") == server for a in link.get("addr_info") or []):
+                out.setdefault(link["ifname"], what)
+        keep = [client] + list(keep)
+    for address in keep:
+        try:
+            out.setdefault(data_link(_bare(address)), f"the route to {address}, which carries the controller's SSH "
+                                                      "session" if address not in session else
+                                                      f"the controller's SSH session (from {address})")
+        except (ActionError, ValueError):
+            continue
+    todo = list(out)
+    while todo:   # what lies under a carrying link carries it too
+        name = todo.pop()
+        link = by_name.get(name) or {}
+        below = [link.get("link")] + [n for n, other in by_name.items() if other.get("master") == name]
+        for lower in below:
+            if lower and lower in by_name and lower not in out:
+                out[lower] = f"{out[name]}, under {name}"
+                todo.append(lower)
+    return out
+
+
 def netns_id() -> int:
     """The inode of this process's network namespace: one state file per namespace."""
     return os.stat("/proc/self/ns/net").st_ino
@@ -117,12 +189,16 @@ def _congestion() -> "Dict[str, Any]":
             "congestion_allowed": allowed.split() if allowed else [], "init_netns": in_init_netns()}
 
 
-def probe(peer: str, sysctls: "List[str]") -> "Dict[str, Any]":
+def probe(peer: str, args: "List[str]") -> "Dict[str, Any]":
+    keep = [a[len("--keep="):] for a in args if a.startswith("--keep=")]
+    sysctls = [a for a in args if not a.startswith("--keep=")]
     out: "Dict[str, Any]" = {"euid": os.geteuid(), "netns": netns_id(), "interface": None, "mtu": None,
-                             "kind": None, "error": None}
+                             "kind": None, "error": None, "addresses": {}, "carrying": {}}
     try:
         out["interface"] = data_link(peer)
         out.update({k: v for k, v in link_facts(out["interface"]).items() if k != "ifindex"})
+        out["addresses"] = link_addresses(out["interface"])
+        out["carrying"] = carrying_links(keep)
     except (ActionError, ValueError) as exc:
         out["error"] = str(exc)
     out.update(_congestion())
@@ -139,26 +215,68 @@ def state_path(state_dir: str) -> str:
     return os.path.join(os.path.expanduser(state_dir), f"{STATE_PREFIX}{netns_id()}.json")
 
 
+def _private(path: str, st: "os.stat_result", what: str) -> None:
+    """ActionError unless `st` (of `path`) belongs to this user and no one else may write it."""
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ActionError(f"{path}: the network state {what} is owned by uid {st.st_uid} with mode "
+                          f"{st.st_mode & 0o7777:04o}, not this user's (uid {os.geteuid()}) and writable by no one "
+                          f"else: someone else could have written it, so it is not acted on (check it, then remove "
+                          f"it or `chown {os.geteuid()} {path}; chmod go-w {path}`)")
+
+
 def read_state(state_dir: str) -> "Optional[Dict[str, Any]]":
+    """The state file, only when it and every directory down to it are this user's and private (no symlink
+    for the file itself): `restore` writes what it says."""
+    path = state_path(state_dir)
     try:
-        with open(state_path(state_dir)) as f:
-            return json.load(f)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    except ValueError as exc:
-        raise ActionError(f"{state_path(state_dir)}: unreadable state file ({exc}); check and remove it") from None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise ActionError(f"{path}: the network state file is a symbolic link: not followed (remove it)") from None
+        raise
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ActionError(f"{path}: the network state file is not a regular file (remove it)")
+        _private(path, st, "file")
+        _check_dirs(os.path.dirname(path))
+        try:
+            data = json.load(f)
+        except ValueError as exc:
+            raise ActionError(f"{path}: unreadable state file ({exc}); check and remove it") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ActionError(f"{path}: not a zcorch network state file (format {FORMAT!r}); check and remove it")
+    return data
+
+
+def _check_dirs(directory: str) -> None:
+    """The state directory (resolved) must be private to this user; each directory above it root's or this
+    user's, and writable by others only when sticky (/tmp): else someone could swap the state directory."""
+    real = os.path.realpath(directory)
+    _private(real, os.stat(real), "directory")
+    parent = os.path.dirname(real)
+    while parent != real:
+        st = os.stat(parent)
+        if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            raise ActionError(f"{parent}: a directory above the network state directory {directory} is owned by uid "
+                              f"{st.st_uid} with mode {st.st_mode & 0o7777:04o}: someone else could replace what "
+                              f"is below it, so the network state there is not acted on")
+        real, parent = parent, os.path.dirname(parent)
 
 
 def _write_state(path: str, data: "Dict[str, Any]") -> None:
     """Atomically (temp file, fsync, rename), mode 0600, in a directory only this user can change."""
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    st = os.stat(directory)
-    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        raise ActionError(f"{directory} is not this user's private directory (owner uid {st.st_uid}, mode "
-                          f"{st.st_mode & 0o7777:04o}): refusing to keep network state there")
+    _check_dirs(directory)
     tmp = f"{path}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.unlink(tmp)       # a leftover of a killed apply with our pid (never followed: unlink of the name)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1)
         f.write("\n")
@@ -183,6 +301,10 @@ def apply(state_dir: str, peer: str, spec: "Dict[str, Any]", owner: "Dict[str, A
             raise ActionError(f"this host has no sysctl {name} ({sysctl_path(name)} does not exist in its "
                               "network namespace)")
     mtu = spec.get("mtu")
+    if mtu is not None:
+        why = mtu_problem(dev, int(mtu), link_addresses(dev))
+        if why:
+            raise ActionError(why)
     data = {"format": FORMAT, "version": 1, "name": spec.get("name"), "owner": owner, "netns": netns_id(),
             "interface": dev, "ifindex": link["ifindex"], "mtu": link["mtu"] if mtu is not None else None,
             "sysctls": old}
@@ -248,7 +370,7 @@ def _print_json(doc: "Any") -> int:
 
 
 ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Any]]" = {
-    "probe": ("PEER [SYSCTL...]", 1, None, lambda a: _print_json(probe(a[0], a[1:]))),
+    "probe": ("PEER [--keep=ADDR...] [SYSCTL...]", 1, None, lambda a: _print_json(probe(a[0], a[1:]))),
     "state": ("STATE_DIR", 1, 1, lambda a: _print_json(read_state(a[0]))),
     "apply": ("STATE_DIR PEER SPEC OWNER", 4, 4,
               lambda a: _print_json(apply(a[0], a[1], json.loads(a[2]), json.loads(a[3])))),

@@ -1,0 +1,128 @@
+/* The files of one stream: the sender's source (mem, a file, a device) and the receiver's sink, prepared
+ * before the run as --sink-state says (fresh, preallocated, overwritten once), all untimed.
+ */
+#include "zc_core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+int zc_open_source(zc_ctx *c)
+{
+    const zc_params *p = c->p;
+    if (!p->source || !*p->source || strcmp(p->source, "mem") == 0) {
+        c->src_mem = 1;
+        if (!zc_bytes_set(p))
+            return zc_fail(c, EINVAL, "--bytes is required with source mem");
+        c->total = p->bytes;
+        c->total_known = 1;
+        return 0;
+    }
+    c->fd = open(p->source, O_RDONLY | O_CLOEXEC);
+    if (c->fd < 0)
+        return zc_fail_errno(c, "cannot open source %s", p->source);
+    struct stat st;
+    if (fstat(c->fd, &st) < 0)
+        return zc_fail_errno(c, "fstat of source %s", p->source);
+    if (S_ISDIR(st.st_mode))
+        return zc_fail(c, EINVAL, "source %s is a directory", p->source);
+    c->total_known = 1;
+    if (S_ISREG(st.st_mode)) {
+        c->fd_is_reg = 1;
+        if (zc_bytes_set(p) && (uint64_t)st.st_size < p->bytes)
+            return zc_fail(c, EINVAL, "source %s is %llu bytes, shorter than --bytes %llu", p->source,
+                           (unsigned long long)st.st_size, (unsigned long long)p->bytes);
+        c->total = zc_bytes_set(p) ? p->bytes : (uint64_t)st.st_size;
+        return 0;
+    }
+    c->src_zero = S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 5);
+    if (!zc_bytes_set(p))
+        return zc_fail(c, EINVAL, "--bytes is required with source %s (it has no size)", p->source);
+    c->total = p->bytes;
+    return 0;
+}
+
+static int write_zeros(zc_ctx *c, uint64_t from, uint64_t to)
+{
+    size_t len = 1 << 20;
+    unsigned char *z = zc_alloc(c, len, "zero-filling the sink");
+    if (!z)
+        return -1;
+    int rc = 0;
+    while (from < to) {
+        size_t n = zc_min(len, to - from);
+        ssize_t w = pwrite(c->fd, z, n, (off_t)from);
+        if (w <= 0) {
+            if (w < 0 && errno == EINTR)
+                continue;
+            rc = zc_fail_errno(c, "writing the sink %s once before overwriting it", c->p->sink);
+            break;
+        }
+        from += (uint64_t)w;
+    }
+    zc_free(z, len);
+    if (rc == 0 && fsync(c->fd) < 0)
+        rc = zc_fail_errno(c, "fsync of the sink %s after writing it once", c->p->sink);
+    return rc;
+}
+
+static const char *sink_state_name(int s)
+{
+    return s == ZC_SINK_STATE_FRESH ? "fresh" : s == ZC_SINK_STATE_PREALLOCATED ? "preallocated" : "overwrite";
+}
+
+int zc_open_sink(zc_ctx *c)
+{
+    const zc_params *p = c->p;
+    const char *path = p->sink && *p->sink ? p->sink : "/dev/null";
+    struct stat st;
+    int exists = stat(path, &st) == 0;
+    if (exists && S_ISDIR(st.st_mode))
+        return zc_fail(c, EINVAL, "sink %s is a directory", path);
+    int reg = !exists || S_ISREG(st.st_mode);
+    if (!reg && p->sink_state != ZC_SINK_STATE_FRESH)
+        return zc_fail(c, EINVAL, "--sink-state %s needs a regular-file sink, not %s", sink_state_name(p->sink_state),
+                       path);
+    if (!reg && p->fsync)
+        return zc_fail(c, EINVAL, "--fsync needs a regular-file sink, not %s", path);
+    if (p->sink_state != ZC_SINK_STATE_FRESH && !zc_bytes_set(p))
+        return zc_fail(c, EINVAL, "--sink-state %s needs --bytes", sink_state_name(p->sink_state));
+    int flags = O_RDWR | O_CREAT | O_CLOEXEC;
+    if (reg && p->sink_state != ZC_SINK_STATE_OVERWRITE)
+        flags |= O_TRUNC;
+    c->fd = open(path, flags, 0644);
+    if (c->fd < 0)
+        return zc_fail_errno(c, "cannot open sink %s", path);
+    if (fstat(c->fd, &st) < 0)
+        return zc_fail_errno(c, "fstat of sink %s", path);
+    c->fd_is_reg = S_ISREG(st.st_mode);
+    if (p->sink_state == ZC_SINK_STATE_PREALLOCATED && p->bytes > 0 &&
+        fallocate(c->fd, 0, 0, (off_t)p->bytes) < 0)
+        return zc_fail_errno(c, "fallocate of %llu bytes for sink %s", (unsigned long long)p->bytes, path);
+    if (p->sink_state == ZC_SINK_STATE_OVERWRITE && (uint64_t)st.st_size < p->bytes &&
+        write_zeros(c, (uint64_t)st.st_size, p->bytes) < 0)
+        return -1;
+    if (fstat(c->fd, &st) < 0)
+        return zc_fail_errno(c, "fstat of sink %s", path);
+    c->orig_size = (uint64_t)st.st_size;
+    c->total_known = zc_bytes_set(p);
+    c->total = p->bytes;
+    return 0;
+}
+
+/* Another stream of the group: the sink `first` prepared, opened again (its own file offset) */
+int zc_reopen_sink(zc_ctx *c, const zc_ctx *first)
+{
+    const char *path = c->p->sink && *c->p->sink ? c->p->sink : "/dev/null";
+    c->fd = open(path, O_RDWR | O_CLOEXEC);
+    if (c->fd < 0)
+        return zc_fail_errno(c, "cannot open sink %s again for stream %d", path, c->stream);
+    c->fd_is_reg = first->fd_is_reg;
+    c->orig_size = first->orig_size;
+    c->total_known = first->total_known;
+    c->total = first->total;
+    return 0;
+}

@@ -1,0 +1,180 @@
+/* The streams of one run (--streams N; one stream is a group of one): their contexts, the threads that
+ * run their timed transfers behind one gate, and which failure explains the run.
+ *
+ * Each stream carries its own slice of the data: stream i moves bytes [offset_i, offset_i + length_i) of
+ * the source and writes them at the same offsets of the sink, so the result is the one-stream file, byte
+ * for byte (zc_stream_slice). Everything untimed (opening, connecting, hellos, mode set-up) happens in the
+ * calling thread (lifecycle.c); the threads pin themselves (--cpu / --cpus), wait at the gate until all
+ * exist, then run the timed transfers. Today a thread runs one stream (zc_thread.first, .count = 1): the
+ * per-stream state is all in the zc_ctx, so a thread could multiplex several later.
+ */
+#include "zc_core.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+zc_group *zc_group_new(const zc_params *p, zc_error *err)
+{
+    int n = p->streams > 0 ? p->streams : 1;
+    zc_group *g = calloc(1, sizeof *g);
+    if (g) {
+        g->n = n;
+        g->ctx = calloc((size_t)n, sizeof *g->ctx);
+        g->params = calloc((size_t)n, sizeof *g->params);
+        g->errs = calloc((size_t)n, sizeof *g->errs);
+        g->rc = calloc((size_t)n, sizeof *g->rc);
+        g->tfail = calloc((size_t)n, sizeof *g->tfail);
+    }
+    if (!g || !g->ctx || !g->params || !g->errs || !g->rc || !g->tfail) {
+        if (g) {
+            free(g->tfail);
+            free(g->ctx);
+            free(g->params);
+            free(g->errs);
+            free(g->rc);
+            free(g);
+        }
+        err->code = ENOMEM;
+        snprintf(err->message, sizeof err->message, "%s: out of memory for %d streams",
+                 p->side == ZC_SIDE_SEND ? "send" : "recv", n);
+        return NULL;
+    }
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->cond, NULL);
+    for (int i = 0; i < n; i++) {
+        g->params[i] = *p;                /* --fsync: the group fsyncs the sink once, after every stream */
+        g->params[i].stream_metrics = NULL;
+        g->params[i].stream_offsets = NULL;
+        zc_ctx_init(&g->ctx[i], &g->params[i], &g->errs[i]);
+        g->ctx[i].stream = i;
+        g->ctx[i].nstreams = n;
+        g->ctx[i].group = g;
+    }
+    return g;
+}
+
+void zc_group_free(zc_group *g)
+{
+    for (int i = 0; i < g->n; i++)
+        zc_ctx_cleanup(&g->ctx[i]);
+    pthread_mutex_destroy(&g->lock);
+    pthread_cond_destroy(&g->cond);
+    free(g->ctx);
+    free(g->params);
+    free(g->errs);
+    free(g->rc);
+    free(g->tfail);
+    free(g);
+}
+
+/* The error of the stream that failed first (in time; set-up failures come in stream order): as it is
+ * with one stream, else as "<side> <mode>: stream i of n: <what>"; 0 if none failed. */
+int zc_group_error(zc_group *g, zc_error *err)
+{
+    int first = -1;
+    for (int i = 0; i < g->n; i++)
+        if (g->rc[i] != 0 && (first < 0 || g->tfail[i] < g->tfail[first]))
+            first = i;
+    if (first < 0)
+        return 0;
+    err->code = g->errs[first].code ? g->errs[first].code : EIO;
+    const char *msg = g->errs[first].message;
+    if (g->n == 1) {
+        snprintf(err->message, sizeof err->message, "%s", msg);
+        return -1;
+    }
+    const char *rest = strstr(msg, ": ");
+    int head = rest ? (int)(rest - msg) : 0;
+    char tail[sizeof err->message];
+    snprintf(tail, sizeof tail, "%s", rest ? rest + 2 : msg);
+    int k = snprintf(err->message, sizeof err->message, "%.*s: stream %d of %d: ", head, msg, first, g->n);
+    if (k > 0 && (size_t)k < sizeof err->message)
+        snprintf(err->message + k, sizeof err->message - (size_t)k, "%.*s",
+                 (int)(sizeof err->message - (size_t)k - 1), tail);
+    return -1;
+}
+
+/* What one thread runs: streams [first, first + count) of its group. */
+typedef struct zc_thread {
+    zc_group *g;
+    int first, count;
+    pthread_t tid;
+} zc_thread;
+
+/* A thread: pin (to its first stream's CPU), wait at the gate, run its streams' transfers. */
+static void *thread_main(void *arg)
+{
+    zc_thread *t = arg;
+    zc_group *g = t->g;
+    int pinned = zc_pin_cpu(&g->ctx[t->first]);
+    pthread_mutex_lock(&g->lock);
+    while (g->go == 0)
+        pthread_cond_wait(&g->cond, &g->lock);
+    int go = g->go;
+    pthread_mutex_unlock(&g->lock);
+    for (int i = t->first; i < t->first + t->count; i++) {
+        zc_ctx *c = &g->ctx[i];
+        int rc;
+        if (go < 0) {
+            rc = zc_fail(c, EAGAIN, "another stream's thread could not be created");
+            g->rc[i] = rc;
+            g->tfail[i] = INT64_MAX;
+            continue;
+        }
+        rc = pinned < 0 ? pinned : zc_stream_transfer(c);
+        if (pinned < 0 && i != t->first)
+            *c->err = *g->ctx[t->first].err;
+        g->rc[i] = rc;
+        g->tfail[i] = rc ? zc_now_ns() : 0;
+    }
+    return NULL;
+}
+
+/* The streams of c's group: the host sampler (hoststat.c) sums their bytes. */
+int zc_group_size(const zc_ctx *c) { return c->group ? c->group->n : 1; }
+const zc_ctx *zc_group_stream(const zc_ctx *c, int i) { return c->group ? &c->group->ctx[i] : c; }
+
+/* Start the threads, open the gate, wait for all; the group's timed span (first stream's start to the
+ * last one's end) in t0, t1. The host watch (zc_params.watch: /proc counters, the sampler) begins once
+ * for the whole group, on ctx[0], just before the gate opens; the caller ends it (zc_watch_end(&g->ctx[0]))
+ * after the span (the receiver after its fsync), whatever the outcome. */
+void zc_group_run(zc_group *g, int64_t *t0, int64_t *t1)
+{
+    zc_thread *th = calloc((size_t)g->n, sizeof *th);
+    int nthreads = g->n, started = 0;
+    *t0 = *t1 = 0;
+    if (!th) {
+        for (int i = 0; i < g->n; i++)
+            g->rc[i] = zc_fail(&g->ctx[i], ENOMEM, "out of memory for the stream threads");
+        return;
+    }
+    for (; started < nthreads; started++) {
+        th[started] = (zc_thread){.g = g, .first = started, .count = 1};
+        int e = pthread_create(&th[started].tid, NULL, thread_main, &th[started]);
+        if (e) {
+            errno = e;
+            g->rc[started] = zc_fail_errno(&g->ctx[started], "pthread_create for stream %d", started);
+            break;
+        }
+    }
+    if (started == nthreads)
+        zc_watch_begin(&g->ctx[0]);
+    pthread_mutex_lock(&g->lock);
+    g->go = started == nthreads ? 1 : -1;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i].tid, NULL);
+    free(th);
+    *t0 = INT64_MAX;
+    for (int i = 0; i < g->n; i++) {
+        if (g->ctx[i].t0_ns && g->ctx[i].t0_ns < *t0)
+            *t0 = g->ctx[i].t0_ns;
+        if (g->ctx[i].t1_ns > *t1)
+            *t1 = g->ctx[i].t1_ns;
+    }
+    if (*t0 == INT64_MAX)
+        *t0 = *t1;
+}

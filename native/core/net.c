@@ -1,0 +1,310 @@
+/* The connections of a run, all untimed: resolve, listen (with --window and --tcp-maxseg on the listening
+ * socket), connect within the deadline, read back the socket's buffers and TCP_INFO, and the exchanges
+ * around the transfer: the stream hello that tells the receiver which slice a connection carries (a group
+ * of several streams only: the receiver cannot tell the connections apart by their order of arrival), the
+ * sender's wait for the receiver's close, the receiver's check that the sender sent no more than --bytes.
+ *
+ * A stream hello is 32 bytes, little-endian: magic "zcs1", stream index, stream count (u32 each), 4 bytes
+ * zero, the slice's offset and length (u64 each).
+ */
+#include "zc_core.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define ZC_HELLO_MAGIC 0x315343a5u /* "zcs1" */
+
+static void put_le32(unsigned char *b, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_le64(unsigned char *b, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        b[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_le32(const unsigned char *b)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | b[i];
+    return v;
+}
+static uint64_t get_le64(const unsigned char *b)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | b[i];
+    return v;
+}
+
+static int resolve(zc_ctx *c, int passive, struct addrinfo **res)
+{
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", c->p->port);
+    const char *host = c->p->host && *c->p->host ? c->p->host : NULL;
+    int rc = getaddrinfo(host, port, &hints, res);
+    if (rc != 0)
+        return zc_fail(c, EINVAL, "cannot resolve address %s: %s", host ? host : "(any)", gai_strerror(rc));
+    return 0;
+}
+
+static int set_window(zc_ctx *c, int fd, int opt, const char *name)
+{
+    if (!c->p->window)
+        return 0;
+    int v = (int)c->p->window;
+    if (setsockopt(fd, SOL_SOCKET, opt, &v, sizeof v) < 0)
+        return zc_fail_errno(c, "setsockopt(%s, %d)", name, v);
+    return 0;
+}
+
+int zc_listen(zc_ctx *c, int backlog, int *port)
+{
+    struct addrinfo *res;
+    if (resolve(c, 1, &res) < 0)
+        return -1;
+    int rc = -1;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            zc_fail_errno(c, "socket");
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (set_window(c, fd, SO_RCVBUF, "SO_RCVBUF") < 0) {
+            close(fd);
+            break;
+        }
+        /* --tcp-maxseg (or what the mode asked for): caps the MSS the accepted connection advertises */
+        int mss = c->p->tcp_maxseg > 0 ? c->p->tcp_maxseg : c->listen_maxseg;
+        if (mss > 0 && setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss) < 0) {
+            zc_fail_errno(c, "setsockopt(TCP_MAXSEG, %d) on the listening socket", mss);
+            close(fd);
+            break;
+        }
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, backlog) < 0) {
+            zc_fail_errno(c, "cannot listen on %s port %d", c->p->host ? c->p->host : "*", c->p->port);
+            close(fd);
+            continue;
+        }
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+            zc_fail_errno(c, "getsockname");
+            close(fd);
+            break;
+        }
+        *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                : ((struct sockaddr_in *)&ss)->sin_port);
+        c->listen_fd = fd;
+        rc = 0;
+        break;
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+int zc_poll_deadline(zc_ctx *c, int fd, short events, const char *doing)
+{
+    for (;;) {
+        int64_t left = c->deadline_ns - zc_now_ns();
+        if (left <= 0)
+            return zc_fail(c, ETIMEDOUT, "timed out after %gs while %s", c->p->timeout, doing);
+        struct pollfd pfd = {.fd = fd, .events = events};
+        int n = poll(&pfd, 1, (int)((left + 999999) / 1000000));
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return zc_fail_errno(c, "poll while %s", doing);
+    }
+}
+
+int zc_connect(zc_ctx *c)
+{
+    struct addrinfo *res;
+    if (resolve(c, 0, &res) < 0)
+        return -1;
+    int rc = -1;
+    for (struct addrinfo *ai = res; ai && rc < 0; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) {
+            zc_fail_errno(c, "socket");
+            continue;
+        }
+        if (set_window(c, fd, SO_SNDBUF, "SO_SNDBUF") < 0) {
+            close(fd);
+            break;
+        }
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+            if (errno != EINPROGRESS) {
+                zc_fail_errno(c, "connect to %s port %d", c->p->host, c->p->port);
+                close(fd);
+                continue;
+            }
+            if (zc_poll_deadline(c, fd, POLLOUT, "connecting") < 0) {
+                close(fd);
+                break;
+            }
+            int soerr = 0;
+            socklen_t sl = sizeof soerr;
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+            if (soerr) {
+                errno = soerr;
+                zc_fail_errno(c, "connect to %s port %d", c->p->host, c->p->port);
+                close(fd);
+                continue;
+            }
+        }
+        int fl = fcntl(fd, F_GETFL);
+        fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        c->sock = fd;
+        rc = 0;
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+void zc_read_sock_info(zc_ctx *c)
+{
+    int v;
+    socklen_t l = sizeof v;
+    if (getsockopt(c->sock, SOL_SOCKET, SO_SNDBUF, &v, &l) == 0)
+        c->m.sndbuf = v;
+    l = sizeof v;
+    if (getsockopt(c->sock, SOL_SOCKET, SO_RCVBUF, &v, &l) == 0)
+        c->m.rcvbuf = v;
+}
+
+void zc_read_tcp_info(zc_ctx *c)
+{
+    struct tcp_info ti;
+    socklen_t l = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(c->sock, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0)
+        return;
+    c->m.tcp_rtt_us = ti.tcpi_rtt;
+    c->m.tcp_rttvar_us = ti.tcpi_rttvar;
+    c->m.tcp_retransmits = ti.tcpi_retransmits;
+    c->m.tcp_total_retrans = ti.tcpi_total_retrans;
+    c->m.tcp_snd_cwnd = ti.tcpi_snd_cwnd;
+    c->m.tcp_snd_mss = ti.tcpi_snd_mss;
+    c->m.tcp_rcv_mss = ti.tcpi_rcv_mss;
+    c->m.tcp_pmtu = ti.tcpi_pmtu;
+}
+
+/* After the last byte: half-close and wait for the receiver's close, so success on the sender means
+ * the receiver consumed everything (a receiver that dies or refuses data turns into an error here). */
+int zc_await_receiver_close(zc_ctx *c)
+{
+    if (shutdown(c->sock, SHUT_WR) < 0) {
+        /* ENOTCONN here means the receiver already reset the connection: report that reason */
+        int soerr = 0;
+        socklen_t sl = sizeof soerr;
+        if (errno == ENOTCONN)
+            errno = getsockopt(c->sock, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr ? soerr : ECONNRESET;
+        return zc_fail_errno(c, "finishing the transfer (shutdown)");
+    }
+    char b[256];
+    for (;;) {
+        ssize_t n = read(c->sock, b, sizeof b);
+        if (n == 0)
+            return 0;
+        if (n > 0)
+            return zc_fail(c, EPROTO, "the receiver sent data, which it never should");
+        int again = zc_io_retry(c, "waiting for the receiver to finish");
+        if (again < 0)
+            return -1;
+        if (!again)
+            return zc_fail_errno(c, "waiting for the receiver to finish");
+    }
+}
+
+/* Receiver told --bytes: after the last expected byte the sender must close (untimed check), so
+ * a sender sending more than agreed is reported instead of being cut off silently. */
+int zc_expect_eof(zc_ctx *c)
+{
+    char b;
+    for (;;) {
+        ssize_t n = read(c->sock, &b, 1);
+        if (n == 0)
+            return 0;
+        if (n > 0)
+            return zc_fail(c, EPROTO, "the sender sent more than --bytes %llu", (unsigned long long)c->total);
+        int again = zc_io_retry(c, "waiting for the sender to close after --bytes");
+        if (again < 0)
+            return -1;
+        if (!again)
+            return zc_fail_errno(c, "waiting for the sender to close after --bytes");
+    }
+}
+
+/* Sender: the hello of stream c->stream, written before the timed region. */
+int zc_send_hello(zc_ctx *c)
+{
+    unsigned char b[ZC_HELLO_LEN];
+    memset(b, 0, sizeof b);
+    put_le32(b, ZC_HELLO_MAGIC);
+    put_le32(b + 4, (uint32_t)c->stream);
+    put_le32(b + 8, (uint32_t)c->nstreams);
+    put_le64(b + 16, c->base);
+    put_le64(b + 24, c->total);
+    size_t off = 0;
+    while (off < sizeof b) {
+        ssize_t n = send(c->sock, b + off, sizeof b - off, MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        int again = n < 0 ? zc_io_retry(c, "sending the stream hello") : 0;
+        if (again < 0)
+            return -1;
+        if (!again)
+            return zc_fail_errno(c, "sending the stream hello");
+    }
+    return 0;
+}
+
+/* The receiver: read one stream hello (ZC_HELLO_LEN bytes) within the deadline (untimed). */
+int zc_read_hello(zc_ctx *c, int fd, unsigned char *b)
+{
+    size_t got = 0;
+    while (got < ZC_HELLO_LEN) {
+        if (zc_poll_deadline(c, fd, POLLIN, "waiting for the senders' stream hellos") < 0)
+            return -1;
+        ssize_t n = recv(fd, b + got, ZC_HELLO_LEN - got, MSG_DONTWAIT);
+        if (n == 0)
+            return zc_fail(c, EPROTO, "a connection closed before its stream hello (is the sender running "
+                                      "--streams %d too?)", c->nstreams);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+                continue;
+            return zc_fail_errno(c, "reading a stream hello");
+        }
+        got += (size_t)n;
+    }
+    return 0;
+}
+
+int zc_parse_hello(const unsigned char *b, uint32_t *idx, uint32_t *cnt, uint64_t *off, uint64_t *len)
+{
+    *idx = get_le32(b + 4);
+    *cnt = get_le32(b + 8);
+    *off = get_le64(b + 16);
+    *len = get_le64(b + 24);
+    return get_le32(b) == ZC_HELLO_MAGIC ? 0 : -1;
+}

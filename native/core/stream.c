@@ -1,0 +1,127 @@
+/* One stream: its context, its CPU, its timed region and the checks after it.
+ *
+ * The timed region is the mode's loop and nothing else: wall clock and RUSAGE_THREAD deltas taken
+ * immediately around it. After it (untimed), the sender half-closes and waits for the receiver's close,
+ * so a result means the receiver really got every byte; the receiver checks it got --bytes and that
+ * the sender sent no more. The receiver's fsync is the group's (lifecycle.c), after every stream.
+ */
+#include "zc_core.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#define ZC_SLICE_ALIGN 4096u
+
+void zc_ctx_init(zc_ctx *c, const zc_params *p, zc_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->p = p;
+    c->err = err;
+    c->sock = c->listen_fd = c->fd = -1;
+    c->pipe[0] = c->pipe[1] = -1;
+    c->page = (size_t)sysconf(_SC_PAGESIZE);
+    c->nstreams = 1;
+    err->code = 0;
+    err->message[0] = '\0';
+    double t = p->timeout > 0 ? p->timeout : 0;
+    c->deadline_ns = zc_now_ns() + (int64_t)(t * 1e9);
+}
+
+void zc_ctx_cleanup(zc_ctx *c)
+{
+    if (c->ops && c->ops->teardown)
+        c->ops->teardown(c);
+    if (c->sock >= 0)
+        close(c->sock);
+    if (c->listen_fd >= 0)
+        close(c->listen_fd);
+    if (c->fd >= 0)
+        close(c->fd);
+    for (int i = 0; i < 2; i++)
+        if (c->pipe[i] >= 0)
+            close(c->pipe[i]);
+    zc_free(c->mem_ring, c->mem_ring_len);
+    c->sock = c->listen_fd = c->fd = c->pipe[0] = c->pipe[1] = -1;
+    c->mem_ring = NULL;
+    c->ops = NULL;
+}
+
+/* --cpus: stream i on the i-th CPU of the list (round robin), whatever --cpu says; the calling thread
+ * only. The set is sized for the CPU (the table allows up to ZC_MAX_CPU; a CPU this host does not have
+ * is the kernel's EINVAL). */
+int zc_pin_cpu(zc_ctx *c)
+{
+    int cpu = c->p->ncpus > 0 ? c->p->cpus[c->stream % c->p->ncpus] : c->p->cpu;
+    if (cpu < 0)
+        return 0;
+    cpu_set_t *set = CPU_ALLOC((size_t)cpu + 1);
+    if (!set)
+        return zc_fail_errno(c, "CPU_ALLOC(%d)", cpu + 1);
+    size_t size = CPU_ALLOC_SIZE((size_t)cpu + 1);
+    CPU_ZERO_S(size, set);
+    CPU_SET_S((size_t)cpu, size, set);
+    int rc = sched_setaffinity(0, size, set);
+    CPU_FREE(set);
+    if (rc < 0)
+        return zc_fail_errno(c, "sched_setaffinity(cpu %d)", cpu);
+    return 0;
+}
+
+/* Stream i's slice of `total` bytes over n streams: multiples of ZC_SLICE_ALIGN, the last takes the rest. */
+void zc_stream_slice(uint64_t total, int n, int i, uint64_t *off, uint64_t *len)
+{
+    uint64_t per = (total / (uint64_t)n) / ZC_SLICE_ALIGN * ZC_SLICE_ALIGN;
+    *off = per * (uint64_t)i;
+    *len = i == n - 1 ? total - *off : per;
+}
+
+static int64_t tv_us(struct timeval tv) { return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec; }
+
+/* The measured region: the mode's loop, nothing else. */
+static int timed_transfer(zc_ctx *c)
+{
+    struct rusage r0, r1, self;
+    getrusage(RUSAGE_THREAD, &r0);
+    c->t0_ns = zc_now_ns();
+    int rc = c->ops->transfer(c);
+    c->t1_ns = zc_now_ns();
+    getrusage(RUSAGE_THREAD, &r1);
+    getrusage(RUSAGE_SELF, &self);
+    c->m.bytes = c->done;
+    c->m.wall_ns = c->t1_ns - c->t0_ns;
+    c->m.utime_us = tv_us(r1.ru_utime) - tv_us(r0.ru_utime);
+    c->m.stime_us = tv_us(r1.ru_stime) - tv_us(r0.ru_stime);
+    c->m.minflt = r1.ru_minflt - r0.ru_minflt;
+    c->m.majflt = r1.ru_majflt - r0.ru_majflt;
+    c->m.nvcsw = r1.ru_nvcsw - r0.ru_nvcsw;
+    c->m.nivcsw = r1.ru_nivcsw - r0.ru_nivcsw;
+    c->m.maxrss_kib = self.ru_maxrss;
+    return rc;
+}
+
+int zc_stream_transfer(zc_ctx *c)
+{
+    int rc = timed_transfer(c);
+    if (c->p->side == ZC_SIDE_SEND) {
+        if (rc == 0 && c->done != c->total)
+            rc = zc_fail(c, EIO, "moved %llu bytes instead of %llu (bug)", (unsigned long long)c->done,
+                         (unsigned long long)c->total);
+        if (rc == 0) {
+            zc_read_tcp_info(c);
+            rc = zc_await_receiver_close(c);
+        }
+    } else {
+        if (rc == 0 && c->total_known && c->done < c->total)
+            rc = zc_fail(c, ENODATA, "short transfer: the sender closed the connection after %llu of %llu bytes",
+                         (unsigned long long)c->done, (unsigned long long)c->total);
+        if (rc == 0) {
+            zc_read_tcp_info(c);
+            if (c->total_known)
+                rc = zc_expect_eof(c);
+        }
+    }
+    return rc;
+}

@@ -1,0 +1,94 @@
+/* The parameters' checks, before anything is opened: the limits of the parameter table (generated:
+ * zc_params_gen.h, from zcorch/params.py, with the wording of zcorch.params.limit_problem so the
+ * plan and the worker refuse a value with the same message), then the mode and what it declares.
+ */
+#include "zc_core.h"
+
+#include <errno.h>
+#include <string.h>
+
+void zc_params_init(zc_params *p)
+{
+    memset(p, 0, sizeof *p);
+#define ZC_DEFAULT(field, value) p->field = value;
+    ZC_PARAM_DEFAULTS(ZC_DEFAULT)
+#undef ZC_DEFAULT
+}
+
+/* "<flag>: expected ... between <min> and <max>, got <value>" for the first field out of its limits */
+static int check_limits(zc_ctx *c)
+{
+    const zc_params *p = c->p;
+#define ZC_OUT(field, lo, hi, has_unset, unset) \
+    (!((has_unset) && p->field == (unset)) && !(p->field >= (lo) && p->field <= (hi)))
+#define ZC_CHECK_INT(field, flag, lo, hi, has_unset, unset, limits)                                   \
+    if (ZC_OUT(field, lo, hi, has_unset, unset))                                                        \
+        return zc_fail(c, EINVAL, flag ": " limits ", got %lld", (long long)p->field);
+#define ZC_CHECK_U64(field, flag, lo, hi, has_unset, unset, limits)                                   \
+    if (ZC_OUT(field, (uint64_t)(lo), (uint64_t)(hi), has_unset, (uint64_t)(unset)))                  \
+        return zc_fail(c, EINVAL, flag ": " limits ", got %llu", (unsigned long long)p->field);
+#define ZC_CHECK_DOUBLE(field, flag, lo, hi, has_unset, unset, limits)                                \
+    if (ZC_OUT(field, lo, hi, has_unset, unset))                                                        \
+        return zc_fail(c, EINVAL, flag ": " limits ", got %.9gs", p->field);
+    ZC_PARAM_LIMITS_INT(ZC_CHECK_INT)
+    ZC_PARAM_LIMITS_U64(ZC_CHECK_U64)
+    ZC_PARAM_LIMITS_DOUBLE(ZC_CHECK_DOUBLE)
+#undef ZC_CHECK_DOUBLE
+#undef ZC_CHECK_U64
+#undef ZC_CHECK_INT
+#undef ZC_OUT
+    return 0;
+}
+
+static int find_mode(zc_ctx *c, int side)
+{
+    const zc_params *p = c->p;
+    c->ops = zc_find_mode(side, p->mode);
+    if (!c->ops) {
+        char names[256] = "";
+        for (int i = 0; i < zc_mode_count(side); i++) {
+            if (i)
+                strncat(names, ", ", sizeof names - strlen(names) - 1);
+            strncat(names, zc_mode_name(side, i), sizeof names - strlen(names) - 1);
+        }
+        return zc_fail(c, EINVAL, "unknown %s mode (this build has: %s)", side == ZC_SIDE_SEND ? "send" : "receive",
+                       names);
+    }
+    char why[256];
+    if (zc_mode_available(side, p->mode, why, sizeof why) != 1)
+        return zc_fail(c, EOPNOTSUPP, "cannot run on this kernel: %s", why);
+    return 0;
+}
+
+int zc_validate_ctx(zc_ctx *c, int side)
+{
+    const zc_params *p = c->p;
+    if (p->side != side)
+        return zc_fail(c, EINVAL, "parameters are for the other side");
+    if (find_mode(c, side) < 0 || check_limits(c) < 0)
+        return -1;
+    if ((uint64_t)p->subblocks > p->buffer)
+        return zc_fail(c, EINVAL, "--subblocks must be between 1 and --buffer (%llu), got %d",
+                       (unsigned long long)p->buffer, p->subblocks);
+    if (p->sink_state < ZC_SINK_STATE_FRESH || p->sink_state > ZC_SINK_STATE_OVERWRITE)
+        return zc_fail(c, EINVAL, "unknown --sink-state %d", p->sink_state);
+    if (p->streams > 1 && (c->ops->caps & ZC_CAP_ONE_STREAM))
+        return zc_fail(c, EOPNOTSUPP, "cannot run as %d parallel streams (the mode handles one stream only)",
+                       p->streams);
+    if (p->ncpus < 0 || (p->ncpus > 0 && !p->cpus))
+        return zc_fail(c, EINVAL, "--cpus: bad CPU list");
+    for (int i = 0; i < p->ncpus; i++)
+        if (p->cpus[i] < ZC_MIN_CPU || p->cpus[i] > ZC_MAX_CPU)
+            return zc_fail(c, EINVAL, "--cpus: CPU %d is out of range (%d..%d)", p->cpus[i], ZC_MIN_CPU, ZC_MAX_CPU);
+    c->buffer = (size_t)p->buffer;
+    c->sub = (c->buffer + (size_t)p->subblocks - 1) / (size_t)p->subblocks;
+    return 0;
+}
+
+int zc_validate(const zc_params *p, zc_error *err)
+{
+    zc_ctx c;
+    zc_ctx_init(&c, p, err);
+    int side = p->side == ZC_SIDE_RECV ? ZC_SIDE_RECV : ZC_SIDE_SEND;
+    return zc_validate_ctx(&c, side);
+}
