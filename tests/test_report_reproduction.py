@@ -100,3 +100,20 @@ def test_markdown_without_a_reference_has_the_findings_alone(small_set, capsys):
     out = capsys.readouterr().out
     assert out.startswith("## Findings: quickstart-small\n") and "## Reproduction" not in out
     assert ">Reproduction</h2>" not in build_report(small_set)
+
+
+def test_json_carries_the_findings_and_the_section(small_set):
+    import json as _json
+
+    import jsonschema
+
+    from zcorch.analysis.summary import report_document
+    from fixtures_analysis import ROOT
+
+    doc = report_document(with_reference(small_set))
+    jsonschema.validate(_json.loads(_json.dumps(doc)), _json.loads((ROOT / "docs/schemas/report.schema.json").read_text()))
+    rep = doc["reproduction"]
+    assert rep["error"] is None and rep["source"]["url"] == "https://example.org/study"
+    assert any(c["claim (published finding)"] == "the pinned sender is slower" and c["verdict"] == "inconclusive"
+               for c in rep["claims"])
+    assert doc["findings"]["rankings"][0]["modes"][0]["rank"] == 1
