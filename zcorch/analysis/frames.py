@@ -36,9 +36,10 @@ from __future__ import annotations
 import gc
 import json
 import os
+import warnings
 from itertools import chain
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Iterable, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -46,7 +47,7 @@ import pandas as pd
 # Parameter and metric columns (PARAM_KEYS, METRIC_KEYS) in the order of the tables in zcorch.params;
 # unknown extra parameters follow, sorted.
 from zcorch.params import HOST_BUSY_FIELDS, METRIC_KEYS, PARAM_KEYS
-from zcorch.results import rates
+from zcorch.results import rates, setfiles
 from zcorch.results import store as results
 from zcorch.errors import ResultsError
 
@@ -83,6 +84,18 @@ def read_manifest(path: PathLike) -> dict:
 def load_manifest(path: PathLike) -> dict:
     """The public name of read_manifest (`zcorch.load_manifest`): a result set's name, status, times, command."""
     return read_manifest(path)
+
+
+def read_experiment_text(d: Path, manifest: dict) -> "tuple[Path, Optional[str]]":
+    """(path, text) of a result set's experiment file as its manifest names it; text None when it is missing,
+    not a regular file inside the set, or too large (zcorch.results.setfiles: never read through a link)."""
+    rel = str(manifest.get("experiment_file") or results.EXPERIMENT)
+    try:
+        return d / rel, setfiles.read_text(d, rel)
+    except (OSError, ResultsError) as exc:
+        if not isinstance(exc, FileNotFoundError):
+            warnings.warn(str(exc), setfiles.SkippedWarning, stacklevel=2)
+        return d / rel, None
 
 
 def read_jsonl(path: Path) -> list:
@@ -172,26 +185,20 @@ _DECODER = json.JSONDecoder()
 def _iter_jsonl(path: Path):
     """(line number, record) of a JSON-lines file, streamed: a million-run file does not fit in
     memory as dicts. Same rules as zcorch.results.store.read_jsonl: an unterminated final line that does
-    not parse is a torn write and skipped; any other bad line is corruption. No file (a sweep that
-    stopped before its first run): no records."""
+    not parse is a torn write and skipped; any other bad line is corruption; the file is read only as a
+    regular file inside its set, with overlong lines and records past the bound skipped and said
+    (zcorch.results.setfiles). No file (a sweep that stopped before its first run): no records."""
     decode = _DECODER.decode  # json.loads minus its per-call type and encoding checks
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return
-    with f:
-        for lineno, line in enumerate(f, start=1):
-            try:
-                rec = decode(line.decode("utf-8"))
-            except ValueError:  # also UnicodeDecodeError
-                if not line.strip():
-                    continue
-                if not line.endswith(b"\n"):
-                    return  # torn final line
-                raise ResultsError(f"{path}:{lineno}: not a JSON record: {line[:80]!r}") from None
-            if not isinstance(rec, dict):
-                raise ResultsError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            yield lineno, rec
+    for lineno, line, terminated in setfiles.iter_lines(path.parent, path.name):
+        try:
+            rec = decode(line.decode("utf-8"))
+        except ValueError:  # also UnicodeDecodeError
+            if not terminated:
+                return  # torn final line
+            raise ResultsError(f"{path}:{lineno}: not a JSON record: {line[:80]!r}") from None
+        if not isinstance(rec, dict):
+            raise ResultsError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        yield lineno, rec
 
 
 def _numeric_if_possible(frame: pd.DataFrame) -> pd.DataFrame:
@@ -471,8 +478,8 @@ def _baseline_rate(result: dict) -> "tuple[float, float]":
 
 
 def load_baselines(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
-    """One row per baseline (iperf3, dd_write, dd_read): kind, status, reason, host, the key
-    parameters as `key_*`, the result as `result_*`, and `gbit_s`/`mb_s`."""
+    """One row per baseline record (any registered kind: iperf3, dd_write, dd_read, qperf, command): kind,
+    status, reason, host, the key parameters as `key_*`, the result as `result_*`, and `gbit_s`/`mb_s`."""
     dirs = _as_dirs(path_or_paths)
     rows = []
     for d, sweep in zip(dirs, _sweep_names(dirs)):
@@ -505,7 +512,7 @@ def read_meta(path: PathLike) -> dict:
     read_manifest(d)
     path = d / "meta.json"
     try:
-        meta = json.loads(path.read_text())
+        meta = setfiles.read_json(d, "meta.json")
     except FileNotFoundError:
         return {}
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -96,14 +96,12 @@ def completeness(directory: "str | os.PathLike") -> Completeness:
 
 
 def _plan_keys(directory: str) -> set:
-    import json
-
     from zcorch.errors import ResultsError
+    from zcorch.results import setfiles
 
     path = os.path.join(directory, PLAN)
-    try:
-        with open(path, encoding="utf-8") as f:
-            runs = json.load(f)
+    try:  # a regular file inside the set, bounded (zcorch.results.setfiles)
+        runs = setfiles.read_json(directory, PLAN, setfiles.MAX_PLAN_BYTES)
         return {(str(r["id"]), int(r["repeat"])) for r in runs}
     except FileNotFoundError:
         raise ResultsError(f"{directory}: its plan ({PLAN}) is missing: the set cannot say what it should hold") from None

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import re
+import warnings as _warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -42,7 +43,8 @@ from matplotlib.transforms import blended_transform_factory
 
 from zcorch import __version__
 from zcorch.analysis.compare import HIGHER_IS_BETTER, VERDICTS_BAD, compare_frames
-from zcorch.analysis.frames import OK, read_meta
+from zcorch.analysis.frames import OK, read_experiment_text, read_meta
+from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import figure_bytes
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
@@ -77,9 +79,8 @@ def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = la
         if store.MANIFEST not in filenames:
             continue
         try:
-            with open(os.path.join(dirpath, store.MANIFEST), encoding="utf-8") as f:
-                manifest = json.load(f)
-        except (OSError, ValueError) as exc:
+            manifest = setfiles.read_json(dirpath, store.MANIFEST)
+        except (OSError, ValueError, ResultsError) as exc:
             warn(f"{dirpath}: skipped, manifest.json unreadable ({exc})")
             continue
         if not isinstance(manifest, dict) or manifest.get("format") != store.FORMAT:
@@ -185,11 +186,8 @@ def host_pair(manifest: dict, directory: Path, meta: dict) -> str:
             return f"{pair or '?'} ({os.path.basename(str(where))})" if where else str(pair)
     elif isinstance(inv, str) and inv:
         return inv
-    exp = directory / str(manifest.get("experiment_file") or store.EXPERIMENT)
-    try:
-        root, _ = yamlsrc.parse(exp.read_text(errors="replace"), str(exp))
-    except OSError:
-        root = None
+    exp, text = read_experiment_text(directory, manifest)
+    root = yamlsrc.parse(text, str(exp))[0] if text is not None else None
     hosts = root.get("hosts") if isinstance(root, yamlsrc.YMap) else None
     if isinstance(hosts, yamlsrc.YScalar) and not hosts.is_null:
         return hosts.text
@@ -220,13 +218,14 @@ def ensure_report(sweep: Sweep) -> None:
     path = sweep.path / "report.html"
     inputs = [sweep.path / store.RUNS, sweep.path / store.MANIFEST]
     newest_input = max((p.stat().st_mtime for p in inputs if p.exists()), default=0.0)
-    fresh = path.exists() and path.stat().st_mtime >= newest_input
+    fresh = setfiles.is_regular_inside(sweep.path, path.name) and path.stat().st_mtime >= newest_input
     if not fresh and sweep.status != "running":
         try:
             write_report(sweep.path)
         except (ZcorchError, OSError) as exc:
             sweep.report_problem = f"report not written: {exc}"
-    sweep.report = path if path.exists() else None
+    # a link is never linked to from the index (it could lead anywhere)
+    sweep.report = path if setfiles.is_regular_inside(sweep.path, path.name) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,7 +430,10 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
     groups: Dict[str, List[Sweep]] = {}
     for d in dirs:
         try:
-            sweep = open_sweep(d)
+            with _warnings.catch_warnings(record=True) as caught:  # what a bounded reader skipped, said here
+                _warnings.simplefilter("always", setfiles.SkippedWarning)
+                sweep = open_sweep(d)
+            warnings += [f"partly read: {w.message}" for w in caught if issubclass(w.category, setfiles.SkippedWarning)]
         except ResultsError as exc:
             warnings.append(f"skipped: {exc}")
             continue
@@ -454,7 +456,8 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "experiment"
+    """A file name made of `text` (a name from a result set: never `..`, `/` or a hidden name)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", str(text)).strip("-.")[:80] or "experiment"
 
 
 def _tick_label(i: int, s: Sweep, dated: bool) -> str:
@@ -579,23 +582,16 @@ def write_index(history: History, out: "str | os.PathLike | None" = None) -> Pat
     out_dir = Path(out) if out is not None else history.root
     out_dir.mkdir(parents=True, exist_ok=True)
     for exp in history.experiments:
-        plot_dir = out_dir / PLOTS_DIR / _slug(exp.name)
-        plot_dir.mkdir(parents=True, exist_ok=True)
         for ch in exp.cells:
-            path = plot_dir / f"{ch.cell}-{history.metric}.png"
-            _write_atomic(path, figure_bytes(trend_figure(exp, ch), "png"))
+            # Every file through an exclusive temporary, no link below out_dir followed: the root holds
+            # result sets that may come from anyone (zcorch.results.setfiles).
+            rel = f"{PLOTS_DIR}/{_slug(exp.name)}/{_slug(ch.cell)}-{history.metric}.png"
+            path = setfiles.write_inside(out_dir, rel, figure_bytes(trend_figure(exp, ch), "png"))
             ch.plot = _rel(path, out_dir)
     page = environment().get_template("history.html.j2").render(page_context(history, out_dir))
-    index = out_dir / INDEX
-    _write_atomic(index, page.encode("utf-8"))
+    index = setfiles.write_inside(out_dir, INDEX, page.encode("utf-8"))
     history.index = index
     return index
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from zcorch.config.reference import METRIC_UNITS
 from zcorch.config.views import View
 from zcorch.params import SIZE_KEYS, format_value
+from zcorch.results import setfiles
 from zcorch.units import convert, unit_dimension
 from zcorch.units import format_size
 from zcorch.analysis.frames import OK
@@ -650,8 +651,11 @@ def data_uri(fig: Figure, fmt: str = "png") -> str:
     return f"data:{mime};base64," + base64.b64encode(figure_bytes(fig, fmt)).decode("ascii")
 
 
-def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] = ("png", "svg")) -> list:
-    """Write every drawn plot as DIRECTORY/NAME.{png,svg}; returns the paths written."""
+def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] = ("png", "svg"),
+         subdir: str = "") -> list:
+    """Write every drawn plot as DIRECTORY[/SUBDIR]/NAME.{png,svg}; returns the paths written. Each file goes
+    through an exclusive temporary, and no link below DIRECTORY is followed (zcorch.results.setfiles): a
+    result set's plots/ may hold links planted by whoever made it."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -659,9 +663,8 @@ def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] 
         if plot.figure is None:
             continue
         for fmt in formats:
-            path = out / f"{plot.name}.{fmt}"
-            path.write_bytes(figure_bytes(plot.figure, fmt))
-            paths.append(path)
+            rel = f"{subdir}/{plot.name}.{fmt}" if subdir else f"{plot.name}.{fmt}"
+            paths.append(setfiles.write_inside(out, rel, figure_bytes(plot.figure, fmt)))
     return paths
 
 

@@ -21,7 +21,10 @@ import pandas as pd
 
 from zcorch import __version__
 from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, side_by_side
-from zcorch.analysis.frames import OK, load_baselines, load_meta, read_manifest, read_meta, result_dir
+from zcorch.analysis.frames import (OK, load_baselines, load_meta, read_experiment_text, read_manifest, read_meta,
+                                    result_dir)
+from zcorch.analysis.links import anchor_href, href, path_href
+from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import _combo_label, _keys, _select, all_plots, data_uri, default_view, save
 from zcorch.analysis.samples import load_samples
@@ -68,6 +71,8 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("zcorch.analysis", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["text"] = text
+    # every href/src goes through one of these: http(s) URLs or relative paths only (zcorch.analysis.links)
+    env.filters.update(href=href, path_href=path_href, anchor_href=anchor_href)
     return env
 
 
@@ -396,9 +401,8 @@ def reproduction_markdown(path) -> str:
     """The Reproduction section of a result set as Markdown (`zcorch report DIR --format markdown`)."""
     d = result_dir(path)
     manifest = read_manifest(d)
-    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
-    text = exp_file.read_text(errors="replace") if exp_file.is_file() else ""
-    ref = reference_of(text, str(exp_file))
+    exp_file, text = read_experiment_text(d, manifest)
+    ref = reference_of(text or "", str(exp_file))
     if ref is None:
         raise ConfigError(f"{exp_file}: the experiment has no `reference:` section: there is no published study "
                           "to compare this result set with (docs/experiment-files.md, Reference)")
@@ -454,8 +458,8 @@ def build_report(path, plots: Optional[list] = None, efficiency_plots: Optional[
     meta = load_meta(d)
     raw_meta = read_meta(d)
     descriptions = raw_meta.get("filesystems") or {}
-    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
-    experiment_text = exp_file.read_text(errors="replace") if exp_file.is_file() else "(experiment file missing)"
+    exp_file, experiment_text = read_experiment_text(d, manifest)
+    experiment_text = "(experiment file missing)" if experiment_text is None else experiment_text
     name = manifest.get("name") or d.name
     if plots is None:
         plots = all_plots(df, baselines, name, load_samples(d) if len(df) else None,
@@ -495,17 +499,16 @@ def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     manifest = read_manifest(d)
     df = load(d)
     baselines = load_baselines(d)
-    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
-    declared = _declared_views(exp_file.read_text(errors="replace"), str(exp_file)) if exp_file.is_file() else ()
+    exp_file, exp_text = read_experiment_text(d, manifest)
+    declared = _declared_views(exp_text, str(exp_file)) if exp_text is not None else ()
     name = manifest.get("name") or d.name
     plots = all_plots(df, baselines, name, load_samples(d), declared) if len(df) else []
     eff = efficiency(findings(df, baselines, manifest), name) if len(df) else []
     if plot_formats:
-        save(eff + plots, d / "plots", plot_formats)
+        save(eff + plots, d, plot_formats, "plots")
     out = Path(output) if output else d / "report.html"
     page = build_report(d, plots, eff)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    # An exclusive temporary renamed over the name: a link planted at report.html or its temporary is
+    # replaced, never written through (zcorch.results.setfiles).
+    return setfiles.write_inside(out.parent, out.name, page.encode("utf-8"))
 

@@ -14,7 +14,7 @@ from typing import Optional
 from zcorch import __version__
 from zcorch.analysis import reproduction as rp
 from zcorch.analysis.findings import CPU_COLUMNS, findings
-from zcorch.analysis.frames import OK, load_baselines, read_manifest, result_dir
+from zcorch.analysis.frames import OK, load_baselines, read_experiment_text, read_manifest, result_dir
 from zcorch.analysis.load import load
 from zcorch.config.sections import reference_of
 from zcorch.errors import ConfigError
@@ -24,8 +24,9 @@ FORMAT = "zcorch-report/1"
 
 
 def _experiment_text(d, manifest: dict) -> "tuple[str, str]":
-    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
-    return (exp_file.read_text(errors="replace") if exp_file.is_file() else ""), str(exp_file)
+    """(text, path) of the experiment file, read as every reader of a result set does (frames.read_experiment_text)."""
+    exp_file, text = read_experiment_text(d, manifest)
+    return text or "", str(exp_file)
 
 
 def _reproduction(text: str, path: str, df, baselines) -> Optional[dict]:

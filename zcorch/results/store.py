@@ -13,9 +13,11 @@ import datetime as _dt
 import errno
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+import stat
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError, ResultsWriteError
+from zcorch.results import setfiles
 
 FORMAT = "zcorch-results"
 FORMAT_VERSION = 1
@@ -40,21 +42,10 @@ def utc_now() -> str:
 
 
 def write_text_atomic(path: str, text: str) -> None:
-    """Replace `path` with `text` without ever leaving a half-written file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk (finishing the manifest of a sweep it ended): no half-written temp file left behind.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Replace `path` with `text` without ever leaving a half-written file: an exclusive temporary (random
+    name, O_EXCL|O_NOFOLLOW, fsynced) renamed over it, so nothing is written through a planted link; a
+    full disk leaves no temporary behind."""
+    setfiles.write_inside(os.path.dirname(path) or ".", os.path.basename(path), text.encode("utf-8"), fsync=True)
 
 
 def write_json_atomic(path: str, obj: Any) -> None:
@@ -65,36 +56,43 @@ def write_json_atomic(path: str, obj: Any) -> None:
 def read_jsonl(path: str) -> List[dict]:
     """Records of a JSON-lines file; a torn (unparsable, unterminated) final line is skipped.
 
-    A bad line anywhere else is corruption, not a crash artefact, and raises ResultsError.
+    A bad line anywhere else is corruption, not a crash artefact, and raises ResultsError. The file is read
+    as zcorch.results.setfiles reads a result set's files: a regular file (no link followed), streamed, with
+    overlong lines and records beyond the bound skipped and said (SkippedWarning).
     """
-    if not os.path.exists(path):
-        return []
-    with open(path, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
     records = []
-    for i, raw in enumerate(lines):
-        if not raw.strip():
-            continue
+    for lineno, raw, terminated in setfiles.iter_lines(os.path.dirname(path) or ".", os.path.basename(path)):
         try:
             records.append(json.loads(raw))
         except ValueError:
-            is_last = i == len(lines) - 1  # no newline after it: the write was cut short
-            if is_last:
+            if not terminated:  # no newline after it: the write was cut short
                 continue
-            raise ResultsError(f"{path}:{i + 1}: not a JSON record: {raw[:80]!r}") from None
+            raise ResultsError(f"{path}:{lineno}: not a JSON record: {raw[:80]!r}") from None
     return records
 
 
 def _truncate_torn_tail(path: str) -> bool:
-    """Cut an unterminated last line (crash mid-write). Returns True if something was cut."""
+    """Cut an unterminated last line (crash mid-write). Returns True if something was cut. The last newline
+    is looked for from the end a chunk at a time: a huge or sparse tail never sits in memory whole."""
     if not os.path.exists(path):
         return False
-    with open(path, "rb+") as f:
-        data = f.read()
-        if not data or data.endswith(b"\n"):
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
             return False
-        keep = data.rfind(b"\n") + 1
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return False
+        keep, pos = 0, size
+        while pos > 0:
+            step = min(pos, 1 << 20)
+            pos -= step
+            f.seek(pos)
+            i = f.read(step).rfind(b"\n")
+            if i >= 0:
+                keep = pos + i + 1
+                break
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())
@@ -127,12 +125,13 @@ def latest_runs(records: Iterable[dict]) -> Dict[Tuple[str, int], dict]:
 def load_manifest(directory: str) -> dict:
     path = os.path.join(directory, MANIFEST)
     try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
+        manifest = setfiles.read_json(directory, MANIFEST)
     except FileNotFoundError:
         raise ResultsError(f"{directory}: not a zcorch result set (no {MANIFEST})") from None
     except ValueError as exc:
         raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise ResultsError(f"{path}: expected a JSON object")
     if manifest.get("format") != FORMAT:
         raise ResultsError(f"{path}: not a zcorch result set (format {manifest.get('format')!r})")
     if manifest.get("format_version") != FORMAT_VERSION:
@@ -147,6 +146,7 @@ class ResultSet:
     def __init__(self, directory: str, manifest: dict):
         self.dir = directory
         self.manifest = manifest
+        self.baseline_written: Optional[Callable[[dict], None]] = None  # told of each baseline record written
 
     # -- creation / reopening ------------------------------------------------------------
     @classmethod
@@ -221,10 +221,9 @@ class ResultSet:
         (sides in the order given), replacing an earlier run's file (a re-run wins, as its record does);
         written whole (temp file, fsync, rename) before the record that names it. Returns its relative path."""
         rel = f"{SAMPLES}/{cell}-r{repeat}.jsonl"
-        path = self.path(rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_text_atomic(path, "".join(json.dumps(dict(row, side=side), sort_keys=True) + "\n"
-                                        for side, rows in samples.items() for row in rows))
+        text = "".join(json.dumps(dict(row, side=side), sort_keys=True) + "\n"
+                       for side, rows in samples.items() for row in rows)
+        setfiles.write_inside(self.dir, rel, text.encode("utf-8"), fsync=True)  # samples/ no link either
         return rel
 
     # -- records ----------------------------------------------------------------------------
@@ -235,8 +234,11 @@ class ResultSet:
         # (ENOSPC mid-line): then the file is cut back to where the line began, so the next append
         # cannot glue onto half a record and make the whole set unreadable.
         path = self.path(name)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a --resume of someone else's set never appends through a link they planted
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ResultsError(f"{path}: not a regular file: no record appended")
             start = os.fstat(fd).st_size  # the only writer: O_APPEND writes land here
             try:
                 done = 0
@@ -266,6 +268,8 @@ class ResultSet:
 
     def append_baseline(self, record: dict) -> None:
         self._append(BASELINES, record)
+        if self.baseline_written is not None:
+            self.baseline_written(record)
 
     def runs(self) -> List[dict]:
         return read_jsonl(self.path(RUNS))
@@ -278,8 +282,7 @@ class ResultSet:
         return {k for k, rec in latest_runs(self.runs()).items() if rec.get("status") == "ok"}
 
     def plan_runs(self) -> List[dict]:
-        with open(self.path(PLAN), encoding="utf-8") as f:
-            return json.load(f)
+        return setfiles.read_json(self.dir, PLAN, setfiles.MAX_PLAN_BYTES)
 
     # -- meta / manifest --------------------------------------------------------------------
     def write_meta(self, meta: dict, keep_previous: bool = True) -> None:
@@ -290,14 +293,12 @@ class ResultSet:
         """
         path = self.path(META)
         if os.path.exists(path) and not keep_previous:
-            with open(path, encoding="utf-8") as f:
-                old = json.load(f)
+            old = setfiles.read_json(self.dir, META)
             meta = dict(meta)
             if "previous" in old:
                 meta["previous"] = old["previous"]
         elif os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                old = json.load(f)
+            old = setfiles.read_json(self.dir, META)
             meta = dict(meta)
             meta["previous"] = old.get("previous", []) + [{k: v for k, v in old.items() if k != "previous"}]
         write_json_atomic(path, meta)
