@@ -255,7 +255,7 @@ def test_ctrl_c_while_building_is_a_warning(tmp_path, monkeypatch):
     assert cache.write_cache(rs.dir, warn=warnings.append) is None
     assert warnings and "(interrupted)" in warnings[0]
     assert sorted(p.name for p in (tmp_path / "rs").iterdir()) == [
-        "experiment.yaml", "logs", "manifest.json", "plan.json", "runs.jsonl"]  # no temp file left
+        ".lock", "experiment.yaml", "logs", "manifest.json", "plan.json", "runs.jsonl"]  # no temp file left
 
 
 def test_new_parser_matches_record_by_record(tmp_path):

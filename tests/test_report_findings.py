@@ -22,7 +22,7 @@ SCHEMA = json.loads((ROOT / "docs" / "schemas" / "report.schema.json").read_text
 
 def ranking_of(path):
     df = zcorch.load(path)
-    found = findings(df, zcorch.load_baselines(path), zcorch.load_manifest(path))
+    found = findings(df, zcorch.load_baselines(path))
     (ranking,) = found["rankings"]        # /dev/null only: one ranking
     return df, found, ranking
 
@@ -77,19 +77,23 @@ def test_flags_for_short_host_windows_and_cells_that_did_not_converge(cpu_set):
     ticks = df["send_host_window_ns"] / 1e9 * 100 * df["send_host_ncpus"]
     assert (short_host_windows(df) == ((ticks < MIN_HOST_TICKS) | (df["recv_host_window_ns"] / 1e9 * 100
                                                                     * df["recv_host_ncpus"] < MIN_HOST_TICKS))).all()
-    # one run's window edited to 0.2 s on 2 CPUs (40 ticks); a cell marked unconverged as an adaptive sweep records it
+    # one run's window edited to 0.2 s on 2 CPUs (40 ticks); the records of a cell given the convergence state
+    # an adaptive sweep (repeats: {min, max, target_ci}) writes, that cell unconverged
     edited = df.copy()
     first = edited.index[edited["status"] == "ok"][0]
     edited.loc[first, ["send_host_window_ns", "send_host_ncpus"]] = [200_000_000, 2]
     cell = edited.loc[first, "cell"]
-    manifest = {"convergence": {cell: {"n": 2, "width_pct": 7.5, "converged": False}}}
-    found = findings(edited, zcorch.load_baselines(cpu_set), manifest)
+    edited["convergence"] = [json.dumps({"n": 2, "width_pct": None, "converged": c != cell}) for c in edited["cell"]]
+    found = findings(edited, zcorch.load_baselines(cpu_set))
     assert found["have_host_cpu"] and found["efficiency_metric"] == "total_host_busy_s_per_gib"
     assert found["flags"]["short_host_window_runs"] == int(short_host_windows(df).sum()) + (not short_host_windows(df)[first])
-    assert found["flags"]["not_converged_cells"] == [cell]
+    assert found["flags"]["not_converged_cells"] == [cell] and found["flags"]["convergence_recorded"]
     (entry,) = [m for r in found["rankings"] for m in r["modes"] if m["cell"] == cell]
     assert any(f.startswith("host CPU too short to measure") for f in entry["flags"])
-    assert "not converged (interval ±7.5% after 2 runs)" in entry["flags"] and entry["converged"] is False
+    assert "not converged (fewer than 6 ok runs after 2 ok runs)" in entry["flags"] and entry["converged"] is False
+    others = [m for r in found["rankings"] for m in r["modes"] if m["cell"] != cell]
+    assert all(m["converged"] is True and not any("converged" in f for f in m["flags"]) for m in others)
+    assert findings(df, zcorch.load_baselines(cpu_set))["rankings"][0]["modes"][0]["converged"] is None
     jsonschema.validate(json.loads(json.dumps(_document(found))), SCHEMA)
 
 
@@ -177,7 +181,7 @@ def test_hosts_side_by_side_mark_what_differs(small_set):
 def test_one_ranking_per_filesystem_against_its_own_dd(fs_set):
     df = zcorch.load(fs_set)
     baselines = zcorch.load_baselines(fs_set)
-    found = findings(df, baselines, {})
+    found = findings(df, baselines)
     assert found["context_params"] == ["filesystem"]
     assert [r["context"]["filesystem"] for r in found["rankings"]] == sorted(df["filesystem"].unique())
     for ranking in found["rankings"]:

@@ -157,9 +157,10 @@ def efficiency_metric(df: pd.DataFrame) -> Optional[str]:
     return None
 
 
-def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, manifest: "dict | None" = None) -> dict:
-    """The Findings of a run frame (zcorch.load) as a JSON-ready dict (docs/schemas/report.schema.json)."""
-    manifest = manifest or {}
+def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None) -> dict:
+    """The Findings of a run frame (zcorch.load) as a JSON-ready dict (docs/schemas/report.schema.json).
+    A sweep with `repeats: {min, max, target_ci}` (records with `convergence`) flags the configurations that
+    did not converge (zcorch.analysis.stats.summarize's `converged`, `width_pct`)."""
     vary = varying_params(df)
     contexts = [p for p in CONTEXT_PARAMS if p in vary]
     others = [p for p in vary if p not in contexts and p not in ("send_mode", "recv_mode")]
@@ -171,7 +172,7 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, manifest
     by = contexts + ["send_mode", "recv_mode"] + others
     s = summarize(df, by=by, metrics=metrics) if len(df) else pd.DataFrame()
     short = short_host_windows(df)
-    converged = {c: v for c, v in (manifest.get("convergence") or {}).items() if isinstance(v, dict)}
+    adaptive = "converged" in s
     cells, shorts = {}, {}
     if len(df):
         for key, group in df[by + ["cell"]].assign(_short=short).groupby(by, dropna=False, sort=False):
@@ -189,16 +190,17 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, manifest
         for _, r in part.iterrows():
             key = _norm(tuple(r[p] for p in by))
             n_short, cell = shorts.get(key, 0), cells.get(key)
-            conv = converged.get(cell)
+            conv = bool(r["converged"]) if adaptive else None
             flags = []
             if r["n_failed"]:
                 flags.append(f"failed: {int(r['n_failed'])} of {int(r['n'] + r['n_failed'])} runs")
             if n_short:
                 flags.append(f"host CPU too short to measure: {n_short} of {int(r['n'])} ok runs < "
                              f"{MIN_HOST_TICKS} ticks")
-            if conv is not None and conv.get("converged") is False:
-                flags.append("not converged" + (f" (interval ±{conv['width_pct']:.1f}% after {conv.get('n')} runs)"
-                                                if _finite(conv.get("width_pct")) is not None else ""))
+            if conv is False:
+                width = _finite(r["width_pct"])
+                flags.append("not converged (" + (f"95% CI ±{width:.1f}%" if width is not None else "fewer than 6 ok runs")
+                             + f" after {int(r['n'])} ok runs)")
             mb = _finite(r["mb_s_median"])
             entries.append({
                 "cell": cell, "label": mode_label(r, others),
@@ -212,7 +214,7 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, manifest
                                       for kind, b in best_per_kind(baseline_refs(
                                           baselines, {**values, **{p: r[p] for p in others}})).items()},
                 "flags": flags,
-                "converged": None if conv is None else bool(conv.get("converged")),
+                "converged": conv,
             })
         entries.sort(key=lambda e: (e["mb_s"] is None, -(e["mb_s"] or 0.0), e["label"]))
         group_ranks(entries)
@@ -228,7 +230,7 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, manifest
     failed_runs = int((df["status"] != OK).sum()) if len(df) else 0
     have_host = any(c in ok and pd.to_numeric(ok[c], errors="coerce").notna().any()
                     for c in ("send_host_busy_s_per_gib", "recv_host_busy_s_per_gib"))
-    not_conv = sorted(c for c, v in converged.items() if v.get("converged") is False)
+    not_conv = sorted(m["cell"] for r in rankings for m in r["modes"] if m["converged"] is False and m["cell"])
     return {
         "grouping_rule": GROUPING_RULE, "ci_method": ci_method(), "context_params": contexts,
         "other_params": others, "efficiency_metric": eff, "have_host_cpu": have_host,
@@ -236,5 +238,5 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, manifest
         "flags": {"failed_runs": failed_runs, "runs": int(len(df)),
                   "short_host_window_runs": int(short.sum()), "short_host_window_rule": SHORT_RULE,
                   "not_converged_cells": not_conv,
-                  "convergence_recorded": bool(converged)},
+                  "convergence_recorded": bool(adaptive)},
     }

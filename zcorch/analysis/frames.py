@@ -46,6 +46,7 @@ import pandas as pd
 
 # Parameter and metric columns (PARAM_KEYS, METRIC_KEYS) in the order of the tables in zcorch.params;
 # unknown extra parameters follow, sorted.
+from zcorch import metrics
 from zcorch.params import HOST_BUSY_FIELDS, METRIC_KEYS, PARAM_KEYS
 from zcorch.results import rates, setfiles
 from zcorch.results import store as results
@@ -349,10 +350,10 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
             out[prefix + "host_softirq_s_per_gib"] = rates.per_gib(col(prefix + "host_softirq_us") / 1e6, moved)
         same = same_host_column(frame)
         out["same_host"] = same
-        one = np.array([v is True for v in same])
-        out["total_cpu_s_per_gib"] = out["send_cpu_s_per_gib"] + out["recv_cpu_s_per_gib"]
-        send_h, recv_h = out["send_host_busy_s_per_gib"], out["recv_host_busy_s_per_gib"]
-        out["total_host_busy_s_per_gib"] = np.where(one, np.fmax(send_h, recv_h), send_h + recv_h)
+        one = np.array([v is True for v in same], dtype=bool)
+        for total in metrics.TOTALS:   # total_* of zcorch.metrics: the two sides by the entry's `combine`
+            send_v, recv_v = (out[c] if c in out else col(c) for c in total.parts)
+            out[total.name] = combine_sides(total.combine, send_v, recv_v, one)
     completions = np.nansum([col("send_zc_completions"), col("recv_zc_completions")], axis=0)
     copied = np.nansum([col("send_zc_copied"), col("recv_zc_copied")], axis=0)
     reported = ~(np.isnan(col("send_zc_completions")) & np.isnan(col("recv_zc_completions")))
@@ -366,6 +367,17 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     out["zc_verdict"] = [rates.zc_label(*v) for v in zip(completions, copied, mapped, recv_copied)]
     keep = frame.drop(columns=[c for c in out if c in frame])
     return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
+
+
+def combine_sides(rule: str, send: np.ndarray, recv: np.ndarray, same_host: np.ndarray) -> np.ndarray:
+    """Per run, the total of a metric over both sides by its zcorch.metrics `combine` rule: "sum" adds them;
+    "host" adds them too, but takes the larger where both ran on one machine (same_host), as
+    zcorch.results.rates.host_busy_total does for one run."""
+    if rule == "sum":
+        return send + recv
+    if rule == "host":
+        return np.where(same_host, np.fmax(send, recv), send + recv)
+    raise ValueError(f"unknown rule {rule!r} to combine the sides (zcorch.metrics COMBINE)")
 
 
 LINKED_ATTR = "linked_axes"  # frame.attrs[LINKED_ATTR]: {axis name: {"params": [...], "labels": [...]}}

@@ -41,8 +41,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
-from zcorch import __version__
-from zcorch.analysis.compare import HIGHER_IS_BETTER, VERDICTS_BAD, compare_frames
+from zcorch import __version__, metrics
+from zcorch.analysis.compare import VERDICTS_BAD, compare_frames
 from zcorch.analysis.frames import OK, read_experiment_text, read_meta
 from zcorch.results import setfiles
 from zcorch.analysis.load import load
@@ -58,8 +58,6 @@ from zcorch.results import store
 INDEX = "index.html"
 PLOTS_DIR = "history-plots"   # next to index.html: one PNG per experiment × cell
 MIN_STABLE = 2                # sweeps a segment needs to be the level a newest sweep is held against
-UNITS = {"gbit_s": "Gbit/s", "mb_s": "MB/s", "send_cpu_s_per_gib": "sender CPU s/GiB",
-         "recv_cpu_s_per_gib": "receiver CPU s/GiB"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,8 +419,10 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
                   alpha: float = DEFAULT_ALPHA, reports: bool = True) -> History:
     """Every result set under `root`, grouped and analysed (module docstring, steps 1–4); with
     `reports`, each sweep's report.html is written when missing or stale."""
-    if metric not in HIGHER_IS_BETTER:
-        raise ResultsError(f"metric must be one of {', '.join(HIGHER_IS_BETTER)}, got {metric!r}")
+    try:
+        metrics.directed(metric)   # one with a better direction (zcorch.metrics)
+    except ValueError as exc:
+        raise ResultsError(str(exc)) from None
     warnings: List[str] = []
     dirs = find_result_sets(root, warnings.append)
     if not dirs:
@@ -506,7 +506,7 @@ def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
     every = max(1, int(math.ceil(len(ticks) / 5)))  # dates on at most 5 ticks (the newest one dated)
     ax.set_xticklabels([_tick_label(i, exp.sweeps[i], (len(ticks) - 1 - k) % every == 0)
                         for k, i in enumerate(ticks)], fontsize=7)
-    ax.set_ylabel(UNITS.get(exp.metric, exp.metric))
+    ax.set_ylabel(metrics.axis_label(exp.metric))
     ax.margins(y=0.15)
     ax.grid(True, alpha=0.3)
     ax.set_title(ch.label, fontsize=9)
@@ -526,7 +526,8 @@ def _rel(path: Path, start: Path) -> str:
 
 def page_context(history: History, out_dir: Path) -> dict:
     """What the template history.html.j2 shows (every value autoescaped there)."""
-    unit = UNITS.get(history.metric, history.metric)
+    declared = metrics.get(history.metric)
+    unit = f"{declared.label}, {declared.unit}, {declared.better} is better"
     experiments = []
     for exp in history.experiments:
         sweeps = []
@@ -660,7 +661,7 @@ def render_text(history: History) -> str:
                 what = (f"{_fmt(c.change_pct, '+.1f')}% ({history.metric} {_fmt(c.base_median, '.3f')} -> "
                         f"{_fmt(c.cand_median, '.3f')}, p={_fmt(c.p_value, '.3g')}, n {c.n_base}/{c.n_cand})")
             lines.append(f"  {ch.label} [cell {ch.cell}]: {what} since {since}; against {against}")
-    better = "higher" if HIGHER_IS_BETTER[history.metric] else "lower"
+    better = metrics.get(history.metric).better
     lines.append(f"method: median of ok repeats ({better} is better), the newest sweep against the preceding "
                  f"stable segment; threshold {history.threshold_pct:g}%, alpha {history.alpha:g} "
                  "(two-sided Mann–Whitney U, as zcorch compare)")

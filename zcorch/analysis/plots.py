@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from zcorch.config.reference import METRIC_UNITS
 from zcorch.config.views import View
+from zcorch.metrics import BY_NAME as METRICS_BY_NAME
 from zcorch.params import SIZE_KEYS, format_value
 from zcorch.results import setfiles
-from zcorch.units import convert, unit_dimension
+from zcorch.units import convert
 from zcorch.units import format_size
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import linked_axes, summarize, varying_params
@@ -276,7 +276,8 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     throughput panels carry the iperf3 baselines as lines. More than MAX_PANELS panels: a list of figures
     (every panel drawn)."""
     metric = view.metric
-    unit, what_metric, _ = METRIC_UNITS.get(metric, ("", metric, True))
+    declared = METRICS_BY_NAME.get(metric)
+    unit = declared.unit if declared is not None else ""
     axes_words = " × ".join("+".join(p) for p in (view.x, view.hue) if p)
     what = view.title or f"{metric} by {axes_words}" + (f", panels by {'+'.join(view.facet)}" if view.facet else "")
     ok = _ok(df)
@@ -301,7 +302,7 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     for hkey in hues:
         rows = _select(ok, view.hue, hkey)
         folded_vals[hkey] = ", ".join(f"{p}={format_value(p, rows[p].iloc[0])}" for p in folded if len(rows))
-    rate = unit_dimension(unit) == "rate" if unit else False
+    rate = declared is not None and declared.rate   # throughput panels carry the baselines
     top = 0.0
     for ax, fkey in zip(axes, facets):
         panel = _select(s, view.facet, fkey)
@@ -341,7 +342,7 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     for ax in axes[len(facets):]:
         ax.set_visible(False)
     for r in range(nrows):
-        axes[r * ncols].set_ylabel(f"{metric} ({unit}), median and CI" if unit else metric)
+        axes[r * ncols].set_ylabel(f"{metric} ({unit}), median and CI" if unit else metric)   # the column a view names
     handles, labels = axes[0].get_legend_handles_labels()
     if not view.hue:   # one colour: its name is the y axis already
         keep = [i for i, label in enumerate(labels) if label != metric]
@@ -392,8 +393,7 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
     others = [c for c in varying_params(ok) if c not in ("buffer", "send_mode", "recv_mode")]
     fig = Figure(figsize=(15, 4.5))
     axes = fig.subplots(1, 3)
-    panels = [("gbit_s", "throughput (Gbit/s)"), ("send_cpu_s_per_gib", "sender process CPU (s/GiB, usr+sys)"),
-              ("recv_cpu_s_per_gib", "receiver process CPU (s/GiB, usr+sys)")]
+    panels = [(m, METRICS_BY_NAME[m].axis_label) for m in ("gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib")]
     keys = ["send_mode", "recv_mode"] + others
     s = summarize(ok, by=keys + ["buffer"], metrics=[m for m, _ in panels])
     for key, line in s.groupby(keys, sort=True, dropna=False):

@@ -19,7 +19,7 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from zcorch import __version__
+from zcorch import __version__, metrics
 from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, side_by_side
 from zcorch.analysis.frames import (OK, load_baselines, load_meta, read_experiment_text, read_manifest, read_meta,
                                     result_dir)
@@ -185,9 +185,21 @@ def _combo(params, key, named: bool = False) -> str:
     return _combo_label(params, key, named) if params else ""
 
 
-CPU_METRICS = ["send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib",
-               "total_host_busy_s_per_gib", "send_cpu_copies", "recv_cpu_copies", "send_host_busy_copies",
-               "recv_host_busy_copies"]
+# The CPU columns of the tables (metrics of zcorch.metrics: their headers are the table's labels and units).
+CELL_CPU_METRICS = ("send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib")
+CPU_SECTION_METRICS = ("send_cpu_s_per_gib", "send_cpu_copies", "send_host_busy_s_per_gib", "send_host_busy_copies",
+                       "recv_cpu_s_per_gib", "recv_cpu_copies", "recv_host_busy_s_per_gib", "recv_host_busy_copies",
+                       "total_host_busy_s_per_gib")
+
+
+def _header(name: str) -> str:
+    """A metric's column header: `send process CPU s/GiB`; one in copies of the data beside it: `send in copies`."""
+    m = metrics.get(name)
+    return f"{m.side} in {m.unit}" if m.unit == "copies" else f"{m.label} {m.unit}"
+
+
+def _cpu_median(r: pd.Series, name: str) -> str:
+    return _median(r, name, "{:.1f}×" if metrics.get(name).unit == "copies" else "{:.3f}")
 
 
 def _median(r: pd.Series, metric: str, fmt: str = "{:.3f}") -> str:
@@ -217,24 +229,24 @@ def cell_zc_verdicts(df: pd.DataFrame) -> dict:
 
 
 def cells_table(df: pd.DataFrame) -> Table:
-    s = summarize(df, metrics=["mb_s", "gbit_s"] + CPU_METRICS)
+    s = summarize(df, metrics=["mb_s", "gbit_s", *CELL_CPU_METRICS])
     params = [c for c in varying_params(df, with_members=True) if c in s]
     s = by_mode(s, params)
     verdicts = cell_zc_verdicts(df)
+    adaptive = "converged" in s   # repeats: {min, max, target_ci}: did each cell converge, how wide it got
     header = params + ["n", "failed", "MB/s median", "MB/s CI (level)", "Gbit/s median",
-                       "send process CPU s/GiB", "recv process CPU s/GiB", "send host CPU s/GiB",
-                       "recv host CPU s/GiB", "zero-copy", "cell id"]
+                       *map(_header, CELL_CPU_METRICS), "zero-copy"] \
+        + (["converged (95% CI ±)"] if adaptive else []) + ["cell id"]
     rows = []
     for _, r in s.iterrows():
         ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')} ({ci_label(r['mb_s_ci_level'])})"
               if np.isfinite(r["mb_s_ci_low"]) else "")
         rows.append([format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
                     + [r["n"], r["n_failed"] or "", _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
-                       _median(r, "send_cpu_s_per_gib"), _median(r, "recv_cpu_s_per_gib"),
-                       _median(r, "send_host_busy_s_per_gib"), _median(r, "recv_host_busy_s_per_gib"),
-                       verdicts.get(r["cell"], ""), r["cell"]])
-    return Table(header, rows, ["nowrap"] * len(params) + ["num", "num", "num", "num nowrap"] + ["num"] * 5
-                 + [None, "nowrap"])
+                       *(_cpu_median(r, m) for m in CELL_CPU_METRICS), verdicts.get(r["cell"], "")]
+                    + ([_converged(r)] if adaptive else []) + [r["cell"]])
+    return Table(header, rows, ["nowrap"] * len(params) + ["num", "num", "num", "num nowrap", "num"]
+                 + ["num"] * len(CELL_CPU_METRICS) + [None] * (2 if adaptive else 1) + ["nowrap"])
 
 
 def _missing(value) -> bool:
@@ -248,11 +260,18 @@ def by_mode(summary: pd.DataFrame, params: list) -> pd.DataFrame:
             if p in summary]
     if not keys or summary.empty:
         return summary
+
     def norm(key):  # NaN never equals itself: missing values as None on both sides of the lookup
         return tuple(None if _missing(v) else v for v in key)
     order = {norm(key): i for i, key in enumerate(_keys(summary, keys))}
     rank = [order.get(norm(r), len(order)) for r in summary[keys].itertuples(index=False, name=None)]
     return summary.assign(_order=rank).sort_values(["_order", "cell"], kind="stable").drop(columns="_order")
+
+
+def _converged(r: pd.Series) -> str:
+    """`yes (±1.2%)` / `no (±3.4%)` / `no (n<6)`, as the end-of-run summary says it."""
+    width = f"±{r['width_pct']:.1f}%" if np.isfinite(r["width_pct"]) else "n<6"
+    return f"{'yes' if r['converged'] else 'no'} ({width})"
 
 
 def calibration_table(meta: dict) -> Optional[Table]:
@@ -357,21 +376,15 @@ def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
     same = "same_host" in ok and bool(ok["same_host"].fillna(False).astype(bool).any())
     table = None
     if len(ok):
-        s = summarize(df, metrics=CPU_METRICS)
+        s = summarize(df, metrics=CPU_SECTION_METRICS)
         params = [c for c in varying_params(df) if c in s]
         s = by_mode(s, params)
-        header = params + ["send process CPU s/GiB", "send in copies", "send host CPU s/GiB",
-                                      "send in copies", "recv process CPU s/GiB", "recv in copies",
-                                      "recv host CPU s/GiB", "recv in copies", "both hosts s/GiB"]
+        header = params + [_header(m) for m in CPU_SECTION_METRICS]
         rows = []
         for _, r in s[s["n"] > 0].iterrows():
             rows.append([format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
-                        + [_median(r, "send_cpu_s_per_gib"), _median(r, "send_cpu_copies", "{:.1f}×"),
-                           _median(r, "send_host_busy_s_per_gib"), _median(r, "send_host_busy_copies", "{:.1f}×"),
-                           _median(r, "recv_cpu_s_per_gib"), _median(r, "recv_cpu_copies", "{:.1f}×"),
-                           _median(r, "recv_host_busy_s_per_gib"), _median(r, "recv_host_busy_copies", "{:.1f}×"),
-                           _median(r, "total_host_busy_s_per_gib")])
-        table = Table(header, rows, ["nowrap"] * len(params) + ["num"] * 9)
+                        + [_cpu_median(r, m) for m in CPU_SECTION_METRICS])
+        table = Table(header, rows, ["nowrap"] * len(params) + ["num"] * len(CPU_SECTION_METRICS))
     verdicts = set(cell_zc_verdicts(df).values()) - {"n/a"}
     links = _data_links(meta) if verdicts else []
     return {"table": table, "calibration": calibration_table(meta), "have_host": have_host, "same_host": same,
@@ -464,7 +477,7 @@ def build_report(path, plots: Optional[list] = None, efficiency_plots: Optional[
     if plots is None:
         plots = all_plots(df, baselines, name, load_samples(d) if len(df) else None,
                           _declared_views(experiment_text, str(exp_file)))
-    found = findings(df, baselines, manifest) if len(df) else None
+    found = findings(df, baselines) if len(df) else None
     if efficiency_plots is None:
         efficiency_plots = efficiency(found, name) if found else []
     context = {
@@ -503,7 +516,7 @@ def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     declared = _declared_views(exp_text, str(exp_file)) if exp_text is not None else ()
     name = manifest.get("name") or d.name
     plots = all_plots(df, baselines, name, load_samples(d), declared) if len(df) else []
-    eff = efficiency(findings(df, baselines, manifest), name) if len(df) else []
+    eff = efficiency(findings(df, baselines), name) if len(df) else []
     if plot_formats:
         save(eff + plots, d, plot_formats, "plots")
     out = Path(output) if output else d / "report.html"

@@ -30,9 +30,9 @@ import pandas as pd
 from zcorch.analysis.links import href
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import CI, ci_label, summarize
+from zcorch import metrics
 from zcorch.config.baselines.registry import BY_RECORD
-from zcorch.config.reference import (COMMAND_KIND_PREFIX, EXTENSIVE_METRICS, METRIC_UNITS, RATE_METRICS, Claim, Figure,
-                                     Match, Reference)
+from zcorch.config.reference import COMMAND_KIND_PREFIX, Claim, Figure, Match, Reference
 from zcorch.params import format_value, side_value
 from zcorch.units import convert, unit_dimension
 
@@ -215,7 +215,7 @@ def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list
 def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[FigureRow]":
     out = []
     for f in ref.figures:
-        unit = METRIC_UNITS[f.metric][0]
+        unit = metrics.get(f.metric).unit
         published = f.value.to(unit)
         m = measure(df, f.match, f.metric)
         pub_norm, base_gbit, norm = None, math.nan, math.nan
@@ -229,7 +229,7 @@ def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[
                 base_gbit = own_baseline(baselines, study.kind, _params(first))
                 if np.isfinite(m.median) and base_gbit > 0:
                     norm = convert(m.median, unit, "Gbit/s") / base_gbit
-        per_byte, run_bytes = f.metric in EXTENSIVE_METRICS, math.nan
+        per_byte, run_bytes = metrics.get(f.metric).extensive, math.nan
         if per_byte and m.cell is not None:
             run_bytes = float(cell_rows(df, f.match)["bytes"].iloc[0]) if "bytes" in df else math.nan
             per_byte = not (f.bytes is not None and run_bytes == f.bytes)
@@ -254,9 +254,9 @@ def verdict(a: Measured, b: Measured, op: str, factor: float) -> "tuple[str, str
 
 
 def _published_for(ref: Reference, match: Match, metric: str) -> "Optional[tuple[float, float]]":
-    unit = METRIC_UNITS[metric][0]
+    unit = metrics.get(metric).unit
     for f in ref.figures:
-        if f.match == match and (f.metric == metric or {f.metric, metric} <= RATE_METRICS):
+        if f.match == match and (f.metric == metric or {f.metric, metric} <= metrics.RATES):
             return f.value.to(unit)
     return None
 
@@ -264,7 +264,7 @@ def _published_for(ref: Reference, match: Match, metric: str) -> "Optional[tuple
 def claims(df: pd.DataFrame, ref: Reference) -> "list[ClaimRow]":
     out = []
     for c in ref.claims:
-        unit = METRIC_UNITS[c.metric][0]
+        unit = metrics.get(c.metric).unit
         a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
         v, why = verdict(a, b, c.op, c.factor)
         ratio = math.nan

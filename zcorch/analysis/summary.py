@@ -75,7 +75,7 @@ def report_document(path) -> dict:
         "name": manifest.get("name") or d.name, "result_set": str(d), "status": manifest.get("status"),
         "runs": int(len(df)), "cells": int(df["cell"].nunique()) if len(df) else 0,
         "failed_runs": int((df["status"] != OK).sum()) if len(df) else 0,
-        "findings": findings(df, baselines, manifest) if len(df) else None,
+        "findings": findings(df, baselines) if len(df) else None,
         "reproduction": _reproduction(text, exp_path, df, baselines),
     })
 
@@ -137,7 +137,7 @@ def report_markdown(path) -> str:
     manifest = read_manifest(d)
     df = load(d)
     name = manifest.get("name") or d.name
-    parts = [findings_markdown(findings(df, load_baselines(d), manifest), name) if len(df)
+    parts = [findings_markdown(findings(df, load_baselines(d)), name) if len(df)
              else f"## Findings: {name}\n\nNo runs recorded yet.\n"]
     text, exp_path = _experiment_text(d, manifest)
     ref = reference_of(text, exp_path)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import fcntl
 import json
 import os
+import socket
 import stat
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from zcorch.errors import ResultsError, ResultsWriteError
+from zcorch.errors import ResultsError, ResultSetBusy, ResultsWriteError
 from zcorch.results import setfiles
 
 FORMAT = "zcorch-results"
@@ -30,6 +32,7 @@ META = "meta.json"
 RUNS = "runs.jsonl"
 BASELINES = "baselines.jsonl"
 RUNS_CACHE = "runs.parquet"  # runs.jsonl parsed, written by zcorch.analysis.cache (never by this module)
+LOCK = ".lock"   # flock()ed by the one `zcorch run` writing the set; holds "pid host started" for messages
 LOGS = "logs"
 SAMPLES = "samples"  # per-run samples: samples/<cell>-r<repeat>.jsonl, one line per sample and side
 
@@ -140,13 +143,48 @@ def load_manifest(directory: str) -> dict:
     return manifest
 
 
-class ResultSet:
-    """One result directory being written by `zcorch run`."""
+def lock_result_set(directory: str) -> int:
+    """Take the result set's exclusive lock (flock on DIR/.lock, never through a symlink); returns the fd,
+    which holds it until closed or this process ends. Raises ResultSetBusy naming the holder when another
+    process has it: two `zcorch run --resume DIR` would otherwise both run every remaining run."""
+    path = os.path.join(directory, LOCK)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot open the result set's lock file ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise ResultsError(f"{path}: cannot lock the result set ({exc.strerror or exc})") from None
+        who = f" (pid {holder.split()[0]} on {holder.split()[1]}, since {holder.split()[2]})" \
+            if len(holder.split()) == 3 else ""
+        raise ResultSetBusy(f"{directory} is being written by another zcorch run{who}: wait for it to end "
+                            "(or stop it), then run again") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {utc_now()}\n".encode(), 0)
+    return fd
 
-    def __init__(self, directory: str, manifest: dict):
+
+class ResultSet:
+    """One result directory being written by `zcorch run`, locked (lock_result_set) until close()."""
+
+    def __init__(self, directory: str, manifest: dict, lock_fd: Optional[int] = None):
         self.dir = directory
         self.manifest = manifest
+        self._lock_fd = lock_fd
         self.baseline_written: Optional[Callable[[dict], None]] = None  # told of each baseline record written
+
+    def close(self) -> None:
+        """Release the result set's lock (also released when the process ends)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
 
     # -- creation / reopening ------------------------------------------------------------
     @classmethod
@@ -154,7 +192,7 @@ class ResultSet:
                command: List[str], accept_new_host_keys: bool, zcorch_version: str,
                git_revision: Optional[str], unique: bool = False, source: Optional[dict] = None,
                source_bytes: Optional[bytes] = None, inventory: Optional[dict] = None,
-               overrides: Sequence[str] = ()) -> "ResultSet":
+               overrides: Sequence[str] = (), repeat_policy: Optional[dict] = None) -> "ResultSet":
         """A new result set in `directory`.
 
         unique: `directory` is a default name (results/<name>-<time>): if another sweep took it (two
@@ -163,12 +201,22 @@ class ResultSet:
         (the document as run); source_bytes: the file as written when that differs (experiment.source.yaml).
         source: {"path", "sha256"} of the experiment file given; inventory: {"path", "sha256", "pair"}
         when the hosts came from an inventory; overrides: the --set KEY=VALUE applied, as given.
+        repeat_policy: `repeats: {min, max, target_ci}` as {"min", "max", "target_ci"} (manifest "repeats"):
+        plan.json then lists every cell's repeats up to max, and a cell that converged stops early
+        (zcorch.results.convergence); None (a fixed `repeats: N`): every planned run is to run.
         """
         if unique:
             directory = _new_directory(directory)
-        elif os.path.exists(os.path.join(directory, MANIFEST)):
-            raise ResultsError(f"{directory} already holds a result set; use --resume {directory} "
-                               "to continue it or choose another -o")
+        else:
+            os.makedirs(directory, exist_ok=True)
+        lock = lock_result_set(directory)   # before looking: a concurrent create or resume of the same -o
+        try:
+            if os.path.exists(os.path.join(directory, MANIFEST)):
+                raise ResultsError(f"{directory} already holds a result set; use --resume {directory} "
+                                   "to continue it or choose another -o")
+        except BaseException:
+            os.close(lock)
+            raise
         os.makedirs(os.path.join(directory, LOGS), exist_ok=True)
         with open(os.path.join(directory, EXPERIMENT), "wb") as f:
             f.write(experiment_bytes)
@@ -184,15 +232,24 @@ class ResultSet:
             "experiment_source": dict(source or {}, copy=EXPERIMENT_SOURCE if source_bytes is not None else None),
             "inventory": dict(inventory) if inventory else None, "overrides": list(overrides),
         }
-        rs = cls(directory, manifest)
+        if repeat_policy is not None:
+            manifest["repeats"] = dict(repeat_policy)
+        rs = cls(directory, manifest, lock)
         rs._write_manifest()
         return rs
 
     @classmethod
     def open_for_resume(cls, directory: str, command: List[str], inventory: Optional[dict] = None) -> "ResultSet":
         """Reopen a result set; `inventory`: the pair given with --hosts for this resume (recorded in its
-        `resumed` entry; without it the hosts of experiment.yaml run again)."""
-        manifest = load_manifest(directory)
+        `resumed` entry; without it the hosts of experiment.yaml run again). Raises ResultSetBusy while
+        another process writes it."""
+        load_manifest(directory)            # a result set at all, before a lock file is made in it
+        lock = lock_result_set(directory)
+        try:
+            manifest = load_manifest(directory)  # as the previous writer left it
+        except BaseException:
+            os.close(lock)
+            raise
         for name in (RUNS, BASELINES):
             _truncate_torn_tail(os.path.join(directory, name))
         os.makedirs(os.path.join(directory, LOGS), exist_ok=True)
@@ -202,7 +259,7 @@ class ResultSet:
         manifest.setdefault("resumed", []).append(entry)
         manifest["status"] = "running"
         manifest["finished"] = None
-        rs = cls(directory, manifest)
+        rs = cls(directory, manifest, lock)
         rs._write_manifest()
         return rs
 
@@ -302,6 +359,11 @@ class ResultSet:
             meta = dict(meta)
             meta["previous"] = old.get("previous", []) + [{k: v for k, v in old.items() if k != "previous"}]
         write_json_atomic(path, meta)
+
+    def record_convergence(self, states: Dict[str, dict]) -> None:
+        """{cell: {"n", "width_pct", "converged"}} at the end of an adaptive sweep (manifest "convergence",
+        written by finish()): which cells did not converge, and the width each reached."""
+        self.manifest["convergence"] = dict(states)
 
     def _write_manifest(self) -> None:
         write_json_atomic(self.path(MANIFEST), self.manifest)
