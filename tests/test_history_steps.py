@@ -134,3 +134,20 @@ def test_too_short_a_series_supports_no_change_point():
         assert fit.steps == [] and len(fit.segments) == 1
     y = [1.0] * (MIN_POINTS_FOR_STEPS - 2) + [2.36] * 2
     assert fit_steps(y, np.full(len(y), 0.001)).steps == [MIN_POINTS_FOR_STEPS - 2]
+
+
+def test_the_trend_of_a_short_series_draws_no_fitted_level(tmp_path):
+    # three sweeps, the newest far below: no level may be drawn through points that were not measured there
+    from test_history import READ, nights
+    from zcorch.analysis.history import build_history, trend_figure
+
+    root = tmp_path / "r"
+    nights(root, "short", [[(READ, 2.0)], [(READ, 2.0)], [(READ, 0.5)]])
+    nights(root / "long", "long", [[(READ, 2.0)]] * 4 + [[(READ, 0.5)]] * 2)
+    hist = build_history(root, reports=False)
+    by_name = {e.name: e for e in hist.experiments}
+    for name, drawn in (("short", False), ("long", True)):
+        exp = by_name[name]
+        fig = trend_figure(exp, exp.cells[0])
+        labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+        assert ("fitted level" in labels) == drawn, (name, labels)

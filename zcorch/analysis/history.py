@@ -49,7 +49,7 @@ from zcorch.analysis.load import load
 from zcorch.analysis.plots import figure_bytes
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
 from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT
-from zcorch.analysis.steps import StepFit, fit_steps, point_sigmas
+from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, fit_steps, point_sigmas
 from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.params import format_value
@@ -481,7 +481,10 @@ def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
     high = np.where(np.isfinite(ch.ci_high), ch.ci_high - med, 0.0)
     ax.errorbar(x[have], med[have], yerr=[low[have], high[have]], fmt="o", ms=4, capsize=3, color="C0",
                 label="median, CI (order statistics; level per sweep in the table)")
-    for k, seg in enumerate(ch.fit.segments):
+    # too few sweeps support no fit (steps.MIN_POINTS_FOR_STEPS): a "level" through two or three points would
+    # be drawn where none was measured, so none is drawn; the table's stable level is the comparison's
+    fitted = ch.fit.segments if int(have.sum()) >= MIN_POINTS_FOR_STEPS else []
+    for k, seg in enumerate(fitted):
         ax.hlines(seg.level, seg.start - 0.4, seg.end - 0.6, colors="0.45", linewidth=1.5,
                   label="fitted level" if k == 0 else None)
     top = blended_transform_factory(ax.transData, ax.transAxes)
