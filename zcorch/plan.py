@@ -36,6 +36,7 @@ from typing import Callable, Optional, Sequence
 from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
 from zcorch.config.cells import cell_problems, filesystem_problem
+from zcorch.config.schema import amount_of, writes_bytes
 from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
@@ -204,6 +205,7 @@ def _expand(exp: Experiment, reduced: bool) -> Plan:
             islot = None
             inner_items = [(j, sets[-1][j], frags[-1][j]) for j in range(len(inner.values))]
         verdicts: dict = {}
+        bytes_written = writes_bytes(exp.params, exp.matrix)
         sha256 = hashlib.sha256
         for ocombo in product(*(range(len(a.values)) for a in outer)):
             p0 = base.copy()
@@ -242,6 +244,9 @@ def _expand(exp: Experiment, reduced: bool) -> Plan:
                 else:
                     text = left + frag + right if frag else without
                 cid = sha256(text.encode()).hexdigest()[:ID_LENGTH]
+                if params["duration"] is not None and not bytes_written:  # the default bytes gives way
+                    params = amount_of(params, bytes_written)
+                    cid = cell_id(params)
                 if active:
                     hit = next((e_i for e_i, acc in active if acc is None or j in acc), None)
                     if hit is not None:
@@ -429,7 +434,8 @@ class Estimate:
 def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD) -> Estimate:
     """How long `zcorch run` should take, from stated assumptions (see Estimate.explain)."""
     by_id = {c.id: c.params for c in plan.cells}
-    per_cell = {cid: min(p["bytes"] / rate, p["timeout"]) for cid, p in by_id.items()}
+    per_cell = {cid: p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"])
+                for cid, p in by_id.items()}
     transfer = sum(per_cell[r.id] for r in plan.runs)
     over = overhead * len(plan.runs)
     base = plan.experiment.baselines
