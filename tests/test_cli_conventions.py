@@ -59,7 +59,7 @@ def test_quiet_prints_no_progress_and_progress_names_modes(tmp_path):
     exp.write_text(TINY)
     loud = zcorch_cli("run", exp, "-o", tmp_path / "loud")
     assert loud.returncode == 0, loud.stderr
-    assert "set-up took" in loud.stderr and "deploy the worker" in loud.stderr
+    assert "set-up took" in loud.stderr and "copy-cost calibration" in loud.stderr
     assert "write→read r0: ok" in loud.stderr and "Gbit/s" in loud.stderr and "vmsplice→read r1" in loud.stderr
     quiet = zcorch_cli("-q", "run", exp, "-o", tmp_path / "quiet")
     assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
@@ -112,3 +112,35 @@ def test_examples_list_and_copy_never_overwrite(tmp_path):
     assert linked.returncode == 1 and victim.read_text() == "keep"
     unknown = zcorch_cli("examples", "copy", "nope", tmp_path)
     assert unknown.returncode == 2 and "quickstart" in unknown.stderr
+
+
+def test_run_json_of_the_quick_start_validates_against_the_documented_schema(tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((ROOT / "docs" / "schemas" / "run-events.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    # the quick start itself, smaller: its baselines (iperf3, dd, when installed) and every mode pair
+    res = zcorch_cli("run", ROOT / "experiments" / "quickstart.yaml", "-o", tmp_path / "qs", "--json",
+                     "--set", "bytes=4MiB", "--set", "repeats=1", "--set", "baselines.iperf3.duration=1s")
+    lines = res.stdout.splitlines()
+    events = [json.loads(ln) for ln in lines]        # stdout holds nothing but JSON, one object a line
+    for ev in events:
+        errors = sorted(validator.iter_errors(ev), key=str)
+        assert not errors, (ev["event"], [e.message for e in errors])
+    kinds = [e["event"] for e in events]
+    assert kinds[0] == "start" and kinds[-2:] == ["summary", "end"]
+    runs = [e for e in events if e["event"] == "run"]
+    assert len(runs) == events[0]["runs"] and [r["done"] for r in runs] == list(range(1, len(runs) + 1))
+    assert all((r["gbit_s"] or 0) > 0 for r in runs if r["status"] == "ok")
+    end = events[-1]
+    assert end["exit_status"] == res.returncode and end["result_dir"] == str(tmp_path / "qs")
+    recorded = [json.loads(ln) for ln in (tmp_path / "qs" / "baselines.jsonl").read_text().splitlines()]
+    assert [e["record"] for e in events if e["event"] == "baseline"] == recorded   # each, as it was written
+    if shutil.which("iperf3"):
+        assert any(r["kind"] == "iperf3" for r in recorded)
+    assert len(events[-2]["cells"]) == len({r["cell"] for r in runs})
+    # the stages came in the pipeline's order, before the runs
+    from zcorch.sweep.pipeline import STAGES
+    order = [name for name, _ in STAGES]
+    seen = [e["stage"] for e in events if e["event"] == "stage"]
+    assert seen == sorted(seen, key=order.index) and kinds.index("run") > kinds.index("stage")

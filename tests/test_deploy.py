@@ -15,6 +15,7 @@ import pytest
 from zcorch._version import __version__
 from zcorch.config.hosts import DEFAULT_WORKDIR, Hosts, HostSpec
 from zcorch.provision import deploy
+from zcorch.config.baselines.kind import Tool
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import LocalHost
 
@@ -135,13 +136,15 @@ def test_host_problems_messages_from_captured_probe():
     host = LocalHost("receiver", "127.0.0.1")
     # a probe result as printed by a Debian host without cffi, headers, gcc, iperf3 (captured shape)
     facts = {"python": [3, 11, 2], "executable": "/usr/bin/python3", "cffi": None, "python_h": False, "cc": None,
-             "iperf3": None, "address_error": None, "busy_ports": [[5201, "[Errno 98] Address already in use"]]}
-    probs = deploy.host_problems(host, facts, need_iperf3=True)
+             "tools": {"iperf3": None, "qperf": None}, "address_error": None,
+             "busy_ports": [[5201, "[Errno 98] Address already in use"]]}
+    probs = deploy.host_problems(host, facts, tools=[Tool("iperf3", "iperf3"), Tool("qperf", "qperf")])
     assert probs == ["receiver: iperf3 not found — apt-get install iperf3",
+                     "receiver: qperf not found — apt-get install qperf",
                      "receiver: port 5201 on 127.0.0.1 is in use ([Errno 98] Address already in use) — stop what "
                      "listens there or choose another port"]
     host.is_local = False  # the same facts on a remote host: the build tools matter there
-    probs = deploy.host_problems(host, facts, need_iperf3=False)
+    probs = deploy.host_problems(host, facts)
     assert any("apt-get install python3-cffi" in p for p in probs)
     assert any("apt-get install python3-dev" in p for p in probs)
     assert any("apt-get install gcc" in p for p in probs)
@@ -234,7 +237,7 @@ def test_preflight_reports_every_missing_piece_of_every_host(lab):
     opened = ssh.open_hosts(Hosts.from_mapping(spec))
     try:
         with pytest.raises(PreflightError) as exc:
-            deploy.preflight(opened, need_iperf3=True)
+            deploy.preflight(opened, tools={"receiver": [Tool("iperf3", "iperf3")]})
         msg = str(exc.value)
         print(msg)
         assert f"sender (root@{lab.sender.mgmt}): /nonexistent/python3 not found — apt-get install python3" in msg
@@ -258,9 +261,10 @@ def test_preflight_busy_port_and_prepare(hosts, lab):
     finally:
         listener.kill_group()
         listener.wait(10)
-    facts = deploy.preflight(hosts, need_iperf3=True, ports=[port])
-    assert facts["receiver"]["iperf3"] and facts["sender"]["cffi"]
-    handles = deploy.prepare(hosts, need_iperf3=True)
+    both = {role: [Tool("iperf3", "iperf3"), Tool("qperf", "qperf")] for role in ("sender", "receiver")}
+    facts = deploy.preflight(hosts, tools=both, ports=[port])
+    assert facts["receiver"]["tools"]["iperf3"] and facts["receiver"]["tools"]["qperf"] and facts["sender"]["cffi"]
+    handles = deploy.prepare(hosts, tools=both)
     for role, handle in handles.items():
         r = hosts[role].run(handle.worker_argv + ["info"], env=handle.env)
         assert r.ok and json.loads(r.stdout.splitlines()[-1])["version"] == __version__

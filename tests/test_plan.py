@@ -364,7 +364,7 @@ def test_estimate_from_stated_assumptions(write_yaml):
     assert est.transfer_s == pytest.approx(2 * (1 + 2 + 1 + 2))
     assert est.overhead_s == pytest.approx(8 * 0.5)
     # iperf3: 2 buffer x window pairs x (plain, -Z) x (3 + 1 + 0.5); dd: write + read of 512 MiB
-    assert est.iperf3_tests == 4 and est.dd_passes == 2
+    assert est.tests("iperf3") == 4 and est.tests("dd") == 2 and est.tests("qperf") == 0
     assert est.baseline_s == pytest.approx(4 * 4.5 + 2 * (0.5 + 0.5))
     assert est.total_s == pytest.approx(est.transfer_s + est.overhead_s + est.baseline_s)
     assert "assumed 1GiB/s" in est.explain()

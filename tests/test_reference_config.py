@@ -80,7 +80,7 @@ def test_units_convert_within_a_dimension_only():
 @pytest.mark.parametrize("bad, line, needle", [
     ("  sauce: {title: x}\n", 7, "reference.sauce: unknown key `sauce`; did you mean `source`?"),
     ("  source: {title: x, year: 2006}\n", 7, "reference.source.year: unknown key"),
-    ("  source: {title: x}\n  baselines: {iperf: {value: 1 Gbit/s}}\n", 8, "did you mean `iperf3`?"),
+    ("  source: {title: x}\n  baselines: {iperf: {value: 1 Gbit/s}}\n", 8, "did you mean `iperf3`"),
     ("  source: {title: x}\n  baselines: {dd_read: {value: 3 s}}\n", 8, "is not a rate"),
     ("  source: {title: x}\n  figures:\n    - {match: {send_mode: write, buffer: 8KiB}, metric: mbs, value: 1 MB/s}\n",
      9, "reference.figures[0].metric: `mbs` is not a metric; did you mean `mb_s`?"),

@@ -35,6 +35,7 @@ from typing import Callable, Optional, Sequence
 
 from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
+from zcorch.config.baselines.kind import Cost
 from zcorch.config.cells import cell_problems, filesystem_problem
 from zcorch.config.schema import amount_of, writes_bytes
 from zcorch.config.experiment import Experiment, load_experiment
@@ -418,38 +419,34 @@ class Estimate:
     baseline_s: float
     rate: float
     per_run_overhead: float
-    iperf3_tests: int
-    dd_passes: int
+    baselines: "tuple[tuple[str, Cost], ...]" = ()   # (kind, its share) of each baseline kind that runs
+
+    def tests(self, kind: str) -> int:
+        """How many tests/passes the baseline kind `kind` runs (0: off)."""
+        return next((cost.tests for name, cost in self.baselines if name == kind), 0)
 
     def explain(self) -> str:
         from zcorch.units import format_size
 
+        parts = ", ".join(cost.what for _, cost in self.baselines) or "none"
         return (f"estimated duration {_hms(self.total_s)}: transfers {_hms(self.transfer_s)} "
                 f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout) + "
                 f"{self.per_run_overhead:g}s overhead per run ({_hms(self.overhead_s)}) + baselines "
-                f"{_hms(self.baseline_s)} ({self.iperf3_tests} iperf3 tests of duration+omit+overhead, "
-                f"{self.dd_passes} dd passes at the same rate). Real rates differ: use --rate.")
+                f"{_hms(self.baseline_s)} ({parts}). Real rates differ: use --rate.")
 
 
 def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD) -> Estimate:
-    """How long `zcorch run` should take, from stated assumptions (see Estimate.explain)."""
+    """How long `zcorch run` should take, from stated assumptions (see Estimate.explain); each baseline
+    kind estimates its own share (zcorch.config.baselines)."""
     by_id = {c.id: c.params for c in plan.cells}
     per_cell = {cid: p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"])
                 for cid, p in by_id.items()}
     transfer = sum(per_cell[r.id] for r in plan.runs)
     over = overhead * len(plan.runs)
-    base = plan.experiment.baselines
-    iperf3_tests = dd_passes = 0
-    baseline = 0.0
-    if base.iperf3:
-        pairs = {(side_value("send", p, "buffer"), p["window"]) for p in by_id.values()} if base.iperf3.per == "pair" else {None}
-        iperf3_tests = 2 * len(pairs)  # plain and -Z (zero-copy), so write and sendfile cells have a peer
-        baseline += iperf3_tests * (base.iperf3.duration + base.iperf3.omit + overhead)
-    if base.dd:
-        filesystems = {p["filesystem"] for p in by_id.values()}
-        dd_passes = 2 * len(filesystems)  # a write and a read on each filesystem a sink lives on
-        baseline += dd_passes * (base.dd.bs * base.dd.count / rate + overhead)
-    return Estimate(transfer + over + baseline, transfer, over, baseline, rate, overhead, iperf3_tests, dd_passes)
+    shares = tuple((kind.name, kind.estimate(conf, list(by_id.values()), rate, overhead))
+                   for kind, conf in plan.experiment.baselines.enabled())
+    baseline = sum(cost.seconds for _, cost in shares)
+    return Estimate(transfer + over + baseline, transfer, over, baseline, rate, overhead, shares)
 
 
 def _hms(seconds: float) -> str:

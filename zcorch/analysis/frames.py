@@ -471,8 +471,8 @@ def _baseline_rate(result: dict) -> "tuple[float, float]":
 
 
 def load_baselines(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
-    """One row per baseline (iperf3, dd_write, dd_read): kind, status, reason, host, the key
-    parameters as `key_*`, the result as `result_*`, and `gbit_s`/`mb_s`."""
+    """One row per baseline record (any registered kind: iperf3, dd_write, dd_read, qperf, command): kind,
+    status, reason, host, the key parameters as `key_*`, the result as `result_*`, and `gbit_s`/`mb_s`."""
     dirs = _as_dirs(path_or_paths)
     rows = []
     for d, sweep in zip(dirs, _sweep_names(dirs)):

@@ -29,20 +29,21 @@ import pandas as pd
 
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import CI, ci_label, summarize
+from zcorch.config.baselines.registry import BY_RECORD
 from zcorch.config.reference import (COMMAND_KIND_PREFIX, EXTENSIVE_METRICS, METRIC_UNITS, RATE_METRICS, Claim, Figure,
                                      Match, Reference)
 from zcorch.params import format_value, side_value
 from zcorch.units import convert, unit_dimension
 
 HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
-_BASELINE_WORDS = {"iperf3": "iperf3", "dd_write": "dd write", "dd_read": "dd read"}
 
 
 def baseline_word(kind: str) -> str:
     """How a baseline kind reads in a table: `dd write`, or `nc (command)` for `command:nc`."""
     if kind.startswith(COMMAND_KIND_PREFIX):
         return f"{kind[len(COMMAND_KIND_PREFIX):]} (command)"
-    return _BASELINE_WORDS.get(kind, kind)
+    registered = BY_RECORD.get(kind)
+    return registered.words.get(kind, kind) if registered else kind
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,9 @@ def measure(df: pd.DataFrame, match: Match, metric: str) -> Measured:
 def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> float:
     """This result set's baseline of `kind` for a cell, Gbit/s (median of its ok records; NaN if none).
 
-    iperf3: the plain (not -Z) tests, those of the cell's buffer and window when there are some; dd: those
-    of the cell's filesystem when there are some."""
+    The records whose key has the kind's fixed values (iperf3: the plain, not -Z, tests), those matching the
+    cell on the kind's match keys when there are some (iperf3, qperf: buffer and window; dd: filesystem);
+    zcorch.config.baselines declares both per kind."""
     vals = own_baseline_values(baselines, kind, cell)
     return float(np.median(vals)) if len(vals) else math.nan
 
@@ -193,13 +195,14 @@ def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list
         rows = rows[rows["key_name"] == name] if "key_name" in rows else rows.iloc[0:0]
         return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()]
     rows = baselines[(baselines["kind"] == kind) & (baselines["status"] == OK)]
-    if kind == "iperf3" and "key_zerocopy" in rows:
-        rows = rows[~rows["key_zerocopy"].fillna(False).astype(bool)]
-    keys = ("buffer", "window") if kind == "iperf3" else ("filesystem",)
-    for key in keys:
+    registered = BY_RECORD.get(kind)
+    for key, value in (registered.match_fixed if registered else {}).items():
+        if f"key_{key}" in rows:
+            rows = rows[rows[f"key_{key}"].fillna(value).astype(type(value)) == value]
+    for key in (registered.match_keys if registered else ()):
         col = f"key_{key}"
         if col in rows and key in cell:
-            want = side_value("send", cell, key) if key == "buffer" else cell[key]  # iperf3 -l: the sender's
+            want = side_value("send", cell, key) if key == "buffer" else cell[key]  # the sender's call size
             same = rows[rows[col].map(lambda v: format_value(key, v)) == format_value(key, want)]
             if len(same):
                 rows = same

@@ -34,6 +34,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p.add_argument("--resume", metavar="DIR", help="continue the result set in DIR (uses its experiment.yaml)")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan and every command that would run; change nothing anywhere")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object per event on stdout as it happens (start, stages, each run with its "
+                        "metrics, each baseline, warnings, the summary, end) instead of the tables: "
+                        "docs/schemas/run-events.schema.json")
     p.add_argument("--accept-new-host-keys", action="store_true",
                    help="trust SSH host keys not yet in known_hosts (otherwise they are refused)")
     p.add_argument("--allow-ssh-config-exec", action="store_true",
@@ -138,6 +142,70 @@ def _rate(record: dict) -> str:
     return f"{recv['bytes'] * 8 / recv['wall_ns']:.2f} Gbit/s"
 
 
+class JsonObserver(SweepObserver):
+    """`zcorch run --json`: one JSON object a line on stdout, written (and flushed) as each event happens,
+    as iperf3's --json-stream does; the schema is docs/schemas/run-events.schema.json. Human messages go
+    into `message`/`warning` events, so stdout holds nothing but JSON."""
+
+    def __init__(self, out: Optional[TextIO] = None):
+        self.out = out if out is not None else sys.stdout
+        self.result_dir: Optional[str] = None
+        self.total = 0
+
+    def emit(self, event: str, **fields) -> None:
+        import json
+
+        doc = _clean({"event": event, "time": _utc_now(), **fields})
+        self.out.write(json.dumps(doc, default=str, allow_nan=False) + "\n")
+        self.out.flush()
+
+    def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
+        from zcorch import __version__
+
+        self.result_dir, self.total = result_dir, total
+        self.emit("start", zcorch_version=__version__, runs=total, already_ok=already_ok, result_dir=result_dir)
+
+    def stage(self, name: str, title: str) -> None:
+        self.emit("stage", stage=name, title=title)
+
+    def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
+        keep = ("cell", "repeat", "status", "reason", "params", "sender", "receiver", "wall_s", "started")
+        recv = record.get("receiver") or {}
+        gbit = recv["bytes"] * 8 / recv["wall_ns"] if record.get("status") == "ok" and recv.get("wall_ns") else None
+        self.emit("run", **{k: record.get(k) for k in keep}, gbit_s=_finite(gbit),
+                  done=outcome.ok + outcome.failed, todo=todo, failed_so_far=outcome.failed)
+
+    def baseline_done(self, record: dict) -> None:
+        self.emit("baseline", record=record)
+
+    def message(self, text: str) -> None:
+        self.emit("message", message=text)
+
+    def warning(self, text: str) -> None:
+        self.emit("warning", message=text)
+
+
+def _finite(x):
+    return x if x is not None and x == x and x not in (float("inf"), float("-inf")) else None
+
+
+def _clean(obj):
+    """JSON has no NaN or infinity: they become null (an event must never fail the sweep it reports)."""
+    if isinstance(obj, float):
+        return _finite(obj)
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def _utc_now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
 class DryRunObserver(SweepObserver):
     """The dry run's listing on `out`: each stage, then the commands it would run (`host$ argv`)."""
 
@@ -215,7 +283,11 @@ def _fmt_secs(s: float) -> str:
 
 def main(args: argparse.Namespace) -> int:
     command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
-    observer = DryRunObserver() if args.dry_run else ConsoleObserver()
+    if args.json and args.dry_run:
+        from zcorch.errors import ConfigError
+
+        raise ConfigError("--json and --dry-run: choose one (the dry run prints commands, not events)")
+    observer = DryRunObserver() if args.dry_run else JsonObserver() if args.json else ConsoleObserver()
     # SIGTERM ends a sweep as Ctrl-C does: finished runs kept, result set marked interrupted. Neither stops
     # the teardown that follows, except a third Ctrl-C (zcorch.sweep.interrupts).
     guard = InterruptGuard()
@@ -236,6 +308,13 @@ def main(args: argparse.Namespace) -> int:
         # The first zcorch.load then reads runs.parquet, not every JSON line (best effort: a warning).
         from zcorch.analysis.cache import write_cache  # pandas + pyarrow: imported only when a sweep ends
         write_cache(result.result_dir)
+    if args.json:
+        from zcorch.sweep.summary import summary_rows
+
+        observer.emit("summary", cells=summary_rows(result.plan_runs, result.records),
+                      baselines=len(result.baselines))
+        observer.emit("end", status=result.status, exit_status=result.exit_status, result_dir=result.result_dir)
+        return result.exit_status
     print(result.summary())
     print(f"results: {result.result_dir}")
     if result.status == "interrupted":

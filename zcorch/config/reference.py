@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 from zcorch.config import checks
 from zcorch.config import yamlsrc as ys
+from zcorch.config.baselines.registry import KINDS
 from zcorch.config.checks import Checker, suggest
 from zcorch.params import METRICS, PARAM_KEYS, format_value
 from zcorch.units import convert, parse_quantity, unit_dimension
@@ -76,9 +77,9 @@ EXTENSIVE_METRICS = frozenset(f"{side}_{m}" for side in ("send", "recv") for m i
     "zc_copied", "tcp_total_retrans"))
 RATE_METRICS = frozenset(k for k, (u, _, _) in METRIC_UNITS.items() if unit_dimension(u) == "rate")
 
-# zcorch's baseline kinds (zcorch.sweep.baselines records) a study's own baseline can stand for
-BASELINE_KINDS = {"iperf3": "iperf3 throughput (network alone)", "dd_write": "dd write (the sink's disk)",
-                  "dd_read": "dd read"}
+# zcorch's baseline record kinds a study's own baseline can stand for: every registered kind's records that
+# read as a word (zcorch.config.baselines: iperf3, dd_write, dd_read, qperf...)
+BASELINE_KINDS = {rk: desc for kind in KINDS for rk, desc in kind.record_kinds.items() if rk in kind.words}
 # `command:NAME`: the command baseline NAME of the experiment's `baselines.commands` (the study's FTP, rsync...)
 COMMAND_KIND_PREFIX = "command:"
 _COMMAND_KIND_RE = re.compile(r"^command:[A-Za-z][A-Za-z0-9_.-]{0,39}$")

@@ -3,9 +3,11 @@
 A RecordingHost is a Host whose run/start/put_file/put_bytes touch no machine: each call becomes a
 `Recorded` entry (kept in `host.recorded` and handed to `on_record` as it happens) and is answered with
 the least the pipeline needs to go on - the worker's `info`/`layout`/`ready`/`result` events, the
-preflight probe's facts, the `{scratch}` directory, an iperf3 server that "listens". Nothing is
-measured: JSON answers carry `"not_measured": true` and text answers say "dry run". Commands the
-answers do not know get exit 0 and no output; `cat` finds no file (so a deploy shows its whole build).
+preflight probe's facts, the `{scratch}` directory; each baseline kind (zcorch.config.baselines) answers
+for its own commands (an iperf3 server that "listens"...). Nothing is measured: JSON answers carry
+`"not_measured": true` and text answers say "dry run". `cat` finds no file (so a deploy shows its whole
+build). A command neither a baseline kind nor a pipeline stage (_STAGE_PROGRAMS) declares is refused
+with UndeclaredCommand: a dry run never claims a success it cannot know.
 
 RecordingHost stands for LocalHost; RemoteRecordingHost for an SSHHost, which is never connected to:
 its home is unknown (shown as `~`), and its `{scratch}` directory is answered as the placeholder itself,
@@ -24,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence
 
 from zcorch._version import __version__
+from zcorch.config.baselines.registry import KINDS
 from zcorch.config.checks import SCRATCH_PLACEHOLDER
 from zcorch.config.hosts import Hosts, HostSpec
 from zcorch.hosts.local import CommandResult, Host, Process
-from zcorch.worker.remote import dd_read_argv, dd_write_argv
 
 NOT_MEASURED = "dry run: not measured"
 # $HOME of a host never connected to; shown as `~` (Recorded.display).
@@ -67,6 +69,11 @@ class Recorded:
     def display(self) -> str:
         """`host$ command`, as the dry run prints it."""
         return f"{self.host}$ {self.command()}"
+
+
+class UndeclaredCommand(RuntimeError):
+    """A dry run met a command no baseline kind and no pipeline stage declares: a bug of zcorch (the
+    kind or stage that runs it must declare its dry-run answer), never answered with a made-up success."""
 
 
 class RecordingProcess(Process):
@@ -133,7 +140,19 @@ class RecordingHost(Host):
         at = _action_index(argv)
         if at is not None:
             job = _JOBS.get(argv[at])
-            return (0, job[1](self, argv[at + 1:]), "") if job else (0, "", "")
+            if job:
+                return 0, job[1](self, argv[at + 1:]), ""
+            kind_job = _kind_job(argv[at], argv[at + 1:])
+            if kind_job is None:
+                raise UndeclaredCommand(f"dry run: no pipeline stage or baseline kind declares the host job "
+                                        f"`{argv[at]}` ({shlex.join(argv)})")
+            return 0, kind_job[0], ""
+        if _net_action_index(argv) is not None:
+            return 0, "", ""
+        for kind in KINDS:
+            known = kind.dry_run(argv)
+            if known is not None:
+                return known
         action = _worker_action(argv)
         if action == "info":
             return 0, _json({"event": "info", "version": __version__, "modes": {}, "kernel": NOT_MEASURED}), ""
@@ -143,9 +162,6 @@ class RecordingHost(Host):
             path, size = _flag(argv, "--path"), _flag(argv, "--bytes")
             return 0, _json({"event": "layout", "path": path, "created": False, "size": int(size or 0),
                              "regular": True}), ""
-        if action == "command":   # a command baseline's end: not run, nothing to check
-            return 0, _json({"event": "exit", "rc": 0, "wall_s": None, "stderr": NOT_MEASURED,
-                             "sink_bytes": None, "error": None}), ""
         if argv[:2] == ["printenv", "HOME"]:
             return 0, self.home + "\n", ""
         if argv[:1] == ["cat"]:
@@ -155,9 +171,10 @@ class RecordingHost(Host):
             return 0, f"{os.geteuid() if self.is_local else 0}\n", ""
         if argv[:1] == ["df"]:
             return 0, f"Avail\n{1 << 62}\n", ""   # free space unknown: assume enough
-        if argv[:1] == ["iperf3"] and "--version" in argv:
-            return 0, f"iperf3 ({NOT_MEASURED})\n", ""
-        return 0, "", ""
+        if _stage_program(argv):
+            return 0, "", ""
+        raise UndeclaredCommand(f"dry run: no pipeline stage or baseline kind declares `{shlex.join(argv)}` "
+                                f"(declare its answer in its baseline kind's dry_run, or in _STAGE_PROGRAMS)")
 
     def started_lines(self, argv: List[str]) -> List[str]:
         """What a started command prints before it exits."""
@@ -166,12 +183,13 @@ class RecordingHost(Host):
             return [_json({"event": "ready", "port": 0, "pid": 0}), _json({"event": "result", "side": "recv"})]
         if action == "send":
             return [_json({"event": "result", "side": "send"})]
-        if argv[:1] == ["iperf3"]:
-            return [f"Server listening ({NOT_MEASURED})"]
-        if action == "command":
-            first = {"event": "ready"} if "--wait-go" in argv else {"event": "listening", "port": 0}
-            return [_json(first), self.answer(argv)[1]]
-        return []
+        for kind in KINDS:
+            lines = kind.dry_run_lines(argv)
+            if lines is not None:
+                return lines
+        if _stage_program(argv):
+            return []
+        raise UndeclaredCommand(f"dry run: no pipeline stage or baseline kind declares `{shlex.join(argv)}`")
 
 
 class RemoteRecordingHost(RecordingHost):
@@ -222,7 +240,7 @@ def _action_index(argv: Sequence[str]) -> Optional[int]:
     for i, a in enumerate(argv[:-2]):
         if a == "-m" and argv[i + 1] == "zcorch.worker.remote":
             return i + 2
-    if len(argv) > 2 and argv[1] == "-" and argv[2] in _JOBS:
+    if len(argv) > 2 and argv[1] == "-" and (argv[2] in _JOBS or any(argv[2] in k.jobs for k in KINDS)):
         return 2
     return None
 
@@ -255,9 +273,10 @@ def _flag(argv: Sequence[str], flag: str) -> Optional[str]:
 
 
 def _probe_facts(host: RecordingHost, args: List[str]) -> str:
+    programs = [b for a, b in zip(args, args[1:]) if a == "--tool"]   # the baseline tools asked for: "found"
     return _json({"python": list(sys.version_info[:3]), "executable": NOT_MEASURED, "cffi": NOT_MEASURED,
-                  "python_h": True, "cc": NOT_MEASURED, "iperf3": NOT_MEASURED, "address_error": None,
-                  "busy_ports": []})
+                  "python_h": True, "cc": NOT_MEASURED, "tools": {p: NOT_MEASURED for p in programs},
+                  "address_error": None, "busy_ports": []})
 
 
 def _scratch_info(host: RecordingHost, args: List[str]) -> str:
@@ -277,10 +296,29 @@ def _not_measured(host: RecordingHost, args: List[str]) -> str:
     return _json({})
 
 
-def _dd_note(args: Sequence[str]) -> str:
-    path = posixpath.join(args[0], ".zcorch-dd-PID-RANDOM")
-    return (f"{shlex.join(dd_write_argv(path, args[1], args[2]))}; sync; drop caches if root; "
-            f"{shlex.join(dd_read_argv(path, args[1], args[2]))}")
+def _kind_job(job: str, args: Sequence[str]) -> "Optional[tuple]":
+    """(stdout, note) of a baseline kind's host job in a dry run (dd's), or None."""
+    for kind in KINDS:
+        answer = kind.dry_run_job(job, args)
+        if answer is not None:
+            return answer
+    return None
+
+
+# Programs the pipeline's own stages run outside the worker and its host jobs (answered: exit 0, no
+# output). Anything else a dry run meets is refused (UndeclaredCommand).
+_STAGE_PROGRAMS: "tuple[tuple[str, ...], ...]" = (
+    ("test", "-d"), ("test", "-e"), ("find",), ("flock", "-n"), ("modprobe", "-n", "-q"),  # filesystems
+    ("sh", "-c", 'command -v "$1" >/dev/null 2>&1'),     # filesystems: its tools' presence (argv after it)
+    ("rm", "-rf", "--"),                                 # deploy: a failed build's temporary directory
+)
+_BUILD_SCRIPT = "/native/build.py"                       # deploy: `PYTHON DIR/native/build.py --out DIR`
+
+
+def _stage_program(argv: Sequence[str]) -> bool:
+    if len(argv) > 1 and argv[1].endswith(_BUILD_SCRIPT):
+        return True
+    return any(tuple(argv[:len(p)]) == p for p in _STAGE_PROGRAMS)
 
 
 # zcorch.worker.remote's jobs: (what it does, answer(host, args) -> stdout, note(args) -> str or None).
@@ -290,7 +328,6 @@ _JOBS: "Dict[str, tuple]" = {
     "finalize": ("install the built worker", _nothing, None),
     "scratch": ("prepare {scratch}", _scratch_info, None),
     "metadata": ("metadata probe", _not_measured, None),
-    "dd": ("dd baseline", _not_measured, _dd_note),
     "loop-autoclear": ("loop autoclear", _nothing, None),
     "open-excl": ("exclusive-open check", _nothing, None),
     "private-dirs": ("ownership check of the deploy directories", _nothing, None),
@@ -299,5 +336,10 @@ _JOBS: "Dict[str, tuple]" = {
 
 def _program_note(argv: Sequence[str]) -> Optional[str]:
     at = _action_index(argv)
-    job = _JOBS.get(argv[at]) if at is not None else None
-    return job[2](argv[at + 1:]) if job and job[2] else None
+    if at is None:
+        return None
+    job = _JOBS.get(argv[at])
+    if job is None:
+        kind_job = _kind_job(argv[at], argv[at + 1:])
+        return kind_job[1] if kind_job else None
+    return job[2](argv[at + 1:]) if job[2] else None

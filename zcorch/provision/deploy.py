@@ -6,8 +6,8 @@ Public API:
     native_sources_dir() -> str                    zcorch/_native_src/ (wheel, sdist) or the checkout's native/
     content_hash(sources) -> str                   what the remote build directory is keyed by
     deploy(host, source_root=None, ...) -> WorkerHandle
-    preflight(hosts, need_iperf3=False, ports=(), handles=None) -> dict   raises PreflightError
-    prepare(hosts, need_iperf3=False, ports=(), modes=None) -> dict[str, WorkerHandle]
+    preflight(hosts, tools=None, ports=(), handles=None) -> dict   raises PreflightError
+    prepare(hosts, tools=None, ports=(), modes=None) -> dict[str, WorkerHandle]
                                                   preflight + deploy + version and mode check
     mode_problems(where, info, needed) -> list[str]   the modes a host's `worker info` says it cannot run
 
@@ -36,6 +36,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from zcorch._version import __version__
 from zcorch.config import capabilities
+from zcorch.config.baselines.kind import Tool
 from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.local import Host
@@ -248,12 +249,14 @@ def _use_cffi_dir(handle: WorkerHandle, marker_text: str) -> None:
 
 
 # -- preflight --------------------------------------------------------------------------------
-# One round trip per host: what python, cffi, headers, compiler, iperf3, ports look like there.
-def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = None) -> dict:
-    """Facts about a host (zcorch.worker.remote.preflight_facts), or {"error": ...} when its python
-    cannot run at all."""
+# One round trip per host: what python, cffi, headers, compiler, the baseline tools, ports look like there.
+def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = None,
+               programs: Sequence[str] = ()) -> dict:
+    """Facts about a host (zcorch.worker.remote.preflight_facts; `tools` = {program: its path or None}
+    for each of `programs`), or {"error": ...} when its python cannot run at all."""
     python = python or host_python(host)
-    r = run_remote(host, "preflight", host.data_address, *[int(p) for p in ports], python=python)
+    r = run_remote(host, "preflight", host.data_address, *[int(p) for p in ports],
+                   *[a for p in programs for a in ("--tool", p)], python=python)
     if not r.ok:
         return {"error": (r.stderr or r.stdout).strip(), "returncode": r.returncode, "python_cmd": python}
     facts = remote_json(r)
@@ -263,8 +266,9 @@ def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = No
     return facts
 
 
-def host_problems(host: Host, facts: dict, need_iperf3: bool = False) -> List[str]:
-    """Pure: each missing piece of one host as "<host>: <what> — <fix>"."""
+def host_problems(host: Host, facts: dict, tools: Sequence[Tool] = ()) -> List[str]:
+    """Pure: each missing piece of one host as "<host>: <what> — <fix>"; `tools`: the baseline kinds'
+    programs it must have (zcorch.config.baselines)."""
     where = _where(host)
     problems = []
     if "error" in facts:
@@ -286,8 +290,9 @@ def host_problems(host: Host, facts: dict, need_iperf3: bool = False) -> List[st
             problems.append(f"{where}: Python headers (Python.h) not found — apt-get install python3-dev")
         if not facts["cc"]:
             problems.append(f"{where}: no C compiler (cc) found — apt-get install gcc")
-    if need_iperf3 and not facts["iperf3"]:
-        problems.append(f"{where}: iperf3 not found — apt-get install iperf3")
+    for tool in tools:
+        if not (facts.get("tools") or {}).get(tool.program):
+            problems.append(f"{where}: {tool.program} not found — {tool.install_hint()}")
     if facts["address_error"]:
         problems.append(f"{where}: data_address {host.data_address} is not an address of this host "
                         f"({facts['address_error']}) — fix hosts.{host.name}.data_address")
@@ -349,9 +354,10 @@ def worker_version_problems(handle: WorkerHandle,
     return mode_problems(where, info, modes or {})
 
 
-def preflight(hosts: Mapping[str, Host], need_iperf3: bool = False, ports: Sequence[int] = (),
-              handles: Optional[Mapping[str, WorkerHandle]] = None) -> Dict[str, dict]:
+def preflight(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Tool]]] = None,
+              ports: Sequence[int] = (), handles: Optional[Mapping[str, WorkerHandle]] = None) -> Dict[str, dict]:
     """Check every host (and, given handles, every deployed worker's version); returns the probe facts.
+    tools: {role: the baseline tools that host must have}.
 
     Raises one PreflightError listing every problem of every host. The same Host object used for
     two roles (localhost) is checked once.
@@ -364,8 +370,9 @@ def preflight(hosts: Mapping[str, Host], need_iperf3: bool = False, ports: Seque
             facts[role] = facts[seen[id(host)]]
             continue
         seen[id(host)] = role
-        facts[role] = probe_host(host, ports)
-        problems += host_problems(host, facts[role], need_iperf3)
+        mine = list({t.program: t for r, h in hosts.items() if h is host for t in (tools or {}).get(r, ())}.values())
+        facts[role] = probe_host(host, ports, programs=[t.program for t in mine])
+        problems += host_problems(host, facts[role], mine)
     for role, handle in (handles or {}).items():
         if not any(p.startswith(_where(handle.host) + ":") for p in problems):
             problems += worker_version_problems(handle)
@@ -374,13 +381,14 @@ def preflight(hosts: Mapping[str, Host], need_iperf3: bool = False, ports: Seque
     return facts
 
 
-def prepare(hosts: Mapping[str, Host], need_iperf3: bool = False, ports: Sequence[int] = (),
+def prepare(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Tool]]] = None,
+            ports: Sequence[int] = (),
             source_root: Optional[str] = None,
             modes: Optional[Mapping[str, Mapping[str, "Sequence[str]"]]] = None) -> Dict[str, WorkerHandle]:
     """Preflight the hosts, deploy the worker to each, then check the deployed versions and that each
     host can run the modes the cells give it: modes = {"sender": {"send": [...]}, "receiver": {"recv":
     [...]}} (one host in both roles gets both). Raises PreflightError naming every problem."""
-    preflight(hosts, need_iperf3=need_iperf3, ports=ports)
+    preflight(hosts, tools=tools, ports=ports)
     handles = {role: deploy(host, source_root=source_root) for role, host in hosts.items()}
     needed: Dict[int, Dict[str, List[str]]] = {}
     for role, handle in handles.items():

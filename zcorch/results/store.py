@@ -13,7 +13,7 @@ import datetime as _dt
 import errno
 import json
 import os
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError, ResultsWriteError
 
@@ -147,6 +147,7 @@ class ResultSet:
     def __init__(self, directory: str, manifest: dict):
         self.dir = directory
         self.manifest = manifest
+        self.baseline_written: Optional[Callable[[dict], None]] = None  # told of each baseline record written
 
     # -- creation / reopening ------------------------------------------------------------
     @classmethod
@@ -266,6 +267,8 @@ class ResultSet:
 
     def append_baseline(self, record: dict) -> None:
         self._append(BASELINES, record)
+        if self.baseline_written is not None:
+            self.baseline_written(record)
 
     def runs(self) -> List[dict]:
         return read_jsonl(self.path(RUNS))

@@ -24,15 +24,15 @@ import signal
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from zcorch.config.baselines import CommandBaseline
+from zcorch.config.baselines import commands as commands_kind
+from zcorch.config.baselines.commands import DEFAULT_BYTES, CommandBaseline, command_bytes  # noqa: F401
 from zcorch.hosts.local import Host
 from zcorch.results.store import utc_now
 
-KIND = "command"
+KIND = commands_kind.RECORD_KIND
 COMMAND_PORT = 5301            # + the command's index, on a remote receiver (localhost: a free port)
 LISTEN_WAIT_S = 15.0           # the worker itself waits 10 s for the listening socket
 _PLACEHOLDER_RE = re.compile(r"\{(address|port|source|sink|bytes)\}")
-DEFAULT_BYTES = 1 << 30        # when no cell says how much
 
 
 def source_path(cmd: CommandBaseline) -> str:
@@ -43,13 +43,6 @@ def source_path(cmd: CommandBaseline) -> str:
 def sink_path(cmd: CommandBaseline) -> str:
     """The sink file as written (in the receiver's `{scratch}`)."""
     return f"{{scratch}}/cmd-{cmd.name}.sink"
-
-
-def command_bytes(cmd: CommandBaseline, params_list: Sequence[dict]) -> int:
-    """How much one run moves: the command's `bytes`, else the largest of the cells. Pure."""
-    if cmd.bytes:
-        return cmd.bytes
-    return max((int(p["bytes"]) for p in params_list if p.get("bytes")), default=DEFAULT_BYTES)
 
 
 def fill(argv: Sequence[str], values: Mapping[str, str]) -> List[str]:
@@ -202,9 +195,4 @@ def _read_until(proc: Any, marker: Optional[str], timeout: float) -> "tuple[List
 
 def describe(record: Dict[str, Any]) -> str:
     """One line for the end-of-run summary."""
-    k = record.get("key") or {}
-    what = f"command {k.get('name')} ({k.get('bytes')} bytes, repeat {record.get('repeat', 0)})"
-    if record.get("status") != "ok":
-        return f"{what}: {record.get('status')}: {record.get('reason')}"
-    r = record["result"]
-    return f"{what}: {r['bits_per_second'] / 1e9:.2f} Gbit/s = {r['MB_per_s']:.0f} MB/s"
+    return commands_kind.KIND.describe(record)

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from zcorch._version import __version__
 from zcorch.errors import HostError
+from zcorch.config.baselines.registry import KINDS
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import remote_json, run_remote
 
@@ -29,7 +30,10 @@ SYSCTLS = [
 def collect_host(host: Host, python: str, data_address: Optional[str] = None, path: str = "") -> Dict[str, Any]:
     """Metadata of one host (one command). Raises HostError naming the host if the probe fails."""
     address = data_address or host.data_address
-    res = run_remote(host, "metadata", address, path, *SYSCTLS, python=python)
+    # every registered baseline kind's tools: their versions are recorded whether or not this sweep runs them
+    programs = dict.fromkeys(t.program for k in KINDS for t in k.tools(k.default()))
+    res = run_remote(host, "metadata", address, path, *SYSCTLS, *[a for p in programs for a in ("--tool", p)],
+                     python=python)
     if not res.ok:
         raise HostError(f"{host.name}: metadata probe failed (exit {res.returncode}): {res.stderr.strip()[-300:]}")
     meta = remote_json(res)

@@ -3,7 +3,7 @@
 Stages, in order: load and plan the experiment; open the result set (new, or --resume); open the hosts;
 preflight + deploy the worker; resolve `{scratch}`; host metadata (meta.json); the copy-cost calibration
 per host (meta.json hosts.<role>.calibration); filesystem preflight; network preflight;
-iperf3 baselines; lay out missing source files; the runs (the dd baseline before the first run in each
+the network baselines (iperf3, qperf...); lay out missing source files; the runs (the dd baseline before the first run in each
 sink directory, filesystems provisioned around their runs); finish. The library never prints:
 progress, messages and warnings go to a `SweepObserver`; the caller shows the returned `SweepResult`.
 
@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from zcorch._version import __version__
 from zcorch.config.baselines import Baselines
+from zcorch.config.baselines.kind import NETWORK
 from zcorch.config.inventory import InventoryPair
 from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, ResultsWriteError, ZcorchError
 from zcorch.hosts.local import Host
@@ -51,7 +52,8 @@ STAGES: Tuple[Tuple[str, str], ...] = (
     ("filesystems", "filesystem preflight (and a killed sweep's leftovers undone)"),
     ("network", "network preflight: opt-in, root, the data link and sysctls on both hosts (a killed sweep's "
                 "changes restored)"),
-    ("iperf3", "iperf3 baselines"),
+    ("baselines", "network baselines (the kinds of zcorch.config.baselines that measure the path alone: "
+                  "iperf3, qperf)"),
     ("sources", "lay out missing source files (only files that do not exist)"),
     ("commands", "command baselines (baselines.commands: the user's own transfer commands, timed)"),
     ("runs", "the runs (dd baseline before the first run in each sink directory; filesystems provisioned "
@@ -85,6 +87,9 @@ class SweepObserver:
 
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
         """A run's record was written; outcome counts the runs so far, `todo` is this sweep's total."""
+
+    def baseline_done(self, record: dict) -> None:
+        """A baseline's record (iperf3, dd, a command...) was written."""
 
     def sweep_ended(self) -> None:
         """The runs are over (finished, failed or interrupted)."""
@@ -263,10 +268,12 @@ def open_sweep(hosts: Dict[str, Host], cfg: Baselines,
 
     try:
         remote = not hosts["receiver"].is_local
-        ports = [bl.IPERF3_PORT] if cfg.iperf3 is not None and remote else []
-        # Remote hosts must have iperf3 when the file asks for it; on localhost a missing iperf3
-        # only makes the baseline `skipped` (with the fix in the reason).
-        handles = deploy.prepare(hosts, need_iperf3=cfg.iperf3 is not None and remote, ports=ports, modes=modes)
+        # Remote hosts must have the tools of the kinds the file asks for, and their ports free; on
+        # localhost a missing tool only makes the baseline `skipped` (with the fix in the reason).
+        ports = [p for kind, conf in cfg.enabled() for p in kind.ports(conf)] if remote else []
+        tools = {role: [t for kind, conf in cfg.enabled() for t in kind.tools(conf) if role in t.roles]
+                 for role in hosts} if remote else {}
+        handles = deploy.prepare(hosts, tools=tools, ports=ports, modes=modes)
     except BaseException:
         for h in {id(h): h for h in hosts.values()}.values():
             h.close()
@@ -345,14 +352,17 @@ def _key(b: dict) -> str:
     return json.dumps([b.get("kind"), b.get("key")], sort_keys=True)
 
 
-def _iperf3_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dict]) -> None:
-    if cfg.iperf3 is None:
-        return
-    done = {_key(b) for b in rs.baselines() if b.get("kind") == "iperf3" and b.get("status") == "ok"}
-    for key in bl.iperf3_keys(cfg.iperf3, [r["params"] for r in plan_runs]):
-        if _key({"kind": "iperf3", "key": key}) in done:
+def _network_baselines(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dict]) -> None:
+    """Each test of each network kind (iperf3, qperf...) not yet ok in the result set (resume)."""
+    done = {_key(b) for b in rs.baselines() if b.get("status") == "ok"}
+    for kind, conf in cfg.enabled():
+        if kind.phase != NETWORK:
             continue
-        rs.append_baseline(bl.run_iperf3(sweep.hosts["sender"], sweep.hosts["receiver"], cfg.iperf3, key))
+        record_kind = next(iter(kind.record_kinds))
+        for key in kind.keys(conf, [r["params"] for r in plan_runs]):
+            if _key({"kind": record_kind, "key": key}) in done:
+                continue
+            rs.append_baseline(bl.run_server_client(kind, sweep.hosts["sender"], sweep.hosts["receiver"], conf, key))
 
 
 def _commands_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dict],
@@ -585,6 +595,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         interrupts.left_behind("results", lambda: [f"{rs.dir}: the manifest still says 'running': `zcorch run "
                                                    f"--resume {rs.dir}` continues it"])
     skip = rs.ok_keys()
+    rs.baseline_written = observer.baseline_done  # every baseline record, as it is written (run --json)
     observer.started(len(plan_runs), len(skip), None if dry_run else rs.dir)
     if exp.inventory is not None:
         observer.message(f"hosts: {exp.hosts.describe()} ({exp.inventory.describe()})")
@@ -624,8 +635,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         observer.stage("network", _TITLES["network"])
         netman = _network_manager(exp, sweep, warnings, _networks_used(plan_runs), dry_run, observer)
         interrupts.left_behind("network", netman.leftovers if netman is not None else None)
-        observer.stage("iperf3", _TITLES["iperf3"])
-        _iperf3_for_sweep(rs, sweep, cfg, plan_runs)
+        observer.stage("baselines", _TITLES["baselines"])
+        _network_baselines(rs, sweep, cfg, plan_runs)
         observer.stage("sources", _TITLES["sources"])
         todo = [scratch.resolve_params(r["params"], scratch_dirs) for r in plan_runs
                 if (r["id"], r["repeat"]) not in skip]

@@ -11,28 +11,22 @@ from zcorch.sweep.baselines import describe_result
 from zcorch.textfmt import text_table
 
 
-def _median(values: List[float]) -> str:
-    return f"{statistics.median(values):.2f}" if values else "-"
-
-
 def _host_cpu(m: dict):
     busy = rates.host_busy_us(m)
     return rates.per_gib(busy / 1e6, m["bytes"]) if busy is not None and m.get("bytes") else None
 
 
-def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[str] = ("send_mode", "recv_mode"),
-                  baselines: Sequence[dict] = (), linked: Sequence = ()) -> str:
-    """The end-of-run table: per cell the labels of its linked axes (`linked`: zcorch.config.experiment.Axis,
-    as `zcorch plan` shows them) and its varying parameters, median throughput (as the receiver saw
-    it), median CPU seconds per GiB on each side in both views (the worker process's own CPU, and the
-    whole machine's busy CPU over the transfer), ok/failed and the zero-copy verdict of its ok runs;
-    then a legend and one line per baseline."""
+def summary_rows(plan_runs: List[dict], records: List[dict]) -> List[dict]:
+    """Per cell of the plan (in plan order): its id and parameters, the ok and failed runs, the medians of
+    throughput (Gbit/s as the receiver saw it) and of CPU seconds per GiB on each side in both views
+    (`proc`: the worker process's rusage; `host`: the machine's busy CPU over the transfer), and the
+    zero-copy verdict of its ok runs. None where no ok run measured it. What the end-of-run table shows
+    and what `zcorch run --json` prints as its summary event."""
     latest = latest_runs(records)
     by_cell: Dict[str, List[dict]] = {}
     for run in plan_runs:
         by_cell.setdefault(run["id"], []).append(run)
     rows = []
-    same_host = False
     for cell, runs in by_cell.items():
         recs = [latest.get((cell, r["repeat"])) for r in runs]
         ok = [r for r in recs if r and r["status"] == "ok" and (r.get("receiver") or {}).get("wall_ns")]
@@ -43,7 +37,6 @@ def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[
             proc.append([rates.cpu_s_per_gib(m["utime_us"], m["stime_us"], m["bytes"]) for m in metrics
                          if m.get("bytes")])
             host.append([v for v in map(_host_cpu, metrics) if v is not None])
-        same_host = same_host or any(r.get("same_host") for r in ok)
         completions = [m.get("zc_completions") for r in ok for m in (r["sender"], r["receiver"])
                        if m.get("zc_completions") is not None]
         copied = sum(m.get("zc_copied") or 0 for r in ok for m in (r["sender"], r["receiver"])
@@ -52,12 +45,38 @@ def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[
         verdict = rates.zc_label(sum(completions) if completions else None, copied,
                                  sum(mapped) if mapped else None,
                                  sum(r["receiver"].get("zc_recv_copied") or 0 for r in ok))
-        failed = sum(1 for r in recs if r and r["status"] != "ok")
-        params = runs[0]["params"]
-        rows.append([cell, *(a.label_of(params) for a in linked), *(format_value(k, params.get(k)) for k in varying),
-                     _median(gbit),
-                     _median(proc[0]), _median(proc[1]), _median(host[0]), _median(host[1]), f"{len(ok)}/{failed}",
-                     verdict])
+        rows.append({"cell": cell, "params": runs[0]["params"], "planned": len(runs), "ok": len(ok),
+                     "failed": sum(1 for r in recs if r and r["status"] != "ok"),
+                     "gbit_s": _med(gbit), "send_cpu_s_per_gib": _med(proc[0]), "recv_cpu_s_per_gib": _med(proc[1]),
+                     "send_host_busy_s_per_gib": _med(host[0]), "recv_host_busy_s_per_gib": _med(host[1]),
+                     "zero_copy": verdict, "same_host": any(r.get("same_host") for r in ok)})
+    return rows
+
+
+def _med(values: List[float]):
+    return statistics.median(values) if values else None
+
+
+def _cell_text(value) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[str] = ("send_mode", "recv_mode"),
+                  baselines: Sequence[dict] = (), linked: Sequence = ()) -> str:
+    """The end-of-run table: per cell the labels of its linked axes (`linked`: zcorch.config.experiment.Axis,
+    as `zcorch plan` shows them) and its varying parameters, median throughput (as the receiver saw
+    it), median CPU seconds per GiB on each side in both views (the worker process's own CPU, and the
+    whole machine's busy CPU over the transfer), ok/failed and the zero-copy verdict of its ok runs
+    (summary_rows); then a legend and one line per baseline."""
+    rows = []
+    same_host = False
+    for r in summary_rows(plan_runs, records):
+        params = r["params"]
+        same_host = same_host or r["same_host"]
+        rows.append([r["cell"], *(a.label_of(params) for a in linked), *(format_value(k, params.get(k)) for k in varying),
+                     *(_cell_text(r[k]) for k in ("gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib",
+                                                  "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib")),
+                     f"{r['ok']}/{r['failed']}", r["zero_copy"]])
     head = ["cell", *(a.key for a in linked), *varying, "Gbit/s", "send proc-CPU", "recv proc-CPU", "send host-CPU", "recv host-CPU",
             "ok/failed", "zero-copy"]
     lines = text_table(head, rows)

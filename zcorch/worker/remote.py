@@ -4,11 +4,12 @@
     python - ACTION ARGS... < zcorch/worker/remote.py   (remote hosts: this file's text on stdin)
 
 Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
-    preflight ADDRESS [PORT...]        -> JSON facts: python, cffi, Python.h, cc, iperf3, address/ports bindable
+    preflight ADDRESS [PORT...] [--tool PROGRAM...] -> JSON facts: python, cffi, Python.h, cc, address/ports bindable,
+                                          the path of each PROGRAM (the baseline kinds' tools) or null
     cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
     finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
     private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
-    metadata ADDRESS PATH [SYSCTL...]  -> JSON: kernel, CPU, memory, data interface (+ whether it could do
+    metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...] -> JSON: kernel, CPU, memory, data interface (+ whether it could do
                                           io_uring zero-copy receive), sysctls, sink mount...
     scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
     dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
@@ -49,9 +50,10 @@ class ActionError(Exception):
 
 # -- preflight (before anything is deployed) ---------------------------------------------------
 
-def preflight_facts(address: str, ports: "Sequence[int]" = ()) -> "Dict[str, Any]":
-    """What a sweep needs from this host: python version, cffi, Python.h, a compiler, iperf3, and
-    whether `address` (the data address) and each of `ports` on it can be bound."""
+def preflight_facts(address: str, ports: "Sequence[int]" = (), programs: "Sequence[str]" = ()) -> "Dict[str, Any]":
+    """What a sweep needs from this host: python version, cffi, Python.h, a compiler, each of `programs`
+    (`tools`: {program: path or None}), and whether `address` (the data address) and each of `ports` on
+    it can be bound."""
     out: "Dict[str, Any]" = {"python": list(sys.version_info[:3]), "executable": sys.executable}
     try:
         import cffi
@@ -62,7 +64,7 @@ def preflight_facts(address: str, ports: "Sequence[int]" = ()) -> "Dict[str, Any
     out["python_h"] = os.path.exists(os.path.join(inc, "Python.h"))
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     out["cc"] = shutil.which(os.environ.get("CC", "") or cc) or shutil.which("cc") or shutil.which("gcc")
-    out["iperf3"] = shutil.which("iperf3")
+    out["tools"] = {p: shutil.which(p) for p in programs}
     out["address_error"] = None
     out["busy_ports"] = []
     try:
@@ -303,11 +305,13 @@ def zcrx_support(ifname: "Optional[str]") -> "Dict[str, Any]":
     return facts
 
 
-def host_metadata(address: str, path: str, sysctls: "Sequence[str]") -> "Dict[str, Any]":
+def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
+                  programs: "Sequence[str]" = ()) -> "Dict[str, Any]":
     """What shaped the numbers on this host. Anything unreadable is null, with why in meta["why_null"].
 
     address: the data address (its interface's MTU and speed are recorded); path: the sink, whose
-    filesystem (nearest existing parent) is recorded; sysctls: dotted names read from /proc/sys.
+    filesystem (nearest existing parent) is recorded; sysctls: dotted names read from /proc/sys; programs:
+    the baseline kinds' tools whose `--version` first line is recorded in meta["versions"] (with the compiler's).
     """
     meta: "Dict[str, Any]" = {"why_null": {}}
     why = meta["why_null"]
@@ -384,8 +388,7 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]") -> "Dict[st
             meta["sink_mount"] = fss[0]
     meta["python"] = {"version": platform.python_version(), "executable": sys.executable}
     meta["versions"] = {}
-    for key, argv in (("iperf3", ["iperf3", "--version"]), ("compiler", ["cc", "--version"]),
-                      ("dd", ["dd", "--version"])):
+    for key, argv in (("compiler", ["cc", "--version"]), *((p, [p, "--version"]) for p in programs)):
         meta["versions"][key], w = _first_version_line(argv)
         if w:
             why["versions." + key] = w
@@ -624,14 +627,29 @@ def _open_excl_action(args: "List[str]") -> int:
     return 0
 
 
+def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
+    """(ports, programs) of preflight's arguments: each program follows `--tool`."""
+    ports: "List[str]" = []
+    programs: "List[str]" = []
+    it = iter(args)
+    for a in it:
+        if a == "--tool":
+            programs.append(next(it, ""))
+        else:
+            ports.append(a)
+    return ports, programs
+
+
 # name -> (usage of its arguments, least and most argument count (None: any), handler)
 ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]" = {
-    "preflight": ("ADDRESS [PORT...]", 1, None,
-                  lambda a: _print_json(preflight_facts(a[0], [_int(p, "PORT") for p in a[1:]]))),
+    "preflight": ("ADDRESS [PORT...] [--tool PROGRAM...]", 1, None,
+                  lambda a: _print_json(preflight_facts(a[0], [_int(p, "PORT") for p in _tool_args(a[1:])[0]],
+                                                        _tool_args(a[1:])[1]))),
     "cffi-dir": ("", 0, 0, _cffi_dir_action),
     "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
     "private-dirs": ("DIR...", 1, None, _private_dirs_action),
-    "metadata": ("ADDRESS PATH [SYSCTL...]", 2, None, lambda a: _print_json(host_metadata(a[0], a[1], a[2:]))),
+    "metadata": ("ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]", 2, None,
+                 lambda a: _print_json(host_metadata(a[0], a[1], *_tool_args(a[2:])))),
     "scratch": ("WORKDIR [SUBDIR...]", 1, None, lambda a: _print_json(prepare_scratch(a[0], a[1:]))),
     "dd": ("DIR BS COUNT", 3, 3, lambda a: _print_json(dd_baseline(a[0], a[1], a[2]))),
     "loop-autoclear": ("DEVICE...", 1, None, _loop_autoclear_action),

@@ -1,0 +1,116 @@
+"""The `baselines:` section: what the sweep measures besides the cells, one module per kind (registry.py).
+
+    baselines:                      # not written: the kinds that are on by default (iperf3, dd: as the seeds)
+      iperf3: {duration: 2s, per: pair, omit: 0}
+      dd: {bs: 1MiB, count: 64, scratch: "{scratch}"}
+      qperf: {duration: 2s}         # off unless written
+      commands: [...]               # the user's own transfer commands (commands.py)
+    baselines: false                # none; `iperf3: false` / `dd: false` turn one off
+
+`Baselines` holds each registered kind's settings by name (`.iperf3`, `.dd`, `.qperf`: None when off;
+`.commands`: a tuple). Each kind module declares its schema, tools, commands, parser, estimate and dry run
+(kind.py says what); this module only walks the registry.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Mapping, Tuple
+
+from zcorch.config import checks
+from zcorch.config import yamlsrc as ys
+from zcorch.config.baselines.commands import (COMMAND_PLACEHOLDERS, COMMAND_STDIN, COMMAND_STDOUT,  # noqa: F401
+                                              CommandBaseline)
+from zcorch.config.baselines.dd import DD_MAX_BYTES, DdBaseline  # noqa: F401
+from zcorch.config.baselines.iperf3 import Iperf3Baseline  # noqa: F401
+from zcorch.config.baselines.kind import PER_CHOICES, BaselineError, BaselineKind  # noqa: F401
+from zcorch.config.baselines.qperf import QperfBaseline  # noqa: F401
+from zcorch.config.baselines.registry import BY_NAME, BY_RECORD, KINDS
+from zcorch.config.checks import Checker
+
+
+class Baselines:
+    """The settings of every registered kind (off: None, or () for a list kind), immutable.
+
+    Baselines(iperf3_conf, dd_conf) / Baselines(iperf3=None, qperf=QperfBaseline()): kinds not given keep
+    their defaults (positional arguments follow the registry's order).
+    """
+
+    __slots__ = ("_conf",)
+
+    def __init__(self, *args: Any, **kinds: Any):
+        if len(args) > len(KINDS):
+            raise TypeError(f"Baselines takes at most {len(KINDS)} positional arguments")
+        conf = {k.name: k.default() for k in KINDS}
+        for kind, value in zip(KINDS, args):
+            conf[kind.name] = value
+        for name, value in kinds.items():
+            if name not in BY_NAME:
+                raise TypeError(f"no baseline kind {name!r} (registered: {', '.join(BY_NAME)})")
+            conf[name] = tuple(value) if isinstance(BY_NAME[name].off, tuple) else value
+        object.__setattr__(self, "_conf", conf)
+
+    def __getattr__(self, name: str) -> Any:
+        conf = object.__getattribute__(self, "_conf")
+        if name in conf:
+            return conf[name]
+        raise AttributeError(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Baselines is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Baselines) and self._conf == other._conf
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._conf.items()))
+
+    def __repr__(self) -> str:
+        return "Baselines(" + ", ".join(f"{k}={v!r}" for k, v in self._conf.items()) + ")"
+
+    def __reduce__(self) -> Any:  # copy, deepcopy, pickle: rebuilt through __init__ (no setattr)
+        return (_rebuild, (dict(self._conf),))
+
+    def get(self, name: str) -> Any:
+        return self._conf[name]
+
+    def enabled(self) -> Iterator[Tuple[BaselineKind, Any]]:
+        """(kind, settings) of every kind that runs, in registry order."""
+        for kind in KINDS:
+            conf = self._conf[kind.name]
+            if conf is not None and conf != ():
+                yield kind, conf
+
+    def kinds(self) -> "list[tuple[str, Any]]":
+        """[(name, settings | None)] of the kinds with one settings block (not the list kinds), in order."""
+        return [(k.name, self._conf[k.name]) for k in KINDS if not isinstance(k.off, tuple)]
+
+    @classmethod
+    def from_mapping(cls, data: "Mapping | bool | None", path: str = "<baselines>") -> "Baselines":
+        """Validate plain data (as the section would be written) through the file's parser."""
+        return checks.parse_data("baselines", data, parse_baselines, path)
+
+
+def _rebuild(conf: Dict[str, Any]) -> "Baselines":
+    return Baselines(**conf)
+
+
+BASELINES_OFF = Baselines(**{k.name: k.off for k in KINDS})
+
+
+def parse_baselines(chk: Checker, node: "ys.YNode | None") -> Baselines:
+    """The `baselines:` node (None: not written); problems go to `chk`."""
+    if checks.is_null(node):
+        return Baselines()
+    assert node is not None
+    if checks.is_off(node):
+        return BASELINES_OFF
+    out: Dict[str, Any] = {}
+    for name, (_, child) in chk.mapping(node, "baselines", tuple(BY_NAME), "baseline kinds").items():
+        if checks.is_null(child):
+            continue
+        out[name] = BY_NAME[name].parse(chk, child, f"baselines.{name}")
+    return Baselines(**out)
+
+
+def kind_of_record(record_kind: str) -> "BaselineKind | None":
+    """The registered kind writing baselines.jsonl records of `record_kind` (dd_write -> dd)."""
+    return BY_RECORD.get(record_kind)

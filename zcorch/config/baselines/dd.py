@@ -1,0 +1,172 @@
+"""`baselines.dd`: dd write + read on the receiver, in each directory a sink lives in.
+
+    dd: {bs: 1MiB, count: 64, scratch: "{scratch}"}  # count may be size-like (512k blocks)
+
+It runs as the host job `zcorch.worker.remote dd DIR BS COUNT` (which times `dd; sync` and the read back
+on the receiver itself); records {"kind": "dd_write" | "dd_read", "key": {"bs", "count", "directory",
+"filesystem", "bs_text"}, "result": parse_dd_wrapper(...)[kind]}.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from zcorch.config import checks
+from zcorch.config import yamlsrc as ys
+from zcorch.config.baselines.kind import DIRECTORY, BaselineError, BaselineKind, Cost, Tool, _describe
+from zcorch.config.checks import SCRATCH_PLACEHOLDER, Checker
+from zcorch.params import INT_MAX
+from zcorch.units import format_size
+from zcorch.worker.remote import dd_read_argv, dd_write_argv
+
+DD_MAX_BYTES = 64 * 1024 ** 3  # bs × count: the file dd writes (the host's free space is checked too)
+JOB = "dd"                     # the zcorch.worker.remote job
+RECORD_KINDS = ("dd_write", "dd_read")
+
+
+@dataclass(frozen=True)
+class DdBaseline:
+    """dd write + read on the receiver, in each directory a sink lives in."""
+
+    bs: int = 1024 ** 2
+    count: int = 64
+    # Where dd writes when the sink is a device (/dev/null): the per-user scratch directory by default (a
+    # predictable name in a shared /tmp is anyone's to pre-create); may be {scratch}[/DIR] or a directory.
+    scratch: str = SCRATCH_PLACEHOLDER
+
+
+def _dd_count(node: ys.YNode) -> int:
+    # dd reads `count=512k` as 512*1024 blocks, and the seeds wrote it so: accept a size-like count.
+    n = ys.as_size(node, "a block count (e.g. 16384 or 512k)")
+    if n < 1:
+        raise ys.ValueProblem(f"expected a count ≥ 1, got `{node.text}`")
+    if n > DD_MAX_BYTES:  # one-byte blocks at most: more could never fit the file's limit
+        raise ys.ValueProblem(f"`{node.text}` is too many blocks (at most {DD_MAX_BYTES}, the 64GiB file limit)")
+    return n
+
+
+def _dd_scratch(node: ys.YNode) -> str:
+    checks.unquoted_placeholder(node)
+    text = ys.as_str(node, "a directory")
+    if checks.dev_path(text):  # dd writes its file there: never among devices
+        raise ys.ValueProblem(f"`{text}` is under /dev: the dd scratch directory must be a real directory "
+                              f"(e.g. {SCRATCH_PLACEHOLDER})")
+    return checks.placeholder_path(text, "dd scratch directory", (SCRATCH_PLACEHOLDER,), directory=True)
+
+
+_DD_RE = re.compile(r"^(\d+) bytes?(?: \([^)]*\))? copied, ([0-9.eE+-]+) s, ([0-9.,]+ ?[kMGTP]?B/s)\s*$",
+                    re.MULTILINE)
+
+
+def parse_dd_stderr(text: str) -> Dict[str, Any]:
+    """{"bytes", "seconds", "rate"} from dd's summary line (`N bytes (...) copied, T s, R MB/s`).
+
+    Raises BaselineError with dd's message when there is no summary (e.g. cannot open the file).
+    """
+    matches = _DD_RE.findall(text)
+    if not matches:
+        msg = " ".join(ln.strip() for ln in text.splitlines() if ln.strip())
+        raise BaselineError(f"dd printed no transfer summary: {msg[:300] or '(nothing)'}")
+    nbytes, seconds, rate = matches[-1]
+    return {"bytes": int(nbytes), "seconds": float(seconds), "rate": rate}
+
+
+def parse_dd_wrapper(text: str) -> Dict[str, Any]:
+    """{"dd_write": result|BaselineError, "dd_read": ...} from the JSON line of `zcorch.worker.remote dd`."""
+    try:
+        doc = json.loads(text.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise BaselineError(f"dd wrapper printed no JSON: {text[:200]!r}") from None
+    out: Dict[str, Any] = {}
+    for side, kind in (("write", "dd_write"), ("read", "dd_read")):
+        part = doc.get(side)
+        if part is None:
+            continue
+        try:
+            parsed = parse_dd_stderr(part["stderr"])
+        except BaselineError as exc:
+            out[kind] = exc
+            continue
+        result = {"bytes": parsed["bytes"], "dd_seconds": parsed["seconds"], "dd_rate": parsed["rate"],
+                  "wall_s": part["wall_s"], "timed": part["timed"], "path": doc.get("path"),
+                  "MB_per_s": parsed["bytes"] / part["wall_s"] / 1e6 if part["wall_s"] > 0 else None}
+        if side == "read":
+            result["cached"] = part["cached"]
+            result["cache_note"] = part["cache_note"]
+        out[kind] = result
+    return out
+
+
+def dd_directory(sink: str, scratch: str) -> str:
+    """Where the dd baseline writes: the sink's directory, or scratch when the sink is a device.
+
+    Works on paths as written too: `{scratch}/x.dat` -> `{scratch}` (zcorch.provision.scratch resolves it).
+    """
+    if sink.startswith("/dev/"):
+        return scratch
+    return sink.rsplit("/", 1)[0] or "/"
+
+
+def dd_key(cfg: DdBaseline, directory: str, filesystem: Optional[str] = None) -> dict:
+    """The `key` of a dd record: what it was run with (directory as written, e.g. `{scratch}`)."""
+    return {"bs": cfg.bs, "count": cfg.count, "directory": directory, "filesystem": filesystem,
+            "bs_text": format_size(cfg.bs)}
+
+
+class DdKind(BaselineKind):
+    name = "dd"
+    settings = DdBaseline
+    default_on = True
+    phase = DIRECTORY
+    record_kinds = {"dd_write": "dd write (the sink's disk)", "dd_read": "dd read"}
+    words = {"dd_write": "dd write", "dd_read": "dd read"}
+    match_keys = ("filesystem",)
+    parsers = {
+        "bs": lambda n: checks.positive_size(n, INT_MAX),
+        "count": _dd_count,
+        "scratch": _dd_scratch,
+    }
+    job = JOB
+    jobs = (JOB,)
+
+    def check(self, chk: Checker, conf: DdBaseline, nodes: Dict[str, ys.YNode], node: ys.YNode, path: str) -> None:
+        if conf.bs * conf.count > DD_MAX_BYTES:
+            at = "count" if "count" in nodes else "bs" if "bs" in nodes else None
+            chk.problem(nodes[at].pos if at else node.pos, f"{path}.{at}" if at else path,
+                        f"bs × count = {conf.bs * conf.count} bytes, more than the limit of {DD_MAX_BYTES} "
+                        f"(64GiB) for dd's file")
+
+    def tools(self, conf: Any) -> Sequence[Tool]:
+        return (Tool("dd", "coreutils", roles=("receiver",)),)
+
+    def estimate(self, conf: DdBaseline, params_list: Sequence[Mapping[str, Any]], rate: float, overhead: float) -> Cost:
+        filesystems = {p.get("filesystem") for p in params_list}
+        passes = 2 * len(filesystems)  # a write and a read on each filesystem a sink lives on
+        return Cost(passes, passes * (conf.bs * conf.count / rate + overhead), f"{passes} dd passes at the same rate")
+
+    def job_args(self, conf: DdBaseline, directory: str) -> List[Any]:
+        """The arguments of `zcorch.worker.remote dd` for one directory."""
+        return [directory, conf.bs, conf.count]
+
+    def dry_run_job(self, job: str, args: Sequence[str]) -> "Optional[Tuple[str, str]]":
+        """(stdout, note) of its host job in a dry run; None for another job."""
+        if job != JOB:
+            return None
+        path = posixpath.join(args[0], ".zcorch-dd-PID-RANDOM")
+        note = (f"{shlex.join(dd_write_argv(path, args[1], args[2]))}; sync; drop caches if root; "
+                f"{shlex.join(dd_read_argv(path, args[1], args[2]))}")
+        return json.dumps({"not_measured": True}) + "\n", note
+
+    def describe(self, record: Mapping[str, Any]) -> str:
+        key = record.get("key") or {}
+        where = f"bs={key.get('bs_text') or key.get('bs')} count={key.get('count')}"
+        if key.get("filesystem"):
+            where += f" on {key['filesystem']}"
+        return _describe((record.get("kind") or "?").replace("_", " "), where, record)
+
+
+KIND = DdKind()
