@@ -104,3 +104,15 @@ def test_a_cell_with_both_bytes_and_duration_is_refused_naming_file_and_line(wri
 def test_the_plan_refuses_what_the_worker_would(write_yaml, params, message):
     path = write_yaml(f"name: t\nparams: {params}\n")
     assert message in only_problem(path)
+
+
+@needs_native
+def test_a_short_run_is_flagged_and_a_duration_run_is_not():
+    from zcorch.results import rates
+
+    short = run_pair("write", "read", send_kw=dict(bytes=1 << 20), recv_kw=dict(bytes=1 << 20))
+    timed = run_pair("write", "read", send_kw=dict(duration=DURATION))
+    assert rates.run_cpu_resolution(*short).startswith("too short: ")  # a 1 MiB loopback run lasts ~1 ms
+    for side in timed:
+        assert side["host_ticks"] >= rates.MIN_TICKS and side["host_clk_tck"] > 0
+    assert rates.run_cpu_resolution(*timed) == "ok"

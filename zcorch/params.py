@@ -425,6 +425,12 @@ METRICS: "tuple[Metric, ...]" = (
     Metric("host_idle_us", "µs", "both", None, "host-wide idle time, all CPUs (/proc/stat)",
            combine="once", ctype=None),
     Metric("host_ncpus", "count", "both", None, "CPUs in /proc/stat at both reads", combine="once", ctype=None),
+    Metric("host_clk_tck", "ticks/s", "both", None,
+           "USER_HZ, the tick of every /proc/stat time (usually 100/s per CPU)", combine="once", ctype=None),
+    Metric("host_ticks", "ticks", "both", None,
+           "ticks /proc/stat counted in the window, all CPUs and fields (≈ window × USER_HZ × CPUs): the resolution "
+           "of every host_* time, each exact to a tick per CPU; fewer than 100 flag the run (`cpu_resolution`)",
+           combine="once", ctype=None),
     Metric("host_per_cpu_us", "µs", "both", None,
            "per CPU (`cpuN`): [user, nice, system, irq, softirq, iowait, steal, idle] over the window",
            combine="once", ctype=None),

@@ -205,13 +205,25 @@ def cell_zc_verdicts(df: pd.DataFrame) -> dict:
     return out
 
 
+def cell_cpu_resolutions(df: pd.DataFrame) -> dict:
+    """{cell: host-CPU resolution} over the ok runs of each cell (the frame's `cpu_resolution`,
+    zcorch.results.rates.cell_cpu_resolution: the end-of-run summary's wording)."""
+    from zcorch.results.rates import cell_cpu_resolution
+
+    if "cpu_resolution" not in df:
+        return {}
+    ok = df[df["status"] == OK]
+    return {cell: cell_cpu_resolution(group["cpu_resolution"]) for cell, group in ok.groupby("cell", sort=False)}
+
+
 def cells_table(df: pd.DataFrame) -> Table:
     s = summarize(df, metrics=["mb_s", "gbit_s"] + CPU_METRICS)
     params = [c for c in varying_params(df, with_members=True) if c in s]
     verdicts = cell_zc_verdicts(df)
+    resolutions = cell_cpu_resolutions(df)
     header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s CI (level)", "Gbit/s median",
                                   "send process CPU s/GiB", "recv process CPU s/GiB", "send host CPU s/GiB",
-                                  "recv host CPU s/GiB", "zero-copy"]
+                                  "recv host CPU s/GiB", "zero-copy", "host CPU resolution"]
     rows = []
     for _, r in s.iterrows():
         ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')} ({ci_label(r['mb_s_ci_level'])})"
@@ -220,8 +232,8 @@ def cells_table(df: pd.DataFrame) -> Table:
                     + [r["n"], r["n_failed"], _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
                        _median(r, "send_cpu_s_per_gib"), _median(r, "recv_cpu_s_per_gib"),
                        _median(r, "send_host_busy_s_per_gib"), _median(r, "recv_host_busy_s_per_gib"),
-                       verdicts.get(r["cell"], "")])
-    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * 9 + [None])
+                       verdicts.get(r["cell"], ""), resolutions.get(r["cell"], "")])
+    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * 9 + [None, None])
 
 
 def calibration_table(meta: dict) -> Optional[Table]:
