@@ -430,7 +430,8 @@ class Estimate:
 
         parts = ", ".join(cost.what for _, cost in self.baselines) or "none"
         return (f"estimated duration {_hms(self.total_s)}: transfers {_hms(self.transfer_s)} "
-                f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout) + "
+                f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout, or the cell's "
+                f"duration) + "
                 f"{self.per_run_overhead:g}s overhead per run ({_hms(self.overhead_s)}) + baselines "
                 f"{_hms(self.baseline_s)} ({parts}). Real rates differ: use --rate.")
 
