@@ -376,7 +376,7 @@ def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_ba
     text = summary_table(plan, runs, ("recv_mode", "filesystem"), read_jsonl(os.path.join(d, "baselines.jsonl")))
     lines = text.splitlines()
     assert lines[0].split() == ["cell", "recv_mode", "filesystem", "Gbit/s", "send", "proc-CPU", "recv", "proc-CPU",
-                                "send", "host-CPU", "recv", "host-CPU", "ok/failed", "zero-copy"]
+                                "send", "host-CPU", "recv", "host-CPU", "ok/failed", "zero-copy", "host-CPU", "resolution"]
     assert lines[len({r["id"] for r in plan}) + 1].startswith("CPU in seconds per GiB moved: proc = the worker process")
     # One row per cell with the medians of its ok runs, recomputed here from the records.
     cell = plan[0]["id"]
@@ -386,7 +386,8 @@ def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_ba
                                           r["receiver"]["bytes"]) for r in ok)[len(ok) // 2]
     row = next(line.split() for line in lines if line.split()[0] == cell)
     assert row[1:3] == [plan[0]["params"]["recv_mode"], plan[0]["params"]["filesystem"]]
-    # recorded before the host view existed: no host CPU ("-"); write -> read: no zero-copy reports
-    assert row[3] == f"{gbit:.2f}" and row[5] == f"{recv_cpu:.2f}" and row[6:] == ["-", "-", f"{len(ok)}/0", "n/a"]
+    # recorded before the host view existed: no host CPU ("-", resolution n/a); write -> read: no zero-copy reports
+    assert row[3] == f"{gbit:.2f}" and row[5] == f"{recv_cpu:.2f}" and \
+        row[6:] == ["-", "-", f"{len(ok)}/0", "n/a", "n/a"]
     dd = [line for line in lines if line.startswith("baseline dd write")]
     assert len(dd) == 4 and all(" on " in line and line.endswith("MB/s") for line in dd)
