@@ -5,7 +5,8 @@ The C side of a worker parameter or metric is not written by hand: this file tur
   * the ZC_<KEY>_<CHOICE> constants of the choices held as an int (sink_state);
   * X-macro lists the C core expands: ZC_PARAM_DEFAULTS (zc_params_init), ZC_PARAM_LIMITS_* (the range
     checks of validate.c, with the table's limits and the message wording of zcorch.params.limit_problem)
-    and ZC_METRIC_COMBINE (how totals.c combines the streams' metrics: Metric.combine).
+    ZC_METRIC_COMBINE (how totals.c combines the streams' metrics: Metric.combine) and ZC_MODE_LIST (the
+    compiled modes, registry.c: the send_mode / recv_mode choices).
 
 The header is committed (a host or a wheel build without the zcorch package still builds) and
 native/build.py rewrites it when the table it can import says otherwise; tests/test_native_build.py
@@ -113,6 +114,12 @@ def generate(t) -> str:
                 out.append(f"    X({p.dest}, {_c_literal(p.flag)}, {_c_literal(p.min)}, {_c_literal(p.max)}, "
                            f"{int(p.c_unset is not None)}, {_c_literal(unset)}, {_c_literal(text)}) \\")
         out.append("")
+    out.append("/* X(side, name): every compiled mode, the send_mode and recv_mode choices of the table in their order")
+    out.append(" * (registry.c expands it: each name is a native/modes/<side>_<name>.c filling zc_<side>_<name>_ops) */")
+    out.append("#define ZC_MODE_LIST(X) \\")
+    for key, side in (("send_mode", "send"), ("recv_mode", "recv")):
+        out += [f"    X({side}, {choice}) \\" for choice in t.param(key).choices]
+    out.append("")
     out.append("/* X(combine, field): how the group's totals combine the streams' values of each zc_metrics field */")
     out.append("#define ZC_METRIC_COMBINE(X) \\")
     out += [f"    X({m.combine}, {m.name}) \\" for m in t.METRICS if m.ctype is not None]

@@ -3,6 +3,7 @@ sweep completes and by zcorch.load when missing or stale, valid only for the run
 from, readable without zcorch; best effort: a failure is a warning, never lost runs. And the result
 store (zcorch.results) no longer reaches up into zcorch.analysis to write it."""
 import ast
+import hashlib
 import json
 import os
 import shutil
@@ -81,12 +82,29 @@ def test_finish_writes_no_cache_and_write_cache_does_once(tmp_path, monkeypatch)
     assert cache.write_cache(d, warn=pytest.fail) == d / "runs.parquet" and len(calls) == 1
 
 
-def test_the_stamp_is_the_size_and_mtime_of_runs_jsonl(small_set):
+def test_the_stamp_is_the_size_and_content_hash_of_runs_jsonl(small_set):
     path = cache.write_cache(small_set, warn=pytest.fail)
-    st = (small_set / "runs.jsonl").stat()
+    data = (small_set / "runs.jsonl").read_bytes()
     stamp = stamp_in(path)
-    assert (stamp["size"], stamp["mtime_ns"], stamp["cache_version"]) == (st.st_size, st.st_mtime_ns,
-                                                                         cache.CACHE_VERSION)
+    assert (stamp["size"], stamp["sha256"], stamp["cache_version"]) == (len(data), hashlib.sha256(data).hexdigest(),
+                                                                        cache.CACHE_VERSION)
+
+
+def test_a_record_edited_in_place_with_size_and_mtime_kept_is_not_hidden_by_the_cache(small_set):
+    """Issue 23 item 21: a flipped `status` (same length, mtime restored) showed `ok` beside a failure reason."""
+    cache.write_cache(small_set, warn=pytest.fail)
+    runs = small_set / "runs.jsonl"
+    st = runs.stat()
+    data = runs.read_bytes()
+    assert b'"status": "ok"' in data
+    flipped = data.replace(b'"status": "ok"', b'"status": "xx"', 1)
+    assert len(flipped) == len(data)
+    runs.write_bytes(flipped)
+    os.utime(runs, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert runs.stat().st_size == st.st_size and runs.stat().st_mtime_ns == st.st_mtime_ns
+    df = zcorch.load(small_set)
+    assert (df["status"] == "xx").sum() == 1  # what runs.jsonl says, not the stale cache
+    pd.testing.assert_frame_equal(df, zcorch.load(small_set, cache=False))
 
 
 def test_plain_pandas_reads_the_cache_without_zcorch(small_set):
@@ -237,7 +255,7 @@ def test_ctrl_c_while_building_is_a_warning(tmp_path, monkeypatch):
     assert cache.write_cache(rs.dir, warn=warnings.append) is None
     assert warnings and "(interrupted)" in warnings[0]
     assert sorted(p.name for p in (tmp_path / "rs").iterdir()) == [
-        "experiment.yaml", "logs", "manifest.json", "plan.json", "runs.jsonl"]  # no temp file left
+        ".lock", "experiment.yaml", "logs", "manifest.json", "plan.json", "runs.jsonl"]  # no temp file left
 
 
 def test_new_parser_matches_record_by_record(tmp_path):

@@ -103,7 +103,7 @@ def test_unsupported_format_versions_fail_naming_the_version(small_set, version)
     with pytest.raises(ResultsError, match=f"format version {version!r}"):
         zcorch.load(small_set)
     res = zcorch_cli("report", small_set)
-    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr
     assert f"format version {version!r}" in res.stderr
 
 

@@ -145,3 +145,114 @@ def test_a_dry_run_shows_both_ends_and_claims_no_outcome(tmp_path, tag):
     assert ends[0].endswith(" -- nc -l 127.0.0.1 " + ends[0].rsplit(" ", 1)[1]) and "--stdout " in ends[0]
     assert "--wait-go --stdin " in ends[1] and ends[1].split(" -- ")[1].startswith("nc -N 127.0.0.1 ")
     assert "command nc (" not in r.stdout + r.stderr   # no result line: nothing ran
+
+
+# -- the worker's end of a command: nothing the command starts outlives it (issue 23 item 15) ----------------
+
+def _ours(token: str) -> "list[int]":
+    """Live processes whose command line holds `token` (the unique sleep durations of one test)."""
+    import os
+
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if token.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+        except OSError:
+            continue
+        pids.append(int(pid))
+    return pids
+
+
+def _sleeping(token: str) -> bool:
+    """Whether the command's `sleep` itself runs (not only the worker, whose argv names it too)."""
+    for pid in _ours(token):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if f.read().startswith(b"sleep\0"):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _kill_ours(token: str) -> None:
+    import os
+    import signal
+
+    for pid in _ours(token):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _token() -> str:
+    import random
+
+    return f"{random.randint(100000, 999999)}"
+
+
+def test_a_timed_out_command_is_killed_with_its_whole_tree(tmp_path):
+    """`sh -c "sleep & setsid sleep"`: the background sleep stays in the group, the setsid one leaves it
+    (and its session); both hold the stderr pipe. The timeout must kill all three and report it."""
+    from fixtures_worker import parse_events, worker_argv, worker_env
+    import subprocess
+
+    t = _token()
+    script = f"sleep 400.{t} & setsid sleep 401.{t} & sleep 402.{t}"
+    try:
+        p = subprocess.run(worker_argv("command", "--timeout", "1", "--", "sh", "-c", script), env=worker_env(),
+                           capture_output=True, text=True, timeout=30)
+        [exit_event] = [e for e in parse_events(p.stdout) if e["event"] == "exit"]
+        assert exit_event["rc"] == -9 and "timeout of 1 s" in exit_event["error"], exit_event
+        assert exit_event["killed"] >= 3 and "process" in exit_event["error"]
+        assert 1.0 <= exit_event["wall_s"] < 10
+        assert _ours(t) == []
+    finally:
+        _kill_ours(t)
+
+
+def test_what_a_command_leaves_running_is_killed_when_it_exits(tmp_path):
+    from fixtures_worker import parse_events, worker_argv, worker_env
+    import subprocess
+
+    t = _token()
+    try:
+        p = subprocess.run(worker_argv("command", "--timeout", "20", "--", "sh", "-c", f"setsid sleep 403.{t} & exit 0"),
+                           env=worker_env(), capture_output=True, text=True, timeout=30)
+        [exit_event] = [e for e in parse_events(p.stdout) if e["event"] == "exit"]
+        assert exit_event["rc"] == 0 and exit_event["error"] is None, exit_event
+        assert exit_event["leftover"] == 1 and exit_event["wall_s"] < 10
+        assert _ours(t) == []
+    finally:
+        _kill_ours(t)
+
+
+def test_sigterm_from_the_controller_kills_the_commands_tree(tmp_path):
+    from fixtures_worker import parse_events, worker_argv, worker_env
+    import signal
+    import subprocess
+    import time
+
+    t = _token()
+    p = subprocess.Popen(worker_argv("command", "--timeout", "60", "--", "sh", "-c", f"setsid sleep 404.{t}; :"),
+                         env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not _sleeping(t) and time.monotonic() < deadline:   # the worker's own argv holds the token too
+            time.sleep(0.05)
+        assert _sleeping(t)
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=20)
+        [exit_event] = [e for e in parse_events(out) if e["event"] == "exit"]
+        assert "stopped by SIGTERM" in exit_event["error"] and exit_event["killed"] >= 2, exit_event
+        assert _ours(t) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+        _kill_ours(t)

@@ -14,6 +14,7 @@ import pytest
 
 from zcorch._version import __version__
 from zcorch.config.hosts import DEFAULT_WORKDIR, Hosts, HostSpec
+from zcorch.hosts.interpreter import python_argv
 from zcorch.provision import deploy
 from zcorch.config.baselines.kind import Tool
 from zcorch.errors import DeployError, PreflightError
@@ -101,7 +102,7 @@ def test_localhost_deploy_is_the_package_itself():
     # -S (no site, no .pth files): _cffi_backend's directory is on PYTHONPATH instead.
     import _cffi_backend
 
-    assert handle.worker_argv == [sys.executable, "-S", "-m", "zcorch.worker"]
+    assert handle.worker_argv == python_argv(sys.executable, "zcorch.worker", ["-S"], sys.version_info >= (3, 11))
     assert handle.env == {"PYTHONPATH": f"{PACKAGE_PARENT}:{os.path.dirname(_cffi_backend.__file__)}"} and handle.reused
     r = host.run(handle.command(["info"]))
     assert r.ok, r.stderr
@@ -130,6 +131,54 @@ def test_reused_build_in_a_shared_workdir_is_refused(tmp_path):
             deploy.deploy(host, workdir=str(wd))
         os.chown(build, 0, 0)
     assert deploy.deploy(host, workdir=str(wd)).reused
+
+
+def test_a_reused_build_with_a_tampered_nested_file_is_refused(tmp_path):
+    """Issue 23 item 18: only the top directory was checked; a module two levels down that another user
+    can rewrite (or owns, or a symlink planted there) runs on PYTHONPATH all the same."""
+    host = LocalHost("receiver", "127.0.0.1")
+    host.is_local = False                                               # this machine as a remote host
+    host.spec = HostSpec(ssh="127.0.0.1", data_address="127.0.0.1", python=sys.executable)
+    host.expand = os.path.expanduser
+    wd = tmp_path / "wd"
+    build = wd / f"worker-{deploy.content_hash(deploy.worker_sources())}"
+    nested = build / "zcorch" / "worker" / "cli.py"
+    nested.parent.mkdir(parents=True)
+    nested.write_text("# the build's module\n")
+    (build / deploy.MARKER).write_text("{}")
+    for d in (wd, build, build / "zcorch", nested.parent):
+        d.chmod(0o755)
+    nested.chmod(0o644)
+    assert deploy.deploy(host, workdir=str(wd)).reused                  # a clean build is reused
+    nested.chmod(0o666)
+    with pytest.raises(DeployError, match=f"refusing to use the worker build in {build}: .*{nested} is writable by "
+                                          "group or others .*delete"):
+        deploy.deploy(host, workdir=str(wd))
+    nested.chmod(0o644)
+    (build / "zcorch").chmod(0o775)
+    with pytest.raises(DeployError, match=f"{build / 'zcorch'} is writable by group or others"):
+        deploy.deploy(host, workdir=str(wd))
+    (build / "zcorch").chmod(0o755)
+    if os.geteuid() == 0:
+        os.chown(nested, 65534, 65534)
+        with pytest.raises(DeployError, match=f"{nested} is owned by uid 65534"):
+            deploy.deploy(host, workdir=str(wd))
+        os.chown(nested, 0, 0)
+    (build / "zcorch" / "json.py").symlink_to(tmp_path / "elsewhere.py")
+    with pytest.raises(DeployError, match="json.py is a symlink"):
+        deploy.deploy(host, workdir=str(wd))
+    (build / "zcorch" / "json.py").unlink()
+    assert deploy.deploy(host, workdir=str(wd)).reused
+    # above the workdir: a directory anyone may write (no sticky bit) lets them swap the workdir itself
+    tmp_path.chmod(0o777)
+    try:
+        with pytest.raises(DeployError, match=f"{tmp_path} \\(above the workdir\\) is writable by group or others "
+                                              "without the sticky bit"):
+            deploy.deploy(host, workdir=str(wd))
+        tmp_path.chmod(0o1777)
+        assert deploy.deploy(host, workdir=str(wd)).reused
+    finally:
+        tmp_path.chmod(0o700)
 
 
 def test_host_problems_messages_from_captured_probe():

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from zcorch.hosts.interpreter import python_argv
 from zcorch.config.filesystems import filesystems_from_mapping
 from zcorch.errors import ConfigError
 from zcorch.provision.filesystems import FilesystemManager
@@ -34,7 +35,8 @@ def test_plan_commands_of_the_issue_example_cover_every_step():
     assert plan[5] == ["mkfs.btrfs", "-f", "-d", "raid0", "-m", "raid0", "--", "<loop0>", "<loop1>"]
     assert plan[-2][:3] == ["mount", "-t", "btrfs"] and plan[-2][-3:] == ["--", "<loop0>", fm.mountpoint("btrfs-raid0")]
     # autoclear on our loops, by zcorch.worker.remote with the host's python (localhost: this one)
-    assert plan[-1] == [sys.executable, "-m", "zcorch.worker.remote", "loop-autoclear", "<loop0>", "<loop1>"]
+    assert plan[-1] == [*python_argv(sys.executable, "zcorch.worker.remote", safe_path=sys.version_info >= (3, 11)),
+                        "loop-autoclear", "<loop0>", "<loop1>"]
     md = fm.plan_commands("md-raid0")
     assert md[0] == ["mdadm", "--create", "<md>", "--run", "--level=raid0", "--raid-devices=2",
                      "--metadata=1.2", "/dev/sdb", "/dev/sdc"]

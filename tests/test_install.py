@@ -37,8 +37,8 @@ def require_build_tools() -> None:
         metadata.version("build")
     except metadata.PackageNotFoundError as exc:
         pytest.skip(f"{exc.name} not installed for {sys.executable} (scripts/bootstrap test installs the test extras)")
-    if int(setuptools.split(".")[0]) < 77:
-        pytest.skip(f"setuptools {setuptools} < 77 (pyproject.toml's build requirement; "
+    if tuple(int(x) for x in setuptools.split(".")[:3] if x.isdigit()) < (78, 1, 1):
+        pytest.skip(f"setuptools {setuptools} < 78.1.1 (pyproject.toml's build requirement; "
                     f"scripts/bootstrap test installs the test extras)")
 
 
@@ -184,7 +184,9 @@ def test_a_wheel_install_runs_a_localhost_sweep(wheel_venv, tmp_path):
     [run] = read_jsonl(str(tmp_path / "rs" / "runs.jsonl"))
     assert run["status"] == "ok" and run["receiver"]["bytes"] == 1 << 20
     # -S: no site-packages but what PYTHONPATH names, so the worker ran from the installed package
-    assert f"{python} -S -m zcorch.worker recv" in (tmp_path / "rs" / run["log"]).read_text()
+    # (-P: nothing from the current directory; the venv's python is this interpreter's version)
+    if sys.version_info >= (3, 11):
+        assert f"{python} -S -P -m zcorch.worker recv" in (tmp_path / "rs" / run["log"]).read_text()
     code = ("import json; from zcorch.hosts.local import LocalHost; from zcorch.provision import deploy; "
             "h = deploy.deploy(LocalHost()); r = h.host.run(h.command(['info'])); "
             "print(json.dumps([h.env, deploy.PACKAGE_PARENT, r.stdout.splitlines()[-1]]))")
@@ -194,6 +196,29 @@ def test_a_wheel_install_runs_a_localhost_sweep(wheel_venv, tmp_path):
     env, site, info = json.loads(q.stdout)
     assert Path(site).is_relative_to(venv) and env["PYTHONPATH"].split(":")[0] == site
     assert json.loads(info)["native"].startswith(os.path.join(site, "zcorch", "_native"))
+
+
+@pytest.mark.slow
+def test_a_wheel_install_run_from_inside_a_source_checkout_uses_the_installed_package(wheel_venv, tmp_path):
+    """Issue 21: `zcorch run` of a wheel install, started in a checkout (whose zcorch/ has no built
+    _native), ran the checkout's package as the localhost worker ("the native module zcorch._native is not
+    built ... <checkout>/zcorch/__init__.py"). Every job and the worker must import the installed one."""
+    venv, python = wheel_venv
+    checkout = source_copy(tmp_path / "checkout")
+    assert not list((checkout / "zcorch").glob("_native*.so"))
+    experiment = tmp_path / "local.yaml"
+    experiment.write_text(yaml.safe_dump({"name": "local", "params": {"bytes": "1MiB", "timeout": "30s"},
+                                          "matrix": {"send_mode": ["write"], "recv_mode": ["read"]},
+                                          "repeats": 1, "baselines": {"iperf3": False,
+                                                                      "dd": {"bs": "64KiB", "count": 4}}}))
+    p = subprocess.run([str(venv / "bin" / "zcorch"), "run", str(experiment), "-o", str(tmp_path / "rs")],
+                       cwd=checkout, capture_output=True, text=True, timeout=300, env=clean_env())
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    [run] = read_jsonl(str(tmp_path / "rs" / "runs.jsonl"))
+    assert run["status"] == "ok" and run["receiver"]["bytes"] == 1 << 20
+    assert str(checkout) not in (tmp_path / "rs" / run["log"]).read_text()
+    meta = json.loads((tmp_path / "rs" / "meta.json").read_text())
+    assert str(checkout) not in json.dumps(meta.get("hosts", {}))
 
 
 @pytest.mark.slow
@@ -244,3 +269,44 @@ def test_a_wheel_installed_outside_the_checkout_runs_a_two_host_sweep(lab, wheel
         for host in (lab.sender, lab.receiver):
             shutil.rmtree(Path(host.home, workdir[2:]), ignore_errors=True)
     assert lab.zcorch_procs("sender") == [] and lab.zcorch_procs("receiver") == []
+
+
+def lowest_supported_python() -> "tuple[int, int]":
+    """The lowest Python version pyproject.toml's requires-python admits (">=3.11" -> (3, 11))."""
+    import re
+
+    text = (CHECKOUT / "pyproject.toml").read_text()
+    major, minor = re.search(r'requires-python\s*=\s*">=\s*(\d+)\.(\d+)"', text).groups()
+    return int(major), int(minor)
+
+
+@pytest.mark.slow
+def test_a_wheel_on_the_lowest_supported_python_copies_the_quick_start_and_runs_it(wheel_venv, tmp_path):
+    """As a new user: a fresh venv of the lowest Python the package supports (the interpreter running the
+    suite must be that one, since the venv borrows its installed dependencies; CI runs the suite with it),
+    `zcorch examples copy quickstart` into an empty directory, then that sweep."""
+    lowest = lowest_supported_python()
+    if sys.version_info[:2] != lowest:
+        pytest.skip(f"the suite runs on Python {sys.version_info[0]}.{sys.version_info[1]}, not the lowest "
+                    f"supported {lowest[0]}.{lowest[1]}: run it with that interpreter to check the floor")
+    venv, python = wheel_venv
+    out = subprocess.run([str(python), "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                         text=True, timeout=60, env=clean_env())
+    assert out.stdout.strip() == str(lowest)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    zcorch = str(venv / "bin" / "zcorch")
+    copied = subprocess.run([zcorch, "examples", "copy", "quickstart"], cwd=empty, capture_output=True, text=True,
+                            timeout=120, env=clean_env())
+    assert copied.returncode == 0, copied.stderr
+    assert (empty / "quickstart.yaml").read_text() == (CHECKOUT / "experiments" / "quickstart.yaml").read_text()
+    listed = subprocess.run([zcorch, "examples"], cwd=empty, capture_output=True, text=True, timeout=120,
+                            env=clean_env())
+    assert "analysis" in listed.stdout and "schutt-2006" in listed.stdout   # the notebook and studies ship too
+    run = subprocess.run([zcorch, "run", "quickstart.yaml", "--set", "bytes=4MiB", "--set", "repeats=1",
+                          "--set", "baselines=false"], cwd=empty, capture_output=True, text=True, timeout=900,
+                         env=clean_env())
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    [rs] = list((empty / "results").iterdir())
+    runs = read_jsonl(str(rs / "runs.jsonl"))
+    assert runs and all(r["status"] == "ok" for r in runs)

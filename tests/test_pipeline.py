@@ -1,11 +1,13 @@
 """zcorch.sweep.pipeline.run_sweep as a library (real workers on localhost) and its dry run on
 zcorch.hosts.recording.RecordingHost (nothing runs, nothing is written, the library prints nothing)."""
 import json
+import shlex
 import os
 import re
 import sys
 
 from fixtures_run import TAG_VAR, wait_no_workers
+from zcorch.hosts.interpreter import python_argv
 from zcorch._version import __version__
 from zcorch.config.hosts import Hosts
 from zcorch.hosts.recording import REMOTE_HOME, RecordingHost, RemoteRecordingHost, recording_hosts
@@ -119,8 +121,9 @@ def test_recording_host_records_answers_and_touches_nothing(tmp_path, monkeypatc
     assert not target.parent.exists() and not (tmp_path / "home").exists()
     assert seen == host.recorded and [e.kind for e in seen] == ["put_bytes", "put_file", "run", "run", "run", "start"]
     assert seen[2].display() == "localhost$ env PYTHONPATH=/x python3 -m zcorch.worker info"
-    assert seen[3].display() == (f"localhost$ env PYTHONPATH={remote_call.PACKAGE_PARENT} {sys.executable} "
-                                 "-m zcorch.worker.remote scratch '~/.cache/zcorch' sub")
+    local = shlex.join(python_argv(sys.executable, "zcorch.worker.remote", safe_path=sys.version_info >= (3, 11)))
+    assert seen[3].display() == (f"localhost$ env PYTHONPATH={remote_call.PACKAGE_PARENT} {local} "
+                                 "scratch '~/.cache/zcorch' sub")
     assert seen[0].display() == f"localhost$ # copy <3 bytes> to {target} (mode 0644)"
 
 
@@ -136,5 +139,6 @@ def test_remote_recording_hosts_connect_nowhere_and_keep_the_scratch_placeholder
     assert info["path"] == scratch.PLACEHOLDER  # unknown before connecting: commands keep it as written
     assert scratch.substitute("{scratch}/src.dat", info["path"]) == "{scratch}/src.dat"
     # The module's text goes on stdin to the host's own python (zcorch.provision.remote_call).
-    assert sender.recorded[-1].display() == "sender$ python3 - scratch ~/.cache/zcorch < zcorch/worker/remote.py"
+    assert sender.recorded[-1].display() == (f"sender$ {shlex.join(python_argv('python3', None))} scratch "
+                                             "~/.cache/zcorch < zcorch/worker/remote.py")
     assert json.loads(remote_call.run_remote(receiver, "scratch", "/srv").stdout)["location"] == "/srv/scratch"

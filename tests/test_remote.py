@@ -23,6 +23,7 @@ from conftest import can_drop_caches
 from fixtures_fs import external_loop
 from zcorch.config.baselines import DdBaseline
 from zcorch.config.hosts import HostSpec
+from zcorch.hosts.interpreter import python_argv
 from zcorch.hosts.local import LocalHost
 from zcorch.provision import deploy, remote_call, scratch
 from zcorch.provision.fs_probe import device_problems
@@ -394,7 +395,8 @@ def test_localhost_runs_the_controllers_package_with_this_interpreter():
     host = LocalHost()
     assert remote_call.host_python(host) == sys.executable
     cmd = remote_call.remote_command(host, "open-excl", "/dev/x")
-    assert cmd.argv == [sys.executable, "-m", "zcorch.worker.remote", "open-excl", "/dev/x"]
+    assert cmd.argv == [*python_argv(sys.executable, "zcorch.worker.remote", safe_path=sys.version_info >= (3, 11)),
+                        "open-excl", "/dev/x"]
     assert cmd.env == {"PYTHONPATH": remote_call.PACKAGE_PARENT} and cmd.input is None
     assert os.path.isfile(os.path.join(cmd.env["PYTHONPATH"], "zcorch", "worker", "remote.py"))
 
@@ -407,7 +409,7 @@ def test_remote_host_gets_the_module_on_stdin_and_its_configured_python(tmp_path
     host = _as_remote(str(py))
     assert remote_call.host_python(host) == str(py)
     cmd = remote_call.remote_command(host, "preflight", "127.0.0.1", 5201)
-    assert cmd.argv == [str(py), "-", "preflight", "127.0.0.1", "5201"] and cmd.env is None
+    assert cmd.argv == [*python_argv(str(py), None), "preflight", "127.0.0.1", "5201"] and cmd.env is None
     with open(MODULE_FILE) as f:
         assert cmd.input == f.read()
     assert cmd.display().endswith(" < zcorch/worker/remote.py")
@@ -480,11 +482,13 @@ def test_every_remote_job_runs_with_the_hosts_configured_python(lab):
             host.run(["rm", "-f", backing])
         with open(os.path.join(lab.receiver.home, log)) as f:
             calls = f.read().splitlines()
-        jobs = [c.split()[1] for c in calls if c.startswith("- ")]
+        boot = " ".join(python_argv(python, None)[1:]) + " "        # the program on stdin, cwd dropped first
+        jobs = [c[len(boot):].split()[0] for c in calls if c.startswith(boot)]
         assert jobs == ["preflight", "cffi-dir", "finalize", "metadata", "scratch", "dd", "open-excl",
                         "loop-autoclear"], calls
         assert any("native/build.py --out" in c for c in calls)            # the build too
-        assert not [c for c in calls if c.startswith("-c ")]
+        # nothing ran in a form that imports from the current directory (the home directory here)
+        assert not [c for c in calls if c.startswith(("- ", "-m ", "-S -m "))], calls
     finally:
         host.run(["rm", "-rf", f"/root/.cache/zcorch-py-{tag}", f"/root/{wrapper}", f"/root/{log}"])
         host.close()

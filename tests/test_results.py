@@ -23,7 +23,7 @@ def rec(cell, repeat, status):
 def test_create_writes_the_documented_layout(tmp_path):
     rs = make(tmp_path)
     d = tmp_path / "rs"
-    assert sorted(os.listdir(d)) == ["experiment.yaml", "logs", "manifest.json", "plan.json"]
+    assert sorted(os.listdir(d)) == [".lock", "experiment.yaml", "logs", "manifest.json", "plan.json"]
     assert (d / "experiment.yaml").read_bytes() == b"name: demo\n# comment\n"
     m = json.loads((d / "manifest.json").read_text())
     for key in ("format", "format_version", "name", "created", "finished", "zcorch_version", "git_revision",
@@ -59,6 +59,7 @@ def test_torn_final_line_is_skipped_and_truncated_on_resume(tmp_path):
     with open(path, "a") as f:
         f.write(full[: len(full) // 2])  # what a crash in the middle of a write leaves
     assert [r["repeat"] for r in read_jsonl(str(path))] == [0]
+    rs.close()   # the crashed writer's lock went with its process
     rs2 = ResultSet.open_for_resume(str(tmp_path / "rs"), ["zcorch", "run", "--resume", "rs"])
     assert path.read_text().endswith("\n")
     rs2.append_run(rec("c1", 1, "ok"))

@@ -33,7 +33,7 @@ def test_run_localhost_matrix_end_to_end(tmp_path, tag):
     out = tmp_path / "rs"
     r = zcorch(tag, "run", exp, "-o", out)
     assert r.returncode == 0, r.stderr
-    assert sorted(os.listdir(out)) == ["baselines.jsonl", "experiment.yaml", "logs", "manifest.json", "meta.json",
+    assert sorted(os.listdir(out)) == [".lock", "baselines.jsonl", "experiment.yaml", "logs", "manifest.json", "meta.json",
                                        "plan.json", "runs.jsonl", "runs.parquet"]
     assert (out / "experiment.yaml").read_bytes() == exp.read_bytes()
     manifest = json.loads((out / "manifest.json").read_text())
@@ -87,7 +87,11 @@ def test_dry_run_of_a_remote_experiment_opens_no_connection(tmp_path, tag):
                                     "  receiver: {ssh: 'root@127.0.0.1:1', data_address: 127.0.0.1}\n")
     r = zcorch(tag, "run", exp, "--dry-run")
     assert r.returncode == 0, r.stderr
-    assert "ssh root@127.0.0.1:1" in r.stdout and "python3 -m zcorch.worker recv" in r.stdout
+    assert "ssh root@127.0.0.1:1" in r.stdout
+    # the worker on the host: never from the current directory (-P, or the bootstrap that drops it)
+    workers = [line for line in r.stdout.splitlines() if "zcorch.worker" in line and " recv --listen" in line]
+    assert workers and all((" -P -m zcorch.worker recv" in w or 'run_module("zcorch.worker"' in w)
+                           for w in workers), workers
 
 
 def test_dry_run_shows_scratch_resolved_on_localhost_and_as_written_for_remote_hosts(tmp_path, tag):
@@ -391,3 +395,27 @@ def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_ba
         row[6:] == ["-", "-", f"{len(ok)}/0", "n/a", "n/a"]
     dd = [line for line in lines if line.startswith("baseline dd write")]
     assert len(dd) == 4 and all(" on " in line and line.endswith("MB/s") for line in dd)
+
+
+@pytest.mark.parametrize("sig, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT (Ctrl-C)")])
+def test_the_run_in_progress_records_the_signal_that_interrupted_it(tmp_path, tag, sig, name):
+    """Issue 23 item 22: SIGTERM was recorded as "interrupted by the user (SIGINT)"."""
+    exp = write_exp(tmp_path, bytes="512MiB", timeout="60s", repeats=3)
+    out = tmp_path / "rs"
+    p = start_zcorch(tag, "run", exp, "-o", out)
+    try:
+        wait_records(out / "runs.jsonl", 1)
+        rx, _ = stall_a_run(lambda: tagged_worker_pids(tag))   # a run in progress that cannot end by itself
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 130, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+        try:
+            os.kill(rx, signal.SIGCONT)
+        except (ProcessLookupError, UnboundLocalError):
+            pass
+    [stopped] = [r for r in read_jsonl(str(out / "runs.jsonl")) if r["status"] == "interrupted"]
+    assert stopped["reason"] == f"interrupted by {name} during the run"
+    assert wait_no_workers(tag, 5.0) == []

@@ -79,6 +79,7 @@ def test_append_on_a_full_disk_leaves_every_earlier_record_and_no_partial_line(s
     filler.unlink()
     rs.append_run({"cell": "after", "repeat": 0, "params": {}, "status": "ok", "reason": None})
     assert [r["cell"] for r in read_jsonl(rs.path("runs.jsonl"))] == written + ["after"]
+    rs.close()
     assert ResultSet.open_for_resume(rs.dir, ["pytest"]).ok_keys() == {(c, 0) for c in written + ["after"]}
 
 

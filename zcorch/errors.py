@@ -57,3 +57,30 @@ class ResultsWriteError(ResultsError):
     """A result set could not be written (disk full, permissions): the sweep failed, the input was fine."""
 
     exit_status = 1
+
+
+class ResultSetBusy(ResultsError):
+    """Another `zcorch run` holds the result set (its lock): exit status 75 (EX_TEMPFAIL: try again later)."""
+
+    exit_status = 75
+
+
+class SignalInterrupt(KeyboardInterrupt):
+    """A signal other than SIGINT that ends a sweep as Ctrl-C does (`zcorch run` turns SIGTERM into this):
+    it unwinds like KeyboardInterrupt, and says which signal it was."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def interrupt_name(exc: BaseException) -> str:
+    """What interrupted: "SIGTERM" (or another signal's name) for a SignalInterrupt, "SIGINT (Ctrl-C)" else."""
+    import signal
+
+    if isinstance(exc, SignalInterrupt):
+        try:
+            return signal.Signals(exc.signum).name
+        except ValueError:
+            return f"signal {exc.signum}"
+    return "SIGINT (Ctrl-C)"

@@ -11,6 +11,10 @@ Matrix cells come in file order (first axis outermost), then include cells; a ce
 one is merged. Excluded cells and (with `skip_invalid: true`) cells the worker cannot run go to
 `plan.dropped` with the reason; without `skip_invalid` the latter are a ConfigError naming them.
 
+With `repeats: {min, max, target_ci}` the plan lists every cell's repeats up to `max`; the sweep leaves out
+the later ones of a cell that converged (zcorch.sweep.adaptive), so a cell runs between `fewest_repeats()`
+(max(min, 6): a 95% interval needs 6 runs) and `max` times, and the estimate is a range.
+
 Order of runs: `sequential` (all repeats of a cell, then the next cell), `interleave` (repeat r of every
 cell before repeat r+1), `shuffle` (like interleave, but every round visits the cells in a fresh random
 order drawn from random.Random(seed) over the cells sorted by id, so the order depends only on the set of
@@ -42,6 +46,10 @@ from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
 from zcorch.params import CELL_RULE_KEYS, ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
+
+# A 95% interval of a median needs this many runs (zcorch.results.intervals.min_runs_for(0.95)): no cell
+# of `repeats: {target_ci: ...}` can converge with fewer, whatever its `min` says.
+MIN_RUNS_95 = 6
 
 ID_LENGTH = 12
 # The parameters the cell rules read (Param.cell_rule: cell_problems / filesystem_problem): verdicts are
@@ -101,6 +109,12 @@ class Plan:
                 if any(c.params[key] != first for c in self.cells):
                     out.append(key)
         return out
+
+    def fewest_repeats(self) -> int:
+        """The fewest runs a cell can end with: `repeats: N` -> N; `{min, max, target_ci}` -> max(min, 6)
+        capped at max (a cell cannot converge before its 95% interval exists)."""
+        p = self.experiment.repeat_policy
+        return self.experiment.repeats if p is None else min(p.max, max(p.min, MIN_RUNS_95))
 
     @cached_property
     def linked(self) -> "list":
@@ -385,6 +399,11 @@ def _invalid_messages(exp: Experiment, bad: dict) -> "list[str]":
 
 def _warnings(exp: Experiment, plan: Plan, ex_hits: "list[int]") -> "list[str]":
     out = []
+    policy = exp.repeat_policy
+    if policy is not None and policy.max < MIN_RUNS_95:
+        out.append(f"{exp.where('repeats')}: repeats.max {policy.max} is below {MIN_RUNS_95}: a 95% interval of a "
+                   f"median needs {MIN_RUNS_95} ok runs, so no cell can converge; every cell runs {policy.max} times "
+                   "and is marked converged: false")
     for i, hits in enumerate(ex_hits):
         if hits == 0:
             out.append(f"{exp.where(f'exclude[{i}]')}: exclude[{i}] matches no cell (a typo in a value?)")
@@ -420,16 +439,26 @@ class Estimate:
     rate: float
     per_run_overhead: float
     baselines: "tuple[tuple[str, Cost], ...]" = ()   # (kind, its share) of each baseline kind that runs
+    runs: int = 0               # runs planned (repeats: {min, max, ...}: every cell at max)
+    runs_min: int = 0           # the fewest that may run (every cell converging as early as it can)
+    total_min_s: float = 0.0    # the duration if they do
 
     def tests(self, kind: str) -> int:
         """How many tests/passes the baseline kind `kind` runs (0: off)."""
         return next((cost.tests for name, cost in self.baselines if name == kind), 0)
 
+    @property
+    def is_range(self) -> bool:
+        return self.runs_min != self.runs
+
     def explain(self) -> str:
         from zcorch.units import format_size
 
         parts = ", ".join(cost.what for _, cost in self.baselines) or "none"
-        return (f"estimated duration {_hms(self.total_s)}: transfers {_hms(self.transfer_s)} "
+        span = (f"estimated duration {_hms(self.total_min_s)}..{_hms(self.total_s)} ({self.runs_min}..{self.runs} "
+                f"runs: every cell converging as early as it can .. every cell at max); at most"
+                if self.is_range else "estimated duration")
+        return (f"{span} {_hms(self.total_s)}: transfers {_hms(self.transfer_s)} "
                 f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout, or the cell's "
                 f"duration) + "
                 f"{self.per_run_overhead:g}s overhead per run ({_hms(self.overhead_s)}) + baselines "
@@ -447,7 +476,12 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
     shares = tuple((kind.name, kind.estimate(conf, list(by_id.values()), rate, overhead))
                    for kind, conf in plan.experiment.baselines.enabled())
     baseline = sum(cost.seconds for _, cost in shares)
-    return Estimate(transfer + over + baseline, transfer, over, baseline, rate, overhead, shares)
+    # repeats: {min, max, target_ci}: each cell may stop after its fewest repeats (Plan.fewest_repeats)
+    fewest = plan.fewest_repeats()
+    early = [r for r in plan.runs if r.repeat < fewest]
+    total_min = sum(per_cell[r.id] for r in early) + overhead * len(early) + baseline
+    return Estimate(transfer + over + baseline, transfer, over, baseline, rate, overhead, shares,
+                    len(plan.runs), len(early), total_min)
 
 
 def _hms(seconds: float) -> str:
@@ -458,5 +492,11 @@ def _hms(seconds: float) -> str:
 
 
 def runs_json(plan: Plan) -> "list[dict]":
-    """The runs as `zcorch plan --json` prints them (and plan.json stores them), in execution order."""
-    return [{"id": r.id, "repeat": r.repeat, "params": r.params} for r in plan.runs]
+    """The runs as `zcorch plan --json` prints them (and plan.json stores them), in execution order. With
+    `repeats: {min, max, target_ci}`, a run its cell may not need (repeat ≥ Plan.fewest_repeats(): it runs
+    only while the cell has not converged) also has `"optional": true` (not in plan.json)."""
+    if plan.experiment.repeat_policy is None:
+        return [{"id": r.id, "repeat": r.repeat, "params": r.params} for r in plan.runs]
+    fewest = plan.fewest_repeats()
+    return [{"id": r.id, "repeat": r.repeat, "params": r.params, **({"optional": True} if r.repeat >= fewest else {})}
+            for r in plan.runs]

@@ -1,34 +1,21 @@
-/* The one explicit list of compiled modes (as iperf3 lists its protocols). Adding a mode = one
- * file with its zc_mode_ops + one line here. Order is the order `zcorch worker info` reports.
- * Also the capability names and the availability query built on the modes' tables. */
+/* The list of compiled modes (as iperf3 lists its protocols), expanded from ZC_MODE_LIST: the send_mode and
+ * recv_mode choices of zcorch/params.py, generated into zc_params_gen.h. Adding a mode = one file with its
+ * zc_mode_ops (native/modes/<side>_<name>.c, named zc_<side>_<name>_ops) + its name among the choices.
+ * Order is the order `zcorch worker info` reports. Also the capability names and the availability query
+ * built on the modes' tables. */
 #include "zc_internal.h"
 
 #include <stdio.h>
 #include <string.h>
 
-extern const zc_mode_ops zc_send_write_ops, zc_send_mmap_ops, zc_send_sendfile_ops, zc_send_splice_ops,
-    zc_send_vmsplice_ops, zc_send_msg_zerocopy_ops;
-extern const zc_mode_ops zc_recv_read_ops, zc_recv_mmap_ops, zc_recv_vmsplice_ops, zc_recv_splice_ops;
-extern const zc_mode_ops zc_send_io_uring_ops, zc_send_io_uring_zc_ops;
-extern const zc_mode_ops zc_recv_io_uring_ops, zc_recv_zerocopy_recv_ops;
-extern const zc_mode_ops zc_recv_discard_ops;
+#define ZC_DECLARE_MODE(side, name) extern const zc_mode_ops zc_##side##_##name##_ops;
+ZC_MODE_LIST(ZC_DECLARE_MODE)
+#undef ZC_DECLARE_MODE
 
 static const zc_mode_ops *const zc_modes[] = {
-    &zc_send_write_ops,
-    &zc_send_mmap_ops,
-    &zc_send_sendfile_ops,
-    &zc_send_splice_ops,
-    &zc_send_vmsplice_ops,
-    &zc_send_msg_zerocopy_ops,
-    &zc_send_io_uring_ops,
-    &zc_send_io_uring_zc_ops,
-    &zc_recv_read_ops,
-    &zc_recv_mmap_ops,
-    &zc_recv_vmsplice_ops,
-    &zc_recv_splice_ops,
-    &zc_recv_io_uring_ops,
-    &zc_recv_zerocopy_recv_ops,
-    &zc_recv_discard_ops,
+#define ZC_MODE_ENTRY(side, name) &zc_##side##_##name##_ops,
+    ZC_MODE_LIST(ZC_MODE_ENTRY)
+#undef ZC_MODE_ENTRY
 };
 
 #define N_MODES (sizeof zc_modes / sizeof zc_modes[0])

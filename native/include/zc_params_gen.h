@@ -135,6 +135,25 @@ struct zc_metrics {
     X(duration, "--duration", 0.001, 604800.0, 1, 0, "expected a duration between 0.001s and 604800s") \
     X(timeout, "--timeout", 0.001, 604800.0, 0, 0, "expected a duration between 0.001s and 604800s") \
 
+/* X(side, name): every compiled mode, the send_mode and recv_mode choices of the table in their order
+ * (registry.c expands it: each name is a native/modes/<side>_<name>.c filling zc_<side>_<name>_ops) */
+#define ZC_MODE_LIST(X) \
+    X(send, write) \
+    X(send, mmap) \
+    X(send, sendfile) \
+    X(send, splice) \
+    X(send, vmsplice) \
+    X(send, msg_zerocopy) \
+    X(send, io_uring) \
+    X(send, io_uring_zc) \
+    X(recv, read) \
+    X(recv, mmap) \
+    X(recv, vmsplice) \
+    X(recv, splice) \
+    X(recv, io_uring) \
+    X(recv, zerocopy_recv) \
+    X(recv, discard) \
+
 /* X(combine, field): how the group's totals combine the streams' values of each zc_metrics field */
 #define ZC_METRIC_COMBINE(X) \
     X(sum, bytes) \

@@ -4,12 +4,37 @@
  * sub-block at most), munmap(). At EOF the file is cut back to the bytes received (never below
  * its size before the transfer, so an overwritten file keeps its length).
  * Needs a regular-file sink: /dev/null and other non-regular files are refused.
+ *
+ * A full filesystem: ftruncate() only sets the size, so no block is allocated until read() writes into
+ * the mapping; the page fault that cannot get a block (tmpfs over its size=, ext4/xfs out of space or
+ * over quota) fails inside the kernel's copy and read() returns EFAULT, which says nothing useful. That
+ * EFAULT is diagnosed (full_filesystem) and reported as ENOSPC/EDQUOT with the sink and the offset.
  */
 #include "zc_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+/* After read() into the mapping failed with EFAULT at file offset `at`: ENOSPC or EDQUOT when the
+ * sink's filesystem could not give that page a block (asked again with fallocate() of that one page;
+ * where fallocate() is not supported, the filesystem's free blocks say it), else 0 (a real EFAULT). */
+static int full_filesystem(zc_ctx *c, uint64_t at)
+{
+    off_t page = (off_t)(at - at % c->page);
+    if (fallocate(c->fd, FALLOC_FL_KEEP_SIZE, page, (off_t)c->page) < 0) {
+        if (errno == ENOSPC || errno == EDQUOT)
+            return errno;
+        if (errno == EOPNOTSUPP) {
+            struct statvfs vfs;
+            if (fstatvfs(c->fd, &vfs) == 0 && (uint64_t)vfs.f_bfree * vfs.f_frsize < c->page)
+                return ENOSPC;
+        }
+    }
+    return 0;
+}
 
 static int setup(zc_ctx *c)
 {
@@ -48,6 +73,13 @@ static int transfer(zc_ctx *c)
         while (got < ext) {
             ssize_t n = zc_sock_read(c, dst + got, zc_min(c->sub, ext - got));
             if (n < 0) {
+                int full = c->err->code == EFAULT ? full_filesystem(c, off + got) : 0;
+                if (full)
+                    zc_fail(c, full, "the filesystem of sink %s is %s: no block for the mapped page at offset "
+                            "%llu (%llu bytes received; read() into the mmap()ed sink failed with EFAULT)",
+                            c->p->sink, full == EDQUOT ? "over its quota" : "full",
+                            (unsigned long long)(off + got - (off + got) % c->page),
+                            (unsigned long long)c->done);
                 rc = -1;
                 break;
             }

@@ -8,16 +8,19 @@ Object columns whose values Parquet cannot type faithfully
 (mixed types, e.g. an unknown parameter that is a number in one run and text in another) are
 stored as JSON text and decoded again by zcorch.
 
-What the file is valid for is in its key-value metadata under `zcorch.cache`: the size and
-mtime_ns of runs.jsonl and the cache format version. Any change of runs.jsonl (an append, a
-truncation, a torn last line, `--resume`) makes it stale, and the next zcorch.load parses
-runs.jsonl again and rewrites it. It is replaced atomically (temp file + rename), never
-trusted when unreadable, and safe to delete (`cp -p` and `rsync -a` keep it valid). `zcorch run`
+What the file is valid for is in its key-value metadata under `zcorch.cache`: the size and the
+SHA-256 of the runs.jsonl bytes it was built from, and the cache format version. Any change of
+runs.jsonl (an append, a truncation, a torn last line, `--resume`, a record edited in place with its
+size and mtime kept) makes it stale, and the next zcorch.load parses runs.jsonl again and rewrites it;
+hashing costs about a second per GB, parsing a minute. It is replaced atomically (an exclusive
+temporary + rename, no link followed: zcorch.results.setfiles), read only as a regular file inside
+the set, never trusted when unreadable, and safe to delete (a copy stays valid). `zcorch run`
 writes it when a sweep completes (`write_cache`), zcorch.load when it is missing or stale. The
 hand-rolled `runs.cache` of earlier versions is ignored, and removed when runs.parquet is written.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -33,22 +36,33 @@ import pyarrow.parquet as pq
 
 from zcorch.analysis import frames
 from zcorch.errors import ResultsError
+from zcorch.results import setfiles
 from zcorch.results import store as results
 
 CACHE_NAME = results.RUNS_CACHE
 OLD_CACHE_NAME = "runs.cache"  # the numpy-array cache of earlier versions
-CACHE_VERSION = 3
+CACHE_VERSION = 4  # 4: keyed on the SHA-256 of runs.jsonl, not its size and mtime
 META_KEY = b"zcorch.cache"
 _ANNOUNCE_BYTES = 100_000_000
 
 
 def _stamp(runs: Path) -> Optional[dict]:
-    """What a cache of `runs` is valid for (None: no runs.jsonl yet)."""
+    """What a cache of `runs` is valid for: its size and the SHA-256 of those bytes (None: no runs.jsonl yet).
+    A file that grows meanwhile is hashed up to the size first seen, so a longer file never matches."""
     try:
-        st = runs.stat()
+        fd = setfiles.open_inside(runs.parent, runs.name)
     except FileNotFoundError:
         return None
-    return {"cache_version": CACHE_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    digest = hashlib.sha256()
+    with os.fdopen(fd, "rb") as f:
+        size = left = os.fstat(f.fileno()).st_size
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            digest.update(chunk)
+            left -= len(chunk)
+    return {"cache_version": CACHE_VERSION, "size": size - left, "sha256": digest.hexdigest()}
 
 
 def runs_of(path: frames.PathLike, cache: bool = True) -> pd.DataFrame:
@@ -146,12 +160,8 @@ def _write(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
     except ResultsError:  # an unreadable meta.json: the copy units are left out, as zcorch.load leaves them
         yardsticks = None
     table = _to_table(frame, stamp, yardsticks)
-    tmp = cache_path.with_name(f"{cache_path.name}.tmp{os.getpid()}")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, cache_path)  # readers see the old file or the whole new one, never a part
-    finally:
-        tmp.unlink(missing_ok=True)
+    # readers see the old file or the whole new one, never a part; nothing is written through a link
+    setfiles.write_inside(cache_path.parent, cache_path.name, lambda f: pq.write_table(table, f))
     try:
         (cache_path.parent / OLD_CACHE_NAME).unlink()
     except OSError:  # already gone (the usual case) or not removable: it is ignored either way
@@ -167,11 +177,26 @@ def _valid_for(meta: Optional[dict], stamp: dict) -> bool:
     return meta is not None and all(meta.get(k) == v for k, v in stamp.items())
 
 
+def _open_cache(cache_path: Path) -> int:
+    """An fd of runs.parquet: a regular file inside the set, no larger than MAX_CACHE_BYTES (else ResultsError)."""
+    fd = setfiles.open_inside(cache_path.parent, cache_path.name)
+    if os.fstat(fd).st_size > setfiles.MAX_CACHE_BYTES:
+        os.close(fd)
+        raise ResultsError(f"{cache_path}: larger than {setfiles.MAX_CACHE_BYTES} bytes: not read")
+    return fd
+
+
 def _matches(cache_path: Path, stamp: dict) -> bool:
     try:
-        return _valid_for(_cache_meta(pq.read_schema(cache_path)), stamp)
+        fd = _open_cache(cache_path)
+    except (OSError, ResultsError):
+        return False
+    try:
+        return _valid_for(_cache_meta(pq.read_schema(setfiles.fd_path(fd))), stamp)
     except (OSError, ValueError, pa.ArrowException):
         return False
+    finally:
+        os.close(fd)
 
 
 def _read(cache_path: Path, stamp: dict) -> Optional[pd.DataFrame]:
@@ -183,7 +208,12 @@ def _read(cache_path: Path, stamp: dict) -> Optional[pd.DataFrame]:
     # process is the caller's. The dataset API is the reader that takes a pool.
     pool = pa.system_memory_pool()
     try:
-        data = ds.dataset(cache_path, format="parquet")
+        fd = _open_cache(cache_path)
+    except (OSError, ResultsError):
+        return None
+    try:
+        # The fd's own file, reopened by Arrow through /proc: no link below the set is followed.
+        data = ds.dataset(setfiles.fd_path(fd), format="parquet")
         meta = _cache_meta(data.schema)
         if not _valid_for(meta, stamp):
             return None
@@ -209,3 +239,5 @@ def _read(cache_path: Path, stamp: dict) -> Optional[pd.DataFrame]:
         return frame
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
+    finally:
+        os.close(fd)

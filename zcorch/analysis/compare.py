@@ -26,13 +26,14 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from zcorch import metrics
 from zcorch.analysis.frames import OK
 from zcorch.params import format_value
 from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, Completeness, Gate, compare_gate
 from zcorch.analysis.stats import mann_whitney_u, min_p_value, varying_params
 
-# Metrics that can be compared, and whether a higher value is better.
-HIGHER_IS_BETTER = {"gbit_s": True, "mb_s": True, "send_cpu_s_per_gib": False, "recv_cpu_s_per_gib": False}
+# The metrics that can be compared are those of zcorch.metrics with a better direction (metrics.DIRECTED):
+# a rise of a CPU cost is a regression, as is a fall of a throughput.
 VERDICTS_BAD = ("regressed", "failed")
 
 
@@ -40,9 +41,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
                    threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
     """One row per cell: params, n_base, n_cand, base_median, cand_median, change_pct, p_value,
     test, verdict. Cells on one side only have verdict 'only in base' / 'only in candidate'."""
-    if metric not in HIGHER_IS_BETTER:
-        raise ValueError(f"metric must be one of {', '.join(HIGHER_IS_BETTER)}")
-    higher_better = HIGHER_IS_BETTER[metric]
+    declared = metrics.directed(metric)   # ValueError for a metric without a direction
     params = [p for p in varying_params(pd.concat([base, cand], ignore_index=True))]
     rows = []
     cells = list(dict.fromkeys(list(base["cell"]) + list(cand["cell"])))
@@ -69,7 +68,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
         elif not len(bv):
             row["verdict"] = "no base data" if not len(cv) else "fixed"
         else:
-            j = judge(bv, cv, higher_better, threshold_pct, alpha)
+            j = judge(bv, cv, declared.better == "higher", threshold_pct, alpha)
             row.update(change_pct=j.change_pct, p_value=j.p_value, test=j.test, verdict=j.verdict)
         rows.append(row)
     cols = ["cell"] + params + ["n_base", "n_cand", "base_failed", "cand_failed", "base_median", "cand_median",
@@ -164,6 +163,8 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
         return json.dumps(doc, indent=1) + "\n"
     params = [c for c in table.columns if c not in _NOT_PARAMS]
     header = ["cell"] + params + ["n base/cand", f"base {metric}", f"cand {metric}", "change %", "p", "verdict"]
+    declared = metrics.get(metric)
+    what = f"{metric} ({declared.unit}, {declared.better} is better)"
     bad = table[table["verdict"].isin(VERDICTS_BAD)]
     counts = table["verdict"].value_counts()
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
@@ -180,7 +181,8 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
     rows = _rows(table, params)
     if fmt == "markdown":
         lines = [f"### zcorch compare: {headline}", "",
-                 f"**{base_name}** → **{cand_name}**, metric `{metric}` ({summary}). {method}.", ""]
+                 f"**{base_name}** → **{cand_name}**, metric `{metric}` ({declared.unit}, {declared.better} is "
+                 f"better; {summary}). {method}.", ""]
         if caveat:
             lines += [f"_Note: {caveat}._", ""]
         lines.append("| " + " | ".join(header) + " |")
@@ -190,7 +192,7 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
         return "\n".join(lines) + "\n"
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(header)]
-    lines = [f"zcorch compare: {headline}", f"{base_name} -> {cand_name}, metric {metric} ({summary})",
+    lines = [f"zcorch compare: {headline}", f"{base_name} -> {cand_name}, metric {what} ({summary})",
              method]
     if caveat:
         lines.append(f"note: {caveat}")

@@ -39,17 +39,19 @@ from __future__ import annotations
 import gc
 import json
 import os
+import warnings
 from itertools import chain
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Iterable, Optional, Union
 
 import numpy as np
 import pandas as pd
 
 # Parameter and metric columns (PARAM_KEYS, METRIC_KEYS) in the order of the tables in zcorch.params;
 # unknown extra parameters follow, sorted.
+from zcorch import metrics
 from zcorch.params import HOST_BUSY_FIELDS, METRIC_KEYS, PARAM_KEYS
-from zcorch.results import rates
+from zcorch.results import rates, setfiles
 from zcorch.results import store as results
 from zcorch.errors import ResultsError
 
@@ -86,6 +88,18 @@ def read_manifest(path: PathLike) -> dict:
 def load_manifest(path: PathLike) -> dict:
     """The public name of read_manifest (`zcorch.load_manifest`): a result set's name, status, times, command."""
     return read_manifest(path)
+
+
+def read_experiment_text(d: Path, manifest: dict) -> "tuple[Path, Optional[str]]":
+    """(path, text) of a result set's experiment file as its manifest names it; text None when it is missing,
+    not a regular file inside the set, or too large (zcorch.results.setfiles: never read through a link)."""
+    rel = str(manifest.get("experiment_file") or results.EXPERIMENT)
+    try:
+        return d / rel, setfiles.read_text(d, rel)
+    except (OSError, ResultsError) as exc:
+        if not isinstance(exc, FileNotFoundError):
+            warnings.warn(str(exc), setfiles.SkippedWarning, stacklevel=2)
+        return d / rel, None
 
 
 def read_jsonl(path: Path) -> list:
@@ -175,26 +189,20 @@ _DECODER = json.JSONDecoder()
 def _iter_jsonl(path: Path):
     """(line number, record) of a JSON-lines file, streamed: a million-run file does not fit in
     memory as dicts. Same rules as zcorch.results.store.read_jsonl: an unterminated final line that does
-    not parse is a torn write and skipped; any other bad line is corruption. No file (a sweep that
-    stopped before its first run): no records."""
+    not parse is a torn write and skipped; any other bad line is corruption; the file is read only as a
+    regular file inside its set, with overlong lines and records past the bound skipped and said
+    (zcorch.results.setfiles). No file (a sweep that stopped before its first run): no records."""
     decode = _DECODER.decode  # json.loads minus its per-call type and encoding checks
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return
-    with f:
-        for lineno, line in enumerate(f, start=1):
-            try:
-                rec = decode(line.decode("utf-8"))
-            except ValueError:  # also UnicodeDecodeError
-                if not line.strip():
-                    continue
-                if not line.endswith(b"\n"):
-                    return  # torn final line
-                raise ResultsError(f"{path}:{lineno}: not a JSON record: {line[:80]!r}") from None
-            if not isinstance(rec, dict):
-                raise ResultsError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-            yield lineno, rec
+    for lineno, line, terminated in setfiles.iter_lines(path.parent, path.name):
+        try:
+            rec = decode(line.decode("utf-8"))
+        except ValueError:  # also UnicodeDecodeError
+            if not terminated:
+                return  # torn final line
+            raise ResultsError(f"{path}:{lineno}: not a JSON record: {line[:80]!r}") from None
+        if not isinstance(rec, dict):
+            raise ResultsError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        yield lineno, rec
 
 
 def _numeric_if_possible(frame: pd.DataFrame) -> pd.DataFrame:
@@ -345,10 +353,10 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
             out[prefix + "host_softirq_s_per_gib"] = rates.per_gib(col(prefix + "host_softirq_us") / 1e6, moved)
         same = same_host_column(frame)
         out["same_host"] = same
-        one = np.array([v is True for v in same])
-        out["total_cpu_s_per_gib"] = out["send_cpu_s_per_gib"] + out["recv_cpu_s_per_gib"]
-        send_h, recv_h = out["send_host_busy_s_per_gib"], out["recv_host_busy_s_per_gib"]
-        out["total_host_busy_s_per_gib"] = np.where(one, np.fmax(send_h, recv_h), send_h + recv_h)
+        one = np.array([v is True for v in same], dtype=bool)
+        for total in metrics.TOTALS:   # total_* of zcorch.metrics: the two sides by the entry's `combine`
+            send_v, recv_v = (out[c] if c in out else col(c) for c in total.parts)
+            out[total.name] = combine_sides(total.combine, send_v, recv_v, one)
         sides = [zip(col(p + "host_ticks"), busy[p], col(p + "host_ncpus"), window[p], col(p + "host_clk_tck"))
                  for p in ("send_", "recv_")]
         out["cpu_resolution"] = [rates.cpu_resolution(pair) for pair in zip(*sides)]
@@ -365,6 +373,17 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     out["zc_verdict"] = [rates.zc_label(*v) for v in zip(completions, copied, mapped, recv_copied)]
     keep = frame.drop(columns=[c for c in out if c in frame])
     return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
+
+
+def combine_sides(rule: str, send: np.ndarray, recv: np.ndarray, same_host: np.ndarray) -> np.ndarray:
+    """Per run, the total of a metric over both sides by its zcorch.metrics `combine` rule: "sum" adds them;
+    "host" adds them too, but takes the larger where both ran on one machine (same_host), as
+    zcorch.results.rates.host_busy_total does for one run."""
+    if rule == "sum":
+        return send + recv
+    if rule == "host":
+        return np.where(same_host, np.fmax(send, recv), send + recv)
+    raise ValueError(f"unknown rule {rule!r} to combine the sides (zcorch.metrics COMBINE)")
 
 
 LINKED_ATTR = "linked_axes"  # frame.attrs[LINKED_ATTR]: {axis name: {"params": [...], "labels": [...]}}
@@ -511,7 +530,7 @@ def read_meta(path: PathLike) -> dict:
     read_manifest(d)
     path = d / "meta.json"
     try:
-        meta = json.loads(path.read_text())
+        meta = setfiles.read_json(d, "meta.json")
     except FileNotFoundError:
         return {}
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

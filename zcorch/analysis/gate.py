@@ -10,7 +10,10 @@ codes, each meaning one thing, and one line that says why:
     2  usage or input error: a missing or unreadable result set, an unknown metric, a bad option
        (raised as ZcorchError by the command; the code is here so that it is documented once)
     3  incomplete: no cell in common, a side (or the newest sweep) did not complete or has fewer ok runs
-       than its plan asked for, a cell missing from one side, or nothing earlier to compare with
+       than its plan asked for, a cell missing from one side, or nothing earlier to compare with.
+       With `repeats: {min, max, target_ci}` the plan lists every cell up to `max`: a cell that converged
+       early is complete (it was not missing runs), one that did not is complete with all `max` ok
+       (zcorch.results.convergence, the same rule as the sweep's)
 
 Pure functions of the comparison tables and of each result set's `Completeness`, which reads only the
 manifest, the plan and the run records (zcorch.results.store): no pandas needed for that part.
@@ -21,6 +24,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence
 
+from zcorch.results.convergence import RepeatPolicy, incomplete_cells, policy_from_record
 from zcorch.results.store import PLAN, RUNS, latest_runs, load_manifest, read_jsonl
 
 # The defaults of both gates' --threshold and --alpha, chosen with benchmarks/bench_detector.py on this
@@ -67,18 +71,22 @@ class Completeness:
     planned: int
     ok: int
     cells_planned: frozenset
-    cells_short: tuple          # cells with fewer ok runs than planned, sorted
+    cells_short: tuple          # cells with fewer ok runs than planned (adaptive: neither converged nor at max), sorted
+    repeat_policy: Optional[RepeatPolicy] = None   # manifest "repeats": the set repeats until stable
 
     @property
     def complete(self) -> bool:
-        return self.status == "complete" and self.ok >= self.planned
+        return self.status == "complete" and not self.cells_short
 
     def describe(self, side: str) -> str:
         """'candidate runs/b: status failed, 2 of 72 planned runs ok' (empty when complete)."""
         if self.complete:
             return ""
         parts = [] if self.status == "complete" else [f"status {self.status}"]
-        if self.ok < self.planned:
+        if self.cells_short and self.repeat_policy is not None:
+            parts.append(f"{len(self.cells_short)} of {len(self.cells_planned)} cells neither converged nor "
+                         f"with all {self.repeat_policy.max} repeats ok ({self.ok} runs ok)")
+        elif self.cells_short:
             parts.append(f"{self.ok} of {self.planned} planned runs ok")
         return f"{side} {self.path}: {', '.join(parts)}"
 
@@ -90,20 +98,19 @@ def completeness(directory: "str | os.PathLike") -> Completeness:
     plan = _plan_keys(d)
     latest = latest_runs(read_jsonl(os.path.join(d, RUNS))) if os.path.exists(os.path.join(d, RUNS)) else {}
     ok_keys = {k for k, rec in latest.items() if rec.get("status") == "ok"}
-    short = sorted({cell for cell, repeat in plan if (cell, repeat) not in ok_keys})
+    policy = policy_from_record(manifest.get("repeats"))
+    short = sorted(incomplete_cells(({"id": c, "repeat": r} for c, r in plan), latest, policy))
     return Completeness(d, str(manifest.get("status") or "unknown"), len(plan), len(plan & ok_keys),
-                        frozenset(cell for cell, _ in plan), tuple(short))
+                        frozenset(cell for cell, _ in plan), tuple(short), policy)
 
 
 def _plan_keys(directory: str) -> set:
-    import json
-
     from zcorch.errors import ResultsError
+    from zcorch.results import setfiles
 
     path = os.path.join(directory, PLAN)
-    try:
-        with open(path, encoding="utf-8") as f:
-            runs = json.load(f)
+    try:  # a regular file inside the set, bounded (zcorch.results.setfiles)
+        runs = setfiles.read_json(directory, PLAN, setfiles.MAX_PLAN_BYTES)
         return {(str(r["id"]), int(r["repeat"])) for r in runs}
     except FileNotFoundError:
         raise ResultsError(f"{directory}: its plan ({PLAN}) is missing: the set cannot say what it should hold") from None

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import re
+import warnings as _warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -40,9 +41,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
-from zcorch import __version__
-from zcorch.analysis.compare import HIGHER_IS_BETTER, VERDICTS_BAD, compare_frames
-from zcorch.analysis.frames import OK, read_meta
+from zcorch import __version__, metrics
+from zcorch.analysis.compare import VERDICTS_BAD, compare_frames
+from zcorch.analysis.frames import OK, read_experiment_text, read_meta
+from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import figure_bytes
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
@@ -56,8 +58,6 @@ from zcorch.results import store
 INDEX = "index.html"
 PLOTS_DIR = "history-plots"   # next to index.html: one PNG per experiment × cell
 MIN_STABLE = 2                # sweeps a segment needs to be the level a newest sweep is held against
-UNITS = {"gbit_s": "Gbit/s", "mb_s": "MB/s", "send_cpu_s_per_gib": "sender CPU s/GiB",
-         "recv_cpu_s_per_gib": "receiver CPU s/GiB"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,9 +77,8 @@ def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = la
         if store.MANIFEST not in filenames:
             continue
         try:
-            with open(os.path.join(dirpath, store.MANIFEST), encoding="utf-8") as f:
-                manifest = json.load(f)
-        except (OSError, ValueError) as exc:
+            manifest = setfiles.read_json(dirpath, store.MANIFEST)
+        except (OSError, ValueError, ResultsError) as exc:
             warn(f"{dirpath}: skipped, manifest.json unreadable ({exc})")
             continue
         if not isinstance(manifest, dict) or manifest.get("format") != store.FORMAT:
@@ -185,11 +184,8 @@ def host_pair(manifest: dict, directory: Path, meta: dict) -> str:
             return f"{pair or '?'} ({os.path.basename(str(where))})" if where else str(pair)
     elif isinstance(inv, str) and inv:
         return inv
-    exp = directory / str(manifest.get("experiment_file") or store.EXPERIMENT)
-    try:
-        root, _ = yamlsrc.parse(exp.read_text(errors="replace"), str(exp))
-    except OSError:
-        root = None
+    exp, text = read_experiment_text(directory, manifest)
+    root = yamlsrc.parse(text, str(exp))[0] if text is not None else None
     hosts = root.get("hosts") if isinstance(root, yamlsrc.YMap) else None
     if isinstance(hosts, yamlsrc.YScalar) and not hosts.is_null:
         return hosts.text
@@ -220,13 +216,14 @@ def ensure_report(sweep: Sweep) -> None:
     path = sweep.path / "report.html"
     inputs = [sweep.path / store.RUNS, sweep.path / store.MANIFEST]
     newest_input = max((p.stat().st_mtime for p in inputs if p.exists()), default=0.0)
-    fresh = path.exists() and path.stat().st_mtime >= newest_input
+    fresh = setfiles.is_regular_inside(sweep.path, path.name) and path.stat().st_mtime >= newest_input
     if not fresh and sweep.status != "running":
         try:
             write_report(sweep.path)
         except (ZcorchError, OSError) as exc:
             sweep.report_problem = f"report not written: {exc}"
-    sweep.report = path if path.exists() else None
+    # a link is never linked to from the index (it could lead anywhere)
+    sweep.report = path if setfiles.is_regular_inside(sweep.path, path.name) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -422,8 +419,10 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
                   alpha: float = DEFAULT_ALPHA, reports: bool = True) -> History:
     """Every result set under `root`, grouped and analysed (module docstring, steps 1–4); with
     `reports`, each sweep's report.html is written when missing or stale."""
-    if metric not in HIGHER_IS_BETTER:
-        raise ResultsError(f"metric must be one of {', '.join(HIGHER_IS_BETTER)}, got {metric!r}")
+    try:
+        metrics.directed(metric)   # one with a better direction (zcorch.metrics)
+    except ValueError as exc:
+        raise ResultsError(str(exc)) from None
     warnings: List[str] = []
     dirs = find_result_sets(root, warnings.append)
     if not dirs:
@@ -431,7 +430,10 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
     groups: Dict[str, List[Sweep]] = {}
     for d in dirs:
         try:
-            sweep = open_sweep(d)
+            with _warnings.catch_warnings(record=True) as caught:  # what a bounded reader skipped, said here
+                _warnings.simplefilter("always", setfiles.SkippedWarning)
+                sweep = open_sweep(d)
+            warnings += [f"partly read: {w.message}" for w in caught if issubclass(w.category, setfiles.SkippedWarning)]
         except ResultsError as exc:
             warnings.append(f"skipped: {exc}")
             continue
@@ -454,7 +456,8 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:80] or "experiment"
+    """A file name made of `text` (a name from a result set: never `..`, `/` or a hidden name)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", str(text)).strip("-.")[:80] or "experiment"
 
 
 def _tick_label(i: int, s: Sweep, dated: bool) -> str:
@@ -503,7 +506,7 @@ def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
     every = max(1, int(math.ceil(len(ticks) / 5)))  # dates on at most 5 ticks (the newest one dated)
     ax.set_xticklabels([_tick_label(i, exp.sweeps[i], (len(ticks) - 1 - k) % every == 0)
                         for k, i in enumerate(ticks)], fontsize=7)
-    ax.set_ylabel(UNITS.get(exp.metric, exp.metric))
+    ax.set_ylabel(metrics.axis_label(exp.metric))
     ax.margins(y=0.15)
     ax.grid(True, alpha=0.3)
     ax.set_title(ch.label, fontsize=9)
@@ -523,7 +526,8 @@ def _rel(path: Path, start: Path) -> str:
 
 def page_context(history: History, out_dir: Path) -> dict:
     """What the template history.html.j2 shows (every value autoescaped there)."""
-    unit = UNITS.get(history.metric, history.metric)
+    declared = metrics.get(history.metric)
+    unit = f"{declared.label}, {declared.unit}, {declared.better} is better"
     experiments = []
     for exp in history.experiments:
         sweeps = []
@@ -579,23 +583,16 @@ def write_index(history: History, out: "str | os.PathLike | None" = None) -> Pat
     out_dir = Path(out) if out is not None else history.root
     out_dir.mkdir(parents=True, exist_ok=True)
     for exp in history.experiments:
-        plot_dir = out_dir / PLOTS_DIR / _slug(exp.name)
-        plot_dir.mkdir(parents=True, exist_ok=True)
         for ch in exp.cells:
-            path = plot_dir / f"{ch.cell}-{history.metric}.png"
-            _write_atomic(path, figure_bytes(trend_figure(exp, ch), "png"))
+            # Every file through an exclusive temporary, no link below out_dir followed: the root holds
+            # result sets that may come from anyone (zcorch.results.setfiles).
+            rel = f"{PLOTS_DIR}/{_slug(exp.name)}/{_slug(ch.cell)}-{history.metric}.png"
+            path = setfiles.write_inside(out_dir, rel, figure_bytes(trend_figure(exp, ch), "png"))
             ch.plot = _rel(path, out_dir)
     page = environment().get_template("history.html.j2").render(page_context(history, out_dir))
-    index = out_dir / INDEX
-    _write_atomic(index, page.encode("utf-8"))
+    index = setfiles.write_inside(out_dir, INDEX, page.encode("utf-8"))
     history.index = index
     return index
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -664,7 +661,7 @@ def render_text(history: History) -> str:
                 what = (f"{_fmt(c.change_pct, '+.1f')}% ({history.metric} {_fmt(c.base_median, '.3f')} -> "
                         f"{_fmt(c.cand_median, '.3f')}, p={_fmt(c.p_value, '.3g')}, n {c.n_base}/{c.n_cand})")
             lines.append(f"  {ch.label} [cell {ch.cell}]: {what} since {since}; against {against}")
-    better = "higher" if HIGHER_IS_BETTER[history.metric] else "lower"
+    better = metrics.get(history.metric).better
     lines.append(f"method: median of ok repeats ({better} is better), the newest sweep against the preceding "
                  f"stable segment; threshold {history.threshold_pct:g}%, alpha {history.alpha:g} "
                  "(two-sided Mann–Whitney U, as zcorch compare)")

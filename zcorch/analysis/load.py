@@ -14,7 +14,8 @@ from zcorch.analysis.cache import runs_of
 from zcorch.config.sections import linked_axes_of
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.analysis.frames import (LINKED_ATTR, PathLike, _as_dirs, _sweep_names, add_copy_units, add_derived,
-                                    add_linked_axes, copy_yardsticks, read_manifest, read_meta)
+                                    add_linked_axes, copy_yardsticks, read_experiment_text, read_manifest,
+                                    read_meta)
 
 
 def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> pd.DataFrame:
@@ -50,9 +51,7 @@ def experiment_axes(path: PathLike) -> list:
     file is missing or cannot be read: the runs then go without the axis columns)."""
     d = Path(path)
     try:
-        manifest = read_manifest(d)
-        exp_file = d / manifest.get("experiment_file", "experiment.yaml")
-        text = exp_file.read_text(errors="replace")
-        return linked_axes_of(text, str(exp_file))
+        exp_file, text = read_experiment_text(d, read_manifest(d))
+        return linked_axes_of(text, str(exp_file)) if text is not None else []
     except (OSError, ZcorchError):
         return []

@@ -20,10 +20,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from zcorch.config.reference import METRIC_UNITS
 from zcorch.config.views import View
+from zcorch.metrics import BY_NAME as METRICS_BY_NAME
 from zcorch.params import SIZE_KEYS, format_value
-from zcorch.units import convert, unit_dimension
+from zcorch.results import setfiles
+from zcorch.units import convert
 from zcorch.units import format_size
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import linked_axes, summarize, varying_params
@@ -261,7 +262,8 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     """One figure: a panel per facet combination, bars per x position and hue, median with CI whiskers;
     throughput panels carry the iperf3 baselines as lines."""
     metric = view.metric
-    unit, what_metric, _ = METRIC_UNITS.get(metric, ("", metric, True))
+    declared = METRICS_BY_NAME.get(metric)
+    unit = declared.unit if declared is not None else ""
     axes_words = " × ".join("+".join(p) for p in (view.x, view.hue) if p)
     what = view.title or f"{metric} by {axes_words}" + (f", panels by {'+'.join(view.facet)}" if view.facet else "")
     ok = _ok(df)
@@ -283,7 +285,7 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     for hkey in hues:
         rows = _select(ok, view.hue, hkey)
         folded_vals[hkey] = ", ".join(f"{p}={format_value(p, rows[p].iloc[0])}" for p in folded if len(rows))
-    rate = unit_dimension(unit) == "rate" if unit else False
+    rate = declared is not None and declared.rate   # throughput panels carry the baselines
     top = 0.0
     for ax, fkey in zip(axes, facets):
         panel = _select(s, view.facet, fkey)
@@ -323,7 +325,7 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     for ax in axes[len(facets):]:
         ax.set_visible(False)
     for r in range(nrows):
-        axes[r * ncols].set_ylabel(f"{metric} ({unit}), median and CI" if unit else metric)
+        axes[r * ncols].set_ylabel(f"{metric} ({unit}), median and CI" if unit else metric)   # the column a view names
     handles, labels = axes[0].get_legend_handles_labels()
     if not view.hue:   # one colour: its name is the y axis already
         keep = [i for i, label in enumerate(labels) if label != metric]
@@ -370,8 +372,7 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
     others = [c for c in varying_params(ok) if c not in ("buffer", "send_mode", "recv_mode")]
     fig = Figure(figsize=(15, 4.5))
     axes = fig.subplots(1, 3)
-    panels = [("gbit_s", "throughput (Gbit/s)"), ("send_cpu_s_per_gib", "sender process CPU (s/GiB, usr+sys)"),
-              ("recv_cpu_s_per_gib", "receiver process CPU (s/GiB, usr+sys)")]
+    panels = [(m, METRICS_BY_NAME[m].axis_label) for m in ("gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib")]
     keys = ["send_mode", "recv_mode"] + others
     s = summarize(ok, by=keys + ["buffer"], metrics=[m for m, _ in panels])
     for key, line in s.groupby(keys, sort=True, dropna=False):
@@ -618,8 +619,11 @@ def data_uri(fig: Figure, fmt: str = "png") -> str:
     return f"data:{mime};base64," + base64.b64encode(figure_bytes(fig, fmt)).decode("ascii")
 
 
-def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] = ("png", "svg")) -> list:
-    """Write every drawn plot as DIRECTORY/NAME.{png,svg}; returns the paths written."""
+def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] = ("png", "svg"),
+         subdir: str = "") -> list:
+    """Write every drawn plot as DIRECTORY[/SUBDIR]/NAME.{png,svg}; returns the paths written. Each file goes
+    through an exclusive temporary, and no link below DIRECTORY is followed (zcorch.results.setfiles): a
+    result set's plots/ may hold links planted by whoever made it."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -627,7 +631,6 @@ def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] 
         if plot.figure is None:
             continue
         for fmt in formats:
-            path = out / f"{plot.name}.{fmt}"
-            path.write_bytes(figure_bytes(plot.figure, fmt))
-            paths.append(path)
+            rel = f"{subdir}/{plot.name}.{fmt}" if subdir else f"{plot.name}.{fmt}"
+            paths.append(setfiles.write_inside(out, rel, figure_bytes(plot.figure, fmt)))
     return paths

@@ -19,9 +19,12 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from zcorch import __version__
+from zcorch import __version__, metrics
 from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, side_by_side
-from zcorch.analysis.frames import OK, load_baselines, load_meta, read_manifest, read_meta, result_dir
+from zcorch.analysis.frames import (OK, load_baselines, load_meta, read_experiment_text, read_manifest, read_meta,
+                                    result_dir)
+from zcorch.analysis.links import anchor_href, href, path_href
+from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import _combo_label, _keys, _select, all_plots, data_uri, default_view, save
 from zcorch.analysis.samples import load_samples
@@ -62,6 +65,8 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.PackageLoader("zcorch.analysis", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["text"] = text
+    # every href/src goes through one of these: http(s) URLs or relative paths only (zcorch.analysis.links)
+    env.filters.update(href=href, path_href=path_href, anchor_href=anchor_href)
     return env
 
 
@@ -174,9 +179,21 @@ def _combo(params, key, named: bool = False) -> str:
     return _combo_label(params, key, named) if params else ""
 
 
-CPU_METRICS = ["send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib",
-               "total_host_busy_s_per_gib", "send_cpu_copies", "recv_cpu_copies", "send_host_busy_copies",
-               "recv_host_busy_copies"]
+# The CPU columns of the tables (metrics of zcorch.metrics: their headers are the table's labels and units).
+CELL_CPU_METRICS = ("send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib")
+CPU_SECTION_METRICS = ("send_cpu_s_per_gib", "send_cpu_copies", "send_host_busy_s_per_gib", "send_host_busy_copies",
+                       "recv_cpu_s_per_gib", "recv_cpu_copies", "recv_host_busy_s_per_gib", "recv_host_busy_copies",
+                       "total_host_busy_s_per_gib")
+
+
+def _header(name: str) -> str:
+    """A metric's column header: `send process CPU s/GiB`; one in copies of the data beside it: `send in copies`."""
+    m = metrics.get(name)
+    return f"{m.side} in {m.unit}" if m.unit == "copies" else f"{m.label} {m.unit}"
+
+
+def _cpu_median(r: pd.Series, name: str) -> str:
+    return _median(r, name, "{:.1f}×" if metrics.get(name).unit == "copies" else "{:.3f}")
 
 
 def _median(r: pd.Series, metric: str, fmt: str = "{:.3f}") -> str:
@@ -217,23 +234,31 @@ def cell_cpu_resolutions(df: pd.DataFrame) -> dict:
 
 
 def cells_table(df: pd.DataFrame) -> Table:
-    s = summarize(df, metrics=["mb_s", "gbit_s"] + CPU_METRICS)
+    s = summarize(df, metrics=["mb_s", "gbit_s", *CELL_CPU_METRICS])
     params = [c for c in varying_params(df, with_members=True) if c in s]
     verdicts = cell_zc_verdicts(df)
     resolutions = cell_cpu_resolutions(df)
+    adaptive = "converged" in s   # repeats: {min, max, target_ci}: did each cell converge, how wide it got
     header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s CI (level)", "Gbit/s median",
-                                  "send process CPU s/GiB", "recv process CPU s/GiB", "send host CPU s/GiB",
-                                  "recv host CPU s/GiB", "zero-copy", "host CPU resolution"]
+                                  *map(_header, CELL_CPU_METRICS), "zero-copy", "host CPU resolution"] \
+        + (["converged (95% CI ±)"] if adaptive else [])
     rows = []
     for _, r in s.iterrows():
         ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')} ({ci_label(r['mb_s_ci_level'])})"
               if np.isfinite(r["mb_s_ci_low"]) else "")
         rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
                     + [r["n"], r["n_failed"], _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
-                       _median(r, "send_cpu_s_per_gib"), _median(r, "recv_cpu_s_per_gib"),
-                       _median(r, "send_host_busy_s_per_gib"), _median(r, "recv_host_busy_s_per_gib"),
-                       verdicts.get(r["cell"], ""), resolutions.get(r["cell"], "")])
-    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * 9 + [None, None])
+                       *(_cpu_median(r, m) for m in CELL_CPU_METRICS), verdicts.get(r["cell"], ""),
+                       resolutions.get(r["cell"], "")]
+                    + ([_converged(r)] if adaptive else []))
+    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * (5 + len(CELL_CPU_METRICS))
+                 + [None] * (3 if adaptive else 2))
+
+
+def _converged(r: pd.Series) -> str:
+    """`yes (±1.2%)` / `no (±3.4%)` / `no (n<6)`, as the end-of-run summary says it."""
+    width = f"±{r['width_pct']:.1f}%" if np.isfinite(r["width_pct"]) else "n<6"
+    return f"{'yes' if r['converged'] else 'no'} ({width})"
 
 
 def calibration_table(meta: dict) -> Optional[Table]:
@@ -277,20 +302,14 @@ def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
     same = "same_host" in ok and bool(ok["same_host"].fillna(False).astype(bool).any())
     table = None
     if len(ok):
-        s = summarize(df, metrics=CPU_METRICS)
+        s = summarize(df, metrics=CPU_SECTION_METRICS)
         params = [c for c in varying_params(df) if c in s]
-        header = ["cell"] + params + ["send process CPU s/GiB", "send in copies", "send host CPU s/GiB",
-                                      "send in copies", "recv process CPU s/GiB", "recv in copies",
-                                      "recv host CPU s/GiB", "recv in copies", "both hosts s/GiB"]
+        header = ["cell"] + params + [_header(m) for m in CPU_SECTION_METRICS]
         rows = []
         for _, r in s[s["n"] > 0].iterrows():
             rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
-                        + [_median(r, "send_cpu_s_per_gib"), _median(r, "send_cpu_copies", "{:.1f}×"),
-                           _median(r, "send_host_busy_s_per_gib"), _median(r, "send_host_busy_copies", "{:.1f}×"),
-                           _median(r, "recv_cpu_s_per_gib"), _median(r, "recv_cpu_copies", "{:.1f}×"),
-                           _median(r, "recv_host_busy_s_per_gib"), _median(r, "recv_host_busy_copies", "{:.1f}×"),
-                           _median(r, "total_host_busy_s_per_gib")])
-        table = Table(header, rows, [None] * (1 + len(params)) + ["num"] * 9)
+                        + [_cpu_median(r, m) for m in CPU_SECTION_METRICS])
+        table = Table(header, rows, [None] * (1 + len(params)) + ["num"] * len(CPU_SECTION_METRICS))
     verdicts = set(cell_zc_verdicts(df).values()) - {"n/a"}
     links = _data_links(meta) if verdicts else []
     return {"table": table, "calibration": calibration_table(meta), "have_host": have_host, "same_host": same,
@@ -320,9 +339,8 @@ def reproduction_markdown(path) -> str:
     """The Reproduction section of a result set as Markdown (`zcorch report DIR --format markdown`)."""
     d = result_dir(path)
     manifest = read_manifest(d)
-    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
-    text = exp_file.read_text(errors="replace") if exp_file.is_file() else ""
-    ref = reference_of(text, str(exp_file))
+    exp_file, text = read_experiment_text(d, manifest)
+    ref = reference_of(text or "", str(exp_file))
     if ref is None:
         raise ConfigError(f"{exp_file}: the experiment has no `reference:` section: there is no published study "
                           "to compare this result set with (docs/experiment-files.md, Reference)")
@@ -365,8 +383,8 @@ def build_report(path, plots: Optional[list] = None) -> str:
     meta = load_meta(d)
     raw_meta = read_meta(d)
     descriptions = raw_meta.get("filesystems") or {}
-    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
-    experiment_text = exp_file.read_text(errors="replace") if exp_file.is_file() else "(experiment file missing)"
+    exp_file, experiment_text = read_experiment_text(d, manifest)
+    experiment_text = "(experiment file missing)" if experiment_text is None else experiment_text
     name = manifest.get("name") or d.name
     if plots is None:
         plots = all_plots(df, baselines, name, load_samples(d) if len(df) else None,
@@ -393,16 +411,15 @@ def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     d = result_dir(path)
     manifest = read_manifest(d)
     df = load(d)
-    exp_file = d / manifest.get("experiment_file", "experiment.yaml")
-    declared = _declared_views(exp_file.read_text(errors="replace"), str(exp_file)) if exp_file.is_file() else ()
+    exp_file, exp_text = read_experiment_text(d, manifest)
+    declared = _declared_views(exp_text, str(exp_file)) if exp_text is not None else ()
     plots = all_plots(df, load_baselines(d), manifest.get("name") or d.name, load_samples(d), declared) \
         if len(df) else []
     if plot_formats:
-        save(plots, d / "plots", plot_formats)
+        save(plots, d, plot_formats, "plots")
     out = Path(output) if output else d / "report.html"
     page = build_report(d, plots)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(out)
-    return out
+    # An exclusive temporary renamed over the name: a link planted at report.html or its temporary is
+    # replaced, never written through (zcorch.results.setfiles).
+    return setfiles.write_inside(out.parent, out.name, page.encode("utf-8"))
 

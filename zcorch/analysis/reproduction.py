@@ -27,11 +27,12 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from zcorch.analysis.links import href
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import CI, ci_label, summarize
+from zcorch import metrics
 from zcorch.config.baselines.registry import BY_RECORD
-from zcorch.config.reference import (COMMAND_KIND_PREFIX, EXTENSIVE_METRICS, METRIC_UNITS, RATE_METRICS, Claim, Figure,
-                                     Match, Reference)
+from zcorch.config.reference import COMMAND_KIND_PREFIX, Claim, Figure, Match, Reference
 from zcorch.params import format_value, side_value
 from zcorch.units import convert, unit_dimension
 
@@ -214,7 +215,7 @@ def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list
 def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[FigureRow]":
     out = []
     for f in ref.figures:
-        unit = METRIC_UNITS[f.metric][0]
+        unit = metrics.get(f.metric).unit
         published = f.value.to(unit)
         m = measure(df, f.match, f.metric)
         pub_norm, base_gbit, norm = None, math.nan, math.nan
@@ -228,7 +229,7 @@ def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[
                 base_gbit = own_baseline(baselines, study.kind, _params(first))
                 if np.isfinite(m.median) and base_gbit > 0:
                     norm = convert(m.median, unit, "Gbit/s") / base_gbit
-        per_byte, run_bytes = f.metric in EXTENSIVE_METRICS, math.nan
+        per_byte, run_bytes = metrics.get(f.metric).extensive, math.nan
         if per_byte and m.cell is not None:
             run_bytes = float(cell_rows(df, f.match)["bytes"].iloc[0]) if "bytes" in df else math.nan
             per_byte = not (f.bytes is not None and run_bytes == f.bytes)
@@ -253,9 +254,9 @@ def verdict(a: Measured, b: Measured, op: str, factor: float) -> "tuple[str, str
 
 
 def _published_for(ref: Reference, match: Match, metric: str) -> "Optional[tuple[float, float]]":
-    unit = METRIC_UNITS[metric][0]
+    unit = metrics.get(metric).unit
     for f in ref.figures:
-        if f.match == match and (f.metric == metric or {f.metric, metric} <= RATE_METRICS):
+        if f.match == match and (f.metric == metric or {f.metric, metric} <= metrics.RATES):
             return f.value.to(unit)
     return None
 
@@ -263,7 +264,7 @@ def _published_for(ref: Reference, match: Match, metric: str) -> "Optional[tuple
 def claims(df: pd.DataFrame, ref: Reference) -> "list[ClaimRow]":
     out = []
     for c in ref.claims:
-        unit = METRIC_UNITS[c.metric][0]
+        unit = metrics.get(c.metric).unit
         a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
         v, why = verdict(a, b, c.op, c.factor)
         ratio = math.nan
@@ -357,7 +358,8 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
     s = ref.source
     cite = ", ".join(x for x in (s.author, f"“{s.title}”", s.venue, s.date) if x)
     lines = [f"## Reproduction{': ' + name if name else ''}", "",
-             f"Published: {cite}" + (f" — <{s.url}>" if s.url else "") + ".", ""]
+             f"Published: {cite}" + (f" — <{href(s.url)}>" if href(s.url).startswith("http") else
+                                     f" — `{s.url}`" if s.url else "") + ".", ""]
     if ref.setup:
         lines += [f"**The study's setup (published):** {' '.join(ref.setup.split())}", ""]
     lines += ["Numbers labelled *published* are the study's, on its hardware; *measured (this run)* are this "

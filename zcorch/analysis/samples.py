@@ -15,6 +15,7 @@ host_busy_cpus (the machine's), then the run's parameters (but `bytes`: here the
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Iterable
 
 import numpy as np
@@ -23,6 +24,7 @@ import pandas as pd
 from zcorch.analysis.frames import PathLike, _as_dirs, _sweep_names, read_manifest
 from zcorch.analysis.load import load
 from zcorch.errors import ResultsError
+from zcorch.results import setfiles
 from zcorch.params import PARAM_KEYS
 
 SAMPLE_COLUMNS = ["t_s", "bytes", "proc_cpu_s", "host_busy_s", "host_softirq_s", "host_idle_s", "tcp_snd_cwnd",
@@ -31,19 +33,18 @@ DERIVED = ["dt_s", "gbit_s", "proc_cpus", "host_busy_cpus"]
 HEAD = ["sweep", "cell", "repeat", "side"]
 
 
-def _read(path) -> list:
+def _read(d, rel: str) -> list:
+    """The samples of one run: d/rel read as a regular file inside the set, bounded (zcorch.results.setfiles)."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError:
-                raise ResultsError(f"{path}:{lineno}: not a JSON sample: {line[:80]!r}") from None
-            if not isinstance(row, dict) or "side" not in row or "t_s" not in row:
-                raise ResultsError(f"{path}:{lineno}: a sample needs `side` and `t_s`")
-            rows.append(row)
+    path = f"{d}/{rel}"
+    for lineno, line, _ in setfiles.iter_lines(d, rel, max_records=setfiles.MAX_SAMPLE_RECORDS):
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise ResultsError(f"{path}:{lineno}: not a JSON sample: {line[:80]!r}") from None
+        if not isinstance(row, dict) or "side" not in row or "t_s" not in row:
+            raise ResultsError(f"{path}:{lineno}: a sample needs `side` and `t_s`")
+        rows.append(row)
     return rows
 
 
@@ -88,10 +89,11 @@ def load_samples(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame
         # the run's parameters, but `bytes` (the run's total) would clash with the samples' bytes moved
         params = [p for p in PARAM_KEYS if p in runs and p not in SAMPLE_COLUMNS] or params
         for _, run in runs[runs["samples"].notna()].iterrows():
-            path = d / run["samples"]
-            if not path.is_file():  # removed or never copied along: the run simply has no samples
+            try:
+                rows = _read(d, str(run["samples"]))
+            except ResultsError as exc:  # a link, a path out of the set: those samples are not read
+                warnings.warn(str(exc), setfiles.SkippedWarning, stacklevel=2)
                 continue
-            rows = _read(path)
             if not rows:
                 continue
             part = pd.DataFrame.from_records(rows)

@@ -29,8 +29,9 @@ import scipy.stats
 from zcorch.analysis.frames import OK, PARAM_KEYS
 # The order-statistic interval itself lives beside the results (stdlib only: the sweep's runner asks it too)
 from zcorch.results.intervals import CI, ci_width_pct, median_ci, median_ci_level, median_ci_rank, min_runs_for  # noqa: F401
+from zcorch.metrics import SUMMARY
 
-METRICS = ("mb_s", "gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib")
+METRICS = SUMMARY   # the default metrics of summarize (zcorch.metrics)
 
 
 def ci_method(ci: float = CI) -> str:
@@ -92,6 +93,11 @@ def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
 
     `by` defaults to the cell (and the sweep when the frame holds several), with the parameters
     that vary across the frame carried along as columns. The CI method is in `.attrs["ci_method"]`.
+
+    A frame of a sweep with `repeats: {min, max, target_ci}` (its records carry `convergence`) also gets
+    `width_pct` (how far the 95% interval of the median throughput, gbit_s, reaches from the median, in %:
+    inf below 6 ok runs, as the sweep judged it) and `converged` (every cell of the group ended converged,
+    as its newest record says); other frames do not have these columns.
     """
     if by is None:
         by = (["sweep"] if "sweep" in df and df["sweep"].nunique() > 1 else []) + ["cell"]
@@ -104,6 +110,7 @@ def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
         raise KeyError(f"summarize: no column {missing[0]!r} in the frame (columns: {', '.join(df.columns)})")
     metrics = [m for m in metrics if m in df]
     ok = df["status"] == OK
+    adaptive = "convergence" in df and df["convergence"].notna().any()
     rows = []
     # dropna=False: a parameter that is null (window = kernel default) is a group of its own
     for key, group in df.groupby(by, sort=True, dropna=False):
@@ -125,11 +132,26 @@ def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
             row[f"{m}_ci_low"], row[f"{m}_ci_high"], row[f"{m}_ci_level"] = median_ci(vals, ci)
         row["ci_level"] = median_ci_level(len(good), median_ci_rank(len(good), ci))
         row["ci_met"] = bool(row["ci_level"] >= ci)
+        if adaptive:
+            rates = pd.to_numeric(good["gbit_s"], errors="coerce").dropna() if "gbit_s" in good else []
+            row["width_pct"] = ci_width_pct(list(rates), CI)
+            row["converged"] = _converged(group)
         rows.append(row)
-    out = pd.DataFrame(rows, columns=_summary_columns(by + carry, metrics))
+    out = pd.DataFrame(rows, columns=_summary_columns(by + carry, metrics)
+                       + (["converged", "width_pct"] if adaptive else []))
     out.attrs["ci_method"] = ci_method(ci)
     out.attrs["ci"] = ci
     return out
+
+
+def _converged(group: pd.DataFrame) -> bool:
+    """Whether every cell of a group ended converged: the `convergence` state of each cell's newest record
+    (the frame keeps one record per repeat; the highest repeat run is the cell's last)."""
+    import json
+
+    last = group.sort_values("repeat").groupby("cell", sort=False).tail(1)["convergence"]
+    states = [json.loads(v) if isinstance(v, str) else v for v in last]
+    return bool(states) and all(isinstance(st, dict) and bool(st.get("converged")) for st in states)
 
 
 def _summary_columns(keys: list, metrics: list) -> list:

@@ -31,7 +31,7 @@ EPILOG = """start here:
   zcorch report results/quickstart-*    report.html: which path is fastest and what it costs in CPU
 
 exit status: 0 ok; 1 a run failed or a regression; 2 a usage or input error; 3 a gate's data incomplete
-(compare, history --check); 130 interrupted."""
+(compare, history --check); 75 the result set is being written by another zcorch run; 130 interrupted."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,7 +14,6 @@ import json
 import sys
 
 from zcorch.cli.options import add_regression_options, check_regression_options
-from zcorch.analysis.compare import HIGHER_IS_BETTER
 from zcorch.analysis.gate import describe_codes
 
 
@@ -31,7 +30,7 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help="json: one object (experiments, cells, comparisons; with --check the verdict, exit code "
                         "and reason first)")
-    add_regression_options(p, HIGHER_IS_BETTER, "follow")
+    add_regression_options(p, "follow")
     p.set_defaults(func=main)
     return p
 

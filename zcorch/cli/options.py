@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from zcorch import metrics
 from zcorch.config.inventory import ENV_VAR, FLAG, from_environment, select
 from zcorch.errors import ConfigError
 
@@ -30,10 +31,13 @@ def hosts_from_args(args: argparse.Namespace, environ=None):
     return from_environment(args.hosts, os.environ if environ is None else environ)
 
 
-def add_regression_options(p: argparse.ArgumentParser, metric_choices, what: str) -> None:
-    """--metric, --threshold, --alpha: how `compare` and `history` decide a regression (one rule, one set of flags)."""
-    p.add_argument("--metric", choices=sorted(metric_choices), default="gbit_s",
-                   help=f"what to {what} (default gbit_s; CPU metrics: lower is better)")
+def add_regression_options(p: argparse.ArgumentParser, what: str) -> None:
+    """--metric, --threshold, --alpha: how `compare` and `history` decide a regression (one rule, one set of flags).
+    The metrics are those of zcorch.metrics with a better direction; another name is a usage error (exit 2)."""
+    higher = [m for m in metrics.DIRECTED if metrics.get(m).better == "higher"]
+    p.add_argument("--metric", choices=metrics.DIRECTED, default="gbit_s", metavar="METRIC",
+                   help=f"what to {what} (default gbit_s): one of {', '.join(metrics.DIRECTED)}; higher is better "
+                        f"for {', '.join(higher)}, lower for the others (CPU: a rise is a regression)")
     from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT  # stdlib only: no pandas at start-up
 
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",

@@ -6,7 +6,9 @@ Without --json: a table (one row per cell, the linked axes' labels and the param
 sizes human-readable),
 the fixed parameters, cell/run counts, dropped cells with the reason, warnings and an estimated duration
 with its assumptions. With --json: the runs as a JSON array `[{"id", "repeat", "params"}, ...]` in
-execution order (sizes in bytes, durations in seconds); warnings then go to stderr.
+execution order (sizes in bytes, durations in seconds); warnings then go to stderr. With `repeats: {min, max,
+target_ci}` every cell's repeats up to max are listed, and the runs a cell may not need (it stops once it
+converged) have `"optional": true`: the runs without it are the fewest the sweep can do.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from dataclasses import asdict
 
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.errors import ConfigError
-from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, Plan, describe_cell, estimate, load_plan, runs_json
+from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, describe_cell, estimate, load_plan, runs_json
 from zcorch.params import PARAM_KEYS, format_value
 from zcorch.textfmt import text_table
 from zcorch.units import format_size, parse_duration, parse_size
@@ -89,8 +91,20 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
 
     n_cells, n_runs = len(plan.cells), len(plan.runs)
     order = exp.order + (f" (seed {exp.seed})" if exp.order == "shuffle" else "")
-    lines.append(f"{n_cells} cell{'s' if n_cells != 1 else ''} x {exp.repeats} repeat"
-                 f"{'s' if exp.repeats != 1 else ''} = {n_runs} runs, order {order}")
+    policy = exp.repeat_policy
+    if policy is None:
+        lines.append(f"{n_cells} cell{'s' if n_cells != 1 else ''} x {exp.repeats} repeat"
+                     f"{'s' if exp.repeats != 1 else ''} = {n_runs} runs, order {order}")
+    else:
+        fewest = plan.fewest_repeats()
+        counts = (f"{fewest}..{policy.max} repeats = {n_cells * fewest}..{n_runs} runs" if fewest < policy.max
+                  else f"{policy.max} repeats = {n_runs} runs")
+        lines.append(f"{n_cells} cell{'s' if n_cells != 1 else ''} x {counts}, order {order}")
+        lines.append(f"repeats until stable: each cell until the 95% interval of its median throughput is within "
+                     f"±{policy.target_ci:g}% of the median, at least {policy.min} and at most {policy.max} times"
+                     + (f" (a 95% interval needs {MIN_RUNS_95} ok runs: no cell stops before {fewest})"
+                        if policy.min < MIN_RUNS_95 <= policy.max else "")
+                     + "; cells that reach max unconverged are marked converged: false")
     lines.append("baselines: " + "; ".join(
         f"{kind} " + (", ".join(f"{k}={_baseline_value(k, v)}" for k, v in asdict(conf).items()) if conf else "off")
         for kind, conf in exp.baselines.kinds()))

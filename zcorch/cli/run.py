@@ -1,7 +1,8 @@
 """`zcorch run FILE`: deploy, baselines, every cell, into a result set (docs/architecture.md).
 
 Exit status: 0 when every run of the plan is ok, 1 when some failed (results still written),
-130 on Ctrl-C or SIGTERM (finished runs kept, result set marked interrupted; continue with --resume). The
+2 for a bad experiment file or option, 75 when another `zcorch run` is writing the result set
+(--resume DIR or -o DIR: its lock, DIR/.lock, is held; nothing was done), 130 on Ctrl-C or SIGTERM (finished runs kept, result set marked interrupted; continue with --resume). The
 teardown after it (hosts' network restored, filesystems undone, the manifest closed) finishes whatever
 signals arrive, except that a third Ctrl-C abandons it, printing what is left and how to restore it.
 
@@ -18,9 +19,11 @@ from typing import Dict, List, Optional, TextIO
 
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
+from zcorch.errors import ResultsError
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
+from zcorch.results.store import lock_result_set
 from zcorch.sweep.interrupts import InterruptGuard
 from zcorch.sweep.pipeline import SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome
@@ -281,6 +284,22 @@ def _fmt_secs(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def _write_cache_locked(directory: str) -> None:
+    """runs.parquet, so the first zcorch.load reads it rather than every JSON line (best effort: a warning),
+    under the result set's lock again: a `--resume` started since the sweep released it is appending."""
+    from zcorch.analysis.cache import write_cache  # pandas + pyarrow: imported only when a sweep ends
+
+    try:
+        lock = lock_result_set(directory)
+    except ResultsError as exc:
+        print(f"zcorch run: warning: runs.parquet not written: {exc}", file=sys.stderr)
+        return
+    try:
+        write_cache(directory)
+    finally:
+        os.close(lock)
+
+
 def main(args: argparse.Namespace) -> int:
     command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
     if args.json and args.dry_run:
@@ -305,13 +324,11 @@ def main(args: argparse.Namespace) -> int:
     if result.dry_run:
         return 0
     if result.status == "complete":
-        # The first zcorch.load then reads runs.parquet, not every JSON line (best effort: a warning).
-        from zcorch.analysis.cache import write_cache  # pandas + pyarrow: imported only when a sweep ends
-        write_cache(result.result_dir)
+        _write_cache_locked(result.result_dir)
     if args.json:
         from zcorch.sweep.summary import summary_rows
 
-        observer.emit("summary", cells=summary_rows(result.plan_runs, result.records),
+        observer.emit("summary", cells=summary_rows(result.plan_runs, result.records, result.repeat_policy),
                       baselines=len(result.baselines))
         observer.emit("end", status=result.status, exit_status=result.exit_status, result_dir=result.result_dir)
         return result.exit_status

@@ -160,6 +160,24 @@ def dev_path(text: str) -> Optional[str]:
     return norm if norm == "/dev" or norm.startswith("/dev/") else None
 
 
+def http_url(node: ys.YNode) -> str:
+    """An absolute http(s) URL (it becomes a link in the report: `javascript:` and the like never may)."""
+    text = ys.as_str(node, "a URL").strip()
+    check_no_control(text, "URL")
+    m = re.match(r"^(https?)://[^\s/?#]+", text, re.IGNORECASE)
+    if not m or re.search(r"[\s<>\"`]", text):
+        raise ys.ValueProblem(f"`{text}` is not an http:// or https:// URL (the report makes it a link: only "
+                              "those are allowed)")
+    return text
+
+
+def kernel_fs_path(text: str) -> Optional[str]:
+    """`text` normalised if it is /proc, /sys or a path under them (`//proc/./x`, `/tmp/../sys/x` too), else None:
+    files there are kernel settings and state, never a sink, source or scratch directory."""
+    norm = posixpath.normpath(re.sub(r"/+", "/", text))
+    return norm if norm.split("/")[1:2] in (["proc"], ["sys"]) else None
+
+
 def check_braces(text: str, what: str) -> None:
     if "{" in text or "}" in text:
         raise ys.ValueProblem(f"{what} `{text}` contains `{{` or `}}`; placeholders ({', '.join(PLACEHOLDERS)}) "
@@ -178,6 +196,9 @@ def placeholder_path(text: str, what: str, allowed: "tuple[str, ...]", directory
         if not text.startswith("/"):
             raise ys.ValueProblem(f"expected an absolute path (or {forms}), got `{text}`")
         check_abs_path(text, f"{what} path")
+        if kernel_fs_path(text):
+            raise ys.ValueProblem(f"`{text}` is under {'/' + kernel_fs_path(text).split('/')[1]}: kernel settings and "
+                                  f"state, never a {what} (network settings belong in `networks:`, which restores them)")
         if "{" in text or "}" in text:
             raise ys.ValueProblem(f"`{text}`: a placeholder ({', '.join(allowed)}) may only start the {what}, "
                                   f"as {forms}")

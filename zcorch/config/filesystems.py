@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from zcorch.config import checks
+from zcorch.config import checks, fs_options
 from zcorch.config import yamlsrc as ys
 from zcorch.config.checks import Checker
 
@@ -39,15 +39,9 @@ FS_KEYS = ("path", "fs", "loop", "devices", "raid", "raid_chunk", "mkfs_options"
            "mountpoint")
 LOOP_KEYS = ("count", "size", "dir", "direct_io")
 
-_MKFS_OPT_RE = re.compile(r"^[A-Za-z0-9_.,=:/+@%-]+$")
+_MKFS_OPT_RE = re.compile(r"^[A-Za-z0-9_.,=:/+@%^-]+$")
 _MOUNT_OPT_RE = re.compile(r"^[A-Za-z0-9_.=:/+@%-]+$")
 _MD_LIST = ", ".join(MD_LEVELS[:-1]) + f" or {MD_LEVELS[-1]}"
-# Option keys that name another device or file to write or attach: mkfs.xfs -l logdev= / -r rtdev=,
-# mke2fs -J device= / -O journal_dev (the target becomes a journal) / -d (populate from a path),
-# mount device= (btrfs), logdev=/rtdev= (xfs), journal_path=/journal_dev= (ext4), loop/offset/sizelimit
-# (mount sets up its own loop device). Matched as a word anywhere in the item ("size=1m,logdev=x").
-_DEVICE_OPT_RE = re.compile(r"(^|[,=])(logdev|rtdev|device|journal_dev|journal_path|loop|offset|sizelimit)"
-                            r"(=|,|$)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -136,7 +130,7 @@ def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[Files
     for key, rx, what in (("mkfs_options", _MKFS_OPT_RE, "mkfs option"),
                           ("mount_options", _MOUNT_OPT_RE, "mount option")):
         if key in fields:
-            kw[key] = tuple(_option_list(chk, fields[key][1], f"{path}.{key}", rx, what))
+            kw[key] = tuple(_option_list(chk, fields[key][1], f"{path}.{key}", rx, what, fs))
     if "allow_destroy" in fields:
         kpos, child = fields["allow_destroy"]
         if "devices" not in fields:
@@ -232,35 +226,43 @@ def _device_list(chk: Checker, node: ys.YNode, path: str, allow_empty: bool) -> 
 device_list = _device_list  # the top-level `allow_destroy:` (zcorch.config.experiment) is the same kind of list
 
 
-def _option_list(chk: Checker, node: ys.YNode, path: str, rx, what: str) -> "list[str]":
+def _option_list(chk: Checker, node: ys.YNode, path: str, rx, what: str, fs: Optional[str]) -> "list[str]":
+    """The items of an option list; each must be plain text, and the list must name no device, file or
+    kernel panic as its tool reads it (zcorch.config.fs_options)."""
     if not isinstance(node, ys.YSeq):
         chk.problem(node.pos, path, f"expected a list of {what}s (one item per argument), got {ys.describe(node)}")
         return []
-    out = []
+    texts: "list[str]" = []
     for i, item in enumerate(node.items):
         text = chk.value(item, f"{path}[{i}]", lambda n: ys.as_str(n, f"a {what}"), None)
         if text is None:
-            continue
+            return []
         if not rx.match(text):
             extra = " or commas (one option per item)" if what == "mount option" else ""
             chk.problem(item.pos, f"{path}[{i}]", f"`{text}`: a {what} may not contain whitespace, quotes "
                                                   f"or shell metacharacters{extra}")
-            continue
-        # Every device mkfs or mount touches must come from `loop`/`devices` (checked before mkfs): an
-        # option may not name one. A path ("/...", "../x") could be a device or be read as one.
-        m = _DEVICE_OPT_RE.search(text)
-        if "/" in text or m:
-            why = f"`{m.group(2)}` names another device or file" if m else "a path could name a device"
-            chk.problem(item.pos, f"{path}[{i}]", f"`{text}`: {why}; a {what} may not name a device or path "
-                                                  "(devices come only from `loop` or `devices`)")
-            continue
-        out.append(text)
-    return out
+            return []
+        texts.append(text)
+    if what == "mount option":
+        problems = [(i, why) for i, t in enumerate(texts) for why in [fs_options.mount_option_problem(t)] if why]
+    elif fs is not None:
+        problems = fs_options.mkfs_option_problems(fs, texts)
+    else:
+        problems = []  # no valid `fs`: already a problem; its tool's rules cannot be applied
+    for i, why in problems:
+        if fs_options.names_something(why) and "may not name" not in why:
+            why += f"; a {what} may not name a device, file or path (devices come only from `loop` or `devices`)"
+        chk.problem(node.items[i].pos, f"{path}[{i}]", f"`{texts[i]}`: {why}")
+    return [] if problems else texts
 
 
 def _existing_dir(node: ys.YNode) -> str:
     text = checks.check_abs_path(ys.as_str(node, "a path"), "directory")
     checks.check_braces(text, "path")
+    if checks.kernel_fs_path(text):
+        # `path: /proc/sys/net/ipv4` would make `{filesystem}/tcp_fin_timeout` a sink; a mountpoint or loop.dir
+        # there would mount over or fill kernel interfaces
+        raise ys.ValueProblem(f"`{text}` is under /proc or /sys: kernel interfaces, not a directory for data")
     return posixpath.normpath(text)
 
 

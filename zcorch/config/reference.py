@@ -27,9 +27,11 @@ Every match selects exactly one cell of the experiment: zcorch.plan checks that 
 cells (`reference_problems`), an error for the file as written, a warning when `--set` reduced the run
 (the report then shows the figure or claim as not measured by this run).
 
-Metrics (`METRIC_UNITS`): the analysis columns `gbit_s`, `mb_s`, `send_cpu_s_per_gib`, `recv_cpu_s_per_gib`
-and every worker metric of zcorch.params METRICS with its side, `send_stime_us`, `recv_wall_ns`, ...
-Quantities are a number or a range and a unit (zcorch.units.parse_quantity), converted to the metric's unit.
+Metrics: every metric of zcorch.metrics whose unit is a quantity (`METRICS`): the analysis columns `gbit_s`,
+`mb_s`, `send_cpu_s_per_gib`, `send_host_busy_s_per_gib`, ... and every worker metric with its side,
+`send_stime_us`, `recv_wall_ns`, ... Quantities are a number or a range and a unit
+(zcorch.units.parse_quantity), converted to the metric's unit; an extensive metric (zcorch.metrics: a total
+over the transfer) is compared per byte when the study moved another amount.
 """
 from __future__ import annotations
 
@@ -41,41 +43,13 @@ from zcorch.config import checks
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.registry import KINDS
 from zcorch.config.checks import Checker, suggest
-from zcorch.params import METRICS, PARAM_KEYS, format_value
+from zcorch import metrics
+from zcorch.params import PARAM_KEYS, format_value
 from zcorch.units import convert, parse_quantity, unit_dimension
 
-# metric name -> (unit of the analysis column, what it is, whether a higher value is better)
-METRIC_UNITS: "dict[str, tuple[str, str, bool]]" = {
-    "gbit_s": ("Gbit/s", "throughput", True),
-    "mb_s": ("MB/s", "throughput", True),
-    "send_cpu_s_per_gib": ("s/GiB", "sender CPU time (user + system) per GiB", False),
-    "recv_cpu_s_per_gib": ("s/GiB", "receiver CPU time (user + system) per GiB", False),
-}
-_SIDE_WORD = {"send": "sender", "recv": "receiver"}
-for _side in ("send", "recv"):   # the host CPU view (zcorch.analysis.frames), per side
-    METRIC_UNITS[f"{_side}_host_busy_s_per_gib"] = ("s/GiB", f"busy CPU of the {_SIDE_WORD[_side]}'s host per GiB", False)
-    METRIC_UNITS[f"{_side}_host_softirq_s_per_gib"] = ("s/GiB", f"softirq CPU of the {_SIDE_WORD[_side]}'s host per GiB",
-                                                       False)
-METRIC_UNITS["total_host_busy_s_per_gib"] = ("s/GiB", "busy CPU of both hosts per GiB (one machine counted once)", False)
+# The metrics a figure or claim may name: every analysis metric (zcorch.metrics) whose unit zcorch.units converts.
+METRICS = metrics.QUANTITIES
 
-
-def _quantity_unit(unit: str) -> bool:
-    try:
-        unit_dimension(unit)
-        return True
-    except ValueError:   # e.g. an id: not a number a study could publish
-        return False
-
-
-for _m in METRICS:
-    for _side in ("send", "recv"):
-        if _m.side in (_side, "both") and _quantity_unit(_m.unit):
-            METRIC_UNITS[f"{_side}_{_m.name}"] = (_m.unit, f"{_SIDE_WORD[_side]} {_m.help}", False)
-# Totals over a transfer (they grow with `bytes`): a published total is compared per byte moved.
-EXTENSIVE_METRICS = frozenset(f"{side}_{m}" for side in ("send", "recv") for m in (
-    "bytes", "wall_ns", "utime_us", "stime_us", "minflt", "majflt", "nvcsw", "nivcsw", "fsync_ns", "zc_completions",
-    "zc_copied", "tcp_total_retrans"))
-RATE_METRICS = frozenset(k for k, (u, _, _) in METRIC_UNITS.items() if unit_dimension(u) == "rate")
 
 # zcorch's baseline record kinds a study's own baseline can stand for: every registered kind's records that
 # read as a word (zcorch.config.baselines: iperf3, dd_write, dd_read, qperf...)
@@ -231,8 +205,8 @@ def _quantity(node: ys.YNode) -> Quantity:
 
 def _metric(node: ys.YNode) -> str:
     name = ys.as_str(node, "a metric name")
-    if name not in METRIC_UNITS:
-        raise ys.ValueProblem(f"`{name}` is not a metric{suggest(name, METRIC_UNITS)} (e.g. gbit_s, mb_s, "
+    if name not in METRICS:
+        raise ys.ValueProblem(f"`{name}` is not a metric{suggest(name, METRICS)} (e.g. gbit_s, mb_s, "
                               "send_stime_us, send_cpu_s_per_gib: docs/experiment-files.md, Reference)")
     return name
 
@@ -298,7 +272,8 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
         chk.problem(node.pos, "reference.source", "missing `source:` (title, author, date, url of the study)")
     else:
         src = chk.mapping(top["source"][1], "reference.source", SOURCE_KEYS, "source keys")
-        vals = {k: chk.value(v, f"reference.source.{k}", _text, "") for k, (_, v) in src.items()}
+        vals = {k: chk.value(v, f"reference.source.{k}", checks.http_url if k == "url" else _text, "")
+                for k, (_, v) in src.items()}
         if "title" not in src and isinstance(top["source"][1], ys.YMap):
             chk.problem(top["source"][1].pos, "reference.source", "missing `title:`")
         source = Source(**{k: vals.get(k, "") for k in SOURCE_KEYS})
@@ -343,7 +318,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             value = chk.value(f["value"][1], f"{path}.value", _quantity)
             label = chk.value(f["label"][1], f"{path}.label", _text, "") if "label" in f else ""
             if metric and value:
-                unit = METRIC_UNITS[metric][0]
+                unit = metrics.get(metric).unit
                 try:
                     value.to(unit)
                 except ValueError as exc:
@@ -351,6 +326,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                                                                    f"({unit}): {exc}")
                     value = None
             base = None
+            rate = bool(metric) and metrics.get(metric).rate   # a throughput: normalised to a baseline
             if "baseline" in f:
                 base = chk.value(f["baseline"][1], f"{path}.baseline",
                                  lambda n: checks.choice(n, (*BASELINE_KINDS, *sorted(k for k in kinds if k.startswith(
@@ -359,9 +335,9 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                     chk.problem(f["baseline"][1].pos, f"{path}.baseline",
                                 f"`{base}`: the reference gives no published `{base}` under `baselines:`")
                     base = None
-            elif metric in RATE_METRICS and "iperf3" in kinds:
+            elif rate and "iperf3" in kinds:
                 base = "iperf3"
-            if base and metric not in RATE_METRICS:
+            if base and not rate:
                 chk.problem(f["baseline"][1].pos, f"{path}.baseline",
                             f"only throughput figures (gbit_s, mb_s) are normalised to a baseline, not `{metric}`")
                 base = None

@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from zcorch import metrics
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines import Baselines
 from zcorch.config.filesystems import FilesystemConfig
 from zcorch.config.hosts import Hosts
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.networks import NetworkConfig
-from zcorch.config.reference import METRIC_UNITS, Reference
+from zcorch.config.reference import Reference
 from zcorch.config.views import View
 from zcorch.params import DEFAULTS, SIZE_KEYS, format_value, param
 
@@ -31,12 +32,14 @@ SIZE_PARAMS = SIZE_KEYS
 # Beyond these the plan (one dict per cell, one Run per repeat) exhausts memory before anything runs.
 MAX_REPEATS = 10000
 MAX_RUNS = 1_000_000
+REPEAT_POLICY_KEYS = ("min", "max", "target_ci")
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
             "baselines", "filesystems", "skip_invalid", "allow_destroy", "reference", "report", "networks",
             "allow_network_changes")
 # A linked axis (matrix entry that is not a parameter) names a results column: not one zcorch has already.
 RESERVED_AXIS_NAMES = tuple(sorted({"cell", "repeat", "status", "reason", "started", "wall_s", "log", "sweep",
-                                    "params", "matrix", "label", "same_host", "zc_verdict", *METRIC_UNITS}))
+                                    "params", "matrix", "label", "same_host", "zc_verdict", "convergence",
+                                    *metrics.BY_NAME}))
 LABEL_KEY = "label"   # the key naming a value of a linked axis
 
 
@@ -84,6 +87,21 @@ def default_label(assignment: dict) -> str:
 
 
 @dataclass(frozen=True)
+class RepeatPolicy:
+    """`repeats: {min, max, target_ci}`: repeat each cell until the 95% interval of its median throughput
+    reaches no further than `target_ci` % from the median, at least `min` and at most `max` times
+    (zcorch.results.convergence decides; a 95% interval needs 6 ok runs, so no cell converges before 6)."""
+
+    min: int
+    max: int
+    target_ci: float      # percent of the median (2.0 for `2%`)
+
+    def as_dict(self) -> dict:
+        """What plan.json's neighbours (manifest.json "repeats") and `zcorch plan --json` record."""
+        return {"min": self.min, "max": self.max, "target_ci": self.target_ci}
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A validated experiment file (zcorch.config.experiment.load_experiment builds it complete)."""
 
@@ -98,7 +116,8 @@ class Experiment:
     include: "list[dict]"              # each: full cell params (defaults <- params <- 1-value axes <- entry)
     baselines: Baselines               # .iperf3 / .dd: their settings, None = off
     filesystems: "dict[str, FilesystemConfig]"   # name -> configuration, in file order
-    repeats: int = 1
+    repeats: int = 1                   # runs planned per cell: N of `repeats: N`, or the policy's max
+    repeat_policy: Optional[RepeatPolicy] = None   # `repeats: {min, max, target_ci}`; None: every run planned runs
     order: str = "sequential"
     seed: int = 0
     skip_invalid: bool = False

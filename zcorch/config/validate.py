@@ -27,8 +27,8 @@ from zcorch.config.inventory import InventoryPair
 from zcorch.config.networks import parse_networks
 from zcorch.config.param_values import parse_param
 from zcorch.config.reference import COMMAND_KIND_PREFIX, parse_reference
-from zcorch.config.schema import (LABEL_KEY, MAX_REPEATS, MAX_RUNS, ORDERS, RESERVED_AXIS_NAMES, TOP_KEYS, Axis,
-                                  Experiment, amount_of, default_label, include_base,
+from zcorch.config.schema import (LABEL_KEY, MAX_REPEATS, MAX_RUNS, ORDERS, REPEAT_POLICY_KEYS, RESERVED_AXIS_NAMES,
+                                  TOP_KEYS, Axis, Experiment, RepeatPolicy, amount_of, default_label, include_base,
                                   writes_bytes)
 from zcorch.config.views import parse_report
 from zcorch.params import PARAM_KEYS, format_value, param
@@ -109,8 +109,9 @@ class Validator(Checker):
         self.linked = [a for a in matrix if a.linked]
         exclude = self.exclude(get("exclude")) if "exclude" in top else []
         include_raw = self.include(get("include")) if "include" in top else []
-        repeats = self.value(get("repeats"), "repeats", lambda n: _int_range(n, 1, MAX_REPEATS), 1) \
-            if "repeats" in top else 1
+        policy = self.repeats(get("repeats")) if "repeats" in top else None
+        repeats = policy if isinstance(policy, int) else policy.max if policy is not None else 1
+        policy = policy if isinstance(policy, RepeatPolicy) else None
         order = self.value(get("order"), "order", lambda n: _choice(n, ORDERS, "run order"), "sequential") \
             if "order" in top else "sequential"
         seed = self.value(get("seed"), "seed", lambda n: _int_range(n, 0), 0) if "seed" in top else 0
@@ -159,7 +160,7 @@ class Validator(Checker):
             include.append(amount_of(cell, "bytes" in entry or writes_bytes(params, matrix)))
         return Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
                           params=params, matrix=matrix, exclude=exclude, include=include, baselines=baselines,
-                          filesystems=filesystems, repeats=repeats, order=order, seed=seed,
+                          filesystems=filesystems, repeats=repeats, repeat_policy=policy, order=order, seed=seed,
                           skip_invalid=skip_invalid, locations=dict(self.locations),
                           allow_destroy=self.allow_destroy, hosts_required=file_hosts is None,
                           inventory=self.given_hosts, overrides=self.overrides,
@@ -191,6 +192,29 @@ class Validator(Checker):
                                    f"but {' and '.join(refused)} ({', '.join(hosts.spec(r).ssh for r in refused)}) "
                                    "did not allow it: add `allow_network_changes: true` to the host (hosts "
                                    "section or inventory; `zcorch lab inventory` has it) or at the top of the file")
+
+    def repeats(self, node: ys.YNode) -> "int | RepeatPolicy":
+        """`repeats: N` (every cell N times) or `repeats: {min, max, target_ci}` (until stable, RepeatPolicy)."""
+        if not isinstance(node, ys.YMap):
+            return self.value(node, "repeats", lambda n: _int_range(n, 1, MAX_REPEATS), 1)
+        fields = self.mapping(node, "repeats", REPEAT_POLICY_KEYS, "the repeat policy")
+        missing = [k for k in REPEAT_POLICY_KEYS if k not in fields]
+        if missing:
+            self.problem(node.pos, "repeats", f"missing {', '.join(f'`{k}`' for k in missing)}: repeat until stable "
+                                              "needs all of min, max and target_ci (e.g. {min: 3, max: 30, "
+                                              "target_ci: 2%}); for a fixed count write `repeats: N`")
+        lo = self.value(fields["min"][1], "repeats.min", lambda n: _int_range(n, 1, MAX_REPEATS), None) \
+            if "min" in fields else None
+        hi = self.value(fields["max"][1], "repeats.max", lambda n: _int_range(n, 1, MAX_REPEATS), None) \
+            if "max" in fields else None
+        target = self.value(fields["target_ci"][1], "repeats.target_ci", _percentage, None) \
+            if "target_ci" in fields else None
+        if lo is not None and hi is not None and hi < lo:
+            self.problem(fields["max"][1].pos, "repeats.max", f"{hi} is below repeats.min ({lo})")
+            return 1
+        if lo is None or hi is None or target is None:
+            return 1
+        return RepeatPolicy(lo, hi, target)
 
     @staticmethod
     def _name(node: ys.YNode) -> str:
@@ -424,6 +448,21 @@ class _Invalid:
 
 
 _INVALID = _Invalid()
+
+
+def _percentage(node: ys.YNode) -> float:
+    """`2%` -> 2.0: a percentage above 0, written with its `%` (above 100% is allowed: the interval of a
+    very noisy cell's median can reach further than the median itself)."""
+    text = ys.as_str(node, "a percentage such as `2%`") if isinstance(node, ys.YScalar) and not node.is_null \
+        and node.tag == ys.STR else None
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*", text or "")
+    if not m:
+        shown = node.text if isinstance(node, ys.YScalar) else ys.describe(node)
+        raise ys.ValueProblem(f"expected a percentage of the median such as `2%`, got `{shown}`")
+    value = float(m.group(1))
+    if not 0 < value < 1e9:
+        raise ys.ValueProblem(f"expected a percentage above 0%, got {m.group(1)}%")
+    return value
 
 
 def _example(node: ys.YNode) -> str:

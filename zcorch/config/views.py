@@ -6,7 +6,7 @@
         - {x: subblocks, hue: send_mode, facet: [gift], metric: send_stime_us, title: "sender system time"}
 
 `x` (required), `hue` and `facet` name a parameter (or a linked axis of the matrix) or a list of them (the combinations of their values present
-in the runs make the axis positions, the colours, the panels); `metric` is a metric of zcorch.config.reference.METRIC_UNITS (default gbit_s). Without the section
+in the runs make the axis positions, the colours, the panels); `metric` is a metric of zcorch.metrics (default gbit_s). Without the section
 the report picks a view from the parameters that vary (zcorch.analysis.plots.default_view).
 """
 from __future__ import annotations
@@ -14,9 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from zcorch import metrics
 from zcorch.config import yamlsrc as ys
 from zcorch.config.checks import Checker, suggest
-from zcorch.config.reference import METRIC_UNITS
 from zcorch.params import PARAM_KEYS
 
 SECTION_KEYS = ("views",)
@@ -44,9 +44,9 @@ def _param(node: ys.YNode, axes: "Sequence[str]" = ()) -> str:
 
 def _metric(node: ys.YNode) -> str:
     name = ys.as_str(node, "a metric name")
-    if name not in METRIC_UNITS:
-        raise ys.ValueProblem(f"`{name}` is not a metric{suggest(name, METRIC_UNITS)} (e.g. gbit_s, mb_s, "
-                              "send_cpu_s_per_gib, send_stime_us)")
+    if name not in metrics.BY_NAME:
+        raise ys.ValueProblem(f"`{name}` is not a metric{suggest(name, metrics.BY_NAME)} (e.g. gbit_s, mb_s, "
+                              "send_host_busy_s_per_gib, send_stime_us)")
     return name
 
 

@@ -29,6 +29,7 @@ from zcorch._version import __version__
 from zcorch.config.baselines.registry import KINDS
 from zcorch.config.checks import SCRATCH_PLACEHOLDER
 from zcorch.config.hosts import Hosts, HostSpec
+from zcorch.hosts.interpreter import STDIN, module_of
 from zcorch.hosts.local import CommandResult, Host, Process
 
 NOT_MEASURED = "dry run: not measured"
@@ -54,9 +55,10 @@ class Recorded:
             text = f"# copy {self.source} to {self.target} (mode {self.mode:04o})"
         else:
             words = [shlex.quote(a) for a in self.argv]
-            if _action_index(self.argv) is not None and self.argv[1] == "-":
+            on_stdin = (module_of(self.argv) or ("",))[0] == STDIN
+            if _action_index(self.argv) is not None and on_stdin:
                 words.append("< zcorch/worker/remote.py")   # the module's text goes on stdin
-            elif _net_action_index(self.argv) is not None and self.argv[1] == "-":
+            elif _net_action_index(self.argv) is not None and on_stdin:
                 words.append("< zcorch/worker/netcfg.py")
             if self.env:
                 words = ["env", *(shlex.quote(f"{k}={v}") for k, v in self.env.items()), *words]
@@ -236,12 +238,14 @@ def _json(obj: dict) -> str:
 
 def _action_index(argv: Sequence[str]) -> Optional[int]:
     """Index of the job name in a zcorch.worker.remote command line (zcorch.provision.remote_call):
-    `PY [-S] -m zcorch.worker.remote JOB ...` locally, `PY - JOB ...` (module on stdin) on SSH hosts."""
-    for i, a in enumerate(argv[:-2]):
-        if a == "-m" and argv[i + 1] == "zcorch.worker.remote":
-            return i + 2
-    if len(argv) > 2 and argv[1] == "-" and (argv[2] in _JOBS or any(argv[2] in k.jobs for k in KINDS)):
-        return 2
+    the module run by name locally, the program on stdin on SSH hosts (zcorch.hosts.interpreter)."""
+    found = module_of(argv)
+    if found is None or found[1] >= len(argv):
+        return None
+    module, i = found
+    if module == "zcorch.worker.remote" or (module == STDIN and (argv[i] in _JOBS
+                                                                 or any(argv[i] in k.jobs for k in KINDS))):
+        return i
     return None
 
 
@@ -251,20 +255,23 @@ _NET_JOBS = ("probe", "state", "apply", "restore")
 
 def _net_action_index(argv: Sequence[str]) -> Optional[int]:
     """Index of the job name in a zcorch.worker.netcfg command line (as _action_index for remote)."""
-    for i, a in enumerate(argv[:-2]):
-        if a == "-m" and argv[i + 1] == "zcorch.worker.netcfg":
-            return i + 2
-    if len(argv) > 2 and argv[1] == "-" and argv[2] in _NET_JOBS:
-        return 2
+    found = module_of(argv)
+    if found is None or found[1] >= len(argv):
+        return None
+    module, i = found
+    if module == "zcorch.worker.netcfg" or (module == STDIN and argv[i] in _NET_JOBS):
+        return i
     return None
 
 
 def _worker_action(argv: Sequence[str]) -> Optional[str]:
     """`recv`, `send`, `info`, `layout`, `calibrate`, `command` of a worker command line (`... -m zcorch.worker
-    ACTION`)."""
-    for i, a in enumerate(argv[:-1]):
-        if a == "zcorch.worker" and i > 0 and argv[i - 1] == "-m":
-            return argv[i + 1]
+    ACTION`, or its bootstrap form: zcorch.hosts.interpreter)."""
+    for start in range(len(argv)):  # after `env VAR=...` the interpreter's argv begins
+        found = module_of(argv[start:])
+        if found is not None:
+            module, i = found
+            return argv[start + i] if module == "zcorch.worker" and start + i < len(argv) else None
     return None
 
 
@@ -331,6 +338,7 @@ _JOBS: "Dict[str, tuple]" = {
     "loop-autoclear": ("loop autoclear", _nothing, None),
     "open-excl": ("exclusive-open check", _nothing, None),
     "private-dirs": ("ownership check of the deploy directories", _nothing, None),
+    "private-build": ("ownership and mode check of a reused worker build, every file in it", _nothing, None),
 }
 
 

@@ -39,10 +39,11 @@ from zcorch.config import capabilities
 from zcorch.config.baselines.kind import Tool
 from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR
 from zcorch.errors import DeployError, PreflightError
+from zcorch.hosts.interpreter import python_argv
 from zcorch.hosts.local import Host
 # PACKAGE_PARENT: the directory holding the zcorch package this controller runs (a checkout, or the
 # site-packages of a wheel/sdist install): a local worker's PYTHONPATH.
-from zcorch.provision.remote_call import PACKAGE_PARENT, host_python, remote_json, run_remote
+from zcorch.provision.remote_call import PACKAGE_PARENT, host_python, local_safe_path, remote_json, run_remote
 
 MARKER = ".zcorch-deployed"
 BUILD_TIMEOUT = 300.0
@@ -134,7 +135,8 @@ def content_hash(sources: Mapping[str, str]) -> str:
 class WorkerHandle:
     """How to start the deployed worker on one host.
 
-    worker_argv: [python, ("-S",) "-m", "zcorch.worker"]; env: what Host.start must get ({"PYTHONPATH": dir}
+    worker_argv: [python, ("-S",) "-P", "-m", "zcorch.worker"] (safe_path) or [python, ("-S",) "-c", BOOTSTRAP]
+    (zcorch.hosts.interpreter: never from the current directory); env: what Host.start must get ({"PYTHONPATH": dir}
     remotely, {"PYTHONPATH": <package parent>} locally). `command(args)` is the complete argv with the
     environment folded in via `env`, for callers that pass no env.
     """
@@ -148,10 +150,12 @@ class WorkerHandle:
     # ["-S"] when the directory of _cffi_backend (all the built module needs from site-packages) is
     # on PYTHONPATH: skipping `site` (and the .pth files it runs) is a large part of the worker's start-up.
     python_flags: List[str] = field(default_factory=list)
+    # The interpreter is known to be 3.11+ (this controller's own): -P, else the -c bootstrap.
+    safe_path: bool = False
 
     @property
     def worker_argv(self) -> List[str]:
-        return [self.python, *self.python_flags, "-m", "zcorch.worker"]
+        return python_argv(self.python, "zcorch.worker", self.python_flags, self.safe_path)
 
     def command(self, args: Sequence[str]) -> List[str]:
         """Full argv: `env PYTHONPATH=DIR python -m zcorch.worker ARGS...`."""
@@ -172,18 +176,22 @@ def host_workdir(host: Host) -> str:
 
 
 def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str] = None,
-           python: Optional[str] = None, build_timeout: float = BUILD_TIMEOUT) -> WorkerHandle:
+           python: Optional[str] = None, build_timeout: float = BUILD_TIMEOUT,
+           safe_path: bool = False) -> WorkerHandle:
     """Make the worker runnable on `host`; returns the handle that starts it.
 
     source_root: a tree laid out as on the host whose files are deployed (default: this installation,
     worker_sources()). workdir / python default
-    to the host spec's `workdir` / `python` keys. Raises DeployError naming the host.
+    to the host spec's `workdir` / `python` keys. safe_path: the host's python is 3.11+ (the preflight
+    said so): the worker starts with -P, else with the bootstrap of zcorch.hosts.interpreter (never from
+    the current directory either way). Raises DeployError naming the host.
     """
     python = python or host_python(host)
     if host.is_local:
         if source_root is not None and os.path.abspath(source_root) != PACKAGE_PARENT:
             raise DeployError("localhost runs the controller's own package; source_root is for remote hosts")
-        handle = WorkerHandle(host, python, PACKAGE_PARENT, "local", reused=True, env={"PYTHONPATH": PACKAGE_PARENT})
+        handle = WorkerHandle(host, python, PACKAGE_PARENT, "local", reused=True, env={"PYTHONPATH": PACKAGE_PARENT},
+                              safe_path=local_safe_path(python))
         cffi_dir = _local_cffi_backend_dir() if python == sys.executable else None
         if cffi_dir:
             handle.env["PYTHONPATH"] = f"{PACKAGE_PARENT}:{cffi_dir}"
@@ -194,11 +202,12 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     digest = content_hash(sources)
     base = host.expand(workdir or host_workdir(host))
     final = posixpath.join(base, f"worker-{digest}")
-    handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final})
+    handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final}, safe_path=safe_path)
     existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
     if existing.ok:
-        # The build goes onto PYTHONPATH: one another user can change is not ours to run.
-        trust = run_remote(host, "private-dirs", base, final, python=python)
+        # The build goes onto PYTHONPATH: one another user can change (its directory, or any directory or
+        # file in it) is not ours to run.
+        trust = run_remote(host, "private-build", base, final, python=python)
         if not trust.ok:
             raise DeployError(f"{_where(host)}: refusing to use the worker build in {final}: "
                               f"{(trust.stderr or trust.stdout).strip()}")
@@ -264,6 +273,12 @@ def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = No
         return {"error": f"unexpected probe output {r.stdout[-300:]!r}", "returncode": r.returncode,
                 "python_cmd": python}
     return facts
+
+
+def takes_safe_path(facts: Optional[dict]) -> bool:
+    """Whether the python a probe ran (its facts) is 3.11+, i.e. takes -P."""
+    version = (facts or {}).get("python")
+    return isinstance(version, list) and tuple(version[:2]) >= (3, 11)
 
 
 def host_problems(host: Host, facts: dict, tools: Sequence[Tool] = ()) -> List[str]:
@@ -388,8 +403,9 @@ def prepare(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Too
     """Preflight the hosts, deploy the worker to each, then check the deployed versions and that each
     host can run the modes the cells give it: modes = {"sender": {"send": [...]}, "receiver": {"recv":
     [...]}} (one host in both roles gets both). Raises PreflightError naming every problem."""
-    preflight(hosts, tools=tools, ports=ports)
-    handles = {role: deploy(host, source_root=source_root) for role, host in hosts.items()}
+    facts = preflight(hosts, tools=tools, ports=ports)
+    handles = {role: deploy(host, source_root=source_root, safe_path=takes_safe_path(facts.get(role)))
+               for role, host in hosts.items()}
     needed: Dict[int, Dict[str, List[str]]] = {}
     for role, handle in handles.items():
         mine = needed.setdefault(id(handle.host), {"send": [], "recv": []})

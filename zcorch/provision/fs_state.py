@@ -63,23 +63,55 @@ class Scope:
     """What a stale state file may undo (the file may be hand-edited or not ours): paths under the run's own
     directories (`<state_dir>/fs-<token>/`, `<loop_dir>/zcorch-<token>-<name>/`), loops on the backing files
     it recorded there, md arrays made only of those loops, and mounts of those or under those directories.
-    The live manager undoes its own in-memory record and passes no scope."""
+    The live manager undoes its own in-memory record and passes no scope.
+
+    Ownership is judged on what a path resolves to on the host (`realpath -m`), not on its text: from the
+    run's directory down, nothing may be a symlink (a component `zcorch-<token>-x` that links to /etc
+    would otherwise lead `rm -f` there)."""
 
     def __init__(self, host: Host, state_dir: str, token: str, configs: dict):
         self.host = host
+        self.state_dir = state_dir
         self.session = posixpath.join(state_dir, f"fs-{token}")
         self.backing_dirs = {f"zcorch-{token}-{name}" for name in configs}
+        self._real: dict = {}
         self.backing_files = [r.get("path") or r.get("backing_file") for res in configs.values() for r in res
                               if r.get("kind") in ("backing_file", "loop")]
         self.backing_files = sorted({f for f in self.backing_files if isinstance(f, str) and self.owns(f)})
         self._loops: Optional[set] = None
 
+    def _resolved(self, path: str) -> Optional[str]:
+        """`path` with every link resolved on the host (None if realpath cannot tell)."""
+        if path not in self._real:
+            res = self.host.run(["realpath", "-m", "--", path])
+            self._real[path] = res.stdout.rstrip("\n") if res.ok and res.stdout.strip() else None
+        return self._real[path]
+
+    def _textually_owns(self, path: str) -> "Optional[tuple[str, str]]":
+        """(the run's directory that holds `path`, the part below it) by the text alone, or None."""
+        if path == self.session or path.startswith(self.session + "/"):
+            return self.session, path[len(self.session):]
+        parts = path.split("/")
+        for i in range(1, len(parts) - 1):
+            if parts[i] in self.backing_dirs:
+                top = "/".join(parts[:i + 1])
+                return top, path[len(top):]
+        return None
+
     def owns(self, path: object) -> bool:
         if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path:
             return False          # relative, or with `..`/`.`: never ours
-        if path == self.session or path.startswith(self.session + "/"):
-            return True
-        return any(part in self.backing_dirs for part in path.split("/")[1:-1])
+        found = self._textually_owns(path)
+        if found is None:
+            return False
+        top, below = found
+        # The run's directory is where its parent resolves to plus its own name (it is no link), and
+        # nothing below it is one either: the path resolves to exactly that directory plus the same rest.
+        parent_real = self._resolved(posixpath.dirname(top))
+        real = self._resolved(path)
+        if parent_real is None or real is None:
+            return False
+        return real == posixpath.join(parent_real, posixpath.basename(top)) + below
 
     def loops(self) -> set:
         if self._loops is None:

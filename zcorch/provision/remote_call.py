@@ -5,10 +5,12 @@
     remote_command(host, action, *args) -> RemoteCommand(argv, env, input)   what run_remote runs
     host_python(host) -> str                     hosts.<role>.python, python3 by default; sys.executable locally
 
-Remote hosts get the module's own text on stdin (`python - ACTION ARGS...`): it needs nothing deployed
-(preflight and deploy's own steps run before the worker exists) and leaves nothing behind. Localhost runs
-the controller's package (`python -m zcorch.worker.remote`, the checkout on PYTHONPATH, as the local
-worker). Arguments are argv items: nothing reaches a shell.
+Remote hosts get the module's own text on stdin (`python -c BOOTSTRAP ACTION ARGS...`): it needs nothing
+deployed (preflight and deploy's own steps run before the worker exists) and leaves nothing behind. Localhost
+runs the controller's package (`python -P -m zcorch.worker.remote`, the checkout on PYTHONPATH, as the local
+worker). Neither imports anything from the current directory (zcorch.hosts.interpreter: -P where the
+interpreter is known to be 3.11+, else a bootstrap that drops it). Arguments are argv items: nothing
+reaches a shell.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Dict, List, Optional
 
 import zcorch
 from zcorch.config.hosts import DEFAULT_PYTHON
+from zcorch.hosts.interpreter import python_argv
 from zcorch.hosts.local import CommandResult, Host
 from zcorch.worker import netcfg, remote
 
@@ -38,6 +41,12 @@ def host_python(host: Host) -> str:
     if host.is_local:
         return sys.executable
     return host.spec.python if host.spec else DEFAULT_PYTHON
+
+
+def local_safe_path(python: str) -> bool:
+    """Whether `python` (on this machine) takes -P: it is this interpreter and that is 3.11+. Other
+    interpreters get the bootstrap of zcorch.hosts.interpreter, which works on every version."""
+    return python == sys.executable and sys.version_info >= (3, 11)
 
 
 def _module_source(module: str = MODULE) -> str:
@@ -68,8 +77,10 @@ def remote_command(host: Host, action: str, *args: object, python: Optional[str]
     python = python or host_python(host)
     tail = [action, *[str(a) for a in args]]
     if host.is_local:
-        return RemoteCommand([python, "-m", module, *tail], env={"PYTHONPATH": PACKAGE_PARENT}, module=module)
-    return RemoteCommand([python, "-", *tail], input=_module_source(module), module=module)
+        return RemoteCommand([*python_argv(python, module, safe_path=local_safe_path(python)), *tail],
+                             env={"PYTHONPATH": PACKAGE_PARENT}, module=module)
+    # The host's python version is not known before the preflight (which runs this way): the bootstrap.
+    return RemoteCommand([*python_argv(python, None), *tail], input=_module_source(module), module=module)
 
 
 def run_remote(host: Host, action: str, *args: object, timeout: float = 60.0,

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import errno
+import fcntl
 import json
 import os
+import socket
+import stat
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from zcorch.errors import ResultsError, ResultsWriteError
+from zcorch.errors import ResultsError, ResultSetBusy, ResultsWriteError
+from zcorch.results import setfiles
 
 FORMAT = "zcorch-results"
 FORMAT_VERSION = 1
@@ -28,6 +32,7 @@ META = "meta.json"
 RUNS = "runs.jsonl"
 BASELINES = "baselines.jsonl"
 RUNS_CACHE = "runs.parquet"  # runs.jsonl parsed, written by zcorch.analysis.cache (never by this module)
+LOCK = ".lock"   # flock()ed by the one `zcorch run` writing the set; holds "pid host started" for messages
 LOGS = "logs"
 SAMPLES = "samples"  # per-run samples: samples/<cell>-r<repeat>.jsonl, one line per sample and side
 
@@ -40,21 +45,10 @@ def utc_now() -> str:
 
 
 def write_text_atomic(path: str, text: str) -> None:
-    """Replace `path` with `text` without ever leaving a half-written file."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # A full disk (finishing the manifest of a sweep it ended): no half-written temp file left behind.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Replace `path` with `text` without ever leaving a half-written file: an exclusive temporary (random
+    name, O_EXCL|O_NOFOLLOW, fsynced) renamed over it, so nothing is written through a planted link; a
+    full disk leaves no temporary behind."""
+    setfiles.write_inside(os.path.dirname(path) or ".", os.path.basename(path), text.encode("utf-8"), fsync=True)
 
 
 def write_json_atomic(path: str, obj: Any) -> None:
@@ -65,36 +59,43 @@ def write_json_atomic(path: str, obj: Any) -> None:
 def read_jsonl(path: str) -> List[dict]:
     """Records of a JSON-lines file; a torn (unparsable, unterminated) final line is skipped.
 
-    A bad line anywhere else is corruption, not a crash artefact, and raises ResultsError.
+    A bad line anywhere else is corruption, not a crash artefact, and raises ResultsError. The file is read
+    as zcorch.results.setfiles reads a result set's files: a regular file (no link followed), streamed, with
+    overlong lines and records beyond the bound skipped and said (SkippedWarning).
     """
-    if not os.path.exists(path):
-        return []
-    with open(path, "rb") as f:
-        data = f.read()
-    lines = data.split(b"\n")
     records = []
-    for i, raw in enumerate(lines):
-        if not raw.strip():
-            continue
+    for lineno, raw, terminated in setfiles.iter_lines(os.path.dirname(path) or ".", os.path.basename(path)):
         try:
             records.append(json.loads(raw))
         except ValueError:
-            is_last = i == len(lines) - 1  # no newline after it: the write was cut short
-            if is_last:
+            if not terminated:  # no newline after it: the write was cut short
                 continue
-            raise ResultsError(f"{path}:{i + 1}: not a JSON record: {raw[:80]!r}") from None
+            raise ResultsError(f"{path}:{lineno}: not a JSON record: {raw[:80]!r}") from None
     return records
 
 
 def _truncate_torn_tail(path: str) -> bool:
-    """Cut an unterminated last line (crash mid-write). Returns True if something was cut."""
+    """Cut an unterminated last line (crash mid-write). Returns True if something was cut. The last newline
+    is looked for from the end a chunk at a time: a huge or sparse tail never sits in memory whole."""
     if not os.path.exists(path):
         return False
-    with open(path, "rb+") as f:
-        data = f.read()
-        if not data or data.endswith(b"\n"):
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
             return False
-        keep = data.rfind(b"\n") + 1
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return False
+        keep, pos = 0, size
+        while pos > 0:
+            step = min(pos, 1 << 20)
+            pos -= step
+            f.seek(pos)
+            i = f.read(step).rfind(b"\n")
+            if i >= 0:
+                keep = pos + i + 1
+                break
         f.truncate(keep)
         f.flush()
         os.fsync(f.fileno())
@@ -127,12 +128,13 @@ def latest_runs(records: Iterable[dict]) -> Dict[Tuple[str, int], dict]:
 def load_manifest(directory: str) -> dict:
     path = os.path.join(directory, MANIFEST)
     try:
-        with open(path, encoding="utf-8") as f:
-            manifest = json.load(f)
+        manifest = setfiles.read_json(directory, MANIFEST)
     except FileNotFoundError:
         raise ResultsError(f"{directory}: not a zcorch result set (no {MANIFEST})") from None
     except ValueError as exc:
         raise ResultsError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise ResultsError(f"{path}: expected a JSON object")
     if manifest.get("format") != FORMAT:
         raise ResultsError(f"{path}: not a zcorch result set (format {manifest.get('format')!r})")
     if manifest.get("format_version") != FORMAT_VERSION:
@@ -141,13 +143,48 @@ def load_manifest(directory: str) -> dict:
     return manifest
 
 
-class ResultSet:
-    """One result directory being written by `zcorch run`."""
+def lock_result_set(directory: str) -> int:
+    """Take the result set's exclusive lock (flock on DIR/.lock, never through a symlink); returns the fd,
+    which holds it until closed or this process ends. Raises ResultSetBusy naming the holder when another
+    process has it: two `zcorch run --resume DIR` would otherwise both run every remaining run."""
+    path = os.path.join(directory, LOCK)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot open the result set's lock file ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+        os.close(fd)
+        if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise ResultsError(f"{path}: cannot lock the result set ({exc.strerror or exc})") from None
+        who = f" (pid {holder.split()[0]} on {holder.split()[1]}, since {holder.split()[2]})" \
+            if len(holder.split()) == 3 else ""
+        raise ResultSetBusy(f"{directory} is being written by another zcorch run{who}: wait for it to end "
+                            "(or stop it), then run again") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {utc_now()}\n".encode(), 0)
+    return fd
 
-    def __init__(self, directory: str, manifest: dict):
+
+class ResultSet:
+    """One result directory being written by `zcorch run`, locked (lock_result_set) until close()."""
+
+    def __init__(self, directory: str, manifest: dict, lock_fd: Optional[int] = None):
         self.dir = directory
         self.manifest = manifest
+        self._lock_fd = lock_fd
         self.baseline_written: Optional[Callable[[dict], None]] = None  # told of each baseline record written
+
+    def close(self) -> None:
+        """Release the result set's lock (also released when the process ends)."""
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
 
     # -- creation / reopening ------------------------------------------------------------
     @classmethod
@@ -155,7 +192,7 @@ class ResultSet:
                command: List[str], accept_new_host_keys: bool, zcorch_version: str,
                git_revision: Optional[str], unique: bool = False, source: Optional[dict] = None,
                source_bytes: Optional[bytes] = None, inventory: Optional[dict] = None,
-               overrides: Sequence[str] = ()) -> "ResultSet":
+               overrides: Sequence[str] = (), repeat_policy: Optional[dict] = None) -> "ResultSet":
         """A new result set in `directory`.
 
         unique: `directory` is a default name (results/<name>-<time>): if another sweep took it (two
@@ -164,12 +201,22 @@ class ResultSet:
         (the document as run); source_bytes: the file as written when that differs (experiment.source.yaml).
         source: {"path", "sha256"} of the experiment file given; inventory: {"path", "sha256", "pair"}
         when the hosts came from an inventory; overrides: the --set KEY=VALUE applied, as given.
+        repeat_policy: `repeats: {min, max, target_ci}` as {"min", "max", "target_ci"} (manifest "repeats"):
+        plan.json then lists every cell's repeats up to max, and a cell that converged stops early
+        (zcorch.results.convergence); None (a fixed `repeats: N`): every planned run is to run.
         """
         if unique:
             directory = _new_directory(directory)
-        elif os.path.exists(os.path.join(directory, MANIFEST)):
-            raise ResultsError(f"{directory} already holds a result set; use --resume {directory} "
-                               "to continue it or choose another -o")
+        else:
+            os.makedirs(directory, exist_ok=True)
+        lock = lock_result_set(directory)   # before looking: a concurrent create or resume of the same -o
+        try:
+            if os.path.exists(os.path.join(directory, MANIFEST)):
+                raise ResultsError(f"{directory} already holds a result set; use --resume {directory} "
+                                   "to continue it or choose another -o")
+        except BaseException:
+            os.close(lock)
+            raise
         os.makedirs(os.path.join(directory, LOGS), exist_ok=True)
         with open(os.path.join(directory, EXPERIMENT), "wb") as f:
             f.write(experiment_bytes)
@@ -185,15 +232,24 @@ class ResultSet:
             "experiment_source": dict(source or {}, copy=EXPERIMENT_SOURCE if source_bytes is not None else None),
             "inventory": dict(inventory) if inventory else None, "overrides": list(overrides),
         }
-        rs = cls(directory, manifest)
+        if repeat_policy is not None:
+            manifest["repeats"] = dict(repeat_policy)
+        rs = cls(directory, manifest, lock)
         rs._write_manifest()
         return rs
 
     @classmethod
     def open_for_resume(cls, directory: str, command: List[str], inventory: Optional[dict] = None) -> "ResultSet":
         """Reopen a result set; `inventory`: the pair given with --hosts for this resume (recorded in its
-        `resumed` entry; without it the hosts of experiment.yaml run again)."""
-        manifest = load_manifest(directory)
+        `resumed` entry; without it the hosts of experiment.yaml run again). Raises ResultSetBusy while
+        another process writes it."""
+        load_manifest(directory)            # a result set at all, before a lock file is made in it
+        lock = lock_result_set(directory)
+        try:
+            manifest = load_manifest(directory)  # as the previous writer left it
+        except BaseException:
+            os.close(lock)
+            raise
         for name in (RUNS, BASELINES):
             _truncate_torn_tail(os.path.join(directory, name))
         os.makedirs(os.path.join(directory, LOGS), exist_ok=True)
@@ -203,7 +259,7 @@ class ResultSet:
         manifest.setdefault("resumed", []).append(entry)
         manifest["status"] = "running"
         manifest["finished"] = None
-        rs = cls(directory, manifest)
+        rs = cls(directory, manifest, lock)
         rs._write_manifest()
         return rs
 
@@ -222,10 +278,9 @@ class ResultSet:
         (sides in the order given), replacing an earlier run's file (a re-run wins, as its record does);
         written whole (temp file, fsync, rename) before the record that names it. Returns its relative path."""
         rel = f"{SAMPLES}/{cell}-r{repeat}.jsonl"
-        path = self.path(rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_text_atomic(path, "".join(json.dumps(dict(row, side=side), sort_keys=True) + "\n"
-                                        for side, rows in samples.items() for row in rows))
+        text = "".join(json.dumps(dict(row, side=side), sort_keys=True) + "\n"
+                       for side, rows in samples.items() for row in rows)
+        setfiles.write_inside(self.dir, rel, text.encode("utf-8"), fsync=True)  # samples/ no link either
         return rel
 
     # -- records ----------------------------------------------------------------------------
@@ -236,8 +291,11 @@ class ResultSet:
         # (ENOSPC mid-line): then the file is cut back to where the line began, so the next append
         # cannot glue onto half a record and make the whole set unreadable.
         path = self.path(name)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a --resume of someone else's set never appends through a link they planted
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ResultsError(f"{path}: not a regular file: no record appended")
             start = os.fstat(fd).st_size  # the only writer: O_APPEND writes land here
             try:
                 done = 0
@@ -281,8 +339,7 @@ class ResultSet:
         return {k for k, rec in latest_runs(self.runs()).items() if rec.get("status") == "ok"}
 
     def plan_runs(self) -> List[dict]:
-        with open(self.path(PLAN), encoding="utf-8") as f:
-            return json.load(f)
+        return setfiles.read_json(self.dir, PLAN, setfiles.MAX_PLAN_BYTES)
 
     # -- meta / manifest --------------------------------------------------------------------
     def write_meta(self, meta: dict, keep_previous: bool = True) -> None:
@@ -293,17 +350,20 @@ class ResultSet:
         """
         path = self.path(META)
         if os.path.exists(path) and not keep_previous:
-            with open(path, encoding="utf-8") as f:
-                old = json.load(f)
+            old = setfiles.read_json(self.dir, META)
             meta = dict(meta)
             if "previous" in old:
                 meta["previous"] = old["previous"]
         elif os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                old = json.load(f)
+            old = setfiles.read_json(self.dir, META)
             meta = dict(meta)
             meta["previous"] = old.get("previous", []) + [{k: v for k, v in old.items() if k != "previous"}]
         write_json_atomic(path, meta)
+
+    def record_convergence(self, states: Dict[str, dict]) -> None:
+        """{cell: {"n", "width_pct", "converged"}} at the end of an adaptive sweep (manifest "convergence",
+        written by finish()): which cells did not converge, and the width each reached."""
+        self.manifest["convergence"] = dict(states)
 
     def _write_manifest(self) -> None:
         write_json_atomic(self.path(MANIFEST), self.manifest)

@@ -85,6 +85,17 @@ def _exit_event(lines: Sequence[str]) -> Optional[dict]:
     return None
 
 
+KILL_GRACE_S = 8.0   # the worker's own kill of the command's tree takes up to 5 s (command.KILL_WAIT_S)
+
+
+def _no_exit_event(proc: Any, waited: float) -> str:
+    """The reason when an end's worker printed no exit event: it did not end within `waited` s (or died)."""
+    tail = " ".join(proc.stderr_text().split())[-300:]
+    return (f"its worker ended or stalled without reporting the command's exit (waited up to {waited:g} s; both "
+            "were killed)"
+            + (f"; its stderr: {tail}" if tail else ""))
+
+
 def _why(end: str, host: Host, event: Optional[dict], fallback: str) -> Optional[str]:
     """Why one end failed (None: it exited 0)."""
     if event is None:
@@ -137,7 +148,7 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
         tx.send_line("go")
         tx_lines += _read_until(tx, None, cmd.timeout + 30)[0]
         tx_event = _exit_event(tx_lines)
-        why = _why("sender", sender, tx_event, f"no result: {tx.stderr_text().strip()[-300:]}")
+        why = _why("sender", sender, tx_event, _no_exit_event(tx, cmd.timeout + 30))
         if why:
             record["reason"] = why
             return record
@@ -148,7 +159,7 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
         lines += more
         wall = max(time.monotonic() - t0, 1e-9)
         rx_event = _exit_event(lines)
-        why = _why("receiver", receiver, rx_event, f"no result: {rx.stderr_text().strip()[-300:]}")
+        why = _why("receiver", receiver, rx_event, _no_exit_event(rx, cmd.timeout))
         if why:
             record["reason"] = why
             return record
@@ -165,10 +176,12 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
         return record
     finally:
         for proc in (p for p in (rx, tx) if p is not None):
-            if record["status"] != "ok":  # the worker and the user's command: one process group
-                proc.kill_group(signal.SIGKILL)
+            if record["status"] != "ok":
+                # SIGTERM first: the worker kills the command's whole tree, also what left the process
+                # group with setsid() (zcorch.worker.command), then exits; SIGKILL if it does not.
+                proc.kill_group(signal.SIGTERM)
             try:
-                proc.wait(5)
+                proc.wait(KILL_GRACE_S)
             except TimeoutError:
                 proc.kill_group(signal.SIGKILL)
 

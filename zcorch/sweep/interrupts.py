@@ -19,6 +19,8 @@ import signal
 import sys
 from typing import Callable, Dict, Iterator, List, Optional, TextIO
 
+from zcorch.errors import SignalInterrupt
+
 # What each live part of the sweep would leave if the teardown stopped now: name -> lines (empty: nothing).
 Leftovers = Callable[[], List[str]]
 _ACTIVE: List["InterruptGuard"] = []
@@ -50,7 +52,8 @@ class InterruptGuard:
             self.presses += 1
         if not self.tearing_down:
             self.tearing_down = True
-            raise KeyboardInterrupt
+            # SIGTERM: a KeyboardInterrupt that names it, so the interrupted run's record says SIGTERM
+            raise KeyboardInterrupt if signum == signal.SIGINT else SignalInterrupt(signum)
         self.signals.append(signum)
         if signum == signal.SIGINT and self.presses >= ABANDON_AFTER:
             self.abandon()

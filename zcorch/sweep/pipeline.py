@@ -12,8 +12,8 @@ nothing runs anywhere, no result set is written; the observer's `command()` gets
 sweep would run, stage by stage (and `stage()` says which stage begins).
 
 --resume DIR re-reads DIR/experiment.yaml (the document as run: the file's byte copy, or with --hosts
-or --set the effective document), skips every (cell, repeat) whose newest record is ok and runs each
-other one once; older records stay in runs.jsonl and the newest record per (cell, repeat) wins. Its
+or --set the effective document), skips every (cell, repeat) whose newest record is ok, and with
+`repeats: {min, max, target_ci}` every run of a cell that has converged, and runs each other one once; older records stay in runs.jsonl and the newest record per (cell, repeat) wins. Its
 hosts are the recorded ones unless `hosts` (--hosts) is given again; --set cannot change a resumed set.
 """
 from __future__ import annotations
@@ -33,7 +33,9 @@ from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, 
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded, recording_hosts
 from zcorch.provision import scratch, sources
+from zcorch.results.convergence import incomplete_cells
 from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl
+from zcorch.sweep import adaptive
 from zcorch.sweep import baselines as bl
 from zcorch.sweep import commands as cmds
 from zcorch.sweep import interrupts
@@ -116,10 +118,12 @@ class SweepResult:
     warnings: List[str] = field(default_factory=list)
     recorded: List[Recorded] = field(default_factory=list)   # dry run: every command, in order
     linked: Tuple = ()               # the linked axes whose label varies (zcorch.config.experiment.Axis)
+    repeat_policy: Any = None        # `repeats: {min, max, target_ci}` (zcorch.config.schema.RepeatPolicy) or None
 
     def summary(self) -> str:
         """The end-of-run table (zcorch.sweep.summary.summary_table)."""
-        return summary_table(self.plan_runs, self.records, self.varying, self.baselines, self.linked)
+        return summary_table(self.plan_runs, self.records, self.varying, self.baselines, self.linked,
+                             self.repeat_policy)
 
 
 def _load(path: str, overrides: Sequence[str] = (), hosts: Optional[InventoryPair] = None,
@@ -153,6 +157,9 @@ class DryRunResults:
         self.meta: dict = {}
         self.status = "running"
 
+    def close(self) -> None:
+        """Nothing to release: a dry run takes no lock."""
+
     def log_relpath(self, cell: str, repeat: int) -> str:
         return os.devnull   # the Runner appends each run's log to dir/<this>
 
@@ -176,6 +183,9 @@ class DryRunResults:
 
     def write_meta(self, meta: dict, keep_previous: bool = True) -> None:
         self.meta = dict(meta)
+
+    def record_convergence(self, states: dict) -> None:
+        self.meta["convergence"] = dict(states)
 
     def finish(self, status: str, error: Optional[BaseException] = None) -> None:
         self.status = status
@@ -230,7 +240,8 @@ def _open_results(exp: Any, exp_path: str, exp_bytes: bytes, plan_runs: List[dic
     # the file as written is kept next to it; otherwise experiment.yaml is the file's byte copy.
     effective = exp.effective.encode("utf-8") if exp.effective is not None else None
     source = {"path": os.path.abspath(exp_path), "sha256": hashlib.sha256(exp_bytes).hexdigest()}
-    return ResultSet.create(output or default_output(name), name=name,
+    policy = exp.repeat_policy.as_dict() if exp.repeat_policy is not None else None
+    return ResultSet.create(output or default_output(name), name=name, repeat_policy=policy,
                             experiment_bytes=exp_bytes if effective is None else effective,
                             source_bytes=None if effective is None else exp_bytes, source=source,
                             inventory=inventory, overrides=exp.overrides, unique=output is None,
@@ -597,6 +608,11 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     skip = rs.ok_keys()
     rs.baseline_written = observer.baseline_done  # every baseline record, as it is written (run --json)
     observer.started(len(plan_runs), len(skip), None if dry_run else rs.dir)
+    # Repeat until stable: cells that converged before (--resume) get no more runs (zcorch.sweep.adaptive).
+    convergence = adaptive.tracker(exp.repeat_policy, plan_runs, rs.runs() if resume else ())
+    if convergence is not None:
+        converged = {cell for cell, st in convergence.states().items() if st.converged}
+        skip = skip | {(r["id"], r["repeat"]) for r in plan_runs if r["id"] in converged}
     if exp.inventory is not None:
         observer.message(f"hosts: {exp.hosts.describe()} ({exp.inventory.describe()})")
     for text in exp.overrides:
@@ -610,6 +626,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     meta: Dict[str, Any] = {}
     warnings: List[str] = []
     recorded: List[Recorded] = []
+    ended_early = False
     try:
         observer.stage("hosts", _TITLES["hosts"])
         hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded, allow_ssh_config_exec)
@@ -655,7 +672,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
                                  sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
                                  progress=observer.run_done, before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
                                  source_errors=source_errors, scratch=scratch_dirs, observer=observer,
-                                 allow_device_sinks=exp.allow_destroy, netman=netman)
+                                 allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence)
         outcome = runner.run_sweep(plan_runs, skip)
         warnings += runner.warnings
     except KeyboardInterrupt:
@@ -665,6 +682,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         # failed), the manifest gets a final status and the reason, and the exception still propagates
         # with its traceback; the runs already written stay as they are (--resume continues them).
         _finish_after_error(rs, "interrupted" if isinstance(exc, ZcorchError) else "failed", exc)
+        ended_early = True
         raise
     finally:
         interrupts.begin_teardown()   # from here on no signal stops the teardown (zcorch.sweep.interrupts)
@@ -685,24 +703,30 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         observer.sweep_ended()
         if sweep is not None:
             sweep.close()
+        if ended_early:
+            rs.close()   # the result set's lock: another `zcorch run --resume` may continue it now
     observer.stage("finish", _TITLES["finish"])
+    if convergence is not None:  # each cell's end state, converged or not (and the width it reached)
+        rs.record_convergence({cell: st.as_record() for cell, st in convergence.states().items()})
     try:
         rs.finish(outcome.status)
         interrupts.left_behind("results", None)
     except OSError as exc:  # e.g. the disk filled up: a user-fixable problem, every run is already recorded
+        rs.close()
         raise ResultsWriteError(f"{rs.dir}: cannot mark the result set {outcome.status} ({exc.strerror or exc}); "
                            f"every run is recorded in {RUNS}. After fixing the cause, `zcorch run --resume "
                            f"{rs.dir}` finishes it") from None
     for w in warnings:
         observer.warning(w)
     records = rs.runs()
+    rs.close()
     if outcome.status == "interrupted":
         exit_status = 130
     else:
-        latest = latest_runs(records)
-        all_ok = all(latest.get((r["id"], r["repeat"]), {}).get("status") == "ok" for r in plan_runs)
-        exit_status = 0 if all_ok else 1
+        # every planned run ok, or (repeats: {target_ci: ...}) its cell converged before it was needed
+        exit_status = 1 if incomplete_cells(plan_runs, latest_runs(records), exp.repeat_policy) else 0
     return SweepResult(status=outcome.status, exit_status=exit_status, dry_run=dry_run,
                        result_dir=None if dry_run else rs.dir, plan_runs=plan_runs,
                        varying=tuple(plan.varying or ("send_mode", "recv_mode")), records=records,
-                       baselines=rs.baselines(), warnings=warnings, recorded=recorded, linked=tuple(plan.linked))
+                       baselines=rs.baselines(), warnings=warnings, recorded=recorded, linked=tuple(plan.linked),
+                       repeat_policy=exp.repeat_policy)

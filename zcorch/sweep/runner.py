@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
 from zcorch.provision import scratch as scratchmod
-from zcorch.errors import HostError, ZcorchError
+from zcorch.errors import HostError, ZcorchError, interrupt_name
 from zcorch.hosts.local import Host, Process
 from zcorch.params import worker_flags
 from zcorch.results.store import ResultSet, utc_now
@@ -125,6 +125,7 @@ class SweepOutcome:
     ok: int = 0
     failed: int = 0
     skipped: int = 0         # already ok in the result set (resume)
+    converged: int = 0       # planned runs not run: their cell had converged (repeats: {target_ci: ...})
     records: List[dict] = field(default_factory=list)
 
 
@@ -146,8 +147,11 @@ class Runner:
                  before_directory: Optional[Callable[[Optional[str], str], None]] = None,
                  source_errors: Optional[Dict[str, str]] = None,
                  scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = (),
-                 netman: Any = None):
+                 netman: Any = None, convergence: Any = None):
         self.sender, self.receiver = sender, receiver
+        # zcorch.sweep.adaptive.Convergence for `repeats: {min, max, target_ci}`: converged cells get no more
+        # runs, and each record carries its cell's state; None: every planned run runs.
+        self.convergence = convergence
         self.sender_worker, self.receiver_worker = list(sender_worker), list(receiver_worker)
         self.results = results
         self.allow_device_sinks = frozenset(allow_device_sinks)   # the experiment's `allow_destroy:`
@@ -189,8 +193,8 @@ class Runner:
         traces: List[str] = []   # tracebacks for the run's log: a crash is recorded, and debuggable
         try:
             status, reason = self._drive(recv, send, worker_params, deadline, budget)
-        except KeyboardInterrupt:
-            status, reason = "interrupted", "interrupted by the user (SIGINT) during the run"
+        except KeyboardInterrupt as exc:   # SIGINT, or what `zcorch run` makes of SIGTERM (SignalInterrupt)
+            status, reason = "interrupted", f"interrupted by {interrupt_name(exc)} during the run"
             raise
         except Exception as exc:  # HostError (lost link), OSError (Popen), a bug: failed, the sweep goes on
             status, reason = "failed", f"{type(exc).__name__}: {exc} (traceback in {log_rel})"
@@ -208,6 +212,8 @@ class Runner:
             if self.lost_host:
                 reason = f"{reason}; {self.lost_host}"
             record = self._record(cell, repeat, params, status, reason, started_iso, wall, recv, send, log_rel)
+            if self.convergence is not None:
+                self.convergence.observe(record)
             try:
                 self._write_log(log_rel, record, recv, send, traces)
             except Exception as exc:  # the record matters more than its log
@@ -420,6 +426,10 @@ class Runner:
         net_errors: Dict[str, str] = {}
         try:
             for i, (cell, repeat, params) in enumerate(todo):
+                if self.convergence is not None and not self.convergence.wants(cell):
+                    outcome.converged += 1   # no record: the run was planned up to `max`, not needed
+                    self._release_after(params.get("filesystem"), i, last_use, mounted)
+                    continue
                 source = scratchmod.resolve_params(params, self.scratch).get("source")
                 if source in self.source_errors:
                     self._record_unrun(cell, repeat, params, self.source_errors[source], outcome, len(todo))
@@ -444,12 +454,7 @@ class Runner:
                     raise HostError(f"the sweep stopped after cell {cell} repeat {repeat} (recorded failed): "
                                     f"{self.lost_host}. Once the host answers again, "
                                     f"`zcorch run --resume {self.results.dir}` runs what is left")
-                if fs and last_use.get(fs) == i and fs in mounted:
-                    del mounted[fs]
-                    try:
-                        self.fsman.release(fs)
-                    except ZcorchError as exc:  # the runs are recorded; teardown_all retries
-                        self.warnings.append(str(exc))
+                self._release_after(fs, i, last_use, mounted)
         except KeyboardInterrupt:
             outcome.status = "interrupted"
         finally:
@@ -465,6 +470,15 @@ class Runner:
                 except ZcorchError as exc:
                     self.warnings.append(f"network not restored: {exc}")
         return outcome
+
+    def _release_after(self, fs: Optional[str], i: int, last_use: Dict[str, int], mounted: Dict[str, str]) -> None:
+        """After the i-th run (run or, converged, left out): release its filesystem if no later run uses it."""
+        if fs and last_use.get(fs) == i and fs in mounted:
+            del mounted[fs]
+            try:
+                self.fsman.release(fs)
+            except ZcorchError as exc:  # the runs are recorded; teardown_all retries
+                self.warnings.append(str(exc))
 
     def _ensure_net(self, net: Optional[str], net_errors: dict) -> Optional[str]:
         """Apply `net` (None: restore the hosts) unless it is the one applied; why its run cannot run, or None."""
@@ -525,6 +539,8 @@ class Runner:
         rec = {"cell": cell, "repeat": repeat, "params": params, "status": "failed", "reason": reason,
                "started": utc_now(), "wall_s": 0.0, "sender": None, "receiver": None, "log": None,
                "sender_host": self.sender.name, "receiver_host": self.receiver.name}
+        if self.convergence is not None:
+            self.convergence.observe(rec)
         self.results.append_run(rec)
         self._count(rec, outcome, total)
 

@@ -6,6 +6,7 @@ from typing import Dict, List, Sequence
 
 from zcorch.config.experiment import format_value
 from zcorch.results import rates
+from zcorch.results.convergence import CellState, cell_states
 from zcorch.results.store import latest_runs
 from zcorch.sweep.baselines import describe_result
 from zcorch.textfmt import text_table
@@ -16,13 +17,23 @@ def _host_cpu(m: dict):
     return rates.per_gib(busy / 1e6, m["bytes"]) if busy is not None and m.get("bytes") else None
 
 
-def summary_rows(plan_runs: List[dict], records: List[dict]) -> List[dict]:
+def converged_text(state: CellState) -> str:
+    """`yes (±1.2%)`, `no (±3.4%)`, or `no (n<6)` while there is no 95% interval: a cell's convergence as the
+    summary and the report show it (the width is how far the 95% interval of the median reaches)."""
+    width = f"±{state.width_pct:.1f}%" if state.width_pct != float("inf") else "n<6"
+    return f"{'yes' if state.converged else 'no'} ({width})"
+
+
+def summary_rows(plan_runs: List[dict], records: List[dict], repeat_policy=None) -> List[dict]:
     """Per cell of the plan (in plan order): its id and parameters, the ok and failed runs, the medians of
     throughput (Gbit/s as the receiver saw it) and of CPU seconds per GiB on each side in both views
     (`proc`: the worker process's rusage; `host`: the machine's busy CPU over the transfer), and the
-    zero-copy verdict of its ok runs. None where no ok run measured it. What the end-of-run table shows
-    and what `zcorch run --json` prints as its summary event."""
+    zero-copy verdict of its ok runs. None where no ok run measured it. With `repeats: {min, max,
+    target_ci}` (repeat_policy, zcorch.config.schema.RepeatPolicy) also `convergence`: {"n", "width_pct",
+    "converged"} (zcorch.results.convergence). What the end-of-run table shows and what `zcorch run --json`
+    prints as its summary event."""
     latest = latest_runs(records)
+    states = cell_states(plan_runs, latest, repeat_policy) if repeat_policy is not None else {}
     by_cell: Dict[str, List[dict]] = {}
     for run in plan_runs:
         by_cell.setdefault(run["id"], []).append(run)
@@ -50,7 +61,9 @@ def summary_rows(plan_runs: List[dict], records: List[dict]) -> List[dict]:
                      "gbit_s": _med(gbit), "send_cpu_s_per_gib": _med(proc[0]), "recv_cpu_s_per_gib": _med(proc[1]),
                      "send_host_busy_s_per_gib": _med(host[0]), "recv_host_busy_s_per_gib": _med(host[1]),
                      "zero_copy": verdict, "same_host": any(r.get("same_host") for r in ok),
-                     "cpu_resolution": rates.cell_cpu_resolution([rates.run_cpu_resolution(r["sender"], r["receiver"]) for r in ok])})
+                     "cpu_resolution": rates.cell_cpu_resolution([rates.run_cpu_resolution(r["sender"], r["receiver"])
+                                                                  for r in ok]),
+                     **({"convergence": states[cell].as_record()} if states else {})})
     return rows
 
 
@@ -63,29 +76,43 @@ def _cell_text(value) -> str:
 
 
 def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[str] = ("send_mode", "recv_mode"),
-                  baselines: Sequence[dict] = (), linked: Sequence = ()) -> str:
+                  baselines: Sequence[dict] = (), linked: Sequence = (), repeat_policy=None) -> str:
     """The end-of-run table: per cell the labels of its linked axes (`linked`: zcorch.config.experiment.Axis,
     as `zcorch plan` shows them) and its varying parameters, median throughput (as the receiver saw
     it), median CPU seconds per GiB on each side in both views (the worker process's own CPU, and the
     whole machine's busy CPU over the transfer), ok/failed and the zero-copy verdict of its ok runs
-    (summary_rows); then a legend and one line per baseline."""
+    (summary_rows), and with `repeats: {min, max, target_ci}` (repeat_policy) whether it converged and the
+    width reached; then a legend and one line per baseline."""
     rows = []
     same_host = False
-    for r in summary_rows(plan_runs, records):
+    states = {}
+    for r in summary_rows(plan_runs, records, repeat_policy):
         params = r["params"]
         same_host = same_host or r["same_host"]
         rows.append([r["cell"], *(a.label_of(params) for a in linked), *(format_value(k, params.get(k)) for k in varying),
                      *(_cell_text(r[k]) for k in ("gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib",
                                                   "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib")),
                      f"{r['ok']}/{r['failed']}", r["zero_copy"], r["cpu_resolution"]])
+        if repeat_policy is not None:
+            st = r["convergence"]
+            states[r["cell"]] = CellState(st["n"], st["width_pct"] if st["width_pct"] is not None else float("inf"),
+                                          st["converged"])
+            rows[-1].append(converged_text(states[r["cell"]]))
     head = ["cell", *(a.key for a in linked), *varying, "Gbit/s", "send proc-CPU", "recv proc-CPU", "send host-CPU", "recv host-CPU",
-            "ok/failed", "zero-copy", "host-CPU resolution"]
+            "ok/failed", "zero-copy", "host-CPU resolution", *(["converged"] if states else [])]
     lines = text_table(head, rows)
     lines.append("CPU in seconds per GiB moved: proc = the worker process's own CPU (rusage); host = the whole "
                  "machine's busy CPU over the transfer (/proc/stat, softirq and interrupts included); every number "
                  "is the median of the cell's ok runs, with no interval")
     lines.append(f"host-CPU resolution: `too short` = a window under {rates.MIN_TICKS} /proc/stat ticks (the host-CPU "
-                 "columns move in steps of a tick per CPU), `busy > capacity` = more busy CPU than CPUs × window")
+                 "columns move in steps of a tick per CPU), `busy > capacity` = more busy CPU than CPUs × window, "
+                 "beyond the tick error (2 ticks per CPU)")
+    if states:
+        p = repeat_policy
+        lines.append(f"repeats until the 95% interval of the median throughput is within ±{p.target_ci:g}% "
+                     f"(min {p.min}, max {p.max}; a 95% interval needs 6 ok runs): converged = yes (±width "
+                     f"reached); {sum(not st.converged for st in states.values())} of {len(states)} cells "
+                     "did not converge")
     if same_host:
         lines.append("sender and receiver share one kernel: their host-CPU columns are one machine's, count it once")
     for b in baselines:

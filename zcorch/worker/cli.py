@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start
     from typing import Any, Optional
 
 from zcorch.worker import command, hoststat, native
+from zcorch.worker import paths as worker_paths
 from zcorch._version import __version__
 from zcorch.errors import WorkerError
 from zcorch.params import format_value, side_params
@@ -312,7 +313,26 @@ def refuse_device_sink(sink: "Optional[str]") -> None:
                                    "--allow-device-sink)")
 
 
+def _check_paths(what: str, path: "Optional[str]", devices: "tuple[str, ...]", allow_devices: bool = False) -> None:
+    """zcorch.worker.paths.check as a WorkerError (an `error` event with EPERM)."""
+    try:
+        worker_paths.check(path, what, devices, allow_devices)
+    except worker_paths.PathRefused as exc:
+        raise WorkerError(exc.code, str(exc)) from None
+
+
 def _run(args: argparse.Namespace) -> None:
+    # What every path resolves to, on this host, before anything is opened (zcorch.worker.paths).
+    if args.action == "command":
+        _check_paths("command stdin", args.stdin, worker_paths.SOURCE_DEVICES)
+        _check_paths("command stdout", args.stdout, worker_paths.SINK_DEVICES)
+        _check_paths("command sink", args.sink, worker_paths.SINK_DEVICES)
+    elif args.action == "layout":
+        _check_paths("layout path", args.path, ())
+    elif args.action == "send":
+        _check_paths("source", args.source, worker_paths.SOURCE_DEVICES)
+    elif args.action == "recv":  # devices: refuse_device_sink below (it knows --allow-device-sink)
+        _check_paths("sink", args.sink, worker_paths.SINK_DEVICES, allow_devices=True)
     if args.action == "info":
         _emit(_info())
         return

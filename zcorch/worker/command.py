@@ -16,6 +16,12 @@ itself. Events, one JSON object a line on stdout:
 wall_s runs from the start of the command to its exit (time.monotonic). rc 127 with `error` when the
 program is not on this host; rc -9 with `error` when --timeout killed it. --sink PATH: its size is reported
 after the exit (what arrived), then --remove PATH deletes files the controller created for this baseline.
+
+Nothing the command starts outlives it: the worker makes itself a child subreaper (prctl
+PR_SET_CHILD_SUBREAPER), so a process the command left behind, even one that called setsid() to leave
+its process group and session, is re-parented to the worker instead of init. On the timeout, on a
+signal from the controller (SIGTERM/SIGINT/SIGHUP) and after the command exits, every descendant is
+killed; `killed` in the exit event counts them (`leftover` those still running after a normal exit).
 Stdlib only (it runs with the host's python).
 """
 from __future__ import annotations
@@ -23,8 +29,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: the worker imports nothing it does not need at run time
@@ -51,6 +59,81 @@ def listening(port: int) -> bool:
     return False
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+KILL_WAIT_S = 5.0          # how long killing the tree may take before the worker gives up and says so
+
+
+def become_subreaper() -> bool:
+    """Orphans among our descendants are re-parented to this process (not init): none escapes the kill."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> "List[int]":
+    """Pids of the live (not zombie) processes below `root`, from /proc's parent links."""
+    children: "Dict[int, List[int]]" = {}
+    zombies = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        children.setdefault(int(fields[1]), []).append(int(name))
+        if fields[0] == b"Z":
+            zombies.add(int(name))
+    found, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            found.append(pid)
+            todo.append(pid)
+    return [p for p in found if p not in zombies]
+
+
+def _reap() -> None:
+    """Collect the exit status of any dead child (orphans re-parented to us become our children)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def kill_tree(proc: "Optional[subprocess.Popen]" = None) -> int:
+    """SIGKILL every descendant of this process until none is left (a process forking meanwhile is caught
+    by the next pass); `proc` is waited for first so its exit status stays Popen's. Returns how many
+    processes were killed."""
+    killed: "set[int]" = set()
+    deadline = time.monotonic() + KILL_WAIT_S
+    while True:
+        pids = descendants(os.getpid())
+        if not pids or time.monotonic() > deadline:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
+        if proc is not None and proc.returncode is None:
+            try:
+                proc.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass
+        _reap()
+        time.sleep(0.01)
+    return len(killed)
+
+
 def _emit(doc: "Dict[str, Any]") -> None:
     sys.stdout.write(json.dumps(doc) + "\n")
     sys.stdout.flush()
@@ -68,7 +151,14 @@ def run(argv: "List[str]", stdin: "Optional[str]" = None, stdout: "Optional[str]
         timeout: float = 3600.0, wait_go: bool = False) -> "Dict[str, Any]":
     """Run argv as described above; emits the events and returns the exit event."""
     result: "Dict[str, Any]" = {"event": "exit", "rc": None, "wall_s": None, "stderr": "", "sink_bytes": None,
-                              "error": None}
+                              "error": None, "killed": 0}
+    become_subreaper()
+    proc: "Optional[subprocess.Popen]" = None
+
+    def on_signal(signum: int, frame: "Any") -> None:
+        raise _Stopped(signum)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         if shutil.which(argv[0]) is None:
             result.update(rc=127, error=f"{argv[0]}: not found on this host (not on its PATH)")
@@ -86,6 +176,10 @@ def run(argv: "List[str]", stdin: "Optional[str]" = None, stdout: "Optional[str]
             except OSError as exc:
                 result.update(rc=126, error=f"{argv[0]}: {exc.strerror or exc}")
                 return result
+            # stderr on a thread: a process the command left behind may hold the pipe open after it exits
+            chunks: "List[bytes]" = []
+            reader = threading.Thread(target=_drain, args=(proc.stderr, chunks), daemon=True)
+            reader.start()
             if listen_port is not None:
                 while not listening(listen_port) and proc.poll() is None:
                     if time.monotonic() - start > LISTEN_WAIT_S:
@@ -94,20 +188,53 @@ def run(argv: "List[str]", stdin: "Optional[str]" = None, stdout: "Optional[str]
                 if listening(listen_port):
                     _emit({"event": "listening", "port": listen_port, "after_s": time.monotonic() - start})
             try:
-                _, err = proc.communicate(timeout=timeout)
+                proc.wait(timeout=timeout)
+                result["wall_s"] = time.monotonic() - start
+                left = kill_tree(proc)
+                if left:
+                    result["leftover"] = left
             except subprocess.TimeoutExpired:
-                proc.kill()
-                _, err = proc.communicate()
-                result["error"] = f"killed after the timeout of {timeout:g} s"
-            result["wall_s"] = time.monotonic() - start
+                result["wall_s"] = time.monotonic() - start
+                result["killed"] = kill_tree(proc)
+                result["error"] = (f"killed after the timeout of {timeout:g} s, with the "
+                                   f"{result['killed']} process(es) of its tree")
             result["rc"] = proc.returncode
-            result["stderr"] = err.decode("utf-8", "replace")[-STDERR_TAIL:]
+            reader.join(timeout=2.0)
+            result["stderr"] = b"".join(chunks).decode("utf-8", "replace")[-STDERR_TAIL:]
+            still = descendants(os.getpid())
+            if still:
+                result["error"] = (result["error"] or "") + f"; processes {still} could not be killed"
         result["sink_bytes"] = _size(sink)
         return result
+    except _Stopped as stop:
+        result["killed"] = kill_tree(proc)
+        if proc is not None:
+            result["rc"] = proc.returncode
+        result["error"] = (f"stopped by {signal.Signals(stop.signum).name} from the controller, with the "
+                           f"{result['killed']} process(es) of the command's tree")
+        return result
     finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
         for path in remove or ():
             try:
                 os.unlink(path)
             except OSError:
                 pass
         _emit(result)
+
+
+class _Stopped(Exception):
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _drain(stream: "Any", chunks: "List[bytes]") -> None:
+    """Read `stream` to EOF keeping about STDERR_TAIL bytes at its end."""
+    kept = 0
+    for chunk in iter(lambda: stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536), b""):
+        chunks.append(chunk)
+        kept += len(chunk)
+        while kept - len(chunks[0]) > STDERR_TAIL * 4 and len(chunks) > 1:
+            kept -= len(chunks.pop(0))

@@ -9,6 +9,7 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
     cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
     finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
     private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
+    private-build PARENT BUILD            private-dirs PARENT, and every directory and file below BUILD too
     metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...] -> JSON: kernel, CPU, memory, data interface (+ whether it could do
                                           io_uring zero-copy receive), sysctls, sink mount...
     scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
@@ -120,6 +121,67 @@ def check_private_dirs(paths: "Sequence[str]") -> None:
         raise ActionError("; ".join(problems))
 
 
+MAX_TREE_PROBLEMS = 5
+
+
+def check_private_tree(root: str) -> None:
+    """check_private_dirs for `root` and everything below it (a worker build on PYTHONPATH: a module two
+    levels down that another user can rewrite runs as this user as surely as the top directory). Entries
+    are judged by lstat, never followed: a symlink, a device, a FIFO or a socket in a build is refused too
+    (the build makes none). The first MAX_TREE_PROBLEMS problems are named."""
+    euid = os.geteuid()
+    problems = []
+
+    def judge(path: str, st: "os.stat_result") -> None:
+        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "neither a file nor a directory"
+            problems.append(f"{path} is {kind} (a worker build holds only files and directories)")
+        elif st.st_uid != euid:
+            problems.append(f"{path} is owned by uid {st.st_uid}, not by uid {euid} who runs zcorch")
+        elif st.st_mode & 0o022:
+            problems.append(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
+
+    if stat.S_ISLNK(os.lstat(root).st_mode):
+        raise ActionError(f"{root} is a symlink, not the build directory zcorch made")
+    check_private_dirs([root])
+    if not problems:
+        for top, dirs, files in os.walk(root, onerror=_raise):
+            for name in dirs + files:
+                judge(os.path.join(top, name), os.lstat(os.path.join(top, name)))
+            if len(problems) >= MAX_TREE_PROBLEMS:
+                break
+    if problems:
+        raise ActionError("; ".join(problems[:MAX_TREE_PROBLEMS]) + f" — delete {root} to have it rebuilt, "
+                          "and find out who changed it")
+
+
+def check_private_ancestors(path: str) -> None:
+    """The directories above a worker build's parent: another user who can write one of them (without the
+    sticky bit that keeps others' entries) can rename the whole workdir away and put their own in its
+    place, so each must be root's or this user's, and group/other-writable only with the sticky bit (/tmp)."""
+    euid = os.geteuid()
+    problems = []
+    here = os.path.dirname(os.path.realpath(path))
+    while True:
+        st = os.stat(here)
+        if st.st_uid not in (0, euid):
+            problems.append(f"{here} (above the workdir) is owned by uid {st.st_uid}, neither root nor uid {euid}")
+        elif st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            problems.append(f"{here} (above the workdir) is writable by group or others without the sticky bit "
+                            f"(mode {stat.S_IMODE(st.st_mode):04o}): anyone could replace the workdir")
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    if problems:
+        raise ActionError("; ".join(problems) + " — choose a workdir (hosts.<role>.workdir) below directories "
+                          "only you and root can change")
+
+
+def _raise(exc: OSError) -> None:
+    raise exc
+
+
 # What zcorch.provision.deploy names its directories: worker-<16 hex> and .tmp-worker-<16 hex>-<8 hex>.
 BUILD_NAME = re.compile(r"worker-[0-9a-f]{16}")
 TMP_BUILD_NAME = re.compile(r"\.tmp-worker-[0-9a-f]{16}-[0-9a-f]{8}")
@@ -132,6 +194,13 @@ def finalize_build(tmp: str, final: str, marker: str, text: str, keep: int) -> N
         raise ActionError(f"the build printed no error but produced no zcorch/_native*.so in {tmp}")
     with open(os.path.join(tmp, marker), "w") as f:
         f.write(text)
+    # What the build made follows the login's umask (002 on user-private-group systems): no group/other
+    # write anywhere, or the reuse check (check_private_tree) would refuse it.
+    for top, dirs, files in os.walk(tmp):
+        for path in [top] + [os.path.join(top, n) for n in dirs + files]:
+            st = os.lstat(path)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+                os.chmod(path, stat.S_IMODE(st.st_mode) & ~0o022)
     if os.path.isdir(final) and not os.path.exists(os.path.join(final, marker)):
         aside = f"{final}.old-{os.getpid()}"
         os.rename(final, aside)          # an incomplete directory: replace it
@@ -143,7 +212,9 @@ def finalize_build(tmp: str, final: str, marker: str, text: str, keep: int) -> N
             raise
         shutil.rmtree(tmp, ignore_errors=True)   # a concurrent deploy of the same hash won the race
     parent = os.path.dirname(final)
-    check_private_dirs([parent, final])          # before it is used, and before pruning anything there
+    check_private_ancestors(parent)
+    check_private_dirs([parent])                 # before it is used, and before pruning anything there
+    check_private_tree(final)
     # The workdir may be a user's home: only our own names, and builds only with our marker, are ours.
     names = os.listdir(parent)
     builds = sorted((os.path.join(parent, n) for n in names if BUILD_NAME.fullmatch(n)),
@@ -617,6 +688,13 @@ def _private_dirs_action(args: "List[str]") -> int:
     return 0
 
 
+def _private_build_action(args: "List[str]") -> int:
+    check_private_ancestors(args[0])
+    check_private_dirs(args[:1])
+    check_private_tree(args[1])
+    return 0
+
+
 def _loop_autoclear_action(args: "List[str]") -> int:
     set_loop_autoclear(args)
     return 0
@@ -648,6 +726,7 @@ ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]"
     "cffi-dir": ("", 0, 0, _cffi_dir_action),
     "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
     "private-dirs": ("DIR...", 1, None, _private_dirs_action),
+    "private-build": ("PARENT BUILD", 2, 2, _private_build_action),
     "metadata": ("ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]", 2, None,
                  lambda a: _print_json(host_metadata(a[0], a[1], *_tool_args(a[2:])))),
     "scratch": ("WORKDIR [SUBDIR...]", 1, None, lambda a: _print_json(prepare_scratch(a[0], a[1:]))),

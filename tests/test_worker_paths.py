@@ -1,0 +1,105 @@
+"""The worker judges what a source, sink or command file resolves to on its own host (issue 23, items 5, 6).
+
+Real worker processes (`python -m zcorch.worker`) and real files, links and loop devices; each refusal
+happens before anything is opened, so nothing on this machine changes even where the old worker wrote."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from fixtures_fs import external_loop
+from fixtures_worker import needs_native, parse_events, run_worker, worker_argv, worker_env
+from test_guards import refused
+from zcorch.worker import paths
+
+FIN_TIMEOUT = "/proc/sys/net/ipv4/tcp_fin_timeout"
+
+
+def _refused(events: list, needle: str) -> bool:
+    return len(events) == 1 and events[0]["event"] == "error" and events[0]["code"] == "EPERM" \
+        and needle in events[0]["message"]
+
+
+@needs_native
+def test_a_sink_under_proc_or_sys_is_refused_also_behind_a_link(tmp_path):
+    before = open(FIN_TIMEOUT).read()
+    link = tmp_path / "innocent"
+    link.symlink_to(FIN_TIMEOUT)
+    dir_link = tmp_path / "dir"
+    dir_link.symlink_to("/proc/sys/net/ipv4")
+    for sink in (FIN_TIMEOUT, str(link), f"{dir_link}/tcp_fin_timeout", "/proc/self/root/proc/sys/net/ipv4/x",
+                 "/sys/kernel/mm/transparent_hugepage/enabled"):
+        rc, events, _ = run_worker("recv", "--listen", "127.0.0.1:0", "--mode", "read", "--sink", sink,
+                                   "--allow-device-sink")  # a device permission is no permission for /proc
+        assert rc == 1 and _refused(events, "kernel interface"), (sink, events)
+    assert open(FIN_TIMEOUT).read() == before
+
+
+@needs_native
+def test_a_source_under_proc_is_refused(tmp_path):
+    link = tmp_path / "src"
+    link.symlink_to("/proc/self/environ")
+    for source in ("/proc/self/environ", str(link)):
+        rc, events, _ = run_worker("send", "--connect", "127.0.0.1:9", "--mode", "read", "--source", source)
+        assert rc == 1 and _refused(events, "kernel interface"), events
+
+
+@pytest.mark.root
+@needs_native
+def test_a_source_that_resolves_to_a_block_device_is_refused(tmp_path):
+    """A symlink, /proc/self/root/dev/..., and /dev/fd/N all reach the loop device: none is read."""
+    with external_loop(str(tmp_path), "1MiB") as dev:
+        link = tmp_path / "looks-like-a-file"
+        link.symlink_to(dev)
+        for source in (str(link), f"/proc/self/root{dev}"):
+            rc, events, _ = run_worker("send", "--connect", "127.0.0.1:9", "--mode", "read", "--source", source)
+            assert rc == 1 and _refused(events, "block device"), (source, events)
+        fd = os.open(dev, os.O_RDONLY)
+        try:
+            p = subprocess.run(worker_argv("send", "--connect", "127.0.0.1:9", "--mode", "read", "--source",
+                                           f"/dev/fd/{fd}"), env=worker_env(), capture_output=True, text=True,
+                               timeout=30, pass_fds=(fd,))
+        finally:
+            os.close(fd)
+        assert p.returncode == 1 and _refused(parse_events(p.stdout), "block device"), p.stdout
+        # the allowed devices stay allowed under another name
+        zero = tmp_path / "zero"
+        zero.symlink_to("/dev/zero")
+        assert paths.device_problem(str(zero), paths.SOURCE_DEVICES) is None
+
+
+def test_command_files_are_checked_too(tmp_path):
+    link = tmp_path / "out"
+    link.symlink_to(FIN_TIMEOUT)
+    rc, events, _ = run_worker("command", "--stdout", str(link), "--", "true")
+    assert rc == 1 and _refused(events, "kernel interface"), events
+    rc, events, _ = run_worker("layout", "--path", "/proc/sys/net/ipv4/tcp_fin_timeout", "--bytes", "2")
+    assert rc == 1 and _refused(events, "kernel interface"), events
+
+
+def test_kernel_fs_reads_the_mount_table_not_the_name():
+    table = [("/", "ext4"), ("/srv/p", "proc"), ("/srv/p/x", "tmpfs")]
+    assert paths.kernel_fs("/srv/p/sys/net", table) == "proc"       # procfs mounted elsewhere
+    assert paths.kernel_fs("/srv/p/x/file", table) is None            # a mount over it
+    assert paths.kernel_fs("/srv/q", table) is None
+    assert paths.kernel_fs("/proc/sys/x", []) == "proc"               # no table: by name
+
+
+@pytest.mark.parametrize("text,key", [
+    ("params: {sink: /proc/sys/net/ipv4/tcp_fin_timeout}", "params.sink"),
+    ("params: {sink: //proc/./sys/vm/x}", "params.sink"),
+    ("params: {sink: /tmp/../sys/kernel/x}", "params.sink"),
+    ("params: {source: /proc/kcore}", "params.source"),
+    ("matrix: {sink: [/tmp/a, /sys/x]}", "matrix.sink[1]"),
+    ("baselines: {dd: {scratch: /proc/sys}}", "baselines.dd.scratch"),
+    ("filesystems: {k: {path: /proc/sys/net/ipv4}}", "filesystems.k.path"),
+    ("filesystems: {k: {fs: ext4, loop: {size: 1GiB}, mountpoint: /sys/kernel}}", "filesystems.k.mountpoint"),
+    ("filesystems: {k: {fs: ext4, loop: {size: 1GiB, dir: //proc/x}}}", "filesystems.k.loop.dir"),
+])
+def test_proc_and_sys_paths_are_refused_at_plan(write_yaml, text, key):
+    path = write_yaml(f"name: t\n{text}\n")
+    problems = refused(path)
+    assert len(problems) == 1 and f"{path}:2:" in problems[0] and f" {key}: " in problems[0], problems
+    assert "kernel settings" in problems[0] or "kernel interfaces" in problems[0]

@@ -1,0 +1,46 @@
+"""Which links the report and the history index make live (issue 23, item 16).
+
+Jinja2's autoescape stops markup, not a `javascript:` or `data:` URL in an href: a reference's
+`source.url` or a result directory named `javascript:alert(1)` would become a live link. Every href/src
+of the templates goes through one of two filters:
+
+- `href` (a URL written by someone: `reference.source.url`): only an absolute http(s) URL is a link;
+  anything else is no link at all (the template shows the text).
+- `path_href` (a relative path zcorch computed: a report, a result directory, a plot): percent-encoded
+  component by component, so a name with a colon is a path, never a scheme; absolute or empty: no link.
+"""
+from __future__ import annotations
+
+from urllib.parse import quote, urlsplit
+
+SCHEMES = ("http", "https")
+
+
+def _plain(value: object) -> str:
+    text = "" if value is None else str(value).strip()
+    return "" if any(ord(c) < 0x20 or c == "\x7f" for c in text) else text
+
+
+def href(value: object) -> str:
+    """An absolute http(s) URL safe for href, or "" when `value` may not be a link."""
+    text = _plain(value)
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return ""
+    if parts.scheme.lower() in SCHEMES and parts.netloc and not any(c in text for c in ' "<>`\\'):
+        return text
+    return ""
+
+
+def path_href(value: object) -> str:
+    """A relative path as an href ("" for an empty or absolute one): a colon in a name stays a path character."""
+    text = _plain(value)
+    if not text or text.startswith(("/", "\\")):
+        return ""
+    return quote(text, safe="/-._~")
+
+
+def anchor_href(name: object) -> str:
+    """`#name` for an in-page anchor."""
+    return "#" + quote(_plain(name), safe="-._~")

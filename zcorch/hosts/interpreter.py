@@ -1,0 +1,62 @@
+"""How zcorch starts a Python interpreter on a host so that nothing is imported from the current directory.
+
+    python_argv(python, module, flags=(), safe_path=False) -> argv     run MODULE, or the program on stdin
+    module_of(argv) -> (module or "-", index of its first argument) | None   the inverse, for the dry run
+
+`python -m M`, `python -c ...` and `python -` put the current directory first on sys.path. zcorch runs as
+root from wherever the user stands (a checkout, a shared directory) and, on SSH hosts, from the login's
+home directory: a `zcorch/` package or a `json.py` there would be imported instead of ours and run as root.
+So every interpreter zcorch starts runs either
+
+- with `-P` (Python 3.11+, `safe_path`): the current directory is never added, PYTHONPATH still counts
+  (the localhost worker finds the installed package through it); used where the version is known (the
+  controller's own interpreter), or
+- as `python -c BOOTSTRAP` (any Python 3): the first statement drops the '' entry -c added, before any
+  import, then runs the module (runpy, what -m does) or the program read from stdin.
+
+`-I` would do the same but also drop PYTHONPATH (the worker's build directory) and the user's site
+directory (a `pip install --user cffi`), so it is not used. A script run by path (native/build.py) gets
+its own directory first, not the current one, and needs nothing of this.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+# Drops what -c put first (the empty string: the current directory); a PYTHONSAFEPATH=1 environment
+# added nothing, and the check leaves sys.path alone then.
+# (Double quotes only: shlex.quote shows the program in one pair of single quotes in logs and the dry run.)
+_DROP_CWD = 'import sys; sys.path[:1] == [""] and sys.path.pop(0)'
+_RUN_MODULE = _DROP_CWD + '; import runpy; runpy.run_module("{module}", run_name="__main__", alter_sys=True)'
+# bytes: the program's own coding (UTF-8) applies, whatever the host's locale says
+_RUN_STDIN = _DROP_CWD + '; exec(compile(sys.stdin.buffer.read(), "<stdin>", "exec"))'
+STDIN = "-"
+
+
+def python_argv(python: str, module: Optional[str], flags: Sequence[str] = (), safe_path: bool = False) -> List[str]:
+    """[python, *flags, ...] running `module` (None: the program the caller writes to stdin), arguments to be
+    appended; safe_path: the interpreter is 3.11+ (-P), else the -c bootstrap."""
+    if module is not None and not all(part.isidentifier() for part in module.split(".")):
+        raise ValueError(f"not a module name: {module!r}")
+    if safe_path:
+        return [python, *flags, "-P", *(["-m", module] if module else [STDIN])]
+    return [python, *flags, "-c", _RUN_MODULE.format(module=module) if module else _RUN_STDIN]
+
+
+def module_of(argv: Sequence[str]) -> Optional[Tuple[str, int]]:
+    """(module, index of its first argument) of an argv python_argv made ("-" for a program on stdin), or None."""
+    for i, a in enumerate(argv[1:], 1):
+        if a == "-m" and i + 1 < len(argv):
+            return argv[i + 1], i + 2
+        if a == STDIN:
+            return STDIN, i + 1
+        if a == "-c" and i + 1 < len(argv):
+            code = argv[i + 1]
+            if code == _RUN_STDIN:
+                return STDIN, i + 2
+            head, _, tail = _RUN_MODULE.partition("{module}")
+            if code.startswith(head) and code.endswith(tail):
+                return code[len(head):len(code) - len(tail)], i + 2
+            return None
+        if not a.startswith("-"):
+            return None
+    return None

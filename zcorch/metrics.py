@@ -1,0 +1,222 @@
+"""The analysis metrics: one declaration of every figure a run frame (zcorch.load) offers for comparison.
+
+Each entry is a column of the frame: its unit, what it is, which side it describes, whether a higher or a
+lower value is better (or neither: a descriptive figure), how the two sides combine into a total, whether it
+is extensive (a total over the transfer, growing with `bytes`) and, from the unit, whether it is a rate.
+Everything else derives from here: `zcorch compare --metric` and `zcorch history --metric` (every metric with
+a direction) and their verdicts, the units and labels of the history page, the report's tables and plot
+axes, the metrics a `reference:` figure or claim and a `report:` view may name (zcorch.config.reference,
+zcorch.config.views), the stats default metrics, and the totals zcorch.analysis.frames computes.
+
+Adding an analysis metric is one entry here, plus its arithmetic in zcorch.analysis.frames when it is new
+(a `total_*` entry needs none: frames adds up its two sides by `combine`). The worker's own metrics
+(zcorch.params METRICS: what one worker measures) become per-side entries `send_<name>`/`recv_<name>`.
+
+Stdlib only: the config layer and the worker-side core import it without pandas.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from typing import Iterable, Optional
+
+from zcorch.params import METRICS as WORKER_METRICS
+from zcorch.units import unit_dimension
+
+SIDES = ("send", "recv", "total", "none")
+BETTER = ("higher", "lower", None)
+# How the sender's and the receiver's figure of one metric combine into the `total_*` figure.
+COMBINE = {
+    "sum": "the sender's plus the receiver's",
+    # Both workers on one kernel (same_host) read one /proc/stat over windows that overlap almost entirely:
+    # adding them would count the machine twice (zcorch.results.rates.host_busy_total).
+    "host": "the sender's plus the receiver's; on one machine (same_host) the larger, counted once",
+}
+_SIDE_WORDS = {"send": "sender", "recv": "receiver", "total": "both sides", "none": ""}
+
+
+class AnalysisMetric(namedtuple("AnalysisMetric", ("name", "unit", "side", "better", "combine", "extensive", "label",
+                                                   "help"))):
+    """One metric column of a run frame (an immutable record).
+
+    side: "send", "recv", "total" (both sides combined by `combine`) or "none" (of the transfer, not of a side);
+    better: "higher", "lower" or None (descriptive: no regression direction); combine: a key of COMBINE (the
+    rule by which the per-side figures make the total; on a `total` entry the rule it is computed by) or None;
+    extensive: a total over the transfer (a published figure for another `bytes` is compared per byte);
+    label: a few words for an axis or a column header; help: one sentence.
+    """
+
+    __slots__ = ()
+
+    @property
+    def quantity(self) -> bool:
+        """Whether the unit is one zcorch.units converts (a published figure can be written in it)."""
+        try:
+            unit_dimension(self.unit)
+            return True
+        except ValueError:
+            return False
+
+    @property
+    def rate(self) -> bool:
+        """A throughput (Gbit/s, MB/s): figures of any rate unit compare with each other and with a baseline."""
+        return self.quantity and unit_dimension(self.unit) == "rate"
+
+    @property
+    def directed(self) -> bool:
+        return self.better is not None
+
+    def worse(self, change: float) -> bool:
+        """Whether a change (candidate minus base) is in the bad direction (a rise of CPU, a fall of Gbit/s)."""
+        if self.better is None:
+            raise ValueError(f"metric {self.name!r} is descriptive: it has no better direction")
+        return change < 0 if self.better == "higher" else change > 0
+
+    @property
+    def axis_label(self) -> str:
+        """`label (unit)`: a plot axis, a history page."""
+        return f"{self.label} ({self.unit})" if self.unit else self.label
+
+    @property
+    def parts(self) -> "tuple[str, str]":
+        """(sender's column, receiver's column) of a `total` entry."""
+        base = self.name[len("total_"):]
+        return f"send_{base}", f"recv_{base}"
+
+
+def _sides(base: str, unit: str, label: str, help: str, better: Optional[str], combine: Optional[str] = None,
+           total: bool = False, extensive: bool = False, sides: Iterable[str] = ("send", "recv")) -> tuple:
+    """The per-side entries `<side>_<base>` of one figure, and `total_<base>` (computed by `combine`)."""
+    out = tuple(AnalysisMetric(f"{side}_{base}", unit, side, better, combine, extensive, f"{side} {label}",
+                               f"{_SIDE_WORDS[side]}: {help}") for side in sides)
+    if total:
+        out += (AnalysisMetric(f"total_{base}", unit, "total", better, combine, extensive, f"both {label}",
+                               f"both sides: {help}"),)
+    return out
+
+
+# The derived columns of zcorch.analysis.frames (add_derived, add_copy_units), in the frame's order.
+DERIVED: "tuple[AnalysisMetric, ...]" = (
+    AnalysisMetric("gbit_s", "Gbit/s", "none", "higher", None, False, "throughput",
+                   "bytes / wall time as the receiver saw it (the data has landed, an fsync included), else the "
+                   "sender's"),
+    AnalysisMetric("mb_s", "MB/s", "none", "higher", None, False, "throughput",
+                   "bytes / wall time in 10^6 bytes per second, as gbit_s"),
+    *_sides("cpu_s_per_gib", "s/GiB", "process CPU",
+            "user + system CPU seconds of the worker process per GiB moved (netperf's service demand)",
+            "lower", combine="sum", total=True),
+    AnalysisMetric("send_sys_share", "share", "send", None, None, False, "send system share",
+                   "sender: the system share (0..1) of its process CPU"),
+    *_sides("host_busy_s", "s", "host CPU busy",
+            "busy CPU seconds of the whole machine over the worker's window (/proc/stat: user, nice, system, "
+            "irq, softirq, steal; all CPUs)", None, extensive=True),
+    *_sides("host_busy_cpus", "CPUs", "host CPUs busy", "busy host CPU seconds / the window: CPUs busy on average",
+            None),
+    *_sides("host_busy_s_per_gib", "s/GiB", "host CPU",
+            "busy CPU seconds of the whole machine per GiB the side moved (softirq and interrupts included)",
+            "lower", combine="host", total=True),
+    *_sides("host_softirq_s_per_gib", "s/GiB", "host softirq CPU",
+            "softirq CPU seconds of the whole machine per GiB the side moved (most of the network stack's "
+            "receive work)", "lower"),
+    AnalysisMetric("zc_copied_share", "share", "none", None, None, False, "zero-copy completions copied",
+                   "share (0..1) of the kernel's zero-copy completion reports marked as copied"),
+    AnalysisMetric("zc_recv_mapped_share", "share", "none", None, None, False, "zero-copy receive mapped",
+                   "share (0..1) of the received bytes TCP_ZEROCOPY_RECEIVE mapped"),
+    # From meta.json's per-host calibration (frames.add_copy_units): one memcpy of a GiB on the side's host.
+    *_sides("copy_s_per_gib", "s/GiB", "one copy", "CPU seconds one memcpy of a GiB costs on the side's host "
+            "(the calibration yardstick)", None),
+    *_sides("cpu_copies", "copies", "process CPU",
+            "process CPU per GiB in units of one memcpy of a GiB on that host", "lower"),
+    *_sides("host_busy_copies", "copies", "host CPU",
+            "host CPU per GiB in units of one memcpy of a GiB on that host", "lower"),
+)
+
+# Not one number per run (a list per CPU), so no metric to compare although its unit is a quantity.
+_NOT_SCALAR = frozenset(("host_per_cpu_us",))
+
+
+def _worker_entries() -> tuple:
+    out = []
+    for m in WORKER_METRICS:
+        if m.name in _NOT_SCALAR:
+            continue
+        for side in ("send", "recv"):
+            if m.side not in (side, "both"):
+                continue
+            entry = AnalysisMetric(f"{side}_{m.name}", m.unit, side, None, None, m.extent == "total",
+                                   f"{side} {m.name}", f"{_SIDE_WORDS[side]} {m.help}")
+            if entry.quantity:   # an id or a flag (host_boot_id, uring_bundle) is no figure to compare
+                out.append(entry)
+    return tuple(out)
+
+
+ANALYSIS_METRICS: "tuple[AnalysisMetric, ...]" = DERIVED + _worker_entries()
+BY_NAME: "dict[str, AnalysisMetric]" = {m.name: m for m in ANALYSIS_METRICS}
+# What `zcorch compare` and `zcorch history` can follow: every metric with a better direction.
+DIRECTED: "tuple[str, ...]" = tuple(m.name for m in ANALYSIS_METRICS if m.directed)
+# What a published figure can be written in (zcorch.config.reference): metrics whose unit zcorch.units converts.
+QUANTITIES: "tuple[str, ...]" = tuple(m.name for m in ANALYSIS_METRICS if m.quantity)
+RATES: "frozenset[str]" = frozenset(m.name for m in ANALYSIS_METRICS if m.rate)
+EXTENSIVE: "frozenset[str]" = frozenset(m.name for m in ANALYSIS_METRICS if m.extensive)
+TOTALS: "tuple[AnalysisMetric, ...]" = tuple(m for m in ANALYSIS_METRICS if m.side == "total")
+# The default figures of zcorch.summarize: throughput and each side's process CPU per GiB.
+SUMMARY: "tuple[str, ...]" = ("mb_s", "gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib")
+
+
+def get(name: str) -> AnalysisMetric:
+    """The metric `name`; KeyError when the table has none."""
+    return BY_NAME[name]
+
+
+def directed(name: str) -> AnalysisMetric:
+    """The metric `name` if it has a better direction (one `compare`/`history` can follow), else ValueError
+    naming the choices."""
+    m = BY_NAME.get(name)
+    if m is None or not m.directed:
+        what = "has no better direction (a descriptive figure)" if m is not None else "is not a metric"
+        raise ValueError(f"{name!r} {what}; the metric must be one of {', '.join(DIRECTED)}")
+    return m
+
+
+def unit_of(name: str, default: str = "") -> str:
+    m = BY_NAME.get(name)
+    return m.unit if m is not None else default
+
+
+def axis_label(name: str) -> str:
+    """`label (unit)` of a metric, the name itself for a column the table does not declare."""
+    m = BY_NAME.get(name)
+    return m.axis_label if m is not None else name
+
+
+# ---------------------------------------------------------------- docs table
+
+DOC_BEGIN, DOC_END = "<!-- analysis-metrics:begin -->", "<!-- analysis-metrics:end -->"
+
+
+def markdown_table() -> str:
+    """The derived metrics as Markdown (docs/experiment-files.md "Analysis metrics"); the per-side worker metrics
+    (`send_<name>`, `recv_<name>`) are the worker table's."""
+    rows = ["| metric | unit | better | sides | meaning |", "|---|---|---|---|---|"]
+    for m in DERIVED:
+        sides = f"total: {COMBINE[m.combine]}" if m.side == "total" else m.side
+        rows.append(f"| `{m.name}` | {m.unit} | {m.better or '–'} | {sides} | {m.help.replace('|', '/')} |")
+    return "\n".join(rows)
+
+
+def render_docs(text: str) -> str:
+    """`text` with the lines between DOC_BEGIN and DOC_END replaced by markdown_table(); ValueError without them."""
+    start, stop = text.find(DOC_BEGIN), text.find(DOC_END)
+    if start < 0 or stop < start:
+        raise ValueError(f"the document has no `{DOC_BEGIN}` ... `{DOC_END}` block")
+    return text[:start + len(DOC_BEGIN)] + "\n" + markdown_table() + "\n" + text[stop:]
+
+
+if __name__ == "__main__":   # python -m zcorch.metrics FILE: rewrite the generated block of FILE
+    import sys
+
+    with open(sys.argv[1], encoding="utf-8") as f:
+        old = f.read()
+    new = render_docs(old)
+    if new != old:
+        with open(sys.argv[1], "w", encoding="utf-8") as f:
+            f.write(new)

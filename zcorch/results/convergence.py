@@ -1,0 +1,112 @@
+"""Repeat until stable: when a cell with `repeats: {min, max, target_ci}` has had enough runs.
+
+Pure functions of a cell's ok runs (no I/O, no clock), so the sweep's loop, `--resume`, the end-of-run
+summary and the gates (zcorch.analysis.gate) all decide the same way:
+
+- a run's value is its throughput as the receiver saw it (zcorch.results.rates.gbit_s of the receiver's
+  bytes and wall time); a run that is not ok has no value and does not count;
+- a cell has **converged** when it has at least `min` values and the 95% interval of their median reaches
+  no further than `target_ci` % from the median (zcorch.results.intervals.ci_width_pct). A 95% interval
+  needs 6 runs, so no cell converges with fewer than 6 ok runs, whatever `min` says;
+- a cell is **done** (gets no more runs) when it converged or every one of its `max` planned repeats has
+  been run; it is **complete** (nothing missing: the gate's view) when it converged or all `max` repeats
+  are ok. A repeat that failed is re-run by --resume, like a failed run of a fixed `repeats: N`.
+
+With a fixed `repeats: N` (policy None) a cell never converges early: it is complete when all N are ok.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from zcorch.config.schema import RepeatPolicy
+from zcorch.results import rates
+from zcorch.results.intervals import CI, ci_width_pct
+
+__all__ = ["CellState", "RepeatPolicy", "cell_state", "cell_states", "incomplete_cells", "policy_from_record",
+           "run_value"]
+
+
+@dataclass(frozen=True)
+class CellState:
+    """A cell's standing after its runs so far: n ok runs, how far the 95% interval of their median reaches
+    (% of the median, inf while there is no 95% interval) and whether that is within the target."""
+
+    n: int
+    width_pct: float
+    converged: bool
+
+    def as_record(self) -> dict:
+        """The `convergence` entry of a run record (and of manifest.json's per-cell list): width_pct is
+        null while there is no 95% interval (fewer than 6 ok runs)."""
+        width = None if not math.isfinite(self.width_pct) else round(self.width_pct, 4)
+        return {"n": self.n, "width_pct": width, "converged": self.converged}
+
+
+def run_value(record: Mapping) -> Optional[float]:
+    """The value a run adds to its cell: its throughput in Gbit/s as the receiver saw it; None for a run
+    that is not ok or lacks the receiver's bytes and wall time."""
+    if record.get("status") != "ok":
+        return None
+    recv = record.get("receiver") or {}
+    nbytes, wall = recv.get("bytes"), recv.get("wall_ns")
+    if not nbytes or not wall:
+        return None
+    return rates.gbit_s(nbytes, wall)
+
+
+def cell_state(values: Sequence[float], policy: Optional[RepeatPolicy]) -> CellState:
+    """The state of a cell with these ok values (a fixed `repeats: N`: policy None, never converged)."""
+    width = ci_width_pct(values, CI)
+    converged = policy is not None and len(values) >= policy.min and width <= policy.target_ci
+    return CellState(len(values), width, converged)
+
+
+def _values(plan_runs: Iterable[Mapping], latest: Mapping[Tuple[str, int], Mapping]
+            ) -> "Tuple[Dict[str, List[float]], Dict[str, List[int]]]":
+    values: Dict[str, List[float]] = {}
+    repeats: Dict[str, List[int]] = {}
+    for run in plan_runs:
+        cell, repeat = str(run["id"]), int(run["repeat"])
+        repeats.setdefault(cell, []).append(repeat)
+        values.setdefault(cell, [])
+        rec = latest.get((cell, repeat))
+        v = run_value(rec) if rec is not None else None
+        if v is not None:
+            values[cell].append(v)
+    return values, repeats
+
+
+def cell_states(plan_runs: Iterable[Mapping], latest: Mapping[Tuple[str, int], Mapping],
+                policy: Optional[RepeatPolicy]) -> Dict[str, CellState]:
+    """{cell: CellState} from the newest record of each planned (cell, repeat) (zcorch.results.store.latest_runs)."""
+    values, _ = _values(plan_runs, latest)
+    return {cell: cell_state(v, policy) for cell, v in values.items()}
+
+
+def incomplete_cells(plan_runs: Iterable[Mapping], latest: Mapping[Tuple[str, int], Mapping],
+                     policy: Optional[RepeatPolicy]) -> Dict[str, int]:
+    """{cell: planned repeats not ok} of the cells that are not complete: neither converged nor with every
+    planned repeat ok (module docstring). A fixed `repeats: N` (policy None): every cell short of N ok runs."""
+    plan_runs = list(plan_runs)
+    values, repeats = _values(plan_runs, latest)
+    out = {}
+    for cell, reps in repeats.items():
+        if cell_state(values[cell], policy).converged:
+            continue
+        missing = sum(1 for r in reps if (latest.get((cell, r)) or {}).get("status") != "ok")
+        if missing:
+            out[cell] = missing
+    return out
+
+
+def policy_from_record(data: Optional[Mapping]) -> Optional[RepeatPolicy]:
+    """The RepeatPolicy a result set's manifest.json records under "repeats" (None: a fixed count, or a set
+    written before repeat-until-stable existed)."""
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        return RepeatPolicy(int(data["min"]), int(data["max"]), float(data["target_ci"]))
+    except (KeyError, TypeError, ValueError):
+        return None

@@ -1,0 +1,219 @@
+"""Files inside a result set (or an output directory), read and written as root may safely do.
+
+A result set can come from anyone (copied from a lab, unpacked from an archive) and `zcorch report` or
+`history` often runs as root. So (issue 23, items 4 and 13):
+
+- Reading: a file is opened component by component below the set's directory with O_NOFOLLOW, and must
+  be a regular file: a symlink (to a 0600 secret, /dev/zero, a FIFO) is refused, never followed, and a
+  name from a file (`experiment_file` of the manifest) cannot leave the set (`..`, absolute paths).
+- Bounded: whole-file reads have a size limit per kind of file; JSON-lines files are streamed with a
+  line-length and a record-count limit, and what was skipped is said (a `SkippedWarning`), so a sparse
+  2 GiB runs.jsonl costs a bounded amount of memory instead of the whole file.
+- Writing: into an exclusive temporary (O_CREAT|O_EXCL|O_NOFOLLOW, a random name) in the target
+  directory, then renamed over the final name: a symlink planted at the final or at a temporary name is
+  replaced or never opened, and nothing is written through it. Sub-directories are walked with
+  O_NOFOLLOW and created when missing.
+
+The directory the user names is taken as given (it may itself be a symlink the user made); only what lies
+below it is held to these rules. Stdlib only.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import stat
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Tuple, Union
+
+from zcorch.errors import ResultsError
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# Limits (far above what a sweep writes; see docs/architecture.md, result sets).
+MAX_JSON_BYTES = 64 * 1024 ** 2           # manifest.json, meta.json, plan.json
+MAX_PLAN_BYTES = 1024 ** 3               # plan.json: about 500 bytes a run, at most 1M runs
+MAX_TEXT_BYTES = 16 * 1024 ** 2           # experiment.yaml and its source copy
+MAX_LINE_BYTES = 4 * 1024 ** 2            # one record of runs.jsonl, baselines.jsonl, samples/*.jsonl
+MAX_RECORDS = 10_000_000                  # records of one JSON-lines file (1M runs, resumed many times)
+MAX_SAMPLE_RECORDS = 2_000_000            # lines of one samples file
+MAX_CACHE_BYTES = 64 * 1024 ** 3          # runs.parquet
+_CHUNK = 1024 ** 2
+
+
+class SkippedWarning(UserWarning):
+    """Part of a result-set file was skipped by a bound (the message says what and why)."""
+
+
+def _skipped(message: str) -> None:
+    warnings.warn(message, SkippedWarning, stacklevel=3)
+
+
+def _parts(rel: str, root: PathLike) -> "list[str]":
+    parts = str(rel).split("/")
+    if str(rel).startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ResultsError(f"{root}: `{rel}` is not a plain path inside the result set (no `..`, no absolute "
+                           "path): not read")
+    return parts
+
+
+def _walk(root: PathLike, parts: "list[str]", create: bool) -> int:
+    """A directory fd of root/parts..., each component opened without following a link."""
+    dfd = os.open(os.fspath(root), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for i, part in enumerate(parts):
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=dfd)
+                except FileExistsError:
+                    pass
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    where = os.path.join(os.fspath(root), *parts[:i + 1])
+                    raise ResultsError(f"{where}: not a directory (a symbolic link or a file): not followed, "
+                                       "nothing read or written through it") from None
+                raise
+            os.close(dfd)
+            dfd = nfd
+        return dfd
+    except BaseException:
+        os.close(dfd)
+        raise
+
+
+def open_inside(root: PathLike, rel: str) -> int:
+    """A read-only fd of the regular file root/rel (ResultsError for a link, a non-regular file or a path
+    leaving root; FileNotFoundError when missing)."""
+    parts = _parts(rel, root)
+    dfd = _walk(root, parts[:-1], create=False)
+    try:
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ResultsError(f"{os.path.join(os.fspath(root), rel)}: a symbolic link: not followed (a result "
+                               "set's files are read only as regular files inside it)") from None
+        raise
+    finally:
+        os.close(dfd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ResultsError(f"{os.path.join(os.fspath(root), rel)}: not a regular file: not read")
+    return fd
+
+
+def fd_path(fd: int) -> str:
+    """A path that opens exactly the file of `fd` again (for readers that take only a path, e.g. Arrow)."""
+    return f"/proc/self/fd/{fd}"
+
+
+def read_bytes(root: PathLike, rel: str, limit: int) -> bytes:
+    """The whole regular file root/rel, refused (ResultsError) when larger than `limit` bytes."""
+    fd = open_inside(root, rel)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1)
+    if size > limit or len(data) > limit:
+        raise ResultsError(f"{os.path.join(os.fspath(root), rel)}: {max(size, len(data))} bytes, more than the "
+                           f"{limit} this kind of file may have: not read")
+    return data
+
+
+def read_text(root: PathLike, rel: str, limit: int = MAX_TEXT_BYTES) -> str:
+    return read_bytes(root, rel, limit).decode("utf-8", errors="replace")
+
+
+def read_json(root: PathLike, rel: str, limit: int = MAX_JSON_BYTES) -> Any:
+    """JSON of root/rel (ValueError if it is not JSON, as json.loads)."""
+    return json.loads(read_bytes(root, rel, limit))
+
+
+def iter_lines(root: PathLike, rel: str, max_line: int = MAX_LINE_BYTES, max_records: int = MAX_RECORDS,
+               skipped: Callable[[str], None] = _skipped) -> Iterator[Tuple[int, bytes, bool]]:
+    """(line number, line, terminated) of a JSON-lines file, streamed. A line longer than `max_line` is
+    skipped (read past in chunks, never held); after `max_records` non-empty lines the rest is skipped;
+    both are reported through `skipped` once per file. No file: nothing."""
+    try:
+        fd = open_inside(root, rel)
+    except FileNotFoundError:
+        return
+    where = os.path.join(os.fspath(root), rel)
+    long_lines: "list[int]" = []
+    count = 0
+    with os.fdopen(fd, "rb") as f:
+        lineno = 0
+        while True:
+            line = f.readline(max_line + 1)
+            if not line:
+                break
+            lineno += 1
+            if len(line) > max_line and not line.endswith(b"\n"):
+                long_lines.append(lineno)
+                while True:  # the rest of the line, a chunk at a time
+                    chunk = f.readline(_CHUNK)
+                    if not chunk or chunk.endswith(b"\n"):
+                        break
+                continue
+            if not line.strip():
+                continue
+            count += 1
+            if count > max_records:
+                skipped(f"{where}: more than {max_records} records: those from line {lineno} on were skipped")
+                break
+            yield lineno, line, line.endswith(b"\n")
+    if long_lines:
+        first = ", ".join(str(n) for n in long_lines[:5]) + (" ..." if len(long_lines) > 5 else "")
+        skipped(f"{where}: {len(long_lines)} line(s) longer than {max_line} bytes skipped (line {first})")
+
+
+def write_inside(directory: PathLike, rel: str, data: Union[bytes, Callable[[Any], None]], mode: int = 0o644,
+                 fsync: bool = False) -> Path:
+    """Replace directory/rel with `data` (bytes, or a function writing into a binary file object) through an
+    exclusive temporary; missing sub-directories of `rel` are created; no link below `directory` is followed.
+    fsync: the data is on disk before the rename (a crash leaves the old file or the new one)."""
+    parts = _parts(rel, directory)
+    dfd = _walk(directory, parts[:-1], create=True)
+    try:
+        tmp = f".{parts[-1]}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                if callable(data):
+                    data(f)
+                else:
+                    f.write(data)
+                f.flush()
+                os.fchmod(f.fileno(), mode)
+                if fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+    finally:
+        os.close(dfd)
+    return Path(directory, *parts)
+
+
+def is_regular_inside(root: PathLike, rel: str) -> bool:
+    """Whether root/rel is a regular file reached without links (what open_inside would open)."""
+    try:
+        os.close(open_inside(root, rel))
+        return True
+    except (OSError, ResultsError):
+        return False
+
+
+def regular_or_missing(root: PathLike, rel: str) -> Optional[int]:
+    """open_inside, or None when the file does not exist."""
+    try:
+        return open_inside(root, rel)
+    except FileNotFoundError:
+        return None

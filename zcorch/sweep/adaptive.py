@@ -1,0 +1,55 @@
+"""Repeat until stable during a sweep: which planned runs still run, and each cell's state in its records.
+
+The plan lists every cell's repeats up to `max` (plan.json too), in the experiment's order (interleave:
+round r of every cell, then round r+1). The runner asks `wants(cell)` before each run: a cell that has
+converged (zcorch.results.convergence) gets no more runs, the others go on until their `max`. After each
+run `observe(record)` adds the run's value and writes the cell's state into the record
+(`"convergence": {"n", "width_pct", "converged"}`). Seeded from the records already in the result set,
+so `--resume` continues only the cells that have not converged, and never re-runs an ok run.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, Mapping, Optional
+
+from zcorch.results.convergence import CellState, RepeatPolicy, cell_state, run_value
+from zcorch.results.store import latest_runs
+
+
+class Convergence:
+    """The cells' values and states of one sweep with a RepeatPolicy."""
+
+    def __init__(self, policy: RepeatPolicy, plan_runs: Iterable[Mapping], records: Iterable[dict] = ()):
+        self.policy = policy
+        self._values: Dict[str, Dict[int, float]] = {str(r["id"]): {} for r in plan_runs}
+        for (cell, repeat), rec in latest_runs(records).items():
+            value = run_value(rec)
+            if value is not None and cell in self._values:
+                self._values[cell][repeat] = value
+
+    def state(self, cell: str) -> CellState:
+        return cell_state(list(self._values.get(cell, {}).values()), self.policy)
+
+    def wants(self, cell: str) -> bool:
+        """Whether the cell still gets runs: it has not converged."""
+        return not self.state(cell).converged
+
+    def observe(self, record: dict) -> None:
+        """Count a finished run's value (ok runs only; a re-run replaces its repeat's value) and add the cell's
+        state after it to the record, before the record is written."""
+        cell, repeat = str(record["cell"]), int(record["repeat"])
+        values = self._values.setdefault(cell, {})
+        value = run_value(record)
+        if value is None:
+            values.pop(repeat, None)
+        else:
+            values[repeat] = value
+        record["convergence"] = self.state(cell).as_record()
+
+    def states(self) -> Dict[str, CellState]:
+        return {cell: self.state(cell) for cell in self._values}
+
+
+def tracker(policy: Optional[RepeatPolicy], plan_runs: Iterable[Mapping],
+            records: Iterable[dict] = ()) -> Optional[Convergence]:
+    """A Convergence for an adaptive sweep; None for a fixed `repeats: N` (every planned run runs)."""
+    return Convergence(policy, plan_runs, records) if policy is not None else None
