@@ -248,10 +248,12 @@ def test_paths_outside_dev_and_non_block_devices_are_refused(host, tmp_path, fs_
 # --- failures and cleanup -----------------------------------------------------------------------
 
 def test_failed_mkfs_undoes_the_half_built_configuration(host, before, fs_state_dir):
+    # an option zcorch accepts (a key mkfs.xfs knows) whose value mkfs.xfs itself refuses on this device:
+    # 999999 allocation groups of a 320 MiB device are 1 block each, below its 4096-block minimum
     configs = filesystems_from_mapping({"x": {"fs": "xfs", "loop": {"count": 1, "size": "320MiB"},
-                                              "mkfs_options": ["-d", "bogus=1"]}})
+                                              "mkfs_options": ["-d", "agcount=999999"]}})
     fm = FilesystemManager(host, configs, fs_state_dir)
-    with pytest.raises(HostError, match=r"filesystem 'x': `mkfs.xfs -f -d bogus=1 -- /dev/loop\d+` failed"):
+    with pytest.raises(HostError, match=r"filesystem 'x': `mkfs.xfs -f -d agcount=999999 -- /dev/loop\d+` failed"):
         fm.ensure("x")
     assert host_state(host) == before  # loop detached, backing file gone, before teardown_all
     fm.teardown_all()

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import require_tool
 from fixtures_analysis import zcorch_cli
+from fixtures_browser import assert_page_is_sound, open_in_browser
 
 # Tiny on purpose: 2 cells x 5 repeats of 32 MiB (5 a side: Mann-Whitney can reach p < 0.05).
 EXPERIMENT = """\
@@ -59,3 +60,10 @@ def test_history_check_on_two_alike_lab_sweeps_then_a_rate_limited_one(lab, tmp_
     for night in ("night1", "night2", "night3"):
         assert (root / night / "history-check" / "report.html").is_file()
         assert f'href="{night}/history-check/report.html"' in page
+    # both pages of two hosts in a real browser (screenshots: tests/fixtures_browser.artifacts_dir)
+    seen = open_in_browser(root / "index.html", tmp_path, "history-lab-two-hosts")
+    assert_page_is_sound(seen)
+    assert len(seen["images"]) == 2
+    seen = open_in_browser(root / "night3" / "history-check" / "report.html", tmp_path, "report-lab-two-hosts")
+    assert_page_is_sound(seen)
+    assert seen["headings"][0] == "Findings"

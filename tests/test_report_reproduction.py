@@ -45,7 +45,7 @@ def with_reference(path):
 
 def test_the_section_shows_published_and_measured_side_by_side(small_set):
     page = build_report(with_reference(small_set))
-    section = page[page.index("<h2>Reproduction</h2>"):page.index("<h2>Experiment</h2>")]   # the report opens with it
+    section = page[page.index('<h2 id="reproduction">Reproduction</h2>'):page.index('<h2 id="results">')]  # after the Findings
     assert "A &lt;b&gt;test&lt;/b&gt; study" in section                       # escaped like every value
     assert '<a href="https://example.org/study">' in section
     for label in ("published (study)", "measured (this run)", "published / study baseline",
@@ -79,7 +79,7 @@ def test_the_verdicts_follow_the_measured_numbers(small_set):
     assert fig.measured_baseline == 7132352246.063828 / 1e9          # the plain 64 KiB iperf3 test of the set
 
 
-def test_markdown_prints_the_section_alone(small_set, capsys):
+def test_markdown_prints_the_findings_then_the_section(small_set, capsys):
     d = with_reference(small_set)
     text = reproduction_markdown(d)
     assert text.startswith("## Reproduction: quickstart-small\n")
@@ -90,11 +90,30 @@ def test_markdown_prints_the_section_alone(small_set, capsys):
     from zcorch.cli import main
     assert main(["report", str(d), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
-    assert out == text and not (d / "report.html").exists()
+    assert out.startswith("## Findings: quickstart-small\n") and out.endswith("\n" + text + "\n")
+    assert not (d / "report.html").exists()
 
 
-def test_markdown_without_a_reference_says_so(small_set, capsys):
+def test_markdown_without_a_reference_has_the_findings_alone(small_set, capsys):
     from zcorch.cli import main
-    assert main(["report", str(small_set), "--format", "markdown"]) != 0
-    assert "has no `reference:` section" in capsys.readouterr().err
-    assert "<h2>Reproduction</h2>" not in build_report(small_set)
+    assert main(["report", str(small_set), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("## Findings: quickstart-small\n") and "## Reproduction" not in out
+    assert ">Reproduction</h2>" not in build_report(small_set)
+
+
+def test_json_carries_the_findings_and_the_section(small_set):
+    import json as _json
+
+    import jsonschema
+
+    from zcorch.analysis.summary import report_document
+    from fixtures_analysis import ROOT
+
+    doc = report_document(with_reference(small_set))
+    jsonschema.validate(_json.loads(_json.dumps(doc)), _json.loads((ROOT / "docs/schemas/report.schema.json").read_text()))
+    rep = doc["reproduction"]
+    assert rep["error"] is None and rep["source"]["url"] == "https://example.org/study"
+    assert any(c["claim (published finding)"] == "the pinned sender is slower" and c["verdict"] == "inconclusive"
+               for c in rep["claims"])
+    assert doc["findings"]["rankings"][0]["modes"][0]["rank"] == 1

@@ -4,7 +4,7 @@ and no global backend are touched; a notebook shows them with `display(fig)`).
 Each plot function returns a list of `Plot`s; a plot that does not apply to the data (e.g. a
 buffer-size sweep when there is one buffer size) comes back with `figure=None` and a `note`
 saying why, never as an empty chart. When parameters other than the plotted ones vary, one plot is
-drawn per combination of them (at most MAX_SLICES, the rest are noted). Plots only show successful
+drawn per combination of them (every one: a chart that would hold too much is split, never cut). Plots only show successful
 runs, so a parameter that differs only in failed cells does not split them.
 """
 from __future__ import annotations
@@ -55,14 +55,11 @@ def slices(df: pd.DataFrame, plotted: Sequence[str]) -> "tuple[list, Optional[st
         return [("", df, {})], None
     groups = list(df.groupby(others, sort=True, dropna=False))
     out = []
-    for key, sub in groups[:MAX_SLICES]:
+    for key, sub in groups:
         key = key if isinstance(key, tuple) else (key,)
         out.append((", ".join(f"{p}={format_value(p, v)}" for p, v in zip(others, key)), sub,
                     dict(zip(others, key))))
-    note = None
-    if len(groups) > MAX_SLICES:
-        note = f"{len(groups) - MAX_SLICES} more combinations of {', '.join(others)} not drawn"
-    return out, note
+    return out, None
 
 
 def _slug(text: str) -> str:
@@ -257,10 +254,27 @@ def view_summary(df: pd.DataFrame, view: View) -> "tuple[pd.DataFrame, list, lis
     return s, _keys(ok, view.facet), _keys(ok, view.hue), _keys(ok, view.x)
 
 
+def _in_keys(df: pd.DataFrame, params: "Sequence[str]", keys: list) -> pd.Series:
+    """Rows of `df` whose values of `params` are one of `keys`."""
+    mask = np.zeros(len(df), dtype=bool)
+    for key in keys:
+        mask[_positions(df, params, key)] = True
+    return pd.Series(mask, index=df.index)
+
+
+def _positions(df: pd.DataFrame, params: "Sequence[str]", key: tuple) -> np.ndarray:
+    mask = np.ones(len(df), dtype=bool)
+    for p, v in zip(params, key):
+        col = df[p]
+        mask &= (col.isna() if _is_null(v) else (col == v)).to_numpy()
+    return np.flatnonzero(mask)
+
+
 def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | None" = None, experiment: str = "",
-                    folded: "Sequence[str]" = (), name: str = "view") -> Plot:
+                    folded: "Sequence[str]" = (), name: str = "view", part: str = "") -> "Plot | list":
     """One figure: a panel per facet combination, bars per x position and hue, median with CI whiskers;
-    throughput panels carry the iperf3 baselines as lines."""
+    throughput panels carry the iperf3 baselines as lines. More than MAX_PANELS panels: a list of figures
+    (every panel drawn)."""
     metric = view.metric
     declared = METRICS_BY_NAME.get(metric)
     unit = declared.unit if declared is not None else ""
@@ -271,9 +285,12 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
         return Plot(name, _title(experiment, what, ""), None,
                     "no successful runs to plot" if ok.empty else f"the runs have no `{metric}`")
     s, facets, hues, xs = view_summary(df, view)
+    if len(facets) > MAX_PANELS and "_part" not in name:  # every panel drawn: one figure per MAX_PANELS
+        n_parts = -(-len(facets) // MAX_PANELS)
+        return [small_multiples(df[_in_keys(df, view.facet, facets[i:i + MAX_PANELS])], view, baselines, experiment,
+                                folded, f"{name}_part{i // MAX_PANELS + 1}", f" (part {i // MAX_PANELS + 1} of {n_parts})")
+                for i in range(0, len(facets), MAX_PANELS)]
     note = None
-    if len(facets) > MAX_PANELS:
-        note, facets = f"{len(facets) - MAX_PANELS} more panels ({'+'.join(view.facet)}) not drawn", facets[:MAX_PANELS]
     ncols = min(3, len(facets))
     nrows = -(-len(facets) // ncols)
     width = max(4.5, 0.5 * len(xs) * max(1, len(hues)) + 2.5)
@@ -340,9 +357,9 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
         fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize="small",
                    title="+".join(view.hue) if view.hue else None, bbox_to_anchor=(0.5, 0.0))
         bottom = min(0.5, (0.25 + 0.2 * rows) / height)
-    fig.suptitle(_title(experiment, what, ""))
+    fig.suptitle(_title(experiment, what + part, ""))
     fig.tight_layout(rect=(0, bottom, 1, 1))
-    return Plot(name, _title(experiment, what, ""), fig, note)
+    return Plot(name, _title(experiment, what + part, ""), fig, note)
 
 
 def views(df: pd.DataFrame, declared: "Sequence[View]" = (), baselines: "pd.DataFrame | None" = None,
@@ -357,10 +374,14 @@ def views(df: pd.DataFrame, declared: "Sequence[View]" = (), baselines: "pd.Data
             if missing:
                 out.append(Plot(f"view-{i + 1}", v.title or f"view {i + 1}", None, f"the runs have no `{missing[0]}`"))
                 continue
-            out.append(small_multiples(df, v, baselines, experiment, name=f"view-{i + 1}"))
+            out += _listed(small_multiples(df, v, baselines, experiment, name=f"view-{i + 1}"))
         return out
     view, folded = default_view(df)
-    return [small_multiples(df, view, baselines, experiment, folded, name="view")]
+    return _listed(small_multiples(df, view, baselines, experiment, folded, name="view"))
+
+
+def _listed(plot: "Plot | list") -> list:
+    return plot if isinstance(plot, list) else [plot]
 
 
 def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
@@ -444,7 +465,7 @@ MAX_CELLS_DRAWN = 16
 
 def _cell_label(row: pd.Series, others: Sequence[str]) -> str:
     label = f"{row['send_mode']} → {row['recv_mode']}"
-    return label + "".join(f"\n{p}={format_value(p, row[p])}" for p in others)
+    return label + "".join(f", {p}={format_value(p, row[p])}" for p in others if not _is_null(row[p]))
 
 
 def cpu_views(df: pd.DataFrame, experiment: str = "") -> list:
@@ -461,14 +482,21 @@ def cpu_views(df: pd.DataFrame, experiment: str = "") -> list:
     for key in ("send_mode", "recv_mode"):  # carried along only when they vary
         if key not in s:
             s[key] = ok[key].iloc[0]
-    s = s.sort_values(["send_mode", "recv_mode", "cell"])
-    note = None
-    if len(s) > MAX_CELLS_DRAWN:
-        note = f"{len(s) - MAX_CELLS_DRAWN} more cells not drawn (the cells table lists them all)"
-        s = s.iloc[:MAX_CELLS_DRAWN]
     others = [c for c in varying_params(ok) if c not in ("send_mode", "recv_mode") and c in s]
+    s = s.sort_values(["send_mode", "recv_mode"] + others + ["cell"])
+    # every cell drawn: MAX_CELLS_DRAWN per figure, as many figures as it takes, on one y scale
+    top = max(float(np.nanmax(s[[f"{m}_median" for m in metrics]].to_numpy(dtype=float))), 0.0) * 1.08 or 1.0
+    n_parts = -(-len(s) // MAX_CELLS_DRAWN)
+    return [_cpu_views_figure(s.iloc[i:i + MAX_CELLS_DRAWN], ok, others, experiment,
+                              what + (f" (part {i // MAX_CELLS_DRAWN + 1} of {n_parts})" if n_parts > 1 else ""),
+                              "cpuviews" + (f"_part{i // MAX_CELLS_DRAWN + 1}" if n_parts > 1 else ""), top)
+            for i in range(0, len(s), MAX_CELLS_DRAWN)]
+
+
+def _cpu_views_figure(s: pd.DataFrame, ok: pd.DataFrame, others: list, experiment: str, what: str, name: str,
+                      top: float) -> Plot:
     labels = [_cell_label(r, others) for _, r in s.iterrows()]
-    fig = Figure(figsize=(max(8.0, 1.1 * len(s) + 3), 9))
+    fig = Figure(figsize=(max(8.0, 0.9 * len(s) + 3), 10))
     axes = fig.subplots(2, 1, sharex=True)
     x = np.arange(len(s))
     same = "same_host" in ok and bool(ok["same_host"].fillna(False).astype(bool).any())
@@ -482,14 +510,15 @@ def cpu_views(df: pd.DataFrame, experiment: str = "") -> list:
         ax.set_title(side + (" (one machine with the receiver: its host CPU is the same machine's)"
                              if same and side == "sender" else ""))
         ax.legend(fontsize="small")
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, top)
         ax.grid(True, axis="y", alpha=0.3)
     axes[1].set_xticks(x)
-    axes[1].set_xticklabels(labels, fontsize="small")
+    # slanted, anchored at their right end under the bar pair: long labels never run into each other
+    axes[1].set_xticklabels(labels, fontsize="small", rotation=35, ha="right", rotation_mode="anchor")
     axes[1].set_xlabel("send mode → receive mode")
     fig.suptitle(_title(experiment, what, ""))
     fig.tight_layout()
-    return [Plot("cpuviews", _title(experiment, what, ""), fig, note)]
+    return Plot(name, _title(experiment, what, ""), fig)
 
 
 def samples_timelines(df: pd.DataFrame, samples: "pd.DataFrame | None", experiment: str = "") -> list:
@@ -559,14 +588,18 @@ def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
                      "skipped: a heatmap needs at least two send modes and two receive modes")]
     plots = []
     parts, note = slices(ok, ["send_mode", "recv_mode"])
-    for label, sub, _ in parts:
-        table = (_ok(sub).groupby(["send_mode", "recv_mode"])["gbit_s"].median()
-                 .unstack("recv_mode").sort_index().sort_index(axis=1))
+    tables = [(label, _ok(sub).groupby(["send_mode", "recv_mode"])["gbit_s"].median()
+               .unstack("recv_mode").sort_index().sort_index(axis=1)) for label, sub, _ in parts]
+    # one colour scale for every panel: the same colour is the same throughput in each
+    every = np.concatenate([t.to_numpy(dtype=float).ravel() for _, t in tables if not t.empty] or [np.array([])])
+    every = every[np.isfinite(every)]
+    vmin, vmax = (float(every.min()), float(every.max())) if every.size else (None, None)
+    for label, table in tables:
         if table.empty:
             continue
         fig = Figure(figsize=(max(7.0, 1.4 * table.shape[1] + 3), 0.7 * table.shape[0] + 2.5))
         ax = fig.add_subplot()
-        im = ax.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto")
+        im = ax.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto", vmin=vmin, vmax=vmax)
         ax.set_xticks(range(table.shape[1]))
         ax.set_xticklabels(table.columns)
         ax.set_yticks(range(table.shape[0]))
@@ -574,12 +607,11 @@ def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
         ax.set_xlabel("receive mode")
         ax.set_ylabel("send mode")
         values = table.to_numpy(dtype=float)
-        finite = values[np.isfinite(values)]
-        mid = (finite.min() + finite.max()) / 2 if finite.size else 0
+        mid = (vmin + vmax) / 2 if vmin is not None else 0
         for (i, j), v in np.ndenumerate(values):
             if np.isfinite(v):
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="black" if v > mid else "white")
-        fig.colorbar(im, ax=ax, label="Gbit/s")
+        fig.colorbar(im, ax=ax, label="Gbit/s (one scale for every panel)" if len(tables) > 1 else "Gbit/s")
         ax.set_title(_title(experiment, what, label))
         fig.tight_layout()
         plots.append(Plot(_name("heatmap", label), _title(experiment, what, label), fig))
@@ -634,3 +666,70 @@ def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] 
             rel = f"{subdir}/{plot.name}.{fmt}" if subdir else f"{plot.name}.{fmt}"
             paths.append(setfiles.write_inside(out, rel, figure_bytes(plot.figure, fmt)))
     return paths
+
+
+EFFICIENCY_AXES = {"total_host_busy_s_per_gib": "CPU per GiB, both hosts (host view: /proc/stat busy s/GiB)",
+                   "total_cpu_s_per_gib": "CPU per GiB, sender + receiver process (rusage s/GiB)"}
+
+
+def efficiency(found: dict, experiment: str = "") -> list:
+    """Throughput against CPU per GiB, one chart per ranking of the Findings (zcorch.analysis.findings):
+    each configuration a point numbered by its rank, with its throughput interval; the efficient ones (no
+    other is at least as fast for less CPU) filled, labelled and joined as the Pareto front."""
+    what = "throughput against CPU per GiB: the efficient configurations"
+    metric = found.get("efficiency_metric")
+    if not metric:
+        return [Plot("efficiency", what, None, "skipped: the runs have no CPU times")]
+    out = []
+    for i, ranking in enumerate(found["rankings"]):
+        pts = [e for e in ranking["modes"] if e["mb_s"] is not None and e["cpu"].get(metric) is not None]
+        if not pts:
+            continue
+        fig = Figure(figsize=(10, 6))
+        ax = fig.add_subplot()
+        front = sorted((e for e in pts if e["efficient"]), key=lambda e: e["cpu"][metric])
+        for e in pts:
+            ci = e["mb_s_ci"]
+            yerr = [[e["mb_s"] - ci["low"]], [ci["high"] - e["mb_s"]]] if ci else None
+            ax.errorbar([e["cpu"][metric]], [e["mb_s"]], yerr=yerr, fmt="o", markersize=11 if e["efficient"] else 9,
+                        color="C3" if e["efficient"] else "0.55", mfc="C3" if e["efficient"] else "white",
+                        capsize=3, zorder=3 if e["efficient"] else 2)
+            ax.annotate(str(e["rank"]), (e["cpu"][metric], e["mb_s"]), ha="center", va="center", fontsize=7,
+                        color="white" if e["efficient"] else "black", zorder=4)
+        ax.plot([e["cpu"][metric] for e in front], [e["mb_s"] for e in front], "-", color="C3", alpha=0.6,
+                label="efficient (Pareto front): no other is as fast for less CPU", zorder=1)
+        # limits from the data with room for the labels (autoscaling stops at the outermost point)
+        xmax = max(e["cpu"][metric] for e in pts) * 1.25 or 1.0
+        ymax = max([e["mb_s_ci"]["high"] if e["mb_s_ci"] else e["mb_s"] for e in pts]
+                   + [b["mb_s"] for b in best_baselines(ranking["baselines"])]) * 1.12 or 1.0
+        for e in front:
+            right = e["cpu"][metric] > 0.55 * xmax   # label on the side with room
+            ax.annotate(f"#{e['rank']} {e['label']}", (e["cpu"][metric], e["mb_s"]), xytext=(-8 if right else 8, 6),
+                        textcoords="offset points", fontsize="small", color="C3", fontweight="bold",
+                        ha="right" if right else "left")
+        for b in best_baselines(ranking["baselines"]):
+            ax.axhline(b["mb_s"], linestyle="--", linewidth=1, color="0.35")
+            ax.annotate(f"{b['name']}: {b['mb_s']:.0f} MB/s", (1.0, b["mb_s"]), xycoords=("axes fraction", "data"),
+                        ha="right", va="bottom", fontsize="x-small", color="0.35")
+        ax.set_xlim(0, xmax)
+        ax.set_ylim(0, ymax)
+        ax.set_xlabel(EFFICIENCY_AXES.get(metric, metric) + " (less is better)")
+        ax.set_ylabel("throughput (MB/s), median and CI (more is better)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize="small", loc="best")
+        title = _title(experiment, what, ranking["label"])
+        ax.set_title(title, fontsize="medium")
+        fig.tight_layout()
+        out.append(Plot(_name("efficiency", ranking["label"]) if ranking["label"] else "efficiency"
+                        + (f"-{i}" if i else ""), title, fig,
+                        "Points are numbered by their rank in the table above; grey: a faster or cheaper one exists."))
+    return out or [Plot("efficiency", what, None, "skipped: no configuration has both throughput and CPU")]
+
+
+def best_baselines(refs: list) -> list:
+    """The fastest baseline of each kind (the ceiling each tool reached), from the Findings' baselines."""
+    best: dict = {}
+    for b in refs:
+        if b["kind"] not in best or b["mb_s"] > best[b["kind"]]["mb_s"]:
+            best[b["kind"]] = b
+    return list(best.values())

@@ -52,11 +52,17 @@ class Table:
     header: list
     rows: list
     classes: list = field(default_factory=list)
+    keep_empty: bool = False  # columns with no value in any row are dropped unless this is set
 
     def __post_init__(self) -> None:
         self.header = list(self.header)
         self.rows = [list(r) for r in self.rows]
         self.classes = list(self.classes) + [None] * (len(self.header) - len(self.classes))
+        if self.rows and not self.keep_empty:
+            keep = [i for i in range(len(self.header)) if i == 0 or any(text(r[i]) != "" for r in self.rows)]
+            self.header = [self.header[i] for i in keep]
+            self.classes = [self.classes[i] for i in keep]
+            self.rows = [[r[i] for i in keep] for r in self.rows]
 
 
 @functools.lru_cache(maxsize=None)
@@ -236,23 +242,43 @@ def cell_cpu_resolutions(df: pd.DataFrame) -> dict:
 def cells_table(df: pd.DataFrame) -> Table:
     s = summarize(df, metrics=["mb_s", "gbit_s", *CELL_CPU_METRICS])
     params = [c for c in varying_params(df, with_members=True) if c in s]
+    s = by_mode(s, params)
     verdicts = cell_zc_verdicts(df)
     resolutions = cell_cpu_resolutions(df)
     adaptive = "converged" in s   # repeats: {min, max, target_ci}: did each cell converge, how wide it got
-    header = ["cell"] + params + ["n", "failed", "MB/s median", "MB/s CI (level)", "Gbit/s median",
-                                  *map(_header, CELL_CPU_METRICS), "zero-copy", "host CPU resolution"] \
-        + (["converged (95% CI ±)"] if adaptive else [])
+    header = params + ["n", "failed", "MB/s median", "MB/s CI (level)", "Gbit/s median",
+                       *map(_header, CELL_CPU_METRICS), "zero-copy", "host CPU resolution"] \
+        + (["converged (95% CI ±)"] if adaptive else []) + ["cell id"]
     rows = []
     for _, r in s.iterrows():
         ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')} ({ci_label(r['mb_s_ci_level'])})"
               if np.isfinite(r["mb_s_ci_low"]) else "")
-        rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
-                    + [r["n"], r["n_failed"], _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
+        rows.append([format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
+                    + [r["n"], r["n_failed"] or "", _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
                        *(_cpu_median(r, m) for m in CELL_CPU_METRICS), verdicts.get(r["cell"], ""),
                        resolutions.get(r["cell"], "")]
-                    + ([_converged(r)] if adaptive else []))
-    return Table(header, rows, [None] * (1 + len(params)) + ["num"] * (5 + len(CELL_CPU_METRICS))
-                 + [None] * (3 if adaptive else 2))
+                    + ([_converged(r)] if adaptive else []) + [r["cell"]])
+    return Table(header, rows, ["nowrap"] * len(params) + ["num", "num", "num", "num nowrap", "num"]
+                 + ["num"] * len(CELL_CPU_METRICS) + [None] * (3 if adaptive else 2) + ["nowrap"])
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+def by_mode(summary: pd.DataFrame, params: list) -> pd.DataFrame:
+    """A per-cell summary in the order a reader looks things up: by the modes, then the other parameters
+    (their values' order: numbers as numbers, missing first), never by cell hash."""
+    keys = [p for p in ["send_mode", "recv_mode"] + [p for p in params if p not in ("send_mode", "recv_mode")]
+            if p in summary]
+    if not keys or summary.empty:
+        return summary
+
+    def norm(key):  # NaN never equals itself: missing values as None on both sides of the lookup
+        return tuple(None if _missing(v) else v for v in key)
+    order = {norm(key): i for i, key in enumerate(_keys(summary, keys))}
+    rank = [order.get(norm(r), len(order)) for r in summary[keys].itertuples(index=False, name=None)]
+    return summary.assign(_order=rank).sort_values(["_order", "cell"], kind="stable").drop(columns="_order")
 
 
 def _converged(r: pd.Series) -> str:
@@ -283,6 +309,67 @@ def calibration_table(meta: dict) -> Optional[Table]:
     return Table(["", "sender", "receiver"], rows, [None, "num", "num"])
 
 
+SHARE_KINDS = ("iperf3", "dd_write", "dd_read")
+SIDE_WORDS = {"sender": "send", "receiver": "recv", "both hosts": "both"}  # short headers: the legend says the rest
+
+
+def headline(ranking: dict) -> str:
+    """One sentence with the answer of a ranking: the fastest group and the efficient configurations."""
+    modes = [e for e in ranking["modes"] if e["rank"]]
+    if not modes:
+        return "No configuration has an ok run."
+    top = [e for e in modes if e["group"] == modes[0]["group"]]
+    lead = modes[0]
+    ci = lead["mb_s_ci"]
+    text = (f"Fastest: {lead['label']}, {lead['mb_s']:.0f} MB/s"
+            + (f" ({ci['label']} {ci['low']:.0f}–{ci['high']:.0f})" if ci else " (no interval)"))
+    if len(top) > 1:
+        text += f", indistinguishable from {len(top) - 1} other(s): " + "; ".join(e["label"] for e in top[1:])
+    else:
+        text += ", ahead of the rest by this rule"
+    eff = [e["label"] for e in modes if e["efficient"]]
+    if eff:
+        text += ". Efficient (Pareto front of throughput and CPU per GiB): " + "; ".join(eff)
+    return text + "."
+
+
+def findings_section(found: dict) -> dict:
+    """The Findings for the page: per ranking a table (rank, group, configuration, throughput with its
+    interval, CPU per GiB in both views, share of the baselines, flags); empty columns dropped."""
+    from zcorch.analysis.findings import CPU_COLUMNS
+
+    rankings = []
+    for ranking in found["rankings"]:
+        kinds = [k for k in SHARE_KINDS if any(k in e["share_of_baseline"] for e in ranking["modes"])]
+        header = (["rank", "group", "configuration", "MB/s", "interval (level)", "Gbit/s", "ok runs"]
+                  + [f"{view} {SIDE_WORDS[side]}" for _, view, side in CPU_COLUMNS]
+                  + [f"% of {k}" for k in kinds] + ["flags"])
+        classes = ["num", "num", None, "num", "num nowrap", "num", "num"] + ["num"] * len(CPU_COLUMNS) \
+            + ["num"] * len(kinds) + [None]
+        rows = []
+        for e in ranking["modes"]:
+            ci = e["mb_s_ci"]
+            shares = [((e["share_of_baseline"].get(k) or {}).get("share")) for k in kinds]
+            rows.append({"group": e["group"], "efficient": e["efficient"], "flagged": bool(e["flags"]),
+                         "cells": [e["rank"] or "–", e["group"] or "–", e["label"] + (" ◆" if e["efficient"] else ""),
+                                   _num(e["mb_s"], "{:.0f}"),
+                                   f"{ci['low']:.0f}–{ci['high']:.0f} ({ci['label']})" if ci else "",
+                                   _num(e["gbit_s"]), e["n"]]
+                         + [_num(e["cpu"].get(c), "{:.3f}") for c, _, _ in CPU_COLUMNS]
+                         + [_num(None if v is None else 100 * v, "{:.0f}%") for v in shares]
+                         + ["; ".join(e["flags"])]})
+        keep = [i for i in range(len(header)) if i < 3 or any(text(r["cells"][i]) != "" for r in rows)]
+        for r in rows:
+            r["cells"] = [r["cells"][i] for i in keep]
+        baselines = "; ".join(f"{b['name']} {b['mb_s']:.0f} MB/s" for b in ranking["baselines"])
+        rankings.append({"label": ranking["label"], "headline": headline(ranking), "header": [header[i] for i in keep],
+                         "classes": [classes[i] for i in keep], "rows": rows, "baselines": baselines,
+                         "n_groups": max([e["group"] or 0 for e in ranking["modes"]] or [0])})
+    return {"rankings": rankings, "rule": found["grouping_rule"], "flags": found["flags"],
+            "context": ", ".join(found["context_params"]), "have_host": found["have_host_cpu"],
+            "efficiency": found["efficiency_metric"]}
+
+
 def _data_links(meta: dict) -> list:
     """[(role, interface name, kind)] of the data links that always copy (loopback, veth)."""
     out = []
@@ -304,12 +391,13 @@ def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
     if len(ok):
         s = summarize(df, metrics=CPU_SECTION_METRICS)
         params = [c for c in varying_params(df) if c in s]
-        header = ["cell"] + params + [_header(m) for m in CPU_SECTION_METRICS]
+        s = by_mode(s, params)
+        header = params + [_header(m) for m in CPU_SECTION_METRICS]
         rows = []
         for _, r in s[s["n"] > 0].iterrows():
-            rows.append([r["cell"]] + [format_value(p, r[p]) for p in params]
+            rows.append([format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
                         + [_cpu_median(r, m) for m in CPU_SECTION_METRICS])
-        table = Table(header, rows, [None] * (1 + len(params)) + ["num"] * len(CPU_SECTION_METRICS))
+        table = Table(header, rows, ["nowrap"] * len(params) + ["num"] * len(CPU_SECTION_METRICS))
     verdicts = set(cell_zc_verdicts(df).values()) - {"n/a"}
     links = _data_links(meta) if verdicts else []
     return {"table": table, "calibration": calibration_table(meta), "have_host": have_host, "same_host": same,
@@ -366,16 +454,29 @@ def failed_table(df: pd.DataFrame) -> Optional[Table]:
     if failed.empty:
         return None
     params = varying_params(df)
-    rows = [[r["cell"], r["repeat"]] + [format_value(p, r[p]) for p in params] + [r["status"], r["reason"], r.get("log")]
-            for _, r in failed.iterrows()]
-    return Table(["cell", "repeat"] + params + ["status", "reason", "log"], rows)
+    failed = by_mode(failed, params)
+    rows = [[format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
+            + [r["repeat"], r["status"], r["reason"], r.get("log"), r["cell"]] for _, r in failed.iterrows()]
+    return Table(params + ["repeat", "status", "reason", "log", "cell id"], rows,
+                 ["nowrap"] * len(params) + ["num", None, None, None, "nowrap"])
 
 
 # ---------------------------------------------------------------------------------------------
 
 
-def build_report(path, plots: Optional[list] = None) -> str:
+# The sections in the order of the page (id, heading); the table of contents lists those present.
+SECTIONS = [("findings", "Findings"), ("reproduction", "Reproduction"), ("results", "Results"),
+            ("cpu", "Where the CPU goes"), ("plots", "Plots"), ("baselines", "Baselines"),
+            ("filesystems", "Filesystems"), ("cells", "Every cell"), ("failed", "Failed runs"),
+            ("hosts", "Hosts"), ("experiment", "Experiment")]
+
+
+def build_report(path, plots: Optional[list] = None, efficiency_plots: Optional[list] = None) -> str:
     """The report of one result set as an HTML string."""
+    from zcorch.analysis.findings import findings
+    from zcorch.analysis.hosts import comparison
+    from zcorch.analysis.plots import efficiency
+
     d = result_dir(path)
     manifest = read_manifest(d)
     df = load(d)
@@ -389,36 +490,50 @@ def build_report(path, plots: Optional[list] = None) -> str:
     if plots is None:
         plots = all_plots(df, baselines, name, load_samples(d) if len(df) else None,
                           _declared_views(experiment_text, str(exp_file)))
+    found = findings(df, baselines) if len(df) else None
+    if efficiency_plots is None:
+        efficiency_plots = efficiency(found, name) if found else []
     context = {
         "name": name, "dir_name": d.name, "version": __version__,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "n_runs": len(df), "n_cells": df["cell"].nunique() if len(df) else 0,
         "n_failed": int((df["status"] != OK).sum()) if len(df) else 0,
         "experiment": experiment_section(manifest, experiment_text),
-        "hosts": hosts_table(meta),
+        "hosts": comparison(raw_meta), "hosts_raw": hosts_table(meta),
         "baselines": baselines_table(baselines),
         "filesystems": filesystems_table(df, baselines, descriptions),
         "reproduction": reproduction_section(experiment_text, str(exp_file), df, baselines) if len(df) else None,
+        "findings": findings_section(found) if found else None,
+        "efficiency": plots_section(efficiency_plots),
     }
     if len(df):
         context.update(results=results_section(df), plots=plots_section(plots), cells=cells_table(df),
                        cpu=cpu_section(df, raw_meta), failed=failed_table(df))
+    present = {"findings": bool(len(df)), "reproduction": bool(context["reproduction"]), "results": bool(len(df)),
+               "cpu": bool(len(df)), "plots": bool(len(df)), "filesystems": bool(context["filesystems"]),
+               "cells": bool(len(df)), "failed": bool(len(df))}
+    context["toc"] = [(anchor, title) for anchor, title in SECTIONS if present.get(anchor, True)]
     return environment().get_template("report.html.j2").render(context)
 
 
 def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     """Write DIR/report.html (or `output`) and the plots under DIR/plots/; returns the report path."""
+    from zcorch.analysis.findings import findings
+    from zcorch.analysis.plots import efficiency
+
     d = result_dir(path)
     manifest = read_manifest(d)
     df = load(d)
+    baselines = load_baselines(d)
     exp_file, exp_text = read_experiment_text(d, manifest)
     declared = _declared_views(exp_text, str(exp_file)) if exp_text is not None else ()
-    plots = all_plots(df, load_baselines(d), manifest.get("name") or d.name, load_samples(d), declared) \
-        if len(df) else []
+    name = manifest.get("name") or d.name
+    plots = all_plots(df, baselines, name, load_samples(d), declared) if len(df) else []
+    eff = efficiency(findings(df, baselines), name) if len(df) else []
     if plot_formats:
-        save(plots, d, plot_formats, "plots")
+        save(eff + plots, d, plot_formats, "plots")
     out = Path(output) if output else d / "report.html"
-    page = build_report(d, plots)
+    page = build_report(d, plots, eff)
     # An exclusive temporary renamed over the name: a link planted at report.html or its temporary is
     # replaced, never written through (zcorch.results.setfiles).
     return setfiles.write_inside(out.parent, out.name, page.encode("utf-8"))

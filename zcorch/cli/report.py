@@ -1,9 +1,13 @@
 """`zcorch report DIR`: a self-contained HTML report of one result set (DIR/report.html).
 
-`--format markdown` prints the report's Reproduction section alone (the study's published figures next to
-this run's, and the verdict per claim) to stdout, and writes nothing.
+The page opens with the Findings: per sink (and filesystem or network where they vary) the configurations
+ranked by throughput, grouped where the runs cannot tell them apart, with their CPU per GiB and their share
+of the baselines. `--format markdown` prints the Findings (and the Reproduction section when the experiment
+has a `reference:`) to stdout; `--format json` prints them as one JSON document
+(docs/schemas/report.schema.json). Neither writes a file.
 
-The report is zcorch.analysis.report.write_report; this module is its command line.
+The report is zcorch.analysis.report.write_report, the text forms zcorch.analysis.summary; this module is
+their command line.
 """
 from __future__ import annotations
 
@@ -11,23 +15,29 @@ import argparse
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("report", help="write DIR/report.html (tables, plots, failed runs)",
+    p = subparsers.add_parser("report", help="write DIR/report.html (findings first, then tables and plots)",
                               description=__doc__.splitlines()[0])
     p.add_argument("dir", help="result set directory (written by zcorch run)")
     p.add_argument("-o", "--output", help="report file (default DIR/report.html)")
     p.add_argument("--no-plot-files", action="store_true", help="do not write DIR/plots/*.png|svg")
-    p.add_argument("--format", choices=("html", "markdown"), default="html",
-                   help="markdown: print the Reproduction section (published vs measured, verdicts) to stdout "
-                        "instead of writing the HTML report")
+    p.add_argument("--format", choices=("html", "markdown", "json"), default="html",
+                   help="markdown: print the Findings (and the Reproduction section when the experiment has a "
+                        "`reference:`) to stdout; json: the same as one JSON document "
+                        "(docs/schemas/report.schema.json); html (default): write the report file")
     p.set_defaults(func=main)
     return p
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.format == "markdown":
-        from zcorch.analysis.report import reproduction_markdown
+    if args.format in ("markdown", "json"):
+        from zcorch.analysis import summary
 
-        print(reproduction_markdown(args.dir), end="")
+        if args.format == "markdown":
+            print(summary.report_markdown(args.dir), end="\n")
+        else:
+            import json
+
+            print(json.dumps(summary.report_document(args.dir), indent=2, ensure_ascii=False, allow_nan=False))
         return 0
     from zcorch.analysis.report import write_report  # pandas, matplotlib: only when the command runs
 
