@@ -121,7 +121,7 @@ def test_run_json_of_the_quick_start_validates_against_the_documented_schema(tmp
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
     # the quick start itself, smaller: its baselines (iperf3, dd, when installed) and every mode pair
     res = zcorch_cli("run", ROOT / "experiments" / "quickstart.yaml", "-o", tmp_path / "qs", "--json",
-                     "--set", "bytes=4MiB", "--set", "repeats=1", "--set", "baselines.iperf3.duration=1s")
+                     "--set", "duration=50ms", "--set", "repeats=1", "--set", "baselines.iperf3.duration=1s")
     lines = res.stdout.splitlines()
     events = [json.loads(ln) for ln in lines]        # stdout holds nothing but JSON, one object a line
     for ev in events:

@@ -169,3 +169,47 @@ def test_zc_recv_verdict(mapped, copied, verdict):
 ])
 def test_zc_label_joins_both_sides(args, label):
     assert rates.zc_label(*args) == label
+
+
+# ---------------------------------------------------------------- the tick resolution of the host CPU view
+
+def test_the_window_in_ticks_is_counted_from_the_captured_texts():
+    d = hoststat.host_deltas(BEFORE, AFTER, window_ns=180_000_000, clk_tck=100)
+    # 6 user + 16 system + 12 softirq + 2 idle ticks (read off the captured cpu lines), two CPUs
+    assert d["host_ticks"] == 36 and d["host_clk_tck"] == 100
+    busy = hoststat.busy_us(d) / 1e6
+    assert rates.cpu_resolution([(d["host_ticks"], busy, d["host_ncpus"], 0.18, 100)]) == "too short: 36 ticks"
+
+
+@pytest.mark.parametrize("sides,verdict", [
+    ([(200, 1.0, 2, 1.0, 100)], "ok"),
+    ([(200, 2.5, 2, 1.0, 100)], "busy > capacity (1.25×)"),
+    ([(200, 2.035, 2, 1.0, 100)], "ok"),  # over CPUs × window by less than the tick error (2 ticks per CPU)
+    ([(200, 2.05, 2, 1.0, 100)], "busy > capacity (1.02×)"),
+    # the 16 ms window of issue 20: 1.51× the machine, but 3 ticks: too short, and within the tick error
+    ([(3, 0.0483, 2, 0.016, 100)], "too short: 3 ticks"),
+    ([(9, 0.30, 2, 0.05, 100)], "too short: 9 ticks; busy > capacity (3.00×)"),
+    ([(500, 1.0, 2, 2.5, 100), (40, 0.1, 2, 0.2, 100)], "too short: 40 ticks"),  # the worse side
+    ([(None, 0.5, 2, 0.4, None)], "too short: 80 ticks"),  # a record before host_ticks: window × 100/s × CPUs
+    ([(None, None, None, None, None), (math.nan, math.nan, math.nan, math.nan, math.nan)], "n/a"),
+])
+def test_cpu_resolution_flags_short_windows_and_more_busy_cpu_than_the_machine_has(sides, verdict):
+    assert rates.cpu_resolution(sides) == verdict
+
+
+def test_a_cell_resolution_names_its_worst_flag_and_how_many_runs_carry_one():
+    assert rates.cell_cpu_resolution(["ok", "ok"]) == "ok"
+    assert rates.cell_cpu_resolution(["n/a"]) == "n/a" and rates.cell_cpu_resolution([]) == "n/a"
+    assert rates.cell_cpu_resolution(["ok", "too short: 40 ticks", "too short: 9 ticks"]) == \
+        "too short: 9 ticks (2/3 runs)"
+    assert rates.cell_cpu_resolution(["busy > capacity (1.30×)", "ok"]) == "busy > capacity (1.30×) (1/2 runs)"
+
+
+def test_the_frame_derives_cpu_resolution_once_per_run():
+    frame = pd.DataFrame({
+        "send_host_ticks": [36, 400], "send_host_clk_tck": [100, 100], "send_host_ncpus": [2, 2],
+        "send_host_window_ns": [180e6, 2e9], "recv_host_ncpus": [np.nan, 2], "recv_host_window_ns": [np.nan, 2e9],
+        "recv_host_ticks": [np.nan, 400], "recv_host_clk_tck": [np.nan, 100],
+        **{f"send_host_{f}_us": [10_000, 100_000] for f in HOST_BUSY_FIELDS},
+        **{f"recv_host_{f}_us": [np.nan, 100_000] for f in HOST_BUSY_FIELDS}})
+    assert list(add_derived(frame)["cpu_resolution"]) == ["too short: 36 ticks", "ok"]

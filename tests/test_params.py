@@ -26,7 +26,8 @@ DOC = os.path.join(REPO, "docs", "experiment-files.md")
 REGENERATE = "python -m zcorch.params --update-docs docs/experiment-files.md"
 
 # Every parameter set away from its default (and valid together for the worker).
-CELL = {"send_mode": "sendfile", "recv_mode": "splice", "bytes": 3 * 2**20 + 5, "buffer": 65536,
+# (`bytes` and `duration` both set: the spec takes it, the plan's cell rules refuse it: tests/test_plan.py.)
+CELL = {"send_mode": "sendfile", "recv_mode": "splice", "bytes": 3 * 2**20 + 5, "duration": 2.5, "buffer": 65536,
         "send_buffer": 8192, "recv_buffer": 32768,
         "window": 1 << 20, "subblocks": 3, "pipe_size": 1 << 18, "send_cpu": 0, "recv_cpu": 1, "gift": True,
         "fsync": True, "source": "/srv/in file", "sink": "/mnt/a dir/$(rm -rf)", "timeout": 12.5,
@@ -199,7 +200,7 @@ def test_per_side_parameters_replace_the_shared_one_for_their_side_only():
 
 def test_worker_flags_pin_the_runner_command_line():
     assert worker_flags("send", CELL) == [
-        "--mode", "sendfile", "--bytes", "3145733", "--buffer", "8192", "--window", "1048576", "--subblocks", "3",
+        "--mode", "sendfile", "--bytes", "3145733", "--duration", "2.5", "--buffer", "8192", "--window", "1048576", "--subblocks", "3",
         "--pipe-size", "262144", "--cpu", "0", "--source", "/srv/in file", "--timeout", "12.5", "--streams", "2",
         "--cpus", "0,1", "--uring-depth", "16", "--sample-interval", "0.25", "--gift"]
     assert worker_flags("recv", DEFAULTS) == [

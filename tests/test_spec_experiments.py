@@ -48,9 +48,11 @@ def test_quickstart_covers_every_send_mode_with_compatible_receive_modes():
     assert exp.hosts.localhost and exp.repeats == 3 and exp.order == "interleave"
     assert exp.baselines.iperf3 and exp.baselines.dd
     pairs = {(c.params["send_mode"], c.params["recv_mode"]) for c in plan.cells}
-    assert {s for s, _ in pairs} == {"write", "mmap", "sendfile", "splice", "vmsplice", "msg_zerocopy"}
-    assert len(pairs) == len(plan.cells) == 24
-    assert all(c.params["bytes"] == 64 << 20 and c.params["buffer"] == 128 << 10 for c in plan.cells)
+    assert {s for s, _ in pairs} == {"write", "sendfile", "splice", "vmsplice", "msg_zerocopy"}
+    assert len(pairs) == len(plan.cells) == 10
+    # runs long enough for the host CPU view (issue 20): a time, not a byte count
+    assert all(c.params["duration"] >= 1.0 and c.params["bytes"] is None and c.params["buffer"] == 128 << 10
+               for c in plan.cells)
     from zcorch.plan import estimate
     assert estimate(plan).total_s < 60
 

@@ -104,8 +104,16 @@ PARAMS: "tuple[Param, ...]" = (
           noun="receive mode",
           worker_absent="required", registry_choices=True, ctype="const char *", cell_rule=True),
     Param("bytes", "size", 1024 ** 3, "both", "--bytes",
-          "total bytes per transfer (worker without it: the source file's size, or until EOF)",
-          unit="B", min=1, max=SIZE_MAX, worker_absent="none", ctype="uint64_t", c_unset=0),
+          "total bytes per transfer (worker without it: the source file's size, or until EOF); not used by a "
+          "cell with `duration`: the default then gives way, a `bytes` written for that cell is refused",
+          unit="B", min=1, max=SIZE_MAX, unset="null", worker_absent="none", ctype="uint64_t", c_unset=0,
+          cell_rule=True),
+    Param("duration", "duration", None, "both", "--duration",
+          "send for this long instead of a byte count (as iperf3 -t): the sender stops at the first chunk "
+          "boundary after it, the receiver reads until EOF; source `mem` or /dev/zero only (a file runs "
+          "out), one stream per file sink; the `timeout` deadline then counts from the end of it",
+          unit="s", min=DURATION_MIN, max=DURATION_MAX, unset="null", worker_absent="none", id_omit_default=True,
+          ctype="double", c_unset=0, cell_rule=True),
     Param("buffer", "size", 128 * 1024, "both", "--buffer", "bytes per call", unit="B", min=1, max=BUFFER_MAX,
           ctype="uint64_t", cell_rule=True),
     Param("send_buffer", "size", None, "send", "--buffer",
@@ -420,6 +428,13 @@ METRICS: "tuple[Metric, ...]" = (
     Metric("host_idle_us", "µs", "both", None, "host-wide idle time, all CPUs (/proc/stat)",
            combine="once", ctype=None, extent="total"),
     Metric("host_ncpus", "count", "both", None, "CPUs in /proc/stat at both reads", combine="once", ctype=None, extent="level"),
+    Metric("host_clk_tck", "ticks/s", "both", None,
+           "USER_HZ, the tick of every /proc/stat time (usually 100/s per CPU)", combine="once", ctype=None,
+           extent="level"),
+    Metric("host_ticks", "ticks", "both", None,
+           "ticks /proc/stat counted in the window, all CPUs and fields (≈ window × USER_HZ × CPUs): the resolution "
+           "of every host_* time (a count is off by up to 2 ticks per CPU); fewer than 100 flag the run (`cpu_resolution`)",
+           combine="once", ctype=None, extent="total"),
     Metric("host_per_cpu_us", "µs", "both", None,
            "per CPU (`cpuN`): [user, nice, system, irq, softirq, iowait, steal, idle] over the window",
            combine="once", ctype=None),

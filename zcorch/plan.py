@@ -41,6 +41,7 @@ from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.kind import Cost
 from zcorch.config.cells import cell_problems, filesystem_problem
+from zcorch.config.schema import amount_of, writes_bytes
 from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
@@ -219,6 +220,7 @@ def _expand(exp: Experiment, reduced: bool) -> Plan:
             islot = None
             inner_items = [(j, sets[-1][j], frags[-1][j]) for j in range(len(inner.values))]
         verdicts: dict = {}
+        bytes_written = writes_bytes(exp.params, exp.matrix)
         sha256 = hashlib.sha256
         for ocombo in product(*(range(len(a.values)) for a in outer)):
             p0 = base.copy()
@@ -257,6 +259,9 @@ def _expand(exp: Experiment, reduced: bool) -> Plan:
                 else:
                     text = left + frag + right if frag else without
                 cid = sha256(text.encode()).hexdigest()[:ID_LENGTH]
+                if params["duration"] is not None and not bytes_written:  # the default bytes gives way
+                    params = amount_of(params, bytes_written)
+                    cid = cell_id(params)
                 if active:
                     hit = next((e_i for e_i, acc in active if acc is None or j in acc), None)
                     if hit is not None:
@@ -454,7 +459,8 @@ class Estimate:
                 f"runs: every cell converging as early as it can .. every cell at max); at most"
                 if self.is_range else "estimated duration")
         return (f"{span} {_hms(self.total_s)}: transfers {_hms(self.transfer_s)} "
-                f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout) + "
+                f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout, or the cell's "
+                f"duration) + "
                 f"{self.per_run_overhead:g}s overhead per run ({_hms(self.overhead_s)}) + baselines "
                 f"{_hms(self.baseline_s)} ({parts}). Real rates differ: use --rate.")
 
@@ -463,7 +469,8 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
     """How long `zcorch run` should take, from stated assumptions (see Estimate.explain); each baseline
     kind estimates its own share (zcorch.config.baselines)."""
     by_id = {c.id: c.params for c in plan.cells}
-    per_cell = {cid: min(p["bytes"] / rate, p["timeout"]) for cid, p in by_id.items()}
+    per_cell = {cid: p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"])
+                for cid, p in by_id.items()}
     transfer = sum(per_cell[r.id] for r in plan.runs)
     over = overhead * len(plan.runs)
     shares = tuple((kind.name, kind.estimate(conf, list(by_id.values()), rate, overhead))

@@ -76,6 +76,19 @@ int zc_check_deadline(zc_ctx *c, const char *doing)
                    c->p->timeout, doing, (unsigned long long)c->done);
 }
 
+int zc_send_more(zc_ctx *c)
+{
+    if (c->done >= c->total)
+        return 0;
+    if (zc_check_deadline(c, "sending") < 0)
+        return -1;
+    if (c->end_ns && zc_now_ns() >= c->end_ns) {
+        c->total = c->done; /* every chunk sent so far is whole: the loops call this between chunks */
+        return 0;
+    }
+    return 1;
+}
+
 static int set_timeo(zc_ctx *c, int64_t ns)
 {
     struct timeval tv = {.tv_sec = ns / 1000000000LL, .tv_usec = (ns % 1000000000LL) / 1000};

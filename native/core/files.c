@@ -13,8 +13,15 @@
 int zc_open_source(zc_ctx *c)
 {
     const zc_params *p = c->p;
+    if (zc_duration_set(p) && zc_bytes_set(p))
+        return zc_fail(c, EINVAL, "--bytes and --duration: give one (a byte count or a time), not both");
     if (!p->source || !*p->source || strcmp(p->source, "mem") == 0) {
         c->src_mem = 1;
+        c->total_known = 1;
+        if (zc_duration_set(p)) {
+            c->total = ZC_UNTIL_TIME_BYTES;
+            return 0;
+        }
         if (!zc_bytes_set(p))
             return zc_fail(c, EINVAL, "--bytes is required with source mem");
         c->total = p->bytes;
@@ -30,6 +37,14 @@ int zc_open_source(zc_ctx *c)
     if (S_ISDIR(st.st_mode))
         return zc_fail(c, EINVAL, "source %s is a directory", p->source);
     c->total_known = 1;
+    c->src_zero = S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 5);
+    if (zc_duration_set(p)) { /* no silent wrap-around: a file runs out before the time is up */
+        if (!c->src_zero)
+            return zc_fail(c, EINVAL, "--duration needs source mem or /dev/zero; %s runs out (use --bytes)",
+                           p->source);
+        c->total = ZC_UNTIL_TIME_BYTES;
+        return 0;
+    }
     if (S_ISREG(st.st_mode)) {
         c->fd_is_reg = 1;
         if (zc_bytes_set(p) && (uint64_t)st.st_size < p->bytes)
@@ -38,7 +53,6 @@ int zc_open_source(zc_ctx *c)
         c->total = zc_bytes_set(p) ? p->bytes : (uint64_t)st.st_size;
         return 0;
     }
-    c->src_zero = S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 5);
     if (!zc_bytes_set(p))
         return zc_fail(c, EINVAL, "--bytes is required with source %s (it has no size)", p->source);
     c->total = p->bytes;
@@ -88,6 +102,11 @@ int zc_open_sink(zc_ctx *c)
                        path);
     if (!reg && p->fsync)
         return zc_fail(c, EINVAL, "--fsync needs a regular-file sink, not %s", path);
+    if (zc_duration_set(p) && zc_bytes_set(p))
+        return zc_fail(c, EINVAL, "--bytes and --duration: give one (a byte count or a time), not both");
+    if (zc_duration_set(p) && reg && p->streams > 1) /* the slices' lengths are unknown until the time is up */
+        return zc_fail(c, EINVAL, "--duration with --streams %d needs sink /dev/null, not the file %s", p->streams,
+                       path);
     if (p->sink_state != ZC_SINK_STATE_FRESH && !zc_bytes_set(p))
         return zc_fail(c, EINVAL, "--sink-state %s needs --bytes", sink_state_name(p->sink_state));
     int flags = O_RDWR | O_CREAT | O_CLOEXEC;

@@ -23,7 +23,9 @@ static int send_prepare(zc_group *g, const zc_params *p)
         rc = zc_validate_ctx(c, ZC_SIDE_SEND);
         if (rc == 0)
             rc = zc_open_source(c); /* each stream its own file description (own offset) */
-        if (rc == 0) {
+        if (rc == 0 && zc_duration_set(p)) {
+            c->base = 0; /* --duration: every stream sends until the time is up (a /dev/null sink, or one stream) */
+        } else if (rc == 0) {
             uint64_t off, len;
             zc_stream_slice(c->total, g->n, i, &off, &len);
             c->base = off;

@@ -26,7 +26,8 @@ void zc_ctx_init(zc_ctx *c, const zc_params *p, zc_error *err)
     c->nstreams = 1;
     err->code = 0;
     err->message[0] = '\0';
-    double t = p->timeout > 0 ? p->timeout : 0;
+    /* with --duration the timeout is the slack after it (connecting, draining, the final handshakes) */
+    double t = (p->timeout > 0 ? p->timeout : 0) + (p->duration > 0 ? p->duration : 0);
     c->deadline_ns = zc_now_ns() + (int64_t)(t * 1e9);
 }
 
@@ -86,6 +87,8 @@ static int timed_transfer(zc_ctx *c)
     struct rusage r0, r1, self;
     getrusage(RUSAGE_THREAD, &r0);
     c->t0_ns = zc_now_ns();
+    if (c->p->side == ZC_SIDE_SEND && zc_duration_set(c->p))
+        c->end_ns = c->t0_ns + (int64_t)(c->p->duration * 1e9);
     int rc = c->ops->transfer(c);
     c->t1_ns = zc_now_ns();
     getrusage(RUSAGE_THREAD, &r1);

@@ -191,9 +191,8 @@ int zc_uring_send_transfer(zc_ctx *c)
     const unsigned char *chunk = NULL;
     uint32_t slot = SLOT_MEM;
     unsigned next_slot = 0;
-    while (c->done < c->total) {
-        if (zc_check_deadline(c, "sending") < 0)
-            return -1;
+    int more;
+    while ((more = zc_send_more(c)) > 0) {
         /* one chain of at most `depth` linked sends */
         unsigned n = 0;
         struct io_uring_sqe *last = NULL;
@@ -262,6 +261,8 @@ int zc_uring_send_transfer(zc_ctx *c)
             return zc_fail_errno(c, "%s on the socket", s->zc ? "IORING_OP_SEND_ZC" : "IORING_OP_SEND");
         }
     }
+    if (more < 0)
+        return -1;
     while (s->notifs_out)
         if (wait_notifications(c, s) < 0)
             return -1;

@@ -54,6 +54,8 @@ typedef struct zc_ctx {
     int pipe[2];             /* -1 when the mode uses no pipe */
     size_t pipe_cap;         /* effective pipe capacity */
     int64_t deadline_ns;     /* CLOCK_MONOTONIC */
+    int64_t end_ns;          /* send --duration: when the sender stops (set at the start of the timed region);
+                              * 0 = move c->total bytes */
     int64_t timeo_ns;        /* current SO_SNDTIMEO/SO_RCVTIMEO on c->sock */
     unsigned char *mem_ring; /* source mem: pattern of one period + one buffer, never rewritten */
     size_t mem_ring_len;
@@ -110,6 +112,9 @@ int zc_fail_errno(zc_ctx *c, const char *fmt, ...) __attribute__((format(printf,
 /* time and deadline (common.c) */
 int64_t zc_now_ns(void);
 int zc_check_deadline(zc_ctx *c, const char *doing);   /* ETIMEDOUT once past the deadline */
+/* The top of every send mode's chunk loop, the one place --duration acts: 1 = send another chunk, 0 = done
+ * (c->total bytes moved, or the duration is up: c->total becomes c->done), -1 = failed (deadline) */
+int zc_send_more(zc_ctx *c);
 int zc_after_eagain(zc_ctx *c, const char *doing);     /* a socket timeout fired: fail or re-arm */
 /* After a call on the data socket returned -1: 1 = call it again (EINTR, or EAGAIN from the socket
  * timeout with the deadline not reached, timeout re-armed), 0 = another error (errno intact, the
@@ -156,6 +161,11 @@ int zc_vmsplice_out(zc_ctx *c, const unsigned char *buf, size_t len, int out, lo
 
 /* --bytes given (0 is the table's "unset": send the source's size, receive until EOF) */
 static inline int zc_bytes_set(const zc_params *p) { return p->bytes != 0; }
+/* --duration given (0 is unset): the sender sends until the time is up, the receiver reads until EOF */
+static inline int zc_duration_set(const zc_params *p) { return p->duration > 0; }
+/* c->total of a sender with --duration until the time is up: more than any run moves, small enough that
+ * offsets (base + done) never overflow */
+#define ZC_UNTIL_TIME_BYTES (UINT64_C(1) << 62)
 static inline size_t zc_min(size_t a, uint64_t b) { return (uint64_t)a < b ? a : (size_t)b; }
 /* bytes the receiver may still ask for: a whole `want` when reading until EOF */
 static inline size_t zc_recv_want(const zc_ctx *c, size_t want)

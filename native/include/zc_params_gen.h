@@ -15,6 +15,7 @@ struct zc_params {
     int port;                  /* recv: 0 = ephemeral */
     const char *mode;          /* --mode */
     uint64_t bytes;            /* --bytes; 0 = unset */
+    double duration;           /* --duration; 0 = unset */
     uint64_t buffer;           /* --buffer */
     uint64_t window;           /* --window; 0 = unset */
     int subblocks;             /* --subblocks */
@@ -71,6 +72,7 @@ struct zc_metrics {
 #define ZC_PARAM_DEFAULTS(X) \
     X(mode, NULL) \
     X(bytes, 0) \
+    X(duration, 0) \
     X(buffer, 131072) \
     X(window, 0) \
     X(subblocks, 1) \
@@ -89,6 +91,8 @@ struct zc_metrics {
 /* the limits of each numeric field (inclusive) */
 #define ZC_MIN_BYTES 1
 #define ZC_MAX_BYTES 4611686018427387904LL
+#define ZC_MIN_DURATION 0.001
+#define ZC_MAX_DURATION 604800.0
 #define ZC_MIN_BUFFER 1
 #define ZC_MAX_BUFFER 1073741824
 #define ZC_MIN_WINDOW 1
@@ -128,6 +132,7 @@ struct zc_metrics {
 /* X(field, flag, min, max, has_unset, unset, limits): the range checks of the double fields
  * (message: <flag>: <limits>, got <value>) */
 #define ZC_PARAM_LIMITS_DOUBLE(X) \
+    X(duration, "--duration", 0.001, 604800.0, 1, 0, "expected a duration between 0.001s and 604800s") \
     X(timeout, "--timeout", 0.001, 604800.0, 0, 0, "expected a duration between 0.001s and 604800s") \
 
 /* X(side, name): every compiled mode, the send_mode and recv_mode choices of the table in their order

@@ -20,9 +20,8 @@ static int setup(zc_ctx *c)
 
 static int transfer(zc_ctx *c)
 {
-    while (c->done < c->total) {
-        if (zc_check_deadline(c, "sending") < 0)
-            return -1;
+    int more;
+    while ((more = zc_send_more(c)) > 0) {
         size_t len = zc_min(c->buffer, c->total - c->done);
         uint64_t base = c->done;
         for (size_t o = 0; o < len; o += c->sub) {
@@ -40,6 +39,8 @@ static int transfer(zc_ctx *c)
                 return -1;
         }
     }
+    if (more < 0)
+        return -1;
     return 0;
 }
 

@@ -190,9 +190,8 @@ static int transfer(zc_ctx *c)
     if (setsockopt(c->sock, SOL_SOCKET, SO_ZEROCOPY, &one, sizeof one) < 0)
         return zc_fail_errno(c, "the kernel refused setsockopt(SO_ZEROCOPY)");
     uint64_t chunk_no = 0;
-    while (c->done < c->total) {
-        if (zc_check_deadline(c, "sending") < 0)
-            return -1;
+    int more;
+    while ((more = zc_send_more(c)) > 0) {
         size_t len = zc_min(c->buffer, c->total - c->done);
         const unsigned char *chunk;
         uint32_t slot = 0;
@@ -212,6 +211,8 @@ static int transfer(zc_ctx *c)
                 return -1;
         chunk_no++;
     }
+    if (more < 0)
+        return -1;
     while (outstanding(s))
         if (reap(c, s, 1) < 0)
             return -1;

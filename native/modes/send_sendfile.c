@@ -18,9 +18,8 @@ static int transfer(zc_ctx *c)
 {
     off_t off = (off_t)c->base; /* this stream's slice (0 with one stream) */
     off_t *offp = c->fd_is_reg ? &off : NULL;
-    while (c->done < c->total) {
-        if (zc_check_deadline(c, "sending") < 0)
-            return -1;
+    int more;
+    while ((more = zc_send_more(c)) > 0) {
         size_t len = zc_min(c->buffer, c->total - c->done);
         for (size_t o = 0; o < len;) {
             size_t l = zc_min(c->sub, len - o);
@@ -43,6 +42,8 @@ static int transfer(zc_ctx *c)
             }
         }
     }
+    if (more < 0)
+        return -1;
     return 0;
 }
 

@@ -18,9 +18,8 @@ static int transfer(zc_ctx *c)
 {
     loff_t off = (loff_t)c->base; /* this stream's slice (0 with one stream) */
     loff_t *offp = c->fd_is_reg ? &off : NULL;
-    while (c->done < c->total) {
-        if (zc_check_deadline(c, "sending") < 0)
-            return -1;
+    int more;
+    while ((more = zc_send_more(c)) > 0) {
         size_t len = zc_min(c->buffer, c->total - c->done);
         for (size_t o = 0; o < len;) {
             size_t want = zc_min(zc_min(c->sub, len - o), c->pipe_cap);
@@ -41,6 +40,8 @@ static int transfer(zc_ctx *c)
             c->done += (uint64_t)n;
         }
     }
+    if (more < 0)
+        return -1;
     return 0;
 }
 

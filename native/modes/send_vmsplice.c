@@ -19,9 +19,8 @@ static int setup(zc_ctx *c) { return zc_open_pipe(c); }
 
 static int transfer(zc_ctx *c)
 {
-    while (c->done < c->total) {
-        if (zc_check_deadline(c, "sending") < 0)
-            return -1;
+    int more;
+    while ((more = zc_send_more(c)) > 0) {
         size_t len = zc_min(c->buffer, c->total - c->done);
         unsigned char *fresh = NULL;
         const unsigned char *chunk;
@@ -46,6 +45,8 @@ static int transfer(zc_ctx *c)
         if (rc < 0)
             return -1;
     }
+    if (more < 0)
+        return -1;
     return 0;
 }
 

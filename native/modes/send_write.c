@@ -14,9 +14,8 @@ static int setup(zc_ctx *c)
 static int transfer(zc_ctx *c)
 {
     zc_buf_state *s = c->priv;
-    while (c->done < c->total) {
-        if (zc_check_deadline(c, "sending") < 0)
-            return -1;
+    int more;
+    while ((more = zc_send_more(c)) > 0) {
         size_t len = zc_min(c->buffer, c->total - c->done);
         const unsigned char *chunk;
         if (c->src_mem) {
@@ -30,6 +29,8 @@ static int transfer(zc_ctx *c)
             if (zc_sock_write_all(c, chunk + o, zc_min(c->sub, len - o)) < 0)
                 return -1;
     }
+    if (more < 0)
+        return -1;
     return 0;
 }
 

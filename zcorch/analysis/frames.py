@@ -17,6 +17,9 @@ the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived
 - `same_host`: both workers on one running kernel (equal `host_boot_id`: localhost, or network
   namespaces of one machine), so they read one /proc/stat; `total_host_busy_s_per_gib` is then the larger
   of the two sides (counted once), else their sum; `total_cpu_s_per_gib` = both processes' CPU per GiB.
+- `cpu_resolution`: can the host-CPU columns be trusted? `ok`, `too short: N ticks` (a host-CPU window held
+  fewer than 100 /proc/stat ticks: `host_ticks`), `busy > capacity (R×)` (more busy CPU than CPUs × window
+  beyond the tick error), or `n/a` (zcorch.results.rates.cpu_resolution).
 - `zc_verdict`: `zero-copy`, `copied`, `partly copied (N%)` or `n/a` from the kernel's completion
   reports (zc_completions/zc_copied of either side, zcorch.results.rates.zc_verdict); `zc_copied_share`;
   followed by `receive mapped|copied|partly mapped (N%)` when the receiver reported zero-copy receive
@@ -354,6 +357,9 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
         for total in metrics.TOTALS:   # total_* of zcorch.metrics: the two sides by the entry's `combine`
             send_v, recv_v = (out[c] if c in out else col(c) for c in total.parts)
             out[total.name] = combine_sides(total.combine, send_v, recv_v, one)
+        sides = [zip(col(p + "host_ticks"), busy[p], col(p + "host_ncpus"), window[p], col(p + "host_clk_tck"))
+                 for p in ("send_", "recv_")]
+        out["cpu_resolution"] = [rates.cpu_resolution(pair) for pair in zip(*sides)]
     completions = np.nansum([col("send_zc_completions"), col("recv_zc_completions")], axis=0)
     copied = np.nansum([col("send_zc_copied"), col("recv_zc_copied")], axis=0)
     reported = ~(np.isnan(col("send_zc_completions")) & np.isnan(col("recv_zc_completions")))

@@ -228,14 +228,26 @@ def cell_zc_verdicts(df: pd.DataFrame) -> dict:
     return out
 
 
+def cell_cpu_resolutions(df: pd.DataFrame) -> dict:
+    """{cell: host-CPU resolution} over the ok runs of each cell (the frame's `cpu_resolution`,
+    zcorch.results.rates.cell_cpu_resolution: the end-of-run summary's wording)."""
+    from zcorch.results.rates import cell_cpu_resolution
+
+    if "cpu_resolution" not in df:
+        return {}
+    ok = df[df["status"] == OK]
+    return {cell: cell_cpu_resolution(group["cpu_resolution"]) for cell, group in ok.groupby("cell", sort=False)}
+
+
 def cells_table(df: pd.DataFrame) -> Table:
     s = summarize(df, metrics=["mb_s", "gbit_s", *CELL_CPU_METRICS])
     params = [c for c in varying_params(df, with_members=True) if c in s]
     s = by_mode(s, params)
     verdicts = cell_zc_verdicts(df)
+    resolutions = cell_cpu_resolutions(df)
     adaptive = "converged" in s   # repeats: {min, max, target_ci}: did each cell converge, how wide it got
     header = params + ["n", "failed", "MB/s median", "MB/s CI (level)", "Gbit/s median",
-                       *map(_header, CELL_CPU_METRICS), "zero-copy"] \
+                       *map(_header, CELL_CPU_METRICS), "zero-copy", "host CPU resolution"] \
         + (["converged (95% CI ±)"] if adaptive else []) + ["cell id"]
     rows = []
     for _, r in s.iterrows():
@@ -243,10 +255,11 @@ def cells_table(df: pd.DataFrame) -> Table:
               if np.isfinite(r["mb_s_ci_low"]) else "")
         rows.append([format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
                     + [r["n"], r["n_failed"] or "", _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
-                       *(_cpu_median(r, m) for m in CELL_CPU_METRICS), verdicts.get(r["cell"], "")]
+                       *(_cpu_median(r, m) for m in CELL_CPU_METRICS), verdicts.get(r["cell"], ""),
+                       resolutions.get(r["cell"], "")]
                     + ([_converged(r)] if adaptive else []) + [r["cell"]])
     return Table(header, rows, ["nowrap"] * len(params) + ["num", "num", "num", "num nowrap", "num"]
-                 + ["num"] * len(CELL_CPU_METRICS) + [None] * (2 if adaptive else 1) + ["nowrap"])
+                 + ["num"] * len(CELL_CPU_METRICS) + [None] * (3 if adaptive else 2) + ["nowrap"])
 
 
 def _missing(value) -> bool:

@@ -46,10 +46,32 @@ def cell_problems(p: dict) -> "list[str]":
             out.append(f"subblocks ({p['subblocks']}) > {what} ({buf} bytes): a sub-block would be empty")
             if what == "buffer":
                 break  # one message for the shared size
+    out += _amount_problems(p)
     if p.get("streams", 1) > 1:
         for side, mode, caps in (("send", send, send_caps), ("receive", recv, recv_caps)):
             if "one_stream" in caps:
                 out.append(f"{side} mode `{mode}` handles one stream only; `streams: {p['streams']}` needs another")
+    return out
+
+
+def _amount_problems(p: dict) -> "list[str]":
+    """`duration` against `bytes` and the source/sink it needs (the worker refuses the same)."""
+    if p.get("duration") is None:
+        if p.get("bytes") is None:
+            return ["neither `bytes` nor `duration` is set: a cell moves a byte count or runs for a time"]
+        return []
+    out = []
+    if p.get("bytes") is not None:
+        out.append("`bytes` and `duration` are both set: a cell moves a byte count or runs for a time, not both "
+                   "(leave `bytes` unwritten, or null, for the cells with `duration`)")
+    if p["source"] not in ("mem", "/dev/zero"):
+        out.append(f"`duration` needs source `mem` or /dev/zero: a file (`{p['source']}`) runs out before the time "
+                   "is up (use `bytes`)")
+    if p["sink_state"] != "fresh":
+        out.append(f"sink_state `{p['sink_state']}` prepares `bytes` of the sink: it needs `bytes`, not `duration`")
+    if p.get("streams", 1) > 1 and p["sink"] != "/dev/null":
+        out.append(f"`duration` with `streams: {p['streams']}` needs sink /dev/null: a stream's slice of a file sink "
+                   "is unknown until the time is up")
     return out
 
 

@@ -177,6 +177,21 @@ def base_params(params: dict) -> dict:
     return base
 
 
+def writes_bytes(params: dict, matrix: "Sequence[Axis]") -> bool:
+    """Whether `bytes` is written in the `params:` section or by a matrix axis (not only its default)."""
+    return "bytes" in params or any("bytes" in a.params for a in matrix)
+
+
+def amount_of(cell: dict, bytes_written: bool) -> dict:
+    """`cell` with the default `bytes` given way to its `duration`: a cell that runs for a time moves no byte
+    count, so the table's default `bytes` (1GiB) is dropped (null) when the file did not write `bytes` for it.
+    A written `bytes` stays, and the cell rules refuse the cell (both set: zcorch.config.cells)."""
+    if cell.get("duration") is not None and cell.get("bytes") is not None and not bytes_written:
+        cell = dict(cell)
+        cell["bytes"] = None
+    return cell
+
+
 def include_base(params: dict, matrix: "Sequence[Axis]") -> dict:
     """What an include entry starts from: base_params(params) plus every matrix axis that has one value."""
     base = base_params(params)

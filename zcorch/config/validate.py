@@ -28,7 +28,8 @@ from zcorch.config.networks import parse_networks
 from zcorch.config.param_values import parse_param
 from zcorch.config.reference import COMMAND_KIND_PREFIX, parse_reference
 from zcorch.config.schema import (LABEL_KEY, MAX_REPEATS, MAX_RUNS, ORDERS, REPEAT_POLICY_KEYS, RESERVED_AXIS_NAMES,
-                                  TOP_KEYS, Axis, Experiment, RepeatPolicy, default_label, include_base)
+                                  TOP_KEYS, Axis, Experiment, RepeatPolicy, amount_of, default_label, include_base,
+                                  writes_bytes)
 from zcorch.config.views import parse_report
 from zcorch.params import PARAM_KEYS, format_value, param
 
@@ -156,7 +157,7 @@ class Validator(Checker):
                                                    "adds one cell, so set every varying axis explicitly")
             cell = dict(base)
             cell.update(entry)
-            include.append(cell)
+            include.append(amount_of(cell, "bytes" in entry or writes_bytes(params, matrix)))
         return Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
                           params=params, matrix=matrix, exclude=exclude, include=include, baselines=baselines,
                           filesystems=filesystems, repeats=repeats, repeat_policy=policy, order=order, seed=seed,

@@ -38,6 +38,66 @@ def host_busy_us(metrics: dict):
     return None if any(p is None for p in parts) else sum(parts)
 
 
+# A host-CPU window holding fewer ticks than this measures CPU time to worse than 1% (a tick per CPU).
+MIN_TICKS = 100
+# How far a window's tick counts may be off, in ticks per CPU: a CPU's count can gain a tick at each end of
+# the window (its tick fell just inside), and a delayed timer interrupt (a loaded or virtual machine) books a
+# late tick; 1.5 ticks per CPU over a 1.5 s window were seen on a loaded 2-CPU VM.
+TICK_ERROR = 2
+ASSUMED_CLK_TCK = 100  # USER_HZ of records written before the worker reported it (every Linux port's value)
+
+
+def cpu_resolution(sides) -> str:
+    """Can the host-CPU numbers of a run be trusted? `sides`: one (host_ticks, busy_s, ncpus, window_s,
+    clk_tck) per worker (None / NaN where not reported; ticks then estimated as window × clk_tck × CPUs,
+    clk_tck missing = ASSUMED_CLK_TCK). `ok`; `too short: N ticks` when a window held fewer than MIN_TICKS
+    (N: the fewest); `busy > capacity (R×)` when busy CPU exceeds CPUs × window by more than the tick error
+    (TICK_ERROR ticks per CPU), R = busy / (CPUs × window), the largest; both joined by "; "; `n/a` without host data."""
+    fewest, worst = None, None
+    known = False
+    for ticks, busy, ncpus, window, clk in sides:
+        if _missing(busy) or _missing(ncpus) or _missing(window) or ncpus <= 0 or window <= 0:
+            continue
+        known = True
+        clk = ASSUMED_CLK_TCK if _missing(clk) or clk <= 0 else clk
+        ticks = round(window * clk * ncpus) if _missing(ticks) else int(ticks)
+        if ticks < MIN_TICKS:
+            fewest = ticks if fewest is None else min(fewest, ticks)
+        capacity = ncpus * window
+        if busy > capacity + TICK_ERROR * ncpus / clk:
+            worst = max(worst or 0.0, busy / capacity)
+    if not known:
+        return "n/a"
+    parts = []
+    if fewest is not None:
+        parts.append(f"too short: {fewest} ticks")
+    if worst is not None:
+        parts.append(f"busy > capacity ({worst:.2f}×)")
+    return "; ".join(parts) or "ok"
+
+
+def run_cpu_resolution(sender: dict, receiver: dict) -> str:
+    """cpu_resolution of one run's worker metrics (the records' `sender` / `receiver`)."""
+    sides = []
+    for m in (sender or {}, receiver or {}):
+        busy = host_busy_us(m)
+        window = m.get("host_window_ns")
+        sides.append((m.get("host_ticks"), None if busy is None else busy / 1e6, m.get("host_ncpus"),
+                      None if window is None else window / 1e9, m.get("host_clk_tck")))
+    return cpu_resolution(sides)
+
+
+def cell_cpu_resolution(verdicts) -> str:
+    """A cell's host-CPU resolution from its ok runs' (cpu_resolution): `ok` when every run's is, else the
+    worst flag with how many runs carry one, e.g. `too short: 9 ticks (3/3 runs)`; `n/a` without host data."""
+    verdicts = list(verdicts)
+    flagged = [v for v in verdicts if v not in ("ok", "n/a")]
+    if not flagged:
+        return "ok" if "ok" in verdicts else "n/a"
+    worst = min(flagged, key=lambda v: (int(v.split()[2]) if v.startswith("too short") else 10 ** 9, v))
+    return f"{worst} ({len(flagged)}/{len(verdicts)} runs)"
+
+
 def host_busy_total(send, recv, same_host: bool):
     """Both hosts' busy CPU (seconds, or seconds per GiB): their sum; on one machine (same_host: both
     windows read the same /proc/stat and overlap almost entirely) the larger of the two, counted once."""

@@ -179,7 +179,7 @@ class Runner:
         if worker_params is None:
             worker_params = scratchmod.resolve_params(params, self.scratch)
         timeout = params.get("timeout") or self.default_timeout
-        budget = float(timeout) + self.margin
+        budget = float(timeout) + float(params.get("duration") or 0) + self.margin  # the worker's deadline
         started_iso = utc_now()
         t0 = time.monotonic()
         deadline = t0 + budget

@@ -61,6 +61,8 @@ def summary_rows(plan_runs: List[dict], records: List[dict], repeat_policy=None)
                      "gbit_s": _med(gbit), "send_cpu_s_per_gib": _med(proc[0]), "recv_cpu_s_per_gib": _med(proc[1]),
                      "send_host_busy_s_per_gib": _med(host[0]), "recv_host_busy_s_per_gib": _med(host[1]),
                      "zero_copy": verdict, "same_host": any(r.get("same_host") for r in ok),
+                     "cpu_resolution": rates.cell_cpu_resolution([rates.run_cpu_resolution(r["sender"], r["receiver"])
+                                                                  for r in ok]),
                      **({"convergence": states[cell].as_record()} if states else {})})
     return rows
 
@@ -90,17 +92,21 @@ def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[
         rows.append([r["cell"], *(a.label_of(params) for a in linked), *(format_value(k, params.get(k)) for k in varying),
                      *(_cell_text(r[k]) for k in ("gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib",
                                                   "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib")),
-                     f"{r['ok']}/{r['failed']}", r["zero_copy"]])
+                     f"{r['ok']}/{r['failed']}", r["zero_copy"], r["cpu_resolution"]])
         if repeat_policy is not None:
             st = r["convergence"]
             states[r["cell"]] = CellState(st["n"], st["width_pct"] if st["width_pct"] is not None else float("inf"),
                                           st["converged"])
             rows[-1].append(converged_text(states[r["cell"]]))
     head = ["cell", *(a.key for a in linked), *varying, "Gbit/s", "send proc-CPU", "recv proc-CPU", "send host-CPU", "recv host-CPU",
-            "ok/failed", "zero-copy", *(["converged"] if states else [])]
+            "ok/failed", "zero-copy", "host-CPU resolution", *(["converged"] if states else [])]
     lines = text_table(head, rows)
     lines.append("CPU in seconds per GiB moved: proc = the worker process's own CPU (rusage); host = the whole "
-                 "machine's busy CPU over the transfer (/proc/stat, softirq and interrupts included)")
+                 "machine's busy CPU over the transfer (/proc/stat, softirq and interrupts included); every number "
+                 "is the median of the cell's ok runs, with no interval")
+    lines.append(f"host-CPU resolution: `too short` = a window under {rates.MIN_TICKS} /proc/stat ticks (the host-CPU "
+                 "columns move in steps of a tick per CPU), `busy > capacity` = more busy CPU than CPUs × window, "
+                 "beyond the tick error (2 ticks per CPU)")
     if states:
         p = repeat_policy
         lines.append(f"repeats until the 95% interval of the median throughput is within ±{p.target_ci:g}% "

@@ -107,13 +107,16 @@ def host_deltas(before: "Dict[str, Optional[str]]", after: "Dict[str, Optional[s
     """The host_* metrics (zcorch.params METRICS) between two snapshots; see the module docstring."""
     clk_tck = clk_tck or os.sysconf("SC_CLK_TCK")
     out: "Dict[str, Any]" = {f"host_{f}_us": None for f in CPU_FIELDS}
-    out.update(host_window_ns=window_ns, host_ncpus=None, host_per_cpu_us=None)
+    out.update(host_window_ns=window_ns, host_ncpus=None, host_per_cpu_us=None, host_clk_tck=None, host_ticks=None)
     st0, st1 = before.get("/proc/stat"), after.get("/proc/stat")
     if st0 is not None and st1 is not None:
         s0, s1 = parse_stat(st0), parse_stat(st1)
         if "cpu" in s0 and "cpu" in s1:
             total = cpu_delta_ticks(s0["cpu"], s1["cpu"])
             out.update({f"host_{f}_us": _us(total[f], clk_tck) for f in CPU_FIELDS})
+            out["host_clk_tck"] = clk_tck
+            # the ticks the window holds, counted (not window × USER_HZ × CPUs: a CPU's idle may lag a tick)
+            out["host_ticks"] = None if None in total.values() else sum(total.values())
         cpus = sorted((n for n in s1 if n != "cpu" and n in s0), key=_cpu_number)  # hot-plugged: skipped
         out["host_ncpus"] = len(cpus)
         out["host_per_cpu_us"] = {n: [_us(v, clk_tck) for v in cpu_delta_ticks(s0[n], s1[n]).values()]

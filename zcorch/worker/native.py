@@ -326,7 +326,7 @@ class _CParams:
             self.stream_offsets = ffi.new("uint64_t[]", s.streams)
             s.stream_metrics = self.stream_metrics
             s.stream_offsets = self.stream_offsets
-        self.watch = _Watch(p.get("sample_interval"), p["timeout"])
+        self.watch = _Watch(p.get("sample_interval"), p["timeout"] + (p.get("duration") or 0))
         s.watch = self.watch.struct
         self.struct = s
 
