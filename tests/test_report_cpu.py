@@ -88,9 +88,10 @@ def test_summary_shows_both_views_and_the_verdict(cpu_set):
     plan = json.loads((cpu_set / "plan.json").read_text())
     text = summary_table(plan, read_jsonl(str(cpu_set / "runs.jsonl")))
     head, *rows = text.splitlines()
-    assert "send proc-CPU" in head and "recv host-CPU" in head and head.endswith("zero-copy")
+    assert "send proc-CPU" in head and "recv host-CPU" in head and "zero-copy" in head
+    assert head.endswith("host-CPU resolution")   # whether a run's host window could measure its CPU at all
     zc = [line for line in rows if " msg_zerocopy " in line]
-    assert len(zc) == 2 and all(line.endswith(" copied") for line in zc)
+    assert len(zc) == 2 and all(" copied " in line for line in zc)
     assert any(line.startswith("CPU in seconds per GiB moved: proc = ") for line in rows)
     assert "sender and receiver share one kernel: their host-CPU columns are one machine's, count it once" in rows
 
