@@ -303,7 +303,7 @@ def test_a_wheel_on_the_lowest_supported_python_copies_the_quick_start_and_runs_
     listed = subprocess.run([zcorch, "examples"], cwd=empty, capture_output=True, text=True, timeout=120,
                             env=clean_env())
     assert "analysis" in listed.stdout and "schutt-2006" in listed.stdout   # the notebook and studies ship too
-    run = subprocess.run([zcorch, "run", "quickstart.yaml", "--set", "bytes=4MiB", "--set", "repeats=1",
+    run = subprocess.run([zcorch, "run", "quickstart.yaml", "--set", "duration=0.5s", "--set", "repeats=1",
                           "--set", "baselines=false"], cwd=empty, capture_output=True, text=True, timeout=900,
                          env=clean_env())
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -185,7 +185,7 @@ def test_qperf_in_a_localhost_run_the_report_and_load_baselines(tmp_path):
     rep = zcorch("qp", "report", out, "-o", tmp_path / "report.html")
     assert rep.returncode == 0, rep.stderr
     html = (tmp_path / "report.html").read_text()
-    section = html[html.index("<h2>Baselines</h2>"):]
+    section = html[html.index('<h2 id="baselines">Baselines</h2>'):]
     assert "qperf" in section[:section.index("</table>")]
 
 
