@@ -96,7 +96,7 @@ def test_a_killed_sweep_is_restored_by_the_next_run_and_by_lab_down(lab, tmp_pat
 
     before = {r: host_net(lab, r) for r in ("sender", "receiver")}
     path = write_exp(tmp_path, lab, "killed", {"network": ["mid"]}, repeats=20,
-                     params={"bytes": "256MiB", "timeout": "60s"})
+                     params={"duration": "2s", "timeout": "60s"})  # long enough on any machine
 
     def kill_mid_sweep(out):
         p = start_zcorch("lab", "run", path, "-o", out)

@@ -120,7 +120,7 @@ def _other_controller(*args, hostname="zcorch-other-controller"):
 def test_a_controller_with_another_hostname_is_refused_before_it_loads_the_hosts(lab, tmp_path):
     before = {r: host_net(lab, r) for r in ROLES}
     long = write_exp(tmp_path, lab, "live", {"network": ["mid"]}, repeats=40,
-                     params={"bytes": "256MiB", "timeout": "60s"})
+                     params={"duration": "2s", "timeout": "60s"})  # long enough on any machine
     small = write_exp(tmp_path, lab, "second", {"network": ["small"]})
     plain = plain_exp(tmp_path, lab, "plain")
     p = start_zcorch("lab", "run", long, "-o", tmp_path / "live")
@@ -149,7 +149,7 @@ def test_a_controller_with_another_hostname_is_refused_before_it_loads_the_hosts
 def test_a_killed_sweeps_network_is_restored_by_a_sweep_without_networks(lab, tmp_path):
     before = {r: host_net(lab, r) for r in ROLES}
     path = write_exp(tmp_path, lab, "killed", {"network": ["mid"]}, repeats=20,
-                     params={"bytes": "256MiB", "timeout": "60s"})
+                     params={"duration": "2s", "timeout": "60s"})  # long enough on any machine
     p = start_zcorch("lab", "run", path, "-o", tmp_path / "rs1")
     try:
         wait_records(tmp_path / "rs1" / "runs.jsonl", 1, timeout=120)
@@ -199,7 +199,7 @@ def test_a_state_file_others_could_have_written_is_refused_and_left_alone(lab, t
 def test_term_every_50ms_during_the_teardown_still_restores_the_hosts_and_closes_the_result_set(lab, tmp_path):
     before = {r: host_net(lab, r) for r in ROLES}
     path = write_exp(tmp_path, lab, "term", {"network": ["small", "mid"]}, repeats=20,
-                     params={"bytes": "256MiB", "timeout": "60s"})
+                     params={"duration": "2s", "timeout": "60s"})  # long enough on any machine
     out = tmp_path / "rs"
     p = start_zcorch("lab", "run", path, "-o", out)
     sent = 0
