@@ -4,6 +4,8 @@ the summary, zcorch.load and the report say of each cell. The verdict rules them
 (zcorch.results.rates.zc_recv_verdict / zc_label, tests/test_hoststat.py)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import zcorch
@@ -54,5 +56,5 @@ def test_zerocopy_recv_says_whether_it_mapped(tmp_path):
     summary = result.summary()
     lines = {mode: next(line for line in summary.splitlines() if f" {mode} " in line)
              for mode in ("sendfile", "msg_zerocopy")}
-    assert lines["sendfile"].rstrip().endswith("receive copied")
+    assert "receive copied" in re.split(r"\s{2,}", lines["sendfile"].strip())   # its zero-copy column
     assert "; receive " in lines["msg_zerocopy"]
