@@ -64,6 +64,20 @@ def mounted(dev: str, directory: str) -> Iterator[str]:
         subprocess.run(["umount", mnt], check=False)
 
 
+@contextlib.contextmanager
+def small_tmpfs(directory, size: str, name: str, lazy_umount: bool = False) -> Iterator[str]:
+    """A tmpfs of `size` mounted on `directory` (made here) for a test that fills a filesystem (root only:
+    skips otherwise). lazy_umount: detach even while a worker's mapping may still hold it (and do not fail)."""
+    if os.geteuid() != 0:
+        pytest.skip(f"needs root: mounts a {size} tmpfs")
+    os.mkdir(directory)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", name, str(directory)], check=True)
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", *(["-l"] if lazy_umount else []), str(directory)], check=not lazy_umount)
+
+
 def fs_uuid(dev: str) -> str:
     return _run(["blkid", "-p", "-s", "UUID", "-o", "value", dev])
 

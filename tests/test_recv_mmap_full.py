@@ -3,25 +3,17 @@ block makes read() into the mapping fail with EFAULT, which was reported as is (
 reported as ENOSPC, naming the sink and the offset. A real 1 MiB tmpfs (size=) fills up; a 4 MiB transfer."""
 from __future__ import annotations
 
-import os
-import subprocess
 
 import pytest
 
+from fixtures_fs import small_tmpfs
 from fixtures_worker import run_worker, start_receiver
 
 
 @pytest.fixture
 def one_mib_tmpfs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts a 1 MiB tmpfs")
-    d = tmp_path / "small"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "zcorch-test-mmap", str(d)], check=True)
-    try:
+    with small_tmpfs(tmp_path / "small", "1m", "zcorch-test-mmap", lazy_umount=True) as d:
         yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
 
 
 @pytest.mark.root

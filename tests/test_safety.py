@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from fixtures_fs import small_tmpfs as mounted_small_tmpfs
 from fixtures_run import base_params, local_runner, new_resultset, wait_no_workers
 from zcorch.errors import HostError, ResultsError
 from zcorch.hosts.local import LocalHost
@@ -48,15 +49,8 @@ def test_run_recorded_ok_only_with_both_sides_metrics(tmp_path, tag):
 # -- 3: a full disk never glues two records ------------------------------------------------------
 @pytest.fixture
 def small_tmpfs(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("needs root: mounts a 64 KiB tmpfs")
-    d = tmp_path / "small"
-    d.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "zcorch-test", str(d)], check=True)
-    try:
+    with mounted_small_tmpfs(tmp_path / "small", "64k", "zcorch-test") as d:
         yield d
-    finally:
-        subprocess.run(["umount", str(d)], check=True)
 
 
 def test_append_on_a_full_disk_leaves_every_earlier_record_and_no_partial_line(small_tmpfs):
