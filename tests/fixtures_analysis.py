@@ -49,18 +49,22 @@ baselines: false
 """
 
 
+def record_sweep(directory: Path, name: str, experiment: str) -> Path:
+    """A result set `directory/name` recorded now by a real localhost sweep of `experiment` (every run ok)."""
+    from zcorch.sweep.pipeline import run_sweep
+
+    exp = directory / f"{name}.yaml"
+    exp.write_text(experiment)
+    result = run_sweep(str(exp), output=str(directory / name), command=["test"])
+    assert result.exit_status == 0, [r.get("reason") for r in result.records]
+    return directory / name
+
+
 @pytest.fixture(scope="session")
 def cpu_set_recorded(tmp_path_factory) -> Path:
     """A result set recorded now by a real localhost sweep with the host view: 256 MiB runs, long enough
     (with sample_interval 5ms) to keep samples; meta.json with the hosts' calibration. Use `cpu_set`."""
-    from zcorch.sweep.pipeline import run_sweep
-
-    d = tmp_path_factory.mktemp("cpu")
-    exp = d / "cpu-small.yaml"
-    exp.write_text(CPU_EXPERIMENT)
-    result = run_sweep(str(exp), output=str(d / "cpu-small"), command=["test"])
-    assert result.exit_status == 0, [r.get("reason") for r in result.records]
-    return d / "cpu-small"
+    return record_sweep(tmp_path_factory.mktemp("cpu"), "cpu-small", CPU_EXPERIMENT)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from zcorch import metrics
 from zcorch.analysis.compare import compare_frames
 from zcorch.params import HOST_BUSY_FIELDS, METRICS as WORKER_METRICS, PARAM_KEYS
 
-from fixtures_analysis import copy_result_set, zcorch_cli
+from fixtures_analysis import copy_result_set, record_sweep, zcorch_cli
 
 # 1 s runs: the host-CPU window then holds ~200 /proc/stat ticks; a 32 MiB run could hold none (a ratio of 0)
 EXPERIMENT = """name: host-cpu
@@ -93,14 +93,7 @@ def test_the_docs_table_is_the_tables():
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """A real localhost sweep with the host CPU view."""
-    from zcorch.sweep.pipeline import run_sweep
-
-    d = tmp_path_factory.mktemp("hostcpu")
-    exp = d / "host-cpu.yaml"
-    exp.write_text(EXPERIMENT)
-    result = run_sweep(str(exp), output=str(d / "host-cpu"), command=["test"])
-    assert result.exit_status == 0, [r.get("reason") for r in result.records]
-    return d / "host-cpu"
+    return record_sweep(tmp_path_factory.mktemp("hostcpu"), "host-cpu", EXPERIMENT)
 
 
 def factor_beyond_spread(src) -> float:
