@@ -29,37 +29,36 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from zcorch.analysis.compare import judge  # noqa: E402
-from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT  # noqa: E402
-from zcorch.analysis.history import stable_baselines  # noqa: E402
+from zcorch.analysis.detector import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, MIN_NIGHTS, judge_newest  # noqa: E402
 from zcorch.analysis.stats import ci_width_pct, median_ci  # noqa: E402
-from zcorch.analysis.steps import fit_steps, point_sigmas  # noqa: E402
+from zcorch.analysis.steps import ci_sds, fit_steps, point_sigmas  # noqa: E402
 
 EXPERIMENT = """name: detector-noise
 hosts: localhost
-params: {{bytes: {bytes}, buffer: 128KiB, sink: /dev/null, timeout: 30s}}
+params: {{{length}, buffer: 128KiB, sink: /dev/null, timeout: 30s}}
 matrix:
   send_mode: [write, sendfile]
   recv_mode: [read, splice]
-  source: [mem, "{{scratch}}/detector-source.dat"]
+  source: [mem, /dev/zero]
 exclude:
   - {{send_mode: sendfile, recv_mode: read}}
   - {{send_mode: write, recv_mode: splice}}
   - {{send_mode: sendfile, source: mem}}
-  - {{send_mode: write, source: "{{scratch}}/detector-source.dat"}}
+  - {{send_mode: write, source: /dev/zero}}
 repeats: {repeats}
 order: interleave
 baselines: false
 """
 
 
-def record(n_sweeps: int, repeats: int, nbytes: str, out: str) -> list:
-    """n_sweeps real localhost sweeps of EXPERIMENT (write→read, sendfile→splice) into `out`."""
+def record(n_sweeps: int, repeats: int, length: str, out: str) -> list:
+    """n_sweeps real localhost sweeps of EXPERIMENT (write→read, sendfile→splice) into `out`; `length` is
+    "duration: 1s" or "bytes: 256MiB"."""
     from zcorch.sweep.pipeline import run_sweep
 
     exp = os.path.join(out, "detector-noise.yaml")
     with open(exp, "w") as f:
-        f.write(EXPERIMENT.format(bytes=nbytes, repeats=repeats))
+        f.write(EXPERIMENT.format(length=length, repeats=repeats))
     dirs = []
     for i in range(n_sweeps):
         d = os.path.join(out, f"sweep{i}")
@@ -93,41 +92,45 @@ def night(rng: np.random.Generator, sweeps: list, target: float, lo: int = 3, hi
     return np.asarray(runs)
 
 
-def alarm(nights: list, threshold: float, alpha: float) -> bool:
-    """Whether `history --check` flags the newest of `nights` (arrays of ok runs, oldest first) as regressed
-    (higher is better)."""
+def decide(nights: list, settings: list) -> list:
+    """For each (threshold, alpha, min_nights) of `settings`: whether `zcorch history --check` flags the newest
+    of `nights` (arrays of ok runs, oldest first; higher is better) as regressed, by the code it runs
+    (zcorch.analysis.detector.judge_newest, on the medians, intervals and change-point fit history computes)."""
     med = np.array([np.median(x) for x in nights])
     ci = np.array([median_ci(x) for x in nights])
-    sigma = point_sigmas(med, ci[:, 0], ci[:, 1], ci[:, 2])
-    fit = fit_steps(med, sigma)
-    last = len(nights) - 1
-    results = []
-    for baseline, _since in stable_baselines(fit, list(range(len(nights))), last):
-        j = judge(np.concatenate([nights[i] for i in baseline]), nights[last], True, threshold, alpha)
-        if j.verdict == "regressed":
-            return True
-        results.append(j)
-    return False
+    fit = fit_steps(med, point_sigmas(med, ci[:, 0], ci[:, 1], ci[:, 2]))
+    sd = ci_sds(ci[:, 0], ci[:, 1], ci[:, 2])
+    out = []
+    for threshold, alpha, min_nights in settings:
+        c = judge_newest(med, sd, nights, fit, True, threshold, alpha, min_nights)
+        out.append(c is not None and c.verdict == "regressed")
+    return out
 
 
 def simulate(pool: list, rng, n_series: int, n_nights: int, warmup: int, step_at: int, target: float,
              settings: list) -> dict:
-    """{(threshold, alpha): {"fa": alarms per 100 nights, "caught": {step: [share within 1, 2, 3]}}}."""
-    out = {s: {"fa_alarms": 0, "fa_nights": 0, "caught": {0.05: [0, 0, 0], 0.10: [0, 0, 0]}} for s in settings}
+    """{setting: {"fa": false alarms per 100 nights judged from night `warmup` on, "fa_first": the same for the
+    nights before (2 to `warmup`), "caught": {step: [share within 1, 2, 3 nights]}}}."""
+    out = {s: {"fa": [0, 0], "fa_first": [0, 0], "caught": {0.05: [0, 0, 0], 0.10: [0, 0, 0]}} for s in settings}
     for _ in range(n_series):
         base = [night(rng, pool, target) for _ in range(n_nights)]
-        for s in settings:
-            for t in range(warmup, n_nights):
-                out[s]["fa_alarms"] += alarm(base[:t + 1], *s)
-                out[s]["fa_nights"] += 1
+        for t in range(1, n_nights):
+            for s, bad in zip(settings, decide(base[:t + 1], settings)):
+                counts = out[s]["fa" if t >= warmup else "fa_first"]
+                counts[0] += bad
+                counts[1] += 1
         for step in (0.05, 0.10):
             series = [x if i < step_at else x * (1 - step) for i, x in enumerate(base[:step_at + 3])]
+            first = {s: None for s in settings}
+            for k in range(3):
+                for s, bad in zip(settings, decide(series[:step_at + k + 1], settings)):
+                    if bad and first[s] is None:
+                        first[s] = k
             for s in settings:
-                first = next((k for k in range(3) if alarm(series[:step_at + k + 1], *s)), None)
-                if first is not None:
-                    for k in range(first, 3):
+                if first[s] is not None:
+                    for k in range(first[s], 3):
                         out[s]["caught"][step][k] += 1
-    return {s: {"fa": 100 * v["fa_alarms"] / max(v["fa_nights"], 1),
+    return {s: {"fa": 100 * v["fa"][0] / max(v["fa"][1], 1), "fa_first": 100 * v["fa_first"][0] / max(v["fa_first"][1], 1),
                 "caught": {st: [c / n_series for c in cs] for st, cs in v["caught"].items()}}
             for s, v in out.items()}
 
@@ -137,7 +140,9 @@ def main(argv=None) -> int:
     ap.add_argument("--sets", nargs="*", help="result sets of one experiment repeated (default: record them now)")
     ap.add_argument("--sweeps", type=int, default=4, help="sweeps to record (default 4)")
     ap.add_argument("--repeats", type=int, default=12, help="repeats per cell of each recorded sweep (default 12)")
-    ap.add_argument("--bytes", default="256MiB", help="bytes per recorded run (default 256MiB)")
+    ap.add_argument("--duration", default="1s", help="length of each recorded run (default 1s, the quick start's)")
+    ap.add_argument("--bytes", help="bytes per recorded run instead of --duration")
+    ap.add_argument("--keep", metavar="DIR", help="record into DIR and keep the sets (for --sets later)")
     ap.add_argument("--metric", default="gbit_s")
     ap.add_argument("--series", type=int, default=200, help="series per cell and case (default 200)")
     ap.add_argument("--nights", type=int, default=30)
@@ -148,15 +153,18 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", action="store_true", help="also other thresholds and alphas")
     args = ap.parse_args(argv)
     t0 = time.monotonic()
+    length = f"bytes: {args.bytes}" if args.bytes else f"duration: {args.duration}"
     with tempfile.TemporaryDirectory(prefix="bench-detector-") as tmp:
-        dirs = args.sets or record(args.sweeps, args.repeats, args.bytes, tmp)
+        if args.keep:
+            os.makedirs(args.keep, exist_ok=True)
+        dirs = args.sets or record(args.sweeps, args.repeats, length, args.keep or tmp)
         noise = pools(dirs, args.metric)
     if not noise:
         print("no cell with ok runs in every sweep", file=sys.stderr)
         return 1
-    default = (DEFAULT_THRESHOLD_PCT, DEFAULT_ALPHA)
-    settings = [default] + ([(t, a) for t in (2.0, 3.0, 4.0, 5.0) for a in (0.01, 0.05) if (t, a) != default]
-                            if args.grid else [])
+    default = (DEFAULT_THRESHOLD_PCT, DEFAULT_ALPHA, MIN_NIGHTS)
+    settings = [default] + ([(t, a, m) for t in (3.0, 4.0, 5.0) for a in (0.005, 0.01, 0.02, 0.05) for m in (5, 8)
+                             if (t, a, m) != default] if args.grid else [])
     rng = np.random.default_rng(args.seed)
     print(f"noise: {len(dirs)} real sweeps of this machine ({args.metric}, ok runs per sweep and cell):")
     for cell, sweeps in noise.items():
@@ -165,26 +173,27 @@ def main(argv=None) -> int:
         between = float(np.std(meds) / np.median(meds) * 100)
         print(f"  {cell}: runs/sweep {[len(s) for s in sweeps]}, sweep medians {', '.join(f'{m:.2f}' for m in meds)}; "
               f"within-sweep sd {within:.1f}%, between-sweep sd of medians {between:.1f}%")
-    print(f"series: {args.series} per cell and case, {args.nights} nights, judged from night {args.warmup + 1}, "
-          f"step at night {args.step_at + 1}; nights drawn as repeats {{min: 3, max: 30, target_ci: {args.target:g}%}}")
-    rows = {s: {"fa": [], 0.05: [], 0.10: []} for s in settings}
+    print(f"series: {args.series} per cell and case, {args.nights} nights, judged from night {args.warmup + 1} "
+          f"(the first nights 2-{args.warmup} apart), step at night {args.step_at + 1}; nights drawn as repeats "
+          f"{{min: 3, max: 30, target_ci: {args.target:g}%}}")
+    rows = {s: {"fa": [], "fa_first": [], 0.05: [], 0.10: []} for s in settings}
     for cell, sweeps in noise.items():
         res = simulate(sweeps, rng, args.series, args.nights, args.warmup, args.step_at, args.target, settings)
         for s, r in res.items():
-            rows[s]["fa"].append(r["fa"])
+            for key in ("fa", "fa_first"):
+                rows[s][key].append(r[key])
             rows[s][0.05].append(r["caught"][0.05])
             rows[s][0.10].append(r["caught"][0.10])
     print()
-    print("threshold  alpha   false alarms/100 series-nights   5% step caught within 1/2/3 nights   "
-          "10% step within 1/2/3")
+    print(f"threshold  alpha  min_nights  false alarms/100 series-nights (nights 2-{args.warmup})   "
+          "5% step caught within 1/2/3 nights   10% step within 1/2/3")
     for s in settings:
         r = rows[s]
-        fa = float(np.mean(r["fa"]))
         c5 = np.mean(r[0.05], axis=0)
         c10 = np.mean(r[0.10], axis=0)
         mark = "  <- default" if s == default else ""
-        print(f"{s[0]:>8.1f}%  {s[1]:<6g}  {fa:>30.2f}   {'/'.join(f'{c:.0%}' for c in c5):>34}   "
-              f"{'/'.join(f'{c:.0%}' for c in c10):>21}{mark}")
+        print(f"{s[0]:>8.1f}%  {s[1]:<6g} {s[2]:>10}  {float(np.mean(r['fa'])):>14.2f} ({float(np.mean(r['fa_first'])):>5.2f})"
+              f"{'':>22}{'/'.join(f'{c:.0%}' for c in c5):>16}   {'/'.join(f'{c:.0%}' for c in c10):>21}{mark}")
     print(f"\n({time.monotonic() - t0:.0f} s)")
     return 0
 

@@ -27,11 +27,17 @@ from typing import Iterable, List, Optional, Sequence
 from zcorch.results.convergence import RepeatPolicy, incomplete_cells, policy_from_record
 from zcorch.results.store import PLAN, RUNS, latest_runs, load_manifest, read_jsonl
 
-# The defaults of both gates' --threshold and --alpha, chosen with benchmarks/bench_detector.py on this
-# machine's real noise (docs/nightly.md, "How often it is wrong"): at most 1 false alarm per 100 series-nights
-# and a 5% step caught within 3 nights in at least 90% of series, with repeats {target_ci: 2%}.
+# The defaults of `zcorch compare`'s --threshold and --alpha: two sets, runs against runs (two-sided
+# Mann–Whitney U; zcorch.analysis.compare).
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_ALPHA = 0.05
+# The defaults of `zcorch history` (and --check): the newest nights against the spread of nightly medians
+# (zcorch.analysis.detector), chosen with benchmarks/bench_detector.py --grid on this machine's real nights
+# (docs/nightly.md, "How often it is wrong"). Here, not in the detector: the command line reads them without
+# importing numpy.
+HISTORY_THRESHOLD_PCT = 4.0
+HISTORY_ALPHA = 0.01
+HISTORY_MIN_NIGHTS = 5      # earlier nights at the stable level needed to know their spread
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1

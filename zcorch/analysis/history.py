@@ -11,14 +11,18 @@ What it does, in order (`build_history`, then `write_index`):
 3. per cell (identical parameters, i.e. one cell id): the median of the metric with its confidence interval (at the level it really has) in every
    sweep (zcorch.analysis.stats.summarize), and the change points of that series
    (zcorch.analysis.steps: a penalised piecewise-constant fit weighted by each sweep's CI);
-4. the newest sweep of each experiment against the preceding stable segment, cell by cell, with
-   zcorch.analysis.compare.compare_frames (medians, threshold, two-sided Mann–Whitney U of the ok runs:
-   the same verdicts as `zcorch compare`), against the runs of every sweep of that segment together:
+4. the newest sweep of each experiment against the preceding stable level, cell by cell, by
+   zcorch.analysis.detector (the one decision of the table, the plots, the JSON and --check): the newest
+   night's median, and the mean of the newest two and three, against the median and the spread (MAD) of
+   the nightly medians of the stable segment before it, beyond the threshold and significant at alpha;
+   with fewer than `min_nights` such nights, the newest night's runs against theirs as `zcorch compare`
+   judges them. The stable segment:
    - when the newest sweep shares its segment with earlier sweeps (no step before it): those sweeps;
    - when a step begins a segment that the newest sweep ends (the change started there): the segment
-     before that step (the nearest earlier one with at least two sweeps, so that a one-night spike is not
-     taken for the level), reported "since" the first sweep after the step; a regression is reported
-     night after night until it is fixed (or its stable segment has left the nights kept under ROOT);
+     before that step (the nearest earlier one with at least two sweeps, so that a one-night spike is
+     not taken for the level), reported "since" the first sweep after the step; a
+     regression is reported night after night until it is fixed (or its stable segment has left the
+     nights kept under ROOT);
    a cell is bad when a comparison says `regressed` or `failed` (the newest sweep has no ok run where
    the segment had some). A newest sweep that ended without any ok run (hosts unreachable, ...) is bad too.
 
@@ -42,14 +46,14 @@ from matplotlib.figure import Figure
 from matplotlib.transforms import blended_transform_factory
 
 from zcorch import __version__, metrics
-from zcorch.analysis.compare import VERDICTS_BAD, compare_frames
+from zcorch.analysis.detector import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, MIN_NIGHTS, NIGHTLY, Comparison,
+                                      judge_newest, method_text, stable_baselines)
 from zcorch.analysis.frames import OK, read_experiment_text, read_meta
 from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import figure_bytes
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
-from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT
-from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, fit_steps, point_sigmas
+from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_steps, point_sigmas
 from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.params import format_value
@@ -57,7 +61,6 @@ from zcorch.results import store
 
 INDEX = "index.html"
 PLOTS_DIR = "history-plots"   # next to index.html: one PNG per experiment × cell
-MIN_STABLE = 2                # sweeps a segment needs to be the level a newest sweep is held against
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,25 +234,6 @@ def ensure_report(sweep: Sweep) -> None:
 
 
 @dataclass
-class Comparison:
-    """The newest sweep of one cell against a stable segment (a row of compare_frames)."""
-    verdict: str
-    change_pct: float
-    base_median: float
-    cand_median: float
-    p_value: float
-    test: str
-    n_base: int
-    n_cand: int
-    baseline: List[int]      # sweep indices pooled as the base
-    since: int               # first sweep of the change
-
-    @property
-    def bad(self) -> bool:
-        return self.verdict in VERDICTS_BAD
-
-
-@dataclass
 class CellHistory:
     cell: str
     label: str                    # the parameters that distinguish it within the experiment
@@ -303,60 +287,33 @@ def cell_labels(frames: Sequence[pd.DataFrame]) -> Dict[str, str]:
     return labels
 
 
-def _compare(sweeps: List[Sweep], cell: str, baseline: List[int], newest: int, since: int, metric: str,
-             threshold_pct: float, alpha: float) -> Optional[Comparison]:
-    parts = [sweeps[i].runs[sweeps[i].runs["cell"] == cell] for i in baseline]
-    base = pd.concat(parts, ignore_index=True) if parts else sweeps[newest].runs.iloc[0:0]
-    cand = sweeps[newest].runs[sweeps[newest].runs["cell"] == cell]
-    if not len(base) or not len(cand):
-        return None
-    row = compare_frames(base, cand, metric, threshold_pct, alpha).iloc[0]
-    return Comparison(str(row["verdict"]), float(row["change_pct"]), float(row["base_median"]),
-                      float(row["cand_median"]), float(row["p_value"]), str(row["test"]), int(row["n_base"]),
-                      int(row["n_cand"]), list(baseline), since)
-
-
-def stable_baselines(fit: StepFit, has_ok: Sequence[int], last: int) -> "List[tuple[List[int], int]]":
-    """What the newest sweep `last` is held against (module docstring, step 4), in order: (the sweeps pooled
-    as the base, the first sweep of the change). With a change point before `last`: the nearest earlier
-    segment of at least MIN_STABLE sweeps with ok runs, "since" the change point; then the earlier sweeps
-    of its own segment, "since" itself. A pure function of the fit (benchmarks/bench_detector.py uses it)."""
-    if not fit.segments:
-        return []
-    segs = fit.segments
-    k = fit.segment_of(last)
-    candidates = []
-    if k > 0:
-        ok_in = [[i for i in has_ok if s.start <= i < s.end and i != last] for s in segs[:k]]
-        j = next((j for j in range(k - 1, -1, -1) if len(ok_in[j]) >= MIN_STABLE), k - 1)
-        if ok_in[j]:
-            candidates.append((ok_in[j], segs[k].start))
-    same = [i for i in has_ok if segs[k].start <= i < last]
-    if same:
-        candidates.append((same, last))
-    return candidates
-
-
 def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, threshold_pct: float,
-                          alpha: float) -> Optional[Comparison]:
-    """The newest sweep of a cell against the preceding stable segment (module docstring, step 4):
-    the first bad comparison, else the first one made; None when there is nothing to compare."""
+                          alpha: float, min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
+    """The newest sweep of a cell against the preceding stable level (module docstring, step 4; the rule is
+    zcorch.analysis.detector's): None when there is nothing to compare."""
     last = len(sweeps) - 1
     if not ch.present(last):
         return None
     has_ok = [i for i in range(len(sweeps)) if ch.n[i] > 0]
-    results = []
-    for baseline, since in stable_baselines(ch.fit, has_ok, last):
-        cmp = _compare(sweeps, ch.cell, baseline, last, since, metric, threshold_pct, alpha)
-        if cmp is not None:
-            if cmp.bad:
-                return cmp
-            results.append(cmp)
-    return results[0] if results else None
+    if ch.n[last] == 0:   # every run of the newest night failed where earlier nights had ok runs
+        earlier = stable_baselines(ch.fit, has_ok, last)
+        if not earlier:
+            return None
+        base = earlier[0][0]
+        return Comparison("failed", math.nan, float(np.median(ch.median[base])), math.nan, math.nan, "",
+                          len(base), 0, list(base), last, NIGHTLY, [last])
+    higher = metrics.get(metric).better == "higher"
+    runs = []
+    for s in sweeps:
+        r = s.runs[(s.runs["cell"] == ch.cell) & (s.runs["status"] == OK)] if len(s.runs) else s.runs
+        runs.append(pd.to_numeric(r[metric], errors="coerce").dropna().to_numpy(dtype="float64") if len(r) else
+                    np.empty(0))
+    return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), runs, ch.fit, higher,
+                        threshold_pct, alpha, min_nights)
 
 
 def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                       alpha: float = DEFAULT_ALPHA) -> ExperimentHistory:
+                       alpha: float = DEFAULT_ALPHA, min_nights: int = MIN_NIGHTS) -> ExperimentHistory:
     """The per-cell series, their steps and the newest sweep's comparisons (sweeps oldest first)."""
     labels = cell_labels([s.runs for s in sweeps])
     n = len(sweeps)
@@ -381,7 +338,7 @@ def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", t
         ch = CellHistory(cell, labels[cell], cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"],
                          counts["n"],
                          counts["n_failed"], fit_steps(cols["median"], sigma))
-        ch.comparison = newest_against_stable(sweeps, ch, metric, threshold_pct, alpha)
+        ch.comparison = newest_against_stable(sweeps, ch, metric, threshold_pct, alpha, min_nights)
         cells.append(ch)
     hist = ExperimentHistory(name, sweeps, cells, metric)
     newest = hist.newest
@@ -405,6 +362,7 @@ class History:
     experiments: List[ExperimentHistory]
     warnings: List[str] = field(default_factory=list)
     index: Optional[Path] = None
+    min_nights: int = MIN_NIGHTS
 
     @property
     def n_sweeps(self) -> int:
@@ -416,7 +374,7 @@ class History:
 
 
 def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                  alpha: float = DEFAULT_ALPHA, reports: bool = True) -> History:
+                  alpha: float = DEFAULT_ALPHA, reports: bool = True, min_nights: int = MIN_NIGHTS) -> History:
     """Every result set under `root`, grouped and analysed (module docstring, steps 1–4); with
     `reports`, each sweep's report.html is written when missing or stale."""
     try:
@@ -447,8 +405,8 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
                 ensure_report(s)
                 if s.report_problem:
                     warnings.append(f"{s.path}: {s.report_problem}")
-        experiments.append(experiment_history(name, sweeps, metric, threshold_pct, alpha))
-    return History(Path(root), metric, threshold_pct, alpha, experiments, warnings)
+        experiments.append(experiment_history(name, sweeps, metric, threshold_pct, alpha, min_nights))
+    return History(Path(root), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,6 +525,7 @@ def page_context(history: History, out_dir: Path) -> dict:
     return {"root": str(history.root), "metric": history.metric, "unit": unit, "version": __version__,
             "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "threshold": history.threshold_pct, "alpha": history.alpha, "ci_method": ci_method(),
+            "method": method_text(declared.better, history.threshold_pct, history.alpha, history.min_nights),
             "experiments": experiments, "warnings": history.warnings, "bad": history.bad,
             "n_sweeps": history.n_sweeps}
 
@@ -622,7 +581,9 @@ def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
                           "comparison": None if c is None else {
                               "verdict": c.verdict, "change_pct": num(c.change_pct), "base_median": num(c.base_median),
                               "cand_median": num(c.cand_median), "p_value": num(c.p_value), "test": c.test,
-                              "n_base": c.n_base, "n_cand": c.n_cand,
+                              "n_base": c.n_base, "n_cand": c.n_cand, "method": c.method,
+                              "spread_pct": num(c.spread_pct),
+                              "judged": [str(exp.sweeps[i].path) for i in c.window],
                               "baseline": [str(exp.sweeps[i].path) for i in c.baseline],
                               "since": str(exp.sweeps[c.since].path)}})
         exps.append({"name": exp.name, "problem": exp.problem,
@@ -632,7 +593,9 @@ def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
                      "cells": cells})
     doc = dict(gate or {})
     doc.update(root=str(history.root), metric=history.metric, threshold_pct=history.threshold_pct,
-               alpha=history.alpha, ci_method=ci_method(), warnings=list(history.warnings), experiments=exps)
+               alpha=history.alpha, min_nights=history.min_nights, ci_method=ci_method(),
+               method=method_text(metrics.get(history.metric).better, history.threshold_pct, history.alpha,
+                                  history.min_nights), warnings=list(history.warnings), experiments=exps)
     return doc
 
 
@@ -660,12 +623,16 @@ def render_text(history: History) -> str:
             against = str(base[0]) if len(base) == 1 else f"{len(base)} sweeps {base[0]} .. {base[-1]}"
             if c.verdict == "failed":
                 what = f"every run failed (base median {_fmt(c.base_median, '.3f')} {history.metric})"
+            elif c.method == NIGHTLY:
+                judged = "newest night" if len(c.window) == 1 else f"mean of the newest {len(c.window)} nights"
+                what = (f"{_fmt(c.change_pct, '+.1f')}% ({history.metric} {_fmt(c.base_median, '.3f')} -> "
+                        f"{_fmt(c.cand_median, '.3f')}, {judged}; nightly spread {_fmt(c.spread_pct, '.1f')}%, "
+                        f"p={_fmt(c.p_value, '.3g')}, nights {c.n_base}/{c.n_cand})")
             else:
                 what = (f"{_fmt(c.change_pct, '+.1f')}% ({history.metric} {_fmt(c.base_median, '.3f')} -> "
-                        f"{_fmt(c.cand_median, '.3f')}, p={_fmt(c.p_value, '.3g')}, n {c.n_base}/{c.n_cand})")
+                        f"{_fmt(c.cand_median, '.3f')}, p={_fmt(c.p_value, '.3g')}, runs {c.n_base}/{c.n_cand}; "
+                        f"fewer than {history.min_nights} nights at the level: runs against runs)")
             lines.append(f"  {ch.label} [cell {ch.cell}]: {what} since {since}; against {against}")
-    better = metrics.get(history.metric).better
-    lines.append(f"method: median of ok repeats ({better} is better), the newest sweep against the preceding "
-                 f"stable segment; threshold {history.threshold_pct:g}%, alpha {history.alpha:g} "
-                 "(two-sided Mann–Whitney U, as zcorch compare)")
+    lines.append("method: " + method_text(metrics.get(history.metric).better, history.threshold_pct, history.alpha,
+                                          history.min_nights))
     return "\n".join(lines) + "\n"

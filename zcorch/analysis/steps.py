@@ -40,7 +40,10 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 FLOOR_REL = 0.002           # σ_i >= 0.2% of the series' median level
-MIN_FOR_SCALE = 8           # points needed to estimate how much more nights vary than their CIs say
+# Points needed to estimate how much more nights vary than their CIs say: as many as a change point needs.
+# With fewer the fit would take a new nightly job's night-to-night wobble for steps (and
+# zcorch.analysis.detector would then hold the newest night against a one- or two-night "level").
+MIN_FOR_SCALE = 4
 PENALTY_PER_LOG = 2.0
 PENALTY_CONST = 2.0
 Z95 = 1.959963984540054     # normal quantile of a two-sided 95% interval
@@ -89,14 +92,8 @@ def point_sigmas(y: Sequence[float], ci_low: Optional[Sequence[float]] = None,
     y = np.asarray(y, dtype="float64")
     n = len(y)
     known = np.isfinite(y)
-    if ci_low is None or ci_high is None:
-        s = np.full(n, np.nan)
-    else:
-        levels = np.broadcast_to(np.asarray(ci, dtype="float64"), (n,))
-        z = np.array([Z95 if c == 0.95 else _normal_quantile((1 + c) / 2) if 0 < c < 1 else np.nan
-                      for c in levels])
-        s = (np.asarray(ci_high, dtype="float64") - np.asarray(ci_low, dtype="float64")) / (2 * z)
-    s = np.where(known & np.isfinite(s) & (s >= 0), s, np.nan)
+    s = np.full(n, np.nan) if ci_low is None or ci_high is None else ci_sds(ci_low, ci_high, ci)
+    s = np.where(known & np.isfinite(s), s, np.nan)
     level = float(np.median(np.abs(y[known]))) if known.any() else 0.0
     floor = max(FLOOR_REL * level, 1e-12)
     if np.isfinite(s).any():
@@ -114,6 +111,17 @@ def point_sigmas(y: Sequence[float], ci_low: Optional[Sequence[float]] = None,
         if scale > 1:
             s = s * scale
     return np.where(known, s, np.nan)
+
+
+def ci_sds(ci_low: Sequence[float], ci_high: Sequence[float], ci: "float | Sequence[float]" = 0.95) -> np.ndarray:
+    """The sampling sd of each median read off its interval (half-width / z of the level it really has),
+    with no floor and no scaling; NaN where there is no interval. zcorch.analysis.detector uses these raw."""
+    low = np.asarray(ci_low, dtype="float64")
+    n = len(low)
+    levels = np.broadcast_to(np.asarray(ci, dtype="float64"), (n,))
+    z = np.array([Z95 if c == 0.95 else _normal_quantile((1 + c) / 2) if 0 < c < 1 else np.nan for c in levels])
+    s = (np.asarray(ci_high, dtype="float64") - low) / (2 * z)
+    return np.where(np.isfinite(s) & (s >= 0), s, np.nan)
 
 
 def _normal_quantile(p: float) -> float:

@@ -12,7 +12,7 @@ import argparse
 
 from zcorch.cli.options import add_regression_options, check_regression_options
 from zcorch.analysis.compare import compare_frames, gate_of, render
-from zcorch.analysis.gate import completeness, describe_codes
+from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, completeness, describe_codes
 from zcorch.analysis.load import load
 
 
@@ -23,7 +23,7 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p.add_argument("base", help="base result set")
     p.add_argument("candidate", help="candidate result set")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
-    add_regression_options(p, "compare")
+    add_regression_options(p, "compare", DEFAULT_THRESHOLD_PCT, DEFAULT_ALPHA)
     p.set_defaults(func=main)
     return p
 

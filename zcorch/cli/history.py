@@ -14,7 +14,8 @@ import json
 import sys
 
 from zcorch.cli.options import add_regression_options, check_regression_options
-from zcorch.analysis.gate import describe_codes
+from zcorch.errors import ConfigError
+from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, describe_codes
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
@@ -30,7 +31,11 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help="json: one object (experiments, cells, comparisons; with --check the verdict, exit code "
                         "and reason first)")
-    add_regression_options(p, "follow")
+    add_regression_options(p, "follow", HISTORY_THRESHOLD_PCT, HISTORY_ALPHA)
+    p.add_argument("--min-nights", type=int, default=HISTORY_MIN_NIGHTS, metavar="N",
+                   help="earlier nights at the stable level needed to judge the newest against their spread "
+                        f"(default {HISTORY_MIN_NIGHTS}; with fewer its runs are judged against theirs, as compare "
+                        "does)")
     p.set_defaults(func=main)
     return p
 
@@ -40,7 +45,9 @@ def main(args: argparse.Namespace) -> int:
     from zcorch.analysis.history import as_json, build_history, render_text, write_index  # pandas, matplotlib
 
     check_regression_options(args)
-    history = build_history(args.root, args.metric, args.threshold, args.alpha)
+    if args.min_nights < 2:
+        raise ConfigError(f"--min-nights must be >= 2 (a spread needs two nights), got {args.min_nights}")
+    history = build_history(args.root, args.metric, args.threshold, args.alpha, min_nights=args.min_nights)
     for warning in history.warnings:
         print(f"zcorch history: warning: {warning}", file=sys.stderr)
     write_index(history, args.output)

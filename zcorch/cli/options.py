@@ -31,19 +31,18 @@ def hosts_from_args(args: argparse.Namespace, environ=None):
     return from_environment(args.hosts, os.environ if environ is None else environ)
 
 
-def add_regression_options(p: argparse.ArgumentParser, what: str) -> None:
-    """--metric, --threshold, --alpha: how `compare` and `history` decide a regression (one rule, one set of flags).
-    The metrics are those of zcorch.metrics with a better direction; another name is a usage error (exit 2)."""
+def add_regression_options(p: argparse.ArgumentParser, what: str, threshold: float, alpha: float) -> None:
+    """--metric, --threshold, --alpha: how `compare` and `history` decide a regression (one set of flags; each
+    command its defaults: zcorch.analysis.gate). The metrics are those of zcorch.metrics with a better direction;
+    another name is a usage error (exit 2)."""
     higher = [m for m in metrics.DIRECTED if metrics.get(m).better == "higher"]
     p.add_argument("--metric", choices=metrics.DIRECTED, default="gbit_s", metavar="METRIC",
                    help=f"what to {what} (default gbit_s): one of {', '.join(metrics.DIRECTED)}; higher is better "
                         f"for {', '.join(higher)}, lower for the others (CPU: a rise is a regression)")
-    from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT  # stdlib only: no pandas at start-up
-
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD_PCT, metavar="PCT",
-                   help=f"ignore changes up to this many percent (default {DEFAULT_THRESHOLD_PCT:g})")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                   help=f"significance level (default {DEFAULT_ALPHA:g})")
+    p.add_argument("--threshold", type=float, default=threshold, metavar="PCT",
+                   help=f"ignore changes up to this many percent (default {threshold:g})")
+    p.add_argument("--alpha", type=float, default=alpha,
+                   help=f"significance level (default {alpha:g})")
 
 
 def check_regression_options(args: argparse.Namespace) -> None:

@@ -1,0 +1,139 @@
+"""zcorch.analysis.detector: the newest night against the spread of nightly medians (the decision of
+`zcorch history` and `history --check`). The pure functions on synthetic nights (a known spread is the
+point: real nights are benchmarks/bench_detector.py's), the gate on result sets written through
+zcorch.results.store."""
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from zcorch.analysis.compare import judge
+from zcorch.analysis.detector import MIN_NIGHTS, NIGHTLY, RUNS, judge_newest, nightly_test
+from zcorch.analysis.steps import ci_sds, fit_steps, point_sigmas
+from zcorch.results.intervals import median_ci
+
+from test_history import READ, check, nights, write_sweep
+
+
+def series(levels, runs_per_night=9, run_sd=0.01, seed=0):
+    """Nights of ok runs: night i has `runs_per_night` runs around levels[i] (relative sd `run_sd`)."""
+    rng = np.random.default_rng(seed)
+    return [lv * (1 + run_sd * rng.standard_normal(runs_per_night)) for lv in levels]
+
+
+def decide(runs, higher_better=True, **kw):
+    """judge_newest as zcorch.analysis.history calls it: medians, interval sds and the change-point fit."""
+    med = np.array([np.median(r) if len(r) else math.nan for r in runs])
+    ci = np.array([median_ci(r) for r in runs])
+    fit = fit_steps(med, point_sigmas(med, ci[:, 0], ci[:, 1], ci[:, 2]))
+    return judge_newest(med, ci_sds(ci[:, 0], ci[:, 1], ci[:, 2]), runs, fit, higher_better, **kw)
+
+
+def nightly_levels(n, spread, seed):
+    return list(10.0 * (1 + spread * np.random.default_rng(seed).standard_normal(n)))
+
+
+def test_a_stable_noisy_series_does_not_alarm_where_runs_against_runs_would():
+    """Nights that spread by 4% (more than their runs: 1%) and no change: the nights from the sixth on of
+    five series raise at most alpha (1%) false alarms, give or take the binomial noise of 175 nights; the
+    runs-against-runs rule of `zcorch compare` calls many of the same nights regressed."""
+    alarms = pooled = judged = 0
+    for seed in range(5):
+        runs = series(nightly_levels(40, 0.04, seed=seed), seed=seed)
+        for t in range(MIN_NIGHTS, len(runs)):
+            c = decide(runs[:t + 1], threshold_pct=4.0, alpha=0.01)
+            alarms += c.bad
+            pooled += judge(np.concatenate(runs[:t]), runs[t], True, 4.0, 0.01).verdict == "regressed"
+            judged += 1
+    assert alarms <= 0.03 * judged, (alarms, judged)
+    assert pooled >= 0.08 * judged, (pooled, judged)
+    # a quiet stretch: not a single alarm
+    quiet = series(nightly_levels(20, 0.01, seed=9), seed=9)
+    assert not any(decide(quiet[:t + 1]).bad for t in range(MIN_NIGHTS, 20))
+
+
+def test_a_5pct_step_beyond_the_nightly_spread_alarms_on_its_first_night_and_after():
+    levels = nightly_levels(25, 0.01, seed=5) + [9.5] * 3
+    runs = series(levels, seed=5)
+    first = decide(runs[:26])
+    assert first.verdict == "regressed" and first.method == NIGHTLY
+    assert first.baseline == list(range(25)) and first.since == 25 and first.window == [25]
+    assert first.change_pct == pytest.approx(-5, abs=1.5) and first.spread_pct < 2
+    assert first.n_base == 25 and first.p_value < 0.01
+    third = decide(runs)
+    assert third.verdict == "regressed" and third.since in (25, 26, 27)
+    # with 10 earlier nights the spread is less certain: the step is caught by the mean of its nights
+    short = series(nightly_levels(10, 0.01, seed=5) + [9.5] * 3, seed=5)
+    assert decide(short).verdict == "regressed"
+    # the same 5% step within nights that spread by 6% is not significant on its first night
+    wide = decide(series(nightly_levels(25, 0.06, seed=5) + [9.5], seed=5))
+    assert wide.verdict in ("not significant", "unchanged") and wide.spread_pct > 3
+
+
+def test_a_small_step_is_caught_by_the_mean_of_the_newest_nights():
+    """A 3% step in nights that spread by 1.5%: judged on three nights' mean (noise σ/√3)."""
+    runs = series(nightly_levels(20, 0.015, seed=11) + [9.7] * 3, seed=11)
+    verdicts = [decide(runs[:t + 1], threshold_pct=2.0) for t in (20, 21, 22)]
+    assert verdicts[-1].verdict == "regressed" and len(verdicts[-1].window) >= 2, verdicts[-1]
+
+
+def test_lower_is_better_and_an_improvement_is_not_bad():
+    runs = series(nightly_levels(12, 0.01, seed=2) + [12.0], seed=2)
+    assert decide(runs, higher_better=False).verdict == "regressed"     # a CPU cost rose by 20%
+    assert decide(runs, higher_better=True).verdict == "improved"
+
+
+def test_too_few_nights_judges_runs_against_runs_and_says_so():
+    """Fewer than MIN_NIGHTS earlier nights: no spread to judge by; the newest night's runs against the
+    earlier nights' runs (compare's rule), method "runs"; within the threshold: unchanged."""
+    runs = series([10.0] * (MIN_NIGHTS - 2) + [8.0])
+    c = decide(runs)
+    assert c.method == RUNS and c.verdict == "regressed" and f"fewer than {MIN_NIGHTS} nights" in c.test
+    assert (c.n_base, c.n_cand) == (9 * (MIN_NIGHTS - 2), 9) and c.baseline == list(range(MIN_NIGHTS - 2))
+    same = decide(series([10.0] * (MIN_NIGHTS - 2) + [10.05]))
+    assert same.method == RUNS and same.verdict == "unchanged"
+    assert decide(runs[:1]) is None   # nothing earlier
+
+
+def test_a_newest_night_without_ok_runs_is_left_to_the_caller():
+    runs = series([10.0] * 8) + [np.empty(0)]
+    assert decide(runs) is None
+
+
+def test_false_alarms_of_normal_nights_are_at_most_alpha():
+    """The t quantile with the MAD's degrees of freedom keeps the false-alarm rate of normal nights at or
+    below alpha (one-sided) for every baseline length from 3 nights on; with k − 1 degrees of freedom it
+    would not (that is what the test guards)."""
+    rng = np.random.default_rng(7)
+    alpha, trials = 0.05, 3000
+    for k in (3, 6, 12, 25):
+        alarms = 0
+        for _ in range(trials):
+            x = rng.standard_normal(k + 1) + 100
+            alarms += nightly_test(x[:k], [np.nan] * k, x[k:], [np.nan], True, 0.0, alpha).verdict == "regressed"
+        # binomial sd at 5% and 3000 trials: 0.4%
+        assert alarms / trials < alpha + 0.012, (k, alarms / trials)
+        assert alarms / trials > alpha / 4, (k, alarms / trials)
+
+
+def test_the_spread_is_the_mad_of_the_medians_floored_by_their_own_noise():
+    base = [10.0, 10.1, 9.9, 10.0, 10.2, 9.8, 30.0]  # one wild night does not widen the spread
+    res = nightly_test(base, [0.01] * 7, [8.5], [0.01], True, 5.0, 0.01)
+    assert res.spread == pytest.approx(scipy.stats.median_abs_deviation(base, scale="normal"))
+    assert res.verdict == "regressed"
+    flat = nightly_test([10.0] * 6, [0.2] * 6, [9.8], [0.2], True, 1.0, 0.01)
+    assert flat.spread == pytest.approx(0.2) and flat.verdict == "not significant"
+
+
+def test_a_failed_newest_sweep_still_exits_3_and_a_stable_series_exits_0(tmp_path):
+    root = tmp_path / "nightly"
+    nights(root, "exp", [[(READ, 10.0)]] * (MIN_NIGHTS + 2), rel_noise=0.02)
+    res = check(root)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "nightly spread" not in res.stdout and "MAD" in res.stdout   # the method line names the rule
+    write_sweep(root / "newest" / "exp", "exp", MIN_NIGHTS + 2, [(READ, 10.0)], status="failed",
+                rel_noise=0.02)
+    res = check(root)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert res.stdout.splitlines()[-1].startswith("zcorch history: incomplete: exp: newest sweep ")

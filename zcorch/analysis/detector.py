@@ -1,0 +1,215 @@
+"""The newest night of a cell against the spread of its nightly levels: the one decision behind `zcorch
+history` (its table, plots and JSON) and `zcorch history --check`.
+
+Why nights and not runs: nights differ more than runs within a night do (another boot, another page
+cache, another neighbour on the machine). Testing the newest night's runs against the pooled runs of
+earlier nights, as `zcorch compare` tests two sets, ignores that spread: on this machine it raised 15–19
+false alarms per 100 series-nights (benchmarks/bench_detector.py). So here a night is one number, the
+median of its ok runs, and its noise is how much earlier nights' medians spread:
+
+- **baseline**: the earlier nights of the stable segment the newest one is held against (`stable_baselines`:
+  the change-point fit of zcorch.analysis.steps says where levels change); **level** = the median of their
+  medians;
+- **nightly spread** σ: the MAD of those medians scaled to a normal sd
+  (scipy.stats.median_abs_deviation(scale="normal"): one wild night does not blind the detector), never below
+  the baseline nights' typical sampling sd (their medians cannot spread less than their own intervals say)
+  nor below steps.FLOOR_REL of the level;
+- **the judged nights**: the newest one, and the mean of the newest two and three (a step is judged on its
+  first night alone, and on its second and third night with their average, whose noise is σ/√2 and σ/√3: a
+  step smaller than one night's spread is still caught within three nights). A judged night whose own
+  interval is wider than the baseline's typical one (a night that did not converge) adds the difference;
+- **statistic**: T = (judged − level) / √(σ²·(1/w + π/(2k)) + extra), k baseline nights, w judged nights
+  (π/(2k): the variance of a median of k nights); one-sided p in the direction of the change from the t
+  distribution (scipy.stats.t) with 0.3675·(k − 1) degrees of freedom: the MAD's efficiency at the normal
+  (36.75%) leaves that many, which keeps the false-alarm rate of normal nights at alpha from k = 3 on
+  (tests/test_detector.py simulates it); times the number of windows judged (Bonferroni), so that alpha
+  bounds the false alarms of a night with no change;
+- **verdict**: `unchanged` within the threshold; beyond it `regressed` / `improved` when p < alpha, else
+  `not significant`. A regression is reported as long as the newest night stays below the stable level
+  before its change point, "since" the first night of the change.
+
+Fewer than MIN_NIGHTS baseline nights tell no spread: the newest night's runs are then judged against the
+baseline nights' runs as `zcorch compare` judges two sets (zcorch.analysis.compare.judge: threshold and
+two-sided Mann–Whitney U), and its `method` says so ("runs"): that rule ignores the nightly spread and
+alarms more often (benchmarks/bench_detector.py prints how often), but a new nightly job still catches a
+gross regression in its first nights. `zcorch compare A B` keeps that rule: two sets carry no nightly spread.
+
+Pure functions of per-night medians, interval sds and ok runs: benchmarks/bench_detector.py calls `judge_newest`
+exactly as zcorch.analysis.history does.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import numpy as np
+import scipy.stats
+
+from zcorch.analysis.compare import VERDICTS_BAD, judge
+from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT
+from zcorch.analysis.steps import FLOOR_REL, StepFit
+
+# The defaults of `zcorch history` (zcorch.analysis.gate, where the command line reads them).
+DEFAULT_THRESHOLD_PCT = HISTORY_THRESHOLD_PCT
+DEFAULT_ALPHA = HISTORY_ALPHA
+MIN_NIGHTS = HISTORY_MIN_NIGHTS   # baseline nights needed to know the nightly spread (fewer: runs against runs)
+WINDOW = 3                    # the newest 1, 2 and 3 nights are judged
+MIN_STABLE = 2                # nights a segment needs to be the level at all (a one-night spike is not one)
+MAD_EFFICIENCY = 0.3675       # asymptotic efficiency of the MAD at the normal: its sd estimate's worth in df
+NIGHTLY = "nightly"
+RUNS = "runs"
+
+
+@dataclass
+class Comparison:
+    """The newest night(s) of one cell against a stable level."""
+    verdict: str             # regressed, improved, unchanged, not significant, failed
+    change_pct: float        # of the judged nights' level against the baseline's
+    base_median: float       # the baseline's level (median of its nightly medians; of its runs for "runs")
+    cand_median: float       # the judged nights' level (mean of their medians; the newest median for "runs")
+    p_value: float           # one-sided, windows counted (nightly); two-sided Mann–Whitney U (runs)
+    test: str                # the method in words
+    n_base: int              # baseline nights (nightly) or runs (runs)
+    n_cand: int              # judged nights (nightly) or runs (runs)
+    baseline: List[int]      # night indices of the baseline
+    since: int               # first night of the change
+    method: str = NIGHTLY    # NIGHTLY or RUNS (fewer than MIN_NIGHTS baseline nights)
+    window: List[int] = field(default_factory=list)   # the judged nights
+    spread_pct: float = math.nan   # the nightly spread σ in % of the level (nightly)
+
+    @property
+    def bad(self) -> bool:
+        return self.verdict in VERDICTS_BAD
+
+
+def stable_baselines(fit: StepFit, has_ok: Sequence[int], last: int) -> "List[tuple[List[int], int]]":
+    """What the newest night `last` is held against, in order: (the baseline nights, the first night of
+    the change). With a change point before `last`: the nearest earlier segment with at least MIN_STABLE
+    nights with ok runs (a one-night spike is not a level), "since" the change point; then the earlier
+    nights of its own segment, "since" itself. Whether a baseline has enough nights to be judged by its
+    spread is judge_newest's question."""
+    if not fit.segments:
+        return []
+    segs = fit.segments
+    k = fit.segment_of(last)
+    candidates = []
+    if k > 0:
+        ok_in = [[i for i in has_ok if s.start <= i < s.end and i != last] for s in segs[:k]]
+        j = next((j for j in range(k - 1, -1, -1) if len(ok_in[j]) >= MIN_STABLE), k - 1)
+        if ok_in[j]:
+            candidates.append((ok_in[j], segs[k].start))
+    same = [i for i in has_ok if segs[k].start <= i < last]
+    if same:
+        candidates.append((same, last))
+    return candidates
+
+
+@dataclass(frozen=True)
+class NightlyTest:
+    verdict: str
+    change_pct: float
+    level: float
+    judged: float
+    p_value: float
+    spread: float
+
+
+def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequence[float],
+                 judged_sd: Sequence[float], higher_better: bool, threshold_pct: float, alpha: float,
+                 n_tests: int = 1) -> NightlyTest:
+    """The judged nights' medians (`judged`, 1 to WINDOW of them) against the baseline nights' medians
+    (`base`): the rule of the module docstring. `*_sd`: each night's sampling sd of its median (from its
+    interval, NaN when it has none); `n_tests`: the windows judged in all (the p-value is multiplied by it)."""
+    base = np.asarray(base, dtype="float64")
+    judged = np.asarray(judged, dtype="float64")
+    k, w = len(base), len(judged)
+    if k < 2 or w < 1:
+        raise ValueError(f"a nightly test needs two baseline nights and a judged one, got {k} and {w}")
+    level = float(np.median(base))
+    mean = float(np.mean(judged))
+    change = (mean - level) / level * 100 if level else math.nan
+    sd_base = np.asarray(base_sd, dtype="float64")
+    typical = float(np.nanmedian(sd_base)) if np.isfinite(sd_base).any() else 0.0
+    spread = max(float(scipy.stats.median_abs_deviation(base, scale="normal")), typical,
+                 FLOOR_REL * abs(level), 1e-12)
+    sd_judged = np.asarray(judged_sd, dtype="float64")
+    extra = float(np.sum(np.maximum(np.nan_to_num(sd_judged, nan=0.0) ** 2 - typical ** 2, 0.0))) / w ** 2
+    t = (mean - level) / math.sqrt(spread ** 2 * (1 / w + math.pi / (2 * k)) + extra)
+    df = max(1.0, MAD_EFFICIENCY * (k - 1))
+    p = min(1.0, n_tests * float(scipy.stats.t.sf(abs(t), df)))
+    worse = change < 0 if higher_better else change > 0
+    if not abs(change) > threshold_pct:
+        verdict = "unchanged"
+    elif p < alpha:
+        verdict = "regressed" if worse else "improved"
+    else:
+        verdict = "not significant"
+    return NightlyTest(verdict, change, level, mean, p, spread)
+
+
+def nightly_method(alpha: float) -> str:
+    return ("the newest 1–3 nights' medians against the median and spread (MAD, scipy.stats.median_abs_deviation) "
+            f"of the stable level's nightly medians; one-sided t, Bonferroni over the windows, alpha {alpha:g}")
+
+
+def method_text(better: str, threshold_pct: float, alpha: float, min_nights: int) -> str:
+    """The rule in one line (what `zcorch history` prints under its table)."""
+    return (f"median of ok repeats per night ({better} is better); the newest night, and the mean of the newest "
+            f"2 and 3, against the median and the spread (MAD) of the nightly medians of the preceding stable "
+            f"segment: beyond {threshold_pct:g}% and one-sided p < {alpha:g} (t, Bonferroni over the 3); with fewer "
+            f"than {min_nights} nights at that level, the newest night's runs against theirs (two-sided "
+            "Mann–Whitney U, as zcorch compare)")
+
+
+def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Sequence[float]], fit: StepFit,
+                 higher_better: bool, threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA,
+                 min_nights: int = MIN_NIGHTS, window: int = WINDOW) -> Optional[Comparison]:
+    """The decision on the newest night of one cell (module docstring): `median`, `sd` (sampling sd of the
+    median from its interval) and `runs` (its ok runs) per night, oldest first, NaN / empty where a night
+    has no ok run; `fit` the change-point fit of the medians. The first bad comparison, else the first
+    one made; None when there is nothing earlier (or the newest night has no ok run: the caller says
+    `failed`)."""
+    median = np.asarray(median, dtype="float64")
+    sd = np.asarray(sd, dtype="float64")
+    last = len(median) - 1
+    if last < 1 or not np.isfinite(median[last]):
+        return None
+    has_ok = [i for i in range(len(median)) if np.isfinite(median[i])]
+    made: List[Comparison] = []
+    for baseline, since in stable_baselines(fit, has_ok, last):
+        # the judged windows: the newest w nights with ok runs, all after the baseline and the change point
+        # (after a change point only nights of the newest segment; within it, the baseline is what precedes them)
+        windows = []
+        for w in range(1, window + 1):
+            win = has_ok[-w:]
+            if len(win) < w or (since != last and win[0] < since):
+                break
+            base = [i for i in baseline if i < win[0]]
+            if len(base) >= min_nights:
+                windows.append((win, base))
+        if not windows:
+            made.append(_runs_comparison(baseline, since, last, runs, higher_better, threshold_pct, alpha,
+                                         min_nights))
+        for win, base in windows:
+            res = nightly_test(median[base], sd[base], median[win], sd[win], higher_better, threshold_pct,
+                               alpha, n_tests=len(windows))
+            made.append(Comparison(res.verdict, res.change_pct, res.level, res.judged, res.p_value,
+                                   nightly_method(alpha), len(base), len(win), list(base),
+                                   since if since != last else win[0], NIGHTLY, list(win),
+                                   res.spread / abs(res.level) * 100 if res.level else math.nan))
+        bad = next((c for c in made if c.bad), None)
+        if bad is not None:
+            return bad
+    return made[0] if made else None
+
+
+def _runs_comparison(baseline: List[int], since: int, last: int, runs: Sequence[Sequence[float]],
+                     higher_better: bool, threshold_pct: float, alpha: float, min_nights: int) -> Comparison:
+    """Too few nights for their spread: the newest night's runs against the baseline nights' runs."""
+    base = np.concatenate([np.asarray(runs[i], dtype="float64") for i in baseline])
+    cand = np.asarray(runs[last], dtype="float64")
+    j = judge(base, cand, higher_better, threshold_pct, alpha)
+    return Comparison(j.verdict, j.change_pct, float(np.median(base)), float(np.median(cand)), j.p_value,
+                      f"fewer than {min_nights} nights at this level: runs against runs, {j.test}",
+                      len(base), len(cand), list(baseline), since, RUNS, [last])
