@@ -1,20 +1,25 @@
 """How often `zcorch history --check` cries wolf, and how soon it catches a real step: measured, not claimed.
 
-Nightly series are built from REAL runs of this machine: several sweeps of the same small experiment
-(recorded now on localhost, or given with --sets) are the pool. A night is one of those sweeps, chosen at
-random (so nights differ as much as this machine's sweeps do, not only as much as runs within a sweep),
-whose runs are drawn from it one at a time, as `repeats: {min: 3, max: 30, target_ci: 2%}` draws them,
-until the 95% interval of their median is within 2% of it or 30 runs are reached. A change is a step
-of the whole level (5% or 10% worse from night `--step-at` on). Each night from the `--warmup`-th on is
-judged exactly as `history --check` judges the newest sweep (zcorch.analysis.history.stable_baselines,
-steps.fit_steps, compare.judge), with the defaults of zcorch.analysis.gate.
+Nightly series are built from REAL runs of this machine: several sweeps of the same small localhost
+experiment (write→read and sendfile→splice, 1 s runs by `duration`, recorded now, or given with --sets;
+--keep DIR keeps them) are the pool. A night is one of those sweeps, chosen at random (so nights differ as
+much as this machine's sweeps do, not only as much as runs within a sweep), whose runs are drawn from it
+one at a time, as `repeats: {min: 3, max: 30, target_ci: 2%}` draws them, until the 95% interval of their
+median is within 2% of it or 30 runs are reached. A change is a step of the whole level (5% or 10% worse
+from night `--step-at` on). Every night is judged by the code `history --check` runs,
+zcorch.analysis.detector.judge_newest (the newest night, and the mean of the newest 2 and 3, against the
+mean and sd of the stable segment's nightly medians, one-sided t; runs against runs below --min-nights),
+on the medians, intervals and change-point fit that zcorch.analysis.history computes, with the defaults of
+zcorch.analysis.gate (HISTORY_*).
 
-Printed: false alarms per 100 series-nights on series without a change, and the share of series whose
-5% and 10% steps are caught within 1, 2 and 3 nights; with --grid the same for other thresholds and
-alphas (how the defaults were chosen).
+Printed: false alarms per 100 series-nights on series without a change (from night --warmup + 1 on; in
+brackets the first nights 2 to --warmup, judged on fewer baseline nights), and the share of series whose
+5% and 10% steps are caught within 1, 2 and 3 nights; with --grid the same for other thresholds, alphas
+and min_nights (how the defaults were chosen). The machine's noise heads the output: a step well below the
+between-sweep sd of medians cannot be caught within 3 nights without many false alarms, whatever the rule.
 
-    python benchmarks/bench_detector.py [--sets DIR ...] [--sweeps 4] [--repeats 12] [--series 200]
-                                        [--nights 30] [--grid]
+    python benchmarks/bench_detector.py [--sets DIR ...] [--sweeps 4] [--repeats 12] [--keep DIR]
+                                        [--duration 1s | --bytes SIZE] [--series 200] [--nights 30] [--grid]
 """
 from __future__ import annotations
 

@@ -35,9 +35,9 @@ DEFAULT_ALPHA = 0.05
 # (zcorch.analysis.detector), chosen with benchmarks/bench_detector.py --grid on this machine's real nights
 # (docs/nightly.md, "How often it is wrong"). Here, not in the detector: the command line reads them without
 # importing numpy.
-HISTORY_THRESHOLD_PCT = 4.0
-HISTORY_ALPHA = 0.01
-HISTORY_MIN_NIGHTS = 5      # earlier nights at the stable level needed to know their spread
+HISTORY_THRESHOLD_PCT = 3.0
+HISTORY_ALPHA = 0.005
+HISTORY_MIN_NIGHTS = 2      # earlier nights at the stable level needed to judge by their spread (one tells none)
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
