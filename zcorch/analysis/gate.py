@@ -37,7 +37,7 @@ DEFAULT_ALPHA = 0.05
 # importing numpy.
 HISTORY_THRESHOLD_PCT = 3.0
 HISTORY_ALPHA = 0.005
-HISTORY_MIN_NIGHTS = 2      # earlier nights at the stable level needed to judge by their spread (one tells none)
+HISTORY_MIN_NIGHTS = 3      # earlier nights at the stable level needed to judge by their spread (see docs/nightly.md)
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
