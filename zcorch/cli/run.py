@@ -47,6 +47,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                    help="let the hosts' ssh config (an inventory's ssh_config, ~/.ssh/config) run its `Match exec` "
                         "commands on this machine, as this user (otherwise such a config is refused)")
     add_hosts_and_set(p, resume=True)
+    # A fleet run's pair (zcorch.sweep.fleet starts each pair as `zcorch run ... --json` with these): the
+    # pair's host and share locks, taken around each run (zcorch.sweep.fleet.LockingObserver).
+    p.add_argument("--fleet-lock-dir", help=argparse.SUPPRESS)
+    p.add_argument("--fleet-lock", action="append", default=[], help=argparse.SUPPRESS)
     p.set_defaults(func=main)
     return p
 
@@ -302,6 +306,16 @@ def _write_cache_locked(directory: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
+    from zcorch.config.inventory import is_fleet_spec
+    from zcorch.sweep.fleet import is_fleet_dir
+
+    from zcorch.config.inventory import ENV_VAR
+
+    spec = args.hosts if args.hosts is not None or args.resume else os.environ.get(ENV_VAR) or None
+    if is_fleet_spec(spec) or (args.resume and is_fleet_dir(args.resume)):
+        from zcorch.cli import fleet   # several pairs at once: each pair is a `zcorch run` of its own
+
+        return fleet.main(args, command, spec)
     if args.json and args.dry_run:
         from zcorch.errors import ConfigError
 
@@ -341,6 +355,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, observer: SweepObserver, command: List[str]):
+    if args.fleet_lock_dir:
+        from zcorch.sweep.fleet import FleetLocks, LockingObserver
+
+        observer = LockingObserver(observer, FleetLocks(args.fleet_lock_dir, args.fleet_lock))
     return run_sweep(args.file, output=args.output, resume=args.resume,
                      accept_new_host_keys=args.accept_new_host_keys, dry_run=args.dry_run,
                      observer=observer, command=command, hosts=hosts_from_args(args), overrides=args.overrides,
