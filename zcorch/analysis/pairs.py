@@ -93,16 +93,22 @@ def compare_fleet(directory: str, metric: str = "gbit_s", threshold_pct: float =
     if against is not None and against not in dirs:
         raise ResultsError(f"{directory}: no pair `{against}` (its pairs: {', '.join(dirs)})")
     started = {p: d for p, d in dirs.items() if os.path.isfile(os.path.join(d, "manifest.json"))}
-    missing = [p for p in dirs if p not in started]
+    missing = [(p, "no result set (its sweep never started)") for p in dirs if p not in started]
     if len(started) < 2 or (against is not None and against not in started):
         return None
     frames = {p: load(d) for p, d in started.items()}
     comp = {p: completeness(d) for p, d in started.items()}
+    # the pooled reference holds the pairs that measured something: a pair whose sweep never ran a cell is
+    # judged (incomplete), not made everyone else's reference
+    measured = [p for p in started if len(frames[p]) and (frames[p]["status"] == "ok").any()]
     out: List[PairComparison] = []
     for pair in started:
         if pair == against:
             continue
-        refs = [against] if against is not None else [p for p in started if p != pair]
+        refs = [against] if against is not None else [p for p in measured if p != pair]
+        if not refs:
+            missing.append((pair, "no other pair measured anything to compare it with"))
+            continue
         label = f"pair {against}" if against is not None else f"the other pairs ({', '.join(refs)})"
         base = pd.concat([frames[p] for p in refs], ignore_index=True)
         table = compare_frames(base, frames[pair], metric, threshold_pct, alpha)
@@ -111,10 +117,10 @@ def compare_fleet(directory: str, metric: str = "gbit_s", threshold_pct: float =
     return PairsComparison(directory, metric, threshold_pct, alpha, against, out, _fleet_gate(out, missing))
 
 
-def _fleet_gate(pairs: List[PairComparison], missing: List[str]) -> Gate:
+def _fleet_gate(pairs: List[PairComparison], missing: "List[tuple[str, str]]") -> Gate:
     worse = [p for p in pairs if p.gate.code == EXIT_REGRESSION]
     short = [p for p in pairs if p.gate.code == EXIT_INCOMPLETE]
-    notes = [f"pair {p} never started" for p in missing] + [f"pair {p.pair}: {p.gate.reason}" for p in short]
+    notes = [f"pair {p}: {why}" for p, why in missing] + [f"pair {p.pair}: {p.gate.reason}" for p in short]
     if worse:
         reason = "; ".join(f"pair {p.pair} is worse than {p.reference}: {p.gate.reason}" for p in worse)
         return Gate(EXIT_REGRESSION, reason + ("; also incomplete: " + "; ".join(notes) if notes else ""))

@@ -356,9 +356,9 @@ def main(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, observer: SweepObserver, command: List[str]):
     if args.fleet_lock_dir:
-        from zcorch.sweep.fleet import FleetLocks, LockingObserver
+        from zcorch.sweep.fleet import LockingObserver
 
-        observer = LockingObserver(observer, FleetLocks(args.fleet_lock_dir, args.fleet_lock))
+        observer = LockingObserver(observer, args.fleet_lock_dir, args.fleet_lock)
     return run_sweep(args.file, output=args.output, resume=args.resume,
                      accept_new_host_keys=args.accept_new_host_keys, dry_run=args.dry_run,
                      observer=observer, command=command, hosts=hosts_from_args(args), overrides=args.overrides,

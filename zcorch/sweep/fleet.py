@@ -21,8 +21,8 @@ killed fleet leaves no sweep running unsupervised; each child then ends as an in
 Exclusions, by flock on files under FLEET/.locks (so they hold between processes and are released by the
 kernel when a process dies):
 - a host in two selected pairs (the same machine: its ssh host name and port after the ssh config, or
-  localhost) never runs two cells at once: the pair takes `host-<host>` around each run, and around the
-  calibration of its hosts and its network/command baselines;
+  localhost) never runs two cells at once: the pair takes `host-<host>` around each run, its network and
+  command baselines, and the deploy, calibration and source layout on its hosts;
 - pairs that declare the same `shares: NAME` (a link, a switch) never transfer at the same time: the pair
   takes `share-<NAME>` around the same steps.
 A pair takes all its locks in one global order (sorted names), so two pairs never wait on each other in a
@@ -68,8 +68,12 @@ LOCK_DIR = ".locks"
 # What `zcorch run` makes of a pair's exit status (that of one sweep: zcorch.cli.run).
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
 PAIR_STATUSES = ("pending", "running", "complete", "failed", "interrupted")
-# The steps a pair holds its locks around, besides each run: they load its hosts or the link.
-LOCKED_STAGES = ("calibrate", "baselines", "commands")
+# The stages a pair holds locks through, besides each run (which takes all its locks): those that load its
+# hosts take its host locks (a deploy builds the worker: a second pair on the host then reuses that build),
+# those that transfer take all of them.
+HOST_STAGES = ("deploy", "calibrate", "sources")
+LINK_STAGES = ("baselines", "commands")
+HOST_LOCK_PREFIX = "host-"
 _LOCK_NAME_RE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -107,7 +111,7 @@ def lock_files(hosts: Sequence[str], shares: Sequence[str]) -> List[str]:
         # readable, and unique even where two keys differ only in characters a file name cannot hold
         return f"{kind}-{_LOCK_NAME_RE.sub('_', key)[:60]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}.lock"
 
-    return sorted([name("host", h) for h in hosts] + [name("share", s) for s in shares])
+    return sorted([name(HOST_LOCK_PREFIX[:-1], h) for h in hosts] + [name("share", s) for s in shares])
 
 
 class FleetLocks:
@@ -146,12 +150,19 @@ class FleetLocks:
 
 
 class LockingObserver(SweepObserver):
-    """Wraps the observer of one pair's sweep: takes the pair's FleetLocks when a run starts and drops them
-    when its record is written, and holds them through the LOCKED_STAGES. Everything else is passed on.
-    (The hooks run_sweep already calls are enough: nothing below run_sweep knows about fleets.)"""
+    """Wraps the observer of one pair's sweep: takes all the pair's locks when a run starts and drops them
+    when its record is written; holds its host locks through the HOST_STAGES and all its locks through the
+    LINK_STAGES. Everything else is passed on. (The hooks run_sweep already calls are enough: nothing below
+    run_sweep knows about fleets.)"""
 
-    def __init__(self, inner: SweepObserver, locks: FleetLocks):
-        self.inner, self.locks = inner, locks
+    def __init__(self, inner: SweepObserver, directory: str, names: Sequence[str]):
+        self.inner = inner
+        self.all = FleetLocks(directory, names)
+        self.hosts = FleetLocks(directory, [n for n in names if n.startswith(HOST_LOCK_PREFIX)])
+
+    def _release(self) -> None:
+        self.all.release()
+        self.hosts.release()
 
     def __getattr__(self, name: str) -> Any:   # attributes of the wrapped observer (result_dir, emit ...)
         return getattr(self.inner, name)
@@ -160,9 +171,11 @@ class LockingObserver(SweepObserver):
         self.inner.started(total, already_ok, result_dir)
 
     def stage(self, name: str, title: str) -> None:
-        self.locks.release()
-        if name in LOCKED_STAGES:
-            self.locks.acquire()
+        self._release()
+        if name in HOST_STAGES:
+            self.hosts.acquire()
+        elif name in LINK_STAGES:
+            self.all.acquire()
         self.inner.stage(name, title)
 
     def hosts_opened(self, hosts: Dict[str, Any]) -> None:
@@ -175,18 +188,19 @@ class LockingObserver(SweepObserver):
         self.inner.command(entry)
 
     def run_started(self, cell: str, repeat: int) -> None:
-        self.locks.acquire()
+        self._release()
+        self.all.acquire()
         self.inner.run_started(cell, repeat)
 
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
-        self.locks.release()
+        self._release()
         self.inner.run_done(record, outcome, todo)
 
     def baseline_done(self, record: dict) -> None:
         self.inner.baseline_done(record)
 
     def sweep_ended(self) -> None:
-        self.locks.release()
+        self._release()
         self.inner.sweep_ended()
 
     def message(self, text: str) -> None:
