@@ -29,6 +29,7 @@ matrix:
   send_mode: [write]
   recv_mode: [read]
 repeats: 3
+baselines: false
 """
 
 
