@@ -90,22 +90,19 @@ def _in_netns(layout, role, argv):
                           check=True, timeout=30)
 
 
-def _pair_child(fleet_pid: int, pair_dir: str, within: float = 60) -> int:
-    """The pid of the `zcorch run` child of the fleet that writes `pair_dir`."""
+def _pair_pid(fleet_dir, pair: str, within: float = 120) -> int:
+    """The pid of the pair's sweep, as fleet.json records it once the fleet started its pairs."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().split(b"\0")
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid == fleet_pid and pair_dir.encode() in cmd:
-                return int(pid)
+        try:
+            doc = json.loads((fleet_dir / "fleet.json").read_text())
+            pid = next(p["pid"] for p in doc["pairs"] if p["pair"] == pair)
+            if pid:
+                return pid
+        except (OSError, ValueError, StopIteration):
+            pass
         time.sleep(0.05)
-    raise AssertionError(f"no child of {fleet_pid} writes {pair_dir}")
+    raise AssertionError(f"fleet.json names no process of {pair}")
 
 
 def _complete(pair_dir) -> bool:
@@ -127,7 +124,7 @@ def test_four_pairs_at_once_exclusions_a_killed_pair_resumed_and_the_odd_pair_na
     fleet = start_zcorch(tag, "run", exp, "--hosts", f"{inv}:all", "-o", out, "--json")
     try:
         # SIGKILL p3's sweep once it has recorded a run: it fails alone, the other pairs go on
-        victim = _pair_child(fleet.pid, str(out / "p3"))
+        victim = _pair_pid(out, "p3")
         records = out / "p3" / "runs.jsonl"
         deadline = time.monotonic() + 600
         while not (records.is_file() and read_jsonl(str(records))):

@@ -154,7 +154,9 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
         raise ConfigError("--dry-run shows one pair: give --hosts INVENTORY:PAIR (a fleet runs each pair's own "
                           "sweep, whose dry run is the same)")
     observer = JsonFleetObserver() if args.json else ConsoleFleetObserver()
-    fleet = prepare_fleet(args.file, spec, output=args.output, resume=args.resume,
+    from zcorch.cli import main as zcorch_main   # what each pair's (forked) process runs
+
+    fleet = prepare_fleet(args.file, spec, pair_main=zcorch_main, output=args.output, resume=args.resume,
                           overrides=args.overrides, accept_new_host_keys=args.accept_new_host_keys,
                           allow_ssh_config_exec=args.allow_ssh_config_exec, observer=observer, command=command)
     # The first SIGINT/SIGTERM stops every pair as one sweep is stopped (each child gets SIGTERM and tears
@@ -168,6 +170,7 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
         fleet.close()
         if isinstance(observer, ConsoleFleetObserver):
             observer.close()
+    _write_caches(result)
     report = _pairs_report(result.directory, args.json)
     if args.json:
         observer.emit("fleet_end", status=result.status, exit_status=result.exit_status,
@@ -192,6 +195,25 @@ def _pairs_table(pairs: List[PairState]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
+def _write_caches(result) -> None:
+    """Each complete pair's runs.parquet, written here rather than by each pair's process: pandas and pyarrow
+    are imported once for the fleet instead of once per pair (a second's CPU each, on the controller)."""
+    import os
+
+    from zcorch.cli.run import _write_cache_locked
+    from zcorch.errors import ZcorchError
+    from zcorch.results.store import load_manifest
+
+    for state in result.pairs:
+        directory = os.path.join(result.directory, state.dir)
+        try:
+            complete = load_manifest(directory).get("status") == "complete"   # as `zcorch run` decides
+        except ZcorchError:
+            continue   # a pair whose sweep never made its set
+        if complete:
+            _write_cache_locked(directory)
+
+
 def _pairs_report(directory: str, quiet: bool) -> Optional[dict]:
     """The pairs compared (zcorch.analysis.pairs), written to FLEET/pairs.md; None with fewer than two pairs
     with data. Best effort: the runs are recorded whatever happens here."""
@@ -200,6 +222,12 @@ def _pairs_report(directory: str, quiet: bool) -> Optional[dict]:
     from zcorch.errors import ZcorchError
 
     try:
+        from zcorch.sweep.fleet import load_fleet
+
+        with_sets = [p for p in load_fleet(directory)["pairs"]
+                     if os.path.isfile(os.path.join(directory, p["dir"], "manifest.json"))]
+        if len(with_sets) < 2:   # nothing to compare: pandas and scipy are not even imported
+            return None
         from zcorch.analysis import pairs as pairsmod
 
         comparison = pairsmod.compare_fleet(directory)

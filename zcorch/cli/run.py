@@ -337,7 +337,7 @@ def main(args: argparse.Namespace) -> int:
         raise
     if result.dry_run:
         return 0
-    if result.status == "complete":
+    if result.status == "complete" and not args.fleet_lock_dir:   # a fleet's pairs: the fleet writes it, once
         _write_cache_locked(result.result_dir)
     if args.json:
         from zcorch.sweep.summary import summary_rows

@@ -10,8 +10,9 @@ INV:PAIR1,PAIR2...` or `INV:all`), one result set per pair under one directory.
       .locks/             host-*.lock, share-*.lock: the exclusions (below)
       PAIR/               each pair's own result set, exactly what `zcorch run --hosts INV:PAIR` writes
 
-Each pair is its own `zcorch run --json` child process, not a thread: a sweep's signal handling and its
-guaranteed teardown (zcorch.sweep.interrupts: process-wide signal handlers, deferred signals during the
+Each pair is its own `zcorch run --json` child process, not a thread, forked from the fleet's process rather
+than started anew (so N pairs cost one interpreter start-up and one import of zcorch, not N): a sweep's
+signal handling and its guaranteed teardown (zcorch.sweep.interrupts: process-wide signal handlers, deferred signals during the
 teardown, KeyboardInterrupt raised in the main thread) stay exactly as for one pair; a pair that crashes,
 hangs or is killed cannot take the others with it; each pair takes its own leases on its own hosts as any
 sweep does. The parent only reads the children's JSON events (one progress display, `--json` events
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import ctypes
 import datetime as _dt
-import errno
 import fcntl
 import hashlib
 import json
@@ -45,12 +45,10 @@ import os
 import queue
 import re
 import signal
-import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from zcorch._version import __version__
 from zcorch.config.hosts import HostSpec
@@ -227,6 +225,7 @@ class PairState:
     started: Optional[str] = None
     finished: Optional[str] = None
     runs: Dict[str, int] = field(default_factory=lambda: {"planned": 0, "ok": 0, "failed": 0})
+    pid: Optional[int] = None              # the process of its latest sweep
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -347,8 +346,9 @@ class Start:
 
 
 def _child_argv(state: PairState, fleet_dir: str, start: Start, flags: List[str]) -> List[str]:
+    """The pair's `zcorch run` command line (without the program name)."""
     pair_dir = os.path.join(fleet_dir, state.dir)
-    argv = [sys.executable, "-m", "zcorch", "run"]
+    argv = ["run"]
     if os.path.isfile(os.path.join(pair_dir, "manifest.json")):
         argv += ["--resume", pair_dir]           # its own experiment.yaml, its recorded hosts
     else:
@@ -359,29 +359,87 @@ def _child_argv(state: PairState, fleet_dir: str, start: Start, flags: List[str]
     return argv + flags
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _prctl():
+    """libc's prctl, resolved in the parent (the forked child only calls it); None where there is none."""
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG: SIGTERM when the fleet's process ends
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
-        pass
+        return None
+
+
+# What a pair's process runs: the command line's main() (zcorch.cli.main) given `zcorch` ARGS; the fleet
+# is given it by its caller (the command line sits above this module).
+PairMain = Callable[[List[str]], int]
 
 
 class _Child:
-    def __init__(self, state: PairState, argv: List[str], events: "queue.Queue", env: Dict[str, str]):
+    """One pair's `zcorch run`, forked from the fleet's process (not exec'd): it starts with every module the
+    controller already imported, so N pairs cost one interpreter start-up, not N. Forked before any thread of
+    the fleet runs (start_reading() afterwards): a fork while another thread holds a lock would copy it held."""
+
+    def __init__(self, state: PairState, argv: List[str], pair_main: PairMain, close_in_child: List[int],
+                 prctl: Any):
         self.state = state
         self.stderr: List[str] = []
         self.end: Optional[dict] = None
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, preexec_fn=_die_with_parent)
+        self.returncode: Optional[int] = None
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:   # the pair's process: never returns
+            code = 1
+            try:
+                for fd in (out_r, err_r, *close_in_child):
+                    os.close(fd)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
+                for fd in (devnull, out_w, err_w):
+                    os.close(fd)
+                for sig in (signal.SIGINT, signal.SIGTERM):   # its own sweep installs its handlers
+                    signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+                if prctl is not None:
+                    prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG: SIGTERM when the fleet's process ends
+                if os.getppid() != parent:          # it ended before that took effect
+                    os._exit(EXIT_INTERRUPTED)
+                os.environ.pop("ZCORCH_HOSTS", None)   # the pair is given explicitly
+                sys.argv = ["zcorch", *argv]
+                code = pair_main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except KeyboardInterrupt:
+                code = EXIT_INTERRUPTED
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except Exception:
+                        pass
+                os._exit(code)
+        os.close(out_w)
+        os.close(err_w)
+        self.pid = pid
+        self.fds = [out_r, err_r]   # what a later child must not inherit
+        self._out = os.fdopen(out_r, "rb")
+        self._err = os.fdopen(err_r, "rb")
+        self._threads: List[threading.Thread] = []
+
+    def start_reading(self, events: "queue.Queue") -> None:
         self._threads = [threading.Thread(target=self._read_events, args=(events,), daemon=True),
                          threading.Thread(target=self._read_stderr, daemon=True)]
         for t in self._threads:
             t.start()
 
     def _read_events(self, events: "queue.Queue") -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
+        for raw in self._out:
             try:
                 doc = json.loads(raw)
             except ValueError:
@@ -391,17 +449,40 @@ class _Child:
         events.put((self, None))   # this pair's events are over
 
     def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for raw in self.proc.stderr:
+        for raw in self._err:
             line = raw.decode("utf-8", "replace").rstrip()
             if line:
                 self.stderr = (self.stderr + [line])[-40:]
 
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
     def join(self) -> int:
-        rc = self.proc.wait()
+        if self.returncode is None:
+            while True:
+                try:
+                    _, status = os.waitpid(self.pid, 0)
+                    break
+                except ChildProcessError:   # reaped already
+                    status = 0
+                    break
+            self.returncode = os.waitstatus_to_exitcode(status)
         for t in self._threads:
             t.join(timeout=5)
-        return rc
+        self._out.close()
+        self._err.close()
+        return self.returncode
 
 
 def _reason(child: "_Child", rc: int) -> Optional[str]:
@@ -423,10 +504,11 @@ class Fleet:
     """One fleet run (run_fleet builds it); stop() ends every pair's sweep as SIGTERM ends one sweep."""
 
     def __init__(self, directory: str, doc: dict, states: List[PairState], start: Start, flags: List[str],
-                 observer: FleetObserver, lock_fd: int):
+                 observer: FleetObserver, lock_fd: int, pair_main: PairMain):
         self.directory, self.doc, self.states = directory, doc, states
         self.start, self.flags, self.observer = start, flags, observer
         self.lock_fd = lock_fd   # DIR/.lock: held until close()
+        self.pair_main = pair_main
         self.children: List[_Child] = []
         self.stopping = threading.Event()
         self._stop_sent = False
@@ -444,23 +526,23 @@ class Fleet:
             return
         self._stop_sent = True
         for child in self.children:
-            if child.proc.poll() is None:
-                try:
-                    child.proc.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+            child.signal(signal.SIGTERM)
 
     def run(self) -> FleetResult:
         events: "queue.Queue" = queue.Queue()
-        env = dict(os.environ)
-        env.pop("ZCORCH_HOSTS", None)   # each child is given its pair explicitly
+        prctl = _prctl()
         for state in self.states:
             if state.done:
                 continue
             state.status, state.started, state.finished = "running", utc_now(), None
             state.exit_status = state.reason = None
-            self.children.append(_Child(state, _child_argv(state, self.directory, self.start, self.flags),
-                                        events, env))
+            inherited = [self.lock_fd] + [fd for c in self.children for fd in c.fds]
+            child = _Child(state, _child_argv(state, self.directory, self.start, self.flags), self.pair_main,
+                           inherited, prctl)
+            state.pid = child.pid
+            self.children.append(child)
+        for child in self.children:
+            child.start_reading(events)
         self.save()
         open_streams = len(self.children)
         while open_streams:
@@ -530,7 +612,8 @@ def _flags(accept_new_host_keys: bool, allow_ssh_config_exec: bool) -> List[str]
            (["--allow-ssh-config-exec"] if allow_ssh_config_exec else [])
 
 
-def prepare_fleet(experiment: Optional[str], hosts_spec: Optional[str] = None, *, output: Optional[str] = None,
+def prepare_fleet(experiment: Optional[str], hosts_spec: Optional[str] = None, *, pair_main: PairMain,
+                  output: Optional[str] = None,
                   resume: Optional[str] = None, overrides: Sequence[str] = (), accept_new_host_keys: bool = False,
                   allow_ssh_config_exec: bool = False, observer: Optional[FleetObserver] = None,
                   command: Optional[List[str]] = None) -> Fleet:
@@ -555,7 +638,7 @@ def prepare_fleet(experiment: Optional[str], hosts_spec: Optional[str] = None, *
                       tuple(doc.get("overrides", [])))
         doc.setdefault("resumed", []).append({"at": utc_now(), "command": command})
         doc.update(status="running", finished=None, exit_status=None)
-        fleet = Fleet(resume, doc, states, start, flags, observer, lock)
+        fleet = Fleet(resume, doc, states, start, flags, observer, lock, pair_main)
     else:
         if not experiment:
             raise ConfigError("zcorch run: give an experiment FILE")
@@ -585,7 +668,7 @@ def prepare_fleet(experiment: Optional[str], hosts_spec: Optional[str] = None, *
                "inventory": {"path": inv.path, "sha256": inv.sha256}, "overrides": list(overrides),
                "exclusions": _exclusions(states), "pairs": []}
         start = Start(os.path.abspath(experiment), inv.path, tuple(overrides))
-        fleet = Fleet(directory, doc, states, start, flags, observer, lock)
+        fleet = Fleet(directory, doc, states, start, flags, observer, lock, pair_main)
     fleet.save()
     observer.fleet_started(fleet.directory, fleet.states, bool(resume))
     return fleet
