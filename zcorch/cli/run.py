@@ -6,6 +6,10 @@ Exit status: 0 when every run of the plan is ok, 1 when some failed (results sti
 teardown after it (hosts' network restored, filesystems undone, the manifest closed) finishes whatever
 signals arrive, except that a third Ctrl-C abandons it, printing what is left and how to restore it.
 
+With `--hosts INVENTORY:PAIR1,PAIR2...` or `INVENTORY:all` (and `--resume` of such a run's directory) it is a
+fleet run, one sweep per pair at once (zcorch.cli.fleet, zcorch.sweep.fleet): 0 when every pair completed with
+every run ok, 1 when some pair did not, 2, 75 and 130 as above.
+
 The pipeline is zcorch.sweep.pipeline.run_sweep; this module is its command line and what it prints.
 """
 from __future__ import annotations
