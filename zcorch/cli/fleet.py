@@ -52,7 +52,7 @@ class ConsoleFleetObserver(FleetObserver):
         self._say(logging.INFO, text)
 
     def event(self, pair: str, doc: dict) -> None:
-        from zcorch.cli.run import _modes, _rate
+        from zcorch.cli.run_output import _modes, _rate
 
         kind = doc.get("event")
         if kind == "start":
@@ -120,7 +120,7 @@ class JsonFleetObserver(FleetObserver):
         self.out = out if out is not None else sys.stdout
 
     def emit(self, event: str, **fields) -> None:
-        from zcorch.cli.run import _clean, _utc_now
+        from zcorch.cli.run_output import _clean, _utc_now
 
         self.write(_clean({"event": event, "time": _utc_now(), **fields}))
 
@@ -200,7 +200,7 @@ def _write_caches(result) -> None:
     are imported once for the fleet instead of once per pair (a second's CPU each, on the controller)."""
     import os
 
-    from zcorch.cli.run import _write_cache_locked
+    from zcorch.cli.run_output import _write_cache_locked
     from zcorch.errors import ZcorchError
     from zcorch.results.store import load_manifest
 

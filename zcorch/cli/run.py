@@ -23,11 +23,10 @@ from typing import Dict, List, Optional, TextIO
 
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
-from zcorch.errors import ResultsError
+from zcorch.cli.run_output import _clean, _finite, _modes, _rate, _utc_now, _write_cache_locked
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
-from zcorch.results.store import lock_result_set
 from zcorch.sweep.interrupts import InterruptGuard
 from zcorch.sweep.pipeline import SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome
@@ -137,22 +136,6 @@ class ConsoleObserver(SweepObserver):
             self.bar = None
 
 
-def _modes(record: dict) -> str:
-    """'write→read' (plus the streams when several): what a user recognises, where the cell id is a hash."""
-    p = record.get("params") or {}
-    text = f"{p.get('send_mode', '?')}→{p.get('recv_mode', '?')}"
-    if (p.get("streams") or 1) > 1:
-        text += f" ×{p['streams']}"
-    return text
-
-
-def _rate(record: dict) -> str:
-    recv = record.get("receiver") or {}
-    if record.get("status") != "ok" or not recv.get("wall_ns"):
-        return ""
-    return f"{recv['bytes'] * 8 / recv['wall_ns']:.2f} Gbit/s"
-
-
 class JsonObserver(SweepObserver):
     """`zcorch run --json`: one JSON object a line on stdout, written (and flushed) as each event happens,
     as iperf3's --json-stream does; the schema is docs/schemas/run-events.schema.json. Human messages go
@@ -194,27 +177,6 @@ class JsonObserver(SweepObserver):
 
     def warning(self, text: str) -> None:
         self.emit("warning", message=text)
-
-
-def _finite(x):
-    return x if x is not None and x == x and x not in (float("inf"), float("-inf")) else None
-
-
-def _clean(obj):
-    """JSON has no NaN or infinity: they become null (an event must never fail the sweep it reports)."""
-    if isinstance(obj, float):
-        return _finite(obj)
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def _utc_now() -> str:
-    import datetime
-
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 class DryRunObserver(SweepObserver):
@@ -290,22 +252,6 @@ class DryRunObserver(SweepObserver):
 def _fmt_secs(s: float) -> str:
     s = int(round(s))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def _write_cache_locked(directory: str) -> None:
-    """runs.parquet, so the first zcorch.load reads it rather than every JSON line (best effort: a warning),
-    under the result set's lock again: a `--resume` started since the sweep released it is appending."""
-    from zcorch.analysis.cache import write_cache  # pandas + pyarrow: imported only when a sweep ends
-
-    try:
-        lock = lock_result_set(directory)
-    except ResultsError as exc:
-        print(f"zcorch run: warning: runs.parquet not written: {exc}", file=sys.stderr)
-        return
-    try:
-        write_cache(directory)
-    finally:
-        os.close(lock)
 
 
 def main(args: argparse.Namespace) -> int:
