@@ -107,6 +107,52 @@ def test_a_record_edited_in_place_with_size_and_mtime_kept_is_not_hidden_by_the_
     pd.testing.assert_frame_equal(df, zcorch.load(small_set, cache=False))
 
 
+def count_hashes(monkeypatch) -> list:
+    """Observe (not replace) hashing of runs.jsonl: one entry per full read of its bytes."""
+    calls = []
+    real = hashlib.sha256
+    monkeypatch.setattr(cache.hashlib, "sha256", lambda *a: calls.append(1) or real(*a))
+    return calls
+
+
+def test_a_load_of_an_unchanged_set_reads_no_byte_of_runs_jsonl(small_set, monkeypatch):
+    """Issue 25: the first load of a finished set costs the Parquet read, not a hash of a GB of JSON. The
+    cache written right after the last append (as `zcorch run` does) still records the file's identity."""
+    runs = small_set / "runs.jsonl"
+    with open(runs, "ab") as f:  # a write just now: the identity must wait RACY_NS to be trusted
+        f.write(runs.read_bytes().splitlines(keepends=True)[0])
+    path = cache.write_cache(small_set, warn=pytest.fail)
+    st = runs.stat()
+    assert stamp_in(path)["file"] == [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    hashes, parses = count_hashes(monkeypatch), count_parses(monkeypatch)
+    pd.testing.assert_frame_equal(zcorch.load(small_set), zcorch.load(small_set, cache=False))
+    assert hashes == [] and len(parses) == 1  # the cached load neither hashed nor parsed
+
+
+def test_a_copied_set_is_hashed_and_its_cache_still_used(small_set, tmp_path, monkeypatch):
+    cache.write_cache(small_set, warn=pytest.fail)
+    copy = tmp_path / "copy"
+    shutil.copytree(small_set, copy)  # a new inode and ctime: the identity no longer matches
+    hashes, parses = count_hashes(monkeypatch), count_parses(monkeypatch)
+    frame = zcorch.load(copy)
+    assert len(hashes) == 1 and parses == []  # same bytes: proved by the hash, the Parquet file used
+    assert len(frame) == len(zcorch.load(small_set))
+
+
+def test_an_identity_is_not_trusted_when_the_file_changed_in_the_same_tick(small_set, monkeypatch):
+    """A cache built by a reader (no wait) right after a write records no identity: ctime ticks coarsely,
+    and a second write in the same tick would keep it. Its next load hashes instead."""
+    runs = small_set / "runs.jsonl"
+    runs.write_bytes(runs.read_bytes())  # changed just now
+    (small_set / "runs.parquet").unlink(missing_ok=True)
+    monkeypatch.setattr(cache, "RACY_NS", 10 ** 12)  # "just now" for the whole test, however slow the host
+    zcorch.load(small_set)
+    assert stamp_in(small_set / "runs.parquet")["file"] is None
+    hashes, parses = count_hashes(monkeypatch), count_parses(monkeypatch)
+    zcorch.load(small_set)
+    assert len(hashes) == 1 and parses == []
+
+
 def test_plain_pandas_reads_the_cache_without_zcorch(small_set):
     """The frame of zcorch.load, minus `sweep` (the directory's name), for any Parquet reader."""
     path = cache.write_cache(small_set, warn=pytest.fail)
