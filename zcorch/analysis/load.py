@@ -11,7 +11,7 @@ from typing import Iterable
 import pandas as pd
 
 from zcorch.analysis.cache import runs_of
-from zcorch.config.sections import linked_axes_of
+from zcorch.params import PARAM_KEYS
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.analysis.frames import (LINKED_ATTR, PathLike, _as_dirs, _sweep_names, add_copy_units, add_derived,
                                     add_linked_axes, copy_yardsticks, read_experiment_text, read_manifest,
@@ -52,6 +52,26 @@ def experiment_axes(path: PathLike) -> list:
     d = Path(path)
     try:
         exp_file, text = read_experiment_text(d, read_manifest(d))
-        return linked_axes_of(text, str(exp_file)) if text is not None else []
+        if text is None or not _may_link_axes(text):
+            return []
+        # The experiment validator (zcorch.config, ~70 ms of imports) only for a matrix that may link axes.
+        from zcorch.config.sections import linked_axes_of
+
+        return linked_axes_of(text, str(exp_file))
     except (OSError, ZcorchError):
         return []
+
+
+def _may_link_axes(text: str) -> bool:
+    """Whether an experiment's `matrix:` has a key that is not a parameter (a linked axis), by a plain YAML
+    read; True when in doubt (the validator then decides)."""
+    import yaml
+
+    try:
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError:
+        return True
+    if not isinstance(doc, dict) or doc.get("matrix") is None:
+        return not isinstance(doc, dict)  # no matrix: no linked axis
+    matrix = doc["matrix"]
+    return not isinstance(matrix, dict) or any(key not in PARAM_KEYS for key in matrix)
