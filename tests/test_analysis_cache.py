@@ -108,10 +108,10 @@ def test_a_record_edited_in_place_with_size_and_mtime_kept_is_not_hidden_by_the_
 
 
 def count_hashes(monkeypatch) -> list:
-    """Observe (not replace) hashing of runs.jsonl: one entry per full read of its bytes."""
+    """Observe (not replace) hashing of runs.jsonl (the stamp of its bytes): one entry per call."""
     calls = []
-    real = hashlib.sha256
-    monkeypatch.setattr(cache.hashlib, "sha256", lambda *a: calls.append(1) or real(*a))
+    real = cache._Source.stamp
+    monkeypatch.setattr(cache._Source, "stamp", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
     return calls
 
 
@@ -151,6 +151,49 @@ def test_an_identity_is_not_trusted_when_the_file_changed_in_the_same_tick(small
     hashes, parses = count_hashes(monkeypatch), count_parses(monkeypatch)
     zcorch.load(small_set)
     assert len(hashes) == 1 and parses == []
+
+
+def count_derivations(monkeypatch) -> list:
+    """Observe (not replace) zcorch.load's derivation of columns (frames.add_derived, as load calls it)."""
+    from zcorch.analysis import load as load_module
+
+    calls = []
+    real = load_module.add_derived
+    monkeypatch.setattr(load_module, "add_derived", lambda frame: calls.append(len(frame)) or real(frame))
+    return calls
+
+
+def test_derived_columns_are_used_as_stored_by_the_same_code_from_the_same_meta(small_set, monkeypatch):
+    """Issue 25: deriving per-run verdicts in Python cost more than reading the file; the cache holds them."""
+    cache.write_cache(small_set, warn=pytest.fail)
+    derivations = count_derivations(monkeypatch)
+    cached = zcorch.load(small_set)
+    assert derivations == []
+    pd.testing.assert_frame_equal(cached, zcorch.load(small_set, cache=False))
+    assert derivations == [len(cached)]  # the parsed load derived them: the two agree
+
+
+def test_a_changed_calibration_in_meta_json_recomputes_the_copy_units(small_set, monkeypatch):
+    cache.write_cache(small_set, warn=pytest.fail)
+    meta_path = small_set / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    before = zcorch.load(small_set)["send_copy_s_per_gib"].iloc[0]
+    meta["hosts"]["sender"].setdefault("calibration", {})["memcpy_s_per_gib"] = 0.5
+    meta_path.write_text(json.dumps(meta))
+    derivations = count_derivations(monkeypatch)
+    after = zcorch.load(small_set)
+    assert len(derivations) == 1 and after["send_copy_s_per_gib"].iloc[0] == 0.5 != before
+    pd.testing.assert_frame_equal(after, zcorch.load(small_set, cache=False))
+
+
+def test_derived_columns_of_other_code_are_recomputed(small_set, monkeypatch):
+    """A cache written by another zcorch (simulated: the digest of the deriving code is replaced, as an
+    upgrade would change it) keeps its runs but not its derived columns."""
+    cache.write_cache(small_set, warn=pytest.fail)
+    monkeypatch.setattr(cache, "_code_digest", "0" * 64)
+    derivations, parses = count_derivations(monkeypatch), count_parses(monkeypatch)
+    zcorch.load(small_set)
+    assert len(derivations) == 1 and parses == []
 
 
 def test_plain_pandas_reads_the_cache_without_zcorch(small_set):

@@ -47,7 +47,8 @@ from zcorch.results import store as results
 
 CACHE_NAME = results.RUNS_CACHE
 OLD_CACHE_NAME = "runs.cache"  # the numpy-array cache of earlier versions
-CACHE_VERSION = 5  # 4: keyed on the SHA-256 of runs.jsonl, not its size and mtime; 5: + the file's identity
+CACHE_VERSION = 5  # 4: keyed on the SHA-256 of runs.jsonl, not its size and mtime; 5: + the file's identity,
+# and the derived columns used as stored (derived_from)
 META_KEY = b"zcorch.cache"
 _ANNOUNCE_BYTES = 100_000_000
 # How long before hashing runs.jsonl must have been last changed for its identity to be trusted: more than
@@ -124,22 +125,24 @@ def _source(runs: Path) -> Optional[_Source]:
     return _Source(runs, fd)
 
 
-def runs_of(path: frames.PathLike, cache: bool = True) -> pd.DataFrame:
-    """The raw runs frame (no derived columns) of one result set, from runs.parquet when it
-    matches runs.jsonl; otherwise parsed, and the cache (re)written unless cache=False."""
+def runs_of(path: frames.PathLike, cache: bool = True) -> "tuple[pd.DataFrame, bool]":
+    """(frame, complete) of one result set: from runs.parquet when it matches runs.jsonl, otherwise parsed
+    and the cache (re)written unless cache=False. complete: the frame already holds the derived columns and
+    copy units (frames.add_derived, add_copy_units), as stored in a cache built by this zcorch's code from
+    the set's meta.json as it is now (see _derived_stamp); else it is the raw runs frame."""
     d = frames.result_dir(path)
     frames.read_manifest(d)
     runs = d / results.RUNS
     source = _source(runs)
     if source is None:
-        return frames.parse_runs(runs)  # a set interrupted before its first run: no runs
+        return frames.parse_runs(runs), False  # a set interrupted before its first run: no runs
     try:
         cache_path = d / CACHE_NAME
         if not cache:
-            return frames.parse_runs(runs)
-        frame = _read(cache_path, source)
-        if frame is not None:
-            return frame
+            return frames.parse_runs(runs), False
+        found = _read(cache_path, source)
+        if found is not None:
+            return found
         stamp = source.stamp()  # taken before parsing: a file that grows meanwhile is stale
         frame = frames.parse_runs(runs)
         if source.unchanged_since(stamp):
@@ -147,7 +150,7 @@ def runs_of(path: frames.PathLike, cache: bool = True) -> pd.DataFrame:
                 _write(frame, cache_path, stamp)
             except OSError as exc:  # a read-only result set still loads, just without the speed-up
                 warnings.warn(f"{cache_path}: cache not written ({exc})", stacklevel=3)
-        return frame
+        return frame, False
     finally:
         source.close()
 
@@ -201,7 +204,8 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
-def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None) -> pa.Table:
+def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None,
+              derived_stamp: Optional[dict] = None) -> pa.Table:
     """`frame` plus its derived columns (and the copy units of `yardsticks`, frames.copy_yardsticks of the
     set's meta.json) as an Arrow table, with the validity stamp in its metadata."""
     full = frames.add_derived(frame.copy(deep=False))  # shallow: the derived columns go to the copy only
@@ -221,22 +225,65 @@ def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = Non
             full[name] = [None if v is None else json.dumps(v, default=_json_default) for v in col]
             json_columns.append(name)
     table = pa.Table.from_pandas(full, preserve_index=False)
-    meta = {**stamp, "derived": derived, "json_columns": json_columns}
+    meta = {**stamp, "derived": derived, "json_columns": json_columns, "derived_from": derived_stamp}
     return table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: json.dumps(meta).encode()})
 
 
 def _write(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
+    derived_stamp = _derived_stamp(cache_path.parent)
     try:
         yardsticks = frames.copy_yardsticks(frames.read_meta(cache_path.parent))
     except ResultsError:  # an unreadable meta.json: the copy units are left out, as zcorch.load leaves them
         yardsticks = None
-    table = _to_table(frame, stamp, yardsticks)
+    if derived_stamp is not None and derived_stamp != _derived_stamp(cache_path.parent):
+        derived_stamp = None  # meta.json changed while it was read: the copy units are recomputed on load
+    table = _to_table(frame, stamp, yardsticks, derived_stamp)
     # readers see the old file or the whole new one, never a part; nothing is written through a link
     setfiles.write_inside(cache_path.parent, cache_path.name, lambda f: pq.write_table(table, f))
     try:
         (cache_path.parent / OLD_CACHE_NAME).unlink()
     except OSError:  # already gone (the usual case) or not removable: it is ignored either way
         pass
+
+
+# The modules whose code computes the derived columns and copy units (frames.add_derived, add_copy_units).
+_DERIVING_MODULES = ("zcorch.analysis.frames", "zcorch.results.rates", "zcorch.metrics", "zcorch.params")
+_code_digest: Optional[str] = None
+
+
+def _deriving_code() -> Optional[str]:
+    """SHA-256 of the source of the modules that derive columns (None when one cannot be read): stored
+    derived columns are used only by the code that computed them, so a fix of a derivation is never
+    hidden by a cache an older zcorch wrote."""
+    global _code_digest
+    if _code_digest is None:
+        digest = hashlib.sha256()
+        try:
+            for name in _DERIVING_MODULES:
+                origin = getattr(sys.modules.get(name), "__file__", None)
+                if not origin:
+                    return None
+                with open(origin, "rb") as f:
+                    digest.update(f.read())
+        except OSError:
+            return None
+        _code_digest = digest.hexdigest()
+    return _code_digest
+
+
+def _derived_stamp(d: Path) -> Optional[dict]:
+    """What the derived columns of a cache of set `d` depend on besides runs.jsonl: the deriving code and
+    the bytes of meta.json (its calibration gives the copy units). None: never trusted (unreadable)."""
+    code = _deriving_code()
+    if code is None:
+        return None
+    try:
+        meta = setfiles.read_bytes(d, "meta.json", setfiles.MAX_JSON_BYTES)
+    except FileNotFoundError:
+        meta = b""
+    except (OSError, ValueError, ResultsError):
+        return None
+    return {"code": code, "meta_sha256": hashlib.sha256(meta).hexdigest()}
 
 
 def _cache_meta(schema: pa.Schema) -> Optional[dict]:
@@ -266,9 +313,10 @@ def _matches(cache_path: Path, source: _Source) -> bool:
         os.close(fd)
 
 
-def _read(cache_path: Path, source: _Source) -> Optional[pd.DataFrame]:
-    """The raw runs frame stored in `cache_path` if it was built from `source`'s bytes, else None (missing,
-    stale, cut short, foreign: rebuilt, never trusted)."""
+def _read(cache_path: Path, source: _Source) -> "Optional[tuple[pd.DataFrame, bool]]":
+    """(frame, complete) stored in `cache_path` if it was built from `source`'s bytes, else None (missing,
+    stale, cut short, foreign: rebuilt, never trusted). complete: with the stored derived columns, when
+    they were derived by this code from this meta.json (runs_of); else the raw columns only."""
     # Most of a first load is the kernel faulting in fresh memory for the frame. The default pool
     # (mimalloc) asks for transparent huge pages, whose faults can stall on compaction (3x slower
     # on a busy host); plain malloc's small pages do not. Explicit here: the default pool of the
@@ -284,7 +332,9 @@ def _read(cache_path: Path, source: _Source) -> Optional[pd.DataFrame]:
         meta = _cache_meta(data.schema)
         if not source.matches(meta):
             return None
-        derived = set(meta["derived"])  # recomputed by zcorch.load, so never stale
+        stored = meta.get("derived_from")
+        complete = stored is not None and stored == _derived_stamp(cache_path.parent)
+        derived = set() if complete else set(meta["derived"])  # else recomputed by zcorch.load: never stale
         table = data.to_table(columns=[n for n in data.schema.names if n not in derived], memory_pool=pool)
         json_values = {name: table.column(name).to_pylist() for name in meta["json_columns"]}
         # Single-chunk numbers and timestamps without nulls become read-only views on Arrow's
@@ -303,7 +353,7 @@ def _read(cache_path: Path, source: _Source) -> Optional[pd.DataFrame]:
             col = np.empty(len(values), dtype=object)
             col[:] = [None if v is None else json.loads(v) for v in values]
             frame[name] = col
-        return frame
+        return frame, complete
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
     finally:

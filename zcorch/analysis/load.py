@@ -24,10 +24,15 @@ def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> 
     column per linked axis of each sweep's experiment (frames.add_linked_axes; `frame.attrs["linked_axes"]`)."""
     dirs = _as_dirs(path_or_paths)
     frames = []
-    yardsticks = {}
     linked: dict = {}
     for d, sweep in zip(dirs, _sweep_names(dirs)):
-        frame = runs_of(d, cache=cache)
+        frame, complete = runs_of(d, cache=cache)
+        if not complete:  # derived per set, as the cache stores them (runs.parquet without zcorch)
+            try:
+                yardsticks = copy_yardsticks(read_meta(d))
+            except ResultsError:  # a broken meta.json costs the copy units only, never the runs
+                yardsticks = copy_yardsticks({})
+            frame = add_copy_units(add_derived(frame), {None: yardsticks})
         # one concat, not frame.insert: the frame is hundreds of columns built one by one (fragmented)
         frame = pd.concat([pd.Series(sweep, index=frame.index, name="sweep"), frame], axis=1)
         frame = add_linked_axes(frame, experiment_axes(d))
@@ -36,12 +41,7 @@ def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> 
             seen["labels"] += [x for x in info["labels"] if x not in seen["labels"]]
         frame.attrs = {}
         frames.append(frame)
-        try:
-            yardsticks[sweep] = copy_yardsticks(read_meta(d))
-        except ResultsError:  # a broken meta.json costs the copy units only, never the runs
-            yardsticks[sweep] = copy_yardsticks({})
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
-    frame = add_copy_units(add_derived(frame), yardsticks)
     frame.attrs[LINKED_ATTR] = linked
     return frame
 
