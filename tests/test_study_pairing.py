@@ -1,0 +1,136 @@
+"""Each shipped study's published figures paired with the cell or baseline of the matching configuration
+(issue 22): the figures and claims of experiments/*.yaml, evaluated on real result sets
+(tests/data/filesystems-small: four loop-device filesystems with a dd baseline on each, recorded as root) or
+checked against the study's expanded plan. What is asserted is *which* measurement stands next to each
+published number, not that the number appears."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zcorch.analysis import reproduction as rp
+from zcorch.analysis.frames import load_baselines
+from zcorch.analysis.load import load
+from zcorch.config.experiment import load_experiment, parse_experiment, reference_of
+from zcorch.errors import ConfigError
+from zcorch.plan import expand
+
+ROOT = Path(__file__).resolve().parent.parent
+EXT4 = ROOT / "experiments" / "ext4-nodelalloc-2011.yaml"
+
+
+def reference_section(path: Path) -> str:
+    text = path.read_text()
+    return text[text.index("\nreference:"):]
+
+
+def with_study_reference(result_set: Path, study: Path) -> Path:
+    exp = result_set / "experiment.yaml"
+    exp.write_text(exp.read_text() + reference_section(study))
+    return result_set
+
+
+def dd_write_mb_s(result_set: Path) -> "dict[str, float]":
+    """Each filesystem's dd_write, read straight from baselines.jsonl (independently of the analysis)."""
+    out = {}
+    for line in (result_set / "baselines.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["kind"] == "dd_write" and rec["status"] == "ok":
+            out[rec["key"]["filesystem"]] = rec["result"]["bytes"] / rec["result"]["wall_s"] / 1e6
+    return out
+
+
+def test_ext4_dd_figures_are_paired_with_dd_on_their_own_filesystem(fs_set):
+    result_set = with_study_reference(fs_set, EXT4)
+    ref = reference_of((result_set / "experiment.yaml").read_text(), "experiment.yaml")
+    df, baselines = load(result_set), load_baselines(result_set)
+    dd = dd_write_mb_s(result_set)
+    assert len(set(dd.values())) == len(dd) >= 3       # the filesystems' dd differ: a wrong pairing shows
+    rows = rp.figures(df, baselines, ref)
+    assert [r.figure.match.describe() for r in rows] == [
+        "filesystem=ext4-delalloc", "filesystem=ext4-nodelalloc", "filesystem=xfs"]
+    for r, fs in zip(rows, ("ext4-delalloc", "ext4-nodelalloc", "xfs")):
+        assert r.figure.of == "dd_write"
+        assert r.measured.median == pytest.approx(dd[fs], rel=1e-9), fs   # that filesystem's dd, no other
+        assert r.measured.n == 1 and r.measured.cell == f"dd write on filesystem={fs}"
+        assert r.published_norm is None                 # a filesystem's dd is no share of the network's iperf
+    table = rp.figure_table(rows)
+    assert table[0][1] == "dd write of filesystem=ext4-delalloc" and table[0][3] == "278 MB/s"
+    assert table[1][3] == "392 MB/s"
+
+
+def test_ext4_claims_pair_dd_with_dd_and_the_network_claim_with_transfer_cells(fs_set):
+    result_set = with_study_reference(fs_set, EXT4)
+    ref = reference_of((result_set / "experiment.yaml").read_text(), "experiment.yaml")
+    df, baselines = load(result_set), load_baselines(result_set)
+    dd = dd_write_mb_s(result_set)
+    nodelalloc, xfs, network = rp.claims(df, ref, baselines)
+    assert nodelalloc.a.median == pytest.approx(dd["ext4-nodelalloc"])
+    assert nodelalloc.b.median == pytest.approx(dd["ext4-delalloc"])
+    assert xfs.a.median == pytest.approx(dd["xfs"]) and xfs.b.median == pytest.approx(dd["ext4-delalloc"])
+    # one dd per filesystem: no interval, so no verdict either way
+    assert nodelalloc.verdict == rp.INCONCLUSIVE and "one record: no interval" in nodelalloc.evidence
+    assert nodelalloc.published.startswith("published: a 392 MB/s vs b 278 MB/s")
+    # the transfer claim: the read cells of the two ext4 filesystems, not their dd
+    ok = df[df["status"] == "ok"]
+    for side, fs in ((network.a, "ext4-nodelalloc"), (network.b, "ext4-delalloc")):
+        cell = ok[(ok["filesystem"] == fs) & (ok["recv_mode"] == "read")]
+        assert side.median == pytest.approx(cell["mb_s"].median()) and side.n == len(cell) == 3
+    assert network.published == ""                     # the page gives no transfer figure per filesystem
+
+
+def test_a_dd_baseline_row_per_filesystem_never_a_median_across_them(fs_set):
+    text = (fs_set / "experiment.yaml").read_text() + """
+reference:
+  source: {title: t}
+  baselines:
+    dd_write: {value: 278 MB/s}
+"""
+    ref = reference_of(text, "experiment.yaml")
+    dd = dd_write_mb_s(fs_set)
+    rows = {r[0]: r[3] for r in rp.baseline_table(ref, load_baselines(fs_set))}
+    assert set(rows) == {f"dd write on filesystem={fs}" for fs in dd}
+    for fs, mb_s in dd.items():
+        assert rows[f"dd write on filesystem={fs}"].endswith(f"= {rp.show(mb_s, 'MB/s')}")
+        assert "median of" not in rows[f"dd write on filesystem={fs}"]
+
+
+def test_a_cell_figure_normalised_by_dd_takes_its_own_filesystem_s_dd_or_none(fs_set):
+    text = (fs_set / "experiment.yaml").read_text() + """
+reference:
+  source: {title: t}
+  baselines:
+    dd_write: {value: 300 MB/s}
+  figures:
+    - {match: {filesystem: xfs, recv_mode: read}, metric: mb_s, value: 250 MB/s, baseline: dd_write}
+"""
+    ref = reference_of(text, "experiment.yaml")
+    df, baselines = load(fs_set), load_baselines(fs_set)
+    dd = dd_write_mb_s(fs_set)
+    (row,) = rp.figures(df, baselines, ref)
+    assert row.measured_baseline == pytest.approx(dd["xfs"] * 8 / 1000)
+    # without a dd of xfs, another filesystem's dd does not stand in for it
+    (row,) = rp.figures(df, baselines[baselines["key_filesystem"] != "xfs"], ref)
+    assert row.measured_baseline != row.measured_baseline    # NaN
+
+
+def test_ext4_study_plan_pairs_every_figure_with_its_filesystem_only():
+    exp = load_experiment(EXT4, unknown_hosts=True)
+    plan = expand(exp)
+    assert exp.name == "ext4-nodelalloc-2011" and not plan.warnings
+    cells = [c.params for c in plan.cells]
+    for f in exp.reference.figures:
+        hits = [c for c in cells if f.match.selects(c)]
+        assert hits and {c["filesystem"] for c in hits} == {f.match.conditions[0].values[0]}
+    # the filesystems are mounted as on the page: nobarrier on ext4
+    for name in ("ext4-delalloc", "ext4-nodelalloc"):
+        assert "nobarrier" in exp.filesystems[name].mount_options
+
+
+def test_an_of_match_must_name_one_configuration_of_the_kind():
+    # a dd figure whose match selects cells of three filesystems stands for none of them
+    text = EXT4.read_text().replace("match: {filesystem: xfs}}", "match: {recv_mode: read}}")
+    with pytest.raises(ConfigError, match=r"selects cells of different `filesystem`: `of: dd_write` needs one"):
+        expand(parse_experiment(text, "ext4.yaml", unknown_hosts=True))
