@@ -134,3 +134,77 @@ def test_an_of_match_must_name_one_configuration_of_the_kind():
     text = EXT4.read_text().replace("match: {filesystem: xfs}}", "match: {recv_mode: read}}")
     with pytest.raises(ConfigError, match=r"selects cells of different `filesystem`: `of: dd_write` needs one"):
         expand(parse_experiment(text, "ext4.yaml", unknown_hosts=True))
+
+
+# ---------------------------------------------------------------- Schutt 2006: a real small localhost run
+
+SCHUTT = ROOT / "experiments" / "schutt-2006.yaml"
+# The shipped file, shrunk to run on localhost in seconds: only sizes, hosts and the MTU change
+SCHUTT_SMALL = ["hosts=localhost", "network=null", "bytes=4MiB", "repeats=2", "baselines.iperf3=false",
+                "baselines.dd.count=128", "timeout=30s"]
+
+
+@pytest.fixture(scope="module")
+def schutt_set(tmp_path_factory) -> Path:
+    from zcorch.sweep.pipeline import run_sweep
+
+    out = tmp_path_factory.mktemp("schutt") / "schutt-small"
+    result = run_sweep(str(SCHUTT), output=str(out), command=["test"], overrides=SCHUTT_SMALL)
+    assert result.exit_status == 0, [r.get("reason") for r in result.records if r.get("status") != "ok"]
+    return out
+
+
+def cell_params(result_set: Path) -> "dict[str, dict]":
+    return {rec["cell"]: rec["params"] for rec in map(json.loads, (result_set / "runs.jsonl").read_text().splitlines())}
+
+
+def test_schutt_figures_are_paired_with_the_cell_of_their_row(schutt_set):
+    ref = reference_of((schutt_set / "experiment.yaml").read_text(), "experiment.yaml")
+    params = cell_params(schutt_set)
+    rows = {r.figure.label: r for r in rp.figures(load(schutt_set), load_baselines(schutt_set), ref)}
+    file_ = "{scratch}/schutt-source.dat"
+    recv_file = "{scratch}/schutt-recv.dat"
+    want = {  # his row -> (send, receive, source, sink, fsync)
+        "A) from /dev/zero -> 1) to /dev/null": ("write", "read", "/dev/zero", "/dev/null", False),
+        "A) from file -> 1) to /dev/null": ("write", "read", file_, "/dev/null", False),
+        "B) from file -> 1) to /dev/null": ("mmap", "read", file_, "/dev/null", False),
+        "C) from file -> 1) to /dev/null": ("splice", "read", file_, "/dev/null", False),
+        "A) from /dev/zero -> 1) to file": ("write", "read", "/dev/zero", recv_file, True),
+        "A) from /dev/zero -> 2) to file": ("write", "mmap", "/dev/zero", recv_file, True),
+        "A) from /dev/zero -> 3) to file": ("write", "vmsplice", "/dev/zero", recv_file, True),
+    }
+    assert set(rows) == set(want)
+    for label, (send, recv, source, sink, fsync) in want.items():
+        p = params[rows[label].measured.cell]
+        assert (p["send_mode"], p["recv_mode"], p["source"], p["sink"], p["fsync"]) == (send, recv, source, sink,
+                                                                                       fsync), label
+        assert rows[label].measured.n == 2
+    # the "to file" rows, fsynced inside the timing, stand next to his dd (with its sync) and ours
+    for label in [k for k in want if k.endswith("to file")]:
+        assert rows[label].figure.baseline == "dd_write" and rows[label].measured_norm > 0
+
+
+def test_schutt_splice_is_tested_against_every_other_send_mode(schutt_set):
+    ref = reference_of((schutt_set / "experiment.yaml").read_text(), "experiment.yaml")
+    params = cell_params(schutt_set)
+    fastest = [r for r in rp.claims(load(schutt_set), ref, load_baselines(schutt_set))
+               if r.claim.says.startswith("splice is the fastest way to send a file")]
+    assert {params[r.a.cell]["send_mode"] for r in fastest} == {"splice"}
+    others = {p["send_mode"] for p in params.values()} - {"splice"}
+    assert {params[r.b.cell]["send_mode"] for r in fastest} == others == {"write", "mmap"}
+    for r in fastest:   # each from a file into /dev/null, as his rows A/B/C
+        assert params[r.b.cell]["source"] != "/dev/zero" and params[r.b.cell]["sink"] == "/dev/null"
+
+
+def test_schutt_records_the_page_cache_against_the_data_and_runs_at_mtu_9000():
+    # what decides whether his "to file" rows reached a disk: the receiver's RAM (meta.json) against `bytes`
+    exp = load_experiment(SCHUTT, unknown_hosts=True)
+    cells = [c.params for c in expand(exp).cells]
+    assert {c["network"] for c in cells} == {"jumbo"} and exp.networks["jumbo"].mtu == 9000
+    assert all(c["fsync"] == (c["sink"] != "/dev/null") for c in cells)
+
+
+def test_schutt_small_run_records_ram_and_bytes(schutt_set):
+    meta = json.loads((schutt_set / "meta.json").read_text())
+    assert meta["hosts"]["receiver"]["mem_total_bytes"] > 0
+    assert {p["bytes"] for p in cell_params(schutt_set).values()} == {4 << 20}
