@@ -6,6 +6,7 @@ published number, not that the number appears."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,51 @@ def test_schutt_small_run_records_ram_and_bytes(schutt_set):
     meta = json.loads((schutt_set / "meta.json").read_text())
     assert meta["hosts"]["receiver"]["mem_total_bytes"] > 0
     assert {p["bytes"] for p in cell_params(schutt_set).values()} == {4 << 20}
+
+
+# ---------------------------------------------------------------- the experiment keeps its name (a real run)
+
+NAMED = """\
+name: named-study
+hosts: localhost
+params: {bytes: 1MiB, buffer: 64KiB, source: /dev/zero, sink: "{scratch}/named-study.dat", timeout: 30s}
+matrix:
+  send_mode: [write]
+repeats: 1
+baselines:
+  iperf3: false
+  dd: false
+  commands:
+    - name: nc
+      receiver: [nc, -l, "{address}", "{port}"]
+      sender: [nc, -N, "{address}", "{port}"]
+      stdin: source
+      stdout: sink
+reference:
+  source: {title: a study with a command baseline}
+  baselines:
+    "command:nc": {value: 502.77 MiB/s, command: lftp get}
+  figures:
+    - {match: {send_mode: write}, metric: mb_s, value: 500 MB/s}
+"""
+
+
+def test_a_reference_command_baseline_leaves_the_name_to_the_experiment(tmp_path, monkeypatch):
+    # `reference:` with `baselines.commands` once named the experiment after the command (`nc`): its
+    # manifest, its default result directory, its report title and its history group
+    from zcorch.analysis.history import find_result_sets, open_sweep
+    from zcorch.analysis.report import build_report
+    from zcorch.sweep.pipeline import run_sweep
+
+    if shutil.which("nc") is None:
+        pytest.skip("needs nc (netcat-openbsd)")
+    (tmp_path / "named.yaml").write_text(NAMED)
+    monkeypatch.chdir(tmp_path)
+    result = run_sweep("named.yaml", command=["test"])       # the default directory: results/<name>-<time>
+    assert result.exit_status == 0, [r.get("reason") for r in result.records if r.get("status") != "ok"]
+    (made,) = (tmp_path / "results").iterdir()
+    assert made.name.startswith("named-study-")
+    assert json.loads((made / "manifest.json").read_text())["name"] == "named-study"
+    assert [json.loads(x)["key"]["name"] for x in (made / "baselines.jsonl").read_text().splitlines()] == ["nc"]
+    assert "named-study" in build_report(made).split("</title>")[0]
+    assert [open_sweep(p).name for p in find_result_sets(tmp_path / "results")] == ["named-study"]
