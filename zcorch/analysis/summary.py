@@ -37,7 +37,7 @@ def _reproduction(text: str, path: str, df, baselines) -> Optional[dict]:
         return {"error": str(exc)}
     if ref is None:
         return None
-    claims = rp.claims(df, ref) if len(df) else []
+    claims = rp.claims(df, ref, baselines) if len(df) else []
     figs = rp.figures(df, baselines, ref) if len(df) and ref.figures else []
     return {
         "error": None, "source": dataclasses.asdict(ref.source), "setup": " ".join(ref.setup.split()),
