@@ -202,7 +202,7 @@ def _claims(d: Path):
     import zcorch
     from zcorch.analysis.frames import read_meta
     exp = parse_experiment((d / "experiment.yaml").read_text(), "exp.yaml")
-    return rp.claims(zcorch.load(d), exp.reference, rp.host_facts(read_meta(d)))
+    return rp.claims(zcorch.load(d), exp.reference, zcorch.load_baselines(d), rp.host_facts(read_meta(d)))
 
 
 def test_the_recorded_idle_shares_decide_the_idle_condition(pinning_recorded, tmp_path):

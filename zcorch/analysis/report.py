@@ -414,7 +414,7 @@ def reproduction_section(experiment_text: str, path: str, df: pd.DataFrame,
         return {"error": str(exc)}
     if ref is None:
         return None
-    claims = rp.claims(df, ref, rp.host_facts(meta))
+    claims = rp.claims(df, ref, baselines, rp.host_facts(meta))
     return {"error": None, "source": ref.source, "setup": " ".join(ref.setup.split()),
             "ci": ci_method(),
             "baselines": Table(rp.BASELINE_HEADER, rp.baseline_table(ref, baselines)) if ref.baselines else None,

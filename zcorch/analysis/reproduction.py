@@ -193,14 +193,21 @@ def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> float:
 
 def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list[float]":
     """The Gbit/s of the ok records own_baseline takes the median of."""
+    rows = baseline_rows(baselines, kind, cell)
+    rows = rows[rows["status"] == OK] if len(rows) else rows
+    return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()] if len(rows) else []
+
+
+def baseline_rows(baselines: pd.DataFrame, kind: str, cell: dict) -> pd.DataFrame:
+    """The records of `kind` (any status) that stand for `cell`: see own_baseline. A kind's strict keys
+    (dd: filesystem) never fall back to records of another value."""
     if baselines is None or baselines.empty:
-        return []
+        return pd.DataFrame()
     if kind.startswith(COMMAND_KIND_PREFIX):  # a command baseline: the records of that command
-        rows = baselines[(baselines["kind"] == "command") & (baselines["status"] == OK)]
+        rows = baselines[baselines["kind"] == "command"]
         name = kind[len(COMMAND_KIND_PREFIX):]
-        rows = rows[rows["key_name"] == name] if "key_name" in rows else rows.iloc[0:0]
-        return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()]
-    rows = baselines[(baselines["kind"] == kind) & (baselines["status"] == OK)]
+        return rows[rows["key_name"] == name] if "key_name" in rows else rows.iloc[0:0]
+    rows = baselines[baselines["kind"] == kind]
     registered = BY_RECORD.get(kind)
     for key, value in (registered.match_fixed if registered else {}).items():
         if f"key_{key}" in rows:
@@ -210,9 +217,36 @@ def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list
         if col in rows and key in cell:
             want = side_value("send", cell, key) if key == "buffer" else cell[key]  # the sender's call size
             same = rows[rows[col].map(lambda v: format_value(key, v)) == format_value(key, want)]
-            if len(same):
+            if len(same) or key in registered.strict_keys:
                 rows = same
-    return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()]
+    return rows
+
+
+def measure_of(df: pd.DataFrame, baselines: pd.DataFrame, match: Match, kind: str, metric: str) -> Measured:
+    """This run's baseline `kind` on the configuration `match` selects (a figure or claim `of: kind`): the
+    records whose match keys (dd: filesystem) are the selected cells'; their median and interval, in the
+    metric's unit. The cells agree on those keys (zcorch.config.reference.reference_problems)."""
+    firsts = df.drop_duplicates("cell") if len(df) else df
+    cells = [_params(r) for _, r in firsts.iterrows() if match.selects(_params(r))]
+    if not cells:
+        return Measured(None, note="not in this run")
+    cell = cells[0]
+    keys = BY_RECORD[kind].match_keys if kind in BY_RECORD else ()
+    where = ", ".join(f"{k}={format_value(k, cell.get(k))}" for k in keys if k in cell)
+    label = f"{baseline_word(kind)}" + (f" on {where}" if where else "")
+    rows = baseline_rows(baselines, kind, cell)
+    if rows.empty:
+        return Measured(label, note=f"no {baseline_word(kind)} baseline in this run")
+    unit = metrics.get(metric).unit
+    frame = pd.DataFrame({"cell": label, "status": rows["status"].to_numpy(),
+                          metric: [convert(float(v), "Gbit/s", unit) if pd.notna(v) else math.nan
+                                   for v in pd.to_numeric(rows["gbit_s"], errors="coerce")]})
+    s = summarize(frame, by=["cell"], metrics=[metric]).iloc[0]
+    n, failed = int(s["n"]), int(s["n_failed"])
+    note = "" if n >= 2 else (f"all {failed} records failed" if n == 0 and failed else
+                              "no ok record" if n == 0 else "one record: no interval")
+    return Measured(label, n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
+                    float(s[f"{metric}_ci_high"]), note, float(s[f"{metric}_ci_level"]))
 
 
 # ---------------------------------------------------------------- figures and claims
@@ -222,6 +256,10 @@ def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[
     for f in ref.figures:
         unit = metrics.get(f.metric).unit
         published = f.value.to(unit)
+        if f.of:   # the study's number is a baseline's (its dd): this run's same baseline, same configuration
+            out.append(FigureRow(f, unit, published, None, measure_of(df, baselines, f.match, f.of, f.metric),
+                                 math.nan, math.nan))
+            continue
         m = measure(df, f.match, f.metric)
         pub_norm, base_gbit, norm = None, math.nan, math.nan
         study = ref.baseline(f.baseline)
@@ -258,10 +296,11 @@ def verdict(a: Measured, b: Measured, op: str, factor: float) -> "tuple[str, str
         (FAILS, "intervals separated, a above") if above else (INCONCLUSIVE, "intervals overlap")
 
 
-def _published_for(ref: Reference, match: Match, metric: str) -> "Optional[tuple[float, float]]":
+def _published_for(ref: Reference, match: Match, metric: str,
+                   of: Optional[str] = None) -> "Optional[tuple[float, float]]":
     unit = metrics.get(metric).unit
     for f in ref.figures:
-        if f.match == match and (f.metric == metric or {f.metric, metric} <= metrics.RATES):
+        if f.match == match and f.of == of and (f.metric == metric or {f.metric, metric} <= metrics.RATES):
             return f.value.to(unit)
     return None
 
@@ -311,13 +350,10 @@ def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[con
     """Each condition the claim needs, checked on the ok runs of its two cells and on the hosts."""
     if not claim.needs:
         return ()
-    parts = []
-    for match in (claim.a, claim.b):
-        try:
-            parts.append(cell_rows(df, match))
-        except ValueError:
-            continue
-    rows = pd.concat(parts) if parts else df.iloc[0:0]
+    # the runs of every cell either side selects (a claim `of` a baseline kind selects a configuration's cells)
+    firsts = df.drop_duplicates("cell")
+    cells = {r["cell"] for _, r in firsts.iterrows() if claim.a.selects(_params(r)) or claim.b.selects(_params(r))}
+    rows = df[df["cell"].isin(cells)]
     rows = rows[rows["status"] == OK] if "status" in rows else rows
     out = []
     for name, number in claim.needs:
@@ -341,13 +377,18 @@ def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[con
     return tuple(out)
 
 
-def claims(df: pd.DataFrame, ref: Reference, hosts: Optional[HostFacts] = None) -> "list[ClaimRow]":
-    """A verdict per claim; `hosts` (host_facts of the result set's meta.json) for the conditions it needs."""
+def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] = None,
+           hosts: Optional[HostFacts] = None) -> "list[ClaimRow]":
+    """The verdict of each claim; `baselines` (frames.load_baselines) for claims `of` a baseline kind, `hosts`
+    (host_facts of the result set's meta.json) for the conditions a claim needs."""
     out = []
     hosts = hosts or HostFacts()
     for c in ref.claims:
         unit = metrics.get(c.metric).unit
-        a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
+        if c.of:
+            a, b = (measure_of(df, baselines, m, c.of, c.metric) for m in (c.a, c.b))
+        else:
+            a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
         v, why = verdict(a, b, c.op, c.factor)
         checks = claim_checks(df, c, hosts) if len(df) else ()
         failing = cond.untestable_reason(checks)
@@ -361,7 +402,7 @@ def claims(df: pd.DataFrame, ref: Reference, hosts: Optional[HostFacts] = None) 
             bounds = f" (interval bounds {_ratio(a.ci_low / b.ci_high)}–{_ratio(a.ci_high / b.ci_low)})"
         evidence = (f"measured (this run): a {show_measured(a, unit)} vs b {show_measured(b, unit)}; "
                     f"a/b = {_ratio(ratio)}{bounds}, claim {c.op} {c.factor:g}: {why}")
-        pa, pb = _published_for(ref, c.a, c.metric), _published_for(ref, c.b, c.metric)
+        pa, pb = _published_for(ref, c.a, c.metric, c.of), _published_for(ref, c.b, c.metric, c.of)
         published = ""
         if pa and pb:
             published = (f"published: a {show_range(*pa, unit)} vs b {show_range(*pb, unit)}; "
@@ -384,6 +425,11 @@ def _norm_text(low: float, high: float, kind: Optional[str]) -> str:
     return f"{_ratio(low)} × {word}" if abs(low - high) < 0.005 else f"{_ratio(low)}–{_ratio(high)} × {word}"
 
 
+def _what(match: Match, of: Optional[str]) -> str:
+    """What a figure or claim side is measured on: a cell, or a baseline of the cells' configuration."""
+    return f"{baseline_word(of)} of {match.describe()}" if of else match.describe()
+
+
 def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
     out = []
     for r in rows:
@@ -398,9 +444,12 @@ def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
             ours = (f"{_norm_text(r.measured_norm, r.measured_norm, kind)} "
                     f"({baseline_word(kind)} {show(r.measured_baseline, 'Gbit/s')})")
         ratio = _ratio(r.ratio)
-        if r.per_byte:
-            ratio = f"{ratio} per byte" if np.isfinite(r.ratio) else "– (a total: the study's bytes are not given)"
-        out.append([f.label or "–", f.match.describe(), f.metric, show_range(*r.published, r.unit), pub_norm,
+        if m.cell is None:     # a cell this run left out (e.g. --set): nothing to compare, whatever the study gives
+            ratio = "– (not run in this set)"
+        elif r.per_byte:
+            ratio = (f"{ratio} per byte" if np.isfinite(r.ratio) else
+                     "– (a total: the study's bytes are not given)" if f.bytes is None else "–")
+        out.append([f.label or "–", _what(f.match, f.of), f.metric, show_range(*r.published, r.unit), pub_norm,
                     show_measured(m, r.unit), ours, ratio])
     return out
 
@@ -414,7 +463,7 @@ def claim_table(rows: "list[ClaimRow]") -> "list[list[str]]":
     out = []
     for r in rows:
         c = r.claim
-        rule = f"{c.metric}: {c.condition}, a = {c.a.describe()}; b = {c.b.describe()}"
+        rule = f"{c.metric}: {c.condition}, a = {_what(c.a, c.of)}; b = {_what(c.b, c.of)}"
         evidence = r.evidence + (f" · {r.published}" if r.published else "") + (f" · note: {c.note}" if c.note else "")
         out.append([c.says, rule, r.verdict, conditions_text(r), evidence])
     return out
@@ -426,14 +475,32 @@ def baseline_table(ref: Reference, baselines: pd.DataFrame) -> "list[list[str]]"
     for b in ref.baselines:
         lo, hi = b.value.to("Gbit/s")
         study = f"{b.value}" + (f" = {show_range(lo, hi, 'Gbit/s')}" if b.value.unit != "Gbit/s" else "")
-        vals = own_baseline_values(baselines, b.kind, {})
-        ours = float(np.median(vals)) if vals else math.nan
-        spread = (f" (median of {len(vals)}: {show_range(min(vals), max(vals), 'Gbit/s')})"
-                  if len(vals) > 1 and min(vals) < max(vals) else "")
-        out.append([baseline_word(b.kind), study, b.command or "–",
-                    f"{show(ours, 'Gbit/s')} = {show(convert(ours, 'Gbit/s', 'MB/s'), 'MB/s')}{spread}"
-                    if np.isfinite(ours) else "not measured"])
+        for where, cell in _configurations(baselines, b.kind):
+            vals = own_baseline_values(baselines, b.kind, cell)
+            ours = float(np.median(vals)) if vals else math.nan
+            spread = (f" (median of {len(vals)}: {show_range(min(vals), max(vals), 'Gbit/s')})"
+                      if len(vals) > 1 and min(vals) < max(vals) else "")
+            out.append([baseline_word(b.kind) + (f" on {where}" if where else ""), study, b.command or "–",
+                        f"{show(ours, 'Gbit/s')} = {show(convert(ours, 'Gbit/s', 'MB/s'), 'MB/s')}{spread}"
+                        if np.isfinite(ours) else "not measured"])
     return out
+
+
+def _configurations(baselines: pd.DataFrame, kind: str) -> "list[tuple[str, dict]]":
+    """(label, cell) per configuration of a kind's strict keys this result set has records of (dd: one per
+    filesystem: a median across filesystems would stand for none of them); [("", {})] for other kinds."""
+    registered = BY_RECORD.get(kind)
+    keys = [k for k in (registered.strict_keys if registered else ()) if baselines is not None
+            and f"key_{k}" in baselines]
+    if not keys:
+        return [("", {})]
+    rows = baselines[baselines["kind"] == kind]
+    combos = rows[[f"key_{k}" for k in keys]].drop_duplicates()
+    out = []
+    for _, combo in combos.iterrows():
+        cell = {k: combo[f"key_{k}"] for k in keys}
+        out.append((", ".join(f"{k}={format_value(k, v)}" for k, v in cell.items() if pd.notna(v)), cell))
+    return out or [("", {})]
 
 
 BASELINE_HEADER = ["baseline", "published (study)", "the study's command", "measured (this run), all tests"]
@@ -469,7 +536,7 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
     fig_rows = figures(df, baselines, ref)
     if fig_rows:
         lines += ["### Published figures vs this run", ""] + table(FIGURE_HEADER, figure_table(fig_rows))
-    claim_rows = claims(df, ref, hosts)
+    claim_rows = claims(df, ref, baselines, hosts)
     if claim_rows:
         lines += [f"### Claims ({verdict_counts(claim_rows)})", "",
                   "A verdict needs both confidence intervals separated; overlapping intervals or missing runs are "

@@ -37,7 +37,7 @@ def _reproduction(text: str, path: str, df, baselines, meta: Optional[dict] = No
         return {"error": str(exc)}
     if ref is None:
         return None
-    claims = rp.claims(df, ref, rp.host_facts(meta)) if len(df) else []
+    claims = rp.claims(df, ref, baselines, rp.host_facts(meta)) if len(df) else []
     figs = rp.figures(df, baselines, ref) if len(df) and ref.figures else []
     return {
         "error": None, "source": dataclasses.asdict(ref.source), "setup": " ".join(ref.setup.split()),

@@ -125,6 +125,7 @@ class DdKind(BaselineKind):
     record_kinds = {"dd_write": "dd write (the sink's disk)", "dd_read": "dd read"}
     words = {"dd_write": "dd write", "dd_read": "dd read"}
     match_keys = ("filesystem",)
+    strict_keys = ("filesystem",)
     parsers = {
         "bs": lambda n: checks.positive_size(n, INT_MAX),
         "count": _dd_count,
