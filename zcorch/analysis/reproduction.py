@@ -14,9 +14,11 @@ ceilings. The study's numbers and ours are kept in separate fields and every ren
 Per claim (`claims()`): `metric(a) OP K × metric(b)` checked on the confidence intervals of the two medians:
 - holds: the intervals are separated in the claimed direction (e.g. for `a > K×b`: low(a) > K × high(b));
 - does not hold: separated in the other direction;
-- inconclusive: they overlap, or a side has fewer than two ok runs (no interval), or is not in this run.
+- inconclusive: they overlap, or a side has fewer than two ok runs (no interval), or is not in this run;
+- untestable here: a condition the claim `needs:` (zcorch.conditions: quiet hosts, one kernel, the link's
+  kind, data against RAM, the CPUs it pins) is not met by its runs or their hosts, whatever the numbers say.
 The evidence (both medians with interval and n, the ratio a/b with the bounds the intervals allow) is part of
-the verdict's line.
+the verdict's line, and each condition's check (met, not met, not recorded, with its numbers) beside it.
 """
 from __future__ import annotations
 
@@ -30,13 +32,15 @@ import pandas as pd
 from zcorch.analysis.links import href
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import CI, ci_label, summarize
+from zcorch import conditions as cond
 from zcorch import metrics
 from zcorch.config.baselines.registry import BY_RECORD
 from zcorch.config.reference import COMMAND_KIND_PREFIX, Claim, Figure, Match, Reference
 from zcorch.params import format_value, side_value
 from zcorch.units import convert, unit_dimension
 
-HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = "holds", "does not hold", "inconclusive", "untestable here"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE)
 
 
 def baseline_word(kind: str) -> str:
@@ -101,6 +105,7 @@ class ClaimRow:
     verdict: str
     evidence: str            # one line: the numbers the verdict rests on
     published: str           # the study's own numbers for the claim, when its figures give them ("" if not)
+    checks: "tuple[cond.Check, ...]" = ()   # the claim's `needs:`, checked on its runs and hosts
 
 
 # ---------------------------------------------------------------- numbers as text
@@ -300,9 +305,84 @@ def _published_for(ref: Reference, match: Match, metric: str,
     return None
 
 
-def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] = None) -> "list[ClaimRow]":
-    """The verdict of each claim; `baselines` (frames.load_baselines) for claims `of` a baseline kind."""
+@dataclass(frozen=True)
+class HostFacts:
+    """What the conditions need of a result set's hosts (meta.json; None where it was not recorded)."""
+
+    link_kinds: "tuple[Optional[str], ...]" = ()   # the data interfaces' kinds, sender's and receiver's
+    mem_total: Optional[int] = None                # the smaller host's memory, bytes
+    recv_mem_total: Optional[int] = None           # the receiver's memory, bytes
+    cpus: Optional[int] = None                     # the fewer CPUs of the two hosts (the workers' affinity)
+
+
+def host_facts(meta: Optional[dict]) -> HostFacts:
+    """HostFacts of a meta.json as written (zcorch.analysis.frames.read_meta; {} or None: nothing known)."""
+    hosts = (meta or {}).get("hosts") or {}
+    roles = [hosts.get(r) or {} for r in ("sender", "receiver")]
+
+    def fewest(values):
+        known = [v for v in values if isinstance(v, int) and v > 0]
+        return min(known) if known else None
+    return HostFacts(
+        link_kinds=tuple((h.get("interface") or {}).get("kind") for h in roles if h),
+        mem_total=fewest(h.get("mem_total_bytes") for h in roles),
+        recv_mem_total=fewest([roles[1].get("mem_total_bytes")]),
+        cpus=fewest(h.get("cpu_affinity_count") or h.get("cpu_count") for h in roles))
+
+
+def _column(rows: pd.DataFrame, name: str) -> list:
+    return list(rows[name]) if name in rows else [None] * len(rows)
+
+
+def _pinned_cpus(rows: pd.DataFrame) -> "list[int]":
+    """The CPUs the runs' parameters name (send_cpu, recv_cpu, and the canonical "0,2" lists of send_cpus/recv_cpus)."""
+    named: "set[int]" = set()
+    for key in ("send_cpu", "recv_cpu"):
+        named.update(int(v) for v in _column(rows, key) if v is not None and v == v)
+    for key in ("send_cpus", "recv_cpus"):
+        for v in _column(rows, key):
+            if isinstance(v, str):
+                named.update(int(x) for x in v.split(",") if x.strip().isdigit())
+    return sorted(named)
+
+
+def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[cond.Check, ...]":
+    """Each condition the claim needs, checked on the ok runs of its two cells and on the hosts."""
+    if not claim.needs:
+        return ()
+    # the runs of every cell either side selects (a claim `of` a baseline kind selects a configuration's cells)
+    firsts = df.drop_duplicates("cell")
+    cells = {r["cell"] for _, r in firsts.iterrows() if claim.a.selects(_params(r)) or claim.b.selects(_params(r))}
+    rows = df[df["cell"].isin(cells)]
+    rows = rows[rows["status"] == OK] if "status" in rows else rows
     out = []
+    for name, number in claim.needs:
+        if name == "idle_hosts":
+            sides = [pd.to_numeric(pd.Series(_column(rows, f"{p}host_idle_before"), dtype=object), errors="coerce")
+                     for p in ("send_", "recv_")]
+            per_run = [None if (math.isnan(x) and math.isnan(y)) else float(np.nanmin([x, y]))
+                       for x, y in zip(*sides)]
+            out.append(cond.check_idle(per_run))
+        elif name == "one_kernel":
+            out.append(cond.check_one_kernel([None if v is None or v != v else bool(v)
+                                              for v in _column(rows, "same_host")]))
+        elif name in ("virtual_link", "real_nic"):
+            out.append(cond.check_link(hosts.link_kinds, virtual=name == "virtual_link"))
+        elif name in ("data_in_ram", "data_beyond_ram"):
+            inside = name == "data_in_ram"
+            out.append(cond.check_ram(_column(rows, "bytes"), hosts.mem_total if inside else hosts.recv_mem_total,
+                                      inside))
+        elif name == "cpus":
+            out.append(cond.check_cpus(_pinned_cpus(rows), hosts.cpus, number))
+    return tuple(out)
+
+
+def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] = None,
+           hosts: Optional[HostFacts] = None) -> "list[ClaimRow]":
+    """The verdict of each claim; `baselines` (frames.load_baselines) for claims `of` a baseline kind, `hosts`
+    (host_facts of the result set's meta.json) for the conditions a claim needs."""
+    out = []
+    hosts = hosts or HostFacts()
     for c in ref.claims:
         unit = metrics.get(c.metric).unit
         if c.of:
@@ -310,6 +390,10 @@ def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] =
         else:
             a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
         v, why = verdict(a, b, c.op, c.factor)
+        checks = claim_checks(df, c, hosts) if len(df) else ()
+        failing = cond.untestable_reason(checks)
+        if failing:
+            v, why = UNTESTABLE, f"the numbers say {v}, but this machine cannot test the claim: {failing}"
         ratio = math.nan
         if np.isfinite(a.median) and np.isfinite(b.median):
             ratio = a.median / b.median if b.median else (math.inf if a.median > 0 else math.nan)
@@ -323,7 +407,7 @@ def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] =
         if pa and pb:
             published = (f"published: a {show_range(*pa, unit)} vs b {show_range(*pb, unit)}; "
                          f"a/b = {_ratio(((pa[0] + pa[1]) / 2) / ((pb[0] + pb[1]) / 2))}")
-        out.append(ClaimRow(c, unit, a, b, v, evidence, published))
+        out.append(ClaimRow(c, unit, a, b, v, evidence, published, checks))
     return out
 
 
@@ -331,7 +415,7 @@ def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] =
 
 FIGURE_HEADER = ["published as", "cell", "metric", "published (study)", "published / study baseline",
                  "measured (this run)", "measured / our baseline", "measured ÷ published"]
-CLAIM_HEADER = ["claim (published finding)", "condition", "verdict", "evidence"]
+CLAIM_HEADER = ["claim (published finding)", "condition", "verdict", "conditions here", "evidence"]
 
 
 def _norm_text(low: float, high: float, kind: Optional[str]) -> str:
@@ -370,13 +454,18 @@ def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
     return out
 
 
+def conditions_text(row: ClaimRow) -> str:
+    """The claim's conditions as checked here, one `✓ name: numbers` per condition ("–": it needs none)."""
+    return "; ".join(str(c) for c in row.checks) or "–"
+
+
 def claim_table(rows: "list[ClaimRow]") -> "list[list[str]]":
     out = []
     for r in rows:
         c = r.claim
-        cond = f"{c.metric}: {c.condition}, a = {_what(c.a, c.of)}; b = {_what(c.b, c.of)}"
+        rule = f"{c.metric}: {c.condition}, a = {_what(c.a, c.of)}; b = {_what(c.b, c.of)}"
         evidence = r.evidence + (f" · {r.published}" if r.published else "") + (f" · note: {c.note}" if c.note else "")
-        out.append([c.says, cond, r.verdict, evidence])
+        out.append([c.says, rule, r.verdict, conditions_text(r), evidence])
     return out
 
 
@@ -418,11 +507,12 @@ BASELINE_HEADER = ["baseline", "published (study)", "the study's command", "meas
 
 
 def verdict_counts(rows: "list[ClaimRow]") -> str:
-    counts = {v: sum(r.verdict == v for r in rows) for v in (HOLDS, FAILS, INCONCLUSIVE)}
+    counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "no claims"
 
 
-def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: str = "") -> str:
+def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: str = "",
+             hosts: Optional[HostFacts] = None) -> str:
     """The Reproduction section as Markdown (what `zcorch report DIR --format markdown` prints)."""
     s = ref.source
     cite = ", ".join(x for x in (s.author, f"“{s.title}”", s.venue, s.date) if x)
@@ -446,9 +536,9 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
     fig_rows = figures(df, baselines, ref)
     if fig_rows:
         lines += ["### Published figures vs this run", ""] + table(FIGURE_HEADER, figure_table(fig_rows))
-    claim_rows = claims(df, ref, baselines)
+    claim_rows = claims(df, ref, baselines, hosts)
     if claim_rows:
         lines += [f"### Claims ({verdict_counts(claim_rows)})", "",
                   "A verdict needs both confidence intervals separated; overlapping intervals or missing runs are "
-                  "*inconclusive*.", ""] + table(CLAIM_HEADER, claim_table(claim_rows))
+                  "*inconclusive*; a claim whose conditions this machine does not meet is *untestable here*.", ""] + table(CLAIM_HEADER, claim_table(claim_rows))
     return "\n".join(lines)

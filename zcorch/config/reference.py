@@ -51,8 +51,8 @@ from zcorch.config import checks
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.registry import KINDS
 from zcorch.config.checks import Checker, suggest
-from zcorch import metrics
-from zcorch.params import PARAM_KEYS, format_value
+from zcorch import conditions, metrics
+from zcorch.params import CPU_MAX, PARAM_KEYS, format_value
 from zcorch.units import convert, parse_quantity, unit_dimension
 
 # The metrics a figure or claim may name: every analysis metric (zcorch.metrics) whose unit zcorch.units converts.
@@ -76,7 +76,7 @@ SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims")
 SOURCE_KEYS = ("title", "author", "date", "url", "venue")
 BASELINE_KEYS = ("value", "command")
 FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes", "of")
-CLAIM_KEYS = ("says", "metric", "a", "b", "holds_if", "note", "of")
+CLAIM_KEYS = ("says", "metric", "a", "b", "holds_if", "note", "of", "needs")
 _HOLDS_RE = re.compile(r"^\s*a\s*(<=|>=|<|>|≤|≥)\s*(?:(\d+(?:\.\d+)?)\s*[*×x]\s*)?b\s*$")
 _OPS = {"≤": "<=", "≥": ">="}
 
@@ -175,6 +175,11 @@ class Claim:
     note: str = ""
     pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
     of: Optional[str] = None         # a baseline record kind: both sides are that baseline's records
+    # the conditions (zcorch.conditions) under which this machine can test it: (name, number or None)
+    needs: "tuple[tuple[str, Optional[int]], ...]" = ()
+
+    def need(self, name: str) -> bool:
+        return any(n == name for n, _ in self.needs)
 
     @property
     def condition(self) -> str:
@@ -407,11 +412,46 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             cond = chk.value(c["holds_if"][1], f"{path}.holds_if", _holds_if)
             note = chk.value(c["note"][1], f"{path}.note", _text, "") if "note" in c else ""
             of = _parse_of(chk, c, path, metric)
+            needs = _needs(chk, c["needs"][1], f"{path}.needs") if "needs" in c else ()
             if a and b and a == b:
                 chk.problem(c["b"][1].pos, f"{path}.b", "`b` matches the same as `a`: a claim compares two cells")
             elif says is not None and metric and a and b and cond:
-                claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos, of))
+                claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos, of, needs))
     return Reference(source, setup or "", nbytes, tuple(baselines), tuple(figures), tuple(claims))
+
+
+def _needs(chk: Checker, node: ys.YNode, path: str) -> "tuple[tuple[str, Optional[int]], ...]":
+    """`needs: [idle_hosts, cpus]` or `[{cpus: 3}]`: condition names of zcorch.conditions, each once."""
+    out: "list[tuple[str, Optional[int]]]" = []
+    for i, item in enumerate(_items(chk, node, path)):
+        ipath = f"{path}[{i}]"
+        number = None
+        if isinstance(item, ys.YMap):
+            if len(item.entries) != 1:
+                chk.problem(item.pos, ipath, "a mapping here names one condition and its number, e.g. {cpus: 3}")
+                continue
+            name, (kpos, child) = next(iter(item.entries.items()))
+            spec = conditions.BY_NAME.get(name)
+            if spec is not None and spec.takes is None:
+                chk.problem(kpos, ipath, f"`{name}` takes no number: write it as a plain name")
+                continue
+            number = chk.value(child, f"{ipath}.{name}", lambda n: checks.int_range(n, 1, CPU_MAX + 1))
+            if number is None:
+                continue
+            pos = kpos
+        else:
+            name = chk.value(item, ipath, lambda n: ys.as_str(n, "a condition name"))
+            if name is None:
+                continue
+            pos = item.pos
+        if name not in conditions.BY_NAME:
+            chk.problem(pos, ipath, f"`{name}` is not a condition{suggest(name, conditions.NAMES)} "
+                                    f"(one of {', '.join(conditions.NAMES)}: docs/experiment-files.md, Reference)")
+        elif any(n == name for n, _ in out):
+            chk.problem(pos, ipath, f"`{name}` is named twice")
+        else:
+            out.append((name, number))
+    return tuple(out)
 
 
 def _items(chk: Checker, node: ys.YNode, path: str) -> list:
@@ -444,4 +484,13 @@ def reference_problems(ref: Reference, cells: "list[dict]") -> "list[tuple[ys.Po
             differ = [k for k in PARAM_KEYS if len({format_value(k, h.get(k)) for h in hits}) > 1]
             out.append((match.pos, label, f"{match.describe()} selects {len(hits)} cells; one is needed: "
                                           f"add {' or '.join(f'`{k}`' for k in differ[:3])} to tell them apart"))
+    for i, claim in enumerate(ref.claims):
+        # idle_hosts is checked on what the workers' probe records: a cell without one could never meet it
+        if claim.need("idle_hosts"):
+            unprobed = [m for m in (claim.a, claim.b) for p in cells if m.selects(p) and not p.get("idle_probe")]
+            if unprobed:
+                out.append((claim.pos, f"reference.claims[{i}].needs",
+                            f"idle_hosts is checked on each run's `host_idle_before`, which a cell records only "
+                            f"with `idle_probe` set: {unprobed[0].describe()} has none (e.g. params: "
+                            "{idle_probe: 200ms})"))
     return out
