@@ -128,7 +128,8 @@ PARAMS: "tuple[Param, ...]" = (
     Param("subblocks", "int", 1, "both", "--subblocks", "calls per buffer (at most `buffer`)", min=1,
           max=BUFFER_MAX, ctype="int", cell_rule=True),
     Param("pipe_size", "size", None, "both", "--pipe-size",
-          "F_SETPIPE_SZ of the splice/vmsplice pipe (auto: raised to one sub-block if smaller)",
+          "F_SETPIPE_SZ of the splice/vmsplice pipe (auto: raised to one call's bytes if smaller: a sub-block, "
+          "the buffer with `splice_grain: whole`)",
           unit="B", min=1, max=INT_MAX, unset="auto", ctype="uint64_t", c_unset=0),
     Param("send_cpu", "cpu", None, "send", "--cpu", "CPU to pin the sender's transfer to", min=0, max=CPU_MAX,
           unset="null", ctype="int", c_unset=-1),
@@ -136,6 +137,20 @@ PARAMS: "tuple[Param, ...]" = (
           max=CPU_MAX, unset="null", ctype="int", c_unset=-1),
     Param("gift", "bool", False, "both", "--gift", "SPLICE_F_GIFT (vmsplice modes only)", ctype="int",
           cell_rule=True),
+    # The splice-write-benchmark's LARGE_MMAP / LARGE_VECIO and its write path's memset: the study's rows differ
+    # only in these, so each row is a cell of its own (experiments/splice-write-benchmark.yaml).
+    Param("mmap_grain", "choice", "whole", "send", "--mmap-grain",
+          "send `vmsplice` with fresh buffers (`gift`, or a file source): one mapping per buffer (`whole`) or one "
+          "per sub-block (`subblock`), each filled, spliced and unmapped",
+          choices=("whole", "subblock"), noun="granularity", id_omit_default=True, ctype="int", cell_rule=True),
+    Param("splice_grain", "choice", "subblock", "send", "--splice-grain",
+          "send `vmsplice`: one vmsplice()+splice() per sub-block (`subblock`) or per buffer (`whole`: one "
+          "vmsplice of every sub-block's iovec, at most IOV_MAX of them a call)",
+          choices=("whole", "subblock"), noun="granularity", id_omit_default=True, ctype="int", cell_rule=True),
+    Param("refill", "bool", False, "send", "--refill",
+          "send `write` from source `mem`: every sub-block of the buffer is written anew (a copy of the pattern: "
+          "the stores of a memset) before its write(), on every iteration",
+          id_omit_default=True, ctype="int", cell_rule=True),
     Param("fsync", "bool", False, "recv", "--fsync", "fsync the sink inside the timed region (file sinks only)",
           ctype="int", cell_rule=True),
     Param("source", "path", "mem", "send", "--source",
@@ -179,6 +194,12 @@ PARAMS: "tuple[Param, ...]" = (
           "interval of the per-run samples (bytes, process and host CPU, TCP_INFO), kept for transfers that "
           "last at least 3 intervals; null = no samples", unit="s", min=DURATION_MIN, max=DURATION_MAX,
           unset="null", worker_absent="none", id_omit_default=True),
+    Param("idle_probe", "duration", None, "both", "--idle-probe",
+          "before its transfer each worker reads the host's /proc/stat twice this far apart and records the share "
+          "of the host's CPU time that was idle (`host_idle_before`): whether other work was running. The receiver "
+          "probes before it listens, the sender before it connects, so neither window holds the other's "
+          "transfer; null = no probe", unit="s", min=DURATION_MIN, max=60.0, unset="null", worker_absent="none",
+          id_omit_default=True),
     Param("network", "name", None, "controller", None,
           "the name of an entry under `networks:` (MTU of the data link, congestion control, sysctls), applied "
           "on both hosts for the cell and restored after; null leaves the hosts' network as it is",
@@ -442,6 +463,9 @@ METRICS: "tuple[Metric, ...]" = (
           "TCP segments received in the host's network namespace (/proc/net/snmp InSegs)", "total"),
     _host("host_pgfault", "count", "page faults on the host (/proc/vmstat pgfault)", "total"),
     _host("host_pgmajfault", "count", "major page faults on the host (/proc/vmstat pgmajfault)", "total"),
+    _host("host_idle_before", "share",
+          "share (0..1) of the host's CPU time that was idle (idle + iowait) over the `idle_probe` window just "
+          "before the worker started: 1 = a quiet machine, near 0 = every CPU busy with other work", "level"),
     _host("host_boot_id", "id",
           "the kernel's boot id (not a delta): the same on both sides = one machine, whose host CPU counts once"),
 )
