@@ -262,7 +262,8 @@ static void free_fibers(zc_mux *m)
         zc_fiber *f = &m->fibers[i];
         if (f->stack)
             munmap(f->stack, f->stack_len);
-        f->c->fiber = NULL;
+        if (f->c) /* NULL past a stream whose preparation failed */
+            f->c->fiber = NULL;
     }
     free(m->fibers);
     if (m->epfd >= 0)
