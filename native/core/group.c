@@ -93,7 +93,7 @@ zc_group *zc_group_new(const zc_params *p, zc_error *err)
 
 void zc_group_free(zc_group *g)
 {
-    for (int i = 0; i < g->n; i++)
+    for (int i = g->n - 1; i >= 0; i--) /* stream 0 last: the others may use its pattern ring until then */
         zc_ctx_cleanup(&g->ctx[i]);
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->cond);

@@ -44,7 +44,8 @@ void zc_ctx_cleanup(zc_ctx *c)
     for (int i = 0; i < 2; i++)
         if (c->pipe[i] >= 0)
             close(c->pipe[i]);
-    zc_free(c->mem_ring, c->mem_ring_len);
+    if (!c->mem_ring_borrowed)
+        zc_free(c->mem_ring, c->mem_ring_len);
     c->sock = c->listen_fd = c->fd = c->pipe[0] = c->pipe[1] = -1;
     c->mem_ring = NULL;
     c->ops = NULL;

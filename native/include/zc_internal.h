@@ -59,6 +59,7 @@ typedef struct zc_ctx {
     int64_t timeo_ns;        /* current SO_SNDTIMEO/SO_RCVTIMEO on c->sock */
     unsigned char *mem_ring; /* source mem: pattern of one period + one buffer, never rewritten */
     size_t mem_ring_len;
+    int mem_ring_borrowed;   /* the ring is stream 0's (shared by the group; freed with stream 0) */
     void *priv;              /* mode-private state */
     /* the stream group (core/group.c; one stream is a group of one): this stream's slice of the
      * source/sink starts at `base` (0 with one stream); stream index / count; the group */
