@@ -187,6 +187,12 @@ PARAMS: "tuple[Param, ...]" = (
           "interval of the per-run samples (bytes, process and host CPU, TCP_INFO), kept for transfers that "
           "last at least 3 intervals; null = no samples", unit="s", min=DURATION_MIN, max=DURATION_MAX,
           unset="null", worker_absent="none", id_omit_default=True),
+    Param("idle_probe", "duration", None, "both", "--idle-probe",
+          "before its transfer each worker reads the host's /proc/stat twice this far apart and records the share "
+          "of the host's CPU time that was idle (`host_idle_before`): whether other work was running. The receiver "
+          "probes before it listens, the sender before it connects, so neither window holds the other's "
+          "transfer; null = no probe", unit="s", min=DURATION_MIN, max=60.0, unset="null", worker_absent="none",
+          id_omit_default=True),
     Param("network", "name", None, "controller", None,
           "the name of an entry under `networks:` (MTU of the data link, congestion control, sysctls), applied "
           "on both hosts for the cell and restored after; null leaves the hosts' network as it is",
@@ -450,6 +456,9 @@ METRICS: "tuple[Metric, ...]" = (
           "TCP segments received in the host's network namespace (/proc/net/snmp InSegs)", "total"),
     _host("host_pgfault", "count", "page faults on the host (/proc/vmstat pgfault)", "total"),
     _host("host_pgmajfault", "count", "major page faults on the host (/proc/vmstat pgmajfault)", "total"),
+    _host("host_idle_before", "share",
+          "share (0..1) of the host's CPU time that was idle (idle + iowait) over the `idle_probe` window just "
+          "before the worker started: 1 = a quiet machine, near 0 = every CPU busy with other work", "level"),
     _host("host_boot_id", "id",
           "the kernel's boot id (not a delta): the same on both sides = one machine, whose host CPU counts once"),
 )
