@@ -17,6 +17,7 @@ from zcorch.analysis.load import load
 from zcorch.config.experiment import load_experiment, parse_experiment, reference_of
 from zcorch.errors import ConfigError
 from zcorch.plan import expand
+from conftest import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 EXT4 = ROOT / "experiments" / "ext4-nodelalloc-2011.yaml"
@@ -257,3 +258,35 @@ def test_a_reference_command_baseline_leaves_the_name_to_the_experiment(tmp_path
     assert [json.loads(x)["key"]["name"] for x in (made / "baselines.jsonl").read_text().splitlines()] == ["nc"]
     assert "named-study" in build_report(made).split("</title>")[0]
     assert [open_sweep(p).name for p in find_result_sets(tmp_path / "results")] == ["named-study"]
+
+
+# ---------------------------------------------------------------- ext4 2011: a real small run on loop devices
+
+EXT4_SMALL = ["hosts=localhost", "network=null", "bytes=2MiB", "repeats=2", "baselines.iperf3=false",
+              "baselines.commands=[]", "baselines.dd.count=4", "timeout=30s",
+              "filesystems.ext4-delalloc.loop.size=64MiB", "filesystems.ext4-nodelalloc.loop.size=64MiB",
+              "filesystems.xfs.loop.size=320MiB"]   # (mkfs.xfs's minimum is 300MiB)
+
+
+@pytest.mark.root
+def test_ext4_study_s_dd_claims_rest_on_repeated_dd_of_each_filesystem(tmp_path):
+    # the shipped file, shrunk: its dd runs `repeats` times per filesystem (the file says 3), so a claim
+    # about the page's dd figures has an interval made of that filesystem's own records
+    from zcorch.sweep.pipeline import run_sweep
+
+    require_tool("mkfs.xfs")
+    out = tmp_path / "ext4-small"
+    result = run_sweep(str(EXT4), output=str(out), command=["test"], overrides=EXT4_SMALL)
+    assert result.exit_status == 0, [r.get("reason") for r in result.records if r.get("status") != "ok"]
+    records = [json.loads(x) for x in (out / "baselines.jsonl").read_text().splitlines()]
+    by_fs: "dict[str, list[float]]" = {}
+    for rec in records:
+        if rec["kind"] == "dd_write" and rec["status"] == "ok":
+            by_fs.setdefault(rec["key"]["filesystem"], []).append(rec["result"]["bytes"] / rec["result"]["wall_s"] / 1e6)
+    assert {fs: len(v) for fs, v in by_fs.items()} == {"ext4-delalloc": 3, "ext4-nodelalloc": 3, "xfs": 3}
+    assert sorted(r["repeat"] for r in records if r["kind"] == "dd_write") == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    ref = reference_of((out / "experiment.yaml").read_text(), "experiment.yaml")
+    nodelalloc, xfs, _ = rp.claims(load(out), ref, load_baselines(out))
+    for side, fs in ((nodelalloc.a, "ext4-nodelalloc"), (nodelalloc.b, "ext4-delalloc"), (xfs.a, "xfs")):
+        assert side.n == 3 and side.median == pytest.approx(sorted(by_fs[fs])[1]) and side.has_ci, fs
+    assert "one record" not in nodelalloc.evidence

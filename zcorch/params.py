@@ -128,7 +128,8 @@ PARAMS: "tuple[Param, ...]" = (
     Param("subblocks", "int", 1, "both", "--subblocks", "calls per buffer (at most `buffer`)", min=1,
           max=BUFFER_MAX, ctype="int", cell_rule=True),
     Param("pipe_size", "size", None, "both", "--pipe-size",
-          "F_SETPIPE_SZ of the splice/vmsplice pipe (auto: raised to one sub-block if smaller)",
+          "F_SETPIPE_SZ of the splice/vmsplice pipe (auto: raised to one call's bytes if smaller: a sub-block, "
+          "the buffer with `splice_grain: whole`)",
           unit="B", min=1, max=INT_MAX, unset="auto", ctype="uint64_t", c_unset=0),
     Param("send_cpu", "cpu", None, "send", "--cpu", "CPU to pin the sender's transfer to", min=0, max=CPU_MAX,
           unset="null", ctype="int", c_unset=-1),
@@ -136,6 +137,20 @@ PARAMS: "tuple[Param, ...]" = (
           max=CPU_MAX, unset="null", ctype="int", c_unset=-1),
     Param("gift", "bool", False, "both", "--gift", "SPLICE_F_GIFT (vmsplice modes only)", ctype="int",
           cell_rule=True),
+    # The splice-write-benchmark's LARGE_MMAP / LARGE_VECIO and its write path's memset: the study's rows differ
+    # only in these, so each row is a cell of its own (experiments/splice-write-benchmark.yaml).
+    Param("mmap_grain", "choice", "whole", "send", "--mmap-grain",
+          "send `vmsplice` with fresh buffers (`gift`, or a file source): one mapping per buffer (`whole`) or one "
+          "per sub-block (`subblock`), each filled, spliced and unmapped",
+          choices=("whole", "subblock"), noun="granularity", id_omit_default=True, ctype="int", cell_rule=True),
+    Param("splice_grain", "choice", "subblock", "send", "--splice-grain",
+          "send `vmsplice`: one vmsplice()+splice() per sub-block (`subblock`) or per buffer (`whole`: one "
+          "vmsplice of every sub-block's iovec, at most IOV_MAX of them a call)",
+          choices=("whole", "subblock"), noun="granularity", id_omit_default=True, ctype="int", cell_rule=True),
+    Param("refill", "bool", False, "send", "--refill",
+          "send `write` from source `mem`: every sub-block of the buffer is written anew (a copy of the pattern: "
+          "the stores of a memset) before its write(), on every iteration",
+          id_omit_default=True, ctype="int", cell_rule=True),
     Param("fsync", "bool", False, "recv", "--fsync", "fsync the sink inside the timed region (file sinks only)",
           ctype="int", cell_rule=True),
     Param("source", "path", "mem", "send", "--source",

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "zcorch_api.h"
@@ -123,7 +124,8 @@ int zc_io_retry(zc_ctx *c, const char *doing);
 int zc_set_sock_timeouts(zc_ctx *c);
 
 /* pipes and buffers (common.c) */
-int zc_open_pipe(zc_ctx *c);
+int zc_open_pipe(zc_ctx *c);                 /* auto size: at least one sub-block (zc_open_pipe_for c->sub) */
+int zc_open_pipe_for(zc_ctx *c, size_t unit); /* auto size: at least `unit`, the bytes of one vmsplice/splice call */
 void *zc_alloc(zc_ctx *c, size_t len, const char *what);     /* page-aligned anonymous mapping */
 void zc_free(void *p, size_t len);
 /* the mode's private state: zeroed, stored in c->priv, freed by the mode's teardown */
@@ -144,6 +146,13 @@ static inline const unsigned char *zc_mem_at(const zc_ctx *c, uint64_t off)
 {
     return c->mem_ring + ((c->base + off) % zc_mem_pattern_period());
 }
+/* Write the pattern at stream offset `off` into dst anew (len <= buffer): a copy out of the ring, whose
+ * stores are those of the splice-write-benchmark's memset and whose loads hit the cache; the bytes stay
+ * the verifiable pattern of source mem */
+static inline void zc_mem_fill(const zc_ctx *c, unsigned char *dst, uint64_t off, size_t len)
+{
+    memcpy(dst, zc_mem_at(c, off), len);
+}
 /* io_uring modes: --uring-depth (validated: ZC_MIN_URING_DEPTH..ZC_MAX_URING_DEPTH) */
 static inline unsigned zc_uring_depth(const zc_ctx *c)
 {
@@ -158,6 +167,10 @@ int zc_file_write_all(zc_ctx *c, const void *buf, size_t len);      /* sink */
 int zc_splice_all(zc_ctx *c, int in, loff_t *off_in, int out, loff_t *off_out, size_t len,
                   unsigned flags, const char *what);                 /* moves exactly len */
 int zc_vmsplice_out(zc_ctx *c, const unsigned char *buf, size_t len, int out, loff_t *off_out);
+struct iovec;
+/* vmsplice() the iovecs (at most IOV_MAX a call; it advances them) into the pipe and splice() what each call
+ * moved on to `out`; with n > 1, one call takes as many of them as the pipe holds */
+int zc_vmsplice_iov_out(zc_ctx *c, struct iovec *iov, size_t n, int out, loff_t *off_out);
 
 /* --bytes given (0 is the table's "unset": send the source's size, receive until EOF) */
 static inline int zc_bytes_set(const zc_params *p) { return p->bytes != 0; }

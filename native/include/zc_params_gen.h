@@ -5,6 +5,10 @@
 #define ZC_PARAMS_GEN_H
 
 /* cdef:begin */
+#define ZC_MMAP_GRAIN_WHOLE 0
+#define ZC_MMAP_GRAIN_SUBBLOCK 1
+#define ZC_SPLICE_GRAIN_WHOLE 0
+#define ZC_SPLICE_GRAIN_SUBBLOCK 1
 #define ZC_SINK_STATE_FRESH 0
 #define ZC_SINK_STATE_PREALLOCATED 1
 #define ZC_SINK_STATE_OVERWRITE 2
@@ -22,6 +26,9 @@ struct zc_params {
     uint64_t pipe_size;        /* --pipe-size; 0 = unset */
     int cpu;                   /* --cpu; -1 = unset */
     int gift;                  /* --gift */
+    int mmap_grain;            /* --mmap-grain */
+    int splice_grain;          /* --splice-grain */
+    int refill;                /* --refill */
     int fsync;                 /* --fsync */
     const char *source;        /* --source */
     const char *sink;          /* --sink */
@@ -79,6 +86,9 @@ struct zc_metrics {
     X(pipe_size, 0) \
     X(cpu, -1) \
     X(gift, 0) \
+    X(mmap_grain, 0) \
+    X(splice_grain, 1) \
+    X(refill, 0) \
     X(fsync, 0) \
     X(source, NULL) \
     X(sink, NULL) \
@@ -134,6 +144,12 @@ struct zc_metrics {
 #define ZC_PARAM_LIMITS_DOUBLE(X) \
     X(duration, "--duration", 0.001, 604800.0, 1, 0, "expected a duration between 0.001s and 604800s") \
     X(timeout, "--timeout", 0.001, 604800.0, 0, 0, "expected a duration between 0.001s and 604800s") \
+
+/* X(field, flag, count): the fields holding a choice as its index (ZC_<FIELD>_<CHOICE>): 0..count-1 */
+#define ZC_PARAM_CHOICES(X) \
+    X(mmap_grain, "--mmap-grain", 2) \
+    X(splice_grain, "--splice-grain", 2) \
+    X(sink_state, "--sink-state", 3) \
 
 /* X(side, name): every compiled mode, the send_mode and recv_mode choices of the table in their order
  * (registry.c expands it: each name is a native/modes/<side>_<name>.c filling zc_<side>_<name>_ops) */
