@@ -28,7 +28,7 @@ CDEF_END = "/* cdef:end */"
 _HEAD_FIELDS = """    int side;                  /* ZC_SIDE_SEND / ZC_SIDE_RECV */
     const char *host;          /* send: address to connect to; recv: address to listen on */
     int port;                  /* recv: 0 = ephemeral */"""
-_TAIL_FIELDS = """    const int *cpus;           /* --cpus, with ncpus > 0: stream i runs on cpus[i % ncpus] (instead of cpu) */
+_TAIL_FIELDS = """    const int *cpus;           /* --cpus, with ncpus > 0: thread t runs on cpus[t % ncpus] (instead of cpu) */
     int ncpus;
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
     uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */

@@ -170,16 +170,24 @@ PARAMS: "tuple[Param, ...]" = (
           "the sink file before the run: created fresh, preallocated, or overwritten (file sinks only)",
           choices=("fresh", "preallocated", "overwrite"), noun="sink state", ctype="int", cell_rule=True),
     Param("streams", "int", 1, "both", "--streams",
-          "parallel TCP connections per run, one thread per stream on each side, each moving its own slice of "
-          "the data (4 KiB-aligned) to the same offsets of the sink", min=1, max=256, id_omit_default=True,
+          "parallel TCP connections per run, each moving its own slice of the data (4 KiB-aligned) to the same "
+          "offsets of the sink; `threads` says how many threads run them", min=1, max=256, id_omit_default=True,
           ctype="int", cell_rule=True),
+    Param("threads", "int", None, "both", "--threads",
+          "threads per side running the streams (stream i on thread i mod threads; a thread of several streams "
+          "multiplexes their nonblocking sockets with epoll, io_uring rings included); thread t runs on CPU t of "
+          "`send_cpus`/`recv_cpus` (round robin), else on `send_cpu`/`recv_cpu`. auto: one per CPU of "
+          "`send_cpus`/`recv_cpus`, one with `send_cpu`/`recv_cpu`, else one per stream; never more than the "
+          "streams nor the CPUs the worker may run on. A value above `streams` is capped at it (a thread "
+          "without a stream has nothing to run); each worker records the number it ran in its params",
+          min=1, max=256, unset="auto", id_omit_default=True, ctype="int", c_unset=0),
     Param("send_cpus", "cpus", None, "send", "--cpus",
-          "CPUs for the sender's streams: stream i runs on the i-th (round robin); when given, the transfers "
-          "run there rather than on `send_cpu`",
+          "CPUs for the sender's threads: thread t runs on the t-th (round robin; with `threads` auto, one "
+          "thread per CPU, so stream i on the i-th); when given, the transfers run there rather than on `send_cpu`",
           unset="null", id_omit_default=True),
     Param("recv_cpus", "cpus", None, "recv", "--cpus",
-          "CPUs for the receiver's streams: stream i runs on the i-th (round robin); when given, the transfers "
-          "run there rather than on `recv_cpu`",
+          "CPUs for the receiver's threads: thread t runs on the t-th (round robin; with `threads` auto, one "
+          "thread per CPU, so stream i on the i-th); when given, the transfers run there rather than on `recv_cpu`",
           unset="null", id_omit_default=True),
     Param("uring_depth", "int", 8, "both", "--uring-depth",
           "io_uring modes: sub-blocks per submission, sent as one linked chain (send); provided buffers, "

@@ -5,13 +5,15 @@
  * out (EAGAIN) we check the overall deadline and either fail with ETIMEDOUT or re-arm the timeout
  * (shortened to what is left). Every chunk also compares the vDSO clock with the deadline, so a
  * peer trickling data cannot stretch the transfer either. A stalled (SIGSTOPped) or dead peer thus
- * ends the transfer at most one slice after the deadline.
+ * ends the transfer at most one slice after the deadline. A stream sharing its thread with others
+ * (core/mux.c) has a nonblocking socket instead: EAGAIN parks it until epoll says the socket is ready.
  */
 #include "zc_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,6 +73,8 @@ int64_t zc_now_ns(void)
 
 int zc_check_deadline(zc_ctx *c, const char *doing)
 {
+    if (c->fiber) /* the top of every chunk loop: a stream sharing its thread takes its turn here */
+        zc_fiber_share(c);
     if (zc_now_ns() < c->deadline_ns)
         return 0;
     return zc_fail(c, ETIMEDOUT, "timed out after %gs while %s (%llu bytes moved; is the peer stalled or gone?)",
@@ -126,6 +130,8 @@ int zc_io_retry(zc_ctx *c, const char *doing)
         return 1;
     if (errno != EAGAIN && errno != EWOULDBLOCK)
         return 0;
+    if (c->fiber) /* a nonblocking socket of a shared thread: park until it is ready again */
+        return zc_fiber_wait(c, c->sock, POLLIN | POLLOUT, doing) < 0 ? -1 : 1;
     return zc_after_eagain(c, doing) < 0 ? -1 : 1;
 }
 

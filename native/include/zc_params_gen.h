@@ -35,9 +35,10 @@ struct zc_params {
     double timeout;            /* --timeout */
     int sink_state;            /* --sink-state */
     int streams;               /* --streams */
+    int threads;               /* --threads; 0 = unset */
     int uring_depth;           /* --uring-depth */
     int tcp_maxseg;            /* --tcp-maxseg; 0 = unset */
-    const int *cpus;           /* --cpus, with ncpus > 0: stream i runs on cpus[i % ncpus] (instead of cpu) */
+    const int *cpus;           /* --cpus, with ncpus > 0: thread t runs on cpus[t % ncpus] (instead of cpu) */
     int ncpus;
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
     uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
@@ -95,6 +96,7 @@ struct zc_metrics {
     X(timeout, 60.0) \
     X(sink_state, 0) \
     X(streams, 1) \
+    X(threads, 0) \
     X(uring_depth, 8) \
     X(tcp_maxseg, 0) \
 
@@ -117,6 +119,8 @@ struct zc_metrics {
 #define ZC_MAX_TIMEOUT 604800.0
 #define ZC_MIN_STREAMS 1
 #define ZC_MAX_STREAMS 256
+#define ZC_MIN_THREADS 1
+#define ZC_MAX_THREADS 256
 #define ZC_MIN_URING_DEPTH 1
 #define ZC_MAX_URING_DEPTH 4096
 #define ZC_MIN_TCP_MAXSEG 88
@@ -128,6 +132,7 @@ struct zc_metrics {
     X(subblocks, "--subblocks", 1, 1073741824, 0, 0, "expected an integer between 1 and 1073741824") \
     X(cpu, "--cpu", 0, 65535, 1, -1, "expected an integer between 0 and 65535") \
     X(streams, "--streams", 1, 256, 0, 0, "expected an integer between 1 and 256") \
+    X(threads, "--threads", 1, 256, 1, 0, "expected an integer between 1 and 256") \
     X(uring_depth, "--uring-depth", 1, 4096, 0, 0, "expected an integer between 1 and 4096") \
     X(tcp_maxseg, "--tcp-maxseg", 88, 32767, 1, 0, "expected an integer between 88 and 32767") \
 

@@ -115,6 +115,10 @@ int zc_send_run(const zc_params *p, zc_metrics *m, zc_error *err);
 
 /* The table's defaults (every parameter field; the others zero: no host, no watch). */
 void zc_params_init(zc_params *p);
+/* The threads a side runs its streams on (--threads; 0 = auto: one per CPU of --cpus, one with --cpu,
+ * else one per stream, never more than the CPUs this process may run on), never more than --streams:
+ * the one place the default is resolved (the worker records the value in its params). */
+int zc_threads_effective(const zc_params *p);
 /* The checks zc_send_run / zc_recv_listen start with (the table's limits, the mode, what the mode
  * declares it cannot do), nothing else: 0, or -1 with err filled as those calls would. */
 int zc_validate(const zc_params *p, zc_error *err);

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 
+from zcorch.cli import HELP
+
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("reproductions", help="one Markdown table of several studies' reproductions "
-                                                    "(docs/reproductions.md)",
+    p = subparsers.add_parser("reproductions", help=HELP["reproductions"],
                               description=__doc__.splitlines()[0])
     p.add_argument("dirs", nargs="+", metavar="DIR", help="result sets of experiments with a `reference:`, in order")
     p.add_argument("-o", "--output", help="write the document here (default: stdout)")

@@ -329,6 +329,9 @@ class _CParams:
         self.watch = _Watch(p.get("sample_interval"), p["timeout"] + (p.get("duration") or 0))
         s.watch = self.watch.struct
         self.struct = s
+        # the threads the streams run on: auto and a value above --streams resolved by the C core (the one
+        # place), recorded among the parameters as applied
+        p["threads"] = int(lib.zc_threads_effective(s))
 
     def _str(self, value: Optional[str]):
         if value is None:
