@@ -168,7 +168,7 @@ def main(argv=None) -> int:
         print("no cell with ok runs in every sweep", file=sys.stderr)
         return 1
     default = (DEFAULT_THRESHOLD_PCT, DEFAULT_ALPHA, MIN_NIGHTS)
-    settings = [default] + ([(t, a, m) for t in (3.0, 4.0, 5.0) for a in (0.005, 0.01, 0.02) for m in (2, 3, 5, 8)
+    settings = [default] + ([(t, a, m) for t in (3.0, 5.0) for a in (0.001, 0.002, 0.005, 0.01) for m in (2, 3, 5)
                              if (t, a, m) != default] if args.grid else [])
     rng = np.random.default_rng(args.seed)
     print(f"noise: {len(dirs)} real sweeps of this machine ({args.metric}, ok runs per sweep and cell):")

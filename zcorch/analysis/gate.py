@@ -37,7 +37,8 @@ DEFAULT_ALPHA = 0.05
 # importing numpy.
 HISTORY_THRESHOLD_PCT = 3.0
 HISTORY_ALPHA = 0.005
-HISTORY_MIN_NIGHTS = 3      # earlier nights at the stable level needed to judge by their spread (see docs/nightly.md)
+HISTORY_MIN_NIGHTS = 3      # earlier nights at the stable level needed to judge by their spread (docs/nightly.md: 2 alarms
+                            # less, but two nights give t one degree of freedom: a -75% night is then not significant)
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
