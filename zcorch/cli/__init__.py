@@ -18,6 +18,7 @@ COMMANDS = [
     ("report", "zcorch.cli.report"),
     ("compare", "zcorch.cli.compare"),
     ("history", "zcorch.cli.history"),
+    ("export", "zcorch.cli.export"),
     ("examples", "zcorch.cli.examples"),
     ("lab", "zcorch.cli.lab"),
     ("completion", "zcorch.cli.completion"),

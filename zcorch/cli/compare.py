@@ -20,8 +20,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p = subparsers.add_parser("compare", help="compare two result sets cell by cell; exit 1 on a regression, "
                                               "3 when incomplete",
                               description=__doc__.splitlines()[0], epilog=f"exit status: {describe_codes()}")
-    p.add_argument("base", help="base result set")
-    p.add_argument("candidate", help="candidate result set")
+    p.add_argument("base", help="base result set (with --dataset: its set id, or the path it had when exported)")
+    p.add_argument("candidate", help="candidate result set (likewise)")
+    p.add_argument("--dataset", metavar="DIR", help="read both sets from a dataset `zcorch export` wrote "
+                                                    "(through DuckDB; the same answers as from the sets)")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
     add_regression_options(p, "compare")
     p.set_defaults(func=main)
@@ -30,8 +32,17 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 def main(args: argparse.Namespace) -> int:
     check_regression_options(args)
-    base, cand = completeness(args.base), completeness(args.candidate)
-    table = compare_frames(load(args.base), load(args.candidate), args.metric, args.threshold, args.alpha)
+    if args.dataset is not None:
+        from zcorch.analysis.dataset import Dataset  # duckdb: only when reading a dataset
+
+        data = Dataset(args.dataset)
+        b, c = data.find(args.base), data.find(args.candidate)
+        base, cand = b.completeness(), c.completeness()
+        base_runs, cand_runs = data.runs(b.set_id), data.runs(c.set_id)
+    else:
+        base, cand = completeness(args.base), completeness(args.candidate)
+        base_runs, cand_runs = load(args.base), load(args.candidate)
+    table = compare_frames(base_runs, cand_runs, args.metric, args.threshold, args.alpha)
     gate = gate_of(table, base, cand)
     print(render(table, args.format, str(args.base), str(args.candidate), gate), end="")
     if args.format != "json":
