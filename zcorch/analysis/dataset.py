@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings as _warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -126,6 +127,15 @@ class Dataset:
     def query(self, sql: str, params: Sequence = ()):
         return self.con.execute(sql, list(params))
 
+    def frame(self, sql: str, params: Sequence = ()) -> pd.DataFrame:
+        """The answer as a pandas frame, through Arrow (as zcorch.load reads runs.parquet)."""
+        res = self.query(sql, params)
+        to_arrow = getattr(res, "to_arrow_table", None) or res.fetch_arrow_table   # duckdb 2 / 1.x
+        with _warnings.catch_warnings():   # duckdb 2 notes the copy a DB-API result makes: these answers are small
+            _warnings.simplefilter("ignore", UserWarning)
+            table = to_arrow()
+        return table.to_pandas()
+
     # --- sets -------------------------------------------------------------------------------
 
     def sweeps(self) -> "List[ExportedSweep]":
@@ -155,7 +165,7 @@ class Dataset:
     def runs(self, set_id: str):
         """The runs of one set as zcorch.load returns them (minus `sweep`; linked axes in attrs)."""
         drop = set(COMMON) | set(PARTITIONS)
-        frame = self.query("SELECT * FROM runs WHERE set_id = ?", [set_id]).df()
+        frame = self.frame("SELECT * FROM runs WHERE set_id = ?", [set_id])
         frame = frame[[c for c in frame.columns if c not in drop]]
         for name in self.manifest["json_columns"].get("runs", []):
             if name in frame:
@@ -173,12 +183,12 @@ class Dataset:
         self.con.register("wanted_sets", ids)
         try:
             col = '"' + metric.replace('"', '""') + '"'
-            return self.query(
+            return self.frame(
                 f"SELECT r.set_id, r.cell, count(*) FILTER (WHERE r.status = 'ok') AS n, "
                 f"count(*) FILTER (WHERE r.status IS DISTINCT FROM 'ok') AS n_failed, "
                 f"coalesce(list_sort(list(CAST({col} AS DOUBLE)) FILTER (WHERE r.status = 'ok' AND {col} IS NOT NULL "
                 f"AND NOT isnan(CAST({col} AS DOUBLE)))), CAST([] AS DOUBLE[])) AS vals "
-                f"FROM runs r JOIN wanted_sets w USING (set_id) GROUP BY r.set_id, r.cell").df()
+                f"FROM runs r JOIN wanted_sets w USING (set_id) GROUP BY r.set_id, r.cell")
         finally:
             self.con.unregister("wanted_sets")
 
@@ -189,7 +199,7 @@ class Dataset:
         self.con.register("wanted_sets", pd.DataFrame({"set_id": list(set_ids)}))
         try:
             sel = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
-            frame = self.query(f"SELECT DISTINCT {sel} FROM runs JOIN wanted_sets USING (set_id)").df()
+            frame = self.frame(f"SELECT DISTINCT {sel} FROM runs JOIN wanted_sets USING (set_id)")
         finally:
             self.con.unregister("wanted_sets")
         for name in self.manifest["json_columns"].get("runs", []):
