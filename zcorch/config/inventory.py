@@ -16,6 +16,9 @@ set records the absolute paths.
 `select(spec, label)` reads `FILE[:PAIR]` (the --hosts value or ZCORCH_HOSTS) and returns the chosen
 `InventoryPair`: PAIR, or the only pair, or the first in the file. `from_environment(flag, environ)` is
 the rule the command line applies: the flag wins over ZCORCH_HOSTS.
+
+An Ansible inventory (its YAML or INI file, or the JSON `ansible-inventory --list` prints) is read instead by
+zcorch.config.ansible_inventory, into the same Inventory.
 """
 from __future__ import annotations
 
@@ -72,6 +75,11 @@ def load_inventory(path: str) -> Inventory:
     """Read and validate an inventory file; ConfigError lists every problem as file:line:column: key: message."""
     path = os.path.abspath(os.fspath(path))
     text, sha256 = ys.read_text(path, "the inventory file")
+    from zcorch.config import ansible_inventory  # an Ansible inventory (its YAML/INI, or ansible-inventory's JSON)
+
+    kind = ansible_inventory.kind_of(text)
+    if kind is not None:
+        return ansible_inventory.load_ansible(path, text, sha256, kind)
     return parse_inventory(text, path, sha256)
 
 
