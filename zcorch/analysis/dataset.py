@@ -208,6 +208,9 @@ class Dataset:
         return frame
 
 
+_NO_RUNS = pd.DataFrame({"cell": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
+
+
 @dataclass
 class ExportedSweep(Sweep):
     """A sweep as the dataset recorded it: what history and the gate ask of a Sweep, without its files."""
@@ -220,7 +223,7 @@ class ExportedSweep(Sweep):
          cells_planned, cells_short, linked) = row
         manifest = json.loads(manifest)
         meta = {"controller": {"git_revision": revision}} if revision else {}
-        runs = pd.DataFrame({"cell": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
+        runs = _NO_RUNS   # one shared empty frame: the runs are read through DatasetSeries, never from here
         completeness = Completeness(path, str(status or "unknown"), int(planned), int(planned_ok),
                                     frozenset(cells_planned or ()), tuple(cells_short or ()),
                                     policy_from_record(manifest.get("repeats")))
