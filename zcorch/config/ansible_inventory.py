@@ -26,7 +26,6 @@ LINE being where the host's name first appears in the file (the JSON and ansible
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -255,29 +254,31 @@ def _translate(problem: str, synthetic: str, path: str, origin: Dict[tuple, Tupl
     return f"{path}:{line}: host `{host}` (pair {pair}, {role}): {var + ': ' if var else ''}{msg}"
 
 
-def load_ansible(path: str, text: str, sha256: str, kind: str):
-    """The zcorch Inventory of an Ansible inventory (module docstring)."""
-    from zcorch.config import inventory as zinv
+def synthetic_name(path: str) -> str:
+    """The name the pairs document is parsed under (its directory is the inventory's: relative key paths)."""
+    return f"{path} (as zcorch pairs)"
 
+
+def pairs_yaml(path: str, text: str, kind: str, with_shares: bool) -> Tuple[str, Dict[tuple, Tuple[str, int]]]:
+    """(a zcorch inventory document as YAML text, (pair, role) -> (host, line)) of an Ansible inventory of
+    `kind` (kind_of); ConfigError for what is wrong with its zcorch variables. zcorch.config.inventory parses
+    the document (and `translate`s its problems)."""
     if kind == "json":
         try:
             doc = json.loads(text)
         except ValueError as exc:
             raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    elif kind == "script":
+        raise ConfigError(f"{path}: an executable inventory script: zcorch never runs it; run "
+                          f"`ansible-inventory -i {path} --list > inventory.json` and pass inventory.json")
     else:
-        if kind == "script":
-            raise ConfigError(f"{path}: an executable inventory script: zcorch never runs it; run "
-                              f"`ansible-inventory -i {path} --list > inventory.json` and pass inventory.json")
         doc = list_json(path)
-    hosts = host_vars(doc, path)
-    with_shares = hasattr(zinv, "SHARES_KEY")
-    document, origin, problems = pairs_document(hosts, path, text, with_shares)
+    document, origin, problems = pairs_document(host_vars(doc, path), path, text, with_shares)
     if problems:
         raise ConfigError(problems)
-    synthetic = f"{path} (as zcorch pairs)"
-    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False)
-    try:
-        inv = zinv.parse_inventory(body, synthetic, sha256)
-    except ConfigError as exc:
-        raise ConfigError([_translate(p, synthetic, path, origin) for p in exc.problems]) from None
-    return dataclasses.replace(inv, path=path)
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False), origin
+
+
+def translate(problems: List[str], path: str, origin: Dict[tuple, Tuple[str, int]]) -> List[str]:
+    """The inventory parser's problems with the pairs document, told in the Ansible file's terms."""
+    return [_translate(p, synthetic_name(path), path, origin) for p in problems]

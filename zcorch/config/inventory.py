@@ -22,6 +22,7 @@ zcorch.config.ansible_inventory, into the same Inventory.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -75,11 +76,16 @@ def load_inventory(path: str) -> Inventory:
     """Read and validate an inventory file; ConfigError lists every problem as file:line:column: key: message."""
     path = os.path.abspath(os.fspath(path))
     text, sha256 = ys.read_text(path, "the inventory file")
-    from zcorch.config import ansible_inventory  # an Ansible inventory (its YAML/INI, or ansible-inventory's JSON)
+    from zcorch.config import ansible_inventory as ansible  # an Ansible inventory (YAML/INI, or --list JSON)
 
-    kind = ansible_inventory.kind_of(text)
+    kind = ansible.kind_of(text)
     if kind is not None:
-        return ansible_inventory.load_ansible(path, text, sha256, kind)
+        body, origin = ansible.pairs_yaml(path, text, kind, with_shares="SHARES_KEY" in globals())
+        try:
+            inv = parse_inventory(body, ansible.synthetic_name(path), sha256)
+        except ConfigError as exc:
+            raise ConfigError(ansible.translate(exc.problems, path, origin)) from None
+        return dataclasses.replace(inv, path=path)
     return parse_inventory(text, path, sha256)
 
 
