@@ -11,14 +11,12 @@ from __future__ import annotations
 import argparse
 
 from zcorch.cli.options import add_regression_options, check_regression_options
-from zcorch.analysis.compare import compare_frames, gate_of, render
 from zcorch.analysis.gate import completeness, describe_codes
-from zcorch.analysis.load import load
+from zcorch.cli import HELP
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("compare", help="compare two result sets cell by cell; exit 1 on a regression, "
-                                              "3 when incomplete",
+    p = subparsers.add_parser("compare", help=HELP["compare"],
                               description=__doc__.splitlines()[0], epilog=f"exit status: {describe_codes()}")
     p.add_argument("base", help="base result set (with --dataset: its set id, or the path it had when exported)")
     p.add_argument("candidate", help="candidate result set (likewise)")
@@ -31,6 +29,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 def main(args: argparse.Namespace) -> int:
+    # pandas and scipy load here, not with the parser: `zcorch --help` must start at once.
+    from zcorch.analysis.compare import compare_frames, gate_of, render
+    from zcorch.analysis.load import load
+
     check_regression_options(args)
     if args.dataset is not None:
         from zcorch.analysis.dataset import Dataset  # duckdb: only when reading a dataset

@@ -27,10 +27,11 @@ from zcorch.results.store import lock_result_set
 from zcorch.sweep.interrupts import InterruptGuard
 from zcorch.sweep.pipeline import SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome
+from zcorch.cli import HELP
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("run", help="run an experiment (baselines + every cell) into a result set",
+    p = subparsers.add_parser("run", help=HELP["run"],
                               description=__doc__.split("\n\n")[0])
     p.add_argument("file", nargs="?", help="experiment file (YAML); optional with --resume")
     p.add_argument("-o", "--output", metavar="DIR", help="result directory (default results/<name>-<UTC time>/)")
