@@ -24,6 +24,8 @@ COMMANDS = [
                                       "--check gates the newest sweep (exit 1 regression, 3 incomplete)"),
     ("export", "zcorch.cli.export", "every result set under ROOT as one Parquet dataset (DuckDB, Spark, polars "
                                     "read it; history and compare too)"),
+    ("reproductions", "zcorch.cli.reproductions", "one Markdown table of several studies' reproductions "
+                                                  "(docs/reproductions.md)"),
     ("examples", "zcorch.cli.examples", "list the shipped experiment files and notebook; copy one out"),
     ("lab", "zcorch.cli.lab", "two SSH hosts in network namespaces on this machine (root)"),
     ("completion", "zcorch.cli.completion", "print shell code for tab completion (eval it in your shell rc)"),
