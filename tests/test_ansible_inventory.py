@@ -25,14 +25,14 @@ YAML = """all:
       vars:
         zcorch_pair: rack3
       hosts:
-        r3a: {ansible_host: 10.77.0.2, zcorch_role: sender, zcorch_data_address: 10.78.0.2}
+        r3a: {ansible_host: 10.77.0.2, zcorch_role: sender, zcorch_data_address: 10.78.0.2, zcorch_shares: uplink1}
         r3b: {ansible_host: 10.77.0.3, ansible_port: 2222, zcorch_role: receiver, zcorch_data_address: 10.78.0.3}
     rack4:
       hosts:
         r4a: {zcorch_pair: rack4, zcorch_role: sender, zcorch_data_address: 192.168.4.1,
               ansible_ssh_private_key_file: keys/lab_ed25519}
         r4b: {zcorch_pair: rack4, zcorch_role: receiver, zcorch_data_address: 192.168.4.2,
-              zcorch_allow_network_changes: true}
+              zcorch_allow_network_changes: true, zcorch_shares: [uplink1]}
     web:
       hosts:
         www1:
@@ -40,7 +40,7 @@ YAML = """all:
 INI = """www1
 
 [rack3]
-r3a ansible_host=10.77.0.2 zcorch_role=sender zcorch_data_address=10.78.0.2
+r3a ansible_host=10.77.0.2 zcorch_role=sender zcorch_data_address=10.78.0.2 zcorch_shares=uplink1
 r3b ansible_host=10.77.0.3 ansible_port=2222 zcorch_role=receiver zcorch_data_address=10.78.0.3
 
 [rack3:vars]
@@ -48,7 +48,7 @@ zcorch_pair=rack3
 
 [rack4]
 r4a zcorch_pair=rack4 zcorch_role=sender zcorch_data_address=192.168.4.1 ansible_ssh_private_key_file=keys/lab_ed25519
-r4b zcorch_pair=rack4 zcorch_role=receiver zcorch_data_address=192.168.4.2 zcorch_allow_network_changes=true
+r4b zcorch_pair=rack4 zcorch_role=receiver zcorch_data_address=192.168.4.2 zcorch_allow_network_changes=true zcorch_shares="['uplink1']"
 
 [all:vars]
 ansible_user=root
@@ -59,9 +59,11 @@ OWN = """pairs:
   rack3:
     sender: {ssh: root@10.77.0.2, data_address: 10.78.0.2, python: /usr/bin/python3}
     receiver: {ssh: "root@10.77.0.3:2222", data_address: 10.78.0.3, python: /usr/bin/python3}
+    shares: uplink1
   rack4:
     sender: {ssh: r4a, data_address: 192.168.4.1, python: /usr/bin/python3, identity_file: keys/lab_ed25519}
     receiver: {ssh: root@r4b, data_address: 192.168.4.2, python: /usr/bin/python3, allow_network_changes: true}
+    shares: [uplink1]
 """
 
 
@@ -75,7 +77,9 @@ def ansible_list(source) -> str:
 
 
 def pairs_of(path):
-    return {name: hosts for name, hosts in load_inventory(str(path)).pairs.items()}
+    """The pairs and what each shares with other pairs (fleet runs never overlap those)."""
+    inv = load_inventory(str(path))
+    return dict(inv.pairs), dict(inv.shares)
 
 
 def test_yaml_ini_and_their_ansible_inventory_json_give_the_same_pairs(tmp_path):
