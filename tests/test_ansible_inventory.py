@@ -112,7 +112,7 @@ BAD = [
      [":16: pair `rack4`: needs exactly one host with zcorch_role: sender, has 2: `r4a`, `r4b`"]),
     ("r3a: {ansible_host: 10.77.0.2,", "r3a: {ansible_host: '-oProxyCommand=touch /tmp/x',",
      [":10: host `r3a` (pair rack3, sender): ansible_host, ansible_user, ansible_port:", "not a valid host name"]),
-    ("zcorch_data_address: 10.78.0.2}", "zcorch_data_address: null}",
+    ("zcorch_data_address: 10.78.0.2, zcorch_shares", "zcorch_data_address: null, zcorch_shares",
      [":10: host `r3a` (pair rack3, sender):", "`zcorch_data_address`"]),
 ]
 
