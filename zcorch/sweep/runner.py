@@ -43,7 +43,7 @@ from zcorch.hosts.local import Host, Process
 from zcorch.params import worker_flags
 from zcorch.results.store import ResultSet, utc_now
 from zcorch.sweep import interrupts
-from zcorch.sweep.workerpool import WorkerPool
+from zcorch.sweep.workerpool import WorkerPool, describe_exit
 
 def hostport(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
@@ -108,17 +108,6 @@ class _Side:
 
 class RunTimeout(Exception):
     pass
-
-
-def _describe_exit(status: Optional[int]) -> str:
-    if status is None:
-        return "was still running (killed)"
-    if status < 0:
-        try:
-            return f"was killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"was killed by signal {-status}"
-    return f"exited with status {status}"
 
 
 @dataclass
@@ -325,7 +314,7 @@ class Runner:
             if s.exited is None:
                 s.exited = self._exit_status(s, 0.5)  # a stalled side would never exit: don't wait long
             tail = s.proc.stderr_text().strip().splitlines()[-3:] if s.exited is not None else []
-            parts.append(f"{s.where()} {_describe_exit(s.exited)} without a result"
+            parts.append(f"{s.where()} {describe_exit(s.exited)} without a result"
                          + (f": {' | '.join(tail)}" if tail else ""))
         return ("timeout" if codes & TIMEOUT_CODES else "failed"), "; ".join(parts) or "no result"
 

@@ -26,6 +26,18 @@ KILL_CONFIRM_TIMEOUT = 5.0    # a signalled run whose end the server does not re
 _EXIT_TIMEOUT = 5.0
 
 
+def describe_exit(status: Optional[int]) -> str:
+    """How a worker (or its server) ended, as run records say it."""
+    if status is None:
+        return "was still running (killed)"
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
+
+
 class ServedRun(Process):
     """One run of a worker server: its output lines, its exit status and its stderr."""
 
@@ -162,10 +174,8 @@ class WorkerServer:
             status = self.proc.wait(2.0)
         except (TimeoutError, ZcorchError):
             status = None
-        from zcorch.sweep.runner import _describe_exit   # (the words the runner uses for a worker's end)
-
         said = self.proc.stderr_text().strip()[-300:]
-        self.dead = (f"the worker server (pid {self.pid}) on {self.host.name} {_describe_exit(status)}"
+        self.dead = (f"the worker server (pid {self.pid}) on {self.host.name} {describe_exit(status)}"
                      + (f" ({why})" if why else "") + (f": {said}" if said else ""))
         with self._lock:
             runs, self._runs = list(self._runs.values()), {}

@@ -364,7 +364,8 @@ def _run(args: argparse.Namespace) -> None:
     if args.action == "serve":
         from zcorch.worker import serve   # the server itself (only this action needs it)
 
-        serve.serve(build_parser())
+        parser = build_parser()   # once: every run the server forks parses its arguments with it
+        serve.serve(lambda argv: main(argv, parser))
         return
     if args.action == "command":
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv

@@ -35,8 +35,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import argparse
-    from typing import Any, Dict, Optional
+    from typing import Any, Callable, Dict
 
 SERVE_ACTIONS = ("recv", "send")   # what a served run may be: the transfers (the rest runs as before)
 _CHUNK = 65536
@@ -55,7 +54,7 @@ def _write(frame: "Dict[str, Any]") -> None:
         data = data[os.write(1, data):]
 
 
-def _child(argv: "list[str]", parser: "argparse.ArgumentParser", fds: "tuple[int, int, int]") -> None:
+def _child(argv: "list[str]", run: "Callable[[list[str]], int]", fds: "tuple[int, int, int]") -> None:
     """In the forked child: become the run (never returns)."""
     rc = 70
     try:
@@ -70,9 +69,7 @@ def _child(argv: "list[str]", parser: "argparse.ArgumentParser", fds: "tuple[int
             pass
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
-        from zcorch.worker import cli
-
-        rc = cli.main(argv, parser)
+        rc = run(argv)
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException:  # noqa: BLE001 - a child must never fall back into the server's loop
@@ -88,8 +85,8 @@ def _child(argv: "list[str]", parser: "argparse.ArgumentParser", fds: "tuple[int
 
 
 class Server:
-    def __init__(self, parser: "argparse.ArgumentParser"):
-        self.parser = parser
+    def __init__(self, run: "Callable[[list[str]], int]"):
+        self.run = run
         self.sel = selectors.DefaultSelector()
         self.children: "Dict[Any, _Child]" = {}
         self.inbuf = b""
@@ -112,7 +109,7 @@ class Server:
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
-            _child(argv, self.parser, (stdin_r, out_w, err_w))
+            _child(argv, self.run, (stdin_r, out_w, err_w))
         try:
             os.setpgid(pid, pid)   # also here: a signal may come before the child ran its own setpgid
         except OSError:
@@ -215,9 +212,10 @@ def _version() -> str:
     return __version__
 
 
-def serve(parser: "argparse.ArgumentParser") -> None:
-    """Serve runs until EOF on stdin or an `exit` request; every run still going is killed then."""
-    server = Server(parser)
+def serve(run: "Callable[[list[str]], int]") -> None:
+    """Serve runs until EOF on stdin or an `exit` request; every run still going is killed then.
+    run(argv) -> exit status: what a child does (zcorch.worker.cli.main with the parser built once)."""
+    server = Server(run)
     try:
         server.loop()
     except BrokenPipeError:
