@@ -39,7 +39,7 @@ FORMAT = "zcorch-calibration"
 VERSION = 1
 FILENAME = "calibration.json"
 MAX_BYTES = 64 * 1024           # a valid cache is about 1 KiB; anything far larger is not ours
-DEFAULT_MAX_AGE_S = 7 * 86400.0  # the experiment's `calibration_max_age` default (zcorch.config.schema)
+DEFAULT_MAX_AGE_S = 7 * 86400.0  # a week: the experiment's `calibration_max_age` default (zcorch.config.schema)
 # The files the key is read from; tests point them at files of their own (no real way to change a boot id).
 KEY_FILES = {"boot_id": "/proc/sys/kernel/random/boot_id", "kernel": "/proc/sys/kernel/osrelease",
              "cpuinfo": "/proc/cpuinfo",

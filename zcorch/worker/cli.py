@@ -138,8 +138,8 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     cal.add_argument("--cpu", type=_int, help="CPU to pin the calibration to (default: not pinned)")
     cal.add_argument("--cache", help="keep the calibration in this file on the host and reuse it while the host's "
                                      "boot id, kernel, CPU model and frequency governor stay (zcorch.worker.calcache)")
-    cal.add_argument("--max-age", default="7d", help="with --cache: measure anew when the cached one is older "
-                                                     "(default 7d)")
+    cal.add_argument("--max-age", help="with --cache: measure anew when the cached one is older than this "
+                                       f"duration (default {calcache.DEFAULT_MAX_AGE_S / 3600:g}h)")
     cal.add_argument("--refresh", action="store_true", help="with --cache: measure anew whatever is cached")
     sub.add_parser("serve", help="run run after run in forked children, handed over as JSON lines on stdin "
                                  "(zcorch.worker.serve: the controller keeps one per host for a sweep)")
@@ -197,7 +197,7 @@ def _calibrate(args: argparse.Namespace) -> "dict[str, Any]":
     if args.cpu is not None and args.cpu < 0:
         raise _UsageError(f"--cpu must be >= 0, got {args.cpu}")
     try:
-        max_age = parse_duration(args.max_age)
+        max_age = parse_duration(args.max_age) if args.max_age is not None else calcache.DEFAULT_MAX_AGE_S
     except ValueError as exc:
         raise _UsageError(f"--max-age: {exc}") from None
 
