@@ -256,7 +256,14 @@ class WorkerPool:
 
     def start(self, host: Host, worker: Sequence[str], args: Sequence[str],
               env: Optional[Mapping[str, str]] = None) -> ServedRun:
-        return self.server(host, worker, env).start(args)
+        server = self.server(host, worker, env)
+        try:
+            return server.start(args)
+        except HostError as exc:
+            # Gone before its reader noticed (a lost link, a killed server): a new one, whose own start
+            # says what is wrong with the host if anything is.
+            server.kill(str(exc))
+            return self.server(host, worker, env).start(args)
 
     def close(self) -> None:
         servers, self._servers = list(self._servers.values()), {}
