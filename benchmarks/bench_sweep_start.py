@@ -6,10 +6,12 @@ is cached (a first sweep, not measured, does both). Measured, interleaved, `--ro
              metadata, calibration from the cache, the run, the result set)
   command    `zcorch run FILE` as a subprocess (the above plus the interpreter and the command's imports)
 and, as the peer in the same run, the transfer itself: the receiver's wall time of the sweep's one run.
+With `--before DIR` (a checkout of an earlier zcorch, with its compiled module, e.g. one without the
+calibration cache and the worker servers) its `zcorch run` of the same file is timed interleaved too.
 Prints medians, the stage times of the median sweep, and the ratios. Needs root (the lab); the lab is
 brought up for the benchmark (tests/fixtures_lab.start_lab) and torn down after.
 
-    python benchmarks/bench_sweep_start.py [--rounds N]
+    python benchmarks/bench_sweep_start.py [--rounds N] [--before DIR]
 """
 from __future__ import annotations
 
@@ -63,6 +65,7 @@ def transfer_s(result_dir: str) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--before", metavar="DIR", help="an earlier zcorch checkout whose `zcorch run` to time too")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("bench_sweep_start: needs root (the two-host lab)")
@@ -77,8 +80,12 @@ def main() -> int:
             path = experiment(tmp, layout.hosts_spec())
             warm = run_sweep(path, output=os.path.join(tmp, "warm"))   # deploys, calibrates (cached after)
             assert warm.exit_status == 0, warm.records
-            sweeps, commands, transfers, clocks = [], [], [], []
+            sweeps, commands, transfers, clocks, befores = [], [], [], [], []
             env = dict(os.environ, PYTHONPATH=REPO)
+            before_env = dict(os.environ, PYTHONPATH=os.path.abspath(args.before)) if args.before else None
+            if before_env:   # its own deploy (another content hash) and calibration, not measured
+                subprocess.run([sys.executable, "-m", "zcorch", "-q", "run", path, "-o", os.path.join(tmp, "bw")],
+                               check=True, env=before_env, capture_output=True, cwd=args.before)
             for i in range(args.rounds):
                 clock = StageClock()
                 t0 = time.monotonic()
@@ -93,6 +100,11 @@ def main() -> int:
                                check=True, env=env, capture_output=True)
                 commands.append(time.monotonic() - t0)
                 transfers.append(transfer_s(os.path.join(tmp, f"c{i}")))
+                if before_env:
+                    t0 = time.monotonic()
+                    subprocess.run([sys.executable, "-m", "zcorch", "-q", "run", path, "-o", os.path.join(tmp, f"b{i}")],
+                                   check=True, env=before_env, capture_output=True, cwd=args.before)
+                    befores.append(time.monotonic() - t0)
     finally:
         lab.down(layout)
     sweep, command, transfer = (statistics.median(v) for v in (sweeps, commands, transfers))
@@ -103,6 +115,10 @@ def main() -> int:
     print(f"command (`zcorch run` subprocess): median {command:.2f} s (min {min(commands):.2f}, max "
           f"{max(commands):.2f}); {command / transfer:.0f}x the transfer; "
           f"{'met' if command <= TARGET_S else 'NOT met'}")
+    if befores:
+        before = statistics.median(befores)
+        print(f"before ({args.before}, `zcorch run` subprocess): median {before:.2f} s (min {min(befores):.2f}, "
+              f"max {max(befores):.2f}); now/before {command / before:.2f}")
     median_clock = sorted(clocks)[len(clocks) // 2][1]
     print("stages of the median sweep: " + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in median_clock.items()
                                                      if v >= 0.0005))
