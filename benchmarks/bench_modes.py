@@ -5,9 +5,11 @@
 Send modes are measured with receiver `read` into /dev/null; receive modes with sender
 `sendfile` from a cached file (sink /dev/null where the mode allows, a file in /tmp for `mmap`), and
 `zerocopy_recv` also behind `msg_zerocopy` (over loopback only a zero-copy sender's pages can be
-mapped). `write`/`read` over 4 parallel streams (--streams 4) and `io_uring` both ways are in the same
-run. Modes this kernel or build cannot run are left out, with the reason. iperf3 runs with the same
-chunk size (-l) and window (-w), plain and with -Z (sendfile).
+mapped). `io_uring` both ways is in the same run. Modes this kernel or build cannot run are left out, with
+the reason. iperf3 runs with the same chunk size (-l) and window (-w), plain and with -Z (sendfile).
+`write`/`read` over 4 and 8 parallel streams (--streams N, the worker's default --threads: one thread per
+pinned CPU) runs against iperf3 -P N with the same -A, and both again unpinned (`--only streams`: those
+alone). --only keeps the configurations whose name holds the text, and the iperf3 runs they are compared with.
 The sender is pinned to one CPU and the receiver to another (--pin, default 0,1; iperf3 -A likewise), so
 each side has two CPU views: the process view (the worker's own user+system time; iperf3's from its -J
 output) and the host view (busy time of that side's CPU from /proc/stat, softirq included: where the
@@ -157,12 +159,23 @@ def main() -> int:
                                                          ["--mode", "zerocopy_recv", *common], args.timeout, pin),
         "io_uring -> io_uring (mem)": lambda: run_pair(send_cfg("io_uring", "mem"), ["--mode", "io_uring", *common],
                                                        args.timeout, pin),
-        "write -> read, 4 streams": lambda: run_pair(send_cfg("write", "mem") + ["--streams", "4"],
-                                                     recv_null + ["--streams", "4"], args.timeout, pin),
         "iperf3": lambda: run_iperf3(nbytes, buffer, window, False, args.timeout, pin),
         "iperf3 -Z": lambda: run_iperf3(nbytes, buffer, window, True, args.timeout, pin),
-        "iperf3 -P 4": lambda: run_iperf3(nbytes, buffer, window, False, args.timeout, pin, parallel=4),
     }
+    # parallel streams (issue 25): N streams on the pinned CPUs (the worker's default --threads: one thread per
+    # side, multiplexing its N sockets) against iperf3 -P N -A with the same CPUs; and both unpinned
+    peers = {"send write (mem)": "iperf3", "send sendfile": "iperf3 -Z"}
+    for n in (4, 8):
+        streams = ["--streams", str(n)]
+        for where, cpus in (("", pin), (", unpinned", None)):
+            if where and pin is None:
+                continue  # --pin none: the first pair is already unpinned
+            ours, peer = f"write -> read, {n} streams{where}", f"iperf3 -P {n}{where}"
+            configs[ours] = lambda streams=streams, cpus=cpus: run_pair(send_cfg("write", "mem") + streams,
+                                                                        recv_null + streams, args.timeout, cpus)
+            configs[peer] = lambda n=n, cpus=cpus: run_iperf3(nbytes, buffer, window, False, args.timeout, cpus,
+                                                              parallel=n)
+            peers[ours] = peer
     missing = unavailable()
     for name in list(configs):
         words = name.replace("(", " ").replace("<-", " ").replace("->", " ").split()
@@ -172,10 +185,15 @@ def main() -> int:
         if name.startswith("io_uring ->"):
             sides = [("send", "io_uring"), ("recv", "io_uring")]
         why = next((missing[s].get(m) for s, m in sides if missing.get(s, {}).get(m)), None)
-        if why or (args.only and args.only not in name and not name.startswith("iperf3")):
-            if why:
-                print(f"# left out {name!r}: {why}", file=sys.stderr)
+        if why:
+            print(f"# left out {name!r}: {why}", file=sys.stderr)
             del configs[name]
+    if args.only:  # the configurations named, and the iperf3 runs they are compared with
+        keep = {name for name in configs if args.only in name}
+        keep |= {peers[name] for name in keep if name in peers}
+        for name in list(configs):
+            if name not in keep:
+                del configs[name]
     samples: "dict[str, list[dict[str, float]]]" = {k: [] for k in configs}
     try:
         for rep in range(args.reps):
@@ -211,8 +229,7 @@ def main() -> int:
         print(f"{k:32s} {v['gbps']:7.2f} {cpu(v['send_cpu']):>9s} {cpu(v['send_host']):>9s} "
               f"{cpu(v['recv_cpu']):>9s} {cpu(v['recv_host']):>9s} {lo:7.2f}..{hi:<7.2f}  {', '.join(zc)}")
     print()
-    for ours, peer in (("send write (mem)", "iperf3"), ("send sendfile", "iperf3 -Z"),
-                       ("write -> read, 4 streams", "iperf3 -P 4"), ("send io_uring (mem)", "send write (mem)"),
+    for ours, peer in (*peers.items(), ("send io_uring (mem)", "send write (mem)"),
                        ("send io_uring_zc (mem)", "send msg_zerocopy (mem)"),
                        ("recv io_uring -> /dev/null", "recv read -> /dev/null"),
                        ("recv zerocopy_recv <- msg_zc", "recv read -> /dev/null")):

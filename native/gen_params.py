@@ -2,7 +2,8 @@
 
 The C side of a worker parameter or metric is not written by hand: this file turns the tables into
   * the structs zc_params and zc_metrics (plain declarations, also fed to cffi's cdef: `cdef_text`);
-  * the ZC_<KEY>_<CHOICE> constants of the choices held as an int (sink_state);
+  * the ZC_<KEY>_<CHOICE> constants of the choices held as an int (sink_state, mmap_grain, ...) and their
+    range checks (ZC_PARAM_CHOICES);
   * X-macro lists the C core expands: ZC_PARAM_DEFAULTS (zc_params_init), ZC_PARAM_LIMITS_* (the range
     checks of validate.c, with the table's limits and the message wording of zcorch.params.limit_problem)
     ZC_METRIC_COMBINE (how totals.c combines the streams' metrics: Metric.combine) and ZC_MODE_LIST (the
@@ -27,7 +28,7 @@ CDEF_END = "/* cdef:end */"
 _HEAD_FIELDS = """    int side;                  /* ZC_SIDE_SEND / ZC_SIDE_RECV */
     const char *host;          /* send: address to connect to; recv: address to listen on */
     int port;                  /* recv: 0 = ephemeral */"""
-_TAIL_FIELDS = """    const int *cpus;           /* --cpus, with ncpus > 0: stream i runs on cpus[i % ncpus] (instead of cpu) */
+_TAIL_FIELDS = """    const int *cpus;           /* --cpus, with ncpus > 0: thread t runs on cpus[t % ncpus] (instead of cpu) */
     int ncpus;
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
     uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
@@ -114,6 +115,12 @@ def generate(t) -> str:
                 out.append(f"    X({p.dest}, {_c_literal(p.flag)}, {_c_literal(p.min)}, {_c_literal(p.max)}, "
                            f"{int(p.c_unset is not None)}, {_c_literal(unset)}, {_c_literal(text)}) \\")
         out.append("")
+    out.append("/* X(field, flag, count): the fields holding a choice as its index (ZC_<FIELD>_<CHOICE>): 0..count-1 */")
+    out.append("#define ZC_PARAM_CHOICES(X) \\")
+    for p in fields:
+        if p.kind == "choice" and p.ctype == "int":
+            out.append(f"    X({p.dest}, {_c_literal(p.flag)}, {len(p.choices)}) \\")
+    out.append("")
     out.append("/* X(side, name): every compiled mode, the send_mode and recv_mode choices of the table in their order")
     out.append(" * (registry.c expands it: each name is a native/modes/<side>_<name>.c filling zc_<side>_<name>_ops) */")
     out.append("#define ZC_MODE_LIST(X) \\")

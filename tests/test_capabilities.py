@@ -22,11 +22,11 @@ from zcorch.worker import native  # noqa: E402
 
 EXPECTED = {
     "send": {
-        "write": set(),
+        "write": {"refill"},
         "mmap": {"file_source", "mappable_source"},
         "sendfile": {"file_source"},
         "splice": {"file_source", "pipe"},
-        "vmsplice": {"pipe", "gift"},
+        "vmsplice": {"pipe", "gift", "grain"},
         "msg_zerocopy": {"zc_completions", "kernel_feature"},
         "io_uring": {"kernel_feature", "uring"},
         "io_uring_zc": {"zc_completions", "kernel_feature", "uring"},
@@ -55,7 +55,7 @@ def all_modes(side: str) -> "list[str]":
 def test_capability_names_are_stable_and_in_bit_order():
     assert native.capability_names() == ("file_source", "mappable_source", "file_sink", "pipe", "gift",
                                          "zc_completions", "kernel_feature", "no_sink", "zc_recv", "uring",
-                                         "one_stream")
+                                         "one_stream", "grain", "refill")
     # only single ZC_CAP_* bits have a name
     for value in (0, 3, native.lib.ZC_CAP_ALL + 1):
         assert native.lib.zc_cap_name(value) == native.ffi.NULL
@@ -67,7 +67,7 @@ def test_capability_table_of_every_mode():
     assert [list(modes) for modes in table.values()] == [all_modes("send"), all_modes("recv")]  # registry order
     assert all(isinstance(c, frozenset) for modes in table.values() for c in modes.values())
     table["send"]["write"] = frozenset({"x"})  # callers get a copy: the cache stays intact
-    assert caps("send", "write") == frozenset()
+    assert caps("send", "write") == frozenset({"refill"})
 
 
 def test_unknown_modes_through_the_c_api():

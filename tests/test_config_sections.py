@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 
 from zcorch.config.baselines import BASELINES_OFF, Baselines, DdBaseline, Iperf3Baseline
+from zcorch.config.baselines.dd import KIND as DD
 from zcorch.config.filesystems import FilesystemConfig, filesystems_from_mapping
 from zcorch.config.hosts import DEFAULT_WORKDIR, LOCALHOST, Hosts, HostSpec
 from zcorch.errors import ConfigError
@@ -124,5 +125,10 @@ def test_baselines_from_plain_data():
         Baselines.from_mapping({"iperf3": {"per": "cell"}})
     with pytest.raises(ConfigError, match="baselines.dd.bs"):
         Baselines.from_mapping({"dd": {"bs": "lots"}})
+    # dd repeats: an interval for claims about a study's dd; the plan's estimate counts them
+    assert Baselines.from_mapping({"dd": {"repeats": 3}}).dd == DdBaseline(repeats=3)
+    assert DD.estimate(DdBaseline(repeats=3), [{"filesystem": "a"}, {"filesystem": "b"}], 1e9, 0).tests == 12
+    with pytest.raises(ConfigError, match="baselines.dd.repeats"):
+        Baselines.from_mapping({"dd": {"repeats": 0}})
     with pytest.raises(ConfigError, match="baselines.iperf3.port: unknown key"):
         Baselines.from_mapping({"iperf3": {"port": 5202}})

@@ -178,3 +178,58 @@ def test_lab_inventory_reads_back_as_the_lab_hosts(tmp_path):
     # one function writes both: the role lines are the same text, indented differently
     role_lines = [line.strip() for line in layout.hosts_yaml().splitlines()[1:]]
     assert role_lines == [line.strip() for line in layout.inventory_yaml().splitlines()[2:]]
+
+
+FLEET = """\
+pairs:
+  a: {sender: {ssh: root@10.77.1.2, data_address: 10.78.1.2}, receiver: {ssh: root@10.77.1.3, data_address: 10.78.1.3},
+      shares: tor1}
+  b: {sender: {ssh: root@10.77.2.2, data_address: 10.78.2.2}, receiver: {ssh: root@10.77.2.3, data_address: 10.78.2.3},
+      shares: [tor1, uplink]}
+  c: localhost
+"""
+
+
+def test_shares_are_part_of_the_pair_and_not_of_its_hosts(tmp_path):
+    path = write(tmp_path, FLEET)
+    inv = load_inventory(path)
+    assert inv.shares == {"a": ("tor1",), "b": ("tor1", "uplink")}
+    assert inv.pair("b").shares == ("tor1", "uplink") and inv.pair("c").shares == ()
+    assert inv.pairs["a"].sender.ssh == "root@10.77.1.2"   # `shares` did not reach the hosts parser
+    assert "shares" not in inv.pair("a").record()           # the manifest's inventory record is unchanged
+
+
+def test_fleet_selection_in_the_order_given_all_in_file_order(tmp_path):
+    from zcorch.config.inventory import is_fleet_spec, select_pairs
+
+    path = write(tmp_path, FLEET)
+    assert is_fleet_spec(f"{path}:a,b") and is_fleet_spec(f"{path}:all")
+    assert not is_fleet_spec(f"{path}:a") and not is_fleet_spec(path) and not is_fleet_spec(None)
+    _, pairs = select_pairs(f"{path}:b,a")
+    assert [p.pair for p in pairs] == ["b", "a"]
+    inv, pairs = select_pairs(f"{path}:all")
+    assert [p.pair for p in pairs] == ["a", "b", "c"] and inv.path == path
+    with pytest.raises(ConfigError) as info:
+        select_pairs(f"{path}:a,x,a,")
+    assert "an empty pair name" in info.value.problems[0]
+    with pytest.raises(ConfigError) as info:
+        select_pairs(f"{path}:a,x,a")
+    assert any("pair `a` is named twice" in p for p in info.value.problems)
+    assert any("no pair `x`" in p for p in info.value.problems)
+    with pytest.raises(ConfigError, match="by `zcorch run` only"):
+        select(f"{path}:a,b")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("pairs:\n  all: localhost\n", "2:3: pairs.all: `all` is reserved"),
+    ("pairs:\n  a: {sender: {ssh: h, data_address: 10.0.0.1}, receiver: {ssh: i, data_address: 10.0.0.2},"
+     " shares: [ok, 'bad name']}\n", "2:106: pairs.a.shares: `bad name` is not a valid name"),
+    ("pairs:\n  a: {sender: {ssh: h, data_address: 10.0.0.1}, receiver: {ssh: i, data_address: 10.0.0.2},"
+     " shares: {x: 1}}\n", "pairs.a.shares: expected a name or a list of names"),
+    ("pairs:\n  a: {sender: {ssh: h, data_address: 10.0.0.1}, receiver: {ssh: i, data_address: 10.0.0.2},"
+     " share: x}\n", "pairs.a.share: unknown key `share`"),
+])
+def test_bad_shares_name_file_line_and_key(tmp_path, text, message):
+    path = write(tmp_path, text)
+    found = problems(path)
+    assert any(message in p for p in found), found

@@ -73,8 +73,8 @@ def test_every_numeric_worker_parameter_has_limits_and_a_c_field_or_a_reason():
     for p in NUMERIC:
         assert p.min is not None and p.max is not None and p.min <= p.max, p.key
         assert p.c_unset is None or not p.min <= p.c_unset <= p.max, p.key  # "unset" is never a value
-        # a C field, or the replaced parameter's (send_buffer), or none: the watch's interval
-        assert p.ctype is not None or p.replaces or p.key == "sample_interval", p.key
+        # a C field, or the replaced parameter's (send_buffer), or none: the watch's interval, the idle probe (Python)
+        assert p.ctype is not None or p.replaces or p.key in ("sample_interval", "idle_probe"), p.key
     assert table.limit_problem(table.param("streams"), 300) == "expected an integer between 1 and 256, got 300"
 
 

@@ -54,7 +54,7 @@ def test_the_section_shows_published_and_measured_side_by_side(small_set):
     assert "<td class=\"num\">854 MB/s</td>" in section
     assert "<td class=\"num\">0.99 × iperf3</td>" in section               # 854 MB/s = 6.83 of 6.9 Gbit/s
     # the pinned cell failed every run: inconclusive, with the reason on the line
-    assert re.search(r'class="verdict inconclusive">inconclusive</td><td>measured \(this run\): a all 3 runs failed',
+    assert re.search(r'class="verdict inconclusive">inconclusive</td><td>–</td><td>measured \(this run\): a all 3 runs failed',
                      html.unescape(section)), section
 
 

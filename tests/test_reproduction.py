@@ -2,6 +2,7 @@
 inconclusive, normalisation to each setup's baseline, units."""
 from __future__ import annotations
 
+import os
 import textwrap
 
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 from zcorch.analysis import reproduction as rp
 from zcorch.config.experiment import reference_of
 from zcorch.errors import ConfigError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 REF = """\
 reference:
@@ -159,3 +162,21 @@ def test_a_zero_denominator_reads_as_infinity(ref):
     rows = runs("w", "write", [400, 410, 420], [0, 0, 0]) + runs("s", "splice", [1000, 1010, 1020], [9, 10, 11])
     claim = {r.claim.says: r for r in rp.claims(pd.DataFrame(rows), ref)}["splice stime at most half"]
     assert claim.verdict == rp.FAILS and "a/b = ∞" in claim.evidence
+
+
+def test_a_total_of_a_cell_the_run_left_out_is_not_run_not_bytes_missing(frame, baselines):
+    # `--set send_mode=vmsplice` on the zero-copy study: its write figures give the study's bytes
+    # (reference.bytes), so the ratio column says the cell was not run, not that the bytes are missing
+    text = open(f"{REPO}/experiments/zero-copy-output-2011.yaml").read()
+    ref = reference_of(text, "zero-copy-output-2011.yaml")
+    only_vmsplice = frame[frame["cell"] == "v"].assign(bytes=65536000000)
+    rows = {r[0]: r for r in rp.figure_table(rp.figures(only_vmsplice, baselines, ref))}
+    left_out = rows["xmit send(): sys"]
+    assert left_out[5] == "not in this run" and left_out[7] == "– (not run in this set)"
+    assert "bytes are not given" not in " ".join(" ".join(r) for r in rows.values())
+    ran = rows["xmit vmsplice() -> splice(): sys"]
+    assert ran[7] == "0.15"             # 1 s of the study's 6.864 s, the same bytes: compared as they are
+    # a study that gives no bytes, for a cell that did run: then (and only then) the bytes are missing
+    no_bytes = reference_of(text.replace("  bytes: 65536000000        # per transfer", "  # (no bytes)"), "z.yaml")
+    ran = {r[0]: r for r in rp.figure_table(rp.figures(frame, baselines, no_bytes))}
+    assert ran["xmit vmsplice() -> splice(): sys"][7] == "– (a total: the study's bytes are not given)"

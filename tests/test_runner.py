@@ -188,7 +188,7 @@ def test_streams_and_the_modern_modes_through_the_runner(tmp_path, tag):
     from zcorch.worker import native
 
     unavailable = native.unavailable_modes()
-    cells = [base_params(send_mode="write", recv_mode="read", streams=3, bytes=3 * 2**20 + 7),
+    cells = [base_params(send_mode="write", recv_mode="read", streams=3, threads=2, bytes=3 * 2**20 + 7),
              base_params(send_mode="msg_zerocopy", recv_mode="read", streams=2, send_cpus="0", bytes=2**20)]
     for send_mode, recv_mode in (("io_uring_zc", "zerocopy_recv"), ("io_uring", "io_uring")):
         if send_mode not in unavailable["send"] and recv_mode not in unavailable["recv"]:
@@ -202,6 +202,12 @@ def test_streams_and_the_modern_modes_through_the_runner(tmp_path, tag):
             assert len(streams) == params["streams"] and sum(s["bytes"] for s in streams) == params["bytes"]
             assert rec[side]["bytes"] == params["bytes"] and rec[side]["params"]["streams"] == params["streams"]
         assert "--streams" in (tmp_path / "rs" / rec["log"]).read_text()
+    # the threads each side ran its streams on, as the worker resolved them: given (2), one per CPU of
+    # send_cpus (1), auto unpinned (per stream, at most the CPUs)
+    records = rs.runs()
+    assert [records[0][side]["params"]["threads"] for side in ("sender", "receiver")] == [2, 2]
+    assert records[1]["sender"]["params"]["threads"] == 1
+    assert records[1]["receiver"]["params"]["threads"] == min(2, len(os.sched_getaffinity(0)))
     frame = load(str(tmp_path / "rs"))
     assert list(frame["streams"]) == [c["streams"] for c in cells]
     assert frame["send_bytes"].tolist() == [c["bytes"] for c in cells]

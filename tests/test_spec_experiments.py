@@ -7,6 +7,7 @@ import os
 import pytest
 
 from zcorch.config.inventory import select
+from zcorch.config.reference import baseline_match_keys
 from zcorch.errors import ConfigError
 from zcorch.lab.netns import LabLayout
 from zcorch.plan import load_plan
@@ -95,8 +96,13 @@ def test_every_study_carries_its_published_reference(path, lab_inventory):
     assert ref is not None and ref.source.title and ref.source.venue and ref.setup   # the README gives no date
     assert ref.claims, "a study's findings are its claims"
     cells = [c.params for c in plan.cells]
-    for label, match in ref.matches():
-        assert sum(match.selects(p) for p in cells) == 1, label
+    for label, match, of in ref.matches_of():
+        hits = [p for p in cells if match.selects(p)]
+        if of:   # a baseline's figure: the cells of one configuration of its kind (dd: one filesystem)
+            keys = baseline_match_keys(of)
+            assert hits and all(len({str(p.get(k)) for p in hits}) == 1 for k in keys), label
+        else:
+            assert len(hits) == 1, label
     text = open(path).read()
     assert "/work/" not in text and "seeds" not in text
     assert f"{len(ref.figures)} published figures, {len(ref.claims)} claims" in render(plan)

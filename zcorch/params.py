@@ -128,7 +128,8 @@ PARAMS: "tuple[Param, ...]" = (
     Param("subblocks", "int", 1, "both", "--subblocks", "calls per buffer (at most `buffer`)", min=1,
           max=BUFFER_MAX, ctype="int", cell_rule=True),
     Param("pipe_size", "size", None, "both", "--pipe-size",
-          "F_SETPIPE_SZ of the splice/vmsplice pipe (auto: raised to one sub-block if smaller)",
+          "F_SETPIPE_SZ of the splice/vmsplice pipe (auto: raised to one call's bytes if smaller: a sub-block, "
+          "the buffer with `splice_grain: whole`)",
           unit="B", min=1, max=INT_MAX, unset="auto", ctype="uint64_t", c_unset=0),
     Param("send_cpu", "cpu", None, "send", "--cpu", "CPU to pin the sender's transfer to", min=0, max=CPU_MAX,
           unset="null", ctype="int", c_unset=-1),
@@ -136,6 +137,20 @@ PARAMS: "tuple[Param, ...]" = (
           max=CPU_MAX, unset="null", ctype="int", c_unset=-1),
     Param("gift", "bool", False, "both", "--gift", "SPLICE_F_GIFT (vmsplice modes only)", ctype="int",
           cell_rule=True),
+    # The splice-write-benchmark's LARGE_MMAP / LARGE_VECIO and its write path's memset: the study's rows differ
+    # only in these, so each row is a cell of its own (experiments/splice-write-benchmark.yaml).
+    Param("mmap_grain", "choice", "whole", "send", "--mmap-grain",
+          "send `vmsplice` with fresh buffers (`gift`, or a file source): one mapping per buffer (`whole`) or one "
+          "per sub-block (`subblock`), each filled, spliced and unmapped",
+          choices=("whole", "subblock"), noun="granularity", id_omit_default=True, ctype="int", cell_rule=True),
+    Param("splice_grain", "choice", "subblock", "send", "--splice-grain",
+          "send `vmsplice`: one vmsplice()+splice() per sub-block (`subblock`) or per buffer (`whole`: one "
+          "vmsplice of every sub-block's iovec, at most IOV_MAX of them a call)",
+          choices=("whole", "subblock"), noun="granularity", id_omit_default=True, ctype="int", cell_rule=True),
+    Param("refill", "bool", False, "send", "--refill",
+          "send `write` from source `mem`: every sub-block of the buffer is written anew (a copy of the pattern: "
+          "the stores of a memset) before its write(), on every iteration",
+          id_omit_default=True, ctype="int", cell_rule=True),
     Param("fsync", "bool", False, "recv", "--fsync", "fsync the sink inside the timed region (file sinks only)",
           ctype="int", cell_rule=True),
     Param("source", "path", "mem", "send", "--source",
@@ -155,16 +170,24 @@ PARAMS: "tuple[Param, ...]" = (
           "the sink file before the run: created fresh, preallocated, or overwritten (file sinks only)",
           choices=("fresh", "preallocated", "overwrite"), noun="sink state", ctype="int", cell_rule=True),
     Param("streams", "int", 1, "both", "--streams",
-          "parallel TCP connections per run, one thread per stream on each side, each moving its own slice of "
-          "the data (4 KiB-aligned) to the same offsets of the sink", min=1, max=256, id_omit_default=True,
+          "parallel TCP connections per run, each moving its own slice of the data (4 KiB-aligned) to the same "
+          "offsets of the sink; `threads` says how many threads run them", min=1, max=256, id_omit_default=True,
           ctype="int", cell_rule=True),
+    Param("threads", "int", None, "both", "--threads",
+          "threads per side running the streams (stream i on thread i mod threads; a thread of several streams "
+          "multiplexes their nonblocking sockets with epoll, io_uring rings included); thread t runs on CPU t of "
+          "`send_cpus`/`recv_cpus` (round robin), else on `send_cpu`/`recv_cpu`. auto: one per CPU of "
+          "`send_cpus`/`recv_cpus`, one with `send_cpu`/`recv_cpu`, else one per stream; never more than the "
+          "streams nor the CPUs the worker may run on. A value above `streams` is capped at it (a thread "
+          "without a stream has nothing to run); each worker records the number it ran in its params",
+          min=1, max=256, unset="auto", id_omit_default=True, ctype="int", c_unset=0),
     Param("send_cpus", "cpus", None, "send", "--cpus",
-          "CPUs for the sender's streams: stream i runs on the i-th (round robin); when given, the transfers "
-          "run there rather than on `send_cpu`",
+          "CPUs for the sender's threads: thread t runs on the t-th (round robin; with `threads` auto, one "
+          "thread per CPU, so stream i on the i-th); when given, the transfers run there rather than on `send_cpu`",
           unset="null", id_omit_default=True),
     Param("recv_cpus", "cpus", None, "recv", "--cpus",
-          "CPUs for the receiver's streams: stream i runs on the i-th (round robin); when given, the transfers "
-          "run there rather than on `recv_cpu`",
+          "CPUs for the receiver's threads: thread t runs on the t-th (round robin; with `threads` auto, one "
+          "thread per CPU, so stream i on the i-th); when given, the transfers run there rather than on `recv_cpu`",
           unset="null", id_omit_default=True),
     Param("uring_depth", "int", 8, "both", "--uring-depth",
           "io_uring modes: sub-blocks per submission, sent as one linked chain (send); provided buffers, "
@@ -179,6 +202,12 @@ PARAMS: "tuple[Param, ...]" = (
           "interval of the per-run samples (bytes, process and host CPU, TCP_INFO), kept for transfers that "
           "last at least 3 intervals; null = no samples", unit="s", min=DURATION_MIN, max=DURATION_MAX,
           unset="null", worker_absent="none", id_omit_default=True),
+    Param("idle_probe", "duration", None, "both", "--idle-probe",
+          "before its transfer each worker reads the host's /proc/stat twice this far apart and records the share "
+          "of the host's CPU time that was idle (`host_idle_before`): whether other work was running. The receiver "
+          "probes before it listens, the sender before it connects, so neither window holds the other's "
+          "transfer; null = no probe", unit="s", min=DURATION_MIN, max=60.0, unset="null", worker_absent="none",
+          id_omit_default=True),
     Param("network", "name", None, "controller", None,
           "the name of an entry under `networks:` (MTU of the data link, congestion control, sysctls), applied "
           "on both hosts for the cell and restored after; null leaves the hosts' network as it is",
@@ -442,6 +471,9 @@ METRICS: "tuple[Metric, ...]" = (
           "TCP segments received in the host's network namespace (/proc/net/snmp InSegs)", "total"),
     _host("host_pgfault", "count", "page faults on the host (/proc/vmstat pgfault)", "total"),
     _host("host_pgmajfault", "count", "major page faults on the host (/proc/vmstat pgmajfault)", "total"),
+    _host("host_idle_before", "share",
+          "share (0..1) of the host's CPU time that was idle (idle + iowait) over the `idle_probe` window just "
+          "before the worker started: 1 = a quiet machine, near 0 = every CPU busy with other work", "level"),
     _host("host_boot_id", "id",
           "the kernel's boot id (not a delta): the same on both sides = one machine, whose host CPU counts once"),
 )

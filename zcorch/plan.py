@@ -469,8 +469,9 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
     """How long `zcorch run` should take, from stated assumptions (see Estimate.explain); each baseline
     kind estimates its own share (zcorch.config.baselines)."""
     by_id = {c.id: c.params for c in plan.cells}
-    per_cell = {cid: p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"])
-                for cid, p in by_id.items()}
+    # each run: its transfer, after the receiver's and then the sender's idle probe (one after the other)
+    per_cell = {cid: (p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"]))
+                + 2 * (p.get("idle_probe") or 0) for cid, p in by_id.items()}
     transfer = sum(per_cell[r.id] for r in plan.runs)
     over = overhead * len(plan.runs)
     shares = tuple((kind.name, kind.estimate(conf, list(by_id.values()), rate, overhead))

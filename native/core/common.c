@@ -5,12 +5,15 @@
  * out (EAGAIN) we check the overall deadline and either fail with ETIMEDOUT or re-arm the timeout
  * (shortened to what is left). Every chunk also compares the vDSO clock with the deadline, so a
  * peer trickling data cannot stretch the transfer either. A stalled (SIGSTOPped) or dead peer thus
- * ends the transfer at most one slice after the deadline.
+ * ends the transfer at most one slice after the deadline. A stream sharing its thread with others
+ * (core/mux.c) has a nonblocking socket instead: EAGAIN parks it until epoll says the socket is ready.
  */
 #include "zc_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,6 +73,8 @@ int64_t zc_now_ns(void)
 
 int zc_check_deadline(zc_ctx *c, const char *doing)
 {
+    if (c->fiber) /* the top of every chunk loop: a stream sharing its thread takes its turn here */
+        zc_fiber_share(c);
     if (zc_now_ns() < c->deadline_ns)
         return 0;
     return zc_fail(c, ETIMEDOUT, "timed out after %gs while %s (%llu bytes moved; is the peer stalled or gone?)",
@@ -125,23 +130,28 @@ int zc_io_retry(zc_ctx *c, const char *doing)
         return 1;
     if (errno != EAGAIN && errno != EWOULDBLOCK)
         return 0;
+    if (c->fiber) /* a nonblocking socket of a shared thread: park until it is ready again */
+        return zc_fiber_wait(c, c->sock, POLLIN | POLLOUT, doing) < 0 ? -1 : 1;
     return zc_after_eagain(c, doing) < 0 ? -1 : 1;
 }
 
-int zc_open_pipe(zc_ctx *c)
+int zc_open_pipe(zc_ctx *c) { return zc_open_pipe_for(c, c->sub); }
+
+int zc_open_pipe_for(zc_ctx *c, size_t unit)
 {
     /* the flag tells the planner that pipe_size applies: a mode must not use a pipe without it */
     if (!(c->ops->caps & ZC_CAP_PIPE))
         return zc_fail(c, EINVAL, "opens a pipe but does not declare ZC_CAP_PIPE (bug)");
     if (pipe2(c->pipe, O_CLOEXEC) < 0)
         return zc_fail_errno(c, "pipe2");
-    /* auto: at least one sub-block, so a splice/vmsplice pair moves a whole sub-block; the
-     * kernel rounds up to a power-of-two number of pages. An explicit size is applied or fails. */
+    /* auto: at least one unit (a sub-block, or what the mode moves per call), so a splice/vmsplice pair
+     * moves a whole one; the kernel rounds up to a power-of-two number of pages. An explicit size is
+     * applied or fails. */
     size_t want = c->p->pipe_size;
     int explicit_size = want != 0;
     if (!explicit_size) {
         int cur = fcntl(c->pipe[1], F_GETPIPE_SZ);
-        want = (cur > 0 && (size_t)cur >= c->sub) ? 0 : c->sub;
+        want = (cur > 0 && (size_t)cur >= unit) ? 0 : unit;
     }
     if (want) {
         if (want > (size_t)0x7fffffff)
@@ -310,24 +320,48 @@ int zc_splice_all(zc_ctx *c, int in, loff_t *off_in, int out, loff_t *off_out, s
 
 int zc_vmsplice_out(zc_ctx *c, const unsigned char *buf, size_t len, int out, loff_t *off_out)
 {
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    return zc_vmsplice_iov_out(c, &iov, 1, out, off_out);
+}
+
+int zc_vmsplice_iov_out(zc_ctx *c, struct iovec *iov, size_t n, int out, loff_t *off_out)
+{
     unsigned flags = c->p->gift ? SPLICE_F_GIFT : 0;
     const char *what = out == c->sock ? "splice pipe -> socket" : "splice pipe -> sink";
-    while (len) {
-        struct iovec iov = {.iov_base = (void *)buf, .iov_len = zc_min(c->pipe_cap, len)};
-        ssize_t n = vmsplice(c->pipe[1], &iov, 1, flags);
-        if (n < 0) {
+    while (n) {
+        if (!iov->iov_len) {
+            iov++;
+            n--;
+            continue;
+        }
+        /* one buffer: at most a pipe-full a call (the pipe takes no more before it is drained) */
+        size_t whole = iov->iov_len;
+        if (n == 1)
+            iov->iov_len = zc_min(c->pipe_cap, whole);
+        ssize_t got = vmsplice(c->pipe[1], iov, n < IOV_MAX ? n : IOV_MAX, flags);
+        if (n == 1)
+            iov->iov_len = whole;
+        if (got < 0) {
             if (errno == EINTR)
                 continue;
             return zc_fail_errno(c, "vmsplice into the pipe");
         }
-        if (n == 0)
+        if (got == 0)
             return zc_fail(c, EIO, "vmsplice into the pipe moved nothing");
-        if (zc_splice_all(c, c->pipe[0], NULL, out, off_out, (size_t)n, SPLICE_F_MOVE, what) < 0)
+        if (zc_splice_all(c, c->pipe[0], NULL, out, off_out, (size_t)got, SPLICE_F_MOVE, what) < 0)
             return -1;
-        buf += n;
-        len -= n;
         if (out == c->sock)
-            c->done += n;
+            c->done += got;
+        for (size_t left = (size_t)got; left;) {   /* advance past what moved */
+            size_t take = zc_min(left, iov->iov_len);
+            iov->iov_base = (unsigned char *)iov->iov_base + take;
+            iov->iov_len -= take;
+            left -= take;
+            if (!iov->iov_len) {
+                iov++;
+                n--;
+            }
+        }
     }
     return 0;
 }

@@ -5,15 +5,48 @@
  * the source and writes them at the same offsets of the sink, so the result is the one-stream file, byte
  * for byte (zc_stream_slice). Everything untimed (opening, connecting, hellos, mode set-up) happens in the
  * calling thread (lifecycle.c); the threads pin themselves (--cpu / --cpus), wait at the gate until all
- * exist, then run the timed transfers. Today a thread runs one stream (zc_thread.first, .count = 1): the
- * per-stream state is all in the zc_ctx, so a thread could multiplex several later.
+ * exist, then run the timed transfers. --threads T: stream i runs on thread i mod T; a thread of one
+ * stream runs it with blocking calls, a thread of several multiplexes them (mux.c).
  */
 #include "zc_core.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static int distinct_cpus(const zc_params *p)
+{
+    int k = 0;
+    for (int i = 0; i < p->ncpus; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++)
+            seen = p->cpus[j] == p->cpus[i];
+        k += !seen;
+    }
+    return k;
+}
+
+int zc_threads_effective(const zc_params *p)
+{
+    int n = p->streams > 0 ? p->streams : 1, t = p->threads;
+    if (t <= 0) {
+        if (p->ncpus > 0 && p->cpus) {
+            t = distinct_cpus(p);
+        } else if (p->cpu >= 0) {
+            t = 1;
+        } else {
+            cpu_set_t set;
+            t = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : n;
+            if (t > n)
+                t = n;
+        }
+    }
+    if (t > n)
+        t = n;
+    return t < 1 ? 1 : t;
+}
 
 zc_group *zc_group_new(const zc_params *p, zc_error *err)
 {
@@ -43,6 +76,7 @@ zc_group *zc_group_new(const zc_params *p, zc_error *err)
     }
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->cond, NULL);
+    g->nthreads = zc_threads_effective(p);
     for (int i = 0; i < n; i++) {
         g->params[i] = *p;                /* --fsync: the group fsyncs the sink once, after every stream */
         g->params[i].stream_metrics = NULL;
@@ -51,13 +85,15 @@ zc_group *zc_group_new(const zc_params *p, zc_error *err)
         g->ctx[i].stream = i;
         g->ctx[i].nstreams = n;
         g->ctx[i].group = g;
+        /* thread i % T runs streams i, i + T, ...: shared when there is a next one or a previous one */
+        g->ctx[i].shared = i + g->nthreads < n || i >= g->nthreads;
     }
     return g;
 }
 
 void zc_group_free(zc_group *g)
 {
-    for (int i = 0; i < g->n; i++)
+    for (int i = g->n - 1; i >= 0; i--) /* stream 0 last: the others may use its pattern ring until then */
         zc_ctx_cleanup(&g->ctx[i]);
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->cond);
@@ -96,39 +132,66 @@ int zc_group_error(zc_group *g, zc_error *err)
     return -1;
 }
 
-/* What one thread runs: streams [first, first + count) of its group. */
+/* What one thread runs: streams first, first + stride, ... (count of them) of its group. */
 typedef struct zc_thread {
     zc_group *g;
-    int first, count;
+    int first, count, stride;
     pthread_t tid;
 } zc_thread;
 
-/* A thread: pin (to its first stream's CPU), wait at the gate, run its streams' transfers. */
+/* Every stream of the thread fails as `why` did (a thread that could not pin or ready its streams). */
+static void fail_all(zc_thread *t, const zc_error *why, int64_t when)
+{
+    zc_group *g = t->g;
+    for (int k = 0, i = t->first; k < t->count; k++, i += t->stride) {
+        if (&g->errs[i] != why)
+            g->errs[i] = *why;
+        g->rc[i] = -1;
+        g->tfail[i] = when;
+    }
+}
+
+/* A thread: pin (as thread `first` of the group), ready its streams, wait at the gate, run them. */
 static void *thread_main(void *arg)
 {
     zc_thread *t = arg;
     zc_group *g = t->g;
-    int pinned = zc_pin_cpu(&g->ctx[t->first]);
+    zc_ctx *c0 = &g->ctx[t->first];
+    int rc = zc_pin_cpu(c0, t->first);
+    zc_mux *mux = NULL;
+    int idx[256]; /* the table caps --streams at 256 */
+    int n = 0;
+    for (int i = t->first; n < t->count && n < (int)(sizeof idx / sizeof idx[0]); i += t->stride)
+        idx[n++] = i;
+    const zc_error *why = c0->err;
+    if (rc == 0 && n > 1 && zc_mux_prepare(&mux, g, idx, n) < 0) {
+        rc = -1;
+        for (int k = 0; k < n; k++)
+            if (g->ctx[idx[k]].err->code) {
+                why = g->ctx[idx[k]].err;
+                break;
+            }
+    }
     pthread_mutex_lock(&g->lock);
     while (g->go == 0)
         pthread_cond_wait(&g->cond, &g->lock);
     int go = g->go;
     pthread_mutex_unlock(&g->lock);
-    for (int i = t->first; i < t->first + t->count; i++) {
-        zc_ctx *c = &g->ctx[i];
-        int rc;
-        if (go < 0) {
-            rc = zc_fail(c, EAGAIN, "another stream's thread could not be created");
-            g->rc[i] = rc;
-            g->tfail[i] = INT64_MAX;
-            continue;
+    if (go < 0) {
+        for (int k = 0; k < n; k++) {
+            g->rc[idx[k]] = zc_fail(&g->ctx[idx[k]], EAGAIN, "another stream's thread could not be created");
+            g->tfail[idx[k]] = INT64_MAX;
         }
-        rc = pinned < 0 ? pinned : zc_stream_transfer(c);
-        if (pinned < 0 && i != t->first)
-            *c->err = *g->ctx[t->first].err;
-        g->rc[i] = rc;
-        g->tfail[i] = rc ? zc_now_ns() : 0;
+    } else if (rc < 0) {
+        fail_all(t, why, zc_now_ns());
+    } else if (mux) {
+        zc_mux_run(mux);
+    } else {
+        rc = zc_stream_transfer(c0);
+        g->rc[t->first] = rc;
+        g->tfail[t->first] = rc ? zc_now_ns() : 0;
     }
+    zc_mux_free(mux);
     return NULL;
 }
 
@@ -142,8 +205,8 @@ const zc_ctx *zc_group_stream(const zc_ctx *c, int i) { return c->group ? &c->gr
  * after the span (the receiver after its fsync), whatever the outcome. */
 void zc_group_run(zc_group *g, int64_t *t0, int64_t *t1)
 {
-    zc_thread *th = calloc((size_t)g->n, sizeof *th);
-    int nthreads = g->n, started = 0;
+    int nthreads = g->nthreads, started = 0;
+    zc_thread *th = calloc((size_t)nthreads, sizeof *th);
     *t0 = *t1 = 0;
     if (!th) {
         for (int i = 0; i < g->n; i++)
@@ -151,11 +214,13 @@ void zc_group_run(zc_group *g, int64_t *t0, int64_t *t1)
         return;
     }
     for (; started < nthreads; started++) {
-        th[started] = (zc_thread){.g = g, .first = started, .count = 1};
+        int count = g->n / nthreads + (started < g->n % nthreads);
+        th[started] = (zc_thread){.g = g, .first = started, .count = count, .stride = nthreads};
         int e = pthread_create(&th[started].tid, NULL, thread_main, &th[started]);
         if (e) {
             errno = e;
-            g->rc[started] = zc_fail_errno(&g->ctx[started], "pthread_create for stream %d", started);
+            zc_fail_errno(&g->ctx[started], "pthread_create for stream %d", started);
+            fail_all(&th[started], g->ctx[started].err, zc_now_ns());
             break;
         }
     }

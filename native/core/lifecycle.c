@@ -34,8 +34,14 @@ static int send_prepare(zc_group *g, const zc_params *p)
                 rc = zc_fail_errno(c, "lseek of source %s to the stream's offset %llu", p->source,
                                    (unsigned long long)off);
         }
-        if (rc == 0 && c->src_mem)
+        if (rc == 0 && c->src_mem && i == 0)
             rc = zc_mem_ring_init(c);
+        if (rc == 0 && c->src_mem && i > 0) { /* one pattern ring for the group: read-only once filled, so
+                                                * the streams share it (one cache footprint, not one each) */
+            c->mem_ring = g->ctx[0].mem_ring;
+            c->mem_ring_len = g->ctx[0].mem_ring_len;
+            c->mem_ring_borrowed = 1;
+        }
         if (rc == 0)
             rc = c->ops->setup(c);
         g->rc[i] = rc;

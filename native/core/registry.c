@@ -47,7 +47,7 @@ const zc_mode_ops *zc_find_mode(int side, const char *name)
 /* Stable names: they reach Python, the worker's info event and the planner; never rename one. */
 static const char *const zc_cap_names[] = {
     "file_source", "mappable_source", "file_sink", "pipe", "gift", "zc_completions", "kernel_feature",
-    "no_sink", "zc_recv", "uring", "one_stream",
+    "no_sink", "zc_recv", "uring", "one_stream", "grain", "refill",
 };
 
 _Static_assert(ZC_CAP_ALL == (1u << (sizeof zc_cap_names / sizeof zc_cap_names[0])) - 1,

@@ -44,18 +44,19 @@ void zc_ctx_cleanup(zc_ctx *c)
     for (int i = 0; i < 2; i++)
         if (c->pipe[i] >= 0)
             close(c->pipe[i]);
-    zc_free(c->mem_ring, c->mem_ring_len);
+    if (!c->mem_ring_borrowed)
+        zc_free(c->mem_ring, c->mem_ring_len);
     c->sock = c->listen_fd = c->fd = c->pipe[0] = c->pipe[1] = -1;
     c->mem_ring = NULL;
     c->ops = NULL;
 }
 
-/* --cpus: stream i on the i-th CPU of the list (round robin), whatever --cpu says; the calling thread
+/* --cpus: thread t on the t-th CPU of the list (round robin), whatever --cpu says; the calling thread
  * only. The set is sized for the CPU (the table allows up to ZC_MAX_CPU; a CPU this host does not have
  * is the kernel's EINVAL). */
-int zc_pin_cpu(zc_ctx *c)
+int zc_pin_cpu(zc_ctx *c, int thread)
 {
-    int cpu = c->p->ncpus > 0 ? c->p->cpus[c->stream % c->p->ncpus] : c->p->cpu;
+    int cpu = c->p->ncpus > 0 ? c->p->cpus[thread % c->p->ncpus] : c->p->cpu;
     if (cpu < 0)
         return 0;
     cpu_set_t *set = CPU_ALLOC((size_t)cpu + 1);
@@ -81,26 +82,34 @@ void zc_stream_slice(uint64_t total, int n, int i, uint64_t *off, uint64_t *len)
 
 static int64_t tv_us(struct timeval tv) { return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec; }
 
-/* The measured region: the mode's loop, nothing else. */
+/* The measured region: the mode's loop, nothing else. A stream sharing its thread gets its own share of
+ * the thread's CPU time (mux.c credits it at every switch). */
 static int timed_transfer(zc_ctx *c)
 {
     struct rusage r0, r1, self;
-    getrusage(RUSAGE_THREAD, &r0);
+    if (c->fiber)
+        zc_fiber_account_begin(c);
+    else
+        getrusage(RUSAGE_THREAD, &r0);
     c->t0_ns = zc_now_ns();
     if (c->p->side == ZC_SIDE_SEND && zc_duration_set(c->p))
         c->end_ns = c->t0_ns + (int64_t)(c->p->duration * 1e9);
     int rc = c->ops->transfer(c);
     c->t1_ns = zc_now_ns();
-    getrusage(RUSAGE_THREAD, &r1);
+    if (c->fiber) {
+        zc_fiber_account_end(c);
+    } else {
+        getrusage(RUSAGE_THREAD, &r1);
+        c->m.utime_us = tv_us(r1.ru_utime) - tv_us(r0.ru_utime);
+        c->m.stime_us = tv_us(r1.ru_stime) - tv_us(r0.ru_stime);
+        c->m.minflt = r1.ru_minflt - r0.ru_minflt;
+        c->m.majflt = r1.ru_majflt - r0.ru_majflt;
+        c->m.nvcsw = r1.ru_nvcsw - r0.ru_nvcsw;
+        c->m.nivcsw = r1.ru_nivcsw - r0.ru_nivcsw;
+    }
     getrusage(RUSAGE_SELF, &self);
     c->m.bytes = c->done;
     c->m.wall_ns = c->t1_ns - c->t0_ns;
-    c->m.utime_us = tv_us(r1.ru_utime) - tv_us(r0.ru_utime);
-    c->m.stime_us = tv_us(r1.ru_stime) - tv_us(r0.ru_stime);
-    c->m.minflt = r1.ru_minflt - r0.ru_minflt;
-    c->m.majflt = r1.ru_majflt - r0.ru_majflt;
-    c->m.nvcsw = r1.ru_nvcsw - r0.ru_nvcsw;
-    c->m.nivcsw = r1.ru_nivcsw - r0.ru_nivcsw;
     c->m.maxrss_kib = self.ru_maxrss;
     return rc;
 }

@@ -8,6 +8,7 @@
 #ifdef ZC_HAVE_IO_URING
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -57,19 +58,23 @@ static void unmap_all(zc_uring *r)
     r->sq_map = r->cq_map = NULL;
 }
 
-int zc_uring_init(zc_uring *r, unsigned entries, unsigned cq_entries, const char **what)
+static int init_ring(zc_uring *r, unsigned entries, unsigned cq_entries, const char **what, int polled)
 {
     memset(r, 0, sizeof *r);
     r->fd = -1;
-    /* newest flag set first; a kernel that does not know a flag refuses the setup with EINVAL */
+    /* newest flag set first; a kernel that does not know a flag refuses the setup with EINVAL. A ring
+     * polled through its fd (a shared thread's) skips the first two: with DEFER_TASKRUN or COOP_TASKRUN
+     * a completion is posted only when the thread next enters the kernel for the ring, so its fd would
+     * not wake epoll_wait */
     static const unsigned tries[] = {
         IORING_SETUP_R_DISABLED | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
         IORING_SETUP_R_DISABLED | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN,
+        IORING_SETUP_R_DISABLED | IORING_SETUP_SUBMIT_ALL,
         IORING_SETUP_R_DISABLED,
     };
     struct io_uring_params p;
     int fd = -EINVAL;
-    for (size_t i = 0; i < sizeof tries / sizeof tries[0] && fd == -EINVAL; i++) {
+    for (size_t i = polled ? 2 : 0; i < sizeof tries / sizeof tries[0] && fd == -EINVAL; i++) {
         memset(&p, 0, sizeof p);
         p.flags = tries[i] | IORING_SETUP_CLAMP;
         if (cq_entries) {
@@ -136,6 +141,30 @@ int zc_uring_init(zc_uring *r, unsigned entries, unsigned cq_entries, const char
         r->sq_array[i] = i;
     r->sq_local_tail = *r->sq_tail;
     return 0;
+}
+
+int zc_uring_init(zc_uring *r, unsigned entries, unsigned cq_entries, const char **what)
+{
+    return init_ring(r, entries, cq_entries, what, 0);
+}
+
+int zc_uring_init_for(zc_ctx *c, zc_uring *r, unsigned entries, unsigned cq_entries, const char **what)
+{
+    return init_ring(r, entries, cq_entries, what, c->shared);
+}
+
+#define WAIT_SLICE_NS (250 * 1000 * 1000LL)
+
+int zc_uring_wait(zc_ctx *c, zc_uring *r, const char *doing)
+{
+    int rc = zc_uring_submit_wait(r, c->fiber ? 0 : 1, c->fiber ? 0 : WAIT_SLICE_NS);
+    if (rc < 0 && rc != -ETIME) {
+        errno = -rc;
+        return zc_fail_errno(c, "io_uring_enter while %s", doing);
+    }
+    if (c->fiber && !zc_uring_peek(r))
+        return zc_fiber_wait(c, r->fd, POLLIN, doing) < 0 ? -1 : 0;
+    return zc_check_deadline(c, doing);
 }
 
 void zc_uring_exit(zc_uring *r)

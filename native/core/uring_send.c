@@ -32,8 +32,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#define WAIT_SLICE_NS (250 * 1000 * 1000LL)
-
 typedef struct {
     zc_uring ring;
     int ring_ok;
@@ -64,7 +62,7 @@ int zc_uring_send_setup(zc_ctx *c, int zc)
     s->zc = zc;
     s->depth = zc_uring_depth(c);
     const char *what = "";
-    int rc = zc_uring_init(&s->ring, s->depth, 4 * s->depth < 64 ? 64 : 4 * s->depth, &what);
+    int rc = zc_uring_init_for(c, &s->ring, s->depth, 4 * s->depth < 64 ? 64 : 4 * s->depth, &what);
     if (rc < 0)
         return fail_uring(c, rc, what);
     s->ring_ok = 1;
@@ -156,15 +154,10 @@ static void reap(zc_ctx *c, usend_t *s, unsigned *pending_sends, int *first_err,
     }
 }
 
-/* Submit (when there is something) and wait one slice for completions; deadline checked. */
+/* Submit (when there is something) and wait for completions (a slice at most); deadline checked. */
 static int wait_some(zc_ctx *c, usend_t *s, const char *doing)
 {
-    int rc = zc_uring_submit_wait(&s->ring, 1, WAIT_SLICE_NS);
-    if (rc < 0 && rc != -ETIME) {
-        errno = -rc;
-        return zc_fail_errno(c, "io_uring_enter while %s", doing);
-    }
-    return zc_check_deadline(c, doing);
+    return zc_uring_wait(c, &s->ring, doing);
 }
 
 /* One wait for io_uring_zc notifications, between chains (no send is in flight then: each chain is

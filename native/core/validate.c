@@ -70,8 +70,22 @@ int zc_validate_ctx(zc_ctx *c, int side)
     if ((uint64_t)p->subblocks > p->buffer)
         return zc_fail(c, EINVAL, "--subblocks must be between 1 and --buffer (%llu), got %d",
                        (unsigned long long)p->buffer, p->subblocks);
-    if (p->sink_state < ZC_SINK_STATE_FRESH || p->sink_state > ZC_SINK_STATE_OVERWRITE)
-        return zc_fail(c, EINVAL, "unknown --sink-state %d", p->sink_state);
+#define ZC_CHECK_CHOICE(field, flag, count)                                                           \
+    if (p->field < 0 || p->field >= (count))                                                          \
+        return zc_fail(c, EINVAL, "unknown " flag " %d", p->field);
+    ZC_PARAM_CHOICES(ZC_CHECK_CHOICE)
+#undef ZC_CHECK_CHOICE
+    /* the granularities and the refill change the calls of the modes that declare them: never ignored */
+    int src_mem = !p->source || !*p->source || strcmp(p->source, "mem") == 0;
+    if ((p->mmap_grain != ZC_MMAP_GRAIN_WHOLE || p->splice_grain != ZC_SPLICE_GRAIN_SUBBLOCK)
+        && !(c->ops->caps & ZC_CAP_GRAIN))
+        return zc_fail(c, EINVAL, "--mmap-grain / --splice-grain: the mode does not make those calls");
+    if (p->mmap_grain == ZC_MMAP_GRAIN_SUBBLOCK && src_mem && !p->gift)
+        return zc_fail(c, EINVAL, "--mmap-grain subblock: source mem without --gift maps no buffer");
+    if (p->refill && !(c->ops->caps & ZC_CAP_REFILL))
+        return zc_fail(c, EINVAL, "--refill: the mode does not fill a buffer of its own");
+    if (p->refill && !src_mem)
+        return zc_fail(c, EINVAL, "--refill rewrites the pattern of source mem: a file source is read instead");
     if (p->streams > 1 && (c->ops->caps & ZC_CAP_ONE_STREAM))
         return zc_fail(c, EOPNOTSUPP, "cannot run as %d parallel streams (the mode handles one stream only)",
                        p->streams);

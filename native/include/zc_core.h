@@ -3,8 +3,8 @@
  * One run is one lifecycle (lifecycle.c) over a group of streams (group.c), one stream being a group of
  * one: validate (validate.c) -> open the source or sink (files.c) -> the mode's setup -> connect or
  * listen and accept (net.c) -> the timed transfer of every stream (stream.c) -> the group's totals
- * (totals.c). Per-stream state is the zc_ctx; what a thread does is group.c's: today one thread runs
- * one stream, and nothing but group.c assumes so (a later change may run several streams per thread).
+ * (totals.c). Per-stream state is the zc_ctx; which thread runs which streams is group.c's (--threads:
+ * stream i on thread i mod threads), how one thread runs several is mux.c's (fibers over epoll).
  */
 #ifndef ZC_CORE_H
 #define ZC_CORE_H
@@ -39,13 +39,14 @@ int zc_expect_eof(zc_ctx *c);
 /* stream.c: one stream's context, its pinning, its timed region and its ending */
 void zc_ctx_init(zc_ctx *c, const zc_params *p, zc_error *err);
 void zc_ctx_cleanup(zc_ctx *c);
-int zc_pin_cpu(zc_ctx *c);
+int zc_pin_cpu(zc_ctx *c, int thread);   /* the calling thread, as thread `thread` of the group */
 int zc_stream_transfer(zc_ctx *c);   /* timed region + the side's checks after it (in the stream's thread) */
 void zc_stream_slice(uint64_t total, int n, int i, uint64_t *off, uint64_t *len);
 
 /* group.c: the streams of one run */
 typedef struct zc_group {
     int n;
+    int nthreads;            /* zc_threads_effective: stream i runs on thread i % nthreads */
     zc_ctx *ctx;             /* n contexts; ctx[0] holds the listener (receiver) and the group */
     zc_params *params;       /* each stream's copy of the parameters */
     zc_error *errs;          /* each stream's error */
@@ -62,6 +63,17 @@ void zc_group_free(zc_group *g);
 int zc_group_error(zc_group *g, zc_error *err);
 /* Run every stream's transfer in threads of its own behind one gate; the group's span in t0, t1. */
 void zc_group_run(zc_group *g, int64_t *t0, int64_t *t1);
+
+/* mux.c: the streams idx[0..n) of g sharing the calling thread. prepare (untimed): their fibers, their
+ * sockets nonblocking, the epoll instance; 0, or -1 with the failing stream's err filled (*m is set
+ * either way: free it). run: every stream's zc_stream_transfer, each filling g->rc / g->tfail. */
+typedef struct zc_mux zc_mux;
+int zc_mux_prepare(zc_mux **m, zc_group *g, const int *idx, int n);
+void zc_mux_run(zc_mux *m);
+void zc_mux_free(zc_mux *m);
+/* the stream's share of its thread's CPU time over its timed region, into c->m (stream.c) */
+void zc_fiber_account_begin(zc_ctx *c);
+void zc_fiber_account_end(zc_ctx *c);
 
 /* totals.c: the group's metrics from its streams' (Metric.combine), and the per-stream copies */
 void zc_group_totals(const zc_group *g, zc_metrics *m, int64_t wall_ns);

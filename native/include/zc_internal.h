@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 #include <stddef.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "zcorch_api.h"
@@ -59,6 +60,7 @@ typedef struct zc_ctx {
     int64_t timeo_ns;        /* current SO_SNDTIMEO/SO_RCVTIMEO on c->sock */
     unsigned char *mem_ring; /* source mem: pattern of one period + one buffer, never rewritten */
     size_t mem_ring_len;
+    int mem_ring_borrowed;   /* the ring is stream 0's (shared by the group; freed with stream 0) */
     void *priv;              /* mode-private state */
     /* the stream group (core/group.c; one stream is a group of one): this stream's slice of the
      * source/sink starts at `base` (0 with one stream); stream index / count; the group */
@@ -68,6 +70,10 @@ typedef struct zc_ctx {
     int64_t t0_ns, t1_ns;    /* this stream's timed region (CLOCK_MONOTONIC; 0 = not run) */
     int listen_maxseg;       /* recv: TCP_MAXSEG a mode's setup() wants on the listening socket (0: none) */
     struct zc_watch_state *watch_state; /* hoststat.c: zc_params.watch while the transfer runs */
+    /* core/mux.c: shared = the stream shares its thread with others (known before the mode's setup: an
+     * io_uring ring is then made to be waited for with epoll); fiber = while its transfer runs there */
+    int shared;
+    struct zc_fiber *fiber;
 } zc_ctx;
 
 /* hoststat.c: host counters and samples (zc_params.watch) around the timed region; no-ops without a
@@ -121,9 +127,20 @@ int zc_after_eagain(zc_ctx *c, const char *doing);     /* a socket timeout fired
  * caller reports it), -1 = failed (deadline passed, c->err filled). */
 int zc_io_retry(zc_ctx *c, const char *doing);
 int zc_set_sock_timeouts(zc_ctx *c);
+/* Wait (within the deadline) until fd has one of `events` (POLLIN/POLLOUT; POLLERR and POLLHUP always
+ * count): the revents seen, 0 when one slice passed without them (call again), -1 failed (c->err). A
+ * stream alone on its thread polls; one sharing its thread lets the thread's other streams run meanwhile
+ * (core/mux.c). The one way a mode waits for anything but its own socket call. */
+int zc_wait_fd(zc_ctx *c, int fd, short events, const char *doing);
+/* mux.c, for a stream sharing its thread (c->fiber): park until fd reports `events` after a call on it
+ * just said EAGAIN (no poll first: an edge after that call wakes it); a yield after ZC_FIBER_QUANTUM
+ * bytes (zc_check_deadline calls it), so the thread's streams take turns */
+int zc_fiber_wait(zc_ctx *c, int fd, short events, const char *doing);
+void zc_fiber_share(zc_ctx *c);
 
 /* pipes and buffers (common.c) */
-int zc_open_pipe(zc_ctx *c);
+int zc_open_pipe(zc_ctx *c);                 /* auto size: at least one sub-block (zc_open_pipe_for c->sub) */
+int zc_open_pipe_for(zc_ctx *c, size_t unit); /* auto size: at least `unit`, the bytes of one vmsplice/splice call */
 void *zc_alloc(zc_ctx *c, size_t len, const char *what);     /* page-aligned anonymous mapping */
 void zc_free(void *p, size_t len);
 /* the mode's private state: zeroed, stored in c->priv, freed by the mode's teardown */
@@ -144,6 +161,13 @@ static inline const unsigned char *zc_mem_at(const zc_ctx *c, uint64_t off)
 {
     return c->mem_ring + ((c->base + off) % zc_mem_pattern_period());
 }
+/* Write the pattern at stream offset `off` into dst anew (len <= buffer): a copy out of the ring, whose
+ * stores are those of the splice-write-benchmark's memset and whose loads hit the cache; the bytes stay
+ * the verifiable pattern of source mem */
+static inline void zc_mem_fill(const zc_ctx *c, unsigned char *dst, uint64_t off, size_t len)
+{
+    memcpy(dst, zc_mem_at(c, off), len);
+}
 /* io_uring modes: --uring-depth (validated: ZC_MIN_URING_DEPTH..ZC_MAX_URING_DEPTH) */
 static inline unsigned zc_uring_depth(const zc_ctx *c)
 {
@@ -158,6 +182,10 @@ int zc_file_write_all(zc_ctx *c, const void *buf, size_t len);      /* sink */
 int zc_splice_all(zc_ctx *c, int in, loff_t *off_in, int out, loff_t *off_out, size_t len,
                   unsigned flags, const char *what);                 /* moves exactly len */
 int zc_vmsplice_out(zc_ctx *c, const unsigned char *buf, size_t len, int out, loff_t *off_out);
+struct iovec;
+/* vmsplice() the iovecs (at most IOV_MAX a call; it advances them) into the pipe and splice() what each call
+ * moved on to `out`; with n > 1, one call takes as many of them as the pipe holds */
+int zc_vmsplice_iov_out(zc_ctx *c, struct iovec *iov, size_t n, int out, loff_t *off_out);
 
 /* --bytes given (0 is the table's "unset": send the source's size, receive until EOF) */
 static inline int zc_bytes_set(const zc_params *p) { return p->bytes != 0; }

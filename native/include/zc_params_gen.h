@@ -5,6 +5,10 @@
 #define ZC_PARAMS_GEN_H
 
 /* cdef:begin */
+#define ZC_MMAP_GRAIN_WHOLE 0
+#define ZC_MMAP_GRAIN_SUBBLOCK 1
+#define ZC_SPLICE_GRAIN_WHOLE 0
+#define ZC_SPLICE_GRAIN_SUBBLOCK 1
 #define ZC_SINK_STATE_FRESH 0
 #define ZC_SINK_STATE_PREALLOCATED 1
 #define ZC_SINK_STATE_OVERWRITE 2
@@ -22,15 +26,19 @@ struct zc_params {
     uint64_t pipe_size;        /* --pipe-size; 0 = unset */
     int cpu;                   /* --cpu; -1 = unset */
     int gift;                  /* --gift */
+    int mmap_grain;            /* --mmap-grain */
+    int splice_grain;          /* --splice-grain */
+    int refill;                /* --refill */
     int fsync;                 /* --fsync */
     const char *source;        /* --source */
     const char *sink;          /* --sink */
     double timeout;            /* --timeout */
     int sink_state;            /* --sink-state */
     int streams;               /* --streams */
+    int threads;               /* --threads; 0 = unset */
     int uring_depth;           /* --uring-depth */
     int tcp_maxseg;            /* --tcp-maxseg; 0 = unset */
-    const int *cpus;           /* --cpus, with ncpus > 0: stream i runs on cpus[i % ncpus] (instead of cpu) */
+    const int *cpus;           /* --cpus, with ncpus > 0: thread t runs on cpus[t % ncpus] (instead of cpu) */
     int ncpus;
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
     uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
@@ -79,12 +87,16 @@ struct zc_metrics {
     X(pipe_size, 0) \
     X(cpu, -1) \
     X(gift, 0) \
+    X(mmap_grain, 0) \
+    X(splice_grain, 1) \
+    X(refill, 0) \
     X(fsync, 0) \
     X(source, NULL) \
     X(sink, NULL) \
     X(timeout, 60.0) \
     X(sink_state, 0) \
     X(streams, 1) \
+    X(threads, 0) \
     X(uring_depth, 8) \
     X(tcp_maxseg, 0) \
 
@@ -107,6 +119,8 @@ struct zc_metrics {
 #define ZC_MAX_TIMEOUT 604800.0
 #define ZC_MIN_STREAMS 1
 #define ZC_MAX_STREAMS 256
+#define ZC_MIN_THREADS 1
+#define ZC_MAX_THREADS 256
 #define ZC_MIN_URING_DEPTH 1
 #define ZC_MAX_URING_DEPTH 4096
 #define ZC_MIN_TCP_MAXSEG 88
@@ -118,6 +132,7 @@ struct zc_metrics {
     X(subblocks, "--subblocks", 1, 1073741824, 0, 0, "expected an integer between 1 and 1073741824") \
     X(cpu, "--cpu", 0, 65535, 1, -1, "expected an integer between 0 and 65535") \
     X(streams, "--streams", 1, 256, 0, 0, "expected an integer between 1 and 256") \
+    X(threads, "--threads", 1, 256, 1, 0, "expected an integer between 1 and 256") \
     X(uring_depth, "--uring-depth", 1, 4096, 0, 0, "expected an integer between 1 and 4096") \
     X(tcp_maxseg, "--tcp-maxseg", 88, 32767, 1, 0, "expected an integer between 88 and 32767") \
 
@@ -134,6 +149,12 @@ struct zc_metrics {
 #define ZC_PARAM_LIMITS_DOUBLE(X) \
     X(duration, "--duration", 0.001, 604800.0, 1, 0, "expected a duration between 0.001s and 604800s") \
     X(timeout, "--timeout", 0.001, 604800.0, 0, 0, "expected a duration between 0.001s and 604800s") \
+
+/* X(field, flag, count): the fields holding a choice as its index (ZC_<FIELD>_<CHOICE>): 0..count-1 */
+#define ZC_PARAM_CHOICES(X) \
+    X(mmap_grain, "--mmap-grain", 2) \
+    X(splice_grain, "--splice-grain", 2) \
+    X(sink_state, "--sink-state", 3) \
 
 /* X(side, name): every compiled mode, the send_mode and recv_mode choices of the table in their order
  * (registry.c expands it: each name is a native/modes/<side>_<name>.c filling zc_<side>_<name>_ops) */

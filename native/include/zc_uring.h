@@ -4,7 +4,8 @@
  * <linux/io_uring.h> (ZC_HAVE_IO_URING); a mode without it compiles to a stub whose probe says so.
  *
  * One ring per stream, used by one thread. Waiting honours the transfer deadline: every wait is a
- * timed io_uring_enter (IORING_ENTER_EXT_ARG) of at most 250 ms, after which the caller checks it.
+ * timed io_uring_enter (IORING_ENTER_EXT_ARG) of at most 250 ms, after which the caller checks it; a
+ * stream sharing its thread with others waits for its ring's fd with the thread's epoll (core/mux.c).
  */
 #ifndef ZC_URING_H
 #define ZC_URING_H
@@ -35,6 +36,15 @@ typedef struct zc_uring {
  * the transfer in another; with SINGLE_ISSUER + DEFER_TASKRUN where the kernel has them (else
  * without). 0, or -errno with the failing step in *what. */
 int zc_uring_init(zc_uring *r, unsigned entries, unsigned cq_entries, const char **what);
+/* The same for a stream sharing its thread (zc_ctx.shared): a ring waited for with epoll on its fd, so
+ * neither DEFER_TASKRUN nor COOP_TASKRUN (completions would then wait for the next io_uring_enter, and
+ * the fd would not turn readable while the thread sleeps in epoll_wait). */
+int zc_uring_init_for(struct zc_ctx *c, zc_uring *r, unsigned entries, unsigned cq_entries, const char **what);
+/* Submit what was handed out and wait (within the deadline) for completions: a stream alone on its
+ * thread waits in io_uring_enter for at most one slice (250 ms); one sharing its thread submits, and
+ * when no completion is there yet lets the thread's other streams run until the ring's fd is readable.
+ * 0 (look at the CQ ring: it may be empty after a slice), or -1 with c->err filled. */
+int zc_uring_wait(struct zc_ctx *c, zc_uring *r, const char *doing);
 void zc_uring_exit(zc_uring *r);
 /* IORING_REGISTER_ENABLE_RINGS: the calling thread becomes the ring's submitter. */
 int zc_uring_enable(zc_uring *r);

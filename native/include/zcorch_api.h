@@ -81,7 +81,9 @@ const char *zc_mode_name(int side, int index);
 #define ZC_CAP_ZC_RECV         0x100 /* "zc_recv": reports zc_recv_mapped / zc_recv_copied */
 #define ZC_CAP_URING           0x200 /* "uring": an io_uring mode: honours --uring-depth, reports uring_* */
 #define ZC_CAP_ONE_STREAM      0x400 /* "one_stream": cannot run as parallel streams (--streams > 1 refused) */
-#define ZC_CAP_ALL             0x7ff
+#define ZC_CAP_GRAIN           0x800 /* "grain": honours --mmap-grain and --splice-grain (the calls per buffer) */
+#define ZC_CAP_REFILL          0x1000 /* "refill": honours --refill (every sub-block written anew before it is sent) */
+#define ZC_CAP_ALL             0x1fff
 
 /* ZC_CAP_* bits of a compiled mode; 0 for an unknown one (check zc_mode_name first). */
 unsigned zc_mode_caps(int side, const char *name);
@@ -113,6 +115,10 @@ int zc_send_run(const zc_params *p, zc_metrics *m, zc_error *err);
 
 /* The table's defaults (every parameter field; the others zero: no host, no watch). */
 void zc_params_init(zc_params *p);
+/* The threads a side runs its streams on (--threads; 0 = auto: one per CPU of --cpus, one with --cpu,
+ * else one per stream, never more than the CPUs this process may run on), never more than --streams:
+ * the one place the default is resolved (the worker records the value in its params). */
+int zc_threads_effective(const zc_params *p);
 /* The checks zc_send_run / zc_recv_listen start with (the table's limits, the mode, what the mode
  * declares it cannot do), nothing else: 0, or -1 with err filled as those calls would. */
 int zc_validate(const zc_params *p, zc_error *err);

@@ -32,7 +32,6 @@
 #define IORING_FEAT_RECVSEND_BUNDLE (1U << 14)
 #endif
 
-#define WAIT_SLICE_NS (250 * 1000 * 1000LL)
 #define BGID 7
 #define UD_RECV 1
 #define UD_CANCEL 2
@@ -123,7 +122,7 @@ static int setup(zc_ctx *c)
     s->mask = n - 1;
     s->buflen = c->sub;
     const char *what = "";
-    int rc = zc_uring_init(&s->ring, 8, 64, &what);
+    int rc = zc_uring_init_for(c, &s->ring, 8, 64, &what);
     if (rc < 0)
         return fail_uring(c, rc, what);
     s->ring_ok = 1;
@@ -208,12 +207,7 @@ static int consume(zc_ctx *c, urecv_t *s, int res, unsigned flags)
 
 static int wait_some(zc_ctx *c, urecv_t *s)
 {
-    int rc = zc_uring_submit_wait(&s->ring, 1, WAIT_SLICE_NS);
-    if (rc < 0 && rc != -ETIME) {
-        errno = -rc;
-        return zc_fail_errno(c, "io_uring_enter while receiving");
-    }
-    return zc_check_deadline(c, "receiving");
+    return zc_uring_wait(c, &s->ring, "receiving");
 }
 
 static int transfer(zc_ctx *c)

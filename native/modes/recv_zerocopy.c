@@ -200,14 +200,9 @@ static int wait_readable(zc_ctx *c, zrecv_t *s, size_t want)
         s->lowat = lowat;
     }
     for (;;) {
-        struct pollfd pfd = {.fd = c->sock, .events = POLLIN};
-        int n = poll(&pfd, 1, 250);
-        if (n > 0)
-            return 0;
-        if (n < 0 && errno != EINTR)
-            return zc_fail_errno(c, "poll for data");
-        if (zc_check_deadline(c, "receiving") < 0)
-            return -1;
+        int n = zc_wait_fd(c, c->sock, POLLIN, "receiving");
+        if (n != 0)
+            return n < 0 ? -1 : 0;
     }
 }
 

@@ -105,13 +105,10 @@ static int reap(zc_ctx *c, priv_t *s, int block)
                 return zc_fail_errno(c, "recvmsg(MSG_ERRQUEUE)");
             if (!block)
                 return 0;
-            if (zc_check_deadline(c, "waiting for MSG_ZEROCOPY completions") < 0)
+            int revents = zc_wait_fd(c, c->sock, 0, "waiting for MSG_ZEROCOPY completions");
+            if (revents < 0)
                 return -1;
-            struct pollfd pfd = {.fd = c->sock, .events = 0};
-            int pr = poll(&pfd, 1, 250);
-            if (pr < 0 && errno != EINTR)
-                return zc_fail_errno(c, "poll for MSG_ZEROCOPY completions");
-            if (pr > 0 && (pfd.revents & (POLLERR | POLLHUP))) {
+            if (revents & (POLLERR | POLLHUP)) {
                 /* POLLERR also means "error queue not empty": only a pending socket error or a hang-up
                  * (with nothing queued, as recvmsg just said) ends the wait, instead of spinning */
                 int soerr = 0;
@@ -120,7 +117,7 @@ static int reap(zc_ctx *c, priv_t *s, int block)
                     errno = soerr;
                     return zc_fail_errno(c, "waiting for MSG_ZEROCOPY completions");
                 }
-                if (pfd.revents & POLLHUP) {
+                if (revents & POLLHUP) {
                     errno = ECONNRESET;
                     return zc_fail_errno(c, "waiting for MSG_ZEROCOPY completions");
                 }

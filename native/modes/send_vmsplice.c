@@ -1,48 +1,133 @@
-/* send mode "vmsplice": user memory -> vmsplice() -> pipe -> splice() -> socket, one pair per
- * sub-block (or pipe-full); --gift adds SPLICE_F_GIFT to vmsplice.
+/* send mode "vmsplice": user memory -> vmsplice() -> pipe -> splice() -> socket; --gift adds
+ * SPLICE_F_GIFT to vmsplice.
  *
  * vmsplice hands the kernel references to our pages, which the pipe, the socket's write queue and
  * (on loopback) the receiver's queue may hold long after the call returns; nothing tells us when
  * they are released. So a page is never written again once spliced:
  *  - source mem without --gift: the chunks come straight from the fixed pattern ring, which is
  *    filled once and never rewritten;
- *  - source mem with --gift, and any file source (/dev/zero too): a fresh anonymous mapping per
- *    chunk, filled (pattern, or one read() of the chunk: part of this mode's cost), spliced, and
- *    unmapped; munmap drops only our reference, so in-flight pages stay intact (as in the
- *    splice-write-benchmark seed: "the new buffer is mmap-ed on each iteration").
+ *  - source mem with --gift, and any file source (/dev/zero too): fresh anonymous mappings per
+ *    chunk, filled (a copy of the pattern, or read() of the source: part of this mode's cost),
+ *    spliced, and unmapped; munmap drops only our reference, so in-flight pages stay intact (as in
+ *    the splice-write-benchmark: "the new buffer is mmap-ed on each iteration").
+ *
+ * The calls per buffer are the splice-write-benchmark's LARGE_MMAP and LARGE_VECIO:
+ *  - --mmap-grain whole: one mapping per buffer; subblock: one mapping per sub-block (fresh buffers only);
+ *  - --splice-grain subblock: one vmsplice()+splice() pair per sub-block; whole: one pair per buffer, the
+ *    vmsplice taking every sub-block's iovec (IOV_MAX at most a call) into a pipe sized to the buffer.
+ * With both `whole`, sub-blocks make no call of their own (the study: "effectively no sub-blocks").
  */
 #include "zc_internal.h"
 
-static int fresh_buffers(const zc_ctx *c) { return !c->src_mem || c->p->gift; }
+#include <limits.h>
+#include <sys/uio.h>
 
-static int setup(zc_ctx *c) { return zc_open_pipe(c); }
+#define BATCH IOV_MAX   /* sub-blocks handled together: the iovecs one vmsplice() takes at most */
+
+typedef struct {
+    struct iovec iov[BATCH];
+    unsigned char *map[BATCH];   /* --mmap-grain subblock: each sub-block's own mapping */
+    size_t map_len[BATCH];
+} vms_state;
+
+static int fresh_buffers(const zc_ctx *c) { return !c->src_mem || c->p->gift; }
+static int splice_whole(const zc_ctx *c) { return c->p->splice_grain == ZC_SPLICE_GRAIN_WHOLE; }
+static int map_per_sub(const zc_ctx *c) { return fresh_buffers(c) && c->p->mmap_grain == ZC_MMAP_GRAIN_SUBBLOCK; }
+
+static int setup(zc_ctx *c)
+{
+    if (!zc_priv_new(c, sizeof(vms_state)))
+        return -1;
+    return zc_open_pipe_for(c, splice_whole(c) ? c->buffer : c->sub);
+}
+
+/* dst gets the source's bytes at stream offset off */
+static int fill(zc_ctx *c, unsigned char *dst, uint64_t off, size_t len)
+{
+    if (c->src_mem) {
+        zc_mem_fill(c, dst, off, len);
+        return 0;
+    }
+    return zc_file_read_full(c, dst, len);
+}
+
+static int splice_out(zc_ctx *c, struct iovec *iov, size_t n)
+{
+    if (splice_whole(c))
+        return zc_vmsplice_iov_out(c, iov, n, c->sock, NULL);
+    for (size_t i = 0; i < n; i++)
+        if (zc_vmsplice_iov_out(c, &iov[i], 1, c->sock, NULL) < 0)
+            return -1;
+    return 0;
+}
+
+/* One buffer in one mapping (fresh) or in the ring: its sub-blocks are slices of it. */
+static int send_contiguous(zc_ctx *c, size_t len)
+{
+    vms_state *s = c->priv;
+    uint64_t off = c->done;
+    unsigned char *fresh = NULL;
+    const unsigned char *chunk;
+    if (!fresh_buffers(c)) {
+        chunk = zc_mem_at(c, off);
+    } else {
+        if (!(fresh = zc_alloc(c, len, "a fresh chunk buffer")))
+            return -1;
+        if (fill(c, fresh, off, len) < 0) {
+            zc_free(fresh, len);
+            return -1;
+        }
+        chunk = fresh;
+    }
+    int rc = 0;
+    if (splice_whole(c)) {
+        rc = zc_vmsplice_out(c, chunk, len, c->sock, NULL);
+    } else {
+        for (size_t o = 0; o < len && rc == 0;) {
+            size_t n = 0;
+            for (; n < BATCH && o < len; n++, o += c->sub)
+                s->iov[n] = (struct iovec){.iov_base = (void *)(chunk + o), .iov_len = zc_min(c->sub, len - o)};
+            rc = splice_out(c, s->iov, n);
+        }
+    }
+    zc_free(fresh, len);
+    return rc;
+}
+
+/* One buffer as one mapping per sub-block, BATCH sub-blocks at a time: map and fill each, splice, unmap. */
+static int send_mapped_subblocks(zc_ctx *c, size_t len)
+{
+    vms_state *s = c->priv;
+    uint64_t off = c->done;
+    int rc = 0;
+    for (size_t o = 0; o < len && rc == 0;) {
+        size_t n = 0;
+        for (; n < BATCH && o < len && rc == 0; o += c->sub) {
+            size_t l = zc_min(c->sub, len - o);
+            unsigned char *p = zc_alloc(c, l, "a fresh sub-block buffer");
+            if (!p) {
+                rc = -1;
+                break;
+            }
+            s->map[n] = p;
+            s->map_len[n] = l;
+            s->iov[n++] = (struct iovec){.iov_base = p, .iov_len = l};
+            rc = fill(c, p, off + o, l);
+        }
+        if (rc == 0)
+            rc = splice_out(c, s->iov, n);
+        for (size_t i = 0; i < n; i++)
+            zc_free(s->map[i], s->map_len[i]);
+    }
+    return rc;
+}
 
 static int transfer(zc_ctx *c)
 {
     int more;
     while ((more = zc_send_more(c)) > 0) {
         size_t len = zc_min(c->buffer, c->total - c->done);
-        unsigned char *fresh = NULL;
-        const unsigned char *chunk;
-        if (!fresh_buffers(c)) {
-            chunk = zc_mem_at(c, c->done);
-        } else {
-            fresh = zc_alloc(c, len, "a fresh chunk buffer");
-            if (!fresh)
-                return -1;
-            if (c->src_mem)
-                zc_mem_pattern(c->base + c->done, fresh, len);
-            else if (zc_file_read_full(c, fresh, len) < 0) {
-                zc_free(fresh, len);
-                return -1;
-            }
-            chunk = fresh;
-        }
-        int rc = 0;
-        for (size_t o = 0; o < len && rc == 0; o += c->sub)
-            rc = zc_vmsplice_out(c, chunk + o, zc_min(c->sub, len - o), c->sock, NULL);
-        zc_free(fresh, len);
-        if (rc < 0)
+        if ((map_per_sub(c) ? send_mapped_subblocks(c, len) : send_contiguous(c, len)) < 0)
             return -1;
     }
     if (more < 0)
@@ -50,12 +135,16 @@ static int transfer(zc_ctx *c)
     return 0;
 }
 
-static void teardown(zc_ctx *c) { (void)c; }
+static void teardown(zc_ctx *c)
+{
+    zc_free(c->priv, sizeof(vms_state));
+    c->priv = NULL;
+}
 
 const zc_mode_ops zc_send_vmsplice_ops = {
     .name = "vmsplice",
     .side = ZC_SIDE_SEND,
-    .caps = ZC_CAP_PIPE | ZC_CAP_GIFT,
+    .caps = ZC_CAP_PIPE | ZC_CAP_GIFT | ZC_CAP_GRAIN,
     .setup = setup,
     .transfer = transfer,
     .teardown = teardown,

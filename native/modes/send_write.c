@@ -1,14 +1,16 @@
 /* send mode "write": read() the source into a user buffer, write() it to the socket.
  *
  * Source mem: the chunk is already in memory (the fixed pattern ring, see mempattern.c), so the
- * loop is only write(). File or /dev/zero source: one read() of a whole chunk into one reused
- * buffer (part of the mode's cost), then one write() per sub-block.
+ * loop is only write(); with --refill every sub-block is first written anew into one reused buffer
+ * (zc_mem_fill, the splice-write-benchmark's memset() before each write()). File or /dev/zero
+ * source: one read() of a whole chunk into one reused buffer (part of the mode's cost), then one
+ * write() per sub-block.
  */
 #include "zc_internal.h"
 
 static int setup(zc_ctx *c)
 {
-    return c->src_mem ? 0 : zc_buf_state_new(c, "the chunk buffer");
+    return c->src_mem && !c->p->refill ? 0 : zc_buf_state_new(c, "the chunk buffer");
 }
 
 static int transfer(zc_ctx *c)
@@ -18,16 +20,22 @@ static int transfer(zc_ctx *c)
     while ((more = zc_send_more(c)) > 0) {
         size_t len = zc_min(c->buffer, c->total - c->done);
         const unsigned char *chunk;
-        if (c->src_mem) {
+        if (c->src_mem && !c->p->refill) {
             chunk = zc_mem_at(c, c->done);
+        } else if (c->src_mem) {
+            chunk = s->buf;
         } else {
             if (zc_file_read_full(c, s->buf, len) < 0)
                 return -1;
             chunk = s->buf;
         }
-        for (size_t o = 0; o < len; o += c->sub)
-            if (zc_sock_write_all(c, chunk + o, zc_min(c->sub, len - o)) < 0)
+        for (size_t o = 0; o < len; o += c->sub) {
+            size_t l = zc_min(c->sub, len - o);
+            if (c->p->refill)   /* c->done is the stream offset of this sub-block */
+                zc_mem_fill(c, s->buf + o, c->done, l);
+            if (zc_sock_write_all(c, chunk + o, l) < 0)
                 return -1;
+        }
     }
     if (more < 0)
         return -1;
@@ -37,7 +45,7 @@ static int transfer(zc_ctx *c)
 const zc_mode_ops zc_send_write_ops = {
     .name = "write",
     .side = ZC_SIDE_SEND,
-    .caps = 0,
+    .caps = ZC_CAP_REFILL,
     .setup = setup,
     .transfer = transfer,
     .teardown = zc_buf_state_free,

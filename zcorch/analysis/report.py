@@ -419,7 +419,7 @@ def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
 
 
 def reproduction_section(experiment_text: str, path: str, df: pd.DataFrame,
-                         baselines: pd.DataFrame) -> Optional[dict]:
+                         baselines: pd.DataFrame, meta: Optional[dict] = None) -> Optional[dict]:
     """The study's published figures and claims next to this run (None: the experiment has no `reference:`)."""
     try:
         ref = reference_of(experiment_text, path)
@@ -427,7 +427,7 @@ def reproduction_section(experiment_text: str, path: str, df: pd.DataFrame,
         return {"error": str(exc)}
     if ref is None:
         return None
-    claims = rp.claims(df, ref)
+    claims = rp.claims(df, ref, baselines, rp.host_facts(meta))
     return {"error": None, "source": ref.source, "setup": " ".join(ref.setup.split()),
             "ci": ci_method(),
             "baselines": Table(rp.BASELINE_HEADER, rp.baseline_table(ref, baselines)) if ref.baselines else None,
@@ -445,7 +445,7 @@ def reproduction_markdown(path) -> str:
     if ref is None:
         raise ConfigError(f"{exp_file}: the experiment has no `reference:` section: there is no published study "
                           "to compare this result set with (docs/experiment-files.md, Reference)")
-    return rp.markdown(ref, load(d), load_baselines(d), manifest.get("name") or d.name)
+    return rp.markdown(ref, load(d), load_baselines(d), manifest.get("name") or d.name, rp.host_facts(read_meta(d)))
 
 
 def _declared_views(text: str, path: str) -> tuple:
@@ -515,7 +515,8 @@ def build_report(path, plots: Optional[list] = None, efficiency_plots: Optional[
         "hosts": comparison(raw_meta), "hosts_raw": hosts_table(meta),
         "baselines": baselines_table(baselines),
         "filesystems": filesystems_table(df, baselines, descriptions),
-        "reproduction": reproduction_section(experiment_text, str(exp_file), df, baselines) if len(df) else None,
+        "reproduction": reproduction_section(experiment_text, str(exp_file), df, baselines, raw_meta)
+        if len(df) else None,
         "findings": findings_section(found) if found else None,
         "efficiency": plots_section(efficiency_plots),
     }

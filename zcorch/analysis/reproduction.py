@@ -14,9 +14,11 @@ ceilings. The study's numbers and ours are kept in separate fields and every ren
 Per claim (`claims()`): `metric(a) OP K × metric(b)` checked on the confidence intervals of the two medians:
 - holds: the intervals are separated in the claimed direction (e.g. for `a > K×b`: low(a) > K × high(b));
 - does not hold: separated in the other direction;
-- inconclusive: they overlap, or a side has fewer than two ok runs (no interval), or is not in this run.
+- inconclusive: they overlap, or a side has fewer than two ok runs (no interval), or is not in this run;
+- untestable here: a condition the claim `needs:` (zcorch.conditions: quiet hosts, one kernel, the link's
+  kind, data against RAM, the CPUs it pins) is not met by its runs or their hosts, whatever the numbers say.
 The evidence (both medians with interval and n, the ratio a/b with the bounds the intervals allow) is part of
-the verdict's line.
+the verdict's line, and each condition's check (met, not met, not recorded, with its numbers) beside it.
 """
 from __future__ import annotations
 
@@ -30,13 +32,15 @@ import pandas as pd
 from zcorch.analysis.links import href
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import CI, ci_label, summarize
+from zcorch import conditions as cond
 from zcorch import metrics
 from zcorch.config.baselines.registry import BY_RECORD
 from zcorch.config.reference import COMMAND_KIND_PREFIX, Claim, Figure, Match, Reference
 from zcorch.params import format_value, side_value
 from zcorch.units import convert, unit_dimension
 
-HOLDS, FAILS, INCONCLUSIVE = "holds", "does not hold", "inconclusive"
+HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = "holds", "does not hold", "inconclusive", "untestable here"
+VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE)
 
 
 def baseline_word(kind: str) -> str:
@@ -101,6 +105,7 @@ class ClaimRow:
     verdict: str
     evidence: str            # one line: the numbers the verdict rests on
     published: str           # the study's own numbers for the claim, when its figures give them ("" if not)
+    checks: "tuple[cond.Check, ...]" = ()   # the claim's `needs:`, checked on its runs and hosts
 
 
 # ---------------------------------------------------------------- numbers as text
@@ -188,14 +193,21 @@ def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> float:
 
 def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list[float]":
     """The Gbit/s of the ok records own_baseline takes the median of."""
+    rows = baseline_rows(baselines, kind, cell)
+    rows = rows[rows["status"] == OK] if len(rows) else rows
+    return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()] if len(rows) else []
+
+
+def baseline_rows(baselines: pd.DataFrame, kind: str, cell: dict) -> pd.DataFrame:
+    """The records of `kind` (any status) that stand for `cell`: see own_baseline. A kind's strict keys
+    (dd: filesystem) never fall back to records of another value."""
     if baselines is None or baselines.empty:
-        return []
+        return pd.DataFrame()
     if kind.startswith(COMMAND_KIND_PREFIX):  # a command baseline: the records of that command
-        rows = baselines[(baselines["kind"] == "command") & (baselines["status"] == OK)]
+        rows = baselines[baselines["kind"] == "command"]
         name = kind[len(COMMAND_KIND_PREFIX):]
-        rows = rows[rows["key_name"] == name] if "key_name" in rows else rows.iloc[0:0]
-        return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()]
-    rows = baselines[(baselines["kind"] == kind) & (baselines["status"] == OK)]
+        return rows[rows["key_name"] == name] if "key_name" in rows else rows.iloc[0:0]
+    rows = baselines[baselines["kind"] == kind]
     registered = BY_RECORD.get(kind)
     for key, value in (registered.match_fixed if registered else {}).items():
         if f"key_{key}" in rows:
@@ -205,9 +217,36 @@ def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list
         if col in rows and key in cell:
             want = side_value("send", cell, key) if key == "buffer" else cell[key]  # the sender's call size
             same = rows[rows[col].map(lambda v: format_value(key, v)) == format_value(key, want)]
-            if len(same):
+            if len(same) or key in registered.strict_keys:
                 rows = same
-    return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()]
+    return rows
+
+
+def measure_of(df: pd.DataFrame, baselines: pd.DataFrame, match: Match, kind: str, metric: str) -> Measured:
+    """This run's baseline `kind` on the configuration `match` selects (a figure or claim `of: kind`): the
+    records whose match keys (dd: filesystem) are the selected cells'; their median and interval, in the
+    metric's unit. The cells agree on those keys (zcorch.config.reference.reference_problems)."""
+    firsts = df.drop_duplicates("cell") if len(df) else df
+    cells = [_params(r) for _, r in firsts.iterrows() if match.selects(_params(r))]
+    if not cells:
+        return Measured(None, note="not in this run")
+    cell = cells[0]
+    keys = BY_RECORD[kind].match_keys if kind in BY_RECORD else ()
+    where = ", ".join(f"{k}={format_value(k, cell.get(k))}" for k in keys if k in cell)
+    label = f"{baseline_word(kind)}" + (f" on {where}" if where else "")
+    rows = baseline_rows(baselines, kind, cell)
+    if rows.empty:
+        return Measured(label, note=f"no {baseline_word(kind)} baseline in this run")
+    unit = metrics.get(metric).unit
+    frame = pd.DataFrame({"cell": label, "status": rows["status"].to_numpy(),
+                          metric: [convert(float(v), "Gbit/s", unit) if pd.notna(v) else math.nan
+                                   for v in pd.to_numeric(rows["gbit_s"], errors="coerce")]})
+    s = summarize(frame, by=["cell"], metrics=[metric]).iloc[0]
+    n, failed = int(s["n"]), int(s["n_failed"])
+    note = "" if n >= 2 else (f"all {failed} records failed" if n == 0 and failed else
+                              "no ok record" if n == 0 else "one record: no interval")
+    return Measured(label, n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
+                    float(s[f"{metric}_ci_high"]), note, float(s[f"{metric}_ci_level"]))
 
 
 # ---------------------------------------------------------------- figures and claims
@@ -217,6 +256,10 @@ def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[
     for f in ref.figures:
         unit = metrics.get(f.metric).unit
         published = f.value.to(unit)
+        if f.of:   # the study's number is a baseline's (its dd): this run's same baseline, same configuration
+            out.append(FigureRow(f, unit, published, None, measure_of(df, baselines, f.match, f.of, f.metric),
+                                 math.nan, math.nan))
+            continue
         m = measure(df, f.match, f.metric)
         pub_norm, base_gbit, norm = None, math.nan, math.nan
         study = ref.baseline(f.baseline)
@@ -253,20 +296,104 @@ def verdict(a: Measured, b: Measured, op: str, factor: float) -> "tuple[str, str
         (FAILS, "intervals separated, a above") if above else (INCONCLUSIVE, "intervals overlap")
 
 
-def _published_for(ref: Reference, match: Match, metric: str) -> "Optional[tuple[float, float]]":
+def _published_for(ref: Reference, match: Match, metric: str,
+                   of: Optional[str] = None) -> "Optional[tuple[float, float]]":
     unit = metrics.get(metric).unit
     for f in ref.figures:
-        if f.match == match and (f.metric == metric or {f.metric, metric} <= metrics.RATES):
+        if f.match == match and f.of == of and (f.metric == metric or {f.metric, metric} <= metrics.RATES):
             return f.value.to(unit)
     return None
 
 
-def claims(df: pd.DataFrame, ref: Reference) -> "list[ClaimRow]":
+@dataclass(frozen=True)
+class HostFacts:
+    """What the conditions need of a result set's hosts (meta.json; None where it was not recorded)."""
+
+    link_kinds: "tuple[Optional[str], ...]" = ()   # the data interfaces' kinds, sender's and receiver's
+    mem_total: Optional[int] = None                # the smaller host's memory, bytes
+    recv_mem_total: Optional[int] = None           # the receiver's memory, bytes
+    cpus: Optional[int] = None                     # the fewer CPUs of the two hosts (the workers' affinity)
+
+
+def host_facts(meta: Optional[dict]) -> HostFacts:
+    """HostFacts of a meta.json as written (zcorch.analysis.frames.read_meta; {} or None: nothing known)."""
+    hosts = (meta or {}).get("hosts") or {}
+    roles = [hosts.get(r) or {} for r in ("sender", "receiver")]
+
+    def fewest(values):
+        known = [v for v in values if isinstance(v, int) and v > 0]
+        return min(known) if known else None
+    return HostFacts(
+        link_kinds=tuple((h.get("interface") or {}).get("kind") for h in roles if h),
+        mem_total=fewest(h.get("mem_total_bytes") for h in roles),
+        recv_mem_total=fewest([roles[1].get("mem_total_bytes")]),
+        cpus=fewest(h.get("cpu_affinity_count") or h.get("cpu_count") for h in roles))
+
+
+def _column(rows: pd.DataFrame, name: str) -> list:
+    return list(rows[name]) if name in rows else [None] * len(rows)
+
+
+def _pinned_cpus(rows: pd.DataFrame) -> "list[int]":
+    """The CPUs the runs' parameters name (send_cpu, recv_cpu, and the canonical "0,2" lists of send_cpus/recv_cpus)."""
+    named: "set[int]" = set()
+    for key in ("send_cpu", "recv_cpu"):
+        named.update(int(v) for v in _column(rows, key) if v is not None and v == v)
+    for key in ("send_cpus", "recv_cpus"):
+        for v in _column(rows, key):
+            if isinstance(v, str):
+                named.update(int(x) for x in v.split(",") if x.strip().isdigit())
+    return sorted(named)
+
+
+def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[cond.Check, ...]":
+    """Each condition the claim needs, checked on the ok runs of its two cells and on the hosts."""
+    if not claim.needs:
+        return ()
+    # the runs of every cell either side selects (a claim `of` a baseline kind selects a configuration's cells)
+    firsts = df.drop_duplicates("cell")
+    cells = {r["cell"] for _, r in firsts.iterrows() if claim.a.selects(_params(r)) or claim.b.selects(_params(r))}
+    rows = df[df["cell"].isin(cells)]
+    rows = rows[rows["status"] == OK] if "status" in rows else rows
     out = []
+    for name, number in claim.needs:
+        if name == "idle_hosts":
+            sides = [pd.to_numeric(pd.Series(_column(rows, f"{p}host_idle_before"), dtype=object), errors="coerce")
+                     for p in ("send_", "recv_")]
+            per_run = [None if (math.isnan(x) and math.isnan(y)) else float(np.nanmin([x, y]))
+                       for x, y in zip(*sides)]
+            out.append(cond.check_idle(per_run))
+        elif name == "one_kernel":
+            out.append(cond.check_one_kernel([None if v is None or v != v else bool(v)
+                                              for v in _column(rows, "same_host")]))
+        elif name in ("virtual_link", "real_nic"):
+            out.append(cond.check_link(hosts.link_kinds, virtual=name == "virtual_link"))
+        elif name in ("data_in_ram", "data_beyond_ram"):
+            inside = name == "data_in_ram"
+            out.append(cond.check_ram(_column(rows, "bytes"), hosts.mem_total if inside else hosts.recv_mem_total,
+                                      inside))
+        elif name == "cpus":
+            out.append(cond.check_cpus(_pinned_cpus(rows), hosts.cpus, number))
+    return tuple(out)
+
+
+def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] = None,
+           hosts: Optional[HostFacts] = None) -> "list[ClaimRow]":
+    """The verdict of each claim; `baselines` (frames.load_baselines) for claims `of` a baseline kind, `hosts`
+    (host_facts of the result set's meta.json) for the conditions a claim needs."""
+    out = []
+    hosts = hosts or HostFacts()
     for c in ref.claims:
         unit = metrics.get(c.metric).unit
-        a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
+        if c.of:
+            a, b = (measure_of(df, baselines, m, c.of, c.metric) for m in (c.a, c.b))
+        else:
+            a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
         v, why = verdict(a, b, c.op, c.factor)
+        checks = claim_checks(df, c, hosts) if len(df) else ()
+        failing = cond.untestable_reason(checks)
+        if failing:
+            v, why = UNTESTABLE, f"the numbers say {v}, but this machine cannot test the claim: {failing}"
         ratio = math.nan
         if np.isfinite(a.median) and np.isfinite(b.median):
             ratio = a.median / b.median if b.median else (math.inf if a.median > 0 else math.nan)
@@ -275,12 +402,12 @@ def claims(df: pd.DataFrame, ref: Reference) -> "list[ClaimRow]":
             bounds = f" (interval bounds {_ratio(a.ci_low / b.ci_high)}–{_ratio(a.ci_high / b.ci_low)})"
         evidence = (f"measured (this run): a {show_measured(a, unit)} vs b {show_measured(b, unit)}; "
                     f"a/b = {_ratio(ratio)}{bounds}, claim {c.op} {c.factor:g}: {why}")
-        pa, pb = _published_for(ref, c.a, c.metric), _published_for(ref, c.b, c.metric)
+        pa, pb = _published_for(ref, c.a, c.metric, c.of), _published_for(ref, c.b, c.metric, c.of)
         published = ""
         if pa and pb:
             published = (f"published: a {show_range(*pa, unit)} vs b {show_range(*pb, unit)}; "
                          f"a/b = {_ratio(((pa[0] + pa[1]) / 2) / ((pb[0] + pb[1]) / 2))}")
-        out.append(ClaimRow(c, unit, a, b, v, evidence, published))
+        out.append(ClaimRow(c, unit, a, b, v, evidence, published, checks))
     return out
 
 
@@ -288,7 +415,7 @@ def claims(df: pd.DataFrame, ref: Reference) -> "list[ClaimRow]":
 
 FIGURE_HEADER = ["published as", "cell", "metric", "published (study)", "published / study baseline",
                  "measured (this run)", "measured / our baseline", "measured ÷ published"]
-CLAIM_HEADER = ["claim (published finding)", "condition", "verdict", "evidence"]
+CLAIM_HEADER = ["claim (published finding)", "condition", "verdict", "conditions here", "evidence"]
 
 
 def _norm_text(low: float, high: float, kind: Optional[str]) -> str:
@@ -296,6 +423,11 @@ def _norm_text(low: float, high: float, kind: Optional[str]) -> str:
     if not (np.isfinite(low) and np.isfinite(high)):
         return "–"
     return f"{_ratio(low)} × {word}" if abs(low - high) < 0.005 else f"{_ratio(low)}–{_ratio(high)} × {word}"
+
+
+def _what(match: Match, of: Optional[str]) -> str:
+    """What a figure or claim side is measured on: a cell, or a baseline of the cells' configuration."""
+    return f"{baseline_word(of)} of {match.describe()}" if of else match.describe()
 
 
 def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
@@ -312,20 +444,28 @@ def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
             ours = (f"{_norm_text(r.measured_norm, r.measured_norm, kind)} "
                     f"({baseline_word(kind)} {show(r.measured_baseline, 'Gbit/s')})")
         ratio = _ratio(r.ratio)
-        if r.per_byte:
-            ratio = f"{ratio} per byte" if np.isfinite(r.ratio) else "– (a total: the study's bytes are not given)"
-        out.append([f.label or "–", f.match.describe(), f.metric, show_range(*r.published, r.unit), pub_norm,
+        if m.cell is None:     # a cell this run left out (e.g. --set): nothing to compare, whatever the study gives
+            ratio = "– (not run in this set)"
+        elif r.per_byte:
+            ratio = (f"{ratio} per byte" if np.isfinite(r.ratio) else
+                     "– (a total: the study's bytes are not given)" if f.bytes is None else "–")
+        out.append([f.label or "–", _what(f.match, f.of), f.metric, show_range(*r.published, r.unit), pub_norm,
                     show_measured(m, r.unit), ours, ratio])
     return out
+
+
+def conditions_text(row: ClaimRow) -> str:
+    """The claim's conditions as checked here, one `✓ name: numbers` per condition ("–": it needs none)."""
+    return "; ".join(str(c) for c in row.checks) or "–"
 
 
 def claim_table(rows: "list[ClaimRow]") -> "list[list[str]]":
     out = []
     for r in rows:
         c = r.claim
-        cond = f"{c.metric}: {c.condition}, a = {c.a.describe()}; b = {c.b.describe()}"
+        rule = f"{c.metric}: {c.condition}, a = {_what(c.a, c.of)}; b = {_what(c.b, c.of)}"
         evidence = r.evidence + (f" · {r.published}" if r.published else "") + (f" · note: {c.note}" if c.note else "")
-        out.append([c.says, cond, r.verdict, evidence])
+        out.append([c.says, rule, r.verdict, conditions_text(r), evidence])
     return out
 
 
@@ -335,25 +475,44 @@ def baseline_table(ref: Reference, baselines: pd.DataFrame) -> "list[list[str]]"
     for b in ref.baselines:
         lo, hi = b.value.to("Gbit/s")
         study = f"{b.value}" + (f" = {show_range(lo, hi, 'Gbit/s')}" if b.value.unit != "Gbit/s" else "")
-        vals = own_baseline_values(baselines, b.kind, {})
-        ours = float(np.median(vals)) if vals else math.nan
-        spread = (f" (median of {len(vals)}: {show_range(min(vals), max(vals), 'Gbit/s')})"
-                  if len(vals) > 1 and min(vals) < max(vals) else "")
-        out.append([baseline_word(b.kind), study, b.command or "–",
-                    f"{show(ours, 'Gbit/s')} = {show(convert(ours, 'Gbit/s', 'MB/s'), 'MB/s')}{spread}"
-                    if np.isfinite(ours) else "not measured"])
+        for where, cell in _configurations(baselines, b.kind):
+            vals = own_baseline_values(baselines, b.kind, cell)
+            ours = float(np.median(vals)) if vals else math.nan
+            spread = (f" (median of {len(vals)}: {show_range(min(vals), max(vals), 'Gbit/s')})"
+                      if len(vals) > 1 and min(vals) < max(vals) else "")
+            out.append([baseline_word(b.kind) + (f" on {where}" if where else ""), study, b.command or "–",
+                        f"{show(ours, 'Gbit/s')} = {show(convert(ours, 'Gbit/s', 'MB/s'), 'MB/s')}{spread}"
+                        if np.isfinite(ours) else "not measured"])
     return out
+
+
+def _configurations(baselines: pd.DataFrame, kind: str) -> "list[tuple[str, dict]]":
+    """(label, cell) per configuration of a kind's strict keys this result set has records of (dd: one per
+    filesystem: a median across filesystems would stand for none of them); [("", {})] for other kinds."""
+    registered = BY_RECORD.get(kind)
+    keys = [k for k in (registered.strict_keys if registered else ()) if baselines is not None
+            and f"key_{k}" in baselines]
+    if not keys:
+        return [("", {})]
+    rows = baselines[baselines["kind"] == kind]
+    combos = rows[[f"key_{k}" for k in keys]].drop_duplicates()
+    out = []
+    for _, combo in combos.iterrows():
+        cell = {k: combo[f"key_{k}"] for k in keys}
+        out.append((", ".join(f"{k}={format_value(k, v)}" for k, v in cell.items() if pd.notna(v)), cell))
+    return out or [("", {})]
 
 
 BASELINE_HEADER = ["baseline", "published (study)", "the study's command", "measured (this run), all tests"]
 
 
 def verdict_counts(rows: "list[ClaimRow]") -> str:
-    counts = {v: sum(r.verdict == v for r in rows) for v in (HOLDS, FAILS, INCONCLUSIVE)}
+    counts = {v: sum(r.verdict == v for r in rows) for v in VERDICTS}
     return ", ".join(f"{n} {v}" for v, n in counts.items() if n) or "no claims"
 
 
-def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: str = "") -> str:
+def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: str = "",
+             hosts: Optional[HostFacts] = None) -> str:
     """The Reproduction section as Markdown (what `zcorch report DIR --format markdown` prints)."""
     s = ref.source
     cite = ", ".join(x for x in (s.author, f"“{s.title}”", s.venue, s.date) if x)
@@ -377,9 +536,9 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
     fig_rows = figures(df, baselines, ref)
     if fig_rows:
         lines += ["### Published figures vs this run", ""] + table(FIGURE_HEADER, figure_table(fig_rows))
-    claim_rows = claims(df, ref)
+    claim_rows = claims(df, ref, baselines, hosts)
     if claim_rows:
         lines += [f"### Claims ({verdict_counts(claim_rows)})", "",
                   "A verdict needs both confidence intervals separated; overlapping intervals or missing runs are "
-                  "*inconclusive*.", ""] + table(CLAIM_HEADER, claim_table(claim_rows))
+                  "*inconclusive*; a claim whose conditions this machine does not meet is *untestable here*.", ""] + table(CLAIM_HEADER, claim_table(claim_rows))
     return "\n".join(lines)

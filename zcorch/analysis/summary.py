@@ -14,7 +14,7 @@ from typing import Optional
 from zcorch import __version__
 from zcorch.analysis import reproduction as rp
 from zcorch.analysis.findings import CPU_COLUMNS, findings
-from zcorch.analysis.frames import OK, load_baselines, read_experiment_text, read_manifest, result_dir
+from zcorch.analysis.frames import OK, load_baselines, read_experiment_text, read_manifest, read_meta, result_dir
 from zcorch.analysis.load import load
 from zcorch.config.sections import reference_of
 from zcorch.errors import ConfigError
@@ -29,7 +29,7 @@ def _experiment_text(d, manifest: dict) -> "tuple[str, str]":
     return text or "", str(exp_file)
 
 
-def _reproduction(text: str, path: str, df, baselines) -> Optional[dict]:
+def _reproduction(text: str, path: str, df, baselines, meta: Optional[dict] = None) -> Optional[dict]:
     """The Reproduction section as data (None: no `reference:`; {"error"} when it cannot be read)."""
     try:
         ref = reference_of(text, path)
@@ -37,7 +37,7 @@ def _reproduction(text: str, path: str, df, baselines) -> Optional[dict]:
         return {"error": str(exc)}
     if ref is None:
         return None
-    claims = rp.claims(df, ref) if len(df) else []
+    claims = rp.claims(df, ref, baselines, rp.host_facts(meta)) if len(df) else []
     figs = rp.figures(df, baselines, ref) if len(df) and ref.figures else []
     return {
         "error": None, "source": dataclasses.asdict(ref.source), "setup": " ".join(ref.setup.split()),
@@ -45,6 +45,9 @@ def _reproduction(text: str, path: str, df, baselines) -> Optional[dict]:
         "figures": _rows(rp.FIGURE_HEADER, rp.figure_table(figs)),
         "claims": _rows(rp.CLAIM_HEADER, rp.claim_table(claims)),
         "verdicts": rp.verdict_counts(claims) if claims else "",
+        "conditions": [{"claim": r.claim.says, "verdict": r.verdict,
+                        "checks": [{"condition": c.name, "state": c.state, "detail": c.detail} for c in r.checks]}
+                       for r in claims],
     }
 
 
@@ -76,7 +79,7 @@ def report_document(path) -> dict:
         "runs": int(len(df)), "cells": int(df["cell"].nunique()) if len(df) else 0,
         "failed_runs": int((df["status"] != OK).sum()) if len(df) else 0,
         "findings": findings(df, baselines) if len(df) else None,
-        "reproduction": _reproduction(text, exp_path, df, baselines),
+        "reproduction": _reproduction(text, exp_path, df, baselines, read_meta(d)),
     })
 
 
@@ -142,5 +145,5 @@ def report_markdown(path) -> str:
     text, exp_path = _experiment_text(d, manifest)
     ref = reference_of(text, exp_path)
     if ref is not None:
-        parts.append(rp.markdown(ref, df, load_baselines(d), name))
+        parts.append(rp.markdown(ref, df, load_baselines(d), name, rp.host_facts(read_meta(d))))
     return "\n".join(parts)

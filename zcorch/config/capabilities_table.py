@@ -15,15 +15,17 @@ CAPABILITY_NAMES = (  # in bit order
     "zc_recv",
     "uring",
     "one_stream",
+    "grain",
+    "refill",
 )
 
 MODE_CAPABILITIES = {
     "send": {
-        "write": (),
+        "write": ("refill",),
         "mmap": ("file_source", "mappable_source"),
         "sendfile": ("file_source",),
         "splice": ("file_source", "pipe"),
-        "vmsplice": ("gift", "pipe"),
+        "vmsplice": ("gift", "grain", "pipe"),
         "msg_zerocopy": ("kernel_feature", "zc_completions"),
         "io_uring": ("kernel_feature", "uring"),
         "io_uring_zc": ("kernel_feature", "uring", "zc_completions"),

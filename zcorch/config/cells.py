@@ -12,7 +12,7 @@ from typing import Optional
 from zcorch.config.capabilities import mode_caps as _mode_caps
 from zcorch.config.capabilities import with_capability
 from zcorch.config.checks import FILESYSTEM_PLACEHOLDER
-from zcorch.params import side_value
+from zcorch.params import DEFAULTS, side_value
 
 
 def cell_problems(p: dict) -> "list[str]":
@@ -35,6 +35,7 @@ def cell_problems(p: dict) -> "list[str]":
         out.append(f"send mode `{send}` cannot map /dev/zero; use a regular file as source")
     if p["gift"] and "gift" not in send_caps | recv_caps:
         out.append(f"`gift` (SPLICE_F_GIFT) only applies to the {'/'.join(with_capability('gift'))} modes")
+    out += _grain_problems(p, send_caps)
     if sink == "/dev/null" and p["fsync"]:
         out.append("`fsync` needs a regular file as sink, not /dev/null")
     if sink == "/dev/null" and p["sink_state"] != "fresh":
@@ -51,6 +52,28 @@ def cell_problems(p: dict) -> "list[str]":
         for side, mode, caps in (("send", send, send_caps), ("receive", recv, recv_caps)):
             if "one_stream" in caps:
                 out.append(f"{side} mode `{mode}` handles one stream only; `streams: {p['streams']}` needs another")
+    return out
+
+
+def _grain_problems(p: dict, send_caps: "frozenset[str]") -> "list[str]":
+    """`mmap_grain`, `splice_grain` and `refill` against the send mode (the worker refuses the same): they change
+    the calls of the modes that declare them, and are never silently ignored."""
+    out = []
+    send, mem = p["send_mode"], p["source"] == "mem"
+    grains = [k for k in ("mmap_grain", "splice_grain") if p.get(k, DEFAULTS[k]) != DEFAULTS[k]]
+    if grains and "grain" not in send_caps:
+        out.append(f"{' and '.join(f'`{k}: {p[k]}`' for k in grains)}: send mode `{send}` makes no such calls "
+                   f"(only {'/'.join(with_capability('grain'))})")
+    elif p.get("mmap_grain") == "subblock" and mem and not p["gift"]:
+        out.append("`mmap_grain: subblock` maps fresh buffers: source `mem` needs `gift: true` (without it the "
+                   "pattern is spliced from memory mapped once)")
+    if p.get("refill"):
+        if "refill" not in send_caps:
+            out.append(f"`refill` fills a buffer of the sender's own: send mode `{send}` has none "
+                       f"(only {'/'.join(with_capability('refill'))})")
+        elif not mem:
+            out.append(f"`refill` rewrites the pattern of source `mem`; a file source (`{p['source']}`) is read "
+                       "into the buffer instead")
     return out
 
 

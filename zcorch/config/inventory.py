@@ -6,12 +6,22 @@
         receiver: {ssh: root@10.77.0.3, data_address: 10.78.0.3, identity_file: keys/lab_ed25519}
       rack3: {sender: {...}, receiver: {...}}
       here: localhost                        # a pair may also be `localhost`
+      rack4: {sender: {...}, receiver: {...}, shares: [tor-switch-4]}
+
+`shares:` (a name or a list of names, on a pair given as a mapping) declares what the pair's transfers
+share with other pairs: a link, a switch, an uplink. A fleet run (`--hosts FILE:PAIR1,PAIR2` or
+`--hosts FILE:all`, zcorch.sweep.fleet) never lets two pairs that share a name transfer at the same time.
+The name `all` is reserved for that selection and cannot name a pair.
 
 The pairs are parsed by zcorch.config.hosts (the parser of `hosts:`), through a Checker, so a problem is
 reported as `inventory.yaml:line:column: pairs.lab.sender.ssh: message`, every problem at once. Unlike an
 experiment file (which is copied into each result set), an inventory may give `identity_file`,
 `known_hosts` and `ssh_config` relative to its own directory: they are made absolute here, and the result
 set records the absolute paths.
+
+`select_pairs(spec, label)` reads `FILE:PAIR1,PAIR2...` or `FILE:all` (the fleet form) and returns the
+Inventory and the chosen pairs in the order given (all: file order); `is_fleet_spec(spec)` says whether a
+--hosts value is that form. Another inventory format (an Ansible reader) only has to produce an `Inventory`.
 
 `select(spec, label)` reads `FILE[:PAIR]` (the --hosts value or ZCORCH_HOSTS) and returns the chosen
 `InventoryPair`: PAIR, or the only pair, or the first in the file. `from_environment(flag, environ)` is
@@ -20,8 +30,8 @@ the rule the command line applies: the flag wins over ZCORCH_HOSTS.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Mapping, Optional
+from dataclasses import dataclass, field
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.config import yamlsrc as ys
 from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, suggest
@@ -31,6 +41,8 @@ from zcorch.errors import ConfigError
 ENV_VAR = "ZCORCH_HOSTS"
 FLAG = "--hosts"
 TOP_KEYS = ("pairs",)
+SHARES_KEY = "shares"          # a pair's key beside sender/receiver: what its transfers share with other pairs
+ALL_PAIRS = "all"              # `--hosts FILE:all`: every pair of the file (so no pair may be named `all`)
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,7 @@ class InventoryPair:
     pair: str                     # the pair's name
     hosts: Hosts
     pairs: "tuple[str, ...]"      # every pair of the file, in file order
+    shares: "tuple[str, ...]" = ()   # the pair's `shares:` names (links/switches it shares with other pairs)
 
     def record(self) -> dict:
         """What a result set records (manifest.json `inventory`)."""
@@ -56,6 +69,7 @@ class Inventory:
     path: str
     sha256: str
     pairs: "dict[str, Hosts]"     # name -> hosts, in file order
+    shares: "dict[str, tuple[str, ...]]" = field(default_factory=dict)   # name -> its `shares:` (absent: none)
 
     def pair(self, name: Optional[str] = None, label: str = FLAG) -> InventoryPair:
         """The pair `name`, or (None) the only or first pair. ConfigError for an unknown name, listing the pairs."""
@@ -65,7 +79,19 @@ class Inventory:
         elif name not in self.pairs:
             raise ConfigError(f"{label}: {self.path} has no pair `{name}`{suggest(name, names)} "
                               f"(its pairs: {', '.join(names)})")
-        return InventoryPair(self.path, self.sha256, name, self.pairs[name], names)
+        return InventoryPair(self.path, self.sha256, name, self.pairs[name], names, self.shares.get(name, ()))
+
+    def select(self, names: Optional[Sequence[str]], label: str = FLAG) -> "List[InventoryPair]":
+        """The pairs `names` in that order (None: every pair, in file order); ConfigError names every unknown
+        one and a name given twice."""
+        if names is None:
+            return [self.pair(n, label) for n in self.pairs]
+        problems = [f"{label}: pair `{n}` is named twice" for i, n in enumerate(names) if n in names[:i]]
+        problems += [f"{label}: {self.path} has no pair `{n}`{suggest(n, tuple(self.pairs))} "
+                     f"(its pairs: {', '.join(self.pairs)})" for n in names if n not in self.pairs]
+        if problems:
+            raise ConfigError(problems)
+        return [self.pair(n, label) for n in names]
 
 
 def load_inventory(path: str) -> Inventory:
@@ -89,6 +115,7 @@ def parse_inventory(text: str, path: str, sha256: str = "") -> Inventory:
         chk.raise_if_any()
     top = chk.mapping(root, "", TOP_KEYS, "top-level keys of an inventory")
     pairs: "dict[str, Hosts]" = {}
+    shares: "dict[str, tuple[str, ...]]" = {}
     if "pairs" not in top:
         chk.problem(root.pos, "pairs", "missing required key `pairs` (name: {sender: ..., receiver: ...})")
     else:
@@ -107,11 +134,40 @@ def parse_inventory(text: str, path: str, sha256: str = "") -> Inventory:
                 chk.problem(child.pos, f"pairs.{name}", "expected `localhost` or a mapping with `sender:` and "
                                                          "`receiver:`, got nothing (null)")
                 continue
+            if name == ALL_PAIRS:
+                chk.problem(kpos, f"pairs.{name}", f"`{ALL_PAIRS}` is reserved: `--hosts FILE:{ALL_PAIRS}` "
+                                                   "selects every pair; rename this one")
+                continue
+            if isinstance(child, ys.YMap) and SHARES_KEY in child.entries:
+                spos, snode = child.entries[SHARES_KEY]
+                names = _share_names(chk, snode, f"pairs.{name}.{SHARES_KEY}")
+                if names:
+                    shares[name] = names
+                child = ys.YMap({k: v for k, v in child.entries.items() if k != SHARES_KEY}, child.pos)
             hosts = parse_hosts(chk, child, f"pairs.{name}", base_dir=base_dir)
             if hosts is not None:
                 pairs[name] = hosts
     chk.raise_if_any()
-    return Inventory(path, sha256, pairs)
+    return Inventory(path, sha256, pairs, shares)
+
+
+def _share_names(chk: Checker, node: ys.YNode, key: str) -> "tuple[str, ...]":
+    """`shares: NAME` or `shares: [NAME, ...]` -> the names (problems go to `chk`)."""
+    items = node.items if isinstance(node, ys.YSeq) else [node]
+    out: "list[str]" = []
+    for item in items:
+        if not isinstance(item, ys.YScalar) or item.is_null:
+            chk.problem(item.pos, key, f"expected a name or a list of names (a link or switch the pair shares "
+                                       f"with other pairs), got {ys.describe(item)}")
+            continue
+        text = chk.value(item, key, ys.as_str, None)
+        if text is None:
+            continue
+        if not NAME_RE.match(text):
+            chk.problem(item.pos, key, f"`{text}` is not a valid name ({NAME_RULE})")
+        elif text not in out:
+            out.append(text)
+    return tuple(out)
 
 
 def split_spec(spec: str) -> "tuple[str, Optional[str]]":
@@ -122,18 +178,48 @@ def split_spec(spec: str) -> "tuple[str, Optional[str]]":
     return path, (pair or None)
 
 
+def is_fleet_spec(spec: Optional[str]) -> bool:
+    """`FILE:PAIR1,PAIR2...` or `FILE:all`: a fleet run, one sweep per pair (zcorch.sweep.fleet)."""
+    if not spec:
+        return False
+    _, name = split_spec(spec)
+    return name is not None and (name == ALL_PAIRS or "," in name)
+
+
+def select_pairs(spec: str, label: str = FLAG) -> "Tuple[Inventory, List[InventoryPair]]":
+    """The inventory of `FILE:PAIR1,PAIR2...` / `FILE:all` / `FILE[:PAIR]` and the pairs it names (all: every
+    pair in file order; no PAIR: the only or first pair)."""
+    if not spec:
+        raise ConfigError(f"{label}: expected INVENTORY:PAIR1,PAIR2... or INVENTORY:all, got an empty value")
+    path, name = split_spec(spec)
+    inv = _load_for(path, spec, label)
+    if name == ALL_PAIRS:
+        return inv, inv.select(None, f"{label} {spec}")
+    if name is None:
+        return inv, [inv.pair(None, f"{label} {spec}")]
+    names = [n.strip() for n in name.split(",")]
+    if "" in names:
+        raise ConfigError(f"{label} {spec}: an empty pair name (write FILE:PAIR1,PAIR2)")
+    return inv, inv.select(names, f"{label} {spec}")
+
+
+def _load_for(path: str, spec: str, label: str) -> Inventory:
+    try:
+        return load_inventory(path)
+    except ConfigError as exc:
+        if len(exc.problems) == 1 and "cannot read the inventory file" in exc.problems[0]:
+            raise ConfigError(f"{label} {spec}: {exc.problems[0]}") from None
+        raise
+
+
 def select(spec: str, label: str = FLAG) -> InventoryPair:
     """The pair `FILE[:PAIR]` names (the only or first pair without PAIR); `label` names the source in errors."""
     if not spec:
         raise ConfigError(f"{label}: expected INVENTORY[:PAIR], got an empty value")
     path, name = split_spec(spec)
-    try:
-        inv = load_inventory(path)
-    except ConfigError as exc:
-        if len(exc.problems) == 1 and "cannot read the inventory file" in exc.problems[0]:
-            raise ConfigError(f"{label} {spec}: {exc.problems[0]}") from None
-        raise
-    return inv.pair(name, f"{label} {spec}")
+    if is_fleet_spec(spec):
+        raise ConfigError(f"{label} {spec}: several pairs (a fleet) are run by `zcorch run` only")
+    return _load_for(path, spec, label).pair(name, f"{label} {spec}")
 
 
 def from_environment(flag: Optional[str], environ: Mapping[str, str]) -> Optional[InventoryPair]:

@@ -14,6 +14,8 @@
       figures:                            # published numbers, one cell each
         - {label: "C) file -> 1) /dev/null", match: {send_mode: splice, sink: /dev/null}, metric: mb_s,
            value: 854 MB/s}
+        - {label: "dd into ext4", of: dd_write, match: {filesystem: ext4-delalloc}, metric: mb_s,
+           value: 278 MB/s}               # a figure of a baseline: zcorch's dd on the same filesystem
       claims:                             # findings in a form a run can check
         - says: "splice is the fastest way to send a file"
           metric: mb_s
@@ -21,9 +23,15 @@
           b: {send_mode: write, sink: /dev/null, source: {not: /dev/zero}}
           holds_if: a > b                 # or a < b, a <= 0.5 * b, a >= 2 * b
 
+`of: KIND` (a figure or a claim): the study's number is what zcorch's baseline KIND (dd_write, dd_read,
+iperf3 ...) measures, not a transfer: it is paired with this run's records of that kind on the configuration
+the match selects, i.e. with the same values of the kind's match keys (dd: the cell's `filesystem`), never
+with another filesystem's records nor a median across them. Such a match may select several cells as long
+as they agree on those keys.
+
 A `match:` maps parameter names to a value (`send_mode: splice`), a list of values (any of them) or
 `{not: value-or-list}` (none of them); values are written and compared as in `params:` (64KiB = 65536).
-Every match selects exactly one cell of the experiment: zcorch.plan checks that against the expanded
+Every other match selects exactly one cell of the experiment: zcorch.plan checks that against the expanded
 cells (`reference_problems`), an error for the file as written, a warning when `--set` reduced the run
 (the report then shows the figure or claim as not measured by this run).
 
@@ -43,8 +51,8 @@ from zcorch.config import checks
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.registry import KINDS
 from zcorch.config.checks import Checker, suggest
-from zcorch import metrics
-from zcorch.params import PARAM_KEYS, format_value
+from zcorch import conditions, metrics
+from zcorch.params import CPU_MAX, PARAM_KEYS, format_value
 from zcorch.units import convert, parse_quantity, unit_dimension
 
 # The metrics a figure or claim may name: every analysis metric (zcorch.metrics) whose unit zcorch.units converts.
@@ -54,14 +62,21 @@ METRICS = metrics.QUANTITIES
 # zcorch's baseline record kinds a study's own baseline can stand for: every registered kind's records that
 # read as a word (zcorch.config.baselines: iperf3, dd_write, dd_read, qperf...)
 BASELINE_KINDS = {rk: desc for kind in KINDS for rk, desc in kind.record_kinds.items() if rk in kind.words}
+
+
+def baseline_match_keys(record_kind: str) -> "tuple[str, ...]":
+    """The cell parameters a baseline record kind's records are matched on (dd: filesystem)."""
+    return next((k.match_keys for k in KINDS if record_kind in k.record_kinds), ())
+
+
 # `command:NAME`: the command baseline NAME of the experiment's `baselines.commands` (the study's FTP, rsync...)
 COMMAND_KIND_PREFIX = "command:"
 _COMMAND_KIND_RE = re.compile(r"^command:[A-Za-z][A-Za-z0-9_.-]{0,39}$")
 SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims")
 SOURCE_KEYS = ("title", "author", "date", "url", "venue")
 BASELINE_KEYS = ("value", "command")
-FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes")
-CLAIM_KEYS = ("says", "metric", "a", "b", "holds_if", "note")
+FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes", "of")
+CLAIM_KEYS = ("says", "metric", "a", "b", "holds_if", "note", "of", "needs")
 _HOLDS_RE = re.compile(r"^\s*a\s*(<=|>=|<|>|≤|≥)\s*(?:(\d+(?:\.\d+)?)\s*[*×x]\s*)?b\s*$")
 _OPS = {"≤": "<=", "≥": ">="}
 
@@ -146,6 +161,7 @@ class Figure:
     baseline: Optional[str] = None   # the kind to normalise with (None: not normalised)
     bytes: Optional[int] = None      # what the study moved in that measurement (totals compare per byte)
     pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
+    of: Optional[str] = None         # a baseline record kind: the figure is of that baseline (None: of a cell)
 
 
 @dataclass(frozen=True)
@@ -158,6 +174,12 @@ class Claim:
     factor: float = 1.0     # holds if metric(a) op factor × metric(b)
     note: str = ""
     pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
+    of: Optional[str] = None         # a baseline record kind: both sides are that baseline's records
+    # the conditions (zcorch.conditions) under which this machine can test it: (name, number or None)
+    needs: "tuple[tuple[str, Optional[int]], ...]" = ()
+
+    def need(self, name: str) -> bool:
+        return any(n == name for n, _ in self.needs)
 
     @property
     def condition(self) -> str:
@@ -178,9 +200,13 @@ class Reference:
 
     def matches(self) -> "list[tuple[str, Match]]":
         """Every match with a label for messages (`figures[0]`, `claims[1].a`)."""
-        out = [(f"reference.figures[{i}]", f.match) for i, f in enumerate(self.figures)]
+        return [(label, match) for label, match, _ in self.matches_of()]
+
+    def matches_of(self) -> "list[tuple[str, Match, Optional[str]]]":
+        """Every match with its label and the baseline kind it is `of` (None: a cell's)."""
+        out = [(f"reference.figures[{i}]", f.match, f.of) for i, f in enumerate(self.figures)]
         for i, c in enumerate(self.claims):
-            out += [(f"reference.claims[{i}].a", c.a), (f"reference.claims[{i}].b", c.b)]
+            out += [(f"reference.claims[{i}].a", c.a, c.of), (f"reference.claims[{i}].b", c.b, c.of)]
         return out
 
 
@@ -221,6 +247,22 @@ def _holds_if(node: ys.YNode) -> "tuple[str, float]":
     if factor <= 0:
         raise ys.ValueProblem(f"`{text}`: the factor must be > 0")
     return _OPS.get(m.group(1), m.group(1)), factor
+
+
+def _of(node: ys.YNode) -> str:
+    return checks.choice(node, tuple(BASELINE_KINDS), "baseline kind")
+
+
+def _parse_of(chk: Checker, fields_: dict, path: str, metric: Optional[str]) -> Optional[str]:
+    """The `of:` of a figure or claim (None without); problems to `chk`: baseline records are rates."""
+    if "of" not in fields_:
+        return None
+    of = chk.value(fields_["of"][1], f"{path}.of", _of)
+    if of and metric and not metrics.get(metric).rate:
+        chk.problem(fields_["of"][1].pos, f"{path}.of", f"a baseline measures a throughput: `of: {of}` needs a "
+                                                        f"rate metric (mb_s, gbit_s), not `{metric}`")
+        return None
+    return of
 
 
 def parse_match(chk: Checker, node: ys.YNode, path: str, param_parser) -> Optional[Match]:
@@ -282,9 +324,10 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
 
     baselines = []
     if "baselines" in top:
-        node = top["baselines"][1]
-        commands = tuple(k for k in getattr(node, "entries", {}) if _COMMAND_KIND_RE.match(str(k)))
-        for kind, (_, child) in chk.mapping(node, "reference.baselines", (*BASELINE_KINDS, *commands),
+        # (not `node`: that is the whole section's, as `name` in the validator is the experiment's)
+        section = top["baselines"][1]
+        commands = tuple(k for k in getattr(section, "entries", {}) if _COMMAND_KIND_RE.match(str(k)))
+        for kind, (_, child) in chk.mapping(section, "reference.baselines", (*BASELINE_KINDS, *commands),
                                             "zcorch baseline kinds, or command:NAME").items():
             path = f"reference.baselines.{kind}"
             fields_ = chk.mapping(child, path, BASELINE_KEYS, "published baseline keys")
@@ -327,7 +370,13 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                     value = None
             base = None
             rate = bool(metric) and metrics.get(metric).rate   # a throughput: normalised to a baseline
-            if "baseline" in f:
+            of = _parse_of(chk, f, path, metric)
+            if of and "baseline" in f:
+                chk.problem(f["baseline"][1].pos, f"{path}.baseline", f"a figure `of: {of}` is a baseline's "
+                                                                      "own number: it is not normalised to another")
+            elif of:
+                pass       # (not normalised to iperf3 either: a filesystem's dd is no share of the network's)
+            elif "baseline" in f:
                 base = chk.value(f["baseline"][1], f"{path}.baseline",
                                  lambda n: checks.choice(n, (*BASELINE_KINDS, *sorted(k for k in kinds if k.startswith(
                                      COMMAND_KIND_PREFIX))), "baseline kind"))
@@ -343,7 +392,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                 base = None
             fbytes = chk.value(f["bytes"][1], f"{path}.bytes", checks.positive_size) if "bytes" in f else nbytes
             if match and metric and value:
-                figures.append(Figure(label, match, metric, value, base, fbytes, item.pos))
+                figures.append(Figure(label, match, metric, value, base, fbytes, item.pos, of))
 
     claims = []
     if "claims" in top:
@@ -362,11 +411,47 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             b = parse_match(chk, c["b"][1], f"{path}.b", param_parser)
             cond = chk.value(c["holds_if"][1], f"{path}.holds_if", _holds_if)
             note = chk.value(c["note"][1], f"{path}.note", _text, "") if "note" in c else ""
+            of = _parse_of(chk, c, path, metric)
+            needs = _needs(chk, c["needs"][1], f"{path}.needs") if "needs" in c else ()
             if a and b and a == b:
                 chk.problem(c["b"][1].pos, f"{path}.b", "`b` matches the same as `a`: a claim compares two cells")
             elif says is not None and metric and a and b and cond:
-                claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos))
+                claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos, of, needs))
     return Reference(source, setup or "", nbytes, tuple(baselines), tuple(figures), tuple(claims))
+
+
+def _needs(chk: Checker, node: ys.YNode, path: str) -> "tuple[tuple[str, Optional[int]], ...]":
+    """`needs: [idle_hosts, cpus]` or `[{cpus: 3}]`: condition names of zcorch.conditions, each once."""
+    out: "list[tuple[str, Optional[int]]]" = []
+    for i, item in enumerate(_items(chk, node, path)):
+        ipath = f"{path}[{i}]"
+        number = None
+        if isinstance(item, ys.YMap):
+            if len(item.entries) != 1:
+                chk.problem(item.pos, ipath, "a mapping here names one condition and its number, e.g. {cpus: 3}")
+                continue
+            name, (kpos, child) = next(iter(item.entries.items()))
+            spec = conditions.BY_NAME.get(name)
+            if spec is not None and spec.takes is None:
+                chk.problem(kpos, ipath, f"`{name}` takes no number: write it as a plain name")
+                continue
+            number = chk.value(child, f"{ipath}.{name}", lambda n: checks.int_range(n, 1, CPU_MAX + 1))
+            if number is None:
+                continue
+            pos = kpos
+        else:
+            name = chk.value(item, ipath, lambda n: ys.as_str(n, "a condition name"))
+            if name is None:
+                continue
+            pos = item.pos
+        if name not in conditions.BY_NAME:
+            chk.problem(pos, ipath, f"`{name}` is not a condition{suggest(name, conditions.NAMES)} "
+                                    f"(one of {', '.join(conditions.NAMES)}: docs/experiment-files.md, Reference)")
+        elif any(n == name for n, _ in out):
+            chk.problem(pos, ipath, f"`{name}` is named twice")
+        else:
+            out.append((name, number))
+    return tuple(out)
 
 
 def _items(chk: Checker, node: ys.YNode, path: str) -> list:
@@ -379,16 +464,33 @@ def _items(chk: Checker, node: ys.YNode, path: str) -> list:
 # ---------------------------------------------------------------- against the expanded cells
 
 def reference_problems(ref: Reference, cells: "list[dict]") -> "list[tuple[ys.Pos, str, str]]":
-    """(pos, key, message) for every match that selects no cell or more than one of `cells` (parameter dicts)."""
+    """(pos, key, message) for every match that selects no cell or more than one of `cells` (parameter dicts);
+    a match `of` a baseline kind may select several cells that agree on the kind's match keys."""
     out = []
-    for label, match in ref.matches():
+    for label, match, of in ref.matches_of():
         hits = [p for p in cells if match.selects(p)]
         if len(hits) == 1:
             continue
+        keys = baseline_match_keys(of) if of else ()
         if not hits:
             out.append((match.pos, label, f"{match.describe()} selects no cell of the experiment"))
+        elif of:
+            differ = [k for k in keys if len({format_value(k, h.get(k)) for h in hits}) > 1]
+            if differ:
+                out.append((match.pos, label, f"{match.describe()} selects cells of different "
+                                              f"{' and '.join(f'`{k}`' for k in differ)}: `of: {of}` needs one "
+                                              f"configuration (add {' or '.join(f'`{k}`' for k in differ)})"))
         else:
             differ = [k for k in PARAM_KEYS if len({format_value(k, h.get(k)) for h in hits}) > 1]
             out.append((match.pos, label, f"{match.describe()} selects {len(hits)} cells; one is needed: "
                                           f"add {' or '.join(f'`{k}`' for k in differ[:3])} to tell them apart"))
+    for i, claim in enumerate(ref.claims):
+        # idle_hosts is checked on what the workers' probe records: a cell without one could never meet it
+        if claim.need("idle_hosts"):
+            unprobed = [m for m in (claim.a, claim.b) for p in cells if m.selects(p) and not p.get("idle_probe")]
+            if unprobed:
+                out.append((claim.pos, f"reference.claims[{i}].needs",
+                            f"idle_hosts is checked on each run's `host_idle_before`, which a cell records only "
+                            f"with `idle_probe` set: {unprobed[0].describe()} has none (e.g. params: "
+                            "{idle_probe: 200ms})"))
     return out

@@ -67,11 +67,11 @@ class Validator(Checker):
             self.problem(root.pos, "", f"expected a mapping (name:, params:, matrix: ...), got {ys.describe(root)}")
             return None  # type: ignore[return-value]
         top = self.mapping(root, "", TOP_KEYS, "top-level keys")
-        for name, (kpos, _) in top.items():
-            self.locations[name] = kpos
+        for key, (kpos, _) in top.items():  # (not `name`: that is the experiment's, set below)
+            self.locations[key] = kpos
 
-        def get(name):
-            return top[name][1] if name in top else None
+        def get(key):
+            return top[key][1] if key in top else None
 
         name = "?"
         if "name" not in top:

@@ -148,8 +148,8 @@ def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Baseline, key: dict) -> 
 # dd: the kind's host job on the receiver
 
 def run_dd(receiver: Host, python: str, cfg: DdBaseline, directory: str,
-           filesystem: Optional[str] = None, written_directory: Optional[str] = None) -> List[dict]:
-    """dd_write and dd_read records for `directory` on the receiver.
+           filesystem: Optional[str] = None, written_directory: Optional[str] = None, repeat: int = 0) -> List[dict]:
+    """dd_write and dd_read records for `directory` on the receiver (its `repeat`-th pair: `dd.repeats`).
 
     written_directory: the directory as the experiment file gives it (`{scratch}`...), kept in the key so
     keys match across users and hosts; the resolved `directory` is recorded next to it.
@@ -157,8 +157,9 @@ def run_dd(receiver: Host, python: str, cfg: DdBaseline, directory: str,
     started = utc_now()
     key = dd_key(cfg, written_directory or directory, filesystem)
     records = _dd_records(receiver, python, cfg, directory, key, started)
-    if written_directory and written_directory != directory:
-        for rec in records:
+    for rec in records:
+        rec["repeat"] = repeat
+        if written_directory and written_directory != directory:
             rec["directory"] = directory
     return records
 

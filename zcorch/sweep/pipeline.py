@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import posixpath
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -432,7 +433,9 @@ def _commands_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[d
 
 
 def _dd_hook(rs: Any, sweep: Sweep, cfg: Baselines, scratch_dirs: Dict[str, str]):
-    done = {_key(b) for b in rs.baselines() if b.get("status") == "ok"}
+    # ok dd_write records per key: the repeats a resumed sweep has (a record of before `repeats`: repeat 0)
+    done = Counter(_key(b) for b in rs.baselines() if b.get("status") == "ok")
+    seen: set = set()
 
     def before_directory(filesystem: Optional[str], sink: str) -> None:
         if cfg.dd is None:
@@ -440,13 +443,14 @@ def _dd_hook(rs: Any, sweep: Sweep, cfg: Baselines, scratch_dirs: Dict[str, str]
         # As written (`{scratch}` stays in the key, so keys match across users); dd runs in the resolved one.
         written = bl.dd_directory(sink, cfg.dd.scratch)
         key = _key({"kind": "dd_write", "key": bl.dd_key(cfg.dd, written, filesystem)})
-        if key in done:
+        if key in seen:
             return
-        done.add(key)  # a file sink in the scratch directory and /dev/null's scratch: one dd, not two
+        seen.add(key)  # a file sink in the scratch directory and /dev/null's scratch: one dd, not two
         directory = scratch.substitute(written, scratch_dirs.get("receiver"))
-        for rec in bl.run_dd(sweep.hosts["receiver"], sweep.python["receiver"], cfg.dd, directory, filesystem,
-                             written_directory=written):
-            rs.append_baseline(rec)
+        for repeat in range(done[key], cfg.dd.repeats):
+            for rec in bl.run_dd(sweep.hosts["receiver"], sweep.python["receiver"], cfg.dd, directory, filesystem,
+                                 written_directory=written, repeat=repeat):
+                rs.append_baseline(rec)
 
     return before_directory
 

@@ -138,6 +138,39 @@ def host_deltas(before: "Dict[str, Optional[str]]", after: "Dict[str, Optional[s
     return out
 
 
+def idle_share(before: "Optional[str]", after: "Optional[str]") -> "Optional[float]":
+    """Share (0..1) of all CPUs' time that was idle (idle + iowait: nothing to run) between two /proc/stat
+    texts; None when either is missing or no tick passed (a window too short to count)."""
+    if before is None or after is None:
+        return None
+    s0, s1 = parse_stat(before).get("cpu"), parse_stat(after).get("cpu")
+    if s0 is None or s1 is None:
+        return None
+    ticks = cpu_delta_ticks(s0, s1)
+    if None in ticks.values():
+        return None
+    total = sum(ticks.values())
+    return None if total <= 0 else (ticks["idle"] + ticks["iowait"]) / total
+
+
+def probe_idle(seconds: "Optional[float]") -> "Optional[float]":
+    """The host's idle share over the next `seconds` (idle_share of two /proc/stat reads; the caller sleeps
+    through the window, so its own CPU is not in it). None for no probe or /proc/stat unreadable."""
+    if not seconds:
+        return None
+    import time
+
+    def read() -> "Optional[str]":
+        try:
+            with open("/proc/stat") as f:
+                return f.read()
+        except OSError:
+            return None
+    before = read()
+    time.sleep(seconds)
+    return idle_share(before, read())
+
+
 def busy_us(metrics: "Dict[str, Any]") -> "Optional[int]":
     """Busy host CPU time (BUSY_FIELDS) of a worker's host_* metrics, None if one is missing."""
     parts = [metrics.get(f"host_{f}_us") for f in BUSY_FIELDS]

@@ -19,7 +19,7 @@ SAMPLE_MIN_INTERVALS intervals, else None.
 
 Each mode declares capabilities in its C ops table (`mode_capabilities()`, names in
 native/include/zcorch_api.h: file_source, mappable_source, file_sink, pipe, gift, zc_completions,
-kernel_feature, no_sink, zc_recv, uring, one_stream); `unavailable_modes()` names the compiled modes this
+kernel_feature, no_sink, zc_recv, uring, one_stream, grain, refill); `unavailable_modes()` names the compiled modes this
 kernel (or this build: `build_features()`) cannot run, and why.
 
 With `streams=N` (N > 1) a result also has "streams": one dict per stream ("stream", "offset" of its
@@ -329,6 +329,9 @@ class _CParams:
         self.watch = _Watch(p.get("sample_interval"), p["timeout"] + (p.get("duration") or 0))
         s.watch = self.watch.struct
         self.struct = s
+        # the threads the streams run on: auto and a value above --streams resolved by the C core (the one
+        # place), recorded among the parameters as applied
+        p["threads"] = int(lib.zc_threads_effective(s))
 
     def _str(self, value: Optional[str]):
         if value is None:
@@ -365,6 +368,7 @@ class _Watch:
 
     def __init__(self, interval: Optional[float], timeout: float):
         self.struct = ffi.new("zc_watch *")
+        self.idle_before: Optional[float] = None   # hoststat.probe_idle's share, set before the run
         self.interval = interval
         # Room for twice what the files hold now (a busier machine has larger counters) and more.
         cap = 2 * sum(_proc_size(f) for f in hoststat.FILES) + 65536
@@ -392,6 +396,7 @@ class _Watch:
         window = int(w.after.at_ns - w.before.at_ns) if stat_ok else None
         out = hoststat.host_deltas(self._texts(w.before), self._texts(w.after), window)
         out["host_boot_id"] = hoststat.boot_id()
+        out["host_idle_before"] = self.idle_before
         return out
 
     def samples(self, wall_ns: int) -> "Optional[dict[str, Any]]":
@@ -469,6 +474,7 @@ class Receiver:
         self.params = normalize_params("recv", **params)
         self.params["listen"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._c = _CParams("recv", mode, host, port, self.params)
+        self._c.watch.idle_before = hoststat.probe_idle(self.params.get("idle_probe"))   # before listening
         self._listener = ffi.new("zc_listener *")
         err = ffi.new("zc_error *")
         if L.zc_recv_listen(self._c.struct, self._listener, err) != 0:
@@ -500,6 +506,7 @@ def send(host: str, port: int, mode: str, **params: Any) -> "dict[str, Any]":
     applied = normalize_params("send", **params)
     applied["connect"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     c = _CParams("send", mode, host, port, applied)
+    c.watch.idle_before = hoststat.probe_idle(applied.get("idle_probe"))   # before connecting
     m = ffi.new("zc_metrics *")
     err = ffi.new("zc_error *")
     if L.zc_send_run(c.struct, m, err) != 0:

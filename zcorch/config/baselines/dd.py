@@ -1,6 +1,9 @@
 """`baselines.dd`: dd write + read on the receiver, in each directory a sink lives in.
 
-    dd: {bs: 1MiB, count: 64, scratch: "{scratch}"}  # count may be size-like (512k blocks)
+    dd: {bs: 1MiB, count: 64, scratch: "{scratch}", repeats: 3}  # count may be size-like (512k blocks)
+
+`repeats` (default 1) runs it that many times per directory, back to back, so that a claim about it (a
+study's dd figures, `reference.claims[].of: dd_write`) has a confidence interval: one dd has none.
 
 It runs as the host job `zcorch.worker.remote dd DIR BS COUNT` (which times `dd; sync` and the read back
 on the receiver itself); records {"kind": "dd_write" | "dd_read", "key": {"bs", "count", "directory",
@@ -23,6 +26,7 @@ from zcorch.params import INT_MAX
 from zcorch.units import format_size
 from zcorch.worker.remote import dd_read_argv, dd_write_argv
 
+DD_MAX_REPEATS = 100
 DD_MAX_BYTES = 64 * 1024 ** 3  # bs × count: the file dd writes (the host's free space is checked too)
 JOB = "dd"                     # the zcorch.worker.remote job
 RECORD_KINDS = ("dd_write", "dd_read")
@@ -37,6 +41,7 @@ class DdBaseline:
     # Where dd writes when the sink is a device (/dev/null): the per-user scratch directory by default (a
     # predictable name in a shared /tmp is anyone's to pre-create); may be {scratch}[/DIR] or a directory.
     scratch: str = SCRATCH_PLACEHOLDER
+    repeats: int = 1          # dd write + read pairs per directory (records carry `repeat`)
 
 
 def _dd_count(node: ys.YNode) -> int:
@@ -125,10 +130,12 @@ class DdKind(BaselineKind):
     record_kinds = {"dd_write": "dd write (the sink's disk)", "dd_read": "dd read"}
     words = {"dd_write": "dd write", "dd_read": "dd read"}
     match_keys = ("filesystem",)
+    strict_keys = ("filesystem",)
     parsers = {
         "bs": lambda n: checks.positive_size(n, INT_MAX),
         "count": _dd_count,
         "scratch": _dd_scratch,
+        "repeats": lambda n: checks.int_range(n, 1, DD_MAX_REPEATS),
     }
     job = JOB
     jobs = (JOB,)
@@ -145,7 +152,7 @@ class DdKind(BaselineKind):
 
     def estimate(self, conf: DdBaseline, params_list: Sequence[Mapping[str, Any]], rate: float, overhead: float) -> Cost:
         filesystems = {p.get("filesystem") for p in params_list}
-        passes = 2 * len(filesystems)  # a write and a read on each filesystem a sink lives on
+        passes = 2 * len(filesystems) * conf.repeats  # a write and a read on each filesystem a sink lives on
         return Cost(passes, passes * (conf.bs * conf.count / rate + overhead), f"{passes} dd passes at the same rate")
 
     def job_args(self, conf: DdBaseline, directory: str) -> List[Any]:
@@ -166,6 +173,8 @@ class DdKind(BaselineKind):
         where = f"bs={key.get('bs_text') or key.get('bs')} count={key.get('count')}"
         if key.get("filesystem"):
             where += f" on {key['filesystem']}"
+        if record.get("repeat"):
+            where += f" (repeat {record['repeat']})"
         return _describe((record.get("kind") or "?").replace("_", " "), where, record)
 
 

@@ -69,6 +69,9 @@ class BaselineKind:
     # the key columns matched against the cell's params, and key values a record must have.
     words: Mapping[str, str] = {}
     match_keys: Tuple[str, ...] = ()
+    # match keys whose other values never stand for a cell's (dd on another filesystem measures another
+    # disk): without a record of the cell's value there is no baseline, rather than the other records'
+    strict_keys: Tuple[str, ...] = ()
     match_fixed: Mapping[str, Any] = {}
     parsers: Mapping[str, Callable[[ys.YNode], Any]] = {}   # setting -> value parser (file:line on error)
     jobs: Tuple[str, ...] = ()        # zcorch.worker.remote host jobs it runs (dd's `dd`)

@@ -1,0 +1,144 @@
+"""The conditions under which a published claim can be tested on the machine that ran it: declared once.
+
+A claim of an experiment's `reference:` names the conditions it needs (`needs: [idle_hosts, cpus]`,
+zcorch.config.reference); the report checks each on the claim's runs (zcorch.analysis.reproduction) and a
+claim whose condition is not met is *untestable here*, with the reason, instead of *does not hold*: a
+pinning study measured on a machine whose CPUs were busy with other work says nothing about pinning.
+
+The checks are pure functions of facts the result set records per run or per host:
+- idle_hosts: each worker's `host_idle_before` (zcorch.params: the idle share of the host's CPU time over
+  the `idle_probe` window before it started);
+- one_kernel: the run's `same_host` (both workers reported one boot id);
+- virtual_link / real_nic: meta.json hosts.<role>.interface.kind (loopback, veth, device ...);
+- data_in_ram / data_beyond_ram: the run's `bytes` against meta.json hosts.<role>.mem_total_bytes;
+- cpus: the CPUs the claim's cells pin against meta.json hosts.<role>.cpu_affinity_count (or cpu_count).
+
+A fact that was not recorded leaves its condition *not recorded*: the verdict then stands, with that said.
+
+Stdlib only (the config layer validates the names, the analysis runs the checks).
+"""
+from __future__ import annotations
+
+import statistics
+from collections import namedtuple
+from typing import Optional, Sequence
+
+IDLE_MIN = 0.8        # a host counts as quiet before a run when at least this share of its CPU time was idle
+RAM_FIT_SHARE = 0.5   # data "fits in RAM" (stays in the page cache) up to this share of the host's memory
+VIRTUAL_LINKS = ("loopback", "veth")   # link kinds (zcorch.worker.remote.link_kind) with no NIC or driver
+
+MET, NOT_MET, UNKNOWN = "met", "not met", "not recorded"
+
+
+class ConditionSpec(namedtuple("ConditionSpec", ("name", "takes", "help"))):
+    """One condition a claim may need. takes: None (a plain name in `needs:`) or the noun of the number
+    it may be given as `{name: N}`."""
+
+    __slots__ = ()
+
+
+CONDITIONS: "tuple[ConditionSpec, ...]" = (
+    ConditionSpec("idle_hosts", None,
+                  f"the hosts were quiet before the runs: at least {IDLE_MIN:.0%} of their CPU time idle over the "
+                  "workers' `idle_probe` window (`host_idle_before`), before at least half of the claim's runs; "
+                  "the claim's cells must set `idle_probe`"),
+    ConditionSpec("one_kernel", None,
+                  "both ends ran on one kernel (`same_host`: a loopback or veth transfer inside one machine)"),
+    ConditionSpec("virtual_link", None,
+                  "the data link is " + " or ".join(VIRTUAL_LINKS) + ": no NIC and no driver in the path"),
+    ConditionSpec("real_nic", None, "the data link is a real NIC (a device with a driver), not loopback or veth"),
+    ConditionSpec("data_in_ram", None,
+                  f"every run's data fits in the page cache: `bytes` at most {RAM_FIT_SHARE:.0%} of the smaller "
+                  "host's memory (a cached source, as a study that says its files were cached)"),
+    ConditionSpec("data_beyond_ram", None,
+                  "every run moves more than the receiver's memory: written data cannot all wait in the page "
+                  "cache"),
+    ConditionSpec("cpus", "CPUs",
+                  "the hosts have the CPUs the claim pins: every CPU its cells name exists, and there are at "
+                  "least as many as they name distinct ones (`{cpus: N}`: at least N)"),
+)
+BY_NAME: "dict[str, ConditionSpec]" = {c.name: c for c in CONDITIONS}
+NAMES: "tuple[str, ...]" = tuple(BY_NAME)
+
+
+class Check(namedtuple("Check", ("name", "state", "detail"))):
+    """A condition checked on one claim's runs: state MET, NOT_MET or UNKNOWN; detail says with what numbers."""
+
+    __slots__ = ()
+
+    def __str__(self) -> str:
+        mark = {MET: "✓", NOT_MET: "✗", UNKNOWN: "?"}[self.state]
+        return f"{mark} {self.name}: {self.detail}"
+
+
+# ---------------------------------------------------------------- the checks (pure)
+
+def check_idle(shares: "Sequence[Optional[float]]", minimum: float = IDLE_MIN) -> Check:
+    """`shares`: per run, the lower idle share of its two hosts before it (None: not probed)."""
+    known = [s for s in shares if s is not None and s == s]
+    if not known:
+        return Check("idle_hosts", UNKNOWN, "host idle before the runs not recorded (the cells set no `idle_probe`)")
+    quiet = sum(s >= minimum for s in known)
+    words = (f"{quiet} of {len(known)} runs began on quiet hosts (median idle before a run "
+             f"{statistics.median(known):.0%}; quiet = at least {minimum:.0%} idle)")
+    return Check("idle_hosts", MET if 2 * quiet >= len(known) else NOT_MET, words)
+
+
+def check_one_kernel(same_host: "Sequence[Optional[bool]]") -> Check:
+    """`same_host`: per run, whether both workers reported one boot id (None: unknown)."""
+    known = [bool(s) for s in same_host if s is not None and s == s]
+    if not known:
+        return Check("one_kernel", UNKNOWN, "the hosts' boot ids were not recorded")
+    apart = len(known) - sum(known)
+    if apart:
+        return Check("one_kernel", NOT_MET, f"{apart} of {len(known)} runs had their ends on two kernels")
+    return Check("one_kernel", MET, f"both ends on one kernel in all {len(known)} runs")
+
+
+def check_link(kinds: "Sequence[Optional[str]]", virtual: bool) -> Check:
+    """`kinds`: the data interfaces' kinds of the two hosts (loopback, veth, device ...; None: unknown)."""
+    name = "virtual_link" if virtual else "real_nic"
+    known = sorted({k for k in kinds if k})
+    if not known:
+        return Check(name, UNKNOWN, "the data link's kind was not recorded")
+    is_virtual = [k in VIRTUAL_LINKS for k in known]
+    ok = all(is_virtual) if virtual else not any(is_virtual)
+    return Check(name, MET if ok else NOT_MET, f"the data link is {' and '.join(known)}")
+
+
+def check_ram(nbytes: "Sequence[Optional[float]]", mem_total: "Optional[int]", inside: bool) -> Check:
+    """`nbytes`: per run the data moved; `mem_total`: the smaller host's memory (inside=True: data_in_ram)
+    or the receiver's (inside=False: data_beyond_ram), bytes."""
+    name = "data_in_ram" if inside else "data_beyond_ram"
+    known = [float(b) for b in nbytes if b is not None and b == b]
+    if not known or not mem_total:
+        return Check(name, UNKNOWN, "the data size or the hosts' memory was not recorded")
+    most, least = max(known), min(known)
+    gib = 1 << 30
+    if inside:
+        limit = RAM_FIT_SHARE * mem_total
+        ok = most <= limit
+        words = f"{most / gib:.3g} GiB per run against {mem_total / gib:.3g} GiB of memory (fits up to {limit / gib:.3g})"
+    else:
+        ok = least > mem_total
+        words = f"{least / gib:.3g} GiB per run against {mem_total / gib:.3g} GiB of the receiver's memory"
+    return Check(name, MET if ok else NOT_MET, words)
+
+
+def check_cpus(named: "Sequence[int]", have: "Optional[int]", at_least: "Optional[int]" = None) -> Check:
+    """`named`: the CPUs the claim's cells pin; `have`: the CPUs the hosts offer (the fewer of the two);
+    `at_least`: the claim's own count (`{cpus: N}`), else the number of distinct CPUs named."""
+    need = at_least if at_least is not None else len(set(named))
+    if have is None:
+        return Check("cpus", UNKNOWN, "the hosts' CPU counts were not recorded")
+    missing = sorted(c for c in set(named) if c >= have)
+    if missing:
+        return Check("cpus", NOT_MET, f"CPU {', '.join(map(str, missing))} named but the hosts have {have} CPUs")
+    if have < need:
+        return Check("cpus", NOT_MET, f"{have} CPUs here, the claim needs {need}")
+    return Check("cpus", MET, f"{have} CPUs here, the claim needs {need}")
+
+
+def untestable_reason(checks: "Sequence[Check]") -> str:
+    """'' when every condition is met or not recorded, else the failing ones' details joined."""
+    return "; ".join(f"{c.name}: {c.detail}" for c in checks if c.state == NOT_MET)
