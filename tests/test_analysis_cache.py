@@ -107,6 +107,95 @@ def test_a_record_edited_in_place_with_size_and_mtime_kept_is_not_hidden_by_the_
     pd.testing.assert_frame_equal(df, zcorch.load(small_set, cache=False))
 
 
+def count_hashes(monkeypatch) -> list:
+    """Observe (not replace) hashing of runs.jsonl (the stamp of its bytes): one entry per call."""
+    calls = []
+    real = cache._Source.stamp
+    monkeypatch.setattr(cache._Source, "stamp", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
+    return calls
+
+
+def test_a_load_of_an_unchanged_set_reads_no_byte_of_runs_jsonl(small_set, monkeypatch):
+    """Issue 25: the first load of a finished set costs the Parquet read, not a hash of a GB of JSON. The
+    cache written right after the last append (as `zcorch run` does) still records the file's identity."""
+    runs = small_set / "runs.jsonl"
+    with open(runs, "ab") as f:  # a write just now: the identity must wait RACY_NS to be trusted
+        f.write(runs.read_bytes().splitlines(keepends=True)[0])
+    path = cache.write_cache(small_set, warn=pytest.fail)
+    st = runs.stat()
+    assert stamp_in(path)["file"] == [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    hashes, parses = count_hashes(monkeypatch), count_parses(monkeypatch)
+    pd.testing.assert_frame_equal(zcorch.load(small_set), zcorch.load(small_set, cache=False))
+    assert hashes == [] and len(parses) == 1  # the cached load neither hashed nor parsed
+
+
+def test_a_copied_set_is_hashed_and_its_cache_still_used(small_set, tmp_path, monkeypatch):
+    cache.write_cache(small_set, warn=pytest.fail)
+    copy = tmp_path / "copy"
+    shutil.copytree(small_set, copy)  # a new inode and ctime: the identity no longer matches
+    hashes, parses = count_hashes(monkeypatch), count_parses(monkeypatch)
+    frame = zcorch.load(copy)
+    assert len(hashes) == 1 and parses == []  # same bytes: proved by the hash, the Parquet file used
+    assert len(frame) == len(zcorch.load(small_set))
+
+
+def test_an_identity_is_not_trusted_when_the_file_changed_in_the_same_tick(small_set, monkeypatch):
+    """A cache built by a reader (no wait) right after a write records no identity: ctime ticks coarsely,
+    and a second write in the same tick would keep it. Its next load hashes instead."""
+    runs = small_set / "runs.jsonl"
+    runs.write_bytes(runs.read_bytes())  # changed just now
+    (small_set / "runs.parquet").unlink(missing_ok=True)
+    monkeypatch.setattr(cache, "RACY_NS", 10 ** 12)  # "just now" for the whole test, however slow the host
+    zcorch.load(small_set)
+    assert stamp_in(small_set / "runs.parquet")["file"] is None
+    hashes, parses = count_hashes(monkeypatch), count_parses(monkeypatch)
+    zcorch.load(small_set)
+    assert len(hashes) == 1 and parses == []
+
+
+def count_derivations(monkeypatch) -> list:
+    """Observe (not replace) zcorch.load's derivation of columns (frames.add_derived, as load calls it)."""
+    from zcorch.analysis import load as load_module
+
+    calls = []
+    real = load_module.add_derived
+    monkeypatch.setattr(load_module, "add_derived", lambda frame: calls.append(len(frame)) or real(frame))
+    return calls
+
+
+def test_derived_columns_are_used_as_stored_by_the_same_code_from_the_same_meta(small_set, monkeypatch):
+    """Issue 25: deriving per-run verdicts in Python cost more than reading the file; the cache holds them."""
+    cache.write_cache(small_set, warn=pytest.fail)
+    derivations = count_derivations(monkeypatch)
+    cached = zcorch.load(small_set)
+    assert derivations == []
+    pd.testing.assert_frame_equal(cached, zcorch.load(small_set, cache=False))
+    assert derivations == [len(cached)]  # the parsed load derived them: the two agree
+
+
+def test_a_changed_calibration_in_meta_json_recomputes_the_copy_units(small_set, monkeypatch):
+    cache.write_cache(small_set, warn=pytest.fail)
+    meta_path = small_set / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    before = zcorch.load(small_set)["send_copy_s_per_gib"].iloc[0]
+    meta["hosts"]["sender"].setdefault("calibration", {})["memcpy_s_per_gib"] = 0.5
+    meta_path.write_text(json.dumps(meta))
+    derivations = count_derivations(monkeypatch)
+    after = zcorch.load(small_set)
+    assert len(derivations) == 1 and after["send_copy_s_per_gib"].iloc[0] == 0.5 != before
+    pd.testing.assert_frame_equal(after, zcorch.load(small_set, cache=False))
+
+
+def test_derived_columns_of_other_code_are_recomputed(small_set, monkeypatch):
+    """A cache written by another zcorch (simulated: the digest of the deriving code is replaced, as an
+    upgrade would change it) keeps its runs but not its derived columns."""
+    cache.write_cache(small_set, warn=pytest.fail)
+    monkeypatch.setattr(cache, "_code_digest", "0" * 64)
+    derivations, parses = count_derivations(monkeypatch), count_parses(monkeypatch)
+    zcorch.load(small_set)
+    assert len(derivations) == 1 and parses == []
+
+
 def test_plain_pandas_reads_the_cache_without_zcorch(small_set):
     """The frame of zcorch.load, minus `sweep` (the directory's name), for any Parquet reader."""
     path = cache.write_cache(small_set, warn=pytest.fail)

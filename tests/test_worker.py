@@ -43,7 +43,7 @@ def test_zcorch_cli_dispatches_worker_and_lists_it_in_help():
 
     from zcorch import cli
     from zcorch.cli import worker
-    assert ("worker", "zcorch.cli.worker") in cli.COMMANDS
+    assert ("worker", "zcorch.cli.worker") in [(name, module) for name, module, _help in cli.COMMANDS]
     parser = argparse.ArgumentParser(prog="zcorch")
     worker.register(parser.add_subparsers(dest="command"))
     assert "worker" in parser.format_help()

@@ -4,12 +4,28 @@
     df = zcorch.load("results/quickstart")          # one row per run
     zcorch.summarize(df, by=["send_mode", "recv_mode"])
     samples = zcorch.load_samples("results/quickstart")   # one row per per-interval sample
+
+The package itself imports nothing heavy: `zcorch.analysis.gate` (which `compare`'s and `history`'s
+argument parsers need for their exit-code text) must not pull pandas and scipy into `zcorch --help`.
+The entry points below resolve on first use (PEP 562).
 """
 from __future__ import annotations
 
-from zcorch.analysis.frames import load_baselines, load_meta
-from zcorch.analysis.load import load
-from zcorch.analysis.samples import load_samples
-from zcorch.analysis.stats import summarize
+import importlib
 
-__all__ = ["load", "load_baselines", "load_meta", "load_samples", "summarize"]
+_LAZY = {
+    "load": "zcorch.analysis.load",
+    "load_baselines": "zcorch.analysis.frames",
+    "load_meta": "zcorch.analysis.frames",
+    "load_samples": "zcorch.analysis.samples",
+    "summarize": "zcorch.analysis.stats",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'zcorch.analysis' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

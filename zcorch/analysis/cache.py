@@ -9,10 +9,15 @@ Object columns whose values Parquet cannot type faithfully
 stored as JSON text and decoded again by zcorch.
 
 What the file is valid for is in its key-value metadata under `zcorch.cache`: the size and the
-SHA-256 of the runs.jsonl bytes it was built from, and the cache format version. Any change of
-runs.jsonl (an append, a truncation, a torn last line, `--resume`, a record edited in place with its
-size and mtime kept) makes it stale, and the next zcorch.load parses runs.jsonl again and rewrites it;
-hashing costs about a second per GB, parsing a minute. It is replaced atomically (an exclusive
+SHA-256 of the runs.jsonl bytes it was built from, the cache format version, and the identity of the
+file then (device, inode, size, mtime and ctime). Any change of runs.jsonl (an append, a truncation, a
+torn last line, `--resume`, a record edited in place with its size and mtime kept) makes it stale, and the
+next zcorch.load parses runs.jsonl again and rewrites it. The identity spares a load the hash (about a
+second per GB, as long as reading the Parquet file): the kernel sets a file's ctime on every write and
+no call sets it back, so a file with the same identity has the same bytes. An identity is recorded only
+when the file was last changed well before it was hashed (RACY_NS), since ctime ticks coarsely: a write in
+the same tick as the one before it would keep it. A copied or moved set (new inode) is hashed once per
+load and still valid. It is replaced atomically (an exclusive
 temporary + rename, no link followed: zcorch.results.setfiles), read only as a regular file inside
 the set, never trusted when unreadable, and safe to delete (a copy stays valid). `zcorch run`
 writes it when a sweep completes (`write_cache`), zcorch.load when it is missing or stale. The
@@ -24,6 +29,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Callable, Optional
@@ -41,51 +47,112 @@ from zcorch.results import store as results
 
 CACHE_NAME = results.RUNS_CACHE
 OLD_CACHE_NAME = "runs.cache"  # the numpy-array cache of earlier versions
-CACHE_VERSION = 4  # 4: keyed on the SHA-256 of runs.jsonl, not its size and mtime
+CACHE_VERSION = 5  # 4: keyed on the SHA-256 of runs.jsonl, not its size and mtime; 5: + the file's identity,
+# and the derived columns used as stored (derived_from)
 META_KEY = b"zcorch.cache"
 _ANNOUNCE_BYTES = 100_000_000
+# How long before hashing runs.jsonl must have been last changed for its identity to be trusted: more than
+# the coarsest ctime tick (a jiffy; 10 ms at HZ=100), so any later write gets a later ctime.
+RACY_NS = 50_000_000
 
 
-def _stamp(runs: Path) -> Optional[dict]:
-    """What a cache of `runs` is valid for: its size and the SHA-256 of those bytes (None: no runs.jsonl yet).
-    A file that grows meanwhile is hashed up to the size first seen, so a longer file never matches."""
-    try:
-        fd = setfiles.open_inside(runs.parent, runs.name)
-    except FileNotFoundError:
-        return None
-    digest = hashlib.sha256()
-    with os.fdopen(fd, "rb") as f:
-        size = left = os.fstat(f.fileno()).st_size
+def _identity(st: os.stat_result) -> list:
+    """What changes whenever a file's bytes do (ctime cannot be set back by any call)."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+class _Source:
+    """runs.jsonl of a set, opened once: its identity now, and (on demand) the stamp a cache of it carries."""
+
+    def __init__(self, runs: Path, fd: int):
+        self.runs = runs
+        self._file = os.fdopen(fd, "rb")
+        self.stat = os.fstat(self._file.fileno())
+        self.size = self.stat.st_size
+        self._stamp: Optional[dict] = None
+
+    def close(self) -> None:
+        self._file.close()
+
+    def stamp(self, settle: bool = False) -> dict:
+        """{cache_version, size, sha256, file}: the size and SHA-256 of the bytes (up to the size first seen,
+        so a file that grows meanwhile never matches), and the file's identity when it is safe to trust
+        (None otherwise). settle: when the file changed within RACY_NS, wait that long first, so that the
+        identity can be recorded (write_cache does, at the end of a sweep; zcorch.load never waits)."""
+        if self._stamp is not None and (not settle or self._stamp["file"] is not None):
+            return self._stamp
+        before = self.stat
+        age = time.time_ns() - before.st_ctime_ns
+        if settle and 0 <= age < RACY_NS:
+            time.sleep((RACY_NS - age) / 1e9)
+            before = self.stat = os.fstat(self._file.fileno())
+            age = time.time_ns() - before.st_ctime_ns
+        digest = hashlib.sha256()
+        self._file.seek(0)
+        left = before.st_size
         while left > 0:
-            chunk = f.read(min(left, 1 << 20))
+            chunk = self._file.read(min(left, 1 << 20))
             if not chunk:
                 break
             digest.update(chunk)
             left -= len(chunk)
-    return {"cache_version": CACHE_VERSION, "size": size - left, "sha256": digest.hexdigest()}
+        after = os.fstat(self._file.fileno())
+        trusted = age >= RACY_NS and _identity(after) == _identity(before)
+        self._stamp = {"cache_version": CACHE_VERSION, "size": before.st_size - left, "sha256": digest.hexdigest(),
+                       "file": _identity(before) if trusted else None}
+        return self._stamp
+
+    def unchanged_since(self, stamp: dict) -> bool:
+        """Whether the file is still the one `stamp` identified (a cache built meanwhile may be written)."""
+        return stamp["file"] is None or _identity(os.fstat(self._file.fileno())) == stamp["file"]
+
+    def matches(self, meta: Optional[dict]) -> bool:
+        """Whether a cache with metadata `meta` was built from exactly these bytes: by identity, else by hash."""
+        if meta is None or meta.get("cache_version") != CACHE_VERSION or meta.get("size") != self.size:
+            return False
+        if meta.get("file") is not None and meta["file"] == _identity(self.stat):
+            return True
+        stamp = self.stamp()
+        return meta.get("size") == stamp["size"] and meta.get("sha256") == stamp["sha256"]
 
 
-def runs_of(path: frames.PathLike, cache: bool = True) -> pd.DataFrame:
-    """The raw runs frame (no derived columns) of one result set, from runs.parquet when it
-    matches runs.jsonl; otherwise parsed, and the cache (re)written unless cache=False."""
+def _source(runs: Path) -> Optional[_Source]:
+    """runs.jsonl opened inside its set (no link followed); None when there is none yet."""
+    try:
+        fd = setfiles.open_inside(runs.parent, runs.name)
+    except FileNotFoundError:
+        return None
+    return _Source(runs, fd)
+
+
+def runs_of(path: frames.PathLike, cache: bool = True) -> "tuple[pd.DataFrame, bool]":
+    """(frame, complete) of one result set: from runs.parquet when it matches runs.jsonl, otherwise parsed
+    and the cache (re)written unless cache=False. complete: the frame already holds the derived columns and
+    copy units (frames.add_derived, add_copy_units), as stored in a cache built by this zcorch's code from
+    the set's meta.json as it is now (see _derived_stamp); else it is the raw runs frame."""
     d = frames.result_dir(path)
     frames.read_manifest(d)
     runs = d / results.RUNS
-    stamp = _stamp(runs)  # taken before parsing: a file that grows meanwhile invalidates the cache
-    if stamp is None:
-        return frames.parse_runs(runs)  # a set interrupted before its first run: no runs
-    cache_path = d / CACHE_NAME
-    if cache:
-        frame = _read(cache_path, stamp)
-        if frame is not None:
-            return frame
-    frame = frames.parse_runs(runs)
-    if cache:
-        try:
-            _write(frame, cache_path, stamp)
-        except OSError as exc:  # a read-only result set still loads, just without the speed-up
-            warnings.warn(f"{cache_path}: cache not written ({exc})", stacklevel=3)
-    return frame
+    source = _source(runs)
+    if source is None:
+        return frames.parse_runs(runs), False  # a set interrupted before its first run: no runs
+    try:
+        cache_path = d / CACHE_NAME
+        if not cache:
+            return frames.parse_runs(runs), False
+        found = _read(cache_path, source)
+        if found is not None:
+            return found
+        stamp = source.stamp()  # taken before parsing: a file that grows meanwhile is stale
+        frame = frames.parse_runs(runs)
+        if source.unchanged_since(stamp):
+            try:
+                _write(frame, cache_path, stamp)
+            except OSError as exc:  # a read-only result set still loads, just without the speed-up
+                warnings.warn(f"{cache_path}: cache not written ({exc})", stacklevel=3)
+        return frame, False
+    finally:
+        source.close()
 
 
 def write_cache(path: frames.PathLike, warn: Optional[Callable[[str], None]] = None) -> Optional[Path]:
@@ -100,14 +167,21 @@ def write_cache(path: frames.PathLike, warn: Optional[Callable[[str], None]] = N
     try:
         d = frames.result_dir(path)
         frames.read_manifest(d)
-        stamp = _stamp(d / results.RUNS)
-        if stamp is None:
+        source = _source(d / results.RUNS)
+        if source is None:
             return None
-        if not _matches(d / CACHE_NAME, stamp):
-            if stamp["size"] > _ANNOUNCE_BYTES:  # about 1 min per GB: say why the run has not ended yet
-                print(f"zcorch: writing {CACHE_NAME} for the {stamp['size'] / 1e6:.0f} MB {results.RUNS} so that "
-                      "the first load is fast (Ctrl-C skips it)", file=sys.stderr, flush=True)
-            _write(frames.parse_runs(d / results.RUNS), d / CACHE_NAME, stamp)
+        try:
+            if not _matches(d / CACHE_NAME, source):
+                if source.size > _ANNOUNCE_BYTES:  # about 1 min per GB: say why the run has not ended yet
+                    print(f"zcorch: writing {CACHE_NAME} for the {source.size / 1e6:.0f} MB {results.RUNS} so "
+                          "that the first load is fast (Ctrl-C skips it)", file=sys.stderr, flush=True)
+                stamp = source.stamp(settle=True)
+                frame = frames.parse_runs(d / results.RUNS)
+                if not source.unchanged_since(stamp):
+                    raise ResultsError(f"{d / results.RUNS} changed while it was read")
+                _write(frame, d / CACHE_NAME, stamp)
+        finally:
+            source.close()
         return d / CACHE_NAME
     except (Exception, KeyboardInterrupt) as exc:
         what = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
@@ -130,7 +204,8 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
-def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None) -> pa.Table:
+def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None,
+              derived_stamp: Optional[dict] = None) -> pa.Table:
     """`frame` plus its derived columns (and the copy units of `yardsticks`, frames.copy_yardsticks of the
     set's meta.json) as an Arrow table, with the validity stamp in its metadata."""
     full = frames.add_derived(frame.copy(deep=False))  # shallow: the derived columns go to the copy only
@@ -150,16 +225,19 @@ def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = Non
             full[name] = [None if v is None else json.dumps(v, default=_json_default) for v in col]
             json_columns.append(name)
     table = pa.Table.from_pandas(full, preserve_index=False)
-    meta = {**stamp, "derived": derived, "json_columns": json_columns}
+    meta = {**stamp, "derived": derived, "json_columns": json_columns, "derived_from": derived_stamp}
     return table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: json.dumps(meta).encode()})
 
 
 def _write(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
+    derived_stamp = _derived_stamp(cache_path.parent)
     try:
         yardsticks = frames.copy_yardsticks(frames.read_meta(cache_path.parent))
     except ResultsError:  # an unreadable meta.json: the copy units are left out, as zcorch.load leaves them
         yardsticks = None
-    table = _to_table(frame, stamp, yardsticks)
+    if derived_stamp is not None and derived_stamp != _derived_stamp(cache_path.parent):
+        derived_stamp = None  # meta.json changed while it was read: the copy units are recomputed on load
+    table = _to_table(frame, stamp, yardsticks, derived_stamp)
     # readers see the old file or the whole new one, never a part; nothing is written through a link
     setfiles.write_inside(cache_path.parent, cache_path.name, lambda f: pq.write_table(table, f))
     try:
@@ -168,13 +246,49 @@ def _write(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
         pass
 
 
+# The modules whose code computes the derived columns and copy units (frames.add_derived, add_copy_units).
+_DERIVING_MODULES = ("zcorch.analysis.frames", "zcorch.results.rates", "zcorch.metrics", "zcorch.params")
+_code_digest: Optional[str] = None
+
+
+def _deriving_code() -> Optional[str]:
+    """SHA-256 of the source of the modules that derive columns (None when one cannot be read): stored
+    derived columns are used only by the code that computed them, so a fix of a derivation is never
+    hidden by a cache an older zcorch wrote."""
+    global _code_digest
+    if _code_digest is None:
+        digest = hashlib.sha256()
+        try:
+            for name in _DERIVING_MODULES:
+                origin = getattr(sys.modules.get(name), "__file__", None)
+                if not origin:
+                    return None
+                with open(origin, "rb") as f:
+                    digest.update(f.read())
+        except OSError:
+            return None
+        _code_digest = digest.hexdigest()
+    return _code_digest
+
+
+def _derived_stamp(d: Path) -> Optional[dict]:
+    """What the derived columns of a cache of set `d` depend on besides runs.jsonl: the deriving code and
+    the bytes of meta.json (its calibration gives the copy units). None: never trusted (unreadable)."""
+    code = _deriving_code()
+    if code is None:
+        return None
+    try:
+        meta = setfiles.read_bytes(d, "meta.json", setfiles.MAX_JSON_BYTES)
+    except FileNotFoundError:
+        meta = b""
+    except (OSError, ValueError, ResultsError):
+        return None
+    return {"code": code, "meta_sha256": hashlib.sha256(meta).hexdigest()}
+
+
 def _cache_meta(schema: pa.Schema) -> Optional[dict]:
     meta = json.loads((schema.metadata or {}).get(META_KEY, b"null"))
     return meta if isinstance(meta, dict) else None
-
-
-def _valid_for(meta: Optional[dict], stamp: dict) -> bool:
-    return meta is not None and all(meta.get(k) == v for k, v in stamp.items())
 
 
 def _open_cache(cache_path: Path) -> int:
@@ -186,22 +300,23 @@ def _open_cache(cache_path: Path) -> int:
     return fd
 
 
-def _matches(cache_path: Path, stamp: dict) -> bool:
+def _matches(cache_path: Path, source: _Source) -> bool:
     try:
         fd = _open_cache(cache_path)
     except (OSError, ResultsError):
         return False
     try:
-        return _valid_for(_cache_meta(pq.read_schema(setfiles.fd_path(fd))), stamp)
+        return source.matches(_cache_meta(pq.read_schema(setfiles.fd_path(fd))))
     except (OSError, ValueError, pa.ArrowException):
         return False
     finally:
         os.close(fd)
 
 
-def _read(cache_path: Path, stamp: dict) -> Optional[pd.DataFrame]:
-    """The raw runs frame stored in `cache_path` if it is valid for `stamp`, else None (missing,
-    stale, cut short, foreign: rebuilt, never trusted)."""
+def _read(cache_path: Path, source: _Source) -> "Optional[tuple[pd.DataFrame, bool]]":
+    """(frame, complete) stored in `cache_path` if it was built from `source`'s bytes, else None (missing,
+    stale, cut short, foreign: rebuilt, never trusted). complete: with the stored derived columns, when
+    they were derived by this code from this meta.json (runs_of); else the raw columns only."""
     # Most of a first load is the kernel faulting in fresh memory for the frame. The default pool
     # (mimalloc) asks for transparent huge pages, whose faults can stall on compaction (3x slower
     # on a busy host); plain malloc's small pages do not. Explicit here: the default pool of the
@@ -215,9 +330,11 @@ def _read(cache_path: Path, stamp: dict) -> Optional[pd.DataFrame]:
         # The fd's own file, reopened by Arrow through /proc: no link below the set is followed.
         data = ds.dataset(setfiles.fd_path(fd), format="parquet")
         meta = _cache_meta(data.schema)
-        if not _valid_for(meta, stamp):
+        if not source.matches(meta):
             return None
-        derived = set(meta["derived"])  # recomputed by zcorch.load, so never stale
+        stored = meta.get("derived_from")
+        complete = stored is not None and stored == _derived_stamp(cache_path.parent)
+        derived = set() if complete else set(meta["derived"])  # else recomputed by zcorch.load: never stale
         table = data.to_table(columns=[n for n in data.schema.names if n not in derived], memory_pool=pool)
         json_values = {name: table.column(name).to_pylist() for name in meta["json_columns"]}
         # Single-chunk numbers and timestamps without nulls become read-only views on Arrow's
@@ -236,7 +353,7 @@ def _read(cache_path: Path, stamp: dict) -> Optional[pd.DataFrame]:
             col = np.empty(len(values), dtype=object)
             col[:] = [None if v is None else json.loads(v) for v in values]
             frame[name] = col
-        return frame
+        return frame, complete
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
     finally:

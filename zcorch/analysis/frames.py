@@ -447,9 +447,12 @@ def copy_yardsticks(meta: dict) -> dict:
 def add_copy_units(frame: pd.DataFrame, yardsticks: dict) -> pd.DataFrame:
     """The copy-unit columns of the module docstring; `yardsticks`: {sweep: copy_yardsticks(meta)}."""
     sweeps = frame["sweep"] if "sweep" in frame else pd.Series([None] * len(frame), index=frame.index)
+    # A few sweeps among a million rows: look each up once, then index (codes -1, a missing sweep: None's).
+    codes, uniques = pd.factorize(sweeps.astype(object))
+    keys = list(uniques) + [None]
     out = {}
     for prefix, role in (("send_", "sender"), ("recv_", "receiver")):
-        copy = np.array([yardsticks.get(s, {}).get(role, np.nan) for s in sweeps], dtype="float64")
+        copy = np.array([yardsticks.get(k, {}).get(role, np.nan) for k in keys], dtype="float64")[codes]
         out[prefix + "copy_s_per_gib"] = copy
         for what, source in (("cpu", prefix + "cpu_s_per_gib"), ("host_busy", prefix + "host_busy_s_per_gib")):
             values = (pd.to_numeric(frame[source], errors="coerce").to_numpy(dtype="float64") if source in frame

@@ -10,19 +10,26 @@ import argparse
 import importlib
 import sys
 
-# (subcommand, module that defines register(subparsers) -> parser with func=main(args) -> int), in the order
-# a user meets them: plan and run an experiment, read and compare its results, the lab, then the internals.
+# (subcommand, module that defines register(subparsers) -> parser with func=main(args) -> int, one-line help),
+# in the order a user meets them: plan and run an experiment, read and compare its results, the lab, then the
+# internals. The one-line help is declared here, once, and each module's register() reads it from HELP: the
+# top-level `zcorch --help` lists every command without importing any of their modules (see build_parser).
 COMMANDS = [
-    ("plan", "zcorch.cli.plan"),
-    ("run", "zcorch.cli.run"),
-    ("report", "zcorch.cli.report"),
-    ("compare", "zcorch.cli.compare"),
-    ("history", "zcorch.cli.history"),
-    ("examples", "zcorch.cli.examples"),
-    ("lab", "zcorch.cli.lab"),
-    ("completion", "zcorch.cli.completion"),
-    ("worker", "zcorch.cli.worker"),
+    ("plan", "zcorch.cli.plan", "validate an experiment file and show its cells, runs and duration"),
+    ("run", "zcorch.cli.run", "run an experiment (baselines + every cell) into a result set"),
+    ("report", "zcorch.cli.report", "write DIR/report.html (findings first, then tables and plots)"),
+    ("compare", "zcorch.cli.compare", "compare two result sets cell by cell; exit 1 on a regression, "
+                                      "3 when incomplete"),
+    ("history", "zcorch.cli.history", "every result set under ROOT over time: ROOT/index.html; "
+                                      "--check gates the newest sweep (exit 1 regression, 3 incomplete)"),
+    ("reproductions", "zcorch.cli.reproductions", "one Markdown table of several studies' reproductions "
+                                                  "(docs/reproductions.md)"),
+    ("examples", "zcorch.cli.examples", "list the shipped experiment files and notebook; copy one out"),
+    ("lab", "zcorch.cli.lab", "two SSH hosts in network namespaces on this machine (root)"),
+    ("completion", "zcorch.cli.completion", "print shell code for tab completion (eval it in your shell rc)"),
+    ("worker", "zcorch.cli.worker", "internal: one side of a transfer, run on each host by zcorch run"),
 ]
+HELP = {name: text for name, _module, text in COMMANDS}
 
 EPILOG = """start here:
   zcorch examples copy quickstart .     an experiment file to edit (send modes x receive modes on localhost)
@@ -34,7 +41,11 @@ exit status: 0 ok; 1 a run failed or a regression; 2 a usage or input error; 3 a
 (compare, history --check); 75 the result set is being written by another zcorch run; 130 interrupted."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: "str | None" = None) -> argparse.ArgumentParser:
+    """The parser. `command` names the one subcommand whose module is imported and whose options are
+    built; the others are listed by name and help only, so `zcorch --help` and `zcorch plan` import
+    neither `run`'s sweep machinery nor `compare`'s pandas. None builds every subcommand in full (shell
+    completion needs them all)."""
     from zcorch import __version__
 
     parser = argparse.ArgumentParser(prog="zcorch", description=__doc__.splitlines()[0], epilog=EPILOG,
@@ -46,15 +57,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="say less: no progress (-qq: errors only); before the command")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     sub.required = True
-    for name, module in COMMANDS:
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:  # a real missing dependency inside the module: a bug
-                raise
-            continue  # stage not built yet
-        mod.register(sub)
+    for name, module, text in COMMANDS:
+        if command is not None and name != command:
+            sub.add_parser(name, help=text, add_help=False)  # listed only; never parsed (not the command)
+            continue
+        importlib.import_module(module).register(sub)
     return parser
+
+
+def chosen_command(argv: "list[str]") -> str:
+    """The subcommand argv names (its first word that is not a top-level option), or "" when none."""
+    for word in argv:
+        if word == "--":
+            return ""
+        if not word.startswith("-"):
+            return word if word in HELP else ""
+    return ""
 
 
 def main(argv: "list[str] | None" = None) -> int:
@@ -69,10 +87,11 @@ def main(argv: "list[str] | None" = None) -> int:
     from zcorch.cli.console import guard_streams, setup_logging
 
     guard_streams()
-    parser = build_parser()
-    from zcorch.cli.completion import autocomplete
+    from zcorch.cli.completion import autocomplete, completing
 
-    autocomplete(parser)  # only when the shell asks (argcomplete's environment): completes and exits
+    # Completion (argcomplete's environment) needs every subcommand's options; a command run needs its own.
+    parser = build_parser(None if completing() else chosen_command(argv))
+    autocomplete(parser)  # only when the shell asks: completes and exits
     args = parser.parse_args(argv)
     setup_logging(args.verbose, args.quiet)
     try:

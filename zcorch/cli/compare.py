@@ -1,27 +1,34 @@
-"""`zcorch compare BASE CANDIDATE`: did a sweep get slower? (for nightly runs and CI)
+"""`zcorch compare BASE CANDIDATE`: did a sweep get slower? (for nightly runs and CI) `zcorch compare FLEET`: which
+pair of a fleet run differs, in which cells, by how much.
 
 Per cell (matched by cell id) the medians, the change in % and a significance test; the verdicts are
 explained in zcorch.analysis.compare. Exit status: 0 no regression, 1 regression, 2 usage or input
 error (a missing result set, a bad option), 3 incomplete (no cell in common, a set that failed or has
 fewer ok runs than its plan, a cell on one side only); the last line says which and why
 (zcorch.analysis.gate).
+
+`zcorch compare FLEET [--against PAIR]` (a fleet run's directory, zcorch.sweep.fleet) judges each pair against
+the other pairs pooled (or against PAIR) with the same statistics and the same exit codes: 1 when a pair is
+significantly worse in some cell, 3 when a pair's set is incomplete or fewer than two pairs have one
+(zcorch.analysis.pairs).
 """
 from __future__ import annotations
 
 import argparse
 
 from zcorch.cli.options import add_regression_options, check_regression_options
-from zcorch.analysis.compare import compare_frames, gate_of, render
 from zcorch.analysis.gate import completeness, describe_codes
-from zcorch.analysis.load import load
+from zcorch.cli import HELP
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("compare", help="compare two result sets cell by cell; exit 1 on a regression, "
-                                              "3 when incomplete",
+    p = subparsers.add_parser("compare", help=HELP["compare"],
                               description=__doc__.splitlines()[0], epilog=f"exit status: {describe_codes()}")
     p.add_argument("base", help="base result set")
-    p.add_argument("candidate", help="candidate result set")
+    p.add_argument("candidate", nargs="?", help="candidate result set (none when BASE is a fleet run's directory: "
+                                                "its pairs are compared)")
+    p.add_argument("--against", metavar="PAIR", help="a fleet: compare each pair with PAIR instead of with the "
+                                                     "other pairs pooled")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
     add_regression_options(p, "compare")
     p.set_defaults(func=main)
@@ -29,7 +36,13 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 def main(args: argparse.Namespace) -> int:
+    # pandas and scipy load here, not with the parser: `zcorch --help` must start at once.
+    from zcorch.analysis.compare import compare_frames, gate_of, render
+    from zcorch.analysis.load import load
+
     check_regression_options(args)
+    if args.candidate is None or args.against is not None:
+        return _pairs(args)
     base, cand = completeness(args.base), completeness(args.candidate)
     table = compare_frames(load(args.base), load(args.candidate), args.metric, args.threshold, args.alpha)
     gate = gate_of(table, base, cand)
@@ -37,3 +50,20 @@ def main(args: argparse.Namespace) -> int:
     if args.format != "json":
         print(gate.line("zcorch compare"))
     return gate.code
+
+
+def _pairs(args: argparse.Namespace) -> int:
+    from zcorch.analysis import pairs
+    from zcorch.errors import ConfigError
+
+    if args.candidate is not None:
+        raise ConfigError("--against compares the pairs of one fleet directory: give it alone (zcorch compare "
+                          "FLEET --against PAIR)")
+    comparison = pairs.compare_fleet(args.base, args.metric, args.threshold, args.alpha, args.against)
+    if comparison is None:
+        print(f"zcorch compare: incomplete: {args.base}: fewer than two pairs have a result set to compare")
+        return pairs.exit_code(None)
+    print(pairs.render(comparison, args.format), end="")
+    if args.format != "json":
+        print(comparison.gate.line("zcorch compare"))
+    return comparison.gate.code

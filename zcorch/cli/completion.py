@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import argparse
+from zcorch.cli import HELP
 
 SHELLS = ("bash", "zsh", "fish", "tcsh")
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("completion", help="print shell code for tab completion (eval it in your shell rc)",
+    p = subparsers.add_parser("completion", help=HELP["completion"],
                               description=__doc__.split("\n\n")[0])
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=main)
     return p
 
 
-def autocomplete(parser: argparse.ArgumentParser) -> None:
-    """Answer the shell's completion request and exit, when there is one (argcomplete sets _ARGCOMPLETE)."""
+def completing() -> bool:
+    """Whether the shell is asking for completions (argcomplete sets _ARGCOMPLETE in its environment)."""
     import os
 
-    if "_ARGCOMPLETE" not in os.environ:
+    return "_ARGCOMPLETE" in os.environ
+
+
+def autocomplete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request and exit, when there is one."""
+    if not completing():
         return
     import argcomplete
 

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import argparse
+from zcorch.cli import HELP
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("examples", help="list the shipped experiment files and notebook; copy one out",
+    p = subparsers.add_parser("examples", help=HELP["examples"],
                               description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.add_parser("list", help="list them (the default)")

@@ -15,11 +15,11 @@ import sys
 
 from zcorch.cli.options import add_regression_options, check_regression_options
 from zcorch.analysis.gate import describe_codes
+from zcorch.cli import HELP
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("history", help="every result set under ROOT over time: ROOT/index.html; "
-                                              "--check gates the newest sweep (exit 1 regression, 3 incomplete)",
+    p = subparsers.add_parser("history", help=HELP["history"],
                               description=__doc__.splitlines()[0],
                               epilog=f"exit status with --check: {describe_codes()}; without it 0 or 2")
     p.add_argument("root", help="directory searched for result sets at any depth")

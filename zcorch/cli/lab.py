@@ -13,10 +13,11 @@ import sys
 
 from zcorch.errors import LabError
 from zcorch.lab import netns as lab
+from zcorch.cli import HELP
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("lab", help="two SSH hosts in network namespaces on this machine (root)",
+    p = subparsers.add_parser("lab", help=HELP["lab"],
                               description=__doc__.split("\n\n")[0])
     p.add_argument("action", choices=["up", "down", "status", "inventory"])
     p.add_argument("--name", default="default", help="lab name (state in /var/lib/zcorch-lab/NAME)")

@@ -24,13 +24,14 @@ from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, descr
 from zcorch.params import PARAM_KEYS, format_value
 from zcorch.textfmt import text_table
 from zcorch.units import format_size, parse_duration, parse_size
+from zcorch.cli import HELP
 
 
 _LISTED = 3  # dropped cells listed per reason without --all
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("plan", help="validate an experiment file and show its cells, runs and duration",
+    p = subparsers.add_parser("plan", help=HELP["plan"],
                               description=__doc__.splitlines()[0])
     p.add_argument("file", metavar="FILE", help="experiment file (YAML), e.g. experiments/quickstart.yaml")
     p.add_argument("--json", action="store_true", help="print the runs as JSON (execution order)")

@@ -12,10 +12,11 @@ their command line.
 from __future__ import annotations
 
 import argparse
+from zcorch.cli import HELP
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("report", help="write DIR/report.html (findings first, then tables and plots)",
+    p = subparsers.add_parser("report", help=HELP["report"],
                               description=__doc__.splitlines()[0])
     p.add_argument("dir", help="result set directory (written by zcorch run)")
     p.add_argument("-o", "--output", help="report file (default DIR/report.html)")

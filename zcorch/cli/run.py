@@ -6,6 +6,10 @@ Exit status: 0 when every run of the plan is ok, 1 when some failed (results sti
 teardown after it (hosts' network restored, filesystems undone, the manifest closed) finishes whatever
 signals arrive, except that a third Ctrl-C abandons it, printing what is left and how to restore it.
 
+With `--hosts INVENTORY:PAIR1,PAIR2...` or `INVENTORY:all` (and `--resume` of such a run's directory) it is a
+fleet run, one sweep per pair at once (zcorch.cli.fleet, zcorch.sweep.fleet): 0 when every pair completed with
+every run ok, 1 when some pair did not, 2, 75 and 130 as above.
+
 The pipeline is zcorch.sweep.pipeline.run_sweep; this module is its command line and what it prints.
 """
 from __future__ import annotations
@@ -19,18 +23,18 @@ from typing import Dict, List, Optional, TextIO
 
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
-from zcorch.errors import ResultsError
+from zcorch.cli.run_output import _clean, _finite, _modes, _rate, _utc_now, _write_cache_locked
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
-from zcorch.results.store import lock_result_set
 from zcorch.sweep.interrupts import InterruptGuard
 from zcorch.sweep.pipeline import SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome
+from zcorch.cli import HELP
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("run", help="run an experiment (baselines + every cell) into a result set",
+    p = subparsers.add_parser("run", help=HELP["run"],
                               description=__doc__.split("\n\n")[0])
     p.add_argument("file", nargs="?", help="experiment file (YAML); optional with --resume")
     p.add_argument("-o", "--output", metavar="DIR", help="result directory (default results/<name>-<UTC time>/)")
@@ -51,6 +55,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                    help="let the hosts' ssh config (an inventory's ssh_config, ~/.ssh/config) run its `Match exec` "
                         "commands on this machine, as this user (otherwise such a config is refused)")
     add_hosts_and_set(p, resume=True)
+    # A fleet run's pair (zcorch.sweep.fleet starts each pair as `zcorch run ... --json` with these): the
+    # pair's host and share locks, taken around each run (zcorch.sweep.fleet.LockingObserver).
+    p.add_argument("--fleet-lock-dir", help=argparse.SUPPRESS)
+    p.add_argument("--fleet-lock", action="append", default=[], help=argparse.SUPPRESS)
     p.set_defaults(func=main)
     return p
 
@@ -133,22 +141,6 @@ class ConsoleObserver(SweepObserver):
             self.bar = None
 
 
-def _modes(record: dict) -> str:
-    """'write→read' (plus the streams when several): what a user recognises, where the cell id is a hash."""
-    p = record.get("params") or {}
-    text = f"{p.get('send_mode', '?')}→{p.get('recv_mode', '?')}"
-    if (p.get("streams") or 1) > 1:
-        text += f" ×{p['streams']}"
-    return text
-
-
-def _rate(record: dict) -> str:
-    recv = record.get("receiver") or {}
-    if record.get("status") != "ok" or not recv.get("wall_ns"):
-        return ""
-    return f"{recv['bytes'] * 8 / recv['wall_ns']:.2f} Gbit/s"
-
-
 class JsonObserver(SweepObserver):
     """`zcorch run --json`: one JSON object a line on stdout, written (and flushed) as each event happens,
     as iperf3's --json-stream does; the schema is docs/schemas/run-events.schema.json. Human messages go
@@ -190,27 +182,6 @@ class JsonObserver(SweepObserver):
 
     def warning(self, text: str) -> None:
         self.emit("warning", message=text)
-
-
-def _finite(x):
-    return x if x is not None and x == x and x not in (float("inf"), float("-inf")) else None
-
-
-def _clean(obj):
-    """JSON has no NaN or infinity: they become null (an event must never fail the sweep it reports)."""
-    if isinstance(obj, float):
-        return _finite(obj)
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def _utc_now() -> str:
-    import datetime
-
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 class DryRunObserver(SweepObserver):
@@ -288,24 +259,18 @@ def _fmt_secs(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def _write_cache_locked(directory: str) -> None:
-    """runs.parquet, so the first zcorch.load reads it rather than every JSON line (best effort: a warning),
-    under the result set's lock again: a `--resume` started since the sweep released it is appending."""
-    from zcorch.analysis.cache import write_cache  # pandas + pyarrow: imported only when a sweep ends
-
-    try:
-        lock = lock_result_set(directory)
-    except ResultsError as exc:
-        print(f"zcorch run: warning: runs.parquet not written: {exc}", file=sys.stderr)
-        return
-    try:
-        write_cache(directory)
-    finally:
-        os.close(lock)
-
-
 def main(args: argparse.Namespace) -> int:
     command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
+    from zcorch.config.inventory import is_fleet_spec
+    from zcorch.sweep.fleet import is_fleet_dir
+
+    from zcorch.config.inventory import ENV_VAR
+
+    spec = args.hosts if args.hosts is not None or args.resume else os.environ.get(ENV_VAR) or None
+    if is_fleet_spec(spec) or (args.resume and is_fleet_dir(args.resume)):
+        from zcorch.cli import fleet   # several pairs at once: each pair is a `zcorch run` of its own
+
+        return fleet.main(args, command, spec)
     if args.json and args.dry_run:
         from zcorch.errors import ConfigError
 
@@ -327,7 +292,7 @@ def main(args: argparse.Namespace) -> int:
         raise
     if result.dry_run:
         return 0
-    if result.status == "complete":
+    if result.status == "complete" and not args.fleet_lock_dir:   # a fleet's pairs: the fleet writes it, once
         _write_cache_locked(result.result_dir)
     if args.json:
         from zcorch.sweep.summary import summary_rows
@@ -345,6 +310,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, observer: SweepObserver, command: List[str]):
+    if args.fleet_lock_dir:
+        from zcorch.sweep.fleet import LockingObserver
+
+        observer = LockingObserver(observer, args.fleet_lock_dir, args.fleet_lock)
     return run_sweep(args.file, output=args.output, resume=args.resume,
                      accept_new_host_keys=args.accept_new_host_keys, dry_run=args.dry_run,
                      observer=observer, command=command, hosts=hosts_from_args(args), overrides=args.overrides,

@@ -1,0 +1,123 @@
+"""Orchestration time of a fleet run: four lab pairs at once against one pair (target: at most 1.2x).
+
+Orchestration = the command's wall time minus the transfers (`baselines: false`: none run): everything zcorch does
+around them, i.e. start-up, SSH, preflight and the reused deploy, metadata, calibration, starting and
+reaping the workers of every run, writing the result sets. The transfers are 64 KiB (microseconds), and
+their time is subtracted anyway: per pair the sum of its runs' receiver wall_ns, and for pairs that ran at
+once the longest of those sums.
+
+Three commands, interleaved round by round, medians printed with ratios:
+    one     `zcorch run EXP --hosts INV:p1`            one pair, as zcorch ran before fleets
+    fleet1  `zcorch run EXP --hosts ONE:all`           the same pair through the fleet machinery
+    fleet4  `zcorch run EXP --hosts INV:all`           four pairs, four labs, no shared host or link
+Needs root: the four labs (network namespaces with sshd, tests/fixtures_lab.start_lab) are made for the
+benchmark and removed after. One untimed warm-up fleet builds the worker on every host first (a deploy is
+reused afterwards, as on any second night).
+
+    python benchmarks/bench_fleet.py [--rounds R]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+EXPERIMENT = """\
+name: benchfleet
+hosts: inventory
+params: {bytes: 64KiB, source: mem, sink: /dev/null, timeout: 30s}
+matrix:
+  send_mode: [write, vmsplice]
+  recv_mode: [read]
+repeats: 2
+baselines: false
+"""
+
+
+def zcorch(*args: str) -> "tuple[float, subprocess.CompletedProcess]":
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "zcorch", "-q", *args], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=REPO), timeout=1800)
+    wall = time.monotonic() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"zcorch {' '.join(args)}: exit {res.returncode}\n{res.stderr[-3000:]}")
+    return wall, res
+
+
+def transfer_s(result_dir: str) -> float:
+    with open(os.path.join(result_dir, "runs.jsonl")) as f:
+        return sum((json.loads(line).get("receiver") or {}).get("wall_ns", 0) for line in f) / 1e9
+
+
+def pair_dirs(fleet_dir: str) -> "list[str]":
+    with open(os.path.join(fleet_dir, "fleet.json")) as f:
+        return [os.path.join(fleet_dir, p["dir"]) for p in json.load(f)["pairs"]]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("bench_fleet: needs root (the labs)", file=sys.stderr)
+        return 2
+    import yaml
+    from fixtures_lab import start_lab
+
+    from zcorch.lab import netns as zlab
+
+    layouts = []
+    try:
+        for suffix in "abcd":
+            layouts.append(start_lab(f"bfl{os.getpid()}{suffix}"))
+        with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+            pairs = {f"p{i + 1}": layout.hosts_spec() for i, layout in enumerate(layouts)}
+            inv, one_inv, exp = (os.path.join(tmp, n) for n in ("inv.yaml", "one.yaml", "exp.yaml"))
+            with open(inv, "w") as f:
+                yaml.safe_dump({"pairs": pairs}, f)
+            with open(one_inv, "w") as f:
+                yaml.safe_dump({"pairs": {"p1": pairs["p1"]}}, f)
+            with open(exp, "w") as f:
+                f.write(EXPERIMENT)
+            print(f"# machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (loaded by others)")
+            print("# warm-up: one fleet of four, untimed (builds the worker on the 8 hosts)")
+            zcorch("run", exp, "--hosts", f"{inv}:all", "-o", os.path.join(tmp, "warm"))
+            times: "dict[str, list[float]]" = {"one": [], "fleet1": [], "fleet4": []}
+            for r in range(args.rounds):
+                for kind in ("one", "fleet1", "fleet4"):
+                    out = os.path.join(tmp, f"{kind}-{r}")
+                    if kind == "one":
+                        wall, _ = zcorch("run", exp, "--hosts", f"{inv}:p1", "-o", out)
+                        moved = transfer_s(out)
+                    else:
+                        spec = f"{one_inv}:all" if kind == "fleet1" else f"{inv}:all"
+                        wall, _ = zcorch("run", exp, "--hosts", spec, "-o", out)
+                        moved = max(transfer_s(d) for d in pair_dirs(out))
+                    times[kind].append(wall - moved)
+                    print(f"round {r + 1} {kind:7s} wall {wall:7.2f} s  transfers {moved * 1e3:7.2f} ms  "
+                          f"orchestration {wall - moved:7.2f} s", flush=True)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            print(f"\nmedian orchestration over {args.rounds} rounds: one pair {med['one']:.2f} s, "
+                  f"fleet of one {med['fleet1']:.2f} s, fleet of four {med['fleet4']:.2f} s")
+            paired = statistics.median(f / o for f, o in zip(times["fleet4"], times["one"]))
+            print(f"fleet of four / one pair:      {med['fleet4'] / med['one']:.2f}x (target <= 1.2x); median of the "
+                  f"rounds' own ratios {paired:.2f}x (each round measures both back to back)")
+            print(f"fleet of four / fleet of one:  {med['fleet4'] / med['fleet1']:.2f}x")
+            print(f"fleet of one / one pair:       {med['fleet1'] / med['one']:.2f}x (the fleet's own cost)")
+    finally:
+        for layout in layouts:
+            zlab.down(layout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Commands import only what they use: `zcorch --help`, `zcorch plan` and `zcorch worker info` never load
+pandas, scipy, matplotlib or pyarrow (each costs a second of start-up), and neither does the help of the
+commands that do use them (issue 25: commands that start at once).
+
+Measured on the real interpreter with `-X importtime`, which lists every module the process imported."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICKSTART = os.path.join(ROOT, "experiments", "quickstart.yaml")
+HEAVY = ("pandas", "scipy", "matplotlib", "pyarrow", "numpy", "jinja2", "duckdb")
+
+
+def imported(argv: "list[str]") -> "tuple[set, subprocess.CompletedProcess]":
+    env = {k: v for k, v in os.environ.items() if k != "_ARGCOMPLETE"}
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "zcorch", *argv], capture_output=True,
+                          text=True, env=env, timeout=120)
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            names.add(line.rsplit("|", 1)[1].strip())
+    assert names, proc.stderr[-2000:]  # -X importtime printed its table: the check below means something
+    return names, proc
+
+
+@pytest.mark.parametrize("argv", [
+    ["--help"],
+    ["plan", QUICKSTART],
+    ["plan", "--json", QUICKSTART],
+    ["worker", "info"],
+    ["compare", "--help"],
+    ["history", "--help"],
+    ["report", "--help"],
+    ["run", "--help"],
+], ids=lambda argv: " ".join(os.path.basename(a) for a in argv))
+def test_command_imports_nothing_heavy(argv):
+    names, proc = imported(argv)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    heavy = sorted(name for name in names if name.split(".")[0] in HEAVY)
+    assert not heavy, f"zcorch {' '.join(argv)} imported {heavy[:8]}"
+
+
+def test_the_check_sees_a_heavy_import():
+    # The same measurement on a command that must load pandas: proves the check above can fail.
+    names, proc = imported(["compare", "/nonexistent-a", "/nonexistent-b"])
+    assert proc.returncode == 2
+    assert "pandas" in names
+
+
+def test_help_lists_every_command_without_importing_them():
+    from zcorch import cli
+
+    names, proc = imported(["--help"])
+    for name, module, text in cli.COMMANDS:
+        assert name in proc.stdout
+        assert text.split()[0] in proc.stdout
+        if module != "zcorch.cli.completion":  # main asks it whether the shell is completing (argparse only)
+            assert module not in names, f"{module} imported by zcorch --help"
+
+
+def test_chosen_command_skips_top_level_options():
+    from zcorch.cli import chosen_command
+
+    assert chosen_command(["-v", "-q", "plan", "x.yaml"]) == "plan"
+    assert chosen_command(["--help"]) == ""
+    assert chosen_command(["nosuch", "plan"]) == ""
+    assert chosen_command(["--", "plan"]) == ""

@@ -1,0 +1,173 @@
+"""The pairs of a fleet run side by side: which pair is different, in which cells, by how much
+(`zcorch compare FLEET`, and the end of a fleet run: FLEET/pairs.md).
+
+Each pair is judged against a reference with exactly the statistics of `zcorch compare` across nights
+(zcorch.analysis.compare.compare_frames: medians, change in %, two-sided Mann–Whitney U, the threshold and
+alpha) and its gate (zcorch.analysis.gate.compare_gate: 0 no pair worse, 1 a pair significantly worse in
+some cell, 3 incomplete). The reference is, by default, the other pairs' runs pooled (so a pair that differs
+stands out against all the rest, and the pooled side has enough runs to reach significance with few repeats
+a pair); with `against`, one named pair. A cell is matched by its id, i.e. the same parameters: the hosts
+are not parameters, so the same cell of two pairs has one id.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, replace
+from typing import Dict, List, Optional
+
+import pandas as pd
+
+from zcorch.analysis.compare import cell_labels, compare_frames, gate_of, render as render_table
+from zcorch.analysis.gate import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION,
+                                  Completeness, Gate, completeness)
+from zcorch.analysis.load import load
+from zcorch.errors import ResultsError
+
+FLEET_MANIFEST = "fleet.json"   # zcorch.sweep.fleet.FLEET_MANIFEST (analysis does not import the sweep)
+DIFFERENT = ("regressed", "improved", "failed", "fixed")
+
+
+@dataclass(frozen=True)
+class PairComparison:
+    pair: str
+    reference: str            # "the other pairs (a, c)" or "pair a"
+    table: pd.DataFrame       # compare_frames(reference, pair)
+    gate: Gate
+
+    def differing(self) -> List[dict]:
+        """The cells where this pair differs from its reference: label, verdict, change in %, p."""
+        labels = cell_labels(self.table)
+        rows = self.table[self.table["verdict"].isin(DIFFERENT)]
+        return [{"cell": r["cell"], "label": labels.get(r["cell"], r["cell"]), "verdict": r["verdict"],
+                 "change_pct": None if math.isnan(r["change_pct"]) else float(r["change_pct"]),
+                 "p_value": None if math.isnan(r["p_value"]) else float(r["p_value"]),
+                 "reference_median": _num(r["base_median"]), "pair_median": _num(r["cand_median"])}
+                for _, r in rows.iterrows()]
+
+
+@dataclass(frozen=True)
+class PairsComparison:
+    directory: str
+    metric: str
+    threshold_pct: float
+    alpha: float
+    against: Optional[str]
+    pairs: List[PairComparison]
+    gate: Gate
+
+    def different_pairs(self) -> Dict[str, List[dict]]:
+        return {p.pair: p.differing() for p in self.pairs if p.differing()}
+
+
+def _num(x) -> Optional[float]:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def fleet_pairs(directory: str) -> Dict[str, str]:
+    """pair -> result set path, from FLEET/fleet.json (ResultsError when it is not a fleet directory)."""
+    path = os.path.join(directory, FLEET_MANIFEST)
+    try:
+        with open(path, "rb") as f:
+            doc = json.loads(f.read(1 << 22))
+        return {str(p["pair"]): os.path.join(directory, str(p["dir"])) for p in doc["pairs"]}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ResultsError(f"{directory}: not a fleet directory ({FLEET_MANIFEST}: {exc})") from None
+
+
+def _pooled(parts: List[Completeness], label: str) -> Completeness:
+    """One Completeness for several pairs' result sets pooled as one reference."""
+    status = "complete" if all(c.status == "complete" for c in parts) else \
+        next(c.status for c in parts if c.status != "complete")
+    return replace(parts[0], path=label, status=status, planned=sum(c.planned for c in parts),
+                   ok=sum(c.ok for c in parts), cells_planned=frozenset().union(*(c.cells_planned for c in parts)),
+                   cells_short=tuple(sorted(set().union(*(c.cells_short for c in parts)))))
+
+
+def compare_fleet(directory: str, metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+                  alpha: float = DEFAULT_ALPHA, against: Optional[str] = None) -> Optional[PairsComparison]:
+    """Every pair of the fleet against its reference (module docstring); None when fewer than two pairs have a
+    result set to compare. ResultsError for an unknown `against`."""
+    dirs = fleet_pairs(directory)
+    if against is not None and against not in dirs:
+        raise ResultsError(f"{directory}: no pair `{against}` (its pairs: {', '.join(dirs)})")
+    started = {p: d for p, d in dirs.items() if os.path.isfile(os.path.join(d, "manifest.json"))}
+    missing = [(p, "no result set (its sweep never started)") for p in dirs if p not in started]
+    if len(started) < 2 or (against is not None and against not in started):
+        return None
+    frames = {p: load(d) for p, d in started.items()}
+    comp = {p: completeness(d) for p, d in started.items()}
+    # the pooled reference holds the pairs that measured something: a pair whose sweep never ran a cell is
+    # judged (incomplete), not made everyone else's reference
+    measured = [p for p in started if len(frames[p]) and (frames[p]["status"] == "ok").any()]
+    out: List[PairComparison] = []
+    for pair in started:
+        if pair == against:
+            continue
+        refs = [against] if against is not None else [p for p in measured if p != pair]
+        if not refs:
+            missing.append((pair, "no other pair measured anything to compare it with"))
+            continue
+        label = f"pair {against}" if against is not None else f"the other pairs ({', '.join(refs)})"
+        base = pd.concat([frames[p] for p in refs], ignore_index=True)
+        table = compare_frames(base, frames[pair], metric, threshold_pct, alpha)
+        ref_comp = comp[against] if against is not None else _pooled([comp[p] for p in refs], label)
+        out.append(PairComparison(pair, label, table, gate_of(table, ref_comp, comp[pair])))
+    return PairsComparison(directory, metric, threshold_pct, alpha, against, out, _fleet_gate(out, missing))
+
+
+def _fleet_gate(pairs: List[PairComparison], missing: "List[tuple[str, str]]") -> Gate:
+    worse = [p for p in pairs if p.gate.code == EXIT_REGRESSION]
+    short = [p for p in pairs if p.gate.code == EXIT_INCOMPLETE]
+    notes = [f"pair {p}: {why}" for p, why in missing] + [f"pair {p.pair}: {p.gate.reason}" for p in short]
+    if worse:
+        reason = "; ".join(f"pair {p.pair} is worse than {p.reference}: {p.gate.reason}" for p in worse)
+        return Gate(EXIT_REGRESSION, reason + ("; also incomplete: " + "; ".join(notes) if notes else ""))
+    if notes:
+        return Gate(EXIT_INCOMPLETE, "; ".join(notes))
+    differ = [p.pair for p in pairs if p.differing()]
+    if differ:
+        return Gate(EXIT_OK, f"no pair worse; better than the rest in some cell: {', '.join(differ)}")
+    return Gate(EXIT_OK, f"{len(pairs)} pair(s) compared, none differs")
+
+
+def _fmt(x: Optional[float], spec: str) -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def render(c: PairsComparison, fmt: str = "text") -> str:
+    """The comparison as text, markdown or JSON: first which pair differs, in which cells, by how much; then
+    each differing pair's full table (zcorch.analysis.compare.render)."""
+    if fmt == "json":
+        doc = dict(c.gate.as_dict(), metric=c.metric, threshold_pct=c.threshold_pct, alpha=c.alpha,
+                   against=c.against, fleet=c.directory,
+                   pairs=[dict(p.gate.as_dict(), pair=p.pair, reference=p.reference, differing=p.differing(),
+                               cells=json.loads(p.table.to_json(orient="records"))) for p in c.pairs])
+        return json.dumps(doc, indent=1) + "\n"
+    md = fmt == "markdown"
+    head = f"{c.gate.verdict.upper() if c.gate.code else c.gate.verdict}: {c.gate.reason}"
+    lines = [f"## zcorch compare (pairs): {head}" if md else f"zcorch compare (pairs): {head}", ""]
+    lines.append(f"metric {c.metric}; each pair against "
+                 f"{'pair ' + c.against if c.against else 'the other pairs pooled'}; threshold {c.threshold_pct}%, "
+                 f"alpha {c.alpha}")
+    lines.append("")
+    for p in c.pairs:
+        cells = p.differing()
+        if not cells:
+            lines.append(f"{'- ' if md else ''}pair {p.pair}: no cell differs from {p.reference} ({p.gate.reason})")
+            continue
+        lines.append(f"{'- ' if md else ''}pair {p.pair} differs from {p.reference} in {len(cells)} cell(s):")
+        for cell in cells:
+            lines.append(f"{'  - ' if md else '    '}{cell['label']}: {cell['verdict']}, "
+                         f"{_fmt(cell['change_pct'], '+.1f')}% ({_fmt(cell['reference_median'], '.3f')} -> "
+                         f"{_fmt(cell['pair_median'], '.3f')}, p {_fmt(cell['p_value'], '.3g')})")
+    for p in c.pairs:
+        if p.differing():
+            lines += ["", render_table(p.table, fmt, p.reference, f"pair {p.pair}", p.gate).rstrip("\n")]
+    return "\n".join(lines) + "\n"
+
+
+def exit_code(c: Optional[PairsComparison]) -> int:
+    return EXIT_INCOMPLETE if c is None else c.gate.code
+

@@ -1,0 +1,244 @@
+"""`zcorch run EXP --hosts INV:PAIR1,PAIR2...|INV:all` and `zcorch run --resume FLEET`: the command line of a
+fleet run (zcorch.sweep.fleet): one progress display for every pair, `--json` events that carry the pair,
+the pairs side by side at the end and which of them differs (zcorch.analysis.pairs). Not a command module
+(no register()): `zcorch run` hands a fleet to main() here.
+
+Exit status: 0 every pair complete with every run ok, 1 some pair not (fleet.json says which and why), 2 a bad
+file or option (nothing started), 75 another `zcorch run` drives the fleet directory, 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from typing import Dict, List, Optional, TextIO
+
+from zcorch.cli.console import log
+from zcorch.sweep.fleet import FleetObserver, PairState, prepare_fleet
+
+PAIRS_REPORT = "pairs.md"   # the fleet's pairs compared, written into the fleet directory at the end
+
+
+class ConsoleFleetObserver(FleetObserver):
+    """One progress display for all pairs: on a terminal one tqdm bar over every pair's runs (the postfix says
+    each pair's count), elsewhere one line per run naming its pair."""
+
+    def __init__(self, stream: Optional[TextIO] = None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.log = log("run")
+        self.tty = self.stream.isatty()
+        self.todo: Dict[str, int] = {}
+        self.done: Dict[str, int] = {}
+        self.failed: Dict[str, int] = {}
+        self.bar = None
+        self.t0 = time.monotonic()
+
+    def _say(self, level: int, text: str) -> None:
+        if self.bar is not None:
+            self.bar.clear()
+        self.log.log(level, f"zcorch run: {text}")
+        if self.bar is not None:
+            self.bar.refresh()
+
+    def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
+        left = [p.pair for p in pairs if not p.done]
+        self._say(logging.INFO, f"fleet of {len(pairs)} pair(s){' resumed' if resumed else ''}: "
+                                f"{', '.join(left) or 'nothing left to run'} -> {directory}")
+
+    def message(self, text: str) -> None:
+        self._say(logging.INFO, text)
+
+    def event(self, pair: str, doc: dict) -> None:
+        from zcorch.cli.run_output import _modes, _rate
+
+        kind = doc.get("event")
+        if kind == "start":
+            self.todo[pair] = int(doc.get("runs") or 0) - int(doc.get("already_ok") or 0)
+            self.done.setdefault(pair, 0)
+            self.failed.setdefault(pair, 0)
+            if self.bar is not None:
+                self.bar.total = sum(self.todo.values())
+        elif kind == "warning":
+            self._say(logging.WARNING, f"[{pair}] warning: {doc.get('message')}")
+        elif kind == "stage" and self.log.isEnabledFor(logging.DEBUG):
+            self._say(logging.DEBUG, f"[{pair}] {str(doc.get('title', '')).split(' (')[0]}")
+        elif kind == "run":
+            self.done[pair] = self.done.get(pair, 0) + 1
+            if doc.get("status") != "ok":
+                self.failed[pair] = self.failed.get(pair, 0) + 1
+            text = f"[{pair}] {_modes(doc)} r{doc.get('repeat')}: {doc.get('status')}"
+            rate = _rate(doc)
+            if rate:
+                text += f" {rate}"
+            if doc.get("status") != "ok" and doc.get("reason"):
+                text += f" ({str(doc['reason'])[:160]})"
+            self._progress(text, doc.get("status") == "ok")
+
+    def _progress(self, text: str, ok: bool) -> None:
+        if not self.log.isEnabledFor(logging.INFO):
+            if not ok:
+                self.log.warning(f"zcorch run: {text}")
+            return
+        counts = "  ".join(f"{p} {self.done.get(p, 0)}/{n}" for p, n in self.todo.items())
+        if self.tty:
+            if self.bar is None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=sum(self.todo.values()), file=self.stream, unit="run", dynamic_ncols=True,
+                                leave=True, desc="zcorch run (fleet)")
+            self.bar.set_postfix_str(f"{counts}  failures {sum(self.failed.values())}"[:120], refresh=False)
+            self.bar.update(sum(self.done.values()) - self.bar.n)
+            return
+        self.stream.write(f"[{sum(self.done.values())}/{sum(self.todo.values())}] {text}  ({counts})\n")
+        self.stream.flush()
+
+    def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
+        if state.status == "complete" and not state.reason:
+            self._say(logging.INFO, f"[{state.pair}] complete: {state.runs['ok']} of {state.runs['planned']} "
+                                    f"runs ok")
+            return
+        self._say(logging.WARNING, f"[{state.pair}] {state.status}: {state.reason}")
+        if self.log.isEnabledFor(logging.DEBUG):
+            for line in stderr_tail:
+                self._say(logging.DEBUG, f"[{state.pair}] {line}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class JsonFleetObserver(FleetObserver):
+    """`--json`: every pair's events as `zcorch run --json` prints them, each with `pair`, between a
+    `fleet_start` and a `fleet_end` event, with a `pair_end` event as each pair's sweep ends
+    (docs/schemas/run-events.schema.json)."""
+
+    def __init__(self, out: Optional[TextIO] = None):
+        self.out = out if out is not None else sys.stdout
+
+    def emit(self, event: str, **fields) -> None:
+        from zcorch.cli.run_output import _clean, _utc_now
+
+        self.write(_clean({"event": event, "time": _utc_now(), **fields}))
+
+    def write(self, doc: dict) -> None:
+        self.out.write(json.dumps(doc, default=str, allow_nan=False) + "\n")
+        self.out.flush()
+
+    def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
+        from zcorch import __version__
+
+        self.emit("fleet_start", zcorch_version=__version__, fleet_dir=directory, resumed=resumed,
+                  pairs=[{"pair": p.pair, "result_dir": p.dir, "status": p.status, "hosts": p.hosts,
+                          "shares": p.shares} for p in pairs])
+
+    def event(self, pair: str, doc: dict) -> None:
+        self.write({**doc, "pair": pair})
+
+    def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
+        self.emit("pair_end", pair=state.pair, status=state.status, exit_status=state.exit_status,
+                  reason=state.reason, runs=state.runs, result_dir=state.dir)
+
+    def message(self, text: str) -> None:
+        self.emit("message", message=text)
+
+
+def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> int:
+    """`spec`: the --hosts value (or ZCORCH_HOSTS) naming the pairs; None with --resume FLEET."""
+    from zcorch.errors import ConfigError
+
+    if args.dry_run:
+        raise ConfigError("--dry-run shows one pair: give --hosts INVENTORY:PAIR (a fleet runs each pair's own "
+                          "sweep, whose dry run is the same)")
+    observer = JsonFleetObserver() if args.json else ConsoleFleetObserver()
+    from zcorch.cli import main as zcorch_main   # what each pair's (forked) process runs
+
+    fleet = prepare_fleet(args.file, spec, pair_main=zcorch_main, output=args.output, resume=args.resume,
+                          overrides=args.overrides, accept_new_host_keys=args.accept_new_host_keys,
+                          allow_ssh_config_exec=args.allow_ssh_config_exec, observer=observer, command=command)
+    # The first SIGINT/SIGTERM stops every pair as one sweep is stopped (each child gets SIGTERM and tears
+    # down; a Ctrl-C on the terminal reaches the children directly too). The fleet waits for them.
+    old = {s: signal.signal(s, lambda signum, frame: fleet.stop()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = fleet.run()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        fleet.close()
+        if isinstance(observer, ConsoleFleetObserver):
+            observer.close()
+    _write_caches(result)
+    report = _pairs_report(result.directory, args.json)
+    if args.json:
+        observer.emit("fleet_end", status=result.status, exit_status=result.exit_status,
+                      fleet_dir=result.directory, failed_pairs=[p.pair for p in result.failed],
+                      pairs_compared={k: v for k, v in report.items() if k != "text"} if report else None)
+        return result.exit_status
+    print(_pairs_table(result.pairs))
+    if report is not None:
+        print(report["text"], end="")
+    print(f"results: {result.directory}")
+    if result.status == "interrupted":
+        print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
+              f"{result.directory}", file=sys.stderr)
+    return result.exit_status
+
+
+def _pairs_table(pairs: List[PairState]) -> str:
+    rows = [["pair", "status", "runs ok", "result set", "reason"]]
+    for p in pairs:
+        rows.append([p.pair, p.status, f"{p.runs['ok']}/{p.runs['planned']}", p.dir, p.reason or ""])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _write_caches(result) -> None:
+    """Each complete pair's runs.parquet, written here rather than by each pair's process: pandas and pyarrow
+    are imported once for the fleet instead of once per pair (a second's CPU each, on the controller)."""
+    import os
+
+    from zcorch.cli.run_output import _write_cache_locked
+    from zcorch.errors import ZcorchError
+    from zcorch.results.store import load_manifest
+
+    for state in result.pairs:
+        directory = os.path.join(result.directory, state.dir)
+        try:
+            complete = load_manifest(directory).get("status") == "complete"   # as `zcorch run` decides
+        except ZcorchError:
+            continue   # a pair whose sweep never made its set
+        if complete:
+            _write_cache_locked(directory)
+
+
+def _pairs_report(directory: str, quiet: bool) -> Optional[dict]:
+    """The pairs compared (zcorch.analysis.pairs), written to FLEET/pairs.md; None with fewer than two pairs
+    with data. Best effort: the runs are recorded whatever happens here."""
+    import os
+
+    from zcorch.errors import ZcorchError
+
+    try:
+        from zcorch.sweep.fleet import load_fleet
+
+        with_sets = [p for p in load_fleet(directory)["pairs"]
+                     if os.path.isfile(os.path.join(directory, p["dir"], "manifest.json"))]
+        if len(with_sets) < 2:   # nothing to compare: pandas and scipy are not even imported
+            return None
+        from zcorch.analysis import pairs as pairsmod
+
+        comparison = pairsmod.compare_fleet(directory)
+        if comparison is None:
+            return None
+        from zcorch.results.store import write_text_atomic
+
+        write_text_atomic(os.path.join(directory, PAIRS_REPORT), pairsmod.render(comparison, "markdown"))
+        return {"text": pairsmod.render(comparison, "text"), "file": PAIRS_REPORT, "reason": comparison.gate.reason,
+                "exit_code": comparison.gate.code, "different": comparison.different_pairs()}
+    except (ZcorchError, OSError, ValueError) as exc:
+        if not quiet:
+            print(f"zcorch run: warning: the pairs were not compared: {exc}", file=sys.stderr)
+        return None

@@ -1,0 +1,685 @@
+"""A fleet run: one experiment on several host pairs of an inventory at once (`zcorch run EXP --hosts
+INV:PAIR1,PAIR2...` or `INV:all`), one result set per pair under one directory.
+
+    FLEET/
+      fleet.json          the fleet manifest (FORMAT, FORMAT_VERSION): the pairs, their result-set dirs,
+                          status, exit status, reason, the host and share locks each pair takes
+      experiment.yaml     the experiment file's bytes as given (a pair that never started is started from it
+                          on --resume)
+      .lock               flock()ed by the one `zcorch run` driving the fleet (zcorch.results.store.lock_result_set)
+      .locks/             host-*.lock, share-*.lock: the exclusions (below)
+      PAIR/               each pair's own result set, exactly what `zcorch run --hosts INV:PAIR` writes
+
+Each pair is its own `zcorch run --json` child process, not a thread, forked from the fleet's process rather
+than started anew (so N pairs cost one interpreter start-up and one import of zcorch, not N): a sweep's
+signal handling and its guaranteed teardown (zcorch.sweep.interrupts: process-wide signal handlers, deferred signals during the
+teardown, KeyboardInterrupt raised in the main thread) stay exactly as for one pair; a pair that crashes,
+hangs or is killed cannot take the others with it; each pair takes its own leases on its own hosts as any
+sweep does. The parent only reads the children's JSON events (one progress display, `--json` events
+carrying the pair) and waits, so it costs almost nothing; each child dies with it (PR_SET_PDEATHSIG: a
+killed fleet leaves no sweep running unsupervised; each child then ends as an interrupted sweep).
+
+Exclusions, by flock on files under FLEET/.locks (so they hold between processes and are released by the
+kernel when a process dies):
+- a host in two selected pairs (the same machine: its ssh host name and port after the ssh config, or
+  localhost) never runs two cells at once: the pair takes `host-<host>` around each run, its network and
+  command baselines, and the deploy, calibration and source layout on its hosts;
+- pairs that declare the same `shares: NAME` (a link, a switch) never transfer at the same time: the pair
+  takes `share-<NAME>` around the same steps.
+A pair takes all its locks in one global order (sorted names), so two pairs never wait on each other in a
+circle. The dd baseline (on the receiver's disk, not the link) is not excluded.
+
+Exit status of the fleet: 0 every pair complete with every run ok; 1 some pair did not (a failed run, or its
+sweep stopped: fleet.json says which and why); 2 a bad file or option (nothing started); 75 another
+`zcorch run` drives this fleet directory; 130 interrupted (SIGINT/SIGTERM: every pair is stopped as a sweep
+is, its finished runs kept; `zcorch run --resume FLEET` continues the pairs and runs that are not done).
+"""
+from __future__ import annotations
+
+import ctypes
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import queue
+import re
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from zcorch._version import __version__
+from zcorch.config.hosts import HostSpec
+from zcorch.config.inventory import InventoryPair, select_pairs
+from zcorch.errors import ConfigError, ResultsError
+from zcorch.results.store import lock_result_set, utc_now, write_json_atomic
+from zcorch.sweep.pipeline import SweepObserver
+from zcorch.sweep.runner import SweepOutcome
+
+FORMAT = "zcorch-fleet"
+FORMAT_VERSION = 1
+FLEET_MANIFEST = "fleet.json"
+EXPERIMENT_COPY = "experiment.yaml"
+LOCK_DIR = ".locks"
+# What `zcorch run` makes of a pair's exit status (that of one sweep: zcorch.cli.run).
+EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
+PAIR_STATUSES = ("pending", "running", "complete", "failed", "interrupted")
+# The stages a pair holds locks through, besides each run (which takes all its locks): those that load its
+# hosts take its host locks (a deploy builds the worker: a second pair on the host then reuses that build),
+# those that transfer take all of them.
+HOST_STAGES = ("deploy", "calibrate", "sources")
+LINK_STAGES = ("baselines", "commands")
+HOST_LOCK_PREFIX = "host-"
+_LOCK_NAME_RE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def is_fleet_dir(directory: "str | os.PathLike | None") -> bool:
+    return bool(directory) and os.path.isfile(os.path.join(os.fspath(directory), FLEET_MANIFEST))
+
+
+# ---------------------------------------------------------------------------------------------
+# The exclusions
+
+def host_identity(spec: Optional[HostSpec], allow_ssh_config_exec: bool = False) -> str:
+    """The machine a host spec reaches: `localhost`, or `hostname:port` after the ssh config (an alias and
+    its HostName are one machine; the user does not matter)."""
+    if spec is None:
+        return "localhost"
+    from zcorch.hosts.ssh import resolve_target  # paramiko: only when a fleet of remote pairs is planned
+
+    target = resolve_target(spec, allow_exec=allow_ssh_config_exec)
+    return f"{target.hostname.lower()}:{target.port}"
+
+
+def pair_locks(pair: InventoryPair, allow_ssh_config_exec: bool = False) -> Tuple[List[str], List[str]]:
+    """(the pair's host identities, its share names), each sorted and without repeats."""
+    hosts = pair.hosts
+    if hosts.localhost:
+        ids = ["localhost"]
+    else:
+        ids = sorted({host_identity(hosts.spec(r), allow_ssh_config_exec) for r in ("sender", "receiver")})
+    return ids, sorted(set(pair.shares))
+
+
+def lock_files(hosts: Sequence[str], shares: Sequence[str]) -> List[str]:
+    """The lock file names of hosts and shares, in the one global order every pair takes them in."""
+    def name(kind: str, key: str) -> str:
+        # readable, and unique even where two keys differ only in characters a file name cannot hold
+        return f"{kind}-{_LOCK_NAME_RE.sub('_', key)[:60]}-{hashlib.sha256(key.encode()).hexdigest()[:8]}.lock"
+
+    return sorted([name(HOST_LOCK_PREFIX[:-1], h) for h in hosts] + [name("share", s) for s in shares])
+
+
+class FleetLocks:
+    """The flocks of one pair (lock_files under `directory`), all taken or none."""
+
+    def __init__(self, directory: str, names: Sequence[str]):
+        self.directory, self.names = directory, sorted(names)
+        self._fds: List[int] = []
+
+    @property
+    def held(self) -> bool:
+        return bool(self._fds)
+
+    def acquire(self) -> None:
+        if self._fds:
+            return
+        try:
+            for name in self.names:  # one global order: no two pairs wait on each other in a circle
+                fd = os.open(os.path.join(self.directory, name),
+                             os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                self._fds.append(fd)
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                        break
+                    except InterruptedError:  # a signal whose handler returned: wait on
+                        continue
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        fds, self._fds = self._fds, []
+        for fd in reversed(fds):
+            os.close(fd)   # closing the descriptor drops its flock
+
+
+class LockingObserver(SweepObserver):
+    """Wraps the observer of one pair's sweep: takes all the pair's locks when a run starts and drops them
+    when its record is written; holds its host locks through the HOST_STAGES and all its locks through the
+    LINK_STAGES. Everything else is passed on. (The hooks run_sweep already calls are enough: nothing below
+    run_sweep knows about fleets.)"""
+
+    def __init__(self, inner: SweepObserver, directory: str, names: Sequence[str]):
+        self.inner = inner
+        self.all = FleetLocks(directory, names)
+        self.hosts = FleetLocks(directory, [n for n in names if n.startswith(HOST_LOCK_PREFIX)])
+
+    def _release(self) -> None:
+        self.all.release()
+        self.hosts.release()
+
+    def __getattr__(self, name: str) -> Any:   # attributes of the wrapped observer (result_dir, emit ...)
+        return getattr(self.inner, name)
+
+    def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
+        self.inner.started(total, already_ok, result_dir)
+
+    def stage(self, name: str, title: str) -> None:
+        self._release()
+        if name in HOST_STAGES:
+            self.hosts.acquire()
+        elif name in LINK_STAGES:
+            self.all.acquire()
+        self.inner.stage(name, title)
+
+    def hosts_opened(self, hosts: Dict[str, Any]) -> None:
+        self.inner.hosts_opened(hosts)
+
+    def scratch_ready(self, infos: Dict[str, dict], hosts: Dict[str, Any]) -> None:
+        self.inner.scratch_ready(infos, hosts)
+
+    def command(self, entry: Any) -> None:
+        self.inner.command(entry)
+
+    def run_started(self, cell: str, repeat: int) -> None:
+        self._release()
+        self.all.acquire()
+        self.inner.run_started(cell, repeat)
+
+    def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
+        self._release()
+        self.inner.run_done(record, outcome, todo)
+
+    def baseline_done(self, record: dict) -> None:
+        self.inner.baseline_done(record)
+
+    def sweep_ended(self) -> None:
+        self._release()
+        self.inner.sweep_ended()
+
+    def message(self, text: str) -> None:
+        self.inner.message(text)
+
+    def warning(self, text: str) -> None:
+        self.inner.warning(text)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fleet manifest
+
+@dataclass
+class PairState:
+    """One pair of the fleet as fleet.json records it."""
+
+    pair: str
+    dir: str                               # its result set, relative to the fleet directory
+    hosts: List[str]                       # host identities (host locks)
+    shares: List[str]
+    status: str = "pending"                # PAIR_STATUSES
+    exit_status: Optional[int] = None
+    reason: Optional[str] = None
+    started: Optional[str] = None
+    finished: Optional[str] = None
+    runs: Dict[str, int] = field(default_factory=lambda: {"planned": 0, "ok": 0, "failed": 0})
+    pid: Optional[int] = None              # the process of its latest sweep
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PairState":
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**known)
+
+    @property
+    def done(self) -> bool:
+        """Nothing left to run: complete, every run ok."""
+        return self.status == "complete" and self.exit_status == EXIT_OK
+
+
+def load_fleet(directory: str) -> dict:
+    path = os.path.join(directory, FLEET_MANIFEST)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(1 << 22)
+        doc = json.loads(raw)
+    except (OSError, ValueError) as exc:
+        raise ResultsError(f"{path}: not a readable fleet manifest ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ResultsError(f"{path}: not a zcorch fleet manifest (format {doc.get('format')!r})")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ResultsError(f"{path}: fleet format version {doc.get('format_version')!r}; this zcorch reads "
+                           f"{FORMAT_VERSION}")
+    return doc
+
+
+def pair_dirs(directory: str) -> Dict[str, str]:
+    """pair -> its result set's path, from a fleet directory's manifest (file order)."""
+    return {p["pair"]: os.path.join(directory, p["dir"]) for p in load_fleet(directory)["pairs"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Running the fleet
+
+class FleetObserver:
+    """What run_fleet reports; every method does nothing here."""
+
+    def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
+        """The pairs about to run (pairs already done on --resume have status complete)."""
+
+    def event(self, pair: str, doc: dict) -> None:
+        """One JSON event of a pair's sweep (zcorch run --json: start, stage, run, baseline, ..., end)."""
+
+    def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
+        """A pair's sweep ended (state.status, exit_status, reason)."""
+
+    def message(self, text: str) -> None:
+        """Something the user should know."""
+
+
+@dataclass
+class FleetResult:
+    directory: str
+    status: str                   # complete | interrupted (as fleet.json records it)
+    exit_status: int
+    pairs: List[PairState]
+
+    @property
+    def failed(self) -> List[PairState]:
+        return [p for p in self.pairs if p.status != "complete" or p.exit_status != EXIT_OK]
+
+
+def _default_output(name: str) -> str:
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return os.path.join("results", f"{name}-fleet-{stamp}")
+
+
+def _new_fleet_dir(base: str, unique: bool) -> str:
+    parent = os.path.dirname(base)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    for n in range(1, 10000 if unique else 2):
+        candidate = base if n == 1 else f"{base}-{n}"
+        try:
+            os.mkdir(candidate)
+            return candidate
+        except FileExistsError:
+            continue
+    raise ResultsError(f"{base}: exists; choose another -o (or --resume it)")
+
+
+def _validate(experiment: str, pairs: List[InventoryPair], overrides: Sequence[str]) -> str:
+    """Load and plan the experiment on every pair before anything starts (ConfigError: exit 2, nothing run);
+    returns the experiment's name."""
+    from zcorch import plan as planmod
+    from zcorch.config.experiment import load_experiment
+
+    problems: List[str] = []
+    name = ""
+    for pair in pairs:
+        try:
+            exp = load_experiment(experiment, overrides, pair)
+            planmod.expand(exp)
+            name = name or exp.name or os.path.splitext(os.path.basename(experiment))[0]
+        except ConfigError as exc:
+            problems += [f"pair `{pair.pair}`: {p}" for p in exc.problems]
+    if problems:
+        raise ConfigError(problems)
+    return name
+
+
+@dataclass(frozen=True)
+class Start:
+    """How a pair's sweep starts the first time: the experiment file, the inventory, the --set values."""
+
+    experiment: str
+    inventory: str
+    overrides: Tuple[str, ...] = ()
+
+    def argv(self, pair: str) -> List[str]:
+        return [self.experiment, "--hosts", f"{self.inventory}:{pair}",
+                *[a for o in self.overrides for a in ("--set", o)]]
+
+
+def _child_argv(state: PairState, fleet_dir: str, start: Start, flags: List[str]) -> List[str]:
+    """The pair's `zcorch run` command line (without the program name)."""
+    pair_dir = os.path.join(fleet_dir, state.dir)
+    argv = ["run"]
+    if os.path.isfile(os.path.join(pair_dir, "manifest.json")):
+        argv += ["--resume", pair_dir]           # its own experiment.yaml, its recorded hosts
+    else:
+        argv += [*start.argv(state.pair), "-o", pair_dir]
+    argv += ["--json", "--fleet-lock-dir", os.path.join(fleet_dir, LOCK_DIR)]
+    for name in lock_files(state.hosts, state.shares):
+        argv += ["--fleet-lock", name]
+    return argv + flags
+
+
+def _prctl():
+    """libc's prctl, resolved in the parent (the forked child only calls it); None where there is none."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# What a pair's process runs: the command line's main() (zcorch.cli.main) given `zcorch` ARGS; the fleet
+# is given it by its caller (the command line sits above this module).
+PairMain = Callable[[List[str]], int]
+
+
+class _Child:
+    """One pair's `zcorch run`, forked from the fleet's process (not exec'd): it starts with every module the
+    controller already imported, so N pairs cost one interpreter start-up, not N. Forked before any thread of
+    the fleet runs (start_reading() afterwards): a fork while another thread holds a lock would copy it held."""
+
+    def __init__(self, state: PairState, argv: List[str], pair_main: PairMain, close_in_child: List[int],
+                 prctl: Any):
+        self.state = state
+        self.stderr: List[str] = []
+        self.end: Optional[dict] = None
+        self.returncode: Optional[int] = None
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:   # the pair's process: never returns
+            code = 1
+            try:
+                for fd in (out_r, err_r, *close_in_child):
+                    os.close(fd)
+                devnull = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(devnull, 0)
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
+                for fd in (devnull, out_w, err_w):
+                    os.close(fd)
+                for sig in (signal.SIGINT, signal.SIGTERM):   # its own sweep installs its handlers
+                    signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+                if prctl is not None:
+                    prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG: SIGTERM when the fleet's process ends
+                if os.getppid() != parent:          # it ended before that took effect
+                    os._exit(EXIT_INTERRUPTED)
+                os.environ.pop("ZCORCH_HOSTS", None)   # the pair is given explicitly
+                sys.argv = ["zcorch", *argv]
+                code = pair_main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except KeyboardInterrupt:
+                code = EXIT_INTERRUPTED
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                for stream in (sys.stdout, sys.stderr):
+                    try:
+                        stream.flush()
+                    except Exception:
+                        pass
+                os._exit(code)
+        os.close(out_w)
+        os.close(err_w)
+        self.pid = pid
+        self.fds = [out_r, err_r]   # what a later child must not inherit
+        self._out = os.fdopen(out_r, "rb")
+        self._err = os.fdopen(err_r, "rb")
+        self._threads: List[threading.Thread] = []
+
+    def start_reading(self, events: "queue.Queue") -> None:
+        self._threads = [threading.Thread(target=self._read_events, args=(events,), daemon=True),
+                         threading.Thread(target=self._read_stderr, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _read_events(self, events: "queue.Queue") -> None:
+        for raw in self._out:
+            try:
+                doc = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                events.put((self, doc))
+        events.put((self, None))   # this pair's events are over
+
+    def _read_stderr(self) -> None:
+        for raw in self._err:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                self.stderr = (self.stderr + [line])[-40:]
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def join(self) -> int:
+        if self.returncode is None:
+            while True:
+                try:
+                    _, status = os.waitpid(self.pid, 0)
+                    break
+                except ChildProcessError:   # reaped already
+                    status = 0
+                    break
+            self.returncode = os.waitstatus_to_exitcode(status)
+        for t in self._threads:
+            t.join(timeout=5)
+        self._out.close()
+        self._err.close()
+        return self.returncode
+
+
+def _reason(child: "_Child", rc: int) -> Optional[str]:
+    state = child.state
+    if rc == EXIT_OK:
+        return None
+    if rc < 0:
+        return f"its sweep was killed by {signal.Signals(-rc).name}"
+    errors = [line for line in child.stderr if "error" in line.lower() or line.startswith("zcorch")]
+    last = (errors or child.stderr or [""])[-1]
+    if rc == EXIT_FAILED and state.runs["failed"] and (child.end or {}).get("status") == "complete":
+        return f"{state.runs['failed']} run(s) failed"
+    if rc == EXIT_INTERRUPTED:
+        return "interrupted" + (f": {last}" if last else "")
+    return f"exit status {rc}" + (f": {last}" if last else "")
+
+
+class Fleet:
+    """One fleet run (run_fleet builds it); stop() ends every pair's sweep as SIGTERM ends one sweep."""
+
+    def __init__(self, directory: str, doc: dict, states: List[PairState], start: Start, flags: List[str],
+                 observer: FleetObserver, lock_fd: int, pair_main: PairMain):
+        self.directory, self.doc, self.states = directory, doc, states
+        self.start, self.flags, self.observer = start, flags, observer
+        self.lock_fd = lock_fd   # DIR/.lock: held until close()
+        self.pair_main = pair_main
+        self.children: List[_Child] = []
+        self.stopping = threading.Event()
+        self._stop_sent = False
+
+    def save(self) -> None:
+        self.doc["pairs"] = [s.as_dict() for s in self.states]
+        write_json_atomic(os.path.join(self.directory, FLEET_MANIFEST), self.doc)
+
+    def stop(self) -> None:
+        """Safe from a signal handler: the waiting loop forwards SIGTERM to every pair."""
+        self.stopping.set()
+
+    def _forward_stop(self) -> None:
+        if self._stop_sent:
+            return
+        self._stop_sent = True
+        for child in self.children:
+            child.signal(signal.SIGTERM)
+
+    def run(self) -> FleetResult:
+        events: "queue.Queue" = queue.Queue()
+        prctl = _prctl()
+        for state in self.states:
+            if state.done:
+                continue
+            state.status, state.started, state.finished = "running", utc_now(), None
+            state.exit_status = state.reason = None
+            inherited = [self.lock_fd] + [fd for c in self.children for fd in c.fds]
+            child = _Child(state, _child_argv(state, self.directory, self.start, self.flags), self.pair_main,
+                           inherited, prctl)
+            state.pid = child.pid
+            self.children.append(child)
+        for child in self.children:
+            child.start_reading(events)
+        self.save()
+        open_streams = len(self.children)
+        while open_streams:
+            if self.stopping.is_set():
+                self._forward_stop()
+            try:
+                child, doc = events.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if doc is None:
+                open_streams -= 1
+                self._ended(child)
+                continue
+            self._event(child, doc)
+        if self.stopping.is_set():
+            status = "interrupted"
+        else:
+            status = "complete"
+        interrupted = status == "interrupted" or any(s.status == "interrupted" for s in self.states)
+        failed = any(not s.done for s in self.states)
+        exit_status = EXIT_INTERRUPTED if interrupted else EXIT_FAILED if failed else EXIT_OK
+        self.doc.update(status="interrupted" if interrupted else "complete", finished=utc_now(),
+                        exit_status=exit_status)
+        self.save()
+        return FleetResult(self.directory, self.doc["status"], exit_status, self.states)
+
+    def close(self) -> None:
+        """Release the fleet directory's lock (another `zcorch run --resume` may continue it now)."""
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+
+    def _event(self, child: _Child, doc: dict) -> None:
+        state = child.state
+        kind = doc.get("event")
+        if kind == "start":
+            state.runs["planned"] = int(doc.get("runs") or 0)
+            state.runs["ok"] = int(doc.get("already_ok") or 0)
+            state.runs["failed"] = 0
+        elif kind == "run":
+            if doc.get("status") == "ok":
+                state.runs["ok"] += 1
+            else:
+                state.runs["failed"] += 1
+        elif kind == "end":
+            child.end = doc
+        self.observer.event(state.pair, doc)
+
+    def _ended(self, child: _Child) -> None:
+        rc = child.join()
+        state = child.state
+        state.exit_status, state.finished = rc, utc_now()
+        if rc == EXIT_OK:
+            state.status = "complete"
+        elif rc == EXIT_INTERRUPTED or (rc < 0 and self.stopping.is_set()):
+            state.status = "interrupted"
+        else:
+            state.status = "failed"
+        state.reason = _reason(child, rc)
+        self.save()
+        self.observer.pair_ended(state, child.stderr)
+
+
+def _flags(accept_new_host_keys: bool, allow_ssh_config_exec: bool) -> List[str]:
+    """What every start of a pair's sweep is given (the first one and each --resume)."""
+    return (["--accept-new-host-keys"] if accept_new_host_keys else []) + \
+           (["--allow-ssh-config-exec"] if allow_ssh_config_exec else [])
+
+
+def prepare_fleet(experiment: Optional[str], hosts_spec: Optional[str] = None, *, pair_main: PairMain,
+                  output: Optional[str] = None,
+                  resume: Optional[str] = None, overrides: Sequence[str] = (), accept_new_host_keys: bool = False,
+                  allow_ssh_config_exec: bool = False, observer: Optional[FleetObserver] = None,
+                  command: Optional[List[str]] = None) -> Fleet:
+    """Validate, make (or reopen, with `resume`) the fleet directory and lock it; `Fleet.run()` runs it.
+
+    experiment + hosts_spec (`INV:PAIR1,PAIR2` / `INV:all`): a new fleet under `output` (default
+    results/<name>-fleet-<UTC time>/). resume: a fleet directory; its pairs that are not complete with every
+    run ok are continued (`zcorch run --resume` of their result set, or started if they never were)."""
+    observer = observer or FleetObserver()
+    flags = _flags(accept_new_host_keys, allow_ssh_config_exec)
+    command = command or ["zcorch", "run"]
+    if resume:
+        if overrides:
+            raise ConfigError(f"--set cannot change the fleet being resumed ({resume})")
+        if hosts_spec:
+            raise ConfigError(f"--hosts cannot change the fleet being resumed ({resume}): each pair keeps its hosts")
+        doc = load_fleet(resume)
+        lock = lock_result_set(resume)
+        states = [PairState.from_dict(p) for p in doc["pairs"]]
+        # a pair that never started starts from the fleet's copy of the experiment, as the others did
+        start = Start(os.path.join(os.path.abspath(resume), EXPERIMENT_COPY), doc["inventory"]["path"],
+                      tuple(doc.get("overrides", [])))
+        doc.setdefault("resumed", []).append({"at": utc_now(), "command": command})
+        doc.update(status="running", finished=None, exit_status=None)
+        fleet = Fleet(resume, doc, states, start, flags, observer, lock, pair_main)
+    else:
+        if not experiment:
+            raise ConfigError("zcorch run: give an experiment FILE")
+        if hosts_spec is None:
+            raise ConfigError("a fleet run needs --hosts INVENTORY:PAIR1,PAIR2... or INVENTORY:all")
+        inv, pairs = select_pairs(hosts_spec)
+        name = _validate(experiment, pairs, overrides)
+        try:
+            with open(experiment, "rb") as f:
+                exp_bytes = f.read()
+        except OSError as exc:
+            raise ConfigError(f"{experiment}: cannot read the experiment file ({exc.strerror})") from None
+        states = []
+        for p in pairs:
+            host_ids, shares = pair_locks(p, allow_ssh_config_exec)
+            states.append(PairState(p.pair, p.pair, host_ids, shares))
+        directory = _new_fleet_dir(output or _default_output(name), unique=output is None)
+        lock = lock_result_set(directory)
+        os.makedirs(os.path.join(directory, LOCK_DIR), mode=0o700, exist_ok=True)
+        with open(os.path.join(directory, EXPERIMENT_COPY), "xb") as f:
+            f.write(exp_bytes)
+        doc = {"format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "created": utc_now(),
+               "finished": None, "status": "running", "exit_status": None, "zcorch_version": __version__,
+               "command": command,
+               "experiment": {"path": os.path.abspath(experiment),
+                              "sha256": hashlib.sha256(exp_bytes).hexdigest(), "copy": EXPERIMENT_COPY},
+               "inventory": {"path": inv.path, "sha256": inv.sha256}, "overrides": list(overrides),
+               "exclusions": _exclusions(states), "pairs": []}
+        start = Start(os.path.abspath(experiment), inv.path, tuple(overrides))
+        fleet = Fleet(directory, doc, states, start, flags, observer, lock, pair_main)
+    fleet.save()
+    observer.fleet_started(fleet.directory, fleet.states, bool(resume))
+    return fleet
+
+
+def _exclusions(states: List[PairState]) -> dict:
+    """{"hosts": {host: [pairs]}, "shares": {name: [pairs]}}: only those held by more than one pair."""
+    out: Dict[str, Dict[str, List[str]]] = {"hosts": {}, "shares": {}}
+    for s in states:
+        for h in s.hosts:
+            out["hosts"].setdefault(h, []).append(s.pair)
+        for n in s.shares:
+            out["shares"].setdefault(n, []).append(s.pair)
+    return {k: {n: ps for n, ps in v.items() if len(ps) > 1} for k, v in out.items()}
