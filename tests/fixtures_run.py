@@ -115,12 +115,13 @@ def worker_pair(list_pids, timeout=20):
     while time.monotonic() < deadline:
         roles = {}
         for pid in list_pids():
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
+            try:  # a served run (zcorch.worker.serve) names itself zcorch-recv / zcorch-send; its server
+                with open(f"/proc/{pid}/comm", "rb") as f:   # keeps the interpreter's name
+                    comm = f.read().strip()
             except OSError:
                 continue
-            roles[b"recv" if b"recv" in argv else b"send"] = pid
+            if comm in (b"zcorch-recv", b"zcorch-send"):
+                roles[comm[len(b"zcorch-"):]] = pid
         if len(roles) == 2:
             return roles[b"recv"], roles[b"send"]
         time.sleep(0.01)

@@ -27,6 +27,7 @@ FIXED = {
     "setuptools": ("78.1.1", "CVE-2025-47273, CVE-2024-6345"),
     "pytest": ("9.0.3", "CVE-2025-71176"),
     "tqdm": ("4.66.3", "CVE-2024-34062"),
+    "duckdb": ("1.1.0", "CVE-2024-41672"),
 }
 # Markers under which no fixed release exists: the floor there may lag (none today: requires-python >= 3.11).
 NO_FIX_FOR: "dict[str, str]" = {}
@@ -67,6 +68,7 @@ def test_no_floor_admits_a_release_with_a_fixed_vulnerability():
 
 
 def test_every_runtime_dependency_has_a_floor():
-    """A bare name would admit every vulnerable release ever published."""
-    bare = [f"{where}: {req}" for where, req in _requirements() if _floor(req) is None]
+    """A bare name would admit every vulnerable release ever published (zcorch[EXTRA], this project's own
+    extra named by another extra, is no release of anyone's)."""
+    bare = [f"{where}: {req}" for where, req in _requirements() if _floor(req) is None and req.name != "zcorch"]
     assert not bare, bare

@@ -200,3 +200,17 @@ def test_a_fleet_directory_is_driven_by_one_zcorch_run_at_a_time(tmp_path, fleet
     done = zcorch(tag, "run", "--resume", out, timeout=120)   # every pair complete: nothing starts
     assert done.returncode == 0 and "nothing left to run" in done.stderr, done.stderr
     assert json.loads((out / "a" / "manifest.json").read_text()).get("resumed") in (None, [])
+
+
+def test_recalibrate_reaches_every_pair(tmp_path, fleet_files, tag):
+    """`zcorch run --hosts INV:... --recalibrate`: each pair's sweep re-measures its hosts' copy cost rather
+    than reading the hosts' calibration cache (a pair's own `zcorch run` is given the flag)."""
+    exp, inv = fleet_files
+    out = tmp_path / "fleet"
+    res = zcorch(tag, "run", exp, "--hosts", f"{inv}:a,c", "-o", out, "--recalibrate", timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for pair in "ac":
+        meta = json.loads((out / pair / "meta.json").read_text())
+        for role in ("sender", "receiver"):
+            cal = meta["hosts"][role]["calibration"]
+            assert cal["cached"] is False and cal["cache"]["status"] == "refresh", (pair, role, cal)

@@ -64,8 +64,8 @@ def test_killed_peer_fails_the_run_and_leaves_no_worker(tmp_path, tag, victim):
 
     def on_event(name, **info):
         if name == f"{victim}_started" and not killed:
-            killed.append(info["proc"].popen.pid)
-            _kill_later(lambda: killed[0], signal.SIGKILL, 0.5)
+            killed.append(info["proc"])   # the run's own process (a child of the host's worker server)
+            _kill_later(lambda: killed[0].pid, signal.SIGKILL, 0.5)
 
     t0 = time.monotonic()
     local_runner(rs, tag, on_event=on_event).run_sweep(runs_of(cells))

@@ -204,14 +204,10 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
-def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None,
-              derived_stamp: Optional[dict] = None) -> pa.Table:
-    """`frame` plus its derived columns (and the copy units of `yardsticks`, frames.copy_yardsticks of the
-    set's meta.json) as an Arrow table, with the validity stamp in its metadata."""
-    full = frames.add_derived(frame.copy(deep=False))  # shallow: the derived columns go to the copy only
-    full = frames.add_copy_units(full, {None: yardsticks or frames.copy_yardsticks({})})
-    raw = set(frame.columns)
-    derived = [c for c in full.columns if c not in raw]
+def arrow_table(frame: pd.DataFrame) -> "tuple[pa.Table, list]":
+    """`frame` as an Arrow table, and the object columns stored as JSON text (module docstring): what
+    runs.parquet holds, and the result dataset's runs (zcorch.analysis.export). `frame` is not changed."""
+    full = frame.copy(deep=False)
     json_columns = []
     for name in full.columns[full.dtypes == object]:
         col = full[name]
@@ -224,7 +220,18 @@ def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = Non
         if kind != pa.bool_() and kind != pa.null():
             full[name] = [None if v is None else json.dumps(v, default=_json_default) for v in col]
             json_columns.append(name)
-    table = pa.Table.from_pandas(full, preserve_index=False)
+    return pa.Table.from_pandas(full, preserve_index=False), json_columns
+
+
+def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None,
+              derived_stamp: Optional[dict] = None) -> pa.Table:
+    """`frame` plus its derived columns (and the copy units of `yardsticks`, frames.copy_yardsticks of the
+    set's meta.json) as an Arrow table, with the validity stamp in its metadata."""
+    full = frames.add_derived(frame.copy(deep=False))  # shallow: the derived columns go to the copy only
+    full = frames.add_copy_units(full, {None: yardsticks or frames.copy_yardsticks({})})
+    raw = set(frame.columns)
+    derived = [c for c in full.columns if c not in raw]
+    table, json_columns = arrow_table(full)
     meta = {**stamp, "derived": derived, "json_columns": json_columns, "derived_from": derived_stamp}
     return table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: json.dumps(meta).encode()})
 

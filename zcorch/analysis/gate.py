@@ -174,7 +174,7 @@ def history_gate(experiments: Sequence) -> Gate:
     compared = 0
     for exp in experiments:
         newest = exp.newest
-        comp = completeness(newest.path)
+        comp = newest.completeness()   # from its files, or what an exported dataset recorded of them
         if comp.describe("newest sweep"):
             incomplete.append(f"{exp.name}: {comp.describe('newest sweep')}")
         if len(exp.sweeps) < 2:

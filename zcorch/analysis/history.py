@@ -4,7 +4,8 @@ What it does, in order (`build_history`, then `write_index`):
 
 1. finds every result set under ROOT at any depth (a directory whose manifest.json is a zcorch result
    set, zcorch.results.store.load_manifest; nothing below a result set is searched), and groups them by
-   the experiment name of their manifest, oldest first by the manifest's `created`;
+   the experiment name of their manifest (and, when they record two or more inventory pairs, by pair:
+   `NAME @ PAIR`, one series per pair of a fleet; series_of), oldest first by the manifest's `created`;
 2. per sweep: date, git revision, kernel (meta.json), host pair (the inventory pair the manifest
    records, else the experiment copy's `hosts:`), status, runs ok/failed, its report.html (written by
    zcorch.analysis.report when missing or older than the runs);
@@ -53,6 +54,7 @@ from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import figure_bytes
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
+from zcorch.analysis.gate import Completeness, completeness
 from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_steps, point_sigmas
 from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
@@ -114,6 +116,17 @@ class Sweep:
         return str(self.manifest.get("name") or self.path.name)
 
     @property
+    def pair(self) -> Optional[str]:
+        """The inventory pair the manifest records (`--hosts INV:PAIR`), else None."""
+        inv = self.manifest.get("inventory")
+        pair = inv.get("pair") if isinstance(inv, dict) else None
+        return str(pair) if pair else None
+
+    def completeness(self) -> "Completeness":
+        """How much of its plan the sweep measured (zcorch.analysis.gate), from its files."""
+        return completeness(self.path)
+
+    @property
     def created(self) -> Optional[_dt.datetime]:
         return _parse_time(self.manifest.get("created"))
 
@@ -161,6 +174,26 @@ class Sweep:
     def date(self) -> str:
         t = self.created
         return t.strftime("%Y-%m-%d %H:%M UTC") if t else str(self.manifest.get("created") or "")
+
+
+def series_of(sweeps: Sequence[Sweep]) -> Dict[str, List[Sweep]]:
+    """The series the sweeps form, each oldest first: one per experiment name, and when the sweeps of an
+    experiment record two or more inventory pairs (a fleet), one per pair, `NAME @ PAIR` (nights of two
+    machines are not one series; sweeps that record no pair stay under NAME)."""
+    by_name: Dict[str, List[Sweep]] = {}
+    for s in sweeps:
+        by_name.setdefault(s.name, []).append(s)
+    out: Dict[str, List[Sweep]] = {}
+    for name, group in by_name.items():
+        split = len({s.pair for s in group if s.pair}) > 1
+        for s in group:
+            out.setdefault(f"{name} @ {s.pair}" if split and s.pair else name, []).append(s)
+    return {k: sorted(v, key=sweep_order) for k, v in out.items()}
+
+
+def sweep_order(s: Sweep) -> tuple:
+    """Oldest first: by `created`, then by path."""
+    return (s.created or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc), str(s.path))
 
 
 def _parse_time(text) -> Optional[_dt.datetime]:
@@ -287,8 +320,49 @@ def cell_labels(frames: Sequence[pd.DataFrame]) -> Dict[str, str]:
     return labels
 
 
+class FrameSeries:
+    """Where experiment_history takes its numbers from: the sweeps' runs frames (zcorch.load of each result
+    set). zcorch.analysis.dataset has the same three methods over an exported dataset (DuckDB), so that
+    `zcorch history DATASET` decides exactly as `zcorch history ROOT` does."""
+
+    def __init__(self, sweeps: List[Sweep], metric: str):
+        self.sweeps = sweeps
+        self.summaries = []
+        for s in sweeps:
+            runs = s.runs
+            if len(runs) and metric not in runs:
+                raise ResultsError(f"{s.path}: no column {metric!r} in its runs")
+            self.summaries.append(summarize(runs, by=["cell"], metrics=[metric]).set_index("cell")
+                                  if len(runs) else None)
+        self.metric = metric
+
+    def labels(self) -> Dict[str, str]:
+        """cell id -> label (cell_labels)."""
+        return cell_labels([s.runs for s in self.sweeps])
+
+    def series(self, cell: str) -> Dict[str, np.ndarray]:
+        """Per sweep: median, ci_low, ci_high, ci_level (NaN where the cell has no ok run), n, n_failed."""
+        n = len(self.sweeps)
+        cols = {k: np.full(n, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
+        cols.update({k: np.zeros(n, dtype=int) for k in ("n", "n_failed")})
+        for i, summ in enumerate(self.summaries):
+            if summ is None or cell not in summ.index:
+                continue
+            row = summ.loc[cell]
+            for k in ("median", "ci_low", "ci_high", "ci_level"):
+                cols[k][i] = row[f"{self.metric}_{k}"]
+            cols["n"][i], cols["n_failed"][i] = int(row["n"]), int(row["n_failed"])
+        return cols
+
+    def cell_runs(self, i: int, cell: str) -> pd.DataFrame:
+        """The runs of `cell` in sweep i (at least: cell, status and the metric)."""
+        runs = self.sweeps[i].runs
+        return runs[runs["cell"] == cell] if len(runs) else runs
+
+
 def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, threshold_pct: float,
-                          alpha: float, min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
+                          alpha: float, source: Optional[FrameSeries] = None,
+                          min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
     """The newest sweep of a cell against the preceding stable level (module docstring, step 4; the rule is
     zcorch.analysis.detector's): None when there is nothing to compare."""
     last = len(sweeps) - 1
@@ -303,9 +377,11 @@ def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, thr
         return Comparison("failed", math.nan, float(np.median(ch.median[base])), math.nan, math.nan, "",
                           len(base), 0, list(base), last, NIGHTLY, [last])
     higher = metrics.get(metric).better == "higher"
+    source = source if source is not None else FrameSeries(sweeps, metric)
     runs = []
-    for s in sweeps:
-        r = s.runs[(s.runs["cell"] == ch.cell) & (s.runs["status"] == OK)] if len(s.runs) else s.runs
+    for i in range(len(sweeps)):
+        r = source.cell_runs(i, ch.cell)
+        r = r[r["status"] == OK] if len(r) else r
         runs.append(pd.to_numeric(r[metric], errors="coerce").dropna().to_numpy(dtype="float64") if len(r) else
                     np.empty(0))
     return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), runs, ch.fit, higher,
@@ -313,32 +389,19 @@ def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, thr
 
 
 def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                       alpha: float = DEFAULT_ALPHA, min_nights: int = MIN_NIGHTS) -> ExperimentHistory:
-    """The per-cell series, their steps and the newest sweep's comparisons (sweeps oldest first)."""
-    labels = cell_labels([s.runs for s in sweeps])
-    n = len(sweeps)
-    summaries = []
-    for s in sweeps:
-        runs = s.runs
-        if len(runs) and metric not in runs:
-            raise ResultsError(f"{s.path}: no column {metric!r} in its runs")
-        summaries.append(summarize(runs, by=["cell"], metrics=[metric]).set_index("cell") if len(runs) else None)
+                       alpha: float = DEFAULT_ALPHA, source: Optional[FrameSeries] = None,
+                       min_nights: int = MIN_NIGHTS) -> ExperimentHistory:
+    """The per-cell series, their steps and the newest sweep's comparisons (sweeps oldest first); the numbers
+    from `source` (default: the sweeps' runs frames)."""
+    source = source if source is not None else FrameSeries(sweeps, metric)
+    labels = source.labels()
     cells = []
     for cell in sorted(labels, key=lambda c: (labels[c], c)):
-        cols = {k: np.full(n, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
-        counts = {k: np.zeros(n, dtype=int) for k in ("n", "n_failed")}
-        for i, summ in enumerate(summaries):
-            if summ is None or cell not in summ.index:
-                continue
-            row = summ.loc[cell]
-            for k in cols:
-                cols[k][i] = row[f"{metric}_{k}"]
-            counts["n"][i], counts["n_failed"][i] = int(row["n"]), int(row["n_failed"])
+        cols = source.series(cell)
         sigma = point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"])
         ch = CellHistory(cell, labels[cell], cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"],
-                         counts["n"],
-                         counts["n_failed"], fit_steps(cols["median"], sigma))
-        ch.comparison = newest_against_stable(sweeps, ch, metric, threshold_pct, alpha, min_nights)
+                         cols["n"], cols["n_failed"], fit_steps(cols["median"], sigma))
+        ch.comparison = newest_against_stable(sweeps, ch, metric, threshold_pct, alpha, source, min_nights)
         cells.append(ch)
     hist = ExperimentHistory(name, sweeps, cells, metric)
     newest = hist.newest
@@ -385,7 +448,7 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
     dirs = find_result_sets(root, warnings.append)
     if not dirs:
         raise ResultsError(f"{root}: no zcorch result set found (a directory with manifest.json) at any depth")
-    groups: Dict[str, List[Sweep]] = {}
+    sweeps_found: List[Sweep] = []
     for d in dirs:
         try:
             with _warnings.catch_warnings(record=True) as caught:  # what a bounded reader skipped, said here
@@ -395,17 +458,17 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
         except ResultsError as exc:
             warnings.append(f"skipped: {exc}")
             continue
-        groups.setdefault(sweep.name, []).append(sweep)
+        sweeps_found.append(sweep)
+    groups = series_of(sweeps_found)
     experiments = []
     for name in sorted(groups):
-        sweeps = sorted(groups[name], key=lambda s: (s.created or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc),
-                                                     str(s.path)))
+        sweeps = groups[name]
         if reports:
             for s in sweeps:
                 ensure_report(s)
                 if s.report_problem:
                     warnings.append(f"{s.path}: {s.report_problem}")
-        experiments.append(experiment_history(name, sweeps, metric, threshold_pct, alpha, min_nights))
+        experiments.append(experiment_history(name, sweeps, metric, threshold_pct, alpha, min_nights=min_nights))
     return History(Path(root), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights)
 
 

@@ -287,6 +287,17 @@ def _converged(r: pd.Series) -> str:
     return f"{'yes' if r['converged'] else 'no'} ({width})"
 
 
+def _measured(cal: dict) -> str:
+    """`for this sweep` / `cached, 3.2 h before` (with why a cache was not used, when it was not)."""
+    if "cached" not in cal:
+        return ""
+    if cal["cached"]:
+        return f"cached, {float(cal.get('age_s') or 0) / 3600:.1f} h before"
+    why = (cal.get("cache") or {}).get("why")
+    status = (cal.get("cache") or {}).get("status")
+    return "for this sweep" + (f" ({status}: {why})" if why else f" ({status})" if status else "")
+
+
 def calibration_table(meta: dict) -> Optional[Table]:
     """The copy-cost yardsticks of each host (meta.json hosts.<role>.calibration); None without any."""
     hosts = meta.get("hosts") or {}
@@ -303,6 +314,8 @@ def calibration_table(meta: dict) -> Optional[Table]:
              ("trivial system call, getppid (ns)", "syscall_ns_per_call", "{:.0f}")]
     for label, key, fmt in facts:
         rows.append([label] + [_num((c or {}).get(key), fmt) if isinstance(c, dict) else "" for c in cals.values()])
+    if any(isinstance(c, dict) and "cached" in c for c in cals.values()):   # zcorch.worker.calcache
+        rows.append(["measured"] + [_measured(c) if isinstance(c, dict) else "" for c in cals.values()])
     errors = [(c or {}).get("error") for c in cals.values()]
     if any(errors):
         rows.append(["calibration error"] + [e or "" for e in errors])

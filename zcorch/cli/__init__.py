@@ -22,6 +22,8 @@ COMMANDS = [
                                       "3 when incomplete"),
     ("history", "zcorch.cli.history", "every result set under ROOT over time: ROOT/index.html; "
                                       "--check gates the newest sweep (exit 1 regression, 3 incomplete)"),
+    ("export", "zcorch.cli.export", "every result set under ROOT as one Parquet dataset (DuckDB, Spark, polars "
+                                    "read it; history and compare too)"),
     ("reproductions", "zcorch.cli.reproductions", "one Markdown table of several studies' reproductions "
                                                   "(docs/reproductions.md)"),
     ("examples", "zcorch.cli.examples", "list the shipped experiment files and notebook; copy one out"),

@@ -24,11 +24,13 @@ from zcorch.cli import HELP
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("compare", help=HELP["compare"],
                               description=__doc__.splitlines()[0], epilog=f"exit status: {describe_codes()}")
-    p.add_argument("base", help="base result set")
+    p.add_argument("base", help="base result set (with --dataset: its set id, or the path it had when exported)")
     p.add_argument("candidate", nargs="?", help="candidate result set (none when BASE is a fleet run's directory: "
                                                 "its pairs are compared)")
     p.add_argument("--against", metavar="PAIR", help="a fleet: compare each pair with PAIR instead of with the "
                                                      "other pairs pooled")
+    p.add_argument("--dataset", metavar="DIR", help="read BASE and CANDIDATE from a dataset `zcorch export` wrote "
+                                                    "(through DuckDB; the same answers as from the sets)")
     p.add_argument("--format", choices=["text", "markdown", "json"], default="text")
     add_regression_options(p, "compare", DEFAULT_THRESHOLD_PCT, DEFAULT_ALPHA)
     p.set_defaults(func=main)
@@ -41,10 +43,22 @@ def main(args: argparse.Namespace) -> int:
     from zcorch.analysis.load import load
 
     check_regression_options(args)
-    if args.candidate is None or args.against is not None:
+    if args.dataset is not None:
+        from zcorch.analysis.dataset import Dataset  # duckdb: only when reading a dataset
+        from zcorch.errors import ConfigError
+
+        if args.candidate is None or args.against is not None:
+            raise ConfigError("--dataset compares two exported sets: give BASE and CANDIDATE (no --against)")
+        data = Dataset(args.dataset)
+        b, c = data.find(args.base), data.find(args.candidate)
+        base, cand = b.completeness(), c.completeness()
+        base_runs, cand_runs = data.runs(b.set_id), data.runs(c.set_id)
+    elif args.candidate is None or args.against is not None:
         return _pairs(args)
-    base, cand = completeness(args.base), completeness(args.candidate)
-    table = compare_frames(load(args.base), load(args.candidate), args.metric, args.threshold, args.alpha)
+    else:
+        base, cand = completeness(args.base), completeness(args.candidate)
+        base_runs, cand_runs = load(args.base), load(args.candidate)
+    table = compare_frames(base_runs, cand_runs, args.metric, args.threshold, args.alpha)
     gate = gate_of(table, base, cand)
     print(render(table, args.format, str(args.base), str(args.candidate), gate), end="")
     if args.format != "json":

@@ -158,7 +158,8 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
 
     fleet = prepare_fleet(args.file, spec, pair_main=zcorch_main, output=args.output, resume=args.resume,
                           overrides=args.overrides, accept_new_host_keys=args.accept_new_host_keys,
-                          allow_ssh_config_exec=args.allow_ssh_config_exec, observer=observer, command=command)
+                          allow_ssh_config_exec=args.allow_ssh_config_exec, observer=observer, command=command,
+                          recalibrate=args.recalibrate)
     # The first SIGINT/SIGTERM stops every pair as one sweep is stopped (each child gets SIGTERM and tears
     # down; a Ctrl-C on the terminal reaches the children directly too). The fleet waits for them.
     old = {s: signal.signal(s, lambda signum, frame: fleet.stop()) for s in (signal.SIGINT, signal.SIGTERM)}

@@ -23,7 +23,8 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p = subparsers.add_parser("history", help=HELP["history"],
                               description=__doc__.splitlines()[0],
                               epilog=f"exit status with --check: {describe_codes()}; without it 0 or 2")
-    p.add_argument("root", help="directory searched for result sets at any depth")
+    p.add_argument("root", help="directory searched for result sets at any depth, or a dataset `zcorch export` "
+                                "wrote (read through DuckDB: the same answers, without loading every set)")
     p.add_argument("-o", "--output", metavar="OUT", help="write OUT/index.html (default ROOT/index.html)")
     p.add_argument("--check", action="store_true",
                    help="exit 1 when the newest sweep of an experiment is a significant regression, 3 when it "
@@ -43,11 +44,15 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 def main(args: argparse.Namespace) -> int:
     from zcorch.analysis.gate import history_gate
     from zcorch.analysis.history import as_json, build_history, render_text, write_index  # pandas, matplotlib
+    from zcorch.analysis.dataset import dataset_history, is_dataset
 
     check_regression_options(args)
     if args.min_nights < 2:
         raise ConfigError(f"--min-nights must be >= 2 (a spread needs two nights), got {args.min_nights}")
-    history = build_history(args.root, args.metric, args.threshold, args.alpha, min_nights=args.min_nights)
+    if is_dataset(args.root):
+        history = dataset_history(args.root, args.metric, args.threshold, args.alpha, args.min_nights)
+    else:
+        history = build_history(args.root, args.metric, args.threshold, args.alpha, min_nights=args.min_nights)
     for warning in history.warnings:
         print(f"zcorch history: warning: {warning}", file=sys.stderr)
     write_index(history, args.output)

@@ -47,6 +47,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                         "docs/schemas/run-events.schema.json")
     p.add_argument("--accept-new-host-keys", action="store_true",
                    help="trust SSH host keys not yet in known_hosts (otherwise they are refused)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="measure each host's copy-cost calibration anew instead of using the one cached on the host "
+                        "(it is anyway when the host rebooted, its kernel, CPU or governor changed, or it is older "
+                        "than the experiment's calibration_max_age)")
     p.add_argument("--allow-ssh-config-exec", action="store_true",
                    help="let the hosts' ssh config (an inventory's ssh_config, ~/.ssh/config) run its `Match exec` "
                         "commands on this machine, as this user (otherwise such a config is refused)")
@@ -313,4 +317,4 @@ def _run(args: argparse.Namespace, observer: SweepObserver, command: List[str]):
     return run_sweep(args.file, output=args.output, resume=args.resume,
                      accept_new_host_keys=args.accept_new_host_keys, dry_run=args.dry_run,
                      observer=observer, command=command, hosts=hosts_from_args(args), overrides=args.overrides,
-                     allow_ssh_config_exec=args.allow_ssh_config_exec)
+                     allow_ssh_config_exec=args.allow_ssh_config_exec, recalibrate=args.recalibrate)

@@ -26,9 +26,13 @@ Inventory and the chosen pairs in the order given (all: file order); `is_fleet_s
 `select(spec, label)` reads `FILE[:PAIR]` (the --hosts value or ZCORCH_HOSTS) and returns the chosen
 `InventoryPair`: PAIR, or the only pair, or the first in the file. `from_environment(flag, environ)` is
 the rule the command line applies: the flag wins over ZCORCH_HOSTS.
+
+An Ansible inventory (its YAML or INI file, or the JSON `ansible-inventory --list` prints) is read instead by
+zcorch.config.ansible_inventory, into the same Inventory.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Sequence, Tuple
@@ -98,6 +102,16 @@ def load_inventory(path: str) -> Inventory:
     """Read and validate an inventory file; ConfigError lists every problem as file:line:column: key: message."""
     path = os.path.abspath(os.fspath(path))
     text, sha256 = ys.read_text(path, "the inventory file")
+    from zcorch.config import ansible_inventory as ansible  # an Ansible inventory (YAML/INI, or --list JSON)
+
+    kind = ansible.kind_of(text)
+    if kind is not None:
+        body, origin = ansible.pairs_yaml(path, text, kind, with_shares="SHARES_KEY" in globals())
+        try:
+            inv = parse_inventory(body, ansible.synthetic_name(path), sha256)
+        except ConfigError as exc:
+            raise ConfigError(ansible.translate(exc.problems, path, origin)) from None
+        return dataclasses.replace(inv, path=path)
     return parse_inventory(text, path, sha256)
 
 

@@ -20,6 +20,7 @@ from zcorch.config.networks import NetworkConfig
 from zcorch.config.reference import Reference
 from zcorch.config.views import View
 from zcorch.params import DEFAULTS, SIZE_KEYS, format_value, param
+from zcorch.worker import calcache
 
 # The parameter table (zcorch.params) is the truth; these names stay importable (from zcorch.config.experiment too).
 SEND_MODES = param("send_mode").choices
@@ -35,7 +36,10 @@ MAX_RUNS = 1_000_000
 REPEAT_POLICY_KEYS = ("min", "max", "target_ci")
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
             "baselines", "filesystems", "skip_invalid", "allow_destroy", "reference", "report", "networks",
-            "allow_network_changes")
+            "allow_network_changes", "calibration_max_age")
+# `calibration_max_age`: a host's cached copy-cost calibration older than this is measured anew
+# (zcorch.worker.calcache, which declares the default; `zcorch run --recalibrate` measures anew whatever its age).
+DEFAULT_CALIBRATION_MAX_AGE_S = calcache.DEFAULT_MAX_AGE_S
 # A linked axis (matrix entry that is not a parameter) names a results column: not one zcorch has already.
 RESERVED_AXIS_NAMES = tuple(sorted({"cell", "repeat", "status", "reason", "started", "wall_s", "log", "sweep",
                                     "params", "matrix", "label", "same_host", "zc_verdict", "convergence",
@@ -131,6 +135,7 @@ class Experiment:
     views: "tuple[View, ...]" = ()          # `report: {views: [...]}`: the report's declared views (config.views)
     networks: "dict[str, NetworkConfig]" = field(default_factory=dict)  # `networks:` name -> configuration
     allow_network_changes: bool = False     # the top-level opt-in: `networks:` may change both hosts (localhost too)
+    calibration_max_age: float = DEFAULT_CALIBRATION_MAX_AGE_S   # seconds a host's cached calibration is used
 
     def network_allowed(self, role: str) -> bool:
         """Whether a `networks:` entry may change `role`'s host: the top-level `allow_network_changes: true`,

@@ -27,7 +27,7 @@ from zcorch.config.inventory import InventoryPair
 from zcorch.config.networks import parse_networks
 from zcorch.config.param_values import parse_param
 from zcorch.config.reference import COMMAND_KIND_PREFIX, parse_reference
-from zcorch.config.schema import (LABEL_KEY, MAX_REPEATS, MAX_RUNS, ORDERS, REPEAT_POLICY_KEYS, RESERVED_AXIS_NAMES,
+from zcorch.config.schema import (DEFAULT_CALIBRATION_MAX_AGE_S, LABEL_KEY, MAX_REPEATS, MAX_RUNS, ORDERS, REPEAT_POLICY_KEYS, RESERVED_AXIS_NAMES,
                                   TOP_KEYS, Axis, Experiment, RepeatPolicy, amount_of, default_label, include_base,
                                   writes_bytes)
 from zcorch.config.views import parse_report
@@ -117,6 +117,9 @@ class Validator(Checker):
         seed = self.value(get("seed"), "seed", lambda n: _int_range(n, 0), 0) if "seed" in top else 0
         skip_invalid = self.value(get("skip_invalid"), "skip_invalid", ys.as_bool, False) \
             if "skip_invalid" in top else False
+        cal_age = self.value(get("calibration_max_age"), "calibration_max_age", ys.as_duration,
+                             DEFAULT_CALIBRATION_MAX_AGE_S) if "calibration_max_age" in top \
+            else DEFAULT_CALIBRATION_MAX_AGE_S
         baselines = parse_baselines(self, get("baselines"))
         reference = parse_reference(self, get("reference"), parse_param) if "reference" in top else None
         if reference is not None and baselines.commands:  # (none at all: e.g. --set baselines=false)
@@ -164,7 +167,8 @@ class Validator(Checker):
                           skip_invalid=skip_invalid, locations=dict(self.locations),
                           allow_destroy=self.allow_destroy, hosts_required=file_hosts is None,
                           inventory=self.given_hosts, overrides=self.overrides,
-                          reference=reference, views=views, networks=networks, allow_network_changes=allow_net)
+                          reference=reference, views=views, networks=networks, allow_network_changes=allow_net,
+                          calibration_max_age=cal_age)
 
     def _check_networks(self, hosts: Hosts, allow_all: bool, hosts_known: bool = True) -> None:
         """`network` values name an entry of `networks:`, and the hosts let them change their network."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import queue
 import shlex
 import signal
 import sys
@@ -101,6 +102,45 @@ class RecordingProcess(Process):
         pass
 
 
+class RecordingServer(Process):
+    """A started `WORKER serve` (zcorch.worker.serve): each run handed to it is recorded as the worker command
+    it stands for (`WORKER recv ...`) and answered as a started one would be, in the server's frames."""
+
+    def __init__(self, host: "RecordingHost", worker: List[str], env: Dict[str, str]):
+        self.host, self.pgid, self.worker, self.env = host, None, worker, env
+        self._frames: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._frames.put(json.dumps({"event": "serving", "pid": 0, "version": __version__}))
+
+    def readline(self, timeout: float) -> Optional[str]:
+        try:
+            return self._frames.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            raise TimeoutError(f"no output within {timeout:.1f}s") from None
+
+    def wait(self, timeout: float) -> int:
+        return 0
+
+    def stderr_text(self) -> str:
+        return ""
+
+    def send_line(self, text: str) -> None:
+        req = json.loads(text)
+        if req.get("op") == "exit":
+            self._frames.put(None)
+        if req.get("op") != "run":
+            return
+        argv = [*self.worker, *req["argv"]]
+        self.host._record(Recorded(self.host.name, "start", argv, dict(self.env)))
+        rid = req["id"]
+        self._frames.put(json.dumps({"id": rid, "started": 0}))
+        for line in self.host.started_lines(argv):
+            self._frames.put(json.dumps({"id": rid, "out": line.rstrip("\n")}))
+        self._frames.put(json.dumps({"id": rid, "exit": 0}))
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        self._frames.put(None)
+
+
 class RecordingHost(Host):
     """Stands for this machine (LocalHost) in a dry run; see the module docstring."""
 
@@ -125,9 +165,11 @@ class RecordingHost(Host):
         code, out, err = self.answer(argv)
         return CommandResult(argv, code, out, err)
 
-    def start(self, argv, env=None) -> RecordingProcess:
+    def start(self, argv, env=None) -> Process:
         argv = [str(a) for a in argv]
         self._record(Recorded(self.name, "start", argv, dict(env or {})))
+        if _worker_action(argv) == "serve":
+            return RecordingServer(self, argv[:-1], dict(env or {}))
         return RecordingProcess(self, self.started_lines(argv))
 
     def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:

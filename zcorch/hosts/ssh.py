@@ -55,7 +55,7 @@ from typing import List, Mapping, Optional, Sequence
 import paramiko
 
 from zcorch.config.hosts import Hosts, HostSpec
-from zcorch.errors import ConfigError, HostError
+from zcorch.errors import ConfigError, HostError, ZcorchError
 from zcorch.hosts.local import CommandResult, Host, Process, _LineReader
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
@@ -711,16 +711,23 @@ def open_hosts(section: Hosts, accept_new_host_keys: bool = False,
     if section.localhost:
         local = LocalHost("localhost", "127.0.0.1")
         return {"sender": local, "receiver": local}
-    hosts: dict = {}
-    errors = []
-    for role in ("sender", "receiver"):
+    from zcorch.hosts.parallel import per_host
+
+    def one(role: str) -> "SSHHost | ZcorchError":
         try:
-            hosts[role] = connect(section.spec(role), role, accept_new_host_keys, connect_timeout,
-                                  allow_config_exec=allow_config_exec)
-        except HostError as exc:
-            errors.append(str(exc))
+            return connect(section.spec(role), role, accept_new_host_keys, connect_timeout,
+                           allow_config_exec=allow_config_exec)
+        except ZcorchError as exc:   # HostError, or ConfigError (the ssh config's `Match exec`)
+            return exc
+
+    roles = ("sender", "receiver")
+    found = dict(zip(roles, per_host(roles, one)))   # both connections at once
+    errors = [v for v in found.values() if isinstance(v, ZcorchError)]
     if errors:
-        for h in hosts.values():
-            h.close()
-        raise HostError("\n".join(errors))
-    return hosts
+        for h in found.values():
+            if not isinstance(h, ZcorchError):
+                h.close()
+        if any(not isinstance(e, HostError) for e in errors):
+            raise next(e for e in errors if not isinstance(e, HostError))
+        raise HostError("\n".join(map(str, errors)))
+    return found

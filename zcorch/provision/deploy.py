@@ -41,6 +41,7 @@ from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.interpreter import python_argv
 from zcorch.hosts.local import Host
+from zcorch.hosts.parallel import per_host
 # PACKAGE_PARENT: the directory holding the zcorch package this controller runs (a checkout, or the
 # site-packages of a wheel/sdist install): a local worker's PYTHONPATH.
 from zcorch.provision.remote_call import PACKAGE_PARENT, host_python, local_safe_path, remote_json, run_remote
@@ -379,15 +380,22 @@ def preflight(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[T
     """
     facts: Dict[str, dict] = {}
     problems: List[str] = []
-    seen: Dict[int, str] = {}
+    first_role: Dict[int, str] = {}
     for role, host in hosts.items():
-        if id(host) in seen:
-            facts[role] = facts[seen[id(host)]]
-            continue
-        seen[id(host)] = role
+        first_role.setdefault(id(host), role)
+    roles = list(first_role.values())
+
+    def probe(role: str) -> "tuple[dict, List[str]]":
+        host = hosts[role]
         mine = list({t.program: t for r, h in hosts.items() if h is host for t in (tools or {}).get(r, ())}.values())
-        facts[role] = probe_host(host, ports, programs=[t.program for t in mine])
-        problems += host_problems(host, facts[role], mine)
+        found = probe_host(host, ports, programs=[t.program for t in mine])
+        return found, host_problems(host, found, mine)
+
+    for role, (found, trouble) in zip(roles, per_host(roles, probe)):   # every host at once
+        facts[role] = found
+        problems += trouble
+    for role, host in hosts.items():
+        facts[role] = facts[first_role[id(host)]]
     for role, handle in (handles or {}).items():
         if not any(p.startswith(_where(handle.host) + ":") for p in problems):
             problems += worker_version_problems(handle)
@@ -404,16 +412,24 @@ def prepare(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Too
     host can run the modes the cells give it: modes = {"sender": {"send": [...]}, "receiver": {"recv":
     [...]}} (one host in both roles gets both). Raises PreflightError naming every problem."""
     facts = preflight(hosts, tools=tools, ports=ports)
-    handles = {role: deploy(host, source_root=source_root, safe_path=takes_safe_path(facts.get(role)))
-               for role, host in hosts.items()}
     needed: Dict[int, Dict[str, List[str]]] = {}
-    for role, handle in handles.items():
-        mine = needed.setdefault(id(handle.host), {"send": [], "recv": []})
+    for role, host in hosts.items():
+        mine = needed.setdefault(id(host), {"send": [], "recv": []})
         for side, names in ((modes or {}).get(role) or {}).items():
             mine[side] += list(names)
-    problems: List[str] = []
-    for handle in {id(h.host): h for h in handles.values()}.values():
-        problems += worker_version_problems(handle, needed[id(handle.host)])
+    first_role: Dict[int, str] = {}
+    for role, host in hosts.items():
+        first_role.setdefault(id(host), role)
+
+    def install(role: str) -> "tuple[WorkerHandle, List[str]]":
+        host = hosts[role]
+        handle = deploy(host, source_root=source_root, safe_path=takes_safe_path(facts.get(role)))
+        return handle, worker_version_problems(handle, needed[id(host)])
+
+    roles = list(first_role.values())
+    done = dict(zip(roles, per_host(roles, install)))   # every host at once (a DeployError names its host)
+    handles = {role: done[first_role[id(host)]][0] for role, host in hosts.items()}
+    problems = [p for role in roles for p in done[role][1]]
     if problems:
         raise PreflightError("preflight failed:\n  " + "\n  ".join(problems))
     return handles

@@ -606,24 +606,25 @@ class Fleet:
         self.observer.pair_ended(state, child.stderr)
 
 
-def _flags(accept_new_host_keys: bool, allow_ssh_config_exec: bool) -> List[str]:
-    """What every start of a pair's sweep is given (the first one and each --resume)."""
+def _flags(accept_new_host_keys: bool, allow_ssh_config_exec: bool, recalibrate: bool = False) -> List[str]:
+    """What every start of a pair's sweep in this invocation is given (the first one and each --resume)."""
     return (["--accept-new-host-keys"] if accept_new_host_keys else []) + \
-           (["--allow-ssh-config-exec"] if allow_ssh_config_exec else [])
+           (["--allow-ssh-config-exec"] if allow_ssh_config_exec else []) + \
+           (["--recalibrate"] if recalibrate else [])
 
 
 def prepare_fleet(experiment: Optional[str], hosts_spec: Optional[str] = None, *, pair_main: PairMain,
                   output: Optional[str] = None,
                   resume: Optional[str] = None, overrides: Sequence[str] = (), accept_new_host_keys: bool = False,
                   allow_ssh_config_exec: bool = False, observer: Optional[FleetObserver] = None,
-                  command: Optional[List[str]] = None) -> Fleet:
+                  command: Optional[List[str]] = None, recalibrate: bool = False) -> Fleet:
     """Validate, make (or reopen, with `resume`) the fleet directory and lock it; `Fleet.run()` runs it.
 
     experiment + hosts_spec (`INV:PAIR1,PAIR2` / `INV:all`): a new fleet under `output` (default
     results/<name>-fleet-<UTC time>/). resume: a fleet directory; its pairs that are not complete with every
     run ok are continued (`zcorch run --resume` of their result set, or started if they never were)."""
     observer = observer or FleetObserver()
-    flags = _flags(accept_new_host_keys, allow_ssh_config_exec)
+    flags = _flags(accept_new_host_keys, allow_ssh_config_exec, recalibrate)
     command = command or ["zcorch", "run"]
     if resume:
         if overrides:

@@ -13,7 +13,7 @@ import platform
 import socket
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from zcorch._version import __version__
 from zcorch.errors import HostError
@@ -45,11 +45,13 @@ def collect_host(host: Host, python: str, data_address: Optional[str] = None, pa
 CALIBRATE_TIMEOUT = 120.0
 
 
-def calibrate_host(host: Host, worker: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
-    """The copy-cost yardsticks of one host: the deployed worker's `calibrate` (native/core/calibrate.c),
-    its event minus "event"; {"error": why} when it failed (the sweep goes on without the yardstick)."""
+def calibrate_host(host: Host, worker: List[str], env: Optional[Dict[str, str]] = None,
+                   args: Sequence[str] = ()) -> Dict[str, Any]:
+    """The copy-cost yardsticks of one host: the deployed worker's `calibrate ARGS` (native/core/calibrate.c;
+    with `--cache`, zcorch.worker.calcache), its event minus "event"; {"error": why} when it failed (the sweep
+    goes on without the yardstick)."""
     try:
-        res = host.run([*worker, "calibrate"], timeout=CALIBRATE_TIMEOUT, env=env)
+        res = host.run([*worker, "calibrate", *args], timeout=CALIBRATE_TIMEOUT, env=env)
     except HostError as exc:
         return {"error": f"{host.name}: calibration failed: {exc}"}
     events = []

@@ -22,6 +22,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import posixpath
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -29,9 +30,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from zcorch._version import __version__
 from zcorch.config.baselines import Baselines
 from zcorch.config.baselines.kind import NETWORK
+from zcorch.config.schema import DEFAULT_CALIBRATION_MAX_AGE_S
 from zcorch.config.inventory import InventoryPair
 from zcorch.errors import ConfigError, HostError, PreflightError, ResultsError, ResultsWriteError, ZcorchError
 from zcorch.hosts.local import Host
+from zcorch.hosts.parallel import per_host
 from zcorch.hosts.recording import Recorded, recording_hosts
 from zcorch.provision import scratch, sources
 from zcorch.results.convergence import incomplete_cells
@@ -51,7 +54,8 @@ STAGES: Tuple[Tuple[str, str], ...] = (
                "deploy the worker, check its version and that each host can run its cells' modes"),
     ("scratch", "resolve {scratch} (create the directory, mode 0700)"),
     ("metadata", "host metadata for meta.json"),
-    ("calibrate", "copy-cost calibration per host (memcpy, page fault, system call) for meta.json"),
+    ("calibrate", "copy-cost calibration per host (memcpy, page fault, system call) for meta.json: the one "
+                  "cached on the host while it holds (boot id, kernel, CPU model, governor, calibration_max_age)"),
     ("filesystems", "filesystem preflight (and a killed sweep's leftovers undone)"),
     ("network", "network preflight: opt-in, root, the data link and sysctls on both hosts (a killed sweep's "
                 "changes restored)"),
@@ -332,32 +336,50 @@ def collect_meta(sweep: Sweep, plan_runs: List[dict], scratch_dirs: Optional[Dic
     sink = next((r["params"].get("sink") for r in plan_runs if r["params"].get("sink")), "")
     sink = scratch.substitute(sink, scratch_dirs.get("receiver"))
     meta: Dict[str, Any] = {"controller": metadata.controller_meta(), "hosts": {}, "filesystems": {}}
-    for role in ("sender", "receiver"):
+
+    def one(role: str) -> Dict[str, Any]:
         path = sink if role == "receiver" and "{" not in (sink or "") else ""
         try:
-            meta["hosts"][role] = metadata.collect_host(sweep.hosts[role], sweep.python[role], None, path)
+            return metadata.collect_host(sweep.hosts[role], sweep.python[role], None, path)
         except HostError as exc:
-            meta["hosts"][role] = {"error": str(exc)}
+            return {"error": str(exc)}
+
+    roles = ("sender", "receiver")
+    for role, found in zip(roles, per_host(roles, one)):   # both hosts at once (also both roles of localhost:
+        meta["hosts"][role] = found                         # the receiver's probe looks at its sink too)
         if role in scratch_dirs:
             meta["hosts"][role]["scratch"] = scratch_dirs[role]
     meta["same_host"] = metadata.same_host(meta)
     return meta
 
 
-def calibrate(sweep: Sweep, meta: Dict[str, Any], warnings: List[str]) -> None:
+def calibrate(sweep: Sweep, meta: Dict[str, Any], warnings: List[str],
+              max_age: float = DEFAULT_CALIBRATION_MAX_AGE_S, refresh: bool = False) -> None:
     """meta.json hosts.<role>.calibration: the worker's copy-cost yardsticks, once per host of the sweep
-    (localhost: one calibration shared by both roles), one host after the other so they do not disturb
-    each other."""
-    from zcorch.sweep import metadata
+    (localhost: one calibration shared by both roles), kept on each host in `<workdir>/calibration.json`
+    and measured only when its key changed, it is older than `max_age` seconds, or `refresh`
+    (`--recalibrate`): zcorch.worker.calcache; the record says whether it was cached and its age.
 
-    done: Dict[int, Dict[str, Any]] = {}
-    for role in ("sender", "receiver"):
+    Both hosts at once when they are two machines; one after the other when they share a kernel (equal
+    boot ids, e.g. the network-namespace lab): two measurements on one machine would disturb each other."""
+    from zcorch.provision.deploy import host_workdir
+    from zcorch.sweep import metadata
+    from zcorch.worker.calcache import FILENAME
+
+    def one(role: str) -> Dict[str, Any]:
         host = sweep.hosts[role]
-        if id(host) not in done:
-            done[id(host)] = metadata.calibrate_host(host, sweep.worker[role], sweep.env.get(role))
-            if "error" in done[id(host)]:
-                warnings.append(done[id(host)]["error"])
-        meta["hosts"].setdefault(role, {})["calibration"] = done[id(host)]
+        args = ["--cache", posixpath.join(host_workdir(host), FILENAME), "--max-age", f"{max_age:g}s",
+                *(["--refresh"] if refresh else [])]
+        return metadata.calibrate_host(host, sweep.worker[role], sweep.env.get(role), args)
+
+    two = sweep.hosts["receiver"] is not sweep.hosts["sender"]
+    roles = ["sender", "receiver"] if two else ["sender"]
+    done = dict(zip(roles, per_host(roles, one, parallel=meta.get("same_host") is not True)))
+    for role in roles:
+        if "error" in done[role]:
+            warnings.append(done[role]["error"])
+    for role in ("sender", "receiver"):
+        meta["hosts"].setdefault(role, {})["calibration"] = done[role if two else "sender"]
 
 
 def _key(b: dict) -> str:
@@ -580,7 +602,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
               resume: Optional[str] = None, accept_new_host_keys: bool = False, dry_run: bool = False,
               observer: Optional[SweepObserver] = None, command: Optional[List[str]] = None,
               hosts: Optional[InventoryPair] = None, overrides: Sequence[str] = (),
-              allow_ssh_config_exec: bool = False) -> SweepResult:
+              allow_ssh_config_exec: bool = False, recalibrate: bool = False) -> SweepResult:
     """Run the experiment at `experiment_path` (or continue the result set `resume`) into a result set.
 
     output: the result directory (default results/<name>-<UTC time>/). command: what the manifest
@@ -589,6 +611,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     resume: instead of the recorded hosts). overrides: `--set KEY=VALUE` strings (zcorch.config.overrides);
     not with `resume`. The manifest records both ("inventory", "overrides"; module zcorch.results.store).
     allow_ssh_config_exec: let the hosts' ssh config run its `Match exec` commands (refused otherwise).
+    recalibrate: measure each host's copy-cost calibration anew, whatever its cache holds (`--recalibrate`).
     Ctrl-C (KeyboardInterrupt) during the sweep ends it as `interrupted` with the finished runs kept;
     a ZcorchError marks the result set interrupted, any other exception (a bug) `failed`, both with
     the manifest's "error" = {"type", "message"}, and propagates.
@@ -648,7 +671,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         meta = collect_meta(sweep, plan_runs, scratch_dirs)
         rs.write_meta(meta)
         observer.stage("calibrate", _TITLES["calibrate"])
-        calibrate(sweep, meta, warnings)
+        calibrate(sweep, meta, warnings, exp.calibration_max_age, recalibrate)
         rs.write_meta(meta, keep_previous=False)
         observer.stage("filesystems", _TITLES["filesystems"])
         fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer, fs_lease)

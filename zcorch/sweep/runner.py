@@ -1,6 +1,12 @@
 """Runs the cells of a plan on two hosts: receiver and sender start together, the sender gets the
 receiver's port once it listens (on stdin), then both results are collected.
 
+The workers are served (zcorch.worker.serve, zcorch.sweep.workerpool): one `WORKER serve` process per
+host for the whole sweep forks each run's receiver and sender from a warm interpreter, so a run costs
+milliseconds of controller time instead of two interpreter start-ups. Each run keeps its own processes,
+sockets, timed window and record; a server that dies fails the run it served and the next run starts a
+new one. `close()` (run_sweep does it at its end) stops the servers.
+
 Each run has a deadline (the cell's timeout + a margin). Whatever ends a run (result, worker
 error, deadline, dead process, Ctrl-C), both workers' process groups are killed before the next
 run starts, and one record is appended (and fsynced) to runs.jsonl. Ctrl-C records the run in
@@ -37,6 +43,7 @@ from zcorch.hosts.local import Host, Process
 from zcorch.params import worker_flags
 from zcorch.results.store import ResultSet, utc_now
 from zcorch.sweep import interrupts
+from zcorch.sweep.workerpool import WorkerPool, describe_exit
 
 def hostport(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
@@ -54,12 +61,8 @@ def recv_argv(worker: Sequence[str], address: str, params: Dict[str, Any], allow
     return [*worker, "recv", "--listen", hostport(address, 0), *worker_flags("recv", params), *extra, WATCH_STDIN]
 
 
-def send_argv(worker: Sequence[str], address: str, port: int, params: Dict[str, Any],
-              port_from_stdin: bool = False) -> List[str]:
-    """port_from_stdin: the sender is started before the receiver is ready and gets the port on stdin."""
-    extra = ["--port-from-stdin"] if port_from_stdin else []
-    return [*worker, "send", "--connect", hostport(address, port), *worker_flags("send", params), *extra,
-            WATCH_STDIN]
+def send_argv(worker: Sequence[str], address: str, port: int, params: Dict[str, Any]) -> List[str]:
+    return [*worker, "send", "--connect", hostport(address, port), *worker_flags("send", params), WATCH_STDIN]
 
 
 def run_fields(run: Any) -> Tuple[str, int, Dict[str, Any]]:
@@ -92,13 +95,12 @@ TIMEOUT_CODES = {"ETIMEDOUT", "ETIME", "ETIMEOUT", "TIMEOUT"}
 class _Side:
     name: str          # "sender" / "receiver"
     host: Host
-    argv: List[str]
+    argv: List[str]    # the worker command the run is (for the log; served: what the server's child runs)
     proc: Optional[Process] = None
     result: Optional[dict] = None
     error: Optional[dict] = None
     exited: Optional[int] = None
     lines: List[str] = field(default_factory=list)
-    engaged: bool = True   # False: started ahead, never given a port (not part of the run's story)
 
     def where(self) -> str:
         return f"{self.name} on {self.host.name}"
@@ -106,17 +108,6 @@ class _Side:
 
 class RunTimeout(Exception):
     pass
-
-
-def _describe_exit(status: Optional[int]) -> str:
-    if status is None:
-        return "was still running (killed)"
-    if status < 0:
-        try:
-            return f"was killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"was killed by signal {-status}"
-    return f"exited with status {status}"
 
 
 @dataclass
@@ -171,6 +162,13 @@ class Runner:
         self.scratch = dict(scratch or {})   # role -> the {scratch} directory on that host
         self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs
         self.lost_host: Optional[str] = None   # why a host stopped answering during the last run
+        self.pool = WorkerPool()        # the worker servers, one per host (close() stops them)
+
+    def close(self) -> None:
+        """Stop the worker servers (run_sweep does at its end; callers of run_one alone call it)."""
+        self.pool.close()
+        self.warnings += [f"a worker server was restarted: {why}" for why in self.pool.restarts]
+        self.pool.restarts = []
 
     # -- one run ------------------------------------------------------------------------------
     def run_one(self, cell: str, repeat: int, params: Dict[str, Any],
@@ -222,15 +220,14 @@ class Runner:
             self.on_event("run_done", record=record)
         return record
 
+    def _serve(self, side: _Side, worker: List[str], role: str) -> None:
+        """Hand side's run to the worker server of its host (side.argv = worker + the run's arguments)."""
+        side.proc = self.pool.start(side.host, worker, side.argv[len(worker):], env=self.worker_env.get(role))
+
     def _drive(self, recv: _Side, send: _Side, params: Dict[str, Any], deadline: float,
                budget: float) -> Tuple[str, Optional[str]]:
-        recv.proc = recv.host.start(recv.argv, env=self.worker_env.get("receiver"))
+        self._serve(recv, self.receiver_worker, "receiver")
         self.on_event("receiver_started", proc=recv.proc)
-        # The sender's interpreter starts while the receiver's does (both start-ups are most of a
-        # run's overhead); it waits for the receiver's port on stdin before connecting.
-        send.argv = send_argv(self.sender_worker, self.receiver.data_address, 0, params, port_from_stdin=True)
-        send.engaged = False
-        send.proc = send.host.start(send.argv, env=self.worker_env.get("sender"))
         try:
             ready = self._read_until(recv, deadline, want="ready")
         except RunTimeout:
@@ -239,11 +236,9 @@ class Runner:
             return self._failure(recv, send)
         port = int(ready["port"])
         self.on_event("receiver_ready", pid=ready.get("pid"), port=port, proc=recv.proc)
-        send.engaged = True
-        try:
-            send.proc.send_line(str(port))
-        except (OSError, ZcorchError):
-            pass  # the sender died already: its exit is read (and explained) below
+        # A served sender starts in about a millisecond: it gets the port in its arguments.
+        send.argv = send_argv(self.sender_worker, self.receiver.data_address, port, params)
+        self._serve(send, self.sender_worker, "sender")
         self.on_event("sender_started", proc=send.proc)
         pending = None
         try:
@@ -310,7 +305,7 @@ class Runner:
         """
         parts, codes = [], set()
         for s in (recv, send):
-            if s.proc is None or s.result is not None or not s.engaged:
+            if s.proc is None or s.result is not None:
                 continue
             if s.error is not None:
                 parts.append(f"{s.where()}: {s.error.get('message', '?')} [{s.error.get('code', '?')}]")
@@ -319,7 +314,7 @@ class Runner:
             if s.exited is None:
                 s.exited = self._exit_status(s, 0.5)  # a stalled side would never exit: don't wait long
             tail = s.proc.stderr_text().strip().splitlines()[-3:] if s.exited is not None else []
-            parts.append(f"{s.where()} {_describe_exit(s.exited)} without a result"
+            parts.append(f"{s.where()} {describe_exit(s.exited)} without a result"
                          + (f": {' | '.join(tail)}" if tail else ""))
         return ("timeout" if codes & TIMEOUT_CODES else "failed"), "; ".join(parts) or "no result"
 
@@ -401,7 +396,7 @@ class Runner:
             for trace in traces:
                 f.write("--- controller exception\n" + "".join(f"[traceback] {line}\n" for line in trace.splitlines()))
             for side in (recv, send):
-                if not side.argv or side.proc is None or not side.engaged:
+                if not side.argv or side.proc is None:
                     continue
                 f.write(f"--- {side.where()}: {shlex.join(side.argv)}\n")
                 for line in side.lines:
@@ -459,6 +454,7 @@ class Runner:
             outcome.status = "interrupted"
         finally:
             interrupts.begin_teardown()   # no signal stops what follows (zcorch.sweep.interrupts)
+            self.close()
             if self.fsman is not None:
                 try:
                     self.fsman.teardown_all()

@@ -7,7 +7,9 @@
                                                                   "build", ...}
     zcorch worker layout --path P --bytes N [--grow]          -> {"event": "layout", "path", "created", "size"}
     zcorch worker command [--stdin F] [--stdout F] ... -- ARGV -> {"event": "exit", "rc", "wall_s", ...}
-    zcorch worker calibrate [--bytes N] [--cpu C]             -> {"event": "calibration", "memcpy_s_per_gib", ...}
+    zcorch worker calibrate [--bytes N] [--cpu C] [--cache FILE [--max-age D] [--refresh]]
+                                                              -> {"event": "calibration", "memcpy_s_per_gib", ...}
+    zcorch worker serve                                       -> one process that runs run after run (zcorch.worker.serve)
 
 Any failure, including a bad flag value, prints {"event": "error", "message", "code"} and exits 1.
 Also runs as `python3 -m zcorch.worker ...` on remote hosts: stdlib + zcorch._native only
@@ -28,12 +30,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
     from typing import Any, Optional
 
-from zcorch.worker import command, hoststat, native
+from zcorch.worker import calcache, command, hoststat, native
 from zcorch.worker import paths as worker_paths
 from zcorch._version import __version__
 from zcorch.errors import WorkerError
 from zcorch.params import format_value, side_params
-from zcorch.units import parse_size
+from zcorch.units import parse_duration, parse_size
 
 
 class _UsageError(Exception):
@@ -134,6 +136,13 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     cal.add_argument("--bytes", help="memcpy buffer and page-fault region (default: 64MiB or twice the largest "
                                      "CPU cache, whichever is larger, at most 1GiB)")
     cal.add_argument("--cpu", type=_int, help="CPU to pin the calibration to (default: not pinned)")
+    cal.add_argument("--cache", help="keep the calibration in this file on the host and reuse it while the host's "
+                                     "boot id, kernel, CPU model and frequency governor stay (zcorch.worker.calcache)")
+    cal.add_argument("--max-age", help="with --cache: measure anew when the cached one is older than this "
+                                       f"duration (default {calcache.DEFAULT_MAX_AGE_S / 3600:g}h)")
+    cal.add_argument("--refresh", action="store_true", help="with --cache: measure anew whatever is cached")
+    sub.add_parser("serve", help="run run after run in forked children, handed over as JSON lines on stdin "
+                                 "(zcorch.worker.serve: the controller keeps one per host for a sweep)")
     return parser
 
 
@@ -187,8 +196,21 @@ def _calibrate(args: argparse.Namespace) -> "dict[str, Any]":
         raise _UsageError(f"--bytes: {exc}") from None
     if args.cpu is not None and args.cpu < 0:
         raise _UsageError(f"--cpu must be >= 0, got {args.cpu}")
-    return {"event": "calibration", **native.calibrate(nbytes, args.cpu), "kernel": platform.release(),
-            "boot_id": hoststat.boot_id()}
+    try:
+        max_age = parse_duration(args.max_age) if args.max_age is not None else calcache.DEFAULT_MAX_AGE_S
+    except ValueError as exc:
+        raise _UsageError(f"--max-age: {exc}") from None
+
+    def measure() -> "dict[str, Any]":
+        return {**native.calibrate(nbytes, args.cpu), "kernel": platform.release(), "boot_id": hoststat.boot_id()}
+
+    if args.cache is None:
+        return {"event": "calibration", **measure()}
+    path = os.path.expanduser(args.cache)   # `~` of this host: the controller passes the workdir as written
+    if not os.path.isabs(path):
+        raise _UsageError(f"--cache must be an absolute path (or start with ~/), got {args.cache!r}")
+    key = dict(calcache.host_key(), worker=__version__, bytes=nbytes, cpu=args.cpu)
+    return {"event": "calibration", **calcache.cached_calibration(path, measure, key, max_age, args.refresh)}
 
 
 def _read_port_line() -> str:
@@ -339,6 +361,12 @@ def _run(args: argparse.Namespace) -> None:
     if args.action == "calibrate":
         _emit(_calibrate(args))
         return
+    if args.action == "serve":
+        from zcorch.worker import serve   # the server itself (only this action needs it)
+
+        parser = build_parser()   # once: every run the server forks parses its arguments with it
+        serve.serve(lambda argv: main(argv, parser))
+        return
     if args.action == "command":
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
         if not argv:
@@ -379,14 +407,15 @@ def _run(args: argparse.Namespace) -> None:
     _emit({"event": "result", **result})
 
 
-def main(argv: "Optional[list[str]]" = None) -> int:
-    """Entry point of `zcorch worker ...` (cli.py fast-paths here) and `python3 -m zcorch.worker`."""
+def main(argv: "Optional[list[str]]" = None, parser: "Optional[argparse.ArgumentParser]" = None) -> int:
+    """Entry point of `zcorch worker ...` (cli.py fast-paths here) and `python3 -m zcorch.worker`; a served
+    run (zcorch.worker.serve) passes the parser its server built once."""
     argv = sys.argv[1:] if argv is None else list(argv)
     # The transfer loops retry on EINTR, so a Python-level SIGINT handler would only run after the
     # deadline: let Ctrl-C kill the worker at once instead.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
-        args = build_parser().parse_args(argv)
+        args = (parser or build_parser()).parse_args(argv)
         _run(args)
         return 0
     except SystemExit as exc:  # --help

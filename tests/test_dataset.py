@@ -1,0 +1,150 @@
+"""`zcorch export ROOT DEST` and reading the dataset back: by DuckDB and pandas without zcorch (the hive
+partitions as columns), incrementally, atomically; `zcorch history DATASET` and `zcorch compare --dataset`
+answer exactly as from the result-set directories (real small sets, and sets written through ResultSet)."""
+import json
+import os
+
+import duckdb
+import pandas as pd
+import pytest
+
+from fixtures_analysis import copy_result_set, raw_runs, zcorch_cli
+from test_history import READ, SPLICE, nights
+from zcorch.cli import main as zcorch_main
+
+
+def run(capsys, *args):
+    """`zcorch ARGS` in this process (the command line's own main: exit code and stdout), which saves the
+    interpreter start-up of each of the many calls; test_export_* run the installed command."""
+    code = zcorch_main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _later(directory, created):
+    """Make the copy a later night: its manifest's `created`."""
+    path = directory / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["created"] = created
+    path.write_text(json.dumps(manifest))
+
+
+@pytest.fixture
+def two_nights(small_set, tmp_path):
+    """ROOT with two nights of the real quickstart-small set (the second one dated later)."""
+    root = tmp_path / "nightly"
+    copy_result_set(small_set, root / "n1" / "quickstart-small")
+    _later(copy_result_set(small_set, root / "n2" / "quickstart-small"), "2099-01-01T03:00:00+00:00")
+    return root
+
+
+def test_export_is_read_by_duckdb_and_pandas_with_its_partitions(two_nights, tmp_path):
+    dest = tmp_path / "dataset"
+    res = zcorch_cli("export", two_nights, dest)
+    assert res.returncode == 0, res.stderr
+    assert "2 result set(s) exported, 0 unchanged, 0 skipped" in res.stdout
+    doc = json.loads((dest / "dataset.json").read_text())
+    assert (doc["format"], doc["format_version"]) == ("zcorch-dataset", 1) and len(doc["sets"]) == 2
+    n_runs = len(raw_runs(two_nights / "n1" / "quickstart-small"))
+
+    con = duckdb.connect()
+    runs = con.execute(f"SELECT experiment, CAST(date AS VARCHAR) AS date, count(*) AS n, count(DISTINCT set_id) AS sets "
+                       f"FROM read_parquet('{dest}/runs/**/*.parquet', hive_partitioning = true) "
+                       "GROUP BY ALL ORDER BY date").fetchall()
+    assert runs == [("quickstart-small", "2026-11-22", n_runs, 1), ("quickstart-small", "2099-01-01", n_runs, 1)]
+    sets = con.execute(f"SELECT status, planned, planned_ok, revision FROM read_parquet('{dest}/sets/**/*.parquet', "
+                       "hive_partitioning = true)").fetchall()
+    assert sets == [("complete", 39, 36, "ce90c9bf173d3101fcfadbf6e2e8e03854ebeadd-dirty")] * 2
+    roles = con.execute(f"SELECT role, count(*) FROM read_parquet('{dest}/hosts/**/*.parquet', hive_partitioning = true) "
+                        "GROUP BY role ORDER BY role").fetchall()
+    assert [r for r, _ in roles] == ["controller", "receiver", "sender"]
+
+    frame = pd.read_parquet(dest / "runs")     # pyarrow's hive discovery: experiment= and date= become columns
+    assert {"experiment", "date", "set_id", "pair", "kernel", "revision", "cell", "gbit_s"} <= set(frame.columns)
+    assert len(frame) == 2 * n_runs and set(frame["date"].astype(str)) == {"2026-11-22", "2099-01-01"}
+    ok = frame[(frame["status"] == "ok") & (frame["date"].astype(str) == "2026-11-22")]
+    mine = pd.read_parquet(two_nights / "n1" / "quickstart-small" / "runs.parquet")   # zcorch.load's own table
+    assert sorted(ok["gbit_s"]) == pytest.approx(sorted(mine.loc[mine["status"] == "ok", "gbit_s"]))
+    base = pd.read_parquet(dest / "baselines")
+    assert len(base) == 2 * 6 and {"kind", "key", "result", "gbit_s", "experiment", "date"} <= set(base.columns)
+
+
+def test_export_is_incremental_replaces_a_changed_set_and_removes_a_dead_exports_leftovers(two_nights, tmp_path):
+    dest = tmp_path / "dataset"
+    assert zcorch_cli("export", two_nights, dest).returncode == 0
+    again = zcorch_cli("export", two_nights, dest)
+    assert again.returncode == 0 and "0 result set(s) exported, 2 unchanged" in again.stdout
+    parts = sorted(p.name for p in dest.rglob("*.parquet"))
+
+    # a set that changed (a resumed sweep's manifest) is exported again and its old rows go
+    second = two_nights / "n2" / "quickstart-small"
+    manifest = json.loads((second / "manifest.json").read_text())
+    manifest["finished"] = "2099-01-01T04:00:00+00:00"
+    (second / "manifest.json").write_text(json.dumps(manifest))
+    # a part file an export that died left behind: not listed in dataset.json, removed
+    stray = dest / "runs" / "experiment=quickstart-small" / "date=2099-01-01" / "part-dead.parquet"
+    stray.write_bytes((next(dest.rglob("runs/**/*.parquet"))).read_bytes())
+    res = zcorch_cli("export", two_nights, dest)
+    assert res.returncode == 0 and "1 result set(s) exported, 1 unchanged" in res.stdout, res.stdout
+    assert not stray.exists()
+    n = duckdb.connect().execute(f"SELECT count(*), count(DISTINCT set_id) FROM read_parquet('{dest}/runs/**/*.parquet')"
+                                 ).fetchone()
+    assert n == (2 * len(raw_runs(second)), 2)
+    finished = duckdb.connect().execute(f"SELECT CAST(max(finished) AS VARCHAR) FROM read_parquet('{dest}/sets/**/*.parquet')"
+                                        ).fetchone()[0]
+    assert finished.startswith("2099-01-01 04:00:00")
+    assert sorted(p.name for p in dest.rglob("*.parquet")) != parts
+
+    # never through a link; never into a directory that is not a dataset
+    link = tmp_path / "link"
+    link.symlink_to(dest)
+    res = zcorch_cli("export", two_nights, link)
+    assert res.returncode == 2 and "symbolic link" in res.stderr
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    res = zcorch_cli("export", two_nights, other)
+    assert res.returncode == 2 and "not a zcorch dataset" in res.stderr and "Traceback" not in res.stderr
+    assert os.listdir(other) == ["notes.txt"]
+
+
+def _without_root(text: str) -> str:
+    doc = json.loads(text)
+    doc.pop("root")
+    return json.dumps(doc, indent=1)
+
+
+@pytest.mark.parametrize("case", ["real sets, incomplete", "a regression", "no regression"])
+def test_history_and_compare_through_duckdb_answer_as_the_result_sets_do(case, two_nights, tmp_path, capsys):
+    if case == "real sets, incomplete":
+        root = two_nights
+    else:
+        root = tmp_path / "synthetic"
+        slow = 8.0 if case == "a regression" else 10.0
+        nights(root, "exp", [[(READ, 10.0), (SPLICE, 5.0)]] * 6 + [[(READ, slow), (SPLICE, 5.0)]])
+    dest = tmp_path / "dataset"
+    assert run(capsys, "export", root, dest)[0] == 0
+    for args in (["--check", "--format", "json"], ["--check", "--format", "json", "--metric", "recv_cpu_s_per_gib"],
+                 ["--check"]):
+        code_a, out_a, _ = run(capsys, "history", root, "-o", tmp_path / "site-a", *args)
+        code_b, out_b, err_b = run(capsys, "history", dest, "-o", tmp_path / "site-b", *args)
+        assert code_a == code_b, (out_a, out_b, err_b)
+        if "--metric" not in args:   # (the synthetic sets have no CPU figures: nothing to compare there)
+            assert code_a == {"real sets, incomplete": 3, "a regression": 1, "no regression": 0}[case], out_a
+        if "json" in args:
+            assert _without_root(out_a) == _without_root(out_b)
+        else:   # the text names the root on its first line only
+            assert out_a.splitlines()[1:] == out_b.splitlines()[1:]
+    assert (tmp_path / "site-b" / "index.html").is_file()
+
+    sets = sorted(p.parent for p in root.rglob("manifest.json"))
+    for fmt in ("markdown", "text", "json"):
+        a = run(capsys, "compare", sets[0], sets[-1], "--format", fmt)
+        b = run(capsys, "compare", "--dataset", dest, sets[0], sets[-1], "--format", fmt)
+        assert a[:2] == b[:2], b[2]
+    ids = json.loads((dest / "dataset.json").read_text())["sets"]
+    by_path = {v["path"]: k for k, v in ids.items()}
+    by_id = run(capsys, "compare", "--dataset", dest, by_path[str(sets[0])], by_path[str(sets[-1])], "--format", "json")
+    assert by_id[0] == a[0] and json.loads(by_id[1])["cells"] == json.loads(a[1])["cells"]
+    missing = run(capsys, "compare", "--dataset", dest, "nope", sets[0])
+    assert missing[0] == 2 and "no exported result set" in missing[2]

@@ -1,0 +1,110 @@
+"""One worker server per host for a sweep (zcorch.worker.serve, zcorch.sweep.workerpool), real on localhost:
+it serves run after run, each run its own process; a run killed with SIGKILL, or the server itself killed,
+fails that run only, and the next run gets a (new) server."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from fixtures_run import REPO, base_params, local_runner, new_resultset, wait_no_workers
+
+
+def runs_of(params_list):
+    return [{"id": f"c{i}", "repeat": 0, "params": p} for i, p in enumerate(params_list)]
+
+
+def test_one_server_serves_many_runs_each_in_its_own_process(tmp_path, tag):
+    cells = [base_params(bytes=(i + 1) << 16) for i in range(6)]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    servers, run_pids = set(), []
+
+    def on_event(name, **info):
+        if name == "receiver_ready":
+            servers.add(info["proc"].server.pid)
+            run_pids.append(info["pid"])
+
+    runner = local_runner(rs, tag, on_event=on_event)
+    outcome = runner.run_sweep(runs_of(cells))
+    assert outcome.ok == 6, [r["reason"] for r in rs.runs()]
+    assert len(servers) == 1 and len(set(run_pids)) == 6 and not servers & set(run_pids)
+    assert [r["receiver"]["bytes"] for r in rs.runs()] == [c["bytes"] for c in cells]
+    assert wait_no_workers(tag, 5.0) == []   # run_sweep stopped its server
+
+
+def _kill_when_moving(get_pid, delay=0.4):
+    def go():
+        time.sleep(delay)
+        os.kill(get_pid(), signal.SIGKILL)
+    threading.Thread(target=go, daemon=True).start()
+
+
+def test_a_run_killed_by_sigkill_is_that_runs_failure_and_the_server_goes_on(tmp_path, tag):
+    cells = [base_params(bytes=1 << 40, timeout=30.0), base_params()]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    servers = []
+
+    def on_event(name, **info):
+        if name == "sender_started":
+            servers.append(info["proc"].server.pid)
+            if len(servers) == 1:
+                _kill_when_moving(lambda: info["proc"].pid)   # the sender's own process: a crash
+
+    local_runner(rs, tag, on_event=on_event).run_sweep(runs_of(cells))
+    crashed, fine = rs.runs()
+    assert crashed["status"] == "failed" and "sender on localhost was killed by SIGKILL" in crashed["reason"]
+    assert fine["status"] == "ok" and servers[0] == servers[1]   # the same server served the next run
+    assert wait_no_workers(tag, 5.0) == []
+
+
+def test_a_killed_server_fails_its_run_and_the_next_run_gets_a_new_one(tmp_path, tag):
+    cells = [base_params(bytes=1 << 40, timeout=30.0), base_params(), base_params()]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    servers = []
+
+    def on_event(name, **info):
+        if name == "sender_started":
+            servers.append(info["proc"].server.pid)
+            if len(servers) == 1:
+                _kill_when_moving(lambda: servers[0])   # the worker server itself, mid-run
+
+    runner = local_runner(rs, tag, on_event=on_event)
+    t0 = time.monotonic()
+    runner.run_sweep(runs_of(cells))
+    lost, fine, fine2 = rs.runs()
+    assert time.monotonic() - t0 < 25
+    assert lost["status"] == "failed" and "the worker server" in lost["reason"], lost
+    assert "killed by SIGKILL" in lost["reason"]
+    assert fine["status"] == fine2["status"] == "ok"
+    assert servers[1] != servers[0] and servers[1] == servers[2]   # restarted once, then kept
+    assert any("restarted" in w for w in runner.warnings), runner.warnings
+    assert wait_no_workers(tag, 5.0) == []
+
+
+def test_serve_protocol_refuses_what_is_not_a_transfer_and_ends_with_stdin():
+    env = dict(os.environ, PYTHONPATH=REPO)
+    p = subprocess.Popen([sys.executable, "-m", "zcorch.worker", "serve"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        hello = json.loads(p.stdout.readline())
+        assert hello["event"] == "serving" and hello["pid"] == p.pid
+        p.stdin.write(json.dumps({"op": "run", "id": 1, "argv": ["calibrate"]}) + "\n")
+        p.stdin.write(json.dumps({"op": "run", "id": 2, "argv": ["recv", "--listen", "127.0.0.1:0", "--mode",
+                                                                 "no-such-mode"]}) + "\n")
+        p.stdin.flush()
+        frames = [json.loads(p.stdout.readline()) for _ in range(2)]
+        assert frames[0]["event"] == "error" and "recv, send" in frames[0]["message"]
+        assert frames[1] == {"id": 1, "exit": 2}
+        rest = []
+        while not rest or "exit" not in rest[-1]:
+            rest.append(json.loads(p.stdout.readline()))
+        assert rest[0]["id"] == 2 and "started" in rest[0]
+        errors = [json.loads(f["out"]) for f in rest if "out" in f]
+        assert errors and errors[0]["event"] == "error" and rest[-1] == {"id": 2, "exit": 1}
+        p.stdin.close()
+        assert p.wait(10) == 0
+    finally:
+        p.kill()
+        p.wait()

@@ -1,0 +1,327 @@
+"""An exported result dataset (zcorch.analysis.export writes it), read through DuckDB.
+
+`zcorch history DATASET` and `zcorch compare --dataset DATASET BASE CAND` read here instead of loading
+every result set: the sets table gives the sweeps (what their manifests, metadata and plans said), one
+query gives every (set, cell)'s ok values of the metric, sorted, and the decisions are zcorch.analysis's
+own (history.experiment_history through `DatasetSeries`, the same three methods as history.FrameSeries;
+compare.compare_frames; gate). So the answers and exit codes are those of the result-set directories.
+
+Only the part files dataset.json lists are read (a crashed export's leftovers are not), each a regular file
+inside the dataset (no link followed to another file).
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings as _warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from zcorch import metrics
+from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
+from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
+from zcorch.analysis.history import History, Sweep, cell_labels, experiment_history, series_of
+from zcorch.errors import ResultsError
+from zcorch.results import setfiles
+from zcorch.results.convergence import policy_from_record
+from zcorch.results.intervals import CI, median_ci_level, median_ci_rank
+
+FORMAT = "zcorch-dataset"
+FORMAT_VERSION = 1
+MANIFEST = "dataset.json"
+LOCK = ".export.lock"
+TABLES = ("sets", "runs", "baselines", "hosts")
+PARTITIONS = ("experiment", "date")
+COMMON = ("set_id", "pair", "kernel", "revision")   # columns of every table, first
+
+
+_TS = pa.timestamp("us", tz="UTC")
+SET_SCHEMA = pa.schema([(c, pa.string()) for c in COMMON] + [
+    ("path", pa.string()), ("status", pa.string()), ("created", _TS), ("finished", _TS), ("hosts", pa.string()),
+    ("zcorch_version", pa.string()), ("n_ok", pa.int64()), ("n_failed", pa.int64()), ("planned", pa.int64()),
+    ("planned_ok", pa.int64()), ("cells_planned", pa.list_(pa.string())), ("cells_short", pa.list_(pa.string())),
+    ("linked_axes", pa.string()), ("manifest", pa.string()), ("sha256", pa.string())])
+BASELINE_TYPES = {"gbit_s": pa.float64(), "mb_s": pa.float64()}   # every other column of baselines: text
+HOST_TYPES: "dict[str, pa.DataType]" = {}                         # hosts: text (values as meta.json has them)
+
+
+# ---------------------------------------------------------------------------------------------
+# dataset.json
+
+
+def new_manifest() -> dict:
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "tables": list(TABLES),
+            "partitioning": list(PARTITIONS), "json_columns": {}, "sets": {}}
+
+
+def is_dataset(path: "str | os.PathLike") -> bool:
+    return setfiles.is_regular_inside(path, MANIFEST) if os.path.isdir(path) else False
+
+
+def read_manifest(path: "str | os.PathLike") -> dict:
+    where = os.path.join(os.fspath(path), MANIFEST)
+    try:
+        doc = setfiles.read_json(path, MANIFEST)
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: not a zcorch dataset (no {MANIFEST})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise ResultsError(f"{where}: not a zcorch dataset manifest (format {FORMAT!r})")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise ResultsError(f"{where}: dataset format version {doc.get('format_version')!r}; this zcorch reads "
+                           f"version {FORMAT_VERSION} (export again into a new directory)")
+    if not isinstance(doc.get("sets"), dict):
+        raise ResultsError(f"{where}: `sets` is not an object")
+    doc.setdefault("json_columns", {})
+    return doc
+
+
+def write_manifest(dest: "str | os.PathLike", doc: dict) -> None:
+    setfiles.write_inside(dest, MANIFEST, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(), fsync=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+class Dataset:
+    """An exported dataset opened for reading: one in-memory DuckDB connection with a view per table over
+    the part files dataset.json lists (hive partitions `experiment`, `date` as columns)."""
+
+    def __init__(self, path: "str | os.PathLike"):
+        import duckdb
+
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        self.con = duckdb.connect(":memory:")
+        self.con.execute("SET enable_progress_bar = false")
+        for table in TABLES:
+            files = self.files(table)
+            if files:
+                listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+                self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listed}], "
+                                 "hive_partitioning = true, union_by_name = true)")
+
+    def files(self, table: str) -> List[str]:
+        """The absolute paths of `table`'s part files: each a regular file inside the dataset."""
+        rels = sorted({f"{table}/{e['partition']}/{e['part']}" for e in self.manifest["sets"].values()})
+        out = []
+        for rel in rels:
+            if not setfiles.is_regular_inside(self.path, rel):
+                raise ResultsError(f"{self.path / rel}: listed in {MANIFEST} but not a regular file inside the "
+                                   "dataset: not read")
+            out.append(str(self.path.resolve() / rel))
+        return out
+
+    def columns(self, table: str) -> List[str]:
+        if not self.manifest["sets"]:
+            return []
+        return [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
+
+    def query(self, sql: str, params: Sequence = ()):
+        return self.con.execute(sql, list(params))
+
+    def frame(self, sql: str, params: Sequence = ()) -> pd.DataFrame:
+        """The answer as a pandas frame, through Arrow (as zcorch.load reads runs.parquet)."""
+        res = self.query(sql, params)
+        to_arrow = getattr(res, "to_arrow_table", None) or res.fetch_arrow_table   # duckdb 2 / 1.x
+        with _warnings.catch_warnings():   # duckdb 2 notes the copy a DB-API result makes: these answers are small
+            _warnings.simplefilter("ignore", UserWarning)
+            table = to_arrow()
+        return table.to_pandas()
+
+    # --- sets -------------------------------------------------------------------------------
+
+    def sweeps(self) -> "List[ExportedSweep]":
+        if not self.manifest["sets"]:
+            return []
+        rows = self.query("SELECT set_id, path, manifest, hosts, kernel, revision, n_ok, n_failed, status, "
+                          "planned, planned_ok, cells_planned, cells_short, linked_axes FROM sets "
+                          "ORDER BY path").fetchall()
+        return [ExportedSweep.from_row(r) for r in rows]
+
+    def find(self, ref: str) -> "ExportedSweep":
+        """The set `ref` names: its set id (or a unique prefix of it), or the path it had when exported."""
+        sweeps = self.sweeps()
+        path = os.path.abspath(ref)
+        hits = [s for s in sweeps if s.set_id == ref or str(s.path) == path or
+                (os.path.exists(path) and str(s.path) == os.path.realpath(path))]
+        if not hits and len(ref) >= 4:
+            hits = [s for s in sweeps if s.set_id.startswith(ref)]
+        if len(hits) != 1:
+            what = "no" if not hits else f"{len(hits)}"
+            raise ResultsError(f"{self.path}: {what} exported result set(s) named {ref!r} (give a set id, or the "
+                               "path the set had when it was exported)")
+        return hits[0]
+
+    # --- runs -------------------------------------------------------------------------------
+
+    def runs(self, set_id: str):
+        """The runs of one set as zcorch.load returns them (minus `sweep`; linked axes in attrs)."""
+        drop = set(COMMON) | set(PARTITIONS)
+        frame = self.frame("SELECT * FROM runs WHERE set_id = ?", [set_id])
+        frame = frame[[c for c in frame.columns if c not in drop]]
+        for name in self.manifest["json_columns"].get("runs", []):
+            if name in frame:
+                frame[name] = [None if v is None else json.loads(v) for v in frame[name]]
+        linked = self.query("SELECT linked_axes FROM sets WHERE set_id = ?", [set_id]).fetchone()
+        frame.attrs[LINKED_ATTR] = json.loads(linked[0]) if linked and linked[0] else {}
+        return frame
+
+    def ok_values(self, metric: str, set_ids: Sequence[str]):
+        """Per (set, cell) of `set_ids`: n (ok runs), n_failed (others), and the ok runs' values of `metric`
+        (nulls left out), sorted: a pandas frame."""
+        if metric not in self.columns("runs"):
+            raise ResultsError(f"{self.path}: no column {metric!r} in its runs")
+        ids = pd.DataFrame({"set_id": list(set_ids)})
+        self.con.register("wanted_sets", ids)
+        try:
+            col = '"' + metric.replace('"', '""') + '"'
+            return self.frame(
+                f"SELECT r.set_id, r.cell, count(*) FILTER (WHERE r.status = 'ok') AS n, "
+                f"count(*) FILTER (WHERE r.status IS DISTINCT FROM 'ok') AS n_failed, "
+                f"coalesce(list_sort(list(CAST({col} AS DOUBLE)) FILTER (WHERE r.status = 'ok' AND {col} IS NOT NULL "
+                f"AND NOT isnan(CAST({col} AS DOUBLE)))), CAST([] AS DOUBLE[])) AS vals "
+                f"FROM runs r JOIN wanted_sets w USING (set_id) GROUP BY r.set_id, r.cell")
+        finally:
+            self.con.unregister("wanted_sets")
+
+    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str]):
+        """The distinct (cell, parameters) of the runs of `set_ids`: what history.cell_labels needs."""
+        have = set(self.columns("runs"))
+        cols = ["cell"] + [c for c in list(PARAM_KEYS) + list(linked) if c in have]
+        self.con.register("wanted_sets", pd.DataFrame({"set_id": list(set_ids)}))
+        try:
+            sel = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
+            frame = self.frame(f"SELECT DISTINCT {sel} FROM runs JOIN wanted_sets USING (set_id)")
+        finally:
+            self.con.unregister("wanted_sets")
+        for name in self.manifest["json_columns"].get("runs", []):
+            if name in frame:
+                frame[name] = [None if v is None else json.loads(v) for v in frame[name]]
+        return frame
+
+
+_NO_RUNS = pd.DataFrame({"cell": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
+
+
+@dataclass
+class ExportedSweep(Sweep):
+    """A sweep as the dataset recorded it: what history and the gate ask of a Sweep, without its files."""
+    set_id: str = ""
+    stored: Optional[dict] = None
+
+    @classmethod
+    def from_row(cls, row) -> "ExportedSweep":
+        (set_id, path, manifest, hosts, kernel, revision, n_ok, n_failed, status, planned, planned_ok,
+         cells_planned, cells_short, linked) = row
+        manifest = json.loads(manifest)
+        meta = {"controller": {"git_revision": revision}} if revision else {}
+        runs = _NO_RUNS   # one shared empty frame: the runs are read through DatasetSeries, never from here
+        completeness = Completeness(path, str(status or "unknown"), int(planned), int(planned_ok),
+                                    frozenset(cells_planned or ()), tuple(cells_short or ()),
+                                    policy_from_record(manifest.get("repeats")))
+        return cls(Path(path), manifest, meta, runs, set_id=set_id,
+                   stored={"hosts": hosts, "kernel": kernel or "", "n_ok": int(n_ok), "n_failed": int(n_failed),
+                           "completeness": completeness, "linked": json.loads(linked) if linked else {}})
+
+    @property
+    def n_ok(self) -> int:
+        return self.stored["n_ok"]
+
+    @property
+    def n_failed(self) -> int:
+        return self.stored["n_failed"]
+
+    @property
+    def kernel(self) -> str:
+        return self.stored["kernel"]
+
+    @property
+    def hosts(self) -> str:
+        return self.stored["hosts"] or ""
+
+    def completeness(self) -> Completeness:
+        return self.stored["completeness"]
+
+
+class DatasetSeries:
+    """history.FrameSeries over a dataset: labels, per-cell series and a cell's runs of one series of sweeps,
+    from one DuckDB query of the ok values (the decisions stay history's, stats', compare's)."""
+
+    def __init__(self, data: Dataset, sweeps: list, metric: str, values):
+        self.data, self.sweeps, self.metric = data, sweeps, metric
+        index = {s.set_id: i for i, s in enumerate(sweeps)}
+        n_sweeps = len(sweeps)
+        self.cells: Dict[str, dict] = {}
+        self.values: Dict[tuple, "np.ndarray"] = {}
+        ranks: Dict[int, tuple] = {}
+        for set_id, cell, n, n_failed, vals in values.itertuples(index=False):
+            i = index[set_id]
+            cols = self.cells.get(cell)
+            if cols is None:
+                cols = {k: np.full(n_sweeps, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
+                cols.update({k: np.zeros(n_sweeps, dtype=int) for k in ("n", "n_failed")})
+                self.cells[cell] = cols
+            v = np.asarray(vals, dtype="float64")
+            cols["n"][i], cols["n_failed"][i] = int(n), int(n_failed)
+            self.values[(i, cell)] = (v, int(n), int(n_failed))
+            m = len(v)
+            if m:
+                cols["median"][i] = float(np.median(v))
+            if m not in ranks:   # the order statistics of zcorch.results.intervals (median_ci), per count
+                k = median_ci_rank(m, CI)
+                ranks[m] = (k, median_ci_level(m, k) if k else np.nan)
+            k, level = ranks[m]
+            if k:
+                cols["ci_low"][i], cols["ci_high"][i], cols["ci_level"][i] = v[k - 1], v[m - k], level
+
+    def labels(self) -> Dict[str, str]:
+        linked = [s.stored["linked"] for s in self.sweeps]
+        same = all(x == linked[0] for x in linked)
+        names = sorted({n for x in linked for n in x})
+        frame = self.data.cell_params([s.set_id for s in self.sweeps], names)
+        frame.attrs[LINKED_ATTR] = linked[0] if same else {}
+        return {c: label for c, label in cell_labels([frame]).items() if c in self.cells}
+
+    def series(self, cell: str) -> dict:
+        return self.cells[cell]
+
+    def cell_runs(self, i: int, cell: str):
+        v, n, n_failed = self.values.get((i, cell), (np.empty(0), 0, 0))
+        values = np.concatenate([v, np.full(n - len(v), np.nan), np.full(n_failed, np.nan)])
+        return pd.DataFrame({"cell": [cell] * len(values), "status": ["ok"] * n + ["failed"] * n_failed,
+                             self.metric: values})
+
+
+def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: Optional[float] = None,
+                    alpha: Optional[float] = None, min_nights: int = HISTORY_MIN_NIGHTS):
+    """history.History of an exported dataset: the same series, steps and comparisons as `zcorch history`
+    of the result sets it was exported from (no report is written: the sets need not be here)."""
+    threshold_pct = HISTORY_THRESHOLD_PCT if threshold_pct is None else threshold_pct
+    alpha = HISTORY_ALPHA if alpha is None else alpha
+    try:
+        metrics.directed(metric)
+    except ValueError as exc:
+        raise ResultsError(str(exc)) from None
+    data = Dataset(path)
+    sweeps = data.sweeps()
+    if not sweeps:
+        raise ResultsError(f"{path}: the dataset holds no result set")
+    values = data.ok_values(metric, [s.set_id for s in sweeps])
+    by_set = dict(list(values.groupby("set_id", sort=False)))
+    empty = values.iloc[0:0]
+    experiments = []
+    groups = series_of(sweeps)
+    for name in sorted(groups):
+        group = groups[name]
+        part = [by_set.get(s.set_id, empty) for s in group]
+        source = DatasetSeries(data, group, metric, pd.concat(part, ignore_index=True) if part else empty)
+        experiments.append(experiment_history(name, group, metric, threshold_pct, alpha, source, min_nights))
+    return History(Path(path), metric, threshold_pct, alpha, experiments, [], min_nights=min_nights)

@@ -1,0 +1,366 @@
+"""`zcorch export ROOT DEST`: every result set under ROOT as one hive-partitioned Parquet dataset.
+
+What query engines (DuckDB, Spark, Trino, polars, pandas) read without zcorch, and what `zcorch history
+DATASET` / `zcorch compare --dataset DATASET` read through DuckDB instead of loading every result set.
+Layout (format version in DEST/dataset.json; zcorch.analysis.dataset reads it):
+
+    DEST/dataset.json                                  {"format": "zcorch-dataset", "format_version", "tables",
+                                                        "sets": {set_id: {"path", "sha256", "partition", "part"}}}
+    DEST/<table>/experiment=<name>/date=<YYYY-MM-DD>/part-<batch>.parquet
+
+Tables (each with `set_id`, `pair`, `kernel`, `revision` as columns; `experiment` and `date`, the UTC day the
+set was created, are the partitions and not stored in the files, as Spark and Trino expect):
+
+- `sets`: one row per result set: its path, status, created/finished, hosts, zcorch version, run counts,
+  what its plan asked for (`planned`, `planned_ok`, `cells_planned`, `cells_short`: zcorch.analysis.gate's
+  completeness), its linked axes and its manifest (JSON text);
+- `runs`: one row per run, the frame zcorch.load returns (parameters, metrics, derived columns) minus `sweep`;
+  object columns of mixed types as JSON text (listed in dataset.json `json_columns`);
+- `baselines`: one row per baseline record: kind, status, reason, host, started, gbit_s, mb_s, and its key
+  and result as JSON text;
+- `hosts`: one row per set and role (controller, sender, receiver): hostname, kernel release and version,
+  CPU model and count, memory, MTU, link speed, interface kind, boot id, and the whole entry as `facts`.
+
+Every file of a table has one schema: when a batch brings a new column (or widens a type), the older
+files are rewritten to the widened schema, so a reader that takes the first file's schema (pandas) misses
+nothing.
+
+Incremental: a set is keyed by its path (resolved; `set_id` is a hash of it) and exported again only when
+its content hash (SHA-256 of its manifest, plan, meta, runs and baselines files) changed — its old rows are
+then removed. A set still running is skipped (exported by a later export). Atomic: one export holds
+DEST/.export.lock; every file is written to a hidden temporary and renamed into place (never through a
+link: zcorch.results.setfiles), dataset.json last; a crash leaves part files dataset.json does not list,
+which the next export removes, and readers that go by dataset.json (zcorch) never see them.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import warnings as _warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zcorch import __version__
+from zcorch.analysis import dataset as layout
+from zcorch.analysis.cache import arrow_table
+from zcorch.analysis.frames import LINKED_ATTR, load_baselines, read_meta
+from zcorch.analysis.gate import completeness
+from zcorch.analysis.history import find_result_sets, host_pair, open_sweep
+from zcorch.config.checks import NAME_RE
+from zcorch.errors import ResultsError
+from zcorch.results import setfiles, store
+
+HASHED = (store.MANIFEST, store.PLAN, store.META, store.RUNS, store.BASELINES)
+HOST_FACTS = {  # column -> path in a meta.json host entry
+    "hostname": ("hostname",), "kernel_release": ("kernel", "release"), "kernel_version": ("kernel", "version"),
+    "machine": ("kernel", "machine"), "cpu_model": ("cpu_model",), "cpu_count": ("cpu_count",),
+    "mem_total_bytes": ("mem_total_bytes",), "mtu": ("interface", "mtu"), "speed_mbps": ("interface", "speed_mbps"),
+    "interface_kind": ("interface", "kind"), "boot_id": ("boot_id",)}
+
+
+@dataclass
+class ExportResult:
+    dest: Path
+    exported: List[str] = field(default_factory=list)     # set paths written (new or changed)
+    unchanged: int = 0                                     # sets already exported with the same content
+    skipped: List[str] = field(default_factory=list)      # why a set was not exported
+    removed_orphans: int = 0
+
+    def line(self) -> str:
+        return (f"{len(self.exported)} result set(s) exported, {self.unchanged} unchanged, "
+                f"{len(self.skipped)} skipped -> {self.dest}")
+
+
+def content_hash(directory: Path) -> str:
+    """SHA-256 over the name, size and bytes of each file of HASHED present in the set (read as regular
+    files inside it, no link followed)."""
+    digest = hashlib.sha256()
+    for name in HASHED:
+        try:
+            fd = setfiles.open_inside(directory, name)
+        except FileNotFoundError:
+            digest.update(f"{name}\0-\0".encode())
+            continue
+        with os.fdopen(fd, "rb") as f:
+            digest.update(f"{name}\0{os.fstat(f.fileno()).st_size}\0".encode())
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def set_id_of(directory: Path) -> str:
+    return hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
+
+
+def _get(d, path):
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _created(manifest: dict) -> Optional[_dt.datetime]:
+    try:
+        t = _dt.datetime.fromisoformat(str(manifest.get("created")))
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)).astimezone(_dt.timezone.utc)
+
+
+def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str, pa.Table], dict]":
+    """(the set's partition values, {table: Arrow table}, {table: JSON-text columns}) of one result set."""
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")     # what a bounded reader skipped is said by `zcorch history ROOT`
+        sweep = open_sweep(directory)
+    manifest, meta = sweep.manifest, sweep.meta
+    created = _created(manifest)
+    common = {"set_id": set_id, "pair": sweep.pair, "kernel": sweep.kernel or None,
+              "revision": manifest.get("git_revision") or _get(meta, ("controller", "git_revision")) or None}
+    comp = completeness(directory)
+    linked = sweep.runs.attrs.get(LINKED_ATTR) or {}
+    finished = _created({"created": manifest.get("finished")}) if manifest.get("finished") else None
+    sets_row = {**common, "path": str(directory.resolve()), "status": sweep.status, "created": created,
+                "finished": finished, "hosts": host_pair(manifest, directory, meta),
+                "zcorch_version": manifest.get("zcorch_version"), "n_ok": sweep.n_ok, "n_failed": sweep.n_failed,
+                "planned": comp.planned, "planned_ok": comp.ok, "cells_planned": sorted(comp.cells_planned),
+                "cells_short": list(comp.cells_short), "linked_axes": json.dumps(linked),
+                "manifest": json.dumps(manifest), "sha256": sha}
+    sets_table = pa.Table.from_pylist([sets_row], schema=layout.SET_SCHEMA)
+    runs = sweep.runs.drop(columns=["sweep"])
+    runs.attrs = {}
+    runs = pd.concat([pd.DataFrame({k: [v] * len(runs) for k, v in common.items()}, index=runs.index,
+                                   columns=list(common)), runs], axis=1)
+    runs_table, json_runs = arrow_table(runs)
+    for i, name in enumerate(common):   # typed even where every value is null (no pair recorded)
+        runs_table = runs_table.set_column(i, name, runs_table.column(name).cast(pa.string()))
+    base = load_baselines(directory)
+    brecs = store.read_jsonl(str(directory / store.BASELINES)) if (directory / store.BASELINES).exists() else []
+    baselines = pd.DataFrame([{**common, "kind": r.get("kind"), "status": r.get("status"), "reason": r.get("reason"),
+                               "host": r.get("host"), "started": r.get("started"), "gbit_s": g, "mb_s": m,
+                               "key": json.dumps(r.get("key")), "result": json.dumps(r.get("result"))}
+                              for r, g, m in zip(brecs, base["gbit_s"], base["mb_s"])],
+                             columns=list(common) + ["kind", "status", "reason", "host", "started", "gbit_s",
+                                                     "mb_s", "key", "result"])
+    hosts = []
+    for role, facts in [("controller", meta.get("controller"))] + list((meta.get("hosts") or {}).items()):
+        if isinstance(facts, dict):
+            hosts.append({**common, "role": role, **{c: _scalar(_get(facts, p)) for c, p in HOST_FACTS.items()},
+                          "facts": json.dumps(facts)})
+    hosts_frame = pd.DataFrame(hosts, columns=list(common) + ["role", *HOST_FACTS, "facts"])
+    tables = {"sets": sets_table, "runs": runs_table,
+              "baselines": pa.Table.from_pandas(baselines, preserve_index=False, schema=_schema(layout.BASELINE_TYPES, baselines)),
+              "hosts": pa.Table.from_pandas(hosts_frame, preserve_index=False, schema=_schema(layout.HOST_TYPES, hosts_frame))}
+    part = {"experiment": sweep.name, "date": created.strftime("%Y-%m-%d") if created else None}
+    return part, tables, {"runs": json_runs}
+
+
+def _scalar(v):
+    return json.dumps(v) if isinstance(v, (dict, list)) else (None if v is None else str(v))
+
+
+def _schema(types: Dict[str, pa.DataType], frame: pd.DataFrame) -> pa.Schema:
+    return pa.schema([(c, types.get(c, pa.string())) for c in frame.columns])
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def _bare(table: pa.Table) -> pa.Table:
+    """Without pandas' schema metadata (it would differ between files of one table)."""
+    return table.replace_schema_metadata(None)
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with every column of `schema` (missing ones null), in its order and types."""
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            cols.append(table.column(f.name).cast(f.type))
+        else:
+            cols.append(pa.nulls(len(table), f.type))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _widen(old: Optional[pa.Schema], new: pa.Schema) -> pa.Schema:
+    if old is None:
+        return new
+    try:
+        return pa.unify_schemas([old, new], promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ResultsError(f"the dataset's columns and the new result sets' do not agree: {exc}") from None
+
+
+def _write_parquet(dest: Path, rel: str, table: pa.Table) -> None:
+    setfiles.write_inside(dest, rel, lambda f: pq.write_table(table, f, compression="zstd"), fsync=True)
+
+
+class _Lock:
+    """DEST/.export.lock, flock()ed for the whole export: one export at a time."""
+
+    def __init__(self, dest: Path):
+        self.fd = os.open(os.path.join(dest, layout.LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise ResultsError(f"{dest}: another zcorch export is writing this dataset") from None
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _prepare_dest(dest: Path) -> Path:
+    """DEST made (one level) or checked: a real directory, not a link (nothing is written through one)."""
+    if dest.is_symlink():
+        raise ResultsError(f"{dest}: a symbolic link: the dataset is never written through a link "
+                           "(name the directory it points to)")
+    if dest.exists() and not dest.is_dir():
+        raise ResultsError(f"{dest}: not a directory")
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(dest.iterdir()) and not (dest / layout.MANIFEST).exists():
+        raise ResultsError(f"{dest}: not empty and not a zcorch dataset (no {layout.MANIFEST}): refusing to "
+                           "write into it")
+    return dest
+
+
+def export_results(root: "str | os.PathLike", dest: "str | os.PathLike",
+                   warn: Callable[[str], None] = lambda _: None) -> ExportResult:
+    """Export every result set under `root` into the dataset `dest` (module docstring)."""
+    root, dest = Path(root), Path(os.path.abspath(dest))
+    dirs = find_result_sets(root, warn)
+    dest = _prepare_dest(dest)
+    result = ExportResult(dest)
+    lock = _Lock(dest)
+    try:
+        doc = layout.read_manifest(dest) if (dest / layout.MANIFEST).exists() else layout.new_manifest()
+        result.removed_orphans = _remove_orphans(dest, doc)
+        batch: Dict[str, list] = {}      # partition -> [(set_id, tables)]
+        json_columns = {t: set(doc["json_columns"].get(t, [])) for t in layout.TABLES}
+        new_entries = {}
+        for d in dirs:
+            sid = set_id_of(d)
+            try:
+                manifest = store.load_manifest(str(d))
+                if manifest.get("status") == "running":
+                    result.skipped.append(f"{d}: still running (exported by a later export)")
+                    continue
+                if not NAME_RE.match(str(manifest.get("name") or "")):
+                    result.skipped.append(f"{d}: experiment name {manifest.get('name')!r} cannot name a partition")
+                    continue
+                sha = content_hash(d)
+                if doc["sets"].get(sid, {}).get("sha256") == sha:
+                    result.unchanged += 1
+                    continue
+                part, tables, js = _tables_of(d, sid, sha)
+            except (ResultsError, OSError) as exc:
+                result.skipped.append(f"{d}: {exc}")
+                continue
+            if part["date"] is None:
+                result.skipped.append(f"{d}: no valid `created` time in its manifest")
+                continue
+            for t, cols in js.items():
+                json_columns[t] |= set(cols)
+            partition = f"experiment={part['experiment']}/date={part['date']}"
+            batch.setdefault(partition, []).append((sid, tables))
+            new_entries[sid] = {"path": str(d.resolve()), "sha256": sha, "partition": partition,
+                                "exported": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+            result.exported.append(str(d))
+        if not new_entries:
+            return result
+        changed = [sid for sid in new_entries if sid in doc["sets"]]
+        _drop_sets(dest, doc, changed)
+        part_name = f"part-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}.parquet"
+        merged = {t: pa.concat_tables([_bare(tables[t]) for items in batch.values() for _, tables in items],
+                                      promote_options="permissive") for t in layout.TABLES}
+        for t in layout.TABLES:
+            old = _table_schema(dest, doc, t)
+            schema = _widen(old, merged[t].schema)
+            if old is not None and not schema.equals(old):
+                _rewrite_table(dest, doc, t, schema)
+            for partition, items in batch.items():
+                ids = pa.array([sid for sid, _ in items])
+                rows = merged[t].filter(pa.compute.is_in(merged[t].column("set_id"), value_set=ids))
+                _write_parquet(dest, f"{t}/{partition}/{part_name}", _conform(rows, schema))
+        for sid, entry in new_entries.items():
+            doc["sets"][sid] = dict(entry, part=part_name)
+        doc["json_columns"] = {t: sorted(c) for t, c in json_columns.items() if c}
+        doc["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        doc["zcorch_version"] = __version__
+        layout.write_manifest(dest, doc)
+    finally:
+        lock.close()
+    return result
+
+
+def _files(doc: dict, table: str) -> List[str]:
+    return sorted({f"{table}/{e['partition']}/{e['part']}" for e in doc["sets"].values()})
+
+
+def _table_schema(dest: Path, doc: dict, table: str) -> Optional[pa.Schema]:
+    files = _files(doc, table)
+    if not files:
+        return None
+    fd = setfiles.open_inside(dest, files[0])
+    try:
+        return pq.read_schema(setfiles.fd_path(fd)).remove_metadata()
+    finally:
+        os.close(fd)
+
+
+def _read(dest: Path, rel: str) -> pa.Table:
+    fd = setfiles.open_inside(dest, rel)
+    try:
+        return pq.read_table(setfiles.fd_path(fd), partitioning=None)
+    finally:
+        os.close(fd)
+
+
+def _rewrite_table(dest: Path, doc: dict, table: str, schema: pa.Schema) -> None:
+    """Every file of `table` again, with the widened `schema`."""
+    for rel in _files(doc, table):
+        _write_parquet(dest, rel, _conform(_read(dest, rel), schema))
+
+
+def _drop_sets(dest: Path, doc: dict, set_ids: List[str]) -> None:
+    """Remove the rows of `set_ids` (sets exported again because they changed) from their files."""
+    if not set_ids:
+        return
+    gone = pa.array(set_ids)
+    files = {f"{t}/{doc['sets'][s]['partition']}/{doc['sets'][s]['part']}" for s in set_ids for t in layout.TABLES}
+    for rel in sorted(files):
+        try:
+            table = _read(dest, rel)
+        except FileNotFoundError:
+            continue
+        keep = table.filter(pa.compute.invert(pa.compute.is_in(table.column("set_id"), value_set=gone)))
+        _write_parquet(dest, rel, keep)   # an empty file keeps the schema; the set's entry is replaced below
+    for s in set_ids:
+        del doc["sets"][s]
+
+
+def _remove_orphans(dest: Path, doc: dict) -> int:
+    """Part files dataset.json does not list (an export that died before writing it) and stale temporaries."""
+    listed = {f for t in layout.TABLES for f in _files(doc, t)}
+    removed = 0
+    for t in layout.TABLES:
+        top = dest / t
+        if not top.is_dir() or top.is_symlink():
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):   # os.walk follows no directory link
+            for name in filenames:
+                rel = os.path.relpath(os.path.join(dirpath, name), dest)
+                if rel not in listed and (name.endswith(".parquet") or name.endswith(".tmp")):
+                    os.unlink(os.path.join(dirpath, name))
+                    removed += 1
+    return removed

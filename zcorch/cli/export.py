@@ -1,0 +1,36 @@
+"""`zcorch export ROOT DEST`: every result set under ROOT as one hive-partitioned Parquet dataset in DEST.
+
+Tables sets, runs, baselines and hosts, partitioned by experiment and date (DEST/<table>/experiment=NAME/
+date=YYYY-MM-DD/*.parquet), with the pair, kernel and revision as columns: DuckDB, Spark, Trino, polars and
+pandas read it without zcorch, and `zcorch history DEST` / `zcorch compare --dataset DEST` read it through
+DuckDB. Incremental (a set already exported with the same content is skipped) and atomic (temporaries renamed
+into place, DEST/dataset.json last). The layout: zcorch.analysis.export. Exit status: 0 ok, 2 input error.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from zcorch.cli import HELP
+
+
+def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
+    p = subparsers.add_parser("export", help=HELP["export"],
+                              description=__doc__.splitlines()[0], epilog="exit status: 0 ok; 2 input error")
+    p.add_argument("root", help="directory searched for result sets at any depth")
+    p.add_argument("dest", help="the dataset directory (made when missing; a symbolic link is refused)")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from zcorch.analysis.export import export_results  # pyarrow, pandas: only when exporting
+
+    def warn(message: str) -> None:
+        print(f"zcorch export: warning: {message}", file=sys.stderr)
+
+    result = export_results(args.root, args.dest, warn)
+    for why in result.skipped:
+        warn(f"skipped: {why}")
+    print(f"zcorch export: {result.line()}")
+    return 0

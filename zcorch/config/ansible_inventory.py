@@ -1,0 +1,284 @@
+"""Ansible inventories as zcorch inventories: `--hosts INV[:PAIR]` where INV is the inventory a lab keeps.
+
+Accepted: the JSON `ansible-inventory -i SOURCE --list` prints (any source, dynamic cloud inventories
+included: save its output and pass the file), and Ansible's YAML and INI inventory files. The YAML and INI
+files are read by ansible-core itself (`ansible-inventory --list`, run as an argv list, never through a shell,
+with only its `yaml` and `ini` inventory plugins enabled, so that no inventory script or plugin configuration
+is ever executed); ansible-core is the optional extra `zcorch[ansible]`. An executable inventory script is
+never run: it is a program, and `zcorch run` is not the place to run it; run
+`ansible-inventory -i SCRIPT --list > inventory.json` and pass the JSON.
+
+Pairs and roles are host or group variables (docs/experiment-files.md, "Ansible inventories"):
+
+    zcorch_pair            the pair's name (a group variable makes a group one pair)          required
+    zcorch_role            sender | receiver                                                   required
+    zcorch_data_address    the address the data connection reaches the host at                required
+    ansible_host           the SSH host (default: the inventory hostname)
+    ansible_user, ansible_port, ansible_ssh_private_key_file (identity_file, relative to the inventory's
+    directory), ansible_python_interpreter (python)
+    zcorch_known_hosts, zcorch_ssh_config, zcorch_workdir, zcorch_allow_network_changes
+    zcorch_shares          on either host of a pair: the names of links/switches it shares with other pairs
+
+Hosts without `zcorch_pair` are ignored. The pairs found become a zcorch inventory document that the parser of
+inventory files validates (zcorch.config.inventory.parse_inventory), so every value gets the same checks as
+in zcorch's own inventory; a problem is reported as `FILE:LINE: host `NAME` (pair P, sender): VARIABLE: message`,
+LINE being where the host's name first appears in the file (the JSON and ansible-core keep no positions).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+
+from zcorch.errors import ConfigError
+
+ROLES = ("sender", "receiver")
+PREFIX = "zcorch_"
+# zcorch host key -> the Ansible variable that gives it (ssh is built from ansible_host/user/port)
+HOST_VARS = {"data_address": "zcorch_data_address", "identity_file": "ansible_ssh_private_key_file",
+             "python": "ansible_python_interpreter", "known_hosts": "zcorch_known_hosts",
+             "ssh_config": "zcorch_ssh_config", "workdir": "zcorch_workdir",
+             "allow_network_changes": "zcorch_allow_network_changes"}
+SSH_VARS = "ansible_host, ansible_user, ansible_port"
+ENABLED_PLUGINS = "yaml,ini"
+_TIMEOUT_S = 120
+_GROUP_KEYS = ("hosts", "children", "vars")
+
+
+def kind_of(text: str) -> Optional[str]:
+    """'json' (ansible-inventory's output), 'ansible' (an Ansible YAML or INI file), 'script' or None (zcorch's own
+    inventory: a mapping with `pairs:`, or something its parser will explain)."""
+    if text.startswith("#!"):   # a program (a dynamic inventory script): refused by load_ansible, never run
+        return "script"
+    stripped = text.lstrip()
+    if stripped.startswith("{"):
+        try:
+            doc = json.loads(stripped)
+        except ValueError:
+            return None
+        return "json" if isinstance(doc, dict) and ("_meta" in doc or "all" in doc) else None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return "ansible" if re.search(r"^\s*\[[^\]]+\]\s*$", text, re.M) else None
+    if isinstance(doc, dict):
+        if "pairs" in doc:
+            return None
+        groups = [v for v in doc.values() if isinstance(v, dict) and any(k in v for k in _GROUP_KEYS)]
+        return "ansible" if groups else None
+    # INI: section headers ([group], [group:vars]) or bare host lines, which YAML reads as a string or a list
+    return "ansible" if re.search(r"^\s*\[[^\]]+\]\s*$", text, re.M) else None
+
+
+def ansible_inventory_command() -> str:
+    """The ansible-inventory of this Python's environment (or on PATH); ConfigError saying how to get it."""
+    here = os.path.join(os.path.dirname(sys.executable), "ansible-inventory")
+    exe = here if os.access(here, os.X_OK) else shutil.which("ansible-inventory")
+    if not exe:
+        raise ConfigError("reading an Ansible YAML/INI inventory needs ansible-core: pip install 'zcorch[ansible]' "
+                          "(or pass the JSON that `ansible-inventory -i FILE --list` prints)")
+    return exe
+
+
+def list_json(path: str) -> dict:
+    """`ansible-inventory -i PATH --list` of a YAML or INI file (only those plugins enabled), parsed."""
+    env = dict(os.environ, ANSIBLE_INVENTORY_ENABLED=ENABLED_PLUGINS, ANSIBLE_NOCOLOR="1",
+               ANSIBLE_INVENTORY_UNPARSED_FAILED="1", ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1")
+    try:
+        res = subprocess.run([ansible_inventory_command(), "-i", path, "--list"], capture_output=True, text=True,
+                             env=env, timeout=_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ConfigError(f"{path}: ansible-inventory could not read it: {exc}") from None
+    if res.returncode != 0:
+        lines = [ln.strip() for ln in res.stderr.splitlines() if ln.strip()]
+        raise ConfigError(f"{path}: not an Ansible inventory ansible-core can read as YAML or INI: "
+                          + (" ".join(lines[-3:]) if lines else f"exit {res.returncode}"))
+    try:
+        return json.loads(res.stdout)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: ansible-inventory printed no JSON ({exc})") from None
+
+
+def host_vars(doc: dict, path: str) -> Dict[str, dict]:
+    """host -> its variables, from `ansible-inventory --list` JSON: group variables (all first, then each
+    group from the outermost to the innermost, as Ansible orders them) under the host's own."""
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected the JSON object `ansible-inventory --list` prints")
+    meta = doc.get("_meta") or {}
+    hostvars = meta.get("hostvars") or {}
+    if not isinstance(hostvars, dict):
+        raise ConfigError(f"{path}: _meta.hostvars: expected an object of hosts")
+    groups = {k: v for k, v in doc.items() if k != "_meta"}
+    parents: Dict[str, List[str]] = {}
+    members: Dict[str, List[str]] = {}
+    for name, group in groups.items():
+        if isinstance(group, list):           # the short form of a dynamic inventory script: a list of hosts
+            group = {"hosts": group}
+        if not isinstance(group, dict):
+            raise ConfigError(f"{path}: group `{name}`: expected an object with hosts/children/vars")
+        for child in group.get("children") or []:
+            parents.setdefault(str(child), []).append(name)
+        for host in group.get("hosts") or []:
+            members.setdefault(str(host), []).append(name)
+            hostvars.setdefault(str(host), {})
+        groups[name] = group
+
+    def depth(g: str, seen=()) -> int:
+        ups = [p for p in parents.get(g, []) if p not in seen]
+        return 1 + max((depth(p, seen + (g,)) for p in ups), default=-1)
+
+    def ancestors(g: str, out: set) -> set:
+        for p in parents.get(g, []):
+            if p not in out:
+                out.add(p)
+                ancestors(p, out)
+        return out
+
+    result = {}
+    for host, own in hostvars.items():
+        if not isinstance(own, dict):
+            raise ConfigError(f"{path}: _meta.hostvars.{host}: expected an object of variables")
+        names = set(members.get(host, [])) | {"all"}
+        for g in list(names):
+            ancestors(g, names)
+        merged: dict = {}
+        for g in sorted(names, key=lambda g: (g != "all", depth(g), g)):
+            merged.update((groups.get(g) or {}).get("vars") or {})
+        merged.update(own)
+        result[str(host)] = merged
+    return result
+
+
+def _line_of(text: str, host: str) -> int:
+    """The first line of `text` naming `host` (1 when none does)."""
+    pat = re.compile(r"(^|[\s\"'\[:,{])" + re.escape(host) + r"($|[\s\"':,\]=}])")
+    for i, line in enumerate(text.splitlines(), start=1):
+        if pat.search(line):
+            return i
+    return 1
+
+
+def _boolean(value):
+    """An INI file's `true`/`yes` is text to Ansible until a module reads it as a boolean: read it so here."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return value
+
+
+def _ssh_target(host: str, v: dict) -> str:
+    target = str(v.get("ansible_host") or host)
+    if v.get("ansible_user") not in (None, ""):
+        target = f"{v['ansible_user']}@{target}"
+    if v.get("ansible_port") not in (None, ""):
+        target = f"{target}:{v['ansible_port']}"
+    return target
+
+
+def pairs_document(hosts: Dict[str, dict], path: str, text: str,
+                   with_shares: bool) -> Tuple[dict, Dict[tuple, Tuple[str, int]], List[str]]:
+    """(a zcorch inventory document {"pairs": ...}, (pair, role) -> (host, line), problems)."""
+    problems: List[str] = []
+    found: Dict[str, Dict[str, List[str]]] = {}
+    for host, v in hosts.items():
+        pair = v.get("zcorch_pair")
+        if pair in (None, ""):
+            continue
+        where = f"{path}:{_line_of(text, host)}: host `{host}`"
+        role = v.get("zcorch_role")
+        if role not in ROLES:
+            problems.append(f"{where}: zcorch_role: expected `sender` or `receiver`, got "
+                            + ("nothing" if role is None else repr(role)))
+            continue
+        found.setdefault(str(pair), {}).setdefault(role, []).append(host)
+    if not found and not problems:
+        problems.append(f"{path}: no host has the variable `zcorch_pair` (with `zcorch_role` sender or receiver "
+                        "and `zcorch_data_address`): no zcorch pair in this Ansible inventory")
+    doc: dict = {"pairs": {}}
+    origin: Dict[tuple, Tuple[str, int]] = {}
+    for pair in sorted(found):
+        roles = found[pair]
+        bad = False
+        for role in ROLES:
+            got = roles.get(role, [])
+            if len(got) != 1:
+                bad = True
+                which = f"{len(got)}: " + ", ".join(f"`{h}`" for h in got) if got else "none"
+                first = got[1] if len(got) > 1 else next(iter(roles.values()))[0]
+                problems.append(f"{path}:{_line_of(text, first)}: pair `{pair}`: needs exactly one host with "
+                                f"zcorch_role: {role}, has {which}")
+        if bad:
+            continue
+        entry: dict = {}
+        shares: List[str] = []
+        for role in ROLES:
+            host = roles[role][0]
+            v = hosts[host]
+            spec = {"ssh": _ssh_target(host, v)}
+            for key, var in HOST_VARS.items():
+                if v.get(var) is not None:
+                    spec[key] = _boolean(v[var]) if key == "allow_network_changes" else v[var]
+            entry[role] = spec
+            origin[(pair, role)] = (host, _line_of(text, host))
+            sh = v.get("zcorch_shares")
+            if sh:
+                shares += [str(s) for s in (sh if isinstance(sh, list) else [sh]) if str(s) not in shares]
+        if shares:
+            if with_shares:
+                entry["shares"] = shares
+            else:
+                problems.append(f"{path}: pair `{pair}`: zcorch_shares: this zcorch has no `shares:` (fleet runs)")
+        doc["pairs"][pair] = entry
+    return doc, origin, problems
+
+
+def _translate(problem: str, synthetic: str, path: str, origin: Dict[tuple, Tuple[str, int]]) -> str:
+    """A problem the inventory parser found in the synthetic document, told in the Ansible file's terms."""
+    m = re.match(re.escape(synthetic) + r":\d+(?::\d+)?: pairs\.([^.\s]+)\.(sender|receiver)(?:\.(\w+))?: (.*)$",
+                 problem, re.S)
+    if not m:
+        m2 = re.match(re.escape(synthetic) + r":\d+(?::\d+)?: pairs\.([^.\s:]+)(?:\.(\w+))?: (.*)$", problem, re.S)
+        if m2:
+            return f"{path}: pair `{m2.group(1)}`" + (f": {m2.group(2)}" if m2.group(2) else "") + f": {m2.group(3)}"
+        return problem.replace(synthetic, path)
+    pair, role, key, msg = m.groups()
+    host, line = origin.get((pair, role), ("?", 1))
+    var = SSH_VARS if key == "ssh" else HOST_VARS.get(key, key or "")
+    for k, v in HOST_VARS.items():   # "missing required key `data_address`": the variable that gives it
+        msg = msg.replace(f"`{k}`", f"`{v}`")
+    return f"{path}:{line}: host `{host}` (pair {pair}, {role}): {var + ': ' if var else ''}{msg}"
+
+
+def synthetic_name(path: str) -> str:
+    """The name the pairs document is parsed under (its directory is the inventory's: relative key paths)."""
+    return f"{path} (as zcorch pairs)"
+
+
+def pairs_yaml(path: str, text: str, kind: str, with_shares: bool) -> Tuple[str, Dict[tuple, Tuple[str, int]]]:
+    """(a zcorch inventory document as YAML text, (pair, role) -> (host, line)) of an Ansible inventory of
+    `kind` (kind_of); ConfigError for what is wrong with its zcorch variables. zcorch.config.inventory parses
+    the document (and `translate`s its problems)."""
+    if kind == "json":
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    elif kind == "script":
+        raise ConfigError(f"{path}: an executable inventory script: zcorch never runs it; run "
+                          f"`ansible-inventory -i {path} --list > inventory.json` and pass inventory.json")
+    else:
+        doc = list_json(path)
+    document, origin, problems = pairs_document(host_vars(doc, path), path, text, with_shares)
+    if problems:
+        raise ConfigError(problems)
+    return yaml.safe_dump(document, sort_keys=False, default_flow_style=False), origin
+
+
+def translate(problems: List[str], path: str, origin: Dict[tuple, Tuple[str, int]]) -> List[str]:
+    """The inventory parser's problems with the pairs document, told in the Ansible file's terms."""
+    return [_translate(p, synthetic_name(path), path, origin) for p in problems]

@@ -1,0 +1,274 @@
+"""The controller's side of `zcorch worker serve` (zcorch.worker.serve): one worker server per host and
+worker command for a whole sweep, each run a `ServedRun` (a Process, so the runner drives it as it drove a
+worker started per run).
+
+A server that dies (killed, its host's link lost, a bug) fails the runs it was serving: their output ends,
+their exit status is the server's, and their stderr says the server ended. The next run on that host
+starts a new server (`WorkerPool.start`). Timeouts still kill: `ServedRun.kill_group` asks the server to
+signal the run's process group, and when the server does not confirm the run ended it is killed itself
+(its runs then end their groups: their stdin, a pipe the server held, reaches EOF).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import signal
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from zcorch.errors import HostError, ZcorchError
+from zcorch.hosts.local import Host, Process
+
+SERVE = "serve"               # the worker action (zcorch.worker.cli)
+STARTUP_TIMEOUT = 60.0        # interpreter start-up on a loaded host, over SSH
+KILL_CONFIRM_TIMEOUT = 5.0    # a signalled run whose end the server does not report: the server is stuck
+_EXIT_TIMEOUT = 5.0
+
+
+def describe_exit(status: Optional[int]) -> str:
+    """How a worker (or its server) ended, as run records say it."""
+    if status is None:
+        return "was still running (killed)"
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
+
+
+class ServedRun(Process):
+    """One run of a worker server: its output lines, its exit status and its stderr."""
+
+    def __init__(self, server: "WorkerServer", rid: int, argv: List[str]):
+        self.host, self.server, self.rid, self.argv = server.host, server, rid, argv
+        self.pgid: Optional[int] = None
+        self.pid: Optional[int] = None
+        self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._err: List[str] = []
+        self._status: Optional[int] = None
+        self._ended = threading.Event()
+
+    # fed by the server's reader thread
+    def _started(self, pid: int) -> None:
+        self.pid = self.pgid = pid
+
+    def _out(self, line: str) -> None:
+        self._lines.put(line)
+
+    def _stderr(self, text: str) -> None:
+        self._err.append(text)
+
+    def _exit(self, status: Optional[int], note: Optional[str] = None) -> None:
+        if self._ended.is_set():
+            return
+        if note:
+            self._err.append(note + "\n")
+        self._status = status
+        self._ended.set()
+        self._lines.put(None)
+
+    # the Process interface
+    def readline(self, timeout: float) -> Optional[str]:
+        try:
+            line = self._lines.get(timeout=max(timeout, 0.0))
+        except queue.Empty:
+            raise TimeoutError(f"no output within {timeout:.1f}s") from None
+        if line is None:
+            self._lines.put(None)   # EOF stays EOF
+        return line
+
+    def wait(self, timeout: float) -> int:
+        if not self._ended.wait(max(timeout, 0.0)):
+            raise TimeoutError(f"still running after {timeout:.1f}s")
+        return self._status if self._status is not None else -signal.SIGKILL
+
+    def stderr_text(self) -> str:
+        return "".join(self._err)
+
+    def send_line(self, text: str) -> None:
+        raise HostError(f"{self.host.name}: a served run reads no stdin (its port is in its arguments)")
+
+    def kill_group(self, sig: int = signal.SIGKILL) -> None:
+        self.server.signal(self, int(sig))
+        if int(sig) == signal.SIGKILL and not self._ended.wait(KILL_CONFIRM_TIMEOUT):
+            self.server.kill(f"it did not end run {self.rid} within {KILL_CONFIRM_TIMEOUT:g}s of SIGKILL")
+
+
+class WorkerServer:
+    """`WORKER serve` started on `host`; runs are handed over on its stdin (zcorch.worker.serve)."""
+
+    def __init__(self, host: Host, worker: Sequence[str], env: Optional[Mapping[str, str]] = None):
+        self.host, self.worker = host, list(worker)
+        self.argv = [*self.worker, SERVE]
+        self.proc = host.start(self.argv, env=dict(env) if env else None)
+        self.dead: Optional[str] = None
+        self._runs: Dict[int, ServedRun] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        try:
+            hello = self._first_event()
+        except BaseException:
+            self.proc.kill_group(signal.SIGKILL)
+            raise
+        self.pid = hello.get("pid")
+        self._reader = threading.Thread(target=self._read, name=f"worker-server-{host.name}", daemon=True)
+        self._reader.start()
+
+    def _first_event(self) -> dict:
+        try:
+            line = self.proc.readline(STARTUP_TIMEOUT)
+        except TimeoutError:
+            raise HostError(f"{self.host.name}: the worker server did not start within {STARTUP_TIMEOUT:g}s") from None
+        try:
+            event = json.loads(line) if line is not None else None
+        except ValueError:
+            event = None
+        if not isinstance(event, dict) or event.get("event") != "serving":
+            try:
+                status = self.proc.wait(2.0)
+            except TimeoutError:
+                status = None
+            raise HostError(f"{self.host.name}: the worker server did not start (exit {status}, said {line!r}): "
+                            f"{self.proc.stderr_text().strip()[-800:]}")
+        return event
+
+    def _read(self) -> None:
+        while True:
+            try:
+                line = self.proc.readline(3600.0)
+            except TimeoutError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - a lost link: the runs learn it below
+                self._lost(f"{type(exc).__name__}: {exc}")
+                return
+            if line is None:
+                self._lost(None)
+                return
+            try:
+                frame = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(frame, dict):
+                continue
+            with self._lock:
+                run = self._runs.get(frame.get("id"))
+            if run is None:
+                continue
+            if "out" in frame:
+                run._out(str(frame["out"]))
+            elif "err" in frame:
+                run._stderr(str(frame["err"]))
+            elif "started" in frame:
+                run._started(int(frame["started"]))
+            elif "exit" in frame:
+                with self._lock:
+                    self._runs.pop(run.rid, None)
+                run._exit(frame["exit"])
+            elif frame.get("event") == "error":
+                run._stderr(f"worker server: {frame.get('message')}\n")
+
+    def _lost(self, why: Optional[str]) -> None:
+        try:
+            status = self.proc.wait(2.0)
+        except (TimeoutError, ZcorchError):
+            status = None
+        said = self.proc.stderr_text().strip()[-300:]
+        self.dead = (f"the worker server (pid {self.pid}) on {self.host.name} {describe_exit(status)}"
+                     + (f" ({why})" if why else "") + (f": {said}" if said else ""))
+        with self._lock:
+            runs, self._runs = list(self._runs.values()), {}
+        for run in runs:
+            run._exit(status, self.dead)
+
+    def start(self, args: Sequence[str]) -> ServedRun:
+        """Hand the server one run: `args` = the worker's arguments (["recv", "--listen", ...])."""
+        if self.dead:
+            raise HostError(self.dead)
+        args = [str(a) for a in args]
+        with self._lock:
+            run = ServedRun(self, next(self._ids), [*self.worker, *args])
+            self._runs[run.rid] = run
+        try:
+            self.proc.send_line(json.dumps({"op": "run", "id": run.rid, "argv": args}))
+        except (OSError, ZcorchError) as exc:
+            with self._lock:
+                self._runs.pop(run.rid, None)
+            raise HostError(f"{self.host.name}: cannot hand the worker server a run: {exc}") from None
+        return run
+
+    def signal(self, run: ServedRun, sig: int) -> None:
+        if self.dead:
+            return
+        try:
+            self.proc.send_line(json.dumps({"op": "signal", "id": run.rid, "signal": sig}))
+        except (OSError, ZcorchError):
+            pass   # gone: its runs end with it (their stdin closes)
+
+    def kill(self, why: str) -> None:
+        """End the server itself (and so its runs); the pool starts another for the next run."""
+        if not self.dead:
+            self.dead = f"the worker server on {self.host.name} was killed: {why}"
+        try:
+            self.proc.kill_group(signal.SIGKILL)
+        except ZcorchError:
+            pass
+
+    def close(self) -> None:
+        """Ask the server to stop (it kills what still runs), SIGKILL it if it does not."""
+        if self.dead is None:
+            try:
+                self.proc.send_line(json.dumps({"op": "exit"}))
+            except (OSError, ZcorchError):
+                pass
+        try:
+            self.proc.wait(_EXIT_TIMEOUT)
+        except TimeoutError:
+            self.kill("it did not exit when asked")
+            try:
+                self.proc.wait(_EXIT_TIMEOUT)
+            except TimeoutError:
+                pass
+        except ZcorchError:
+            pass
+        self._reader.join(timeout=_EXIT_TIMEOUT)
+
+
+class WorkerPool:
+    """One WorkerServer per (host, worker command, environment), started on first use, replaced when it
+    died; `close()` stops them all (run_sweep's end, or the caller of Runner.run_one)."""
+
+    def __init__(self) -> None:
+        self._servers: Dict[Tuple[int, Tuple[str, ...], Tuple[Tuple[str, str], ...]], WorkerServer] = {}
+        self.restarts: List[str] = []   # why each replaced server ended (the runner's warnings)
+
+    def server(self, host: Host, worker: Sequence[str], env: Optional[Mapping[str, str]] = None) -> WorkerServer:
+        key = (id(host), tuple(worker), tuple(sorted((env or {}).items())))
+        found = self._servers.get(key)
+        if found is not None and found.dead:
+            self.restarts.append(found.dead)
+            found.close()
+            found = None
+        if found is None:
+            found = self._servers[key] = WorkerServer(host, worker, env)
+        return found
+
+    def start(self, host: Host, worker: Sequence[str], args: Sequence[str],
+              env: Optional[Mapping[str, str]] = None) -> ServedRun:
+        server = self.server(host, worker, env)
+        try:
+            return server.start(args)
+        except HostError as exc:
+            # Gone before its reader noticed (a lost link, a killed server): a new one, whose own start
+            # says what is wrong with the host if anything is.
+            server.kill(str(exc))
+            return self.server(host, worker, env).start(args)
+
+    def close(self) -> None:
+        servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.close()
+
+    def servers(self) -> List[Any]:
+        return list(self._servers.values())
