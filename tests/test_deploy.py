@@ -350,7 +350,11 @@ def test_mode_problems_name_the_host_the_mode_and_why():
     assert deploy.mode_problems("h1", {"modes": {}}, {"send": ["warp"], "recv": ["io_uring"]}) == []
     # the cells were judged by the controller's copy of the capability table: a worker declaring other
     # capabilities for a mode the cells use would refuse (or run) other cells than the plan says
-    caps = {"send": {"write": [], "mmap": ["file_source"]}, "recv": {"read": []}}
+    from zcorch.config.capabilities_table import MODE_CAPABILITIES
+
+    # write and read as the controller's table declares them; mmap with one capability too few
+    caps = {"send": {"write": sorted(MODE_CAPABILITIES["send"]["write"]), "mmap": ["file_source"]},
+            "recv": {"read": sorted(MODE_CAPABILITIES["recv"]["read"])}}
     info = {"modes": {"send": ["write", "mmap"], "recv": ["read"]}, "unavailable": {}, "capabilities": caps}
     assert deploy.mode_problems("h1", info, {"send": ["write"], "recv": ["read"]}) == []
     [problem] = deploy.mode_problems("h1", info, {"send": ["mmap", "write"]})
