@@ -142,3 +142,16 @@ def test_a_failed_newest_sweep_still_exits_3_and_a_stable_series_exits_0(tmp_pat
     res = check(root)
     assert res.returncode == 3, res.stdout + res.stderr
     assert res.stdout.splitlines()[-1].startswith("zcorch history: incomplete: exp: newest sweep ")
+
+
+def test_a_rise_is_not_hidden_by_the_wider_interval_its_own_higher_level_brings():
+    """A night 4x higher with the baseline's *relative* precision has a 4x wider interval in absolute
+    terms; that is no sign of a night that did not converge, and must not hide the rise."""
+    from zcorch.analysis.detector import nightly_test
+
+    base, base_sd = [1.0, 1.0, 1.0], [0.15, 0.15, 0.15]
+    rise = nightly_test(base, base_sd, [4.0], [0.6], higher_better=False, threshold_pct=3.0, alpha=0.005)
+    assert rise.verdict == "regressed", rise
+    # a night at the same level whose interval is really wider (relative) still adds its excess
+    loose = nightly_test(base, base_sd, [4.0], [2.4], higher_better=False, threshold_pct=3.0, alpha=0.005)
+    assert loose.p_value > rise.p_value

@@ -22,7 +22,9 @@ median of its ok runs, and its noise is how much earlier nights' medians spread:
 - **the judged nights**: the newest one, and the mean of the newest two and three (a step is judged on its
   first night alone, and on its second and third night with their average, whose noise is σ/√2 and σ/√3: a
   step smaller than one night's spread is still caught within three nights). A judged night whose own
-  interval is wider than the baseline's typical one (a night that did not converge) adds the difference;
+  interval is wider, relative to its median, than the baseline's typical one (a night that did not
+  converge) adds the difference, taken at the baseline's level (relative: a night 4x higher has a 4x wider
+  interval with the same precision, and must not hide its rise behind it);
 - **statistic**: the prediction of a new night from k baseline nights, T = (judged − level) /
   √(σ²·(1/w + 1/k) + extra), w judged nights; one-sided p in the direction of the change from Student's t
   with k − 1 degrees of freedom (scipy.stats.t: exact for normal nights), times the number of windows
@@ -143,8 +145,14 @@ def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequen
     sd_base = np.asarray(base_sd, dtype="float64")
     typical = float(np.nanmedian(sd_base)) if np.isfinite(sd_base).any() else 0.0
     spread = max(float(np.std(kept, ddof=1)), typical, FLOOR_REL * abs(level), 1e-12)
+    # The excess of a judged night's interval over the baseline's typical one, relative to each night's own
+    # level and applied at the baseline's: a night that is 4x higher has a 4x wider interval in absolute
+    # terms with the same precision, and must not hide its own rise behind it.
     sd_judged = np.asarray(judged_sd, dtype="float64")
-    extra = float(np.sum(np.maximum(np.nan_to_num(sd_judged, nan=0.0) ** 2 - typical ** 2, 0.0))) / w ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel_judged = np.where(judged != 0, np.nan_to_num(sd_judged, nan=0.0) / np.abs(judged), 0.0)
+    rel_typical = typical / abs(level) if level else 0.0
+    extra = float(np.sum(np.maximum(rel_judged ** 2 - rel_typical ** 2, 0.0))) * level ** 2 / w ** 2
     t = (mean - level) / math.sqrt(spread ** 2 * (1 / w + 1 / k) + extra)
     p = min(1.0, n_tests * float(scipy.stats.t.sf(abs(t), k - 1)))
     worse = change < 0 if higher_better else change > 0
