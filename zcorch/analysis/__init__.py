@@ -11,7 +11,7 @@ The entry points below resolve on first use (PEP 562).
 """
 from __future__ import annotations
 
-import importlib
+from zcorch import lazy_attribute
 
 _LAZY = {
     "load": "zcorch.analysis.load",
@@ -25,7 +25,4 @@ __all__ = list(_LAZY)
 
 
 def __getattr__(name: str):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'zcorch.analysis' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    return lazy_attribute(__name__, _LAZY, name)

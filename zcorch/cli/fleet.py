@@ -17,6 +17,7 @@ import time
 from typing import Dict, List, Optional, TextIO
 
 from zcorch.cli.console import log
+from zcorch.cli.run_output import say_over_bar
 from zcorch.sweep.fleet import FleetObserver, PairState, prepare_fleet
 
 PAIRS_REPORT = "pairs.md"   # the fleet's pairs compared, written into the fleet directory at the end
@@ -37,11 +38,7 @@ class ConsoleFleetObserver(FleetObserver):
         self.t0 = time.monotonic()
 
     def _say(self, level: int, text: str) -> None:
-        if self.bar is not None:
-            self.bar.clear()
-        self.log.log(level, f"zcorch run: {text}")
-        if self.bar is not None:
-            self.bar.refresh()
+        say_over_bar(self.log, self.bar, level, text)
 
     def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
         left = [p.pair for p in pairs if not p.done]

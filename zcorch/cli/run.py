@@ -23,7 +23,7 @@ from typing import Dict, List, Optional, TextIO
 
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
-from zcorch.cli.run_output import _clean, _finite, _modes, _rate, _utc_now, _write_cache_locked
+from zcorch.cli.run_output import _clean, _finite, _modes, _rate, _utc_now, _write_cache_locked, say_over_bar
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
@@ -80,11 +80,7 @@ class ConsoleObserver(SweepObserver):
         self.bar = None
 
     def _say(self, level: int, text: str) -> None:
-        if self.bar is not None:
-            self.bar.clear()
-        self.log.log(level, f"zcorch run: {text}")
-        if self.bar is not None:
-            self.bar.refresh()
+        say_over_bar(self.log, self.bar, level, text)
 
     def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
         self.total, self.already, self.t0 = total, already_ok, time.monotonic()

@@ -10,6 +10,15 @@ from zcorch.errors import ResultsError
 from zcorch.results.store import lock_result_set
 
 
+def say_over_bar(log, bar, level: int, text: str) -> None:
+    """Log one `zcorch run:` line without tearing the progress bar (tqdm) drawn on the same terminal."""
+    if bar is not None:
+        bar.clear()
+    log.log(level, f"zcorch run: {text}")
+    if bar is not None:
+        bar.refresh()
+
+
 def _modes(record: dict) -> str:
     """'write→read' (plus the streams when several): what a user recognises, where the cell id is a hash."""
     p = record.get("params") or {}
