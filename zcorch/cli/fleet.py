@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, TextIO
 
 from zcorch.cli.console import log
-from zcorch.cli.run_output import say_over_bar
+from zcorch.cli.run_output import export_after_run, report_export, say_over_bar
 from zcorch.sweep.fleet import FleetObserver, PairState, prepare_fleet
 
 PAIRS_REPORT = "pairs.md"   # the fleet's pairs compared, written into the fleet directory at the end
@@ -174,7 +174,10 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
             observer.close()
     loaded = end_work.finish(result.pairs)
     report = _pairs_report(result.directory, args.json, loaded)
+    exported = export_after_run(result.directory, args.export) if args.export else None
     if args.json:
+        if exported is not None:
+            observer.emit("export", **exported)
         observer.emit("fleet_end", status=result.status, exit_status=result.exit_status,
                       fleet_dir=result.directory, failed_pairs=[p.pair for p in result.failed],
                       pairs_compared={k: v for k, v in report.items() if k != "text"} if report else None)
@@ -183,6 +186,8 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
     if report is not None:
         print(report["text"], end="")
     print(f"results: {result.directory}")
+    if exported is not None:
+        report_export(exported, result.directory)
     if result.status == "interrupted":
         print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
               f"{result.directory}", file=sys.stderr)
