@@ -173,6 +173,8 @@ def test_four_labs_four_pairs_exclusions_a_killed_pair_resumed_the_odd_pair_name
     assert doc["exclusions"]["shares"] == {"uplink": ["p3", "p4"]}
     assert doc["exclusions"]["hosts"] == {f"{labs[0].mgmt_address('receiver')}:22": ["p1", "p2"]}   # lab a's receiver
     assert not _complete(out / "p3")
+    # remote pairs: each complete pair's runs.parquet written by the fleet as its sweep ended
+    assert all((out / p / "runs.parquet").is_file() for p in ("p1", "p2", "p4"))
 
     again = zcorch(tag, "run", "--resume", out, timeout=900)
     assert again.returncode == 0, again.stderr[-4000:]

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Set, TextIO
 
 from zcorch.cli.console import log
 from zcorch.cli.run_output import export_after_run, report_export, say_over_bar
-from zcorch.sweep.fleet import FleetObserver, PairState, prepare_fleet
+from zcorch.sweep.fleet import LOCALHOST, FleetObserver, PairState, prepare_fleet
 
 PAIRS_REPORT = "pairs.md"   # the fleet's pairs compared, written into the fleet directory at the end
 
@@ -238,9 +238,12 @@ class EndWork(FleetObserver):
     as its sweep ends. When the last pair ends, what is left is that pair and the comparison's arithmetic, not
     the imports and every pair in a row.
 
-    The thread starts only once every pair is forked (pairs_running: a thread alive during a fork could leave
-    the import lock held in the child), and is a daemon: an interrupted fleet does not wait for it (the cache is
-    best effort: zcorch.load builds a missing one)."""
+    Not while a pair measures on this machine: with a pair on localhost (whose runs measure the controller's
+    own CPUs) all of it waits for the end, as before. Remote pairs' measurements do not share the controller's
+    CPUs (in the labs of tests and benchmarks they do, but there the pairs' hosts share them with each other
+    anyway). The thread starts only once every pair is forked (pairs_running: a thread alive during a fork
+    could leave the import lock held in the child), and is a daemon: an interrupted fleet does not wait for it
+    (the cache is best effort: zcorch.load builds a missing one)."""
 
     def __init__(self) -> None:
         self.directory: Optional[str] = None
@@ -249,17 +252,21 @@ class EndWork(FleetObserver):
         self.done: Set[str] = set()           # pairs whose cache is written (or was not to be)
         self.loaded: Dict[str, Any] = {}      # pair -> zcorch.load of its result set
         self.thread: Optional[threading.Thread] = None
+        self.background = False
 
     def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
         self.directory = directory
         self.compare = len(pairs) > 1   # one pair: nothing to compare, scipy is not imported
+        self.background = not any(_this_machine(h) for p in pairs if not p.done for h in p.hosts)
 
     def pairs_running(self) -> None:
-        self.thread = threading.Thread(target=self._work, name="fleet-end-work", daemon=True)
-        self.thread.start()
+        if self.background:
+            self.thread = threading.Thread(target=self._work, name="fleet-end-work", daemon=True)
+            self.thread.start()
 
     def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
-        self.todo.put(state)
+        if self.thread is not None:
+            self.todo.put(state)
 
     def _work(self) -> None:
         try:
@@ -303,6 +310,20 @@ class EndWork(FleetObserver):
                 if state.pair not in self.done:
                     _write_cache_if_complete(os.path.join(self.directory, state.dir))
         return self.loaded
+
+
+def _this_machine(identity: str) -> bool:
+    """Whether a host identity (zcorch.sweep.fleet.host_identity) is the controller's machine: localhost, or an
+    ssh target on a loopback address."""
+    import ipaddress
+
+    if identity == LOCALHOST:
+        return True
+    host = identity.rsplit(":", 1)[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _write_cache_if_complete(directory: str) -> None:

@@ -73,6 +73,7 @@ PAIR_STATUSES = ("pending", "running", "complete", "failed", "interrupted")
 HOST_STAGES = ("deploy", "calibrate", "sources")
 LINK_STAGES = ("baselines", "commands")
 HOST_LOCK_PREFIX = "host-"
+LOCALHOST = "localhost"   # the host identity of this machine (a pair on localhost measures the controller's CPUs)
 _LOCK_NAME_RE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -87,7 +88,7 @@ def host_identity(spec: Optional[HostSpec], allow_ssh_config_exec: bool = False)
     """The machine a host spec reaches: `localhost`, or `hostname:port` after the ssh config (an alias and
     its HostName are one machine; the user does not matter)."""
     if spec is None:
-        return "localhost"
+        return LOCALHOST
     from zcorch.hosts.ssh import resolve_target  # paramiko: only when a fleet of remote pairs is planned
 
     target = resolve_target(spec, allow_exec=allow_ssh_config_exec)
@@ -98,7 +99,7 @@ def pair_locks(pair: InventoryPair, allow_ssh_config_exec: bool = False) -> Tupl
     """(the pair's host identities, its share names), each sorted and without repeats."""
     hosts = pair.hosts
     if hosts.localhost:
-        ids = ["localhost"]
+        ids = [LOCALHOST]
     else:
         ids = sorted({host_identity(hosts.spec(r), allow_ssh_config_exec) for r in ("sender", "receiver")})
     return ids, sorted(set(pair.shares))
