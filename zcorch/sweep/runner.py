@@ -198,13 +198,14 @@ class Runner:
             status, reason = "failed", f"{type(exc).__name__}: {exc} (traceback in {log_rel})"
             traces.append(traceback.format_exc())
         finally:
-            try:
-                self._cleanup(recv, send)
-            except Exception as exc:  # e.g. the kill over a lost SSH link: the run is still recorded
-                self.warnings.append(f"cell {cell} repeat {repeat}: workers may still run after cleanup "
-                                     f"failed: {type(exc).__name__}: {exc}")
-                traces.append(traceback.format_exc())
+            # The run's wall time ends with its outcome (both results in, or the failure seen); the workers'
+            # exits and the cleanup follow. An ok run's record is appended while its workers exit (the wait
+            # for their exit frames overlaps the fsync); any other run is cleaned up first, so its record
+            # says why a host stopped answering. Either way both workers are gone (or killed) before the
+            # next run starts.
             wall = time.monotonic() - t0
+            if status != "ok":
+                self._cleanup_run(cell, repeat, recv, send, traces)
             # A lost connection explains the failure better than how the worker's channel ended.
             self.lost_host = self._unreachable() if status not in ("ok", "interrupted") else None
             if self.lost_host:
@@ -212,13 +213,27 @@ class Runner:
             record = self._record(cell, repeat, params, status, reason, started_iso, wall, recv, send, log_rel)
             if self.convergence is not None:
                 self.convergence.observe(record)
+            if status == "ok":
+                try:
+                    self.results.append_run(record)
+                finally:
+                    self._cleanup_run(cell, repeat, recv, send, traces)
             try:
                 self._write_log(log_rel, record, recv, send, traces)
             except Exception as exc:  # the record matters more than its log
                 self.warnings.append(f"cannot write {log_rel}: {type(exc).__name__}: {exc}")
-            self.results.append_run(record)
+            if status != "ok":
+                self.results.append_run(record)
             self.on_event("run_done", record=record)
         return record
+
+    def _cleanup_run(self, cell: str, repeat: int, recv: _Side, send: _Side, traces: List[str]) -> None:
+        try:
+            self._cleanup(recv, send)
+        except Exception as exc:  # e.g. the kill over a lost SSH link: the run is still recorded
+            self.warnings.append(f"cell {cell} repeat {repeat}: workers may still run after cleanup "
+                                 f"failed: {type(exc).__name__}: {exc}")
+            traces.append(traceback.format_exc())
 
     def _serve(self, side: _Side, worker: List[str], role: str) -> None:
         """Hand side's run to the worker server of its host (side.argv = worker + the run's arguments)."""
