@@ -699,7 +699,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
                                  sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
                                  progress=observer.run_done, before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
                                  source_errors=source_errors, scratch=scratch_dirs, observer=observer,
-                                 allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence)
+                                 allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence,
+                                 start_servers_together=not dry_run)
         outcome = runner.run_sweep(plan_runs, skip)
         warnings += runner.warnings
     except KeyboardInterrupt:

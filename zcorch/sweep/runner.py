@@ -138,8 +138,11 @@ class Runner:
                  before_directory: Optional[Callable[[Optional[str], str], None]] = None,
                  source_errors: Optional[Dict[str, str]] = None,
                  scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = (),
-                 netman: Any = None, convergence: Any = None):
+                 netman: Any = None, convergence: Any = None, start_servers_together: bool = False):
         self.sender, self.receiver = sender, receiver
+        # run_sweep starts both hosts' worker servers at once before its first run (a sweep does; a dry run,
+        # whose recorded commands keep their order, and the tests of one run at a time do not)
+        self.start_servers_together = start_servers_together
         # zcorch.sweep.adaptive.Convergence for `repeats: {min, max, target_ci}`: converged cells get no more
         # runs, and each record carries its cell's state; None: every planned run runs.
         self.convergence = convergence
@@ -435,6 +438,9 @@ class Runner:
         fs_errors: Dict[str, str] = {}
         net_errors: Dict[str, str] = {}
         try:
+            if todo and self.start_servers_together:
+                self.pool.start_servers([(self.receiver, self.receiver_worker, self.worker_env.get("receiver")),
+                                         (self.sender, self.sender_worker, self.worker_env.get("sender"))])
             for i, (cell, repeat, params) in enumerate(todo):
                 if self.convergence is not None and not self.convergence.wants(cell):
                     outcome.converged += 1   # no record: the run was planned up to `max`, not needed
