@@ -69,6 +69,9 @@ STAGES: Tuple[Tuple[str, str], ...] = (
     ("finish", "finish the result set"),
 )
 _TITLES = dict(STAGES)
+# The stages before this one measure nothing (the calibration may, when not cached; baselines and runs do):
+# what else the controller's machine does meanwhile cannot skew a result (zcorch.cli.cache_writer uses them).
+FIRST_MEASURING_STAGE = "calibrate"
 
 
 class SweepObserver:
