@@ -138,7 +138,8 @@ class Runner:
                  before_directory: Optional[Callable[[Optional[str], str], None]] = None,
                  source_errors: Optional[Dict[str, str]] = None,
                  scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = (),
-                 netman: Any = None, convergence: Any = None, start_servers_together: bool = False):
+                 netman: Any = None, convergence: Any = None, start_servers_together: bool = False,
+                 pool: Optional[WorkerPool] = None):
         self.sender, self.receiver = sender, receiver
         # run_sweep starts both hosts' worker servers at once before its first run (a sweep does; a dry run,
         # whose recorded commands keep their order, and the tests of one run at a time do not)
@@ -165,7 +166,8 @@ class Runner:
         self.scratch = dict(scratch or {})   # role -> the {scratch} directory on that host
         self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs
         self.lost_host: Optional[str] = None   # why a host stopped answering during the last run
-        self.pool = WorkerPool()        # the worker servers, one per host (close() stops them)
+        # the worker servers, one per host (close() stops them); a sweep's may have been started already
+        self.pool = pool if pool is not None else WorkerPool()
 
     def close(self) -> None:
         """Stop the worker servers (run_sweep does at its end; callers of run_one alone call it)."""

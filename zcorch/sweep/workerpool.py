@@ -258,6 +258,15 @@ class WorkerPool:
         except ZcorchError:
             pass
 
+    def start_servers_meanwhile(self, wanted: Sequence[Tuple[Host, Sequence[str], Optional[Mapping[str, str]]]]
+                                ) -> "threading.Thread":
+        """start_servers on a thread of its own, so the caller's set-up goes on meanwhile; join the thread
+        before anything is measured (each start is an interpreter start-up on its host)."""
+        thread = threading.Thread(target=self.start_servers, args=(list(wanted),), name="worker-servers",
+                                  daemon=True)
+        thread.start()
+        return thread
+
     def server(self, host: Host, worker: Sequence[str], env: Optional[Mapping[str, str]] = None) -> WorkerServer:
         key = self._key(host, worker, env)
         found = self._servers.get(key)
