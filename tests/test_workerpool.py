@@ -187,3 +187,28 @@ def test_spares_end_with_a_killed_server(tag):
     finally:
         p.kill()
         p.wait()
+
+
+def test_an_ok_runs_workers_are_gone_when_its_record_is_done_and_before_the_next_run(tmp_path, tag):
+    # The record of an ok run is appended while its workers exit; the wait for them still ends first.
+    cells = [base_params(bytes=1 << 20) for _ in range(3)]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    procs, alive = [], []   # each run's receiver and sender (ServedRun: its pid comes with the `started` frame)
+
+    def running(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    def on_event(name, **info):
+        if name in ("receiver_started", "run_done"):   # the runs before this one (their pids are known)
+            alive.extend(p.pid for p in procs if running(p.pid))
+        if name in ("receiver_started", "sender_started"):
+            procs.append(info["proc"])
+
+    outcome = local_runner(rs, tag, on_event=on_event).run_sweep(runs_of(cells))
+    assert outcome.ok == 3 and len({p.pid for p in procs}) == 6
+    assert alive == []
+    assert [r["status"] for r in rs.runs()] == ["ok"] * 3 and all(r["log"] for r in rs.runs())
