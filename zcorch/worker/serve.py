@@ -27,12 +27,13 @@ passes it) a child ends its process group when the server goes, however the serv
 Spares: a freshly forked child is slow for its first milliseconds (every page of the server it writes to,
 if only to count a reference, is copied first; argparse, the parameter table and the cffi structures are
 touched for the first time), which used to sit between the request and the run. So while no run is going
-the server forks SPARES children ahead (after gc.freeze(), so no collection in a child walks, and copies,
-the server's objects), each of which warms up (`warm`: the code path of a run, without opening anything)
-and then waits for its run's argv on a pipe of its own. A request hands its argv to a spare; a spare that
-died meanwhile is reaped and the run gets a fresh fork, as when there is no spare. Spares are forked only
-when the server is idle, so their warm-up never shares the CPUs with a timed transfer the server serves.
-A spare is a run's process from the start (own process group, own pipes), so isolation is unchanged.
+the server forks spares (after gc.freeze(), so no collection in a child walks, and copies, the server's
+objects): as many as it has had runs at once (a server serving both sides of localhost keeps two, one per
+host keeps one), each of which warms up (`warm`: the code path of a run, opening nothing), says so with one
+byte on its stdout, and then waits for its run's argv on a pipe of its own. A request waits until every
+spare has warmed up (no warm-up shares the CPUs with a transfer the server serves) and hands its argv to
+one; a spare that died meanwhile is reaped and the run gets a fresh fork, as when there is none. A spare is
+a run's process from the start (own process group, own pipes), so isolation is unchanged.
 Stdlib only (runs on the hosts).
 """
 from __future__ import annotations
@@ -49,9 +50,10 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional
 
 SERVE_ACTIONS = ("recv", "send")   # what a served run may be: the transfers (the rest runs as before)
-SPARES = 2   # children forked ahead: a receiver and a sender when one server serves both sides (localhost)
 _CHUNK = 65536
 _ARGV_FD = 3   # in a spare: where its run's argv arrives (one JSON line; EOF: never used, exit)
+_WARM = b"W"   # a spare's first byte on its stdout: warmed up (read by the server, never relayed)
+_WARM_TIMEOUT = 10.0   # a spare not warm by then is discarded (its run gets a fresh fork)
 
 
 class _Child:
@@ -103,6 +105,7 @@ def _child(argv: "Optional[list[str]]", run: "Callable[[list[str]], int]", fds: 
                     warm()
                 except Exception:  # noqa: BLE001 - a warm-up is an optimisation: the run goes on cold
                     pass
+            os.write(1, _WARM)
             argv = _read_argv()
             if argv is None:
                 rc = 0
@@ -132,15 +135,16 @@ class _Spare:
 
     def __init__(self, pid: int, argv_w: int, stdin_w: int, out_r: int, err_r: int):
         self.pid, self.argv_w, self.stdin_w, self.out_r, self.err_r = pid, argv_w, stdin_w, out_r, err_r
+        self.warm = False
 
     def fds(self) -> "tuple[int, ...]":
         return self.argv_w, self.stdin_w, self.out_r, self.err_r
 
 
 class Server:
-    def __init__(self, run: "Callable[[list[str]], int]", warm: "Optional[Callable[[], None]]" = None,
-                 spares: int = SPARES):
-        self.run, self.warm, self.nspares = run, warm, spares
+    def __init__(self, run: "Callable[[list[str]], int]", warm: "Optional[Callable[[], None]]" = None):
+        self.run, self.warm = run, warm
+        self.nspares = 1   # the most runs it has had at once (refill() keeps that many spares)
         self.sel = selectors.DefaultSelector()
         self.children: "Dict[Any, _Child]" = {}
         self.spares: "List[_Spare]" = []
@@ -162,6 +166,7 @@ class Server:
         pid, stdin_w, out_r, err_r = self._hand_to_spare(argv) or self._fork(argv)
         child = _Child(rid, pid, stdin_w, out_r, err_r)
         self.children[rid] = child
+        self.nspares = max(self.nspares, len(self.children))
         for fd in (out_r, err_r):
             self.sel.register(fd, selectors.EVENT_READ, child)
         _write({"id": rid, "started": pid})
@@ -188,8 +193,23 @@ class Server:
             os.close(fd)
         return (pid, *mine)
 
+    def _await_warm(self) -> None:
+        """Block until every spare has warmed up; discard one that died or does not warm up in time."""
+        for spare in list(self.spares):
+            if spare.warm:
+                continue
+            ready = selectors.DefaultSelector()
+            ready.register(spare.out_r, selectors.EVENT_READ)
+            said = os.read(spare.out_r, 1) if ready.select(_WARM_TIMEOUT) else b""
+            ready.close()
+            spare.warm = said == _WARM
+            if not spare.warm:
+                self.spares.remove(spare)
+                self._discard(spare)
+
     def _hand_to_spare(self, argv: "list[str]") -> "Optional[tuple[int, int, int, int]]":
         """Give `argv` to a waiting spare: (pid, stdin_w, out_r, err_r), or None when there is none alive."""
+        self._await_warm()
         while self.spares:
             spare = self.spares.pop(0)
             try:
