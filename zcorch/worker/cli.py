@@ -25,7 +25,7 @@ import platform
 import signal
 import stat
 import sys
-import threading
+import _thread
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
     from typing import Any, Optional
@@ -253,7 +253,9 @@ def _exit_when_stdin_closes() -> None:
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(1)
 
-    threading.Thread(target=watch, name="stdin-eof", daemon=True).start()
+    # The low-level start does not wait for the new thread to be scheduled (Thread.start does: on a busy
+    # host, milliseconds of a served spare's warm-up or a run's set-up).
+    _thread.start_new_thread(watch, ())
 
 
 def _holds_the_pattern(path: str, size: int) -> bool:

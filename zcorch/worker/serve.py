@@ -293,6 +293,7 @@ class Server:
             _write({"id": child.rid, "out": child.partial.decode("utf-8", "replace")})
         os.close(child.stdin_w)
         del self.children[child.rid]
+        self.refill()   # before the frame: the spares warm up while the controller records the run
         _write({"id": child.rid, "exit": os.waitstatus_to_exitcode(status)})
 
     def stop_all(self) -> None:
