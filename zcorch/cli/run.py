@@ -24,7 +24,8 @@ from typing import Callable, Dict, List, Optional, TextIO
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.cli.cache_writer import CacheWriter
-from zcorch.cli.run_output import _clean, _finite, _modes, _rate, _utc_now, say_over_bar
+from zcorch.cli.run_output import (_clean, _finite, _modes, _rate, _utc_now, check_export, export_after_run,
+                                   report_export, say_over_bar)
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
@@ -55,6 +56,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p.add_argument("--allow-ssh-config-exec", action="store_true",
                    help="let the hosts' ssh config (an inventory's ssh_config, ~/.ssh/config) run its `Match exec` "
                         "commands on this machine, as this user (otherwise such a config is refused)")
+    p.add_argument("--export", metavar="DEST",
+                   help="at the end, export the result set (a fleet: every pair's) into the Parquet dataset DEST, as "
+                        "`zcorch export DIR DEST` does (incremental): a nightly run keeps its dataset current. A "
+                        "failed export is a warning, the exit status is the sweep's")
     add_hosts_and_set(p, resume=True)
     # A fleet run's pair (zcorch.sweep.fleet starts each pair as `zcorch run ... --json` with these): the
     # pair's host and share locks, taken around each run (zcorch.sweep.fleet.LockingObserver).
@@ -264,6 +269,7 @@ def main(args: argparse.Namespace) -> int:
     from zcorch.config.inventory import ENV_VAR
 
     spec = args.hosts if args.hosts is not None or args.resume else os.environ.get(ENV_VAR) or None
+    check_export(args.export)
     if is_fleet_spec(spec) or (args.resume and is_fleet_dir(args.resume)):
         from zcorch.cli import fleet   # several pairs at once: each pair is a `zcorch run` of its own
 
@@ -299,15 +305,21 @@ def main(args: argparse.Namespace) -> int:
             writer.close()
     if result.dry_run:
         return 0
+    # a fleet's pairs are not given --export: the fleet exports them all, once
+    exported = export_after_run(result.result_dir, args.export) if args.export else None
     if args.json:
         from zcorch.sweep.summary import summary_rows
 
         observer.emit("summary", cells=summary_rows(result.plan_runs, result.records, result.repeat_policy),
                       baselines=len(result.baselines))
+        if exported is not None:
+            observer.emit("export", **exported)
         observer.emit("end", status=result.status, exit_status=result.exit_status, result_dir=result.result_dir)
         return result.exit_status
     print(result.summary())
     print(f"results: {result.result_dir}")
+    if exported is not None:
+        report_export(exported, result.result_dir)
     if result.status == "interrupted":
         print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
               f"{result.result_dir}", file=sys.stderr)
