@@ -19,17 +19,18 @@ import logging
 import os
 import sys
 import time
-from typing import Dict, List, Optional, TextIO
+from typing import Callable, Dict, List, Optional, TextIO
 
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
-from zcorch.cli.run_output import (_clean, _finite, _modes, _rate, _utc_now, _write_cache_locked, check_export,
-                                   export_after_run, report_export, say_over_bar)
+from zcorch.cli.cache_writer import CacheWriter
+from zcorch.cli.run_output import (_clean, _finite, _modes, _rate, _utc_now, check_export, export_after_run,
+                                   report_export, say_over_bar)
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
 from zcorch.sweep.interrupts import InterruptGuard
-from zcorch.sweep.pipeline import SweepObserver, run_sweep
+from zcorch.sweep.pipeline import FIRST_MEASURING_STAGE, STAGES, SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome
 from zcorch.cli import HELP
 
@@ -278,24 +279,32 @@ def main(args: argparse.Namespace) -> int:
 
         raise ConfigError("--json and --dry-run: choose one (the dry run prints commands, not events)")
     observer = DryRunObserver() if args.dry_run else JsonObserver() if args.json else ConsoleObserver()
+    # runs.parquet at the end (a fleet's pairs: the fleet writes theirs, once), its imports made meanwhile
+    writer = CacheWriter() if not args.dry_run and not args.fleet_lock_dir else None
+    if writer is not None:
+        _wait_before_measuring(observer, writer.wait_ready)
     # SIGTERM ends a sweep as Ctrl-C does: finished runs kept, result set marked interrupted. Neither stops
     # the teardown that follows, except a third Ctrl-C (zcorch.sweep.interrupts).
     guard = InterruptGuard()
     try:
-        with guard.installed():
-            result = _run(args, observer, command)
-            guard.ignore_term_after = result.status == "interrupted"
-    except Exception:
-        # The error follows (a ZcorchError as one line, a bug with its traceback); the runs written are kept.
-        done = getattr(observer, "result_dir", None)
-        if done:
-            print(f"zcorch run: the sweep stopped; finished runs are kept in {done}. After fixing the "
-                  f"cause, continue with: zcorch run --resume {done}", file=sys.stderr)
-        raise
+        try:
+            with guard.installed():
+                result = _run(args, observer, command)
+                guard.ignore_term_after = result.status == "interrupted"
+        except Exception:
+            # The error follows (a ZcorchError as one line, a bug with its traceback); the runs written are kept.
+            done = getattr(observer, "result_dir", None)
+            if done:
+                print(f"zcorch run: the sweep stopped; finished runs are kept in {done}. After fixing the "
+                      f"cause, continue with: zcorch run --resume {done}", file=sys.stderr)
+            raise
+        if writer is not None and result.status == "complete" and not result.dry_run:
+            writer.write(result.result_dir)
+    finally:
+        if writer is not None:
+            writer.close()
     if result.dry_run:
         return 0
-    if result.status == "complete" and not args.fleet_lock_dir:   # a fleet's pairs: the fleet writes it, once
-        _write_cache_locked(result.result_dir)
     # a fleet's pairs are not given --export: the fleet exports them all, once
     exported = export_after_run(result.result_dir, args.export) if args.export else None
     if args.json:
@@ -315,6 +324,20 @@ def main(args: argparse.Namespace) -> int:
         print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
               f"{result.result_dir}", file=sys.stderr)
     return result.exit_status
+
+
+def _wait_before_measuring(observer: SweepObserver, wait: Callable[[], None]) -> None:
+    """Call wait() when the sweep reaches its first stage that may measure (pipeline.FIRST_MEASURING_STAGE)."""
+    order = [name for name, _ in STAGES]
+    first = order.index(FIRST_MEASURING_STAGE)
+    shown = observer.stage
+
+    def stage(name: str, title: str) -> None:
+        if name not in order or order.index(name) >= first:
+            wait()
+        shown(name, title)
+
+    observer.stage = stage  # type: ignore[method-assign]
 
 
 def _run(args: argparse.Namespace, observer: SweepObserver, command: List[str]):
