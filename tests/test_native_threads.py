@@ -146,9 +146,9 @@ def test_a_stalled_receiver_ends_streams_sharing_a_thread_at_the_deadline():
 
 def test_a_thread_of_streams_waiting_on_a_stalled_peer_sleeps_instead_of_polling():
     # a receiver (plain sockets) that reads nothing for STALL seconds, then everything: the sender's two
-    # streams fill their sockets and park, and their thread, which polls its epoll only while polling pays
-    # (mux.c: a poll that saw nothing stops polling), sleeps through the stall. A thread that kept polling
-    # would spend the stall on the CPU; this one's CPU time over the whole transfer stays a small part of it.
+    # streams fill their sockets and park, and their thread (pinned: the one that polls before it sleeps,
+    # while polling pays; mux.c: a poll that saw nothing stops polling) sleeps through the stall. A thread
+    # that kept polling would spend the stall on the CPU; this one's CPU over the transfer stays a small part.
     stall = 1.5
     srv = socket.create_server(("127.0.0.1", 0), backlog=8)
     conns: "list[socket.socket]" = []
@@ -173,7 +173,7 @@ def test_a_thread_of_streams_waiting_on_a_stalled_peer_sleeps_instead_of_polling
     t.start()
     try:
         sent = native.send("127.0.0.1", srv.getsockname()[1], "write", source="mem", bytes=16 * 2**20, streams=2,
-                           threads=1, window=65536, timeout=30)
+                           threads=1, cpu=min(os.sched_getaffinity(0)), window=65536, timeout=30)
     finally:
         t.join()
         srv.close()

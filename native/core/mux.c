@@ -21,8 +21,8 @@
  * chunk loop, calls zc_fiber_share): round robin chunk by chunk, as iperf3 writes one block per stream
  * per select round (longer turns, 1 MiB, let one socket's queue fill in a burst while the others idle).
  *
- * Waiting (issue 25): when every stream of the thread is parked, the thread first polls its epoll for up
- * to ZC_MUX_SPIN_NS, then sleeps. On loopback with the sides on two CPUs a thread that sleeps each time
+ * Waiting (issue 25): when every stream of the thread is parked, a thread pinned to a CPU (--cpu/--cpus)
+ * first polls its epoll for up to ZC_MUX_SPIN_NS, then sleeps. On loopback with the sides on two CPUs a thread that sleeps each time
  * it has caught up with its peer is woken again tens of microseconds later, and the wake-up is paid by
  * the peer (sock_def_readable in the softirq of the sender's own send, a reschedule IPI; on a VM an exit
  * on both sides): with 8 streams per side pinned the receiving thread slept ~4,000-8,000 times per GiB
@@ -31,6 +31,8 @@
  * nothing: a poll that sees no event stops polling, and polling resumes only after a sleep that ended
  * within 2 x ZC_MUX_SPIN_NS (one a poll would have covered, wake-up latency included). Its CPU time is
  * the thread's, credited like the rest (see CPU accounting): nothing of it leaves the measured process.
+ * An unpinned thread sleeps at once: it may share its CPU with the very peer it waits for (and on a
+ * loaded machine its polls cost the sender ~15% CPU per GiB, unpinned, for no throughput).
  *
  * CPU accounting: RUSAGE_THREAD is the thread's, so at each switch the time since the previous switch is
  * credited to the stream that ran (the scheduler's own epoll_wait to the stream it ran for); each
@@ -84,6 +86,7 @@ typedef struct zc_mux {
     zc_fiber *cur;                   /* the fiber running now (NULL: the scheduler) */
     zc_fiber *accrue;                /* who the CPU time since `last` belongs to */
     int64_t spin_ns;                 /* how long the next wait polls before it sleeps (0: it sleeps) */
+    int64_t spin_max;                /* ZC_MUX_SPIN_NS for a thread pinned to a CPU, else 0: never polls */
     struct rusage last;
 } zc_mux;
 
@@ -228,7 +231,7 @@ static int wait_events(zc_mux *m, struct epoll_event *evs, int max, int timeout_
     }
     int nev = epoll_wait(m->epfd, evs, max, timeout_ms);
     if (nev > 0 && zc_now_ns() - t0 < 2 * ZC_MUX_SPIN_NS)
-        m->spin_ns = ZC_MUX_SPIN_NS;
+        m->spin_ns = m->spin_max;
     return nev;
 }
 
@@ -311,10 +314,10 @@ static int prepare(zc_mux *m, zc_group *g, const int *idx, int n)
 {
     memset(m, 0, sizeof *m);
     m->epfd = -1;
-    m->spin_ns = ZC_MUX_SPIN_NS;
     m->n = n;
     m->fibers = calloc((size_t)n, sizeof *m->fibers);
     zc_ctx *c0 = &g->ctx[idx[0]];
+    m->spin_max = m->spin_ns = c0->p->ncpus > 0 || c0->p->cpu >= 0 ? ZC_MUX_SPIN_NS : 0; /* as zc_pin_cpu */
     if (!m->fibers)
         return zc_fail(c0, ENOMEM, "out of memory for the thread's streams");
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
