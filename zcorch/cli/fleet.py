@@ -232,10 +232,11 @@ class FanOut(FleetObserver):
 class EndWork(FleetObserver):
     """The fleet's own work after its pairs' sweeps: each complete pair's runs.parquet (written here rather than
     by each pair's process, so pandas and pyarrow are imported once for the fleet instead of once per pair), and
-    each pair's runs loaded for the pairs' comparison (scipy.stats only when a pair differs: compare_fleet's
-    test_all). Begun while the pairs still run, on one thread of the fleet's process, which otherwise only waits
-    on them: it imports those libraries (a second of CPU, the bulk of this work) while the pairs wait on their
-    hosts, then writes and loads each pair as soon as its sweep ends. When the last pair ends, what is left is
+    each pair's runs loaded for the pairs' comparison (pandas, and scipy.stats for the tests of the cells beyond
+    the threshold: at the end only, with a pair on this machine, and then only if some cell is). Begun while
+    the pairs still run, on one thread of the fleet's process, which otherwise only waits on them: it imports
+    those libraries (a second or two of CPU, the bulk of this work) while the pairs wait on their hosts, then
+    writes and loads each pair as soon as its sweep ends. When the last pair ends, what is left is
     that pair and the comparison's arithmetic, not the imports and every pair in a row.
 
     Not while a pair measures on this machine: with a pair on localhost (whose runs measure the controller's
@@ -273,7 +274,8 @@ class EndWork(FleetObserver):
             import zcorch.analysis.cache  # noqa: F401  (pandas, pyarrow)
 
             if self.compare:
-                import zcorch.analysis.pairs  # noqa: F401  (scipy.stats only if a pair differs: compare_fleet)
+                import scipy.stats  # noqa: F401  (a pair's test: some cell is often beyond the threshold by noise,
+                import zcorch.analysis.pairs  # noqa: F401  and then this import overlaps the pairs, not follows them)
         except Exception:   # a broken install: the main thread meets it again at the end, and reports it
             pass
         while True:
