@@ -31,6 +31,7 @@ What it does, in order (`build_history`, then `write_index`):
 """
 from __future__ import annotations
 
+import collections.abc
 import datetime as _dt
 import json
 import math
@@ -378,14 +379,30 @@ def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, thr
                           len(base), 0, list(base), last, NIGHTLY, [last])
     higher = metrics.get(metric).better == "higher"
     source = source if source is not None else FrameSeries(sweeps, metric)
-    runs = []
-    for i in range(len(sweeps)):
-        r = source.cell_runs(i, ch.cell)
+    return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), CellRuns(source, ch.cell, metric),
+                        ch.fit, higher, threshold_pct, alpha, min_nights)
+
+
+class CellRuns(collections.abc.Sequence):
+    """The ok values of one cell's metric per sweep, each read when asked for: judge_newest looks at the runs
+    of a few nights only (when too few nights tell their spread), and a year of a fleet has hundreds of
+    thousands of (sweep, cell) groups."""
+
+    def __init__(self, source: "FrameSeries", cell: str, metric: str):
+        self.source, self.cell, self.metric = source, cell, metric
+
+    def __len__(self) -> int:
+        return len(self.source.sweeps)
+
+    def __getitem__(self, i):
+        if not isinstance(i, int):
+            raise TypeError("CellRuns: one sweep at a time")
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        r = self.source.cell_runs(i % len(self), self.cell)
         r = r[r["status"] == OK] if len(r) else r
-        runs.append(pd.to_numeric(r[metric], errors="coerce").dropna().to_numpy(dtype="float64") if len(r) else
-                    np.empty(0))
-    return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), runs, ch.fit, higher,
-                        threshold_pct, alpha, min_nights)
+        return (pd.to_numeric(r[self.metric], errors="coerce").dropna().to_numpy(dtype="float64") if len(r) else
+                np.empty(0))
 
 
 def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
