@@ -101,6 +101,7 @@ class Dataset:
         self.manifest = read_manifest(self.path)
         self.con = duckdb.connect(":memory:")
         self.con.execute("SET enable_progress_bar = false")
+        self._columns: Dict[str, List[str]] = {}
         for table in TABLES:
             files = self.files(table)
             if files:
@@ -120,9 +121,12 @@ class Dataset:
         return out
 
     def columns(self, table: str) -> List[str]:
+        """The columns of `table` (asked once: DESCRIBE of a view over a year of part files reads their schemas)."""
         if not self.manifest["sets"]:
             return []
-        return [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
+        if table not in self._columns:
+            self._columns[table] = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
+        return list(self._columns[table])
 
     def query(self, sql: str, params: Sequence = ()):
         return self.con.execute(sql, list(params))

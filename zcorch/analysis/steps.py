@@ -122,7 +122,10 @@ def ci_sds(ci_low: Sequence[float], ci_high: Sequence[float], ci: "float | Seque
     low = np.asarray(ci_low, dtype="float64")
     n = len(low)
     levels = np.broadcast_to(np.asarray(ci, dtype="float64"), (n,))
-    z = np.array([Z95 if c == 0.95 else _normal_quantile((1 + c) / 2) if 0 < c < 1 else np.nan for c in levels])
+    # one quantile per distinct level (a series has a few: one per count of ok runs)
+    z = np.full(n, np.nan)
+    for c in np.unique(levels[np.isfinite(levels)]).tolist():
+        z[levels == c] = Z95 if c == 0.95 else _normal_quantile((1 + c) / 2) if 0 < c < 1 else np.nan
     s = (np.asarray(ci_high, dtype="float64") - low) / (2 * z)
     return np.where(np.isfinite(s) & (s >= 0), s, np.nan)
 
