@@ -182,15 +182,14 @@ def _optimal_partition(y, w, order, rank, penalty):  # pragma: no cover - compil
                         p += 1
                     w_le += w[order[p]]
                     s_le += w[order[p]] * y[order[p]]
-                while True:                          # enough without the point at p: down to the previous one
-                    r = p - 1
-                    while r >= 0 and not (a <= order[r] < b):
-                        r -= 1
-                    if r < 0 or w_le - w[order[p]] < half:
-                        break
+                # enough without the point at p (then a point of the segment lies below it, weight > 0):
+                # down to the previous one
+                while w_le - w[order[p]] >= half:
                     w_le -= w[order[p]]
                     s_le -= w[order[p]] * y[order[p]]
-                    p = r
+                    p -= 1
+                    while not (a <= order[p] < b):
+                        p -= 1
             m = y[order[p]]
             cost = (s_all - s_le) - m * (w_all - w_le) + m * w_le - s_le
             if cost < 0.0:
