@@ -69,7 +69,7 @@ PLOTS_DIR = "history-plots"   # next to index.html: one PNG per plotted experime
 # beyond (a fleet: pairs x cells), for the cells whose newest verdict is not "unchanged", the bad ones first,
 # then by the size of the change, at most this many. Every row of the table has its sparkline
 # (zcorch.analysis.sparkline): a fleet's year of 1200 series would otherwise take minutes to draw.
-TREND_PLOTS_MAX = 12
+TREND_PLOTS_MAX = 8
 
 
 # ---------------------------------------------------------------------------------------------
