@@ -11,6 +11,7 @@ inside the dataset (no link followed to another file).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import warnings as _warnings
@@ -246,6 +247,17 @@ class Dataset:
 
 BY = "_series"   # the column of Dataset.cell_params' key
 
+@functools.lru_cache(maxsize=256)
+def _shared_set_of(cells: tuple) -> frozenset:
+    return frozenset(cells)
+
+
+def _shared_set(cells) -> frozenset:
+    """The planned cells as one frozenset shared by every set that planned the same ones (a fleet's year:
+    18,000 sets, a few plans)."""
+    return _shared_set_of(tuple(cells or ()))
+
+
 _NO_RUNS = pd.DataFrame({"cell": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
 
 
@@ -263,7 +275,7 @@ class ExportedSweep(Sweep):
         meta = {"controller": {"git_revision": revision}} if revision else {}
         runs = _NO_RUNS   # one shared empty frame: the runs are read through DatasetSeries, never from here
         completeness = Completeness(path, str(status or "unknown"), int(planned), int(planned_ok),
-                                    frozenset(cells_planned or ()), tuple(cells_short or ()),
+                                    _shared_set(cells_planned), tuple(cells_short or ()),
                                     policy_from_record(manifest.get("repeats")))
         return cls(Path(path), manifest, meta, runs, set_id=set_id,
                    stored={"hosts": hosts, "kernel": kernel or "", "n_ok": int(n_ok), "n_failed": int(n_failed),
