@@ -12,7 +12,16 @@ Three commands, interleaved round by round, medians printed with ratios:
     fleet4  `zcorch run EXP --hosts INV:all`           four pairs, four labs, no shared host or link
 Needs root: the four labs (network namespaces with sshd, tests/fixtures_lab.start_lab) are made for the
 benchmark and removed after. One untimed warm-up fleet builds the worker on every host first (a deploy is
-reused afterwards, as on any second night).
+reused afterwards, as on any second night) and writes zcorch's bytecode (the commands run without
+PYTHONDONTWRITEBYTECODE, as an installed zcorch has its .pyc files).
+
+Where the time goes, per command (medians): the controller's CPU (zcorch's process and the pairs' processes
+it forks) and the host side's CPU (each lab's sshd and everything it started: the remote python calls of
+preflight, deploy check, metadata and calibration, the workers). The labs' hosts are namespaces of this
+machine, so the host side of eight hosts runs on the same CPUs as the controller (on a real lab each host
+pair has its own): `CPU / wall` above the CPU count means the fleet waited for CPU, not for its hosts.
+What the fleet run does after its pairs (each pair's runs.parquet, the pairs compared: FLEET/pairs.md) is in
+the timed path: it is the fleet command's own work (zcorch.cli.fleet.EndWork begins it while the pairs run).
 
     python benchmarks/bench_fleet.py [--rounds R]
 """
@@ -43,14 +52,34 @@ baselines: false
 """
 
 
-def zcorch(*args: str) -> "tuple[float, subprocess.CompletedProcess]":
+def zcorch(*args: str) -> "tuple[float, float, subprocess.CompletedProcess]":
+    """(wall s, controller CPU s, the result): CPU of zcorch and every process it forked and reaped."""
+    env = dict(os.environ, PYTHONPATH=REPO)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    before = os.times()
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, "-m", "zcorch", "-q", *args], capture_output=True, text=True,
-                         env=dict(os.environ, PYTHONPATH=REPO), timeout=1800)
+                         env=env, timeout=1800)
     wall = time.monotonic() - t0
+    after = os.times()
     if res.returncode != 0:
         raise SystemExit(f"zcorch {' '.join(args)}: exit {res.returncode}\n{res.stderr[-3000:]}")
-    return wall, res
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return wall, cpu, res
+
+
+def host_cpu_s(pids: "list[int]") -> float:
+    """CPU the labs' hosts used so far: each namespace process's own and that of the children it reaped (sshd
+    reaps its sessions, and they every command and worker of the sweep)."""
+    ticks = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += sum(int(x) for x in fields[11:15])   # utime stime cutime cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def transfer_s(result_dir: str) -> float:
@@ -88,26 +117,39 @@ def main() -> int:
                 yaml.safe_dump({"pairs": {"p1": pairs["p1"]}}, f)
             with open(exp, "w") as f:
                 f.write(EXPERIMENT)
+            lab_pids = [pid for layout in layouts for role in ("sender", "receiver")
+                        for pid in zlab.netns_pids(layout.ns(role))]
             print(f"# machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (loaded by others)")
             print("# warm-up: one fleet of four, untimed (builds the worker on the 8 hosts)")
             zcorch("run", exp, "--hosts", f"{inv}:all", "-o", os.path.join(tmp, "warm"))
-            times: "dict[str, list[float]]" = {"one": [], "fleet1": [], "fleet4": []}
+            kinds = ("one", "fleet1", "fleet4")
+            times: "dict[str, list[float]]" = {k: [] for k in kinds}
+            cpus: "dict[str, list[tuple[float, float]]]" = {k: [] for k in kinds}
             for r in range(args.rounds):
-                for kind in ("one", "fleet1", "fleet4"):
+                for kind in kinds:
                     out = os.path.join(tmp, f"{kind}-{r}")
+                    host0 = host_cpu_s(lab_pids)
                     if kind == "one":
-                        wall, _ = zcorch("run", exp, "--hosts", f"{inv}:p1", "-o", out)
+                        wall, cpu, _ = zcorch("run", exp, "--hosts", f"{inv}:p1", "-o", out)
                         moved = transfer_s(out)
                     else:
                         spec = f"{one_inv}:all" if kind == "fleet1" else f"{inv}:all"
-                        wall, _ = zcorch("run", exp, "--hosts", spec, "-o", out)
+                        wall, cpu, _ = zcorch("run", exp, "--hosts", spec, "-o", out)
                         moved = max(transfer_s(d) for d in pair_dirs(out))
+                    host = host_cpu_s(lab_pids) - host0
                     times[kind].append(wall - moved)
+                    cpus[kind].append((cpu, host))
                     print(f"round {r + 1} {kind:7s} wall {wall:7.2f} s  transfers {moved * 1e3:7.2f} ms  "
-                          f"orchestration {wall - moved:7.2f} s", flush=True)
+                          f"orchestration {wall - moved:7.2f} s  CPU controller {cpu:5.2f} s, hosts {host:5.2f} s  "
+                          f"(load {os.getloadavg()[0]:.1f})", flush=True)
             med = {k: statistics.median(v) for k, v in times.items()}
             print(f"\nmedian orchestration over {args.rounds} rounds: one pair {med['one']:.2f} s, "
                   f"fleet of one {med['fleet1']:.2f} s, fleet of four {med['fleet4']:.2f} s")
+            for kind in kinds:
+                ctl = statistics.median(c for c, _ in cpus[kind])
+                host = statistics.median(h for _, h in cpus[kind])
+                print(f"  {kind:7s} median CPU: controller {ctl:5.2f} s, hosts {host:5.2f} s; "
+                      f"CPU / wall {(ctl + host) / med[kind]:.2f} of {os.cpu_count()} CPUs")
             paired = statistics.median(f / o for f, o in zip(times["fleet4"], times["one"]))
             print(f"fleet of four / one pair:      {med['fleet4'] / med['one']:.2f}x (target <= 1.2x); median of the "
                   f"rounds' own ratios {paired:.2f}x (each round measures both back to back)")

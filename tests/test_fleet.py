@@ -103,6 +103,21 @@ def test_pair_locks_of_an_inventory(tmp_path):
     assert fl.pair_locks(inv.pair("c")) == (["localhost"], [])
 
 
+def test_the_end_work_waits_for_the_end_while_a_pair_measures_this_machine(tmp_path):
+    """The fleet's end work (caches, imports for the comparison) runs beside the pairs only when none of them
+    measures the controller's own CPUs (localhost, or ssh to a loopback address)."""
+    from zcorch.cli.fleet import EndWork
+
+    for hosts, beside in ((["localhost"], False), (["127.0.0.1:22"], False), (["::1:2222"], False),
+                          (["10.0.0.1:22", "10.0.0.2:22"], True)):
+        end = EndWork()
+        end.fleet_started(str(tmp_path), [fl.PairState("a", "a", hosts, []),
+                                          fl.PairState("b", "b", ["10.0.0.9:22"], [])], False)
+        end.pairs_running()
+        assert (end.thread is not None) == beside, hosts
+        assert end.finish([]) == {}
+
+
 # -- whole fleets of localhost pairs -------------------------------------------------------------
 
 @pytest.fixture
@@ -147,6 +162,7 @@ def test_a_fleet_of_localhost_pairs_never_overlaps_and_one_failure_stops_no_othe
         manifest = json.loads((out / pair / "manifest.json").read_text())
         assert manifest["status"] == "complete" and manifest["inventory"]["pair"] == pair
         assert len(run_intervals(out / pair)) == 3
+        assert (out / pair / "runs.parquet").is_file()   # written by the fleet, at its end (localhost pairs)
     # a and c are one machine: not one moment where both ran a cell
     assert overlaps(run_intervals(out / "a"), run_intervals(out / "c")) == []
     assert events[-1]["pairs_compared"]["file"] == "pairs.md" and (out / "pairs.md").is_file()

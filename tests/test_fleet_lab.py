@@ -1,18 +1,20 @@
-"""A fleet run on real SSH hosts: labs (network namespaces with their own sshd) on this machine form four
-pairs in one inventory, and `zcorch run EXP --hosts INV:all` runs them at once.
+"""A fleet run on real SSH hosts: four labs (network namespaces with their own sshd, as `zcorch lab up --name
+NAME --index N` makes them) on this machine form four pairs in one inventory, and `zcorch run EXP --hosts INV:all`
+runs them at once.
 
     p1  lab a: sender -> receiver
-    p2  lab a: receiver -> sender      shares both hosts with p1 (two labs' namespaces have no data link
-                                       between them, so a pair sharing one host with another is the same
-                                       lab's hosts the other way round)
-    p3  lab b: sender -> receiver      `shares: uplink`
-    p4  lab c: sender -> receiver      `shares: uplink`, its data link really slowed by `tc ... tbf`
+    p2  lab b's sender -> lab a's receiver   shares lab a's receiver with p1 (over a real veth link between the
+                                             two namespaces, MTU 9000 as a lab's own data link: two labs' hosts
+                                             have no data link between them otherwise)
+    p3  lab c: sender -> receiver      `shares: uplink`
+    p4  lab d: sender -> receiver      `shares: uplink`, its data link really slowed by `tc ... tbf`
 
 What must hold: p1 and p2 never run cells at the same time, nor p3 and p4 (the run records' start and end
 times never overlap); a pair SIGKILLed mid-run fails alone (the others complete) and `--resume` of the fleet
 completes it; every pair's result set is then complete; `zcorch compare FLEET` names p4 as the pair that
-differs, in which cells and by how much (exit 1, as a regression across nights). Transfers are 4 MiB: this
-tests the orchestration, not the bandwidth.
+differs, in which cells and by how much (exit 1, as a regression across nights); `zcorch export FLEET DEST`
+writes the four pairs' sets as one dataset that DuckDB and pandas.read_parquet read with its partitions. Transfers
+are 4 MiB: this tests the orchestration, not the bandwidth.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ import signal
 import subprocess
 import time
 
+import duckdb
+import pandas as pd
 import pytest
 import yaml
 
@@ -45,7 +49,7 @@ matrix:
 repeats: 3
 baselines: {iperf3: {duration: 1s}, dd: false}   # small: the share lock holds it too
 """
-_STALE = re.compile(r"flt(\d+)[abc]")
+_STALE = re.compile(r"flt(\d+)[abcd]")
 
 
 def _remove_stale_fleet_labs() -> None:
@@ -69,25 +73,47 @@ def labs():
     _remove_stale_fleet_labs()
     layouts = []
     try:
-        for suffix in "abc":   # names from our pid: other sessions' labs never collide; indexes are found free
+        for suffix in "abcd":   # names from our pid: other sessions' labs never collide; indexes are found free
             layouts.append(start_lab(f"flt{os.getpid()}{suffix}"))
-        yield layouts
+        a, b = layouts[:2]
+        cross = _link(b, "sender", a, "receiver", f"10.79.{a.index}")   # p2's data link; it dies with the labs
+        yield layouts, cross
     finally:
         for layout in layouts:
             zlab.down(layout)
 
 
-def _inventory(labs) -> dict:
-    a, b, c = (layout.hosts_spec() for layout in labs)
-    return {"pairs": {"p1": {"sender": a["sender"], "receiver": a["receiver"]},
-                      "p2": {"sender": a["receiver"], "receiver": a["sender"]},
-                      "p3": {"sender": b["sender"], "receiver": b["receiver"], "shares": "uplink"},
-                      "p4": {"sender": c["sender"], "receiver": c["receiver"], "shares": ["uplink"]}}}
-
-
 def _in_netns(layout, role, argv):
     return subprocess.run(["ip", "netns", "exec", layout.ns(role), *argv], capture_output=True, text=True,
                           check=True, timeout=30)
+
+
+def _link(one, one_role, other, other_role, net: str) -> "tuple[str, str]":
+    """A veth data link between a host of one lab and a host of another (NET.2 and NET.3, MTU 9000): their
+    data addresses. Both ends live in the labs' namespaces, so the labs' `down` removes it."""
+    ends = [f"zfx{os.getpid() % 100000}{x}" for x in "sr"]
+    subprocess.run(["ip", "link", "add", ends[0], "type", "veth", "peer", "name", ends[1]], check=True,
+                   capture_output=True, timeout=30)
+    try:
+        for end, layout, role, host in ((ends[0], one, one_role, 2), (ends[1], other, other_role, 3)):
+            subprocess.run(["ip", "link", "set", end, "netns", layout.ns(role)], check=True, capture_output=True,
+                           timeout=30)
+            _in_netns(layout, role, ["ip", "addr", "add", f"{net}.{host}/24", "dev", end])
+            _in_netns(layout, role, ["ip", "link", "set", end, "mtu", "9000", "up"])
+    except BaseException:
+        for end in ends:   # what is still in this namespace
+            subprocess.run(["ip", "link", "del", end], capture_output=True, timeout=30)
+        raise
+    return f"{net}.2", f"{net}.3"
+
+
+def _inventory(labs, cross) -> dict:
+    a, b, c, d = (layout.hosts_spec() for layout in labs)
+    return {"pairs": {"p1": {"sender": a["sender"], "receiver": a["receiver"]},
+                      "p2": {"sender": dict(b["sender"], data_address=cross[0]),
+                             "receiver": dict(a["receiver"], data_address=cross[1])},
+                      "p3": {"sender": c["sender"], "receiver": c["receiver"], "shares": "uplink"},
+                      "p4": {"sender": d["sender"], "receiver": d["receiver"], "shares": ["uplink"]}}}
 
 
 def _pair_pid(fleet_dir, pair: str, within: float = 120) -> int:
@@ -111,13 +137,15 @@ def _complete(pair_dir) -> bool:
     return all(latest.get((r["id"], r["repeat"]), {}).get("status") == "ok" for r in plan)
 
 
-def test_four_pairs_at_once_exclusions_a_killed_pair_resumed_and_the_odd_pair_named(labs, tmp_path, tag):
+def test_four_labs_four_pairs_exclusions_a_killed_pair_resumed_the_odd_pair_named_and_exported(labs, tmp_path,
+                                                                                                 tag):
+    labs, cross = labs
     inv = tmp_path / "lab.yaml"
-    inv.write_text(yaml.safe_dump(_inventory(labs), sort_keys=False))
+    inv.write_text(yaml.safe_dump(_inventory(labs, cross), sort_keys=False))
     exp = tmp_path / "exp.yaml"
     exp.write_text(EXPERIMENT)
     out = tmp_path / "fleet"
-    slow = labs[2]   # p4's data link: a real, identical-parameters slowdown (data flows sender -> receiver)
+    slow = labs[3]   # p4's data link: a real, identical-parameters slowdown (data flows sender -> receiver)
     _in_netns(slow, "sender", ["tc", "qdisc", "add", "dev", "data0", "root", "tbf", "rate", "100mbit",
                                "burst", "256kb", "latency", "50ms"])
 
@@ -143,8 +171,10 @@ def test_four_pairs_at_once_exclusions_a_killed_pair_resumed_and_the_odd_pair_na
     assert {e["pair"] for e in events if e["event"] == "run"} == {"p1", "p2", "p3", "p4"}
     doc = json.loads((out / "fleet.json").read_text())
     assert doc["exclusions"]["shares"] == {"uplink": ["p3", "p4"]}
-    assert len(doc["exclusions"]["hosts"]) == 2 and all(v == ["p1", "p2"] for v in doc["exclusions"]["hosts"].values())
+    assert doc["exclusions"]["hosts"] == {f"{labs[0].mgmt_address('receiver')}:22": ["p1", "p2"]}   # lab a's receiver
     assert not _complete(out / "p3")
+    # remote pairs: each complete pair's runs.parquet written by the fleet as its sweep ended
+    assert all((out / p / "runs.parquet").is_file() for p in ("p1", "p2", "p4"))
 
     again = zcorch(tag, "run", "--resume", out, timeout=900)
     assert again.returncode == 0, again.stderr[-4000:]
@@ -172,3 +202,23 @@ def test_four_pairs_at_once_exclusions_a_killed_pair_resumed_and_the_odd_pair_na
     assert "pair p4 is worse than the other pairs" in verdict["reason"]
     text = zcorch(tag, "compare", out)
     assert "pair p4 differs from the other pairs (p1, p2, p3) in 2 cell(s)" in text.stdout
+
+    # the dataset: the four pairs' sets, read without zcorch by DuckDB and by pandas with the partitions
+    dest = tmp_path / "dataset"
+    exported = zcorch(tag, "export", out, dest)
+    assert exported.returncode == 0, exported.stderr
+    assert "4 result set(s) exported" in exported.stdout
+    con = duckdb.connect()
+    per_pair = con.execute("SELECT pair, experiment, count(DISTINCT cell || ':' || CAST(repeat AS VARCHAR)) "
+                           f"FROM read_parquet('{dest}/runs/**/*.parquet', hive_partitioning = true) "
+                           "WHERE status = 'ok' GROUP BY ALL ORDER BY pair").fetchall()
+    assert [(p.split()[0], e, n) for p, e, n in per_pair] == [(p, "fleetlab", 6) for p in ("p1", "p2", "p3", "p4")]
+    sets = con.execute(f"SELECT status, planned, planned_ok FROM read_parquet('{dest}/sets/**/*.parquet', "
+                       "hive_partitioning = true)").fetchall()
+    assert sets == [("complete", 6, 6)] * 4
+    frame = pd.read_parquet(dest / "runs")   # pyarrow's hive discovery: experiment= and date= become columns
+    assert {"experiment", "date", "pair", "kernel", "revision", "cell", "gbit_s"} <= set(frame.columns)
+    assert set(frame["experiment"].astype(str)) == {"fleetlab"} and frame["date"].notna().all()
+    assert {p.split()[0] for p in frame["pair"]} == {"p1", "p2", "p3", "p4"}
+    iperf = pd.read_parquet(dest / "baselines")
+    assert {p.split()[0] for p in iperf.loc[iperf["kind"] == "iperf3", "pair"]} == {"p1", "p2", "p3", "p4"}

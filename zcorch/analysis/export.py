@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 from zcorch import __version__
 from zcorch.analysis import dataset as layout
 from zcorch.analysis.cache import arrow_table
+from zcorch.analysis.export_dest import dest_problem
 from zcorch.analysis.frames import LINKED_ATTR, load_baselines, read_meta
 from zcorch.analysis.gate import completeness
 from zcorch.analysis.history import find_result_sets, host_pair, open_sweep
@@ -221,16 +222,11 @@ class _Lock:
 
 
 def _prepare_dest(dest: Path) -> Path:
-    """DEST made (one level) or checked: a real directory, not a link (nothing is written through one)."""
-    if dest.is_symlink():
-        raise ResultsError(f"{dest}: a symbolic link: the dataset is never written through a link "
-                           "(name the directory it points to)")
-    if dest.exists() and not dest.is_dir():
-        raise ResultsError(f"{dest}: not a directory")
+    """DEST checked (zcorch.analysis.export_dest) and made when missing."""
+    problem = dest_problem(dest)
+    if problem:
+        raise ResultsError(problem)
     dest.mkdir(parents=True, exist_ok=True)
-    if any(dest.iterdir()) and not (dest / layout.MANIFEST).exists():
-        raise ResultsError(f"{dest}: not empty and not a zcorch dataset (no {layout.MANIFEST}): refusing to "
-                           "write into it")
     return dest
 
 

@@ -15,7 +15,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 import pandas as pd
 
@@ -86,9 +86,11 @@ def _pooled(parts: List[Completeness], label: str) -> Completeness:
 
 
 def compare_fleet(directory: str, metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                  alpha: float = DEFAULT_ALPHA, against: Optional[str] = None) -> Optional[PairsComparison]:
+                  alpha: float = DEFAULT_ALPHA, against: Optional[str] = None,
+                  loaded: Optional[Mapping[str, pd.DataFrame]] = None) -> Optional[PairsComparison]:
     """Every pair of the fleet against its reference (module docstring); None when fewer than two pairs have a
-    result set to compare. ResultsError for an unknown `against`."""
+    result set to compare. ResultsError for an unknown `against`. loaded: pair -> zcorch.load of its result set
+    as it is now, where the caller has it already (the end of a fleet run loads each pair as its sweep ends)."""
     dirs = fleet_pairs(directory)
     if against is not None and against not in dirs:
         raise ResultsError(f"{directory}: no pair `{against}` (its pairs: {', '.join(dirs)})")
@@ -96,7 +98,8 @@ def compare_fleet(directory: str, metric: str = "gbit_s", threshold_pct: float =
     missing = [(p, "no result set (its sweep never started)") for p in dirs if p not in started]
     if len(started) < 2 or (against is not None and against not in started):
         return None
-    frames = {p: load(d) for p, d in started.items()}
+    loaded = loaded or {}
+    frames = {p: loaded[p] if p in loaded else load(d) for p, d in started.items()}
     comp = {p: completeness(d) for p, d in started.items()}
     # the pooled reference holds the pairs that measured something: a pair whose sweep never ran a cell is
     # judged (incomplete), not made everyone else's reference

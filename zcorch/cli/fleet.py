@@ -11,14 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import queue
 import signal
 import sys
+import threading
 import time
-from typing import Dict, List, Optional, TextIO
+from typing import Any, Dict, List, Optional, Set, TextIO
 
 from zcorch.cli.console import log
-from zcorch.cli.run_output import say_over_bar
-from zcorch.sweep.fleet import FleetObserver, PairState, prepare_fleet
+from zcorch.cli.run_output import export_after_run, report_export, say_over_bar
+from zcorch.sweep.fleet import LOCALHOST, FleetObserver, PairState, prepare_fleet
 
 PAIRS_REPORT = "pairs.md"   # the fleet's pairs compared, written into the fleet directory at the end
 
@@ -153,10 +156,11 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
     observer = JsonFleetObserver() if args.json else ConsoleFleetObserver()
     from zcorch.cli import main as zcorch_main   # what each pair's (forked) process runs
 
+    end_work = EndWork()
     fleet = prepare_fleet(args.file, spec, pair_main=zcorch_main, output=args.output, resume=args.resume,
                           overrides=args.overrides, accept_new_host_keys=args.accept_new_host_keys,
-                          allow_ssh_config_exec=args.allow_ssh_config_exec, observer=observer, command=command,
-                          recalibrate=args.recalibrate)
+                          allow_ssh_config_exec=args.allow_ssh_config_exec, observer=FanOut(observer, end_work),
+                          command=command, recalibrate=args.recalibrate)
     # The first SIGINT/SIGTERM stops every pair as one sweep is stopped (each child gets SIGTERM and tears
     # down; a Ctrl-C on the terminal reaches the children directly too). The fleet waits for them.
     old = {s: signal.signal(s, lambda signum, frame: fleet.stop()) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -168,9 +172,12 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
         fleet.close()
         if isinstance(observer, ConsoleFleetObserver):
             observer.close()
-    _write_caches(result)
-    report = _pairs_report(result.directory, args.json)
+    loaded = end_work.finish(result.pairs)
+    report = _pairs_report(result.directory, args.json, loaded)
+    exported = export_after_run(result.directory, args.export) if args.export else None
     if args.json:
+        if exported is not None:
+            observer.emit("export", **exported)
         observer.emit("fleet_end", status=result.status, exit_status=result.exit_status,
                       fleet_dir=result.directory, failed_pairs=[p.pair for p in result.failed],
                       pairs_compared={k: v for k, v in report.items() if k != "text"} if report else None)
@@ -179,6 +186,8 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
     if report is not None:
         print(report["text"], end="")
     print(f"results: {result.directory}")
+    if exported is not None:
+        report_export(exported, result.directory)
     if result.status == "interrupted":
         print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
               f"{result.directory}", file=sys.stderr)
@@ -193,30 +202,147 @@ def _pairs_table(pairs: List[PairState]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def _write_caches(result) -> None:
-    """Each complete pair's runs.parquet, written here rather than by each pair's process: pandas and pyarrow
-    are imported once for the fleet instead of once per pair (a second's CPU each, on the controller)."""
-    import os
+class FanOut(FleetObserver):
+    """Several fleet observers as one (the display and the end work)."""
 
+    def __init__(self, *observers: FleetObserver):
+        self.observers = observers
+
+    def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
+        for o in self.observers:
+            o.fleet_started(directory, pairs, resumed)
+
+    def pairs_running(self) -> None:
+        for o in self.observers:
+            o.pairs_running()
+
+    def event(self, pair: str, doc: dict) -> None:
+        for o in self.observers:
+            o.event(pair, doc)
+
+    def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
+        for o in self.observers:
+            o.pair_ended(state, stderr_tail)
+
+    def message(self, text: str) -> None:
+        for o in self.observers:
+            o.message(text)
+
+
+class EndWork(FleetObserver):
+    """The fleet's own work after its pairs' sweeps: each complete pair's runs.parquet (written here rather than
+    by each pair's process, so pandas and pyarrow are imported once for the fleet instead of once per pair), and
+    each pair's runs loaded for the pairs' comparison (pandas, scipy.stats). Begun while the pairs still run, on
+    one thread of the fleet's process, which otherwise only waits on them: it imports those libraries (seconds
+    of CPU, the bulk of this work) while the pairs wait on their hosts, then writes and loads each pair as soon
+    as its sweep ends. When the last pair ends, what is left is that pair and the comparison's arithmetic, not
+    the imports and every pair in a row.
+
+    Not while a pair measures on this machine: with a pair on localhost (whose runs measure the controller's
+    own CPUs) all of it waits for the end, as before. Remote pairs' measurements do not share the controller's
+    CPUs (in the labs of tests and benchmarks they do, but there the pairs' hosts share them with each other
+    anyway). The thread starts only once every pair is forked (pairs_running: a thread alive during a fork
+    could leave the import lock held in the child), and is a daemon: an interrupted fleet does not wait for it
+    (the cache is best effort: zcorch.load builds a missing one)."""
+
+    def __init__(self) -> None:
+        self.directory: Optional[str] = None
+        self.compare = False
+        self.todo: "queue.Queue[Optional[PairState]]" = queue.Queue()
+        self.done: Set[str] = set()           # pairs whose cache is written (or was not to be)
+        self.loaded: Dict[str, Any] = {}      # pair -> zcorch.load of its result set
+        self.thread: Optional[threading.Thread] = None
+        self.background = False
+
+    def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
+        self.directory = directory
+        self.compare = len(pairs) > 1   # one pair: nothing to compare, scipy is not imported
+        self.background = not any(_this_machine(h) for p in pairs if not p.done for h in p.hosts)
+
+    def pairs_running(self) -> None:
+        if self.background:
+            self.thread = threading.Thread(target=self._work, name="fleet-end-work", daemon=True)
+            self.thread.start()
+
+    def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
+        if self.thread is not None:
+            self.todo.put(state)
+
+    def _work(self) -> None:
+        try:
+            import zcorch.analysis.cache  # noqa: F401  (pandas, pyarrow)
+
+            if self.compare:
+                import zcorch.analysis.pairs  # noqa: F401  (scipy.stats)
+        except Exception:   # a broken install: the main thread meets it again at the end, and reports it
+            pass
+        while True:
+            state = self.todo.get()
+            if state is None:
+                return
+            self._one(state)
+
+    def _one(self, state: PairState) -> None:
+        if self.directory is None:
+            return
+        directory = os.path.join(self.directory, state.dir)
+        _write_cache_if_complete(directory)
+        self.done.add(state.pair)
+        if self.compare and os.path.isfile(os.path.join(directory, "manifest.json")):
+            from zcorch.analysis.load import load
+            from zcorch.errors import ZcorchError
+
+            try:
+                self.loaded[state.pair] = load(directory)
+            except (ZcorchError, OSError, ValueError):
+                pass   # the comparison loads it again, and says what is wrong
+
+    def finish(self, pairs: List[PairState]) -> Dict[str, Any]:
+        """When this returns every complete pair's runs.parquet is written (those of pairs done before a
+        --resume are checked: write_cache keeps a valid one); returns pair -> its loaded runs, for
+        zcorch.analysis.pairs.compare_fleet."""
+        if self.thread is not None:
+            self.todo.put(None)
+            self.thread.join()
+            self.thread = None
+        if self.directory is not None:
+            for state in pairs:
+                if state.pair not in self.done:
+                    _write_cache_if_complete(os.path.join(self.directory, state.dir))
+        return self.loaded
+
+
+def _this_machine(identity: str) -> bool:
+    """Whether a host identity (zcorch.sweep.fleet.host_identity) is the controller's machine: localhost, or an
+    ssh target on a loopback address."""
+    import ipaddress
+
+    if identity == LOCALHOST:
+        return True
+    host = identity.rsplit(":", 1)[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _write_cache_if_complete(directory: str) -> None:
+    """The pair's runs.parquet, when its result set is complete (as `zcorch run` decides)."""
     from zcorch.cli.run_output import _write_cache_locked
     from zcorch.errors import ZcorchError
     from zcorch.results.store import load_manifest
 
-    for state in result.pairs:
-        directory = os.path.join(result.directory, state.dir)
-        try:
-            complete = load_manifest(directory).get("status") == "complete"   # as `zcorch run` decides
-        except ZcorchError:
-            continue   # a pair whose sweep never made its set
-        if complete:
-            _write_cache_locked(directory)
+    try:
+        complete = load_manifest(directory).get("status") == "complete"
+    except ZcorchError:
+        return   # a pair whose sweep never made its set
+    if complete:
+        _write_cache_locked(directory)
 
 
-def _pairs_report(directory: str, quiet: bool) -> Optional[dict]:
+def _pairs_report(directory: str, quiet: bool, loaded: Optional[Dict[str, Any]] = None) -> Optional[dict]:
     """The pairs compared (zcorch.analysis.pairs), written to FLEET/pairs.md; None with fewer than two pairs
     with data. Best effort: the runs are recorded whatever happens here."""
-    import os
-
     from zcorch.errors import ZcorchError
 
     try:
@@ -228,7 +354,7 @@ def _pairs_report(directory: str, quiet: bool) -> Optional[dict]:
             return None
         from zcorch.analysis import pairs as pairsmod
 
-        comparison = pairsmod.compare_fleet(directory)
+        comparison = pairsmod.compare_fleet(directory, loaded=loaded)
         if comparison is None:
             return None
         from zcorch.results.store import write_text_atomic

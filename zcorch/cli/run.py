@@ -19,16 +19,18 @@ import logging
 import os
 import sys
 import time
-from typing import Dict, List, Optional, TextIO
+from typing import Callable, Dict, List, Optional, TextIO
 
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
-from zcorch.cli.run_output import _clean, _finite, _modes, _rate, _utc_now, _write_cache_locked, say_over_bar
+from zcorch.cli.cache_writer import CacheWriter
+from zcorch.cli.run_output import (_clean, _finite, _modes, _rate, _utc_now, check_export, export_after_run,
+                                   report_export, say_over_bar)
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
 from zcorch.sweep.interrupts import InterruptGuard
-from zcorch.sweep.pipeline import SweepObserver, run_sweep
+from zcorch.sweep.pipeline import FIRST_MEASURING_STAGE, STAGES, SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome
 from zcorch.cli import HELP
 
@@ -54,6 +56,10 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     p.add_argument("--allow-ssh-config-exec", action="store_true",
                    help="let the hosts' ssh config (an inventory's ssh_config, ~/.ssh/config) run its `Match exec` "
                         "commands on this machine, as this user (otherwise such a config is refused)")
+    p.add_argument("--export", metavar="DEST",
+                   help="at the end, export the result set (a fleet: every pair's) into the Parquet dataset DEST, as "
+                        "`zcorch export DIR DEST` does (incremental): a nightly run keeps its dataset current. A "
+                        "failed export is a warning, the exit status is the sweep's")
     add_hosts_and_set(p, resume=True)
     # A fleet run's pair (zcorch.sweep.fleet starts each pair as `zcorch run ... --json` with these): the
     # pair's host and share locks, taken around each run (zcorch.sweep.fleet.LockingObserver).
@@ -263,6 +269,7 @@ def main(args: argparse.Namespace) -> int:
     from zcorch.config.inventory import ENV_VAR
 
     spec = args.hosts if args.hosts is not None or args.resume else os.environ.get(ENV_VAR) or None
+    check_export(args.export)
     if is_fleet_spec(spec) or (args.resume and is_fleet_dir(args.resume)):
         from zcorch.cli import fleet   # several pairs at once: each pair is a `zcorch run` of its own
 
@@ -272,37 +279,65 @@ def main(args: argparse.Namespace) -> int:
 
         raise ConfigError("--json and --dry-run: choose one (the dry run prints commands, not events)")
     observer = DryRunObserver() if args.dry_run else JsonObserver() if args.json else ConsoleObserver()
+    # runs.parquet at the end (a fleet's pairs: the fleet writes theirs, once), its imports made meanwhile
+    writer = CacheWriter() if not args.dry_run and not args.fleet_lock_dir else None
+    if writer is not None:
+        _wait_before_measuring(observer, writer.wait_ready)
     # SIGTERM ends a sweep as Ctrl-C does: finished runs kept, result set marked interrupted. Neither stops
     # the teardown that follows, except a third Ctrl-C (zcorch.sweep.interrupts).
     guard = InterruptGuard()
     try:
-        with guard.installed():
-            result = _run(args, observer, command)
-            guard.ignore_term_after = result.status == "interrupted"
-    except Exception:
-        # The error follows (a ZcorchError as one line, a bug with its traceback); the runs written are kept.
-        done = getattr(observer, "result_dir", None)
-        if done:
-            print(f"zcorch run: the sweep stopped; finished runs are kept in {done}. After fixing the "
-                  f"cause, continue with: zcorch run --resume {done}", file=sys.stderr)
-        raise
+        try:
+            with guard.installed():
+                result = _run(args, observer, command)
+                guard.ignore_term_after = result.status == "interrupted"
+        except Exception:
+            # The error follows (a ZcorchError as one line, a bug with its traceback); the runs written are kept.
+            done = getattr(observer, "result_dir", None)
+            if done:
+                print(f"zcorch run: the sweep stopped; finished runs are kept in {done}. After fixing the "
+                      f"cause, continue with: zcorch run --resume {done}", file=sys.stderr)
+            raise
+        if writer is not None and result.status == "complete" and not result.dry_run:
+            writer.write(result.result_dir)
+    finally:
+        if writer is not None:
+            writer.close()
     if result.dry_run:
         return 0
-    if result.status == "complete" and not args.fleet_lock_dir:   # a fleet's pairs: the fleet writes it, once
-        _write_cache_locked(result.result_dir)
+    # a fleet's pairs are not given --export: the fleet exports them all, once
+    exported = export_after_run(result.result_dir, args.export) if args.export else None
     if args.json:
         from zcorch.sweep.summary import summary_rows
 
         observer.emit("summary", cells=summary_rows(result.plan_runs, result.records, result.repeat_policy),
                       baselines=len(result.baselines))
+        if exported is not None:
+            observer.emit("export", **exported)
         observer.emit("end", status=result.status, exit_status=result.exit_status, result_dir=result.result_dir)
         return result.exit_status
     print(result.summary())
     print(f"results: {result.result_dir}")
+    if exported is not None:
+        report_export(exported, result.result_dir)
     if result.status == "interrupted":
         print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
               f"{result.result_dir}", file=sys.stderr)
     return result.exit_status
+
+
+def _wait_before_measuring(observer: SweepObserver, wait: Callable[[], None]) -> None:
+    """Call wait() when the sweep reaches its first stage that may measure (pipeline.FIRST_MEASURING_STAGE)."""
+    order = [name for name, _ in STAGES]
+    first = order.index(FIRST_MEASURING_STAGE)
+    shown = observer.stage
+
+    def stage(name: str, title: str) -> None:
+        if name not in order or order.index(name) >= first:
+            wait()
+        shown(name, title)
+
+    observer.stage = stage  # type: ignore[method-assign]
 
 
 def _run(args: argparse.Namespace, observer: SweepObserver, command: List[str]):

@@ -1,10 +1,12 @@
 """What `zcorch run` prints about runs, shared by one sweep's output (zcorch.cli.run) and a fleet's
-(zcorch.cli.fleet): a run's modes and rate in words, JSON-safe event values, and runs.parquet written under
-the result set's lock at the end. Not a command module (no register())."""
+(zcorch.cli.fleet): a run's modes and rate in words, JSON-safe event values, runs.parquet written under
+the result set's lock at the end, and `--export DEST` (checked first, done last). Not a command module (no
+register())."""
 from __future__ import annotations
 
 import os
 import sys
+from typing import Optional
 
 from zcorch.errors import ResultsError
 from zcorch.results.store import lock_result_set
@@ -70,3 +72,44 @@ def _write_cache_locked(directory: str) -> None:
         write_cache(directory)
     finally:
         os.close(lock)
+
+
+def check_export(dest: Optional[str]) -> None:
+    """`--export DEST`, checked before the sweep starts: a DEST the export would refuse is a bad option (exit 2)
+    now, not a failed export after the sweep."""
+    from zcorch.analysis.export_dest import dest_problem
+    from zcorch.errors import ConfigError
+
+    problem = dest_problem(dest) if dest else None
+    if problem:
+        raise ConfigError(f"--export: {problem}")
+
+
+def export_after_run(root: str, dest: str) -> dict:
+    """`--export DEST` at the end of a run: every result set under `root` (the sweep's, or a fleet's pairs')
+    exported into the dataset DEST as `zcorch export ROOT DEST` does. Best effort: the runs are recorded
+    whatever happens here (an error is returned, not raised, and does not change the run's exit status), and
+    `zcorch export ROOT DEST` does it again. Returns {"dest", "exported", "unchanged", "skipped", "error"}."""
+    from zcorch.analysis.export import export_results   # pandas, pyarrow: only when exporting
+    from zcorch.errors import ZcorchError
+
+    try:
+        res = export_results(root, dest)
+    except (ZcorchError, OSError) as exc:
+        return {"dest": dest, "exported": 0, "unchanged": 0, "skipped": [], "error": str(exc)}
+    return {"dest": str(res.dest), "exported": len(res.exported), "unchanged": res.unchanged,
+            "skipped": list(res.skipped), "error": None}
+
+
+def report_export(outcome: dict, root: str) -> None:
+    """What `zcorch run` without --json says of its export (with --json, the `export` event says it): one line
+    on stdout, and on stderr a warning for each set skipped and for a failed export (with the command that
+    redoes it)."""
+    for why in outcome["skipped"]:
+        print(f"zcorch run: warning: export: skipped {why}", file=sys.stderr)
+    if outcome["error"]:
+        print(f"zcorch run: warning: the export to {outcome['dest']} failed: {outcome['error']}; the results are "
+              f"complete in {root} (`zcorch export {root} {outcome['dest']}` exports them)", file=sys.stderr)
+        return
+    print(f"export: {outcome['exported']} result set(s) exported, {outcome['unchanged']} unchanged, "
+          f"{len(outcome['skipped'])} skipped -> {outcome['dest']}")

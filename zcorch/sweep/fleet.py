@@ -39,6 +39,7 @@ from __future__ import annotations
 import ctypes
 import datetime as _dt
 import fcntl
+import gc
 import hashlib
 import json
 import os
@@ -72,6 +73,7 @@ PAIR_STATUSES = ("pending", "running", "complete", "failed", "interrupted")
 HOST_STAGES = ("deploy", "calibrate", "sources")
 LINK_STAGES = ("baselines", "commands")
 HOST_LOCK_PREFIX = "host-"
+LOCALHOST = "localhost"   # the host identity of this machine (a pair on localhost measures the controller's CPUs)
 _LOCK_NAME_RE = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -86,7 +88,7 @@ def host_identity(spec: Optional[HostSpec], allow_ssh_config_exec: bool = False)
     """The machine a host spec reaches: `localhost`, or `hostname:port` after the ssh config (an alias and
     its HostName are one machine; the user does not matter)."""
     if spec is None:
-        return "localhost"
+        return LOCALHOST
     from zcorch.hosts.ssh import resolve_target  # paramiko: only when a fleet of remote pairs is planned
 
     target = resolve_target(spec, allow_exec=allow_ssh_config_exec)
@@ -97,7 +99,7 @@ def pair_locks(pair: InventoryPair, allow_ssh_config_exec: bool = False) -> Tupl
     """(the pair's host identities, its share names), each sorted and without repeats."""
     hosts = pair.hosts
     if hosts.localhost:
-        ids = ["localhost"]
+        ids = [LOCALHOST]
     else:
         ids = sorted({host_identity(hosts.spec(r), allow_ssh_config_exec) for r in ("sender", "receiver")})
     return ids, sorted(set(pair.shares))
@@ -271,6 +273,10 @@ class FleetObserver:
     def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
         """The pairs about to run (pairs already done on --resume have status complete)."""
 
+    def pairs_running(self) -> None:
+        """Every pair of this invocation has its process (forked): from here on the fleet's process may start
+        threads of its own (one alive during a fork could leave a lock held in the child)."""
+
     def event(self, pair: str, doc: dict) -> None:
         """One JSON event of a pair's sweep (zcorch run --json: start, stage, run, baseline, ..., end)."""
 
@@ -365,6 +371,20 @@ def _prctl():
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
+
+
+def _before_forks() -> None:
+    """Done once in the fleet's process for all its pairs' processes, which inherit it: import what every pair's
+    sweep imports only once it runs (zcorch.sweep.pipeline imports these lazily, so that a dry run or a bad file
+    stays quick), rather than each pair importing them again; then move every object to the permanent
+    generation (gc.freeze), so that a pair's collections never walk, hence never copy, the pages it shares with
+    the fleet's process."""
+    import zcorch.provision.deploy  # noqa: F401
+    import zcorch.provision.filesystems  # noqa: F401
+    import zcorch.provision.network  # noqa: F401
+    import zcorch.sweep.metadata  # noqa: F401
+
+    gc.freeze()
 
 
 # What a pair's process runs: the command line's main() (zcorch.cli.main) given `zcorch` ARGS; the fleet
@@ -531,6 +551,7 @@ class Fleet:
     def run(self) -> FleetResult:
         events: "queue.Queue" = queue.Queue()
         prctl = _prctl()
+        _before_forks()
         for state in self.states:
             if state.done:
                 continue
@@ -544,6 +565,7 @@ class Fleet:
         for child in self.children:
             child.start_reading(events)
         self.save()
+        self.observer.pairs_running()
         open_streams = len(self.children)
         while open_streams:
             if self.stopping.is_set():

@@ -44,6 +44,7 @@ from zcorch.sweep import baselines as bl
 from zcorch.sweep import commands as cmds
 from zcorch.sweep import interrupts
 from zcorch.sweep.runner import Runner, SweepOutcome, run_fields
+from zcorch.sweep.workerpool import WorkerPool
 from zcorch.sweep.summary import summary_table
 
 # (name, title) of each stage, in the order run_sweep enters them: what SweepObserver.stage() gets.
@@ -69,6 +70,9 @@ STAGES: Tuple[Tuple[str, str], ...] = (
     ("finish", "finish the result set"),
 )
 _TITLES = dict(STAGES)
+# The stages before this one measure nothing (the calibration may, when not cached; baselines and runs do):
+# what else the controller's machine does meanwhile cannot skew a result (zcorch.cli.cache_writer uses them).
+FIRST_MEASURING_STAGE = "calibrate"
 
 
 class SweepObserver:
@@ -654,6 +658,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     warnings: List[str] = []
     recorded: List[Recorded] = []
     ended_early = False
+    pool: Optional[WorkerPool] = None   # the runs' worker servers, started during the set-up
+    starting = None                     # the thread starting them
     try:
         observer.stage("hosts", _TITLES["hosts"])
         hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded, allow_ssh_config_exec)
@@ -664,12 +670,20 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         sweep = open_sweep(hosts, cfg, cell_modes(r["params"] for r in plan_runs
                                                   if (r["id"], r["repeat"]) not in skip))
         _restore_network_leftovers(exp, sweep, warnings, dry_run, observer)
+        if not dry_run and any((r["id"], r["repeat"]) not in skip for r in plan_runs):
+            # The runs' worker servers start on both hosts while the set-up goes on (a dry run records its
+            # commands in order: its runner starts them at its first run).
+            pool = WorkerPool()
+            starting = pool.start_servers_meanwhile(
+                [(sweep.hosts[role], sweep.worker[role], sweep.env[role]) for role in ("receiver", "sender")])
         # Before anything uses a path: meta's sink probe, source layout, the dd baseline, the runs.
         observer.stage("scratch", _TITLES["scratch"])
         scratch_dirs = prepare_scratch(sweep, plan_runs, cfg, observer)
         observer.stage("metadata", _TITLES["metadata"])
         meta = collect_meta(sweep, plan_runs, scratch_dirs)
         rs.write_meta(meta)
+        if starting is not None:
+            starting.join()   # started (or left to the first run to fail on) before anything is measured
         observer.stage("calibrate", _TITLES["calibrate"])
         calibrate(sweep, meta, warnings, exp.calibration_max_age, recalibrate)
         rs.write_meta(meta, keep_previous=False)
@@ -699,7 +713,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
                                  sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
                                  progress=observer.run_done, before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
                                  source_errors=source_errors, scratch=scratch_dirs, observer=observer,
-                                 allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence)
+                                 allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence,
+                                 start_servers_together=not dry_run, pool=pool)
         outcome = runner.run_sweep(plan_runs, skip)
         warnings += runner.warnings
     except KeyboardInterrupt:
@@ -728,6 +743,10 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
 
             release_leases(leases + ([fs_lease] if fs_lease is not None else []), warnings)
         observer.sweep_ended()
+        if pool is not None:   # the runner stopped them; this covers an exit before the runs started
+            if starting is not None:
+                starting.join()
+            pool.close()
         if sweep is not None:
             sweep.close()
         if ended_early:

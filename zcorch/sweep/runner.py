@@ -138,8 +138,12 @@ class Runner:
                  before_directory: Optional[Callable[[Optional[str], str], None]] = None,
                  source_errors: Optional[Dict[str, str]] = None,
                  scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = (),
-                 netman: Any = None, convergence: Any = None):
+                 netman: Any = None, convergence: Any = None, start_servers_together: bool = False,
+                 pool: Optional[WorkerPool] = None):
         self.sender, self.receiver = sender, receiver
+        # run_sweep starts both hosts' worker servers at once before its first run (a sweep does; a dry run,
+        # whose recorded commands keep their order, and the tests of one run at a time do not)
+        self.start_servers_together = start_servers_together
         # zcorch.sweep.adaptive.Convergence for `repeats: {min, max, target_ci}`: converged cells get no more
         # runs, and each record carries its cell's state; None: every planned run runs.
         self.convergence = convergence
@@ -162,7 +166,8 @@ class Runner:
         self.scratch = dict(scratch or {})   # role -> the {scratch} directory on that host
         self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs
         self.lost_host: Optional[str] = None   # why a host stopped answering during the last run
-        self.pool = WorkerPool()        # the worker servers, one per host (close() stops them)
+        # the worker servers, one per host (close() stops them); a sweep's may have been started already
+        self.pool = pool if pool is not None else WorkerPool()
 
     def close(self) -> None:
         """Stop the worker servers (run_sweep does at its end; callers of run_one alone call it)."""
@@ -198,13 +203,14 @@ class Runner:
             status, reason = "failed", f"{type(exc).__name__}: {exc} (traceback in {log_rel})"
             traces.append(traceback.format_exc())
         finally:
-            try:
-                self._cleanup(recv, send)
-            except Exception as exc:  # e.g. the kill over a lost SSH link: the run is still recorded
-                self.warnings.append(f"cell {cell} repeat {repeat}: workers may still run after cleanup "
-                                     f"failed: {type(exc).__name__}: {exc}")
-                traces.append(traceback.format_exc())
+            # The run's wall time ends with its outcome (both results in, or the failure seen); the workers'
+            # exits and the cleanup follow. An ok run's record is appended while its workers exit (the wait
+            # for their exit frames overlaps the fsync); any other run is cleaned up first, so its record
+            # says why a host stopped answering. Either way both workers are gone (or killed) before the
+            # next run starts.
             wall = time.monotonic() - t0
+            if status != "ok":
+                self._cleanup_run(cell, repeat, recv, send, traces)
             # A lost connection explains the failure better than how the worker's channel ended.
             self.lost_host = self._unreachable() if status not in ("ok", "interrupted") else None
             if self.lost_host:
@@ -212,13 +218,27 @@ class Runner:
             record = self._record(cell, repeat, params, status, reason, started_iso, wall, recv, send, log_rel)
             if self.convergence is not None:
                 self.convergence.observe(record)
+            if status == "ok":
+                try:
+                    self.results.append_run(record)
+                finally:
+                    self._cleanup_run(cell, repeat, recv, send, traces)
             try:
                 self._write_log(log_rel, record, recv, send, traces)
             except Exception as exc:  # the record matters more than its log
                 self.warnings.append(f"cannot write {log_rel}: {type(exc).__name__}: {exc}")
-            self.results.append_run(record)
+            if status != "ok":
+                self.results.append_run(record)
             self.on_event("run_done", record=record)
         return record
+
+    def _cleanup_run(self, cell: str, repeat: int, recv: _Side, send: _Side, traces: List[str]) -> None:
+        try:
+            self._cleanup(recv, send)
+        except Exception as exc:  # e.g. the kill over a lost SSH link: the run is still recorded
+            self.warnings.append(f"cell {cell} repeat {repeat}: workers may still run after cleanup "
+                                 f"failed: {type(exc).__name__}: {exc}")
+            traces.append(traceback.format_exc())
 
     def _serve(self, side: _Side, worker: List[str], role: str) -> None:
         """Hand side's run to the worker server of its host (side.argv = worker + the run's arguments)."""
@@ -420,6 +440,9 @@ class Runner:
         fs_errors: Dict[str, str] = {}
         net_errors: Dict[str, str] = {}
         try:
+            if todo and self.start_servers_together:
+                self.pool.start_servers([(self.receiver, self.receiver_worker, self.worker_env.get("receiver")),
+                                         (self.sender, self.sender_worker, self.worker_env.get("sender"))])
             for i, (cell, repeat, params) in enumerate(todo):
                 if self.convergence is not None and not self.convergence.wants(cell):
                     outcome.converged += 1   # no record: the run was planned up to `max`, not needed

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.errors import HostError, ZcorchError
 from zcorch.hosts.local import Host, Process
+from zcorch.hosts.parallel import per_host
 
 SERVE = "serve"               # the worker action (zcorch.worker.cli)
 STARTUP_TIMEOUT = 60.0        # interpreter start-up on a loaded host, over SSH
@@ -243,8 +244,31 @@ class WorkerPool:
         self._servers: Dict[Tuple[int, Tuple[str, ...], Tuple[Tuple[str, str], ...]], WorkerServer] = {}
         self.restarts: List[str] = []   # why each replaced server ended (the runner's warnings)
 
+    @staticmethod
+    def _key(host: Host, worker: Sequence[str], env: Optional[Mapping[str, str]]) -> tuple:
+        return id(host), tuple(worker), tuple(sorted((env or {}).items()))
+
+    def start_servers(self, wanted: Sequence[Tuple[Host, Sequence[str], Optional[Mapping[str, str]]]]) -> None:
+        """Start the servers of `wanted` ((host, worker, env), one server per distinct one) at once: each is an
+        interpreter start-up on its host, which the first run would otherwise wait for one after the other.
+        A server that cannot start is left to the run that needs it (its start fails that run, naming why)."""
+        distinct = list({self._key(*w): w for w in wanted if self._key(*w) not in self._servers}.values())
+        try:
+            per_host(distinct, lambda w: self.server(*w))
+        except ZcorchError:
+            pass
+
+    def start_servers_meanwhile(self, wanted: Sequence[Tuple[Host, Sequence[str], Optional[Mapping[str, str]]]]
+                                ) -> "threading.Thread":
+        """start_servers on a thread of its own, so the caller's set-up goes on meanwhile; join the thread
+        before anything is measured (each start is an interpreter start-up on its host)."""
+        thread = threading.Thread(target=self.start_servers, args=(list(wanted),), name="worker-servers",
+                                  daemon=True)
+        thread.start()
+        return thread
+
     def server(self, host: Host, worker: Sequence[str], env: Optional[Mapping[str, str]] = None) -> WorkerServer:
-        key = (id(host), tuple(worker), tuple(sorted((env or {}).items())))
+        key = self._key(host, worker, env)
         found = self._servers.get(key)
         if found is not None and found.dead:
             self.restarts.append(found.dead)
