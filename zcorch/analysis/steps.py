@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 import numba
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 import numpy as np
 
 FLOOR_REL = 0.002           # σ_i >= 0.2% of the series' median level
@@ -143,6 +144,33 @@ _TIE = 1e-9
 
 
 @numba.njit(cache=True, nogil=True)
+def _next_member(members, p):  # pragma: no cover - compiled
+    """The lowest rank above p whose bit is set (one exists)."""
+    i = p + 1
+    k = i >> 6
+    word = members[k] >> np.uint64(i & 63)
+    if word != 0:
+        return i + trailing_zeros(word)
+    k += 1
+    while members[k] == 0:
+        k += 1
+    return (k << 6) + trailing_zeros(members[k])
+
+
+@numba.njit(cache=True, nogil=True)
+def _previous_member(members, p):  # pragma: no cover - compiled
+    """The highest rank below p whose bit is set (one exists)."""
+    i = p - 1
+    k = i >> 6
+    j = i & 63
+    word = members[k] if j == 63 else members[k] & ((np.uint64(1) << np.uint64(j + 1)) - np.uint64(1))
+    while word == 0:
+        k -= 1
+        word = members[k]
+    return (k << 6) + 63 - leading_zeros(word)
+
+
+@numba.njit(cache=True, nogil=True)
 def _optimal_partition(y, w, order, rank, penalty):  # pragma: no cover - compiled (its tests call it)
     """The exact dynamic programme of fit_steps in O(n^2) updates, no n x n table kept.
 
@@ -151,14 +179,18 @@ def _optimal_partition(y, w, order, rank, penalty):  # pragma: no cover - compil
     segment; its weighted median is kept as a pointer into the sorted order of the whole series (order:
     indices by value, ties by index, as a stable argsort; rank: its inverse) that moves over the ranks of the
     segment's own points (a is <= index < b), with the weights and weighted values at or below it, so that
-    each cost is O(1) from those sums. Returns back[b] (the start of the last segment of the best fit
+    each cost is O(1) from those sums; the pointer skips the ranks of other points 64 at a time (a bit set of
+    the segment's ranks). Returns back[b] (the start of the last segment of the best fit
     of y[:b]) and the rank of the weighted median of that segment."""
     n = len(y)
     best = np.empty(n + 1)
     best[0] = 0.0
     back = np.zeros(n + 1, dtype=np.int64)
+    members = np.zeros((n >> 6) + 1, dtype=np.uint64)
     for b in range(1, n + 1):
         p = rank[b - 1]          # the segment y[b-1 : b]: its only point is its median
+        members[:] = 0           # the ranks of the segment's points, a bit each
+        members[p >> 6] |= np.uint64(1) << np.uint64(p & 63)
         w_le = w[b - 1]          # weights of the segment's points at ranks <= p
         s_le = w[b - 1] * y[b - 1]
         w_all = w_le
@@ -168,6 +200,7 @@ def _optimal_partition(y, w, order, rank, penalty):  # pragma: no cover - compil
         for a in range(b - 1, -1, -1):
             if a < b - 1:
                 q = rank[a]
+                members[q >> 6] |= np.uint64(1) << np.uint64(q & 63)
                 w_all += w[a]
                 s_all += w[a] * y[a]
                 if q <= p:
@@ -177,9 +210,7 @@ def _optimal_partition(y, w, order, rank, penalty):  # pragma: no cover - compil
                 # the median: the lowest rank whose cumulative weight reaches half of all (where two ranks
                 # tie, either one gives the same cost; the segment's level is taken by _weighted_median)
                 while w_le < half:          # too little at or below: up to the next point of the segment
-                    p += 1
-                    while not (a <= order[p] < b):
-                        p += 1
+                    p = _next_member(members, p)
                     w_le += w[order[p]]
                     s_le += w[order[p]] * y[order[p]]
                 # enough without the point at p (then a point of the segment lies below it, weight > 0):
@@ -187,9 +218,7 @@ def _optimal_partition(y, w, order, rank, penalty):  # pragma: no cover - compil
                 while w_le - w[order[p]] >= half:
                     w_le -= w[order[p]]
                     s_le -= w[order[p]] * y[order[p]]
-                    p -= 1
-                    while not (a <= order[p] < b):
-                        p -= 1
+                    p = _previous_member(members, p)
             m = y[order[p]]
             cost = (s_all - s_le) - m * (w_all - w_le) + m * w_le - s_le
             if cost < 0.0:
