@@ -124,3 +124,27 @@ def test_a_rate_limited_link_is_a_significant_regression(lab, tmp_path):
     cand_df = zcorch.load(cand)
     assert (cand_df["gbit_s"] < 0.55).all()  # the limit is what the candidate got
     check_regression(base, cand, n_cells=2, min_drop_pct=30)
+
+
+def test_testing_only_beyond_the_threshold_gives_the_same_verdicts_and_spares_scipy(small_set):
+    """compare_frames(test_all=False), what the end of a fleet run uses: a change within the threshold is
+    `unchanged` whatever the test says, so it is not tested (p NaN); every verdict is the one of test_all=True.
+    And nothing on that path imports scipy until a test runs."""
+    import math
+    import subprocess
+    import sys
+
+    base = zcorch.load(small_set)
+    cand = base.copy()
+    halved = sorted(set(cand["cell"]))[::2]   # half the cells really slower in the candidate
+    cand.loc[cand["cell"].isin(halved), "gbit_s"] *= 0.5
+    full = compare_frames(base, cand)
+    lazy = compare_frames(base, cand, test_all=False)
+    assert list(lazy["verdict"]) == list(full["verdict"])
+    assert "unchanged" in set(lazy["verdict"]) and set(lazy["verdict"]) & {"regressed", "not significant"}
+    for (_, f), (_, z) in zip(full.iterrows(), lazy.iterrows()):
+        within = not abs(f["change_pct"]) > 5.0 if not math.isnan(f["change_pct"]) else True
+        assert math.isnan(z["p_value"]) == (within or math.isnan(f["p_value"])), (f.to_dict(), z.to_dict())
+    code = ("import sys, zcorch.analysis.pairs, zcorch.analysis.load; "
+            "sys.exit(1 if 'scipy.stats' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0

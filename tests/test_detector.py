@@ -155,3 +155,52 @@ def test_a_rise_is_not_hidden_by_the_wider_interval_its_own_higher_level_brings(
     # a night at the same level whose interval is really wider (relative) still adds its excess
     loose = nightly_test(base, base_sd, [4.0], [2.4], higher_better=False, threshold_pct=3.0, alpha=0.005)
     assert loose.p_value > rise.p_value
+
+
+def test_a_young_level_borrows_the_cells_nightly_spread_instead_of_runs_against_runs():
+    """After a real step, the new level's first nights have too few nights of their own for a spread: they
+    are judged with the spread the cell's nights show at its earlier level (relative), not runs against
+    runs, which ignores how nights differ. Nights spread 4% around each level, runs within a night 1%."""
+    rng_levels = nightly_levels(20, 0.04, seed=21) + list(np.array(nightly_levels(3, 0.04, seed=22)) * 0.7)
+    runs = series(rng_levels, seed=21)
+    med = np.array([np.median(r) for r in runs])
+    ci = np.array([median_ci(r) for r in runs])
+    fit = fit_steps(med, point_sigmas(med, ci[:, 0], ci[:, 1], ci[:, 2]))
+    assert fit.steps == [20], fit.steps   # the 30% drop is found, where it is
+    sd = ci_sds(ci[:, 0], ci[:, 1], ci[:, 2])
+    # night 22, the third of the new level: the drop is still reported against the old level...
+    c = judge_newest(med, sd, runs, fit, True)
+    assert c.verdict == "regressed" and c.method == NIGHTLY and c.since == 20
+    # ...and the new level's own first nights, judged against it, borrow the spread (no runs rule)
+    young = judge_newest(med[20:], sd[20:], runs[20:], fit_steps(med[20:], point_sigmas(
+        med[20:], ci[20:, 0], ci[20:, 1], ci[20:, 2])), True)
+    assert young.method == RUNS   # nothing to borrow from: a series of three nights knows no spread
+    from zcorch.analysis.detector import pooled_spread
+    pooled = pooled_spread(med, fit, list(range(22)))
+    assert pooled is not None and pooled.df == 19 + 1   # 20 nights of the old level, 2 of the new one
+    assert 0.02 < pooled.rel < 0.08, pooled
+
+
+def test_borrowing_the_spread_cuts_the_false_alarms_of_spurious_levels():
+    """No change, but lumpy nights (each night one of six machine states, as this machine's sweeps are: the
+    medians of six real write->read sweeps relative to their mean): the change-point fit sometimes splits
+    such a series into levels. A young level judged runs against runs alarmed on such nights
+    (bench_detector: 7 of 8 false alarms of this machine's write->read series); with the borrowed spread
+    at most alpha of the nights alarm, while the runs rule on the same young levels alarms far more."""
+    states = np.array([16.10, 16.03, 17.22, 15.94, 16.84, 16.80]) / 16.49
+    alarms = judged = runs_rule = young = young_alarms = 0
+    for seed in range(40):
+        rng = np.random.default_rng(300 + seed)
+        runs = series(list(10.0 * rng.choice(states, 30)), seed=300 + seed)
+        for t in range(10, 30):
+            c = decide(runs[:t + 1], alpha=0.01)
+            judged += 1
+            alarms += c.bad
+            if c.method == NIGHTLY and c.n_base < MIN_NIGHTS:
+                young += 1
+                young_alarms += c.bad
+                base = np.concatenate([runs[i] for i in c.baseline])
+                runs_rule += judge(base, runs[t], True, 3.0, 0.01).verdict == "regressed"
+    assert alarms <= 0.015 * judged, (alarms, judged)
+    assert young >= 5, young   # the fit did split series: the borrowing was exercised
+    assert runs_rule >= 2 and young_alarms <= runs_rule // 2, (young, young_alarms, runs_rule)

@@ -13,6 +13,7 @@ import errno
 import os
 import socket
 import threading
+import time
 
 import pytest
 
@@ -25,7 +26,7 @@ from zcorch.errors import WorkerError  # noqa: E402
 from zcorch.worker import native  # noqa: E402
 
 STREAMS = 3
-SIZE = 4 * 2**20 + 12_345           # each stream's slice beyond 1 MiB (a stream gives way after 1 MiB)
+SIZE = 4 * 2**20 + 12_345           # each stream's slice many buffers long (a stream gives way after one buffer)
 BUFFER = 65_537                     # divides no slice: partial chunks at every slice's end
 
 
@@ -141,3 +142,41 @@ def test_a_stalled_receiver_ends_streams_sharing_a_thread_at_the_deadline():
             s.close()
         srv.close()
     assert ei.value.code == errno.ETIMEDOUT and "timed out" in str(ei.value), ei.value
+
+
+def test_a_thread_of_streams_waiting_on_a_stalled_peer_sleeps_instead_of_polling():
+    # a receiver (plain sockets) that reads nothing for STALL seconds, then everything: the sender's two
+    # streams fill their sockets and park, and their thread (pinned: the one that polls before it sleeps,
+    # while polling pays; mux.c: a poll that saw nothing stops polling) sleeps through the stall. A thread
+    # that kept polling would spend the stall on the CPU; this one's CPU over the transfer stays a small part.
+    stall = 1.5
+    srv = socket.create_server(("127.0.0.1", 0), backlog=8)
+    conns: "list[socket.socket]" = []
+
+    def drain(c: socket.socket) -> None:
+        with c:
+            while c.recv(1 << 20):
+                pass
+
+    def serve() -> None:
+        srv.settimeout(30)
+        for _ in range(2):
+            conns.append(srv.accept()[0])
+        time.sleep(stall)
+        readers = [threading.Thread(target=drain, args=(c,)) for c in conns]
+        for r in readers:
+            r.start()
+        for r in readers:
+            r.join()
+
+    t = threading.Thread(target=serve)
+    t.start()
+    try:
+        sent = native.send("127.0.0.1", srv.getsockname()[1], "write", source="mem", bytes=16 * 2**20, streams=2,
+                           threads=1, cpu=min(os.sched_getaffinity(0)), window=65536, timeout=30)
+    finally:
+        t.join()
+        srv.close()
+    assert sent["params"]["threads"] == 1
+    assert sent["wall_ns"] >= 0.8 * stall * 1e9, sent["wall_ns"]  # the stall fell inside the timed transfer
+    assert sent["utime_us"] + sent["stime_us"] < stall * 1e6 / 10, (sent["utime_us"], sent["stime_us"])

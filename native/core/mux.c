@@ -16,9 +16,23 @@
  * made without DEFER_TASKRUN/COOP_TASKRUN for that, see uring.c), one ring per stream as with a thread
  * per stream: its depth, registered buffers and CQE counts stay the stream's own.
  *
- * Fairness: a stream that never hits EAGAIN (a fast reader) would starve the others, so a stream gives
- * way after ZC_FIBER_QUANTUM bytes (zc_check_deadline, the top of every chunk loop): round robin, as
- * iperf3 writes one block per stream per select round.
+ * Turns: a stream that never hits EAGAIN (a fast reader) would starve the others, so a stream gives way
+ * after one buffer (--buffer bytes, one chunk of its mode's loop; zc_check_deadline, the top of every
+ * chunk loop, calls zc_fiber_share): round robin chunk by chunk, as iperf3 writes one block per stream
+ * per select round (longer turns, 1 MiB, let one socket's queue fill in a burst while the others idle).
+ *
+ * Waiting (issue 25): when every stream of the thread is parked, a thread pinned to a CPU (--cpu/--cpus)
+ * first polls its epoll for up to ZC_MUX_SPIN_NS, then sleeps. On loopback with the sides on two CPUs a thread that sleeps each time
+ * it has caught up with its peer is woken again tens of microseconds later, and the wake-up is paid by
+ * the peer (sock_def_readable in the softirq of the sender's own send, a reschedule IPI; on a VM an exit
+ * on both sides): with 8 streams per side pinned the receiving thread slept ~4,000-8,000 times per GiB
+ * and the sender paid ~25 us for each, CPU per GiB 0.30-0.40 s instead of ~0.2 (iperf3 -P 8, whose
+ * select() loop sleeps ~1,700 times per GiB, 0.2-0.25). The poll is adaptive, so a slow peer costs
+ * nothing: a poll that sees no event stops polling, and polling resumes only after a sleep that ended
+ * within 2 x ZC_MUX_SPIN_NS (one a poll would have covered, wake-up latency included). Its CPU time is
+ * the thread's, credited like the rest (see CPU accounting): nothing of it leaves the measured process.
+ * An unpinned thread sleeps at once: it may share its CPU with the very peer it waits for (and on a
+ * loaded machine its polls cost the sender ~15% CPU per GiB, unpinned, for no throughput).
  *
  * CPU accounting: RUSAGE_THREAD is the thread's, so at each switch the time since the previous switch is
  * credited to the stream that ran (the scheduler's own epoll_wait to the stream it ran for); each
@@ -38,7 +52,7 @@
 #include <unistd.h>
 
 #define ZC_FIBER_STACK (256u << 10)     /* the deepest path is an error message's vsnprintf */
-#define ZC_FIBER_QUANTUM (1u << 20)     /* bytes a stream moves before it lets its thread's others run */
+#define ZC_MUX_SPIN_NS 50000LL         /* the longest poll before a thread of streams sleeps */
 #define ZC_MUX_SLICE_MS 250             /* the longest epoll_wait: deadlines are looked at in between */
 #define ZC_FIBER_FDS 4                  /* fds one stream waits on: its socket, its ring */
 
@@ -57,7 +71,7 @@ typedef struct zc_fiber {
     uint32_t wait_events;            /* POLLIN/POLLOUT (the same bits as EPOLLIN/EPOLLOUT) */
     uint32_t revents;                /* what ended the wait (0: the deadline passed) */
     int wait_errno;                  /* epoll_wait failed: the waiting stream fails with it */
-    uint64_t quantum_done;           /* c->done when it last got the thread */
+    uint64_t turn_done;              /* c->done when it last got the thread */
     int counting;                    /* the thread's CPU time accrues to its timed region */
     int64_t utime_us, stime_us, minflt, majflt, nvcsw, nivcsw;
     int fds[ZC_FIBER_FDS];
@@ -71,6 +85,8 @@ typedef struct zc_mux {
     int n;
     zc_fiber *cur;                   /* the fiber running now (NULL: the scheduler) */
     zc_fiber *accrue;                /* who the CPU time since `last` belongs to */
+    int64_t spin_ns;                 /* how long the next wait polls before it sleeps (0: it sleeps) */
+    int64_t spin_max;                /* ZC_MUX_SPIN_NS for a thread pinned to a CPU, else 0: never polls */
     struct rusage last;
 } zc_mux;
 
@@ -160,7 +176,7 @@ int zc_fiber_wait(zc_ctx *c, int fd, short events, const char *doing)
 void zc_fiber_share(zc_ctx *c)
 {
     zc_fiber *f = c->fiber;
-    if (f->mux->n > 1 && c->done - f->quantum_done >= ZC_FIBER_QUANTUM)
+    if (f->mux->n > 1 && c->done - f->turn_done >= c->buffer)
         park(f, F_READY);
 }
 
@@ -193,10 +209,30 @@ static void run(zc_mux *m, zc_fiber *f)
     accrue(m);
     m->accrue = f;
     m->cur = f;
-    f->quantum_done = f->c->done;
+    f->turn_done = f->c->done;
     f->state = F_RUNNING;
     swapcontext(&m->main, &f->uc);
     m->cur = NULL;
+}
+
+/* Every stream parked: epoll_wait up to timeout_ms, polling first while polling pays (see the top). */
+static int wait_events(zc_mux *m, struct epoll_event *evs, int max, int timeout_ms)
+{
+    int64_t t0 = zc_now_ns();
+    if (m->spin_ns > 0) {
+        int64_t until = t0 + m->spin_ns;
+        do {
+            int nev = epoll_wait(m->epfd, evs, max, 0);
+            if (nev != 0)
+                return nev;
+        } while (zc_now_ns() < until);
+        m->spin_ns = 0;
+        t0 = zc_now_ns();
+    }
+    int nev = epoll_wait(m->epfd, evs, max, timeout_ms);
+    if (nev > 0 && zc_now_ns() - t0 < 2 * ZC_MUX_SPIN_NS)
+        m->spin_ns = m->spin_max;
+    return nev;
 }
 
 /* The scheduler: run every ready stream in turn, then collect what the waiting ones wait for. */
@@ -230,7 +266,8 @@ static void schedule(zc_mux *m)
             timeout = left <= 0 ? 0 : left >= ZC_MUX_SLICE_MS * 1000000LL ? ZC_MUX_SLICE_MS
                                                                             : (int)((left + 999999) / 1000000);
         }
-        int nev = epoll_wait(m->epfd, evs, (int)(sizeof evs / sizeof evs[0]), timeout);
+        int max = (int)(sizeof evs / sizeof evs[0]);
+        int nev = ready ? epoll_wait(m->epfd, evs, max, 0) : wait_events(m, evs, max, timeout);
         if (nev < 0 && errno != EINTR) {
             int e = errno;
             for (int i = 0; i < m->n; i++)
@@ -280,6 +317,7 @@ static int prepare(zc_mux *m, zc_group *g, const int *idx, int n)
     m->n = n;
     m->fibers = calloc((size_t)n, sizeof *m->fibers);
     zc_ctx *c0 = &g->ctx[idx[0]];
+    m->spin_max = m->spin_ns = c0->p->ncpus > 0 || c0->p->cpu >= 0 ? ZC_MUX_SPIN_NS : 0; /* as zc_pin_cpu */
     if (!m->fibers)
         return zc_fail(c0, ENOMEM, "out of memory for the thread's streams");
     m->epfd = epoll_create1(EPOLL_CLOEXEC);

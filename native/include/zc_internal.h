@@ -133,8 +133,8 @@ int zc_set_sock_timeouts(zc_ctx *c);
  * (core/mux.c). The one way a mode waits for anything but its own socket call. */
 int zc_wait_fd(zc_ctx *c, int fd, short events, const char *doing);
 /* mux.c, for a stream sharing its thread (c->fiber): park until fd reports `events` after a call on it
- * just said EAGAIN (no poll first: an edge after that call wakes it); a yield after ZC_FIBER_QUANTUM
- * bytes (zc_check_deadline calls it), so the thread's streams take turns */
+ * just said EAGAIN (no poll first: an edge after that call wakes it); a yield after one buffer's bytes
+ * (zc_check_deadline calls it), so the thread's streams take turns chunk by chunk */
 int zc_fiber_wait(zc_ctx *c, int fd, short events, const char *doing);
 void zc_fiber_share(zc_ctx *c);
 

@@ -38,9 +38,11 @@ VERDICTS_BAD = ("regressed", "failed")
 
 
 def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s",
-                   threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA) -> pd.DataFrame:
+                   threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA,
+                   test_all: bool = True) -> pd.DataFrame:
     """One row per cell: params, n_base, n_cand, base_median, cand_median, change_pct, p_value,
-    test, verdict. Cells on one side only have verdict 'only in base' / 'only in candidate'."""
+    test, verdict. Cells on one side only have verdict 'only in base' / 'only in candidate'.
+    test_all=False: no significance test where the change is within the threshold (see judge)."""
     declared = metrics.directed(metric)   # ValueError for a metric without a direction
     params = [p for p in varying_params(pd.concat([base, cand], ignore_index=True))]
     rows = []
@@ -68,7 +70,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
         elif not len(bv):
             row["verdict"] = "no base data" if not len(cv) else "fixed"
         else:
-            j = judge(bv, cv, declared.better == "higher", threshold_pct, alpha)
+            j = judge(bv, cv, declared.better == "higher", threshold_pct, alpha, test_all)
             row.update(change_pct=j.change_pct, p_value=j.p_value, test=j.test, verdict=j.verdict)
         rows.append(row)
     cols = ["cell"] + params + ["n_base", "n_cand", "base_failed", "cand_failed", "base_median", "cand_median",
@@ -87,11 +89,15 @@ class Judgement:
 
 
 def judge(base: np.ndarray, cand: np.ndarray, higher_better: bool, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-          alpha: float = DEFAULT_ALPHA) -> Judgement:
+          alpha: float = DEFAULT_ALPHA, test_all: bool = True) -> Judgement:
     """The verdict on two non-empty samples of ok runs (the rule of the module docstring): a pure function,
-    shared by compare_frames, zcorch history and benchmarks/bench_detector.py."""
+    shared by compare_frames, zcorch history and benchmarks/bench_detector.py. test_all=False: a change
+    within the threshold is `unchanged` whatever the test says, so it is not tested (p NaN): the verdict is the
+    same, and scipy is not even imported when no change is beyond the threshold (the end of a fleet run)."""
     b_med, c_med = float(np.median(base)), float(np.median(cand))
     change = (c_med - b_med) / b_med * 100 if b_med else math.nan
+    if not test_all and not abs(change) > threshold_pct:
+        return Judgement("unchanged", change, math.nan, "not tested (within the threshold)")
     mw = mann_whitney_u(base, cand)
     worse = change < 0 if higher_better else change > 0
     if not abs(change) > threshold_pct:

@@ -87,10 +87,14 @@ def _pooled(parts: List[Completeness], label: str) -> Completeness:
 
 def compare_fleet(directory: str, metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                   alpha: float = DEFAULT_ALPHA, against: Optional[str] = None,
-                  loaded: Optional[Mapping[str, pd.DataFrame]] = None) -> Optional[PairsComparison]:
+                  loaded: Optional[Mapping[str, pd.DataFrame]] = None,
+                  test_all: bool = True) -> Optional[PairsComparison]:
     """Every pair of the fleet against its reference (module docstring); None when fewer than two pairs have a
     result set to compare. ResultsError for an unknown `against`. loaded: pair -> zcorch.load of its result set
-    as it is now, where the caller has it already (the end of a fleet run loads each pair as its sweep ends)."""
+    as it is now, where the caller has it already (the end of a fleet run loads each pair as its sweep ends).
+    test_all=False (the end of a fleet run, which shows only the pairs that differ in full): a pair's cells
+    within the threshold are tested only when the pair differs in some cell (compare.judge): every verdict is
+    the same, and a fleet whose pairs all agree imports no scipy."""
     dirs = fleet_pairs(directory)
     if against is not None and against not in dirs:
         raise ResultsError(f"{directory}: no pair `{against}` (its pairs: {', '.join(dirs)})")
@@ -114,7 +118,9 @@ def compare_fleet(directory: str, metric: str = "gbit_s", threshold_pct: float =
             continue
         label = f"pair {against}" if against is not None else f"the other pairs ({', '.join(refs)})"
         base = pd.concat([frames[p] for p in refs], ignore_index=True)
-        table = compare_frames(base, frames[pair], metric, threshold_pct, alpha)
+        table = compare_frames(base, frames[pair], metric, threshold_pct, alpha, test_all)
+        if not test_all and table["verdict"].isin(DIFFERENT).any():   # shown in full: every cell tested
+            table = compare_frames(base, frames[pair], metric, threshold_pct, alpha)
         ref_comp = comp[against] if against is not None else _pooled([comp[p] for p in refs], label)
         out.append(PairComparison(pair, label, table, gate_of(table, ref_comp, comp[pair])))
     return PairsComparison(directory, metric, threshold_pct, alpha, against, out, _fleet_gate(out, missing))

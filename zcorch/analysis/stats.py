@@ -24,7 +24,6 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-import scipy.stats
 
 from zcorch.analysis.frames import OK, PARAM_KEYS
 # The order-statistic interval itself lives beside the results (stdlib only: the sweep's runner asks it too)
@@ -197,6 +196,8 @@ def mann_whitney_u(x: Iterable[float], y: Iterable[float], exact_limit: int = 20
     min_p_value() true: a p-value never goes below it, whereas the normal approximation of small
     tied samples could (3 ties against 3 ties: p = 0.047 < min_p_value(3, 3) = 0.1).
     """
+    import scipy.stats   # on first use: its import is most of the CPU a fleet's end comparison costs
+
     x = np.asarray(list(x), dtype="float64")
     y = np.asarray(list(y), dtype="float64")
     x, y = x[~np.isnan(x)], y[~np.isnan(y)]

@@ -232,11 +232,11 @@ class FanOut(FleetObserver):
 class EndWork(FleetObserver):
     """The fleet's own work after its pairs' sweeps: each complete pair's runs.parquet (written here rather than
     by each pair's process, so pandas and pyarrow are imported once for the fleet instead of once per pair), and
-    each pair's runs loaded for the pairs' comparison (pandas, scipy.stats). Begun while the pairs still run, on
-    one thread of the fleet's process, which otherwise only waits on them: it imports those libraries (seconds
-    of CPU, the bulk of this work) while the pairs wait on their hosts, then writes and loads each pair as soon
-    as its sweep ends. When the last pair ends, what is left is that pair and the comparison's arithmetic, not
-    the imports and every pair in a row.
+    each pair's runs loaded for the pairs' comparison (scipy.stats only when a pair differs: compare_fleet's
+    test_all). Begun while the pairs still run, on one thread of the fleet's process, which otherwise only waits
+    on them: it imports those libraries (a second of CPU, the bulk of this work) while the pairs wait on their
+    hosts, then writes and loads each pair as soon as its sweep ends. When the last pair ends, what is left is
+    that pair and the comparison's arithmetic, not the imports and every pair in a row.
 
     Not while a pair measures on this machine: with a pair on localhost (whose runs measure the controller's
     own CPUs) all of it waits for the end, as before. Remote pairs' measurements do not share the controller's
@@ -273,7 +273,7 @@ class EndWork(FleetObserver):
             import zcorch.analysis.cache  # noqa: F401  (pandas, pyarrow)
 
             if self.compare:
-                import zcorch.analysis.pairs  # noqa: F401  (scipy.stats)
+                import zcorch.analysis.pairs  # noqa: F401  (scipy.stats only if a pair differs: compare_fleet)
         except Exception:   # a broken install: the main thread meets it again at the end, and reports it
             pass
         while True:
@@ -354,7 +354,7 @@ def _pairs_report(directory: str, quiet: bool, loaded: Optional[Dict[str, Any]] 
             return None
         from zcorch.analysis import pairs as pairsmod
 
-        comparison = pairsmod.compare_fleet(directory, loaded=loaded)
+        comparison = pairsmod.compare_fleet(directory, loaded=loaded, test_all=False)   # as pairs.md shows it
         if comparison is None:
             return None
         from zcorch.results.store import write_text_atomic
