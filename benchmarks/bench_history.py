@@ -8,7 +8,8 @@ types) with its set id, pair, cell, repeat and metric replaced. One part file pe
 `zcorch export` after a fleet run writes one per night), dataset.json listing every set. The throughput is a
 seeded noise around a level per pair and cell; a few series get a step (so the detector has something to find).
 
-Measured, each in a child process (wall time, and peak RSS from os.wait4's rusage of that child):
+Measured, each in a child process (wall time, CPU time and peak RSS from os.wait4's rusage of that child: on a
+machine loaded by other work the wall time grows with the load, the CPU time much less):
   index   zcorch history DATASET -o OUT                 the page (per-cell trend plots included)
   check   zcorch history DATASET -o OUT --check         the gate (writes the page too)
   query   the DuckDB part alone: Dataset(...).sweeps() and ok_values() of every set
@@ -121,8 +122,8 @@ def synthesize(source: Path, out: Path, pairs: int, nights: int, cells: int, rep
     layout.write_manifest(out, doc)
 
 
-def measure(argv: list) -> "tuple[float, int, int, str]":
-    """(wall s, peak RSS bytes, exit code, last line) of a child process."""
+def measure(argv: list) -> "tuple[float, float, int, int, str]":
+    """(wall s, CPU s (user + system), peak RSS bytes, exit code, last line) of a child process."""
     t = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = "", ""
@@ -131,7 +132,7 @@ def measure(argv: list) -> "tuple[float, int, int, str]":
     out, err = proc.stdout.read(), proc.stderr.read()
     proc.returncode = os.waitstatus_to_exitcode(status)
     last = (out.strip().splitlines() or err.strip().splitlines() or [""])[-1]
-    return wall, usage.ru_maxrss * 1024, proc.returncode, last
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, proc.returncode, last
 
 
 QUERY = """import sys, time
@@ -169,15 +170,18 @@ def main() -> int:
     seen = {k: [] for k in cases}
     for _ in range(args.repeat):
         for name, argv in cases.items():   # interleaved
-            wall, rss, code, last = measure(argv)
-            seen[name].append((wall, rss))
-            print(f"  {name}: {wall:.1f} s, peak RSS {rss / 2**20:.0f} MiB, exit {code}: {last[:150]}", flush=True)
-    print(f"\nmedians of {args.repeat} (the machine may be loaded by other work):")
+            wall, cpu, rss, code, last = measure(argv)
+            seen[name].append((wall, cpu, rss))
+            print(f"  {name}: {wall:.1f} s wall, {cpu:.1f} s CPU, peak RSS {rss / 2**20:.0f} MiB, exit {code}: "
+                  f"{last[:150]}", flush=True)
+    print(f"\nmedians of {args.repeat} (the machine may be loaded by other work; load average now "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs):")
     for name, values in seen.items():
-        wall = statistics.median(w for w, _ in values)
-        rss = statistics.median(r for _, r in values)
-        print(f"  {name:6s} {wall:7.1f} s ({wall / TARGET_S:.2f}x the 10 s target)   "
-              f"{rss / 2**20:6.0f} MiB ({rss / TARGET_RSS:.2f}x the 1 GiB target)")
+        wall = statistics.median(w for w, _, _ in values)
+        cpu = statistics.median(c for _, c, _ in values)
+        rss = statistics.median(r for _, _, r in values)
+        print(f"  {name:6s} {wall:7.1f} s wall ({wall / TARGET_S:.2f}x the 10 s target), {cpu:5.1f} s CPU "
+              f"({cpu / TARGET_S:.2f}x)   {rss / 2**20:6.0f} MiB ({rss / TARGET_RSS:.2f}x the 1 GiB target)")
     if not args.keep and args.dir is None:
         shutil.rmtree(work)
     return 0

@@ -151,3 +151,60 @@ def test_the_trend_of_a_short_series_draws_no_fitted_level(tmp_path):
         fig = trend_figure(exp, exp.cells[0])
         labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
         assert ("fitted level" in labels) == drawn, (name, labels)
+
+
+def exhaustive_fit(y, sigma, penalty):
+    """The fit by its definition, the way zcorch computed it before the compiled programme: every segment's
+    weighted-L1 cost by sorting its points (O(n^3) in all), then the dynamic programme over every start.
+    Returns (steps, levels) over the known points."""
+    idx = np.flatnonzero(np.isfinite(y))
+    yk, wk = np.asarray(y, float)[idx], 1.0 / np.asarray(sigma, float)[idx]
+    n = len(yk)
+    cost, level = np.full((n, n + 1), np.inf), np.full((n, n + 1), np.nan)
+    for a in range(n):
+        for b in range(a + 1, n + 1):
+            order = np.argsort(yk[a:b], kind="stable")
+            v, w = yk[a:b][order], wk[a:b][order]
+            cum = np.cumsum(w)
+            m = v[int(np.argmax(cum >= cum[-1] / 2))]
+            cost[a, b], level[a, b] = float(np.sum(wk[a:b] * np.abs(yk[a:b] - m))), m
+    best, back = np.full(n + 1, np.inf), np.zeros(n + 1, dtype=int)
+    best[0] = 0.0
+    for b in range(1, n + 1):
+        total = best[:b] + cost[:b, b] + penalty
+        back[b] = int(np.argmin(total))
+        best[b] = total[back[b]]
+    cuts, b = [], n
+    while b > 0:
+        cuts.append((int(back[b]), b))
+        b = back[b]
+    cuts.reverse()
+    return [int(idx[a]) for a, _ in cuts[1:]], [float(level[a, b]) for a, b in cuts]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_fit_finds_what_the_exhaustive_one_finds(seed):
+    """fit_steps (O(n^2) updates of a weighted-median pointer, compiled) against the fit by its definition on
+    random series: noise, steps, heavy tails with missing nights, and integers of equal weight (ties of the
+    median and of whole segmentations): the same change points and levels."""
+    rng = np.random.default_rng(seed)
+    for trial in range(60):
+        n = int(rng.integers(4, 45))
+        kind = trial % 4
+        if kind == 0:
+            y, sd = rng.normal(100, 1, n), rng.uniform(0.5, 2, n)
+        elif kind == 1:
+            y = np.repeat(rng.normal(100, 5, 4), -(-n // 4))[:n] + rng.normal(0, 1, n)
+            sd = rng.uniform(0.5, 2, n)
+        elif kind == 2:
+            y, sd = rng.integers(0, 4, n).astype(float), np.ones(n)
+        else:
+            y = rng.standard_t(2, n) + np.repeat(rng.normal(0, 3, 3), -(-n // 3))[:n]
+            y[rng.random(n) < 0.15] = np.nan
+            sd = rng.uniform(0.2, 3, n)
+        if np.isfinite(y).sum() < 4:
+            continue
+        sigma = point_sigmas(y, y - 1.96 * sd, y + 1.96 * sd)
+        fit = fit_steps(y, sigma)
+        steps, levels = exhaustive_fit(y, sigma, fit.penalty)
+        assert (fit.steps, [s.level for s in fit.segments]) == (steps, levels), (seed, trial, y.tolist())

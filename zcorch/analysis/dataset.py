@@ -11,6 +11,7 @@ inside the dataset (no link followed to another file).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import warnings as _warnings
@@ -101,6 +102,7 @@ class Dataset:
         self.manifest = read_manifest(self.path)
         self.con = duckdb.connect(":memory:")
         self.con.execute("SET enable_progress_bar = false")
+        self._columns: Dict[str, List[str]] = {}
         for table in TABLES:
             files = self.files(table)
             if files:
@@ -120,21 +122,26 @@ class Dataset:
         return out
 
     def columns(self, table: str) -> List[str]:
+        """The columns of `table` (asked once: DESCRIBE of a view over a year of part files reads their schemas)."""
         if not self.manifest["sets"]:
             return []
-        return [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
+        if table not in self._columns:
+            self._columns[table] = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
+        return list(self._columns[table])
 
     def query(self, sql: str, params: Sequence = ()):
         return self.con.execute(sql, list(params))
 
     def frame(self, sql: str, params: Sequence = ()) -> pd.DataFrame:
         """The answer as a pandas frame, through Arrow (as zcorch.load reads runs.parquet)."""
+        return self._arrow(sql, params).to_pandas()
+
+    def _arrow(self, sql: str, params: Sequence = ()) -> pa.Table:
         res = self.query(sql, params)
         to_arrow = getattr(res, "to_arrow_table", None) or res.fetch_arrow_table   # duckdb 2 / 1.x
         with _warnings.catch_warnings():   # duckdb 2 notes the copy a DB-API result makes: these answers are small
             _warnings.simplefilter("ignore", UserWarning)
-            table = to_arrow()
-        return table.to_pandas()
+            return to_arrow()
 
     # --- sets -------------------------------------------------------------------------------
 
@@ -177,28 +184,58 @@ class Dataset:
     def ok_values(self, metric: str, set_ids: Sequence[str]):
         """Per (set, cell) of `set_ids`: n (ok runs), n_failed (others), and the ok runs' values of `metric`
         (nulls left out), sorted: a pandas frame."""
+        return self.ok_table(metric, set_ids).to_pandas()
+
+    def ok_table(self, metric: str, set_ids: Sequence[str]) -> pa.Table:
+        """ok_values as an Arrow table (its `vals` one list array: no Python object per group).
+
+        DuckDB reads the four columns; the grouping and sorting are numpy's (one lexsort of every value by
+        group, then by value): DuckDB's list() and list_sort() of a year of a fleet's runs took five times as
+        long as reading them."""
+        import pyarrow.compute as pc
+
         if metric not in self.columns("runs"):
             raise ResultsError(f"{self.path}: no column {metric!r} in its runs")
-        ids = pd.DataFrame({"set_id": list(set_ids)})
+        ids = pa.table({"set_id": pa.array(list(set_ids), type=pa.string())})
         self.con.register("wanted_sets", ids)
         try:
             col = '"' + metric.replace('"', '""') + '"'
-            return self.frame(
-                f"SELECT r.set_id, r.cell, count(*) FILTER (WHERE r.status = 'ok') AS n, "
-                f"count(*) FILTER (WHERE r.status IS DISTINCT FROM 'ok') AS n_failed, "
-                f"coalesce(list_sort(list(CAST({col} AS DOUBLE)) FILTER (WHERE r.status = 'ok' AND {col} IS NOT NULL "
-                f"AND NOT isnan(CAST({col} AS DOUBLE)))), CAST([] AS DOUBLE[])) AS vals "
-                f"FROM runs r JOIN wanted_sets w USING (set_id) GROUP BY r.set_id, r.cell")
+            runs = self._arrow(f"SELECT set_id, cell, coalesce(status = 'ok', false) AS ok, CAST({col} AS DOUBLE) AS v "
+                               "FROM runs WHERE set_id IN (SELECT set_id FROM wanted_sets)")
         finally:
             self.con.unregister("wanted_sets")
+        sets = pc.dictionary_encode(runs.column("set_id").combine_chunks().cast(pa.string()), null_encoding="encode")
+        cells = pc.dictionary_encode(runs.column("cell").combine_chunks().cast(pa.string()), null_encoding="encode")
+        n_cells = max(len(cells.dictionary), 1)
+        key = (sets.indices.to_numpy(zero_copy_only=False).astype(np.int64) * n_cells
+               + cells.indices.to_numpy(zero_copy_only=False).astype(np.int64))
+        ok = runs.column("ok").to_numpy(zero_copy_only=False).astype(bool)
+        v = runs.column("v").to_numpy(zero_copy_only=False).astype("float64")   # a null is NaN here
+        groups, group_of = np.unique(key, return_inverse=True)
+        n_groups = len(groups)
+        n = np.bincount(group_of, weights=ok, minlength=n_groups).astype(np.int64)
+        n_failed = np.bincount(group_of, minlength=n_groups).astype(np.int64) - n
+        kept = ok & ~np.isnan(v)   # the ok runs' values, nulls and NaN left out
+        kv, kg = v[kept], group_of[kept]
+        order = np.lexsort((kv, kg))
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(kg, minlength=n_groups))]).astype(np.int32)
+        vals = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(kv[order], type=pa.float64()))
+        return pa.table({"set_id": sets.dictionary.take(pa.array(groups // n_cells)),
+                         "cell": cells.dictionary.take(pa.array(groups % n_cells)),
+                         "n": pa.array(n), "n_failed": pa.array(n_failed), "vals": vals})
 
-    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str]):
-        """The distinct (cell, parameters) of the runs of `set_ids`: what history.cell_labels needs."""
+    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Optional[Sequence[str]] = None):
+        """The distinct (cell, parameters) of the runs of `set_ids`: what history.cell_labels needs. With `by`
+        (a key per set id, e.g. its series), the distinct (key, cell, parameters) in one query, the key in
+        column BY."""
         have = set(self.columns("runs"))
         cols = ["cell"] + [c for c in list(PARAM_KEYS) + list(linked) if c in have]
-        self.con.register("wanted_sets", pd.DataFrame({"set_id": list(set_ids)}))
+        wanted = {"set_id": pa.array(list(set_ids), type=pa.string())}
+        if by is not None:
+            wanted[BY] = pa.array(list(by), type=pa.string())
+        self.con.register("wanted_sets", pa.table(wanted))
         try:
-            sel = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
+            sel = ", ".join([f'"{BY}"'] * (by is not None) + ['"' + c.replace('"', '""') + '"' for c in cols])
             frame = self.frame(f"SELECT DISTINCT {sel} FROM runs JOIN wanted_sets USING (set_id)")
         finally:
             self.con.unregister("wanted_sets")
@@ -206,6 +243,19 @@ class Dataset:
             if name in frame:
                 frame[name] = [None if v is None else json.loads(v) for v in frame[name]]
         return frame
+
+
+BY = "_series"   # the column of Dataset.cell_params' key
+
+@functools.lru_cache(maxsize=256)
+def _shared_set_of(cells: tuple) -> frozenset:
+    return frozenset(cells)
+
+
+def _shared_set(cells) -> frozenset:
+    """The planned cells as one frozenset shared by every set that planned the same ones (a fleet's year:
+    18,000 sets, a few plans)."""
+    return _shared_set_of(tuple(cells or ()))
 
 
 _NO_RUNS = pd.DataFrame({"cell": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
@@ -225,7 +275,7 @@ class ExportedSweep(Sweep):
         meta = {"controller": {"git_revision": revision}} if revision else {}
         runs = _NO_RUNS   # one shared empty frame: the runs are read through DatasetSeries, never from here
         completeness = Completeness(path, str(status or "unknown"), int(planned), int(planned_ok),
-                                    frozenset(cells_planned or ()), tuple(cells_short or ()),
+                                    _shared_set(cells_planned), tuple(cells_short or ()),
                                     policy_from_record(manifest.get("repeats")))
         return cls(Path(path), manifest, meta, runs, set_id=set_id,
                    stored={"hosts": hosts, "kernel": kernel or "", "n_ok": int(n_ok), "n_failed": int(n_failed),
@@ -251,42 +301,78 @@ class ExportedSweep(Sweep):
         return self.stored["completeness"]
 
 
+class OkGroups:
+    """The (set, cell) groups of Dataset.ok_table as numpy arrays (no Python object per group): for each group
+    its set id, cell, n, n_failed and where its sorted ok values lie in one flat array; and the median and the
+    interval of each, as zcorch.analysis.stats.summarize computes them from the runs (the median of the sorted
+    values, numpy's: the middle one or the mean of the middle two; the interval of zcorch.results.intervals:
+    the order statistics of rank k and m + 1 - k of m values, k per count)."""
+
+    def __init__(self, table: pa.Table):
+        vals = table.column("vals").combine_chunks()
+        self.set_id = table.column("set_id").to_numpy(zero_copy_only=False).astype(object)
+        self.cell = table.column("cell").to_numpy(zero_copy_only=False).astype(object)
+        self.n = table.column("n").to_numpy().astype(np.int64)
+        self.n_failed = table.column("n_failed").to_numpy().astype(np.int64)
+        offsets = vals.offsets.to_numpy().astype(np.int64)
+        self.flat = vals.values.to_numpy(zero_copy_only=False).astype("float64")
+        self.start = offsets[:-1]
+        self.m = np.diff(offsets)
+        have = self.m > 0
+        lo = np.where(have, self.start + (self.m - 1) // 2, 0)
+        hi = np.where(have, self.start + self.m // 2, 0)
+        flat = self.flat if len(self.flat) else np.full(1, np.nan)
+        self.median = np.where(have, (flat[lo] + flat[hi]) / 2, np.nan)
+        k = np.zeros(len(self.m), dtype=np.int64)
+        self.ci_level = np.full(len(self.m), np.nan)
+        for m in np.unique(self.m):
+            rank = median_ci_rank(int(m), CI)
+            at = self.m == m
+            k[at] = rank
+            self.ci_level[at] = median_ci_level(int(m), rank) if rank else np.nan
+        with_ci = k > 0
+        self.ci_low = np.where(with_ci, flat[np.where(with_ci, self.start + k - 1, 0)], np.nan)
+        self.ci_high = np.where(with_ci, flat[np.where(with_ci, self.start + self.m - k, 0)], np.nan)
+
+    def values(self, row: int) -> np.ndarray:
+        return self.flat[self.start[row]:self.start[row] + self.m[row]]
+
+
 class DatasetSeries:
     """history.FrameSeries over a dataset: labels, per-cell series and a cell's runs of one series of sweeps,
-    from one DuckDB query of the ok values (the decisions stay history's, stats', compare's)."""
+    from one DuckDB query of the ok values of every set (the decisions stay history's, stats', compare's)."""
 
-    def __init__(self, data: Dataset, sweeps: list, metric: str, values):
-        self.data, self.sweeps, self.metric = data, sweeps, metric
+    def __init__(self, data: Dataset, sweeps: list, metric: str, groups: OkGroups, rows: np.ndarray,
+                 params: "pd.DataFrame | None" = None):
+        """`rows`: the groups of these sweeps; `params`: their distinct (cell, parameters) (default: queried)."""
+        self.data, self.sweeps, self.metric, self.groups, self.params = data, sweeps, metric, groups, params
         index = {s.set_id: i for i, s in enumerate(sweeps)}
         n_sweeps = len(sweeps)
+        sweep_of = np.array([index[x] for x in groups.set_id[rows]], dtype=np.int64)
+        cells = groups.cell[rows]
         self.cells: Dict[str, dict] = {}
-        self.values: Dict[tuple, "np.ndarray"] = {}
-        ranks: Dict[int, tuple] = {}
-        for set_id, cell, n, n_failed, vals in values.itertuples(index=False):
-            i = index[set_id]
-            cols = self.cells.get(cell)
-            if cols is None:
-                cols = {k: np.full(n_sweeps, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
-                cols.update({k: np.zeros(n_sweeps, dtype=int) for k in ("n", "n_failed")})
-                self.cells[cell] = cols
-            v = np.asarray(vals, dtype="float64")
-            cols["n"][i], cols["n_failed"][i] = int(n), int(n_failed)
-            self.values[(i, cell)] = (v, int(n), int(n_failed))
-            m = len(v)
-            if m:
-                cols["median"][i] = float(np.median(v))
-            if m not in ranks:   # the order statistics of zcorch.results.intervals (median_ci), per count
-                k = median_ci_rank(m, CI)
-                ranks[m] = (k, median_ci_level(m, k) if k else np.nan)
-            k, level = ranks[m]
-            if k:
-                cols["ci_low"][i], cols["ci_high"][i], cols["ci_level"][i] = v[k - 1], v[m - k], level
+        self.row_of: Dict[str, np.ndarray] = {}   # cell -> the group of each sweep (-1: none)
+        order = np.argsort(cells, kind="stable")
+        names, first = np.unique(cells[order], return_index=True)
+        for name, part in zip(names, np.split(order, first[1:])):
+            at, g = sweep_of[part], rows[part]
+            cols = {k: np.full(n_sweeps, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
+            cols.update({k: np.zeros(n_sweeps, dtype=int) for k in ("n", "n_failed")})
+            for k in ("median", "ci_low", "ci_high", "ci_level", "n", "n_failed"):
+                cols[k][at] = getattr(groups, k)[g]
+            row_of = np.full(n_sweeps, -1, dtype=np.int64)
+            row_of[at] = g
+            self.cells[name], self.row_of[name] = cols, row_of
 
     def labels(self) -> Dict[str, str]:
         linked = [s.stored["linked"] for s in self.sweeps]
         same = all(x == linked[0] for x in linked)
         names = sorted({n for x in linked for n in x})
-        frame = self.data.cell_params([s.set_id for s in self.sweeps], names)
+        if self.params is None:
+            frame = self.data.cell_params([s.set_id for s in self.sweeps], names)
+        else:
+            have = [c for c in self.params.columns if c in ("cell", *PARAM_KEYS, *names)]
+            frame = self.params[have].drop_duplicates(ignore_index=True)
         frame.attrs[LINKED_ATTR] = linked[0] if same else {}
         return {c: label for c, label in cell_labels([frame]).items() if c in self.cells}
 
@@ -294,7 +380,9 @@ class DatasetSeries:
         return self.cells[cell]
 
     def cell_runs(self, i: int, cell: str):
-        v, n, n_failed = self.values.get((i, cell), (np.empty(0), 0, 0))
+        row = self.row_of[cell][i] if cell in self.row_of else -1
+        v, n, n_failed = ((self.groups.values(row), int(self.groups.n[row]), int(self.groups.n_failed[row]))
+                          if row >= 0 else (np.empty(0), 0, 0))
         values = np.concatenate([v, np.full(n - len(v), np.nan), np.full(n_failed, np.nan)])
         return pd.DataFrame({"cell": [cell] * len(values), "status": ["ok"] * n + ["failed"] * n_failed,
                              self.metric: values})
@@ -314,14 +402,23 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
     sweeps = data.sweeps()
     if not sweeps:
         raise ResultsError(f"{path}: the dataset holds no result set")
-    values = data.ok_values(metric, [s.set_id for s in sweeps])
-    by_set = dict(list(values.groupby("set_id", sort=False)))
-    empty = values.iloc[0:0]
+    groups = OkGroups(data.ok_table(metric, [s.set_id for s in sweeps]))
+    series = series_of(sweeps)
+    series_by_set = {s.set_id: name for name, group in series.items() for s in group}
+    # the rows of each series (one sort of the groups by their series, not a filter per series)
+    key = np.array([series_by_set[x] for x in groups.set_id], dtype=object)
+    order = np.argsort(key, kind="stable")
+    names, first = np.unique(key[order], return_index=True) if len(key) else ([], [])
+    rows = dict(zip(names, np.split(order, first[1:]) if len(key) else []))
+    # the distinct parameters of every series' cells: one query
+    linked = sorted({n for s in sweeps for n in s.stored["linked"]})
+    params = data.cell_params([s.set_id for s in sweeps], linked, by=[series_by_set[s.set_id] for s in sweeps])
+    params_of = dict(list(params.groupby(BY, sort=False))) if len(params) else {}
+    no_params = params.iloc[0:0]
     experiments = []
-    groups = series_of(sweeps)
-    for name in sorted(groups):
-        group = groups[name]
-        part = [by_set.get(s.set_id, empty) for s in group]
-        source = DatasetSeries(data, group, metric, pd.concat(part, ignore_index=True) if part else empty)
+    for name in sorted(series):
+        group = series[name]
+        source = DatasetSeries(data, group, metric, groups, rows.get(name, np.empty(0, dtype=np.int64)),
+                               params_of.get(name, no_params).drop(columns=BY))
         experiments.append(experiment_history(name, group, metric, threshold_pct, alpha, source, min_nights))
     return History(Path(path), metric, threshold_pct, alpha, experiments, [], min_nights=min_nights)

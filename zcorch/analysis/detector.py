@@ -236,7 +236,7 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
     last = len(median) - 1
     if last < 1 or not np.isfinite(median[last]):
         return None
-    has_ok = [i for i in range(len(median)) if np.isfinite(median[i])]
+    has_ok = np.flatnonzero(np.isfinite(median)).tolist()
     made: List[Comparison] = []
     for baseline, since in stable_baselines(fit, has_ok, last):
         # the judged windows: the newest w nights with ok runs, all after the baseline and the change point

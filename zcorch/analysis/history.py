@@ -31,7 +31,9 @@ What it does, in order (`build_history`, then `write_index`):
 """
 from __future__ import annotations
 
+import collections.abc
 import datetime as _dt
+import functools
 import json
 import math
 import os
@@ -53,6 +55,7 @@ from zcorch.analysis.frames import OK, read_experiment_text, read_meta
 from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import figure_bytes
+from zcorch.analysis.sparkline import sparkline
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
 from zcorch.analysis.gate import Completeness, completeness
 from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_steps, point_sigmas
@@ -62,7 +65,12 @@ from zcorch.params import format_value
 from zcorch.results import store
 
 INDEX = "index.html"
-PLOTS_DIR = "history-plots"   # next to index.html: one PNG per experiment × cell
+PLOTS_DIR = "history-plots"   # next to index.html: one PNG per plotted experiment × cell
+# Trend plots (matplotlib, about 0.2 s each) a page draws: for every cell when it has at most this many cells;
+# beyond (a fleet: pairs x cells), for the cells whose newest verdict is not "unchanged", the bad ones first,
+# then by the size of the change, at most this many. Every row of the table has its sparkline
+# (zcorch.analysis.sparkline): a fleet's year of 1200 series would otherwise take minutes to draw.
+TREND_PLOTS_MAX = 8
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,14 +386,30 @@ def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, thr
                           len(base), 0, list(base), last, NIGHTLY, [last])
     higher = metrics.get(metric).better == "higher"
     source = source if source is not None else FrameSeries(sweeps, metric)
-    runs = []
-    for i in range(len(sweeps)):
-        r = source.cell_runs(i, ch.cell)
+    return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), CellRuns(source, ch.cell, metric),
+                        ch.fit, higher, threshold_pct, alpha, min_nights)
+
+
+class CellRuns(collections.abc.Sequence):
+    """The ok values of one cell's metric per sweep, each read when asked for: judge_newest looks at the runs
+    of a few nights only (when too few nights tell their spread), and a year of a fleet has hundreds of
+    thousands of (sweep, cell) groups."""
+
+    def __init__(self, source: "FrameSeries", cell: str, metric: str):
+        self.source, self.cell, self.metric = source, cell, metric
+
+    def __len__(self) -> int:
+        return len(self.source.sweeps)
+
+    def __getitem__(self, i):
+        if not isinstance(i, int):
+            raise TypeError("CellRuns: one sweep at a time")
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        r = self.source.cell_runs(i % len(self), self.cell)
         r = r[r["status"] == OK] if len(r) else r
-        runs.append(pd.to_numeric(r[metric], errors="coerce").dropna().to_numpy(dtype="float64") if len(r) else
-                    np.empty(0))
-    return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), runs, ch.fit, higher,
-                        threshold_pct, alpha, min_nights)
+        return (pd.to_numeric(r[self.metric], errors="coerce").dropna().to_numpy(dtype="float64") if len(r) else
+                np.empty(0))
 
 
 def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
@@ -545,7 +569,19 @@ def _fmt(v, spec: str) -> str:
 
 
 def _rel(path: Path, start: Path) -> str:
-    return Path(os.path.relpath(path, start)).as_posix()
+    """os.path.relpath, with the directory part computed once per directory (a fleet's year: 18,000 sweeps
+    in a few hundred night directories)."""
+    path, start = os.path.abspath(path), os.path.abspath(start)
+    head, tail = os.path.split(path)
+    if not tail or (start + os.sep).startswith(path + os.sep):   # path is start or above it: no shortcut
+        return Path(os.path.relpath(path, start)).as_posix()
+    rel = _rel_dir(head, start)
+    return Path(tail if rel == "." else os.path.join(rel, tail)).as_posix()
+
+
+@functools.lru_cache(maxsize=4096)
+def _rel_dir(directory: str, start: str) -> str:
+    return os.path.relpath(directory, start)
 
 
 def page_context(history: History, out_dir: Path) -> dict:
@@ -565,7 +601,7 @@ def page_context(history: History, out_dir: Path) -> dict:
         for ch in exp.cells:
             c = ch.comparison
             last = len(exp.sweeps) - 1
-            row = {"cell": ch.cell, "label": ch.label, "plot": ch.plot,
+            row = {"cell": ch.cell, "label": ch.label, "plot": ch.plot, "spark": cell_sparkline(exp, ch),
                    "steps": ", ".join(f"#{s + 1}" for s in ch.fit.steps),
                    "newest": (f"{_fmt(ch.median[last], '.3f')}" + (
                               f" [{_fmt(ch.ci_low[last], '.3f')}–{_fmt(ch.ci_high[last], '.3f')}, "
@@ -582,6 +618,7 @@ def page_context(history: History, out_dir: Path) -> dict:
                            against="")
             cells.append(row)
         experiments.append({"name": exp.name, "anchor": _slug(exp.name), "sweeps": sweeps, "cells": cells,
+                            "plotted": [c for c in cells if c["plot"]],
                             "problem": exp.problem, "n_regressed": len(exp.regressions), "bad": exp.bad,
                             "newest": {"index": len(exp.sweeps), "date": exp.newest.date(),
                                        "dir": _rel(exp.newest.path, out_dir)}})
@@ -590,7 +627,17 @@ def page_context(history: History, out_dir: Path) -> dict:
             "threshold": history.threshold_pct, "alpha": history.alpha, "ci_method": ci_method(),
             "method": method_text(declared.better, history.threshold_pct, history.alpha, history.min_nights),
             "experiments": experiments, "warnings": history.warnings, "bad": history.bad,
-            "n_sweeps": history.n_sweeps}
+            "n_sweeps": history.n_sweeps, "trend_plots_max": TREND_PLOTS_MAX}
+
+
+def cell_sparkline(exp: ExperimentHistory, ch: CellHistory):
+    """The row's small drawing of the series (zcorch.analysis.sparkline), of what trend_figure draws."""
+    have = np.isfinite(ch.median)
+    levels = [(s.start, s.end, s.level) for s in ch.fit.segments] if int(have.sum()) >= MIN_POINTS_FOR_STEPS else []
+    bad = ch.comparison is not None and ch.comparison.bad
+    title = (f"{ch.label}: {int(have.sum())} of {len(exp.sweeps)} sweeps with ok runs, {len(ch.fit.steps)} change "
+             f"point(s)" + (f", newest {_fmt(ch.median[-1], '.3g')} {exp.metric}" if have[-1] else ""))
+    return sparkline(ch.median, levels, ch.fit.steps, (ch.n == 0) & (ch.n_failed > 0), bad, title)
 
 
 def _span(indices: Sequence[int]) -> str:
@@ -601,19 +648,29 @@ def _span(indices: Sequence[int]) -> str:
     return f"#{indices[0] + 1}–#{indices[-1] + 1} ({len(indices)} sweeps)"
 
 
+def trend_cells(history: History) -> "List[tuple[ExperimentHistory, CellHistory]]":
+    """The cells that get a trend plot (TREND_PLOTS_MAX)."""
+    every = [(exp, ch) for exp in history.experiments for ch in exp.cells]
+    if len(every) <= TREND_PLOTS_MAX:
+        return every
+    changed = [(exp, ch) for exp, ch in every if ch.comparison is not None and ch.comparison.verdict != "unchanged"]
+    size = [abs(ch.comparison.change_pct) if np.isfinite(ch.comparison.change_pct) else math.inf for _, ch in changed]
+    order = sorted(range(len(changed)), key=lambda k: (not changed[k][1].comparison.bad, -size[k]))
+    return [changed[k] for k in order[:TREND_PLOTS_MAX]]
+
+
 def write_index(history: History, out: "str | os.PathLike | None" = None) -> Path:
-    """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/."""
+    """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/ (trend_cells)."""
     from zcorch.analysis.report import environment
 
     out_dir = Path(out) if out is not None else history.root
     out_dir.mkdir(parents=True, exist_ok=True)
-    for exp in history.experiments:
-        for ch in exp.cells:
-            # Every file through an exclusive temporary, no link below out_dir followed: the root holds
-            # result sets that may come from anyone (zcorch.results.setfiles).
-            rel = f"{PLOTS_DIR}/{_slug(exp.name)}/{_slug(ch.cell)}-{history.metric}.png"
-            path = setfiles.write_inside(out_dir, rel, figure_bytes(trend_figure(exp, ch), "png"))
-            ch.plot = _rel(path, out_dir)
+    for exp, ch in trend_cells(history):
+        # Every file through an exclusive temporary, no link below out_dir followed: the root holds
+        # result sets that may come from anyone (zcorch.results.setfiles).
+        rel = f"{PLOTS_DIR}/{_slug(exp.name)}/{_slug(ch.cell)}-{history.metric}.png"
+        path = setfiles.write_inside(out_dir, rel, figure_bytes(trend_figure(exp, ch), "png"))
+        ch.plot = _rel(path, out_dir)
     page = environment().get_template("history.html.j2").render(page_context(history, out_dir))
     index = setfiles.write_inside(out_dir, INDEX, page.encode("utf-8"))
     history.index = index

@@ -11,14 +11,18 @@ of the templates goes through one of two filters:
 """
 from __future__ import annotations
 
+import re
 from urllib.parse import quote, urlsplit
 
 SCHEMES = ("http", "https")
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
 def _plain(value: object) -> str:
     text = "" if value is None else str(value).strip()
-    return "" if any(ord(c) < 0x20 or c == "\x7f" for c in text) else text
+    return "" if _CONTROL.search(text) else text
 
 
 def href(value: object) -> str:

@@ -10,7 +10,9 @@ with w_i = 1 / σ_i, σ_i the noise of point i, and each level the weighted medi
 minimiser of the weighted absolute deviations). The absolute deviation (not the square) keeps one wild
 night from pulling a level; the weights make a step count in units of each night's own noise, so a
 noisy series needs a bigger step than a quiet one. The fit is exact: dynamic programming over every
-segmentation (O(n²) segments, each cost computed vectorised), fine for the few hundred nights a lab keeps.
+segmentation, each of the O(n²) segment costs updated in O(1) from the previous one's sums as its start moves
+back one point (the weighted median kept as a pointer into the sorted series; _optimal_partition, compiled
+by numba: 365 nights take about a millisecond, so a fleet's thousand series of a year fit in a second).
 
 The noise of a point (point_sigmas) is its standard error of the median, read off the CI (at the level that CI really has) that
 zcorch.analysis.stats computes per sweep (half-width / 1.96); a point without CI (fewer than two ok
@@ -37,6 +39,8 @@ import math
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
+import numba
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 import numpy as np
 
 FLOOR_REL = 0.002           # σ_i >= 0.2% of the series' median level
@@ -119,7 +123,10 @@ def ci_sds(ci_low: Sequence[float], ci_high: Sequence[float], ci: "float | Seque
     low = np.asarray(ci_low, dtype="float64")
     n = len(low)
     levels = np.broadcast_to(np.asarray(ci, dtype="float64"), (n,))
-    z = np.array([Z95 if c == 0.95 else _normal_quantile((1 + c) / 2) if 0 < c < 1 else np.nan for c in levels])
+    # one quantile per distinct level (a series has a few: one per count of ok runs)
+    z = np.full(n, np.nan)
+    for c in np.unique(levels[np.isfinite(levels)]).tolist():
+        z[levels == c] = Z95 if c == 0.95 else _normal_quantile((1 + c) / 2) if 0 < c < 1 else np.nan
     s = (np.asarray(ci_high, dtype="float64") - low) / (2 * z)
     return np.where(np.isfinite(s) & (s >= 0), s, np.nan)
 
@@ -129,26 +136,110 @@ def _normal_quantile(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
 
-def _segment_costs(y: np.ndarray, w: np.ndarray) -> "tuple[np.ndarray, np.ndarray]":
-    """cost[a, b] = min over m of Σ_{a<=i<b} w_i |y_i − m| and level[a, b] = that m (the weighted
-    median), for 0 <= a < b <= n; +inf / NaN elsewhere."""
+# Numerical slack of the fit's comparison of one segmentation's total against the best so far, relative to
+# the totals: totals equal in exact arithmetic (equal weights, a point exactly between two levels) are taken
+# as equal, and the one whose last segment starts earliest wins (fewer, later steps), whatever the rounding
+# of the order in which their sums were added.
+_TIE = 1e-9
+
+
+@numba.njit(cache=True, nogil=True)
+def _next_member(members, p):  # pragma: no cover - compiled
+    """The lowest rank above p whose bit is set (one exists)."""
+    i = p + 1
+    k = i >> 6
+    word = members[k] >> np.uint64(i & 63)
+    if word != 0:
+        return i + trailing_zeros(word)
+    k += 1
+    while members[k] == 0:
+        k += 1
+    return (k << 6) + trailing_zeros(members[k])
+
+
+@numba.njit(cache=True, nogil=True)
+def _previous_member(members, p):  # pragma: no cover - compiled
+    """The highest rank below p whose bit is set (one exists)."""
+    i = p - 1
+    k = i >> 6
+    j = i & 63
+    word = members[k] if j == 63 else members[k] & ((np.uint64(1) << np.uint64(j + 1)) - np.uint64(1))
+    while word == 0:
+        k -= 1
+        word = members[k]
+    return (k << 6) + 63 - leading_zeros(word)
+
+
+@numba.njit(cache=True, nogil=True)
+def _optimal_partition(y, w, order, rank, penalty):  # pragma: no cover - compiled (its tests call it)
+    """The exact dynamic programme of fit_steps in O(n^2) updates, no n x n table kept.
+
+    best[b] = min over a < b of best[a] + cost(a, b) + penalty, cost(a, b) = min over m of
+    sum_{a<=i<b} w_i |y_i - m|. For each end b the start a runs from b - 1 down to 0, adding y[a] to the
+    segment; its weighted median is kept as a pointer into the sorted order of the whole series (order:
+    indices by value, ties by index, as a stable argsort; rank: its inverse) that moves over the ranks of the
+    segment's own points (a is <= index < b), with the weights and weighted values at or below it, so that
+    each cost is O(1) from those sums; the pointer skips the ranks of other points 64 at a time (a bit set of
+    the segment's ranks). Returns back[b] (the start of the last segment of the best fit
+    of y[:b]) and the rank of the weighted median of that segment."""
     n = len(y)
-    cost = np.full((n, n + 1), np.inf)
-    level = np.full((n, n + 1), np.nan)
-    for a in range(n):
-        ys, ws = y[a:], w[a:]
-        m = n - a
-        order = np.argsort(ys, kind="stable")
-        sv, sw = ys[order], ws[order]
-        # row r: the segment y[a : a + r + 1]; column j: the j-th smallest value of y[a:]
-        inside = order[None, :] <= np.arange(m)[:, None]
-        weights = np.where(inside, sw[None, :], 0.0)
-        cum = np.cumsum(weights, axis=1)
-        k = np.argmax(cum >= cum[:, -1:] / 2, axis=1)
-        med = sv[k]
-        cost[a, a + 1:] = (weights * np.abs(sv[None, :] - med[:, None])).sum(axis=1)
-        level[a, a + 1:] = med
-    return cost, level
+    best = np.empty(n + 1)
+    best[0] = 0.0
+    back = np.zeros(n + 1, dtype=np.int64)
+    members = np.zeros((n >> 6) + 1, dtype=np.uint64)
+    for b in range(1, n + 1):
+        p = rank[b - 1]          # the segment y[b-1 : b]: its only point is its median
+        members[:] = 0           # the ranks of the segment's points, a bit each
+        members[p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+        w_le = w[b - 1]          # weights of the segment's points at ranks <= p
+        s_le = w[b - 1] * y[b - 1]
+        w_all = w_le
+        s_all = s_le
+        top = np.inf
+        arg = b - 1
+        for a in range(b - 1, -1, -1):
+            if a < b - 1:
+                q = rank[a]
+                members[q >> 6] |= np.uint64(1) << np.uint64(q & 63)
+                w_all += w[a]
+                s_all += w[a] * y[a]
+                if q <= p:
+                    w_le += w[a]
+                    s_le += w[a] * y[a]
+                half = 0.5 * w_all
+                # the median: the lowest rank whose cumulative weight reaches half of all (where two ranks
+                # tie, either one gives the same cost; the segment's level is taken by _weighted_median)
+                while w_le < half:          # too little at or below: up to the next point of the segment
+                    p = _next_member(members, p)
+                    w_le += w[order[p]]
+                    s_le += w[order[p]] * y[order[p]]
+                # enough without the point at p (then a point of the segment lies below it, weight > 0):
+                # down to the previous one
+                while w_le - w[order[p]] >= half:
+                    w_le -= w[order[p]]
+                    s_le -= w[order[p]] * y[order[p]]
+                    p = _previous_member(members, p)
+            m = y[order[p]]
+            cost = (s_all - s_le) - m * (w_all - w_le) + m * w_le - s_le
+            if cost < 0.0:
+                cost = 0.0
+            total = best[a] + cost + penalty
+            # a descends: an earlier start equal to the best so far (within the slack) takes its place
+            if top == np.inf or total <= top + _TIE * (abs(top) + 1.0):
+                if total < top:
+                    top = total
+                arg = a
+        best[b] = top
+        back[b] = arg
+    return back
+
+
+def _weighted_median(y: np.ndarray, w: np.ndarray) -> float:
+    """The level of a segment: the lowest value whose cumulative weight (values sorted, ties by index)
+    reaches half of all."""
+    order = np.argsort(y, kind="stable")
+    cum = np.cumsum(w[order])
+    return float(y[order][int(np.argmax(cum >= cum[-1] / 2))])
 
 
 def fit_steps(y: Sequence[float], sigma: Optional[Sequence[float]] = None,
@@ -168,25 +259,25 @@ def fit_steps(y: Sequence[float], sigma: Optional[Sequence[float]] = None,
     sk = sigma[idx]
     if not np.all(np.isfinite(sk) & (sk > 0)):
         raise ValueError("every point with a value needs a positive, finite sigma")
-    cost, level = _segment_costs(yk, 1.0 / sk)
+    wk = 1.0 / sk
     if n < MIN_POINTS_FOR_STEPS:
-        return StepFit([Segment(0, len(y), float(level[0, n]))], sigma, penalty)
-    best = np.full(n + 1, np.inf)
-    best[0] = 0.0
-    back = np.zeros(n + 1, dtype=int)
-    for b in range(1, n + 1):
-        total = best[:b] + cost[:b, b] + penalty
-        a = int(np.argmin(total))  # the earliest start among equals: fewer, later steps win ties
-        best[b], back[b] = total[a], a
+        return StepFit([Segment(0, len(y), _weighted_median(yk, wk))], sigma, penalty)
+    # centred on a value of the series: the sums of the costs are then of the deviations' size, not the level's
+    centre = float(np.median(yk))
+    order = np.argsort(yk, kind="stable")
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    back = _optimal_partition(yk - centre, wk, order.astype(np.int64), rank, penalty)
     cuts = []
     b = n
     while b > 0:
-        cuts.append((int(back[b]), b))
-        b = back[b]
+        a = int(back[b])
+        cuts.append((a, b, _weighted_median(yk[a:b], wk[a:b])))
+        b = a
     cuts.reverse()
     segments = []
-    for k, (a, b) in enumerate(cuts):
+    for k, (a, b, level) in enumerate(cuts):
         start = 0 if k == 0 else int(idx[a])
         end = len(y) if k == len(cuts) - 1 else int(idx[b])
-        segments.append(Segment(start, end, float(level[a, b])))
+        segments.append(Segment(start, end, level))
     return StepFit(segments, sigma, penalty)
