@@ -159,6 +159,10 @@ def main() -> int:
         print(f"built {args.runs} runs from {args.source} in {time.perf_counter() - t0:.1f} s")
     size = (target / results.RUNS).stat().st_size
     print(f"runs.jsonl: {size / 1e6:.0f} MB", flush=True)
+    # The 2 GB just generated is still being written back: loads timed meanwhile read beside that writeback
+    # (a sweep writes its runs.jsonl over hours, so a user's first load never does). Flushed first, and again
+    # after each finish() below.
+    os.sync()
 
     cold, finish, after, imports, cached, plain, plain_imports = [], [], [], [], [], [], []
     for i in range(args.repeat):
@@ -166,6 +170,7 @@ def main() -> int:
         if i < args.cold_repeat or not (target / results.RUNS_CACHE).exists():
             cold.append(timed(lambda: zcorch.load(target, cache=False)))
             finish.append(finish_as_zcorch_run_does(target))
+            os.sync()
             line += f" cold {cold[-1]:.2f} s, finish {finish[-1]:.2f} s,"
         imp, load = in_new_process(FIRST_LOAD, target)
         imports.append(imp)
