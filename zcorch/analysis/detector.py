@@ -218,9 +218,8 @@ def method_text(better: str, threshold_pct: float, alpha: float, min_nights: int
     return (f"median of ok repeats per night ({better} is better); the newest night, and the mean of the newest "
             f"2 and 3, against the mean and sd of the nightly medians of the preceding stable segment (nights beyond "
             f"{REJECT_MADS:g} MAD-sds left out): beyond {threshold_pct:g}% and one-sided p < {alpha:g} (t, Bonferroni "
-            f"over the 3); with fewer "
-            f"than {min_nights} nights at that level, the newest night's runs against theirs (two-sided "
-            "Mann–Whitney U, as zcorch compare)")
+            f"over the 3); a level of fewer than {min_nights} nights borrows the spread of the cell's other levels; "
+            "with none, the newest night's runs against theirs (two-sided Mann–Whitney U, as zcorch compare)")
 
 
 def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Sequence[float]], fit: StepFit,

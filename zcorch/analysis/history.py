@@ -14,10 +14,10 @@ What it does, in order (`build_history`, then `write_index`):
    (zcorch.analysis.steps: a penalised piecewise-constant fit weighted by each sweep's CI);
 4. the newest sweep of each experiment against the preceding stable level, cell by cell, by
    zcorch.analysis.detector (the one decision of the table, the plots, the JSON and --check): the newest
-   night's median, and the mean of the newest two and three, against the median and the spread (MAD) of
+   night's median, and the mean of the newest two and three, against the mean and the spread (sd) of
    the nightly medians of the stable segment before it, beyond the threshold and significant at alpha;
-   with fewer than `min_nights` such nights, the newest night's runs against theirs as `zcorch compare`
-   judges them. The stable segment:
+   with fewer than `min_nights` such nights, with the spread the cell's other levels show, and with none
+   to borrow, the newest night's runs against theirs as `zcorch compare` judges them. The stable segment:
    - when the newest sweep shares its segment with earlier sweeps (no step before it): those sweeps;
    - when a step begins a segment that the newest sweep ends (the change started there): the segment
      before that step (the nearest earlier one with at least two sweeps, so that a one-night spike is
