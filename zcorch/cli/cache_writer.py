@@ -31,9 +31,17 @@ class CacheWriter:
     def __init__(self) -> None:
         self.proc: Optional[subprocess.Popen] = None
         self.ready = False
+        # Never `python -m` as is: it puts the current directory first on sys.path, and a `zcorch` package
+        # planted there would run as this user (zcorch.hosts.interpreter, tests/test_isolation.py). The helper
+        # imports the very package this command runs, found through PYTHONPATH.
+        import zcorch
+        from zcorch.hosts.interpreter import python_argv
+
+        parent = os.path.dirname(os.path.dirname(os.path.abspath(zcorch.__file__)))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (parent, os.environ.get("PYTHONPATH")) if p))
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, text=True, start_new_session=True)
+            self.proc = subprocess.Popen(python_argv(sys.executable, __name__, safe_path=True), stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, start_new_session=True, env=env)
         except OSError:
             self.proc = None
 
