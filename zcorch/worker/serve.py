@@ -141,6 +141,18 @@ class _Spare:
         return self.argv_w, self.stdin_w, self.out_r, self.err_r
 
 
+def _kill_and_reap(pid: int) -> None:
+    """SIGKILL the process group `pid` leads (a run's or a spare's) and reap its leader."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
 class Server:
     def __init__(self, run: "Callable[[list[str]], int]", warm: "Optional[Callable[[], None]]" = None):
         self.run, self.warm = run, warm
@@ -224,14 +236,7 @@ class Server:
         return None
 
     def _discard(self, spare: _Spare) -> None:
-        try:
-            os.killpg(spare.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            os.waitpid(spare.pid, 0)
-        except ChildProcessError:
-            pass
+        _kill_and_reap(spare.pid)
         for fd in spare.fds():
             try:
                 os.close(fd)
@@ -301,14 +306,7 @@ class Server:
         for spare in spares:
             self._discard(spare)
         for child in list(self.children.values()):
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                os.waitpid(child.pid, 0)
-            except ChildProcessError:
-                pass
+            _kill_and_reap(child.pid)
 
     def loop(self) -> None:
         os.set_blocking(0, False)
