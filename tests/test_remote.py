@@ -168,6 +168,42 @@ def test_finalize_refuses_a_workdir_or_build_another_user_can_change(tmp_path):
         assert r.returncode == 1 and f"{mine} is owned by uid 65534, not by uid 0 who runs zcorch" in r.stderr
 
 
+def test_preflight_reads_the_build_marker_only_after_the_build_passed_the_checks(tmp_path):
+    """`preflight --build PARENT BUILD MARKER`: the deploy's marker read and private-build check in the
+    preflight's round trip. No marker: a build is due; a marker in a build another user can change is not
+    read, and the refusal is private-build's own message; a clean one is read."""
+    M = ".zcorch-deployed"
+    wd = tmp_path / "wd"
+    wd.mkdir(mode=0o755)
+    build = wd / f"worker-{_hex(5)}"
+
+    def state():
+        r = _cli("preflight", "127.0.0.1", "--tool", "sh", "--build", str(wd), str(build), M)
+        assert r.returncode == 0, r.stderr
+        facts = json.loads(r.stdout)
+        assert facts["tools"]["sh"] and facts["address_error"] is None   # the rest of the probe as before
+        return facts["build"]
+
+    assert state() == {"path": str(build), "marker": None, "refused": None}
+    _build(wd, build.name)
+    (build / M).write_text('{"hash": "h"}')
+    for d in (build, build / "zcorch"):
+        d.chmod(0o755)
+    (build / "zcorch" / "_native.abi3.so").chmod(0o644)
+    (build / M).chmod(0o644)
+    assert state() == {"path": str(build), "marker": '{"hash": "h"}', "refused": None}
+    (build / "zcorch" / "_native.abi3.so").chmod(0o666)
+    got = state()
+    alone = _cli("private-build", str(wd), str(build))
+    assert alone.returncode == 1 and got["marker"] is None
+    assert got["refused"] == alone.stderr.strip() and "_native.abi3.so is writable by group or others" in got["refused"]
+    (build / "zcorch" / "_native.abi3.so").chmod(0o644)
+    (build / "zcorch" / "planted.py").symlink_to(tmp_path / "elsewhere.py")
+    assert "planted.py is a symlink" in state()["refused"]
+    r = _cli("preflight", "127.0.0.1", "--build", str(wd), str(build))
+    assert r.returncode == 2 and "--build takes PARENT BUILD MARKER" in r.stderr
+
+
 def test_finalize_replaces_an_incomplete_directory_and_loses_a_race_gracefully(tmp_path):
     final = _build(tmp_path, "worker-h")            # same name, no marker: not trusted
     (tmp_path / "worker-h" / "junk").write_text("x")
