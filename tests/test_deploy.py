@@ -182,14 +182,15 @@ def test_a_reused_build_with_a_tampered_nested_file_is_refused(tmp_path):
 
 
 def test_a_probed_build_state_saves_the_deploy_its_own_commands(tmp_path):
-    """prepare() hands the preflight probe the build directory; deploy() given that answer runs nothing for a
-    reused build, and refuses one the probe refused with the message it gives without the probe."""
+    """prepare() hands the preflight probe the workdir and the build's name; deploy() given that answer runs
+    nothing for a reused build (not even `~`'s lookup), and refuses one the probe refused with the message it
+    gives without the probe."""
     host = LocalHost("receiver", "127.0.0.1")
     host.is_local = False                                               # this machine as a remote host
     host.spec = HostSpec(ssh="127.0.0.1", data_address="127.0.0.1", python=sys.executable)
     host.expand = os.path.expanduser
     wd = tmp_path / "wd"
-    base, build = deploy.build_directory(host, deploy.content_hash(deploy.worker_sources()), str(wd))
+    _, build = deploy.build_directory(host, deploy.content_hash(deploy.worker_sources()), str(wd))
     os.makedirs(os.path.join(build, "zcorch"), mode=0o755)
     os.chmod(wd, 0o755)
     with open(os.path.join(build, deploy.MARKER), "w") as f:
@@ -197,14 +198,17 @@ def test_a_probed_build_state_saves_the_deploy_its_own_commands(tmp_path):
     ran = []
     real_run = host.run
     host.run = lambda argv, **kw: ran.append(argv) or real_run(argv, **kw)   # a spy: every command still runs
-    probed = deploy.probe_host(host, build=(base, build))["build"]
-    assert probed == {"path": build, "marker": json.dumps({"cffi_backend_dir": "/opt/cffi"}), "refused": None}
+    host.expand = lambda path: ran.append(["expand", path]) or os.path.expanduser(path)
+    name = os.path.basename(build)
+    probed = deploy.probe_host(host, build=(str(wd), name))["build"]
+    assert probed == {"workdir": str(wd), "path": build, "marker": json.dumps({"cffi_backend_dir": "/opt/cffi"}),
+                      "refused": None}
     ran.clear()
     handle = deploy.deploy(host, workdir=str(wd), probed=probed)
     assert handle.reused and ran == [] and handle.python_flags == ["-S"]
     assert handle.env["PYTHONPATH"] == f"{build}:/opt/cffi"
     os.chmod(os.path.join(build, "zcorch"), 0o777)
-    refused = deploy.probe_host(host, build=(base, build))["build"]
+    refused = deploy.probe_host(host, build=(str(wd), name))["build"]
     with pytest.raises(DeployError) as probed_error:
         deploy.deploy(host, workdir=str(wd), probed=refused)
     with pytest.raises(DeployError) as own_error:

@@ -326,8 +326,9 @@ def _flag(argv: Sequence[str], flag: str) -> Optional[str]:
 def _probe_facts(host: RecordingHost, args: List[str]) -> str:
     programs = [b for a, b in zip(args, args[1:]) if a == "--tool"]   # the baseline tools asked for: "found"
     # The worker build asked about is not there (so a deploy shows its whole build).
-    build = {"build": {"path": args[args.index("--build") + 2], "marker": None, "refused": None}} \
-        if "--build" in args[:-3] else {}
+    at = args.index("--build") if "--build" in args[:-3] else None
+    build = {} if at is None else {"build": {"workdir": args[at + 1], "marker": None, "refused": None,
+                                             "path": posixpath.join(host.expand(args[at + 1]), args[at + 2])}}
     return _json({"python": list(sys.version_info[:3]), "executable": NOT_MEASURED, "cffi": NOT_MEASURED,
                   "python_h": True, "cc": NOT_MEASURED, "tools": {p: NOT_MEASURED for p in programs},
                   "address_error": None, "busy_ports": [], **build})

@@ -14,7 +14,7 @@ Public API:
 Remote hosts (SSHHost): the files are uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there
 with `PYTHON native/build.py --out DIR` (the host's `python`, cffi, the host's own compiler), checked,
 marked complete and renamed to `<workdir>/worker-<hash>/` (`zcorch.worker.remote finalize`). A directory with the marker is reused as is, so
-an unchanged redeploy is fast: prepare() hands the preflight probe the build directory (the content hash is
+an unchanged redeploy is fast: prepare() hands the preflight probe the workdir and build name (the content hash is
 known before), and the probe's answer says whether the marker is there and whether the build passed the
 ownership checks (`private-build`), read in that order; deploy() then needs no round trip of its own. A
 failed build raises DeployError with the host and the compiler output.
@@ -197,10 +197,10 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     worker_sources()). workdir / python default
     to the host spec's `workdir` / `python` keys. safe_path: the host's python is 3.11+ (the preflight
     said so): the worker starts with -P, else with the bootstrap of zcorch.hosts.interpreter (never from
-    the current directory either way). probed: the preflight probe's "build" answer for this build
-    directory (zcorch.worker.remote.build_state: the marker's text, or why the build is refused), which
-    saves reading the marker and checking the build here; without it (or for another directory) both
-    are done here. Raises DeployError naming the host.
+    the current directory either way). probed: the preflight probe's "build" answer for this workdir and
+    hash (zcorch.worker.remote.build_state: the build directory as the host expands it, the marker's text
+    or why the build is refused), which saves expanding `~`, reading the marker and checking the build
+    here; without it (or for another build) all three are done here. Raises DeployError naming the host.
     """
     python = python or host_python(host)
     if host.is_local:
@@ -216,10 +216,16 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     sources = worker_sources(source_root)
     files = list(sources)
     digest = content_hash(sources)
-    base, final = build_directory(host, digest, workdir)
-    handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final}, safe_path=safe_path)
-    if not (isinstance(probed, dict) and probed.get("path") == final):
+    written = workdir or host_workdir(host)
+    if isinstance(probed, dict) and probed.get("workdir") == written and isinstance(probed.get("path"), str) \
+            and posixpath.isabs(probed["path"]) and posixpath.basename(probed["path"]) == f"worker-{digest}":
+        # the probe expanded the workdir on the host: no `~` to look up here (SSHHost.expand asks over sftp)
+        final = probed["path"]
+        base = posixpath.dirname(final)
+    else:
+        base, final = build_directory(host, digest, workdir)
         probed = _build_state(host, base, final, python)
+    handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final}, safe_path=safe_path)
     if probed.get("refused"):
         # The build goes onto PYTHONPATH: one another user can change (its directory, or any directory or
         # file in it) is not ours to run.
@@ -258,11 +264,11 @@ def _build_state(host: Host, base: str, final: str, python: str) -> dict:
     probe): the marker read, and if there is one, the build checked (`private-build`) before it counts."""
     existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
     if not existing.ok:
-        return {"path": final, "marker": None, "refused": None}
+            return {"marker": None, "refused": None}
     trust = run_remote(host, "private-build", base, final, python=python)
     if not trust.ok:
-        return {"path": final, "marker": None, "refused": (trust.stderr or trust.stdout).strip()}
-    return {"path": final, "marker": existing.stdout, "refused": None}
+        return {"marker": None, "refused": (trust.stderr or trust.stdout).strip()}
+    return {"marker": existing.stdout, "refused": None}
 
 
 def _local_cffi_backend_dir() -> Optional[str]:
@@ -288,8 +294,8 @@ def _use_cffi_dir(handle: WorkerHandle, marker_text: str) -> None:
 def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = None,
                programs: Sequence[str] = (), build: Optional[Sequence[str]] = None) -> dict:
     """Facts about a host (zcorch.worker.remote.preflight_facts; `tools` = {program: its path or None}
-    for each of `programs`; given build = (workdir, build directory), "build": what deploy() needs to
-    know of it, zcorch.worker.remote.build_state), or {"error": ...} when its python cannot run at all."""
+    for each of `programs`; given build = (workdir as written, `worker-<hash>`), "build": what deploy()
+    needs to know of it, zcorch.worker.remote.build_state), or {"error": ...} when its python cannot run."""
     python = python or host_python(host)
     r = run_remote(host, "preflight", host.data_address, *[int(p) for p in ports],
                    *[a for p in programs for a in ("--tool", p)],
@@ -421,7 +427,7 @@ def preflight(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[T
     def probe(role: str) -> "tuple[dict, List[str]]":
         host = hosts[role]
         mine = list({t.program: t for r, h in hosts.items() if h is host for t in (tools or {}).get(r, ())}.values())
-        build = build_directory(host, digest) if digest and not host.is_local else None
+        build = (host_workdir(host), f"worker-{digest}") if digest and not host.is_local else None
         found = probe_host(host, ports, programs=[t.program for t in mine], build=build)
         return found, host_problems(host, found, mine)
 

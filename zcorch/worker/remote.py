@@ -4,7 +4,7 @@
     python - ACTION ARGS... < zcorch/worker/remote.py   (remote hosts: this file's text on stdin)
 
 Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
-    preflight ADDRESS [PORT...] [--tool PROGRAM...] [--build PARENT BUILD MARKER]
+    preflight ADDRESS [PORT...] [--tool PROGRAM...] [--build WORKDIR NAME MARKER]
                                        -> JSON facts: python, cffi, Python.h, cc, address/ports bindable,
                                           the path of each PROGRAM (the baseline kinds' tools) or null; with
                                           --build, "build": the worker build's state (build_state: its marker's
@@ -96,14 +96,22 @@ def _try_bind(address: str, port: int) -> None:
         s.close()
 
 
-def build_state(parent: str, build: str, marker: str) -> "Dict[str, Any]":
-    """A worker build as the deploy step would find it, in the preflight's round trip: {"path": build,
-    "marker": the text of build/marker or None, "refused": None or why the build must not be used}.
+def build_state(workdir: str, name: str, marker: str) -> "Dict[str, Any]":
+    """A worker build as the deploy step would find it, in the preflight's round trip: {"workdir": as
+    written, "path": the build directory (`~` and a relative workdir expanded here, on the host, as
+    SSHHost.expand would), "marker": the text of its marker or None, "refused": None or why the build must
+    not be used}. `name` must be a build's name (worker-<16 hex>).
 
     No marker (or one that cannot be read): "marker" None, a build is due. With a marker, the checks of
     `private-build PARENT BUILD` run first, and only when they pass is the marker read (a marker read in a
     tree another user can change says nothing); "refused" is their message as that action prints it."""
-    out: "Dict[str, Any]" = {"path": build, "marker": None, "refused": None}
+    if not BUILD_NAME.fullmatch(name):
+        raise ActionError(f"{name!r} is not the name of a worker build (worker-<16 hex digits>)")
+    parent = os.path.expanduser(workdir)
+    if not os.path.isabs(parent):   # relative to the home directory, where a remote command starts
+        parent = os.path.join(os.path.expanduser("~"), parent)
+    build = os.path.join(parent, name)
+    out: "Dict[str, Any]" = {"workdir": workdir, "path": build, "marker": None, "refused": None}
     path = os.path.join(build, marker)
     if not os.path.exists(path):
         return out
@@ -753,11 +761,11 @@ def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
 
 def _preflight_action(args: "List[str]") -> int:
     build = None
-    if "--build" in args:   # the last three arguments: PARENT BUILD MARKER
+    if "--build" in args:   # the last three arguments: WORKDIR NAME MARKER
         at = args.index("--build")
         build, args = args[at + 1:], args[:at]
         if len(build) != 3:
-            raise _UsageError("--build takes PARENT BUILD MARKER")
+            raise _UsageError("--build takes WORKDIR NAME MARKER")
     ports, programs = _tool_args(args[1:])
     facts = preflight_facts(args[0], [_int(p, "PORT") for p in ports], programs)
     if build is not None:
@@ -775,7 +783,7 @@ def metadata_action(args: "List[str]") -> "Dict[str, Any]":
 
 # name -> (usage of its arguments, least and most argument count (None: any), handler)
 ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]" = {
-    "preflight": ("ADDRESS [PORT...] [--tool PROGRAM...] [--build PARENT BUILD MARKER]", 1, None, _preflight_action),
+    "preflight": ("ADDRESS [PORT...] [--tool PROGRAM...] [--build WORKDIR NAME MARKER]", 1, None, _preflight_action),
     "cffi-dir": ("", 0, 0, _cffi_dir_action),
     "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
     "private-dirs": ("DIR...", 1, None, _private_dirs_action),
