@@ -38,6 +38,7 @@ from zcorch.config.hosts import Hosts, net_state_dir
 from zcorch.config.networks import CONGESTION_SYSCTL, NetworkConfig
 from zcorch.errors import HostError, PreflightError
 from zcorch.hosts.local import Host
+from zcorch.hosts.parallel import per_host
 from zcorch.provision.fs_state import Lease, controller_alive
 from zcorch.provision.remote_call import remote_command, remote_json, run_remote
 from zcorch.worker.netcfg import mtu_problem
@@ -170,23 +171,25 @@ def restore_leftovers(hosts: Dict[str, Host], python: Dict[str, str], spec: Host
     """Under the leases: what a killed sweep changed on each host (any controller's), put back before this
     sweep loads the hosts, with or without `networks:` of its own. Returns warnings; PreflightError when
     a host's network cannot be restored (the sweep would measure someone else's configuration)."""
-    warnings: List[str] = []
-    for host, state_dir in _host_dirs(hosts, spec):
+    def one(item: tuple) -> List[str]:
+        host, state_dir = item
         py = python["receiver"] if host is hosts["receiver"] else python["sender"]
         t = _Target([], host, py, "", state_dir)
         try:
             state = _call(t, "state", state_dir, what="reading the network state file")
             if not state:
-                continue
+                return []
             if owner_alive(state.get("owner")):
                 raise PreflightError(f"{host.name}: another sweep (pid {state['owner'].get('pid')}) has changed "
                                      f"this host's network ({state.get('name')!r}); wait for it to end")
-            warnings += [f"restored a previous controller's network leftover on {u}"
-                         for u in restore_state(host, py, state_dir, log)]
+            return [f"restored a previous controller's network leftover on {u}"
+                    for u in restore_state(host, py, state_dir, log)]
         except HostError as exc:
             raise PreflightError(f"{host.name}: a previous sweep's network changes are still applied and could "
                                  f"not be restored, so no run would measure this host as configured: {exc}") from None
-    return warnings
+
+    # both hosts at once (each under its own lease; nothing on one waits for the other)
+    return [w for found in per_host(_host_dirs(hosts, spec), one) for w in found]
 
 
 class NetworkManager:
