@@ -201,7 +201,11 @@ def test_preflight_reads_the_build_marker_only_after_the_build_passed_the_checks
     (build / "zcorch" / "planted.py").symlink_to(tmp_path / "elsewhere.py")
     assert "planted.py is a symlink" in state()["refused"]
     r = _cli("preflight", "127.0.0.1", "--build", str(wd), build.name)
-    assert r.returncode == 2 and "--build takes WORKDIR NAME MARKER" in r.stderr
+    assert r.returncode == 2 and "--build WORKDIR NAME MARKER must be the last arguments" in r.stderr
+    # a tool may be named like the flag: --build is the fourth argument from the end, whatever came before
+    r = _cli("preflight", "127.0.0.1", "--tool", "--build", "--build", str(wd), build.name, M)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["build"]["path"] == str(build) and "--build" in json.loads(r.stdout)["tools"]
     r = _cli("preflight", "127.0.0.1", "--build", str(wd), "../etc", M)          # only a build's own name
     assert r.returncode == 1 and "is not the name of a worker build" in r.stderr
     home = tmp_path / "home"

@@ -264,7 +264,7 @@ def _build_state(host: Host, base: str, final: str, python: str) -> dict:
     probe): the marker read, and if there is one, the build checked (`private-build`) before it counts."""
     existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
     if not existing.ok:
-            return {"marker": None, "refused": None}
+        return {"marker": None, "refused": None}
     trust = run_remote(host, "private-build", base, final, python=python)
     if not trust.ok:
         return {"marker": None, "refused": (trust.stderr or trust.stdout).strip()}

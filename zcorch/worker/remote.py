@@ -761,11 +761,10 @@ def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
 
 def _preflight_action(args: "List[str]") -> int:
     build = None
-    if "--build" in args:   # the last three arguments: WORKDIR NAME MARKER
-        at = args.index("--build")
-        build, args = args[at + 1:], args[:at]
-        if len(build) != 3:
-            raise _UsageError("--build takes WORKDIR NAME MARKER")
+    if "--build" in args:   # always the last four arguments (a --tool PROGRAM may be named --build too)
+        if len(args) < 5 or args[-4] != "--build":
+            raise _UsageError("--build WORKDIR NAME MARKER must be the last arguments")
+        build, args = args[-3:], args[:-4]
     ports, programs = _tool_args(args[1:])
     facts = preflight_facts(args[0], [_int(p, "PORT") for p in ports], programs)
     if build is not None:
