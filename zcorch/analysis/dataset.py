@@ -102,6 +102,10 @@ class Dataset:
         self.manifest = read_manifest(self.path)
         self.con = duckdb.connect(":memory:")
         self.con.execute("SET enable_progress_bar = false")
+        # Every query of a view binds read_parquet over every listed part (a year: 365 a table), and each bind
+        # read each part's footer again: cached, the footers are read once per connection (a year of a
+        # fleet's runs: 0.25 s less CPU a query, three queries a `zcorch history`).
+        self.con.execute("SET parquet_metadata_cache = true")
         self._columns: Dict[str, List[str]] = {}
         for table in TABLES:
             files = self.files(table)
@@ -217,9 +221,9 @@ class Dataset:
         n_failed = np.bincount(group_of, minlength=n_groups).astype(np.int64) - n
         kept = ok & ~np.isnan(v)   # the ok runs' values, nulls and NaN left out
         kv, kg = v[kept], group_of[kept]
-        order = np.lexsort((kv, kg))
         offsets = np.concatenate([[0], np.cumsum(np.bincount(kg, minlength=n_groups))]).astype(np.int32)
-        vals = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), pa.array(kv[order], type=pa.float64()))
+        vals = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()),
+                                        pa.array(_sorted_by_group(kv, kg), type=pa.float64()))
         return pa.table({"set_id": sets.dictionary.take(pa.array(groups // n_cells)),
                          "cell": cells.dictionary.take(pa.array(groups % n_cells)),
                          "n": pa.array(n), "n_failed": pa.array(n_failed), "vals": vals})
@@ -246,6 +250,18 @@ class Dataset:
 
 
 BY = "_series"   # the column of Dataset.cell_params' key
+
+
+def _sorted_by_group(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """`values` ordered by group, then by value: what np.lexsort((values, group)) orders (equal values are
+    interchangeable), in a third of its time: the rank of each value (one argsort), then one sort of the
+    integers group x n + rank (numpy's vectorised sort of int64)."""
+    n = len(values)
+    by_value = np.argsort(values)
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_value] = np.arange(n, dtype=np.int64)
+    key = np.sort(group.astype(np.int64) * max(n, 1) + rank)
+    return values[by_value][key % max(n, 1)]
 
 @functools.lru_cache(maxsize=256)
 def _shared_set_of(cells: tuple) -> frozenset:
@@ -343,9 +359,12 @@ class DatasetSeries:
     from one DuckDB query of the ok values of every set (the decisions stay history's, stats', compare's)."""
 
     def __init__(self, data: Dataset, sweeps: list, metric: str, groups: OkGroups, rows: np.ndarray,
-                 params: "pd.DataFrame | None" = None):
-        """`rows`: the groups of these sweeps; `params`: their distinct (cell, parameters) (default: queried)."""
+                 params: "pd.DataFrame | None" = None, label_memo: "Optional[dict]" = None):
+        """`rows`: the groups of these sweeps; `params`: their distinct (cell, parameters) (default: queried);
+        `label_memo`: labels already made of the same (cell, parameters) rows, shared by the series of one
+        dataset (a fleet's pairs run the same cells: cell_labels once, not once per pair)."""
         self.data, self.sweeps, self.metric, self.groups, self.params = data, sweeps, metric, groups, params
+        self.label_memo = label_memo if label_memo is not None else {}
         index = {s.set_id: i for i, s in enumerate(sweeps)}
         n_sweeps = len(sweeps)
         sweep_of = np.array([index[x] for x in groups.set_id[rows]], dtype=np.int64)
@@ -374,7 +393,13 @@ class DatasetSeries:
             have = [c for c in self.params.columns if c in ("cell", *PARAM_KEYS, *names)]
             frame = self.params[have].drop_duplicates(ignore_index=True)
         frame.attrs[LINKED_ATTR] = linked[0] if same else {}
-        return {c: label for c, label in cell_labels([frame]).items() if c in self.cells}
+        # the same rows and linked axes make the same labels (a cell has one row of parameters; DuckDB's
+        # DISTINCT gives them in any order): the key is their exact text, rows sorted
+        key = repr((list(frame.columns), sorted(map(repr, frame.values.tolist())),
+                    sorted(frame.attrs[LINKED_ATTR].items())))
+        if key not in self.label_memo:
+            self.label_memo[key] = cell_labels([frame])
+        return {c: label for c, label in self.label_memo[key].items() if c in self.cells}
 
     def series(self, cell: str) -> dict:
         return self.cells[cell]
@@ -416,9 +441,10 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
     params_of = dict(list(params.groupby(BY, sort=False))) if len(params) else {}
     no_params = params.iloc[0:0]
     experiments = []
+    label_memo: dict = {}
     for name in sorted(series):
         group = series[name]
         source = DatasetSeries(data, group, metric, groups, rows.get(name, np.empty(0, dtype=np.int64)),
-                               params_of.get(name, no_params).drop(columns=BY))
+                               params_of.get(name, no_params).drop(columns=BY), label_memo)
         experiments.append(experiment_history(name, group, metric, threshold_pct, alpha, source, min_nights))
     return History(Path(path), metric, threshold_pct, alpha, experiments, [], min_nights=min_nights)
