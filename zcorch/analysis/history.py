@@ -41,12 +41,10 @@ import re
 import warnings as _warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.transforms import blended_transform_factory
 
 from zcorch import __version__, metrics
 from zcorch.analysis.detector import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, MIN_NIGHTS, NIGHTLY, Comparison,
@@ -54,7 +52,6 @@ from zcorch.analysis.detector import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, MIN_
 from zcorch.analysis.frames import OK, read_experiment_text, read_meta
 from zcorch.results import setfiles
 from zcorch.analysis.load import load
-from zcorch.analysis.plots import figure_bytes
 from zcorch.analysis.sparkline import sparkline
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
 from zcorch.analysis.gate import Completeness, completeness
@@ -63,6 +60,9 @@ from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.params import format_value
 from zcorch.results import store
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 INDEX = "index.html"
 PLOTS_DIR = "history-plots"   # next to index.html: one PNG per plotted experiment × cell
@@ -516,6 +516,10 @@ def _tick_label(i: int, s: Sweep, dated: bool) -> str:
 def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
     """The median of the metric with its CI across the sweeps, the fitted levels, the steps marked
     with the change between the levels, sweeps where every run of the cell failed marked ×."""
+    # matplotlib only where a trend plot is drawn: a page of a fleet's year draws a few, `--format json` none
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import blended_transform_factory
+
     n = len(exp.sweeps)
     x = np.arange(n)
     fig = Figure(figsize=(5.8, 3.6))
@@ -661,6 +665,7 @@ def trend_cells(history: History) -> "List[tuple[ExperimentHistory, CellHistory]
 
 def write_index(history: History, out: "str | os.PathLike | None" = None) -> Path:
     """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/ (trend_cells)."""
+    from zcorch.analysis.plots import figure_bytes
     from zcorch.analysis.report import environment
 
     out_dir = Path(out) if out is not None else history.root
