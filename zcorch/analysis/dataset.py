@@ -27,7 +27,7 @@ from zcorch import metrics
 from zcorch.analysis.export_dest import MANIFEST
 from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
-from zcorch.analysis.history import History, Sweep, cell_labels, experiment_history, series_of
+from zcorch.analysis.history import HEAD_KEYS, History, Sweep, cell_labels, experiment_history, series_of
 from zcorch.errors import ResultsError
 from zcorch.results import setfiles
 from zcorch.results.convergence import policy_from_record
@@ -193,28 +193,31 @@ class Dataset:
     def ok_table(self, metric: str, set_ids: Sequence[str]) -> pa.Table:
         """ok_values as an Arrow table (its `vals` one list array: no Python object per group).
 
-        DuckDB reads the four columns; the grouping and sorting are numpy's (one lexsort of every value by
-        group, then by value): DuckDB's list() and list_sort() of a year of a fleet's runs took five times as
-        long as reading them."""
+        DuckDB reads the four columns, each set id as its position in `set_ids` (a join: no text of 2 million
+        set ids to hold and hash again); the grouping and sorting are numpy's (one sort of every value by group,
+        then by value): DuckDB's list() and list_sort() of a year of a fleet's runs took five times as long as
+        reading them."""
         import pyarrow.compute as pc
 
         if metric not in self.columns("runs"):
             raise ResultsError(f"{self.path}: no column {metric!r} in its runs")
-        ids = pa.table({"set_id": pa.array(list(set_ids), type=pa.string())})
-        self.con.register("wanted_sets", ids)
+        wanted = pa.array(list(dict.fromkeys(set_ids)), type=pa.string())
+        self.con.register("wanted_sets", pa.table({"set_id": wanted,
+                                                   "position": pa.array(np.arange(len(wanted), dtype=np.int64))}))
         try:
             col = '"' + metric.replace('"', '""') + '"'
-            runs = self._arrow(f"SELECT set_id, cell, coalesce(status = 'ok', false) AS ok, CAST({col} AS DOUBLE) AS v "
-                               "FROM runs WHERE set_id IN (SELECT set_id FROM wanted_sets)")
+            runs = self._arrow(f"SELECT w.position AS s, r.cell, coalesce(r.status = 'ok', false) AS ok, "
+                               f"CAST(r.{col} AS DOUBLE) AS v FROM runs r JOIN wanted_sets w ON r.set_id = w.set_id")
         finally:
             self.con.unregister("wanted_sets")
-        sets = pc.dictionary_encode(runs.column("set_id").combine_chunks().cast(pa.string()), null_encoding="encode")
         cells = pc.dictionary_encode(runs.column("cell").combine_chunks().cast(pa.string()), null_encoding="encode")
         n_cells = max(len(cells.dictionary), 1)
-        key = (sets.indices.to_numpy(zero_copy_only=False).astype(np.int64) * n_cells
+        key = (runs.column("s").to_numpy().astype(np.int64) * n_cells
                + cells.indices.to_numpy(zero_copy_only=False).astype(np.int64))
         ok = runs.column("ok").to_numpy(zero_copy_only=False).astype(bool)
         v = runs.column("v").to_numpy(zero_copy_only=False).astype("float64")   # a null is NaN here
+        cell_names = cells.dictionary
+        del runs, cells   # 2 million rows: not held while the groups are made
         groups, group_of = np.unique(key, return_inverse=True)
         n_groups = len(groups)
         n = np.bincount(group_of, weights=ok, minlength=n_groups).astype(np.int64)
@@ -224,8 +227,8 @@ class Dataset:
         offsets = np.concatenate([[0], np.cumsum(np.bincount(kg, minlength=n_groups))]).astype(np.int32)
         vals = pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()),
                                         pa.array(_sorted_by_group(kv, kg), type=pa.float64()))
-        return pa.table({"set_id": sets.dictionary.take(pa.array(groups // n_cells)),
-                         "cell": cells.dictionary.take(pa.array(groups % n_cells)),
+        return pa.table({"set_id": wanted.take(pa.array(groups // n_cells)),
+                         "cell": cell_names.take(pa.array(groups % n_cells)),
                          "n": pa.array(n), "n_failed": pa.array(n_failed), "vals": vals})
 
     def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Optional[Sequence[str]] = None):
@@ -274,12 +277,26 @@ def _shared_set(cells) -> frozenset:
     return _shared_set_of(tuple(cells or ()))
 
 
+@functools.lru_cache(maxsize=256)
+def _linked_of(text: str) -> dict:
+    return json.loads(text)
+
+
+def _linked(text: Optional[str]) -> dict:
+    """A set's linked axes: parsed once per distinct text (a fleet's year: 18,000 sets, a few texts); the same
+    dict for the same text, which nobody changes."""
+    return _linked_of(text) if text else {}
+
+
 _NO_RUNS = pd.DataFrame({"cell": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
 
 
 @dataclass
 class ExportedSweep(Sweep):
-    """A sweep as the dataset recorded it: what history and the gate ask of a Sweep, without its files."""
+    """A sweep as the dataset recorded it: what history and the gate ask of a Sweep, without its files.
+
+    Its manifest is kept as the exported text and parsed when asked for; what history reads of every sweep
+    (Sweep.head) is kept parsed: a fleet's year of parsed manifests held 170 MB."""
     set_id: str = ""
     stored: Optional[dict] = None
 
@@ -287,15 +304,31 @@ class ExportedSweep(Sweep):
     def from_row(cls, row) -> "ExportedSweep":
         (set_id, path, manifest, hosts, kernel, revision, n_ok, n_failed, status, planned, planned_ok,
          cells_planned, cells_short, linked) = row
-        manifest = json.loads(manifest)
+        parsed = json.loads(manifest)
         meta = {"controller": {"git_revision": revision}} if revision else {}
         runs = _NO_RUNS   # one shared empty frame: the runs are read through DatasetSeries, never from here
         completeness = Completeness(path, str(status or "unknown"), int(planned), int(planned_ok),
                                     _shared_set(cells_planned), tuple(cells_short or ()),
-                                    policy_from_record(manifest.get("repeats")))
+                                    policy_from_record(parsed.get("repeats")))
         return cls(Path(path), manifest, meta, runs, set_id=set_id,
                    stored={"hosts": hosts, "kernel": kernel or "", "n_ok": int(n_ok), "n_failed": int(n_failed),
-                           "completeness": completeness, "linked": json.loads(linked) if linked else {}})
+                           "completeness": completeness, "linked": _linked(linked),
+                           "head": {k: parsed[k] for k in HEAD_KEYS if k in parsed}})
+
+    @property   # type: ignore[override]
+    def manifest(self) -> dict:
+        if self._manifest is None:
+            self._manifest = json.loads(self._manifest_text)
+        return self._manifest
+
+    @manifest.setter
+    def manifest(self, value: "dict | str") -> None:
+        """The manifest, or its JSON text (parsed when first asked for)."""
+        self._manifest, self._manifest_text = (None, value) if isinstance(value, str) else (value, None)
+
+    @property
+    def head(self) -> dict:
+        return self.stored["head"]
 
     @property
     def n_ok(self) -> int:

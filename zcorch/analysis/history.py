@@ -110,6 +110,9 @@ def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = la
 # One sweep
 
 
+HEAD_KEYS = ("name", "inventory", "created", "status", "git_revision", "error")   # Sweep.head
+
+
 @dataclass
 class Sweep:
     path: Path
@@ -120,13 +123,19 @@ class Sweep:
     report_problem: Optional[str] = None
 
     @property
+    def head(self) -> dict:
+        """The manifest's fields read of every sweep (HEAD_KEYS): the manifest itself here;
+        zcorch.analysis.dataset keeps only these of an exported sweep (a fleet's year has 18,000)."""
+        return self.manifest
+
+    @property
     def name(self) -> str:
-        return str(self.manifest.get("name") or self.path.name)
+        return str(self.head.get("name") or self.path.name)
 
     @property
     def pair(self) -> Optional[str]:
         """The inventory pair the manifest records (`--hosts INV:PAIR`), else None."""
-        inv = self.manifest.get("inventory")
+        inv = self.head.get("inventory")
         pair = inv.get("pair") if isinstance(inv, dict) else None
         return str(pair) if pair else None
 
@@ -136,11 +145,11 @@ class Sweep:
 
     @property
     def created(self) -> Optional[_dt.datetime]:
-        return _parse_time(self.manifest.get("created"))
+        return _parse_time(self.head.get("created"))
 
     @property
     def status(self) -> str:
-        return str(self.manifest.get("status") or "unknown")
+        return str(self.head.get("status") or "unknown")
 
     @property
     def n_ok(self) -> int:
@@ -152,7 +161,7 @@ class Sweep:
 
     @property
     def git_revision(self) -> str:
-        rev = self.manifest.get("git_revision") or (self.meta.get("controller") or {}).get("git_revision")
+        rev = self.head.get("git_revision") or (self.meta.get("controller") or {}).get("git_revision")
         if not rev:
             return ""
         dirty = rev.endswith("-dirty")
@@ -174,14 +183,14 @@ class Sweep:
 
     @property
     def error(self) -> str:
-        err = self.manifest.get("error")
+        err = self.head.get("error")
         if isinstance(err, dict):
             return f"{err.get('type', 'error')}: {err.get('message', '')}"
         return ""
 
     def date(self) -> str:
         t = self.created
-        return t.strftime("%Y-%m-%d %H:%M UTC") if t else str(self.manifest.get("created") or "")
+        return t.strftime("%Y-%m-%d %H:%M UTC") if t else str(self.head.get("created") or "")
 
 
 def series_of(sweeps: Sequence[Sweep]) -> Dict[str, List[Sweep]]:
@@ -712,7 +721,7 @@ def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
                               "baseline": [str(exp.sweeps[i].path) for i in c.baseline],
                               "since": str(exp.sweeps[c.since].path)}})
         exps.append({"name": exp.name, "problem": exp.problem,
-                     "sweeps": [{"path": str(s.path), "created": s.manifest.get("created"), "status": s.status,
+                     "sweeps": [{"path": str(s.path), "created": s.head.get("created"), "status": s.status,
                                  "ok": s.n_ok, "failed": s.n_failed, "git_revision": s.git_revision}
                                 for s in exp.sweeps],
                      "cells": cells})
