@@ -700,31 +700,55 @@ class SSHHost(Host):
             client.close()
 
 
+class _Wakeup:
+    """The event a channel's stdout and stderr buffers set (paramiko BufferedPipe.set_event) when data arrives or
+    they close (EOF, the channel closed). Their clear(), when a read empties one, is ignored: the other may still
+    hold data; _collect clears the shared event itself before it drains both."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def set(self) -> None:
+        self.event.set()
+
+    def clear(self) -> None:
+        pass
+
+
 def _collect(chan: paramiko.Channel, timeout: float) -> "tuple[str, str]":
     """Read a channel's stdout and stderr until the command ends or `timeout` passes.
 
-    Both streams are drained together so neither flow-control window stalls the command.
+    Both streams are drained together so neither flow-control window stalls the command. Between reads it
+    sleeps until data, the EOF, the exit status or the close arrives (not a poll: a command that runs for
+    seconds costs the controller no CPU meanwhile, which a fleet's pairs, many commands at once, add up).
     """
     out, err = [], []
     deadline = time.monotonic() + timeout
+    wake = threading.Event()
+    chan.in_buffer.set_event(_Wakeup(wake))
+    chan.in_stderr_buffer.set_event(_Wakeup(wake))
     while True:
-        got = False
-        if chan.recv_ready():
-            out.append(chan.recv(65536))
-            got = True
-        if chan.recv_stderr_ready():
-            err.append(chan.recv_stderr(65536))
-            got = True
-        if got:
-            continue
-        if chan.closed or (chan.exit_status_ready() and chan.eof_received):
+        wake.clear()   # before draining: whatever arrives after the drain sets it again
+        # judged before the last drain: after the EOF or the close no more data comes, so none is left behind
+        finished = chan.closed or (chan.exit_status_ready() and chan.eof_received)
+        got = True
+        while got:
+            got = False
+            if chan.recv_ready():
+                out.append(chan.recv(65536))
+                got = True
+            if chan.recv_stderr_ready():
+                err.append(chan.recv_stderr(65536))
+                got = True
+        if finished:
             break
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             break
-        if chan.status_event.is_set():
-            time.sleep(0.001)  # exited; the EOF/close is a packet away
+        if chan.eof_received:   # both streams ended: the exit status (or the close) is what is left to come
+            chan.status_event.wait(left)
         else:
-            chan.status_event.wait(0.002)  # returns early once the command exits
+            wake.wait(left)
     return b"".join(out).decode("utf-8", "replace"), b"".join(err).decode("utf-8", "replace")
 
 

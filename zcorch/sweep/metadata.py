@@ -94,11 +94,17 @@ def same_host(meta: Dict[str, Any]) -> Optional[bool]:
     return ids[0] == ids[1] if all(isinstance(i, str) and i for i in ids) else None
 
 
+# directory -> its revision, computed once for the processes a fleet forks (remember_controller)
+_remembered_revisions: Dict[str, Optional[str]] = {}
+
+
 def git_revision(directory: Optional[str] = None) -> Optional[str]:
     """Revision of the controller checkout (with '-dirty' if modified), or None when `directory` (default:
     the directory holding the zcorch package) is not the top of a git work tree: a wheel installed into
     site-packages has no revision, even when its venv lies inside some other repository."""
     directory = directory or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if directory in _remembered_revisions:
+        return _remembered_revisions[directory]
     try:
         rev = subprocess.run(["git", "-C", directory, "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
                              text=True, timeout=10)
@@ -110,6 +116,15 @@ def git_revision(directory: Optional[str] = None) -> Optional[str]:
         return lines[1].strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def remember_controller() -> None:
+    """Find what controller_meta() says of this machine and checkout now, once, for this process and the processes
+    it forks next (a fleet's pairs: one machine, one checkout; each pair's sweep would otherwise run git twice and
+    uname once, from a large process). platform keeps its own answers; the revision is kept here."""
+    directory = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    _remembered_revisions[directory] = git_revision(directory)
+    platform.platform()
 
 
 def controller_meta() -> Dict[str, Any]:
