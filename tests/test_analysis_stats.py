@@ -128,6 +128,21 @@ def test_mann_whitney_separated_samples_and_minimum_p():
         assert stats.min_p_value(n1, n2) == pytest.approx(separated.p_value, rel=1e-12), (n1, n2)
 
 
+def test_can_be_significant_is_whether_some_samples_of_those_sizes_reach_alpha():
+    """False only where no two samples of these sizes, tied or not, give p < alpha (the end of a fleet run then
+    skips their test): every split of 1..7 against 1..7 distinct ranks and a tied case checked by the test."""
+    for n1, n2 in itertools.product(range(1, 8), repeat=2):
+        separated = stats.mann_whitney_u(range(n1), range(n1, n1 + n2)).p_value   # the smallest p of these sizes
+        # (scipy's permutation test takes no sample of one value: tied samples from two a side)
+        tied = stats.mann_whitney_u([0] * n1, [1] * n2).p_value if min(n1, n2) > 1 else separated
+        for alpha in (0.01, 0.05, 0.1):
+            possible = stats.can_be_significant(n1, n2, alpha)
+            assert possible == (separated < alpha), (n1, n2, alpha)
+            assert possible or tied >= alpha, (n1, n2, alpha)
+    assert stats.can_be_significant(2, 6, 0.05) is False and stats.can_be_significant(5, 5, 0.05) is True
+    assert stats.can_be_significant(21, 1, 0.05) is True   # beyond the exact methods: never assumed hopeless
+
+
 def test_mann_whitney_small_tied_samples_use_the_permutation_distribution():
     for x, y in [([1, 1, 2, 2, 3], [2, 3, 3, 4, 4]), ([1, 1, 1], [2, 2, 2]), ([800, 800, 810], [790, 800, 800])]:
         r = stats.mann_whitney_u(x, y)

@@ -148,6 +148,52 @@ def test_worker_calibrate_with_cache_then_refresh(tmp_path):
     assert other_size["cached"] is False and other_size["cache"]["why"].startswith("bytes:")
 
 
+def test_lookup_is_read_only_and_says_what_a_measurement_would_record(tmp_path, key_files):
+    """calcache.lookup (what `worker info --cache` answers): the hit cached_calibration would return, else
+    the status and why it would record, never measuring nor writing."""
+    _, files = key_files
+    path = tmp_path / "calibration.json"
+    key = calcache.host_key(files)
+    assert calcache.lookup(str(path), key) == (None, "missing", None) and not path.exists()
+    m = Measure()
+    first = cached(path, m, files, now=1000.0)
+    doc = calcache.read(str(path))
+    before = path.read_bytes()
+    hit, status, why = calcache.lookup(str(path), key, now=doc["measured_at"] + 30)
+    assert status == "hit" and why is None
+    assert hit == cached(path, m, files, now=doc["measured_at"] + 30) and m.calls == 1
+    assert hit["memcpy_gib_s"] == first["memcpy_gib_s"] and hit["age_s"] == pytest.approx(30)
+    assert calcache.lookup(str(path), key, max_age_s=10, now=doc["measured_at"] + 30)[1] == "expired"
+    assert calcache.lookup(str(path), dict(key, kernel="9.9"))[1:] == ("key changed", f"kernel: {key['kernel']!r} -> '9.9'")
+    assert path.read_bytes() == before
+
+
+def info(*args, home):
+    env = dict(os.environ, PYTHONPATH=REPO, HOME=str(home))
+    r = subprocess.run([sys.executable, "-m", "zcorch.worker", "info", *args],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+def test_worker_info_answers_the_cached_calibration_without_measuring(tmp_path):
+    """`worker info --cache FILE`: what `calibrate --cache FILE` would reuse (the deploy's version check
+    answers it, so a warm sweep needs no calibrate command), null when it would measure."""
+    cache = tmp_path / "w" / "calibration.json"
+    assert info("--cache", "~/w/calibration.json", home=tmp_path)["calibration"] is None and not cache.exists()
+    env = dict(os.environ, PYTHONPATH=REPO, HOME=str(tmp_path))
+    r = subprocess.run([sys.executable, "-m", "zcorch.worker", "calibrate", "--cache", "~/w/calibration.json"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    measured = json.loads(r.stdout.splitlines()[-1])
+    assert r.returncode == 0 and measured["cached"] is False
+    before = cache.read_bytes()
+    got = info("--cache", "~/w/calibration.json", "--max-age", "1h", home=tmp_path)
+    assert got["version"] and got["calibration"]["cached"] is True and got["calibration"]["age_s"] >= 0
+    assert got["calibration"]["memcpy_ns"] == measured["memcpy_ns"] and cache.read_bytes() == before
+    assert info("--cache", "~/w/calibration.json", "--max-age", "0s", home=tmp_path)["calibration"] is None
+    assert "calibration" not in info(home=tmp_path)   # plain `info` as before
+
+
 def test_sweeps_reuse_the_hosts_calibration_until_told(tmp_path, tag, monkeypatch):
     """`zcorch run` (run_sweep) on localhost: the first sweep measures and caches, the next reuses it with its
     age in meta.json, a corrupt cache is measured anew and said, --recalibrate measures whatever is cached."""

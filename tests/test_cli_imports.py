@@ -70,3 +70,21 @@ def test_chosen_command_skips_top_level_options():
     assert chosen_command(["--help"]) == ""
     assert chosen_command(["nosuch", "plan"]) == ""
     assert chosen_command(["--", "plan"]) == ""
+
+
+def test_the_ssh_layer_leaves_invoke_unimported_until_a_match_exec_is_allowed(tmp_path):
+    """paramiko imports invoke only to run an ssh config's `Match exec` (60-130 ms of every `zcorch run`): the
+    ssh layer hides it, and hands it to paramiko when --allow-ssh-config-exec lets such a config be read
+    (tests/test_safety_net.py runs one)."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host box\n  HostName 127.0.0.1\n")
+    code = ("import sys; from zcorch.hosts import ssh; from zcorch.config.hosts import HostSpec; "
+            "import paramiko.config as pc; before = 'invoke' in sys.modules; "
+            f"ssh.resolve_target(HostSpec(ssh='box', data_address='10.1.2.3', ssh_config={str(cfg)!r})); "
+            "plain = 'invoke' in sys.modules; "
+            f"ssh.resolve_target(HostSpec(ssh='box', data_address='10.1.2.3', ssh_config={str(cfg)!r}), allow_exec=True); "
+            "print(before, plain, 'invoke' in sys.modules, pc.invoke is not None)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["False", "False", "True", "True"]

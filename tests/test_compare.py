@@ -128,23 +128,35 @@ def test_a_rate_limited_link_is_a_significant_regression(lab, tmp_path):
 
 def test_testing_only_beyond_the_threshold_gives_the_same_verdicts_and_spares_scipy(small_set):
     """compare_frames(test_all=False), what the end of a fleet run uses: a change within the threshold is
-    `unchanged` whatever the test says, so it is not tested (p NaN); every verdict is the one of test_all=True.
-    And nothing on that path imports scipy until a test runs."""
+    `unchanged` whatever the test says, and one beyond it with too few runs to ever reach p < alpha (3 a side:
+    p >= 0.1) `not significant` whatever it says, so neither is tested (p NaN); every verdict is the one of
+    test_all=True. And nothing on that path imports scipy until a test runs."""
     import math
     import subprocess
     import sys
 
-    base = zcorch.load(small_set)
-    cand = base.copy()
-    halved = sorted(set(cand["cell"]))[::2]   # half the cells really slower in the candidate
-    cand.loc[cand["cell"].isin(halved), "gbit_s"] *= 0.5
-    full = compare_frames(base, cand)
-    lazy = compare_frames(base, cand, test_all=False)
-    assert list(lazy["verdict"]) == list(full["verdict"])
-    assert "unchanged" in set(lazy["verdict"]) and set(lazy["verdict"]) & {"regressed", "not significant"}
-    for (_, f), (_, z) in zip(full.iterrows(), lazy.iterrows()):
-        within = not abs(f["change_pct"]) > 5.0 if not math.isnan(f["change_pct"]) else True
-        assert math.isnan(z["p_value"]) == (within or math.isnan(f["p_value"])), (f.to_dict(), z.to_dict())
+    import pandas as pd
+
+    from zcorch.analysis.stats import can_be_significant
+
+    small = zcorch.load(small_set)
+    doubled = pd.concat([small, small], ignore_index=True)   # 6 runs a cell: p can go below 0.05
+    for base in (small, doubled):
+        cand = base.copy()
+        halved = sorted(set(cand["cell"]))[::2]   # half the cells really slower in the candidate
+        cand.loc[cand["cell"].isin(halved), "gbit_s"] *= 0.5
+        full = compare_frames(base, cand)
+        lazy = compare_frames(base, cand, test_all=False)
+        assert list(lazy["verdict"]) == list(full["verdict"])
+        assert "unchanged" in set(lazy["verdict"]) and set(lazy["verdict"]) & {"regressed", "not significant"}
+        tested = 0
+        for (_, f), (_, z) in zip(full.iterrows(), lazy.iterrows()):
+            within = not abs(f["change_pct"]) > 5.0 if not math.isnan(f["change_pct"]) else True
+            hopeless = not can_be_significant(int(f["n_base"]), int(f["n_cand"]), 0.05)
+            assert math.isnan(z["p_value"]) == (within or hopeless or math.isnan(f["p_value"])), (f.to_dict(),
+                                                                                                 z.to_dict())
+            tested += not math.isnan(z["p_value"])
+        assert (tested == 0) == (base is small), tested   # 3 a side: never; 6 a side: at least the halved cells
     code = ("import sys, zcorch.analysis.pairs, zcorch.analysis.load; "
             "sys.exit(1 if 'scipy.stats' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -181,6 +181,45 @@ def test_a_reused_build_with_a_tampered_nested_file_is_refused(tmp_path):
         tmp_path.chmod(0o700)
 
 
+def test_a_probed_build_state_saves_the_deploy_its_own_commands(tmp_path):
+    """prepare() hands the preflight probe the workdir and the build's name; deploy() given that answer runs
+    nothing for a reused build (not even `~`'s lookup), and refuses one the probe refused with the message it
+    gives without the probe."""
+    host = LocalHost("receiver", "127.0.0.1")
+    host.is_local = False                                               # this machine as a remote host
+    host.spec = HostSpec(ssh="127.0.0.1", data_address="127.0.0.1", python=sys.executable)
+    host.expand = os.path.expanduser
+    wd = tmp_path / "wd"
+    _, build = deploy.build_directory(host, deploy.content_hash(deploy.worker_sources()), str(wd))
+    os.makedirs(os.path.join(build, "zcorch"), mode=0o755)
+    os.chmod(wd, 0o755)
+    with open(os.path.join(build, deploy.MARKER), "w") as f:
+        f.write(json.dumps({"cffi_backend_dir": "/opt/cffi"}))
+    ran = []
+    real_run = host.run
+    host.run = lambda argv, **kw: ran.append(argv) or real_run(argv, **kw)   # a spy: every command still runs
+    host.expand = lambda path: ran.append(["expand", path]) or os.path.expanduser(path)
+    name = os.path.basename(build)
+    probed = deploy.probe_host(host, build=(str(wd), name))["build"]
+    assert probed == {"workdir": str(wd), "path": build, "marker": json.dumps({"cffi_backend_dir": "/opt/cffi"}),
+                      "refused": None}
+    ran.clear()
+    handle = deploy.deploy(host, workdir=str(wd), probed=probed)
+    assert handle.reused and ran == [] and handle.python_flags == ["-S"]
+    assert handle.env["PYTHONPATH"] == f"{build}:/opt/cffi"
+    os.chmod(os.path.join(build, "zcorch"), 0o777)
+    refused = deploy.probe_host(host, build=(str(wd), name))["build"]
+    with pytest.raises(DeployError) as probed_error:
+        deploy.deploy(host, workdir=str(wd), probed=refused)
+    with pytest.raises(DeployError) as own_error:
+        deploy.deploy(host, workdir=str(wd))                            # no probe: cat + private-build
+    assert str(probed_error.value) == str(own_error.value)
+    assert f"refusing to use the worker build in {build}: " in str(own_error.value)
+    os.chmod(os.path.join(build, "zcorch"), 0o755)
+    other = dict(refused, path=build + "-other")                        # an answer about another directory
+    assert deploy.deploy(host, workdir=str(wd), probed=other).reused    # is not taken: checked here
+
+
 def test_host_problems_messages_from_captured_probe():
     host = LocalHost("receiver", "127.0.0.1")
     # a probe result as printed by a Debian host without cffi, headers, gcc, iperf3 (captured shape)
@@ -317,6 +356,21 @@ def test_preflight_busy_port_and_prepare(hosts, lab):
     for role, handle in handles.items():
         r = hosts[role].run(handle.worker_argv + ["info"], env=handle.env)
         assert r.ok and json.loads(r.stdout.splitlines()[-1])["version"] == __version__
+    # A reused build: two commands per host, the probe (which also read the build's state) and `worker info`.
+    ran = {role: [] for role in hosts}
+    for role, host in hosts.items():
+        host.run = (lambda real, log: lambda argv, **kw: log.append(argv) or real(argv, **kw))(host.run, ran[role])
+    try:
+        again = deploy.prepare(hosts, tools=both, info_args={"receiver": ["--metadata", lab.receiver.data, ""]})
+    finally:
+        for host in hosts.values():
+            del host.run                                                # the class's own again
+    for role in hosts:
+        assert [next((a for a in ("preflight", "info") if a in argv), argv) for argv in ran[role]] == \
+            ["preflight", "info"], ran[role]
+        assert again[role].reused and again[role].info["version"] == __version__
+    assert again["receiver"].info["metadata"]["interface"]["address"] == lab.receiver.data
+    assert "metadata" not in again["sender"].info
     assert lab.zcorch_procs("sender") == [] and lab.zcorch_procs("receiver") == []
 
 

@@ -124,3 +124,21 @@ def test_git_revision_only_of_the_top_of_a_work_tree(tmp_path):
     assert metadata.git_revision(str(repo)) == head
     assert metadata.git_revision(str(site)) is None
     assert metadata.git_revision(str(tmp_path)) is None          # no repository at all
+
+
+def test_remember_controller_answers_for_the_processes_forked_next(monkeypatch):
+    """A fleet finds the controller's git revision and platform once, before it forks its pairs: afterwards
+    git_revision() and controller_meta() answer without running anything, with what they answered before."""
+    import types
+
+    monkeypatch.setattr(metadata, "_remembered_revisions", {})
+    before = metadata.controller_meta()
+    metadata.remember_controller()
+
+    def no_command(*args, **kwargs):
+        raise AssertionError(f"ran {args[0] if args else kwargs} after remember_controller()")
+
+    # A stand-in for the subprocess module (not a fault simulation): it proves no git runs any more.
+    monkeypatch.setattr(metadata, "subprocess", types.SimpleNamespace(run=no_command, TimeoutExpired=TimeoutError))
+    assert metadata.git_revision() == before["git_revision"]
+    assert metadata.controller_meta() == before

@@ -168,6 +168,54 @@ def test_finalize_refuses_a_workdir_or_build_another_user_can_change(tmp_path):
         assert r.returncode == 1 and f"{mine} is owned by uid 65534, not by uid 0 who runs zcorch" in r.stderr
 
 
+def test_preflight_reads_the_build_marker_only_after_the_build_passed_the_checks(tmp_path):
+    """`preflight --build WORKDIR NAME MARKER`: the deploy's `~` expansion, marker read and private-build
+    check in the preflight's round trip. No marker: a build is due; a marker in a build another user can
+    change is not read, and the refusal is private-build's own message; a clean one is read."""
+    M = ".zcorch-deployed"
+    wd = tmp_path / "wd"
+    wd.mkdir(mode=0o755)
+    build = wd / f"worker-{_hex(5)}"
+
+    def state():
+        r = _cli("preflight", "127.0.0.1", "--tool", "sh", "--build", str(wd), build.name, M)
+        assert r.returncode == 0, r.stderr
+        facts = json.loads(r.stdout)
+        assert facts["tools"]["sh"] and facts["address_error"] is None   # the rest of the probe as before
+        return facts["build"]
+
+    assert state() == {"workdir": str(wd), "path": str(build), "marker": None, "refused": None}
+    _build(wd, build.name)
+    (build / M).write_text('{"hash": "h"}')
+    for d in (build, build / "zcorch"):
+        d.chmod(0o755)
+    (build / "zcorch" / "_native.abi3.so").chmod(0o644)
+    (build / M).chmod(0o644)
+    assert state() == {"workdir": str(wd), "path": str(build), "marker": '{"hash": "h"}', "refused": None}
+    (build / "zcorch" / "_native.abi3.so").chmod(0o666)
+    got = state()
+    alone = _cli("private-build", str(wd), str(build))
+    assert alone.returncode == 1 and got["marker"] is None
+    assert got["refused"] == alone.stderr.strip() and "_native.abi3.so is writable by group or others" in got["refused"]
+    (build / "zcorch" / "_native.abi3.so").chmod(0o644)
+    (build / "zcorch" / "planted.py").symlink_to(tmp_path / "elsewhere.py")
+    assert "planted.py is a symlink" in state()["refused"]
+    r = _cli("preflight", "127.0.0.1", "--build", str(wd), build.name)
+    assert r.returncode == 2 and "--build WORKDIR NAME MARKER must be the last arguments" in r.stderr
+    # a tool may be named like the flag: --build is the fourth argument from the end, whatever came before
+    r = _cli("preflight", "127.0.0.1", "--tool", "--build", "--build", str(wd), build.name, M)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["build"]["path"] == str(build) and "--build" in json.loads(r.stdout)["tools"]
+    r = _cli("preflight", "127.0.0.1", "--build", str(wd), "../etc", M)          # only a build's own name
+    assert r.returncode == 1 and "is not the name of a worker build" in r.stderr
+    home = tmp_path / "home"
+    (home / "wd").mkdir(parents=True)
+    r = subprocess.run([sys.executable, "-m", "zcorch.worker.remote", "preflight", "127.0.0.1", "--build", "~/wd",
+                        build.name, M], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=remote_call.PACKAGE_PARENT, HOME=str(home)))
+    assert json.loads(r.stdout)["build"]["path"] == str(home / "wd" / build.name)   # `~` of the host
+
+
 def test_finalize_replaces_an_incomplete_directory_and_loses_a_race_gracefully(tmp_path):
     final = _build(tmp_path, "worker-h")            # same name, no marker: not trusted
     (tmp_path / "worker-h" / "junk").write_text("x")

@@ -109,6 +109,22 @@ def test_run_quotes_every_argument(sender, lab):
 
 
 @pytest.mark.lab
+def test_run_collects_both_streams_whole_however_they_arrive(sender):
+    """run() sleeps between reads until data, the EOF, the exit status or the close arrives (no poll): megabytes
+    on both streams at once (beyond each flow-control window, so neither may stall the other), output after a
+    silence, output from a process that outlives the command's exit status (the EOF comes last), nothing."""
+    script = ("head -c 3000000 /dev/zero | tr '\\0' a & head -c 2500000 /dev/zero | tr '\\0' b >&2; wait; "
+              "sleep 0.5; echo late; echo late-err >&2; exit 5")
+    r = sender.run(["sh", "-c", script], timeout=60)
+    assert r.returncode == 5
+    assert r.stdout == "a" * 3_000_000 + "late\n" and r.stderr == "b" * 2_500_000 + "late-err\n"
+    r = sender.run(["sh", "-c", "(sleep 0.5; echo after) & echo first"], timeout=60)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "first\nafter\n", "")
+    r = sender.run(["true"])
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+
+
+@pytest.mark.lab
 def test_run_timeout_kills_whole_group(sender, lab):
     t0 = time.monotonic()
     r = sender.run(["sh", "-c", "sleep 77 & sleep 78; wait"], timeout=1.0)

@@ -69,6 +69,9 @@ def test_the_second_lab_sweep_reuses_both_hosts_calibration(lab, tmp_path):  # n
         result = run_sweep(str(exp), output=str(tmp_path / f"rs{n}"), **kw)
         assert result.exit_status == 0, [r["reason"] for r in result.records]
         meta = json.loads((tmp_path / f"rs{n}" / "meta.json").read_text())
+        for role in ("sender", "receiver"):   # the metadata came with the deploy's `worker info`: each host's own
+            assert meta["hosts"][role]["interface"]["address"] == spec[role]["data_address"], meta["hosts"][role]
+            assert meta["hosts"][role]["boot_id"] and "error" not in meta["hosts"][role]
         return {role: meta["hosts"][role]["calibration"] for role in ("sender", "receiver")}
 
     try:

@@ -30,7 +30,7 @@ from zcorch import metrics
 from zcorch.analysis.frames import OK
 from zcorch.params import format_value
 from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, Completeness, Gate, compare_gate
-from zcorch.analysis.stats import mann_whitney_u, min_p_value, varying_params
+from zcorch.analysis.stats import can_be_significant, mann_whitney_u, min_p_value, varying_params
 
 # The metrics that can be compared are those of zcorch.metrics with a better direction (metrics.DIRECTED):
 # a rise of a CPU cost is a regression, as is a fall of a throughput.
@@ -92,12 +92,18 @@ def judge(base: np.ndarray, cand: np.ndarray, higher_better: bool, threshold_pct
           alpha: float = DEFAULT_ALPHA, test_all: bool = True) -> Judgement:
     """The verdict on two non-empty samples of ok runs (the rule of the module docstring): a pure function,
     shared by compare_frames, zcorch history and benchmarks/bench_detector.py. test_all=False: a change
-    within the threshold is `unchanged` whatever the test says, so it is not tested (p NaN): the verdict is the
-    same, and scipy is not even imported when no change is beyond the threshold (the end of a fleet run)."""
+    within the threshold is `unchanged` whatever the test says, so it is not tested (p NaN), nor is a change
+    beyond it where samples of these sizes cannot reach p < alpha (stats.can_be_significant: `not significant`
+    whatever the values): the verdict is the same, and scipy is not even imported when no change needs a
+    test (the end of a fleet run)."""
     b_med, c_med = float(np.median(base)), float(np.median(cand))
     change = (c_med - b_med) / b_med * 100 if b_med else math.nan
     if not test_all and not abs(change) > threshold_pct:
         return Judgement("unchanged", change, math.nan, "not tested (within the threshold)")
+    n_base, n_cand = int(np.count_nonzero(~np.isnan(base))), int(np.count_nonzero(~np.isnan(cand)))
+    if not test_all and not can_be_significant(n_base, n_cand, alpha):
+        return Judgement("not significant", change, math.nan,
+                         f"not tested ({n_base} against {n_cand} runs cannot reach p < {alpha})")
     mw = mann_whitney_u(base, cand)
     worse = change < 0 if higher_better else change > 0
     if not abs(change) > threshold_pct:

@@ -223,6 +223,16 @@ def min_p_value(n1: int, n2: int) -> float:
     return min(1.0, 2.0 / math.comb(n1 + n2, n1))
 
 
+def can_be_significant(n1: int, n2: int, alpha: float, exact_limit: int = 20) -> bool:
+    """Whether mann_whitney_u() of samples of these sizes can give p < alpha at all. False only where its method
+    is exact whatever the values (both samples within exact_limit, and few enough splits to enumerate with
+    ties), so that min_p_value() bounds every p it gives, and that bound is not below alpha: then any two such
+    samples are `not significant`, tested or not (2 repeats against 6: p >= 2/28)."""
+    if n1 > exact_limit or n2 > exact_limit or math.comb(n1 + n2, n1) > PERMUTATION_LIMIT:
+        return True
+    return min_p_value(n1, n2) < alpha
+
+
 # ---------------------------------------------------------------------------------------------
 # The seeds' table: rows send mode, columns receive mode, cells "MB/s (Gbit/s)" with the spread
 

@@ -232,8 +232,8 @@ class FanOut(FleetObserver):
 class EndWork(FleetObserver):
     """The fleet's own work after its pairs' sweeps: each complete pair's runs.parquet (written here rather than
     by each pair's process, so pandas and pyarrow are imported once for the fleet instead of once per pair), and
-    each pair's runs loaded for the pairs' comparison (pandas, and scipy.stats for the tests of the cells beyond
-    the threshold: at the end only, with a pair on this machine, and then only if some cell is). Begun while
+    each pair's runs loaded for the pairs' comparison (pandas, and scipy.stats where a cell may be tested:
+    _prefetch_scipy; at the end only, with a pair on this machine, and then only if some cell is). Begun while
     the pairs still run, on one thread of the fleet's process, which otherwise only waits on them: it imports
     those libraries (a second or two of CPU, the bulk of this work) while the pairs wait on their hosts, then
     writes and loads each pair as soon as its sweep ends. When the last pair ends, what is left is
@@ -254,10 +254,13 @@ class EndWork(FleetObserver):
         self.loaded: Dict[str, Any] = {}      # pair -> zcorch.load of its result set
         self.thread: Optional[threading.Thread] = None
         self.background = False
+        self.pairs = 0
+        self.scipy_wanted = False             # scipy.stats imported (or tried) for the comparison
 
     def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
         self.directory = directory
         self.compare = len(pairs) > 1   # one pair: nothing to compare, scipy is not imported
+        self.pairs = len(pairs)
         self.background = not any(_this_machine(h) for p in pairs if not p.done for h in p.hosts)
 
     def pairs_running(self) -> None:
@@ -274,8 +277,7 @@ class EndWork(FleetObserver):
             import zcorch.analysis.cache  # noqa: F401  (pandas, pyarrow)
 
             if self.compare:
-                import scipy.stats  # noqa: F401  (a pair's test: some cell is often beyond the threshold by noise,
-                import zcorch.analysis.pairs  # noqa: F401  and then this import overlaps the pairs, not follows them)
+                import zcorch.analysis.pairs  # noqa: F401
         except Exception:   # a broken install: the main thread meets it again at the end, and reports it
             pass
         while True:
@@ -297,7 +299,28 @@ class EndWork(FleetObserver):
             try:
                 self.loaded[state.pair] = load(directory)
             except (ZcorchError, OSError, ValueError):
-                pass   # the comparison loads it again, and says what is wrong
+                return   # the comparison loads it again, and says what is wrong
+            self._prefetch_scipy(self.loaded[state.pair])
+
+    def _prefetch_scipy(self, runs: Any) -> None:
+        """Import scipy.stats (a second of CPU) here, while the other pairs run, where the comparison at the end
+        may test a cell of this pair: some cell has enough ok runs to reach p < alpha against the other pairs
+        pooled (zcorch.analysis.stats.can_be_significant). A cell beyond the threshold by noise is common, but
+        with fewer runs the comparison does not test it (zcorch.analysis.compare.judge), and nothing imports
+        scipy at all."""
+        if self.scipy_wanted:
+            return
+        from zcorch.analysis.gate import DEFAULT_ALPHA
+        from zcorch.analysis.stats import can_be_significant
+
+        ok = runs.loc[runs["status"] == "ok", "cell"].value_counts()
+        others = max(self.pairs - 1, 1)   # the same experiment on each: as many runs a cell on each other pair
+        if any(can_be_significant(int(n), int(n) * others, DEFAULT_ALPHA) for n in ok):
+            self.scipy_wanted = True
+            try:
+                import scipy.stats  # noqa: F401
+            except Exception:   # a broken install: the comparison meets it again, and reports it
+                pass
 
     def finish(self, pairs: List[PairState]) -> Dict[str, Any]:
         """When this returns every complete pair's runs.parquet is written (those of pairs done before a

@@ -5,8 +5,8 @@ A RecordingHost is a Host whose run/start/put_file/put_bytes touch no machine: e
 the least the pipeline needs to go on - the worker's `info`/`layout`/`ready`/`result` events, the
 preflight probe's facts, the `{scratch}` directory; each baseline kind (zcorch.config.baselines) answers
 for its own commands (an iperf3 server that "listens"...). Nothing is measured: JSON answers carry
-`"not_measured": true` and text answers say "dry run". `cat` finds no file (so a deploy shows its whole
-build). A command neither a baseline kind nor a pipeline stage (_STAGE_PROGRAMS) declares is refused
+`"not_measured": true` and text answers say "dry run". The preflight finds no worker build, and `cat` no
+file (so a deploy shows its whole build). A command neither a baseline kind nor a pipeline stage (_STAGE_PROGRAMS) declares is refused
 with UndeclaredCommand: a dry run never claims a success it cannot know.
 
 RecordingHost stands for LocalHost; RemoteRecordingHost for an SSHHost, which is never connected to:
@@ -198,8 +198,10 @@ class RecordingHost(Host):
             if known is not None:
                 return known
         action = _worker_action(argv)
-        if action == "info":
-            return 0, _json({"event": "info", "version": __version__, "modes": {}, "kernel": NOT_MEASURED}), ""
+        if action == "info":   # what it was asked along: the metadata (not measured), no cached calibration
+            more = {"metadata": {}} if "--metadata" in argv else {}
+            return 0, _json({"event": "info", "version": __version__, "modes": {}, "kernel": NOT_MEASURED,
+                             **({"calibration": None} if "--cache" in argv else {}), **more}), ""
         if action == "calibrate":
             return 0, _json({"event": "calibration", "kernel": NOT_MEASURED}), ""
         if action == "layout":
@@ -323,9 +325,13 @@ def _flag(argv: Sequence[str], flag: str) -> Optional[str]:
 
 def _probe_facts(host: RecordingHost, args: List[str]) -> str:
     programs = [b for a, b in zip(args, args[1:]) if a == "--tool"]   # the baseline tools asked for: "found"
+    # The worker build asked about is not there (so a deploy shows its whole build).
+    at = args.index("--build") if "--build" in args[:-3] else None
+    build = {} if at is None else {"build": {"workdir": args[at + 1], "marker": None, "refused": None,
+                                             "path": posixpath.join(host.expand(args[at + 1]), args[at + 2])}}
     return _json({"python": list(sys.version_info[:3]), "executable": NOT_MEASURED, "cffi": NOT_MEASURED,
                   "python_h": True, "cc": NOT_MEASURED, "tools": {p: NOT_MEASURED for p in programs},
-                  "address_error": None, "busy_ports": []})
+                  "address_error": None, "busy_ports": [], **build})
 
 
 def _scratch_info(host: RecordingHost, args: List[str]) -> str:

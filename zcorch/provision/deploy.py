@@ -13,8 +13,11 @@ Public API:
 
 Remote hosts (SSHHost): the files are uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there
 with `PYTHON native/build.py --out DIR` (the host's `python`, cffi, the host's own compiler), checked,
-marked complete and renamed to `<workdir>/worker-<hash>/` (`zcorch.worker.remote finalize`). A directory with the marker is reused as is (one round trip), so
-an unchanged redeploy is fast; a failed build raises DeployError with the host and the compiler output.
+marked complete and renamed to `<workdir>/worker-<hash>/` (`zcorch.worker.remote finalize`). A directory with the marker is reused as is, so
+an unchanged redeploy is fast: prepare() hands the preflight probe the workdir and build name (the content hash is
+known before), and the probe's answer says whether the marker is there and whether the build passed the
+ownership checks (`private-build`), read in that order; deploy() then needs no round trip of its own. A
+failed build raises DeployError with the host and the compiler output.
 LocalHost (`hosts: localhost`): the package this controller runs from is the worker; nothing is copied.
 
 The files come from this installation through importlib.resources: the package's own modules, and the C
@@ -147,6 +150,9 @@ class WorkerHandle:
     directory: str                 # the package root on the host (PYTHONPATH)
     hash: str
     reused: bool = False           # True when an existing build was taken as is
+    # What `worker info` printed there (prepare: the version and mode check), with the metadata and the
+    # cached calibration when they were asked for along (info_args of prepare); None before that check.
+    info: Optional[dict] = None
     env: Dict[str, str] = field(default_factory=dict)
     # ["-S"] when the directory of _cffi_backend (all the built module needs from site-packages) is
     # on PYTHONPATH: skipping `site` (and the .pth files it runs) is a large part of the worker's start-up.
@@ -176,16 +182,25 @@ def host_workdir(host: Host) -> str:
     return host.spec.workdir if host.spec else DEFAULT_WORKDIR
 
 
+def build_directory(host: Host, digest: str, workdir: Optional[str] = None) -> "tuple[str, str]":
+    """(the workdir, the build directory `<workdir>/worker-<digest>`) of a remote host, `~` expanded."""
+    base = host.expand(workdir or host_workdir(host))
+    return base, posixpath.join(base, f"worker-{digest}")
+
+
 def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str] = None,
            python: Optional[str] = None, build_timeout: float = BUILD_TIMEOUT,
-           safe_path: bool = False) -> WorkerHandle:
+           safe_path: bool = False, probed: Optional[dict] = None) -> WorkerHandle:
     """Make the worker runnable on `host`; returns the handle that starts it.
 
     source_root: a tree laid out as on the host whose files are deployed (default: this installation,
     worker_sources()). workdir / python default
     to the host spec's `workdir` / `python` keys. safe_path: the host's python is 3.11+ (the preflight
     said so): the worker starts with -P, else with the bootstrap of zcorch.hosts.interpreter (never from
-    the current directory either way). Raises DeployError naming the host.
+    the current directory either way). probed: the preflight probe's "build" answer for this workdir and
+    hash (zcorch.worker.remote.build_state: the build directory as the host expands it, the marker's text
+    or why the build is refused), which saves expanding `~`, reading the marker and checking the build
+    here; without it (or for another build) all three are done here. Raises DeployError naming the host.
     """
     python = python or host_python(host)
     if host.is_local:
@@ -201,19 +216,23 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     sources = worker_sources(source_root)
     files = list(sources)
     digest = content_hash(sources)
-    base = host.expand(workdir or host_workdir(host))
-    final = posixpath.join(base, f"worker-{digest}")
+    written = workdir or host_workdir(host)
+    if isinstance(probed, dict) and probed.get("workdir") == written and isinstance(probed.get("path"), str) \
+            and posixpath.isabs(probed["path"]) and posixpath.basename(probed["path"]) == f"worker-{digest}":
+        # the probe expanded the workdir on the host: no `~` to look up here (SSHHost.expand asks over sftp)
+        final = probed["path"]
+        base = posixpath.dirname(final)
+    else:
+        base, final = build_directory(host, digest, workdir)
+        probed = _build_state(host, base, final, python)
     handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final}, safe_path=safe_path)
-    existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
-    if existing.ok:
+    if probed.get("refused"):
         # The build goes onto PYTHONPATH: one another user can change (its directory, or any directory or
         # file in it) is not ours to run.
-        trust = run_remote(host, "private-build", base, final, python=python)
-        if not trust.ok:
-            raise DeployError(f"{_where(host)}: refusing to use the worker build in {final}: "
-                              f"{(trust.stderr or trust.stdout).strip()}")
+        raise DeployError(f"{_where(host)}: refusing to use the worker build in {final}: {probed['refused']}")
+    if probed.get("marker") is not None:
         handle.reused = True
-        _use_cffi_dir(handle, existing.stdout)
+        _use_cffi_dir(handle, probed["marker"])
         return handle
     tmp = posixpath.join(base, f".tmp-worker-{digest}-{uuid.uuid4().hex[:8]}")
     try:
@@ -240,6 +259,18 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
     return handle
 
 
+def _build_state(host: Host, base: str, final: str, python: str) -> dict:
+    """What the preflight's build_state answers, found with two commands of its own (deploy() without a
+    probe): the marker read, and if there is one, the build checked (`private-build`) before it counts."""
+    existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
+    if not existing.ok:
+        return {"marker": None, "refused": None}
+    trust = run_remote(host, "private-build", base, final, python=python)
+    if not trust.ok:
+        return {"marker": None, "refused": (trust.stderr or trust.stdout).strip()}
+    return {"marker": existing.stdout, "refused": None}
+
+
 def _local_cffi_backend_dir() -> Optional[str]:
     import importlib.util
 
@@ -261,12 +292,14 @@ def _use_cffi_dir(handle: WorkerHandle, marker_text: str) -> None:
 # -- preflight --------------------------------------------------------------------------------
 # One round trip per host: what python, cffi, headers, compiler, the baseline tools, ports look like there.
 def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = None,
-               programs: Sequence[str] = ()) -> dict:
+               programs: Sequence[str] = (), build: Optional[Sequence[str]] = None) -> dict:
     """Facts about a host (zcorch.worker.remote.preflight_facts; `tools` = {program: its path or None}
-    for each of `programs`), or {"error": ...} when its python cannot run at all."""
+    for each of `programs`; given build = (workdir as written, `worker-<hash>`), "build": what deploy()
+    needs to know of it, zcorch.worker.remote.build_state), or {"error": ...} when its python cannot run."""
     python = python or host_python(host)
     r = run_remote(host, "preflight", host.data_address, *[int(p) for p in ports],
-                   *[a for p in programs for a in ("--tool", p)], python=python)
+                   *[a for p in programs for a in ("--tool", p)],
+                   *(["--build", *build, MARKER] if build else []), python=python)
     if not r.ok:
         return {"error": (r.stderr or r.stdout).strip(), "returncode": r.returncode, "python_cmd": python}
     facts = remote_json(r)
@@ -350,11 +383,14 @@ def mode_problems(where: str, info: dict, needed: Mapping[str, "Sequence[str]"])
 
 
 def worker_version_problems(handle: WorkerHandle,
-                            modes: Optional[Mapping[str, "Sequence[str]"]] = None) -> List[str]:
+                            modes: Optional[Mapping[str, "Sequence[str]"]] = None,
+                            info_args: Sequence[str] = ()) -> List[str]:
     """Run `worker info` on the host; a mismatch with the controller's version is a problem, and so is
-    each of `modes` ({"send": [...], "recv": [...]}, the cells' modes on this host) it cannot run."""
+    each of `modes` ({"send": [...], "recv": [...]}, the cells' modes on this host) it cannot run.
+    info_args: more of `worker info`'s flags (the metadata, the cached calibration: zcorch.worker.cli),
+    whose answers come back in handle.info with the rest of what it printed."""
     where = _where(handle.host)
-    r = handle.host.run(handle.worker_argv + ["info"], env=handle.env, timeout=60)
+    r = handle.host.run(handle.worker_argv + ["info", *info_args], env=handle.env, timeout=60)
     fix = ("reinstall zcorch (in a checkout: scripts/bootstrap)" if handle.host.is_local
            else "redeploy (delete the worker-* directory)")
     if not r.ok:
@@ -367,13 +403,16 @@ def worker_version_problems(handle: WorkerHandle,
         return [f"{where}: `worker info` printed no version: {r.stdout[-300:]!r} — {fix}"]
     if version != __version__:
         return [f"{where}: worker version {version} != controller version {__version__} — {fix}"]
+    handle.info = info
     return mode_problems(where, info, modes or {})
 
 
 def preflight(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Tool]]] = None,
-              ports: Sequence[int] = (), handles: Optional[Mapping[str, WorkerHandle]] = None) -> Dict[str, dict]:
+              ports: Sequence[int] = (), handles: Optional[Mapping[str, WorkerHandle]] = None,
+              digest: Optional[str] = None) -> Dict[str, dict]:
     """Check every host (and, given handles, every deployed worker's version); returns the probe facts.
-    tools: {role: the baseline tools that host must have}.
+    tools: {role: the baseline tools that host must have}. digest: the content hash of the worker to be
+    deployed: each remote host's probe also reports on its build directory (facts["build"], for deploy()).
 
     Raises one PreflightError listing every problem of every host. The same Host object used for
     two roles (localhost) is checked once.
@@ -388,7 +427,8 @@ def preflight(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[T
     def probe(role: str) -> "tuple[dict, List[str]]":
         host = hosts[role]
         mine = list({t.program: t for r, h in hosts.items() if h is host for t in (tools or {}).get(r, ())}.values())
-        found = probe_host(host, ports, programs=[t.program for t in mine])
+        build = (host_workdir(host), f"worker-{digest}") if digest and not host.is_local else None
+        found = probe_host(host, ports, programs=[t.program for t in mine], build=build)
         return found, host_problems(host, found, mine)
 
     for role, (found, trouble) in zip(roles, per_host(roles, probe)):   # every host at once
@@ -407,11 +447,16 @@ def preflight(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[T
 def prepare(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Tool]]] = None,
             ports: Sequence[int] = (),
             source_root: Optional[str] = None,
-            modes: Optional[Mapping[str, Mapping[str, "Sequence[str]"]]] = None) -> Dict[str, WorkerHandle]:
+            modes: Optional[Mapping[str, Mapping[str, "Sequence[str]"]]] = None,
+            info_args: Optional[Mapping[str, Sequence[str]]] = None) -> Dict[str, WorkerHandle]:
     """Preflight the hosts, deploy the worker to each, then check the deployed versions and that each
     host can run the modes the cells give it: modes = {"sender": {"send": [...]}, "receiver": {"recv":
-    [...]}} (one host in both roles gets both). Raises PreflightError naming every problem."""
-    facts = preflight(hosts, tools=tools, ports=ports)
+    [...]}} (one host in both roles gets both). info_args: {role: more flags of that `worker info`}
+    (one host in both roles: its first role's), its answers in the handle's `info`. Two round trips per
+    remote host when its build is reused: the preflight probe (which also reads the build's state) and
+    `worker info`. Raises PreflightError naming every problem."""
+    digest = content_hash(worker_sources(source_root)) if any(not h.is_local for h in hosts.values()) else None
+    facts = preflight(hosts, tools=tools, ports=ports, digest=digest)
     needed: Dict[int, Dict[str, List[str]]] = {}
     for role, host in hosts.items():
         mine = needed.setdefault(id(host), {"send": [], "recv": []})
@@ -423,8 +468,9 @@ def prepare(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Too
 
     def install(role: str) -> "tuple[WorkerHandle, List[str]]":
         host = hosts[role]
-        handle = deploy(host, source_root=source_root, safe_path=takes_safe_path(facts.get(role)))
-        return handle, worker_version_problems(handle, needed[id(host)])
+        found = facts.get(role) or {}
+        handle = deploy(host, source_root=source_root, safe_path=takes_safe_path(found), probed=found.get("build"))
+        return handle, worker_version_problems(handle, needed[id(host)], (info_args or {}).get(role, ()))
 
     roles = list(first_role.values())
     done = dict(zip(roles, per_host(roles, install)))   # every host at once (a DeployError names its host)

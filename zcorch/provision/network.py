@@ -38,6 +38,7 @@ from zcorch.config.hosts import Hosts, net_state_dir
 from zcorch.config.networks import CONGESTION_SYSCTL, NetworkConfig
 from zcorch.errors import HostError, PreflightError
 from zcorch.hosts.local import Host
+from zcorch.hosts.parallel import per_host
 from zcorch.provision.fs_state import Lease, controller_alive
 from zcorch.provision.remote_call import remote_command, remote_json, run_remote
 from zcorch.worker.netcfg import mtu_problem
@@ -124,17 +125,6 @@ def _host_dirs(hosts: Dict[str, Host], spec: Hosts) -> List[tuple]:
     return [(hosts[role], net_state_dir(spec.workdir(role))) for role in ("sender", "receiver")]
 
 
-def _expand_home(host: Host, path: str) -> str:
-    """`~/x` expanded on the host (argv reaches no shell, so `~` would stay literal)."""
-    if path == "~" or path.startswith("~/"):
-        res = host.run(["printenv", "HOME"])
-        home = res.stdout.strip()
-        if not res.ok or not home.startswith("/"):
-            raise HostError(f"{host.name}: cannot read $HOME to place {path}: {res.stderr.strip()}")
-        path = home + path[1:]
-    return path
-
-
 def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, wait: float = 3.0) -> List[Lease]:
     """The network lease of every host, before anything loads them (deploy, calibration, runs). Every sweep
     takes it: one that changes the network (`changes`: it has `networks:`) alone (exclusive), the others
@@ -144,7 +134,7 @@ def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, 
     taken: List[Lease] = []
     try:
         for host, state_dir in _host_dirs(hosts, spec):
-            taken.append(Lease.take(host, _expand_home(host, state_dir), name=LEASE_NAME, wait=wait, token=token,
+            taken.append(Lease.take(host, state_dir, name=LEASE_NAME, wait=wait, token=token,
                                     shared=not changes,
                                     what="this host's network (a sweep with `networks:` excludes every other "
                                          "sweep on its hosts; sweeps without share them)"))
@@ -170,23 +160,25 @@ def restore_leftovers(hosts: Dict[str, Host], python: Dict[str, str], spec: Host
     """Under the leases: what a killed sweep changed on each host (any controller's), put back before this
     sweep loads the hosts, with or without `networks:` of its own. Returns warnings; PreflightError when
     a host's network cannot be restored (the sweep would measure someone else's configuration)."""
-    warnings: List[str] = []
-    for host, state_dir in _host_dirs(hosts, spec):
+    def one(item: tuple) -> List[str]:
+        host, state_dir = item
         py = python["receiver"] if host is hosts["receiver"] else python["sender"]
         t = _Target([], host, py, "", state_dir)
         try:
             state = _call(t, "state", state_dir, what="reading the network state file")
             if not state:
-                continue
+                return []
             if owner_alive(state.get("owner")):
                 raise PreflightError(f"{host.name}: another sweep (pid {state['owner'].get('pid')}) has changed "
                                      f"this host's network ({state.get('name')!r}); wait for it to end")
-            warnings += [f"restored a previous controller's network leftover on {u}"
-                         for u in restore_state(host, py, state_dir, log)]
+            return [f"restored a previous controller's network leftover on {u}"
+                    for u in restore_state(host, py, state_dir, log)]
         except HostError as exc:
             raise PreflightError(f"{host.name}: a previous sweep's network changes are still applied and could "
                                  f"not be restored, so no run would measure this host as configured: {exc}") from None
-    return warnings
+
+    # both hosts at once (each under its own lease; nothing on one waits for the other)
+    return [w for found in per_host(_host_dirs(hosts, spec), one) for w in found]
 
 
 class NetworkManager:

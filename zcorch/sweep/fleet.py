@@ -378,12 +378,14 @@ def _before_forks() -> None:
     sweep imports only once it runs (zcorch.sweep.pipeline imports these lazily, so that a dry run or a bad file
     stays quick), rather than each pair importing them again; then move every object to the permanent
     generation (gc.freeze), so that a pair's collections never walk, hence never copy, the pages it shares with
-    the fleet's process."""
+    the fleet's process. What every pair's controller metadata says of this machine (git revision, platform) is
+    found here once too (zcorch.sweep.metadata.remember_controller)."""
     import zcorch.provision.deploy  # noqa: F401
     import zcorch.provision.filesystems  # noqa: F401
     import zcorch.provision.network  # noqa: F401
-    import zcorch.sweep.metadata  # noqa: F401
+    from zcorch.sweep import metadata
 
+    metadata.remember_controller()
     gc.freeze()
 
 

@@ -1,7 +1,9 @@
 """Host metadata stored with every result set (meta.json): what shaped the numbers.
 
 One command per host: `zcorch.worker.remote metadata DATA_ADDRESS PATH SYSCTL...` (host_metadata there)
-runs with the host's python; values travel as argv, never through a shell. It reads /proc and /sys
+runs with the host's python; values travel as argv, never through a shell. A sweep asks for it along with
+the deploy's `worker info` (`info --metadata ARGS...`, metadata_args) and for the cached calibration
+(`info --cache FILE`, cache_args): a warm sweep then starts no command of its own per host for either. It reads /proc and /sys
 directly and asks `ip -j addr` and `findmnt -J -T PATH`; anything it cannot read is recorded as null
 together with why (e.g. `speed` on veth/lo).
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import posixpath
 import socket
 import subprocess
 import sys
@@ -27,13 +30,26 @@ SYSCTLS = [
 ]
 
 
+def metadata_args(host: Host, data_address: Optional[str] = None, path: str = "") -> List[str]:
+    """The arguments of the `metadata` action (and of `worker info --metadata`) for `host`: its data address,
+    the sink `path`, SYSCTLS and every registered baseline kind's tools (their versions are recorded whether
+    or not this sweep runs them)."""
+    programs = dict.fromkeys(t.program for k in KINDS for t in k.tools(k.default()))
+    return [data_address or host.data_address, path, *SYSCTLS, *[a for p in programs for a in ("--tool", p)]]
+
+
+def cache_args(host: Host, max_age: float) -> List[str]:
+    """`--cache <workdir>/calibration.json --max-age D` of `worker calibrate` and `worker info` on `host`
+    (zcorch.worker.calcache: the calibration kept on the host it describes)."""
+    from zcorch.provision.deploy import host_workdir
+    from zcorch.worker.calcache import FILENAME
+
+    return ["--cache", posixpath.join(host_workdir(host), FILENAME), "--max-age", f"{max_age:g}s"]
+
+
 def collect_host(host: Host, python: str, data_address: Optional[str] = None, path: str = "") -> Dict[str, Any]:
     """Metadata of one host (one command). Raises HostError naming the host if the probe fails."""
-    address = data_address or host.data_address
-    # every registered baseline kind's tools: their versions are recorded whether or not this sweep runs them
-    programs = dict.fromkeys(t.program for k in KINDS for t in k.tools(k.default()))
-    res = run_remote(host, "metadata", address, path, *SYSCTLS, *[a for p in programs for a in ("--tool", p)],
-                     python=python)
+    res = run_remote(host, "metadata", *metadata_args(host, data_address, path), python=python)
     if not res.ok:
         raise HostError(f"{host.name}: metadata probe failed (exit {res.returncode}): {res.stderr.strip()[-300:]}")
     meta = remote_json(res)
@@ -78,11 +94,17 @@ def same_host(meta: Dict[str, Any]) -> Optional[bool]:
     return ids[0] == ids[1] if all(isinstance(i, str) and i for i in ids) else None
 
 
+# directory -> its revision, computed once for the processes a fleet forks (remember_controller)
+_remembered_revisions: Dict[str, Optional[str]] = {}
+
+
 def git_revision(directory: Optional[str] = None) -> Optional[str]:
     """Revision of the controller checkout (with '-dirty' if modified), or None when `directory` (default:
     the directory holding the zcorch package) is not the top of a git work tree: a wheel installed into
     site-packages has no revision, even when its venv lies inside some other repository."""
     directory = directory or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if directory in _remembered_revisions:
+        return _remembered_revisions[directory]
     try:
         rev = subprocess.run(["git", "-C", directory, "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
                              text=True, timeout=10)
@@ -94,6 +116,15 @@ def git_revision(directory: Optional[str] = None) -> Optional[str]:
         return lines[1].strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.TimeoutExpired):
         return None
+
+
+def remember_controller() -> None:
+    """Find what controller_meta() says of this machine and checkout now, once, for this process and the processes
+    it forks next (a fleet's pairs: one machine, one checkout; each pair's sweep would otherwise run git twice and
+    uname once, from a large process). platform keeps its own answers; the revision is kept here."""
+    directory = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    _remembered_revisions[directory] = git_revision(directory)
+    platform.platform()
 
 
 def controller_meta() -> Dict[str, Any]:

@@ -22,7 +22,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import posixpath
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -262,11 +261,14 @@ def _open_results(exp: Any, exp_path: str, exp_bytes: bytes, plan_runs: List[dic
 # Hosts and the worker command on them
 
 class Sweep:
-    """Hosts, worker commands and interpreters for one sweep (closed by close())."""
+    """Hosts, worker commands and interpreters for one sweep (closed by close()). info: {role: what its
+    `worker info` answered at the deploy, with what prefetch_args asked along: "metadata" (and its sink
+    path, "metadata_path"), "calibration" (the cached one, None when it must be measured)}."""
 
     def __init__(self, hosts: Dict[str, Host], worker: Dict[str, List[str]], env: Dict[str, Dict[str, str]],
-                 python: Dict[str, str]):
+                 python: Dict[str, str], info: Optional[Dict[str, dict]] = None):
         self.hosts, self.worker, self.env, self.python = hosts, worker, env, python
+        self.info = info or {}
 
     def close(self) -> None:
         for h in {id(h): h for h in self.hosts.values()}.values():
@@ -280,10 +282,39 @@ def cell_modes(params_list: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, Lis
             "receiver": {"recv": sorted({p["recv_mode"] for p in params_list})}}
 
 
+def _metadata_path(role: str, plan_runs: List[dict], scratch_dirs: Optional[Dict[str, str]]) -> Optional[str]:
+    """The path whose filesystem meta.json records for `role` (the receiver's sink, "" for the sender);
+    None when it lies in `{scratch}` and scratch_dirs is None (not resolved yet)."""
+    if role != "receiver":
+        return ""
+    sink = next((r["params"].get("sink") for r in plan_runs if r["params"].get("sink")), "")
+    if scratch_dirs is None and scratch.uses(sink):
+        return None
+    sink = scratch.substitute(sink, (scratch_dirs or {}).get("receiver"))
+    return sink if "{" not in (sink or "") else ""
+
+
+def prefetch_args(hosts: Dict[str, Host], plan_runs: List[dict], max_age: float,
+                  refresh: bool) -> Dict[str, List[str]]:
+    """{role: flags of the deploy's `worker info`} that fold the later stages' commands into it: the
+    cached calibration (`--cache`; not with `refresh`: it is measured anyway) and the metadata (`--metadata`,
+    when its path is known before `{scratch}` is resolved). One host in both roles asks for its first role's."""
+    from zcorch.sweep import metadata
+
+    out: Dict[str, List[str]] = {}
+    for role, host in hosts.items():
+        path = _metadata_path(role, plan_runs, None)
+        out[role] = ([] if refresh else metadata.cache_args(host, max_age)) + \
+            ([] if path is None else ["--metadata", *metadata.metadata_args(host, None, path)])
+    return out
+
+
 def open_sweep(hosts: Dict[str, Host], cfg: Baselines,
-               modes: Optional[Dict[str, Dict[str, List[str]]]] = None) -> Sweep:
+               modes: Optional[Dict[str, Dict[str, List[str]]]] = None,
+               info_args: Optional[Dict[str, List[str]]] = None) -> Sweep:
     """Preflight the hosts, deploy and version-check the worker, and check each host can run the modes
-    its cells need (`modes`, from cell_modes()); the hosts are closed on failure."""
+    its cells need (`modes`, from cell_modes()); info_args (prefetch_args()): what else the version check's
+    `worker info` answers (Sweep.info). The hosts are closed on failure."""
     from zcorch.provision import deploy
 
     try:
@@ -293,13 +324,22 @@ def open_sweep(hosts: Dict[str, Host], cfg: Baselines,
         ports = [p for kind, conf in cfg.enabled() for p in kind.ports(conf)] if remote else []
         tools = {role: [t for kind, conf in cfg.enabled() for t in kind.tools(conf) if role in t.roles]
                  for role in hosts} if remote else {}
-        handles = deploy.prepare(hosts, tools=tools, ports=ports, modes=modes)
+        handles = deploy.prepare(hosts, tools=tools, ports=ports, modes=modes, info_args=info_args)
     except BaseException:
         for h in {id(h): h for h in hosts.values()}.values():
             h.close()
         raise
+    info: Dict[str, dict] = {}
+    for role, handle in handles.items():
+        asked = (info_args or {}).get(next(r for r in hosts if hosts[r] is hosts[role]), [])
+        answer = dict(handle.info or {})
+        if "--metadata" in asked and isinstance(answer.get("metadata"), dict):
+            answer["metadata_path"] = asked[asked.index("--metadata") + 2]
+        else:
+            answer.pop("metadata", None)
+        info[role] = answer
     return Sweep(hosts, {r: list(h.worker_argv) for r, h in handles.items()},
-                 {r: dict(h.env) for r, h in handles.items()}, {r: h.python for r, h in handles.items()})
+                 {r: dict(h.env) for r, h in handles.items()}, {r: h.python for r, h in handles.items()}, info)
 
 
 def _open_hosts(exp: Any, accept_new_host_keys: bool, dry_run: bool, observer: SweepObserver,
@@ -337,12 +377,13 @@ def collect_meta(sweep: Sweep, plan_runs: List[dict], scratch_dirs: Optional[Dic
     from zcorch.sweep import metadata
 
     scratch_dirs = scratch_dirs or {}
-    sink = next((r["params"].get("sink") for r in plan_runs if r["params"].get("sink")), "")
-    sink = scratch.substitute(sink, scratch_dirs.get("receiver"))
     meta: Dict[str, Any] = {"controller": metadata.controller_meta(), "hosts": {}, "filesystems": {}}
 
     def one(role: str) -> Dict[str, Any]:
-        path = sink if role == "receiver" and "{" not in (sink or "") else ""
+        path = _metadata_path(role, plan_runs, scratch_dirs) or ""
+        asked = sweep.info.get(role) or {}
+        if asked.get("metadata_path") == path:   # collected with the deploy's `worker info`
+            return dict(asked["metadata"])
         try:
             return metadata.collect_host(sweep.hosts[role], sweep.python[role], None, path)
         except HostError as exc:
@@ -366,14 +407,14 @@ def calibrate(sweep: Sweep, meta: Dict[str, Any], warnings: List[str],
 
     Both hosts at once when they are two machines; one after the other when they share a kernel (equal
     boot ids, e.g. the network-namespace lab): two measurements on one machine would disturb each other."""
-    from zcorch.provision.deploy import host_workdir
     from zcorch.sweep import metadata
-    from zcorch.worker.calcache import FILENAME
 
     def one(role: str) -> Dict[str, Any]:
         host = sweep.hosts[role]
-        args = ["--cache", posixpath.join(host_workdir(host), FILENAME), "--max-age", f"{max_age:g}s",
-                *(["--refresh"] if refresh else [])]
+        cached = (sweep.info.get(role) or {}).get("calibration")
+        if cached and not refresh:   # what the deploy's `worker info --cache` found still valid
+            return dict(cached)
+        args = [*metadata.cache_args(host, max_age), *(["--refresh"] if refresh else [])]
         return metadata.calibrate_host(host, sweep.worker[role], sweep.env.get(role), args)
 
     two = sweep.hosts["receiver"] is not sweep.hosts["sender"]
@@ -668,7 +709,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
         observer.stage("deploy", _TITLES["deploy"])
         # the modes of the runs still to do: one a host cannot run stops the sweep here, naming why
         sweep = open_sweep(hosts, cfg, cell_modes(r["params"] for r in plan_runs
-                                                  if (r["id"], r["repeat"]) not in skip))
+                                                  if (r["id"], r["repeat"]) not in skip),
+                           prefetch_args(hosts, plan_runs, exp.calibration_max_age, recalibrate))
         _restore_network_leftovers(exp, sweep, warnings, dry_run, observer)
         if not dry_run and any((r["id"], r["repeat"]) not in skip for r in plan_runs):
             # The runs' worker servers start on both hosts while the set-up goes on (a dry run records its

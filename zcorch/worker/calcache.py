@@ -164,6 +164,29 @@ def write(path: str, doc: "Dict[str, Any]") -> None:
         os.close(dfd)
 
 
+def lookup(path: str, key: "Dict[str, Any]", max_age_s: float = DEFAULT_MAX_AGE_S,
+           now: "Optional[float]" = None) -> "Tuple[Optional[Dict[str, Any]], str, Optional[str]]":
+    """Read only: (the result cached_calibration returns for a hit, "hit", None) while the cache at `path`
+    holds for `key`, else (None, status, why) with the status and why a measurement would record
+    (missing | key changed | expired | untrusted). Never measures, never writes: `zcorch worker info
+    --cache` answers with it, so that a sweep whose cache holds needs no `calibrate` of its own."""
+    now = time.time() if now is None else now
+    try:
+        doc = read(path)
+    except Untrusted as exc:
+        return None, "untrusted", str(exc)
+    if doc is None:
+        return None, "missing", None
+    changed = sorted(k for k in set(key) | set(doc["key"]) if key.get(k) != doc["key"].get(k))
+    age = now - doc["measured_at"]
+    if changed:
+        return None, "key changed", ", ".join(f"{k}: {doc['key'].get(k)!r} -> {key.get(k)!r}" for k in changed)
+    if not -60.0 <= age <= max_age_s:   # a clock set back by more than a minute: measured "later"
+        return None, "expired", f"measured {age:.0f}s ago, max age {max_age_s:g}s"
+    return (dict(doc["calibration"], cached=True, measured_at=doc["measured_at"], age_s=round(max(age, 0.0), 3),
+                 cache={"path": path, "status": "hit", "why": None}), "hit", None)
+
+
 def cached_calibration(path: str, measure: "Callable[[], Dict[str, Any]]", key: "Dict[str, Any]",
                        max_age_s: float = DEFAULT_MAX_AGE_S, refresh: bool = False,
                        now: "Optional[float]" = None) -> "Dict[str, Any]":
@@ -173,26 +196,11 @@ def cached_calibration(path: str, measure: "Callable[[], Dict[str, Any]]", key: 
     age now) and "cache": {"path", "status": hit | missing | refresh | key changed | expired | untrusted |
     not written, "why": the detail (which key field changed, what was wrong with the file) or null}.
     """
-    now = time.time() if now is None else now
-    status, why = "missing", None
-    if refresh:
-        status = "refresh"
-    else:
-        try:
-            doc = read(path)
-        except Untrusted as exc:
-            doc, status, why = None, "untrusted", str(exc)
-        if doc is not None:
-            changed = sorted(k for k in set(key) | set(doc["key"]) if key.get(k) != doc["key"].get(k))
-            age = now - doc["measured_at"]
-            if changed:
-                status, why = "key changed", ", ".join(f"{k}: {doc['key'].get(k)!r} -> {key.get(k)!r}"
-                                                        for k in changed)
-            elif not -60.0 <= age <= max_age_s:   # a clock set back by more than a minute: measured "later"
-                status, why = "expired", f"measured {age:.0f}s ago, max age {max_age_s:g}s"
-            else:
-                return dict(doc["calibration"], cached=True, measured_at=doc["measured_at"],
-                            age_s=round(max(age, 0.0), 3), cache={"path": path, "status": "hit", "why": None})
+    status, why = "refresh", None
+    if not refresh:
+        hit, status, why = lookup(path, key, max_age_s, now)
+        if hit is not None:
+            return hit
     figures = measure()
     measured_at = time.time()
     try:

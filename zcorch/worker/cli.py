@@ -2,9 +2,11 @@
 
     zcorch worker recv --listen ADDR:PORT --mode M [params]   -> {"event": "ready", ...}, {"event": "result", ...}
     zcorch worker send --connect ADDR:PORT --mode M [params]  -> {"event": "result", ...}
-    zcorch worker info                                        -> {"event": "info", "version", "modes", "kernel",
+    zcorch worker info [--cache FILE [--max-age D]] [--metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]]
+                                                              -> {"event": "info", "version", "modes", "kernel",
                                                                   "capabilities", "unavailable", "runnable",
-                                                                  "build", ...}
+                                                                  "build", ...; "calibration": the cached one
+                                                                  or null, "metadata": the host's}
     zcorch worker layout --path P --bytes N [--grow]          -> {"event": "layout", "path", "created", "size"}
     zcorch worker command [--stdin F] [--stdout F] ... -- ARGV -> {"event": "exit", "rc", "wall_s", ...}
     zcorch worker calibrate [--bytes N] [--cpu C] [--cache FILE [--max-age D] [--refresh]]
@@ -100,6 +102,11 @@ def _add_params(p: argparse.ArgumentParser, side: str) -> None:
                    help="end at once when stdin reaches EOF (the controller that holds it open is gone)")
 
 
+def _add_max_age(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-age", help="with --cache: measure anew when the cached one is older than this "
+                                     f"duration (default {calcache.DEFAULT_MAX_AGE_S / 3600:g}h)")
+
+
 def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="One side of a zcorch transfer (JSON lines on stdout).")
     sub = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
@@ -116,7 +123,14 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     tx.add_argument("--port-from-stdin", action="store_true",
                     help="read the receiver's port as one line on stdin before connecting (the PORT of "
                          "--connect is ignored): the controller starts the sender while the receiver starts")
-    sub.add_parser("info", help="print version, compiled modes and kernel release")
+    info = sub.add_parser("info", help="print version, compiled modes and kernel release (and, asked, what a sweep "
+                                       "reads next: the cached calibration, the host's metadata: one start, not three)")
+    info.add_argument("--cache", help="also the calibration `calibrate --cache FILE` would reuse, as "
+                                      "\"calibration\" (null when it would measure: this action never does)")
+    _add_max_age(info)
+    info.add_argument("--metadata", nargs=argparse.REMAINDER, metavar="ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]",
+                      help="last: also the host's metadata, as \"metadata\" (zcorch.worker.remote's `metadata` "
+                           "action and its arguments)")
     lay = sub.add_parser("layout", help="create a missing source file filled with the mem pattern (untimed)")
     lay.add_argument("--path", required=True, help="absolute path of the file to create")
     lay.add_argument("--bytes", required=True, help="its size")
@@ -138,8 +152,7 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     cal.add_argument("--cpu", type=_int, help="CPU to pin the calibration to (default: not pinned)")
     cal.add_argument("--cache", help="keep the calibration in this file on the host and reuse it while the host's "
                                      "boot id, kernel, CPU model and frequency governor stay (zcorch.worker.calcache)")
-    cal.add_argument("--max-age", help="with --cache: measure anew when the cached one is older than this "
-                                       f"duration (default {calcache.DEFAULT_MAX_AGE_S / 3600:g}h)")
+    _add_max_age(cal)
     cal.add_argument("--refresh", action="store_true", help="with --cache: measure anew whatever is cached")
     sub.add_parser("serve", help="run run after run in forked children, handed over as JSON lines on stdin "
                                  "(zcorch.worker.serve: the controller keeps one per host for a sweep)")
@@ -189,28 +202,56 @@ def calibration_bytes() -> int:
     return min(max(native.CALIBRATE_BYTES, 2 * largest_cache_bytes()), 1 << 30)
 
 
-def _calibrate(args: argparse.Namespace) -> "dict[str, Any]":
+def _calibration_request(args: argparse.Namespace) -> "tuple[int, float]":
+    """(bytes, max age in seconds) of calibrate's (or info's) flags."""
     try:
-        nbytes = parse_size(args.bytes) if args.bytes is not None else calibration_bytes()
+        nbytes = parse_size(args.bytes) if getattr(args, "bytes", None) is not None else calibration_bytes()
     except ValueError as exc:
         raise _UsageError(f"--bytes: {exc}") from None
-    if args.cpu is not None and args.cpu < 0:
+    if getattr(args, "cpu", None) is not None and args.cpu < 0:
         raise _UsageError(f"--cpu must be >= 0, got {args.cpu}")
     try:
         max_age = parse_duration(args.max_age) if args.max_age is not None else calcache.DEFAULT_MAX_AGE_S
     except ValueError as exc:
         raise _UsageError(f"--max-age: {exc}") from None
+    return nbytes, max_age
+
+
+def _cache_file(args: argparse.Namespace) -> "tuple[str, dict[str, Any]]":
+    """(the cache's path on this host, the key a calibration of these flags is cached under)."""
+    path = os.path.expanduser(args.cache)   # `~` of this host: the controller passes the workdir as written
+    if not os.path.isabs(path):
+        raise _UsageError(f"--cache must be an absolute path (or start with ~/), got {args.cache!r}")
+    nbytes, _ = _calibration_request(args)
+    return path, dict(calcache.host_key(), worker=__version__, bytes=nbytes, cpu=getattr(args, "cpu", None))
+
+
+def _calibrate(args: argparse.Namespace) -> "dict[str, Any]":
+    nbytes, max_age = _calibration_request(args)
 
     def measure() -> "dict[str, Any]":
         return {**native.calibrate(nbytes, args.cpu), "kernel": platform.release(), "boot_id": hoststat.boot_id()}
 
     if args.cache is None:
         return {"event": "calibration", **measure()}
-    path = os.path.expanduser(args.cache)   # `~` of this host: the controller passes the workdir as written
-    if not os.path.isabs(path):
-        raise _UsageError(f"--cache must be an absolute path (or start with ~/), got {args.cache!r}")
-    key = dict(calcache.host_key(), worker=__version__, bytes=nbytes, cpu=args.cpu)
+    path, key = _cache_file(args)
     return {"event": "calibration", **calcache.cached_calibration(path, measure, key, max_age, args.refresh)}
+
+
+def _info_with(args: argparse.Namespace) -> "dict[str, Any]":
+    """_info(), plus what its flags ask for: the cached calibration `calibrate --cache` would reuse (read
+    only; null when it would measure), the host's metadata (zcorch.worker.remote.host_metadata)."""
+    out = _info()
+    if args.cache is not None:
+        path, key = _cache_file(args)
+        out["calibration"] = calcache.lookup(path, key, _calibration_request(args)[1])[0]
+    if args.metadata is not None:
+        from zcorch.worker import remote   # stdlib only; its imports cost the plain `info` nothing
+
+        if len(args.metadata) < 2:
+            raise _UsageError("--metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]")
+        out["metadata"] = remote.metadata_action(args.metadata)
+    return out
 
 
 def _read_port_line() -> str:
@@ -366,7 +407,7 @@ def _run(args: argparse.Namespace) -> None:
     elif args.action == "recv":  # devices: refuse_device_sink below (it knows --allow-device-sink)
         _check_paths("sink", args.sink, worker_paths.SINK_DEVICES, allow_devices=True)
     if args.action == "info":
-        _emit(_info())
+        _emit(_info_with(args))
         return
     if args.action == "calibrate":
         _emit(_calibrate(args))

@@ -4,8 +4,11 @@
     python - ACTION ARGS... < zcorch/worker/remote.py   (remote hosts: this file's text on stdin)
 
 Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
-    preflight ADDRESS [PORT...] [--tool PROGRAM...] -> JSON facts: python, cffi, Python.h, cc, address/ports bindable,
-                                          the path of each PROGRAM (the baseline kinds' tools) or null
+    preflight ADDRESS [PORT...] [--tool PROGRAM...] [--build WORKDIR NAME MARKER]
+                                       -> JSON facts: python, cffi, Python.h, cc, address/ports bindable,
+                                          the path of each PROGRAM (the baseline kinds' tools) or null; with
+                                          --build, "build": the worker build's state (build_state: its marker's
+                                          text, read only after private-build's checks passed, or why refused)
     cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
     finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
     private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
@@ -93,6 +96,38 @@ def _try_bind(address: str, port: int) -> None:
         s.close()
 
 
+def build_state(workdir: str, name: str, marker: str) -> "Dict[str, Any]":
+    """A worker build as the deploy step would find it, in the preflight's round trip: {"workdir": as
+    written, "path": the build directory (`~` and a relative workdir expanded here, on the host, as
+    SSHHost.expand would), "marker": the text of its marker or None, "refused": None or why the build must
+    not be used}. `name` must be a build's name (worker-<16 hex>).
+
+    No marker (or one that cannot be read): "marker" None, a build is due. With a marker, the checks of
+    `private-build PARENT BUILD` run first, and only when they pass is the marker read (a marker read in a
+    tree another user can change says nothing); "refused" is their message as that action prints it."""
+    if not BUILD_NAME.fullmatch(name):
+        raise ActionError(f"{name!r} is not the name of a worker build (worker-<16 hex digits>)")
+    parent = os.path.expanduser(workdir)
+    if not os.path.isabs(parent):   # relative to the home directory, where a remote command starts
+        parent = os.path.join(os.path.expanduser("~"), parent)
+    build = os.path.join(parent, name)
+    out: "Dict[str, Any]" = {"workdir": workdir, "path": build, "marker": None, "refused": None}
+    path = os.path.join(build, marker)
+    if not os.path.exists(path):
+        return out
+    try:
+        check_private_build(parent, build)
+    except (ActionError, OSError) as exc:
+        out["refused"] = f"private-build: {exc}"
+        return out
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            out["marker"] = f.read()
+    except OSError:
+        pass   # as `cat` failing did: rebuilt
+    return out
+
+
 def cffi_backend_dir() -> str:
     """Directory holding _cffi_backend: the built worker needs only it from site-packages (so it can run -S)."""
     try:
@@ -153,6 +188,14 @@ def check_private_tree(root: str) -> None:
     if problems:
         raise ActionError("; ".join(problems[:MAX_TREE_PROBLEMS]) + f" — delete {root} to have it rebuilt, "
                           "and find out who changed it")
+
+
+def check_private_build(parent: str, build: str) -> None:
+    """A reused worker build: the directories above its parent, the parent, and everything in it
+    (check_private_ancestors, check_private_dirs, check_private_tree). Raises ActionError or OSError."""
+    check_private_ancestors(parent)
+    check_private_dirs([parent])
+    check_private_tree(build)
 
 
 def check_private_ancestors(path: str) -> None:
@@ -689,9 +732,7 @@ def _private_dirs_action(args: "List[str]") -> int:
 
 
 def _private_build_action(args: "List[str]") -> int:
-    check_private_ancestors(args[0])
-    check_private_dirs(args[:1])
-    check_private_tree(args[1])
+    check_private_build(args[0], args[1])
     return 0
 
 
@@ -718,17 +759,36 @@ def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
     return ports, programs
 
 
+def _preflight_action(args: "List[str]") -> int:
+    build = None
+    if "--build" in args:   # always the last four arguments (a --tool PROGRAM may be named --build too)
+        if len(args) < 5 or args[-4] != "--build":
+            raise _UsageError("--build WORKDIR NAME MARKER must be the last arguments")
+        build, args = args[-3:], args[:-4]
+    ports, programs = _tool_args(args[1:])
+    facts = preflight_facts(args[0], [_int(p, "PORT") for p in ports], programs)
+    if build is not None:
+        facts["build"] = build_state(*build)
+    return _print_json(facts)
+
+
+def metadata_action(args: "List[str]") -> "Dict[str, Any]":
+    """host_metadata of the `metadata` action's arguments (ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]);
+    also what `zcorch worker info --metadata ...` runs (zcorch.worker.cli)."""
+    if len(args) < 2:
+        raise _UsageError("usage: metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]")
+    return host_metadata(args[0], args[1], *_tool_args(args[2:]))
+
+
 # name -> (usage of its arguments, least and most argument count (None: any), handler)
 ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]" = {
-    "preflight": ("ADDRESS [PORT...] [--tool PROGRAM...]", 1, None,
-                  lambda a: _print_json(preflight_facts(a[0], [_int(p, "PORT") for p in _tool_args(a[1:])[0]],
-                                                        _tool_args(a[1:])[1]))),
+    "preflight": ("ADDRESS [PORT...] [--tool PROGRAM...] [--build WORKDIR NAME MARKER]", 1, None, _preflight_action),
     "cffi-dir": ("", 0, 0, _cffi_dir_action),
     "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
     "private-dirs": ("DIR...", 1, None, _private_dirs_action),
     "private-build": ("PARENT BUILD", 2, 2, _private_build_action),
     "metadata": ("ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]", 2, None,
-                 lambda a: _print_json(host_metadata(a[0], a[1], *_tool_args(a[2:])))),
+                 lambda a: _print_json(metadata_action(a))),
     "scratch": ("WORKDIR [SUBDIR...]", 1, None, lambda a: _print_json(prepare_scratch(a[0], a[1:]))),
     "dd": ("DIR BS COUNT", 3, 3, lambda a: _print_json(dd_baseline(a[0], a[1], a[2]))),
     "loop-autoclear": ("DEVICE...", 1, None, _loop_autoclear_action),
