@@ -148,3 +148,30 @@ def test_history_and_compare_through_duckdb_answer_as_the_result_sets_do(case, t
     assert by_id[0] == a[0] and json.loads(by_id[1])["cells"] == json.loads(a[1])["cells"]
     missing = run(capsys, "compare", "--dataset", dest, "nope", sets[0])
     assert missing[0] == 2 and "no exported result set" in missing[2]
+
+
+def test_an_exported_sweep_reads_its_manifest_when_asked_and_keeps_the_fields_history_reads(two_nights, tmp_path):
+    from zcorch.analysis.dataset import Dataset
+    from zcorch.analysis.history import HEAD_KEYS, open_sweep
+
+    dest = tmp_path / "dataset"
+    assert zcorch_cli("export", two_nights, dest).returncode == 0
+    for exported in Dataset(dest).sweeps():
+        own = open_sweep(exported.path)
+        assert exported.head == {k: own.manifest[k] for k in HEAD_KEYS if k in own.manifest}
+        assert (exported.name, exported.pair, exported.created, exported.status, exported.error, exported.date()) == \
+               (own.name, own.pair, own.created, own.status, own.error, own.date())
+        assert exported.manifest == own.manifest   # the whole manifest, parsed from the exported text
+
+
+def test_values_sorted_by_group_then_value_as_lexsort_sorts_them():
+    import numpy as np
+
+    from zcorch.analysis.dataset import _sorted_by_group
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(0, 200))
+        group = rng.integers(0, max(1, n // 4), n)
+        values = np.round(rng.standard_normal(n), int(rng.integers(0, 3)))   # rounded: many ties
+        assert np.array_equal(_sorted_by_group(values, group), values[np.lexsort((values, group))])

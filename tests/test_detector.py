@@ -204,3 +204,12 @@ def test_borrowing_the_spread_cuts_the_false_alarms_of_spurious_levels():
     assert alarms <= 0.015 * judged, (alarms, judged)
     assert young >= 5, young   # the fit did split series: the borrowing was exercised
     assert runs_rule >= 2 and young_alarms <= runs_rule // 2, (young, young_alarms, runs_rule)
+
+
+def test_the_detectors_median_is_numpys():
+    from zcorch.analysis.detector import _median
+
+    rng = np.random.default_rng(11)
+    for _ in range(2000):
+        x = rng.standard_normal(int(rng.integers(1, 40))) * 10 ** rng.uniform(-4, 4) + rng.uniform(-100, 100)
+        assert _median(x) == float(np.median(x))

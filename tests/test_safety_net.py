@@ -200,3 +200,33 @@ def test_the_network_lease_excludes_a_changing_sweep_shares_between_others_and_w
     os.chmod(d, 0o777)
     with pytest.raises(PreflightError, match="writable by group or others"):
         Lease.take(host, d, token="b", **kw)
+
+
+def test_a_lease_directory_is_placed_made_and_judged_in_one_command_that_runs_no_value(tmp_path, monkeypatch):
+    """Lease.take's one command before the lock: `~/` is the host's home (argv reaches no shell, the constant
+    script expands it), the directory is made 0700, and a name full of shell syntax is only a name."""
+    from zcorch.errors import PreflightError
+    from zcorch.hosts.local import LocalHost
+    from zcorch.provision.fs_state import Lease
+
+    host = LocalHost("localhost", "127.0.0.1")
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    lease = Lease.take(host, "~/.cache/zcorch/net", name="zcorch-net.lease")
+    try:
+        assert lease.path == str(home / ".cache" / "zcorch" / "net" / "zcorch-net.lease")
+        assert os.stat(home / ".cache" / "zcorch" / "net").st_mode & 0o777 == 0o700
+    finally:
+        lease.release()
+    odd = tmp_path / "$(touch pwned); `touch pwned2` $HOME * \"'"
+    Lease.take(host, str(odd), name="x.lease").release()
+    assert odd.is_dir() and not (tmp_path / "pwned").exists() and not os.path.exists("pwned")
+    assert not os.path.exists("pwned2") and not (home / "pwned2").exists()
+    monkeypatch.setenv("HOME", "relative")
+    with pytest.raises(PreflightError, match=r"cannot hold a lease in ~/net: .*HOME is not an absolute path"):
+        Lease.take(host, "~/net", name="x.lease")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(PreflightError, match="cannot hold a lease in"):
+        Lease.take(host, "relative-dir", name="x.lease")   # no home to place it in: refused, not made in the cwd
+    assert not (tmp_path / "relative-dir").exists()

@@ -41,12 +41,10 @@ import re
 import warnings as _warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
-from matplotlib.transforms import blended_transform_factory
 
 from zcorch import __version__, metrics
 from zcorch.analysis.detector import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, MIN_NIGHTS, NIGHTLY, Comparison,
@@ -54,7 +52,6 @@ from zcorch.analysis.detector import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, MIN_
 from zcorch.analysis.frames import OK, read_experiment_text, read_meta
 from zcorch.results import setfiles
 from zcorch.analysis.load import load
-from zcorch.analysis.plots import figure_bytes
 from zcorch.analysis.sparkline import sparkline
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
 from zcorch.analysis.gate import Completeness, completeness
@@ -63,6 +60,9 @@ from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.params import format_value
 from zcorch.results import store
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 INDEX = "index.html"
 PLOTS_DIR = "history-plots"   # next to index.html: one PNG per plotted experiment × cell
@@ -110,6 +110,9 @@ def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = la
 # One sweep
 
 
+HEAD_KEYS = ("name", "inventory", "created", "status", "git_revision", "error")   # Sweep.head
+
+
 @dataclass
 class Sweep:
     path: Path
@@ -120,13 +123,19 @@ class Sweep:
     report_problem: Optional[str] = None
 
     @property
+    def head(self) -> dict:
+        """The manifest's fields read of every sweep (HEAD_KEYS): the manifest itself here;
+        zcorch.analysis.dataset keeps only these of an exported sweep (a fleet's year has 18,000)."""
+        return self.manifest
+
+    @property
     def name(self) -> str:
-        return str(self.manifest.get("name") or self.path.name)
+        return str(self.head.get("name") or self.path.name)
 
     @property
     def pair(self) -> Optional[str]:
         """The inventory pair the manifest records (`--hosts INV:PAIR`), else None."""
-        inv = self.manifest.get("inventory")
+        inv = self.head.get("inventory")
         pair = inv.get("pair") if isinstance(inv, dict) else None
         return str(pair) if pair else None
 
@@ -136,11 +145,11 @@ class Sweep:
 
     @property
     def created(self) -> Optional[_dt.datetime]:
-        return _parse_time(self.manifest.get("created"))
+        return _parse_time(self.head.get("created"))
 
     @property
     def status(self) -> str:
-        return str(self.manifest.get("status") or "unknown")
+        return str(self.head.get("status") or "unknown")
 
     @property
     def n_ok(self) -> int:
@@ -152,7 +161,7 @@ class Sweep:
 
     @property
     def git_revision(self) -> str:
-        rev = self.manifest.get("git_revision") or (self.meta.get("controller") or {}).get("git_revision")
+        rev = self.head.get("git_revision") or (self.meta.get("controller") or {}).get("git_revision")
         if not rev:
             return ""
         dirty = rev.endswith("-dirty")
@@ -174,14 +183,14 @@ class Sweep:
 
     @property
     def error(self) -> str:
-        err = self.manifest.get("error")
+        err = self.head.get("error")
         if isinstance(err, dict):
             return f"{err.get('type', 'error')}: {err.get('message', '')}"
         return ""
 
     def date(self) -> str:
         t = self.created
-        return t.strftime("%Y-%m-%d %H:%M UTC") if t else str(self.manifest.get("created") or "")
+        return t.strftime("%Y-%m-%d %H:%M UTC") if t else str(self.head.get("created") or "")
 
 
 def series_of(sweeps: Sequence[Sweep]) -> Dict[str, List[Sweep]]:
@@ -516,6 +525,10 @@ def _tick_label(i: int, s: Sweep, dated: bool) -> str:
 def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
     """The median of the metric with its CI across the sweeps, the fitted levels, the steps marked
     with the change between the levels, sweeps where every run of the cell failed marked ×."""
+    # matplotlib only where a trend plot is drawn: a page of a fleet's year draws a few, `--format json` none
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import blended_transform_factory
+
     n = len(exp.sweeps)
     x = np.arange(n)
     fig = Figure(figsize=(5.8, 3.6))
@@ -661,6 +674,7 @@ def trend_cells(history: History) -> "List[tuple[ExperimentHistory, CellHistory]
 
 def write_index(history: History, out: "str | os.PathLike | None" = None) -> Path:
     """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/ (trend_cells)."""
+    from zcorch.analysis.plots import figure_bytes
     from zcorch.analysis.report import environment
 
     out_dir = Path(out) if out is not None else history.root
@@ -707,7 +721,7 @@ def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
                               "baseline": [str(exp.sweeps[i].path) for i in c.baseline],
                               "since": str(exp.sweeps[c.since].path)}})
         exps.append({"name": exp.name, "problem": exp.problem,
-                     "sweeps": [{"path": str(s.path), "created": s.manifest.get("created"), "status": s.status,
+                     "sweeps": [{"path": str(s.path), "created": s.head.get("created"), "status": s.status,
                                  "ok": s.n_ok, "failed": s.n_failed, "git_revision": s.git_revision}
                                 for s in exp.sweeps],
                      "cells": cells})

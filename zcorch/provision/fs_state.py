@@ -275,8 +275,14 @@ def untrusted(host: Host, state_dir: str, path: str) -> Optional[str]:
     st = host.run(["stat", "-L", "-c", "%u %a %n", "--", state_dir, path])
     if not uid.ok or not st.ok:
         return f"cannot check its owner: {(uid.stderr + st.stderr).strip()}"
-    euid = int(uid.stdout.strip())
-    for line in st.stdout.splitlines():
+    return owner_problem(uid.stdout, st.stdout.splitlines())
+
+
+def owner_problem(euid_text: str, stat_lines: "list[str]") -> Optional[str]:
+    """Pure: why paths must not be acted on, from `id -u` and their `stat -L -c '%u %a %n'` lines (None if
+    every one is the effective user's and writable by no one else)."""
+    euid = int(euid_text.strip())
+    for line in stat_lines:
         owner, mode, name = line.split(" ", 2)
         if int(owner) != euid:
             return f"{name} is owned by uid {owner}, not by uid {euid} who runs the cleanup — remove it or chown it"
@@ -284,6 +290,14 @@ def untrusted(host: Host, state_dir: str, path: str) -> Optional[str]:
             return f"{name} is writable by group or others (mode {int(mode, 8):04o}) — chmod go-w {name}"
     return None
 
+
+# Lease.take's one command before the lock (a constant script; the directory arrives as its $1, no value goes
+# through the shell): `~` expanded as on the host, the directory made (0700), then its resolved path, the
+# effective uid and the directory's owner and mode, one per line. One round trip, not four (printenv HOME,
+# mkdir, id -u, stat): a sweep takes a lease on each host before anything else.
+_PREPARE_DIR = ('d=$1; case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac; '
+                'case $d in /*) ;; *) echo "\\$HOME is not an absolute path (${HOME:-unset}) to place $1" >&2; exit 1 ;; esac; '
+                'mkdir -p -m 0700 -- "$d"; printf "%s\\n" "$d" && id -u && stat -L -c "%u %a %n" -- "$d"')
 
 LEASE_NAME = "zcorch-fs.lease"
 BUSY = 75  # flock -E: the lock is held by someone else
@@ -302,17 +316,22 @@ class Lease:
     def take(cls, host: Host, state_dir: str, timeout: float = 30.0, name: str = LEASE_NAME,
              what: str = "this receiver's filesystems", wait: float = 0.0, token: str = "",
              shared: bool = False) -> "Lease":
-        """Raises PreflightError naming the holder when another sweep holds it (after `wait` seconds: a
+        """`state_dir` may start with `~/` (the host's home). Raises PreflightError naming the holder when another sweep holds it (after `wait` seconds: a
         just-killed controller's lease ends when its connection does). A lease this same sweep (`token`)
         already holds on the same file (two host names for one machine) is shared: release() does nothing.
         shared: a reader's hold (flock -s): readers coexist, an exclusive holder excludes them all."""
-        path = posixpath.join(state_dir, name)
-        host.run(["mkdir", "-p", "-m", "0700", "--", state_dir])
         # In a directory others may write, the lock file could be swapped under a holder (two sweeps would
         # then lock two files) or the holder's file be planted: refuse, as the state files are refused.
-        why = untrusted(host, state_dir, state_dir)
+        prep = host.run(["sh", "-c", _PREPARE_DIR, "sh", state_dir])
+        lines = prep.stdout.splitlines()
+        if not prep.ok or len(lines) < 3:
+            raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: cannot check its owner: "
+                                 f"{(prep.stderr or prep.stdout).strip()}")
+        state_dir = lines[0]
+        why = owner_problem(lines[1], lines[2:])
         if why:
             raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: {why}")
+        path = posixpath.join(state_dir, name)
         # A constant script (no value goes through the shell): say "held" once locked, then wait for EOF.
         lock = (["-w", f"{wait:g}"] if wait > 0 else ["-n"]) + (["-s"] if shared else [])
         proc = host.start(["flock", *lock, "-E", str(BUSY), path, "sh", "-c", "echo held; exec cat >/dev/null"])

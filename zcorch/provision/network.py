@@ -125,17 +125,6 @@ def _host_dirs(hosts: Dict[str, Host], spec: Hosts) -> List[tuple]:
     return [(hosts[role], net_state_dir(spec.workdir(role))) for role in ("sender", "receiver")]
 
 
-def _expand_home(host: Host, path: str) -> str:
-    """`~/x` expanded on the host (argv reaches no shell, so `~` would stay literal)."""
-    if path == "~" or path.startswith("~/"):
-        res = host.run(["printenv", "HOME"])
-        home = res.stdout.strip()
-        if not res.ok or not home.startswith("/"):
-            raise HostError(f"{host.name}: cannot read $HOME to place {path}: {res.stderr.strip()}")
-        path = home + path[1:]
-    return path
-
-
 def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, wait: float = 3.0) -> List[Lease]:
     """The network lease of every host, before anything loads them (deploy, calibration, runs). Every sweep
     takes it: one that changes the network (`changes`: it has `networks:`) alone (exclusive), the others
@@ -145,7 +134,7 @@ def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, 
     taken: List[Lease] = []
     try:
         for host, state_dir in _host_dirs(hosts, spec):
-            taken.append(Lease.take(host, _expand_home(host, state_dir), name=LEASE_NAME, wait=wait, token=token,
+            taken.append(Lease.take(host, state_dir, name=LEASE_NAME, wait=wait, token=token,
                                     shared=not changes,
                                     what="this host's network (a sweep with `networks:` excludes every other "
                                          "sweep on its hosts; sweeps without share them)"))
