@@ -56,6 +56,7 @@ from zcorch.analysis.sparkline import sparkline
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
 from zcorch.analysis.gate import Completeness, completeness
 from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_steps, point_sigmas
+from zcorch.analysis.trendplot import TrendSpec, TrendWorkers, draw_trend, png
 from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.params import format_value
@@ -522,59 +523,32 @@ def _tick_label(i: int, s: Sweep, dated: bool) -> str:
     return f"#{i + 1}\n" + (t.strftime("%m-%d %H:%M") if t else s.path.name[:12])
 
 
-def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
-    """The median of the metric with its CI across the sweeps, the fitted levels, the steps marked
-    with the change between the levels, sweeps where every run of the cell failed marked ×."""
-    # matplotlib only where a trend plot is drawn: a page of a fleet's year draws a few, `--format json` none
-    from matplotlib.figure import Figure
-    from matplotlib.transforms import blended_transform_factory
-
+def trend_spec(exp: ExperimentHistory, ch: CellHistory) -> TrendSpec:
+    """What the cell's trend plot shows (zcorch.analysis.trendplot draws it): the median of the metric with its
+    CI across the sweeps, the fitted levels, the steps with the change between the levels, sweeps where every
+    run of the cell failed, the newest circled when it is a regression."""
     n = len(exp.sweeps)
-    x = np.arange(n)
-    fig = Figure(figsize=(5.8, 3.6))
-    ax = fig.add_subplot()
-    med = ch.median
-    have = np.isfinite(med)
-    low = np.where(np.isfinite(ch.ci_low), med - ch.ci_low, 0.0)
-    high = np.where(np.isfinite(ch.ci_high), ch.ci_high - med, 0.0)
-    ax.errorbar(x[have], med[have], yerr=[low[have], high[have]], fmt="o", ms=4, capsize=3, color="C0",
-                label="median, CI (order statistics; level per sweep in the table)")
+    have = np.isfinite(ch.median)
     # too few sweeps support no fit (steps.MIN_POINTS_FOR_STEPS): a "level" through two or three points would
     # be drawn where none was measured, so none is drawn; the table's stable level is the comparison's
     fitted = ch.fit.segments if int(have.sum()) >= MIN_POINTS_FOR_STEPS else []
-    for k, seg in enumerate(fitted):
-        ax.hlines(seg.level, seg.start - 0.4, seg.end - 0.6, colors="0.45", linewidth=1.5,
-                  label="fitted level" if k == 0 else None)
-    top = blended_transform_factory(ax.transData, ax.transAxes)
+    steps = []
     for k, seg in enumerate(ch.fit.segments[1:], start=1):
         prev = ch.fit.segments[k - 1].level
-        ax.axvline(seg.start - 0.5, color="C3", linestyle="--", linewidth=1.2,
-                   label="change point" if k == 1 else None)
-        if prev:
-            ax.text(seg.start - 0.45, 0.97, f"{(seg.level - prev) / prev * 100:+.1f}%", transform=top,
-                    color="C3", fontsize=8, va="top", ha="left")
-    dead = (ch.n == 0) & (ch.n_failed > 0)
-    if dead.any():
-        ax.plot(x[dead], np.full(dead.sum(), 0.03), "x", color="C3", ms=8, transform=top,
-                label="all runs failed")
+        steps.append((seg.start, (seg.level - prev) / prev * 100 if prev else None))
     cmp = ch.comparison
-    if cmp is not None and cmp.bad and have[n - 1]:
-        ax.plot([n - 1], [med[n - 1]], "o", ms=9, mfc="none", mec="C3", mew=2, label="regression")
-    ax.set_xlim(-0.6, n - 0.4)
     step = max(1, int(math.ceil(n / 12)))
     ticks = list(range(n - 1, -1, -step))[::-1]
-    ax.set_xticks(ticks)
     every = max(1, int(math.ceil(len(ticks) / 5)))  # dates on at most 5 ticks (the newest one dated)
-    ax.set_xticklabels([_tick_label(i, exp.sweeps[i], (len(ticks) - 1 - k) % every == 0)
-                        for k, i in enumerate(ticks)], fontsize=7)
-    ax.set_ylabel(metrics.axis_label(exp.metric))
-    ax.margins(y=0.15)
-    ax.grid(True, alpha=0.3)
-    ax.set_title(ch.label, fontsize=9)
-    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=5, frameon=False,
-              handlelength=1.5, columnspacing=1.0)
-    fig.tight_layout()
-    return fig
+    return TrendSpec(ch.median, ch.ci_low, ch.ci_high, [(s.start, s.end, s.level) for s in fitted], steps,
+                     (ch.n == 0) & (ch.n_failed > 0), bool(cmp is not None and cmp.bad and have[n - 1]), ticks,
+                     [_tick_label(i, exp.sweeps[i], (len(ticks) - 1 - k) % every == 0) for k, i in enumerate(ticks)],
+                     metrics.axis_label(exp.metric), ch.label)
+
+
+def trend_figure(exp: ExperimentHistory, ch: CellHistory) -> Figure:
+    """The cell's trend plot (trend_spec)."""
+    return draw_trend(trend_spec(exp, ch))
 
 
 def _fmt(v, spec: str) -> str:
@@ -672,20 +646,29 @@ def trend_cells(history: History) -> "List[tuple[ExperimentHistory, CellHistory]
     return [changed[k] for k in order[:TREND_PLOTS_MAX]]
 
 
-def write_index(history: History, out: "str | os.PathLike | None" = None) -> Path:
-    """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/ (trend_cells)."""
-    from zcorch.analysis.plots import figure_bytes
+def write_index(history: History, out: "str | os.PathLike | None" = None,
+                workers: Optional[TrendWorkers] = None) -> Path:
+    """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/ (trend_cells),
+    the plots drawn by `workers` (started before the history was built) while the page is rendered, and
+    in this process those they did not return."""
     from zcorch.analysis.report import environment
 
     out_dir = Path(out) if out is not None else history.root
     out_dir.mkdir(parents=True, exist_ok=True)
-    for exp, ch in trend_cells(history):
+    plotted = trend_cells(history)
+    specs = [trend_spec(exp, ch) for exp, ch in plotted]
+    if workers is not None:
+        workers.draw(specs)
+    rels = []
+    for exp, ch in plotted:
+        rels.append(f"{PLOTS_DIR}/{_slug(exp.name)}/{_slug(ch.cell)}-{history.metric}.png")
+        ch.plot = _rel(Path(out_dir, rels[-1]), out_dir)   # where setfiles.write_inside puts it
+    page = environment().get_template("history.html.j2").render(page_context(history, out_dir))
+    drawn = workers.collect() if workers is not None else [None] * len(specs)
+    for rel, spec, data in zip(rels, specs, drawn):
         # Every file through an exclusive temporary, no link below out_dir followed: the root holds
         # result sets that may come from anyone (zcorch.results.setfiles).
-        rel = f"{PLOTS_DIR}/{_slug(exp.name)}/{_slug(ch.cell)}-{history.metric}.png"
-        path = setfiles.write_inside(out_dir, rel, figure_bytes(trend_figure(exp, ch), "png"))
-        ch.plot = _rel(path, out_dir)
-    page = environment().get_template("history.html.j2").render(page_context(history, out_dir))
+        setfiles.write_inside(out_dir, rel, data if data is not None else png(spec))
     index = setfiles.write_inside(out_dir, INDEX, page.encode("utf-8"))
     history.index = index
     return index

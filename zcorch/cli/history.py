@@ -42,20 +42,28 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 def main(args: argparse.Namespace) -> int:
-    from zcorch.analysis.gate import history_gate
-    from zcorch.analysis.history import as_json, build_history, render_text, write_index  # pandas, matplotlib
-    from zcorch.analysis.dataset import dataset_history, is_dataset
+    from zcorch.analysis.trendplot import TrendWorkers
 
     check_regression_options(args)
     if args.min_nights < 2:
         raise ConfigError(f"--min-nights must be >= 2 (a spread needs two nights), got {args.min_nights}")
+    # the trend plots' helper processes import matplotlib while the history is built (zcorch.analysis.trendplot)
+    with TrendWorkers() as workers:
+        return _history(args, workers)
+
+
+def _history(args: argparse.Namespace, workers) -> int:
+    from zcorch.analysis.gate import history_gate
+    from zcorch.analysis.history import as_json, build_history, render_text, write_index  # pandas, numba
+    from zcorch.analysis.dataset import dataset_history, is_dataset
+
     if is_dataset(args.root):
         history = dataset_history(args.root, args.metric, args.threshold, args.alpha, args.min_nights)
     else:
         history = build_history(args.root, args.metric, args.threshold, args.alpha, min_nights=args.min_nights)
     for warning in history.warnings:
         print(f"zcorch history: warning: {warning}", file=sys.stderr)
-    write_index(history, args.output)
+    write_index(history, args.output, workers)
     gate = history_gate(history.experiments) if args.check else None
     if args.format == "json":
         print(json.dumps(as_json(history, gate.as_dict() if gate else None), indent=1))
