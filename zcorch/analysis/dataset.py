@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import warnings as _warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from zcorch import metrics
 from zcorch.analysis.export_dest import MANIFEST
 from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
+from zcorch.analysis.steps import load_compiled
 from zcorch.analysis.history import HEAD_KEYS, History, Sweep, cell_labels, experiment_history, series_of
 from zcorch.errors import ResultsError
 from zcorch.results import setfiles
@@ -456,6 +458,9 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
         metrics.directed(metric)
     except ValueError as exc:
         raise ResultsError(str(exc)) from None
+    # numba's cache of the fit loaded while DuckDB reads (steps.load_compiled), joined before the first fit
+    compiled = threading.Thread(target=load_compiled, name="zcorch-load-fit", daemon=True)
+    compiled.start()
     data = Dataset(path)
     sweeps = data.sweeps()
     if not sweeps:
@@ -475,6 +480,7 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
     no_params = params.iloc[0:0]
     experiments = []
     label_memo: dict = {}
+    compiled.join()
     for name in sorted(series):
         group = series[name]
         source = DatasetSeries(data, group, metric, groups, rows.get(name, np.empty(0, dtype=np.int64)),

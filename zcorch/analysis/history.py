@@ -39,6 +39,7 @@ import math
 import os
 import re
 import warnings as _warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
@@ -422,6 +423,21 @@ class CellRuns(collections.abc.Sequence):
                 np.empty(0))
 
 
+FIT_THREADS = 2   # the compiled fit releases the GIL (steps._optimal_partition, nogil): a second CPU fits too
+
+
+def fit_series(series: Sequence[Dict[str, np.ndarray]]) -> List[StepFit]:
+    """The change-point fit (zcorch.analysis.steps) of each cell's series (FrameSeries.series), in order, on
+    FIT_THREADS threads: each series is fitted alone, so the fits are those of one thread."""
+    def fit(cols: Dict[str, np.ndarray]) -> StepFit:
+        return fit_steps(cols["median"], point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"]))
+
+    if len(series) < 2:
+        return [fit(cols) for cols in series]
+    with ThreadPoolExecutor(FIT_THREADS) as pool:
+        return list(pool.map(fit, series))
+
+
 def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                        alpha: float = DEFAULT_ALPHA, source: Optional[FrameSeries] = None,
                        min_nights: int = MIN_NIGHTS) -> ExperimentHistory:
@@ -429,12 +445,12 @@ def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", t
     from `source` (default: the sweeps' runs frames)."""
     source = source if source is not None else FrameSeries(sweeps, metric)
     labels = source.labels()
+    order = sorted(labels, key=lambda c: (labels[c], c))
+    series = [source.series(cell) for cell in order]
     cells = []
-    for cell in sorted(labels, key=lambda c: (labels[c], c)):
-        cols = source.series(cell)
-        sigma = point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"])
+    for cell, cols, fit in zip(order, series, fit_series(series)):
         ch = CellHistory(cell, labels[cell], cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"],
-                         cols["n"], cols["n_failed"], fit_steps(cols["median"], sigma))
+                         cols["n"], cols["n_failed"], fit)
         ch.comparison = newest_against_stable(sweeps, ch, metric, threshold_pct, alpha, source, min_nights)
         cells.append(ch)
     hist = ExperimentHistory(name, sweeps, cells, metric)

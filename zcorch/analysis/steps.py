@@ -281,3 +281,13 @@ def fit_steps(y: Sequence[float], sigma: Optional[Sequence[float]] = None,
         end = len(y) if k == len(cuts) - 1 else int(idx[b])
         segments.append(Segment(start, end, level))
     return StepFit(segments, sigma, penalty)
+
+
+def load_compiled() -> None:
+    """The compiled fit loaded from numba's cache (or compiled) now, by fitting a small series: the first
+    fit_steps otherwise pays it (~0.7 s). zcorch.analysis.dataset calls it on a thread while DuckDB queries
+    (which release the GIL). A failure here is left to the real fit to raise."""
+    try:
+        fit_steps(np.arange(MIN_POINTS_FOR_STEPS, dtype="float64"), np.ones(MIN_POINTS_FOR_STEPS))
+    except Exception:   # noqa: BLE001 - the same call in the real fit raises it where it is handled
+        pass
