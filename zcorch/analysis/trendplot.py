@@ -161,8 +161,11 @@ class TrendWorkers:
                 proc.kill()
             proc.wait()
             for f in (proc.stdin, proc.stdout):
-                if f and not f.closed:
-                    f.close()
+                try:
+                    if f and not f.closed:
+                        f.close()
+                except OSError:   # a share never written to a worker that died: nothing to flush to
+                    pass
 
     def __enter__(self) -> "TrendWorkers":
         return self
