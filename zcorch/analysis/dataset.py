@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from zcorch import metrics
-from zcorch.analysis.export_dest import MANIFEST
+from zcorch.analysis.export_dest import LOCK, MANIFEST, PARTITIONS, TABLES  # noqa: F401 (the layout, declared there)
 from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
 from zcorch.analysis.history import HEAD_KEYS, History, Sweep, cell_labels, experiment_history, series_of
@@ -35,9 +35,6 @@ from zcorch.results.intervals import CI, median_ci_level, median_ci_rank
 
 FORMAT = "zcorch-dataset"
 FORMAT_VERSION = 1
-LOCK = ".export.lock"
-TABLES = ("sets", "runs", "baselines", "hosts")
-PARTITIONS = ("experiment", "date")
 COMMON = ("set_id", "pair", "kernel", "revision")   # columns of every table, first
 
 
