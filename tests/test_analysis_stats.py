@@ -6,10 +6,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.stats
 
 import zcorch
 from zcorch.analysis import stats
-from zcorch.analysis.compare import compare_frames, regressed, render
+from zcorch.analysis.compare import compare_frames, judge, regressed, render
 from zcorch.analysis.frames import add_derived
 
 
@@ -154,6 +155,25 @@ def test_mann_whitney_small_tied_samples_use_the_permutation_distribution():
     assert tied.p_value == pytest.approx(0.1) and tied.p_value >= stats.min_p_value(3, 3)
     same = stats.mann_whitney_u([5, 5, 5], [5, 5, 5])
     assert same.p_value == 1.0
+
+
+def test_one_run_against_tied_runs_is_judged_not_a_crash():
+    """scipy's permutation test wants two values a side: one run against runs it ties with (`repeats: 1`, a CPU
+    figure in whole ticks) raised ValueError out of compare and history; it is the same enumeration here."""
+    for x, y in [([5], [5, 5]), ([5], [5]), ([3], [1, 2, 3]), ([1, 2, 3], [3]), ([2], [1, 1, 2, 2, 3])]:
+        r = stats.mann_whitney_u(x, y)
+        assert r.method == "permutation" and r.p_value == pytest.approx(enumerated_p(x, y), rel=1e-12), (x, y)
+        assert r.p_value >= stats.min_p_value(len(x), len(y))
+    j = judge(np.array([10.0]), np.array([10.0, 10.0]), higher_better=True, threshold_pct=3.0, alpha=0.05)
+    assert j.verdict == "unchanged" and j.p_value == 1.0
+    # where scipy takes the samples, the enumeration here is its definition of the two-sided p
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        x, y = (rng.integers(0, 4, n).astype(float) for n in rng.integers(2, 6, 2))
+        ours = stats._split_permutation_u(x, y)
+        theirs = scipy.stats.mannwhitneyu(x, y, use_continuity=True, alternative="two-sided",
+                                          method=scipy.stats.PermutationMethod(n_resamples=np.inf))
+        assert ours == pytest.approx((theirs.statistic, theirs.pvalue), rel=1e-12), (x, y)
 
 
 def test_mann_whitney_large_tied_samples_use_the_corrected_normal_approximation():

@@ -3,6 +3,7 @@ partitions as columns), incrementally, atomically; `zcorch history DATASET` and 
 answer exactly as from the result-set directories (real small sets, and sets written through ResultSet)."""
 import json
 import os
+import shutil
 
 import duckdb
 import pandas as pd
@@ -175,3 +176,33 @@ def test_values_sorted_by_group_then_value_as_lexsort_sorts_them():
         group = rng.integers(0, max(1, n // 4), n)
         values = np.round(rng.standard_normal(n), int(rng.integers(0, 3)))   # rounded: many ties
         assert np.array_equal(_sorted_by_group(values, group), values[np.lexsort((values, group))])
+
+
+def test_a_first_export_that_died_before_its_manifest_is_taken_up_by_the_next(two_nights, tmp_path):
+    """An export killed before it wrote dataset.json leaves its lock file and part files: the next export
+    writes the dataset there (the dead one's files removed), while anything that is not such a leftover
+    keeps the directory refused and untouched."""
+    dest = tmp_path / "dataset"
+    assert zcorch_cli("export", two_nights, dest).returncode == 0
+    (dest / "dataset.json").unlink()                                   # died before the manifest
+    part = next(dest.rglob("runs/**/part-*.parquet"))
+    (part.parent / f".{part.name}.0123456789abcdef.tmp").write_bytes(b"half")   # and mid-write of one file
+    dead = sorted(p.relative_to(dest) for p in dest.rglob("*") if p.is_file())
+    for planted in ("notes.txt", "runs/mine.parquet", "runs/experiment=x/date=y/z/part-1T1-ab.parquet",
+                    "sets/experiment=x/own.csv"):
+        path = dest / planted
+        made = next((a for a in reversed(path.parents) if not a.exists()), path)   # what the planting adds
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("mine")
+        res = zcorch_cli("export", two_nights, dest)
+        assert res.returncode == 2 and "not a zcorch dataset" in res.stderr, (planted, res.stdout, res.stderr)
+        assert path.read_text() == "mine" and not (dest / "dataset.json").exists()
+        shutil.rmtree(made) if made.is_dir() else made.unlink()
+    assert sorted(p.relative_to(dest) for p in dest.rglob("*") if p.is_file()) == dead
+    res = zcorch_cli("export", two_nights, dest)
+    assert res.returncode == 0 and "2 result set(s) exported" in res.stdout, res.stdout + res.stderr
+    n = duckdb.connect().execute(f"SELECT count(DISTINCT set_id), count(*) FROM read_parquet('{dest}/runs/**/*.parquet')"
+                                 ).fetchone()
+    assert n[0] == 2 and n[1] == sum(len(raw_runs(d)) for d in (two_nights / "n1" / "quickstart-small",
+                                                                 two_nights / "n2" / "quickstart-small"))
+    assert not list(dest.rglob("*.tmp"))

@@ -556,3 +556,30 @@ def test_dd_baseline_removes_the_files_of_sigkilled_dd_jobs(tmp_path):
     assert out["stale_removed"] == [str(stale)] and not stale.exists()
     assert live.exists() and other.exists() and out["write"]["returncode"] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])   # its own file is gone too
+
+
+def test_preflight_says_whether_a_network_state_file_is_there_to_restore(tmp_path):
+    """`preflight --net-state DIR PREFIX` (before --build): False only when DIR has no PREFIX entry at all (the
+    controller then skips reading and restoring it); a link counts as one (read and refused as always), and
+    a DIR that cannot be listed is None (read as always)."""
+    d = tmp_path / "net"
+
+    def present(*more):
+        r = _cli("preflight", "127.0.0.1", "--tool", "--net-state", "--net-state", str(d), "zcorch-net-", *more)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["net_state"]
+
+    assert present() is False                       # no directory yet
+    d.mkdir()
+    (d / "zcorch-net.lease").write_text("")         # the lease, not a state file
+    assert present() is False
+    (d / "zcorch-net-4026531840.json").symlink_to(tmp_path / "elsewhere")
+    assert present() is True
+    facts = json.loads(_cli("preflight", "127.0.0.1", "--net-state", str(d), "zcorch-net-", "--build", str(tmp_path),
+                            "worker-" + "0" * 16, ".zcorch-deployed").stdout)
+    assert facts["net_state"] is True and facts["build"]["marker"] is None
+    (tmp_path / "file").write_text("")
+    d = tmp_path / "file"
+    assert present() is None
+    r = _cli("preflight", "127.0.0.1", "--net-state", str(d))
+    assert r.returncode == 2 and "--net-state DIR PREFIX must come last" in r.stderr

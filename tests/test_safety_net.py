@@ -230,3 +230,30 @@ def test_a_lease_directory_is_placed_made_and_judged_in_one_command_that_runs_no
     with pytest.raises(PreflightError, match="cannot hold a lease in"):
         Lease.take(host, "relative-dir", name="x.lease")   # no home to place it in: refused, not made in the cwd
     assert not (tmp_path / "relative-dir").exists()
+
+
+def test_a_host_whose_preflight_found_no_state_file_is_not_read_again_one_that_did_is(tmp_path, monkeypatch):
+    """restore_leftovers skips the hosts the preflight probe found without a network state file (the probe
+    runs under the sweep's network leases, which keep every other sweep from changing the network until the
+    restore): with the probe's True (or None) the file is read and judged as always."""
+    from zcorch.config.hosts import LOCALHOST, net_state_dir
+    from zcorch.errors import PreflightError
+    from zcorch.hosts.local import LocalHost
+    from zcorch.provision import deploy, network
+    from zcorch.provision.remote_call import host_python
+    from zcorch.worker.netcfg import state_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    host = LocalHost("localhost", "127.0.0.1")
+    hosts, py = {"sender": host, "receiver": host}, {"sender": host_python(host), "receiver": host_python(host)}
+    state_dir = net_state_dir(LOCALHOST.workdir("receiver"))
+    assert deploy.probe_host(host, net_state=state_dir)["net_state"] is False
+    path = state_path(state_dir)
+    os.makedirs(os.path.dirname(path), mode=0o700)
+    with open(path, "w") as f:
+        f.write("not json")
+    os.chmod(path, 0o600)
+    assert deploy.probe_host(host, net_state=state_dir)["net_state"] is True
+    with pytest.raises(PreflightError, match="unreadable state file"):
+        network.restore_leftovers(hosts, py, LOCALHOST)
+    assert network.restore_leftovers(hosts, py, LOCALHOST, clean=[host]) == []

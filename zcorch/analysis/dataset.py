@@ -25,7 +25,7 @@ import pandas as pd
 import pyarrow as pa
 
 from zcorch import metrics
-from zcorch.analysis.export_dest import MANIFEST
+from zcorch.analysis.export_dest import LOCK, MANIFEST, PARTITIONS, TABLES  # noqa: F401 (the layout, declared there)
 from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
 from zcorch.analysis.steps import load_compiled
@@ -37,9 +37,6 @@ from zcorch.results.intervals import CI, median_ci_level, median_ci_rank
 
 FORMAT = "zcorch-dataset"
 FORMAT_VERSION = 1
-LOCK = ".export.lock"
-TABLES = ("sets", "runs", "baselines", "hosts")
-PARTITIONS = ("experiment", "date")
 COMMON = ("set_id", "pair", "kernel", "revision")   # columns of every table, first
 
 

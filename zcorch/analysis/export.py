@@ -30,7 +30,10 @@ its content hash (SHA-256 of its manifest, plan, meta, runs and baselines files)
 then removed. A set still running is skipped (exported by a later export). Atomic: one export holds
 DEST/.export.lock; every file is written to a hidden temporary and renamed into place (never through a
 link: zcorch.results.setfiles), dataset.json last; a crash leaves part files dataset.json does not list,
-which the next export removes, and readers that go by dataset.json (zcorch) never see them.
+which the next export removes, and readers that go by dataset.json (zcorch) never see them. A first export
+that died before any dataset.json leaves a DEST the next one recognises as such (its lock, partition
+directories of part files: zcorch.analysis.export_dest.dead_first_export) and writes into; a DEST with
+anything else in it stays refused.
 """
 from __future__ import annotations
 

@@ -213,8 +213,30 @@ def mann_whitney_u(x: Iterable[float], y: Iterable[float], exact_limit: int = 20
         method, scipy_method = "permutation", scipy.stats.PermutationMethod(n_resamples=np.inf)
     else:
         method, scipy_method = "normal", "asymptotic"
+    if method == "permutation" and min(n1, n2) < 2:
+        # scipy's permutation test wants two values a side; one run against tied ones (repeats: 1, a CPU
+        # figure in whole ticks) is the same enumeration of every split, done here
+        return MannWhitney(*_split_permutation_u(x, y), method)
     res = scipy.stats.mannwhitneyu(x, y, use_continuity=True, alternative="two-sided", method=scipy_method)
     return MannWhitney(float(res.statistic), float(res.pvalue), method)
+
+
+def _split_permutation_u(x: np.ndarray, y: np.ndarray) -> "tuple[float, float]":
+    """(U of x, two-sided p) from every split of the pooled values into |x| and |y| (midranks for ties):
+    p = 2 x the smaller tail, at most 1, as scipy.stats.permutation_test defines it for mannwhitneyu's
+    PermutationMethod (tests/test_analysis_stats.py checks the two agree where scipy takes the samples)."""
+    import itertools
+
+    import scipy.stats
+
+    n1 = len(x)
+    ranks = scipy.stats.rankdata(np.concatenate([x, y]))
+    offset = n1 * (n1 + 1) / 2
+    observed = float(ranks[:n1].sum() - offset)
+    null = np.array([ranks[list(split)].sum() for split in itertools.combinations(range(len(ranks)), n1)]) - offset
+    eps = 1e-12 * max(1.0, abs(observed))   # rank sums of midranks are halves: exact in floating point anyway
+    less, greater = float(np.mean(null <= observed + eps)), float(np.mean(null >= observed - eps))
+    return observed, min(1.0, 2 * min(less, greater))
 
 
 def min_p_value(n1: int, n2: int) -> float:

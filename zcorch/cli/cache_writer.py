@@ -65,6 +65,9 @@ class CacheWriter:
             try:
                 self.proc.stdin.write(result_dir + "\n")
                 self.proc.stdin.close()
+                # Its stdout ends when it exits: select wakes at once then, where Popen.wait(timeout) polls
+                # with sleeps growing to 50 ms (a tenth of a short sweep's command, measured).
+                select.select([self.proc.stdout], [], [], _EXIT_TIMEOUT)
                 if self.proc.wait(_EXIT_TIMEOUT) == 0:
                     self.proc = None
                     return

@@ -40,7 +40,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from zcorch._version import __version__
 from zcorch.config import capabilities
 from zcorch.config.baselines.kind import Tool
-from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR
+from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR, net_state_dir
 from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.interpreter import python_argv
 from zcorch.hosts.local import Host
@@ -48,6 +48,7 @@ from zcorch.hosts.parallel import per_host
 # PACKAGE_PARENT: the directory holding the zcorch package this controller runs (a checkout, or the
 # site-packages of a wheel/sdist install): a local worker's PYTHONPATH.
 from zcorch.provision.remote_call import PACKAGE_PARENT, host_python, local_safe_path, remote_json, run_remote
+from zcorch.worker import netcfg
 
 MARKER = ".zcorch-deployed"
 BUILD_TIMEOUT = 300.0
@@ -153,6 +154,10 @@ class WorkerHandle:
     # What `worker info` printed there (prepare: the version and mode check), with the metadata and the
     # cached calibration when they were asked for along (info_args of prepare); None before that check.
     info: Optional[dict] = None
+    # The preflight's look into the host's network state directory: False = no state file there (nothing a
+    # killed sweep left to restore: zcorch.provision.network.restore_leftovers skips its read); None = not
+    # looked or cannot tell.
+    net_state: Optional[bool] = None
     env: Dict[str, str] = field(default_factory=dict)
     # ["-S"] when the directory of _cffi_backend (all the built module needs from site-packages) is
     # on PYTHONPATH: skipping `site` (and the .pth files it runs) is a large part of the worker's start-up.
@@ -292,13 +297,17 @@ def _use_cffi_dir(handle: WorkerHandle, marker_text: str) -> None:
 # -- preflight --------------------------------------------------------------------------------
 # One round trip per host: what python, cffi, headers, compiler, the baseline tools, ports look like there.
 def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = None,
-               programs: Sequence[str] = (), build: Optional[Sequence[str]] = None) -> dict:
+               programs: Sequence[str] = (), build: Optional[Sequence[str]] = None,
+               net_state: Optional[str] = None) -> dict:
     """Facts about a host (zcorch.worker.remote.preflight_facts; `tools` = {program: its path or None}
     for each of `programs`; given build = (workdir as written, `worker-<hash>`), "build": what deploy()
-    needs to know of it, zcorch.worker.remote.build_state), or {"error": ...} when its python cannot run."""
+    needs to know of it, zcorch.worker.remote.build_state; given net_state (the network state directory as
+    written), "net_state": whether a network state file is there, zcorch.worker.remote.net_state_present),
+    or {"error": ...} when its python cannot run."""
     python = python or host_python(host)
     r = run_remote(host, "preflight", host.data_address, *[int(p) for p in ports],
                    *[a for p in programs for a in ("--tool", p)],
+                   *(["--net-state", net_state, netcfg.STATE_PREFIX] if net_state else []),
                    *(["--build", *build, MARKER] if build else []), python=python)
     if not r.ok:
         return {"error": (r.stderr or r.stdout).strip(), "returncode": r.returncode, "python_cmd": python}
@@ -428,7 +437,8 @@ def preflight(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[T
         host = hosts[role]
         mine = list({t.program: t for r, h in hosts.items() if h is host for t in (tools or {}).get(r, ())}.values())
         build = (host_workdir(host), f"worker-{digest}") if digest and not host.is_local else None
-        found = probe_host(host, ports, programs=[t.program for t in mine], build=build)
+        found = probe_host(host, ports, programs=[t.program for t in mine], build=build,
+                           net_state=net_state_dir(host_workdir(host)))
         return found, host_problems(host, found, mine)
 
     for role, (found, trouble) in zip(roles, per_host(roles, probe)):   # every host at once
@@ -470,6 +480,7 @@ def prepare(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Too
         host = hosts[role]
         found = facts.get(role) or {}
         handle = deploy(host, source_root=source_root, safe_path=takes_safe_path(found), probed=found.get("build"))
+        handle.net_state = found.get("net_state")
         return handle, worker_version_problems(handle, needed[id(host)], (info_args or {}).get(role, ()))
 
     roles = list(first_role.values())

@@ -32,7 +32,7 @@ import shlex
 import socket
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 from zcorch.config.hosts import Hosts, net_state_dir
 from zcorch.config.networks import CONGESTION_SYSCTL, NetworkConfig
@@ -156,12 +156,17 @@ def release_leases(leases: List[Lease], warnings: Optional[List[str]] = None) ->
                                 f"connection): {exc}")
 
 
-def restore_leftovers(hosts: Dict[str, Host], python: Dict[str, str], spec: Hosts, log: Log = _noop) -> List[str]:
+def restore_leftovers(hosts: Dict[str, Host], python: Dict[str, str], spec: Hosts, log: Log = _noop,
+                      clean: Sequence[Host] = ()) -> List[str]:
     """Under the leases: what a killed sweep changed on each host (any controller's), put back before this
     sweep loads the hosts, with or without `networks:` of its own. Returns warnings; PreflightError when
-    a host's network cannot be restored (the sweep would measure someone else's configuration)."""
+    a host's network cannot be restored (the sweep would measure someone else's configuration). `clean`: hosts
+    whose preflight, under the same leases, found no state file at all (zcorch.provision.deploy's probe):
+    nothing to read there."""
     def one(item: tuple) -> List[str]:
         host, state_dir = item
+        if any(host is c for c in clean):
+            return []
         py = python["receiver"] if host is hosts["receiver"] else python["sender"]
         t = _Target([], host, py, "", state_dir)
         try:

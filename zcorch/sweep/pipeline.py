@@ -266,9 +266,10 @@ class Sweep:
     path, "metadata_path"), "calibration" (the cached one, None when it must be measured)}."""
 
     def __init__(self, hosts: Dict[str, Host], worker: Dict[str, List[str]], env: Dict[str, Dict[str, str]],
-                 python: Dict[str, str], info: Optional[Dict[str, dict]] = None):
+                 python: Dict[str, str], info: Optional[Dict[str, dict]] = None, net_clean: Sequence[Host] = ()):
         self.hosts, self.worker, self.env, self.python = hosts, worker, env, python
         self.info = info or {}
+        self.net_clean = list(net_clean)   # hosts whose preflight found no network state file (nothing to restore)
 
     def close(self) -> None:
         for h in {id(h): h for h in self.hosts.values()}.values():
@@ -339,7 +340,8 @@ def open_sweep(hosts: Dict[str, Host], cfg: Baselines,
             answer.pop("metadata", None)
         info[role] = answer
     return Sweep(hosts, {r: list(h.worker_argv) for r, h in handles.items()},
-                 {r: dict(h.env) for r, h in handles.items()}, {r: h.python for r, h in handles.items()}, info)
+                 {r: dict(h.env) for r, h in handles.items()}, {r: h.python for r, h in handles.items()}, info,
+                 net_clean=[h.host for h in handles.values() if h.net_state is False])
 
 
 def _open_hosts(exp: Any, accept_new_host_keys: bool, dry_run: bool, observer: SweepObserver,
@@ -579,7 +581,7 @@ def _restore_network_leftovers(exp: Any, sweep: Sweep, warnings: List[str], dry_
         return
     from zcorch.provision.network import restore_leftovers
 
-    warnings += restore_leftovers(sweep.hosts, sweep.python, exp.hosts, observer.message)
+    warnings += restore_leftovers(sweep.hosts, sweep.python, exp.hosts, observer.message, clean=sweep.net_clean)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,11 +4,12 @@
     python - ACTION ARGS... < zcorch/worker/remote.py   (remote hosts: this file's text on stdin)
 
 Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
-    preflight ADDRESS [PORT...] [--tool PROGRAM...] [--build WORKDIR NAME MARKER]
+    preflight ADDRESS [PORT...] [--tool PROGRAM...] [--net-state DIR PREFIX] [--build WORKDIR NAME MARKER]
                                        -> JSON facts: python, cffi, Python.h, cc, address/ports bindable,
                                           the path of each PROGRAM (the baseline kinds' tools) or null; with
                                           --build, "build": the worker build's state (build_state: its marker's
-                                          text, read only after private-build's checks passed, or why refused)
+                                          text, read only after private-build's checks passed, or why refused);
+                                          with --net-state, "net_state": whether DIR holds a PREFIX* entry
     cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
     finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
     private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
@@ -760,16 +761,36 @@ def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
 
 
 def _preflight_action(args: "List[str]") -> int:
-    build = None
-    if "--build" in args:   # always the last four arguments (a --tool PROGRAM may be named --build too)
+    build = net = None
+    # the optional groups come last, in this order: [--net-state DIR PREFIX] [--build WORKDIR NAME MARKER],
+    # found by position (a --tool PROGRAM may be named like a flag)
+    if "--build" in args:
         if len(args) < 5 or args[-4] != "--build":
             raise _UsageError("--build WORKDIR NAME MARKER must be the last arguments")
         build, args = args[-3:], args[:-4]
+    if "--net-state" in args:
+        if len(args) < 4 or args[-3] != "--net-state":
+            raise _UsageError("--net-state DIR PREFIX must come last (before --build)")
+        net, args = args[-2:], args[:-3]
     ports, programs = _tool_args(args[1:])
     facts = preflight_facts(args[0], [_int(p, "PORT") for p in ports], programs)
+    if net is not None:
+        facts["net_state"] = net_state_present(*net)
     if build is not None:
         facts["build"] = build_state(*build)
     return _print_json(facts)
+
+
+def net_state_present(state_dir: str, prefix: str) -> "Optional[bool]":
+    """Whether the network state directory (`~` of this host) holds an entry named PREFIX... (a killed
+    sweep's network state, zcorch.worker.netcfg: of any namespace, a link or not): False lets the controller
+    skip reading and restoring it, True or None (cannot tell) has it read and judged as always."""
+    try:
+        return any(name.startswith(prefix) for name in os.listdir(os.path.expanduser(state_dir)))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
 
 
 def metadata_action(args: "List[str]") -> "Dict[str, Any]":
@@ -782,7 +803,8 @@ def metadata_action(args: "List[str]") -> "Dict[str, Any]":
 
 # name -> (usage of its arguments, least and most argument count (None: any), handler)
 ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]" = {
-    "preflight": ("ADDRESS [PORT...] [--tool PROGRAM...] [--build WORKDIR NAME MARKER]", 1, None, _preflight_action),
+    "preflight": ("ADDRESS [PORT...] [--tool PROGRAM...] [--net-state DIR PREFIX] [--build WORKDIR NAME MARKER]", 1,
+                  None, _preflight_action),
     "cffi-dir": ("", 0, 0, _cffi_dir_action),
     "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
     "private-dirs": ("DIR...", 1, None, _private_dirs_action),
