@@ -41,6 +41,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from typing import List, Sequence
 
@@ -106,7 +107,17 @@ class LabHandle:
     def pids_in(self, host: str) -> List[int]:
         return zlab.netns_pids(self.layout.ns(self._role(host)))
 
-    def zcorch_procs(self, host: str) -> List[int]:
+    def zcorch_procs(self, host: str, within: float = 0.0) -> List[int]:
+        """The zcorch worker processes left in `host`; `within` seconds: the ones still there after waiting
+        that long for them to go (a process whose connection was cut ends when sshd notices it: not at once)."""
+        deadline = time.monotonic() + within
+        while True:
+            found = self._zcorch_procs(host)
+            if not found or time.monotonic() >= deadline:
+                return found
+            time.sleep(0.05)
+
+    def _zcorch_procs(self, host: str) -> List[int]:
         found = []
         for pid in self.pids_in(host):
             try:
