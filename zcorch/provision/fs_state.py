@@ -220,7 +220,13 @@ def _remove_file(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Opt
     if not host.run(["test", "-e", path]).ok:
         return None
     if _loops_after_autoclear(host, path):
-        raise HostError(f"{host.name}: {path} still backs a loop device: not removed")
+        # A loop attached after its own undo looked: the `losetup` of a step that Ctrl-C interrupted still ends
+        # on the host a moment after the controller stopped waiting for it (its loop was recorded before it ran,
+        # and undone as none). The file is this run's (recorded, in its own state directory), so a loop on it
+        # is this run's too: detached like the others.
+        _detach_loops(host, {"backing_file": path}, log, scope)
+        if loops_of(host, path):
+            raise HostError(f"{host.name}: {path} still backs a loop device: not removed")
     r = _do(host, ["rm", "-f", "--", path], log)
     if not r.ok:
         raise HostError(f"{host.name}: rm {path} failed: {r.stderr.strip()}")
