@@ -492,3 +492,26 @@ def test_a_filesystem_unmounted_mid_sweep_is_refused_not_written_below(host, bef
     finally:
         fm.teardown_all()
     assert host_state(host) == before
+
+
+def test_a_loop_attached_after_its_undo_looked_is_detached_before_its_file_goes(host, tmp_path, fs_state_dir):
+    """Ctrl-C during a loop step: its `losetup` ends on the host after the teardown's loop undo found nothing
+    (fresh-clone CI left /dev/loopN on a backing file that way). Removing this run's backing file detaches
+    the loop on it first, instead of stopping the teardown with 'still backs a loop device'."""
+    from zcorch.provision.fs_state import loops_of, undo_resources
+
+    backing = os.path.join(fs_state_dir, "fs-late", "dev0.img")
+    os.makedirs(os.path.dirname(backing))
+    assert host.run(["truncate", "-s", "8M", backing]).ok
+    resources = [{"kind": "backing_file", "path": backing}, {"kind": "loop", "backing_file": backing}]
+    undone, errors = undo_resources(host, resources[1:])          # the loop's undo: nothing attached yet
+    assert errors == [] and undone == []
+    dev = host.run(["losetup", "--find", "--show", backing]).stdout.strip()   # the interrupted step's attach
+    try:
+        assert dev and loops_of(host, backing) == [dev]
+        undone, errors = undo_resources(host, resources[:1])
+        assert errors == [] and undone == [f"removed backing file {backing}"], (undone, errors)
+        assert not os.path.exists(backing) and not host.run(["losetup", dev]).stdout.strip().endswith(f"({backing})")
+    finally:
+        if os.path.exists(backing):
+            host.run(["losetup", "-d", dev])
