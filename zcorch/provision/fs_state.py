@@ -322,8 +322,9 @@ class Lease:
     def take(cls, host: Host, state_dir: str, timeout: float = 30.0, name: str = LEASE_NAME,
              what: str = "this receiver's filesystems", wait: float = 0.0, token: str = "",
              shared: bool = False) -> "Lease":
-        """`state_dir` may start with `~/` (the host's home). Raises PreflightError naming the holder when another sweep holds it (after `wait` seconds: a
-        just-killed controller's lease ends when its connection does). A lease this same sweep (`token`)
+        """`state_dir` may start with `~/` (the host's home). Raises PreflightError naming the holder when
+        another sweep holds it (after `wait` seconds: a just-killed controller's lease ends when its connection
+        does). A lease this same sweep (`token`)
         already holds on the same file (two host names for one machine) is shared: release() does nothing.
         shared: a reader's hold (flock -s): readers coexist, an exclusive holder excludes them all."""
         # In a directory others may write, the lock file could be swapped under a holder (two sweeps would
