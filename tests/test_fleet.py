@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import signal
 import textwrap
 import threading
 from pathlib import Path
@@ -230,3 +231,79 @@ def test_recalibrate_reaches_every_pair(tmp_path, fleet_files, tag):
         for role in ("sender", "receiver"):
             cal = meta["hosts"][role]["calibration"]
             assert cal["cached"] is False and cal["cache"]["status"] == "refresh", (pair, role, cal)
+
+
+def test_a_pair_killed_between_writing_a_run_and_printing_it_still_has_that_run_reported(tmp_path, fleet_files,
+                                                                                          tag, monkeypatch):
+    """A pair's sweep SIGKILLed after a run's record reached its runs.jsonl but before its `run` event was
+    printed: the fleet reads the record back when the sweep ends and reports it (`recovered`), so the events,
+    fleet.json and the result set agree, and a --resume does not run it again. The instant between the two
+    writes is too short to hit from outside on demand (the four-lab test's kill lands there only sometimes),
+    so the pair's process kills itself there: a real SIGKILL of a real sweep, placed by wrapping
+    ResultSet.append_run in that forked process only."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from fixtures_run import TAG_VAR
+    from zcorch.cli import main as zcorch_main
+    from zcorch.results.store import ResultSet
+
+    monkeypatch.setenv(TAG_VAR, tag)
+    exp, inv = fleet_files
+    out = tmp_path / "fleet"
+
+    def pair_main(argv):
+        if f"{inv}:c" in argv:   # pair c dies right after its first record is on disk
+            append = ResultSet.append_run
+
+            def append_then_die(self, record):
+                append(self, record)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            ResultSet.append_run = append_then_die
+        return zcorch_main(argv)
+
+    class Collect(fl.FleetObserver):
+        def __init__(self):
+            self.events, self.ends = [], {}
+
+        def event(self, pair, doc):
+            self.events.append({**doc, "pair": pair})
+
+        def pair_ended(self, state, stderr_tail):
+            self.ends[state.pair] = fl.PairState.from_dict(state.as_dict())
+
+    seen = Collect()
+    fleet = fl.prepare_fleet(exp, f"{inv}:a,c", pair_main=pair_main, output=str(out), observer=seen)
+    try:
+        result = fleet.run()
+    finally:
+        fleet.close()
+    assert result.exit_status == 1
+    assert seen.ends["a"].status == "complete" and seen.ends["c"].status == "failed"
+    assert "SIGKILL" in seen.ends["c"].reason
+
+    records = [json.loads(line) for line in (out / "c" / "runs.jsonl").read_text().splitlines()]
+    assert len(records) == 1
+    runs = {p: [e for e in seen.events if e["event"] == "run" and e["pair"] == p] for p in "ac"}
+    assert len(runs["a"]) == 3 and not any(e.get("recovered") for e in runs["a"])
+    (recovered,) = runs["c"]
+    assert recovered["recovered"] is True and recovered["done"] == 1 and recovered["todo"] == 3
+    assert (recovered["cell"], recovered["repeat"], recovered["started"]) == \
+        (records[0]["cell"], records[0]["repeat"], records[0]["started"])
+    assert recovered["status"] == "ok" and recovered["gbit_s"] > 0
+    assert set(recovered) == set(runs["a"][0]) | {"recovered"}   # the same event a live sweep prints
+    schema = json.loads((ROOT / "docs" / "schemas" / "run-events.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    assert [e.message for e in validator.iter_errors(recovered)] == []
+    doc = json.loads((out / "fleet.json").read_text())
+    assert {p["pair"]: p["runs"] for p in doc["pairs"]}["c"] == {"planned": 3, "ok": 1, "failed": 0}
+
+    # --resume: c runs only its two missing repeats; the recovered run is kept, never reported twice
+    seen_again = Collect()
+    fleet = fl.prepare_fleet(None, resume=str(out), pair_main=zcorch_main, observer=seen_again)
+    try:
+        assert fleet.run().exit_status == 0
+    finally:
+        fleet.close()
+    again = [e for e in seen_again.events if e["event"] == "run"]
+    assert {e["pair"] for e in again} == {"c"} and len(again) == 2 and not any(e.get("recovered") for e in again)
+    assert len((out / "c" / "runs.jsonl").read_text().splitlines()) == 3

@@ -169,6 +169,10 @@ def test_four_labs_four_pairs_exclusions_a_killed_pair_resumed_the_odd_pair_name
     assert ends["p3"]["status"] == "failed" and "SIGKILL" in ends["p3"]["reason"], ends["p3"]
     assert all(ends[p]["status"] == "complete" for p in ("p1", "p2", "p4")), ends
     assert {e["pair"] for e in events if e["event"] == "run"} == {"p1", "p2", "p3", "p4"}
+    # every run p3 recorded before the kill was reported (the kill may land between a record and its event:
+    # the fleet then reports it as `recovered`), and no other
+    assert {(e["cell"], e["repeat"], e["started"]) for e in events if e["event"] == "run" and e["pair"] == "p3"} \
+        == {(r["cell"], r["repeat"], r["started"]) for r in read_jsonl(str(records))}
     doc = json.loads((out / "fleet.json").read_text())
     assert doc["exclusions"]["shares"] == {"uplink": ["p3", "p4"]}
     assert doc["exclusions"]["hosts"] == {f"{labs[0].mgmt_address('receiver')}:22": ["p1", "p2"]}   # lab a's receiver

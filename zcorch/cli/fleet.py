@@ -136,7 +136,12 @@ class JsonFleetObserver(FleetObserver):
                           "shares": p.shares} for p in pairs])
 
     def event(self, pair: str, doc: dict) -> None:
-        self.write({**doc, "pair": pair})
+        try:
+            self.write({**doc, "pair": pair})
+        except ValueError:   # a NaN in a run the fleet read back from a killed pair's records (never printed)
+            from zcorch.cli.run_output import _clean
+
+            self.write(_clean({**doc, "pair": pair}))
 
     def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
         self.emit("pair_end", pair=state.pair, status=state.status, exit_status=state.exit_status,

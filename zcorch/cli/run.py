@@ -24,14 +24,14 @@ from typing import Callable, Dict, List, Optional, TextIO
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.cli.cache_writer import CacheWriter
-from zcorch.cli.run_output import (_clean, _finite, _modes, _rate, _utc_now, check_export, export_after_run,
+from zcorch.cli.run_output import (_clean, _modes, _rate, _utc_now, check_export, export_after_run,
                                    report_export, say_over_bar)
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
 from zcorch.sweep.interrupts import InterruptGuard
 from zcorch.sweep.pipeline import FIRST_MEASURING_STAGE, STAGES, SweepObserver, run_sweep
-from zcorch.sweep.runner import SweepOutcome
+from zcorch.sweep.runner import SweepOutcome, run_event_fields
 from zcorch.cli import HELP
 
 
@@ -170,11 +170,8 @@ class JsonObserver(SweepObserver):
         self.emit("stage", stage=name, title=title)
 
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
-        keep = ("cell", "repeat", "status", "reason", "params", "sender", "receiver", "wall_s", "started")
-        recv = record.get("receiver") or {}
-        gbit = recv["bytes"] * 8 / recv["wall_ns"] if record.get("status") == "ok" and recv.get("wall_ns") else None
-        self.emit("run", **{k: record.get(k) for k in keep}, gbit_s=_finite(gbit),
-                  done=outcome.ok + outcome.failed, todo=todo, failed_so_far=outcome.failed)
+        self.emit("run", **run_event_fields(record), done=outcome.ok + outcome.failed, todo=todo,
+                  failed_so_far=outcome.failed)
 
     def baseline_done(self, record: dict) -> None:
         self.emit("baseline", record=record)

@@ -46,6 +46,7 @@ import os
 import queue
 import re
 import signal
+import stat
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -55,9 +56,9 @@ from zcorch._version import __version__
 from zcorch.config.hosts import HostSpec
 from zcorch.config.inventory import InventoryPair, select_pairs
 from zcorch.errors import ConfigError, ResultsError
-from zcorch.results.store import lock_result_set, utc_now, write_json_atomic
+from zcorch.results.store import RUNS, lock_result_set, utc_now, write_json_atomic
 from zcorch.sweep.pipeline import SweepObserver
-from zcorch.sweep.runner import SweepOutcome
+from zcorch.sweep.runner import SweepOutcome, run_event_fields
 
 FORMAT = "zcorch-fleet"
 FORMAT_VERSION = 1
@@ -400,11 +401,19 @@ class _Child:
     the fleet runs (start_reading() afterwards): a fork while another thread holds a lock would copy it held."""
 
     def __init__(self, state: PairState, argv: List[str], pair_main: PairMain, close_in_child: List[int],
-                 prctl: Any):
+                 prctl: Any, runs_path: str):
         self.state = state
         self.stderr: List[str] = []
         self.end: Optional[dict] = None
         self.returncode: Optional[int] = None
+        self.todo = 0
+        # The pair's runs.jsonl as it stands before its sweep starts (its complete lines) and the runs its
+        # sweep reported: a sweep killed between writing a run's record and printing its event (SIGKILL, an
+        # OOM kill) has its unreported records read back from there (unreported_runs).
+        self.runs_path = runs_path
+        self.records_before = _complete_length(runs_path)
+        self.reported: set = set()
+        self.failed = 0   # of the runs reported
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         for stream in (sys.stdout, sys.stderr):
@@ -422,6 +431,10 @@ class _Child:
                 os.dup2(err_w, 2)
                 for fd in (devnull, out_w, err_w):
                     os.close(fd)
+                # Its events and messages go to the fleet's pipes whatever sys.stdout/stderr were in the
+                # fleet's process (a library caller's, a notebook's, a test's capture: not necessarily fd 1/2).
+                sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
+                sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
                 for sig in (signal.SIGINT, signal.SIGTERM):   # its own sweep installs its handlers
                     signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
                 if prctl is not None:
@@ -476,6 +489,29 @@ class _Child:
             if line:
                 self.stderr = (self.stderr + [line])[-40:]
 
+    def unreported_runs(self) -> List[dict]:
+        """The records this sweep appended to its runs.jsonl and never reported as a `run` event."""
+        try:   # the file its sweep made: never through a link planted in its place
+            fd = os.open(self.runs_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return []
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return []
+            f.seek(self.records_before)
+            tail = f.read()
+        out = []
+        for raw in tail.splitlines(keepends=True):
+            if not raw.endswith(b"\n"):
+                break   # a torn last line: the record was never written whole
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and _run_key(record) not in self.reported:
+                out.append(record)
+        return out
+
     def poll(self) -> Optional[int]:
         if self.returncode is None:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
@@ -505,6 +541,30 @@ class _Child:
         self._out.close()
         self._err.close()
         return self.returncode
+
+
+def _complete_length(path: str) -> int:
+    """Bytes of `path` up to and including its last newline (0 when it does not exist): where the records a
+    sweep appends from now on begin (a torn tail after it is cut by the sweep's resume, never a record)."""
+    try:
+        with open(path, "rb") as f:
+            end = f.seek(0, os.SEEK_END)
+            pos = end
+            while pos > 0:
+                step = min(pos, 1 << 16)
+                pos -= step
+                f.seek(pos)
+                i = f.read(step).rfind(b"\n")
+                if i >= 0:
+                    return pos + i + 1
+    except OSError:
+        pass
+    return 0
+
+
+def _run_key(doc: dict) -> Tuple[Any, Any, Any]:
+    """A run's identity in its record and in its `run` event: a resumed sweep may run (cell, repeat) again."""
+    return doc.get("cell"), doc.get("repeat"), doc.get("started")
 
 
 def _reason(child: "_Child", rc: int) -> Optional[str]:
@@ -561,7 +621,7 @@ class Fleet:
             state.exit_status = state.reason = None
             inherited = [self.lock_fd] + [fd for c in self.children for fd in c.fds]
             child = _Child(state, _child_argv(state, self.directory, self.start, self.flags), self.pair_main,
-                           inherited, prctl)
+                           inherited, prctl, os.path.join(self.directory, state.dir, RUNS))
             state.pid = child.pid
             self.children.append(child)
         for child in self.children:
@@ -606,7 +666,10 @@ class Fleet:
             state.runs["planned"] = int(doc.get("runs") or 0)
             state.runs["ok"] = int(doc.get("already_ok") or 0)
             state.runs["failed"] = 0
+            child.todo = max(state.runs["planned"] - state.runs["ok"], 0)
         elif kind == "run":
+            child.reported.add(_run_key(doc))
+            child.failed += doc.get("status") != "ok"
             if doc.get("status") == "ok":
                 state.runs["ok"] += 1
             else:
@@ -617,6 +680,8 @@ class Fleet:
 
     def _ended(self, child: _Child) -> None:
         rc = child.join()
+        if child.end is None:   # its sweep did not end its report: runs it recorded may be unreported
+            self._recover_runs(child)
         state = child.state
         state.exit_status, state.finished = rc, utc_now()
         if rc == EXIT_OK:
@@ -628,6 +693,15 @@ class Fleet:
         state.reason = _reason(child, rc)
         self.save()
         self.observer.pair_ended(state, child.stderr)
+
+    def _recover_runs(self, child: _Child) -> None:
+        """Report the runs a killed sweep recorded but never printed, as `run` events marked `recovered`, so
+        the fleet's events and fleet.json count what the pair's result set holds (a --resume skips them)."""
+        for record in child.unreported_runs():
+            doc = {"event": "run", "time": utc_now(), **run_event_fields(record),
+                   "done": len(child.reported) + 1, "todo": child.todo,
+                   "failed_so_far": child.failed + (record.get("status") != "ok"), "recovered": True}
+            self._event(child, doc)
 
 
 def _flags(accept_new_host_keys: bool, allow_ssh_config_exec: bool, recalibrate: bool = False) -> List[str]:

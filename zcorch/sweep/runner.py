@@ -120,6 +120,22 @@ class SweepOutcome:
     records: List[dict] = field(default_factory=list)
 
 
+# What a `run` event of `zcorch run --json` carries of a run's record (docs/schemas/run-events.schema.json),
+# beside the progress counts: the JSON observer prints it as each run ends, and a fleet rebuilds it from the
+# records of a pair whose sweep was killed before it printed them.
+RUN_EVENT_KEYS = ("cell", "repeat", "status", "reason", "params", "sender", "receiver", "wall_s", "started")
+
+
+def run_event_fields(record: dict) -> Dict[str, Any]:
+    """A run record's fields of its `run` event, and its rate (gbit_s: the receiver's bytes over its timed
+    wall time; None unless ok)."""
+    recv = record.get("receiver") or {}
+    gbit = None
+    if record.get("status") == "ok" and recv.get("wall_ns"):
+        gbit = recv["bytes"] * 8 / recv["wall_ns"]
+    return {**{k: record.get(k) for k in RUN_EVENT_KEYS}, "gbit_s": gbit}
+
+
 class Runner:
     """Runs plan runs between `sender` and `receiver`, appending records to `results`.
 
