@@ -33,6 +33,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from zcorch.results.intervals import median_ci  # noqa: E402
 from zcorch.units import format_size, parse_size  # noqa: E402
 from _loopback import ENV, host_busy_s, host_event, transfer, worker  # noqa: E402
 
@@ -240,6 +241,22 @@ def main() -> int:
                 ("recv_host", "receiver host")) if a[key] is not None and b[key])
             print(f"ratio {ours} / {peer}: throughput {a['gbps'] / b['gbps']:.2f}; CPU per GiB {cpu_ratios} "
                   "(lower is better)")
+    # The ratio of two medians moves with the machine's drift between them; each repetition ran both back to
+    # back, so the per-repetition ratios share that drift and their median has a distribution-free interval
+    # (the order-statistic one zcorch gives a cell's median), at the level it really has.
+    print()
+    for ours, peer in peers.items():
+        if ours not in samples or peer not in samples:
+            continue
+        parts = []
+        for key, what in (("gbps", "throughput"), ("send_cpu", "sender CPU/GiB"), ("recv_cpu", "receiver CPU/GiB")):
+            pairs = [x[key] / y[key] for x, y in zip(samples[ours], samples[peer]) if y.get(key)]
+            if not pairs:
+                continue
+            low, high, level = median_ci(pairs)
+            where = f" [{low:.2f}, {high:.2f}] at {level:.1%}" if level == level else " (no interval: < 2 pairs)"
+            parts.append(f"{what} {statistics.median(pairs):.2f}{where}")
+        print(f"paired {ours} / {peer}, median of {len(samples[ours])} per-repetition ratios: {'; '.join(parts)}")
     return 0
 
 

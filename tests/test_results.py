@@ -5,7 +5,8 @@ import os
 import pytest
 
 from zcorch.errors import ResultsError
-from zcorch.results.store import (FORMAT_VERSION, ResultSet, latest_runs, load_manifest, read_jsonl)
+from zcorch.results.store import (FORMAT_VERSION, ResultSet, complete_length, latest_runs, load_manifest,
+                                   read_jsonl)
 
 
 def make(tmp_path, name="rs"):
@@ -60,6 +61,11 @@ def test_torn_final_line_is_skipped_and_truncated_on_resume(tmp_path):
         f.write(full[: len(full) // 2])  # what a crash in the middle of a write leaves
     assert [r["repeat"] for r in read_jsonl(str(path))] == [0]
     rs.close()   # the crashed writer's lock went with its process
+    whole = path.read_bytes().index(b"\n") + 1   # the one whole record
+    assert complete_length(str(path)) == whole            # where a resumed sweep's records will begin
+    assert complete_length(str(tmp_path / "none.jsonl")) == 0
+    os.symlink(path, tmp_path / "link.jsonl")
+    assert complete_length(str(tmp_path / "link.jsonl")) == 0   # never read through a link
     rs2 = ResultSet.open_for_resume(str(tmp_path / "rs"), ["zcorch", "run", "--resume", "rs"])
     assert path.read_text().endswith("\n")
     rs2.append_run(rec("c1", 1, "ok"))

@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import stat
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError, ResultSetBusy, ResultsWriteError
 from zcorch.results import setfiles
@@ -74,9 +74,35 @@ def read_jsonl(path: str) -> List[dict]:
     return records
 
 
+def _complete_lines_end(f: BinaryIO, size: int) -> int:
+    """The offset just past the last newline of the first `size` bytes of `f` (0 when there is none), looked
+    for from the end a chunk at a time: a huge or sparse tail never sits in memory whole."""
+    pos = size
+    while pos > 0:
+        step = min(pos, 1 << 20)
+        pos -= step
+        f.seek(pos)
+        i = f.read(step).rfind(b"\n")
+        if i >= 0:
+            return pos + i + 1
+    return 0
+
+
+def complete_length(path: str) -> int:
+    """Bytes of the JSON-lines file `path` up to its last newline (0 when it does not exist or is no regular
+    file): where the records appended from now on begin (a torn tail after it is never a record)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return 0
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return 0
+        return _complete_lines_end(f, f.seek(0, os.SEEK_END))
+
+
 def _truncate_torn_tail(path: str) -> bool:
-    """Cut an unterminated last line (crash mid-write). Returns True if something was cut. The last newline
-    is looked for from the end a chunk at a time: a huge or sparse tail never sits in memory whole."""
+    """Cut an unterminated last line (crash mid-write). Returns True if something was cut."""
     if not os.path.exists(path):
         return False
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -87,16 +113,7 @@ def _truncate_torn_tail(path: str) -> bool:
         f.seek(size - 1)
         if f.read(1) == b"\n":
             return False
-        keep, pos = 0, size
-        while pos > 0:
-            step = min(pos, 1 << 20)
-            pos -= step
-            f.seek(pos)
-            i = f.read(step).rfind(b"\n")
-            if i >= 0:
-                keep = pos + i + 1
-                break
-        f.truncate(keep)
+        f.truncate(_complete_lines_end(f, size))
         f.flush()
         os.fsync(f.fileno())
     return True

@@ -56,7 +56,7 @@ from zcorch._version import __version__
 from zcorch.config.hosts import HostSpec
 from zcorch.config.inventory import InventoryPair, select_pairs
 from zcorch.errors import ConfigError, ResultsError
-from zcorch.results.store import RUNS, lock_result_set, utc_now, write_json_atomic
+from zcorch.results.store import RUNS, complete_length, lock_result_set, utc_now, write_json_atomic
 from zcorch.sweep.pipeline import SweepObserver
 from zcorch.sweep.runner import SweepOutcome, run_event_fields
 
@@ -411,7 +411,7 @@ class _Child:
         # sweep reported: a sweep killed between writing a run's record and printing its event (SIGKILL, an
         # OOM kill) has its unreported records read back from there (unreported_runs).
         self.runs_path = runs_path
-        self.records_before = _complete_length(runs_path)
+        self.records_before = complete_length(runs_path)
         self.reported: set = set()
         self.failed = 0   # of the runs reported
         out_r, out_w = os.pipe()
@@ -541,25 +541,6 @@ class _Child:
         self._out.close()
         self._err.close()
         return self.returncode
-
-
-def _complete_length(path: str) -> int:
-    """Bytes of `path` up to and including its last newline (0 when it does not exist): where the records a
-    sweep appends from now on begin (a torn tail after it is cut by the sweep's resume, never a record)."""
-    try:
-        with open(path, "rb") as f:
-            end = f.seek(0, os.SEEK_END)
-            pos = end
-            while pos > 0:
-                step = min(pos, 1 << 16)
-                pos -= step
-                f.seek(pos)
-                i = f.read(step).rfind(b"\n")
-                if i >= 0:
-                    return pos + i + 1
-    except OSError:
-        pass
-    return 0
 
 
 def _run_key(doc: dict) -> Tuple[Any, Any, Any]:
