@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import signal
 import textwrap
 import threading
 from pathlib import Path
@@ -233,57 +232,57 @@ def test_recalibrate_reaches_every_pair(tmp_path, fleet_files, tag):
             assert cal["cached"] is False and cal["cache"]["status"] == "refresh", (pair, role, cal)
 
 
+KILL_AFTER_RECORD = """\
+import os, signal, sys
+from zcorch.cli import main
+from zcorch.results.store import ResultSet
+
+victim = sys.argv.pop(1)   # the --hosts value of the pair to kill, as the fleet gives it to that pair's process
+append = ResultSet.append_run
+
+
+def append_then_die(self, record):
+    append(self, record)
+    if victim in sys.argv:   # that pair's forked process (the fleet sets its argv): dead right after the write
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+ResultSet.append_run = append_then_die
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 def test_a_pair_killed_between_writing_a_run_and_printing_it_still_has_that_run_reported(tmp_path, fleet_files,
-                                                                                          tag, monkeypatch):
+                                                                                          tag):
     """A pair's sweep SIGKILLed after a run's record reached its runs.jsonl but before its `run` event was
     printed: the fleet reads the record back when the sweep ends and reports it (`recovered`), so the events,
     fleet.json and the result set agree, and a --resume does not run it again. The instant between the two
     writes is too short to hit from outside on demand (the four-lab test's kill lands there only sometimes),
-    so the pair's process kills itself there: a real SIGKILL of a real sweep, placed by wrapping
-    ResultSet.append_run in that forked process only."""
-    jsonschema = pytest.importorskip("jsonschema")
-    from fixtures_run import TAG_VAR
-    from zcorch.cli import main as zcorch_main
-    from zcorch.results.store import ResultSet
+    so the pair's process kills itself there: a real SIGKILL of a real `zcorch run` fleet's pair, placed by
+    wrapping ResultSet.append_run (KILL_AFTER_RECORD, the command line run by a script that does only that)."""
+    import subprocess
+    import sys
 
-    monkeypatch.setenv(TAG_VAR, tag)
+    from fixtures_run import REPO, TAG_VAR
+
+    jsonschema = pytest.importorskip("jsonschema")
     exp, inv = fleet_files
     out = tmp_path / "fleet"
-
-    def pair_main(argv):
-        if f"{inv}:c" in argv:   # pair c dies right after its first record is on disk
-            append = ResultSet.append_run
-
-            def append_then_die(self, record):
-                append(self, record)
-                os.kill(os.getpid(), signal.SIGKILL)
-
-            ResultSet.append_run = append_then_die
-        return zcorch_main(argv)
-
-    class Collect(fl.FleetObserver):
-        def __init__(self):
-            self.events, self.ends = [], {}
-
-        def event(self, pair, doc):
-            self.events.append({**doc, "pair": pair})
-
-        def pair_ended(self, state, stderr_tail):
-            self.ends[state.pair] = fl.PairState.from_dict(state.as_dict())
-
-    seen = Collect()
-    fleet = fl.prepare_fleet(exp, f"{inv}:a,c", pair_main=pair_main, output=str(out), observer=seen)
-    try:
-        result = fleet.run()
-    finally:
-        fleet.close()
-    assert result.exit_status == 1
-    assert seen.ends["a"].status == "complete" and seen.ends["c"].status == "failed"
-    assert "SIGKILL" in seen.ends["c"].reason
+    script = tmp_path / "kill_after_record.py"
+    script.write_text(KILL_AFTER_RECORD)
+    res = subprocess.run([sys.executable, str(script), f"{inv}:c", "run", exp, "--hosts", f"{inv}:a,c", "-o",
+                          str(out), "--json"], capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}))
+    assert res.returncode == 1, res.stderr[-3000:]
+    events = [json.loads(line) for line in res.stdout.splitlines()]
+    ends = {e["pair"]: e for e in events if e["event"] == "pair_end"}
+    assert ends["a"]["status"] == "complete" and ends["c"]["status"] == "failed"
+    assert "SIGKILL" in ends["c"]["reason"], ends["c"]
+    assert ends["c"]["runs"] == {"planned": 3, "ok": 1, "failed": 0}
 
     records = [json.loads(line) for line in (out / "c" / "runs.jsonl").read_text().splitlines()]
     assert len(records) == 1
-    runs = {p: [e for e in seen.events if e["event"] == "run" and e["pair"] == p] for p in "ac"}
+    runs = {p: [e for e in events if e["event"] == "run" and e["pair"] == p] for p in "ac"}
     assert len(runs["a"]) == 3 and not any(e.get("recovered") for e in runs["a"])
     (recovered,) = runs["c"]
     assert recovered["recovered"] is True and recovered["done"] == 1 and recovered["todo"] == 3
@@ -298,12 +297,52 @@ def test_a_pair_killed_between_writing_a_run_and_printing_it_still_has_that_run_
     assert {p["pair"]: p["runs"] for p in doc["pairs"]}["c"] == {"planned": 3, "ok": 1, "failed": 0}
 
     # --resume: c runs only its two missing repeats; the recovered run is kept, never reported twice
-    seen_again = Collect()
-    fleet = fl.prepare_fleet(None, resume=str(out), pair_main=zcorch_main, observer=seen_again)
-    try:
-        assert fleet.run().exit_status == 0
-    finally:
-        fleet.close()
-    again = [e for e in seen_again.events if e["event"] == "run"]
-    assert {e["pair"] for e in again} == {"c"} and len(again) == 2 and not any(e.get("recovered") for e in again)
+    again = zcorch(tag, "run", "--resume", out, "--json", timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    rerun = [json.loads(line) for line in again.stdout.splitlines()]
+    rerun = [e for e in rerun if e["event"] == "run"]
+    assert {e["pair"] for e in rerun} == {"c"} and len(rerun) == 2 and not any(e.get("recovered") for e in rerun)
     assert len((out / "c" / "runs.jsonl").read_text().splitlines()) == 3
+
+
+LIBRARY_CALLER = """\
+import io, json, sys
+from zcorch.cli import main
+from zcorch.sweep import fleet
+
+exp, hosts, out = sys.argv[1:]
+sys.stdout = sys.stderr = io.StringIO()   # what a notebook or a capturing harness puts there: not fd 1 or 2
+runs = []
+
+
+class Collect(fleet.FleetObserver):
+    def event(self, pair, doc):   # as each pair's sweep printed them (not read back from its records)
+        runs.extend([pair] if doc.get("event") in ("run", "end") and not doc.get("recovered") else [])
+
+
+f = fleet.prepare_fleet(exp, hosts, pair_main=main, output=out, observer=Collect())
+try:
+    status = f.run().exit_status
+finally:
+    f.close()
+sys.__stdout__.write(json.dumps({"exit_status": status, "runs": runs}))
+"""
+
+
+def test_a_library_caller_whose_sys_stdout_is_not_fd_1_still_gets_every_pairs_events(tmp_path, fleet_files, tag):
+    """run_fleet from Python with sys.stdout/stderr replaced (a notebook, a capture): each pair's process
+    writes its events to the fleet's pipe, not into its copy of the caller's stream object."""
+    import subprocess
+    import sys
+
+    from fixtures_run import REPO, TAG_VAR
+
+    exp, inv = fleet_files
+    script = tmp_path / "library_caller.py"
+    script.write_text(LIBRARY_CALLER)
+    res = subprocess.run([sys.executable, str(script), exp, f"{inv}:a,c", str(tmp_path / "fleet")],
+                         capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}))
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout)
+    assert got["exit_status"] == 0 and sorted(got["runs"]) == ["a"] * 4 + ["c"] * 4, got   # 3 runs and the end

@@ -433,8 +433,9 @@ class _Child:
                     os.close(fd)
                 # Its events and messages go to the fleet's pipes whatever sys.stdout/stderr were in the
                 # fleet's process (a library caller's, a notebook's, a test's capture: not necessarily fd 1/2).
-                sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
-                sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+                # Line-buffered, as the interpreter's own stderr is: what it said before a SIGKILL is there.
+                sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
+                sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
                 for sig in (signal.SIGINT, signal.SIGTERM):   # its own sweep installs its handlers
                     signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
                 if prctl is not None:
