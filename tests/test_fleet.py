@@ -237,17 +237,18 @@ import os, signal, sys
 from zcorch.cli import main
 from zcorch.results.store import ResultSet
 
+records = sys.argv.pop(1)  # runs.jsonl or baselines.jsonl: the file after whose first record the pair dies
 victim = sys.argv.pop(1)   # the --hosts value of the pair to kill, as the fleet gives it to that pair's process
-append = ResultSet.append_run
+append = ResultSet._append
 
 
-def append_then_die(self, record):
-    append(self, record)
-    if victim in sys.argv:   # that pair's forked process (the fleet sets its argv): dead right after the write
+def append_then_die(self, name, record):
+    append(self, name, record)   # the record whole on disk, its event not yet printed
+    if name == records and victim in sys.argv:   # that pair's forked process (the fleet sets its argv)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-ResultSet.append_run = append_then_die
+ResultSet._append = append_then_die
 sys.exit(main(sys.argv[1:]))
 """
 
@@ -259,7 +260,7 @@ def test_a_pair_killed_between_writing_a_run_and_printing_it_still_has_that_run_
     fleet.json and the result set agree, and a --resume does not run it again. The instant between the two
     writes is too short to hit from outside on demand (the four-lab test's kill lands there only sometimes),
     so the pair's process kills itself there: a real SIGKILL of a real `zcorch run` fleet's pair, placed by
-    wrapping ResultSet.append_run (KILL_AFTER_RECORD, the command line run by a script that does only that)."""
+    wrapping ResultSet._append (KILL_AFTER_RECORD, the command line run by a script that does only that)."""
     import subprocess
     import sys
 
@@ -270,7 +271,7 @@ def test_a_pair_killed_between_writing_a_run_and_printing_it_still_has_that_run_
     out = tmp_path / "fleet"
     script = tmp_path / "kill_after_record.py"
     script.write_text(KILL_AFTER_RECORD)
-    res = subprocess.run([sys.executable, str(script), f"{inv}:c", "run", exp, "--hosts", f"{inv}:a,c", "-o",
+    res = subprocess.run([sys.executable, str(script), "runs.jsonl", f"{inv}:c", "run", exp, "--hosts", f"{inv}:a,c", "-o",
                           str(out), "--json"], capture_output=True, text=True, timeout=300, cwd=REPO,
                          env=dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}))
     assert res.returncode == 1, res.stderr[-3000:]
@@ -346,3 +347,39 @@ def test_a_library_caller_whose_sys_stdout_is_not_fd_1_still_gets_every_pairs_ev
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout)
     assert got["exit_status"] == 0 and sorted(got["runs"]) == ["a"] * 4 + ["c"] * 4, got   # 3 runs and the end
+
+
+def test_a_pair_killed_between_writing_a_baseline_and_printing_it_still_has_that_baseline_reported(
+        tmp_path, fleet_files, tag):
+    """The same for a baseline record (iperf3 on localhost): reported as a `baseline` event marked
+    recovered, carrying the record as written; the pair ran no cell, so it reports no run."""
+    import shutil
+    import subprocess
+    import sys
+
+    from fixtures_run import REPO, TAG_VAR
+
+    if shutil.which("iperf3") is None:
+        pytest.skip("iperf3 is not installed (scripts/install-system-deps installs it)")
+    jsonschema = pytest.importorskip("jsonschema")
+    _, inv = fleet_files
+    exp = write(tmp_path / "exp-baseline.yaml", EXPERIMENT.replace("baselines: false", "baselines:\n  iperf3: {duration: 1s}"))
+    out = tmp_path / "fleet"
+    script = tmp_path / "kill_after_record.py"
+    script.write_text(KILL_AFTER_RECORD)
+    res = subprocess.run([sys.executable, str(script), "baselines.jsonl", f"{inv}:c", "run", exp, "--hosts",
+                          f"{inv}:a,c", "-o", str(out), "--json"], capture_output=True, text=True, timeout=300,
+                         cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}))
+    assert res.returncode == 1, res.stderr[-3000:]
+    events = [json.loads(line) for line in res.stdout.splitlines()]
+    ends = {e["pair"]: e for e in events if e["event"] == "pair_end"}
+    assert ends["a"]["status"] == "complete" and ends["c"]["status"] == "failed" and "SIGKILL" in ends["c"]["reason"]
+    written = [json.loads(line) for line in (out / "c" / "baselines.jsonl").read_text().splitlines()]
+    assert len(written) == 1 and written[0]["kind"] == "iperf3"
+    (recovered,) = [e for e in events if e["event"] == "baseline" and e["pair"] == "c"]
+    assert recovered["recovered"] is True and recovered["record"] == written[0]
+    assert not [e for e in events if e["event"] == "run" and e["pair"] == "c"]
+    assert not any(e.get("recovered") for e in events if e.get("pair") == "a")
+    schema = json.loads((ROOT / "docs" / "schemas" / "run-events.schema.json").read_text())
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    assert [e.message for e in validator.iter_errors(recovered)] == []

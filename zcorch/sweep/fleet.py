@@ -56,7 +56,7 @@ from zcorch._version import __version__
 from zcorch.config.hosts import HostSpec
 from zcorch.config.inventory import InventoryPair, select_pairs
 from zcorch.errors import ConfigError, ResultsError
-from zcorch.results.store import RUNS, complete_length, lock_result_set, utc_now, write_json_atomic
+from zcorch.results.store import BASELINES, RUNS, complete_length, lock_result_set, utc_now, write_json_atomic
 from zcorch.sweep.pipeline import SweepObserver
 from zcorch.sweep.runner import SweepOutcome, run_event_fields
 
@@ -401,19 +401,19 @@ class _Child:
     the fleet runs (start_reading() afterwards): a fork while another thread holds a lock would copy it held."""
 
     def __init__(self, state: PairState, argv: List[str], pair_main: PairMain, close_in_child: List[int],
-                 prctl: Any, runs_path: str):
+                 prctl: Any, result_dir: str):
         self.state = state
         self.stderr: List[str] = []
         self.end: Optional[dict] = None
         self.returncode: Optional[int] = None
         self.todo = 0
-        # The pair's runs.jsonl as it stands before its sweep starts (its complete lines) and the runs its
-        # sweep reported: a sweep killed between writing a run's record and printing its event (SIGKILL, an
-        # OOM kill) has its unreported records read back from there (unreported_runs).
-        self.runs_path = runs_path
-        self.records_before = complete_length(runs_path)
-        self.reported: set = set()
-        self.failed = 0   # of the runs reported
+        # The pair's runs.jsonl and baselines.jsonl as they stand before its sweep starts (their complete
+        # lines) and the records its sweep reported: a sweep killed between writing a record and printing its
+        # event (SIGKILL, an OOM kill) has its unreported records read back from there (unreported).
+        self.result_dir = result_dir
+        self.records_before = {name: complete_length(os.path.join(result_dir, name)) for name in RECORD_EVENTS}
+        self.reported: set = set()   # _record_key of every run and baseline event seen
+        self.runs_reported = self.failed = 0
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         for stream in (sys.stdout, sys.stderr):
@@ -490,27 +490,26 @@ class _Child:
             if line:
                 self.stderr = (self.stderr + [line])[-40:]
 
-    def unreported_runs(self) -> List[dict]:
-        """The records this sweep appended to its runs.jsonl and never reported as a `run` event."""
+    def unreported(self, name: str) -> List[dict]:
+        """The records this sweep appended to its `name` (RECORD_EVENTS) and never reported as an event."""
         try:   # the file its sweep made: never through a link planted in its place
-            fd = os.open(self.runs_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(os.path.join(self.result_dir, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return []
+        out = []
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return []
-            f.seek(self.records_before)
-            tail = f.read()
-        out = []
-        for raw in tail.splitlines(keepends=True):
-            if not raw.endswith(b"\n"):
-                break   # a torn last line: the record was never written whole
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and _run_key(record) not in self.reported:
-                out.append(record)
+            f.seek(self.records_before[name])
+            for raw in f:   # a line at a time: a long sweep's records never sit in memory whole
+                if not raw.endswith(b"\n"):
+                    break   # a torn last line: the record was never written whole
+                try:
+                    record = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and _record_key(RECORD_EVENTS[name], record) not in self.reported:
+                    out.append(record)
         return out
 
     def poll(self) -> Optional[int]:
@@ -544,9 +543,17 @@ class _Child:
         return self.returncode
 
 
-def _run_key(doc: dict) -> Tuple[Any, Any, Any]:
-    """A run's identity in its record and in its `run` event: a resumed sweep may run (cell, repeat) again."""
-    return doc.get("cell"), doc.get("repeat"), doc.get("started")
+# A result set's record files and the event that reports each record (zcorch run --json).
+RECORD_EVENTS = {RUNS: "run", BASELINES: "baseline"}
+
+
+def _record_key(event: str, record: dict) -> Tuple[Any, ...]:
+    """A record's identity, the same in its file and in its event (a baseline event carries its record whole):
+    a run by cell, repeat and start (a resumed sweep may run a (cell, repeat) again), a baseline by kind,
+    host and start."""
+    if event == "run":
+        return event, record.get("cell"), record.get("repeat"), record.get("started")
+    return event, record.get("kind"), record.get("host"), record.get("started")
 
 
 def _reason(child: "_Child", rc: int) -> Optional[str]:
@@ -603,7 +610,7 @@ class Fleet:
             state.exit_status = state.reason = None
             inherited = [self.lock_fd] + [fd for c in self.children for fd in c.fds]
             child = _Child(state, _child_argv(state, self.directory, self.start, self.flags), self.pair_main,
-                           inherited, prctl, os.path.join(self.directory, state.dir, RUNS))
+                           inherited, prctl, os.path.join(self.directory, state.dir))
             state.pid = child.pid
             self.children.append(child)
         for child in self.children:
@@ -650,20 +657,23 @@ class Fleet:
             state.runs["failed"] = 0
             child.todo = max(state.runs["planned"] - state.runs["ok"], 0)
         elif kind == "run":
-            child.reported.add(_run_key(doc))
+            child.reported.add(_record_key("run", doc))
+            child.runs_reported += 1
             child.failed += doc.get("status") != "ok"
             if doc.get("status") == "ok":
                 state.runs["ok"] += 1
             else:
                 state.runs["failed"] += 1
+        elif kind == "baseline" and isinstance(doc.get("record"), dict):
+            child.reported.add(_record_key("baseline", doc["record"]))
         elif kind == "end":
             child.end = doc
         self.observer.event(state.pair, doc)
 
     def _ended(self, child: _Child) -> None:
         rc = child.join()
-        if child.end is None:   # its sweep did not end its report: runs it recorded may be unreported
-            self._recover_runs(child)
+        if child.end is None:   # its sweep did not end its report: records it wrote may be unreported
+            self._recover_records(child)
         state = child.state
         state.exit_status, state.finished = rc, utc_now()
         if rc == EXIT_OK:
@@ -676,12 +686,15 @@ class Fleet:
         self.save()
         self.observer.pair_ended(state, child.stderr)
 
-    def _recover_runs(self, child: _Child) -> None:
-        """Report the runs a killed sweep recorded but never printed, as `run` events marked `recovered`, so
-        the fleet's events and fleet.json count what the pair's result set holds (a --resume skips them)."""
-        for record in child.unreported_runs():
+    def _recover_records(self, child: _Child) -> None:
+        """Report the baselines and runs a killed sweep recorded but never printed, as events marked
+        `recovered`, so the fleet's events and fleet.json count what the pair's result set holds (a --resume
+        keeps them: it runs only what is missing)."""
+        for record in child.unreported(BASELINES):
+            self._event(child, {"event": "baseline", "time": utc_now(), "record": record, "recovered": True})
+        for record in child.unreported(RUNS):
             doc = {"event": "run", "time": utc_now(), **run_event_fields(record),
-                   "done": len(child.reported) + 1, "todo": child.todo,
+                   "done": child.runs_reported + 1, "todo": child.todo,
                    "failed_so_far": child.failed + (record.get("status") != "ok"), "recovered": True}
             self._event(child, doc)
 
