@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -140,16 +141,36 @@ def test_index_owned_by_another_lab_is_refused(lab):
     assert zlab.status(zlab.LabLayout(lab.name, lab.index))["up"]
 
 
+def _stray_in(ns: str, seconds: int) -> str:
+    """A `sleep` left running in namespace `ns` (setsid: not ours to reap), once it is really in there:
+    `setsid -f` returns before `ip netns exec` has entered the namespace, and a repair that looks before then
+    cannot see it (the fresh-clone CI once had the sleep join after `up` had cleaned). The pattern pgrep -f
+    finds it by: its argument carries this test process's pid, so no one else's sleep matches."""
+    arg = f"{seconds}.{os.getpid()}"
+    subprocess.run(["setsid", "-f", "ip", "netns", "exec", ns, "sleep", arg], check=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for pid in zlab.netns_pids(ns):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[:2] == [b"sleep", arg.encode()]:
+                        return f"sleep {arg}"
+            except OSError:
+                continue
+        time.sleep(0.02)
+    raise AssertionError(f"sleep {arg} did not appear in {ns} within 10 s")
+
+
 @pytest.mark.lab
 def test_down_after_crashed_up_and_repair_by_up(own_lab):
     layout = own_lab
     # Crash 1: an sshd died (kill -9) and a stray process still runs in the namespace; `up` repairs.
     st = zlab.status(layout)
     os.kill(st["hosts"]["receiver"]["sshd_pid"], 9)
-    subprocess.run(["setsid", "-f", "ip", "netns", "exec", layout.ns("sender"), "sleep", "1234"], check=True)
+    stray = _stray_in(layout.ns("sender"), 1234)
     assert not zlab.status(layout)["up"]
     assert zlab.up(layout)["up"]
-    assert subprocess.run(["pgrep", "-f", "sleep 1234"], capture_output=True).returncode == 1
+    assert subprocess.run(["pgrep", "-f", stray], capture_output=True).returncode == 1
     zlab.down(layout, keep_keys=True)
     assert os.path.exists(layout.identity_file) and os.path.exists(layout.known_hosts)
     assert not os.path.exists(layout.home("sender"))
@@ -160,11 +181,11 @@ def test_down_after_crashed_up_and_repair_by_up(own_lab):
     subprocess.run(["ip", "link", "add", layout.mgmt_veth("sender"), "type", "veth", "peer", "name",
                     layout.mgmt_veth("sender") + "p"], check=True)
     subprocess.run(["ip", "netns", "add", layout.ns("sender")], check=True)
-    subprocess.run(["setsid", "-f", "ip", "netns", "exec", layout.ns("sender"), "sleep", "1235"], check=True)
+    stray = _stray_in(layout.ns("sender"), 1235)
     assert _traces(layout) != NOTHING
     zlab.down(layout)
     assert _traces(layout) == NOTHING
-    assert subprocess.run(["pgrep", "-f", "sleep 1235"], capture_output=True).returncode == 1
+    assert subprocess.run(["pgrep", "-f", stray], capture_output=True).returncode == 1
     zlab.down(layout)  # twice: still fine
     assert _traces(layout) == NOTHING
 
