@@ -62,10 +62,15 @@ def test_torn_final_line_is_skipped_and_truncated_on_resume(tmp_path):
     assert [r["repeat"] for r in read_jsonl(str(path))] == [0]
     rs.close()   # the crashed writer's lock went with its process
     whole = path.read_bytes().index(b"\n") + 1   # the one whole record
-    assert complete_length(str(path)) == whole            # where a resumed sweep's records will begin
-    assert complete_length(str(tmp_path / "none.jsonl")) == 0
+    assert complete_length(str(tmp_path / "rs"), "runs.jsonl") == whole   # where a resumed sweep's records begin
+    assert complete_length(str(tmp_path), "none.jsonl") == 0
     os.symlink(path, tmp_path / "link.jsonl")
-    assert complete_length(str(tmp_path / "link.jsonl")) == 0   # never read through a link
+    assert complete_length(str(tmp_path), "link.jsonl") == 0   # never read through a link
+    from zcorch.results import setfiles
+
+    # what a reader of the records appended since then gets: the torn line alone, marked unterminated
+    assert [(n, ended) for n, _, ended in setfiles.iter_lines(tmp_path / "rs", "runs.jsonl", offset=whole)] == \
+        [(1, False)]
     rs2 = ResultSet.open_for_resume(str(tmp_path / "rs"), ["zcorch", "run", "--resume", "rs"])
     assert path.read_text().endswith("\n")
     rs2.append_run(rec("c1", 1, "ok"))

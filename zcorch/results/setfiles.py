@@ -133,10 +133,11 @@ def read_json(root: PathLike, rel: str, limit: int = MAX_JSON_BYTES) -> Any:
 
 
 def iter_lines(root: PathLike, rel: str, max_line: int = MAX_LINE_BYTES, max_records: int = MAX_RECORDS,
-               skipped: Callable[[str], None] = _skipped) -> Iterator[Tuple[int, bytes, bool]]:
+               skipped: Callable[[str], None] = _skipped, offset: int = 0) -> Iterator[Tuple[int, bytes, bool]]:
     """(line number, line, terminated) of a JSON-lines file, streamed. A line longer than `max_line` is
     skipped (read past in chunks, never held); after `max_records` non-empty lines the rest is skipped;
-    both are reported through `skipped` once per file. No file: nothing."""
+    both are reported through `skipped` once per file. No file: nothing. `offset`: read from that byte on
+    (the start of a line; line numbers then count from there)."""
     try:
         fd = open_inside(root, rel)
     except FileNotFoundError:
@@ -145,6 +146,7 @@ def iter_lines(root: PathLike, rel: str, max_line: int = MAX_LINE_BYTES, max_rec
     long_lines: "list[int]" = []
     count = 0
     with os.fdopen(fd, "rb") as f:
+        f.seek(offset)
         lineno = 0
         while True:
             line = f.readline(max_line + 1)

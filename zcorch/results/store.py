@@ -88,16 +88,15 @@ def _complete_lines_end(f: BinaryIO, size: int) -> int:
     return 0
 
 
-def complete_length(path: str) -> int:
-    """Bytes of the JSON-lines file `path` up to its last newline (0 when it does not exist or is no regular
-    file): where the records appended from now on begin (a torn tail after it is never a record)."""
+def complete_length(directory: str, name: str) -> int:
+    """Bytes of a result set's JSON-lines file up to its last newline, read as setfiles reads the set's files
+    (0 when it does not exist, is a link or no regular file): where the records appended from now on begin (a
+    torn tail after it is never a record)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        fd = setfiles.open_inside(directory, name)
+    except (OSError, ResultsError):
         return 0
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return 0
         return _complete_lines_end(f, f.seek(0, os.SEEK_END))
 
 

@@ -46,7 +46,6 @@ import os
 import queue
 import re
 import signal
-import stat
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ from zcorch._version import __version__
 from zcorch.config.hosts import HostSpec
 from zcorch.config.inventory import InventoryPair, select_pairs
 from zcorch.errors import ConfigError, ResultsError
+from zcorch.results import setfiles
 from zcorch.results.store import BASELINES, RUNS, complete_length, lock_result_set, utc_now, write_json_atomic
 from zcorch.sweep.pipeline import SweepObserver
 from zcorch.sweep.runner import SweepOutcome, run_event_fields
@@ -411,7 +411,7 @@ class _Child:
         # lines) and the records its sweep reported: a sweep killed between writing a record and printing its
         # event (SIGKILL, an OOM kill) has its unreported records read back from there (unreported).
         self.result_dir = result_dir
-        self.records_before = {name: complete_length(os.path.join(result_dir, name)) for name in RECORD_EVENTS}
+        self.records_before = {name: complete_length(result_dir, name) for name in RECORD_EVENTS}
         self.reported: set = set()   # _record_key of every run and baseline event seen
         self.runs_reported = self.failed = 0
         out_r, out_w = os.pipe()
@@ -491,18 +491,12 @@ class _Child:
                 self.stderr = (self.stderr + [line])[-40:]
 
     def unreported(self, name: str) -> List[dict]:
-        """The records this sweep appended to its `name` (RECORD_EVENTS) and never reported as an event."""
-        try:   # the file its sweep made: never through a link planted in its place
-            fd = os.open(os.path.join(self.result_dir, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return []
+        """The records this sweep appended to its `name` (RECORD_EVENTS) and never reported as an event (read
+        as every reader of a result set reads it: setfiles, no link followed, streamed)."""
         out = []
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return []
-            f.seek(self.records_before[name])
-            for raw in f:   # a line at a time: a long sweep's records never sit in memory whole
-                if not raw.endswith(b"\n"):
+        try:
+            for _, raw, whole in setfiles.iter_lines(self.result_dir, name, offset=self.records_before[name]):
+                if not whole:
                     break   # a torn last line: the record was never written whole
                 try:
                     record = json.loads(raw)
@@ -510,6 +504,8 @@ class _Child:
                     continue
                 if isinstance(record, dict) and _record_key(RECORD_EVENTS[name], record) not in self.reported:
                     out.append(record)
+        except (OSError, ResultsError):   # a link or another kind of file in its place: nothing of ours to read
+            pass
         return out
 
     def poll(self) -> Optional[int]:
