@@ -232,6 +232,19 @@ def test_recalibrate_reaches_every_pair(tmp_path, fleet_files, tag):
             assert cal["cached"] is False and cal["cache"]["status"] == "refresh", (pair, role, cal)
 
 
+def _run_script(tag, tmp_path, name: str, text: str, *args) -> "subprocess.CompletedProcess":
+    """`python SCRIPT ARGS` (a script written from `text`), with the checkout on PYTHONPATH and our tag."""
+    import subprocess
+    import sys
+
+    from fixtures_run import REPO, TAG_VAR
+
+    script = tmp_path / name
+    script.write_text(text)
+    return subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, text=True,
+                          timeout=300, cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}))
+
+
 KILL_AFTER_RECORD = """\
 import os, signal, sys
 from zcorch.cli import main
@@ -261,19 +274,11 @@ def test_a_pair_killed_between_writing_a_run_and_printing_it_still_has_that_run_
     writes is too short to hit from outside on demand (the four-lab test's kill lands there only sometimes),
     so the pair's process kills itself there: a real SIGKILL of a real `zcorch run` fleet's pair, placed by
     wrapping ResultSet._append (KILL_AFTER_RECORD, the command line run by a script that does only that)."""
-    import subprocess
-    import sys
-
-    from fixtures_run import REPO, TAG_VAR
-
     jsonschema = pytest.importorskip("jsonschema")
     exp, inv = fleet_files
     out = tmp_path / "fleet"
-    script = tmp_path / "kill_after_record.py"
-    script.write_text(KILL_AFTER_RECORD)
-    res = subprocess.run([sys.executable, str(script), "runs.jsonl", f"{inv}:c", "run", exp, "--hosts", f"{inv}:a,c", "-o",
-                          str(out), "--json"], capture_output=True, text=True, timeout=300, cwd=REPO,
-                         env=dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}))
+    res = _run_script(tag, tmp_path, "kill_after_record.py", KILL_AFTER_RECORD, "runs.jsonl", f"{inv}:c", "run", exp,
+                      "--hosts", f"{inv}:a,c", "-o", out, "--json")
     assert res.returncode == 1, res.stderr[-3000:]
     events = [json.loads(line) for line in res.stdout.splitlines()]
     ends = {e["pair"]: e for e in events if e["event"] == "pair_end"}
@@ -333,17 +338,8 @@ sys.__stdout__.write(json.dumps({"exit_status": status, "runs": runs}))
 def test_a_library_caller_whose_sys_stdout_is_not_fd_1_still_gets_every_pairs_events(tmp_path, fleet_files, tag):
     """run_fleet from Python with sys.stdout/stderr replaced (a notebook, a capture): each pair's process
     writes its events to the fleet's pipe, not into its copy of the caller's stream object."""
-    import subprocess
-    import sys
-
-    from fixtures_run import REPO, TAG_VAR
-
     exp, inv = fleet_files
-    script = tmp_path / "library_caller.py"
-    script.write_text(LIBRARY_CALLER)
-    res = subprocess.run([sys.executable, str(script), exp, f"{inv}:a,c", str(tmp_path / "fleet")],
-                         capture_output=True, text=True, timeout=300, cwd=REPO,
-                         env=dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}))
+    res = _run_script(tag, tmp_path, "library_caller.py", LIBRARY_CALLER, exp, f"{inv}:a,c", tmp_path / "fleet")
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout)
     assert got["exit_status"] == 0 and sorted(got["runs"]) == ["a"] * 4 + ["c"] * 4, got   # 3 runs and the end
@@ -354,26 +350,21 @@ def test_a_pair_killed_between_writing_a_baseline_and_printing_it_still_has_that
     """The same for a baseline record (iperf3 on localhost): reported as a `baseline` event marked
     recovered, carrying the record as written; the pair ran no cell, so it reports no run."""
     import shutil
-    import subprocess
-    import sys
-
-    from fixtures_run import REPO, TAG_VAR
 
     if shutil.which("iperf3") is None:
         pytest.skip("iperf3 is not installed (scripts/install-system-deps installs it)")
     jsonschema = pytest.importorskip("jsonschema")
     _, inv = fleet_files
-    exp = write(tmp_path / "exp-baseline.yaml", EXPERIMENT.replace("baselines: false", "baselines:\n  iperf3: {duration: 1s}"))
+    exp = write(tmp_path / "exp-baseline.yaml",
+                EXPERIMENT.replace("baselines: false", "baselines:\n  iperf3: {duration: 1s}"))
     out = tmp_path / "fleet"
-    script = tmp_path / "kill_after_record.py"
-    script.write_text(KILL_AFTER_RECORD)
-    res = subprocess.run([sys.executable, str(script), "baselines.jsonl", f"{inv}:c", "run", exp, "--hosts",
-                          f"{inv}:a,c", "-o", str(out), "--json"], capture_output=True, text=True, timeout=300,
-                         cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}))
+    res = _run_script(tag, tmp_path, "kill_after_record.py", KILL_AFTER_RECORD, "baselines.jsonl", f"{inv}:c", "run",
+                      exp, "--hosts", f"{inv}:a,c", "-o", out, "--json")
     assert res.returncode == 1, res.stderr[-3000:]
     events = [json.loads(line) for line in res.stdout.splitlines()]
     ends = {e["pair"]: e for e in events if e["event"] == "pair_end"}
-    assert ends["a"]["status"] == "complete" and ends["c"]["status"] == "failed" and "SIGKILL" in ends["c"]["reason"]
+    assert ends["a"]["status"] == "complete" and ends["c"]["status"] == "failed"
+    assert "SIGKILL" in ends["c"]["reason"], ends["c"]
     written = [json.loads(line) for line in (out / "c" / "baselines.jsonl").read_text().splitlines()]
     assert len(written) == 1 and written[0]["kind"] == "iperf3"
     (recovered,) = [e for e in events if e["event"] == "baseline" and e["pair"] == "c"]

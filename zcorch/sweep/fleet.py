@@ -413,7 +413,7 @@ class _Child:
         self.result_dir = result_dir
         self.records_before = {name: complete_length(result_dir, name) for name in RECORD_EVENTS}
         self.reported: set = set()   # _record_key of every run and baseline event seen
-        self.runs_reported = self.failed = 0
+        self.runs_reported = 0
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         for stream in (sys.stdout, sys.stderr):
@@ -655,7 +655,6 @@ class Fleet:
         elif kind == "run":
             child.reported.add(_record_key("run", doc))
             child.runs_reported += 1
-            child.failed += doc.get("status") != "ok"
             if doc.get("status") == "ok":
                 state.runs["ok"] += 1
             else:
@@ -691,7 +690,7 @@ class Fleet:
         for record in child.unreported(RUNS):
             doc = {"event": "run", "time": utc_now(), **run_event_fields(record),
                    "done": child.runs_reported + 1, "todo": child.todo,
-                   "failed_so_far": child.failed + (record.get("status") != "ok"), "recovered": True}
+                   "failed_so_far": child.state.runs["failed"] + (record.get("status") != "ok"), "recovered": True}
             self._event(child, doc)
 
 
