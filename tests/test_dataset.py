@@ -165,17 +165,32 @@ def test_an_exported_sweep_reads_its_manifest_when_asked_and_keeps_the_fields_hi
         assert exported.manifest == own.manifest   # the whole manifest, parsed from the exported text
 
 
-def test_values_sorted_by_group_then_value_as_lexsort_sorts_them():
-    import numpy as np
+def test_ok_table_counts_and_sorts_each_sets_cells_as_summarize_reads_runs(tmp_path):
+    """Dataset.ok_table (DuckDB groups and sorts): per (set, cell) the ok runs (a null status is not ok), the
+    others, and the ok runs' values sorted with nulls and NaN left out; a null cell is a group of its own; the
+    sets in the order asked for, a set asked for twice or not exported answers once or not at all."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    from zcorch.analysis.dataset import _sorted_by_group
+    from zcorch.analysis.dataset import Dataset, new_manifest, write_manifest
 
-    rng = np.random.default_rng(5)
-    for _ in range(200):
-        n = int(rng.integers(0, 200))
-        group = rng.integers(0, max(1, n // 4), n)
-        values = np.round(rng.standard_normal(n), int(rng.integers(0, 3)))   # rounded: many ties
-        assert np.array_equal(_sorted_by_group(values, group), values[np.lexsort((values, group))])
+    part = "experiment=x/date=2026-01-01"
+    for table in ("runs", "sets"):
+        (tmp_path / table / part).mkdir(parents=True)
+    pq.write_table(pa.table({
+        "set_id": ["a", "a", "a", "a", "b", "b", "b", "a", "b", "c"],
+        "cell": ["c1", "c1", "c1", None, "c1", "c2", "c2", "c2", None, "c9"],
+        "status": ["ok", "failed", None, "ok", "ok", "ok", "ok", "ok", "ok", "failed"],
+        "gbit_s": [2.0, 1.0, 3.0, float("nan"), None, 5.0, -1.0, 0.0, 1.5, 7.0]}), tmp_path / "runs" / part / "p.parquet")
+    pq.write_table(pa.table({"set_id": ["a", "b", "c"], "path": ["/a", "/b", "/c"]}), tmp_path / "sets" / part / "p.parquet")
+    doc = new_manifest()
+    doc["sets"] = {s: {"partition": part, "part": "p.parquet", "path": "/" + s, "sha256": "0"} for s in "abc"}
+    write_manifest(tmp_path, doc)
+    got = Dataset(tmp_path, tables=("sets", "runs")).ok_table("gbit_s", ["b", "a", "b", "c", "zz"]).to_pylist()
+    assert [tuple(r.values()) for r in got] == [
+        ("b", "c1", 1, 0, []), ("b", "c2", 2, 0, [-1.0, 5.0]), ("b", None, 1, 0, [1.5]),
+        ("a", "c1", 1, 2, [2.0]), ("a", "c2", 1, 0, [0.0]), ("a", None, 1, 0, []),
+        ("c", "c9", 0, 1, [])]
 
 
 def test_a_first_export_that_died_before_its_manifest_is_taken_up_by_the_next(two_nights, tmp_path):

@@ -207,7 +207,7 @@ def test_borrowing_the_spread_cuts_the_false_alarms_of_spurious_levels():
 
 
 def test_the_detectors_median_is_numpys():
-    from zcorch.analysis.detector import _median
+    from zcorch.analysis.steps import median_of as _median   # the detector's and the fit's sigmas' median
 
     rng = np.random.default_rng(11)
     for _ in range(2000):

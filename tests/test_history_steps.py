@@ -208,3 +208,39 @@ def test_the_compiled_fit_finds_what_the_exhaustive_one_finds(seed):
         fit = fit_steps(y, sigma)
         steps, levels = exhaustive_fit(y, sigma, fit.penalty)
         assert (fit.steps, [s.level for s in fit.segments]) == (steps, levels), (seed, trial, y.tolist())
+
+
+def test_many_fits_at_once_are_fit_steps_fits_whatever_the_threads():
+    """steps.fit_many and steps.start_fits (the compiled programme over many series in one call, on threads, as
+    zcorch history fits a fleet's cells) give exactly fit_steps' fits: series of every length (none, too few for a
+    step, long), with gaps, ties and steps."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from zcorch.analysis.steps import fit_many, start_fits
+
+    rng = np.random.default_rng(3)
+    series = []
+    for k in range(120):
+        n = int(rng.integers(0, 90))
+        y = 10 + rng.standard_normal(n) * 0.3
+        if n > 10 and k % 3 == 0:
+            y[n // 2:] += 2
+        if n and k % 4 == 0:
+            y[rng.integers(0, n, size=max(1, n // 5))] = np.nan
+        if k % 7 == 0:
+            y = np.round(y)
+        series.append((y, point_sigmas(y) if np.isfinite(y).any() else np.full(n, np.nan)))
+    one_by_one = [fit_steps(y, s) for y, s in series]
+
+    def same(fits):
+        assert len(fits) == len(one_by_one)
+        for got, want in zip(fits, one_by_one):
+            assert got.segments == want.segments
+            assert got.penalty == want.penalty or (np.isnan(got.penalty) and np.isnan(want.penalty))
+
+    assert sum(len(f.steps) for f in one_by_one) > 20   # the series do have steps
+    for threads in (1, 2, 3):
+        same(fit_many(series, threads))
+    same(start_fits(series).result())
+    with ThreadPoolExecutor(2) as pool:
+        same(start_fits(series, pool).result())

@@ -2,6 +2,7 @@
 PNG bytes as drawn in-process, and a worker that fails loses no plot (write_index draws the rest itself)."""
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -84,4 +85,25 @@ def test_no_worker_at_all_draws_in_process(history, tmp_path):
     out = tmp_path / "none"
     with TrendWorkers(count=0) as workers:
         write_index(history, out, workers)
+    assert plots_of(out) == expected
+
+
+def test_a_worker_not_ready_when_the_plots_are_asked_for_draws_none_and_is_ended(history, tmp_path):
+    # a real process in the second worker's place that never says it is ready (a worker still importing on a
+    # busy machine): the ready worker draws every plot, the other is ended instead of making the page wait
+    expected = in_process(history, tmp_path)
+    out = tmp_path / "not-ready"
+    with TrendWorkers(count=2) as workers:
+        workers.procs[1].kill()
+        workers.procs[1].wait()
+        slow = workers.procs[1] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not workers.ready[0] and time.monotonic() < deadline:   # until the real worker has warmed up
+            workers._read_ready()
+            time.sleep(0.05)
+        assert workers.ready == [True, False]
+        write_index(history, out, workers)
+        assert slow.wait(timeout=10) != 0   # ended, not waited for
+        assert workers.shares[1] == [] and len(workers.shares[0]) >= 2
     assert plots_of(out) == expected

@@ -1,5 +1,3 @@
-import sys
+from zcorch.cli import run
 
-from zcorch.cli import main
-
-sys.exit(main())
+run()

@@ -53,6 +53,7 @@ exactly as zcorch.analysis.history does.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
@@ -62,7 +63,7 @@ import scipy.special   # not scipy.stats: its import costs three times as much C
 
 from zcorch.analysis.compare import VERDICTS_BAD, judge
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT
-from zcorch.analysis.steps import FLOOR_REL, StepFit
+from zcorch.analysis.steps import FLOOR_REL, StepFit, median_of
 
 # The defaults of `zcorch history` (zcorch.analysis.gate, where the command line reads them).
 DEFAULT_THRESHOLD_PCT = HISTORY_THRESHOLD_PCT
@@ -110,13 +111,18 @@ def stable_baselines(fit: StepFit, has_ok: Sequence[int], last: int) -> "List[tu
         return []
     segs = fit.segments
     k = fit.segment_of(last)
+    has_ok = sorted(has_ok)
+
+    def within(start: int, end: int) -> List[int]:   # the nights with ok runs in [start, end), in order
+        return has_ok[bisect.bisect_left(has_ok, start):bisect.bisect_left(has_ok, end)]
+
     candidates = []
     if k > 0:
-        ok_in = [[i for i in has_ok if s.start <= i < s.end and i != last] for s in segs[:k]]
+        ok_in = [within(s.start, s.end) for s in segs[:k]]   # `last` lies in segs[k], after all of these
         j = next((j for j in range(k - 1, -1, -1) if len(ok_in[j]) >= MIN_STABLE), k - 1)
         if ok_in[j]:
             candidates.append((ok_in[j], segs[k].start))
-    same = [i for i in has_ok if segs[k].start <= i < last]
+    same = within(segs[k].start, last)
     if same:
         candidates.append((same, last))
     return candidates
@@ -169,10 +175,10 @@ def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequen
     k, w = len(base), len(judged)
     if k < (1 if borrowed is not None else 2) or w < 1:
         raise ValueError(f"a nightly test needs two baseline nights and a judged one, got {k} and {w}")
-    center = _median(base)
+    center = median_of(base)
     # scipy.stats.median_abs_deviation(scale="normal") and scipy.stats.t.sf, through their ufunc cores: the
     # wrappers cost ~6 ms a call, and history/bench_detector judge every cell of every night.
-    mad = _median(np.abs(base - center)) * MAD_TO_SD
+    mad = median_of(np.abs(base - center)) * MAD_TO_SD
     kept = base[np.abs(base - center) <= REJECT_MADS * mad] if mad > 0 and k >= REJECT_FROM else base
     if len(kept) < 2 or k - len(kept) > k // REJECT_FROM:
         # More "wild" nights than one in REJECT_FROM: the nights are lumpy (a machine with a few states, e.g.
@@ -185,7 +191,7 @@ def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequen
     change = (mean - level) / level * 100 if level else math.nan
     sd_base = np.asarray(base_sd, dtype="float64")
     finite_sd = sd_base[np.isfinite(sd_base)]
-    typical = _median(finite_sd) if len(finite_sd) else 0.0   # np.nanmedian's value
+    typical = median_of(finite_sd) if len(finite_sd) else 0.0   # np.nanmedian's value
     own = borrowed.rel * abs(level) if borrowed is not None else float(np.std(kept, ddof=1))
     dof = borrowed.df if borrowed is not None else k - 1
     spread = max(own, typical, FLOOR_REL * abs(level), 1e-12)
@@ -207,16 +213,6 @@ def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequen
     else:
         verdict = "not significant"
     return NightlyTest(verdict, change, level, mean, p, spread)
-
-
-def _median(x: np.ndarray) -> float:
-    """np.median of a short 1-d array without NaN, the same float (the middle value, or the two middle ones'
-    sum halved, as np.median's mean of them): without np.median's general machinery, ~10 µs a call, and a
-    fleet's history asks three per judged window."""
-    s = np.sort(x)
-    n = len(s)
-    h = n // 2
-    return float(s[h]) if n % 2 else float((s[h - 1] + s[h]) / 2)
 
 
 def nightly_method(alpha: float) -> str:
@@ -256,7 +252,7 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
             win = has_ok[-w:]
             if len(win) < w or (since != last and win[0] < since):
                 break
-            base = [i for i in baseline if i < win[0]]
+            base = baseline[:bisect.bisect_left(baseline, win[0])]   # a baseline is in order (stable_baselines)
             if len(base) >= min_nights:
                 windows.append((win, base, None))
                 continue

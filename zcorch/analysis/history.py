@@ -56,7 +56,7 @@ from zcorch.analysis.load import load
 from zcorch.analysis.sparkline import sparkline
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
 from zcorch.analysis.gate import Completeness, completeness
-from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_steps, point_sigmas
+from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_many, point_sigmas, start_fits
 from zcorch.analysis.trendplot import TrendSpec, TrendWorkers, draw_trend, png
 from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
@@ -387,7 +387,7 @@ def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, thr
     last = len(sweeps) - 1
     if not ch.present(last):
         return None
-    has_ok = [i for i in range(len(sweeps)) if ch.n[i] > 0]
+    has_ok = np.flatnonzero(np.asarray(ch.n) > 0).tolist()
     if ch.n[last] == 0:   # every run of the newest night failed where earlier nights had ok runs
         earlier = stable_baselines(ch.fit, has_ok, last)
         if not earlier:
@@ -423,33 +423,49 @@ class CellRuns(collections.abc.Sequence):
                 np.empty(0))
 
 
-FIT_THREADS = 2   # the compiled fit releases the GIL (steps._optimal_partition, nogil): a second CPU fits too
+# The threads that fit (the compiled fit holds no GIL): one, beside this thread judging the experiments already
+# fitted (experiment_histories), keeps two CPUs busy; a second one only took CPU from the judging
+# (benchmarks/bench_history.py).
+FIT_THREADS = 1
 
 
-def fit_series(series: Sequence[Dict[str, np.ndarray]]) -> List[StepFit]:
-    """The change-point fit (zcorch.analysis.steps) of each cell's series (FrameSeries.series), in order, on
-    FIT_THREADS threads: each series is fitted alone, so the fits are those of one thread."""
-    def fit(cols: Dict[str, np.ndarray]) -> StepFit:
-        return fit_steps(cols["median"], point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"]))
+def fit_series(series: Sequence[Dict[str, np.ndarray]], pool: Optional[ThreadPoolExecutor] = None):
+    """The change-point fit (zcorch.analysis.steps) of each cell's series (FrameSeries.series), in order: without
+    `pool` a list, on FIT_THREADS threads (steps.fit_many); with one, steps.PendingFits (its compiled part submitted
+    there). The fits are those of fit_steps."""
+    pairs = [(cols["median"], point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"]))
+             for cols in series]
+    return start_fits(pairs, pool) if pool is not None else fit_many(pairs, FIT_THREADS)
 
-    if len(series) < 2:
-        return [fit(cols) for cols in series]
-    with ThreadPoolExecutor(FIT_THREADS) as pool:
-        return list(pool.map(fit, series))
+
+@dataclass
+class CellPlan:
+    """One experiment's cells before they are judged: their order on the page, labels and series; their fits
+    (None: not fitted yet)."""
+    order: List[str]
+    labels: Dict[str, str]
+    series: List[Dict[str, np.ndarray]]
+    fits: Optional[List[StepFit]] = None
+
+
+def plan_cells(source: FrameSeries) -> CellPlan:
+    """The cells of `source` in the page's order, with their labels and series."""
+    labels = source.labels()
+    order = sorted(labels, key=lambda c: (labels[c], c))
+    return CellPlan(order, labels, [source.series(cell) for cell in order])
 
 
 def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                        alpha: float = DEFAULT_ALPHA, source: Optional[FrameSeries] = None,
-                       min_nights: int = MIN_NIGHTS) -> ExperimentHistory:
+                       min_nights: int = MIN_NIGHTS, plan: Optional[CellPlan] = None) -> ExperimentHistory:
     """The per-cell series, their steps and the newest sweep's comparisons (sweeps oldest first); the numbers
-    from `source` (default: the sweeps' runs frames)."""
+    from `source` (default: the sweeps' runs frames), the cells' fits from `plan` (default: fitted here)."""
     source = source if source is not None else FrameSeries(sweeps, metric)
-    labels = source.labels()
-    order = sorted(labels, key=lambda c: (labels[c], c))
-    series = [source.series(cell) for cell in order]
+    plan = plan if plan is not None else plan_cells(source)
+    fits = plan.fits if plan.fits is not None else fit_series(plan.series)
     cells = []
-    for cell, cols, fit in zip(order, series, fit_series(series)):
-        ch = CellHistory(cell, labels[cell], cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"],
+    for cell, cols, fit in zip(plan.order, plan.series, fits):
+        ch = CellHistory(cell, plan.labels[cell], cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"],
                          cols["n"], cols["n_failed"], fit)
         ch.comparison = newest_against_stable(sweeps, ch, metric, threshold_pct, alpha, source, min_nights)
         cells.append(ch)
@@ -460,6 +476,27 @@ def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", t
         hist.problem = (f"the newest sweep {newest.path} measured nothing: status {newest.status}, "
                         f"{newest.n_ok} ok / {newest.n_failed} failed runs{why}")
     return hist
+
+
+def experiment_histories(named: "Sequence[tuple[str, List[Sweep], FrameSeries]]", metric: str, threshold_pct: float,
+                         alpha: float, min_nights: int) -> List[ExperimentHistory]:
+    """experiment_history of each (name, sweeps, source), in order: each experiment's cells fitted on FIT_THREADS
+    threads (one compiled call an experiment, without the GIL) while this thread labels the next experiments and
+    judges those already fitted (a fleet's year: 50 experiments of 24 series of 365 nights)."""
+    with ThreadPoolExecutor(FIT_THREADS, thread_name_prefix="zcorch-fit") as pool:
+        try:
+            pending = []
+            for _, _, source in named:
+                plan = plan_cells(source)
+                pending.append((plan, fit_series(plan.series, pool)))
+            out = []
+            for (name, sweeps, source), (plan, fits) in zip(named, pending):
+                plan.fits = fits.result()
+                out.append(experiment_history(name, sweeps, metric, threshold_pct, alpha, source, min_nights, plan))
+            return out
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)   # after an error, the fits not started are not waited for
+            raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,7 +547,7 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
             continue
         sweeps_found.append(sweep)
     groups = series_of(sweeps_found)
-    experiments = []
+    named = []
     for name in sorted(groups):
         sweeps = groups[name]
         if reports:
@@ -518,7 +555,8 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
                 ensure_report(s)
                 if s.report_problem:
                     warnings.append(f"{s.path}: {s.report_problem}")
-        experiments.append(experiment_history(name, sweeps, metric, threshold_pct, alpha, min_nights=min_nights))
+        named.append((name, sweeps, FrameSeries(sweeps, metric)))
+    experiments = experiment_histories(named, metric, threshold_pct, alpha, min_nights)
     return History(Path(root), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights)
 
 
@@ -669,7 +707,7 @@ def write_index(history: History, out: "str | os.PathLike | None" = None,
     """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/ (trend_cells),
     the plots drawn by `workers` (started before the history was built) while the page is rendered, and
     in this process those they did not return."""
-    from zcorch.analysis.report import environment
+    from zcorch.analysis.templating import environment
 
     out_dir = Path(out) if out is not None else history.root
     out_dir.mkdir(parents=True, exist_ok=True)

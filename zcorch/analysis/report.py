@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import jinja2
 import numpy as np
 import pandas as pd
 
@@ -23,7 +22,7 @@ from zcorch import __version__, metrics
 from zcorch.analysis.filesystems import filesystem_cells, filesystem_summary, side_by_side
 from zcorch.analysis.frames import (OK, load_baselines, load_meta, read_experiment_text, read_manifest, read_meta,
                                     result_dir)
-from zcorch.analysis.links import anchor_href, href, path_href
+from zcorch.analysis.templating import environment, text
 from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import _combo_label, _keys, _select, all_plots, data_uri, default_view, save
@@ -34,15 +33,6 @@ from zcorch.config.sections import reference_of, views_of
 from zcorch.errors import ConfigError
 from zcorch.params import format_value
 from zcorch.analysis.stats import ci_label, ci_method, format_rate, format_spread, summarize, varying_params
-
-
-def text(value) -> str:
-    """A value as the report shows it (the templates' `text` filter; escaping is Jinja2's)."""
-    if value is None or (isinstance(value, float) and np.isnan(value)):
-        return ""
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        value = int(value)  # integers that became floats next to missing values in a column
-    return str(value)
 
 
 @dataclass
@@ -66,16 +56,6 @@ class Table:
 
 
 @functools.lru_cache(maxsize=None)
-def environment() -> jinja2.Environment:
-    """The Jinja2 environment of the report's templates (package data of zcorch.analysis)."""
-    env = jinja2.Environment(loader=jinja2.PackageLoader("zcorch.analysis", "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters["text"] = text
-    # every href/src goes through one of these: http(s) URLs or relative paths only (zcorch.analysis.links)
-    env.filters.update(href=href, path_href=path_href, anchor_href=anchor_href)
-    return env
-
-
 def _num(value, fmt: str = "{:.2f}") -> str:
     try:
         v = float(value)

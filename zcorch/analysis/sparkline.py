@@ -61,8 +61,9 @@ def sparkline(median: Sequence[float], levels: "Sequence[tuple[int, int, float]]
         runs = np.split(idx, np.flatnonzero(np.diff(idx) > 1) + 1)
         xs, ys = _ints(gx(np.arange(n))), _ints(gy(np.where(known, y, mid)))
         for r in runs:
-            pts = " ".join(f"{xs[i]},{ys[i]}" for i in r.tolist()) if len(r) > 1 else ""
-            if pts:
+            if len(r) > 1:   # consecutive nights: one slice of each coordinate
+                a, b = int(r[0]), int(r[-1]) + 1
+                pts = " ".join(map("{},{}".format, xs[a:b], ys[a:b]))
                 parts.append(f'<polyline points="{pts}" fill="none" stroke="#1f77b4" stroke-width="1" '
                              'vector-effect="non-scaling-stroke"/>')
         if known[-1]:

@@ -13,7 +13,9 @@ a worker does not import pandas, DuckDB or numba.
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import select
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -26,7 +28,14 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 DPI = 100
-WORKERS = 2   # the machine's second CPU, and the page render shares the first: two workers halve the drawing
+# One worker per CPU the page itself does not use (at most two), each yielding its CPU to the page's process,
+# which decides when the page is done. On two CPUs, one: the page renders on one CPU while the plots are drawn,
+# and a second worker only shared the other CPU with the first (its import of matplotlib, ~1.5 s of CPU, came
+# out of the page's time; benchmarks/bench_history.py). Only the workers ready when the plots are asked for
+# draw them (the others are ended): a worker still importing would make the page wait for it.
+WORKERS = max(1, min(2, (os.cpu_count() or 1) - 1))
+WORKER_NICE = 10
+READY = b"R"   # what a worker writes once warmed up, before its plots
 
 
 @dataclass
@@ -102,7 +111,13 @@ def _warm_up() -> None:
 def serve() -> None:
     """A worker's loop (run by TrendWorkers): warm up, read one pickled list of TrendSpec from stdin, write
     the pickled list of their PNG bytes to stdout."""
+    try:
+        os.nice(WORKER_NICE)
+    except OSError:   # not allowed here: the worker runs at the page's priority
+        pass
     _warm_up()
+    sys.stdout.buffer.write(READY)
+    sys.stdout.buffer.flush()
     specs = pickle.load(sys.stdin.buffer)
     pickle.dump([png(s) for s in specs], sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
     sys.stdout.buffer.flush()
@@ -125,15 +140,38 @@ class TrendWorkers:
             except OSError:
                 break   # no worker: every plot is drawn in-process
         self.shares: List[List[int]] = []
+        self.ready: List[bool] = [False] * len(self.procs)   # its READY read
         self.total = 0
 
+    def _read_ready(self) -> None:
+        """Which workers have said READY by now (without waiting)."""
+        waiting = {proc.stdout.fileno(): k for k, proc in enumerate(self.procs) if not self.ready[k]}
+        try:
+            readable, _, _ = select.select(list(waiting), [], [], 0)
+        except (OSError, ValueError):
+            return
+        for fd in readable:
+            k = waiting[fd]
+            try:
+                self.ready[k] = os.read(fd, len(READY)) == READY
+            except OSError:
+                pass
+
     def draw(self, specs: Sequence[TrendSpec]) -> None:
-        """Hand each worker its share of `specs` (every k-th), without waiting for the plots."""
+        """Hand each worker ready now its share of `specs` (every k-th; every worker's when none is ready yet),
+        without waiting for the plots; a worker not ready is ended."""
         self.total = len(specs)
         if not self.procs:
             return
-        self.shares = [list(range(k, len(specs), len(self.procs))) for k in range(len(self.procs))]
-        for proc, share in zip(self.procs, self.shares):
+        self._read_ready()
+        drawing = [k for k in range(len(self.procs)) if self.ready[k]] or list(range(len(self.procs)))
+        self.shares = [[] for _ in self.procs]
+        for j, k in enumerate(drawing):
+            self.shares[k] = list(range(j, len(specs), len(drawing)))
+        for k, (proc, share) in enumerate(zip(self.procs, self.shares)):
+            if k not in drawing:
+                proc.kill()
+                continue
             try:
                 proc.stdin.write(pickle.dumps([specs[i] for i in share], protocol=pickle.HIGHEST_PROTOCOL))
                 proc.stdin.close()
@@ -143,10 +181,14 @@ class TrendWorkers:
     def collect(self) -> List[Optional[bytes]]:
         """Each spec's PNG bytes as drawn by a worker, None where its worker failed."""
         out: List[Optional[bytes]] = [None] * self.total
-        for proc, share in zip(self.procs, self.shares):
+        for k, (proc, share) in enumerate(zip(self.procs, self.shares)):
+            if not share:
+                continue
             try:
                 data = proc.stdout.read()
                 code = proc.wait()
+                if not self.ready[k] and data.startswith(READY):
+                    data = data[len(READY):]
                 pngs = pickle.loads(data) if code == 0 else None
             except (OSError, pickle.UnpicklingError, EOFError, ValueError):
                 pngs = None

@@ -49,7 +49,7 @@ def main(args: argparse.Namespace) -> int:
 
         if args.candidate is None or args.against is not None:
             raise ConfigError("--dataset compares two exported sets: give BASE and CANDIDATE (no --against)")
-        data = Dataset(args.dataset)
+        data = Dataset(args.dataset, tables=("sets", "runs"))
         b, c = data.find(args.base), data.find(args.candidate)
         base, cand = b.completeness(), c.completeness()
         base_runs, cand_runs = data.runs(b.set_id), data.runs(c.set_id)

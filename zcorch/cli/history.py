@@ -10,6 +10,7 @@ the previous sweep is missing, or there is no earlier sweep); the last line says
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 
@@ -37,7 +38,8 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                    help="earlier nights at the stable level needed to judge the newest against their spread "
                         f"(default {HISTORY_MIN_NIGHTS}; with fewer its runs are judged against theirs, as compare "
                         "does)")
-    p.set_defaults(func=main)
+    # nothing left to clean up once the page and the answer are written (zcorch.cli.run)
+    p.set_defaults(func=main, quick_exit=True)
     return p
 
 
@@ -47,9 +49,17 @@ def main(args: argparse.Namespace) -> int:
     check_regression_options(args)
     if args.min_nights < 2:
         raise ConfigError(f"--min-nights must be >= 2 (a spread needs two nights), got {args.min_nights}")
-    # the trend plots' helper processes import matplotlib while the history is built (zcorch.analysis.trendplot)
-    with TrendWorkers() as workers:
-        return _history(args, workers)
+    # The cyclic garbage collector is off while the history is built and written: a fleet's year makes some
+    # hundred thousand objects that are all kept until the page is written (sweeps, their rows, the cells'
+    # series), and each collection walked them all again for no cycle to free (about half a second of a
+    # `zcorch history` of one; benchmarks/bench_history.py). Reference counting still frees everything else.
+    gc.disable()
+    try:
+        # the trend plots' helper processes import matplotlib while the history is built (zcorch.analysis.trendplot)
+        with TrendWorkers() as workers:
+            return _history(args, workers)
+    finally:
+        gc.enable()
 
 
 def _history(args: argparse.Namespace, workers) -> int:
