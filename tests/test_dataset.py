@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from fixtures_analysis import copy_result_set, raw_runs, zcorch_cli
-from test_history import READ, SPLICE, nights
+from test_history import READ, SPLICE, nights, write_sweep
 from zcorch.cli import main as zcorch_main
 
 
@@ -115,10 +115,18 @@ def _without_root(text: str) -> str:
     return json.dumps(doc, indent=1)
 
 
-@pytest.mark.parametrize("case", ["real sets, incomplete", "a regression", "no regression"])
+@pytest.mark.parametrize("case", ["real sets, incomplete", "a regression", "no regression", "a fleet"])
 def test_history_and_compare_through_duckdb_answer_as_the_result_sets_do(case, two_nights, tmp_path, capsys):
     if case == "real sets, incomplete":
         root = two_nights
+    elif case == "a fleet":
+        # one experiment on two inventory pairs (a series each, their own cells: labels of their own) and a
+        # night that records no pair (a series of its own): the dataset's parameters are read per pair
+        root = tmp_path / "fleet"
+        for pair, cells, newest in (("p1", [(READ, 10.0), (SPLICE, 5.0)], 8.0), ("p2", [(READ, 12.0)], 12.0)):
+            inv = {"inventory": {"pair": pair, "path": "/etc/zcorch/lab.yaml"}}
+            nights(root / pair, "exp", [cells] * 6 + [[(READ, newest)] + cells[1:]], manifest_extra=inv)
+        write_sweep(root / "nopair" / "20260000T0300Z" / "exp", "exp", 0, [(SPLICE, 5.0)])
     else:
         root = tmp_path / "synthetic"
         slow = 8.0 if case == "a regression" else 10.0
@@ -131,7 +139,7 @@ def test_history_and_compare_through_duckdb_answer_as_the_result_sets_do(case, t
         code_b, out_b, err_b = run(capsys, "history", dest, "-o", tmp_path / "site-b", *args)
         assert code_a == code_b, (out_a, out_b, err_b)
         if "--metric" not in args:   # (the synthetic sets have no CPU figures: nothing to compare there)
-            assert code_a == {"real sets, incomplete": 3, "a regression": 1, "no regression": 0}[case], out_a
+            assert code_a == {"real sets, incomplete": 3, "a regression": 1, "no regression": 0, "a fleet": 1}[case], out_a
         if "json" in args:
             assert _without_root(out_a) == _without_root(out_b)
         else:   # the text names the root on its first line only
