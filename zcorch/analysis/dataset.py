@@ -190,7 +190,9 @@ class Dataset:
         drop = set(COMMON) | set(PARTITIONS)
         frame = self.frame("SELECT * FROM runs WHERE set_id = ?", [set_id])
         frame = frame[[c for c in frame.columns if c not in drop]]
-        self._decode_json(frame)
+        for name in self.manifest["json_columns"].get("runs", []):
+            if name in frame:
+                frame[name] = [None if v is None else json.loads(v) for v in frame[name]]
         linked = self.query("SELECT linked_axes FROM sets WHERE set_id = ?", [set_id]).fetchone()
         frame.attrs[LINKED_ATTR] = json.loads(linked[0]) if linked and linked[0] else {}
         return frame
@@ -235,46 +237,28 @@ class Dataset:
                          "n_failed": pa.array(groups.column("runs").to_numpy(zero_copy_only=False).astype(np.int64) - n),
                          "vals": vals})
 
-    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str]):
-        """The distinct (cell, parameters) of the runs of `set_ids`: what history.cell_labels needs."""
+    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Optional[Sequence[str]] = None):
+        """The distinct (cell, parameters) of the runs of `set_ids`: what history.cell_labels needs. With `by`
+        (a key per set id, e.g. its series), the distinct (key, cell, parameters) in one query, the key in
+        column BY."""
         have = set(self.columns("runs"))
         cols = ["cell"] + [c for c in list(PARAM_KEYS) + list(linked) if c in have]
-        self.con.register("wanted_sets", pa.table({"set_id": pa.array(list(set_ids), type=pa.string())}))
+        wanted = {"set_id": pa.array(list(set_ids), type=pa.string())}
+        if by is not None:
+            wanted[BY] = pa.array(list(by), type=pa.string())
+        self.con.register("wanted_sets", pa.table(wanted))
         try:
-            sel = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
+            sel = ", ".join([f'"{BY}"'] * (by is not None) + ['"' + c.replace('"', '""') + '"' for c in cols])
             frame = self.frame(f"SELECT DISTINCT {sel} FROM runs JOIN wanted_sets USING (set_id)")
         finally:
             self.con.unregister("wanted_sets")
-        self._decode_json(frame)
-        return frame
-
-    def _decode_json(self, frame: pd.DataFrame) -> None:
-        """The runs' columns exported as JSON text (dataset.json `json_columns`) decoded in place."""
         for name in self.manifest["json_columns"].get("runs", []):
             if name in frame:
                 frame[name] = [None if v is None else json.loads(v) for v in frame[name]]
-
-    def linked_names(self, con=None) -> List[str]:
-        """The names of every set's linked axes (the sets table's linked_axes)."""
-        if not self.manifest["sets"]:
-            return []
-        texts = (con or self.con).execute("SELECT DISTINCT linked_axes FROM sets").fetchall()
-        return sorted({n for (text,) in texts for n in _linked(text)})
-
-    def cell_params_of_pairs(self, linked: Sequence[str], con=None) -> pd.DataFrame:
-        """The distinct (experiment, pair, cell, parameters) of every run: cell_params of every set at once, keyed
-        by what names a series (history.series_of: the experiment, and the pair when it has several), in columns
-        EXPERIMENT_KEY and PAIR_KEY. On `con` (a cursor: dataset_history asks it on a thread)."""
-        have = set(self.columns("runs"))
-        cols = ["cell"] + [c for c in list(PARAM_KEYS) + list(linked) if c in have]
-        sel = ", ".join(['"experiment" AS "' + EXPERIMENT_KEY + '"', '"pair" AS "' + PAIR_KEY + '"']
-                        + ['"' + c.replace('"', '""') + '"' for c in cols])
-        frame = self._arrow(f"SELECT DISTINCT {sel} FROM runs", con=con).to_pandas()
-        self._decode_json(frame)
         return frame
 
 
-EXPERIMENT_KEY, PAIR_KEY = "_experiment", "_pair"   # the columns of Dataset.cell_params_of_pairs' key
+BY = "_series"   # the column of Dataset.cell_params' key
 
 
 @functools.lru_cache(maxsize=256)
@@ -477,18 +461,10 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
     data.columns("runs")   # asked here, once: ok_table asks it on its thread
     # The runs' values are read and grouped (DuckDB and numpy: without the GIL most of the time) on a thread while
     # this one makes the sweeps of the sets' rows (Python): a fleet's year, about a second and a half each.
-    # The cells' parameters (for their labels) are read after them on that thread, keyed by experiment and pair.
-    def read_runs() -> "tuple[OkGroups, pd.DataFrame]":
-        cur = data.con.cursor()
-        try:
-            return OkGroups(data.ok_table(metric, set_ids)), data.cell_params_of_pairs(data.linked_names(cur), cur)
-        finally:
-            cur.close()
-
     with ThreadPoolExecutor(1, thread_name_prefix="zcorch-runs") as pool:
-        reading = pool.submit(read_runs)
+        reading = pool.submit(lambda: OkGroups(data.ok_table(metric, set_ids)))
         sweeps = data.sweeps()
-        groups, pair_params = reading.result()
+        groups = reading.result()
     if sorted(s.set_id for s in sweeps) != sorted(set_ids):
         raise ResultsError(f"{path}: the sets its part files hold are not those {MANIFEST} lists (a part file "
                            "changed by something else than zcorch export?): not read")
@@ -499,23 +475,17 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
     order = np.argsort(key, kind="stable")
     names, first = np.unique(key[order], return_index=True) if len(key) else ([], [])
     rows = dict(zip(names, np.split(order, first[1:]) if len(key) else []))
-    # the distinct parameters of each series' cells: the rows of the (experiment, pair)s of its sweeps (a series is
-    # one experiment's sweeps of one pair, or of every pair when it ran on one: history.series_of)
-    row_keys: Dict[tuple, List[int]] = {}
-    for i, (exp, pair) in enumerate(zip(pair_params[EXPERIMENT_KEY], pair_params[PAIR_KEY])):
-        row_keys.setdefault((exp, pair if isinstance(pair, str) and pair else None), []).append(i)
-    params = pair_params.drop(columns=[EXPERIMENT_KEY, PAIR_KEY])
-    params_of = {}
-    for name, group in series.items():
-        keys = {(s.name, s.pair) for s in group}
-        at = sorted(i for k in keys for i in row_keys.get(k, ()))
-        params_of[name] = params.iloc[at].drop_duplicates(ignore_index=True)
+    # the distinct parameters of every series' cells: one query
+    linked = sorted({n for s in sweeps for n in s.stored["linked"]})
+    params = data.cell_params([s.set_id for s in sweeps], linked, by=[series_by_set[s.set_id] for s in sweeps])
+    params_of = dict(list(params.groupby(BY, sort=False))) if len(params) else {}
+    no_params = params.iloc[0:0]
     named = []
     label_memo: dict = {}
     for name in sorted(series):
         group = series[name]
         named.append((name, group, DatasetSeries(data, group, metric, groups, rows.get(name, np.empty(0, dtype=np.int64)),
-                                                 params_of[name], label_memo)))
+                                                 params_of.get(name, no_params).drop(columns=BY), label_memo)))
     compiled.join()
     experiments = experiment_histories(named, metric, threshold_pct, alpha, min_nights)
     return History(Path(path), metric, threshold_pct, alpha, experiments, [], min_nights=min_nights)
