@@ -51,15 +51,17 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--min-nights must be >= 2 (a spread needs two nights), got {args.min_nights}")
     # The cyclic garbage collector is off while the history is built and written: a fleet's year makes some
     # hundred thousand objects that are all kept until the page is written (sweeps, their rows, the cells'
-    # series), and each collection walked them all again for no cycle to free (about half a second of a
-    # `zcorch history` of one; benchmarks/bench_history.py). Reference counting still frees everything else.
+    # series), and each collection walked them all again for no cycle to free (0.3-0.5 s of a `zcorch history`
+    # of one in two interleaved pairs of runs; benchmarks/bench_history.py). Reference counting frees the rest.
+    collecting = gc.isenabled()
     gc.disable()
     try:
         # the trend plots' helper processes import matplotlib while the history is built (zcorch.analysis.trendplot)
         with TrendWorkers() as workers:
             return _history(args, workers)
     finally:
-        gc.enable()
+        if collecting:
+            gc.enable()
 
 
 def _history(args: argparse.Namespace, workers) -> int:
