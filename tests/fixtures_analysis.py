@@ -24,6 +24,34 @@ def copy_result_set(src: Path, dst: Path) -> Path:
     return dst
 
 
+def slowed_copy(src: Path, dst: Path, factor: float, repeats: "int | None" = None) -> Path:
+    """A copy of a real result set as a machine `factor` times slower would have recorded it: every run's
+    sender and receiver wall time multiplied by `factor` (so each rate is divided by it, and its noise with
+    it); `repeats`: only the first N repeats of each cell, in the runs and in the plan alike (a complete set
+    of fewer repeats, not a short one)."""
+    copy_result_set(src, dst)
+    lines = []
+    for line in (dst / "runs.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if repeats is not None and rec["repeat"] >= repeats:
+            continue
+        for side in ("sender", "receiver"):
+            if rec.get(side) and rec[side].get("wall_ns"):
+                rec[side]["wall_ns"] = int(rec[side]["wall_ns"] * factor)
+        lines.append(json.dumps(rec))
+    (dst / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    if repeats is not None:
+        plan = [r for r in json.loads((dst / "plan.json").read_text()) if r["repeat"] < repeats]
+        (dst / "plan.json").write_text(json.dumps(plan))
+    return dst
+
+
+@pytest.fixture(scope="session")
+def compare_set_recorded(tmp_path_factory) -> Path:
+    """A real localhost sweep of tests/data/compare.yaml: 2 cells x 6 repeats of 128 MiB. Use through a copy."""
+    return record_sweep(tmp_path_factory.mktemp("compare"), "compare-check", (DATA / "compare.yaml").read_text())
+
+
 @pytest.fixture
 def small_set(tmp_path) -> Path:
     if not (SMALL / "runs.jsonl").exists():

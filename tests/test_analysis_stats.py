@@ -165,7 +165,9 @@ def test_one_run_against_tied_runs_is_judged_not_a_crash():
         assert r.method == "permutation" and r.p_value == pytest.approx(enumerated_p(x, y), rel=1e-12), (x, y)
         assert r.p_value >= stats.min_p_value(len(x), len(y))
     j = judge(np.array([10.0]), np.array([10.0, 10.0]), higher_better=True, threshold_pct=3.0, alpha=0.05)
-    assert j.verdict == "unchanged" and j.p_value == 1.0
+    # one run tells no spread and 1 against 2 never reach p < 0.05: not an all-clear, and it says what would be
+    assert j.verdict == "cannot tell" and j.p_value == 1.0 and j.detectable_pct == math.inf
+    assert j.needs.startswith("≥ 4 runs a side")
     # where scipy takes the samples, the enumeration here is its definition of the two-sided p
     rng = np.random.default_rng(7)
     for _ in range(60):
@@ -265,7 +267,9 @@ def test_compare_verdicts():
     assert t.loc["write", "change_pct"] == pytest.approx((602 - 802) / 802 * 100)  # medians
     assert t.loc["write", "p_value"] == pytest.approx(2 / 252)
     assert t.loc["splice", "verdict"] == "unchanged"
-    assert t.loc["mmap", "verdict"] == "not significant"  # 3 vs 3: p >= 0.1 at best
+    assert t.loc["splice", "detectable_pct"] <= 5   # 5 quiet runs a side could have seen a 5% change
+    assert t.loc["mmap", "verdict"] == "cannot tell"  # -40 % but 3 vs 3: p >= 0.1 at best
+    assert t.loc["mmap", "detectable_pct"] == math.inf and t.loc["mmap", "needs"].startswith("≥ 4 runs a side")
     assert t.loc["vmsplice", "verdict"] == "failed"
     assert t.loc["sendfile", "verdict"] == "only in base"
     assert t.loc["msg_zerocopy", "verdict"] == "only in candidate"
@@ -316,3 +320,30 @@ def test_the_width_a_target_is_held_to():
     assert stats.ci_width_pct([100.0, 99.0, 101.0, 100.5, 99.5, 100.0]) == pytest.approx(1.0)
     assert stats.ci_width_pct([100.0, 99.0, 101.0, 100.5, 99.5, 100.0], ci=0.5) == pytest.approx(0.5)
     assert stats.ci_width_pct([0.0] * 8) == math.inf
+
+
+def test_the_detectable_change_is_found_as_often_as_its_power_says():
+    """A shift of stats.shift_pct's size between normal samples is found by mann_whitney_u at alpha about 80%
+    of the time (at least 75%: the statement errs on the safe side, never promising what the test cannot
+    see), and not far more often (at most 93%: not so wide it calls every decidable cell undecidable)."""
+    from zcorch.analysis.stats import attainable_alpha, mann_whitney_u, shift_pct
+
+    rng = np.random.default_rng(7)
+    for n1, n2, alpha in ((4, 4, 0.05), (5, 5, 0.05), (3, 8, 0.05), (6, 6, 0.005), (12, 12, 0.05), (25, 25, 0.05)):
+        shift = shift_pct(0.03, n1, n2, alpha)
+        hits = sum(mann_whitney_u(100 + 3 * rng.standard_normal(n1),
+                                  100 * (1 - shift / 100) + 3 * rng.standard_normal(n2)).p_value < alpha
+                   for _ in range(600))
+        assert 0.75 <= hits / 600 <= 0.93, (n1, n2, alpha, shift, hits)
+    # no p below alpha is attainable: nothing is detectable, whatever the spread
+    assert shift_pct(0.0, 3, 3, 0.05) == math.inf and shift_pct(0.01, 5, 5, 0.005) == math.inf
+    assert attainable_alpha(4, 4, 0.05) == pytest.approx(2 / 70) and attainable_alpha(3, 3, 0.05) == 0.0
+
+
+def test_runs_needed_is_the_fewest_that_see_the_threshold():
+    from zcorch.analysis.stats import runs_needed, shift_pct
+
+    for rel, thr in ((0.03, 5.0), (0.08, 5.0), (0.01, 3.0)):
+        n = runs_needed(rel, thr, 0.05)
+        assert shift_pct(rel, n, n, 0.05) <= thr < shift_pct(rel, n - 1, n - 1, 0.05)
+    assert runs_needed(0.0, 5.0, 0.05) == 4   # no spread: only the rank test's smallest p limits it

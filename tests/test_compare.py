@@ -7,6 +7,7 @@ is where a queue limits it). (Confining a localhost run to one CPU next to busy 
 reliable slowdown: splice->splice got faster that way.)
 """
 import json
+import re
 
 import pytest
 
@@ -14,7 +15,7 @@ import zcorch
 from zcorch.analysis.compare import compare_frames
 
 from conftest import require_tool
-from fixtures_analysis import DATA, copy_result_set, zcorch_cli
+from fixtures_analysis import DATA, copy_result_set, slowed_copy, zcorch_cli
 
 
 
@@ -37,14 +38,52 @@ def check_regression(base, cand, n_cells: int, min_drop_pct: float):
     assert zcorch_cli("compare", base, cand, "--threshold", str(worst + 1)).returncode == 0
 
 
-def test_a_complete_result_set_against_itself_passes(cpu_set, tmp_path):
+def test_a_set_against_itself_with_too_few_runs_cannot_tell_never_passes(cpu_set, tmp_path):
+    # 2 repeats a cell: no difference could ever be significant, so identical sets are no all-clear
     other = copy_result_set(cpu_set, tmp_path / "again")
     res = zcorch_cli("compare", cpu_set, other)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.startswith("zcorch compare: no regression: 4 cell(s) compared")
-    assert res.stdout.splitlines()[-1] == "zcorch compare: no regression: 4 cell(s) compared"
+    assert res.returncode == 3, res.stdout + res.stderr
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith("zcorch compare: cannot tell: 4 cell(s) cannot tell: "), last
+    assert "could see no change at all" in last and re.search(r"needs ≥ \d+ runs a side", last), last
     js = json.loads(zcorch_cli("compare", cpu_set, other, "--format", "json").stdout)
-    assert (js["verdict"], js["exit_code"], js["reason"]) == ("no regression", 0, "4 cell(s) compared")
+    assert (js["verdict"], js["exit_code"]) == ("cannot tell", 3)
+    assert js["power"] == 0.8 and js["detectable_pct"] is None and js["detectable"] == "none"
+    assert all(c["verdict"] == "cannot tell" and c["detectable_pct"] is None for c in js["cells"])
+
+
+def test_an_a_a_rerun_passes_only_where_its_detectable_change_is_within_the_threshold(compare_set_recorded,
+                                                                                     tmp_path):
+    # a real sweep of 6 repeats a cell against a copy of itself: the verdict hangs on what it could have seen
+    base = copy_result_set(compare_set_recorded, tmp_path / "base")
+    again = copy_result_set(compare_set_recorded, tmp_path / "again")
+    doc = json.loads(zcorch_cli("compare", base, again, "--format", "json", "--threshold", "99").stdout)
+    seen = doc["detectable_pct"]
+    assert seen is not None and 0 < seen < 99, doc
+    assert max(c["detectable_pct"] for c in doc["cells"]) == pytest.approx(seen)
+    wide = zcorch_cli("compare", base, again, "--threshold", f"{seen * 1.1 + 0.05:.2f}")
+    assert wide.returncode == 0, wide.stdout
+    assert wide.stdout.splitlines()[-1].startswith("zcorch compare: no regression: 2 cell(s) compared; could see "
+                                                   "changes ≥ "), wide.stdout
+    narrow = zcorch_cli("compare", base, again, "--threshold", f"{seen * 0.8:.2f}")
+    assert narrow.returncode == 3, narrow.stdout
+    assert "cannot tell" in narrow.stdout.splitlines()[-1] and "runs a side" in narrow.stdout.splitlines()[-1]
+
+
+def test_a_large_drop_on_too_few_runs_is_never_an_all_clear(small_set, tmp_path):
+    # the real small set (3 repeats) against itself as a machine 5x slower records it: -80% in every cell
+    slow = slowed_copy(small_set, tmp_path / "slow", 5.0)
+    res = zcorch_cli("compare", small_set, slow)
+    assert res.returncode == 3, res.stdout   # 3 against 3 never reach p < 0.05: cannot tell, not "no regression"
+    assert "-80.0" in res.stdout and "cannot tell" in res.stdout.splitlines()[-1]
+    # one run against one run
+    one, one_slow = slowed_copy(small_set, tmp_path / "one", 1.0, repeats=1), slowed_copy(small_set, tmp_path / "o5",
+                                                                                           5.0, repeats=1)
+    res = zcorch_cli("compare", one, one_slow, "--format", "json")
+    doc = json.loads(res.stdout)
+    assert res.returncode == 3 and doc["verdict"] == "cannot tell", res.stdout
+    judged = [c for c in doc["cells"] if c["n_base"] and c["n_cand"]]
+    assert judged and all(c["verdict"] == "cannot tell" and c["needs"].startswith("≥ 4 runs a side") for c in judged)
 
 
 def test_a_result_set_with_failed_runs_is_incomplete_even_against_itself(small_set, tmp_path):
@@ -53,12 +92,12 @@ def test_a_result_set_with_failed_runs_is_incomplete_even_against_itself(small_s
     other = copy_result_set(small_set, tmp_path / "again")
     res = zcorch_cli("compare", small_set, other)
     assert res.returncode == 3, res.stdout + res.stderr
-    assert "12 unchanged" in res.stdout and "1 no base data" in res.stdout  # the cell that always fails
+    assert "12 cannot tell" in res.stdout and "1 no base data" in res.stdout  # the cell that always fails
     last = res.stdout.splitlines()[-1]
-    assert last.startswith("zcorch compare: incomplete: ")
+    assert last.startswith("zcorch compare: cannot tell: ")
     assert f"base {small_set}: 36 of 39 planned runs ok" in last and f"candidate {other}: 36 of 39" in last
     md = zcorch_cli("compare", small_set, other, "--format", "markdown")
-    assert md.returncode == 3 and md.stdout.startswith("### zcorch compare: INCOMPLETE: ")
+    assert md.returncode == 3 and md.stdout.startswith("### zcorch compare: CANNOT TELL: ")
     assert "too few repeats" in md.stdout  # 3 repeats a side can never be significant
     # identical values on both sides are ties: the exact permutation distribution, and the output says so
     tied = "two-sided Mann–Whitney U (scipy.stats.mannwhitneyu, exact permutation distribution, ties)"
@@ -67,7 +106,7 @@ def test_a_result_set_with_failed_runs_is_incomplete_even_against_itself(small_s
     doc = json.loads(js.stdout)
     cells = doc["cells"]
     assert js.returncode == 3 and len(cells) == 13
-    assert doc["verdict"] == "incomplete" and doc["exit_code"] == 3 and "36 of 39" in doc["reason"]
+    assert doc["verdict"] == "cannot tell" and doc["exit_code"] == 3 and "36 of 39" in doc["reason"]
     assert doc["metric"] == "gbit_s" and doc["threshold_pct"] == 5.0
     assert [c["test"] for c in cells if c["p_value"] is not None] == [tied] * 12
     assert all(c["p_value"] == 1.0 for c in cells if c["p_value"] is not None)
@@ -90,7 +129,7 @@ def test_two_result_sets_with_no_cell_in_common_are_incomplete(small_set, cpu_se
     res = zcorch_cli("compare", cpu_set, small_set)
     assert res.returncode == 3, res.stdout + res.stderr
     last = res.stdout.splitlines()[-1]
-    assert last.startswith("zcorch compare: incomplete: no cell measured on both sides (base 4 cells planned, "
+    assert last.startswith("zcorch compare: cannot tell: no cell measured on both sides (base 4 cells planned, "
                            "candidate 13)")
     assert "4 cell(s) only in base" in last and "13 cell(s) only in candidate" in last
 
@@ -128,9 +167,9 @@ def test_a_rate_limited_link_is_a_significant_regression(lab, tmp_path):
 
 def test_testing_only_beyond_the_threshold_gives_the_same_verdicts_and_spares_scipy(small_set):
     """compare_frames(test_all=False), what the end of a fleet run uses: a change within the threshold is
-    `unchanged` whatever the test says, and one beyond it with too few runs to ever reach p < alpha (3 a side:
-    p >= 0.1) `not significant` whatever it says, so neither is tested (p NaN); every verdict is the one of
-    test_all=True. And nothing on that path imports scipy until a test runs."""
+    `unchanged` whatever the test says when the cell could have seen a change of the threshold, and one with too
+    few runs to ever reach p < alpha (3 a side: p >= 0.1) `cannot tell` whatever it says, so neither is tested
+    (p NaN); every verdict is the one of test_all=True. And nothing on that path imports scipy until a test runs."""
     import math
     import subprocess
     import sys
@@ -148,10 +187,14 @@ def test_testing_only_beyond_the_threshold_gives_the_same_verdicts_and_spares_sc
         full = compare_frames(base, cand)
         lazy = compare_frames(base, cand, test_all=False)
         assert list(lazy["verdict"]) == list(full["verdict"])
-        assert "unchanged" in set(lazy["verdict"]) and set(lazy["verdict"]) & {"regressed", "not significant"}
+        if base is small:
+            assert set(lazy["verdict"]) == {"cannot tell", "no base data"}
+        else:
+            assert "regressed" in set(lazy["verdict"])
         tested = 0
         for (_, f), (_, z) in zip(full.iterrows(), lazy.iterrows()):
-            within = not abs(f["change_pct"]) > 5.0 if not math.isnan(f["change_pct"]) else True
+            within = (not abs(f["change_pct"]) > 5.0 and f["detectable_pct"] <= 5.0
+                      if not math.isnan(f["change_pct"]) else True)
             hopeless = not can_be_significant(int(f["n_base"]), int(f["n_cand"]), 0.05)
             assert math.isnan(z["p_value"]) == (within or hopeless or math.isnan(f["p_value"])), (f.to_dict(),
                                                                                                  z.to_dict())

@@ -9,12 +9,14 @@ names the method, and the text and markdown output say which were used. Verdicts
 - `regressed` / `improved`: the change is beyond the threshold in the bad / good direction and
   significant (p < alpha);
 - `failed`: the candidate has no successful run where the base had some (counts as a regression);
-- `unchanged`: within the threshold; `not significant`: beyond the threshold but not significant
-  (with 3 repeats a side the smallest possible p is 0.1: use ≥ 5 repeats for nightly comparisons);
+- `unchanged`: within the threshold, and the cell's runs could have shown a change of the threshold (its
+  minimum detectable change at alpha with 80% power, stats.detectable_change_pct, is within it);
+- `cannot tell`: beyond the threshold but not significant, or within it with a detectable change beyond it
+  (3 runs a side never reach p < 0.05); `needs` says how many runs a side would decide it;
 - cells present on one side only are listed separately.
 
-The overall verdict and exit code (0 no regression, 1 regression, 3 incomplete: a failed or short set, a
-cell on one side only, no cell in common) are zcorch.analysis.gate's.
+The overall verdict and exit code (0 no regression, 1 regression, 3 cannot tell: such a cell, a failed or
+short set, a cell on one side only, no cell in common) are zcorch.analysis.gate's.
 """
 from __future__ import annotations
 
@@ -29,8 +31,10 @@ import pandas as pd
 from zcorch import metrics
 from zcorch.analysis.frames import OK
 from zcorch.params import format_value
-from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, Completeness, Gate, compare_gate
-from zcorch.analysis.stats import can_be_significant, mann_whitney_u, min_p_value, varying_params
+from zcorch.analysis.gate import (CANNOT_TELL, DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, POWER, UNCHANGED, CellJudged,
+                                  Completeness, Gate, cell_verdict, compare_gate, format_detectable)
+from zcorch.analysis.stats import (MAX_RUNS_NEEDED, can_be_significant, detectable_change_pct, mann_whitney_u,
+                                   min_p_value, relative_spread, runs_needed, varying_params)
 
 # The metrics that can be compared are those of zcorch.metrics with a better direction (metrics.DIRECTED):
 # a rise of a CPU cost is a regression, as is a fall of a throughput.
@@ -60,7 +64,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
         row.update(n_base=len(bv), n_cand=len(cv), base_failed=len(b) - len(bv), cand_failed=len(c) - len(cv),
                    base_median=float(np.median(bv)) if len(bv) else math.nan,
                    cand_median=float(np.median(cv)) if len(cv) else math.nan,
-                   change_pct=math.nan, p_value=math.nan, test="")
+                   change_pct=math.nan, p_value=math.nan, test="", detectable_pct=math.nan, needs="")
         if not len(b):
             row["verdict"] = "only in candidate"
         elif not len(c):
@@ -71,10 +75,11 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
             row["verdict"] = "no base data" if not len(cv) else "fixed"
         else:
             j = judge(bv, cv, declared.better == "higher", threshold_pct, alpha, test_all)
-            row.update(change_pct=j.change_pct, p_value=j.p_value, test=j.test, verdict=j.verdict)
+            row.update(change_pct=j.change_pct, p_value=j.p_value, test=j.test, verdict=j.verdict,
+                       detectable_pct=j.detectable_pct, needs=j.needs)
         rows.append(row)
     cols = ["cell"] + params + ["n_base", "n_cand", "base_failed", "cand_failed", "base_median", "cand_median",
-                                "change_pct", "p_value", "test", "verdict"]
+                                "change_pct", "p_value", "test", "verdict", "detectable_pct", "needs"]
     out = pd.DataFrame(rows, columns=cols)
     out.attrs.update(metric=metric, threshold_pct=threshold_pct, alpha=alpha)
     return out
@@ -82,37 +87,48 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
 
 @dataclass(frozen=True)
 class Judgement:
-    verdict: str        # regressed, improved, unchanged, not significant
+    verdict: str        # regressed, improved, unchanged, cannot tell (zcorch.analysis.gate.cell_verdict)
     change_pct: float   # of the candidate's median against the base's
     p_value: float
     test: str           # the significance test, in words
+    detectable_pct: float = math.nan   # the smallest change these runs could show (stats.detectable_change_pct)
+    needs: str = ""     # what would make a `cannot tell` decidable ("≥ 9 runs a side"), else ""
 
 
 def judge(base: np.ndarray, cand: np.ndarray, higher_better: bool, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
           alpha: float = DEFAULT_ALPHA, test_all: bool = True) -> Judgement:
     """The verdict on two non-empty samples of ok runs (the rule of the module docstring): a pure function,
-    shared by compare_frames, zcorch history and benchmarks/bench_detector.py. test_all=False: a change
-    within the threshold is `unchanged` whatever the test says, so it is not tested (p NaN), nor is a change
-    beyond it where samples of these sizes cannot reach p < alpha (stats.can_be_significant: `not significant`
-    whatever the values): the verdict is the same, and scipy is not even imported when no change needs a
-    test (the end of a fleet run)."""
+    shared by compare_frames, zcorch history and benchmarks/bench_detector.py. test_all=False: where the
+    verdict cannot depend on the test it is not run (p NaN): a change within the threshold with a detectable
+    change within it too is `unchanged`, and samples of sizes that cannot reach p < alpha are `cannot tell`;
+    scipy.stats is then not even imported (the end of a fleet run)."""
     b_med, c_med = float(np.median(base)), float(np.median(cand))
     change = (c_med - b_med) / b_med * 100 if b_med else math.nan
-    if not test_all and not abs(change) > threshold_pct:
-        return Judgement("unchanged", change, math.nan, "not tested (within the threshold)")
-    n_base, n_cand = int(np.count_nonzero(~np.isnan(base))), int(np.count_nonzero(~np.isnan(cand)))
-    if not test_all and not can_be_significant(n_base, n_cand, alpha):
-        return Judgement("not significant", change, math.nan,
-                         f"not tested ({n_base} against {n_cand} runs cannot reach p < {alpha})")
-    mw = mann_whitney_u(base, cand)
     worse = change < 0 if higher_better else change > 0
-    if not abs(change) > threshold_pct:
-        verdict = "unchanged"
-    elif mw.p_value < alpha:
-        verdict = "regressed" if worse else "improved"
-    else:
-        verdict = "not significant"
-    return Judgement(verdict, change, mw.p_value, mw.description)
+    detectable = detectable_change_pct(base, cand, alpha, POWER)
+    needs = _needs(base, cand, threshold_pct, alpha) if not detectable <= threshold_pct else ""
+    n_base, n_cand = int(np.count_nonzero(~np.isnan(base))), int(np.count_nonzero(~np.isnan(cand)))
+    if not test_all and abs(change) <= threshold_pct and detectable <= threshold_pct:
+        return Judgement(UNCHANGED, change, math.nan, "not tested (within the threshold)", detectable, needs)
+    if not test_all and not can_be_significant(n_base, n_cand, alpha):
+        return Judgement(CANNOT_TELL, change, math.nan,
+                         f"not tested ({n_base} against {n_cand} runs cannot reach p < {alpha})", detectable, needs)
+    mw = mann_whitney_u(base, cand)
+    verdict = cell_verdict(change, mw.p_value, alpha, threshold_pct, detectable, worse)
+    return Judgement(verdict, change, mw.p_value, mw.description, detectable, needs)
+
+
+def _needs(base: np.ndarray, cand: np.ndarray, threshold_pct: float, alpha: float) -> str:
+    """What would let two samples like these see a change of the threshold: '≥ 9 runs a side'."""
+    rel = relative_spread(base, cand)
+    if rel != rel:
+        return "a base median that is not 0"
+    if rel == math.inf:
+        return f"≥ {max(runs_needed(0.0, threshold_pct, alpha), 2)} runs a side (one run tells no spread)"
+    n = runs_needed(rel, threshold_pct, alpha, POWER)
+    if n > MAX_RUNS_NEEDED:
+        return f"more than {MAX_RUNS_NEEDED} runs a side at a run spread of {rel * 100:.2g}% (a quieter setup)"
+    return f"≥ {n} runs a side (run spread {rel * 100:.2g}%)"
 
 
 def regressed(table: pd.DataFrame) -> bool:
@@ -139,12 +155,13 @@ def _rows(table: pd.DataFrame, params: list) -> list:
     for _, r in table.iterrows():
         out.append([r["cell"]] + [format_value(p, r[p]) for p in params] + [
             f"{r['n_base']}/{r['n_cand']}", _fmt(r["base_median"], ".3f"), _fmt(r["cand_median"], ".3f"),
-            _fmt(r["change_pct"], "+.1f"), _fmt(r["p_value"], ".3g"), r["verdict"]])
+            _fmt(r["change_pct"], "+.1f"), _fmt(r["p_value"], ".3g"), format_detectable(r["detectable_pct"]),
+            r["verdict"] + (f" (needs {r['needs']})" if r["verdict"] == CANNOT_TELL and r["needs"] else "")])
     return out
 
 
 _NOT_PARAMS = ("cell", "n_base", "n_cand", "base_failed", "cand_failed", "base_median", "cand_median", "change_pct",
-               "p_value", "test", "verdict")
+               "p_value", "test", "verdict", "detectable_pct", "needs")
 
 
 def cell_labels(table: pd.DataFrame) -> dict:
@@ -160,7 +177,26 @@ def cell_labels(table: pd.DataFrame) -> dict:
 
 def gate_of(table: pd.DataFrame, base: "Completeness", cand: "Completeness") -> "Gate":
     """The overall verdict and exit code of comparing two result sets (zcorch.analysis.gate)."""
-    return compare_gate(zip(table["cell"], table["verdict"]), base, cand, cell_labels(table))
+    labels = cell_labels(table)
+    return compare_gate(zip(table["cell"], table["verdict"]), base, cand, labels, judged_cells(table, labels))
+
+
+def judged_cells(table: pd.DataFrame, labels: "Optional[dict]" = None) -> "list[CellJudged]":
+    """The cells of compare's table measured on both sides, as the gate reads them."""
+    labels = labels if labels is not None else cell_labels(table)
+    both = table[(table["n_base"] > 0) & (table["n_cand"] > 0)]
+    return [CellJudged(labels.get(r.cell, r.cell), r.verdict, float(r.change_pct), float(r.p_value),
+                       float(r.detectable_pct), str(r.needs or "")) for r in both.itertuples(index=False)]
+
+
+def cells_json(table: pd.DataFrame) -> list:
+    """compare's table as JSON records; the detectable change as a number (null: never significant at these
+    counts, or not judged) and in words."""
+    cells = json.loads(table.to_json(orient="records"))
+    for cell, d in zip(cells, table["detectable_pct"]):   # inf is no JSON number
+        cell["detectable_pct"] = float(d) if math.isfinite(d) else None
+        cell["detectable"] = format_detectable(d)
+    return cells
 
 
 def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand_name: str = "candidate",
@@ -169,22 +205,23 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
     its exit code and reason, the settings and one entry per cell). With `gate`, its line heads the text."""
     metric, thr, alpha = table.attrs["metric"], table.attrs["threshold_pct"], table.attrs["alpha"]
     if fmt == "json":
-        doc = dict(gate.as_dict() if gate else {}, metric=metric, threshold_pct=thr, alpha=alpha,
-                   base=base_name, candidate=cand_name,
-                   cells=json.loads(table.to_json(orient="records")))
+        doc = dict(gate.as_dict() if gate else {}, metric=metric, threshold_pct=thr, alpha=alpha, power=POWER,
+                   base=base_name, candidate=cand_name, cells=cells_json(table))
         return json.dumps(doc, indent=1) + "\n"
     params = [c for c in table.columns if c not in _NOT_PARAMS]
-    header = ["cell"] + params + ["n base/cand", f"base {metric}", f"cand {metric}", "change %", "p", "verdict"]
+    header = ["cell"] + params + ["n base/cand", f"base {metric}", f"cand {metric}", "change %", "p", "could see",
+                                  "verdict"]
     declared = metrics.get(metric)
     what = f"{metric} ({declared.unit}, {declared.better} is better)"
     bad = table[table["verdict"].isin(VERDICTS_BAD)]
     counts = table["verdict"].value_counts()
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
-    method = f"median of ok repeats; significance: {tests_used(table)}, alpha {alpha}; threshold {thr}%"
+    method = (f"median of ok repeats; significance: {tests_used(table)}, alpha {alpha}; threshold {thr}%; "
+              f"'could see': the smallest change each cell's runs would show at alpha with {POWER:.0%} power")
     small = table[(table["n_base"] > 0) & (table["n_cand"] > 0)]
     caveat = ""
     if len(small) and (small.apply(lambda r: min_p_value(int(r["n_base"]), int(r["n_cand"])), axis=1) >= alpha).any():
-        caveat = "some cells have too few repeats to ever reach significance (use >= 5 repeats a side)"
+        caveat = "some cells have too few repeats to ever reach significance (use >= 4 repeats a side at alpha 0.05)"
     if gate is not None:
         headline = f"{gate.verdict.upper() if gate.code else gate.verdict}: {gate.reason}"
     else:

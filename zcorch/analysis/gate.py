@@ -1,18 +1,21 @@
 """The verdict of a regression gate (`zcorch compare`, `zcorch history --check`) and its exit code.
 
-A gate that passes on missing data is worse than no gate: a nightly job whose sweep failed, or whose two
-result sets share no cell, must not read as "no regression". So the two gates answer with the same four
-codes, each meaning one thing, and one line that says why:
+A gate that passes on data that could not show a regression is worse than no gate. So every gate answers
+with three verdicts (and a code for bad input), each meaning one thing, and one line that says why:
 
-    0  no regression: every cell the plan asked for was measured on both sides, none regressed
+    0  no regression: every cell the plan asked for was measured on both sides, none regressed, and each
+       could have detected a change of the threshold (its minimum detectable change, `detectable_pct`,
+       at the gate's alpha with 80% power, is within the threshold)
     1  regression: a cell measured on both sides is significantly worse (wins over 3: a measured
-       regression is reported even when other cells are missing; the reason names both)
+       regression is reported even when other cells cannot be told; the reason names both)
     2  usage or input error: a missing or unreadable result set, an unknown metric, a bad option
        (raised as ZcorchError by the command; the code is here so that it is documented once)
-    3  incomplete: no cell in common, a side (or the newest sweep) did not complete or has fewer ok runs
-       than its plan asked for, a cell missing from one side, or nothing earlier to compare with.
-       With `repeats: {min, max, target_ci}` the plan lists every cell up to `max`: a cell that converged
-       early is complete (it was not missing runs), one that did not is complete with all `max` ok
+    3  cannot tell: a cell moved beyond the threshold without being significant, or could not have seen a
+       change of the threshold (too few runs or nights for their spread: the reason says what would make
+       it decidable); or the data is incomplete: no cell in common, a side (or the newest sweep) did not
+       complete or has fewer ok runs than its plan asked for, a cell missing from one side, or nothing
+       earlier to compare with. With `repeats: {min, max, target_ci}` the plan lists every cell up to
+       `max`: a cell that converged early is complete, one that did not is complete with all `max` ok
        (zcorch.results.convergence, the same rule as the sweep's)
 
 Pure functions of the comparison tables and of each result set's `Completeness`, which reads only the
@@ -44,28 +47,90 @@ EXIT_OK = 0
 EXIT_REGRESSION = 1
 EXIT_INPUT = 2
 EXIT_INCOMPLETE = 3
+EXIT_CANNOT_TELL = EXIT_INCOMPLETE
 VERDICTS = {EXIT_OK: "no regression", EXIT_REGRESSION: "regression", EXIT_INPUT: "usage or input error",
-            EXIT_INCOMPLETE: "incomplete"}
+            EXIT_CANNOT_TELL: "cannot tell"}
+# The verdicts of one cell: the first two are measured changes, `unchanged` is an all-clear the data could
+# have refused, `cannot tell` is neither.
+REGRESSED, IMPROVED, UNCHANGED, CANNOT_TELL, FAILED = "regressed", "improved", "unchanged", "cannot tell", "failed"
+POWER = 0.8   # the power at which a cell's minimum detectable change is stated
 _MAX_NAMED = 4  # cells named in a reason line before "and N more"
+
+
+def cell_verdict(change_pct: float, p_value: float, alpha: float, threshold_pct: float, detectable_pct: float,
+                 worse: bool) -> str:
+    """The verdict of one judged cell: beyond the threshold and significant, `regressed` (in the bad
+    direction) or `improved`; beyond it and not significant, `cannot tell` (a large move the test could not
+    confirm is not an all-clear); within it, `unchanged` only when the test could have seen a change of the
+    threshold (`detectable_pct` within it), else `cannot tell`. NaN change or detectable: `cannot tell`."""
+    if not abs(change_pct) <= threshold_pct:          # beyond, or NaN
+        if abs(change_pct) > threshold_pct and p_value < alpha:
+            return REGRESSED if worse else IMPROVED
+        return CANNOT_TELL
+    return UNCHANGED if detectable_pct <= threshold_pct else CANNOT_TELL
+
+
+def format_detectable(pct: float) -> str:
+    """'≥ 7.1%' / 'none' (never significant at these counts) / '–' (not judged)."""
+    if pct != pct:
+        return "–"
+    if pct == float("inf"):
+        return "none"
+    return f"≥ {pct:.2g}%" if pct < 10 else f"≥ {pct:.0f}%"
+
+
+def sees(pct: float) -> str:
+    """The detectable change in words: 'could see changes ≥ 7.1%'."""
+    if pct != pct:
+        return "no cell judged"
+    if pct == float("inf"):
+        return "could see no change at all (too few runs or nights to ever be significant)"
+    return f"could see changes {format_detectable(pct)}"
+
+
+@dataclass(frozen=True)
+class CellJudged:
+    """What a gate needs of one judged cell (a row of compare's table, a history cell's comparison)."""
+    label: str
+    verdict: str
+    change_pct: float = float("nan")
+    p_value: float = float("nan")
+    detectable_pct: float = float("nan")
+    needs: str = ""
+
+    def why_cannot_tell(self) -> str:
+        """'write→read: −12.0%, p=0.1, could see changes ≥ 25%; needs ≥ 9 runs a side'."""
+        parts = []
+        if self.change_pct == self.change_pct:
+            parts.append(f"{self.change_pct:+.1f}%" + (f", p={self.p_value:.2g}" if self.p_value == self.p_value
+                                                        else ""))
+        parts.append(sees(self.detectable_pct))
+        text = f"{self.label}: {', '.join(parts)}"
+        return text + (f"; needs {self.needs}" if self.needs else "")
 
 
 @dataclass(frozen=True)
 class Gate:
-    """The overall answer of a gate: its exit code, the verdict word and the one-line reason."""
+    """The overall answer of a gate: its exit code, the verdict word, the one-line reason and the largest
+    minimum detectable change among the cells it judged (the smallest change it could have seen in all)."""
 
     code: int
     reason: str
+    detectable_pct: float = float("nan")
 
     @property
     def verdict(self) -> str:
         return VERDICTS[self.code]
 
     def line(self, prog: str) -> str:
-        """'zcorch compare: incomplete: no cell in common ...' (what the command prints last)."""
+        """'zcorch compare: cannot tell: no cell in common ...' (what the command prints last)."""
         return f"{prog}: {self.verdict}: {self.reason}"
 
     def as_dict(self) -> dict:
-        return {"verdict": self.verdict, "exit_code": self.code, "reason": self.reason}
+        d = self.detectable_pct
+        return {"verdict": self.verdict, "exit_code": self.code, "reason": self.reason,
+                "detectable_pct": None if d != d else (None if d == float("inf") else d),
+                "detectable": format_detectable(d)}
 
 
 @dataclass(frozen=True)
@@ -132,13 +197,14 @@ def _named(cells: Sequence[str]) -> str:
 
 
 def compare_gate(verdicts: "Iterable[tuple[str, str]]", base: Completeness, cand: Completeness,
-                 labels: "Optional[dict]" = None) -> Gate:
-    """The gate of `zcorch compare`: `verdicts` are (cell, verdict) of zcorch.analysis.compare's table."""
+                 labels: "Optional[dict]" = None, judged: "Sequence[CellJudged]" = ()) -> Gate:
+    """The gate of `zcorch compare`: `verdicts` are (cell, verdict) of zcorch.analysis.compare's table,
+    `judged` its cells measured on both sides (with their detectable change)."""
     labels = labels or {}
     rows = list(verdicts)
     common = [c for c, v in rows if v not in ("only in base", "only in candidate", "no base data", "failed", "fixed")]
     regressed = [labels.get(c, c) for c, v in rows if v == "regressed"]
-    incomplete: List[str] = []
+    incomplete: List[str] = _cannot_tell(judged)
     if not common:
         incomplete.append(f"no cell measured on both sides (base {len(base.cells_planned)} cells planned, "
                           f"candidate {len(cand.cells_planned)})")
@@ -152,18 +218,39 @@ def compare_gate(verdicts: "Iterable[tuple[str, str]]", base: Completeness, cand
     failed = [labels.get(c, c) for c, v in rows if v == "failed"]
     if failed:
         incomplete.append(f"{len(failed)} cell(s) with no ok run in the candidate: {_named(failed)}")
-    return _decide(regressed, incomplete, f"{len(common)} cell(s) compared")
+    return _decide(regressed, incomplete, f"{len(common)} cell(s) compared", judged)
 
 
-def _decide(regressed: List[str], incomplete: List[str], ok_reason: str) -> Gate:
+def _cannot_tell(judged: "Sequence[CellJudged]") -> List[str]:
+    """The reason line of the cells that cannot be told, worst first, with what would decide each."""
+    cells = [c for c in judged if c.verdict == CANNOT_TELL]
+    if not cells:
+        return []
+    cells.sort(key=lambda c: -(c.detectable_pct if c.detectable_pct == c.detectable_pct else float("inf")))
+    shown = "; ".join(c.why_cannot_tell() for c in cells[:_MAX_NAMED])
+    more = f"; and {len(cells) - _MAX_NAMED} more" if len(cells) > _MAX_NAMED else ""
+    return [f"{len(cells)} cell(s) cannot tell: {shown}{more}"]
+
+
+def worst_detectable(judged: "Sequence[CellJudged]") -> float:
+    """The largest minimum detectable change of the cells judged unchanged or undecided (NaN with none):
+    what the gate as a whole could have seen in every cell it gives no measured change for."""
+    values = [c.detectable_pct for c in judged
+              if c.verdict in (UNCHANGED, CANNOT_TELL) and c.detectable_pct == c.detectable_pct]
+    return max(values) if values else float("nan")
+
+
+def _decide(regressed: List[str], incomplete: List[str], ok_reason: str,
+            judged: "Sequence[CellJudged]" = ()) -> Gate:
+    worst = worst_detectable(judged)
     if regressed:
         reason = f"{len(regressed)} cell(s) regressed: {_named(regressed)}"
         if incomplete:
-            reason += "; also incomplete: " + "; ".join(incomplete)
-        return Gate(EXIT_REGRESSION, reason)
+            reason += "; also cannot tell: " + "; ".join(incomplete)
+        return Gate(EXIT_REGRESSION, reason, worst)
     if incomplete:
-        return Gate(EXIT_INCOMPLETE, "; ".join(incomplete))
-    return Gate(EXIT_OK, ok_reason)
+        return Gate(EXIT_CANNOT_TELL, "; ".join(incomplete), worst)
+    return Gate(EXIT_OK, f"{ok_reason}; {sees(worst)}" if judged else ok_reason, worst)
 
 
 def history_gate(experiments: Sequence) -> Gate:
@@ -171,6 +258,7 @@ def history_gate(experiments: Sequence) -> Gate:
     newest sweep of every experiment against its stable level."""
     regressed: List[str] = []
     incomplete: List[str] = []
+    judged: List[CellJudged] = []
     compared = 0
     for exp in experiments:
         newest = exp.newest
@@ -190,15 +278,19 @@ def history_gate(experiments: Sequence) -> Gate:
             c = ch.comparison
             if c is None:
                 continue
+            if c.verdict == "failed":
+                incomplete.append(f"{exp.name} {ch.label}: no ok run in the newest sweep")
+                continue
+            judged.append(CellJudged(f"{exp.name} {ch.label}", c.verdict, c.change_pct, c.p_value,
+                                     getattr(c, "detectable_pct", float("nan")), getattr(c, "needs", "")))
             if c.verdict == "regressed":
                 regressed.append(f"{exp.name} {ch.label}")
-            elif c.verdict == "failed":
-                incomplete.append(f"{exp.name} {ch.label}: no ok run in the newest sweep")
             else:
                 compared += 1
     if not experiments:
         incomplete.append("no experiment found")
-    return _decide(regressed, incomplete, f"{compared} cell(s) of {len(experiments)} experiment(s) checked")
+    incomplete[:0] = _cannot_tell(judged)
+    return _decide(regressed, incomplete, f"{compared} cell(s) of {len(experiments)} experiment(s) checked", judged)
 
 
 def describe_codes() -> str:

@@ -4,7 +4,7 @@
 Each pair is judged against a reference with exactly the statistics of `zcorch compare` across nights
 (zcorch.analysis.compare.compare_frames: medians, change in %, two-sided Mann–Whitney U, the threshold and
 alpha) and its gate (zcorch.analysis.gate.compare_gate: 0 no pair worse, 1 a pair significantly worse in
-some cell, 3 incomplete). The reference is, by default, the other pairs' runs pooled (so a pair that differs
+some cell, 3 cannot tell). The reference is, by default, the other pairs' runs pooled (so a pair that differs
 stands out against all the rest, and the pooled side has enough runs to reach significance with few repeats
 a pair); with `against`, one named pair. A cell is matched by its id, i.e. the same parameters: the hosts
 are not parameters, so the same cell of two pairs has one id.
@@ -19,9 +19,9 @@ from typing import Dict, List, Mapping, Optional
 
 import pandas as pd
 
-from zcorch.analysis.compare import cell_labels, compare_frames, gate_of, render as render_table
+from zcorch.analysis.compare import cell_labels, cells_json, compare_frames, gate_of, render as render_table
 from zcorch.analysis.gate import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION,
-                                  Completeness, Gate, completeness)
+                                  Completeness, Gate, completeness, sees)
 from zcorch.analysis.load import load
 from zcorch.errors import ResultsError
 
@@ -130,15 +130,18 @@ def _fleet_gate(pairs: List[PairComparison], missing: "List[tuple[str, str]]") -
     worse = [p for p in pairs if p.gate.code == EXIT_REGRESSION]
     short = [p for p in pairs if p.gate.code == EXIT_INCOMPLETE]
     notes = [f"pair {p}: {why}" for p, why in missing] + [f"pair {p.pair}: {p.gate.reason}" for p in short]
+    seen = [p.gate.detectable_pct for p in pairs if p.gate.detectable_pct == p.gate.detectable_pct]
+    worst = max(seen) if seen else float("nan")
     if worse:
         reason = "; ".join(f"pair {p.pair} is worse than {p.reference}: {p.gate.reason}" for p in worse)
-        return Gate(EXIT_REGRESSION, reason + ("; also incomplete: " + "; ".join(notes) if notes else ""))
+        return Gate(EXIT_REGRESSION, reason + ("; also cannot tell: " + "; ".join(notes) if notes else ""), worst)
     if notes:
-        return Gate(EXIT_INCOMPLETE, "; ".join(notes))
+        return Gate(EXIT_INCOMPLETE, "; ".join(notes), worst)
     differ = [p.pair for p in pairs if p.differing()]
     if differ:
-        return Gate(EXIT_OK, f"no pair worse; better than the rest in some cell: {', '.join(differ)}")
-    return Gate(EXIT_OK, f"{len(pairs)} pair(s) compared, none differs")
+        return Gate(EXIT_OK, f"no pair worse; better than the rest in some cell: {', '.join(differ)}; {sees(worst)}",
+                    worst)
+    return Gate(EXIT_OK, f"{len(pairs)} pair(s) compared, none differs; {sees(worst)}", worst)
 
 
 def _fmt(x: Optional[float], spec: str) -> str:
@@ -152,7 +155,7 @@ def render(c: PairsComparison, fmt: str = "text") -> str:
         doc = dict(c.gate.as_dict(), metric=c.metric, threshold_pct=c.threshold_pct, alpha=c.alpha,
                    against=c.against, fleet=c.directory,
                    pairs=[dict(p.gate.as_dict(), pair=p.pair, reference=p.reference, differing=p.differing(),
-                               cells=json.loads(p.table.to_json(orient="records"))) for p in c.pairs])
+                               cells=cells_json(p.table)) for p in c.pairs])
         return json.dumps(doc, indent=1) + "\n"
     md = fmt == "markdown"
     head = f"{c.gate.verdict.upper() if c.gate.code else c.gate.verdict}: {c.gate.reason}"
@@ -164,7 +167,8 @@ def render(c: PairsComparison, fmt: str = "text") -> str:
     for p in c.pairs:
         cells = p.differing()
         if not cells:
-            lines.append(f"{'- ' if md else ''}pair {p.pair}: no cell differs from {p.reference} ({p.gate.reason})")
+            word = "cannot tell whether it differs from" if p.gate.code == EXIT_INCOMPLETE else "no cell differs from"
+            lines.append(f"{'- ' if md else ''}pair {p.pair}: {word} {p.reference} ({p.gate.reason})")
             continue
         lines.append(f"{'- ' if md else ''}pair {p.pair} differs from {p.reference} in {len(cells)} cell(s):")
         for cell in cells:

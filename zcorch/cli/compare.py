@@ -75,7 +75,7 @@ def _pairs(args: argparse.Namespace) -> int:
                           "FLEET --against PAIR)")
     comparison = pairs.compare_fleet(args.base, args.metric, args.threshold, args.alpha, args.against)
     if comparison is None:
-        print(f"zcorch compare: incomplete: {args.base}: fewer than two pairs have a result set to compare")
+        print(f"zcorch compare: cannot tell: {args.base}: fewer than two pairs have a result set to compare")
         return pairs.exit_code(None)
     print(pairs.render(comparison, args.format), end="")
     if args.format != "json":
