@@ -46,6 +46,24 @@ def slowed_copy(src: Path, dst: Path, factor: float, repeats: "int | None" = Non
     return dst
 
 
+def nights_of(src: Path, root: Path, factors: "list[float]", start: str = "2026-11-01") -> "list[Path]":
+    """Nightly sweeps as zcorch-nightly lays them out (ROOT/<night>/<name>), each a copy of the real set `src`
+    recorded by a machine factors[i] times slower (slowed_copy), created a day apart."""
+    import datetime as dt
+
+    t0 = dt.datetime.fromisoformat(start).replace(hour=3, tzinfo=dt.timezone.utc)
+    out = []
+    for i, factor in enumerate(factors):
+        night = t0 + dt.timedelta(days=i)
+        dst = slowed_copy(src, root / night.strftime("%Y%m%dT%H%MZ") / src.name, factor)
+        manifest = json.loads((dst / "manifest.json").read_text())
+        manifest["created"] = night.isoformat()
+        manifest["finished"] = (night + dt.timedelta(minutes=5)).isoformat()
+        (dst / "manifest.json").write_text(json.dumps(manifest))
+        out.append(dst)
+    return out
+
+
 @pytest.fixture(scope="session")
 def compare_set_recorded(tmp_path_factory) -> Path:
     """A real localhost sweep of tests/data/compare.yaml: 2 cells x 6 repeats of 128 MiB. Use through a copy."""

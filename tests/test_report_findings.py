@@ -48,8 +48,25 @@ def test_configurations_are_ranked_and_grouped_by_overlapping_intervals(small_se
             prev = leaders[m["group"] - 1]
             assert m["mb_s_ci"]["high"] < prev["mb_s_ci"]["low"]
     assert len(leaders) >= 2
+    # against the fastest, three answers: the fastest, slower (separated intervals), cannot tell (overlapping),
+    # each with the smallest difference its interval and the fastest's could separate
+    lead = ranked[0]
+    assert lead["versus_fastest"] == {"verdict": "fastest", "resolves_pct": None}
+    for m in ranked[1:]:
+        vs = m["versus_fastest"]
+        assert vs["verdict"] == ("cannot tell" if m["group"] == lead["group"] else "slower"), m
+        reach = (lead["mb_s"] - lead["mb_s_ci"]["low"]) + (m["mb_s_ci"]["high"] - m["mb_s"])
+        assert vs["resolves_pct"] == pytest.approx(reach / lead["mb_s"] * 100)
+    top = [m for m in ranked if m["group"] == lead["group"]]
+    from zcorch.analysis.report import headline
+    text = headline(ranking)
+    if len(top) > 1:
+        assert f"cannot tell it apart from {len(top) - 1} other(s) (these runs separate differences of ≥ " in text
+    else:
+        assert "ahead of the rest by this rule" in text
     # the cell whose runs all failed: last, unranked, flagged
     assert modes[-1]["rank"] is None and modes[-1]["flags"] == ["failed: 3 of 3 runs"]
+    assert modes[-1]["versus_fastest"] is None
     assert "send_cpu=4095" in modes[-1]["label"] and "send_cpu" not in modes[0]["label"]
 
 

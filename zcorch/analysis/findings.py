@@ -134,6 +134,28 @@ def group_ranks(entries: list) -> None:
             group += 1
             leader = e
         e["group"] = group
+    versus_fastest(entries)
+
+
+def versus_fastest(entries: list) -> None:
+    """Set entry["versus_fastest"]: {"verdict": "fastest" | "slower" | "cannot tell", "resolves_pct"}: against
+    the fastest configuration, slower where the grouping rule separates them, else cannot tell; resolves_pct is
+    the smallest difference the two intervals could separate (the fastest's reach below its median plus this
+    one's above its own, in % of the fastest's median; None without both intervals: nothing can be told)."""
+    lead = next((e for e in entries if e.get("rank")), None)
+    for e in entries:
+        if not e.get("rank") or lead is None:
+            e["versus_fastest"] = None
+            continue
+        if e is lead:
+            e["versus_fastest"] = {"verdict": "fastest", "resolves_pct": None}
+            continue
+        ci, lead_ci = e["mb_s_ci"], lead["mb_s_ci"]
+        resolves = None
+        if ci is not None and lead_ci is not None and lead["mb_s"]:
+            resolves = ((lead["mb_s"] - lead_ci["low"]) + (ci["high"] - e["mb_s"])) / lead["mb_s"] * 100
+        e["versus_fastest"] = {"verdict": "slower" if e["group"] != lead["group"] else "cannot tell",
+                               "resolves_pct": resolves}
 
 
 def pareto(entries: list, cpu: str) -> None:

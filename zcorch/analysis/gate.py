@@ -256,41 +256,64 @@ def _decide(regressed: List[str], incomplete: List[str], ok_reason: str,
 def history_gate(experiments: Sequence) -> Gate:
     """The gate of `zcorch history --check` over zcorch.analysis.history's ExperimentHistory list: the
     newest sweep of every experiment against its stable level."""
+    return _combine([_experiment_parts(exp) for exp in experiments], len(experiments))
+
+
+def experiment_gates(experiments: Sequence) -> "tuple[Gate, dict]":
+    """(the gate of them all, {experiment name: its own gate}), each experiment's files read once: what the
+    history page heads itself and each experiment with."""
+    parts = {exp.name: _experiment_parts(exp) for exp in experiments}
+    return _combine(list(parts.values()), len(experiments)), {n: _combine([p], 1) for n, p in parts.items()}
+
+
+def _experiment_parts(exp) -> "tuple[List[str], List[str], List[CellJudged], int]":
+    """(regressed cells, what cannot be told, the cells judged, how many were compared) of one experiment."""
     regressed: List[str] = []
     incomplete: List[str] = []
     judged: List[CellJudged] = []
     compared = 0
-    for exp in experiments:
-        newest = exp.newest
-        comp = newest.completeness()   # from its files, or what an exported dataset recorded of them
-        if comp.describe("newest sweep"):
-            incomplete.append(f"{exp.name}: {comp.describe('newest sweep')}")
-        if len(exp.sweeps) < 2:
-            incomplete.append(f"{exp.name}: one sweep only, nothing earlier to compare with")
-        last = len(exp.sweeps) - 1
-        # a cell the sweep before measured and the newest has not (a cell dropped from the experiment
-        # long ago is history, not a hole: only the previous sweep counts)
-        missing = [ch.label for ch in exp.cells if last >= 1 and ch.present(last - 1) and not ch.present(last)]
-        if missing:
-            incomplete.append(f"{exp.name}: {len(missing)} cell(s) of the previous sweep missing from the newest: "
-                              f"{_named(missing)}")
-        for ch in exp.cells:
-            c = ch.comparison
-            if c is None:
-                continue
-            if c.verdict == "failed":
-                incomplete.append(f"{exp.name} {ch.label}: no ok run in the newest sweep")
-                continue
-            judged.append(CellJudged(f"{exp.name} {ch.label}", c.verdict, c.change_pct, c.p_value,
-                                     getattr(c, "detectable_pct", float("nan")), getattr(c, "needs", "")))
-            if c.verdict == "regressed":
-                regressed.append(f"{exp.name} {ch.label}")
-            else:
-                compared += 1
-    if not experiments:
+    newest = exp.newest
+    comp = newest.completeness()   # from its files, or what an exported dataset recorded of them
+    if comp.describe("newest sweep"):
+        incomplete.append(f"{exp.name}: {comp.describe('newest sweep')}")
+    if len(exp.sweeps) < 2:
+        incomplete.append(f"{exp.name}: one sweep only, nothing earlier to compare with")
+    last = len(exp.sweeps) - 1
+    # a cell the sweep before measured and the newest has not (a cell dropped from the experiment
+    # long ago is history, not a hole: only the previous sweep counts)
+    missing = [ch.label for ch in exp.cells if last >= 1 and ch.present(last - 1) and not ch.present(last)]
+    if missing:
+        incomplete.append(f"{exp.name}: {len(missing)} cell(s) of the previous sweep missing from the newest: "
+                          f"{_named(missing)}")
+    for ch in exp.cells:
+        c = ch.comparison
+        if c is None:
+            continue
+        if c.verdict == FAILED:
+            incomplete.append(f"{exp.name} {ch.label}: no ok run in the newest sweep")
+            continue
+        detectable = getattr(c, "detectable_pct", float("nan"))
+        verdict = c.verdict
+        if verdict == UNCHANGED and detectable != detectable:   # an all-clear needs what it could have seen
+            verdict = CANNOT_TELL
+        judged.append(CellJudged(f"{exp.name} {ch.label}", verdict, c.change_pct, c.p_value, detectable,
+                                 getattr(c, "needs", "") or ("a detectable change" if verdict != c.verdict else "")))
+        if c.verdict == REGRESSED:
+            regressed.append(f"{exp.name} {ch.label}")
+        else:
+            compared += 1
+    return regressed, incomplete, judged, compared
+
+
+def _combine(parts: "Sequence[tuple[List[str], List[str], List[CellJudged], int]]", n_experiments: int) -> Gate:
+    regressed = [x for p in parts for x in p[0]]
+    incomplete = [x for p in parts for x in p[1]]
+    judged = [x for p in parts for x in p[2]]
+    compared = sum(p[3] for p in parts)
+    if not n_experiments:
         incomplete.append("no experiment found")
     incomplete[:0] = _cannot_tell(judged)
-    return _decide(regressed, incomplete, f"{compared} cell(s) of {len(experiments)} experiment(s) checked", judged)
+    return _decide(regressed, incomplete, f"{compared} cell(s) of {n_experiments} experiment(s) checked", judged)
 
 
 def describe_codes() -> str:

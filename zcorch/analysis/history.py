@@ -55,7 +55,8 @@ from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.sparkline import sparkline
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
-from zcorch.analysis.gate import Completeness, completeness
+from zcorch.analysis.gate import (CANNOT_TELL, EXIT_CANNOT_TELL, EXIT_OK, Completeness, Gate, completeness,
+                                  experiment_gates, format_detectable, sees)
 from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_many, point_sigmas, start_fits
 from zcorch.analysis.trendplot import TrendSpec, TrendWorkers, draw_trend, png
 from zcorch.config import yamlsrc
@@ -278,6 +279,13 @@ def ensure_report(sweep: Sweep) -> None:
         except (ZcorchError, OSError) as exc:
             sweep.report_problem = f"report not written: {exc}"
     # a link is never linked to from the index (it could lead anywhere)
+    sweep.report = path if setfiles.is_regular_inside(sweep.path, path.name) else None
+
+
+def link_report(sweep: Sweep) -> None:
+    """sweep.report = DIR/report.html when one is there (a regular file: a link could lead anywhere), written
+    by nobody: `zcorch report DIR`, or `zcorch history --reports`, makes it."""
+    path = sweep.path / "report.html"
     sweep.report = path if setfiles.is_regular_inside(sweep.path, path.name) else None
 
 
@@ -513,6 +521,14 @@ class History:
     warnings: List[str] = field(default_factory=list)
     index: Optional[Path] = None
     min_nights: int = MIN_NIGHTS
+    _gates: "Optional[tuple]" = field(default=None, repr=False, compare=False)
+
+    def gates(self) -> "tuple[Gate, Dict[str, Gate]]":
+        """(the gate over every experiment, {experiment name: its own}): regression, no regression or cannot
+        tell (zcorch.analysis.gate), what --check exits with and what the page and the text open with."""
+        if self._gates is None:
+            self._gates = experiment_gates(self.experiments)
+        return self._gates
 
     @property
     def n_sweeps(self) -> int:
@@ -524,9 +540,10 @@ class History:
 
 
 def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                  alpha: float = DEFAULT_ALPHA, reports: bool = True, min_nights: int = MIN_NIGHTS) -> History:
+                  alpha: float = DEFAULT_ALPHA, reports: bool = False, min_nights: int = MIN_NIGHTS) -> History:
     """Every result set under `root`, grouped and analysed (module docstring, steps 1–4); with
-    `reports`, each sweep's report.html is written when missing or stale."""
+    `reports`, each sweep's report.html is written when missing or stale; without, a report already there
+    is linked and none is written (a nightly gate answers in seconds)."""
     try:
         metrics.directed(metric)   # one with a better direction (zcorch.metrics)
     except ValueError as exc:
@@ -550,11 +567,13 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
     named = []
     for name in sorted(groups):
         sweeps = groups[name]
-        if reports:
-            for s in sweeps:
+        for s in sweeps:
+            if reports:
                 ensure_report(s)
                 if s.report_problem:
                     warnings.append(f"{s.path}: {s.report_problem}")
+            else:
+                link_report(s)
         named.append((name, sweeps, FrameSeries(sweeps, metric)))
     experiments = experiment_histories(named, metric, threshold_pct, alpha, min_nights)
     return History(Path(root), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights)
@@ -631,6 +650,7 @@ def page_context(history: History, out_dir: Path) -> dict:
     """What the template history.html.j2 shows (every value autoescaped there)."""
     declared = metrics.get(history.metric)
     unit = f"{declared.label}, {declared.unit}, {declared.better} is better"
+    overall, gates = history.gates()
     experiments = []
     for exp in history.experiments:
         sweeps = []
@@ -655,14 +675,18 @@ def page_context(history: History, out_dir: Path) -> dict:
             if c is not None:
                 row.update(base=_fmt(c.base_median, ".3f"), change=_fmt(c.change_pct, "+.1f"),
                            p=_fmt(c.p_value, ".3g"), verdict=c.verdict, bad=c.bad,
+                           undecided=c.verdict == CANNOT_TELL,
+                           detectable=format_detectable(getattr(c, "detectable_pct", math.nan)),
+                           needs=getattr(c, "needs", ""),
                            since=f"#{c.since + 1}" if c.bad else "", against=_span(c.baseline))
             else:
                 row.update(base="–", change="–", p="–", verdict="nothing to compare", bad=False, since="",
-                           against="")
+                           against="", undecided=False, detectable="–", needs="")
             cells.append(row)
         experiments.append({"name": exp.name, "anchor": _slug(exp.name), "sweeps": sweeps, "cells": cells,
                             "plotted": [c for c in cells if c["plot"]],
                             "problem": exp.problem, "n_regressed": len(exp.regressions), "bad": exp.bad,
+                            "gate": _gate_view(gates[exp.name]),
                             "newest": {"index": len(exp.sweeps), "date": exp.newest.date(),
                                        "dir": _rel(exp.newest.path, out_dir)}})
     return {"root": str(history.root), "metric": history.metric, "unit": unit, "version": __version__,
@@ -670,7 +694,14 @@ def page_context(history: History, out_dir: Path) -> dict:
             "threshold": history.threshold_pct, "alpha": history.alpha, "ci_method": ci_method(),
             "method": method_text(declared.better, history.threshold_pct, history.alpha, history.min_nights),
             "experiments": experiments, "warnings": history.warnings, "bad": history.bad,
+            "gate": _gate_view(overall),
             "n_sweeps": history.n_sweeps, "trend_plots_max": TREND_PLOTS_MAX}
+
+
+def _gate_view(gate: Gate) -> dict:
+    """A gate as the page shows it: its state (the headline's colour), verdict, reason, detectable change."""
+    state = {EXIT_OK: "ok", EXIT_CANNOT_TELL: "undecided"}.get(gate.code, "bad")
+    return {"state": state, "verdict": gate.verdict, "reason": gate.reason, "sees": sees(gate.detectable_pct)}
 
 
 def cell_sparkline(exp: ExperimentHistory, ch: CellHistory):
@@ -756,6 +787,9 @@ def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
                               "cand_median": num(c.cand_median), "p_value": num(c.p_value), "test": c.test,
                               "n_base": c.n_base, "n_cand": c.n_cand, "method": c.method,
                               "spread_pct": num(c.spread_pct),
+                              "detectable_pct": num(getattr(c, "detectable_pct", math.nan)),
+                              "detectable": format_detectable(getattr(c, "detectable_pct", math.nan)),
+                              "needs": getattr(c, "needs", ""),
                               "judged": [str(exp.sweeps[i].path) for i in c.window],
                               "baseline": [str(exp.sweeps[i].path) for i in c.baseline],
                               "since": str(exp.sweeps[c.since].path)}})
@@ -772,6 +806,15 @@ def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
     return doc
 
 
+def _undecided(c: Comparison, metric: str) -> str:
+    """A `cannot tell` cell in one line: how far it moved, what it could have seen, what would decide it."""
+    judged = "newest night" if len(c.window) <= 1 else f"mean of the newest {len(c.window)} nights"
+    text = (f"{_fmt(c.change_pct, '+.1f')}% ({metric} {_fmt(c.base_median, '.3f')} -> {_fmt(c.cand_median, '.3f')}, "
+            f"{judged}, p={_fmt(c.p_value, '.3g')}); {sees(getattr(c, 'detectable_pct', math.nan))}")
+    needs = getattr(c, "needs", "")
+    return text + (f"; needs {needs}" if needs else "")
+
+
 def render_text(history: History) -> str:
     """Per experiment its newest sweep, and every bad cell: by how much, since which sweep, against
     which sweeps (result directories)."""
@@ -783,8 +826,15 @@ def render_text(history: History) -> str:
                 f"{newest.n_ok} ok / {newest.n_failed} failed)")
         verdicts = pd.Series([c.comparison.verdict for c in exp.cells if c.comparison is not None], dtype=object)
         counts = ", ".join(f"{n} {v}" for v, n in verdicts.value_counts().items()) or "no cell to compare"
+        gate = history.gates()[1][exp.name]
+        if gate.code == EXIT_OK:
+            lines.append(f"{head}: no regression ({counts}; {sees(gate.detectable_pct)})")
+            continue
         if not exp.bad:
-            lines.append(f"{head}: no significant regression ({counts})")
+            lines.append(f"{head}: CANNOT TELL ({counts})")
+            undecided = [f"  {ch.label} [cell {ch.cell}]: {_undecided(ch.comparison, history.metric)}"
+                         for ch in exp.cells if ch.comparison is not None and ch.comparison.verdict == CANNOT_TELL]
+            lines += undecided or [f"  {gate.reason}"]
             continue
         lines.append(f"{head}: REGRESSION ({counts})")
         if exp.problem:

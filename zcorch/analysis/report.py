@@ -317,8 +317,13 @@ def headline(ranking: dict) -> str:
     text = (f"Fastest: {lead['label']}, {lead['mb_s']:.0f} MB/s"
             + (f" ({ci['label']} {ci['low']:.0f}–{ci['high']:.0f})" if ci else " (no interval)"))
     if len(top) > 1:
-        text += f", indistinguishable from {len(top) - 1} other(s): " + "; ".join(e["label"] for e in top[1:])
-    else:
+        seen = [e["versus_fastest"]["resolves_pct"] for e in top[1:] if (e.get("versus_fastest") or {}).get("resolves_pct")
+                is not None]
+        text += (f"; cannot tell it apart from {len(top) - 1} other(s)"
+                 + (f" (these runs separate differences of ≥ {max(seen):.2g}% at most)" if len(seen) == len(top) - 1
+                    else " (some have fewer than two ok runs: no interval to separate)")
+                 + ": " + "; ".join(e["label"] for e in top[1:]))
+    elif len(modes) > 1:
         text += ", ahead of the rest by this rule"
     eff = [e["label"] for e in modes if e["efficient"]]
     if eff:

@@ -20,9 +20,9 @@ COMMANDS = [
     ("run", "zcorch.cli.run", "run an experiment (baselines + every cell) into a result set"),
     ("report", "zcorch.cli.report", "write DIR/report.html (findings first, then tables and plots)"),
     ("compare", "zcorch.cli.compare", "compare two result sets cell by cell; exit 1 on a regression, "
-                                      "3 when incomplete"),
+                                      "3 when it cannot tell"),
     ("history", "zcorch.cli.history", "every result set under ROOT over time: ROOT/index.html; "
-                                      "--check gates the newest sweep (exit 1 regression, 3 incomplete)"),
+                                      "--check gates the newest sweep (exit 1 regression, 3 cannot tell)"),
     ("export", "zcorch.cli.export", "every result set under ROOT as one Parquet dataset (DuckDB, Spark, polars "
                                     "read it; history and compare too)"),
     ("reproductions", "zcorch.cli.reproductions", "one Markdown table of several studies' reproductions "
@@ -40,8 +40,8 @@ EPILOG = """start here:
   zcorch run quickstart.yaml            run it: a result set in results/, a summary table on the terminal
   zcorch report results/quickstart-*    report.html: which path is fastest and what it costs in CPU
 
-exit status: 0 ok; 1 a run failed or a regression; 2 a usage or input error; 3 a gate's data incomplete
-(compare, history --check); 75 the result set is being written by another zcorch run; 130 interrupted."""
+exit status: 0 ok; 1 a run failed or a regression; 2 a usage or input error; 3 a gate cannot tell
+(compare, history --check: too few runs or nights to see the threshold, or incomplete data); 75 the result set is being written by another zcorch run; 130 interrupted."""
 
 
 def build_parser(command: "str | None" = None) -> argparse.ArgumentParser:

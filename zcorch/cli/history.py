@@ -3,9 +3,11 @@
 Per experiment the sweeps (date, git revision, kernel, hosts, status, report), per cell a trend plot of the
 median with its CI and the detected change points, and the newest sweep against the preceding stable
 segment; the analysis is zcorch.analysis.history. With --check the exit status is the gate's
-(zcorch.analysis.gate, the same as `zcorch compare`): 0 no regression, 1 a regression of the newest sweep,
-2 usage or input error, 3 incomplete (the newest sweep failed or measured fewer runs than its plan, a cell of
-the previous sweep is missing, or there is no earlier sweep); the last line says which and why.
+(zcorch.analysis.gate, the same as `zcorch compare`): 0 no regression (each cell could have seen a change of
+the threshold), 1 a regression of the newest sweep, 2 usage or input error, 3 cannot tell (a cell that could
+not see the threshold or moved without being significant, the newest sweep failed or measured fewer runs than
+its plan, a cell of the previous sweep is missing, or there is no earlier sweep); the last line says which
+and why. Reports of the sweeps are written only with --reports.
 """
 from __future__ import annotations
 
@@ -28,11 +30,15 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                                 "wrote (read through DuckDB: the same answers, without loading every set)")
     p.add_argument("-o", "--output", metavar="OUT", help="write OUT/index.html (default ROOT/index.html)")
     p.add_argument("--check", action="store_true",
-                   help="exit 1 when the newest sweep of an experiment is a significant regression, 3 when it "
-                        "is incomplete")
+                   help="exit 1 when the newest sweep of an experiment is a significant regression, 0 when no "
+                        "cell regressed and each could have seen a change of the threshold, 3 when it cannot "
+                        "tell (a cell that could not, or an incomplete sweep)")
     p.add_argument("--format", choices=["text", "json"], default="text",
                    help="json: one object (experiments, cells, comparisons; with --check the verdict, exit code "
                         "and reason first)")
+    p.add_argument("--reports", action="store_true",
+                   help="also write each sweep's report.html where it is missing or older than its runs (slow: "
+                        "a report a night); without, the page links the reports that are there")
     add_regression_options(p, "follow", HISTORY_THRESHOLD_PCT, HISTORY_ALPHA)
     p.add_argument("--min-nights", type=int, default=HISTORY_MIN_NIGHTS, metavar="N",
                    help="earlier nights at the stable level needed to judge the newest against their spread "
@@ -65,18 +71,18 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace, workers) -> int:
-    from zcorch.analysis.gate import history_gate
     from zcorch.analysis.history import as_json, build_history, render_text, write_index  # pandas, numba
     from zcorch.analysis.dataset import dataset_history, is_dataset
 
     if is_dataset(args.root):
         history = dataset_history(args.root, args.metric, args.threshold, args.alpha, args.min_nights)
     else:
-        history = build_history(args.root, args.metric, args.threshold, args.alpha, min_nights=args.min_nights)
+        history = build_history(args.root, args.metric, args.threshold, args.alpha, reports=args.reports,
+                                min_nights=args.min_nights)
     for warning in history.warnings:
         print(f"zcorch history: warning: {warning}", file=sys.stderr)
     write_index(history, args.output, workers)
-    gate = history_gate(history.experiments) if args.check else None
+    gate = history.gates()[0] if args.check else None
     if args.format == "json":
         print(json.dumps(as_json(history, gate.as_dict() if gate else None), indent=1))
     else:
