@@ -269,8 +269,12 @@ def test_compare_takes_cells_with_different_numbers_of_runs(sweeps):
     assert list(table["n_base"]) == [6, 6] and list(table["n_cand"]) == [8, 8]
     assert table["p_value"].notna().all()
     res = zcorch_cli("compare", loose, tight)
-    assert res.returncode in (0, 1), res.stdout + res.stderr          # complete on both sides: never 3
-    assert "incomplete" not in res.stdout.splitlines()[-1]
+    last = res.stdout.splitlines()[-1]
+    # complete on both sides: never short of runs; a 3 only for cells too noisy to see the threshold, said so
+    assert res.returncode in (0, 1, 3), res.stdout + res.stderr
+    assert "planned runs ok" not in last and "status" not in last and "only in" not in last, last
+    if res.returncode == 3:
+        assert last.startswith("zcorch compare: cannot tell: ") and "runs a side" in last, last
 
 
 def test_resume_in_the_middle_continues_only_unconverged_cells(tmp_path):

@@ -82,7 +82,7 @@ def format_detectable(pct: float) -> str:
 def sees(pct: float) -> str:
     """The detectable change in words: 'could see changes ≥ 7.1%'."""
     if pct != pct:
-        return "no cell judged"
+        return "what it could see is unknown"
     if pct == float("inf"):
         return "could see no change at all (too few runs or nights to ever be significant)"
     return f"could see changes {format_detectable(pct)}"
