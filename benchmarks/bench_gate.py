@@ -51,7 +51,7 @@ def widen(records: list, plan: list, cells: int) -> "tuple[list, list]":
     bytes, so a new id (zcorch.plan.cell_id) over the same real runs."""
     from zcorch.plan import cell_id
 
-    ids = list(dict.fromkeys(r["cell"] for r in plan))
+    ids = list(dict.fromkeys(r["id"] for r in plan))
     out_runs, out_plan = [], []
     for k in range((cells + len(ids) - 1) // len(ids)):
         for cell in ids[:cells - k * len(ids)]:
