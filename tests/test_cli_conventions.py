@@ -94,6 +94,25 @@ done
     assert "copy" in lines[2].split()
 
 
+def test_a_commands_errors_show_its_own_usage_and_its_help_whole_sentences():
+    # an unknown option after a command: that command's usage, exit 2 (not the top level's)
+    for argv, usage in ((("run", "x.yaml", "--bogus"), "usage: zcorch run "),
+                        (("examples", "copy", "quickstart", "--zz"), "usage: zcorch examples copy "),
+                        (("compare", "a", "b", "--bogus"), "usage: zcorch compare ")):
+        res = zcorch_cli(*argv)
+        assert res.returncode == 2 and res.stderr.startswith(usage), res.stderr
+        assert "unrecognized arguments: " + argv[-1] in res.stderr
+    # each command's description is its docstring's first paragraph: it ends a sentence
+    from zcorch.cli import COMMANDS
+
+    for name, _module, _text in COMMANDS:
+        if name == "worker":
+            continue
+        out = zcorch_cli(name, "--help").stdout
+        description = " ".join(out.split("\n\n")[1].split())
+        assert description.endswith((".", ")", "?")), (name, description)
+
+
 def test_examples_list_and_copy_never_overwrite(tmp_path):
     res = zcorch_cli("examples")
     names = [ln.split()[0] for ln in res.stdout.splitlines() if ln and not ln.startswith("copy")]
@@ -103,13 +122,13 @@ def test_examples_list_and_copy_never_overwrite(tmp_path):
     written = tmp_path / "mine" / "quickstart.yaml"
     assert written.read_text() == (ROOT / "experiments" / "quickstart.yaml").read_text()
     again = zcorch_cli("examples", "copy", "quickstart", tmp_path / "mine")
-    assert again.returncode == 1 and "not overwritten" in again.stderr
+    assert again.returncode == 2 and "not overwritten" in again.stderr   # an input error, as the README's table says
     victim = tmp_path / "victim"
     victim.write_text("keep")
     (tmp_path / "linked").mkdir()
     (tmp_path / "linked" / "analysis.ipynb").symlink_to(victim)
     linked = zcorch_cli("examples", "copy", "analysis", tmp_path / "linked")
-    assert linked.returncode == 1 and victim.read_text() == "keep"
+    assert linked.returncode == 2 and victim.read_text() == "keep"
     unknown = zcorch_cli("examples", "copy", "nope", tmp_path)
     assert unknown.returncode == 2 and "quickstart" in unknown.stderr
 

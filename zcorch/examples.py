@@ -65,21 +65,24 @@ def examples() -> Dict[str, Example]:
 
 def copy_example(name: str, directory: str) -> str:
     """Write example `name` into `directory` (made if missing) under its file name; the path written.
-    ConfigError for an unknown name; ZcorchError when the file exists (nothing is overwritten)."""
+    ConfigError (an input error, exit 2) for an unknown name, a file that exists (nothing is overwritten) or a
+    directory it cannot write in."""
     known = examples()
     if name not in known and name.rsplit(".", 1)[0] in known:
         name = name.rsplit(".", 1)[0]
     if name not in known:
         raise ConfigError(f"no example {name!r} (known: {', '.join(known)})")
     ex = known[name]
-    os.makedirs(directory, exist_ok=True)
     dest = os.path.join(directory, ex.filename)
     with open(ex.path, "rb") as f:
         data = f.read()
     try:
+        os.makedirs(directory, exist_ok=True)
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except FileExistsError:
-        raise ZcorchError(f"{dest} exists: not overwritten (remove it or choose another directory)") from None
+        raise ConfigError(f"{dest} exists: not overwritten (remove it or choose another directory)") from None
+    except OSError as exc:
+        raise ConfigError(f"{dest}: cannot write it ({exc.strerror or exc})") from None
     with os.fdopen(fd, "wb") as out:
         out.write(data)
     return dest

@@ -34,6 +34,12 @@ COMMANDS = [
 ]
 HELP = {name: text for name, _module, text in COMMANDS}
 
+
+def summary(doc: "str | None") -> str:
+    """A command's description: the first paragraph of its module docstring, its lines joined (a first line
+    alone can stop mid-sentence)."""
+    return " ".join(line.strip() for line in (doc or "").strip().split("\n\n")[0].splitlines())
+
 EPILOG = """start here:
   zcorch examples copy quickstart .     an experiment file to edit (send modes x receive modes on localhost)
   zcorch plan quickstart.yaml           check it and see its cells, runs and how long it takes
@@ -51,7 +57,7 @@ def build_parser(command: "str | None" = None) -> argparse.ArgumentParser:
     completion needs them all)."""
     from zcorch import __version__
 
-    parser = argparse.ArgumentParser(prog="zcorch", description=__doc__.splitlines()[0], epilog=EPILOG,
+    parser = argparse.ArgumentParser(prog="zcorch", description=summary(__doc__), epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-V", "--version", action="version", version=f"zcorch {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
@@ -66,6 +72,19 @@ def build_parser(command: "str | None" = None) -> argparse.ArgumentParser:
             continue
         importlib.import_module(module).register(sub)
     return parser
+
+
+def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `args` were parsed for: `zcorch examples copy`'s, `zcorch run`'s, else
+    the top level's."""
+    found = parser
+    for dest in ("command", "action"):
+        subs = [a for a in found._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, dest, None)
+        if not subs or name not in subs[0].choices:
+            break
+        found = subs[0].choices[name]
+    return found
 
 
 def chosen_command(argv: "list[str]") -> str:
@@ -95,7 +114,9 @@ def main(argv: "list[str] | None" = None) -> int:
     # Completion (argcomplete's environment) needs every subcommand's options; a command run needs its own.
     parser = build_parser(None if completing() else chosen_command(argv))
     autocomplete(parser)  # only when the shell asks: completes and exits
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:   # said by the command's own parser: its usage, not the top level's
+        command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     global _quick_exit
     _quick_exit = bool(getattr(args, "quick_exit", False))
     setup_logging(args.verbose, args.quiet)

@@ -1,4 +1,4 @@
-"""`zcorch compare BASE CANDIDATE`: did a sweep get slower? (for nightly runs and CI) `zcorch compare FLEET`: which
+"""`zcorch compare BASE CANDIDATE`: did a sweep get slower (for nightly runs and CI)? `zcorch compare FLEET`: which
 pair of a fleet run differs, in which cells, by how much.
 
 Per cell (matched by cell id) the medians, the change in % and a significance test; the verdicts are
@@ -18,12 +18,12 @@ import argparse
 
 from zcorch.cli.options import add_regression_options, check_regression_options
 from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, completeness, describe_codes
-from zcorch.cli import HELP
+from zcorch.cli import HELP, summary
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("compare", help=HELP["compare"],
-                              description=__doc__.splitlines()[0], epilog=f"exit status: {describe_codes()}")
+                              description=summary(__doc__), epilog=f"exit status: {describe_codes()}")
     p.add_argument("base", help="base result set (with --dataset: its set id, or the path it had when exported)")
     p.add_argument("candidate", nargs="?", help="candidate result set (none when BASE is a fleet run's directory: "
                                                 "its pairs are compared)")

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from zcorch.cli import HELP
+from zcorch.cli import HELP, summary
 
 SHELLS = ("bash", "zsh", "fish", "tcsh")
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("completion", help=HELP["completion"],
-                              description=__doc__.split("\n\n")[0])
+                              description=summary(__doc__))
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=main)
     return p

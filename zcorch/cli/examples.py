@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import argparse
-from zcorch.cli import HELP
+from zcorch.cli import HELP, summary
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("examples", help=HELP["examples"],
-                              description=__doc__.splitlines()[0])
+                              description=summary(__doc__))
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.add_parser("list", help="list them (the default)")
     cp = sub.add_parser("copy", help="write one into DIR (never overwrites)")

@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from zcorch.cli import HELP
+from zcorch.cli import HELP, summary
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("export", help=HELP["export"],
-                              description=__doc__.splitlines()[0], epilog="exit status: 0 ok; 2 input error")
+                              description=summary(__doc__), epilog="exit status: 0 ok; 2 input error")
     p.add_argument("root", help="directory searched for result sets at any depth")
     p.add_argument("dest", help="the dataset directory (made when missing; a symbolic link is refused)")
     p.set_defaults(func=main)

@@ -13,12 +13,12 @@ import sys
 
 from zcorch.errors import LabError
 from zcorch.lab import netns as lab
-from zcorch.cli import HELP
+from zcorch.cli import HELP, summary
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("lab", help=HELP["lab"],
-                              description=__doc__.split("\n\n")[0])
+                              description=summary(__doc__))
     p.add_argument("action", choices=["up", "down", "status", "inventory"])
     p.add_argument("--name", default="default", help="lab name (state in /var/lib/zcorch-lab/NAME)")
     p.add_argument("--index", type=int, default=None,

@@ -24,7 +24,7 @@ from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, descr
 from zcorch.params import PARAM_KEYS, format_value
 from zcorch.textfmt import text_table
 from zcorch.units import format_size, parse_duration, parse_size
-from zcorch.cli import HELP
+from zcorch.cli import HELP, summary
 
 
 _LISTED = 3  # dropped cells listed per reason without --all
@@ -32,7 +32,7 @@ _LISTED = 3  # dropped cells listed per reason without --all
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("plan", help=HELP["plan"],
-                              description=__doc__.splitlines()[0])
+                              description=summary(__doc__))
     p.add_argument("file", metavar="FILE", help="experiment file (YAML), e.g. experiments/quickstart.yaml")
     p.add_argument("--json", action="store_true", help="print the runs as JSON (execution order)")
     p.add_argument("--all", action="store_true", help="list every dropped cell (default: a few per reason)")

@@ -6,12 +6,12 @@ zcorch.worker.cli.main without building this parser (the worker's start-up is on
 from __future__ import annotations
 
 import argparse
-from zcorch.cli import HELP
+from zcorch.cli import HELP, summary
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("worker", help=HELP["worker"],
-                              description=__doc__.splitlines()[0], add_help=False)
+                              description=summary(__doc__), add_help=False)
     p.add_argument("argv", nargs=argparse.REMAINDER, help="recv|send|info [flags]; see `zcorch worker --help`")
     p.set_defaults(func=main)
     return p
