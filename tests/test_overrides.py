@@ -213,3 +213,15 @@ def test_the_experiment_is_built_complete_and_frozen(exp_file):
         exp.matrix[0].key = "other"  # type: ignore[misc]
     plain = load_experiment(exp_file)
     assert plain.overrides == () and plain.effective is None
+
+
+def test_an_empty_baselines_mapping_is_refused_not_guessed(exp_file, write_yaml):
+    # `{}` could mean "none" or "the defaults": neither is guessed, in a --set or in the file
+    (problem,) = set_problems(exp_file, "baselines={}")
+    assert problem.startswith("--set baselines={}: baselines: an empty mapping names no baseline: write "
+                              "`baselines: false`"), problem
+    bad = write_yaml(EXP.replace("baselines:\n  iperf3: {duration: 2s}\n  dd: false\n", "baselines: {}\n"), "e.yaml")
+    (problem,) = set_problems(bad)
+    assert problem.startswith(f"{bad}:16:12: baselines: an empty mapping"), problem
+    off = expand(load_experiment(exp_file, ["baselines=false"]))
+    assert list(off.experiment.baselines.enabled()) == []

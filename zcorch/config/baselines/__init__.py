@@ -103,6 +103,11 @@ def parse_baselines(chk: Checker, node: "ys.YNode | None") -> Baselines:
     assert node is not None
     if checks.is_off(node):
         return BASELINES_OFF
+    if isinstance(node, ys.YMap) and not node.entries:
+        # `{}` reads as "none" to some and as "the defaults" to others: neither is guessed
+        chk.problem(node.pos, "baselines", "an empty mapping names no baseline: write `baselines: false` to run none, "
+                                           "or leave the key out for the defaults (" + ", ".join(BY_NAME) + ")")
+        return Baselines()
     out: Dict[str, Any] = {}
     for name, (_, child) in chk.mapping(node, "baselines", tuple(BY_NAME), "baseline kinds").items():
         if checks.is_null(child):
