@@ -165,6 +165,26 @@ def test_stopped_peer_ends_within_the_timeout(victim):
         ev = survivor.event(1 if survivor is rx else 0)
         assert ev["event"] == "error" and ev["code"] == "ETIMEDOUT", ev
         assert "timed out after 3s" in ev["message"]
+        assert "is the peer stalled or gone?" in ev["message"] and "still moving" not in ev["message"], ev
+    finally:
+        rx.close()
+        tx.close()
+
+
+def test_a_timeout_shorter_than_the_transfer_says_so_not_a_stalled_peer():
+    # both sides healthy and moving data the whole time: the transfer simply takes longer than 1 s
+    rx, tx = _stream(timeout="1s")
+    try:
+        assert tx.wait(10) == 1 and rx.wait(10) == 1
+        for side, proc in ((0, tx), (1, rx)):
+            ev = proc.event(side)
+            if ev.get("code") != "ETIMEDOUT":   # the other side may see the first one's close instead
+                continue
+            assert "with data still moving" in ev["message"] and "raise `timeout`" in ev["message"], ev
+            assert "stalled or gone" not in ev["message"], ev
+            break
+        else:
+            raise AssertionError("neither side timed out")
     finally:
         rx.close()
         tx.close()

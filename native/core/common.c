@@ -71,14 +71,28 @@ int64_t zc_now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* Data that moved within this long before the deadline means the transfer was still going: the timeout is
+ * shorter than the transfer, not a stalled peer (a stall shows no progress for at least one timeout slice). */
+#define ZC_STILL_MOVING_NS (1000 * 1000 * 1000LL)
+
 int zc_check_deadline(zc_ctx *c, const char *doing)
 {
     if (c->fiber) /* the top of every chunk loop: a stream sharing its thread takes its turn here */
         zc_fiber_share(c);
-    if (zc_now_ns() < c->deadline_ns)
+    int64_t now = zc_now_ns();
+    if (c->done != c->seen_done || !c->progress_ns) {
+        c->seen_done = c->done;
+        c->progress_ns = now;
+    }
+    if (now < c->deadline_ns)
         return 0;
-    return zc_fail(c, ETIMEDOUT, "timed out after %gs while %s (%llu bytes moved; is the peer stalled or gone?)",
-                   c->p->timeout, doing, (unsigned long long)c->done);
+    double idle = (double)(now - c->progress_ns) / 1e9;
+    if (c->done > 0 && now - c->progress_ns < ZC_STILL_MOVING_NS)
+        return zc_fail(c, ETIMEDOUT, "timed out after %gs while %s, with data still moving (%llu bytes moved, the "
+                       "last %.2gs ago): the transfer takes longer than its timeout (raise `timeout`, or lower "
+                       "`bytes`)", c->p->timeout, doing, (unsigned long long)c->done, idle);
+    return zc_fail(c, ETIMEDOUT, "timed out after %gs while %s (%llu bytes moved, none in the last %.2gs; is the "
+                   "peer stalled or gone?)", c->p->timeout, doing, (unsigned long long)c->done, idle);
 }
 
 int zc_send_more(zc_ctx *c)

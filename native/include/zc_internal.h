@@ -55,6 +55,8 @@ typedef struct zc_ctx {
     int pipe[2];             /* -1 when the mode uses no pipe */
     size_t pipe_cap;         /* effective pipe capacity */
     int64_t deadline_ns;     /* CLOCK_MONOTONIC */
+    uint64_t seen_done;      /* c->done when zc_check_deadline last saw it change, and when (CLOCK_MONOTONIC): */
+    int64_t progress_ns;     /* a timeout says whether data was still moving or had stopped */
     int64_t end_ns;          /* send --duration: when the sender stops (set at the start of the timed region);
                               * 0 = move c->total bytes */
     int64_t timeo_ns;        /* current SO_SNDTIMEO/SO_RCVTIMEO on c->sock */
