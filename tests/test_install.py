@@ -219,6 +219,11 @@ def test_a_wheel_install_run_from_inside_a_source_checkout_uses_the_installed_pa
     assert str(checkout) not in (tmp_path / "rs" / run["log"]).read_text()
     meta = json.loads((tmp_path / "rs" / "meta.json").read_text())
     assert str(checkout) not in json.dumps(meta.get("hosts", {}))
+    # `python -m zcorch` there too: the current directory's tree comes first on sys.path, the installed one is meant
+    q = subprocess.run([python, "-m", "zcorch", "worker", "info"], cwd=checkout, capture_output=True, text=True,
+                       timeout=120, env=clean_env())
+    assert q.returncode == 0, q.stderr[-3000:]
+    assert str(checkout) not in json.loads(q.stdout)["native"], q.stdout
 
 
 @pytest.mark.slow
