@@ -21,7 +21,7 @@
  * chunk loop, calls zc_fiber_share): round robin chunk by chunk, as iperf3 writes one block per stream
  * per select round (longer turns, 1 MiB, let one socket's queue fill in a burst while the others idle).
  *
- * Waiting (issue 25): when every stream of the thread is parked, a thread pinned to a CPU (--cpu/--cpus)
+ * Waiting: when every stream of the thread is parked, a thread pinned to a CPU (--cpu/--cpus)
  * first polls its epoll for up to ZC_MUX_SPIN_NS, then sleeps. On loopback with the sides on two CPUs a thread that sleeps each time
  * it has caught up with its peer is woken again tens of microseconds later, and the wake-up is paid by
  * the peer (sock_def_readable in the softirq of the sender's own send, a reschedule IPI; on a VM an exit

@@ -1,4 +1,4 @@
-"""The receiving filesystems of a result set side by side (issue 6).
+"""The receiving filesystems of a result set side by side.
 
 Per configuration (meta.json "filesystems", written by `zcorch run` from the filesystem manager):
 type, mkfs options, the mount options the kernel reports (findmnt, i.e. /proc/self/mountinfo), RAID

@@ -1,4 +1,4 @@
-"""Which links the report and the history index make live (issue 23, item 16).
+"""Which links the report and the history index make live.
 
 Jinja2's autoescape stops markup, not a `javascript:` or `data:` URL in an href: a reference's
 `source.url` or a result directory named `javascript:alert(1)` would become a live link. Every href/src

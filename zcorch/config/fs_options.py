@@ -1,6 +1,6 @@
 """`mkfs_options` and `mount_options` of a `filesystems:` entry, read the way mkfs and mount read them.
 
-A textual search for `device=` missed `-Jdevice=LABEL=x` (issue 23, item 3): what an option means depends
+A textual search for `device=` missed `-Jdevice=LABEL=x`: what an option means depends
 on how the tool splits argv. So `mkfs_option_problems` walks the list as getopt does (a letter, its value
 attached or in the next item, letters bundled as `-qF`), knows for each tool which letters take a value and
 which `key=value` keys each sub-option list (`-E`, `-J`, `-O`, `-d`, `-l`, `-r` ...) accepts, and refuses:

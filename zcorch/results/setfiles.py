@@ -1,7 +1,7 @@
 """Files inside a result set (or an output directory), read and written as root may safely do.
 
 A result set can come from anyone (copied from a lab, unpacked from an archive) and `zcorch report` or
-`history` often runs as root. So (issue 23, items 4 and 13):
+`history` often runs as root. So:
 
 - Reading: a file is opened component by component below the set's directory with O_NOFOLLOW, and must
   be a regular file: a symlink (to a 0600 secret, /dev/zero, a FIFO) is refused, never followed, and a

@@ -1,4 +1,4 @@
-"""What a path the worker opens really is, judged on the host that opens it (issue 23, items 5 and 6).
+"""What a path the worker opens really is, judged on the host that opens it.
 
 The plan-time rules (zcorch.config: no `/dev` but the allowed devices, nothing under /proc or /sys) read
 the text of a path. On the host a path can lead elsewhere: a symlink to a block device, `/proc/self/root/
