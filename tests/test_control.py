@@ -2,7 +2,7 @@
 
 The validation and the plan's rules on small files; the recorded manifest, the `<metric>_vs_control` columns
 (checked against runs.jsonl read here, independently of zcorch's frames), the runs.parquet cache, and
-`zcorch compare` / `zcorch history --metric gbit_s_vs_control` on a real localhost sweep.
+`zcorch compare` / `zcorch history --metric gbit_s_vs_control` and `zcorch export` on a real localhost sweep.
 """
 from __future__ import annotations
 
@@ -267,3 +267,18 @@ def test_history_follows_the_ratio(control_set, tmp_path):
     assert "3 sweep(s)" in res.stdout, res.stdout
     page = (root / "index.html").read_text()
     assert "gbit_s_vs_control" in page
+
+
+def test_export_carries_the_ratios(control_set, tmp_path):
+    root = tmp_path / "root"
+    copy_result_set(control_set, root / "night0")
+    res = zcorch_cli("export", root, tmp_path / "dataset")
+    assert res.returncode == 0, res.stdout + res.stderr
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(tmp_path / "dataset" / "runs", format="parquet", partitioning="hive").to_table(
+        columns=["cell", "repeat", "gbit_s_vs_control", "total_host_busy_s_per_gib_vs_control"]).to_pandas()
+    _, want = expected_ratios(control_set)
+    assert len(table) == len(want)
+    for cell, repeat, value in zip(table["cell"], table["repeat"], table["gbit_s_vs_control"]):
+        assert value == pytest.approx(want[(cell, repeat)], rel=1e-9)
