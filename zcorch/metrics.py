@@ -94,8 +94,9 @@ def _sides(base: str, unit: str, label: str, help: str, better: Optional[str], c
     return out
 
 
-# The derived columns of zcorch.analysis.frames (add_derived, add_copy_units), in the frame's order.
-DERIVED: "tuple[AnalysisMetric, ...]" = (
+# The derived columns of zcorch.analysis.frames (add_derived, add_copy_units, add_control_ratios), in the frame's
+# order.
+_DERIVED_RUN: "tuple[AnalysisMetric, ...]" = (
     AnalysisMetric("gbit_s", "Gbit/s", "none", "higher", None, False, "throughput",
                    "bytes / wall time as the receiver saw it (the data has landed, an fsync included), else the "
                    "sender's"),
@@ -129,6 +130,25 @@ DERIVED: "tuple[AnalysisMetric, ...]" = (
     *_sides("host_busy_copies", "copies", "host CPU",
             "host CPU per GiB in units of one memcpy of a GiB on that host", "lower"),
 )
+
+# A result set with a `control:` cell (manifest "control"): each run's figure over the control's ok run of the
+# same repeat (frames.add_control_ratios): the machine's drift between sweeps cancels where it moves both alike.
+CONTROL_SUFFIX = "_vs_control"
+CONTROL_BASES = ("gbit_s", "total_host_busy_s_per_gib")
+
+
+def _vs_control(base: AnalysisMetric) -> AnalysisMetric:
+    return AnalysisMetric(base.name + CONTROL_SUFFIX, "ratio", "none", base.better, None, False,
+                          f"{base.label} / control",
+                          f"`{base.name}` of the run over that of the control cell's ok run of the same repeat "
+                          "in the same result set (1 for the control; NaN when that run failed or no control "
+                          "is declared)")
+
+
+DERIVED: "tuple[AnalysisMetric, ...]" = _DERIVED_RUN + tuple(
+    _vs_control(next(m for m in _DERIVED_RUN if m.name == b)) for b in CONTROL_BASES)
+# {ratio column: the column it divides}
+CONTROL_RATIOS: "dict[str, str]" = {b + CONTROL_SUFFIX: b for b in CONTROL_BASES}
 
 # Not one number per run (a list per CPU), so no metric to compare although its unit is a quantity.
 _NOT_SCALAR = frozenset(("host_per_cpu_us",))

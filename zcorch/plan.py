@@ -93,6 +93,7 @@ class Plan:
     dropped: "list[Dropped]" = field(default_factory=list)
     merged: "list[tuple[str, str]]" = field(default_factory=list)  # (origin, id) identical to an earlier cell
     warnings: "list[str]" = field(default_factory=list)
+    control: Optional[Cell] = None   # the cell the experiment's `control:` names (None without one)
 
     @cached_property
     def varying(self) -> "list[str]":
@@ -292,12 +293,59 @@ def _expand(exp: Experiment, reduced: bool) -> Plan:
     if ref_problems and not reduced:
         raise ConfigError([f"{ys.where(exp.path, pos)}: {key}: {msg}" for pos, key, msg in ref_problems])
 
-    plan = Plan(exp, cells, _order_runs(exp, cells), dropped, merged)
+    control = _control_cell(exp, cells, dropped) if exp.control is not None else None
+    plan = Plan(exp, cells, _order_runs(exp, cells), dropped, merged, control=control)
     plan.warnings = _warnings(exp, plan, ex_hits)
     # --set reduced the study: what the reference names but this run lacks is reported as not measured
     plan.warnings += [f"{ys.where(exp.path, pos)}: {key}: {msg} as run (--set): the report shows it as not "
                       "measured" for pos, key, msg in ref_problems]
     return plan
+
+
+def control_matches(exp: Experiment, params: dict) -> bool:
+    """Whether a cell's parameters hold every value of the experiment's `control:` (a linked axis: its label)."""
+    linked = {a.key: a for a in exp.matrix if a.linked}
+    for key, value in exp.control.items():
+        if key in linked:
+            if linked[key].label_of(params) != value:
+                return False
+        elif not _member(params.get(key), [value]):
+            return False
+    return True
+
+
+def _control_cell(exp: Experiment, cells: "list[Cell]", dropped: "list[Dropped]") -> Cell:
+    """The one cell `control:` names; ConfigError at the key when it names none or several."""
+    where = exp.where("control")
+    written = " ".join(f"{k}={v if k not in PARAM_KEYS else format_value(k, v)}" for k, v in exp.control.items())
+    found = [c for c in cells if control_matches(exp, c.params)]
+    if len(found) == 1:
+        control = found[0]
+        if len({c.params.get("network") for c in cells}) > 1:
+            raise ConfigError(f"{where}: control: the cells differ in `network`, and the runs of each network run "
+                              "together (each configuration applied once), so the control would not be measured "
+                              "in the same round as the cells of the other networks: split the experiment by "
+                              "network")
+        return control
+    listed = "; ".join(f"[{c.id}] {describe_cell(exp, c.params, c.origin)}" for c in (found or cells)[:_MAX_LISTED])
+    more = len(found or cells) - _MAX_LISTED
+    listed += f" and {more} more" if more > 0 else ""
+    if found:
+        raise ConfigError(f"{where}: control: `{written}` matches {len(found)} cells of the plan: {listed}; name more "
+                          "parameters so that it names one cell")
+    gone = [d for d in dropped if control_matches(exp, d.params)]
+    why = f" (it names a dropped cell: {gone[0].reason})" if gone else ""
+    raise ConfigError(f"{where}: control: `{written}` matches no cell of the plan{why}; the cells: {listed}")
+
+
+def control_record(plan: Plan) -> Optional[dict]:
+    """What a result set records of its control (manifest.json "control"): {"cell": id, "params": the values
+    `control:` names, as the plan holds them, "label": the cell as the plan describes it}; None without one."""
+    if plan.control is None:
+        return None
+    exp, cell = plan.experiment, plan.control
+    return {"cell": cell.id, "params": dict(exp.control),
+            "label": describe_cell(exp, cell.params, cell.origin)}
 
 
 def _fragment(key: str, value) -> str:

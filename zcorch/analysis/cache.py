@@ -224,11 +224,13 @@ def arrow_table(frame: pd.DataFrame) -> "tuple[pa.Table, list]":
 
 
 def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None,
-              derived_stamp: Optional[dict] = None) -> pa.Table:
+              derived_stamp: Optional[dict] = None, control: Optional[str] = None) -> pa.Table:
     """`frame` plus its derived columns (and the copy units of `yardsticks`, frames.copy_yardsticks of the
-    set's meta.json) as an Arrow table, with the validity stamp in its metadata."""
+    set's meta.json; the ratios to the `control` cell, frames.control_of of its manifest) as an Arrow table,
+    with the validity stamp in its metadata."""
     full = frames.add_derived(frame.copy(deep=False))  # shallow: the derived columns go to the copy only
     full = frames.add_copy_units(full, {None: yardsticks or frames.copy_yardsticks({})})
+    full = frames.add_control_ratios(full, control)
     raw = set(frame.columns)
     derived = [c for c in full.columns if c not in raw]
     table, json_columns = arrow_table(full)
@@ -244,7 +246,8 @@ def _write(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
         yardsticks = None
     if derived_stamp is not None and derived_stamp != _derived_stamp(cache_path.parent):
         derived_stamp = None  # meta.json changed while it was read: the copy units are recomputed on load
-    table = _to_table(frame, stamp, yardsticks, derived_stamp)
+    control = derived_stamp["control"] if derived_stamp is not None else _control(cache_path.parent)
+    table = _to_table(frame, stamp, yardsticks, derived_stamp, control)
     # readers see the old file or the whole new one, never a part; nothing is written through a link
     setfiles.write_inside(cache_path.parent, cache_path.name, lambda f: pq.write_table(table, f))
     try:
@@ -278,19 +281,30 @@ def _deriving_code() -> Optional[str]:
     return _code_digest
 
 
+def _control(d: Path) -> Optional[str]:
+    """The control cell of set `d` (frames.control_of its manifest); None when it has none or the manifest
+    cannot be read."""
+    try:
+        return frames.control_of(frames.read_manifest(d))
+    except (OSError, ValueError, ResultsError):
+        return None
+
+
 def _derived_stamp(d: Path) -> Optional[dict]:
-    """What the derived columns of a cache of set `d` depend on besides runs.jsonl: the deriving code and
-    the bytes of meta.json (its calibration gives the copy units). None: never trusted (unreadable)."""
+    """What the derived columns of a cache of set `d` depend on besides runs.jsonl: the deriving code, the
+    bytes of meta.json (its calibration gives the copy units) and the control cell the manifest names (the
+    `_vs_control` ratios). None: never trusted (unreadable)."""
     code = _deriving_code()
     if code is None:
         return None
     try:
         meta = setfiles.read_bytes(d, "meta.json", setfiles.MAX_JSON_BYTES)
+        control = frames.control_of(frames.read_manifest(d))
     except FileNotFoundError:
-        meta = b""
+        meta, control = b"", _control(d)
     except (OSError, ValueError, ResultsError):
         return None
-    return {"code": code, "meta_sha256": hashlib.sha256(meta).hexdigest()}
+    return {"code": code, "meta_sha256": hashlib.sha256(meta).hexdigest(), "control": control}
 
 
 def _cache_meta(schema: pa.Schema) -> Optional[dict]:

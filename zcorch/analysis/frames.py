@@ -30,6 +30,10 @@ the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived
 copy: `send_cpu_copies`, `recv_cpu_copies` (process view), `send_host_busy_copies`,
 `recv_host_busy_copies` (host view).
 
+And, from manifest.json's `control` (the experiment's `control:` cell, `add_control_ratios`): `gbit_s_vs_control`,
+`total_host_busy_s_per_gib_vs_control` (zcorch.metrics.CONTROL_RATIOS): each ok run over the control's ok run of
+the same repeat in the same set (NaN without a control, or when that run is not ok).
+
 Loading a large runs.jsonl is dominated by JSON parsing, so `load` reads the runs from the Parquet
 cache `runs.parquet` beside it when that matches runs.jsonl (zcorch.analysis.cache); this module
 parses runs.jsonl.
@@ -371,6 +375,39 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
         received = mapped + recv_copied
         out["zc_recv_mapped_share"] = np.where(received > 0, mapped / received, np.nan)
     out["zc_verdict"] = [rates.zc_label(*v) for v in zip(completions, copied, mapped, recv_copied)]
+    keep = frame.drop(columns=[c for c in out if c in frame])
+    return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
+
+
+def control_of(manifest: dict) -> Optional[str]:
+    """The cell id of a result set's control (manifest.json "control": {"cell", "params", "label"},
+    zcorch.plan.control_record), None when it declares none."""
+    control = manifest.get("control")
+    cell = control.get("cell") if isinstance(control, dict) else None
+    return cell if isinstance(cell, str) and cell else None
+
+
+def add_control_ratios(frame: pd.DataFrame, control: Optional[str]) -> pd.DataFrame:
+    """`frame` (one result set's runs, with the derived columns) with `<metric>_vs_control` for each metric of
+    zcorch.metrics.CONTROL_RATIOS: an ok run's value over that of the run of cell `control` with the same
+    repeat, when that run is ok (else NaN); the control's own ok runs are 1. NaN throughout without a control.
+    A new frame; the columns of `frame` are shared."""
+    n = len(frame)
+    out = {name: np.full(n, np.nan) for name in metrics.CONTROL_RATIOS}
+    if control is not None and n and {"cell", "repeat", "status"} <= set(frame.columns):
+        ok = (frame["status"] == OK).to_numpy(dtype=bool)
+        is_control = ok & (frame["cell"] == control).to_numpy(dtype=bool)
+        repeats = frame["repeat"]
+        for name, base in metrics.CONTROL_RATIOS.items():
+            if base not in frame:
+                continue
+            values = pd.to_numeric(frame[base], errors="coerce").to_numpy(dtype="float64")
+            # one record per (cell, repeat) in a parsed frame (the newest wins): one control run per repeat
+            by_repeat = pd.Series(values[is_control], index=repeats[is_control].to_numpy()).groupby(level=0).last()
+            reference = repeats.map(by_repeat).to_numpy(dtype="float64")
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(ok & (reference > 0), values / reference, np.nan)
+            out[name] = ratio
     keep = frame.drop(columns=[c for c in out if c in frame])
     return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
 

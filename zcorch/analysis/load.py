@@ -13,14 +13,15 @@ import pandas as pd
 from zcorch.analysis.cache import runs_of
 from zcorch.params import PARAM_KEYS
 from zcorch.errors import ResultsError, ZcorchError
-from zcorch.analysis.frames import (LINKED_ATTR, PathLike, _as_dirs, _sweep_names, add_copy_units, add_derived,
-                                    add_linked_axes, copy_yardsticks, read_experiment_text, read_manifest,
-                                    read_meta)
+from zcorch.analysis.frames import (LINKED_ATTR, PathLike, _as_dirs, _sweep_names, add_control_ratios,
+                                    add_copy_units, add_derived, add_linked_axes, control_of, copy_yardsticks,
+                                    read_experiment_text, read_manifest, read_meta)
 
 
 def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> pd.DataFrame:
     """One row per run of one or several result sets (concatenated, `sweep` = directory name), with the
-    derived columns (zcorch.analysis.frames), the copy units of each sweep's calibration (meta.json) and a
+    derived columns (zcorch.analysis.frames), the copy units of each sweep's calibration (meta.json), the ratios
+    to the control cell of a sweep that declares one (its manifest's `control`) and a
     column per linked axis of each sweep's experiment (frames.add_linked_axes; `frame.attrs["linked_axes"]`)."""
     dirs = _as_dirs(path_or_paths)
     frames = []
@@ -32,7 +33,8 @@ def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> 
                 yardsticks = copy_yardsticks(read_meta(d))
             except ResultsError:  # a broken meta.json costs the copy units only, never the runs
                 yardsticks = copy_yardsticks({})
-            frame = add_copy_units(add_derived(frame), {None: yardsticks})
+            frame = add_control_ratios(add_copy_units(add_derived(frame), {None: yardsticks}),
+                                       control_of(read_manifest(d)))
         # one concat, not frame.insert: the frame is hundreds of columns built one by one (fragmented)
         frame = pd.concat([pd.Series(sweep, index=frame.index, name="sweep"), frame], axis=1)
         frame = add_linked_axes(frame, experiment_axes(d))

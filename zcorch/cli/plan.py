@@ -106,6 +106,10 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
                      + (f" (a 95% interval needs {MIN_RUNS_95} ok runs: no cell stops before {fewest})"
                         if policy.min < MIN_RUNS_95 <= policy.max else "")
                      + "; cells that reach max unconverged are marked converged: false")
+    if plan.control is not None:
+        c = plan.control
+        lines.append(f"control: [{c.id}] {describe_cell(exp, c.params, c.origin)}: every run is also divided by the "
+                     "control's run of the same repeat (gbit_s_vs_control, ...)")
     lines.append("baselines: " + "; ".join(
         f"{kind} " + (", ".join(f"{k}={_baseline_value(k, v)}" for k, v in asdict(conf).items()) if conf else "off")
         for kind, conf in exp.baselines.kinds()))

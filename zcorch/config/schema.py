@@ -36,7 +36,7 @@ MAX_RUNS = 1_000_000
 REPEAT_POLICY_KEYS = ("min", "max", "target_ci")
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
             "baselines", "filesystems", "skip_invalid", "allow_destroy", "reference", "report", "networks",
-            "allow_network_changes", "calibration_max_age")
+            "allow_network_changes", "calibration_max_age", "control")
 # `calibration_max_age`: a host's cached copy-cost calibration older than this is measured anew
 # (zcorch.worker.calcache, which declares the default; `zcorch run --recalibrate` measures anew whatever its age).
 DEFAULT_CALIBRATION_MAX_AGE_S = calcache.DEFAULT_MAX_AGE_S
@@ -136,6 +136,9 @@ class Experiment:
     networks: "dict[str, NetworkConfig]" = field(default_factory=dict)  # `networks:` name -> configuration
     allow_network_changes: bool = False     # the top-level opt-in: `networks:` may change both hosts (localhost too)
     calibration_max_age: float = DEFAULT_CALIBRATION_MAX_AGE_S   # seconds a host's cached calibration is used
+    # `control:` the cell every other cell is judged against, run by run: {parameter or linked axis: value}
+    # (values normalised; a linked axis by its label); None without one. zcorch.plan finds the one cell it names.
+    control: Optional[dict] = None
 
     def network_allowed(self, role: str) -> bool:
         """Whether a `networks:` entry may change `role`'s host: the top-level `allow_network_changes: true`,

@@ -114,6 +114,9 @@ class Validator(Checker):
         policy = policy if isinstance(policy, RepeatPolicy) else None
         order = self.value(get("order"), "order", lambda n: _choice(n, ORDERS, "run order"), "sequential") \
             if "order" in top else "sequential"
+        control = self.control(get("control")) if "control" in top else None
+        if control is not None:
+            order = self._control_order(order, "order" in top, get("order"), policy, get("repeats"))
         seed = self.value(get("seed"), "seed", lambda n: _int_range(n, 0), 0) if "seed" in top else 0
         skip_invalid = self.value(get("skip_invalid"), "skip_invalid", ys.as_bool, False) \
             if "skip_invalid" in top else False
@@ -168,7 +171,7 @@ class Validator(Checker):
                           allow_destroy=self.allow_destroy, hosts_required=file_hosts is None,
                           inventory=self.given_hosts, overrides=self.overrides,
                           reference=reference, views=views, networks=networks, allow_network_changes=allow_net,
-                          calibration_max_age=cal_age)
+                          calibration_max_age=cal_age, control=control)
 
     def _check_networks(self, hosts: Hosts, allow_all: bool, hosts_known: bool = True) -> None:
         """`network` values name an entry of `networks:`, and the hosts let them change their network."""
@@ -219,6 +222,64 @@ class Validator(Checker):
         if lo is None or hi is None or target is None:
             return 1
         return RepeatPolicy(lo, hi, target)
+
+    def control(self, node: ys.YNode) -> Optional[dict]:
+        """`control: {parameter: value, ...}`: the one cell of the plan every other cell is divided by, run by
+        run (zcorch.plan finds it); a linked axis may be named by one of its labels. None when invalid."""
+        if isinstance(node, ys.YScalar) and not node.is_null:
+            self.problem(node.pos, "control", f"`{node.text}`: control: a cell of the matrix (a baseline as "
+                                              "control is not supported yet); name the cell by its parameters, "
+                                              "e.g. `control: {send_mode: write, recv_mode: read}`")
+            return None
+        if not isinstance(node, ys.YMap):
+            self.problem(node.pos, "control", f"expected a mapping of parameters naming one cell of the matrix "
+                                              f"(e.g. {{send_mode: write, recv_mode: read}}), got {ys.describe(node)}")
+            return None
+        if not node.entries:
+            self.problem(node.pos, "control", "empty: name the control cell by its parameters "
+                                              "(e.g. {send_mode: write, recv_mode: read})")
+            return None
+        linked = {a.key: a for a in self.linked}
+        out: dict = {}
+        ok = True
+        for key, (kpos, child) in node.entries.items():
+            path = f"control.{key}"
+            if key in linked:
+                value = self.value(child, path, lambda n, a=linked[key]: _label_of_axis(n, a), _INVALID)
+            elif key in PARAM_KEYS:
+                if isinstance(child, (ys.YSeq, ys.YMap)):
+                    self.problem(child.pos, path, f"expected one value of `{key}` (the control is one cell), "
+                                                  f"got {ys.describe(child)}")
+                    value = _INVALID
+                else:
+                    value = self.param(key, child, path)
+            else:
+                names = PARAM_KEYS + tuple(linked)
+                self.problem(kpos, path, f"unknown key `{key}`{suggest(key, names)} (the control is named by "
+                                         "parameters of its cell, or a linked axis and one of its labels)")
+                value = _INVALID
+            if value is _INVALID:
+                ok = False
+            else:
+                out[key] = value
+        return out if ok else None
+
+    def _control_order(self, order: str, written: bool, order_node: Optional[ys.YNode], policy,
+                       repeats_node: Optional[ys.YNode]) -> str:
+        """The run order of an experiment with a control: each repetition must measure the control near the
+        cells divided by it, so every round visits every cell once (`interleave`, the default with a control,
+        or `shuffle`); `sequential` (every repeat of one cell, then the next) is refused. An adaptive
+        `repeats: {min, max, target_ci}` is refused too: its cells stop at different rounds."""
+        if written and order == "sequential":
+            self.problem(order_node.pos, "order", "`sequential` runs every repeat of a cell before the next cell, "
+                                                  "so the control's runs would be minutes away from the runs "
+                                                  "divided by them: with `control:` write `order: interleave` "
+                                                  "(the default with a control) or `order: shuffle`")
+        if isinstance(policy, RepeatPolicy):
+            self.problem(repeats_node.pos, "repeats", "`repeats: {min, max, target_ci}` stops each cell at its "
+                                                      "own round, so later rounds would lack the control: with "
+                                                      "`control:` write a fixed `repeats: N`")
+        return order if written else "interleave"
 
     @staticmethod
     def _name(node: ys.YNode) -> str:

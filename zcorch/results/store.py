@@ -208,7 +208,8 @@ class ResultSet:
                command: List[str], accept_new_host_keys: bool, zcorch_version: str,
                git_revision: Optional[str], unique: bool = False, source: Optional[dict] = None,
                source_bytes: Optional[bytes] = None, inventory: Optional[dict] = None,
-               overrides: Sequence[str] = (), repeat_policy: Optional[dict] = None) -> "ResultSet":
+               overrides: Sequence[str] = (), repeat_policy: Optional[dict] = None,
+               control: Optional[dict] = None) -> "ResultSet":
         """A new result set in `directory`.
 
         unique: `directory` is a default name (results/<name>-<time>): if another sweep took it (two
@@ -220,6 +221,8 @@ class ResultSet:
         repeat_policy: `repeats: {min, max, target_ci}` as {"min", "max", "target_ci"} (manifest "repeats"):
         plan.json then lists every cell's repeats up to max, and a cell that converged stops early
         (zcorch.results.convergence); None (a fixed `repeats: N`): every planned run is to run.
+        control: the experiment's `control:` cell as {"cell": id, "params", "label"} (manifest "control",
+        zcorch.plan.control_record): the analysis divides each run by the control's run of the same repeat.
         """
         if unique:
             directory = _new_directory(directory)
@@ -250,6 +253,8 @@ class ResultSet:
         }
         if repeat_policy is not None:
             manifest["repeats"] = dict(repeat_policy)
+        if control is not None:
+            manifest["control"] = dict(control)
         rs = cls(directory, manifest, lock)
         rs._write_manifest()
         return rs

@@ -229,7 +229,8 @@ def default_output(name: str) -> str:
 
 
 def _open_results(exp: Any, exp_path: str, exp_bytes: bytes, plan_runs: List[dict], output: Optional[str],
-                  resume: Optional[str], command: List[str], accept_new_host_keys: bool, dry_run: bool):
+                  resume: Optional[str], command: List[str], accept_new_host_keys: bool, dry_run: bool,
+                  control: Optional[dict] = None):
     name = exp.name or os.path.splitext(os.path.basename(exp_path))[0]
     inventory = exp.inventory.record() if exp.inventory is not None else None
     if dry_run:
@@ -249,7 +250,7 @@ def _open_results(exp: Any, exp_path: str, exp_bytes: bytes, plan_runs: List[dic
     effective = exp.effective.encode("utf-8") if exp.effective is not None else None
     source = {"path": os.path.abspath(exp_path), "sha256": hashlib.sha256(exp_bytes).hexdigest()}
     policy = exp.repeat_policy.as_dict() if exp.repeat_policy is not None else None
-    return ResultSet.create(output or default_output(name), name=name, repeat_policy=policy,
+    return ResultSet.create(output or default_output(name), name=name, repeat_policy=policy, control=control,
                             experiment_bytes=exp_bytes if effective is None else effective,
                             source_bytes=None if effective is None else exp_bytes, source=source,
                             inventory=inventory, overrides=exp.overrides, unique=output is None,
@@ -673,9 +674,10 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     reduced = bool(resume and load_manifest(resume).get("overrides"))
     exp, plan = _load(exp_path, overrides, hosts, reduced)
     plan_runs = _plan_json(plan)
+    from zcorch.plan import control_record  # (imported by _load already)
     cfg = exp.baselines
     rs = _open_results(exp, exp_path, exp_bytes, plan_runs, output, resume, command or ["zcorch", "run"],
-                       accept_new_host_keys, dry_run)
+                       accept_new_host_keys, dry_run, control=control_record(plan))
     if not dry_run:   # what a third Ctrl-C during the teardown would leave (zcorch.sweep.interrupts)
         interrupts.left_behind("results", lambda: [f"{rs.dir}: the manifest still says 'running': `zcorch run "
                                                    f"--resume {rs.dir}` continues it"])

@@ -1,0 +1,284 @@
+"""`control:` — one cell every other cell is divided by, run by run (docs/experiment-files.md, "Control cell").
+
+The validation and the plan's rules on small files; the recorded manifest, the `<metric>_vs_control` columns
+(checked against runs.jsonl read here, independently of zcorch's frames), the runs.parquet cache, and
+`zcorch compare` / `zcorch history --metric gbit_s_vs_control` and `zcorch export` on a real localhost sweep.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import zcorch
+from zcorch import metrics
+from zcorch.errors import ConfigError
+from zcorch.plan import control_record, load_plan
+
+from fixtures_analysis import copy_result_set, raw_runs, record_sweep, zcorch_cli
+
+BASE = """name: ctl
+params: {bytes: 16MiB, source: mem, timeout: 30s}
+matrix:
+  send_mode: [write, msg_zerocopy]
+  recv_mode: [read]
+  buffer: [64KiB, 256KiB]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "exp.yaml"
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_plan(path)
+    return str(err.value)
+
+
+# ---------------------------------------------------------------- validation and plan
+
+
+def test_control_names_one_cell_and_implies_interleave(tmp_path):
+    plan = load_plan(write(tmp_path, BASE + "control: {send_mode: write, buffer: 64KiB}\nrepeats: 3\n"))
+    assert plan.control is not None
+    assert plan.control.params["send_mode"] == "write" and plan.control.params["buffer"] == 65536
+    assert plan.experiment.order == "interleave"
+    # every round visits every cell once before the next round
+    rounds = [r.repeat for r in plan.runs]
+    assert rounds == sorted(rounds) and len(plan.runs) == 4 * 3
+    assert control_record(plan) == {"cell": plan.control.id, "params": {"send_mode": "write", "buffer": 65536},
+                                    "label": "send_mode=write buffer=64KiB"}
+    # shuffle keeps its rounds too, and is accepted
+    plan = load_plan(write(tmp_path, BASE + "control: {send_mode: write, buffer: 64KiB}\norder: shuffle\n"))
+    assert plan.experiment.order == "shuffle"
+    # without control: nothing recorded, the default order stays sequential
+    plan = load_plan(write(tmp_path, BASE))
+    assert plan.control is None and control_record(plan) is None and plan.experiment.order == "sequential"
+
+
+def test_control_matching_several_cells_is_an_error_at_the_key(tmp_path):
+    msg = error_of(tmp_path, BASE + "control: {send_mode: write}\n")
+    assert re.search(r"exp\.yaml:7:1: control: `send_mode=write` matches 2 cells of the plan: ", msg), msg
+    assert "buffer=64KiB" in msg and "buffer=256KiB" in msg and "name more parameters" in msg
+
+
+def test_control_matching_no_cell_is_an_error_listing_the_cells(tmp_path):
+    msg = error_of(tmp_path, BASE + "control: {send_mode: write, buffer: 128KiB}\n")
+    assert re.search(r"exp\.yaml:7:1: control: `send_mode=write buffer=128KiB` matches no cell of the plan", msg), msg
+    assert "send_mode=msg_zerocopy buffer=256KiB" in msg
+    # an excluded cell says why it is not there
+    msg = error_of(tmp_path, BASE + "exclude: [{send_mode: write, buffer: 64KiB}]\n"
+                                    "control: {send_mode: write, buffer: 64KiB}\n")
+    assert "matches no cell of the plan (it names a dropped cell: excluded by exclude[0])" in msg, msg
+
+
+def test_control_unknown_key_and_bad_values(tmp_path):
+    msg = error_of(tmp_path, BASE + "control: {send_mod: write}\n")
+    assert "exp.yaml:7:11: control.send_mod: unknown key `send_mod`; did you mean `send_mode`" in msg, msg
+    msg = error_of(tmp_path, BASE + "control: {send_mode: write, buffer: [64KiB, 256KiB]}\n")
+    assert "exp.yaml:7:37: control.buffer: expected one value of `buffer`" in msg, msg
+    msg = error_of(tmp_path, BASE + "control: {}\n")
+    assert "exp.yaml:7:10: control: empty" in msg, msg
+    msg = error_of(tmp_path, BASE + "control: {send_mode: nosuch}\n")
+    assert "exp.yaml:7:22: control.send_mode:" in msg, msg
+
+
+def test_control_as_a_baseline_is_not_supported_yet(tmp_path):
+    msg = error_of(tmp_path, BASE + "control: iperf3\n")
+    assert "exp.yaml:7:10: control: `iperf3`: control: a cell of the matrix (a baseline as control is not " \
+           "supported yet)" in msg, msg
+
+
+def test_control_refuses_sequential_and_adaptive_repeats(tmp_path):
+    msg = error_of(tmp_path, BASE + "control: {send_mode: write, buffer: 64KiB}\norder: sequential\n")
+    assert "exp.yaml:8:8: order: `sequential` runs every repeat of a cell before the next cell" in msg, msg
+    msg = error_of(tmp_path, BASE + "control: {send_mode: write, buffer: 64KiB}\n"
+                                    "repeats: {min: 3, max: 10, target_ci: 2%}\n")
+    assert "exp.yaml:8:10: repeats: `repeats: {min, max, target_ci}` stops each cell at its own round" in msg, msg
+
+
+def test_control_by_a_linked_axis_label(tmp_path):
+    text = """name: ctl
+params: {bytes: 16MiB, source: mem, timeout: 30s}
+matrix:
+  send_mode: [write, msg_zerocopy]
+  bufs:
+    - {send_buffer: 64KiB, recv_buffer: 64KiB, label: small}
+    - {send_buffer: 256KiB, recv_buffer: 256KiB, label: large}
+control: {send_mode: write, bufs: large}
+"""
+    plan = load_plan(write(tmp_path, text))
+    assert plan.control.params["send_buffer"] == 262144 and plan.control.params["send_mode"] == "write"
+    msg = error_of(tmp_path, text.replace("bufs: large", "bufs: huge"))
+    assert "control.bufs: `huge` is not a value of the linked axis `bufs`" in msg, msg
+
+
+def test_the_ratio_metrics_are_declared_with_their_base_direction():
+    for ratio, base in metrics.CONTROL_RATIOS.items():
+        m = metrics.directed(ratio)
+        assert m.unit == "ratio" and m.better == metrics.get(base).better
+    assert metrics.CONTROL_RATIOS["gbit_s_vs_control"] == "gbit_s"
+    assert metrics.get("total_host_busy_s_per_gib_vs_control").better == "lower"
+
+
+# ---------------------------------------------------------------- a recorded set
+
+CONTROL_EXPERIMENT = """name: control-small
+params: {bytes: 32MiB, source: mem, timeout: 30s}
+matrix:
+  send_mode: [write]
+  recv_mode: [read]
+  buffer: [64KiB, 256KiB]
+control: {buffer: 64KiB}
+repeats: 6
+baselines: false
+"""
+
+
+@pytest.fixture(scope="module")
+def control_set_recorded(tmp_path_factory) -> Path:
+    return record_sweep(tmp_path_factory.mktemp("control"), "control-small", CONTROL_EXPERIMENT)
+
+
+@pytest.fixture
+def control_set(control_set_recorded, tmp_path) -> Path:
+    return copy_result_set(control_set_recorded, tmp_path / "control-small")
+
+
+def expected_ratios(path: Path) -> "tuple[str, dict]":
+    """(control cell, {(cell, repeat): gbit_s / the control's gbit_s of that repeat}) from the records alone."""
+    control = json.loads((path / "manifest.json").read_text())["control"]["cell"]
+    newest = {}
+    for rec in raw_runs(path):
+        newest[(rec["cell"], rec["repeat"])] = rec
+    gbit = {k: (r["receiver"]["bytes"] * 8 / r["receiver"]["wall_ns"] if r["status"] == "ok" else math.nan)
+            for k, r in newest.items()}
+    return control, {(c, rep): g / gbit.get((control, rep), math.nan) for (c, rep), g in gbit.items()}
+
+
+def check_frame(path: Path) -> "tuple[str, dict]":
+    control, want = expected_ratios(path)
+    df = zcorch.load(path)
+    got = {(c, r): v for c, r, v in zip(df["cell"], df["repeat"], df["gbit_s_vs_control"])}
+    assert set(got) == set(want)
+    for key, value in want.items():
+        if math.isnan(value):
+            assert math.isnan(got[key]), key
+        else:
+            assert got[key] == pytest.approx(value, rel=1e-9), key
+    return control, got
+
+
+def test_the_manifest_records_the_control(control_set):
+    manifest = json.loads((control_set / "manifest.json").read_text())
+    plan = json.loads((control_set / "plan.json").read_text())
+    ids = {r["id"] for r in plan if r["params"]["buffer"] == 65536}
+    assert manifest["control"]["cell"] in ids and len(ids) == 1
+    assert manifest["control"]["params"] == {"buffer": 65536}
+    # interleaved: each repeat's runs of both cells come together
+    assert [r["repeat"] for r in plan] == sorted(r["repeat"] for r in plan)
+
+
+def test_gbit_s_vs_control_is_the_run_over_the_controls_run_of_the_same_repeat(control_set):
+    control, got = check_frame(control_set)
+    assert all(v == 1.0 for (c, _), v in got.items() if c == control)
+    others = [v for (c, _), v in got.items() if c != control]
+    assert len(others) == 6 and all(np.isfinite(others)) and len(set(others)) > 1
+    # from runs.parquet now (a second load): the same numbers
+    check_frame(control_set)
+    df = zcorch.load(control_set)
+    assert df["total_host_busy_s_per_gib_vs_control"][df["cell"] == control].eq(1.0).all()
+
+
+def test_a_failed_control_run_leaves_its_repeat_without_ratios(control_set):
+    zcorch.load(control_set)   # a cache of the set as recorded, which must not be served afterwards
+    control = json.loads((control_set / "manifest.json").read_text())["control"]["cell"]
+    rec = next(r for r in raw_runs(control_set) if r["cell"] == control and r["repeat"] == 2)
+    failed = dict(rec, status="failed", reason="test: the control failed", sender=None, receiver=None)
+    with open(control_set / "runs.jsonl", "a") as f:
+        f.write(json.dumps(failed) + "\n")
+    _, got = check_frame(control_set)
+    assert all(math.isnan(v) for (c, r), v in got.items() if r == 2)
+    assert all(np.isfinite(v) for (c, r), v in got.items() if r != 2)
+
+
+def test_the_cache_follows_the_manifests_control(control_set):
+    zcorch.load(control_set)
+    assert (control_set / "runs.parquet").exists()
+    manifest_path = control_set / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["control"]
+    manifest_path.write_text(json.dumps(manifest))
+    df = zcorch.load(control_set)   # runs.jsonl unchanged: the cache's raw columns, the ratios derived anew
+    assert df["gbit_s_vs_control"].isna().all()
+    assert df["gbit_s"].notna().all()
+
+
+def slow_cells(path: Path, factor: float, cells: "set[str] | None" = None) -> Path:
+    """Every run of `cells` (all: None) as a machine `factor` times slower would have recorded it."""
+    lines = []
+    for rec in raw_runs(path):
+        if cells is None or rec["cell"] in cells:
+            for side in ("sender", "receiver"):
+                if rec.get(side) and rec[side].get("wall_ns"):
+                    rec[side]["wall_ns"] = int(rec[side]["wall_ns"] * factor)
+        lines.append(json.dumps(rec))
+    (path / "runs.jsonl").write_text("\n".join(lines) + "\n")
+    (path / "runs.parquet").unlink(missing_ok=True)
+    return path
+
+
+def test_compare_follows_the_ratio(control_set, tmp_path):
+    control = json.loads((control_set / "manifest.json").read_text())["control"]["cell"]
+    # the whole machine 1.5x slower: gbit_s regresses, the ratio to the control does not move
+    machine = slow_cells(copy_result_set(control_set, tmp_path / "machine"), 1.5)
+    raw = zcorch_cli("compare", control_set, machine)
+    assert raw.returncode == 1 and "REGRESSION" in raw.stdout, raw.stdout + raw.stderr
+    ratio = zcorch_cli("compare", control_set, machine, "--metric", "gbit_s_vs_control", "--format", "json")
+    doc = json.loads(ratio.stdout)
+    assert doc["metric"] == "gbit_s_vs_control" and doc["verdict"] != "regression", ratio.stdout
+    assert ratio.returncode in (0, 3), ratio.stdout + ratio.stderr   # 3: a noisy ratio cannot tell
+    for cell in doc["cells"]:   # every ratio exactly as before (up to the rounding of the edited wall times)
+        assert cell["verdict"] != "regressed" and abs(cell["change_pct"]) < 1e-3, cell
+        assert cell["base_median"] == pytest.approx(cell["cand_median"], rel=1e-5)
+    # the subject alone 3x slower: the ratio regresses
+    subject = {rec["cell"] for rec in raw_runs(control_set)} - {control}
+    slower = slow_cells(copy_result_set(control_set, tmp_path / "subject"), 3.0, subject)
+    res = zcorch_cli("compare", control_set, slower, "--metric", "gbit_s_vs_control")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "REGRESSION: 1 cell(s) regressed" in res.stdout and "gbit_s_vs_control (ratio, higher is better)" \
+        in res.stdout, res.stdout
+
+
+def test_history_follows_the_ratio(control_set, tmp_path):
+    root = tmp_path / "nightly"
+    for i in range(3):
+        copy_result_set(control_set, root / f"night{i}")
+    res = zcorch_cli("history", root, "--metric", "gbit_s_vs_control")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "3 sweep(s)" in res.stdout, res.stdout
+    page = (root / "index.html").read_text()
+    assert "gbit_s_vs_control" in page
+
+
+def test_export_carries_the_ratios(control_set, tmp_path):
+    root = tmp_path / "root"
+    copy_result_set(control_set, root / "night0")
+    res = zcorch_cli("export", root, tmp_path / "dataset")
+    assert res.returncode == 0, res.stdout + res.stderr
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(tmp_path / "dataset" / "runs", format="parquet", partitioning="hive").to_table(
+        columns=["cell", "repeat", "gbit_s_vs_control", "total_host_busy_s_per_gib_vs_control"]).to_pandas()
+    _, want = expected_ratios(control_set)
+    assert len(table) == len(want)
+    for cell, repeat, value in zip(table["cell"], table["repeat"], table["gbit_s_vs_control"]):
+        assert value == pytest.approx(want[(cell, repeat)], rel=1e-9)
