@@ -238,15 +238,20 @@ def slow_cells(path: Path, factor: float, cells: "set[str] | None" = None) -> Pa
 
 def test_compare_follows_the_ratio(control_set, tmp_path):
     control = json.loads((control_set / "manifest.json").read_text())["control"]["cell"]
-    # the whole machine 1.5x slower: gbit_s regresses, the ratio to the control does not move
-    machine = slow_cells(copy_result_set(control_set, tmp_path / "machine"), 1.5)
+    # the whole machine 3x slower: gbit_s regresses, the ratio to the control does not move
+    machine = slow_cells(copy_result_set(control_set, tmp_path / "machine"), 3.0)
     raw = zcorch_cli("compare", control_set, machine)
     assert raw.returncode == 1 and "REGRESSION" in raw.stdout, raw.stdout + raw.stderr
     ratio = zcorch_cli("compare", control_set, machine, "--metric", "gbit_s_vs_control", "--format", "json")
     doc = json.loads(ratio.stdout)
     assert doc["metric"] == "gbit_s_vs_control" and doc["verdict"] != "regression", ratio.stdout
     assert ratio.returncode in (0, 3), ratio.stdout + ratio.stderr   # 3: a noisy ratio cannot tell
+    # the control is what the others are divided by: its ratio (1) judges nothing, and it is not called unchanged
+    (ctl,) = [cell for cell in doc["cells"] if cell["cell"] == control]
+    assert ctl["verdict"] == "control" and "--metric gbit_s" in ctl["test"], ctl
     for cell in doc["cells"]:   # every ratio exactly as before (up to the rounding of the edited wall times)
+        if cell["cell"] == control:
+            continue
         assert cell["verdict"] != "regressed" and abs(cell["change_pct"]) < 1e-3, cell
         assert cell["base_median"] == pytest.approx(cell["cand_median"], rel=1e-5)
     # the subject alone 3x slower: the ratio regresses
@@ -262,9 +267,15 @@ def test_history_follows_the_ratio(control_set, tmp_path):
     root = tmp_path / "nightly"
     for i in range(3):
         copy_result_set(control_set, root / f"night{i}")
-    res = zcorch_cli("history", root, "--metric", "gbit_s_vs_control")
+    res = zcorch_cli("history", root, "--metric", "gbit_s_vs_control", "--format", "json")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "3 sweep(s)" in res.stdout, res.stdout
+    doc = json.loads(res.stdout)
+    control = json.loads((control_set / "manifest.json").read_text())["control"]["cell"]
+    (exp,) = doc["experiments"]
+    assert len(exp["sweeps"]) == 3
+    by_cell = {c["cell"]: c for c in exp["cells"]}
+    assert by_cell[control]["comparison"] is None    # 1 every night: not judged by its ratio, never "unchanged"
+    assert all(c["comparison"] is not None for k, c in by_cell.items() if k != control)
     page = (root / "index.html").read_text()
     assert "gbit_s_vs_control" in page
 

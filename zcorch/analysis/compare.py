@@ -73,6 +73,10 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
             row["verdict"] = "failed"
         elif not len(bv):
             row["verdict"] = "no base data" if not len(cv) else "fixed"
+        elif is_control(metric, b, c):
+            # what the other cells are divided by: 1 in every run, so its ratio tells nothing of it (its own
+            # figure moves with the machine's drift, which the ratio is there to cancel)
+            row.update(verdict=CONTROL, test=f"the control: judge it with --metric {metrics.CONTROL_RATIOS[metric]}")
         else:
             j = judge(bv, cv, declared.better == "higher", threshold_pct, alpha, test_all)
             row.update(change_pct=j.change_pct, p_value=j.p_value, test=j.test, verdict=j.verdict,
@@ -83,6 +87,19 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
     out = pd.DataFrame(rows, columns=cols)
     out.attrs.update(metric=metric, threshold_pct=threshold_pct, alpha=alpha)
     return out
+
+
+CONTROL = "control"   # the verdict of a `_vs_control` metric's control cell: not judged by its ratio
+
+
+def is_control(metric: str, *frames: pd.DataFrame) -> bool:
+    """Whether these runs of one cell are a `_vs_control` metric's control: their ok values all exactly 1 in
+    every frame given (zcorch.metrics.CONTROL_RATIOS; frames.add_control_ratios)."""
+    if metric not in metrics.CONTROL_RATIOS:
+        return False
+    values = [pd.to_numeric(f.loc[f["status"] == OK, metric], errors="coerce").dropna()
+              for f in frames if len(f) and metric in f]
+    return bool(values) and all(len(v) and bool((v == 1.0).all()) for v in values)
 
 
 @dataclass(frozen=True)

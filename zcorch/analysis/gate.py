@@ -202,7 +202,8 @@ def compare_gate(verdicts: "Iterable[tuple[str, str]]", base: Completeness, cand
     `judged` its cells measured on both sides (with their detectable change)."""
     labels = labels or {}
     rows = list(verdicts)
-    common = [c for c, v in rows if v not in ("only in base", "only in candidate", "no base data", "failed", "fixed")]
+    common = [c for c, v in rows
+              if v not in ("only in base", "only in candidate", "no base data", "failed", "fixed", "control")]
     regressed = [labels.get(c, c) for c, v in rows if v == "regressed"]
     incomplete: List[str] = _cannot_tell(judged)
     if not common:

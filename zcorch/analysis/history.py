@@ -50,6 +50,7 @@ import pandas as pd
 from zcorch import __version__, metrics
 from zcorch.analysis.detector import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, MIN_NIGHTS, NIGHTLY, Comparison,
                                       judge_newest, method_text, stable_baselines)
+from zcorch.analysis.compare import is_control
 from zcorch.analysis.frames import OK, read_experiment_text, read_meta
 from zcorch.results import setfiles
 from zcorch.analysis.load import load
@@ -363,6 +364,14 @@ class FrameSeries:
                                   if len(runs) else None)
         self.metric = metric
 
+    def is_control(self, cell: str) -> bool:
+        """Whether `cell` is the control of a `_vs_control` metric (compare.is_control over every sweep): its
+        ratio is 1 by construction and judges nothing."""
+        if self.metric not in metrics.CONTROL_RATIOS:
+            return False
+        frames = [r[r["cell"] == cell] for r in (s.runs for s in self.sweeps) if len(r) and "cell" in r]
+        return is_control(self.metric, *[f for f in frames if len(f)])
+
     def labels(self) -> Dict[str, str]:
         """cell id -> label (cell_labels)."""
         return cell_labels([s.runs for s in self.sweeps])
@@ -405,6 +414,8 @@ def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, thr
                           len(base), 0, list(base), last, NIGHTLY, [last])
     higher = metrics.get(metric).better == "higher"
     source = source if source is not None else FrameSeries(sweeps, metric)
+    if getattr(source, "is_control", None) is not None and source.is_control(ch.cell):
+        return None   # the control of a `_vs_control` metric: 1 every night, judged by its own figure
     return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), CellRuns(source, ch.cell, metric),
                         ch.fit, higher, threshold_pct, alpha, min_nights)
 
