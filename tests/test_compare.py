@@ -57,9 +57,9 @@ def test_an_a_a_rerun_passes_only_where_its_detectable_change_is_within_the_thre
     # a real sweep of 6 repeats a cell against a copy of itself: the verdict hangs on what it could have seen
     base = copy_result_set(compare_set_recorded, tmp_path / "base")
     again = copy_result_set(compare_set_recorded, tmp_path / "again")
-    doc = json.loads(zcorch_cli("compare", base, again, "--format", "json", "--threshold", "99").stdout)
-    seen = doc["detectable_pct"]
-    assert seen is not None and 0 < seen < 99, doc
+    doc = json.loads(zcorch_cli("compare", base, again, "--format", "json").stdout)
+    seen = doc["detectable_pct"]   # 6 runs a side reach p < 0.05: finite, however noisy the machine was
+    assert seen is not None and 0 < seen, doc
     assert max(c["detectable_pct"] for c in doc["cells"]) == pytest.approx(seen)
     wide = zcorch_cli("compare", base, again, "--threshold", f"{seen * 1.1 + 0.05:.2f}")
     assert wide.returncode == 0, wide.stdout
