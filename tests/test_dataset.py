@@ -229,3 +229,49 @@ def test_a_first_export_that_died_before_its_manifest_is_taken_up_by_the_next(tw
     assert n[0] == 2 and n[1] == sum(len(raw_runs(d)) for d in (two_nights / "n1" / "quickstart-small",
                                                                  two_nights / "n2" / "quickstart-small"))
     assert not list(dest.rglob("*.tmp"))
+
+
+CPUS_EXPERIMENT = """name: cpus-export
+hosts: localhost
+params: {bytes: 4MiB, source: mem, timeout: 30s%s}
+matrix:
+  send_mode: [write]
+  recv_mode: [read]
+repeats: 2
+baselines: false
+"""
+
+
+@pytest.mark.parametrize("order", ["one batch", "with lists first", "with lists last"])
+def test_a_dataset_has_one_schema_whatever_set_came_first(order, tmp_path):
+    """A set that pins to CPU lists (`send_cpus: "0-1"`, text) and one that does not (the column all null) make one
+    dataset that pyarrow.dataset reads as one (no union by name) and DuckDB reads with the same rows and types, in
+    one export or incrementally in either order: the parameter columns are typed by the parameter table."""
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+    from fixtures_analysis import record_sweep
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    lists = record_sweep(tmp_path / "a", "lists", CPUS_EXPERIMENT % ', send_cpus: "0-1"')
+    plain = record_sweep(tmp_path / "b", "plain", CPUS_EXPERIMENT % "")
+    dest = tmp_path / "ds"
+    if order == "one batch":
+        root = tmp_path / "root"
+        copy_result_set(lists, root / "lists")
+        copy_result_set(plain, root / "plain")
+        steps = [root]
+    else:
+        steps = [lists.parent, plain.parent] if order == "with lists first" else [plain.parent, lists.parent]
+    for root in steps:
+        res = zcorch_cli("export", root, dest)
+        assert res.returncode == 0, res.stdout + res.stderr
+    table = pads.dataset(dest / "runs", format="parquet", partitioning="hive").to_table()
+    assert table.num_rows == 4
+    assert table.schema.field("send_cpus").type == pa.string() and table.schema.field("send_cpu").type == pa.int64()
+    assert sorted(v for v in table.column("send_cpus").to_pylist() if v) == ["0,1", "0,1"]
+    con = duckdb.connect()
+    rows = con.execute(f"SELECT count(*), count(send_cpus), typeof(any_value(send_cpus)) FROM "
+                       f"read_parquet('{dest}/runs/**/*.parquet', hive_partitioning=1)").fetchone()
+    assert rows == (4, 2, "VARCHAR"), rows

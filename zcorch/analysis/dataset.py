@@ -28,6 +28,7 @@ import pyarrow as pa
 from zcorch import metrics
 from zcorch.analysis.export_dest import LOCK, MANIFEST, PARTITIONS, TABLES  # noqa: F401 (the layout, declared there)
 from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
+from zcorch.params import PARAMS
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
 from zcorch.analysis.steps import load_compiled
 from zcorch.analysis.history import HEAD_KEYS, History, Sweep, cell_labels, experiment_histories, series_of
@@ -48,6 +49,16 @@ SET_SCHEMA = pa.schema([(c, pa.string()) for c in COMMON] + [
     ("planned_ok", pa.int64()), ("cells_planned", pa.list_(pa.string())), ("cells_short", pa.list_(pa.string())),
     ("linked_axes", pa.string()), ("manifest", pa.string()), ("sha256", pa.string())])
 BASELINE_TYPES = {"gbit_s": pa.float64(), "mb_s": pa.float64()}   # every other column of baselines: text
+# The runs table's parameter columns, typed by their kind in zcorch.params whatever the first set exported held
+# (a column every run of a set left null read as double there, text in a set that used it: no common schema).
+_KIND_TYPES = {"size": pa.int64(), "int": pa.int64(), "cpu": pa.int64(), "bool": pa.bool_(), "duration": pa.float64(),
+               "choice": pa.string(), "path": pa.string(), "name": pa.string(), "cpus": pa.string()}
+RUN_PARAM_TYPES: "dict[str, pa.DataType]" = {p.key: _KIND_TYPES[p.kind] for p in PARAMS}
+
+
+def declared(schema: pa.Schema, types: "dict[str, pa.DataType]" = RUN_PARAM_TYPES) -> pa.Schema:
+    """`schema` with each column `types` declares at its declared type."""
+    return pa.schema([f.with_type(types[f.name]) if f.name in types else f for f in schema])
 HOST_TYPES: "dict[str, pa.DataType]" = {}                         # hosts: text (values as meta.json has them)
 
 

@@ -147,6 +147,8 @@ def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str,
     runs_table, json_runs = arrow_table(runs)
     for i, name in enumerate(common):   # typed even where every value is null (no pair recorded)
         runs_table = runs_table.set_column(i, name, runs_table.column(name).cast(pa.string()))
+    runs_table = _declared_params(runs_table)
+    json_runs = [c for c in json_runs if c not in layout.RUN_PARAM_TYPES]
     base = load_baselines(directory)
     brecs = store.read_jsonl(str(directory / store.BASELINES)) if (directory / store.BASELINES).exists() else []
     baselines = pd.DataFrame([{**common, "kind": r.get("kind"), "status": r.get("status"), "reason": r.get("reason"),
@@ -166,6 +168,26 @@ def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str,
               "hosts": pa.Table.from_pandas(hosts_frame, preserve_index=False, schema=_schema(layout.HOST_TYPES, hosts_frame))}
     part = {"experiment": sweep.name, "date": created.strftime("%Y-%m-%d") if created else None}
     return part, tables, {"runs": json_runs}
+
+
+def _declared_params(table: pa.Table) -> pa.Table:
+    """The runs table with its parameter columns at their declared types (dataset.RUN_PARAM_TYPES); a column a
+    result set holds as JSON text (an object column of mixed values) is decoded first."""
+    for i, f in enumerate(table.schema):
+        want = layout.RUN_PARAM_TYPES.get(f.name)
+        if want is None or f.type == want:
+            continue
+        col = table.column(i)
+        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+            if not pa.types.is_string(want):
+                col = pa.array([None if v is None else json.loads(v) for v in col.to_pylist()])
+        elif pa.types.is_string(want) and not pa.types.is_null(f.type):
+            col = pa.array([None if v is None else str(v) for v in col.to_pylist()])
+        try:
+            table = table.set_column(i, pa.field(f.name, want), col.cast(want))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise ResultsError(f"parameter column {f.name!r} does not read as {want}: {exc}") from None
+    return table
 
 
 def _scalar(v):
@@ -245,7 +267,8 @@ def export_results(root: "str | os.PathLike", dest: "str | os.PathLike",
         doc = layout.read_manifest(dest) if (dest / layout.MANIFEST).exists() else layout.new_manifest()
         result.removed_orphans = _remove_orphans(dest, doc)
         batch: Dict[str, list] = {}      # partition -> [(set_id, tables)]
-        json_columns = {t: set(doc["json_columns"].get(t, [])) for t in layout.TABLES}
+        json_columns = {t: set(doc["json_columns"].get(t, [])) - (set(layout.RUN_PARAM_TYPES) if t == "runs" else set())
+                        for t in layout.TABLES}
         new_entries = {}
         for d in dirs:
             sid = set_id_of(d)
@@ -284,6 +307,10 @@ def export_results(root: "str | os.PathLike", dest: "str | os.PathLike",
                                       promote_options="permissive") for t in layout.TABLES}
         for t in layout.TABLES:
             old = _table_schema(dest, doc, t)
+            if old is not None and t == "runs" and not layout.declared(old).equals(old):
+                # files written before the parameter columns were typed by the table: to the declared types
+                _rewrite_table(dest, doc, t, layout.declared(old))
+                old = layout.declared(old)
             schema = _widen(old, merged[t].schema)
             if old is not None and not schema.equals(old):
                 _rewrite_table(dest, doc, t, schema)
