@@ -41,7 +41,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence, Union
 
-from zcorch.config.filesystems import FilesystemConfig
+from zcorch.config.checks import SCRATCH_PLACEHOLDER
+from zcorch.config.filesystems import FilesystemConfig, mountpoint_problem
 from zcorch.errors import ConfigError, HostError
 from zcorch.provision.fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
                        parse_mdadm_detail, read_text, run_checked, split_options)
@@ -97,8 +98,12 @@ class FilesystemManager:
     """Provisions the receiver's filesystem configurations on demand; see the module docstring."""
 
     def __init__(self, host: Host, configs: "Mapping[str, FilesystemConfig]", state_dir: str, dry_run: bool = False,
-                 log: Optional[Log] = None):
+                 log: Optional[Log] = None, scratch: Optional[str] = None):
         self.host = host
+        # `{scratch}` on the receiver (`mountpoint: {scratch}/DIR`); by default the state directory's sibling, as
+        # zcorch.config.hosts places both under the workdir
+        self._scratch_raw = scratch or posixpath.join(posixpath.dirname(state_dir.rstrip("/")) or "/", "scratch")
+        self._scratch: Optional[str] = None
         self.dry_run = dry_run
         self.log: Log = log or (lambda _m: None)
         self.configs: "dict[str, FilesystemConfig]" = dict(configs)
@@ -127,6 +132,12 @@ class FilesystemManager:
             self._state_dir = _expand_home(self.host, self._state_dir_raw)
         return self._state_dir
 
+    @property
+    def scratch_dir(self) -> str:
+        if self._scratch is None:
+            self._scratch = _expand_home(self.host, self._scratch_raw)
+        return self._scratch
+
     def _session_dir(self) -> str:
         return posixpath.join(self.state_dir, f"fs-{self.token}")
 
@@ -142,7 +153,18 @@ class FilesystemManager:
         cfg = self._config(name)
         if cfg.existing:
             return cfg.path
-        return cfg.mountpoint or posixpath.join(self._config_dir(cfg), "mnt")
+        return self._mount_at(cfg)[1]
+
+    def _mount_at(self, cfg: FilesystemConfig) -> "tuple[str, str]":
+        """(the directory the mount must lie beneath, the mountpoint): the run's own directory
+        (`<state_dir>/fs-<token>/<name>/mnt`), or `{scratch}/DIR` of the entry's `mountpoint`. Nothing else:
+        a configuration made without the file's parser gets the same rule (zcorch.config.filesystems)."""
+        if cfg.mountpoint is None:
+            return self._session_dir(), posixpath.join(self._config_dir(cfg), "mnt")
+        why = mountpoint_problem(cfg.mountpoint)
+        if why:
+            raise ConfigError(f"filesystem {cfg.name!r}: mountpoint {why}")
+        return self.scratch_dir, posixpath.join(self.scratch_dir, cfg.mountpoint[len(SCRATCH_PLACEHOLDER) + 1:])
 
     def _config(self, name: str) -> FilesystemConfig:
         if name not in self.configs:
@@ -190,11 +212,12 @@ class FilesystemManager:
             steps.append(Step(["btrfs", "device", "scan", *devices],
                               record={"kind": "btrfs_devices", "devices": devices}))
         steps.append(Step(["mkdir", "-p", mnt], mkdir=mnt))
-        argv = ["mount", "-t", cfg.fs]
-        if cfg.mount_options:
-            argv += ["-o", ",".join(cfg.mount_options)]
+        # Mounted by the host's python on the directory it opened beneath the run's own directory, link by link
+        # (zcorch.worker.remote.mount_beneath): a link, a mount point or a non-empty directory is refused there.
+        root = self._mount_at(cfg)[0]
         sources = devices if cfg.fs == "btrfs" else [target]
-        steps.append(Step(argv + ["--", target, mnt], record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
+        steps.append(Step([root, mnt, cfg.fs, ",".join(cfg.mount_options), target], remote="mount-beneath",
+                          record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
         if cfg.loop_count:
             # Now that the mount (or md array) holds them open, let our loops detach themselves on
             # last close: a killed controller's mounts vanish with the lab's mount namespace, and
@@ -277,8 +300,13 @@ class FilesystemManager:
                 problems += device_problems(self.host, dev, dev in c.allow_destroy, f"{h}: {where}")
             if c.loop_count:
                 problems += self._space_problems(c)
-            if c.mountpoint and findmnt_target(self.host, c.mountpoint) is not None:
-                problems.append(f"{h}: {where}: mountpoint {c.mountpoint} is already a mountpoint")
+            try:
+                mnt = self.mountpoint(c.name)
+            except ConfigError as exc:
+                problems.append(f"{h}: {exc}")
+                continue
+            if c.mountpoint and findmnt_target(self.host, mnt) is not None:
+                problems.append(f"{h}: {where}: mountpoint {mnt} is already a mountpoint")
         return problems
 
     def _space_problems(self, cfg: FilesystemConfig) -> "list[str]":

@@ -41,7 +41,7 @@ from zcorch.hosts.local import Host
 from zcorch.hosts.parallel import per_host
 from zcorch.provision.fs_state import Lease, controller_alive
 from zcorch.provision.remote_call import remote_command, remote_json, run_remote
-from zcorch.worker.netcfg import mtu_problem
+from zcorch.worker.netcfg import mtu_problem, sysctl_refusal
 
 MODULE = "zcorch.worker.netcfg"
 LEASE_NAME = "zcorch-net.lease"   # in each host's network state directory (zcorch.provision.fs_state.Lease)
@@ -269,6 +269,9 @@ class NetworkManager:
             elif isinstance(dev, str) and mtu_problem(dev, c.mtu, facts.get("addresses") or {}):
                 out.append(f"{where}: network {c.name!r}: {mtu_problem(dev, c.mtu, facts.get('addresses') or {})}")
         out += _carrying_problems(where, t.peer, dev, facts.get("carrying") or {}, configs)
+        for c in configs:     # the allow-list against the data link this host has (the host judges it again)
+            out += [f"{where}: network {c.name!r}: {why}" for k in c.all_sysctls()
+                    for why in [sysctl_refusal(k, dev if isinstance(dev, str) else "")] if why]
         for c in configs:
             if c.congestion is not None and c.congestion not in (facts.get("congestion_available") or []):
                 avail = " ".join(facts.get("congestion_available") or []) or "none listed"
