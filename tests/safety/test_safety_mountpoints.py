@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -116,6 +117,22 @@ def test_host_refuses_a_link_in_the_mountpoint(rig, where):
     assert res.returncode == 1 and "symbolic link" in res.stderr, res.stderr
     assert not _mounted_at(victim) and not _mounted_at(victim / "m")
     (victim / "m").exists() and os.rmdir(victim / "m")
+
+
+@pytest.mark.root
+def test_host_makes_the_mountpoints_directories_without_following_a_link(rig):
+    root, victim, _ = rig
+    (root / "a").symlink_to(victim)
+    res = subprocess.run([sys.executable, "-m", "zcorch.worker.remote", "mkdir-beneath", str(root),
+                          str(root / "a" / "b" / "c")], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
+    assert res.returncode == 1 and "symbolic link" in res.stderr, res.stderr
+    assert sorted(os.listdir(victim)) == ["precious"]
+    res = subprocess.run([sys.executable, "-m", "zcorch.worker.remote", "mkdir-beneath", str(root),
+                          str(root / "m" / "n")], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": REPO}, timeout=60)
+    assert res.returncode == 0 and (root / "m" / "n").is_dir() and not (root / "m").is_symlink(), res.stderr
+    os.rmdir(root / "m" / "n")
 
 
 @pytest.mark.root
@@ -290,6 +307,17 @@ def test_manager_mounts_under_scratch_and_refuses_a_link_there(host, tmp_path):
     finally:
         fm.teardown_all()
         _umount(victim)
+    assert host_state(host) == before
+    fm = FilesystemManager(host, _ext4("{scratch}/evil/deeper/x"), str(work / "fs"))     # a link further up
+    touched = os.stat(victim).st_mtime_ns
+    time.sleep(0.01)
+    try:
+        with pytest.raises(HostError, match="symbolic link"):
+            fm.ensure("x")
+        # nothing was made (and removed again) through the link either: the victim's entries never changed
+        assert os.listdir(victim) == [] and os.stat(victim).st_mtime_ns == touched
+    finally:
+        fm.teardown_all()
     assert host_state(host) == before
     fm = FilesystemManager(host, _ext4("{scratch}/mnt/x"), str(work / "fs"))
     try:

@@ -20,8 +20,8 @@ API for the runner (all work happens on the receiver through `Host.run(argv)`, l
 - `state_dir` is a directory on the receiver (`~` is expanded there). Each manager keeps
   `<state_dir>/zcorch-fs-state-<token>.json`, written before every step, and puts its backing files
   and mountpoints under `<state_dir>/fs-<token>/<name>/` (`loop.dir` moves the backing files,
-  `mountpoint` the mount). `cleanup_stale` undoes what those files list, and nothing else; it skips
-  the state of a manager still alive in a process on this machine. One sweep per receiver at a time.
+  `mountpoint: {scratch}/DIR` the mount, never elsewhere). `cleanup_stale` undoes what those files list,
+  and nothing else; it skips the state of a manager still alive in a process on this machine. One sweep per receiver at a time.
   It trusts a state file only if it and `state_dir` are the user's and writable by no one else, and
   even then undoes only what lies under the run's own directories (fs_state.Scope).
 - `{path: DIR}` entries: ensure checks DIR is an existing directory and returns it; nothing is ever
@@ -78,6 +78,7 @@ class Step:
     record: Optional[dict] = None    # resource written to the state file before the command runs
     bind: Optional[str] = None       # Ref name bound to the command's stripped stdout
     mkdir: Optional[str] = None      # a directory to create (missing ancestors recorded one by one)
+    beneath: Optional[str] = None    # with mkdir: below this directory made by the host's mkdir-beneath (no link)
     check_devices: list = field(default_factory=list)   # devices re-checked right before this step
     remote: Optional[str] = None     # a zcorch.worker.remote action run with the host's python; argv = its args
 
@@ -211,10 +212,11 @@ class FilesystemManager:
             # Without udev the kernel may not know a multi-device filesystem's other members.
             steps.append(Step(["btrfs", "device", "scan", *devices],
                               record={"kind": "btrfs_devices", "devices": devices}))
-        steps.append(Step(["mkdir", "-p", mnt], mkdir=mnt))
-        # Mounted by the host's python on the directory it opened beneath the run's own directory, link by link
-        # (zcorch.worker.remote.mount_beneath): a link, a mount point or a non-empty directory is refused there.
+        # Made and mounted by the host's python on the directory it opened beneath the run's own directory, link
+        # by link (zcorch.worker.remote.mkdir_beneath, mount_beneath): a link, a mount point or a non-empty
+        # directory is refused there, and nothing is made through a link.
         root = self._mount_at(cfg)[0]
+        steps.append(Step(["mkdir", "-p", mnt], mkdir=mnt, beneath=root))
         sources = devices if cfg.fs == "btrfs" else [target]
         steps.append(Step([root, mnt, cfg.fs, ",".join(cfg.mount_options), target], remote="mount-beneath",
                           record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
@@ -357,17 +359,27 @@ class FilesystemManager:
             d = posixpath.dirname(d)
         return missing
 
-    def _mkdirs(self, name: str, path: str) -> None:
-        """mkdir -p, recording each directory it creates so undo removes exactly those (rmdir, if empty)."""
+    def _mkdirs(self, name: str, path: str, beneath: Optional[str] = None) -> None:
+        """mkdir -p, recording each directory it creates so undo removes exactly those (rmdir, if empty).
+        beneath: the part of `path` below that directory is made by the host's mkdir-beneath (no link followed)."""
         missing = self._missing_dirs(path)
         if not missing:
             return
         state = self._state_file()
         state.resources(name).extend({"kind": "dir", "path": d} for d in missing)
         state.save()
-        argv = ["mkdir", "-p", path]
-        self._say(argv)
-        run_checked(self.host, argv, f"filesystem {name!r}")
+        if beneath is None or not path.startswith(beneath + "/"):
+            argv = ["mkdir", "-p", path]
+            self._say(argv)
+            run_checked(self.host, argv, f"filesystem {name!r}")
+            return
+        if any(d == beneath or beneath.startswith(d + "/") for d in missing):
+            argv = ["mkdir", "-p", beneath]
+            self._say(argv)
+            run_checked(self.host, argv, f"filesystem {name!r}")
+        cmd = remote_command(self.host, "mkdir-beneath", beneath, path)
+        self.log(f"[{self.host.name}] {cmd.display()}")
+        run_checked(self.host, cmd.argv, f"filesystem {name!r}", input=cmd.input, env=cmd.env)
 
     def ensure(self, name: str) -> str:
         """Mountpoint of `name`, provisioning it on the first call; later calls check it is still mounted
@@ -410,7 +422,7 @@ class FilesystemManager:
         where = f"filesystem {cfg.name!r}"
         for step in self._steps(cfg):
             if step.mkdir:
-                self._mkdirs(cfg.name, step.mkdir)
+                self._mkdirs(cfg.name, step.mkdir, step.beneath)
                 continue
             problems: list = []
             for dev in step.check_devices:

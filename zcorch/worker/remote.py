@@ -20,6 +20,7 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
     dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
     loop-autoclear DEVICE...              set LO_FLAGS_AUTOCLEAR on attached loop devices
     open-excl PATH                        exit 0 if PATH can be opened with O_EXCL (no one holds it exclusively)
+    mkdir-beneath ROOT PATH               make PATH's missing directories beneath ROOT, no link followed
     mount-beneath ROOT MOUNTPOINT FSTYPE OPTIONS SOURCE
                                        -> JSON {"mounted", "source"}: mount(8) on MOUNTPOINT opened beneath ROOT
                                           without links, refused on a mount point, a non-empty directory or
@@ -727,11 +728,13 @@ def _mount_id(fd: int, st: "os.stat_result") -> "Tuple[str, Any]":
     return "st_dev", st.st_dev
 
 
-def open_mount_target(root: str, mountpoint: str) -> "List[int]":
+def open_mount_target(root: str, mountpoint: str, create: bool = False) -> "List[int]":
     """Descriptors of `root` and of every directory from it down to `mountpoint`, each opened without following
     a link (from /, component by component), judged on what was opened: `root` is this user's and writable by
     no one else; below it nothing is a mount point (another mount than its parent's); the last one is an empty
-    directory of this user. Raises ActionError naming what is refused. The caller closes the descriptors."""
+    directory of this user. create: a missing directory below `root` is made (mkdir in the directory opened
+    above it, never through a link). Raises ActionError naming what is refused. The caller closes the
+    descriptors."""
     if not root.startswith("/") or os.path.normpath(root) != root or root == "/":
         raise ActionError(f"mount root {root!r} is not a plain absolute path below /")
     if not mountpoint.startswith(root + "/") or os.path.normpath(mountpoint) != mountpoint:
@@ -753,6 +756,11 @@ def open_mount_target(root: str, mountpoint: str) -> "List[int]":
                 raise ActionError(f"{mountpoint}: `{name}` is not a directory name")
             parent_st = os.fstat(fds[-1])
             here += "/" + name
+            if create:
+                try:
+                    os.mkdir(name, 0o755, dir_fd=fds[-1])
+                except FileExistsError:
+                    pass
             fds.append(_open_dir(name, fds[-1], here))
             st = os.fstat(fds[-1])
             if _mount_id(fds[-1], st) != _mount_id(fds[-2], parent_st):
@@ -767,6 +775,14 @@ def open_mount_target(root: str, mountpoint: str) -> "List[int]":
         for fd in fds:
             os.close(fd)
         raise
+
+
+def mkdir_beneath(root: str, path: str) -> "Dict[str, Any]":
+    """`mkdir -p` of `path` beneath `root` as open_mount_target walks it (no link followed, no mount crossed, each
+    directory this user's): the mountpoint's directories, made where they will be judged."""
+    for fd in open_mount_target(root, path, create=True):
+        os.close(fd)
+    return {"made": path}
 
 
 def mount_beneath(root: str, mountpoint: str, fstype: str, options: str, source: str) -> "Dict[str, Any]":
@@ -904,6 +920,7 @@ ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]"
     "dd": ("DIR BS COUNT", 3, 3, lambda a: _print_json(dd_baseline(a[0], a[1], a[2]))),
     "loop-autoclear": ("DEVICE...", 1, None, _loop_autoclear_action),
     "open-excl": ("PATH", 1, 1, _open_excl_action),
+    "mkdir-beneath": ("ROOT PATH", 2, 2, lambda a: _print_json(mkdir_beneath(*a))),
     "mount-beneath": ("ROOT MOUNTPOINT FSTYPE OPTIONS SOURCE", 5, 5, lambda a: _print_json(mount_beneath(*a))),
 }
 
