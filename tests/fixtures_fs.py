@@ -110,7 +110,9 @@ else:
     host = LocalHost()
 def log(msg):
     # A real SIGKILL of this process at a chosen step (the message is logged just before it runs).
-    if kill_at and msg.startswith("[" + host.name + "] " + kill_at + " "):
+    # A step of zcorch.worker.remote (mount-beneath: the mount) is named by its action.
+    if kill_at and (msg.startswith("[" + host.name + "] " + kill_at + " ")
+                    or kill_at == "mount-beneath" and " mount-beneath " in msg):
         os.kill(os.getpid(), signal.SIGKILL)
 fm = FilesystemManager(host, filesystems_from_mapping(configs), state_dir, log=log)
 for name in configs:

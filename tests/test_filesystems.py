@@ -283,7 +283,7 @@ def test_md_raid_needs_md_in_the_kernel(host, before, fs_state_dir):
     assert host_state(host) == before
 
 
-@pytest.mark.parametrize("kill_at", ["mkfs.btrfs", "btrfs", "mount", ""])
+@pytest.mark.parametrize("kill_at", ["mkfs.btrfs", "btrfs", "mount-beneath", ""])
 def test_cleanup_stale_after_a_sigkilled_controller(host, before, fs_state_dir, kill_at):
     configs = {"ext4-nodelalloc": SMALL_CONFIGS["ext4-nodelalloc"], "btrfs-raid0": SMALL_CONFIGS["btrfs-raid0"]}
     proc = start_provisioner(configs, fs_state_dir, kill_at)
@@ -313,7 +313,7 @@ def test_cleanup_stale_after_a_sigkilled_controller(host, before, fs_state_dir, 
     log: list = []
     undone = FilesystemManager.cleanup_stale(host, fs_state_dir, log=log.append)
     assert undone[-1] == f"removed state file {os.path.join(fs_state_dir, state_file)}"
-    assert sum(u.startswith("removed backing file ") for u in undone) == (1 if kill_at == "mount" else 3)
+    assert sum(u.startswith("removed backing file ") for u in undone) == (1 if kill_at == "mount-beneath" else 3)
     if kill_at == "":
         # Unmounting was enough: the loops had autoclear set and detached themselves.
         assert sum(u.startswith("unmounted ") for u in undone) == 2

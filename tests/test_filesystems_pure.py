@@ -31,18 +31,21 @@ def test_plan_commands_of_the_issue_example_cover_every_step():
     fm = FilesystemManager(LocalHost(), filesystems_from_mapping(ISSUE_EXAMPLE), "/var/lib/zcorch-test", dry_run=True)
     plan = fm.plan_commands("btrfs-raid0")
     assert [a[0] for a in plan] == ["mkdir", "truncate", "losetup", "truncate", "losetup", "mkfs.btrfs",
-                                    "btrfs", "mkdir", "mount", sys.executable]
+                                    "btrfs", "mkdir", sys.executable, sys.executable]
     assert plan[5] == ["mkfs.btrfs", "-f", "-d", "raid0", "-m", "raid0", "--", "<loop0>", "<loop1>"]
-    assert plan[-2][:3] == ["mount", "-t", "btrfs"] and plan[-2][-3:] == ["--", "<loop0>", fm.mountpoint("btrfs-raid0")]
+    # mounted by zcorch.worker.remote on the directory it opens beneath the run's own (mount-beneath)
+    remote = [*python_argv(sys.executable, "zcorch.worker.remote", safe_path=sys.version_info >= (3, 11))]
+    mnt = fm.mountpoint("btrfs-raid0")
+    assert plan[-2] == [*remote, "mount-beneath", mnt.rsplit("/", 2)[0], mnt, "btrfs", "", "<loop0>"]
     # autoclear on our loops, by zcorch.worker.remote with the host's python (localhost: this one)
     assert plan[-1] == [*python_argv(sys.executable, "zcorch.worker.remote", safe_path=sys.version_info >= (3, 11)),
                         "loop-autoclear", "<loop0>", "<loop1>"]
     md = fm.plan_commands("md-raid0")
     assert md[0] == ["mdadm", "--create", "<md>", "--run", "--level=raid0", "--raid-devices=2",
                      "--metadata=1.2", "/dev/sdb", "/dev/sdc"]
-    assert md[1] == ["mkfs.xfs", "-f", "--", "<md>"] and md[-1][0] == "mount"  # devices: no loop step
+    assert md[1] == ["mkfs.xfs", "-f", "--", "<md>"] and md[-1][len(remote)] == "mount-beneath"  # no loop step
     ext4 = fm.plan_commands("ext4-nodelalloc")
-    assert ext4[-2][:5] == ["mount", "-t", "ext4", "-o", "noatime,nodelalloc"]
+    assert ext4[-2][len(remote):][3:] == ["ext4", "noatime,nodelalloc", "<loop0>"]
     # ext4 initialises eagerly (no background writer during cells); the user's options come after.
     assert ext4[3] == ["mkfs.ext4", "-F", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", "--", "<loop0>"]
     assert fm.plan_commands("array") == []

@@ -214,7 +214,7 @@ def test_down_undoes_a_killed_sweeps_filesystem_state(own_lab):
     before = _loops()
     # A controller killed right before `mount`: its loop device is attached without autoclear, so
     # destroying the namespaces alone would leak it.
-    proc = start_provisioner({"ext4-loop": SMALL_CONFIGS["ext4-loop"]}, zlab.FS_STATE_DIR, "mount",
+    proc = start_provisioner({"ext4-loop": SMALL_CONFIGS["ext4-loop"]}, zlab.FS_STATE_DIR, "mount-beneath",
                              layout.hosts_spec())
     proc.wait(timeout=120)
     assert proc.returncode == -9, proc.stderr.read()

@@ -79,14 +79,14 @@ def test_preflight_refuses_what_the_hosts_cannot_take_before_any_run(lab, tmp_pa
     from zcorch.errors import PreflightError
 
     nets = {"x": {"congestion": "nosuchcc"},
-            "y": {"mtu": 65535, "sysctls": {"net.ipv4.zcorch_no_such_sysctl": 1}}}
+            "y": {"mtu": 65535, "sysctls": {"net.ipv4.conf.data0.zcorch_no_such_sysctl": 1}}}
     path = write_exp(tmp_path, lab, "pre", {"network": ["x", "y"]}, networks=nets)
     before = {r: host_net(lab, r) for r in ("sender", "receiver")}
     with pytest.raises(PreflightError) as ei:
         run_sweep(str(path), output=str(tmp_path / "rs"))
     msg = str(ei.value)
     assert "congestion control `nosuchcc` is not available" in msg
-    assert "no sysctl net.ipv4.zcorch_no_such_sysctl" in msg
+    assert "no sysctl net.ipv4.conf.data0.zcorch_no_such_sysctl" in msg
     assert read_jsonl(str(tmp_path / "rs" / "runs.jsonl")) == []
     assert {r: host_net(lab, r) for r in ("sender", "receiver")} == before
 

@@ -166,9 +166,10 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
                           overrides=args.overrides, accept_new_host_keys=args.accept_new_host_keys,
                           allow_ssh_config_exec=args.allow_ssh_config_exec, observer=FanOut(observer, end_work),
                           command=command, recalibrate=args.recalibrate)
-    # The first SIGINT/SIGTERM stops every pair as one sweep is stopped (each child gets SIGTERM and tears
+    # The first SIGINT/SIGTERM/SIGHUP stops every pair as one sweep is stopped (each child gets SIGTERM and tears
     # down; a Ctrl-C on the terminal reaches the children directly too). The fleet waits for them.
-    old = {s: signal.signal(s, lambda signum, frame: fleet.stop()) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, lambda signum, frame: fleet.stop())
+           for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         result = fleet.run()
     finally:

@@ -2,7 +2,7 @@
 
 Exit status: 0 when every run of the plan is ok, 1 when some failed (results still written),
 2 for a bad experiment file or option, 75 when another `zcorch run` is writing the result set
-(--resume DIR or -o DIR: its lock, DIR/.lock, is held; nothing was done), 130 on Ctrl-C or SIGTERM (finished runs kept, result set marked interrupted; continue with --resume). The
+(--resume DIR or -o DIR: its lock, DIR/.lock, is held; nothing was done), 130 on Ctrl-C, SIGTERM or SIGHUP (finished runs kept, result set marked interrupted; continue with --resume). The
 teardown after it (hosts' network restored, filesystems undone, the manifest closed) finishes whatever
 signals arrive, except that a third Ctrl-C abandons it, printing what is left and how to restore it.
 
@@ -280,7 +280,7 @@ def main(args: argparse.Namespace) -> int:
     writer = CacheWriter() if not args.dry_run and not args.fleet_lock_dir else None
     if writer is not None:
         _wait_before_measuring(observer, writer.wait_ready)
-    # SIGTERM ends a sweep as Ctrl-C does: finished runs kept, result set marked interrupted. Neither stops
+    # SIGTERM and SIGHUP end a sweep as Ctrl-C does: finished runs kept, result set marked interrupted. Neither stops
     # the teardown that follows, except a third Ctrl-C (zcorch.sweep.interrupts).
     guard = InterruptGuard()
     try:

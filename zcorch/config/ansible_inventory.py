@@ -4,7 +4,9 @@ Accepted: the JSON `ansible-inventory -i SOURCE --list` prints (any source, dyna
 included: save its output and pass the file), and Ansible's YAML and INI inventory files. The YAML and INI
 files are read by ansible-core itself (`ansible-inventory --list`, run as an argv list, never through a shell,
 with only its `yaml` and `ini` inventory plugins enabled, so that no inventory script or plugin configuration
-is ever executed); ansible-core is the optional extra `zcorch[ansible]`. An executable inventory script is
+is ever executed: list_json runs it in a fresh private cwd with an empty private ANSIBLE_CONFIG, no `ANSIBLE_*`
+variable of the caller's, empty plugin paths, a time, memory and output limit; its JSON, like a JSON file, is
+read bounded, load_json); ansible-core is the optional extra `zcorch[ansible]`. An executable inventory script is
 never run: it is a program, and `zcorch run` is not the place to run it; run
 `ansible-inventory -i SCRIPT --list > inventory.json` and pass the JSON.
 
@@ -47,7 +49,16 @@ HOST_VARS = {"data_address": "zcorch_data_address", "identity_file": "ansible_ss
              "allow_network_changes": "zcorch_allow_network_changes"}
 SSH_VARS = "ansible_host, ansible_user, ansible_port"
 ENABLED_PLUGINS = "yaml,ini"
-_TIMEOUT_S = 120
+# ansible-inventory is a program reading someone's file: it gets a wall-clock limit, an address-space limit
+# (a YAML alias bomb ends in MemoryError, not in the machine's swap) and a cap on what it may print.
+TIMEOUT_S = 60
+MEMORY_LIMIT = 1 << 30          # RLIMIT_AS of the ansible-inventory process
+OUTPUT_LIMIT = 64 << 20         # RLIMIT_FSIZE: its --list JSON goes to a file in its private directory
+# The JSON of an inventory (ansible-inventory's or a file): at most this many bytes and this deep (an Ansible
+# inventory is {group: {hosts, vars: {name: value}}} with a few levels of value), and this many groups.
+JSON_MAX_BYTES = 64 << 20
+JSON_MAX_DEPTH = 64
+MAX_GROUPS = 20000
 _GROUP_KEYS = ("hosts", "children", "vars")
 
 
@@ -58,9 +69,11 @@ def kind_of(text: str) -> Optional[str]:
         return "script"
     stripped = text.lstrip()
     if stripped.startswith("{"):
+        if json_problem(stripped):
+            return "json"           # load_json refuses it with the reason
         try:
             doc = json.loads(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
         return "json" if isinstance(doc, dict) and ("_meta" in doc or "all" in doc) else None
     try:
@@ -86,23 +99,105 @@ def ansible_inventory_command() -> str:
     return exe
 
 
-def list_json(path: str) -> dict:
-    """`ansible-inventory -i PATH --list` of a YAML or INI file (only those plugins enabled), parsed."""
-    env = dict(os.environ, ANSIBLE_INVENTORY_ENABLED=ENABLED_PLUGINS, ANSIBLE_NOCOLOR="1",
+def inventory_env(private: str) -> Dict[str, str]:
+    """The environment ansible-inventory runs with: this one without any `ANSIBLE_*` variable (a config file,
+    plugin paths or enabled plugins set by whoever started zcorch), then zcorch's own: an empty private config
+    file (no ./ansible.cfg, ~/.ansible.cfg or /etc/ansible/ansible.cfg is read), Ansible's home, temporary,
+    plugin and collection directories inside `private` (empty: no vars, inventory or collection plugin is found),
+    only the yaml and ini inventory plugins and the host_group_vars vars plugin (group_vars/host_vars: data)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    empty = os.path.join(private, "empty")
+    os.makedirs(empty, mode=0o700, exist_ok=True)
+    config = os.path.join(private, "ansible.cfg")
+    with open(config, "w"):
+        pass
+    env.update(ANSIBLE_CONFIG=config, ANSIBLE_HOME=private, ANSIBLE_LOCAL_TEMP=os.path.join(private, "tmp"),
+               ANSIBLE_INVENTORY_ENABLED=ENABLED_PLUGINS, ANSIBLE_VARS_ENABLED="host_group_vars",
+               ANSIBLE_VARS_PLUGINS=empty, ANSIBLE_INVENTORY_PLUGINS=empty, ANSIBLE_COLLECTIONS_PATH=empty,
+               ANSIBLE_COLLECTIONS_SCAN_SYS_PATH="False", ANSIBLE_NOCOLOR="1",
                ANSIBLE_INVENTORY_UNPARSED_FAILED="1", ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1")
+    return env
+
+
+def _limits() -> None:   # in the child, before exec
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (OUTPUT_LIMIT, OUTPUT_LIMIT))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def list_json(path: str) -> dict:
+    """`ansible-inventory -i PATH --list` of a YAML or INI file, parsed. It runs as data is read: in a fresh
+    private directory (its cwd: no ./ansible.cfg of the caller's), with inventory_env, in its own process group
+    killed after TIMEOUT_S, with MEMORY_LIMIT of address space, its output a file of at most OUTPUT_LIMIT bytes,
+    read as bounded JSON (load_json)."""
+    import signal
+    import tempfile
+
+    exe = ansible_inventory_command()
+    source = os.path.abspath(path)
+    with tempfile.TemporaryDirectory(prefix="zcorch-ansible-") as private:
+        out_path = os.path.join(private, "list.json")
+        try:
+            with open(out_path, "w") as out:
+                proc = subprocess.Popen([exe, "-i", source, "--list"], stdout=out, stderr=subprocess.PIPE,
+                                        stdin=subprocess.DEVNULL, cwd=private, env=inventory_env(private),
+                                        preexec_fn=_limits, start_new_session=True, text=True)
+                try:
+                    _, err = proc.communicate(timeout=TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.communicate()
+                    raise ConfigError(f"{path}: ansible-inventory did not finish within {TIMEOUT_S} s: refused "
+                                      "(an inventory whose groups or YAML aliases expand without end?)") from None
+                finally:
+                    if proc.poll() is None:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
+        except OSError as exc:
+            raise ConfigError(f"{path}: ansible-inventory could not read it: {exc}") from None
+        if proc.returncode != 0:
+            lines = [ln.strip() for ln in (err or "").splitlines() if ln.strip()]
+            why = {-signal.SIGXFSZ: f"its output passed {OUTPUT_LIMIT >> 20} MiB",
+                   -signal.SIGKILL: "it was killed"}.get(proc.returncode)
+            if why is None and any("MemoryError" in ln for ln in lines):
+                why = f"it ran out of its {MEMORY_LIMIT >> 20} MiB of memory (a YAML alias bomb?)"
+            raise ConfigError(f"{path}: not an Ansible inventory ansible-core can read as YAML or INI: "
+                              + (why or (" ".join(lines[-3:]) if lines else f"exit {proc.returncode}")))
+        with open(out_path, "rb") as f:
+            text = f.read(JSON_MAX_BYTES + 1).decode("utf-8", "replace")
+    return load_json(text, f"{path} (ansible-inventory --list)")
+
+
+def json_problem(text: str) -> Optional[str]:
+    """Why `text` is not JSON of a bounded inventory (None: it may be parsed): at most JSON_MAX_BYTES, nested at
+    most JSON_MAX_DEPTH deep. Iterative (no recursion, whatever the nesting): strings are cut out, then the
+    brackets counted."""
+    if len(text) > JSON_MAX_BYTES:
+        return f"larger than {JSON_MAX_BYTES >> 20} MiB"
+    depth = deepest = 0
+    # a string (its closing quote optional: an unterminated one is consumed once, linear), or a bracket
+    for m in re.finditer(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[{]|[\]}]', text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > JSON_MAX_DEPTH:
+                return f"nested more than {JSON_MAX_DEPTH} levels deep"
+        elif c in "]}":
+            depth -= 1
+    return None
+
+
+def load_json(text: str, path: str) -> dict:
+    """An inventory's JSON, refused with the reason (ConfigError) when json_problem has one or it does not parse."""
+    why = json_problem(text)
+    if why:
+        raise ConfigError(f"{path}: refused: the inventory JSON is {why}")
     try:
-        res = subprocess.run([ansible_inventory_command(), "-i", path, "--list"], capture_output=True, text=True,
-                             env=env, timeout=_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ConfigError(f"{path}: ansible-inventory could not read it: {exc}") from None
-    if res.returncode != 0:
-        lines = [ln.strip() for ln in res.stderr.splitlines() if ln.strip()]
-        raise ConfigError(f"{path}: not an Ansible inventory ansible-core can read as YAML or INI: "
-                          + (" ".join(lines[-3:]) if lines else f"exit {res.returncode}"))
-    try:
-        return json.loads(res.stdout)
-    except ValueError as exc:
-        raise ConfigError(f"{path}: ansible-inventory printed no JSON ({exc})") from None
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
 
 
 def host_vars(doc: dict, path: str) -> Dict[str, dict]:
@@ -129,15 +224,17 @@ def host_vars(doc: dict, path: str) -> Dict[str, dict]:
             hostvars.setdefault(str(host), {})
         groups[name] = group
 
-    def depth(g: str, seen=()) -> int:
-        ups = [p for p in parents.get(g, []) if p not in seen]
-        return 1 + max((depth(p, seen + (g,)) for p in ups), default=-1)
+    if len(groups) > MAX_GROUPS:
+        raise ConfigError(f"{path}: {len(groups)} groups: more than the {MAX_GROUPS} zcorch reads")
+    depths = _group_depths(groups, parents, path)
 
     def ancestors(g: str, out: set) -> set:
-        for p in parents.get(g, []):
-            if p not in out:
-                out.add(p)
-                ancestors(p, out)
+        todo = [g]
+        while todo:       # iterative: a chain of thousands of groups is no deeper for Python's stack
+            for p in parents.get(todo.pop(), []):
+                if p not in out:
+                    out.add(p)
+                    todo.append(p)
         return out
 
     result = {}
@@ -148,11 +245,36 @@ def host_vars(doc: dict, path: str) -> Dict[str, dict]:
         for g in list(names):
             ancestors(g, names)
         merged: dict = {}
-        for g in sorted(names, key=lambda g: (g != "all", depth(g), g)):
+        for g in sorted(names, key=lambda g: (g != "all", depths.get(g, 0), g)):
             merged.update((groups.get(g) or {}).get("vars") or {})
         merged.update(own)
         result[str(host)] = merged
     return result
+
+
+def _group_depths(groups: dict, parents: Dict[str, List[str]], path: str) -> Dict[str, int]:
+    """group -> how far below the top it lies (the longest chain of parents: Ansible applies an outer group's
+    vars first). Iterative and memoised: linear in the groups and their links, however they nest (each group a
+    child of every earlier one included); a group that is its own ancestor is refused."""
+    depths: Dict[str, int] = {}
+    for start in list(groups) + list(parents):
+        if start in depths:
+            continue
+        stack = [(start, iter(parents.get(start, [])))]
+        on_path = {start}
+        while stack:
+            g, ups = stack[-1]
+            p = next(ups, None)
+            if p is None:
+                depths[g] = 1 + max((depths[q] for q in parents.get(g, []) if q in depths), default=-1)
+                on_path.discard(g)
+                stack.pop()
+            elif p in on_path:
+                raise ConfigError(f"{path}: group `{p}` is among its own children (a cycle of groups)")
+            elif p not in depths:
+                on_path.add(p)
+                stack.append((p, iter(parents.get(p, []))))
+    return depths
 
 
 def _line_of(text: str, host: str) -> int:
@@ -264,10 +386,7 @@ def pairs_yaml(path: str, text: str, kind: str, with_shares: bool) -> Tuple[str,
     `kind` (kind_of); ConfigError for what is wrong with its zcorch variables. zcorch.config.inventory parses
     the document (and `translate`s its problems)."""
     if kind == "json":
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+        doc = load_json(text, path)
     elif kind == "script":
         raise ConfigError(f"{path}: an executable inventory script: zcorch never runs it; run "
                           f"`ansible-inventory -i {path} --list > inventory.json` and pass inventory.json")

@@ -9,7 +9,7 @@ Two kinds of entry:
 Keys of a provisioned entry: fs (ext2|ext3|ext4|xfs|btrfs), exactly one of loop {count, size, dir,
 direct_io} or devices [...], raid (btrfs: its own profiles via mkfs.btrfs -d/-m; other fs: md via mdadm),
 raid_chunk (md only, a multiple of 4KiB), allow_destroy (subset of devices), mkfs_options, mount_options,
-mountpoint. This module holds every rule, including what mdadm / mkfs refuse (device counts per level,
+mountpoint (`{scratch}/DIR` only). This module holds every rule, including what mdadm / mkfs refuse (device counts per level,
 minimum sizes), so a file is refused at plan time with file:line, never half-way through a sweep.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Mapping, Optional
 
 from zcorch.config import checks, fs_options
 from zcorch.config import yamlsrc as ys
-from zcorch.config.checks import Checker
+from zcorch.config.checks import SCRATCH_PLACEHOLDER, Checker
 
 FS_TYPES = ("ext2", "ext3", "ext4", "xfs", "btrfs")
 MD_LEVELS = ("raid0", "raid1", "raid10", "raid5", "raid6")
@@ -61,7 +61,7 @@ class FilesystemConfig:
     allow_destroy: "tuple[str, ...]" = ()
     mkfs_options: "tuple[str, ...]" = ()
     mount_options: "tuple[str, ...]" = ()
-    mountpoint: Optional[str] = None
+    mountpoint: Optional[str] = None      # `{scratch}/DIR` as written (the manager resolves it on the host)
 
     @property
     def existing(self) -> bool:
@@ -126,7 +126,7 @@ def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[Files
         n_dev = len(devices) if devices is not None else None
     raid = kw["raid"] = value("raid", lambda n: checks.choice(n, RAID_LEVELS, "RAID level"))
     chunk = kw["raid_chunk"] = value("raid_chunk", checks.positive_size)
-    kw["mountpoint"] = value("mountpoint", _existing_dir)
+    kw["mountpoint"] = value("mountpoint", _mountpoint)
     for key, rx, what in (("mkfs_options", _MKFS_OPT_RE, "mkfs option"),
                           ("mount_options", _MOUNT_OPT_RE, "mount option")):
         if key in fields:
@@ -264,6 +264,41 @@ def _existing_dir(node: ys.YNode) -> str:
         # there would mount over or fill kernel interfaces
         raise ys.ValueProblem(f"`{text}` is under /proc or /sys: kernel interfaces, not a directory for data")
     return posixpath.normpath(text)
+
+
+# A directory name under `{scratch}` a mountpoint may use: letters, digits and `_ . @ + -` (not `.` or `..`).
+_MOUNT_NAME_RE = re.compile(r"^[A-Za-z0-9_.@+-]{1,255}$")
+
+
+def mountpoint_problem(text: str) -> Optional[str]:
+    """Why `text` may not be a `mountpoint` (None if it may): only `{scratch}/DIR[/DIR...]`, a directory beneath
+    the receiver's own {scratch} directory, written without `..`, `.`, empty components or other characters.
+    An absolute path is refused whatever it names (`/usr`, `/`, a mount point, a path into {scratch} spelled
+    out): a filesystem mounts only beneath the run's own directories. The host judges the directory it opens
+    too (zcorch.worker.remote.mount_beneath: no link, no mount point, empty)."""
+    prefix = SCRATCH_PLACEHOLDER + "/"
+    if checks.kernel_fs_path(text):
+        return f"`{text}` is under /proc or /sys: kernel interfaces; a filesystem mounts only beneath {prefix}"
+    if not text.startswith(prefix):
+        return (f"`{text}`: a filesystem is mounted only beneath the run's own directories: write "
+                f"`{SCRATCH_PLACEHOLDER}/DIR` (a new or empty directory under the receiver's {SCRATCH_PLACEHOLDER}), "
+                "or leave `mountpoint` out (a directory of the run's own under the receiver's workdir); an absolute "
+                "path, a system directory or an existing mount point is refused")
+    bad = [c for c in text[len(prefix):].split("/") if c in ("", ".", "..") or not _MOUNT_NAME_RE.match(c)]
+    if bad:
+        return (f"`{text}`: `{bad[0]}` is not a directory name (letters, digits, `_ . @ + -`; no `..`, `.` or empty "
+                f"components): the mountpoint stays beneath {SCRATCH_PLACEHOLDER}")
+    if len(text) > 1024:
+        return f"`{text[:40]}...`: longer than 1024 characters"
+    return None
+
+
+def _mountpoint(node: ys.YNode) -> str:
+    text = ys.as_str(node, "a mountpoint")
+    why = mountpoint_problem(text)
+    if why:
+        raise ys.ValueProblem(why)
+    return text
 
 
 def _device(node: ys.YNode) -> str:

@@ -7,7 +7,7 @@
 
 Keys of an entry (at least one): `mtu` (68..65535: the MTU of the data link on both hosts, the interface
 carrying the route to the other host's data address), `congestion` (the host-wide TCP congestion control,
-i.e. the sysctl net.ipv4.tcp_congestion_control, on both hosts), `sysctls` (a mapping of `net.*` sysctl
+i.e. the sysctl net.ipv4.tcp_congestion_control, on both hosts), `sysctls` (a mapping of allow-listed sysctl
 names to values: an integer, or a string of words such as "4096 131072 67108864"; written to
 /proc/sys/... on both hosts). The `network` parameter picks an entry per cell; null leaves the hosts alone.
 """
@@ -20,6 +20,7 @@ from typing import Mapping, Optional
 from zcorch.config import checks
 from zcorch.config import yamlsrc as ys
 from zcorch.config.checks import Checker
+from zcorch.worker.netcfg import sysctl_refusal   # the one allow-list, the host module's (stdlib only)
 
 NET_KEYS = ("mtu", "congestion", "sysctls")
 MTU_MIN, MTU_MAX = 68, 65535          # IPv4's minimum MTU; the largest an interface's u16 MTU field takes
@@ -93,6 +94,10 @@ def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[Netwo
                 if not SYSCTL_RE.match(key) or ".." in key:
                     chk.problem(kpos, kpath, f"`{key}`: only the network stack's sysctls may be set, dotted names "
                                              "starting with `net.` (e.g. net.ipv4.tcp_rmem)")
+                    continue
+                why = sysctl_refusal(key, None)
+                if why:
+                    chk.problem(kpos, kpath, why)
                     continue
                 if key == CONGESTION_SYSCTL and congestion is not None:
                     chk.problem(kpos, kpath, f"`{key}` is what `congestion` sets: give it once")

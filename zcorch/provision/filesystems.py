@@ -20,8 +20,8 @@ API for the runner (all work happens on the receiver through `Host.run(argv)`, l
 - `state_dir` is a directory on the receiver (`~` is expanded there). Each manager keeps
   `<state_dir>/zcorch-fs-state-<token>.json`, written before every step, and puts its backing files
   and mountpoints under `<state_dir>/fs-<token>/<name>/` (`loop.dir` moves the backing files,
-  `mountpoint` the mount). `cleanup_stale` undoes what those files list, and nothing else; it skips
-  the state of a manager still alive in a process on this machine. One sweep per receiver at a time.
+  `mountpoint: {scratch}/DIR` the mount, never elsewhere). `cleanup_stale` undoes what those files list,
+  and nothing else; it skips the state of a manager still alive in a process on this machine. One sweep per receiver at a time.
   It trusts a state file only if it and `state_dir` are the user's and writable by no one else, and
   even then undoes only what lies under the run's own directories (fs_state.Scope).
 - `{path: DIR}` entries: ensure checks DIR is an existing directory and returns it; nothing is ever
@@ -41,7 +41,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Sequence, Union
 
-from zcorch.config.filesystems import FilesystemConfig
+from zcorch.config.checks import SCRATCH_PLACEHOLDER
+from zcorch.config.filesystems import FilesystemConfig, mountpoint_problem
 from zcorch.errors import ConfigError, HostError
 from zcorch.provision.fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
                        parse_mdadm_detail, read_text, run_checked, split_options)
@@ -77,6 +78,7 @@ class Step:
     record: Optional[dict] = None    # resource written to the state file before the command runs
     bind: Optional[str] = None       # Ref name bound to the command's stripped stdout
     mkdir: Optional[str] = None      # a directory to create (missing ancestors recorded one by one)
+    beneath: Optional[str] = None    # with mkdir: below this directory made by the host's mkdir-beneath (no link)
     check_devices: list = field(default_factory=list)   # devices re-checked right before this step
     remote: Optional[str] = None     # a zcorch.worker.remote action run with the host's python; argv = its args
 
@@ -97,8 +99,12 @@ class FilesystemManager:
     """Provisions the receiver's filesystem configurations on demand; see the module docstring."""
 
     def __init__(self, host: Host, configs: "Mapping[str, FilesystemConfig]", state_dir: str, dry_run: bool = False,
-                 log: Optional[Log] = None):
+                 log: Optional[Log] = None, scratch: Optional[str] = None):
         self.host = host
+        # `{scratch}` on the receiver (`mountpoint: {scratch}/DIR`); by default the state directory's sibling, as
+        # zcorch.config.hosts places both under the workdir
+        self._scratch_raw = scratch or posixpath.join(posixpath.dirname(state_dir.rstrip("/")) or "/", "scratch")
+        self._scratch: Optional[str] = None
         self.dry_run = dry_run
         self.log: Log = log or (lambda _m: None)
         self.configs: "dict[str, FilesystemConfig]" = dict(configs)
@@ -127,6 +133,12 @@ class FilesystemManager:
             self._state_dir = _expand_home(self.host, self._state_dir_raw)
         return self._state_dir
 
+    @property
+    def scratch_dir(self) -> str:
+        if self._scratch is None:
+            self._scratch = _expand_home(self.host, self._scratch_raw)
+        return self._scratch
+
     def _session_dir(self) -> str:
         return posixpath.join(self.state_dir, f"fs-{self.token}")
 
@@ -142,7 +154,18 @@ class FilesystemManager:
         cfg = self._config(name)
         if cfg.existing:
             return cfg.path
-        return cfg.mountpoint or posixpath.join(self._config_dir(cfg), "mnt")
+        return self._mount_at(cfg)[1]
+
+    def _mount_at(self, cfg: FilesystemConfig) -> "tuple[str, str]":
+        """(the directory the mount must lie beneath, the mountpoint): the run's own directory
+        (`<state_dir>/fs-<token>/<name>/mnt`), or `{scratch}/DIR` of the entry's `mountpoint`. Nothing else:
+        a configuration made without the file's parser gets the same rule (zcorch.config.filesystems)."""
+        if cfg.mountpoint is None:
+            return self._session_dir(), posixpath.join(self._config_dir(cfg), "mnt")
+        why = mountpoint_problem(cfg.mountpoint)
+        if why:
+            raise ConfigError(f"filesystem {cfg.name!r}: mountpoint {why}")
+        return self.scratch_dir, posixpath.join(self.scratch_dir, cfg.mountpoint[len(SCRATCH_PLACEHOLDER) + 1:])
 
     def _config(self, name: str) -> FilesystemConfig:
         if name not in self.configs:
@@ -189,12 +212,14 @@ class FilesystemManager:
             # Without udev the kernel may not know a multi-device filesystem's other members.
             steps.append(Step(["btrfs", "device", "scan", *devices],
                               record={"kind": "btrfs_devices", "devices": devices}))
-        steps.append(Step(["mkdir", "-p", mnt], mkdir=mnt))
-        argv = ["mount", "-t", cfg.fs]
-        if cfg.mount_options:
-            argv += ["-o", ",".join(cfg.mount_options)]
+        # Made and mounted by the host's python on the directory it opened beneath the run's own directory, link
+        # by link (zcorch.worker.remote.mkdir_beneath, mount_beneath): a link, a mount point or a non-empty
+        # directory is refused there, and nothing is made through a link.
+        root = self._mount_at(cfg)[0]
+        steps.append(Step(["mkdir", "-p", mnt], mkdir=mnt, beneath=root))
         sources = devices if cfg.fs == "btrfs" else [target]
-        steps.append(Step(argv + ["--", target, mnt], record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
+        steps.append(Step([root, mnt, cfg.fs, ",".join(cfg.mount_options), target], remote="mount-beneath",
+                          record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
         if cfg.loop_count:
             # Now that the mount (or md array) holds them open, let our loops detach themselves on
             # last close: a killed controller's mounts vanish with the lab's mount namespace, and
@@ -277,8 +302,13 @@ class FilesystemManager:
                 problems += device_problems(self.host, dev, dev in c.allow_destroy, f"{h}: {where}")
             if c.loop_count:
                 problems += self._space_problems(c)
-            if c.mountpoint and findmnt_target(self.host, c.mountpoint) is not None:
-                problems.append(f"{h}: {where}: mountpoint {c.mountpoint} is already a mountpoint")
+            try:
+                mnt = self.mountpoint(c.name)
+            except ConfigError as exc:
+                problems.append(f"{h}: {exc}")
+                continue
+            if c.mountpoint and findmnt_target(self.host, mnt) is not None:
+                problems.append(f"{h}: {where}: mountpoint {mnt} is already a mountpoint")
         return problems
 
     def _space_problems(self, cfg: FilesystemConfig) -> "list[str]":
@@ -329,17 +359,27 @@ class FilesystemManager:
             d = posixpath.dirname(d)
         return missing
 
-    def _mkdirs(self, name: str, path: str) -> None:
-        """mkdir -p, recording each directory it creates so undo removes exactly those (rmdir, if empty)."""
+    def _mkdirs(self, name: str, path: str, beneath: Optional[str] = None) -> None:
+        """mkdir -p, recording each directory it creates so undo removes exactly those (rmdir, if empty).
+        beneath: the part of `path` below that directory is made by the host's mkdir-beneath (no link followed)."""
         missing = self._missing_dirs(path)
         if not missing:
             return
         state = self._state_file()
         state.resources(name).extend({"kind": "dir", "path": d} for d in missing)
         state.save()
-        argv = ["mkdir", "-p", path]
-        self._say(argv)
-        run_checked(self.host, argv, f"filesystem {name!r}")
+        if beneath is None or not path.startswith(beneath + "/"):
+            argv = ["mkdir", "-p", path]
+            self._say(argv)
+            run_checked(self.host, argv, f"filesystem {name!r}")
+            return
+        if any(d == beneath or beneath.startswith(d + "/") for d in missing):
+            argv = ["mkdir", "-p", beneath]
+            self._say(argv)
+            run_checked(self.host, argv, f"filesystem {name!r}")
+        cmd = remote_command(self.host, "mkdir-beneath", beneath, path)
+        self.log(f"[{self.host.name}] {cmd.display()}")
+        run_checked(self.host, cmd.argv, f"filesystem {name!r}", input=cmd.input, env=cmd.env)
 
     def ensure(self, name: str) -> str:
         """Mountpoint of `name`, provisioning it on the first call; later calls check it is still mounted
@@ -382,7 +422,7 @@ class FilesystemManager:
         where = f"filesystem {cfg.name!r}"
         for step in self._steps(cfg):
             if step.mkdir:
-                self._mkdirs(cfg.name, step.mkdir)
+                self._mkdirs(cfg.name, step.mkdir, step.beneath)
                 continue
             problems: list = []
             for dev in step.check_devices:

@@ -297,13 +297,22 @@ def owner_problem(euid_text: str, stat_lines: "list[str]") -> Optional[str]:
     return None
 
 
-# Lease.take's one command before the lock (a constant script; the directory arrives as its $1, no value goes
-# through the shell): `~` expanded as on the host, the directory made (0700), then its resolved path, the
-# effective uid and the directory's owner and mode, one per line. One round trip, not four (printenv HOME,
-# mkdir, id -u, stat): a sweep takes a lease on each host before anything else.
-_PREPARE_DIR = ('d=$1; case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac; '
+# Lease.take's one command before the lock (a constant script; the directories arrive as its $1 and $2, no value
+# goes through the shell): the host-wide directory $2 when given and the host's root can make it (0700), with the
+# inode of this network namespace; else `~` of $1 expanded as on the host and the directory made (0700); then
+# its resolved path, the namespace inode (empty for $1), the effective uid and the directory's owner and mode,
+# one per line. One round trip, not four (printenv HOME, mkdir, id -u, stat): a sweep takes a lease on each host
+# before anything else.
+_PREPARE_DIR = ('d=$1; n=; if [ -n "$2" ] && [ "$(id -u)" = 0 ] && mkdir -p -m 0700 -- "$2" 2>/dev/null; then '
+                'd=$2; n=$(stat -L -c %i /proc/self/ns/net) || exit 1; else '
+                'case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac; '
                 'case $d in /*) ;; *) echo "\\$HOME is not an absolute path (${HOME:-unset}) to place $1" >&2; exit 1 ;; esac; '
-                'mkdir -p -m 0700 -- "$d"; printf "%s\\n" "$d" && id -u && stat -L -c "%u %a %n" -- "$d"')
+                'mkdir -p -m 0700 -- "$d"; fi; '
+                'printf "%s\\n%s\\n" "$d" "$n" && id -u && stat -L -c "%u %a %n" -- "$d"')
+# Where root keeps a host's leases whatever the inventory's workdir (Lease.take's host_wide): one place per
+# machine, shared by every controller, fleet and workdir. Others (who cannot change a host's network) keep
+# theirs in the workdir as before.
+HOST_LEASE_DIR = "/run/zcorch"
 
 LEASE_NAME = "zcorch-fs.lease"
 BUSY = 75  # flock -E: the lock is held by someone else
@@ -321,23 +330,30 @@ class Lease:
     @classmethod
     def take(cls, host: Host, state_dir: str, timeout: float = 30.0, name: str = LEASE_NAME,
              what: str = "this receiver's filesystems", wait: float = 0.0, token: str = "",
-             shared: bool = False) -> "Lease":
+             shared: bool = False, host_wide: Optional[str] = None) -> "Lease":
         """`state_dir` may start with `~/` (the host's home). Raises PreflightError naming the holder when
         another sweep holds it (after `wait` seconds: a just-killed controller's lease ends when its connection
         does). A lease this same sweep (`token`)
         already holds on the same file (two host names for one machine) is shared: release() does nothing.
-        shared: a reader's hold (flock -s): readers coexist, an exclusive holder excludes them all."""
+        shared: a reader's hold (flock -s): readers coexist, an exclusive holder excludes them all.
+        host_wide: a directory of the whole host (HOST_LEASE_DIR) used instead of `state_dir` when the host's
+        root can make it; the lease is then one per network namespace there (`<name minus .lease>-<netns
+        inode>.lease`), whatever workdir a sweep names."""
         # In a directory others may write, the lock file could be swapped under a holder (two sweeps would
         # then lock two files) or the holder's file be planted: refuse, as the state files are refused.
-        prep = host.run(["sh", "-c", _PREPARE_DIR, "sh", state_dir])
+        prep = host.run(["sh", "-c", _PREPARE_DIR, "sh", state_dir, host_wide or ""])
         lines = prep.stdout.splitlines()
-        if not prep.ok or len(lines) < 3:
+        if not prep.ok or len(lines) < 4:
             raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: cannot check its owner: "
                                  f"{(prep.stderr or prep.stdout).strip()}")
-        state_dir = lines[0]
-        why = owner_problem(lines[1], lines[2:])
+        state_dir, netns = lines[0], lines[1]
+        why = owner_problem(lines[2], lines[3:])
         if why:
             raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: {why}")
+        if netns:
+            if not netns.isdigit():
+                raise PreflightError(f"{host.name}: cannot tell its network namespace ({netns!r})")
+            name = f"{name[:-len('.lease')] if name.endswith('.lease') else name}-{netns}.lease"
         path = posixpath.join(state_dir, name)
         # A constant script (no value goes through the shell): say "held" once locked, then wait for EOF.
         lock = (["-w", f"{wait:g}"] if wait > 0 else ["-n"]) + (["-s"] if shared else [])

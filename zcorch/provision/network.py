@@ -39,12 +39,14 @@ from zcorch.config.networks import CONGESTION_SYSCTL, NetworkConfig
 from zcorch.errors import HostError, PreflightError
 from zcorch.hosts.local import Host
 from zcorch.hosts.parallel import per_host
-from zcorch.provision.fs_state import Lease, controller_alive
+from zcorch.provision.fs_state import HOST_LEASE_DIR, Lease, controller_alive
 from zcorch.provision.remote_call import remote_command, remote_json, run_remote
-from zcorch.worker.netcfg import mtu_problem
+from zcorch.worker.netcfg import mtu_problem, sysctl_refusal
 
 MODULE = "zcorch.worker.netcfg"
-LEASE_NAME = "zcorch-net.lease"   # in each host's network state directory (zcorch.provision.fs_state.Lease)
+# The network lease (zcorch.provision.fs_state.Lease): root's in HOST_LEASE_DIR, one per network namespace
+# (`zcorch-net-<netns inode>.lease`), whatever the workdir; another user's in the host's network state directory.
+LEASE_NAME = "zcorch-net.lease"
 Log = Callable[[str], None]
 ACTIVE_TOKENS: set = set()   # managers alive in this process (their state is never "stale" to us)
 
@@ -135,7 +137,7 @@ def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, 
     try:
         for host, state_dir in _host_dirs(hosts, spec):
             taken.append(Lease.take(host, state_dir, name=LEASE_NAME, wait=wait, token=token,
-                                    shared=not changes,
+                                    shared=not changes, host_wide=HOST_LEASE_DIR,
                                     what="this host's network (a sweep with `networks:` excludes every other "
                                          "sweep on its hosts; sweeps without share them)"))
     except BaseException:
@@ -269,6 +271,9 @@ class NetworkManager:
             elif isinstance(dev, str) and mtu_problem(dev, c.mtu, facts.get("addresses") or {}):
                 out.append(f"{where}: network {c.name!r}: {mtu_problem(dev, c.mtu, facts.get('addresses') or {})}")
         out += _carrying_problems(where, t.peer, dev, facts.get("carrying") or {}, configs)
+        for c in configs:     # the allow-list against the data link this host has (the host judges it again)
+            out += [f"{where}: network {c.name!r}: {why}" for k in c.all_sysctls()
+                    for why in [sysctl_refusal(k, dev if isinstance(dev, str) else "")] if why]
         for c in configs:
             if c.congestion is not None and c.congestion not in (facts.get("congestion_available") or []):
                 avail = " ".join(facts.get("congestion_available") or []) or "none listed"

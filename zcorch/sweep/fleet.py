@@ -436,7 +436,7 @@ class _Child:
                 # Line-buffered, as the interpreter's own stderr is: what it said before a SIGKILL is there.
                 sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
                 sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
-                for sig in (signal.SIGINT, signal.SIGTERM):   # its own sweep installs its handlers
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # its own sweep installs its handlers
                     signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
                 if prctl is not None:
                     prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG: SIGTERM when the fleet's process ends

@@ -1,4 +1,4 @@
-"""SIGINT/SIGTERM during a sweep: the first stops it; none stops its teardown (network restore, filesystem
+"""SIGINT/SIGTERM/SIGHUP during a sweep: the first stops it; none stops its teardown (network restore, filesystem
 undo, leases, the manifest), except a third Ctrl-C, which abandons it and says what is left.
 
     guard = InterruptGuard(out=sys.stderr)     # `zcorch run` installs it for the whole sweep
@@ -9,7 +9,10 @@ undo, leases, the manifest), except a third Ctrl-C, which abandons it and says w
 Why: a KeyboardInterrupt raised in the middle of `ip link set` or a manifest write leaves a host at the
 sweep's MTU and a result set "running" with nobody to put them back. SIGTERM (systemd, timeout(1), a
 supervisor repeating it) never abandons a teardown; a person pressing Ctrl-C three times gets out, with
-every leftover named and how to restore it (os._exit: nothing more runs).
+every leftover named and how to restore it (os._exit: nothing more runs). SIGHUP (a dropped terminal or SSH
+session) is SIGTERM's twin: the sweep ends interrupted and tears down; the terminal it hung up on is gone, so
+its output (stdout, stderr when they are that terminal) goes to /dev/null from then on, and a write to it never
+fails the teardown.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from zcorch.errors import SignalInterrupt
 Leftovers = Callable[[], List[str]]
 _ACTIVE: List["InterruptGuard"] = []
 ABANDON_AFTER = 3   # Ctrl-C presses during a teardown that abandon it (SIGTERM never does)
+# The signals that end a sweep as Ctrl-C does; all but SIGINT stay ignored once it ended interrupted.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class InterruptGuard:
@@ -39,6 +44,7 @@ class InterruptGuard:
         # Set when the sweep ended interrupted: SIGTERM stays ignored after installed() (the process is
         # exiting; a supervisor repeating TERM must not turn exit status 130 into a kill).
         self.ignore_term_after = False
+        self._ttys: List[int] = []            # stdout/stderr when they were a terminal (installed() looks)
 
     def _say(self, text: str) -> None:
         try:
@@ -50,9 +56,11 @@ class InterruptGuard:
     def handler(self, signum: int, frame: object) -> None:
         if signum == signal.SIGINT:
             self.presses += 1
+        if signum == signal.SIGHUP:
+            _detach_from_hung_up_terminal(self._ttys)
         if not self.tearing_down:
             self.tearing_down = True
-            # SIGTERM: a KeyboardInterrupt that names it, so the interrupted run's record says SIGTERM
+            # SIGTERM, SIGHUP: a KeyboardInterrupt that names it, so the interrupted run's record says which
             raise KeyboardInterrupt if signum == signal.SIGINT else SignalInterrupt(signum)
         self.signals.append(signum)
         if signum == signal.SIGINT and self.presses >= ABANDON_AFTER:
@@ -78,14 +86,40 @@ class InterruptGuard:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator["InterruptGuard"]:
-        old = {s: signal.signal(s, self.handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        # which of stdout/stderr are a terminal, asked while it is alive: once hung up, isatty() fails with EIO
+        self._ttys = [fd for fd in (1, 2) if _isatty(fd)]
+        old = {s: signal.signal(s, self.handler) for s in SIGNALS}
         _ACTIVE.append(self)
         try:
             yield self
         finally:
             _ACTIVE.remove(self)
             for s, h in old.items():
-                signal.signal(s, signal.SIG_IGN if s == signal.SIGTERM and self.ignore_term_after else h)
+                signal.signal(s, signal.SIG_IGN if s != signal.SIGINT and self.ignore_term_after else h)
+
+
+def _isatty(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:
+        return False
+
+
+def _detach_from_hung_up_terminal(ttys: List[int]) -> None:
+    """stdout and stderr that were a terminal (the one that hung up) become /dev/null: writing to a hung-up
+    terminal fails (EIO), and the teardown must not. A pipe or a file stays (a SIGHUP sent by kill)."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return
+    try:
+        for fd in ttys:
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                pass
+    finally:
+        os.close(null)
 
 
 def _safe(fn: Leftovers) -> List[str]:

@@ -23,7 +23,9 @@ every sysctl's previous value *before* anything changes, so a controller killed 
 sysctls belong to a namespace, so two lab hosts sharing a directory never share a file.
 
 Sysctls are written as files under /proc/sys (no `sysctl` program, no shell); the MTU is set with
-`ip link set dev IF mtu N` (argv). Only `net.` names are accepted here too (the controller checks first).
+`ip link set dev IF mtu N` (argv). Only the allow-list is written (sysctl_refusal: the data link's own
+net.ipv4/ipv6.conf.<link>.* keys and HOST_WIDE_SYSCTLS), judged here against the data link this host finds,
+before anything changes, whatever the controller checked; `restore` writes back only such keys too.
 
 Stdlib-only and imports nothing from zcorch, like zcorch.worker.remote (it is fed to the host's
 interpreter as a plain file). No `typing` at run time; annotations are strings.
@@ -44,6 +46,23 @@ STATE_PREFIX = "zcorch-net-"
 FORMAT = "zcorch-net-state"
 CONGESTION = "net.ipv4.tcp_congestion_control"
 SYSCTL_RE = re.compile(r"^net(\.[A-Za-z0-9_-]+)+$")
+# The host-wide sysctls a `networks:` entry may set (an allow-list, docs/experiment-files.md "Networks"): socket
+# buffer limits and TCP behaviour, what the studies tuned. None of them decides whether a packet reaches or
+# leaves this host (no forwarding, neighbour, route, ARP, rp_filter or accept_* keys, no `conf.all`/`conf.default`,
+# which change every interface, the SSH session's too), so the link the controller reaches the host by keeps
+# working whatever value is written. Everything else is refused, here on the host as by the plan.
+HOST_WIDE_SYSCTLS = (
+    "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
+    "net.core.optmem_max", "net.core.netdev_max_backlog", "net.core.netdev_budget", "net.core.netdev_budget_usecs",
+    "net.core.busy_read", "net.core.busy_poll",
+    "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem", "net.ipv4.tcp_congestion_control", "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_timestamps", "net.ipv4.tcp_window_scaling", "net.ipv4.tcp_moderate_rcvbuf",
+    "net.ipv4.tcp_autocorking", "net.ipv4.tcp_notsent_lowat", "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_no_metrics_save", "net.ipv4.tcp_limit_output_bytes", "net.ipv4.tcp_mtu_probing",
+    "net.ipv4.tcp_ecn", "net.ipv4.tcp_min_tso_segs", "net.ipv4.tcp_tso_win_divisor",
+)
+# The data link's own keys: net.ipv4.conf.<data link>.*, net.ipv6.conf.<data link>.*
+LINK_SYSCTL_RE = re.compile(r"^net\.ipv[46]\.conf\.([A-Za-z0-9_-]{1,15})\.[A-Za-z0-9_]+$")
 IPV6_MIN_MTU = 1280   # below it the kernel deletes the link's IPv6 addresses (restoring the MTU does not re-add them)
 IPV4_MIN_MTU = 68
 
@@ -57,6 +76,27 @@ def sysctl_path(name: str) -> str:
     if not SYSCTL_RE.match(name):
         raise ActionError(f"{name!r} is not a net.* sysctl name")
     return "/proc/sys/" + name.replace(".", "/")
+
+
+def sysctl_refusal(name: str, dev: "Optional[str]") -> "Optional[str]":
+    """Why `name` may not be changed (None: it may): it must be one of HOST_WIDE_SYSCTLS or a key of the data
+    link `dev` itself (net.ipv4.conf.<dev>.*, net.ipv6.conf.<dev>.*). dev None: the link is not known yet (the
+    plan), so any one interface's key passes, but never `all` or `default` (every interface, the SSH one too)."""
+    if name in HOST_WIDE_SYSCTLS:
+        return None
+    m = LINK_SYSCTL_RE.match(name)
+    if m and m.group(1) in ("all", "default"):
+        return (f"`{name}` changes every interface ({m.group(1)}), the one the controller's SSH session rides on "
+                "too: only the data link's own keys (net.ipv4.conf.<data link>.*) may be set")
+    if m and dev is not None and m.group(1) != dev:
+        return (f"`{name}` is a key of {m.group(1)}, not of the data link {dev}: only the data link's own keys "
+                f"(net.ipv4.conf.{dev}.*, net.ipv6.conf.{dev}.*) may be set")
+    if m:
+        return None
+    return (f"`{name}` is not a setting zcorch may change: only the data link's own keys "
+            "(net.ipv4.conf.<data link>.*, net.ipv6.conf.<data link>.*) and the host-wide ones listed in "
+            "docs/experiment-files.md (Networks: " + ", ".join(HOST_WIDE_SYSCTLS[:4]) + ", ...); neighbour, route, "
+            "forwarding and other host-wide keys could cut the host off from the controller")
 
 
 def read_sysctl(name: str) -> "Optional[str]":
@@ -293,6 +333,9 @@ def apply(state_dir: str, peer: str, spec: "Dict[str, Any]", owner: "Dict[str, A
         raise ActionError(f"{path} exists: a previous configuration is still applied (restore it first)")
     sysctls = {str(k): str(v) for k, v in (spec.get("sysctls") or {}).items()}
     dev = data_link(peer)
+    refused = [why for why in (sysctl_refusal(name, dev) for name in sysctls) if why]
+    if refused:   # judged here too: the controller's check is not this host's
+        raise ActionError("refused, nothing changed: " + "; ".join(refused))
     link = link_facts(dev)
     old: "Dict[str, Optional[str]]" = {}
     for name in sysctls:
@@ -336,8 +379,13 @@ def restore(state_dir: str) -> "Dict[str, Any]":
     out: "Dict[str, Any]" = {"restored": [], "errors": []}
     if data is None:
         return out
+    dev = data.get("interface")
     for name, value in reversed(list((data.get("sysctls") or {}).items())):
         if value is None:
+            continue
+        why = sysctl_refusal(name, dev if isinstance(dev, str) else "")
+        if why:       # apply never records such a key: the file was written by someone else
+            out["errors"].append(f"{name}: not restored: {why} (check {state_path(state_dir)} and remove it)")
             continue
         try:
             if read_sysctl(name) != value:
@@ -345,7 +393,7 @@ def restore(state_dir: str) -> "Dict[str, Any]":
                 out["restored"].append(f"{name} = {value}")
         except (OSError, ActionError) as exc:
             out["errors"].append(f"{name}: {getattr(exc, 'strerror', None) or exc}")
-    dev, mtu = data.get("interface"), data.get("mtu")
+    mtu = data.get("mtu")
     if isinstance(dev, str) and isinstance(mtu, int):
         try:
             facts = link_facts(dev)

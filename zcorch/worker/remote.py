@@ -20,6 +20,11 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
     dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
     loop-autoclear DEVICE...              set LO_FLAGS_AUTOCLEAR on attached loop devices
     open-excl PATH                        exit 0 if PATH can be opened with O_EXCL (no one holds it exclusively)
+    mkdir-beneath ROOT PATH               make PATH's missing directories beneath ROOT, no link followed
+    mount-beneath ROOT MOUNTPOINT FSTYPE OPTIONS SOURCE
+                                       -> JSON {"mounted", "source"}: mount(8) on MOUNTPOINT opened beneath ROOT
+                                          without links, refused on a mount point, a non-empty directory or
+                                          a ROOT that is not this user's alone (open_mount_target)
 
 Exit status: 0 on success, 1 when the job failed (message on stderr), 2 on a usage error.
 
@@ -29,6 +34,7 @@ with `python -S`); annotations are strings.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import glob
 import json
@@ -699,6 +705,105 @@ def open_exclusive(path: str) -> None:
     os.close(os.open(path, os.O_RDONLY | os.O_EXCL))
 
 
+def _open_dir(name: str, parent: int, shown: str) -> int:
+    """The directory `name` in `parent` (a descriptor), opened without following a link."""
+    try:
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise ActionError(f"{shown} is a symbolic link or not a directory: a filesystem is mounted only on a "
+                              "directory reached without links") from None
+        raise ActionError(f"{shown}: {exc.strerror or exc}") from None
+
+
+def _mount_id(fd: int, st: "os.stat_result") -> "Tuple[str, Any]":
+    """What says which mount a descriptor lies on: the kernel's mount id (/proc/self/fdinfo), else st_dev."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("mnt_id:"):
+                    return "mnt_id", int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return "st_dev", st.st_dev
+
+
+def open_mount_target(root: str, mountpoint: str, create: bool = False) -> "List[int]":
+    """Descriptors of `root` and of every directory from it down to `mountpoint`, each opened without following
+    a link (from /, component by component), judged on what was opened: `root` is this user's and writable by
+    no one else; below it nothing is a mount point (another mount than its parent's); the last one is an empty
+    directory of this user. create: a missing directory below `root` is made (mkdir in the directory opened
+    above it, never through a link). Raises ActionError naming what is refused. The caller closes the
+    descriptors."""
+    if not root.startswith("/") or os.path.normpath(root) != root or root == "/":
+        raise ActionError(f"mount root {root!r} is not a plain absolute path below /")
+    if not mountpoint.startswith(root + "/") or os.path.normpath(mountpoint) != mountpoint:
+        raise ActionError(f"{mountpoint} is not beneath the mount root {root} (a filesystem is mounted only beneath "
+                          "the run's own directories)")
+    fds = [os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    try:
+        here = ""
+        for name in root.strip("/").split("/"):
+            here += "/" + name
+            fds.append(_open_dir(name, fds[-1], here))
+        st = os.fstat(fds[-1])
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise ActionError(f"mount root {root} is owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}: "
+                              f"not this user's (uid {os.geteuid()}) alone, so what lies below it could be swapped")
+        below = mountpoint[len(root) + 1:].split("/")
+        for name in below:
+            if name in ("", ".", ".."):
+                raise ActionError(f"{mountpoint}: `{name}` is not a directory name")
+            parent_st = os.fstat(fds[-1])
+            here += "/" + name
+            if create:
+                try:
+                    os.mkdir(name, 0o755, dir_fd=fds[-1])
+                except FileExistsError:
+                    pass
+            fds.append(_open_dir(name, fds[-1], here))
+            st = os.fstat(fds[-1])
+            if _mount_id(fds[-1], st) != _mount_id(fds[-2], parent_st):
+                raise ActionError(f"{here} is a mount point already: a filesystem is mounted only on a plain "
+                                  "directory of the run's own, never over another mount")
+            if st.st_uid != os.geteuid():
+                raise ActionError(f"{here} is owned by uid {st.st_uid}, not by this user (uid {os.geteuid()})")
+        if os.listdir(fds[-1]):
+            raise ActionError(f"{mountpoint} is not empty: a filesystem mounted over it would hide what it holds")
+        return fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def mkdir_beneath(root: str, path: str) -> "Dict[str, Any]":
+    """`mkdir -p` of `path` beneath `root` as open_mount_target walks it (no link followed, no mount crossed, each
+    directory this user's): the mountpoint's directories, made where they will be judged."""
+    for fd in open_mount_target(root, path, create=True):
+        os.close(fd)
+    return {"made": path}
+
+
+def mount_beneath(root: str, mountpoint: str, fstype: str, options: str, source: str) -> "Dict[str, Any]":
+    """mount(8) of `source` (`-t FSTYPE [-o OPTIONS]`) on the directory open_mount_target opened: the target is
+    given as that descriptor (/proc/self/fd/N, not canonicalized), so the kernel mounts on exactly what was
+    judged, whatever a path names by then."""
+    fds = open_mount_target(root, mountpoint)
+    try:
+        target = fds[-1]
+        argv = ["mount", "--no-canonicalize", "-t", fstype] + (["-o", options] if options else [])
+        argv += ["--", source, f"/proc/self/fd/{target}"]
+        res = subprocess.run(argv, pass_fds=(target,), stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise ActionError(f"mount of {source} on {mountpoint} failed (exit {res.returncode}): "
+                              f"{(res.stderr or res.stdout).strip()}")
+        return {"mounted": mountpoint, "source": source}
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
 # -- command line -------------------------------------------------------------------------------
 
 class _UsageError(Exception):
@@ -815,6 +920,8 @@ ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]"
     "dd": ("DIR BS COUNT", 3, 3, lambda a: _print_json(dd_baseline(a[0], a[1], a[2]))),
     "loop-autoclear": ("DEVICE...", 1, None, _loop_autoclear_action),
     "open-excl": ("PATH", 1, 1, _open_excl_action),
+    "mkdir-beneath": ("ROOT PATH", 2, 2, lambda a: _print_json(mkdir_beneath(*a))),
+    "mount-beneath": ("ROOT MOUNTPOINT FSTYPE OPTIONS SOURCE", 5, 5, lambda a: _print_json(mount_beneath(*a))),
 }
 
 
