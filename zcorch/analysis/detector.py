@@ -23,7 +23,8 @@ median of its ok runs, and its noise is how much earlier nights' medians spread:
   and caught a 6σ drop after 8 nights in 31% of series where this catches it in 92%.);
 - **the judged nights**: the newest one, and the mean of the newest two and three (a step is judged on its
   first night alone, and on its second and third night with their average, whose noise is σ/√2 and σ/√3: a
-  step smaller than one night's spread is still caught within three nights). A judged night whose own
+  step smaller than one night's spread is still caught within three nights; no window reaches back over
+  a segment between the baseline's and the newest night's, a one-night spike the fit cut off). A judged night whose own
   interval is wider, relative to its median, than EXCESS_FROM times the baseline's typical one (a night
   that did not converge) adds the difference, taken at the baseline's level (relative: a night 4x higher has a 4x wider
   interval with the same precision, and must not hide its rise behind it);
@@ -31,7 +32,9 @@ median of its ok runs, and its noise is how much earlier nights' medians spread:
   √(σ²·(1/w + 1/k) + extra), w judged nights; one-sided p in the direction of the change from Student's t
   with k − 1 degrees of freedom (scipy.stats.t: exact for normal nights), divided by the window's share of
   alpha, WINDOW_WEIGHTS (weighted Bonferroni: 0.1 for the newest night, 0.1 for the newest two, 0.8 for the
-  newest three; the shares of the windows judged are scaled to sum to 1), so that alpha bounds the false
+  newest three; the shares of the windows judged are scaled to sum to 1; equal shares on a baseline shorter
+  than WEIGHTED_FROM nights, often a level the fit cut where the newest nights differ, on whose lumpy nights
+  most of alpha on three nights alarmed 1.75% of nights at alpha 0.01), so that alpha bounds the false
   alarms of a night with no change (tests/test_detector.py simulates it). Why most of alpha on three nights:
   within three nights the mean of the three is the most powerful statistic, and a step the size of the
   nightly spread is caught only by it; the two short windows keep a gross step caught on its first night.
@@ -59,6 +62,8 @@ baseline nights' runs as `zcorch compare` judges two sets (zcorch.analysis.compa
 two-sided Mann–Whitney U), and its `method` says so ("runs"): that rule ignores the nightly spread and
 alarms more often (benchmarks/bench_detector.py prints how often), but a new nightly job still catches a
 gross regression in its first nights. `zcorch compare A B` keeps that rule: two sets carry no nightly spread.
+Its detectable change is the one compare's judgement states, or, where it states none, a normal
+approximation of the two medians' difference (`_runs_detectable`; inf where the sizes cannot reach alpha).
 
 Pure functions of per-night medians, interval sds and ok runs: benchmarks/bench_detector.py calls `judge_newest`
 exactly as zcorch.analysis.history does.
