@@ -90,7 +90,7 @@ WINDOW = 3                    # the newest 1, 2 and 3 nights are judged
 # each window's share of alpha (weighted Bonferroni; renormalised over the windows judged): the three nights'
 # mean is the most powerful statistic within three nights, the short windows catch a gross step at once
 WINDOW_WEIGHTS = (0.1, 0.1, 0.8)
-EXCESS_FROM = 1.5             # a judged night's interval this much wider than the baseline's typical one adds its excess
+EXCESS_FROM = 1.5             # a judged night's interval this much wider than the typical one adds its excess
 WEIGHTED_FROM = 8             # baseline nights from which the windows share alpha by WINDOW_WEIGHTS (else equally)
 POWER = 0.8                   # the power at which detectable_pct is stated
 NEEDS_MAX_NIGHTS = 30         # `needs` projects up to this many more nights before asking for a lower spread
@@ -312,9 +312,10 @@ def method_text(better: str, threshold_pct: float, alpha: float, min_nights: int
     """The rule in one line (what `zcorch history` prints under its table)."""
     return (f"median of ok repeats per night ({better} is better); the newest night, and the mean of the newest "
             f"2 and 3, against the mean and sd of the nightly medians of the preceding stable segment (nights beyond "
-            f"{REJECT_MADS:g} MAD-sds left out): beyond {threshold_pct:g}% and one-sided p < {alpha:g} (t, alpha shared "
-            f"{'/'.join(f'{x:g}' for x in WINDOW_WEIGHTS)} by the 1, 2 and 3 nights); within it unchanged only where a "
-            f"{threshold_pct:g}% change was detectable, else cannot tell; a level of fewer than {min_nights} nights borrows the spread of the cell's other levels; "
+            f"{REJECT_MADS:g} MAD-sds left out): beyond {threshold_pct:g}% and one-sided p < {alpha:g} (t, alpha "
+            f"shared {'/'.join(f'{x:g}' for x in WINDOW_WEIGHTS)} by the 1, 2 and 3 nights); within it unchanged only "
+            f"where a {threshold_pct:g}% change was detectable, else cannot tell; a level of fewer than {min_nights} "
+            "nights borrows the spread of the cell's other levels; "
             "with none, the newest night's runs against theirs (two-sided Mann–Whitney U, as zcorch compare)")
 
 
