@@ -89,20 +89,44 @@ def pools(dirs: list, metric: str) -> "dict[str, list[np.ndarray]]":
     return {k: v for k, v in out.items() if len(v) == len(dirs) and all(len(a) >= 3 for a in v)}
 
 
-def night(rng: np.random.Generator, sweeps: list, target: float, lo: int = 3, hi: int = 30) -> np.ndarray:
-    """One night's ok runs: a random sweep of the pool, runs drawn from it until the median's 95% interval
-    is within `target` % of it (or `hi` runs)."""
-    pool = sweeps[rng.integers(len(sweeps))]
-    runs = list(rng.choice(pool, lo))
+class Synthetic:
+    """Nights of known noise instead of a pool of real sweeps (--synthetic RUN_PCT,NIGHT_PCT): a night's level
+    is 1 + NIGHT_PCT % × a standard normal, each run that level × (1 + RUN_PCT % × a standard normal)."""
+
+    def __init__(self, run_pct: float, night_pct: float):
+        self.run, self.night = run_pct / 100, night_pct / 100
+
+    @property
+    def label(self) -> str:
+        return f"synthetic run {self.run * 100:g}%, night {self.night * 100:g}%"
+
+
+def night(rng: np.random.Generator, sweeps: "list | Synthetic", target: float, lo: int = 3,
+          hi: int = 30) -> np.ndarray:
+    """One night's ok runs: a random sweep of the pool (or a synthetic night's level), runs drawn from it until
+    the median's 95% interval is within `target` % of it (or `hi` runs)."""
+    if isinstance(sweeps, Synthetic):
+        level = 10.0 * (1 + sweeps.night * rng.standard_normal())
+
+        def draw(n):
+            return level * (1 + sweeps.run * rng.standard_normal(n))
+    else:
+        pool = sweeps[rng.integers(len(sweeps))]
+
+        def draw(n):
+            return rng.choice(pool, n)
+    runs = list(draw(lo))
     while len(runs) < hi and ci_width_pct(runs) > target:
-        runs.append(float(rng.choice(pool)))
+        runs.append(float(draw(1)[0]))
     return np.asarray(runs)
 
 
-def nightly_sd_pct(sweeps: list, rng, target: float, n: int = 2000) -> float:
-    """The sd of nightly medians (in % of their mean) that nights drawn as `night` draws them have."""
-    med = np.array([np.median(night(rng, sweeps, target)) for _ in range(n)])
-    return float(np.std(med, ddof=1) / np.mean(med) * 100)
+def nightly_sd_pct(sweeps: list, rng, target: float, n: int = 2000) -> "tuple[float, float]":
+    """The sd of nightly medians (in % of their mean) that nights drawn as `night` draws them have, and their
+    mean number of runs."""
+    drawn = [night(rng, sweeps, target) for _ in range(n)]
+    med = np.array([np.median(x) for x in drawn])
+    return float(np.std(med, ddof=1) / np.mean(med) * 100), float(np.mean([len(x) for x in drawn]))
 
 
 def best_within_3(step_pct: float, sd_pct: float, false_alarms: float = 0.01) -> float:
@@ -159,6 +183,9 @@ def simulate(pool: list, rng, n_series: int, n_nights: int, warmup: int, step_at
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--synthetic", metavar="RUN_PCT,NIGHT_PCT", action="append", default=[],
+                    help="series of known noise instead of real sweeps: runs spread by RUN_PCT %% (sd) about their "
+                         "night's level, levels by NIGHT_PCT %% about the series' (repeatable: one case each)")
     ap.add_argument("--sets", nargs="*", help="result sets of one experiment repeated (default: record them now)")
     ap.add_argument("--sweeps", type=int, default=4, help="sweeps to record (default 4)")
     ap.add_argument("--repeats", type=int, default=12, help="repeats per cell of each recorded sweep (default 12)")
@@ -178,11 +205,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     t0 = time.monotonic()
     length = f"bytes: {args.bytes}" if args.bytes else f"duration: {args.duration}"
-    with tempfile.TemporaryDirectory(prefix="bench-detector-") as tmp:
-        if args.keep:
-            os.makedirs(args.keep, exist_ok=True)
-        dirs = args.sets or record(args.sweeps, args.repeats, length, args.keep or tmp, args.pin)
-        noise = pools(dirs, args.metric)
+    if args.synthetic:
+        cases = [Synthetic(*(float(v) for v in spec.split(","))) for spec in args.synthetic]
+        noise = {c.label: c for c in cases}
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-detector-") as tmp:
+            if args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+            dirs = args.sets or record(args.sweeps, args.repeats, length, args.keep or tmp, args.pin)
+            noise = pools(dirs, args.metric)
     if not noise:
         print("no cell with ok runs in every sweep", file=sys.stderr)
         return 1
@@ -190,8 +221,12 @@ def main(argv=None) -> int:
     settings = [default] + ([(t, a, m) for t in (3.0, 5.0) for a in (0.002, 0.005, 0.01) for m in (2, 3)
                              if (t, a, m) != default] if args.grid else [])
     rng = np.random.default_rng(args.seed)
-    print(f"noise: {len(dirs)} real sweeps of this machine ({args.metric}, ok runs per sweep and cell):")
-    for cell, sweeps in noise.items():
+    if args.synthetic:
+        print("noise: synthetic (runs: level x (1 + RUN % x N(0,1)), levels: 1 + NIGHT % x N(0,1)): "
+              + "; ".join(noise))
+    else:
+        print(f"noise: {len(dirs)} real sweeps of this machine ({args.metric}, ok runs per sweep and cell):")
+    for cell, sweeps in noise.items() if not args.synthetic else ():
         meds = [float(np.median(s)) for s in sweeps]
         within = float(np.median([np.std(s) / np.median(s) * 100 for s in sweeps]))
         between = float(np.std(meds) / np.median(meds) * 100)
@@ -223,9 +258,9 @@ def main(argv=None) -> int:
     print("\nper cell, default settings; `bound`: the most any rule can catch within 3 nights while it raises at most "
           "1 false alarm per 100 nights, at that cell's nightly spread (the known-sd test of the 3 nights' mean at "
           "level 3 x 1%, the false alarms 3 nights may raise)")
-    for cell, (r, sd_pct) in per_cell.items():
+    for cell, (r, (sd_pct, n_runs)) in per_cell.items():
         b5, b10 = (best_within_3(step, sd_pct) for step in (5.0, 10.0))
-        print(f"  {cell}: nightly sd {sd_pct:.1f}%; false alarms {r['fa']:.2f}/100; 5% step within 1/2/3 nights "
+        print(f"  {cell}: nightly sd {sd_pct:.1f}% ({n_runs:.1f} runs a night); false alarms {r['fa']:.2f}/100; 5% step within 1/2/3 nights "
               f"{'/'.join(f'{c:.0%}' for c in r['caught'][0.05])} (bound {b5:.0%}); 10% step "
               f"{'/'.join(f'{c:.0%}' for c in r['caught'][0.10])} (bound {b10:.0%})")
     print(f"\n({time.monotonic() - t0:.0f} s)")

@@ -31,7 +31,7 @@ def test_a_small_page_plots_every_cell():
 
 def test_a_fleet_page_plots_the_changed_cells_bad_first_and_at_most_the_cap():
     quiet = [cell(f"q{i}", "unchanged", 0.5) for i in range(TREND_PLOTS_MAX * 3)]
-    changed = [cell("imp", "improved", 20.0), cell("ns", "not significant", -4.0), cell("r1", "regressed", -5.0),
+    changed = [cell("imp", "improved", 20.0), cell("ns", "cannot tell", -4.0), cell("r1", "regressed", -5.0),
                cell("r2", "regressed", -30.0), cell("f", "failed", math.nan)]
     picked = [ch.cell for _, ch in trend_cells(history([quiet[:20] + changed[:3], quiet[20:] + changed[3:]]))]
     assert picked[:3] == ["f", "r2", "r1"] and set(picked) == {"f", "r2", "r1", "imp", "ns"}

@@ -204,7 +204,7 @@ def test_history_follows_total_host_cpu_and_a_rise_is_a_regression(recorded, tmp
     res = zcorch_cli("history", root, "--check", "--metric", "total_host_busy_s_per_gib")
     # Less CPU is never a regression. Whether each cell's fall is *significant* depends on the cell's own
     # spread: three baseline nights give Student's t two degrees of freedom (zcorch.analysis.detector), and
-    # a cell whose repeats spread widely at the higher level may stay "not significant" (a rise of the same
+    # a cell whose repeats spread widely at the higher level may stay "cannot tell" (a rise of the same
     # size from the lower level is a regression: above).
     assert res.returncode == 0 and "no significant regression (" in res.stdout, res.stdout + res.stderr
     assert "regressed" not in res.stdout.split("no significant regression")[1], res.stdout

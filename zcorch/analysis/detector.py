@@ -23,18 +23,33 @@ median of its ok runs, and its noise is how much earlier nights' medians spread:
   and caught a 6σ drop after 8 nights in 31% of series where this catches it in 92%.);
 - **the judged nights**: the newest one, and the mean of the newest two and three (a step is judged on its
   first night alone, and on its second and third night with their average, whose noise is σ/√2 and σ/√3: a
-  step smaller than one night's spread is still caught within three nights). A judged night whose own
-  interval is wider, relative to its median, than the baseline's typical one (a night that did not
-  converge) adds the difference, taken at the baseline's level (relative: a night 4x higher has a 4x wider
+  step smaller than one night's spread is still caught within three nights; no window reaches back over
+  a segment between the baseline's and the newest night's, a one-night spike the fit cut off). A judged night whose own
+  interval is wider, relative to its median, than EXCESS_FROM times the baseline's typical one (a night
+  that did not converge) adds the difference, taken at the baseline's level (relative: a night 4x higher has a 4x wider
   interval with the same precision, and must not hide its rise behind it);
 - **statistic**: the prediction of a new night from k baseline nights, T = (judged − level) /
   √(σ²·(1/w + 1/k) + extra), w judged nights; one-sided p in the direction of the change from Student's t
-  with k − 1 degrees of freedom (scipy.stats.t: exact for normal nights), times the number of windows
-  judged (Bonferroni), so that alpha bounds the false alarms of a night with no change
-  (tests/test_detector.py simulates it);
-- **verdict**: `unchanged` within the threshold; beyond it `regressed` / `improved` when p < alpha, else
-  `not significant`. A regression is reported as long as the newest night stays below the stable level
-  before its change point, "since" the first night of the change.
+  with k − 1 degrees of freedom (scipy.stats.t: exact for normal nights), divided by the window's share of
+  alpha, WINDOW_WEIGHTS (weighted Bonferroni: 0.1 for the newest night, 0.1 for the newest two, 0.8 for the
+  newest three; the shares of the windows judged are scaled to sum to 1; equal shares on a baseline shorter
+  than WEIGHTED_FROM nights, often a level the fit cut where the newest nights differ, on whose lumpy nights
+  most of alpha on three nights alarmed 1.75% of nights at alpha 0.01), so that alpha bounds the false
+  alarms of a night with no change (tests/test_detector.py simulates it). Why most of alpha on three nights:
+  within three nights the mean of the three is the most powerful statistic, and a step the size of the
+  nightly spread is caught only by it; the two short windows keep a gross step caught on its first night.
+  Equal shares (plain Bonferroni) caught 34% of steps of 1.16 nightly sds within 3 nights where these catch
+  39% (known spread, 1 false alarm in 100 nights; the bound of any rule is 55%, docs/nightly.md);
+- **detectable change** (`detectable_pct`): the smallest change, in % of the level, the window would find
+  significant with 80% power, (t_{1−α', dof} + t_{0.8, dof}) × SE / level × 100 with α' = alpha × the
+  window's share and SE the denominator of T; `needs` says what would bring it within the threshold;
+- **verdict** (zcorch.analysis.gate.cell_verdict): `regressed` / `improved` beyond the threshold with p < alpha; `cannot tell`
+  beyond it without; within it `unchanged` only when the detectable change is within the threshold too,
+  else `cannot tell` (a noisy cell that did not move is not shown to be unchanged). Of a cell's windows the
+  first bad one is reported, else an improved one, else the first beyond the threshold (cannot tell), else
+  the most sensitive (smallest detectable change: the cell is unchanged when that one could see the threshold).
+  A regression is reported as long as the newest night stays below the stable level before its change
+  point, "since" the first night of the change.
 
 A level younger than MIN_NIGHTS nights (after a change point, real or found in noise) borrows the spread
 its cell's nights show at its other levels (`pooled_spread`: relative to each level, pooled, with its degrees
@@ -47,6 +62,7 @@ baseline nights' runs as `zcorch compare` judges two sets (zcorch.analysis.compa
 two-sided Mann–Whitney U), and its `method` says so ("runs"): that rule ignores the nightly spread and
 alarms more often (benchmarks/bench_detector.py prints how often), but a new nightly job still catches a
 gross regression in its first nights. `zcorch compare A B` keeps that rule: two sets carry no nightly spread.
+Its detectable change is the one compare's judgement states (zcorch.analysis.stats.detectable_change_pct).
 
 Pure functions of per-night medians, interval sds and ok runs: benchmarks/bench_detector.py calls `judge_newest`
 exactly as zcorch.analysis.history does.
@@ -62,7 +78,7 @@ import numpy as np
 import scipy.special   # not scipy.stats: its import costs three times as much CPU and memory (zcorch history)
 
 from zcorch.analysis.compare import VERDICTS_BAD, judge
-from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT
+from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, POWER, cell_verdict
 from zcorch.analysis.steps import FLOOR_REL, StepFit, median_of
 
 # The defaults of `zcorch history` (zcorch.analysis.gate, where the command line reads them).
@@ -70,6 +86,13 @@ DEFAULT_THRESHOLD_PCT = HISTORY_THRESHOLD_PCT
 DEFAULT_ALPHA = HISTORY_ALPHA
 MIN_NIGHTS = HISTORY_MIN_NIGHTS   # baseline nights needed to know the nightly spread (fewer: runs against runs)
 WINDOW = 3                    # the newest 1, 2 and 3 nights are judged
+# each window's share of alpha (weighted Bonferroni; renormalised over the windows judged): the three nights'
+# mean is the most powerful statistic within three nights, the short windows catch a gross step at once
+WINDOW_WEIGHTS = (0.1, 0.1, 0.8)
+EXCESS_FROM = 1.5             # a judged night's interval this much wider than the typical one adds its excess
+WEIGHTED_FROM = 8             # baseline nights from which the windows share alpha by WINDOW_WEIGHTS (else equally)
+NEEDS_MAX_NIGHTS = 30         # `needs` projects up to this many more nights before asking for a lower spread
+VERDICTS = ("regressed", "improved", "unchanged", "cannot tell", "failed")
 MIN_STABLE = 2                # nights a segment needs to be the level at all (a one-night spike is not one)
 REJECT_MADS = 5.0             # a baseline night further than this many MAD-sds from the median is left out...
 MAD_TO_SD = 1 / float(scipy.special.ndtri(0.75))   # the MAD of normal data times this is its sd (scale="normal";
@@ -82,7 +105,7 @@ RUNS = "runs"
 @dataclass
 class Comparison:
     """The newest night(s) of one cell against a stable level."""
-    verdict: str             # regressed, improved, unchanged, not significant, failed
+    verdict: str             # regressed, improved, unchanged, cannot tell, failed (VERDICTS)
     change_pct: float        # of the judged nights' level against the baseline's
     base_median: float       # the baseline's level (mean of its nightly medians; median of its runs for "runs")
     cand_median: float       # the judged nights' level (mean of their medians; the newest median for "runs")
@@ -95,6 +118,10 @@ class Comparison:
     method: str = NIGHTLY    # NIGHTLY or RUNS (fewer than MIN_NIGHTS baseline nights)
     window: List[int] = field(default_factory=list)   # the judged nights
     spread_pct: float = math.nan   # the nightly spread σ in % of the level (nightly)
+    # the smallest change, in % of the level, this rule would find significant at its alpha with 80% power given
+    # the spread and counts it used (inf: it cannot reach significance at all)
+    detectable_pct: float = math.nan
+    needs: str = ""          # when detectable_pct > the threshold: what would make the cell decidable
 
     @property
     def bad(self) -> bool:
@@ -160,16 +187,54 @@ class NightlyTest:
     judged: float
     p_value: float
     spread: float
+    detectable_pct: float = math.nan   # module docstring, "detectable change"
+    dof: int = 0                       # of the t
+    alpha_window: float = math.nan     # alpha times the window's share (the level of its one-sided test)
+    n_judged: int = 0                  # w
+    n_base: int = 0                    # k (the nights kept)
+
+
+def detectable(alpha_window: float, dof: int, se_rel: float, power: float = POWER) -> float:
+    """The smallest change, in % of the level, a one-sided t test at level `alpha_window` with `dof` degrees of
+    freedom and standard error `se_rel` (relative to the level) finds with probability `power`:
+    (t_{1-α'} + t_{power}) × SE × 100; inf when it cannot reach significance at all (no degree of freedom,
+    no finite SE)."""
+    if not (dof >= 1 and 0 < alpha_window < 1 and math.isfinite(se_rel)):
+        return math.inf
+    q = float(scipy.special.stdtrit(dof, 1 - alpha_window)) + float(scipy.special.stdtrit(dof, power))
+    return q * se_rel * 100
+
+
+def needs_text(res: "NightlyTest", threshold_pct: float, alpha: float) -> str:
+    """What would bring res.detectable_pct within the threshold, in words: more nights at this level (each one
+    adds a night to the baseline, and the newest three are judged with WINDOW_WEIGHTS' largest share: the SE
+    and the t quantiles shrink; the spread projected unchanged), or, when NEEDS_MAX_NIGHTS more would not do,
+    a lower nightly spread (the one at which this comparison's detectable change would be the threshold)."""
+    if not res.detectable_pct > threshold_pct or not res.level:
+        return ""
+    if not math.isfinite(res.detectable_pct):
+        return "more nights with ok runs at this level (no spread to judge by yet)"
+    rel = res.spread / abs(res.level)
+    a3 = alpha * _shares(WINDOW)[-1]
+    for m in range(1, NEEDS_MAX_NIGHTS + 1):
+        if detectable(a3, res.dof + m, rel * math.sqrt(1 / WINDOW + 1 / (res.n_base + m))) <= threshold_pct:
+            return f"{m} more night{'s' if m > 1 else ''} at this level"
+    target = rel * 100 * threshold_pct / detectable(a3, res.dof + NEEDS_MAX_NIGHTS,
+                                                    rel * math.sqrt(1 / WINDOW + 1 / (res.n_base + NEEDS_MAX_NIGHTS)))
+    return f"a nightly spread below {target:.2g}% (now {rel * 100:.2g}%: more repeats, pinning, or a control)"
 
 
 def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequence[float],
                  judged_sd: Sequence[float], higher_better: bool, threshold_pct: float, alpha: float,
-                 n_tests: int = 1, borrowed: "Optional[PooledSpread]" = None) -> NightlyTest:
+                 n_tests: int = 1, borrowed: "Optional[PooledSpread]" = None,
+                 weight: Optional[float] = None) -> NightlyTest:
     """The judged nights' medians (`judged`, 1 to WINDOW of them) against the baseline nights' medians
     (`base`): the rule of the module docstring. `*_sd`: each night's sampling sd of its median (from its
-    interval, NaN when it has none); `n_tests`: the windows judged in all (the p-value is multiplied by it);
-    `borrowed`: the cell's nightly spread pooled over its other levels, for a baseline too short to tell its
-    own (then one baseline night is enough, and the t has the pooled degrees of freedom)."""
+    interval, NaN when it has none); `weight`: this window's share of alpha (the p-value is divided by it;
+    default 1 / `n_tests`, plain Bonferroni over the windows judged); `borrowed`: the cell's nightly spread
+    pooled over its other levels, for a baseline too short to tell its own (then one baseline night is
+    enough, and the t has the pooled degrees of freedom)."""
+    share = (1.0 / n_tests) if weight is None else float(weight)
     base = np.asarray(base, dtype="float64")
     judged = np.asarray(judged, dtype="float64")
     k, w = len(base), len(judged)
@@ -202,30 +267,41 @@ def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequen
     with np.errstate(divide="ignore", invalid="ignore"):
         rel_judged = np.where(judged != 0, np.nan_to_num(sd_judged, nan=0.0) / np.abs(judged), 0.0)
     rel_typical = typical / abs(level) if level else 0.0
-    extra = float(np.sum(np.maximum(rel_judged ** 2 - rel_typical ** 2, 0.0))) * level ** 2 / w ** 2
-    t = (mean - level) / math.sqrt(spread ** 2 * (1 / w + 1 / k) + extra)
-    p = min(1.0, n_tests * float(scipy.special.stdtr(dof, -abs(t))))
+    # only a night whose interval is clearly wider (EXCESS_FROM x the typical one) adds its excess: intervals
+    # of converged nights scatter by +-30% about the typical one, and adding the excess of every night that is
+    # wider by chance (never subtracting that of a narrower one) halved the false alarms and the power
+    wide = rel_judged > EXCESS_FROM * rel_typical
+    extra = float(np.sum(np.where(wide, rel_judged ** 2 - rel_typical ** 2, 0.0))) * level ** 2 / w ** 2
+    se = math.sqrt(spread ** 2 * (1 / w + 1 / k) + extra)
+    t = (mean - level) / se
+    p = min(1.0, float(scipy.special.stdtr(dof, -abs(t))) / share)
+    alpha_window = alpha * share
+    mdc = detectable(alpha_window, dof, se / abs(level)) if level else math.inf
     worse = change < 0 if higher_better else change > 0
-    if not abs(change) > threshold_pct:
-        verdict = "unchanged"
-    elif p < alpha:
-        verdict = "regressed" if worse else "improved"
-    else:
-        verdict = "not significant"
-    return NightlyTest(verdict, change, level, mean, p, spread)
+    verdict = cell_verdict(change, p, alpha, threshold_pct, mdc, worse)
+    return NightlyTest(verdict, change, level, mean, p, spread, mdc, dof, alpha_window, w, k)
+
+
+def _shares(n: int) -> "List[float]":
+    """The shares of alpha of the newest 1..n windows (WINDOW_WEIGHTS scaled to sum to 1)."""
+    w = WINDOW_WEIGHTS[:n]
+    return [x / sum(w) for x in w]
 
 
 def nightly_method(alpha: float) -> str:
     return ("the newest 1–3 nights' medians against the mean and sd of the stable level's nightly medians (nights "
-            f"beyond {REJECT_MADS:g} MAD-sds left out); one-sided t, Bonferroni over the windows, alpha {alpha:g}")
+            f"beyond {REJECT_MADS:g} MAD-sds left out); one-sided t, alpha {alpha:g} shared by the windows "
+            f"{'/'.join(f'{x:g}' for x in WINDOW_WEIGHTS)} (weighted Bonferroni)")
 
 
 def method_text(better: str, threshold_pct: float, alpha: float, min_nights: int) -> str:
     """The rule in one line (what `zcorch history` prints under its table)."""
     return (f"median of ok repeats per night ({better} is better); the newest night, and the mean of the newest "
             f"2 and 3, against the mean and sd of the nightly medians of the preceding stable segment (nights beyond "
-            f"{REJECT_MADS:g} MAD-sds left out): beyond {threshold_pct:g}% and one-sided p < {alpha:g} (t, Bonferroni "
-            f"over the 3); a level of fewer than {min_nights} nights borrows the spread of the cell's other levels; "
+            f"{REJECT_MADS:g} MAD-sds left out): beyond {threshold_pct:g}% and one-sided p < {alpha:g} (t, alpha "
+            f"shared {'/'.join(f'{x:g}' for x in WINDOW_WEIGHTS)} by the 1, 2 and 3 nights); within it unchanged only "
+            f"where a {threshold_pct:g}% change was detectable, else cannot tell; a level of fewer than {min_nights} "
+            "nights borrows the spread of the cell's other levels; "
             "with none, the newest night's runs against theirs (two-sided Mann–Whitney U, as zcorch compare)")
 
 
@@ -252,6 +328,8 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
             win = has_ok[-w:]
             if len(win) < w or (since != last and win[0] < since):
                 break
+            if any(baseline[-1] < i < since for i in win):
+                break   # a night of a segment between the baseline's and the newest one's (a spike) is no level
             base = baseline[:bisect.bisect_left(baseline, win[0])]   # a baseline is in order (stable_baselines)
             if len(base) >= min_nights:
                 windows.append((win, base, None))
@@ -263,17 +341,35 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
         if not windows:
             made.append(_runs_comparison(baseline, since, last, runs, higher_better, threshold_pct, alpha,
                                          min_nights))
-        for win, base, pooled in windows:
+        # a short level is often one the fit cut where the newest nights differ (noise it took for a step): its
+        # nights were chosen by the data, and most of alpha on the three nights' mean alarmed on such levels
+        # (lumpy nights, tests/test_detector.py); they share alpha equally, as Bonferroni did
+        weighted = all(len(base) >= WEIGHTED_FROM for _, base, _ in windows)
+        shares = _shares(len(windows)) if weighted else [1 / len(windows)] * len(windows)
+        for (win, base, pooled), share in zip(windows, shares):
             res = nightly_test(median[base], sd[base], median[win], sd[win], higher_better, threshold_pct,
-                               alpha, n_tests=len(windows), borrowed=pooled)
+                               alpha, n_tests=len(windows), borrowed=pooled, weight=share)
+            needs = needs_text(res, threshold_pct, alpha)
             made.append(Comparison(res.verdict, res.change_pct, res.level, res.judged, res.p_value,
                                    nightly_method(alpha), len(base), len(win), list(base),
                                    since if since != last else win[0], NIGHTLY, list(win),
-                                   res.spread / abs(res.level) * 100 if res.level else math.nan))
+                                   res.spread / abs(res.level) * 100 if res.level else math.nan,
+                                   res.detectable_pct, needs))
         bad = next((c for c in made if c.bad), None)
         if bad is not None:
             return bad
-    return made[0] if made else None
+    if not made:
+        return None
+    improved = next((c for c in made if c.verdict == "improved"), None)
+    if improved is not None:
+        return improved
+    # a window beyond the threshold without significance: cannot tell (the first such one)
+    beyond = next((c for c in made if abs(c.change_pct) > threshold_pct), None)
+    if beyond is not None:
+        return beyond
+    # every window within the threshold: the most sensitive one judged (the smallest change it could have seen,
+    # the first one on a tie), unchanged when that is within the threshold, else cannot tell
+    return min(made, key=lambda c: c.detectable_pct if not math.isnan(c.detectable_pct) else math.inf)
 
 
 def _runs_comparison(baseline: List[int], since: int, last: int, runs: Sequence[Sequence[float]],
@@ -282,6 +378,13 @@ def _runs_comparison(baseline: List[int], since: int, last: int, runs: Sequence[
     base = np.concatenate([np.asarray(runs[i], dtype="float64") for i in baseline])
     cand = np.asarray(runs[last], dtype="float64")
     j = judge(base, cand, higher_better, threshold_pct, alpha)
-    return Comparison(j.verdict, j.change_pct, float(np.median(base)), float(np.median(cand)), j.p_value,
+    mdc, needs = j.detectable_pct, j.needs   # the rank test's (zcorch.analysis.stats.detectable_change_pct)
+    worse = j.change_pct < 0 if higher_better else j.change_pct > 0
+    verdict = cell_verdict(j.change_pct, j.p_value, alpha, threshold_pct, mdc, worse)
+    if mdc > threshold_pct and not needs:
+        needs = f"{min_nights} nights at this level, to judge by their spread"
+    return Comparison(verdict, j.change_pct, float(np.median(base)), float(np.median(cand)), j.p_value,
                       f"fewer than {min_nights} nights at this level: runs against runs, {j.test}",
-                      len(base), len(cand), list(baseline), since, RUNS, [last])
+                      len(base), len(cand), list(baseline), since, RUNS, [last], math.nan, mdc, needs)
+
+

@@ -798,9 +798,8 @@ def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
                               "cand_median": num(c.cand_median), "p_value": num(c.p_value), "test": c.test,
                               "n_base": c.n_base, "n_cand": c.n_cand, "method": c.method,
                               "spread_pct": num(c.spread_pct),
-                              "detectable_pct": num(getattr(c, "detectable_pct", math.nan)),
-                              "detectable": format_detectable(getattr(c, "detectable_pct", math.nan)),
-                              "needs": getattr(c, "needs", ""),
+                              "detectable_pct": num(c.detectable_pct), "detectable": format_detectable(c.detectable_pct),
+                              "needs": c.needs,
                               "judged": [str(exp.sweeps[i].path) for i in c.window],
                               "baseline": [str(exp.sweeps[i].path) for i in c.baseline],
                               "since": str(exp.sweeps[c.since].path)}})
