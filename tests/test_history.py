@@ -62,10 +62,15 @@ def check(root, *args):
 def test_stable_nights_pass_and_a_slower_newest_night_fails_naming_cells_change_and_since(tmp_path):
     root = tmp_path / "nightly"
     nights(root, "exp", [[(READ, 10.0), (SPLICE, 5.0)]] * 6)
+    # five earlier nights at 1% run noise could not show a 3% change: no all-clear, and what would decide it
     res = check(root)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "exp: 6 sweep(s)" in res.stdout and "CANNOT TELL (2 cannot tell)" in res.stdout
+    assert re.search(r"needs \d+ more nights? at this level", res.stdout), res.stdout
+    # a 10% change they could show: no regression, with what it could see
+    res = check(root, "--threshold", "10")
     assert res.returncode == 0, res.stdout + res.stderr
-    # five nights of a 0.5-1% spread cannot show that a 3% change would have been seen: cannot tell
-    assert "exp: 6 sweep(s)" in res.stdout and "no significant regression (2 cannot tell)" in res.stdout
+    assert "no regression (2 unchanged; could see changes ≥ " in res.stdout
     assert (root / "index.html").is_file()
 
     write_sweep(root / "20260006T0300Z" / "exp", "exp", 6, [(READ, 8.0), (SPLICE, 5.0)])
@@ -136,7 +141,7 @@ def test_cells_that_now_always_fail_and_a_sweep_that_measured_nothing(tmp_path):
     assert res.returncode == 3, res.stdout + res.stderr   # nothing measured regressed: the data is missing
     assert "recv_mode=splice [cell" in res.stdout and "every run failed" in res.stdout
     last = res.stdout.splitlines()[-1]
-    assert last.startswith("zcorch history: incomplete: ")
+    assert last.startswith("zcorch history: cannot tell: ")
     assert f"dead: newest sweep {root / 'n5' / 'dead'}: status failed" in last
     assert "cells recv_mode=splice: no ok run in the newest sweep" in last
     assert (f"the newest sweep {root / 'n5' / 'dead'} measured nothing: status failed, 0 ok / 0 failed runs "
@@ -189,7 +194,7 @@ def test_the_page_lists_sweeps_links_reports_and_shows_the_plots_in_a_browser(tm
     write_sweep(root / "20260003T0300Z" / "exp <b>x</b>", "exp <b>x</b>", 3, [(READ, 7.0), (SPLICE, 5.0)],
                 kernel="6.2.0-new", hosts=hosts)
     out = tmp_path / "site"
-    res = zcorch_cli("history", root, "-o", out)
+    res = zcorch_cli("history", root, "-o", out, "--reports")
     assert res.returncode == 0, res.stderr
     page = (out / "index.html").read_text()
     assert not (root / "index.html").exists()
@@ -207,13 +212,21 @@ def test_the_page_lists_sweeps_links_reports_and_shows_the_plots_in_a_browser(tm
     # a report newer than the runs is kept; one older than them is written again
     report = root / "20260000T0300Z" / "exp <b>x</b>" / "report.html"
     report.write_text("kept")
-    zcorch_cli("history", root, "-o", out)
+    zcorch_cli("history", root, "-o", out, "--reports")
     assert report.read_text() == "kept"
     runs = report.parent / "runs.jsonl"
     stamp = report.stat().st_mtime + 10
     os.utime(runs, (stamp, stamp))
-    zcorch_cli("history", root, "-o", out)
+    zcorch_cli("history", root, "-o", out)          # without --reports: none written, the stale one linked
+    assert report.read_text() == "kept" and "exp%20%3Cb%3Ex%3C/b%3E/report.html" in (out / "index.html").read_text()
+    zcorch_cli("history", root, "-o", out, "--reports")
     assert report.read_text().startswith("<!DOCTYPE html>")
+    # a night without a report is not linked (none is written without --reports)
+    (root / "20260001T0300Z" / "exp <b>x</b>" / "report.html").unlink()
+    zcorch_cli("history", root, "-o", out)
+    assert "20260001T0300Z/exp%20%3Cb%3Ex%3C/b%3E/report.html" not in (out / "index.html").read_text()
+    assert not (root / "20260001T0300Z" / "exp <b>x</b>" / "report.html").exists()
+    page = (out / "index.html").read_text()
 
     # in a real browser: every image decodes, every link leads to a file
     probe = out / "probe.html"
@@ -242,7 +255,8 @@ window.addEventListener('load', function () {
 
 def test_check_on_real_result_sets_exit_codes_and_json(cpu_set, small_set, tmp_path):
     """Each exit code of `history --check` on result sets that real sweeps wrote: two nights of a complete
-    sweep pass (0); a newest night with failed runs (the quickstart-small sweep, whose one cell always fails)
+    sweep of two runs a cell cannot tell (3: two runs against two are never significant); a newest night with
+    failed runs (the quickstart-small sweep, whose one cell always fails)
     is incomplete (3), as is an experiment with one night only; a missing root is an input error (2)."""
     root = tmp_path / "nightly"
     first = copy_result_set(cpu_set, root / "n1" / "cpu-small")
@@ -251,11 +265,12 @@ def test_check_on_real_result_sets_exit_codes_and_json(cpu_set, small_set, tmp_p
     manifest["created"] = "2099-01-01T03:00:00+00:00"     # the copy is the later night
     (second / "manifest.json").write_text(json.dumps(manifest))
     res = check(root)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert res.stdout.splitlines()[-1] == "zcorch history: no regression: 4 cell(s) of 1 experiment(s) checked"
+    assert res.returncode == 3, res.stdout + res.stderr
+    last = res.stdout.splitlines()[-1]
+    assert last.startswith("zcorch history: cannot tell: 4 cell(s) cannot tell: ") and "runs a side" in last, last
     js = zcorch_cli("history", root, "--check", "--format", "json")
     doc = json.loads(js.stdout)
-    assert js.returncode == 0 and (doc["verdict"], doc["exit_code"]) == ("no regression", 0)
+    assert js.returncode == 3 and (doc["verdict"], doc["exit_code"]) == ("cannot tell", 3)
     cell = doc["experiments"][0]["cells"][0]
     assert cell["n"] == 2 and cell["ci_level"] == pytest.approx(0.5)   # two runs: [min, max] covers 50%
     # two runs against two can never be significant: no change is detectable, so not "unchanged"
