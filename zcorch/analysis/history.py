@@ -738,7 +738,10 @@ def trend_cells(history: History) -> "List[tuple[ExperimentHistory, CellHistory]
     every = [(exp, ch) for exp in history.experiments for ch in exp.cells]
     if len(every) <= TREND_PLOTS_MAX:
         return every
-    changed = [(exp, ch) for exp, ch in every if ch.comparison is not None and ch.comparison.verdict != "unchanged"]
+    # the cells that moved: a measured change, or one beyond the threshold not shown significant (a cell that
+    # cannot tell only because its nights could not see the threshold did not move: its sparkline shows it)
+    changed = [(exp, ch) for exp, ch in every if ch.comparison is not None and (
+        ch.comparison.verdict not in ("unchanged", CANNOT_TELL) or abs(ch.comparison.change_pct) > history.threshold_pct)]
     size = [abs(ch.comparison.change_pct) if np.isfinite(ch.comparison.change_pct) else math.inf for _, ch in changed]
     order = sorted(range(len(changed)), key=lambda k: (not changed[k][1].comparison.bad, -size[k]))
     return [changed[k] for k in order[:TREND_PLOTS_MAX]]
