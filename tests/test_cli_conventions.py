@@ -80,7 +80,7 @@ export -f zcorch
 {code.stdout}
 complete -p zcorch >/dev/null || exit 3
 fn=$(complete -p zcorch | sed -E 's/.*-F ([^ ]+) .*/\\1/')
-for line in "zcorch ru" "zcorch compare a b --met" "zcorch examples co"; do
+for line in "zcorch ru" "zcorch compare a b --met" "zcorch examples co" "zcorch examples copy q" "zcorch history r --metric gbit_s_"; do
   COMP_LINE="$line"; COMP_POINT=${{#COMP_LINE}}; read -ra COMP_WORDS <<< "$line"; COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
   COMPREPLY=(); $fn zcorch "${{COMP_WORDS[-1]}}" "${{COMP_WORDS[-2]}}" 2>/dev/null
   echo "${{COMPREPLY[*]}}"
@@ -88,10 +88,12 @@ done
 """
     res = subprocess.run([bash, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = res.stdout.splitlines()
-    assert res.returncode == 0 and len(lines) == 3, res.stdout + res.stderr
+    assert res.returncode == 0 and len(lines) == 5, res.stdout + res.stderr
     assert "run" in lines[0].split()
     assert "--metric" in lines[1].split()
     assert "copy" in lines[2].split()
+    assert lines[3].split() == ["quickstart"]                                  # example names, not file names
+    assert "gbit_s_vs_control" in lines[4].split()                           # metric names
 
 
 def test_a_commands_errors_show_its_own_usage_and_its_help_whole_sentences():

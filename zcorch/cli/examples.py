@@ -11,10 +11,17 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.add_parser("list", help="list them (the default)")
     cp = sub.add_parser("copy", help="write one into DIR (never overwrites)")
-    cp.add_argument("name", help="an example's name (zcorch examples lists them), e.g. quickstart")
+    name = cp.add_argument("name", help="an example's name (zcorch examples lists them), e.g. quickstart")
+    name.completer = _names   # argcomplete: the examples' names, not the files of the current directory
     cp.add_argument("dir", nargs="?", default=".", help="where to write it (default: here)")
     p.set_defaults(func=main, action="list")
     return p
+
+
+def _names(**_kwargs) -> "list[str]":
+    from zcorch.examples import examples
+
+    return list(examples())
 
 
 def main(args: argparse.Namespace) -> int:
