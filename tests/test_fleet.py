@@ -375,3 +375,21 @@ def test_a_pair_killed_between_writing_a_baseline_and_printing_it_still_has_that
     schema = json.loads((ROOT / "docs" / "schemas" / "run-events.schema.json").read_text())
     validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
     assert [e.message for e in validator.iter_errors(recovered)] == []
+
+
+def test_plan_takes_a_fleet_and_estimates_it_from_the_pairs_that_take_turns(fleet_files, tag):
+    exp, inv = fleet_files
+    res = zcorch(tag, "plan", exp, "--hosts", f"{inv}:all")
+    assert res.returncode == 0, res.stderr
+    for pair in "abc":
+        assert f"== pair {pair}\n" in res.stdout
+    # a and c are one machine (localhost): they take turns; b shares nothing with them
+    assert "fleet of 3 pair(s): a, c share a host or a share and take turns run by run" in res.stdout, res.stdout
+    each = [line for line in res.stdout.splitlines() if line.startswith("estimated duration")]
+    assert len(each) == 3
+    fleet = next(line for line in res.stdout.splitlines() if line.startswith("fleet estimated duration"))
+    assert "(a, c set it)" in fleet
+    runs = json.loads(zcorch(tag, "plan", exp, "--hosts", f"{inv}:a,b", "--json").stdout)
+    assert sorted(runs) == ["a", "b"] and runs["a"] == runs["b"] and len(runs["a"]) > 0
+    unknown = zcorch(tag, "plan", exp, "--hosts", f"{inv}:a,zz")
+    assert unknown.returncode == 2 and "no pair `zz`" in unknown.stderr

@@ -503,14 +503,14 @@ class Estimate:
         from zcorch.units import format_size
 
         parts = ", ".join(cost.what for _, cost in self.baselines) or "none"
-        span = (f"estimated duration {_hms(self.total_min_s)}..{_hms(self.total_s)} ({self.runs_min}..{self.runs} "
+        span = (f"estimated duration {hms(self.total_min_s)}..{hms(self.total_s)} ({self.runs_min}..{self.runs} "
                 f"runs: every cell converging as early as it can .. every cell at max); at most"
                 if self.is_range else "estimated duration")
-        return (f"{span} {_hms(self.total_s)}: transfers {_hms(self.transfer_s)} "
+        return (f"{span} {hms(self.total_s)}: transfers {hms(self.transfer_s)} "
                 f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout, or the cell's "
                 f"duration) + "
-                f"{self.per_run_overhead:g}s overhead per run ({_hms(self.overhead_s)}) + baselines "
-                f"{_hms(self.baseline_s)} ({parts}). Real rates differ: use --rate.")
+                f"{self.per_run_overhead:g}s overhead per run ({hms(self.overhead_s)}) + baselines "
+                f"{hms(self.baseline_s)} ({parts}). Real rates differ: use --rate.")
 
 
 def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD) -> Estimate:
@@ -533,7 +533,7 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
                     len(plan.runs), len(early), total_min)
 
 
-def _hms(seconds: float) -> str:
+def hms(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)

@@ -20,7 +20,8 @@ from dataclasses import asdict
 
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.errors import ConfigError
-from zcorch.plan import DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, describe_cell, estimate, load_plan, runs_json
+from zcorch.plan import (DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, hms, describe_cell, estimate, load_plan,
+                         runs_json)
 from zcorch.params import PARAM_KEYS, format_value
 from zcorch.textfmt import text_table
 from zcorch.units import format_size, parse_duration, parse_size
@@ -53,6 +54,10 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError(f"--rate/--overhead: {exc}") from None
     if rate <= 0:
         raise ConfigError("--rate must be > 0")
+    from zcorch.config.inventory import is_fleet_spec
+
+    if args.hosts is not None and is_fleet_spec(args.hosts):
+        return _fleet(args, rate, overhead)
     plan = load_plan(args.file, args.overrides, hosts_from_args(args), unknown_hosts=True)
     if args.json:
         for w in plan.warnings:
@@ -61,6 +66,32 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     sys.stdout.write(render(plan, rate, overhead, args.all))
+    return 0
+
+
+def _fleet(args: argparse.Namespace, rate: float, overhead: float) -> int:
+    """`zcorch plan FILE --hosts INV:PAIR1,PAIR2|INV:all`: each pair's plan and the fleet's estimate."""
+    from zcorch.sweep.fleet import plan_fleet   # the fleet's exclusion rules: only when a fleet is planned
+
+    fleet = plan_fleet(args.file, args.hosts, args.overrides)
+    if args.json:
+        for pair, plan in fleet.pairs:
+            for w in plan.warnings:
+                print(f"warning: pair {pair.pair}: {w}", file=sys.stderr)
+        json.dump({pair.pair: runs_json(plan) for pair, plan in fleet.pairs}, sys.stdout, separators=(",", ":"))
+        sys.stdout.write("\n")
+        return 0
+    seconds = {}
+    for pair, plan in fleet.pairs:
+        sys.stdout.write(f"== pair {pair.pair}\n" + render(plan, rate, overhead, args.all) + "\n")
+        seconds[pair.pair] = estimate(plan, rate, overhead).total_s
+    total, group = fleet.estimate_s(seconds)
+    turns = [g for g in fleet.groups if len(g) > 1]
+    print(f"fleet of {len(fleet.pairs)} pair(s): " + (
+        "; ".join(f"{', '.join(g)} share a host or a share and take turns run by run" for g in turns)
+        if turns else "no two share a host or a share: all run at once"))
+    print(f"fleet estimated duration {hms(total)}: the pairs that take turns add up, the rest run at the same "
+          f"time ({', '.join(group)} set{'s' if len(group) == 1 else ''} it); each pair's estimate above")
     return 0
 
 

@@ -772,3 +772,34 @@ def _exclusions(states: List[PairState]) -> dict:
         for n in s.shares:
             out["shares"].setdefault(n, []).append(s.pair)
     return {k: {n: ps for n, ps in v.items() if len(ps) > 1} for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """What `zcorch plan FILE --hosts INV:PAIRS` shows of a fleet: each pair's plan, and which pairs take turns."""
+    pairs: "List[tuple[InventoryPair, Any]]"      # (pair, its zcorch.plan.Plan), in the order given
+    groups: "List[List[str]]"                     # pairs that share a host or a share: they never transfer at once
+
+    def estimate_s(self, seconds: "Dict[str, float]") -> "tuple[float, List[str]]":
+        """(the fleet's duration, the group that sets it) from each pair's own estimate: pairs of one group take
+        turns run by run (their durations add up), groups run at once (the longest one sets the fleet's)."""
+        best = max(self.groups, key=lambda g: sum(seconds[p] for p in g))
+        return sum(seconds[p] for p in best), best
+
+
+def plan_fleet(experiment: str, hosts_spec: str, overrides: Sequence[str] = (),
+               allow_ssh_config_exec: bool = False) -> FleetPlan:
+    """Each pair's plan of a fleet (ConfigError as `zcorch run` would raise it, before anything runs) and the
+    groups of pairs its exclusions make take turns (pair_locks: a host or a share in common, transitively)."""
+    from zcorch.plan import load_plan
+
+    _inv, pairs = select_pairs(hosts_spec)
+    plans = [(pair, load_plan(experiment, overrides, pair, unknown_hosts=True)) for pair in pairs]
+    keys = {pair.pair: set(h for h in pair_locks(pair, allow_ssh_config_exec)[0]) |
+            {"share:" + n for n in pair.shares} for pair in pairs}
+    groups: List[List[str]] = []
+    for pair in pairs:
+        joined = [g for g in groups if any(keys[p] & keys[pair.pair] for p in g)]
+        merged = [p for g in joined for p in g] + [pair.pair]
+        groups = [g for g in groups if g not in joined] + [merged]
+    return FleetPlan(plans, groups)
