@@ -215,3 +215,34 @@ def test_run_iperf3_waits_for_a_port_another_sweep_holds(monkeypatch):
     finally:
         blocker.close()
     assert rec["status"] == "failed" and "Address already in use" in rec["reason"]
+
+
+@pytest.mark.root
+def test_a_tool_on_path_that_cannot_run_is_said_so_and_the_sweep_goes_on(tmp_path):
+    """An `iperf3` that is there but not executable (a private mount namespace binds a non-executable file over
+    the real one: nothing outside this test sees it): the baseline is skipped with "found ... cannot be run" and
+    the fix, the sweep completes (exit 0), and no traceback; the host's raw calls say 126, never raise."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare (a private mount namespace)")
+    real = shutil.which("iperf3") or pytest.skip("iperf3 not installed")
+    fake = tmp_path / "iperf3"
+    fake.write_text("#!/bin/sh\necho fake\n")
+    fake.chmod(0o644)
+    exp = tmp_path / "tiny.yaml"
+    exp.write_text("name: tiny-iperf\nhosts: localhost\nparams: {bytes: 4MiB, source: mem, timeout: 30s}\n"
+                   "matrix: {send_mode: [write], recv_mode: [read]}\nrepeats: 1\n"
+                   "baselines: {iperf3: {duration: 1s}, dd: false}\n")
+    probe = ("from zcorch.hosts.local import LocalHost; h = LocalHost(); r = h.run(['iperf3', '--version']); "
+             "print(r.returncode, r.stderr.strip())")
+    script = (f"mount --bind {fake} {real} && {sys.executable} -c \"{probe}\" && "
+              f"{sys.executable} -m zcorch -q run {exp} -o {tmp_path / 'rs'}")
+    res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stdout + res.stderr
+    assert res.stdout.startswith("126 iperf3: found but cannot be run"), res.stdout
+    records = [json.loads(line) for line in (tmp_path / "rs" / "baselines.jsonl").read_text().splitlines()]
+    assert records and all(r["status"] == "skipped" and "cannot be run (not executable: chmod +x it" in r["reason"]
+                           for r in records if r["kind"] == "iperf3"), records
+    assert json.loads((tmp_path / "rs" / "manifest.json").read_text())["status"] == "complete"

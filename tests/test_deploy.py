@@ -426,3 +426,19 @@ def test_prepare_checks_the_cells_modes_on_each_host():
         deploy.prepare({"sender": host, "receiver": host},
                        modes={"sender": {"send": ["write", "warp"]}, "receiver": {"recv": ["drift"]}})
     assert "no send mode `warp`" in str(ei.value) and "no receive mode `drift`" in str(ei.value)
+
+
+def test_a_tool_on_path_without_its_execute_bit_is_found_but_not_executable(tmp_path, monkeypatch):
+    # the host's own probe, on a PATH whose only iperf3 is a file without the execute bit
+    from zcorch.worker.remote import preflight_facts
+
+    (tmp_path / "iperf3").write_text("#!/bin/sh\n")
+    (tmp_path / "iperf3").chmod(0o644)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    facts = preflight_facts("127.0.0.1", (), ["iperf3", "qperf"])
+    assert facts["tools"] == {"iperf3": None, "qperf": None}
+    assert facts["tools_unrunnable"] == {"iperf3": str(tmp_path / "iperf3")}
+    probs = deploy.host_problems(LocalHost("receiver", "127.0.0.1"), facts,
+                                 tools=[Tool("iperf3", "iperf3"), Tool("qperf", "qperf")])
+    assert probs == [f"receiver: iperf3 found at {tmp_path / 'iperf3'} but not executable — chmod +x it, or "
+                     "apt-get install iperf3", "receiver: qperf not found — apt-get install qperf"]

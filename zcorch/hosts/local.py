@@ -218,6 +218,9 @@ class LocalHost(Host):
                                  start_new_session=True)
         except FileNotFoundError as exc:
             return CommandResult(argv, 127, "", f"{argv[0]}: command not found ({exc})")
+        except OSError as exc:   # found but cannot be run: not executable (EACCES), not a program (ENOEXEC)...
+            return CommandResult(argv, 126, "", f"{argv[0]}: found but cannot be run: {exc.strerror or exc} "
+                                                f"(chmod +x it, or install the package that provides it)")
         try:
             out, err = p.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -232,9 +235,12 @@ class LocalHost(Host):
     def start(self, argv, env=None) -> LocalProcess:
         # stdin: a pipe only this controller holds (close_fds keeps it out of other children), so
         # its EOF tells a worker started with --exit-on-stdin-eof that the controller died.
-        popen = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 stdin=subprocess.PIPE, text=True, env=self._env(env),
-                                 start_new_session=True, close_fds=True)
+        try:
+            popen = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.PIPE, text=True, env=self._env(env),
+                                     start_new_session=True, close_fds=True)
+        except OSError as exc:   # missing, or found but not runnable: the caller's error, not a traceback
+            raise HostError(f"{self.name}: {argv[0]}: cannot be started: {exc.strerror or exc}") from None
         return LocalProcess(self, popen)
 
     def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:

@@ -350,7 +350,12 @@ def host_problems(host: Host, facts: dict, tools: Sequence[Tool] = ()) -> List[s
             problems.append(f"{where}: no C compiler (cc) found — apt-get install gcc")
     for tool in tools:
         if not (facts.get("tools") or {}).get(tool.program):
-            problems.append(f"{where}: {tool.program} not found — {tool.install_hint()}")
+            unrunnable = (facts.get("tools_unrunnable") or {}).get(tool.program)
+            if unrunnable:
+                problems.append(f"{where}: {tool.program} found at {unrunnable} but not executable — chmod +x it, "
+                                f"or {tool.install_hint()}")
+            else:
+                problems.append(f"{where}: {tool.program} not found — {tool.install_hint()}")
     if facts["address_error"]:
         problems.append(f"{where}: data_address {host.data_address} is not an address of this host "
                         f"({facts['address_error']}) — fix hosts.{host.name}.data_address")

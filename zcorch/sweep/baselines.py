@@ -51,6 +51,9 @@ def tool_missing(host: Host, tool: "Tool | str") -> Optional[str]:
     res = host.run([tool.program, *tool.version_argv], timeout=20)
     if res.returncode == 127 or "not found" in (res.stderr or "").lower():
         return f"{tool.program} is not installed on {host.name} (install it: {tool.install_hint()})"
+    if res.returncode == 126:   # the shell's (and LocalHost's) "found but cannot be run": no execute bit
+        return (f"{tool.program} is found on {host.name} but cannot be run (not executable: chmod +x it, or "
+                f"{tool.install_hint()})")
     return None
 
 

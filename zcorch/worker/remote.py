@@ -61,6 +61,16 @@ class ActionError(Exception):
 
 # -- preflight (before anything is deployed) ---------------------------------------------------
 
+def _on_path(program: str) -> "str | None":
+    """The first file named `program` in a directory of PATH, executable or not (shutil.which skips those it
+    cannot run)."""
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        path = os.path.join(d or ".", program)
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 def preflight_facts(address: str, ports: "Sequence[int]" = (), programs: "Sequence[str]" = ()) -> "Dict[str, Any]":
     """What a sweep needs from this host: python version, cffi, Python.h, a compiler, each of `programs`
     (`tools`: {program: path or None}), and whether `address` (the data address) and each of `ports` on
@@ -76,6 +86,9 @@ def preflight_facts(address: str, ports: "Sequence[int]" = (), programs: "Sequen
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     out["cc"] = shutil.which(os.environ.get("CC", "") or cc) or shutil.which("cc") or shutil.which("gcc")
     out["tools"] = {p: shutil.which(p) for p in programs}
+    # a program on PATH that cannot run (no execute bit): said as such, not as missing
+    out["tools_unrunnable"] = {p: found for p in programs if out["tools"][p] is None
+                               for found in [_on_path(p)] if found is not None}
     out["address_error"] = None
     out["busy_ports"] = []
     try:
