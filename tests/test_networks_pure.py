@@ -174,3 +174,43 @@ def test_dry_run_shows_the_commands_and_changes_nothing(tmp_path):
     with open("/sys/class/net/lo/mtu") as f:
         assert f.read() == mtu_before
     assert not os.path.exists(os.path.expanduser("~/.cache/zcorch/net/zcorch-net-%d.json" % netcfg.netns_id()))
+
+
+@pytest.mark.root
+def test_the_preflight_refuses_a_congestion_control_a_namespace_does_not_allow(tmp_path):
+    """What the docs say the preflight does, on a real network namespace: a congestion control the kernel
+    lists as available but not in the namespace's tcp_allowed_congestion_control is refused before any run
+    (the kernel would answer EPERM), one it allows passes; the facts are the host probe's own, run inside it."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from zcorch.config.networks import NetworkConfig
+    from zcorch.provision.network import congestion_problems
+
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and ip (a network namespace)")
+    ns = f"zcorch-cc-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
+        out = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "zcorch.worker.netcfg", "probe",
+                              "127.0.0.1"], capture_output=True, text=True, check=True, cwd=tmp_path)
+        facts = json.loads(out.stdout)
+        refused = [c for c in facts["congestion_available"] if c not in facts["congestion_allowed"]]
+        if not refused or not facts["congestion_allowed"]:
+            pytest.skip(f"every available congestion control is allowed here: {facts['congestion_available']}")
+        bad = NetworkConfig("cc", congestion=refused[0])
+        (problem,) = congestion_problems("receiver", [bad], facts)
+        assert f"congestion control `{refused[0]}` cannot be chosen in this host's network namespace" in problem
+        assert "tcp_allowed_congestion_control" in problem
+        # and the kernel does refuse it there: the preflight said what the run would have met
+        write = subprocess.run(["ip", "netns", "exec", ns, "sh", "-c",
+                                f"echo {refused[0]} > /proc/sys/net/ipv4/tcp_congestion_control"],
+                               capture_output=True, text=True)
+        assert write.returncode != 0
+        assert congestion_problems("receiver", [NetworkConfig("ok", congestion=facts["congestion_allowed"][0])],
+                                   facts) == []
+    finally:
+        subprocess.run(["ip", "netns", "del", ns])

@@ -274,18 +274,7 @@ class NetworkManager:
         for c in configs:     # the allow-list against the data link this host has (the host judges it again)
             out += [f"{where}: network {c.name!r}: {why}" for k in c.all_sysctls()
                     for why in [sysctl_refusal(k, dev if isinstance(dev, str) else "")] if why]
-        for c in configs:
-            if c.congestion is not None and c.congestion not in (facts.get("congestion_available") or []):
-                avail = " ".join(facts.get("congestion_available") or []) or "none listed"
-                out.append(f"{where}: network {c.name!r}: congestion control `{c.congestion}` is not available "
-                           f"(net.ipv4.tcp_available_congestion_control: {avail}; `modprobe tcp_{c.congestion}` "
-                           "loads it if the kernel has it)")
-            elif (c.congestion is not None and facts.get("init_netns") is False
-                  and c.congestion not in (facts.get("congestion_allowed") or [])):
-                allowed = " ".join(facts.get("congestion_allowed") or []) or "none"
-                out.append(f"{where}: network {c.name!r}: congestion control `{c.congestion}` cannot be chosen in this "
-                           f"host's network namespace: the kernel allows only net.ipv4.tcp_allowed_congestion_control "
-                           f"({allowed}) there (add it to that sysctl in the root namespace)")
+        out += congestion_problems(where, configs, facts)
         missing = sorted(k for k, v in (facts.get("sysctls") or {}).items() if v is None)
         if missing:
             users = [c.name for c in configs if set(missing) & set(c.all_sysctls())]
@@ -407,3 +396,26 @@ class NetworkManager:
             return dict(self._descriptions[name])
         c = self._config(name)
         return {"name": name, **c.requested(), "applied": False, "commands": self.commands(name)}
+
+
+def congestion_problems(where: str, configs: "Sequence[NetworkConfig]", facts: Dict[str, Any]) -> List[str]:
+    """Pure: each configuration's congestion control this host (its probe's `facts`) cannot take."""
+    out: List[str] = []
+    for c in configs:
+        if c.congestion is not None and c.congestion not in (facts.get("congestion_available") or []):
+            avail = " ".join(facts.get("congestion_available") or []) or "none listed"
+            out.append(f"{where}: network {c.name!r}: congestion control `{c.congestion}` is not available "
+                       f"(net.ipv4.tcp_available_congestion_control: {avail}; `modprobe tcp_{c.congestion}` "
+                       "loads it if the kernel has it)")
+        elif (c.congestion is not None and facts.get("init_netns") is not True
+              and c.congestion not in (facts.get("congestion_allowed") or [])):
+            # outside the initial namespace the kernel refuses any other (EPERM); where the host cannot
+            # tell which namespace it is in (/proc/1 hidden), the same rule: a refusal now, not at the run
+            allowed = " ".join(facts.get("congestion_allowed") or []) or "none"
+            where_ns = ("this host's network namespace" if facts.get("init_netns") is False else
+                        "this host's network namespace, which it cannot tell from the initial one,")
+            out.append(f"{where}: network {c.name!r}: congestion control `{c.congestion}` cannot be chosen in "
+                       f"{where_ns}: outside the initial namespace the kernel allows only "
+                       f"net.ipv4.tcp_allowed_congestion_control ({allowed}) (add it to that sysctl in the root "
+                       "namespace)")
+    return out
