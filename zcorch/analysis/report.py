@@ -339,8 +339,8 @@ def findings_section(found: dict) -> dict:
     rankings = []
     for ranking in found["rankings"]:
         kinds = [k for k in SHARE_KINDS if any(k in e["share_of_baseline"] for e in ranking["modes"])]
-        header = (["rank", "group", "configuration", "MB/s", "interval (level)", "Gbit/s", "ok runs"]
-                  + [f"{view} {SIDE_WORDS[side]}" for _, view, side in CPU_COLUMNS]
+        header = (["rank", "group", "configuration", "MB/s", "MB/s interval (level)", "Gbit/s", "ok runs"]
+                  + [f"{view} {SIDE_WORDS[side]} ({metrics.get(c).unit})" for c, view, side in CPU_COLUMNS]
                   + [f"% of {k}" for k in kinds] + ["flags"])
         classes = ["num", "num", None, "num", "num nowrap", "num", "num"] + ["num"] * len(CPU_COLUMNS) \
             + ["num"] * len(kinds) + [None]
