@@ -61,10 +61,14 @@ def read_jsonl(path: str) -> List[dict]:
 
     A bad line anywhere else is corruption, not a crash artefact, and raises ResultsError. The file is read
     as zcorch.results.setfiles reads a result set's files: a regular file (no link followed), streamed, with
-    overlong lines and records beyond the bound skipped and said (SkippedWarning).
+    overlong lines and records beyond the bound skipped and said (SkippedWarning); a runs.jsonl with more
+    records than its set's plan can hold is refused (ResultsError, setfiles.run_record_limit).
     """
     records = []
-    for lineno, raw, terminated in setfiles.iter_lines(os.path.dirname(path) or ".", os.path.basename(path)):
+    root, name = os.path.dirname(path) or ".", os.path.basename(path)
+    # runs.jsonl: refused beyond what its plan can hold (setfiles.run_record_limit)
+    lines = setfiles.iter_runs_lines(root, name) if name == RUNS else setfiles.iter_lines(root, name)
+    for lineno, raw, terminated in lines:
         try:
             records.append(json.loads(raw))
         except ValueError:
