@@ -32,7 +32,8 @@ from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
 from zcorch.params import PARAMS
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
 from zcorch.analysis.steps import load_compiled
-from zcorch.analysis.history import HEAD_KEYS, History, Sweep, cell_labels, experiment_histories, series_of
+from zcorch.analysis.history import (HEAD_KEYS, History, Sweep, cell_labels, experiment_histories, series_clock_problems,
+                                     series_of)
 from zcorch.errors import ResultsError
 from zcorch.results import setfiles
 from zcorch.results.convergence import policy_from_record
@@ -566,4 +567,7 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
                                                  params_of.get(name, no_params).drop(columns=BY), label_memo)))
     compiled.join()
     experiments = experiment_histories(named, metric, threshold_pct, alpha, min_nights)
-    return History(Path(path), metric, threshold_pct, alpha, experiments, [], min_nights=min_nights)
+    clocks = series_clock_problems(series)
+    warnings = [f"clock set back: {line}" for lines in clocks.values() for line in lines]
+    return History(Path(path), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights,
+                   clock_problems=clocks)

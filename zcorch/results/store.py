@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import stat
+import time
 from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError, ResultSetBusy, ResultsWriteError
@@ -42,6 +43,18 @@ RUN_STATUSES = ("ok", "failed", "timeout", "interrupted")
 def utc_now() -> str:
     """ISO-8601 UTC timestamp with microseconds (sortable, unambiguous)."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
+
+
+def clock_stamp() -> dict:
+    """What orders sets created on this boot even when the wall clock is set back (`created` is the wall clock):
+    the boot id and CLOCK_BOOTTIME (monotonic, counts suspend, never goes back within a boot), the manifest's
+    `clock` (zcorch.analysis.history.clock_problems). Empty where the system has neither."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot_id = f.read().strip()
+        return {"boot_id": boot_id, "boottime_ns": time.clock_gettime_ns(time.CLOCK_BOOTTIME)}
+    except (OSError, AttributeError):
+        return {}
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -248,7 +261,7 @@ class ResultSet:
                 f.write(source_bytes)
         write_json_atomic(os.path.join(directory, PLAN), plan_runs)
         manifest = {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "created": utc_now(),
+            "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "clock": clock_stamp(), "created": utc_now(),
             "finished": None, "zcorch_version": zcorch_version, "git_revision": git_revision,
             "command": list(command), "accept_new_host_keys": bool(accept_new_host_keys),
             "experiment_file": EXPERIMENT, "status": "running",
