@@ -112,6 +112,19 @@ def open_inside(root: PathLike, rel: str) -> int:
     return fd
 
 
+def dir_beneath(root: PathLike, rel: object) -> str:
+    """root/rel for a directory named by a file (a fleet.json pair's `dir`): a plain relative path (no `..`, no
+    absolute path) that, links resolved, stays beneath root; ResultsError otherwise."""
+    if not isinstance(rel, str) or not rel:
+        raise ResultsError(f"{root}: `{rel}` is not a directory name: not read")
+    parts = _parts(rel.rstrip("/"), root)
+    path = os.path.join(os.fspath(root), *parts)
+    base = os.path.realpath(os.fspath(root))
+    if os.path.commonpath([base, os.path.realpath(path)]) != base:
+        raise ResultsError(f"{path}: leads outside {root} (a link): not read")
+    return path
+
+
 def fd_path(fd: int) -> str:
     """A path that opens exactly the file of `fd` again (for readers that take only a path, e.g. Arrow)."""
     return f"/proc/self/fd/{fd}"
