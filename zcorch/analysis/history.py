@@ -81,6 +81,29 @@ TREND_PLOTS_MAX = 8
 # Finding result sets
 
 
+MAX_SEARCH_DEPTH = 64   # directory levels below a history's root searched for result sets
+
+
+def _walk(root: Path):
+    """os.walk(root) top-down in sorted order, without recursion (a tree of any depth) and without following
+    links; a directory more than MAX_SEARCH_DEPTH levels below root is an input error (ResultsError)."""
+    stack = [(str(root), 0)]
+    while stack:
+        top, depth = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        dirnames = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        filenames = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
+        yield top, dirnames, filenames
+        if dirnames and depth >= MAX_SEARCH_DEPTH:
+            raise ResultsError(f"{root}: directories more than {MAX_SEARCH_DEPTH} levels deep ({top}/"
+                               f"{dirnames[0]}): not a tree of result sets; give a directory nearer them")
+        stack.extend((os.path.join(top, d), depth + 1) for d in reversed(dirnames))
+
+
 def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = lambda _: None) -> List[Path]:
     """Every result-set directory under `root` (root included), at any depth, sorted by path. A
     manifest.json of another format is not a result set; one of an unreadable or unsupported zcorch
@@ -89,8 +112,7 @@ def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = la
     if not root.is_dir():
         raise ResultsError(f"{root}: no such directory")
     found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+    for dirpath, dirnames, filenames in _walk(root):
         if store.MANIFEST not in filenames:
             continue
         try:
