@@ -75,6 +75,11 @@ def build(source: Path, target: Path, n_runs: int) -> None:
                             m[k] = int(m[k] * factor)
                     rec[side] = m
             f.write(json.dumps(rec, sort_keys=True) + "\n")
+    # the plan of those runs: a runs.jsonl beyond what its plan can hold is refused (setfiles.run_record_limit)
+    with open(target / results.PLAN, "w") as f:
+        f.write("[" + ",".join(json.dumps({"id": f"{templates[i % len(templates)]['cell'][:8]}"
+                                                 f"{i // REPEATS_PER_CELL:08x}", "repeat": i % REPEATS_PER_CELL})
+                                for i in range(n_runs)) + "]")
 
 
 def timed(fn) -> float:

@@ -321,13 +321,43 @@ def _open_cache(cache_path: Path) -> int:
     return fd
 
 
+# A row of runs.parquet is one (cell, repeat) of runs.jsonl, whose records take at least this many bytes each.
+MIN_RECORD_BYTES = 16
+# The uncompressed data of runs.parquet, at most this many times the bytes of runs.jsonl (plus CACHE_BYTES_SLACK).
+CACHE_BYTES_FACTOR = 8
+CACHE_BYTES_SLACK = 64 * 1024 ** 2
+MAX_CACHE_COLUMNS = 10_000
+
+
+def _oversized(fd: int, source: _Source) -> Optional[str]:
+    """Why runs.parquet (open as `fd`) holds more than the runs.jsonl of `source` can give, from its footer
+    alone (rows, columns, uncompressed bytes; no data read); None when it fits. At most one row per record
+    runs.jsonl can hold (setfiles.run_record_limit: what the set's plan allows, and MIN_RECORD_BYTES each)."""
+    md = pq.ParquetFile(setfiles.fd_path(fd)).metadata
+    try:
+        limit, why = setfiles.run_record_limit(source.runs.parent)
+    except (OSError, ResultsError) as exc:
+        return f"its plan cannot be read ({exc})"
+    by_size = source.size // MIN_RECORD_BYTES
+    if md.num_rows > min(limit, by_size):
+        reason = why if limit <= by_size else f"its {source.size}-byte {results.RUNS} can hold"
+        return f"{md.num_rows} rows, more than {min(limit, by_size)}: more than {reason}"
+    if md.num_columns > MAX_CACHE_COLUMNS:
+        return f"{md.num_columns} columns, more than {MAX_CACHE_COLUMNS}"
+    data_bytes = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    bound = CACHE_BYTES_FACTOR * source.size + CACHE_BYTES_SLACK
+    if data_bytes > bound:
+        return f"{data_bytes} bytes of data uncompressed, more than {bound} for its {source.size}-byte {results.RUNS}"
+    return None
+
+
 def _matches(cache_path: Path, source: _Source) -> bool:
     try:
         fd = _open_cache(cache_path)
     except (OSError, ResultsError):
         return False
     try:
-        return source.matches(_cache_meta(pq.read_schema(setfiles.fd_path(fd))))
+        return source.matches(_cache_meta(pq.read_schema(setfiles.fd_path(fd)))) and _oversized(fd, source) is None
     except (OSError, ValueError, pa.ArrowException):
         return False
     finally:
@@ -352,6 +382,11 @@ def _read(cache_path: Path, source: _Source) -> "Optional[tuple[pd.DataFrame, bo
         data = ds.dataset(setfiles.fd_path(fd), format="parquet")
         meta = _cache_meta(data.schema)
         if not source.matches(meta):
+            return None
+        problem = _oversized(fd, source)
+        if problem is not None:  # a stamp can be copied: what the file holds is checked before it is read
+            warnings.warn(f"{cache_path}: {problem}: ignored, rebuilt from {results.RUNS}", setfiles.SkippedWarning,
+                          stacklevel=3)
             return None
         stored = meta.get("derived_from")
         complete = stored is not None and stored == _derived_stamp(cache_path.parent)

@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from zcorch import metrics
 from zcorch.analysis.export_dest import LOCK, MANIFEST, PARTITIONS, TABLES  # noqa: F401 (the layout, declared there)
@@ -31,7 +32,8 @@ from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
 from zcorch.params import PARAMS
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
 from zcorch.analysis.steps import load_compiled
-from zcorch.analysis.history import HEAD_KEYS, History, Sweep, cell_labels, experiment_histories, series_of
+from zcorch.analysis.history import (HEAD_KEYS, History, Sweep, cell_labels, experiment_histories, series_clock_problems,
+                                     series_of)
 from zcorch.errors import ResultsError
 from zcorch.results import setfiles
 from zcorch.results.convergence import policy_from_record
@@ -102,6 +104,32 @@ def write_manifest(dest: "str | os.PathLike", doc: dict) -> None:
 # Reading
 
 
+# Rows of the hosts and baselines tables a set may have in a part (a set has two roles, a few baselines).
+MAX_HOST_ROWS = 64
+MAX_BASELINE_ROWS = 100_000
+# Uncompressed bytes a part may hold per row it may have (a row of runs is about a kilobyte), plus a slack.
+MAX_PART_BYTES_PER_ROW = 64 * 1024
+PART_BYTES_SLACK = 64 * 1024 ** 2
+
+
+def check_part(path: str, max_rows: int) -> None:
+    """Refuse (ResultsError naming the file) a part file whose footer claims more rows than `max_rows` (what
+    dataset.json and the sets' plans say it holds) or more uncompressed bytes than such rows take: read from
+    its metadata alone, before any of its data."""
+    try:
+        md = pq.ParquetFile(path).metadata
+    except (OSError, pa.ArrowException) as exc:
+        raise ResultsError(f"{path}: not a readable Parquet file ({exc}): not read") from None
+    if md.num_rows > max_rows:
+        raise ResultsError(f"{path}: {md.num_rows} rows, more than the {max_rows} that the sets {MANIFEST} lists "
+                           "in it can hold (their plans): not read")
+    data_bytes = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    bound = max_rows * MAX_PART_BYTES_PER_ROW + PART_BYTES_SLACK
+    if data_bytes > bound:
+        raise ResultsError(f"{path}: {data_bytes} bytes of data uncompressed, more than the {bound} its "
+                           f"{max_rows} rows may take: not read")
+
+
 class Dataset:
     """An exported dataset opened for reading: one in-memory DuckDB connection with a view per table over
     the part files dataset.json lists (hive partitions `experiment`, `date` as columns); `tables`: the views
@@ -123,12 +151,52 @@ class Dataset:
         unknown = sorted(set(tables) - set(TABLES))
         if unknown:
             raise ValueError(f"no table {unknown[0]!r} in a dataset (tables: {', '.join(TABLES)})")
+        bounds = self._row_bounds(tables)
         for table in tables:
             files = self.files(table)
+            for f in files:
+                check_part(f, bounds[table](f))
             if files:
                 listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
                 self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listed}], "
                                  "hive_partitioning = true, union_by_name = true)")
+
+    def _sets_of_part(self) -> Dict[str, List[str]]:
+        """{part file name: the set ids dataset.json lists in it}."""
+        out: Dict[str, List[str]] = {}
+        for sid, e in self.manifest["sets"].items():
+            out.setdefault(f"{e['partition']}/{e['part']}", []).append(sid)
+        return out
+
+    def _row_bounds(self, tables: Sequence[str]):
+        """{table: a function of a part file's path -> the most rows it may have}: the sets table one row per
+        set dataset.json lists in the part; runs at most what the plans of those sets can hold (their
+        `planned` runs x setfiles.RETRY_FACTOR + RETRY_SLACK, read from the sets table once its parts are
+        checked); hosts and baselines at most MAX_HOST_ROWS and MAX_BASELINE_ROWS a set."""
+        sets_of = self._sets_of_part()
+        root = str(self.path.resolve())
+
+        def part_of(path: str) -> str:
+            return "/".join(Path(path).relative_to(root).parts[1:])
+
+        def per_set(n: int):
+            return lambda path: n * len(sets_of.get(part_of(path), ()))
+        bounds = {"sets": per_set(1), "hosts": per_set(MAX_HOST_ROWS), "baselines": per_set(MAX_BASELINE_ROWS)}
+        if "runs" in tables and self.manifest["sets"]:
+            planned: Dict[str, int] = {}
+            for f in self.files("sets"):
+                check_part(f, bounds["sets"](f))
+                if "planned" not in pq.read_schema(f).names:   # an older export: the general bound a set
+                    continue
+                t = pq.read_table(f, columns=["set_id", "planned"])
+                for sid, n in zip(t.column("set_id").to_pylist(), t.column("planned").to_pylist()):
+                    planned[sid] = int(n) if isinstance(n, (int, float)) and n == n and n >= 0 else 0
+
+            def runs_bound(path: str) -> int:
+                return sum(min(setfiles.MAX_RECORDS, planned.get(sid, setfiles.MAX_RECORDS) * setfiles.RETRY_FACTOR
+                               + setfiles.RETRY_SLACK) for sid in sets_of.get(part_of(path), ()))
+            bounds["runs"] = runs_bound
+        return bounds
 
     def files(self, table: str) -> List[str]:
         """The absolute paths of `table`'s part files: each a regular file inside the dataset."""
@@ -499,4 +567,7 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
                                                  params_of.get(name, no_params).drop(columns=BY), label_memo)))
     compiled.join()
     experiments = experiment_histories(named, metric, threshold_pct, alpha, min_nights)
-    return History(Path(path), metric, threshold_pct, alpha, experiments, [], min_nights=min_nights)
+    clocks = series_clock_problems(series)
+    warnings = [f"clock set back: {line}" for lines in clocks.values() for line in lines]
+    return History(Path(path), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights,
+                   clock_problems=clocks)

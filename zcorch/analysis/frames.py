@@ -195,9 +195,11 @@ def _iter_jsonl(path: Path):
     memory as dicts. Same rules as zcorch.results.store.read_jsonl: an unterminated final line that does
     not parse is a torn write and skipped; any other bad line is corruption; the file is read only as a
     regular file inside its set, with overlong lines and records past the bound skipped and said
-    (zcorch.results.setfiles). No file (a sweep that stopped before its first run): no records."""
+    (zcorch.results.setfiles); a runs.jsonl with more records than its plan can hold is refused. No file (a sweep that stopped before its first run): no records."""
     decode = _DECODER.decode  # json.loads minus its per-call type and encoding checks
-    for lineno, line, terminated in setfiles.iter_lines(path.parent, path.name):
+    lines = (setfiles.iter_runs_lines(path.parent, path.name) if path.name == results.RUNS
+             else setfiles.iter_lines(path.parent, path.name))
+    for lineno, line, terminated in lines:
         try:
             rec = decode(line.decode("utf-8"))
         except ValueError:  # also UnicodeDecodeError

@@ -81,6 +81,29 @@ TREND_PLOTS_MAX = 8
 # Finding result sets
 
 
+MAX_SEARCH_DEPTH = 64   # directory levels below a history's root searched for result sets
+
+
+def _walk(root: Path):
+    """os.walk(root) top-down in sorted order, without recursion (a tree of any depth) and without following
+    links; a directory more than MAX_SEARCH_DEPTH levels below root is an input error (ResultsError)."""
+    stack = [(str(root), 0)]
+    while stack:
+        top, depth = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                entries = list(it)
+        except OSError:
+            continue
+        dirnames = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        filenames = [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
+        yield top, dirnames, filenames
+        if dirnames and depth >= MAX_SEARCH_DEPTH:
+            raise ResultsError(f"{root}: directories more than {MAX_SEARCH_DEPTH} levels deep ({top}/"
+                               f"{dirnames[0]}): not a tree of result sets; give a directory nearer them")
+        stack.extend((os.path.join(top, d), depth + 1) for d in reversed(dirnames))
+
+
 def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = lambda _: None) -> List[Path]:
     """Every result-set directory under `root` (root included), at any depth, sorted by path. A
     manifest.json of another format is not a result set; one of an unreadable or unsupported zcorch
@@ -89,8 +112,7 @@ def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = la
     if not root.is_dir():
         raise ResultsError(f"{root}: no such directory")
     found = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
+    for dirpath, dirnames, filenames in _walk(root):
         if store.MANIFEST not in filenames:
             continue
         try:
@@ -114,7 +136,7 @@ def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = la
 # One sweep
 
 
-HEAD_KEYS = ("name", "inventory", "created", "status", "git_revision", "error")   # Sweep.head
+HEAD_KEYS = ("name", "inventory", "created", "status", "git_revision", "error", "clock")   # Sweep.head
 
 
 @dataclass
@@ -215,6 +237,38 @@ def series_of(sweeps: Sequence[Sweep]) -> Dict[str, List[Sweep]]:
 def sweep_order(s: Sweep) -> tuple:
     """Oldest first: by `created`, then by path."""
     return (s.created or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc), str(s.path))
+
+
+def _clock(s: Sweep) -> "Optional[tuple]":
+    """(boot id, CLOCK_BOOTTIME ns) the manifest recorded at creation (store.clock_stamp), else None."""
+    c = s.head.get("clock")
+    if not isinstance(c, dict) or not isinstance(c.get("boot_id"), str) or not c["boot_id"]:
+        return None
+    t = c.get("boottime_ns")
+    return (c["boot_id"], t) if isinstance(t, int) and not isinstance(t, bool) and t >= 0 else None
+
+
+def clock_problems(sweeps: Sequence[Sweep]) -> List[str]:
+    """The sweeps of one series whose `created` (the wall clock) puts them before a sweep created earlier on the
+    same boot (by CLOCK_BOOTTIME, which the wall clock cannot set back): the controller's clock was set back, and
+    ordering by `created` would judge the wrong night. One line per such sweep (none: the order holds)."""
+    by_boot: Dict[str, list] = {}
+    for s in sweeps:
+        c = _clock(s)
+        if c is not None and s.created is not None:
+            by_boot.setdefault(c[0], []).append((c[1], s))
+    out = []
+    for runs in by_boot.values():
+        runs.sort(key=lambda x: x[0])
+        newest: Optional[Sweep] = None
+        for _, s in runs:
+            if newest is not None and s.created < newest.created:
+                out.append(f"{s.path}: created {s.head.get('created')} by the wall clock, before {newest.path} "
+                           f"({newest.head.get('created')}) which was created earlier on the same boot: the clock "
+                           "was set back, so the order of these sweeps by time cannot be trusted")
+            if newest is None or s.created > newest.created:
+                newest = s
+    return out
 
 
 def _parse_time(text) -> Optional[_dt.datetime]:
@@ -532,13 +586,24 @@ class History:
     warnings: List[str] = field(default_factory=list)
     index: Optional[Path] = None
     min_nights: int = MIN_NIGHTS
+    clock_problems: Dict[str, List[str]] = field(default_factory=dict)   # per series: clock_problems(its sweeps)
     _gates: "Optional[tuple]" = field(default=None, repr=False, compare=False)
 
     def gates(self) -> "tuple[Gate, Dict[str, Gate]]":
         """(the gate over every experiment, {experiment name: its own}): regression, no regression or cannot
-        tell (zcorch.analysis.gate), what --check exits with and what the page and the text open with."""
+        tell (zcorch.analysis.gate), what --check exits with and what the page and the text open with. A series
+        whose sweeps' order cannot be trusted (clock_problems) cannot tell, and neither can the whole."""
         if self._gates is None:
-            self._gates = experiment_gates(self.experiments)
+            overall, each = experiment_gates(self.experiments)
+            each = dict(each)
+            for name, problems in self.clock_problems.items():
+                each[name] = Gate(EXIT_CANNOT_TELL, f"{name}: the order of its sweeps cannot be trusted: {problems[0]}"
+                                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+            if self.clock_problems:
+                first = sorted(self.clock_problems)
+                overall = Gate(EXIT_CANNOT_TELL, "; ".join(each[n].reason for n in first[:2])
+                               + (f"; and {len(first) - 2} more series" if len(first) > 2 else ""))
+            self._gates = (overall, each)
         return self._gates
 
     @property
@@ -587,7 +652,16 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
                 link_report(s)
         named.append((name, sweeps, FrameSeries(sweeps, metric)))
     experiments = experiment_histories(named, metric, threshold_pct, alpha, min_nights)
-    return History(Path(root), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights)
+    clocks = series_clock_problems(groups)
+    warnings += [f"clock set back: {line}" for lines in clocks.values() for line in lines]
+    return History(Path(root), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights,
+                   clock_problems=clocks)
+
+
+def series_clock_problems(series: Dict[str, List[Sweep]]) -> Dict[str, List[str]]:
+    """{series name: clock_problems of its sweeps} for the series that have any."""
+    out = {name: clock_problems(group) for name, group in series.items()}
+    return {name: lines for name, lines in out.items() if lines}
 
 
 # ---------------------------------------------------------------------------------------------

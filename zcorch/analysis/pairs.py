@@ -24,6 +24,7 @@ from zcorch.analysis.gate import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, EXIT_INC
                                   Completeness, Gate, completeness, sees)
 from zcorch.analysis.load import load
 from zcorch.errors import ResultsError
+from zcorch.results import setfiles
 
 FLEET_MANIFEST = "fleet.json"   # zcorch.sweep.fleet.FLEET_MANIFEST (analysis does not import the sweep)
 DIFFERENT = ("regressed", "improved", "failed", "fixed")
@@ -71,9 +72,11 @@ def fleet_pairs(directory: str) -> Dict[str, str]:
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read(1 << 22))
-        return {str(p["pair"]): os.path.join(directory, str(p["dir"])) for p in doc["pairs"]}
+        pairs = [(str(p["pair"]), p["dir"]) for p in doc["pairs"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ResultsError(f"{directory}: not a fleet directory ({FLEET_MANIFEST}: {exc})") from None
+    # each pair's set beneath the fleet directory (setfiles.dir_beneath): `../x` or a link out is refused
+    return {pair: setfiles.dir_beneath(directory, rel) for pair, rel in pairs}
 
 
 def _pooled(parts: List[Completeness], label: str) -> Completeness:

@@ -377,10 +377,9 @@ def _pairs_report(directory: str, quiet: bool, loaded: Optional[Dict[str, Any]] 
     from zcorch.errors import ZcorchError
 
     try:
-        from zcorch.sweep.fleet import load_fleet
+        from zcorch.sweep.fleet import pair_dirs
 
-        with_sets = [p for p in load_fleet(directory)["pairs"]
-                     if os.path.isfile(os.path.join(directory, p["dir"], "manifest.json"))]
+        with_sets = [d for d in pair_dirs(directory).values() if os.path.isfile(os.path.join(d, "manifest.json"))]
         if len(with_sets) < 2:   # nothing to compare: pandas and scipy are not even imported
             return None
         from zcorch.analysis import pairs as pairsmod

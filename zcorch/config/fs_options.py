@@ -91,6 +91,33 @@ TOOLS = {"ext2": (_EXT, _EXT_REFUSED_FLAGS), "ext3": (_EXT, _EXT_REFUSED_FLAGS),
 _FEATURE_RE = re.compile(r"^\^?[a-z0-9_-]+$")
 
 
+# mke2fs also takes a feature by its bit: FEATURE_C<n> (compat), FEATURE_I<n> (incompat), FEATURE_R<n> (ro_compat),
+# any case (e2p_string2feature). The bits e2fsprogs names (lib/e2p/feature.c), so a number meets the same rule as
+# its name; a number it does not name is refused.
+_FEATURE_BITS = {
+    "c": ("dir_prealloc", "imagic_inodes", "has_journal", "ext_attr", "resize_inode", "dir_index", "lazy_bg",
+          "snapshot_bitmap", "exclude_bitmap", "sparse_super2", "fast_commit", "stable_inodes", "orphan_file"),
+    "i": ("compression", "filetype", "needs_recovery", "journal_dev", "meta_bg", None, "extent", "64bit", "mmp",
+          "flex_bg", "ea_inode", None, "dirdata", "metadata_csum_seed", "large_dir", "inline_data", "encrypt",
+          "casefold"),
+    "r": ("sparse_super", "large_file", None, "huge_file", "uninit_bg", "dir_nlink", "extra_isize", None, "quota",
+          "bigalloc", "metadata_csum", "replica", "read-only", "project", "shared_blocks", "verity",
+          "orphan_present"),
+}
+_FEATURE_NUMBER_RE = re.compile(r"^feature_([cir])([0-9]+)$", re.IGNORECASE)
+
+
+def _feature_name(feat: str) -> "tuple[Optional[str], bool]":
+    """(the feature's name, True) for a name or a FEATURE_<C|I|R><bit> e2fsprogs names; (None, False) for a bit
+    it does not name."""
+    m = _FEATURE_NUMBER_RE.match(feat)
+    if not m:
+        return feat.lower(), True
+    names, bit = _FEATURE_BITS[m.group(1).lower()], int(m.group(2))
+    name = names[bit] if bit < len(names) else None
+    return name, name is not None
+
+
 def _value_problem(tool: _Tool, opt: str, kind: object, value: str) -> Optional[str]:
     """Why `value` of option `opt` is refused (None if fine)."""
     if _DEVICE_TAG_RE.search(value):
@@ -105,8 +132,13 @@ def _value_problem(tool: _Tool, opt: str, kind: object, value: str) -> Optional[
         return f"{opt} expects a number, got `{value}`"
     if kind == "features":
         for feat in value.split(","):
-            if feat.lstrip("^").lower() == "journal_dev":
-                return f"{opt} journal_dev would make the target an external journal ({DEVICE_REFERENCE})"
+            name, known = _feature_name(feat.lstrip("^"))
+            if not known:
+                return (f"{opt} `{feat}` is a feature number mke2fs has no name for: give the feature by its "
+                        "name")
+            if name == "journal_dev":
+                what = "journal_dev" if feat.lstrip("^").lower() == "journal_dev" else f"`{feat}` (journal_dev)"
+                return f"{opt} {what} would make the target an external journal ({DEVICE_REFERENCE})"
             if not _FEATURE_RE.match(feat):
                 return f"{opt} `{feat}` is not a feature name"
     if isinstance(kind, tuple):

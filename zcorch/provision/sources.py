@@ -62,7 +62,10 @@ def lay_out(host: Host, worker: Sequence[str], env: Dict[str, str], needs: Dict[
         event = _last_event(r.stdout)
         if not r.ok or event.get("event") != "layout":
             why = event.get("message") or (r.stderr or r.stdout).strip()[-500:] or f"exit {r.returncode}"
-            errors[path] = f"source {path} is missing on {host.name} and could not be laid out: {why}"
+            if " exists and is " in why:   # a device node, a directory...: the worker says what it is
+                errors[path] = f"source {path} on {host.name} is no regular file zcorch may read or lay out: {why}"
+            else:
+                errors[path] = f"source {path} is missing on {host.name} and could not be laid out: {why}"
             log(f"cannot lay out {path} on {host.name}: {why} ({shlex.join(argv)})")
             continue
         if event.get("created"):

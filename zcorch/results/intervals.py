@@ -23,15 +23,25 @@ def median_ci_level(n: int, k: int) -> float:
     if n < 2 or not 1 <= k <= n // 2:
         return math.nan
     tail = sum(math.comb(n, i) for i in range(k))  # P(B ≤ k-1) × 2^n
-    return 1.0 - 2.0 * tail / 2 ** n
+    return _level(n, tail)
+
+
+def _level(n: int, tail: int) -> float:
+    """1 - 2 tail / 2^n, the quotient of the two integers rounded once (a float of 2^n overflows from n = 1024)."""
+    return 1.0 - (2 * tail) / (1 << n)
 
 
 def median_ci_rank(n: int, ci: float = CI) -> int:
-    """k of the narrowest [x(k), x(n+1-k)] with coverage ≥ ci; 1 (min–max) when none reaches ci; 0 for n < 2."""
+    """k of the narrowest [x(k), x(n+1-k)] with coverage ≥ ci; 1 (min–max) when none reaches ci; 0 for n < 2.
+    The binomial tail is summed once, term by term (exact integers, any n)."""
     if n < 2:
         return 0
-    k = 1
-    while k + 1 <= n // 2 and median_ci_level(n, k + 1) >= ci:
+    k, term, tail = 1, n, 1   # term = C(n, k), tail = the sum of C(n, i) for i < k
+    while k + 1 <= n // 2:
+        tail += term            # now the sum of C(n, i), i ≤ k: the tail of k + 1
+        if _level(n, tail) < ci:
+            break
+        term = term * (n - k) // (k + 1)
         k += 1
     return k
 

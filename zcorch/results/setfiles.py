@@ -40,6 +40,12 @@ MAX_LINE_BYTES = 4 * 1024 ** 2            # one record of runs.jsonl, baselines.
 MAX_RECORDS = 10_000_000                  # records of one JSON-lines file (1M runs, resumed many times)
 MAX_SAMPLE_RECORDS = 2_000_000            # lines of one samples file
 MAX_CACHE_BYTES = 64 * 1024 ** 3          # runs.parquet
+# runs.jsonl holds at most what its set's plan.json can give rise to: every planned run, re-done by --resume
+# up to RETRY_FACTOR times in all, plus RETRY_SLACK; a set without plan.json at most MAX_RECORDS_UNPLANNED.
+RETRY_FACTOR = 4
+RETRY_SLACK = 64
+MAX_RECORDS_UNPLANNED = 100_000
+PLAN_NAME = "plan.json"
 _CHUNK = 1024 ** 2
 
 
@@ -106,6 +112,19 @@ def open_inside(root: PathLike, rel: str) -> int:
     return fd
 
 
+def dir_beneath(root: PathLike, rel: object) -> str:
+    """root/rel for a directory named by a file (a fleet.json pair's `dir`): a plain relative path (no `..`, no
+    absolute path) that, links resolved, stays beneath root; ResultsError otherwise."""
+    if not isinstance(rel, str) or not rel:
+        raise ResultsError(f"{root}: `{rel}` is not a directory name: not read")
+    parts = _parts(rel.rstrip("/"), root)
+    path = os.path.join(os.fspath(root), *parts)
+    base = os.path.realpath(os.fspath(root))
+    if os.path.commonpath([base, os.path.realpath(path)]) != base:
+        raise ResultsError(f"{path}: leads outside {root} (a link): not read")
+    return path
+
+
 def fd_path(fd: int) -> str:
     """A path that opens exactly the file of `fd` again (for readers that take only a path, e.g. Arrow)."""
     return f"/proc/self/fd/{fd}"
@@ -132,12 +151,44 @@ def read_json(root: PathLike, rel: str, limit: int = MAX_JSON_BYTES) -> Any:
     return json.loads(read_bytes(root, rel, limit))
 
 
+def planned_runs(root: PathLike) -> Optional[int]:
+    """How many runs the set's plan.json lists (None when it has none; ResultsError when it is not a list)."""
+    try:
+        plan = read_json(root, PLAN_NAME, MAX_PLAN_BYTES)
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        raise ResultsError(f"{os.path.join(os.fspath(root), PLAN_NAME)}: not JSON: not read") from None
+    if not isinstance(plan, list):
+        raise ResultsError(f"{os.path.join(os.fspath(root), PLAN_NAME)}: not a list of runs: not read")
+    return len(plan)
+
+
+def run_record_limit(root: PathLike) -> Tuple[int, str]:
+    """(the most records runs.jsonl of set `root` may hold, why): what its plan can hold, planned runs x
+    RETRY_FACTOR + RETRY_SLACK (at most MAX_RECORDS); MAX_RECORDS_UNPLANNED without a plan.json."""
+    n = planned_runs(root)
+    if n is None:
+        return MAX_RECORDS_UNPLANNED, f"the set has no {PLAN_NAME}"
+    limit = min(MAX_RECORDS, n * RETRY_FACTOR + RETRY_SLACK)
+    return limit, f"its {PLAN_NAME} lists {n} runs (at most {RETRY_FACTOR} records a run, +{RETRY_SLACK})"
+
+
+def iter_runs_lines(root: PathLike, rel: str) -> Iterator[Tuple[int, bytes, bool]]:
+    """iter_lines of a set's runs.jsonl, refused (ResultsError, with the reason) at the first record beyond
+    what the set's plan can hold (run_record_limit): nothing past the bound is parsed or kept."""
+    limit, why = run_record_limit(root)
+    return iter_lines(root, rel, max_records=limit, refuse_beyond=why)
+
+
 def iter_lines(root: PathLike, rel: str, max_line: int = MAX_LINE_BYTES, max_records: int = MAX_RECORDS,
-               skipped: Callable[[str], None] = _skipped, offset: int = 0) -> Iterator[Tuple[int, bytes, bool]]:
+               skipped: Callable[[str], None] = _skipped, offset: int = 0,
+               refuse_beyond: Optional[str] = None) -> Iterator[Tuple[int, bytes, bool]]:
     """(line number, line, terminated) of a JSON-lines file, streamed. A line longer than `max_line` is
-    skipped (read past in chunks, never held); after `max_records` non-empty lines the rest is skipped;
-    both are reported through `skipped` once per file. No file: nothing. `offset`: read from that byte on
-    (the start of a line; line numbers then count from there)."""
+    skipped (read past in chunks, never held); after `max_records` non-empty lines the rest is skipped
+    (refuse_beyond, the reason of the bound: the whole file is refused instead, ResultsError); both are
+    reported through `skipped` once per file. No file: nothing.
+    `offset`: read from that byte on (the start of a line; line numbers then count from there)."""
     try:
         fd = open_inside(root, rel)
     except FileNotFoundError:
@@ -164,6 +215,9 @@ def iter_lines(root: PathLike, rel: str, max_line: int = MAX_LINE_BYTES, max_rec
                 continue
             count += 1
             if count > max_records:
+                if refuse_beyond is not None:
+                    raise ResultsError(f"{where}: more than {max_records} records, more than {refuse_beyond} "
+                                       "can hold: not read")
                 skipped(f"{where}: more than {max_records} records: those from line {lineno} on were skipped")
                 break
             yield lineno, line, line.endswith(b"\n")

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import stat
+import time
 from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError, ResultSetBusy, ResultsWriteError
@@ -44,6 +45,18 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="microseconds")
 
 
+def clock_stamp() -> dict:
+    """What orders sets created on this boot even when the wall clock is set back (`created` is the wall clock):
+    the boot id and CLOCK_BOOTTIME (monotonic, counts suspend, never goes back within a boot), the manifest's
+    `clock` (zcorch.analysis.history.clock_problems). Empty where the system has neither."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot_id = f.read().strip()
+        return {"boot_id": boot_id, "boottime_ns": time.clock_gettime_ns(time.CLOCK_BOOTTIME)}
+    except (OSError, AttributeError):
+        return {}
+
+
 def write_text_atomic(path: str, text: str) -> None:
     """Replace `path` with `text` without ever leaving a half-written file: an exclusive temporary (random
     name, O_EXCL|O_NOFOLLOW, fsynced) renamed over it, so nothing is written through a planted link; a
@@ -61,10 +74,14 @@ def read_jsonl(path: str) -> List[dict]:
 
     A bad line anywhere else is corruption, not a crash artefact, and raises ResultsError. The file is read
     as zcorch.results.setfiles reads a result set's files: a regular file (no link followed), streamed, with
-    overlong lines and records beyond the bound skipped and said (SkippedWarning).
+    overlong lines and records beyond the bound skipped and said (SkippedWarning); a runs.jsonl with more
+    records than its set's plan can hold is refused (ResultsError, setfiles.run_record_limit).
     """
     records = []
-    for lineno, raw, terminated in setfiles.iter_lines(os.path.dirname(path) or ".", os.path.basename(path)):
+    root, name = os.path.dirname(path) or ".", os.path.basename(path)
+    # runs.jsonl: refused beyond what its plan can hold (setfiles.run_record_limit)
+    lines = setfiles.iter_runs_lines(root, name) if name == RUNS else setfiles.iter_lines(root, name)
+    for lineno, raw, terminated in lines:
         try:
             records.append(json.loads(raw))
         except ValueError:
@@ -244,7 +261,7 @@ class ResultSet:
                 f.write(source_bytes)
         write_json_atomic(os.path.join(directory, PLAN), plan_runs)
         manifest = {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "created": utc_now(),
+            "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "clock": clock_stamp(), "created": utc_now(),
             "finished": None, "zcorch_version": zcorch_version, "git_revision": git_revision,
             "command": list(command), "accept_new_host_keys": bool(accept_new_host_keys),
             "experiment_file": EXPERIMENT, "status": "running",

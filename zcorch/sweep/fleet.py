@@ -261,8 +261,9 @@ def load_fleet(directory: str) -> dict:
 
 
 def pair_dirs(directory: str) -> Dict[str, str]:
-    """pair -> its result set's path, from a fleet directory's manifest (file order)."""
-    return {p["pair"]: os.path.join(directory, p["dir"]) for p in load_fleet(directory)["pairs"]}
+    """pair -> its result set's path, from a fleet directory's manifest (file order); a `dir` that is not a
+    directory beneath the fleet's (`../x`, an absolute path, a link out) is refused (setfiles.dir_beneath)."""
+    return {p["pair"]: setfiles.dir_beneath(directory, p["dir"]) for p in load_fleet(directory)["pairs"]}
 
 
 # ---------------------------------------------------------------------------------------------

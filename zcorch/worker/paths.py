@@ -117,7 +117,10 @@ def device_problem(path: str, allowed: "Iterable[str]") -> "Optional[str]":
     kind = "block" if stat.S_ISBLK(st.st_mode) else "character"
     real = resolve(path)
     shown = path if real == path else f"{path} (resolves to {real})"
-    return f"{shown} is a {kind} device, not one of {', '.join(allowed)}"
+    allowed = list(allowed)
+    if not allowed:
+        return f"{shown} exists and is a {kind} device, not a regular file (no device is allowed here)"
+    return f"{shown} exists and is a {kind} device, not one of {', '.join(allowed)}"
 
 
 def check(path: "Optional[str]", what: str, devices: "Iterable[str]" = (), allow_devices: bool = False) -> None:
