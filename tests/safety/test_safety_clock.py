@@ -51,3 +51,12 @@ def test_history_flags_a_sweep_dated_before_one_made_earlier_and_cannot_tell(tmp
     assert "clock was set back" in p.stdout.splitlines()[-1] and str(late) in p.stdout.splitlines()[-1]
     assert f"clock set back: {late}" in p.stderr
     assert "clock was set back" in (site / "index.html").read_text()
+
+
+def test_a_regression_still_wins_over_an_untrusted_order():
+    from zcorch.analysis.gate import EXIT_CANNOT_TELL, EXIT_OK, EXIT_REGRESSION, Gate
+    from zcorch.analysis.history import _also_cannot_tell
+
+    bad = _also_cannot_tell(Gate(EXIT_REGRESSION, "1 cell(s) regressed: x"), "exp: clock set back")
+    assert bad.code == EXIT_REGRESSION and bad.reason == "1 cell(s) regressed: x; also cannot tell: exp: clock set back"
+    assert _also_cannot_tell(Gate(EXIT_OK, "fine"), "exp: clock set back").code == EXIT_CANNOT_TELL

@@ -56,7 +56,7 @@ from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.sparkline import sparkline
 from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
-from zcorch.analysis.gate import (CANNOT_TELL, EXIT_CANNOT_TELL, EXIT_OK, Completeness, Gate, completeness,
+from zcorch.analysis.gate import (CANNOT_TELL, EXIT_CANNOT_TELL, EXIT_OK, EXIT_REGRESSION, Completeness, Gate, completeness,
                                   experiment_gates, format_detectable, sees)
 from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_many, point_sigmas, start_fits
 from zcorch.analysis.trendplot import TrendSpec, TrendWorkers, draw_trend, png
@@ -597,12 +597,15 @@ class History:
             overall, each = experiment_gates(self.experiments)
             each = dict(each)
             for name, problems in self.clock_problems.items():
-                each[name] = Gate(EXIT_CANNOT_TELL, f"{name}: the order of its sweeps cannot be trusted: {problems[0]}"
-                                  + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+                why = (f"{name}: the order of its sweeps cannot be trusted: {problems[0]}"
+                       + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+                each[name] = _also_cannot_tell(each.get(name), why)
             if self.clock_problems:
                 first = sorted(self.clock_problems)
-                overall = Gate(EXIT_CANNOT_TELL, "; ".join(each[n].reason for n in first[:2])
-                               + (f"; and {len(first) - 2} more series" if len(first) > 2 else ""))
+                why = ("; ".join(f"{n}: the order of its sweeps cannot be trusted: {self.clock_problems[n][0]}"
+                                 for n in first[:2])
+                       + (f"; and {len(first) - 2} more series" if len(first) > 2 else ""))
+                overall = _also_cannot_tell(overall, why)
             self._gates = (overall, each)
         return self._gates
 
@@ -781,6 +784,13 @@ def page_context(history: History, out_dir: Path) -> dict:
             "experiments": experiments, "warnings": history.warnings, "bad": history.bad,
             "gate": _gate_view(overall),
             "n_sweeps": history.n_sweeps, "trend_plots_max": TREND_PLOTS_MAX}
+
+
+def _also_cannot_tell(gate: "Optional[Gate]", why: str) -> Gate:
+    """`gate` with `why` it cannot tell added: a regression still wins (exit 1, the reason names both)."""
+    if gate is not None and gate.code == EXIT_REGRESSION:
+        return Gate(EXIT_REGRESSION, f"{gate.reason}; also cannot tell: {why}", gate.detectable_pct)
+    return Gate(EXIT_CANNOT_TELL, why, gate.detectable_pct if gate is not None else math.nan)
 
 
 def _gate_view(gate: Gate) -> dict:
