@@ -123,16 +123,20 @@ def judge(base: np.ndarray, cand: np.ndarray, higher_better: bool, threshold_pct
     change = (c_med - b_med) / b_med * 100 if b_med else math.nan
     worse = change < 0 if higher_better else change > 0
     detectable = detectable_change_pct(base, cand, alpha, POWER)
-    needs = _needs(base, cand, threshold_pct, alpha) if not detectable <= threshold_pct else ""
     n_base, n_cand = int(np.count_nonzero(~np.isnan(base))), int(np.count_nonzero(~np.isnan(cand)))
     if not test_all and abs(change) <= threshold_pct and detectable <= threshold_pct:
-        return Judgement(UNCHANGED, change, math.nan, "not tested (within the threshold)", detectable, needs)
+        return Judgement(UNCHANGED, change, math.nan, "not tested (within the threshold)", detectable)
     if not test_all and not can_be_significant(n_base, n_cand, alpha):
-        return Judgement(CANNOT_TELL, change, math.nan,
-                         f"not tested ({n_base} against {n_cand} runs cannot reach p < {alpha})", detectable, needs)
-    mw = mann_whitney_u(base, cand)
-    verdict = cell_verdict(change, mw.p_value, alpha, threshold_pct, detectable, worse)
-    return Judgement(verdict, change, mw.p_value, mw.description, detectable, needs)
+        verdict, p_value = CANNOT_TELL, math.nan
+        test = f"not tested ({n_base} against {n_cand} runs cannot reach p < {alpha})"
+    else:
+        mw = mann_whitney_u(base, cand)
+        verdict, p_value, test = cell_verdict(change, mw.p_value, alpha, threshold_pct, detectable, worse), \
+            mw.p_value, mw.description
+    # what would decide it: asked only of a cell that cannot tell with too little to see the threshold
+    undecidable = verdict == CANNOT_TELL and not detectable <= threshold_pct
+    needs = _needs(base, cand, threshold_pct, alpha) if undecidable else ""
+    return Judgement(verdict, change, p_value, test, detectable, needs)
 
 
 def _needs(base: np.ndarray, cand: np.ndarray, threshold_pct: float, alpha: float) -> str:
