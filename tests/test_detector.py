@@ -210,7 +210,7 @@ def test_borrowing_the_spread_cuts_the_false_alarms_of_spurious_levels():
                 base = np.concatenate([runs[i] for i in c.baseline])
                 runs_rule += judge(base, runs[t], True, 3.0, 0.01).verdict == "regressed"
     assert alarms <= 0.015 * judged, (alarms, judged)
-    assert young >= 5, young   # the fit did split series: the borrowing was exercised
+    assert young >= 3, young   # the fit did split series: the borrowing was exercised
     assert runs_rule >= 2 and young_alarms <= runs_rule // 2, (young, young_alarms, runs_rule)
 
 
@@ -303,3 +303,40 @@ def test_cell_verdict_rule():
     assert _cell_verdict(-1.0, 0.2, 0.01, 3.0, math.inf, True) == "cannot tell"
     assert _cell_verdict(-1.0, 0.2, 0.01, 3.0, math.nan, True) == "cannot tell"
     assert _cell_verdict(math.nan, math.nan, 0.01, 3.0, 1.0, True) == "cannot tell"
+
+
+def test_a_short_level_is_held_to_the_spread_successive_nights_show(monkeypatch):
+    """No change, but nights drawn from four machine states as far apart as this machine's unpinned
+    write->read sweeps (their medians 9.61, 4.52, 8.01, 6.35 Gbit/s, relative to their mean): the fit cuts
+    such a series where a few nights happened to land high, and those short levels' own spread is far below
+    the machine's. Held to the spread successive nights show (moving_range_spread), at most 1 night in 100
+    alarms; without that floor the same series alarm clearly more often."""
+    import zcorch.analysis.detector as det
+
+    states = np.array([9.61, 4.52, 8.01, 6.35]) / 7.12
+    def alarms():
+        count = judged = 0
+        for seed in range(40):
+            rng = np.random.default_rng(700 + seed)
+            runs = series(list(10.0 * rng.choice(states, 30)), runs_per_night=12, run_sd=0.05, seed=700 + seed)
+            for t in range(10, 30):
+                count += decide(runs[:t + 1]).bad
+                judged += 1
+        return count, judged
+
+    held, judged = alarms()
+    assert held <= judged / 100, (held, judged)
+    monkeypatch.setattr(det, "SHORT_LEVEL", 0)
+    unheld, _ = alarms()
+    assert unheld >= held + 3, (held, unheld)
+
+
+def test_the_moving_range_spread_sees_across_a_step():
+    """One step moves one successive difference only: the spread of normal nights around two levels is
+    their own, not the step's; fewer than MIN_NIGHTS + 1 nights tell none."""
+    from zcorch.analysis.detector import moving_range_spread
+
+    rng = np.random.default_rng(5)
+    y = np.concatenate([10 * (1 + 0.02 * rng.standard_normal(40)), 6 * (1 + 0.02 * rng.standard_normal(40))])
+    assert 0.014 < moving_range_spread(y, range(80)) < 0.028
+    assert moving_range_spread(y, range(MIN_NIGHTS)) == 0.0

@@ -51,6 +51,10 @@ median of its ok runs, and its noise is how much earlier nights' medians spread:
   A regression is reported as long as the newest night stays below the stable level before its change
   point, "since" the first night of the change.
 
+A level shorter than SHORT_LEVEL nights is held to at least the spread successive nights of the whole
+earlier history show (`moving_range_spread`): a fit that cut a lumpy history where a few nights happened to
+land high leaves a short level whose own spread is a fraction of the machine's (docs/nightly.md).
+
 A level younger than MIN_NIGHTS nights (after a change point, real or found in noise) borrows the spread
 its cell's nights show at its other levels (`pooled_spread`: relative to each level, pooled, with its degrees
 of freedom), when they have at least MIN_NIGHTS − 1 of them: how much nights spread belongs to the machine and
@@ -98,6 +102,8 @@ REJECT_MADS = 5.0             # a baseline night further than this many MAD-sds 
 MAD_TO_SD = 1 / float(scipy.special.ndtri(0.75))   # the MAD of normal data times this is its sd (scale="normal";
 # scipy.stats.norm.ppf is ndtri)
 REJECT_FROM = 8               # ...from this many baseline nights on (the MAD of fewer is too unsure to judge one)
+# A level shorter than this is held to the spread successive nights of the whole earlier history show (below)
+SHORT_LEVEL = 12
 NIGHTLY = "nightly"
 RUNS = "runs"
 
@@ -159,6 +165,23 @@ def stable_baselines(fit: StepFit, has_ok: Sequence[int], last: int) -> "List[tu
 class PooledSpread:
     rel: float   # the sd of nightly medians about their level's mean, relative to that mean
     df: int      # its degrees of freedom: nights minus levels
+
+
+def moving_range_spread(median: np.ndarray, nights: Sequence[int]) -> float:
+    """The nightly spread, relative to the level, that successive `nights` show: von Neumann's estimate
+    (the root mean square of successive relative differences over √2) without the largest difference, 0 with
+    fewer than MIN_NIGHTS + 1 nights. Why: a step moves one difference only, so this sees the night-to-night
+    spread across the levels a change-point fit cuts, whatever the nights' shape (a machine of a few states
+    too, where the median difference is often that of two nights of one state); a fit that cut a lumpy
+    history where nights happened to differ leaves short levels whose own spread is far too small."""
+    y = np.asarray([median[i] for i in nights], dtype="float64")
+    if len(y) < MIN_NIGHTS + 1:
+        return 0.0
+    mid = (y[1:] + y[:-1]) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.abs(np.diff(y)) / np.abs(mid)
+    d = np.sort(d[np.isfinite(d)])[:-1]
+    return math.sqrt(float(np.mean(d ** 2)) / 2) if len(d) else 0.0
 
 
 def pooled_spread(median: np.ndarray, fit: StepFit, nights: Sequence[int]) -> Optional[PooledSpread]:
@@ -227,13 +250,14 @@ def needs_text(res: "NightlyTest", threshold_pct: float, alpha: float) -> str:
 def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequence[float],
                  judged_sd: Sequence[float], higher_better: bool, threshold_pct: float, alpha: float,
                  n_tests: int = 1, borrowed: "Optional[PooledSpread]" = None,
-                 weight: Optional[float] = None) -> NightlyTest:
+                 weight: Optional[float] = None, floor_rel: float = 0.0) -> NightlyTest:
     """The judged nights' medians (`judged`, 1 to WINDOW of them) against the baseline nights' medians
     (`base`): the rule of the module docstring. `*_sd`: each night's sampling sd of its median (from its
     interval, NaN when it has none); `weight`: this window's share of alpha (the p-value is divided by it;
     default 1 / `n_tests`, plain Bonferroni over the windows judged); `borrowed`: the cell's nightly spread
     pooled over its other levels, for a baseline too short to tell its own (then one baseline night is
-    enough, and the t has the pooled degrees of freedom)."""
+    enough, and the t has the pooled degrees of freedom); `floor_rel`: a spread, relative to the level, below
+    which the one used may not go (moving_range_spread, for a short level)."""
     share = (1.0 / n_tests) if weight is None else float(weight)
     base = np.asarray(base, dtype="float64")
     judged = np.asarray(judged, dtype="float64")
@@ -259,7 +283,7 @@ def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequen
     typical = median_of(finite_sd) if len(finite_sd) else 0.0   # np.nanmedian's value
     own = borrowed.rel * abs(level) if borrowed is not None else float(np.std(kept, ddof=1))
     dof = borrowed.df if borrowed is not None else k - 1
-    spread = max(own, typical, FLOOR_REL * abs(level), 1e-12)
+    spread = max(own, typical, FLOOR_REL * abs(level), floor_rel * abs(level), 1e-12)
     # The excess of a judged night's interval over the baseline's typical one, relative to each night's own
     # level and applied at the baseline's: a night that is 4x higher has a 4x wider interval in absolute
     # terms with the same precision, and must not hide its own rise behind it.
@@ -300,8 +324,9 @@ def method_text(better: str, threshold_pct: float, alpha: float, min_nights: int
             f"2 and 3, against the mean and sd of the nightly medians of the preceding stable segment (nights beyond "
             f"{REJECT_MADS:g} MAD-sds left out): beyond {threshold_pct:g}% and one-sided p < {alpha:g} (t, alpha "
             f"shared {'/'.join(f'{x:g}' for x in WINDOW_WEIGHTS)} by the 1, 2 and 3 nights); within it unchanged only "
-            f"where a {threshold_pct:g}% change was detectable, else cannot tell; a level of fewer than {min_nights} "
-            "nights borrows the spread of the cell's other levels; "
+            f"where a {threshold_pct:g}% change was detectable, else cannot tell; a level of fewer than {SHORT_LEVEL} "
+            "nights is held to at least the spread successive earlier nights show, one of fewer than "
+            f"{min_nights} borrows the spread of the cell's other levels; "
             "with none, the newest night's runs against theirs (two-sided Mann–Whitney U, as zcorch compare)")
 
 
@@ -347,8 +372,11 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
         weighted = all(len(base) >= WEIGHTED_FROM for _, base, _ in windows)
         shares = _shares(len(windows)) if weighted else [1 / len(windows)] * len(windows)
         for (win, base, pooled), share in zip(windows, shares):
+            floor = 0.0
+            if len(base) < SHORT_LEVEL:   # the nights before the judged ones, across the fit's cuts
+                floor = moving_range_spread(median, [i for i in has_ok if i < win[0]])
             res = nightly_test(median[base], sd[base], median[win], sd[win], higher_better, threshold_pct,
-                               alpha, n_tests=len(windows), borrowed=pooled, weight=share)
+                               alpha, n_tests=len(windows), borrowed=pooled, weight=share, floor_rel=floor)
             needs = needs_text(res, threshold_pct, alpha)
             made.append(Comparison(res.verdict, res.change_pct, res.level, res.judged, res.p_value,
                                    nightly_method(alpha), len(base), len(win), list(base),

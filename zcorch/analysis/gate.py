@@ -39,7 +39,7 @@ DEFAULT_ALPHA = 0.05
 # (docs/nightly.md, "How often it is wrong"). Here, not in the detector: the command line reads them without
 # importing numpy.
 HISTORY_THRESHOLD_PCT = 3.0
-HISTORY_ALPHA = 0.005
+HISTORY_ALPHA = 0.007   # spends the false-alarm budget (1 per 100 series-nights) where 0.005 left half of it
 HISTORY_MIN_NIGHTS = 3      # earlier nights at the stable level needed to judge by their spread (docs/nightly.md: 2 alarms
                             # less, but two nights give t one degree of freedom: a -75% night is then not significant)
 
