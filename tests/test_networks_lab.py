@@ -29,8 +29,9 @@ def host_net(lab, role):
     mtu = int(lab.run_in(role, ["cat", f"/sys/class/net/{dev}/mtu"], check=True).stdout)
     cc = lab.run_in(role, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"], check=True).stdout.strip()
     rmem = " ".join(lab.run_in(role, ["cat", "/proc/sys/net/ipv4/tcp_rmem"], check=True).stdout.split())
-    state = [n for n in lab.run_in(role, ["sh", "-c", "ls /root/.cache/zcorch/net/ 2>/dev/null || true"]).stdout.split()
-             if n.startswith("zcorch-net-")]    # the state files (not the lease, zcorch-net.lease)
+    # the state files: root's host-wide one of this namespace (not its lease), and any in the workdir
+    state = lab.run_in(role, ["sh", "-c", "ls /run/zcorch/zcorch-net-$(stat -L -c %i /proc/self/ns/net).json "
+                                          "/root/.cache/zcorch/net/zcorch-net-*.json 2>/dev/null || true"]).stdout.split()
     return mtu, cc, rmem, state
 
 

@@ -3,10 +3,11 @@ the controller's connection before a network or filesystem change and renewed ev
 back by itself when the controller is lost, within zcorch.provision.watchdog.BOUND_S, and the next sweep says
 "restored by watchdog". Real mechanisms on the two-host lab: a `zcorch run` process SIGKILLed mid network group,
 the controller's sshd session processes killed on the receiver (its connection cut, the controller alive), a
-`zcorch run` SIGKILLed with a loop filesystem mounted.
+`zcorch run` SIGKILLed with a loop filesystem mounted, a `zcorch run` SIGSTOPped (its renewals stop, its
+connections stay up).
 
 Each restore time (from the kill to the host as it was) is printed and appended to $ZCORCH_WATCHDOG_TIMES (a
-file) when set; ZCORCH_WATCHDOG_REPEATS=N repeats each scenario N times (the median of docs/safety.md)."""
+file) when set; ZCORCH_WATCHDOG_REPEATS=N repeats each scenario N times (the medians in docs/reproductions-notes.md)."""
 from __future__ import annotations
 
 import os
@@ -19,7 +20,7 @@ import yaml
 from fixtures_fs import host_state
 from fixtures_run import start_zcorch, wait_records
 from test_networks_lab import host_net, write_exp
-from zcorch.provision.watchdog import BOUND_S
+from zcorch.provision.watchdog import BOUND_S, LAPSE_S
 from zcorch.results.store import read_jsonl
 from zcorch.sweep.pipeline import run_sweep
 
@@ -98,6 +99,29 @@ def test_a_sigkilled_controller_mid_network_group_is_restored_by_the_hosts(lab, 
     said = _next_sweep_says_restored_by_watchdog(lab, tmp_path, "after")
     assert len(said) == 2 and all("data0 mtu 9000" in w or "mtu 9000" in w for w in said), said
     assert {r: host_net(lab, r) for r in ROLES} == before
+
+
+@pytest.mark.parametrize("attempt", REPEATS)
+def test_a_hung_controller_stops_renewing_and_the_hosts_restore_after_the_lapse(lab, tmp_path, attempt):
+    """SIGSTOP: the controller's connections stay up (no EOF), only its renewals stop."""
+    before = {r: host_net(lab, r) for r in ROLES}
+    path = write_exp(tmp_path, lab, "hung", {"network": ["mid"]}, repeats=20,
+                     params={"duration": "2s", "timeout": "60s"})
+    p = start_zcorch("lab", "run", path, "-o", tmp_path / "rs1")
+    try:
+        _first_record(p, tmp_path / "rs1" / "runs.jsonl")
+        assert all(host_net(lab, r)[0] == 4000 for r in ROLES)
+        p.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        _until(lambda: all(host_net(lab, r) == before[r] for r in ROLES), BOUND_S)
+        took = time.monotonic() - stopped
+        _note("SIGSTOPped controller (renewals stop, connection up), network", took)
+        assert took >= LAPSE_S - 1.0     # restored by the lapse, not by a connection that ended
+    finally:
+        p.kill()
+        p.wait()
+    said = _next_sweep_says_restored_by_watchdog(lab, tmp_path, "after")
+    assert len(said) == 2 and all(f"no renewal from the controller for {LAPSE_S:g} s" in w for w in said), said
 
 
 @pytest.mark.parametrize("attempt", REPEATS)

@@ -8,7 +8,8 @@ change, renewed every RENEW_S while the controller lives, confirmed once the con
 
 A host whose controller stops renewing restores itself: at once when the connection ends (controller
 killed, SSH session cut: the watchdog's stdin reaches EOF), after LAPSE_S without renewal otherwise (a hung
-controller, a link that died silently). BOUND_S is the bound docs/safety.md states for either, restore included.
+controller, a link that died silently). BOUND_S is the bound docs/experiment-files.md states for either,
+restore included.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from zcorch.worker import watchdog as host_side
 
 RENEW_S = 3.0      # how often the controller renews
 LAPSE_S = 15.0     # renewals missing this long: the host restores itself (five renewals lost in a row)
-BOUND_S = 30.0     # from the controller's loss to a restored host, whatever the cause (docs/safety.md)
+BOUND_S = 30.0     # from the controller's loss to a restored host, whatever the cause (docs/experiment-files.md)
 MODULE = "zcorch.worker.watchdog"
 # Reads one framed program (a byte-count line, then the bytes) from stdin and runs it: the rest of stdin
 # stays the watchdog's (renewals), which `python -c` of a program read to EOF could not give it.

@@ -16,8 +16,8 @@ KIND UNDO, the same undo data the controller would use (written before the first
                        (umount, mdadm --stop, losetup -d, rm, rmdir), only within the run's own directories and
                        loops, as the controller's stale cleanup would (fs_state.Scope)
 
-What it restored goes to `<record dir>/zcorch-watchdog-<netns inode>-<KIND>-<pid>.json` (root: /run/zcorch, the host-wide
-place every controller reads; another user: the undo's own directory), read and removed by the next sweep
+What it restored goes to `<record dir>/zcorch-watchdog-<netns inode>-<KIND>-<pid>.json` (root: /run/zcorch, the
+host-wide place every controller reads; another user: the undo's own directory), read and removed by the next sweep
 (`reports` action), which says "restored by watchdog: ...". It is its own session leader with SIGHUP, SIGINT
 and SIGTERM ignored and writes nothing to its stdout once armed, so neither a dying session nor a terminal
 takes it away before it has restored.
@@ -120,7 +120,8 @@ def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "Optional[str]":
         if res.get("sources") and source not in res["sources"]:
             raise ValueError(f"{mnt} is mounted from {source}, not from zcorch's {res['sources']}: left alone")
         if not (scope.owns(mnt) or source in scope.loops):
-            raise ValueError(f"the mount on {mnt} (of {source}) is not on zcorch's own directories or loops: left alone")
+            raise ValueError(f"the mount on {mnt} (of {source}) is not on zcorch's own directories or loops: "
+                             "left alone")
         for attempt in range(10):   # the killed controller's worker may hold a sink open for a moment
             p = _run(["umount", "--", mnt])
             if p.returncode == 0:
