@@ -113,6 +113,8 @@ def log(msg):
     # A step of zcorch.worker.remote (mount-beneath: the mount) is named by its action.
     if kill_at and (msg.startswith("[" + host.name + "] " + kill_at + " ")
                     or kill_at == "mount-beneath" and " mount-beneath " in msg):
+        # its host's watchdog dies first (else it undoes everything at once): left for the stale cleanup
+        fm._watchdog.proc.kill_group()
         os.kill(os.getpid(), signal.SIGKILL)
 fm = FilesystemManager(host, filesystems_from_mapping(configs), state_dir, log=log)
 for name in configs:

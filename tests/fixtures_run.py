@@ -224,3 +224,30 @@ def other_user():
     finally:
         subprocess.run(["userdel", "--remove", name], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+WATCHDOG_MARKER = b"zcorch/worker/watchdog.py"
+
+
+def kill_watchdogs(pids, marker: str = "") -> list:
+    """SIGKILL the host watchdogs (zcorch.worker.watchdog) among `pids` whose command line holds `marker` (an
+    undo path): a host whose watchdog died too (the OOM killer, a reboot's race), so that what a killed
+    controller leaves stays for the stale cleanup the test is about. Returns the pids killed."""
+    killed = []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if WATCHDOG_MARKER in cmd and marker.encode() in cmd:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+    return killed
+
+
+def all_pids() -> list:
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]

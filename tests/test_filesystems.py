@@ -15,6 +15,7 @@ import pytest
 from conftest import require_tool
 from fixtures_fs import (SMALL_CONFIGS, external_loop, fs_uuid, host_state, mounted, start_provisioner, worker_sink,
                          write_sink)
+from fixtures_run import all_pids, kill_watchdogs
 from fixtures_worker import needs_native
 from zcorch.config.filesystems import FilesystemConfig, filesystems_from_mapping
 from zcorch.errors import HostError
@@ -297,6 +298,8 @@ def test_cleanup_stale_after_a_sigkilled_controller(host, before, fs_state_dir, 
             # While the controller lives, cleanup leaves its filesystems alone.
             assert FilesystemManager.cleanup_stale(host, fs_state_dir) == []
             assert host.run(["findmnt", "--mountpoint", lines[0]]).ok
+            # the host's watchdog dies first (else it undoes everything at once): left for cleanup_stale
+            assert len(kill_watchdogs(all_pids(), fs_state_dir)) == 1
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
     finally:

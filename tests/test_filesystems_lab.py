@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from fixtures_fs import SMALL_CONFIGS, host_state, start_provisioner, write_sink
+from fixtures_run import kill_watchdogs
 from zcorch.config.filesystems import filesystems_from_mapping
 from zcorch.provision.filesystems import FilesystemManager
 
@@ -54,6 +55,7 @@ def test_cleanup_stale_over_ssh_after_a_sigkilled_controller(receiver, lab):
         lines = [proc.stdout.readline().strip() for _ in range(3)]
         assert lines[-1] == "ready", proc.stderr.read()
         assert receiver.run(["findmnt", "--mountpoint", lines[0]]).ok
+        assert len(kill_watchdogs(lab.pids_in("receiver"))) == 1   # else it undoes all at once: left for cleanup
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:

@@ -7,7 +7,7 @@ import os
 import pytest
 import yaml
 
-from fixtures_run import start_zcorch, wait_records
+from fixtures_run import kill_watchdogs, start_zcorch, wait_records
 from zcorch.results.store import read_jsonl
 from zcorch.sweep.pipeline import run_sweep
 
@@ -29,8 +29,9 @@ def host_net(lab, role):
     mtu = int(lab.run_in(role, ["cat", f"/sys/class/net/{dev}/mtu"], check=True).stdout)
     cc = lab.run_in(role, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"], check=True).stdout.strip()
     rmem = " ".join(lab.run_in(role, ["cat", "/proc/sys/net/ipv4/tcp_rmem"], check=True).stdout.split())
-    state = [n for n in lab.run_in(role, ["sh", "-c", "ls /root/.cache/zcorch/net/ 2>/dev/null || true"]).stdout.split()
-             if n.startswith("zcorch-net-")]    # the state files (not the lease, zcorch-net.lease)
+    # the state files: root's host-wide one of this namespace (not its lease), and any in the workdir
+    state = lab.run_in(role, ["sh", "-c", "ls /run/zcorch/zcorch-net-$(stat -L -c %i /proc/self/ns/net).json "
+                                          "/root/.cache/zcorch/net/zcorch-net-*.json 2>/dev/null || true"]).stdout.split()
     return mtu, cc, rmem, state
 
 
@@ -103,6 +104,8 @@ def test_a_killed_sweep_is_restored_by_the_next_run_and_by_lab_down(lab, tmp_pat
         try:
             wait_records(out / "runs.jsonl", 1, timeout=120)
         finally:
+            # the hosts' watchdogs die first (else they restore at once): what is left is for lab down / the next run
+            assert len(kill_watchdogs(lab.pids_in("sender") + lab.pids_in("receiver"))) == 2
             p.kill()   # SIGKILL: no finally block of the controller runs
             p.wait()
         for role in ("sender", "receiver"):
@@ -131,6 +134,7 @@ def test_a_killed_sweep_is_restored_by_the_next_run_and_by_lab_down(lab, tmp_pat
         with pytest.raises(Exception, match="another sweep"):
             run_sweep(str(small), output=str(tmp_path / "rs5"))
     finally:
+        kill_watchdogs(lab.pids_in("sender") + lab.pids_in("receiver"))
         p.kill()
         p.wait()
     for role in ("sender", "receiver"):

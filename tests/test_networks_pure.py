@@ -174,6 +174,7 @@ def test_dry_run_shows_the_commands_and_changes_nothing(tmp_path):
     with open("/sys/class/net/lo/mtu") as f:
         assert f.read() == mtu_before
     assert not os.path.exists(os.path.expanduser("~/.cache/zcorch/net/zcorch-net-%d.json" % netcfg.netns_id()))
+    assert not os.path.exists(netcfg.state_path("~/.cache/zcorch/net"))   # root's, host-wide
 
 
 @pytest.mark.root

@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from fixtures_run import REPO, start_zcorch, wait_records
+from fixtures_run import REPO, kill_watchdogs, start_zcorch, wait_records
 from test_networks_lab import NETWORKS, OTHER_CC, host_net, write_exp
 from zcorch.errors import PreflightError
 from zcorch.results.store import read_jsonl
@@ -154,6 +154,8 @@ def test_a_killed_sweeps_network_is_restored_by_a_sweep_without_networks(lab, tm
     try:
         wait_records(tmp_path / "rs1" / "runs.jsonl", 1, timeout=120)
     finally:
+        # the hosts' watchdogs die first (else they restore at once): the leftovers are the next sweep's
+        assert len(kill_watchdogs(lab.pids_in("sender") + lab.pids_in("receiver"))) == 2
         p.kill()   # SIGKILL mid network group: nothing of the controller's teardown runs
         p.wait()
     for role in ROLES:

@@ -92,3 +92,65 @@ def test_a_second_sweep_with_another_workdir_cannot_change_the_mtu_under_a_live_
                 p.wait()
         subprocess.run(["ip", "netns", "delete", ns], check=False)
         time.sleep(0.1)
+
+
+PLAIN = """name: plain
+params:
+  bytes: 1MiB
+  source: /dev/zero
+  timeout: 30s
+matrix:
+  send_mode: [write]
+"""
+
+
+@pytest.mark.root
+def test_a_killed_sweeps_network_is_restored_by_a_sweep_with_another_workdir(tmp_path, tag):
+    """The network state lives beside the host-wide lease, not in the killed sweep's workdir: a later sweep
+    naming another workdir finds and restores it before it measures (here the killed sweep's watchdog is
+    killed first, so the leftover stays for the next sweep)."""
+    if shutil.which("ip") is None:
+        pytest.skip("needs ip(8) (iproute2)")
+    from fixtures_run import kill_watchdogs
+
+    ns = f"zc-lease-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    a = None
+    try:
+        _in_ns(ns, "ip", "link", "set", "lo", "up")
+        before = _lo_mtu(ns)
+
+        def env(name):
+            home = tmp_path / f"home-{name}"   # localhost's workdir is ~/.cache/zcorch: another one per sweep
+            home.mkdir()
+            return dict(os.environ, PYTHONPATH=REPO, HOME=str(home), **{TAG_VAR: tag})
+
+        exp = tmp_path / "a.yaml"
+        exp.write_text(EXP.format(name="a", mtu=1400))
+        a = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "zcorch", "run", str(exp), "-o",
+                              str(tmp_path / "rs-a")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env("a"), cwd=REPO)
+        wait_records(tmp_path / "rs-a" / "runs.jsonl", 1)
+        assert _lo_mtu(ns) == 1400
+        pids = [int(p) for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                                               check=True).stdout.split()]
+        assert len(kill_watchdogs(pids)) == 1
+        a.kill()
+        a.wait()
+        assert _lo_mtu(ns) == 1400          # left behind
+        plain = tmp_path / "plain.yaml"
+        plain.write_text(PLAIN)
+        b = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "zcorch", "run", str(plain), "-o",
+                            str(tmp_path / "rs-b")], capture_output=True, text=True, env=env("b"), cwd=REPO,
+                           timeout=180)
+        assert b.returncode == 0, b.stderr[-3000:]
+        assert "restored a previous controller's network leftover" in b.stderr and "lo mtu" in b.stderr, b.stderr
+        assert _lo_mtu(ns) == before
+        rec = json.loads((tmp_path / "rs-b" / "runs.jsonl").read_text().splitlines()[0])
+        assert rec["status"] == "ok"
+        assert wait_no_workers(tag, 5.0) == []
+    finally:
+        if a is not None and a.poll() is None:
+            a.kill()
+            a.wait()
+        subprocess.run(["ip", "netns", "delete", ns], check=False)

@@ -341,7 +341,9 @@ def _run(args: argparse.Namespace, observer: SweepObserver, command: List[str]):
     if args.fleet_lock_dir:
         from zcorch.sweep.fleet import LockingObserver
 
-        observer = LockingObserver(observer, args.fleet_lock_dir, args.fleet_lock)
+        pair_dir = os.path.abspath(args.output or args.resume or ".")   # FLEET/PAIR: named to those who wait
+        observer = LockingObserver(observer, args.fleet_lock_dir, args.fleet_lock,
+                                   who={"fleet": os.path.dirname(pair_dir), "pair": os.path.basename(pair_dir)})
     return run_sweep(args.file, output=args.output, resume=args.resume,
                      accept_new_host_keys=args.accept_new_host_keys, dry_run=args.dry_run,
                      observer=observer, command=command, hosts=hosts_from_args(args), overrides=args.overrides,

@@ -50,6 +50,7 @@ from zcorch.provision.fs_state import (ACTIVE_TOKENS, STATE_PREFIX, Lease, Scope
                                       owner_alive, undo_resources, untrusted)
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import RemoteCommand, host_python, remote_command
+from zcorch.provision.watchdog import Watchdog
 from zcorch.units import format_size
 
 Log = Callable[[str], None]
@@ -115,6 +116,7 @@ class FilesystemManager:
         self._mounted: dict = {}        # name -> mountpoint, in provisioning order
         self._descriptions: dict = {}
         self.lease: Optional[Lease] = None   # the sweep's hold on the receiver (zcorch.sweep.pipeline takes it)
+        self._watchdog: Optional[Watchdog] = None   # armed with the state file (zcorch.provision.watchdog)
 
     def leftovers(self) -> "list[str]":
         """What stays provisioned if the teardown stops now, and how to undo it (a third Ctrl-C)."""
@@ -337,6 +339,9 @@ class FilesystemManager:
         """The state file, created with the session directory on first use (its own dirs recorded too)."""
         if self._state is None:
             state = StateFile(self.host, self.state_dir, self.token)
+            # Before the first change: a controller lost from here on leaves a host that undoes it by itself.
+            self._watchdog = Watchdog.arm(self.host, host_python(self.host), "fs", state.path,
+                                          {**state.data["owner"], "token": self.token})
             session = self._session_dir()
             # Only the session directory is recorded: the state directory itself is where state
             # files live, like a cache directory it stays.
@@ -489,6 +494,9 @@ class FilesystemManager:
                             f"for cleanup_stale): {'; '.join(errors)}")
         self._state.delete()
         self._state = None
+        if self._watchdog is not None:   # all undone by us: the watchdog stands down
+            self._watchdog.confirm()
+            self._watchdog = None
         ACTIVE_TOKENS.discard(self.token)
 
     @staticmethod

@@ -41,6 +41,7 @@ from zcorch.hosts.local import Host
 from zcorch.hosts.parallel import per_host
 from zcorch.provision.fs_state import HOST_LEASE_DIR, Lease, controller_alive
 from zcorch.provision.remote_call import remote_command, remote_json, run_remote
+from zcorch.provision.watchdog import Watchdog
 from zcorch.worker.netcfg import mtu_problem, sysctl_refusal
 
 MODULE = "zcorch.worker.netcfg"
@@ -67,6 +68,7 @@ class _Target:
         self.roles, self.host, self.python, self.peer, self.state_dir = roles, host, python, peer, state_dir
         self.applied = False
         self.facts: Dict[str, Any] = {}
+        self.watchdog: Optional[Watchdog] = None   # armed before the first change, confirmed after the restore
 
     @property
     def name(self) -> str:
@@ -318,6 +320,8 @@ class NetworkManager:
                 self.log(f"(dry run) {line}")
         try:
             for t in self.targets:
+                if not self.dry_run and t.watchdog is None:   # the host restores itself if we are lost from here on
+                    t.watchdog = Watchdog.arm(t.host, t.python, "net", t.state_dir, self.owner)
                 t.applied = True   # before the call: a failure half-way leaves a state file to restore from
                 if self.dry_run:   # the recording host shows the command; nothing runs
                     run_remote(t.host, "apply", t.state_dir, t.peer, spec, owner, python=t.python, module=MODULE)
@@ -380,10 +384,15 @@ class NetworkManager:
                 for t in self.targets if t.applied and not self.dry_run]
 
     def teardown_all(self) -> None:
-        """restore(), for every exit path (idempotent)."""
+        """restore(), for every exit path (idempotent); then each host's watchdog is confirmed (one whose host
+        could not be restored stays armed: it restores the host itself once this controller is gone)."""
         try:
             self.restore()
         finally:
+            for t in self.targets:
+                if not t.applied and t.watchdog is not None:
+                    t.watchdog.confirm()
+                    t.watchdog = None
             if not any(t.applied for t in self.targets):
                 ACTIVE_TOKENS.discard(self.token)
 

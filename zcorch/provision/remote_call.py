@@ -25,13 +25,14 @@ import zcorch
 from zcorch.config.hosts import DEFAULT_PYTHON
 from zcorch.hosts.interpreter import python_argv
 from zcorch.hosts.local import CommandResult, Host
-from zcorch.worker import netcfg, remote
+from zcorch.worker import netcfg, remote, watchdog
 
 # Localhost imports the module from the package this controller runs (what PYTHONPATH must name).
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(zcorch.__file__)))
 MODULE = "zcorch.worker.remote"
 # The host-side modules (stdlib-only, one file each): zcorch.worker.netcfg configures the data link.
-MODULES = {MODULE: remote, "zcorch.worker.netcfg": netcfg}
+# zcorch.worker.watchdog reads what hosts' watchdogs restored (zcorch.provision.watchdog starts them).
+MODULES = {MODULE: remote, "zcorch.worker.netcfg": netcfg, "zcorch.worker.watchdog": watchdog}
 
 _sources: Dict[str, str] = {}
 

@@ -46,6 +46,7 @@ import os
 import queue
 import re
 import signal
+import stat
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -115,11 +116,70 @@ def lock_files(hosts: Sequence[str], shares: Sequence[str]) -> List[str]:
     return sorted([name(HOST_LOCK_PREFIX[:-1], h) for h in hosts] + [name("share", s) for s in shares])
 
 
-class FleetLocks:
-    """The flocks of one pair (lock_files under `directory`), all taken or none."""
+def lock_dir(fleet_dir: str) -> str:
+    """Where a fleet's host and share locks live: as root, HOST_LEASE_DIR/fleet (0700, root's), one place on
+    this machine shared by every fleet and controller process, so two fleets on the same hosts exclude each
+    other; another user (or a /run root cannot write): FLEET/.locks, this fleet's pairs only, as before."""
+    from zcorch.provision.fs_state import HOST_LEASE_DIR
 
-    def __init__(self, directory: str, names: Sequence[str]):
+    if os.geteuid() == 0:
+        d = os.path.join(HOST_LEASE_DIR, "fleet")
+        try:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            st = os.lstat(d)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022:
+                return d
+        except OSError:
+            pass
+    return os.path.join(fleet_dir, LOCK_DIR)
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _holder(fd: int) -> Dict[str, Any]:
+    """Who wrote the lock file (the holder, or a holder that died holding it); {} when nobody."""
+    try:
+        doc = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _alive(holder: Dict[str, Any]) -> bool:
+    pid = holder.get("pid")
+    if holder.get("boot_id") != boot_id() or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _who(holder: Dict[str, Any]) -> str:
+    return (f"pid {holder.get('pid')}" + (f", pair {holder['pair']}" if holder.get("pair") else "")
+            + (f" of fleet {holder['fleet']}" if holder.get("fleet") else "") + f", since {holder.get('since')}")
+
+
+class FleetLocks:
+    """The flocks of one pair (lock_files under `directory`), all taken or none. The holder writes who it is
+    (pid, boot id, fleet, pair) into each file and clears it on release: a waiter says whom it waits for, and a
+    file still naming a holder whose process is gone (killed while holding: the kernel dropped its flock) is
+    taken over with a message saying so."""
+
+    def __init__(self, directory: str, names: Sequence[str], say: Optional[Callable[[str], None]] = None,
+                 who: Optional[Dict[str, str]] = None):
         self.directory, self.names = directory, sorted(names)
+        self.say = say or (lambda _m: None)
+        self.who = who or {}
         self._fds: List[int] = []
 
     @property
@@ -134,12 +194,27 @@ class FleetLocks:
                 fd = os.open(os.path.join(self.directory, name),
                              os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
                 self._fds.append(fd)
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX)
-                        break
-                    except InterruptedError:  # a signal whose handler returned: wait on
-                        continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    holder = _holder(fd)
+                    if holder.get("pid") != os.getpid():
+                        self.say(f"waiting for {name} in {self.directory}, held by "
+                                 f"{_who(holder) if holder else 'another pair'}")
+                    while True:
+                        try:
+                            fcntl.flock(fd, fcntl.LOCK_EX)
+                            break
+                        except InterruptedError:  # a signal whose handler returned: wait on
+                            continue
+                stale = _holder(fd)
+                if stale and not _alive(stale):
+                    self.say(f"took over {name} in {self.directory} from a holder that died holding it "
+                             f"({_who(stale)}, boot {str(stale.get('boot_id'))[:8]})")
+                me = {"pid": os.getpid(), "boot_id": boot_id(), **self.who,
+                      "since": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(me).encode(), 0)
         except BaseException:
             self.release()
             raise
@@ -147,6 +222,10 @@ class FleetLocks:
     def release(self) -> None:
         fds, self._fds = self._fds, []
         for fd in reversed(fds):
+            try:
+                os.ftruncate(fd, 0)   # still held: nobody else's record is cleared
+            except OSError:
+                pass
             os.close(fd)   # closing the descriptor drops its flock
 
 
@@ -156,10 +235,19 @@ class LockingObserver(SweepObserver):
     LINK_STAGES. Everything else is passed on. (The hooks run_sweep already calls are enough: nothing below
     run_sweep knows about fleets.)"""
 
-    def __init__(self, inner: SweepObserver, directory: str, names: Sequence[str]):
+    def __init__(self, inner: SweepObserver, directory: str, names: Sequence[str],
+                 who: Optional[Dict[str, str]] = None):
         self.inner = inner
-        self.all = FleetLocks(directory, names)
-        self.hosts = FleetLocks(directory, [n for n in names if n.startswith(HOST_LOCK_PREFIX)])
+        self.all = FleetLocks(directory, names, say=self._say, who=who)
+        self.hosts = FleetLocks(directory, [n for n in names if n.startswith(HOST_LOCK_PREFIX)], say=self._say,
+                                who=who)
+        self._said: set = set()
+
+    def _say(self, text: str) -> None:
+        key = text.split(", since")[0]
+        if key not in self._said:      # once per holder, not before every run
+            self._said.add(key)
+            self.inner.message(text)
 
     def _release(self) -> None:
         self.all.release()
@@ -361,7 +449,7 @@ def _child_argv(state: PairState, fleet_dir: str, start: Start, flags: List[str]
         argv += ["--resume", pair_dir]           # its own experiment.yaml, its recorded hosts
     else:
         argv += [*start.argv(state.pair), "-o", pair_dir]
-    argv += ["--json", "--fleet-lock-dir", os.path.join(fleet_dir, LOCK_DIR)]
+    argv += ["--json", "--fleet-lock-dir", lock_dir(fleet_dir)]
     for name in lock_files(state.hosts, state.shares):
         argv += ["--fleet-lock", name]
     return argv + flags

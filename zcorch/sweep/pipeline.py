@@ -582,6 +582,10 @@ def _restore_network_leftovers(exp: Any, sweep: Sweep, warnings: List[str], dry_
         return
     from zcorch.provision.network import restore_leftovers
 
+    from zcorch.provision.watchdog import sweep_reports
+
+    # What a lost controller's watchdogs put back since (they may have left nothing for restore_leftovers)
+    warnings += sweep_reports(sweep.hosts, sweep.python, exp.hosts)
     warnings += restore_leftovers(sweep.hosts, sweep.python, exp.hosts, observer.message, clean=sweep.net_clean)
 
 

@@ -15,9 +15,10 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
                                        ({"name", "mtu": int|null, "sysctls": {name: value}})
     restore STATE_DIR               -> JSON {"restored": [...], "errors": [...]}: the recorded values back
 
-The state file (`STATE_DIR/zcorch-net-<netns inode>.json`, mode 0600, in a directory only this user can
-write; read only when both are so, and never through a symlink: a file someone else could have written
-would make `restore` set values of their choosing) records the data link's MTU and
+The state file (`/run/zcorch/zcorch-net-<netns inode>.json` for root, beside the host's network lease,
+whatever workdir the sweep names; another user's `STATE_DIR/zcorch-net-<netns inode>.json`; mode 0600, in a
+directory only this user can write; read only when both are so, and never through a symlink: a file someone
+else could have written would make `restore` set values of their choosing) records the data link's MTU and
 every sysctl's previous value *before* anything changes, so a controller killed at any moment leaves what
 `restore` (the next run, `zcorch lab down`) needs. One per network namespace: interfaces and `net.*`
 sysctls belong to a namespace, so two lab hosts sharing a directory never share a file.
@@ -43,6 +44,7 @@ if TYPE_CHECKING:  # annotations only
     from typing import Any, Dict, List, Optional, Tuple
 
 STATE_PREFIX = "zcorch-net-"
+HOST_DIR = "/run/zcorch"   # root's state file, beside the host-wide lease (zcorch.provision.fs_state.HOST_LEASE_DIR)
 FORMAT = "zcorch-net-state"
 CONGESTION = "net.ipv4.tcp_congestion_control"
 SYSCTL_RE = re.compile(r"^net(\.[A-Za-z0-9_-]+)+$")
@@ -251,8 +253,25 @@ def probe(peer: str, args: "List[str]") -> "Dict[str, Any]":
 
 # -- state file ---------------------------------------------------------------------------------
 
-def state_path(state_dir: str) -> str:
+def _legacy_path(state_dir: str) -> str:
     return os.path.join(os.path.expanduser(state_dir), f"{STATE_PREFIX}{netns_id()}.json")
+
+
+def state_path(state_dir: str) -> str:
+    """Where this namespace's state is written: root's in HOST_DIR beside the host's network lease, whatever
+    workdir a sweep names (every controller finds it); another user's in `state_dir` (the workdir's)."""
+    if os.geteuid() == 0:
+        return os.path.join(HOST_DIR, f"{STATE_PREFIX}{netns_id()}.json")
+    return _legacy_path(state_dir)
+
+
+def _existing_path(state_dir: str) -> str:
+    """The state file to read: the host-wide one, else one in `state_dir` (left by a zcorch that kept it in
+    the workdir, or by a run as another user)."""
+    path = state_path(state_dir)
+    if not os.path.lexists(path) and os.path.lexists(_legacy_path(state_dir)):
+        return _legacy_path(state_dir)
+    return path
 
 
 def _private(path: str, st: "os.stat_result", what: str) -> None:
@@ -267,7 +286,7 @@ def _private(path: str, st: "os.stat_result", what: str) -> None:
 def read_state(state_dir: str) -> "Optional[Dict[str, Any]]":
     """The state file, only when it and every directory down to it are this user's and private (no symlink
     for the file itself): `restore` writes what it says."""
-    path = state_path(state_dir)
+    path = _existing_path(state_dir)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -329,8 +348,9 @@ def apply(state_dir: str, peer: str, spec: "Dict[str, Any]", owner: "Dict[str, A
     """Record the previous values, then set the MTU of the data link and the sysctls. On any failure what
     was changed is put back (and the state file removed) before the error is raised."""
     path = state_path(state_dir)
-    if os.path.exists(path):
-        raise ActionError(f"{path} exists: a previous configuration is still applied (restore it first)")
+    if os.path.lexists(_existing_path(state_dir)):
+        raise ActionError(f"{_existing_path(state_dir)} exists: a previous configuration is still applied "
+                          "(restore it first)")
     sysctls = {str(k): str(v) for k, v in (spec.get("sysctls") or {}).items()}
     dev = data_link(peer)
     refused = [why for why in (sysctl_refusal(name, dev) for name in sysctls) if why]
@@ -385,7 +405,7 @@ def restore(state_dir: str) -> "Dict[str, Any]":
             continue
         why = sysctl_refusal(name, dev if isinstance(dev, str) else "")
         if why:       # apply never records such a key: the file was written by someone else
-            out["errors"].append(f"{name}: not restored: {why} (check {state_path(state_dir)} and remove it)")
+            out["errors"].append(f"{name}: not restored: {why} (check {_existing_path(state_dir)} and remove it)")
             continue
         try:
             if read_sysctl(name) != value:
@@ -406,7 +426,7 @@ def restore(state_dir: str) -> "Dict[str, Any]":
             except ActionError as exc:
                 out["errors"].append(str(exc))
     if not out["errors"]:
-        os.unlink(state_path(state_dir))
+        os.unlink(_existing_path(state_dir))
     return out
 
 

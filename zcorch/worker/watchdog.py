@@ -1,0 +1,405 @@
+"""The host's own guard over a change the controller makes (`commit confirmed`): started before a network or
+filesystem change, it puts the host back by itself unless the controller keeps renewing it.
+
+Started by zcorch.provision.watchdog over the controller's connection (SSH, or a pipe on localhost) as
+`python -c BOOTSTRAP KIND UNDO [--lapse=S] [--owner=JSON]`, its program (this file, then zcorch.worker.netcfg
+for KIND net) framed on stdin (a byte-count line, then the bytes); afterwards stdin carries the controller's
+lines:
+    renew      the controller is alive: the deadline moves LAPSE s on
+    confirm    the change is the controller's again (it restored it, or it is done): exit, touching nothing
+    EOF        the connection ended (controller killed, SSH session cut, sshd gone): restore now
+No renewal for LAPSE s (a controller hung, a link lost silently): restore.
+
+KIND UNDO, the same undo data the controller would use (written before the first change):
+    net STATE_DIR      zcorch.worker.netcfg's state file there: `netcfg restore STATE_DIR`
+    fs STATE_FILE      zcorch.provision.fs_state's state file: each recorded resource undone newest first
+                       (umount, mdadm --stop, losetup -d, rm, rmdir), only within the run's own directories and
+                       loops, as the controller's stale cleanup would (fs_state.Scope)
+
+What it restored goes to `<record dir>/zcorch-watchdog-<netns inode>-<KIND>-<pid>.json` (root: /run/zcorch, the
+host-wide place every controller reads; another user: the undo's own directory), read and removed by the next sweep
+(`reports` action), which says "restored by watchdog: ...". It is its own session leader with SIGHUP, SIGINT
+and SIGTERM ignored and writes nothing to its stdout once armed, so neither a dying session nor a terminal
+takes it away before it has restored.
+
+Stdlib-only and imports nothing from zcorch (fed to the host's interpreter as text, like netcfg).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from typing import Any, Dict, List, Optional
+
+RECORD_PREFIX = "zcorch-watchdog-"
+HOST_DIR = "/run/zcorch"
+FORMAT = "zcorch-watchdog-restored"
+LAPSE_S = 15.0          # default; the controller passes its own (zcorch.provision.watchdog.LAPSE_S)
+FS_STATE_PREFIX = "zcorch-fs-state-"
+
+
+def _run(argv: "List[str]", timeout: float = 60.0) -> "subprocess.CompletedProcess":
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(argv, 1, "", str(exc))
+
+
+# -- filesystem undo --------------------------------------------------------------------------
+
+def _loops_of(backing: str) -> "List[str]":
+    p = _run(["losetup", "-j", backing, "-O", "NAME", "-n"])
+    return [line.strip() for line in p.stdout.splitlines() if line.strip().startswith("/dev/")] if p.returncode == 0 \
+        else []
+
+
+def _mount_source(mnt: str) -> "Optional[str]":
+    p = _run(["findmnt", "-n", "-o", "SOURCE", "--mountpoint", mnt])
+    return p.stdout.strip() or None if p.returncode == 0 else None
+
+
+class _FsScope:
+    """What this state file may undo: paths that resolve beneath the run's own directories
+    (`<state dir>/fs-<token>/`, `<loop dir>/zcorch-<token>-<name>/`, no link below them), loops on its
+    backing files there, md arrays of those loops (fs_state.Scope, judged here on the host)."""
+
+    def __init__(self, state_dir: str, token: str, configs: "Dict[str, Any]"):
+        self.session = os.path.join(state_dir, f"fs-{token}")
+        self.backing_dirs = {f"zcorch-{token}-{name}" for name in configs}
+        files = [r.get("path") or r.get("backing_file") for res in configs.values() for r in res
+                 if isinstance(r, dict) and r.get("kind") in ("backing_file", "loop")]
+        self.loops = {d for f in files if isinstance(f, str) and self.owns(f) for d in _loops_of(f)}
+
+    def owns(self, path: "Any") -> bool:
+        if not isinstance(path, str) or not path.startswith("/") or os.path.normpath(path) != path:
+            return False
+        top = None
+        if path == self.session or path.startswith(self.session + "/"):
+            top = self.session
+        else:
+            parts = path.split("/")
+            for i in range(1, len(parts) - 1):
+                if parts[i] in self.backing_dirs:
+                    top = "/".join(parts[:i + 1])
+                    break
+        if top is None:
+            return False
+        below = path[len(top):]
+        return os.path.realpath(path) == os.path.join(os.path.realpath(os.path.dirname(top)),
+                                                       os.path.basename(top)) + below
+
+
+def _md_members(kname: str) -> "List[str]":
+    try:
+        with open("/proc/mdstat") as f:
+            for line in f:
+                if line.startswith(kname + " :"):
+                    return ["/dev/" + w.split("[", 1)[0] for w in line.split()[4:]]
+    except OSError:
+        pass
+    return []
+
+
+def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "Optional[str]":
+    """What was undone ("" or None: nothing to do); ValueError when it is not ours or fails (the undo stops:
+    what lies below a mount that would not unmount must not be pulled away)."""
+    kind = res.get("kind")
+    if kind == "mount":
+        mnt = res.get("mountpoint")
+        source = _mount_source(mnt) if isinstance(mnt, str) else None
+        if source is None:
+            return None
+        if res.get("sources") and source not in res["sources"]:
+            raise ValueError(f"{mnt} is mounted from {source}, not from zcorch's {res['sources']}: left alone")
+        if not (scope.owns(mnt) or source in scope.loops):
+            raise ValueError(f"the mount on {mnt} (of {source}) is not on zcorch's own directories or loops: "
+                             "left alone")
+        for attempt in range(10):   # the killed controller's worker may hold a sink open for a moment
+            p = _run(["umount", "--", mnt])
+            if p.returncode == 0:
+                return f"unmounted {mnt}"
+            time.sleep(0.3 * (attempt + 1))
+        raise ValueError(f"umount {mnt} failed: {p.stderr.strip()}")
+    if kind == "md":
+        dev = res.get("device")
+        if not isinstance(dev, str):
+            return None
+        members = _md_members(os.path.basename(dev))
+        if not members:
+            return None
+        if not all(m in scope.loops for m in members):
+            raise ValueError(f"md array {dev} (members {members}) is not made of zcorch's loops: left alone")
+        p = _run(["mdadm", "--stop", dev])
+        if p.returncode != 0:
+            raise ValueError(f"mdadm --stop {dev} failed: {p.stderr.strip()}")
+        for m in members:
+            _run(["mdadm", "--zero-superblock", m])
+        return f"stopped md array {dev}"
+    if kind == "btrfs_devices":
+        devs = [d for d in res.get("devices") or [] if d in scope.loops]
+        if devs:
+            _run(["btrfs", "device", "scan", "--forget", *devs])
+        return None
+    if kind in ("loop", "backing_file"):
+        backing = res.get("backing_file") if kind == "loop" else res.get("path")
+        if not scope.owns(backing):
+            raise ValueError(f"{backing} is not under zcorch's own directories: left alone")
+        done = []
+        for attempt in range(10):   # an autoclear loop detaches a moment after its umount
+            loops = _loops_of(backing)
+            if not loops:
+                break
+            for dev in loops:
+                if _run(["losetup", "-d", dev]).returncode == 0:
+                    done.append(dev)
+            time.sleep(0.1 * (attempt + 1))
+        if _loops_of(backing):
+            raise ValueError(f"{backing} still backs a loop device")
+        said = [f"detached loop device(s) {', '.join(done)}"] if done else []
+        if kind == "backing_file" and os.path.lexists(backing):
+            os.unlink(backing)
+            said.append(f"removed backing file {backing}")
+        return "; ".join(said)
+    if kind == "dir":
+        path = res.get("path")
+        if not scope.owns(path) or not os.path.isdir(path):
+            return None
+        if _mount_source(path) is not None:
+            raise ValueError(f"{path} is still a mountpoint: not removed")
+        try:
+            os.rmdir(path)      # only if empty: never deletes anything else
+        except OSError as exc:
+            raise ValueError(f"rmdir {path}: {exc.strerror}") from None
+        return f"removed directory {path}"
+    return None
+
+
+def _read_private_json(path: str) -> "Optional[Dict[str, Any]]":
+    """The JSON object at `path` when it is a regular file of this user's that no one else may write (the undo
+    is done as it says); None when there is none."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise ValueError(f"{path}: not a private regular file of uid {os.geteuid()}: not acted on")
+        data = json.load(f)
+    return data if isinstance(data, dict) else None
+
+
+def restore_fs(state_file: str) -> "Dict[str, Any]":
+    """Undo what the filesystem state file records, newest first; the file is rewritten with what stays, and
+    removed when nothing does."""
+    out: "Dict[str, Any]" = {"restored": [], "errors": []}
+    try:
+        data = _read_private_json(state_file)
+    except (ValueError, OSError) as exc:
+        out["errors"].append(str(exc))
+        return out
+    if data is None:
+        return out
+    token, configs = data.get("token"), data.get("configs")
+    if not isinstance(token, str) or not isinstance(configs, dict) or \
+            os.path.basename(state_file) != f"{FS_STATE_PREFIX}{token}.json":
+        out["errors"].append(f"{state_file}: its token {token!r} is not the one of its file name: not acted on")
+        return out
+    scope = _FsScope(os.path.dirname(state_file), token, configs)
+    session = [n for n in configs if n == "(session)"]
+    for name in [n for n in reversed(list(configs)) if n not in session] + session:
+        resources = configs.get(name) or []
+        while resources:
+            try:
+                what = _undo_one(resources[-1], scope)
+            except (ValueError, OSError) as exc:
+                out["errors"].append(str(exc))
+                break
+            if what:
+                out["restored"].append(what)
+            resources.pop()
+        if resources:
+            break
+        configs.pop(name, None)
+    if out["errors"]:
+        tmp = f"{state_file}.tmp-{os.getpid()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+        os.rename(tmp, state_file)
+    else:
+        os.unlink(state_file)
+        out["restored"].append(f"removed state file {state_file}")
+    return out
+
+
+# -- the guard --------------------------------------------------------------------------------
+
+def _record_prefix() -> str:
+    """`zcorch-watchdog-<network namespace inode>-`: hosts that share a /run (lab hosts, network namespaces of
+    one machine) each read only their own records."""
+    try:
+        return f"{RECORD_PREFIX}{os.stat('/proc/self/ns/net').st_ino}-"
+    except OSError:
+        return RECORD_PREFIX
+
+
+def record_dir(undo: str) -> str:
+    """Where restorations are recorded: the host-wide directory for root, else the undo's own directory."""
+    if os.geteuid() == 0:
+        try:
+            os.makedirs(HOST_DIR, mode=0o700, exist_ok=True)
+            return HOST_DIR
+        except OSError:
+            pass
+    return undo if os.path.isdir(undo) else os.path.dirname(undo)
+
+
+def _record(kind: str, undo: str, why: str, lost_at: float, result: "Dict[str, Any]", owner: "Any") -> str:
+    directory = record_dir(undo)
+    path = os.path.join(directory, f"{_record_prefix()}{kind}-{os.getpid()}.json")
+    doc = {"format": FORMAT, "kind": kind, "undo": undo, "why": why, "owner": owner, "host": socket.gethostname(),
+           "lost_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(lost_at)),
+           "restored_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "seconds": round(time.time() - lost_at, 2), "restored": result.get("restored", []),
+           "errors": result.get("errors", [])}
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+        f.write("\n")
+    os.rename(tmp, path)
+    return path
+
+
+def _restore(kind: str, undo: str, netcfg: "Optional[Dict[str, Any]]") -> "Dict[str, Any]":
+    try:
+        if kind == "net":
+            assert netcfg is not None
+            return netcfg["restore"](undo)
+        return restore_fs(undo)
+    except Exception as exc:   # recorded: the next sweep says what could not be restored and why
+        return {"restored": [], "errors": [f"{type(exc).__name__}: {exc}"]}
+
+
+def _read_frame(stream: "Any") -> bytes:
+    n = int(stream.readline())
+    data = stream.read(n)
+    if len(data) != n:
+        raise SystemExit("watchdog: its program ended early on stdin")
+    return data
+
+
+def guard(kind: str, undo: str, lapse: float, owner: "Any", stream: "Any") -> int:
+    """Arm, then wait for renewals on `stream`; restore when they stop. Exit status 0 (confirmed) or 3
+    (restored; the record says what)."""
+    netcfg: "Optional[Dict[str, Any]]" = None
+    if kind == "net":
+        netcfg = {"__name__": "zcorch_netcfg"}
+        exec(compile(_read_frame(stream), "zcorch/worker/netcfg.py", "exec"), netcfg)
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    if os.getsid(0) != os.getpid():
+        try:
+            os.setsid()
+        except OSError:
+            pass    # a process group leader already (sshd's session, Popen's new session): nothing to leave
+    state = {"last": time.monotonic(), "end": None}
+    wake = threading.Event()
+
+    def read() -> None:
+        while True:
+            try:
+                line = stream.readline()
+            except (OSError, ValueError):
+                line = b""
+            if not line:
+                state["end"] = state["end"] or "eof"
+                wake.set()
+                return
+            word = line.strip()
+            if word == b"renew":
+                state["last"] = time.monotonic()
+            elif word == b"confirm":
+                state["end"] = "confirm"
+                wake.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    sys.stdout.write(f"armed {os.getpid()}\n")
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 1)       # nothing more is written to the connection, which may be gone when we restore
+    os.dup2(devnull, 2)
+    while True:
+        left = state["last"] + lapse - time.monotonic()
+        if state["end"] or left <= 0:
+            break
+        wake.wait(min(left, 1.0))
+    if state["end"] == "confirm":
+        return 0
+    lost_wall = time.time()
+    if state["end"] == "eof":
+        why = "the controller's connection ended (controller killed, SSH session cut)"
+    else:
+        why = f"no renewal from the controller for {lapse:g} s"
+        lost_wall -= lapse
+    _record(kind, undo, why, lost_wall, _restore(kind, undo, netcfg), owner)
+    return 3
+
+
+# -- the next sweep's reading -----------------------------------------------------------------
+
+def reports(dirs: "List[str]") -> "List[Dict[str, Any]]":
+    """The restorations recorded in `dirs` (and the host-wide directory), each removed once read."""
+    out = []
+    seen = set()
+    for d in [HOST_DIR] + list(dirs):
+        d = os.path.expanduser(d)
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(d, name)
+            if not name.startswith(_record_prefix()) or not name.endswith(".json") or path in seen:
+                continue
+            seen.add(path)
+            try:
+                doc = _read_private_json(path)
+            except (ValueError, OSError):
+                continue
+            if doc and doc.get("format") == FORMAT:
+                out.append(doc)
+                os.unlink(path)
+    return out
+
+
+def main(argv: "Optional[List[str]]" = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["reports"]:
+        print(json.dumps({"reports": reports(args[1:])}))
+        return 0
+    if len(args) < 2 or args[0] not in ("net", "fs"):
+        sys.stderr.write("usage: watchdog net STATE_DIR|fs STATE_FILE [--lapse=S] [--owner=JSON] | reports DIR...\n")
+        return 2
+    lapse, owner = LAPSE_S, None
+    for a in args[2:]:
+        if a.startswith("--lapse="):
+            lapse = float(a[len("--lapse="):])
+        elif a.startswith("--owner="):
+            owner = json.loads(a[len("--owner="):])
+    # os._exit: the reader thread may still hold stdin's lock, which a normal interpreter exit would wait on
+    os._exit(guard(args[0], os.path.expanduser(args[1]), lapse, owner, sys.stdin.buffer))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
