@@ -155,8 +155,10 @@ class Runner:
                  source_errors: Optional[Dict[str, str]] = None,
                  scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = (),
                  netman: Any = None, convergence: Any = None, start_servers_together: bool = False,
-                 pool: Optional[WorkerPool] = None):
+                 pool: Optional[WorkerPool] = None, before_round: Optional[Callable[[int], None]] = None):
         self.sender, self.receiver = sender, receiver
+        # Called with the repeat before the first run of each round that has runs to do: `control: <kind>`.
+        self.before_round = before_round
         # run_sweep starts both hosts' worker servers at once before its first run (a sweep does; a dry run,
         # whose recorded commands keep their order, and the tests of one run at a time do not)
         self.start_servers_together = start_servers_together
@@ -459,7 +461,11 @@ class Runner:
             if todo and self.start_servers_together:
                 self.pool.start_servers([(self.receiver, self.receiver_worker, self.worker_env.get("receiver")),
                                          (self.sender, self.sender_worker, self.worker_env.get("sender"))])
+            round_of = None
             for i, (cell, repeat, params) in enumerate(todo):
+                if self.before_round is not None and repeat != round_of:
+                    round_of = repeat
+                    self.before_round(repeat)
                 if self.convergence is not None and not self.convergence.wants(cell):
                     outcome.converged += 1   # no record: the run was planned up to `max`, not needed
                     self._release_after(params.get("filesystem"), i, last_use, mounted)
