@@ -157,7 +157,7 @@ class Runner:
                  netman: Any = None, convergence: Any = None, start_servers_together: bool = False,
                  pool: Optional[WorkerPool] = None, before_round: Optional[Callable[[int], None]] = None):
         self.sender, self.receiver = sender, receiver
-        # Called with the repeat before the first run of each round that has runs to do: `control: <kind>`.
+        # Called with the repeat before the first run of each round that runs (`control: <kind>`).
         self.before_round = before_round
         # run_sweep starts both hosts' worker servers at once before its first run (a sweep does; a dry run,
         # whose recorded commands keep their order, and the tests of one run at a time do not)
@@ -461,11 +461,8 @@ class Runner:
             if todo and self.start_servers_together:
                 self.pool.start_servers([(self.receiver, self.receiver_worker, self.worker_env.get("receiver")),
                                          (self.sender, self.sender_worker, self.worker_env.get("sender"))])
-            round_of = None
+            round_of: Optional[int] = None   # the round whose before_round has run
             for i, (cell, repeat, params) in enumerate(todo):
-                if self.before_round is not None and repeat != round_of:
-                    round_of = repeat
-                    self.before_round(repeat)
                 if self.convergence is not None and not self.convergence.wants(cell):
                     outcome.converged += 1   # no record: the run was planned up to `max`, not needed
                     self._release_after(params.get("filesystem"), i, last_use, mounted)
@@ -487,6 +484,9 @@ class Runner:
                         continue
                 params = resolve_sink(params, mountpoint)
                 self._before(fs, params)
+                if self.before_round is not None and repeat != round_of:
+                    round_of = repeat   # with the run's network and filesystem in place, as its runs have them
+                    self.before_round(repeat)
                 record = self.run_one(cell, repeat, params)
                 self._count(record, outcome, len(todo))
                 if self.lost_host and i < len(todo) - 1:
