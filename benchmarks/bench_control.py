@@ -1,7 +1,11 @@
 """Does a control series cut the between-sweep noise? Measured on this machine, quiet and beside a CPU hog.
 
-A small localhost experiment with a `control:` cell (write→read from memory; the other cells msg_zerocopy→read
-and sendfile→splice from /dev/zero), `repeats` rounds in `order: interleave`, is recorded `--sweeps` times on
+Both forms of `control:` from the same runs: a small localhost experiment (write→read from memory, the control
+cell; msg_zerocopy→read and sendfile→splice from /dev/zero), `repeats` rounds in `order: interleave`, with
+`control: iperf3` (the baseline as control: one iperf3 test before each round's runs, `gbit_s_vs_control`);
+the control-cell ratios (`control: {send_mode: write, recv_mode: read}`) are derived from the same sets by
+zcorch.analysis.frames.add_control_ratios with that cell, as zcorch.load derives them for a set declaring it.
+The experiment is recorded `--sweeps` times on
 the machine as it is ("quiet": whatever else runs here), then `--sweeps` times more with a CPU hog (a
 `python -c 'while 1: pass'` process, started before and killed after the sweep) beside every other sweep, so
 that nights differ the way a noisy neighbour makes them differ. Each cell's sweep medians of the raw metric
@@ -39,12 +43,13 @@ matrix:
   recv_mode: [read]
 include:
   - {{send_mode: sendfile, recv_mode: splice, source: /dev/zero}}
-control: {{send_mode: write, recv_mode: read}}
+control: iperf3
 repeats: {repeats}
 order: interleave
-baselines: false
+baselines: {{iperf3: {{duration: 1s, per: sweep}}, dd: false}}
 """
 METRICS = ("gbit_s", "total_host_busy_s_per_gib")
+CONTROL_CELL = ("write", "read")   # (send_mode, recv_mode) of the control cell
 
 
 def hog() -> subprocess.Popen:
@@ -83,18 +88,43 @@ def record(out: str, n_sweeps: int, repeats: int, length: str, hogged: "set[int]
 
 
 def sweep_medians(dirs: list) -> "dict[tuple[str, str], np.ndarray]":
-    """(cell label, column) -> the median of the cell's ok runs per sweep, for each metric and its ratio."""
+    """(cell label, column) -> the median of the cell's ok runs per sweep: each metric raw, `<m>_vs_cell` (its
+    ratio to the control cell's run of the same repeat) and `<m>_vs_iperf3` (to that round's iperf3 test)."""
     import zcorch
+    from zcorch.analysis.frames import add_control_ratios
 
     out: "dict[tuple[str, str], list]" = {}
     for d in dirs:
         df = zcorch.load(d)
+        if (zcorch.load_manifest(d).get("control") or {}).get("baseline"):
+            df = df.rename(columns={m + "_vs_control": m + "_vs_iperf3" for m in METRICS})
+        else:   # a set kept by the bench before `control: iperf3` (its control a cell): no iperf3 ratio
+            df = df.drop(columns=[m + "_vs_control" for m in METRICS]).assign(
+                **{m + "_vs_iperf3": np.nan for m in METRICS})
+        is_cell = (df["send_mode"] == CONTROL_CELL[0]) & (df["recv_mode"] == CONTROL_CELL[1])
+        df = add_control_ratios(df, str(df.loc[is_cell, "cell"].iloc[0]))
+        df = df.rename(columns={m + "_vs_control": m + "_vs_cell" for m in METRICS})
         ok = df[df["status"] == "ok"]
         for (send, recv), g in ok.groupby(["send_mode", "recv_mode"]):
             for m in METRICS:
-                for col in (m, m + "_vs_control"):
-                    out.setdefault((f"{send}->{recv}", col), []).append(float(np.nanmedian(g[col])))
+                for col in (m, m + "_vs_cell", m + "_vs_iperf3"):
+                    out.setdefault((f"{send}->{recv}", col), []).append(float(np.nanmedian(g[col]))
+                                                                         if g[col].notna().any() else np.nan)
     return {k: np.asarray(v) for k, v in out.items()}
+
+
+def iperf3_medians(dirs: list) -> np.ndarray:
+    """Per sweep: the median of its rounds' iperf3 control tests (Gbit/s)."""
+    import zcorch
+
+    out = []
+    for d in dirs:
+        b = zcorch.load_baselines(d)
+        rounds = b[(b["kind"] == "iperf3") & (b["status"] == "ok")]
+        control = zcorch.load_manifest(d).get("control") or {}
+        out.append(float(np.nanmedian(b.loc[rounds.index, "gbit_s"])) if control.get("baseline") and len(rounds)
+                   else np.nan)
+    return np.asarray(out)
 
 
 def spread_pct(values: np.ndarray) -> float:
@@ -103,29 +133,37 @@ def spread_pct(values: np.ndarray) -> float:
     return float(np.std(v, ddof=1) / np.mean(v) * 100) if len(v) >= 2 and np.mean(v) else float("nan")
 
 
+def _corr(a: np.ndarray, b: np.ndarray) -> str:
+    both = np.isfinite(a) & np.isfinite(b)
+    return f"{np.corrcoef(a[both], b[both])[0, 1]:.2f}" if both.sum() > 2 else "n/a"
+
+
 def table(conditions: "dict[str, list]") -> str:
     """Per condition, cell and metric: the sweeps, the mean of the sweep medians, and the spread of the sweep
-    medians of the raw metric (`raw`), of the per-run ratio to the control (`ratio`: the median of each sweep's
-    `<metric>_vs_control`) and of the ratio of the sweep medians (`med/med`: the cell's sweep median over the
-    control's, which pairs no single runs), the ratio's mean, and `corr`: the correlation of the cell's sweep
-    medians with the control's (a ratio cancels the drift the two share: the higher, the more)."""
+    medians of the raw metric (`raw`), of the per-run ratio to the control cell's run of the same repeat
+    (`vs cell`) and to the round's iperf3 test (`vs iperf3`; n/a: iperf3 has no host CPU per GiB), and the
+    correlation of the cell's raw sweep medians with the control cell's and with iperf3's (a ratio cancels
+    the drift the two share: the higher, the more)."""
     header = f"{'condition':<10} {'cell':<20} {'metric':<26} {'sweeps':>6} {'mean':>7} {'raw sd%':>8} " \
-             f"{'ratio sd%':>9} {'med/med sd%':>11} {'ratio mean':>10} {'corr':>5}"
+             f"{'vs cell sd%':>11} {'vs iperf3 sd%':>13} {'corr cell':>9} {'corr iperf3':>11}"
     lines = [header, "-" * len(header)]
+    control = "->".join(CONTROL_CELL)
     for name, dirs in conditions.items():
         med = sweep_medians(dirs)
-        cells = sorted({c for c, _ in med})
-        control = next(c for c in cells if np.allclose(med[(c, "gbit_s_vs_control")], 1.0, equal_nan=True))
-        for cell in cells:
+        iperf3 = iperf3_medians(dirs)
+        lines.append(f"{name:<10} {'iperf3 (control)':<20} {'gbit_s':<26} {int(np.isfinite(iperf3).sum()):>6} "
+                     f"{np.nanmean(iperf3):>7.3f} {spread_pct(iperf3):>8.2f} {'':>11} {'':>13} "
+                     f"{_corr(iperf3, med[(control, 'gbit_s')]):>9} {'':>11}")
+        for cell in sorted({c for c, _ in med}):
             for m in METRICS:
-                raw, ratio = med[(cell, m)], med[(cell, m + "_vs_control")]
-                of_medians = raw / med[(control, m)]
-                both = np.isfinite(raw) & np.isfinite(med[(control, m)])
-                corr = np.corrcoef(raw[both], med[(control, m)][both])[0, 1] if both.sum() > 2 else np.nan
-                r_sd, mm_sd, corr = ("control", "control", "") if cell == control else \
-                    (f"{spread_pct(ratio):.2f}", f"{spread_pct(of_medians):.2f}", f"{corr:.2f}")
+                raw = med[(cell, m)]
+                fmt = lambda v: "n/a" if not np.isfinite(v) else f"{v:.2f}"   # noqa: E731
+                vs_cell = "control" if cell == control else fmt(spread_pct(med[(cell, m + "_vs_cell")]))
+                vs_iperf3 = fmt(spread_pct(med[(cell, m + "_vs_iperf3")]))
+                c_cell = "" if cell == control else _corr(raw, med[(control, m)])
+                c_iperf3 = _corr(raw, iperf3) if m == "gbit_s" else "n/a"
                 lines.append(f"{name:<10} {cell:<20} {m:<26} {int(np.isfinite(raw).sum()):>6} {np.nanmean(raw):>7.3f} "
-                             f"{spread_pct(raw):>8.2f} {r_sd:>9} {mm_sd:>11} {np.nanmean(ratio):>10.3f} {corr:>5}")
+                             f"{spread_pct(raw):>8.2f} {vs_cell:>11} {vs_iperf3:>13} {c_cell:>9} {c_iperf3:>11}")
     return "\n".join(lines)
 
 
@@ -161,12 +199,13 @@ def main() -> int:
         conditions["hog"] = record(os.path.join(root, "hog"), args.sweeps, args.repeats, length, hogged)
         hogged_names = [f"sweep{i}" for i in sorted(hogged)]
         hogged_paths = {os.path.join(root, "hog", x) for x in hogged_names}
-    print(f"{os.cpu_count()} CPUs; 3 cells (control write->read), {args.repeats} rounds per sweep, "
+    print(f"{os.cpu_count()} CPUs; 3 cells (control cell write->read) and an iperf3 control test per round, "
+          f"{args.repeats} rounds per sweep, "
           f"order interleave, runs of {length}; hog (a `while 1: pass` process) beside: "
           f"{', '.join(hogged_names) or 'none'} of the hog condition")
-    print("spread between sweeps = sd of the sweep medians in % of their mean: raw metric; ratio = the per-run "
-          "ratio to the control's run of the same repeat; med/med = the cell's sweep median over the control's; "
-          "corr = correlation of the cell's sweep medians with the control's")
+    print("spread between sweeps = sd of the sweep medians in % of their mean: raw metric; vs cell = the per-run "
+          "ratio to the control cell's run of the same repeat; vs iperf3 = to the round's iperf3 test; corr = "
+          "correlation of the cell's raw sweep medians with the control cell's / with iperf3's")
     print(table(conditions))
     hog_dirs = conditions["hog"]
     hogged_at = [i for i, d in enumerate(hog_dirs) if d in hogged_paths]

@@ -132,7 +132,8 @@ _DERIVED_RUN: "tuple[AnalysisMetric, ...]" = (
 )
 
 # A result set with a `control:` cell (manifest "control"): each run's figure over the control's ok run of the
-# same repeat (frames.add_control_ratios): the machine's drift between sweeps cancels where it moves both alike.
+# same repeat, or over a baseline control's figure of that round (frames.add_control_ratios): the machine's drift
+# between sweeps cancels where it moves both alike.
 CONTROL_SUFFIX = "_vs_control"
 CONTROL_BASES = ("gbit_s", "total_host_busy_s_per_gib")
 
@@ -142,7 +143,8 @@ def _vs_control(base: AnalysisMetric) -> AnalysisMetric:
                           f"{base.label} / control",
                           f"`{base.name}` of the run over that of the control cell's ok run of the same repeat "
                           "in the same result set (1 for the control; NaN when that run failed or no control "
-                          "is declared)")
+                          "is declared), or over the rate of a baseline control's test of that round (`control: "
+                          "iperf3`: gbit_s only; a network baseline has no host CPU per GiB)")
 
 
 DERIVED: "tuple[AnalysisMetric, ...]" = _DERIVED_RUN + tuple(

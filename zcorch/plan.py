@@ -293,7 +293,9 @@ def _expand(exp: Experiment, reduced: bool) -> Plan:
     if ref_problems and not reduced:
         raise ConfigError([f"{ys.where(exp.path, pos)}: {key}: {msg}" for pos, key, msg in ref_problems])
 
-    control = _control_cell(exp, cells, dropped) if exp.control is not None else None
+    control = _control_cell(exp, cells, dropped) if isinstance(exp.control, dict) else None
+    if isinstance(exp.control, str):
+        _one_network(exp, cells)
     plan = Plan(exp, cells, _order_runs(exp, cells), dropped, merged, control=control)
     plan.warnings = _warnings(exp, plan, ex_hits)
     # --set reduced the study: what the reference names but this run lacks is reported as not measured
@@ -314,19 +316,24 @@ def control_matches(exp: Experiment, params: dict) -> bool:
     return True
 
 
+def _one_network(exp: Experiment, cells: "list[Cell]") -> None:
+    """A control is measured in every round: ConfigError when the cells differ in `network` (the runs of each
+    network run together, each configuration applied once, so no round holds them all)."""
+    if len({c.params.get("network") for c in cells}) > 1:
+        raise ConfigError(f"{exp.where('control')}: control: the cells differ in `network`, and the runs of each "
+                          "network run together (each configuration applied once), so the control would not be "
+                          "measured in the same round as the cells of the other networks: split the experiment "
+                          "by network")
+
+
 def _control_cell(exp: Experiment, cells: "list[Cell]", dropped: "list[Dropped]") -> Cell:
     """The one cell `control:` names; ConfigError at the key when it names none or several."""
     where = exp.where("control")
     written = " ".join(f"{k}={v if k not in PARAM_KEYS else format_value(k, v)}" for k, v in exp.control.items())
     found = [c for c in cells if control_matches(exp, c.params)]
     if len(found) == 1:
-        control = found[0]
-        if len({c.params.get("network") for c in cells}) > 1:
-            raise ConfigError(f"{where}: control: the cells differ in `network`, and the runs of each network run "
-                              "together (each configuration applied once), so the control would not be measured "
-                              "in the same round as the cells of the other networks: split the experiment by "
-                              "network")
-        return control
+        _one_network(exp, cells)
+        return found[0]
     listed = "; ".join(f"[{c.id}] {describe_cell(exp, c.params, c.origin)}" for c in (found or cells)[:_MAX_LISTED])
     more = len(found or cells) - _MAX_LISTED
     listed += f" and {more} more" if more > 0 else ""
@@ -340,12 +347,27 @@ def _control_cell(exp: Experiment, cells: "list[Cell]", dropped: "list[Dropped]"
 
 def control_record(plan: Plan) -> Optional[dict]:
     """What a result set records of its control (manifest.json "control"): {"cell": id, "params": the values
-    `control:` names, as the plan holds them, "label": the cell as the plan describes it}; None without one."""
+    `control:` names, as the plan holds them, "label": the cell as the plan describes it}; for a baseline kind
+    (`control: iperf3`) {"baseline": kind, "key": the key of its test, "label"}; None without one."""
+    if isinstance(plan.experiment.control, str):
+        kind = plan.experiment.control
+        key = control_baseline_key(plan.experiment)
+        return {"baseline": kind, "key": key,
+                "label": f"{kind} " + " ".join(f"{k}={'auto' if v is None else json.dumps(v)}" for k, v in key.items())}
     if plan.control is None:
         return None
     exp, cell = plan.experiment, plan.control
     return {"cell": cell.id, "params": dict(exp.control),
             "label": describe_cell(exp, cell.params, cell.origin)}
+
+
+def control_baseline_key(exp: Experiment) -> dict:
+    """The key of the test `control: <kind>` runs in every round (the kind's control_key under the experiment's
+    settings of it)."""
+    from zcorch.config.baselines.registry import BY_NAME
+
+    kind = BY_NAME[exp.control]
+    return kind.control_key(exp.baselines.get(kind.name))
 
 
 def _fragment(key: str, value) -> str:
@@ -524,6 +546,14 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
     over = overhead * len(plan.runs)
     shares = tuple((kind.name, kind.estimate(conf, list(by_id.values()), rate, overhead))
                    for kind, conf in plan.experiment.baselines.enabled())
+    if isinstance(plan.experiment.control, str):   # its test once in every round
+        from zcorch.config.baselines.kind import Cost
+        from zcorch.config.baselines.registry import BY_NAME
+
+        kind = BY_NAME[plan.experiment.control]
+        rounds = plan.experiment.repeats
+        shares += ((f"control {kind.name}", Cost(rounds, rounds * (kind.test_seconds(
+            plan.experiment.baselines.get(kind.name)) + overhead), f"{rounds} {kind.name} tests, one per round")),)
     baseline = sum(cost.seconds for _, cost in shares)
     # repeats: {min, max, target_ci}: each cell may stop after its fewest repeats (Plan.fewest_repeats)
     fewest = plan.fewest_repeats()

@@ -224,7 +224,7 @@ def arrow_table(frame: pd.DataFrame) -> "tuple[pa.Table, list]":
 
 
 def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None,
-              derived_stamp: Optional[dict] = None, control: Optional[str] = None) -> pa.Table:
+              derived_stamp: Optional[dict] = None, control: "Optional[str | dict]" = None) -> pa.Table:
     """`frame` plus its derived columns (and the copy units of `yardsticks`, frames.copy_yardsticks of the
     set's meta.json; the ratios to the `control` cell, frames.control_of of its manifest) as an Arrow table,
     with the validity stamp in its metadata."""
@@ -281,25 +281,25 @@ def _deriving_code() -> Optional[str]:
     return _code_digest
 
 
-def _control(d: Path) -> Optional[str]:
-    """The control cell of set `d` (frames.control_of its manifest); None when it has none or the manifest
-    cannot be read."""
+def _control(d: Path) -> "Optional[str | dict]":
+    """The control of set `d` (frames.control_of its manifest: a cell, or a baseline's rates per repeat); None
+    when it has none or the manifest cannot be read."""
     try:
-        return frames.control_of(frames.read_manifest(d))
+        return frames.control_of(frames.read_manifest(d), d)
     except (OSError, ValueError, ResultsError):
         return None
 
 
 def _derived_stamp(d: Path) -> Optional[dict]:
     """What the derived columns of a cache of set `d` depend on besides runs.jsonl: the deriving code, the
-    bytes of meta.json (its calibration gives the copy units) and the control cell the manifest names (the
-    `_vs_control` ratios). None: never trusted (unreadable)."""
+    bytes of meta.json (its calibration gives the copy units) and the control the manifest names, with a
+    baseline control's rates per repeat (the `_vs_control` ratios). None: never trusted (unreadable)."""
     code = _deriving_code()
     if code is None:
         return None
     try:
         meta = setfiles.read_bytes(d, "meta.json", setfiles.MAX_JSON_BYTES)
-        control = frames.control_of(frames.read_manifest(d))
+        control = frames.control_of(frames.read_manifest(d), d)
     except FileNotFoundError:
         meta, control = b"", _control(d)
     except (OSError, ValueError, ResultsError):

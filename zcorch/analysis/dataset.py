@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zcorch import metrics
+from zcorch.analysis.compare import is_control
 from zcorch.analysis.export_dest import LOCK, MANIFEST, PARTITIONS, TABLES  # noqa: F401 (the layout, declared there)
 from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
 from zcorch.params import PARAMS
@@ -510,6 +511,14 @@ class DatasetSeries:
 
     def series(self, cell: str) -> dict:
         return self.cells[cell]
+
+    def is_control(self, cell: str) -> bool:
+        """Whether `cell` is the control of a `_vs_control` metric, as history.FrameSeries.is_control decides
+        it (compare.is_control over the cell's runs of every sweep): the exported ratios carry it."""
+        if self.metric not in metrics.CONTROL_RATIOS or cell not in self.row_of:
+            return False
+        runs = [self.cell_runs(i, cell) for i in range(len(self.sweeps))]
+        return is_control(self.metric, *[f for f in runs if len(f)])
 
     def cell_runs(self, i: int, cell: str):
         row = self.row_of[cell][i] if cell in self.row_of else -1

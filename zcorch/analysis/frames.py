@@ -381,31 +381,72 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
 
 
-def control_of(manifest: dict) -> Optional[str]:
-    """The cell id of a result set's control (manifest.json "control": {"cell", "params", "label"},
-    zcorch.plan.control_record), None when it declares none."""
+def control_of(manifest: dict, path: "Optional[PathLike]" = None) -> "Optional[str | dict]":
+    """A result set's control as add_control_ratios takes it: the cell id of a control cell (manifest.json
+    "control": {"cell", "params", "label"}, zcorch.plan.control_record), or for a baseline as control
+    ({"baseline": kind, ...}) {"baseline": kind, "gbit_s": [[repeat, its rate in Gbit/s], ...]} from the ok
+    control records of set `path`'s baselines.jsonl (the newest of a repeat wins); None when it declares none.
+    JSON-able: the runs.parquet cache keeps it as the stamp of its ratios."""
     control = manifest.get("control")
-    cell = control.get("cell") if isinstance(control, dict) else None
-    return cell if isinstance(cell, str) and cell else None
+    if not isinstance(control, dict):
+        return None
+    cell, kind = control.get("cell"), control.get("baseline")
+    if isinstance(cell, str) and cell:
+        return cell
+    if not (isinstance(kind, str) and kind) or path is None:
+        return None
+    return {"baseline": kind, "gbit_s": [[r, v] for r, v in sorted(_control_rates(result_dir(path), kind).items())]}
 
 
-def add_control_ratios(frame: pd.DataFrame, control: Optional[str]) -> pd.DataFrame:
+def _control_rates(d: Path, kind: str) -> "dict[int, float]":
+    """repeat -> Gbit/s of the ok control records of baseline `kind` in set `d` (its kind's declared rate)."""
+    from zcorch.config.baselines.registry import BY_NAME   # (the registry only for a set that needs it)
+
+    declared = BY_NAME.get(kind)
+    out: "dict[int, float]" = {}
+    if declared is None:
+        return out
+    try:
+        records = read_jsonl(d / results.BASELINES)
+    except FileNotFoundError:   # ended before any baseline: no round has its control
+        return out
+    for rec in records:
+        repeat = rec.get("repeat")
+        if not (rec.get("control") is True and rec.get("status") == OK and rec.get("kind") in declared.record_kinds
+                and isinstance(repeat, int) and not isinstance(repeat, bool)):
+            continue
+        bps = declared.rate(rec.get("result"))
+        if bps is not None and bps > 0:
+            out[repeat] = bps / 1e9
+    return out
+
+
+def add_control_ratios(frame: pd.DataFrame, control: "Optional[str | dict]") -> pd.DataFrame:
     """`frame` (one result set's runs, with the derived columns) with `<metric>_vs_control` for each metric of
-    zcorch.metrics.CONTROL_RATIOS: an ok run's value over that of the run of cell `control` with the same
-    repeat, when that run is ok (else NaN); the control's own ok runs are 1. NaN throughout without a control.
-    A new frame; the columns of `frame` are shared."""
+    zcorch.metrics.CONTROL_RATIOS: an ok run's value over the control's of the same repeat, else NaN.
+
+    `control` (control_of): a cell id: the value of that cell's run of the repeat, when it is ok (the control's
+    own ok runs are 1); a baseline's {"baseline", "<metric>": [[repeat, value], ...]}: the value it measured in
+    that round, for the metrics it has one of (a network baseline moves no bytes through the hosts' file and
+    memory paths, so it has no host CPU per GiB comparable to a run's: that ratio stays NaN). NaN throughout
+    without a control. A new frame; the columns of `frame` are shared."""
     n = len(frame)
     out = {name: np.full(n, np.nan) for name in metrics.CONTROL_RATIOS}
     if control is not None and n and {"cell", "repeat", "status"} <= set(frame.columns):
         ok = (frame["status"] == OK).to_numpy(dtype=bool)
-        is_control = ok & (frame["cell"] == control).to_numpy(dtype=bool)
         repeats = frame["repeat"]
+        is_control = ok & (frame["cell"] == control).to_numpy(dtype=bool) if isinstance(control, str) else None
         for name, base in metrics.CONTROL_RATIOS.items():
             if base not in frame:
                 continue
             values = pd.to_numeric(frame[base], errors="coerce").to_numpy(dtype="float64")
-            # one record per (cell, repeat) in a parsed frame (the newest wins): one control run per repeat
-            by_repeat = pd.Series(values[is_control], index=repeats[is_control].to_numpy()).groupby(level=0).last()
+            if is_control is not None:
+                # one record per (cell, repeat) in a parsed frame (the newest wins): one control run per repeat
+                by_repeat = pd.Series(values[is_control], index=repeats[is_control].to_numpy()).groupby(level=0).last()
+            elif control.get(base):
+                by_repeat = pd.Series({int(r): float(v) for r, v in control[base]}, dtype="float64")
+            else:
+                continue
             reference = repeats.map(by_repeat).to_numpy(dtype="float64")
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.where(ok & (reference > 0), values / reference, np.nan)

@@ -34,7 +34,7 @@ def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> 
             except ResultsError:  # a broken meta.json costs the copy units only, never the runs
                 yardsticks = copy_yardsticks({})
             frame = add_control_ratios(add_copy_units(add_derived(frame), {None: yardsticks}),
-                                       control_of(read_manifest(d)))
+                                       control_of(read_manifest(d), d))
         # one concat, not frame.insert: the frame is hundreds of columns built one by one (fragmented)
         frame = pd.concat([pd.Series(sweep, index=frame.index, name="sweep"), frame], axis=1)
         frame = add_linked_axes(frame, experiment_axes(d))

@@ -20,7 +20,8 @@ from dataclasses import asdict
 
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.errors import ConfigError
-from zcorch.plan import (DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, hms, describe_cell, estimate, load_plan,
+from zcorch.plan import (DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, control_record, hms, describe_cell,
+                         estimate, load_plan,
                          runs_json)
 from zcorch.params import PARAM_KEYS, format_value
 from zcorch.textfmt import text_table
@@ -141,6 +142,9 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
         c = plan.control
         lines.append(f"control: [{c.id}] {describe_cell(exp, c.params, c.origin)}: every run is also divided by the "
                      "control's run of the same repeat (gbit_s_vs_control, ...)")
+    elif isinstance(exp.control, str):
+        lines.append(f"control: {control_record(plan)['label']}, once in every round before its runs: every run's "
+                     f"gbit_s is also divided by that round's {exp.control} rate (gbit_s_vs_control)")
     lines.append("baselines: " + "; ".join(
         f"{kind} " + (", ".join(f"{k}={_baseline_value(k, v)}" for k, v in asdict(conf).items()) if conf else "off")
         for kind, conf in exp.baselines.kinds()))

@@ -138,7 +138,7 @@ class Experiment:
     calibration_max_age: float = DEFAULT_CALIBRATION_MAX_AGE_S   # seconds a host's cached calibration is used
     # `control:` the cell every other cell is judged against, run by run: {parameter or linked axis: value}
     # (values normalised; a linked axis by its label); None without one. zcorch.plan finds the one cell it names.
-    control: Optional[dict] = None
+    control: "Optional[dict | str]" = None   # a str: a network baseline kind (`control: iperf3`)
 
     def network_allowed(self, role: str) -> bool:
         """Whether a `networks:` entry may change `role`'s host: the top-level `allow_network_changes: true`,

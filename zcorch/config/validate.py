@@ -16,6 +16,8 @@ from typing import Any, Optional, Sequence
 
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines import parse_baselines
+from zcorch.config.baselines.kind import NETWORK
+from zcorch.config.baselines.registry import BY_NAME, KINDS
 from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, suggest
 from zcorch.config.checks import choice as _choice
 from zcorch.config.checks import dev_path as _dev_path
@@ -124,6 +126,8 @@ class Validator(Checker):
                              DEFAULT_CALIBRATION_MAX_AGE_S) if "calibration_max_age" in top \
             else DEFAULT_CALIBRATION_MAX_AGE_S
         baselines = parse_baselines(self, get("baselines"))
+        if isinstance(control, str):
+            self._control_baseline(control, get("control"), baselines, get("baselines") if "baselines" in top else None)
         reference = parse_reference(self, get("reference"), parse_param) if "reference" in top else None
         if reference is not None and baselines.commands:  # (none at all: e.g. --set baselines=false)
             names = [c.name for c in baselines.commands]
@@ -223,13 +227,20 @@ class Validator(Checker):
             return 1
         return RepeatPolicy(lo, hi, target)
 
-    def control(self, node: ys.YNode) -> Optional[dict]:
+    def control(self, node: ys.YNode) -> "Optional[dict | str]":
         """`control: {parameter: value, ...}`: the one cell of the plan every other cell is divided by, run by
-        run (zcorch.plan finds it); a linked axis may be named by one of its labels. None when invalid."""
+        run (zcorch.plan finds it); a linked axis may be named by one of its labels. `control: <kind>`: a
+        network baseline kind (NETWORK_KINDS), measured once in every round (its name). None when invalid."""
         if isinstance(node, ys.YScalar) and not node.is_null:
-            self.problem(node.pos, "control", f"`{node.text}`: control: a cell of the matrix (a baseline as "
-                                              "control is not supported yet); name the cell by its parameters, "
-                                              "e.g. `control: {send_mode: write, recv_mode: read}`")
+            kinds = [k.name for k in NETWORK_KINDS]
+            if node.text in kinds:
+                return node.text
+            what = ("a baseline kind that does not measure the path alone" if node.text in BY_NAME
+                    else f"not a baseline kind{suggest(node.text, kinds)}")
+            self.problem(node.pos, "control", f"`{node.text}` is {what}: `control:` names a network baseline kind "
+                                              f"({', '.join(kinds)}: its test runs once in every round) or a cell "
+                                              "of the matrix by its parameters, e.g. "
+                                              "`control: {send_mode: write, recv_mode: read}`")
             return None
         if not isinstance(node, ys.YMap):
             self.problem(node.pos, "control", f"expected a mapping of parameters naming one cell of the matrix "
@@ -263,6 +274,17 @@ class Validator(Checker):
             else:
                 out[key] = value
         return out if ok else None
+
+    def _control_baseline(self, kind: str, node: ys.YNode, baselines: Any, section: Optional[ys.YNode]) -> None:
+        """`control: <kind>` runs that kind's test with its settings under `baselines:`: the kind must be on
+        there (by default or written), so the control's duration and options have one declaration."""
+        if baselines.get(kind) is not None:
+            return
+        where = f" (`baselines:` at line {section.pos.line})" if section is not None and section.pos.source is None \
+            else " (it is off unless written under `baselines:`)" if section is None else ""
+        self.problem(node.pos, "control", f"`{kind}`: control: {kind} runs the {kind} baseline's test in every "
+                                          f"round, but that baseline is not on{where}: add `{kind}: true` (or "
+                                          f"its settings, e.g. `{kind}: {{duration: 1s}}`) under `baselines:`")
 
     def _control_order(self, order: str, written: bool, order_node: Optional[ys.YNode], policy,
                        repeats_node: Optional[ys.YNode]) -> str:
@@ -489,6 +511,9 @@ class Validator(Checker):
 def _is_linked(node: ys.YNode) -> bool:
     """A matrix entry that reads as a linked axis: a list whose items are mappings."""
     return isinstance(node, ys.YSeq) and bool(node.items) and any(isinstance(it, ys.YMap) for it in node.items)
+
+
+NETWORK_KINDS = tuple(k for k in KINDS if k.phase == NETWORK)   # what `control: <kind>` may name
 
 
 def _label_of_axis(node: ys.YNode, axis: Axis) -> str:

@@ -238,8 +238,9 @@ class ResultSet:
         repeat_policy: `repeats: {min, max, target_ci}` as {"min", "max", "target_ci"} (manifest "repeats"):
         plan.json then lists every cell's repeats up to max, and a cell that converged stops early
         (zcorch.results.convergence); None (a fixed `repeats: N`): every planned run is to run.
-        control: the experiment's `control:` cell as {"cell": id, "params", "label"} (manifest "control",
-        zcorch.plan.control_record): the analysis divides each run by the control's run of the same repeat.
+        control: the experiment's `control:` cell as {"cell": id, "params", "label"}, or a baseline kind as
+        {"baseline", "key", "label"} (manifest "control", zcorch.plan.control_record): the analysis divides each
+        run by the control's run, or the baseline's test, of the same repeat.
         """
         if unique:
             directory = _new_directory(directory)

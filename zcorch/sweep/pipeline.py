@@ -435,8 +435,9 @@ def _key(b: dict) -> str:
 
 
 def _network_baselines(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dict]) -> None:
-    """Each test of each network kind (iperf3, qperf...) not yet ok in the result set (resume)."""
-    done = {_key(b) for b in rs.baselines() if b.get("status") == "ok"}
+    """Each test of each network kind (iperf3, qperf...) not yet ok in the result set (resume); the control's
+    tests of the rounds (_control_hook) are not these."""
+    done = {_key(b) for b in rs.baselines() if b.get("status") == "ok" and not b.get("control")}
     for kind, conf in cfg.enabled():
         if kind.phase != NETWORK:
             continue
@@ -445,6 +446,35 @@ def _network_baselines(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[di
             if _key({"kind": record_kind, "key": key}) in done:
                 continue
             rs.append_baseline(bl.run_server_client(kind, sweep.hosts["sender"], sweep.hosts["receiver"], conf, key))
+
+
+def _control_hook(rs: Any, sweep: Sweep, exp: Any, observer: SweepObserver):
+    """`control: <kind>`: the runner's before_round, running the kind's control test once per round (repeat)
+    unless the result set already holds an ok one of that round (resume); None for a control cell or none.
+    Each is a baselines.jsonl record of the kind with "repeat" and "control": true."""
+    if not isinstance(exp.control, str):
+        return None
+    from zcorch.config.baselines.registry import BY_NAME
+    from zcorch.plan import control_baseline_key
+
+    kind, key = BY_NAME[exp.control], control_baseline_key(exp)
+    conf = exp.baselines.get(kind.name)
+    done = {b.get("repeat") for b in rs.baselines() if b.get("control") and b.get("status") == "ok"
+            and b.get("kind") in kind.record_kinds}
+
+    def before_round(repeat: int) -> None:
+        if repeat in done:
+            return
+        rec = bl.run_server_client(kind, sweep.hosts["sender"], sweep.hosts["receiver"], conf, key)
+        rec.update(repeat=repeat, control=True)
+        rs.append_baseline(rec)
+        if rec.get("status") == "ok":
+            done.add(repeat)
+        else:   # the round's runs go on; their ratios are NaN (zcorch.analysis.frames.add_control_ratios)
+            observer.message(f"control {kind.describe(rec)} (round {repeat}): this round's runs get no "
+                             "gbit_s_vs_control")
+
+    return before_round
 
 
 def _commands_for_sweep(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dict],
@@ -764,7 +794,8 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
                                  progress=observer.run_done, before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
                                  source_errors=source_errors, scratch=scratch_dirs, observer=observer,
                                  allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence,
-                                 start_servers_together=not dry_run, pool=pool)
+                                 start_servers_together=not dry_run, pool=pool,
+                                 before_round=_control_hook(rs, sweep, exp, observer))
         outcome = runner.run_sweep(plan_runs, skip)
         warnings += runner.warnings
     except KeyboardInterrupt:

@@ -155,8 +155,10 @@ class Runner:
                  source_errors: Optional[Dict[str, str]] = None,
                  scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = (),
                  netman: Any = None, convergence: Any = None, start_servers_together: bool = False,
-                 pool: Optional[WorkerPool] = None):
+                 pool: Optional[WorkerPool] = None, before_round: Optional[Callable[[int], None]] = None):
         self.sender, self.receiver = sender, receiver
+        # Called with the repeat before the first run of each round that runs (`control: <kind>`).
+        self.before_round = before_round
         # run_sweep starts both hosts' worker servers at once before its first run (a sweep does; a dry run,
         # whose recorded commands keep their order, and the tests of one run at a time do not)
         self.start_servers_together = start_servers_together
@@ -459,6 +461,7 @@ class Runner:
             if todo and self.start_servers_together:
                 self.pool.start_servers([(self.receiver, self.receiver_worker, self.worker_env.get("receiver")),
                                          (self.sender, self.sender_worker, self.worker_env.get("sender"))])
+            round_of: Optional[int] = None   # the round whose before_round has run
             for i, (cell, repeat, params) in enumerate(todo):
                 if self.convergence is not None and not self.convergence.wants(cell):
                     outcome.converged += 1   # no record: the run was planned up to `max`, not needed
@@ -481,6 +484,9 @@ class Runner:
                         continue
                 params = resolve_sink(params, mountpoint)
                 self._before(fs, params)
+                if self.before_round is not None and repeat != round_of:
+                    round_of = repeat   # with the run's network and filesystem in place, as its runs have them
+                    self.before_round(repeat)
                 record = self.run_one(cell, repeat, params)
                 self._count(record, outcome, len(todo))
                 if self.lost_host and i < len(todo) - 1:

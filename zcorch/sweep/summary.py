@@ -116,5 +116,6 @@ def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[
     if same_host:
         lines.append("sender and receiver share one kernel: their host-CPU columns are one machine's, count it once")
     for b in baselines:
-        lines.append("baseline " + describe_result(b))
+        lines.append(("control " if b.get("control") else "baseline ") + describe_result(b)
+                     + (f" (round {b.get('repeat')})" if b.get("control") else ""))
     return "\n".join(lines)

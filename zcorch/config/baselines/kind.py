@@ -137,6 +137,11 @@ class BaselineKind:
         return None
 
     # -- records ----------------------------------------------------------------------------
+    def rate(self, result: Mapping[str, Any]) -> Optional[float]:
+        """The throughput (bits/s) a record's result reports, or None: what `control: <kind>` divides each
+        run's gbit_s by (zcorch.analysis.frames.add_control_ratios). None: the kind is no rate to judge by."""
+        return None
+
     def describe(self, record: Mapping[str, Any]) -> str:
         """One line for a baseline record of this kind (the end-of-run summary)."""
         what = str(record.get("kind") or self.name).replace("_", " ")
@@ -181,6 +186,16 @@ class ServerClientKind(BaselineKind):
     def parse_output(self, text: str) -> Dict[str, Any]:
         """The client's stdout -> the record's result; BaselineError with the tool's words on failure."""
         raise NotImplementedError
+
+    def control_key(self, conf: Any) -> Dict[str, Any]:
+        """The one test `control: <kind>` runs in every round: the kind's test with the tool's own window and
+        message size (its key of `per: sweep`), the same in every experiment that names it."""
+        return self.keys(replace(conf, per="sweep"), ())[0]
+
+    def rate(self, result: Mapping[str, Any]) -> Optional[float]:
+        # parse_output's result carries what arrived as bits_per_second (what a cell's gbit_s is compared to)
+        bps = result.get("bits_per_second") if isinstance(result, Mapping) else None
+        return float(bps) if isinstance(bps, (int, float)) and not isinstance(bps, bool) else None
 
     def estimate(self, conf: Any, params_list: Sequence[Mapping[str, Any]], rate: float, overhead: float) -> Cost:
         n = len(self.keys(conf, params_list))
