@@ -183,8 +183,8 @@ int zc_recv_listen(const zc_params *p, zc_listener *out, zc_error *err)
     }
     if (rc == 0 && p->peer && *p->peer)
         rc = resolve_peer(g, p->peer);
-    if (rc == 0)
-        rc = zc_listen(c0, g->n, &out->port);
+    if (rc == 0) /* room in the accept queue for the sender's streams beside connections that are dropped */
+        rc = zc_listen(c0, g->n + 8, &out->port);
     if (rc < 0) {
         for (int i = 0; i < g->n; i++)
             if (g->errs[i].code) {

@@ -3,6 +3,7 @@
 /proc/sys/net/ipv4/tcp_fin_timeout, and every mount it makes goes with it.
 
     python _openat_child.py race DIR ITERATIONS   -> JSON counts of the rename race
+    python _openat_child.py walk DIR ITERATIONS   -> the same race against the component walk (no openat2)
     python _openat_child.py naive DIR ITERATIONS  -> the same race against check-the-name-then-open (control)
     python _openat_child.py mounts DIR            -> JSON verdicts on bind-mounted kernel paths and tmpfs
 
@@ -134,6 +135,48 @@ def race(d: str, iterations: int) -> dict:
     return counts
 
 
+def walk_race(d: str, iterations: int) -> dict:
+    """The same race against the opener's component walk (what a kernel without openat2 gets), through
+    zcorch.worker.native.open_file: every sink opened is written "7\n", every source opened read."""
+    os.makedirs(f"{d}/race")
+    os.symlink("/proc/sys/net/ipv4", f"{d}/race.swap")
+    os.makedirs(f"{d}/src")
+    with open(f"{d}/src/full", "wb") as f:
+        f.write(b"7\n")
+    os.symlink("/dev", f"{d}/src.swap")
+    before = read(FIN)
+    stop = multiprocessing.Event()
+    proc = multiprocessing.Process(target=swapper, args=([(f"{d}/race", f"{d}/race.swap"),
+                                                          (f"{d}/src", f"{d}/src.swap")], stop))
+    proc.start()
+    counts = {"iterations": 0, "sink_opened": 0, "sink_refused": 0, "source_opened": 0, "source_refused": 0,
+              "source_escapes": 0}
+    try:
+        for _ in range(iterations):
+            counts["iterations"] += 1
+            try:
+                fd = native.open_file(f"{d}/race/tcp_fin_timeout", "sink", create=True, walk=True)
+                try:
+                    os.write(fd, b"7\n")
+                finally:
+                    os.close(fd)
+                counts["sink_opened"] += 1
+            except WorkerError:
+                counts["sink_refused"] += 1
+            try:
+                fd = native.open_file(f"{d}/src/full", "source", walk=True)
+                counts["source_escapes"] += os.read(fd, 2) != b"7\n"
+                os.close(fd)
+                counts["source_opened"] += 1
+            except WorkerError:
+                counts["source_refused"] += 1
+    finally:
+        stop.set()
+        proc.join(10)
+    counts["sink_escapes"] = int(read(FIN) != before)
+    return counts
+
+
 def naive_race(d: str, iterations: int) -> dict:
     """The control: the same race against a check of the name followed by an open of the name (what the
     worker did before: zcorch.worker.paths.check, then open), to show the harness sees an escape."""
@@ -217,7 +260,7 @@ def mounts(d: str) -> dict:
 def main() -> None:
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     mode, d = sys.argv[1], sys.argv[2]
-    result = {"race": race, "naive": naive_race}[mode](d, int(sys.argv[3])) if mode != "mounts" else mounts(d)
+    result = {"race": race, "walk": walk_race, "naive": naive_race}[mode](d, int(sys.argv[3])) if mode != "mounts" else mounts(d)
     print(json.dumps(result))
 
 

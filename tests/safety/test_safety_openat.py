@@ -49,6 +49,13 @@ def test_the_rename_race_never_reaches_proc_sys_or_dev_full(tmp_path):
     # the race was run both ways: a real directory opened, a swapped-in link refused
     assert counts["sink_opened"] > 0 and counts["sink_refused"] > 0, counts
     assert counts["source_opened"] > 0 and counts["source_refused"] > 0, counts
+    # and the component walk a kernel without openat2 gets
+    (tmp_path / "walk").mkdir()
+    walk = child("walk", tmp_path / "walk", str(RACE_ITERATIONS * 4))
+    print("rename race, component walk:", walk)
+    assert walk["sink_escapes"] == 0 and walk["source_escapes"] == 0, walk
+    assert walk["sink_opened"] > 0 and walk["sink_refused"] > 0, walk
+    assert walk["source_opened"] > 0 and walk["source_refused"] > 0, walk
 
 
 @needs_native
@@ -127,3 +134,15 @@ def test_the_worker_cli_reports_a_linked_sink_as_an_error_event(tmp_path):
     event = json.loads(p.stdout.strip().splitlines()[-1])
     assert p.returncode == 1 and event["event"] == "error" and event["code"] == "ELOOP", p.stdout
     assert not (tmp_path / "real" / "out").exists()
+
+
+def test_the_scratch_directory_is_handed_to_the_workers_as_its_real_path(tmp_path):
+    """A workdir reached through a link (a linked /home) still works: the workers get the real path, in which a
+    link put later is refused."""
+    from zcorch.worker.remote import prepare_scratch
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "home").symlink_to(tmp_path / "real")
+    info = prepare_scratch(str(tmp_path / "home" / "wd"), ["in"])
+    assert "error" not in info and info["path"] == str(tmp_path / "real" / "wd" / "scratch"), info
+    os.close(native.open_file(info["path"] + "/in/sink", "sink", create=True))
