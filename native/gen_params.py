@@ -24,7 +24,8 @@ CDEF_BEGIN = "/* cdef:begin */"
 CDEF_END = "/* cdef:end */"
 
 # Fields of zc_params that are no parameter of the table: where to connect/listen, the CPU list as C
-# wants it, and the caller's buffers for results.
+# wants it, the caller's buffers for results, and what the controller gives each run besides its cell (the
+# sink's permission to be a device, the sender's address, the run's nonce).
 _HEAD_FIELDS = """    int side;                  /* ZC_SIDE_SEND / ZC_SIDE_RECV */
     const char *host;          /* send: address to connect to; recv: address to listen on */
     int port;                  /* recv: 0 = ephemeral */"""
@@ -32,7 +33,10 @@ _TAIL_FIELDS = """    const int *cpus;           /* --cpus, with ncpus > 0: thre
     int ncpus;
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
     uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
-    zc_watch *watch;           /* host counters and samples around the timed region; NULL = none */"""
+    zc_watch *watch;           /* host counters and samples around the timed region; NULL = none */
+    int allow_device_sink;     /* recv: --allow-device-sink: the sink may be any device (`allow_destroy:` lists it) */
+    const char *peer;          /* recv: --peer: accept data connections from this address only (NULL: any) */
+    const char *nonce;         /* --nonce: the run's 32 hex digits, carried by every stream hello (NULL: zeros) */"""
 
 
 def load_table():

@@ -93,13 +93,17 @@ def test_allow_destroy_lets_a_listed_device_be_the_sink(write_yaml):
 @pytest.mark.root
 @needs_native
 def test_worker_refuses_a_device_sink_unless_allowed(tmp_path):
-    """A real loop device (also behind a symlink) and /dev/zero: refused; the device is not written."""
+    """A real loop device (also behind a symlink, even allowed) and /dev/zero: refused; the device is not written."""
     with external_loop(str(tmp_path), "1MiB") as dev:
         link = tmp_path / "innocent-file"
         link.symlink_to(dev)
-        for sink in (dev, str(link), "/dev/zero"):
+        for sink in (dev, "/dev/zero"):
             rc, events, _ = run_worker("recv", "--listen", "127.0.0.1:0", "--mode", "read", "--sink", sink)
             assert rc == 1 and events[0]["code"] == "EPERM" and "not /dev/null: refused" in events[0]["message"]
+        # behind a link: the worker follows no link in a sink's path (tests/safety/test_safety_openat.py)
+        rc, events, _ = run_worker("recv", "--listen", "127.0.0.1:0", "--mode", "read", "--sink", str(link),
+                                   "--allow-device-sink")
+        assert rc == 1 and events[0]["code"] == "ELOOP" and "symbolic link" in events[0]["message"]
         with open(dev, "rb") as f:
             assert f.read(1 << 20) == bytes(1 << 20)  # untouched
     rx, _ = start_receiver("--listen", "127.0.0.1:0", "--mode", "read", "--sink", "/dev/zero",

@@ -248,6 +248,8 @@ def test_each_worker_makes_calls_of_its_own_side_buffer(tmp_path, tag):
         return out
 
     sends, reads = socket_calls("sender", "sendto"), socket_calls("receiver", "read")
+    hello, sends = sends[0], sends[1:]
+    assert hello == (48, 48)   # the stream hello with the run's nonce comes first (native/core/net.c)
     assert sends and max(a for a, _ in sends) == 8192 and sum(d for _, d in sends) == 1 << 20
     assert len(sends) >= (1 << 20) // 8192  # a send() never asks more than the sender's buffer
     data_reads = [(a, d) for a, d in reads if d > 0]

@@ -440,6 +440,10 @@ METRICS: "tuple[Metric, ...]" = (
     Metric("uring_cqes", "count", "both", "uring", "io_uring completions reaped (zero-copy notifications included)", extent="total"),
     Metric("uring_bundle", "0/1", "recv", "uring",
            "1 when the receive used bundles (IORING_RECVSEND_BUNDLE), 0 when the kernel has none", combine="max"),
+    Metric("refused_connections", "count", "recv", None,
+           "data connections the receiver dropped before its sender's: from another address than the sender's "
+           "data address, or without the run's nonce in their stream hello (the result's `refused` says which)",
+           combine="first", ctype="int64_t", extent="level"),
     # Host-wide (every process, softirq and interrupt on the machine), read by the worker just outside its
     # timed region (zcorch.worker.hoststat): the "host CPU" view, next to the process view above.
     _host("host_window_ns", "ns",

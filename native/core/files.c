@@ -1,5 +1,7 @@
 /* The files of one stream: the sender's source (mem, a file, a device) and the receiver's sink, prepared
- * before the run as --sink-state says (fresh, preallocated, overwritten once), all untimed.
+ * before the run as --sink-state says (fresh, preallocated, overwritten once), all untimed. Each is opened
+ * by openpath.c (no link followed, judged on the descriptor); what depends on its kind is decided on the
+ * descriptor too, never on a look at the name before it.
  */
 #include "zc_core.h"
 
@@ -28,14 +30,11 @@ int zc_open_source(zc_ctx *c)
         c->total_known = 1;
         return 0;
     }
-    c->fd = open(p->source, O_RDONLY | O_CLOEXEC);
-    if (c->fd < 0)
-        return zc_fail_errno(c, "cannot open source %s", p->source);
     struct stat st;
-    if (fstat(c->fd, &st) < 0)
-        return zc_fail_errno(c, "fstat of source %s", p->source);
-    if (S_ISDIR(st.st_mode))
-        return zc_fail(c, EINVAL, "source %s is a directory", p->source);
+    zc_error oe;
+    c->fd = zc_open_path(p->source, ZC_OPEN_SOURCE, &st, NULL, &oe); /* no link followed, judged on the fd */
+    if (c->fd < 0)
+        return zc_fail(c, oe.code, "%s", oe.message);
     c->total_known = 1;
     c->src_zero = S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 5);
     if (zc_duration_set(p)) { /* no silent wrap-around: a file runs out before the time is up */
@@ -92,32 +91,36 @@ int zc_open_sink(zc_ctx *c)
 {
     const zc_params *p = c->p;
     const char *path = p->sink && *p->sink ? p->sink : "/dev/null";
+    if (zc_duration_set(p) && zc_bytes_set(p))
+        return zc_fail(c, EINVAL, "--bytes and --duration: give one (a byte count or a time), not both");
+    if (p->sink_state != ZC_SINK_STATE_FRESH && !zc_bytes_set(p))
+        return zc_fail(c, EINVAL, "--sink-state %s needs --bytes", sink_state_name(p->sink_state));
+    /* the slices' lengths are unknown until the time is up: no file sink for several streams (none created) */
+    int file_refused = zc_duration_set(p) && p->streams > 1;
     struct stat st;
-    int exists = stat(path, &st) == 0;
-    if (exists && S_ISDIR(st.st_mode))
-        return zc_fail(c, EINVAL, "sink %s is a directory", path);
-    int reg = !exists || S_ISREG(st.st_mode);
+    zc_error oe;
+    int created = 0;
+    int how = ZC_OPEN_SINK | (file_refused ? 0 : ZC_OPEN_CREATE) | (p->allow_device_sink ? ZC_OPEN_DEVICES : 0);
+    c->fd = zc_open_path(path, how, &st, &created, &oe); /* no link followed, judged on the fd */
+    if (c->fd < 0 && file_refused && oe.code == ENOENT)
+        return zc_fail(c, EINVAL, "--duration with --streams %d needs sink /dev/null, not the file %s", p->streams,
+                       path);
+    if (c->fd < 0)
+        return zc_fail(c, oe.code, "%s", oe.message);
+    int reg = S_ISREG(st.st_mode);
     if (!reg && p->sink_state != ZC_SINK_STATE_FRESH)
         return zc_fail(c, EINVAL, "--sink-state %s needs a regular-file sink, not %s", sink_state_name(p->sink_state),
                        path);
     if (!reg && p->fsync)
         return zc_fail(c, EINVAL, "--fsync needs a regular-file sink, not %s", path);
-    if (zc_duration_set(p) && zc_bytes_set(p))
-        return zc_fail(c, EINVAL, "--bytes and --duration: give one (a byte count or a time), not both");
-    if (zc_duration_set(p) && reg && p->streams > 1) /* the slices' lengths are unknown until the time is up */
+    if (reg && file_refused)
         return zc_fail(c, EINVAL, "--duration with --streams %d needs sink /dev/null, not the file %s", p->streams,
                        path);
-    if (p->sink_state != ZC_SINK_STATE_FRESH && !zc_bytes_set(p))
-        return zc_fail(c, EINVAL, "--sink-state %s needs --bytes", sink_state_name(p->sink_state));
-    int flags = O_RDWR | O_CREAT | O_CLOEXEC;
-    if (reg && p->sink_state != ZC_SINK_STATE_OVERWRITE)
-        flags |= O_TRUNC;
-    c->fd = open(path, flags, 0644);
-    if (c->fd < 0)
-        return zc_fail_errno(c, "cannot open sink %s", path);
-    if (fstat(c->fd, &st) < 0)
-        return zc_fail_errno(c, "fstat of sink %s", path);
-    c->fd_is_reg = S_ISREG(st.st_mode);
+    if (reg && !created && p->sink_state != ZC_SINK_STATE_OVERWRITE && ftruncate(c->fd, 0) < 0)
+        return zc_fail_errno(c, "truncating the sink %s", path);
+    if (reg && !created && p->sink_state != ZC_SINK_STATE_OVERWRITE)
+        st.st_size = 0;
+    c->fd_is_reg = reg;
     if (p->sink_state == ZC_SINK_STATE_PREALLOCATED && p->bytes > 0 &&
         fallocate(c->fd, 0, 0, (off_t)p->bytes) < 0)
         return zc_fail_errno(c, "fallocate of %llu bytes for sink %s", (unsigned long long)p->bytes, path);
@@ -136,9 +139,14 @@ int zc_open_sink(zc_ctx *c)
 int zc_reopen_sink(zc_ctx *c, const zc_ctx *first)
 {
     const char *path = c->p->sink && *c->p->sink ? c->p->sink : "/dev/null";
-    c->fd = open(path, O_RDWR | O_CLOEXEC);
+    struct stat st;
+    zc_error oe;
+    c->fd = zc_open_path(path, ZC_OPEN_SINK | (c->p->allow_device_sink ? ZC_OPEN_DEVICES : 0), &st, NULL, &oe);
     if (c->fd < 0)
-        return zc_fail_errno(c, "cannot open sink %s again for stream %d", path, c->stream);
+        return zc_fail(c, oe.code, "%s again for stream %d", oe.message, c->stream);
+    struct stat st0;  /* the file stream 0 prepared, not one put in its place since */
+    if (fstat(first->fd, &st0) < 0 || st0.st_dev != st.st_dev || st0.st_ino != st.st_ino)
+        return zc_fail(c, EAGAIN, "sink %s was replaced after stream 0 opened it: refused", path);
     c->fd_is_reg = first->fd_is_reg;
     c->orig_size = first->orig_size;
     c->total_known = first->total_known;

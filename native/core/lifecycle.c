@@ -1,13 +1,18 @@
 /* The run flow shared by every mode and every stream count: validate, open the source/sink, the mode's
  * setup, connect or listen and accept within the deadline, then the timed transfers (group.c, stream.c)
- * and the group's totals (totals.c). One stream is a group of one and takes the same path; only a group
- * of several exchanges stream hellos (net.c) so the receiver knows which slice a connection carries.
+ * and the group's totals (totals.c). One stream is a group of one and takes the same path; every
+ * connection starts with a stream hello (net.c): which slice it carries, and the run's nonce. The receiver
+ * drops (and counts, in the listener) a connection from another address than --peer or without the nonce,
+ * and keeps waiting for its own sender, up to ZC_REFUSED_MAX of them within the deadline.
  * Everything untimed (allocation, sink preparation, connection set-up, the final handshakes) stays
  * outside wall_ns; the receiver's fsync (--fsync) is inside it, once after every stream.
  */
 #include "zc_core.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -58,7 +63,7 @@ static int send_connect(zc_group *g)
         rc = zc_connect(c);
         if (rc == 0)
             rc = zc_set_sock_timeouts(c);
-        if (rc == 0 && g->n > 1)
+        if (rc == 0)
             rc = zc_send_hello(c);
         if (rc == 0 && c->ops->connected)
             rc = c->ops->connected(c);
@@ -91,12 +96,78 @@ int zc_send_run(const zc_params *p, zc_metrics *m, zc_error *err)
     return rc;
 }
 
+/* --peer: the addresses the sender's connections may come from (a name may have several). */
+static int resolve_peer(zc_group *g, const char *peer)
+{
+    struct addrinfo hints, *res;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    int rc = getaddrinfo(peer, NULL, &hints, &res);
+    if (rc != 0)
+        return zc_fail(&g->ctx[0], EINVAL, "--peer: cannot resolve %s: %s", peer, gai_strerror(rc));
+    g->npeers = 0;
+    for (struct addrinfo *ai = res; ai && g->npeers < (int)(sizeof g->peers / sizeof g->peers[0]); ai = ai->ai_next)
+        if (ai->ai_addrlen <= sizeof g->peers[0])
+            memcpy(&g->peers[g->npeers++], ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(res);
+    return g->npeers ? 0 : zc_fail(&g->ctx[0], EINVAL, "--peer: %s has no address", peer);
+}
+
+/* The IPv4 address of sa (a v4-mapped IPv6 one too) into *v4: 1; else 0. */
+static int v4_of(const struct sockaddr_storage *sa, struct in_addr *v4)
+{
+    if (sa->ss_family == AF_INET) {
+        *v4 = ((const struct sockaddr_in *)sa)->sin_addr;
+        return 1;
+    }
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    if (sa->ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6)) {
+        memcpy(v4, a6->s6_addr + 12, 4);
+        return 1;
+    }
+    return 0;
+}
+
+static int peer_allowed(const zc_group *g, const struct sockaddr_storage *from)
+{
+    if (g->npeers == 0)
+        return 1;
+    struct in_addr a, b;
+    int a4 = v4_of(from, &a);
+    for (int i = 0; i < g->npeers; i++) {
+        const struct sockaddr_storage *pe = &g->peers[i];
+        if (a4 && v4_of(pe, &b) && a.s_addr == b.s_addr)
+            return 1;
+        if (!a4 && from->ss_family == AF_INET6 && pe->ss_family == AF_INET6 &&
+            memcmp(&((const struct sockaddr_in6 *)from)->sin6_addr, &((const struct sockaddr_in6 *)pe)->sin6_addr,
+                   sizeof(struct in6_addr)) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A dropped connection, into the listener: counted, and the first few described ("ADDR:PORT: why"). */
+static void note_refused(zc_listener *l, const struct sockaddr_storage *from, const char *why)
+{
+    char host[INET6_ADDRSTRLEN + 8] = "?", port[16] = "?";
+    getnameinfo((const struct sockaddr *)from, from->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                                           : sizeof(struct sockaddr_in),
+                host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV);
+    l->refused++;
+    size_t used = strlen(l->refused_text);
+    if (used + 1 < sizeof l->refused_text)
+        snprintf(l->refused_text + used, sizeof l->refused_text - used, "%s%s:%s: %s", used ? "; " : "", host, port,
+                 why);
+}
+
 /* Receiver set-up: stream 0 prepares the sink (fresh, preallocated, overwritten) and listens; the
  * others open the prepared sink again, each with its own offset. The listener holds the group. */
 int zc_recv_listen(const zc_params *p, zc_listener *out, zc_error *err)
 {
     out->port = 0;
     out->state = NULL;
+    out->refused = 0;
+    out->refused_text[0] = '\0';
     zc_group *g = zc_group_new(p, err);
     if (!g)
         return -1;
@@ -110,8 +181,10 @@ int zc_recv_listen(const zc_params *p, zc_listener *out, zc_error *err)
         if (rc == 0)
             rc = c->ops->setup(c);
     }
-    if (rc == 0)
-        rc = zc_listen(c0, g->n, &out->port);
+    if (rc == 0 && p->peer && *p->peer)
+        rc = resolve_peer(g, p->peer);
+    if (rc == 0) /* room in the accept queue for the sender's streams beside connections that are dropped */
+        rc = zc_listen(c0, g->n + 8, &out->port);
     if (rc < 0) {
         for (int i = 0; i < g->n; i++)
             if (g->errs[i].code) {
@@ -133,29 +206,43 @@ void zc_listener_close(zc_listener *l)
     }
 }
 
-/* One accepted connection: with several streams, its hello says which stream it is and which slice it
- * carries (checked against the receiver's own --streams and --bytes); a group of one has no hello. */
-static int adopt_connection(zc_group *g, int fd)
+/* Connections the receiver drops before giving up on the run (each costs at most ZC_HELLO_WAIT_NS). */
+#define ZC_REFUSED_MAX 64
+#define ZC_HELLO_WAIT_NS (2 * 1000 * 1000 * 1000LL)
+
+/* One accepted connection: its hello says which stream it is and which slice it carries (checked against the
+ * receiver's own --streams and --bytes). 1 = adopted; 0 = not the run's sender (*why: dropped, not an error
+ * of the run); -1 = the run's sender disagrees with the receiver (the run fails). */
+static int adopt_connection(zc_group *g, int fd, const char **why)
 {
     zc_ctx *c0 = &g->ctx[0];
-    if (g->n == 1) {
-        c0->sock = fd;
-        return 0;
-    }
     unsigned char b[ZC_HELLO_LEN];
-    if (zc_read_hello(c0, fd, b) < 0)
-        return -1;
+    int64_t until = zc_now_ns() + ZC_HELLO_WAIT_NS;
+    if (zc_read_hello(fd, b, until < c0->deadline_ns ? until : c0->deadline_ns, why) < 0)
+        return 0;
     uint32_t idx, cnt;
     uint64_t off, len;
-    if (zc_parse_hello(b, &idx, &cnt, &off, &len) < 0)
-        return zc_fail(c0, EPROTO, "a connection did not start with a stream hello (is the sender running "
-                                   "--streams %d too?)", g->n);
+    const unsigned char *nonce;
+    unsigned char mine[ZC_NONCE_LEN];
+    zc_nonce_bytes(c0->p->nonce, mine); /* checked by zc_validate */
+    if (zc_parse_hello(b, &idx, &cnt, &off, &len, &nonce) < 0) {
+        *why = "did not start with a stream hello";
+        return 0;
+    }
+    if (memcmp(nonce, mine, ZC_NONCE_LEN) != 0) {
+        *why = "its stream hello carries another nonce than the run's";
+        return 0;
+    }
     if ((int)cnt != g->n || idx >= cnt)
         return zc_fail(c0, EPROTO, "the sender runs %u streams (this stream %u), the receiver --streams %d",
                        cnt, idx, g->n);
     if (g->ctx[idx].sock >= 0)
         return zc_fail(c0, EPROTO, "two connections claim stream %u", idx);
     zc_ctx *c = &g->ctx[idx];
+    if (g->n == 1) { /* one stream: its byte count is checked by the transfer itself, as it always was */
+        c->sock = fd;
+        return 1;
+    }
     uint64_t eoff = off, elen = len;
     if (c->total_known)
         zc_stream_slice(c->total, g->n, (int)idx, &eoff, &elen);
@@ -168,25 +255,47 @@ static int adopt_connection(zc_group *g, int fd)
     c->base = off;
     if (c->total_known)
         c->total = len;
-    return 0;
+    return 1;
 }
 
-/* Receiver, untimed: accept every stream's connection within the deadline and ready it. */
-static int recv_accept(zc_group *g, const zc_params *p)
+/* Receiver, untimed: accept every stream's connection within the deadline and ready it; a connection that is
+ * not the run's sender's is dropped, noted in l, and the wait goes on. */
+static int recv_accept(zc_group *g, const zc_params *p, zc_listener *l)
 {
     zc_ctx *c0 = &g->ctx[0];
     const char *waiting = g->n == 1 ? "waiting for the sender to connect"
                                     : "waiting for the senders' streams to connect";
     int rc = 0;
-    for (int k = 0; k < g->n && rc == 0; k++) {
+    for (int k = 0; k < g->n && rc == 0;) {
         rc = zc_poll_deadline(c0, c0->listen_fd, POLLIN, waiting);
-        int fd = rc == 0 ? accept4(c0->listen_fd, NULL, NULL, SOCK_CLOEXEC) : -1;
+        struct sockaddr_storage from;
+        socklen_t fl = sizeof from;
+        memset(&from, 0, sizeof from);
+        int fd = rc == 0 ? accept4(c0->listen_fd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC) : -1;
         if (rc == 0 && fd < 0)
             rc = zc_fail_errno(c0, "accept");
-        if (rc == 0 && (rc = adopt_connection(g, fd)) == 0)
+        const char *why = NULL;
+        int got = 0;
+        if (rc == 0 && !peer_allowed(g, &from))
+            why = "not the sender's data address (--peer)";
+        else if (rc == 0 && (got = adopt_connection(g, fd, &why)) < 0)
+            rc = -1;
+        if (got == 1) {
             fd = -1;
+            k++;
+        } else if (rc == 0 && why) {
+            note_refused(l, &from, why);
+            if (l->refused >= ZC_REFUSED_MAX)
+                rc = zc_fail(c0, ECONNREFUSED, "gave up after dropping %d connections that were not the run's "
+                             "sender's (%s)", l->refused, l->refused_text);
+        }
         if (fd >= 0)
             close(fd);
+    }
+    if (rc < 0 && l->refused && c0->err->code == ETIMEDOUT) { /* say what came instead of the sender */
+        size_t used = strlen(c0->err->message);
+        snprintf(c0->err->message + used, sizeof c0->err->message - used, "; dropped %d connection(s): %s",
+                 l->refused, l->refused_text);
     }
     if (c0->listen_fd >= 0) {
         close(c0->listen_fd);
@@ -205,6 +314,7 @@ static int recv_accept(zc_group *g, const zc_params *p)
         if (rc < 0 && c != c0)
             *c0->err = *c->err;
     }
+    c0->m.refused_connections = l->refused;
     return rc;
 }
 
@@ -220,7 +330,7 @@ int zc_recv_run(const zc_params *p, zc_listener *l, zc_metrics *m, zc_error *err
         return -1;
     }
     zc_ctx *c0 = &g->ctx[0];
-    if (recv_accept(g, p) < 0) {
+    if (recv_accept(g, p, l) < 0) {
         *err = *c0->err;
         zc_listener_close(l);
         return -1;

@@ -1,11 +1,12 @@
 /* The connections of a run, all untimed: resolve, listen (with --window and --tcp-maxseg on the listening
  * socket), connect within the deadline, read back the socket's buffers and TCP_INFO, and the exchanges
- * around the transfer: the stream hello that tells the receiver which slice a connection carries (a group
- * of several streams only: the receiver cannot tell the connections apart by their order of arrival), the
- * sender's wait for the receiver's close, the receiver's check that the sender sent no more than --bytes.
+ * around the transfer: the stream hello that tells the receiver which slice a connection carries and
+ * proves it comes from the run's own sender (every connection, one stream too: it carries the run's nonce,
+ * which the controller gives both sides as --nonce), the sender's wait for the receiver's close, the
+ * receiver's check that the sender sent no more than --bytes.
  *
- * A stream hello is 32 bytes, little-endian: magic "zcs1", stream index, stream count (u32 each), 4 bytes
- * zero, the slice's offset and length (u64 each).
+ * A stream hello is 48 bytes, little-endian: magic "zcs2", stream index, stream count (u32 each), 4 bytes
+ * zero, the slice's offset and length (u64 each), the nonce (16 bytes).
  */
 #include "zc_core.h"
 
@@ -20,7 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define ZC_HELLO_MAGIC 0x315343a5u /* "zcs1" */
+#define ZC_HELLO_MAGIC 0x325343a5u /* "zcs2" */
 
 static void put_le32(unsigned char *b, uint32_t v)
 {
@@ -263,6 +264,7 @@ int zc_send_hello(zc_ctx *c)
     put_le32(b + 8, (uint32_t)c->nstreams);
     put_le64(b + 16, c->base);
     put_le64(b + 24, c->total);
+    zc_nonce_bytes(c->p->nonce, b + 32); /* checked by zc_validate */
     size_t off = 0;
     while (off < sizeof b) {
         ssize_t n = send(c->sock, b + off, sizeof b - off, MSG_NOSIGNAL);
@@ -279,32 +281,66 @@ int zc_send_hello(zc_ctx *c)
     return 0;
 }
 
-/* The receiver: read one stream hello (ZC_HELLO_LEN bytes) within the deadline (untimed). */
-int zc_read_hello(zc_ctx *c, int fd, unsigned char *b)
+int zc_nonce_bytes(const char *hex, unsigned char *out)
 {
-    size_t got = 0;
-    while (got < ZC_HELLO_LEN) {
-        if (zc_poll_deadline(c, fd, POLLIN, "waiting for the senders' stream hellos") < 0)
+    memset(out, 0, ZC_NONCE_LEN);
+    if (!hex || !*hex)
+        return 0;
+    if (strlen(hex) != 2 * ZC_NONCE_LEN)
+        return -1;
+    for (int i = 0; i < 2 * ZC_NONCE_LEN; i++) {
+        char ch = hex[i];
+        int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+              : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+        if (v < 0)
             return -1;
-        ssize_t n = recv(fd, b + got, ZC_HELLO_LEN - got, MSG_DONTWAIT);
-        if (n == 0)
-            return zc_fail(c, EPROTO, "a connection closed before its stream hello (is the sender running "
-                                      "--streams %d too?)", c->nstreams);
-        if (n < 0) {
-            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
-                continue;
-            return zc_fail_errno(c, "reading a stream hello");
-        }
-        got += (size_t)n;
+        out[i / 2] = (unsigned char)(out[i / 2] << 4 | v);
     }
     return 0;
 }
 
-int zc_parse_hello(const unsigned char *b, uint32_t *idx, uint32_t *cnt, uint64_t *off, uint64_t *len)
+/* The receiver: read one stream hello (ZC_HELLO_LEN bytes) from a connection by deadline_ns (untimed). A
+ * failure is the connection's, not the run's: the caller drops it and waits for its own sender. */
+int zc_read_hello(int fd, unsigned char *b, int64_t deadline_ns, const char **why)
+{
+    size_t got = 0;
+    while (got < ZC_HELLO_LEN) {
+        int64_t left = deadline_ns - zc_now_ns();
+        if (left <= 0) {
+            *why = "sent no stream hello in time";
+            return -1;
+        }
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int n = poll(&pfd, 1, (int)((left + 999999) / 1000000));
+        if (n < 0 && errno != EINTR) {
+            *why = "poll failed on it";
+            return -1;
+        }
+        if (n <= 0)
+            continue;
+        ssize_t r = recv(fd, b + got, ZC_HELLO_LEN - got, MSG_DONTWAIT);
+        if (r == 0) {
+            *why = "closed before a whole stream hello";
+            return -1;
+        }
+        if (r < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+                continue;
+            *why = "failed before a whole stream hello";
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+int zc_parse_hello(const unsigned char *b, uint32_t *idx, uint32_t *cnt, uint64_t *off, uint64_t *len,
+                   const unsigned char **nonce)
 {
     *idx = get_le32(b + 4);
     *cnt = get_le32(b + 8);
     *off = get_le64(b + 16);
     *len = get_le64(b + 24);
+    *nonce = b + 32;
     return get_le32(b) == ZC_HELLO_MAGIC ? 0 : -1;
 }

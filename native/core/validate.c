@@ -89,6 +89,9 @@ int zc_validate_ctx(zc_ctx *c, int side)
     if (p->streams > 1 && (c->ops->caps & ZC_CAP_ONE_STREAM))
         return zc_fail(c, EOPNOTSUPP, "cannot run as %d parallel streams (the mode handles one stream only)",
                        p->streams);
+    unsigned char nonce[ZC_NONCE_LEN];
+    if (zc_nonce_bytes(p->nonce, nonce) < 0)
+        return zc_fail(c, EINVAL, "--nonce: expected %d hexadecimal digits, got '%.80s'", 2 * ZC_NONCE_LEN, p->nonce);
     if (p->ncpus < 0 || (p->ncpus > 0 && !p->cpus))
         return zc_fail(c, EINVAL, "--cpus: bad CPU list");
     for (int i = 0; i < p->ncpus; i++)

@@ -10,6 +10,7 @@
 #define ZC_CORE_H
 
 #include <pthread.h>
+#include <sys/socket.h>
 
 #include "zc_internal.h"
 
@@ -28,11 +29,16 @@ int zc_listen(zc_ctx *c, int backlog, int *port);
 int zc_connect(zc_ctx *c);
 void zc_read_sock_info(zc_ctx *c);
 void zc_read_tcp_info(zc_ctx *c);
-#define ZC_HELLO_LEN 32
+#define ZC_HELLO_LEN 48
+#define ZC_NONCE_LEN 16
+/* --nonce (NULL or "": zeros) as bytes; -1 when it is not 2*ZC_NONCE_LEN hexadecimal digits */
+int zc_nonce_bytes(const char *hex, unsigned char *out);
 int zc_send_hello(zc_ctx *c);
-int zc_read_hello(zc_ctx *c, int fd, unsigned char *b);
-/* a hello's fields: magic checked (-1 if it is none), stream index, count, slice offset and length */
-int zc_parse_hello(const unsigned char *b, uint32_t *idx, uint32_t *cnt, uint64_t *off, uint64_t *len);
+/* one hello read from fd until deadline_ns (CLOCK_MONOTONIC): 0, or -1 with why (a static text) */
+int zc_read_hello(int fd, unsigned char *b, int64_t deadline_ns, const char **why);
+/* a hello's fields: magic checked (-1 if it is none), stream index, count, slice offset and length, nonce */
+int zc_parse_hello(const unsigned char *b, uint32_t *idx, uint32_t *cnt, uint64_t *off, uint64_t *len,
+                   const unsigned char **nonce);
 int zc_await_receiver_close(zc_ctx *c);
 int zc_expect_eof(zc_ctx *c);
 
@@ -55,6 +61,8 @@ typedef struct zc_group {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int go;                  /* 1: start; -1: abort (a thread could not be created) */
+    struct sockaddr_storage peers[8]; /* recv --peer resolved: the only addresses a connection may come from */
+    int npeers;              /* 0: --peer not given (any address) */
 } zc_group;
 
 zc_group *zc_group_new(const zc_params *p, zc_error *err);

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/types.h>
+#include <sys/stat.h>
 
 #include "zcorch_api.h"
 #include "zc_params_gen.h"   /* zc_params, zc_metrics and their tables, generated from zcorch/params.py */
@@ -111,6 +112,9 @@ const char *zc_build_missing_any(const char *const *features);
     const zc_mode_ops ops = {.name = (mode_name), .side = (mode_side), .caps = (mode_caps),              \
                              .available = unbuilt_available_, .setup = unbuilt_refuse_,                  \
                              .transfer = unbuilt_refuse_, .teardown = unbuilt_nothing_}
+
+/* openpath.c: zc_open_file with the fstat of what it opened */
+int zc_open_path(const char *path, int how, struct stat *st, int *created, zc_error *err);
 
 /* errors (common.c): fill c->err with "<side> <mode>: <fmt>", return -1 */
 int zc_fail(zc_ctx *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

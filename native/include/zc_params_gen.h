@@ -43,6 +43,9 @@ struct zc_params {
     struct zc_metrics *stream_metrics; /* out, with streams > 1: one entry per stream (NULL: not wanted) */
     uint64_t *stream_offsets;  /* out, with streams > 1 and stream_metrics: where each stream's slice starts */
     zc_watch *watch;           /* host counters and samples around the timed region; NULL = none */
+    int allow_device_sink;     /* recv: --allow-device-sink: the sink may be any device (`allow_destroy:` lists it) */
+    const char *peer;          /* recv: --peer: accept data connections from this address only (NULL: any) */
+    const char *nonce;         /* --nonce: the run's 32 hex digits, carried by every stream hello (NULL: zeros) */
 };
 
 struct zc_metrics {
@@ -73,6 +76,7 @@ struct zc_metrics {
     int64_t zc_recv_copied;    /* B, streams: sum */
     int64_t uring_cqes;        /* count, streams: sum */
     int64_t uring_bundle;      /* 0/1, streams: max */
+    int64_t refused_connections;/* count, streams: first */
 };
 /* cdef:end */
 
@@ -204,5 +208,6 @@ struct zc_metrics {
     X(sum, zc_recv_copied) \
     X(sum, uring_cqes) \
     X(max, uring_bundle) \
+    X(first, refused_connections) \
 
 #endif

@@ -63,6 +63,8 @@ typedef struct zc_metrics zc_metrics;
 typedef struct zc_listener {
     int port;                  /* the port actually bound (useful with port 0) */
     void *state;               /* the receiver's context; freed by zc_recv_run or zc_listener_close */
+    int refused;               /* out: data connections dropped (not from --peer, no hello with the nonce) */
+    char refused_text[512];    /* out: the first of them, "ADDR: why" separated by "; " */
 } zc_listener;
 
 int zc_mode_count(int side);
@@ -97,6 +99,19 @@ int zc_mode_available(int side, const char *name, char *why, size_t len);
  * the name of feature i (NULL past the last), and NULL if this build has it, else why not. */
 const char *zc_build_feature_name(int index);
 const char *zc_build_feature_missing(int index);
+
+/* Open a source or a sink (openpath.c): without following a link in any component of the path, judged on
+ * the descriptor (a regular file on a data filesystem, or an allowed device: /dev/null, and for a source
+ * /dev/zero and /dev/urandom; ZC_OPEN_DEVICES: any device, a sink the experiment's allow_destroy lists).
+ * ZC_OPEN_CREATE: a missing sink is created (*created = 1). ZC_OPEN_WALK: resolve one component at a time
+ * as on a kernel without openat2 (tests). Returns the descriptor (O_CLOEXEC; read-only for a source,
+ * read-write for a sink, never truncated), or -1 with *err filled. */
+#define ZC_OPEN_SOURCE  0
+#define ZC_OPEN_SINK    1
+#define ZC_OPEN_DEVICES 4
+#define ZC_OPEN_CREATE  8
+#define ZC_OPEN_WALK    16
+int zc_open_file(const char *path, int how, int *created, zc_error *err);
 
 /* Fixed pattern of source "mem" (see mempattern.c): byte at stream offset off. */
 void zc_mem_pattern(uint64_t off, unsigned char *out, size_t len);

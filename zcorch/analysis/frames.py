@@ -61,8 +61,9 @@ from zcorch.errors import ResultsError
 
 PathLike = Union[str, os.PathLike]
 
-# Keys of a worker's result line that are not metrics (mode is already a parameter column).
-_NOT_METRICS = {"event", "side", "mode", "params"}
+# Keys of a worker's result line that are not metrics (mode is already a parameter column; `refused` is the
+# receiver's note of the connections it dropped, which refused_connections counts).
+_NOT_METRICS = {"event", "side", "mode", "params", "refused"}
 RUN_COLUMNS = ["cell", "repeat", "status", "reason"]
 RUN_TAIL_COLUMNS = ["started", "wall_s", "log"]
 _RECORD_KEYS = frozenset(RUN_COLUMNS + RUN_TAIL_COLUMNS + ["params", "sender", "receiver"])

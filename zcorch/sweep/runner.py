@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import signal
 import time
@@ -53,16 +54,28 @@ def hostport(address: str, port: int) -> str:
 WATCH_STDIN = "--exit-on-stdin-eof"
 
 
-def recv_argv(worker: Sequence[str], address: str, params: Dict[str, Any], allow_device_sink: bool = False
-              ) -> List[str]:
+def recv_argv(worker: Sequence[str], address: str, params: Dict[str, Any], allow_device_sink: bool = False,
+              peer: Optional[str] = None, nonce: Optional[str] = None) -> List[str]:
     """allow_device_sink: the sink is a device the experiment's `allow_destroy:` lists (the worker refuses
-    any other device sink but /dev/null)."""
+    any other device sink but /dev/null). peer: the sender's data address, the only one the receiver takes a
+    data connection from; nonce: the run's (new_nonce), which the sender's stream hello must carry."""
     extra = ["--allow-device-sink"] if allow_device_sink else []
+    extra += ["--peer", peer] if peer else []
+    extra += ["--nonce", nonce] if nonce else []
     return [*worker, "recv", "--listen", hostport(address, 0), *worker_flags("recv", params), *extra, WATCH_STDIN]
 
 
-def send_argv(worker: Sequence[str], address: str, port: int, params: Dict[str, Any]) -> List[str]:
-    return [*worker, "send", "--connect", hostport(address, port), *worker_flags("send", params), WATCH_STDIN]
+def send_argv(worker: Sequence[str], address: str, port: int, params: Dict[str, Any],
+              nonce: Optional[str] = None) -> List[str]:
+    extra = ["--nonce", nonce] if nonce else []
+    return [*worker, "send", "--connect", hostport(address, port), *worker_flags("send", params), *extra,
+            WATCH_STDIN]
+
+
+def new_nonce() -> str:
+    """A run's nonce: 16 random bytes in hex, given to both workers of that run alone (over SSH, to the served
+    workers' stdin: it is in no process's command line on the hosts)."""
+    return secrets.token_hex(16)
 
 
 def run_fields(run: Any) -> Tuple[str, int, Dict[str, Any]]:
@@ -101,6 +114,7 @@ class _Side:
     error: Optional[dict] = None
     exited: Optional[int] = None
     lines: List[str] = field(default_factory=list)
+    nonce: Optional[str] = None   # the run's (new_nonce): the receiver's side holds it for the sender's argv
 
     def where(self) -> str:
         return f"{self.name} on {self.host.name}"
@@ -204,9 +218,12 @@ class Runner:
         started_iso = utc_now()
         t0 = time.monotonic()
         deadline = t0 + budget
+        nonce = new_nonce()
         recv = _Side("receiver", self.receiver,
                      recv_argv(self.receiver_worker, self.receiver.data_address, worker_params,
-                               allow_device_sink=worker_params.get("sink") in self.allow_device_sinks))
+                               allow_device_sink=worker_params.get("sink") in self.allow_device_sinks,
+                               peer=self.sender.data_address, nonce=nonce))
+        recv.nonce = nonce
         send = _Side("sender", self.sender, [])
         log_rel = self.results.log_relpath(cell, repeat)
         # Not "ok" until _drive says so: whatever escapes it must never be recorded as a success.
@@ -275,7 +292,7 @@ class Runner:
         port = int(ready["port"])
         self.on_event("receiver_ready", pid=ready.get("pid"), port=port, proc=recv.proc)
         # A served sender starts in about a millisecond: it gets the port in its arguments.
-        send.argv = send_argv(self.sender_worker, self.receiver.data_address, port, params)
+        send.argv = send_argv(self.sender_worker, self.receiver.data_address, port, params, nonce=recv.nonce)
         self._serve(send, self.sender_worker, "sender")
         self.on_event("sender_started", proc=send.proc)
         pending = None

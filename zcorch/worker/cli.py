@@ -107,6 +107,10 @@ def _add_max_age(p: argparse.ArgumentParser) -> None:
                                      f"duration (default {calcache.DEFAULT_MAX_AGE_S / 3600:g}h)")
 
 
+_NONCE_HELP = ("the run's nonce (32 hex digits, made by the controller for this run alone) every stream hello "
+               "carries; the receiver drops a connection whose hello carries another (without it: zeros)")
+
+
 def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description="One side of a zcorch transfer (JSON lines on stdout).")
     sub = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
@@ -117,9 +121,13 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     rx.add_argument("--allow-device-sink", action="store_true",
                     help="let --sink name a block or character device other than /dev/null (the experiment "
                          "listed it in `allow_destroy:`); without it such a sink is refused")
+    rx.add_argument("--peer", help="the sender's data address: a data connection from any other address is "
+                                   "dropped (counted in refused_connections) and the wait goes on")
+    rx.add_argument("--nonce", help=_NONCE_HELP)
     tx = sub.add_parser("send", help="connect, send, print the result")
     tx.add_argument("--connect", required=True, help="ADDR:PORT of the receiver")
     _add_params(tx, "send")
+    tx.add_argument("--nonce", help=_NONCE_HELP)
     tx.add_argument("--port-from-stdin", action="store_true",
                     help="read the receiver's port as one line on stdin before connecting (the PORT of "
                          "--connect is ignored): the controller starts the sender while the receiver starts")
@@ -364,28 +372,6 @@ def layout(path: str, size: int, grow: bool = False) -> "dict[str, Any]":
             **({"grown_from": st.st_size} if replace else {})}
 
 
-def refuse_device_sink(sink: "Optional[str]") -> None:
-    """EPERM if `sink` is (or links to) a block or character device other than /dev/null.
-
-    The last line of defence under the plan-time rule (zcorch.params SINK_DEVICES): the receiver opens
-    its sink O_RDWR|O_CREAT as root and would overwrite a disk's start. A missing path becomes a file.
-    """
-    if not sink:
-        return
-    try:
-        st = os.stat(sink)
-    except OSError:
-        return  # missing (a new file), or the native open reports the problem
-    if not (stat.S_ISBLK(st.st_mode) or stat.S_ISCHR(st.st_mode)):
-        return
-    if stat.S_ISCHR(st.st_mode) and st.st_rdev == os.stat("/dev/null").st_rdev:
-        return
-    kind = "block" if stat.S_ISBLK(st.st_mode) else "character"
-    raise WorkerError(errno.EPERM, f"recv: sink {sink} is a {kind} device, not /dev/null: refused (the "
-                                   "experiment must list it in `allow_destroy:`; the worker needs "
-                                   "--allow-device-sink)")
-
-
 def _check_paths(what: str, path: "Optional[str]", devices: "tuple[str, ...]", allow_devices: bool = False) -> None:
     """zcorch.worker.paths.check as a WorkerError (an `error` event with EPERM)."""
     try:
@@ -395,17 +381,10 @@ def _check_paths(what: str, path: "Optional[str]", devices: "tuple[str, ...]", a
 
 
 def _run(args: argparse.Namespace) -> None:
-    # What every path resolves to, on this host, before anything is opened (zcorch.worker.paths).
-    if args.action == "command":
-        _check_paths("command stdin", args.stdin, worker_paths.SOURCE_DEVICES)
-        _check_paths("command stdout", args.stdout, worker_paths.SINK_DEVICES)
-        _check_paths("command sink", args.sink, worker_paths.SINK_DEVICES)
-    elif args.action == "layout":
+    # A source, a sink and a command's stdin/stdout are judged on the descriptor they are opened as
+    # (native/core/openpath.c), never by a look at the name first; layout writes files beside its path.
+    if args.action == "layout":
         _check_paths("layout path", args.path, ())
-    elif args.action == "send":
-        _check_paths("source", args.source, worker_paths.SOURCE_DEVICES)
-    elif args.action == "recv":  # devices: refuse_device_sink below (it knows --allow-device-sink)
-        _check_paths("sink", args.sink, worker_paths.SINK_DEVICES, allow_devices=True)
     if args.action == "info":
         _emit(_info_with(args))
         return
@@ -439,10 +418,9 @@ def _run(args: argparse.Namespace) -> None:
         _exit_when_stdin_closes()
     params = _params(args)
     if args.action == "recv":
-        if not args.allow_device_sink:
-            refuse_device_sink(params.get("sink"))
         host, port = parse_address(args.listen, "--listen")
-        rx = native.Receiver(host, port, args.mode, **params)
+        rx = native.Receiver(host, port, args.mode, allow_device_sink=args.allow_device_sink, peer=args.peer,
+                             nonce=args.nonce, **params)
         try:
             _emit({"event": "ready", "port": rx.port, "pid": os.getpid()})
             result = rx.run()
@@ -454,7 +432,7 @@ def _run(args: argparse.Namespace) -> None:
             if not port_line.isdigit() or not 0 < int(port_line) <= 65535:
                 raise _UsageError(f"--port-from-stdin: expected a port number line, got {port_line!r}")
             port = int(port_line)
-        result = native.send(host, port, args.mode, **params)
+        result = native.send(host, port, args.mode, nonce=args.nonce, **params)
     _emit({"event": "result", **result})
 
 

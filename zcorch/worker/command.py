@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -37,6 +38,8 @@ import time
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: the worker imports nothing it does not need at run time
     from typing import Any, Dict, List, Optional
+
+from zcorch.worker import native
 
 LISTEN_WAIT_S = 10.0
 STDERR_TAIL = 600
@@ -152,6 +155,17 @@ def run(argv: "List[str]", stdin: "Optional[str]" = None, stdout: "Optional[str]
     """Run argv as described above; emits the events and returns the exit event."""
     result: "Dict[str, Any]" = {"event": "exit", "rc": None, "wall_s": None, "stderr": "", "sink_bytes": None,
                               "error": None, "killed": 0}
+    # Opened as the C core opens a source and a sink: no link followed, judged on the descriptor (WorkerError,
+    # an `error` event, before anything starts).
+    fin = os.fdopen(native.open_file(stdin or os.devnull, "source"), "rb")
+    try:
+        out_fd = native.open_file(stdout or os.devnull, "sink", create=True)
+    except BaseException:
+        fin.close()
+        raise
+    if stat.S_ISREG(os.fstat(out_fd).st_mode):
+        os.ftruncate(out_fd, 0)
+    fout = os.fdopen(out_fd, "wb")
     become_subreaper()
     proc: "Optional[subprocess.Popen]" = None
 
@@ -161,9 +175,11 @@ def run(argv: "List[str]", stdin: "Optional[str]" = None, stdout: "Optional[str]
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         if shutil.which(argv[0]) is None:
+            fin.close()
+            fout.close()
             result.update(rc=127, error=f"{argv[0]}: not found on this host (not on its PATH)")
             return result
-        with open(stdin or os.devnull, "rb") as fin, open(stdout or os.devnull, "wb") as fout:
+        with fin, fout:
             if wait_go:
                 _emit({"event": "ready"})
                 if not sys.stdin.readline():

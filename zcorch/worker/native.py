@@ -174,6 +174,26 @@ def parse_cpus(value: Any) -> "Optional[list[int]]":
     return cpus
 
 
+OPEN_FLAGS = {"source": 0, "sink": 1}
+
+
+def open_file(path: str, what: str, create: bool = False, devices: bool = False, walk: bool = False) -> int:
+    """A descriptor of `path` opened as the C core opens a source ("source": read-only) or a sink ("sink":
+    read-write, never truncated; `create`: made when missing): no link followed in any component, judged on
+    the descriptor (a regular file on a data filesystem, or /dev/null, and for a source /dev/zero or
+    /dev/urandom; `devices`: any device). `walk`: resolve component by component as without openat2 (tests).
+    WorkerError with the reason otherwise (native/core/openpath.c)."""
+    L = _lib()
+    how = OPEN_FLAGS[what] | (int(L.ZC_OPEN_CREATE) if create else 0) | (int(L.ZC_OPEN_DEVICES) if devices else 0)
+    how |= int(L.ZC_OPEN_WALK) if walk else 0
+    err = ffi.new("zc_error *")
+    created = ffi.new("int *")
+    fd = L.zc_open_file(os.fsencode(path), how, created, err)
+    if fd < 0:
+        _raise(err)
+    return int(fd)
+
+
 def mem_pattern(offset: int, length: int) -> bytes:
     """The bytes source `mem` sends at [offset, offset+length) (see native/mempattern.c)."""
     L = _lib()
@@ -299,7 +319,8 @@ class _CParams:
     One loop over the table's C fields (zcorch.params.c_params): a field this side does not get keeps
     zc_params_init's default."""
 
-    def __init__(self, side: str, mode: str, host: str, port: int, p: "dict[str, Any]"):
+    def __init__(self, side: str, mode: str, host: str, port: int, p: "dict[str, Any]",
+                 run: "Optional[dict[str, Any]]" = None):
         self._keep: "list[Any]" = []
         s = ffi.new("zc_params *")
         lib.zc_params_init(s)
@@ -307,6 +328,10 @@ class _CParams:
         s.mode = self._str(mode)
         s.host = self._str(host)
         s.port = port
+        run = run or {}
+        s.allow_device_sink = 1 if run.get("allow_device_sink") else 0
+        s.peer = self._str(run.get("peer"))
+        s.nonce = self._str(run.get("nonce"))
         for prm in _table.c_params():
             if prm.dest == "mode" or prm.dest not in p:
                 continue
@@ -484,15 +509,21 @@ def _check_port(port: int) -> None:
 
 
 class Receiver:
-    """Listening receiver: sink prepared, mode set up and socket listening once constructed."""
+    """Listening receiver: sink prepared, mode set up and socket listening once constructed.
 
-    def __init__(self, host: str, port: int, mode: str, **params: Any):
+    allow_device_sink: the sink may be any device (the experiment's `allow_destroy:` lists it; else only
+    /dev/null). peer: accept data connections from this address only (others are dropped and counted).
+    nonce: the run's nonce (32 hex digits) every stream hello must carry; None = zeros on both sides."""
+
+    def __init__(self, host: str, port: int, mode: str, *, allow_device_sink: bool = False,
+                 peer: Optional[str] = None, nonce: Optional[str] = None, **params: Any):
         L = _lib()
         _check_port(port)
         self.mode = mode
         self.params = normalize_params("recv", **params)
         self.params["listen"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        self._c = _CParams("recv", mode, host, port, self.params)
+        self._c = _CParams("recv", mode, host, port, self.params,
+                           {"allow_device_sink": allow_device_sink, "peer": peer, "nonce": nonce})
         self._c.watch.idle_before = hoststat.probe_idle(self.params.get("idle_probe"))   # before listening
         self._listener = ffi.new("zc_listener *")
         err = ffi.new("zc_error *")
@@ -506,7 +537,10 @@ class Receiver:
         err = ffi.new("zc_error *")
         if lib.zc_recv_run(self._c.struct, self._listener, m, err) != 0:
             _raise(err)
-        return _result("recv", self.mode, m, self.params, self._c)
+        out = _result("recv", self.mode, m, self.params, self._c)
+        text = ffi.string(self._listener.refused_text).decode(errors="replace")
+        out["refused"] = text.split("; ") if text else []   # the connections refused_connections counts
+        return out
 
     def close(self) -> None:
         lib.zc_listener_close(self._listener)
@@ -518,13 +552,14 @@ class Receiver:
         self.close()
 
 
-def send(host: str, port: int, mode: str, **params: Any) -> "dict[str, Any]":
-    """Connect to a receiver and send; raises WorkerError naming the mode and the reason."""
+def send(host: str, port: int, mode: str, *, nonce: Optional[str] = None, **params: Any) -> "dict[str, Any]":
+    """Connect to a receiver and send; raises WorkerError naming the mode and the reason. nonce: the run's
+    (the receiver's), carried by the stream hello."""
     L = _lib()
     _check_port(port)
     applied = normalize_params("send", **params)
     applied["connect"] = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    c = _CParams("send", mode, host, port, applied)
+    c = _CParams("send", mode, host, port, applied, {"nonce": nonce})
     c.watch.idle_before = hoststat.probe_idle(applied.get("idle_probe"))   # before connecting
     m = ffi.new("zc_metrics *")
     err = ffi.new("zc_error *")

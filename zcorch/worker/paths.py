@@ -1,4 +1,7 @@
-"""What a path the worker opens really is, judged on the host that opens it.
+"""What a path really is, judged by its name on the host: now only for `zcorch worker layout`'s path.
+
+Sources, sinks and a command's stdin/stdout are not judged here: native/core/openpath.c opens them following
+no link and judges the descriptor (a check of the name before an open of the name can be raced).
 
 The plan-time rules (zcorch.config: no `/dev` but the allowed devices, nothing under /proc or /sys) read
 the text of a path. On the host a path can lead elsewhere: a symlink to a block device, `/proc/self/root/

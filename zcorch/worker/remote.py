@@ -535,7 +535,8 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
 def prepare_scratch(workdir: str, subdirs: "Sequence[str]" = ()) -> "Dict[str, Any]":
     """Create `<workdir>/scratch` (mode 0700, whatever the umask) and `subdirs` under it.
 
-    `~` in workdir is expanded here, on the host. Returns {"path", "created", "mode"} plus "error"
+    `~` in workdir is expanded here, on the host. Returns {"path" (its real path: no link in it), "created",
+    "mode"} plus "error"
     when the directory cannot be used: not a directory, owned by another user, not writable.
     """
     workdir = os.path.expanduser(workdir)
@@ -561,6 +562,9 @@ def prepare_scratch(workdir: str, subdirs: "Sequence[str]" = ()) -> "Dict[str, A
         else:
             for sub in subdirs:
                 os.makedirs(os.path.join(path, sub), 0o700, exist_ok=True)
+            # The workers follow no link in a source's or sink's path: they get the directory's real path
+            # (a workdir under a linked /home still works; a link put into it later is refused).
+            out["path"] = os.path.realpath(path)
     except OSError as exc:
         out["error"] = f"cannot be created: {exc}"
     return out
