@@ -1,20 +1,23 @@
 """`zcorch run ... --export DEST`: a nightly run keeps its dataset current (zcorch.analysis.export, as `zcorch
 export`): one sweep's set, then a fleet's pairs into the same dataset (incremental), read back by DuckDB; a DEST
-the export would refuse is a bad option before anything runs (exit 2); a failed export at the end (the dataset
-held by another export: a real flock) is a warning and leaves the exit status the sweep's. Real localhost
-sweeps with real workers."""
+the export would refuse is a bad option before anything runs (exit 2); the run's export waits for another
+export holding the dataset (a real flock); a failed export at the end is a warning and leaves the exit status
+the sweep's. Real localhost sweeps with real workers."""
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from fixtures_run import zcorch
+from fixtures_run import TAG_VAR, zcorch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -92,21 +95,44 @@ def test_a_dest_the_export_would_refuse_is_refused_before_the_sweep(tmp_path, fi
     assert foreign.returncode == 2 and "not a zcorch dataset" in foreign.stderr and not (tmp_path / "y").exists()
 
 
-def test_a_failed_export_is_a_warning_and_the_exit_status_is_the_sweeps(tmp_path, files, tag):
+def test_a_run_waits_for_another_export_and_a_failed_export_is_a_warning(tmp_path, files, tag):
     exp, _ = files
     dest = tmp_path / "dataset"
     first = zcorch(tag, "run", exp, "-o", tmp_path / "night0", "--export", dest, timeout=300)
     assert first.returncode == 0 and "export: 1 result set(s) exported" in first.stdout, first.stderr[-3000:]
-    fd = os.open(dest / ".export.lock", os.O_RDWR)   # held as another export writing the dataset holds it
+    # the dataset held as another controller's export holds it: the run's export waits for it, then writes
+    fd = os.open(dest / ".export.lock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        res = zcorch(tag, "run", exp, "-o", tmp_path / "night", "--export", dest, timeout=300)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b"zcorch export pid 1 on rack7\n", 0)
+        err_file = tmp_path / "night.err"
+        with open(err_file, "w") as err_out:
+            proc = subprocess.Popen([sys.executable, "-m", "zcorch", "run", str(exp), "-o", str(tmp_path / "night"),
+                                     "--export", str(dest)], stdout=subprocess.PIPE, stderr=err_out, text=True,
+                                    env=dict(os.environ, PYTHONPATH=str(ROOT), **{TAG_VAR: tag}), cwd=ROOT)
+        deadline = time.monotonic() + 300
+        while "waiting for zcorch export pid 1 on rack7" not in err_file.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, (proc.communicate(), err_file.read_text())
+            time.sleep(0.1)
+        assert json.loads((tmp_path / "night" / "manifest.json").read_text())["status"] == "complete"
+        time.sleep(1.0)
+        assert proc.poll() is None      # the sweep is done; its export waits for the lock
     finally:
         os.close(fd)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "the export to" in res.stderr and "another zcorch export" in res.stderr
-    assert f"zcorch export {tmp_path / 'night'} {dest}" in res.stderr   # how to do it again
-    assert json.loads((tmp_path / "night" / "manifest.json").read_text())["status"] == "complete"
-    again = zcorch(tag, "export", tmp_path / "night", dest)
-    assert again.returncode == 0 and "1 result set(s) exported" in again.stdout
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err_file.read_text()[-3000:]
+    assert "export: 1 result set(s) exported" in out
     assert len(json.loads((dest / "dataset.json").read_text())["sets"]) == 2
+    # an export that fails (a dataset.json that is not JSON): a warning, the exit status the sweep's
+    good = (dest / "dataset.json").read_bytes()
+    (dest / "dataset.json").write_text("{not json")
+    res = zcorch(tag, "run", exp, "-o", tmp_path / "night2", "--export", dest, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "the export to" in res.stderr and "not valid JSON" in res.stderr
+    assert f"zcorch export {tmp_path / 'night2'} {dest}" in res.stderr   # how to do it again
+    assert json.loads((tmp_path / "night2" / "manifest.json").read_text())["status"] == "complete"
+    (dest / "dataset.json").write_bytes(good)
+    again = zcorch(tag, "export", tmp_path / "night2", dest)
+    assert again.returncode == 0 and "1 result set(s) exported" in again.stdout
+    assert len(json.loads((dest / "dataset.json").read_text())["sets"]) == 3

@@ -25,15 +25,24 @@ Every file of a table has one schema: when a batch brings a new column (or widen
 files are rewritten to the widened schema, so a reader that takes the first file's schema (pandas) misses
 nothing.
 
-Incremental: a set is keyed by its path (resolved; `set_id` is a hash of it) and exported again only when
-its content hash (SHA-256 of its manifest, plan, meta, runs and baselines files) changed — its old rows are
-then removed. A set still running is skipped (exported by a later export). Atomic: one export holds
-DEST/.export.lock; every file is written to a hidden temporary and renamed into place (never through a
-link: zcorch.results.setfiles), dataset.json last; a crash leaves part files dataset.json does not list,
-which the next export removes, and readers that go by dataset.json (zcorch) never see them. A first export
-that died before any dataset.json leaves a DEST the next one recognises as such (its lock, partition
-directories of part files: zcorch.analysis.export_dest.dead_first_export) and writes into; a DEST with
-anything else in it stays refused.
+Incremental: a set is keyed by its identity (`set_id`: a hash of what its manifest says from its creation on,
+set_identity; a copy of it elsewhere is the same set) and exported again only when its content hash (SHA-256
+of its manifest, plan, meta, runs and baselines files) changed: its old rows are then removed. A set still
+running is skipped (exported by a later export).
+
+Concurrent and atomic: any number of exports (one controller each, on one machine or several sharing DEST over
+NFS) may write one DEST at once. Each reads its sets without a lock, then takes DEST/.export.lock (flock:
+released by the kernel however its holder dies) and, holding it, reads dataset.json again, writes each set
+dataset.json does not already list with the same content (another export's set is not written twice), as
+part files staged under hidden temporary names and renamed into place (never through a link:
+zcorch.results.setfiles) in the order runs, baselines, hosts, sets, and dataset.json last. So a reader going by
+dataset.json (zcorch) sees whole sets only; a reader globbing the files (DuckDB, Spark, Trino) sees hidden
+temporaries never (`*.parquet` and Hive's rules skip dot-files) and sees a set's `sets` row only once its
+other rows are in place: joined on `sets` it sees whole sets even at the moment of a crash between renames.
+A crash leaves temporaries or part files dataset.json does not list, which the next export removes (under
+the lock, where nobody else writes). A first export that died before any dataset.json leaves a DEST the next
+one recognises as such (its lock, partition directories of part files: zcorch.analysis.export_dest.
+dead_first_export) and writes into; a DEST with anything else in it stays refused.
 """
 from __future__ import annotations
 
@@ -43,6 +52,8 @@ import hashlib
 import json
 import os
 import secrets
+import socket
+import time
 import warnings as _warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,12 +66,12 @@ import pyarrow.parquet as pq
 from zcorch import __version__
 from zcorch.analysis import dataset as layout
 from zcorch.analysis.cache import arrow_table
-from zcorch.analysis.export_dest import dest_problem
+from zcorch.analysis.export_dest import MANIFEST_TMP, dest_problem
 from zcorch.analysis.frames import LINKED_ATTR, load_baselines, read_meta
 from zcorch.analysis.gate import completeness
 from zcorch.analysis.history import find_result_sets, host_pair, open_sweep
 from zcorch.config.checks import NAME_RE
-from zcorch.errors import ResultsError
+from zcorch.errors import ResultSetBusy, ResultsError
 from zcorch.results import setfiles, store
 
 HASHED = (store.MANIFEST, store.PLAN, store.META, store.RUNS, store.BASELINES)
@@ -78,6 +89,7 @@ class ExportResult:
     unchanged: int = 0                                     # sets already exported with the same content
     skipped: List[str] = field(default_factory=list)      # why a set was not exported
     removed_orphans: int = 0
+    notes: List[str] = field(default_factory=list)        # sets not written again: the same set seen elsewhere
 
     def line(self) -> str:
         return (f"{len(self.exported)} result set(s) exported, {self.unchanged} unchanged, "
@@ -227,85 +239,221 @@ def _widen(old: Optional[pa.Schema], new: pa.Schema) -> pa.Schema:
         raise ResultsError(f"the dataset's columns and the new result sets' do not agree: {exc}") from None
 
 
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+# Test-only: tests/test_export_concurrent.py sets it to place a SIGKILL in the middle of a part file (the
+# exporter writes half of its first staged file, makes DIR/stalled-PID and waits to be killed); nothing else.
+TEST_STALL_ENV = "ZCORCH_TEST_EXPORT_STALL"
+
+
+def _stall_mid_write(f, data: bytes) -> None:
+    where = os.environ.get(TEST_STALL_ENV)
+    if not where:
+        f.write(data)
+        return
+    f.write(data[:len(data) // 2])
+    f.flush()
+    os.fsync(f.fileno())
+    Path(where, f"stalled-{os.getpid()}").touch()
+    while True:
+        time.sleep(60)
+
+
 def _write_parquet(dest: Path, rel: str, table: pa.Table) -> None:
-    setfiles.write_inside(dest, rel, lambda f: pq.write_table(table, f, compression="zstd"), fsync=True)
+    setfiles.write_inside(dest, rel, _parquet_bytes(table), fsync=True)
+
+
+def _stage_parquet(dest: Path, rel: str, table: pa.Table) -> setfiles.Staged:
+    data = _parquet_bytes(table)
+    return setfiles.stage_inside(dest, rel, lambda f: _stall_mid_write(f, data), fsync=True)
+
+
+# How long an export waits for another one holding the dataset (an export holds it for seconds: the reading of
+# the sets is done before, without it); then ResultSetBusy (exit 75: try again later).
+LOCK_WAIT_S = 600.0
 
 
 class _Lock:
-    """DEST/.export.lock, flock()ed for the whole export: one export at a time."""
+    """DEST/.export.lock, flock()ed while an export changes the dataset: one writer at a time. The kernel
+    releases it when its holder's process ends however it ends (a SIGKILLed exporter leaves no stale lock); on
+    NFS the client turns flock() into a lock of the server's lock manager (NFSv4 locks, or lockd with NFSv3),
+    released when the process ends, or when its lease expires if its machine died (90 s by default). A
+    filesystem that keeps no locks is refused rather than written without one. The holder writes who it is into
+    the file, for the messages of those waiting."""
 
-    def __init__(self, dest: Path):
+    def __init__(self, dest: Path, wait: float, say: Callable[[str], None]):
         self.fd = os.open(os.path.join(dest, layout.LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        deadline, pause, told = time.monotonic() + wait, 0.02, False
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            while True:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    holder = os.pread(self.fd, 200, 0).decode(errors="replace").strip() or "another zcorch export"
+                    if time.monotonic() >= deadline:
+                        raise ResultSetBusy(f"{dest}: {holder} has been writing this dataset for more than {wait:.0f} s:"
+                                            " nothing exported (export again later)") from None
+                    if not told:
+                        say(f"waiting for {holder} to finish writing {dest}")
+                        told = True
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.5)
+                except OSError as exc:   # ENOLCK, EINVAL, ENOSYS: no locks on this filesystem (or none left)
+                    raise ResultsError(f"{dest}: cannot lock {layout.LOCK} ({exc.strerror}): concurrent exports "
+                                       "could not be kept apart (on NFS, run the lock manager; on Lustre, mount "
+                                       "with -o flock): nothing exported") from None
+            me = f"zcorch export pid {os.getpid()} on {socket.gethostname()} since {_dt.datetime.now(_dt.timezone.utc):%H:%M:%S} UTC"
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, me.encode() + b"\n", 0)
+        except BaseException:
             os.close(self.fd)
-            raise ResultsError(f"{dest}: another zcorch export is writing this dataset") from None
+            raise
 
     def close(self) -> None:
         os.close(self.fd)
 
 
-def _prepare_dest(dest: Path) -> Path:
-    """DEST checked (zcorch.analysis.export_dest) and made when missing."""
+def _check_dest(dest: Path) -> Path:
+    """DEST checked (zcorch.analysis.export_dest) and made when missing. A DEST with a lock file may be a dataset
+    another export is making now (its first files, not yet its dataset.json): checked again once the lock is
+    held, when nobody writes it."""
     problem = dest_problem(dest)
-    if problem:
+    lock = dest / layout.LOCK
+    if problem and not (dest.is_dir() and not dest.is_symlink() and lock.is_file() and not lock.is_symlink()):
         raise ResultsError(problem)
     dest.mkdir(parents=True, exist_ok=True)
     return dest
 
 
+def set_identity(manifest: dict) -> str:
+    """A result set's id in a dataset: a hash of what its manifest says from its creation on and never changes
+    (its name, creation time, boot clock, command, inventory pair). A copy of the set at another path, or on
+    another controller, is the same set; a resumed set keeps it."""
+    birth = {k: manifest.get(k) for k in IDENTITY_KEYS}
+    return hashlib.sha256(json.dumps(birth, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+IDENTITY_KEYS = ("name", "created", "clock", "command", "inventory")
+
+
+def _previous(doc: dict, sid: str, directory: Path) -> "tuple[Optional[str], dict]":
+    """(the key, the entry) under which `doc` lists this set: its identity, or (a dataset written by a zcorch
+    that named a set by its path) the hash of its path; (None, {}) when not listed."""
+    if sid in doc["sets"]:
+        return sid, doc["sets"][sid]
+    legacy = set_id_of(directory)
+    entry = doc["sets"].get(legacy)
+    if entry and entry.get("path") == str(directory.resolve()):
+        return legacy, entry
+    return None, {}
+
+
+def _read_doc(dest: Path) -> dict:
+    return layout.read_manifest(dest) if (dest / layout.MANIFEST).exists() else layout.new_manifest()
+
+
 def export_results(root: "str | os.PathLike", dest: "str | os.PathLike",
-                   warn: Callable[[str], None] = lambda _: None) -> ExportResult:
-    """Export every result set under `root` into the dataset `dest` (module docstring)."""
+                   warn: Callable[[str], None] = lambda _: None, wait: float = LOCK_WAIT_S) -> ExportResult:
+    """Export every result set under `root` into the dataset `dest` (module docstring). Safe while other
+    exports (of this machine or others sharing `dest`) write it: the sets are read without the lock, and
+    written, at most once each, under it; `wait`: how long to wait for the lock."""
     root, dest = Path(root), Path(os.path.abspath(dest))
     dirs = find_result_sets(root, warn)
-    dest = _prepare_dest(dest)
+    dest = _check_dest(dest)
     result = ExportResult(dest)
-    lock = _Lock(dest)
+    # The costly part, without the lock (concurrent exports read their sets at once): each set's tables,
+    # unless dataset.json already lists it with this content (replaced atomically: read as a whole, unlocked).
+    seen = _read_doc(dest)
+    read: list = []       # (directory, set id, content hash, partition values, tables, json columns)
+    for d in dirs:
+        try:
+            manifest = store.load_manifest(str(d))
+            if manifest.get("status") == "running":
+                result.skipped.append(f"{d}: still running (exported by a later export)")
+                continue
+            if not NAME_RE.match(str(manifest.get("name") or "")):
+                result.skipped.append(f"{d}: experiment name {manifest.get('name')!r} cannot name a partition")
+                continue
+            sid, sha = set_identity(manifest), content_hash(d)
+            key, entry = _previous(seen, sid, d)
+            if entry.get("sha256") == sha:
+                _unchanged(result, d, sid, entry)
+                continue
+            part, tables, js = _tables_of(d, sid, sha)
+        except (ResultsError, OSError) as exc:
+            result.skipped.append(f"{d}: {exc}")
+            continue
+        if part["date"] is None:
+            result.skipped.append(f"{d}: no valid `created` time in its manifest")
+            continue
+        if any(r[1] == sid for r in read):
+            result.notes.append(f"{d}: the same result set as {next(r[0] for r in read if r[1] == sid)} "
+                                f"(set {sid}): exported once")
+            continue
+        read.append((d, sid, sha, part, tables, js))
+    lock = _Lock(dest, wait, warn)
     try:
-        doc = layout.read_manifest(dest) if (dest / layout.MANIFEST).exists() else layout.new_manifest()
+        problem = dest_problem(dest)
+        if problem:
+            raise ResultsError(problem)
+        doc = _read_doc(dest)
         result.removed_orphans = _remove_orphans(dest, doc)
-        batch: Dict[str, list] = {}      # partition -> [(set_id, tables)]
-        json_columns = {t: set(doc["json_columns"].get(t, [])) - (set(layout.RUN_PARAM_TYPES) if t == "runs" else set())
-                        for t in layout.TABLES}
-        new_entries = {}
-        for d in dirs:
-            sid = set_id_of(d)
-            try:
-                manifest = store.load_manifest(str(d))
-                if manifest.get("status") == "running":
-                    result.skipped.append(f"{d}: still running (exported by a later export)")
-                    continue
-                if not NAME_RE.match(str(manifest.get("name") or "")):
-                    result.skipped.append(f"{d}: experiment name {manifest.get('name')!r} cannot name a partition")
-                    continue
-                sha = content_hash(d)
-                if doc["sets"].get(sid, {}).get("sha256") == sha:
-                    result.unchanged += 1
-                    continue
-                part, tables, js = _tables_of(d, sid, sha)
-            except (ResultsError, OSError) as exc:
-                result.skipped.append(f"{d}: {exc}")
-                continue
-            if part["date"] is None:
-                result.skipped.append(f"{d}: no valid `created` time in its manifest")
-                continue
-            for t, cols in js.items():
-                json_columns[t] |= set(cols)
-            partition = f"experiment={part['experiment']}/date={part['date']}"
-            batch.setdefault(partition, []).append((sid, tables))
-            new_entries[sid] = {"path": str(d.resolve()), "sha256": sha, "partition": partition,
-                                "exported": _dt.datetime.now(_dt.timezone.utc).isoformat()}
-            result.exported.append(str(d))
-        if not new_entries:
-            return result
-        changed = [sid for sid in new_entries if sid in doc["sets"]]
-        _drop_sets(dest, doc, changed)
-        part_name = f"part-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}.parquet"
-        merged = {t: pa.concat_tables([_bare(tables[t]) for items in batch.values() for _, tables in items],
-                                      promote_options="permissive") for t in layout.TABLES}
-        for t in layout.TABLES:
+        _write_sets(dest, doc, read, result)
+    finally:
+        lock.close()
+    return result
+
+
+def _unchanged(result: ExportResult, d: Path, sid: str, entry: dict) -> None:
+    result.unchanged += 1
+    if entry.get("path") != str(d.resolve()):
+        result.notes.append(f"{d}: already in the dataset as set {sid} (exported from {entry.get('path')}, same "
+                            "content): not written again")
+
+
+def _write_sets(dest: Path, doc: dict, read: list, result: ExportResult) -> None:
+    """Under the lock: the sets read that dataset.json (as it is now) does not list with their content, written;
+    a set another export wrote meanwhile is not written again."""
+    batch: Dict[str, list] = {}      # partition -> [(set_id, tables)]
+    json_columns = {t: set(doc["json_columns"].get(t, [])) - (set(layout.RUN_PARAM_TYPES) if t == "runs" else set())
+                    for t in layout.TABLES}
+    new_entries, replaced = {}, []
+    for d, sid, sha, part, tables, js in read:
+        key, entry = _previous(doc, sid, d)
+        if entry.get("sha256") == sha:   # written by another export since this one read dataset.json
+            _unchanged(result, d, sid, entry)
+            if entry.get("path") == str(d.resolve()):
+                result.notes.append(f"{d}: exported meanwhile by another export (set {sid}): not written again")
+            continue
+        if key is not None:
+            replaced.append(key)
+        for t, cols in js.items():
+            json_columns[t] |= set(cols)
+        partition = f"experiment={part['experiment']}/date={part['date']}"
+        batch.setdefault(partition, []).append((sid, tables))
+        new_entries[sid] = {"path": str(d.resolve()), "sha256": sha, "partition": partition,
+                            "exported": _dt.datetime.now(_dt.timezone.utc).isoformat()}
+        result.exported.append(str(d))
+    if not new_entries:
+        return
+    if replaced:
+        # the changed sets' old rows go first, and dataset.json without them: a crash from here on leaves them
+        # out (the next export writes them again), never listed twice nor listed without their rows
+        _drop_sets(dest, doc, replaced)
+        layout.write_manifest(dest, doc)
+    part_name = f"part-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}.parquet"
+    merged = {t: pa.concat_tables([_bare(tables[t]) for items in batch.values() for _, tables in items],
+                                  promote_options="permissive") for t in layout.TABLES}
+    staged: List[setfiles.Staged] = []
+    try:
+        # sets last: a set whose row reads in `sets` has its rows in every other table (what a reader of the
+        # files without dataset.json joins on; module docstring)
+        for t in PUBLISH_ORDER:
             old = _table_schema(dest, doc, t)
             if old is not None and t == "runs" and not layout.declared(old).equals(old):
                 # files written before the parameter columns were typed by the table: to the declared types
@@ -317,16 +465,22 @@ def export_results(root: "str | os.PathLike", dest: "str | os.PathLike",
             for partition, items in batch.items():
                 ids = pa.array([sid for sid, _ in items])
                 rows = merged[t].filter(pa.compute.is_in(merged[t].column("set_id"), value_set=ids))
-                _write_parquet(dest, f"{t}/{partition}/{part_name}", _conform(rows, schema))
-        for sid, entry in new_entries.items():
-            doc["sets"][sid] = dict(entry, part=part_name)
-        doc["json_columns"] = {t: sorted(c) for t, c in json_columns.items() if c}
-        doc["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
-        doc["zcorch_version"] = __version__
-        layout.write_manifest(dest, doc)
-    finally:
-        lock.close()
-    return result
+                staged.append(_stage_parquet(dest, f"{t}/{partition}/{part_name}", _conform(rows, schema)))
+    except BaseException:
+        for s in staged:
+            s.discard()
+        raise
+    for s in staged:
+        s.publish()
+    for sid, entry in new_entries.items():
+        doc["sets"][sid] = dict(entry, part=part_name)
+    doc["json_columns"] = {t: sorted(c) for t, c in json_columns.items() if c}
+    doc["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
+    doc["zcorch_version"] = __version__
+    layout.write_manifest(dest, doc)
+
+
+PUBLISH_ORDER = ("runs", "baselines", "hosts", "sets")
 
 
 def _files(doc: dict, table: str) -> List[str]:
@@ -376,9 +530,14 @@ def _drop_sets(dest: Path, doc: dict, set_ids: List[str]) -> None:
 
 
 def _remove_orphans(dest: Path, doc: dict) -> int:
-    """Part files dataset.json does not list (an export that died before writing it) and stale temporaries."""
+    """Part files dataset.json does not list (an export that died before writing it) and stale temporaries (of
+    part files, and of dataset.json): under the lock, so none is another export's work in progress."""
     listed = {f for t in layout.TABLES for f in _files(doc, t)}
     removed = 0
+    for name in os.listdir(dest):
+        if MANIFEST_TMP.fullmatch(name) and os.path.isfile(dest / name) and not os.path.islink(dest / name):
+            os.unlink(dest / name)
+            removed += 1
     for t in layout.TABLES:
         top = dest / t
         if not top.is_dir() or top.is_symlink():

@@ -13,6 +13,7 @@ MANIFEST = "dataset.json"   # the dataset's manifest (zcorch.analysis.dataset re
 LOCK = ".export.lock"       # flock()ed by the export writing the dataset (zcorch.analysis.export)
 TABLES = ("sets", "runs", "baselines", "hosts")   # a directory of partitioned part files each
 _PART = re.compile(r"(part-[0-9T]+-[0-9a-f]+\.parquet|\.part-[0-9T]+-[0-9a-f]+\.parquet\.[0-9a-f]+\.tmp)")
+MANIFEST_TMP = re.compile(r"\.dataset\.json\.[0-9a-f]+\.tmp")   # MANIFEST being written (setfiles.write_inside)
 PARTITIONS = ("experiment", "date")   # hive partitions of every table: TABLE/experiment=E/date=D/part-*.parquet
 _PARTITION = tuple(re.compile(re.escape(p) + "=.+") for p in PARTITIONS)
 
@@ -32,13 +33,13 @@ def dest_problem(dest: "str | os.PathLike") -> Optional[str]:
 
 def dead_first_export(dest: Path) -> bool:
     """Whether DEST holds exactly what a first export that died before writing its MANIFEST leaves: the lock
-    file, and table directories of nothing but partition directories of part files and their temporaries
+    file, perhaps MANIFEST's temporary, and table directories of nothing but partition directories of part files and their temporaries
     (the next export removes those: zcorch.analysis.export). Anything else in it is somebody's: refused."""
     lock = dest / LOCK
     if lock.is_symlink() or not lock.is_file():
         return False
     for entry in dest.iterdir():
-        if entry.name == LOCK:
+        if entry.name == LOCK or (MANIFEST_TMP.fullmatch(entry.name) and entry.is_file() and not entry.is_symlink()):
             continue
         if entry.name not in TABLES or entry.is_symlink() or not entry.is_dir():
             return False

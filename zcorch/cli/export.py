@@ -3,8 +3,9 @@
 Tables sets, runs, baselines and hosts, partitioned by experiment and date (DEST/<table>/experiment=NAME/
 date=YYYY-MM-DD/*.parquet), with the pair, kernel and revision as columns: DuckDB, Spark, Trino, polars and
 pandas read it without zcorch, and `zcorch history DEST` / `zcorch compare --dataset DEST` read it through
-DuckDB. Incremental (a set already exported with the same content is skipped) and atomic (temporaries renamed
-into place, DEST/dataset.json last). The layout: zcorch.analysis.export. Exit status: 0 ok, 2 input error.
+DuckDB. Incremental (a set already exported with the same content is skipped), atomic (temporaries renamed
+into place, DEST/dataset.json last) and safe from several exports at once (one lock, each set written
+once). The layout: zcorch.analysis.export. Exit status: 0 ok, 2 input error, 75 DEST busy too long.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from zcorch.cli import HELP, summary
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
     p = subparsers.add_parser("export", help=HELP["export"],
-                              description=summary(__doc__), epilog="exit status: 0 ok; 2 input error")
+                              description=summary(__doc__), epilog="exit status: 0 ok; 2 input error; 75 another export held DEST too long")
     p.add_argument("root", help="directory searched for result sets at any depth")
     p.add_argument("dest", help="the dataset directory (made when missing; a symbolic link is refused)")
     p.set_defaults(func=main)
@@ -32,5 +33,7 @@ def main(args: argparse.Namespace) -> int:
     result = export_results(args.root, args.dest, warn)
     for why in result.skipped:
         warn(f"skipped: {why}")
+    for note in result.notes:
+        print(f"zcorch export: {note}")
     print(f"zcorch export: {result.line()}")
     return 0

@@ -93,8 +93,11 @@ def export_after_run(root: str, dest: str) -> dict:
     from zcorch.analysis.export import export_results   # pandas, pyarrow: only when exporting
     from zcorch.errors import ZcorchError
 
+    def say(message: str) -> None:   # waiting for another controller's export of the same dataset
+        print(f"zcorch run: export: {message}", file=sys.stderr, flush=True)
+
     try:
-        res = export_results(root, dest)
+        res = export_results(root, dest, say)
     except (ZcorchError, OSError) as exc:
         return {"dest": dest, "exported": 0, "unchanged": 0, "skipped": [], "error": str(exc)}
     return {"dest": str(res.dest), "exported": len(res.exported), "unchanged": res.unchanged,

@@ -231,6 +231,50 @@ def write_inside(directory: PathLike, rel: str, data: Union[bytes, Callable[[Any
     """Replace directory/rel with `data` (bytes, or a function writing into a binary file object) through an
     exclusive temporary; missing sub-directories of `rel` are created; no link below `directory` is followed.
     fsync: the data is on disk before the rename (a crash leaves the old file or the new one)."""
+    staged = stage_inside(directory, rel, data, mode, fsync)
+    try:
+        return staged.publish()
+    except BaseException:
+        staged.discard()
+        raise
+
+
+class Staged:
+    """A file written under a hidden temporary name (`.NAME.RANDOM.tmp`) beside directory/rel, not yet renamed
+    over it: publish() renames it into place, discard() removes it. Several staged files published one after
+    the other appear together but for the moments between their renames (zcorch.analysis.export)."""
+
+    def __init__(self, directory: PathLike, parts: "list[str]", tmp: str):
+        self.directory, self.parts, self.tmp = directory, parts, tmp
+
+    def _dir(self) -> int:
+        return _walk(self.directory, self.parts[:-1], create=False)   # walked again: no fd held per staged file
+
+    def publish(self) -> Path:
+        dfd = self._dir()
+        try:
+            os.replace(self.tmp, self.parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
+        finally:
+            os.close(dfd)
+        return Path(self.directory, *self.parts)
+
+    def discard(self) -> None:
+        try:
+            dfd = self._dir()
+        except (OSError, ResultsError):
+            return
+        try:
+            os.unlink(self.tmp, dir_fd=dfd)
+        except OSError:
+            pass
+        finally:
+            os.close(dfd)
+
+
+def stage_inside(directory: PathLike, rel: str, data: Union[bytes, Callable[[Any], None]], mode: int = 0o644,
+                 fsync: bool = False) -> Staged:
+    """directory/rel's next content written into an exclusive temporary beside it (write_inside's rules), to be
+    published (renamed into place) or discarded; a temporary left by a killed writer keeps the `.tmp` suffix."""
     parts = _parts(rel, directory)
     dfd = _walk(directory, parts[:-1], create=True)
     try:
@@ -246,7 +290,6 @@ def write_inside(directory: PathLike, rel: str, data: Union[bytes, Callable[[Any
                 os.fchmod(f.fileno(), mode)
                 if fsync:
                     os.fsync(f.fileno())
-            os.replace(tmp, parts[-1], src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
             try:
                 os.unlink(tmp, dir_fd=dfd)
@@ -255,7 +298,7 @@ def write_inside(directory: PathLike, rel: str, data: Union[bytes, Callable[[Any
             raise
     finally:
         os.close(dfd)
-    return Path(directory, *parts)
+    return Staged(directory, parts, tmp)
 
 
 def is_regular_inside(root: PathLike, rel: str) -> bool:
