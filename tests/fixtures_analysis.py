@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -152,7 +153,16 @@ def zcorch_cli(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     sys.stdout, sys.stderr = out, err
     os.chdir(cwd)
     try:
-        code = main(argv)
+        with warnings.catch_warnings():
+            # a fresh interpreter's filters, each warning shown once per call on stderr (not recorded by
+            # pytest, not hidden because an earlier call in this process showed it)
+            warnings.resetwarnings()
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.simplefilter("default", append=True)
+            warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: \
+                err.write(warnings.formatwarning(message, category, filename, lineno, line))
+            code = main(argv)
     except SystemExit as exc:
         if exc.code is None or isinstance(exc.code, int):
             code = exc.code or 0
