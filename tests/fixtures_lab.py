@@ -33,6 +33,10 @@ Attributes of the yielded `LabHandle`:
     rate_limited(role="sender", rate="500mbit")   context manager: the host's data interface shaped
                           with `tc qdisc ... tbf` (a real, identical-parameters slowdown of the sweeps
                           run inside it: data flows sender -> receiver, so the sender's queue limits it)
+
+Session fixture `throttled_nights` (on top of `lab`): three real sweeps of THROTTLED_EXPERIMENT in the lab, the
+first two shaped alike to 2 Gbit/s, the third to 500 Mbit/s: same parameters and cell ids, really slower. Run
+once for every test that needs a normal-then-throttled pair (tests copy the sets they change or add to).
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import List, Sequence
 
 import pytest
@@ -211,3 +216,40 @@ def lab():
         yield LabHandle(layout)
     finally:
         zlab.down(layout)
+
+
+# Tiny on purpose: 2 cells x 5 repeats of 32 MiB (5 a side: Mann-Whitney can reach p < 0.05).
+THROTTLED_EXPERIMENT = """\
+name: history-check
+params: {bytes: 32MiB, buffer: 64KiB, timeout: 60s, source: /dev/zero}
+matrix:
+  send_mode: [write]
+  recv_mode: [read, splice]
+repeats: 5
+baselines: false
+"""
+
+
+@dataclass(frozen=True)
+class ThrottledNights:
+    alike: "tuple[Path, Path]"   # two sweeps shaped to 2 Gbit/s: unshaped, this machine's throughput follows
+                                 # whatever else its two CPUs run, and two sweeps a minute apart can differ
+    slowed: Path                 # the same sweep shaped to 500 Mbit/s
+
+
+@pytest.fixture(scope="session")
+def throttled_nights(lab, tmp_path_factory) -> ThrottledNights:
+    from conftest import require_tool
+    from fixtures_analysis import zcorch_cli
+
+    require_tool("tc")
+    base = tmp_path_factory.mktemp("throttled-nights")
+    experiment = base / "history-check.yaml"
+    experiment.write_text(THROTTLED_EXPERIMENT + lab.layout.hosts_yaml())
+    sets = []
+    for night, rate in (("night1", "2gbit"), ("night2", "2gbit"), ("night3", "500mbit")):
+        with lab.rate_limited("sender", rate):
+            res = zcorch_cli("run", experiment, "-o", base / night / "history-check")
+        assert res.returncode == 0, res.stderr[-3000:]
+        sets.append(base / night / "history-check")
+    return ThrottledNights((sets[0], sets[1]), sets[2])

@@ -19,7 +19,7 @@ def gate_of(*args):
 
 
 def test_two_drops_of_60_and_68_percent_after_three_noisy_nights_are_never_an_all_clear(compare_set_recorded,
-                                                                                          tmp_path):
+                                                                                          tmp_path, browser):
     root = tmp_path / "nightly"
     nights_of(compare_set_recorded, root, [1.0, 1 / 0.93, 1 / 1.06, 1 / 0.40, 1 / 0.32])
     code, doc = gate_of("history", root, "--check")
@@ -32,7 +32,7 @@ def test_two_drops_of_60_and_68_percent_after_three_noisy_nights_are_never_an_al
     page = (root / "index.html").read_text()
     assert "No regression in the newest sweep" not in page
     assert ('class="verdict bad"' in page) == (code == 1) and ('class="verdict undecided"' in page) == (code == 3)
-    seen = open_in_browser(root / "index.html", tmp_path / "prof", "history-drop-60")
+    seen = open_in_browser(browser, root / "index.html", "history-drop-60")
     assert not seen["errors"] and seen["scrollWidth"] <= seen["innerWidth"], seen
 
 

@@ -1,42 +1,21 @@
 """`zcorch history --check` on real sweeps in the two-host lab: two alike, then a slower one, the data
-link rate-limited with `tc tbf` (lab.rate_limited, the slowdown test_compare.py uses too): same
-parameters, same cell ids, really slower.
-
-The two alike sweeps run shaped to 2 Gbit/s, well below what the link does unshaped: unshaped, this
-machine's throughput follows whatever else its two CPUs run (other test sessions), and two sweeps a
-minute apart can really differ by more than the 5% threshold; shaped, both are the same sweep. The
-third is shaped to 500 Mbit/s."""
+link rate-limited with `tc tbf`: same parameters, same cell ids, really slower (the session fixture
+fixtures_lab.throttled_nights, which test_compare.py's lab test uses too: the two alike sweeps are shaped to
+2 Gbit/s, well below what the link does unshaped, the third to 500 Mbit/s)."""
 import re
 
 import pytest
 
-from conftest import require_tool
-from fixtures_analysis import zcorch_cli
+from fixtures_analysis import copy_result_set, zcorch_cli
 from fixtures_browser import assert_page_is_sound, open_in_browser
-
-# Tiny on purpose: 2 cells x 5 repeats of 32 MiB (5 a side: Mann-Whitney can reach p < 0.05).
-EXPERIMENT = """\
-name: history-check
-params: {bytes: 32MiB, buffer: 64KiB, timeout: 60s, source: /dev/zero}
-matrix:
-  send_mode: [write]
-  recv_mode: [read, splice]
-repeats: 5
-baselines: false
-"""
 
 
 @pytest.mark.lab
 @pytest.mark.slow
-def test_history_check_on_two_alike_lab_sweeps_then_a_rate_limited_one(lab, tmp_path):
-    require_tool("tc")
-    experiment = tmp_path / "history-check.yaml"
-    experiment.write_text(EXPERIMENT + lab.layout.hosts_yaml())
+def test_history_check_on_two_alike_lab_sweeps_then_a_rate_limited_one(throttled_nights, tmp_path, browser):
     root = tmp_path / "nightly"
-    for night in ("night1", "night2"):
-        with lab.rate_limited("sender", "2gbit"):
-            res = zcorch_cli("run", experiment, "-o", root / night / "history-check")
-        assert res.returncode == 0, res.stderr[-3000:]
+    for night, recorded in zip(("night1", "night2"), throttled_nights.alike):
+        copy_result_set(recorded, root / night / "history-check")
     alike = zcorch_cli("history", root, "--check")
     print(alike.stdout)
     # two nights: runs against runs, 5 against 5, whose smallest two-sided p (0.0079) never reaches history's
@@ -45,9 +24,7 @@ def test_history_check_on_two_alike_lab_sweeps_then_a_rate_limited_one(lab, tmp_
     assert "history-check: 2 sweep(s)" in alike.stdout and "CANNOT TELL" in alike.stdout
     assert re.search(r"needs ≥ \d+ runs a side", alike.stdout.splitlines()[-1]), alike.stdout
 
-    with lab.rate_limited("sender", "500mbit"):
-        res = zcorch_cli("run", experiment, "-o", root / "night3" / "history-check")
-    assert res.returncode == 0, res.stderr[-3000:]
+    copy_result_set(throttled_nights.slowed, root / "night3" / "history-check")
     slowed = zcorch_cli("history", root, "--check", "--reports")
     print(slowed.stdout)
     assert slowed.returncode == 1, slowed.stdout + slowed.stderr
@@ -64,9 +41,9 @@ def test_history_check_on_two_alike_lab_sweeps_then_a_rate_limited_one(lab, tmp_
         assert (root / night / "history-check" / "report.html").is_file()
         assert f'href="{night}/history-check/report.html"' in page
     # both pages of two hosts in a real browser (screenshots: tests/fixtures_browser.artifacts_dir)
-    seen = open_in_browser(root / "index.html", tmp_path, "history-lab-two-hosts")
+    seen = open_in_browser(browser, root / "index.html", "history-lab-two-hosts")
     assert_page_is_sound(seen)
     assert len(seen["images"]) == 2
-    seen = open_in_browser(root / "night3" / "history-check" / "report.html", tmp_path, "report-lab-two-hosts")
+    seen = open_in_browser(browser, root / "night3" / "history-check" / "report.html", "report-lab-two-hosts")
     assert_page_is_sound(seen)
     assert seen["headings"][0] == "Findings"

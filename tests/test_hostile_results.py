@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from fixtures_analysis import ROOT, copy_result_set, zcorch_cli
+from fixtures_analysis import ROOT, copy_result_set, zcorch_cli, zcorch_process
 from test_history import READ, write_sweep
 from zcorch.results import setfiles
 
@@ -88,7 +88,7 @@ def test_a_linked_or_fifo_runs_file_is_refused(small_set, victim):
     assert res.returncode != 0 and "symbolic link" in res.stderr and "Traceback" not in res.stderr
     (small_set / "runs.jsonl").unlink()
     os.mkfifo(small_set / "runs.jsonl")  # would block a reader forever
-    res = zcorch_cli("report", small_set, "--no-plot-files", timeout=120)
+    res = zcorch_process("report", small_set, "--no-plot-files", timeout=120)   # would hang: a process to time out
     assert res.returncode != 0 and "not a regular file" in res.stderr
 
 

@@ -8,11 +8,10 @@ parser and the built C core themselves.
 from __future__ import annotations
 
 import errno
-import subprocess
-import sys
 
 import pytest
 
+from fixtures_analysis import zcorch_cli
 from fixtures_worker import needs_native
 from zcorch import params as table
 from zcorch.config.experiment import parse_experiment
@@ -113,8 +112,7 @@ def test_plan_refuses_a_buffer_the_worker_cannot_take_naming_file_line_and_limit
     # 1536MiB passed `zcorch plan` (the table allowed INT_MAX) and then every run failed in the worker
     path = tmp_path / "exp.yaml"
     path.write_text(f"name: t\nhosts: localhost\nparams:\n  send_mode: write\n  {key}: 1536MiB\n")
-    r = subprocess.run([sys.executable, "-m", "zcorch", "plan", str(path)], capture_output=True, text=True,
-                       timeout=120)
+    r = zcorch_cli("plan", path)
     assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
     limit = "between 1 and 1073741824 bytes (1GiB)" if key == "buffer" else "between 1 and 1073741823 bytes"
     assert f"{path}:5:" in r.stderr and f"params.{key}: expected a size {limit}, got {1536 << 20}" in r.stderr

@@ -4,11 +4,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
+from fixtures_analysis import zcorch_cli
 from fixtures_spec import at, only_problem, problems_of
 from zcorch.params import ID_OMIT_AT_DEFAULT
 from zcorch.plan import canonical, cell_id, estimate, expand, load_plan, runs_json
@@ -392,9 +391,9 @@ def test_plan_table(write_yaml):
 
 def test_cli_plan_and_json(write_yaml):
     path = write_yaml("name: t\nrepeats: 2\norder: interleave\nmatrix:\n  send_mode: [write, vmsplice]\n")
-    r = subprocess.run([sys.executable, "-m", "zcorch", "plan", path], capture_output=True, text=True)
+    r = zcorch_cli("plan", path)
     assert r.returncode == 0 and "2 cells x 2 repeats = 4 runs" in r.stdout
-    r = subprocess.run([sys.executable, "-m", "zcorch", "plan", path, "--json"], capture_output=True, text=True)
+    r = zcorch_cli("plan", path, "--json")
     assert r.returncode == 0, r.stderr
     runs = json.loads(r.stdout)
     plan = load_plan(path)
@@ -405,6 +404,5 @@ def test_cli_plan_and_json(write_yaml):
 
 def test_cli_rejects_bad_rate(write_yaml):
     path = write_yaml("name: t\n")
-    r = subprocess.run([sys.executable, "-m", "zcorch", "plan", path, "--rate", "fast"], capture_output=True,
-                       text=True)
+    r = zcorch_cli("plan", path, "--rate", "fast")
     assert r.returncode == 2 and "--rate" in r.stderr and "Traceback" not in r.stderr

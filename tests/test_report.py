@@ -5,7 +5,7 @@ import re
 import zcorch
 from zcorch.analysis import plots
 
-from fixtures_analysis import chromium, raw_baselines, raw_runs, repo_status, zcorch_cli
+from fixtures_analysis import raw_baselines, raw_runs, repo_status, zcorch_cli
 
 # Appended to a copy of the report: records, for every image, whether the browser decoded it, the
 # section headings and the Filesystems table as the browser laid it out.
@@ -31,14 +31,13 @@ window.addEventListener('load', function () {
 </script>"""
 
 
-def browser_check(report, tmp_path) -> dict:
+def browser_check(browser, report, tmp_path) -> dict:
     """What a real browser saw in `report` (PAGE_CHECK's record)."""
     page = tmp_path / "checked.html"
     page.write_text(report.read_text().replace("</body>", PAGE_CHECK + "</body>"))
-    res = chromium("--virtual-time-budget=10000", "--dump-dom", page.as_uri(), profile=tmp_path / "p1")
-    assert res.returncode == 0, res.stderr[-2000:]
-    m = re.search(r'<pre id="page-check">(.*?)</pre>', res.stdout, re.S)
-    assert m, res.stdout[-2000:]
+    dom = browser.dump_dom(page.as_uri(), "page-check")
+    m = re.search(r'<pre id="page-check">(.*?)</pre>', dom, re.S)
+    assert m, dom[-2000:]
     return json.loads(m.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
                       .replace("&amp;", "&"))
 
@@ -74,23 +73,21 @@ def test_report_cli_writes_a_self_contained_escaped_report(small_set):
     assert text.count("<img ") == len(pngs)
 
 
-def test_report_renders_in_a_real_browser(small_set, tmp_path):
+def test_report_renders_in_a_real_browser(small_set, tmp_path, browser):
     assert zcorch_cli("report", small_set).returncode == 0
-    check = browser_check(small_set / "report.html", tmp_path)
+    check = browser_check(browser, small_set / "report.html", tmp_path)
     assert check["title"] == "zcorch report: quickstart-small"  # the escaped script did not run
     assert len(check["images"]) == len(list((small_set / "plots").glob("*.png")))
     assert all(i["ok"] and i["w"] > 200 and i["h"] > 200 for i in check["images"]), check
     assert "Filesystems" not in check["headings"] and check["filesystems"] is None  # no filesystem axis
 
-    shot = tmp_path / "report.png"
-    res = chromium(f"--screenshot={shot}", "--window-size=1280,3000", (small_set / "report.html").as_uri(),
-                   profile=tmp_path / "p2")
-    assert res.returncode == 0 and shot.stat().st_size > 50_000  # a rendered page, not a blank one
+    shot = browser.screenshot((small_set / "report.html").as_uri(), tmp_path / "report.png", height=3000)
+    assert shot.stat().st_size > 50_000  # a rendered page, not a blank one
 
 
-def test_filesystems_section_renders_side_by_side_in_a_real_browser(fs_set, tmp_path):
+def test_filesystems_section_renders_side_by_side_in_a_real_browser(fs_set, tmp_path, browser):
     assert zcorch_cli("report", fs_set).returncode == 0
-    check = browser_check(fs_set / "report.html", tmp_path)
+    check = browser_check(browser, fs_set / "report.html", tmp_path)
     assert check["title"] == "zcorch report: filesystems-small"
     # the filesystems side by side in one small-multiples chart (not a chart per filesystem), and the CPU plot
     assert all(i["ok"] and i["w"] > 200 for i in check["images"]) and len(check["images"]) >= 2
@@ -106,7 +103,7 @@ def test_filesystems_section_renders_side_by_side_in_a_real_browser(fs_set, tmp_
     assert check["filesystems"]["width"] <= 1200  # fits the page width (long values wrap)
 
 
-def test_hostile_values_in_the_result_set_are_escaped_in_the_report(small_set, tmp_path):
+def test_hostile_values_in_the_result_set_are_escaped_in_the_report(small_set, tmp_path, browser):
     # Markup where a result set holds free text: the experiment's name, a failure reason, a
     # baseline's reason (edited records: a sweep does not produce them on demand)
     name = '</title><script>document.title="pwned"</script>'
@@ -132,7 +129,7 @@ def test_hostile_values_in_the_result_set_are_escaped_in_the_report(small_set, t
     assert failed.count("<td>&lt;script&gt;alert(1)&lt;/script&gt; &amp; more</td>") == 3
     assert "<td>&lt;img src=x onerror=&#34;alert(2)&#34;&gt;</td>" in text
     assert not re.search(r'(src|href)="(?!data:|#)', text)
-    check = browser_check(small_set / "report.html", tmp_path)
+    check = browser_check(browser, small_set / "report.html", tmp_path)
     assert check["title"] == "zcorch report: " + name  # shown as text; the script did not run
     assert check["headings"][-1] == "Experiment"
 

@@ -1,11 +1,9 @@
 """Experiment-file validation: every error class names file:line:column, the key path, what was expected."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
+from fixtures_analysis import zcorch_cli
 from fixtures_spec import MINIMAL, at, only_problem, problems_of
 from zcorch.errors import ConfigError
 from zcorch.config.baselines import BASELINES_OFF, Baselines, DdBaseline, Iperf3Baseline
@@ -265,7 +263,7 @@ def test_every_error_in_a_file_is_reported_at_once(write_yaml):
 
 def test_cli_exits_2_without_traceback(write_yaml):
     path = write_yaml("name: t\nparams: {send_mdoe: write, buffer: 0}\n")
-    r = subprocess.run([sys.executable, "-m", "zcorch", "plan", path], capture_output=True, text=True)
+    r = zcorch_cli("plan", path)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and r.stdout == ""
     assert f"{path}:2:10: params.send_mdoe: unknown key" in r.stderr
@@ -394,7 +392,7 @@ def test_filesystem_rules_live_in_one_place(write_yaml):
             loop: {count: 2, size: 1GiB}
         params: {sink: "{filesystem}/x", filesystem: r5}
     """)
-    r = subprocess.run([sys.executable, "-m", "zcorch", "plan", path], capture_output=True, text=True)
+    r = zcorch_cli("plan", path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert f"{path}:5:11: filesystems.r5.raid: raid5 needs at least 3 devices, this configuration has 2" in r.stderr
     ok = load_experiment(write_yaml("name: t\nfilesystems:\n  r5: {fs: ext4, raid: raid5, loop: {count: 3, size: 1GiB}}\n"
