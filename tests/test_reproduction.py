@@ -19,6 +19,7 @@ REF = """\
 reference:
   source: {title: T, author: A, date: "2006-11-16"}
   bytes: 1GiB
+  level: 75%          # three runs decide here (the shipped studies keep the default, 90%: five runs)
   baselines:
     iperf3: {value: 8 Gbit/s, command: iperf -l 64K}
     dd_write: {value: 400-500 MB/s}
@@ -180,3 +181,28 @@ def test_a_total_of_a_cell_the_run_left_out_is_not_run_not_bytes_missing(frame, 
     no_bytes = reference_of(text.replace("  bytes: 65536000000        # per transfer", "  # (no bytes)"), "z.yaml")
     ran = {r[0]: r for r in rp.figure_table(rp.figures(frame, baselines, no_bytes))}
     assert ran["xmit vmsplice() -> splice(): sys"][7] == "– (a total: the study's bytes are not given)"
+
+
+def test_a_claim_on_two_runs_is_inconclusive_needing_five(frame):
+    # the shipped studies' default: a 90% interval, which the median of fewer than five runs cannot have
+    study = reference_of(REF.replace("  level: 75%", "  # default level"), "exp.yaml")
+    assert study.level == 0.90
+    rows = runs("w", "write", [400, 410], [24, 25]) + runs("s", "splice", [1000, 1010], [9, 10])
+    first = rp.claims(pd.DataFrame(rows), study)[0]
+    assert first.verdict == rp.INCONCLUSIVE and first.verdict_text == "inconclusive: needs 5 runs"
+    assert "needs 5 runs (a 90% interval; a has 2 ok)" in first.evidence
+    # the same separation on five runs a side decides
+    rows = (runs("w", "write", [400, 410, 420, 405, 415], [24] * 5)
+            + runs("s", "splice", [1000, 1010, 1020, 1005, 1015], [9] * 5))
+    assert rp.claims(pd.DataFrame(rows), study)[0].verdict == rp.HOLDS
+    # a study may ask for more: 95% needs six
+    strict = reference_of(REF.replace("  level: 75%", "  level: 95%"), "exp.yaml")
+    assert rp.claims(pd.DataFrame(rows), strict)[0].verdict_text == "inconclusive: needs 6 runs"
+
+
+@pytest.mark.parametrize("level, words", [("50", "between 50% and 99.9%"), ("100%", "between 50% and 99.9%"),
+                                          ("most", "not a confidence level")])
+def test_a_bad_level_names_file_line_and_key(level, words):
+    with pytest.raises(ConfigError) as info:
+        reference_of(REF.replace("level: 75%", f"level: {level}"), "exp.yaml")
+    assert "exp.yaml:4:" in str(info.value) and "reference.level" in str(info.value) and words in str(info.value)

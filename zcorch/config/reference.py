@@ -44,7 +44,7 @@ over the transfer) is compared per byte when the study moved another amount.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from zcorch.config import checks
@@ -72,7 +72,8 @@ def baseline_match_keys(record_kind: str) -> "tuple[str, ...]":
 # `command:NAME`: the command baseline NAME of the experiment's `baselines.commands` (the study's FTP, rsync...)
 COMMAND_KIND_PREFIX = "command:"
 _COMMAND_KIND_RE = re.compile(r"^command:[A-Za-z][A-Za-z0-9_.-]{0,39}$")
-SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims")
+SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims", "needs", "level", "units")
+LEVEL = 0.90   # the confidence a claim's intervals must have to decide it, unless the study declares its own
 SOURCE_KEYS = ("title", "author", "date", "url", "venue")
 BASELINE_KEYS = ("value", "command")
 FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes", "of")
@@ -194,6 +195,10 @@ class Reference:
     baselines: "tuple[PublishedBaseline, ...]" = ()
     figures: "tuple[Figure, ...]" = ()
     claims: "tuple[Claim, ...]" = ()
+    # the conditions of the study's setting (zcorch.conditions), already part of every claim's `needs`
+    needs: "tuple[tuple[str, Optional[int]], ...]" = ()
+    level: float = LEVEL             # the least confidence of an interval a claim is decided on
+    units: str = ""                  # what the study's own units really are, where it mislabels them
 
     def baseline(self, kind: Optional[str]) -> Optional[PublishedBaseline]:
         return next((b for b in self.baselines if b.kind == kind), None)
@@ -321,6 +326,9 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
         source = Source(**{k: vals.get(k, "") for k in SOURCE_KEYS})
     setup = chk.value(top["setup"][1], "reference.setup", _text, "") if "setup" in top else ""
     nbytes = chk.value(top["bytes"][1], "reference.bytes", checks.positive_size) if "bytes" in top else None
+    study_needs = _needs(chk, top["needs"][1], "reference.needs") if "needs" in top else ()
+    level = chk.value(top["level"][1], "reference.level", _level, LEVEL) if "level" in top else LEVEL
+    units = chk.value(top["units"][1], "reference.units", _text, "") if "units" in top else ""
 
     baselines = []
     if "baselines" in top:
@@ -417,7 +425,33 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                 chk.problem(c["b"][1].pos, f"{path}.b", "`b` matches the same as `a`: a claim compares two cells")
             elif says is not None and metric and a and b and cond:
                 claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos, of, needs))
-    return Reference(source, setup or "", nbytes, tuple(baselines), tuple(figures), tuple(claims))
+    study_needs = _study_needs(study_needs, claims)
+    claims = [replace(c, needs=study_needs + tuple(n for n in c.needs if n[0] not in dict(study_needs)))
+              for c in claims]
+    return Reference(source, setup or "", nbytes, tuple(baselines), tuple(figures), tuple(claims),
+                     study_needs, level if level is not None else LEVEL, units or "")
+
+
+def _study_needs(declared, claims) -> "tuple[tuple[str, Optional[int]], ...]":
+    """One policy for a study: its `reference.needs`, and every condition of the runs' hosts (idle_hosts)
+    that any of its claims names, apply to all of its claims: the runs that leave one claim untestable
+    leave the others so too (a file written before `reference.needs` existed reads the same way)."""
+    out = list(declared)
+    for c in claims:
+        out += [n for n in c.needs if conditions.BY_NAME[n[0]].study and n[0] not in dict(out)]
+    return tuple(out)
+
+
+def _level(node: ys.YNode) -> float:
+    """`level: 90%` (or 0.9): between 50% and 99.9%."""
+    text = ys.as_str(node, "a confidence level (e.g. 90%)").strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ys.ValueProblem(f"`{text}` is not a confidence level (e.g. 90%)") from None
+    if not 0.5 <= value < 1:
+        raise ys.ValueProblem(f"`{text}`: a confidence level is between 50% and 99.9%")
+    return value
 
 
 def _needs(chk: Checker, node: ys.YNode, path: str) -> "tuple[tuple[str, Optional[int]], ...]":
