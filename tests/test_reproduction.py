@@ -206,3 +206,39 @@ def test_a_bad_level_names_file_line_and_key(level, words):
     with pytest.raises(ConfigError) as info:
         reference_of(REF.replace("level: 75%", f"level: {level}"), "exp.yaml")
     assert "exp.yaml:4:" in str(info.value) and "reference.level" in str(info.value) and words in str(info.value)
+
+
+# ---------------------------------------------------------------- like with like: per page, at two sizes
+
+def _fault_claim_at(size: str, tmp_path) -> "rp.ClaimRow":
+    """The splice-write study's fault claim on a real localhost run of its two one-sub-block cells at `size`."""
+    import zcorch
+    from zcorch.analysis.frames import read_meta
+    from fixtures_analysis import zcorch_cli
+    out = tmp_path / size
+    res = zcorch_cli("-q", "run", f"{REPO}/experiments/splice-write-benchmark.yaml", "-o", out, "--set",
+                     f"bytes={size}", "--set", "subblocks=1", "--set", "repeats=5", "--set", "sample_interval=null",
+                     "--set", "baselines.iperf3=false")
+    assert res.returncode == 0, res.stderr
+    ref = reference_of(open(f"{REPO}/experiments/splice-write-benchmark.yaml").read(), "splice.yaml")
+    rows = rp.claims(zcorch.load(out), ref, zcorch.load_baselines(out), rp.host_facts(read_meta(out)))
+    return next(r for r in rows if "faults every page" in r.claim.says)
+
+
+def test_the_fault_claim_gives_one_verdict_at_64_mib_and_1_gib(tmp_path):
+    small, large = _fault_claim_at("64MiB", tmp_path), _fault_claim_at("1GiB", tmp_path)
+    print(small.evidence, large.evidence, sep="\n")
+    # a gifted buffer faults once a page at any size: the per-page rule decides the same, and decides
+    assert small.verdict == large.verdict == rp.HOLDS
+    assert 0.9 <= small.a.median <= 1.1 and 0.9 <= large.a.median <= 1.1
+
+
+def test_a_total_against_a_constant_is_refused():
+    text = REF.replace("  claims:\n", "  claims:\n    - {says: faults, metric: send_minflt, a: {send_mode: splice}, "
+                                      "holds_if: a >= 256}\n")
+    with pytest.raises(ConfigError) as info:
+        reference_of(text, "exp.yaml")
+    assert "exp.yaml:" in str(info.value) and "reference.claims[0].holds_if" in str(info.value)
+    assert "a total that grows with the bytes moved" in str(info.value)
+    ok = reference_of(text.replace("send_minflt,", "send_minflt_per_page,").replace("256", "0.9"), "exp.yaml")
+    assert ok.claims[0].b is None and ok.claims[0].condition == "a >= 0.9"

@@ -118,6 +118,9 @@ _DERIVED_RUN: "tuple[AnalysisMetric, ...]" = (
     *_sides("host_softirq_s_per_gib", "s/GiB", "host softirq CPU",
             "softirq CPU seconds of the whole machine per GiB the side moved (most of the network stack's "
             "receive work)", "lower"),
+    # A claim about faults "per page" compares this, never a total against a constant (a total grows with bytes).
+    *_sides("minflt_per_page", "count", "minor faults per page",
+            "minor page faults of the worker per 4 KiB page the side moved (1: a fault for every page)", None),
     AnalysisMetric("zc_copied_share", "share", "none", None, None, False, "zero-copy completions copied",
                    "share (0..1) of the kernel's zero-copy completion reports marked as copied"),
     AnalysisMetric("zc_recv_mapped_share", "share", "none", None, None, False, "zero-copy receive mapped",

@@ -322,6 +322,9 @@ def _to_datetime(s: pd.Series) -> pd.Series:
         return s  # not ISO timestamps: keep the text rather than guess
 
 
+PAGE = 4096   # the page `*_minflt_per_page` counts in: x86's, and the size the studies' fault counts are of
+
+
 def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` with the derived columns of the module docstring (a new frame; the columns of `frame` are shared)."""
     n = len(frame)
@@ -357,6 +360,9 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
             out[prefix + "host_busy_cpus"] = busy[prefix] / np.where(window[prefix] > 0, window[prefix], np.nan)
             out[prefix + "host_busy_s_per_gib"] = rates.per_gib(busy[prefix], moved)
             out[prefix + "host_softirq_s_per_gib"] = rates.per_gib(col(prefix + "host_softirq_us") / 1e6, moved)
+        for prefix in ("send_", "recv_"):
+            pages = np.where(col(prefix + "bytes") > 0, col(prefix + "bytes"), np.nan) / PAGE
+            out[prefix + "minflt_per_page"] = col(prefix + "minflt") / pages
         same = same_host_column(frame)
         out["same_host"] = same
         one = np.array([v is True for v in same], dtype=bool)

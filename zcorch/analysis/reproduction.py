@@ -379,7 +379,8 @@ def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[con
         return ()
     # the runs of every cell either side selects (a claim `of` a baseline kind selects a configuration's cells)
     firsts = df.drop_duplicates("cell")
-    cells = {r["cell"] for _, r in firsts.iterrows() if claim.a.selects(_params(r)) or claim.b.selects(_params(r))}
+    sides = [m for m in (claim.a, claim.b) if m is not None]
+    cells = {r["cell"] for _, r in firsts.iterrows() if any(m.selects(_params(r)) for m in sides)}
     rows = df[df["cell"].isin(cells)]
     rows = rows[rows["status"] == OK] if "status" in rows else rows
     out = []
@@ -419,11 +420,17 @@ def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] =
     hosts = hosts or HostFacts()
     for c in ref.claims:
         unit = metrics.get(c.metric).unit
-        if c.of:
+        if c.b is None:     # against a constant: an exact "interval" of the constant itself
+            a = measure_of(df, baselines, c.a, c.of, c.metric, ref.level) if c.of else measure(df, c.a, c.metric,
+                                                                                             ref.level)
+            b = Measured(f"{c.factor:g}", 0, 0, c.factor, c.factor, c.factor, "the claim's constant", 1.0)
+            v, why = verdict(a, b, c.op, 1.0, ref.level)
+        elif c.of:
             a, b = (measure_of(df, baselines, m, c.of, c.metric, ref.level) for m in (c.a, c.b))
+            v, why = verdict(a, b, c.op, c.factor, ref.level)
         else:
             a, b = measure(df, c.a, c.metric, ref.level), measure(df, c.b, c.metric, ref.level)
-        v, why = verdict(a, b, c.op, c.factor, ref.level)
+            v, why = verdict(a, b, c.op, c.factor, ref.level)
         checks = claim_checks(df, c, hosts) if len(df) else ()
         failing = cond.untestable_reason(checks)
         if failing:
@@ -434,9 +441,13 @@ def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] =
         bounds = ""
         if a.has_ci and b.has_ci and b.ci_low > 0:
             bounds = f" (interval bounds {_ratio(a.ci_low / b.ci_high)}–{_ratio(a.ci_high / b.ci_low)})"
-        evidence = (f"measured (this run): a {show_measured(a, unit)} vs b {show_measured(b, unit)}; "
-                    f"a/b = {_ratio(ratio)}{bounds}, claim {c.op} {c.factor:g}: {why}")
-        pa, pb = _published_for(ref, c.a, c.metric, c.of), _published_for(ref, c.b, c.metric, c.of)
+        if c.b is None:
+            evidence = f"measured (this run): a {show_measured(a, unit)}; claim a {c.op} {c.factor:g}: {why}"
+        else:
+            evidence = (f"measured (this run): a {show_measured(a, unit)} vs b {show_measured(b, unit)}; "
+                        f"a/b = {_ratio(ratio)}{bounds}, claim {c.op} {c.factor:g}: {why}")
+        pa = _published_for(ref, c.a, c.metric, c.of)
+        pb = _published_for(ref, c.b, c.metric, c.of) if c.b is not None else None
         published = ""
         if pa and pb:
             published = (f"published: a {show_range(*pa, unit)} vs b {show_range(*pb, unit)}; "
@@ -498,7 +509,8 @@ def claim_table(rows: "list[ClaimRow]") -> "list[list[str]]":
     out = []
     for r in rows:
         c = r.claim
-        rule = f"{c.metric}: {c.condition}, a = {_what(c.a, c.of)}; b = {_what(c.b, c.of)}"
+        rule = f"{c.metric}: {c.condition}, a = {_what(c.a, c.of)}" + (
+            f"; b = {_what(c.b, c.of)}" if c.b is not None else "")
         evidence = r.evidence + (f" · {r.published}" if r.published else "") + (f" · note: {c.note}" if c.note else "")
         out.append([c.says, rule, r.verdict_text, conditions_text(r), evidence])
     return out

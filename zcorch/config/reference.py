@@ -79,6 +79,8 @@ BASELINE_KEYS = ("value", "command")
 FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes", "of")
 CLAIM_KEYS = ("says", "metric", "a", "b", "holds_if", "note", "of", "needs")
 _HOLDS_RE = re.compile(r"^\s*a\s*(<=|>=|<|>|≤|≥)\s*(?:(\d+(?:\.\d+)?)\s*[*×x]\s*)?b\s*$")
+# `a >= 0.9`: a against a constant in the metric's unit (a per-page or per-call quantity, never a total)
+_HOLDS_CONST_RE = re.compile(r"^\s*a\s*(<=|>=|<|>|≤|≥)\s*(\d+(?:\.\d+)?(?:e-?\d+)?)\s*$")
 _OPS = {"≤": "<=", "≥": ">="}
 
 
@@ -170,9 +172,9 @@ class Claim:
     says: str
     metric: str
     a: Match
-    b: Match
+    b: Optional[Match]      # None: a is compared with the constant `factor` (`holds_if: a >= 0.9`)
     op: str                 # "<", "<=", ">", ">="
-    factor: float = 1.0     # holds if metric(a) op factor × metric(b)
+    factor: float = 1.0     # holds if metric(a) op factor × metric(b), or op factor when b is None
     note: str = ""
     pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
     of: Optional[str] = None         # a baseline record kind: both sides are that baseline's records
@@ -184,6 +186,8 @@ class Claim:
 
     @property
     def condition(self) -> str:
+        if self.b is None:
+            return f"a {self.op} {self.factor:g}"
         return f"a {self.op} {self.factor:g} × b" if self.factor != 1 else f"a {self.op} b"
 
 
@@ -211,7 +215,8 @@ class Reference:
         """Every match with its label and the baseline kind it is `of` (None: a cell's)."""
         out = [(f"reference.figures[{i}]", f.match, f.of) for i, f in enumerate(self.figures)]
         for i, c in enumerate(self.claims):
-            out += [(f"reference.claims[{i}].a", c.a, c.of), (f"reference.claims[{i}].b", c.b, c.of)]
+            out += [(f"reference.claims[{i}].a", c.a, c.of)]
+            out += [(f"reference.claims[{i}].b", c.b, c.of)] if c.b is not None else []
         return out
 
 
@@ -242,16 +247,20 @@ def _metric(node: ys.YNode) -> str:
     return name
 
 
-def _holds_if(node: ys.YNode) -> "tuple[str, float]":
+def _holds_if(node: ys.YNode) -> "tuple[str, float, bool]":
+    """(op, factor, against a constant)."""
     text = ys.as_str(node, "a condition like `a > b` or `a <= 0.5 * b`")
     m = _HOLDS_RE.match(text)
+    const = _HOLDS_CONST_RE.match(text) if not m else None
+    if const:
+        return _OPS.get(const.group(1), const.group(1)), float(const.group(2)), True
     if not m:
         raise ys.ValueProblem(f"`{text}` is not a condition: write `a > b`, `a < b`, `a <= K * b` or `a >= K * b` "
                               "(K a positive number)")
     factor = float(m.group(2)) if m.group(2) else 1.0
     if factor <= 0:
         raise ys.ValueProblem(f"`{text}`: the factor must be > 0")
-    return _OPS.get(m.group(1), m.group(1)), factor
+    return _OPS.get(m.group(1), m.group(1)), factor, False
 
 
 def _of(node: ys.YNode) -> str:
@@ -409,21 +418,31 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             c = chk.mapping(item, path, CLAIM_KEYS, "claim keys")
             if not isinstance(item, ys.YMap):
                 continue
-            missing = [k for k in ("says", "metric", "a", "b", "holds_if") if k not in c]
+            missing = [k for k in ("says", "metric", "a", "holds_if") if k not in c]
+            const = "holds_if" in c and bool(_HOLDS_CONST_RE.match(str(getattr(c["holds_if"][1], "text", ""))))
+            if "b" not in c and not const:
+                missing.append("b")
             if missing:
                 chk.problem(item.pos, path, f"missing {', '.join(f'`{k}:`' for k in missing)}")
                 continue
             says = chk.value(c["says"][1], f"{path}.says", _text, "")
             metric = chk.value(c["metric"][1], f"{path}.metric", _metric)
             a = parse_match(chk, c["a"][1], f"{path}.a", param_parser)
-            b = parse_match(chk, c["b"][1], f"{path}.b", param_parser)
+            b = parse_match(chk, c["b"][1], f"{path}.b", param_parser) if "b" in c else None
             cond = chk.value(c["holds_if"][1], f"{path}.holds_if", _holds_if)
             note = chk.value(c["note"][1], f"{path}.note", _text, "") if "note" in c else ""
             of = _parse_of(chk, c, path, metric)
             needs = _needs(chk, c["needs"][1], f"{path}.needs") if "needs" in c else ()
-            if a and b and a == b:
+            if cond and cond[2] and "b" in c:
+                chk.problem(c["b"][1].pos, f"{path}.b", f"`holds_if: {c['holds_if'][1].text}` compares a with a "
+                                                        "constant: a claim with one has no `b`")
+            elif cond and cond[2] and metric and metrics.get(metric).extensive:
+                chk.problem(c["holds_if"][1].pos, f"{path}.holds_if",
+                            f"`{metric}` is a total that grows with the bytes moved: compare a per-page or per-call "
+                            "metric with a constant (e.g. send_minflt_per_page), or a total with another cell's")
+            elif a and b and a == b:
                 chk.problem(c["b"][1].pos, f"{path}.b", "`b` matches the same as `a`: a claim compares two cells")
-            elif says is not None and metric and a and b and cond:
+            elif says is not None and metric and a and (b or (cond and cond[2])) and cond:
                 claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos, of, needs))
     study_needs = _study_needs(study_needs, claims)
     claims = [replace(c, needs=study_needs + tuple(n for n in c.needs if n[0] not in dict(study_needs)))
@@ -521,7 +540,8 @@ def reference_problems(ref: Reference, cells: "list[dict]") -> "list[tuple[ys.Po
     for i, claim in enumerate(ref.claims):
         # idle_hosts is checked on what the workers' probe records: a cell without one could never meet it
         if claim.need("idle_hosts"):
-            unprobed = [m for m in (claim.a, claim.b) for p in cells if m.selects(p) and not p.get("idle_probe")]
+            unprobed = [m for m in (claim.a, claim.b) if m is not None
+                        for p in cells if m.selects(p) and not p.get("idle_probe")]
             if unprobed:
                 out.append((claim.pos, f"reference.claims[{i}].needs",
                             f"idle_hosts is checked on each run's `host_idle_before`, which a cell records only "
