@@ -9,12 +9,16 @@ Every number comes from zcorch.analysis.reproduction, the same rows the report s
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Iterable, Optional
 
 from zcorch.analysis import reproduction as rp
 from zcorch.analysis.frames import load_baselines, read_experiment_text, read_manifest, read_meta, result_dir
 from zcorch.analysis.load import load
+import numpy as np
+import pandas as pd
+
 from zcorch.analysis.stats import CI, min_runs_for, varying_params
 from zcorch.config.reference import LEVEL
 from zcorch.config.sections import reference_of
@@ -112,11 +116,43 @@ def study_section(path) -> "tuple[str, list[rp.ClaimRow], str]":
     return "\n".join(lines), claims, name
 
 
+def _size(nbytes) -> str:
+    return format_value("bytes", int(nbytes)) if nbytes else "–"
+
+
+def runs_row(path) -> "list[str]":
+    """[study, bytes a transfer here, the study's own, ok runs a cell, hosts' busy CPU before the runs, the
+    command]: the numbers of how a set was made, from the set itself (manifest, runs, meta)."""
+    d = result_dir(path)
+    manifest = read_manifest(d)
+    _, text = read_experiment_text(d, manifest)
+    ref = reference_of(text or "", "experiment.yaml")
+    df = load(d)
+    name = manifest.get("name") or d.name
+    sizes = sorted({int(b) for b in df["bytes"].dropna()}) if "bytes" in df and len(df) else []
+    here = ", ".join(_size(b) for b in sizes) or "–"
+    ok = df[df["status"] == "ok"] if len(df) else df
+    per_cell = ok.groupby("cell").size() if len(ok) else None
+    runs = "–" if per_cell is None or per_cell.empty else (
+        f"{per_cell.min()}" if per_cell.min() == per_cell.max() else f"{per_cell.min()}–{per_cell.max()}")
+    idle = [v for side in ("send_host_idle_before", "recv_host_idle_before") if side in ok
+            for v in pd.to_numeric(ok[side], errors="coerce").dropna()]
+    busy = f"{(1 - float(np.median(idle))):.0%} busy (median of {len(idle)} probes)" if idle else "not probed"
+    command = " ".join(str(a) for a in (manifest.get("command") or [])[1:])
+    return [name, here, _size(ref.bytes) if ref is not None else "–", runs, busy, f"`zcorch {command}`" if command else "–"]
+
+
+RUNS_HEADER = ["study", "bytes a transfer (here)", "the study's own", "ok runs a cell", "hosts before the runs",
+               "command"]
+
+
 def reproductions_markdown(paths: "Iterable[os.PathLike | str]", notes: str = "") -> str:
     """The whole document: a summary line per study, what differs from the studies' own text, `notes`
     (hand-written, e.g. why), then one section per result set, in the order given."""
-    sections, summary, differ = [], [], []
+    sections, summary, differ, made = [], [], [], []
+    paths = list(paths)
     for path in paths:
+        made.append(runs_row(path))
         text, claims, name = study_section(path)
         sections.append(text)
         summary.append([name, result_dir(path).name, rp.verdict_counts(claims) if claims else "no claims"])
@@ -135,17 +171,38 @@ def reproductions_markdown(paths: "Iterable[os.PathLike | str]", notes: str = ""
     lines += ["| study | result set | verdicts |", "|---|---|---|"] + [f"| {a} | `{b}` | {c} |" for a, b, c in summary]
     lines += ["", "## Where the verdicts differ from the studies' text", "",
               "Each study says its claims hold; these do not, here:", ""] + (differ or ["- none"]) + [""]
+    lines += ["## How these sets were made", "",
+              "Generated from each set (its runs, manifest and hosts' records); the hosts' CPU before the runs is "
+              "the workers' `idle_probe` just before each one started.", ""]
+    lines += _table(RUNS_HEADER, made)
     if notes.strip():
         lines += [notes.strip(), ""]
     return "\n".join(lines + sections).rstrip("\n") + "\n"
 
 
+# A number in prose: a token that begins with a digit (353, 1GiB, 0.87x, 2.6.33). Digits inside a word (ext4,
+# RAID-5, sendfile-pinning-2001) name things and are allowed; every other figure comes from the sets.
+_NUMBER = re.compile(r"(?<![\w-])\d[\w.,/%×–-]*")
+
+
+def notes_figures(text: str) -> "list[tuple[int, str]]":
+    """(line, token) of every number in hand-written notes: none is allowed (figures are generated)."""
+    return [(i, m.group(0)) for i, line in enumerate(text.splitlines(), 1) for m in _NUMBER.finditer(line)]
+
+
 def read_notes(path: "os.PathLike | str") -> str:
-    """The hand-written notes file; ConfigError naming it when it cannot be read."""
+    """The hand-written notes file; ConfigError naming it when it cannot be read or quotes a figure (a number
+    in the notes stays as written whatever sets it is put beside: only the generated text may quote one)."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read the notes: {exc}") from None
+    found = notes_figures(text)
+    if found:
+        raise ConfigError([f"{path}:{line}: `{token}`: the notes may not quote a figure (every number of the "
+                           "document is generated from the result sets it is given; say it in words)"
+                           for line, token in found])
+    return text
 
 
 def write_reproductions(paths: "Iterable[os.PathLike | str]", out: "os.PathLike | str",

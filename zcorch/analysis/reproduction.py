@@ -495,7 +495,7 @@ def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
         elif r.per_byte:
             ratio = (f"{ratio} per byte" if np.isfinite(r.ratio) else
                      "– (a total: the study's bytes are not given)" if f.bytes is None else "–")
-        out.append([f.label or "–", _what(f.match, f.of), f.metric, show_range(*r.published, r.unit), pub_norm,
+        out.append([(f.label or "–") + (f" (not comparable: {f.note})" if f.note else ""), _what(f.match, f.of), f.metric, show_range(*r.published, r.unit), pub_norm,
                     show_measured(m, r.unit), ours, ratio])
     return out
 

@@ -76,7 +76,7 @@ SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims", "n
 LEVEL = 0.90   # the confidence a claim's intervals must have to decide it, unless the study declares its own
 SOURCE_KEYS = ("title", "author", "date", "url", "venue")
 BASELINE_KEYS = ("value", "command")
-FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes", "of")
+FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes", "of", "note")
 CLAIM_KEYS = ("says", "metric", "a", "b", "holds_if", "note", "of", "needs")
 _HOLDS_RE = re.compile(r"^\s*a\s*(<=|>=|<|>|≤|≥)\s*(?:(\d+(?:\.\d+)?)\s*[*×x]\s*)?b\s*$")
 # `a >= 0.9`: a against a constant in the metric's unit (a per-page or per-call quantity, never a total)
@@ -165,6 +165,7 @@ class Figure:
     bytes: Optional[int] = None      # what the study moved in that measurement (totals compare per byte)
     pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
     of: Optional[str] = None         # a baseline record kind: the figure is of that baseline (None: of a cell)
+    note: str = ""                   # why ours is not like the study's, shown beside the figure
 
 
 @dataclass(frozen=True)
@@ -408,8 +409,9 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                             f"only throughput figures (gbit_s, mb_s) are normalised to a baseline, not `{metric}`")
                 base = None
             fbytes = chk.value(f["bytes"][1], f"{path}.bytes", checks.positive_size) if "bytes" in f else nbytes
+            fnote = chk.value(f["note"][1], f"{path}.note", _text, "") if "note" in f else ""
             if match and metric and value:
-                figures.append(Figure(label, match, metric, value, base, fbytes, item.pos, of))
+                figures.append(Figure(label, match, metric, value, base, fbytes, item.pos, of, fnote or ""))
 
     claims = []
     if "claims" in top:
