@@ -108,17 +108,37 @@ def errors(text: str) -> str:
     return str(info.value)
 
 
+STUDY = "  source: {title: A study}\n"
+
+
+def study_needs(text: str, needs: str) -> str:
+    """`text` with `needs` declared for the whole study (reference.needs), one line below its source."""
+    return text.replace(STUDY, STUDY + f"  needs: {needs}\n")
+
+
 def test_needs_is_parsed_with_numbers():
-    exp = parse_experiment(HEAD + "      needs: [idle_hosts, {cpus: 3}, one_kernel]\n", "exp.yaml")
+    exp = parse_experiment(study_needs(HEAD, "[idle_hosts]") + "      needs: [{cpus: 3}, one_kernel]\n", "exp.yaml")
+    assert exp.reference.needs == (("idle_hosts", None),)
     assert exp.reference.claims[0].needs == (("idle_hosts", None), ("cpus", 3), ("one_kernel", None))
 
 
+def test_the_hosts_state_is_every_claims_of_the_study():
+    # one policy for a study: the quiet-hosts condition named by one claim is every claim's
+    second = HEAD.split("reference:")[1].split("  claims:\n")[1].replace("same is slower", "apart is faster")
+    exp = parse_experiment(HEAD + "      needs: [idle_hosts, one_kernel]\n" + second, "exp.yaml")
+    first, other = exp.reference.claims
+    assert first.needs == (("idle_hosts", None), ("one_kernel", None)) and other.needs == (("idle_hosts", None),)
+    assert exp.reference.needs == (("idle_hosts", None),)
+    text = errors(study_needs(HEAD, "[idle_hostz]"))
+    assert "exp.yaml:9:" in text and "reference.needs[0]" in text and "did you mean `idle_hosts`" in text, text
+
+
 @pytest.mark.parametrize("needs, line, words", [
-    ("[idle_host]", 15, "`idle_host` is not a condition; did you mean `idle_hosts`?"),
+    ("[one_kernels]", 15, "`one_kernels` is not a condition; did you mean `one_kernel`?"),
     ("[cpus, cpus]", 15, "`cpus` is named twice"),
     ("[{one_kernel: 2}]", 15, "`one_kernel` takes no number"),
     ("[{cpus: 0}]", 15, "expected an integer between 1 and"),
-    ("idle_hosts", 15, "expected a list"),
+    ("one_kernel", 15, "expected a list"),
 ])
 def test_needs_errors_name_file_line_and_key(needs, line, words):
     text = errors(HEAD + f"      needs: {needs}\n")
@@ -126,14 +146,16 @@ def test_needs_errors_name_file_line_and_key(needs, line, words):
 
 
 def test_idle_hosts_needs_the_cells_to_probe():
-    text = errors(HEAD.replace(", idle_probe: 50ms", "") + "      needs: [idle_hosts]\n")
-    assert "exp.yaml:10:" in text and "reference.claims[0].needs" in text and "idle_probe" in text, text
+    text = errors(study_needs(HEAD.replace(", idle_probe: 50ms", ""), "[idle_hosts]"))
+    assert "exp.yaml:11:" in text and "reference.claims[0].needs" in text and "idle_probe" in text, text
 
 
 def test_the_shipped_pinning_study_needs_quiet_hosts_and_its_cpus():
     exp = parse_experiment((ROOT / "experiments/sendfile-pinning-2001.yaml").read_text(), "morton.yaml")
     pinning = [c for c in exp.reference.claims if "same CPU" in c.says]
     assert len(pinning) == 2 and all(c.need("idle_hosts") and c.need("cpus") for c in pinning)
+    # and so does the sendfile-against-send(8k) claim of the same runs: one policy for the study
+    assert all(c.need("idle_hosts") for c in exp.reference.claims) and len(exp.reference.claims) == 3
     assert expand(exp).cells[0].params["idle_probe"] == 0.2
 
 
@@ -161,20 +183,21 @@ def test_the_workers_record_the_idle_share_before_they_start(tmp_path):
 
 # ---------------------------------------------------------------- verdicts on a real sweep
 
-SWEEP = HEAD.replace("params: {", "params: {bytes: 8MiB, timeout: 30s, sample_interval: null, ") + """\
-      needs: [one_kernel, virtual_link, cpus, idle_hosts]
+SWEEP = study_needs(HEAD.replace("params: {", "params: {bytes: 8MiB, timeout: 30s, sample_interval: null, "),
+                    "[idle_hosts]") + """\
+      needs: [one_kernel, virtual_link, cpus]
     - says: same is slower, on a machine of many CPUs
       metric: mb_s
       a: {recv_cpu: 0}
       b: {recv_cpu: 1}
       holds_if: a < b
       needs: [{cpus: 65536}]
-    - says: same is slower, with no conditions
+    - says: same is slower, with the study's conditions only
       metric: mb_s
       a: {recv_cpu: 0}
       b: {recv_cpu: 1}
       holds_if: a < b
-repeats: 3
+repeats: 5
 baselines: {iperf3: false, dd: false}
 """
 
@@ -221,29 +244,112 @@ def test_the_recorded_idle_shares_decide_the_idle_condition(pinning_recorded, tm
     assert (first.verdict == rp.UNTESTABLE) == (idle.state == cond.NOT_MET)
     assert {c.name: c.state for c in first.checks}["one_kernel"] == cond.MET     # a localhost sweep
     assert many.verdict == rp.UNTESTABLE and "cpus:" in many.evidence and "the claim needs 65536" in many.evidence
-    assert plain.checks == () and plain.verdict != rp.UNTESTABLE
+    assert [c.name for c in plain.checks] == ["idle_hosts"]
+    # one policy: the claim without conditions of its own is untestable exactly when the first is for idleness
+    assert (plain.verdict == rp.UNTESTABLE) == (idle.state == cond.NOT_MET)
 
 
 def test_busy_hosts_make_a_pinning_claim_untestable_everywhere_it_is_shown(pinning_recorded, tmp_path):
     d = _rewrite_idle(pinning_recorded, tmp_path / "busy", 0.0)
     first = _claims(d)[0]
-    assert first.verdict == rp.UNTESTABLE and "idle_hosts: 0 of 6 runs began on quiet hosts" in first.evidence
+    assert first.verdict == rp.UNTESTABLE and "idle_hosts: 0 of 10 runs began on quiet hosts" in first.evidence
+    assert all(c.verdict == rp.UNTESTABLE for c in _claims(d))   # every claim of the study, not the pinning alone
     md = report_markdown(d)
     row = next(line for line in md.splitlines() if line.startswith("| same is slower |"))
-    assert "| untestable here | " in row and "✗ idle_hosts: 0 of 6 runs" in row and "✓ one_kernel" in row
-    assert "(2 untestable here" in md or "untestable here)" in md
+    assert "| untestable here | " in row and "✗ idle_hosts: 0 of 10 runs" in row and "✓ one_kernel" in row
+    assert "(3 untestable here)" in md
     doc = report_document(d)
     jsonschema.validate(json.loads(json.dumps(doc)), json.loads((ROOT / "docs/schemas/report.schema.json").read_text()))
     entry = doc["reproduction"]["conditions"][0]
     assert entry["verdict"] == "untestable here"
-    assert {"condition": "idle_hosts", "state": "not met"}.items() <= entry["checks"][-1].items()
-    assert doc["reproduction"]["claims"][0]["conditions here"].startswith("✓ one_kernel")
+    assert {"condition": "idle_hosts", "state": "not met"}.items() <= entry["checks"][0].items()
+    assert doc["reproduction"]["claims"][0]["conditions here"].startswith("✗ idle_hosts")
     page = build_report(d)
-    assert 'class="verdict untestable-here">untestable here</td><td>✓ one_kernel' in page
+    assert 'class="verdict untestable-here">untestable here</td><td>✗ idle_hosts' in page
 
 
 def test_quiet_hosts_leave_the_verdict_to_the_numbers(pinning_recorded, tmp_path):
     d = _rewrite_idle(pinning_recorded, tmp_path / "quiet", 1.0)
     first, _, plain = _claims(d)
     assert next(c for c in first.checks if c.name == "idle_hosts").state == cond.MET
-    assert first.verdict == plain.verdict          # the same cells, the same numbers, nothing untestable
+    assert first.verdict == plain.verdict != rp.UNTESTABLE   # the same cells, the same numbers
+
+
+# ---------------------------------------------------------------- each shipped study, on this machine
+
+STUDIES = ("sendfile-pinning-2001", "zero-copy-output-2011", "splice-write-benchmark", "schutt-2006",
+           "ext4-nodelalloc-2011")
+
+
+def _this_machine_verdicts(study: str, tmp_path: Path):
+    """The shipped study file's claims on the runs this machine recorded of it (tests/data/reproductions, a lab
+    of two network namespaces joined by veth for Schutt and ext4), with the md driver probed here and now."""
+    import zcorch
+    from zcorch.analysis.frames import read_meta
+    from zcorch.config.experiment import reference_of
+    from zcorch.worker.remote import host_metadata
+    d = copy_result_set(ROOT / "tests/data/reproductions" / study, tmp_path / study)
+    ref = reference_of((ROOT / "experiments" / f"{study}.yaml").read_text(), f"{study}.yaml")
+    meta = read_meta(d)
+    here = host_metadata("127.0.0.1", str(tmp_path), ())
+    meta["hosts"]["receiver"]["md_driver"] = here["md_driver"]     # what a run records now (older sets did not)
+    rows = rp.claims(zcorch.load(d), ref, zcorch.load_baselines(d), rp.host_facts(meta))
+    return ref, rows, here
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_each_study_declares_its_setting_and_this_machine_is_checked_against_it(study, tmp_path):
+    ref, rows, here = _this_machine_verdicts(study, tmp_path)
+    assert ref.needs and rows and all(r.checks for r in rows)
+    states = [{c.name: c.state for c in r.checks} for r in rows]
+    for r in rows:
+        print(f"{study}: {r.verdict_text} — {r.claim.says}\n    {rp.conditions_text(r)}")
+    # one policy: every claim of a study is checked on the study's whole setting
+    assert all(set(dict(ref.needs)) <= set(s) for s in states)
+    if study in ("schutt-2006", "ext4-nodelalloc-2011"):
+        # a lab here: veth between two namespaces, 4 MiB transfers on 24 GiB hosts, single loop devices
+        assert all(r.verdict == rp.UNTESTABLE for r in rows)
+        assert all(s["data_beyond_ram"] == cond.NOT_MET for s in states)
+    if study == "schutt-2006":
+        assert all(s["real_nic"] == cond.NOT_MET for s in states)
+        assert "the data link is veth" in rows[0].evidence
+        # the send claims read a file from the page cache; the receive claims read /dev/zero
+        assert states[0]["disk_source"] == cond.NOT_MET and "read from the page cache" in rows[0].evidence
+        assert states[4]["disk_source"] == cond.MET
+    if study == "ext4-nodelalloc-2011":
+        assert all(s["md_raid"] == cond.NOT_MET for s in states)
+        md = next(c for c in rows[0].checks if c.name == "md_raid")
+        assert "1 loop device without md RAID" in md.detail
+        assert ("the receiver's kernel has no md" in md.detail) == (not here["md_driver"])
+        assert states[2]["real_nic"] == cond.NOT_MET and "real_nic" not in states[0]
+    if study in ("sendfile-pinning-2001", "zero-copy-output-2011", "splice-write-benchmark"):
+        # loopback on one kernel is what these studies ran on: their setting holds here
+        assert all(s["one_kernel"] == cond.MET and s["virtual_link"] == cond.MET for s in states)
+    if study == "sendfile-pinning-2001":
+        assert all(s["data_in_ram"] == cond.MET for s in states)
+        idle = [s["idle_hosts"] for s in states]
+        assert len(set(idle)) == 1          # the same runs, the same hosts: one state for all three claims
+        assert all((r.verdict == rp.UNTESTABLE) == (idle[0] == cond.NOT_MET) for r in rows)
+
+
+def test_the_workers_host_record_says_whether_the_kernel_has_md(tmp_path):
+    from zcorch.worker.remote import host_metadata
+    assert host_metadata("127.0.0.1", str(tmp_path), ())["md_driver"] == Path("/proc/mdstat").exists()
+
+
+def test_md_raid_is_met_only_on_an_assembled_md_array():
+    fs = {"raid": "raid5", "mount_source": "/dev/md127", "devices": [{"path": "/dev/loop1"}] * 3}
+    assert cond.check_md_raid([("ext4", fs)], True).state == cond.MET
+    plain = {"raid": None, "mount_source": "/dev/loop0", "devices": [{"path": "/dev/loop0"}]}
+    check = cond.check_md_raid([("ext4", plain)], False)
+    assert check.state == cond.NOT_MET and check.detail == ("ext4 is 1 loop device without md RAID; the receiver's "
+                                                            "kernel has no md (/proc/mdstat absent)")
+    assert cond.check_md_raid([("ext4", None)], None).state == cond.UNKNOWN
+
+
+def test_a_source_larger_than_the_senders_memory_comes_from_the_disk():
+    gib = 1 << 30
+    assert cond.check_disk_source([16 * gib], gib).state == cond.MET
+    assert cond.check_disk_source([gib], 24 * gib).state == cond.NOT_MET
+    assert cond.check_disk_source([], 24 * gib).state == cond.MET       # no file source in these runs
+    assert cond.check_disk_source([gib], None).state == cond.UNKNOWN

@@ -54,7 +54,7 @@ def test_the_section_shows_published_and_measured_side_by_side(small_set):
     assert "<td class=\"num\">854 MB/s</td>" in section
     assert "<td class=\"num\">0.99 × iperf3</td>" in section               # 854 MB/s = 6.83 of 6.9 Gbit/s
     # the pinned cell failed every run: inconclusive, with the reason on the line
-    assert re.search(r'class="verdict inconclusive">inconclusive</td><td>–</td><td>measured \(this run\): a all 3 runs failed',
+    assert re.search(r'class="verdict inconclusive">inconclusive: needs 5 runs</td><td>–</td><td>measured \(this run\): a all 3 runs failed',
                      html.unescape(section)), section
 
 
@@ -114,6 +114,6 @@ def test_json_carries_the_findings_and_the_section(small_set):
     jsonschema.validate(_json.loads(_json.dumps(doc)), _json.loads((ROOT / "docs/schemas/report.schema.json").read_text()))
     rep = doc["reproduction"]
     assert rep["error"] is None and rep["source"]["url"] == "https://example.org/study"
-    assert any(c["claim (published finding)"] == "the pinned sender is slower" and c["verdict"] == "inconclusive"
+    assert any(c["claim (published finding)"] == "the pinned sender is slower" and c["verdict"] == "inconclusive: needs 5 runs"
                for c in rep["claims"])
     assert doc["findings"]["rankings"][0]["modes"][0]["rank"] == 1

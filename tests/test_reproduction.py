@@ -19,6 +19,7 @@ REF = """\
 reference:
   source: {title: T, author: A, date: "2006-11-16"}
   bytes: 1GiB
+  level: 75%          # three runs decide here (the shipped studies keep the default, 90%: five runs)
   baselines:
     iperf3: {value: 8 Gbit/s, command: iperf -l 64K}
     dd_write: {value: 400-500 MB/s}
@@ -180,3 +181,64 @@ def test_a_total_of_a_cell_the_run_left_out_is_not_run_not_bytes_missing(frame, 
     no_bytes = reference_of(text.replace("  bytes: 65536000000        # per transfer", "  # (no bytes)"), "z.yaml")
     ran = {r[0]: r for r in rp.figure_table(rp.figures(frame, baselines, no_bytes))}
     assert ran["xmit vmsplice() -> splice(): sys"][7] == "– (a total: the study's bytes are not given)"
+
+
+def test_a_claim_on_two_runs_is_inconclusive_needing_five(frame):
+    # the shipped studies' default: a 90% interval, which the median of fewer than five runs cannot have
+    study = reference_of(REF.replace("  level: 75%", "  # default level"), "exp.yaml")
+    assert study.level == 0.90
+    rows = runs("w", "write", [400, 410], [24, 25]) + runs("s", "splice", [1000, 1010], [9, 10])
+    first = rp.claims(pd.DataFrame(rows), study)[0]
+    assert first.verdict == rp.INCONCLUSIVE and first.verdict_text == "inconclusive: needs 5 runs"
+    assert "needs 5 runs (a 90% interval; a has 2 ok)" in first.evidence
+    # the same separation on five runs a side decides
+    rows = (runs("w", "write", [400, 410, 420, 405, 415], [24] * 5)
+            + runs("s", "splice", [1000, 1010, 1020, 1005, 1015], [9] * 5))
+    assert rp.claims(pd.DataFrame(rows), study)[0].verdict == rp.HOLDS
+    # a study may ask for more: 95% needs six
+    strict = reference_of(REF.replace("  level: 75%", "  level: 95%"), "exp.yaml")
+    assert rp.claims(pd.DataFrame(rows), strict)[0].verdict_text == "inconclusive: needs 6 runs"
+
+
+@pytest.mark.parametrize("level, words", [("50", "between 50% and 99.9%"), ("100%", "between 50% and 99.9%"),
+                                          ("most", "not a confidence level")])
+def test_a_bad_level_names_file_line_and_key(level, words):
+    with pytest.raises(ConfigError) as info:
+        reference_of(REF.replace("level: 75%", f"level: {level}"), "exp.yaml")
+    assert "exp.yaml:4:" in str(info.value) and "reference.level" in str(info.value) and words in str(info.value)
+
+
+# ---------------------------------------------------------------- like with like: per page, at two sizes
+
+def _fault_claim_at(size: str, tmp_path) -> "rp.ClaimRow":
+    """The splice-write study's fault claim on a real localhost run of its two one-sub-block cells at `size`."""
+    import zcorch
+    from zcorch.analysis.frames import read_meta
+    from fixtures_analysis import zcorch_cli
+    out = tmp_path / size
+    res = zcorch_cli("-q", "run", f"{REPO}/experiments/splice-write-benchmark.yaml", "-o", out, "--set",
+                     f"bytes={size}", "--set", "subblocks=1", "--set", "repeats=5", "--set", "sample_interval=null",
+                     "--set", "baselines.iperf3=false")
+    assert res.returncode == 0, res.stderr
+    ref = reference_of(open(f"{REPO}/experiments/splice-write-benchmark.yaml").read(), "splice.yaml")
+    rows = rp.claims(zcorch.load(out), ref, zcorch.load_baselines(out), rp.host_facts(read_meta(out)))
+    return next(r for r in rows if "faults every page" in r.claim.says)
+
+
+def test_the_fault_claim_gives_one_verdict_at_64_mib_and_1_gib(tmp_path):
+    small, large = _fault_claim_at("64MiB", tmp_path), _fault_claim_at("1GiB", tmp_path)
+    print(small.evidence, large.evidence, sep="\n")
+    # a gifted buffer faults once a page at any size: the per-page rule decides the same, and decides
+    assert small.verdict == large.verdict == rp.HOLDS
+    assert 0.9 <= small.a.median <= 1.1 and 0.9 <= large.a.median <= 1.1
+
+
+def test_a_total_against_a_constant_is_refused():
+    text = REF.replace("  claims:\n", "  claims:\n    - {says: faults, metric: send_minflt, a: {send_mode: splice}, "
+                                      "holds_if: a >= 256}\n")
+    with pytest.raises(ConfigError) as info:
+        reference_of(text, "exp.yaml")
+    assert "exp.yaml:" in str(info.value) and "reference.claims[0].holds_if" in str(info.value)
+    assert "a total that grows with the bytes moved" in str(info.value)
+    ok = reference_of(text.replace("send_minflt,", "send_minflt_per_page,").replace("256", "0.9"), "exp.yaml")
+    assert ok.claims[0].b is None and ok.claims[0].condition == "a >= 0.9"

@@ -11,7 +11,14 @@ The checks are pure functions of facts the result set records per run or per hos
 - one_kernel: the run's `same_host` (both workers reported one boot id);
 - virtual_link / real_nic: meta.json hosts.<role>.interface.kind (loopback, veth, device ...);
 - data_in_ram / data_beyond_ram: the run's `bytes` against meta.json hosts.<role>.mem_total_bytes;
-- cpus: the CPUs the claim's cells pin against meta.json hosts.<role>.cpu_affinity_count (or cpu_count).
+- cpus: the CPUs the claim's cells pin against meta.json hosts.<role>.cpu_affinity_count (or cpu_count);
+- md_raid: meta.json filesystems.<name>.raid and mount_source of the filesystems the claim's cells write to,
+  with the receiver's `md_driver` (whether its kernel has md: /proc/mdstat) saying why when they are not;
+- disk_source: the file-sourced runs' `bytes` against meta.json hosts.sender.mem_total_bytes: a source larger
+  than the sender's memory cannot all be read from the page cache.
+
+A study declares the conditions of its setting once (`reference.needs`): they apply to every claim of it, so
+one run's hosts never make one claim untestable while another claim of the same runs gets a verdict.
 
 A fact that was not recorded leaves its condition *not recorded*: the verdict then stands, with that said.
 
@@ -30,9 +37,10 @@ VIRTUAL_LINKS = ("loopback", "veth")   # link kinds (zcorch.worker.remote.link_k
 MET, NOT_MET, UNKNOWN = "met", "not met", "not recorded"
 
 
-class ConditionSpec(namedtuple("ConditionSpec", ("name", "takes", "help"))):
+class ConditionSpec(namedtuple("ConditionSpec", ("name", "takes", "help", "study"), defaults=(False,))):
     """One condition a claim may need. takes: None (a plain name in `needs:`) or the noun of the number
-    it may be given as `{name: N}`."""
+    it may be given as `{name: N}`; study: a state of the runs' hosts every claim of a study shares, so it
+    may only be declared study-wide (`reference.needs`)."""
 
     __slots__ = ()
 
@@ -41,7 +49,7 @@ CONDITIONS: "tuple[ConditionSpec, ...]" = (
     ConditionSpec("idle_hosts", None,
                   f"the hosts were quiet before the runs: at least {IDLE_MIN:.0%} of their CPU time idle over the "
                   "workers' `idle_probe` window (`host_idle_before`), before at least half of the claim's runs; "
-                  "the claim's cells must set `idle_probe`"),
+                  "the claim's cells must set `idle_probe`", True),
     ConditionSpec("one_kernel", None,
                   "both ends ran on one kernel (`same_host`: a loopback or veth transfer inside one machine)"),
     ConditionSpec("virtual_link", None,
@@ -53,6 +61,12 @@ CONDITIONS: "tuple[ConditionSpec, ...]" = (
     ConditionSpec("data_beyond_ram", None,
                   "every run moves more than the receiver's memory: written data cannot all wait in the page "
                   "cache"),
+    ConditionSpec("md_raid", None,
+                  "the receiving filesystem is on Linux software RAID (md): a `filesystems:` entry with `raid:` "
+                  "that was assembled as /dev/mdN, on a receiver whose kernel has md"),
+    ConditionSpec("disk_source", None,
+                  "every run that reads a file sends more than the sender's memory: the source comes from the "
+                  "disk, not from the page cache (runs from /dev/zero or memory read no file)"),
     ConditionSpec("cpus", "CPUs",
                   "the hosts have the CPUs the claim pins: every CPU its cells name exists, and there are at "
                   "least as many as they name distinct ones (`{cpus: N}`: at least N)"),
@@ -137,6 +151,44 @@ def check_cpus(named: "Sequence[int]", have: "Optional[int]", at_least: "Optiona
     if have < need:
         return Check("cpus", NOT_MET, f"{have} CPUs here, the claim needs {need}")
     return Check("cpus", MET, f"{have} CPUs here, the claim needs {need}")
+
+
+def check_md_raid(filesystems: "Sequence[tuple[str, Optional[dict]]]", md_driver: Optional[bool]) -> Check:
+    """`filesystems`: (name, meta.json filesystems.<name> or None) of each filesystem the claim's cells write
+    to; `md_driver`: whether the receiver's kernel has md (None: not recorded)."""
+    driver = ("" if md_driver is None else
+              "; the receiver's kernel has md" if md_driver else "; the receiver's kernel has no md (/proc/mdstat absent)")
+    if not filesystems:
+        return Check("md_raid", NOT_MET, "the claim's cells write to no provisioned filesystem" + driver)
+    if any(rec is None for _, rec in filesystems):
+        missing = ", ".join(n for n, rec in filesystems if rec is None)
+        return Check("md_raid", UNKNOWN, f"filesystem {missing} not recorded" + driver)
+    plain = [f"{n} is {_devices(rec)}" for n, rec in filesystems
+             if not (rec.get("raid") and str(rec.get("mount_source") or "").startswith("/dev/md"))]
+    if plain:
+        return Check("md_raid", NOT_MET, "; ".join(plain) + driver)
+    return Check("md_raid", MET, ", ".join(f"{n} on {rec.get('raid')} {rec.get('mount_source')}"
+                                          for n, rec in filesystems))
+
+
+def _devices(rec: dict) -> str:
+    devices = rec.get("devices") or []
+    kinds = "loop device" if all(str(d.get("path", "")).startswith("/dev/loop") for d in devices) else "device"
+    return (f"{len(devices)} {kinds}{'s' if len(devices) != 1 else ''} without md RAID" if devices else
+            f"on {rec.get('mount_source') or 'an existing mount'}, not md RAID")
+
+
+def check_disk_source(nbytes: "Sequence[Optional[float]]", send_mem_total: Optional[int]) -> Check:
+    """`nbytes`: per run that reads a file as its source, the data moved; `send_mem_total`: the sender's memory."""
+    known = [float(b) for b in nbytes if b is not None and b == b]
+    if not known:
+        return Check("disk_source", MET, "no run of the claim reads a file (its sources are /dev/zero or memory)")
+    if not send_mem_total:
+        return Check("disk_source", UNKNOWN, "the sender's memory was not recorded")
+    least, gib = min(known), 1 << 30
+    words = (f"{least / gib:.3g} GiB read per run against {send_mem_total / gib:.3g} GiB of the sender's memory"
+             + ("" if least > send_mem_total else ": the source is read from the page cache"))
+    return Check("disk_source", MET if least > send_mem_total else NOT_MET, words)
 
 
 def untestable_reason(checks: "Sequence[Check]") -> str:

@@ -118,6 +118,16 @@ _DERIVED_RUN: "tuple[AnalysisMetric, ...]" = (
     *_sides("host_softirq_s_per_gib", "s/GiB", "host softirq CPU",
             "softirq CPU seconds of the whole machine per GiB the side moved (most of the network stack's "
             "receive work)", "lower"),
+    *_sides("host_background_cpus", "CPUs", "host CPUs busy before",
+            "CPUs busy with other work just before the run: (1 - host_idle_before) × CPUs, from the `idle_probe` "
+            "window (NaN unprobed); above 0.1 the run's host is shared (`host_shared`, `cpu_resolution`)", None),
+    *_sides("host_own_s_per_gib", "s/GiB", "host CPU, own",
+            "host CPU per GiB less the background the idle probe saw before the run (busy CPU − background CPUs × "
+            "window, never below the worker's process CPU): the transfer's own share of a shared host; NaN unprobed",
+            "lower", combine="host", total=True),
+    # A claim about faults "per page" compares this, never a total against a constant (a total grows with bytes).
+    *_sides("minflt_per_page", "count", "minor faults per page",
+            "minor page faults of the worker per 4 KiB page the side moved (1: a fault for every page)", None),
     AnalysisMetric("zc_copied_share", "share", "none", None, None, False, "zero-copy completions copied",
                    "share (0..1) of the kernel's zero-copy completion reports marked as copied"),
     AnalysisMetric("zc_recv_mapped_share", "share", "none", None, None, False, "zero-copy receive mapped",

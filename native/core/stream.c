@@ -8,6 +8,7 @@
 #include "zc_core.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -82,11 +83,32 @@ void zc_stream_slice(uint64_t total, int n, int i, uint64_t *off, uint64_t *len)
 
 static int64_t tv_us(struct timeval tv) { return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec; }
 
+/* A receiver's clock starts at its first byte, not at accept: the wait for the sender to start (its own
+ * setup, a connection it has not yet written to) is no part of the transfer's rate. Untimed; bounded by the
+ * run's deadline (the transfer itself then reports the timeout). A stream sharing its thread (a fiber) starts
+ * at once: blocking here would stall its siblings. */
+static void wait_first_byte(zc_ctx *c)
+{
+    if (c->p->side != ZC_SIDE_RECV || c->fiber || c->sock < 0)
+        return;
+    struct pollfd pfd = {.fd = c->sock, .events = POLLIN};
+    for (;;) {
+        int64_t left = c->deadline_ns ? c->deadline_ns - zc_now_ns() : 0;
+        if (c->deadline_ns && left <= 0)
+            return;
+        int ms = c->deadline_ns ? (int)(left / 1000000 + 1) : -1;
+        int rc = poll(&pfd, 1, ms);
+        if (rc != 0 && !(rc < 0 && errno == EINTR))
+            return;                      /* readable, hung up, or an error the transfer will report */
+    }
+}
+
 /* The measured region: the mode's loop, nothing else. A stream sharing its thread gets its own share of
  * the thread's CPU time (mux.c credits it at every switch). */
 static int timed_transfer(zc_ctx *c)
 {
     struct rusage r0, r1, self;
+    wait_first_byte(c);
     if (c->fiber)
         zc_fiber_account_begin(c);
     else

@@ -77,6 +77,10 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
             # what the other cells are divided by: 1 in every run, so its ratio tells nothing of it (its own
             # figure moves with the machine's drift, which the ratio is there to cancel)
             row.update(verdict=CONTROL, test=f"the control: judge it with --metric {metrics.CONTROL_RATIOS[metric]}")
+        elif shared_host(metric, b, c):
+            # the machine's busy CPU over the run: on a host busy with other work, their load, not this cell's
+            row.update(verdict=CANNOT_TELL, test="host shared: judge it with --metric total_host_own_s_per_gib",
+                       needs="quiet hosts")
         else:
             j = judge(bv, cv, declared.better == "higher", threshold_pct, alpha, test_all)
             row.update(change_pct=j.change_pct, p_value=j.p_value, test=j.test, verdict=j.verdict,
@@ -87,6 +91,15 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
     out = pd.DataFrame(rows, columns=cols)
     out.attrs.update(metric=metric, threshold_pct=threshold_pct, alpha=alpha)
     return out
+
+
+def shared_host(metric: str, *frames: pd.DataFrame) -> bool:
+    """Whether `metric` is the whole host's busy CPU (`*host_busy*`) and an ok run of these frames began on a
+    shared host (`host_shared`: zcorch.analysis.frames): then it measures other tenants' load too."""
+    if "host_busy" not in metric:
+        return False
+    return any(bool(f.loc[f["status"] == OK, "host_shared"].fillna(False).astype(bool).any())
+               for f in frames if len(f) and "host_shared" in f)
 
 
 CONTROL = "control"   # the verdict of a `_vs_control` metric's control cell: not judged by its ratio

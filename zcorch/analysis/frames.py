@@ -17,6 +17,10 @@ the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived
 - `same_host`: both workers on one running kernel (equal `host_boot_id`: localhost, or network
   namespaces of one machine), so they read one /proc/stat; `total_host_busy_s_per_gib` is then the larger
   of the two sides (counted once), else their sum; `total_cpu_s_per_gib` = both processes' CPU per GiB.
+- `send_host_background_cpus`, `recv_host_background_cpus`: CPUs busy with other work just before the run (the
+  workers' `idle_probe`); `*_host_own_s_per_gib` and `total_host_own_s_per_gib`: host CPU per GiB with that
+  background taken out (never below the workers' own process CPU); `host_shared`: a side's background above a
+  tenth of a CPU, which `cpu_resolution` then says, so a shared host's figure is never `ok`.
 - `cpu_resolution`: can the host-CPU columns be trusted? `ok`, `too short: N ticks` (a host-CPU window held
   fewer than 100 /proc/stat ticks: `host_ticks`), `busy > capacity (R×)` (more busy CPU than CPUs × window
   beyond the tick error), or `n/a` (zcorch.results.rates.cpu_resolution).
@@ -323,6 +327,9 @@ def _to_datetime(s: pd.Series) -> pd.Series:
         return s  # not ISO timestamps: keep the text rather than guess
 
 
+PAGE = 4096   # the page `*_minflt_per_page` counts in: x86's, and the size the studies' fault counts are of
+
+
 def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` with the derived columns of the module docstring (a new frame; the columns of `frame` are shared)."""
     n = len(frame)
@@ -358,14 +365,32 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
             out[prefix + "host_busy_cpus"] = busy[prefix] / np.where(window[prefix] > 0, window[prefix], np.nan)
             out[prefix + "host_busy_s_per_gib"] = rates.per_gib(busy[prefix], moved)
             out[prefix + "host_softirq_s_per_gib"] = rates.per_gib(col(prefix + "host_softirq_us") / 1e6, moved)
+            # what the host was busy with before the run (the idle probe), taken out of the window's busy CPU
+            background = rates.background_cpus(col(prefix + "host_idle_before"), col(prefix + "host_ncpus"))
+            out[prefix + "host_background_cpus"] = background
+            # never below the worker's own process CPU: on a saturated host the others yield to the transfer,
+            # so the background seen before overstates what ran beside it
+            process = (col(prefix + "utime_us") + col(prefix + "stime_us")) / 1e6
+            own = np.fmax(busy[prefix] - background * window[prefix], np.nan_to_num(process, nan=0.0))
+            own = np.where(np.isnan(background), np.nan, own)
+            out[prefix + "host_own_s_per_gib"] = rates.per_gib(own, moved)
+        for prefix in ("send_", "recv_"):
+            pages = np.where(col(prefix + "bytes") > 0, col(prefix + "bytes"), np.nan) / PAGE
+            out[prefix + "minflt_per_page"] = col(prefix + "minflt") / pages
         same = same_host_column(frame)
         out["same_host"] = same
+        out["host_shared"] = np.nanmax(np.vstack([out["send_host_background_cpus"], out["recv_host_background_cpus"],
+                                                  np.full(n, -1.0)]), axis=0) > rates.SHARED_CPUS
         one = np.array([v is True for v in same], dtype=bool)
         for total in metrics.TOTALS:   # total_* of zcorch.metrics: the two sides by the entry's `combine`
             send_v, recv_v = (out[c] if c in out else col(c) for c in total.parts)
             out[total.name] = combine_sides(total.combine, send_v, recv_v, one)
-        sides = [zip(col(p + "host_ticks"), busy[p], col(p + "host_ncpus"), window[p], col(p + "host_clk_tck"))
-                 for p in ("send_", "recv_")]
+        # one machine: the transfer's own host CPU holds both workers' process CPU at least
+        out["total_host_own_s_per_gib"] = np.where(one, np.fmax(out["total_host_own_s_per_gib"],
+                                                                out["total_cpu_s_per_gib"]),
+                                                   out["total_host_own_s_per_gib"])
+        sides = [zip(col(p + "host_ticks"), busy[p], col(p + "host_ncpus"), window[p], col(p + "host_clk_tck"),
+                     out[p + "host_background_cpus"]) for p in ("send_", "recv_")]
         out["cpu_resolution"] = [rates.cpu_resolution(pair) for pair in zip(*sides)]
     completions = np.nansum([col("send_zc_completions"), col("recv_zc_completions")], axis=0)
     copied = np.nansum([col("send_zc_copied"), col("recv_zc_copied")], axis=0)

@@ -31,15 +31,21 @@ import pandas as pd
 
 from zcorch.analysis.links import href
 from zcorch.analysis.frames import OK
-from zcorch.analysis.stats import CI, ci_label, summarize
+from zcorch.analysis.stats import CI, ci_label, min_runs_for, summarize
 from zcorch import conditions as cond
 from zcorch import metrics
 from zcorch.config.baselines.registry import BY_RECORD
-from zcorch.config.reference import COMMAND_KIND_PREFIX, Claim, Figure, Match, Reference
+from zcorch.config.reference import COMMAND_KIND_PREFIX, LEVEL, Claim, Figure, Match, Reference
 from zcorch.params import format_value, side_value
 from zcorch.units import convert, unit_dimension
 
 HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = "holds", "does not hold", "inconclusive", "untestable here"
+
+
+def needs_runs(level: float = LEVEL) -> str:
+    """'needs 5 runs': the fewest ok runs a side needs for an interval of `level` (min_runs_for, the helper the
+    sweep's `repeats: {target_ci}` uses)."""
+    return f"needs {min_runs_for(level)} runs"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE)
 
 
@@ -106,6 +112,11 @@ class ClaimRow:
     evidence: str            # one line: the numbers the verdict rests on
     published: str           # the study's own numbers for the claim, when its figures give them ("" if not)
     checks: "tuple[cond.Check, ...]" = ()   # the claim's `needs:`, checked on its runs and hosts
+    detail: str = ""         # what the verdict word needs beside it ("needs 5 runs" for too few)
+
+    @property
+    def verdict_text(self) -> str:
+        return f"{self.verdict}: {self.detail}" if self.detail else self.verdict
 
 
 # ---------------------------------------------------------------- numbers as text
@@ -163,7 +174,7 @@ def cell_rows(df: pd.DataFrame, match: Match) -> pd.DataFrame:
     return df[df["cell"] == cells[0]] if cells else df.iloc[0:0]
 
 
-def measure(df: pd.DataFrame, match: Match, metric: str) -> Measured:
+def measure(df: pd.DataFrame, match: Match, metric: str, level: float = CI) -> Measured:
     try:
         rows = cell_rows(df, match)
     except ValueError as exc:   # several sweeps in one frame, or a reference edited after the run
@@ -173,7 +184,7 @@ def measure(df: pd.DataFrame, match: Match, metric: str) -> Measured:
     cell = str(rows["cell"].iloc[0])
     if metric not in rows:
         return Measured(cell, note=f"no `{metric}` recorded")
-    s = summarize(rows, by=["cell"], metrics=[metric]).iloc[0]
+    s = summarize(rows, by=["cell"], metrics=[metric], ci=level).iloc[0]
     n, failed = int(s["n"]), int(s["n_failed"])
     note = "" if n >= 2 else (f"all {failed} runs failed" if n == 0 and failed else
                               "no ok run" if n == 0 else "one ok run: no interval")
@@ -222,7 +233,8 @@ def baseline_rows(baselines: pd.DataFrame, kind: str, cell: dict) -> pd.DataFram
     return rows
 
 
-def measure_of(df: pd.DataFrame, baselines: pd.DataFrame, match: Match, kind: str, metric: str) -> Measured:
+def measure_of(df: pd.DataFrame, baselines: pd.DataFrame, match: Match, kind: str, metric: str,
+               level: float = CI) -> Measured:
     """This run's baseline `kind` on the configuration `match` selects (a figure or claim `of: kind`): the
     records whose match keys (dd: filesystem) are the selected cells'; their median and interval, in the
     metric's unit. The cells agree on those keys (zcorch.config.reference.reference_problems)."""
@@ -241,7 +253,7 @@ def measure_of(df: pd.DataFrame, baselines: pd.DataFrame, match: Match, kind: st
     frame = pd.DataFrame({"cell": label, "status": rows["status"].to_numpy(),
                           metric: [convert(float(v), "Gbit/s", unit) if pd.notna(v) else math.nan
                                    for v in pd.to_numeric(rows["gbit_s"], errors="coerce")]})
-    s = summarize(frame, by=["cell"], metrics=[metric]).iloc[0]
+    s = summarize(frame, by=["cell"], metrics=[metric], ci=level).iloc[0]
     n, failed = int(s["n"]), int(s["n_failed"])
     note = "" if n >= 2 else (f"all {failed} records failed" if n == 0 and failed else
                               "no ok record" if n == 0 else "one record: no interval")
@@ -280,13 +292,16 @@ def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[
     return out
 
 
-def verdict(a: Measured, b: Measured, op: str, factor: float) -> "tuple[str, str]":
-    """(verdict, why) of `a OP factor × b` from the two medians' confidence intervals."""
+def verdict(a: Measured, b: Measured, op: str, factor: float, level: float = LEVEL) -> "tuple[str, str]":
+    """(verdict, why) of `a OP factor × b` from the two medians' confidence intervals; an interval of less
+    than `level` (too few runs) decides nothing: inconclusive, with the runs a side needs."""
     for side, m in (("a", a), ("b", b)):
         if m.cell is None:
             return INCONCLUSIVE, f"{side} is not in this run"
         if not m.has_ci:
-            return INCONCLUSIVE, f"{side}: {m.note or 'no confidence interval'}"
+            return INCONCLUSIVE, f"{needs_runs(level)} ({side}: {m.note or 'no confidence interval'})"
+        if not m.ci_level >= level:
+            return INCONCLUSIVE, f"{needs_runs(level)} (a {level:.0%} interval; {side} has {m.n} ok)"
     b_lo, b_hi = factor * b.ci_low, factor * b.ci_high
     above, below = a.ci_low > b_hi, a.ci_high < b_lo
     if op in (">", ">="):
@@ -313,6 +328,9 @@ class HostFacts:
     mem_total: Optional[int] = None                # the smaller host's memory, bytes
     recv_mem_total: Optional[int] = None           # the receiver's memory, bytes
     cpus: Optional[int] = None                     # the fewer CPUs of the two hosts (the workers' affinity)
+    send_mem_total: Optional[int] = None           # the sender's memory, bytes
+    md_driver: Optional[bool] = None               # whether the receiver's kernel has md (software RAID)
+    filesystems: "tuple[tuple[str, dict], ...]" = ()   # meta.json filesystems: (name, record)
 
 
 def host_facts(meta: Optional[dict]) -> HostFacts:
@@ -327,7 +345,11 @@ def host_facts(meta: Optional[dict]) -> HostFacts:
         link_kinds=tuple((h.get("interface") or {}).get("kind") for h in roles if h),
         mem_total=fewest(h.get("mem_total_bytes") for h in roles),
         recv_mem_total=fewest([roles[1].get("mem_total_bytes")]),
-        cpus=fewest(h.get("cpu_affinity_count") or h.get("cpu_count") for h in roles))
+        cpus=fewest(h.get("cpu_affinity_count") or h.get("cpu_count") for h in roles),
+        send_mem_total=fewest([roles[0].get("mem_total_bytes")]),
+        md_driver=roles[1].get("md_driver") if isinstance(roles[1].get("md_driver"), bool) else None,
+        filesystems=tuple((str(k), v) for k, v in ((meta or {}).get("filesystems") or {}).items()
+                          if isinstance(v, dict)))
 
 
 def _column(rows: pd.DataFrame, name: str) -> list:
@@ -346,13 +368,19 @@ def _pinned_cpus(rows: pd.DataFrame) -> "list[int]":
     return sorted(named)
 
 
+def _reads_file(source) -> bool:
+    """Whether a run's `source` is a file read from a filesystem (not memory, nor a device like /dev/zero)."""
+    return isinstance(source, str) and bool(source) and source != "mem" and not source.startswith("/dev/")
+
+
 def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[cond.Check, ...]":
     """Each condition the claim needs, checked on the ok runs of its two cells and on the hosts."""
     if not claim.needs:
         return ()
     # the runs of every cell either side selects (a claim `of` a baseline kind selects a configuration's cells)
     firsts = df.drop_duplicates("cell")
-    cells = {r["cell"] for _, r in firsts.iterrows() if claim.a.selects(_params(r)) or claim.b.selects(_params(r))}
+    sides = [m for m in (claim.a, claim.b) if m is not None]
+    cells = {r["cell"] for _, r in firsts.iterrows() if any(m.selects(_params(r)) for m in sides)}
     rows = df[df["cell"].isin(cells)]
     rows = rows[rows["status"] == OK] if "status" in rows else rows
     out = []
@@ -374,6 +402,13 @@ def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[con
                                       inside))
         elif name == "cpus":
             out.append(cond.check_cpus(_pinned_cpus(rows), hosts.cpus, number))
+        elif name == "md_raid":
+            recorded = dict(hosts.filesystems)
+            names = sorted({str(v) for v in _column(rows, "filesystem") if isinstance(v, str) and v})
+            out.append(cond.check_md_raid([(n, recorded.get(n)) for n in names], hosts.md_driver))
+        elif name == "disk_source":
+            files = [b for b, src in zip(_column(rows, "bytes"), _column(rows, "source")) if _reads_file(src)]
+            out.append(cond.check_disk_source(files, hosts.send_mem_total))
     return tuple(out)
 
 
@@ -385,11 +420,17 @@ def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] =
     hosts = hosts or HostFacts()
     for c in ref.claims:
         unit = metrics.get(c.metric).unit
-        if c.of:
-            a, b = (measure_of(df, baselines, m, c.of, c.metric) for m in (c.a, c.b))
+        if c.b is None:     # against a constant: an exact "interval" of the constant itself
+            a = measure_of(df, baselines, c.a, c.of, c.metric, ref.level) if c.of else measure(df, c.a, c.metric,
+                                                                                             ref.level)
+            b = Measured(f"{c.factor:g}", 0, 0, c.factor, c.factor, c.factor, "the claim's constant", 1.0)
+            v, why = verdict(a, b, c.op, 1.0, ref.level)
+        elif c.of:
+            a, b = (measure_of(df, baselines, m, c.of, c.metric, ref.level) for m in (c.a, c.b))
+            v, why = verdict(a, b, c.op, c.factor, ref.level)
         else:
-            a, b = measure(df, c.a, c.metric), measure(df, c.b, c.metric)
-        v, why = verdict(a, b, c.op, c.factor)
+            a, b = measure(df, c.a, c.metric, ref.level), measure(df, c.b, c.metric, ref.level)
+            v, why = verdict(a, b, c.op, c.factor, ref.level)
         checks = claim_checks(df, c, hosts) if len(df) else ()
         failing = cond.untestable_reason(checks)
         if failing:
@@ -400,14 +441,19 @@ def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] =
         bounds = ""
         if a.has_ci and b.has_ci and b.ci_low > 0:
             bounds = f" (interval bounds {_ratio(a.ci_low / b.ci_high)}–{_ratio(a.ci_high / b.ci_low)})"
-        evidence = (f"measured (this run): a {show_measured(a, unit)} vs b {show_measured(b, unit)}; "
-                    f"a/b = {_ratio(ratio)}{bounds}, claim {c.op} {c.factor:g}: {why}")
-        pa, pb = _published_for(ref, c.a, c.metric, c.of), _published_for(ref, c.b, c.metric, c.of)
+        if c.b is None:
+            evidence = f"measured (this run): a {show_measured(a, unit)}; claim a {c.op} {c.factor:g}: {why}"
+        else:
+            evidence = (f"measured (this run): a {show_measured(a, unit)} vs b {show_measured(b, unit)}; "
+                        f"a/b = {_ratio(ratio)}{bounds}, claim {c.op} {c.factor:g}: {why}")
+        pa = _published_for(ref, c.a, c.metric, c.of)
+        pb = _published_for(ref, c.b, c.metric, c.of) if c.b is not None else None
         published = ""
         if pa and pb:
             published = (f"published: a {show_range(*pa, unit)} vs b {show_range(*pb, unit)}; "
                          f"a/b = {_ratio(((pa[0] + pa[1]) / 2) / ((pb[0] + pb[1]) / 2))}")
-        out.append(ClaimRow(c, unit, a, b, v, evidence, published, checks))
+        detail = needs_runs(ref.level) if v == INCONCLUSIVE and why.startswith("needs ") else ""
+        out.append(ClaimRow(c, unit, a, b, v, evidence, published, checks, detail))
     return out
 
 
@@ -449,7 +495,7 @@ def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
         elif r.per_byte:
             ratio = (f"{ratio} per byte" if np.isfinite(r.ratio) else
                      "– (a total: the study's bytes are not given)" if f.bytes is None else "–")
-        out.append([f.label or "–", _what(f.match, f.of), f.metric, show_range(*r.published, r.unit), pub_norm,
+        out.append([(f.label or "–") + (f" (not comparable: {f.note})" if f.note else ""), _what(f.match, f.of), f.metric, show_range(*r.published, r.unit), pub_norm,
                     show_measured(m, r.unit), ours, ratio])
     return out
 
@@ -463,9 +509,10 @@ def claim_table(rows: "list[ClaimRow]") -> "list[list[str]]":
     out = []
     for r in rows:
         c = r.claim
-        rule = f"{c.metric}: {c.condition}, a = {_what(c.a, c.of)}; b = {_what(c.b, c.of)}"
+        rule = f"{c.metric}: {c.condition}, a = {_what(c.a, c.of)}" + (
+            f"; b = {_what(c.b, c.of)}" if c.b is not None else "")
         evidence = r.evidence + (f" · {r.published}" if r.published else "") + (f" · note: {c.note}" if c.note else "")
-        out.append([c.says, rule, r.verdict, conditions_text(r), evidence])
+        out.append([c.says, rule, r.verdict_text, conditions_text(r), evidence])
     return out
 
 
@@ -521,6 +568,8 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
                                      f" — `{s.url}`" if s.url else "") + ".", ""]
     if ref.setup:
         lines += [f"**The study's setup (published):** {' '.join(ref.setup.split())}", ""]
+    if ref.units:
+        lines += [f"**The study's units:** {' '.join(ref.units.split())}", ""]
     lines += ["Numbers labelled *published* are the study's, on its hardware; *measured (this run)* are this "
               f"result set's medians with order-statistic confidence intervals, each labelled with the level it "
               f"really has (three runs: 75%; {CI:.0%} needs six). Throughput is also shown as a "
@@ -539,6 +588,6 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
     claim_rows = claims(df, ref, baselines, hosts)
     if claim_rows:
         lines += [f"### Claims ({verdict_counts(claim_rows)})", "",
-                  "A verdict needs both confidence intervals separated; overlapping intervals or missing runs are "
-                  "*inconclusive*; a claim whose conditions this machine does not meet is *untestable here*.", ""] + table(CLAIM_HEADER, claim_table(claim_rows))
+                  f"A verdict needs both confidence intervals separated, each of at least {ref.level:.0%} "
+                  f"({needs_runs(ref.level)} a side); overlapping intervals or fewer runs are *inconclusive*; a claim whose conditions this machine does not meet is *untestable here*.", ""] + table(CLAIM_HEADER, claim_table(claim_rows))
     return "\n".join(lines)

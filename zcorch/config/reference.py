@@ -44,7 +44,7 @@ over the transfer) is compared per byte when the study moved another amount.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 from zcorch.config import checks
@@ -72,12 +72,15 @@ def baseline_match_keys(record_kind: str) -> "tuple[str, ...]":
 # `command:NAME`: the command baseline NAME of the experiment's `baselines.commands` (the study's FTP, rsync...)
 COMMAND_KIND_PREFIX = "command:"
 _COMMAND_KIND_RE = re.compile(r"^command:[A-Za-z][A-Za-z0-9_.-]{0,39}$")
-SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims")
+SECTION_KEYS = ("source", "setup", "bytes", "baselines", "figures", "claims", "needs", "level", "units")
+LEVEL = 0.90   # the confidence a claim's intervals must have to decide it, unless the study declares its own
 SOURCE_KEYS = ("title", "author", "date", "url", "venue")
 BASELINE_KEYS = ("value", "command")
-FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes", "of")
+FIGURE_KEYS = ("label", "match", "metric", "value", "baseline", "bytes", "of", "note")
 CLAIM_KEYS = ("says", "metric", "a", "b", "holds_if", "note", "of", "needs")
 _HOLDS_RE = re.compile(r"^\s*a\s*(<=|>=|<|>|≤|≥)\s*(?:(\d+(?:\.\d+)?)\s*[*×x]\s*)?b\s*$")
+# `a >= 0.9`: a against a constant in the metric's unit (a per-page or per-call quantity, never a total)
+_HOLDS_CONST_RE = re.compile(r"^\s*a\s*(<=|>=|<|>|≤|≥)\s*(\d+(?:\.\d+)?(?:e-?\d+)?)\s*$")
 _OPS = {"≤": "<=", "≥": ">="}
 
 
@@ -162,6 +165,7 @@ class Figure:
     bytes: Optional[int] = None      # what the study moved in that measurement (totals compare per byte)
     pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
     of: Optional[str] = None         # a baseline record kind: the figure is of that baseline (None: of a cell)
+    note: str = ""                   # why ours is not like the study's, shown beside the figure
 
 
 @dataclass(frozen=True)
@@ -169,9 +173,9 @@ class Claim:
     says: str
     metric: str
     a: Match
-    b: Match
+    b: Optional[Match]      # None: a is compared with the constant `factor` (`holds_if: a >= 0.9`)
     op: str                 # "<", "<=", ">", ">="
-    factor: float = 1.0     # holds if metric(a) op factor × metric(b)
+    factor: float = 1.0     # holds if metric(a) op factor × metric(b), or op factor when b is None
     note: str = ""
     pos: ys.Pos = field(default=ys.Pos(0, 0), compare=False)
     of: Optional[str] = None         # a baseline record kind: both sides are that baseline's records
@@ -183,6 +187,8 @@ class Claim:
 
     @property
     def condition(self) -> str:
+        if self.b is None:
+            return f"a {self.op} {self.factor:g}"
         return f"a {self.op} {self.factor:g} × b" if self.factor != 1 else f"a {self.op} b"
 
 
@@ -194,6 +200,10 @@ class Reference:
     baselines: "tuple[PublishedBaseline, ...]" = ()
     figures: "tuple[Figure, ...]" = ()
     claims: "tuple[Claim, ...]" = ()
+    # the conditions of the study's setting (zcorch.conditions), already part of every claim's `needs`
+    needs: "tuple[tuple[str, Optional[int]], ...]" = ()
+    level: float = LEVEL             # the least confidence of an interval a claim is decided on
+    units: str = ""                  # what the study's own units really are, where it mislabels them
 
     def baseline(self, kind: Optional[str]) -> Optional[PublishedBaseline]:
         return next((b for b in self.baselines if b.kind == kind), None)
@@ -206,7 +216,8 @@ class Reference:
         """Every match with its label and the baseline kind it is `of` (None: a cell's)."""
         out = [(f"reference.figures[{i}]", f.match, f.of) for i, f in enumerate(self.figures)]
         for i, c in enumerate(self.claims):
-            out += [(f"reference.claims[{i}].a", c.a, c.of), (f"reference.claims[{i}].b", c.b, c.of)]
+            out += [(f"reference.claims[{i}].a", c.a, c.of)]
+            out += [(f"reference.claims[{i}].b", c.b, c.of)] if c.b is not None else []
         return out
 
 
@@ -237,16 +248,20 @@ def _metric(node: ys.YNode) -> str:
     return name
 
 
-def _holds_if(node: ys.YNode) -> "tuple[str, float]":
+def _holds_if(node: ys.YNode) -> "tuple[str, float, bool]":
+    """(op, factor, against a constant)."""
     text = ys.as_str(node, "a condition like `a > b` or `a <= 0.5 * b`")
     m = _HOLDS_RE.match(text)
+    const = _HOLDS_CONST_RE.match(text) if not m else None
+    if const:
+        return _OPS.get(const.group(1), const.group(1)), float(const.group(2)), True
     if not m:
         raise ys.ValueProblem(f"`{text}` is not a condition: write `a > b`, `a < b`, `a <= K * b` or `a >= K * b` "
                               "(K a positive number)")
     factor = float(m.group(2)) if m.group(2) else 1.0
     if factor <= 0:
         raise ys.ValueProblem(f"`{text}`: the factor must be > 0")
-    return _OPS.get(m.group(1), m.group(1)), factor
+    return _OPS.get(m.group(1), m.group(1)), factor, False
 
 
 def _of(node: ys.YNode) -> str:
@@ -321,6 +336,9 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
         source = Source(**{k: vals.get(k, "") for k in SOURCE_KEYS})
     setup = chk.value(top["setup"][1], "reference.setup", _text, "") if "setup" in top else ""
     nbytes = chk.value(top["bytes"][1], "reference.bytes", checks.positive_size) if "bytes" in top else None
+    study_needs = _needs(chk, top["needs"][1], "reference.needs") if "needs" in top else ()
+    level = chk.value(top["level"][1], "reference.level", _level, LEVEL) if "level" in top else LEVEL
+    units = chk.value(top["units"][1], "reference.units", _text, "") if "units" in top else ""
 
     baselines = []
     if "baselines" in top:
@@ -391,8 +409,9 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                             f"only throughput figures (gbit_s, mb_s) are normalised to a baseline, not `{metric}`")
                 base = None
             fbytes = chk.value(f["bytes"][1], f"{path}.bytes", checks.positive_size) if "bytes" in f else nbytes
+            fnote = chk.value(f["note"][1], f"{path}.note", _text, "") if "note" in f else ""
             if match and metric and value:
-                figures.append(Figure(label, match, metric, value, base, fbytes, item.pos, of))
+                figures.append(Figure(label, match, metric, value, base, fbytes, item.pos, of, fnote or ""))
 
     claims = []
     if "claims" in top:
@@ -401,23 +420,59 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             c = chk.mapping(item, path, CLAIM_KEYS, "claim keys")
             if not isinstance(item, ys.YMap):
                 continue
-            missing = [k for k in ("says", "metric", "a", "b", "holds_if") if k not in c]
+            missing = [k for k in ("says", "metric", "a", "holds_if") if k not in c]
+            const = "holds_if" in c and bool(_HOLDS_CONST_RE.match(str(getattr(c["holds_if"][1], "text", ""))))
+            if "b" not in c and not const:
+                missing.append("b")
             if missing:
                 chk.problem(item.pos, path, f"missing {', '.join(f'`{k}:`' for k in missing)}")
                 continue
             says = chk.value(c["says"][1], f"{path}.says", _text, "")
             metric = chk.value(c["metric"][1], f"{path}.metric", _metric)
             a = parse_match(chk, c["a"][1], f"{path}.a", param_parser)
-            b = parse_match(chk, c["b"][1], f"{path}.b", param_parser)
+            b = parse_match(chk, c["b"][1], f"{path}.b", param_parser) if "b" in c else None
             cond = chk.value(c["holds_if"][1], f"{path}.holds_if", _holds_if)
             note = chk.value(c["note"][1], f"{path}.note", _text, "") if "note" in c else ""
             of = _parse_of(chk, c, path, metric)
             needs = _needs(chk, c["needs"][1], f"{path}.needs") if "needs" in c else ()
-            if a and b and a == b:
+            if cond and cond[2] and "b" in c:
+                chk.problem(c["b"][1].pos, f"{path}.b", f"`holds_if: {c['holds_if'][1].text}` compares a with a "
+                                                        "constant: a claim with one has no `b`")
+            elif cond and cond[2] and metric and metrics.get(metric).extensive:
+                chk.problem(c["holds_if"][1].pos, f"{path}.holds_if",
+                            f"`{metric}` is a total that grows with the bytes moved: compare a per-page or per-call "
+                            "metric with a constant (e.g. send_minflt_per_page), or a total with another cell's")
+            elif a and b and a == b:
                 chk.problem(c["b"][1].pos, f"{path}.b", "`b` matches the same as `a`: a claim compares two cells")
-            elif says is not None and metric and a and b and cond:
+            elif says is not None and metric and a and (b or (cond and cond[2])) and cond:
                 claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos, of, needs))
-    return Reference(source, setup or "", nbytes, tuple(baselines), tuple(figures), tuple(claims))
+    study_needs = _study_needs(study_needs, claims)
+    claims = [replace(c, needs=study_needs + tuple(n for n in c.needs if n[0] not in dict(study_needs)))
+              for c in claims]
+    return Reference(source, setup or "", nbytes, tuple(baselines), tuple(figures), tuple(claims),
+                     study_needs, level if level is not None else LEVEL, units or "")
+
+
+def _study_needs(declared, claims) -> "tuple[tuple[str, Optional[int]], ...]":
+    """One policy for a study: its `reference.needs`, and every condition of the runs' hosts (idle_hosts)
+    that any of its claims names, apply to all of its claims: the runs that leave one claim untestable
+    leave the others so too (a file written before `reference.needs` existed reads the same way)."""
+    out = list(declared)
+    for c in claims:
+        out += [n for n in c.needs if conditions.BY_NAME[n[0]].study and n[0] not in dict(out)]
+    return tuple(out)
+
+
+def _level(node: ys.YNode) -> float:
+    """`level: 90%` (or 0.9): between 50% and 99.9%."""
+    text = ys.as_str(node, "a confidence level (e.g. 90%)").strip()
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ys.ValueProblem(f"`{text}` is not a confidence level (e.g. 90%)") from None
+    if not 0.5 <= value < 1:
+        raise ys.ValueProblem(f"`{text}`: a confidence level is between 50% and 99.9%")
+    return value
 
 
 def _needs(chk: Checker, node: ys.YNode, path: str) -> "tuple[tuple[str, Optional[int]], ...]":
@@ -487,7 +542,8 @@ def reference_problems(ref: Reference, cells: "list[dict]") -> "list[tuple[ys.Po
     for i, claim in enumerate(ref.claims):
         # idle_hosts is checked on what the workers' probe records: a cell without one could never meet it
         if claim.need("idle_hosts"):
-            unprobed = [m for m in (claim.a, claim.b) for p in cells if m.selects(p) and not p.get("idle_probe")]
+            unprobed = [m for m in (claim.a, claim.b) if m is not None
+                        for p in cells if m.selects(p) and not p.get("idle_probe")]
             if unprobed:
                 out.append((claim.pos, f"reference.claims[{i}].needs",
                             f"idle_hosts is checked on each run's `host_idle_before`, which a cell records only "

@@ -45,17 +45,39 @@ MIN_TICKS = 100
 # late tick; 1.5 ticks per CPU over a 1.5 s window were seen on a loaded 2-CPU VM.
 TICK_ERROR = 2
 ASSUMED_CLK_TCK = 100  # USER_HZ of records written before the worker reported it (every Linux port's value)
+# A host whose CPUs were busier than this (in CPUs) just before the run (the workers' idle probe) is shared:
+# its host CPU per GiB is mostly other tenants' load, never an `ok` figure of the transfer.
+SHARED_CPUS = 0.10
+
+
+def background_cpus(idle_before, ncpus):
+    """CPUs busy with other work just before the run: (1 - the probe's idle share) × CPUs; NaN unprobed."""
+    return (1.0 - idle_before) * ncpus
+
+
+def host_own_s(busy_s, background, window_s, process_s=0.0):
+    """The transfer's own host CPU seconds: the window's busy CPU less the background the probe saw before it,
+    never below the worker's own process CPU (`process_s`: on a saturated host the other work yields to the
+    transfer, so the background before overstates what ran beside it); NaN where nothing was probed."""
+    own = busy_s - background * window_s
+    return own if own != own else max(own, process_s)
 
 
 def cpu_resolution(sides) -> str:
     """Can the host-CPU numbers of a run be trusted? `sides`: one (host_ticks, busy_s, ncpus, window_s,
-    clk_tck) per worker (None / NaN where not reported; ticks then estimated as window × clk_tck × CPUs,
+    clk_tck[, background_cpus]) per worker (None / NaN where not reported; ticks then estimated as window × clk_tck × CPUs,
     clk_tck missing = ASSUMED_CLK_TCK). `ok`; `too short: N ticks` when a window held fewer than MIN_TICKS
     (N: the fewest); `busy > capacity (R×)` when busy CPU exceeds CPUs × window by more than the tick error
-    (TICK_ERROR ticks per CPU), R = busy / (CPUs × window), the largest; both joined by "; "; `n/a` without host data."""
-    fewest, worst = None, None
+    (TICK_ERROR ticks per CPU), R = busy / (CPUs × window), the largest; `host shared (B CPUs busy before)` when
+    a worker's probe found more than SHARED_CPUS busy just before the run (B: the most); joined by "; "; `n/a`
+    without host data."""
+    fewest, worst, shared = None, None, None
     known = False
-    for ticks, busy, ncpus, window, clk in sides:
+    for side in sides:
+        ticks, busy, ncpus, window, clk = side[:5]
+        background = side[5] if len(side) > 5 else None
+        if not _missing(background) and background > SHARED_CPUS:
+            shared = max(shared or 0.0, background)
         if _missing(busy) or _missing(ncpus) or _missing(window) or ncpus <= 0 or window <= 0:
             continue
         known = True
@@ -73,6 +95,8 @@ def cpu_resolution(sides) -> str:
         parts.append(f"too short: {fewest} ticks")
     if worst is not None:
         parts.append(f"busy > capacity ({worst:.2f}×)")
+    if shared is not None:
+        parts.append(f"host shared ({shared:.2f} CPUs busy before)")
     return "; ".join(parts) or "ok"
 
 
@@ -82,8 +106,10 @@ def run_cpu_resolution(sender: dict, receiver: dict) -> str:
     for m in (sender or {}, receiver or {}):
         busy = host_busy_us(m)
         window = m.get("host_window_ns")
-        sides.append((m.get("host_ticks"), None if busy is None else busy / 1e6, m.get("host_ncpus"),
-                      None if window is None else window / 1e9, m.get("host_clk_tck")))
+        idle, ncpus = m.get("host_idle_before"), m.get("host_ncpus")
+        sides.append((m.get("host_ticks"), None if busy is None else busy / 1e6, ncpus,
+                      None if window is None else window / 1e9, m.get("host_clk_tck"),
+                      None if _missing(idle) or _missing(ncpus) else background_cpus(idle, ncpus)))
     return cpu_resolution(sides)
 
 
@@ -95,6 +121,8 @@ def cell_cpu_resolution(verdicts) -> str:
     if not flagged:
         return "ok" if "ok" in verdicts else "n/a"
     worst = min(flagged, key=lambda v: (int(v.split()[2]) if v.startswith("too short") else 10 ** 9, v))
+    if any("host shared" in v for v in flagged) and "host shared" not in worst:
+        worst += "; host shared"     # never hidden behind another flag
     return f"{worst} ({len(flagged)}/{len(verdicts)} runs)"
 
 

@@ -497,6 +497,8 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
             if w:
                 why["interface.kind"] = w
     meta["interface"] = iface
+    # whether this kernel has Linux software RAID (md): a study of md arrays is untestable without it
+    meta["md_driver"] = os.path.exists("/proc/mdstat")
     # per data interface: could io_uring zero-copy receive (zcrx) run there? (no mode uses it)
     meta["zcrx"] = {iface["name"]: zcrx_support(iface["name"])} if iface["name"] else {}
     meta["boot_id"], w = _read("/proc/sys/kernel/random/boot_id")
