@@ -1,14 +1,10 @@
 """The history page's trend plots: what one shows (TrendSpec, plain numbers and text), how it is drawn
 (draw_trend, matplotlib), and helper processes that draw them on another CPU (TrendWorkers).
 
-A fleet's page (zcorch history of a dataset) spends most of its time single-threaded in the query and the
-change-point fit; matplotlib's import (~0.7 s) and its few trend plots (~0.25 s each) then came after them.
-TrendWorkers are started before the query (`python -c` of this module: a fresh interpreter, not a fork of a
-process that may hold DuckDB's or numba's threads): each imports matplotlib and draws a warm-up figure while
-the query runs, then draws its share of the plots while the page is rendered. A worker that fails (dies,
-answers nothing or garbage) costs nothing but time: the plots it did not return are drawn in this process
-(zcorch.analysis.history.write_index). This module imports only numpy and matplotlib (and that lazily), so
-a worker does not import pandas, DuckDB or numba.
+Why the helpers: a fleet's page spends most of its time single-threaded in the query and the change-point
+fit; a helper (a fresh `python -c` of this module, never a fork of a process holding DuckDB's or numba's
+threads) imports matplotlib meanwhile and then draws its share. A helper that fails costs only time: the
+plots it did not return are drawn in-process. Only numpy and matplotlib are imported here.
 """
 from __future__ import annotations
 
@@ -28,11 +24,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 DPI = 100
-# One worker per CPU the page itself does not use (at most two), each yielding its CPU to the page's process,
-# which decides when the page is done. On two CPUs, one: the page renders on one CPU while the plots are drawn,
-# and a second worker only shared the other CPU with the first (its import of matplotlib, ~1.5 s of CPU, came
-# out of the page's time; benchmarks/bench_history.py). Only the workers ready when the plots are asked for
-# draw them (the others are ended): a worker still importing would make the page wait for it.
+# One worker per CPU the page itself does not use (at most two), niced below the page's process. Only the
+# workers ready when the plots are asked for draw them (the others are ended): one still importing would
+# make the page wait for it.
 WORKERS = max(1, min(2, (os.cpu_count() or 1) - 1))
 WORKER_NICE = 10
 READY = b"R"   # what a worker writes once warmed up, before its plots

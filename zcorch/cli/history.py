@@ -12,7 +12,6 @@ and why. Reports of the sweeps are written only with --reports.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 
@@ -51,23 +50,15 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 def main(args: argparse.Namespace) -> int:
     from zcorch.analysis.trendplot import TrendWorkers
+    from zcorch.nogc import no_cyclic_gc
 
     check_regression_options(args)
     if args.min_nights < 2:
         raise ConfigError(f"--min-nights must be >= 2 (a spread needs two nights), got {args.min_nights}")
-    # The cyclic garbage collector is off while the history is built and written: a fleet's year makes some
-    # hundred thousand objects that are all kept until the page is written (sweeps, their rows, the cells'
-    # series), and each collection walked them all again for no cycle to free (0.3-0.5 s of a `zcorch history`
-    # of one in two interleaved pairs of runs; benchmarks/bench_history.py). Reference counting frees the rest.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        # the trend plots' helper processes import matplotlib while the history is built (zcorch.analysis.trendplot)
-        with TrendWorkers() as workers:
-            return _history(args, workers)
-    finally:
-        if collecting:
-            gc.enable()
+    # a year's history is kept whole until the page is written (zcorch.nogc); the trend plots' helper processes
+    # import matplotlib while it is built (zcorch.analysis.trendplot)
+    with no_cyclic_gc(), TrendWorkers() as workers:
+        return _history(args, workers)
 
 
 def _history(args: argparse.Namespace, workers) -> int:
