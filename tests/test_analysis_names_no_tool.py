@@ -65,3 +65,15 @@ def test_the_analysis_package_names_no_baseline_tool():
     found = {f"{path.relative_to(ANALYSIS.parent.parent)}:{line}: {text}"
              for path in sorted(ANALYSIS.rglob("*.py")) for line, text in named_tools(path.read_text(), words)}
     assert not found, "declare it on the BaselineKind (zcorch/config/baselines) instead:\n" + "\n".join(sorted(found))
+
+
+def test_each_kind_reads_the_rate_of_its_own_records():
+    from zcorch.analysis.frames import _baseline_rate
+    from zcorch.config.baselines.registry import rate_of
+
+    assert rate_of("iperf3", {"bits_per_second": 9.4e9, "MB_per_s": 1.0}) == 9.4e9
+    assert rate_of("qperf", {"bits_per_second": 8e9, "bytes_per_second": 1e9}) == 8e9
+    assert rate_of("dd_write", {"MB_per_s": 500.0, "bytes": 1, "wall_s": 1.0}) == 500.0 * 8e6
+    assert rate_of("dd_read", {"MB_per_s": None}) is None           # a failed dd: no rate, not a guess
+    assert rate_of("not-a-kind", {"bits_per_second": 1.0}) is None  # an unknown kind is not guessed at
+    assert _baseline_rate("dd_write", {"MB_per_s": 125.0}) == (1.0, 125.0)
