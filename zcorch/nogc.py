@@ -1,6 +1,6 @@
 """`no_cyclic_gc()`: a block run with the cyclic garbage collector off (and back on after, if it was on).
 
-Why: a big plan, a parsed runs.jsonl or a year of history is hundreds of thousands of acyclic objects; each
+Why: a big plan or a parsed runs.jsonl is hundreds of thousands of acyclic objects; each
 collection rescans them all and frees nothing, while reference counting frees them anyway (docs/performance.md).
 """
 from __future__ import annotations

@@ -49,19 +49,13 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 def main(args: argparse.Namespace) -> int:
-    from zcorch.analysis.trendplot import TrendWorkers
-    from zcorch.nogc import no_cyclic_gc
-
     check_regression_options(args)
     if args.min_nights < 2:
         raise ConfigError(f"--min-nights must be >= 2 (a spread needs two nights), got {args.min_nights}")
-    # a year's history is kept whole until the page is written (zcorch.nogc); the trend plots' helper processes
-    # import matplotlib while it is built (zcorch.analysis.trendplot)
-    with no_cyclic_gc(), TrendWorkers() as workers:
-        return _history(args, workers)
+    return _history(args)
 
 
-def _history(args: argparse.Namespace, workers) -> int:
+def _history(args: argparse.Namespace) -> int:
     from zcorch.analysis.history import as_json, build_history, render_text, write_index  # pandas, numba
     from zcorch.analysis.dataset import dataset_history, is_dataset
 
@@ -72,7 +66,7 @@ def _history(args: argparse.Namespace, workers) -> int:
                                 min_nights=args.min_nights)
     for warning in history.warnings:
         print(f"zcorch history: warning: {warning}", file=sys.stderr)
-    write_index(history, args.output, workers)
+    write_index(history, args.output)
     gate = history.gates()[0] if args.check else None
     if args.format == "json":
         print(json.dumps(as_json(history, gate.as_dict() if gate else None), indent=1))
