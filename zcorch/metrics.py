@@ -28,7 +28,7 @@ BETTER = ("higher", "lower", None)
 COMBINE = {
     "sum": "the sender's plus the receiver's",
     # Both workers on one kernel (same_host) read one /proc/stat over windows that overlap almost entirely:
-    # adding them would count the machine twice (zcorch.results.rates.host_busy_total).
+    # adding them would count the machine twice (zcorch.analysis.frames.combine_sides).
     "host": "the sender's plus the receiver's; on one machine (same_host) the larger, counted once",
 }
 _SIDE_WORDS = {"send": "sender", "recv": "receiver", "total": "both sides", "none": ""}
@@ -207,11 +207,6 @@ def directed(name: str) -> AnalysisMetric:
         what = "has no better direction (a descriptive figure)" if m is not None else "is not a metric"
         raise ValueError(f"{name!r} {what}; the metric must be one of {', '.join(DIRECTED)}")
     return m
-
-
-def unit_of(name: str, default: str = "") -> str:
-    m = BY_NAME.get(name)
-    return m.unit if m is not None else default
 
 
 def axis_label(name: str) -> str:

@@ -253,11 +253,6 @@ def side_value(side: str, params: "dict[str, Any]", key: str) -> Any:
     return params.get(key)
 
 
-def side_values(params: "dict[str, Any]", key: str) -> "tuple[Any, Any]":
-    """(sender's, receiver's) value of `key` (side_value of both sides)."""
-    return side_value("send", params, key), side_value("recv", params, key)
-
-
 def limit_text(p: Param) -> str:
     """The limits of a numeric parameter in words ("between 1 and 1073741824 bytes (1GiB)"): the one wording of
     the plan's message and the worker's (native/build.py writes it into the C range checks)."""

@@ -21,13 +21,12 @@ order drawn from random.Random(seed) over the cells sorted by id, so the order d
 cells and the seed). When cells differ in `network`, the runs of each network then run together (network
 outermost, in first-use order; the order above within each), so each configuration is applied once.
 
-The 100k-cell path avoids per-cell JSON and validation: axis values were validated once by the spec, the
-canonical text is joined from pre-rendered `"key":value` fragments, and the cell rules are memoised on the
-few parameters they read.
+The matrix loop of _expand is the one accelerator here (planning a 100k-cell file is several times faster,
+docs/performance.md): the canonical text is joined from pre-rendered `"key":value` fragments and the rule
+verdicts are memoised per outer combination; tests/test_plan_fast_path.py holds it to the plain path.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ from itertools import product
 from typing import Callable, Optional, Sequence
 
 from zcorch.errors import ConfigError
+from zcorch.nogc import no_cyclic_gc
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.kind import Cost
 from zcorch.config.cells import cell_problems, filesystem_problem
@@ -128,12 +128,18 @@ class Plan:
         return out
 
 
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
+
+
 def canonical(params: dict) -> str:
     """The canonical text a cell id is computed from: every parameter but those of ID_OMIT_AT_DEFAULT
     (zcorch.params) that are at their default."""
-    if any(k in params and params[k] == d for k, d in ID_OMIT_AT_DEFAULT.items()):
-        params = {k: v for k, v in params.items() if not (k in ID_OMIT_AT_DEFAULT and v == ID_OMIT_AT_DEFAULT[k])}
-    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+    omit = [k for k, d in ID_OMIT_AT_DEFAULT.items() if k in params and params[k] == d]
+    if omit:
+        params = params.copy()
+        for k in omit:
+            del params[k]
+    return _ENCODE(params)
 
 
 def cell_id(params: dict) -> str:
@@ -152,15 +158,8 @@ def expand(exp: Experiment, reduced: bool = False) -> Plan:
     reduced: the document is a run reduced by `--set` (also when `exp.overrides` no longer says so: the
     effective experiment.yaml of a result set being resumed), so reference matches it lacks only warn.
     """
-    # A plan is hundreds of thousands of small acyclic objects: the cyclic GC would rescan them over and
-    # over while they are built (about a third of the time of a 100k-cell plan) and can find nothing.
-    gc_was_on = gc.isenabled()
-    gc.disable()
-    try:
+    with no_cyclic_gc():   # a big plan is hundreds of thousands of acyclic objects (zcorch.nogc)
         return _expand(exp, reduced or bool(exp.overrides))
-    finally:
-        if gc_was_on:
-            gc.enable()
 
 
 def _expand(exp: Experiment, reduced: bool) -> Plan:

@@ -1,27 +1,12 @@
 """The load cache of a result set: runs.jsonl parsed once into `runs.parquet` beside it.
 
-Loading a large runs.jsonl is dominated by JSON parsing (about a minute per GB), so the parsed runs
-are kept as Parquet. The file holds the frame zcorch.load returns minus `sweep` (the directory's
-name, which the loader adds), with the same columns and dtypes, so pandas, polars, DuckDB or Spark
-read a result set without zcorch (the copy units come from meta.json as it was when the file was written).
-Object columns whose values Parquet cannot type faithfully
-(mixed types, e.g. an unknown parameter that is a number in one run and text in another) are
-stored as JSON text and decoded again by zcorch.
-
-What the file is valid for is in its key-value metadata under `zcorch.cache`: the size and the
-SHA-256 of the runs.jsonl bytes it was built from, the cache format version, and the identity of the
-file then (device, inode, size, mtime and ctime). Any change of runs.jsonl (an append, a truncation, a
-torn last line, `--resume`, a record edited in place with its size and mtime kept) makes it stale, and the
-next zcorch.load parses runs.jsonl again and rewrites it. The identity spares a load the hash (about a
-second per GB, as long as reading the Parquet file): the kernel sets a file's ctime on every write and
-no call sets it back, so a file with the same identity has the same bytes. An identity is recorded only
-when the file was last changed well before it was hashed (RACY_NS), since ctime ticks coarsely: a write in
-the same tick as the one before it would keep it. A copied or moved set (new inode) is hashed once per
-load and still valid. It is replaced atomically (an exclusive
-temporary + rename, no link followed: zcorch.results.setfiles), read only as a regular file inside
-the set, never trusted when unreadable, and safe to delete (a copy stays valid). `zcorch run`
-writes it when a sweep completes (`write_cache`), zcorch.load when it is missing or stale. The
-hand-rolled `runs.cache` of earlier versions is ignored, and removed when runs.parquet is written.
+Parsing runs.jsonl dominates loading a large set, so the frame zcorch.load returns (minus `sweep`) is kept
+as Parquet that pandas, polars or DuckDB read without zcorch; object columns Parquet cannot type are JSON text.
+The file's metadata (`zcorch.cache`) records the size and SHA-256 of the runs.jsonl bytes it was built from
+and that file's identity (device, inode, size, mtime, ctime): any change makes it stale and the next load
+rebuilds it; the identity spares the hash only when the file changed well before it was hashed (RACY_NS).
+It is written atomically, never through a link, and is safe to delete. `runs.cache` of older versions is
+removed when runs.parquet is written.
 """
 from __future__ import annotations
 

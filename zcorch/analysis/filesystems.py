@@ -3,12 +3,12 @@
 Per configuration (meta.json "filesystems", written by `zcorch run` from the filesystem manager):
 type, mkfs options, the mount options the kernel reports (findmnt, i.e. /proc/self/mountinfo), RAID
 level as the kernel reports it (mdadm --detail / btrfs filesystem df), devices and size; next to them
-the dd baseline measured on it (baselines.jsonl, key.filesystem) and the runs that wrote onto it.
+the baselines measured on it (the registry's FILESYSTEM_CEILINGS, baselines.jsonl key.filesystem) and the
+runs that wrote onto it.
 
-The seeds' question is "can the network path land data as fast as dd writes?", so every throughput
-is also given as a ratio to that filesystem's dd write ceiling. Both are MB/s = 10^6 bytes/s over
-the time until the data is on the filesystem (dd: write + sync; runs: receiver wall time, which
-includes the fsync when the cell asks for it).
+The seeds' question is "can the network path land data as fast as a plain write does?", so every
+throughput is also given as a ratio to that filesystem's first ceiling (CEILING). Both are MB/s over the
+time until the data is on the filesystem (runs: receiver wall time, which includes the fsync when asked).
 
 Pure functions of frames and dicts; `filesystems_of(path)` is the one that reads a result set.
 """
@@ -23,6 +23,10 @@ import pandas as pd
 from zcorch.analysis.frames import OK, PathLike, load_baselines, read_meta
 from zcorch.analysis.load import load
 from zcorch.analysis.stats import format_spread, summarize, varying_params
+from zcorch.config.baselines.registry import BY_RECORD, FILESYSTEM_CEILINGS
+
+CEILING = FILESYSTEM_CEILINGS[0]   # the record kind a filesystem's runs are given as a ratio of
+RATIO = f"ratio_to_{CEILING}"
 
 NOT_DESCRIBED = "not recorded in meta.json"
 
@@ -127,13 +131,18 @@ def runs_onto(df: pd.DataFrame, name: str, desc: Optional[dict]) -> pd.DataFrame
     return on
 
 
-def _dd(baselines: pd.DataFrame, kind: str, name: str) -> dict:
-    """The newest ok dd baseline of `kind` on `name` ({mb_s}), else the newest one's status and reason."""
+def _words(kind: str) -> str:
+    return BY_RECORD[kind].words.get(kind, kind)
+
+
+def _ceiling(baselines: pd.DataFrame, kind: str, name: str) -> dict:
+    """The newest ok baseline of record kind `kind` on `name` ({mb_s}), else the newest one's status and reason."""
+    missing = {"mb_s": np.nan, "text": f"no {BY_RECORD[kind].name} baseline"}
     if baselines.empty or "key_filesystem" not in baselines:
-        return {"mb_s": np.nan, "text": "no dd baseline"}
+        return missing
     rows = baselines[(baselines["kind"] == kind) & (baselines["key_filesystem"] == name)]
     if rows.empty:
-        return {"mb_s": np.nan, "text": "no dd baseline"}
+        return missing
     ok = rows[rows["status"] == OK]
     if not ok.empty:
         mb_s = float(ok["mb_s"].iloc[-1])
@@ -164,39 +173,39 @@ def cell_keys(df: pd.DataFrame) -> list:
 
 def filesystem_summary(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> pd.DataFrame:
     """One row per configuration: filesystem, its description fields (see `configuration`),
-    dd_write_mb_s, dd_read_mb_s, n_ok, n_failed (runs that wrote onto it), mb_s_median (over its
-    ok runs) and ratio_to_dd_write."""
+    `<kind>_mb_s` and `<kind>_text` of each FILESYSTEM_CEILINGS kind, n_ok, n_failed (runs that wrote onto it),
+    mb_s_median (over its ok runs) and RATIO (to the CEILING kind's)."""
     rows = []
     for name in filesystem_names(df, baselines, descriptions):
         desc = descriptions.get(name)
         row = {"filesystem": name, **(configuration(desc) if desc else {"type": NOT_DESCRIBED})}
-        write, read = _dd(baselines, "dd_write", name), _dd(baselines, "dd_read", name)
-        row.update(dd_write_mb_s=write["mb_s"], dd_write_text=write["text"], dd_read_mb_s=read["mb_s"],
-                   dd_read_text=read["text"])
+        for kind in FILESYSTEM_CEILINGS:
+            found = _ceiling(baselines, kind, name)
+            row.update({f"{kind}_mb_s": found["mb_s"], f"{kind}_text": found["text"]})
         on = runs_onto(df, name, desc)
         ok = on[on["status"] == OK] if len(on) else on
         row["n_ok"], row["n_failed"] = len(ok), len(on) - len(ok)
         row["mb_s_median"] = float(np.median(ok["mb_s"].astype(float))) if len(ok) else np.nan
-        row["ratio_to_dd_write"] = _ratio(row["mb_s_median"], write["mb_s"])
+        row[RATIO] = _ratio(row["mb_s_median"], row[f"{CEILING}_mb_s"])
         rows.append(row)
     return pd.DataFrame(rows)
 
 
 def filesystem_cells(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> pd.DataFrame:
     """One row per (filesystem, cell) that wrote onto it: filesystem, label (the other varying
-    parameters, e.g. `recv_mode=read`), the summarize() columns of mb_s and ratio_to_dd_write."""
+    parameters, e.g. `recv_mode=read`), the summarize() columns of mb_s and RATIO."""
     keys = cell_keys(df)
     out = []
     for name in filesystem_names(df, baselines, descriptions):
         on = runs_onto(df, name, descriptions.get(name))
         if on.empty:
             continue
-        ceiling = _dd(baselines, "dd_write", name)["mb_s"]
+        ceiling = _ceiling(baselines, CEILING, name)["mb_s"]
         s = summarize(on, by=keys or ["filesystem"], metrics=["mb_s"])
         for _, r in s.iterrows():
             label = ", ".join(f"{k}={r[k]}" for k in keys) if keys else "all runs"
             out.append({"filesystem": name, "label": label, **{c: r[c] for c in s.columns if c not in keys},
-                        "ratio_to_dd_write": _ratio(r["mb_s_median"], ceiling)})
+                        RATIO: _ratio(r["mb_s_median"], ceiling)})
     return pd.DataFrame(out)
 
 
@@ -214,28 +223,29 @@ DESCRIPTION_ROWS = ["type", "mkfs options", "mkfs command", "mount options (kern
 def _rate_text(mb_s: float, ratio: float) -> str:
     if not np.isfinite(mb_s):
         return "–"
-    return f"{mb_s:.0f}" + (f" ({ratio:.2f}× dd write)" if np.isfinite(ratio) else "")
+    return f"{mb_s:.0f}" + (f" ({ratio:.2f}× {_words(CEILING)})" if np.isfinite(ratio) else "")
 
 
 def side_by_side(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """The report's table: one column per configuration, one row per fact (text)."""
-    table, order = {}, list(DESCRIPTION_ROWS) + ["dd write, MB/s (ceiling)", "dd read, MB/s", "runs writing onto it",
-                                                 "median MB/s of its runs"]
+    ceilings = {kind: f"{_words(kind)}, MB/s" + (" (ceiling)" if kind == CEILING else "") for kind in FILESYSTEM_CEILINGS}
+    table, order = {}, list(DESCRIPTION_ROWS) + list(ceilings.values()) + ["runs writing onto it",
+                                                                           "median MB/s of its runs"]
     for _, fs in summary.iterrows():
         col = {}
         for key in DESCRIPTION_ROWS:
             value = fs.get(key)
             col[key] = "" if value is None or (isinstance(value, float) and np.isnan(value)) else value
-        col["dd write, MB/s (ceiling)"] = fs["dd_write_text"]
-        col["dd read, MB/s"] = fs["dd_read_text"]
+        for kind, row in ceilings.items():
+            col[row] = fs[f"{kind}_text"]
         col["runs writing onto it"] = f"{fs['n_ok']} ok, {fs['n_failed']} failed"
-        col["median MB/s of its runs"] = _rate_text(fs["mb_s_median"], fs["ratio_to_dd_write"])
+        col["median MB/s of its runs"] = _rate_text(fs["mb_s_median"], fs[RATIO])
         table[fs["filesystem"]] = col
     if not cells.empty:
         for _, c in cells.iterrows():
             row = f"median MB/s, {c['label']}"
             if row not in order:
                 order.append(row)
-            table[c["filesystem"]][row] = (_rate_text(c["mb_s_median"], c["ratio_to_dd_write"]) + "\n"
+            table[c["filesystem"]][row] = (_rate_text(c["mb_s_median"], c[RATIO]) + "\n"
                                           + format_spread(c))
     return pd.DataFrame({name: [col.get(r, "") for r in order] for name, col in table.items()}, index=order)

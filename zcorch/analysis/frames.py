@@ -44,13 +44,12 @@ parses runs.jsonl.
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import warnings
 from itertools import chain
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 import numpy as np
 import pandas as pd
@@ -58,6 +57,8 @@ import pandas as pd
 # Parameter and metric columns (PARAM_KEYS, METRIC_KEYS) in the order of the tables in zcorch.params;
 # unknown extra parameters follow, sorted.
 from zcorch import metrics
+from zcorch.config.baselines.registry import rate_of
+from zcorch.nogc import no_cyclic_gc
 from zcorch.params import HOST_BUSY_FIELDS, METRIC_KEYS, PARAM_KEYS
 from zcorch.results import rates, setfiles
 from zcorch.results import store as results
@@ -261,15 +262,8 @@ def parse_runs(path: Path) -> pd.DataFrame:
     Records are grouped by their key layout (all records of one sweep share one or two: ok and
     failed runs) and kept as value tuples, so the per-record work is json.loads and a few tuple
     builds; chunks of CHUNK_ROWS records become frames (memory stays bounded)."""
-    # Millions of new dicts and tuples, none of them cyclic: the cyclic collector would only
-    # re-scan the growing chunk over and over (~15% of a cold load).
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with no_cyclic_gc():   # millions of acyclic dicts and tuples (zcorch.nogc)
         return _parse_runs(path)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
 
 
 def _parse_runs(path: Path) -> pd.DataFrame:
@@ -483,8 +477,8 @@ def add_control_ratios(frame: pd.DataFrame, control: "Optional[str | dict]") -> 
 
 def combine_sides(rule: str, send: np.ndarray, recv: np.ndarray, same_host: np.ndarray) -> np.ndarray:
     """Per run, the total of a metric over both sides by its zcorch.metrics `combine` rule: "sum" adds them;
-    "host" adds them too, but takes the larger where both ran on one machine (same_host), as
-    zcorch.results.rates.host_busy_total does for one run."""
+    "host" adds them too, but takes the larger where both ran on one machine (same_host): both windows read
+    one /proc/stat, so adding them would count the machine twice."""
     if rule == "sum":
         return send + recv
     if rule == "host":
@@ -581,31 +575,14 @@ def _flatten(value, prefix: str, out: dict) -> dict:
     return out
 
 
-def _baseline_rate(result: dict) -> "tuple[float, float]":
-    """(Gbit/s, MB/s) of a baseline result, from whichever rate or bytes/seconds pair it reports."""
-    if not isinstance(result, dict):
-        return np.nan, np.nan
-    for key in ("bits_per_second", "bps"):
-        if isinstance(result.get(key), (int, float)):
-            bps = float(result[key])
-            return bps / 1e9, bps / 8e6
-    if isinstance(result.get("bytes_per_second"), (int, float)):
-        bps = float(result["bytes_per_second"]) * 8
-        return bps / 1e9, bps / 8e6
-    if isinstance(result.get("MB_per_s"), (int, float)):  # dd: bytes / wall time of the timed wrapper
-        bps = float(result["MB_per_s"]) * 8e6
-        return bps / 1e9, bps / 8e6
-    nbytes = result.get("bytes")
-    for key in ("seconds", "wall_s", "elapsed_s"):
-        secs = result.get(key)
-        if isinstance(nbytes, (int, float)) and isinstance(secs, (int, float)) and secs > 0:
-            bps = nbytes * 8 / secs
-            return bps / 1e9, bps / 8e6
-    return np.nan, np.nan
+def _baseline_rate(kind: str, result: Any) -> "tuple[float, float]":
+    """(Gbit/s, MB/s) of a baseline record's result, as its registered kind reads it (NaN: none)."""
+    bps = rate_of(kind, result)
+    return (np.nan, np.nan) if bps is None else (bps / 1e9, bps / 8e6)
 
 
 def load_baselines(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
-    """One row per baseline record (any registered kind: iperf3, dd_write, dd_read, qperf, command): kind,
+    """One row per baseline record (any registered kind, zcorch.config.baselines.registry): kind,
     status, reason, host, the key parameters as `key_*`, the result as `result_*`, and `gbit_s`/`mb_s`."""
     dirs = _as_dirs(path_or_paths)
     rows = []
@@ -623,7 +600,7 @@ def load_baselines(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFra
             if isinstance(result, dict):
                 for k, v in _flatten(result, "", {}).items():
                     row["result_" + k] = v
-            row["gbit_s"], row["mb_s"] = _baseline_rate(result)
+            row["gbit_s"], row["mb_s"] = _baseline_rate(rec["kind"], result)
             rows.append(row)
     columns = ["sweep", "kind", "status", "reason", "host", "started", "gbit_s", "mb_s"]
     if not rows:

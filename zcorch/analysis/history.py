@@ -59,7 +59,7 @@ from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
 from zcorch.analysis.gate import (CANNOT_TELL, EXIT_CANNOT_TELL, EXIT_OK, EXIT_REGRESSION, Completeness, Gate, completeness,
                                   experiment_gates, format_detectable, sees)
 from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_many, point_sigmas, start_fits
-from zcorch.analysis.trendplot import TrendSpec, TrendWorkers, draw_trend, png
+from zcorch.analysis.trendplot import TrendSpec, draw_trend, png
 from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.params import format_value
@@ -831,29 +831,23 @@ def trend_cells(history: History) -> "List[tuple[ExperimentHistory, CellHistory]
     return [changed[k] for k in order[:TREND_PLOTS_MAX]]
 
 
-def write_index(history: History, out: "str | os.PathLike | None" = None,
-                workers: Optional[TrendWorkers] = None) -> Path:
-    """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/ (trend_cells),
-    the plots drawn by `workers` (started before the history was built) while the page is rendered, and
-    in this process those they did not return."""
+def write_index(history: History, out: "str | os.PathLike | None" = None) -> Path:
+    """OUT/index.html (default ROOT/index.html) and its trend plots under OUT/history-plots/ (trend_cells)."""
     from zcorch.analysis.templating import environment
 
     out_dir = Path(out) if out is not None else history.root
     out_dir.mkdir(parents=True, exist_ok=True)
     plotted = trend_cells(history)
     specs = [trend_spec(exp, ch) for exp, ch in plotted]
-    if workers is not None:
-        workers.draw(specs)
     rels = []
     for exp, ch in plotted:
         rels.append(f"{PLOTS_DIR}/{_slug(exp.name)}/{_slug(ch.cell)}-{history.metric}.png")
         ch.plot = _rel(Path(out_dir, rels[-1]), out_dir)   # where setfiles.write_inside puts it
     page = environment().get_template("history.html.j2").render(page_context(history, out_dir))
-    drawn = workers.collect() if workers is not None else [None] * len(specs)
-    for rel, spec, data in zip(rels, specs, drawn):
+    for rel, spec in zip(rels, specs):
         # Every file through an exclusive temporary, no link below out_dir followed: the root holds
         # result sets that may come from anyone (zcorch.results.setfiles).
-        setfiles.write_inside(out_dir, rel, data if data is not None else png(spec))
+        setfiles.write_inside(out_dir, rel, png(spec))
     index = setfiles.write_inside(out_dir, INDEX, page.encode("utf-8"))
     history.index = index
     return index

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from zcorch.config.baselines.registry import VERSION_LABELS
+
 ROLES = ("sender", "receiver")
 ROLE_FACTS = {"sink"}  # facts only one role has: shown, never marked as a difference
 
@@ -104,8 +106,7 @@ FACTS: "list[tuple[str, Callable[[dict], Optional[str]]]]" = [
     ("largest pipe (pipe-max-size)", lambda f: _bytes((f.get("sysctls") or {}).get("fs.pipe-max-size"))),
     ("sink", _sink),
     ("Python", lambda f: _get(f, "python.version")),
-    ("iperf3", lambda f: _get(f, "versions.iperf3")),
-    ("dd", lambda f: _get(f, "versions.dd")),
+    *((label, lambda f, label=label: _get(f, f"versions.{label}")) for label in VERSION_LABELS),
     ("C compiler", lambda f: _get(f, "versions.compiler")),
 ]
 

@@ -124,50 +124,6 @@ def draw_copy_line(ax, value: "Optional[float]", label_host: str = "") -> None:
                label=f"one copy of the data (memcpy{where}): {value:.3f} s/GiB")
 
 
-def grouped_bars(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "") -> list:
-    """Receive mode × send mode throughput, median with CI whiskers; baselines as lines."""
-    what = "throughput by send and receive mode"
-    ok = _ok(df)
-    if ok.empty:
-        return [Plot("bars", what, None, "no successful runs to plot")]
-    plots = []
-    parts, note = slices(ok, ["send_mode", "recv_mode"])
-    for label, sub, values in parts:
-        lines = baseline_lines(baselines, values)
-        s = summarize(sub, by=["send_mode", "recv_mode"], metrics=["gbit_s"])
-        s = s[s["n"] > 0]
-        if s.empty:
-            plots.append(Plot(_name("bars", label), _title(experiment, what, label), None, "no successful runs"))
-            continue
-        recv_modes = sorted(s["recv_mode"].unique())
-        send_modes = sorted(s["send_mode"].unique())
-        fig = Figure(figsize=(max(6.0, 1.6 * len(recv_modes) * max(1, len(send_modes)) / 2 + 3), 4.5))
-        ax = fig.add_subplot()
-        width = 0.8 / len(send_modes)
-        x = np.arange(len(recv_modes))
-        for i, send in enumerate(send_modes):
-            rows = s[s["send_mode"] == send].set_index("recv_mode").reindex(recv_modes)
-            med = rows["gbit_s_median"].to_numpy(dtype=float)
-            low = np.nan_to_num(med - rows["gbit_s_ci_low"].to_numpy(dtype=float))
-            high = np.nan_to_num(rows["gbit_s_ci_high"].to_numpy(dtype=float) - med)
-            ax.bar(x + (i - (len(send_modes) - 1) / 2) * width, med, width, yerr=[low, high],
-                   capsize=3, label=f"send {send}")
-        for j, (blabel, gbit) in enumerate(lines):
-            ax.axhline(gbit, linestyle="--", linewidth=1.2, color=f"C{len(send_modes) + j}", label=blabel)
-        ax.set_xticks(x)
-        ax.set_xticklabels([f"recv {m}" for m in recv_modes])
-        ax.set_xlabel("receive mode")
-        ax.set_ylabel("throughput (Gbit/s), median and CI")
-        ax.set_title(_title(experiment, what, label))
-        ax.legend(fontsize="small")
-        ax.set_ylim(bottom=0)
-        fig.tight_layout()
-        plots.append(Plot(_name("bars", label), _title(experiment, what, label), fig))
-    if note:
-        plots[-1].note = note
-    return plots
-
-
 # ---------------------------------------------------------------- small multiples
 
 def _determined_by(df: pd.DataFrame, param: str, by: "Sequence[str]") -> bool:

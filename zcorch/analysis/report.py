@@ -27,6 +27,7 @@ from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.plots import _combo_label, _keys, _select, all_plots, data_uri, default_view, save
 from zcorch.analysis.samples import load_samples
+from zcorch.config.baselines.registry import SHARE_RECORDS
 from zcorch.config.views import View
 from zcorch.analysis import reproduction as rp
 from zcorch.config.sections import reference_of, views_of
@@ -302,7 +303,7 @@ def calibration_table(meta: dict) -> Optional[Table]:
     return Table(["", "sender", "receiver"], rows, [None, "num", "num"])
 
 
-SHARE_KINDS = ("iperf3", "dd_write", "dd_read")
+SHARE_KINDS = SHARE_RECORDS   # the baselines a throughput is shown as a share of (declared by each kind)
 SIDE_WORDS = {"sender": "send", "receiver": "recv", "both hosts": "both"}  # short headers: the legend says the rest
 
 
@@ -462,7 +463,8 @@ def failed_table(df: pd.DataFrame) -> Optional[Table]:
 # ---------------------------------------------------------------------------------------------
 
 
-# The sections in the order of the page (id, heading); the table of contents lists those present.
+# The sections in the order of the page (id, heading; the template of each is `<id>.html.j2`): the page and its
+# table of contents list those present.
 SECTIONS = [("findings", "Findings"), ("reproduction", "Reproduction"), ("results", "Results"),
             ("cpu", "Where the CPU goes"), ("plots", "Plots"), ("baselines", "Baselines"),
             ("filesystems", "Filesystems"), ("cells", "Every cell"), ("failed", "Failed runs"),
@@ -511,7 +513,9 @@ def build_report(path, plots: Optional[list] = None, efficiency_plots: Optional[
     present = {"findings": bool(len(df)), "reproduction": bool(context["reproduction"]), "results": bool(len(df)),
                "cpu": bool(len(df)), "plots": bool(len(df)), "filesystems": bool(context["filesystems"]),
                "cells": bool(len(df)), "failed": bool(len(df))}
+    # one order: the page includes each present section's template (`<id>.html.j2`) in SECTIONS' order
     context["toc"] = [(anchor, title) for anchor, title in SECTIONS if present.get(anchor, True)]
+    context["sections"] = [anchor for anchor, _ in context["toc"]]
     return environment().get_template("report.html.j2").render(context)
 
 

@@ -1,37 +1,14 @@
 """Change points in a series of sweep medians: a piecewise-constant fit with a penalty per step.
 
-The idea is asv's (airspeed velocity, asv/step_detect.py, after Friedrich et al. 2008, "Complexity
-penalized M-estimation"): a nightly metric is a constant plus noise that now and then jumps to another
-constant. Among all ways to cut the series into segments, take the one that minimises
+asv's method (asv/step_detect.py, after Friedrich et al. 2008): among all segmentations, the one minimising
+penalty × segments + Σ w_i·|y_i − level of its segment|, with w_i = 1/σ_i and each level the segment's weighted
+median, so one wild night does not pull a level and a step counts in units of each night's own noise. The fit is
+exact (dynamic programming over every segmentation, _optimal_partition compiled by numba).
 
-    penalty × (number of segments) + Σ_segments Σ_i w_i · |y_i − level of its segment|
-
-with w_i = 1 / σ_i, σ_i the noise of point i, and each level the weighted median of its segment (the
-minimiser of the weighted absolute deviations). The absolute deviation (not the square) keeps one wild
-night from pulling a level; the weights make a step count in units of each night's own noise, so a
-noisy series needs a bigger step than a quiet one. The fit is exact: dynamic programming over every
-segmentation, each of the O(n²) segment costs updated in O(1) from the previous one's sums as its start moves
-back one point (the weighted median kept as a pointer into the sorted series; _optimal_partition, compiled
-by numba: 365 nights take about a millisecond, so a fleet's thousand series of a year fit in a second).
-
-The noise of a point (point_sigmas) is its standard error of the median, read off the CI (at the level that CI really has) that
-zcorch.analysis.stats computes per sweep (half-width / 1.96); a point without CI (fewer than two ok
-runs) gets the median of the others. Two corrections keep the weights honest:
-
-- a floor of FLOOR_REL × the series' median level: identical repeats give a zero-width CI, and a
-  0.1% wobble of a 0%-noise series is not a change;
-- nights differ more than runs within a night do (another boot, another page cache): with at least
-  MIN_FOR_SCALE points, all σ_i are scaled up by the robust spread (MAD) of the consecutive
-  differences measured in those σ (a step moves one difference, the MAD ignores it), when it is > 1.
-
-The penalty (default_penalty) grows with log n, as the Schwarz criterion does: for pure noise the best
-split of a segment saves about 0.64·χ²₁ in σ units (near its median the L1 cost is quadratic, curvature
-2·φ(0)), and the largest of n such savings grows like 2·log n. The penalty 2 + 2·log n was calibrated on
-simulated nights (Gaussian, heteroscedastic, CIs that only estimate the noise, heavy tails;
-tests/test_history_steps.py): a false step in about 0.3% of series of 3 to 5 nights and none from 10 on,
-while a step of 3σ lasting 5 of 30 nights is found two times in three and one night 10σ off nine in ten.
-A lone night a few σ off does not cost a step; the newest night's regression is judged by the Mann–Whitney
-comparison of zcorch.analysis.history, which does not wait for the fit to cut it off.
+σ_i (point_sigmas) is the standard error of the median read off the sweep's CI, floored at FLOOR_REL × the
+series' level, and scaled up by the MAD of consecutive differences when nights differ more than runs do.
+The penalty 2 + 2·log n (default_penalty) grows as the largest of n noise-only savings does; its calibration
+on simulated nights is in docs/performance.md and tests/test_history_steps.py.
 """
 from __future__ import annotations
 

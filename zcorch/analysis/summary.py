@@ -14,6 +14,7 @@ from typing import Optional
 from zcorch import __version__
 from zcorch.analysis import reproduction as rp
 from zcorch.analysis.findings import CPU_COLUMNS, findings
+from zcorch.config.baselines.registry import SHARE_RECORDS
 from zcorch.analysis.frames import OK, load_baselines, read_experiment_text, read_manifest, read_meta, result_dir
 from zcorch.analysis.load import load
 from zcorch.config.sections import reference_of
@@ -111,7 +112,7 @@ def findings_markdown(found: dict, name: str) -> str:
     for ranking in found["rankings"]:
         if ranking["label"]:
             lines += [f"### {ranking['label']}", ""]
-        kinds = [k for k in ("iperf3", "dd_write", "dd_read")
+        kinds = [k for k in SHARE_RECORDS
                  if any(e["share_of_baseline"].get(k, {}).get("share") is not None for e in ranking["modes"])]
         cpus = [(c, view, side) for c, view, side in CPU_COLUMNS
                 if any(e["cpu"].get(c) is not None for e in ranking["modes"])]

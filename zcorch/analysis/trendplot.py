@@ -1,26 +1,10 @@
-"""The history page's trend plots: what one shows (TrendSpec, plain numbers and text), how it is drawn
-(draw_trend, matplotlib), and helper processes that draw them on another CPU (TrendWorkers).
-
-A fleet's page (zcorch history of a dataset) spends most of its time single-threaded in the query and the
-change-point fit; matplotlib's import (~0.7 s) and its few trend plots (~0.25 s each) then came after them.
-TrendWorkers are started before the query (`python -c` of this module: a fresh interpreter, not a fork of a
-process that may hold DuckDB's or numba's threads): each imports matplotlib and draws a warm-up figure while
-the query runs, then draws its share of the plots while the page is rendered. A worker that fails (dies,
-answers nothing or garbage) costs nothing but time: the plots it did not return are drawn in this process
-(zcorch.analysis.history.write_index). This module imports only numpy and matplotlib (and that lazily), so
-a worker does not import pandas, DuckDB or numba.
-"""
+"""The history page's trend plots: what one shows (TrendSpec, plain numbers and text) and how it is drawn
+(draw_trend, matplotlib). Only numpy and matplotlib (lazily) are imported here."""
 from __future__ import annotations
 
 import io
-import os
-import pickle
-import select
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import numpy as np
 
@@ -28,14 +12,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 DPI = 100
-# One worker per CPU the page itself does not use (at most two), each yielding its CPU to the page's process,
-# which decides when the page is done. On two CPUs, one: the page renders on one CPU while the plots are drawn,
-# and a second worker only shared the other CPU with the first (its import of matplotlib, ~1.5 s of CPU, came
-# out of the page's time; benchmarks/bench_history.py). Only the workers ready when the plots are asked for
-# draw them (the others are ended): a worker still importing would make the page wait for it.
-WORKERS = max(1, min(2, (os.cpu_count() or 1) - 1))
-WORKER_NICE = 10
-READY = b"R"   # what a worker writes once warmed up, before its plots
 
 
 @dataclass
@@ -100,117 +76,3 @@ def png(spec: TrendSpec) -> bytes:
     buf = io.BytesIO()
     draw_trend(spec).savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()
-
-
-def _warm_up() -> None:
-    """Imports, fonts and the Agg canvas loaded once, before any plot is asked for."""
-    png(TrendSpec(np.array([1.0, 2.0]), np.array([0.5, 1.5]), np.array([1.5, 2.5]), [(0, 2, 1.5)], [(1, 1.0)],
-                  np.array([False, False]), True, [0, 1], ["#1", "#2\n01-01 00:00"], "y", "warm-up"))
-
-
-def serve() -> None:
-    """A worker's loop (run by TrendWorkers): warm up, read one pickled list of TrendSpec from stdin, write
-    the pickled list of their PNG bytes to stdout."""
-    try:
-        os.nice(WORKER_NICE)
-    except OSError:   # not allowed here: the worker runs at the page's priority
-        pass
-    _warm_up()
-    sys.stdout.buffer.write(READY)
-    sys.stdout.buffer.flush()
-    specs = pickle.load(sys.stdin.buffer)
-    pickle.dump([png(s) for s in specs], sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
-    sys.stdout.buffer.flush()
-
-
-class TrendWorkers:
-    """Helper processes that draw trend plots (module docstring). start() before the slow part; draw() hands
-    them their share and returns; collect() returns each plot's PNG bytes, or None for one a worker did not
-    return (drawn in-process by the caller). close() ends any still running (a context manager's exit)."""
-
-    def __init__(self, count: int = WORKERS):
-        # the package of this file, first on the worker's path (-P: not the current directory)
-        root = str(Path(__file__).resolve().parent.parent.parent)
-        code = f"import sys; sys.path.insert(0, {root!r}); from zcorch.analysis.trendplot import serve; serve()"
-        self.procs: List[subprocess.Popen] = []
-        for _ in range(count):
-            try:
-                self.procs.append(subprocess.Popen([sys.executable, "-P", "-c", code], stdin=subprocess.PIPE,
-                                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
-            except OSError:
-                break   # no worker: every plot is drawn in-process
-        self.shares: List[List[int]] = []
-        self.ready: List[bool] = [False] * len(self.procs)   # its READY read
-        self.total = 0
-
-    def _read_ready(self) -> None:
-        """Which workers have said READY by now (without waiting)."""
-        waiting = {proc.stdout.fileno(): k for k, proc in enumerate(self.procs) if not self.ready[k]}
-        try:
-            readable, _, _ = select.select(list(waiting), [], [], 0)
-        except (OSError, ValueError):
-            return
-        for fd in readable:
-            k = waiting[fd]
-            try:
-                self.ready[k] = os.read(fd, len(READY)) == READY
-            except OSError:
-                pass
-
-    def draw(self, specs: Sequence[TrendSpec]) -> None:
-        """Hand each worker ready now its share of `specs` (every k-th; every worker's when none is ready yet),
-        without waiting for the plots; a worker not ready is ended."""
-        self.total = len(specs)
-        if not self.procs:
-            return
-        self._read_ready()
-        drawing = [k for k in range(len(self.procs)) if self.ready[k]] or list(range(len(self.procs)))
-        self.shares = [[] for _ in self.procs]
-        for j, k in enumerate(drawing):
-            self.shares[k] = list(range(j, len(specs), len(drawing)))
-        for k, (proc, share) in enumerate(zip(self.procs, self.shares)):
-            if k not in drawing:
-                proc.kill()
-                continue
-            try:
-                proc.stdin.write(pickle.dumps([specs[i] for i in share], protocol=pickle.HIGHEST_PROTOCOL))
-                proc.stdin.close()
-            except OSError:   # the worker is gone (BrokenPipeError): its share is drawn in-process
-                pass
-
-    def collect(self) -> List[Optional[bytes]]:
-        """Each spec's PNG bytes as drawn by a worker, None where its worker failed."""
-        out: List[Optional[bytes]] = [None] * self.total
-        for k, (proc, share) in enumerate(zip(self.procs, self.shares)):
-            if not share:
-                continue
-            try:
-                data = proc.stdout.read()
-                code = proc.wait()
-                if not self.ready[k] and data.startswith(READY):
-                    data = data[len(READY):]
-                pngs = pickle.loads(data) if code == 0 else None
-            except (OSError, pickle.UnpicklingError, EOFError, ValueError):
-                pngs = None
-            if isinstance(pngs, list) and len(pngs) == len(share) and all(isinstance(p, bytes) for p in pngs):
-                for i, p in zip(share, pngs):
-                    out[i] = p
-        return out
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            for f in (proc.stdin, proc.stdout):
-                try:
-                    if f and not f.closed:
-                        f.close()
-                except OSError:   # a share never written to a worker that died: nothing to flush to
-                    pass
-
-    def __enter__(self) -> "TrendWorkers":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

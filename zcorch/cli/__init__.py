@@ -131,8 +131,8 @@ def main(argv: "list[str] | None" = None) -> int:
 
 
 # Set by a command that leaves nothing to clean up once it has returned (set_defaults(quick_exit=True)):
-# `run` then ends the process without the interpreter's teardown, which freed a fleet's year of history
-# objects one by one for 0.6 s after the page was written (benchmarks/bench_history.py).
+# `run` then ends the process without the interpreter's teardown, which frees a year of history objects
+# one by one after the page is written (docs/performance.md).
 _quick_exit = False
 
 

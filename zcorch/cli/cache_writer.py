@@ -1,16 +1,9 @@
 """runs.parquet of a `zcorch run`, written by a helper process whose imports overlap the sweep's set-up.
 
-Writing the load cache (zcorch.analysis.cache) needs pandas and pyarrow, whose imports cost more than a
-short sweep's runs: imported after the sweep, they were most of the command's time. So `zcorch run`
-starts this module (`python -m zcorch.cli.cache_writer`) as it starts: it imports them on another CPU
-while the controller waits for its hosts, says `ready`, and then waits for the result directory on its
-stdin. The command waits for `ready` before the first stage that may measure (calibrate: nothing
-measured shares the CPUs with those imports), hands the directory over when the sweep completed and
-waits for the helper to end, so the cache is written (under the result set's lock, warnings on the
-command's stderr) before the command exits, as before. EOF on its stdin instead (the sweep did not
-complete, the command was interrupted or died): it exits without writing. A helper that cannot start or
-dies is replaced by the write in the command's own process. Its own session: a terminal's Ctrl-C is the
-command's to handle.
+Why: pandas' and pyarrow's imports cost more than a short sweep's runs (docs/performance.md). The helper
+imports them while the hosts are set up, says `ready` (awaited before anything is measured), and writes the
+cache of the directory it is then handed; EOF instead (the sweep did not complete) ends it without writing.
+A helper that cannot start or dies is replaced by the write in the command's own process.
 """
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ and why. Reports of the sweeps are written only with --reports.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 
@@ -50,27 +49,13 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 def main(args: argparse.Namespace) -> int:
-    from zcorch.analysis.trendplot import TrendWorkers
-
     check_regression_options(args)
     if args.min_nights < 2:
         raise ConfigError(f"--min-nights must be >= 2 (a spread needs two nights), got {args.min_nights}")
-    # The cyclic garbage collector is off while the history is built and written: a fleet's year makes some
-    # hundred thousand objects that are all kept until the page is written (sweeps, their rows, the cells'
-    # series), and each collection walked them all again for no cycle to free (0.3-0.5 s of a `zcorch history`
-    # of one in two interleaved pairs of runs; benchmarks/bench_history.py). Reference counting frees the rest.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        # the trend plots' helper processes import matplotlib while the history is built (zcorch.analysis.trendplot)
-        with TrendWorkers() as workers:
-            return _history(args, workers)
-    finally:
-        if collecting:
-            gc.enable()
+    return _history(args)
 
 
-def _history(args: argparse.Namespace, workers) -> int:
+def _history(args: argparse.Namespace) -> int:
     from zcorch.analysis.history import as_json, build_history, render_text, write_index  # pandas, numba
     from zcorch.analysis.dataset import dataset_history, is_dataset
 
@@ -81,7 +66,7 @@ def _history(args: argparse.Namespace, workers) -> int:
                                 min_nights=args.min_nights)
     for warning in history.warnings:
         print(f"zcorch history: warning: {warning}", file=sys.stderr)
-    write_index(history, args.output, workers)
+    write_index(history, args.output)
     gate = history.gates()[0] if args.check else None
     if args.format == "json":
         print(json.dumps(as_json(history, gate.as_dict() if gate else None), indent=1))

@@ -49,7 +49,7 @@ from typing import Any, Optional
 
 from zcorch.config import checks
 from zcorch.config import yamlsrc as ys
-from zcorch.config.baselines.registry import KINDS
+from zcorch.config.baselines.registry import FIGURE_REFERENCE, KINDS
 from zcorch.config.checks import Checker, suggest
 from zcorch import conditions, metrics
 from zcorch.params import CPU_MAX, PARAM_KEYS, format_value
@@ -393,7 +393,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                 chk.problem(f["baseline"][1].pos, f"{path}.baseline", f"a figure `of: {of}` is a baseline's "
                                                                       "own number: it is not normalised to another")
             elif of:
-                pass       # (not normalised to iperf3 either: a filesystem's dd is no share of the network's)
+                pass       # (nor to FIGURE_REFERENCE: a baseline's own number is no share of another's)
             elif "baseline" in f:
                 base = chk.value(f["baseline"][1], f"{path}.baseline",
                                  lambda n: checks.choice(n, (*BASELINE_KINDS, *sorted(k for k in kinds if k.startswith(
@@ -402,8 +402,8 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                     chk.problem(f["baseline"][1].pos, f"{path}.baseline",
                                 f"`{base}`: the reference gives no published `{base}` under `baselines:`")
                     base = None
-            elif rate and "iperf3" in kinds:
-                base = "iperf3"
+            elif rate and FIGURE_REFERENCE in kinds:
+                base = FIGURE_REFERENCE
             if base and not rate:
                 chk.problem(f["baseline"][1].pos, f"{path}.baseline",
                             f"only throughput figures (gbit_s, mb_s) are normalised to a baseline, not `{metric}`")

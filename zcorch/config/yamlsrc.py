@@ -108,9 +108,6 @@ class YMap:
         entry = self.entries.get(key)
         return None if entry is None else entry[1]
 
-    def key_pos(self, key: str) -> Pos:
-        return self.entries[key][0]
-
 
 YNode = Union[YScalar, YSeq, YMap]
 

@@ -12,11 +12,9 @@ command lines, the layout and dd commands - gets the resolved path (`resolve_par
 """
 from __future__ import annotations
 
-import os
 import posixpath
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from zcorch.config.hosts import DEFAULT_WORKDIR, scratch_dir
 from zcorch.provision.deploy import host_workdir
 from zcorch.provision.remote_call import remote_json, run_remote
 from zcorch.errors import PreflightError
@@ -127,8 +125,3 @@ def prepare_all(hosts: Mapping[str, Host], python: Mapping[str, str], needed: Ma
                 log(f"created the {PLACEHOLDER} directory {done[id(host)]['path']} on {host.name} (mode 0700)")
         out[role] = done[id(host)]
     return out
-
-
-def local_directory(workdir: Optional[str] = None) -> str:
-    """What `{scratch}` is on this machine for this user (no I/O): for `--dry-run` on localhost."""
-    return scratch_dir(os.path.expanduser(workdir or DEFAULT_WORKDIR))

@@ -126,12 +126,6 @@ def cell_cpu_resolution(verdicts) -> str:
     return f"{worst} ({len(flagged)}/{len(verdicts)} runs)"
 
 
-def host_busy_total(send, recv, same_host: bool):
-    """Both hosts' busy CPU (seconds, or seconds per GiB): their sum; on one machine (same_host: both
-    windows read the same /proc/stat and overlap almost entirely) the larger of the two, counted once."""
-    return max(send, recv) if same_host else send + recv
-
-
 ZC_VERDICTS = ("zero-copy", "copied", "partly copied (N%)", "n/a")  # of the send side; zc_label adds the receive
 
 

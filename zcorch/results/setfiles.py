@@ -309,10 +309,3 @@ def is_regular_inside(root: PathLike, rel: str) -> bool:
     except (OSError, ResultsError):
         return False
 
-
-def regular_or_missing(root: PathLike, rel: str) -> Optional[int]:
-    """open_inside, or None when the file does not exist."""
-    try:
-        return open_inside(root, rel)
-    except FileNotFoundError:
-        return None

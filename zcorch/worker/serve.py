@@ -1,40 +1,17 @@
 """`zcorch worker serve`: one worker process per host for a whole sweep, handed run after run.
 
-Starting a Python interpreter and loading the cffi module costs tens of milliseconds, more than a short
-transfer takes. The server pays that once: for each run it forks a child (a copy of the warm process, in
-about a millisecond) that runs exactly what `zcorch worker recv|send ARGS` would run (cli.main), in its own
-process group, with its own stdin, stdout and stderr pipes. A run is as isolated as before: its own
-process, sockets, timed window and result; a run that crashes (abort, SIGSEGV, SIGKILL) ends only its
-child, and the server reports how it ended.
+Why: an interpreter start-up with the cffi module costs more than a short transfer; a fork of a warm process
+does not. Each run is a forked child running what `zcorch worker recv|send ARGS` runs (cli.main), in its own
+process group with its own pipes, so a crash ends only its run. Spares (the one accelerator here; figures in
+docs/performance.md): while idle the server forks and warms as many children as it has had runs at once, after
+gc.freeze() so their collections do not copy the server's pages; a request waits for them to be warm.
 
-The protocol is one JSON object per line (json.dumps never writes a raw newline), both ways:
-
-    in   {"op": "run", "id": ID, "argv": ["recv", "--listen", ...]}   fork a child running those worker args
-         {"op": "signal", "id": ID, "signal": N}                      signal the run's process group
-         {"op": "exit"}  (or EOF on stdin: the controller is gone)    kill every run's group and exit
-    out  {"event": "serving", "pid": P, "version": V}                 once, when ready for runs
-         {"id": ID, "started": PID}                                   the child runs
-         {"id": ID, "out": LINE}                                      each line the child printed (its events)
-         {"id": ID, "err": TEXT}                                      what it wrote to stderr
-         {"id": ID, "exit": STATUS}                                   it ended (negative: killed by that signal),
-                                                                      after all its output
-         {"event": "error", "message": M[, "id": ID]}                 a request the server could not act on
-
-The server stays single-threaded (a selector over its stdin and the children's pipes), so fork() is safe.
-Each child's stdin is a pipe whose write end only the server holds: with `--exit-on-stdin-eof` (the runner
-passes it) a child ends its process group when the server goes, however the server went.
-
-Spares: a freshly forked child is slow for its first milliseconds (every page of the server it writes to,
-if only to count a reference, is copied first; argparse, the parameter table and the cffi structures are
-touched for the first time), which used to sit between the request and the run. So while no run is going
-the server forks spares (after gc.freeze(), so no collection in a child walks, and copies, the server's
-objects): as many as it has had runs at once (a server serving both sides of localhost keeps two, one per
-host keeps one), each of which warms up (`warm`: the code path of a run, opening nothing), says so with one
-byte on its stdout, and then waits for its run's argv on a pipe of its own. A request waits until every
-spare has warmed up (no warm-up shares the CPUs with a transfer the server serves) and hands its argv to
-one; a spare that died meanwhile is reaped and the run gets a fresh fork, as when there is none. A spare is
-a run's process from the start (own process group, own pipes), so isolation is unchanged.
-Stdlib only (runs on the hosts).
+Protocol, one JSON object per line both ways:
+    in   {"op": "run", "id": ID, "argv": [...]} | {"op": "signal", "id": ID, "signal": N} | {"op": "exit"} (or EOF)
+    out  {"event": "serving", "pid", "version"} once; then per run {"id", "started": PID}, {"id", "out": LINE},
+         {"id", "err": TEXT}, {"id", "exit": STATUS} (after all its output; negative: killed by that signal);
+         {"event": "error", "message"[, "id"]} for a request it cannot act on.
+Single-threaded (a selector), so fork() is safe. Stdlib only (runs on the hosts).
 """
 from __future__ import annotations
 

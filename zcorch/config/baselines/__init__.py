@@ -23,7 +23,7 @@ from zcorch.config.baselines.dd import DD_MAX_BYTES, DdBaseline  # noqa: F401
 from zcorch.config.baselines.iperf3 import Iperf3Baseline  # noqa: F401
 from zcorch.config.baselines.kind import PER_CHOICES, BaselineError, BaselineKind  # noqa: F401
 from zcorch.config.baselines.qperf import QperfBaseline  # noqa: F401
-from zcorch.config.baselines.registry import BY_NAME, BY_RECORD, KINDS
+from zcorch.config.baselines.registry import BY_NAME, KINDS
 from zcorch.config.checks import Checker
 
 
@@ -114,8 +114,3 @@ def parse_baselines(chk: Checker, node: "ys.YNode | None") -> Baselines:
             continue
         out[name] = BY_NAME[name].parse(chk, child, f"baselines.{name}")
     return Baselines(**out)
-
-
-def kind_of_record(record_kind: str) -> "BaselineKind | None":
-    """The registered kind writing baselines.jsonl records of `record_kind` (dd_write -> dd)."""
-    return BY_RECORD.get(record_kind)

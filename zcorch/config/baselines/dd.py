@@ -128,6 +128,9 @@ class DdKind(BaselineKind):
     default_on = True
     phase = DIRECTORY
     record_kinds = {"dd_write": "dd write (the sink's disk)", "dd_read": "dd read"}
+    share_records = ("dd_write", "dd_read")
+    filesystem_ceilings = ("dd_write", "dd_read")
+    version_label = "dd"
     words = {"dd_write": "dd write", "dd_read": "dd read"}
     match_keys = ("filesystem",)
     strict_keys = ("filesystem",)
@@ -139,6 +142,11 @@ class DdKind(BaselineKind):
     }
     job = JOB
     jobs = (JOB,)
+
+    def rate(self, result: Mapping[str, Any]) -> Optional[float]:
+        """dd's bytes over the wall time of its timed wrapper (write + sync), as MB_per_s holds it."""
+        value = result.get("MB_per_s") if isinstance(result, Mapping) else None
+        return float(value) * 8e6 if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     def check(self, chk: Checker, conf: DdBaseline, nodes: Dict[str, ys.YNode], node: ys.YNode, path: str) -> None:
         if conf.bs * conf.count > DD_MAX_BYTES:

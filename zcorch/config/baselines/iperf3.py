@@ -102,6 +102,9 @@ class Iperf3Kind(ServerClientKind):
     settings = Iperf3Baseline
     default_on = True
     record_kinds = {"iperf3": "iperf3 throughput (network alone)"}
+    share_records = ("iperf3",)
+    figure_reference = "iperf3"
+    version_label = "iperf3"
     words = {"iperf3": "iperf3"}
     match_keys = ("buffer", "window")
     match_fixed = {"zerocopy": False}

@@ -75,6 +75,19 @@ class BaselineKind:
     match_fixed: Mapping[str, Any] = {}
     parsers: Mapping[str, Callable[[ys.YNode], Any]] = {}   # setting -> value parser (file:line on error)
     jobs: Tuple[str, ...] = ()        # zcorch.worker.remote host jobs it runs (dd's `dd`)
+    # What the analysis asks of a kind, so that it names no tool: the record kinds a transfer's throughput
+    # is shown as a share of (the report's "% of" columns), those shown beside each receiving filesystem, the record kind a published throughput figure is
+    # normalised to when it names none (reference.figures), and the host-comparison row of its tool's version
+    # (meta.json versions.<label>: zcorch.worker.remote records each tool's `--version` under its program).
+    share_records: Tuple[str, ...] = ()
+    filesystem_ceilings: Tuple[str, ...] = ()   # record kinds measured per receiving filesystem (match key)
+    figure_reference: str = ""
+    version_label: str = ""
+
+    def rate(self, result: Mapping[str, Any]) -> Optional[float]:
+        """Bits per second a record's result reports; None when it reports none."""
+        value = result.get("bits_per_second") if isinstance(result, Mapping) else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     # -- schema -----------------------------------------------------------------------------
     @property

@@ -118,6 +118,7 @@ class QperfKind(ServerClientKind):
     name = "qperf"
     settings = QperfBaseline
     record_kinds = {"qperf": "qperf tcp_bw throughput (network alone)"}
+    version_label = "qperf"
     words = {"qperf": "qperf"}
     match_keys = ("buffer", "window")
     parsers = {
