@@ -283,9 +283,11 @@ def test_compare_follows_the_ratio(control_set, tmp_path):
     subject = {rec["cell"] for rec in raw_runs(control_set)} - {control}
     slower = slow_cells(copy_result_set(control_set, tmp_path / "subject"), 3.0, subject)
     res = zcorch_cli("compare", control_set, slower, "--metric", "gbit_s_vs_control")
-    assert res.returncode == 1, res.stdout + res.stderr
-    assert "REGRESSION: 1 cell(s) regressed" in res.stdout and "gbit_s_vs_control (ratio, higher is better)" \
-        in res.stdout, res.stdout
+    # regressed; on a machine so loaded that the ratios of 6 runs spread by more than 100%, cannot tell (3):
+    # never an all-clear, and the change is the subject's own
+    assert res.returncode in (1, 3), res.stdout + res.stderr
+    assert "-66.7" in res.stdout and "gbit_s_vs_control (ratio, higher is better)" in res.stdout, res.stdout
+    assert res.returncode == 3 or "REGRESSION: 1 cell(s) regressed" in res.stdout, res.stdout
 
 
 def test_history_follows_the_ratio(control_set, tmp_path):
@@ -475,7 +477,10 @@ def test_a_resumed_sweep_measures_each_rounds_control_once(tmp_path):
 def test_history_of_a_dataset_marks_the_control_cell(control_set, tmp_path):
     root = tmp_path / "nightly"
     for i in range(3):
-        copy_result_set(control_set, root / f"night{i}")
+        night = copy_result_set(control_set, root / f"night{i}")
+        manifest = json.loads((night / "manifest.json").read_text())   # three nights, not one set copied thrice
+        manifest["created"] = f"2026-11-0{i + 1}T03:00:00+00:00"
+        (night / "manifest.json").write_text(json.dumps(manifest))
     res = zcorch_cli("export", root, tmp_path / "dataset")
     assert res.returncode == 0, res.stdout + res.stderr
     control = json.loads((control_set / "manifest.json").read_text())["control"]["cell"]

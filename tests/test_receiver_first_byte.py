@@ -3,21 +3,25 @@ that connects and waits before writing (its own setup) adds nothing to the recei
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 
 from zcorch.worker import native
 
-DELAY = 0.5   # the sender's pause between connect and its first byte, s
+DELAY = 0.5   # the sender's pause between its hello and its first byte, s
+HELLO_MAGIC = 0x325343a5   # native/core/net.c: every connection opens with a 48-byte hello (zero nonce here)
 
 
 def _receive_after(delay: float, nbytes: int = 1 << 20) -> dict:
-    """A real receiver fed by a plain socket that connects, sleeps `delay`, then writes `nbytes` and closes."""
+    """A real receiver fed by a plain socket that connects, sends the stream hello (as a sender does at once),
+    sleeps `delay`, then writes `nbytes` and closes."""
     out: dict = {}
     with native.Receiver("127.0.0.1", 0, "read", sink="/dev/null", timeout=20, bytes=nbytes) as rx:
         t = threading.Thread(target=lambda: out.update(recv=rx.run()))
         t.start()
         with socket.create_connection(("127.0.0.1", rx.port)) as s:
+            s.sendall(struct.pack("<IIIIQQ", HELLO_MAGIC, 0, 1, 0, 0, nbytes) + bytes(16))
             time.sleep(delay)
             s.sendall(b"x" * nbytes)
         t.join()

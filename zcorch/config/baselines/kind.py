@@ -85,7 +85,8 @@ class BaselineKind:
     version_label: str = ""
 
     def rate(self, result: Mapping[str, Any]) -> Optional[float]:
-        """Bits per second a record's result reports; None when it reports none."""
+        """Bits per second a record's result reports; None when it reports none (also what `control: <kind>`
+        divides each run's gbit_s by: zcorch.analysis.frames.add_control_ratios)."""
         value = result.get("bits_per_second") if isinstance(result, Mapping) else None
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -150,11 +151,6 @@ class BaselineKind:
         return None
 
     # -- records ----------------------------------------------------------------------------
-    def rate(self, result: Mapping[str, Any]) -> Optional[float]:
-        """The throughput (bits/s) a record's result reports, or None: what `control: <kind>` divides each
-        run's gbit_s by (zcorch.analysis.frames.add_control_ratios). None: the kind is no rate to judge by."""
-        return None
-
     def describe(self, record: Mapping[str, Any]) -> str:
         """One line for a baseline record of this kind (the end-of-run summary)."""
         what = str(record.get("kind") or self.name).replace("_", " ")
@@ -204,11 +200,6 @@ class ServerClientKind(BaselineKind):
         """The one test `control: <kind>` runs in every round: the kind's test with the tool's own window and
         message size (its key of `per: sweep`), the same in every experiment that names it."""
         return self.keys(replace(conf, per="sweep"), ())[0]
-
-    def rate(self, result: Mapping[str, Any]) -> Optional[float]:
-        # parse_output's result carries what arrived as bits_per_second (what a cell's gbit_s is compared to)
-        bps = result.get("bits_per_second") if isinstance(result, Mapping) else None
-        return float(bps) if isinstance(bps, (int, float)) and not isinstance(bps, bool) else None
 
     def estimate(self, conf: Any, params_list: Sequence[Mapping[str, Any]], rate: float, overhead: float) -> Cost:
         n = len(self.keys(conf, params_list))
