@@ -7,6 +7,7 @@ import errno
 import itertools
 import signal
 import socket
+import struct
 import threading
 import time
 
@@ -176,6 +177,9 @@ def test_worker_info_reports_capabilities_and_availability():
 
 # ---------------------------------------------------------------- the planner agrees with the worker
 
+HELLO_MAGIC = 0x325343a5   # native/core/net.c ZC_HELLO_MAGIC
+
+
 def worker_outcome(send_mode: str, recv_mode: str, source: str, sink: str) -> "WorkerError | None":
     """Run the cell for real (receiver thread + sender); the WorkerError of whichever side refused."""
     try:
@@ -195,8 +199,10 @@ def worker_outcome(send_mode: str, recv_mode: str, source: str, sink: str) -> "W
     try:
         sent = native.send("127.0.0.1", rx.port, send_mode, source=source, bytes=NBYTES, timeout=20)
     except WorkerError as exc:
-        # refused before connecting: an empty connection lets the receiver finish at once
-        socket.create_connection(("127.0.0.1", rx.port)).close()
+        # refused before connecting: a stream hello of no bytes (zero nonce, one stream: what
+        # native/core/net.c expects first) lets the receiver finish at once; a bare connection is dropped
+        with socket.create_connection(("127.0.0.1", rx.port)) as s:
+            s.sendall(struct.pack("<IIIIQQ", HELLO_MAGIC, 0, 1, 0, 0, 0) + bytes(16))
         t.join(25)
         return exc
     finally:
