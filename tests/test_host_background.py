@@ -52,7 +52,9 @@ def test_a_pinned_busy_loop_is_flagged_and_subtracted():
         assert max(r["send_host_background_cpus"], r["recv_host_background_cpus"]) > 0.5   # a whole CPU spun
     own = [statistics.median(r["total_host_own_s_per_gib"] for r in rs) for rs in (hogged, quiet)]
     for r in hogged + quiet:   # the figure of the transfer, not of the machine: between its workers' CPU and the host's
-        assert r["total_cpu_s_per_gib"] - 1e-9 <= r["total_host_own_s_per_gib"] <= r["total_host_busy_s_per_gib"] + 1e-9
+        # (the host's busy CPU is counted in ticks: on a loaded machine it may fall short of the workers' own)
+        top = max(r["total_host_busy_s_per_gib"], r["total_cpu_s_per_gib"])
+        assert r["total_cpu_s_per_gib"] - 1e-9 <= r["total_host_own_s_per_gib"] <= top + 1e-9
     busy = [statistics.median(r["total_host_busy_s_per_gib"] for r in rs) for rs in (hogged, quiet)]
     print(f"host CPU s/GiB, busy: hog {busy[0]:.3f} quiet {busy[1]:.3f}; own: hog {own[0]:.3f} quiet {own[1]:.3f}; "
           f"ratio own {own[0] / own[1]:.2f}, busy {busy[0] / busy[1]:.2f}")

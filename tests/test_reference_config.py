@@ -95,7 +95,7 @@ def test_units_convert_within_a_dimension_only():
     ("  source: {title: x}\n  claims:\n    - {says: x, metric: mb_s, a: {send_mode: write}, b: {send_mode: splice},"
      " holds_if: a more than b}\n", 9, "holds_if: `a more than b` is not a condition"),
     ("  source: {title: x}\n  claims:\n    - {says: x, metric: mb_s, a: {send_mode: write}}\n", 9,
-     "reference.claims[0]: missing `b:`, `holds_if:`"),
+     "reference.claims[0]: missing `holds_if:`, `b:`"),
     ("  title: x\n", 7, "missing `source:`"),
 ])
 def test_mistakes_are_reported_at_file_line(bad, line, needle):

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from fixtures_fs import SMALL_CONFIGS, host_state
-from fixtures_run import REPO, poll_until_empty, stall_a_run, start_zcorch, wait_records, zcorch
+from fixtures_run import REPO, kill_watchdogs, poll_until_empty, stall_a_run, start_zcorch, wait_records, zcorch
 from zcorch.results.store import read_jsonl
 
 pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(300)]
@@ -121,6 +121,8 @@ def test_killed_filesystem_sweep_is_undone_by_lab_down_cleanup_and_by_the_next_r
         p = start_zcorch("lab", "run", exp, "-o", out)
         try:
             wait_records(out / "runs.jsonl", 2, timeout=120)  # two configurations mounted, more coming
+            # the receiver's watchdog dies too (else it undoes all at once): what is left is the stale cleanup's
+            kill_watchdogs(lab.pids_in("receiver"))
         finally:
             p.kill()
             p.wait()

@@ -270,7 +270,7 @@ EXT4_SMALL = ["hosts=localhost", "network=null", "bytes=2MiB", "repeats=2", "bas
 
 @pytest.mark.root
 def test_ext4_study_s_dd_claims_rest_on_repeated_dd_of_each_filesystem(tmp_path):
-    # the shipped file, shrunk: its dd runs `repeats` times per filesystem (the file says 3), so a claim
+    # the shipped file, shrunk: its dd runs `repeats` times per filesystem (the file says 5), so a claim
     # about the page's dd figures has an interval made of that filesystem's own records
     from zcorch.sweep.pipeline import run_sweep
 
@@ -283,10 +283,10 @@ def test_ext4_study_s_dd_claims_rest_on_repeated_dd_of_each_filesystem(tmp_path)
     for rec in records:
         if rec["kind"] == "dd_write" and rec["status"] == "ok":
             by_fs.setdefault(rec["key"]["filesystem"], []).append(rec["result"]["bytes"] / rec["result"]["wall_s"] / 1e6)
-    assert {fs: len(v) for fs, v in by_fs.items()} == {"ext4-delalloc": 3, "ext4-nodelalloc": 3, "xfs": 3}
-    assert sorted(r["repeat"] for r in records if r["kind"] == "dd_write") == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert {fs: len(v) for fs, v in by_fs.items()} == {"ext4-delalloc": 5, "ext4-nodelalloc": 5, "xfs": 5}
+    assert sorted(r["repeat"] for r in records if r["kind"] == "dd_write") == sorted(list(range(5)) * 3)
     ref = reference_of((out / "experiment.yaml").read_text(), "experiment.yaml")
     nodelalloc, xfs, _ = rp.claims(load(out), ref, load_baselines(out))
     for side, fs in ((nodelalloc.a, "ext4-nodelalloc"), (nodelalloc.b, "ext4-delalloc"), (xfs.a, "xfs")):
-        assert side.n == 3 and side.median == pytest.approx(sorted(by_fs[fs])[1]) and side.has_ci, fs
+        assert side.n == 5 and side.median == pytest.approx(sorted(by_fs[fs])[2]) and side.has_ci, fs
     assert "one record" not in nodelalloc.evidence

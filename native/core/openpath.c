@@ -204,9 +204,12 @@ static int judge(int fd, const char *path, int how, struct stat *st, zc_error *e
         return failf(err, EPERM, "source %s is a %s device (%u:%u), not one of %s: refused", path, kind,
                      major(st->st_rdev), minor(st->st_rdev), devices_text(how));
     }
-    if (!S_ISREG(st->st_mode))
-        return failf(err, EPERM, "%s %s is neither a regular file nor one of the devices %s: refused", what, path,
-                     devices_text(how));
+    /* A FIFO the user made is a source like a file (reading it changes nothing; the open waits for its writer,
+     * as it always did); as a sink it would feed whatever program reads it: refused. */
+    int fifo_source = S_ISFIFO(st->st_mode) && (how & 3) != ZC_OPEN_SINK;
+    if (!S_ISREG(st->st_mode) && !fifo_source)
+        return failf(err, EPERM, "%s %s is neither a regular file nor one of the devices %s%s: refused", what, path,
+                     devices_text(how), (how & 3) == ZC_OPEN_SINK ? "" : " (nor a FIFO)");
     struct statfs sf;
     if (fstatfs(fd, &sf) < 0)
         return failf(err, errno, "%s %s: fstatfs: %s", what, path, strerror(errno));

@@ -118,11 +118,18 @@ def test_a_regular_file_on_this_ext4_or_tmpfs_is_accepted_and_devices_by_number(
 
 
 @needs_native
-def test_a_fifo_is_neither_a_file_nor_an_allowed_device(tmp_path):
+def test_a_fifo_is_a_source_but_never_a_sink(tmp_path):
     fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)   # an open for reading would wait for a writer: the verdict is taken on an O_PATH descriptor
+    os.mkfifo(fifo)
+    # as a sink, a FIFO would feed whatever program reads it: refused on its O_PATH descriptor, before any open
     with pytest.raises(WorkerError, match="neither a regular file nor one of the devices"):
-        native.open_file(str(fifo), "source")
+        native.open_file(str(fifo), "sink")
+    # as a source it is the user's own pipe (the open waits for a writer: this end holds one)
+    writer = os.open(fifo, os.O_RDWR)
+    try:
+        os.close(native.open_file(str(fifo), "source"))
+    finally:
+        os.close(writer)
 
 
 def test_the_worker_cli_reports_a_linked_sink_as_an_error_event(tmp_path):
