@@ -36,8 +36,11 @@ def child(mode: str, d, *args: str) -> dict:
 @pytest.mark.root
 @pytest.mark.slow
 def test_the_rename_race_never_reaches_proc_sys_or_dev_full(tmp_path):
-    (tmp_path / "naive").mkdir()
-    control = child("naive", tmp_path / "naive", "20000")
+    for attempt in range(3):   # a race: the naive opener loses it within 20000 tries nearly always, not always
+        (tmp_path / f"naive{attempt}").mkdir()
+        control = child("naive", tmp_path / f"naive{attempt}", "20000")
+        if control["escaped"]:
+            break
     # the harness is real: check-the-name-then-open loses this race (in the child's own network namespace)
     assert control["escaped"] and control["fin_after"] == "7", control
     (tmp_path / "w").mkdir()
