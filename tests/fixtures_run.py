@@ -1,5 +1,6 @@
 """Helpers for the run-stage tests: real workers on localhost, tagged so scans find only ours."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,10 +95,36 @@ def zcorch(tag, *args, **kw):
                           env=env, timeout=kw.pop("timeout", 120), cwd=kw.pop("cwd", REPO), **kw)
 
 
+_STARTED: list = []   # every controller start_zcorch started (stop_left_controllers ends what a test left)
+
+
 def start_zcorch(tag, *args):
     env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
-    return subprocess.Popen([sys.executable, "-m", "zcorch", *map(str, args)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    p = subprocess.Popen([sys.executable, "-m", "zcorch", *map(str, args)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    _STARTED.append(p)
+    return p
+
+
+@pytest.fixture(autouse=True)
+def stop_left_controllers():
+    """A controller a failed test left running (it did not exit when the test expected) would hold the lab's
+    leases and workers and fail every later test: its Python stack goes to the report (py-spy, which says
+    where it hung), then SIGTERM (its own teardown), then SIGKILL."""
+    yield
+    left = [p for p in _STARTED if p.poll() is None]
+    _STARTED.clear()
+    for p in left:
+        spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+        if os.path.exists(spy):
+            dump = subprocess.run([spy, "dump", "--pid", str(p.pid)], capture_output=True, text=True, timeout=60)
+            sys.stderr.write(f"controller {p.pid} left running by the test:\n{dump.stdout}{dump.stderr}\n")
+        p.terminate()
+        try:
+            p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
 
 
 def wait_records(path, n, timeout=60):

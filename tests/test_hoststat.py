@@ -88,9 +88,28 @@ def test_counters_stepping_back_missing_columns_hotplug_and_unreadable_files():
     assert all(v is None for v in d.values())
 
 
-def test_busy_fields_are_everything_but_idle_and_iowait():
-    assert set(HOST_BUSY_FIELDS) == set(HOST_CPU_FIELDS) - {"idle", "iowait"}
+def test_busy_fields_are_what_this_kernel_ran_not_idle_iowait_nor_steal():
+    assert set(HOST_BUSY_FIELDS) == set(HOST_CPU_FIELDS) - {"idle", "iowait", "steal"}
     assert hoststat.BUSY_FIELDS == HOST_BUSY_FIELDS and hoststat.CPU_FIELDS == HOST_CPU_FIELDS
+
+
+def test_steal_is_neither_busy_nor_idle():
+    # 2 CPUs, 1 s: 50 ticks user, 50 idle, 100 stolen by the hypervisor (half of each CPU's time)
+    before = "cpu  0 0 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0\n"
+    after = "cpu  50 0 0 50 0 0 0 100\ncpu0 25 0 0 25 0 0 0 50\ncpu1 25 0 0 25 0 0 0 50\n"
+    assert hoststat.idle_share(before, after) == 0.5      # of the time the kernel had its CPUs
+    d = hoststat.host_deltas({"/proc/stat": before}, {"/proc/stat": after}, window_ns=10**9, clk_tck=100)
+    assert hoststat.busy_us(d) == 500_000 and d["host_steal_us"] == 1_000_000
+    # steal alone does not make the run's host CPU untrustworthy (it is not in it); other work before it does
+    assert rates.run_cpu_resolution(dict(d, host_ticks=200, host_idle_before=1.0), {}) == "ok"
+    assert rates.run_cpu_resolution(dict(d, host_ticks=200, host_idle_before=0.5), {}) == (
+        "host shared (1.00 CPUs busy before)")
+    import pandas as pd
+    from zcorch.analysis.frames import add_derived
+    row = {f"send_{k}": v for k, v in d.items() if not isinstance(v, dict)}
+    row.update(send_bytes=1 << 30)
+    frame = add_derived(pd.DataFrame([row]))
+    assert frame["send_host_steal_cpus"].iloc[0] == 1.0 and frame["send_host_busy_s"].iloc[0] == 0.5
 
 
 @pytest.mark.parametrize("completions,copied,verdict", [

@@ -146,17 +146,23 @@ def test_killed_filesystem_sweep_is_undone_by_lab_down_cleanup_and_by_the_next_r
 
 def test_ctrl_c_mid_filesystem_sweep_tears_down_and_still_describes_what_was_provisioned(lab, receiver, tmp_path):  # noqa: F811,E501
     before = host_state(receiver)
-    out = tmp_path / "rs"
-    p = start_zcorch("lab", "run", fs_exp(tmp_path, lab, repeats=2), "-o", out)
-    wait_records(out / "runs.jsonl", 2, timeout=120)  # interleaved: two configurations mounted, more coming
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
-    assert p.returncode == 130, err
-    assert host_state(receiver) == before  # torn down on Ctrl-C, not only at the end of a sweep
-    used = {x["params"]["filesystem"] for x in read_jsonl(str(out / "runs.jsonl")) if x["status"] == "ok"}
-    fs = json.loads((out / "meta.json").read_text())["filesystems"]
-    assert used and all(fs[name].get("fstype") in ("ext4", "xfs", "btrfs") for name in used), fs
-    assert lab_workers(lab) == []
+    # Ctrl-C at several moments after the second run: the third configuration is being made (truncate,
+    # losetup, mkfs, mount): whichever command is in flight ends first, and the teardown undoes all of it.
+    # A Ctrl-C that cut `mount` short left it mounted once, and the next sweep refused to start.
+    for i, delay in enumerate((0.0, 0.3, 0.8)):
+        out = tmp_path / f"rs{i}"
+        p = start_zcorch("lab", "run", fs_exp(tmp_path, lab, repeats=2), "-o", out)
+        wait_records(out / "runs.jsonl", 2, timeout=120)  # interleaved: two configurations mounted, more coming
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 130, err
+        assert host_state(receiver) == before, err  # torn down on Ctrl-C, not only at the end of a sweep
+        assert "teardown incomplete" not in err, err
+        used = {x["params"]["filesystem"] for x in read_jsonl(str(out / "runs.jsonl")) if x["status"] == "ok"}
+        fs = json.loads((out / "meta.json").read_text())["filesystems"]
+        assert used and all(fs[name].get("fstype") in ("ext4", "xfs", "btrfs") for name in used), fs
+        assert wait_no_lab_workers(lab, 5.0) == []
 
 
 # -- faults through `zcorch run` --------------------------------------------------------------------

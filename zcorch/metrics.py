@@ -109,7 +109,7 @@ _DERIVED_RUN: "tuple[AnalysisMetric, ...]" = (
                    "sender: the system share (0..1) of its process CPU"),
     *_sides("host_busy_s", "s", "host CPU busy",
             "busy CPU seconds of the whole machine over the worker's window (/proc/stat: user, nice, system, "
-            "irq, softirq, steal; all CPUs)", None, extensive=True),
+            "irq, softirq; all CPUs; not steal, the hypervisor's time for other guests)", None, extensive=True),
     *_sides("host_busy_cpus", "CPUs", "host CPUs busy", "busy host CPU seconds / the window: CPUs busy on average",
             None),
     *_sides("host_busy_s_per_gib", "s/GiB", "host CPU",
@@ -121,6 +121,9 @@ _DERIVED_RUN: "tuple[AnalysisMetric, ...]" = (
     *_sides("host_background_cpus", "CPUs", "host CPUs busy before",
             "CPUs busy with other work just before the run: (1 - host_idle_before) × CPUs, from the `idle_probe` "
             "window (NaN unprobed); above 0.1 the run's host is shared (`host_shared`, `cpu_resolution`)", None),
+    *_sides("host_steal_cpus", "CPUs", "hypervisor steal",
+            "CPUs the hypervisor gave to other guests over the worker's window (/proc/stat steal / the window): "
+            "not in the host's busy CPU (no work of this machine), but CPU the transfer did not get", None),
     *_sides("host_own_s_per_gib", "s/GiB", "host CPU, own",
             "host CPU per GiB less the background the idle probe saw before the run (busy CPU − background CPUs × "
             "window, never below the worker's process CPU): the transfer's own share of a shared host; NaN unprobed",

@@ -34,7 +34,7 @@ typedef struct zc_sample {
     int64_t t_ns;              /* since the start of the timed region */
     uint64_t bytes;            /* bytes moved so far */
     int64_t proc_cpu_ns;       /* CPU time of the worker process since the start (all its threads) */
-    int64_t host_busy_ticks;   /* /proc/stat "cpu" since the start: user+nice+system+irq+softirq+steal */
+    int64_t host_busy_ticks;   /* /proc/stat "cpu" since the start: user+nice+system+irq+softirq */
     int64_t host_softirq_ticks;
     int64_t host_idle_ticks;   /* idle + iowait */
     int64_t tcp_snd_cwnd;      /* TCP_INFO at the sample */

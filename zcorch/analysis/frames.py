@@ -11,7 +11,7 @@ the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived
   **process CPU** view (the worker's own rusage): the kernel charges protocol and softirq work to
   whichever process happens to run, so it moves between the sides with the pinning.
 - `send_host_busy_s`, `recv_host_busy_s`: the **host CPU** view, busy CPU seconds of the whole machine
-  over the worker's window (/proc/stat: user+nice+system+irq+softirq+steal, all CPUs);
+  over the worker's window (/proc/stat: user+nice+system+irq+softirq, all CPUs; steal is not this host's work);
   `*_host_busy_s_per_gib`, `*_host_softirq_s_per_gib` per GiB the side moved; `*_host_busy_cpus` = busy
   seconds / window (CPUs busy on average).
 - `same_host`: both workers on one running kernel (equal `host_boot_id`: localhost, or network
@@ -362,6 +362,8 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
             # what the host was busy with before the run (the idle probe), taken out of the window's busy CPU
             background = rates.background_cpus(col(prefix + "host_idle_before"), col(prefix + "host_ncpus"))
             out[prefix + "host_background_cpus"] = background
+            out[prefix + "host_steal_cpus"] = col(prefix + "host_steal_us") / 1e6 / np.where(
+                window[prefix] > 0, window[prefix], np.nan)
             # never below the worker's own process CPU: on a saturated host the others yield to the transfer,
             # so the background seen before overstates what ran beside it
             process = (col(prefix + "utime_us") + col(prefix + "stime_us")) / 1e6

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import os
 import queue
+import shlex
 import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, List, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
     from zcorch.config.hosts import HostSpec
 
 from zcorch.errors import HostError
+from zcorch.hosts import critical
 
 
 @dataclass
@@ -66,6 +68,12 @@ class Process:
     def kill_group(self, sig: int = signal.SIGKILL) -> None:  # pragma: no cover - interface
         """Signal every process of the command's process group (not just the channel)."""
         raise NotImplementedError
+
+
+def _waiting_for(host: str, argv: Sequence[object], doing: str = "") -> str:
+    """How a held Ctrl-C names the command it waits for: "`mkfs.xfs -f -- /dev/loop2` on receiver"."""
+    text = shlex.join(str(a) for a in argv)
+    return f"{doing}`{text[:80] + ' ...' if len(text) > 80 else text}` on {host}"
 
 
 class Host:
@@ -210,6 +218,11 @@ class LocalHost(Host):
 
     def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
         argv = [str(a) for a in argv]
+        with critical.section(_waiting_for(self.name, argv)):   # a signal waits for the command's end
+            return self._run(argv, timeout, env, input)
+
+    def _run(self, argv: List[str], timeout: float, env: Optional[Mapping[str, str]],
+             input: Optional[str]) -> CommandResult:
         try:
             # Its own session: on timeout (or Ctrl-C) the whole group goes, not just the direct child
             # (subprocess.run(timeout=) kills only that one; a dd under a shell would keep writing).
@@ -236,9 +249,10 @@ class LocalHost(Host):
         # stdin: a pipe only this controller holds (close_fds keeps it out of other children), so
         # its EOF tells a worker started with --exit-on-stdin-eof that the controller died.
         try:
-            popen = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.PIPE, text=True, env=self._env(env),
-                                     start_new_session=True, close_fds=True)
+            with critical.section(_waiting_for(self.name, argv, "starting ")):
+                popen = subprocess.Popen([str(a) for a in argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         stdin=subprocess.PIPE, text=True, env=self._env(env),
+                                         start_new_session=True, close_fds=True)
         except OSError as exc:   # missing, or found but not runnable: the caller's error, not a traceback
             raise HostError(f"{self.name}: {argv[0]}: cannot be started: {exc.strerror or exc}") from None
         return LocalProcess(self, popen)
@@ -248,6 +262,10 @@ class LocalHost(Host):
             self.put_bytes(f.read(), remote_path, mode)
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        with critical.section(f"writing {remote_path} on {self.name}"):
+            self._put_bytes(data, remote_path, mode)
+
+    def _put_bytes(self, data: bytes, remote_path: str, mode: int) -> None:
         remote_path = os.path.expanduser(remote_path)
         tmp = f"{remote_path}.tmp{os.getpid()}.{time.monotonic_ns()}"
         try:

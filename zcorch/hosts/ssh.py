@@ -73,7 +73,8 @@ paramiko = _import_paramiko_without_invoke()
 
 from zcorch.config.hosts import Hosts, HostSpec
 from zcorch.errors import ConfigError, HostError, ZcorchError
-from zcorch.hosts.local import CommandResult, Host, Process, _LineReader
+from zcorch.hosts import critical
+from zcorch.hosts.local import CommandResult, Host, Process, _LineReader, _waiting_for
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
 # First stdout line of every wrapped command: "zcorch-pid PID PGID". Reading the group from /proc
@@ -445,7 +446,8 @@ class SSHProcess(Process):
 
     def send_line(self, text: str) -> None:
         try:
-            self.channel.sendall((text + "\n").encode())
+            with critical.section(f"writing to a command's stdin on {self.host.name}"):
+                self.channel.sendall((text + "\n").encode())
         except (OSError, EOFError, paramiko.SSHException) as exc:
             raise HostError(f"{self.host.name}: cannot write to the command's stdin: {exc}") from None
 
@@ -454,10 +456,13 @@ class SSHProcess(Process):
             return
         self._killed_with = int(sig)
         # A fresh channel: the command's own channel only carries its stdio.
-        self.host._exec_plain(["kill", f"-{int(sig)}", "--", f"-{self.pgid}"], timeout=15.0)
+        argv = ["kill", f"-{int(sig)}", "--", f"-{self.pgid}"]
+        with critical.section(_waiting_for(self.host.name, argv)):
+            self.host._exec_plain(argv, timeout=15.0)
 
     def close(self) -> None:
-        self.channel.close()
+        with critical.section(f"closing a command's channel on {self.host.name}"):
+            self.channel.close()
 
 
 class SSHHost(Host):
@@ -561,8 +566,14 @@ class SSHHost(Host):
         return CommandResult([str(a) for a in argv], status, out, err)
 
     def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
-        """Run argv to completion (stdout/stderr byte-exact); on timeout its process group is killed (-9)."""
+        """Run argv to completion (stdout/stderr byte-exact); on timeout its process group is killed (-9).
+        A signal waits for it to end (zcorch.hosts.critical)."""
         argv = [str(a) for a in argv]
+        with critical.section(_waiting_for(self.name, argv)):
+            return self._run(argv, timeout, env, input)
+
+    def _run(self, argv: List[str], timeout: float, env: Optional[Mapping[str, str]],
+             input: Optional[str]) -> CommandResult:
         chan = self._exec(argv, env, wrap=True)
         if input is not None:
             chan.settimeout(max(timeout, self.op_timeout))  # a stalled reader must not block us forever
@@ -590,10 +601,11 @@ class SSHHost(Host):
 
     def start(self, argv, env=None) -> SSHProcess:
         """Start argv; the Process reads stdout lines and can signal the whole remote process group."""
-        chan = self._exec(argv, env, wrap=True)
-        # The channel's stdin stays open: when this controller dies, sshd sees the connection drop
-        # and closes the command's stdin, which a worker started with --exit-on-stdin-eof obeys.
-        return SSHProcess(self, chan)
+        with critical.section(_waiting_for(self.name, argv, "starting ")):   # started with its pid known
+            chan = self._exec(argv, env, wrap=True)
+            # The channel's stdin stays open: when this controller dies, sshd sees the connection drop
+            # and closes the command's stdin, which a worker started with --exit-on-stdin-eof obeys.
+            return SSHProcess(self, chan)
 
     # -- files -------------------------------------------------------------------------------
     @property
@@ -632,6 +644,10 @@ class SSHHost(Host):
     def _sftp_call(self, what: str):
         """Yields the SFTP session; a call that times out drops the session (its replies are out of
         step now) and raises HostError naming the host and `what`."""
+        with critical.section(f"{what} on {self.name}"):
+            yield from self._sftp_session(what)
+
+    def _sftp_session(self, what: str):
         try:
             sftp = self.sftp()
         except HostError as exc:

@@ -23,6 +23,7 @@ import sys
 from typing import Callable, Dict, Iterator, List, Optional, TextIO
 
 from zcorch.errors import SignalInterrupt
+from zcorch.hosts import critical
 
 # What each live part of the sweep would leave if the teardown stopped now: name -> lines (empty: nothing).
 Leftovers = Callable[[], List[str]]
@@ -54,11 +55,21 @@ class InterruptGuard:
             pass
 
     def handler(self, signum: int, frame: object) -> None:
-        if signum == signal.SIGINT:
+        again = critical.redelivered(signum)   # held while a host command ran: counted when it first came
+        if signum == signal.SIGINT and not again:
             self.presses += 1
-        if signum == signal.SIGHUP:
+        if signum == signal.SIGHUP and not again:
             _detach_from_hung_up_terminal(self._ttys)
         if not self.tearing_down:
+            if critical.defer(signum):   # a host command in flight ends first (zcorch.hosts.critical)
+                if signum == signal.SIGINT and self.presses >= ABANDON_AFTER:
+                    self.abandon()
+                if not again:
+                    hint = (f" (Ctrl-C {ABANDON_AFTER - self.presses} more time(s) abandons it)"
+                            if signum == signal.SIGINT else "")
+                    self._say(f"{signal.Signals(signum).name}: stopping once {'; '.join(critical.waiting_for())} "
+                              f"ended{hint}")
+                return
             self.tearing_down = True
             # SIGTERM, SIGHUP: a KeyboardInterrupt that names it, so the interrupted run's record says which
             raise KeyboardInterrupt if signum == signal.SIGINT else SignalInterrupt(signum)
@@ -130,9 +141,11 @@ def _safe(fn: Leftovers) -> List[str]:
 
 
 def begin_teardown() -> None:
-    """From here on no signal interrupts this process's sweep (when a guard is installed)."""
+    """From here on no signal interrupts this process's sweep (when a guard is installed); host commands run
+    again in every thread (a signal held while one ran stopped the others from starting new ones)."""
     for guard in _ACTIVE:
         guard.tearing_down = True
+    critical.resume()
 
 
 def left_behind(name: str, fn: Optional[Leftovers]) -> None:

@@ -140,7 +140,8 @@ def host_deltas(before: "Dict[str, Optional[str]]", after: "Dict[str, Optional[s
 
 def idle_share(before: "Optional[str]", after: "Optional[str]") -> "Optional[float]":
     """Share (0..1) of all CPUs' time that was idle (idle + iowait: nothing to run) between two /proc/stat
-    texts; None when either is missing or no tick passed (a window too short to count)."""
+    texts, of the time this kernel had its CPUs (steal, when the hypervisor ran others, is not in it); None
+    when either is missing or no tick passed (a window too short to count)."""
     if before is None or after is None:
         return None
     s0, s1 = parse_stat(before).get("cpu"), parse_stat(after).get("cpu")
@@ -149,7 +150,7 @@ def idle_share(before: "Optional[str]", after: "Optional[str]") -> "Optional[flo
     ticks = cpu_delta_ticks(s0, s1)
     if None in ticks.values():
         return None
-    total = sum(ticks.values())
+    total = sum(ticks.values()) - (ticks.get("steal") or 0)
     return None if total <= 0 else (ticks["idle"] + ticks["iowait"]) / total
 
 
