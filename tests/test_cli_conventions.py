@@ -133,6 +133,16 @@ def test_examples_list_and_copy_never_overwrite(tmp_path):
     assert linked.returncode == 2 and victim.read_text() == "keep"
     unknown = zcorch_cli("examples", "copy", "nope", tmp_path)
     assert unknown.returncode == 2 and "quickstart" in unknown.stderr
+    # a recipe is a directory, copied as one and never into one that exists (a link to one included)
+    assert "nightly" in names
+    res = zcorch_cli("examples", "copy", "nightly", tmp_path / "ops")
+    assert res.returncode == 0, res.stderr
+    recipe = ROOT / "contrib" / "nightly"
+    assert sorted(p.name for p in (tmp_path / "ops" / "nightly").iterdir()) == sorted(p.name for p in recipe.iterdir())
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "linked" / "nightly").symlink_to(tmp_path / "elsewhere")
+    linked = zcorch_cli("examples", "copy", "nightly", tmp_path / "linked")
+    assert linked.returncode == 2 and "not overwritten" in linked.stderr and not list((tmp_path / "elsewhere").iterdir())
 
 
 def test_run_json_of_the_quick_start_validates_against_the_documented_schema(tmp_path):
