@@ -13,8 +13,10 @@ from setuptools.command.build_py import build_py
 NATIVE = "native"
 NATIVE_PARTS = ["build.py", "gen_params.py", "include", "core", "modes"]   # what a host needs to build the worker
 PACKAGE_DATA_DIR = os.path.join("zcorch", "_native_src")
-# The shipped experiment files and the analysis notebook, for `zcorch examples` in a wheel install.
+# The shipped experiment files and the analysis notebook, for `zcorch examples` in a wheel install; and the
+# recipes, each a directory of contrib/ (contrib/nightly), copied whole (`zcorch examples copy nightly`).
 EXAMPLES = {"experiments": ".yaml", "notebooks": ".ipynb"}
+RECIPES = "contrib"
 EXAMPLES_DIR = os.path.join("zcorch", "_examples")
 _SKIP_DIRS = {"__pycache__", "_build"}
 _SKIP_SUFFIXES = (".so", ".o", ".pyc", ".pyo", "~")
@@ -35,8 +37,8 @@ def native_files():
 
 
 class build_py_with_native_sources(build_py):
-    """build_py, plus native/ copied into the built package as zcorch/_native_src/ and the experiments and
-    notebook as zcorch/_examples/ (package data)."""
+    """build_py, plus native/ copied into the built package as zcorch/_native_src/ and the experiments,
+    notebook and recipes as zcorch/_examples/ (package data)."""
 
     def _native_outputs(self):
         out = {os.path.join(self.build_lib, PACKAGE_DATA_DIR, rel): os.path.join(NATIVE, rel) for rel in native_files()}
@@ -44,6 +46,11 @@ class build_py_with_native_sources(build_py):
             for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
                 if name.endswith(suffix):
                     out[os.path.join(self.build_lib, EXAMPLES_DIR, name)] = os.path.join(folder, name)
+        for recipe in sorted(os.listdir(RECIPES)) if os.path.isdir(RECIPES) else ():
+            folder = os.path.join(RECIPES, recipe)
+            for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
+                if os.path.isfile(os.path.join(folder, name)) and not name.endswith(_SKIP_SUFFIXES):
+                    out[os.path.join(self.build_lib, EXAMPLES_DIR, recipe, name)] = os.path.join(folder, name)
         return out
 
     def run(self):

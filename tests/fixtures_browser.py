@@ -8,7 +8,8 @@ it is wider than the window, and a screenshot kept as a test artifact. The check
 a copy of the page, next to the original so that relative links (the history page's PNG files) resolve as
 they do for a reader: it records window errors (scripts and, in the capture phase, resources that failed
 to load) and console.error calls from the start, then after the load event every <img> that did not decode
-and the document's width against the window's, in an element the browser waits for.
+and the document's width against the window's, and each table's header row and body cells, in an element the
+browser waits for.
 
 Screenshots go to $ZCORCH_TEST_ARTIFACTS/browser/ when that is set, else tests/artifacts/browser/ (ignored by
 git): look at them after a change to the report or history pages."""
@@ -54,7 +55,14 @@ CHECK = """<script>
         images: imgs.map(function (i) { return {ok: i.complete && i.naturalWidth > 0, w: i.naturalWidth, h: i.naturalHeight,
                                                 alt: i.alt.slice(0, 80)}; }),
         scrollWidth: document.documentElement.scrollWidth, innerWidth: window.innerWidth, wide: wide,
-        headings: Array.prototype.map.call(document.querySelectorAll('h2'), function (h) { return h.textContent; })});
+        headings: Array.prototype.map.call(document.querySelectorAll('h2'), function (h) { return h.textContent; }),
+        tables: Array.prototype.map.call(document.querySelectorAll('table'), function (t) {
+          var text = function (c) { return c.textContent.replace(/\\s+/g, ' ').trim(); };
+          var heads = t.querySelectorAll('thead tr');
+          return {headers: heads.length ? Array.prototype.map.call(heads[heads.length - 1].cells, text) : [],
+                  rows: Array.prototype.map.call(t.querySelectorAll('tbody tr'), function (r) {
+                    return Array.prototype.map.call(r.cells, text); })};
+        })});
       document.body.appendChild(out);
     }, 50);
   });

@@ -66,7 +66,9 @@ def test_quiet_prints_no_progress_and_progress_names_modes(tmp_path):
     assert "results:" in quiet.stdout                       # the answer is still printed
 
 
-def test_tab_completion_in_a_real_bash():
+def test_tab_completion_in_a_real_bash(tmp_path):
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("pairs:\n  here: localhost\n  rack3: localhost\n")
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("bash not installed")
@@ -80,7 +82,7 @@ export -f zcorch
 {code.stdout}
 complete -p zcorch >/dev/null || exit 3
 fn=$(complete -p zcorch | sed -E 's/.*-F ([^ ]+) .*/\\1/')
-for line in "zcorch ru" "zcorch compare a b --met" "zcorch examples co" "zcorch examples copy q" "zcorch history r --metric gbit_s_"; do
+for line in "zcorch ru" "zcorch compare a b --met" "zcorch examples co" "zcorch examples copy q" "zcorch history r --metric gbit_s_" "zcorch run x.yaml --hosts {inventory}:" "zcorch plan x.yaml --hosts {inventory}:here," "zcorch examples copy n"; do
   COMP_LINE="$line"; COMP_POINT=${{#COMP_LINE}}; read -ra COMP_WORDS <<< "$line"; COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
   COMPREPLY=(); $fn zcorch "${{COMP_WORDS[-1]}}" "${{COMP_WORDS[-2]}}" 2>/dev/null
   echo "${{COMPREPLY[*]}}"
@@ -88,12 +90,16 @@ done
 """
     res = subprocess.run([bash, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = res.stdout.splitlines()
-    assert res.returncode == 0 and len(lines) == 5, res.stdout + res.stderr
+    assert res.returncode == 0 and len(lines) == 8, res.stdout + res.stderr
     assert "run" in lines[0].split()
     assert "--metric" in lines[1].split()
     assert "copy" in lines[2].split()
     assert lines[3].split() == ["quickstart"]                                  # example names, not file names
     assert "gbit_s_vs_control" in lines[4].split()                           # metric names
+    # pair names after `--hosts FILE:` (bash splits words at ':', so only what follows it is offered)
+    assert sorted(lines[5].split()) == ["all", "here", "rack3"]
+    assert lines[6].split() == ["here,rack3"]
+    assert lines[7].split() == ["nightly"]                                     # the recipe is an example too
 
 
 def test_a_commands_errors_show_its_own_usage_and_its_help_whole_sentences():
@@ -133,6 +139,16 @@ def test_examples_list_and_copy_never_overwrite(tmp_path):
     assert linked.returncode == 2 and victim.read_text() == "keep"
     unknown = zcorch_cli("examples", "copy", "nope", tmp_path)
     assert unknown.returncode == 2 and "quickstart" in unknown.stderr
+    # a recipe is a directory, copied as one and never into one that exists (a link to one included)
+    assert "nightly" in names
+    res = zcorch_cli("examples", "copy", "nightly", tmp_path / "ops")
+    assert res.returncode == 0, res.stderr
+    recipe = ROOT / "contrib" / "nightly"
+    assert sorted(p.name for p in (tmp_path / "ops" / "nightly").iterdir()) == sorted(p.name for p in recipe.iterdir())
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "linked" / "nightly").symlink_to(tmp_path / "elsewhere")
+    linked = zcorch_cli("examples", "copy", "nightly", tmp_path / "linked")
+    assert linked.returncode == 2 and "not overwritten" in linked.stderr and not list((tmp_path / "elsewhere").iterdir())
 
 
 def test_run_json_of_the_quick_start_validates_against_the_documented_schema(tmp_path):

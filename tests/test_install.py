@@ -98,6 +98,7 @@ def test_sdist_carries_native_and_no_build_artefacts(tmp_path):
     assert native and native <= names, native - names
     assert {"setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "zcorch/worker/cli.py",
             "zcorch/analysis/templates/report.html.j2"} <= names
+    assert nightly_recipe() and {f"contrib/nightly/{n}" for n in nightly_recipe()} <= names
     assert not [n for n in names if n.endswith((".so", ".o", ".pyc")) or "/_build" in n or n.startswith("tests/")]
 
 
@@ -117,6 +118,51 @@ def test_the_built_package_uploads_what_the_checkout_uploads(tmp_path):
     assert list(built["sources"]) == list(checkout)
     assert all(path.startswith(str(lib) + os.sep) for path in built["sources"].values())
     assert built["hash"] == deploy.content_hash(checkout)
+
+
+def nightly_recipe() -> dict:
+    """contrib/nightly's files, name -> bytes: the recipe `zcorch examples copy nightly` writes out."""
+    folder = CHECKOUT / "contrib" / "nightly"
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def assert_nightly_copied(zcorch: list, cwd: Path, env: dict) -> None:
+    """`zcorch examples copy nightly` writes the recipe as a directory, its script executable; the script runs;
+    a second copy overwrites nothing (exit 2)."""
+    listed = subprocess.run([*zcorch, "examples"], cwd=cwd, capture_output=True, text=True, timeout=120, env=env)
+    assert any(ln.split()[:2] == ["nightly", "recipe"] for ln in listed.stdout.splitlines()), listed.stdout
+    copied = subprocess.run([*zcorch, "examples", "copy", "nightly"], cwd=cwd, capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert copied.returncode == 0, copied.stderr
+    assert copied.stdout.strip() == "./nightly"
+    out = cwd / "nightly"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == nightly_recipe()
+    script = out / "zcorch-nightly"
+    assert os.access(script, os.X_OK) and not os.access(out / "zcorch-nightly.timer", os.X_OK)
+    helped = subprocess.run([str(script), "--help"], cwd=cwd, capture_output=True, text=True, timeout=60, env=env)
+    assert helped.returncode == 0 and "--root" in helped.stdout, helped.stderr
+    (out / "zcorch-nightly.cron").write_text("mine")
+    again = subprocess.run([*zcorch, "examples", "copy", "nightly"], cwd=cwd, capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert again.returncode == 2 and "not overwritten" in again.stderr
+    assert (out / "zcorch-nightly.cron").read_text() == "mine"
+
+
+def test_the_built_package_carries_the_nightly_recipe(tmp_path):
+    """contrib/nightly is package data (zcorch/_examples/nightly/): `zcorch examples copy nightly` of the built
+    package, not of the checkout, writes it out."""
+    require_build_tools()
+    src = source_copy(tmp_path / "src")
+    lib = tmp_path / "lib"
+    p = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)], cwd=src,
+                       capture_output=True, text=True, timeout=300, env=clean_env())
+    assert p.returncode == 0, p.stderr[-3000:]
+    data = lib / "zcorch" / "_examples" / "nightly"
+    assert {f.name: f.read_bytes() for f in data.iterdir()} == nightly_recipe()
+    shutil.rmtree(src)   # nothing but the built package to read from
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_nightly_copied([sys.executable, "-m", "zcorch"], empty, clean_env(PYTHONPATH=str(lib)))
 
 
 # -- the wheel, installed outside the checkout, in the two-host lab -------------------------------------
@@ -156,6 +202,7 @@ def test_wheel_contents_match_the_sdist_and_an_in_place_build(dist):
     native = {rel for rel in deploy.deployed_files() if rel.startswith("native/")}
     assert {f"zcorch/{deploy.NATIVE_PACKAGE_DATA}/{rel[len('native/'):]}" for rel in native} <= names
     assert not [n for n in names if n.startswith("native/")]        # no top-level package named native
+    assert {f"zcorch/_examples/nightly/{n}" for n in nightly_recipe()} <= names
     modules = [n for n in names if n.startswith("zcorch/_native") and n.endswith(".so")]
     # one compiled module, named as native/build.py names an in-place or remote build
     assert len(modules) == 1
@@ -196,6 +243,14 @@ def test_a_wheel_install_runs_a_localhost_sweep(wheel_venv, tmp_path):
     env, site, info = json.loads(q.stdout)
     assert Path(site).is_relative_to(venv) and env["PYTHONPATH"].split(":")[0] == site
     assert json.loads(info)["native"].startswith(os.path.join(site, "zcorch", "_native"))
+
+
+@pytest.mark.slow
+def test_a_wheel_install_copies_the_nightly_recipe(wheel_venv, tmp_path):
+    venv, _python = wheel_venv
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_nightly_copied([str(venv / "bin" / "zcorch")], empty, clean_env())
 
 
 @pytest.mark.slow

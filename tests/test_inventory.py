@@ -12,7 +12,7 @@ import yaml
 from fixtures_spec import at
 from zcorch.config.experiment import load_experiment
 from zcorch.config.hosts import Hosts, HostSpec
-from zcorch.config.inventory import ENV_VAR, from_environment, load_inventory, select, split_spec
+from zcorch.config.inventory import ENV_VAR, complete_spec, from_environment, load_inventory, select, split_spec
 from zcorch.errors import ConfigError
 from zcorch.lab.netns import LabLayout
 
@@ -233,3 +233,17 @@ def test_bad_shares_name_file_line_and_key(tmp_path, text, message):
     path = write(tmp_path, text)
     found = problems(path)
     assert any(message in p for p in found), found
+
+
+def test_completion_after_file_colon_offers_the_pair_names(tmp_path):
+    path = write(tmp_path, INVENTORY)
+    assert complete_spec(path + ":") == [f"{path}:{n}" for n in ("lab", "rack3", "here", "all")]
+    assert complete_spec(path + ":r") == [f"{path}:rack3"]
+    # a fleet being typed: the pairs not named yet, and no `all` after a comma
+    assert complete_spec(path + ":lab,") == [f"{path}:lab,rack3", f"{path}:lab,here"]
+    assert complete_spec(path + ":lab,h") == [f"{path}:lab,here"]
+    # the file name itself is the shell's to complete; a file that is not an inventory offers nothing
+    assert complete_spec(path) == []
+    assert complete_spec(str(tmp_path / "missing.yaml") + ":") == []
+    broken = write(tmp_path, "pairs: [1, 2]\n", "broken.yaml")
+    assert complete_spec(broken + ":") == []

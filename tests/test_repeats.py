@@ -8,6 +8,7 @@ cell runs to max): they test when the loop stops, what it records and who shows 
 """
 import json
 import math
+import re
 import os
 import shutil
 import signal
@@ -93,6 +94,21 @@ def test_failed_runs_do_not_count_and_cells_stop_independently():
     conv.observe(failed)
     assert failed["convergence"] == {"n": 7, "width_pct": failed["convergence"]["width_pct"], "converged": False}
     assert run_value(failed) is None and run_value({"status": "ok", "receiver": {"bytes": 0}}) is None
+
+
+def test_the_runs_still_expected_leave_out_converged_cells():
+    """The progress total and the ETA count the runs still expected, not those up to max: a converged cell's
+    remaining runs drop out, the others' all count (they may still run to max)."""
+    conv = Convergence(POLICY, [{"id": c, "repeat": r} for r in range(10) for c in ("a", "b")])
+    ahead = {"a": 10, "b": 10}
+    assert conv.expected(ahead) == 20
+    for r in range(6):
+        for cell, value in (("a", 10.0 + 0.01 * (r % 3)), ("b", [10.0, 14.0, 7.0, 12.0, 8.0, 11.0][r])):
+            conv.observe(ok_record(cell, r, value))
+            ahead[cell] -= 1
+    assert not conv.wants("a") and conv.wants("b")
+    assert conv.expected(ahead) == 4                # b's 4 runs to max; a's 4 are not expected
+    assert conv.expected({"a": 4, "b": 0}) == 0
 
 
 def test_resume_state_comes_from_the_newest_ok_records():
@@ -222,6 +238,11 @@ def test_converging_cells_stop_at_six_interleaved(sweeps):
     rows = {line.split()[0]: line for line in res.stdout.splitlines() if line.strip()}
     assert rows["cell"].rstrip().endswith("converged")
     assert all(" yes (±" in rows[c] for c in cells) and "0 of 2 cells did not converge" in res.stdout
+    # the progress lines count to the runs expected: the max (20) until a cell converges, then fewer
+    progress = [re.match(r"^\[(\d+)/(\d+)\] .* ETA (\S+) ", ln) for ln in res.stderr.splitlines()]
+    progress = [m.groups() for m in progress if m]
+    assert [(int(d), int(t)) for d, t, _ in progress] == [(k, 20) for k in range(1, 11)] + [(11, 16), (12, 12)]
+    assert progress[-1][2] == "0m00s"
     comp = completeness(out)                                            # 6 of 10: not missing runs
     assert comp.complete and comp.ok == 12 and comp.planned == 20 and comp.describe("base") == ""
     s = zcorch.summarize(zcorch.load(out))

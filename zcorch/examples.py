@@ -1,8 +1,10 @@
-"""The experiment files and the notebook zcorch ships, wherever it is installed (`zcorch examples`).
+"""The experiment files, the notebook and the recipes zcorch ships, wherever it is installed (`zcorch examples`).
 
 A wheel or sdist install carries them as package data (zcorch/_examples/, copied there by setup.py from the
-checkout's experiments/ and notebooks/); a checkout or an editable install reads those folders themselves.
-Copying one out never overwrites a file (exclusive create) and never follows a link at the destination.
+checkout's experiments/, notebooks/ and contrib/); a checkout or an editable install reads those folders
+themselves. A recipe is a directory (contrib/nightly: a script, its systemd units, a cron line) and is copied
+out as one. Copying never overwrites a file or a directory (exclusive create) and never follows a link at the
+destination.
 """
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ _DATA = "_examples"
 
 
 class Example(NamedTuple):
-    name: str         # quickstart, schutt-2006, analysis (the notebook)
-    filename: str     # quickstart.yaml, analysis.ipynb
+    name: str         # quickstart, schutt-2006, analysis (the notebook), nightly (a recipe)
+    filename: str     # quickstart.yaml, analysis.ipynb, nightly (a directory)
     path: str         # where this installation keeps it
-    kind: str         # "experiment" or "notebook"
-    description: str  # the experiment's `description:` (first sentence), or the notebook's
+    kind: str         # "experiment", "notebook" or "recipe"
+    description: str  # the experiment's `description:` (first sentence), the notebook's, a recipe's files
 
 
 def _dirs() -> List[str]:
@@ -30,10 +32,12 @@ def _dirs() -> List[str]:
     if os.path.isdir(data):
         return [data]
     checkout = os.path.dirname(package)
-    return [os.path.join(checkout, d) for d in ("experiments", "notebooks")]
+    return [os.path.join(checkout, d) for d in ("experiments", "notebooks", "contrib")]
 
 
 def _description(path: str) -> str:
+    if os.path.isdir(path):
+        return "a directory: " + ", ".join(sorted(os.listdir(path)))
     if path.endswith(".ipynb"):
         return "the analysis notebook: load a result set, the seeds' table, summaries and the report's plots"
     import yaml
@@ -53,20 +57,22 @@ def examples() -> Dict[str, Example]:
     for d in _dirs():
         for filename in sorted(os.listdir(d)) if os.path.isdir(d) else ():
             stem, ext = os.path.splitext(filename)
-            if ext not in (".yaml", ".ipynb"):
-                continue
             path = os.path.join(d, filename)
-            found[stem] = Example(stem, filename, path, "notebook" if ext == ".ipynb" else "experiment",
-                                  _description(path))
+            if os.path.isdir(path) and not filename.startswith((".", "_")):
+                found[filename] = Example(filename, filename, path, "recipe", _description(path))
+            elif ext in (".yaml", ".ipynb"):
+                found[stem] = Example(stem, filename, path, "notebook" if ext == ".ipynb" else "experiment",
+                                      _description(path))
     if not found:
         raise ZcorchError("this installation carries no examples (reinstall zcorch from a wheel or sdist)")
-    return dict(sorted(found.items(), key=lambda kv: (kv[1].kind != "experiment", kv[0] != "quickstart", kv[0])))
+    order = ("experiment", "notebook", "recipe")
+    return dict(sorted(found.items(), key=lambda kv: (order.index(kv[1].kind), kv[0] != "quickstart", kv[0])))
 
 
 def copy_example(name: str, directory: str) -> str:
-    """Write example `name` into `directory` (made if missing) under its file name; the path written.
-    ConfigError (an input error, exit 2) for an unknown name, a file that exists (nothing is overwritten) or a
-    directory it cannot write in."""
+    """Write example `name` into `directory` (made if missing) under its file name (a recipe: as a directory of
+    that name); the path written. ConfigError (an input error, exit 2) for an unknown name, a file or directory
+    that exists (nothing is overwritten) or a directory it cannot write in."""
     known = examples()
     if name not in known and name.rsplit(".", 1)[0] in known:
         name = name.rsplit(".", 1)[0]
@@ -74,15 +80,28 @@ def copy_example(name: str, directory: str) -> str:
         raise ConfigError(f"no example {name!r} (known: {', '.join(known)})")
     ex = known[name]
     dest = os.path.join(directory, ex.filename)
-    with open(ex.path, "rb") as f:
-        data = f.read()
     try:
         os.makedirs(directory, exist_ok=True)
-        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    except FileExistsError:
-        raise ConfigError(f"{dest} exists: not overwritten (remove it or choose another directory)") from None
+        if ex.kind != "recipe":
+            _write_new(ex.path, dest)
+            return dest
+        os.mkdir(dest, 0o755)   # exclusive: an existing directory (or a link) is not written into
+        for filename in sorted(os.listdir(ex.path)):
+            _write_new(os.path.join(ex.path, filename), os.path.join(dest, filename))
+    except FileExistsError as exc:
+        raise ConfigError(f"{exc.filename or dest} exists: not overwritten (remove it or choose another "
+                          f"directory)") from None
     except OSError as exc:
-        raise ConfigError(f"{dest}: cannot write it ({exc.strerror or exc})") from None
+        raise ConfigError(f"{exc.filename or dest}: cannot write it ({exc.strerror or exc})") from None
+    return dest
+
+
+def _write_new(src: str, dest: str) -> None:
+    """Copy src to a new file dest; a script (it starts with #!) stays executable, whatever the package's file
+    modes were (setup.py copies package data without them)."""
+    with open(src, "rb") as f:
+        data = f.read()
+    mode = 0o755 if data.startswith(b"#!") else 0o644
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
-    return dest

@@ -13,15 +13,26 @@ from zcorch.errors import ConfigError
 def add_hosts_and_set(p: argparse.ArgumentParser, resume: bool = False) -> None:
     """--hosts and --set, shared by `zcorch run` and `zcorch plan`."""
     env = f"; the env {ENV_VAR} does the same (this flag wins)"
-    p.add_argument(FLAG, dest="hosts", metavar="INVENTORY[:PAIR]",
-                   help="run on a pair of hosts of an inventory file instead of the experiment's hosts: "
-                        f"PAIR, or the only/first pair{env}" +
-                        ("; with --resume: instead of the hosts the result set recorded (the env is "
-                         "not read then)" if resume else ""))
+    hosts = p.add_argument(FLAG, dest="hosts", metavar="INVENTORY[:PAIR]",
+                           help="run on a pair of hosts of an inventory file instead of the experiment's hosts: "
+                                f"PAIR, or the only/first pair{env}" +
+                                ("; with --resume: instead of the hosts the result set recorded (the env is "
+                                 "not read then)" if resume else ""))
+    hosts.completer = _complete_hosts   # argcomplete: the file, then the pair names after `FILE:`
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="change the experiment: a dotted key (repeats, baselines.dd.count, matrix.send_mode) "
                         "or a parameter (bytes: the matrix axis if there is one, else params.bytes) = a YAML "
                         "value (64MiB, [write,splice]); repeatable, validated as the file is")
+
+
+def _complete_hosts(prefix: str, **kwargs) -> "list[str]":
+    if ":" in prefix:
+        from zcorch.config.inventory import complete_spec
+
+        return complete_spec(prefix)
+    from argcomplete.completers import FilesCompleter
+
+    return list(FilesCompleter()(prefix, **kwargs))
 
 
 def hosts_from_args(args: argparse.Namespace, environ=None):

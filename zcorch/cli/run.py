@@ -127,13 +127,14 @@ class ConsoleObserver(SweepObserver):
 
                 self.bar = tqdm(total=todo, initial=0, file=self.stream, unit="run", dynamic_ncols=True,
                                 leave=True, desc="zcorch run")
+            self.bar.total = todo   # repeats until stable: shrinks as cells converge, and the ETA with it
             self.bar.set_postfix_str(f"failures {outcome.failed}  {text}"[:120], refresh=False)
             self.bar.update(done_now - self.bar.n)
             return
         since = self.t_runs if self.t_runs is not None else self.t0
         elapsed = time.monotonic() - since
         eta = elapsed / done_now * (todo - done_now) if done_now else 0.0
-        self.stream.write(f"[{self.already + done_now}/{self.total}] failures {outcome.failed}  "
+        self.stream.write(f"[{self.already + done_now}/{self.already + todo}] failures {outcome.failed}  "
                           f"ETA {_fmt_secs(eta)}  {text}  [{record['cell']}]\n")
         self.stream.flush()
 

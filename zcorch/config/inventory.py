@@ -23,6 +23,8 @@ set records the absolute paths.
 Inventory and the chosen pairs in the order given (all: file order); `is_fleet_spec(spec)` says whether a
 --hosts value is that form. Another inventory format (an Ansible reader) only has to produce an `Inventory`.
 
+`complete_spec(prefix)` answers the shell's <TAB> after `--hosts FILE:` with the file's pair names.
+
 `select(spec, label)` reads `FILE[:PAIR]` (the --hosts value or ZCORCH_HOSTS) and returns the chosen
 `InventoryPair`: PAIR, or the only pair, or the first in the file. `from_environment(flag, environ)` is
 the rule the command line applies: the flag wins over ZCORCH_HOSTS.
@@ -224,6 +226,23 @@ def _load_for(path: str, spec: str, label: str) -> Inventory:
         if len(exc.problems) == 1 and "cannot read the inventory file" in exc.problems[0]:
             raise ConfigError(f"{label} {spec}: {exc.problems[0]}") from None
         raise
+
+
+def complete_spec(prefix: str) -> List[str]:
+    """The --hosts values that complete `prefix` once it names a file: `FILE:` + each pair and `all`; after
+    `FILE:a,` the pairs not named yet. Nothing when there is no `:` yet (the shell completes the file name) or
+    the file cannot be read as an inventory: a completion never reports an error."""
+    if ":" not in prefix:
+        return []
+    path, typed = prefix.rsplit(":", 1)
+    try:
+        inv = load_inventory(path)
+    except (ConfigError, OSError):
+        return []
+    done, comma, last = typed.rpartition(",")
+    named = done.split(",") if comma else []
+    names = [n for n in inv.pairs if n not in named] + ([] if comma else [ALL_PAIRS])
+    return [f"{path}:{done}{comma}{n}" for n in names if n.startswith(last)]
 
 
 def select(spec: str, label: str = FLAG) -> InventoryPair:

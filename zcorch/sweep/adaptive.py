@@ -4,7 +4,8 @@ The plan lists every cell's repeats up to `max` (plan.json too), in the experime
 round r of every cell, then round r+1). The runner asks `wants(cell)` before each run: a cell that has
 converged (zcorch.results.convergence) gets no more runs, the others go on until their `max`. After each
 run `observe(record)` adds the run's value and writes the cell's state into the record
-(`"convergence": {"n", "width_pct", "converged"}`). Seeded from the records already in the result set,
+(`"convergence": {"n", "width_pct", "converged"}`). `expected(ahead)` counts the runs still to come that will run
+(a converged cell's are not): the progress total and the ETA count those, not the max. Seeded from the records already in the result set,
 so `--resume` continues only the cells that have not converged, and never re-runs an ok run.
 """
 from __future__ import annotations
@@ -44,6 +45,11 @@ class Convergence:
         else:
             values[repeat] = value
         record["convergence"] = self.state(cell).as_record()
+
+    def expected(self, ahead: Mapping[str, int]) -> int:
+        """Of the runs not reached yet (`ahead`: cell -> how many), those that will run: every one of a cell
+        that has not converged (it may still stop early: this is the most the sweep can still take)."""
+        return sum(n for cell, n in ahead.items() if n > 0 and self.wants(cell))
 
     def states(self) -> Dict[str, CellState]:
         return {cell: self.state(cell) for cell in self._values}

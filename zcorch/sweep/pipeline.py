@@ -96,7 +96,8 @@ class SweepObserver:
         """A run begins (not called for runs recorded failed without running)."""
 
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
-        """A run's record was written; outcome counts the runs so far, `todo` is this sweep's total."""
+        """A run's record was written; outcome counts the runs so far, `todo` is this sweep's total as now
+        expected (with repeats until stable it shrinks as cells converge: their remaining runs are left out)."""
 
     def baseline_done(self, record: dict) -> None:
         """A baseline's record (iperf3, dd, a command...) was written."""

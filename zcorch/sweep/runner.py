@@ -35,6 +35,7 @@ import shlex
 import signal
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
@@ -467,6 +468,7 @@ class Runner:
         todo = [run_fields(r) for r in runs]
         todo = [t for t in todo if (t[0], t[1]) not in skip]
         outcome = SweepOutcome(status="complete", skipped=len(runs) - len(todo))
+        ahead = Counter(cell for cell, _, _ in todo)   # per cell, its runs not reached yet
         last_use: Dict[str, int] = {}
         for i, (_, _, params) in enumerate(todo):
             if params.get("filesystem"):
@@ -480,24 +482,25 @@ class Runner:
                                          (self.sender, self.sender_worker, self.worker_env.get("sender"))])
             round_of: Optional[int] = None   # the round whose before_round has run
             for i, (cell, repeat, params) in enumerate(todo):
+                ahead[cell] -= 1
                 if self.convergence is not None and not self.convergence.wants(cell):
                     outcome.converged += 1   # no record: the run was planned up to `max`, not needed
                     self._release_after(params.get("filesystem"), i, last_use, mounted)
                     continue
                 source = scratchmod.resolve_params(params, self.scratch).get("source")
                 if source in self.source_errors:
-                    self._record_unrun(cell, repeat, params, self.source_errors[source], outcome, len(todo))
+                    self._record_unrun(cell, repeat, params, self.source_errors[source], outcome, ahead)
                     continue
                 error = self._ensure_net(params.get("network"), net_errors)
                 if error is not None:
-                    self._record_unrun(cell, repeat, params, error, outcome, len(todo))
+                    self._record_unrun(cell, repeat, params, error, outcome, ahead)
                     continue
                 fs = params.get("filesystem")
                 mountpoint = None
                 if fs:
                     mountpoint, error = self._ensure_fs(fs, mounted, fs_errors)
                     if error is not None:
-                        self._record_unrun(cell, repeat, params, error, outcome, len(todo))
+                        self._record_unrun(cell, repeat, params, error, outcome, ahead)
                         continue
                 params = resolve_sink(params, mountpoint)
                 self._before(fs, params)
@@ -505,7 +508,7 @@ class Runner:
                     round_of = repeat   # with the run's network and filesystem in place, as its runs have them
                     self.before_round(repeat)
                 record = self.run_one(cell, repeat, params)
-                self._count(record, outcome, len(todo))
+                self._count(record, outcome, ahead)
                 if self.lost_host and i < len(todo) - 1:
                     # Every later run would fail the same way: stop, the finished runs are kept.
                     raise HostError(f"the sweep stopped after cell {cell} repeat {repeat} (recorded failed): "
@@ -593,20 +596,23 @@ class Runner:
         self._seen_dirs.add(key)
         self.before_directory(fs, sink)
 
-    def _record_unrun(self, cell, repeat, params, reason, outcome: SweepOutcome, total: int) -> None:
+    def _record_unrun(self, cell, repeat, params, reason, outcome: SweepOutcome, ahead: Counter) -> None:
         rec = {"cell": cell, "repeat": repeat, "params": params, "status": "failed", "reason": reason,
                "started": utc_now(), "wall_s": 0.0, "sender": None, "receiver": None, "log": None,
                "sender_host": self.sender.name, "receiver_host": self.receiver.name}
         if self.convergence is not None:
             self.convergence.observe(rec)
         self.results.append_run(rec)
-        self._count(rec, outcome, total)
+        self._count(rec, outcome, ahead)
 
-    def _count(self, record: dict, outcome: SweepOutcome, total: int) -> None:
+    def _count(self, record: dict, outcome: SweepOutcome, ahead: Counter) -> None:
         outcome.records.append(record)
         if record["status"] == "ok":
             outcome.ok += 1
         else:
             outcome.failed += 1
         if self.progress is not None:
-            self.progress(record, outcome, total)
+            # The sweep's total as now expected: the runs recorded, and of those ahead the ones that will run
+            # (repeats until stable: not those of converged cells, so the progress bar and ETA shrink).
+            expected = sum(ahead.values()) if self.convergence is None else self.convergence.expected(ahead)
+            self.progress(record, outcome, outcome.ok + outcome.failed + expected)
