@@ -119,6 +119,19 @@ def test_metadata_probe_records_the_host_facts(tmp_path):
     assert absent["qdisc"]["unavailable"] == "no interface holds 192.0.2.77 (ip -j addr)"
 
 
+def test_a_firmware_version_is_kept_whole_and_an_offload_is_its_state(tmp_path):
+    # `ethtool -i` of an ixgbe NIC and `ethtool -k` of a feature the driver fixes, as ethtool prints them (this
+    # machine has no physical NIC: the captured answers stand in the reader's cache of its commands)
+    reader = remote._FactReader("eth9", root=str(tmp_path))
+    reader._runs[("ethtool", "-i", "eth9")] = ("driver: ixgbe\nversion: 6.1.0\nfirmware-version: 0x800008a4, "
+                                              "1.2585.0\nbus-info: 0000:03:00.0\n", None)
+    reader._runs[("ethtool", "-k", "eth9")] = ("Features for eth9:\nlarge-receive-offload: off [fixed]\n"
+                                              "generic-receive-offload: on [requested off]\n", None)
+    assert reader.ethtool_field("-i", "firmware-version") == "0x800008a4, 1.2585.0"
+    assert reader.driver() == "ixgbe"
+    assert (reader.offload("large-receive-offload"), reader.offload("generic-receive-offload")) == ("off", "on")
+
+
 def test_ring_sizes_of_captured_ethtool_output():
     shown = """Ring parameters for eth0:
 Pre-set maximums:

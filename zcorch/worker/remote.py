@@ -15,7 +15,8 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
     private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
     private-build PARENT BUILD            private-dirs PARENT, and every directory and file below BUILD too
     metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...] -> JSON: kernel, CPU, memory, data interface (+ whether it could do
-                                          io_uring zero-copy receive), sysctls, sink mount...
+                                          io_uring zero-copy receive), sysctls, sink mount, host_facts (HOST_FACTS:
+                                          offloads, qdisc, governor, ...)...
     scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
     dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
     loop-autoclear DEVICE...              set LO_FLAGS_AUTOCLEAR on attached loop devices
@@ -511,7 +512,11 @@ class _FactReader:
         value = parse_ethtool_feature(self.run("ethtool", option, self.iface()), label)
         if value is None:
             raise _Unavailable(f"ethtool {option} {self.iface()} reports no {label}")
-        return value.split()[0] if value.split() else value
+        return value
+
+    def offload(self, label: str) -> str:
+        """on/off of an `ethtool -k` feature ("[fixed]" and "[requested on]" dropped)."""
+        return self.ethtool_field("-k", label).split()[0]
 
     def device(self, leaf: str) -> str:
         """A file of the data NIC's device in sysfs; virtual links (veth, lo, bridges) have none."""
@@ -579,13 +584,13 @@ HOST_FACTS: "Tuple[Tuple[str, str, str, Callable[[_FactReader], Any]], ...]" = (
     ("nic_firmware", "`ethtool -i IF` firmware-version", "firmware of the data NIC",
      lambda r: r.ethtool_field("-i", "firmware-version")),
     ("gso", "`ethtool -k IF` generic-segmentation-offload", "GSO: on/off",
-     lambda r: r.ethtool_field("-k", "generic-segmentation-offload")),
+     lambda r: r.offload("generic-segmentation-offload")),
     ("gro", "`ethtool -k IF` generic-receive-offload", "GRO: on/off",
-     lambda r: r.ethtool_field("-k", "generic-receive-offload")),
+     lambda r: r.offload("generic-receive-offload")),
     ("tso", "`ethtool -k IF` tcp-segmentation-offload", "TSO: on/off",
-     lambda r: r.ethtool_field("-k", "tcp-segmentation-offload")),
+     lambda r: r.offload("tcp-segmentation-offload")),
     ("lro", "`ethtool -k IF` large-receive-offload", "LRO: on/off",
-     lambda r: r.ethtool_field("-k", "large-receive-offload")),
+     lambda r: r.offload("large-receive-offload")),
     ("rings", "`ethtool -g IF` current hardware settings", "ring sizes: {\"rx\": N, \"tx\": N, ...}",
      lambda r: r.rings()),
     ("qdisc", "`ip -j link show dev IF` qdisc", "root queueing discipline of the data link", lambda r: r.qdisc()),
