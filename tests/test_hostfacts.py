@@ -195,6 +195,12 @@ def test_a_change_of_both_roles_is_said_once_and_one_role_s_with_its_role():
                                             "receiver: qdisc fq_codel → fq"]
 
 
+def test_memory_is_said_in_gib_so_a_kernel_s_few_kib_are_no_change():
+    old = meta(host(mem_total_bytes=8 << 30), host(mem_total_bytes=8 << 30))
+    new = meta(host(mem_total_bytes=(8 << 30) - 4096), host(mem_total_bytes=16 << 30))
+    assert hostdiff.diff_meta(old, new) == ["receiver: memory 8.0 GiB → 16.0 GiB"]
+
+
 def test_unavailable_on_one_side_is_said_with_its_reason_and_on_both_is_no_change():
     old = meta(host(), host(host_facts__gro={"unavailable": "ethtool is not installed"}))
     new = meta(host(host_facts__cpu_governor={"unavailable": "another reason"}), host())

@@ -96,7 +96,10 @@ def host_changes(old: dict, new: dict) -> "Tuple[List[str], List[str]]":
             changes.append(said)
 
     for label, path in FIXED:
-        one(label, _get(old, path), _get(new, path))
+        a, b = _get(old, path), _get(new, path)
+        if label == "memory":   # MemTotal moves by a few KiB between kernels: said in GiB, as the report does
+            a, b = (f"{v / (1 << 30):.1f} GiB" if isinstance(v, (int, float)) else v for v in (a, b))
+        one(label, a, b)
     for section, label_of in SECTIONS:
         a, b = old.get(section), new.get(section)
         if not isinstance(a, dict) and not isinstance(b, dict):
