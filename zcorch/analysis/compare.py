@@ -234,14 +234,21 @@ def cells_json(table: pd.DataFrame) -> list:
 
 
 def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand_name: str = "candidate",
-           gate: "Optional[Gate]" = None) -> str:
+           gate: "Optional[Gate]" = None, host_changes: "Optional[list]" = None) -> str:
     """The comparison as plain text, markdown (mail, CI comment) or JSON (an object: the overall verdict,
-    its exit code and reason, the settings and one entry per cell). With `gate`, its line heads the text."""
+    its exit code and reason, the settings and one entry per cell). With `gate`, its line heads the text;
+    `host_changes` (zcorch.analysis.hostdiff.diff_meta's lines) follow it."""
     metric, thr, alpha = table.attrs["metric"], table.attrs["threshold_pct"], table.attrs["alpha"]
     if fmt == "json":
         doc = dict(gate.as_dict() if gate else {}, metric=metric, threshold_pct=thr, alpha=alpha, power=POWER,
                    base=base_name, candidate=cand_name, cells=cells_json(table))
+        if host_changes is not None:
+            doc["host_changes"] = list(host_changes)
         return json.dumps(doc, indent=1) + "\n"
+    hosts = None
+    if host_changes is not None:
+        hosts = ("hosts: " + "; ".join(host_changes)) if host_changes else \
+            "hosts: no recorded change (meta.json)"
     params = [c for c in table.columns if c not in _NOT_PARAMS]
     header = ["cell"] + params + ["n base/cand", f"base {metric}", f"cand {metric}", "change %", "p", "could see",
                                   "verdict"]
@@ -266,6 +273,8 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
         lines = [f"### zcorch compare: {headline}", "",
                  f"**{base_name}** → **{cand_name}**, metric `{metric}` ({declared.unit}, {declared.better} is "
                  f"better; {summary}). {method}.", ""]
+        if hosts:
+            lines += [f"**{hosts}**" if host_changes else f"_{hosts}_", ""]
         if caveat:
             lines += [f"_Note: {caveat}._", ""]
         lines.append("| " + " | ".join(header) + " |")
@@ -275,8 +284,8 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
         return "\n".join(lines) + "\n"
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
               for i, h in enumerate(header)]
-    lines = [f"zcorch compare: {headline}", f"{base_name} -> {cand_name}, metric {what} ({summary})",
-             method]
+    lines = [f"zcorch compare: {headline}", *([hosts] if hosts else []),
+             f"{base_name} -> {cand_name}, metric {what} ({summary})", method]
     if caveat:
         lines.append(f"note: {caveat}")
     lines.append("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))

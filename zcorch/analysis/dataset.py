@@ -263,6 +263,15 @@ class Dataset:
                                "path the set had when it was exported)")
         return hits[0]
 
+    def host_meta(self, set_id: str) -> dict:
+        """meta.json's {"hosts": {role: facts}} of one exported set, from the hosts table's `facts` (each role's
+        entry as exported; zcorch.analysis.hostdiff compares two). {} without a hosts table or rows."""
+        if not self.files("hosts"):
+            return {}
+        rows = self.query("SELECT role, facts FROM hosts WHERE set_id = ? AND role <> 'controller'",
+                          [set_id]).fetchall()
+        return {"hosts": {role: json.loads(facts) for role, facts in rows if facts}} if rows else {}
+
     # --- runs -------------------------------------------------------------------------------
 
     def runs(self, set_id: str):

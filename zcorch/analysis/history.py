@@ -25,7 +25,9 @@ What it does, in order (`build_history`, then `write_index`):
      regression is reported night after night until it is fixed (or its stable segment has left the
      nights kept under ROOT);
    a cell is bad when a comparison says `regressed` or `failed` (the newest sweep has no ok run where
-   the segment had some). A newest sweep that ended without any ok run (hosts unreachable, ...) is bad too.
+   the segment had some). A newest sweep that ended without any ok run (hosts unreachable, ...) is bad too;
+5. what changed on the hosts (meta.json, zcorch.analysis.hostdiff) at each change point and at the newest
+   sweep, against the sweep before, and since then (host_changes).
 
 `zcorch history --check` exits 1 when something is bad (zcorch.cli.history).
 """
@@ -52,6 +54,7 @@ from zcorch.analysis.detector import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, MIN_
                                       judge_newest, method_text, stable_baselines)
 from zcorch.analysis.compare import is_control
 from zcorch.analysis.frames import OK, read_experiment_text, read_meta
+from zcorch.analysis.hostdiff import diff_meta
 from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.sparkline import sparkline
@@ -774,7 +777,7 @@ def page_context(history: History, out_dir: Path) -> dict:
         experiments.append({"name": exp.name, "anchor": _slug(exp.name), "sweeps": sweeps, "cells": cells,
                             "plotted": [c for c in cells if c["plot"]],
                             "problem": exp.problem, "n_regressed": len(exp.regressions), "bad": exp.bad,
-                            "gate": _gate_view(gates[exp.name]),
+                            "gate": _gate_view(gates[exp.name]), "host_changes": host_changes(exp),
                             "newest": {"index": len(exp.sweeps), "date": exp.newest.date(),
                                        "dir": _rel(exp.newest.path, out_dir)}})
     return {"root": str(history.root), "metric": history.metric, "unit": unit, "version": __version__,
@@ -784,6 +787,30 @@ def page_context(history: History, out_dir: Path) -> dict:
             "experiments": experiments, "warnings": history.warnings, "bad": history.bad,
             "gate": _gate_view(overall),
             "n_sweeps": history.n_sweeps, "trend_plots_max": TREND_PLOTS_MAX}
+
+
+def _has_hosts(meta: dict) -> bool:
+    return isinstance(meta, dict) and any(isinstance(h, dict) for h in (meta.get("hosts") or {}).values())
+
+
+def host_changes(exp: ExperimentHistory) -> List[dict]:
+    """What changed on the hosts (zcorch.analysis.hostdiff) at each change point of the experiment's cells, at
+    the first sweep of a regression and at the newest sweep, each against the sweep before it, and since then
+    up to the newest: [{"index", "date", "at": [lines], "since": [lines] (not at the newest)}]. Only where
+    both sweeps recorded their hosts (an exported sweep keeps no meta.json)."""
+    last = len(exp.sweeps) - 1
+    points = {k for ch in exp.cells for k in ch.fit.steps} | {last}
+    points |= {ch.comparison.since for ch in exp.cells if ch.comparison is not None and ch.comparison.bad}
+    out = []
+    for k in sorted(p for p in points if 0 < p <= last):
+        before, at = exp.sweeps[k - 1], exp.sweeps[k]
+        if not (_has_hosts(before.meta) and _has_hosts(at.meta)):
+            continue
+        entry = {"index": k + 1, "date": at.date(), "at": diff_meta(before.meta, at.meta, (f"#{k}", f"#{k + 1}"))}
+        if k < last and _has_hosts(exp.newest.meta):
+            entry["since"] = diff_meta(before.meta, exp.newest.meta, (f"#{k}", f"#{last + 1}"))
+        out.append(entry)
+    return out
 
 
 def _also_cannot_tell(gate: "Optional[Gate]", why: str) -> Gate:

@@ -2,7 +2,8 @@
 pair of a fleet run differs, in which cells, by how much.
 
 Per cell (matched by cell id) the medians, the change in % and a significance test; the verdicts are
-explained in zcorch.analysis.compare. Exit status: 0 no regression, 1 regression, 2 usage or input
+explained in zcorch.analysis.compare; beside the verdict, what changed on the hosts between the two sets
+(meta.json: kernel, offloads, qdisc, governor, ...; zcorch.analysis.hostdiff). Exit status: 0 no regression, 1 regression, 2 usage or input
 error (a missing result set, a bad option), 3 incomplete (no cell in common, a set that failed or has
 fewer ok runs than its plan, a cell on one side only); the last line says which and why
 (zcorch.analysis.gate).
@@ -40,6 +41,8 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 def main(args: argparse.Namespace) -> int:
     # pandas and scipy load here, not with the parser: `zcorch --help` must start at once.
     from zcorch.analysis.compare import compare_frames, gate_of, render
+    from zcorch.analysis.frames import read_meta
+    from zcorch.analysis.hostdiff import diff_meta
     from zcorch.analysis.load import load
 
     check_regression_options(args)
@@ -49,18 +52,20 @@ def main(args: argparse.Namespace) -> int:
 
         if args.candidate is None or args.against is not None:
             raise ConfigError("--dataset compares two exported sets: give BASE and CANDIDATE (no --against)")
-        data = Dataset(args.dataset, tables=("sets", "runs"))
+        data = Dataset(args.dataset, tables=("sets", "runs", "hosts"))
         b, c = data.find(args.base), data.find(args.candidate)
         base, cand = b.completeness(), c.completeness()
         base_runs, cand_runs = data.runs(b.set_id), data.runs(c.set_id)
+        metas = data.host_meta(b.set_id), data.host_meta(c.set_id)
     elif args.candidate is None or args.against is not None:
         return _pairs(args)
     else:
         base, cand = completeness(args.base), completeness(args.candidate)
         base_runs, cand_runs = load(args.base), load(args.candidate)
+        metas = read_meta(args.base), read_meta(args.candidate)
     table = compare_frames(base_runs, cand_runs, args.metric, args.threshold, args.alpha)
     gate = gate_of(table, base, cand)
-    print(render(table, args.format, str(args.base), str(args.candidate), gate), end="")
+    print(render(table, args.format, str(args.base), str(args.candidate), gate, diff_meta(*metas)), end="")
     if args.format != "json":
         print(gate.line("zcorch compare"))
     return gate.code

@@ -5,7 +5,8 @@ runs with the host's python; values travel as argv, never through a shell. A swe
 the deploy's `worker info` (`info --metadata ARGS...`, metadata_args) and for the cached calibration
 (`info --cache FILE`, cache_args): a warm sweep then starts no command of its own per host for either. It reads /proc and /sys
 directly and asks `ip -j addr` and `findmnt -J -T PATH`; anything it cannot read is recorded as null
-together with why (e.g. `speed` on veth/lo).
+together with why (e.g. `speed` on veth/lo). Its `host_facts` (offloads, qdisc, governor, ...: HOST_FACTS
+there) ask `ethtool` and `ip -j link` too, and say {"unavailable": why} of what they cannot read.
 """
 from __future__ import annotations
 

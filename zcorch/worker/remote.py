@@ -15,7 +15,8 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
     private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
     private-build PARENT BUILD            private-dirs PARENT, and every directory and file below BUILD too
     metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...] -> JSON: kernel, CPU, memory, data interface (+ whether it could do
-                                          io_uring zero-copy receive), sysctls, sink mount...
+                                          io_uring zero-copy receive), sysctls, sink mount, host_facts (HOST_FACTS:
+                                          offloads, qdisc, governor, ...)...
     scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
     dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
     loop-autoclear DEVICE...              set LO_FLAGS_AUTOCLEAR on attached loop devices
@@ -439,6 +440,207 @@ def zcrx_support(ifname: "Optional[str]") -> "Dict[str, Any]":
     return facts
 
 
+# -- host facts beyond kernel, CPU and link (what a lab chasing a change asks first, as pyperf records) -----
+
+class _Unavailable(Exception):
+    """A host fact that cannot be read here: recorded as {"unavailable": why}, never guessed."""
+
+
+def parse_ethtool_rings(text: str) -> "Dict[str, int]":
+    """Pure: the current ring sizes of `ethtool -g` output ({"rx": 256, "tx": 256, ...}: the numeric lines of
+    its "Current hardware settings" section, lower-cased); {} without that section."""
+    rings: "Dict[str, int]" = {}
+    current = False
+    for line in text.splitlines():
+        if line.strip().lower().startswith("current hardware settings"):
+            current = True
+            continue
+        if current and line.strip().endswith(":") and not line.startswith((" ", "\t")):
+            break  # the next section
+        name, sep, value = line.partition(":")
+        if current and sep and value.strip().isdigit():
+            rings[name.strip().lower().replace(" ", "_")] = int(value.strip())
+    return rings
+
+
+def irqs_of_interface(interrupts: str, ifname: str) -> "List[str]":
+    """Pure: the IRQ numbers whose /proc/interrupts line names `ifname` (its queues: "eth0-TxRx-3", "eth0")."""
+    pattern = re.compile(r"(^|[\s,])" + re.escape(ifname) + r"($|[-_@:\s,])")
+    irqs = []
+    for line in interrupts.splitlines()[1:]:
+        number, sep, rest = line.partition(":")
+        if sep and number.strip().isdigit() and pattern.search(rest):
+            irqs.append(number.strip())
+    return irqs
+
+
+class _FactReader:
+    """Reads HOST_FACTS of one data interface: /proc and /sys below `root` (a fixture tree in tests), the
+    commands (`ethtool`, `ip`) once each, their answer or why not kept for every fact they give."""
+
+    def __init__(self, ifname: "Optional[str]", no_interface: str = "", root: str = "/"):
+        self.ifname, self.no_interface, self.root = ifname, no_interface, root
+        self._runs: "Dict[Tuple[str, ...], Tuple[Optional[str], Optional[str]]]" = {}
+
+    def path(self, path: str) -> str:
+        return os.path.join(self.root, path.lstrip("/"))
+
+    def read(self, path: str) -> str:
+        text, why = _read(self.path(path))
+        if text is None:
+            raise _Unavailable(why)
+        return text
+
+    def iface(self) -> str:
+        if not self.ifname:
+            raise _Unavailable(self.no_interface or "no data interface")
+        return self.ifname
+
+    def run(self, *argv: str) -> str:
+        if argv not in self._runs:
+            if shutil.which(argv[0]) is None:
+                self._runs[argv] = None, f"{argv[0]} is not installed" + (
+                    f" ({_ETHTOOL_FIX})" if argv[0] == "ethtool" else "")
+            else:
+                self._runs[argv] = _run(list(argv))
+        out, why = self._runs[argv]
+        if out is None:
+            raise _Unavailable(why)
+        return out
+
+    def ethtool_field(self, option: str, label: str) -> str:
+        value = parse_ethtool_feature(self.run("ethtool", option, self.iface()), label)
+        if value is None:
+            raise _Unavailable(f"ethtool {option} {self.iface()} reports no {label}")
+        return value
+
+    def offload(self, label: str) -> str:
+        """on/off of an `ethtool -k` feature ("[fixed]" and "[requested on]" dropped)."""
+        return self.ethtool_field("-k", label).split()[0]
+
+    def device(self, leaf: str) -> str:
+        """A file of the data NIC's device in sysfs; virtual links (veth, lo, bridges) have none."""
+        path = f"/sys/class/net/{self.iface()}/device"
+        if not os.path.exists(self.path(path)):
+            raise _Unavailable(f"{self.iface()} has no device in sysfs (a virtual link)")
+        return self.read(f"{path}/{leaf}")
+
+    def driver(self) -> str:
+        try:
+            return self.ethtool_field("-i", "driver")
+        except _Unavailable as why:
+            try:
+                return os.path.basename(os.readlink(self.path(f"/sys/class/net/{self.iface()}/device/driver")))
+            except OSError:
+                raise _Unavailable(f"{why}; no /sys/class/net/{self.iface()}/device/driver") from None
+
+    def rings(self) -> "Dict[str, int]":
+        rings = parse_ethtool_rings(self.run("ethtool", "-g", self.iface()))
+        if not rings:
+            raise _Unavailable(f"ethtool -g {self.iface()} reports no current ring sizes")
+        return rings
+
+    def qdisc(self) -> str:
+        links = json.loads(self.run("ip", "-j", "link", "show", "dev", self.iface()) or "[]")
+        qdisc = (links or [{}])[0].get("qdisc")
+        if not qdisc:
+            raise _Unavailable(f"ip -j link show dev {self.iface()} names no qdisc")
+        return qdisc
+
+    def governor(self) -> str:
+        found = sorted(glob.glob(self.path("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor")))
+        if not found:
+            raise _Unavailable("no /sys/devices/system/cpu/cpu*/cpufreq (no cpufreq driver: a VM or a fixed clock)")
+        # one value when every CPU agrees (the usual case), else each distinct one
+        return ",".join(dict.fromkeys(self.read(p[len(self.root.rstrip("/")):]) for p in found))
+
+    def boost(self) -> str:
+        try:
+            return {"1": "on", "0": "off"}.get(self.read("/sys/devices/system/cpu/cpufreq/boost"), "?")
+        except _Unavailable as why:
+            try:  # intel_pstate says it the other way round
+                return {"0": "on", "1": "off"}[self.read("/sys/devices/system/cpu/intel_pstate/no_turbo")]
+            except (_Unavailable, KeyError):
+                raise _Unavailable(f"{why}; no /sys/devices/system/cpu/intel_pstate/no_turbo") from None
+
+    def selected(self, path: str) -> str:
+        """The [bracketed] choice of a sysfs list ("always [madvise] never" -> "madvise")."""
+        text = self.read(path)
+        m = re.search(r"\[([^\]]+)\]", text)
+        return m.group(1) if m else text
+
+    def irq_affinity(self) -> "Dict[str, str]":
+        irqs = irqs_of_interface(self.read("/proc/interrupts"), self.iface())
+        if not irqs:
+            raise _Unavailable(f"no IRQ named after {self.iface()} in /proc/interrupts (a virtual link has none)")
+        return {irq: self.read(f"/proc/irq/{irq}/smp_affinity_list") for irq in irqs}
+
+
+# One row per host fact: (key in meta.json's hosts.<role>.host_facts, how it is read, what it is, reader).
+# docs/experiment-files.md's table of them is generated from here (render_host_facts_docs).
+HOST_FACTS: "Tuple[Tuple[str, str, str, Callable[[_FactReader], Any]], ...]" = (
+    ("nic_driver", "`ethtool -i IF` driver, else the link /sys/class/net/IF/device/driver",
+     "driver of the data NIC", lambda r: r.driver()),
+    ("nic_firmware", "`ethtool -i IF` firmware-version", "firmware of the data NIC",
+     lambda r: r.ethtool_field("-i", "firmware-version")),
+    ("gso", "`ethtool -k IF` generic-segmentation-offload", "GSO: on/off",
+     lambda r: r.offload("generic-segmentation-offload")),
+    ("gro", "`ethtool -k IF` generic-receive-offload", "GRO: on/off",
+     lambda r: r.offload("generic-receive-offload")),
+    ("tso", "`ethtool -k IF` tcp-segmentation-offload", "TSO: on/off",
+     lambda r: r.offload("tcp-segmentation-offload")),
+    ("lro", "`ethtool -k IF` large-receive-offload", "LRO: on/off",
+     lambda r: r.offload("large-receive-offload")),
+    ("rings", "`ethtool -g IF` current hardware settings", "ring sizes: {\"rx\": N, \"tx\": N, ...}",
+     lambda r: r.rings()),
+    ("qdisc", "`ip -j link show dev IF` qdisc", "root queueing discipline of the data link", lambda r: r.qdisc()),
+    ("cpu_governor", "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor",
+     "CPU frequency governor (each distinct one, comma-separated)", lambda r: r.governor()),
+    ("cpu_boost", "/sys/devices/system/cpu/cpufreq/boost, else intel_pstate/no_turbo", "CPU boost (turbo): on/off",
+     lambda r: r.boost()),
+    ("smt", "/sys/devices/system/cpu/smt/control", "SMT: on, off, forceoff, notsupported, ...",
+     lambda r: r.read("/sys/devices/system/cpu/smt/control")),
+    ("kernel_cmdline", "/proc/cmdline", "kernel command line (mitigations, isolcpus, ...)",
+     lambda r: r.read("/proc/cmdline")),
+    ("irq_affinity", "/proc/irq/N/smp_affinity_list of each IRQ /proc/interrupts names after IF",
+     "CPUs of the data NIC's queue interrupts: {\"IRQ\": \"CPU list\"}", lambda r: r.irq_affinity()),
+    ("thp", "/sys/kernel/mm/transparent_hugepage/enabled (the [selected] value)", "transparent huge pages",
+     lambda r: r.selected("/sys/kernel/mm/transparent_hugepage/enabled")),
+    ("nic_numa_node", "/sys/class/net/IF/device/numa_node", "NUMA node of the data NIC (-1: none)",
+     lambda r: int(r.device("numa_node"))),
+)
+
+
+def host_facts(ifname: "Optional[str]", no_interface: str = "", root: str = "/") -> "Dict[str, Any]":
+    """Every HOST_FACTS key -> its value here, or {"unavailable": why} (`no_interface`: why there is no data
+    interface, when `ifname` is None). `root`: where /proc and /sys are (a fixture tree in tests)."""
+    reader = _FactReader(ifname, no_interface, root)
+    facts: "Dict[str, Any]" = {}
+    for key, _how, _what, read in HOST_FACTS:
+        try:
+            facts[key] = read(reader)
+        except _Unavailable as why:
+            facts[key] = {"unavailable": str(why)}
+        except ValueError as exc:  # a file or answer of an unexpected shape: said, not guessed around
+            facts[key] = {"unavailable": f"unexpected value: {exc}"}
+    return facts
+
+
+HOST_FACTS_DOC = ("<!-- host-facts:begin -->", "<!-- host-facts:end -->")
+
+
+def render_host_facts_docs(text: str) -> str:
+    """`text` (docs/experiment-files.md) with the markdown table of HOST_FACTS between HOST_FACTS_DOC's
+    markers (tests/test_hostfacts.py checks the file); ValueError without them."""
+    begin, end = HOST_FACTS_DOC
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the document has no `{begin}` ... `{end}` block")
+    rows = ["| key | what | how it is read |", "|---|---|---|"]
+    rows += [f"| `{key}` | {what} | {how} |" for key, how, what, _ in HOST_FACTS]
+    return text[:start + len(begin)] + "\n" + "\n".join(rows) + "\n" + text[stop:]
+
+
 def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
                   programs: "Sequence[str]" = ()) -> "Dict[str, Any]":
     """What shaped the numbers on this host. Anything unreadable is null, with why in meta["why_null"].
@@ -501,6 +703,7 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
     meta["md_driver"] = os.path.exists("/proc/mdstat")
     # per data interface: could io_uring zero-copy receive (zcrx) run there? (no mode uses it)
     meta["zcrx"] = {iface["name"]: zcrx_support(iface["name"])} if iface["name"] else {}
+    meta["host_facts"] = host_facts(iface["name"], why.get("interface", ""))
     meta["boot_id"], w = _read("/proc/sys/kernel/random/boot_id")
     if w:
         why["boot_id"] = w
