@@ -360,7 +360,7 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
                 windows.append((win, base, None))
                 continue
             # a level too young to tell its own spread borrows the one its cell shows at its other levels
-            pooled = pooled_spread(median, fit, [i for i in has_ok if i < win[0]]) if base else None
+            pooled = pooled_spread(median, fit, has_ok[:bisect.bisect_left(has_ok, win[0])]) if base else None
             if pooled is not None and pooled.df >= min_nights - 1:
                 windows.append((win, base, pooled))
         if not windows:
@@ -374,7 +374,7 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
         for (win, base, pooled), share in zip(windows, shares):
             floor = 0.0
             if len(base) < SHORT_LEVEL:   # the nights before the judged ones, across the fit's cuts
-                floor = moving_range_spread(median, [i for i in has_ok if i < win[0]])
+                floor = moving_range_spread(median, has_ok[:bisect.bisect_left(has_ok, win[0])])
             res = nightly_test(median[base], sd[base], median[win], sd[win], higher_better, threshold_pct,
                                alpha, n_tests=len(windows), borrowed=pooled, weight=share, floor_rel=floor)
             needs = needs_text(res, threshold_pct, alpha)

@@ -105,6 +105,7 @@ class InterruptGuard:
             yield self
         finally:
             _ACTIVE.remove(self)
+            critical.resume()
             for s, h in old.items():
                 signal.signal(s, signal.SIG_IGN if s != signal.SIGINT and self.ignore_term_after else h)
 
