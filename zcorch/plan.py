@@ -36,6 +36,7 @@ from functools import cached_property
 from itertools import product
 from typing import Callable, Optional, Sequence
 
+from zcorch.config.timings import Timings, switch_keys
 from zcorch.errors import ConfigError
 from zcorch.nogc import no_cyclic_gc
 from zcorch.config import yamlsrc as ys
@@ -511,6 +512,8 @@ class Estimate:
     runs: int = 0               # runs planned (repeats: {min, max, ...}: every cell at max)
     runs_min: int = 0           # the fewest that may run (every cell converging as early as it can)
     total_min_s: float = 0.0    # the duration if they do
+    timings: Optional[Timings] = None   # learned from an earlier result set (else the assumptions above)
+    setup_s: float = 0.0        # with timings: filesystems made and released, networks switched
 
     def tests(self, kind: str) -> int:
         """How many tests/passes the baseline kind `kind` runs (0: off)."""
@@ -527,6 +530,13 @@ class Estimate:
         span = (f"estimated duration {hms(self.total_min_s)}..{hms(self.total_s)} ({self.runs_min}..{self.runs} "
                 f"runs: every cell converging as early as it can .. every cell at max); at most"
                 if self.is_range else "estimated duration")
+        if self.timings is not None:
+            t = self.timings
+            rate = f"{format_size(int(self.rate))}/s" if t.rate else "each cell's duration"
+            return (f"{span} {hms(self.total_s)}, from what {t.source} took: transfers {hms(self.transfer_s)} "
+                    f"(at its {rate}) + {self.per_run_overhead:.2f}s between runs ({hms(self.overhead_s)}) + "
+                    f"configurations made, switched and released {hms(self.setup_s)} + before the first run and "
+                    f"after the last {hms(self.baseline_s)}.")
         return (f"{span} {hms(self.total_s)}: transfers {hms(self.transfer_s)} "
                 f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout, or the cell's "
                 f"duration) + "
@@ -534,9 +544,13 @@ class Estimate:
                 f"{hms(self.baseline_s)} ({parts}). Real rates differ: use --rate.")
 
 
-def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD) -> Estimate:
+def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD,
+             timings: Optional[Timings] = None) -> Estimate:
     """How long `zcorch run` should take, from stated assumptions (see Estimate.explain); each baseline
-    kind estimates its own share (zcorch.config.baselines)."""
+    kind estimates its own share (zcorch.config.baselines). With `timings`, from what an earlier result set
+    took instead: its rate, its time between runs, its configurations' set-up, its start and its end."""
+    if timings is not None:
+        return _learned_estimate(plan, timings, rate)
     by_id = {c.id: c.params for c in plan.cells}
     # each run: its transfer, after the receiver's and then the sender's idle probe (one after the other)
     per_cell = {cid: (p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"]))
@@ -560,6 +574,27 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
     total_min = sum(per_cell[r.id] for r in early) + overhead * len(early) + baseline
     return Estimate(transfer + over + baseline, transfer, over, baseline, rate, overhead, shares,
                     len(plan.runs), len(early), total_min)
+
+
+def _learned_estimate(plan: Plan, t: Timings, rate: float) -> Estimate:
+    rate = t.rate or rate
+    by_id = {c.id: c.params for c in plan.cells}
+    per_cell = {cid: p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"])
+                for cid, p in by_id.items()}
+
+    def total(runs: "Sequence[Run]") -> "tuple[float, float, float]":
+        keys = switch_keys([by_id[r.id] for r in runs])
+        transfer = sum(per_cell[r.id] for r in runs)
+        setup = sum(t.cost(k) for k in keys if k)
+        return transfer, t.per_run * max(0, len(runs) - 1), setup
+
+    transfer, over, setup = total(plan.runs)
+    fewest = plan.fewest_repeats()
+    early = [r for r in plan.runs if r.repeat < fewest]
+    fixed = t.before + t.after
+    est = Estimate(transfer + over + setup + fixed, transfer, over, fixed, rate, t.per_run, (), len(plan.runs),
+                   len(early), sum(total(early)) + fixed, timings=t, setup_s=setup)
+    return est
 
 
 def hms(seconds: float) -> str:

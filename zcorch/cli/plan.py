@@ -17,12 +17,12 @@ import json
 import shlex
 import sys
 from dataclasses import asdict
+from typing import Optional
 
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.errors import ConfigError
-from zcorch.plan import (DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, control_record, hms, describe_cell,
-                         estimate, load_plan,
-                         runs_json)
+from zcorch.plan import (DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, Timings, control_record, hms,
+                         describe_cell, estimate, load_plan, runs_json)
 from zcorch.params import PARAM_KEYS, format_value
 from zcorch.textfmt import text_table
 from zcorch.units import format_size, parse_duration, parse_size
@@ -42,6 +42,9 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                    help="assumed transfer rate per second for the estimate (a size, default %(default)s)")
     p.add_argument("--overhead", default=f"{DEFAULT_OVERHEAD:g}s",
                    help="assumed overhead per run and per baseline test (a duration, default %(default)s)")
+    p.add_argument("--timings", metavar="DIR",
+                   help="estimate from what an earlier result set took (its rate, time between runs, "
+                        "filesystems and networks set up, start and end) instead of --rate/--overhead")
     add_hosts_and_set(p)
     p.set_defaults(func=main)
     return p
@@ -57,8 +60,13 @@ def main(args: argparse.Namespace) -> int:
         raise ConfigError("--rate must be > 0")
     from zcorch.config.inventory import is_fleet_spec
 
+    timings = None
+    if args.timings:
+        from zcorch.results.timings import learn
+
+        timings = learn(args.timings)
     if args.hosts is not None and is_fleet_spec(args.hosts):
-        return _fleet(args, rate, overhead)
+        return _fleet(args, rate, overhead, timings)
     plan = load_plan(args.file, args.overrides, hosts_from_args(args), unknown_hosts=True)
     if args.json:
         for w in plan.warnings:
@@ -66,11 +74,11 @@ def main(args: argparse.Namespace) -> int:
         json.dump(runs_json(plan), sys.stdout, separators=(",", ":"))
         sys.stdout.write("\n")
         return 0
-    sys.stdout.write(render(plan, rate, overhead, args.all))
+    sys.stdout.write(render(plan, rate, overhead, args.all, timings))
     return 0
 
 
-def _fleet(args: argparse.Namespace, rate: float, overhead: float) -> int:
+def _fleet(args: argparse.Namespace, rate: float, overhead: float, timings: "Optional[Timings]" = None) -> int:
     """`zcorch plan FILE --hosts INV:PAIR1,PAIR2|INV:all`: each pair's plan and the fleet's estimate."""
     from zcorch.sweep.fleet import plan_fleet   # the fleet's exclusion rules: only when a fleet is planned
 
@@ -84,8 +92,8 @@ def _fleet(args: argparse.Namespace, rate: float, overhead: float) -> int:
         return 0
     seconds = {}
     for pair, plan in fleet.pairs:
-        sys.stdout.write(f"== pair {pair.pair}\n" + render(plan, rate, overhead, args.all) + "\n")
-        seconds[pair.pair] = estimate(plan, rate, overhead).total_s
+        sys.stdout.write(f"== pair {pair.pair}\n" + render(plan, rate, overhead, args.all, timings) + "\n")
+        seconds[pair.pair] = estimate(plan, rate, overhead, timings).total_s
     total, group = fleet.estimate_s(seconds)
     turns = [g for g in fleet.groups if len(g) > 1]
     print(f"fleet of {len(fleet.pairs)} pair(s): " + (
@@ -96,7 +104,8 @@ def _fleet(args: argparse.Namespace, rate: float, overhead: float) -> int:
     return 0
 
 
-def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD, show_all: bool = False) -> str:
+def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD, show_all: bool = False,
+           timings: "Optional[Timings]" = None) -> str:
     """The human-readable plan (what `zcorch plan FILE` prints)."""
     exp = plan.experiment
     lines = [f"{exp.name} ({exp.path})"]
@@ -170,7 +179,7 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
                 lines.append(f"    ... and {len(dropped) - len(shown)} more (--all lists every one)")
     for w in plan.warnings:
         lines.append(f"warning: {w}")
-    lines.append(estimate(plan, rate, overhead).explain())
+    lines.append(estimate(plan, rate, overhead, timings).explain())
     return "\n".join(lines) + "\n"
 
 

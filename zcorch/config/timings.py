@@ -1,0 +1,53 @@
+"""What a sweep sets up between its runs, and what an earlier sweep took to do it (the plan's estimate).
+
+    switch_keys(params_in_run_order) -> ["", "filesystem=b", "release filesystem=a", "network=n2", ...]
+    Timings (zcorch.results.timings.learn reads one from a result set; zcorch.plan.estimate uses it)
+
+The runner makes a filesystem at its first run and releases it after its last, and applies a network when
+the next run's differs: the learner and the estimate name each gap between runs the same way.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+
+@dataclass(frozen=True)
+class Timings:
+    """What an earlier result set took (zcorch.results.timings.learn): the estimate's figures instead of
+    assumptions. setup: the seconds beyond a plain run that the gap before a run took, by switch_keys."""
+    source: str
+    rate: Optional[float]            # bytes/s of its transfers (None: every cell ran for a duration)
+    per_run: float                   # seconds between one run's end and the next one's start
+    setup: "dict[str, float]"
+    before: float                    # the start to the first run: hosts, deploy, calibration, baselines
+    after: float                     # the last run's end to the finish: teardown
+    first: "tuple[str, ...]" = ()    # the configuration of its first run (its set-up is in `before`)
+
+    def cost(self, key: str) -> float:
+        """A switch's seconds: learned, else the median of the learned ones of its kind (0 without)."""
+        if key in self.setup:
+            return self.setup[key]
+        kind = key.split("=", 1)[0]
+        alike = sorted(v for k, v in self.setup.items() if k.split("=", 1)[0] == kind)
+        return alike[len(alike) // 2] if alike else 0.0
+
+
+def switch_keys(params: "Sequence[dict]") -> "list[str]":
+    """For runs in order, what set-up comes before each one ("" none): "filesystem=X" its first use (a
+    filesystem is made once and kept until its last run), "release filesystem=X" the run after X's last
+    one, "network=Y" a change of network (the first run's own set-up is before the sweep's first run)."""
+    last = {p.get("filesystem"): i for i, p in enumerate(params) if p.get("filesystem")}
+    keys, seen = [], set()
+    for i, p in enumerate(params):
+        fs, prev = p.get("filesystem"), params[i - 1] if i else {}
+        if i and fs and fs not in seen:
+            keys.append(f"filesystem={fs}")
+        elif i and p.get("network") != prev.get("network"):
+            keys.append(f"network={p.get('network')}")
+        elif i and prev.get("filesystem") and last.get(prev.get("filesystem")) == i - 1:
+            keys.append(f"release filesystem={prev.get('filesystem')}")
+        else:
+            keys.append("")
+        seen.add(fs)
+    return keys
