@@ -214,7 +214,7 @@ def test_impossible_combinations_name_mode_and_reason(side, mode, kw, needle):
     (dict(source="mem", bytes=10, buffer=0), "--buffer"),
     (dict(source="mem", bytes=10, buffer="2GiB"), "--buffer"),
     (dict(source="mem", bytes=10, subblocks=0), "--subblocks"),
-    (dict(source="mem", bytes=10, buffer=4, subblocks=5), "--subblocks"),
+    (dict(source="mem", bytes=10, buffer=4, subblocks=5), "subblocks (5) > buffer (4 bytes)"),
     (dict(source="mem", bytes=10, timeout=0), "--timeout"),
     (dict(source="mem", bytes="ten"), "--bytes"),
     (dict(source="/nonexistent/file", bytes=10), "cannot open source /nonexistent/file"),
