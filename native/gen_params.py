@@ -7,7 +7,8 @@ The C side of a worker parameter or metric is not written by hand: this file tur
   * X-macro lists the C core expands: ZC_PARAM_DEFAULTS (zc_params_init), ZC_PARAM_LIMITS_* (the range
     checks of validate.c, with the table's limits and the message wording of zcorch.params.limit_problem)
     ZC_METRIC_COMBINE (how totals.c combines the streams' metrics: Metric.combine) and ZC_MODE_LIST (the
-    compiled modes, registry.c: the send_mode / recv_mode choices).
+    compiled modes, registry.c: the send_mode / recv_mode choices);
+  * ZC_RULE_<NAME>: the cell rules' messages (CELL_RULES), worded as the planner words them.
 
 The header is committed (a host or a wheel build without the zcorch package still builds) and
 native/build.py rewrites it when the table it can import says otherwise; tests/test_native_build.py
@@ -16,6 +17,7 @@ checks the committed one is current. `python3 native/gen_params.py` rewrites it 
 from __future__ import annotations
 
 import os
+import string
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -70,6 +72,17 @@ def _default(t, p):
     if p.ctype == "const char *" or p.worker_absent == "none":
         return None if p.c_unset is None else p.c_unset
     return t.c_value(p, p.default)
+
+
+def _printf(text: str, formats: "dict[str, str]") -> "tuple[str, list[str]]":
+    """A str.format template with named fields as a printf format (%s unless `formats` says) and its fields in order."""
+    fmt, args = [], []
+    for literal, field, _spec, _conv in string.Formatter().parse(text):
+        fmt.append(literal.replace("%", "%%"))
+        if field is not None:
+            fmt.append(formats.get(field, "%s"))
+            args.append(field)
+    return "".join(fmt), args
 
 
 def generate(t) -> str:
@@ -130,6 +143,12 @@ def generate(t) -> str:
     out.append("#define ZC_MODE_LIST(X) \\")
     for key, side in (("send_mode", "send"), ("recv_mode", "recv")):
         out += [f"    X({side}, {choice}) \\" for choice in t.param(key).choices]
+    out.append("")
+    out.append("/* the cell rules' messages (zcorch.params.CELL_RULES) as printf formats, the arguments in the order")
+    out.append(" * the comment names them: the planner and the worker refuse a cell with the same words */")
+    for name, text in t.CELL_RULES.items():
+        fmt, args = _printf(text, t.CELL_RULE_FORMATS)
+        out.append(f"#define ZC_RULE_{name.upper()} {_c_literal(fmt)} /* {', '.join(args) or 'no arguments'} */")
     out.append("")
     out.append("/* X(combine, field): how the group's totals combine the streams' values of each zc_metrics field */")
     out.append("#define ZC_METRIC_COMBINE(X) \\")

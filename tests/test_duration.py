@@ -53,9 +53,9 @@ def test_a_duration_run_delivers_the_source_byte_for_byte(tmp_path):
 
 @needs_native
 @pytest.mark.parametrize("send_kw,recv_kw,message", [
-    (dict(duration=0.2, bytes=1 << 20), {}, "--bytes and --duration: give one"),
-    (dict(duration=0.2, source="FILE"), {}, "--duration needs source mem or /dev/zero"),
-    (dict(duration=0.2, streams=2), dict(streams=2, sink="SINK"), "--duration with --streams 2 needs sink /dev/null"),
+    (dict(duration=0.2, bytes=1 << 20), {}, "`bytes` and `duration` are both set"),
+    (dict(duration=0.2, source="FILE"), {}, "`duration` needs source `mem` or /dev/zero"),
+    (dict(duration=0.2, streams=2), dict(streams=2, sink="SINK"), "`duration` with `streams: 2` needs sink /dev/null"),
 ], ids=["bytes-and-duration", "file-source", "file-sink-streams"])
 def test_the_worker_refuses_what_a_duration_cannot_mean(tmp_path, send_kw, recv_kw, message):
     src = tmp_path / "src"

@@ -192,11 +192,11 @@ def test_short_transfer_is_an_error_when_bytes_given(tmp_path):
 
 
 @pytest.mark.parametrize("side,mode,kw,needle", [
-    ("recv", "mmap", dict(sink="/dev/null"), "regular-file sink"),
-    ("send", "mmap", dict(source="mem", bytes=10), "source mem"),
-    ("send", "mmap", dict(source="/dev/zero", bytes=10), "/dev/zero is not one"),
-    ("send", "sendfile", dict(source="mem", bytes=10), "source mem"),
-    ("send", "splice", dict(source="mem", bytes=10), "source mem"),
+    ("recv", "mmap", dict(sink="/dev/null"), "regular file as sink"),
+    ("send", "mmap", dict(source="mem", bytes=10), "source `mem`"),
+    ("send", "mmap", dict(source="/dev/zero", bytes=10), "cannot map /dev/zero"),
+    ("send", "sendfile", dict(source="mem", bytes=10), "source `mem`"),
+    ("send", "splice", dict(source="mem", bytes=10), "source `mem`"),
 ])
 def test_impossible_combinations_name_mode_and_reason(side, mode, kw, needle):
     with pytest.raises(WorkerError) as ei:
@@ -214,7 +214,7 @@ def test_impossible_combinations_name_mode_and_reason(side, mode, kw, needle):
     (dict(source="mem", bytes=10, buffer=0), "--buffer"),
     (dict(source="mem", bytes=10, buffer="2GiB"), "--buffer"),
     (dict(source="mem", bytes=10, subblocks=0), "--subblocks"),
-    (dict(source="mem", bytes=10, buffer=4, subblocks=5), "--subblocks"),
+    (dict(source="mem", bytes=10, buffer=4, subblocks=5), "subblocks (5) > buffer (4 bytes)"),
     (dict(source="mem", bytes=10, timeout=0), "--timeout"),
     (dict(source="mem", bytes="ten"), "--bytes"),
     (dict(source="/nonexistent/file", bytes=10), "cannot open source /nonexistent/file"),
@@ -234,8 +234,8 @@ def test_file_shorter_than_bytes(tmp_path):
 
 
 @pytest.mark.parametrize("kw,needle", [
-    (dict(sink="/dev/null", sink_state="preallocated", bytes=10), "needs a regular-file sink"),
-    (dict(sink="/dev/null", fsync=True), "--fsync needs a regular-file sink"),
+    (dict(sink="/dev/null", sink_state="preallocated", bytes=10), "needs a regular file as sink, not /dev/null"),
+    (dict(sink="/dev/null", fsync=True), "`fsync` needs a regular file as sink"),
     (dict(sink_state="bogus"), "--sink-state"),
 ])
 def test_bad_sink_values(tmp_path, kw, needle):
@@ -247,7 +247,7 @@ def test_bad_sink_values(tmp_path, kw, needle):
 def test_preallocated_without_bytes(tmp_path):
     with pytest.raises(WorkerError) as ei:
         native.Receiver("127.0.0.1", 0, "read", sink=str(tmp_path / "s"), sink_state="preallocated").close()
-    assert "needs --bytes" in str(ei.value)
+    assert "it needs `bytes`" in str(ei.value)
 
 
 def test_receiver_times_out_without_sender():

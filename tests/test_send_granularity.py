@@ -117,11 +117,11 @@ def test_refill_sends_the_source_bytes(tmp_path, subblocks):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--mode", "write", "--mmap-grain", "subblock"], "--mmap-grain / --splice-grain: the mode does not make"),
-    (["--mode", "write", "--splice-grain", "whole"], "--mmap-grain / --splice-grain: the mode does not make"),
-    (["--mode", "vmsplice", "--mmap-grain", "subblock"], "source mem without --gift maps no buffer"),
-    (["--mode", "vmsplice", "--refill"], "--refill: the mode does not fill a buffer of its own"),
-    (["--mode", "write", "--refill", "--source", "/dev/zero"], "--refill rewrites the pattern of source mem"),
+    (["--mode", "write", "--mmap-grain", "subblock"], "`mmap_grain`: send mode `write` makes no such calls"),
+    (["--mode", "write", "--splice-grain", "whole"], "`splice_grain`: send mode `write` makes no such calls"),
+    (["--mode", "vmsplice", "--mmap-grain", "subblock"], "source `mem` needs `gift: true`"),
+    (["--mode", "vmsplice", "--refill"], "send mode `vmsplice` has none (only write)"),
+    (["--mode", "write", "--refill", "--source", "/dev/zero"], "`refill` rewrites the pattern of source `mem`"),
     (["--mode", "vmsplice", "--mmap-grain", "sideways"], "--mmap-grain"),
 ])
 def test_the_worker_refuses_them_where_they_mean_nothing(args, needle):
@@ -134,7 +134,7 @@ def test_the_plan_refuses_the_same_cells():
     assert cell_problems(dict(base, send_mode="vmsplice", gift=True, mmap_grain="subblock", splice_grain="whole")) == []
     assert cell_problems(dict(base, send_mode="write", refill=True)) == []
     (msg,) = cell_problems(dict(base, send_mode="write", splice_grain="whole"))
-    assert "`splice_grain: whole`: send mode `write` makes no such calls (only vmsplice)" in msg
+    assert "`splice_grain`: send mode `write` makes no such calls (only vmsplice)" in msg
     (msg,) = cell_problems(dict(base, send_mode="vmsplice", mmap_grain="subblock"))
     assert "`mmap_grain: subblock` maps fresh buffers: source `mem` needs `gift: true`" in msg
     (msg,) = cell_problems(dict(base, send_mode="sendfile", source="/srv/f", refill=True))

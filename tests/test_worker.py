@@ -89,8 +89,8 @@ def test_mem_source_ipv6_and_receiver_bytes(tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["recv", "--listen", "127.0.0.1:0", "--mode", "mmap", "--sink", "/dev/null"], "recv mmap: needs a regular-file sink"),
-    (["send", "--connect", "127.0.0.1:9", "--mode", "sendfile", "--bytes", "1M"], "send sendfile: needs a file source"),
+    (["recv", "--listen", "127.0.0.1:0", "--mode", "mmap", "--sink", "/dev/null"], "recv mmap: receive mode `mmap` needs a regular file as sink"),
+    (["send", "--connect", "127.0.0.1:9", "--mode", "sendfile", "--bytes", "1M"], "send sendfile: send mode `sendfile` reads from a file"),
     (["send", "--connect", "127.0.0.1:9", "--mode", "mmap", "--source", "/dev/zero", "--bytes", "1M"], "send mmap"),
     (["send", "--connect", "127.0.0.1:9", "--mode", "teleport", "--bytes", "1M"], "unknown send mode"),
     (["send", "--connect", "127.0.0.1:9", "--mode", "write", "--buffer", "lots"], "--buffer: not a size"),
@@ -100,7 +100,7 @@ def test_mem_source_ipv6_and_receiver_bytes(tmp_path):
     (["send", "--connect", "127.0.0.1:9", "--mode", "write", "--bytes", "1M", "--sink", "/tmp/x"], "unrecognized"),
     (["send", "--connect", "127.0.0.1:9", "--bytes", "1M"], "--mode"),
     (["recv", "--listen", "127.0.0.1:0", "--mode", "read", "--sink-state", "sideways"], "--sink-state"),
-    (["recv", "--listen", "127.0.0.1:0", "--mode", "read", "--fsync"], "--fsync needs a regular-file sink"),
+    (["recv", "--listen", "127.0.0.1:0", "--mode", "read", "--fsync"], "`fsync` needs a regular file as sink, not /dev/null"),
     (["send", "--connect", "127.0.0.1:1", "--mode", "write", "--bytes", "1M"], "Connection refused"),
     (["launch"], "invalid choice"),
     ([], "required"),

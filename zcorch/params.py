@@ -492,6 +492,41 @@ def metric_applies(metric: Metric, side: str, mode_caps: "frozenset[str]") -> bo
 
 # ---------------------------------------------------------------- docs tables
 
+# The cell rules the planner and the worker both apply, each worded once: zcorch.config.cells judges the
+# names in a cell, the C worker judges what it opened (the descriptor, never the name), and both say why
+# with this text. {placeholders} are filled by name in Python; native/gen_params.py writes each as a
+# printf format ZC_RULE_<NAME> (CELL_RULE_FORMATS: %s unless listed) with its arguments in this order.
+CELL_RULES = {
+    "file_sink": "receive mode `{mode}` needs a regular file as sink, not {sink}",
+    "no_sink": "receive mode `{mode}` keeps no data: its sink must be /dev/null, not `{sink}`",
+    "file_source": "send mode `{mode}` reads from a file; source `mem` is not one (use a path or /dev/zero)",
+    "mappable_source": "send mode `{mode}` cannot map {source}; use a regular file as source",
+    "grain": "{grains}: send mode `{mode}` makes no such calls (only {only})",
+    "grain_needs_gift": "`mmap_grain: subblock` maps fresh buffers: source `mem` needs `gift: true` (without it "
+                        "the pattern is spliced from memory mapped once)",
+    "refill": "`refill` fills a buffer of the sender's own: send mode `{mode}` has none (only {only})",
+    "refill_needs_mem": "`refill` rewrites the pattern of source `mem`; a file source (`{source}`) is read into "
+                        "the buffer instead",
+    "one_stream": "{side} mode `{mode}` handles one stream only; `streams: {streams}` needs another",
+    "subblocks": "subblocks ({subblocks}) > {buffer_key} ({buffer} bytes): a sub-block would be empty",
+    "fsync_sink": "`fsync` needs a regular file as sink, not {sink}",
+    "sink_state_sink": "sink_state `{sink_state}` needs a regular file as sink, not {sink}",
+    "sink_state_bytes": "sink_state `{sink_state}` prepares `bytes` of the sink: it needs `bytes`, not `duration`",
+    "bytes_and_duration": "`bytes` and `duration` are both set: a cell moves a byte count or runs for a time, "
+                          "not both (leave `bytes` unwritten, or null, for the cells with `duration`)",
+    "duration_source": "`duration` needs source `mem` or /dev/zero: a file (`{source}`) runs out before the "
+                       "time is up (use `bytes`)",
+    "duration_streams": "`duration` with `streams: {streams}` needs sink /dev/null: a stream's slice of a file "
+                        "sink is unknown until the time is up",
+}
+CELL_RULE_FORMATS = {"streams": "%d", "subblocks": "%d", "buffer": "%llu"}
+
+
+def rule_text(name: str, **values: Any) -> str:
+    """The message of cell rule `name` with its placeholders filled."""
+    return CELL_RULES[name].format(**values)
+
+
 _SIDE_WORDS = {"send": "sender", "recv": "receiver", "both": "both", "controller": "controller"}
 DOC_BLOCKS = ("params", "metrics")
 

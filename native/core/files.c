@@ -16,7 +16,7 @@ int zc_open_source(zc_ctx *c)
 {
     const zc_params *p = c->p;
     if (zc_duration_set(p) && zc_bytes_set(p))
-        return zc_fail(c, EINVAL, "--bytes and --duration: give one (a byte count or a time), not both");
+        return zc_fail(c, EINVAL, ZC_RULE_BYTES_AND_DURATION);
     if (!p->source || !*p->source || strcmp(p->source, "mem") == 0) {
         c->src_mem = 1;
         c->total_known = 1;
@@ -39,8 +39,7 @@ int zc_open_source(zc_ctx *c)
     c->src_zero = S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 5);
     if (zc_duration_set(p)) { /* no silent wrap-around: a file runs out before the time is up */
         if (!c->src_zero)
-            return zc_fail(c, EINVAL, "--duration needs source mem or /dev/zero; %s runs out (use --bytes)",
-                           p->source);
+            return zc_fail(c, EINVAL, ZC_RULE_DURATION_SOURCE, p->source);
         c->total = ZC_UNTIL_TIME_BYTES;
         return 0;
     }
@@ -92,9 +91,9 @@ int zc_open_sink(zc_ctx *c)
     const zc_params *p = c->p;
     const char *path = p->sink && *p->sink ? p->sink : "/dev/null";
     if (zc_duration_set(p) && zc_bytes_set(p))
-        return zc_fail(c, EINVAL, "--bytes and --duration: give one (a byte count or a time), not both");
+        return zc_fail(c, EINVAL, ZC_RULE_BYTES_AND_DURATION);
     if (p->sink_state != ZC_SINK_STATE_FRESH && !zc_bytes_set(p))
-        return zc_fail(c, EINVAL, "--sink-state %s needs --bytes", sink_state_name(p->sink_state));
+        return zc_fail(c, EINVAL, ZC_RULE_SINK_STATE_BYTES, sink_state_name(p->sink_state));
     /* the slices' lengths are unknown until the time is up: no file sink for several streams (none created) */
     int file_refused = zc_duration_set(p) && p->streams > 1;
     struct stat st;
@@ -103,19 +102,16 @@ int zc_open_sink(zc_ctx *c)
     int how = ZC_OPEN_SINK | (file_refused ? 0 : ZC_OPEN_CREATE) | (p->allow_device_sink ? ZC_OPEN_DEVICES : 0);
     c->fd = zc_open_path(path, how, &st, &created, &oe); /* no link followed, judged on the fd */
     if (c->fd < 0 && file_refused && oe.code == ENOENT)
-        return zc_fail(c, EINVAL, "--duration with --streams %d needs sink /dev/null, not the file %s", p->streams,
-                       path);
+        return zc_fail(c, EINVAL, ZC_RULE_DURATION_STREAMS, p->streams);
     if (c->fd < 0)
         return zc_fail(c, oe.code, "%s", oe.message);
     int reg = S_ISREG(st.st_mode);
     if (!reg && p->sink_state != ZC_SINK_STATE_FRESH)
-        return zc_fail(c, EINVAL, "--sink-state %s needs a regular-file sink, not %s", sink_state_name(p->sink_state),
-                       path);
+        return zc_fail(c, EINVAL, ZC_RULE_SINK_STATE_SINK, sink_state_name(p->sink_state), path);
     if (!reg && p->fsync)
-        return zc_fail(c, EINVAL, "--fsync needs a regular-file sink, not %s", path);
+        return zc_fail(c, EINVAL, ZC_RULE_FSYNC_SINK, path);
     if (reg && file_refused)
-        return zc_fail(c, EINVAL, "--duration with --streams %d needs sink /dev/null, not the file %s", p->streams,
-                       path);
+        return zc_fail(c, EINVAL, ZC_RULE_DURATION_STREAMS, p->streams);
     if (reg && !created && p->sink_state != ZC_SINK_STATE_OVERWRITE && ftruncate(c->fd, 0) < 0)
         return zc_fail_errno(c, "truncating the sink %s", path);
     if (reg && !created && p->sink_state != ZC_SINK_STATE_OVERWRITE)

@@ -47,7 +47,7 @@ static int send_prepare(zc_group *g, const zc_params *p)
             c->mem_ring_len = g->ctx[0].mem_ring_len;
             c->mem_ring_borrowed = 1;
         }
-        if (rc == 0)
+        if (rc == 0 && c->ops->setup)
             rc = c->ops->setup(c);
         g->rc[i] = rc;
     }
@@ -178,7 +178,7 @@ int zc_recv_listen(const zc_params *p, zc_listener *out, zc_error *err)
         rc = zc_validate_ctx(c, ZC_SIDE_RECV);
         if (rc == 0)
             rc = i == 0 ? zc_open_sink(c) : zc_reopen_sink(c, c0);
-        if (rc == 0)
+        if (rc == 0 && c->ops->setup)
             rc = c->ops->setup(c);
     }
     if (rc == 0 && p->peer && *p->peer)

@@ -6,6 +6,7 @@
 #include "zc_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ZC_DECLARE_MODE(side, name) extern const zc_mode_ops zc_##side##_##name##_ops;
@@ -42,6 +43,27 @@ const zc_mode_ops *zc_find_mode(int side, const char *name)
         if (zc_modes[i]->side == side && strcmp(zc_modes[i]->name, name) == 0)
             return zc_modes[i];
     return NULL;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char *zc_modes_with(unsigned cap, char *buf, size_t len)
+{
+    const char *names[N_MODES];
+    size_t n = 0;
+    for (size_t i = 0; i < N_MODES; i++)
+        if (zc_modes[i]->caps & cap)
+            names[n++] = zc_modes[i]->name;
+    qsort(names, n, sizeof names[0], by_name);
+    size_t off = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && off < len; i++)
+        if (i == 0 || strcmp(names[i], names[i - 1]) != 0)
+            off += (size_t)snprintf(buf + off, len - off, "%s%s", off ? "/" : "", names[i]);
+    return buf;
 }
 
 /* Stable names: they reach Python, the worker's info event and the planner; never rename one. */

@@ -1,6 +1,6 @@
-/* The parameters' checks, before anything is opened: the limits of the parameter table (generated:
- * zc_params_gen.h, from zcorch/params.py, with the wording of zcorch.params.limit_problem so the
- * plan and the worker refuse a value with the same message), then the mode and what it declares.
+/* The parameters' checks, before anything is opened: the limits of the parameter table, then the mode and
+ * the cell rules on what it declares. Both worded by zcorch/params.py (generated into zc_params_gen.h:
+ * limit_problem, CELL_RULES), so the plan and the worker refuse a cell with the same message.
  */
 #include "zc_core.h"
 
@@ -68,26 +68,33 @@ int zc_validate_ctx(zc_ctx *c, int side)
     if (find_mode(c, side) < 0 || check_limits(c) < 0)
         return -1;
     if ((uint64_t)p->subblocks > p->buffer)
-        return zc_fail(c, EINVAL, "--subblocks must be between 1 and --buffer (%llu), got %d",
-                       (unsigned long long)p->buffer, p->subblocks);
+        return zc_fail(c, EINVAL, ZC_RULE_SUBBLOCKS, p->subblocks, "buffer", (unsigned long long)p->buffer);
 #define ZC_CHECK_CHOICE(field, flag, count)                                                           \
     if (p->field < 0 || p->field >= (count))                                                          \
         return zc_fail(c, EINVAL, "unknown " flag " %d", p->field);
     ZC_PARAM_CHOICES(ZC_CHECK_CHOICE)
 #undef ZC_CHECK_CHOICE
-    /* the granularities and the refill change the calls of the modes that declare them: never ignored */
+    /* the cell rules on parameters alone (those on the files are judged on their descriptors when opened) */
+    const char *mode = c->ops->name;
+    unsigned caps = c->ops->caps;
+    char only[128];
     int src_mem = !p->source || !*p->source || strcmp(p->source, "mem") == 0;
-    if ((p->mmap_grain != ZC_MMAP_GRAIN_WHOLE || p->splice_grain != ZC_SPLICE_GRAIN_SUBBLOCK)
-        && !(c->ops->caps & ZC_CAP_GRAIN))
-        return zc_fail(c, EINVAL, "--mmap-grain / --splice-grain: the mode does not make those calls");
+    if (side == ZC_SIDE_SEND && src_mem && (caps & (ZC_CAP_FILE_SOURCE | ZC_CAP_MAPPABLE_SOURCE)))
+        return zc_fail(c, EOPNOTSUPP, ZC_RULE_FILE_SOURCE, mode);
+    int mmap_set = p->mmap_grain != ZC_MMAP_GRAIN_WHOLE, splice_set = p->splice_grain != ZC_SPLICE_GRAIN_SUBBLOCK;
+    if ((mmap_set || splice_set) && !(caps & ZC_CAP_GRAIN))
+        return zc_fail(c, EINVAL, ZC_RULE_GRAIN,
+                       mmap_set && splice_set ? "`mmap_grain` and `splice_grain`" : mmap_set ? "`mmap_grain`"
+                                                                                       : "`splice_grain`",
+                       mode, zc_modes_with(ZC_CAP_GRAIN, only, sizeof only));
     if (p->mmap_grain == ZC_MMAP_GRAIN_SUBBLOCK && src_mem && !p->gift)
-        return zc_fail(c, EINVAL, "--mmap-grain subblock: source mem without --gift maps no buffer");
-    if (p->refill && !(c->ops->caps & ZC_CAP_REFILL))
-        return zc_fail(c, EINVAL, "--refill: the mode does not fill a buffer of its own");
+        return zc_fail(c, EINVAL, ZC_RULE_GRAIN_NEEDS_GIFT);
+    if (p->refill && !(caps & ZC_CAP_REFILL))
+        return zc_fail(c, EINVAL, ZC_RULE_REFILL, mode, zc_modes_with(ZC_CAP_REFILL, only, sizeof only));
     if (p->refill && !src_mem)
-        return zc_fail(c, EINVAL, "--refill rewrites the pattern of source mem: a file source is read instead");
-    if (p->streams > 1 && (c->ops->caps & ZC_CAP_ONE_STREAM))
-        return zc_fail(c, EOPNOTSUPP, "cannot run as %d parallel streams (the mode handles one stream only)",
+        return zc_fail(c, EINVAL, ZC_RULE_REFILL_NEEDS_MEM, p->source);
+    if (p->streams > 1 && (caps & ZC_CAP_ONE_STREAM))
+        return zc_fail(c, EOPNOTSUPP, ZC_RULE_ONE_STREAM, side == ZC_SIDE_SEND ? "send" : "receive", mode,
                        p->streams);
     unsigned char nonce[ZC_NONCE_LEN];
     if (zc_nonce_bytes(p->nonce, nonce) < 0)

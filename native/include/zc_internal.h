@@ -18,15 +18,15 @@
 
 struct zc_ctx;
 
-/* Defined with designated initializers: .name, .side, .caps, [.available,] .setup, [.connected,]
+/* Defined with designated initializers: .name, .side, .caps, [.available,] [.setup,] [.connected,]
  * .transfer, .teardown */
 typedef struct zc_mode_ops {
     const char *name;
     int side;                                /* ZC_SIDE_SEND / ZC_SIDE_RECV */
-    unsigned caps;                           /* ZC_CAP_* (zcorch_api.h); setup() refuses what they exclude */
+    unsigned caps;                           /* ZC_CAP_* (zcorch_api.h); validate.c and setup() refuse what they exclude */
     /* optional, for ZC_CAP_KERNEL_FEATURE: 1 if this kernel can run the mode, else 0 with why filled */
     int (*available)(char *why, size_t len);
-    int (*setup)(struct zc_ctx *c);          /* untimed; 0 or zc_fail() */
+    int (*setup)(struct zc_ctx *c);          /* optional: untimed; 0 or zc_fail() */
     int (*transfer)(struct zc_ctx *c);       /* timed; moves c->total bytes (or until EOF) */
     void (*teardown)(struct zc_ctx *c);      /* always called once setup was attempted */
     /* optional: untimed, once c->sock is connected (accepted), before the timed transfer (register the
@@ -89,6 +89,8 @@ const zc_ctx *zc_group_stream(const zc_ctx *c, int i);
 
 /* registry.c */
 const zc_mode_ops *zc_find_mode(int side, const char *name);
+/* The modes of either side declaring `cap`, sorted, each once, "a/b" in buf (the cell rules' "only ..."). */
+const char *zc_modes_with(unsigned cap, char *buf, size_t len);
 /* NULL if this build has a native/build.py feature ("io_uring", ...), else why not */
 const char *zc_build_missing(const char *feature);
 /* why the first missing feature of a NULL-terminated list is missing; NULL if the build has them all */

@@ -179,6 +179,25 @@ struct zc_metrics {
     X(recv, zerocopy_recv) \
     X(recv, discard) \
 
+/* the cell rules' messages (zcorch.params.CELL_RULES) as printf formats, the arguments in the order
+ * the comment names them: the planner and the worker refuse a cell with the same words */
+#define ZC_RULE_FILE_SINK "receive mode `%s` needs a regular file as sink, not %s" /* mode, sink */
+#define ZC_RULE_NO_SINK "receive mode `%s` keeps no data: its sink must be /dev/null, not `%s`" /* mode, sink */
+#define ZC_RULE_FILE_SOURCE "send mode `%s` reads from a file; source `mem` is not one (use a path or /dev/zero)" /* mode */
+#define ZC_RULE_MAPPABLE_SOURCE "send mode `%s` cannot map %s; use a regular file as source" /* mode, source */
+#define ZC_RULE_GRAIN "%s: send mode `%s` makes no such calls (only %s)" /* grains, mode, only */
+#define ZC_RULE_GRAIN_NEEDS_GIFT "`mmap_grain: subblock` maps fresh buffers: source `mem` needs `gift: true` (without it the pattern is spliced from memory mapped once)" /* no arguments */
+#define ZC_RULE_REFILL "`refill` fills a buffer of the sender's own: send mode `%s` has none (only %s)" /* mode, only */
+#define ZC_RULE_REFILL_NEEDS_MEM "`refill` rewrites the pattern of source `mem`; a file source (`%s`) is read into the buffer instead" /* source */
+#define ZC_RULE_ONE_STREAM "%s mode `%s` handles one stream only; `streams: %d` needs another" /* side, mode, streams */
+#define ZC_RULE_SUBBLOCKS "subblocks (%d) > %s (%llu bytes): a sub-block would be empty" /* subblocks, buffer_key, buffer */
+#define ZC_RULE_FSYNC_SINK "`fsync` needs a regular file as sink, not %s" /* sink */
+#define ZC_RULE_SINK_STATE_SINK "sink_state `%s` needs a regular file as sink, not %s" /* sink_state, sink */
+#define ZC_RULE_SINK_STATE_BYTES "sink_state `%s` prepares `bytes` of the sink: it needs `bytes`, not `duration`" /* sink_state */
+#define ZC_RULE_BYTES_AND_DURATION "`bytes` and `duration` are both set: a cell moves a byte count or runs for a time, not both (leave `bytes` unwritten, or null, for the cells with `duration`)" /* no arguments */
+#define ZC_RULE_DURATION_SOURCE "`duration` needs source `mem` or /dev/zero: a file (`%s`) runs out before the time is up (use `bytes`)" /* source */
+#define ZC_RULE_DURATION_STREAMS "`duration` with `streams: %d` needs sink /dev/null: a stream's slice of a file sink is unknown until the time is up" /* streams */
+
 /* X(combine, field): how the group's totals combine the streams' values of each zc_metrics field */
 #define ZC_METRIC_COMBINE(X) \
     X(sum, bytes) \

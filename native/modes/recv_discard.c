@@ -85,7 +85,7 @@ static int setup(zc_ctx *c)
     if (fstat(c->fd, &st) < 0)
         return zc_fail_errno(c, "fstat of the sink");
     if (!(S_ISCHR(st.st_mode) && st.st_rdev == makedev(1, 3)))
-        return zc_fail(c, EOPNOTSUPP, "keeps no data, so its sink must be /dev/null, not %s", c->p->sink);
+        return zc_fail(c, EOPNOTSUPP, ZC_RULE_NO_SINK, c->ops->name, c->p->sink);
     return 0;
 }
 

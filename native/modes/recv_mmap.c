@@ -39,7 +39,7 @@ static int full_filesystem(zc_ctx *c, uint64_t at)
 static int setup(zc_ctx *c)
 {
     if (!c->fd_is_reg)
-        return zc_fail(c, EOPNOTSUPP, "needs a regular-file sink to mmap, %s is not one",
+        return zc_fail(c, EOPNOTSUPP, ZC_RULE_FILE_SINK, c->ops->name,
                        c->p->sink && *c->p->sink ? c->p->sink : "/dev/null");
     return 0;
 }

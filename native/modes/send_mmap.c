@@ -11,10 +11,8 @@
 
 static int setup(zc_ctx *c)
 {
-    if (c->src_mem)
-        return zc_fail(c, EOPNOTSUPP, "needs a regular file source to mmap, not source mem");
-    if (!c->fd_is_reg)
-        return zc_fail(c, EOPNOTSUPP, "needs a regular file source to mmap, %s is not one", c->p->source);
+    if (!c->fd_is_reg) /* source mem is refused by the cell rules (validate.c: ZC_CAP_MAPPABLE_SOURCE) */
+        return zc_fail(c, EOPNOTSUPP, ZC_RULE_MAPPABLE_SOURCE, c->ops->name, c->p->source);
     return 0;
 }
 

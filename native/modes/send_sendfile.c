@@ -1,18 +1,12 @@
 /* send mode "sendfile": sendfile() from the source file straight to the socket, one call per
- * sub-block (looping on short returns). Source mem has no file descriptor and is refused; for a
- * non-regular file (/dev/zero) the kernel decides: a refusal is reported, never worked around.
+ * sub-block (looping on short returns). Source mem has no file descriptor: the cell rules refuse it
+ * (ZC_CAP_FILE_SOURCE). For a non-regular file (/dev/zero) the kernel decides: a refusal is reported,
+ * never worked around.
  */
 #include "zc_internal.h"
 
 #include <errno.h>
 #include <sys/sendfile.h>
-
-static int setup(zc_ctx *c)
-{
-    if (c->src_mem)
-        return zc_fail(c, EOPNOTSUPP, "needs a file source (sendfile reads from a file descriptor), not source mem");
-    return 0;
-}
 
 static int transfer(zc_ctx *c)
 {
@@ -53,7 +47,6 @@ const zc_mode_ops zc_send_sendfile_ops = {
     .name = "sendfile",
     .side = ZC_SIDE_SEND,
     .caps = ZC_CAP_FILE_SOURCE,
-    .setup = setup,
     .transfer = transfer,
     .teardown = teardown,
 };
