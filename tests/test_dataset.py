@@ -4,6 +4,7 @@ answer exactly as from the result-set directories (real small sets, and sets wri
 import json
 import os
 import shutil
+from pathlib import Path
 
 import duckdb
 import pandas as pd
@@ -12,6 +13,8 @@ import pytest
 from fixtures_analysis import copy_result_set, raw_runs, zcorch_cli
 from test_history import READ, SPLICE, nights, write_sweep
 from zcorch.cli import main as zcorch_main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(capsys, *args):
@@ -244,36 +247,246 @@ baselines: false
 """
 
 
-@pytest.mark.parametrize("order", ["one batch", "with lists first", "with lists last"])
-def test_a_dataset_has_one_schema_whatever_set_came_first(order, tmp_path):
-    """A set that pins to CPU lists (`send_cpus: "0-1"`, text) and one that does not (the column all null) make one
-    dataset that pyarrow.dataset reads as one (no union by name) and DuckDB reads with the same rows and types, in
-    one export or incrementally in either order: the parameter columns are typed by the parameter table."""
+@pytest.fixture(scope="module")
+def cpu_list_sets(tmp_path_factory):
+    """Real localhost sweeps: `lists` pins the sender to a CPU list (`send_cpus: "0-1"`, text), `plain` does not
+    (the column all null); `empty`: a copy of `plain` dated later whose sweep stopped before its first run (no
+    runs at all: every runs column, `same_host` too, has no value to be typed by)."""
+    from fixtures_analysis import record_sweep
+
+    base = tmp_path_factory.mktemp("cpu-lists")
+    (base / "a").mkdir()
+    (base / "b").mkdir()
+    lists = record_sweep(base / "a", "lists", CPUS_EXPERIMENT % ', send_cpus: "0-1"')
+    plain = record_sweep(base / "b", "plain", CPUS_EXPERIMENT % "")
+    empty = copy_result_set(plain, base / "c" / "empty")
+    _later(empty, "2099-02-01T03:00:00+00:00")
+    (empty / "runs.jsonl").write_text("")
+    for cache in empty.glob("runs*.parquet"):
+        cache.unlink()
+    return {"lists": lists, "plain": plain, "empty": empty}
+
+
+def _schemas(dest):
+    """{table: the distinct schemas of its part files} (each file's own footer: what a reader that takes one
+    file's schema for all, Spark and pyarrow.dataset without unification, sees)."""
+    import pyarrow.parquet as pq
+
+    return {t: {pq.read_schema(f).remove_metadata() for f in (dest / t).rglob("*.parquet")}
+            for t in ("sets", "runs", "baselines", "hosts")}
+
+
+# How DuckDB names the Arrow types of the declared schemas.
+_DUCK = {"string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BOOLEAN",
+         "timestamp[us, tz=UTC]": "TIMESTAMP WITH TIME ZONE", "list<item: string>": "VARCHAR[]"}
+
+
+@pytest.mark.parametrize("order", ["one batch", "with lists first", "with lists last", "run --export"])
+def test_a_dataset_has_one_declared_schema_whatever_set_came_first(order, cpu_list_sets, tmp_path):
+    """A set that pins to CPU lists, one that does not, and one with no runs make one dataset of the declared
+    schema (the parameter and metric tables' columns at their types: send_cpus text although all null in two of
+    the sets, same_host bool although one set has no run), in one export, incrementally in either order, or from
+    `run --export` after an export of the others: every part file of a table has that one schema, which
+    pyarrow.dataset reads as one dataset (no unification, no union by name) and DuckDB with the same rows and
+    types."""
     import pyarrow as pa
     import pyarrow.dataset as pads
 
-    from fixtures_analysis import record_sweep
+    from zcorch.analysis import dataset as layout
+    from zcorch.analysis.export import declared_schema
 
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    lists = record_sweep(tmp_path / "a", "lists", CPUS_EXPERIMENT % ', send_cpus: "0-1"')
-    plain = record_sweep(tmp_path / "b", "plain", CPUS_EXPERIMENT % "")
+    sets = cpu_list_sets
     dest = tmp_path / "ds"
+    roots = {name: copy_result_set(d, tmp_path / name / d.name).parent for name, d in sets.items()}
     if order == "one batch":
-        root = tmp_path / "root"
-        copy_result_set(lists, root / "lists")
-        copy_result_set(plain, root / "plain")
+        root = tmp_path / "all"
+        for name, d in sets.items():
+            copy_result_set(d, root / name)
         steps = [root]
+    elif order == "with lists first":
+        steps = [roots["lists"], roots["empty"], roots["plain"]]
     else:
-        steps = [lists.parent, plain.parent] if order == "with lists first" else [plain.parent, lists.parent]
+        steps = [roots["empty"], roots["plain"], roots["lists"]]
     for root in steps:
         res = zcorch_cli("export", root, dest)
-        assert res.returncode == 0, res.stdout + res.stderr
+        assert res.returncode == 0 and "0 skipped" in res.stdout, res.stdout + res.stderr
+    n_runs = 4
+    if order == "run --export":   # the others exported, then a night's run exports itself into the same dataset
+        exp = tmp_path / "night.yaml"
+        exp.write_text(CPUS_EXPERIMENT % ', send_cpus: "0-1"')
+        res = zcorch_cli("run", exp, "-o", tmp_path / "night", "--export", dest)
+        assert res.returncode == 0 and "export: 1 result set(s) exported" in res.stdout, res.stdout + res.stderr
+        assert "the export to" not in res.stderr and "warning: export" not in res.stderr, res.stderr
+        n_runs = 6
+    doc = json.loads((dest / "dataset.json").read_text())
+    assert doc["schema_version"] == layout.SCHEMA_VERSION and doc["json_columns"] == {}
+    schemas = _schemas(dest)
+    for table, found in schemas.items():
+        assert found == {declared_schema(table)}, (table, found)
+    runs = declared_schema("runs")
+    assert runs.field("send_cpus").type == pa.string() and runs.field("same_host").type == pa.bool_()
+    assert runs.field("send_cpu").type == pa.int64() and runs.field("bytes").type == pa.int64()
+
     table = pads.dataset(dest / "runs", format="parquet", partitioning="hive").to_table()
-    assert table.num_rows == 4
-    assert table.schema.field("send_cpus").type == pa.string() and table.schema.field("send_cpu").type == pa.int64()
-    assert sorted(v for v in table.column("send_cpus").to_pylist() if v) == ["0,1", "0,1"]
+    assert table.num_rows == n_runs
+    assert table.schema.names[-2:] == ["experiment", "date"]   # the hive partitions, from the paths
+    assert pa.schema(list(table.schema)[:-2]) == runs
+    assert sorted(v for v in table.column("send_cpus").to_pylist() if v) == ["0,1"] * (n_runs - 2)
+    assert set(table.column("same_host").to_pylist()) <= {True, False, None}
+
     con = duckdb.connect()
-    rows = con.execute(f"SELECT count(*), count(send_cpus), typeof(any_value(send_cpus)) FROM "
-                       f"read_parquet('{dest}/runs/**/*.parquet', hive_partitioning=1)").fetchone()
-    assert rows == (4, 2, "VARCHAR"), rows
+    described = con.execute(f"DESCRIBE SELECT * FROM read_parquet('{dest}/runs/**/*.parquet', "
+                            "hive_partitioning = false)").fetchall()
+    assert [(name, kind) for name, kind, *_ in described] == [(f.name, _DUCK[str(f.type)]) for f in runs]
+    rows = con.execute(f"SELECT count(*), count(send_cpus), count(DISTINCT set_id) FROM "
+                       f"read_parquet('{dest}/runs/**/*.parquet', hive_partitioning = true)").fetchone()
+    assert rows == (n_runs, n_runs - 2, 2 if order != "run --export" else 3), rows
+    n_sets = con.execute(f"SELECT count(*) FROM read_parquet('{dest}/sets/**/*.parquet')").fetchone()[0]
+    assert n_sets == (3 if order != "run --export" else 4)
+
+
+def test_the_declared_schema_is_pinned_to_its_version():
+    """Growing the parameter or metric tables changes the dataset's declared schema: that takes a new
+    SCHEMA_VERSION (with its digest), so that the next export widens older datasets explicitly."""
+    from zcorch.analysis import dataset as layout
+
+    assert layout.SCHEMA_DIGESTS.get(layout.SCHEMA_VERSION) == layout.schema_digest(), (
+        "the declared dataset schema changed (a parameter or metric added?): raise dataset.SCHEMA_VERSION and "
+        f"record its digest {layout.schema_digest()!r} in dataset.SCHEMA_DIGESTS")
+
+
+def test_every_column_of_a_recorded_set_is_declared(cpu_list_sets, tmp_path):
+    """What zcorch.load gives of real recorded sets (the shipped ones, the reproductions with linked axes, today's
+    sweeps) is every column declared, or a linked axis's labels: nothing of theirs is left to the JSON text of
+    undeclared columns."""
+    import zcorch
+    from fixtures_analysis import DATA
+    from zcorch.analysis import dataset as layout
+
+    shipped = sorted(p.parent for p in DATA.rglob("runs.jsonl"))
+    assert len(shipped) >= 5
+    for d in shipped + [cpu_list_sets["lists"], cpu_list_sets["empty"]]:
+        frame = zcorch.load(str(copy_result_set(d, tmp_path / "copy" / d.name)))
+        linked = set(frame.attrs.get("linked_axes") or {})
+        assert [c for c in frame.columns if c not in layout.RUN_TYPES and c not in linked and c != "sweep"] == [], d
+
+
+def _as_version_1(dest):
+    """DEST as an export of schema version 1 wrote it: each runs file typed by its set's values (send_cpus double
+    where all null), only the columns the set had, `same_host` null-typed in a set with no runs, a column held as
+    JSON text, and no schema_version in dataset.json."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    doc = json.loads((dest / "dataset.json").read_text())
+    for f in (dest / "runs").rglob("*.parquet"):
+        t = pq.read_table(f, partitioning=None)
+        keep = [c for c in t.column_names if t.column(c).null_count < len(t) or c in (
+            "set_id", "pair", "kernel", "revision", "cell", "repeat", "status", "send_cpus", "same_host")]
+        t = t.select(keep)
+        i = t.column_names.index("send_cpus")
+        if t.column(i).null_count == len(t):
+            t = t.set_column(i, "send_cpus", pa.nulls(len(t), pa.float64()))
+        i = t.column_names.index("same_host")
+        if len(t) == 0:
+            t = t.set_column(i, "same_host", pa.nulls(0, pa.null()))
+        i = t.column_names.index("repeat")
+        t = t.set_column(i, "repeat", pa.array([json.dumps(v) for v in t.column(i).to_pylist()], pa.string()))
+        pq.write_table(t, f)
+    doc.pop("schema_version")
+    doc["json_columns"] = {"runs": ["repeat"]}
+    (dest / "dataset.json").write_text(json.dumps(doc))
+
+
+def test_an_older_dataset_is_widened_to_the_declared_schema_and_a_newer_one_refused(cpu_list_sets, tmp_path):
+    from zcorch.analysis import dataset as layout
+    from zcorch.analysis.export import declared_schema
+
+    dest = tmp_path / "ds"
+    first = copy_result_set(cpu_list_sets["plain"], tmp_path / "r1" / "plain").parent
+    copy_result_set(cpu_list_sets["empty"], first / "empty")
+    assert zcorch_cli("export", first, dest).returncode == 0
+    _as_version_1(dest)
+    assert len(_schemas(dest)["runs"]) == 2     # what no engine reads as one dataset
+    res = zcorch_cli("export", copy_result_set(cpu_list_sets["lists"], tmp_path / "r2" / "lists").parent, dest)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "dataset widened from schema version 1 to 2" in res.stdout, res.stdout
+    assert _schemas(dest)["runs"] == {declared_schema("runs")}
+    doc = json.loads((dest / "dataset.json").read_text())
+    assert doc["schema_version"] == layout.SCHEMA_VERSION and doc["json_columns"] == {}
+    got = duckdb.connect().execute(f"SELECT repeat, send_cpus FROM read_parquet('{dest}/runs/**/*.parquet') "
+                                   "ORDER BY send_cpus NULLS FIRST, repeat").fetchall()
+    assert got == [(0, None), (1, None), (0, "0,1"), (1, "0,1")]
+
+    doc["schema_version"] = layout.SCHEMA_VERSION + 1
+    (dest / "dataset.json").write_text(json.dumps(doc))
+    before = sorted((p, p.stat().st_mtime_ns) for p in dest.rglob("*.parquet"))
+    later = copy_result_set(cpu_list_sets["lists"], tmp_path / "r3" / "lists")
+    _later(later, "2099-03-01T03:00:00+00:00")
+    res = zcorch_cli("export", later.parent, dest)
+    assert res.returncode == 2 and f"schema version {layout.SCHEMA_VERSION + 1}" in res.stderr, res.stderr
+    assert "newer zcorch" in res.stderr and "Traceback" not in res.stderr
+    assert sorted((p, p.stat().st_mtime_ns) for p in dest.rglob("*.parquet")) == before
+
+
+@pytest.fixture(scope="module")
+def cpu_list_dataset(cpu_list_sets, tmp_path_factory):
+    root = tmp_path_factory.mktemp("cpu-lists-root")
+    for name, d in cpu_list_sets.items():
+        copy_result_set(d, root / name)
+    dest = tmp_path_factory.mktemp("cpu-lists-ds") / "ds"
+    assert zcorch_cli("export", root, dest).returncode == 0
+    return dest
+
+
+def test_spark_reads_the_dataset_as_pyarrow_and_duckdb_do(cpu_list_dataset):
+    """Spark, where pyspark and Java are present, reads the runs as one dataset (its default: the schema of one
+    file, no mergeSchema) with the rows and the types of the declared schema."""
+    import shutil as _shutil
+
+    pytest.importorskip("pyspark", reason="pyspark is not installed (not in the test extras: a 300+ MB download); "
+                                          "`pip install pyspark` to read the dataset with Spark here")
+    if not _shutil.which("java"):
+        pytest.skip("no java on PATH: Spark needs a JVM")
+    from pyspark.sql import SparkSession
+
+    from zcorch.analysis.export import declared_schema
+
+    spark = (SparkSession.builder.master("local[1]").appName("zcorch-dataset")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    try:
+        dest = cpu_list_dataset
+        runs = spark.read.option("basePath", f"{dest}/runs").parquet(f"{dest}/runs")
+        kinds = dict(runs.dtypes)
+        spark_of = {"string": "string", "int64": "bigint", "double": "double", "bool": "boolean",
+                    "timestamp[us, tz=UTC]": "timestamp"}
+        assert {f.name: kinds[f.name] for f in declared_schema("runs")} == {
+            f.name: spark_of[str(f.type)] for f in declared_schema("runs")}
+        assert runs.count() == 4 and runs.where("send_cpus IS NOT NULL").count() == 2
+    finally:
+        spark.stop()
+
+
+def test_the_readme_duckdb_example_runs_on_an_export_and_names_the_notebook_extra(cpu_list_dataset):
+    """The README's DuckDB one-liner runs as written (python -c, the module zcorch installs: no DuckDB command
+    line needed) on an export; the README names the `zcorch[notebook]` extra and each package it brings."""
+    import re
+    import shlex
+    import subprocess
+    import sys
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text()
+    line = next(l for l in readme.splitlines() if "import duckdb" in l and "python -c" in l)
+    command = re.search(r"`(python -c .*)`", line).group(1)
+    argv = shlex.split(command.replace("DEST", str(cpu_list_dataset)))
+    out = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "median(gbit_s)" in out.stdout
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = [re.match(r"[A-Za-z0-9_.-]+", req).group(0) for req in extras["notebook"]]
+    assert "pip install 'zcorch[notebook]'" in readme
+    at = readme.index("pip install 'zcorch[notebook]'")
+    said = readme[at:at + 300]
+    assert names and [n for n in names if f"`{n}`" not in said] == [], said

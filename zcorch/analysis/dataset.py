@@ -12,6 +12,7 @@ inside the dataset (no link followed to another file).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import threading
@@ -19,7 +20,7 @@ import warnings as _warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -30,7 +31,7 @@ from zcorch import metrics
 from zcorch.analysis.compare import is_control
 from zcorch.analysis.export_dest import LOCK, MANIFEST, PARTITIONS, TABLES  # noqa: F401 (the layout, declared there)
 from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
-from zcorch.params import PARAMS
+from zcorch.params import METRICS as WORKER_METRICS, PARAMS
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
 from zcorch.analysis.steps import load_compiled
 from zcorch.analysis.history import (HEAD_KEYS, History, Sweep, cell_labels, experiment_histories, series_clock_problems,
@@ -46,23 +47,90 @@ COMMON = ("set_id", "pair", "kernel", "revision")   # columns of every table, fi
 
 
 _TS = pa.timestamp("us", tz="UTC")
+# A list of text as Parquet stores it and reads it back (its item named `element`, the format's own name): a
+# schema read from a part file then equals the declared one.
+_TEXTS = pa.list_(pa.field("element", pa.string()))
 SET_SCHEMA = pa.schema([(c, pa.string()) for c in COMMON] + [
     ("path", pa.string()), ("status", pa.string()), ("created", _TS), ("finished", _TS), ("hosts", pa.string()),
     ("zcorch_version", pa.string()), ("n_ok", pa.int64()), ("n_failed", pa.int64()), ("planned", pa.int64()),
-    ("planned_ok", pa.int64()), ("cells_planned", pa.list_(pa.string())), ("cells_short", pa.list_(pa.string())),
+    ("planned_ok", pa.int64()), ("cells_planned", _TEXTS), ("cells_short", _TEXTS),
     ("linked_axes", pa.string()), ("manifest", pa.string()), ("sha256", pa.string())])
 BASELINE_TYPES = {"gbit_s": pa.float64(), "mb_s": pa.float64()}   # every other column of baselines: text
-# The runs table's parameter columns, typed by their kind in zcorch.params whatever the first set exported held
-# (a column every run of a set left null read as double there, text in a set that used it: no common schema).
+HOST_TYPES: "dict[str, pa.DataType]" = {}                         # hosts: text (values as meta.json has them)
+
+# The runs table: one declared schema, whatever the sets exported held (a column every run of a set left null
+# read as double in one set and as text in another: files that no engine reads as one dataset). Every column
+# of the parameter table (zcorch.params PARAMS, typed by its kind), of the worker's metric table (per side),
+# of the analysis metric table (zcorch.metrics) and of the run record (zcorch.sweep.runner) is in every part
+# file, at its type here, null where a set has none; a column none of them declares (a parameter of a newer
+# zcorch, a run fact of an older one) is JSON text (`json_columns`), never a type guessed from its values.
 _KIND_TYPES = {"size": pa.int64(), "int": pa.int64(), "cpu": pa.int64(), "bool": pa.bool_(), "duration": pa.float64(),
                "choice": pa.string(), "path": pa.string(), "name": pa.string(), "cpus": pa.string()}
 RUN_PARAM_TYPES: "dict[str, pa.DataType]" = {p.key: _KIND_TYPES[p.kind] for p in PARAMS}
+JSON = pa.string()   # a nested value (a dict, a list): JSON text, as zcorch.load has it (frames._scalar)
+# The run record's own keys (zcorch.sweep.runner; frames.RUN_COLUMNS, RUN_TAIL_COLUMNS), and what frames.add_derived
+# adds besides the analysis metrics.
+_RUN_HEAD = {"cell": pa.string(), "repeat": pa.int64(), "status": pa.string(), "reason": pa.string()}
+_RUN_FACTS = {"started": pa.timestamp("us", tz="UTC"), "wall_s": pa.float64(), "log": pa.string(),
+              "sender_host": pa.string(), "receiver_host": pa.string(), "overhead_s": pa.float64(),
+              "network": JSON, "samples": pa.string(), "samples_note": pa.string()}
+_DERIVED_FACTS = {"same_host": pa.bool_(), "host_shared": pa.bool_(), "cpu_resolution": pa.string(),
+                  "zc_verdict": pa.string()}
 
 
-def declared(schema: pa.Schema, types: "dict[str, pa.DataType]" = RUN_PARAM_TYPES) -> pa.Schema:
-    """`schema` with each column `types` declares at its declared type."""
-    return pa.schema([f.with_type(types[f.name]) if f.name in types else f for f in schema])
-HOST_TYPES: "dict[str, pa.DataType]" = {}                         # hosts: text (values as meta.json has them)
+def _nested(m) -> bool:
+    """A worker metric that is no number, id nor flag: a table (host_per_cpu_us: a list per CPU)."""
+    return m.extent is None and m.unit not in ("id", "0/1")
+
+
+def _worker_metric_type(m) -> pa.DataType:
+    """A worker metric's column type: its C field's (a count, bytes, nanoseconds: int64; a double: float64); a
+    host-wide one (no C field) by its unit: a share float64, an id text, a per-CPU table JSON text."""
+    if _nested(m) or m.unit == "id":
+        return pa.string()
+    if m.unit == "share" or m.ctype in ("double", "float"):
+        return pa.float64()
+    return pa.int64()
+
+
+def _run_types() -> "dict[str, pa.DataType]":
+    out = dict(_RUN_HEAD)
+    out.update(RUN_PARAM_TYPES)
+    out.update(_RUN_FACTS)
+    for side in ("send", "recv"):   # both sides: each worker's result has every field of zc_metrics
+        out.update({f"{side}_{m.name}": _worker_metric_type(m) for m in WORKER_METRICS})
+    out.update({m.name: pa.float64() for m in metrics.DERIVED})
+    out.update(_DERIVED_FACTS)
+    return out
+
+
+RUN_TYPES: "dict[str, pa.DataType]" = _run_types()
+RUN_SCHEMA = pa.schema([(c, pa.string()) for c in COMMON] + list(RUN_TYPES.items()))
+
+# The version of the declared schemas. A dataset records the one it was written with (dataset.json
+# `schema_version`; absent: 1, each column typed by the first set that held it). When the tables above grow (a
+# parameter, a metric), the version goes up and SCHEMA_DIGESTS gets the new schema's digest
+# (tests/test_dataset.py checks the two agree): the next export widens a dataset of an older version (its files
+# rewritten to the new schema, the new columns null) and says so; a dataset of a newer version is refused.
+SCHEMA_VERSION = 2
+SCHEMA_DIGESTS = {2: "dcb3b098ff587cdf"}
+
+
+def schema_digest() -> str:
+    """SHA-256 (16 hex digits) of the declared schemas: the names and types of every declared column."""
+    text = json.dumps({"sets": [(f.name, str(f.type)) for f in SET_SCHEMA],
+                       "runs": [(f.name, str(f.type)) for f in RUN_SCHEMA],
+                       "baselines": sorted((k, str(v)) for k, v in BASELINE_TYPES.items()),
+                       "hosts": sorted((k, str(v)) for k, v in HOST_TYPES.items())})
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def runs_schema(extra: "Iterable[str]" = ()) -> pa.Schema:
+    """The runs table's schema: the declared columns, then the `extra` columns (undeclared: JSON text, listed in
+    dataset.json `json_columns`) by name."""
+    return pa.schema(list(RUN_SCHEMA) + [(c, pa.string()) for c in sorted(set(extra) - set(RUN_SCHEMA.names))])
+
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,8 +138,8 @@ HOST_TYPES: "dict[str, pa.DataType]" = {}                         # hosts: text 
 
 
 def new_manifest() -> dict:
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "tables": list(TABLES),
-            "partitioning": list(PARTITIONS), "json_columns": {}, "sets": {}}
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
+            "tables": list(TABLES), "partitioning": list(PARTITIONS), "json_columns": {}, "sets": {}}
 
 
 def is_dataset(path: "str | os.PathLike") -> bool:

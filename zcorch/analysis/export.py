@@ -14,16 +14,20 @@ set was created, are the partitions and not stored in the files, as Spark and Tr
 - `sets`: one row per result set: its path, status, created/finished, hosts, zcorch version, run counts,
   what its plan asked for (`planned`, `planned_ok`, `cells_planned`, `cells_short`: zcorch.analysis.gate's
   completeness), its linked axes and its manifest (JSON text);
-- `runs`: one row per run, the frame zcorch.load returns (parameters, metrics, derived columns) minus `sweep`;
-  object columns of mixed types as JSON text (listed in dataset.json `json_columns`);
+- `runs`: one row per run, the frame zcorch.load returns (parameters, metrics, derived columns) minus `sweep`,
+  in the declared schema (zcorch.analysis.dataset.RUN_SCHEMA: every column of the parameter, worker metric,
+  analysis metric and run-record tables at its declared type, null where a set has none); a column none of
+  them declares as JSON text (listed in dataset.json `json_columns`), a linked axis's labels as text;
 - `baselines`: one row per baseline record: kind, status, reason, host, started, gbit_s, mb_s, and its key
   and result as JSON text;
 - `hosts`: one row per set and role (controller, sender, receiver): hostname, kernel release and version,
   CPU model and count, memory, MTU, link speed, interface kind, boot id, and the whole entry as `facts`.
 
-Every file of a table has one schema: when a batch brings a new column (or widens a type), the older
-files are rewritten to the widened schema, so a reader that takes the first file's schema (pandas) misses
-nothing.
+Every file of a table has one schema, the declared one, whatever the sets exported held and in whatever order
+(one batch, incrementally, `run --export`): a reader that takes the first file's schema (pandas, Spark without
+mergeSchema) misses nothing and types nothing by chance. An undeclared column a batch brings has the older files
+rewritten with it (null); a dataset of an older declared schema (dataset.json `schema_version`) is widened to
+this one by the next export, and said.
 
 Incremental: a set is keyed by its identity (`set_id`: a hash of what its manifest says from its creation on,
 set_identity; a copy of it elsewhere is the same set) and exported again only when its content hash (SHA-256
@@ -57,15 +61,15 @@ import time
 import warnings as _warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zcorch import __version__
 from zcorch.analysis import dataset as layout
-from zcorch.analysis.cache import arrow_table
 from zcorch.analysis.export_dest import MANIFEST_TMP, dest_problem
 from zcorch.analysis.frames import LINKED_ATTR, load_baselines, read_meta
 from zcorch.analysis.gate import completeness
@@ -154,60 +158,98 @@ def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str,
     sets_table = pa.Table.from_pylist([sets_row], schema=layout.SET_SCHEMA)
     runs = sweep.runs.drop(columns=["sweep"])
     runs.attrs = {}
-    runs = pd.concat([pd.DataFrame({k: [v] * len(runs) for k, v in common.items()}, index=runs.index,
-                                   columns=list(common)), runs], axis=1)
-    runs_table, json_runs = arrow_table(runs)
-    for i, name in enumerate(common):   # typed even where every value is null (no pair recorded)
-        runs_table = runs_table.set_column(i, name, runs_table.column(name).cast(pa.string()))
-    runs_table = _declared_params(runs_table)
-    json_runs = [c for c in json_runs if c not in layout.RUN_PARAM_TYPES]
+    runs_table, json_runs = runs_table_of(runs, common, linked)
     base = load_baselines(directory)
     brecs = store.read_jsonl(str(directory / store.BASELINES)) if (directory / store.BASELINES).exists() else []
     baselines = pd.DataFrame([{**common, "kind": r.get("kind"), "status": r.get("status"), "reason": r.get("reason"),
                                "host": r.get("host"), "started": r.get("started"), "gbit_s": g, "mb_s": m,
                                "key": json.dumps(r.get("key")), "result": json.dumps(r.get("result"))}
                               for r, g, m in zip(brecs, base["gbit_s"], base["mb_s"])],
-                             columns=list(common) + ["kind", "status", "reason", "host", "started", "gbit_s",
-                                                     "mb_s", "key", "result"])
+                             columns=list(common) + list(BASELINE_COLUMNS))
     hosts = []
     for role, facts in [("controller", meta.get("controller"))] + list((meta.get("hosts") or {}).items()):
         if isinstance(facts, dict):
             hosts.append({**common, "role": role, **{c: _scalar(_get(facts, p)) for c, p in HOST_FACTS.items()},
                           "facts": json.dumps(facts)})
-    hosts_frame = pd.DataFrame(hosts, columns=list(common) + ["role", *HOST_FACTS, "facts"])
+    hosts_frame = pd.DataFrame(hosts, columns=list(common) + list(HOST_COLUMNS))
     tables = {"sets": sets_table, "runs": runs_table,
-              "baselines": pa.Table.from_pandas(baselines, preserve_index=False, schema=_schema(layout.BASELINE_TYPES, baselines)),
-              "hosts": pa.Table.from_pandas(hosts_frame, preserve_index=False, schema=_schema(layout.HOST_TYPES, hosts_frame))}
+              "baselines": pa.Table.from_pandas(baselines, preserve_index=False, schema=declared_schema("baselines")),
+              "hosts": pa.Table.from_pandas(hosts_frame, preserve_index=False, schema=declared_schema("hosts"))}
     part = {"experiment": sweep.name, "date": created.strftime("%Y-%m-%d") if created else None}
     return part, tables, {"runs": json_runs}
 
 
-def _declared_params(table: pa.Table) -> pa.Table:
-    """The runs table with its parameter columns at their declared types (dataset.RUN_PARAM_TYPES); a column a
-    result set holds as JSON text (an object column of mixed values) is decoded first."""
-    for i, f in enumerate(table.schema):
-        want = layout.RUN_PARAM_TYPES.get(f.name)
-        if want is None or f.type == want:
+def runs_table_of(runs: pd.DataFrame, common: dict, linked: "dict | Iterable[str]" = ()) -> "tuple[pa.Table, List[str]]":
+    """(the runs of one set (zcorch.load's frame; `common`: the values of dataset.COMMON) as an Arrow table of the
+    dataset's declared runs schema, the columns it holds as JSON text). Each declared column at its declared type
+    (dataset.RUN_TYPES), null where the set has none; a linked axis's labels as text; any other column JSON text
+    (typed by no set's values). ResultsError naming the column when a value does not read as its declared type."""
+    n = len(runs)
+    cols: Dict[str, pa.Array] = {c: pa.array([common.get(c)] * n, pa.string()) for c in layout.COMMON}
+    json_cols = []
+    for name in runs.columns:
+        if name in layout.COMMON or name in layout.PARTITIONS:
             continue
-        col = table.column(i)
-        if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
-            if not pa.types.is_string(want):
-                col = pa.array([None if v is None else json.loads(v) for v in col.to_pylist()])
-        elif pa.types.is_string(want) and not pa.types.is_null(f.type):
-            col = pa.array([None if v is None else str(v) for v in col.to_pylist()])
-        try:
-            table = table.set_column(i, pa.field(f.name, want), col.cast(want))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-            raise ResultsError(f"parameter column {f.name!r} does not read as {want}: {exc}") from None
-    return table
+        want = layout.RUN_TYPES.get(name)
+        if want is None and name not in linked:
+            cols[name] = pa.array([None if _missing(v) else json.dumps(v, default=_json_default) for v in runs[name]],
+                                  pa.string())
+            json_cols.append(name)
+        else:
+            cols[name] = _typed(name, runs[name], want or pa.string())
+    schema = layout.runs_schema(c for c in cols if c not in layout.RUN_TYPES)
+    arrays = [cols[f.name] if f.name in cols else pa.nulls(n, f.type) for f in schema]
+    return pa.Table.from_arrays(arrays, schema=schema), json_cols
+
+
+def _json_default(v):
+    """JSON of what json.dumps does not know: a numpy scalar as its value, anything else (a timestamp) as its text."""
+    return v.item() if isinstance(v, np.generic) else str(v)
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and v != v) or v is pd.NaT
+
+
+def _typed(name: str, values: pd.Series, want: pa.DataType) -> pa.Array:
+    """A frame column as an Arrow array of type `want` (NaN and None null); text from a number or a flag: its JSON
+    text; a number from a whole float (a column with a null reads as float in pandas): cast, never rounded."""
+    try:
+        arr = pa.Array.from_pandas(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):   # an object column of mixed kinds
+        arr = None
+    try:
+        if pa.types.is_string(want) and (arr is None or not (pa.types.is_string(arr.type) or pa.types.is_large_string(
+                arr.type) or pa.types.is_null(arr.type))):
+            return pa.array([None if _missing(v) else v if isinstance(v, str) else json.dumps(v, default=_json_default)
+                             for v in values], pa.string())
+        if arr is None:
+            raise pa.ArrowInvalid("values of mixed kinds")
+        if pa.types.is_timestamp(want) and pa.types.is_timestamp(arr.type):
+            return pa.compute.cast(arr, want, safe=False)   # ns to us: the record holds microseconds
+        return arr.cast(want)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise ResultsError(f"runs column {name!r} does not read as {want} (its declared type): {exc}") from None
 
 
 def _scalar(v):
     return json.dumps(v) if isinstance(v, (dict, list)) else (None if v is None else str(v))
 
 
-def _schema(types: Dict[str, pa.DataType], frame: pd.DataFrame) -> pa.Schema:
-    return pa.schema([(c, types.get(c, pa.string())) for c in frame.columns])
+BASELINE_COLUMNS = ("kind", "status", "reason", "host", "started", "gbit_s", "mb_s", "key", "result")
+HOST_COLUMNS = ("role", *HOST_FACTS, "facts")
+
+
+def declared_schema(table: str, extra: "Iterable[str]" = ()) -> pa.Schema:
+    """The declared schema of `table` (dataset.COMMON first; runs: dataset.runs_schema with the undeclared `extra`
+    columns): what every part file of the table holds, whatever the sets exported."""
+    if table == "sets":
+        return layout.SET_SCHEMA
+    if table == "runs":
+        return layout.runs_schema(extra)
+    cols, types = ((BASELINE_COLUMNS, layout.BASELINE_TYPES) if table == "baselines" else
+                   (HOST_COLUMNS, layout.HOST_TYPES))
+    return pa.schema([(c, types.get(c, pa.string())) for c in (*layout.COMMON, *cols)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,24 +261,32 @@ def _bare(table: pa.Table) -> pa.Table:
     return table.replace_schema_metadata(None)
 
 
-def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table` with every column of `schema` (missing ones null), in its order and types."""
+def _conform(table: pa.Table, schema: pa.Schema, decode: "frozenset[str] | set" = frozenset()) -> pa.Table:
+    """`table` with every column of `schema` (missing ones null), in its order and types; the columns `decode`
+    names (JSON text in an older file, declared now) decoded first."""
     cols = []
     for f in schema:
-        if f.name in table.column_names:
-            cols.append(table.column(f.name).cast(f.type))
-        else:
+        if f.name not in table.column_names:
             cols.append(pa.nulls(len(table), f.type))
+            continue
+        col = table.column(f.name)
+        if col.type == f.type:
+            cols.append(col)
+            continue
+        values = col.to_pylist()
+        if f.name in decode:
+            values = [None if v is None else json.loads(v) for v in values]
+        cols.append(_typed(f.name, pd.Series(values, dtype=object), f.type))
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _widen(old: Optional[pa.Schema], new: pa.Schema) -> pa.Schema:
-    if old is None:
-        return new
-    try:
-        return pa.unify_schemas([old, new], promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise ResultsError(f"the dataset's columns and the new result sets' do not agree: {exc}") from None
+def _target(table: str, old: Optional[pa.Schema], new: pa.Schema) -> pa.Schema:
+    """The schema `table`'s files are to have: the declared one, with the undeclared columns of the files (`old`)
+    and of the new sets (`new`): JSON text in runs, as they were elsewhere (an older export's)."""
+    if table == "runs":
+        return declared_schema("runs", [c for sch in (old, new) if sch is not None for c in sch.names])
+    base = declared_schema(table)
+    return pa.schema(list(base) + [f for f in (old or []) if f.name not in base.names])
 
 
 def _parquet_bytes(table: pa.Table) -> bytes:
@@ -403,6 +453,7 @@ def export_results(root: "str | os.PathLike", dest: "str | os.PathLike",
             raise ResultsError(problem)
         doc = _read_doc(dest)
         result.removed_orphans = _remove_orphans(dest, doc)
+        _upgrade(dest, doc, result)
         _write_sets(dest, doc, read, result)
     finally:
         lock.close()
@@ -420,8 +471,7 @@ def _write_sets(dest: Path, doc: dict, read: list, result: ExportResult) -> None
     """Under the lock: the sets read that dataset.json (as it is now) does not list with their content, written;
     a set another export wrote meanwhile is not written again."""
     batch: Dict[str, list] = {}      # partition -> [(set_id, tables)]
-    json_columns = {t: set(doc["json_columns"].get(t, [])) - (set(layout.RUN_PARAM_TYPES) if t == "runs" else set())
-                    for t in layout.TABLES}
+    json_columns = {t: set(doc["json_columns"].get(t, [])) for t in layout.TABLES}
     new_entries, replaced = {}, []
     for d, sid, sha, part, tables, js in read:
         key, entry = _previous(doc, sid, d)
@@ -455,12 +505,8 @@ def _write_sets(dest: Path, doc: dict, read: list, result: ExportResult) -> None
         # files without dataset.json joins on; module docstring)
         for t in PUBLISH_ORDER:
             old = _table_schema(dest, doc, t)
-            if old is not None and t == "runs" and not layout.declared(old).equals(old):
-                # files written before the parameter columns were typed by the table: to the declared types
-                _rewrite_table(dest, doc, t, layout.declared(old))
-                old = layout.declared(old)
-            schema = _widen(old, merged[t].schema)
-            if old is not None and not schema.equals(old):
+            schema = _target(t, old, merged[t].schema)
+            if old is not None and not schema.equals(old):   # a new undeclared column: the older files get it
                 _rewrite_table(dest, doc, t, schema)
             for partition, items in batch.items():
                 ids = pa.array([sid for sid, _ in items])
@@ -475,6 +521,7 @@ def _write_sets(dest: Path, doc: dict, read: list, result: ExportResult) -> None
     for sid, entry in new_entries.items():
         doc["sets"][sid] = dict(entry, part=part_name)
     doc["json_columns"] = {t: sorted(c) for t, c in json_columns.items() if c}
+    doc["schema_version"] = layout.SCHEMA_VERSION
     doc["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
     doc["zcorch_version"] = __version__
     layout.write_manifest(dest, doc)
@@ -506,10 +553,44 @@ def _read(dest: Path, rel: str) -> pa.Table:
         os.close(fd)
 
 
-def _rewrite_table(dest: Path, doc: dict, table: str, schema: pa.Schema) -> None:
-    """Every file of `table` again, with the widened `schema`."""
+def _rewrite_table(dest: Path, doc: dict, table: str, schema: pa.Schema, decode: "frozenset[str] | set" = frozenset()
+                   ) -> None:
+    """Every file of `table` again, with the widened `schema` (`decode`: _conform's)."""
     for rel in _files(doc, table):
-        _write_parquet(dest, rel, _conform(_read(dest, rel), schema))
+        _write_parquet(dest, rel, _conform(_read(dest, rel), schema, decode))
+
+
+def _upgrade(dest: Path, doc: dict, result: ExportResult) -> None:
+    """Under the lock: a dataset written with an older declared schema (dataset.SCHEMA_VERSION; none recorded:
+    version 1, each column typed by the first set that held it) widened to this one: every file rewritten to the
+    declared schema (the columns it declares now null where a set had none, at their declared types; a column an
+    older export held as JSON text and the tables declare now, decoded), and said. A dataset of a newer version
+    is refused: this zcorch would write files without the columns that one declares."""
+    version = doc.get("schema_version", 1)
+    if not isinstance(version, int) or version > layout.SCHEMA_VERSION:
+        raise ResultsError(f"{dest / layout.MANIFEST}: dataset schema version {version!r}, written by a newer zcorch; "
+                           f"this one writes version {layout.SCHEMA_VERSION}: export with that zcorch (or newer), or "
+                           "into a new directory: nothing exported")
+    if version == layout.SCHEMA_VERSION:
+        return
+    if doc["sets"]:
+        json_runs = set(doc["json_columns"].get("runs", []))
+        declared = set(layout.RUN_TYPES)
+        for t in PUBLISH_ORDER:
+            old = _table_schema(dest, doc, t)
+            target = _target(t, old, declared_schema(t))
+            if old is not None and not target.equals(old):
+                _rewrite_table(dest, doc, t, target, json_runs & declared if t == "runs" else frozenset())
+            if t == "runs" and old is not None:   # an undeclared column of numbers or flags: JSON text now
+                json_runs |= {f.name for f in old if f.name not in layout.RUN_SCHEMA.names and not (
+                    pa.types.is_string(f.type) or pa.types.is_large_string(f.type) or pa.types.is_null(f.type))}
+        doc["json_columns"]["runs"] = sorted(json_runs - declared)
+        if not doc["json_columns"]["runs"]:
+            del doc["json_columns"]["runs"]
+        result.notes.append(f"{dest}: dataset widened from schema version {version} to {layout.SCHEMA_VERSION} "
+                            f"(the declared columns of this zcorch's parameter and metric tables, at their types)")
+    doc["schema_version"] = layout.SCHEMA_VERSION
+    layout.write_manifest(dest, doc)
 
 
 def _drop_sets(dest: Path, doc: dict, set_ids: List[str]) -> None:
