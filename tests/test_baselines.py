@@ -145,6 +145,18 @@ def test_run_iperf3_on_localhost_parses_and_kills_the_server(zerocopy):
     assert len(_iperf3_servers()) <= before
 
 
+def test_a_call_size_iperf3_cannot_send_is_skipped_with_why_not_started_to_fail():
+    # a whole-file sendfile() cell calls with 1 GiB; iperf3 itself refuses -l above 1 MiB (its usage text)
+    require_tool("iperf3")
+    h = LocalHost()
+    before = len(_iperf3_servers())
+    rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": 1 << 30, "zerocopy": False})
+    assert rec["status"] == "skipped" and "at most 1MiB" in rec["reason"] and "1GiB" in rec["reason"], rec
+    assert "argv" not in rec and len(_iperf3_servers()) <= before
+    ran = h.run(bl.iperf3_client_argv("127.0.0.1", 1, None, (1 << 20) + 1, False, duration=1), timeout=20)
+    assert "block size too large" in ran.stderr + ran.stdout      # iperf3's own limit, just above 1 MiB
+
+
 def test_run_iperf3_missing_tool_is_skipped_with_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # a real PATH without iperf3
     h = LocalHost()

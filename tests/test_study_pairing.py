@@ -322,3 +322,45 @@ def test_ext4_study_s_dd_claims_rest_on_repeated_dd_of_each_filesystem(tmp_path)
         assert side.n == 5 and side.median == pytest.approx(sorted(by_fs[fs])[2]) and side.has_ci, fs
     assert "one record" not in nodelalloc.evidence
 
+
+# ---------------------------------------------------------------- Morton 2001: sendfile() of the whole file
+
+MORTON = ROOT / "experiments" / "sendfile-pinning-2001.yaml"
+WHOLE = 1 << 30     # the whole-file rows' call: the file's size at the study's 1 GiB (the worker's largest call)
+
+
+def test_morton_plan_has_whole_file_sendfile_rows_and_his_figures_stand_beside_them():
+    # "sendfile() sends the entire file": one call whose count is the file's size, in every pinning case
+    exp = load_experiment(MORTON)
+    plan = expand(exp)
+    cells = [c.params for c in plan.cells]
+    whole = [c for c in cells if c["send_mode"] == "sendfile" and c["send_buffer"] == WHOLE]
+    assert len(whole) == 3 and all(c["send_buffer"] >= c["bytes"] for c in whole)
+    assert {(c["send_cpu"], c["recv_cpu"]) for c in whole} == {(None, None), (0, 1), (0, 0)}
+    assert [c for c in cells if c["send_mode"] == "sendfile" and c["send_buffer"] is None]   # 64 KiB calls too
+    for f in exp.reference.figures:
+        (hit,) = [c for c in cells if f.match.selects(c)]
+        assert (hit["send_buffer"] == WHOLE) == (hit["send_mode"] == "sendfile"), f.label
+    for claim in exp.reference.claims:
+        for side in (claim.a, claim.b):
+            (hit,) = [c for c in cells if side.selects(c)]
+            assert hit["send_mode"] != "sendfile" or hit["send_buffer"] == WHOLE, claim.says
+
+
+def test_morton_whole_file_sendfile_runs_on_localhost(tmp_path):
+    # the shipped file, shrunk: the whole 4 MiB file in one sendfile() call, beside the 64 KiB calls
+    from zcorch.sweep.pipeline import run_sweep
+    out = tmp_path / "morton-small"
+    result = run_sweep(str(MORTON), output=str(out), command=["test"],
+                       overrides=["bytes=4MiB", "repeats=2", "baselines.iperf3=false", "timeout=30s"])
+    assert result.exit_status == 0, [r.get("reason") for r in result.records if r.get("status") != "ok"]
+    runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    whole = [r for r in runs if r["params"]["send_mode"] == "sendfile" and r["params"]["send_buffer"] == WHOLE]
+    assert len(whole) == 6 and all(r["status"] == "ok" for r in whole)
+    for r in whole:
+        assert r["sender"]["bytes"] == r["receiver"]["bytes"] == 4 << 20
+        assert r["sender"]["params"]["buffer"] == WHOLE      # the sender's call: the whole file at once
+    ref = reference_of((out / "experiment.yaml").read_text(), "experiment.yaml")
+    rows = rp.figures(load(out), load_baselines(out), ref)
+    for row in rows[:3]:                                    # his sendfile() rows: the whole-file cells
+        assert cell_params(out)[row.measured.cell]["send_buffer"] == WHOLE and row.measured.n == 2

@@ -88,6 +88,9 @@ def run_server_client(kind: ServerClientKind, sender: Host, receiver: Host, conf
     missing = _missing_tools(kind, conf, {"sender": sender, "receiver": receiver})
     if missing:
         return _record(record_kind, key, sender, started, status="skipped", reason=missing)
+    refused = kind.refusal(conf, key)
+    if refused:
+        return _record(record_kind, key, sender, started, status="skipped", reason=refused)
     port = free_local_port(receiver.data_address) if receiver.is_local else kind.port
     server_argv, client_argv = kind.commands(conf, key, receiver.data_address, port)
     test_s = kind.test_seconds(conf)

@@ -194,6 +194,11 @@ class ServerClientKind(BaselineKind):
         """(server argv, client argv) of one test."""
         raise NotImplementedError
 
+    def refusal(self, conf: Any, key: Mapping[str, Any]) -> Optional[str]:
+        """Why the tool cannot run the test of `key` (a limit of its own), or None: such a test is recorded as
+        skipped with this reason instead of being started to fail."""
+        return None
+
     def test_seconds(self, conf: Any) -> float:
         """How long one test transfers (the client's timeout is this plus a margin)."""
         raise NotImplementedError
