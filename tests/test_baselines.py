@@ -145,6 +145,18 @@ def test_run_iperf3_on_localhost_parses_and_kills_the_server(zerocopy):
     assert len(_iperf3_servers()) <= before
 
 
+def test_a_call_size_iperf3_cannot_send_is_skipped_with_why_not_started_to_fail():
+    # a whole-file sendfile() cell calls with 1 GiB; iperf3 itself refuses -l above 1 MiB (its usage text)
+    require_tool("iperf3")
+    h = LocalHost()
+    before = len(_iperf3_servers())
+    rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": 1 << 30, "zerocopy": False})
+    assert rec["status"] == "skipped" and "at most 1MiB" in rec["reason"] and "1GiB" in rec["reason"], rec
+    assert "argv" not in rec and len(_iperf3_servers()) <= before
+    ran = h.run(bl.iperf3_client_argv("127.0.0.1", 1, None, (1 << 20) + 1, False, duration=1), timeout=20)
+    assert "block size too large" in ran.stderr + ran.stdout      # iperf3's own limit, just above 1 MiB
+
+
 def test_run_iperf3_missing_tool_is_skipped_with_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # a real PATH without iperf3
     h = LocalHost()
@@ -165,6 +177,52 @@ def test_run_dd_in_a_directory_times_write_and_read_and_cleans_up(tmp_path):
     assert "sync" in recs[0]["result"]["timed"]
     assert recs[1]["result"]["cached"] is not can_drop_caches()
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.root
+def test_dd_as_a_study_ran_it_on_a_real_ext4_loop_device(tmp_path):
+    # the ext4 page's dd: alone (no sync timed), on a filesystem already written to (a warm-up write first, a
+    # record of its own), and beside it the same write with conv=fdatasync: real dd on a real ext4 loop device
+    from fixtures_fs import external_loop, mounted
+    cfg = DdBaseline(bs=1 << 20, count=8, sync=False, fdatasync=True, warmup=True)
+    with external_loop(str(tmp_path), "64MiB", mkfs="ext4") as dev, mounted(dev, str(tmp_path)) as mnt:
+        first = bl.run_dd(LocalHost(), sys.executable, cfg, mnt, filesystem="ext4", repeat=0)
+        again = bl.run_dd(LocalHost(), sys.executable, cfg, mnt, filesystem="ext4", repeat=1)
+        left = os.listdir(mnt)
+    assert [r["kind"] for r in first] == ["dd_warmup", "dd_write", "dd_read", "dd_fdatasync"]
+    assert [r["kind"] for r in again] == ["dd_write", "dd_read", "dd_fdatasync"]   # one warm-up per directory
+    for r in first + again:
+        assert r["status"] == "ok", r["reason"]
+        assert r["result"]["bytes"] == 8 << 20 and r["result"]["wall_s"] > 0
+        assert r["key"] == {"bs": 1 << 20, "count": 8, "directory": mnt, "filesystem": "ext4", "bs_text": "1MiB",
+                            "sync": False}
+    by_kind = {r["kind"]: r["result"] for r in first}
+    assert "; sync" not in by_kind["dd_write"]["timed"] and "no sync timed" in by_kind["dd_write"]["timed"]
+    assert "conv=fdatasync" in by_kind["dd_fdatasync"]["timed"] and "; sync" in by_kind["dd_warmup"]["timed"]
+    # each write had a file of its own, and none is left behind
+    assert len({r["result"]["path"] for r in first if r["kind"] != "dd_read"}) == 3
+    assert left == ["lost+found"]
+
+
+def test_dd_settings_parse_and_count_cells_needs_cells_with_bytes(tmp_path):
+    from zcorch.config.baselines import Baselines
+    from zcorch.config.experiment import load_experiment
+    from zcorch.errors import ConfigError
+    b = Baselines.from_mapping({"dd": {"sync": False, "fdatasync": True, "warmup": True}})
+    assert (b.dd.sync, b.dd.fdatasync, b.dd.warmup, b.dd.count) == (False, True, True, 64)
+    with pytest.raises(ConfigError, match="baselines.dd.fdatasync"):
+        Baselines.from_mapping({"dd": {"fdatasync": "maybe"}})
+    # `count: cells` follows the cells; cells that run for a time have no bytes to follow
+    path = tmp_path / "exp.yaml"
+    path.write_text("name: t\nparams: {source: mem, sink: /dev/null}\nmatrix: {bytes: [1MiB, 3MiB]}\n"
+                    "baselines: {iperf3: false, dd: {bs: 64KiB, count: cells}}\n")
+    assert load_experiment(path).baselines.dd.count == 48
+    assert load_experiment(path, ["bytes=640KiB"]).baselines.dd.count == 10
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path, ["bytes=null", "duration=1s"])
+    assert "exp.yaml:4:" in str(info.value) and "baselines.dd: `count: cells`" in str(info.value)
+    with pytest.raises(ConfigError, match="more than the limit"):
+        load_experiment(path, ["bytes=65GiB"])
 
 
 def test_run_dd_into_missing_directory_fails_with_dds_message(tmp_path):

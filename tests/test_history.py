@@ -23,7 +23,7 @@ SPLICE = {"send_mode": "write", "recv_mode": "splice", "buffer": 65536, "bytes":
 
 
 def write_sweep(directory, name, night, cells, status="complete", rel_noise=0.01, repeats=5,
-                kernel="6.1.0-test", manifest_extra=None, hosts="localhost", error=None):
+                kernel="6.1.0-test", manifest_extra=None, hosts="localhost", error=None, worker_extra=None):
     """A result set as `zcorch run` writes it, through ResultSet: `cells` = [(params, Gbit/s or None
     for runs that all fail)]; noise of rel_noise per run, seeded by the night."""
     exp_text = f"name: {name}\nhosts: {hosts}\n"
@@ -39,7 +39,7 @@ def write_sweep(directory, name, night, cells, status="complete", rel_noise=0.01
                 rec.update(status="failed", reason="worker failed")
             else:
                 wall = int(params["bytes"] * 8 / (gbit * (1 + rel_noise * rng.standard_normal())))
-                rec["receiver"] = rec["sender"] = {"bytes": params["bytes"], "wall_ns": wall}
+                rec["receiver"] = rec["sender"] = {"bytes": params["bytes"], "wall_ns": wall, **(worker_extra or {})}
             rs.append_run(rec)
     rs.write_meta({"hosts": {role: {"hostname": "h", "kernel": {"release": kernel}} for role in ("sender", "receiver")}})
     rs.manifest["created"] = (T0 + dt.timedelta(days=night)).isoformat()
@@ -241,6 +241,24 @@ def test_the_page_lists_sweeps_links_reports_and_shows_the_plots_in_a_browser(tm
     assert len(seen["images"]) == 2 and all(i["ok"] and i["w"] > 400 for i in seen["images"])
     files = [unquote(urlparse(h).path) for h in seen["links"] if h.startswith("file:")]
     assert len(files) >= 8 and all(os.path.exists(f) for f in files), files
+
+
+def test_a_night_whose_runs_began_on_a_shared_host_is_marked(tmp_path):
+    # the workers' idle probe before each run: 40% idle of 2 CPUs is 1.2 CPUs of other work (host_shared);
+    # 99% idle is 0.02 CPU, a quiet host
+    root = tmp_path / "nightly"
+    for night, idle in enumerate((0.99, 0.4, 0.99)):
+        write_sweep(root / f"2026{night:04d}T0300Z" / "exp", "exp", night, [(READ, 10.0)],
+                    worker_extra={"host_idle_before": idle, "host_ncpus": 2})
+    out = tmp_path / "site"
+    res = zcorch_cli("history", root, "-o", out)
+    assert res.returncode == 0, res.stderr
+    page = (out / "index.html").read_text()
+    rows = [r for r in page.split("<tr>") if "<code>" in r and "abcdef" in r]   # the sweeps table, newest first
+    assert len(rows) == 3
+    assert ["host shared</span>" in r for r in rows] == [False, True, False]
+    doc = json.loads(zcorch_cli("history", root, "--format", "json").stdout)
+    assert [s["host_shared"] for s in doc["experiments"][0]["sweeps"]] == [False, True, False]
 
 
 PROBE = """<script>

@@ -50,9 +50,14 @@ def test_ext4_dd_figures_are_paired_with_dd_on_their_own_filesystem(fs_set):
     df, baselines = load(result_set), load_baselines(result_set)
     dd = dd_write_mb_s(result_set)
     assert len(set(dd.values())) == len(dd) >= 3       # the filesystems' dd differ: a wrong pairing shows
-    rows = rp.figures(df, baselines, ref)
+    every = rp.figures(df, baselines, ref)
+    rows = [r for r in every if r.figure.of == "dd_write"]
     assert [r.figure.match.describe() for r in rows] == [
         "filesystem=ext4-delalloc", "filesystem=ext4-nodelalloc", "filesystem=xfs"]
+    # the same page figures again beside our dd with conv=fdatasync: rows of their own (this set has none)
+    synced = [r for r in every if r.figure.of == "dd_fdatasync"]
+    assert [r.figure.match.describe() for r in synced] == [r.figure.match.describe() for r in rows]
+    assert all(r.measured.n == 0 for r in synced)
     for r, fs in zip(rows, ("ext4-delalloc", "ext4-nodelalloc", "xfs")):
         assert r.figure.of == "dd_write"
         assert r.measured.median == pytest.approx(dd[fs], rel=1e-9), fs   # that filesystem's dd, no other
@@ -143,7 +148,7 @@ def test_an_of_match_must_name_one_configuration_of_the_kind():
 SCHUTT = ROOT / "experiments" / "schutt-2006.yaml"
 # The shipped file, shrunk to run on localhost in seconds: only sizes, hosts and the MTU change
 SCHUTT_SMALL = ["hosts=localhost", "network=null", "bytes=4MiB", "repeats=2", "baselines.iperf3=false",
-                "baselines.dd.count=128", "timeout=30s"]
+                "timeout=30s"]   # (dd follows bytes: `count: cells`)
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +217,19 @@ def test_schutt_small_run_records_ram_and_bytes(schutt_set):
     assert {p["bytes"] for p in cell_params(schutt_set).values()} == {4 << 20}
 
 
+def test_schutt_dd_writes_what_a_transfer_moves_at_any_bytes(schutt_set):
+    # his dd wrote what a transfer moved (bs=32k count=512k: 16 GiB); `--set bytes=4MiB` shrinks it too
+    dd = [json.loads(x) for x in (schutt_set / "baselines.jsonl").read_text().splitlines()]
+    written = [r for r in dd if r["kind"] == "dd_write"]
+    assert written and all(r["status"] == "ok" for r in written), written
+    assert {(r["key"]["bs"], r["key"]["count"], r["result"]["bytes"]) for r in written} == {(32 << 10, 128, 4 << 20)}
+    assert all("; sync" in r["result"]["timed"] for r in written)     # his `time { dd ...; sync; }`
+    for size, count in (("16GiB", 512 << 10), ("256MiB", 8192), ("1000000", 31)):   # 31 blocks: rounded up
+        exp = load_experiment(SCHUTT, ["hosts=localhost", "network=null", f"bytes={size}"])
+        assert (exp.baselines.dd.bs, exp.baselines.dd.count) == (32 << 10, count), size
+        assert exp.baselines.dd.cells
+
+
 # ---------------------------------------------------------------- the experiment keeps its name (a real run)
 
 NAMED = """\
@@ -263,7 +281,7 @@ def test_a_reference_command_baseline_leaves_the_name_to_the_experiment(tmp_path
 # ---------------------------------------------------------------- ext4 2011: a real small run on loop devices
 
 EXT4_SMALL = ["hosts=localhost", "network=null", "bytes=2MiB", "repeats=2", "baselines.iperf3=false",
-              "baselines.commands=[]", "baselines.dd.count=4", "timeout=30s",
+              "baselines.commands=[]", "timeout=30s",
               "filesystems.ext4-delalloc.loop.size=64MiB", "filesystems.ext4-nodelalloc.loop.size=64MiB",
               "filesystems.xfs.loop.size=320MiB"]   # (mkfs.xfs's minimum is 300MiB)
 
@@ -285,8 +303,64 @@ def test_ext4_study_s_dd_claims_rest_on_repeated_dd_of_each_filesystem(tmp_path)
             by_fs.setdefault(rec["key"]["filesystem"], []).append(rec["result"]["bytes"] / rec["result"]["wall_s"] / 1e6)
     assert {fs: len(v) for fs, v in by_fs.items()} == {"ext4-delalloc": 5, "ext4-nodelalloc": 5, "xfs": 5}
     assert sorted(r["repeat"] for r in records if r["kind"] == "dd_write") == sorted(list(range(5)) * 3)
+    # dd as the page ran it: alone (no sync timed), 2 MiB as the transfers (`count: cells`), after one warm-up
+    # write into each fresh filesystem (its own record, repeat 0); and a conv=fdatasync write of its own each time
+    for rec in records:
+        assert rec["status"] == "ok", rec
+        assert rec["key"]["sync"] is False and rec["key"]["count"] == 2 and rec["result"]["bytes"] == 2 << 20
+    kinds = [(r["key"]["filesystem"], r["kind"], r["repeat"]) for r in records]
+    for fs in ("ext4-delalloc", "ext4-nodelalloc", "xfs"):
+        mine = [(k, rep) for f, k, rep in kinds if f == fs]
+        assert mine[:4] == [("dd_warmup", 0), ("dd_write", 0), ("dd_read", 0), ("dd_fdatasync", 0)], mine
+        assert [k for k, _ in mine].count("dd_warmup") == 1 and [k for k, _ in mine].count("dd_fdatasync") == 5
+    write = next(r for r in records if r["kind"] == "dd_write")["result"]
+    synced = next(r for r in records if r["kind"] == "dd_fdatasync")["result"]
+    assert "sync" not in write["timed"].split("(")[0] and "conv=fdatasync" in synced["timed"]
     ref = reference_of((out / "experiment.yaml").read_text(), "experiment.yaml")
     nodelalloc, xfs, _ = rp.claims(load(out), ref, load_baselines(out))
     for side, fs in ((nodelalloc.a, "ext4-nodelalloc"), (nodelalloc.b, "ext4-delalloc"), (xfs.a, "xfs")):
         assert side.n == 5 and side.median == pytest.approx(sorted(by_fs[fs])[2]) and side.has_ci, fs
     assert "one record" not in nodelalloc.evidence
+
+
+# ---------------------------------------------------------------- Morton 2001: sendfile() of the whole file
+
+MORTON = ROOT / "experiments" / "sendfile-pinning-2001.yaml"
+WHOLE = 1 << 30     # the whole-file rows' call: the file's size at the study's 1 GiB (the worker's largest call)
+
+
+def test_morton_plan_has_whole_file_sendfile_rows_and_his_figures_stand_beside_them():
+    # "sendfile() sends the entire file": one call whose count is the file's size, in every pinning case
+    exp = load_experiment(MORTON)
+    plan = expand(exp)
+    cells = [c.params for c in plan.cells]
+    whole = [c for c in cells if c["send_mode"] == "sendfile" and c["send_buffer"] == WHOLE]
+    assert len(whole) == 3 and all(c["send_buffer"] >= c["bytes"] for c in whole)
+    assert {(c["send_cpu"], c["recv_cpu"]) for c in whole} == {(None, None), (0, 1), (0, 0)}
+    assert [c for c in cells if c["send_mode"] == "sendfile" and c["send_buffer"] is None]   # 64 KiB calls too
+    for f in exp.reference.figures:
+        (hit,) = [c for c in cells if f.match.selects(c)]
+        assert (hit["send_buffer"] == WHOLE) == (hit["send_mode"] == "sendfile"), f.label
+    for claim in exp.reference.claims:
+        for side in (claim.a, claim.b):
+            (hit,) = [c for c in cells if side.selects(c)]
+            assert hit["send_mode"] != "sendfile" or hit["send_buffer"] == WHOLE, claim.says
+
+
+def test_morton_whole_file_sendfile_runs_on_localhost(tmp_path):
+    # the shipped file, shrunk: the whole 4 MiB file in one sendfile() call, beside the 64 KiB calls
+    from zcorch.sweep.pipeline import run_sweep
+    out = tmp_path / "morton-small"
+    result = run_sweep(str(MORTON), output=str(out), command=["test"],
+                       overrides=["bytes=4MiB", "repeats=2", "baselines.iperf3=false", "timeout=30s"])
+    assert result.exit_status == 0, [r.get("reason") for r in result.records if r.get("status") != "ok"]
+    runs = [json.loads(x) for x in (out / "runs.jsonl").read_text().splitlines()]
+    whole = [r for r in runs if r["params"]["send_mode"] == "sendfile" and r["params"]["send_buffer"] == WHOLE]
+    assert len(whole) == 6 and all(r["status"] == "ok" for r in whole)
+    for r in whole:
+        assert r["sender"]["bytes"] == r["receiver"]["bytes"] == 4 << 20
+        assert r["sender"]["params"]["buffer"] == WHOLE      # the sender's call: the whole file at once
+    ref = reference_of((out / "experiment.yaml").read_text(), "experiment.yaml")
+    rows = rp.figures(load(out), load_baselines(out), ref)
+    for row in rows[:3]:                                    # his sendfile() rows: the whole-file cells
+        assert cell_params(out)[row.measured.cell]["send_buffer"] == WHOLE and row.measured.n == 2

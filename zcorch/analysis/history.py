@@ -189,6 +189,15 @@ class Sweep:
         return len(self.runs) - self.n_ok
 
     @property
+    def host_shared(self) -> bool:
+        """Whether an ok run of the sweep began on a shared host (the runs' `host_shared`, zcorch.analysis.frames:
+        a side's busy CPU before the run above a tenth of a CPU): its host CPU figures hold other tenants' load."""
+        runs = self.runs
+        if not len(runs) or "host_shared" not in runs:
+            return False
+        return bool(runs.loc[runs["status"] == OK, "host_shared"].fillna(False).astype(bool).any())
+
+    @property
     def git_revision(self) -> str:
         rev = self.head.get("git_revision") or (self.meta.get("controller") or {}).get("git_revision")
         if not rev:
@@ -750,7 +759,7 @@ def page_context(history: History, out_dir: Path) -> dict:
             sweeps.append({"index": i + 1, "date": s.date(), "revision": s.git_revision, "kernel": s.kernel,
                            "hosts": s.hosts, "status": s.status, "ok": s.n_ok, "failed": s.n_failed,
                            "dir": _rel(s.path, out_dir), "report": _rel(s.report, out_dir) if s.report else None,
-                           "error": s.error, "report_problem": s.report_problem})
+                           "error": s.error, "report_problem": s.report_problem, "host_shared": s.host_shared})
         cells = []
         for ch in exp.cells:
             c = ch.comparison
@@ -913,7 +922,8 @@ def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
                               "since": str(exp.sweeps[c.since].path)}})
         exps.append({"name": exp.name, "problem": exp.problem,
                      "sweeps": [{"path": str(s.path), "created": s.head.get("created"), "status": s.status,
-                                 "ok": s.n_ok, "failed": s.n_failed, "git_revision": s.git_revision}
+                                 "ok": s.n_ok, "failed": s.n_failed, "git_revision": s.git_revision,
+                                 "host_shared": s.host_shared}
                                 for s in exp.sweeps],
                      "cells": cells})
     doc = dict(gate or {})

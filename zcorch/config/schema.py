@@ -207,3 +207,16 @@ def include_base(params: dict, matrix: "Sequence[Axis]") -> dict:
         if len(axis.values) == 1:
             base.update(axis.assignment(0))
     return base
+
+
+def largest_bytes(params: dict, matrix: "Sequence[Axis]", include: "Sequence[dict]") -> Optional[int]:
+    """The largest `bytes` a cell of the experiment is written with (None: every cell runs for a duration):
+    what a baseline sized by the cells follows (dd's `count: cells`). Excludes are not applied: the largest
+    value written stands for the study's size."""
+    amounts = [c.get("bytes") for c in include]
+    if matrix or not include:
+        base, written = include_base(params, matrix), writes_bytes(params, matrix)
+        values = [a.assignment(j)["bytes"] for a in matrix if "bytes" in a.params for j in range(len(a.values))]
+        amounts += [amount_of({**base, "bytes": v}, written)["bytes"] for v in (values or [base["bytes"]])]
+    found = [int(b) for b in amounts if b is not None]
+    return max(found) if found else None

@@ -15,7 +15,7 @@ import re
 from typing import Any, Optional, Sequence
 
 from zcorch.config import yamlsrc as ys
-from zcorch.config.baselines import parse_baselines
+from zcorch.config.baselines import bind_cells, parse_baselines
 from zcorch.config.baselines.kind import NETWORK
 from zcorch.config.baselines.registry import BY_NAME, KINDS
 from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, suggest
@@ -31,7 +31,7 @@ from zcorch.config.param_values import parse_param
 from zcorch.config.reference import COMMAND_KIND_PREFIX, parse_reference
 from zcorch.config.schema import (DEFAULT_CALIBRATION_MAX_AGE_S, LABEL_KEY, MAX_REPEATS, MAX_RUNS, ORDERS, REPEAT_POLICY_KEYS, RESERVED_AXIS_NAMES,
                                   TOP_KEYS, Axis, Experiment, RepeatPolicy, amount_of, default_label, include_base,
-                                  writes_bytes)
+                                  largest_bytes, writes_bytes)
 from zcorch.config.views import parse_report
 from zcorch.params import PARAM_KEYS, format_value, param
 
@@ -168,6 +168,8 @@ class Validator(Checker):
             cell = dict(base)
             cell.update(entry)
             include.append(amount_of(cell, "bytes" in entry or writes_bytes(params, matrix)))
+        # settings sized by the cells (dd's `count: cells`): bound now, so --set bytes=... scales them too
+        baselines = bind_cells(self, baselines, get("baselines"), largest_bytes(params, matrix, include))
         return Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
                           params=params, matrix=matrix, exclude=exclude, include=include, baselines=baselines,
                           filesystems=filesystems, repeats=repeats, repeat_policy=policy, order=order, seed=seed,

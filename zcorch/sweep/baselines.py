@@ -88,6 +88,9 @@ def run_server_client(kind: ServerClientKind, sender: Host, receiver: Host, conf
     missing = _missing_tools(kind, conf, {"sender": sender, "receiver": receiver})
     if missing:
         return _record(record_kind, key, sender, started, status="skipped", reason=missing)
+    refused = kind.refusal(conf, key)
+    if refused:
+        return _record(record_kind, key, sender, started, status="skipped", reason=refused)
     port = free_local_port(receiver.data_address) if receiver.is_local else kind.port
     server_argv, client_argv = kind.commands(conf, key, receiver.data_address, port)
     test_s = kind.test_seconds(conf)
@@ -159,7 +162,7 @@ def run_dd(receiver: Host, python: str, cfg: DdBaseline, directory: str,
     """
     started = utc_now()
     key = dd_key(cfg, written_directory or directory, filesystem)
-    records = _dd_records(receiver, python, cfg, directory, key, started)
+    records = _dd_records(receiver, python, cfg, directory, key, started, first=repeat == 0)
     for rec in records:
         rec["repeat"] = repeat
         if written_directory and written_directory != directory:
@@ -167,22 +170,25 @@ def run_dd(receiver: Host, python: str, cfg: DdBaseline, directory: str,
     return records
 
 
-def _dd_records(receiver: Host, python: str, cfg: DdBaseline, directory: str, key: dict, started: str) -> List[dict]:
+def _dd_records(receiver: Host, python: str, cfg: DdBaseline, directory: str, key: dict, started: str,
+                first: bool = True) -> List[dict]:
     kind = dd_kind.KIND
+    expected = kind.records_of(cfg, first)
     missing = _missing_tools(kind, cfg, {"receiver": receiver})
     if missing:
-        return [_record(k, key, receiver, started, status="skipped", reason=missing) for k in dd_kind.RECORD_KINDS]
-    # zcorch.worker.remote.dd_baseline: times `dd; sync` and the read back on the receiver itself.
-    res = run_remote(receiver, kind.job, *kind.job_args(cfg, directory), timeout=3600, python=python)
+        return [_record(k, key, receiver, started, status="skipped", reason=missing) for k in expected]
+    # zcorch.worker.remote.dd_baseline: times dd (with its sync, or as the settings say) and the read back
+    # on the receiver itself.
+    res = run_remote(receiver, kind.job, *kind.job_args(cfg, directory, first), timeout=3600, python=python)
     if not res.ok:
         reason = f"dd wrapper failed on {receiver.name} (exit {res.returncode}): {res.stderr.strip()[-300:]}"
-        return [_record(k, key, receiver, started, status="failed", reason=reason) for k in dd_kind.RECORD_KINDS]
+        return [_record(k, key, receiver, started, status="failed", reason=reason) for k in expected]
     try:
         parsed = parse_dd_wrapper(res.stdout)
     except BaselineError as exc:
-        return [_record(k, key, receiver, started, status="failed", reason=str(exc)) for k in dd_kind.RECORD_KINDS]
+        return [_record(k, key, receiver, started, status="failed", reason=str(exc)) for k in expected]
     records = []
-    for kind_name in dd_kind.RECORD_KINDS:
+    for kind_name in expected:
         val = parsed.get(kind_name)
         if val is None:
             records.append(_record(kind_name, key, receiver, started, status="skipped",

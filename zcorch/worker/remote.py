@@ -18,7 +18,7 @@ Actions (values arrive as argv, never through a shell; JSON objects are printed 
                                           io_uring zero-copy receive), sysctls, sink mount, host_facts (HOST_FACTS:
                                           offloads, qdisc, governor, ...)...
     scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
-    dd DIR BS COUNT                    -> JSON: dd write (+ sync) and read-back timings of a file in DIR
+    dd DIR BS COUNT [OPTION...]        -> JSON: dd write (+ sync) and read-back timings of a file in DIR
     loop-autoclear DEVICE...              set LO_FLAGS_AUTOCLEAR on attached loop devices
     open-excl PATH                        exit 0 if PATH can be opened with O_EXCL (no one holds it exclusively)
     mkdir-beneath ROOT PATH               make PATH's missing directories beneath ROOT, no link followed
@@ -785,10 +785,12 @@ def _dd(args: "List[str]") -> "Tuple[subprocess.CompletedProcess, float]":
     return p, t0
 
 
-def dd_write_argv(path: str, bs: "int | str", count: "int | str") -> "List[str]":
+def dd_write_argv(path: str, bs: "int | str", count: "int | str", fdatasync: bool = False) -> "List[str]":
     """The timed write of the dd baseline (also what a dry run shows). conv=notrunc: dd_baseline
-    creates the file itself first (O_EXCL, random name), dd only fills it."""
-    return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}", "conv=notrunc"]
+    creates the file itself first (O_EXCL, random name), dd only fills it; fdatasync: dd flushes the file's
+    data before it ends, inside its own timing (`conv=fdatasync`)."""
+    return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}",
+            "conv=notrunc,fdatasync" if fdatasync else "conv=notrunc"]
 
 
 def dd_read_argv(path: str, bs: "int | str", count: "int | str") -> "List[str]":
@@ -820,69 +822,131 @@ def remove_stale_dd_files(directory: str) -> "List[str]":
     return removed
 
 
-def dd_baseline(directory: str, bs: str, count: str) -> "Dict[str, Any]":
+DD_OPTIONS = ("--no-sync", "--fdatasync", "--warmup")   # the `dd` action's options (DdKind.job_args)
+
+
+def _dd_file(directory: str, made: "List[str]") -> str:
+    """A new file for one dd write: created exclusively under a random name (O_EXCL|O_NOFOLLOW, 0600: never
+    someone else's file or link), added to `made` (removed by dd_baseline whatever happens)."""
+    path = os.path.join(directory, f".zcorch-dd-{os.getpid()}-{os.urandom(8).hex()}")
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    made.append(path)
+    return path
+
+
+def _dd_timed_write(path: str, argv: "List[str]", sync: bool, timed: str) -> "Dict[str, Any]":
+    """One dd write after an untimed sync (as the seeds' `sync; time {...}`), with `sync` inside the timing
+    or not; the data is synced afterwards either way, untimed, so that nothing of it is left for what follows."""
+    os.sync()
+    p, t0 = _dd(argv)
+    if p.returncode == 0 and sync:
+        os.sync()
+    wall = time.monotonic() - t0
+    if not sync:
+        os.sync()
+    return {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr, "wall_s": wall, "timed": timed,
+            "path": path}
+
+
+def dd_baseline(directory: str, bs: str, count: str, sync: bool = True, fdatasync: bool = False,
+                warmup: bool = False) -> "Dict[str, Any]":
     """Time `dd; sync` writing a file in `directory` (after an untimed sync, as the seeds'
     `sync; time { dd ...; sync; }`), then its read back after dropping the page cache when allowed.
 
-    Returns {"path", "write": {argv, returncode, stderr, wall_s, timed}, "read": {... cached, cache_note}};
-    "read" only when the write succeeded. The file is created exclusively under a random name (O_EXCL|
-    O_NOFOLLOW, 0600: never someone else's file or link), only if bs × count fits the free space, and
-    always removed: also when SIGTERM/SIGINT end the job (the controller's timeout), and by the next job
-    when SIGKILL ended it (remove_stale_dd_files; "stale_removed" lists them).
+    sync=False times dd alone (a study whose dd ran without a sync); fdatasync: then also a write of a new
+    file with `conv=fdatasync` (the flush inside dd's own timing), "fdatasync"; warmup: first one write of the
+    same size into a file removed before the timed one (a fresh filesystem's first write pays for what
+    later ones do not), "warmup". Each file is created exclusively, one at a time, removed after its use.
+
+    Returns {"path", ["warmup"], "write": {argv, returncode, stderr, wall_s, timed}, "read": {... cached,
+    cache_note}, ["fdatasync"]}; "read" and "fdatasync" only when the write succeeded, "write" only when the
+    warm-up did. Runs only if bs × count fits the free space; every file is removed: also when SIGTERM/SIGINT
+    end the job (the controller's timeout), and by the next job when SIGKILL ended it (remove_stale_dd_files;
+    "stale_removed" lists them).
     """
-    path = os.path.join(directory, f".zcorch-dd-{os.getpid()}-{os.urandom(8).hex()}")
+    path = os.path.join(directory, ".zcorch-dd-FILE")   # (named when created)
     out: "Dict[str, Any]" = {"path": path, "stale_removed": remove_stale_dd_files(directory)}
     write_argv = dd_write_argv(path, bs, count)
-    timed = f"dd if=/dev/zero of=FILE bs={bs} count={count}; sync (after an untimed sync)"
-    created = False
+    timed = (f"dd if=/dev/zero of=FILE bs={bs} count={count}"
+             + ("; sync (after an untimed sync)" if sync else " (after an untimed sync; no sync timed)"))
+    made: "List[str]" = []
     old_handlers = _exit_on_signals()
+
+    def refused(stderr: str) -> "Dict[str, Any]":
+        return {"argv": write_argv, "returncode": 1, "wall_s": 0.0, "timed": timed, "stderr": stderr}
+
+    def remove(p: str) -> None:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+        made.remove(p)
+
     try:
         try:
             st = os.statvfs(directory)
         except OSError:
             st = None  # dd reports a missing directory in its own words
         if st is not None and int(bs) * int(count) > st.f_bavail * st.f_frsize:
-            out["write"] = {"argv": write_argv, "returncode": 1, "wall_s": 0.0, "timed": timed,
-                            "stderr": f"dd: not run: {int(bs) * int(count)} bytes do not fit the "
-                                      f"{st.f_bavail * st.f_frsize} bytes free in {directory}\n"}
+            out["write"] = refused(f"dd: not run: {int(bs) * int(count)} bytes do not fit the "
+                                   f"{st.f_bavail * st.f_frsize} bytes free in {directory}\n")
             return out
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-            created = True
+            if warmup:
+                w = _dd_file(directory, made)
+                out["warmup"] = _dd_timed_write(w, dd_write_argv(w, bs, count), True,
+                                                f"dd if=/dev/zero of=FILE bs={bs} count={count}; sync (a warm-up "
+                                                "write, removed before the timed one)")
+                remove(w)
+                if out["warmup"]["returncode"] != 0:
+                    return out
+            path = out["path"] = _dd_file(directory, made)
         except OSError as exc:
-            out["write"] = {"argv": write_argv, "returncode": 1, "wall_s": 0.0, "timed": timed,
-                            "stderr": f"dd: failed to open '{path}': {exc.strerror}\n"}
+            out["write"] = refused(f"dd: failed to open '{exc.filename or path}': {exc.strerror}\n")
             return out
-        os.sync()
-        p, t0 = _dd(write_argv)
-        if p.returncode == 0:
-            os.sync()
-        out["write"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
-                        "wall_s": time.monotonic() - t0, "timed": timed}
-        if p.returncode == 0:
-            cached, why = True, None
-            if os.geteuid() == 0:
-                try:
-                    with open("/proc/sys/vm/drop_caches", "w") as f:
-                        f.write("3\n")
-                    cached = False
-                except OSError as exc:
-                    why = f"drop_caches failed: {exc}"
-            else:
-                why = "not root: page cache not dropped, the read is (partly) cached"
-            p, t0 = _dd(dd_read_argv(path, bs, count))
-            out["read"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
-                           "wall_s": time.monotonic() - t0, "cached": cached, "cache_note": why,
-                           "timed": f"dd if=FILE of=/dev/null bs={bs} count={count}"}
-    finally:
-        if created:
+        out["write"] = _dd_timed_write(path, dd_write_argv(path, bs, count), sync, timed)
+        if out["write"]["returncode"] != 0:
+            return out
+        cached, why = True, None
+        if os.geteuid() == 0:
             try:
-                os.unlink(path)
-            except OSError:
-                pass
+                with open("/proc/sys/vm/drop_caches", "w") as f:
+                    f.write("3\n")
+                cached = False
+            except OSError as exc:
+                why = f"drop_caches failed: {exc}"
+        else:
+            why = "not root: page cache not dropped, the read is (partly) cached"
+        p, t0 = _dd(dd_read_argv(path, bs, count))
+        out["read"] = {"argv": p.args, "returncode": p.returncode, "stderr": p.stderr,
+                       "wall_s": time.monotonic() - t0, "cached": cached, "cache_note": why,
+                       "timed": f"dd if=FILE of=/dev/null bs={bs} count={count}"}
+        remove(path)
+        if fdatasync:
+            try:
+                f_path = _dd_file(directory, made)
+            except OSError as exc:
+                out["fdatasync"] = refused(f"dd: failed to open '{exc.filename}': {exc.strerror}\n")
+                return out
+            out["fdatasync"] = _dd_timed_write(f_path, dd_write_argv(f_path, bs, count, fdatasync=True), False,
+                                               f"dd if=/dev/zero of=FILE bs={bs} count={count} conv=fdatasync "
+                                               "(after an untimed sync)")
+    finally:
+        for p_ in list(made):
+            remove(p_)
         for signum, handler in old_handlers.items():
             signal.signal(signum, handler)
     return out
+
+
+def _dd_action(args: "List[str]") -> int:
+    """`dd DIR BS COUNT [--no-sync] [--fdatasync] [--warmup]`: dd_baseline's JSON."""
+    opts = args[3:]
+    unknown = [o for o in opts if o not in DD_OPTIONS]
+    if unknown:
+        raise _UsageError(f"dd: unknown option {unknown[0]!r} (known: {' '.join(DD_OPTIONS)})")
+    return _print_json(dd_baseline(args[0], args[1], args[2], sync="--no-sync" not in opts,
+                                   fdatasync="--fdatasync" in opts, warmup="--warmup" in opts))
 
 
 def _exit_on_signals() -> "Dict[int, Any]":
@@ -1142,7 +1206,7 @@ ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]"
     "metadata": ("ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]", 2, None,
                  lambda a: _print_json(metadata_action(a))),
     "scratch": ("WORKDIR [SUBDIR...]", 1, None, lambda a: _print_json(prepare_scratch(a[0], a[1:]))),
-    "dd": ("DIR BS COUNT", 3, 3, lambda a: _print_json(dd_baseline(a[0], a[1], a[2]))),
+    "dd": ("DIR BS COUNT [--no-sync] [--fdatasync] [--warmup]", 3, 3 + len(DD_OPTIONS), _dd_action),
     "loop-autoclear": ("DEVICE...", 1, None, _loop_autoclear_action),
     "open-excl": ("PATH", 1, 1, _open_excl_action),
     "mkdir-beneath": ("ROOT PATH", 2, 2, lambda a: _print_json(mkdir_beneath(*a))),

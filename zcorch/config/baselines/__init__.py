@@ -2,7 +2,7 @@
 
     baselines:                      # not written: the kinds that are on by default (iperf3, dd: as the seeds)
       iperf3: {duration: 2s, per: pair, omit: 0}
-      dd: {bs: 1MiB, count: 64, scratch: "{scratch}"}
+      dd: {bs: 1MiB, count: 64, scratch: "{scratch}"}   # `count: cells`: as the cells' bytes
       qperf: {duration: 2s}         # off unless written
       commands: [...]               # the user's own transfer commands (commands.py)
     baselines: false                # none; `iperf3: false` / `dd: false` turn one off
@@ -113,4 +113,19 @@ def parse_baselines(chk: Checker, node: "ys.YNode | None") -> Baselines:
         if checks.is_null(child):
             continue
         out[name] = BY_NAME[name].parse(chk, child, f"baselines.{name}")
+    return Baselines(**out)
+
+
+def bind_cells(chk: Checker, baselines: Baselines, node: "ys.YNode | None", largest_bytes: "int | None") -> Baselines:
+    """Each kind's settings bound to the cells (BaselineKind.bind_cells: dd's `count: cells`); a problem goes
+    to `chk` at the kind's section (`node`: the `baselines:` node as written, None when not written)."""
+    out: Dict[str, Any] = {}
+    for kind in KINDS:
+        conf = baselines.get(kind.name)
+        try:
+            out[kind.name] = kind.bind_cells(conf, largest_bytes)
+        except ys.ValueProblem as exc:
+            at = node.get(kind.name) if isinstance(node, ys.YMap) else node
+            chk.problem(at.pos if at is not None else ys.Pos(0, 0), f"baselines.{kind.name}", str(exc))
+            out[kind.name] = conf
     return Baselines(**out)

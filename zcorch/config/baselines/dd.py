@@ -1,13 +1,28 @@
 """`baselines.dd`: dd write + read on the receiver, in each directory a sink lives in.
 
     dd: {bs: 1MiB, count: 64, scratch: "{scratch}", repeats: 3}  # count may be size-like (512k blocks)
+    dd: {bs: 32KiB, count: cells}     # as many blocks as the cells' largest `bytes`: follows `--set bytes=...`
+
+`count: cells` is for a study whose dd wrote what its transfers moved (Schutt's 16 GiB, the ext4 page's
+10 GiB): the experiment's validation binds it to ceil(largest bytes / bs), so shrinking or growing the
+transfers with `--set bytes=...` scales the dd with them instead of leaving it at the study's size.
 
 `repeats` (default 1) runs it that many times per directory, back to back, so that a claim about it (a
 study's dd figures, `reference.claims[].of: dd_write`) has a confidence interval: one dd has none.
 
-It runs as the host job `zcorch.worker.remote dd DIR BS COUNT` (which times `dd; sync` and the read back
-on the receiver itself); records {"kind": "dd_write" | "dd_read", "key": {"bs", "count", "directory",
-"filesystem", "bs_text"}, "result": parse_dd_wrapper(...)[kind]}.
+How the write is timed, as each study's dd was run (the ext4 page: `dd` alone, no sync, on a filesystem
+already written to; Schutt: `sync; time { dd ...; sync; }`):
+
+    dd: {sync: false, fdatasync: true, warmup: true}
+
+`sync` (default true): `dd; sync` inside the timing, or dd alone (the data is synced after, untimed);
+`fdatasync`: also a write with `conv=fdatasync` (dd's own flush, inside its timing), its own record kind
+`dd_fdatasync`; `warmup`: before the first timed write in each directory, one write of the same size whose
+file is removed before the timed one, recorded as `dd_warmup` and so never in a figure of `dd_write`.
+
+It runs as the host job `zcorch.worker.remote dd DIR BS COUNT [--no-sync] [--fdatasync] [--warmup]` on the
+receiver itself; records {"kind": "dd_write" | "dd_read" | "dd_fdatasync" | "dd_warmup", "key": {"bs",
+"count", "directory", "filesystem", "bs_text"[, "sync": false]}, "result": parse_dd_wrapper(...)[kind]}.
 """
 from __future__ import annotations
 
@@ -15,7 +30,7 @@ import json
 import posixpath
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.config import checks
@@ -29,7 +44,10 @@ from zcorch.worker.remote import dd_read_argv, dd_write_argv
 DD_MAX_REPEATS = 100
 DD_MAX_BYTES = 64 * 1024 ** 3  # bs × count: the file dd writes (the host's free space is checked too)
 JOB = "dd"                     # the zcorch.worker.remote job
+CELLS = "cells"                # `count: cells`
 RECORD_KINDS = ("dd_write", "dd_read")
+# the wrapper's JSON part -> the record kind it makes, in the order the job runs them
+SIDES = (("warmup", "dd_warmup"), ("write", "dd_write"), ("read", "dd_read"), ("fdatasync", "dd_fdatasync"))
 
 
 @dataclass(frozen=True)
@@ -37,15 +55,21 @@ class DdBaseline:
     """dd write + read on the receiver, in each directory a sink lives in."""
 
     bs: int = 1024 ** 2
-    count: int = 64
+    count: Optional[int] = 64   # None until validation binds `count: cells` (zcorch.config.validate)
     # Where dd writes when the sink is a device (/dev/null): the per-user scratch directory by default (a
     # predictable name in a shared /tmp is anyone's to pre-create); may be {scratch}[/DIR] or a directory.
     scratch: str = SCRATCH_PLACEHOLDER
     repeats: int = 1          # dd write + read pairs per directory (records carry `repeat`)
+    cells: bool = False       # `count: cells`: count follows the cells' largest `bytes` (bind_cells)
+    sync: bool = True         # `dd; sync` timed (the seeds' `time { dd; sync; }`); false: dd alone
+    fdatasync: bool = False   # also a write with conv=fdatasync: records `dd_fdatasync`
+    warmup: bool = False      # one write before the first timed one per directory: records `dd_warmup`
 
 
-def _dd_count(node: ys.YNode) -> int:
+def _dd_count(node: ys.YNode) -> "int | str":
     # dd reads `count=512k` as 512*1024 blocks, and the seeds wrote it so: accept a size-like count.
+    if isinstance(node, ys.YScalar) and node.text == CELLS:
+        return CELLS
     n = ys.as_size(node, "a block count (e.g. 16384 or 512k)")
     if n < 1:
         raise ys.ValueProblem(f"expected a count ≥ 1, got `{node.text}`")
@@ -81,13 +105,14 @@ def parse_dd_stderr(text: str) -> Dict[str, Any]:
 
 
 def parse_dd_wrapper(text: str) -> Dict[str, Any]:
-    """{"dd_write": result|BaselineError, "dd_read": ...} from the JSON line of `zcorch.worker.remote dd`."""
+    """{"dd_write": result|BaselineError, "dd_read": ..., ["dd_warmup", "dd_fdatasync"]} from the JSON line
+    of `zcorch.worker.remote dd` (a part it did not run is absent)."""
     try:
         doc = json.loads(text.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise BaselineError(f"dd wrapper printed no JSON: {text[:200]!r}") from None
     out: Dict[str, Any] = {}
-    for side, kind in (("write", "dd_write"), ("read", "dd_read")):
+    for side, kind in SIDES:
         part = doc.get(side)
         if part is None:
             continue
@@ -97,7 +122,7 @@ def parse_dd_wrapper(text: str) -> Dict[str, Any]:
             out[kind] = exc
             continue
         result = {"bytes": parsed["bytes"], "dd_seconds": parsed["seconds"], "dd_rate": parsed["rate"],
-                  "wall_s": part["wall_s"], "timed": part["timed"], "path": doc.get("path"),
+                  "wall_s": part["wall_s"], "timed": part["timed"], "path": part.get("path", doc.get("path")),
                   "MB_per_s": parsed["bytes"] / part["wall_s"] / 1e6 if part["wall_s"] > 0 else None}
         if side == "read":
             result["cached"] = part["cached"]
@@ -117,9 +142,13 @@ def dd_directory(sink: str, scratch: str) -> str:
 
 
 def dd_key(cfg: DdBaseline, directory: str, filesystem: Optional[str] = None) -> dict:
-    """The `key` of a dd record: what it was run with (directory as written, e.g. `{scratch}`)."""
-    return {"bs": cfg.bs, "count": cfg.count, "directory": directory, "filesystem": filesystem,
-            "bs_text": format_size(cfg.bs)}
+    """The `key` of a dd record: what it was run with (directory as written, e.g. `{scratch}`); `sync: false`
+    only when dd was timed without its sync (the keys of the default stay those of older result sets)."""
+    key = {"bs": cfg.bs, "count": cfg.count, "directory": directory, "filesystem": filesystem,
+           "bs_text": format_size(cfg.bs)}
+    if not cfg.sync:
+        key["sync"] = False
+    return key
 
 
 class DdKind(BaselineKind):
@@ -127,18 +156,23 @@ class DdKind(BaselineKind):
     settings = DdBaseline
     default_on = True
     phase = DIRECTORY
-    record_kinds = {"dd_write": "dd write (the sink's disk)", "dd_read": "dd read"}
+    record_kinds = {"dd_write": "dd write (the sink's disk)", "dd_read": "dd read",
+                    "dd_fdatasync": "dd write with conv=fdatasync (its flush inside dd's timing)",
+                    "dd_warmup": "dd write before the timed ones in a directory (left out of every figure)"}
     share_records = ("dd_write", "dd_read")
     filesystem_ceilings = ("dd_write", "dd_read")
     version_label = "dd"
-    words = {"dd_write": "dd write", "dd_read": "dd read"}
+    words = {"dd_write": "dd write", "dd_read": "dd read", "dd_fdatasync": "dd write conv=fdatasync"}
     match_keys = ("filesystem",)
     strict_keys = ("filesystem",)
     parsers = {
         "bs": lambda n: checks.positive_size(n, INT_MAX),
-        "count": _dd_count,
+        "count": _dd_count,   # or `cells`
         "scratch": _dd_scratch,
         "repeats": lambda n: checks.int_range(n, 1, DD_MAX_REPEATS),
+        "sync": ys.as_bool,
+        "fdatasync": ys.as_bool,
+        "warmup": ys.as_bool,
     }
     job = JOB
     jobs = (JOB,)
@@ -148,7 +182,30 @@ class DdKind(BaselineKind):
         value = result.get("MB_per_s") if isinstance(result, Mapping) else None
         return float(value) * 8e6 if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
+    def parse(self, chk: Checker, node: ys.YNode, path: str) -> Any:
+        conf = super().parse(chk, node, path)
+        if conf is not None and conf.count == CELLS:
+            return replace(conf, count=None, cells=True)   # bound by bind_cells once the cells are known
+        return conf
+
+    def bind_cells(self, conf: Optional[DdBaseline], largest_bytes: Optional[int]) -> Optional[DdBaseline]:
+        """`count: cells` made a count: as many bs blocks as `largest_bytes` (rounded up); ys.ValueProblem
+        when no cell moves a byte count or the file would pass the limit. Other settings: unchanged."""
+        if conf is None or not conf.cells:
+            return conf
+        if largest_bytes is None:
+            raise ys.ValueProblem("`count: cells` follows the cells' `bytes`, but no cell moves a byte count "
+                                  "(they run for a `duration`): write a number of blocks")
+        count = -(-largest_bytes // conf.bs)
+        if conf.bs * count > DD_MAX_BYTES:
+            raise ys.ValueProblem(f"`count: cells` makes {count} blocks of {format_size(conf.bs)} "
+                                  f"({conf.bs * count} bytes), more than the limit of {DD_MAX_BYTES} (64GiB) "
+                                  "for dd's file")
+        return replace(conf, count=count)
+
     def check(self, chk: Checker, conf: DdBaseline, nodes: Dict[str, ys.YNode], node: ys.YNode, path: str) -> None:
+        if conf.count == CELLS:   # checked when bound (bind_cells)
+            return
         if conf.bs * conf.count > DD_MAX_BYTES:
             at = "count" if "count" in nodes else "bs" if "bs" in nodes else None
             chk.problem(nodes[at].pos if at else node.pos, f"{path}.{at}" if at else path,
@@ -160,25 +217,45 @@ class DdKind(BaselineKind):
 
     def estimate(self, conf: DdBaseline, params_list: Sequence[Mapping[str, Any]], rate: float, overhead: float) -> Cost:
         filesystems = {p.get("filesystem") for p in params_list}
-        passes = 2 * len(filesystems) * conf.repeats  # a write and a read on each filesystem a sink lives on
+        # a write and a read (and a conv=fdatasync write) on each filesystem a sink lives on, repeats times;
+        # a warm-up write once on each
+        passes = len(filesystems) * ((2 + conf.fdatasync) * conf.repeats + conf.warmup)
         return Cost(passes, passes * (conf.bs * conf.count / rate + overhead), f"{passes} dd passes at the same rate")
 
-    def job_args(self, conf: DdBaseline, directory: str) -> List[Any]:
-        """The arguments of `zcorch.worker.remote dd` for one directory."""
-        return [directory, conf.bs, conf.count]
+    def job_args(self, conf: DdBaseline, directory: str, first: bool = True) -> List[Any]:
+        """The arguments of `zcorch.worker.remote dd` for one directory (`first`: its first run there, the one
+        a warm-up write goes before)."""
+        if conf.count is None:
+            raise ValueError("dd `count: cells` was not bound to the cells (zcorch.config.validate binds it)")
+        opts = (["--no-sync"] if not conf.sync else []) + (["--fdatasync"] if conf.fdatasync else []) \
+            + (["--warmup"] if conf.warmup and first else [])
+        return [directory, conf.bs, conf.count, *opts]
+
+    def records_of(self, conf: DdBaseline, first: bool = True) -> Tuple[str, ...]:
+        """The record kinds one job writes with these settings, in the order it runs them."""
+        made = {"dd_write", "dd_read"} | ({"dd_fdatasync"} if conf.fdatasync else set()) \
+            | ({"dd_warmup"} if conf.warmup and first else set())
+        return tuple(kind for _, kind in SIDES if kind in made)
 
     def dry_run_job(self, job: str, args: Sequence[str]) -> "Optional[Tuple[str, str]]":
         """(stdout, note) of its host job in a dry run; None for another job."""
         if job != JOB:
             return None
         path = posixpath.join(args[0], ".zcorch-dd-PID-RANDOM")
-        note = (f"{shlex.join(dd_write_argv(path, args[1], args[2]))}; sync; drop caches if root; "
-                f"{shlex.join(dd_read_argv(path, args[1], args[2]))}")
+        opts = args[3:]
+        write = shlex.join(dd_write_argv(path, args[1], args[2]))
+        note = (("warm-up: " + write + "; sync; rm; " if "--warmup" in opts else "")
+                + f"{write}{'' if '--no-sync' in opts else '; sync'}; drop caches if root; "
+                f"{shlex.join(dd_read_argv(path, args[1], args[2]))}"
+                + ("; " + shlex.join(dd_write_argv(path, args[1], args[2], fdatasync=True))
+                   if "--fdatasync" in opts else ""))
         return json.dumps({"not_measured": True}) + "\n", note
 
     def describe(self, record: Mapping[str, Any]) -> str:
         key = record.get("key") or {}
         where = f"bs={key.get('bs_text') or key.get('bs')} count={key.get('count')}"
+        if key.get("sync") is False:
+            where += " no sync"
         if key.get("filesystem"):
             where += f" on {key['filesystem']}"
         if record.get("repeat"):

@@ -20,6 +20,7 @@ PORT = 5201                 # remote hosts; on localhost a free port is picked
 IDLE_TIMEOUT = 30           # server --idle-timeout (s): a stuck server exits by itself
 ZEROCOPY = (False, True)    # plain and -Z, so write and sendfile cells both have a peer
 MAX_OMIT = 60               # iperf3 refuses -O above 60 (`bogus value for --omit`)
+MAX_BLOCK = 1024 ** 2       # iperf3 refuses a TCP -l above 1 MiB (`block size too large (maximum = 1048576 bytes)`)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,12 @@ class Iperf3Kind(ServerClientKind):
                  port: int) -> Tuple[List[str], List[str]]:
         return (server_argv(address, port),
                 client_argv(address, port, key["window"], key["buffer"], key["zerocopy"], conf.duration, conf.omit))
+
+    def refusal(self, conf: Iperf3Baseline, key: Mapping[str, Any]) -> Optional[str]:
+        if key.get("buffer") and key["buffer"] > MAX_BLOCK:
+            return (f"iperf3 sends blocks of at most {format_size(MAX_BLOCK)} (-l): none of "
+                    f"{format_size(key['buffer'])}, the cells' call size")
+        return None
 
     def test_seconds(self, conf: Iperf3Baseline) -> float:
         return conf.duration + conf.omit

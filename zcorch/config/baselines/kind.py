@@ -116,6 +116,12 @@ class BaselineKind:
     def check(self, chk: Checker, conf: Any, nodes: Dict[str, ys.YNode], node: ys.YNode, path: str) -> None:
         """Rules across settings (e.g. dd's bs × count); problems to `chk` at the setting's node."""
 
+    def bind_cells(self, conf: Any, largest_bytes: Optional[int]) -> Any:
+        """The settings with what is written relative to the cells made concrete (dd's `count: cells`),
+        given the largest `bytes` of the experiment's cells (None: none moves a byte count); raises
+        ys.ValueProblem when that cannot be done. zcorch.config.validate calls it once the cells are known."""
+        return conf
+
     def as_dict(self, conf: Any) -> "Dict[str, Any]":
         """The settings as `zcorch plan` shows them."""
         return {f.name: getattr(conf, f.name) for f in fields(conf)}
@@ -187,6 +193,11 @@ class ServerClientKind(BaselineKind):
     def commands(self, conf: Any, key: Mapping[str, Any], address: str, port: int) -> Tuple[List[str], List[str]]:
         """(server argv, client argv) of one test."""
         raise NotImplementedError
+
+    def refusal(self, conf: Any, key: Mapping[str, Any]) -> Optional[str]:
+        """Why the tool cannot run the test of `key` (a limit of its own), or None: such a test is recorded as
+        skipped with this reason instead of being started to fail."""
+        return None
 
     def test_seconds(self, conf: Any) -> float:
         """How long one test transfers (the client's timeout is this plus a margin)."""
