@@ -319,9 +319,9 @@ class NetworkManager:
             for line in self.commands(name):
                 self.log(f"(dry run) {line}")
         try:
+            if not self.dry_run:   # every host restores itself if we are lost from here on
+                self._arm_watchdogs()
             for t in self.targets:
-                if not self.dry_run and t.watchdog is None:   # the host restores itself if we are lost from here on
-                    t.watchdog = Watchdog.arm(t.host, t.python, "net", t.state_dir, self.owner)
                 t.applied = True   # before the call: a failure half-way leaves a state file to restore from
                 if self.dry_run:   # the recording host shows the command; nothing runs
                     run_remote(t.host, "apply", t.state_dir, t.peer, spec, owner, python=t.python, module=MODULE)
@@ -343,6 +343,15 @@ class NetworkManager:
         self._descriptions[name] = {"name": name, **c.requested(), "applied": not self.dry_run,
                                     "hosts": {role: dict(t.facts) for t in self.targets for role in t.roles}}
         return self.run_facts()
+
+    def _arm_watchdogs(self) -> None:
+        """Each host's watchdog, on every host at once (each is an interpreter start-up and a few round trips on
+        its own host, waiting for nothing on the other), all of them before the first change anywhere."""
+        def arm(t: _Target) -> None:
+            if t.watchdog is None:
+                t.watchdog = Watchdog.arm(t.host, t.python, "net", t.state_dir, self.owner)
+
+        per_host(self.targets, arm)
 
     def run_facts(self) -> Dict[str, Any]:
         """The record's "network": {"name", "sender": {interface, kind, mtu, congestion, sysctls}, "receiver"}."""
