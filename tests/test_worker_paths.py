@@ -15,7 +15,7 @@ import pytest
 from fixtures_fs import external_loop
 from fixtures_worker import needs_native, parse_events, run_worker, worker_argv, worker_env
 from test_guards import refused
-from zcorch.worker import native, paths
+from zcorch.worker import native
 
 FIN_TIMEOUT = "/proc/sys/net/ipv4/tcp_fin_timeout"
 
@@ -96,14 +96,6 @@ def test_command_files_are_checked_too(tmp_path):
     assert rc == 1 and _refused(events, "character device (1:7)"), events
     rc, events, _ = run_worker("layout", "--path", "/proc/sys/net/ipv4/tcp_fin_timeout", "--bytes", "2")
     assert rc == 1 and _refused(events, "kernel interface"), events
-
-
-def test_kernel_fs_reads_the_mount_table_not_the_name():
-    table = [("/", "ext4"), ("/srv/p", "proc"), ("/srv/p/x", "tmpfs")]
-    assert paths.kernel_fs("/srv/p/sys/net", table) == "proc"       # procfs mounted elsewhere
-    assert paths.kernel_fs("/srv/p/x/file", table) is None            # a mount over it
-    assert paths.kernel_fs("/srv/q", table) is None
-    assert paths.kernel_fs("/proc/sys/x", []) == "proc"               # no table: by name
 
 
 @pytest.mark.parametrize("text,key", [

@@ -13,6 +13,8 @@
  *   3. only then opened for I/O from the same directory descriptor, and checked to be the inode judged.
  * A sink that does not exist is created (O_EXCL) in the judged directory, whose filesystem is judged first.
  * Nothing is truncated here: the caller truncates the descriptor once it is judged.
+ * zc_open_dir gives step 1's descriptor itself, judged on its filesystem, to a caller that creates files beneath
+ * it with the *at calls (the worker's `layout`).
  */
 #include "zc_internal.h"
 
@@ -320,6 +322,44 @@ out:
         fd = -1;
     }
     return rc < 0 ? -1 : fd;
+}
+
+int zc_open_dir(const char *path, int how, zc_error *err)
+{
+    err->code = 0;
+    err->message[0] = '\0';
+    size_t len = path ? strlen(path) : 0;
+    if (len == 0 || path[0] != '/')
+        return failf(err, EINVAL, "directory %s: not an absolute path", path ? path : "(none)");
+    if (len >= 4096)
+        return failf(err, ENAMETOOLONG, "directory: a path of %zu bytes", len);
+    int dfd = open_dir(path, how & ZC_OPEN_WALK);
+    if (dfd < 0) {
+        int code = errno;
+        if (code == ELOOP)
+            return failf(err, ELOOP, "directory %s: a component of the path is a symbolic link: refused (the worker "
+                         "follows no link: name the real path)", path);
+        if (code == ENOENT)
+            return failf(err, ENOENT, "directory %s does not exist", path);
+        if (code == ENOTDIR)
+            return failf(err, ENOTDIR, "directory %s: a component of the path is not a directory", path);
+        return failf(err, code, "cannot open directory %s: %s", path, strerror(code));
+    }
+    struct statfs sf;
+    if (fstatfs(dfd, &sf) < 0) {
+        int code = errno;
+        close(dfd);
+        return failf(err, code, "directory %s: fstatfs: %s", path, strerror(code));
+    }
+    unsigned long magic = (unsigned long)(unsigned int)sf.f_type;
+    if (!fs_name(data_fs, NELEM(data_fs), magic)) {
+        const char *kname = fs_name(kernel_fs, NELEM(kernel_fs), magic);
+        close(dfd);
+        return failf(err, EPERM, "directory %s is on %s%s (filesystem type 0x%lx), not on a data filesystem the "
+                     "worker writes (ext2/3/4, xfs, btrfs, tmpfs, overlay, nfs...: docs/architecture.md): refused",
+                     path, kname ? kname : "an unknown filesystem", kname ? ", a kernel interface" : "", magic);
+    }
+    return dfd;
 }
 
 int zc_open_file(const char *path, int how, int *created, zc_error *err)

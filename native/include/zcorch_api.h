@@ -112,6 +112,11 @@ const char *zc_build_feature_missing(int index);
 #define ZC_OPEN_CREATE  8
 #define ZC_OPEN_WALK    16
 int zc_open_file(const char *path, int how, int *created, zc_error *err);
+/* Open directory `path` (absolute) to create files in it (the worker's `layout`): without following a link in
+ * any component, as zc_open_file, and judged on the descriptor: a directory on a data filesystem. `how`:
+ * ZC_OPEN_WALK or 0. Returns an O_PATH descriptor (O_CLOEXEC) for the dirfd of the *at calls, or -1 with
+ * *err filled (ELOOP a link, ENOENT missing, EPERM a kernel interface or an unknown filesystem). */
+int zc_open_dir(const char *path, int how, zc_error *err);
 
 /* Fixed pattern of source "mem" (see mempattern.c): byte at stream offset off. */
 void zc_mem_pattern(uint64_t off, unsigned char *out, size_t len);

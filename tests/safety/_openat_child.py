@@ -6,6 +6,10 @@
     python _openat_child.py walk DIR ITERATIONS   -> the same race against the component walk (no openat2)
     python _openat_child.py naive DIR ITERATIONS  -> the same race against check-the-name-then-open (control)
     python _openat_child.py mounts DIR            -> JSON verdicts on bind-mounted kernel paths and tmpfs
+    python _openat_child.py layout DIR ITERATIONS [walk] -> JSON counts of the rename race against the
+                                                    worker's `layout` (zcorch.worker.cli.layout, in this process)
+    python _openat_child.py naive-layout DIR ITERATIONS  -> the same race against a layout that checks the
+                                                    directory's name, then creates by name (control)
 
 Uses the real worker core in this process (zcorch._native through zcorch.worker.native).
 """
@@ -179,9 +183,7 @@ def walk_race(d: str, iterations: int) -> dict:
 
 def naive_race(d: str, iterations: int) -> dict:
     """The control: the same race against a check of the name followed by an open of the name (what the
-    worker did before: zcorch.worker.paths.check, then open), to show the harness sees an escape."""
-    from zcorch.worker import paths
-
+    worker once did: the resolved name judged, then open), to show the harness sees an escape."""
     os.makedirs(f"{d}/race")
     os.symlink("/proc/sys/net/ipv4", f"{d}/race.swap")
     before = read(FIN)
@@ -193,15 +195,131 @@ def naive_race(d: str, iterations: int) -> dict:
         while n < iterations and read(FIN) == before:
             n += 1
             try:
-                paths.check(f"{d}/race/tcp_fin_timeout", "sink")
-                with open(f"{d}/race/tcp_fin_timeout", "wb") as f:
-                    f.write(b"7\n")
-            except (OSError, paths.PathRefused):
+                if not os.path.realpath(f"{d}/race/tcp_fin_timeout").startswith(("/proc/", "/sys/")):
+                    with open(f"{d}/race/tcp_fin_timeout", "wb") as f:
+                        f.write(b"7\n")
+            except OSError:
                 pass
     finally:
         stop.set()
         proc.join(10)
     return {"iterations": n, "escaped": read(FIN) != before, "fin_after": read(FIN).decode().strip()}
+
+
+LAID = 8192         # bytes of a new file laid out
+SHORT = 4096        # a file laid out by a smaller sweep (grown to GROWN)
+GROWN = 16384
+
+
+def _layout_dirs(d: str) -> "tuple[str, str, str]":
+    """d/race (where the files belong) swapped in a loop with d/race.swap, a link to d/outside (where nothing
+    may ever be written); d/outside holds a file the grow would replace, were it reached."""
+    race, outside = f"{d}/race", f"{d}/outside"
+    os.makedirs(race)
+    os.makedirs(outside)
+    for where in (race, outside):
+        with open(f"{where}/victim.dat", "wb") as f:
+            f.write(native.mem_pattern(0, SHORT))
+    os.symlink(outside, f"{d}/race.swap")
+    return race, f"{d}/race.swap", outside
+
+
+def _outside_state(outside: str) -> dict:
+    return {name: (st.st_ino, st.st_size, st.st_mtime_ns) for name in sorted(os.listdir(outside))
+            for st in [os.stat(os.path.join(outside, name), follow_symlinks=False)]}
+
+
+def _real_dir(names) -> int:
+    """A descriptor of whichever of `names` is the real directory right now (the other is the link)."""
+    while True:
+        for name in names:
+            try:
+                return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                pass
+
+
+def _reset(names) -> None:
+    """Put the real directory back as before an iteration: no new.dat, a short victim.dat."""
+    rfd = _real_dir(names)
+    try:
+        for name in os.listdir(rfd):
+            if name != "victim.dat":
+                os.unlink(name, dir_fd=rfd)
+        if os.stat("victim.dat", dir_fd=rfd).st_size != SHORT:
+            fd = os.open("victim.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=rfd)
+            os.write(fd, native.mem_pattern(0, SHORT))
+            os.close(fd)
+            os.replace("victim.tmp", "victim.dat", src_dir_fd=rfd, dst_dir_fd=rfd)
+    finally:
+        os.close(rfd)
+
+
+def layout_race(d: str, iterations: int, walk: bool = False) -> dict:
+    """The real `layout` (new files, and grows of a short laid-out file) while its directory is swapped for
+    a link to another directory in a loop: every file must land in the real directory or be refused."""
+    from zcorch.worker.cli import layout
+
+    race, swap, outside = _layout_dirs(d)
+    before = _outside_state(outside)
+    stop = multiprocessing.Event()
+    proc = multiprocessing.Process(target=swapper, args=([(race, swap)], stop))
+    proc.start()
+    counts = {"iterations": 0, "created": 0, "grown": 0, "refused": 0, "escapes": 0, "refusals": {}}
+    try:
+        t_end = time.monotonic() + 300
+        for i in range(iterations):
+            if time.monotonic() > t_end:
+                break
+            counts["iterations"] += 1
+            grow = i % 2 == 1
+            try:
+                if grow:
+                    out = layout(f"{race}/victim.dat", GROWN, grow=True, walk=walk)
+                    counts["grown"] += out.get("grown_from") == SHORT
+                else:
+                    out = layout(f"{race}/new.dat", LAID, walk=walk)
+                    counts["created"] += bool(out["created"])
+            except WorkerError as exc:
+                counts["refused"] += 1
+                key = str(exc).split(": ", 2)[-1][:70]
+                counts["refusals"][key] = counts["refusals"].get(key, 0) + 1
+            if _outside_state(outside) != before:
+                counts["escapes"] += 1
+                before = _outside_state(outside)
+            _reset((race, swap))
+    finally:
+        stop.set()
+        proc.join(10)
+    counts["outside"] = sorted(os.listdir(outside))
+    return counts
+
+
+def naive_layout_race(d: str, iterations: int) -> dict:
+    """The control: a layout that judges the directory by its name (no link in it), then creates the file by
+    name, as the worker's layout did; the same swap loop shows the harness catches a file written outside."""
+    race, swap, outside = _layout_dirs(d)
+    before = _outside_state(outside)
+    stop = multiprocessing.Event()
+    proc = multiprocessing.Process(target=swapper, args=([(race, swap)], stop))
+    proc.start()
+    n = 0
+    try:
+        while n < iterations and _outside_state(outside) == before:
+            n += 1
+            try:
+                if os.path.realpath(race) == race and not os.path.lexists(f"{race}/new.dat"):
+                    fd = os.open(f"{race}/new.dat", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                    os.write(fd, native.mem_pattern(0, LAID))
+                    os.close(fd)
+            except OSError:
+                pass
+            if _outside_state(outside) == before:
+                _reset((race, swap))
+    finally:
+        stop.set()
+        proc.join(10)
+    return {"iterations": n, "escaped": _outside_state(outside) != before, "outside": sorted(os.listdir(outside))}
 
 
 def _run(rx):
@@ -258,8 +376,14 @@ def mounts(d: str) -> dict:
 
 
 def main() -> None:
-    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     mode, d = sys.argv[1], sys.argv[2]
+    if mode == "layout":    # files only: no namespace of its own needed (the test runs it as it is)
+        print(json.dumps(layout_race(d, int(sys.argv[3]), walk=sys.argv[4:] == ["walk"])))
+        return
+    if mode == "naive-layout":
+        print(json.dumps(naive_layout_race(d, int(sys.argv[3]))))
+        return
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     result = {"race": race, "walk": walk_race, "naive": naive_race}[mode](d, int(sys.argv[3])) if mode != "mounts" else mounts(d)
     print(json.dumps(result))
 

@@ -21,13 +21,15 @@ from zcorch.worker import native
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_openat_child.py")
 RACE_ITERATIONS = 1500
+LAYOUT_ITERATIONS = 2000
 
 
-def child(mode: str, d, *args: str) -> dict:
-    if shutil.which("unshare") is None:
+def child(mode: str, d, *args: str, isolated: bool = True) -> dict:
+    """Run _openat_child.py; `isolated`: in network and mount namespaces of its own (root)."""
+    if isolated and shutil.which("unshare") is None:
         pytest.skip("needs unshare(1) (util-linux)")
-    p = subprocess.run(["unshare", "-n", "-m", "--", sys.executable, CHILD, mode, str(d), *args],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run([*(["unshare", "-n", "-m", "--"] if isolated else []), sys.executable, CHILD, mode, str(d),
+                        *args], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -59,6 +61,73 @@ def test_the_rename_race_never_reaches_proc_sys_or_dev_full(tmp_path):
     assert walk["sink_escapes"] == 0 and walk["source_escapes"] == 0, walk
     assert walk["sink_opened"] > 0 and walk["sink_refused"] > 0, walk
     assert walk["source_opened"] > 0 and walk["source_refused"] > 0, walk
+
+
+@needs_native
+@pytest.mark.slow
+def test_the_layout_never_writes_outside_its_directory_while_it_is_swapped_for_a_link(tmp_path):
+    """`zcorch worker layout` creates and grows files beneath one descriptor of its directory, opened following
+    no link: the directory swapped (renameat2 RENAME_EXCHANGE, in a loop) with a link to another directory
+    never gets a byte written, created or replaced in that other directory."""
+    for attempt in range(3):   # a race: the control loses it nearly always, not always
+        (tmp_path / f"naive{attempt}").mkdir()
+        control = child("naive-layout", tmp_path / f"naive{attempt}", "20000", isolated=False)
+        if control["escaped"]:
+            break
+    # the harness is real: judging the directory's name, then creating by name, writes outside
+    assert control["escaped"] and "new.dat" in control["outside"], control
+    for how in ("openat2", "walk"):
+        (tmp_path / how).mkdir()
+        counts = child("layout", tmp_path / how, str(LAYOUT_ITERATIONS), *(["walk"] if how == "walk" else []),
+                       isolated=False)
+        print(f"layout rename race ({how}):", counts)
+        assert counts["iterations"] >= 500, counts
+        assert counts["escapes"] == 0 and counts["outside"] == ["victim.dat"], counts
+        # the race was run both ways: the real directory written (new files, grown files), the link refused
+        assert counts["created"] > 0 and counts["grown"] > 0 and counts["refused"] > 0, counts
+        # (the component walk may see the link as "not a directory" when it is swapped back before it looks)
+        assert all("symbolic link: refused" in why or "is not a directory" in why for why in counts["refusals"]), counts
+
+
+@needs_native
+def test_the_layout_refuses_a_link_in_any_component_and_says_what_a_device_is(tmp_path):
+    from zcorch.worker.cli import layout
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "lf").symlink_to(tmp_path / "elsewhere")
+    for walk in (False, True):
+        with pytest.raises(WorkerError, match="symbolic link: refused") as exc:
+            layout(str(tmp_path / "link" / "f"), 4096, walk=walk)
+        assert exc.value.code == 40
+        with pytest.raises(WorkerError, match="exists and is a symbolic link: refused"):
+            layout(str(tmp_path / "real" / "lf"), 4096, walk=walk)
+        with pytest.raises(WorkerError, match="/no-dir does not exist"):
+            layout(str(tmp_path / "no-dir" / "f"), 4096, walk=walk)
+        with pytest.raises(WorkerError, match="is on proc, a kernel interface"):
+            layout("/proc/sys/net/ipv4/zcorch-layout-test", 4096, walk=walk)
+    assert list((tmp_path / "real").iterdir()) == [tmp_path / "real" / "lf"] and not (tmp_path / "elsewhere").exists()
+    with pytest.raises(WorkerError, match="exists and is a character device"):
+        layout("/dev/null", 4096)
+    out = layout(str(tmp_path / "real" / "f"), 10000)
+    assert out["created"] and (tmp_path / "real" / "f").read_bytes() == native.mem_pattern(0, 10000)
+
+
+@needs_native
+def test_the_layout_grows_only_a_short_pattern_file_of_its_own_user(tmp_path):
+    from zcorch.worker.cli import layout
+
+    mine, other, theirs = tmp_path / "mine", tmp_path / "other", tmp_path / "theirs"
+    for f in (mine, theirs):
+        f.write_bytes(native.mem_pattern(0, 4096))
+    other.write_bytes(b"x" * 4096)
+    if os.geteuid() == 0:
+        os.chown(theirs, 65534, 65534)
+    out = layout(str(mine), 8192, grow=True)
+    assert out["created"] and out["grown_from"] == 4096 and mine.read_bytes() == native.mem_pattern(0, 8192)
+    assert layout(str(other), 8192, grow=True)["created"] is False and other.read_bytes() == b"x" * 4096
+    if os.geteuid() == 0:   # another user's file holding the pattern: never replaced
+        assert layout(str(theirs), 8192, grow=True)["created"] is False and theirs.stat().st_size == 4096
 
 
 @needs_native

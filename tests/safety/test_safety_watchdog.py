@@ -181,3 +181,68 @@ def test_a_sigkilled_controller_with_a_loop_filesystem_mounted_is_undone_by_the_
     said = _next_sweep_says_restored_by_watchdog(lab, tmp_path, "after")
     # the loop is attached with autoclear: the umount detaches it (host_state above saw it gone)
     assert any("on receiver" in w and "unmounted /root/" in w and "removed backing file" in w for w in said), said
+
+
+def test_both_watchdogs_are_armed_at_once_and_before_any_change(lab, tmp_path):
+    """The network's watchdogs are armed on both hosts at once (zcorch.hosts.parallel.per_host), all of them
+    before the first change anywhere: with the sender's SSH session stopped (its sshd processes SIGSTOPped: a
+    real host that answers late), the receiver's watchdog is armed meanwhile and neither host is changed yet;
+    once the sender answers again, both are armed, the network is applied, and the teardown restores it."""
+    import threading
+
+    from fixtures_run import WATCHDOG_MARKER
+    from zcorch.config.experiment import load_experiment
+    from zcorch.provision.network import NetworkManager
+    from zcorch.provision.remote_call import host_python
+
+    def watchdogs(role):
+        found = []
+        for pid in lab.pids_in(role):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if WATCHDOG_MARKER in f.read():
+                        found.append(pid)
+            except OSError:
+                pass
+        return found
+
+    _until(lambda: not watchdogs("sender") and not watchdogs("receiver"), BOUND_S)   # an earlier test's are gone
+    before = {r: host_net(lab, r) for r in ROLES}
+    exp = load_experiment(str(write_exp(tmp_path, lab, "both", {"network": ["small"]})))
+    earlier = set(_sshd_sessions(lab, "sender"))
+    hosts = {r: lab.connect(r) for r in ROLES}
+    sessions = [pid for pid in _sshd_sessions(lab, "sender") if pid not in earlier]   # this connection's
+    netman = NetworkManager(hosts, {r: host_python(hosts[r]) for r in ROLES}, exp.networks, exp.hosts)
+    assert [t.roles for t in netman.targets] == [["sender"], ["receiver"]] and sessions
+    out: dict = {}
+
+    def ensure():
+        try:
+            out["facts"] = netman.ensure("small")
+        except BaseException as exc:   # noqa: BLE001 - the test thread's to judge
+            out["error"] = exc
+
+    applier = threading.Thread(target=ensure, daemon=True)
+    try:
+        try:
+            for pid in sessions:
+                os.kill(pid, signal.SIGSTOP)
+            applier.start()
+            # the sender (armed first, one after the other) cannot answer: the receiver is armed meanwhile
+            _until(lambda: watchdogs("receiver"), 30.0)
+            time.sleep(1.0)
+            assert {r: host_net(lab, r) for r in ROLES} == before      # no change before every host is armed
+        finally:
+            for pid in sessions:
+                os.kill(pid, signal.SIGCONT)
+            applier.join(120)
+        assert "error" not in out, out
+        assert all(t.watchdog is not None and t.watchdog.lost is None for t in netman.targets)
+        assert watchdogs("sender") and watchdogs("receiver")
+        assert all(host_net(lab, r)[0] == 1400 for r in ROLES)
+    finally:
+        netman.teardown_all()
+        for h in hosts.values():
+            h.close()
+    assert {r: host_net(lab, r) for r in ROLES} == before
+    _until(lambda: not watchdogs("sender") and not watchdogs("receiver"), 15.0)   # confirmed: they exit

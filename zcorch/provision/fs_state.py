@@ -13,6 +13,7 @@ import getpass
 import json
 import os
 import posixpath
+import re
 import shlex
 import socket
 import time
@@ -318,6 +319,25 @@ LEASE_NAME = "zcorch-fs.lease"
 BUSY = 75  # flock -E: the lock is held by someone else
 
 
+def _lease_dir(host: Host, state_dir: str, host_wide: Optional[str]) -> "tuple[str, str]":
+    """(the directory a lease of `host` lives in, its network namespace inode or ""): `host_wide` when the
+    host's root can make it, else `state_dir` (`~/` expanded on the host). PreflightError if others may write
+    there: the lock file could be swapped under a holder (two sweeps would then lock two files) or the
+    holder's file be planted, so it is refused, as the state files are refused."""
+    prep = host.run(["sh", "-c", _PREPARE_DIR, "sh", state_dir, host_wide or ""])
+    lines = prep.stdout.splitlines()
+    if not prep.ok or len(lines) < 4:
+        raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: cannot check its owner: "
+                             f"{(prep.stderr or prep.stdout).strip()}")
+    state_dir, netns = lines[0], lines[1]
+    why = owner_problem(lines[2], lines[3:])
+    if why:
+        raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: {why}")
+    if netns and not netns.isdigit():
+        raise PreflightError(f"{host.name}: cannot tell its network namespace ({netns!r})")
+    return state_dir, netns
+
+
 class Lease:
     """One sweep's hold on a host's state: `flock` on `<state_dir>/<name>` (zcorch-fs.lease: a receiver's
     filesystems; zcorch-net.lease: a host's network, zcorch.provision.network), held by a process on the host
@@ -339,20 +359,8 @@ class Lease:
         host_wide: a directory of the whole host (HOST_LEASE_DIR) used instead of `state_dir` when the host's
         root can make it; the lease is then one per network namespace there (`<name minus .lease>-<netns
         inode>.lease`), whatever workdir a sweep names."""
-        # In a directory others may write, the lock file could be swapped under a holder (two sweeps would
-        # then lock two files) or the holder's file be planted: refuse, as the state files are refused.
-        prep = host.run(["sh", "-c", _PREPARE_DIR, "sh", state_dir, host_wide or ""])
-        lines = prep.stdout.splitlines()
-        if not prep.ok or len(lines) < 4:
-            raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: cannot check its owner: "
-                                 f"{(prep.stderr or prep.stdout).strip()}")
-        state_dir, netns = lines[0], lines[1]
-        why = owner_problem(lines[2], lines[3:])
-        if why:
-            raise PreflightError(f"{host.name}: cannot hold a lease in {state_dir}: {why}")
+        state_dir, netns = _lease_dir(host, state_dir, host_wide)
         if netns:
-            if not netns.isdigit():
-                raise PreflightError(f"{host.name}: cannot tell its network namespace ({netns!r})")
             name = f"{name[:-len('.lease')] if name.endswith('.lease') else name}-{netns}.lease"
         path = posixpath.join(state_dir, name)
         # A constant script (no value goes through the shell): say "held" once locked, then wait for EOF.
@@ -382,6 +390,80 @@ class Lease:
             return
         if self.info:   # while still held: the next holder's file is never removed
             self.host.run(["rm", "-f", "--", self.path + ".json"])
+        self.proc.kill_group()
+        try:
+            self.proc.wait(10.0)
+        except TimeoutError:
+            pass
+
+
+# ControllerLease.take's holder (a constant script; values arrive as $1..$4, no value goes through the shell):
+# under the gate's flock, refuse ("busy", then the owner's record) when another controller's group file still
+# has a holder; else hold our own group file shared (fd 9, kept by the final `cat` until stdin's EOF), record
+# ourselves as the owner, drop the gate and say "held".
+_HOLD_FOR_CONTROLLER = (
+    'd=$1; b=$2; me=$3; exec 8>>"$d/$b.gate" || exit 1; flock -w 30 8 || { echo gate; exit 75; }; '
+    'owner=$(cat -- "$d/$b.owner" 2>/dev/null); '
+    'if [ -n "$owner" ] && [ "$owner" != "$me" ] && ! flock -n "$d/$b-$owner.lease" true; then '
+    'echo busy; cat -- "$d/$b.owner.json" 2>/dev/null; exit 75; fi; '
+    'exec 9>>"$d/$b-$me.lease" || exit 1; flock -s 9 || exit 1; '
+    'printf "%s" "$me" > "$d/$b.owner" && printf "%s\n" "$4" > "$d/$b.owner.json" || exit 1; '
+    'exec 8>&-; echo held; exec cat >/dev/null')
+CONTROLLER_LEASE = "zcorch-controller"
+
+
+def controller_identity() -> str:
+    """This controller machine, as a file-name-safe word: its host name and boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()[:8]
+    except OSError:
+        boot = "noboot"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{socket.gethostname()}-{boot}")[:100]
+
+
+class ControllerLease:
+    """One controller machine's hold on a host, for the whole of each of its sweeps: every sweep and fleet pair
+    of this controller shares it (the controller's own locks, zcorch.sweep.fleet, order them), a sweep of
+    another controller is refused naming the holder. The fleet's locks live on the controller; this one lives
+    on the host (HOST_LEASE_DIR as root, one per network namespace; else the state directory), so two
+    controllers' fleets never transfer on one host at once. Held by a process on the host that ends with the
+    controller's connection (as Lease)."""
+
+    def __init__(self, host: Host, path: str, proc):
+        self.host, self.path, self.proc = host, path, proc
+
+    @classmethod
+    def take(cls, host: Host, state_dir: str, host_wide: Optional[str] = HOST_LEASE_DIR,
+             timeout: float = 45.0) -> "ControllerLease":
+        directory, netns = _lease_dir(host, state_dir, host_wide)
+        base = f"{CONTROLLER_LEASE}-{netns}" if netns else CONTROLLER_LEASE
+        me = controller_identity()
+        info = {"controller": socket.gethostname(), "user": getpass.getuser(), "pid": os.getpid(),
+                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        proc = host.start(["sh", "-c", _HOLD_FOR_CONTROLLER, "sh", directory, base, me, json.dumps(info)])
+        path = posixpath.join(directory, base + ".owner")
+        try:
+            line = (proc.readline(timeout) or "").strip()
+            if line == "held":
+                return cls(host, path, proc)
+            holder = (proc.readline(5.0) or "").strip() if line == "busy" else ""
+        except TimeoutError:
+            line, holder = "", ""
+        proc.kill_group()
+        if line != "busy":
+            raise PreflightError(f"{host.name}: cannot take this host's controller lease in {directory} "
+                                 f"({line or 'no answer'}: {proc.stderr_text().strip()[:300]})")
+        try:
+            doc = json.loads(holder)
+            who = (f"controller {doc.get('controller')} (pid {doc.get('pid')}, user {doc.get('user')}, "
+                   f"since {doc.get('since')})")
+        except (ValueError, AttributeError):
+            who = f"another controller ({holder or 'unrecorded'})"
+        raise PreflightError(f"{host.name}: {who} is running sweeps on this host: a host takes the sweeps of one "
+                             f"controller machine at a time — wait for it to end (its lock: {path})")
+
+    def release(self) -> None:
         self.proc.kill_group()
         try:
             self.proc.wait(10.0)

@@ -39,7 +39,7 @@ from zcorch.config.networks import CONGESTION_SYSCTL, NetworkConfig
 from zcorch.errors import HostError, PreflightError
 from zcorch.hosts.local import Host
 from zcorch.hosts.parallel import per_host
-from zcorch.provision.fs_state import HOST_LEASE_DIR, Lease, controller_alive
+from zcorch.provision.fs_state import HOST_LEASE_DIR, ControllerLease, Lease, controller_alive
 from zcorch.provision.remote_call import remote_command, remote_json, run_remote
 from zcorch.provision.watchdog import Watchdog
 from zcorch.worker.netcfg import mtu_problem, sysctl_refusal
@@ -129,15 +129,17 @@ def _host_dirs(hosts: Dict[str, Host], spec: Hosts) -> List[tuple]:
     return [(hosts[role], net_state_dir(spec.workdir(role))) for role in ("sender", "receiver")]
 
 
-def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, wait: float = 3.0) -> List[Lease]:
+def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, wait: float = 3.0) -> List[Any]:
     """The network lease of every host, before anything loads them (deploy, calibration, runs). Every sweep
     takes it: one that changes the network (`changes`: it has `networks:`) alone (exclusive), the others
     together (shared): a sweep never runs on another sweep's network changes, nor has them restored under
     it, nor changes them under another. PreflightError names the holder (after `wait` s: a just-killed
-    controller's lease ends with its connection)."""
-    taken: List[Lease] = []
+    controller's lease ends with its connection). Before it, each host's ControllerLease: the sweeps of
+    another controller machine (its fleets' locks live there, not here) are refused for the whole sweep."""
+    taken: List[Any] = []
     try:
         for host, state_dir in _host_dirs(hosts, spec):
+            taken.append(ControllerLease.take(host, state_dir))
             taken.append(Lease.take(host, state_dir, name=LEASE_NAME, wait=wait, token=token,
                                     shared=not changes, host_wide=HOST_LEASE_DIR,
                                     what="this host's network (a sweep with `networks:` excludes every other "
@@ -148,7 +150,7 @@ def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, 
     return taken
 
 
-def release_leases(leases: List[Lease], warnings: Optional[List[str]] = None) -> None:
+def release_leases(leases: List[Any], warnings: Optional[List[str]] = None) -> None:
     """Release each lease (newest first). One that cannot be released over a lost connection has ended
     with it (its holder process reads the connection's EOF): a warning, never an exception."""
     for lease in reversed(leases):
@@ -319,9 +321,9 @@ class NetworkManager:
             for line in self.commands(name):
                 self.log(f"(dry run) {line}")
         try:
+            if not self.dry_run:   # every host restores itself if we are lost from here on
+                self._arm_watchdogs()
             for t in self.targets:
-                if not self.dry_run and t.watchdog is None:   # the host restores itself if we are lost from here on
-                    t.watchdog = Watchdog.arm(t.host, t.python, "net", t.state_dir, self.owner)
                 t.applied = True   # before the call: a failure half-way leaves a state file to restore from
                 if self.dry_run:   # the recording host shows the command; nothing runs
                     run_remote(t.host, "apply", t.state_dir, t.peer, spec, owner, python=t.python, module=MODULE)
@@ -343,6 +345,15 @@ class NetworkManager:
         self._descriptions[name] = {"name": name, **c.requested(), "applied": not self.dry_run,
                                     "hosts": {role: dict(t.facts) for t in self.targets for role in t.roles}}
         return self.run_facts()
+
+    def _arm_watchdogs(self) -> None:
+        """Each host's watchdog, on every host at once (each is an interpreter start-up and a few round trips on
+        its own host, waiting for nothing on the other), all of them before the first change anywhere."""
+        def arm(t: _Target) -> None:
+            if t.watchdog is None:
+                t.watchdog = Watchdog.arm(t.host, t.python, "net", t.state_dir, self.owner)
+
+        per_host(self.targets, arm)
 
     def run_facts(self) -> Dict[str, Any]:
         """The record's "network": {"name", "sender": {interface, kind, mtu, congestion, sysctls}, "receiver"}."""

@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start
     from typing import Any, Optional
 
 from zcorch.worker import calcache, command, hoststat, native
-from zcorch.worker import paths as worker_paths
 from zcorch._version import __version__
 from zcorch.errors import WorkerError
 from zcorch.params import format_value, side_params
@@ -307,45 +306,99 @@ def _exit_when_stdin_closes() -> None:
     _thread.start_new_thread(watch, ())
 
 
-def _holds_the_pattern(path: str, size: int) -> bool:
-    """Whether a file's first and last pages are the mem pattern at their offsets: one laid out before."""
+def _holds_the_pattern(fd: int, size: int) -> bool:
+    """Whether the file open as `fd` has the mem pattern in its first and last pages: one laid out before."""
     page = 4096
-    with open(path, "rb") as fh:
-        for off in sorted({0, max(size - page, 0)}):
-            fh.seek(off)
-            chunk = fh.read(min(page, size - off))
-            if chunk != native.mem_pattern(off, len(chunk)):
-                return False
+    for off in sorted({0, max(size - page, 0)}):
+        chunk = os.pread(fd, min(page, size - off), off)
+        if chunk != native.mem_pattern(off, len(chunk)):
+            return False
     return True
 
 
-def layout(path: str, size: int, grow: bool = False) -> "dict[str, Any]":
+def _ours_to_grow(dfd: int, name: str, size: int) -> "Optional[os.stat_result]":
+    """The stat of `name` in directory `dfd` when it is a file this layout may replace by a longer one: judged on
+    what was opened (a regular file of this user, on the directory's own filesystem, shorter than `size`,
+    holding the mem pattern), never on the name. None otherwise."""
+    try:
+        pfd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return None
+    try:
+        seen, where = os.fstat(pfd), os.fstat(dfd)
+        if not (stat.S_ISREG(seen.st_mode) and seen.st_uid == os.geteuid() and seen.st_dev == where.st_dev
+                and 0 < seen.st_size < size):
+            return None
+        # read only what was judged: opened again from the same directory and checked to be the same inode
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return None
+    finally:
+        os.close(pfd)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino) or not 0 < st.st_size < size:
+            return None
+        return st if _holds_the_pattern(fd, st.st_size) else None
+    finally:
+        os.close(fd)
+
+
+def _existing(path: str, dfd: int, name: str) -> "Optional[os.stat_result]":
+    """What `name` in `dfd` is, not following a link (None: nothing); a link or a device is refused."""
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        raise WorkerError(errno.ELOOP, f"layout path {path} exists and is a symbolic link: refused (the worker "
+                                       "follows no link: name the real path)")
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+        kind = "block" if stat.S_ISBLK(st.st_mode) else "character"
+        raise WorkerError(errno.EPERM, f"layout path {path} exists and is a {kind} device, not a regular file "
+                                       "(no device is allowed here): refused")
+    return st
+
+
+def layout(path: str, size: int, grow: bool = False, walk: bool = False) -> "dict[str, Any]":
     """Create `path` with `size` bytes of the mem pattern (what source `mem` sends at each offset),
     unless something already exists there: an existing file is never touched, whatever its size
     (a file shorter than a cell's --bytes stays that cell's error). What fio calls laying out.
 
-    grow: a shorter regular file that holds the pattern (laid out before, by a sweep that needed fewer
-    bytes: zcorch's own scratch files) is replaced by a longer one; any other file is still never touched.
+    grow: a shorter regular file of this user that holds the pattern (laid out before, by a sweep that needed
+    fewer bytes: zcorch's own scratch files) is replaced by a longer one; any other file is still never touched.
     Written to a temporary name and hard-linked (grow: renamed) into place, so neither a concurrent creator
     nor a killed layout leaves a short file under `path`.
+
+    Everything happens beneath one descriptor of the directory, reached following no link and judged on what
+    it is (zcorch.worker.native.open_dir): a directory swapped for a link meanwhile cannot send the file
+    elsewhere (a look at the names first could be raced). `walk` as in native.open_file (tests).
     """
     if not os.path.isabs(path):
         raise _UsageError(f"--path must be absolute, got {path!r}")
-    replace = False
-    if os.path.lexists(path):
-        st = os.lstat(path)
-        regular = stat.S_ISREG(st.st_mode)
-        replace = grow and regular and 0 < st.st_size < size and _holds_the_pattern(path, st.st_size)
-        if not replace:
-            return {"event": "layout", "path": path, "created": False, "size": os.stat(path).st_size,
-                    "regular": os.path.isfile(path)}
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        raise WorkerError(errno.ENOENT, f"layout {path}: directory {directory} does not exist")
-    period = native.mem_pattern(0, native.mem_pattern_period())
-    tmp = f"{path}.zcorch-layout-{os.getpid()}"
+    directory, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        raise WorkerError(errno.EINVAL, f"layout {path}: not a path of a file")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        dfd = native.open_dir(directory, walk=walk)
+    except WorkerError as exc:
+        raise WorkerError(exc.code, f"layout {path}: {exc}") from None
+    try:
+        return _layout_in(dfd, path, name, size, grow)
+    finally:
+        os.close(dfd)
+
+
+def _layout_in(dfd: int, path: str, name: str, size: int, grow: bool) -> "dict[str, Any]":
+    st = _existing(path, dfd, name)
+    grown = _ours_to_grow(dfd, name, size) if st is not None and grow and stat.S_ISREG(st.st_mode) else None
+    if st is not None and grown is None:
+        return {"event": "layout", "path": path, "created": False, "size": st.st_size,
+                "regular": stat.S_ISREG(st.st_mode)}
+    period = native.mem_pattern(0, native.mem_pattern_period())
+    tmp = f"{name}.zcorch-layout-{os.getpid()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
         try:
             view, off = memoryview(period), 0
             while off < size:
@@ -354,37 +407,27 @@ def layout(path: str, size: int, grow: bool = False) -> "dict[str, Any]":
             os.fsync(fd)
         finally:
             os.close(fd)
-        if replace:
-            os.replace(tmp, path)
+        if grown is not None:
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         else:
             try:
-                os.link(tmp, path)
+                os.link(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
             except FileExistsError:  # someone else made it meanwhile: theirs stays, ours goes
-                return layout(path, size)
+                return _layout_in(dfd, path, name, size, False)
     except OSError as exc:
         raise WorkerError(exc.errno or errno.EIO, f"layout {path}: {exc.strerror or exc}") from None
     finally:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=dfd)
         except OSError:
             pass
     return {"event": "layout", "path": path, "created": True, "size": size, "regular": True,
-            **({"grown_from": st.st_size} if replace else {})}
-
-
-def _check_paths(what: str, path: "Optional[str]", devices: "tuple[str, ...]", allow_devices: bool = False) -> None:
-    """zcorch.worker.paths.check as a WorkerError (an `error` event with EPERM)."""
-    try:
-        worker_paths.check(path, what, devices, allow_devices)
-    except worker_paths.PathRefused as exc:
-        raise WorkerError(exc.code, str(exc)) from None
+            **({"grown_from": grown.st_size} if grown is not None else {})}
 
 
 def _run(args: argparse.Namespace) -> None:
-    # A source, a sink and a command's stdin/stdout are judged on the descriptor they are opened as
-    # (native/core/openpath.c), never by a look at the name first; layout writes files beside its path.
-    if args.action == "layout":
-        _check_paths("layout path", args.path, ())
+    # A source, a sink, a command's stdin/stdout and layout's directory are judged on the descriptor they are
+    # opened as (native/core/openpath.c), never by a look at the name first.
     if args.action == "info":
         _emit(_info_with(args))
         return

@@ -194,6 +194,19 @@ def open_file(path: str, what: str, create: bool = False, devices: bool = False,
     return int(fd)
 
 
+def open_dir(path: str, walk: bool = False) -> int:
+    """An O_PATH descriptor of directory `path` (absolute), for the dirfd of the *at calls: reached following
+    no link in any component and judged on the descriptor (a directory on a data filesystem), so what is
+    created beneath it stays there however the names change meanwhile. `walk` as in open_file. WorkerError
+    with the reason otherwise (native/core/openpath.c)."""
+    L = _lib()
+    err = ffi.new("zc_error *")
+    fd = L.zc_open_dir(os.fsencode(path), int(L.ZC_OPEN_WALK) if walk else 0, err)
+    if fd < 0:
+        _raise(err)
+    return int(fd)
+
+
 def mem_pattern(offset: int, length: int) -> bytes:
     """The bytes source `mem` sends at [offset, offset+length) (see native/mempattern.c)."""
     L = _lib()
