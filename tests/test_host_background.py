@@ -2,8 +2,9 @@
 run; host CPU per GiB is reported with that background subtracted, and a host busier than a tenth of a CPU
 is flagged *host shared* (zcorch.analysis.frames, zcorch.results.rates.cpu_resolution).
 
-A real CPU hog (a shell busy loop pinned to one CPU with taskset) runs beside half the transfers, alternating
-with transfers without it; this machine is shared with other work, so the comparison is of medians."""
+A real CPU hog (a shell busy loop pinned to CPU 1 with taskset) runs beside half the transfers (their workers
+pinned to CPU 0), alternating with transfers without it; this machine is shared with other work, which only
+ever adds CPU: each kind is judged by its least disturbed run."""
 from __future__ import annotations
 
 import os
@@ -24,12 +25,14 @@ PAIRS = 5
 
 
 def _transfer() -> dict:
-    """One real loopback transfer, both workers probing the host for 200 ms first; its derived row."""
+    """One real loopback transfer, both workers on CPU 0 (the hog gets CPU 1: the transfer is scheduled the same
+    with and without it), probing the host for 200 ms first; its derived row."""
     out: dict = {}
-    with native.Receiver("127.0.0.1", 0, "read", sink="/dev/null", timeout=60, idle_probe=0.2) as rx:
+    with native.Receiver("127.0.0.1", 0, "read", sink="/dev/null", timeout=60, idle_probe=0.2, cpu=0) as rx:
         t = threading.Thread(target=lambda: out.update(recv=rx.run()))
         t.start()
-        sent = native.send("127.0.0.1", rx.port, "write", source="mem", bytes=NBYTES, timeout=60, idle_probe=0.2)
+        sent = native.send("127.0.0.1", rx.port, "write", source="mem", bytes=NBYTES, timeout=60, idle_probe=0.2,
+                           cpu=0)
         t.join()
     row = {f"send_{k}": v for k, v in sent.items() if not isinstance(v, (list, dict))}
     row.update({f"recv_{k}": v for k, v in out["recv"].items() if not isinstance(v, (list, dict))})
@@ -69,10 +72,9 @@ def test_a_pinned_busy_loop_is_flagged_and_subtracted():
     removed = [(r["send_host_busy_s_per_gib"] - r["send_host_own_s_per_gib"])
                / (r["send_host_busy_s_per_gib"] / r["send_host_busy_cpus"]) for r in hogged]
     assert 0.5 <= statistics.median(removed) <= max(r["send_host_background_cpus"] for r in hogged) + 0.05, detail
-    # and none of the hog is left in the figure: it is no higher than on a quiet host (it may be lower: with the
-    # hog on one CPU both workers share the other, cheaper per GiB than two CPUs trading cache lines; 0.59-0.89
-    # of the quiet figure here), where the busy CPU with the hog is 1.05-1.74 times the quiet one
-    assert own[0] / own[1] <= 1.25, detail
+    # and what is left is the transfer's own: within 25% of the quiet runs' (the workers on CPU 0 in both, so
+    # the hog on CPU 1 changes nothing of how the transfer is scheduled)
+    assert 0.75 <= own[0] / own[1] <= 1.25, detail
 
 
 def test_a_host_quiet_before_the_run_keeps_its_figure_and_its_ok():
