@@ -115,3 +115,13 @@ def test_a_reduced_study_keeps_its_reference_and_warns_about_what_it_dropped(lab
     assert plan.experiment.reference is not None
     dropped = [w for w in plan.warnings if "reference." in w]
     assert dropped and all("not measured" in w and "selects no cell" in w for w in dropped)
+
+
+@pytest.mark.parametrize("name", sorted(TWO_HOSTS))
+def test_a_two_host_study_plans_without_its_hosts_also_with_set(name):
+    # `zcorch plan FILE --set bytes=...` before the hosts are known: the --set document read back is planned as
+    # the file itself is (it once asked for the hosts as soon as a --set was given)
+    path = os.path.join(ROOT, "experiments", name)
+    for overrides in ([], ["bytes=64MiB"]):
+        plan = load_plan(path, overrides, unknown_hosts=True)
+        assert plan.experiment.hosts_unknown and plan.runs

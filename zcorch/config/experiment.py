@@ -99,6 +99,7 @@ def parse_experiment(text: str, path: str = "<experiment>", overrides: "Sequence
 
 def _check_effective(exp: Experiment) -> None:
     """The effective document must read back to the experiment that runs (--resume and reports read it)."""
-    differ = read_back_differences(exp, parse_experiment(exp.effective or "", exp.path))
+    differ = read_back_differences(exp, parse_experiment(exp.effective or "", exp.path,
+                                                         unknown_hosts=exp.hosts_unknown))
     if differ:  # a bug, not a user mistake
         raise AssertionError(f"{exp.path}: the effective document reads back differently ({', '.join(differ)})")
