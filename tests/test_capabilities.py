@@ -287,6 +287,7 @@ def test_the_planner_and_the_worker_refuse_with_the_same_words(tmp_path):
                    dict(send_mode="sendfile", refill=True, source=src)),
         "refill_needs_mem": ("send", "write", dict(refill=True, source="/dev/zero", bytes=NBYTES),
                              dict(refill=True, source="/dev/zero")),
+        "fill_needs_refill": ("send", "write", dict(fill="rand_crc32", bytes=NBYTES), dict(fill="rand_crc32")),
         "one_stream": ("recv", "mmap", dict(streams=2, sink=sink), dict(recv_mode="mmap", streams=2, sink=sink)),
         "subblocks": ("send", "write", dict(buffer=4096, subblocks=8192, bytes=NBYTES),
                       dict(buffer=4096, subblocks=8192)),

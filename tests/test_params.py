@@ -30,7 +30,8 @@ REGENERATE = "python -m zcorch.params --update-docs docs/experiment-files.md"
 CELL = {"send_mode": "sendfile", "recv_mode": "splice", "bytes": 3 * 2**20 + 5, "duration": 2.5, "buffer": 65536,
         "send_buffer": 8192, "recv_buffer": 32768,
         "window": 1 << 20, "subblocks": 3, "pipe_size": 1 << 18, "send_cpu": 0, "recv_cpu": 1, "gift": True,
-        "mmap_grain": "subblock", "splice_grain": "whole", "refill": True, "fsync": True, "source": "/srv/in file",
+        "mmap_grain": "subblock", "splice_grain": "whole", "refill": True, "fill": "rand_crc32", "fsync": True,
+        "source": "/srv/in file",
         "sink": "/mnt/a dir/$(rm -rf)", "timeout": 12.5,
         "filesystem": "ext4-loop", "sink_state": "overwrite", "streams": 2, "threads": 2, "send_cpus": "0,1",
         "recv_cpus": "1", "uring_depth": 16, "tcp_maxseg": 4108, "sample_interval": 0.25, "idle_probe": 0.05,
@@ -203,7 +204,8 @@ def test_per_side_parameters_replace_the_shared_one_for_their_side_only():
 def test_worker_flags_pin_the_runner_command_line():
     assert worker_flags("send", CELL) == [
         "--mode", "sendfile", "--bytes", "3145733", "--duration", "2.5", "--buffer", "8192", "--window", "1048576", "--subblocks", "3",
-        "--pipe-size", "262144", "--cpu", "0", "--mmap-grain", "subblock", "--splice-grain", "whole", "--source",
+        "--pipe-size", "262144", "--cpu", "0", "--mmap-grain", "subblock", "--splice-grain", "whole",
+        "--fill", "rand_crc32", "--source",
         "/srv/in file", "--timeout", "12.5", "--streams", "2", "--threads", "2", "--cpus", "0,1",
         "--uring-depth", "16", "--sample-interval", "0.25", "--idle-probe", "0.05", "--gift", "--refill"]
     assert worker_flags("recv", DEFAULTS) == [

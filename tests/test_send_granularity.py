@@ -120,7 +120,7 @@ def test_refill_sends_the_source_bytes(tmp_path, subblocks):
     (["--mode", "write", "--mmap-grain", "subblock"], "`mmap_grain`: send mode `write` makes no such calls"),
     (["--mode", "write", "--splice-grain", "whole"], "`splice_grain`: send mode `write` makes no such calls"),
     (["--mode", "vmsplice", "--mmap-grain", "subblock"], "source `mem` needs `gift: true`"),
-    (["--mode", "vmsplice", "--refill"], "send mode `vmsplice` has none (only write)"),
+    (["--mode", "vmsplice", "--refill"], "send mode `vmsplice` has none (only io_uring/io_uring_zc/msg_zerocopy/write)"),
     (["--mode", "write", "--refill", "--source", "/dev/zero"], "`refill` rewrites the pattern of source `mem`"),
     (["--mode", "vmsplice", "--mmap-grain", "sideways"], "--mmap-grain"),
 ])
@@ -138,6 +138,6 @@ def test_the_plan_refuses_the_same_cells():
     (msg,) = cell_problems(dict(base, send_mode="vmsplice", mmap_grain="subblock"))
     assert "`mmap_grain: subblock` maps fresh buffers: source `mem` needs `gift: true`" in msg
     (msg,) = cell_problems(dict(base, send_mode="sendfile", source="/srv/f", refill=True))
-    assert "`refill` fills a buffer of the sender's own: send mode `sendfile` has none (only write)" in msg
+    assert "`refill` fills a buffer of the sender's own: send mode `sendfile` has none (only io_uring/io_uring_zc/msg_zerocopy/write)" in msg
     (msg,) = cell_problems(dict(base, send_mode="write", source="/dev/zero", refill=True))
     assert "`refill` rewrites the pattern of source `mem`" in msg

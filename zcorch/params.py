@@ -148,9 +148,16 @@ PARAMS: "tuple[Param, ...]" = (
           "vmsplice of every sub-block's iovec, at most IOV_MAX of them a call)",
           choices=("whole", "subblock"), noun="granularity", id_omit_default=True, ctype="int", cell_rule=True),
     Param("refill", "bool", False, "send", "--refill",
-          "send `write` from source `mem`: every sub-block of the buffer is written anew (a copy of the pattern: "
-          "the stores of a memset) before its write(), on every iteration",
+          "source `mem`, a send mode with a buffer of its own (capability `refill`, `zcorch worker info`): every "
+          "message is written anew into the sender's buffer before it is sent, on every iteration (with what: `fill`)",
           id_omit_default=True, ctype="int", cell_rule=True),
+    # What `refill` writes. A parameter of its own (not a choice-valued `refill`) so that stored result sets keep
+    # `refill` as a bool column and the cell ids they recorded.
+    Param("fill", "choice", "pattern", "send", "--fill",
+          "with `refill`: `pattern` copies the pattern of source `mem` (the stores of a memset); `rand_crc32` "
+          "writes each message as a seeded pseudo-random stream (rand() times a seed) and computes its crc32, "
+          "the per-message work of a sender that makes and checksums its data",
+          choices=("pattern", "rand_crc32"), noun="fill", id_omit_default=True, ctype="int", cell_rule=True),
     Param("fsync", "bool", False, "recv", "--fsync", "fsync the sink inside the timed region (file sinks only)",
           ctype="int", cell_rule=True),
     Param("source", "path", "mem", "send", "--source",
@@ -507,6 +514,7 @@ CELL_RULES = {
     "refill": "`refill` fills a buffer of the sender's own: send mode `{mode}` has none (only {only})",
     "refill_needs_mem": "`refill` rewrites the pattern of source `mem`; a file source (`{source}`) is read into "
                         "the buffer instead",
+    "fill_needs_refill": "`fill: {fill}` says what `refill` writes into each message: it needs `refill: true`",
     "one_stream": "{side} mode `{mode}` handles one stream only; `streams: {streams}` needs another",
     "subblocks": "subblocks ({subblocks}) > {buffer_key} ({buffer} bytes): a sub-block would be empty",
     "fsync_sink": "`fsync` needs a regular file as sink, not {sink}",

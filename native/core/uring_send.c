@@ -10,7 +10,7 @@
  *
  * Buffers: source mem sends straight from the pattern ring (filled once, never rewritten). A file
  * source (or /dev/zero) is read() chunk by chunk (part of the mode's cost) into a ring of chunk
- * buffers. io_uring: --uring-depth + 1 buffers, reused round robin (a chain's data is in the socket
+ * buffers, and so is source mem with --refill written (zc_refill, sub-block by sub-block). io_uring: --uring-depth + 1 buffers, reused round robin (a chain's data is in the socket
  * once its completions are in). io_uring_zc: 2 x --uring-depth buffers, and the pattern ring, are
  * registered with the ring (IORING_REGISTER_BUFFERS: pinned once, so no per-send page pinning) and
  * sent with IORING_RECVSEND_FIXED_BUF; a buffer is refilled only after every notification of its
@@ -38,13 +38,16 @@ typedef struct {
     int zc;
     unsigned depth;
     unsigned nslots;
-    unsigned char **slots;  /* file source: chunk buffers */
+    unsigned char **slots;  /* own_buffers: chunk buffers */
     uint32_t *notifs;       /* io_uring_zc: notifications outstanding per slot */
     uint64_t notifs_out;    /* io_uring_zc: notifications outstanding in all */
     uint64_t cqes, completed, copied;
 } usend_t;
 
 #define SLOT_MEM 0xffffffffu /* user_data slot of a send from the pattern ring */
+
+/* a ring of chunk buffers of our own (a file source, or --refill), else sends straight from the pattern ring */
+static int own_buffers(const zc_ctx *c) { return !c->src_mem || c->p->refill; }
 
 static int fail_uring(zc_ctx *c, int neg_errno, const char *what)
 {
@@ -68,7 +71,7 @@ int zc_uring_send_setup(zc_ctx *c, int zc)
     s->ring_ok = 1;
     if (s->ring.sq_entries < s->depth)
         s->depth = s->ring.sq_entries; /* IORING_SETUP_CLAMP: the kernel's maximum */
-    if (!c->src_mem) {
+    if (own_buffers(c)) {
         s->nslots = zc ? 2 * s->depth : s->depth + 1;
         s->slots = zc_alloc(c, s->nslots * sizeof *s->slots, "the buffer ring");
         s->notifs = zc_alloc(c, s->nslots * sizeof *s->notifs, "the buffer ring");
@@ -79,11 +82,11 @@ int zc_uring_send_setup(zc_ctx *c, int zc)
                 return -1;
     }
     if (zc) {
-        unsigned n = c->src_mem ? 1 : s->nslots;
+        unsigned n = own_buffers(c) ? s->nslots : 1;
         struct iovec *iov = zc_alloc(c, n * sizeof *iov, "the buffer list");
         if (!iov)
             return -1;
-        if (c->src_mem) {
+        if (!own_buffers(c)) {
             iov[0].iov_base = c->mem_ring;
             iov[0].iov_len = c->mem_ring_len;
         } else {
@@ -97,7 +100,7 @@ int zc_uring_send_setup(zc_ctx *c, int zc)
         if (rc < 0) {
             char what2[96];
             snprintf(what2, sizeof what2, "io_uring_register(IORING_REGISTER_BUFFERS) of %llu bytes",
-                     (unsigned long long)(c->src_mem ? c->mem_ring_len : (uint64_t)n * c->buffer));
+                     (unsigned long long)(own_buffers(c) ? (uint64_t)n * c->buffer : c->mem_ring_len));
             return fail_uring(c, rc, what2);
         }
     }
@@ -192,7 +195,7 @@ int zc_uring_send_transfer(zc_ctx *c)
         while (n < s->depth && queued < c->total) {
             if (chunk_left == 0) {
                 size_t len = zc_min(c->buffer, c->total - queued);
-                if (c->src_mem) {
+                if (!own_buffers(c)) {
                     chunk = zc_mem_at(c, queued);
                     slot = SLOT_MEM;
                 } else {
@@ -203,8 +206,10 @@ int zc_uring_send_transfer(zc_ctx *c)
                     while (s->notifs[slot]) /* io_uring_zc: the kernel may still read this buffer */
                         if (wait_notifications(c, s) < 0)
                             return -1;
-                    if (zc_file_read_full(c, s->slots[slot], len) < 0)
+                    if (!c->src_mem && zc_file_read_full(c, s->slots[slot], len) < 0)
                         return -1;
+                    for (size_t o = 0; c->p->refill && o < len; o += c->sub) /* at stream offset queued + o */
+                        zc_refill(c, s->slots[slot] + o, queued + o, zc_min(c->sub, len - o));
                     chunk = s->slots[slot];
                 }
                 chunk_left = len;

@@ -93,6 +93,8 @@ int zc_validate_ctx(zc_ctx *c, int side)
         return zc_fail(c, EINVAL, ZC_RULE_REFILL, mode, zc_modes_with(ZC_CAP_REFILL, only, sizeof only));
     if (p->refill && !src_mem)
         return zc_fail(c, EINVAL, ZC_RULE_REFILL_NEEDS_MEM, p->source);
+    if (!p->refill && p->fill != ZC_FILL_PATTERN)
+        return zc_fail(c, EINVAL, ZC_RULE_FILL_NEEDS_REFILL, "rand_crc32");
     if (p->streams > 1 && (caps & ZC_CAP_ONE_STREAM))
         return zc_fail(c, EOPNOTSUPP, ZC_RULE_ONE_STREAM, side == ZC_SIDE_SEND ? "send" : "receive", mode,
                        p->streams);

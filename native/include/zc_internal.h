@@ -176,6 +176,18 @@ static inline void zc_mem_fill(const zc_ctx *c, unsigned char *dst, uint64_t off
 {
     memcpy(dst, zc_mem_at(c, off), len);
 }
+/* --fill rand_crc32 (fill.c): dst gets the message at stream offset `off` as a seeded PRNG stream, whose crc32
+ * is computed and kept in a volatile sink */
+void zc_fill_rand_crc32(const zc_ctx *c, unsigned char *dst, uint64_t off, size_t len);
+uint32_t zc_crc32(uint32_t crc, const unsigned char *p, size_t len);
+/* --refill: write the message at stream offset `off` anew into dst, as --fill says */
+static inline void zc_refill(const zc_ctx *c, unsigned char *dst, uint64_t off, size_t len)
+{
+    if (c->p->fill == ZC_FILL_RAND_CRC32)
+        zc_fill_rand_crc32(c, dst, off, len);
+    else
+        zc_mem_fill(c, dst, off, len);
+}
 /* io_uring modes: --uring-depth (validated: ZC_MIN_URING_DEPTH..ZC_MAX_URING_DEPTH) */
 static inline unsigned zc_uring_depth(const zc_ctx *c)
 {

@@ -9,6 +9,8 @@
 #define ZC_MMAP_GRAIN_SUBBLOCK 1
 #define ZC_SPLICE_GRAIN_WHOLE 0
 #define ZC_SPLICE_GRAIN_SUBBLOCK 1
+#define ZC_FILL_PATTERN 0
+#define ZC_FILL_RAND_CRC32 1
 #define ZC_SINK_STATE_FRESH 0
 #define ZC_SINK_STATE_PREALLOCATED 1
 #define ZC_SINK_STATE_OVERWRITE 2
@@ -29,6 +31,7 @@ struct zc_params {
     int mmap_grain;            /* --mmap-grain */
     int splice_grain;          /* --splice-grain */
     int refill;                /* --refill */
+    int fill;                  /* --fill */
     int fsync;                 /* --fsync */
     const char *source;        /* --source */
     const char *sink;          /* --sink */
@@ -94,6 +97,7 @@ struct zc_metrics {
     X(mmap_grain, 0) \
     X(splice_grain, 1) \
     X(refill, 0) \
+    X(fill, 0) \
     X(fsync, 0) \
     X(source, NULL) \
     X(sink, NULL) \
@@ -158,6 +162,7 @@ struct zc_metrics {
 #define ZC_PARAM_CHOICES(X) \
     X(mmap_grain, "--mmap-grain", 2) \
     X(splice_grain, "--splice-grain", 2) \
+    X(fill, "--fill", 2) \
     X(sink_state, "--sink-state", 3) \
 
 /* X(side, name): every compiled mode, the send_mode and recv_mode choices of the table in their order
@@ -189,6 +194,7 @@ struct zc_metrics {
 #define ZC_RULE_GRAIN_NEEDS_GIFT "`mmap_grain: subblock` maps fresh buffers: source `mem` needs `gift: true` (without it the pattern is spliced from memory mapped once)" /* no arguments */
 #define ZC_RULE_REFILL "`refill` fills a buffer of the sender's own: send mode `%s` has none (only %s)" /* mode, only */
 #define ZC_RULE_REFILL_NEEDS_MEM "`refill` rewrites the pattern of source `mem`; a file source (`%s`) is read into the buffer instead" /* source */
+#define ZC_RULE_FILL_NEEDS_REFILL "`fill: %s` says what `refill` writes into each message: it needs `refill: true`" /* fill */
 #define ZC_RULE_ONE_STREAM "%s mode `%s` handles one stream only; `streams: %d` needs another" /* side, mode, streams */
 #define ZC_RULE_SUBBLOCKS "subblocks (%d) > %s (%llu bytes): a sub-block would be empty" /* subblocks, buffer_key, buffer */
 #define ZC_RULE_FSYNC_SINK "`fsync` needs a regular file as sink, not %s" /* sink */

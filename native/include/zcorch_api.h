@@ -84,7 +84,7 @@ const char *zc_mode_name(int side, int index);
 #define ZC_CAP_URING           0x200 /* "uring": an io_uring mode: honours --uring-depth, reports uring_* */
 #define ZC_CAP_ONE_STREAM      0x400 /* "one_stream": cannot run as parallel streams (--streams > 1 refused) */
 #define ZC_CAP_GRAIN           0x800 /* "grain": honours --mmap-grain and --splice-grain (the calls per buffer) */
-#define ZC_CAP_REFILL          0x1000 /* "refill": honours --refill (every sub-block written anew before it is sent) */
+#define ZC_CAP_REFILL          0x1000 /* "refill": honours --refill/--fill (each sub-block written anew before it is sent) */
 #define ZC_CAP_ALL             0x1fff
 
 /* ZC_CAP_* bits of a compiled mode; 0 for an unknown one (check zc_mode_name first). */

@@ -1,7 +1,7 @@
 /* send mode "io_uring": IORING_OP_SEND on the registered (fixed) socket, --uring-depth sub-blocks
  * per submission as one linked chain (the loop, shared with io_uring_zc, is core/uring_send.c).
  * Source mem sends from the pattern ring; a file source (or /dev/zero) is read() into a ring of
- * --uring-depth + 1 chunk buffers. The kernel offers no registered-buffer IORING_OP_SEND (only the
+ * --uring-depth + 1 chunk buffers, and source mem with --refill is written anew into that ring. The kernel offers no registered-buffer IORING_OP_SEND (only the
  * zero-copy sends take IORING_RECVSEND_FIXED_BUF; a copying send gains nothing from pinned pages),
  * so the buffers are plain memory.
  *
@@ -37,7 +37,7 @@ static int setup(zc_ctx *c) { return zc_uring_send_setup(c, 0); }
 const zc_mode_ops zc_send_io_uring_ops = {
     .name = "io_uring",
     .side = ZC_SIDE_SEND,
-    .caps = ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING,
+    .caps = ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING | ZC_CAP_REFILL,
     .available = available,
     .setup = setup,
     .connected = zc_uring_send_connected,

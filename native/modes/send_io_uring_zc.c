@@ -51,7 +51,7 @@ static int setup(zc_ctx *c) { return zc_uring_send_setup(c, 1); }
 const zc_mode_ops zc_send_io_uring_zc_ops = {
     .name = "io_uring_zc",
     .side = ZC_SIDE_SEND,
-    .caps = ZC_CAP_ZC_COMPLETIONS | ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING,
+    .caps = ZC_CAP_ZC_COMPLETIONS | ZC_CAP_KERNEL_FEATURE | ZC_CAP_URING | ZC_CAP_REFILL,
     .available = available,
     .setup = setup,
     .connected = zc_uring_send_connected,

@@ -5,9 +5,9 @@
  *
  * A page handed to a zerocopy send must not be rewritten before its completion arrives:
  *  - source mem: chunks come from the fixed pattern ring, never rewritten, so no waiting;
- *  - file source (/dev/zero too): a ring of chunk buffers filled with read() (part of this
- *    mode's cost); before a buffer is refilled, completions are reaped until none of its sends is
- *    outstanding.
+ *  - file source (/dev/zero too), or source mem with --refill: a ring of chunk buffers filled with
+ *    read() or zc_refill (part of this mode's cost); before a buffer is refilled, completions are
+ *    reaped until none of its sends is outstanding.
  * All completions are reaped before the timed region ends.
  */
 #include "zc_internal.h"
@@ -73,7 +73,7 @@ static int setup(zc_ctx *c)
     priv_t *s = zc_priv_new(c, sizeof *s);
     if (!s)
         return -1;
-    if (c->src_mem)
+    if (c->src_mem && !c->p->refill)
         return 0;
     size_t n = RING_BYTES / c->buffer;
     s->nslots = n < 4 ? 4 : n > 64 ? 64 : n;
@@ -192,20 +192,24 @@ static int transfer(zc_ctx *c)
         size_t len = zc_min(c->buffer, c->total - c->done);
         const unsigned char *chunk;
         uint32_t slot = 0;
-        if (c->src_mem) {
+        if (c->src_mem && !c->p->refill) {
             chunk = zc_mem_at(c, c->done);
         } else {
             slot = (uint32_t)(chunk_no % s->nslots);
             while (s->busy[slot])
                 if (reap(c, s, 1) < 0)
                     return -1;
-            if (zc_file_read_full(c, s->slots[slot], len) < 0)
+            if (!c->src_mem && zc_file_read_full(c, s->slots[slot], len) < 0)
                 return -1;
             chunk = s->slots[slot];
         }
-        for (size_t o = 0; o < len; o += c->sub)
-            if (send_zc(c, s, chunk + o, zc_min(c->sub, len - o), slot) < 0)
+        for (size_t o = 0; o < len; o += c->sub) {
+            size_t l = zc_min(c->sub, len - o);
+            if (c->p->refill)   /* c->done is the stream offset of this sub-block */
+                zc_refill(c, s->slots[slot] + o, c->done, l);
+            if (send_zc(c, s, chunk + o, l, slot) < 0)
                 return -1;
+        }
         chunk_no++;
     }
     if (more < 0)
@@ -236,7 +240,7 @@ static void teardown(zc_ctx *c)
 const zc_mode_ops zc_send_msg_zerocopy_ops = {
     .name = "msg_zerocopy",
     .side = ZC_SIDE_SEND,
-    .caps = ZC_CAP_ZC_COMPLETIONS | ZC_CAP_KERNEL_FEATURE,
+    .caps = ZC_CAP_ZC_COMPLETIONS | ZC_CAP_KERNEL_FEATURE | ZC_CAP_REFILL,
     .available = available,
     .setup = setup,
     .transfer = transfer,

@@ -2,7 +2,7 @@
  *
  * Source mem: the chunk is already in memory (the fixed pattern ring, see mempattern.c), so the
  * loop is only write(); with --refill every sub-block is first written anew into one reused buffer
- * (zc_mem_fill, the splice-write-benchmark's memset() before each write()). File or /dev/zero
+ * (zc_refill: the pattern, the splice-write-benchmark's memset() before each write(), or --fill's). File or /dev/zero
  * source: one read() of a whole chunk into one reused buffer (part of the mode's cost), then one
  * write() per sub-block.
  */
@@ -32,7 +32,7 @@ static int transfer(zc_ctx *c)
         for (size_t o = 0; o < len; o += c->sub) {
             size_t l = zc_min(c->sub, len - o);
             if (c->p->refill)   /* c->done is the stream offset of this sub-block */
-                zc_mem_fill(c, s->buf + o, c->done, l);
+                zc_refill(c, s->buf + o, c->done, l);
             if (zc_sock_write_all(c, chunk + o, l) < 0)
                 return -1;
         }

@@ -26,9 +26,9 @@ MODE_CAPABILITIES = {
         "sendfile": ("file_source",),
         "splice": ("file_source", "pipe"),
         "vmsplice": ("gift", "grain", "pipe"),
-        "msg_zerocopy": ("kernel_feature", "zc_completions"),
-        "io_uring": ("kernel_feature", "uring"),
-        "io_uring_zc": ("kernel_feature", "uring", "zc_completions"),
+        "msg_zerocopy": ("kernel_feature", "refill", "zc_completions"),
+        "io_uring": ("kernel_feature", "refill", "uring"),
+        "io_uring_zc": ("kernel_feature", "refill", "uring", "zc_completions"),
     },
     "recv": {
         "read": (),

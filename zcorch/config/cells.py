@@ -59,7 +59,7 @@ def _only(flag: str) -> str:
 
 
 def _grain_problems(p: dict, send_caps: "frozenset[str]") -> "list[str]":
-    """`mmap_grain`, `splice_grain` and `refill` against the send mode: they change the calls of the modes
+    """`mmap_grain`, `splice_grain`, `refill` and `fill` against the send mode: they change the calls of the modes
     that declare them, and are never silently ignored."""
     out = []
     send, mem = p["send_mode"], p["source"] == "mem"
@@ -73,6 +73,8 @@ def _grain_problems(p: dict, send_caps: "frozenset[str]") -> "list[str]":
             out.append(rule_text("refill", mode=send, only=_only("refill")))
         elif not mem:
             out.append(rule_text("refill_needs_mem", source=p["source"]))
+    elif p.get("fill", DEFAULTS["fill"]) != DEFAULTS["fill"]:
+        out.append(rule_text("fill_needs_refill", fill=p["fill"]))
     return out
 
 
