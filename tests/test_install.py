@@ -102,15 +102,21 @@ def test_sdist_carries_native_and_no_build_artefacts(tmp_path):
     assert not [n for n in names if n.endswith((".so", ".o", ".pyc")) or "/_build" in n or n.startswith("tests/")]
 
 
-def test_the_built_package_uploads_what_the_checkout_uploads(tmp_path):
-    """setup.py's build_py (no compiler involved): the same relative paths and the same content hash, the
-    C side taken from the built package's own zcorch/_native_src/."""
+def built_package(tmp_path: Path) -> "tuple[Path, Path]":
+    """(a source copy, the package setup.py's build_py made of it: no compiler involved)."""
     require_build_tools()
     src = source_copy(tmp_path / "src")
     lib = tmp_path / "lib"
     p = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)], cwd=src,
                        capture_output=True, text=True, timeout=300, env=clean_env())
     assert p.returncode == 0, p.stderr[-3000:]
+    return src, lib
+
+
+def test_the_built_package_uploads_what_the_checkout_uploads(tmp_path):
+    """setup.py's build_py (no compiler involved): the same relative paths and the same content hash, the
+    C side taken from the built package's own zcorch/_native_src/."""
+    _, lib = built_package(tmp_path)
     built = deploy_view(sys.executable, tmp_path, clean_env(PYTHONPATH=str(lib)))
     assert built["package"] == str(lib / "zcorch" / "__init__.py")
     assert built["native"] == str(lib / "zcorch" / deploy.NATIVE_PACKAGE_DATA)
@@ -151,12 +157,7 @@ def assert_nightly_copied(zcorch: list, cwd: Path, env: dict) -> None:
 def test_the_built_package_carries_the_nightly_recipe(tmp_path):
     """contrib/nightly is package data (zcorch/_examples/nightly/): `zcorch examples copy nightly` of the built
     package, not of the checkout, writes it out."""
-    require_build_tools()
-    src = source_copy(tmp_path / "src")
-    lib = tmp_path / "lib"
-    p = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)], cwd=src,
-                       capture_output=True, text=True, timeout=300, env=clean_env())
-    assert p.returncode == 0, p.stderr[-3000:]
+    src, lib = built_package(tmp_path)
     data = lib / "zcorch" / "_examples" / "nightly"
     assert {f.name: f.read_bytes() for f in data.iterdir()} == nightly_recipe()
     shutil.rmtree(src)   # nothing but the built package to read from
