@@ -553,8 +553,7 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
         return _learned_estimate(plan, timings, rate)
     by_id = {c.id: c.params for c in plan.cells}
     # each run: its transfer, after the receiver's and then the sender's idle probe (one after the other)
-    per_cell = {cid: (p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"]))
-                + 2 * (p.get("idle_probe") or 0) for cid, p in by_id.items()}
+    per_cell = {cid: _transfer_s(p, rate) + 2 * (p.get("idle_probe") or 0) for cid, p in by_id.items()}
     transfer = sum(per_cell[r.id] for r in plan.runs)
     over = overhead * len(plan.runs)
     shares = tuple((kind.name, kind.estimate(conf, list(by_id.values()), rate, overhead))
@@ -579,8 +578,7 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
 def _learned_estimate(plan: Plan, t: Timings, rate: float) -> Estimate:
     rate = t.rate or rate
     by_id = {c.id: c.params for c in plan.cells}
-    per_cell = {cid: p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"])
-                for cid, p in by_id.items()}
+    per_cell = {cid: _transfer_s(p, rate) for cid, p in by_id.items()}   # its idle probes are in per_run
 
     def total(runs: "Sequence[Run]") -> "tuple[float, float, float]":
         keys = switch_keys([by_id[r.id] for r in runs])
@@ -592,9 +590,13 @@ def _learned_estimate(plan: Plan, t: Timings, rate: float) -> Estimate:
     fewest = plan.fewest_repeats()
     early = [r for r in plan.runs if r.repeat < fewest]
     fixed = t.before + t.after
-    est = Estimate(transfer + over + setup + fixed, transfer, over, fixed, rate, t.per_run, (), len(plan.runs),
-                   len(early), sum(total(early)) + fixed, timings=t, setup_s=setup)
-    return est
+    return Estimate(transfer + over + setup + fixed, transfer, over, fixed, rate, t.per_run, (), len(plan.runs),
+                    len(early), sum(total(early)) + fixed, timings=t, setup_s=setup)
+
+
+def _transfer_s(p: dict, rate: float) -> float:
+    """A run's transfer: its duration, else its bytes at `rate`, capped by its timeout."""
+    return p["duration"] if p.get("duration") is not None else min(p["bytes"] / rate, p["timeout"])
 
 
 def hms(seconds: float) -> str:
