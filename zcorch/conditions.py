@@ -15,7 +15,9 @@ The checks are pure functions of facts the result set records per run or per hos
 - md_raid: meta.json filesystems.<name>.raid and mount_source of the filesystems the claim's cells write to,
   with the receiver's `md_driver` (whether its kernel has md: /proc/mdstat) saying why when they are not;
 - disk_source: the file-sourced runs' `bytes` against meta.json hosts.sender.mem_total_bytes: a source larger
-  than the sender's memory cannot all be read from the page cache.
+  than the sender's memory cannot all be read from the page cache;
+- same_sender_work: each side's `send_utime_us` per GiB: a time claim between senders whose user-space work
+  differs (one fills every message, the other cannot) measures that work, not the path.
 
 A study declares the conditions of its setting once (`reference.needs`): they apply to every claim of it, so
 one run's hosts never make one claim untestable while another claim of the same runs gets a verdict.
@@ -33,6 +35,7 @@ from typing import Optional, Sequence
 IDLE_MIN = 0.8        # a host counts as quiet before a run when at least this share of its CPU time was idle
 RAM_FIT_SHARE = 0.5   # data "fits in RAM" (stays in the page cache) up to this share of the host's memory
 VIRTUAL_LINKS = ("loopback", "veth")   # link kinds (zcorch.worker.remote.link_kind) with no NIC or driver
+SAME_WORK_FACTOR = 2  # same_sender_work: the two sides' sender user CPU per GiB within this factor by default
 
 MET, NOT_MET, UNKNOWN = "met", "not met", "not recorded"
 
@@ -67,6 +70,11 @@ CONDITIONS: "tuple[ConditionSpec, ...]" = (
     ConditionSpec("disk_source", None,
                   "every run that reads a file sends more than the sender's memory: the source comes from the "
                   "disk, not from the page cache (runs from /dev/zero or memory read no file)"),
+    ConditionSpec("same_sender_work", "times",
+                  "the claim's two sides did alike user-space work in the sender, as the study's did: their median "
+                  f"sender user CPU per GiB within a factor of {SAME_WORK_FACTOR} of each other "
+                  "(`{same_sender_work: N}`: within N); a time claim between a sender that fills every message "
+                  "and one that cannot measures the filling"),
     ConditionSpec("cpus", "CPUs",
                   "the hosts have the CPUs the claim pins: every CPU its cells name exists, and there are at "
                   "least as many as they name distinct ones (`{cpus: N}`: at least N)"),
@@ -189,6 +197,23 @@ def check_disk_source(nbytes: "Sequence[Optional[float]]", send_mem_total: Optio
     words = (f"{least / gib:.3g} GiB read per run against {send_mem_total / gib:.3g} GiB of the sender's memory"
              + ("" if least > send_mem_total else ": the source is read from the page cache"))
     return Check("disk_source", MET if least > send_mem_total else NOT_MET, words)
+
+
+def check_sender_work(a_per_gib: "Sequence[Optional[float]]", b_per_gib: "Sequence[Optional[float]]",
+                      factor: "Optional[int]" = None) -> Check:
+    """Per side, its runs' sender user CPU in seconds per GiB moved (None: not recorded)."""
+    factor = factor or SAME_WORK_FACTOR
+    medians = []
+    for runs in (a_per_gib, b_per_gib):
+        known = [float(x) for x in runs if x is not None and x == x]
+        if not known:
+            return Check("same_sender_work", UNKNOWN, "the senders' user CPU was not recorded on both sides")
+        medians.append(statistics.median(known))
+    low, high = sorted(medians)
+    ratio = high / low if low > 0 else float("inf")
+    words = (f"sender user CPU a {medians[0]:.3g} s/GiB, b {medians[1]:.3g} s/GiB "
+             f"({'more than 1000' if ratio > 1000 else f'{ratio:.3g}'}x apart; alike = within {factor}x)")
+    return Check("same_sender_work", MET if ratio <= factor else NOT_MET, words)
 
 
 def untestable_reason(checks: "Sequence[Check]") -> str:

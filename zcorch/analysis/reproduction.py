@@ -356,6 +356,10 @@ def _column(rows: pd.DataFrame, name: str) -> list:
     return list(rows[name]) if name in rows else [None] * len(rows)
 
 
+def _finite(v) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v)
+
+
 def _pinned_cpus(rows: pd.DataFrame) -> "list[int]":
     """The CPUs the runs' parameters name (send_cpu, recv_cpu, and the canonical "0,2" lists of send_cpus/recv_cpus)."""
     named: "set[int]" = set()
@@ -406,6 +410,14 @@ def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[con
             recorded = dict(hosts.filesystems)
             names = sorted({str(v) for v in _column(rows, "filesystem") if isinstance(v, str) and v})
             out.append(cond.check_md_raid([(n, recorded.get(n)) for n in names], hosts.md_driver))
+        elif name == "same_sender_work":
+            per_side = []
+            for m in (claim.a, claim.b):
+                side = rows[rows["cell"].isin({r["cell"] for _, r in firsts.iterrows()
+                                               if m is not None and m.selects(_params(r))})]
+                per_side.append([u / 1e6 / (b / 2**30) if _finite(u) and _finite(b) and b > 0 else None
+                                 for u, b in zip(_column(side, "send_utime_us"), _column(side, "bytes"))])
+            out.append(cond.check_sender_work(per_side[0], per_side[1], number))
         elif name == "disk_source":
             files = [b for b, src in zip(_column(rows, "bytes"), _column(rows, "source")) if _reads_file(src)]
             out.append(cond.check_disk_source(files, hosts.send_mem_total))
@@ -495,7 +507,7 @@ def figure_table(rows: "list[FigureRow]") -> "list[list[str]]":
         elif r.per_byte:
             ratio = (f"{ratio} per byte" if np.isfinite(r.ratio) else
                      "– (a total: the study's bytes are not given)" if f.bytes is None else "–")
-        out.append([(f.label or "–") + (f" (not comparable: {f.note})" if f.note else ""), _what(f.match, f.of), f.metric, show_range(*r.published, r.unit), pub_norm,
+        out.append([(f.label or "–") + (f" ({f.note})" if f.note else ""), _what(f.match, f.of), f.metric, show_range(*r.published, r.unit), pub_norm,
                     show_measured(m, r.unit), ours, ratio])
     return out
 
