@@ -206,7 +206,7 @@ def test_the_window_in_ticks_is_counted_from_the_captured_texts():
     ([(200, 2.5, 2, 1.0, 100)], "busy > capacity (1.25×)"),
     ([(200, 2.035, 2, 1.0, 100)], "ok"),  # over CPUs × window by less than the tick error (2 ticks per CPU)
     ([(200, 2.05, 2, 1.0, 100)], "busy > capacity (1.02×)"),
-    # the 16 ms window of issue 20: 1.51× the machine, but 3 ticks: too short, and within the tick error
+    # a 16 ms window: 1.51× the machine, but 3 ticks: too short, and within the tick error
     ([(3, 0.0483, 2, 0.016, 100)], "too short: 3 ticks"),
     ([(9, 0.30, 2, 0.05, 100)], "too short: 9 ticks; busy > capacity (3.00×)"),
     ([(500, 1.0, 2, 2.5, 100), (40, 0.1, 2, 0.2, 100)], "too short: 40 ticks"),  # the worse side

@@ -1,4 +1,4 @@
-"""The worker judges what a source, sink or command file is on its own host (issue 23, items 5, 6).
+"""The worker judges what a source, sink or command file is on its own host.
 
 Real worker processes (`python -m zcorch.worker`) and real files, links and loop devices. A path with a link
 in any component is refused as such (ELOOP: the worker follows none, tests/safety/test_safety_openat.py); a
