@@ -69,3 +69,11 @@ def test_every_file_the_how_to_add_table_names_exists():
     assert len(paths) >= 6, paths
     absent = sorted(p for p in paths if not any((base / p).exists() for base in (ROOT, ROOT / "zcorch", ROOT / "native")))
     assert not absent, f"the How to add table names files that do not exist: {absent}"
+
+
+def test_the_host_jobs_named_are_the_ones_remote_runs():
+    from zcorch.worker.remote import ACTIONS
+
+    listed = re.search(r"`zcorch/worker/remote\.py` \(jobs: ([^)]*)\)", DOC)
+    assert listed, "docs/architecture.md no longer lists the jobs of zcorch/worker/remote.py"
+    assert [j.strip() for j in listed.group(1).split(",")] == list(ACTIONS)
