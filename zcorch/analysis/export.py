@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from zcorch import __version__
 from zcorch.analysis import dataset as layout
 from zcorch.analysis.export_dest import MANIFEST_TMP, dest_problem
-from zcorch.analysis.frames import LINKED_ATTR, load_baselines, read_meta
+from zcorch.analysis.frames import LINKED_ATTR, load_baselines
 from zcorch.analysis.gate import completeness
 from zcorch.analysis.history import find_result_sets, host_pair, open_sweep
 from zcorch.config.checks import NAME_RE

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 import socket
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 
 from zcorch.config.baselines import dd as dd_kind
 from zcorch.config.baselines.dd import (DdBaseline, dd_directory, dd_key, parse_dd_stderr,  # noqa: F401
