@@ -51,7 +51,6 @@ class ExportResult:
     exported: List[str] = field(default_factory=list)     # set paths written (new or changed)
     unchanged: int = 0                                     # sets already exported with the same content
     skipped: List[str] = field(default_factory=list)      # why a set was not exported
-    removed_orphans: int = 0
     notes: List[str] = field(default_factory=list)        # sets not written again: the same set seen elsewhere
 
     def line(self) -> str:
@@ -411,7 +410,7 @@ def export_results(root: "str | os.PathLike", dest: "str | os.PathLike",
         if problem:
             raise ResultsError(problem)
         doc = _read_doc(dest)
-        result.removed_orphans = _remove_orphans(dest, doc)
+        _remove_orphans(dest, doc)
         _upgrade(dest, doc, result)
         _write_sets(dest, doc, read, result)
     finally:
@@ -569,15 +568,13 @@ def _drop_sets(dest: Path, doc: dict, set_ids: List[str]) -> None:
         del doc["sets"][s]
 
 
-def _remove_orphans(dest: Path, doc: dict) -> int:
+def _remove_orphans(dest: Path, doc: dict) -> None:
     """Part files dataset.json does not list (an export that died before writing it) and stale temporaries (of
     part files, and of dataset.json): under the lock, so none is another export's work in progress."""
     listed = {f for t in layout.TABLES for f in _files(doc, t)}
-    removed = 0
     for name in os.listdir(dest):
         if MANIFEST_TMP.fullmatch(name) and os.path.isfile(dest / name) and not os.path.islink(dest / name):
             os.unlink(dest / name)
-            removed += 1
     for t in layout.TABLES:
         top = dest / t
         if not top.is_dir() or top.is_symlink():
@@ -587,5 +584,4 @@ def _remove_orphans(dest: Path, doc: dict) -> int:
                 rel = os.path.relpath(os.path.join(dirpath, name), dest)
                 if rel not in listed and (name.endswith(".parquet") or name.endswith(".tmp")):
                     os.unlink(os.path.join(dirpath, name))
-                    removed += 1
-    return removed
+        

@@ -145,7 +145,7 @@ def parse_inventory(text: str, path: str, sha256: str = "") -> Inventory:
                                                    "selects every pair; rename this one")
                 continue
             if isinstance(child, ys.YMap) and SHARES_KEY in child.entries:
-                spos, snode = child.entries[SHARES_KEY]
+                _, snode = child.entries[SHARES_KEY]
                 names = _share_names(chk, snode, f"pairs.{name}.{SHARES_KEY}")
                 if names:
                     shares[name] = names

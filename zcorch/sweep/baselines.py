@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from zcorch.config.baselines import dd as dd_kind
 from zcorch.config.baselines.dd import (DdBaseline, dd_directory, dd_key, parse_dd_stderr,  # noqa: F401
                                         parse_dd_wrapper)
-from zcorch.config.baselines.iperf3 import Iperf3Baseline, parse_iperf3_json  # noqa: F401
+from zcorch.config.baselines.iperf3 import parse_iperf3_json  # noqa: F401
 from zcorch.config.baselines.kind import BaselineError, ServerClientKind, Tool  # noqa: F401
 from zcorch.config.baselines.registry import BY_RECORD
 from zcorch.hosts.local import Host
