@@ -18,9 +18,8 @@ parsed by zcorch.worker.hoststat); with `sample_interval`, "samples" holds the p
 SAMPLE_MIN_INTERVALS intervals, else None.
 
 Each mode declares capabilities in its C ops table (`mode_capabilities()`, names in
-native/include/zcorch_api.h: file_source, mappable_source, file_sink, pipe, gift, zc_completions,
-kernel_feature, no_sink, zc_recv, uring, one_stream, grain, refill); `unavailable_modes()` names the compiled modes this
-kernel (or this build: `build_features()`) cannot run, and why.
+native/include/zcorch_api.h); `unavailable_modes()` names the compiled modes this kernel (or this build:
+`build_features()`) cannot run, and why.
 
 With `streams=N` (N > 1) a result also has "streams": one dict per stream ("stream", "offset" of its
 slice, and the metrics that apply), the top-level metrics being the totals (each metric combined as its
