@@ -91,7 +91,7 @@ def test_the_stamp_is_the_size_and_content_hash_of_runs_jsonl(small_set):
 
 
 def test_a_record_edited_in_place_with_size_and_mtime_kept_is_not_hidden_by_the_cache(small_set):
-    """Issue 23 item 21: a flipped `status` (same length, mtime restored) showed `ok` beside a failure reason."""
+    """A flipped `status` (same length, mtime restored) must not show `ok` beside a failure reason."""
     cache.write_cache(small_set, warn=pytest.fail)
     runs = small_set / "runs.jsonl"
     st = runs.stat()
@@ -116,7 +116,7 @@ def count_hashes(monkeypatch) -> list:
 
 
 def test_a_load_of_an_unchanged_set_reads_no_byte_of_runs_jsonl(small_set, monkeypatch):
-    """Issue 25: the first load of a finished set costs the Parquet read, not a hash of a GB of JSON. The
+    """The first load of a finished set costs the Parquet read, not a hash of a GB of JSON. The
     cache written right after the last append (as `zcorch run` does) still records the file's identity."""
     runs = small_set / "runs.jsonl"
     with open(runs, "ab") as f:  # a write just now: the identity must wait RACY_NS to be trusted
@@ -164,7 +164,7 @@ def count_derivations(monkeypatch) -> list:
 
 
 def test_derived_columns_are_used_as_stored_by_the_same_code_from_the_same_meta(small_set, monkeypatch):
-    """Issue 25: deriving per-run verdicts in Python cost more than reading the file; the cache holds them."""
+    """The cache holds the per-run verdicts: deriving them in Python costs more than reading the file."""
     cache.write_cache(small_set, warn=pytest.fail)
     derivations = count_derivations(monkeypatch)
     cached = zcorch.load(small_set)

@@ -22,7 +22,19 @@ def layout_entries() -> dict:
 
 
 def named(text: str, name: str) -> bool:
-    return re.search(rf"(?<![\w.]){re.escape(name)}\b", text) is not None
+    """`name` appears as an entry of a layout list: `name.py`, or `name` followed by its description `(...)`,
+    `:`, a separator or the end; a word in another module's description (`cli.py (the worker's command line)`
+    for command.py) does not count. A file name with its suffix (`zc_core.h`) is specific enough anywhere."""
+    if "." in name:
+        return re.search(rf"(?<![\w.]){re.escape(name)}\b", text) is not None
+    return re.search(rf"(?:^|(?<=[\s,(;/+])){re.escape(name)}(?=\.\w+\b|\s*[(:,;)+]|\s*$)", text) is not None
+
+
+def test_a_module_is_named_by_an_entry_not_by_a_word():
+    assert named("cli.py (the command line), native.py", "native") and named("a, command (one end)", "command")
+    assert named("capabilities + capabilities_table (the copy)", "capabilities")
+    assert not named("cli.py (the worker's command line), native.py", "command")
+    assert not named("effective (the document run with --hosts / --set)", "hosts")
 
 
 def test_the_layout_names_every_module_in_its_package():
@@ -57,3 +69,11 @@ def test_every_file_the_how_to_add_table_names_exists():
     assert len(paths) >= 6, paths
     absent = sorted(p for p in paths if not any((base / p).exists() for base in (ROOT, ROOT / "zcorch", ROOT / "native")))
     assert not absent, f"the How to add table names files that do not exist: {absent}"
+
+
+def test_the_host_jobs_named_are_the_ones_remote_runs():
+    from zcorch.worker.remote import ACTIONS
+
+    listed = re.search(r"`zcorch/worker/remote\.py` \(jobs: ([^)]*)\)", DOC)
+    assert listed, "docs/architecture.md no longer lists the jobs of zcorch/worker/remote.py"
+    assert [j.strip() for j in listed.group(1).split(",")] == list(ACTIONS)

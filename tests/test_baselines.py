@@ -9,6 +9,7 @@ import pytest
 
 from conftest import can_drop_caches, require_tool
 from zcorch.config.baselines import DdBaseline, Iperf3Baseline
+from zcorch.config.baselines import iperf3 as ik
 from zcorch.sweep import baselines as bl
 from zcorch.hosts.local import LocalHost
 
@@ -87,21 +88,21 @@ def test_parse_dd_error_names_dds_message():
 
 
 def test_iperf3_argv_are_lists_with_values_as_separate_items():
-    server = bl.iperf3_server_argv("10.78.0.3", 5201, 30)
+    server = ik.server_argv("10.78.0.3", 5201, 30)
     assert server[:3] == ["iperf3", "-s", "-1"] and "--idle-timeout" in server
-    client = bl.iperf3_client_argv("10.78.0.3", 5201, 1 << 20, 65536, True, duration=2.0)
+    client = ik.client_argv("10.78.0.3", 5201, 1 << 20, 65536, True, duration=2.0)
     assert client == ["iperf3", "-c", "10.78.0.3", "-p", "5201", "-J", "-t", "2", "-w", "1048576",
                       "-l", "65536", "-Z"]
-    default = bl.iperf3_client_argv("h", 1, None, None, False, duration=0.2)
+    default = ik.client_argv("h", 1, None, None, False, duration=0.2)
     assert "-w" not in default and "-l" not in default and "-Z" not in default and default[-2:] == ["-t", "1"]
 
 
 def test_commands_take_the_typed_settings_and_the_fixed_port():
     cfg = Iperf3Baseline(duration=3.0, omit=1)
     key = {"window": None, "buffer": 65536, "zerocopy": True}
-    server, client = bl.iperf3_commands(cfg, "10.78.0.3", key, bl.IPERF3_PORT)
+    server, client = ik.KIND.commands(cfg, key, "10.78.0.3", ik.PORT)
     assert server == ["iperf3", "-s", "-1", "-B", "10.78.0.3", "-p", "5201", "--idle-timeout",
-                      str(bl.IPERF3_IDLE_TIMEOUT), "--forceflush"]
+                      str(ik.IDLE_TIMEOUT), "--forceflush"]
     assert client == ["iperf3", "-c", "10.78.0.3", "-p", "5201", "-J", "-t", "3", "-O", "1", "-l", "65536", "-Z"]
     assert bl.dd_key(DdBaseline(bs=32768, count=4), "{scratch}") == \
         {"bs": 32768, "count": 4, "directory": "{scratch}", "filesystem": None, "bs_text": "32KiB"}
@@ -110,12 +111,12 @@ def test_commands_take_the_typed_settings_and_the_fixed_port():
 def test_iperf3_keys_once_per_distinct_pair_and_both_send_paths():
     params = [{"window": 1 << 20, "buffer": 65536}, {"window": 1 << 20, "buffer": 65536},
               {"window": "auto", "buffer": 65536}, {"window": None, "buffer": 65536}]
-    keys = bl.iperf3_keys(Iperf3Baseline(), params)
+    keys = ik.KIND.keys(Iperf3Baseline(), params)
     assert keys == [{"window": 1 << 20, "buffer": 65536, "zerocopy": False},
                     {"window": 1 << 20, "buffer": 65536, "zerocopy": True},
                     {"window": None, "buffer": 65536, "zerocopy": False},
                     {"window": None, "buffer": 65536, "zerocopy": True}]
-    assert len(bl.iperf3_keys(Iperf3Baseline(per="sweep"), params)) == 2
+    assert len(ik.KIND.keys(Iperf3Baseline(per="sweep"), params)) == 2
 
 
 def _iperf3_servers():
@@ -137,7 +138,7 @@ def test_run_iperf3_on_localhost_parses_and_kills_the_server(zerocopy):
     h = LocalHost()
     cfg = Iperf3Baseline(duration=1)
     before = len(_iperf3_servers())
-    rec = bl.run_iperf3(h, h, cfg, {"window": 1 << 20, "buffer": 65536, "zerocopy": zerocopy})
+    rec = bl.run_server_client(ik.KIND, h, h, cfg, {"window": 1 << 20, "buffer": 65536, "zerocopy": zerocopy})
     assert rec["status"] == "ok", rec["reason"]
     assert rec["result"]["bits_per_second"] > 0
     assert rec["result"]["blksize"] == 65536
@@ -150,17 +151,19 @@ def test_a_call_size_iperf3_cannot_send_is_skipped_with_why_not_started_to_fail(
     require_tool("iperf3")
     h = LocalHost()
     before = len(_iperf3_servers())
-    rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": 1 << 30, "zerocopy": False})
+    rec = bl.run_server_client(ik.KIND, h, h, Iperf3Baseline(duration=1),
+                               {"window": None, "buffer": 1 << 30, "zerocopy": False})
     assert rec["status"] == "skipped" and "at most 1MiB" in rec["reason"] and "1GiB" in rec["reason"], rec
     assert "argv" not in rec and len(_iperf3_servers()) <= before
-    ran = h.run(bl.iperf3_client_argv("127.0.0.1", 1, None, (1 << 20) + 1, False, duration=1), timeout=20)
+    ran = h.run(ik.client_argv("127.0.0.1", 1, None, (1 << 20) + 1, False, duration=1), timeout=20)
     assert "block size too large" in ran.stderr + ran.stdout      # iperf3's own limit, just above 1 MiB
 
 
 def test_run_iperf3_missing_tool_is_skipped_with_the_fix(monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))  # a real PATH without iperf3
     h = LocalHost()
-    rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": None, "zerocopy": False})
+    rec = bl.run_server_client(ik.KIND, h, h, Iperf3Baseline(duration=1),
+                               {"window": None, "buffer": None, "zerocopy": False})
     assert rec["status"] == "skipped"
     assert "apt-get install iperf3" in rec["reason"]
 
@@ -237,7 +240,7 @@ def test_dd_directory_uses_scratch_for_devices():
 
 
 def test_omit_reaches_iperf3():
-    assert "-O" in bl.iperf3_client_argv("h", 1, None, None, False, duration=2, omit=1)
+    assert "-O" in ik.client_argv("h", 1, None, None, False, duration=2, omit=1)
 
 
 def test_run_iperf3_waits_for_a_port_another_sweep_holds(monkeypatch):
@@ -258,7 +261,8 @@ def test_run_iperf3_waits_for_a_port_another_sweep_holds(monkeypatch):
     threading.Timer(2.0, holder.close).start()
     h = LocalHost()
     t0 = time.monotonic()
-    rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": 65536, "zerocopy": False})
+    rec = bl.run_server_client(ik.KIND, h, h, Iperf3Baseline(duration=1),
+                               {"window": None, "buffer": 65536, "zerocopy": False})
     assert rec["status"] == "ok", rec
     assert time.monotonic() - t0 >= 2.0
     assert str(port) in rec["argv"]
@@ -267,9 +271,10 @@ def test_run_iperf3_waits_for_a_port_another_sweep_holds(monkeypatch):
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     monkeypatch.setattr(bl, "free_local_port", lambda address: blocker.getsockname()[1])
-    monkeypatch.setattr(bl, "IPERF3_BUSY_WAIT", 0.0)
+    monkeypatch.setattr(bl, "SERVER_BUSY_WAIT", 0.0)
     try:
-        rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": 65536, "zerocopy": False})
+        rec = bl.run_server_client(ik.KIND, h, h, Iperf3Baseline(duration=1),
+                                   {"window": None, "buffer": 65536, "zerocopy": False})
     finally:
         blocker.close()
     assert rec["status"] == "failed" and "Address already in use" in rec["reason"]

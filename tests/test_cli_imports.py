@@ -1,6 +1,6 @@
 """Commands import only what they use: `zcorch --help`, `zcorch plan` and `zcorch worker info` never load
 pandas, scipy, matplotlib or pyarrow (each costs a second of start-up), and neither does the help of the
-commands that do use them (issue 25: commands that start at once).
+commands that do use them (commands that start at once).
 
 Measured on the real interpreter with `-X importtime`, which lists every module the process imported."""
 from __future__ import annotations

@@ -147,7 +147,7 @@ def test_a_dry_run_shows_both_ends_and_claims_no_outcome(tmp_path, tag):
     assert "command nc (" not in r.stdout + r.stderr   # no result line: nothing ran
 
 
-# -- the worker's end of a command: nothing the command starts outlives it (issue 23 item 15) ----------------
+# -- the worker's end of a command: nothing the command starts outlives it ------------------------------
 
 def _ours(token: str) -> "list[int]":
     """Live processes whose command line holds `token` (the unique sleep durations of one test)."""

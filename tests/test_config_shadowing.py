@@ -1,5 +1,5 @@
 """What a config function builds from its variables must not be overwritten by a loop on the way: the shape
-of the bug that named an experiment after its reference's command baseline (issue 22: the validator set
+of the bug that named an experiment after its reference's command baseline (the validator set
 `name` from the file, then a loop over `reference.baselines` set `name` to each command's, and
 `Experiment(name=name, ...)` took the last). Read with `ast`: a variable passed by keyword to a class a
 function builds is not rebound inside a loop before that call (and not set again after the loop), as a loop

@@ -134,8 +134,8 @@ def test_reused_build_in_a_shared_workdir_is_refused(tmp_path):
 
 
 def test_a_reused_build_with_a_tampered_nested_file_is_refused(tmp_path):
-    """Issue 23 item 18: only the top directory was checked; a module two levels down that another user
-    can rewrite (or owns, or a symlink planted there) runs on PYTHONPATH all the same."""
+    """Not only the top directory is checked: a module two levels down that another user can rewrite
+    (or owns, or a symlink planted there) would run on PYTHONPATH all the same."""
     host = LocalHost("receiver", "127.0.0.1")
     host.is_local = False                                               # this machine as a remote host
     host.spec = HostSpec(ssh="127.0.0.1", data_address="127.0.0.1", python=sys.executable)

@@ -1,4 +1,4 @@
-"""Faults that end a sweep early (issue #15): whatever the exception, the result set gets a final status
+"""Faults that end a sweep early: whatever the exception, the result set gets a final status
 with the reason, the runs written so far stay, the exception still propagates, and --resume completes it."""
 import json
 import subprocess

@@ -1,4 +1,4 @@
-"""Stale-filesystem cleanup judges ownership by what paths resolve to, not by their text (issue 23, item 17).
+"""Stale-filesystem cleanup judges ownership by what paths resolve to, not by their text.
 
 A crafted state file names a path whose `zcorch-<token>-x` or `fs-<token>` component is a symlink to a
 victim's directory: `rm -f` through it would delete the victim's file. Real files, links and `rm`."""

@@ -1,4 +1,4 @@
-"""`mkfs_options` / `mount_options` read as mkfs and mount read them (issue 23, items 3 and 22).
+"""`mkfs_options` / `mount_options` read as mkfs and mount read them.
 
 Every spelling of a device reference (path, LABEL=, UUID=, value attached or in the next item, bundled
 letters, long options) and every kernel-panic error policy is refused at `zcorch plan` with exit 2 and
@@ -17,7 +17,7 @@ from zcorch.config.fs_options import mkfs_option_problems
 
 
 @pytest.mark.parametrize("fs,options,index", [
-    # item 3: device= behind an attached value, LABEL= / UUID= spellings, bundled letters, two items
+    # device= behind an attached value, LABEL= / UUID= spellings, bundled letters, two items
     ("ext4", ["-Jdevice=LABEL=x"], 0),
     ("ext4", ["-Jdevice=UUID=0b9a4c1e-0000-4000-8000-000000000000"], 0),
     ("ext4", ["-J", "device=LABEL=x"], 1),
@@ -36,7 +36,7 @@ from zcorch.config.fs_options import mkfs_option_problems
     ("ext4", ["-b", "4096", "loop7"], 2),
     ("ext4", ["--"], 0),
     ("ext4", ["-n"], 0),                     # dry run: the old filesystem would be mounted
-    ("ext4", ["-e", "panic"], 1),            # item 22's kind: an error policy that panics the kernel
+    ("ext4", ["-e", "panic"], 1),            # an error policy that panics the kernel
     ("ext4", ["-epanic"], 0),
     ("ext4", ["-L", "LABEL=x"], 1),
     ("xfs", ["-lsize=10m,logdev=x"], 0),

@@ -1,6 +1,5 @@
 """The history page's trend plots (zcorch.analysis.trendplot), drawn in the page's own process: every cell
-trend_cells picks gets its PNG under PLOTS_DIR, the bytes draw_trend makes of its TrendSpec, linked from the page.
-(Helper processes that drew them on another CPU were removed: docs/performance.md, no gain measured.)"""
+trend_cells picks gets its PNG under PLOTS_DIR, the bytes draw_trend makes of its TrendSpec, linked from the page."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""A hostile result set under `zcorch report` and `zcorch history` (issue 23, items 4, 13, 16).
+"""A hostile result set under `zcorch report` and `zcorch history`.
 
 Whoever made a result set controls every file in it; the commands often run as root. Real files, links,
 a sparse 2 GiB runs.jsonl and the real CLI: nothing outside the set is written or read through a link,
@@ -105,8 +105,8 @@ def _peak_rss_mib_of(argv) -> "tuple[subprocess.CompletedProcess, float]":
 
 
 def test_a_sparse_2gib_runs_file_costs_bounded_memory_and_is_reported(tmp_path):
-    """Item 13: the valid records before 2 GiB of NULs (one 'line', no newline) still load; the rest is
-    skipped and said, and `history` stays far below the 2 GiB it took to hold the file (4.47 GB before)."""
+    """The valid records before 2 GiB of NULs (one 'line', no newline) still load; the rest is
+    skipped and said, and `history` stays far below the 2 GiB that holding the file would take."""
     root = tmp_path / "nightly"
     for night in range(3):
         write_sweep(root / f"n{night}" / "exp", "exp", night, [(READ, 10.0)])

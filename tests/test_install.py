@@ -256,7 +256,7 @@ def test_a_wheel_install_copies_the_nightly_recipe(wheel_venv, tmp_path):
 
 @pytest.mark.slow
 def test_a_wheel_install_run_from_inside_a_source_checkout_uses_the_installed_package(wheel_venv, tmp_path):
-    """Issue 21: `zcorch run` of a wheel install, started in a checkout (whose zcorch/ has no built
+    """`zcorch run` of a wheel install, started in a checkout (whose zcorch/ has no built
     _native), ran the checkout's package as the localhost worker ("the native module zcorch._native is not
     built ... <checkout>/zcorch/__init__.py"). Every job and the worker must import the installed one."""
     venv, python = wheel_venv

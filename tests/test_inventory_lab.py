@@ -1,5 +1,5 @@
 """The shipped two-host experiment on the lab through `zcorch lab inventory` and `--hosts`, shrunk with `--set`,
-started twice back to back (issue 11), and --resume on the hosts the result set recorded."""
+started twice back to back, and --resume on the hosts the result set recorded."""
 import json
 import os
 

@@ -1,4 +1,4 @@
-"""Nothing zcorch starts imports code from the current directory (issue 23 item 7).
+"""Nothing zcorch starts imports code from the current directory.
 
 `python -m`, `-c` and `-` put the current directory first on sys.path; zcorch runs as root from wherever
 the user stands and, over SSH, from the login's home directory. A directory holding a `zcorch/` package

@@ -138,7 +138,7 @@ def test_remember_controller_answers_for_the_processes_forked_next(monkeypatch):
     def no_command(*args, **kwargs):
         raise AssertionError(f"ran {args[0] if args else kwargs} after remember_controller()")
 
-    # A stand-in for the subprocess module (not a fault simulation): it proves no git runs any more.
+    # A stand-in for the subprocess module (not a fault simulation): it proves git does not run again.
     monkeypatch.setattr(metadata, "subprocess", types.SimpleNamespace(run=no_command, TimeoutExpired=TimeoutError))
     assert metadata.git_revision() == before["git_revision"]
     assert metadata.controller_meta() == before

@@ -1,4 +1,4 @@
-"""The modern paths (issue 14) through zcorch.worker.native, in-process over real loopback sockets into
+"""The modern paths through zcorch.worker.native, in-process over real loopback sockets into
 real files: the io_uring send and receive modes, io_uring_zc, zerocopy_recv, and parallel streams.
 Every pair must deliver the non-repeating pattern byte-identically, with one stream and with four.
 

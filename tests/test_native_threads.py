@@ -1,4 +1,4 @@
-"""--threads (issue 25): streams multiplexed on fewer threads, through zcorch.worker.native in-process over
+"""--threads: streams multiplexed on fewer threads, through zcorch.worker.native in-process over
 real loopback sockets into real files.
 
 Every pair of stream-capable modes runs 3 streams on 1, 2 and 3 threads (2: one thread of two streams

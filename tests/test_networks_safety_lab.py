@@ -1,8 +1,8 @@
-"""Issue 23's network-safety fault corpus on the two-host lab (real sshd, real veths, `zcorch run` as a user
-runs it): the link carrying SSH and MTUs that delete addresses refused at preflight (items 1, 10), a second
-controller with another hostname refused by the hosts' network lease before it loads them (items 2, 19),
-a killed sweep's network restored by the next sweep even without `networks:` (item 9), a hostile state
-file left alone (item 8), and TERM every 50 ms during the teardown (item 12)."""
+"""The network-safety fault corpus on the two-host lab (real sshd, real veths, `zcorch run` as a user runs
+it): the link carrying SSH and MTUs that delete addresses refused at preflight, a second controller with
+another hostname refused by the hosts' network lease before it loads them, a killed sweep's network
+restored by the next sweep even without `networks:`, a hostile state file left alone, and TERM every 50 ms
+during the teardown."""
 import json
 import os
 import signal

@@ -1,4 +1,4 @@
-"""The plan and the worker agree on every numeric worker parameter's limits (issue 19).
+"""The plan and the worker agree on every numeric worker parameter's limits.
 
 For each one, the smallest and the largest value `zcorch plan` accepts is accepted by the worker (the
 real C core: zcorch.worker.native.validate runs zc_validate, the checks zc_send_run and zc_recv_listen

@@ -91,8 +91,6 @@ def test_the_runner_worker_and_analysis_take_their_names_from_the_tables():
     assert set(PARAM_PARSERS) == set(PARAM_KEYS)
     assert frames.PARAM_KEYS is PARAM_KEYS and frames.METRIC_KEYS is METRIC_KEYS is native.METRIC_KEYS
     assert plots.format_value is experiment.format_value is format_value and runner.worker_flags is worker_flags
-    # the defaults the worker applies are the table's (the timeout was 300 s in the worker, 60 s in the spec)
-    assert native.DEFAULT_TIMEOUT == DEFAULTS["timeout"] == 60.0 and native.DEFAULT_BUFFER == DEFAULTS["buffer"]
     assert list(native.SINK_STATES) == list(param("sink_state").choices)
 
 

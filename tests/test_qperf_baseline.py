@@ -77,8 +77,8 @@ def test_qperf_is_off_unless_written_and_parsed_like_the_others():
     assert Baselines.from_mapping({"qperf": True}).qperf == QperfBaseline()
 
 
-# Every duration and count of every kind is capped (issue 23 item 14: `omit: 999999999999999999999` crashed
-# the controller with OverflowError): (kind, key, a value just inside, just outside, words of the error)
+# Every duration and count of every kind is capped (`omit: 999999999999999999999` must not
+# crash the controller with OverflowError): (kind, key, a value just inside, just outside, words of the error)
 CAPS = [
     ("iperf3", "omit", 60, 61, "between 0 and 60"),
     ("iperf3", "omit", 60, 999999999999999999999, "between 0 and 60"),

@@ -1,4 +1,4 @@
-"""`mmap` receive into a sink whose filesystem fills up (issue 23 item 22): the page fault that finds no
+"""`mmap` receive into a sink whose filesystem fills up: the page fault that finds no
 block makes read() into the mapping fail with EFAULT, which was reported as is ("Bad address"). It is
 reported as ENOSPC, naming the sink and the offset. A real 1 MiB tmpfs (size=) fills up; a 4 MiB transfer."""
 from __future__ import annotations

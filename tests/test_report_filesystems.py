@@ -1,4 +1,4 @@
-"""The Filesystems section (issue 6) on a real result set with a filesystem axis
+"""The Filesystems section on a real result set with a filesystem axis
 (tests/data/filesystems-small: ext4 delalloc/nodelalloc, xfs, btrfs RAID-0 on loop devices, a dd
 baseline on each), every figure checked against the raw records parsed independently of zcorch."""
 import html

@@ -1,4 +1,4 @@
-"""One `zcorch run` at a time writes a result set (issue 23 item 11): two concurrent `--resume DIR` ran
+"""One `zcorch run` at a time writes a result set: two concurrent `--resume DIR` ran
 every remaining run twice. The lock is a flock on DIR/.lock, held for the whole sweep."""
 from __future__ import annotations
 

@@ -195,7 +195,7 @@ def test_resume_of_something_else_is_refused(tmp_path, tag):
 
 def test_quickstart_runs_end_to_end(tmp_path, tag):
     # The shipped file as it is; HOME points into tmp_path, so its {scratch} (dd's directory) resolves to
-    # tmp_path/home/.cache/zcorch/scratch. Every run lasts its `duration` (issue 20: long enough for the host
+    # tmp_path/home/.cache/zcorch/scratch. Every run lasts its `duration` (long enough for the host
     # CPU view), and the summary labels no interval.
     exp = os.path.join(REPO, "experiments", "quickstart.yaml")
     assert "/tmp" not in open(exp).read()
@@ -221,7 +221,7 @@ def test_quickstart_runs_end_to_end(tmp_path, tag):
 
 
 # The quick start as it was when the {scratch} bug was found: every send mode, file sources and sinks in
-# {scratch}, here with 4 MiB per run and one repeat (the shipped quick start now keeps no file: issue 20).
+# {scratch}, here with 4 MiB per run and one repeat (the shipped quick start keeps no file).
 SCRATCH_QUICKSTART = """\
 name: quickstart-small
 hosts: localhost
@@ -397,7 +397,7 @@ def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_ba
 
 @pytest.mark.parametrize("sig, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT (Ctrl-C)")])
 def test_the_run_in_progress_records_the_signal_that_interrupted_it(tmp_path, tag, sig, name):
-    """Issue 23 item 22: SIGTERM was recorded as "interrupted by the user (SIGINT)"."""
+    """SIGTERM must not be recorded as "interrupted by the user (SIGINT)"."""
     exp = write_exp(tmp_path, bytes="512MiB", timeout="60s", repeats=3)
     out = tmp_path / "rs"
     p = start_zcorch(tag, "run", exp, "-o", out)

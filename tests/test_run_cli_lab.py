@@ -64,7 +64,7 @@ def test_sigkilled_controller_leaves_no_worker_and_resume_completes(lab, tmp_pat
     assert lab_workers(lab) == []
 
 
-# -- filesystems (issue 6) ------------------------------------------------------------------------
+# -- filesystems --------------------------------------------------------------------------------
 FS_CONFIGS = {name: SMALL_CONFIGS[name] for name in ("ext4-loop", "ext4-nodelalloc", "xfs-stripe", "btrfs-raid0")}
 
 
@@ -282,7 +282,7 @@ def test_scratch_resolves_to_each_hosts_own_home_inside_its_mount_namespace(lab,
     assert lab_workers(lab) == []
 
 
-# -- back-to-back sweeps (issue 8) -----------------------------------------------------------------
+# -- back-to-back sweeps -------------------------------------------------------------------------
 def test_a_second_sweep_right_after_the_first_runs(lab, tmp_path):  # noqa: F811
     """Nightly jobs run experiment files in a row: the first sweep's iperf3 server leaves port 5201 in
     TIME_WAIT on the receiver, and the next sweep's preflight must not take that for a listener."""
@@ -294,7 +294,7 @@ def test_a_second_sweep_right_after_the_first_runs(lab, tmp_path):  # noqa: F811
         assert all_ok_once(out)
 
 
-# -- one sweep per receiver (issue #5) -------------------------------------------------------------
+# -- one sweep per receiver -----------------------------------------------------------------------
 def test_a_sweep_on_a_receiver_another_controller_holds_is_refused(lab, receiver, tmp_path):  # noqa: F811
     """This test process is the other controller: it holds the receiver's lease over its own SSH
     connection, as a running sweep does."""

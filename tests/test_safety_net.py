@@ -1,6 +1,6 @@
-"""Issue 23's network-safety items that need no lab: an ssh config's `Match exec` runs only when allowed
-(item 20), the network state file is acted on only when it is private (item 8), MTUs that would delete
-a link's addresses (item 10), and the signal guard of a sweep's teardown (item 12) in a real process."""
+"""The network-safety checks that need no lab: an ssh config's `Match exec` runs only when allowed, the
+network state file is acted on only when it is private, MTUs that would delete a link's addresses, and the
+signal guard of a sweep's teardown in a real process."""
 import json
 import os
 import signal
@@ -18,7 +18,7 @@ from zcorch.worker import netcfg
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-# -- item 20: Match exec ---------------------------------------------------------------------------
+# -- Match exec ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("line", ['Match exec "touch {mark}"', 'match !exec "touch {mark}"',
                                   'MATCH host box exec "touch {mark}"', 'Match=exec "touch {mark}"',
@@ -49,7 +49,7 @@ def test_a_config_without_exec_criteria_is_read_as_before(tmp_path):
     assert ssh.resolve_target(HostSpec(ssh="box", data_address="10.1.2.3", ssh_config=str(cfg))).hostname == "127.0.0.1"
 
 
-# -- item 8: the state file --------------------------------------------------------------------------
+# -- the state file --------------------------------------------------------------------------------
 
 def _state(tmp_path, file_mode=0o600, dir_mode=0o700):
     """A state directory recording this machine's current tcp_rmem (restoring it would change nothing)."""
@@ -108,7 +108,7 @@ def test_a_private_state_file_is_restored_and_removed(tmp_path):
     assert not path.exists()
 
 
-# -- item 10: an MTU that deletes addresses ------------------------------------------------------------
+# -- an MTU that deletes addresses -----------------------------------------------------------------
 
 def test_an_mtu_below_what_the_link_addresses_need_is_named():
     v6 = {"inet": ["10.0.0.1"], "inet6": ["fe80::1"]}
@@ -119,7 +119,7 @@ def test_an_mtu_below_what_the_link_addresses_need_is_named():
     assert "68" in netcfg.mtu_problem("eth1", 60, {"inet": ["10.0.0.1"]})
 
 
-# -- item 12: signals during a teardown ----------------------------------------------------------------
+# -- signals during a teardown ---------------------------------------------------------------------
 
 GUARDED = textwrap.dedent("""
     import os, signal, sys, time
@@ -169,7 +169,7 @@ def test_without_a_teardown_a_signal_interrupts_as_before():
     assert signal.SIGTERM  # (the first signal raised KeyboardInterrupt: the except branch ran)
 
 
-# -- items 2, 9, 19: the network lease (the lab tests run it between controllers) ---------------------
+# -- the network lease (the lab tests run it between controllers) ----------------------------------
 
 def test_the_network_lease_excludes_a_changing_sweep_shares_between_others_and_wants_a_private_directory(tmp_path):
     from zcorch.errors import PreflightError

@@ -51,7 +51,7 @@ def test_quickstart_covers_every_send_mode_with_compatible_receive_modes():
     pairs = {(c.params["send_mode"], c.params["recv_mode"]) for c in plan.cells}
     assert {s for s, _ in pairs} == {"write", "sendfile", "splice", "vmsplice", "msg_zerocopy"}
     assert len(pairs) == len(plan.cells) == 10
-    # runs long enough for the host CPU view (issue 20): a time, not a byte count
+    # runs long enough for the host CPU view: a time, not a byte count
     assert all(c.params["duration"] >= 1.0 and c.params["bytes"] is None and c.params["buffer"] == 128 << 10
                for c in plan.cells)
     from zcorch.plan import estimate

@@ -1,5 +1,5 @@
-"""Each shipped study's published figures paired with the cell or baseline of the matching configuration
-(issue 22): the figures and claims of experiments/*.yaml, evaluated on real result sets
+"""Each shipped study's published figures paired with the cell or baseline of the matching configuration:
+the figures and claims of experiments/*.yaml, evaluated on real result sets
 (tests/data/filesystems-small: four loop-device filesystems with a dd baseline on each, recorded as root) or
 checked against the study's expanded plan. What is asserted is *which* measurement stands next to each
 published number, not that the number appears."""

@@ -1,9 +1,9 @@
-"""The worker judges what a source, sink or command file is on its own host (issue 23, items 5, 6).
+"""The worker judges what a source, sink or command file is on its own host.
 
 Real worker processes (`python -m zcorch.worker`) and real files, links and loop devices. A path with a link
 in any component is refused as such (ELOOP: the worker follows none, tests/safety/test_safety_openat.py); a
 path that names a kernel file or a device itself is refused on what was opened (EPERM), before any byte moves,
-so nothing on this machine changes even where the old worker wrote."""
+so nothing on this machine changes."""
 from __future__ import annotations
 
 import os

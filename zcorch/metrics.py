@@ -191,7 +191,6 @@ DIRECTED: "tuple[str, ...]" = tuple(m.name for m in ANALYSIS_METRICS if m.direct
 # What a published figure can be written in (zcorch.config.reference): metrics whose unit zcorch.units converts.
 QUANTITIES: "tuple[str, ...]" = tuple(m.name for m in ANALYSIS_METRICS if m.quantity)
 RATES: "frozenset[str]" = frozenset(m.name for m in ANALYSIS_METRICS if m.rate)
-EXTENSIVE: "frozenset[str]" = frozenset(m.name for m in ANALYSIS_METRICS if m.extensive)
 TOTALS: "tuple[AnalysisMetric, ...]" = tuple(m for m in ANALYSIS_METRICS if m.side == "total")
 # The default figures of zcorch.summarize: throughput and each side's process CPU per GiB.
 SUMMARY: "tuple[str, ...]" = ("mb_s", "gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib")

@@ -1,75 +1,14 @@
 """The newest night of a cell against the spread of its nightly levels: the one decision behind `zcorch
 history` (its table, plots and JSON) and `zcorch history --check`.
 
-Why nights and not runs: nights differ more than runs within a night do (another boot, another page
-cache, another neighbour on the machine). Testing the newest night's runs against the pooled runs of
-earlier nights, as `zcorch compare` tests two sets, ignores that spread: on this machine it raised 15–19
-false alarms per 100 series-nights (benchmarks/bench_detector.py). So here a night is one number, the
-median of its ok runs, and its noise is how much earlier nights' medians spread:
-
-- **baseline**: the earlier nights of the stable segment the newest one is held against (`stable_baselines`:
-  the change-point fit of zcorch.analysis.steps says where levels change); **level** = the mean of their
-  medians;
-- **nightly spread** σ: the sd of those medians (numpy, ddof 1), never below the baseline nights' typical
-  sampling sd (their medians cannot spread less than their own intervals say) nor below steps.FLOOR_REL of
-  the level. A night further than REJECT_MADS robust sds (the MAD of the medians scaled to a normal sd,
-  scipy.stats.median_abs_deviation(scale="normal")) from their median is left out of the level and the
-  spread first (from REJECT_FROM baseline nights on: the MAD of fewer is too unsure a judge; 5 normal
-  nights would lose one too often and alarm 7% instead of 5%; and at most one night in REJECT_FROM: more
-  "wild" nights mean lumpy nights, a machine with a few states, whose MAD would keep one state and a
-  fraction of the spread): one wild night does not blind the detector for as long as it stays in the segment, and
-  normal nights are almost never left out (0.2% of the nights of baselines of 15), so the t distribution below
-  still holds. (The MAD itself as the spread was tried: it is robust but worth only 37% as many nights,
-  and caught a 6σ drop after 8 nights in 31% of series where this catches it in 92%.);
-- **the judged nights**: the newest one, and the mean of the newest two and three (a step is judged on its
-  first night alone, and on its second and third night with their average, whose noise is σ/√2 and σ/√3: a
-  step smaller than one night's spread is still caught within three nights; no window reaches back over
-  a segment between the baseline's and the newest night's, a one-night spike the fit cut off). A judged night whose own
-  interval is wider, relative to its median, than EXCESS_FROM times the baseline's typical one (a night
-  that did not converge) adds the difference, taken at the baseline's level (relative: a night 4x higher has a 4x wider
-  interval with the same precision, and must not hide its rise behind it);
-- **statistic**: the prediction of a new night from k baseline nights, T = (judged − level) /
-  √(σ²·(1/w + 1/k) + extra), w judged nights; one-sided p in the direction of the change from Student's t
-  with k − 1 degrees of freedom (scipy.stats.t: exact for normal nights), divided by the window's share of
-  alpha, WINDOW_WEIGHTS (weighted Bonferroni: 0.1 for the newest night, 0.1 for the newest two, 0.8 for the
-  newest three; the shares of the windows judged are scaled to sum to 1; equal shares on a baseline shorter
-  than WEIGHTED_FROM nights, often a level the fit cut where the newest nights differ, on whose lumpy nights
-  most of alpha on three nights alarmed 1.75% of nights at alpha 0.01), so that alpha bounds the false
-  alarms of a night with no change (tests/test_detector.py simulates it). Why most of alpha on three nights:
-  within three nights the mean of the three is the most powerful statistic, and a step the size of the
-  nightly spread is caught only by it; the two short windows keep a gross step caught on its first night.
-  Equal shares (plain Bonferroni) caught 34% of steps of 1.16 nightly sds within 3 nights where these catch
-  39% (known spread, 1 false alarm in 100 nights; the bound of any rule is 55%, docs/nightly.md);
-- **detectable change** (`detectable_pct`): the smallest change, in % of the level, the window would find
-  significant with 80% power, (t_{1−α', dof} + t_{0.8, dof}) × SE / level × 100 with α' = alpha × the
-  window's share and SE the denominator of T; `needs` says what would bring it within the threshold;
-- **verdict** (zcorch.analysis.gate.cell_verdict): `regressed` / `improved` beyond the threshold with p < alpha; `cannot tell`
-  beyond it without; within it `unchanged` only when the detectable change is within the threshold too,
-  else `cannot tell` (a noisy cell that did not move is not shown to be unchanged). Of a cell's windows the
-  first bad one is reported, else an improved one, else the first beyond the threshold (cannot tell), else
-  the most sensitive (smallest detectable change: the cell is unchanged when that one could see the threshold).
-  A regression is reported as long as the newest night stays below the stable level before its change
-  point, "since" the first night of the change.
-
-A level shorter than SHORT_LEVEL nights is held to at least the spread successive nights of the whole
-earlier history show (`moving_range_spread`): a fit that cut a lumpy history where a few nights happened to
-land high leaves a short level whose own spread is a fraction of the machine's (docs/nightly.md).
-
-A level younger than MIN_NIGHTS nights (after a change point, real or found in noise) borrows the spread
-its cell's nights show at its other levels (`pooled_spread`: relative to each level, pooled, with its degrees
-of freedom), when they have at least MIN_NIGHTS − 1 of them: how much nights spread belongs to the machine and
-the cell, not to one level. Judging such a level runs against runs raised 7 of 8 false alarms of this
-machine's write->read series.
-
-Fewer than MIN_NIGHTS baseline nights and nothing to borrow (a new series) tell no spread: the newest night's runs are then judged against the
-baseline nights' runs as `zcorch compare` judges two sets (zcorch.analysis.compare.judge: threshold and
-two-sided Mann–Whitney U), and its `method` says so ("runs"): that rule ignores the nightly spread and
-alarms more often (benchmarks/bench_detector.py prints how often), but a new nightly job still catches a
-gross regression in its first nights. `zcorch compare A B` keeps that rule: two sets carry no nightly spread.
-Its detectable change is the one compare's judgement states (zcorch.analysis.stats.detectable_change_pct).
-
-Pure functions of per-night medians, interval sds and ok runs: benchmarks/bench_detector.py calls `judge_newest`
-exactly as zcorch.analysis.history does.
+Nights differ more than runs within a night do (another boot, page cache, neighbour), so a night is one
+number, the median of its ok runs, judged against the mean and spread of the earlier nights of its stable
+segment (zcorch.analysis.steps finds the segments): the newest night and the mean of the newest two and
+three, by Student's t with alpha shared by WINDOW_WEIGHTS; a verdict by zcorch.analysis.gate.cell_verdict.
+A short level borrows the spread of the cell's other levels; with nothing to borrow the newest night's runs
+are judged as `zcorch compare` judges two sets ("runs"). The rule, its constants and why each was chosen
+are in docs/nightly.md ("The check", "How often it is wrong"); benchmarks/bench_detector.py measures it.
+Pure functions of per-night medians, interval sds and ok runs.
 """
 from __future__ import annotations
 

@@ -1,52 +1,11 @@
 """`zcorch export ROOT DEST`: every result set under ROOT as one hive-partitioned Parquet dataset.
 
-What query engines (DuckDB, Spark, Trino, polars, pandas) read without zcorch, and what `zcorch history
-DATASET` / `zcorch compare --dataset DATASET` read through DuckDB instead of loading every result set.
-Layout (format version in DEST/dataset.json; zcorch.analysis.dataset reads it):
-
-    DEST/dataset.json                                  {"format": "zcorch-dataset", "format_version", "tables",
-                                                        "sets": {set_id: {"path", "sha256", "partition", "part"}}}
-    DEST/<table>/experiment=<name>/date=<YYYY-MM-DD>/part-<batch>.parquet
-
-Tables (each with `set_id`, `pair`, `kernel`, `revision` as columns; `experiment` and `date`, the UTC day the
-set was created, are the partitions and not stored in the files, as Spark and Trino expect):
-
-- `sets`: one row per result set: its path, status, created/finished, hosts, zcorch version, run counts,
-  what its plan asked for (`planned`, `planned_ok`, `cells_planned`, `cells_short`: zcorch.analysis.gate's
-  completeness), its linked axes and its manifest (JSON text);
-- `runs`: one row per run, the frame zcorch.load returns (parameters, metrics, derived columns) minus `sweep`,
-  in the declared schema (zcorch.analysis.dataset.RUN_SCHEMA: every column of the parameter, worker metric,
-  analysis metric and run-record tables at its declared type, null where a set has none); a column none of
-  them declares as JSON text (listed in dataset.json `json_columns`), a linked axis's labels as text;
-- `baselines`: one row per baseline record: kind, status, reason, host, started, gbit_s, mb_s, and its key
-  and result as JSON text;
-- `hosts`: one row per set and role (controller, sender, receiver): hostname, kernel release and version,
-  CPU model and count, memory, MTU, link speed, interface kind, boot id, and the whole entry as `facts`.
-
-Every file of a table has one schema, the declared one, whatever the sets exported held and in whatever order
-(one batch, incrementally, `run --export`): a reader that takes the first file's schema (pandas, Spark without
-mergeSchema) misses nothing and types nothing by chance. An undeclared column a batch brings has the older files
-rewritten with it (null); a dataset of an older declared schema (dataset.json `schema_version`) is widened to
-this one by the next export, and said.
-
-Incremental: a set is keyed by its identity (`set_id`: a hash of what its manifest says from its creation on,
-set_identity; a copy of it elsewhere is the same set) and exported again only when its content hash (SHA-256
-of its manifest, plan, meta, runs and baselines files) changed: its old rows are then removed. A set still
-running is skipped (exported by a later export).
-
-Concurrent and atomic: any number of exports (one controller each, on one machine or several sharing DEST over
-NFS) may write one DEST at once. Each reads its sets without a lock, then takes DEST/.export.lock (flock:
-released by the kernel however its holder dies) and, holding it, reads dataset.json again, writes each set
-dataset.json does not already list with the same content (another export's set is not written twice), as
-part files staged under hidden temporary names and renamed into place (never through a link:
-zcorch.results.setfiles) in the order runs, baselines, hosts, sets, and dataset.json last. So a reader going by
-dataset.json (zcorch) sees whole sets only; a reader globbing the files (DuckDB, Spark, Trino) sees hidden
-temporaries never (`*.parquet` and Hive's rules skip dot-files) and sees a set's `sets` row only once its
-other rows are in place: joined on `sets` it sees whole sets even at the moment of a crash between renames.
-A crash leaves temporaries or part files dataset.json does not list, which the next export removes (under
-the lock, where nobody else writes). A first export that died before any dataset.json leaves a DEST the next
-one recognises as such (its lock, partition directories of part files: zcorch.analysis.export_dest.
-dead_first_export) and writes into; a DEST with anything else in it stays refused.
+What query engines read without zcorch, and what `zcorch history DATASET` / `zcorch compare --dataset`
+read through DuckDB (zcorch.analysis.dataset) instead of loading every result set. Tables sets, runs,
+baselines and hosts, partitioned by experiment and date, each file in the one declared schema. A set is
+exported again only when its content hash changed; exports may run at once: each writes under
+DEST/.export.lock, part files renamed into place, dataset.json last, so a reader sees whole sets only.
+Layout, schema and the concurrency rules: docs/dataset.md and docs/architecture.md ("Result dataset").
 """
 from __future__ import annotations
 
@@ -71,7 +30,7 @@ import pyarrow.parquet as pq
 from zcorch import __version__
 from zcorch.analysis import dataset as layout
 from zcorch.analysis.export_dest import MANIFEST_TMP, dest_problem
-from zcorch.analysis.frames import LINKED_ATTR, load_baselines, read_meta
+from zcorch.analysis.frames import LINKED_ATTR, load_baselines
 from zcorch.analysis.gate import completeness
 from zcorch.analysis.history import find_result_sets, host_pair, open_sweep
 from zcorch.config.checks import NAME_RE
@@ -92,7 +51,6 @@ class ExportResult:
     exported: List[str] = field(default_factory=list)     # set paths written (new or changed)
     unchanged: int = 0                                     # sets already exported with the same content
     skipped: List[str] = field(default_factory=list)      # why a set was not exported
-    removed_orphans: int = 0
     notes: List[str] = field(default_factory=list)        # sets not written again: the same set seen elsewhere
 
     def line(self) -> str:
@@ -452,7 +410,7 @@ def export_results(root: "str | os.PathLike", dest: "str | os.PathLike",
         if problem:
             raise ResultsError(problem)
         doc = _read_doc(dest)
-        result.removed_orphans = _remove_orphans(dest, doc)
+        _remove_orphans(dest, doc)
         _upgrade(dest, doc, result)
         _write_sets(dest, doc, read, result)
     finally:
@@ -610,15 +568,13 @@ def _drop_sets(dest: Path, doc: dict, set_ids: List[str]) -> None:
         del doc["sets"][s]
 
 
-def _remove_orphans(dest: Path, doc: dict) -> int:
+def _remove_orphans(dest: Path, doc: dict) -> None:
     """Part files dataset.json does not list (an export that died before writing it) and stale temporaries (of
     part files, and of dataset.json): under the lock, so none is another export's work in progress."""
     listed = {f for t in layout.TABLES for f in _files(doc, t)}
-    removed = 0
     for name in os.listdir(dest):
         if MANIFEST_TMP.fullmatch(name) and os.path.isfile(dest / name) and not os.path.islink(dest / name):
             os.unlink(dest / name)
-            removed += 1
     for t in layout.TABLES:
         top = dest / t
         if not top.is_dir() or top.is_symlink():
@@ -628,5 +584,4 @@ def _remove_orphans(dest: Path, doc: dict) -> int:
                 rel = os.path.relpath(os.path.join(dirpath, name), dest)
                 if rel not in listed and (name.endswith(".parquet") or name.endswith(".tmp")):
                     os.unlink(os.path.join(dirpath, name))
-                    removed += 1
-    return removed
+        

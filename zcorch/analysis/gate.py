@@ -254,12 +254,6 @@ def _decide(regressed: List[str], incomplete: List[str], ok_reason: str,
     return Gate(EXIT_OK, f"{ok_reason}; {sees(worst)}" if judged else ok_reason, worst)
 
 
-def history_gate(experiments: Sequence) -> Gate:
-    """The gate of `zcorch history --check` over zcorch.analysis.history's ExperimentHistory list: the
-    newest sweep of every experiment against its stable level."""
-    return _combine([_experiment_parts(exp) for exp in experiments], len(experiments))
-
-
 def experiment_gates(experiments: Sequence) -> "tuple[Gate, dict]":
     """(the gate of them all, {experiment name: its own gate}), each experiment's files read once: what the
     history page heads itself and each experiment with."""

@@ -29,7 +29,6 @@ from zcorch.units import format_size
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import linked_axes, summarize, varying_params
 
-MAX_SLICES = 6
 MAX_PANELS = 12
 SIZE_PARAMS = SIZE_KEYS  # format_value (zcorch.params) is the one every stage uses
 

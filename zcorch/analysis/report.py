@@ -422,18 +422,6 @@ def reproduction_section(experiment_text: str, path: str, df: pd.DataFrame,
             "claim_header": rp.CLAIM_HEADER, "claims": rp.claim_table(claims), "counts": rp.verdict_counts(claims)}
 
 
-def reproduction_markdown(path) -> str:
-    """The Reproduction section of a result set as Markdown (`zcorch report DIR --format markdown`)."""
-    d = result_dir(path)
-    manifest = read_manifest(d)
-    exp_file, text = read_experiment_text(d, manifest)
-    ref = reference_of(text or "", str(exp_file))
-    if ref is None:
-        raise ConfigError(f"{exp_file}: the experiment has no `reference:` section: there is no published study "
-                          "to compare this result set with (docs/experiment-files.md, Reference)")
-    return rp.markdown(ref, load(d), load_baselines(d), manifest.get("name") or d.name, rp.host_facts(read_meta(d)))
-
-
 def _declared_views(text: str, path: str) -> tuple:
     """The experiment's `report:` views; () when it has none or they cannot be read (the default view then)."""
     try:

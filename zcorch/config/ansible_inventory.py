@@ -176,7 +176,7 @@ def json_problem(text: str) -> Optional[str]:
     brackets counted."""
     if len(text) > JSON_MAX_BYTES:
         return f"larger than {JSON_MAX_BYTES >> 20} MiB"
-    depth = deepest = 0
+    depth = 0
     # a string (its closing quote optional: an unterminated one is consumed once, linear), or a bracket
     for m in re.finditer(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[{]|[\]}]', text):
         c = m.group()

@@ -19,18 +19,8 @@ experiment file (which is copied into each result set), an inventory may give `i
 `known_hosts` and `ssh_config` relative to its own directory: they are made absolute here, and the result
 set records the absolute paths.
 
-`select_pairs(spec, label)` reads `FILE:PAIR1,PAIR2...` or `FILE:all` (the fleet form) and returns the
-Inventory and the chosen pairs in the order given (all: file order); `is_fleet_spec(spec)` says whether a
---hosts value is that form. Another inventory format (an Ansible reader) only has to produce an `Inventory`.
-
-`complete_spec(prefix)` answers the shell's <TAB> after `--hosts FILE:` with the file's pair names.
-
-`select(spec, label)` reads `FILE[:PAIR]` (the --hosts value or ZCORCH_HOSTS) and returns the chosen
-`InventoryPair`: PAIR, or the only pair, or the first in the file. `from_environment(flag, environ)` is
-the rule the command line applies: the flag wins over ZCORCH_HOSTS.
-
-An Ansible inventory (its YAML or INI file, or the JSON `ansible-inventory --list` prints) is read instead by
-zcorch.config.ansible_inventory, into the same Inventory.
+An Ansible inventory (YAML, INI, or `ansible-inventory --list` JSON) is read by
+zcorch.config.ansible_inventory into the same Inventory.
 """
 from __future__ import annotations
 
@@ -155,7 +145,7 @@ def parse_inventory(text: str, path: str, sha256: str = "") -> Inventory:
                                                    "selects every pair; rename this one")
                 continue
             if isinstance(child, ys.YMap) and SHARES_KEY in child.entries:
-                spos, snode = child.entries[SHARES_KEY]
+                _, snode = child.entries[SHARES_KEY]
                 names = _share_names(chk, snode, f"pairs.{name}.{SHARES_KEY}")
                 if names:
                     shares[name] = names

@@ -1,45 +1,10 @@
-"""The `reference:` section: what a published study reported, next to which zcorch measures the same cells.
+"""The `reference:` section: what a published study reported (source, setup, baselines, figures, claims),
+next to which zcorch measures the same cells (docs/experiment-files.md, "Reference: the published study").
 
-    reference:
-      source: {title: "...", author: "...", date: "2006-11-16", url: "https://...", venue: "linux-kernel"}
-      setup: >-                           # the study's own machines and settings, in its words
-        two dual Opteron hosts, Myri-10G back to back, MTU 9000 ...
-      bytes: 16GiB                        # what the study moved per transfer: published totals (times,
-                                          # faults) are compared per byte when a run moves another amount
-      baselines:                          # the study's ceilings, each mapped to the zcorch baseline it stands for
-        iperf3: {value: 6.9 Gbit/s, command: "iperf -w 1M -l 64K"}
-        dd_write: {value: 465-520 MB/s, command: "sync; time { dd if=/dev/zero of=./zero bs=32k count=512k; sync; }"}
-        dd_read: {value: 950 MB/s}
-        "command:nc": {value: 502 MB/s, command: "an FTP get"}   # a command baseline of `baselines.commands`
-      figures:                            # published numbers, one cell each
-        - {label: "C) file -> 1) /dev/null", match: {send_mode: splice, sink: /dev/null}, metric: mb_s,
-           value: 854 MB/s}
-        - {label: "dd into ext4", of: dd_write, match: {filesystem: ext4-delalloc}, metric: mb_s,
-           value: 278 MB/s}               # a figure of a baseline: zcorch's dd on the same filesystem
-      claims:                             # findings in a form a run can check
-        - says: "splice is the fastest way to send a file"
-          metric: mb_s
-          a: {send_mode: splice, sink: /dev/null}
-          b: {send_mode: write, sink: /dev/null, source: {not: /dev/zero}}
-          holds_if: a > b                 # or a < b, a <= 0.5 * b, a >= 2 * b
-
-`of: KIND` (a figure or a claim): the study's number is what zcorch's baseline KIND (dd_write, dd_read,
-iperf3 ...) measures, not a transfer: it is paired with this run's records of that kind on the configuration
-the match selects, i.e. with the same values of the kind's match keys (dd: the cell's `filesystem`), never
-with another filesystem's records nor a median across them. Such a match may select several cells as long
-as they agree on those keys.
-
-A `match:` maps parameter names to a value (`send_mode: splice`), a list of values (any of them) or
-`{not: value-or-list}` (none of them); values are written and compared as in `params:` (64KiB = 65536).
-Every other match selects exactly one cell of the experiment: zcorch.plan checks that against the expanded
-cells (`reference_problems`), an error for the file as written, a warning when `--set` reduced the run
-(the report then shows the figure or claim as not measured by this run).
-
-Metrics: every metric of zcorch.metrics whose unit is a quantity (`METRICS`): the analysis columns `gbit_s`,
-`mb_s`, `send_cpu_s_per_gib`, `send_host_busy_s_per_gib`, ... and every worker metric with its side,
-`send_stime_us`, `recv_wall_ns`, ... Quantities are a number or a range and a unit
-(zcorch.units.parse_quantity), converted to the metric's unit; an extensive metric (zcorch.metrics: a total
-over the transfer) is compared per byte when the study moved another amount.
+A figure or claim `match:`es exactly one cell (zcorch.plan checks it: `reference_problems`), or with
+`of: KIND` a baseline kind's records on the configuration it selects. Values are quantities converted to
+the metric's unit (zcorch.units.parse_quantity); an extensive metric is compared per byte when the study
+moved another amount.
 """
 from __future__ import annotations
 

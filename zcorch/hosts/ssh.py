@@ -1,14 +1,5 @@
 """SSH hosts: the Host interface over one persistent paramiko connection per host.
 
-Public API:
-    open_hosts(hosts: Hosts, accept_new_host_keys=False, allow_config_exec=False) -> {"sender", "receiver"}
-    connect(spec: HostSpec, name, accept_new_host_keys=False, connect_timeout=10.0, allow_config_exec=False)
-    SSHHost.run / start / put_file / put_bytes / close   (see zcorch.hosts.local.Host); SSHHost.spec
-    resolve_target(spec: HostSpec) -> Target              (pure: ssh config + spec -> where to connect)
-
-Hosts / HostSpec are the validated `hosts:` section (zcorch.config.hosts; from plain data:
-`Hosts.from_mapping`, `HostSpec.from_mapping`).
-
 What is honoured: `ssh: [user@]host[:port]` or a Host alias; the ssh config (`ssh_config` key of the
 host spec, else ~/.ssh/config): HostName, Port, User, IdentityFile, IdentitiesOnly, UserKnownHostsFile,
 ProxyJump (chains, each hop resolved through the same config); known_hosts (~/.ssh/known_hosts, the

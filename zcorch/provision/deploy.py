@@ -1,16 +1,5 @@
 """Deploy the worker to a host and check the host has what a sweep needs (preflight).
 
-Public API:
-    worker_sources(source_root=None) -> {rel: local path}   the one set of files a remote host gets
-    deployed_files(source_root=None) -> list[str]  their paths as on the host (zcorch/..., native/...)
-    native_sources_dir() -> str                    zcorch/_native_src/ (wheel, sdist) or the checkout's native/
-    content_hash(sources) -> str                   what the remote build directory is keyed by
-    deploy(host, source_root=None, ...) -> WorkerHandle
-    preflight(hosts, tools=None, ports=(), handles=None) -> dict   raises PreflightError
-    prepare(hosts, tools=None, ports=(), modes=None) -> dict[str, WorkerHandle]
-                                                  preflight + deploy + version and mode check
-    mode_problems(where, info, needed) -> list[str]   the modes a host's `worker info` says it cannot run
-
 Remote hosts (SSHHost): the files are uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there
 with `PYTHON native/build.py --out DIR` (the host's `python`, cffi, the host's own compiler), checked,
 marked complete and renamed to `<workdir>/worker-<hash>/` (`zcorch.worker.remote finalize`). A directory with the marker is reused as is, so

@@ -4,16 +4,8 @@ The `filesystems:` section names configurations; the `filesystem` parameter pick
 `{filesystem}` in `sink` becomes its mountpoint. Entries are parsed and checked, with every rule, by
 `zcorch.config.filesystems` (`FilesystemConfig`); this module only builds and removes them.
 
-API for the runner (all work happens on the receiver through `Host.run(argv)`, local or SSH)::
-
-    fsman = FilesystemManager(host, configs, state_dir, dry_run=False, log=print)
-    fsman.preflight(names=None) -> list[str]   # problems (missing mkfs.xfs, no md, device refused...), [] if fine
-    fsman.ensure(name) -> str                  # mountpoint; provisions on the first call (dry run: logs only)
-    fsman.release(name) -> None                # tear one configuration down (after its last cell)
-    fsman.teardown_all() -> None               # everything this manager created; idempotent; call in finally
-    fsman.describe(name) -> dict               # for meta.json["filesystems"][name]
-    fsman.plan_commands(name) -> list[list[str]]   # every provisioning command, for --dry-run
-    FilesystemManager.cleanup_stale(host, state_dir, log=None) -> list[str]   # undo a killed controller's leftovers
+All work happens on the receiver through `Host.run(argv)` (local or SSH); `FilesystemManager` provisions a
+configuration on its first `ensure(name)`, `release`s it after its last cell and `teardown_all()`s on exit.
 
 - `configs` is `Experiment.filesystems`: {name: FilesystemConfig} (from plain data:
   `zcorch.config.filesystems.filesystems_from_mapping`). An undefined name makes `ensure()` raise ConfigError.

@@ -2,14 +2,9 @@
 
 The `networks:` section names configurations (zcorch.config.networks: mtu, congestion, sysctls); the
 `network` parameter picks one per cell (null: the hosts are left as they are). The plan runs the cells of
-one network together (zcorch.plan), so each is applied once per group::
-
-    netman = NetworkManager(hosts, python, configs, exp.hosts, dry_run=False, log=print)
-    problems = netman.preflight(names)    # opt-in, root, the data link, sysctls and congestion controls exist;
-                                          # a killed sweep's leftovers are restored first (warnings)
-    facts = netman.ensure("jumbo")        # restores the previous configuration, applies this one
-    netman.run_facts()                    # what each run record's "network" says: mtu, congestion, sysctls
-    netman.restore()                      # the hosts as they were (also teardown_all(), on every exit path)
+one network together (zcorch.plan), so each is applied once per group: `NetworkManager.ensure(name)`
+restores the previous configuration and applies this one; `teardown_all()` puts the hosts back on every
+exit path.
 
 Everything on a host runs through zcorch.worker.netcfg with the host's own python (argv, no shell):
 the *data link* is the interface of the route to the other host's data address (`ip -j route get`), on

@@ -126,9 +126,6 @@ def cell_cpu_resolution(verdicts) -> str:
     return f"{worst} ({len(flagged)}/{len(verdicts)} runs)"
 
 
-ZC_VERDICTS = ("zero-copy", "copied", "partly copied (N%)", "n/a")  # of the send side; zc_label adds the receive
-
-
 def zc_verdict(completions, copied) -> str:
     """Was it zero-copy? From the kernel's completion reports (zc_completions / zc_copied, any mode with
     the `zc_completions` capability): `n/a` without reports (other modes, nothing sent), `zero-copy` when

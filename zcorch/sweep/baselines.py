@@ -9,13 +9,12 @@ from __future__ import annotations
 import signal
 import socket
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 
 from zcorch.config.baselines import dd as dd_kind
-from zcorch.config.baselines import iperf3 as iperf3_kind
 from zcorch.config.baselines.dd import (DdBaseline, dd_directory, dd_key, parse_dd_stderr,  # noqa: F401
                                         parse_dd_wrapper)
-from zcorch.config.baselines.iperf3 import Iperf3Baseline, parse_iperf3_json  # noqa: F401
+from zcorch.config.baselines.iperf3 import parse_iperf3_json  # noqa: F401
 from zcorch.config.baselines.kind import BaselineError, ServerClientKind, Tool  # noqa: F401
 from zcorch.config.baselines.registry import BY_RECORD
 from zcorch.hosts.local import Host
@@ -25,13 +24,6 @@ from zcorch.results.store import utc_now
 SERVER_BUSY_WAIT = 60.0            # s to wait for a port another sweep's test holds (plus one test)
 LISTEN_WAIT_S = 10.0               # for a server's ready line
 CLIENT_MARGIN_S = 30.0             # a client's timeout: its test plus this
-# iperf3's names, as before the registry (tests and scripts use them)
-IPERF3_PORT = iperf3_kind.PORT
-IPERF3_BUSY_WAIT = SERVER_BUSY_WAIT
-IPERF3_IDLE_TIMEOUT = iperf3_kind.IDLE_TIMEOUT
-IPERF3_ZEROCOPY = iperf3_kind.ZEROCOPY
-iperf3_server_argv = iperf3_kind.server_argv
-iperf3_client_argv = iperf3_kind.client_argv
 
 
 def _record(kind: str, key: dict, host: Host, started: str, result: Optional[dict] = None,
@@ -135,19 +127,6 @@ def _wait_listening(kind: ServerClientKind, server: Any, receiver: Host) -> Opti
             return f"{kind.name} server on {receiver.name} exited: {server.stderr_text().strip()}"
         if kind.ready_marker.lower() in line.lower():
             return None
-
-
-def iperf3_keys(cfg: Iperf3Baseline, params_list: Sequence[dict]) -> List[dict]:
-    """The (window, buffer, zerocopy) combinations to measure: per distinct cell pair, or once."""
-    return iperf3_kind.KIND.keys(cfg, params_list)
-
-
-def iperf3_commands(cfg: Iperf3Baseline, receiver_addr: str, key: dict, port: int) -> tuple:
-    return iperf3_kind.KIND.commands(cfg, key, receiver_addr, port)
-
-
-def run_iperf3(sender: Host, receiver: Host, cfg: Iperf3Baseline, key: dict) -> dict:
-    return run_server_client(iperf3_kind.KIND, sender, receiver, cfg, key)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,20 +1,10 @@
-"""`zcorch run` as a library: the whole sweep pipeline in `run_sweep()` (docs/architecture.md).
+"""`zcorch run` as a library: the whole sweep pipeline in `run_sweep()`, its stages in `STAGES` order.
 
-Stages, in order: load and plan the experiment; open the result set (new, or --resume); open the hosts;
-preflight + deploy the worker; resolve `{scratch}`; host metadata (meta.json); the copy-cost calibration
-per host (meta.json hosts.<role>.calibration); filesystem preflight; network preflight;
-the network baselines (iperf3, qperf...); lay out missing source files; the runs (the dd baseline before the first run in each
-sink directory, filesystems provisioned around their runs); finish. The library never prints:
-progress, messages and warnings go to a `SweepObserver`; the caller shows the returned `SweepResult`.
-
-A dry run is this same pipeline on RecordingHosts (zcorch.hosts.recording): no connection is opened,
-nothing runs anywhere, no result set is written; the observer's `command()` gets every command the
-sweep would run, stage by stage (and `stage()` says which stage begins).
-
---resume DIR re-reads DIR/experiment.yaml (the document as run: the file's byte copy, or with --hosts
-or --set the effective document), skips every (cell, repeat) whose newest record is ok, and with
-`repeats: {min, max, target_ci}` every run of a cell that has converged, and runs each other one once; older records stay in runs.jsonl and the newest record per (cell, repeat) wins. Its
-hosts are the recorded ones unless `hosts` (--hosts) is given again; --set cannot change a resumed set.
+The library never prints: progress, messages and warnings go to a `SweepObserver`; the caller shows the
+returned `SweepResult`. A dry run is this same pipeline on RecordingHosts (zcorch.hosts.recording): nothing
+runs anywhere and no result set is written; the observer's `command()` gets every command the sweep would run.
+--resume DIR runs DIR/experiment.yaml again, skipping every (cell, repeat) whose newest record is ok (or
+whose cell converged); the newest record per (cell, repeat) wins.
 """
 from __future__ import annotations
 
@@ -23,6 +13,7 @@ import hashlib
 import json
 import os
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -263,8 +254,8 @@ def _open_results(exp: Any, exp_path: str, exp_bytes: bytes, plan_runs: List[dic
 # Hosts and the worker command on them
 
 class Sweep:
-    """Hosts, worker commands and interpreters for one sweep (closed by close()). info: {role: what its
-    `worker info` answered at the deploy, with what prefetch_args asked along: "metadata" (and its sink
+    """Hosts, worker commands and interpreters for one sweep (run_sweep closes the hosts). info: {role: what
+    its `worker info` answered at the deploy, with what prefetch_args asked along: "metadata" (and its sink
     path, "metadata_path"), "calibration" (the cached one, None when it must be measured)}."""
 
     def __init__(self, hosts: Dict[str, Host], worker: Dict[str, List[str]], env: Dict[str, Dict[str, str]],
@@ -273,9 +264,10 @@ class Sweep:
         self.info = info or {}
         self.net_clean = list(net_clean)   # hosts whose preflight found no network state file (nothing to restore)
 
-    def close(self) -> None:
-        for h in {id(h): h for h in self.hosts.values()}.values():
-            h.close()
+
+def _close_hosts(hosts: Dict[str, Host]) -> None:
+    for h in {id(h): h for h in hosts.values()}.values():   # one host in both roles is closed once
+        h.close()
 
 
 def cell_modes(params_list: Sequence[Dict[str, Any]]) -> Dict[str, Dict[str, List[str]]]:
@@ -317,21 +309,16 @@ def open_sweep(hosts: Dict[str, Host], cfg: Baselines,
                info_args: Optional[Dict[str, List[str]]] = None) -> Sweep:
     """Preflight the hosts, deploy and version-check the worker, and check each host can run the modes
     its cells need (`modes`, from cell_modes()); info_args (prefetch_args()): what else the version check's
-    `worker info` answers (Sweep.info). The hosts are closed on failure."""
+    `worker info` answers (Sweep.info)."""
     from zcorch.provision import deploy
 
-    try:
-        remote = not hosts["receiver"].is_local
-        # Remote hosts must have the tools of the kinds the file asks for, and their ports free; on
-        # localhost a missing tool only makes the baseline `skipped` (with the fix in the reason).
-        ports = [p for kind, conf in cfg.enabled() for p in kind.ports(conf)] if remote else []
-        tools = {role: [t for kind, conf in cfg.enabled() for t in kind.tools(conf) if role in t.roles]
-                 for role in hosts} if remote else {}
-        handles = deploy.prepare(hosts, tools=tools, ports=ports, modes=modes, info_args=info_args)
-    except BaseException:
-        for h in {id(h): h for h in hosts.values()}.values():
-            h.close()
-        raise
+    remote = not hosts["receiver"].is_local
+    # Remote hosts must have the tools of the kinds the file asks for, and their ports free; on
+    # localhost a missing tool only makes the baseline `skipped` (with the fix in the reason).
+    ports = [p for kind, conf in cfg.enabled() for p in kind.ports(conf)] if remote else []
+    tools = {role: [t for kind, conf in cfg.enabled() for t in kind.tools(conf) if role in t.roles]
+             for role in hosts} if remote else {}
+    handles = deploy.prepare(hosts, tools=tools, ports=ports, modes=modes, info_args=info_args)
     info: Dict[str, dict] = {}
     for role, handle in handles.items():
         asked = (info_args or {}).get(next(r for r in hosts if hosts[r] is hosts[role]), [])
@@ -582,7 +569,7 @@ def _record_filesystems(rs: Any, meta: Dict[str, Any], fsman: Any, names: Any, w
 def _take_leases(exp: Any, hosts: Dict[str, Host], dry_run: bool, changes: bool) -> Tuple[List[Any], Any]:
     """(network leases of both hosts, the receiver's filesystem lease or None), taken right after the hosts
     open: a sweep another one already holds is refused before it deploys or calibrates there (the live
-    sweep's measurements stay undisturbed). The hosts are closed when a lease is refused."""
+    sweep's measurements stay undisturbed). Those taken are released when a later one is refused."""
     if dry_run:
         return [], None
     from zcorch.provision import network
@@ -600,8 +587,6 @@ def _take_leases(exp: Any, hosts: Dict[str, Host], dry_run: bool, changes: bool)
         return leases, fs_lease
     except BaseException:
         network.release_leases(leases)
-        for h in {id(h): h for h in hosts.values()}.values():
-            h.close()
         raise
 
 
@@ -646,6 +631,21 @@ def _network_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str
     if problems:
         raise PreflightError("network preflight failed:\n  " + "\n  ".join(problems))
     return netman
+
+
+def _undo_networks(rs: Any, meta: Dict[str, Any], netman: Any, names: List[str], warnings: List[str]) -> None:
+    """The networks restored (the runner restores each on its way out; this covers an exit before the runs
+    started) and described in meta.json."""
+    try:
+        netman.teardown_all()
+    except ZcorchError as exc:
+        warnings.append(f"network not restored: {exc}")
+    _record_networks(rs, meta, netman, names, warnings)
+
+
+def _close_pool(pool: WorkerPool, starting: Any) -> None:
+    starting.join()
+    pool.close()
 
 
 def _record_networks(rs: Any, meta: Dict[str, Any], netman: Any, names: List[str], warnings: List[str]) -> None:
@@ -729,110 +729,98 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     for text in exp.overrides:
         observer.message(f"--set {text}")
 
-    sweep = None
-    fsman = None
-    netman = None
-    leases: List[Any] = []
-    fs_lease = None
     meta: Dict[str, Any] = {}
     warnings: List[str] = []
     recorded: List[Recorded] = []
-    ended_early = False
-    pool: Optional[WorkerPool] = None   # the runs' worker servers, started during the set-up
-    starting = None                     # the thread starting them
-    try:
-        observer.stage("hosts", _TITLES["hosts"])
-        hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded, allow_ssh_config_exec)
-        leases, fs_lease = _take_leases(exp, hosts, dry_run, bool(_networks_used(plan_runs)))
-        observer.hosts_opened(hosts)
-        observer.stage("deploy", _TITLES["deploy"])
-        # the modes of the runs still to do: one a host cannot run stops the sweep here, naming why
-        sweep = open_sweep(hosts, cfg, cell_modes(r["params"] for r in plan_runs
-                                                  if (r["id"], r["repeat"]) not in skip),
-                           prefetch_args(hosts, plan_runs, exp.calibration_max_age, recalibrate))
-        _restore_network_leftovers(exp, sweep, warnings, dry_run, observer)
-        if not dry_run and any((r["id"], r["repeat"]) not in skip for r in plan_runs):
-            # The runs' worker servers start on both hosts while the set-up goes on (a dry run records its
-            # commands in order: its runner starts them at its first run).
-            pool = WorkerPool()
-            starting = pool.start_servers_meanwhile(
-                [(sweep.hosts[role], sweep.worker[role], sweep.env[role]) for role in ("receiver", "sender")])
-        # Before anything uses a path: meta's sink probe, source layout, the dd baseline, the runs.
-        observer.stage("scratch", _TITLES["scratch"])
-        scratch_dirs = prepare_scratch(sweep, plan_runs, cfg, observer)
-        observer.stage("metadata", _TITLES["metadata"])
-        meta = collect_meta(sweep, plan_runs, scratch_dirs)
-        rs.write_meta(meta)
-        if starting is not None:
-            starting.join()   # started (or left to the first run to fail on) before anything is measured
-        observer.stage("calibrate", _TITLES["calibrate"])
-        calibrate(sweep, meta, warnings, exp.calibration_max_age, recalibrate)
-        rs.write_meta(meta, keep_previous=False)
-        observer.stage("filesystems", _TITLES["filesystems"])
-        fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer, fs_lease)
-        interrupts.left_behind("filesystems", fsman.leftovers if fsman is not None else None)
-        observer.stage("network", _TITLES["network"])
-        netman = _network_manager(exp, sweep, warnings, _networks_used(plan_runs), dry_run, observer)
-        interrupts.left_behind("network", netman.leftovers if netman is not None else None)
-        observer.stage("baselines", _TITLES["baselines"])
-        _network_baselines(rs, sweep, cfg, plan_runs)
-        observer.stage("sources", _TITLES["sources"])
-        todo = [scratch.resolve_params(r["params"], scratch_dirs) for r in plan_runs
-                if (r["id"], r["repeat"]) not in skip]
-        mine = scratch_dirs.get("sender")  # zcorch's own directory: its short laid-out files may grow
-        grow = {r["params"]["source"] for r in plan_runs if scratch.uses(r["params"].get("source"))}
-        laid, source_errors = sources.lay_out(sweep.hosts["sender"], sweep.worker["sender"], sweep.env["sender"],
-                                              sources.needed_sources(todo), observer.message,
-                                              grow={scratch.substitute(g, mine) for g in grow} if mine else ())
-        if laid:
-            meta["sources_laid_out"] = laid
-            rs.write_meta(meta, keep_previous=False)
-        observer.stage("commands", _TITLES["commands"])
-        _commands_for_sweep(rs, sweep, cfg, plan_runs, scratch_dirs, observer, dry_run)
-        observer.stage("runs", _TITLES["runs"])
-        runner = _ObservedRunner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
-                                 sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
-                                 progress=observer.run_done, before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
-                                 source_errors=source_errors, scratch=scratch_dirs, observer=observer,
-                                 allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence,
-                                 start_servers_together=not dry_run, pool=pool,
-                                 before_round=_control_hook(rs, sweep, exp, observer))
-        outcome = runner.run_sweep(plan_runs, skip)
-        warnings += runner.warnings
-    except KeyboardInterrupt:
-        outcome = SweepOutcome(status="interrupted")
-    except BaseException as exc:
-        # Whatever ends the sweep early (a user-fixable ZcorchError: interrupted; anything else, a bug:
-        # failed), the manifest gets a final status and the reason, and the exception still propagates
-        # with its traceback; the runs already written stay as they are (--resume continues them).
-        _finish_after_error(rs, "interrupted" if isinstance(exc, ZcorchError) else "failed", exc)
-        ended_early = True
-        raise
-    finally:
-        interrupts.begin_teardown()   # from here on no signal stops the teardown (zcorch.sweep.interrupts)
-        # Also after Ctrl-C or an error: the configurations provisioned so far are described in meta.json,
-        # so the report can still show them next to the runs that were kept.
-        if netman is not None:
-            try:  # the runner restores on its way out; this covers an exit before the runs started
-                netman.teardown_all()
-            except ZcorchError as exc:
-                warnings.append(f"network not restored: {exc}")
-            _record_networks(rs, meta, netman, _networks_used(plan_runs), warnings)
-        if fsman is not None:
-            _record_filesystems(rs, meta, fsman, exp.filesystems, warnings)
-        if fs_lease is not None or leases:
-            from zcorch.provision.network import release_leases
+    # Each part registers its own undo as it is set up, so the teardown is the set-up in reverse; it runs
+    # also after Ctrl-C or an error (what was provisioned so far is still described in meta.json).
+    with ExitStack() as undo:
+        # the result set's lock, when an error ends the sweep: another `zcorch run --resume` may continue it
+        undo.push(lambda exc_type, _exc, _tb: rs.close() if exc_type is not None else None)
+        undo.callback(observer.sweep_ended)
+        try:
+            observer.stage("hosts", _TITLES["hosts"])
+            hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded, allow_ssh_config_exec)
+            undo.callback(_close_hosts, hosts)
+            leases, fs_lease = _take_leases(exp, hosts, dry_run, bool(_networks_used(plan_runs)))
+            if leases or fs_lease is not None:
+                from zcorch.provision.network import release_leases
 
-            release_leases(leases + ([fs_lease] if fs_lease is not None else []), warnings)
-        observer.sweep_ended()
-        if pool is not None:   # the runner stopped them; this covers an exit before the runs started
-            if starting is not None:
-                starting.join()
-            pool.close()
-        if sweep is not None:
-            sweep.close()
-        if ended_early:
-            rs.close()   # the result set's lock: another `zcorch run --resume` may continue it now
+                undo.callback(release_leases, leases + ([fs_lease] if fs_lease is not None else []), warnings)
+            observer.hosts_opened(hosts)
+            observer.stage("deploy", _TITLES["deploy"])
+            # the modes of the runs still to do: one a host cannot run stops the sweep here, naming why
+            sweep = open_sweep(hosts, cfg, cell_modes(r["params"] for r in plan_runs
+                                                      if (r["id"], r["repeat"]) not in skip),
+                               prefetch_args(hosts, plan_runs, exp.calibration_max_age, recalibrate))
+            _restore_network_leftovers(exp, sweep, warnings, dry_run, observer)
+            pool = None
+            if not dry_run and any((r["id"], r["repeat"]) not in skip for r in plan_runs):
+                # The runs' worker servers start on both hosts while the set-up goes on (a dry run records its
+                # commands in order: its runner starts them at its first run).
+                pool = WorkerPool()
+                starting = pool.start_servers_meanwhile(
+                    [(sweep.hosts[role], sweep.worker[role], sweep.env[role]) for role in ("receiver", "sender")])
+                undo.callback(_close_pool, pool, starting)   # the runner stops them; this covers an early exit
+            # Before anything uses a path: meta's sink probe, source layout, the dd baseline, the runs.
+            observer.stage("scratch", _TITLES["scratch"])
+            scratch_dirs = prepare_scratch(sweep, plan_runs, cfg, observer)
+            observer.stage("metadata", _TITLES["metadata"])
+            meta = collect_meta(sweep, plan_runs, scratch_dirs)
+            rs.write_meta(meta)
+            if pool is not None:
+                starting.join()   # started (or left to the first run to fail on) before anything is measured
+            observer.stage("calibrate", _TITLES["calibrate"])
+            calibrate(sweep, meta, warnings, exp.calibration_max_age, recalibrate)
+            rs.write_meta(meta, keep_previous=False)
+            observer.stage("filesystems", _TITLES["filesystems"])
+            fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer,
+                                        fs_lease)
+            if fsman is not None:
+                undo.callback(_record_filesystems, rs, meta, fsman, exp.filesystems, warnings)
+            interrupts.left_behind("filesystems", fsman.leftovers if fsman is not None else None)
+            observer.stage("network", _TITLES["network"])
+            netman = _network_manager(exp, sweep, warnings, _networks_used(plan_runs), dry_run, observer)
+            if netman is not None:
+                undo.callback(_undo_networks, rs, meta, netman, _networks_used(plan_runs), warnings)
+            interrupts.left_behind("network", netman.leftovers if netman is not None else None)
+            observer.stage("baselines", _TITLES["baselines"])
+            _network_baselines(rs, sweep, cfg, plan_runs)
+            observer.stage("sources", _TITLES["sources"])
+            todo = [scratch.resolve_params(r["params"], scratch_dirs) for r in plan_runs
+                    if (r["id"], r["repeat"]) not in skip]
+            mine = scratch_dirs.get("sender")  # zcorch's own directory: its short laid-out files may grow
+            grow = {r["params"]["source"] for r in plan_runs if scratch.uses(r["params"].get("source"))}
+            laid, source_errors = sources.lay_out(sweep.hosts["sender"], sweep.worker["sender"],
+                                                  sweep.env["sender"], sources.needed_sources(todo),
+                                                  observer.message,
+                                                  grow={scratch.substitute(g, mine) for g in grow} if mine else ())
+            if laid:
+                meta["sources_laid_out"] = laid
+                rs.write_meta(meta, keep_previous=False)
+            observer.stage("commands", _TITLES["commands"])
+            _commands_for_sweep(rs, sweep, cfg, plan_runs, scratch_dirs, observer, dry_run)
+            observer.stage("runs", _TITLES["runs"])
+            runner = _ObservedRunner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
+                                     sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
+                                     progress=observer.run_done,
+                                     before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
+                                     source_errors=source_errors, scratch=scratch_dirs, observer=observer,
+                                     allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence,
+                                     start_servers_together=not dry_run, pool=pool,
+                                     before_round=_control_hook(rs, sweep, exp, observer))
+            outcome = runner.run_sweep(plan_runs, skip)
+            warnings += runner.warnings
+        except KeyboardInterrupt:
+            outcome = SweepOutcome(status="interrupted")
+        except BaseException as exc:
+            # Whatever ends the sweep early (a user-fixable ZcorchError: interrupted; anything else, a bug:
+            # failed), the manifest gets a final status and the reason, and the exception still propagates
+            # with its traceback; the runs already written stay as they are (--resume continues them).
+            _finish_after_error(rs, "interrupted" if isinstance(exc, ZcorchError) else "failed", exc)
+            raise
+        finally:
+            interrupts.begin_teardown()   # from here on no signal stops the teardown (zcorch.sweep.interrupts)
     observer.stage("finish", _TITLES["finish"])
     if convergence is not None:  # each cell's end state, converged or not (and the width it reached)
         rs.record_convergence({cell: st.as_record() for cell, st in convergence.states().items()})

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from zcorch.params import HOST_BUSY_FIELDS, HOST_CPU_FIELDS
+from zcorch.params import HOST_CPU_FIELDS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -28,10 +28,8 @@ FILES = ("/proc/stat", "/proc/softirqs", "/proc/net/snmp", "/proc/vmstat")  # zc
 # The time fields of a /proc/stat cpu line, in the kernel's column order (guest and guest_nice are
 # already counted in user and nice, so they are never added).
 STAT_COLUMNS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal", "guest", "guest_nice")
-# What the metrics report, in this order (also the order of each host_per_cpu_us list), and busy =
-# everything but idle and iowait: the one definition is zcorch.params'.
+# What the metrics report, in this order (also the order of each host_per_cpu_us list): zcorch.params'.
 CPU_FIELDS = HOST_CPU_FIELDS
-BUSY_FIELDS = HOST_BUSY_FIELDS
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
@@ -170,12 +168,6 @@ def probe_idle(seconds: "Optional[float]") -> "Optional[float]":
     before = read()
     time.sleep(seconds)
     return idle_share(before, read())
-
-
-def busy_us(metrics: "Dict[str, Any]") -> "Optional[int]":
-    """Busy host CPU time (BUSY_FIELDS) of a worker's host_* metrics, None if one is missing."""
-    parts = [metrics.get(f"host_{f}_us") for f in BUSY_FIELDS]
-    return None if any(p is None for p in parts) else sum(parts)
 
 
 def boot_id() -> "Optional[str]":

@@ -18,9 +18,8 @@ parsed by zcorch.worker.hoststat); with `sample_interval`, "samples" holds the p
 SAMPLE_MIN_INTERVALS intervals, else None.
 
 Each mode declares capabilities in its C ops table (`mode_capabilities()`, names in
-native/include/zcorch_api.h: file_source, mappable_source, file_sink, pipe, gift, zc_completions,
-kernel_feature, no_sink, zc_recv, uring, one_stream, grain, refill); `unavailable_modes()` names the compiled modes this
-kernel (or this build: `build_features()`) cannot run, and why.
+native/include/zcorch_api.h); `unavailable_modes()` names the compiled modes this kernel (or this build:
+`build_features()`) cannot run, and why.
 
 With `streams=N` (N > 1) a result also has "streams": one dict per stream ("stream", "offset" of its
 slice, and the metrics that apply), the top-level metrics being the totals (each metric combined as its
@@ -40,7 +39,7 @@ if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start
 from zcorch import params as _table
 from zcorch.worker import hoststat
 from zcorch.errors import WorkerError
-from zcorch.params import DEFAULTS, METRICS, metric_applies
+from zcorch.params import METRICS, metric_applies
 from zcorch.units import parse_duration, parse_size
 
 try:
@@ -54,9 +53,7 @@ else:
 
 SIDES = {"send": 0, "recv": 1}
 SINK_STATES = {name: i for i, name in enumerate(_table.param("sink_state").choices)}  # ZC_SINK_STATE_* in C
-# Defaults and metric names are the tables' in zcorch.params (METRIC_KEYS stays importable from here).
-DEFAULT_BUFFER = DEFAULTS["buffer"]
-DEFAULT_TIMEOUT = DEFAULTS["timeout"]
+# The metric names are the table's in zcorch.params (METRIC_KEYS stays importable from here).
 METRIC_KEYS = _table.METRIC_KEYS
 SAMPLE_MIN_INTERVALS = 3   # samples are kept for transfers of at least this many intervals
 MAX_SAMPLES = 200_000    # 14 MB of zc_sample at most (a tiny interval with a long timeout)

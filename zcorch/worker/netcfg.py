@@ -291,7 +291,7 @@ def read_state(state_dir: str) -> "Optional[Dict[str, Any]]":
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except OSError:
         if os.path.islink(path):
             raise ActionError(f"{path}: the network state file is a symbolic link: not followed (remove it)") from None
         raise

@@ -45,7 +45,6 @@ DD_MAX_REPEATS = 100
 DD_MAX_BYTES = 64 * 1024 ** 3  # bs × count: the file dd writes (the host's free space is checked too)
 JOB = "dd"                     # the zcorch.worker.remote job
 CELLS = "cells"                # `count: cells`
-RECORD_KINDS = ("dd_write", "dd_read")
 # the wrapper's JSON part -> the record kind it makes, in the order the job runs them
 SIDES = (("warmup", "dd_warmup"), ("write", "dd_write"), ("read", "dd_read"), ("fdatasync", "dd_fdatasync"))
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.config import checks
-from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.kind import (PER_CHOICES, BaselineError, ServerClientKind, Tool, _describe, cell_pairs,
                                           tool_duration, whole_seconds)
 from zcorch.units import format_size

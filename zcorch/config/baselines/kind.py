@@ -23,7 +23,6 @@ from zcorch.params import side_value
 NETWORK = "network"        # before the sources are laid out: the path alone (iperf3, qperf)
 COMMANDS = "commands"      # after the sources are laid out: the user's own transfer commands
 DIRECTORY = "directory"    # before the first run into each sink directory (dd)
-PHASES = (NETWORK, COMMANDS, DIRECTORY)
 
 PER_CHOICES = ("pair", "sweep")  # `per: sweep` = once; `pair` = once per distinct cell (window, buffer)
 MAX_TOOL_SECONDS = 86400.0       # iperf3 refuses a longer test (`test duration too long`): so do we
