@@ -38,7 +38,6 @@ from typing import Callable, Optional, Sequence
 
 from zcorch.config.timings import Timings, switch_keys
 from zcorch.errors import ConfigError
-from zcorch.nogc import no_cyclic_gc
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.kind import Cost
 from zcorch.config.cells import cell_problems, filesystem_problem
@@ -159,8 +158,7 @@ def expand(exp: Experiment, reduced: bool = False) -> Plan:
     reduced: the document is a run reduced by `--set` (also when `exp.overrides` no longer says so: the
     effective experiment.yaml of a result set being resumed), so reference matches it lacks only warn.
     """
-    with no_cyclic_gc():   # a big plan is hundreds of thousands of acyclic objects (zcorch.nogc)
-        return _expand(exp, reduced or bool(exp.overrides))
+    return _expand(exp, reduced or bool(exp.overrides))
 
 
 def _expand(exp: Experiment, reduced: bool) -> Plan:
