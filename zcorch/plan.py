@@ -21,9 +21,8 @@ order drawn from random.Random(seed) over the cells sorted by id, so the order d
 cells and the seed). When cells differ in `network`, the runs of each network then run together (network
 outermost, in first-use order; the order above within each), so each configuration is applied once.
 
-The matrix loop of _expand is the one accelerator here (planning a 100k-cell file is several times faster,
-docs/performance.md): the canonical text is joined from pre-rendered `"key":value` fragments and the rule
-verdicts are memoised per outer combination; tests/test_plan_fast_path.py holds it to the plain path.
+Why _expand's matrix loop joins cell ids from pre-rendered `"key":value` fragments and memoises rule verdicts:
+a big plan is then several times faster (docs/performance.md); tests/test_plan_fast_path.py holds it to the plain path.
 """
 from __future__ import annotations
 
