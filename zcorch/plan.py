@@ -44,7 +44,7 @@ from zcorch.config.schema import amount_of, writes_bytes
 from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
-from zcorch.params import CELL_RULE_KEYS, ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
+from zcorch.params import CELL_RULE_KEYS, ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value
 
 # A 95% interval of a median needs this many runs (zcorch.results.intervals.min_runs_for(0.95)): no cell
 # of `repeats: {target_ci: ...}` can converge with fewer, whatever its `min` says.
