@@ -25,7 +25,10 @@ reused afterwards, as on any second night). Printed per size:
 The labs are made for the benchmark (names bf<PID>x<I>, the first free lab indices from --first-index) and
 removed after, whatever happens; the end checks that none of their namespaces is left. Root only.
 
-    python benchmarks/bench_fleet.py --pairs 1,4,16,32 [--group 4] [--rounds 1]
+    python benchmarks/bench_fleet.py --pairs 1,4,16,32 [--group 4] [--rounds 1] [--tree NAME=DIR ...]
+
+--tree (twice or more): each round runs the fleet under each tree (a directory holding a zcorch package,
+PYTHONPATH=DIR), interleaved, and prints the median of the rounds' wall-time ratios to the first tree.
 """
 from __future__ import annotations
 
@@ -153,9 +156,9 @@ class Sampler(threading.Thread):
             self.peak[k] = max(self.peak[k], v)
 
 
-def run_fleet(args: "list[str]") -> dict:
-    """`zcorch run ARGS --json`: wall time, the tree's CPU, its peaks, its stdout's events."""
-    env = dict(os.environ, PYTHONPATH=REPO)
+def run_fleet(args: "list[str]", tree: str = REPO) -> dict:
+    """`zcorch run ARGS --json` (zcorch from `tree`): wall time, the tree's CPU, its peaks, its stdout's events."""
+    env = dict(os.environ, PYTHONPATH=tree)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
@@ -259,7 +262,11 @@ def main() -> int:
     ap.add_argument("--group", type=int, default=4, help="pairs per `shares:` name (default 4)")
     ap.add_argument("--rounds", type=int, default=1, help="timed fleets per size (default 1)")
     ap.add_argument("--first-index", type=int, default=150, help="the first lab index tried (default 150)")
+    ap.add_argument("--tree", action="append", default=[], metavar="NAME=DIR",
+                    help="time the fleet under each of these zcorch trees, interleaved (default: this checkout)")
     args = ap.parse_args()
+    trees = [tuple(t.split("=", 1)) for t in args.tree] or [("", REPO)]
+    trees = [(name, os.path.abspath(tree)) for name, tree in trees]
     sizes = [int(x) for x in args.pairs.split(",")]
     if os.geteuid() != 0:
         print("bench_fleet: needs root (the labs)", file=sys.stderr)
@@ -289,7 +296,8 @@ def main() -> int:
             with open(inv, "w") as f:
                 yaml.safe_dump({"pairs": {f"w{i}": lab.hosts_spec() for i, lab in enumerate(labs)}}, f)
             t0 = time.monotonic()
-            run_fleet([warm_exp, "--hosts", f"{inv}:all", "-o", os.path.join(tmp, "warm")])
+            for name, tree in trees:   # each tree's worker is a deploy of its own
+                run_fleet([warm_exp, "--hosts", f"{inv}:all", "-o", os.path.join(tmp, f"warm{name}")], tree)
             print(f"# warm-up (deploy on {2 * len(labs)} hosts, one run a pair, untimed): "
                   f"{time.monotonic() - t0:.0f} s", flush=True)
             for n in sizes:
@@ -303,14 +311,17 @@ def main() -> int:
                 inv = os.path.join(tmp, f"inv{n}.yaml")
                 with open(inv, "w") as f:
                     yaml.safe_dump({"pairs": pairs}, f)
-                for r in range(args.rounds):
-                    out = os.path.join(tmp, f"fleet{n}-{r}")
+                walls: "dict[str, list[float]]" = {name: [] for name, _ in trees}
+                for r, (name, tree) in ((r, t) for r in range(args.rounds) for t in trees):
+                    out = os.path.join(tmp, f"fleet{n}-{r}{name}")
                     load = os.getloadavg()[0]
-                    res = run_fleet([exp, "--hosts", f"{inv}:all", "-o", out])
+                    res = run_fleet([exp, "--hosts", f"{inv}:all", "-o", out], tree)
                     chk = check_fleet(out, res["events"], groups)
-                    rows.append((n, res, chk, load))
+                    walls[name].append(res["wall"])
+                    if name == trees[0][0]:
+                        rows.append((n, res, chk, load))
                     p = res["peak"]
-                    print(f"pairs {n:3d}: wall {res['wall']:6.1f} s  controller CPU {res['cpu']:6.2f} s = "
+                    print(f"{name + ' ' if name else ''}pairs {n:3d}: wall {res['wall']:6.1f} s  controller CPU {res['cpu']:6.2f} s = "
                           f"{res['cpu'] / (n * RUNS_PER_PAIR) * 1e3:6.0f} ms/run (the fleet process {res['fleet_cpu']:5.2f} s)  "
                           f"peak PSS {p['pss_kib'] / 1024:6.0f} MiB ({p['pss_kib'] / 1024 / n:5.1f}/pair; the fleet "
                           f"process {p['fleet_pss_kib'] / 1024:4.0f})  "
@@ -322,6 +333,11 @@ def main() -> int:
                           f"complete {n - len(chk['incomplete'])}/{n}, events lost {chk['lost']} doubled "
                           f"{chk['doubled']}, overlapping runs in a rack {chk['overlapping']}  (load {load:.1f})",
                           flush=True)
+                for name, _ in trees[1:]:
+                    ratios = [b / a for a, b in zip(walls[trees[0][0]], walls[name])]
+                    print(f"pairs {n:3d}: wall {name}/{trees[0][0]} median of {len(ratios)} rounds "
+                          f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}); medians "
+                          f"{statistics.median(walls[trees[0][0]]):.1f} s, {statistics.median(walls[name]):.1f} s")
         small = min(sizes)
         base = statistics.median(res["cpu"] / (n * RUNS_PER_PAIR) for n, res, _, _ in rows if n == small)
         pss0 = max(res["peak"]["pss_kib"] for n, res, _, _ in rows if n == small) / 1024

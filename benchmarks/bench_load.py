@@ -1,5 +1,5 @@
-"""How fast does `zcorch.load` read a 1 000 000-run result set? (target, issue 25: the first load after
-the sweep finished costs at most 1.2x `pandas.read_parquet` of its runs.parquet, each plus the imports
+"""How fast does `zcorch.load` read a 1 000 000-run result set? (budget, docs/performance.md: the first load
+after the sweep finished costs at most 1.3x `pandas.read_parquet` of its runs.parquet, each plus the imports
 both need, i.e. zcorch's own imports count against it)
 
 The big result set is built from the real runs of a small result set (default
@@ -46,6 +46,7 @@ from zcorch.analysis.cache import write_cache  # noqa: E402
 from zcorch.results import store as results  # noqa: E402
 
 REPEATS_PER_CELL = 100
+BUDGET = 1.3   # first load / pandas.read_parquet
 
 
 def build(source: Path, target: Path, n_runs: int) -> None:
@@ -200,10 +201,10 @@ def main() -> int:
     print(median_text(f"pandas.read_parquet({results.RUNS_CACHE}) without zcorch (new process)", plain) + "; "
           + median_text("its imports", plain_imports))
     print(f"first/pandas = (first load + zcorch's extra imports {extra_imports:.2f} s) / pandas = {ratio:.2f}x; "
-          f"target <= 1.2x: {'met' if ratio <= 1.2 else 'NOT met'}")
+          f"budget <= {BUDGET}x: {'met' if ratio <= BUDGET else 'NOT met'}")
     if not args.keep:
         shutil.rmtree(target)
-    return 0 if ratio <= 1.2 else 1
+    return 0 if ratio <= BUDGET else 1
 
 
 if __name__ == "__main__":

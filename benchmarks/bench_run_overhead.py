@@ -2,7 +2,7 @@
 back as a sweep runs them, minus the worker's transfer time (the records' own overhead_s, wall_s minus the
 transfer, is printed beside it: it leaves out what overlaps the next run, e.g. waiting for the workers' exit).
 
-Target (issue 25): median <= 20 ms per run in the lab. Prints medians for localhost and, when the
+Budget (docs/performance.md): median <= 30 ms per run. Prints medians for localhost and, when the
 two-host network-namespace lab can be made (root), for the lab through real SSH, interleaved.
 The lab is brought up for the benchmark (tests/fixtures_lab.start_lab) and torn down after.
 The runner keeps one worker server per host (zcorch.worker.serve) for all of a setup's runs, as a sweep
@@ -142,7 +142,7 @@ def main() -> int:
                   f"(min {min(vals) * 1000:.1f}, max {max(vals) * 1000:.1f}); {med / peer:.2f}x the start-up peer; "
                   f"the records' own overhead_s median {statistics.median(recorded[name]) * 1000:.1f} ms; "
                   f"transfer median {statistics.median(transfers[name]) * 1000:.1f} ms; "
-                  f"target <= 20 ms: {'met' if med <= 0.02 else 'NOT met'}")
+                  f"budget <= 30 ms: {'met' if med <= 0.03 else 'NOT met'}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """How long a warm lab sweep of one 1 MiB run without baselines takes, and where the time goes.
 
-Target (issue 25): <= 1.5 s. "Warm": the worker is deployed on both hosts and their copy-cost calibration
+Budget (docs/performance.md): <= 2 s. "Warm": the worker is deployed on both hosts and their copy-cost calibration
 is cached (a first sweep, not measured, does both). Measured, interleaved, `--rounds` times each:
   sweep      zcorch.sweep.pipeline.run_sweep in this process (the pipeline: hosts, deploy check, preflight,
              metadata, calibration from the cache, the run, the result set)
@@ -29,7 +29,7 @@ sys.path.insert(0, REPO)
 
 from zcorch.sweep.pipeline import SweepObserver, run_sweep  # noqa: E402
 
-TARGET_S = 1.5
+TARGET_S = 2.0
 
 
 class StageClock(SweepObserver):

@@ -1,8 +1,7 @@
 """One worker server per host for a sweep (zcorch.worker.serve, zcorch.sweep.workerpool), real on localhost:
 it serves run after run, each run its own process; a run killed with SIGKILL, or the server itself killed,
-fails that run only, and the next run gets a (new) server. The spares the server forks ahead wait in their
-own process groups (as many as it has had runs at once), a dead one is replaced by a fork, and they end with
-their server."""
+fails that run only, and the next run gets a (new) server. A run leads its own process group and ends with
+its server."""
 import json
 import os
 import signal
@@ -112,89 +111,24 @@ def test_serve_protocol_refuses_what_is_not_a_transfer_and_ends_with_stdin():
         p.wait()
 
 
-def _children(pid):
-    """Pids whose parent is `pid` (from /proc)."""
-    out = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(name))
-    return out
-
-
-def _state(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
-def _serve(env):
+def test_a_run_leads_its_own_group_and_ends_with_a_killed_server(tag):
+    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
     p = subprocess.Popen([sys.executable, "-m", "zcorch.worker", "serve"], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True, env=env)
-    hello = json.loads(p.stdout.readline())
-    assert hello["event"] == "serving"
-    return p
-
-
-def _until(check, within=10.0):
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.02)
-    return check()
-
-
-def test_spares_wait_in_their_own_groups_and_a_dead_spare_is_replaced_by_a_fork(tag):
-    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
-    p = _serve(env)
     try:
-        spares = _until(lambda: _children(p.pid))
-        assert spares and all(os.getpgid(s) == s for s in spares)   # each leads its own group
-        for pid in spares:   # spares that died while waiting (a crash real processes can have)
-            os.kill(pid, signal.SIGKILL)
-        assert _until(lambda: all(_state(pid) == "Z" for pid in spares))   # dead, not yet reaped
-        p.stdin.write(json.dumps({"op": "run", "id": 7, "argv": ["recv", "--listen", "127.0.0.1:0", "--mode",
-                                                                 "read", "--timeout", "0.2"]}) + "\n")
+        assert json.loads(p.stdout.readline())["event"] == "serving"
+        p.stdin.write(json.dumps({"op": "run", "id": 1, "argv": ["recv", "--listen", "127.0.0.1:0", "--mode", "read",
+                                                                 "--timeout", "60", "--exit-on-stdin-eof"]}) + "\n")
         p.stdin.flush()
-        frames = []
-        while not frames or "exit" not in frames[-1]:
-            frames.append(json.loads(p.stdout.readline()))
-        started = frames[0]["started"]
-        assert started not in spares   # a fresh fork ran it
-        events = [json.loads(f["out"])["event"] for f in frames if "out" in f]
-        assert events[0] == "ready" and events[-1] == "error" and frames[-1] == {"id": 7, "exit": 1}
-        for rid in (8, 9):   # two runs at once (both sides of localhost): from now on it keeps two spares
-            p.stdin.write(json.dumps({"op": "run", "id": rid, "argv": ["recv", "--listen", "127.0.0.1:0", "--mode",
-                                                                       "read", "--timeout", "0.5"]}) + "\n")
-        p.stdin.flush()
-        ended = set()
-        while ended != {8, 9}:
+        started = json.loads(p.stdout.readline())["started"]
+        frame = {}
+        while "out" not in frame:
             frame = json.loads(p.stdout.readline())
-            if "exit" in frame:
-                ended.add(frame["id"])
-        assert len(_until(lambda: len(_children(p.pid)) >= 2 and _children(p.pid)) or []) == 2
-    finally:
-        p.stdin.close()
-        assert p.wait(10) == 0
-    assert wait_no_workers(tag, 5.0) == []   # the new spares went with the server
-
-
-def test_spares_end_with_a_killed_server(tag):
-    env = dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag})
-    p = _serve(env)
-    try:
-        spares = _until(lambda: _children(p.pid))
-        assert spares
-        os.kill(p.pid, signal.SIGKILL)   # no stop_all: the spares see their stdin (the server's pipe) close
+        assert json.loads(frame["out"])["event"] == "ready"
+        assert os.getpgid(started) == started and started != p.pid
+        os.kill(p.pid, signal.SIGKILL)   # no stop_all: the run sees its stdin (the server's pipe) close
         p.wait(10)
-        assert wait_no_workers(tag, 10.0) == []
+        assert wait_no_workers(tag, 10.0) == []   # long before its 60 s timeout
     finally:
         p.kill()
         p.wait()

@@ -1,7 +1,7 @@
 """`no_cyclic_gc()`: a block run with the cyclic garbage collector off (and back on after, if it was on).
 
-Why: a big plan or a parsed runs.jsonl is hundreds of thousands of acyclic objects; each
-collection rescans them all and frees nothing, while reference counting frees them anyway (docs/performance.md).
+Why: a parsed runs.jsonl is millions of acyclic objects; each collection rescans them all and frees nothing
+(reference counting frees them anyway), so parsing a big set takes far longer with it (docs/performance.md).
 """
 from __future__ import annotations
 

@@ -21,9 +21,8 @@ order drawn from random.Random(seed) over the cells sorted by id, so the order d
 cells and the seed). When cells differ in `network`, the runs of each network then run together (network
 outermost, in first-use order; the order above within each), so each configuration is applied once.
 
-The matrix loop of _expand is the one accelerator here (planning a 100k-cell file is several times faster,
-docs/performance.md): the canonical text is joined from pre-rendered `"key":value` fragments and the rule
-verdicts are memoised per outer combination; tests/test_plan_fast_path.py holds it to the plain path.
+Why _expand's matrix loop joins cell ids from pre-rendered `"key":value` fragments and memoises rule verdicts:
+a big plan is then several times faster (docs/performance.md); tests/test_plan_fast_path.py holds it to the plain path.
 """
 from __future__ import annotations
 
@@ -38,7 +37,6 @@ from typing import Callable, Optional, Sequence
 
 from zcorch.config.timings import Timings, switch_keys
 from zcorch.errors import ConfigError
-from zcorch.nogc import no_cyclic_gc
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.kind import Cost
 from zcorch.config.cells import cell_problems, filesystem_problem
@@ -46,7 +44,7 @@ from zcorch.config.schema import amount_of, writes_bytes
 from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
-from zcorch.params import CELL_RULE_KEYS, ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value, side_value
+from zcorch.params import CELL_RULE_KEYS, ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value
 
 # A 95% interval of a median needs this many runs (zcorch.results.intervals.min_runs_for(0.95)): no cell
 # of `repeats: {target_ci: ...}` can converge with fewer, whatever its `min` says.
@@ -159,8 +157,7 @@ def expand(exp: Experiment, reduced: bool = False) -> Plan:
     reduced: the document is a run reduced by `--set` (also when `exp.overrides` no longer says so: the
     effective experiment.yaml of a result set being resumed), so reference matches it lacks only warn.
     """
-    with no_cyclic_gc():   # a big plan is hundreds of thousands of acyclic objects (zcorch.nogc)
-        return _expand(exp, reduced or bool(exp.overrides))
+    return _expand(exp, reduced or bool(exp.overrides))
 
 
 def _expand(exp: Experiment, reduced: bool) -> Plan:

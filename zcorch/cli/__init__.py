@@ -130,9 +130,8 @@ def main(argv: "list[str] | None" = None) -> int:
         return 130
 
 
-# Set by a command that leaves nothing to clean up once it has returned (set_defaults(quick_exit=True)):
-# `run` then ends the process without the interpreter's teardown, which frees a year of history objects
-# one by one after the page is written (docs/performance.md).
+# Set by a command that leaves nothing to clean up (set_defaults(quick_exit=True)): run() then skips the
+# interpreter's teardown, which frees a year of history objects one by one (docs/performance.md).
 _quick_exit = False
 
 

@@ -1,9 +1,7 @@
-"""runs.parquet of a `zcorch run`, written by a helper process whose imports overlap the sweep's set-up.
+"""runs.parquet of a `zcorch run`, written by a helper process that imports pandas and pyarrow meanwhile.
 
-Why: pandas' and pyarrow's imports cost more than a short sweep's runs (docs/performance.md). The helper
-imports them while the hosts are set up, says `ready` (awaited before anything is measured), and writes the
-cache of the directory it is then handed; EOF instead (the sweep did not complete) ends it without writing.
-A helper that cannot start or dies is replaced by the write in the command's own process.
+Why: those imports cost more than a short sweep's runs; overlapped with the set-up, the command ends sooner
+(docs/performance.md). Awaited before anything is measured; EOF ends it unwritten; if it fails, the command writes.
 """
 from __future__ import annotations
 

@@ -236,21 +236,11 @@ class FanOut(FleetObserver):
 
 
 class EndWork(FleetObserver):
-    """The fleet's own work after its pairs' sweeps: each complete pair's runs.parquet (written here rather than
-    by each pair's process, so pandas and pyarrow are imported once for the fleet instead of once per pair), and
-    each pair's runs loaded for the pairs' comparison (pandas, and scipy.stats where a cell may be tested:
-    _prefetch_scipy; at the end only, with a pair on this machine, and then only if some cell is). Begun while
-    the pairs still run, on one thread of the fleet's process, which otherwise only waits on them: it imports
-    those libraries (a second or two of CPU, the bulk of this work) while the pairs wait on their hosts, then
-    writes and loads each pair as soon as its sweep ends. When the last pair ends, what is left is
-    that pair and the comparison's arithmetic, not the imports and every pair in a row.
+    """The fleet's end work: each complete pair's runs.parquet and its runs loaded for the pairs' comparison.
 
-    Not while a pair measures on this machine: with a pair on localhost (whose runs measure the controller's
-    own CPUs) all of it waits for the end, as before. Remote pairs' measurements do not share the controller's
-    CPUs (in the labs of tests and benchmarks they do, but there the pairs' hosts share them with each other
-    anyway). The thread starts only once every pair is forked (pairs_running: a thread alive during a fork
-    could leave the import lock held in the child), and is a daemon: an interrupted fleet does not wait for it
-    (the cache is best effort: zcorch.load builds a missing one)."""
+    Why: on a thread while the pairs still run (imports and each pair as it ends), the fleet ends sooner
+    (docs/performance.md). Started after the forks (pairs_running); with a pair measuring this machine it all
+    waits for the end."""
 
     def __init__(self) -> None:
         self.directory: Optional[str] = None

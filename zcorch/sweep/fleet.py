@@ -466,10 +466,9 @@ def _prctl():
 def _before_forks() -> None:
     """Done once in the fleet's process for all its pairs' processes, which inherit it: import what every pair's
     sweep imports only once it runs (zcorch.sweep.pipeline imports these lazily, so that a dry run or a bad file
-    stays quick), rather than each pair importing them again; then move every object to the permanent
-    generation (gc.freeze), so that a pair's collections never walk, hence never copy, the pages it shares with
-    the fleet's process. What every pair's controller metadata says of this machine (git revision, platform) is
-    found here once too (zcorch.sweep.metadata.remember_controller)."""
+    stays quick), rather than each pair importing them again, and this machine's controller metadata (git
+    revision, platform: metadata.remember_controller). Then gc.freeze: a pair's collections never walk, hence
+    never copy, the pages it shares with the fleet's process."""
     import zcorch.provision.deploy  # noqa: F401
     import zcorch.provision.filesystems  # noqa: F401
     import zcorch.provision.network  # noqa: F401

@@ -272,20 +272,12 @@ def _read_port_line() -> str:
     return data.decode("ascii", "replace").strip()
 
 
-_watching = False   # the stdin watch runs (started once per process: a served spare starts it early)
-
-
 def _exit_when_stdin_closes() -> None:
     """Daemon thread: EOF on stdin means the controller died (its pipe or SSH channel closed).
 
     The transfer runs in C with the GIL released, so this thread gets to run mid-transfer. Without
     it an orphaned worker would live on until its own --timeout, holding the port and the CPU.
     """
-    global _watching
-    if _watching:
-        return
-    _watching = True
-
     def watch() -> None:
         try:
             while os.read(0, 4096):
@@ -302,7 +294,7 @@ def _exit_when_stdin_closes() -> None:
         os._exit(1)
 
     # The low-level start does not wait for the new thread to be scheduled (Thread.start does: on a busy
-    # host, milliseconds of a served spare's warm-up or a run's set-up).
+    # host, milliseconds of a run's set-up).
     _thread.start_new_thread(watch, ())
 
 
@@ -438,7 +430,7 @@ def _run(args: argparse.Namespace) -> None:
         from zcorch.worker import serve   # the server itself (only this action needs it)
 
         parser = build_parser()   # once: every run the server forks parses its arguments with it
-        serve.serve(lambda argv: main(argv, parser), lambda: _prepare_spare(parser))
+        serve.serve(lambda argv: main(argv, parser))
         return
     if args.action == "command":
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
@@ -477,21 +469,6 @@ def _run(args: argparse.Namespace) -> None:
             port = int(port_line)
         result = native.send(host, port, args.mode, nonce=args.nonce, **params)
     _emit({"event": "result", **result})
-
-
-def _prepare_spare(parser: argparse.ArgumentParser) -> None:
-    """What a spare of `zcorch worker serve` does before its run (zcorch.worker.serve): watch its stdin (the
-    pipe its server holds: a spare or run whose server is gone ends its group; every served run is started
-    with --exit-on-stdin-eof anyway), and warm up: a transfer's Python path, opening nothing (the arguments
-    parsed, the parameters applied, the C structures and host counters made), so that the pages it writes
-    to are copied from the server now rather than during the run."""
-    _exit_when_stdin_closes()
-    modes = native.compiled_modes()
-    for action, where in (("recv", "--listen"), ("send", "--connect")):
-        side = action
-        args = parser.parse_args([action, where, "127.0.0.1:1", "--mode", modes[side][0], "--exit-on-stdin-eof"])
-        native.warm(side, args.mode, _params(args))
-    json.dumps({"event": "result", "side": "send", "params": {"bytes": 1, "mode": "write"}})
 
 
 def main(argv: "Optional[list[str]]" = None, parser: "Optional[argparse.ArgumentParser]" = None) -> int:

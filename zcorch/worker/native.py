@@ -389,25 +389,6 @@ def validate(side: str, mode: str, **params: Any) -> "dict[str, Any]":
     return applied
 
 
-def warm(side: str, mode: str, params: "dict[str, Any]") -> None:
-    """A transfer's Python path without the transfer (zcorch.worker.serve's spares): the parameters applied,
-    the C structures made, a result's host counters parsed. Opens no socket and no file but /proc's."""
-    applied = normalize_params(side, **params)
-    c = _CParams(side, mode, "127.0.0.1", 0, applied)
-    mode_capabilities()
-    texts = _Watch._texts(c.watch.struct.before)
-    hoststat.host_deltas({name: _read_text(name) for name in texts}, texts, None)
-    hoststat.boot_id()
-
-
-def _read_text(path: str) -> "Optional[str]":
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
 def _proc_size(path: str) -> int:
     try:
         with open(path, "rb") as f:

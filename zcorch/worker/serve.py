@@ -2,9 +2,7 @@
 
 Why: an interpreter start-up with the cffi module costs more than a short transfer; a fork of a warm process
 does not. Each run is a forked child running what `zcorch worker recv|send ARGS` runs (cli.main), in its own
-process group with its own pipes, so a crash ends only its run. Spares (the one accelerator here; figures in
-docs/performance.md): while idle the server forks and warms as many children as it has had runs at once, after
-gc.freeze() so their collections do not copy the server's pages; a request waits for them to be warm.
+process group with its own pipes, so a crash ends only its run.
 
 Protocol, one JSON object per line both ways:
     in   {"op": "run", "id": ID, "argv": [...]} | {"op": "signal", "id": ID, "signal": N} | {"op": "exit"} (or EOF)
@@ -15,7 +13,6 @@ Single-threaded (a selector), so fork() is safe. Stdlib only (runs on the hosts)
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import selectors
@@ -24,13 +21,10 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Dict, List, Optional
+    from typing import Any, Callable, Dict
 
 SERVE_ACTIONS = ("recv", "send")   # what a served run may be: the transfers (the rest runs as before)
 _CHUNK = 65536
-_ARGV_FD = 3   # in a spare: where its run's argv arrives (one JSON line; EOF: never used, exit)
-_WARM = b"W"   # a spare's first byte on its stdout: warmed up (read by the server, never relayed)
-_WARM_TIMEOUT = 10.0   # a spare not warm by then is discarded (its run gets a fresh fork)
 
 
 class _Child:
@@ -47,8 +41,8 @@ def _write(frame: "Dict[str, Any]") -> None:
 
 
 def _become(fds: "tuple[int, ...]") -> None:
-    """In a forked child: its own process group, the run's pipes as 0, 1, 2 (and a spare's argv pipe as 3),
-    nothing else of the server's open."""
+    """In a forked child: its own process group, the run's pipes as 0, 1, 2, nothing else of the server's
+    open."""
     os.setpgid(0, 0)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
@@ -57,36 +51,11 @@ def _become(fds: "tuple[int, ...]") -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def _read_argv() -> "Optional[list[str]]":
-    """A spare's run: the argv line the server writes to _ARGV_FD; None at EOF (the server is done with it)."""
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = os.read(_ARGV_FD, _CHUNK)
-        if not chunk:
-            return None
-        data += chunk
-    os.close(_ARGV_FD)
-    return json.loads(data)
-
-
-def _child(argv: "Optional[list[str]]", run: "Callable[[list[str]], int]", fds: "tuple[int, ...]",
-           warm: "Optional[Callable[[], None]]" = None) -> None:
-    """In the forked child: become the run (never returns). argv None: a spare, which warms up and then
-    waits for its argv (an EOF instead: it exits quietly)."""
+def _child(argv: "list[str]", run: "Callable[[list[str]], int]", fds: "tuple[int, ...]") -> None:
+    """In the forked child: become the run (never returns)."""
     rc = 70
     try:
         _become(fds)
-        if argv is None:
-            if warm is not None:
-                try:
-                    warm()
-                except Exception:  # noqa: BLE001 - a warm-up is an optimisation: the run goes on cold
-                    pass
-            os.write(1, _WARM)
-            argv = _read_argv()
-            if argv is None:
-                rc = 0
-                return
         try:  # what ps and tests see: the process runs `recv` or `send`, not the server
             with open("/proc/self/comm", "w") as f:
                 f.write(f"zcorch-{argv[0]}"[:15])
@@ -107,19 +76,8 @@ def _child(argv: "Optional[list[str]]", run: "Callable[[list[str]], int]", fds: 
         os._exit(rc)
 
 
-class _Spare:
-    """A child forked ahead, waiting for its argv on `argv_w`; its pipes are a run's once it has one."""
-
-    def __init__(self, pid: int, argv_w: int, stdin_w: int, out_r: int, err_r: int):
-        self.pid, self.argv_w, self.stdin_w, self.out_r, self.err_r = pid, argv_w, stdin_w, out_r, err_r
-        self.warm = False
-
-    def fds(self) -> "tuple[int, ...]":
-        return self.argv_w, self.stdin_w, self.out_r, self.err_r
-
-
 def _kill_and_reap(pid: int) -> None:
-    """SIGKILL the process group `pid` leads (a run's or a spare's) and reap its leader."""
+    """SIGKILL the process group `pid` leads (a run's) and reap its leader."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -131,15 +89,12 @@ def _kill_and_reap(pid: int) -> None:
 
 
 class Server:
-    def __init__(self, run: "Callable[[list[str]], int]", warm: "Optional[Callable[[], None]]" = None):
-        self.run, self.warm = run, warm
-        self.nspares = 1   # the most runs it has had at once (refill() keeps that many spares)
+    def __init__(self, run: "Callable[[list[str]], int]"):
+        self.run = run
         self.sel = selectors.DefaultSelector()
         self.children: "Dict[Any, _Child]" = {}
-        self.spares: "List[_Spare]" = []
         self.inbuf = b""
         self.running = True
-        self._frozen = False
 
     # -- requests ------------------------------------------------------------------------------
     def _start(self, rid: "Any", argv: "Any") -> None:
@@ -152,28 +107,22 @@ class Server:
                                                             f"{', '.join(SERVE_ACTIONS)}, got {argv!r}"})
             _write({"id": rid, "exit": 2})
             return
-        pid, stdin_w, out_r, err_r = self._hand_to_spare(argv) or self._fork(argv)
+        pid, stdin_w, out_r, err_r = self._fork(argv)
         child = _Child(rid, pid, stdin_w, out_r, err_r)
         self.children[rid] = child
-        self.nspares = max(self.nspares, len(self.children))
         for fd in (out_r, err_r):
             self.sel.register(fd, selectors.EVENT_READ, child)
         _write({"id": rid, "started": pid})
 
-    def _fork(self, argv: "Optional[list[str]]") -> "tuple[int, ...]":
-        """Fork a child for `argv` (None: a spare); (pid, stdin_w, out_r, err_r[, argv_w]) of its pipes."""
-        if not self._frozen:
-            # What exists now stays out of every collection, in the server and in its children: a child's
-            # collection would otherwise write to (and so copy) every page of objects it inherited.
-            gc.freeze()
-            self._frozen = True
-        pipes = [os.pipe() for _ in range(4 if argv is None else 3)]   # stdin, stdout, stderr[, argv]
-        theirs = tuple(r if i in (0, 3) else w for i, (r, w) in enumerate(pipes))
-        mine = tuple(w if i in (0, 3) else r for i, (r, w) in enumerate(pipes))
+    def _fork(self, argv: "list[str]") -> "tuple[int, int, int, int]":
+        """Fork a child for `argv`: (pid, stdin_w, out_r, err_r) of its pipes."""
+        pipes = [os.pipe() for _ in range(3)]   # stdin, stdout, stderr
+        theirs = (pipes[0][0], pipes[1][1], pipes[2][1])
+        mine = (pipes[0][1], pipes[1][0], pipes[2][0])
         sys.stdout.flush()
         pid = os.fork()
         if pid == 0:
-            _child(argv, self.run, theirs, self.warm)
+            _child(argv, self.run, theirs)
         try:
             os.setpgid(pid, pid)   # also here: a signal may come before the child ran its own setpgid
         except OSError:
@@ -181,50 +130,6 @@ class Server:
         for fd in theirs:
             os.close(fd)
         return (pid, *mine)
-
-    def _await_warm(self) -> None:
-        """Block until every spare has warmed up; discard one that died or does not warm up in time."""
-        for spare in list(self.spares):
-            if spare.warm:
-                continue
-            ready = selectors.DefaultSelector()
-            ready.register(spare.out_r, selectors.EVENT_READ)
-            said = os.read(spare.out_r, 1) if ready.select(_WARM_TIMEOUT) else b""
-            ready.close()
-            spare.warm = said == _WARM
-            if not spare.warm:
-                self.spares.remove(spare)
-                self._discard(spare)
-
-    def _hand_to_spare(self, argv: "list[str]") -> "Optional[tuple[int, int, int, int]]":
-        """Give `argv` to a waiting spare: (pid, stdin_w, out_r, err_r), or None when there is none alive."""
-        self._await_warm()
-        while self.spares:
-            spare = self.spares.pop(0)
-            try:
-                data = memoryview((json.dumps(argv) + "\n").encode())
-                while data:
-                    data = data[os.write(spare.argv_w, data):]
-            except OSError:   # it died while it waited (EPIPE): reaped, and the next one (or a fork) runs it
-                self._discard(spare)
-                continue
-            os.close(spare.argv_w)
-            return spare.pid, spare.stdin_w, spare.out_r, spare.err_r
-        return None
-
-    def _discard(self, spare: _Spare) -> None:
-        _kill_and_reap(spare.pid)
-        for fd in spare.fds():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def refill(self) -> None:
-        """While no run is going: fork spares up to the number wanted (their warm-up then uses idle CPUs)."""
-        while self.running and not self.children and len(self.spares) < self.nspares:
-            pid, stdin_w, out_r, err_r, argv_w = self._fork(None)
-            self.spares.append(_Spare(pid, argv_w, stdin_w, out_r, err_r))
 
     def _signal(self, rid: "Any", sig: "Any") -> None:
         child = self.children.get(rid)
@@ -275,13 +180,9 @@ class Server:
             _write({"id": child.rid, "out": child.partial.decode("utf-8", "replace")})
         os.close(child.stdin_w)
         del self.children[child.rid]
-        self.refill()   # before the frame: the spares warm up while the controller records the run
         _write({"id": child.rid, "exit": os.waitstatus_to_exitcode(status)})
 
     def stop_all(self) -> None:
-        spares, self.spares = self.spares, []
-        for spare in spares:
-            self._discard(spare)
         for child in list(self.children.values()):
             _kill_and_reap(child.pid)
 
@@ -290,7 +191,6 @@ class Server:
         self.sel.register(0, selectors.EVENT_READ, None)
         _write({"event": "serving", "pid": os.getpid(), "version": _version()})
         while self.running:
-            self.refill()
             for key, _ in self.sel.select():
                 if key.data is not None:
                     self._output(key.fd, key.data)
@@ -314,11 +214,10 @@ def _version() -> str:
     return __version__
 
 
-def serve(run: "Callable[[list[str]], int]", warm: "Optional[Callable[[], None]]" = None) -> None:
+def serve(run: "Callable[[list[str]], int]") -> None:
     """Serve runs until EOF on stdin or an `exit` request; every run still going is killed then.
-    run(argv) -> exit status: what a child does (zcorch.worker.cli.main with the parser built once);
-    warm(): what a spare does before it waits for its run (module docstring)."""
-    server = Server(run, warm)
+    run(argv) -> exit status: what a child does (zcorch.worker.cli.main with the parser built once)."""
+    server = Server(run)
     try:
         server.loop()
     except BrokenPipeError:
