@@ -44,7 +44,7 @@ import warnings as _warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -147,7 +147,7 @@ class Sweep:
     """One result set as the analysis reads it, from its directory (read_set) or from the row an exported dataset
     keeps of it (zcorch.analysis.dataset): what history, the gate and the page ask of a sweep. Its runs are read
     through a RunsReader, never from here. The manifest may be given as its JSON text, parsed when first asked
-    for (a fleet's year of parsed manifests held 170 MB); `head` keeps the fields read of every sweep."""
+    for (a fleet's year has 18,000 sweeps); `head` keeps the fields read of every sweep."""
 
     def __init__(self, path: Path, manifest: "dict | str", meta: dict, *, set_id: str, n_ok: int, n_failed: int,
                  kernel: str, hosts: str, linked: "Optional[dict]" = None, host_shared: bool = False,
@@ -494,6 +494,15 @@ def arrow_of(result) -> "pa.Table":
 BY = "_series"   # the column of a RunsReader.cell_params' key
 
 
+class RunsReader(Protocol):
+    """Where history reads the runs of its sweeps (by their set_id): SetRuns (result-set directories) or
+    zcorch.analysis.dataset.Dataset (an exported dataset)."""
+
+    def ok_table(self, metric: str, set_ids: Sequence[str]) -> "pa.Table": ...
+
+    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Sequence[str]) -> pd.DataFrame: ...
+
+
 class SetRuns:
     """The RunsReader of result-set directories (the other one is zcorch.analysis.dataset.Dataset): their runs,
     as zcorch.load reads them (through the runs.parquet cache), put in one Arrow table that DuckDB reads as
@@ -818,7 +827,7 @@ def check_metric(metric: str) -> None:
         raise ResultsError(str(exc)) from None
 
 
-def history_of(root: Path, sweeps: List[Sweep], reader, groups: OkGroups, metric: str, threshold_pct: float,
+def history_of(root: Path, sweeps: List[Sweep], reader: RunsReader, groups: OkGroups, metric: str, threshold_pct: float,
                alpha: float, min_nights: int, warnings: List[str], before_fits: Callable[[], None] = lambda: None
                ) -> History:
     """The History of `sweeps`, whichever reader (SetRuns, zcorch.analysis.dataset.Dataset) holds their runs:
