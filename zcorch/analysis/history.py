@@ -571,7 +571,7 @@ class Series:
         self.label_memo = label_memo if label_memo is not None else {}
         index = {s.set_id: i for i, s in enumerate(sweeps)}
         n_sweeps = len(sweeps)
-        rows = rows[np.array([c is not None for c in groups.cell[rows]], dtype=bool)] if len(rows) else rows
+        rows = rows[groups.cell[rows] != None]   # noqa: E711 (elementwise): a null cell is no cell of a series
         sweep_of = np.array([index[x] for x in groups.set_id[rows]], dtype=np.int64)
         cells = groups.cell[rows]
         self.cells: Dict[str, dict] = {}
