@@ -12,7 +12,7 @@ Measured, each in a child process (wall time, CPU time and peak RSS from os.wait
 machine loaded by other work the wall time grows with the load, the CPU time much less):
   index   zcorch history DATASET -o OUT                 the page (per-cell trend plots included)
   check   zcorch history DATASET -o OUT --check         the gate (writes the page too)
-  query   the DuckDB part alone: Dataset(...).sweeps() and ok_values() of every set
+  query   the DuckDB part alone: Dataset(...).sweeps() and ok_table() of every set
   peer    python -c "import pandas, duckdb, matplotlib": the imports any such command pays first
 Printed: medians of --repeat runs, each against the budget (15 s, 1 GiB) and as a ratio to the peer.
 
@@ -139,8 +139,8 @@ def measure(argv: list) -> "tuple[float, float, int, int, str]":
 QUERY = """import sys, time
 t = time.perf_counter()
 from zcorch.analysis.dataset import Dataset
-d = Dataset(sys.argv[1]); s = d.sweeps(); v = d.ok_values("gbit_s", [x.set_id for x in s])
-print(f"{len(s)} sets, {len(v)} (set, cell) groups, {int(v['n'].sum())} ok runs")
+d = Dataset(sys.argv[1]); s = d.sweeps(); v = d.ok_table("gbit_s", [x.set_id for x in s])
+print(f"{len(s)} sets, {v.num_rows} (set, cell) groups, {sum(v.column('n').to_pylist())} ok runs")
 """
 
 

@@ -317,3 +317,41 @@ def test_check_on_real_result_sets_exit_codes_and_json(cpu_set, small_set, tmp_p
     assert res.returncode == 3 and "cpu-small: one sweep only, nothing earlier to compare with" in res.stdout
     res = check(tmp_path / "missing")
     assert res.returncode == 2 and "Traceback" not in res.stderr
+
+
+def test_result_sets_are_grouped_by_the_datasets_query_as_summarize_reads_their_runs():
+    """history.SetRuns (result sets' runs in one DuckDB relation, the query an exported dataset is read with)
+    gives each (set, cell) the n, n_failed, median and interval stats.summarize computes from the same runs:
+    a null or odd status is not ok, text and NaN values are left out, a null cell is no cell of the series, a
+    set without runs has no group."""
+    import pandas as pd
+
+    from zcorch.analysis.history import OkGroups, SetRuns
+    from zcorch.analysis.stats import summarize
+    from zcorch.errors import ResultsError
+
+    a = pd.DataFrame({"cell": ["c1", "c1", "c1", "c1", None, "c2", "c2", "c2", "c2", "c2", "c2", "c2"],
+                      "status": ["ok", "failed", None, "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", 3],
+                      "gbit_s": [2.0, 1.0, 3.0, "x", 9.0, 5.0, -1.0, float("nan"), 4.0, 4.5, 6.0, 1.0],
+                      "buffer": [1] * 12})
+    b = pd.DataFrame({"cell": ["c1"] * 7, "status": ["ok"] * 7, "gbit_s": [7.0, 1.0, 3.0, 2.0, 6.0, 5.0, 4.0],
+                      "buffer": [1] * 7})
+    reader = SetRuns({"/a": a, "/b": b, "/empty": a.iloc[0:0]}, "gbit_s")
+    groups = OkGroups(reader.ok_table("gbit_s", ["/b", "/a", "/empty"]))
+    got = {(s, c): (int(n), int(f), m, lo, hi) for s, c, n, f, m, lo, hi in zip(
+        groups.set_id, groups.cell, groups.n, groups.n_failed, groups.median, groups.ci_low, groups.ci_high)
+        if c is not None}
+    want = {}
+    for sid, frame in (("/a", a), ("/b", b)):
+        summ = summarize(frame[frame["cell"].notna()], by=["cell"], metrics=["gbit_s"])
+        for _, row in summ.iterrows():
+            want[(sid, row["cell"])] = (int(row["n"]), int(row["n_failed"]), row["gbit_s_median"],
+                                        row["gbit_s_ci_low"], row["gbit_s_ci_high"])
+    assert got.keys() == want.keys() and list(groups.set_id[:1]) == ["/b"]
+    for k in want:
+        assert got[k][:2] == want[k][:2], k
+        np.testing.assert_allclose(got[k][2:], want[k][2:], equal_nan=True, err_msg=str(k))
+    params = reader.cell_params(["/a", "/b"], [], by=["x", "y"])
+    assert sorted(map(tuple, params[["_series", "cell"]].values.tolist())) == [("x", "c1"), ("x", "c2"), ("y", "c1")]
+    with pytest.raises(ResultsError, match="/a: no column 'mb_s'"):
+        SetRuns({"/a": a}, "mb_s")

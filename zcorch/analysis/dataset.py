@@ -1,10 +1,9 @@
 """An exported result dataset (zcorch.analysis.export writes it), read through DuckDB.
 
 `zcorch history DATASET` and `zcorch compare --dataset DATASET BASE CAND` read here instead of loading
-every result set: the sets table gives the sweeps (what their manifests, metadata and plans said), one
-query gives every (set, cell)'s ok values of the metric, sorted, and the decisions are zcorch.analysis's
-own (history.experiment_histories through `DatasetSeries`, the same three methods as history.FrameSeries;
-compare.compare_frames; gate). So the answers and exit codes are those of the result-set directories.
+every result set: the sets table gives the sweeps (history.Sweep, as a result set's directory gives them), and
+`Dataset` is the reader history asks for the runs (history.SetRuns is the other one): the same ok_table query,
+the same history.Series and decisions. So the answers and exit codes are those of the result-set directories.
 
 Only the part files dataset.json lists are read (a crashed export's leftovers are not), each a regular file
 inside the dataset (no link followed to another file).
@@ -16,30 +15,25 @@ import hashlib
 import json
 import os
 import threading
-import warnings as _warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zcorch import metrics
-from zcorch.analysis.compare import is_control
 from zcorch.analysis.export_dest import LOCK, MANIFEST, PARTITIONS, TABLES  # noqa: F401 (the layout, declared there)
 from zcorch.analysis.frames import LINKED_ATTR, PARAM_KEYS
 from zcorch.params import METRICS as WORKER_METRICS, PARAMS
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, Completeness
 from zcorch.analysis.steps import load_compiled
-from zcorch.analysis.history import (HEAD_KEYS, History, Sweep, cell_labels, experiment_histories, series_clock_problems,
-                                     series_of)
+from zcorch.analysis.history import (BY, HEAD_KEYS, History, OkGroups, Sweep, arrow_of, check_metric, history_of,
+                                     ok_table)
 from zcorch.errors import ResultsError
 from zcorch.results import setfiles
 from zcorch.results.convergence import policy_from_record
-from zcorch.results.intervals import CI, median_ci_level, median_ci_rank
 
 FORMAT = "zcorch-dataset"
 FORMAT_VERSION = 1
@@ -293,23 +287,19 @@ class Dataset:
         """The answer as a pandas frame, through Arrow (as zcorch.load reads runs.parquet)."""
         return self._arrow(sql, params).to_pandas()
 
-    def _arrow(self, sql: str, params: Sequence = (), con=None) -> pa.Table:
-        res = (con or self.con).execute(sql, list(params))
-        to_arrow = getattr(res, "to_arrow_table", None) or res.fetch_arrow_table   # duckdb 2 / 1.x
-        with _warnings.catch_warnings():   # duckdb 2 notes the copy a DB-API result makes: these answers are small
-            _warnings.simplefilter("ignore", UserWarning)
-            return to_arrow()
+    def _arrow(self, sql: str, params: Sequence = ()) -> pa.Table:
+        return arrow_of(self.con.execute(sql, list(params)))
 
     # --- sets -------------------------------------------------------------------------------
 
-    def sweeps(self) -> "List[ExportedSweep]":
+    def sweeps(self) -> List[Sweep]:
         """Every set, ordered by path (as set_ids)."""
         if not self.manifest["sets"]:
             return []
         rows = self.query("SELECT set_id, path, manifest, hosts, kernel, revision, n_ok, n_failed, status, "
                           "planned, planned_ok, cells_planned, cells_short, linked_axes FROM sets "
                           "ORDER BY path, set_id").fetchall()
-        return [ExportedSweep.from_row(r) for r in rows]
+        return [sweep_of_row(r) for r in rows]
 
     def set_ids(self) -> List[str]:
         """Every set's id as dataset.json lists it (no query: the sets table is read once, by sweeps()),
@@ -317,7 +307,7 @@ class Dataset:
         sets = self.manifest["sets"]
         return sorted(sets, key=lambda sid: (str(sets[sid].get("path", "")), sid))
 
-    def find(self, ref: str) -> "ExportedSweep":
+    def find(self, ref: str) -> Sweep:
         """The set `ref` names: its set id (or a unique prefix of it), or the path it had when exported."""
         sweeps = self.sweeps()
         path = os.path.abspath(ref)
@@ -354,58 +344,21 @@ class Dataset:
         frame.attrs[LINKED_ATTR] = json.loads(linked[0]) if linked and linked[0] else {}
         return frame
 
-    def ok_values(self, metric: str, set_ids: Sequence[str]):
-        """Per (set, cell) of `set_ids`: n (ok runs), n_failed (others), and the ok runs' values of `metric`
-        (nulls left out), sorted: a pandas frame."""
-        return self.ok_table(metric, set_ids).to_pandas()
-
     def ok_table(self, metric: str, set_ids: Sequence[str]) -> pa.Table:
-        """ok_values as an Arrow table (its `vals` one list array: no Python object per group), ordered by the
-        position of the set in `set_ids`, then by cell. On a cursor of its own: it may run on another thread while
-        this one queries the sets (dataset_history).
-
-        One DuckDB query groups and sorts (on its own threads, without the GIL): each set id joined to its
-        position in `set_ids` (no text of 2 million set ids to hold), per (set, cell) the counts and the sorted
-        list of the ok values. A year of a fleet: 0.7 s, against 1.0 s for reading the runs into numpy and
-        grouping them there, which held the GIL for a third of it."""
+        """history.ok_table of the dataset's runs: per (set, cell) n, n_failed and the sorted ok values."""
         if metric not in self.columns("runs"):
             raise ResultsError(f"{self.path}: no column {metric!r} in its runs")
-        wanted = pa.array(list(dict.fromkeys(set_ids)), type=pa.string())
-        v = 'CAST(r."' + metric.replace('"', '""') + '" AS DOUBLE)'
-        cur = self.con.cursor()
-        try:
-            cur.register("wanted_sets", pa.table({"set_id": wanted,
-                                                  "position": pa.array(np.arange(len(wanted), dtype=np.int64))}))
-            # ok: status 'ok' (a null status is not); the values: of the ok runs, nulls and NaN left out
-            groups = self._arrow(
-                f"SELECT w.position AS s, r.cell, count(*) FILTER (WHERE r.status = 'ok') AS n, count(*) AS runs, "
-                f"list({v} ORDER BY {v}) FILTER (WHERE r.status = 'ok' AND {v} IS NOT NULL AND NOT isnan({v})) "
-                f"AS vals FROM runs r JOIN wanted_sets w ON r.set_id = w.set_id GROUP BY w.position, r.cell "
-                f"ORDER BY w.position, r.cell NULLS LAST", con=cur)
-        finally:
-            cur.close()
-        n = groups.column("n").to_numpy(zero_copy_only=False).astype(np.int64)
-        vals = groups.column("vals").combine_chunks()
-        if vals.null_count:   # a group with no ok value: an empty list, not a null one
-            vals = pa.ListArray.from_arrays(vals.offsets, vals.values, type=vals.type)
-        return pa.table({"set_id": wanted.take(groups.column("s")),
-                         "cell": groups.column("cell").cast(pa.string()),
-                         "n": pa.array(n),
-                         "n_failed": pa.array(groups.column("runs").to_numpy(zero_copy_only=False).astype(np.int64) - n),
-                         "vals": vals})
+        return ok_table(self.con, metric, set_ids)
 
-    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Optional[Sequence[str]] = None):
-        """The distinct (cell, parameters) of the runs of `set_ids`: what history.cell_labels needs. With `by`
-        (a key per set id, e.g. its series), the distinct (key, cell, parameters) in one query, the key in
-        column BY."""
+    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Sequence[str]) -> pd.DataFrame:
+        """The distinct (key, cell, parameters) of the runs of `set_ids`, `by` a key per set id (its series) in
+        column BY, in one query: what history.cell_labels needs."""
         have = set(self.columns("runs"))
         cols = ["cell"] + [c for c in list(PARAM_KEYS) + list(linked) if c in have]
-        wanted = {"set_id": pa.array(list(set_ids), type=pa.string())}
-        if by is not None:
-            wanted[BY] = pa.array(list(by), type=pa.string())
-        self.con.register("wanted_sets", pa.table(wanted))
+        self.con.register("wanted_sets", pa.table({"set_id": pa.array(list(set_ids), type=pa.string()),
+                                                   BY: pa.array(list(by), type=pa.string())}))
         try:
-            sel = ", ".join([f'"{BY}"'] * (by is not None) + ['"' + c.replace('"', '""') + '"' for c in cols])
+            sel = ", ".join([f'"{BY}"'] + ['"' + c.replace('"', '""') + '"' for c in cols])
             frame = self.frame(f"SELECT DISTINCT {sel} FROM runs JOIN wanted_sets USING (set_id)")
         finally:
             self.con.unregister("wanted_sets")
@@ -413,9 +366,6 @@ class Dataset:
             if name in frame:
                 frame[name] = [None if v is None else json.loads(v) for v in frame[name]]
         return frame
-
-
-BY = "_series"   # the column of Dataset.cell_params' key
 
 
 @functools.lru_cache(maxsize=256)
@@ -440,182 +390,28 @@ def _linked(text: Optional[str]) -> dict:
     return _linked_of(text) if text else {}
 
 
-_NO_RUNS = pd.DataFrame({"cell": pd.Series(dtype=object), "status": pd.Series(dtype=object)})
-
-
-@dataclass
-class ExportedSweep(Sweep):
-    """A sweep as the dataset recorded it: what history and the gate ask of a Sweep, without its files.
-
-    Its manifest is kept as the exported text and parsed when asked for; what history reads of every sweep
-    (Sweep.head) is kept parsed: a fleet's year of parsed manifests held 170 MB."""
-    set_id: str = ""
-    stored: Optional[dict] = None
-
-    @classmethod
-    def from_row(cls, row) -> "ExportedSweep":
-        (set_id, path, manifest, hosts, kernel, revision, n_ok, n_failed, status, planned, planned_ok,
-         cells_planned, cells_short, linked) = row
-        parsed = json.loads(manifest)
-        meta = {"controller": {"git_revision": revision}} if revision else {}
-        runs = _NO_RUNS   # one shared empty frame: the runs are read through DatasetSeries, never from here
-        completeness = Completeness(path, str(status or "unknown"), int(planned), int(planned_ok),
-                                    _shared_set(cells_planned), tuple(cells_short or ()),
-                                    policy_from_record(parsed.get("repeats")))
-        return cls(Path(path), manifest, meta, runs, set_id=set_id,
-                   stored={"hosts": hosts, "kernel": kernel or "", "n_ok": int(n_ok), "n_failed": int(n_failed),
-                           "completeness": completeness, "linked": _linked(linked),
-                           "head": {k: parsed[k] for k in HEAD_KEYS if k in parsed}})
-
-    @property   # type: ignore[override]
-    def manifest(self) -> dict:
-        if self._manifest is None:
-            self._manifest = json.loads(self._manifest_text)
-        return self._manifest
-
-    @manifest.setter
-    def manifest(self, value: "dict | str") -> None:
-        """The manifest, or its JSON text (parsed when first asked for)."""
-        self._manifest, self._manifest_text = (None, value) if isinstance(value, str) else (value, None)
-
-    @property
-    def head(self) -> dict:
-        return self.stored["head"]
-
-    @property
-    def n_ok(self) -> int:
-        return self.stored["n_ok"]
-
-    @property
-    def n_failed(self) -> int:
-        return self.stored["n_failed"]
-
-    @property
-    def kernel(self) -> str:
-        return self.stored["kernel"]
-
-    @property
-    def hosts(self) -> str:
-        return self.stored["hosts"] or ""
-
-    def completeness(self) -> Completeness:
-        return self.stored["completeness"]
-
-
-class OkGroups:
-    """The (set, cell) groups of Dataset.ok_table as numpy arrays (no Python object per group): for each group
-    its set id, cell, n, n_failed and where its sorted ok values lie in one flat array; and the median and the
-    interval of each, as zcorch.analysis.stats.summarize computes them from the runs (the median of the sorted
-    values, numpy's: the middle one or the mean of the middle two; the interval of zcorch.results.intervals:
-    the order statistics of rank k and m + 1 - k of m values, k per count)."""
-
-    def __init__(self, table: pa.Table):
-        vals = table.column("vals").combine_chunks()
-        self.set_id = table.column("set_id").to_numpy(zero_copy_only=False).astype(object)
-        self.cell = table.column("cell").to_numpy(zero_copy_only=False).astype(object)
-        self.n = table.column("n").to_numpy().astype(np.int64)
-        self.n_failed = table.column("n_failed").to_numpy().astype(np.int64)
-        offsets = vals.offsets.to_numpy().astype(np.int64)
-        self.flat = vals.values.to_numpy(zero_copy_only=False).astype("float64")
-        self.start = offsets[:-1]
-        self.m = np.diff(offsets)
-        have = self.m > 0
-        lo = np.where(have, self.start + (self.m - 1) // 2, 0)
-        hi = np.where(have, self.start + self.m // 2, 0)
-        flat = self.flat if len(self.flat) else np.full(1, np.nan)
-        self.median = np.where(have, (flat[lo] + flat[hi]) / 2, np.nan)
-        k = np.zeros(len(self.m), dtype=np.int64)
-        self.ci_level = np.full(len(self.m), np.nan)
-        for m in np.unique(self.m):
-            rank = median_ci_rank(int(m), CI)
-            at = self.m == m
-            k[at] = rank
-            self.ci_level[at] = median_ci_level(int(m), rank) if rank else np.nan
-        with_ci = k > 0
-        self.ci_low = np.where(with_ci, flat[np.where(with_ci, self.start + k - 1, 0)], np.nan)
-        self.ci_high = np.where(with_ci, flat[np.where(with_ci, self.start + self.m - k, 0)], np.nan)
-
-    def values(self, row: int) -> np.ndarray:
-        return self.flat[self.start[row]:self.start[row] + self.m[row]]
-
-
-class DatasetSeries:
-    """history.FrameSeries over a dataset: labels, per-cell series and a cell's runs of one series of sweeps,
-    from one DuckDB query of the ok values of every set (the decisions stay history's, stats', compare's)."""
-
-    def __init__(self, data: Dataset, sweeps: list, metric: str, groups: OkGroups, rows: np.ndarray,
-                 params: "pd.DataFrame | None" = None, label_memo: "Optional[dict]" = None):
-        """`rows`: the groups of these sweeps; `params`: their distinct (cell, parameters) (default: queried);
-        `label_memo`: labels already made of the same (cell, parameters) rows, shared by the series of one
-        dataset (a fleet's pairs run the same cells: cell_labels once, not once per pair)."""
-        self.data, self.sweeps, self.metric, self.groups, self.params = data, sweeps, metric, groups, params
-        self.label_memo = label_memo if label_memo is not None else {}
-        index = {s.set_id: i for i, s in enumerate(sweeps)}
-        n_sweeps = len(sweeps)
-        sweep_of = np.array([index[x] for x in groups.set_id[rows]], dtype=np.int64)
-        cells = groups.cell[rows]
-        self.cells: Dict[str, dict] = {}
-        self.row_of: Dict[str, np.ndarray] = {}   # cell -> the group of each sweep (-1: none)
-        order = np.argsort(cells, kind="stable")
-        names, first = np.unique(cells[order], return_index=True)
-        for name, part in zip(names, np.split(order, first[1:])):
-            at, g = sweep_of[part], rows[part]
-            cols = {k: np.full(n_sweeps, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
-            cols.update({k: np.zeros(n_sweeps, dtype=int) for k in ("n", "n_failed")})
-            for k in ("median", "ci_low", "ci_high", "ci_level", "n", "n_failed"):
-                cols[k][at] = getattr(groups, k)[g]
-            row_of = np.full(n_sweeps, -1, dtype=np.int64)
-            row_of[at] = g
-            self.cells[name], self.row_of[name] = cols, row_of
-
-    def labels(self) -> Dict[str, str]:
-        linked = [s.stored["linked"] for s in self.sweeps]
-        same = all(x == linked[0] for x in linked)
-        names = sorted({n for x in linked for n in x})
-        if self.params is None:
-            frame = self.data.cell_params([s.set_id for s in self.sweeps], names)
-        else:
-            have = [c for c in self.params.columns if c in ("cell", *PARAM_KEYS, *names)]
-            frame = self.params[have].drop_duplicates(ignore_index=True)
-        frame.attrs[LINKED_ATTR] = linked[0] if same else {}
-        # the same rows and linked axes make the same labels (a cell has one row of parameters; DuckDB's
-        # DISTINCT gives them in any order): the key is their exact text, rows sorted
-        key = repr((list(frame.columns), sorted(map(repr, frame.values.tolist())),
-                    sorted(frame.attrs[LINKED_ATTR].items())))
-        if key not in self.label_memo:
-            self.label_memo[key] = cell_labels([frame])
-        return {c: label for c, label in self.label_memo[key].items() if c in self.cells}
-
-    def series(self, cell: str) -> dict:
-        return self.cells[cell]
-
-    def is_control(self, cell: str) -> bool:
-        """Whether `cell` is the control of a `_vs_control` metric, as history.FrameSeries.is_control decides
-        it (compare.is_control over the cell's runs of every sweep): the exported ratios carry it."""
-        if self.metric not in metrics.CONTROL_RATIOS or cell not in self.row_of:
-            return False
-        runs = [self.cell_runs(i, cell) for i in range(len(self.sweeps))]
-        return is_control(self.metric, *[f for f in runs if len(f)])
-
-    def cell_runs(self, i: int, cell: str):
-        row = self.row_of[cell][i] if cell in self.row_of else -1
-        v, n, n_failed = ((self.groups.values(row), int(self.groups.n[row]), int(self.groups.n_failed[row]))
-                          if row >= 0 else (np.empty(0), 0, 0))
-        values = np.concatenate([v, np.full(n - len(v), np.nan), np.full(n_failed, np.nan)])
-        return pd.DataFrame({"cell": [cell] * len(values), "status": ["ok"] * n + ["failed"] * n_failed,
-                             self.metric: values})
+def sweep_of_row(row) -> Sweep:
+    """The Sweep of one row of the sets table (Dataset.sweeps' columns): its manifest kept as the exported text,
+    parsed when asked for; no meta.json but the revision; no `host_shared` (the sets table has none)."""
+    (set_id, path, manifest, hosts, kernel, revision, n_ok, n_failed, status, planned, planned_ok,
+     cells_planned, cells_short, linked) = row
+    parsed = json.loads(manifest)
+    completeness = Completeness(path, str(status or "unknown"), int(planned), int(planned_ok),
+                                _shared_set(cells_planned), tuple(cells_short or ()),
+                                policy_from_record(parsed.get("repeats")))
+    return Sweep(Path(path), manifest, {"controller": {"git_revision": revision}} if revision else {},
+                 set_id=set_id, n_ok=int(n_ok), n_failed=int(n_failed), kernel=kernel or "", hosts=hosts or "",
+                 linked=_linked(linked), head={k: parsed[k] for k in HEAD_KEYS if k in parsed},
+                 completeness=completeness)
 
 
 def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: Optional[float] = None,
-                    alpha: Optional[float] = None, min_nights: int = HISTORY_MIN_NIGHTS):
+                    alpha: Optional[float] = None, min_nights: int = HISTORY_MIN_NIGHTS) -> History:
     """history.History of an exported dataset: the same series, steps and comparisons as `zcorch history`
     of the result sets it was exported from (no report is written: the sets need not be here)."""
     threshold_pct = HISTORY_THRESHOLD_PCT if threshold_pct is None else threshold_pct
     alpha = HISTORY_ALPHA if alpha is None else alpha
-    try:
-        metrics.directed(metric)
-    except ValueError as exc:
-        raise ResultsError(str(exc)) from None
+    check_metric(metric)
     # numba's cache of the fit loaded while DuckDB reads (steps.load_compiled), joined before the first fit
     compiled = threading.Thread(target=load_compiled, name="zcorch-load-fit", daemon=True)
     compiled.start()
@@ -633,27 +429,5 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
     if sorted(s.set_id for s in sweeps) != sorted(set_ids):
         raise ResultsError(f"{path}: the sets its part files hold are not those {MANIFEST} lists (a part file "
                            "changed by something else than zcorch export?): not read")
-    series = series_of(sweeps)
-    series_by_set = {s.set_id: name for name, group in series.items() for s in group}
-    # the rows of each series (one sort of the groups by their series, not a filter per series)
-    key = np.array([series_by_set[x] for x in groups.set_id], dtype=object)
-    order = np.argsort(key, kind="stable")
-    names, first = np.unique(key[order], return_index=True) if len(key) else ([], [])
-    rows = dict(zip(names, np.split(order, first[1:]) if len(key) else []))
-    # the distinct parameters of every series' cells: one query
-    linked = sorted({n for s in sweeps for n in s.stored["linked"]})
-    params = data.cell_params([s.set_id for s in sweeps], linked, by=[series_by_set[s.set_id] for s in sweeps])
-    params_of = dict(list(params.groupby(BY, sort=False))) if len(params) else {}
-    no_params = params.iloc[0:0]
-    named = []
-    label_memo: dict = {}
-    for name in sorted(series):
-        group = series[name]
-        named.append((name, group, DatasetSeries(data, group, metric, groups, rows.get(name, np.empty(0, dtype=np.int64)),
-                                                 params_of.get(name, no_params).drop(columns=BY), label_memo)))
-    compiled.join()
-    experiments = experiment_histories(named, metric, threshold_pct, alpha, min_nights)
-    clocks = series_clock_problems(series)
-    warnings = [f"clock set back: {line}" for lines in clocks.values() for line in lines]
-    return History(Path(path), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights,
-                   clock_problems=clocks)
+    return history_of(Path(path), sweeps, data, groups, metric, threshold_pct, alpha, min_nights, [],
+                      before_fits=compiled.join)

@@ -32,7 +32,7 @@ from zcorch.analysis import dataset as layout
 from zcorch.analysis.export_dest import MANIFEST_TMP, dest_problem
 from zcorch.analysis.frames import LINKED_ATTR, load_baselines
 from zcorch.analysis.gate import completeness
-from zcorch.analysis.history import find_result_sets, host_pair, open_sweep
+from zcorch.analysis.history import find_result_sets, read_set
 from zcorch.config.checks import NAME_RE
 from zcorch.errors import ResultSetBusy, ResultsError
 from zcorch.results import setfiles, store
@@ -99,22 +99,22 @@ def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str,
     """(the set's partition values, {table: Arrow table}, {table: JSON-text columns}) of one result set."""
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")     # what a bounded reader skipped is said by `zcorch history ROOT`
-        sweep = open_sweep(directory)
+        sweep, set_runs = read_set(directory)
     manifest, meta = sweep.manifest, sweep.meta
     created = _created(manifest)
     common = {"set_id": set_id, "pair": sweep.pair, "kernel": sweep.kernel or None,
               "revision": manifest.get("git_revision") or _get(meta, ("controller", "git_revision")) or None}
     comp = completeness(directory)
-    linked = sweep.runs.attrs.get(LINKED_ATTR) or {}
+    linked = set_runs.attrs.get(LINKED_ATTR) or {}
     finished = _created({"created": manifest.get("finished")}) if manifest.get("finished") else None
     sets_row = {**common, "path": str(directory.resolve()), "status": sweep.status, "created": created,
-                "finished": finished, "hosts": host_pair(manifest, directory, meta),
+                "finished": finished, "hosts": sweep.hosts,
                 "zcorch_version": manifest.get("zcorch_version"), "n_ok": sweep.n_ok, "n_failed": sweep.n_failed,
                 "planned": comp.planned, "planned_ok": comp.ok, "cells_planned": sorted(comp.cells_planned),
                 "cells_short": list(comp.cells_short), "linked_axes": json.dumps(linked),
                 "manifest": json.dumps(manifest), "sha256": sha}
     sets_table = pa.Table.from_pylist([sets_row], schema=layout.SET_SCHEMA)
-    runs = sweep.runs.drop(columns=["sweep"])
+    runs = set_runs.drop(columns=["sweep"])
     runs.attrs = {}
     runs_table, json_runs = runs_table_of(runs, common, linked)
     base = load_baselines(directory)

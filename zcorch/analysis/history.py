@@ -44,7 +44,7 @@ import warnings as _warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Protocol, Sequence
 
 import numpy as np
 import pandas as pd
@@ -52,13 +52,12 @@ import pandas as pd
 from zcorch import __version__, metrics
 from zcorch.analysis.detector import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, MIN_NIGHTS, NIGHTLY, Comparison,
                                       judge_newest, method_text, stable_baselines)
-from zcorch.analysis.compare import is_control
-from zcorch.analysis.frames import OK, read_experiment_text, read_meta
+from zcorch.analysis.frames import LINKED_ATTR, OK, PARAM_KEYS, read_experiment_text, read_meta
 from zcorch.analysis.hostdiff import diff_meta
 from zcorch.results import setfiles
 from zcorch.analysis.load import load
 from zcorch.analysis.sparkline import sparkline
-from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
+from zcorch.analysis.stats import ci_label, ci_method, varying_params
 from zcorch.analysis.gate import (CANNOT_TELL, EXIT_CANNOT_TELL, EXIT_OK, EXIT_REGRESSION, Completeness, Gate, completeness,
                                   experiment_gates, format_detectable, sees)
 from zcorch.analysis.steps import MIN_POINTS_FOR_STEPS, StepFit, ci_sds, fit_many, point_sigmas, start_fits
@@ -67,8 +66,10 @@ from zcorch.config import yamlsrc
 from zcorch.errors import ResultsError, ZcorchError
 from zcorch.params import format_value
 from zcorch.results import store
+from zcorch.results.intervals import CI, median_ci_level, median_ci_rank
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from matplotlib.figure import Figure
 
 INDEX = "index.html"
@@ -142,20 +143,34 @@ def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = la
 HEAD_KEYS = ("name", "inventory", "created", "status", "git_revision", "error", "clock")   # Sweep.head
 
 
-@dataclass
 class Sweep:
-    path: Path
-    manifest: dict
-    meta: dict
-    runs: pd.DataFrame
-    report: Optional[Path] = None
-    report_problem: Optional[str] = None
+    """One result set as the analysis reads it, from its directory (read_set) or from the row an exported dataset
+    keeps of it (zcorch.analysis.dataset): what history, the gate and the page ask of a sweep. Its runs are read
+    through a RunsReader, never from here. The manifest may be given as its JSON text, parsed when first asked
+    for (a fleet's year has 18,000 sweeps); `head` keeps the fields read of every sweep."""
+
+    def __init__(self, path: Path, manifest: "dict | str", meta: dict, *, set_id: str, n_ok: int, n_failed: int,
+                 kernel: str, hosts: str, linked: "Optional[dict]" = None, host_shared: bool = False,
+                 head: "Optional[dict]" = None, completeness: "Optional[Completeness]" = None):
+        self.path, self.meta, self.set_id = path, meta, set_id
+        self._manifest, self._manifest_text = (None, manifest) if isinstance(manifest, str) else (manifest, None)
+        self.head = head if head is not None else {k: self.manifest[k] for k in HEAD_KEYS if k in self.manifest}
+        self.n_ok, self.n_failed, self.kernel, self.hosts = n_ok, n_failed, kernel, hosts
+        self.linked = linked or {}
+        self.host_shared = host_shared   # an ok run began on a shared host (frames' `host_shared`)
+        self._completeness = completeness
+        self.report: Optional[Path] = None
+        self.report_problem: Optional[str] = None
 
     @property
-    def head(self) -> dict:
-        """The manifest's fields read of every sweep (HEAD_KEYS): the manifest itself here;
-        zcorch.analysis.dataset keeps only these of an exported sweep (a fleet's year has 18,000)."""
-        return self.manifest
+    def manifest(self) -> dict:
+        if self._manifest is None:
+            self._manifest = json.loads(self._manifest_text)
+        return self._manifest
+
+    def completeness(self) -> "Completeness":
+        """How much of its plan the sweep measured (zcorch.analysis.gate): as exported, else from its files."""
+        return self._completeness if self._completeness is not None else completeness(self.path)
 
     @property
     def name(self) -> str:
@@ -168,10 +183,6 @@ class Sweep:
         pair = inv.get("pair") if isinstance(inv, dict) else None
         return str(pair) if pair else None
 
-    def completeness(self) -> "Completeness":
-        """How much of its plan the sweep measured (zcorch.analysis.gate), from its files."""
-        return completeness(self.path)
-
     @property
     def created(self) -> Optional[_dt.datetime]:
         return _parse_time(self.head.get("created"))
@@ -181,43 +192,12 @@ class Sweep:
         return str(self.head.get("status") or "unknown")
 
     @property
-    def n_ok(self) -> int:
-        return int((self.runs["status"] == OK).sum()) if len(self.runs) else 0
-
-    @property
-    def n_failed(self) -> int:
-        return len(self.runs) - self.n_ok
-
-    @property
-    def host_shared(self) -> bool:
-        """Whether an ok run of the sweep began on a shared host (the runs' `host_shared`, zcorch.analysis.frames:
-        a side's busy CPU before the run above a tenth of a CPU): its host CPU figures hold other tenants' load."""
-        runs = self.runs
-        if not len(runs) or "host_shared" not in runs:
-            return False
-        return bool(runs.loc[runs["status"] == OK, "host_shared"].fillna(False).astype(bool).any())
-
-    @property
     def git_revision(self) -> str:
         rev = self.head.get("git_revision") or (self.meta.get("controller") or {}).get("git_revision")
         if not rev:
             return ""
         dirty = rev.endswith("-dirty")
         return rev[:12] + ("-dirty" if dirty else "")
-
-    @property
-    def kernel(self) -> str:
-        releases = []
-        for role in ("sender", "receiver"):
-            host = (self.meta.get("hosts") or {}).get(role) or {}
-            release = (host.get("kernel") or {}).get("release")
-            if release and release not in releases:
-                releases.append(release)
-        return " / ".join(releases)
-
-    @property
-    def hosts(self) -> str:
-        return host_pair(self.manifest, self.path, self.meta)
 
     @property
     def error(self) -> str:
@@ -229,6 +209,17 @@ class Sweep:
     def date(self) -> str:
         t = self.created
         return t.strftime("%Y-%m-%d %H:%M UTC") if t else str(self.head.get("created") or "")
+
+
+def kernel_of(meta: dict) -> str:
+    """The kernel releases of a sweep's hosts (meta.json), sender first, each once."""
+    releases = []
+    for role in ("sender", "receiver"):
+        host = (meta.get("hosts") or {}).get(role) or {}
+        release = (host.get("kernel") or {}).get("release")
+        if release and release not in releases:
+            releases.append(release)
+    return " / ".join(releases)
 
 
 def series_of(sweeps: Sequence[Sweep]) -> Dict[str, List[Sweep]]:
@@ -326,9 +317,19 @@ def host_pair(manifest: dict, directory: Path, meta: dict) -> str:
     return " → ".join(names)
 
 
+def read_set(path: Path) -> "tuple[Sweep, pd.DataFrame]":
+    """(the sweep, its runs as zcorch.load reads them) of one result set."""
+    manifest, meta, runs = store.load_manifest(str(path)), read_meta(path), load(path)
+    ok = (runs["status"] == OK) if len(runs) else pd.Series(dtype=bool)
+    shared = bool(len(runs) and "host_shared" in runs and runs.loc[ok, "host_shared"].fillna(False).astype(bool).any())
+    sweep = Sweep(path, manifest, meta, set_id=str(path), n_ok=int(ok.sum()), n_failed=len(runs) - int(ok.sum()),
+                  kernel=kernel_of(meta), hosts=host_pair(manifest, path, meta), linked=runs.attrs.get(LINKED_ATTR),
+                  host_shared=shared)
+    return sweep, runs
+
+
 def open_sweep(path: Path) -> Sweep:
-    manifest = store.load_manifest(str(path))
-    return Sweep(path, manifest, read_meta(path), load(path))
+    return read_set(path)[0]
 
 
 def ensure_report(sweep: Sweep) -> None:
@@ -414,57 +415,216 @@ def cell_labels(frames: Sequence[pd.DataFrame]) -> Dict[str, str]:
     return labels
 
 
-class FrameSeries:
-    """Where experiment_history takes its numbers from: the sweeps' runs frames (zcorch.load of each result
-    set). zcorch.analysis.dataset has the same three methods over an exported dataset (DuckDB), so that
-    `zcorch history DATASET` decides exactly as `zcorch history ROOT` does."""
+class OkGroups:
+    """The (set, cell) groups of ok_table as numpy arrays (no Python object per group): for each group its set id,
+    cell, n, n_failed and where its sorted ok values lie in one flat array; and the median and the interval of
+    each, as zcorch.analysis.stats.summarize computes them from the runs (the median of the sorted values,
+    numpy's; the interval of zcorch.results.intervals: the order statistics of rank k and m + 1 - k of m values)."""
 
-    def __init__(self, sweeps: List[Sweep], metric: str):
-        self.sweeps = sweeps
-        self.summaries = []
-        for s in sweeps:
-            runs = s.runs
-            if len(runs) and metric not in runs:
-                raise ResultsError(f"{s.path}: no column {metric!r} in its runs")
-            self.summaries.append(summarize(runs, by=["cell"], metrics=[metric]).set_index("cell")
-                                  if len(runs) else None)
+    def __init__(self, table: "pa.Table"):
+        vals = table.column("vals").combine_chunks()
+        self.set_id = table.column("set_id").to_numpy(zero_copy_only=False).astype(object)
+        self.cell = table.column("cell").to_numpy(zero_copy_only=False).astype(object)
+        self.n = table.column("n").to_numpy().astype(np.int64)
+        self.n_failed = table.column("n_failed").to_numpy().astype(np.int64)
+        offsets = vals.offsets.to_numpy().astype(np.int64)
+        self.flat = vals.values.to_numpy(zero_copy_only=False).astype("float64")
+        self.start = offsets[:-1]
+        self.m = np.diff(offsets)
+        have = self.m > 0
+        lo = np.where(have, self.start + (self.m - 1) // 2, 0)
+        hi = np.where(have, self.start + self.m // 2, 0)
+        flat = self.flat if len(self.flat) else np.full(1, np.nan)
+        self.median = np.where(have, (flat[lo] + flat[hi]) / 2, np.nan)
+        k = np.zeros(len(self.m), dtype=np.int64)
+        self.ci_level = np.full(len(self.m), np.nan)
+        for m in np.unique(self.m):
+            rank = median_ci_rank(int(m), CI)
+            at = self.m == m
+            k[at] = rank
+            self.ci_level[at] = median_ci_level(int(m), rank) if rank else np.nan
+        with_ci = k > 0
+        self.ci_low = np.where(with_ci, flat[np.where(with_ci, self.start + k - 1, 0)], np.nan)
+        self.ci_high = np.where(with_ci, flat[np.where(with_ci, self.start + self.m - k, 0)], np.nan)
+
+    def values(self, row: int) -> np.ndarray:
+        return self.flat[self.start[row]:self.start[row] + self.m[row]]
+
+
+def ok_table(con, metric: str, set_ids: Sequence[str]) -> "pa.Table":
+    """Per (set, cell) of `set_ids` in the `runs` relation of the DuckDB connection `con`: n (ok runs), n_failed
+    (others) and the ok runs' values of `metric` sorted, nulls and NaN left out (`vals`, one list array), ordered
+    by the position of the set in `set_ids`, then by cell (a null cell last). One query groups and sorts on
+    DuckDB's threads, without the GIL; each set id joined to its position (no text of 2 million set ids held)."""
+    import pyarrow as pa
+
+    wanted = pa.array(list(dict.fromkeys(set_ids)), type=pa.string())
+    v = 'CAST(r."' + metric.replace('"', '""') + '" AS DOUBLE)'
+    cur = con.cursor()   # a cursor of its own: it may run on another thread while `con` answers others
+    try:
+        cur.register("wanted_sets", pa.table({"set_id": wanted,
+                                              "position": pa.array(np.arange(len(wanted), dtype=np.int64))}))
+        # ok: status 'ok' (a null status is not); the values: of the ok runs, nulls and NaN left out
+        groups = arrow_of(cur.execute(
+            f"SELECT w.position AS s, r.cell, count(*) FILTER (WHERE r.status = 'ok') AS n, count(*) AS runs, "
+            f"list({v} ORDER BY {v}) FILTER (WHERE r.status = 'ok' AND {v} IS NOT NULL AND NOT isnan({v})) "
+            f"AS vals FROM runs r JOIN wanted_sets w ON r.set_id = w.set_id GROUP BY w.position, r.cell "
+            f"ORDER BY w.position, r.cell NULLS LAST"))
+    finally:
+        cur.close()
+    n = groups.column("n").to_numpy(zero_copy_only=False).astype(np.int64)
+    vals = groups.column("vals").combine_chunks()
+    if vals.null_count:   # a group with no ok value: an empty list, not a null one
+        vals = pa.ListArray.from_arrays(vals.offsets, vals.values, type=vals.type)
+    return pa.table({"set_id": wanted.take(groups.column("s")),
+                     "cell": groups.column("cell").cast(pa.string()),
+                     "n": pa.array(n),
+                     "n_failed": pa.array(groups.column("runs").to_numpy(zero_copy_only=False).astype(np.int64) - n),
+                     "vals": vals})
+
+
+def arrow_of(result) -> "pa.Table":
+    """A DuckDB result as an Arrow table (duckdb 2 and 1.x)."""
+    to_arrow = getattr(result, "to_arrow_table", None) or result.fetch_arrow_table
+    with _warnings.catch_warnings():   # duckdb 2 notes the copy a DB-API result makes: these answers are small
+        _warnings.simplefilter("ignore", UserWarning)
+        return to_arrow()
+
+
+BY = "_series"   # the column of a RunsReader.cell_params' key
+
+
+class RunsReader(Protocol):
+    """Where history reads the runs of its sweeps (by their set_id): SetRuns (result-set directories) or
+    zcorch.analysis.dataset.Dataset (an exported dataset)."""
+
+    def ok_table(self, metric: str, set_ids: Sequence[str]) -> "pa.Table": ...
+
+    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Sequence[str]) -> pd.DataFrame: ...
+
+
+class SetRuns:
+    """The RunsReader of result-set directories (the other one is zcorch.analysis.dataset.Dataset): their runs,
+    as zcorch.load reads them (through the runs.parquet cache), put in one Arrow table that DuckDB reads as
+    `runs`, so that the ok values are grouped by the same query as an exported dataset's (ok_table)."""
+
+    def __init__(self, runs: Dict[str, pd.DataFrame], metric: str):
+        """`runs`: {set id (the set's path): its runs}; ResultsError when a set with runs has no `metric`."""
+        import duckdb
+        import pyarrow as pa
+
+        parts, params = [], []
+        for sid, frame in runs.items():
+            if not len(frame):
+                continue
+            if metric not in frame:
+                raise ResultsError(f"{sid}: no column {metric!r} in its runs")
+            cells = pd.Series([None if c is None or (isinstance(c, float) and c != c) else str(c)
+                               for c in (frame["cell"] if "cell" in frame else [None] * len(frame))],
+                              index=frame.index, dtype=object, name="cell")
+            parts.append(pa.table({"set_id": pa.array([sid] * len(frame), pa.string()),
+                                   "cell": pa.array(cells.tolist(), pa.string()),
+                                   "status": pa.array([s if isinstance(s, str) else None for s in frame["status"]],
+                                                      pa.string()),
+                                   "value": pa.array(pd.to_numeric(frame[metric], errors="coerce")
+                                                     .to_numpy(dtype="float64"), pa.float64())}))
+            keep = [c for c in (*PARAM_KEYS, *frame.attrs.get(LINKED_ATTR, {})) if c in frame]
+            params.append(pd.concat([pd.Series(sid, index=frame.index, name="set_id"), cells,
+                                     frame[keep]], axis=1)[cells.notna()].drop_duplicates())
+        empty = pa.table({"set_id": pa.array([], pa.string()), "cell": pa.array([], pa.string()),
+                          "status": pa.array([], pa.string()), "value": pa.array([], pa.float64())})
+        table = pa.concat_tables(parts) if parts else empty
         self.metric = metric
+        self.params = pd.concat(params, ignore_index=True) if params else pd.DataFrame({"set_id": [], "cell": []})
+        self.con = duckdb.connect(":memory:")
+        self.con.execute("SET enable_progress_bar = false")
+        self.con.register("runs_table", table)   # a table, not a view: ok_table reads it on a cursor of its own
+        column = '"' + metric.replace('"', '""') + '"'
+        self.con.execute(f"CREATE TABLE runs AS SELECT set_id, cell, status, value AS {column} FROM runs_table")
+        self.con.unregister("runs_table")
 
-    def is_control(self, cell: str) -> bool:
-        """Whether `cell` is the control of a `_vs_control` metric (compare.is_control over every sweep): its
-        ratio is 1 by construction and judges nothing."""
-        if self.metric not in metrics.CONTROL_RATIOS:
-            return False
-        frames = [r[r["cell"] == cell] for r in (s.runs for s in self.sweeps) if len(r) and "cell" in r]
-        return is_control(self.metric, *[f for f in frames if len(f)])
+    def ok_table(self, metric: str, set_ids: Sequence[str]) -> "pa.Table":
+        if metric != self.metric:
+            raise ValueError(f"SetRuns read {self.metric!r}, not {metric!r}")
+        return ok_table(self.con, metric, set_ids)
+
+    def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Sequence[str]) -> pd.DataFrame:
+        """The distinct (key, cell, parameters) of the runs of `set_ids`, `by` a key per set id (its series) in
+        column BY: what history.cell_labels needs (as zcorch.analysis.dataset.Dataset.cell_params)."""
+        key = dict(zip(set_ids, by))
+        frame = self.params[self.params["set_id"].isin(key)]
+        cols = ["cell"] + [c for c in list(PARAM_KEYS) + list(linked) if c in frame]
+        return pd.concat([frame["set_id"].map(key).rename(BY), frame[cols]], axis=1).drop_duplicates(ignore_index=True)
+
+
+class Series:
+    """Where experiment_history takes its numbers from, whichever reader gave them (SetRuns, or an exported
+    dataset's): labels, per-cell series and a cell's ok values of one series of sweeps, from the groups of one
+    ok_table of every set (the decisions stay history's, stats', detector's)."""
+
+    def __init__(self, sweeps: List[Sweep], metric: str, groups: OkGroups, rows: np.ndarray,
+                 params: pd.DataFrame, label_memo: "Optional[dict]" = None):
+        """`rows`: the groups of these sweeps; `params`: their distinct (cell, parameters); `label_memo`: labels
+        already made of the same (cell, parameters) rows, shared by the series of one history (a fleet's pairs
+        run the same cells: cell_labels once, not once per pair)."""
+        self.sweeps, self.metric, self.groups, self.params = sweeps, metric, groups, params
+        self.label_memo = label_memo if label_memo is not None else {}
+        index = {s.set_id: i for i, s in enumerate(sweeps)}
+        n_sweeps = len(sweeps)
+        rows = rows[groups.cell[rows] != None]   # noqa: E711 (elementwise): a null cell is no cell of a series
+        sweep_of = np.array([index[x] for x in groups.set_id[rows]], dtype=np.int64)
+        cells = groups.cell[rows]
+        self.cells: Dict[str, dict] = {}
+        self.row_of: Dict[str, np.ndarray] = {}   # cell -> the group of each sweep (-1: none)
+        order = np.argsort(cells, kind="stable")
+        names, first = np.unique(cells[order], return_index=True)
+        for name, part in zip(names, np.split(order, first[1:])):
+            at, g = sweep_of[part], rows[part]
+            cols = {k: np.full(n_sweeps, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
+            cols.update({k: np.zeros(n_sweeps, dtype=int) for k in ("n", "n_failed")})
+            for k in ("median", "ci_low", "ci_high", "ci_level", "n", "n_failed"):
+                cols[k][at] = getattr(groups, k)[g]
+            row_of = np.full(n_sweeps, -1, dtype=np.int64)
+            row_of[at] = g
+            self.cells[name], self.row_of[name] = cols, row_of
 
     def labels(self) -> Dict[str, str]:
         """cell id -> label (cell_labels)."""
-        return cell_labels([s.runs for s in self.sweeps])
+        # the linked axes of the sweeps that ran (a sweep without runs knows none of its experiment's)
+        linked = [s.linked for s in self.sweeps if s.n_ok + s.n_failed] or [{}]
+        same = all(x == linked[0] for x in linked)
+        names = {n for x in linked for n in x}
+        have = [c for c in self.params.columns if c in ("cell", *PARAM_KEYS, *names)]
+        frame = self.params[have].drop_duplicates(ignore_index=True)
+        frame.attrs[LINKED_ATTR] = linked[0] if same else {}
+        # the same rows and linked axes make the same labels (a cell has one row of parameters; DuckDB's
+        # DISTINCT gives them in any order): the key is their exact text, rows sorted
+        key = repr((list(frame.columns), sorted(map(repr, frame.values.tolist())),
+                    sorted(frame.attrs[LINKED_ATTR].items())))
+        if key not in self.label_memo:
+            self.label_memo[key] = cell_labels([frame])
+        return {c: label for c, label in self.label_memo[key].items() if c in self.cells}
 
     def series(self, cell: str) -> Dict[str, np.ndarray]:
-        """Per sweep: median, ci_low, ci_high, ci_level (NaN where the cell has no ok run), n, n_failed."""
-        n = len(self.sweeps)
-        cols = {k: np.full(n, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
-        cols.update({k: np.zeros(n, dtype=int) for k in ("n", "n_failed")})
-        for i, summ in enumerate(self.summaries):
-            if summ is None or cell not in summ.index:
-                continue
-            row = summ.loc[cell]
-            for k in ("median", "ci_low", "ci_high", "ci_level"):
-                cols[k][i] = row[f"{self.metric}_{k}"]
-            cols["n"][i], cols["n_failed"][i] = int(row["n"]), int(row["n_failed"])
-        return cols
+        """Per sweep: median, ci_low, ci_high, ci_level (NaN where the cell has no ok value), n, n_failed."""
+        return self.cells[cell]
 
-    def cell_runs(self, i: int, cell: str) -> pd.DataFrame:
-        """The runs of `cell` in sweep i (at least: cell, status and the metric)."""
-        runs = self.sweeps[i].runs
-        return runs[runs["cell"] == cell] if len(runs) else runs
+    def is_control(self, cell: str) -> bool:
+        """Whether `cell` is the control of a `_vs_control` metric (as compare.is_control judges the runs of
+        every sweep that has some: each has ok values, all exactly 1): its ratio is 1 by construction."""
+        if self.metric not in metrics.CONTROL_RATIOS or cell not in self.row_of:
+            return False
+        ran = [r for r in self.row_of[cell] if r >= 0 and self.groups.n[r] + self.groups.n_failed[r]]
+        return bool(ran) and all(len(v) and bool((v == 1.0).all()) for v in map(self.groups.values, ran))
+
+    def ok_values(self, i: int, cell: str) -> np.ndarray:
+        """The ok values of `cell`'s metric in sweep i, sorted (nulls and NaN left out)."""
+        row = self.row_of[cell][i] if cell in self.row_of else -1
+        return self.groups.values(row) if row >= 0 else np.empty(0)
 
 
 def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, threshold_pct: float,
-                          alpha: float, source: Optional[FrameSeries] = None,
-                          min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
+                          alpha: float, source: Series, min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
     """The newest sweep of a cell against the preceding stable level (module docstring, step 4; the rule is
     zcorch.analysis.detector's): None when there is nothing to compare."""
     last = len(sweeps) - 1
@@ -479,20 +639,18 @@ def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, thr
         return Comparison("failed", math.nan, float(np.median(ch.median[base])), math.nan, math.nan, "",
                           len(base), 0, list(base), last, NIGHTLY, [last])
     higher = metrics.get(metric).better == "higher"
-    source = source if source is not None else FrameSeries(sweeps, metric)
-    if getattr(source, "is_control", None) is not None and source.is_control(ch.cell):
+    if source.is_control(ch.cell):
         return None   # the control of a `_vs_control` metric: 1 every night, judged by its own figure
-    return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), CellRuns(source, ch.cell, metric),
+    return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), CellRuns(source, ch.cell),
                         ch.fit, higher, threshold_pct, alpha, min_nights)
 
 
 class CellRuns(collections.abc.Sequence):
     """The ok values of one cell's metric per sweep, each read when asked for: judge_newest looks at the runs
-    of a few nights only (when too few nights tell their spread), and a year of a fleet has hundreds of
-    thousands of (sweep, cell) groups."""
+    of a few nights only (when too few nights tell their spread)."""
 
-    def __init__(self, source: "FrameSeries", cell: str, metric: str):
-        self.source, self.cell, self.metric = source, cell, metric
+    def __init__(self, source: Series, cell: str):
+        self.source, self.cell = source, cell
 
     def __len__(self) -> int:
         return len(self.source.sweeps)
@@ -502,10 +660,7 @@ class CellRuns(collections.abc.Sequence):
             raise TypeError("CellRuns: one sweep at a time")
         if not -len(self) <= i < len(self):
             raise IndexError(i)
-        r = self.source.cell_runs(i % len(self), self.cell)
-        r = r[r["status"] == OK] if len(r) else r
-        return (pd.to_numeric(r[self.metric], errors="coerce").dropna().to_numpy(dtype="float64") if len(r) else
-                np.empty(0))
+        return self.source.ok_values(i % len(self), self.cell)
 
 
 # The threads that fit (the compiled fit holds no GIL): one, beside this thread judging the experiments already
@@ -515,7 +670,7 @@ FIT_THREADS = 1
 
 
 def fit_series(series: Sequence[Dict[str, np.ndarray]], pool: Optional[ThreadPoolExecutor] = None):
-    """The change-point fit (zcorch.analysis.steps) of each cell's series (FrameSeries.series), in order: without
+    """The change-point fit (zcorch.analysis.steps) of each cell's series (Series.series), in order: without
     `pool` a list, on FIT_THREADS threads (steps.fit_many); with one, steps.PendingFits (its compiled part submitted
     there). The fits are those of fit_steps."""
     pairs = [(cols["median"], point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"]))
@@ -533,7 +688,7 @@ class CellPlan:
     fits: Optional[List[StepFit]] = None
 
 
-def plan_cells(source: FrameSeries) -> CellPlan:
+def plan_cells(source: Series) -> CellPlan:
     """The cells of `source` in the page's order, with their labels and series."""
     labels = source.labels()
     order = sorted(labels, key=lambda c: (labels[c], c))
@@ -541,11 +696,10 @@ def plan_cells(source: FrameSeries) -> CellPlan:
 
 
 def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                       alpha: float = DEFAULT_ALPHA, source: Optional[FrameSeries] = None,
+                       alpha: float = DEFAULT_ALPHA, *, source: Series,
                        min_nights: int = MIN_NIGHTS, plan: Optional[CellPlan] = None) -> ExperimentHistory:
     """The per-cell series, their steps and the newest sweep's comparisons (sweeps oldest first); the numbers
-    from `source` (default: the sweeps' runs frames), the cells' fits from `plan` (default: fitted here)."""
-    source = source if source is not None else FrameSeries(sweeps, metric)
+    from `source`, the cells' fits from `plan` (default: fitted here)."""
     plan = plan if plan is not None else plan_cells(source)
     fits = plan.fits if plan.fits is not None else fit_series(plan.series)
     cells = []
@@ -563,7 +717,7 @@ def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", t
     return hist
 
 
-def experiment_histories(named: "Sequence[tuple[str, List[Sweep], FrameSeries]]", metric: str, threshold_pct: float,
+def experiment_histories(named: "Sequence[tuple[str, List[Sweep], Series]]", metric: str, threshold_pct: float,
                          alpha: float, min_nights: int) -> List[ExperimentHistory]:
     """experiment_history of each (name, sweeps, source), in order: each experiment's cells fitted on FIT_THREADS
     threads (one compiled call an experiment, without the GIL) while this thread labels the next experiments and
@@ -577,7 +731,8 @@ def experiment_histories(named: "Sequence[tuple[str, List[Sweep], FrameSeries]]"
             out = []
             for (name, sweeps, source), (plan, fits) in zip(named, pending):
                 plan.fits = fits.result()
-                out.append(experiment_history(name, sweeps, metric, threshold_pct, alpha, source, min_nights, plan))
+                out.append(experiment_history(name, sweeps, metric, threshold_pct, alpha, source=source,
+                                              min_nights=min_nights, plan=plan))
             return out
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)   # after an error, the fits not started are not waited for
@@ -635,41 +790,71 @@ def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_p
     """Every result set under `root`, grouped and analysed (module docstring, steps 1–4); with
     `reports`, each sweep's report.html is written when missing or stale; without, a report already there
     is linked and none is written (a nightly gate answers in seconds)."""
-    try:
-        metrics.directed(metric)   # one with a better direction (zcorch.metrics)
-    except ValueError as exc:
-        raise ResultsError(str(exc)) from None
+    check_metric(metric)
     warnings: List[str] = []
     dirs = find_result_sets(root, warnings.append)
     if not dirs:
         raise ResultsError(f"{root}: no zcorch result set found (a directory with manifest.json) at any depth")
-    sweeps_found: List[Sweep] = []
+    sweeps: List[Sweep] = []
+    runs: Dict[str, pd.DataFrame] = {}
     for d in dirs:
         try:
             with _warnings.catch_warnings(record=True) as caught:  # what a bounded reader skipped, said here
                 _warnings.simplefilter("always", setfiles.SkippedWarning)
-                sweep = open_sweep(d)
+                sweep, runs[str(d)] = read_set(d)
             warnings += [f"partly read: {w.message}" for w in caught if issubclass(w.category, setfiles.SkippedWarning)]
         except ResultsError as exc:
             warnings.append(f"skipped: {exc}")
             continue
-        sweeps_found.append(sweep)
-    groups = series_of(sweeps_found)
+        sweeps.append(sweep)
+    reader = SetRuns(runs, metric)
+    for s in sweeps:
+        if reports:
+            ensure_report(s)
+            if s.report_problem:
+                warnings.append(f"{s.path}: {s.report_problem}")
+        else:
+            link_report(s)
+    groups = OkGroups(reader.ok_table(metric, [s.set_id for s in sweeps]))
+    return history_of(Path(root), sweeps, reader, groups, metric, threshold_pct, alpha, min_nights, warnings)
+
+
+def check_metric(metric: str) -> None:
+    """ResultsError unless `metric` has a better direction (zcorch.metrics): history follows only those."""
+    try:
+        metrics.directed(metric)
+    except ValueError as exc:
+        raise ResultsError(str(exc)) from None
+
+
+def history_of(root: Path, sweeps: List[Sweep], reader: RunsReader, groups: OkGroups, metric: str, threshold_pct: float,
+               alpha: float, min_nights: int, warnings: List[str], before_fits: Callable[[], None] = lambda: None
+               ) -> History:
+    """The History of `sweeps`, whichever reader (SetRuns, zcorch.analysis.dataset.Dataset) holds their runs:
+    `groups` its ok_table of every sweep; `before_fits` is called before the first fit."""
+    series = series_of(sweeps)
+    series_by_set = {s.set_id: name for name, group in series.items() for s in group}
+    # the rows of each series (one sort of the groups by their series, not a filter per series)
+    key = np.array([series_by_set[x] for x in groups.set_id], dtype=object)
+    order = np.argsort(key, kind="stable")
+    names, first = np.unique(key[order], return_index=True) if len(key) else ([], [])
+    rows = dict(zip(names, np.split(order, first[1:]) if len(key) else []))
+    # the distinct parameters of every series' cells: one query
+    linked = sorted({n for s in sweeps for n in s.linked})
+    params = reader.cell_params([s.set_id for s in sweeps], linked, by=[series_by_set[s.set_id] for s in sweeps])
+    params_of = dict(list(params.groupby(BY, sort=False))) if len(params) else {}
+    no_params = params.iloc[0:0]
     named = []
-    for name in sorted(groups):
-        sweeps = groups[name]
-        for s in sweeps:
-            if reports:
-                ensure_report(s)
-                if s.report_problem:
-                    warnings.append(f"{s.path}: {s.report_problem}")
-            else:
-                link_report(s)
-        named.append((name, sweeps, FrameSeries(sweeps, metric)))
+    label_memo: dict = {}
+    for name in sorted(series):
+        named.append((name, series[name], Series(series[name], metric, groups,
+                                                  rows.get(name, np.empty(0, dtype=np.int64)),
+                                                  params_of.get(name, no_params).drop(columns=BY), label_memo)))
+    before_fits()
     experiments = experiment_histories(named, metric, threshold_pct, alpha, min_nights)
-    clocks = series_clock_problems(groups)
-    warnings += [f"clock set back: {line}" for lines in clocks.values() for line in lines]
-    return History(Path(root), metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights,
+    clocks = series_clock_problems(series)
+    warnings = warnings + [f"clock set back: {line}" for lines in clocks.values() for line in lines]
+    return History(root, metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights,
                    clock_problems=clocks)
 
 
