@@ -24,9 +24,10 @@ FIXTURE_MARKERS = {
 }
 QUICK_EXCLUDES = ("lab", "root", "browser")
 # `serial` tests run alone (scripts/test runs them in a second pass, on one process, after the parallel one):
-# - a module that measures time or CPU (MEASURES), or a lab test whose own body measures an elapsed time;
+# - a module that measures time or CPU (MEASURES), or a lab test that measures an elapsed time (ELAPSED);
 # - a test that compares machine-wide state (loop devices, mounts, md arrays: MACHINE_STATE): a parallel
-#   test's loop device or mount would be a leftover to it (a lab test: its own body; any other: its module);
+#   test's loop device or mount would be a leftover to it;
+#   (ELAPSED and MACHINE_STATE: in the test's own text, _own_text: modules mix scenarios)
 # - a test using a fixture whose sweeps' throughput it judges (SERIAL_FIXTURES).
 # Any other lab test runs in parallel too: each pytest process (each xdist worker) has its own lab
 # (tests/fixtures_lab.py: its own name, index, netns, sshd and homes).
@@ -45,21 +46,36 @@ def _module_text(path: str) -> str:
         return ""
 
 
-def _function_text(item) -> str:
+def _source(obj) -> str:
     try:
-        return inspect.getsource(item.function)
-    except (AttributeError, OSError, TypeError):
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
         return ""
 
 
+def _own_text(item) -> str:
+    """The test function's source, with the module's helper functions it names and the fixtures of its own
+    module it uses (a `before` fixture that snapshots the machine, a helper that compares)."""
+    function = getattr(item, "function", None)
+    text = _source(function)
+    module = getattr(item, "module", None)
+    for name in set(re.findall(r"\b_?[a-z]\w*", text)) & set(vars(module) if module else ()):
+        helper = getattr(module, name)
+        if inspect.isfunction(helper) and helper.__module__ == module.__name__ and helper is not function:
+            text += _source(helper)
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        for d in defs:
+            if getattr(d.func, "__module__", None) == getattr(module, "__name__", ""):
+                text += _source(d.func)
+    return text
+
+
 def _is_serial(item) -> bool:
-    module = _module_text(str(item.path))
-    if MEASURES.search(module) or SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+    if MEASURES.search(_module_text(str(item.path))) or SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
-    if item.get_closest_marker("lab"):   # a lab module mixes scenarios: a lab test is judged by its own body
-        own = _function_text(item)
-        return bool(ELAPSED.search(own) or MACHINE_STATE.search(own))
-    return bool(MACHINE_STATE.search(module))
+    own = _own_text(item)
+    return bool(MACHINE_STATE.search(own) or item.get_closest_marker("lab") and ELAPSED.search(own))
 
 
 def _uses_module_fixture(item) -> bool:
