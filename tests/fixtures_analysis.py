@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -167,6 +168,9 @@ def zcorch_cli(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     from zcorch.cli import main
 
     argv = [str(a) for a in args]
+    # a command's process ends with it; here its signal dispositions must not outlive it (after a sweep
+    # `run` ignores SIGTERM and SIGHUP, which every child the test process starts later would inherit)
+    signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     saved, here = (sys.stdout, sys.stderr), os.getcwd()
@@ -192,6 +196,8 @@ def zcorch_cli(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     finally:
         sys.stdout, sys.stderr = saved
         os.chdir(here)
+        for s, handler in signals.items():
+            signal.signal(s, handler)
     return subprocess.CompletedProcess(["zcorch", *argv], code, out.buffer.getvalue().decode("utf-8"),
                                        err.buffer.getvalue().decode("utf-8"))
 
