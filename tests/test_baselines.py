@@ -267,7 +267,7 @@ def test_run_iperf3_waits_for_a_port_another_sweep_holds(monkeypatch):
     blocker.bind(("127.0.0.1", 0))
     blocker.listen()
     monkeypatch.setattr(bl, "free_local_port", lambda address: blocker.getsockname()[1])
-    monkeypatch.setattr(bl, "IPERF3_BUSY_WAIT", 0.0)
+    monkeypatch.setattr(bl, "SERVER_BUSY_WAIT", 0.0)   # the wait run_server_client reads
     try:
         rec = bl.run_iperf3(h, h, Iperf3Baseline(duration=1), {"window": None, "buffer": 65536, "zerocopy": False})
     finally:
