@@ -6,6 +6,7 @@ import inspect
 import os
 import re
 import shutil
+import signal
 
 import pytest
 
@@ -81,6 +82,14 @@ def _is_serial(item) -> bool:
 def _uses_module_fixture(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     return info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+
+
+def pytest_configure(config):
+    # A job a non-interactive shell starts in the background (`.ci/run &`) inherits SIGINT ignored, and an
+    # interpreter that starts with it ignored never raises KeyboardInterrupt, nor do the processes it starts:
+    # the tests of Ctrl-C expect Python's own handling, as in a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser):
