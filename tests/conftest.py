@@ -99,6 +99,7 @@ def pytest_addoption(parser):
                      help="skip: leave out the `serial` tests (scripts/test's parallel pass); only: run only them")
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's, which reads the groups set here into the node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
