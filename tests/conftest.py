@@ -2,9 +2,11 @@
 plugins so that pytest knows each fixture once (a session fixture imported into several test modules
 would be set up once per module); test modules import only their plain helper functions from them."""
 import functools
+import inspect
 import os
 import re
 import shutil
+import signal
 
 import pytest
 
@@ -22,26 +24,82 @@ FIXTURE_MARKERS = {
     "browser": ("browser",),       # headless Chromium
 }
 QUICK_EXCLUDES = ("lab", "root", "browser")
-# What a test module calls to measure time or CPU: such a test, and every lab test (one shared lab per
-# session, throughput it asserts), is `serial`: under pytest-xdist it runs alone (scripts/test -n N runs the
-# serial tests in a second pass, on one process, after the others).
+# `serial` tests run alone (scripts/test runs them in a second pass, on one process, after the parallel one):
+# - a module that measures time or CPU (MEASURES), or a lab test that measures an elapsed time (ELAPSED);
+# - a test that compares machine-wide state (loop devices, mounts, md arrays: MACHINE_STATE): a parallel
+#   test's loop device or mount would be a leftover to it;
+#   (ELAPSED and MACHINE_STATE: in the test's own text, _own_text: modules mix scenarios)
+# - a test using a fixture whose sweeps' throughput it judges (SERIAL_FIXTURES).
+# Any other lab test runs in parallel too: each pytest process (each xdist worker) has its own lab
+# (tests/fixtures_lab.py: its own name, index, netns, sshd and homes).
 MEASURES = re.compile(r"perf_counter|process_time|getrusage|cpu_times|ru_utime|ru_stime|timeit")
+ELAPSED = re.compile(r"monotonic\(\)\s*-\s*\w")
+MACHINE_STATE = re.compile(r"\bhost_state\(|losetup\W+-J|\b_loops\(")
+SERIAL_FIXTURES = {"throttled_nights"}
 
 
 @functools.lru_cache(maxsize=None)
-def _module_measures(path: str) -> bool:
+def _module_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as f:
-            return MEASURES.search(f.read()) is not None
+            return f.read()
     except OSError:
-        return False
+        return ""
+
+
+def _source(obj) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def _own_text(item) -> str:
+    """The test function's source, with the module's helper functions it names and the fixtures of its own
+    module it uses (a `before` fixture that snapshots the machine, a helper that compares)."""
+    function = getattr(item, "function", None)
+    text = _source(function)
+    module = getattr(item, "module", None)
+    for name in set(re.findall(r"\b_?[a-z]\w*", text)) & set(vars(module) if module else ()):
+        helper = getattr(module, name)
+        if inspect.isfunction(helper) and helper.__module__ == module.__name__ and helper is not function:
+            text += _source(helper)
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in (info.name2fixturedefs.values() if info else ()):
+        for d in defs:
+            if getattr(d.func, "__module__", None) == getattr(module, "__name__", ""):
+                text += _source(d.func)
+    return text
+
+
+def _is_serial(item) -> bool:
+    if MEASURES.search(_module_text(str(item.path))) or SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    own = _own_text(item)
+    return bool(MACHINE_STATE.search(own) or item.get_closest_marker("lab") and ELAPSED.search(own))
+
+
+def _uses_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
+
+
+def pytest_configure(config):
+    # A job a non-interactive shell starts in the background (`.ci/run &`) inherits SIGINT ignored, and an
+    # interpreter that starts with it ignored never raises KeyboardInterrupt, nor do the processes it starts:
+    # the tests of Ctrl-C expect Python's own handling, as in a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
                      help="leave out the lab, root and browser tiers (markers derived from fixtures)")
+    parser.addoption("--serial-tests", choices=("all", "skip", "only"), default="all",
+                     help="skip: leave out the `serial` tests (scripts/test's parallel pass); only: run only them")
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist's, which reads the groups set here into the node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for fixture in getattr(item, "fixturenames", ()):
@@ -50,18 +108,25 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(name)
         if item.get_closest_marker("lab") and item.get_closest_marker("root") is None:
             item.add_marker("root")
-        if item.get_closest_marker("serial") is None and (
-                item.get_closest_marker("lab") or _module_measures(str(item.path))):
+        if item.get_closest_marker("serial") is None and _is_serial(item):
             item.add_marker("serial")
         if item.get_closest_marker("serial"):
             item.add_marker(pytest.mark.xdist_group("serial"))
-    if config.getoption("quick"):
-        kept, left = [], []
-        for item in items:
-            (left if any(item.get_closest_marker(m) for m in QUICK_EXCLUDES) else kept).append(item)
-        if left:
-            config.hook.pytest_deselected(items=left)
-            items[:] = kept
+        elif "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("browser"))   # one Chromium for the run, not one a worker
+        elif _uses_module_fixture(item):
+            # a module fixture (a built wheel, recorded sweeps) is set up once, on one worker
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    serial = config.getoption("serial_tests")
+    kept, left = [], []
+    for item in items:
+        out = (config.getoption("quick") and any(item.get_closest_marker(m) for m in QUICK_EXCLUDES)
+               or serial == "skip" and item.get_closest_marker("serial")
+               or serial == "only" and not item.get_closest_marker("serial"))
+        (left if out else kept).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
     skip_root = pytest.mark.skip(reason="needs root (network namespaces, loop devices, mounts)")
     for item in items:
         if not IS_ROOT and item.get_closest_marker("root"):

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
@@ -67,10 +68,30 @@ def nights_of(src: Path, root: Path, factors: "list[float]", start: str = "2026-
     return out
 
 
+def once_per_run(tmp_path_factory, name: str, make) -> Path:
+    """make(directory) -> a path, made once for the whole test run: under pytest-xdist the first worker that
+    asks makes it in the run's base directory (which every worker shares), under a lock, and the others wait
+    for it and reuse it; in one process, once per session. What it makes is used through copies."""
+    import fcntl
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return make(tmp_path_factory.mktemp(name))
+    directory = tmp_path_factory.getbasetemp().parent / f"shared-{name}"
+    made = directory.with_name(directory.name + ".made")
+    with open(directory.with_name(directory.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not made.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            made.write_text(str(make(directory)))
+        return Path(made.read_text())
+
+
 @pytest.fixture(scope="session")
 def compare_set_recorded(tmp_path_factory) -> Path:
     """A real localhost sweep of tests/data/compare.yaml: 2 cells x 6 repeats of 128 MiB. Use through a copy."""
-    return record_sweep(tmp_path_factory.mktemp("compare"), "compare-check", (DATA / "compare.yaml").read_text())
+    return once_per_run(tmp_path_factory, "compare",
+                        lambda d: record_sweep(d, "compare-check", (DATA / "compare.yaml").read_text()))
 
 
 @pytest.fixture
@@ -113,7 +134,7 @@ def record_sweep(directory: Path, name: str, experiment: str) -> Path:
 def cpu_set_recorded(tmp_path_factory) -> Path:
     """A result set recorded now by a real localhost sweep with the host view: 256 MiB runs, long enough
     (with sample_interval 5ms) to keep samples; meta.json with the hosts' calibration. Use `cpu_set`."""
-    return record_sweep(tmp_path_factory.mktemp("cpu"), "cpu-small", CPU_EXPERIMENT)
+    return once_per_run(tmp_path_factory, "cpu", lambda d: record_sweep(d, "cpu-small", CPU_EXPERIMENT))
 
 
 @pytest.fixture
@@ -147,6 +168,9 @@ def zcorch_cli(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     from zcorch.cli import main
 
     argv = [str(a) for a in args]
+    # a command's process ends with it; here its signal dispositions must not outlive it (after a sweep
+    # `run` ignores SIGTERM and SIGHUP, which every child the test process starts later would inherit)
+    signals = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
     saved, here = (sys.stdout, sys.stderr), os.getcwd()
@@ -172,6 +196,8 @@ def zcorch_cli(*args, cwd=ROOT) -> subprocess.CompletedProcess:
     finally:
         sys.stdout, sys.stderr = saved
         os.chdir(here)
+        for s, handler in signals.items():
+            signal.signal(s, handler)
     return subprocess.CompletedProcess(["zcorch", *argv], code, out.buffer.getvalue().decode("utf-8"),
                                        err.buffer.getvalue().decode("utf-8"))
 
