@@ -27,7 +27,9 @@ QUICK_EXCLUDES = ("lab", "root", "browser")
 # `serial` tests run alone (scripts/test runs them in a second pass, on one process, after the parallel one):
 # - a module that measures time or CPU (MEASURES), or a lab test that measures an elapsed time (ELAPSED);
 # - a test that compares machine-wide state (loop devices, mounts, md arrays: MACHINE_STATE): a parallel
-#   test's loop device or mount would be a leftover to it;
+#   test's loop device or mount would be a leftover to it; a localhost sweep whose experiment has
+#   `filesystems:` (LOCAL_FILESYSTEMS) or that needs root (a study file's loop devices): two such sweeps
+#   share the host's filesystem lease and its loop devices;
 #   (ELAPSED and MACHINE_STATE: in the test's own text, _own_text: modules mix scenarios)
 # - a test using a fixture whose sweeps' throughput it judges (SERIAL_FIXTURES).
 # Any other lab test runs in parallel too: each pytest process (each xdist worker) has its own lab
@@ -35,6 +37,10 @@ QUICK_EXCLUDES = ("lab", "root", "browser")
 MEASURES = re.compile(r"perf_counter|process_time|getrusage|cpu_times|ru_utime|ru_stime|timeit")
 ELAPSED = re.compile(r"monotonic\(\)\s*-\s*\w")
 MACHINE_STATE = re.compile(r"\bhost_state\(|losetup\W+-J|\b_loops\(")
+# A sweep that provisions `filesystems:` on localhost holds that host's filesystem lease (~/.cache/zcorch/fs):
+# a second one on another worker is refused, as the product should. A lab test's hosts have their own homes.
+LOCAL_FILESYSTEMS = re.compile(r"filesystems:")
+SWEEP = re.compile(r"""["']run["']|\brun_sweep\(""")
 SERIAL_FIXTURES = {"throttled_nights"}
 
 
@@ -76,7 +82,9 @@ def _is_serial(item) -> bool:
     if MEASURES.search(_module_text(str(item.path))) or SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
     own = _own_text(item)
-    return bool(MACHINE_STATE.search(own) or item.get_closest_marker("lab") and ELAPSED.search(own))
+    lab = item.get_closest_marker("lab")
+    return bool(MACHINE_STATE.search(own) or lab and ELAPSED.search(own)
+                or not lab and SWEEP.search(own) and (LOCAL_FILESYSTEMS.search(own) or item.get_closest_marker("root")))
 
 
 def _uses_module_fixture(item) -> bool:
