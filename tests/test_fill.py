@@ -89,6 +89,7 @@ def test_the_receiver_gets_the_fills_stream(tmp_path, mode, subblocks):
     assert sink.read_bytes() == expected(size, buffer, subblocks)
 
 
+@pytest.mark.serial   # it compares two sweeps' user CPU: another test's load would fall on one of them
 def test_msg_zerocopy_with_the_fill_costs_the_sender_user_cpu():
     available("msg_zerocopy")
     size = 128 << 20

@@ -40,6 +40,7 @@ def _transfer() -> dict:
 
 
 @pytest.mark.skipif(not shutil.which("taskset") or (os.cpu_count() or 1) < 2, reason="needs taskset and 2 CPUs")
+@pytest.mark.serial   # it pins a busy loop beside the workers and compares their CPU: nothing else may run
 def test_a_pinned_busy_loop_is_flagged_and_subtracted():
     hogged, quiet = [], []
     for _ in range(PAIRS):   # interleaved: the machine's other load drifts alike over both
