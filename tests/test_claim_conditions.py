@@ -359,6 +359,7 @@ def test_alike_sender_work_compares_the_sides_user_cpu_per_gib():
     assert cond.check_sender_work([1.0], [2.5], 3).state == cond.MET                      # its own factor
     assert cond.check_sender_work([1.0], [2.5]).state == cond.NOT_MET                     # the default: 2x
     assert cond.check_sender_work([0.0], [0.5]).state == cond.NOT_MET                     # none against some
+    assert cond.check_sender_work([0.0], [0.0]).state == cond.MET                         # none on both sides
     assert cond.check_sender_work([None], [1.0]).state == cond.UNKNOWN
 
 

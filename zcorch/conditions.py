@@ -210,7 +210,7 @@ def check_sender_work(a_per_gib: "Sequence[Optional[float]]", b_per_gib: "Sequen
             return Check("same_sender_work", UNKNOWN, "the senders' user CPU was not recorded on both sides")
         medians.append(statistics.median(known))
     low, high = sorted(medians)
-    ratio = high / low if low > 0 else float("inf")
+    ratio = 1.0 if high == 0 else high / low if low > 0 else float("inf")   # both none: alike
     words = (f"sender user CPU a {medians[0]:.3g} s/GiB, b {medians[1]:.3g} s/GiB "
              f"({'more than 1000' if ratio > 1000 else f'{ratio:.3g}'}x apart; alike = within {factor}x)")
     return Check("same_sender_work", MET if ratio <= factor else NOT_MET, words)

@@ -382,10 +382,9 @@ def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[con
     if not claim.needs:
         return ()
     # the runs of every cell either side selects (a claim `of` a baseline kind selects a configuration's cells)
-    firsts = df.drop_duplicates("cell")
-    sides = [m for m in (claim.a, claim.b) if m is not None]
-    cells = {r["cell"] for _, r in firsts.iterrows() if any(m.selects(_params(r)) for m in sides)}
-    rows = df[df["cell"].isin(cells)]
+    firsts = [(r["cell"], _params(r)) for _, r in df.drop_duplicates("cell").iterrows()]
+    side_cells = [{c for c, p in firsts if m is not None and m.selects(p)} for m in (claim.a, claim.b)]
+    rows = df[df["cell"].isin(side_cells[0] | side_cells[1])]
     rows = rows[rows["status"] == OK] if "status" in rows else rows
     out = []
     for name, number in claim.needs:
@@ -412,9 +411,8 @@ def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[con
             out.append(cond.check_md_raid([(n, recorded.get(n)) for n in names], hosts.md_driver))
         elif name == "same_sender_work":
             per_side = []
-            for m in (claim.a, claim.b):
-                side = rows[rows["cell"].isin({r["cell"] for _, r in firsts.iterrows()
-                                               if m is not None and m.selects(_params(r))})]
+            for cells in side_cells:
+                side = rows[rows["cell"].isin(cells)]
                 per_side.append([u / 1e6 / (b / 2**30) if _finite(u) and _finite(b) and b > 0 else None
                                  for u, b in zip(_column(side, "send_utime_us"), _column(side, "bytes"))])
             out.append(cond.check_sender_work(per_side[0], per_side[1], number))
