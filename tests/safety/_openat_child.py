@@ -4,12 +4,14 @@
 
     python _openat_child.py race DIR ITERATIONS   -> JSON counts of the rename race
     python _openat_child.py walk DIR ITERATIONS   -> the same race against the component walk (no openat2)
-    python _openat_child.py naive DIR ITERATIONS  -> the same race against check-the-name-then-open (control)
+    python _openat_child.py naive DIR SECONDS     -> the same race against check-the-name-then-open (control),
+                                                    tried until it escapes or SECONDS pass
     python _openat_child.py mounts DIR            -> JSON verdicts on bind-mounted kernel paths and tmpfs
     python _openat_child.py layout DIR ITERATIONS [walk] -> JSON counts of the rename race against the
                                                     worker's `layout` (zcorch.worker.cli.layout, in this process)
-    python _openat_child.py naive-layout DIR ITERATIONS  -> the same race against a layout that checks the
-                                                    directory's name, then creates by name (control)
+    python _openat_child.py naive-layout DIR SECONDS  -> the same race against a layout that checks the
+                                                    directory's name, then creates by name (control), tried
+                                                    until it escapes or SECONDS pass
 
 Uses the real worker core in this process (zcorch._native through zcorch.worker.native).
 """
@@ -181,18 +183,19 @@ def walk_race(d: str, iterations: int) -> dict:
     return counts
 
 
-def naive_race(d: str, iterations: int) -> dict:
+def naive_race(d: str, seconds: float) -> dict:
     """The control: the same race against a check of the name followed by an open of the name (what the
-    worker once did: the resolved name judged, then open), to show the harness sees an escape."""
+    worker once did: the resolved name judged, then open), to show the harness sees an escape. Bounded by
+    time, not tries: on a loaded machine the swapper gets fewer turns, so the escape takes more tries."""
     os.makedirs(f"{d}/race")
     os.symlink("/proc/sys/net/ipv4", f"{d}/race.swap")
     before = read(FIN)
     stop = multiprocessing.Event()
     proc = multiprocessing.Process(target=swapper, args=([(f"{d}/race", f"{d}/race.swap")], stop))
     proc.start()
-    n = 0
+    n, deadline = 0, time.monotonic() + seconds
     try:
-        while n < iterations and read(FIN) == before:
+        while time.monotonic() < deadline and read(FIN) == before:
             n += 1
             try:
                 if not os.path.realpath(f"{d}/race/tcp_fin_timeout").startswith(("/proc/", "/sys/")):
@@ -295,17 +298,18 @@ def layout_race(d: str, iterations: int, walk: bool = False) -> dict:
     return counts
 
 
-def naive_layout_race(d: str, iterations: int) -> dict:
+def naive_layout_race(d: str, seconds: float) -> dict:
     """The control: a layout that judges the directory by its name (no link in it), then creates the file by
-    name, as the worker's layout did; the same swap loop shows the harness catches a file written outside."""
+    name, as the worker's layout did; the same swap loop shows the harness catches a file written outside.
+    Tried until it escapes or `seconds` pass (a loaded machine needs more tries)."""
     race, swap, outside = _layout_dirs(d)
     before = _outside_state(outside)
     stop = multiprocessing.Event()
     proc = multiprocessing.Process(target=swapper, args=([(race, swap)], stop))
     proc.start()
-    n = 0
+    n, deadline = 0, time.monotonic() + seconds
     try:
-        while n < iterations and _outside_state(outside) == before:
+        while time.monotonic() < deadline and _outside_state(outside) == before:
             n += 1
             try:
                 if os.path.realpath(race) == race and not os.path.lexists(f"{race}/new.dat"):
@@ -381,10 +385,13 @@ def main() -> None:
         print(json.dumps(layout_race(d, int(sys.argv[3]), walk=sys.argv[4:] == ["walk"])))
         return
     if mode == "naive-layout":
-        print(json.dumps(naive_layout_race(d, int(sys.argv[3]))))
+        print(json.dumps(naive_layout_race(d, float(sys.argv[3]))))
         return
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
-    result = {"race": race, "walk": walk_race, "naive": naive_race}[mode](d, int(sys.argv[3])) if mode != "mounts" else mounts(d)
+    if mode == "naive":
+        result = naive_race(d, float(sys.argv[3]))
+    else:
+        result = {"race": race, "walk": walk_race}[mode](d, int(sys.argv[3])) if mode != "mounts" else mounts(d)
     print(json.dumps(result))
 
 
