@@ -3,29 +3,8 @@
     python -m zcorch.worker.remote ACTION ARGS...      (localhost: the controller's own package)
     python - ACTION ARGS... < zcorch/worker/remote.py   (remote hosts: this file's text on stdin)
 
-Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
-    preflight ADDRESS [PORT...] [--tool PROGRAM...] [--net-state DIR PREFIX] [--build WORKDIR NAME MARKER]
-                                       -> JSON facts: python, cffi, Python.h, cc, address/ports bindable,
-                                          the path of each PROGRAM (the baseline kinds' tools) or null; with
-                                          --build, "build": the worker build's state (build_state: its marker's
-                                          text, read only after private-build's checks passed, or why refused);
-                                          with --net-state, "net_state": whether DIR holds a PREFIX* entry
-    cffi-dir                           -> the directory of _cffi_backend (plain line); exit 1 without cffi
-    finalize TMP FINAL MARKER TEXT KEEP   check a fresh worker build, mark it, rename it into place, prune
-    private-dirs DIR...                   exit 0 if each DIR is the effective user's and not group/other-writable
-    private-build PARENT BUILD            private-dirs PARENT, and every directory and file below BUILD too
-    metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...] -> JSON: kernel, CPU, memory, data interface (+ whether it could do
-                                          io_uring zero-copy receive), sysctls, sink mount, host_facts (HOST_FACTS:
-                                          offloads, qdisc, governor, ...)...
-    scratch WORKDIR [SUBDIR...]        -> JSON {"path", "created", "mode"[, "error"]}: <workdir>/scratch, 0700
-    dd DIR BS COUNT [OPTION...]        -> JSON: dd write (+ sync) and read-back timings of a file in DIR
-    loop-autoclear DEVICE...              set LO_FLAGS_AUTOCLEAR on attached loop devices
-    open-excl PATH                        exit 0 if PATH can be opened with O_EXCL (no one holds it exclusively)
-    mkdir-beneath ROOT PATH               make PATH's missing directories beneath ROOT, no link followed
-    mount-beneath ROOT MOUNTPOINT FSTYPE OPTIONS SOURCE
-                                       -> JSON {"mounted", "source"}: mount(8) on MOUNTPOINT opened beneath ROOT
-                                          without links, refused on a mount point, a non-empty directory or
-                                          a ROOT that is not this user's alone (open_mount_target)
+Each action (ACTIONS below, `python -m zcorch.worker.remote` prints their usage) takes its values as
+argv, never through a shell, and prints a JSON object as one line where it has an answer.
 
 Exit status: 0 on success, 1 when the job failed (message on stderr), 2 on a usage error.
 
@@ -939,13 +918,13 @@ def dd_baseline(directory: str, bs: str, count: str, sync: bool = True, fdatasyn
     return out
 
 
-def _dd_action(args: "List[str]") -> int:
+def _dd_action(args: "List[str]") -> None:
     """`dd DIR BS COUNT [--no-sync] [--fdatasync] [--warmup]`: dd_baseline's JSON."""
     opts = args[3:]
     unknown = [o for o in opts if o not in DD_OPTIONS]
     if unknown:
         raise _UsageError(f"dd: unknown option {unknown[0]!r} (known: {' '.join(DD_OPTIONS)})")
-    return _print_json(dd_baseline(args[0], args[1], args[2], sync="--no-sync" not in opts,
+    _print_json(dd_baseline(args[0], args[1], args[2], sync="--no-sync" not in opts,
                                    fdatasync="--fdatasync" in opts, warmup="--warmup" in opts))
 
 
@@ -1103,39 +1082,8 @@ def _int(text: str, what: str) -> int:
         raise _UsageError(f"{what} must be an integer, got {text!r}") from None
 
 
-def _print_json(doc: "Dict[str, Any]") -> int:
+def _print_json(doc: "Dict[str, Any]") -> None:
     print(json.dumps(doc))
-    return 0
-
-
-def _cffi_dir_action(_args: "List[str]") -> int:
-    print(cffi_backend_dir())
-    return 0
-
-
-def _finalize_action(args: "List[str]") -> int:
-    finalize_build(args[0], args[1], args[2], args[3], _int(args[4], "KEEP"))
-    return 0
-
-
-def _private_dirs_action(args: "List[str]") -> int:
-    check_private_dirs(args)
-    return 0
-
-
-def _private_build_action(args: "List[str]") -> int:
-    check_private_build(args[0], args[1])
-    return 0
-
-
-def _loop_autoclear_action(args: "List[str]") -> int:
-    set_loop_autoclear(args)
-    return 0
-
-
-def _open_excl_action(args: "List[str]") -> int:
-    open_exclusive(args[0])
-    return 0
 
 
 def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
@@ -1151,7 +1099,7 @@ def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
     return ports, programs
 
 
-def _preflight_action(args: "List[str]") -> int:
+def _preflight_action(args: "List[str]") -> None:
     build = net = None
     # the optional groups come last, in this order: [--net-state DIR PREFIX] [--build WORKDIR NAME MARKER],
     # found by position (a --tool PROGRAM may be named like a flag)
@@ -1169,7 +1117,7 @@ def _preflight_action(args: "List[str]") -> int:
         facts["net_state"] = net_state_present(*net)
     if build is not None:
         facts["build"] = build_state(*build)
-    return _print_json(facts)
+    _print_json(facts)
 
 
 def net_state_present(state_dir: str, prefix: str) -> "Optional[bool]":
@@ -1195,20 +1143,21 @@ def metadata_action(args: "List[str]") -> "Dict[str, Any]":
     return host_metadata(args[0], args[1], *_tool_args(args[2:]))
 
 
-# name -> (usage of its arguments, least and most argument count (None: any), handler)
-ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], int]]]" = {
+# name -> (usage of its arguments, least and most argument count (None: any), handler); a handler prints
+# its answer, if any, and raises ActionError or OSError when the job failed
+ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], None]]]" = {
     "preflight": ("ADDRESS [PORT...] [--tool PROGRAM...] [--net-state DIR PREFIX] [--build WORKDIR NAME MARKER]", 1,
                   None, _preflight_action),
-    "cffi-dir": ("", 0, 0, _cffi_dir_action),
-    "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, _finalize_action),
-    "private-dirs": ("DIR...", 1, None, _private_dirs_action),
-    "private-build": ("PARENT BUILD", 2, 2, _private_build_action),
+    "cffi-dir": ("", 0, 0, lambda a: print(cffi_backend_dir())),
+    "finalize": ("TMP FINAL MARKER TEXT KEEP", 5, 5, lambda a: finalize_build(*a[:4], _int(a[4], "KEEP"))),
+    "private-dirs": ("DIR...", 1, None, check_private_dirs),
+    "private-build": ("PARENT BUILD", 2, 2, lambda a: check_private_build(*a)),
     "metadata": ("ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]", 2, None,
                  lambda a: _print_json(metadata_action(a))),
     "scratch": ("WORKDIR [SUBDIR...]", 1, None, lambda a: _print_json(prepare_scratch(a[0], a[1:]))),
     "dd": ("DIR BS COUNT [--no-sync] [--fdatasync] [--warmup]", 3, 3 + len(DD_OPTIONS), _dd_action),
-    "loop-autoclear": ("DEVICE...", 1, None, _loop_autoclear_action),
-    "open-excl": ("PATH", 1, 1, _open_excl_action),
+    "loop-autoclear": ("DEVICE...", 1, None, set_loop_autoclear),
+    "open-excl": ("PATH", 1, 1, lambda a: open_exclusive(a[0])),
     "mkdir-beneath": ("ROOT PATH", 2, 2, lambda a: _print_json(mkdir_beneath(*a))),
     "mount-beneath": ("ROOT MOUNTPOINT FSTYPE OPTIONS SOURCE", 5, 5, lambda a: _print_json(mount_beneath(*a))),
 }
@@ -1230,7 +1179,8 @@ def main(argv: "Optional[List[str]]" = None) -> int:
     try:
         if len(rest) < least or (most is not None and len(rest) > most):
             raise _UsageError(f"usage: {name} {usage}".rstrip())
-        return handler(rest)
+        handler(rest)
+        return 0
     except _UsageError as exc:
         sys.stderr.write(f"{name}: {exc}\n")
         return 2
