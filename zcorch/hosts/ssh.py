@@ -1,31 +1,16 @@
 """SSH hosts: the Host interface over one persistent paramiko connection per host.
 
-What is honoured: `ssh: [user@]host[:port]` or a Host alias; the ssh config (`ssh_config` key of the
-host spec, else ~/.ssh/config): HostName, Port, User, IdentityFile, IdentitiesOnly, UserKnownHostsFile,
-ProxyJump (chains, each hop resolved through the same config); known_hosts (~/.ssh/known_hosts, the
-config's UserKnownHostsFile, and the spec's `known_hosts` key); key files and the ssh agent for
-authentication. Agent forwarding is never requested. `Match ... exec CMD` (which runs CMD through a shell
-on this machine while the config is read) is refused, naming file:line, unless the caller opts in
-(`allow_config_exec`, `zcorch run --allow-ssh-config-exec`): an inventory's ssh_config is data, not code.
-ProxyCommand, LocalCommand and KnownHostsCommand are never run.
+Honoured: `ssh: [user@]host[:port]` or a Host alias; the ssh config (the spec's `ssh_config`, else
+~/.ssh/config): HostName, Port, User, IdentityFile, IdentitiesOnly, UserKnownHostsFile, ProxyJump
+(chains); known_hosts files, key files and the agent (never forwarded). An inventory's ssh_config is data,
+not code: `Match ... exec` is refused (file:line) unless `allow_config_exec`; ProxyCommand, LocalCommand
+and KnownHostsCommand are never run. An unknown host key is refused unless `accept_new_host_keys`
+(then saved); a changed one always is.
 
-Host keys: an unknown key is refused (HostError naming host, fingerprint and the fix) unless
-`accept_new_host_keys` is set, in which case it is appended to the spec's `known_hosts` file (else
-~/.ssh/known_hosts). A *changed* key is always refused.
-
-Commands: sshd hands the command string to the remote user's LOGIN shell (sh, bash, fish, csh...), so
-that string is always one of two constants (`exec /bin/sh -c '<wrapper>'`: one line, single quotes, no
-backslash, `!` or user byte, read alike by sh, fish and csh). The argv itself is sent first on the
-command's stdin (`_encode_argv`: a count line, then one line per argument with unsafe bytes as octal
-escapes); the wrapper reads exactly those lines (sh's `read` takes one byte at a time from a pipe),
-decodes them, prints `zcorch-pid PID PGID` and execs the argv, which then owns the rest of stdin. sshd
-makes the command's shell a session leader, so the whole process group of the command can later be
-signalled with `kill -SIG -- -PGID` over a fresh channel (closing a channel does not stop a remote command).
-
-Deadlines: every remote operation has one (`SSHHost.op_timeout`, default 30 s): opening a channel,
-the exec/subsystem request, every SFTP call; TCP_USER_TIMEOUT plus the transport keepalive make a
-dead link fail the connection instead of hanging for TCP's ~15 minutes. A stalled operation raises
-HostError naming the host and the operation.
+The login shell only ever sees one constant wrapper; the argv travels on stdin (`_encode_argv`), and the
+wrapper prints `zcorch-pid PID PGID` so the command's process group can be killed over a new channel.
+Every remote operation has a deadline (`op_timeout`); TCP_USER_TIMEOUT and keepalives fail a dead link
+instead of hanging. Details: docs/architecture.md, "Host interface" and "SSH, deploy, preflight, lab".
 """
 from __future__ import annotations
 

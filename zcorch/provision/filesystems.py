@@ -1,27 +1,13 @@
 """Receiver filesystems as a matrix axis: provision, record, tear down - safely.
 
-The `filesystems:` section names configurations; the `filesystem` parameter picks one per cell and
-`{filesystem}` in `sink` becomes its mountpoint. Entries are parsed and checked, with every rule, by
-`zcorch.config.filesystems` (`FilesystemConfig`); this module only builds and removes them.
-
-All work happens on the receiver through `Host.run(argv)` (local or SSH); `FilesystemManager` provisions a
-configuration on its first `ensure(name)`, `release`s it after its last cell and `teardown_all()`s on exit.
-
-- `configs` is `Experiment.filesystems`: {name: FilesystemConfig} (from plain data:
-  `zcorch.config.filesystems.filesystems_from_mapping`). An undefined name makes `ensure()` raise ConfigError.
-- `state_dir` is a directory on the receiver (`~` is expanded there). Each manager keeps
-  `<state_dir>/zcorch-fs-state-<token>.json`, written before every step, and puts its backing files
-  and mountpoints under `<state_dir>/fs-<token>/<name>/` (`loop.dir` moves the backing files,
-  `mountpoint: {scratch}/DIR` the mount, never elsewhere). `cleanup_stale` undoes what those files list,
-  and nothing else; it skips the state of a manager still alive in a process on this machine. One sweep per receiver at a time.
-  It trusts a state file only if it and `state_dir` are the user's and writable by no one else, and
-  even then undoes only what lies under the run's own directories (fs_state.Scope).
-- `{path: DIR}` entries: ensure checks DIR is an existing directory and returns it; nothing is ever
-  run on it except findmnt for the record.
-- Safety: mkfs/mdadm/mount only touch loop devices this manager created or devices listed in the
-  entry's `allow_destroy`; see `zcorch.provision.fs_probe.device_problems` for what is refused, re-checked
-  right before mkfs. Failures raise HostError (naming host, entry, command and its stderr) after
-  undoing the half-built configuration.
+The `filesystem` parameter picks one of the `filesystems:` entries per cell (parsed and checked by
+zcorch.config.filesystems); `{filesystem}` in `sink` becomes its mountpoint. `FilesystemManager`
+provisions an entry on its first `ensure(name)`, `release`s it after its last cell and `teardown_all()`s
+on exit, all through `Host.run(argv)` on the receiver. A state file written before every step lists
+what was made, and only that is ever undone, within the run's own directories (fs_state.Scope).
+mkfs/mdadm/mount touch only loop devices this manager made or devices in the entry's `allow_destroy`
+(fs_probe.device_problems, re-checked right before mkfs); a failure raises HostError after undoing the
+half-built entry. State layout and API: docs/architecture.md, "Filesystems".
 """
 from __future__ import annotations
 

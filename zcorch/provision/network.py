@@ -1,23 +1,16 @@
 """Network configurations as a matrix axis: applied to both hosts around their runs, always restored.
 
-The `networks:` section names configurations (zcorch.config.networks: mtu, congestion, sysctls); the
-`network` parameter picks one per cell (null: the hosts are left as they are). The plan runs the cells of
-one network together (zcorch.plan), so each is applied once per group: `NetworkManager.ensure(name)`
-restores the previous configuration and applies this one; `teardown_all()` puts the hosts back on every
-exit path.
+The `network` parameter picks one of the `networks:` entries per cell (null: hosts left as they are);
+the plan groups a network's cells, so `NetworkManager.ensure(name)` restores the previous one and applies
+this one once per group, and `teardown_all()` puts the hosts back on every exit path. On the hosts it all
+runs through zcorch.worker.netcfg (argv, no shell), on the data link (the route to the peer's data
+address; `lo` on localhost), which records the old values before the first change so a killed controller
+leaves what the next run or `zcorch lab down` needs to restore them.
 
-Everything on a host runs through zcorch.worker.netcfg with the host's own python (argv, no shell):
-the *data link* is the interface of the route to the other host's data address (`ip -j route get`), on
-localhost `lo`. Before the first change the host module writes the previous MTU and each sysctl's old
-value to `<workdir>/net/zcorch-net-<netns inode>.json`, so a controller killed at any moment leaves what
-the next run (preflight) or `zcorch lab down` need to put the values back.
-
-Safety: nothing is changed unless the hosts' owner allowed it (Experiment.network_allowed, checked at
-load time; preflight checks again), and only as root (preflight refuses otherwise, before any run);
-never on a link that carries the controller's SSH session, nor to an MTU that would delete the link's
-addresses (preflight; the host module refuses the MTU too). Every sweep holds each host's network lease
-(take_leases: exclusive with `networks:`, shared without) from before it loads the hosts, and restores a
-killed sweep's leftovers under it (restore_leftovers), whether it has `networks:` or not.
+Safety: nothing changes unless the hosts' owner allowed it (Experiment.network_allowed), only as root,
+never on a link carrying the controller's SSH session nor to an MTU that would delete the link's
+addresses. Every sweep holds each host's network lease (take_leases: exclusive with `networks:`, shared
+without) from before it loads the hosts, and restores a killed sweep's leftovers under it.
 """
 from __future__ import annotations
 

@@ -1,38 +1,10 @@
-"""A fleet run: one experiment on several host pairs of an inventory at once (`zcorch run EXP --hosts
-INV:PAIR1,PAIR2...` or `INV:all`), one result set per pair under one directory.
+"""A fleet run: one experiment on several host pairs of an inventory at once, one result set per pair.
 
-    FLEET/
-      fleet.json          the fleet manifest (FORMAT, FORMAT_VERSION): the pairs, their result-set dirs,
-                          status, exit status, reason, the host and share locks each pair takes
-      experiment.yaml     the experiment file's bytes as given (a pair that never started is started from it
-                          on --resume)
-      .lock               flock()ed by the one `zcorch run` driving the fleet (zcorch.results.store.lock_result_set)
-      .locks/             host-*.lock, share-*.lock: the exclusions (below)
-      PAIR/               each pair's own result set, exactly what `zcorch run --hosts INV:PAIR` writes
-
-Each pair is its own `zcorch run --json` child process, not a thread, forked from the fleet's process rather
-than started anew (so N pairs cost one interpreter start-up and one import of zcorch, not N): a sweep's
-signal handling and its guaranteed teardown (zcorch.sweep.interrupts: process-wide signal handlers, deferred signals during the
-teardown, KeyboardInterrupt raised in the main thread) stay exactly as for one pair; a pair that crashes,
-hangs or is killed cannot take the others with it; each pair takes its own leases on its own hosts as any
-sweep does. The parent only reads the children's JSON events (one progress display, `--json` events
-carrying the pair) and waits, so it costs almost nothing; each child dies with it (PR_SET_PDEATHSIG: a
-killed fleet leaves no sweep running unsupervised; each child then ends as an interrupted sweep).
-
-Exclusions, by flock on files under FLEET/.locks (so they hold between processes and are released by the
-kernel when a process dies):
-- a host in two selected pairs (the same machine: its ssh host name and port after the ssh config, or
-  localhost) never runs two cells at once: the pair takes `host-<host>` around each run, its network and
-  command baselines, and the deploy, calibration and source layout on its hosts;
-- pairs that declare the same `shares: NAME` (a link, a switch) never transfer at the same time: the pair
-  takes `share-<NAME>` around the same steps.
-A pair takes all its locks in one global order (sorted names), so two pairs never wait on each other in a
-circle. The dd baseline (on the receiver's disk, not the link) is not excluded.
-
-Exit status of the fleet: 0 every pair complete with every run ok; 1 some pair did not (a failed run, or its
-sweep stopped: fleet.json says which and why); 2 a bad file or option (nothing started); 75 another
-`zcorch run` drives this fleet directory; 130 interrupted (SIGINT/SIGTERM: every pair is stopped as a sweep
-is, its finished runs kept; `zcorch run --resume FLEET` continues the pairs and runs that are not done).
+Each pair is its own `zcorch run --json` child, forked rather than exec'd (one interpreter start-up for N
+pairs) and not a thread, so a sweep's signal handling and teardown stay exactly those of one sweep and a
+pair that crashes or is killed takes no other with it. Hosts and `shares:` shared between pairs are
+excluded by flocks taken in one sorted order (no waiting in a circle; the kernel drops a dead pair's).
+Directory layout, fleet.json, locks and exit status: docs/architecture.md, "Fleets".
 """
 from __future__ import annotations
 

@@ -1,30 +1,16 @@
 """Runs the cells of a plan on two hosts: receiver and sender start together, the sender gets the
 receiver's port once it listens (on stdin), then both results are collected.
 
-The workers are served (zcorch.worker.serve, zcorch.sweep.workerpool): one `WORKER serve` process per
-host for the whole sweep forks each run's receiver and sender from a warm interpreter, so a run costs
-milliseconds of controller time instead of two interpreter start-ups. Each run keeps its own processes,
-sockets, timed window and record; a server that dies fails the run it served and the next run starts a
-new one. `close()` (run_sweep does it at its end) stops the servers.
+The workers are served (zcorch.worker.serve, zcorch.sweep.workerpool): one server per host forks each
+run's worker from a warm interpreter; a server that dies fails the run it served and the next run starts
+a new one. Whatever ends a run (result, error, deadline, dead process, Ctrl-C), both workers' process
+groups are killed before the next starts and one record is appended (fsynced) to runs.jsonl; Ctrl-C
+records the run in progress as `interrupted` and re-raises after cleanup.
 
-Each run has a deadline (the cell's timeout + a margin). Whatever ends a run (result, worker
-error, deadline, dead process, Ctrl-C), both workers' process groups are killed before the next
-run starts, and one record is appended (and fsynced) to runs.jsonl. Ctrl-C records the run in
-progress as `interrupted` and re-raises after cleanup, so the caller keeps every finished run.
-
-Filesystem hook (zcorch.provision.filesystems, provided by the caller as `fsman`): before the first run
-using filesystem X, `fsman.ensure(X) -> mountpoint`; after its last run, `fsman.release(X)`; on
-any exit, `fsman.teardown_all()`. `{filesystem}` in `sink` is replaced by the mountpoint.
-
-Network hook (zcorch.provision.network, `netman`): before a run whose `network` differs from the one
-applied, `netman.ensure(X)` (which restores the previous one first; a null `network` restores the hosts);
-each record of a run with a network gets `"network"`: netman.run_facts() (the effective MTU, congestion
-control and sysctls per role); on any exit, `netman.teardown_all()`. A network that cannot be applied
-records its runs failed unrun, like a filesystem that cannot be provisioned.
-
-`{scratch}` (zcorch.provision.scratch): `scratch={"sender": dir, "receiver": dir}` (resolved by the caller before the
-sweep) replaces it in the workers' `source`/`sink` only; the record's `params` keep it as written, the
-workers' applied params (in their metrics) show the path.
+Hooks given by the caller: `fsman` (zcorch.provision.filesystems: ensure/release/teardown_all,
+`{filesystem}` in `sink`), `netman` (zcorch.provision.network: ensure/run_facts/teardown_all) and
+`scratch` ({role: dir} for `{scratch}` in the workers' source/sink; the record keeps it as written).
+A filesystem or network that cannot be set up records its runs failed, unrun.
 """
 from __future__ import annotations
 

@@ -1,26 +1,12 @@
 """The copy-cost calibration cached on the host it describes (`zcorch worker calibrate --cache FILE`).
 
-A calibration (native/core/calibrate.c) takes seconds and describes the machine, not the sweep: it is
-kept in `<workdir>/calibration.json` on the host (the host's own zcorch directory: the figures belong to
-that machine, the key is read there, and every controller driving the host shares them) and reused
-while its key still holds:
-
-    boot_id      /proc/sys/kernel/random/boot_id (a reboot: other firmware settings, another kernel state)
-    kernel       /proc/sys/kernel/osrelease
-    cpu_model    the first model name of /proc/cpuinfo
-    governor     the cpufreq scaling governors of all CPUs (sorted, distinct; null without cpufreq)
-    worker       the worker's version (a new calibration may measure differently)
-    bytes, cpu   what the measurement was asked for
-
-It is measured anew when any of those changes, when it is older than `max_age` seconds, when the caller
-asks (`refresh`: `zcorch run --recalibrate`), or when the file cannot be trusted: every read goes through
-`read()`, which opens without following a link, wants a regular file of this user not writable by others,
-of bounded size, and the exact document `write()` makes; anything else is named in `why` and replaced.
-A write never goes through a link: a temporary file made here with O_EXCL in the directory (opened
-O_NOFOLLOW|O_DIRECTORY, ours and not group/other-writable), fsynced, then renamed over the name (a rename
-replaces a link, it never follows it).
-
-Stdlib only: runs on the hosts inside the worker (zcorch.worker.cli).
+A calibration (native/core/calibrate.c) takes seconds and describes the machine, not the sweep, so it is
+kept in `<workdir>/calibration.json` on the host and reused while its key holds (host_key: boot id,
+kernel, CPU model, governors, worker version, and what was measured), it is younger than `max_age` and
+no `refresh` is asked. The file is trusted only as `read()` finds it: opened without following a link, a
+regular file of this user not writable by others, of bounded size, exactly what `write()` makes; a write
+goes to an O_EXCL temporary file in the directory, fsynced, then renamed over the name (a rename
+replaces a link, it never follows it). Stdlib only: runs on the hosts inside the worker.
 """
 from __future__ import annotations
 

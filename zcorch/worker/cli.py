@@ -1,21 +1,10 @@
 """`zcorch worker`: one side of a transfer, driven by the controller through JSON lines on stdout.
 
-    zcorch worker recv --listen ADDR:PORT --mode M [params]   -> {"event": "ready", ...}, {"event": "result", ...}
-    zcorch worker send --connect ADDR:PORT --mode M [params]  -> {"event": "result", ...}
-    zcorch worker info [--cache FILE [--max-age D]] [--metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]]
-                                                              -> {"event": "info", "version", "modes", "kernel",
-                                                                  "capabilities", "unavailable", "runnable",
-                                                                  "build", ...; "calibration": the cached one
-                                                                  or null, "metadata": the host's}
-    zcorch worker layout --path P --bytes N [--grow]          -> {"event": "layout", "path", "created", "size"}
-    zcorch worker command [--stdin F] [--stdout F] ... -- ARGV -> {"event": "exit", "rc", "wall_s", ...}
-    zcorch worker calibrate [--bytes N] [--cpu C] [--cache FILE [--max-age D] [--refresh]]
-                                                              -> {"event": "calibration", "memcpy_s_per_gib", ...}
-    zcorch worker serve                                       -> one process that runs run after run (zcorch.worker.serve)
-
-Any failure, including a bad flag value, prints {"event": "error", "message", "code"} and exits 1.
-Also runs as `python3 -m zcorch.worker ...` on remote hosts: stdlib + zcorch._native only
-(imports nothing but _version, errors, units, params and native from zcorch).
+Subcommands recv, send, info, layout, command, calibrate and serve; their flags and events are listed in
+docs/architecture.md, "Worker command line and output". Any failure, including a bad flag value, prints
+{"event": "error", "message", "code"} and exits 1. Also runs as `python3 -m zcorch.worker ...` on remote
+hosts: stdlib + zcorch._native only (imports nothing but _version, errors, units, params and native from
+zcorch).
 """
 from __future__ import annotations
 

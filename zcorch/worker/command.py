@@ -1,28 +1,10 @@
 """One end of a command baseline, run on its host by the deployed worker (`zcorch worker command`).
 
-    zcorch worker command [--stdin FILE] [--stdout FILE] [--listen-port PORT] [--sink PATH] [--remove PATH]
-                          [--wait-go] [--timeout S] -- ARGV...
-
-The user's command (an argv list from `baselines.commands`, placeholders already filled by the controller:
-zcorch.sweep.commands) is started without a shell, with stdin from FILE (default /dev/null) and stdout
-into FILE (default /dev/null) as file descriptors; `{source}`/`{sink}` are how a command names them
-itself. Events, one JSON object a line on stdout:
-
-    {"event": "ready"}                                --wait-go: files open; the command starts when a line
-                                                      arrives on stdin (the controller's clock starts then)
-    {"event": "listening", "port": P, "after_s": T}   --listen-port: a TCP socket of this host listens on P
-    {"event": "exit", "rc": N, "wall_s": T, "stderr": "...tail", "sink_bytes": N|null, "error": "..."|null}
-
-wall_s runs from the start of the command to its exit (time.monotonic). rc 127 with `error` when the
-program is not on this host; rc -9 with `error` when --timeout killed it. --sink PATH: its size is reported
-after the exit (what arrived), then --remove PATH deletes files the controller created for this baseline.
-
-Nothing the command starts outlives it: the worker makes itself a child subreaper (prctl
-PR_SET_CHILD_SUBREAPER), so a process the command left behind, even one that called setsid() to leave
-its process group and session, is re-parented to the worker instead of init. On the timeout, on a
-signal from the controller (SIGTERM/SIGINT/SIGHUP) and after the command exits, every descendant is
-killed; `killed` in the exit event counts them (`leftover` those still running after a normal exit).
-Stdlib only (it runs with the host's python).
+The user's argv (placeholders filled by zcorch.sweep.commands) starts without a shell, stdin and stdout as
+file descriptors; events (ready, listening, exit) are JSON lines on stdout, as docs/architecture.md lists.
+Nothing the command starts outlives it: the worker is a child subreaper (PR_SET_CHILD_SUBREAPER), so even
+a process that left with setsid() is re-parented here, and every descendant is killed on the timeout, on
+SIGTERM/SIGINT/SIGHUP and after the command exits (`killed`, `leftover` count them). Stdlib only.
 """
 from __future__ import annotations
 

@@ -1,32 +1,19 @@
 """Python face of the C transfer core (`zcorch._native`, built by native/build.py).
 
-This is the one place where C error codes become `WorkerError`s. Calls into C release the GIL, so
-a `Receiver` and `send()` can run in two threads of one process (the tests do).
-Stdlib-only apart from the built extension: deployed to remote hosts with the worker.
+The one place where C error codes become `WorkerError`s. Calls into C release the GIL, so a `Receiver`
+and `send()` can run in two threads of one process. Stdlib-only apart from the built extension: deployed
+to remote hosts with the worker.
 
     with Receiver("127.0.0.1", 0, "read", sink="/tmp/out", timeout=10) as rx:   # listening now
         ...start the sender (another thread/process) towards rx.port...
         result = rx.run()                                                      # accept + transfer
     result = send("127.0.0.1", port, "sendfile", source="/tmp/in", buffer=65536, timeout=10)
 
-Results are flat dicts: the metric keys of docs/architecture.md plus "side", "mode" and
-"params" (the parameters as applied). Metrics that do not apply are None (zc_* for modes without
-the `zc_completions` capability, fsync_ns without fsync, pipe_size for modes without a pipe). The
-host_* metrics come from the /proc snapshots the C core takes around its timed region (a `zc_watch`,
-parsed by zcorch.worker.hoststat); with `sample_interval`, "samples" holds the per-interval samples
-({"interval_s", "dropped", "error", "rows": [...]}) of a transfer that lasted at least
-SAMPLE_MIN_INTERVALS intervals, else None.
-
-Each mode declares capabilities in its C ops table (`mode_capabilities()`, names in
-native/include/zcorch_api.h); `unavailable_modes()` names the compiled modes this kernel (or this build:
-`build_features()`) cannot run, and why.
-
-With `streams=N` (N > 1) a result also has "streams": one dict per stream ("stream", "offset" of its
-slice, and the metrics that apply), the top-level metrics being the totals (each metric combined as its
-`Metric.combine` in zcorch.params says: native/core/totals.c).
-The host_* metrics and the samples are host-wide: taken once around all the streams (one /proc window
-from just before the streams start to just after the last ends, samples summing every stream's bytes),
-so they appear in the totals only.
+Results are flat dicts: the metric keys of docs/architecture.md (None where a metric does not apply)
+plus "side", "mode", "params" (as applied), "samples" with `sample_interval`, and with `streams=N` a
+"streams" list whose totals are the top-level metrics (native/core/totals.c); host_* metrics and samples
+are host-wide, taken once around all streams. Modes declare capabilities in their C ops table;
+`unavailable_modes()` names those this kernel or build cannot run, and why.
 """
 from __future__ import annotations
 

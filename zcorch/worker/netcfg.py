@@ -3,33 +3,19 @@
     python -m zcorch.worker.netcfg ACTION ARGS...      (localhost: the controller's own package)
     python - ACTION ARGS... < zcorch/worker/netcfg.py   (remote hosts: this file's text on stdin)
 
-Actions (values arrive as argv, never through a shell; JSON objects are printed as one line):
-    probe PEER [--keep=ADDR...] [SYSCTL...]
-                                    -> JSON: euid, netns, the data link (the interface of the route to PEER,
-                                       `ip -j route get PEER`), its MTU, kind and address families, the
-                                       congestion controls, each SYSCTL's value (null when the host has no
-                                       such file), and the links that carry the controller's SSH session
-                                       (SSH_CONNECTION's two ends, and the route to each --keep ADDR)
-    state STATE_DIR                 -> JSON: this network namespace's state file (null without one)
-    apply STATE_DIR PEER SPEC OWNER -> JSON: the effective values after applying SPEC
-                                       ({"name", "mtu": int|null, "sysctls": {name: value}})
-    restore STATE_DIR               -> JSON {"restored": [...], "errors": [...]}: the recorded values back
+Actions (ACTIONS below; argv, never a shell; JSON answers on one line): probe (the data link towards PEER,
+its MTU, kind, congestion controls, sysctls, and the links carrying the controller's SSH session), state,
+apply and restore.
 
-The state file (`/run/zcorch/zcorch-net-<netns inode>.json` for root, beside the host's network lease,
-whatever workdir the sweep names; another user's `STATE_DIR/zcorch-net-<netns inode>.json`; mode 0600, in a
-directory only this user can write; read only when both are so, and never through a symlink: a file someone
-else could have written would make `restore` set values of their choosing) records the data link's MTU and
-every sysctl's previous value *before* anything changes, so a controller killed at any moment leaves what
-`restore` (the next run, `zcorch lab down`) needs. One per network namespace: interfaces and `net.*`
-sysctls belong to a namespace, so two lab hosts sharing a directory never share a file.
+Before anything changes, the link's MTU and every sysctl's previous value are recorded in a state file per
+network namespace (root: /run/zcorch/zcorch-net-<netns inode>.json; else under STATE_DIR), mode 0600 in a
+directory only this user can write, read only when both are so and never through a link: a file someone
+else could write would make `restore` set values of their choosing. So a controller killed at any moment
+leaves what `restore` needs. Only the allow-list is written (sysctl_refusal: the data link's own
+net.ipv4/ipv6.conf.<link>.* keys and HOST_WIDE_SYSCTLS), judged here, whatever the controller checked.
 
-Sysctls are written as files under /proc/sys (no `sysctl` program, no shell); the MTU is set with
-`ip link set dev IF mtu N` (argv). Only the allow-list is written (sysctl_refusal: the data link's own
-net.ipv4/ipv6.conf.<link>.* keys and HOST_WIDE_SYSCTLS), judged here against the data link this host finds,
-before anything changes, whatever the controller checked; `restore` writes back only such keys too.
-
-Stdlib-only and imports nothing from zcorch, like zcorch.worker.remote (it is fed to the host's
-interpreter as a plain file). No `typing` at run time; annotations are strings.
+Stdlib-only and imports nothing from zcorch (fed to the host's interpreter as a plain file). No `typing`
+at run time; annotations are strings.
 """
 from __future__ import annotations
 

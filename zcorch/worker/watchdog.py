@@ -1,26 +1,14 @@
 """The host's own guard over a change the controller makes (`commit confirmed`): started before a network or
 filesystem change, it puts the host back by itself unless the controller keeps renewing it.
 
-Started by zcorch.provision.watchdog over the controller's connection (SSH, or a pipe on localhost) as
-`python -c BOOTSTRAP KIND UNDO [--lapse=S] [--owner=JSON]`, its program (this file, then zcorch.worker.netcfg
-for KIND net) framed on stdin (a byte-count line, then the bytes); afterwards stdin carries the controller's
-lines:
-    renew      the controller is alive: the deadline moves LAPSE s on
-    confirm    the change is the controller's again (it restored it, or it is done): exit, touching nothing
-    EOF        the connection ended (controller killed, SSH session cut, sshd gone): restore now
-No renewal for LAPSE s (a controller hung, a link lost silently): restore.
-
-KIND UNDO, the same undo data the controller would use (written before the first change):
-    net STATE_DIR      zcorch.worker.netcfg's state file there: `netcfg restore STATE_DIR`
-    fs STATE_FILE      zcorch.provision.fs_state's state file: each recorded resource undone newest first
-                       (umount, mdadm --stop, losetup -d, rm, rmdir), only within the run's own directories and
-                       loops, as the controller's stale cleanup would (fs_state.Scope)
-
-What it restored goes to `<record dir>/zcorch-watchdog-<netns inode>-<KIND>-<pid>.json` (root: /run/zcorch, the
-host-wide place every controller reads; another user: the undo's own directory), read and removed by the next sweep
-(`reports` action), which says "restored by watchdog: ...". It is its own session leader with SIGHUP, SIGINT
-and SIGTERM ignored and writes nothing to its stdout once armed, so neither a dying session nor a terminal
-takes it away before it has restored.
+Started by zcorch.provision.watchdog as `python -c BOOTSTRAP KIND UNDO [--lapse=S] [--owner=JSON]`, its
+program framed on stdin (a byte-count line, then the bytes); then stdin carries `renew` (the deadline moves
+LAPSE s on) or `confirm` (exit, touching nothing). EOF (controller killed, session cut) or no renewal for
+LAPSE s: restore from UNDO (`net STATE_DIR`: netcfg's restore; `fs STATE_FILE`: fs_state's resources undone
+newest first, only within the run's own directories and loops) and record what was restored for the next
+sweep's `reports` action. Its own session leader with SIGHUP/SIGINT/SIGTERM ignored and silent once armed,
+so neither a dying session nor a terminal takes it away first. User-facing account: docs/experiment-files.md,
+"Every host change reverts itself unless confirmed".
 
 Stdlib-only and imports nothing from zcorch (fed to the host's interpreter as text, like netcfg).
 """
