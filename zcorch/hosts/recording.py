@@ -1,18 +1,12 @@
 """Hosts that record instead of run: `zcorch run --dry-run` is the real sweep pipeline on these.
 
-A RecordingHost is a Host whose run/start/put_file/put_bytes touch no machine: each call becomes a
-`Recorded` entry (kept in `host.recorded` and handed to `on_record` as it happens) and is answered with
-the least the pipeline needs to go on - the worker's `info`/`layout`/`ready`/`result` events, the
-preflight probe's facts, the `{scratch}` directory; each baseline kind (zcorch.config.baselines) answers
-for its own commands (an iperf3 server that "listens"...). Nothing is measured: JSON answers carry
-`"not_measured": true` and text answers say "dry run". The preflight finds no worker build, and `cat` no
-file (so a deploy shows its whole build). A command neither a baseline kind nor a pipeline stage (_STAGE_PROGRAMS) declares is refused
-with UndeclaredCommand: a dry run never claims a success it cannot know.
-
-RecordingHost stands for LocalHost; RemoteRecordingHost for an SSHHost, which is never connected to:
-its home is unknown (shown as `~`), and its `{scratch}` directory is answered as the placeholder itself,
-so the commands keep `{scratch}/...` as written. `recording_hosts(hosts)` gives them per role as
-zcorch.hosts.ssh.open_hosts gives the real ones.
+A RecordingHost's run/start/put_file/put_bytes touch no machine: each call becomes a `Recorded` entry
+(in `host.recorded`, and handed to `on_record`) answered with the least the pipeline needs to go on
+(worker events, preflight facts, `{scratch}`; each baseline kind answers for its own commands), marked
+`"not_measured"` or "dry run". A command that neither a baseline kind nor a pipeline stage
+(_STAGE_PROGRAMS) declares raises UndeclaredCommand: a dry run never claims a success it cannot know.
+RemoteRecordingHost stands for an SSHHost that is never connected to (home `~`, `{scratch}` kept as
+written); `recording_hosts(hosts)` gives them per role as zcorch.hosts.ssh.open_hosts does.
 """
 from __future__ import annotations
 

@@ -1,18 +1,12 @@
 """Deploy the worker to a host and check the host has what a sweep needs (preflight).
 
-Remote hosts (SSHHost): the files are uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there
-with `PYTHON native/build.py --out DIR` (the host's `python`, cffi, the host's own compiler), checked,
-marked complete and renamed to `<workdir>/worker-<hash>/` (`zcorch.worker.remote finalize`). A directory with the marker is reused as is, so
-an unchanged redeploy is fast: prepare() hands the preflight probe the workdir and build name (the content hash is
-known before), and the probe's answer says whether the marker is there and whether the build passed the
-ownership checks (`private-build`), read in that order; deploy() then needs no round trip of its own. A
-failed build raises DeployError with the host and the compiler output.
-LocalHost (`hosts: localhost`): the package this controller runs from is the worker; nothing is copied.
-
-The files come from this installation through importlib.resources: the package's own modules, and the C
-sources, headers and build script from the package data zcorch/_native_src/ (a wheel, an sdist install:
-setup.py copies native/ there) or else the checkout's native/ (a checkout, an editable install), uploaded
-as native/ on the host either way: deploy works the same from all four.
+Remote hosts: the files are uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there by
+native/build.py with the host's own python, cffi and compiler, checked, marked and renamed to
+`<workdir>/worker-<hash>/` (`zcorch.worker.remote finalize`); a marked build that passes the ownership
+checks is reused, found by the preflight's own round trip. LocalHost: the controller's own package is
+the worker; nothing is copied. The files come through importlib.resources (the C sources from
+zcorch/_native_src/ in a wheel or sdist install, else the checkout's native/), so deploy works the same
+from every kind of install. Details: docs/architecture.md, "SSH, deploy, preflight, lab".
 """
 from __future__ import annotations
 

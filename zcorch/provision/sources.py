@@ -1,15 +1,11 @@
 """Source files a sweep needs on the sender: lay out the missing ones before the first cell (as fio does).
 
-A cell whose `source` is a regular-file path (not `mem`, not under /dev, /proc or /sys) needs that file
-with at least the cell's `bytes`. When it does not exist on the sender, `zcorch run` creates it once,
-untimed, with the largest `bytes` of the cells using it, filled with the mem pattern (the worker's
-`layout` action: the bytes of source `mem` at each offset). An existing file is never touched, even a
-short one: the cells it is too short for fail with the worker's own error. The one exception is a
-`{scratch}/FILE` source, laid out in the sender's scratch directory (zcorch.provision.scratch; the caller
-resolves the paths first, and names them in `grow`): there a shorter file that holds the mem pattern was
-laid out by an earlier, smaller sweep (e.g. one reduced with `--set bytes=...`) and is laid out anew at
-the size needed. Laid-out files are kept after the sweep (like fio's); meta.json lists them under
-"sources_laid_out".
+A cell whose `source` is a regular-file path needs that file with at least the cell's `bytes`; a missing
+one is created once, untimed, at the largest `bytes` of its cells, filled with the mem pattern (the
+worker's `layout` action). An existing file is never touched, even a short one (its cells fail with the
+worker's own error), except a `{scratch}/FILE` source holding the mem pattern, which an earlier smaller
+sweep laid out: it is laid out anew at the size needed (`grow`). Laid-out files are kept, and listed in
+meta.json's "sources_laid_out".
 """
 from __future__ import annotations
 

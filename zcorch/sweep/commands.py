@@ -1,20 +1,12 @@
 """Command baselines (`baselines.commands`): a user's own transfer command pair, timed like iperf3 and dd.
 
-Per command and repeat: the receiver's command starts first under `zcorch worker command` (its stdout
-into the sink file when `stdout: sink`), which says when a socket of the receiver listens on `{port}`;
-then the sender's (stdin from the source file when `stdin: source`), whose worker opens its files and
-waits for the controller's `go`. The figure is `bytes` over the time from that `go` to both ends having
-exited, on the controller's clock: the commands' own start-up (exec, connect) is part of what they cost,
-the SSH session and the worker's python start-up are not (one controller-host latency each way is); each
-end's own wall time is recorded too.
-A sink must then hold exactly `bytes`. The source is laid out once per sweep in the sender's scratch
-directory (the mem pattern, as for the cells), the sink lives in the receiver's and is removed after
-each run: a command never reads or writes a user's file through these placeholders.
-
-Records (baselines.jsonl): {"kind": "command", "key": {"name", "bytes"}, "repeat", "status", "reason",
-"result": {"bytes", "wall_s", "bits_per_second", "MB_per_s", "sender_wall_s", "receiver_wall_s"},
-"argv": {"sender": [...], "receiver": [...]}, "host", "started"}. A failed command (non-zero exit, a
-program missing on a host, a timeout, a short sink) is recorded failed with the reason; the sweep goes on.
+The receiver's command starts first under `zcorch worker command`, which says when `{port}` listens; then
+the sender's, whose worker opens its files and waits for the controller's `go`. The figure is `bytes` over
+the time from that `go` to both ends having exited, on the controller's clock: the commands' own start-up
+is part of what they cost, the SSH session and the worker's python start-up are not. A sink must hold
+exactly `bytes`; source and sink live in the hosts' scratch directories, so a command never touches a
+user's file through these placeholders. A failed command is recorded failed with its reason and the
+sweep goes on. Records: docs/experiment-files.md, "Command baselines".
 """
 from __future__ import annotations
 
