@@ -19,7 +19,7 @@
 struct zc_ctx;
 
 /* Defined with designated initializers: .name, .side, .caps, [.available,] [.setup,] [.connected,]
- * .transfer, .teardown */
+ * .transfer[, .teardown] */
 typedef struct zc_mode_ops {
     const char *name;
     int side;                                /* ZC_SIDE_SEND / ZC_SIDE_RECV */
@@ -28,7 +28,7 @@ typedef struct zc_mode_ops {
     int (*available)(char *why, size_t len);
     int (*setup)(struct zc_ctx *c);          /* optional: untimed; 0 or zc_fail() */
     int (*transfer)(struct zc_ctx *c);       /* timed; moves c->total bytes (or until EOF) */
-    void (*teardown)(struct zc_ctx *c);      /* always called once setup was attempted */
+    void (*teardown)(struct zc_ctx *c);      /* optional: called once setup was attempted */
     /* optional: untimed, once c->sock is connected (accepted), before the timed transfer (register the
      * socket with io_uring, map it, check the connection); 0 or zc_fail() */
     int (*connected)(struct zc_ctx *c);
@@ -110,10 +110,9 @@ const char *zc_build_missing_any(const char *const *features);
     {                                                                                                     \
         return zc_fail(c, EOPNOTSUPP, "%s", zc_build_missing_any(unbuilt_features_));                    \
     }                                                                                                     \
-    static void unbuilt_nothing_(zc_ctx *c) { (void)c; }                                                  \
     const zc_mode_ops ops = {.name = (mode_name), .side = (mode_side), .caps = (mode_caps),              \
                              .available = unbuilt_available_, .setup = unbuilt_refuse_,                  \
-                             .transfer = unbuilt_refuse_, .teardown = unbuilt_nothing_}
+                             .transfer = unbuilt_refuse_}
 
 /* openpath.c: zc_open_file with the fstat of what it opened */
 int zc_open_path(const char *path, int how, struct stat *st, int *created, zc_error *err);

@@ -112,8 +112,6 @@ static int transfer(zc_ctx *c)
     }
 }
 
-static void teardown(zc_ctx *c) {}
-
 const zc_mode_ops zc_recv_discard_ops = {
     .name = "discard",
     .side = ZC_SIDE_RECV,
@@ -121,5 +119,4 @@ const zc_mode_ops zc_recv_discard_ops = {
     .available = available,
     .setup = setup,
     .transfer = transfer,
-    .teardown = teardown,
 };

@@ -100,13 +100,10 @@ static int transfer(zc_ctx *c)
     return 0;
 }
 
-static void teardown(zc_ctx *c) { (void)c; }
-
 const zc_mode_ops zc_recv_mmap_ops = {
     .name = "mmap",
     .side = ZC_SIDE_RECV,
     .caps = ZC_CAP_FILE_SINK | ZC_CAP_ONE_STREAM, /* streams would extend and cut back one file concurrently */
     .setup = setup,
     .transfer = transfer,
-    .teardown = teardown,
 };

@@ -32,13 +32,10 @@ static int transfer(zc_ctx *c)
     }
 }
 
-static void teardown(zc_ctx *c) { (void)c; }
-
 const zc_mode_ops zc_recv_splice_ops = {
     .name = "splice",
     .side = ZC_SIDE_RECV,
     .caps = ZC_CAP_PIPE,
     .setup = setup,
     .transfer = transfer,
-    .teardown = teardown,
 };

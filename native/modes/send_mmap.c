@@ -37,12 +37,8 @@ static int transfer(zc_ctx *c)
                 return -1;
         }
     }
-    if (more < 0)
-        return -1;
-    return 0;
+    return more; /* 0: done, -1: failed */
 }
-
-static void teardown(zc_ctx *c) { (void)c; }
 
 const zc_mode_ops zc_send_mmap_ops = {
     .name = "mmap",
@@ -50,5 +46,4 @@ const zc_mode_ops zc_send_mmap_ops = {
     .caps = ZC_CAP_FILE_SOURCE | ZC_CAP_MAPPABLE_SOURCE,
     .setup = setup,
     .transfer = transfer,
-    .teardown = teardown,
 };

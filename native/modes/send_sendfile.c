@@ -36,17 +36,12 @@ static int transfer(zc_ctx *c)
             }
         }
     }
-    if (more < 0)
-        return -1;
-    return 0;
+    return more; /* 0: done, -1: failed */
 }
-
-static void teardown(zc_ctx *c) { (void)c; }
 
 const zc_mode_ops zc_send_sendfile_ops = {
     .name = "sendfile",
     .side = ZC_SIDE_SEND,
     .caps = ZC_CAP_FILE_SOURCE,
     .transfer = transfer,
-    .teardown = teardown,
 };

@@ -38,12 +38,8 @@ static int transfer(zc_ctx *c)
             c->done += (uint64_t)n;
         }
     }
-    if (more < 0)
-        return -1;
-    return 0;
+    return more; /* 0: done, -1: failed */
 }
-
-static void teardown(zc_ctx *c) { (void)c; }
 
 const zc_mode_ops zc_send_splice_ops = {
     .name = "splice",
@@ -51,5 +47,4 @@ const zc_mode_ops zc_send_splice_ops = {
     .caps = ZC_CAP_FILE_SOURCE | ZC_CAP_PIPE,
     .setup = setup,
     .transfer = transfer,
-    .teardown = teardown,
 };

@@ -130,9 +130,7 @@ static int transfer(zc_ctx *c)
         if ((map_per_sub(c) ? send_mapped_subblocks(c, len) : send_contiguous(c, len)) < 0)
             return -1;
     }
-    if (more < 0)
-        return -1;
-    return 0;
+    return more; /* 0: done, -1: failed */
 }
 
 static void teardown(zc_ctx *c)

@@ -37,9 +37,7 @@ static int transfer(zc_ctx *c)
                 return -1;
         }
     }
-    if (more < 0)
-        return -1;
-    return 0;
+    return more; /* 0: done, -1: failed */
 }
 
 const zc_mode_ops zc_send_write_ops = {
