@@ -1,22 +1,12 @@
 """How zcorch starts a Python interpreter on a host so that nothing is imported from the current directory.
 
-    python_argv(python, module, flags=(), safe_path=False) -> argv     run MODULE, or the program on stdin
-    module_of(argv) -> (module or "-", index of its first argument) | None   the inverse, for the dry run
-
-`python -m M`, `python -c ...` and `python -` put the current directory first on sys.path. zcorch runs as
-root from wherever the user stands (a checkout, a shared directory) and, on SSH hosts, from the login's
-home directory: a `zcorch/` package or a `json.py` there would be imported instead of ours and run as root.
-So every interpreter zcorch starts runs either
-
-- with `-P` (Python 3.11+, `safe_path`): the current directory is never added, PYTHONPATH still counts
-  (the localhost worker finds the installed package through it); used where the version is known (the
-  controller's own interpreter), or
-- as `python -c BOOTSTRAP` (any Python 3): the first statement drops the '' entry -c added, before any
-  import, then runs the module (runpy, what -m does) or the program read from stdin.
-
-`-I` would do the same but also drop PYTHONPATH (the worker's build directory) and the user's site
-directory (a `pip install --user cffi`), so it is not used. A script run by path (native/build.py) gets
-its own directory first, not the current one, and needs nothing of this.
+`python -m M`, `python -c ...` and `python -` put the current directory first on sys.path, and zcorch runs
+as root from wherever the user stands (and on SSH hosts from the login's home): a `zcorch/` or `json.py`
+there would run as root. So every interpreter zcorch starts runs either with `-P` (3.11+, `safe_path`,
+where the version is known) or as `python -c BOOTSTRAP` (any Python 3), whose first statement drops the
+'' entry before any import and then runs the module (runpy) or the program on stdin. `-I` is not used:
+it would also drop PYTHONPATH (the worker's build) and the user's site directory (a `pip install --user
+cffi`). `module_of(argv)` is the inverse of `python_argv`, for the dry run.
 """
 from __future__ import annotations
 

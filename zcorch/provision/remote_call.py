@@ -1,16 +1,11 @@
-"""How the controller runs `zcorch.worker.remote` actions on a host, with that host's own python.
-
-    run_remote(host, "scratch", "~/.cache/zcorch", "in") -> CommandResult
-    remote_json(result) -> dict | None           the JSON object on the last stdout line
-    remote_command(host, action, *args) -> RemoteCommand(argv, env, input)   what run_remote runs
-    host_python(host) -> str                     hosts.<role>.python, python3 by default; sys.executable locally
+"""How the controller runs `zcorch.worker.remote` actions (and the other host-side modules of MODULES) on a
+host, with that host's own python: `run_remote(host, "scratch", "~/.cache/zcorch", "in")`, `remote_json`.
 
 Remote hosts get the module's own text on stdin (`python -c BOOTSTRAP ACTION ARGS...`): it needs nothing
-deployed (preflight and deploy's own steps run before the worker exists) and leaves nothing behind. Localhost
-runs the controller's package (`python -P -m zcorch.worker.remote`, the checkout on PYTHONPATH, as the local
-worker). Neither imports anything from the current directory (zcorch.hosts.interpreter: -P where the
-interpreter is known to be 3.11+, else a bootstrap that drops it). Arguments are argv items: nothing
-reaches a shell.
+deployed (preflight and deploy's own steps run before the worker exists) and leaves nothing behind.
+Localhost runs the controller's package (`python -P -m MODULE`, the checkout on PYTHONPATH). Neither
+imports anything from the current directory (zcorch.hosts.interpreter), and arguments are argv items:
+nothing reaches a shell.
 """
 from __future__ import annotations
 

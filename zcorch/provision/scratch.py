@@ -1,14 +1,10 @@
 """`{scratch}`: a per-user scratch directory on the host that uses a path (docs/experiment-files.md).
 
-`source` (read on the sender), `sink` (written on the receiver) and the dd baseline's `scratch` (on the
-receiver) may start with `{scratch}`. On a host it stands for `<workdir>/scratch`, workdir being the host
-spec's `workdir` or ~/.cache/zcorch (deploy's directory), expanded on that host: two users, or one user's
-sweeps against two hosts, never share a file, and no fixed /tmp name can be taken by someone else first.
-
-`prepare_all` resolves it once per host and sweep, before source layout and the dd baseline, creating the
-directory (mode 0700) and the subdirectories the paths name. Plans, cell ids, run records and baseline keys
-keep the placeholder (results match across users and hosts); only what reaches a host - the workers'
-command lines, the layout and dd commands - gets the resolved path (`resolve_params`, `substitute`).
+`source`, `sink` and the dd baseline's `scratch` may start with `{scratch}`: on a host, `<workdir>/scratch`
+(mode 0700) expanded there, so two users, or one user's sweeps against two hosts, never share a file and
+no fixed /tmp name can be taken by someone else first. `prepare_all` resolves it once per host and sweep.
+Plans, cell ids, records and baseline keys keep the placeholder (results match across users and hosts);
+only what reaches a host gets the resolved path (`resolve_params`, `substitute`).
 """
 from __future__ import annotations
 

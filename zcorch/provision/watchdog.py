@@ -1,15 +1,8 @@
 """The controller's side of a host's watchdog (zcorch.worker.watchdog): armed before a network or filesystem
-change, renewed every RENEW_S while the controller lives, confirmed once the controller has put the host back.
-
-    dog = Watchdog.arm(host, python, "net", state_dir, owner)   # before the first change
-    ...                                                         # renewed by this module's one thread
-    dog.confirm()                                               # after the controller's own restore
-    watchdog_reports(host, python, dirs) -> ["restored by watchdog ..."]   the next sweep's warnings
-
-A host whose controller stops renewing restores itself: at once when the connection ends (controller
-killed, SSH session cut: the watchdog's stdin reaches EOF), after LAPSE_S without renewal otherwise (a hung
-controller, a link that died silently). BOUND_S is the bound docs/experiment-files.md states for either,
-restore included.
+change (`Watchdog.arm`), renewed every RENEW_S by this module's one thread while the controller lives,
+confirmed once the controller has put the host back (`confirm`); `watchdog_reports` gives the next sweep
+what a watchdog restored. A host restores itself at once when the connection ends, after LAPSE_S without
+renewal otherwise; BOUND_S is the bound docs/experiment-files.md states for either, restore included.
 """
 from __future__ import annotations
 

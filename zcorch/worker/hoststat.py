@@ -1,16 +1,11 @@
 """Host-wide counters over a transfer: parsers of /proc/stat, /proc/softirqs, /proc/net/snmp and
-/proc/vmstat texts and the deltas between two snapshots (the C core copies the texts just before and
+/proc/vmstat texts and `host_deltas` between two snapshots (the C core copies the texts just before and
 just after its timed region, native/core/hoststat.c; this turns them into metrics afterwards).
 
-    host_deltas(before, after, window_ns) -> {"host_user_us": ..., "host_per_cpu_us": {...}, ...}
-
-`before`/`after` map each file name of FILES to its text (None when it could not be read). Every value
-is a delta over the window, never negative (some kernels let iowait step backwards; such a delta is 0);
-a counter missing from either snapshot is None. /proc/stat counts in USER_HZ ticks (`clk_tck`, usually
-100 a second), so each CPU time is exact only to one tick per CPU and field.
-
-What the kernel shares: /proc/stat, /proc/softirqs and /proc/vmstat are the machine's (every network
-namespace on it sees the same); /proc/net/snmp is the reading process's network namespace's.
+Every value is a delta over the window, never negative (some kernels let iowait step backwards: 0); a
+counter missing from either snapshot is None. /proc/stat counts USER_HZ ticks, so each CPU time is exact
+only to one tick per CPU and field. /proc/stat, softirqs and vmstat are the machine's (every network
+namespace sees the same); /proc/net/snmp is the reading process's namespace's.
 
 Stdlib-only and deployed with the worker; pure functions (tests feed them captured texts).
 """
