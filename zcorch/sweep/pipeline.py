@@ -524,9 +524,10 @@ def _dd_hook(rs: Any, sweep: Sweep, cfg: Baselines, scratch_dirs: Dict[str, str]
 # ---------------------------------------------------------------------------------------------
 # Filesystems
 
-def _filesystems_used(plan_runs: List[dict]) -> List[str]:
-    """Names of the `filesystems:` entries some run of the plan uses, in first-use order."""
-    return list(dict.fromkeys(r["params"]["filesystem"] for r in plan_runs if r["params"].get("filesystem")))
+def _used(plan_runs: List[dict], param: str) -> List[str]:
+    """Names of the `filesystems:` or `networks:` entries (`param`: filesystem, network) some run of the plan
+    uses, in first-use order."""
+    return list(dict.fromkeys(r["params"][param] for r in plan_runs if r["params"].get(param)))
 
 
 def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str], dry_run: bool,
@@ -555,12 +556,13 @@ def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[
     return fsman
 
 
-def _record_filesystems(rs: Any, meta: Dict[str, Any], fsman: Any, names: Any, warnings: List[str]) -> None:
+def _record(rs: Any, meta: Dict[str, Any], section: str, manager: Any, names: Any, warnings: List[str]) -> None:
+    """meta.json's `section` ("filesystems", "networks"): the manager's description of each of `names`."""
     try:
-        meta["filesystems"] = {name: fsman.describe(name) for name in names}
+        meta[section] = {name: manager.describe(name) for name in names}
         rs.write_meta(meta, keep_previous=False)
     except ZcorchError as exc:
-        warnings.append(f"could not record the filesystem descriptions in meta.json: {exc}")
+        warnings.append(f"could not record the {section} descriptions in meta.json: {exc}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -608,11 +610,6 @@ def _restore_network_leftovers(exp: Any, sweep: Sweep, warnings: List[str], dry_
 # ---------------------------------------------------------------------------------------------
 # Networks
 
-def _networks_used(plan_runs: List[dict]) -> List[str]:
-    """Names of the `networks:` entries some run of the plan uses, in first-use order."""
-    return list(dict.fromkeys(r["params"]["network"] for r in plan_runs if r["params"].get("network")))
-
-
 def _network_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str], dry_run: bool,
                      observer: SweepObserver):
     """zcorch.provision.network's manager for both hosts when some cell has a `network` (else None)."""
@@ -640,20 +637,12 @@ def _undo_networks(rs: Any, meta: Dict[str, Any], netman: Any, names: List[str],
         netman.teardown_all()
     except ZcorchError as exc:
         warnings.append(f"network not restored: {exc}")
-    _record_networks(rs, meta, netman, names, warnings)
+    _record(rs, meta, "networks", netman, names, warnings)
 
 
 def _close_pool(pool: WorkerPool, starting: Any) -> None:
     starting.join()
     pool.close()
-
-
-def _record_networks(rs: Any, meta: Dict[str, Any], netman: Any, names: List[str], warnings: List[str]) -> None:
-    try:
-        meta["networks"] = {name: netman.describe(name) for name in names}
-        rs.write_meta(meta, keep_previous=False)
-    except ZcorchError as exc:
-        warnings.append(f"could not record the network descriptions in meta.json: {exc}")
 
 
 class _ObservedRunner(Runner):
@@ -742,7 +731,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
             observer.stage("hosts", _TITLES["hosts"])
             hosts = _open_hosts(exp, accept_new_host_keys, dry_run, observer, recorded, allow_ssh_config_exec)
             undo.callback(_close_hosts, hosts)
-            leases, fs_lease = _take_leases(exp, hosts, dry_run, bool(_networks_used(plan_runs)))
+            leases, fs_lease = _take_leases(exp, hosts, dry_run, bool(_used(plan_runs, "network")))
             if leases or fs_lease is not None:
                 from zcorch.provision.network import release_leases
 
@@ -774,15 +763,15 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
             calibrate(sweep, meta, warnings, exp.calibration_max_age, recalibrate)
             rs.write_meta(meta, keep_previous=False)
             observer.stage("filesystems", _TITLES["filesystems"])
-            fsman = _filesystem_manager(exp, sweep, warnings, _filesystems_used(plan_runs), dry_run, observer,
+            fsman = _filesystem_manager(exp, sweep, warnings, _used(plan_runs, "filesystem"), dry_run, observer,
                                         fs_lease)
             if fsman is not None:
-                undo.callback(_record_filesystems, rs, meta, fsman, exp.filesystems, warnings)
+                undo.callback(_record, rs, meta, "filesystems", fsman, exp.filesystems, warnings)
             interrupts.left_behind("filesystems", fsman.leftovers if fsman is not None else None)
             observer.stage("network", _TITLES["network"])
-            netman = _network_manager(exp, sweep, warnings, _networks_used(plan_runs), dry_run, observer)
+            netman = _network_manager(exp, sweep, warnings, _used(plan_runs, "network"), dry_run, observer)
             if netman is not None:
-                undo.callback(_undo_networks, rs, meta, netman, _networks_used(plan_runs), warnings)
+                undo.callback(_undo_networks, rs, meta, netman, _used(plan_runs, "network"), warnings)
             interrupts.left_behind("network", netman.leftovers if netman is not None else None)
             observer.stage("baselines", _TITLES["baselines"])
             _network_baselines(rs, sweep, cfg, plan_runs)
