@@ -32,6 +32,7 @@ from zcorch.results import setfiles
 from zcorch.results.store import BASELINES, RUNS, complete_length, lock_result_set, utc_now, write_json_atomic
 from zcorch.sweep.pipeline import SweepObserver
 from zcorch.sweep.runner import SweepOutcome, run_event_fields
+from zcorch.worker.hoststat import boot_id
 
 FORMAT = "zcorch-fleet"
 FORMAT_VERSION = 1
@@ -104,14 +105,6 @@ def lock_dir(fleet_dir: str) -> str:
         except OSError:
             pass
     return os.path.join(fleet_dir, LOCK_DIR)
-
-
-def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def _holder(fd: int) -> Dict[str, Any]:
