@@ -41,7 +41,7 @@ def test_host_python_and_workdir_come_from_the_typed_spec():
 
 
 def test_deployed_files_and_hash(tmp_path):
-    files = deploy.deployed_files()
+    files = deploy.worker_sources()
     for must in ("zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
                  "zcorch/worker/native.py", "zcorch/worker/cli.py", "zcorch/worker/__main__.py",
                  "zcorch/worker/remote.py", "native/build.py", "native/include/zcorch_api.h",
@@ -50,17 +50,17 @@ def test_deployed_files_and_hash(tmp_path):
     assert any(f.endswith(".c") for f in files) and any(f.endswith(".h") for f in files)
     assert not any(f.startswith("zcorch/analysis") or f == "zcorch/ssh.py" for f in files)
     src = _copy_sources(tmp_path / "src")
-    assert deploy.deployed_files(src) == files
+    assert list(deploy.worker_sources(src)) == list(files)   # the same paths on the host
     h1 = deploy.content_hash(deploy.worker_sources(src))
     assert h1 == deploy.content_hash(deploy.worker_sources()) and len(h1) == 16
     with open(os.path.join(src, "zcorch/units.py"), "a") as f:
         f.write("\n# changed\n")
     assert deploy.content_hash(deploy.worker_sources(src)) != h1
     os.rename(os.path.join(src, "native/modes/send_write.c"), os.path.join(src, "native/modes/send_write.c.off"))
-    assert "native/modes/send_write.c" not in deploy.deployed_files(src)     # a mode file removed: not uploaded
+    assert "native/modes/send_write.c" not in deploy.worker_sources(src)     # a mode file removed: not uploaded
     os.unlink(os.path.join(src, "zcorch/worker/__main__.py"))
     with pytest.raises(DeployError, match="zcorch/worker/__main__.py"):
-        deploy.deployed_files(src)
+        deploy.worker_sources(src)
 
 
 def test_the_c_sources_come_from_the_package_data_when_the_install_has_it(tmp_path, monkeypatch):
@@ -301,7 +301,7 @@ def test_remote_build_redeploy_and_change(hosts, lab, tmp_path):
 def test_failing_remote_build_reports_host_and_compiler_output(hosts, tmp_path):
     sender = hosts["sender"]
     src = _copy_sources(tmp_path / "src")
-    victim = sorted(f for f in deploy.deployed_files(src) if f.endswith(".c"))[0]
+    victim = sorted(f for f in deploy.worker_sources(src) if f.endswith(".c"))[0]
     with open(os.path.join(src, victim), "a") as f:
         f.write("\nint zcorch_broken(void) { return syntax error here }\n")
     workdir = f"~/.cache/zcorch-test-{uuid.uuid4().hex[:8]}"

@@ -94,7 +94,7 @@ def test_sdist_carries_native_and_no_build_artefacts(tmp_path):
     with tarfile.open(sdist) as tar:
         top = tar.getnames()[0].split("/")[0]
         names = {n[len(top) + 1:] for n in tar.getnames() if n.startswith(top + "/")}
-    native = {rel for rel in deploy.deployed_files() if rel.startswith("native/")}
+    native = {rel for rel in deploy.worker_sources() if rel.startswith("native/")}
     assert native and native <= names, native - names
     assert {"setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "zcorch/worker/cli.py",
             "zcorch/analysis/templates/report.html.j2"} <= names
@@ -200,7 +200,7 @@ def test_wheel_contents_match_the_sdist_and_an_in_place_build(dist):
     sdist, wheel = dist
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
-    native = {rel for rel in deploy.deployed_files() if rel.startswith("native/")}
+    native = {rel for rel in deploy.worker_sources() if rel.startswith("native/")}
     assert {f"zcorch/{deploy.NATIVE_PACKAGE_DATA}/{rel[len('native/'):]}" for rel in native} <= names
     assert not [n for n in names if n.startswith("native/")]        # no top-level package named native
     assert {f"zcorch/_examples/nightly/{n}" for n in nightly_recipe()} <= names
@@ -295,7 +295,7 @@ def test_a_wheel_installed_outside_the_checkout_runs_a_two_host_sweep(lab, wheel
     assert site.is_relative_to(venv) and not site.is_relative_to(CHECKOUT)
     assert installed["native"] == str(site / "zcorch" / deploy.NATIVE_PACKAGE_DATA)
     assert all(Path(p).is_relative_to(site / "zcorch") for p in installed["sources"].values())
-    assert list(installed["sources"]) == deploy.deployed_files() and installed["hash"] == deploy.content_hash(
+    assert list(installed["sources"]) == list(deploy.worker_sources()) and installed["hash"] == deploy.content_hash(
         deploy.worker_sources())
 
     workdir = f"~/.cache/zcorch-wheel-{uuid.uuid4().hex[:8]}"   # a fresh upload and build, not a reused one

@@ -222,7 +222,7 @@ def test_the_worker_imports_the_table_cheaply_and_everything_it_imports_is_deplo
     modules, slow = p.stdout.splitlines()
     # each costs the worker's start-up 5-15 ms (the table is namedtuples for this reason)
     assert slow == "[]", f"a module the worker imports imports {slow} at run time"
-    deployed = set(deploy.deployed_files())
+    deployed = set(deploy.worker_sources())
     for name in eval(modules):
         if name != "zcorch._native":
             rel = name.replace(".", "/")

@@ -104,11 +104,6 @@ def worker_sources(source_root: Optional[str] = None) -> Dict[str, str]:
     return dict(sorted(files.items()))
 
 
-def deployed_files(source_root: Optional[str] = None) -> List[str]:
-    """Relative paths (sorted, as on the host) of every file a remote host gets. Raises DeployError if one is missing."""
-    return list(worker_sources(source_root))
-
-
 def content_hash(sources: Mapping[str, str]) -> str:
     """16 hex digits of SHA-256 over every deployed file's path (as on the host) and bytes."""
     h = hashlib.sha256()
@@ -155,10 +150,6 @@ class WorkerHandle:
     def command(self, args: Sequence[str]) -> List[str]:
         """Full argv: `env PYTHONPATH=DIR python -m zcorch.worker ARGS...`."""
         return ["env", *[f"{k}={v}" for k, v in self.env.items()], *self.worker_argv, *[str(a) for a in args]]
-
-    def argv(self, side: str, *args: str) -> List[str]:
-        """`command([side, *args])`, e.g. handle.argv("recv", "--listen", "10.78.0.3:0", "--mode", "read")."""
-        return self.command([side, *args])
 
 
 def _where(host: Host) -> str:
