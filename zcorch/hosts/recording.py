@@ -96,12 +96,13 @@ class RecordingProcess(Process):
         pass
 
 
-class RecordingServer(Process):
+class RecordingServer(RecordingProcess):
     """A started `WORKER serve` (zcorch.worker.serve): each run handed to it is recorded as the worker command
     it stands for (`WORKER recv ...`) and answered as a started one would be, in the server's frames."""
 
     def __init__(self, host: "RecordingHost", worker: List[str], env: Dict[str, str]):
-        self.host, self.pgid, self.worker, self.env = host, None, worker, env
+        super().__init__(host, ())
+        self.worker, self.env = worker, env
         self._frames: "queue.Queue[Optional[str]]" = queue.Queue()
         self._frames.put(json.dumps({"event": "serving", "pid": 0, "version": __version__}))
 
@@ -110,12 +111,6 @@ class RecordingServer(Process):
             return self._frames.get(timeout=max(timeout, 0.0))
         except queue.Empty:
             raise TimeoutError(f"no output within {timeout:.1f}s") from None
-
-    def wait(self, timeout: float) -> int:
-        return 0
-
-    def stderr_text(self) -> str:
-        return ""
 
     def send_line(self, text: str) -> None:
         req = json.loads(text)
