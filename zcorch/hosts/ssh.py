@@ -283,37 +283,35 @@ def _open_client(name: str, target: Target, accept_new: bool, timeout: float,
     client.set_missing_host_key_policy(_HostKeyCheck(name, target, accept_new, save_to))
     where = f"{name} ({target.describe()})"
     own_sock = None
-    try:
-        if sock is None:
-            sock = own_sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
-            # Small request/response packets: without NODELAY each command waits out a delayed ACK (~40 ms).
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        client.connect(
-            target.hostname, port=target.port, username=target.user or _local_user(),
-            key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
-            look_for_keys=not target.identities_only, allow_agent=not target.identities_only,
-            timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
-            sock=sock)
-    except HostError:
+    try:   # whatever fails, the client and the socket it opened are closed
+        try:
+            if sock is None:
+                sock = own_sock = socket.create_connection((target.hostname, target.port), timeout=timeout)
+                # Small request/response packets: without NODELAY each command waits out a delayed ACK (~40 ms).
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client.connect(
+                target.hostname, port=target.port, username=target.user or _local_user(),
+                key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
+                look_for_keys=not target.identities_only, allow_agent=not target.identities_only,
+                timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
+                sock=sock)
+        except paramiko.BadHostKeyException as exc:
+            raise HostError(
+                f"{where}: HOST KEY CHANGED — got {exc.key.get_name()} {fingerprint(exc.key)}, known_hosts has "
+                f"{fingerprint(exc.expected_key)}. Refusing to connect (also with --accept-new-host-keys). If the "
+                f"host was really reinstalled, remove the old entry: ssh-keygen -R '{target.known_hosts_key}' "
+                f"-f {' -f '.join(target.known_hosts[:1])}") from None
+        except paramiko.AuthenticationException as exc:
+            raise HostError(f"{where}: authentication failed ({exc}); tried keys "
+                            f"{target.identity_files or 'from ~/.ssh'} and the ssh agent") from None
+        except (socket.timeout, TimeoutError) as exc:
+            raise HostError(f"{where}: no answer within {timeout:.0f}s (connect timeout): "
+                            f"{exc or 'timed out'}") from None
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            raise HostError(f"{where}: cannot connect: {exc or type(exc).__name__}") from None
+    except BaseException:
         _close(client, own_sock)
         raise
-    except paramiko.BadHostKeyException as exc:
-        _close(client, own_sock)
-        raise HostError(
-            f"{where}: HOST KEY CHANGED — got {exc.key.get_name()} {fingerprint(exc.key)}, known_hosts has "
-            f"{fingerprint(exc.expected_key)}. Refusing to connect (also with --accept-new-host-keys). If the "
-            f"host was really reinstalled, remove the old entry: ssh-keygen -R '{target.known_hosts_key}' "
-            f"-f {' -f '.join(target.known_hosts[:1])}") from None
-    except paramiko.AuthenticationException as exc:
-        _close(client, own_sock)
-        raise HostError(f"{where}: authentication failed ({exc}); tried keys "
-                        f"{target.identity_files or 'from ~/.ssh'} and the ssh agent") from None
-    except (socket.timeout, TimeoutError) as exc:
-        _close(client, own_sock)
-        raise HostError(f"{where}: no answer within {timeout:.0f}s (connect timeout): {exc or 'timed out'}") from None
-    except (OSError, paramiko.SSHException, EOFError) as exc:
-        _close(client, own_sock)
-        raise HostError(f"{where}: cannot connect: {exc or type(exc).__name__}") from None
     return client
 
 
