@@ -1,12 +1,10 @@
 """Repeat until stable during a sweep: which planned runs still run, and each cell's state in its records.
 
-The plan lists every cell's repeats up to `max` (plan.json too), in the experiment's order (interleave:
-round r of every cell, then round r+1). The runner asks `wants(cell)` before each run: a cell that has
-converged (zcorch.results.convergence) gets no more runs, the others go on until their `max`. After each
-run `observe(record)` adds the run's value and writes the cell's state into the record
-(`"convergence": {"n", "width_pct", "converged"}`). `expected(ahead)` counts the runs still to come that will run
-(a converged cell's are not): the progress total and the ETA count those, not the max. Seeded from the records already in the result set,
-so `--resume` continues only the cells that have not converged, and never re-runs an ok run.
+The plan lists every cell's repeats up to `max`, interleaved by round. The runner asks `wants(cell)` before
+each run: a converged cell (zcorch.results.convergence) gets no more. `observe(record)` adds a run's value
+and writes the cell's state into the record; `expected(ahead)` counts the runs still to come that will run
+(the progress total and ETA). Seeded from the result set's records, so `--resume` continues only the cells
+that have not converged and never re-runs an ok run.
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """Host metadata stored with every result set (meta.json): what shaped the numbers.
 
-One command per host: `zcorch.worker.remote metadata DATA_ADDRESS PATH SYSCTL...` (host_metadata there)
-runs with the host's python; values travel as argv, never through a shell. A sweep asks for it along with
-the deploy's `worker info` (`info --metadata ARGS...`, metadata_args) and for the cached calibration
-(`info --cache FILE`, cache_args): a warm sweep then starts no command of its own per host for either. It reads /proc and /sys
-directly and asks `ip -j addr` and `findmnt -J -T PATH`; anything it cannot read is recorded as null
-together with why (e.g. `speed` on veth/lo). Its `host_facts` (offloads, qdisc, governor, ...: HOST_FACTS
-there) ask `ethtool` and `ip -j link` too, and say {"unavailable": why} of what they cannot read.
+One command per host, `zcorch.worker.remote metadata DATA_ADDRESS PATH SYSCTL...` (host_metadata there),
+with the host's python and values as argv; a warm sweep folds it, and the cached calibration, into the
+deploy's `worker info` (metadata_args, cache_args). Anything unreadable is recorded as null together with
+why (e.g. `speed` on veth/lo), and each of HOST_FACTS as {"unavailable": why}.
 """
 from __future__ import annotations
 

@@ -98,13 +98,9 @@ def _try_bind(address: str, port: int) -> None:
 
 def build_state(workdir: str, name: str, marker: str) -> "Dict[str, Any]":
     """A worker build as the deploy step would find it, in the preflight's round trip: {"workdir": as
-    written, "path": the build directory (`~` and a relative workdir expanded here, on the host, as
-    SSHHost.expand would), "marker": the text of its marker or None, "refused": None or why the build must
-    not be used}. `name` must be a build's name (worker-<16 hex>).
-
-    No marker (or one that cannot be read): "marker" None, a build is due. With a marker, the checks of
-    `private-build PARENT BUILD` run first, and only when they pass is the marker read (a marker read in a
-    tree another user can change says nothing); "refused" is their message as that action prints it."""
+    written, "path": the build directory (expanded here, as SSHHost.expand would), "marker": its marker's
+    text or None (a build is due), "refused": None or why it must not be used}. The marker is read only
+    after `private-build`'s checks passed: a marker in a tree another user can change says nothing."""
     if not BUILD_NAME.fullmatch(name):
         raise ActionError(f"{name!r} is not the name of a worker build (worker-<16 hex digits>)")
     parent = os.path.expanduser(workdir)
@@ -832,16 +828,12 @@ def dd_baseline(directory: str, bs: str, count: str, sync: bool = True, fdatasyn
     """Time `dd; sync` writing a file in `directory` (after an untimed sync, as the seeds'
     `sync; time { dd ...; sync; }`), then its read back after dropping the page cache when allowed.
 
-    sync=False times dd alone (a study whose dd ran without a sync); fdatasync: then also a write of a new
-    file with `conv=fdatasync` (the flush inside dd's own timing), "fdatasync"; warmup: first one write of the
-    same size into a file removed before the timed one (a fresh filesystem's first write pays for what
-    later ones do not), "warmup". Each file is created exclusively, one at a time, removed after its use.
-
-    Returns {"path", ["warmup"], "write": {argv, returncode, stderr, wall_s, timed}, "read": {... cached,
-    cache_note}, ["fdatasync"]}; "read" and "fdatasync" only when the write succeeded, "write" only when the
-    warm-up did. Runs only if bs × count fits the free space; every file is removed: also when SIGTERM/SIGINT
-    end the job (the controller's timeout), and by the next job when SIGKILL ended it (remove_stale_dd_files;
-    "stale_removed" lists them).
+    sync=False times dd alone; fdatasync: also a write with `conv=fdatasync` ("fdatasync"); warmup: first one
+    untimed write of the same size, removed before the timed one (a fresh filesystem's first write pays for
+    what later ones do not). Returns {"path", "stale_removed", ["warmup"], "write", "read", ["fdatasync"]},
+    each step only when the one before succeeded. Runs only if bs × count fits the free space. Every file is
+    created exclusively and removed, also when SIGTERM/SIGINT end the job, and by the next job after SIGKILL
+    (remove_stale_dd_files).
     """
     path = os.path.join(directory, ".zcorch-dd-FILE")   # (named when created)
     out: "Dict[str, Any]" = {"path": path, "stale_removed": remove_stale_dd_files(directory)}
