@@ -194,11 +194,11 @@ class FleetLocks:
             os.close(fd)   # closing the descriptor drops its flock
 
 
-class LockingObserver(SweepObserver):
+class LockingObserver:
     """Wraps the observer of one pair's sweep: takes all the pair's locks when a run starts and drops them
     when its record is written; holds its host locks through the HOST_STAGES and all its locks through the
-    LINK_STAGES. Everything else is passed on. (The hooks run_sweep already calls are enough: nothing below
-    run_sweep knows about fleets.)"""
+    LINK_STAGES. Every other hook and attribute is the wrapped observer's. (The hooks run_sweep already
+    calls are enough: nothing below run_sweep knows about fleets.)"""
 
     def __init__(self, inner: SweepObserver, directory: str, names: Sequence[str],
                  who: Optional[Dict[str, str]] = None):
@@ -218,11 +218,8 @@ class LockingObserver(SweepObserver):
         self.all.release()
         self.hosts.release()
 
-    def __getattr__(self, name: str) -> Any:   # attributes of the wrapped observer (result_dir, emit ...)
+    def __getattr__(self, name: str) -> Any:   # the wrapped observer's other hooks and attributes
         return getattr(self.inner, name)
-
-    def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
-        self.inner.started(total, already_ok, result_dir)
 
     def stage(self, name: str, title: str) -> None:
         self._release()
@@ -231,15 +228,6 @@ class LockingObserver(SweepObserver):
         elif name in LINK_STAGES:
             self.all.acquire()
         self.inner.stage(name, title)
-
-    def hosts_opened(self, hosts: Dict[str, Any]) -> None:
-        self.inner.hosts_opened(hosts)
-
-    def scratch_ready(self, infos: Dict[str, dict], hosts: Dict[str, Any]) -> None:
-        self.inner.scratch_ready(infos, hosts)
-
-    def command(self, entry: Any) -> None:
-        self.inner.command(entry)
 
     def run_started(self, cell: str, repeat: int) -> None:
         self._release()
@@ -250,18 +238,9 @@ class LockingObserver(SweepObserver):
         self._release()
         self.inner.run_done(record, outcome, todo)
 
-    def baseline_done(self, record: dict) -> None:
-        self.inner.baseline_done(record)
-
     def sweep_ended(self) -> None:
         self._release()
         self.inner.sweep_ended()
-
-    def message(self, text: str) -> None:
-        self.inner.message(text)
-
-    def warning(self, text: str) -> None:
-        self.inner.warning(text)
 
 
 # ---------------------------------------------------------------------------------------------
