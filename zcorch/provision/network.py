@@ -150,6 +150,19 @@ def release_leases(leases: List[Any], warnings: Optional[List[str]] = None) -> N
                                 f"connection): {exc}")
 
 
+def _restore_stale(t: _Target, log: Log) -> List[str]:
+    """A killed sweep's network state on t's host put back (warnings saying what); PreflightError when the
+    sweep that made it still runs."""
+    state = _call(t, "state", t.state_dir, what="reading the network state file")
+    if not state:
+        return []
+    if owner_alive(state.get("owner")):
+        raise PreflightError(f"{t.name}: another sweep (pid {state['owner'].get('pid')}) has changed this host's "
+                             f"network ({state.get('name')!r}); wait for it to end")
+    return [f"restored a previous controller's network leftover on {u}"
+            for u in restore_state(t.host, t.python, t.state_dir, log)]
+
+
 def restore_leftovers(hosts: Dict[str, Host], python: Dict[str, str], spec: Hosts, log: Log = _noop,
                       clean: Sequence[Host] = ()) -> List[str]:
     """Under the leases: what a killed sweep changed on each host (any controller's), put back before this
@@ -162,16 +175,8 @@ def restore_leftovers(hosts: Dict[str, Host], python: Dict[str, str], spec: Host
         if any(host is c for c in clean):
             return []
         py = python["receiver"] if host is hosts["receiver"] else python["sender"]
-        t = _Target([], host, py, "", state_dir)
         try:
-            state = _call(t, "state", state_dir, what="reading the network state file")
-            if not state:
-                return []
-            if owner_alive(state.get("owner")):
-                raise PreflightError(f"{host.name}: another sweep (pid {state['owner'].get('pid')}) has changed "
-                                     f"this host's network ({state.get('name')!r}); wait for it to end")
-            return [f"restored a previous controller's network leftover on {u}"
-                    for u in restore_state(host, py, state_dir, log)]
+            return _restore_stale(_Target([], host, py, "", state_dir), log)
         except HostError as exc:
             raise PreflightError(f"{host.name}: a previous sweep's network changes are still applied and could "
                                  f"not be restored, so no run would measure this host as configured: {exc}") from None
@@ -221,14 +226,7 @@ class NetworkManager:
         sysctls = sorted({k for c in configs for k in c.all_sysctls()} - {CONGESTION_SYSCTL})
         for t in self.targets:
             try:
-                state = _call(t, "state", t.state_dir, what="reading the network state file")
-                if state:
-                    if owner_alive(state.get("owner")):
-                        problems.append(f"{t.name}: another sweep (pid {state['owner'].get('pid')}) has changed this "
-                                        f"host's network ({state.get('name')!r}); wait for it to end")
-                        continue
-                    self.warnings += [f"restored a previous controller's network leftover on {u}"
-                                      for u in restore_state(t.host, t.python, t.state_dir, self.log)]
+                self.warnings += _restore_stale(t, self.log)
                 facts = _call(t, "probe", t.peer, *self._keep(t), *sysctls, what="probing the data link")
             except HostError as exc:
                 problems.append(str(exc))
