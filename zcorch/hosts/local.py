@@ -87,7 +87,15 @@ class Host:
     spec: "Optional[HostSpec]" = None
 
     def run(self, argv: Sequence[str], timeout: float = 60.0, env: Optional[Mapping[str, str]] = None,
-            input: Optional[str] = None) -> CommandResult:  # pragma: no cover - interface
+            input: Optional[str] = None) -> CommandResult:
+        """Run argv to completion; on timeout its process group is killed (-9). A signal waits for it to end
+        (zcorch.hosts.critical)."""
+        argv = [str(a) for a in argv]
+        with critical.section(_waiting_for(self.name, argv)):
+            return self._run(argv, timeout, env, input)
+
+    def _run(self, argv: List[str], timeout: float, env: Optional[Mapping[str, str]],
+             input: Optional[str]) -> CommandResult:  # pragma: no cover - interface
         raise NotImplementedError
 
     def start(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Process:  # pragma: no cover
@@ -95,8 +103,9 @@ class Host:
         process exits or this controller dies: EOF there means "controller gone"."""
         raise NotImplementedError
 
-    def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:  # pragma: no cover
-        raise NotImplementedError
+    def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:
+        with open(local_path, "rb") as f:
+            self.put_bytes(f.read(), remote_path, mode)
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:  # pragma: no cover
         raise NotImplementedError
@@ -216,11 +225,6 @@ class LocalHost(Host):
         merged.update(env)
         return merged
 
-    def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
-        argv = [str(a) for a in argv]
-        with critical.section(_waiting_for(self.name, argv)):   # a signal waits for the command's end
-            return self._run(argv, timeout, env, input)
-
     def _run(self, argv: List[str], timeout: float, env: Optional[Mapping[str, str]],
              input: Optional[str]) -> CommandResult:
         try:
@@ -256,10 +260,6 @@ class LocalHost(Host):
         except OSError as exc:   # missing, or found but not runnable: the caller's error, not a traceback
             raise HostError(f"{self.name}: {argv[0]}: cannot be started: {exc.strerror or exc}") from None
         return LocalProcess(self, popen)
-
-    def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:
-        with open(local_path, "rb") as f:
-            self.put_bytes(f.read(), remote_path, mode)
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         with critical.section(f"writing {remote_path} on {self.name}"):

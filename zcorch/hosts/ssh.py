@@ -539,13 +539,6 @@ class SSHHost(Host):
         chan.close()
         return CommandResult([str(a) for a in argv], status, out, err)
 
-    def run(self, argv, timeout=60.0, env=None, input=None) -> CommandResult:
-        """Run argv to completion (stdout/stderr byte-exact); on timeout its process group is killed (-9).
-        A signal waits for it to end (zcorch.hosts.critical)."""
-        argv = [str(a) for a in argv]
-        with critical.section(_waiting_for(self.name, argv)):
-            return self._run(argv, timeout, env, input)
-
     def _run(self, argv: List[str], timeout: float, env: Optional[Mapping[str, str]],
              input: Optional[str]) -> CommandResult:
         chan = self._exec(argv, env, wrap=True)
@@ -656,10 +649,6 @@ class SSHHost(Host):
                     raise
                 except OSError as exc:
                     raise HostError(f"{self.where}: cannot create {remote_dir}: {exc}") from None
-
-    def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:
-        with open(local_path, "rb") as f:
-            self.put_bytes(f.read(), remote_path, mode)
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         """Write atomically: a temp file next to the target, then rename over it."""
