@@ -65,10 +65,8 @@ class InterruptGuard:
                 if signum == signal.SIGINT and self.presses >= ABANDON_AFTER:
                     self.abandon()
                 if not again:
-                    hint = (f" (Ctrl-C {ABANDON_AFTER - self.presses} more time(s) abandons it)"
-                            if signum == signal.SIGINT else "")
                     self._say(f"{signal.Signals(signum).name}: stopping once {'; '.join(critical.waiting_for())} "
-                              f"ended{hint}")
+                              f"ended{self._hint(signum)}")
                 return
             self.tearing_down = True
             # SIGTERM, SIGHUP: a KeyboardInterrupt that names it, so the interrupted run's record says which
@@ -77,10 +75,11 @@ class InterruptGuard:
         if signum == signal.SIGINT and self.presses >= ABANDON_AFTER:
             self.abandon()
         if len(self.signals) == 1 or signum == signal.SIGINT:   # a supervisor repeating TERM: said once
-            hint = (f" (Ctrl-C {ABANDON_AFTER - self.presses} more time(s) abandons it)"
-                    if signum == signal.SIGINT else "")
             self._say(f"{signal.Signals(signum).name}: finishing the teardown first (restoring the hosts, "
-                      f"closing the result set){hint}")
+                      f"closing the result set){self._hint(signum)}")
+
+    def _hint(self, signum: int) -> str:
+        return f" (Ctrl-C {ABANDON_AFTER - self.presses} more time(s) abandons it)" if signum == signal.SIGINT else ""
 
     def abandon(self) -> None:
         lines = [line for fn in list(self._left.values()) for line in _safe(fn)]
