@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 from zcorch.cli.options import add_regression_options, check_regression_options
-from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, completeness, describe_codes
+from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, describe_codes
 from zcorch.cli import HELP, summary
 
 
@@ -40,35 +40,20 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 def main(args: argparse.Namespace) -> int:
     # pandas and scipy load here, not with the parser: `zcorch --help` must start at once.
-    from zcorch.analysis.compare import compare_frames, gate_of, render
-    from zcorch.analysis.frames import read_meta
-    from zcorch.analysis.hostdiff import diff_meta
-    from zcorch.analysis.load import load
+    from zcorch.analysis.compare import render
+    from zcorch.analysis.pairs import compare_sets
+    from zcorch.errors import ConfigError
 
     check_regression_options(args)
-    if args.dataset is not None:
-        from zcorch.analysis.dataset import Dataset  # duckdb: only when reading a dataset
-        from zcorch.errors import ConfigError
-
-        if args.candidate is None or args.against is not None:
-            raise ConfigError("--dataset compares two exported sets: give BASE and CANDIDATE (no --against)")
-        data = Dataset(args.dataset, tables=("sets", "runs", "hosts"))
-        b, c = data.find(args.base), data.find(args.candidate)
-        base, cand = b.completeness(), c.completeness()
-        base_runs, cand_runs = data.runs(b.set_id), data.runs(c.set_id)
-        metas = data.host_meta(b.set_id), data.host_meta(c.set_id)
-    elif args.candidate is None or args.against is not None:
+    if args.dataset is not None and (args.candidate is None or args.against is not None):
+        raise ConfigError("--dataset compares two exported sets: give BASE and CANDIDATE (no --against)")
+    if args.candidate is None or args.against is not None:
         return _pairs(args)
-    else:
-        base, cand = completeness(args.base), completeness(args.candidate)
-        base_runs, cand_runs = load(args.base), load(args.candidate)
-        metas = read_meta(args.base), read_meta(args.candidate)
-    table = compare_frames(base_runs, cand_runs, args.metric, args.threshold, args.alpha)
-    gate = gate_of(table, base, cand)
-    print(render(table, args.format, str(args.base), str(args.candidate), gate, diff_meta(*metas)), end="")
+    out = compare_sets(args.base, args.candidate, args.metric, args.threshold, args.alpha, args.dataset)
+    print(render(out.table, args.format, str(args.base), str(args.candidate), out.gate, out.host_changes), end="")
     if args.format != "json":
-        print(gate.line("zcorch compare"))
-    return gate.code
+        print(out.gate.line("zcorch compare"))
+    return out.gate.code
 
 
 def _pairs(args: argparse.Namespace) -> int:
