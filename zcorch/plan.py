@@ -1,25 +1,11 @@
 """Expansion: a validated Experiment -> an ordered Plan of cells and runs. Pure (no I/O, no clock).
 
-A cell is one full set of parameters (every key of `zcorch.config.experiment.DEFAULTS`, sizes in bytes, durations in
-seconds). Its id is the first 12 hex digits of sha256 over its canonical JSON
-(`json.dumps(params, sort_keys=True, separators=(",", ":"))`, zcorch.plan_matrix.canonical, leaving out a parameter added later while it
-holds its default, Param.id_omit_default: zcorch.params.ID_OMIT_AT_DEFAULT): the same parameters give the same id
-whatever the axis order, key order or the other cells of the file, so results match across edits of the
-file, resumed sweeps and zcorch versions. A run is one repeat of a cell.
-
-Matrix cells come in file order (first axis outermost), then include cells; a cell identical to an earlier
-one is merged. Excluded cells and (with `skip_invalid: true`) cells the worker cannot run go to
-`plan.dropped` with the reason; without `skip_invalid` the latter are a ConfigError naming them.
-
-With `repeats: {min, max, target_ci}` the plan lists every cell's repeats up to `max`; the sweep leaves out
-the later ones of a cell that converged (zcorch.sweep.adaptive), so a cell runs between `fewest_repeats()`
-(max(min, 6): a 95% interval needs 6 runs) and `max` times, and the estimate is a range.
-
-Order of runs: `sequential` (all repeats of a cell, then the next cell), `interleave` (repeat r of every
-cell before repeat r+1), `shuffle` (like interleave, but every round visits the cells in a fresh random
-order drawn from random.Random(seed) over the cells sorted by id, so the order depends only on the set of
-cells and the seed). When cells differ in `network`, the runs of each network then run together (network
-outermost, in first-use order; the order above within each), so each configuration is applied once.
+A cell is one full set of parameters; its id hashes their canonical JSON (zcorch.plan_matrix.canonical), so the
+same parameters give the same id whatever the axis order or the other cells of the file, and results match
+across edits, resumed sweeps and zcorch versions. A run is one repeat of a cell. Matrix cells come in file
+order, then include cells; a duplicate is merged; excluded and (with `skip_invalid`) invalid cells go to
+`plan.dropped` with the reason. Run orders (`sequential`, `interleave`, `shuffle`; the runs of one `network`
+together) and adaptive `repeats:` are described in docs/experiment-files.md.
 """
 from __future__ import annotations
 

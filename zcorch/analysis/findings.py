@@ -1,23 +1,12 @@
-"""The answer a report opens with: per sink (and per filesystem or network where they vary), the
-configurations ranked by median throughput, grouped where the data cannot tell them apart, each with
-its CPU per GiB in both views and its throughput as a share of the baselines; and the flags of the runs.
+"""The answer a report opens with: per sink (and filesystem or network where they vary), the configurations
+ranked by median throughput, grouped where the data cannot tell them apart, with their CPU per GiB in both
+views and their share of the baselines; and the flags of the runs. Only computes a JSON-ready dict
+(`zcorch report --format json`; docs/schemas/report.schema.json); report.py and its templates lay it out.
 
-This module only computes (a plain, JSON-ready dict: `zcorch report --format json` prints it as it is,
-docs/schemas/report.schema.json describes it); report.py and its templates lay it out.
-
-**Grouping rule** (GROUPING_RULE, quoted by the page and the JSON): configurations are sorted by
-median throughput; the fastest leads the first group; each next one joins the current group when its
-confidence interval of the median overlaps the leader's interval, and leads a new group otherwise.
-The intervals are zcorch.analysis.stats' order-statistic intervals at the level they really have
-(three runs: [min, max] at 75%), the same intervals the tables show and the reproduction verdicts
-use; a configuration with fewer than two ok runs has no interval and stands alone. Separated
-intervals are evidence of a difference at roughly that level, not proof; overlapping ones mean
-"not shown to differ".
-
-**Too short to measure host CPU**: /proc/stat counts in ticks of 10 ms per CPU, so a run whose host
-window holds fewer than MIN_HOST_TICKS ticks (window × 100 Hz × CPUs) has a host CPU figure that is
-mostly rounding. The run records carry no tick count, so it is computed from host_window_ns and
-host_ncpus (USER_HZ = 100 assumed, as on every Linux architecture zcorch builds for).
+Grouping (GROUPING_RULE, quoted by the page): a configuration joins the current group when its median's
+interval overlaps the leader's, at the level the interval really has (zcorch.analysis.stats; fewer than two ok
+runs: alone). Separated intervals are evidence of a difference, not proof. A host-CPU window under
+MIN_HOST_TICKS /proc/stat ticks (from host_window_ns and host_ncpus, USER_HZ 100) is mostly rounding: flagged.
 """
 from __future__ import annotations
 

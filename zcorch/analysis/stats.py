@@ -1,20 +1,11 @@
 """Statistics on run frames: per-cell medians with distribution-free confidence intervals, Mann–Whitney U.
 
-The confidence interval of a median is the one from order statistics (the binomial or sign-test
-interval, e.g. Hollander & Wolfe): of n ok runs sorted x(1) ≤ … ≤ x(n), the interval [x(k), x(n+1-k)]
-covers the true median with probability P(k ≤ B ≤ n-k), B ~ Binomial(n, 1/2), whatever the
-distribution of the runs. `median_ci` takes the narrowest such interval whose coverage is at least the
-requested level and returns the level it really has (`ci_level`): n=5 gives [min, max] at 93.75%, n=6
-[min, max] at 96.9%, n=9 [x(2), x(8)] at 96.1%. Where even [min, max] falls short of the requested level
-(n ≤ 5 for 95%: three runs cover the median only 75% of the time) the interval is [min, max] with its
-own, lower level and `ci_met` is false: tables then say "75% CI", never "95%". With fewer than two ok runs
-there is no interval (NaN, level NaN).
-
-No resampling: a percentile bootstrap of 3 to 6 repeats claims 95% for what is the min–max of the
-runs, and scipy.stats.quantile_test's interval is NaN where the level cannot be reached, without
-saying what can. The interval is zcorch.results.intervals' (exact binomial sums, stdlib only, so that the
-sweep's runner can ask it too; tested against scipy.stats.binom); Mann–Whitney U is scipy's
-(`scipy.stats.mannwhitneyu`, methods below).
+The interval of a median is the order-statistic (sign-test) one, [x(k), x(n+1-k)] of n sorted runs, at the
+narrowest k whose coverage reaches the level asked, and it carries the level it really has: three runs give
+[min, max] at 75%, never a claimed 95% (`ci_met` false). No resampling: a percentile bootstrap of 3 to 6
+repeats claims 95% for the min–max of the runs, and scipy.stats.quantile_test gives NaN where the level cannot
+be reached without saying what can. The intervals are zcorch.results.intervals' (stdlib, so the sweep's runner
+asks them too); Mann–Whitney U is scipy.stats.mannwhitneyu. Fewer than two ok runs: no interval (NaN).
 """
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
 """`zcorch compare BASE CANDIDATE`: did a sweep get slower (for nightly runs and CI)? `zcorch compare FLEET`: which
 pair of a fleet run differs, in which cells, by how much.
 
-Per cell (matched by cell id) the medians, the change in % and a significance test; the verdicts are
-explained in zcorch.analysis.compare; beside the verdict, what changed on the hosts between the two sets
-(meta.json: kernel, offloads, qdisc, governor, ...; zcorch.analysis.hostdiff). Exit status: 0 no regression, 1 regression, 2 usage or input
-error (a missing result set, a bad option), 3 incomplete (no cell in common, a set that failed or has
-fewer ok runs than its plan, a cell on one side only); the last line says which and why
-(zcorch.analysis.gate).
-
-`zcorch compare FLEET [--against PAIR]` (a fleet run's directory, zcorch.sweep.fleet) judges each pair against
-the other pairs pooled (or against PAIR) with the same statistics and the same exit codes: 1 when a pair is
-significantly worse in some cell, 3 when a pair's set is incomplete or fewer than two pairs have one
-(zcorch.analysis.pairs).
+Per cell the medians, the change in % and a significance test (zcorch.analysis.compare), beside what changed on
+the hosts (zcorch.analysis.hostdiff); a fleet's pairs each against the others pooled or `--against PAIR`
+(zcorch.analysis.pairs). The exit status and the last line are the gate's (zcorch.analysis.gate).
 """
 from __future__ import annotations
 

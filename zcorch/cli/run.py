@@ -1,16 +1,10 @@
 """`zcorch run FILE`: deploy, baselines, every cell, into a result set (docs/architecture.md).
 
-Exit status: 0 when every run of the plan is ok, 1 when some failed (results still written),
-2 for a bad experiment file or option, 75 when another `zcorch run` is writing the result set
-(--resume DIR or -o DIR: its lock, DIR/.lock, is held; nothing was done), 130 on Ctrl-C, SIGTERM or SIGHUP (finished runs kept, result set marked interrupted; continue with --resume). The
-teardown after it (hosts' network restored, filesystems undone, the manifest closed) finishes whatever
-signals arrive, except that a third Ctrl-C abandons it, printing what is left and how to restore it.
-
-With `--hosts INVENTORY:PAIR1,PAIR2...` or `INVENTORY:all` (and `--resume` of such a run's directory) it is a
-fleet run, one sweep per pair at once (zcorch.cli.fleet, zcorch.sweep.fleet): 0 when every pair completed with
-every run ok, 1 when some pair did not, 2, 75 and 130 as above.
-
-The pipeline is zcorch.sweep.pipeline.run_sweep; this module is its command line and what it prints.
+Exit status: 0 every run of the plan ok, 1 some failed (results still written), 2 a bad experiment file or
+option, 75 another `zcorch run` holds the result set's lock (nothing done), 130 on Ctrl-C, SIGTERM or SIGHUP
+(finished runs kept; continue with --resume). The teardown after it finishes whatever signals arrive, except
+that a third Ctrl-C abandons it, printing what is left and how to restore it. With `--hosts INV:PAIR1,...` or
+`INV:all` it is a fleet run (zcorch.cli.fleet). The pipeline is zcorch.sweep.pipeline.run_sweep.
 """
 from __future__ import annotations
 
