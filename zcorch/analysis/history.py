@@ -599,7 +599,7 @@ class Series:
 
 def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, threshold_pct: float,
                           alpha: float, source: Series, min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
-    """The newest sweep of a cell against the preceding stable level (module docstring, step 4; the rule is
+    """The newest sweep of a cell against the preceding stable level (docs/nightly.md; the rule is
     zcorch.analysis.detector's): None when there is nothing to compare."""
     last = len(sweeps) - 1
     if not ch.present(last):
@@ -761,7 +761,7 @@ class History:
 
 def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                   alpha: float = DEFAULT_ALPHA, reports: bool = False, min_nights: int = MIN_NIGHTS) -> History:
-    """Every result set under `root`, grouped and analysed (module docstring, steps 1–4); with
+    """Every result set under `root`, grouped and analysed (docs/nightly.md); with
     `reports`, each sweep's report.html is written when missing or stale; without, a report already there
     is linked and none is written (a nightly gate answers in seconds)."""
     check_metric(metric)
