@@ -573,19 +573,21 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
               f"really has (three runs: 75%; {CI:.0%} needs six). Throughput is also shown as a "
               "fraction of each setup's own baseline.", ""]
 
-    def table(header, rows):
-        esc = [[str(v).replace("|", "\\|").replace("\n", " ") for v in r] for r in rows]
-        return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"] + \
-            ["| " + " | ".join(r) + " |" for r in esc] + [""]
-
     if ref.baselines:
-        lines += ["### Baselines", ""] + table(BASELINE_HEADER, baseline_table(ref, baselines))
+        lines += ["### Baselines", ""] + markdown_table(BASELINE_HEADER, baseline_table(ref, baselines))
     fig_rows = figures(df, baselines, ref)
     if fig_rows:
-        lines += ["### Published figures vs this run", ""] + table(FIGURE_HEADER, figure_table(fig_rows))
+        lines += ["### Published figures vs this run", ""] + markdown_table(FIGURE_HEADER, figure_table(fig_rows))
     claim_rows = claims(df, ref, baselines, hosts)
     if claim_rows:
         lines += [f"### Claims ({verdict_counts(claim_rows)})", "",
                   f"A verdict needs both confidence intervals separated, each of at least {ref.level:.0%} "
-                  f"({needs_runs(ref.level)} a side); overlapping intervals or fewer runs are *inconclusive*; a claim whose conditions this machine does not meet is *untestable here*.", ""] + table(CLAIM_HEADER, claim_table(claim_rows))
+                  f"({needs_runs(ref.level)} a side); overlapping intervals or fewer runs are *inconclusive*; a claim whose conditions this machine does not meet is *untestable here*.", ""] + markdown_table(CLAIM_HEADER, claim_table(claim_rows))
     return "\n".join(lines)
+
+
+def markdown_table(header: list, rows: list) -> "list[str]":
+    """A Markdown table's lines and a blank one; `|` and newlines in a value escaped."""
+    esc = [[str(v).replace("|", "\\|").replace("\n", " ") for v in r] for r in rows]
+    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"] + \
+        ["| " + " | ".join(r) + " |" for r in esc] + [""]
