@@ -92,15 +92,6 @@ def baseline_refs(baselines: "pd.DataFrame | None", values: dict) -> list:
     return out
 
 
-def best_per_kind(refs: list) -> dict:
-    """{kind: the fastest of its baselines}: the ceiling each tool reached (e.g. iperf3 with or without -Z)."""
-    out: dict = {}
-    for b in refs:
-        if b["kind"] not in out or b["mb_s"] > out[b["kind"]]["mb_s"]:
-            out[b["kind"]] = b
-    return out
-
-
 def _interval(row: pd.Series) -> Optional[dict]:
     low, high = _finite(row["mb_s_ci_low"]), _finite(row["mb_s_ci_high"])
     if low is None or high is None:
@@ -172,6 +163,8 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None) -> dict:
     """The Findings of a run frame (zcorch.load) as a JSON-ready dict (docs/schemas/report.schema.json).
     A sweep with `repeats: {min, max, target_ci}` (records with `convergence`) flags the configurations that
     did not converge (zcorch.analysis.stats.summarize's `converged`, `width_pct`)."""
+    from zcorch.analysis.plots import best_baselines  # matplotlib: only when a report is built
+
     vary = varying_params(df)
     contexts = [p for p in CONTEXT_PARAMS if p in vary]
     others = [p for p in vary if p not in contexts and p not in ("send_mode", "recv_mode")]
@@ -220,10 +213,10 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None) -> dict:
                 "n": int(r["n"]), "n_failed": int(r["n_failed"]),
                 "mb_s": mb, "gbit_s": _finite(r["gbit_s_median"]), "mb_s_ci": _interval(r),
                 "cpu": {c: _finite(r.get(f"{c}_median")) for c, _, _ in CPU_COLUMNS + (("total_cpu_s_per_gib", "", ""),)},
-                "share_of_baseline": {kind: {"baseline": b["name"], "baseline_mb_s": b["mb_s"],
-                                             "share": mb / b["mb_s"] if mb is not None and b["mb_s"] else None}
-                                      for kind, b in best_per_kind(baseline_refs(
-                                          baselines, {**values, **{p: r[p] for p in others}})).items()},
+                "share_of_baseline": {b["kind"]: {"baseline": b["name"], "baseline_mb_s": b["mb_s"],
+                                                  "share": mb / b["mb_s"] if mb is not None and b["mb_s"] else None}
+                                      for b in best_baselines(baseline_refs(
+                                          baselines, {**values, **{p: r[p] for p in others}}))},
                 "flags": flags,
                 "converged": conv,
             })

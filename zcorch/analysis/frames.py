@@ -57,9 +57,7 @@ def read_manifest(path: PathLike) -> dict:
     return results.load_manifest(str(result_dir(path)))
 
 
-def load_manifest(path: PathLike) -> dict:
-    """The public name of read_manifest (`zcorch.load_manifest`): a result set's name, status, times, command."""
-    return read_manifest(path)
+load_manifest = read_manifest   # the public name (`zcorch.load_manifest`)
 
 
 def read_experiment_text(d: Path, manifest: dict) -> "tuple[Path, Optional[str]]":

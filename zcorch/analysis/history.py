@@ -320,8 +320,7 @@ def ensure_report(sweep: Sweep) -> None:
             write_report(sweep.path)
         except (ZcorchError, OSError) as exc:
             sweep.report_problem = f"report not written: {exc}"
-    # a link is never linked to from the index (it could lead anywhere)
-    sweep.report = path if setfiles.is_regular_inside(sweep.path, path.name) else None
+    link_report(sweep)
 
 
 def link_report(sweep: Sweep) -> None:
