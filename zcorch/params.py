@@ -347,17 +347,14 @@ def worker_flags(side: str, params: "dict[str, Any]") -> "list[str]":
 
 class Metric(namedtuple("Metric", ("name", "unit", "side", "applies_to", "help", "combine", "ctype", "extent"),
                         defaults=("sum", "int64_t", None))):
-    """One key of a worker's result (an immutable record): its unit, which side reports it, for which modes.
+    """One key of a worker's result: its unit, which side reports it ("send", "recv", "both"), for which modes.
 
-    side: "send", "recv" or "both"; applies_to: None = every mode, or the name of the C mode capability
-    (`zcorch worker info` "capabilities") a mode must declare for the metric to apply: the C mode table
-    is the one place that says which modes use a pipe or report zero-copy completions. Elsewhere null.
-    combine: how the totals of parallel streams combine the streams' values (COMBINES): the C core's
-    group totals are generated from it (native/build.py). ctype: the C type of its field in the worker's
-    zc_metrics, or None for the host-wide metrics the worker reads around the whole group (combine "once").
-    extent: "total" for a total over the transfer (it grows with `bytes`: compared per byte), "level" for a
-    peak, a size or a state at the end; None for what is no quantity (an id, a flag, a per-CPU list). Every
-    metric with a quantity unit says which (tests/test_metrics.py): zcorch.metrics reads it.
+    applies_to: None = every mode, or the C mode capability a mode must declare for it to apply (null
+    elsewhere: the C mode table alone says which modes use a pipe or report zero-copy completions).
+    combine: how parallel streams' values make the group's (COMBINES; the C group totals are generated from
+    it). ctype: its C type in zc_metrics, None for the host-wide ones read around the group ("once").
+    extent: "total" (grows with `bytes`: compared per byte), "level" (a peak, size or end state) or None (no
+    quantity: an id, a flag, a list); every quantity says which (tests/test_metrics.py).
     """
 
     __slots__ = ()

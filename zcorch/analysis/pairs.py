@@ -1,13 +1,9 @@
 """`zcorch compare`'s reading: two result sets (compare_sets), or the pairs of a fleet run side by side: which
-pair is different, in which cells, by how much (`zcorch compare FLEET`, and the end of a fleet run: FLEET/pairs.md).
+pair is different, in which cells, by how much (`zcorch compare FLEET`, and the end of a fleet run: pairs.md).
 
-Each pair is judged against a reference with exactly the statistics of `zcorch compare` across nights
-(zcorch.analysis.compare.compare_frames: medians, change in %, two-sided Mann–Whitney U, the threshold and
-alpha) and its gate (zcorch.analysis.gate.compare_gate: 0 no pair worse, 1 a pair significantly worse in
-some cell, 3 cannot tell). The reference is, by default, the other pairs' runs pooled (so a pair that differs
-stands out against all the rest, and the pooled side has enough runs to reach significance with few repeats
-a pair); with `against`, one named pair. A cell is matched by its id, i.e. the same parameters: the hosts
-are not parameters, so the same cell of two pairs has one id.
+Each pair is judged with exactly `zcorch compare`'s statistics and gate against a reference: by default the
+other pairs' runs pooled (a pair that differs stands out against all the rest, with enough runs to reach
+significance), or one pair (`against`). A cell is matched by its id: the hosts are no parameters.
 """
 from __future__ import annotations
 

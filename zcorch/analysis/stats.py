@@ -77,18 +77,12 @@ def linked_axes(df: pd.DataFrame) -> dict:
 
 def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
               metrics: Sequence[str] = METRICS, ci: float = CI) -> pd.DataFrame:
-    """Per group of runs: n (ok runs), n_failed (any other status: counted, never averaged in),
-    and for each metric its median, min, max, ci_low, ci_high, ci_level (the level the interval really
-    has: see the module docstring); `ci_level` (of the group's n ok runs) and `ci_met` (that level is at
-    least `ci`).
-
-    `by` defaults to the cell (and the sweep when the frame holds several), with the parameters
-    that vary across the frame carried along as columns. The CI method is in `.attrs["ci_method"]`.
-
-    A frame of a sweep with `repeats: {min, max, target_ci}` (its records carry `convergence`) also gets
-    `width_pct` (how far the 95% interval of the median throughput, gbit_s, reaches from the median, in %:
-    inf below 6 ok runs, as the sweep judged it) and `converged` (every cell of the group ended converged,
-    as its newest record says); other frames do not have these columns.
+    """Per group of runs: n (ok runs), n_failed (counted, never averaged in), per metric its median, min,
+    max, ci_low, ci_high, ci_level (the level the interval really has), and `ci_met` (that level is at least
+    `ci`). `by` defaults to the cell (and the sweep when there are several), the varying parameters carried
+    along; the CI method is in `.attrs["ci_method"]`. A sweep with adaptive `repeats:` also gets `width_pct`
+    (the gbit_s interval's reach from the median, in %; inf below 6 ok runs) and `converged` (as the newest
+    records say).
     """
     if by is None:
         by = (["sweep"] if "sweep" in df and df["sweep"].nunique() > 1 else []) + ["cell"]
