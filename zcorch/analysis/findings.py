@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from zcorch.analysis.frames import OK
-from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
+from zcorch.analysis.stats import ci_label, ci_method, mode_label, summarize, varying_params
 from zcorch.params import format_value
 
 # Parameters that change what the ranking is about (another destination, another link): one ranking each.
@@ -57,13 +57,6 @@ def _plain(value):
 def _norm(key: tuple) -> tuple:
     """A group key with its missing values as None (NaN never equals itself)."""
     return tuple(_plain(v) for v in key)
-
-
-def mode_label(row, others: Sequence[str]) -> str:
-    """'write → splice, buffer=256KiB': the modes, then the other parameters that vary."""
-    label = f"{row['send_mode']} → {row['recv_mode']}"
-    rest = ", ".join(f"{p}={format_value(p, row[p])}" for p in others if _plain(row[p]) is not None)
-    return f"{label}, {rest}" if rest else label
 
 
 def short_host_windows(df: pd.DataFrame) -> pd.Series:

@@ -21,6 +21,7 @@ from zcorch.analysis.frames import OK, PARAM_KEYS
 # The order-statistic interval itself lives beside the results (stdlib only: the sweep's runner asks it too)
 from zcorch.results.intervals import CI, ci_width_pct, median_ci, median_ci_level, median_ci_rank, min_runs_for  # noqa: F401
 from zcorch.metrics import SUMMARY
+from zcorch.params import format_value
 
 METRICS = SUMMARY   # the default metrics of summarize (zcorch.metrics)
 
@@ -369,6 +370,13 @@ def format_spread(row: "pd.Series | dict", metric: str = "mb_s") -> str:
     if failed:
         text += f", {failed} failed"
     return text
+
+
+def mode_label(row, others: Sequence[str]) -> str:
+    """'write → splice, buffer=256KiB': the modes, then the other parameters that vary (a missing one left out)."""
+    rest = [f"{p}={format_value(p, row[p])}" for p in others
+            if not (row[p] is None or (isinstance(row[p], (float, np.floating)) and math.isnan(row[p])))]
+    return ", ".join([f"{row['send_mode']} → {row['recv_mode']}", *rest])
 
 
 def mode_table(summary: pd.DataFrame) -> pd.DataFrame:
