@@ -18,7 +18,7 @@ from typing import Callable, Dict, List, Optional, TextIO
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.cli.cache_writer import CacheWriter
-from zcorch.cli.run_output import (_clean, _modes, _rate, _utc_now, check_export, export_after_run,
+from zcorch.cli.run_output import (_clean, _utc_now, run_line, check_export, export_after_run,
                                    report_export, say_over_bar)
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
@@ -104,13 +104,7 @@ class ConsoleObserver(SweepObserver):
 
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
         done_now = outcome.ok + outcome.failed
-        text = f"{_modes(record)} r{record['repeat']}: {record['status']}"
-        rate = _rate(record)
-        if rate:
-            text += f" {rate}"
-        if record["status"] != "ok" and record.get("reason"):
-            reason = record["reason"]
-            text += f" ({reason if self.log.isEnabledFor(logging.DEBUG) else reason[:160]})"
+        text = run_line(record, whole_reason=self.log.isEnabledFor(logging.DEBUG))
         if not self.log.isEnabledFor(logging.INFO):
             if record["status"] != "ok":
                 self.log.warning(f"zcorch run: {text}")
