@@ -190,11 +190,7 @@ def _keys(df: pd.DataFrame, params: "Sequence[str]") -> list:
 
 
 def _select(df: pd.DataFrame, params: "Sequence[str]", key: tuple) -> pd.DataFrame:
-    mask = np.ones(len(df), dtype=bool)
-    for p, v in zip(params, key):
-        col = df[p]
-        mask &= (col.isna() if _is_null(v) else (col == v)).to_numpy()
-    return df[mask]
+    return df.iloc[_positions(df, params, key)]
 
 
 def view_summary(df: pd.DataFrame, view: View) -> "tuple[pd.DataFrame, list, list, list]":

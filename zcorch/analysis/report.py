@@ -303,7 +303,6 @@ def calibration_table(meta: dict) -> Optional[Table]:
     return Table(["", "sender", "receiver"], rows, [None, "num", "num"])
 
 
-SHARE_KINDS = SHARE_RECORDS   # the baselines a throughput is shown as a share of (declared by each kind)
 SIDE_WORDS = {"sender": "send", "receiver": "recv", "both hosts": "both"}  # short headers: the legend says the rest
 
 
@@ -339,7 +338,7 @@ def findings_section(found: dict) -> dict:
 
     rankings = []
     for ranking in found["rankings"]:
-        kinds = [k for k in SHARE_KINDS if any(k in e["share_of_baseline"] for e in ranking["modes"])]
+        kinds = [k for k in SHARE_RECORDS if any(k in e["share_of_baseline"] for e in ranking["modes"])]
         header = (["rank", "group", "configuration", "MB/s", "MB/s interval (level)", "Gbit/s", "ok runs"]
                   + [f"{view} {SIDE_WORDS[side]} ({metrics.get(c).unit})" for c, view, side in CPU_COLUMNS]
                   + [f"% of {k}" for k in kinds] + ["flags"])
