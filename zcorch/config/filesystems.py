@@ -63,10 +63,6 @@ class FilesystemConfig:
     def uses_md(self) -> bool:
         return self.raid is not None and self.fs != "btrfs"
 
-    @property
-    def device_count(self) -> int:
-        return self.loop_count if self.loop_count else len(self.devices)
-
 
 def filesystems_from_mapping(data: Mapping, path: str = "<filesystems>") -> "dict[str, FilesystemConfig]":
     """Validate plain data ({name: entry} as a file writes it) through the file's parser; ConfigError if bad."""
