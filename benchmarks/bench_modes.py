@@ -148,7 +148,7 @@ def main() -> int:
                                                    args.timeout, pin),
         "recv vmsplice -> /dev/null": lambda: run_pair(send_file, ["--mode", "vmsplice", *common], args.timeout, pin),
         "recv splice -> /dev/null": lambda: run_pair(send_file, ["--mode", "splice", *common], args.timeout, pin),
-        # the modern paths (issue 14), against write/read of this same run
+        # the modern paths, against write/read of this same run
         "send io_uring (mem)": lambda: run_pair(send_cfg("io_uring", "mem"), recv_null, args.timeout, pin),
         "send io_uring (file)": lambda: run_pair(send_cfg("io_uring", src), recv_null, args.timeout, pin),
         "send io_uring_zc (mem)": lambda: run_pair(send_cfg("io_uring_zc", "mem"), recv_null, args.timeout, pin),
@@ -163,7 +163,7 @@ def main() -> int:
         "iperf3": lambda: run_iperf3(nbytes, buffer, window, False, args.timeout, pin),
         "iperf3 -Z": lambda: run_iperf3(nbytes, buffer, window, True, args.timeout, pin),
     }
-    # parallel streams (issue 25): N streams on the pinned CPUs (the worker's default --threads: one thread per
+    # parallel streams: N streams on the pinned CPUs (the worker's default --threads: one thread per
     # side, multiplexing its N sockets) against iperf3 -P N -A with the same CPUs; and both unpinned
     peers = {"send write (mem)": "iperf3", "send sendfile": "iperf3 -Z"}
     for n in (4, 8):

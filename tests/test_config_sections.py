@@ -29,7 +29,7 @@ def test_filesystems_from_plain_data_are_normalised():
     assert list(configs) == list(ISSUE_EXAMPLE)
     assert configs["array"] == FilesystemConfig(name="array", path="/mnt/array") and configs["array"].existing
     assert configs["ext4-loop"].loop_size == 2 * 1024 ** 3 and configs["ext4-loop"].loop_count == 1
-    assert configs["btrfs-raid0"].device_count == 2 and not configs["btrfs-raid0"].uses_md
+    assert configs["btrfs-raid0"].loop_count == 2 and not configs["btrfs-raid0"].uses_md
     assert configs["md-raid0"].uses_md and configs["md-raid0"].allow_destroy == ("/dev/sdb", "/dev/sdc")
     assert configs["xfs-stripe"].mkfs_options == ("-d", "su=64k,sw=4")
     assert configs["md-raid6"].raid_chunk == 64 * 1024 and configs["md-raid6"].uses_md

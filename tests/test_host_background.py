@@ -84,8 +84,7 @@ def test_a_host_quiet_before_the_run_keeps_its_figure_and_its_ok():
     assert rates.cpu_resolution([side, (*side[:5], 1.2)]) == "host shared (1.20 CPUs busy before)"
     assert rates.cell_cpu_resolution(["ok", "too short: 9 ticks; host shared (1.00 CPUs busy before)"]).endswith(
         "(1/2 runs)")
-    assert rates.background_cpus(0.25, 2) == 1.5 and rates.host_own_s(2.0, 1.5, 1.0) == 0.5
-    assert rates.host_own_s(2.0, 2.0, 1.0, process_s=0.8) == 0.8     # a saturated host: the worker's own CPU
+    assert rates.background_cpus(0.25, 2) == 1.5
 
 
 def test_compare_cannot_tell_a_shared_hosts_busy_cpu(tmp_path):

@@ -53,7 +53,7 @@ def layer_of(module: str) -> str:
     sub = parts[1]
     if (PACKAGE / sub).is_dir():
         return sub
-    if sub == "plan":
+    if sub in ("plan", "plan_matrix"):
         return "plan"
     return CORE
 

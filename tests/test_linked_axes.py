@@ -118,8 +118,8 @@ def test_include_must_set_every_parameter_of_a_varying_linked_axis(write_yaml):
     ok = write_yaml(LINKED.replace("baselines:", "include:\n  - {send_mode: write, send_cpu: 1, recv_cpu: 1}\n"
                                                  "baselines:"), "ok.yaml")
     plan = load_plan(ok)
-    assert len(plan.cells) == 7 and plan.experiment.axis_labels(plan.cells[-1].params) == \
-        {"pinning": "send_cpu=1 recv_cpu=1"}
+    labels = {a.key: a.label_of(plan.cells[-1].params) for a in plan.experiment.linked_axes()}
+    assert len(plan.cells) == 7 and labels == {"pinning": "send_cpu=1 recv_cpu=1"}
 
 
 # ---------------------------------------------------------------- validation: file:line and the key
@@ -187,7 +187,7 @@ def test_a_localhost_run_has_the_axis_column_its_view_and_integer_cpus(tmp_path,
     assert list(df.columns).index("pinning") == list(df.columns).index("send_cpu") - 1
     by_cell = dict(zip(df["cell"], df["pinning"]))
     plan = expand(load_experiment(str(exp)))
-    assert by_cell == {c.id: plan.experiment.axis_labels(c.params)["pinning"] for c in plan.cells}
+    assert by_cell == {c.id: plan.experiment.linked_axes()[0].label_of(c.params) for c in plan.cells}
     assert varying_params(df) == ["send_mode", "pinning"]
     assert varying_params(df, with_members=True) == ["send_mode", "pinning", "send_cpu", "recv_cpu"]
     # the declared view: x = the axis's labels in file order (not alphabetical), colour = send mode

@@ -1,4 +1,4 @@
-"""The planner's matrix fast path (zcorch.plan._expand: canonical text joined from pre-rendered fragments, rule
+"""The planner's matrix fast path (zcorch.plan_matrix.matrix_cells: canonical text joined from pre-rendered fragments, rule
 verdicts memoised per outer combination) gives exactly what the plain path gives: every combination's params,
 cell_id(params) of them, the exclude entries and the cell rules applied cell by cell. The plain path is written
 out here as the oracle; docs/performance.md has what the fast path saves."""
@@ -10,7 +10,9 @@ import pytest
 
 from zcorch.config.cells import cell_problems, filesystem_problem
 from zcorch.config.experiment import load_experiment
-from zcorch.plan import _compile_excludes, amount_of, cell_id, expand, writes_bytes
+from zcorch.config.schema import amount_of, writes_bytes
+from zcorch.plan import expand
+from zcorch.plan_matrix import _compile_excludes, cell_id
 
 FILES = {
     "plain": """\

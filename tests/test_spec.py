@@ -62,7 +62,7 @@ def test_the_issue_example_file_loads_with_filesystems(write_yaml):
                                                             loop_size=2 << 30, mount_options=("noatime",))
     assert exp.filesystems["xfs-stripe"].mkfs_options == ("-d", "su=64k,sw=4")
     assert exp.filesystems["md-raid0"].allow_destroy == ("/dev/sdb", "/dev/sdc") and exp.filesystems["md-raid0"].uses_md
-    assert exp.filesystems["btrfs-raid0"].device_count == 2 and not exp.filesystems["btrfs-raid0"].uses_md
+    assert exp.filesystems["btrfs-raid0"].loop_count == 2 and not exp.filesystems["btrfs-raid0"].uses_md
     assert exp.params["sink"] == "{filesystem}/recv.dat"
 
 

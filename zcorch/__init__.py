@@ -24,16 +24,10 @@ _LAZY = {
 __all__ = ["__version__", "ZcorchError", *_LAZY]
 
 
-def lazy_attribute(package: str, table: "dict[str, str]", name: str):
-    """`name` of `package` from the module `table` names for it, imported on first use (a package's
-    PEP 562 __getattr__: zcorch's and zcorch.analysis's entry points)."""
-    module = table.get(name)
+def __getattr__(name: str):
+    module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
     return getattr(importlib.import_module(module), name)
-
-
-def __getattr__(name: str):
-    return lazy_attribute(__name__, _LAZY, name)

@@ -1,30 +1,10 @@
 """The conditions under which a published claim can be tested on the machine that ran it: declared once.
 
-A claim of an experiment's `reference:` names the conditions it needs (`needs: [idle_hosts, cpus]`,
-zcorch.config.reference); the report checks each on the claim's runs (zcorch.analysis.reproduction) and a
-claim whose condition is not met is *untestable here*, with the reason, instead of *does not hold*: a
-pinning study measured on a machine whose CPUs were busy with other work says nothing about pinning.
-
-The checks are pure functions of facts the result set records per run or per host:
-- idle_hosts: each worker's `host_idle_before` (zcorch.params: the idle share of the host's CPU time over
-  the `idle_probe` window before it started);
-- one_kernel: the run's `same_host` (both workers reported one boot id);
-- virtual_link / real_nic: meta.json hosts.<role>.interface.kind (loopback, veth, device ...);
-- data_in_ram / data_beyond_ram: the run's `bytes` against meta.json hosts.<role>.mem_total_bytes;
-- cpus: the CPUs the claim's cells pin against meta.json hosts.<role>.cpu_affinity_count (or cpu_count);
-- md_raid: meta.json filesystems.<name>.raid and mount_source of the filesystems the claim's cells write to,
-  with the receiver's `md_driver` (whether its kernel has md: /proc/mdstat) saying why when they are not;
-- disk_source: the file-sourced runs' `bytes` against meta.json hosts.sender.mem_total_bytes: a source larger
-  than the sender's memory cannot all be read from the page cache;
-- same_sender_work: each side's `send_utime_us` per GiB: a time claim between senders whose user-space work
-  differs (one fills every message, the other cannot) measures that work, not the path.
-
-A study declares the conditions of its setting once (`reference.needs`): they apply to every claim of it, so
-one run's hosts never make one claim untestable while another claim of the same runs gets a verdict.
-
-A fact that was not recorded leaves its condition *not recorded*: the verdict then stands, with that said.
-
-Stdlib only (the config layer validates the names, the analysis runs the checks).
+A claim (or its study, `reference.needs`) names the conditions it needs; the report checks each on the claim's
+runs (zcorch.analysis.reproduction), and a claim whose condition is not met is *untestable here*, with the
+reason, instead of *does not hold*: a pinning study on busy CPUs says nothing about pinning. A fact that was
+not recorded leaves its condition *not recorded* and the verdict stands. Each check is a pure function of what
+the result set records per run or per host (docs/experiment-files.md lists them). Stdlib only.
 """
 from __future__ import annotations
 

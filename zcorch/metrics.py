@@ -1,18 +1,10 @@
 """The analysis metrics: one declaration of every figure a run frame (zcorch.load) offers for comparison.
 
-Each entry is a column of the frame: its unit, what it is, which side it describes, whether a higher or a
-lower value is better (or neither: a descriptive figure), how the two sides combine into a total, whether it
-is extensive (a total over the transfer, growing with `bytes`) and, from the unit, whether it is a rate.
-Everything else derives from here: `zcorch compare --metric` and `zcorch history --metric` (every metric with
-a direction) and their verdicts, the units and labels of the history page, the report's tables and plot
-axes, the metrics a `reference:` figure or claim and a `report:` view may name (zcorch.config.reference,
-zcorch.config.views), the stats default metrics, and the totals zcorch.analysis.frames computes.
-
-Adding an analysis metric is one entry here, plus its arithmetic in zcorch.analysis.frames when it is new
-(a `total_*` entry needs none: frames adds up its two sides by `combine`). The worker's own metrics
-(zcorch.params METRICS: what one worker measures) become per-side entries `send_<name>`/`recv_<name>`.
-
-Stdlib only: the config layer and the worker-side core import it without pandas.
+Each entry is a column: its unit, meaning, side, better direction (or none), how the two sides combine into a
+total, and whether it is extensive. compare/history's `--metric`, their verdicts, the report's tables and axes,
+what `reference:` and `report:` may name, and the totals frames computes all derive from here. Adding one is
+an entry here (plus its arithmetic in zcorch.analysis.frames unless it is a `total_*`); the worker's own
+metrics become `send_<name>`/`recv_<name>`. Stdlib only: the config layer imports it without pandas.
 """
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
-"""The parameter table and the metric table: every name a cell or a worker result has, written once
-(as fio's `fio_options[]`).
+"""The parameter table and the metric table: every name a cell or a worker result has, written once (as
+fio's `fio_options[]`). The experiment schema, the worker's flags, the analysis columns, `format_value`, the
+docs tables (`python -m zcorch.params --update-docs`) and the C structs (native/gen_params.py) derive from them.
 
-Everything else derives from here: the experiment-file schema and its parsers
-(`zcorch.config.experiment`), the worker's command-line flags (`zcorch.worker.cli`), the flags the
-runner passes (`worker_flags`), the analysis column order (`zcorch.analysis.frames`), value display
-(`format_value`) and the tables in docs/experiment-files.md (`python -m zcorch.params --update-docs`).
-
-Adding a parameter is one `Param` entry in `PARAMS` (plus, for a new `kind`, its parser in
-`zcorch.config.experiment` and its argparse mapping in `zcorch.worker.cli`). The C worker's side derives too:
-native/gen_params.py writes the `zc_params` / `zc_metrics` structs, their defaults, range checks and stream
-totals from these tables (include/zc_params_gen.h); only the C code that acts on a new field is written by hand.
-
-Stdlib-only and deployed with the worker (which imports it), so no `typing` at run time, and the records are
-immutable namedtuples rather than frozen dataclasses: importing dataclasses (and the inspect module it
-pulls in) would add ~15 ms to every worker start, about as much as the rest of the worker's imports.
+Stdlib-only and deployed with the worker: records are namedtuples, not dataclasses, whose import would add
+about as much to every worker start as the rest of its imports.
 """
 from __future__ import annotations
 
@@ -49,41 +39,21 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
                                  "id_omit_default", "replaces", "ctype", "c_unset", "cell_rule"),
                        defaults=("", (), None, None, None, "", (), "default", False, (), False, None, None, None,
                                  False))):
-    """One parameter of a cell (an immutable record): its experiment-file key, how it is parsed, and how
-    the worker gets it.
+    """One parameter of a cell: its experiment-file key, how it is parsed, and how the worker gets it.
 
-    kind: choice (one of `choices`), size (bytes > 0, at most `max`), int / cpu (an integer in
-    [`min`, `max`]), bool, duration (seconds > 0), path (an absolute path, a placeholder path from
-    `placeholders`, or one of the words in `choices`), name (the name of a `filesystems:` entry, or with
-    `noun` "network" of a `networks:` entry), cpus (a CPU list such as
-    `0-3` or `0,2`, kept as the canonical text "0,1,2,3").
-    side: which worker gets it ("send", "recv", "both"), or "controller" when no worker does (`flag` None).
-    unset: None = a value is required; "auto" = `auto` or null mean the kernel's default (None);
-    "null" = null means not set (None).
-    worker_absent: what the worker does without the flag: "default" applies `default`, "required"
-    refuses to start, "none" leaves it unset (the help says what that means).
-    registry_choices: the choices are the C registry's (`zcorch worker info`): the worker checks them
-    itself and tests/test_params.py checks the table against the build.
-    Fields after `help` are optional: unit (""), choices (()), min, max, unset (None), noun ("": what one
-    value is called in messages, e.g. "send mode"), placeholders (()), worker_absent ("default"),
-    registry_choices (False), devices (()).
-    devices (path kind): the only paths under /dev the value may name (the sink: also the experiment's
-    top-level `allow_destroy:` list); any other /dev path is refused at plan time.
-    id_omit_default: a parameter added after cells were first recorded: at its default it is left out of
-    the cell id (zcorch.plan.canonical), so the cells of older result sets keep their ids and --resume,
-    compare and history still match them.
-    replaces: the key of a `both` parameter whose value this one replaces for its own side's worker when it is
-    set (`send_buffer` -> `buffer` for the sender); null leaves that side with the shared value. Its `flag` is
-    the replaced parameter's: the worker has one flag and gets the effective value (`side_value`).
-    ctype: the C type of its field in the worker's `zc_params` (named `dest`; native/build.py generates the
-    struct, its defaults and its range checks from this table: include/zc_params_gen.h), or None when the C
-    core does not get it. Per-side parameters sharing one flag (send_cpu, recv_cpu) share one field.
-    c_unset: the C value that means "not set" (window 0 = the kernel's), None when a value is always given.
-    min / max: the limits of a numeric kind (size, int, cpu, duration), inclusive: the plan refuses a value
-    outside them and so does the worker, with the same message (`limit_problem`); they are the real limits
-    of the worker, never wider.
-    cell_rule: the planner's cell rules read it (zcorch.config.experiment.cell_problems,
-    filesystem_problem): zcorch.plan memoises their verdicts on these keys.
+    kind: one of KINDS (path: absolute, a `placeholders` path or a word of `choices`; name: a `filesystems:`
+    entry, or a `networks:` one with noun "network"; cpus: a CPU list kept as "0,1,2,3"). side: the worker
+    that gets it, or "controller" (`flag` None). unset: None = required; "auto" = auto/null mean the kernel's
+    default; "null" = null means not set. worker_absent: without the flag the worker applies `default`
+    ("default"), refuses to start ("required") or leaves it unset ("none"). registry_choices: the choices are
+    the C registry's (tests/test_params.py checks them against the build). devices: the only /dev paths the
+    value may name (the sink: also `allow_destroy:`). id_omit_default: added after cells were recorded, so it
+    is left out of the cell id at its default and older sets keep their ids. replaces: the `both` parameter
+    this one overrides for its side's worker (`send_buffer` -> `buffer`), sharing its flag. ctype / c_unset:
+    the C type of its `zc_params` field (named `dest`; native/build.py generates the struct, defaults and range
+    checks) and the C "not set" value. min / max: inclusive limits, the worker's real ones, refused with the
+    same message by plan and worker. cell_rule: the planner's cell rules read it (their verdicts are
+    memoised on these keys).
     """
 
     __slots__ = ()
@@ -377,17 +347,14 @@ def worker_flags(side: str, params: "dict[str, Any]") -> "list[str]":
 
 class Metric(namedtuple("Metric", ("name", "unit", "side", "applies_to", "help", "combine", "ctype", "extent"),
                         defaults=("sum", "int64_t", None))):
-    """One key of a worker's result (an immutable record): its unit, which side reports it, for which modes.
+    """One key of a worker's result: its unit, which side reports it ("send", "recv", "both"), for which modes.
 
-    side: "send", "recv" or "both"; applies_to: None = every mode, or the name of the C mode capability
-    (`zcorch worker info` "capabilities") a mode must declare for the metric to apply: the C mode table
-    is the one place that says which modes use a pipe or report zero-copy completions. Elsewhere null.
-    combine: how the totals of parallel streams combine the streams' values (COMBINES): the C core's
-    group totals are generated from it (native/build.py). ctype: the C type of its field in the worker's
-    zc_metrics, or None for the host-wide metrics the worker reads around the whole group (combine "once").
-    extent: "total" for a total over the transfer (it grows with `bytes`: compared per byte), "level" for a
-    peak, a size or a state at the end; None for what is no quantity (an id, a flag, a per-CPU list). Every
-    metric with a quantity unit says which (tests/test_metrics.py): zcorch.metrics reads it.
+    applies_to: None = every mode, or the C mode capability a mode must declare for it to apply (null
+    elsewhere: the C mode table alone says which modes use a pipe or report zero-copy completions).
+    combine: how parallel streams' values make the group's (COMBINES; the C group totals are generated from
+    it). ctype: its C type in zc_metrics, None for the host-wide ones read around the group ("once").
+    extent: "total" (grows with `bytes`: compared per byte), "level" (a peak, size or end state) or None (no
+    quantity: an id, a flag, a list); every quantity says which (tests/test_metrics.py).
     """
 
     __slots__ = ()

@@ -1,60 +1,36 @@
 """Expansion: a validated Experiment -> an ordered Plan of cells and runs. Pure (no I/O, no clock).
 
-A cell is one full set of parameters (every key of `zcorch.config.experiment.DEFAULTS`, sizes in bytes, durations in
-seconds). Its id is the first 12 hex digits of sha256 over its canonical JSON
-(`json.dumps(params, sort_keys=True, separators=(",", ":"))`, leaving out a parameter added later while it
-holds its default, Param.id_omit_default: zcorch.params.ID_OMIT_AT_DEFAULT): the same parameters give the same id
-whatever the axis order, key order or the other cells of the file, so results match across edits of the
-file, resumed sweeps and zcorch versions. A run is one repeat of a cell.
-
-Matrix cells come in file order (first axis outermost), then include cells; a cell identical to an earlier
-one is merged. Excluded cells and (with `skip_invalid: true`) cells the worker cannot run go to
-`plan.dropped` with the reason; without `skip_invalid` the latter are a ConfigError naming them.
-
-With `repeats: {min, max, target_ci}` the plan lists every cell's repeats up to `max`; the sweep leaves out
-the later ones of a cell that converged (zcorch.sweep.adaptive), so a cell runs between `fewest_repeats()`
-(max(min, 6): a 95% interval needs 6 runs) and `max` times, and the estimate is a range.
-
-Order of runs: `sequential` (all repeats of a cell, then the next cell), `interleave` (repeat r of every
-cell before repeat r+1), `shuffle` (like interleave, but every round visits the cells in a fresh random
-order drawn from random.Random(seed) over the cells sorted by id, so the order depends only on the set of
-cells and the seed). When cells differ in `network`, the runs of each network then run together (network
-outermost, in first-use order; the order above within each), so each configuration is applied once.
-
-Why _expand's matrix loop joins cell ids from pre-rendered `"key":value` fragments and memoises rule verdicts:
-a big plan is then several times faster (docs/performance.md); tests/test_plan_fast_path.py holds it to the plain path.
+A cell is one full set of parameters; its id hashes their canonical JSON (zcorch.plan_matrix.canonical), so the
+same parameters give the same id whatever the axis order or the other cells of the file, and results match
+across edits, resumed sweeps and zcorch versions. A run is one repeat of a cell. Matrix cells come in file
+order, then include cells; a duplicate is merged; excluded and (with `skip_invalid`) invalid cells go to
+`plan.dropped` with the reason. Run orders (`sequential`, `interleave`, `shuffle`; the runs of one `network`
+together) and adaptive `repeats:` are described in docs/experiment-files.md.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import product
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 from zcorch.config.timings import Timings, switch_keys
 from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.kind import Cost
 from zcorch.config.cells import cell_problems, filesystem_problem
-from zcorch.config.schema import amount_of, writes_bytes
 from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
 from zcorch.config.reference import reference_problems
-from zcorch.params import CELL_RULE_KEYS, ID_OMIT_AT_DEFAULT, PARAM_KEYS, format_value
+from zcorch.params import PARAM_KEYS, format_value
+from zcorch.plan_matrix import ID_LENGTH, canonical, cell_id, matrix_cells, member  # noqa: F401 (the plan API)
 
 # A 95% interval of a median needs this many runs (zcorch.results.intervals.min_runs_for(0.95)): no cell
 # of `repeats: {target_ci: ...}` can converge with fewer, whatever its `min` says.
 MIN_RUNS_95 = 6
 
-ID_LENGTH = 12
-# The parameters the cell rules read (Param.cell_rule: cell_problems / filesystem_problem): verdicts are
-# memoised on them.
-_RULE_KEYS_SET = frozenset(CELL_RULE_KEYS)
-_SORTED_KEYS = sorted(PARAM_KEYS)
 _MAX_LISTED = 5  # cells named per reason in an error message
 
 
@@ -127,24 +103,6 @@ class Plan:
         return out
 
 
-_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
-
-
-def canonical(params: dict) -> str:
-    """The canonical text a cell id is computed from: every parameter but those of ID_OMIT_AT_DEFAULT
-    (zcorch.params) that are at their default."""
-    omit = [k for k, d in ID_OMIT_AT_DEFAULT.items() if k in params and params[k] == d]
-    if omit:
-        params = params.copy()
-        for k in omit:
-            del params[k]
-    return _ENCODE(params)
-
-
-def cell_id(params: dict) -> str:
-    return hashlib.sha256(canonical(params).encode()).hexdigest()[:ID_LENGTH]
-
-
 def load_plan(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
               hosts: "Optional[InventoryPair]" = None, unknown_hosts: bool = False) -> Plan:
     """`expand(load_experiment(path, overrides, hosts, unknown_hosts))`."""
@@ -157,10 +115,7 @@ def expand(exp: Experiment, reduced: bool = False) -> Plan:
     reduced: the document is a run reduced by `--set` (also when `exp.overrides` no longer says so: the
     effective experiment.yaml of a result set being resumed), so reference matches it lacks only warn.
     """
-    return _expand(exp, reduced or bool(exp.overrides))
-
-
-def _expand(exp: Experiment, reduced: bool) -> Plan:
+    reduced = reduced or bool(exp.overrides)
     cells: "list[Cell]" = []
     dropped: "list[Dropped]" = []
     merged: "list[tuple[str, str]]" = []
@@ -189,93 +144,14 @@ def _expand(exp: Experiment, reduced: bool) -> Plan:
         seen[cid] = cell
         cells.append(cell)
 
-    # -- matrix cells. The hot loop of a 100k-cell plan: the last varying axis is the inner loop, and
-    # everything that depends only on the outer axes (their parameters, the canonical text around the inner
-    # key, which exclude entries can still match, the rule verdicts) is worked out once per outer combination.
     ex_hits = [0] * len(exp.exclude)
     if exp.matrix or not exp.include:
-        base = exp.include_base()            # single-valued axes are constants
-        multi = [a for a in exp.matrix if len(a.values) > 1]
-        excludes = _compile_excludes(exp, base, multi)
-        ex_reasons = [f"excluded by exclude[{i}]" for i in range(len(exp.exclude))]
-        slot = {k: i for i, k in enumerate(_SORTED_KEYS)}
-        template = [_fragment(k, base[k]) for k in _SORTED_KEYS]
-        # per axis and value: the parameters it sets and their (slot, fragment) in the canonical text
-        # (one of each for a plain axis, several for a linked one)
-        sets = [[list(a.assignment(j).items()) for j in range(len(a.values))] for a in multi]
-        frags = [[[(slot[k], _fragment(k, v)) for k, v in items] for items in axis_sets] for axis_sets in sets]
-        inner = multi[-1] if multi else None
-        outer = multi[:-1]
-        outer_rule = [i for i, a in enumerate(outer) if set(a.params) & _RULE_KEYS_SET]
-        inner_index = len(multi) - 1
-        inner_is_rule = inner is not None and bool(set(inner.params) & _RULE_KEYS_SET)
-        if inner is None:
-            islot, inner_items = None, [(0, (), "")]
-        elif not inner.linked:
-            islot = slot[inner.key]
-            inner_items = [(j, sets[-1][j], frags[-1][j][0][1]) for j in range(len(inner.values))]
-        else:  # several slots per value: the canonical text is joined per value
-            islot = None
-            inner_items = [(j, sets[-1][j], frags[-1][j]) for j in range(len(inner.values))]
-        verdicts: dict = {}
-        bytes_written = writes_bytes(exp.params, exp.matrix)
-        sha256 = hashlib.sha256
-        for ocombo in product(*(range(len(a.values)) for a in outer)):
-            p0 = base.copy()
-            parts = template.copy()
-            for i, j in enumerate(ocombo):
-                p0.update(sets[i][j])
-                for sl, frag in frags[i][j]:
-                    parts[sl] = frag
-            # empty fragments: parameters left out of the id (ID_OMIT_AT_DEFAULT)
-            if inner is None or islot is None:
-                left, right = "{" + ",".join(f for f in parts if f) + "}", ""
-                without = left
+        for cid, params, hit, verdict in matrix_cells(exp, check):
+            if hit is None:
+                admit(cid, params, "matrix", verdict)
             else:
-                left = "{" + "".join(f + "," for f in parts[:islot] if f)
-                right = "".join("," + f for f in parts[islot + 1:] if f) + "}"
-                without = "{" + ",".join(f for i, f in enumerate(parts) if f and i != islot) + "}"
-            active = []  # exclude entries whose outer conditions hold: (index, accepted inner indexes or None)
-            for e_i, conds in excludes:
-                accepted_inner = None
-                for ai, accepted in conds:
-                    if ai == inner_index:
-                        accepted_inner = accepted
-                    elif ocombo[ai] not in accepted:
-                        break
-                else:
-                    active.append((e_i, accepted_inner))
-            okey = tuple(ocombo[i] for i in outer_rule)
-            for j, items, frag in inner_items:
-                params = p0.copy()
-                params.update(items)
-                if islot is None and frag:  # a linked inner axis
-                    joined = parts.copy()
-                    for sl, f in frag:
-                        joined[sl] = f
-                    text = "{" + ",".join(f for f in joined if f) + "}"
-                else:
-                    text = left + frag + right if frag else without
-                cid = sha256(text.encode()).hexdigest()[:ID_LENGTH]
-                if params["duration"] is not None and not bytes_written:  # the default bytes gives way
-                    params = amount_of(params, bytes_written)
-                    cid = cell_id(params)
-                if active:
-                    hit = next((e_i for e_i, acc in active if acc is None or j in acc), None)
-                    if hit is not None:
-                        ex_hits[hit] += 1
-                        dropped.append(Dropped(cid, params, "matrix", ex_reasons[hit]))
-                        continue
-                rk = (okey, j) if inner_is_rule else okey
-                verdict = verdicts.get(rk)
-                if verdict is None:
-                    verdict = verdicts[rk] = check(params)
-                if verdict[0] or verdict[1] or cid in seen:
-                    admit(cid, params, "matrix", verdict)
-                    continue
-                cell = Cell(cid, params, "matrix")
-                seen[cid] = cell
-                cells.append(cell)
+                ex_hits[hit] += 1
+                dropped.append(Dropped(cid, params, "matrix", f"excluded by exclude[{hit}]"))
 
     # -- include cells (not subject to exclude)
     for i, params in enumerate(exp.include):
@@ -308,7 +184,7 @@ def control_matches(exp: Experiment, params: dict) -> bool:
         if key in linked:
             if linked[key].label_of(params) != value:
                 return False
-        elif not _member(params.get(key), [value]):
+        elif not member(params.get(key), [value]):
             return False
     return True
 
@@ -365,49 +241,6 @@ def control_baseline_key(exp: Experiment) -> dict:
 
     kind = BY_NAME[exp.control]
     return kind.control_key(exp.baselines.get(kind.name))
-
-
-def _fragment(key: str, value) -> str:
-    """`"key":value` of the canonical text; "" for a parameter left out of it (ID_OMIT_AT_DEFAULT)."""
-    if key in ID_OMIT_AT_DEFAULT and value == ID_OMIT_AT_DEFAULT[key]:
-        return ""
-    return json.dumps(key) + ":" + json.dumps(value)
-
-
-def _compile_excludes(exp: Experiment, base: dict, axes: list) -> list:
-    """Each exclude entry as (index, [(axis index, accepted value indexes)]) over the varying `axes`.
-
-    A key is a parameter (of a plain axis, inside a linked axis, or fixed) or a linked axis's name (its labels).
-    Conditions on fixed parameters are decided here against `base`; entries that can never match are left out.
-    """
-    out = []
-    where: "dict[str, tuple[int, Callable[[int], object]]]" = {}  # key -> (axis index, value j -> its value)
-    for ai, a in enumerate(axes):
-        if a.linked:
-            where[a.key] = (ai, lambda j, a=a: a.labels[j])
-            for p in a.params:
-                where[p] = (ai, lambda j, a=a, p=p: a.values[j][p])
-        else:
-            where[a.key] = (ai, lambda j, a=a: a.values[j])
-    fixed = {a.key: a.labels[0] for a in exp.matrix if a.linked and len(a.values) == 1}
-    for e_i, entry in enumerate(exp.exclude):
-        conds: "dict[int, frozenset]" = {}
-        possible = True
-        for key, accepted in entry.items():
-            if key in where:
-                ai, value_of = where[key]
-                ok = frozenset(j for j in range(len(axes[ai].values)) if _member(value_of(j), accepted))
-                conds[ai] = conds[ai] & ok if ai in conds else ok  # two keys of one linked axis: both hold
-            elif not _member(fixed[key] if key in fixed else base[key], accepted):
-                possible = False  # a fixed parameter that never takes an accepted value
-        if possible:
-            out.append((e_i, list(conds.items())))
-    return out
-
-
-def _member(value, accepted: list) -> bool:
-    # `True == 1` in Python: compare types too, so a boolean never matches an integer.
-    return any(type(value) is type(a) and value == a for a in accepted)
 
 
 def _order_runs(exp: Experiment, cells: "list[Cell]") -> "list[Run]":

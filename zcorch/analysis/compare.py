@@ -1,22 +1,11 @@
 """`zcorch compare BASE CANDIDATE`: did a sweep get slower? (for nightly runs and CI)
 
-Per cell (matched by cell id, i.e. identical parameters): the median of the metric on each side,
-the change in %, and a two-sided Mann–Whitney U test of the ok repeats (scipy.stats.mannwhitneyu: the
-exact distribution up to 20 runs a side without ties, the exact permutation distribution of small
-samples with ties, the normal approximation otherwise; see stats.mann_whitney_u). Each cell's `test`
-names the method, and the text and markdown output say which were used. Verdicts:
-
-- `regressed` / `improved`: the change is beyond the threshold in the bad / good direction and
-  significant (p < alpha);
-- `failed`: the candidate has no successful run where the base had some (counts as a regression);
-- `unchanged`: within the threshold, and the cell's runs could have shown a change of the threshold (its
-  minimum detectable change at alpha with 80% power, stats.detectable_change_pct, is within it);
-- `cannot tell`: beyond the threshold but not significant, or within it with a detectable change beyond it
-  (3 runs a side never reach p < 0.05); `needs` says how many runs a side would decide it;
-- cells present on one side only are listed separately.
-
-The overall verdict and exit code (0 no regression, 1 regression, 3 cannot tell: such a cell, a failed or
-short set, a cell on one side only, no cell in common) are zcorch.analysis.gate's.
+Per cell (matched by cell id): the median of the metric on each side, the change in %, and a two-sided
+Mann–Whitney U test of the ok repeats (stats.mann_whitney_u; each cell's `test` names the method). Verdicts:
+`regressed` / `improved` (beyond the threshold and p < alpha), `failed` (no ok run where the base had some),
+`unchanged` (within the threshold and able to see a change of it: stats.detectable_change_pct at 80% power),
+`cannot tell` (otherwise; `needs` says how many runs a side would decide it); cells on one side only are
+listed apart. The overall verdict and exit code are zcorch.analysis.gate's.
 """
 from __future__ import annotations
 

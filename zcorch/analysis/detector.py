@@ -1,14 +1,11 @@
 """The newest night of a cell against the spread of its nightly levels: the one decision behind `zcorch
-history` (its table, plots and JSON) and `zcorch history --check`.
+history` (table, plots, JSON) and `--check`.
 
-Nights differ more than runs within a night do (another boot, page cache, neighbour), so a night is one
-number, the median of its ok runs, judged against the mean and spread of the earlier nights of its stable
-segment (zcorch.analysis.steps finds the segments): the newest night and the mean of the newest two and
-three, by Student's t with alpha shared by WINDOW_WEIGHTS; a verdict by zcorch.analysis.gate.cell_verdict.
-A short level borrows the spread of the cell's other levels; with nothing to borrow the newest night's runs
-are judged as `zcorch compare` judges two sets ("runs"). The rule, its constants and why each was chosen
-are in docs/nightly.md ("The check", "How often it is wrong"); benchmarks/bench_detector.py measures it.
-Pure functions of per-night medians, interval sds and ok runs.
+Nights differ more than runs within a night do, so a night is one number (the median of its ok runs), judged
+with the mean of the newest two and three against the earlier nights of its stable segment (zcorch.analysis
+.steps), by Student's t with alpha shared by WINDOW_WEIGHTS. A short level borrows the spread of the cell's
+other levels; with nothing to borrow, runs are judged as `zcorch compare` does. The rule and why each constant
+was chosen: docs/nightly.md; benchmarks/bench_detector.py measures it. Pure functions.
 """
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""The receiving filesystems of a result set side by side.
-
-Per configuration (meta.json "filesystems", written by `zcorch run` from the filesystem manager):
-type, mkfs options, the mount options the kernel reports (findmnt, i.e. /proc/self/mountinfo), RAID
-level as the kernel reports it (mdadm --detail / btrfs filesystem df), devices and size; next to them
-the baselines measured on it (the registry's FILESYSTEM_CEILINGS, baselines.jsonl key.filesystem) and the
-runs that wrote onto it.
-
-The seeds' question is "can the network path land data as fast as a plain write does?", so every
-throughput is also given as a ratio to that filesystem's first ceiling (CEILING). Both are MB/s over the
-time until the data is on the filesystem (runs: receiver wall time, which includes the fsync when asked).
-
-Pure functions of frames and dicts; `filesystems_of(path)` is the one that reads a result set.
+"""The receiving filesystems of a result set side by side: per configuration (meta.json "filesystems") its
+type, options, RAID level, devices and size as the kernel reports them, the baselines measured on it and the
+runs that wrote onto it. The seeds ask "can the network path land data as fast as a plain write does?", so
+each throughput is also a ratio to the filesystem's first ceiling (CEILING), both in MB/s until the data is on
+the filesystem. Pure functions of frames and dicts; `filesystems_of(path)` reads a result set.
 """
 from __future__ import annotations
 

@@ -1,23 +1,12 @@
-"""The answer a report opens with: per sink (and per filesystem or network where they vary), the
-configurations ranked by median throughput, grouped where the data cannot tell them apart, each with
-its CPU per GiB in both views and its throughput as a share of the baselines; and the flags of the runs.
+"""The answer a report opens with: per sink (and filesystem or network where they vary), the configurations
+ranked by median throughput, grouped where the data cannot tell them apart, with their CPU per GiB in both
+views and their share of the baselines; and the flags of the runs. Only computes a JSON-ready dict
+(`zcorch report --format json`; docs/schemas/report.schema.json); report.py and its templates lay it out.
 
-This module only computes (a plain, JSON-ready dict: `zcorch report --format json` prints it as it is,
-docs/schemas/report.schema.json describes it); report.py and its templates lay it out.
-
-**Grouping rule** (GROUPING_RULE, quoted by the page and the JSON): configurations are sorted by
-median throughput; the fastest leads the first group; each next one joins the current group when its
-confidence interval of the median overlaps the leader's interval, and leads a new group otherwise.
-The intervals are zcorch.analysis.stats' order-statistic intervals at the level they really have
-(three runs: [min, max] at 75%), the same intervals the tables show and the reproduction verdicts
-use; a configuration with fewer than two ok runs has no interval and stands alone. Separated
-intervals are evidence of a difference at roughly that level, not proof; overlapping ones mean
-"not shown to differ".
-
-**Too short to measure host CPU**: /proc/stat counts in ticks of 10 ms per CPU, so a run whose host
-window holds fewer than MIN_HOST_TICKS ticks (window × 100 Hz × CPUs) has a host CPU figure that is
-mostly rounding. The run records carry no tick count, so it is computed from host_window_ns and
-host_ncpus (USER_HZ = 100 assumed, as on every Linux architecture zcorch builds for).
+Grouping (GROUPING_RULE, quoted by the page): a configuration joins the current group when its median's
+interval overlaps the leader's, at the level the interval really has (zcorch.analysis.stats; fewer than two ok
+runs: alone). Separated intervals are evidence of a difference, not proof. A host-CPU window under
+MIN_HOST_TICKS /proc/stat ticks (from host_window_ns and host_ncpus, USER_HZ 100) is mostly rounding: flagged.
 """
 from __future__ import annotations
 
@@ -28,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from zcorch.analysis.frames import OK
-from zcorch.analysis.stats import ci_label, ci_method, summarize, varying_params
+from zcorch.analysis.stats import ci_label, ci_method, mode_label, summarize, varying_params
 from zcorch.params import format_value
 
 # Parameters that change what the ranking is about (another destination, another link): one ranking each.
@@ -70,13 +59,6 @@ def _norm(key: tuple) -> tuple:
     return tuple(_plain(v) for v in key)
 
 
-def mode_label(row, others: Sequence[str]) -> str:
-    """'write → splice, buffer=256KiB': the modes, then the other parameters that vary."""
-    label = f"{row['send_mode']} → {row['recv_mode']}"
-    rest = ", ".join(f"{p}={format_value(p, row[p])}" for p in others if _plain(row[p]) is not None)
-    return f"{label}, {rest}" if rest else label
-
-
 def short_host_windows(df: pd.DataFrame) -> pd.Series:
     """Per run: True when a side with a host CPU reading had a window of fewer than MIN_HOST_TICKS ticks."""
     short = pd.Series(False, index=df.index)
@@ -100,15 +82,6 @@ def baseline_refs(baselines: "pd.DataFrame | None", values: dict) -> list:
     for label, gbit in baseline_lines(baselines, values):
         name = label.split(":")[0]
         out.append({"name": name, "kind": name.split(" ")[0], "mb_s": gbit * 125.0, "gbit_s": gbit})
-    return out
-
-
-def best_per_kind(refs: list) -> dict:
-    """{kind: the fastest of its baselines}: the ceiling each tool reached (e.g. iperf3 with or without -Z)."""
-    out: dict = {}
-    for b in refs:
-        if b["kind"] not in out or b["mb_s"] > out[b["kind"]]["mb_s"]:
-            out[b["kind"]] = b
     return out
 
 
@@ -183,6 +156,8 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None) -> dict:
     """The Findings of a run frame (zcorch.load) as a JSON-ready dict (docs/schemas/report.schema.json).
     A sweep with `repeats: {min, max, target_ci}` (records with `convergence`) flags the configurations that
     did not converge (zcorch.analysis.stats.summarize's `converged`, `width_pct`)."""
+    from zcorch.analysis.plots import best_baselines  # matplotlib: only when a report is built
+
     vary = varying_params(df)
     contexts = [p for p in CONTEXT_PARAMS if p in vary]
     others = [p for p in vary if p not in contexts and p not in ("send_mode", "recv_mode")]
@@ -231,10 +206,10 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None) -> dict:
                 "n": int(r["n"]), "n_failed": int(r["n_failed"]),
                 "mb_s": mb, "gbit_s": _finite(r["gbit_s_median"]), "mb_s_ci": _interval(r),
                 "cpu": {c: _finite(r.get(f"{c}_median")) for c, _, _ in CPU_COLUMNS + (("total_cpu_s_per_gib", "", ""),)},
-                "share_of_baseline": {kind: {"baseline": b["name"], "baseline_mb_s": b["mb_s"],
-                                             "share": mb / b["mb_s"] if mb is not None and b["mb_s"] else None}
-                                      for kind, b in best_per_kind(baseline_refs(
-                                          baselines, {**values, **{p: r[p] for p in others}})).items()},
+                "share_of_baseline": {b["kind"]: {"baseline": b["name"], "baseline_mb_s": b["mb_s"],
+                                                  "share": mb / b["mb_s"] if mb is not None and b["mb_s"] else None}
+                                      for b in best_baselines(baseline_refs(
+                                          baselines, {**values, **{p: r[p] for p in others}}))},
                 "flags": flags,
                 "converged": conv,
             })

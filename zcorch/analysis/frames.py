@@ -1,46 +1,9 @@
-"""Result sets (docs/architecture.md, "Result set") as tidy pandas frames.
-
-`load` gives one row per run: cell, repeat, status, every parameter as a column (sizes in bytes),
-the sender's and receiver's worker metrics prefixed `send_`/`recv_`, and derived columns:
-
-- `gbit_s`, `mb_s`: bytes / wall time as seen by the receiver (the data has landed, including an
-  fsync when asked), falling back to the sender when there is no receiver record; MB = 10^6 bytes
-  as in the seeds' tables.
-- `send_cpu_s_per_gib`, `recv_cpu_s_per_gib`: (user + system) CPU seconds per GiB moved, like
-  netperf's service demand; `send_sys_share`: the sender's system share of its CPU time. This is the
-  **process CPU** view (the worker's own rusage): the kernel charges protocol and softirq work to
-  whichever process happens to run, so it moves between the sides with the pinning.
-- `send_host_busy_s`, `recv_host_busy_s`: the **host CPU** view, busy CPU seconds of the whole machine
-  over the worker's window (/proc/stat: user+nice+system+irq+softirq, all CPUs; steal is not this host's work);
-  `*_host_busy_s_per_gib`, `*_host_softirq_s_per_gib` per GiB the side moved; `*_host_busy_cpus` = busy
-  seconds / window (CPUs busy on average).
-- `same_host`: both workers on one running kernel (equal `host_boot_id`: localhost, or network
-  namespaces of one machine), so they read one /proc/stat; `total_host_busy_s_per_gib` is then the larger
-  of the two sides (counted once), else their sum; `total_cpu_s_per_gib` = both processes' CPU per GiB.
-- `send_host_background_cpus`, `recv_host_background_cpus`: CPUs busy with other work just before the run (the
-  workers' `idle_probe`); `*_host_own_s_per_gib` and `total_host_own_s_per_gib`: host CPU per GiB with that
-  background taken out (never below the workers' own process CPU); `host_shared`: a side's background above a
-  tenth of a CPU, which `cpu_resolution` then says, so a shared host's figure is never `ok`.
-- `cpu_resolution`: can the host-CPU columns be trusted? `ok`, `too short: N ticks` (a host-CPU window held
-  fewer than 100 /proc/stat ticks: `host_ticks`), `busy > capacity (R×)` (more busy CPU than CPUs × window
-  beyond the tick error), or `n/a` (zcorch.results.rates.cpu_resolution).
-- `zc_verdict`: `zero-copy`, `copied`, `partly copied (N%)` or `n/a` from the kernel's completion
-  reports (zc_completions/zc_copied of either side, zcorch.results.rates.zc_verdict); `zc_copied_share`;
-  followed by `receive mapped|copied|partly mapped (N%)` when the receiver reported zero-copy receive
-  (zc_recv_mapped/zc_recv_copied, zcorch.results.rates.zc_label); `zc_recv_mapped_share`.
-
-`zcorch.load` adds, from meta.json's per-host calibration (`add_copy_units`): `send_copy_s_per_gib`,
-`recv_copy_s_per_gib` (what one memcpy of a GiB costs on that host) and the CPU per GiB in units of that
-copy: `send_cpu_copies`, `recv_cpu_copies` (process view), `send_host_busy_copies`,
-`recv_host_busy_copies` (host view).
-
-And, from manifest.json's `control` (the experiment's `control:` cell, `add_control_ratios`): `gbit_s_vs_control`,
-`total_host_busy_s_per_gib_vs_control` (zcorch.metrics.CONTROL_RATIOS): each ok run over the control's ok run of
-the same repeat in the same set (NaN without a control, or when that run is not ok).
-
-Loading a large runs.jsonl is dominated by JSON parsing, so `load` reads the runs from the Parquet
-cache `runs.parquet` beside it when that matches runs.jsonl (zcorch.analysis.cache); this module
-parses runs.jsonl.
+"""Result sets (docs/architecture.md, "Result set") as tidy pandas frames: `load` gives one row per run (cell,
+repeat, status, every parameter, the workers' metrics prefixed `send_`/`recv_`) and the derived columns that
+zcorch.metrics declares and docs/experiment-files.md lists (throughput, process and host CPU per GiB, the
+host CPU's resolution, zero-copy verdicts; the copy units from meta.json's calibration and the ratios to the
+experiment's control). The arithmetic is zcorch.results.rates'; runs.jsonl is read through the Parquet cache
+when that matches (zcorch.analysis.cache).
 """
 from __future__ import annotations
 
@@ -71,7 +34,6 @@ PathLike = Union[str, os.PathLike]
 _NOT_METRICS = {"event", "side", "mode", "params", "refused"}
 RUN_COLUMNS = ["cell", "repeat", "status", "reason"]
 RUN_TAIL_COLUMNS = ["started", "wall_s", "log"]
-_RECORD_KEYS = frozenset(RUN_COLUMNS + RUN_TAIL_COLUMNS + ["params", "sender", "receiver"])
 OK = "ok"
 
 
@@ -95,9 +57,7 @@ def read_manifest(path: PathLike) -> dict:
     return results.load_manifest(str(result_dir(path)))
 
 
-def load_manifest(path: PathLike) -> dict:
-    """The public name of read_manifest (`zcorch.load_manifest`): a result set's name, status, times, command."""
-    return read_manifest(path)
+load_manifest = read_manifest   # the public name (`zcorch.load_manifest`)
 
 
 def read_experiment_text(d: Path, manifest: dict) -> "tuple[Path, Optional[str]]":

@@ -1,25 +1,11 @@
 """The verdict of a regression gate (`zcorch compare`, `zcorch history --check`) and its exit code.
 
-A gate that passes on data that could not show a regression is worse than no gate. So every gate answers
-with three verdicts (and a code for bad input), each meaning one thing, and one line that says why:
-
-    0  no regression: every cell the plan asked for was measured on both sides, none regressed, and each
-       could have detected a change of the threshold (its minimum detectable change, `detectable_pct`,
-       at the gate's alpha with 80% power, is within the threshold)
-    1  regression: a cell measured on both sides is significantly worse (wins over 3: a measured
-       regression is reported even when other cells cannot be told; the reason names both)
-    2  usage or input error: a missing or unreadable result set, an unknown metric, a bad option
-       (raised as ZcorchError by the command; the code is here so that it is documented once)
-    3  cannot tell: a cell moved beyond the threshold without being significant, or could not have seen a
-       change of the threshold (too few runs or nights for their spread: the reason says what would make
-       it decidable); or the data is incomplete: no cell in common, a side (or the newest sweep) did not
-       complete or has fewer ok runs than its plan asked for, a cell missing from one side, or nothing
-       earlier to compare with. With `repeats: {min, max, target_ci}` the plan lists every cell up to
-       `max`: a cell that converged early is complete, one that did not is complete with all `max` ok
-       (zcorch.results.convergence, the same rule as the sweep's)
-
-Pure functions of the comparison tables and of each result set's `Completeness`, which reads only the
-manifest, the plan and the run records (zcorch.results.store): no pandas needed for that part.
+A gate that passes on data that could not show a regression is worse than no gate, so it answers 0 no
+regression (every planned cell measured on both sides, none regressed, each able to detect a change of the
+threshold), 1 regression (wins over 3), 2 usage or input error (raised by the command; the code is declared
+here once) or 3 cannot tell (not significant, not detectable, or incomplete data), with one line saying why
+(docs/nightly.md). Pure functions of the comparison tables and each set's `Completeness`, which reads only
+the manifest, the plan and the run records: no pandas.
 """
 from __future__ import annotations
 

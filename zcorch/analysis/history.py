@@ -1,35 +1,9 @@
-"""`zcorch history ROOT`: every result set under ROOT, per experiment over time (nightly sweeps).
+"""`zcorch history ROOT`: every result set under ROOT, per experiment (and per host pair of a fleet) over time.
 
-What it does, in order (`build_history`, then `write_index`):
-
-1. finds every result set under ROOT at any depth (a directory whose manifest.json is a zcorch result
-   set, zcorch.results.store.load_manifest; nothing below a result set is searched), and groups them by
-   the experiment name of their manifest (and, when they record two or more inventory pairs, by pair:
-   `NAME @ PAIR`, one series per pair of a fleet; series_of), oldest first by the manifest's `created`;
-2. per sweep: date, git revision, kernel (meta.json), host pair (the inventory pair the manifest
-   records, else the experiment copy's `hosts:`), status, runs ok/failed, its report.html (written by
-   zcorch.analysis.report when missing or older than the runs);
-3. per cell (identical parameters, i.e. one cell id): the median of the metric with its confidence interval (at the level it really has) in every
-   sweep (zcorch.analysis.stats.summarize), and the change points of that series
-   (zcorch.analysis.steps: a penalised piecewise-constant fit weighted by each sweep's CI);
-4. the newest sweep of each experiment against the preceding stable level, cell by cell, by
-   zcorch.analysis.detector (the one decision of the table, the plots, the JSON and --check): the newest
-   night's median, and the mean of the newest two and three, against the mean and the spread (sd) of
-   the nightly medians of the stable segment before it, beyond the threshold and significant at alpha;
-   with fewer than `min_nights` such nights, with the spread the cell's other levels show, and with none
-   to borrow, the newest night's runs against theirs as `zcorch compare` judges them. The stable segment:
-   - when the newest sweep shares its segment with earlier sweeps (no step before it): those sweeps;
-   - when a step begins a segment that the newest sweep ends (the change started there): the segment
-     before that step (the nearest earlier one with at least two sweeps, so that a one-night spike is
-     not taken for the level), reported "since" the first sweep after the step; a
-     regression is reported night after night until it is fixed (or its stable segment has left the
-     nights kept under ROOT);
-   a cell is bad when a comparison says `regressed` or `failed` (the newest sweep has no ok run where
-   the segment had some). A newest sweep that ended without any ok run (hosts unreachable, ...) is bad too;
-5. what changed on the hosts (meta.json, zcorch.analysis.hostdiff) at each change point and at the newest
-   sweep, against the sweep before, and since then (host_changes).
-
-`zcorch history --check` exits 1 when something is bad (zcorch.cli.history).
+build_history finds the sets (find_result_sets, series_of), summarises each cell's metric per sweep with its
+interval (zcorch.analysis.stats), fits its change points (zcorch.analysis.steps), judges the newest sweep
+against the stable segment before it (zcorch.analysis.detector) and lists what changed on the hosts
+(zcorch.analysis.hostdiff); write_index renders the page. docs/nightly.md describes the method.
 """
 from __future__ import annotations
 
@@ -346,8 +320,7 @@ def ensure_report(sweep: Sweep) -> None:
             write_report(sweep.path)
         except (ZcorchError, OSError) as exc:
             sweep.report_problem = f"report not written: {exc}"
-    # a link is never linked to from the index (it could lead anywhere)
-    sweep.report = path if setfiles.is_regular_inside(sweep.path, path.name) else None
+    link_report(sweep)
 
 
 def link_report(sweep: Sweep) -> None:
@@ -625,7 +598,7 @@ class Series:
 
 def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, threshold_pct: float,
                           alpha: float, source: Series, min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
-    """The newest sweep of a cell against the preceding stable level (module docstring, step 4; the rule is
+    """The newest sweep of a cell against the preceding stable level (docs/nightly.md; the rule is
     zcorch.analysis.detector's): None when there is nothing to compare."""
     last = len(sweeps) - 1
     if not ch.present(last):
@@ -787,7 +760,7 @@ class History:
 
 def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                   alpha: float = DEFAULT_ALPHA, reports: bool = False, min_nights: int = MIN_NIGHTS) -> History:
-    """Every result set under `root`, grouped and analysed (module docstring, steps 1–4); with
+    """Every result set under `root`, grouped and analysed (docs/nightly.md); with
     `reports`, each sweep's report.html is written when missing or stale; without, a report already there
     is linked and none is written (a nightly gate answers in seconds)."""
     check_metric(metric)

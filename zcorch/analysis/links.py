@@ -1,13 +1,7 @@
-"""Which links the report and the history index make live.
-
-Jinja2's autoescape stops markup, not a `javascript:` or `data:` URL in an href: a reference's
-`source.url` or a result directory named `javascript:alert(1)` would become a live link. Every href/src
-of the templates goes through one of two filters:
-
-- `href` (a URL written by someone: `reference.source.url`): only an absolute http(s) URL is a link;
-  anything else is no link at all (the template shows the text).
-- `path_href` (a relative path zcorch computed: a report, a result directory, a plot): percent-encoded
-  component by component, so a name with a colon is a path, never a scheme; absolute or empty: no link.
+"""Which links the report and the history index make live. Jinja2's autoescape stops markup, not a
+`javascript:` or `data:` URL in an href, so every href/src of the templates goes through a filter: `href` (a
+URL someone wrote: only absolute http(s) is a link) or `path_href` (a relative path zcorch computed:
+percent-encoded per component, so a colon is never a scheme; absolute or empty: no link).
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
-"""The pairs of a fleet run side by side: which pair is different, in which cells, by how much
-(`zcorch compare FLEET`, and the end of a fleet run: FLEET/pairs.md).
+"""`zcorch compare`'s reading: two result sets (compare_sets), or the pairs of a fleet run side by side: which
+pair is different, in which cells, by how much (`zcorch compare FLEET`, and the end of a fleet run: pairs.md).
 
-Each pair is judged against a reference with exactly the statistics of `zcorch compare` across nights
-(zcorch.analysis.compare.compare_frames: medians, change in %, two-sided Mann–Whitney U, the threshold and
-alpha) and its gate (zcorch.analysis.gate.compare_gate: 0 no pair worse, 1 a pair significantly worse in
-some cell, 3 cannot tell). The reference is, by default, the other pairs' runs pooled (so a pair that differs
-stands out against all the rest, and the pooled side has enough runs to reach significance with few repeats
-a pair); with `against`, one named pair. A cell is matched by its id, i.e. the same parameters: the hosts
-are not parameters, so the same cell of two pairs has one id.
+Each pair is judged with exactly `zcorch compare`'s statistics and gate against a reference: by default the
+other pairs' runs pooled (a pair that differs stands out against all the rest, with enough runs to reach
+significance), or one pair (`against`). A cell is matched by its id: the hosts are no parameters.
 """
 from __future__ import annotations
 
@@ -22,12 +18,38 @@ import pandas as pd
 from zcorch.analysis.compare import cell_labels, cells_json, compare_frames, gate_of, render as render_table
 from zcorch.analysis.gate import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION,
                                   Completeness, Gate, completeness, sees)
+from zcorch.analysis.frames import read_meta
+from zcorch.analysis.hostdiff import diff_meta
 from zcorch.analysis.load import load
 from zcorch.errors import ResultsError
 from zcorch.results import setfiles
 
 FLEET_MANIFEST = "fleet.json"   # zcorch.sweep.fleet.FLEET_MANIFEST (analysis does not import the sweep)
 DIFFERENT = ("regressed", "improved", "failed", "fixed")
+
+
+@dataclass(frozen=True)
+class Compared:
+    table: pd.DataFrame
+    gate: Gate
+    host_changes: list
+
+
+def compare_sets(base: str, candidate: str, metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
+                 alpha: float = DEFAULT_ALPHA, dataset: "Optional[str]" = None) -> Compared:
+    """Compare two result sets: their directories, or (`dataset`) two sets of a dataset `zcorch export` wrote,
+    named by set id or the path they had (read through DuckDB: the same answers as from the directories)."""
+    if dataset is not None:
+        from zcorch.analysis.dataset import Dataset  # duckdb: only when reading a dataset
+
+        data = Dataset(dataset, tables=("sets", "runs", "hosts"))
+        b, c = data.find(base), data.find(candidate)
+        sides = [(s.completeness(), data.runs(s.set_id), data.host_meta(s.set_id)) for s in (b, c)]
+    else:
+        sides = [(completeness(d), load(d), read_meta(d)) for d in (base, candidate)]
+    (b_done, b_runs, b_meta), (c_done, c_runs, c_meta) = sides
+    table = compare_frames(b_runs, c_runs, metric, threshold_pct, alpha)
+    return Compared(table, gate_of(table, b_done, c_done), diff_meta(b_meta, c_meta))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from zcorch.results import setfiles
 from zcorch.units import convert
 from zcorch.units import format_size
 from zcorch.analysis.frames import OK
-from zcorch.analysis.stats import linked_axes, summarize, varying_params
+from zcorch.analysis.stats import linked_axes, mode_label, summarize, varying_params
 
 MAX_PANELS = 12
 SIZE_PARAMS = SIZE_KEYS  # format_value (zcorch.params) is the one every stage uses
@@ -190,11 +190,7 @@ def _keys(df: pd.DataFrame, params: "Sequence[str]") -> list:
 
 
 def _select(df: pd.DataFrame, params: "Sequence[str]", key: tuple) -> pd.DataFrame:
-    mask = np.ones(len(df), dtype=bool)
-    for p, v in zip(params, key):
-        col = df[p]
-        mask &= (col.isna() if _is_null(v) else (col == v)).to_numpy()
-    return df[mask]
+    return df.iloc[_positions(df, params, key)]
 
 
 def view_summary(df: pd.DataFrame, view: View) -> "tuple[pd.DataFrame, list, list, list]":
@@ -418,11 +414,6 @@ def cpu_stacked(df: pd.DataFrame, experiment: str = "") -> list:
 MAX_CELLS_DRAWN = 16
 
 
-def _cell_label(row: pd.Series, others: Sequence[str]) -> str:
-    label = f"{row['send_mode']} → {row['recv_mode']}"
-    return label + "".join(f", {p}={format_value(p, row[p])}" for p in others if not _is_null(row[p]))
-
-
 def cpu_views(df: pd.DataFrame, experiment: str = "") -> list:
     """Per cell and side: the process CPU (the worker's rusage) next to the host CPU (the whole machine's
     busy CPU over the transfer, /proc/stat), in s/GiB, with one copy of the data as the reference line."""
@@ -450,7 +441,7 @@ def cpu_views(df: pd.DataFrame, experiment: str = "") -> list:
 
 def _cpu_views_figure(s: pd.DataFrame, ok: pd.DataFrame, others: list, experiment: str, what: str, name: str,
                       top: float) -> Plot:
-    labels = [_cell_label(r, others) for _, r in s.iterrows()]
+    labels = [mode_label(r, others) for _, r in s.iterrows()]
     fig = Figure(figsize=(max(8.0, 0.9 * len(s) + 3), 10))
     axes = fig.subplots(2, 1, sharex=True)
     x = np.arange(len(s))

@@ -35,12 +35,6 @@ _HEADS = {"cell": "configuration (the cell that produced ours)", "measured (this
           "measured ÷ published": "ours ÷ published"}
 
 
-def _table(header: "list[str]", rows: "list[list[str]]") -> "list[str]":
-    esc = [[str(v).replace("|", "\\|").replace("\n", " ") for v in r] for r in rows]
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"] + \
-        ["| " + " | ".join(r) + " |" for r in esc] + [""]
-
-
 def _pick(header: "list[str]", rows: "list[list[str]]", columns: "tuple[str, ...]") -> "list[list[str]]":
     idx = [header.index(c) for c in columns]
     return [[r[i] for i in idx] for r in rows]
@@ -107,11 +101,11 @@ def study_section(path) -> "tuple[str, list[rp.ClaimRow], str]":
         table = rp.figure_table(figs)
         for row, fig in zip(table, figs):
             row[FIGURE_HEADERS_CELL] = _configuration(df, fig)
-        lines += ["### Published figures and ours", ""] + _table(
+        lines += ["### Published figures and ours", ""] + rp.markdown_table(
             [_HEADS.get(c, c) for c in FIGURE_COLUMNS], _pick(rp.FIGURE_HEADER, table, FIGURE_COLUMNS))
     claims = rp.claims(df, ref, baselines, hosts) if len(df) else []
     if claims:
-        lines += [f"### Claims ({rp.verdict_counts(claims)})", ""] + _table(
+        lines += [f"### Claims ({rp.verdict_counts(claims)})", ""] + rp.markdown_table(
             list(CLAIM_COLUMNS), _pick(rp.CLAIM_HEADER, rp.claim_table(claims), CLAIM_COLUMNS))
     return "\n".join(lines), claims, name
 
@@ -174,7 +168,7 @@ def reproductions_markdown(paths: "Iterable[os.PathLike | str]", notes: str = ""
     lines += ["## How these sets were made", "",
               "Generated from each set (its runs, manifest and hosts' records); the hosts' CPU before the runs is "
               "the workers' `idle_probe` just before each one started.", ""]
-    lines += _table(RUNS_HEADER, made)
+    lines += rp.markdown_table(RUNS_HEADER, made)
     if notes.strip():
         lines += [notes.strip(), ""]
     return "\n".join(lines + sections).rstrip("\n") + "\n"

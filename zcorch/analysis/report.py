@@ -13,7 +13,7 @@ import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -303,7 +303,6 @@ def calibration_table(meta: dict) -> Optional[Table]:
     return Table(["", "sender", "receiver"], rows, [None, "num", "num"])
 
 
-SHARE_KINDS = SHARE_RECORDS   # the baselines a throughput is shown as a share of (declared by each kind)
 SIDE_WORDS = {"sender": "send", "receiver": "recv", "both hosts": "both"}  # short headers: the legend says the rest
 
 
@@ -339,7 +338,7 @@ def findings_section(found: dict) -> dict:
 
     rankings = []
     for ranking in found["rankings"]:
-        kinds = [k for k in SHARE_KINDS if any(k in e["share_of_baseline"] for e in ranking["modes"])]
+        kinds = [k for k in SHARE_RECORDS if any(k in e["share_of_baseline"] for e in ranking["modes"])]
         header = (["rank", "group", "configuration", "MB/s", "MB/s interval (level)", "Gbit/s", "ok runs"]
                   + [f"{view} {SIDE_WORDS[side]} ({metrics.get(c).unit})" for c, view, side in CPU_COLUMNS]
                   + [f"% of {k}" for k in kinds] + ["flags"])
@@ -459,8 +458,8 @@ SECTIONS = [("findings", "Findings"), ("reproduction", "Reproduction"), ("result
             ("hosts", "Hosts"), ("experiment", "Experiment")]
 
 
-def build_report(path, plots: Optional[list] = None, efficiency_plots: Optional[list] = None) -> str:
-    """The report of one result set as an HTML string."""
+def build_report(path, plot_formats: Sequence[str] = ()) -> str:
+    """The report of one result set as an HTML string; its plots also saved under DIR/plots/ in `plot_formats`."""
     from zcorch.analysis.findings import findings
     from zcorch.analysis.hosts import comparison
     from zcorch.analysis.plots import efficiency
@@ -473,14 +472,14 @@ def build_report(path, plots: Optional[list] = None, efficiency_plots: Optional[
     raw_meta = read_meta(d)
     descriptions = raw_meta.get("filesystems") or {}
     exp_file, experiment_text = read_experiment_text(d, manifest)
+    declared = _declared_views(experiment_text, str(exp_file)) if experiment_text is not None else ()
     experiment_text = "(experiment file missing)" if experiment_text is None else experiment_text
     name = manifest.get("name") or d.name
-    if plots is None:
-        plots = all_plots(df, baselines, name, load_samples(d) if len(df) else None,
-                          _declared_views(experiment_text, str(exp_file)))
+    plots = all_plots(df, baselines, name, load_samples(d), declared) if len(df) else []
     found = findings(df, baselines) if len(df) else None
-    if efficiency_plots is None:
-        efficiency_plots = efficiency(found, name) if found else []
+    efficiency_plots = efficiency(found, name) if found else []
+    if plot_formats:
+        save(efficiency_plots + plots, d, plot_formats, "plots")
     context = {
         "name": name, "dir_name": d.name, "version": __version__,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -509,23 +508,9 @@ def build_report(path, plots: Optional[list] = None, efficiency_plots: Optional[
 
 def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     """Write DIR/report.html (or `output`) and the plots under DIR/plots/; returns the report path."""
-    from zcorch.analysis.findings import findings
-    from zcorch.analysis.plots import efficiency
-
     d = result_dir(path)
-    manifest = read_manifest(d)
-    df = load(d)
-    baselines = load_baselines(d)
-    exp_file, exp_text = read_experiment_text(d, manifest)
-    declared = _declared_views(exp_text, str(exp_file)) if exp_text is not None else ()
-    name = manifest.get("name") or d.name
-    plots = all_plots(df, baselines, name, load_samples(d), declared) if len(df) else []
-    eff = efficiency(findings(df, baselines), name) if len(df) else []
-    if plot_formats:
-        save(eff + plots, d, plot_formats, "plots")
     out = Path(output) if output else d / "report.html"
-    page = build_report(d, plots, eff)
+    page = build_report(d, plot_formats)
     # An exclusive temporary renamed over the name: a link planted at report.html or its temporary is
     # replaced, never written through (zcorch.results.setfiles).
     return setfiles.write_inside(out.parent, out.name, page.encode("utf-8"))
-

@@ -1,24 +1,12 @@
-"""Reproduction: a study's published figures next to this run's, and a verdict per published claim.
+"""Reproduction: a study's published figures next to this run's, and a verdict per published claim (the
+verdicts: docs/reproductions.md). Pure functions of a runs frame, its baselines frame and the experiment's
+`reference:`; nothing here measures or reads files.
 
-Pure functions of a runs frame (zcorch.analysis.load), its baselines frame (frames.load_baselines) and the
-experiment's `reference:` (zcorch.config.reference). Nothing here measures or reads files.
-
-Per published figure (`figures()`): the published value (in the metric's unit) and, for throughput, that value
-divided by the study's own baseline (its iperf or dd figure); the measured median of the one cell the figure's
-match selects, its confidence interval (zcorch.analysis.stats.summarize: the same order-statistic interval as every table of
-the report) and that median divided by this result set's baseline of the same kind (iperf3 of the cell's
-buffer/window, dd of its filesystem). So 2006 hardware and a 2026 VM are compared as fractions of their own
-ceilings. The study's numbers and ours are kept in separate fields and every rendering labels them
-"published" and "measured (this run)".
-
-Per claim (`claims()`): `metric(a) OP K × metric(b)` checked on the confidence intervals of the two medians:
-- holds: the intervals are separated in the claimed direction (e.g. for `a > K×b`: low(a) > K × high(b));
-- does not hold: separated in the other direction;
-- inconclusive: they overlap, or a side has fewer than two ok runs (no interval), or is not in this run;
-- untestable here: a condition the claim `needs:` (zcorch.conditions: quiet hosts, one kernel, the link's
-  kind, data against RAM, the CPUs it pins) is not met by its runs or their hosts, whatever the numbers say.
-The evidence (both medians with interval and n, the ratio a/b with the bounds the intervals allow) is part of
-the verdict's line, and each condition's check (met, not met, not recorded, with its numbers) beside it.
+A figure is compared as a fraction of each side's own baseline (the study's iperf or dd figure, this set's
+baseline of the same kind), so 2006 hardware and a 2026 VM are compared against their own ceilings; the study's
+numbers and ours stay in separate fields, labelled "published" and "measured (this run)". A claim
+`metric(a) OP K × metric(b)` is judged on the confidence intervals of the two medians, and is *untestable here*
+when a condition it `needs:` (zcorch.conditions) is not met.
 """
 from __future__ import annotations
 
@@ -585,19 +573,21 @@ def markdown(ref: Reference, df: pd.DataFrame, baselines: pd.DataFrame, name: st
               f"really has (three runs: 75%; {CI:.0%} needs six). Throughput is also shown as a "
               "fraction of each setup's own baseline.", ""]
 
-    def table(header, rows):
-        esc = [[str(v).replace("|", "\\|").replace("\n", " ") for v in r] for r in rows]
-        return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"] + \
-            ["| " + " | ".join(r) + " |" for r in esc] + [""]
-
     if ref.baselines:
-        lines += ["### Baselines", ""] + table(BASELINE_HEADER, baseline_table(ref, baselines))
+        lines += ["### Baselines", ""] + markdown_table(BASELINE_HEADER, baseline_table(ref, baselines))
     fig_rows = figures(df, baselines, ref)
     if fig_rows:
-        lines += ["### Published figures vs this run", ""] + table(FIGURE_HEADER, figure_table(fig_rows))
+        lines += ["### Published figures vs this run", ""] + markdown_table(FIGURE_HEADER, figure_table(fig_rows))
     claim_rows = claims(df, ref, baselines, hosts)
     if claim_rows:
         lines += [f"### Claims ({verdict_counts(claim_rows)})", "",
                   f"A verdict needs both confidence intervals separated, each of at least {ref.level:.0%} "
-                  f"({needs_runs(ref.level)} a side); overlapping intervals or fewer runs are *inconclusive*; a claim whose conditions this machine does not meet is *untestable here*.", ""] + table(CLAIM_HEADER, claim_table(claim_rows))
+                  f"({needs_runs(ref.level)} a side); overlapping intervals or fewer runs are *inconclusive*; a claim whose conditions this machine does not meet is *untestable here*.", ""] + markdown_table(CLAIM_HEADER, claim_table(claim_rows))
     return "\n".join(lines)
+
+
+def markdown_table(header: list, rows: list) -> "list[str]":
+    """A Markdown table's lines and a blank one; `|` and newlines in a value escaped."""
+    esc = [[str(v).replace("|", "\\|").replace("\n", " ") for v in r] for r in rows]
+    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"] + \
+        ["| " + " | ".join(r) + " |" for r in esc] + [""]

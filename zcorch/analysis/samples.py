@@ -1,16 +1,9 @@
 """`zcorch.load_samples`: the per-interval samples of the runs (param `sample_interval`) as one frame.
 
-A worker samples every `sample_interval` while it transfers (a thread of the C core: bytes moved, the
-process's CPU clock, the "cpu" line of /proc/stat, TCP_INFO) and keeps the samples of a transfer that
-lasted at least 3 intervals; the runner writes them to `samples/<cell>-r<repeat>.jsonl` beside the run's
-record, which names the file (`samples`). Only the newest record of each (cell, repeat) counts; a
-samples file that is gone (a result set copied without its samples/) leaves that run out.
-
-Columns: sweep, cell, repeat, side (`send`/`recv`), t_s (since the start of the timed region; the last
-sample is the end of the transfer), the cumulative bytes, proc_cpu_s, host_busy_s, host_softirq_s,
-host_idle_s, the TCP_INFO values at the sample (tcp_snd_cwnd, tcp_rtt_us, tcp_total_retrans), the
-interval's dt_s, gbit_s, proc_cpus (process CPU seconds per second: CPUs the worker kept busy) and
-host_busy_cpus (the machine's), then the run's parameters (but `bytes`: here the bytes moved so far).
+The runner writes a transfer's samples to `samples/<cell>-r<repeat>.jsonl`, named by the run's record; only
+the newest record of each (cell, repeat) counts, and a samples file that is gone leaves that run out. One row
+per sample and side: t_s, the cumulative counters, the TCP_INFO values, the interval's rates (gbit_s,
+proc_cpus, host_busy_cpus) and the run's parameters (`bytes`: moved so far; docs/architecture.md).
 """
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""A cell's nightly series as a small inline SVG for the history page's table (zcorch.analysis.history).
-
-A fleet's year is thousands of series: a matplotlib trend plot of each (about 0.2 s apiece) would take
-minutes, so every row of the table carries this drawing instead, made of the same numbers as the trend plot:
-the nightly medians as a line (broken where a night has no ok run), the fitted levels in grey, the change
-points as red ticks, the newest night as a dot (red when the cell is bad), nights whose runs all failed as
-red marks at the bottom. The full plots are drawn for the cells whose verdict changed
-(history.TREND_PLOTS_MAX).
-
-Only numbers computed here and the escaped label go into the markup.
+"""A cell's nightly series as a small inline SVG for the history page's table (zcorch.analysis.history): a
+fleet's year is thousands of series, and a matplotlib plot of each (about 0.2 s apiece) would take minutes.
+The same numbers as the trend plot: medians, fitted levels, change points, the newest night (red when bad),
+failed nights. Only numbers computed here and the escaped label go into the markup.
 """
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """Statistics on run frames: per-cell medians with distribution-free confidence intervals, Mann–Whitney U.
 
-The confidence interval of a median is the one from order statistics (the binomial or sign-test
-interval, e.g. Hollander & Wolfe): of n ok runs sorted x(1) ≤ … ≤ x(n), the interval [x(k), x(n+1-k)]
-covers the true median with probability P(k ≤ B ≤ n-k), B ~ Binomial(n, 1/2), whatever the
-distribution of the runs. `median_ci` takes the narrowest such interval whose coverage is at least the
-requested level and returns the level it really has (`ci_level`): n=5 gives [min, max] at 93.75%, n=6
-[min, max] at 96.9%, n=9 [x(2), x(8)] at 96.1%. Where even [min, max] falls short of the requested level
-(n ≤ 5 for 95%: three runs cover the median only 75% of the time) the interval is [min, max] with its
-own, lower level and `ci_met` is false: tables then say "75% CI", never "95%". With fewer than two ok runs
-there is no interval (NaN, level NaN).
-
-No resampling: a percentile bootstrap of 3 to 6 repeats claims 95% for what is the min–max of the
-runs, and scipy.stats.quantile_test's interval is NaN where the level cannot be reached, without
-saying what can. The interval is zcorch.results.intervals' (exact binomial sums, stdlib only, so that the
-sweep's runner can ask it too; tested against scipy.stats.binom); Mann–Whitney U is scipy's
-(`scipy.stats.mannwhitneyu`, methods below).
+The interval of a median is the order-statistic (sign-test) one, [x(k), x(n+1-k)] of n sorted runs, at the
+narrowest k whose coverage reaches the level asked, and it carries the level it really has: three runs give
+[min, max] at 75%, never a claimed 95% (`ci_met` false). No resampling: a percentile bootstrap of 3 to 6
+repeats claims 95% for the min–max of the runs, and scipy.stats.quantile_test gives NaN where the level cannot
+be reached without saying what can. The intervals are zcorch.results.intervals' (stdlib, so the sweep's runner
+asks them too); Mann–Whitney U is scipy.stats.mannwhitneyu. Fewer than two ok runs: no interval (NaN).
 """
 from __future__ import annotations
 
@@ -30,6 +21,7 @@ from zcorch.analysis.frames import OK, PARAM_KEYS
 # The order-statistic interval itself lives beside the results (stdlib only: the sweep's runner asks it too)
 from zcorch.results.intervals import CI, ci_width_pct, median_ci, median_ci_level, median_ci_rank, min_runs_for  # noqa: F401
 from zcorch.metrics import SUMMARY
+from zcorch.params import format_value
 
 METRICS = SUMMARY   # the default metrics of summarize (zcorch.metrics)
 
@@ -86,18 +78,12 @@ def linked_axes(df: pd.DataFrame) -> dict:
 
 def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
               metrics: Sequence[str] = METRICS, ci: float = CI) -> pd.DataFrame:
-    """Per group of runs: n (ok runs), n_failed (any other status: counted, never averaged in),
-    and for each metric its median, min, max, ci_low, ci_high, ci_level (the level the interval really
-    has: see the module docstring); `ci_level` (of the group's n ok runs) and `ci_met` (that level is at
-    least `ci`).
-
-    `by` defaults to the cell (and the sweep when the frame holds several), with the parameters
-    that vary across the frame carried along as columns. The CI method is in `.attrs["ci_method"]`.
-
-    A frame of a sweep with `repeats: {min, max, target_ci}` (its records carry `convergence`) also gets
-    `width_pct` (how far the 95% interval of the median throughput, gbit_s, reaches from the median, in %:
-    inf below 6 ok runs, as the sweep judged it) and `converged` (every cell of the group ended converged,
-    as its newest record says); other frames do not have these columns.
+    """Per group of runs: n (ok runs), n_failed (counted, never averaged in), per metric its median, min,
+    max, ci_low, ci_high, ci_level (the level the interval really has), and `ci_met` (that level is at least
+    `ci`). `by` defaults to the cell (and the sweep when there are several), the varying parameters carried
+    along; the CI method is in `.attrs["ci_method"]`. A sweep with adaptive `repeats:` also gets `width_pct`
+    (the gbit_s interval's reach from the median, in %; inf below 6 ok runs) and `converged` (as the newest
+    records say).
     """
     if by is None:
         by = (["sweep"] if "sweep" in df and df["sweep"].nunique() > 1 else []) + ["cell"]
@@ -384,6 +370,13 @@ def format_spread(row: "pd.Series | dict", metric: str = "mb_s") -> str:
     if failed:
         text += f", {failed} failed"
     return text
+
+
+def mode_label(row, others: Sequence[str]) -> str:
+    """'write → splice, buffer=256KiB': the modes, then the other parameters that vary (a missing one left out)."""
+    rest = [f"{p}={format_value(p, row[p])}" for p in others
+            if not (row[p] is None or (isinstance(row[p], (float, np.floating)) and math.isnan(row[p])))]
+    return ", ".join([f"{row['send_mode']} → {row['recv_mode']}", *rest])
 
 
 def mode_table(summary: pd.DataFrame) -> pd.DataFrame:

@@ -84,12 +84,6 @@ def report_document(path) -> dict:
     })
 
 
-def _md_table(header: list, rows: list) -> list:
-    esc = [[str(v).replace("|", "\\|").replace("\n", " ") for v in r] for r in rows]
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"] + \
-        ["| " + " | ".join(r) + " |" for r in esc] + [""]
-
-
 def _n(value, fmt: str) -> str:
     return "" if value is None else fmt.format(value)
 
@@ -128,7 +122,7 @@ def findings_markdown(found: dict, name: str) -> str:
                         + [_n(None if e["share_of_baseline"].get(k, {}).get("share") is None
                               else 100 * e["share_of_baseline"][k]["share"], "{:.0f}%") for k in kinds]
                         + ["; ".join(e["flags"])])
-        lines += _md_table(header, rows)
+        lines += rp.markdown_table(header, rows)
         if ranking["baselines"]:
             lines += ["Baselines: " + "; ".join(f"{b['name']} {b['mb_s']:.0f} MB/s" for b in ranking["baselines"]) + ".",
                       ""]

@@ -1,24 +1,16 @@
 """`zcorch compare BASE CANDIDATE`: did a sweep get slower (for nightly runs and CI)? `zcorch compare FLEET`: which
 pair of a fleet run differs, in which cells, by how much.
 
-Per cell (matched by cell id) the medians, the change in % and a significance test; the verdicts are
-explained in zcorch.analysis.compare; beside the verdict, what changed on the hosts between the two sets
-(meta.json: kernel, offloads, qdisc, governor, ...; zcorch.analysis.hostdiff). Exit status: 0 no regression, 1 regression, 2 usage or input
-error (a missing result set, a bad option), 3 incomplete (no cell in common, a set that failed or has
-fewer ok runs than its plan, a cell on one side only); the last line says which and why
-(zcorch.analysis.gate).
-
-`zcorch compare FLEET [--against PAIR]` (a fleet run's directory, zcorch.sweep.fleet) judges each pair against
-the other pairs pooled (or against PAIR) with the same statistics and the same exit codes: 1 when a pair is
-significantly worse in some cell, 3 when a pair's set is incomplete or fewer than two pairs have one
-(zcorch.analysis.pairs).
+Per cell the medians, the change in % and a significance test (zcorch.analysis.compare), beside what changed on
+the hosts (zcorch.analysis.hostdiff); a fleet's pairs each against the others pooled or `--against PAIR`
+(zcorch.analysis.pairs). The exit status and the last line are the gate's (zcorch.analysis.gate).
 """
 from __future__ import annotations
 
 import argparse
 
 from zcorch.cli.options import add_regression_options, check_regression_options
-from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, completeness, describe_codes
+from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, describe_codes
 from zcorch.cli import HELP, summary
 
 
@@ -40,35 +32,20 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 def main(args: argparse.Namespace) -> int:
     # pandas and scipy load here, not with the parser: `zcorch --help` must start at once.
-    from zcorch.analysis.compare import compare_frames, gate_of, render
-    from zcorch.analysis.frames import read_meta
-    from zcorch.analysis.hostdiff import diff_meta
-    from zcorch.analysis.load import load
+    from zcorch.analysis.compare import render
+    from zcorch.analysis.pairs import compare_sets
+    from zcorch.errors import ConfigError
 
     check_regression_options(args)
-    if args.dataset is not None:
-        from zcorch.analysis.dataset import Dataset  # duckdb: only when reading a dataset
-        from zcorch.errors import ConfigError
-
-        if args.candidate is None or args.against is not None:
-            raise ConfigError("--dataset compares two exported sets: give BASE and CANDIDATE (no --against)")
-        data = Dataset(args.dataset, tables=("sets", "runs", "hosts"))
-        b, c = data.find(args.base), data.find(args.candidate)
-        base, cand = b.completeness(), c.completeness()
-        base_runs, cand_runs = data.runs(b.set_id), data.runs(c.set_id)
-        metas = data.host_meta(b.set_id), data.host_meta(c.set_id)
-    elif args.candidate is None or args.against is not None:
+    if args.dataset is not None and (args.candidate is None or args.against is not None):
+        raise ConfigError("--dataset compares two exported sets: give BASE and CANDIDATE (no --against)")
+    if args.candidate is None or args.against is not None:
         return _pairs(args)
-    else:
-        base, cand = completeness(args.base), completeness(args.candidate)
-        base_runs, cand_runs = load(args.base), load(args.candidate)
-        metas = read_meta(args.base), read_meta(args.candidate)
-    table = compare_frames(base_runs, cand_runs, args.metric, args.threshold, args.alpha)
-    gate = gate_of(table, base, cand)
-    print(render(table, args.format, str(args.base), str(args.candidate), gate, diff_meta(*metas)), end="")
+    out = compare_sets(args.base, args.candidate, args.metric, args.threshold, args.alpha, args.dataset)
+    print(render(out.table, args.format, str(args.base), str(args.candidate), out.gate, out.host_changes), end="")
     if args.format != "json":
-        print(gate.line("zcorch compare"))
-    return gate.code
+        print(out.gate.line("zcorch compare"))
+    return out.gate.code
 
 
 def _pairs(args: argparse.Namespace) -> int:

@@ -1,11 +1,8 @@
 """`zcorch export ROOT DEST`: every result set under ROOT as one hive-partitioned Parquet dataset in DEST.
 
-Tables sets, runs, baselines and hosts, partitioned by experiment and date (DEST/<table>/experiment=NAME/
-date=YYYY-MM-DD/*.parquet), with the pair, kernel and revision as columns: DuckDB, Spark, Trino, polars and
-pandas read it without zcorch, and `zcorch history DEST` / `zcorch compare --dataset DEST` read it through
-DuckDB. Incremental (a set already exported with the same content is skipped), atomic (temporaries renamed
-into place, DEST/dataset.json last) and safe from several exports at once (one lock, each set written
-once). The layout: zcorch.analysis.export. Exit status: 0 ok, 2 input error, 75 DEST busy too long.
+Incremental, atomic and safe from several exports at once; DuckDB, pandas and others read it without zcorch,
+and `zcorch history DEST` / `zcorch compare --dataset DEST` read it too. The layout: zcorch.analysis.export
+and docs/dataset.md.
 """
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ class ConsoleFleetObserver(FleetObserver):
         self._say(logging.INFO, text)
 
     def event(self, pair: str, doc: dict) -> None:
-        from zcorch.cli.run_output import _modes, _rate
+        from zcorch.cli.run_output import run_line
 
         kind = doc.get("event")
         if kind == "start":
@@ -69,13 +69,7 @@ class ConsoleFleetObserver(FleetObserver):
             self.done[pair] = self.done.get(pair, 0) + 1
             if doc.get("status") != "ok":
                 self.failed[pair] = self.failed.get(pair, 0) + 1
-            text = f"[{pair}] {_modes(doc)} r{doc.get('repeat')}: {doc.get('status')}"
-            rate = _rate(doc)
-            if rate:
-                text += f" {rate}"
-            if doc.get("status") != "ok" and doc.get("reason"):
-                text += f" ({str(doc['reason'])[:160]})"
-            self._progress(text, doc.get("status") == "ok")
+            self._progress(f"[{pair}] {run_line(doc)}", doc.get("status") == "ok")
 
     def _progress(self, text: str, ok: bool) -> None:
         if not self.log.isEnabledFor(logging.INFO):

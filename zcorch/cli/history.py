@@ -1,13 +1,7 @@
 """`zcorch history ROOT`: every result set under ROOT over time, one page (ROOT/index.html) for nightly sweeps.
 
-Per experiment the sweeps (date, git revision, kernel, hosts, status, report), per cell a trend plot of the
-median with its CI and the detected change points, and the newest sweep against the preceding stable
-segment; the analysis is zcorch.analysis.history. With --check the exit status is the gate's
-(zcorch.analysis.gate, the same as `zcorch compare`): 0 no regression (each cell could have seen a change of
-the threshold), 1 a regression of the newest sweep, 2 usage or input error, 3 cannot tell (a cell that could
-not see the threshold or moved without being significant, the newest sweep failed or measured fewer runs than
-its plan, a cell of the previous sweep is missing, or there is no earlier sweep); the last line says which
-and why. Reports of the sweeps are written only with --reports.
+The analysis is zcorch.analysis.history (docs/nightly.md); with --check the exit status is the gate's
+(zcorch.analysis.gate, as `zcorch compare`). Reports of the sweeps are written only with --reports.
 """
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
 """`zcorch plan FILE [--json]`: validate an experiment file and show what `zcorch run` would do.
 
-`--hosts INVENTORY[:PAIR]` and `--set KEY=VALUE` change the experiment as they do for `zcorch run`.
-
-Without --json: a table (one row per cell, the linked axes' labels and the parameters that vary as columns,
-sizes human-readable),
-the fixed parameters, cell/run counts, dropped cells with the reason, warnings and an estimated duration
-with its assumptions. With --json: the runs as a JSON array `[{"id", "repeat", "params"}, ...]` in
-execution order (sizes in bytes, durations in seconds); warnings then go to stderr. With `repeats: {min, max,
-target_ci}` every cell's repeats up to max are listed, and the runs a cell may not need (it stops once it
-converged) have `"optional": true`: the runs without it are the fewest the sweep can do.
+`--hosts` and `--set` change the experiment as they do for `zcorch run`. Without --json: the cells (the varying
+parameters as columns), the fixed parameters, counts, dropped cells, warnings and an estimated duration. With
+--json: the runs `[{"id", "repeat", "params"}, ...]` in execution order (warnings to stderr); with adaptive
+`repeats:` the runs a converged cell may skip have `"optional": true`.
 """
 from __future__ import annotations
 

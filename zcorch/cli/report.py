@@ -1,13 +1,7 @@
 """`zcorch report DIR`: a self-contained HTML report of one result set (DIR/report.html).
 
-The page opens with the Findings: per sink (and filesystem or network where they vary) the configurations
-ranked by throughput, grouped where the runs cannot tell them apart, with their CPU per GiB and their share
-of the baselines. `--format markdown` prints the Findings (and the Reproduction section when the experiment
-has a `reference:`) to stdout; `--format json` prints them as one JSON document
-(docs/schemas/report.schema.json). Neither writes a file.
-
-The report is zcorch.analysis.report.write_report, the text forms zcorch.analysis.summary; this module is
-their command line.
+`--format markdown` / `json` print the Findings (and the Reproduction section) to stdout instead
+(docs/schemas/report.schema.json), writing no file. The work: zcorch.analysis.report and .summary.
 """
 from __future__ import annotations
 

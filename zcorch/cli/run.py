@@ -1,16 +1,10 @@
 """`zcorch run FILE`: deploy, baselines, every cell, into a result set (docs/architecture.md).
 
-Exit status: 0 when every run of the plan is ok, 1 when some failed (results still written),
-2 for a bad experiment file or option, 75 when another `zcorch run` is writing the result set
-(--resume DIR or -o DIR: its lock, DIR/.lock, is held; nothing was done), 130 on Ctrl-C, SIGTERM or SIGHUP (finished runs kept, result set marked interrupted; continue with --resume). The
-teardown after it (hosts' network restored, filesystems undone, the manifest closed) finishes whatever
-signals arrive, except that a third Ctrl-C abandons it, printing what is left and how to restore it.
-
-With `--hosts INVENTORY:PAIR1,PAIR2...` or `INVENTORY:all` (and `--resume` of such a run's directory) it is a
-fleet run, one sweep per pair at once (zcorch.cli.fleet, zcorch.sweep.fleet): 0 when every pair completed with
-every run ok, 1 when some pair did not, 2, 75 and 130 as above.
-
-The pipeline is zcorch.sweep.pipeline.run_sweep; this module is its command line and what it prints.
+Exit status: 0 every run of the plan ok, 1 some failed (results still written), 2 a bad experiment file or
+option, 75 another `zcorch run` holds the result set's lock (nothing done), 130 on Ctrl-C, SIGTERM or SIGHUP
+(finished runs kept; continue with --resume). The teardown after it finishes whatever signals arrive, except
+that a third Ctrl-C abandons it, printing what is left and how to restore it. With `--hosts INV:PAIR1,...` or
+`INV:all` it is a fleet run (zcorch.cli.fleet). The pipeline is zcorch.sweep.pipeline.run_sweep.
 """
 from __future__ import annotations
 
@@ -24,7 +18,7 @@ from typing import Callable, Dict, List, Optional, TextIO
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.cli.cache_writer import CacheWriter
-from zcorch.cli.run_output import (_clean, _modes, _rate, _utc_now, check_export, export_after_run,
+from zcorch.cli.run_output import (_clean, _utc_now, run_line, check_export, export_after_run,
                                    report_export, say_over_bar)
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
@@ -110,13 +104,7 @@ class ConsoleObserver(SweepObserver):
 
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
         done_now = outcome.ok + outcome.failed
-        text = f"{_modes(record)} r{record['repeat']}: {record['status']}"
-        rate = _rate(record)
-        if rate:
-            text += f" {rate}"
-        if record["status"] != "ok" and record.get("reason"):
-            reason = record["reason"]
-            text += f" ({reason if self.log.isEnabledFor(logging.DEBUG) else reason[:160]})"
+        text = run_line(record, whole_reason=self.log.isEnabledFor(logging.DEBUG))
         if not self.log.isEnabledFor(logging.INFO):
             if record["status"] != "ok":
                 self.log.warning(f"zcorch run: {text}")

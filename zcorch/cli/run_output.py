@@ -21,20 +21,20 @@ def say_over_bar(log, bar, level: int, text: str) -> None:
         bar.refresh()
 
 
-def _modes(record: dict) -> str:
-    """'write→read' (plus the streams when several): what a user recognises, where the cell id is a hash."""
-    p = record.get("params") or {}
+def run_line(record: dict, whole_reason: bool = False) -> str:
+    """`write→read r0: ok 9.41 Gbit/s` of a run record (the modes, not the cell id: what a user recognises),
+    with a failed run's reason, cut at 160 characters unless `whole_reason`."""
+    p, recv = record.get("params") or {}, record.get("receiver") or {}
     text = f"{p.get('send_mode', '?')}→{p.get('recv_mode', '?')}"
     if (p.get("streams") or 1) > 1:
         text += f" ×{p['streams']}"
+    text += f" r{record.get('repeat')}: {record.get('status')}"
+    if record.get("status") == "ok" and recv.get("wall_ns"):
+        text += f" {recv['bytes'] * 8 / recv['wall_ns']:.2f} Gbit/s"
+    elif record.get("status") != "ok" and record.get("reason"):
+        reason = str(record["reason"])
+        text += f" ({reason if whole_reason else reason[:160]})"
     return text
-
-
-def _rate(record: dict) -> str:
-    recv = record.get("receiver") or {}
-    if record.get("status") != "ok" or not recv.get("wall_ns"):
-        return ""
-    return f"{recv['bytes'] * 8 / recv['wall_ns']:.2f} Gbit/s"
 
 
 def _finite(x):

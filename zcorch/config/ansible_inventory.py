@@ -1,30 +1,14 @@
-"""Ansible inventories as zcorch inventories: `--hosts INV[:PAIR]` where INV is the inventory a lab keeps.
+"""Ansible inventories as zcorch inventories (`--hosts INV[:PAIR]`): the JSON `ansible-inventory --list`
+prints, or YAML and INI files read by ansible-core itself (the optional extra `zcorch[ansible]`). The
+variables (zcorch_pair, zcorch_role, zcorch_data_address, ansible_host, ...) are in docs/experiment-files.md,
+"Ansible inventories"; hosts without `zcorch_pair` are ignored.
 
-Accepted: the JSON `ansible-inventory -i SOURCE --list` prints (any source, dynamic cloud inventories
-included: save its output and pass the file), and Ansible's YAML and INI inventory files. The YAML and INI
-files are read by ansible-core itself (`ansible-inventory --list`, run as an argv list, never through a shell,
-with only its `yaml` and `ini` inventory plugins enabled, so that no inventory script or plugin configuration
-is ever executed: list_json runs it in a fresh private cwd with an empty private ANSIBLE_CONFIG, no `ANSIBLE_*`
-variable of the caller's, empty plugin paths, a time, memory and output limit; its JSON, like a JSON file, is
-read bounded, load_json); ansible-core is the optional extra `zcorch[ansible]`. An executable inventory script is
-never run: it is a program, and `zcorch run` is not the place to run it; run
-`ansible-inventory -i SCRIPT --list > inventory.json` and pass the JSON.
-
-Pairs and roles are host or group variables (docs/experiment-files.md, "Ansible inventories"):
-
-    zcorch_pair            the pair's name (a group variable makes a group one pair)          required
-    zcorch_role            sender | receiver                                                   required
-    zcorch_data_address    the address the data connection reaches the host at                required
-    ansible_host           the SSH host (default: the inventory hostname)
-    ansible_user, ansible_port, ansible_ssh_private_key_file (identity_file, relative to the inventory's
-    directory), ansible_python_interpreter (python)
-    zcorch_known_hosts, zcorch_ssh_config, zcorch_workdir, zcorch_allow_network_changes
-    zcorch_shares          on either host of a pair: the names of links/switches it shares with other pairs
-
-Hosts without `zcorch_pair` are ignored. The pairs found become a zcorch inventory document that the parser of
-inventory files validates (zcorch.config.inventory.parse_inventory), so every value gets the same checks as
-in zcorch's own inventory; a problem is reported as `FILE:LINE: host `NAME` (pair P, sender): VARIABLE: message`,
-LINE being where the host's name first appears in the file (the JSON and ansible-core keep no positions).
+No inventory script or plugin configuration is ever executed: list_json runs `ansible-inventory` as an argv
+list (no shell) with only the `yaml` and `ini` plugins, in a fresh private cwd with an empty private
+ANSIBLE_CONFIG, none of the caller's `ANSIBLE_*`, empty plugin paths and time, memory and output limits; an
+executable inventory is a program, so its saved `--list` JSON is what to pass. The pairs found are validated
+by zcorch.config.inventory.parse_inventory, a problem named `FILE:LINE: host `NAME` (pair P, sender):
+VARIABLE: message` (LINE: where the host's name first appears; the JSON keeps no positions).
 """
 from __future__ import annotations
 

@@ -1,16 +1,12 @@
 """The mode capability table the planner judges cells by, without the compiled worker.
 
-Each send and receive mode declares `ZC_CAP_*` flags in its C ops table (native/include/zcorch_api.h;
-`zcorch worker info` prints them under "capabilities"). The cell rules (zcorch.config.cells) need them at
-plan time, and planning must not need the compiled module `zcorch._native`, so the controller reads a
-generated, committed copy: zcorch/config/capabilities_table.py. Regenerate it after changing a mode's
-flags or adding a mode (the built worker is the source):
+Each mode declares `ZC_CAP_*` flags in its C ops table; planning must not need `zcorch._native`, so the cell
+rules read a generated, committed copy (zcorch/config/capabilities_table.py). After changing a mode's flags:
 
     python -m zcorch.config.capabilities --write     # rewrite the copy from the built worker
     python -m zcorch.config.capabilities --check     # exit 1 when the copy differs (tests/test_capabilities.py)
 
-The copy describes the worker built from this checkout; the preflight still asks each host's worker
-(`worker info`) which modes it can run (zcorch.provision.deploy.mode_problems).
+The preflight still asks each host's worker which modes it can run (zcorch.provision.deploy.mode_problems).
 """
 from __future__ import annotations
 

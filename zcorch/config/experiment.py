@@ -1,22 +1,9 @@
-"""Experiment files: read and validate one, and the names the other stages use.
+"""Experiment files: `load_experiment(path)` reads one YAML file (zcorch.config.yamlsrc keeps positions and
+refuses YAML 1.1 surprises) into a normalised `Experiment` (sizes in bytes, durations in seconds, auto/null as
+None), or raises one `ConfigError` listing every problem as `file:line:column: key.path: message`.
 
-`load_experiment(path)` reads one YAML file (through `zcorch.config.yamlsrc`, which keeps positions and refuses
-YAML 1.1 surprises) and either returns an `Experiment` whose values are normalised (sizes in bytes,
-durations in seconds, `auto`/null as None) or raises one `ConfigError` listing *every* problem as
-`file:line:column: key.path: message`. Nothing here runs anything.
-
-The work is split by job, each module below this one:
-- zcorch.config.schema: the validated `Experiment` and its `Axis` (frozen), the top level's keys and limits;
-- zcorch.config.validate: the validator of the whole document (sections by their own modules: hosts,
-  baselines, filesystems, networks, reference, views), zcorch.config.param_values: one parameter's value;
-- zcorch.config.effective: the effective document (the experiment as run with --set and --hosts);
-- zcorch.config.cells: the worker's cell rules (`cell_problems`, `filesystem_problem`), applied by
-  `zcorch.plan.expand`, from the committed mode capability table (zcorch.config.capabilities);
-- zcorch.config.sections: one section read alone, for the analysis (`views_of`, `linked_axes_of`, `reference_of`).
-Their public names stay importable from here.
-
-The user reference for the format is docs/experiment-files.md; the parameters (keys, defaults, kinds,
-constraints) are the table in zcorch.params, from which DEFAULTS, PARAM_KEYS and PARAM_PARSERS derive.
+The work lives in the modules below this one (schema, validate, param_values, effective, cells, sections;
+docs/architecture.md); their public names stay importable from here. The format: docs/experiment-files.md.
 """
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""The `filesystems:` section: the receiver filesystems a sweep uses (zcorch.provision.filesystems builds them).
-
-Two kinds of entry:
-
-    array:     {path: /mnt/array}                        # existing directory: used and recorded, never touched
-    ext4-loop: {fs: ext4, loop: {count: 1, size: 2GiB}, mount_options: [noatime]}
-    md-raid0:  {fs: xfs, raid: raid0, devices: [/dev/sdb, /dev/sdc], allow_destroy: [/dev/sdb, /dev/sdc]}
-
-Keys of a provisioned entry: fs (ext2|ext3|ext4|xfs|btrfs), exactly one of loop {count, size, dir,
-direct_io} or devices [...], raid (btrfs: its own profiles via mkfs.btrfs -d/-m; other fs: md via mdadm),
-raid_chunk (md only, a multiple of 4KiB), allow_destroy (subset of devices), mkfs_options, mount_options,
-mountpoint (`{scratch}/DIR` only). This module holds every rule, including what mdadm / mkfs refuse (device counts per level,
-minimum sizes), so a file is refused at plan time with file:line, never half-way through a sweep.
+"""The `filesystems:` section: the receiver filesystems a sweep uses (zcorch.provision.filesystems builds them):
+an existing directory (`{path: ...}`, never touched) or a provisioned one on loop files or devices, with md or
+btrfs RAID (the keys: docs/experiment-files.md). Every rule lives here, including what mdadm and mkfs refuse
+(device counts per level, minimum sizes), so a file is refused at plan time with file:line, never half-way
+through a sweep.
 """
 from __future__ import annotations
 
@@ -70,10 +62,6 @@ class FilesystemConfig:
     @property
     def uses_md(self) -> bool:
         return self.raid is not None and self.fs != "btrfs"
-
-    @property
-    def device_count(self) -> int:
-        return self.loop_count if self.loop_count else len(self.devices)
 
 
 def filesystems_from_mapping(data: Mapping, path: str = "<filesystems>") -> "dict[str, FilesystemConfig]":

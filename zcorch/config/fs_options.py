@@ -1,20 +1,12 @@
 """`mkfs_options` and `mount_options` of a `filesystems:` entry, read the way mkfs and mount read them.
 
-A textual search for `device=` missed `-Jdevice=LABEL=x`: what an option means depends
-on how the tool splits argv. So `mkfs_option_problems` walks the list as getopt does (a letter, its value
-attached or in the next item, letters bundled as `-qF`), knows for each tool which letters take a value and
-which `key=value` keys each sub-option list (`-E`, `-J`, `-O`, `-d`, `-l`, `-r` ...) accepts, and refuses:
-
-- anything that names another device or file: a device key (`device=`, `logdev=`, `rtdev=`, `name=`), a
-  file to read or write (`-d DIR`, `-l FILE`, `-z UNDO`, `-p PROTO`, `-c CONFIG`, `--rootdir`), a value
-  that refers to a device by LABEL=/UUID=/PARTUUID=/PARTLABEL=, and any positional argument (mkfs reads
-  it as a device: zcorch appends the only devices after `--`);
-- what turns the target into something else or makes nothing (`-O journal_dev`, `-n`/`-N` dry runs,
-  `-S`, `-V`, `-t`);
-- an error policy that panics the kernel (`-e panic`; `errors=panic`, `fatal_errors=panic` when mounting).
-
-Unknown letters and keys are refused too: accepting only what is listed is the one way a new spelling of a
-device reference cannot slip through. Each problem is (index into the list, message).
+A textual search for `device=` missed `-Jdevice=LABEL=x`: what an option means depends on how the tool splits
+argv. So `mkfs_option_problems` walks the list as getopt does (a letter, its value attached or next, bundled
+letters) with each tool's letters and sub-option keys, and refuses whatever names another device or file (a
+device key, a file to read or write, LABEL=/UUID=/PARTUUID=/PARTLABEL=, any positional argument), turns the
+target into something else or makes nothing (`-O journal_dev`, dry runs), or panics the kernel on an error.
+Unknown letters and keys are refused too: an allow-list is the one way a new spelling of a device reference
+cannot slip through. Each problem is (index into the list, message).
 """
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""The `hosts:` section: `localhost`, or a sender and a receiver reached over SSH.
+"""The `hosts:` section: `localhost`, or a sender and a receiver reached over SSH (docs/experiment-files.md).
 
-    hosts: localhost                                       # Hosts(localhost=True)
-    hosts:
-      sender:   {ssh: root@10.77.0.2, data_address: 10.78.0.2}
-      receiver: {ssh: lab-receiver, data_address: 10.78.0.3, identity_file: ~/.ssh/id_ed25519,
-                 known_hosts: ~/.ssh/known_hosts, ssh_config: ~/.ssh/config, python: python3,
-                 workdir: ~/.cache/zcorch, allow_network_changes: false}
-
-Every value reaches a remote command line or ssh, so each is checked syntactically here (an ssh target
-that ssh could read as an option, an interpreter with arguments ... are refused); later stages still pass
-them as argv lists, never through a shell string.
+Every value reaches a remote command line or ssh, so each is checked syntactically here (an ssh target ssh
+could read as an option, an interpreter with arguments ... are refused); later stages still pass them as argv
+lists, never through a shell string.
 """
 from __future__ import annotations
 

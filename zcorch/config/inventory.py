@@ -1,26 +1,10 @@
-"""Inventory files: named pairs of hosts kept apart from the experiments (`zcorch run EXP --hosts FILE[:PAIR]`).
+"""Inventory files: named pairs of hosts kept apart from the experiments (`zcorch run EXP --hosts FILE[:PAIR]`;
+the format, with `shares:` and the reserved name `all`, is in docs/experiment-files.md).
 
-    pairs:
-      lab:                                   # each pair: exactly what an experiment's `hosts:` takes
-        sender:   {ssh: root@10.77.0.2, data_address: 10.78.0.2, identity_file: keys/lab_ed25519}
-        receiver: {ssh: root@10.77.0.3, data_address: 10.78.0.3, identity_file: keys/lab_ed25519}
-      rack3: {sender: {...}, receiver: {...}}
-      here: localhost                        # a pair may also be `localhost`
-      rack4: {sender: {...}, receiver: {...}, shares: [tor-switch-4]}
-
-`shares:` (a name or a list of names, on a pair given as a mapping) declares what the pair's transfers
-share with other pairs: a link, a switch, an uplink. A fleet run (`--hosts FILE:PAIR1,PAIR2` or
-`--hosts FILE:all`, zcorch.sweep.fleet) never lets two pairs that share a name transfer at the same time.
-The name `all` is reserved for that selection and cannot name a pair.
-
-The pairs are parsed by zcorch.config.hosts (the parser of `hosts:`), through a Checker, so a problem is
-reported as `inventory.yaml:line:column: pairs.lab.sender.ssh: message`, every problem at once. Unlike an
-experiment file (which is copied into each result set), an inventory may give `identity_file`,
-`known_hosts` and `ssh_config` relative to its own directory: they are made absolute here, and the result
-set records the absolute paths.
-
-An Ansible inventory (YAML, INI, or `ansible-inventory --list` JSON) is read by
-zcorch.config.ansible_inventory into the same Inventory.
+Each pair is parsed by zcorch.config.hosts (the parser of `hosts:`) through a Checker, so every problem is
+reported at once as `inventory.yaml:line:column: pairs.lab.sender.ssh: message`. Unlike an experiment file
+(copied into each result set), an inventory's `identity_file`, `known_hosts` and `ssh_config` may be relative
+to its directory: they are made absolute here. Ansible inventories: zcorch.config.ansible_inventory.
 """
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""The `networks:` section: named network configurations of the data link (zcorch.provision.network applies them).
-
-    networks:
-      mtu1500: {mtu: 1500}
-      jumbo:   {mtu: 9000, congestion: cubic}
-      bigbuf:  {sysctls: {net.core.rmem_max: 67108864, net.ipv4.tcp_rmem: "4096 131072 67108864"}}
-
-Keys of an entry (at least one): `mtu` (68..65535: the MTU of the data link on both hosts, the interface
-carrying the route to the other host's data address), `congestion` (the host-wide TCP congestion control,
-i.e. the sysctl net.ipv4.tcp_congestion_control, on both hosts), `sysctls` (a mapping of allow-listed sysctl
-names to values: an integer, or a string of words such as "4096 131072 67108864"; written to
-/proc/sys/... on both hosts). The `network` parameter picks an entry per cell; null leaves the hosts alone.
+"""The `networks:` section: named configurations of the data link (zcorch.provision.network applies them):
+`mtu`, `congestion` and allow-listed `sysctls`, on both hosts (docs/experiment-files.md). The `network`
+parameter picks an entry per cell; null leaves the hosts alone.
 """
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """`--set KEY=VALUE`: change an experiment document from the command line before it is validated.
 
-The VALUE is read as YAML (flow style: `64MiB`, `1`, `[write, splice]`, `{count: 16}`; empty = null) into
-the same position-keeping tree as a file (zcorch.config.yamlsrc), its positions replaced by the label
-`--set KEY=VALUE`, and grafted into the file's tree; then the file's own validator runs on the result.
-So a value is checked exactly as if it were written in the file, and a problem is reported as
-`--set bytes=1GX: params.bytes: ...` instead of `file:line:column: ...`. Values are data: they reach no
-shell, like every other value of an experiment.
-
-KEY is a dotted path into the document (`repeats`, `baselines.dd.count`, `matrix.send_mode`,
-`params.bytes`, `filesystems.xfs.loop.size`), or a parameter name alone (`bytes`): then the matrix axis of
-that name if there is one (replaced by the single value: every matrix cell gets it), else `params.<name>`;
-or the name of a linked axis of the matrix (`pinning=[{send_cpu: 0, recv_cpu: 1}]`, or one mapping alone).
-Include entries that set the parameter themselves keep their value (an include is a cell written to
-differ); `--set include=[...]` replaces the includes. Mappings missing on the way are created; a
-section that is a scalar in the file (`baselines: false`) is not silently turned into a mapping: set it
-whole (`--set baselines={dd: {count: 16}}`). A list cannot be indexed: set it whole.
+The VALUE is read as flow YAML into the same position-keeping tree as a file (zcorch.config.yamlsrc), labelled
+`--set KEY=VALUE`, and grafted into the file's tree; the file's own validator then runs, so a value is checked
+exactly as if it were written in the file, and a problem names `--set bytes=1GX: params.bytes: ...`. Values
+are data: they reach no shell. KEY: a dotted path, a parameter name (its matrix axis, else `params.<name>`)
+or a linked axis's name (docs/experiment-files.md); a scalar section or a list is never silently reshaped:
+set it whole.
 """
 from __future__ import annotations
 

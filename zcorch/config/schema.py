@@ -168,10 +168,6 @@ class Experiment:
         """The linked axes of the matrix, in file order."""
         return [a for a in self.matrix if a.linked]
 
-    def axis_labels(self, params: dict) -> "dict[str, str]":
-        """{linked axis name: label} of a cell's parameters (Axis.label_of)."""
-        return {a.key: a.label_of(params) for a in self.matrix if a.linked}
-
     def where(self, key: str) -> str:
         """`file:line:column` of a section or entry, for messages."""
         pos = self.locations.get(key)

@@ -1,13 +1,6 @@
-"""The `report:` section: the views (small-multiple charts and their tables) the report draws.
-
-    report:
-      views:
-        - {x: send_cpu, hue: send_mode, facet: recv_mode, metric: gbit_s}
-        - {x: subblocks, hue: send_mode, facet: [gift], metric: send_stime_us, title: "sender system time"}
-
-`x` (required), `hue` and `facet` name a parameter (or a linked axis of the matrix) or a list of them (the combinations of their values present
-in the runs make the axis positions, the colours, the panels); `metric` is a metric of zcorch.metrics (default gbit_s). Without the section
-the report picks a view from the parameters that vary (zcorch.analysis.plots.default_view).
+"""The `report:` section: the views (small-multiple charts and their tables) the report draws: `x`, `hue` and
+`facet` name parameters or linked axes, `metric` one of zcorch.metrics (docs/experiment-files.md). Without the
+section the report picks a view from the parameters that vary (zcorch.analysis.plots.default_view).
 """
 from __future__ import annotations
 

@@ -1,18 +1,8 @@
-"""Repeat until stable: when a cell with `repeats: {min, max, target_ci}` has had enough runs.
-
-Pure functions of a cell's ok runs (no I/O, no clock), so the sweep's loop, `--resume`, the end-of-run
-summary and the gates (zcorch.analysis.gate) all decide the same way:
-
-- a run's value is its throughput as the receiver saw it (zcorch.results.rates.gbit_s of the receiver's
-  bytes and wall time); a run that is not ok has no value and does not count;
-- a cell has **converged** when it has at least `min` values and the 95% interval of their median reaches
-  no further than `target_ci` % from the median (zcorch.results.intervals.ci_width_pct). A 95% interval
-  needs 6 runs, so no cell converges with fewer than 6 ok runs, whatever `min` says;
-- a cell is **done** (gets no more runs) when it converged or every one of its `max` planned repeats has
-  been run; it is **complete** (nothing missing: the gate's view) when it converged or all `max` repeats
-  are ok. A repeat that failed is re-run by --resume, like a failed run of a fixed `repeats: N`.
-
-With a fixed `repeats: N` (policy None) a cell never converges early: it is complete when all N are ok.
+"""Repeat until stable: when a cell with `repeats: {min, max, target_ci}` has had enough runs
+(docs/experiment-files.md). Pure functions of a cell's ok runs, so the sweep's loop, `--resume`, the summary and
+the gates all decide the same way: a cell has converged with at least max(min, 6) ok runs (a 95% interval needs
+6) whose median's 95% interval lies within `target_ci` % of it; it is done when converged or all `max` repeats
+ran, and complete when converged or all `max` are ok. A fixed `repeats: N` (policy None) never converges early.
 """
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""The confidence interval of a median from order statistics, and how close a cell's runs are to a target.
-
-Of n ok runs sorted x(1) ≤ … ≤ x(n), the interval [x(k), x(n+1-k)] covers the true median with
-probability P(k ≤ B ≤ n-k), B ~ Binomial(n, 1/2), whatever the distribution of the runs (the sign-test
-interval). `median_ci` takes the narrowest such interval whose coverage is at least the level asked for
-and returns the level it really has: below that level when even [min, max] falls short (three runs: 75%).
-
-Stdlib only, exact integer arithmetic (math.comb): the sweep's runner asks `ci_width_pct` after every
-run of a cell with `repeats: {target_ci: …}` and should not pull scipy into the controller's loop for a
-binomial sum; zcorch.analysis.stats re-exports these for the tables (and tests them against scipy.stats.binom).
+"""The confidence interval of a median from order statistics (the sign-test interval: zcorch.analysis.stats
+says which and why), and how close a cell's runs are to a target. Stdlib only, exact integer arithmetic
+(math.comb): the sweep's runner asks `ci_width_pct` after every run of an adaptive cell and should not pull
+scipy into the controller's loop; stats re-exports these and tests them against scipy.stats.binom.
 """
 from __future__ import annotations
 

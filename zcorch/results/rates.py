@@ -55,14 +55,6 @@ def background_cpus(idle_before, ncpus):
     return (1.0 - idle_before) * ncpus
 
 
-def host_own_s(busy_s, background, window_s, process_s=0.0):
-    """The transfer's own host CPU seconds: the window's busy CPU less the background the probe saw before it,
-    never below the worker's own process CPU (`process_s`: on a saturated host the other work yields to the
-    transfer, so the background before overstates what ran beside it); NaN where nothing was probed."""
-    own = busy_s - background * window_s
-    return own if own != own else max(own, process_s)
-
-
 def cpu_resolution(sides) -> str:
     """Can the host-CPU numbers of a run be trusted? `sides`: one (host_ticks, busy_s, ncpus, window_s,
     clk_tck[, background_cpus]) per worker (None / NaN where not reported; ticks then estimated as window × clk_tck × CPUs,

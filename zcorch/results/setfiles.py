@@ -1,21 +1,14 @@
-"""Files inside a result set (or an output directory), read and written as root may safely do.
+"""Files inside a result set (or an output directory), read and written as root may safely do: a set can come
+from anyone, and `zcorch report` or `history` often runs as root.
 
-A result set can come from anyone (copied from a lab, unpacked from an archive) and `zcorch report` or
-`history` often runs as root. So:
+- Reading: opened component by component below the set's directory with O_NOFOLLOW, a regular file only (a
+  symlink to a secret, /dev/zero or a FIFO is refused); a name from a file cannot leave the set.
+- Bounded: whole-file reads have a size limit per kind; JSON-lines files are streamed with line-length and
+  record-count limits, what was skipped said (`SkippedWarning`).
+- Writing: an exclusive temporary (O_CREAT|O_EXCL|O_NOFOLLOW, random name) renamed over the final name, so
+  nothing is written through a planted link; sub-directories walked with O_NOFOLLOW.
 
-- Reading: a file is opened component by component below the set's directory with O_NOFOLLOW, and must
-  be a regular file: a symlink (to a 0600 secret, /dev/zero, a FIFO) is refused, never followed, and a
-  name from a file (`experiment_file` of the manifest) cannot leave the set (`..`, absolute paths).
-- Bounded: whole-file reads have a size limit per kind of file; JSON-lines files are streamed with a
-  line-length and a record-count limit, and what was skipped is said (a `SkippedWarning`), so a sparse
-  2 GiB runs.jsonl costs a bounded amount of memory instead of the whole file.
-- Writing: into an exclusive temporary (O_CREAT|O_EXCL|O_NOFOLLOW, a random name) in the target
-  directory, then renamed over the final name: a symlink planted at the final or at a temporary name is
-  replaced or never opened, and nothing is written through it. Sub-directories are walked with
-  O_NOFOLLOW and created when missing.
-
-The directory the user names is taken as given (it may itself be a symlink the user made); only what lies
-below it is held to these rules. Stdlib only.
+The directory the user names is taken as given; only what lies below it is held to these rules. Stdlib only.
 """
 from __future__ import annotations
 

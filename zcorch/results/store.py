@@ -227,20 +227,13 @@ class ResultSet:
                source_bytes: Optional[bytes] = None, inventory: Optional[dict] = None,
                overrides: Sequence[str] = (), repeat_policy: Optional[dict] = None,
                control: Optional[dict] = None) -> "ResultSet":
-        """A new result set in `directory`.
+        """A new result set in `directory` (docs/architecture.md, "Result set", has the manifest's fields).
 
-        unique: `directory` is a default name (results/<name>-<time>): if another sweep took it (two
-        started within the same second), `-2`, `-3` ... is appended; the directory is made with an
-        exclusive mkdir, so two sweeps never share one. experiment_bytes: what experiment.yaml holds
-        (the document as run); source_bytes: the file as written when that differs (experiment.source.yaml).
-        source: {"path", "sha256"} of the experiment file given; inventory: {"path", "sha256", "pair"}
-        when the hosts came from an inventory; overrides: the --set KEY=VALUE applied, as given.
-        repeat_policy: `repeats: {min, max, target_ci}` as {"min", "max", "target_ci"} (manifest "repeats"):
-        plan.json then lists every cell's repeats up to max, and a cell that converged stops early
-        (zcorch.results.convergence); None (a fixed `repeats: N`): every planned run is to run.
-        control: the experiment's `control:` cell as {"cell": id, "params", "label"}, or a baseline kind as
-        {"baseline", "key", "label"} (manifest "control", zcorch.plan.control_record): the analysis divides each
-        run by the control's run, or the baseline's test, of the same repeat.
+        unique: `directory` is a default name: if another sweep took it, `-2`, `-3` ... is appended (an
+        exclusive mkdir: two sweeps never share one). experiment_bytes: experiment.yaml (the document as run);
+        source_bytes: the file as written when that differs. source / inventory: {"path", "sha256"[, "pair"]};
+        overrides: the --set applied; repeat_policy: `repeats: {min, max, target_ci}` (None: a fixed N);
+        control: zcorch.plan.control_record's.
         """
         if unique:
             directory = _new_directory(directory)

@@ -1,14 +1,9 @@
-"""What an earlier result set took, for `zcorch plan --timings DIR`: the estimate from measured figures.
+"""What an earlier result set took, for `zcorch plan --timings DIR`: `learn(DIR) -> zcorch.plan.Timings`.
 
-    learn("results/base-20261128T...") -> zcorch.plan.Timings
-
-From its runs.jsonl (each run's start, transfer wall time, bytes, filesystem and network) and its manifest's
-created/finished: the transfer rate (median bytes per transfer second), the seconds a run takes beyond its
-transfer (median gap between consecutive runs that changed nothing), what a filesystem's first use costs (its
-provisioning and dd baseline: the gap before its first run beyond a plain run's) and what switching the
-network costs, and the time before the first run (hosts, deploy, calibration, network baselines) and after
-the last one (teardown). Why: assumed rates ran +33% high on localhost and ~50% low for the filesystem and
-network axes; the sweep's own history knows better (as its ETA does).
+From its runs.jsonl and manifest: the transfer rate, a run's cost beyond its transfer, a filesystem's first
+use and a network switch (the gaps between runs), and the time before the first run and after the last.
+Why: assumed rates ran +33% high on localhost and ~50% low for the filesystem and network axes; the sweep's
+own history knows better (as its ETA does).
 """
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""The `baselines:` section: what the sweep measures besides the cells, one module per kind (registry.py).
-
-    baselines:                      # not written: the kinds that are on by default (iperf3, dd: as the seeds)
-      iperf3: {duration: 2s, per: pair, omit: 0}
-      dd: {bs: 1MiB, count: 64, scratch: "{scratch}"}   # `count: cells`: as the cells' bytes
-      qperf: {duration: 2s}         # off unless written
-      commands: [...]               # the user's own transfer commands (commands.py)
-    baselines: false                # none; `iperf3: false` / `dd: false` turn one off
-
-`Baselines` holds each registered kind's settings by name (`.iperf3`, `.dd`, `.qperf`: None when off;
-`.commands`: a tuple). Each kind module declares its schema, tools, commands, parser, estimate and dry run
-(kind.py says what); this module only walks the registry.
+"""The `baselines:` section: what the sweep measures besides the cells, one module per kind (registry.py; the
+format: docs/experiment-files.md). `Baselines` holds each registered kind's settings by name (`.iperf3`,
+`.dd`, `.qperf`: None when off; `.commands`: a tuple). Each kind module declares its schema, tools, commands,
+parser, estimate and dry run (kind.py says what); this module only walks the registry.
 """
 from __future__ import annotations
 

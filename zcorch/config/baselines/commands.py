@@ -1,19 +1,7 @@
-"""`baselines.commands`: the user's own transfer commands, timed like the other baselines.
-
-    commands:
-      - name: nc
-        receiver: [nc, -l, "{port}"]                 # argv lists: never a shell string
-        sender: [nc, -N, "{address}", "{port}"]
-        stdin: source             # the sender's stdin is the source file; stdout: sink = the receiver's
-        stdout: sink              #   stdout goes into the sink file
-        bytes: 1GiB               # default: the largest `bytes` of the cells
-        repeats: 3                # default 1
-        timeout: 5m               # default 10m
-
-Placeholders in a command's argv: {address} (the receiver's data address), {port} (a free port on the
-receiver), {source} (a file on the sender the sweep lays out with `bytes` of the mem pattern, in the
-scratch directory), {sink} (a file on the receiver's scratch directory, removed after each run), {bytes}.
-Each end runs under `zcorch worker command` (zcorch.worker.command; zcorch.sweep.commands drives it).
+"""`baselines.commands`: the user's own transfer commands (argv lists, never a shell string), timed like the
+other baselines; the keys and placeholders ({address}, {port}, {source}, {sink}, {bytes}) are in
+docs/experiment-files.md. Each end runs under `zcorch worker command` (zcorch.worker.command;
+zcorch.sweep.commands drives it).
 """
 from __future__ import annotations
 

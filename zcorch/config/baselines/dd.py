@@ -1,28 +1,10 @@
-"""`baselines.dd`: dd write + read on the receiver, in each directory a sink lives in.
-
-    dd: {bs: 1MiB, count: 64, scratch: "{scratch}", repeats: 3}  # count may be size-like (512k blocks)
-    dd: {bs: 32KiB, count: cells}     # as many blocks as the cells' largest `bytes`: follows `--set bytes=...`
-
-`count: cells` is for a study whose dd wrote what its transfers moved (Schutt's 16 GiB, the ext4 page's
-10 GiB): the experiment's validation binds it to ceil(largest bytes / bs), so shrinking or growing the
-transfers with `--set bytes=...` scales the dd with them instead of leaving it at the study's size.
-
-`repeats` (default 1) runs it that many times per directory, back to back, so that a claim about it (a
-study's dd figures, `reference.claims[].of: dd_write`) has a confidence interval: one dd has none.
-
-How the write is timed, as each study's dd was run (the ext4 page: `dd` alone, no sync, on a filesystem
-already written to; Schutt: `sync; time { dd ...; sync; }`):
-
-    dd: {sync: false, fdatasync: true, warmup: true}
-
-`sync` (default true): `dd; sync` inside the timing, or dd alone (the data is synced after, untimed);
-`fdatasync`: also a write with `conv=fdatasync` (dd's own flush, inside its timing), its own record kind
-`dd_fdatasync`; `warmup`: before the first timed write in each directory, one write of the same size whose
-file is removed before the timed one, recorded as `dd_warmup` and so never in a figure of `dd_write`.
+"""`baselines.dd`: dd write + read on the receiver, in each directory a sink lives in
+(docs/experiment-files.md: `bs`, `count` (or `cells`: the cells' largest `bytes`, so `--set bytes=` scales
+it), `repeats`, `sync`, `fdatasync`, `warmup`; each study's dd is timed as that study ran it).
 
 It runs as the host job `zcorch.worker.remote dd DIR BS COUNT [--no-sync] [--fdatasync] [--warmup]` on the
-receiver itself; records {"kind": "dd_write" | "dd_read" | "dd_fdatasync" | "dd_warmup", "key": {"bs",
-"count", "directory", "filesystem", "bs_text"[, "sync": false]}, "result": parse_dd_wrapper(...)[kind]}.
+receiver; records {"kind": "dd_write" | "dd_read" | "dd_fdatasync" | "dd_warmup", "key": {"bs", "count",
+"directory", "filesystem", "bs_text"[, "sync": false]}, "result": parse_dd_wrapper(...)[kind]}.
 """
 from __future__ import annotations
 

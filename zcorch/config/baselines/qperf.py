@@ -1,14 +1,10 @@
-"""`baselines.qperf`: qperf's tcp_bw between the hosts' data addresses, with both ends' CPU figures.
+"""`baselines.qperf`: qperf's tcp_bw between the hosts' data addresses, with both ends' CPU figures (off unless
+written; per (window, buffer) of the cells, or one `msg_size`: docs/experiment-files.md).
 
-    qperf: {duration: 2s, per: pair}   # off unless written; `per: pair` = once per (window, buffer) of the
-                                       # cells (message size = the sender's buffer, -sb = the window)
-    qperf: {msg_size: 64KiB}           # one message size for every test instead of the cells' buffers
-
-The server (`qperf -lp PORT`, it prints nothing) runs on the receiver; the client on the sender waits
-for it (`-ws`) and prints `name = value unit` lines; -uu -e 6 make the units fixed and the figures
-exact enough (captured output: tests/data/captured/qperf_*). Records: {"kind": "qperf", "key": {"window",
-"buffer"}, "result": {"bits_per_second", "send_cpus_used_percent", "recv_cpus_used_percent", ...}}.
-qperf's "% cpus" is the share of one CPU (200 = two CPUs busy), as its own output says.
+The server (`qperf -lp PORT`, silent) runs on the receiver; the client on the sender waits for it (`-ws`) and
+prints `name = value unit` lines, -uu -e 6 fixing the units and precision (tests/data/captured/qperf_*).
+Records: {"kind": "qperf", "key": {"window", "buffer"}, "result": {"bits_per_second",
+"send_cpus_used_percent", "recv_cpus_used_percent", ...}}; qperf's "% cpus" is of one CPU (200 = two busy).
 """
 from __future__ import annotations
 
