@@ -17,13 +17,14 @@ IS_ROOT = os.geteuid() == 0
 
 # The tier markers a test gets from the fixtures it uses (directly or through other fixtures), so that a
 # new test is classified without anyone remembering a decorator. --quick leaves out every test carrying
-# one of QUICK_EXCLUDES.
+# one of QUICK_EXCLUDES: those tiers, and `slow`, the end-to-end tests whose size or duration is what they
+# check (a 1 GiB transfer, the shipped quick start, a built wheel): the whole suite runs them.
 FIXTURE_MARKERS = {
     "lab": ("lab", "root"),        # network namespaces + sshd
     "other_user": ("root",),       # creates a user
     "browser": ("browser",),       # headless Chromium
 }
-QUICK_EXCLUDES = ("lab", "root", "browser")
+QUICK_EXCLUDES = ("lab", "root", "browser", "slow")
 # `serial` tests run alone (scripts/test runs them in a second pass, on one process, after the parallel one):
 # - a module that measures time or CPU (MEASURES), or a lab test that measures an elapsed time (ELAPSED);
 # - a test that compares machine-wide state (loop devices, mounts, md arrays: MACHINE_STATE): a parallel
@@ -102,7 +103,8 @@ def pytest_configure(config):
 
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
-                     help="leave out the lab, root and browser tiers (markers derived from fixtures)")
+                     help="leave out the lab, root and browser tiers (markers derived from fixtures) and the "
+                          "`slow` tests (marked: end-to-end runs whose size or duration is their claim)")
     parser.addoption("--serial-tests", choices=("all", "skip", "only"), default="all",
                      help="skip: leave out the `serial` tests (scripts/test's parallel pass); only: run only them")
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from conftest import require_tool
+from fixtures_analysis import zcorch_cli
 from fixtures_run import zcorch
 from zcorch.config.baselines import Baselines, CommandBaseline
 from zcorch.errors import ConfigError
@@ -96,11 +97,11 @@ def test_a_localhost_sweep_times_real_commands_and_records_failures(tmp_path, ta
     assert "baseline command nc (8388608 bytes, repeat 1): " in r.stdout + r.stderr
 
     # the report: the baselines table lists them; the Reproduction section sets the study's FTP row next to nc
-    md = zcorch(tag, "report", tmp_path / "rs", "--format", "markdown")
+    md = zcorch_cli("report", tmp_path / "rs", "--format", "markdown")
     assert md.returncode == 0, md.stderr
     [row] = [line for line in md.stdout.splitlines() if line.startswith("| nc (command) |")]
     assert "502.77 MB/s" in row and "lftp get" in row and "median of 2" in row
-    html = zcorch(tag, "report", tmp_path / "rs")
+    html = zcorch_cli("report", tmp_path / "rs")
     assert html.returncode == 0, html.stderr
     assert "no-such-program-zc: not found" in (tmp_path / "rs" / "report.html").read_text()
 
@@ -113,7 +114,7 @@ def test_a_localhost_sweep_times_real_commands_and_records_failures(tmp_path, ta
 
 def test_a_reference_baseline_must_name_a_command(tmp_path, tag):
     exp = _experiment(tmp_path, [dict(NC, name="ncat")], REFERENCE)
-    r = zcorch(tag, "plan", exp)
+    r = zcorch_cli("plan", exp)
     assert r.returncode == 2
     assert "reference.baselines.command:nc: no command baseline `nc` in baselines.commands" in r.stderr
 

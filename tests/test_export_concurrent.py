@@ -56,6 +56,7 @@ def _glob_counts(dest):
     return {s: (n, runs.get(s, 0)) for s, n in sets.items()}, set(runs) - set(sets)
 
 
+@pytest.mark.slow   # eight export processes at once
 def test_eight_exporters_at_once_one_killed_mid_write_leave_each_set_once(small_set, tmp_path):
     sets = tmp_path / "sets"
     roots = []

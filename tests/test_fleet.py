@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures_analysis import zcorch_cli
 from fixtures_run import zcorch
 from zcorch.config.hosts import HostSpec
 from zcorch.config.inventory import load_inventory
@@ -177,7 +178,7 @@ def test_a_fleet_of_localhost_pairs_never_overlaps_and_one_failure_stops_no_othe
     assert "[b] failed" in again.stderr and "fleet of 3 pair(s) resumed: b" in again.stderr
 
     # which pair is different: a against c (the only two with runs), same exit codes as across nights
-    cmp = zcorch(tag, "compare", out, "--format", "json")
+    cmp = zcorch_cli("compare", out, "--format", "json")
     verdict = json.loads(cmp.stdout)
     assert cmp.returncode == verdict["exit_code"] == 3   # b never measured anything: incomplete
     assert "pair b" in verdict["reason"] and [p["pair"] for p in verdict["pairs"]] == ["a", "b", "c"]
@@ -185,9 +186,9 @@ def test_a_fleet_of_localhost_pairs_never_overlaps_and_one_failure_stops_no_othe
     assert by_pair["a"]["reference"] == "the other pairs (c)"   # b measured nothing: no one's reference
     # and 3 runs of a against 3 of c can never be significant: cannot tell, with the runs that would decide it
     assert by_pair["b"]["exit_code"] == 3 and by_pair["a"]["exit_code"] == 3 and "runs a side" in by_pair["a"]["reason"]
-    against = zcorch(tag, "compare", out, "--against", "a")
+    against = zcorch_cli("compare", out, "--against", "a")
     assert "against pair a" in against.stdout and "pair c" in against.stdout
-    assert zcorch(tag, "compare", out, "--against", "zz").returncode == 2
+    assert zcorch_cli("compare", out, "--against", "zz").returncode == 2
 
 
 def test_bad_fleet_input_is_refused_before_anything_starts(tmp_path, fleet_files, tag):
@@ -379,7 +380,7 @@ def test_a_pair_killed_between_writing_a_baseline_and_printing_it_still_has_that
 
 def test_plan_takes_a_fleet_and_estimates_it_from_the_pairs_that_take_turns(fleet_files, tag):
     exp, inv = fleet_files
-    res = zcorch(tag, "plan", exp, "--hosts", f"{inv}:all")
+    res = zcorch_cli("plan", exp, "--hosts", f"{inv}:all")
     assert res.returncode == 0, res.stderr
     for pair in "abc":
         assert f"== pair {pair}\n" in res.stdout
@@ -389,7 +390,7 @@ def test_plan_takes_a_fleet_and_estimates_it_from_the_pairs_that_take_turns(flee
     assert len(each) == 3
     fleet = next(line for line in res.stdout.splitlines() if line.startswith("fleet estimated duration"))
     assert "(a, c set it)" in fleet
-    runs = json.loads(zcorch(tag, "plan", exp, "--hosts", f"{inv}:a,b", "--json").stdout)
+    runs = json.loads(zcorch_cli("plan", exp, "--hosts", f"{inv}:a,b", "--json").stdout)
     assert sorted(runs) == ["a", "b"] and runs["a"] == runs["b"] and len(runs["a"]) > 0
-    unknown = zcorch(tag, "plan", exp, "--hosts", f"{inv}:a,zz")
+    unknown = zcorch_cli("plan", exp, "--hosts", f"{inv}:a,zz")
     assert unknown.returncode == 2 and "no pair `zz`" in unknown.stderr

@@ -104,6 +104,7 @@ def _peak_rss_mib_of(argv) -> "tuple[subprocess.CompletedProcess, float]":
     return subprocess.CompletedProcess(argv, doc["rc"], doc["out"], doc["err"]), doc["rss"]
 
 
+@pytest.mark.slow   # a 2 GiB file read: the size is the hazard
 def test_a_sparse_2gib_runs_file_costs_bounded_memory_and_is_reported(tmp_path):
     """The valid records before 2 GiB of NULs (one 'line', no newline) still load; the rest is
     skipped and said, and `history` stays far below the 2 GiB that holding the file would take."""

@@ -10,6 +10,7 @@ import sys
 import pytest
 import yaml
 
+from fixtures_analysis import zcorch_cli
 from fixtures_run import REPO, new_resultset, zcorch
 from zcorch.analysis.report import experiment_section
 from zcorch.errors import ResultsError
@@ -43,30 +44,37 @@ def files(tmp_path):
     return exp, inv
 
 
-def test_plan_takes_hosts_set_and_the_environment(files, tag):
+def plan_with(monkeypatch, hosts: str, *args) -> subprocess.CompletedProcess:
+    """`zcorch plan ARGS` (in this process) with ZCORCH_HOSTS=hosts in its environment."""
+    with monkeypatch.context() as m:
+        m.setenv("ZCORCH_HOSTS", hosts)
+        return zcorch_cli("plan", *args)
+
+
+def test_plan_takes_hosts_set_and_the_environment(files, tag, monkeypatch):
     exp, inv = files
     # without a pair the plan still shows the cells, its hosts unknown; a run refuses (and says how to name them)
-    r = zcorch(tag, "plan", exp)
+    r = zcorch_cli("plan", exp)
     assert r.returncode == 0, r.stderr
     assert "hosts: unknown until run: `hosts: inventory`" in r.stdout and "4 cells x 2 repeats" in r.stdout
-    r = zcorch(tag, "plan", exp, "--json")
+    r = zcorch_cli("plan", exp, "--json")
     assert r.returncode == 0 and len(json.loads(r.stdout)) == 8
     r = zcorch(tag, "run", exp, "--dry-run")
     assert r.returncode == 2 and "hosts: `inventory`: this experiment runs on two hosts" in r.stderr
-    r = zcorch(tag, "plan", exp, "--hosts", f"{inv}:far", "--set", "bytes=2MiB", "--set", "matrix.buffer=[64KiB]")
+    r = zcorch_cli("plan", exp, "--hosts", f"{inv}:far", "--set", "bytes=2MiB", "--set", "matrix.buffer=[64KiB]")
     assert r.returncode == 0, r.stderr
     assert f"hosts: sender nobody@192.0.2.1 -> receiver nobody@192.0.2.2 (pair `far` of {inv})" in r.stdout
     assert "--set bytes=2MiB\n--set matrix.buffer=[64KiB]\n" in r.stdout and "2 cells x 2 repeats" in r.stdout
-    r = zcorch(tag, "plan", exp, "--json", env={"ZCORCH_HOSTS": f"{inv}:here"})
+    r = plan_with(monkeypatch, f"{inv}:here", exp, "--json")
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)) == 8
     # the flag wins over the environment (whose pair does not even exist)
-    r = zcorch(tag, "plan", exp, "--hosts", f"{inv}:here", env={"ZCORCH_HOSTS": f"{inv}:nope"})
+    r = plan_with(monkeypatch, f"{inv}:nope", exp, "--hosts", f"{inv}:here")
     assert r.returncode == 0 and f"hosts: localhost (pair `here` of {inv})" in r.stdout, r.stderr
-    r = zcorch(tag, "plan", exp, env={"ZCORCH_HOSTS": f"{inv}:nope"})
+    r = plan_with(monkeypatch, f"{inv}:nope", exp)
     assert r.returncode == 2 and f"error: ZCORCH_HOSTS {inv}:nope: {inv} has no pair `nope`" in r.stderr
     assert "(its pairs: here, far)" in r.stderr
-    r = zcorch(tag, "plan", exp, "--hosts", inv, "--set", "byts=1", "--set", "repeats=0")
+    r = zcorch_cli("plan", exp, "--hosts", inv, "--set", "byts=1", "--set", "repeats=0")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "--set byts=1: byts: unknown key `byts`; did you mean `bytes`?" in r.stderr
     assert "--set repeats=0: repeats: expected an integer between 1 and 10000" in r.stderr

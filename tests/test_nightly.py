@@ -76,6 +76,7 @@ def test_prune_keeps_the_newest_nights_and_touches_nothing_it_did_not_make(tmp_p
     assert mod.prune(str(root), keep=2) == []
 
 
+@pytest.mark.slow   # two nights of the real recipe, each a sweep and a history
 def test_a_night_on_localhost_then_the_next_keeping_one(tmp_path):
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text(TINY.replace("params:", "hosts: localhost\nparams:"))

@@ -7,6 +7,7 @@ regenerates it with the command the failure names. The real docs/reproductions.m
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,10 +35,15 @@ def shipped() -> "list[Path]":
     return dirs
 
 
-@pytest.fixture
-def copies(tmp_path) -> "list[Path]":
-    """Private copies of the shipped sets under their own names (loading writes a cache into a set)."""
-    return [copy_result_set(d, tmp_path / "sets" / d.name) for d in shipped()]
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> "tuple[list[Path], subprocess.CompletedProcess, str]":
+    """(private copies of the shipped sets under their own names (loading writes a cache into a set),
+    `zcorch reproductions COPIES -o FILE`, the FILE it wrote): made once for the module's tests that read it."""
+    tmp = tmp_path_factory.mktemp("made")
+    copies = [copy_result_set(d, tmp / "sets" / d.name) for d in shipped()]
+    out = tmp / "reproductions.md"
+    res = zcorch_cli("reproductions", *map(str, copies), "-o", str(out))
+    return copies, res, out.read_text(encoding="utf-8") if out.exists() else ""
 
 
 def test_the_shipped_sets_are_small():
@@ -45,11 +51,10 @@ def test_the_shipped_sets_are_small():
     assert total < 1_000_000, f"{total} bytes: the shipped result sets should stay kilobytes"
 
 
-def test_the_document_is_what_the_command_makes_of_the_shipped_sets(copies, tmp_path):
-    out = tmp_path / "reproductions.md"
-    res = zcorch_cli("reproductions", *map(str, copies), "-o", str(out))
+def test_the_document_is_what_the_command_makes_of_the_shipped_sets(made):
+    copies, res, written = made
     assert res.returncode == 0, res.stderr
-    assert out.read_text(encoding="utf-8") == EXPECTED.read_text(encoding="utf-8"), f"stale: {REGENERATE}"
+    assert written == EXPECTED.read_text(encoding="utf-8"), f"stale: {REGENERATE}"
     printed = zcorch_cli("reproductions", *map(str, copies))
     assert printed.returncode == 0 and printed.stdout == EXPECTED.read_text(encoding="utf-8")
 
@@ -148,11 +153,12 @@ def test_the_notes_cannot_carry_a_figure(tmp_path):
     assert "sendfile-pinning-2001" not in text and "`4`" not in text and "RAID" not in text
 
 
-def test_the_document_states_how_its_sets_were_made_and_the_studys_units(copies):
-    doc = published.reproductions_markdown(copies)
-    made = doc.split("## How these sets were made")[1].split("\n## ")[0]
+def test_the_document_states_how_its_sets_were_made_and_the_studys_units(made):
+    copies, res, doc = made
+    assert res.returncode == 0, res.stderr
+    how = doc.split("## How these sets were made")[1].split("\n## ")[0]
     for d in copies:
-        row = next(line for line in made.splitlines() if line.startswith(f"| {d.name} |"))
+        row = next(line for line in how.splitlines() if line.startswith(f"| {d.name} |"))
         assert "| 4MiB |" in row and "| 2 |" in row and "--set bytes=4MiB" in row   # the fixtures' own size and runs
     # the unit Morton's table mislabels is said in the document itself, under his setup
     morton = reference_of((ROOT / "experiments/sendfile-pinning-2001.yaml").read_text(), "morton.yaml")

@@ -225,6 +225,7 @@ def _fault_claim_at(size: str, tmp_path) -> "rp.ClaimRow":
     return next(r for r in rows if "faults every page" in r.claim.says)
 
 
+@pytest.mark.slow   # ten 1 GiB transfers: the size is the claim
 def test_the_fault_claim_gives_one_verdict_at_64_mib_and_1_gib(tmp_path):
     small, large = _fault_claim_at("64MiB", tmp_path), _fault_claim_at("1GiB", tmp_path)
     print(small.evidence, large.evidence, sep="\n")

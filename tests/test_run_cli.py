@@ -193,6 +193,7 @@ def test_resume_of_something_else_is_refused(tmp_path, tag):
     assert r.returncode == 2 and "not a zcorch result set" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow   # the shipped file as it is: 30 runs of its 1 s duration
 def test_quickstart_runs_end_to_end(tmp_path, tag):
     # The shipped file as it is; HOME points into tmp_path, so its {scratch} (dd's directory) resolves to
     # tmp_path/home/.cache/zcorch/scratch. Every run lasts its `duration` (long enough for the host

@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from fixtures_analysis import zcorch_cli
 from fixtures_run import TAG_VAR, zcorch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,6 +134,6 @@ def test_a_run_waits_for_another_export_and_a_failed_export_is_a_warning(tmp_pat
     assert f"zcorch export {tmp_path / 'night2'} {dest}" in res.stderr   # how to do it again
     assert json.loads((tmp_path / "night2" / "manifest.json").read_text())["status"] == "complete"
     (dest / "dataset.json").write_bytes(good)
-    again = zcorch(tag, "export", tmp_path / "night2", dest)
+    again = zcorch_cli("export", tmp_path / "night2", dest)
     assert again.returncode == 0 and "1 result set(s) exported" in again.stdout
     assert len(json.loads((dest / "dataset.json").read_text())["sets"]) == 3

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from fixtures_analysis import ROOT, SMALL, copy_result_set
 
@@ -48,6 +49,7 @@ def many_rows(path: Path, rows: int, columns: dict, metadata: "dict | None" = No
             left -= BATCH
 
 
+@pytest.mark.slow   # 200M rows written: the size is the hazard
 def test_a_stamped_runs_parquet_of_200m_rows_is_ignored_and_rebuilt(tmp_path):
     from zcorch.analysis import cache
 
@@ -81,6 +83,7 @@ def test_runs_jsonl_beyond_what_its_plan_can_hold_is_refused(tmp_path):
     assert "runs.jsonl: more than 220 records" in err and "plan.json lists 39 runs" in err
 
 
+@pytest.mark.slow   # 300M rows written: the size is the hazard
 def test_a_dataset_part_of_300m_rows_is_an_input_error_naming_it(tmp_path):
     rs = copy_result_set(SMALL, tmp_path / "root" / "small")
     dest = tmp_path / "dataset"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -39,6 +39,13 @@ class Plot:
     title: str
     figure: Optional[Figure]
     note: Optional[str] = None  # why it was skipped (figure is None) or a caveat
+    # each format drawn once: the report embeds the PNG it also writes under plots/
+    rendered: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def image(self, fmt: str = "png") -> bytes:
+        if fmt not in self.rendered:
+            self.rendered[fmt] = figure_bytes(self.figure, fmt)
+        return self.rendered[fmt]
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -592,9 +599,9 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
     return buf.getvalue()
 
 
-def data_uri(fig: Figure, fmt: str = "png") -> str:
+def data_uri(plot: Plot, fmt: str = "png") -> str:
     mime = {"png": "image/png", "svg": "image/svg+xml"}[fmt]
-    return f"data:{mime};base64," + base64.b64encode(figure_bytes(fig, fmt)).decode("ascii")
+    return f"data:{mime};base64," + base64.b64encode(plot.image(fmt)).decode("ascii")
 
 
 def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] = ("png", "svg"),
@@ -610,7 +617,7 @@ def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] 
             continue
         for fmt in formats:
             rel = f"{subdir}/{plot.name}.{fmt}" if subdir else f"{plot.name}.{fmt}"
-            paths.append(setfiles.write_inside(out, rel, figure_bytes(plot.figure, fmt)))
+            paths.append(setfiles.write_inside(out, rel, plot.image(fmt)))
     return paths
 
 

@@ -431,7 +431,7 @@ def _declared_views(text: str, path: str) -> tuple:
 
 def plots_section(plots: list) -> list:
     """Per plot: title, note and the PNG as a data URI (None for a plot that does not apply)."""
-    return [{"title": p.title, "note": p.note, "uri": data_uri(p.figure, "png") if p.figure is not None else None}
+    return [{"title": p.title, "note": p.note, "uri": data_uri(p, "png") if p.figure is not None else None}
             for p in plots]
 
 

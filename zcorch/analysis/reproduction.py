@@ -151,12 +151,21 @@ def _params(row: pd.Series) -> dict:
     return {k: row[k] for k in row.index}
 
 
+def _firsts(df: pd.DataFrame, *matches: "Match | None") -> list:
+    """Each cell's first run as a dict; given matches, only the columns they name (and the cell): a runs
+    frame has hundreds of columns, and a figure's selection is made once a cell, many times a document."""
+    cols = list(df.columns)
+    if matches:
+        keys = {c.key for m in matches if m is not None for c in m.conditions}
+        cols = ["cell", *(k for k in cols if k in keys and k != "cell")]
+    return df.loc[~df["cell"].duplicated(), cols].to_dict("records")
+
+
 def cell_rows(df: pd.DataFrame, match: Match) -> pd.DataFrame:
     """The runs of the cell a match selects (empty when none); ValueError if it selects several cells."""
     if df.empty:
         return df
-    firsts = df.drop_duplicates("cell")
-    cells = [r["cell"] for _, r in firsts.iterrows() if match.selects(_params(r))]
+    cells = [r["cell"] for r in _firsts(df, match) if match.selects(r)]
     if len(cells) > 1:
         raise ValueError(f"{match.describe()} selects {len(cells)} cells of the result set")
     return df[df["cell"] == cells[0]] if cells else df.iloc[0:0]
@@ -226,8 +235,7 @@ def measure_of(df: pd.DataFrame, baselines: pd.DataFrame, match: Match, kind: st
     """This run's baseline `kind` on the configuration `match` selects (a figure or claim `of: kind`): the
     records whose match keys (dd: filesystem) are the selected cells'; their median and interval, in the
     metric's unit. The cells agree on those keys (zcorch.config.reference.reference_problems)."""
-    firsts = df.drop_duplicates("cell") if len(df) else df
-    cells = [_params(r) for _, r in firsts.iterrows() if match.selects(_params(r))]
+    cells = [r for r in (_firsts(df) if len(df) else ()) if match.selects(r)]
     if not cells:
         return Measured(None, note="not in this run")
     cell = cells[0]
@@ -370,7 +378,7 @@ def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[con
     if not claim.needs:
         return ()
     # the runs of every cell either side selects (a claim `of` a baseline kind selects a configuration's cells)
-    firsts = [(r["cell"], _params(r)) for _, r in df.drop_duplicates("cell").iterrows()]
+    firsts = [(r["cell"], r) for r in _firsts(df, claim.a, claim.b)]
     side_cells = [{c for c, p in firsts if m is not None and m.selects(p)} for m in (claim.a, claim.b)]
     rows = df[df["cell"].isin(side_cells[0] | side_cells[1])]
     rows = rows[rows["status"] == OK] if "status" in rows else rows
