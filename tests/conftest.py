@@ -1,6 +1,7 @@
 """Shared fixtures. Area-specific fixtures live in tests/fixtures_<area>.py modules, registered here as
 plugins so that pytest knows each fixture once (a session fixture imported into several test modules
 would be set up once per module); test modules import only their plain helper functions from them."""
+import ast
 import functools
 import inspect
 import os
@@ -54,11 +55,28 @@ def _module_text(path: str) -> str:
         return ""
 
 
-def _source(obj) -> str:
+@functools.lru_cache(maxsize=None)
+def _definitions(path: str) -> dict:
+    """Each function of a module by its first line (a decorator's, or its `def`'s) -> its source: one parse a
+    module instead of inspect.getsource's tokenizing per test, which was half of collecting the suite."""
+    text = _module_text(path)
+    lines = text.splitlines(keepends=True)
     try:
-        return inspect.getsource(obj)
-    except (OSError, TypeError):
-        return ""
+        tree = ast.parse(text)
+    except SyntaxError:
+        return {}
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            starts = [node.lineno, *(d.lineno for d in node.decorator_list)]
+            source = "".join(lines[min(starts) - 1:node.end_lineno])
+            found.update(dict.fromkeys(starts, source))
+    return found
+
+
+def _source(obj) -> str:
+    code = getattr(inspect.unwrap(obj), "__code__", None) if callable(obj) else None
+    return _definitions(code.co_filename).get(code.co_firstlineno, "") if code else ""
 
 
 def _own_text(item) -> str:
