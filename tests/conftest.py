@@ -28,8 +28,8 @@ QUICK_EXCLUDES = ("lab", "root", "browser")
 # - a test that measures time or CPU (MEASURES; a peak RSS alone, RSS_ONLY, is not: load does not change it),
 #   a lab test that measures an elapsed time (ELAPSED), or a test that measures one in a module that
 #   measures (its speed checks: "in linear time"; a timeout bound elsewhere holds on a loaded machine);
-# - a test that compares machine-wide state (loop devices, mounts, md arrays: MACHINE_STATE): a parallel
-#   test's loop device or mount would be a leftover to it; a localhost sweep whose experiment has
+# - a test that compares machine-wide state (loop devices, the whole mount table, md arrays: MACHINE_STATE): a
+#   parallel test's loop device or mount would be a leftover to it; a localhost sweep whose experiment has
 #   `filesystems:` (LOCAL_FILESYSTEMS) or that needs root (a study file's loop devices): two such sweeps
 #   share the host's filesystem lease and its loop devices;
 #   (all in the test's own text, _own_text: a module that measures in one test holds 30 that do not)
@@ -39,7 +39,7 @@ QUICK_EXCLUDES = ("lab", "root", "browser")
 MEASURES = re.compile(r"perf_counter|process_time|getrusage|cpu_times|ru_utime|ru_stime|timeit")
 RSS_ONLY = re.compile(r"getrusage\([^()]*\)\.ru_maxrss")
 ELAPSED = re.compile(r"monotonic\(\)\s*-\s*\w")
-MACHINE_STATE = re.compile(r"\bhost_state\(|losetup\W+-J|\b_loops\(")
+MACHINE_STATE = re.compile(r"\bhost_state\(|losetup\W+-J|\b_loops\(|findmnt\W+-rn\W*\]")
 # A sweep that provisions `filesystems:` on localhost holds that host's filesystem lease (~/.cache/zcorch/fs):
 # a second one on another worker is refused, as the product should. A lab test's hosts have their own homes.
 LOCAL_FILESYSTEMS = re.compile(r"filesystems:")
