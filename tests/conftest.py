@@ -27,18 +27,21 @@ FIXTURE_MARKERS = {
 }
 QUICK_EXCLUDES = ("lab", "root", "browser", "slow")
 # `serial` tests run alone (scripts/test runs them in a second pass, on one process, after the parallel one):
-# - a module that measures time or CPU (MEASURES), or a lab test that measures an elapsed time (ELAPSED);
-# - a test that compares machine-wide state (loop devices, mounts, md arrays: MACHINE_STATE): a parallel
-#   test's loop device or mount would be a leftover to it; a localhost sweep whose experiment has
+# - a test that measures time or CPU (MEASURES; a peak RSS alone, RSS_ONLY, is not: load does not change it),
+#   a lab test that measures an elapsed time (ELAPSED), or a test that measures one in a module that
+#   measures (its speed checks: "in linear time"; a timeout bound elsewhere holds on a loaded machine);
+# - a test that compares machine-wide state (loop devices, the whole mount table, md arrays: MACHINE_STATE): a
+#   parallel test's loop device or mount would be a leftover to it; a localhost sweep whose experiment has
 #   `filesystems:` (LOCAL_FILESYSTEMS) or that needs root (a study file's loop devices): two such sweeps
 #   share the host's filesystem lease and its loop devices;
-#   (ELAPSED and MACHINE_STATE: in the test's own text, _own_text: modules mix scenarios)
+#   (all in the test's own text, _own_text: a module that measures in one test holds 30 that do not)
 # - a test using a fixture whose sweeps' throughput it judges (SERIAL_FIXTURES).
 # Any other lab test runs in parallel too: each pytest process (each xdist worker) has its own lab
 # (tests/fixtures_lab.py: its own name, index, netns, sshd and homes).
 MEASURES = re.compile(r"perf_counter|process_time|getrusage|cpu_times|ru_utime|ru_stime|timeit")
+RSS_ONLY = re.compile(r"getrusage\([^()]*\)\.ru_maxrss")
 ELAPSED = re.compile(r"monotonic\(\)\s*-\s*\w")
-MACHINE_STATE = re.compile(r"\bhost_state\(|losetup\W+-J|\b_loops\(")
+MACHINE_STATE = re.compile(r"\bhost_state\(|losetup\W+-J|\b_loops\(|findmnt\W+-rn\W*\]")
 # A sweep that provisions `filesystems:` on localhost holds that host's filesystem lease (~/.cache/zcorch/fs):
 # a second one on another worker is refused, as the product should. A lab test's hosts have their own homes.
 LOCAL_FILESYSTEMS = re.compile(r"filesystems:")
@@ -97,12 +100,17 @@ def _own_text(item) -> str:
     return text
 
 
+def _measures(text: str) -> bool:
+    return bool(MEASURES.search(RSS_ONLY.sub("", text)))
+
+
 def _is_serial(item) -> bool:
-    if MEASURES.search(_module_text(str(item.path))) or SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+    if SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
     own = _own_text(item)
     lab = item.get_closest_marker("lab")
-    return bool(MACHINE_STATE.search(own) or lab and ELAPSED.search(own)
+    timed = ELAPSED.search(own) and (lab or MEASURES.search(_module_text(str(item.path))))
+    return bool(_measures(own) or timed or MACHINE_STATE.search(own)
                 or not lab and SWEEP.search(own) and (LOCAL_FILESYSTEMS.search(own) or item.get_closest_marker("root")))
 
 
