@@ -11,6 +11,11 @@ import signal
 
 import pytest
 
+try:    # pytest 9.2+: a node's id is a NodeId in item._id (see _group)
+    from _pytest.nodeid import NodeId
+except ImportError:
+    NodeId = None
+
 pytest_plugins = ["fixtures_analysis", "fixtures_browser", "fixtures_fs", "fixtures_lab", "fixtures_run",
                   "fixtures_spec", "fixtures_worker"]
 
@@ -119,6 +124,16 @@ def _uses_module_fixture(item) -> bool:
     return info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
 
 
+def _group(config, item, name: str) -> None:
+    """Mark `item` for xdist's --dist loadgroup, which sends a group to one worker by the "@NAME" suffix of its
+    id. xdist 3.8 writes that suffix to item._nodeid, which pytest 9 no longer reads (its id is item._id), so
+    the groups were ignored: the suffix is written here where pytest reads it."""
+    item.add_marker(pytest.mark.xdist_group(name))
+    if config.getvalue("loadgroup") and "@" not in item.nodeid and NodeId is not None \
+            and isinstance(getattr(item, "_id", None), NodeId):
+        item._id = NodeId.parse(f"{item.nodeid}@{name}")
+
+
 def pytest_configure(config):
     # A job a non-interactive shell starts in the background (`.ci/run &`) inherits SIGINT ignored, and an
     # interpreter that starts with it ignored never raises KeyboardInterrupt, nor do the processes it starts:
@@ -147,12 +162,12 @@ def pytest_collection_modifyitems(config, items):
         if item.get_closest_marker("serial") is None and _is_serial(item):
             item.add_marker("serial")
         if item.get_closest_marker("serial"):
-            item.add_marker(pytest.mark.xdist_group("serial"))
+            _group(config, item, "serial")
         elif "browser" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("browser"))   # one Chromium for the run, not one a worker
+            _group(config, item, "browser")   # one Chromium for the run, not one a worker
         elif _uses_module_fixture(item):
             # a module fixture (a built wheel, recorded sweeps) is set up once, on one worker
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            _group(config, item, item.nodeid.split("::")[0])
     serial = config.getoption("serial_tests")
     kept, left = [], []
     for item in items:
