@@ -129,7 +129,7 @@ def _group(config, item, name: str) -> None:
     id. xdist 3.8 writes that suffix to item._nodeid, which pytest 9 no longer reads (its id is item._id), so
     the groups were ignored: the suffix is written here where pytest reads it."""
     item.add_marker(pytest.mark.xdist_group(name))
-    if config.getvalue("loadgroup") and "@" not in item.nodeid and NodeId is not None \
+    if getattr(config.option, "loadgroup", False) and "@" not in item.nodeid and NodeId is not None \
             and isinstance(getattr(item, "_id", None), NodeId):
         item._id = NodeId.parse(f"{item.nodeid}@{name}")
 
