@@ -14,12 +14,12 @@ TESTS = os.path.dirname(os.path.abspath(__file__))
 
 def test_a_module_fixtures_tests_run_on_one_xdist_process():
     p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
-                        "-v", "--serial-tests=skip", "-k", "recorded or declared or regression or usage_error",
+                        "-v", "--serial-tests=skip", "-k", "declared or regression or usage_error",
                         os.path.join(TESTS, "test_metrics.py")],
                        capture_output=True, text=True, timeout=600, cwd=os.path.dirname(TESTS))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     ran = re.findall(r"\[(gw\d+)\] \[ *\d+%\] PASSED (\S+)", p.stdout)
     grouped = [(worker, test) for worker, test in ran if test.endswith("@tests/test_metrics.py")]
-    # the four tests that use the module's recorded sweep carry the group in their id, and share one process
+    # the four selected tests all use the module's recorded sweep: they carry its group and share one process
     assert len(grouped) >= 4, p.stdout[-3000:]
     assert len({worker for worker, _ in grouped}) == 1, grouped
