@@ -35,6 +35,36 @@ def test_one_server_serves_many_runs_each_in_its_own_process(tmp_path, tag):
     assert wait_no_workers(tag, 5.0) == []   # run_sweep stopped its server
 
 
+def test_worker_server_off_runs_each_transfer_as_its_own_worker_process(tmp_path, tag, monkeypatch):
+    """ZCORCH_WORKER_SERVER=off: the plain path the server's benchmark row is measured against; no server
+    starts, each side of each run is a `WORKER recv|send` process; a value neither on nor off is refused."""
+    monkeypatch.setenv("ZCORCH_WORKER_SERVER", "off")
+    cells = [base_params(bytes=(i + 1) << 16) for i in range(3)]
+    rs = new_resultset(tmp_path / "rs", runs_of(cells))
+    procs = []
+
+    def on_event(name, **info):
+        if name in ("receiver_started", "sender_started"):
+            procs.append(info["proc"])
+
+    runner = local_runner(rs, tag, on_event=on_event)
+    outcome = runner.run_sweep(runs_of(cells))
+    assert outcome.ok == 3, [r["reason"] for r in rs.runs()]
+    assert runner.pool.servers() == [] and len(procs) == 6
+    assert not any(hasattr(p, "server") for p in procs)
+    assert len({p.pgid for p in procs}) == 6   # each its own process (and group)
+    assert wait_no_workers(tag, 5.0) == []
+    monkeypatch.setenv("ZCORCH_WORKER_SERVER", "no")
+    from zcorch.errors import ConfigError
+    from zcorch.sweep.workerpool import WorkerPool
+    try:
+        WorkerPool()
+    except ConfigError as exc:
+        assert "ZCORCH_WORKER_SERVER" in str(exc)
+    else:
+        raise AssertionError("ZCORCH_WORKER_SERVER=no was accepted")
+
+
 def _kill_when_moving(get_pid, delay=0.4):
     def go():
         time.sleep(delay)

@@ -7,17 +7,21 @@ their exit status is the server's, and their stderr says the server ended. The n
 starts a new server (`WorkerPool.start`). Timeouts still kill: `ServedRun.kill_group` asks the server to
 signal the run's process group, and when the server does not confirm the run ended it is killed itself
 (its runs then end their groups: their stdin, a pipe the server held, reaches EOF).
+
+ZCORCH_WORKER_SERVER=off (read here only) starts a `WORKER recv|send` process per run instead, as before
+the servers: the plain path their benchmark row in docs/performance.md is measured against.
 """
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import queue
 import signal
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from zcorch.errors import HostError, ZcorchError
+from zcorch.errors import ConfigError, HostError, ZcorchError
 from zcorch.hosts.local import Host, Process
 from zcorch.hosts.parallel import per_host
 
@@ -241,6 +245,10 @@ class WorkerPool:
     died; `close()` stops them all (run_sweep's end, or the caller of Runner.run_one)."""
 
     def __init__(self) -> None:
+        switch = os.environ.get("ZCORCH_WORKER_SERVER", "on")
+        if switch not in ("on", "off"):
+            raise ConfigError(f"ZCORCH_WORKER_SERVER: expected on or off, got {switch!r}")
+        self.serving = switch == "on"
         self._servers: Dict[Tuple[int, Tuple[str, ...], Tuple[Tuple[str, str], ...]], WorkerServer] = {}
         self.restarts: List[str] = []   # why each replaced server ended (the runner's warnings)
 
@@ -252,6 +260,8 @@ class WorkerPool:
         """Start the servers of `wanted` ((host, worker, env), one server per distinct one) at once: each is an
         interpreter start-up on its host, which the first run would otherwise wait for one after the other.
         A server that cannot start is left to the run that needs it (its start fails that run, naming why)."""
+        if not self.serving:
+            return
         distinct = list({self._key(*w): w for w in wanted if self._key(*w) not in self._servers}.values())
         try:
             per_host(distinct, lambda w: self.server(*w))
@@ -279,7 +289,9 @@ class WorkerPool:
         return found
 
     def start(self, host: Host, worker: Sequence[str], args: Sequence[str],
-              env: Optional[Mapping[str, str]] = None) -> ServedRun:
+              env: Optional[Mapping[str, str]] = None) -> Process:
+        if not self.serving:
+            return host.start([*worker, *map(str, args)], env=dict(env) if env else None)
         server = self.server(host, worker, env)
         try:
             return server.start(args)
