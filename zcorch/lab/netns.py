@@ -536,11 +536,12 @@ class NamespaceHost(LocalHost):
 def _cleanup_filesystems(host: "NamespaceHost", removed: dict) -> None:
     """FilesystemManager.cleanup_stale on one host for the default state dir (`~/.cache/zcorch/fs`;
     an experiment with its own `workdir` keeps its state there: the next `zcorch run` undoes it)."""
+    from zcorch.config.hosts import DEFAULT_PYTHON
     from zcorch.errors import ZcorchError
     from zcorch.provision.filesystems import FilesystemManager
 
-    try:
-        undone = FilesystemManager.cleanup_stale(host, FS_STATE_DIR)
+    try:  # the host's own python3, as _restore_network's
+        undone = FilesystemManager.cleanup_stale(host, FS_STATE_DIR, python=DEFAULT_PYTHON)
     except ZcorchError as exc:
         removed["filesystem_errors"].append(str(exc))
         return

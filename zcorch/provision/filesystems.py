@@ -4,7 +4,8 @@ The `filesystem` parameter picks one of the `filesystems:` entries per cell (par
 zcorch.config.filesystems); `{filesystem}` in `sink` becomes its mountpoint. `FilesystemManager`
 provisions an entry on its first `ensure(name)`, `release`s it after its last cell and `teardown_all()`s
 on exit, all through `Host.run(argv)` on the receiver. A state file written before every step lists
-what was made, and only that is ever undone, within the run's own directories (fs_state.Scope).
+what was made, and only that is ever undone; a killed controller's is undone by the host's own code, within
+the run's own directories (zcorch.worker.watchdog.restore_fs, as the host's watchdog does).
 mkfs/mdadm/mount touch only loop devices this manager made or devices in the entry's `allow_destroy`
 (fs_probe.device_problems, re-checked right before mkfs); a failure raises HostError after undoing the
 half-built entry. State layout and API: docs/architecture.md, "Filesystems".
@@ -24,11 +25,11 @@ from zcorch.config.filesystems import FilesystemConfig, mountpoint_problem
 from zcorch.errors import ConfigError, HostError
 from zcorch.provision.fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
                        parse_mdadm_detail, read_text, run_checked, split_options)
-from zcorch.provision.fs_state import (ACTIVE_TOKENS, STATE_PREFIX, Lease, Scope, StateFile, lease_held, list_state_files,
-                                      owner_alive, undo_resources, untrusted)
+from zcorch.provision.fs_state import (ACTIVE_TOKENS, Lease, StateFile, lease_held, list_state_files,
+                                      owner_alive, undo_resources)
 from zcorch.hosts.local import Host
-from zcorch.provision.remote_call import RemoteCommand, host_python, remote_command
-from zcorch.provision.watchdog import Watchdog
+from zcorch.provision.remote_call import RemoteCommand, host_python, remote_command, remote_json, run_remote
+from zcorch.provision.watchdog import MODULE as WATCHDOG_MODULE, Watchdog
 from zcorch.units import format_size
 
 Log = Callable[[str], None]
@@ -478,8 +479,11 @@ class FilesystemManager:
         ACTIVE_TOKENS.discard(self.token)
 
     @staticmethod
-    def cleanup_stale(host: Host, state_dir: str, log: Optional[Log] = None, leased: bool = False) -> "list[str]":
+    def cleanup_stale(host: Host, state_dir: str, log: Optional[Log] = None, leased: bool = False,
+                      python: Optional[str] = None) -> "list[str]":
         """Undo what dead managers' state files list (a killed controller). Returns what was undone.
+        Each file is undone on the host by its watchdog's code (`restore-fs`, with `python`, default the
+        host's): only a file that is the user's alone, only within its run's own directories and loops.
 
         leased: the caller holds the receiver's Lease; otherwise nothing is undone while another sweep holds it."""
         log = log or (lambda _m: None)
@@ -490,40 +494,24 @@ class FilesystemManager:
         done: list = []
         problems: list = []
         for path in list_state_files(host, state_dir):
-            text = read_text(host, path)
             try:
-                data = json.loads(text or "")
-                configs = data["configs"]
+                data = json.loads(read_text(host, path) or "")
+                data["configs"]
             except (ValueError, KeyError, TypeError):
                 problems.append(f"{path}: unreadable state file, left in place")
-                continue
-            why = untrusted(host, state_dir, path)
-            token = data.get("token")
-            if why is None and (not isinstance(token, str) or not isinstance(configs, dict)
-                                or posixpath.basename(path) != f"{STATE_PREFIX}{token}.json"):
-                why = f"its token {token!r} is not the one of its file name"
-            if why:
-                problems.append(f"{path}: not trusted, left in place ({why})")
                 continue
             if owner_alive(data):
                 log(f"{path}: controller pid {data['owner']['pid']} is still running: left alone")
                 continue
-            state = StateFile(host, state_dir, data.get("token", ""), data)
-            state.path = path
-            failed = False
-            scope = Scope(host, state_dir, token, configs)
-            for name in list(reversed([n for n in configs if n != SESSION])) + [SESSION]:
-                undone, errors = undo_resources(host, configs.get(name, []), log=log, on_change=state.save,
-                                                scope=scope)
-                done += undone
-                if errors:
-                    problems += errors
-                    failed = True
-                    break
-                configs.pop(name, None)
-            if not failed:
-                state.delete()
-                done.append(f"removed state file {path}")
+            res = run_remote(host, "restore-fs", path, python=python, module=WATCHDOG_MODULE, timeout=300.0)
+            out = remote_json(res)
+            if out is None:
+                problems.append(f"{path}: not undone: {(res.stderr or res.stdout).strip()[-300:]}")
+                continue
+            for what in out["restored"]:
+                log(f"[{host.name}] {what}")
+            done += out["restored"]
+            problems += out["errors"]
         if problems:
             raise HostError(f"{host.name}: stale filesystem cleanup incomplete: {'; '.join(problems)}"
                             + (f" (undone: {'; '.join(done)})" if done else ""))

@@ -5,7 +5,9 @@ creation order, the resources zcorch made: directories, sparse backing files, lo
 btrfs device registrations, mounts. An entry is written *before* the step that creates it, so a
 controller killed at any moment leaves a record that covers everything it made (a loop device is
 found again through its backing file with `losetup -j`, even if its name was never recorded).
-Undo only ever touches what an entry names, and checks it is still zcorch's before acting.
+Undo only ever touches what an entry names, and checks it is still zcorch's before acting. A killed
+controller's file is undone by the host's own code (zcorch.worker.watchdog.restore_fs), which also keeps
+it within the run's own directories and loops: the file may be hand-edited or not ours.
 """
 from __future__ import annotations
 
@@ -60,93 +62,16 @@ class StateFile:
         self.host.run(["rm", "-f", "--", self.path])
 
 
-class Scope:
-    """What a stale state file may undo (the file may be hand-edited or not ours): paths under the run's own
-    directories (`<state_dir>/fs-<token>/`, `<loop_dir>/zcorch-<token>-<name>/`), loops on the backing files
-    it recorded there, md arrays made only of those loops, and mounts of those or under those directories.
-    The live manager undoes its own in-memory record and passes no scope.
-
-    Ownership is judged on what a path resolves to on the host (`realpath -m`), not on its text: from the
-    run's directory down, nothing may be a symlink (a component `zcorch-<token>-x` that links to /etc
-    would otherwise lead `rm -f` there)."""
-
-    def __init__(self, host: Host, state_dir: str, token: str, configs: dict):
-        self.host = host
-        self.state_dir = state_dir
-        self.session = posixpath.join(state_dir, f"fs-{token}")
-        self.backing_dirs = {f"zcorch-{token}-{name}" for name in configs}
-        self._real: dict = {}
-        self.backing_files = [r.get("path") or r.get("backing_file") for res in configs.values() for r in res
-                              if r.get("kind") in ("backing_file", "loop")]
-        self.backing_files = sorted({f for f in self.backing_files if isinstance(f, str) and self.owns(f)})
-        self._loops: Optional[set] = None
-
-    def _resolved(self, path: str) -> Optional[str]:
-        """`path` with every link resolved on the host (None if realpath cannot tell)."""
-        if path not in self._real:
-            res = self.host.run(["realpath", "-m", "--", path])
-            self._real[path] = res.stdout.rstrip("\n") if res.ok and res.stdout.strip() else None
-        return self._real[path]
-
-    def _textually_owns(self, path: str) -> "Optional[tuple[str, str]]":
-        """(the run's directory that holds `path`, the part below it) by the text alone, or None."""
-        if path == self.session or path.startswith(self.session + "/"):
-            return self.session, path[len(self.session):]
-        parts = path.split("/")
-        for i in range(1, len(parts) - 1):
-            if parts[i] in self.backing_dirs:
-                top = "/".join(parts[:i + 1])
-                return top, path[len(top):]
-        return None
-
-    def owns(self, path: object) -> bool:
-        if not isinstance(path, str) or not path.startswith("/") or posixpath.normpath(path) != path:
-            return False          # relative, or with `..`/`.`: never ours
-        found = self._textually_owns(path)
-        if found is None:
-            return False
-        top, below = found
-        # The run's directory is where its parent resolves to plus its own name (it is no link), and
-        # nothing below it is one either: the path resolves to exactly that directory plus the same rest.
-        parent_real = self._resolved(posixpath.dirname(top))
-        real = self._resolved(path)
-        if parent_real is None or real is None:
-            return False
-        return real == posixpath.join(parent_real, posixpath.basename(top)) + below
-
-    def loops(self) -> set:
-        if self._loops is None:
-            self._loops = {d for f in self.backing_files for d in loops_of(self.host, f)}
-        return self._loops
-
-    def our_md(self, kname: str, arrays: dict) -> bool:
-        members = arrays.get(kname)
-        return bool(members) and all(f"/dev/{m}" in self.loops() for m in members)
-
-    def may_unmount(self, mnt: str, source: object) -> bool:
-        if self.owns(mnt) or source in self.loops():
-            return True
-        if isinstance(source, str) and source.startswith("/dev/md"):
-            return self.our_md(posixpath.basename(source), parse_mdstat_arrays(read_text(self.host, "/proc/mdstat") or ""))
-        return False
-
-
-def _refuse(host: Host, what: str) -> HostError:
-    return HostError(f"{host.name}: {what} is not under zcorch's own directories nor on its loops: left alone")
-
-
 def _do(host: Host, argv: list, log: Log):
     log(f"[{host.name}] {shlex.join(argv)}")
     return host.run(argv)
 
 
-def _umount(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
+def _umount(host: Host, res: dict, log: Log) -> Optional[str]:
     mnt = res["mountpoint"]
     entry = findmnt_target(host, mnt)
     if entry is None:
         return None
-    if scope and not scope.may_unmount(mnt, entry.get("source")):
-        raise _refuse(host, f"the mount on {mnt} (of {entry.get('source')})")
     ours = set(res.get("sources") or [])
     if ours and entry.get("source") not in ours:
         raise HostError(f"{host.name}: {mnt} is mounted from {entry.get('source')}, not from zcorch's "
@@ -160,7 +85,7 @@ def _umount(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional
     raise HostError(f"{host.name}: umount {mnt} failed: {last.stderr.strip()}")
 
 
-def _stop_md(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
+def _stop_md(host: Host, res: dict, log: Log) -> Optional[str]:
     dev = res.get("device")
     if not dev:
         return None
@@ -169,8 +94,6 @@ def _stop_md(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optiona
     kname = posixpath.basename(dev)
     if kname not in arrays:
         return None
-    if scope and not scope.our_md(kname, arrays):
-        raise _refuse(host, f"md array {dev} (members {arrays[kname]})")
     members = {posixpath.basename(m) for m in res.get("members") or []}
     if members and not set(arrays[kname]) <= members:
         raise HostError(f"{host.name}: {dev} has members {arrays[kname]}, not zcorch's {sorted(members)}: left alone")
@@ -180,12 +103,11 @@ def _stop_md(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optiona
     for m in res.get("members") or []:
         # The members were zcorch's loops or allow_destroy devices: clear the superblock so
         # nothing re-assembles the array later.
-        if not scope or m in scope.loops():
-            _do(host, ["mdadm", "--zero-superblock", m], log)
+        _do(host, ["mdadm", "--zero-superblock", m], log)
     return f"stopped md array {dev}"
 
 
-def _forget_btrfs(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
+def _forget_btrfs(host: Host, res: dict, log: Log) -> Optional[str]:
     devs = res.get("devices") or []
     if devs:
         _do(host, ["btrfs", "device", "scan", "--forget", *devs], log)
@@ -202,9 +124,7 @@ def _loops_after_autoclear(host: Host, backing: str) -> "list[str]":
     return loops
 
 
-def _detach_loops(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
-    if scope and not scope.owns(res["backing_file"]):
-        raise _refuse(host, f"the loop backing file {res['backing_file']}")
+def _detach_loops(host: Host, res: dict, log: Log) -> Optional[str]:
     done = []
     for dev in loops_of(host, res["backing_file"]):
         r = _do(host, ["losetup", "-d", dev], log)
@@ -214,10 +134,8 @@ def _detach_loops(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Op
     return f"detached loop device(s) {', '.join(done)}" if done else None
 
 
-def _remove_file(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
+def _remove_file(host: Host, res: dict, log: Log) -> Optional[str]:
     path = res["path"]
-    if scope and not scope.owns(path):
-        raise _refuse(host, path)
     if not host.run(["test", "-e", path]).ok:
         return None
     if _loops_after_autoclear(host, path):
@@ -225,7 +143,7 @@ def _remove_file(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Opt
         # on the host a moment after the controller stopped waiting for it (its loop was recorded before it ran,
         # and undone as none). The file is this run's (recorded, in its own state directory), so a loop on it
         # is this run's too: detached like the others.
-        _detach_loops(host, {"backing_file": path}, log, scope)
+        _detach_loops(host, {"backing_file": path}, log)
         if loops_of(host, path):
             raise HostError(f"{host.name}: {path} still backs a loop device: not removed")
     r = _do(host, ["rm", "-f", "--", path], log)
@@ -234,11 +152,8 @@ def _remove_file(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Opt
     return f"removed backing file {path}"
 
 
-def _remove_dir(host: Host, res: dict, log: Log, scope: Optional[Scope]) -> Optional[str]:
+def _remove_dir(host: Host, res: dict, log: Log) -> Optional[str]:
     path = res["path"]
-    if scope and not scope.owns(path):
-        log(f"[{host.name}] {path}: not under zcorch's own directories, left in place")
-        return None               # at most an empty directory left behind: no reason to stop the undo
     if not host.run(["test", "-d", path]).ok:
         return None
     if findmnt_target(host, path) is not None:
@@ -253,8 +168,8 @@ UNDO = {"mount": _umount, "md": _stop_md, "btrfs_devices": _forget_btrfs, "loop"
         "backing_file": _remove_file, "dir": _remove_dir}
 
 
-def undo_resources(host: Host, resources: list, log: Log = _noop, on_change: Callable[[], None] = lambda: None,
-                   scope: Optional[Scope] = None) -> "tuple[list[str], list[str]]":
+def undo_resources(host: Host, resources: list, log: Log = _noop, on_change: Callable[[], None] = lambda: None
+                   ) -> "tuple[list[str], list[str]]":
     """Undo resources newest first, removing each from the list once undone.
 
     Returns (what was undone, errors). Stops at the first failure: what lies below (a loop under
@@ -264,7 +179,7 @@ def undo_resources(host: Host, resources: list, log: Log = _noop, on_change: Cal
     while resources:
         res = resources[-1]
         try:
-            what = UNDO[res["kind"]](host, res, log, scope)
+            what = UNDO[res["kind"]](host, res, log)
         except HostError as exc:
             return undone, [str(exc)]
         if what:
@@ -272,17 +187,6 @@ def undo_resources(host: Host, resources: list, log: Log = _noop, on_change: Cal
         resources.pop()
         on_change()
     return undone, []
-
-
-def untrusted(host: Host, state_dir: str, path: str) -> Optional[str]:
-    """Why a state file must not be acted on (None if it may): it and its directory must be the effective
-    user's and writable by no one else. coreutils, not a python job: cleanup also runs through hosts that
-    only see the lab's mount namespace (zcorch.lab.netns.NamespaceHost)."""
-    uid = host.run(["id", "-u"])
-    st = host.run(["stat", "-L", "-c", "%u %a %n", "--", state_dir, path])
-    if not uid.ok or not st.ok:
-        return f"cannot check its owner: {(uid.stderr + st.stderr).strip()}"
-    return owner_problem(uid.stdout, st.stdout.splitlines())
 
 
 def owner_problem(euid_text: str, stat_lines: "list[str]") -> Optional[str]:

@@ -6,7 +6,8 @@ program framed on stdin (a byte-count line, then the bytes); then stdin carries 
 LAPSE s on) or `confirm` (exit, touching nothing). EOF (controller killed, session cut) or no renewal for
 LAPSE s: restore from UNDO (`net STATE_DIR`: netcfg's restore; `fs STATE_FILE`: fs_state's resources undone
 newest first, only within the run's own directories and loops) and record what was restored for the next
-sweep's `reports` action. Its own session leader with SIGHUP/SIGINT/SIGTERM ignored and silent once armed,
+sweep's `reports` action; `restore-fs STATE_FILE` is the same undo run by the next sweep on a killed
+controller's state file (FilesystemManager.cleanup_stale). Its own session leader with SIGHUP/SIGINT/SIGTERM ignored and silent once armed,
 so neither a dying session nor a terminal takes it away first. User-facing account: docs/experiment-files.md,
 "Every host change reverts itself unless confirmed".
 
@@ -55,9 +56,11 @@ def _mount_source(mnt: str) -> "Optional[str]":
 
 
 class _FsScope:
-    """What this state file may undo: paths that resolve beneath the run's own directories
-    (`<state dir>/fs-<token>/`, `<loop dir>/zcorch-<token>-<name>/`, no link below them), loops on its
-    backing files there, md arrays of those loops (fs_state.Scope, judged here on the host)."""
+    """What a state file may undo (the file may be hand-edited or not ours): paths under the run's own
+    directories (`<state dir>/fs-<token>/`, `<loop dir>/zcorch-<token>-<name>/`), loops on the backing files
+    it recorded there, md arrays made only of those loops, and mounts of those or under those directories.
+    Ownership is judged on what a path resolves to, not on its text: from the run's directory down, nothing
+    may be a symlink (a component `zcorch-<token>-x` that links to /etc would otherwise lead the unlink there)."""
 
     def __init__(self, state_dir: str, token: str, configs: "Dict[str, Any]"):
         self.session = os.path.join(state_dir, f"fs-{token}")
@@ -84,6 +87,12 @@ class _FsScope:
         return os.path.realpath(path) == os.path.join(os.path.realpath(os.path.dirname(top)),
                                                        os.path.basename(top)) + below
 
+    def may_unmount(self, mnt: str, source: str) -> bool:
+        if self.owns(mnt) or source in self.loops:
+            return True
+        members = _md_members(os.path.basename(source)) if source.startswith("/dev/md") else []
+        return bool(members) and all(m in self.loops for m in members)
+
 
 def _md_members(kname: str) -> "List[str]":
     try:
@@ -96,33 +105,33 @@ def _md_members(kname: str) -> "List[str]":
     return []
 
 
-def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "Optional[str]":
-    """What was undone ("" or None: nothing to do); ValueError when it is not ours or fails (the undo stops:
+def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "List[str]":
+    """What was undone (empty: nothing to do); ValueError when it is not ours or fails (the undo stops:
     what lies below a mount that would not unmount must not be pulled away)."""
     kind = res.get("kind")
     if kind == "mount":
         mnt = res.get("mountpoint")
         source = _mount_source(mnt) if isinstance(mnt, str) else None
         if source is None:
-            return None
+            return []
+        if not scope.may_unmount(mnt, source):
+            raise ValueError(f"the mount on {mnt} (of {source}) is not under zcorch's own directories nor on its "
+                             "loops: left alone")
         if res.get("sources") and source not in res["sources"]:
             raise ValueError(f"{mnt} is mounted from {source}, not from zcorch's {res['sources']}: left alone")
-        if not (scope.owns(mnt) or source in scope.loops):
-            raise ValueError(f"the mount on {mnt} (of {source}) is not on zcorch's own directories or loops: "
-                             "left alone")
         for attempt in range(10):   # the killed controller's worker may hold a sink open for a moment
             p = _run(["umount", "--", mnt])
             if p.returncode == 0:
-                return f"unmounted {mnt}"
+                return [f"unmounted {mnt}"]
             time.sleep(0.3 * (attempt + 1))
         raise ValueError(f"umount {mnt} failed: {p.stderr.strip()}")
     if kind == "md":
         dev = res.get("device")
         if not isinstance(dev, str):
-            return None
+            return []
         members = _md_members(os.path.basename(dev))
         if not members:
-            return None
+            return []
         if not all(m in scope.loops for m in members):
             raise ValueError(f"md array {dev} (members {members}) is not made of zcorch's loops: left alone")
         p = _run(["mdadm", "--stop", dev])
@@ -130,12 +139,12 @@ def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "Optional[str]":
             raise ValueError(f"mdadm --stop {dev} failed: {p.stderr.strip()}")
         for m in members:
             _run(["mdadm", "--zero-superblock", m])
-        return f"stopped md array {dev}"
+        return [f"stopped md array {dev}"]
     if kind == "btrfs_devices":
         devs = [d for d in res.get("devices") or [] if d in scope.loops]
         if devs:
             _run(["btrfs", "device", "scan", "--forget", *devs])
-        return None
+        return []
     if kind in ("loop", "backing_file"):
         backing = res.get("backing_file") if kind == "loop" else res.get("path")
         if not scope.owns(backing):
@@ -154,33 +163,44 @@ def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "Optional[str]":
         said = [f"detached loop device(s) {', '.join(done)}"] if done else []
         if kind == "backing_file" and os.path.lexists(backing):
             os.unlink(backing)
-            said.append(f"removed backing file {backing}")
-        return "; ".join(said)
+            said.insert(0, f"removed backing file {backing}")
+        return said
     if kind == "dir":
         path = res.get("path")
         if not scope.owns(path) or not os.path.isdir(path):
-            return None
+            return []
         if _mount_source(path) is not None:
             raise ValueError(f"{path} is still a mountpoint: not removed")
         try:
             os.rmdir(path)      # only if empty: never deletes anything else
         except OSError as exc:
             raise ValueError(f"rmdir {path}: {exc.strerror}") from None
-        return f"removed directory {path}"
+        return [f"removed directory {path}"]
+    return []
+
+
+def _not_private(path: str, st: "os.stat_result") -> "Optional[str]":
+    """Why `path` must not be acted on (None if it may): it must be this user's and writable by no one else."""
+    if st.st_uid != os.geteuid():
+        return f"{path} is owned by uid {st.st_uid}, not by uid {os.geteuid()} who runs the cleanup — remove it or chown it"
+    if st.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}) — chmod go-w {path}"
     return None
 
 
 def _read_private_json(path: str) -> "Optional[Dict[str, Any]]":
-    """The JSON object at `path` when it is a regular file of this user's that no one else may write (the undo
-    is done as it says); None when there is none."""
+    """The JSON object at `path` when it is a regular file of this user's that no one else may write, in a
+    directory no one else may write (the undo is done as it says); None when there is none."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     with os.fdopen(fd) as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-            raise ValueError(f"{path}: not a private regular file of uid {os.geteuid()}: not acted on")
+        why = (_not_private(os.path.dirname(path), os.stat(os.path.dirname(path))) or
+               (_not_private(path, st) if stat.S_ISREG(st.st_mode) else "not a regular file"))
+        if why:
+            raise ValueError(f"{path}: not trusted, left in place ({why})")
         data = json.load(f)
     return data if isinstance(data, dict) else None
 
@@ -211,8 +231,7 @@ def restore_fs(state_file: str) -> "Dict[str, Any]":
             except (ValueError, OSError) as exc:
                 out["errors"].append(str(exc))
                 break
-            if what:
-                out["restored"].append(what)
+            out["restored"] += what
             resources.pop()
         if resources:
             break
@@ -376,8 +395,12 @@ def main(argv: "Optional[List[str]]" = None) -> int:
     if args[:1] == ["reports"]:
         print(json.dumps({"reports": reports(args[1:])}))
         return 0
+    if args[:1] == ["restore-fs"] and len(args) == 2:
+        print(json.dumps(restore_fs(os.path.expanduser(args[1]))))
+        return 0
     if len(args) < 2 or args[0] not in ("net", "fs"):
-        sys.stderr.write("usage: watchdog net STATE_DIR|fs STATE_FILE [--lapse=S] [--owner=JSON] | reports DIR...\n")
+        sys.stderr.write("usage: watchdog net STATE_DIR|fs STATE_FILE [--lapse=S] [--owner=JSON] | reports DIR... | "
+                         "restore-fs STATE_FILE\n")
         return 2
     lapse, owner = LAPSE_S, None
     for a in args[2:]:
