@@ -500,21 +500,31 @@ def test_a_filesystem_unmounted_mid_sweep_is_refused_not_written_below(host, bef
 def test_a_loop_attached_after_its_undo_looked_is_detached_before_its_file_goes(host, tmp_path, fs_state_dir):
     """Ctrl-C during a loop step: its `losetup` ends on the host after the teardown's loop undo found nothing
     (fresh-clone CI left /dev/loopN on a backing file that way). Removing this run's backing file detaches
-    the loop on it first, instead of stopping the teardown with 'still backs a loop device'."""
-    from zcorch.provision.fs_state import loops_of, undo_resources
+    the loop on it first, instead of stopping the teardown with 'still backs a loop device'. The undo is the
+    host's (zcorch.worker.watchdog.restore_fs), as the live manager runs it (its record trusted)."""
+    from zcorch.worker.watchdog import _loops_of, restore_fs
 
     backing = os.path.join(fs_state_dir, "fs-late", "dev0.img")
     os.makedirs(os.path.dirname(backing))
     assert host.run(["truncate", "-s", "8M", backing]).ok
-    resources = [{"kind": "backing_file", "path": backing}, {"kind": "loop", "backing_file": backing}]
-    undone, errors = undo_resources(host, resources[1:])          # the loop's undo: nothing attached yet
-    assert errors == [] and undone == []
+    path = _craft_state(fs_state_dir, "late", [{"kind": "backing_file", "path": backing},
+                                               {"kind": "loop", "backing_file": backing}])
+    with open(path) as f:
+        data = json.load(f)
+    data["configs"]["x"] = data["configs"]["x"][1:]       # the loop's undo first: nothing attached yet
+    data["configs"]["y"] = [{"kind": "backing_file", "path": backing}]
+    with open(path, "w") as f:
+        json.dump(data, f)
+    out = restore_fs(path, only="x", trusted=True)
+    assert out["errors"] == [] and out["restored"] == [] and list(out["configs"]) == ["y"], out
     dev = host.run(["losetup", "--find", "--show", backing]).stdout.strip()   # the interrupted step's attach
     try:
-        assert dev and loops_of(host, backing) == [dev]
-        undone, errors = undo_resources(host, resources[:1])
-        assert errors == [] and undone == [f"removed backing file {backing}"], (undone, errors)
+        assert dev and _loops_of(backing) == [dev]
+        out = restore_fs(path, only="y", trusted=True)
+        assert out["errors"] == [] and out["restored"][0] == f"removed backing file {backing}", out
+        assert any(dev in what for what in out["restored"][1:]), out
         assert not os.path.exists(backing) and not host.run(["losetup", dev]).stdout.strip().endswith(f"({backing})")
+        assert not os.path.exists(path) and out["restored"][-1] == f"removed state file {path}"
     finally:
         if os.path.exists(backing):
             host.run(["losetup", "-d", dev])

@@ -13,7 +13,7 @@ from zcorch.config.filesystems import filesystems_from_mapping
 from zcorch.errors import ConfigError
 from zcorch.provision.filesystems import FilesystemManager
 from zcorch.provision.fs_probe import (lsblk_children, lsblk_mountpoints, parse_btrfs_df, parse_findmnt_json,
-                             parse_mdadm_detail, parse_mdstat_arrays, parse_wipefs_json)
+                             parse_mdadm_detail, parse_wipefs_json)
 from zcorch.hosts.local import LocalHost
 
 ISSUE_EXAMPLE = {
@@ -194,5 +194,7 @@ def test_parse_mdadm_detail():
 
 
 def test_parse_mdstat():
+    from zcorch.worker.watchdog import parse_mdstat_arrays   # the host's undo judges md arrays by it
+
     assert parse_mdstat_arrays(MDSTAT) == {"md0": ["sdc", "sdb"], "md127": ["loop4", "loop3"]}
     assert parse_mdstat_arrays("Personalities : \nunused devices: <none>\n") == {}

@@ -25,8 +25,7 @@ from zcorch.config.filesystems import FilesystemConfig, mountpoint_problem
 from zcorch.errors import ConfigError, HostError
 from zcorch.provision.fs_probe import (device_problems, findmnt_target, has_tool, is_dir, md_supported, parse_btrfs_df,
                        parse_mdadm_detail, read_text, run_checked, split_options)
-from zcorch.provision.fs_state import (ACTIVE_TOKENS, Lease, StateFile, lease_held, list_state_files,
-                                      owner_alive, undo_resources)
+from zcorch.provision.fs_state import ACTIVE_TOKENS, Lease, StateFile, lease_held, list_state_files, owner_alive
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import RemoteCommand, host_python, remote_command, remote_json, run_remote
 from zcorch.provision.watchdog import MODULE as WATCHDOG_MODULE, Watchdog
@@ -437,15 +436,14 @@ class FilesystemManager:
     # ------------------------------------------------------------ teardown
 
     def _undo(self, name: str) -> "tuple[list[str], list[str]]":
+        """Undo `name`'s resources newest first, on the host by the watchdog's code with this manager's own
+        record trusted (also allow_destroy devices); stops at the first failure, what stays stays recorded."""
         if self._state is None:
             return [], []
-        resources = self._state.data["configs"].get(name, [])
-        undone, errors = undo_resources(self.host, resources, log=self.log, on_change=self._state.save)
-        if not errors:
-            self._state.data["configs"].pop(name, None)
-            self._state.save()
+        out = _restore_on_host(self.host, self._state.path, None, self.log, "--trusted", f"--config={name}")
+        self._state.data["configs"] = out.get("configs", self._state.data["configs"])
         self._mounted.pop(name, None)
-        return undone, errors
+        return out["restored"], out["errors"]
 
     def release(self, name: str) -> None:
         """Tear down one provisioned configuration (no-op for `path` entries and in dry run)."""
@@ -503,13 +501,7 @@ class FilesystemManager:
             if owner_alive(data):
                 log(f"{path}: controller pid {data['owner']['pid']} is still running: left alone")
                 continue
-            res = run_remote(host, "restore-fs", path, python=python, module=WATCHDOG_MODULE, timeout=300.0)
-            out = remote_json(res)
-            if out is None:
-                problems.append(f"{path}: not undone: {(res.stderr or res.stdout).strip()[-300:]}")
-                continue
-            for what in out["restored"]:
-                log(f"[{host.name}] {what}")
+            out = _restore_on_host(host, path, python, log)
             done += out["restored"]
             problems += out["errors"]
         if problems:
@@ -584,6 +576,18 @@ def _int(v) -> Optional[int]:
         return int(v)
     except (TypeError, ValueError):
         return None
+
+
+def _restore_on_host(host: Host, path: str, python: Optional[str], log: Log, *flags: str) -> dict:
+    """zcorch.worker.watchdog.restore_fs of the state file `path` run on `host`: {"restored", "errors"[,
+    "configs": what stays]}; each step undone is logged."""
+    res = run_remote(host, "restore-fs", path, *flags, python=python, module=WATCHDOG_MODULE, timeout=300.0)
+    out = remote_json(res)
+    if out is None:
+        return {"restored": [], "errors": [f"{path}: not undone: {(res.stderr or res.stdout).strip()[-300:]}"]}
+    for what in out["restored"]:
+        log(f"[{host.name}] {what}")
+    return out
 
 
 def _expand_home(host: Host, path: str) -> str:

@@ -67,17 +67,6 @@ def parse_mdadm_detail(text: str) -> dict:
     return info
 
 
-def parse_mdstat_arrays(text: str) -> "dict[str, list[str]]":
-    """/proc/mdstat -> {"md0": ["sdb", "sdc"], ...} (member kernel names, without [n] roles)."""
-    arrays: dict = {}
-    for line in text.splitlines():
-        m = re.match(r"^(md\S+)\s*:\s*\S+\s+(.*)$", line)
-        if m:
-            arrays[m.group(1)] = [re.sub(r"\[\d+\](\([A-Z]\))?$", "", w)
-                                  for w in m.group(2).split() if "[" in w]
-    return arrays
-
-
 def parse_wipefs_json(text: str) -> "list[dict]":
     """`wipefs -n -J DEV` -> the signatures found (empty list when none; wipefs prints nothing then)."""
     if not text.strip():
@@ -159,12 +148,6 @@ def findmnt_target(host: Host, path: str, contains: bool = False) -> Optional[di
     res = host.run(argv)
     entries = parse_findmnt_json(res.stdout) if res.ok else []
     return entries[-1] if entries else None
-
-
-def loops_of(host: Host, backing_file: str) -> "list[str]":
-    """Loop devices attached to a backing file (`losetup -j`), so a loop is found even if its name was never recorded."""
-    res = host.run(["losetup", "--list", "--noheadings", "--output", "NAME", "--associated", backing_file])
-    return [line.strip() for line in res.stdout.splitlines() if line.strip()] if res.ok else []
 
 
 def md_supported(host: Host) -> bool:

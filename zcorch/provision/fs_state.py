@@ -5,9 +5,9 @@ creation order, the resources zcorch made: directories, sparse backing files, lo
 btrfs device registrations, mounts. An entry is written *before* the step that creates it, so a
 controller killed at any moment leaves a record that covers everything it made (a loop device is
 found again through its backing file with `losetup -j`, even if its name was never recorded).
-Undo only ever touches what an entry names, and checks it is still zcorch's before acting. A killed
-controller's file is undone by the host's own code (zcorch.worker.watchdog.restore_fs), which also keeps
-it within the run's own directories and loops: the file may be hand-edited or not ours.
+Undo only ever touches what an entry names, and checks it is still zcorch's before acting: the host's own
+code does it (zcorch.worker.watchdog.restore_fs, the watchdog's), for the live manager and, kept within the
+run's own directories and loops, for a killed controller's file (which may be hand-edited or not ours).
 """
 from __future__ import annotations
 
@@ -16,24 +16,18 @@ import json
 import os
 import posixpath
 import re
-import shlex
 import socket
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-from zcorch.errors import HostError, PreflightError
-from zcorch.provision.fs_probe import findmnt_target, loops_of, parse_mdstat_arrays, read_text
+from zcorch.errors import PreflightError
+from zcorch.provision.fs_probe import read_text
 from zcorch.hosts.local import Host
 
 STATE_PREFIX = "zcorch-fs-state-"
 FORMAT = "zcorch-fs-state"
-Log = Callable[[str], None]
 # Tokens of managers alive in this process: cleanup_stale from the same process leaves them alone.
 ACTIVE_TOKENS: set = set()
-
-
-def _noop(_msg: str) -> None:
-    pass
 
 
 class StateFile:
@@ -60,133 +54,6 @@ class StateFile:
 
     def delete(self) -> None:
         self.host.run(["rm", "-f", "--", self.path])
-
-
-def _do(host: Host, argv: list, log: Log):
-    log(f"[{host.name}] {shlex.join(argv)}")
-    return host.run(argv)
-
-
-def _umount(host: Host, res: dict, log: Log) -> Optional[str]:
-    mnt = res["mountpoint"]
-    entry = findmnt_target(host, mnt)
-    if entry is None:
-        return None
-    ours = set(res.get("sources") or [])
-    if ours and entry.get("source") not in ours:
-        raise HostError(f"{host.name}: {mnt} is mounted from {entry.get('source')}, not from zcorch's "
-                        f"{', '.join(sorted(ours))}: left alone")
-    last = None
-    for attempt in range(10):  # a just-killed worker may hold its sink open for a moment
-        last = _do(host, ["umount", "--", mnt], log)
-        if last.ok:
-            return f"unmounted {mnt}"
-        time.sleep(0.3 * (attempt + 1))
-    raise HostError(f"{host.name}: umount {mnt} failed: {last.stderr.strip()}")
-
-
-def _stop_md(host: Host, res: dict, log: Log) -> Optional[str]:
-    dev = res.get("device")
-    if not dev:
-        return None
-    mdstat = read_text(host, "/proc/mdstat") or ""
-    arrays = parse_mdstat_arrays(mdstat)
-    kname = posixpath.basename(dev)
-    if kname not in arrays:
-        return None
-    members = {posixpath.basename(m) for m in res.get("members") or []}
-    if members and not set(arrays[kname]) <= members:
-        raise HostError(f"{host.name}: {dev} has members {arrays[kname]}, not zcorch's {sorted(members)}: left alone")
-    r = _do(host, ["mdadm", "--stop", dev], log)
-    if not r.ok:
-        raise HostError(f"{host.name}: mdadm --stop {dev} failed: {r.stderr.strip()}")
-    for m in res.get("members") or []:
-        # The members were zcorch's loops or allow_destroy devices: clear the superblock so
-        # nothing re-assembles the array later.
-        _do(host, ["mdadm", "--zero-superblock", m], log)
-    return f"stopped md array {dev}"
-
-
-def _forget_btrfs(host: Host, res: dict, log: Log) -> Optional[str]:
-    devs = res.get("devices") or []
-    if devs:
-        _do(host, ["btrfs", "device", "scan", "--forget", *devs], log)
-    return None  # bookkeeping in the kernel only: nothing a user would notice
-
-
-def _loops_after_autoclear(host: Host, backing: str) -> "list[str]":
-    """Loops still on `backing`, giving an autoclear detach (after umount / md stop) a moment to finish."""
-    for attempt in range(10):
-        loops = loops_of(host, backing)
-        if not loops:
-            return []
-        time.sleep(0.1 * (attempt + 1))
-    return loops
-
-
-def _detach_loops(host: Host, res: dict, log: Log) -> Optional[str]:
-    done = []
-    for dev in loops_of(host, res["backing_file"]):
-        r = _do(host, ["losetup", "-d", dev], log)
-        if not r.ok and dev in _loops_after_autoclear(host, res["backing_file"]):
-            raise HostError(f"{host.name}: losetup -d {dev} failed: {r.stderr.strip()}")
-        done.append(dev)
-    return f"detached loop device(s) {', '.join(done)}" if done else None
-
-
-def _remove_file(host: Host, res: dict, log: Log) -> Optional[str]:
-    path = res["path"]
-    if not host.run(["test", "-e", path]).ok:
-        return None
-    if _loops_after_autoclear(host, path):
-        # A loop attached after its own undo looked: the `losetup` of a step that Ctrl-C interrupted still ends
-        # on the host a moment after the controller stopped waiting for it (its loop was recorded before it ran,
-        # and undone as none). The file is this run's (recorded, in its own state directory), so a loop on it
-        # is this run's too: detached like the others.
-        _detach_loops(host, {"backing_file": path}, log)
-        if loops_of(host, path):
-            raise HostError(f"{host.name}: {path} still backs a loop device: not removed")
-    r = _do(host, ["rm", "-f", "--", path], log)
-    if not r.ok:
-        raise HostError(f"{host.name}: rm {path} failed: {r.stderr.strip()}")
-    return f"removed backing file {path}"
-
-
-def _remove_dir(host: Host, res: dict, log: Log) -> Optional[str]:
-    path = res["path"]
-    if not host.run(["test", "-d", path]).ok:
-        return None
-    if findmnt_target(host, path) is not None:
-        raise HostError(f"{host.name}: {path} is still a mountpoint: not removed")
-    r = _do(host, ["rmdir", "--", path], log)  # only if empty: never deletes anything else
-    if not r.ok:
-        raise HostError(f"{host.name}: rmdir {path} failed: {r.stderr.strip()}")
-    return f"removed directory {path}"
-
-
-UNDO = {"mount": _umount, "md": _stop_md, "btrfs_devices": _forget_btrfs, "loop": _detach_loops,
-        "backing_file": _remove_file, "dir": _remove_dir}
-
-
-def undo_resources(host: Host, resources: list, log: Log = _noop, on_change: Callable[[], None] = lambda: None
-                   ) -> "tuple[list[str], list[str]]":
-    """Undo resources newest first, removing each from the list once undone.
-
-    Returns (what was undone, errors). Stops at the first failure: what lies below (a loop under
-    a mount that would not unmount) must not be pulled away; the rest stays listed for a retry.
-    """
-    undone: list = []
-    while resources:
-        res = resources[-1]
-        try:
-            what = UNDO[res["kind"]](host, res, log)
-        except HostError as exc:
-            return undone, [str(exc)]
-        if what:
-            undone.append(what)
-        resources.pop()
-        on_change()
-    return undone, []
 
 
 def owner_problem(euid_text: str, stat_lines: "list[str]") -> Optional[str]:
@@ -326,16 +193,13 @@ def controller_identity() -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{socket.gethostname()}-{boot}")[:100]
 
 
-class ControllerLease:
+class ControllerLease(Lease):
     """One controller machine's hold on a host, for the whole of each of its sweeps: every sweep and fleet pair
     of this controller shares it (the controller's own locks, zcorch.sweep.fleet, order them), a sweep of
     another controller is refused naming the holder. The fleet's locks live on the controller; this one lives
     on the host (HOST_LEASE_DIR as root, one per network namespace; else the state directory), so two
     controllers' fleets never transfer on one host at once. Held by a process on the host that ends with the
     controller's connection (as Lease)."""
-
-    def __init__(self, host: Host, path: str, proc):
-        self.host, self.path, self.proc = host, path, proc
 
     @classmethod
     def take(cls, host: Host, state_dir: str, host_wide: Optional[str] = HOST_LEASE_DIR,
@@ -366,13 +230,6 @@ class ControllerLease:
             who = f"another controller ({holder or 'unrecorded'})"
         raise PreflightError(f"{host.name}: {who} is running sweeps on this host: a host takes the sweeps of one "
                              f"controller machine at a time — wait for it to end (its lock: {path})")
-
-    def release(self) -> None:
-        self.proc.kill_group()
-        try:
-            self.proc.wait(10.0)
-        except TimeoutError:
-            pass
 
 
 def lease_held(host: Host, state_dir: str) -> bool:

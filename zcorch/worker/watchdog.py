@@ -6,9 +6,10 @@ program framed on stdin (a byte-count line, then the bytes); then stdin carries 
 LAPSE s on) or `confirm` (exit, touching nothing). EOF (controller killed, session cut) or no renewal for
 LAPSE s: restore from UNDO (`net STATE_DIR`: netcfg's restore; `fs STATE_FILE`: fs_state's resources undone
 newest first, only within the run's own directories and loops) and record what was restored for the next
-sweep's `reports` action; `restore-fs STATE_FILE` is the same undo run by the next sweep on a killed
-controller's state file (FilesystemManager.cleanup_stale). Its own session leader with SIGHUP/SIGINT/SIGTERM ignored and silent once armed,
-so neither a dying session nor a terminal takes it away first. User-facing account: docs/experiment-files.md,
+sweep's `reports` action. `restore-fs STATE_FILE` is that undo run on its own: by the next sweep on a killed
+controller's file (FilesystemManager.cleanup_stale), and with `--trusted --config=NAME` by the live manager
+on its own record. Its own session leader with SIGHUP/SIGINT/SIGTERM ignored and silent once armed, so
+neither a dying session nor a terminal takes it away first. User-facing account: docs/experiment-files.md,
 "Every host change reverts itself unless confirmed".
 
 Stdlib-only and imports nothing from zcorch (fed to the host's interpreter as text, like netcfg).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -87,22 +89,45 @@ class _FsScope:
         return os.path.realpath(path) == os.path.join(os.path.realpath(os.path.dirname(top)),
                                                        os.path.basename(top)) + below
 
+    def device(self, dev: str) -> bool:
+        return dev in self.loops
+
     def may_unmount(self, mnt: str, source: str) -> bool:
-        if self.owns(mnt) or source in self.loops:
+        if self.owns(mnt) or self.device(source):
             return True
         members = _md_members(os.path.basename(source)) if source.startswith("/dev/md") else []
-        return bool(members) and all(m in self.loops for m in members)
+        return bool(members) and all(self.device(m) for m in members)
+
+
+class _Recorded(_FsScope):
+    """The live manager's own record (`restore-fs --trusted`, FilesystemManager's release and teardown): it
+    made every entry, also on the devices of `allow_destroy`, so each is undone as recorded (the recorded
+    mount sources and md members must still match)."""
+
+    def owns(self, path: "Any") -> bool:
+        return isinstance(path, str)
+
+    def device(self, dev: str) -> bool:
+        return True
+
+
+def parse_mdstat_arrays(text: str) -> "Dict[str, List[str]]":
+    """/proc/mdstat -> {"md0": ["sdb", "sdc"], ...} (member kernel names, without [n] roles)."""
+    arrays: "Dict[str, List[str]]" = {}
+    for line in text.splitlines():
+        m = re.match(r"^(md\S+)\s*:\s*\S+\s+(.*)$", line)
+        if m:
+            arrays[m.group(1)] = [re.sub(r"\[\d+\](\([A-Z]\))?$", "", w)
+                                  for w in m.group(2).split() if "[" in w]
+    return arrays
 
 
 def _md_members(kname: str) -> "List[str]":
     try:
         with open("/proc/mdstat") as f:
-            for line in f:
-                if line.startswith(kname + " :"):
-                    return ["/dev/" + w.split("[", 1)[0] for w in line.split()[4:]]
+            return ["/dev/" + m for m in parse_mdstat_arrays(f.read()).get(kname, [])]
     except OSError:
-        pass
-    return []
+        return []
 
 
 def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "List[str]":
@@ -132,7 +157,9 @@ def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "List[str]":
         members = _md_members(os.path.basename(dev))
         if not members:
             return []
-        if not all(m in scope.loops for m in members):
+        recorded = {os.path.basename(m) for m in res.get("members") or []}
+        if not all(scope.device(m) for m in members) or (recorded and not {os.path.basename(m) for m in members}
+                                                         <= recorded):
             raise ValueError(f"md array {dev} (members {members}) is not made of zcorch's loops: left alone")
         p = _run(["mdadm", "--stop", dev])
         if p.returncode != 0:
@@ -141,7 +168,7 @@ def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "List[str]":
             _run(["mdadm", "--zero-superblock", m])
         return [f"stopped md array {dev}"]
     if kind == "btrfs_devices":
-        devs = [d for d in res.get("devices") or [] if d in scope.loops]
+        devs = [d for d in res.get("devices") or [] if scope.device(d)]
         if devs:
             _run(["btrfs", "device", "scan", "--forget", *devs])
         return []
@@ -205,9 +232,10 @@ def _read_private_json(path: str) -> "Optional[Dict[str, Any]]":
     return data if isinstance(data, dict) else None
 
 
-def restore_fs(state_file: str) -> "Dict[str, Any]":
-    """Undo what the filesystem state file records, newest first; the file is rewritten with what stays, and
-    removed when nothing does."""
+def restore_fs(state_file: str, only: "Optional[str]" = None, trusted: bool = False) -> "Dict[str, Any]":
+    """Undo what the filesystem state file records (`only`: that configuration's), newest first; the file is
+    rewritten with what stays ("configs" of the answer), and removed when nothing does. trusted: the
+    live manager's own record (_Recorded), else only within the run's own directories and loops."""
     out: "Dict[str, Any]" = {"restored": [], "errors": []}
     try:
         data = _read_private_json(state_file)
@@ -221,9 +249,9 @@ def restore_fs(state_file: str) -> "Dict[str, Any]":
             os.path.basename(state_file) != f"{FS_STATE_PREFIX}{token}.json":
         out["errors"].append(f"{state_file}: its token {token!r} is not the one of its file name: not acted on")
         return out
-    scope = _FsScope(os.path.dirname(state_file), token, configs)
+    scope = (_Recorded if trusted else _FsScope)(os.path.dirname(state_file), token, configs)
     session = [n for n in configs if n == "(session)"]
-    for name in [n for n in reversed(list(configs)) if n not in session] + session:
+    for name in [only] if only is not None else [n for n in reversed(list(configs)) if n not in session] + session:
         resources = configs.get(name) or []
         while resources:
             try:
@@ -236,7 +264,8 @@ def restore_fs(state_file: str) -> "Dict[str, Any]":
         if resources:
             break
         configs.pop(name, None)
-    if out["errors"]:
+    out["configs"] = configs
+    if out["errors"] or configs:
         tmp = f"{state_file}.tmp-{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -395,12 +424,13 @@ def main(argv: "Optional[List[str]]" = None) -> int:
     if args[:1] == ["reports"]:
         print(json.dumps({"reports": reports(args[1:])}))
         return 0
-    if args[:1] == ["restore-fs"] and len(args) == 2:
-        print(json.dumps(restore_fs(os.path.expanduser(args[1]))))
+    if args[:1] == ["restore-fs"] and len(args) >= 2:
+        only = [a[len("--config="):] for a in args[2:] if a.startswith("--config=")]
+        print(json.dumps(restore_fs(os.path.expanduser(args[1]), only[0] if only else None, "--trusted" in args[2:])))
         return 0
     if len(args) < 2 or args[0] not in ("net", "fs"):
         sys.stderr.write("usage: watchdog net STATE_DIR|fs STATE_FILE [--lapse=S] [--owner=JSON] | reports DIR... | "
-                         "restore-fs STATE_FILE\n")
+                         "restore-fs STATE_FILE [--trusted] [--config=NAME]\n")
         return 2
     lapse, owner = LAPSE_S, None
     for a in args[2:]:
