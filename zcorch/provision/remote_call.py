@@ -45,7 +45,8 @@ def local_safe_path(python: str) -> bool:
     return python == sys.executable and sys.version_info >= (3, 11)
 
 
-def _module_source(module: str = MODULE) -> str:
+def module_source(module: str = MODULE) -> str:
+    """The text of a module of MODULES, as a host's interpreter is fed it (read once)."""
     if module not in _sources:
         with open(MODULES[module].__file__, encoding="utf-8") as f:
             _sources[module] = f.read()
@@ -76,7 +77,7 @@ def remote_command(host: Host, action: str, *args: object, python: Optional[str]
         return RemoteCommand([*python_argv(python, module, safe_path=local_safe_path(python)), *tail],
                              env={"PYTHONPATH": PACKAGE_PARENT}, module=module)
     # The host's python version is not known before the preflight (which runs this way): the bootstrap.
-    return RemoteCommand([*python_argv(python, None), *tail], input=_module_source(module), module=module)
+    return RemoteCommand([*python_argv(python, None), *tail], input=module_source(module), module=module)
 
 
 def run_remote(host: Host, action: str, *args: object, timeout: float = 60.0,

@@ -13,9 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from zcorch.errors import HostError
 from zcorch.hosts.interpreter import _DROP_CWD
 from zcorch.hosts.local import Host, Process
-from zcorch.provision.remote_call import remote_json, run_remote
-from zcorch.worker import netcfg
-from zcorch.worker import watchdog as host_side
+from zcorch.provision.remote_call import module_source, remote_json, run_remote
 
 RENEW_S = 3.0      # how often the controller renews
 LAPSE_S = 15.0     # renewals missing this long: the host restores itself (five renewals lost in a row)
@@ -25,14 +23,6 @@ MODULE = "zcorch.worker.watchdog"
 # stays the watchdog's (renewals), which `python -c` of a program read to EOF could not give it.
 _BOOT = (_DROP_CWD + '; b = sys.stdin.buffer; n = int(b.readline()); '
          'exec(compile(b.read(n), "zcorch/worker/watchdog.py", "exec"))')
-_sources: Dict[str, str] = {}
-
-
-def _source(module: Any) -> str:
-    if module.__name__ not in _sources:
-        with open(module.__file__, encoding="utf-8") as f:
-            _sources[module.__name__] = f.read()
-    return _sources[module.__name__]
 
 
 def _frame(text: str) -> List[str]:
@@ -56,8 +46,9 @@ class Watchdog:
         argv = [python, "-c", _BOOT, kind, undo, f"--lapse={lapse:g}", f"--owner={json.dumps(owner)}"]
         proc = host.start(argv)
         try:
-            for line in _frame(_source(host_side)) + (_frame(_source(netcfg)) if kind == "net" else []):
-                proc.send_line(line)
+            for module in [MODULE] + (["zcorch.worker.netcfg"] if kind == "net" else []):
+                for line in _frame(module_source(module)):
+                    proc.send_line(line)
             first = proc.readline(60.0)
         except (HostError, OSError, TimeoutError) as exc:
             proc.kill_group()
