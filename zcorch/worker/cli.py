@@ -116,9 +116,6 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
     tx.add_argument("--connect", required=True, help="ADDR:PORT of the receiver")
     _add_params(tx, "send")
     tx.add_argument("--nonce", help=_NONCE_HELP)
-    tx.add_argument("--port-from-stdin", action="store_true",
-                    help="read the receiver's port as one line on stdin before connecting (the PORT of "
-                         "--connect is ignored): the controller starts the sender while the receiver starts")
     info = sub.add_parser("info", help="print version, compiled modes and kernel release (and, asked, what a sweep "
                                        "reads next: the cached calibration, the host's metadata: one start, not three)")
     info.add_argument("--cache", help="also the calibration `calibrate --cache FILE` would reuse, as "
@@ -248,17 +245,6 @@ def _info_with(args: argparse.Namespace) -> "dict[str, Any]":
             raise _UsageError("--metadata ADDRESS PATH [SYSCTL...] [--tool PROGRAM...]")
         out["metadata"] = remote.metadata_action(args.metadata)
     return out
-
-
-def _read_port_line() -> str:
-    """One line from stdin, read byte by byte so nothing after it is consumed; EOF = controller gone."""
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = os.read(0, 1)
-        if not chunk:
-            raise WorkerError(errno.ECANCELED, "send: stdin closed before the receiver's port arrived")
-        data += chunk
-    return data.decode("ascii", "replace").strip()
 
 
 def _exit_when_stdin_closes() -> None:
@@ -437,7 +423,6 @@ def _run(args: argparse.Namespace) -> None:
             raise _UsageError(f"--bytes: {exc}") from None
         _emit(layout(args.path, size, grow=args.grow))
         return
-    port_line = _read_port_line() if args.action == "send" and args.port_from_stdin else None
     if args.exit_on_stdin_eof:
         _exit_when_stdin_closes()
     params = _params(args)
@@ -452,10 +437,6 @@ def _run(args: argparse.Namespace) -> None:
             rx.close()
     else:
         host, port = parse_address(args.connect, "--connect")
-        if port_line is not None:
-            if not port_line.isdigit() or not 0 < int(port_line) <= 65535:
-                raise _UsageError(f"--port-from-stdin: expected a port number line, got {port_line!r}")
-            port = int(port_line)
         result = native.send(host, port, args.mode, nonce=args.nonce, **params)
     _emit({"event": "result", **result})
 
