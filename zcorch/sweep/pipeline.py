@@ -796,7 +796,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
                                      before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
                                      source_errors=source_errors, scratch=scratch_dirs, observer=observer,
                                      allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence,
-                                     start_servers_together=not dry_run, pool=pool,
+                                     pool=pool,
                                      before_round=_control_hook(rs, sweep, exp, observer))
             outcome = runner.run_sweep(plan_runs, skip)
             warnings += runner.warnings

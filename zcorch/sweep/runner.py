@@ -155,14 +155,11 @@ class Runner:
                  before_directory: Optional[Callable[[Optional[str], str], None]] = None,
                  source_errors: Optional[Dict[str, str]] = None,
                  scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = (),
-                 netman: Any = None, convergence: Any = None, start_servers_together: bool = False,
-                 pool: Optional[WorkerPool] = None, before_round: Optional[Callable[[int], None]] = None):
+                 netman: Any = None, convergence: Any = None, pool: Optional[WorkerPool] = None,
+                 before_round: Optional[Callable[[int], None]] = None):
         self.sender, self.receiver = sender, receiver
         # Called with the repeat before the first run of each round that runs (`control: <kind>`).
         self.before_round = before_round
-        # run_sweep starts both hosts' worker servers at once before its first run (a sweep does; a dry run,
-        # whose recorded commands keep their order, and the tests of one run at a time do not)
-        self.start_servers_together = start_servers_together
         # zcorch.sweep.adaptive.Convergence for `repeats: {min, max, target_ci}`: converged cells get no more
         # runs, and each record carries its cell's state; None: every planned run runs.
         self.convergence = convergence
@@ -185,7 +182,8 @@ class Runner:
         self.scratch = dict(scratch or {})   # role -> the {scratch} directory on that host
         self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs
         self.lost_host: Optional[str] = None   # why a host stopped answering during the last run
-        # the worker servers, one per host (close() stops them); a sweep's may have been started already
+        # the worker servers, one per host (close() stops them), each started by its first run unless the
+        # caller's pool started them already (run_sweep's pipeline does, both hosts at once)
         self.pool = pool if pool is not None else WorkerPool()
 
     def close(self) -> None:
@@ -463,9 +461,6 @@ class Runner:
         fs_errors: Dict[str, str] = {}
         net_errors: Dict[str, str] = {}
         try:
-            if todo and self.start_servers_together:
-                self.pool.start_servers([(self.receiver, self.receiver_worker, self.worker_env.get("receiver")),
-                                         (self.sender, self.sender_worker, self.worker_env.get("sender"))])
             round_of: Optional[int] = None   # the round whose before_round has run
             for i, (cell, repeat, params) in enumerate(todo):
                 ahead[cell] -= 1
