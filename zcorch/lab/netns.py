@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -221,16 +222,10 @@ def _run(argv: Sequence[str], check: bool = True, timeout: float = 30.0) -> subp
     except FileNotFoundError:
         raise LabError(f"{argv[0]} not found (scripts/install-system-deps installs it)") from None
     except subprocess.TimeoutExpired:
-        raise LabError(f"{shlex_join(argv)} did not finish within {timeout:.0f}s") from None
+        raise LabError(f"{shlex.join(map(str, argv))} did not finish within {timeout:.0f}s") from None
     if check and p.returncode != 0:
-        raise LabError(f"{shlex_join(argv)} failed: {(p.stderr or p.stdout).strip()}")
+        raise LabError(f"{shlex.join(map(str, argv))} failed: {(p.stderr or p.stdout).strip()}")
     return p
-
-
-def shlex_join(argv: Sequence[str]) -> str:
-    import shlex
-
-    return shlex.join([str(a) for a in argv])
 
 
 def _require_root() -> None:
