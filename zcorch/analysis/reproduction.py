@@ -181,11 +181,16 @@ def measure(df: pd.DataFrame, match: Match, metric: str, level: float = CI) -> M
     cell = str(rows["cell"].iloc[0])
     if metric not in rows:
         return Measured(cell, note=f"no `{metric}` recorded")
+    return _measured(rows, metric, level, ("runs", "ok run", "one ok run"))
+
+
+def _measured(rows: pd.DataFrame, metric: str, level: float, words: "tuple[str, str, str]") -> Measured:
+    """The Measured of the rows of one `cell`; `words` name them in its note."""
     s = summarize(rows, by=["cell"], metrics=[metric], ci=level).iloc[0]
     n, failed = int(s["n"]), int(s["n_failed"])
-    note = "" if n >= 2 else (f"all {failed} runs failed" if n == 0 and failed else
-                              "no ok run" if n == 0 else "one ok run: no interval")
-    return Measured(cell, n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
+    note = "" if n >= 2 else (f"all {failed} {words[0]} failed" if n == 0 and failed else
+                              f"no {words[1]}" if n == 0 else f"{words[2]}: no interval")
+    return Measured(str(s["cell"]), n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
                     float(s[f"{metric}_ci_high"]), note, float(s[f"{metric}_ci_level"]))
 
 
@@ -249,12 +254,7 @@ def measure_of(df: pd.DataFrame, baselines: pd.DataFrame, match: Match, kind: st
     frame = pd.DataFrame({"cell": label, "status": rows["status"].to_numpy(),
                           metric: [convert(float(v), "Gbit/s", unit) if pd.notna(v) else math.nan
                                    for v in pd.to_numeric(rows["gbit_s"], errors="coerce")]})
-    s = summarize(frame, by=["cell"], metrics=[metric], ci=level).iloc[0]
-    n, failed = int(s["n"]), int(s["n_failed"])
-    note = "" if n >= 2 else (f"all {failed} records failed" if n == 0 and failed else
-                              "no ok record" if n == 0 else "one record: no interval")
-    return Measured(label, n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
-                    float(s[f"{metric}_ci_high"]), note, float(s[f"{metric}_ci_level"]))
+    return _measured(frame, metric, level, ("records", "ok record", "one record"))
 
 
 # ---------------------------------------------------------------- figures and claims
