@@ -24,12 +24,6 @@ SCHEMA_ID = "https://github.com/zcorch/zcorch/docs/schemas/report.schema.json"
 FORMAT = "zcorch-report/1"
 
 
-def _experiment_text(d, manifest: dict) -> "tuple[str, str]":
-    """(text, path) of the experiment file, read as every reader of a result set does (frames.read_experiment_text)."""
-    exp_file, text = read_experiment_text(d, manifest)
-    return text or "", str(exp_file)
-
-
 def _reproduction(text: str, path: str, df, baselines, meta: Optional[dict] = None) -> Optional[dict]:
     """The Reproduction section as data (None: no `reference:`; {"error"} when it cannot be read)."""
     try:
@@ -73,14 +67,14 @@ def report_document(path) -> dict:
     manifest = read_manifest(d)
     df = load(d)
     baselines = load_baselines(d)
-    text, exp_path = _experiment_text(d, manifest)
+    exp_path, text = read_experiment_text(d, manifest)
     return _clean({
         "$schema": SCHEMA_ID, "format": FORMAT, "zcorch_version": __version__,
         "name": manifest.get("name") or d.name, "result_set": str(d), "status": manifest.get("status"),
         "runs": int(len(df)), "cells": int(df["cell"].nunique()) if len(df) else 0,
         "failed_runs": int((df["status"] != OK).sum()) if len(df) else 0,
         "findings": findings(df, baselines) if len(df) else None,
-        "reproduction": _reproduction(text, exp_path, df, baselines, read_meta(d)),
+        "reproduction": _reproduction(text or "", str(exp_path), df, baselines, read_meta(d)),
     })
 
 
@@ -134,11 +128,11 @@ def report_markdown(path) -> str:
     d = result_dir(path)
     manifest = read_manifest(d)
     df = load(d)
-    name = manifest.get("name") or d.name
-    parts = [findings_markdown(findings(df, load_baselines(d)), name) if len(df)
+    name, baselines = manifest.get("name") or d.name, load_baselines(d)
+    parts = [findings_markdown(findings(df, baselines), name) if len(df)
              else f"## Findings: {name}\n\nNo runs recorded yet.\n"]
-    text, exp_path = _experiment_text(d, manifest)
-    ref = reference_of(text, exp_path)
+    exp_path, text = read_experiment_text(d, manifest)
+    ref = reference_of(text or "", str(exp_path))
     if ref is not None:
-        parts.append(rp.markdown(ref, df, load_baselines(d), name, rp.host_facts(read_meta(d))))
+        parts.append(rp.markdown(ref, df, baselines, name, rp.host_facts(read_meta(d))))
     return "\n".join(parts)
