@@ -143,6 +143,21 @@ def pareto(entries: list, cpu: str) -> None:
                                  for t2, c2 in points)
 
 
+def table_row(e: dict, cpus: Sequence[str], kinds: Sequence[str], mark: str, gbit: bool = False) -> list:
+    """One configuration of a ranking as the report's and the Markdown tables show it: rank, group, configuration
+    (`mark` after an efficient one), MB/s, its interval, [Gbit/s,] ok runs, CPU per GiB of each of `cpus`, % of
+    each baseline of `kinds`, flags; "" where there is no value."""
+    def num(value, fmt: str) -> str:
+        return "" if value is None else fmt.format(value)
+    ci = e["mb_s_ci"]
+    shares = [(e["share_of_baseline"].get(k) or {}).get("share") for k in kinds]
+    return ([e["rank"] or "–", e["group"] or "–", e["label"] + (mark if e["efficient"] else ""),
+             num(e["mb_s"], "{:.0f}"), f"{ci['low']:.0f}–{ci['high']:.0f} ({ci['label']})" if ci else ""]
+            + ([num(e["gbit_s"], "{:.2f}")] if gbit else []) + [e["n"]]
+            + [num(e["cpu"].get(c), "{:.3f}") for c in cpus]
+            + [num(None if v is None else 100 * v, "{:.0f}%") for v in shares] + ["; ".join(e["flags"])])
+
+
 def efficiency_metric(df: pd.DataFrame) -> Optional[str]:
     """The CPU figure of the efficiency chart: both hosts' host CPU when the runs have it, else the two
     processes' CPU added up; None without CPU times."""

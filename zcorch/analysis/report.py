@@ -326,7 +326,7 @@ def headline(ranking: dict) -> str:
 def findings_section(found: dict) -> dict:
     """The Findings for the page: per ranking a table (rank, group, configuration, throughput with its
     interval, CPU per GiB in both views, share of the baselines, flags); empty columns dropped."""
-    from zcorch.analysis.findings import CPU_COLUMNS
+    from zcorch.analysis.findings import CPU_COLUMNS, table_row
 
     rankings = []
     for ranking in found["rankings"]:
@@ -338,16 +338,8 @@ def findings_section(found: dict) -> dict:
             + ["num"] * len(kinds) + [None]
         rows = []
         for e in ranking["modes"]:
-            ci = e["mb_s_ci"]
-            shares = [((e["share_of_baseline"].get(k) or {}).get("share")) for k in kinds]
             rows.append({"group": e["group"], "efficient": e["efficient"], "flagged": bool(e["flags"]),
-                         "cells": [e["rank"] or "–", e["group"] or "–", e["label"] + (" ◆" if e["efficient"] else ""),
-                                   _num(e["mb_s"], "{:.0f}"),
-                                   f"{ci['low']:.0f}–{ci['high']:.0f} ({ci['label']})" if ci else "",
-                                   _num(e["gbit_s"]), e["n"]]
-                         + [_num(e["cpu"].get(c), "{:.3f}") for c, _, _ in CPU_COLUMNS]
-                         + [_num(None if v is None else 100 * v, "{:.0f}%") for v in shares]
-                         + ["; ".join(e["flags"])]})
+                         "cells": table_row(e, [c for c, _, _ in CPU_COLUMNS], kinds, " ◆", gbit=True)})
         keep = [i for i in range(len(header)) if i < 3 or any(text(r["cells"][i]) != "" for r in rows)]
         for r in rows:
             r["cells"] = [r["cells"][i] for i in keep]

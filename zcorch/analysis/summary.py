@@ -13,7 +13,7 @@ from typing import Optional
 
 from zcorch import __version__
 from zcorch.analysis import reproduction as rp
-from zcorch.analysis.findings import CPU_COLUMNS, findings
+from zcorch.analysis.findings import CPU_COLUMNS, findings, table_row
 from zcorch.config.baselines.registry import SHARE_RECORDS
 from zcorch.analysis.frames import OK, load_baselines, read_experiment_text, read_manifest, read_meta, result_dir
 from zcorch.analysis.load import load
@@ -78,10 +78,6 @@ def report_document(path) -> dict:
     })
 
 
-def _n(value, fmt: str) -> str:
-    return "" if value is None else fmt.format(value)
-
-
 def findings_markdown(found: dict, name: str) -> str:
     """The Findings as Markdown: per ranking the configurations by throughput, group, CPU per GiB, shares."""
     lines = [f"## Findings: {name}", "",
@@ -106,16 +102,7 @@ def findings_markdown(found: dict, name: str) -> str:
                 if any(e["cpu"].get(c) is not None for e in ranking["modes"])]
         header = (["rank", "group", "configuration", "MB/s", "interval (level)", "ok runs"]
                   + [f"{view} CPU s/GiB, {side}" for _, view, side in cpus] + [f"% of {k}" for k in kinds] + ["flags"])
-        rows = []
-        for e in ranking["modes"]:
-            ci = e["mb_s_ci"]
-            rows.append([e["rank"] or "–", e["group"] or "–", e["label"] + (" *" if e["efficient"] else ""),
-                         _n(e["mb_s"], "{:.0f}"), f"{ci['low']:.0f}–{ci['high']:.0f} ({ci['label']})" if ci else "",
-                         e["n"]]
-                        + [_n(e["cpu"].get(c), "{:.3f}") for c, _, _ in cpus]
-                        + [_n(None if e["share_of_baseline"].get(k, {}).get("share") is None
-                              else 100 * e["share_of_baseline"][k]["share"], "{:.0f}%") for k in kinds]
-                        + ["; ".join(e["flags"])])
+        rows = [table_row(e, [c for c, _, _ in cpus], kinds, " *") for e in ranking["modes"]]
         lines += rp.markdown_table(header, rows)
         if ranking["baselines"]:
             lines += ["Baselines: " + "; ".join(f"{b['name']} {b['mb_s']:.0f} MB/s" for b in ranking["baselines"]) + ".",
