@@ -74,15 +74,12 @@ def short_host_windows(df: pd.DataFrame) -> pd.Series:
 
 
 def baseline_refs(baselines: "pd.DataFrame | None", values: dict) -> list:
-    """[{kind, label, mb_s}]: the ok baselines a ranking is measured against (zcorch.analysis.plots'
+    """[{name, kind, mb_s, gbit_s}]: the ok baselines a ranking is measured against (zcorch.analysis.plots'
     baseline_lines: per kind and differing key, those of the context's parameters preferred)."""
     from zcorch.analysis.plots import baseline_lines  # matplotlib: only when a report is built
 
-    out = []
-    for label, gbit in baseline_lines(baselines, values):
-        name = label.split(":")[0]
-        out.append({"name": name, "kind": name.split(" ")[0], "mb_s": gbit * 125.0, "gbit_s": gbit})
-    return out
+    return [{"name": name, "kind": kind, "mb_s": gbit * 125.0, "gbit_s": gbit}
+            for kind, name, gbit in baseline_lines(baselines, values)]
 
 
 def _interval(row: pd.Series) -> Optional[dict]:

@@ -81,7 +81,7 @@ def _title(exp: str, what: str, label: str) -> str:
 
 
 def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = None) -> list:
-    """[(label, Gbit/s)]: the median of the ok baselines per kind and per key that differs
+    """[(kind, name, Gbit/s)]: the median of the ok baselines per kind and per key that differs
     between them (e.g. iperf3 with and without -Z). Baselines run with a parameter of the plotted
     slice (e.g. its buffer) are preferred when there are such."""
     if baselines is None or baselines.empty:
@@ -102,7 +102,7 @@ def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = Non
             gbit = float(part["gbit_s"].median())
             what = ", ".join(f"{k[4:]}={format_value(k[4:], v)}" for k, v in zip(keys, key))
             name = f"{kind} ({what})" if what else kind
-            lines.append((f"{name}: {gbit * 125:.0f} MB/s ({gbit:.2f} Gbit/s)", gbit))
+            lines.append((kind, name, gbit))
     return lines
 
 
@@ -277,9 +277,9 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
             top = max([top] + [t for t in tops if np.isfinite(t)])
         if rate and baselines is not None:
             values = dict(zip(view.facet, fkey))
-            for j, (blabel, gbit) in enumerate(baseline_lines(baselines, values)):
-                ax.axhline(convert(gbit, "Gbit/s", unit), linestyle="--", linewidth=1.1,
-                           color=f"C{len(hues) + j}", label=blabel)
+            for j, (_, bname, gbit) in enumerate(baseline_lines(baselines, values)):
+                ax.axhline(convert(gbit, "Gbit/s", unit), linestyle="--", linewidth=1.1, color=f"C{len(hues) + j}",
+                           label=f"{bname}: {gbit * 125:.0f} MB/s ({gbit:.2f} Gbit/s)")
                 top = max(top, convert(gbit, "Gbit/s", unit))
         ax.set_xticks(pos)
         ax.set_xlim(-0.5, len(xs) - 0.5)   # every position, also where a panel has no bar
