@@ -169,7 +169,8 @@ def tests_used(table: pd.DataFrame) -> str:
     return "; ".join(f"{t} in {n} cell(s)" for t, n in counts.items())
 
 
-def _fmt(v, spec: str) -> str:
+def fmt_number(v, spec: str) -> str:
+    """A number in `spec`; "–" for None, NaN or infinity."""
     return format(v, spec) if isinstance(v, (int, float)) and np.isfinite(v) else "–"
 
 
@@ -177,8 +178,9 @@ def _rows(table: pd.DataFrame, params: list) -> list:
     out = []
     for _, r in table.iterrows():
         out.append([r["cell"]] + [format_value(p, r[p]) for p in params] + [
-            f"{r['n_base']}/{r['n_cand']}", _fmt(r["base_median"], ".3f"), _fmt(r["cand_median"], ".3f"),
-            _fmt(r["change_pct"], "+.1f"), _fmt(r["p_value"], ".3g"), format_detectable(r["detectable_pct"]),
+            f"{r['n_base']}/{r['n_cand']}", fmt_number(r["base_median"], ".3f"),
+            fmt_number(r["cand_median"], ".3f"), fmt_number(r["change_pct"], "+.1f"), fmt_number(r["p_value"], ".3g"),
+            format_detectable(r["detectable_pct"]),
             r["verdict"] + (f" (needs {r['needs']})" if r["verdict"] == CANNOT_TELL and r["needs"] else "")])
     return out
 

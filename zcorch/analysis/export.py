@@ -32,17 +32,18 @@ from zcorch.analysis import dataset as layout
 from zcorch.analysis.export_dest import MANIFEST_TMP, dest_problem
 from zcorch.analysis.frames import LINKED_ATTR, load_baselines
 from zcorch.analysis.gate import completeness
+from zcorch.analysis.hosts import fact
 from zcorch.analysis.history import find_result_sets, read_set
 from zcorch.config.checks import NAME_RE
 from zcorch.errors import ResultSetBusy, ResultsError
 from zcorch.results import setfiles, store
 
 HASHED = (store.MANIFEST, store.PLAN, store.META, store.RUNS, store.BASELINES)
-HOST_FACTS = {  # column -> path in a meta.json host entry
-    "hostname": ("hostname",), "kernel_release": ("kernel", "release"), "kernel_version": ("kernel", "version"),
-    "machine": ("kernel", "machine"), "cpu_model": ("cpu_model",), "cpu_count": ("cpu_count",),
-    "mem_total_bytes": ("mem_total_bytes",), "mtu": ("interface", "mtu"), "speed_mbps": ("interface", "speed_mbps"),
-    "interface_kind": ("interface", "kind"), "boot_id": ("boot_id",)}
+HOST_FACTS = {  # column -> dotted path in a meta.json host entry
+    "hostname": "hostname", "kernel_release": "kernel.release", "kernel_version": "kernel.version",
+    "machine": "kernel.machine", "cpu_model": "cpu_model", "cpu_count": "cpu_count",
+    "mem_total_bytes": "mem_total_bytes", "mtu": "interface.mtu", "speed_mbps": "interface.speed_mbps",
+    "interface_kind": "interface.kind", "boot_id": "boot_id"}
 
 
 @dataclass
@@ -79,14 +80,6 @@ def set_id_of(directory: Path) -> str:
     return hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
 
 
-def _get(d, path):
-    for key in path:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(key)
-    return d
-
-
 def _created(manifest: dict) -> Optional[_dt.datetime]:
     try:
         t = _dt.datetime.fromisoformat(str(manifest.get("created")))
@@ -103,7 +96,7 @@ def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str,
     manifest, meta = sweep.manifest, sweep.meta
     created = _created(manifest)
     common = {"set_id": set_id, "pair": sweep.pair, "kernel": sweep.kernel or None,
-              "revision": manifest.get("git_revision") or _get(meta, ("controller", "git_revision")) or None}
+              "revision": manifest.get("git_revision") or fact(meta, "controller.git_revision") or None}
     comp = completeness(directory)
     linked = set_runs.attrs.get(LINKED_ATTR) or {}
     finished = _created({"created": manifest.get("finished")}) if manifest.get("finished") else None
@@ -127,7 +120,7 @@ def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str,
     hosts = []
     for role, facts in [("controller", meta.get("controller"))] + list((meta.get("hosts") or {}).items()):
         if isinstance(facts, dict):
-            hosts.append({**common, "role": role, **{c: _scalar(_get(facts, p)) for c, p in HOST_FACTS.items()},
+            hosts.append({**common, "role": role, **{c: _scalar(fact(facts, p)) for c, p in HOST_FACTS.items()},
                           "facts": json.dumps(facts)})
     hosts_frame = pd.DataFrame(hosts, columns=list(common) + list(HOST_COLUMNS))
     tables = {"sets": sets_table, "runs": runs_table,

@@ -74,15 +74,12 @@ def short_host_windows(df: pd.DataFrame) -> pd.Series:
 
 
 def baseline_refs(baselines: "pd.DataFrame | None", values: dict) -> list:
-    """[{kind, label, mb_s}]: the ok baselines a ranking is measured against (zcorch.analysis.plots'
+    """[{name, kind, mb_s, gbit_s}]: the ok baselines a ranking is measured against (zcorch.analysis.plots'
     baseline_lines: per kind and differing key, those of the context's parameters preferred)."""
     from zcorch.analysis.plots import baseline_lines  # matplotlib: only when a report is built
 
-    out = []
-    for label, gbit in baseline_lines(baselines, values):
-        name = label.split(":")[0]
-        out.append({"name": name, "kind": name.split(" ")[0], "mb_s": gbit * 125.0, "gbit_s": gbit})
-    return out
+    return [{"name": name, "kind": kind, "mb_s": gbit * 125.0, "gbit_s": gbit}
+            for kind, name, gbit in baseline_lines(baselines, values)]
 
 
 def _interval(row: pd.Series) -> Optional[dict]:
@@ -141,6 +138,21 @@ def pareto(entries: list, cpu: str) -> None:
             continue
         e["efficient"] = not any(t2 is not None and c2 is not None and t2 >= t and c2 <= c and (t2 > t or c2 < c)
                                  for t2, c2 in points)
+
+
+def table_row(e: dict, cpus: Sequence[str], kinds: Sequence[str], mark: str, gbit: bool = False) -> list:
+    """One configuration of a ranking as the report's and the Markdown tables show it: rank, group, configuration
+    (`mark` after an efficient one), MB/s, its interval, [Gbit/s,] ok runs, CPU per GiB of each of `cpus`, % of
+    each baseline of `kinds`, flags; "" where there is no value."""
+    def num(value, fmt: str) -> str:
+        return "" if value is None else fmt.format(value)
+    ci = e["mb_s_ci"]
+    shares = [(e["share_of_baseline"].get(k) or {}).get("share") for k in kinds]
+    return ([e["rank"] or "–", e["group"] or "–", e["label"] + (mark if e["efficient"] else ""),
+             num(e["mb_s"], "{:.0f}"), f"{ci['low']:.0f}–{ci['high']:.0f} ({ci['label']})" if ci else ""]
+            + ([num(e["gbit_s"], "{:.2f}")] if gbit else []) + [e["n"]]
+            + [num(e["cpu"].get(c), "{:.3f}") for c in cpus]
+            + [num(None if v is None else 100 * v, "{:.0f}%") for v in shares] + ["; ".join(e["flags"])])
 
 
 def efficiency_metric(df: pd.DataFrame) -> Optional[str]:

@@ -72,11 +72,6 @@ def read_experiment_text(d: Path, manifest: dict) -> "tuple[Path, Optional[str]]
         return d / rel, None
 
 
-def read_jsonl(path: Path) -> list:
-    """Records of a JSON-lines file (a torn final line skipped, other bad lines an error)."""
-    return results.read_jsonl(str(path))
-
-
 def _sweep_names(dirs: list) -> list:
     """Short, unique names for result sets: their directory names, or full paths when those clash."""
     names = [d.name for d in dirs]
@@ -153,25 +148,12 @@ def _column_order(columns: Iterable[str]) -> list:
 
 
 CHUNK_ROWS = 50_000
-_DECODER = json.JSONDecoder()
 
 
-def _iter_jsonl(path: Path):
-    """(line number, record) of a JSON-lines file, streamed: a million-run file does not fit in
-    memory as dicts. Same rules as zcorch.results.store.read_jsonl: an unterminated final line that does
-    not parse is a torn write and skipped; any other bad line is corruption; the file is read only as a
-    regular file inside its set, with overlong lines and records past the bound skipped and said
-    (zcorch.results.setfiles); a runs.jsonl with more records than its plan can hold is refused. No file (a sweep that stopped before its first run): no records."""
-    decode = _DECODER.decode  # json.loads minus its per-call type and encoding checks
-    lines = (setfiles.iter_runs_lines(path.parent, path.name) if path.name == results.RUNS
-             else setfiles.iter_lines(path.parent, path.name))
-    for lineno, line, terminated in lines:
-        try:
-            rec = decode(line.decode("utf-8"))
-        except ValueError:  # also UnicodeDecodeError
-            if not terminated:
-                return  # torn final line
-            raise ResultsError(f"{path}:{lineno}: not a JSON record: {line[:80]!r}") from None
+def _iter_records(path: Path):
+    """(line number, record) of runs.jsonl as zcorch.results.store.iter_jsonl streams it (torn final line
+    skipped, bounded, never through a link), each record checked to be a JSON object."""
+    for lineno, rec in results.iter_jsonl(str(path)):
         if not isinstance(rec, dict):
             raise ResultsError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
         yield lineno, rec
@@ -228,7 +210,7 @@ def parse_runs(path: Path) -> pd.DataFrame:
 
 def _parse_runs(path: Path) -> pd.DataFrame:
     chunks, groups, n = [], {}, 0
-    for lineno, rec in _iter_jsonl(path):
+    for lineno, rec in _iter_records(path):
         params = rec.get("params") or _EMPTY
         sender = rec.get("sender")
         receiver = rec.get("receiver")
@@ -388,11 +370,7 @@ def _control_rates(d: Path, kind: str) -> "dict[int, float]":
     out: "dict[int, float]" = {}
     if declared is None:
         return out
-    try:
-        records = read_jsonl(d / results.BASELINES)
-    except FileNotFoundError:   # ended before any baseline: no round has its control
-        return out
-    for rec in records:
+    for rec in results.read_jsonl(str(d / results.BASELINES)):   # no file (no baseline yet): no records
         repeat = rec.get("repeat")
         if not (rec.get("control") is True and rec.get("status") == OK and rec.get("kind") in declared.record_kinds
                 and isinstance(repeat, int) and not isinstance(repeat, bool)):
@@ -551,7 +529,7 @@ def load_baselines(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFra
     for d, sweep in zip(dirs, _sweep_names(dirs)):
         read_manifest(d)
         path = d / "baselines.jsonl"
-        for i, rec in enumerate(read_jsonl(path)):
+        for i, rec in enumerate(results.read_jsonl(str(path))):
             if "kind" not in rec:
                 raise ResultsError(f"{path}: baseline record {i + 1} has no 'kind'")
             row = {"sweep": sweep, "kind": rec["kind"], "status": rec.get("status"),

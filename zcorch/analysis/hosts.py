@@ -15,7 +15,8 @@ ROLES = ("sender", "receiver")
 ROLE_FACTS = {"sink"}  # facts only one role has: shown, never marked as a difference
 
 
-def _get(facts: dict, dotted: str) -> Any:
+def fact(facts: Any, dotted: str) -> Any:
+    """facts["a"]["b"] for "a.b"; None where a level is missing or not a dict."""
     value: Any = facts
     for part in dotted.split("."):
         if not isinstance(value, dict):
@@ -70,10 +71,10 @@ def _interface(facts: dict) -> Optional[str]:
 
 
 def _speed(facts: dict) -> Optional[str]:
-    speed = _get(facts, "interface.speed_mbps")
+    speed = fact(facts, "interface.speed_mbps")
     if isinstance(speed, (int, float)):
         return f"{speed / 1000:g} Gbit/s" if speed >= 1000 else f"{speed:g} Mbit/s"
-    why = _get(facts, "why_null.interface.speed_mbps") or (facts.get("why_null") or {}).get("interface.speed_mbps")
+    why = fact(facts, "why_null.interface.speed_mbps") or (facts.get("why_null") or {}).get("interface.speed_mbps")
     return "unknown (the kernel does not report it)" if why or facts.get("interface") else None
 
 
@@ -92,11 +93,11 @@ FACTS: "list[tuple[str, Callable[[dict], Optional[str]]]]" = [
     ("CPU model", lambda f: f.get("cpu_model")),
     ("CPUs", _cpus),
     ("memory", lambda f: _gib(f.get("mem_total_bytes"))),
-    ("kernel", lambda f: " ".join(str(v) for v in (_get(f, "kernel.release"), _get(f, "kernel.machine")) if v) or None),
+    ("kernel", lambda f: " ".join(str(v) for v in (fact(f, "kernel.release"), fact(f, "kernel.machine")) if v) or None),
     ("data interface", _interface),
     ("link speed", _speed),
-    ("MTU", lambda f: None if _get(f, "interface.mtu") is None else f"{_get(f, 'interface.mtu')} bytes"),
-    ("TCP congestion control", lambda f: _get(f, "sysctls.net.ipv4.tcp_congestion_control")
+    ("MTU", lambda f: None if fact(f, "interface.mtu") is None else f"{fact(f, 'interface.mtu')} bytes"),
+    ("TCP congestion control", lambda f: fact(f, "sysctls.net.ipv4.tcp_congestion_control")
      or (f.get("sysctls") or {}).get("net.ipv4.tcp_congestion_control")),
     ("socket receive buffer limit (rmem_max)", lambda f: _bytes((f.get("sysctls") or {}).get("net.core.rmem_max"))),
     ("socket send buffer limit (wmem_max)", lambda f: _bytes((f.get("sysctls") or {}).get("net.core.wmem_max"))),
@@ -105,9 +106,9 @@ FACTS: "list[tuple[str, Callable[[dict], Optional[str]]]]" = [
     ("socket option memory (optmem_max)", lambda f: _bytes((f.get("sysctls") or {}).get("net.core.optmem_max"))),
     ("largest pipe (pipe-max-size)", lambda f: _bytes((f.get("sysctls") or {}).get("fs.pipe-max-size"))),
     ("sink", _sink),
-    ("Python", lambda f: _get(f, "python.version")),
-    *((label, lambda f, label=label: _get(f, f"versions.{label}")) for label in VERSION_LABELS),
-    ("C compiler", lambda f: _get(f, "versions.compiler")),
+    ("Python", lambda f: fact(f, "python.version")),
+    *((label, lambda f, label=label: fact(f, f"versions.{label}")) for label in VERSION_LABELS),
+    ("C compiler", lambda f: fact(f, "versions.compiler")),
 ]
 
 

@@ -15,7 +15,8 @@ from typing import Dict, List, Mapping, Optional
 
 import pandas as pd
 
-from zcorch.analysis.compare import cell_labels, cells_json, compare_frames, gate_of, render as render_table
+from zcorch.analysis.compare import (cell_labels, cells_json, compare_frames, fmt_number, gate_of,
+                                     render as render_table)
 from zcorch.analysis.gate import (DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, EXIT_INCOMPLETE, EXIT_OK, EXIT_REGRESSION,
                                   Completeness, Gate, completeness, sees)
 from zcorch.analysis.frames import read_meta
@@ -169,10 +170,6 @@ def _fleet_gate(pairs: List[PairComparison], missing: "List[tuple[str, str]]") -
     return Gate(EXIT_OK, f"{len(pairs)} pair(s) compared, none differs; {sees(worst)}", worst)
 
 
-def _fmt(x: Optional[float], spec: str) -> str:
-    return "–" if x is None else format(x, spec)
-
-
 def render(c: PairsComparison, fmt: str = "text") -> str:
     """The comparison as text, markdown or JSON: first which pair differs, in which cells, by how much; then
     each differing pair's full table (zcorch.analysis.compare.render)."""
@@ -198,8 +195,9 @@ def render(c: PairsComparison, fmt: str = "text") -> str:
         lines.append(f"{'- ' if md else ''}pair {p.pair} differs from {p.reference} in {len(cells)} cell(s):")
         for cell in cells:
             lines.append(f"{'  - ' if md else '    '}{cell['label']}: {cell['verdict']}, "
-                         f"{_fmt(cell['change_pct'], '+.1f')}% ({_fmt(cell['reference_median'], '.3f')} -> "
-                         f"{_fmt(cell['pair_median'], '.3f')}, p {_fmt(cell['p_value'], '.3g')})")
+                         f"{fmt_number(cell['change_pct'], '+.1f')}% "
+                         f"({fmt_number(cell['reference_median'], '.3f')} -> "
+                         f"{fmt_number(cell['pair_median'], '.3f')}, p {fmt_number(cell['p_value'], '.3g')})")
     for p in c.pairs:
         if p.differing():
             lines += ["", render_table(p.table, fmt, p.reference, f"pair {p.pair}", p.gate).rstrip("\n")]

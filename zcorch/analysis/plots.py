@@ -52,20 +52,19 @@ def _ok(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == OK]
 
 
-def slices(df: pd.DataFrame, plotted: Sequence[str]) -> "tuple[list, Optional[str]]":
+def slices(df: pd.DataFrame, plotted: Sequence[str]) -> list:
     """[(label, frame, {param: value})] per combination of the varying parameters not plotted."""
     others = [c for c in varying_params(df) if c not in plotted]
     if "sweep" in df and df["sweep"].nunique() > 1 and "sweep" not in plotted:
         others = ["sweep"] + others
     if not others:
-        return [("", df, {})], None
-    groups = list(df.groupby(others, sort=True, dropna=False))
+        return [("", df, {})]
     out = []
-    for key, sub in groups:
+    for key, sub in df.groupby(others, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         out.append((", ".join(f"{p}={format_value(p, v)}" for p, v in zip(others, key)), sub,
                     dict(zip(others, key))))
-    return out, None
+    return out
 
 
 def _slug(text: str) -> str:
@@ -81,12 +80,8 @@ def _title(exp: str, what: str, label: str) -> str:
     return f"{title}\n{label}" if label else title
 
 
-def _is_null(value) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value))
-
-
 def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = None) -> list:
-    """[(label, Gbit/s)]: the median of the ok baselines per kind and per key that differs
+    """[(kind, name, Gbit/s)]: the median of the ok baselines per kind and per key that differs
     between them (e.g. iperf3 with and without -Z). Baselines run with a parameter of the plotted
     slice (e.g. its buffer) are preferred when there are such."""
     if baselines is None or baselines.empty:
@@ -94,7 +89,7 @@ def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = Non
     ok = baselines[(baselines["status"] == OK) & baselines["gbit_s"].notna()]
     for param, value in (params or {}).items():
         col = "key_" + param
-        if col in ok and not _is_null(value):
+        if col in ok and not pd.isna(value):
             match = ok[ok[col].astype(object) == value]
             ok = pd.concat([match, ok[(ok["kind"].isin(set(ok["kind"]) - set(match["kind"])))]])
     lines = []
@@ -107,7 +102,7 @@ def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = Non
             gbit = float(part["gbit_s"].median())
             what = ", ".join(f"{k[4:]}={format_value(k[4:], v)}" for k, v in zip(keys, key))
             name = f"{kind} ({what})" if what else kind
-            lines.append((f"{name}: {gbit * 125:.0f} MB/s ({gbit:.2f} Gbit/s)", gbit))
+            lines.append((kind, name, gbit))
     return lines
 
 
@@ -190,8 +185,8 @@ def _keys(df: pd.DataFrame, params: "Sequence[str]") -> list:
     rank = {p: {label: i for i, label in enumerate(axes[p]["labels"])} for p in params if p in axes}
 
     def order(key):  # a linked axis in the file's order of its values
-        return tuple((1, rank[p].get(v, len(rank[p])), str(v)) if p in rank and not _is_null(v) else
-                     (0, 0, "") if _is_null(v) else (1, float(v), "") if isinstance(v, (int, float, np.number))
+        return tuple((1, rank[p].get(v, len(rank[p])), str(v)) if p in rank and not pd.isna(v) else
+                     (0, 0, "") if pd.isna(v) else (1, float(v), "") if isinstance(v, (int, float, np.number))
                      and not isinstance(v, bool) else (2, 0, str(v)) for p, v in zip(params, key))
     return sorted(keys, key=order)
 
@@ -224,7 +219,7 @@ def _positions(df: pd.DataFrame, params: "Sequence[str]", key: tuple) -> np.ndar
     mask = np.ones(len(df), dtype=bool)
     for p, v in zip(params, key):
         col = df[p]
-        mask &= (col.isna() if _is_null(v) else (col == v)).to_numpy()
+        mask &= (col.isna() if pd.isna(v) else (col == v)).to_numpy()
     return np.flatnonzero(mask)
 
 
@@ -248,7 +243,6 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
         return [small_multiples(df[_in_keys(df, view.facet, facets[i:i + MAX_PANELS])], view, baselines, experiment,
                                 folded, f"{name}_part{i // MAX_PANELS + 1}", f" (part {i // MAX_PANELS + 1} of {n_parts})")
                 for i in range(0, len(facets), MAX_PANELS)]
-    note = None
     ncols = min(3, len(facets))
     nrows = -(-len(facets) // ncols)
     width = max(4.5, 0.5 * len(xs) * max(1, len(hues)) + 2.5)
@@ -283,9 +277,9 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
             top = max([top] + [t for t in tops if np.isfinite(t)])
         if rate and baselines is not None:
             values = dict(zip(view.facet, fkey))
-            for j, (blabel, gbit) in enumerate(baseline_lines(baselines, values)):
-                ax.axhline(convert(gbit, "Gbit/s", unit), linestyle="--", linewidth=1.1,
-                           color=f"C{len(hues) + j}", label=blabel)
+            for j, (_, bname, gbit) in enumerate(baseline_lines(baselines, values)):
+                ax.axhline(convert(gbit, "Gbit/s", unit), linestyle="--", linewidth=1.1, color=f"C{len(hues) + j}",
+                           label=f"{bname}: {gbit * 125:.0f} MB/s ({gbit:.2f} Gbit/s)")
                 top = max(top, convert(gbit, "Gbit/s", unit))
         ax.set_xticks(pos)
         ax.set_xlim(-0.5, len(xs) - 0.5)   # every position, also where a panel has no bar
@@ -317,7 +311,7 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
         bottom = min(0.5, (0.25 + 0.2 * rows) / height)
     fig.suptitle(_title(experiment, what + part, ""))
     fig.tight_layout(rect=(0, bottom, 1, 1))
-    return Plot(name, _title(experiment, what + part, ""), fig, note)
+    return Plot(name, _title(experiment, what + part, ""), fig)
 
 
 def views(df: pd.DataFrame, declared: "Sequence[View]" = (), baselines: "pd.DataFrame | None" = None,
@@ -540,9 +534,8 @@ def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
         return [Plot("heatmap", what, None,
                      "skipped: a heatmap needs at least two send modes and two receive modes")]
     plots = []
-    parts, note = slices(ok, ["send_mode", "recv_mode"])
-    tables = [(label, _ok(sub).groupby(["send_mode", "recv_mode"])["gbit_s"].median()
-               .unstack("recv_mode").sort_index().sort_index(axis=1)) for label, sub, _ in parts]
+    tables = [(label, _ok(sub).groupby(["send_mode", "recv_mode"])["gbit_s"].median().unstack("recv_mode")
+               .sort_index().sort_index(axis=1)) for label, sub, _ in slices(ok, ["send_mode", "recv_mode"])]
     # one colour scale for every panel: the same colour is the same throughput in each
     every = np.concatenate([t.to_numpy(dtype=float).ravel() for _, t in tables if not t.empty] or [np.array([])])
     every = every[np.isfinite(every)]
@@ -568,8 +561,6 @@ def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
         ax.set_title(_title(experiment, what, label))
         fig.tight_layout()
         plots.append(Plot(_name("heatmap", label), _title(experiment, what, label), fig))
-    if note and plots:
-        plots[-1].note = note
     return plots
 
 

@@ -131,13 +131,13 @@ def results_section(df: pd.DataFrame) -> dict:
     view = View(view.x, view.hue, view.facet, "mb_s")
     tables = []
     s = summarize(df, by=list(view.facet) + list(view.hue) + list(view.x), metrics=["mb_s", "gbit_s"])
-    facets, hues, xs = (_present(df, p) for p in (view.facet, view.hue, view.x))
+    facets, hues, xs = (_keys(df, p) for p in (view.facet, view.hue, view.x))
     for fkey in facets:
         panel = _select(s, view.facet, fkey)
         rows = []
         for hkey in hues:
             part = _select(panel, view.hue, hkey)
-            label = _combo(view.hue, hkey) or "all"
+            label = _combo_label(view.hue, hkey, named=False) or "all"
             if folded and len(_select(df, view.hue, hkey)):
                 first = _select(df, view.hue, hkey).iloc[0]
                 label += " (" + ", ".join(f"{p}={format_value(p, first[p])}" for p in folded) + ")"
@@ -149,21 +149,12 @@ def results_section(df: pd.DataFrame) -> dict:
             if any(cells):
                 rows.append([label] + cells)
         corner = f"{'+'.join(view.hue) or ' '} \\ {'+'.join(view.x)}"
-        tables.append((_combo(view.facet, fkey, named=True),
-                       Table([corner] + [_combo(view.x, k, named=len(view.x) > 1) for k in xs], rows,
+        tables.append((_combo_label(view.facet, fkey),
+                       Table([corner] + [_combo_label(view.x, k, named=len(view.x) > 1) for k in xs], rows,
                              [None] + ["cell"] * len(xs))))
-    note = None
-    return {"ci_method": ci_method(), "tables": tables, "note": note,
+    return {"ci_method": ci_method(), "tables": tables,
             "axes": f"rows: {'+'.join(view.hue) or '–'}; columns: {'+'.join(view.x)}"
                     + (f"; one table per {'+'.join(view.facet)}" if view.facet else "")}
-
-
-def _present(df: pd.DataFrame, params) -> list:
-    return _keys(df, params)
-
-
-def _combo(params, key, named: bool = False) -> str:
-    return _combo_label(params, key, named) if params else ""
 
 
 # The CPU columns of the tables (metrics of zcorch.metrics: their headers are the table's labels and units).
@@ -234,7 +225,7 @@ def cells_table(df: pd.DataFrame) -> Table:
     for _, r in s.iterrows():
         ci = (f"{_num(r['mb_s_ci_low'], '{:.0f}')}–{_num(r['mb_s_ci_high'], '{:.0f}')} ({ci_label(r['mb_s_ci_level'])})"
               if np.isfinite(r["mb_s_ci_low"]) else "")
-        rows.append([format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
+        rows.append(_values(r, params)
                     + [r["n"], r["n_failed"] or "", _num(r["mb_s_median"], "{:.0f}"), ci, _num(r["gbit_s_median"]),
                        *(_cpu_median(r, m) for m in CELL_CPU_METRICS), verdicts.get(r["cell"], ""),
                        resolutions.get(r["cell"], "")]
@@ -243,8 +234,9 @@ def cells_table(df: pd.DataFrame) -> Table:
                  + ["num"] * len(CELL_CPU_METRICS) + [None] * (3 if adaptive else 2) + ["nowrap"])
 
 
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value))
+def _values(r: pd.Series, params: list) -> list:
+    """A row's parameter values as the tables show them ("" where missing)."""
+    return ["" if pd.isna(r[p]) else format_value(p, r[p]) for p in params]
 
 
 def by_mode(summary: pd.DataFrame, params: list) -> pd.DataFrame:
@@ -256,7 +248,7 @@ def by_mode(summary: pd.DataFrame, params: list) -> pd.DataFrame:
         return summary
 
     def norm(key):  # NaN never equals itself: missing values as None on both sides of the lookup
-        return tuple(None if _missing(v) else v for v in key)
+        return tuple(None if pd.isna(v) else v for v in key)
     order = {norm(key): i for i, key in enumerate(_keys(summary, keys))}
     rank = [order.get(norm(r), len(order)) for r in summary[keys].itertuples(index=False, name=None)]
     return summary.assign(_order=rank).sort_values(["_order", "cell"], kind="stable").drop(columns="_order")
@@ -334,7 +326,7 @@ def headline(ranking: dict) -> str:
 def findings_section(found: dict) -> dict:
     """The Findings for the page: per ranking a table (rank, group, configuration, throughput with its
     interval, CPU per GiB in both views, share of the baselines, flags); empty columns dropped."""
-    from zcorch.analysis.findings import CPU_COLUMNS
+    from zcorch.analysis.findings import CPU_COLUMNS, table_row
 
     rankings = []
     for ranking in found["rankings"]:
@@ -346,16 +338,8 @@ def findings_section(found: dict) -> dict:
             + ["num"] * len(kinds) + [None]
         rows = []
         for e in ranking["modes"]:
-            ci = e["mb_s_ci"]
-            shares = [((e["share_of_baseline"].get(k) or {}).get("share")) for k in kinds]
             rows.append({"group": e["group"], "efficient": e["efficient"], "flagged": bool(e["flags"]),
-                         "cells": [e["rank"] or "–", e["group"] or "–", e["label"] + (" ◆" if e["efficient"] else ""),
-                                   _num(e["mb_s"], "{:.0f}"),
-                                   f"{ci['low']:.0f}–{ci['high']:.0f} ({ci['label']})" if ci else "",
-                                   _num(e["gbit_s"]), e["n"]]
-                         + [_num(e["cpu"].get(c), "{:.3f}") for c, _, _ in CPU_COLUMNS]
-                         + [_num(None if v is None else 100 * v, "{:.0f}%") for v in shares]
-                         + ["; ".join(e["flags"])]})
+                         "cells": table_row(e, [c for c, _, _ in CPU_COLUMNS], kinds, " ◆", gbit=True)})
         keep = [i for i in range(len(header)) if i < 3 or any(text(r["cells"][i]) != "" for r in rows)]
         for r in rows:
             r["cells"] = [r["cells"][i] for i in keep]
@@ -393,7 +377,7 @@ def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
         header = params + [_header(m) for m in CPU_SECTION_METRICS]
         rows = []
         for _, r in s[s["n"] > 0].iterrows():
-            rows.append([format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
+            rows.append(_values(r, params)
                         + [_cpu_median(r, m) for m in CPU_SECTION_METRICS])
         table = Table(header, rows, ["nowrap"] * len(params) + ["num"] * len(CPU_SECTION_METRICS))
     verdicts = set(cell_zc_verdicts(df).values()) - {"n/a"}
@@ -441,7 +425,7 @@ def failed_table(df: pd.DataFrame) -> Optional[Table]:
         return None
     params = varying_params(df)
     failed = by_mode(failed, params)
-    rows = [[format_value(p, r[p]) if not _missing(r[p]) else "" for p in params]
+    rows = [_values(r, params)
             + [r["repeat"], r["status"], r["reason"], r.get("log"), r["cell"]] for _, r in failed.iterrows()]
     return Table(params + ["repeat", "status", "reason", "log", "cell id"], rows,
                  ["nowrap"] * len(params) + ["num", None, None, None, "nowrap"])

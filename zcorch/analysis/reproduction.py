@@ -181,26 +181,26 @@ def measure(df: pd.DataFrame, match: Match, metric: str, level: float = CI) -> M
     cell = str(rows["cell"].iloc[0])
     if metric not in rows:
         return Measured(cell, note=f"no `{metric}` recorded")
+    return _measured(rows, metric, level, ("runs", "ok run", "one ok run"))
+
+
+def _measured(rows: pd.DataFrame, metric: str, level: float, words: "tuple[str, str, str]") -> Measured:
+    """The Measured of the rows of one `cell`; `words` name them in its note."""
     s = summarize(rows, by=["cell"], metrics=[metric], ci=level).iloc[0]
     n, failed = int(s["n"]), int(s["n_failed"])
-    note = "" if n >= 2 else (f"all {failed} runs failed" if n == 0 and failed else
-                              "no ok run" if n == 0 else "one ok run: no interval")
-    return Measured(cell, n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
+    note = "" if n >= 2 else (f"all {failed} {words[0]} failed" if n == 0 and failed else
+                              f"no {words[1]}" if n == 0 else f"{words[2]}: no interval")
+    return Measured(str(s["cell"]), n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
                     float(s[f"{metric}_ci_high"]), note, float(s[f"{metric}_ci_level"]))
 
 
-def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> float:
-    """This result set's baseline of `kind` for a cell, Gbit/s (median of its ok records; NaN if none).
+def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> "list[float]":
+    """This result set's baseline of `kind` for a cell: the Gbit/s of its ok records (the tables show their
+    median).
 
     The records whose key has the kind's fixed values (iperf3: the plain, not -Z, tests), those matching the
     cell on the kind's match keys when there are some (iperf3, qperf: buffer and window; dd: filesystem);
     zcorch.config.baselines declares both per kind."""
-    vals = own_baseline_values(baselines, kind, cell)
-    return float(np.median(vals)) if len(vals) else math.nan
-
-
-def own_baseline_values(baselines: pd.DataFrame, kind: str, cell: dict) -> "list[float]":
-    """The Gbit/s of the ok records own_baseline takes the median of."""
     rows = baseline_rows(baselines, kind, cell)
     rows = rows[rows["status"] == OK] if len(rows) else rows
     return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()] if len(rows) else []
@@ -249,12 +249,7 @@ def measure_of(df: pd.DataFrame, baselines: pd.DataFrame, match: Match, kind: st
     frame = pd.DataFrame({"cell": label, "status": rows["status"].to_numpy(),
                           metric: [convert(float(v), "Gbit/s", unit) if pd.notna(v) else math.nan
                                    for v in pd.to_numeric(rows["gbit_s"], errors="coerce")]})
-    s = summarize(frame, by=["cell"], metrics=[metric], ci=level).iloc[0]
-    n, failed = int(s["n"]), int(s["n_failed"])
-    note = "" if n >= 2 else (f"all {failed} records failed" if n == 0 and failed else
-                              "no ok record" if n == 0 else "one record: no interval")
-    return Measured(label, n, failed, float(s[f"{metric}_median"]), float(s[f"{metric}_ci_low"]),
-                    float(s[f"{metric}_ci_high"]), note, float(s[f"{metric}_ci_level"]))
+    return _measured(frame, metric, level, ("records", "ok record", "one record"))
 
 
 # ---------------------------------------------------------------- figures and claims
@@ -277,7 +272,8 @@ def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[
             pub_norm = (p_lo / hi, p_hi / lo)
             if m.cell is not None:
                 first = cell_rows(df, f.match).iloc[0]
-                base_gbit = own_baseline(baselines, study.kind, _params(first))
+                vals = own_baseline(baselines, study.kind, _params(first))
+                base_gbit = float(np.median(vals)) if vals else math.nan
                 if np.isfinite(m.median) and base_gbit > 0:
                     norm = convert(m.median, unit, "Gbit/s") / base_gbit
         per_byte, run_bytes = metrics.get(f.metric).extensive, math.nan
@@ -529,7 +525,7 @@ def baseline_table(ref: Reference, baselines: pd.DataFrame) -> "list[list[str]]"
         lo, hi = b.value.to("Gbit/s")
         study = f"{b.value}" + (f" = {show_range(lo, hi, 'Gbit/s')}" if b.value.unit != "Gbit/s" else "")
         for where, cell in _configurations(baselines, b.kind):
-            vals = own_baseline_values(baselines, b.kind, cell)
+            vals = own_baseline(baselines, b.kind, cell)
             ours = float(np.median(vals)) if vals else math.nan
             spread = (f" (median of {len(vals)}: {show_range(min(vals), max(vals), 'Gbit/s')})"
                       if len(vals) > 1 and min(vals) < max(vals) else "")

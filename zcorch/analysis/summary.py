@@ -13,7 +13,7 @@ from typing import Optional
 
 from zcorch import __version__
 from zcorch.analysis import reproduction as rp
-from zcorch.analysis.findings import CPU_COLUMNS, findings
+from zcorch.analysis.findings import CPU_COLUMNS, findings, table_row
 from zcorch.config.baselines.registry import SHARE_RECORDS
 from zcorch.analysis.frames import OK, load_baselines, read_experiment_text, read_manifest, read_meta, result_dir
 from zcorch.analysis.load import load
@@ -22,12 +22,6 @@ from zcorch.errors import ConfigError
 
 SCHEMA_ID = "https://github.com/zcorch/zcorch/docs/schemas/report.schema.json"
 FORMAT = "zcorch-report/1"
-
-
-def _experiment_text(d, manifest: dict) -> "tuple[str, str]":
-    """(text, path) of the experiment file, read as every reader of a result set does (frames.read_experiment_text)."""
-    exp_file, text = read_experiment_text(d, manifest)
-    return text or "", str(exp_file)
 
 
 def _reproduction(text: str, path: str, df, baselines, meta: Optional[dict] = None) -> Optional[dict]:
@@ -73,19 +67,15 @@ def report_document(path) -> dict:
     manifest = read_manifest(d)
     df = load(d)
     baselines = load_baselines(d)
-    text, exp_path = _experiment_text(d, manifest)
+    exp_path, text = read_experiment_text(d, manifest)
     return _clean({
         "$schema": SCHEMA_ID, "format": FORMAT, "zcorch_version": __version__,
         "name": manifest.get("name") or d.name, "result_set": str(d), "status": manifest.get("status"),
         "runs": int(len(df)), "cells": int(df["cell"].nunique()) if len(df) else 0,
         "failed_runs": int((df["status"] != OK).sum()) if len(df) else 0,
         "findings": findings(df, baselines) if len(df) else None,
-        "reproduction": _reproduction(text, exp_path, df, baselines, read_meta(d)),
+        "reproduction": _reproduction(text or "", str(exp_path), df, baselines, read_meta(d)),
     })
-
-
-def _n(value, fmt: str) -> str:
-    return "" if value is None else fmt.format(value)
 
 
 def findings_markdown(found: dict, name: str) -> str:
@@ -112,16 +102,7 @@ def findings_markdown(found: dict, name: str) -> str:
                 if any(e["cpu"].get(c) is not None for e in ranking["modes"])]
         header = (["rank", "group", "configuration", "MB/s", "interval (level)", "ok runs"]
                   + [f"{view} CPU s/GiB, {side}" for _, view, side in cpus] + [f"% of {k}" for k in kinds] + ["flags"])
-        rows = []
-        for e in ranking["modes"]:
-            ci = e["mb_s_ci"]
-            rows.append([e["rank"] or "–", e["group"] or "–", e["label"] + (" *" if e["efficient"] else ""),
-                         _n(e["mb_s"], "{:.0f}"), f"{ci['low']:.0f}–{ci['high']:.0f} ({ci['label']})" if ci else "",
-                         e["n"]]
-                        + [_n(e["cpu"].get(c), "{:.3f}") for c, _, _ in cpus]
-                        + [_n(None if e["share_of_baseline"].get(k, {}).get("share") is None
-                              else 100 * e["share_of_baseline"][k]["share"], "{:.0f}%") for k in kinds]
-                        + ["; ".join(e["flags"])])
+        rows = [table_row(e, [c for c, _, _ in cpus], kinds, " *") for e in ranking["modes"]]
         lines += rp.markdown_table(header, rows)
         if ranking["baselines"]:
             lines += ["Baselines: " + "; ".join(f"{b['name']} {b['mb_s']:.0f} MB/s" for b in ranking["baselines"]) + ".",
@@ -134,11 +115,11 @@ def report_markdown(path) -> str:
     d = result_dir(path)
     manifest = read_manifest(d)
     df = load(d)
-    name = manifest.get("name") or d.name
-    parts = [findings_markdown(findings(df, load_baselines(d)), name) if len(df)
+    name, baselines = manifest.get("name") or d.name, load_baselines(d)
+    parts = [findings_markdown(findings(df, baselines), name) if len(df)
              else f"## Findings: {name}\n\nNo runs recorded yet.\n"]
-    text, exp_path = _experiment_text(d, manifest)
-    ref = reference_of(text, exp_path)
+    exp_path, text = read_experiment_text(d, manifest)
+    ref = reference_of(text or "", str(exp_path))
     if ref is not None:
-        parts.append(rp.markdown(ref, df, load_baselines(d), name, rp.host_facts(read_meta(d))))
+        parts.append(rp.markdown(ref, df, baselines, name, rp.host_facts(read_meta(d))))
     return "\n".join(parts)

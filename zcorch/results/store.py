@@ -17,7 +17,7 @@ import os
 import socket
 import stat
 import time
-from typing import Any, BinaryIO, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError, ResultSetBusy, ResultsWriteError
 from zcorch.results import setfiles
@@ -69,26 +69,35 @@ def write_json_atomic(path: str, obj: Any) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def read_jsonl(path: str) -> List[dict]:
-    """Records of a JSON-lines file; a torn (unparsable, unterminated) final line is skipped.
+def iter_jsonl(path: str) -> Iterator[Tuple[int, Any]]:
+    """(line number, record) of a JSON-lines file, streamed (a million-run file does not fit in memory as
+    dicts); a torn (unparsable, unterminated) final line is skipped.
 
     A bad line anywhere else is corruption, not a crash artefact, and raises ResultsError. The file is read
     as zcorch.results.setfiles reads a result set's files: a regular file (no link followed), streamed, with
     overlong lines and records beyond the bound skipped and said (SkippedWarning); a runs.jsonl with more
-    records than its set's plan can hold is refused (ResultsError, setfiles.run_record_limit).
+    records than its set's plan can hold is refused (ResultsError, setfiles.run_record_limit). No file (a
+    sweep that stopped before its first run): no records.
     """
-    records = []
+    decode = _DECODER.decode  # json.loads minus its per-call type and encoding checks
     root, name = os.path.dirname(path) or ".", os.path.basename(path)
-    # runs.jsonl: refused beyond what its plan can hold (setfiles.run_record_limit)
     lines = setfiles.iter_runs_lines(root, name) if name == RUNS else setfiles.iter_lines(root, name)
     for lineno, raw, terminated in lines:
         try:
-            records.append(json.loads(raw))
-        except ValueError:
+            rec = decode(raw.decode("utf-8"))
+        except ValueError:  # also UnicodeDecodeError
             if not terminated:  # no newline after it: the write was cut short
-                continue
+                return
             raise ResultsError(f"{path}:{lineno}: not a JSON record: {raw[:80]!r}") from None
-    return records
+        yield lineno, rec
+
+
+_DECODER = json.JSONDecoder()
+
+
+def read_jsonl(path: str) -> List[dict]:
+    """Records of a JSON-lines file (iter_jsonl's rules)."""
+    return [rec for _, rec in iter_jsonl(path)]
 
 
 def _complete_lines_end(f: BinaryIO, size: int) -> int:
