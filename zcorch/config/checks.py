@@ -74,6 +74,11 @@ class Checker:
             self.problem(node.pos, key, str(exc))
             return default
 
+    def field(self, fields: "dict[str, tuple[ys.Pos, ys.YNode]]", path: str, key: str, parser: Callable,
+              default: Any = None) -> Any:
+        """`value` of the entry `key` of a checked mapping (`mapping`'s result), or `default` without one."""
+        return self.value(fields[key][1], join(path, key), parser, default) if key in fields else default
+
     def mapping(self, node: ys.YNode, key: str, allowed, what: str) -> "dict[str, tuple[ys.Pos, ys.YNode]]":
         """The entries of a mapping node whose keys are all in `allowed` (unknown ones are reported)."""
         if not isinstance(node, ys.YMap):
@@ -89,10 +94,11 @@ class Checker:
         return good
 
 
-def named_entries(chk: Checker, node: ys.YNode, section: str,
-                  entry: "Callable[[Checker, ys.YNode, str, str], Optional[T]]") -> "dict[str, T]":
-    """A `section:` of named entries (`filesystems:`, `networks:`) -> {name: entry(chk, node, path, name)} of
-    the entries without problems; every problem (a bad name, a bad entry) goes to `chk` at its place."""
+def named_entries(chk: Checker, node: ys.YNode, section: str, keys: "tuple[str, ...]", what: str,
+                  entry: "Callable[[Checker, dict, ys.YMap, str, str], Optional[T]]") -> "dict[str, T]":
+    """A `section:` of named entries (`filesystems:`, `networks:`) -> {name: entry(chk, fields, node, path, name)}
+    of the entries without problems, each a mapping of `keys` (`fields`: Checker.mapping's); every problem (a bad
+    name, a bad entry) goes to `chk` at its place."""
     out: "dict[str, T]" = {}
     if is_null(node):
         return out
@@ -105,7 +111,8 @@ def named_entries(chk: Checker, node: ys.YNode, section: str,
         n_problems = len(chk.problems)
         if not NAME_RE.match(name):
             chk.problem(kpos, path, f"`{name}` is not a valid name ({NAME_RULE})")
-        conf = entry(chk, child, path, name)
+        fields = chk.mapping(child, path, keys, what)
+        conf = entry(chk, fields, child, path, name) if isinstance(child, ys.YMap) else None
         if conf is not None and len(chk.problems) == n_problems:
             out[name] = conf
     return out

@@ -299,11 +299,11 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
         if "title" not in src and isinstance(top["source"][1], ys.YMap):
             chk.problem(top["source"][1].pos, "reference.source", "missing `title:`")
         source = Source(**{k: vals.get(k, "") for k in SOURCE_KEYS})
-    setup = chk.value(top["setup"][1], "reference.setup", _text, "") if "setup" in top else ""
-    nbytes = chk.value(top["bytes"][1], "reference.bytes", checks.positive_size) if "bytes" in top else None
+    setup = chk.field(top, "reference", "setup", _text, "")
+    nbytes = chk.field(top, "reference", "bytes", checks.positive_size)
     study_needs = _needs(chk, top["needs"][1], "reference.needs") if "needs" in top else ()
-    level = chk.value(top["level"][1], "reference.level", _level, LEVEL) if "level" in top else LEVEL
-    units = chk.value(top["units"][1], "reference.units", _text, "") if "units" in top else ""
+    level = chk.field(top, "reference", "level", _level, LEVEL)
+    units = chk.field(top, "reference", "units", _text, "")
 
     baselines = []
     if "baselines" in top:
@@ -323,7 +323,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             if q is not None and unit_dimension(q.unit) != "rate":
                 chk.problem(fields_["value"][1].pos, f"{path}.value", f"`{q}` is not a rate (e.g. MB/s, Gbit/s)")
                 q = None
-            cmd = chk.value(fields_["command"][1], f"{path}.command", _text, "") if "command" in fields_ else ""
+            cmd = chk.field(fields_, path, "command", _text, "")
             if q is not None:
                 baselines.append(PublishedBaseline(kind, q, cmd, child.pos))
     kinds = {b.kind for b in baselines}
@@ -342,7 +342,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             match = parse_match(chk, f["match"][1], f"{path}.match", param_parser)
             metric = chk.value(f["metric"][1], f"{path}.metric", _metric)
             value = chk.value(f["value"][1], f"{path}.value", _quantity)
-            label = chk.value(f["label"][1], f"{path}.label", _text, "") if "label" in f else ""
+            label = chk.field(f, path, "label", _text, "")
             if metric and value:
                 unit = metrics.get(metric).unit
                 try:
@@ -374,7 +374,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
                             f"only throughput figures (gbit_s, mb_s) are normalised to a baseline, not `{metric}`")
                 base = None
             fbytes = chk.value(f["bytes"][1], f"{path}.bytes", checks.positive_size) if "bytes" in f else nbytes
-            fnote = chk.value(f["note"][1], f"{path}.note", _text, "") if "note" in f else ""
+            fnote = chk.field(f, path, "note", _text, "")
             if match and metric and value:
                 figures.append(Figure(label, match, metric, value, base, fbytes, item.pos, of, fnote or ""))
 
@@ -397,7 +397,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             a = parse_match(chk, c["a"][1], f"{path}.a", param_parser)
             b = parse_match(chk, c["b"][1], f"{path}.b", param_parser) if "b" in c else None
             cond = chk.value(c["holds_if"][1], f"{path}.holds_if", _holds_if)
-            note = chk.value(c["note"][1], f"{path}.note", _text, "") if "note" in c else ""
+            note = chk.field(c, path, "note", _text, "")
             of = _parse_of(chk, c, path, metric)
             needs = _needs(chk, c["needs"][1], f"{path}.needs") if "needs" in c else ()
             if cond and cond[2] and "b" in c:
