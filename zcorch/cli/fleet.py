@@ -9,7 +9,6 @@ file or option (nothing started), 75 another `zcorch run` drives the fleet direc
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import queue
@@ -20,7 +19,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, TextIO
 
 from zcorch.cli.console import log
-from zcorch.cli.run_output import export_after_run, report_export, say_over_bar
+from zcorch.cli.run_output import JsonLines, export_after_run, say_end, say_over_bar
 from zcorch.sweep.fleet import LOCALHOST, FleetObserver, PairState, prepare_fleet
 
 PAIRS_REPORT = "pairs.md"   # the fleet's pairs compared, written into the fleet directory at the end
@@ -105,22 +104,10 @@ class ConsoleFleetObserver(FleetObserver):
             self.bar = None
 
 
-class JsonFleetObserver(FleetObserver):
+class JsonFleetObserver(JsonLines, FleetObserver):
     """`--json`: every pair's events as `zcorch run --json` prints them, each with `pair`, between a
     `fleet_start` and a `fleet_end` event, with a `pair_end` event as each pair's sweep ends
     (docs/schemas/run-events.schema.json)."""
-
-    def __init__(self, out: Optional[TextIO] = None):
-        self.out = out if out is not None else sys.stdout
-
-    def emit(self, event: str, **fields) -> None:
-        from zcorch.cli.run_output import _clean, _utc_now
-
-        self.write(_clean({"event": event, "time": _utc_now(), **fields}))
-
-    def write(self, doc: dict) -> None:
-        self.out.write(json.dumps(doc, default=str, allow_nan=False) + "\n")
-        self.out.flush()
 
     def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
         from zcorch import __version__
@@ -185,12 +172,7 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
     print(_pairs_table(result.pairs))
     if report is not None:
         print(report["text"], end="")
-    print(f"results: {result.directory}")
-    if exported is not None:
-        report_export(exported, result.directory)
-    if result.status == "interrupted":
-        print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
-              f"{result.directory}", file=sys.stderr)
+    say_end(result.directory, exported, result.status == "interrupted")
     return result.exit_status
 
 
@@ -203,30 +185,22 @@ def _pairs_table(pairs: List[PairState]) -> str:
 
 
 class FanOut(FleetObserver):
-    """Several fleet observers as one (the display and the end work)."""
+    """Several fleet observers as one (the display and the end work): each hook of FleetObserver calls
+    theirs in turn."""
 
     def __init__(self, *observers: FleetObserver):
         self.observers = observers
 
-    def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
-        for o in self.observers:
-            o.fleet_started(directory, pairs, resumed)
 
-    def pairs_running(self) -> None:
+def _fan_out(hook: str):
+    def call(self: FanOut, *args: Any) -> None:
         for o in self.observers:
-            o.pairs_running()
+            getattr(o, hook)(*args)
+    return call
 
-    def event(self, pair: str, doc: dict) -> None:
-        for o in self.observers:
-            o.event(pair, doc)
 
-    def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
-        for o in self.observers:
-            o.pair_ended(state, stderr_tail)
-
-    def message(self, text: str) -> None:
-        for o in self.observers:
-            o.message(text)
+for _hook in [name for name in vars(FleetObserver) if not name.startswith("_")]:
+    setattr(FanOut, _hook, _fan_out(_hook))
 
 
 class EndWork(FleetObserver):

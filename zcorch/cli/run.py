@@ -18,8 +18,8 @@ from typing import Callable, Dict, List, Optional, TextIO
 from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.cli.cache_writer import CacheWriter
-from zcorch.cli.run_output import (_clean, _utc_now, run_line, check_export, export_after_run,
-                                   report_export, say_over_bar)
+from zcorch.cli.run_output import (JsonLines, check_export, export_after_run, run_line, say_end,
+                                   say_over_bar)
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
@@ -132,22 +132,13 @@ class ConsoleObserver(SweepObserver):
             self.bar = None
 
 
-class JsonObserver(SweepObserver):
+class JsonObserver(JsonLines, SweepObserver):
     """`zcorch run --json`: one JSON object a line on stdout, written (and flushed) as each event happens,
     as iperf3's --json-stream does; the schema is docs/schemas/run-events.schema.json. Human messages go
     into `message`/`warning` events, so stdout holds nothing but JSON."""
 
-    def __init__(self, out: Optional[TextIO] = None):
-        self.out = out if out is not None else sys.stdout
-        self.result_dir: Optional[str] = None
-        self.total = 0
-
-    def emit(self, event: str, **fields) -> None:
-        import json
-
-        doc = _clean({"event": event, "time": _utc_now(), **fields})
-        self.out.write(json.dumps(doc, default=str, allow_nan=False) + "\n")
-        self.out.flush()
+    result_dir: Optional[str] = None
+    total = 0
 
     def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
         from zcorch import __version__
@@ -303,12 +294,7 @@ def main(args: argparse.Namespace) -> int:
         observer.emit("end", status=result.status, exit_status=result.exit_status, result_dir=result.result_dir)
         return result.exit_status
     print(result.summary())
-    print(f"results: {result.result_dir}")
-    if exported is not None:
-        report_export(exported, result.result_dir)
-    if result.status == "interrupted":
-        print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
-              f"{result.result_dir}", file=sys.stderr)
+    say_end(result.result_dir, exported, result.status == "interrupted")
     return result.exit_status
 
 

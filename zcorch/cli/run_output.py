@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+from typing import Optional, TextIO
 
 from zcorch.errors import ResultsError
 from zcorch.results.store import lock_result_set
@@ -56,6 +56,32 @@ def _utc_now() -> str:
     import datetime
 
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class JsonLines:
+    """`--json`: one JSON object a line on `out` (stdout), written and flushed as each event happens."""
+
+    def __init__(self, out: Optional[TextIO] = None):
+        self.out = out if out is not None else sys.stdout
+
+    def write(self, doc: dict) -> None:
+        import json
+
+        self.out.write(json.dumps(doc, default=str, allow_nan=False) + "\n")
+        self.out.flush()
+
+    def emit(self, event: str, **fields) -> None:
+        self.write(_clean({"event": event, "time": _utc_now(), **fields}))
+
+
+def say_end(directory: str, exported: Optional[dict], interrupted: bool) -> None:
+    """The last lines of a run without --json: where the results are, the export, how to continue."""
+    print(f"results: {directory}")
+    if exported is not None:
+        report_export(exported, directory)
+    if interrupted:
+        print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
+              f"{directory}", file=sys.stderr)
 
 
 def _write_cache_locked(directory: str) -> None:
