@@ -250,6 +250,14 @@ def choice(node: ys.YNode, allowed, what: str) -> str:
     return text
 
 
+def metric_name(node: ys.YNode, known, examples: str) -> str:
+    """A metric of `known` (zcorch.metrics names); `examples` say which in the message."""
+    text = ys.as_str(node, "a metric name")
+    if text not in known:
+        raise ys.ValueProblem(f"`{text}` is not a metric{suggest(text, known)} (e.g. {examples})")
+    return text
+
+
 def name(node: ys.YNode, what: str = "a name") -> str:
     text = ys.as_str(node, what)
     if not NAME_RE.match(text):
