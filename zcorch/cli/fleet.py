@@ -15,40 +15,28 @@ import queue
 import signal
 import sys
 import threading
-import time
 from typing import Any, Dict, List, Optional, Set, TextIO
 
-from zcorch.cli.console import log
-from zcorch.cli.run_output import JsonLines, export_after_run, say_end, say_over_bar
+from zcorch.cli.run_output import Console, JsonLines, export_after_run, say_end
 from zcorch.sweep.fleet import LOCALHOST, FleetObserver, PairState, prepare_fleet
 
 PAIRS_REPORT = "pairs.md"   # the fleet's pairs compared, written into the fleet directory at the end
 
 
-class ConsoleFleetObserver(FleetObserver):
+class ConsoleFleetObserver(Console, FleetObserver):
     """One progress display for all pairs: on a terminal one tqdm bar over every pair's runs (the postfix says
     each pair's count), elsewhere one line per run naming its pair."""
 
     def __init__(self, stream: Optional[TextIO] = None):
-        self.stream = stream if stream is not None else sys.stderr
-        self.log = log("run")
-        self.tty = self.stream.isatty()
+        super().__init__(stream)
         self.todo: Dict[str, int] = {}
         self.done: Dict[str, int] = {}
         self.failed: Dict[str, int] = {}
-        self.bar = None
-        self.t0 = time.monotonic()
-
-    def _say(self, level: int, text: str) -> None:
-        say_over_bar(self.log, self.bar, level, text)
 
     def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
         left = [p.pair for p in pairs if not p.done]
         self._say(logging.INFO, f"fleet of {len(pairs)} pair(s){' resumed' if resumed else ''}: "
                                 f"{', '.join(left) or 'nothing left to run'} -> {directory}")
-
-    def message(self, text: str) -> None:
-        self._say(logging.INFO, text)
 
     def event(self, pair: str, doc: dict) -> None:
         from zcorch.cli.run_output import run_line
@@ -71,17 +59,11 @@ class ConsoleFleetObserver(FleetObserver):
             self._progress(f"[{pair}] {run_line(doc)}", doc.get("status") == "ok")
 
     def _progress(self, text: str, ok: bool) -> None:
-        if not self.log.isEnabledFor(logging.INFO):
-            if not ok:
-                self.log.warning(f"zcorch run: {text}")
+        if self.quiet(text, ok):
             return
         counts = "  ".join(f"{p} {self.done.get(p, 0)}/{n}" for p, n in self.todo.items())
         if self.tty:
-            if self.bar is None:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=sum(self.todo.values()), file=self.stream, unit="run", dynamic_ncols=True,
-                                leave=True, desc="zcorch run (fleet)")
+            self.progress_bar(sum(self.todo.values()), "zcorch run (fleet)")
             self.bar.set_postfix_str(f"{counts}  failures {sum(self.failed.values())}"[:120], refresh=False)
             self.bar.update(sum(self.done.values()) - self.bar.n)
             return
@@ -97,11 +79,6 @@ class ConsoleFleetObserver(FleetObserver):
         if self.log.isEnabledFor(logging.DEBUG):
             for line in stderr_tail:
                 self._say(logging.DEBUG, f"[{state.pair}] {line}")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
 
 
 class JsonFleetObserver(JsonLines, FleetObserver):

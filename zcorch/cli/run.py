@@ -15,11 +15,9 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, TextIO
 
-from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.cli.cache_writer import CacheWriter
-from zcorch.cli.run_output import (JsonLines, check_export, export_after_run, run_line, say_end,
-                                   say_over_bar)
+from zcorch.cli.run_output import Console, JsonLines, check_export, export_after_run, run_line, say_end
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
@@ -63,24 +61,18 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     return p
 
 
-class ConsoleObserver(SweepObserver):
+class ConsoleObserver(Console, SweepObserver):
     """What `zcorch run` tells the user on stderr, through the `zcorch.run` logger (-q: warnings only, -v:
     more): the stage being set up and how long the set-up took, then per run its modes, its rate and the
     ETA. On a terminal the runs are one tqdm progress bar (its ETA starts with the first run, so the
     minutes of deploy, calibration and baselines do not inflate it); elsewhere one line per run."""
 
     def __init__(self, stream: Optional[TextIO] = None):
-        self.stream = stream if stream is not None else sys.stderr
-        self.log = log("run")
-        self.tty = self.stream.isatty()
+        super().__init__(stream)
         self.total = self.already = 0
-        self.t0 = self.t_stage = time.monotonic()
+        self.t0 = time.monotonic()
         self.t_runs: Optional[float] = None
         self.result_dir: Optional[str] = None
-        self.bar = None
-
-    def _say(self, level: int, text: str) -> None:
-        say_over_bar(self.log, self.bar, level, text)
 
     def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
         self.total, self.already, self.t0 = total, already_ok, time.monotonic()
@@ -94,10 +86,6 @@ class ConsoleObserver(SweepObserver):
             self._say(logging.INFO, f"set-up took {now - self.t0:.1f} s; the runs")
         elif name != "finish":
             self._say(logging.INFO, f"{title.split(' (')[0]} ...")
-        self.t_stage = now
-
-    def message(self, text: str) -> None:
-        self._say(logging.INFO, text)
 
     def warning(self, text: str) -> None:
         self._say(logging.WARNING, f"warning: {text}")
@@ -105,17 +93,10 @@ class ConsoleObserver(SweepObserver):
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
         done_now = outcome.ok + outcome.failed
         text = run_line(record, whole_reason=self.log.isEnabledFor(logging.DEBUG))
-        if not self.log.isEnabledFor(logging.INFO):
-            if record["status"] != "ok":
-                self.log.warning(f"zcorch run: {text}")
+        if self.quiet(text, record["status"] == "ok"):
             return
         if self.tty:
-            if self.bar is None:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=todo, initial=0, file=self.stream, unit="run", dynamic_ncols=True,
-                                leave=True, desc="zcorch run")
-            self.bar.total = todo   # repeats until stable: shrinks as cells converge, and the ETA with it
+            self.progress_bar(todo, "zcorch run").total = todo   # repeats until stable: shrinks as cells converge, and the ETA with it
             self.bar.set_postfix_str(f"failures {outcome.failed}  {text}"[:120], refresh=False)
             self.bar.update(done_now - self.bar.n)
             return
@@ -127,9 +108,7 @@ class ConsoleObserver(SweepObserver):
         self.stream.flush()
 
     def sweep_ended(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        self.close()
 
 
 class JsonObserver(JsonLines, SweepObserver):

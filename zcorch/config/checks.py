@@ -94,6 +94,17 @@ class Checker:
         return good
 
 
+def read_document(text: str, path: str, **kwargs: Any) -> "tuple[Checker, ys.YNode]":
+    """A Checker of `path` and the root of its one YAML document (ys.parse: `kwargs` word its messages);
+    ConfigError (file:line) for what YAML itself refuses."""
+    root, raw = ys.parse(text, path, **kwargs)
+    chk = Checker(path)
+    chk.problems += raw
+    chk.raise_if_any()
+    assert root is not None
+    return chk, root
+
+
 def named_entries(chk: Checker, node: ys.YNode, section: str, keys: "tuple[str, ...]", what: str,
                   entry: "Callable[[Checker, dict, ys.YMap, str, str], Optional[T]]") -> "dict[str, T]":
     """A `section:` of named entries (`filesystems:`, `networks:`) -> {name: entry(chk, fields, node, path, name)}
@@ -124,11 +135,7 @@ def parse_data(section: str, data: Any, parser: "Callable[[Checker, ys.YNode], T
         text = yaml.safe_dump({section: data}, default_flow_style=False, sort_keys=False, allow_unicode=True)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: {section}: cannot be written as YAML: {exc}") from None
-    root, raw_problems = ys.parse(text, path)
-    chk = Checker(path)
-    for pos, key, msg in raw_problems:
-        chk.problem(pos, key, msg)
-    chk.raise_if_any()
+    chk, root = read_document(text, path)
     assert isinstance(root, ys.YMap)
     out = parser(chk, root.entries[section][1])
     chk.raise_if_any()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.config import yamlsrc as ys
-from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, suggest
+from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, read_document, suggest
 from zcorch.config.hosts import Hosts, parse_hosts
 from zcorch.errors import ConfigError
 
@@ -93,13 +93,8 @@ def load_inventory(path: str) -> Inventory:
 
 def parse_inventory(text: str, path: str, sha256: str = "") -> Inventory:
     """Validate inventory text; relative paths in it are relative to `path`'s directory."""
-    root, raw_problems = ys.parse(text, path, document="an inventory file",
-                                  empty="an inventory needs `pairs:` with at least one pair")
-    chk = Checker(path)
-    for pos, key, msg in raw_problems:
-        chk.problem(pos, key, msg)
-    chk.raise_if_any()
-    assert root is not None
+    chk, root = read_document(text, path, document="an inventory file",
+                              empty="an inventory needs `pairs:` with at least one pair")
     if not isinstance(root, ys.YMap):
         chk.problem(root.pos, "", f"expected a mapping with `pairs:`, got {ys.describe(root)}")
         chk.raise_if_any()
