@@ -24,12 +24,11 @@ from zcorch.provision.scratch import PLACEHOLDER
 from zcorch.sweep.interrupts import InterruptGuard
 from zcorch.sweep.pipeline import FIRST_MEASURING_STAGE, STAGES, SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome, run_event_fields
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("run", help=HELP["run"],
-                              description=summary(__doc__))
+    p = add_command(subparsers, "run", __doc__)
     p.add_argument("file", nargs="?", help="experiment file (YAML); optional with --resume")
     p.add_argument("-o", "--output", metavar="DIR", help="result directory (default results/<name>-<UTC time>/)")
     p.add_argument("--resume", metavar="DIR", help="continue the result set in DIR (uses its experiment.yaml)")
