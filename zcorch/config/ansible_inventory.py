@@ -64,13 +64,14 @@ def kind_of(text: str) -> Optional[str]:
     try:
         doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))   # libyaml: a tenth of the CPU
     except yaml.YAMLError:
-        return "ansible" if re.search(r"^\s*\[[^\]]+\]\s*$", text, re.M) else None
+        doc = None
     if isinstance(doc, dict):
         if "pairs" in doc:
             return None
         groups = [v for v in doc.values() if isinstance(v, dict) and any(k in v for k in _GROUP_KEYS)]
         return "ansible" if groups else None
-    # INI: section headers ([group], [group:vars]) or bare host lines, which YAML reads as a string or a list
+    # INI: section headers ([group], [group:vars]) or bare host lines, which YAML reads as a string or a list, or
+    # refuses
     return "ansible" if re.search(r"^\s*\[[^\]]+\]\s*$", text, re.M) else None
 
 
