@@ -218,10 +218,8 @@ def _fmt_secs(s: float) -> str:
 
 def main(args: argparse.Namespace) -> int:
     command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
-    from zcorch.config.inventory import is_fleet_spec
+    from zcorch.config.inventory import ENV_VAR, is_fleet_spec
     from zcorch.sweep.fleet import is_fleet_dir
-
-    from zcorch.config.inventory import ENV_VAR
 
     spec = args.hosts if args.hosts is not None or args.resume else os.environ.get(ENV_VAR) or None
     check_export(args.export)
