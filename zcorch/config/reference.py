@@ -173,12 +173,9 @@ class Reference:
     def baseline(self, kind: Optional[str]) -> Optional[PublishedBaseline]:
         return next((b for b in self.baselines if b.kind == kind), None)
 
-    def matches(self) -> "list[tuple[str, Match]]":
-        """Every match with a label for messages (`figures[0]`, `claims[1].a`)."""
-        return [(label, match) for label, match, _ in self.matches_of()]
-
     def matches_of(self) -> "list[tuple[str, Match, Optional[str]]]":
-        """Every match with its label and the baseline kind it is `of` (None: a cell's)."""
+        """Every match with its label for messages (`figures[0]`, `claims[1].a`) and the baseline kind it is
+        `of` (None: a cell's)."""
         out = [(f"reference.figures[{i}]", f.match, f.of) for i, f in enumerate(self.figures)]
         for i, c in enumerate(self.claims):
             out += [(f"reference.claims[{i}].a", c.a, c.of)]
