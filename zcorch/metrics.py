@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import namedtuple
 from typing import Iterable, Optional
 
-from zcorch.params import METRICS as WORKER_METRICS
+from zcorch.params import METRICS as WORKER_METRICS, replace_block
 from zcorch.units import unit_dimension
 
 SIDES = ("send", "recv", "total", "none")
@@ -211,9 +211,6 @@ def axis_label(name: str) -> str:
 
 # ---------------------------------------------------------------- docs table
 
-DOC_BEGIN, DOC_END = "<!-- analysis-metrics:begin -->", "<!-- analysis-metrics:end -->"
-
-
 def markdown_table() -> str:
     """The derived metrics as Markdown (docs/experiment-files.md "Analysis metrics"); the per-side worker metrics
     (`send_<name>`, `recv_<name>`) are the worker table's."""
@@ -225,19 +222,13 @@ def markdown_table() -> str:
 
 
 def render_docs(text: str) -> str:
-    """`text` with the lines between DOC_BEGIN and DOC_END replaced by markdown_table(); ValueError without them."""
-    start, stop = text.find(DOC_BEGIN), text.find(DOC_END)
-    if start < 0 or stop < start:
-        raise ValueError(f"the document has no `{DOC_BEGIN}` ... `{DOC_END}` block")
-    return text[:start + len(DOC_BEGIN)] + "\n" + markdown_table() + "\n" + text[stop:]
+    """`text` with its `analysis-metrics` block replaced by markdown_table(); ValueError without one."""
+    return replace_block(text, "analysis-metrics", markdown_table())
 
 
 if __name__ == "__main__":   # python -m zcorch.metrics FILE: rewrite the generated block of FILE
     import sys
 
-    with open(sys.argv[1], encoding="utf-8") as f:
-        old = f.read()
-    new = render_docs(old)
-    if new != old:
-        with open(sys.argv[1], "w", encoding="utf-8") as f:
-            f.write(new)
+    from zcorch.params import rewrite_docs
+
+    rewrite_docs(sys.argv[1], render_docs)

@@ -503,7 +503,6 @@ def rule_text(name: str, **values: Any) -> str:
 
 
 _SIDE_WORDS = {"send": "sender", "recv": "receiver", "both": "both", "controller": "controller"}
-DOC_BLOCKS = ("params", "metrics")
 
 
 def describe(p: Param) -> str:
@@ -560,19 +559,31 @@ def doc_markers(block: str) -> "tuple[str, str]":
     return f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
 
 
-def render_docs(text: str) -> str:
-    """`text` (a Markdown document) with every generated block replaced by the current table.
+def replace_block(text: str, block: str, table: str) -> str:
+    """`text` (a Markdown document) with the lines between the two markers of `block` (doc_markers) replaced
+    by `table`; ValueError naming the markers if they are missing."""
+    begin, end = doc_markers(block)
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise ValueError(f"the document has no `{begin}` ... `{end}` block")
+    return text[:start + len(begin)] + "\n" + table + "\n" + text[stop:]
 
-    A block is the lines between its two markers (`doc_markers`); ZcorchError if a marker is missing.
-    """
-    tables = markdown_tables()
-    for block in DOC_BLOCKS:
-        begin, end = doc_markers(block)
-        start, stop = text.find(begin), text.find(end)
-        if start < 0 or stop < start:
-            raise ZcorchError(f"the document has no `{begin}` ... `{end}` block")
-        text = text[:start + len(begin)] + "\n" + tables[block] + "\n" + text[stop:]
+
+def render_docs(text: str) -> str:
+    """`text` with every generated block (markdown_tables) replaced by the current table."""
+    for block, table in markdown_tables().items():
+        text = replace_block(text, block, table)
     return text
+
+
+def rewrite_docs(path: str, render: "Any") -> None:
+    """The file `path` rewritten by `render(text)` when that changes it (OSError, ValueError as they come)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    new = render(text)
+    if new != text:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(new)
 
 
 def main(argv: "Optional[list[str]]" = None) -> int:
@@ -590,15 +601,10 @@ def main(argv: "Optional[list[str]]" = None) -> int:
             print(f"{begin}\n{table}\n{end}\n")
         return 0
     try:
-        with open(args.update_docs, encoding="utf-8") as f:
-            text = f.read()
-        new = render_docs(text)
-    except (OSError, ZcorchError) as exc:
+        rewrite_docs(args.update_docs, render_docs)
+    except (OSError, ValueError) as exc:
         print(f"python -m zcorch.params: {exc}", file=sys.stderr)
         return 1
-    if new != text:
-        with open(args.update_docs, "w", encoding="utf-8") as f:
-            f.write(new)
     return 0
 
 

@@ -20,6 +20,7 @@ from zcorch.config.timings import Timings, switch_keys
 from zcorch.errors import ConfigError
 from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.kind import Cost
+from zcorch.config.baselines.registry import BY_NAME
 from zcorch.config.cells import cell_problems, filesystem_problem
 from zcorch.config.experiment import Experiment, load_experiment
 from zcorch.config.inventory import InventoryPair
@@ -78,13 +79,8 @@ class Plan:
         base = exp.include_base()
         for inc in exp.include:
             candidates.update(k for k in PARAM_KEYS if inc[k] != base[k])
-        out = []
-        for key in PARAM_KEYS:
-            if key in candidates:
-                first = self.cells[0].params[key] if self.cells else None
-                if any(c.params[key] != first for c in self.cells):
-                    out.append(key)
-        return out
+        first = self.cells[0].params if self.cells else {}
+        return [k for k in PARAM_KEYS if k in candidates and any(c.params[k] != first[k] for c in self.cells)]
 
     def fewest_repeats(self) -> int:
         """The fewest runs a cell can end with: `repeats: N` -> N; `{min, max, target_ci}` -> max(min, 6)
@@ -95,12 +91,7 @@ class Plan:
     @cached_property
     def linked(self) -> "list":
         """The linked axes whose label differs between cells (zcorch.config.experiment.Axis), in file order."""
-        out = []
-        for a in self.experiment.linked_axes():
-            labels = {a.label_of(c.params) for c in self.cells}
-            if len(labels) > 1:
-                out.append(a)
-        return out
+        return [a for a in self.experiment.linked_axes() if len({a.label_of(c.params) for c in self.cells}) > 1]
 
 
 def load_plan(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
@@ -237,8 +228,6 @@ def control_record(plan: Plan) -> Optional[dict]:
 def control_baseline_key(exp: Experiment) -> dict:
     """The key of the test `control: <kind>` runs in every round (the kind's control_key under the experiment's
     settings of it)."""
-    from zcorch.config.baselines.registry import BY_NAME
-
     kind = BY_NAME[exp.control]
     return kind.control_key(exp.baselines.get(kind.name))
 
@@ -311,14 +300,10 @@ def _warnings(exp: Experiment, plan: Plan, ex_hits: "list[int]") -> "list[str]":
         for p in a.params:
             if p in exp.params:
                 out.append(f"{ys.where(exp.path, a.pos)}: matrix.{a.key} overrides params.{p} in every matrix cell")
-    used = {c.params["filesystem"] for c in plan.cells}
-    for name in exp.filesystems:
-        if name not in used:
-            out.append(f"{exp.where(f'filesystems.{name}')}: filesystems.{name} is defined but no cell uses it")
-    used_nets = {c.params.get("network") for c in plan.cells}
-    for name in exp.networks:
-        if name not in used_nets:
-            out.append(f"{exp.where(f'networks.{name}')}: networks.{name} is defined but no cell uses it")
+    for key, defined in (("filesystem", exp.filesystems), ("network", exp.networks)):
+        used = {c.params.get(key) for c in plan.cells}
+        out += [f"{exp.where(f'{key}s.{name}')}: {key}s.{name} is defined but no cell uses it"
+                for name in defined if name not in used]
     for origin, cid in plan.merged:
         out.append(f"{exp.where(origin)}: {origin} is identical to cell {cid}; merged (run once per repeat)")
     return out
@@ -389,9 +374,6 @@ def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_O
     shares = tuple((kind.name, kind.estimate(conf, list(by_id.values()), rate, overhead))
                    for kind, conf in plan.experiment.baselines.enabled())
     if isinstance(plan.experiment.control, str):   # its test once in every round
-        from zcorch.config.baselines.kind import Cost
-        from zcorch.config.baselines.registry import BY_NAME
-
         kind = BY_NAME[plan.experiment.control]
         rounds = plan.experiment.repeats
         shares += ((f"control {kind.name}", Cost(rounds, rounds * (kind.test_seconds(
@@ -440,8 +422,6 @@ def runs_json(plan: Plan) -> "list[dict]":
     """The runs as `zcorch plan --json` prints them (and plan.json stores them), in execution order. With
     `repeats: {min, max, target_ci}`, a run its cell may not need (repeat ≥ Plan.fewest_repeats(): it runs
     only while the cell has not converged) also has `"optional": true` (not in plan.json)."""
-    if plan.experiment.repeat_policy is None:
-        return [{"id": r.id, "repeat": r.repeat, "params": r.params} for r in plan.runs]
-    fewest = plan.fewest_repeats()
+    fewest = plan.fewest_repeats()   # (fixed `repeats: N`: every run is below it)
     return [{"id": r.id, "repeat": r.repeat, "params": r.params, **({"optional": True} if r.repeat >= fewest else {})}
             for r in plan.runs]

@@ -20,35 +20,30 @@ _DUR_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0}
 
 def parse_size(value: "int | str") -> int:
     """Bytes from an int or a string like '64KiB', '1M', '10GB'. Raises ValueError."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a size, got boolean {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"size must not be negative: {value}")
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"expected a size like 64KiB, got {value!r}")
-    m = _SIZE_RE.match(value)
-    unit = m.group(2).lower() if m else None
-    if not m or unit not in _SIZE_UNITS:
-        raise ValueError(f"not a size: {value!r} (use bytes or a suffix KiB, MiB, GiB, TiB, K, M, G, T, KB, MB, GB, TB)")
-    return int(m.group(1)) * _SIZE_UNITS[unit]
+    return _parse(value, "size", "64KiB", int, int, _SIZE_RE, _SIZE_UNITS,
+                  "use bytes or a suffix KiB, MiB, GiB, TiB, K, M, G, T, KB, MB, GB, TB")
 
 
 def parse_duration(value: "int | float | str") -> float:
     """Seconds from a number or a string like '500ms', '5s', '2m'. Raises ValueError."""
+    return _parse(value, "duration", "5s", (int, float), float, _DUR_RE, _DUR_UNITS, "use e.g. 500ms, 5s, 2m, 1h")
+
+
+def _parse(value, what: str, like: str, numbers, cast, rx, units: dict, hint: str):
+    """A number of `numbers` (not below 0) or a string `rx` reads as a number and a unit of `units`."""
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration, got boolean {value!r}")
-    if isinstance(value, (int, float)):
+        raise ValueError(f"expected a {what}, got boolean {value!r}")
+    if isinstance(value, numbers):
         if value < 0:
-            raise ValueError(f"duration must not be negative: {value}")
-        return float(value)
+            raise ValueError(f"{what} must not be negative: {value}")
+        return cast(value)
     if not isinstance(value, str):
-        raise ValueError(f"expected a duration like 5s, got {value!r}")
-    m = _DUR_RE.match(value)
-    if not m:
-        raise ValueError(f"not a duration: {value!r} (use e.g. 500ms, 5s, 2m, 1h)")
-    return float(m.group(1)) * _DUR_UNITS[m.group(2)]
+        raise ValueError(f"expected a {what} like {like}, got {value!r}")
+    m = rx.match(value)
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in units:
+        raise ValueError(f"not a {what}: {value!r} ({hint})")
+    return cast(m.group(1)) * units[unit]
 
 
 def format_size(n: int) -> str:

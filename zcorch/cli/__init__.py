@@ -40,6 +40,12 @@ def summary(doc: "str | None") -> str:
     alone can stop mid-sentence)."""
     return " ".join(line.strip() for line in (doc or "").strip().split("\n\n")[0].splitlines())
 
+def add_command(subparsers: "argparse._SubParsersAction", name: str, doc: "str | None",
+                **kwargs) -> argparse.ArgumentParser:
+    """The parser of command `name`: its one-line help from HELP, its description from its module's `doc`."""
+    return subparsers.add_parser(name, help=HELP[name], description=summary(doc), **kwargs)
+
+
 EPILOG = """start here:
   zcorch examples copy quickstart .     an experiment file to edit (send modes x receive modes on localhost)
   zcorch plan quickstart.yaml           check it and see its cells, runs and how long it takes

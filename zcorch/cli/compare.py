@@ -11,12 +11,11 @@ import argparse
 
 from zcorch.cli.options import add_regression_options, check_regression_options
 from zcorch.analysis.gate import DEFAULT_ALPHA, DEFAULT_THRESHOLD_PCT, describe_codes
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("compare", help=HELP["compare"],
-                              description=summary(__doc__), epilog=f"exit status: {describe_codes()}")
+    p = add_command(subparsers, "compare", __doc__, epilog=f"exit status: {describe_codes()}")
     p.add_argument("base", help="base result set (with --dataset: its set id, or the path it had when exported)")
     p.add_argument("candidate", nargs="?", help="candidate result set (none when BASE is a fleet run's directory: "
                                                 "its pairs are compared)")

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 SHELLS = ("bash", "zsh", "fish", "tcsh")
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("completion", help=HELP["completion"],
-                              description=summary(__doc__))
+    p = add_command(subparsers, "completion", __doc__)
     p.add_argument("shell", choices=SHELLS)
     p.set_defaults(func=main)
     return p

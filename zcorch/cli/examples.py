@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import argparse
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("examples", help=HELP["examples"],
-                              description=summary(__doc__))
+    p = add_command(subparsers, "examples", __doc__)
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.add_parser("list", help="list them (the default)")
     cp = sub.add_parser("copy", help="write one into DIR (never overwrites)")

@@ -9,12 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("export", help=HELP["export"],
-                              description=summary(__doc__), epilog="exit status: 0 ok; 2 input error; 75 another export held DEST too long")
+    p = add_command(subparsers, "export", __doc__, epilog="exit status: 0 ok; 2 input error; 75 another export held DEST too long")
     p.add_argument("root", help="directory searched for result sets at any depth")
     p.add_argument("dest", help="the dataset directory (made when missing; a symbolic link is refused)")
     p.set_defaults(func=main)

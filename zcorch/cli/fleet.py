@@ -9,47 +9,34 @@ file or option (nothing started), 75 another `zcorch run` drives the fleet direc
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import queue
 import signal
 import sys
 import threading
-import time
 from typing import Any, Dict, List, Optional, Set, TextIO
 
-from zcorch.cli.console import log
-from zcorch.cli.run_output import export_after_run, report_export, say_over_bar
+from zcorch.cli.run_output import Console, JsonLines, export_after_run, say_end
 from zcorch.sweep.fleet import LOCALHOST, FleetObserver, PairState, prepare_fleet
 
 PAIRS_REPORT = "pairs.md"   # the fleet's pairs compared, written into the fleet directory at the end
 
 
-class ConsoleFleetObserver(FleetObserver):
+class ConsoleFleetObserver(Console, FleetObserver):
     """One progress display for all pairs: on a terminal one tqdm bar over every pair's runs (the postfix says
     each pair's count), elsewhere one line per run naming its pair."""
 
     def __init__(self, stream: Optional[TextIO] = None):
-        self.stream = stream if stream is not None else sys.stderr
-        self.log = log("run")
-        self.tty = self.stream.isatty()
+        super().__init__(stream)
         self.todo: Dict[str, int] = {}
         self.done: Dict[str, int] = {}
         self.failed: Dict[str, int] = {}
-        self.bar = None
-        self.t0 = time.monotonic()
-
-    def _say(self, level: int, text: str) -> None:
-        say_over_bar(self.log, self.bar, level, text)
 
     def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
         left = [p.pair for p in pairs if not p.done]
         self._say(logging.INFO, f"fleet of {len(pairs)} pair(s){' resumed' if resumed else ''}: "
                                 f"{', '.join(left) or 'nothing left to run'} -> {directory}")
-
-    def message(self, text: str) -> None:
-        self._say(logging.INFO, text)
 
     def event(self, pair: str, doc: dict) -> None:
         from zcorch.cli.run_output import run_line
@@ -72,17 +59,11 @@ class ConsoleFleetObserver(FleetObserver):
             self._progress(f"[{pair}] {run_line(doc)}", doc.get("status") == "ok")
 
     def _progress(self, text: str, ok: bool) -> None:
-        if not self.log.isEnabledFor(logging.INFO):
-            if not ok:
-                self.log.warning(f"zcorch run: {text}")
+        if self.quiet(text, ok):
             return
         counts = "  ".join(f"{p} {self.done.get(p, 0)}/{n}" for p, n in self.todo.items())
         if self.tty:
-            if self.bar is None:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=sum(self.todo.values()), file=self.stream, unit="run", dynamic_ncols=True,
-                                leave=True, desc="zcorch run (fleet)")
+            self.progress_bar(sum(self.todo.values()), "zcorch run (fleet)")
             self.bar.set_postfix_str(f"{counts}  failures {sum(self.failed.values())}"[:120], refresh=False)
             self.bar.update(sum(self.done.values()) - self.bar.n)
             return
@@ -99,28 +80,11 @@ class ConsoleFleetObserver(FleetObserver):
             for line in stderr_tail:
                 self._say(logging.DEBUG, f"[{state.pair}] {line}")
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
 
-
-class JsonFleetObserver(FleetObserver):
+class JsonFleetObserver(JsonLines, FleetObserver):
     """`--json`: every pair's events as `zcorch run --json` prints them, each with `pair`, between a
     `fleet_start` and a `fleet_end` event, with a `pair_end` event as each pair's sweep ends
     (docs/schemas/run-events.schema.json)."""
-
-    def __init__(self, out: Optional[TextIO] = None):
-        self.out = out if out is not None else sys.stdout
-
-    def emit(self, event: str, **fields) -> None:
-        from zcorch.cli.run_output import _clean, _utc_now
-
-        self.write(_clean({"event": event, "time": _utc_now(), **fields}))
-
-    def write(self, doc: dict) -> None:
-        self.out.write(json.dumps(doc, default=str, allow_nan=False) + "\n")
-        self.out.flush()
 
     def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
         from zcorch import __version__
@@ -185,12 +149,7 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
     print(_pairs_table(result.pairs))
     if report is not None:
         print(report["text"], end="")
-    print(f"results: {result.directory}")
-    if exported is not None:
-        report_export(exported, result.directory)
-    if result.status == "interrupted":
-        print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
-              f"{result.directory}", file=sys.stderr)
+    say_end(result.directory, exported, result.status == "interrupted")
     return result.exit_status
 
 
@@ -203,30 +162,22 @@ def _pairs_table(pairs: List[PairState]) -> str:
 
 
 class FanOut(FleetObserver):
-    """Several fleet observers as one (the display and the end work)."""
+    """Several fleet observers as one (the display and the end work): each hook of FleetObserver calls
+    theirs in turn."""
 
     def __init__(self, *observers: FleetObserver):
         self.observers = observers
 
-    def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
-        for o in self.observers:
-            o.fleet_started(directory, pairs, resumed)
 
-    def pairs_running(self) -> None:
+def _fan_out(hook: str):
+    def call(self: FanOut, *args: Any) -> None:
         for o in self.observers:
-            o.pairs_running()
+            getattr(o, hook)(*args)
+    return call
 
-    def event(self, pair: str, doc: dict) -> None:
-        for o in self.observers:
-            o.event(pair, doc)
 
-    def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
-        for o in self.observers:
-            o.pair_ended(state, stderr_tail)
-
-    def message(self, text: str) -> None:
-        for o in self.observers:
-            o.message(text)
+for _hook in [name for name in vars(FleetObserver) if not name.startswith("_")]:
+    setattr(FanOut, _hook, _fan_out(_hook))
 
 
 class EndWork(FleetObserver):

@@ -12,13 +12,12 @@ import sys
 from zcorch.cli.options import add_regression_options, check_regression_options
 from zcorch.errors import ConfigError
 from zcorch.analysis.gate import HISTORY_ALPHA, HISTORY_MIN_NIGHTS, HISTORY_THRESHOLD_PCT, describe_codes
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("history", help=HELP["history"],
-                              description=summary(__doc__),
-                              epilog=f"exit status with --check: {describe_codes()}; without it 0 or 2")
+    p = add_command(subparsers, "history", __doc__,
+                    epilog=f"exit status with --check: {describe_codes()}; without it 0 or 2")
     p.add_argument("root", help="directory searched for result sets at any depth, or a dataset `zcorch export` "
                                 "wrote (read through DuckDB: the same answers, without loading every set)")
     p.add_argument("-o", "--output", metavar="OUT", help="write OUT/index.html (default ROOT/index.html)")

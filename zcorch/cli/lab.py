@@ -13,12 +13,11 @@ import sys
 
 from zcorch.errors import LabError
 from zcorch.lab import netns as lab
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("lab", help=HELP["lab"],
-                              description=summary(__doc__))
+    p = add_command(subparsers, "lab", __doc__)
     p.add_argument("action", choices=["up", "down", "status", "inventory"])
     p.add_argument("--name", default="default", help="lab name (state in /var/lib/zcorch-lab/NAME)")
     p.add_argument("--index", type=int, default=None,

@@ -21,15 +21,14 @@ from zcorch.plan import (DEFAULT_OVERHEAD, DEFAULT_RATE, MIN_RUNS_95, Plan, Timi
 from zcorch.params import PARAM_KEYS, format_value
 from zcorch.textfmt import text_table
 from zcorch.units import format_size, parse_duration, parse_size
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 _LISTED = 3  # dropped cells listed per reason without --all
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("plan", help=HELP["plan"],
-                              description=summary(__doc__))
+    p = add_command(subparsers, "plan", __doc__)
     p.add_argument("file", metavar="FILE", help="experiment file (YAML), e.g. experiments/quickstart.yaml")
     p.add_argument("--json", action="store_true", help="print the runs as JSON (execution order)")
     p.add_argument("--all", action="store_true", help="list every dropped cell (default: a few per reason)")

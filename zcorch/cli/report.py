@@ -6,12 +6,11 @@
 from __future__ import annotations
 
 import argparse
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("report", help=HELP["report"],
-                              description=summary(__doc__))
+    p = add_command(subparsers, "report", __doc__)
     p.add_argument("dir", help="result set directory (written by zcorch run)")
     p.add_argument("-o", "--output", help="report file (default DIR/report.html)")
     p.add_argument("--no-plot-files", action="store_true", help="do not write DIR/plots/*.png|svg")

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("reproductions", help=HELP["reproductions"],
-                              description=summary(__doc__))
+    p = add_command(subparsers, "reproductions", __doc__)
     p.add_argument("dirs", nargs="+", metavar="DIR", help="result sets of experiments with a `reference:`, in order")
     p.add_argument("-o", "--output", help="write the document here (default: stdout)")
     p.add_argument("--notes", metavar="FILE", help="Markdown put after the summary (why verdicts differ)")

@@ -15,23 +15,20 @@ import sys
 import time
 from typing import Callable, Dict, List, Optional, TextIO
 
-from zcorch.cli.console import log
 from zcorch.cli.options import add_hosts_and_set, hosts_from_args
 from zcorch.cli.cache_writer import CacheWriter
-from zcorch.cli.run_output import (_clean, _utc_now, run_line, check_export, export_after_run,
-                                   report_export, say_over_bar)
+from zcorch.cli.run_output import Console, JsonLines, check_export, export_after_run, run_line, say_end
 from zcorch.hosts.local import Host
 from zcorch.hosts.recording import Recorded
 from zcorch.provision.scratch import PLACEHOLDER
 from zcorch.sweep.interrupts import InterruptGuard
 from zcorch.sweep.pipeline import FIRST_MEASURING_STAGE, STAGES, SweepObserver, run_sweep
 from zcorch.sweep.runner import SweepOutcome, run_event_fields
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("run", help=HELP["run"],
-                              description=summary(__doc__))
+    p = add_command(subparsers, "run", __doc__)
     p.add_argument("file", nargs="?", help="experiment file (YAML); optional with --resume")
     p.add_argument("-o", "--output", metavar="DIR", help="result directory (default results/<name>-<UTC time>/)")
     p.add_argument("--resume", metavar="DIR", help="continue the result set in DIR (uses its experiment.yaml)")
@@ -63,24 +60,18 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
     return p
 
 
-class ConsoleObserver(SweepObserver):
+class ConsoleObserver(Console, SweepObserver):
     """What `zcorch run` tells the user on stderr, through the `zcorch.run` logger (-q: warnings only, -v:
     more): the stage being set up and how long the set-up took, then per run its modes, its rate and the
     ETA. On a terminal the runs are one tqdm progress bar (its ETA starts with the first run, so the
     minutes of deploy, calibration and baselines do not inflate it); elsewhere one line per run."""
 
     def __init__(self, stream: Optional[TextIO] = None):
-        self.stream = stream if stream is not None else sys.stderr
-        self.log = log("run")
-        self.tty = self.stream.isatty()
+        super().__init__(stream)
         self.total = self.already = 0
-        self.t0 = self.t_stage = time.monotonic()
+        self.t0 = time.monotonic()
         self.t_runs: Optional[float] = None
         self.result_dir: Optional[str] = None
-        self.bar = None
-
-    def _say(self, level: int, text: str) -> None:
-        say_over_bar(self.log, self.bar, level, text)
 
     def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
         self.total, self.already, self.t0 = total, already_ok, time.monotonic()
@@ -94,10 +85,6 @@ class ConsoleObserver(SweepObserver):
             self._say(logging.INFO, f"set-up took {now - self.t0:.1f} s; the runs")
         elif name != "finish":
             self._say(logging.INFO, f"{title.split(' (')[0]} ...")
-        self.t_stage = now
-
-    def message(self, text: str) -> None:
-        self._say(logging.INFO, text)
 
     def warning(self, text: str) -> None:
         self._say(logging.WARNING, f"warning: {text}")
@@ -105,17 +92,10 @@ class ConsoleObserver(SweepObserver):
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
         done_now = outcome.ok + outcome.failed
         text = run_line(record, whole_reason=self.log.isEnabledFor(logging.DEBUG))
-        if not self.log.isEnabledFor(logging.INFO):
-            if record["status"] != "ok":
-                self.log.warning(f"zcorch run: {text}")
+        if self.quiet(text, record["status"] == "ok"):
             return
         if self.tty:
-            if self.bar is None:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=todo, initial=0, file=self.stream, unit="run", dynamic_ncols=True,
-                                leave=True, desc="zcorch run")
-            self.bar.total = todo   # repeats until stable: shrinks as cells converge, and the ETA with it
+            self.progress_bar(todo, "zcorch run").total = todo   # repeats until stable: shrinks as cells converge, and the ETA with it
             self.bar.set_postfix_str(f"failures {outcome.failed}  {text}"[:120], refresh=False)
             self.bar.update(done_now - self.bar.n)
             return
@@ -127,27 +107,16 @@ class ConsoleObserver(SweepObserver):
         self.stream.flush()
 
     def sweep_ended(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+        self.close()
 
 
-class JsonObserver(SweepObserver):
+class JsonObserver(JsonLines, SweepObserver):
     """`zcorch run --json`: one JSON object a line on stdout, written (and flushed) as each event happens,
     as iperf3's --json-stream does; the schema is docs/schemas/run-events.schema.json. Human messages go
     into `message`/`warning` events, so stdout holds nothing but JSON."""
 
-    def __init__(self, out: Optional[TextIO] = None):
-        self.out = out if out is not None else sys.stdout
-        self.result_dir: Optional[str] = None
-        self.total = 0
-
-    def emit(self, event: str, **fields) -> None:
-        import json
-
-        doc = _clean({"event": event, "time": _utc_now(), **fields})
-        self.out.write(json.dumps(doc, default=str, allow_nan=False) + "\n")
-        self.out.flush()
+    result_dir: Optional[str] = None
+    total = 0
 
     def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
         from zcorch import __version__
@@ -249,10 +218,8 @@ def _fmt_secs(s: float) -> str:
 
 def main(args: argparse.Namespace) -> int:
     command = ["zcorch", "run", *sys.argv[2:]] if sys.argv[1:2] == ["run"] else list(sys.argv)
-    from zcorch.config.inventory import is_fleet_spec
+    from zcorch.config.inventory import ENV_VAR, is_fleet_spec
     from zcorch.sweep.fleet import is_fleet_dir
-
-    from zcorch.config.inventory import ENV_VAR
 
     spec = args.hosts if args.hosts is not None or args.resume else os.environ.get(ENV_VAR) or None
     check_export(args.export)
@@ -303,12 +270,7 @@ def main(args: argparse.Namespace) -> int:
         observer.emit("end", status=result.status, exit_status=result.exit_status, result_dir=result.result_dir)
         return result.exit_status
     print(result.summary())
-    print(f"results: {result.result_dir}")
-    if exported is not None:
-        report_export(exported, result.result_dir)
-    if result.status == "interrupted":
-        print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
-              f"{result.result_dir}", file=sys.stderr)
+    say_end(result.result_dir, exported, result.status == "interrupted")
     return result.exit_status
 
 

@@ -4,21 +4,57 @@ the result set's lock at the end, and `--export DEST` (checked first, done last)
 register())."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from typing import Optional
+from typing import Optional, TextIO
 
+from zcorch.cli.console import log
 from zcorch.errors import ResultsError
 from zcorch.results.store import lock_result_set
 
 
-def say_over_bar(log, bar, level: int, text: str) -> None:
-    """Log one `zcorch run:` line without tearing the progress bar (tqdm) drawn on the same terminal."""
-    if bar is not None:
-        bar.clear()
-    log.log(level, f"zcorch run: {text}")
-    if bar is not None:
-        bar.refresh()
+class Console:
+    """What a sweep or a fleet tells the user on stderr, through the `zcorch.run` logger (-q: warnings only,
+    -v: more); on a terminal the runs are one tqdm progress bar, elsewhere one line per run."""
+
+    def __init__(self, stream: Optional[TextIO] = None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.log = log("run")
+        self.tty = self.stream.isatty()
+        self.bar = None
+
+    def _say(self, level: int, text: str) -> None:
+        """Log one `zcorch run:` line without tearing the progress bar drawn on the same terminal."""
+        if self.bar is not None:
+            self.bar.clear()
+        self.log.log(level, f"zcorch run: {text}")
+        if self.bar is not None:
+            self.bar.refresh()
+
+    def message(self, text: str) -> None:
+        self._say(logging.INFO, text)
+
+    def quiet(self, text: str, ok: bool) -> bool:
+        """Whether -q leaves a run's line out (a failed run's is still a warning)."""
+        if self.log.isEnabledFor(logging.INFO):
+            return False
+        if not ok:
+            self.log.warning(f"zcorch run: {text}")
+        return True
+
+    def progress_bar(self, total: int, desc: str):
+        """The tqdm bar of a terminal, made at the first run."""
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, file=self.stream, unit="run", dynamic_ncols=True, leave=True, desc=desc)
+        return self.bar
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
 
 def run_line(record: dict, whole_reason: bool = False) -> str:
@@ -56,6 +92,32 @@ def _utc_now() -> str:
     import datetime
 
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class JsonLines:
+    """`--json`: one JSON object a line on `out` (stdout), written and flushed as each event happens."""
+
+    def __init__(self, out: Optional[TextIO] = None):
+        self.out = out if out is not None else sys.stdout
+
+    def write(self, doc: dict) -> None:
+        import json
+
+        self.out.write(json.dumps(doc, default=str, allow_nan=False) + "\n")
+        self.out.flush()
+
+    def emit(self, event: str, **fields) -> None:
+        self.write(_clean({"event": event, "time": _utc_now(), **fields}))
+
+
+def say_end(directory: str, exported: Optional[dict], interrupted: bool) -> None:
+    """The last lines of a run without --json: where the results are, the export, how to continue."""
+    print(f"results: {directory}")
+    if exported is not None:
+        report_export(exported, directory)
+    if interrupted:
+        print(f"zcorch run: interrupted; finished runs are kept. Continue with: zcorch run --resume "
+              f"{directory}", file=sys.stderr)
 
 
 def _write_cache_locked(directory: str) -> None:

@@ -6,12 +6,11 @@ zcorch.worker.cli.main without building this parser (the worker's start-up is on
 from __future__ import annotations
 
 import argparse
-from zcorch.cli import HELP, summary
+from zcorch.cli import add_command
 
 
 def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParser:
-    p = subparsers.add_parser("worker", help=HELP["worker"],
-                              description=summary(__doc__), add_help=False)
+    p = add_command(subparsers, "worker", __doc__, add_help=False)
     p.add_argument("argv", nargs=argparse.REMAINDER, help="recv|send|info [flags]; see `zcorch worker --help`")
     p.set_defaults(func=main)
     return p

@@ -12,6 +12,7 @@ VARIABLE: message` (LINE: where the host's name first appears; the JSON keeps no
 """
 from __future__ import annotations
 
+import graphlib
 import json
 import os
 import re
@@ -63,13 +64,14 @@ def kind_of(text: str) -> Optional[str]:
     try:
         doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))   # libyaml: a tenth of the CPU
     except yaml.YAMLError:
-        return "ansible" if re.search(r"^\s*\[[^\]]+\]\s*$", text, re.M) else None
+        doc = None
     if isinstance(doc, dict):
         if "pairs" in doc:
             return None
         groups = [v for v in doc.values() if isinstance(v, dict) and any(k in v for k in _GROUP_KEYS)]
         return "ansible" if groups else None
-    # INI: section headers ([group], [group:vars]) or bare host lines, which YAML reads as a string or a list
+    # INI: section headers ([group], [group:vars]) or bare host lines, which YAML reads as a string or a list, or
+    # refuses
     return "ansible" if re.search(r"^\s*\[[^\]]+\]\s*$", text, re.M) else None
 
 
@@ -238,26 +240,14 @@ def host_vars(doc: dict, path: str) -> Dict[str, dict]:
 
 def _group_depths(groups: dict, parents: Dict[str, List[str]], path: str) -> Dict[str, int]:
     """group -> how far below the top it lies (the longest chain of parents: Ansible applies an outer group's
-    vars first). Iterative and memoised: linear in the groups and their links, however they nest (each group a
-    child of every earlier one included); a group that is its own ancestor is refused."""
+    vars first), in graphlib's order (parents first): linear in the groups and their links, however they nest
+    (each group a child of every earlier one included); a group that is its own ancestor is refused."""
     depths: Dict[str, int] = {}
-    for start in list(groups) + list(parents):
-        if start in depths:
-            continue
-        stack = [(start, iter(parents.get(start, [])))]
-        on_path = {start}
-        while stack:
-            g, ups = stack[-1]
-            p = next(ups, None)
-            if p is None:
-                depths[g] = 1 + max((depths[q] for q in parents.get(g, []) if q in depths), default=-1)
-                on_path.discard(g)
-                stack.pop()
-            elif p in on_path:
-                raise ConfigError(f"{path}: group `{p}` is among its own children (a cycle of groups)")
-            elif p not in depths:
-                on_path.add(p)
-                stack.append((p, iter(parents.get(p, []))))
+    try:
+        for g in graphlib.TopologicalSorter({g: parents.get(g, []) for g in [*groups, *parents]}).static_order():
+            depths[g] = 1 + max((depths[p] for p in parents.get(g, [])), default=-1)
+    except graphlib.CycleError as exc:
+        raise ConfigError(f"{path}: group `{exc.args[1][0]}` is among its own children (a cycle of groups)") from None
     return depths
 
 

@@ -74,6 +74,11 @@ class Checker:
             self.problem(node.pos, key, str(exc))
             return default
 
+    def field(self, fields: "dict[str, tuple[ys.Pos, ys.YNode]]", path: str, key: str, parser: Callable,
+              default: Any = None) -> Any:
+        """`value` of the entry `key` of a checked mapping (`mapping`'s result), or `default` without one."""
+        return self.value(fields[key][1], join(path, key), parser, default) if key in fields else default
+
     def mapping(self, node: ys.YNode, key: str, allowed, what: str) -> "dict[str, tuple[ys.Pos, ys.YNode]]":
         """The entries of a mapping node whose keys are all in `allowed` (unknown ones are reported)."""
         if not isinstance(node, ys.YMap):
@@ -89,10 +94,22 @@ class Checker:
         return good
 
 
-def named_entries(chk: Checker, node: ys.YNode, section: str,
-                  entry: "Callable[[Checker, ys.YNode, str, str], Optional[T]]") -> "dict[str, T]":
-    """A `section:` of named entries (`filesystems:`, `networks:`) -> {name: entry(chk, node, path, name)} of
-    the entries without problems; every problem (a bad name, a bad entry) goes to `chk` at its place."""
+def read_document(text: str, path: str, **kwargs: Any) -> "tuple[Checker, ys.YNode]":
+    """A Checker of `path` and the root of its one YAML document (ys.parse: `kwargs` word its messages);
+    ConfigError (file:line) for what YAML itself refuses."""
+    root, raw = ys.parse(text, path, **kwargs)
+    chk = Checker(path)
+    chk.problems += raw
+    chk.raise_if_any()
+    assert root is not None
+    return chk, root
+
+
+def named_entries(chk: Checker, node: ys.YNode, section: str, keys: "tuple[str, ...]", what: str,
+                  entry: "Callable[[Checker, dict, ys.YMap, str, str], Optional[T]]") -> "dict[str, T]":
+    """A `section:` of named entries (`filesystems:`, `networks:`) -> {name: entry(chk, fields, node, path, name)}
+    of the entries without problems, each a mapping of `keys` (`fields`: Checker.mapping's); every problem (a bad
+    name, a bad entry) goes to `chk` at its place."""
     out: "dict[str, T]" = {}
     if is_null(node):
         return out
@@ -105,7 +122,8 @@ def named_entries(chk: Checker, node: ys.YNode, section: str,
         n_problems = len(chk.problems)
         if not NAME_RE.match(name):
             chk.problem(kpos, path, f"`{name}` is not a valid name ({NAME_RULE})")
-        conf = entry(chk, child, path, name)
+        fields = chk.mapping(child, path, keys, what)
+        conf = entry(chk, fields, child, path, name) if isinstance(child, ys.YMap) else None
         if conf is not None and len(chk.problems) == n_problems:
             out[name] = conf
     return out
@@ -117,11 +135,7 @@ def parse_data(section: str, data: Any, parser: "Callable[[Checker, ys.YNode], T
         text = yaml.safe_dump({section: data}, default_flow_style=False, sort_keys=False, allow_unicode=True)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: {section}: cannot be written as YAML: {exc}") from None
-    root, raw_problems = ys.parse(text, path)
-    chk = Checker(path)
-    for pos, key, msg in raw_problems:
-        chk.problem(pos, key, msg)
-    chk.raise_if_any()
+    chk, root = read_document(text, path)
     assert isinstance(root, ys.YMap)
     out = parser(chk, root.entries[section][1])
     chk.raise_if_any()
@@ -240,6 +254,14 @@ def choice(node: ys.YNode, allowed, what: str) -> str:
     if text not in allowed:
         raise ys.ValueProblem(f"`{text}` is not a {what}{suggest(text, allowed)} "
                               f"(expected one of {', '.join(allowed)})")
+    return text
+
+
+def metric_name(node: ys.YNode, known, examples: str) -> str:
+    """A metric of `known` (zcorch.metrics names); `examples` say which in the message."""
+    text = ys.as_str(node, "a metric name")
+    if text not in known:
+        raise ys.ValueProblem(f"`{text}` is not a metric{suggest(text, known)} (e.g. {examples})")
     return text
 
 

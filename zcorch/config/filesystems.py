@@ -9,7 +9,7 @@ from __future__ import annotations
 import posixpath
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 from zcorch.config import checks, fs_options
 from zcorch.config import yamlsrc as ys
@@ -73,14 +73,11 @@ def filesystems_from_mapping(data: Mapping, path: str = "<filesystems>") -> "dic
 
 def parse_filesystems(chk: Checker, node: ys.YNode) -> "dict[str, FilesystemConfig]":
     """The `filesystems:` node -> {name: config} of the valid entries; problems go to `chk`."""
-    return checks.named_entries(chk, node, "filesystems", _entry)
+    return checks.named_entries(chk, node, "filesystems", FS_KEYS, "filesystem keys", _entry)
 
 
-def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[FilesystemConfig]:
+def _entry(chk: Checker, fields: dict, node: ys.YMap, path: str, name: str) -> Optional[FilesystemConfig]:
     """One entry, normalised (sizes in bytes, paths normalised), or None if it has problems."""
-    fields = chk.mapping(node, path, FS_KEYS, "filesystem keys")
-    if not isinstance(node, ys.YMap):
-        return None
     forms = [k for k in ("path", "loop", "devices") if k in fields]
     if len(forms) != 1:
         got = "none" if not forms else " and ".join(f"`{f}`" for f in forms)
@@ -96,13 +93,10 @@ def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[Files
         p = chk.value(fields["path"][1], f"{path}.path", _existing_dir)
         return FilesystemConfig(name=name, path=p) if len(chk.problems) == n_problems else None
 
-    def value(key: str, parser, default: Any = None) -> Any:
-        return chk.value(fields[key][1], f"{path}.{key}", parser, default) if key in fields else default
-
     kw: dict = {}
     if "fs" not in fields:
         chk.problem(node.pos, path, f"missing required key `fs` (one of {', '.join(FS_TYPES)})")
-    fs = kw["fs"] = value("fs", lambda n: checks.choice(n, FS_TYPES, "filesystem type"))
+    fs = kw["fs"] = chk.field(fields, path, "fs", lambda n: checks.choice(n, FS_TYPES, "filesystem type"))
     size_node = None
     if "loop" in fields:
         loop, size_node = _loop(chk, fields["loop"][1], f"{path}.loop")
@@ -112,9 +106,9 @@ def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[Files
         devices = _device_list(chk, fields["devices"][1], f"{path}.devices", allow_empty=False)
         kw["devices"] = tuple(devices or ())
         n_dev = len(devices) if devices is not None else None
-    raid = kw["raid"] = value("raid", lambda n: checks.choice(n, RAID_LEVELS, "RAID level"))
-    chunk = kw["raid_chunk"] = value("raid_chunk", checks.positive_size)
-    kw["mountpoint"] = value("mountpoint", _mountpoint)
+    raid = kw["raid"] = chk.field(fields, path, "raid", lambda n: checks.choice(n, RAID_LEVELS, "RAID level"))
+    chunk = kw["raid_chunk"] = chk.field(fields, path, "raid_chunk", checks.positive_size)
+    kw["mountpoint"] = chk.field(fields, path, "mountpoint", _mountpoint)
     for key, rx, what in (("mkfs_options", _MKFS_OPT_RE, "mkfs option"),
                           ("mount_options", _MOUNT_OPT_RE, "mount option")):
         if key in fields:

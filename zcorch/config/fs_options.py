@@ -11,6 +11,7 @@ cannot slip through. Each problem is (index into the list, message).
 from __future__ import annotations
 
 import re
+from collections import namedtuple
 from typing import Optional, Sequence
 
 # Values that name a device the way mount/mkfs/blkid resolve one.
@@ -23,9 +24,8 @@ _ANY = None
 _Keys = dict
 
 
-class _Tool:
-    def __init__(self, name: str, flags: str, valued: "dict[str, object]", long_opts: "dict[str, object]"):
-        self.name, self.flags, self.valued, self.long_opts = name, flags, valued, long_opts
+# A mkfs: its flags without a value, its letters that take one (value: a key list or a policy), its long options.
+_Tool = namedtuple("_Tool", ("name", "flags", "valued", "long_opts"))
 
 
 def _keys(allowed: str, refused: "dict[str, str]") -> _Keys:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.config import yamlsrc as ys
-from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, suggest
+from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, read_document, suggest
 from zcorch.config.hosts import Hosts, parse_hosts
 from zcorch.errors import ConfigError
 
@@ -53,25 +53,19 @@ class Inventory:
 
     def pair(self, name: Optional[str] = None, label: str = FLAG) -> InventoryPair:
         """The pair `name`, or (None) the only or first pair. ConfigError for an unknown name, listing the pairs."""
-        names = tuple(self.pairs)
-        if name is None:
-            name = names[0]
-        elif name not in self.pairs:
-            raise ConfigError(f"{label}: {self.path} has no pair `{name}`{suggest(name, names)} "
-                              f"(its pairs: {', '.join(names)})")
-        return InventoryPair(self.path, self.sha256, name, self.pairs[name], names, self.shares.get(name, ()))
+        return self.select([next(iter(self.pairs)) if name is None else name], label)[0]
 
     def select(self, names: Optional[Sequence[str]], label: str = FLAG) -> "List[InventoryPair]":
         """The pairs `names` in that order (None: every pair, in file order); ConfigError names every unknown
         one and a name given twice."""
-        if names is None:
-            return [self.pair(n, label) for n in self.pairs]
+        names = list(self.pairs) if names is None else names
         problems = [f"{label}: pair `{n}` is named twice" for i, n in enumerate(names) if n in names[:i]]
         problems += [f"{label}: {self.path} has no pair `{n}`{suggest(n, tuple(self.pairs))} "
                      f"(its pairs: {', '.join(self.pairs)})" for n in names if n not in self.pairs]
         if problems:
             raise ConfigError(problems)
-        return [self.pair(n, label) for n in names]
+        return [InventoryPair(self.path, self.sha256, n, self.pairs[n], tuple(self.pairs), self.shares.get(n, ()))
+                for n in names]
 
 
 def load_inventory(path: str) -> Inventory:
@@ -93,13 +87,8 @@ def load_inventory(path: str) -> Inventory:
 
 def parse_inventory(text: str, path: str, sha256: str = "") -> Inventory:
     """Validate inventory text; relative paths in it are relative to `path`'s directory."""
-    root, raw_problems = ys.parse(text, path, document="an inventory file",
-                                  empty="an inventory needs `pairs:` with at least one pair")
-    chk = Checker(path)
-    for pos, key, msg in raw_problems:
-        chk.problem(pos, key, msg)
-    chk.raise_if_any()
-    assert root is not None
+    chk, root = read_document(text, path, document="an inventory file",
+                              empty="an inventory needs `pairs:` with at least one pair")
     if not isinstance(root, ys.YMap):
         chk.problem(root.pos, "", f"expected a mapping with `pairs:`, got {ys.describe(root)}")
         chk.raise_if_any()

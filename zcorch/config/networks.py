@@ -56,23 +56,16 @@ def networks_from_mapping(data: Mapping, path: str = "<networks>") -> "dict[str,
 
 def parse_networks(chk: Checker, node: ys.YNode) -> "dict[str, NetworkConfig]":
     """The `networks:` node -> {name: config} of the valid entries; problems go to `chk`."""
-    return checks.named_entries(chk, node, "networks", _entry)
+    return checks.named_entries(chk, node, "networks", NET_KEYS, "network keys", _entry)
 
 
-def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[NetworkConfig]:
-    fields = chk.mapping(node, path, NET_KEYS, "network keys")
-    if not isinstance(node, ys.YMap):
-        return None
+def _entry(chk: Checker, fields: dict, node: ys.YMap, path: str, name: str) -> Optional[NetworkConfig]:
     if not node.entries:
         chk.problem(node.pos, path, "empty configuration: give `mtu`, `congestion` or `sysctls` (leave the "
                                     "hosts as they are with `network: null`)")
         return None
-    n_problems = len(chk.problems)
-    mtu = congestion = None
-    if "mtu" in fields:
-        mtu = chk.value(fields["mtu"][1], f"{path}.mtu", lambda n: checks.int_range(n, MTU_MIN, MTU_MAX), None)
-    if "congestion" in fields:
-        congestion = chk.value(fields["congestion"][1], f"{path}.congestion", _congestion, None)
+    mtu = chk.field(fields, path, "mtu", lambda n: checks.int_range(n, MTU_MIN, MTU_MAX))
+    congestion = chk.field(fields, path, "congestion", _congestion)
     sysctls: "list[tuple[str, str]]" = []
     if "sysctls" in fields:
         snode = fields["sysctls"][1]
@@ -96,8 +89,7 @@ def _entry(chk: Checker, node: ys.YNode, path: str, name: str) -> Optional[Netwo
                 value = chk.value(vnode, kpath, _sysctl_value, None)
                 if value is not None:
                     sysctls.append((key, value))
-    if len(chk.problems) != n_problems:
-        return None
+    # (an entry with problems is left out by checks.named_entries)
     return NetworkConfig(name=name, mtu=mtu, congestion=congestion, sysctls=tuple(sysctls))
 
 

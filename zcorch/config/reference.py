@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from zcorch.config import checks
 from zcorch.config import yamlsrc as ys
@@ -173,12 +173,9 @@ class Reference:
     def baseline(self, kind: Optional[str]) -> Optional[PublishedBaseline]:
         return next((b for b in self.baselines if b.kind == kind), None)
 
-    def matches(self) -> "list[tuple[str, Match]]":
-        """Every match with a label for messages (`figures[0]`, `claims[1].a`)."""
-        return [(label, match) for label, match, _ in self.matches_of()]
-
     def matches_of(self) -> "list[tuple[str, Match, Optional[str]]]":
-        """Every match with its label and the baseline kind it is `of` (None: a cell's)."""
+        """Every match with its label for messages (`figures[0]`, `claims[1].a`) and the baseline kind it is
+        `of` (None: a cell's)."""
         out = [(f"reference.figures[{i}]", f.match, f.of) for i, f in enumerate(self.figures)]
         for i, c in enumerate(self.claims):
             out += [(f"reference.claims[{i}].a", c.a, c.of)]
@@ -206,11 +203,8 @@ def _quantity(node: ys.YNode) -> Quantity:
 
 
 def _metric(node: ys.YNode) -> str:
-    name = ys.as_str(node, "a metric name")
-    if name not in METRICS:
-        raise ys.ValueProblem(f"`{name}` is not a metric{suggest(name, METRICS)} (e.g. gbit_s, mb_s, "
-                              "send_stime_us, send_cpu_s_per_gib: docs/experiment-files.md, Reference)")
-    return name
+    return checks.metric_name(node, METRICS, "gbit_s, mb_s, send_stime_us, send_cpu_s_per_gib: "
+                                             "docs/experiment-files.md, Reference")
 
 
 def _holds_if(node: ys.YNode) -> "tuple[str, float, bool]":
@@ -299,11 +293,11 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
         if "title" not in src and isinstance(top["source"][1], ys.YMap):
             chk.problem(top["source"][1].pos, "reference.source", "missing `title:`")
         source = Source(**{k: vals.get(k, "") for k in SOURCE_KEYS})
-    setup = chk.value(top["setup"][1], "reference.setup", _text, "") if "setup" in top else ""
-    nbytes = chk.value(top["bytes"][1], "reference.bytes", checks.positive_size) if "bytes" in top else None
+    setup = chk.field(top, "reference", "setup", _text, "")
+    nbytes = chk.field(top, "reference", "bytes", checks.positive_size)
     study_needs = _needs(chk, top["needs"][1], "reference.needs") if "needs" in top else ()
-    level = chk.value(top["level"][1], "reference.level", _level, LEVEL) if "level" in top else LEVEL
-    units = chk.value(top["units"][1], "reference.units", _text, "") if "units" in top else ""
+    level = chk.field(top, "reference", "level", _level, LEVEL)
+    units = chk.field(top, "reference", "units", _text, "")
 
     baselines = []
     if "baselines" in top:
@@ -323,94 +317,74 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
             if q is not None and unit_dimension(q.unit) != "rate":
                 chk.problem(fields_["value"][1].pos, f"{path}.value", f"`{q}` is not a rate (e.g. MB/s, Gbit/s)")
                 q = None
-            cmd = chk.value(fields_["command"][1], f"{path}.command", _text, "") if "command" in fields_ else ""
+            cmd = chk.field(fields_, path, "command", _text, "")
             if q is not None:
                 baselines.append(PublishedBaseline(kind, q, cmd, child.pos))
     kinds = {b.kind for b in baselines}
 
     figures = []
-    if "figures" in top:
-        for i, item in enumerate(_items(chk, top["figures"][1], "reference.figures")):
-            path = f"reference.figures[{i}]"
-            f = chk.mapping(item, path, FIGURE_KEYS, "figure keys")
-            if not isinstance(item, ys.YMap):
-                continue
-            missing = [k for k in ("match", "metric", "value") if k not in f]
-            if missing:
-                chk.problem(item.pos, path, f"missing {', '.join(f'`{k}:`' for k in missing)}")
-                continue
-            match = parse_match(chk, f["match"][1], f"{path}.match", param_parser)
-            metric = chk.value(f["metric"][1], f"{path}.metric", _metric)
-            value = chk.value(f["value"][1], f"{path}.value", _quantity)
-            label = chk.value(f["label"][1], f"{path}.label", _text, "") if "label" in f else ""
-            if metric and value:
-                unit = metrics.get(metric).unit
-                try:
-                    value.to(unit)
-                except ValueError as exc:
-                    chk.problem(f["value"][1].pos, f"{path}.value", f"`{value}` does not fit metric `{metric}` "
-                                                                   f"({unit}): {exc}")
-                    value = None
-            base = None
-            rate = bool(metric) and metrics.get(metric).rate   # a throughput: normalised to a baseline
-            of = _parse_of(chk, f, path, metric)
-            if of and "baseline" in f:
-                chk.problem(f["baseline"][1].pos, f"{path}.baseline", f"a figure `of: {of}` is a baseline's "
-                                                                      "own number: it is not normalised to another")
-            elif of:
-                pass       # (nor to FIGURE_REFERENCE: a baseline's own number is no share of another's)
-            elif "baseline" in f:
-                base = chk.value(f["baseline"][1], f"{path}.baseline",
-                                 lambda n: checks.choice(n, (*BASELINE_KINDS, *sorted(k for k in kinds if k.startswith(
-                                     COMMAND_KIND_PREFIX))), "baseline kind"))
-                if base and base not in kinds:
-                    chk.problem(f["baseline"][1].pos, f"{path}.baseline",
-                                f"`{base}`: the reference gives no published `{base}` under `baselines:`")
-                    base = None
-            elif rate and FIGURE_REFERENCE in kinds:
-                base = FIGURE_REFERENCE
-            if base and not rate:
+    for path, item, f in _records(chk, top, "figures", FIGURE_KEYS, "figure keys",
+                                  lambda f: ("match", "metric", "value")):
+        match = parse_match(chk, f["match"][1], f"{path}.match", param_parser)
+        metric = chk.value(f["metric"][1], f"{path}.metric", _metric)
+        value = chk.value(f["value"][1], f"{path}.value", _quantity)
+        label = chk.field(f, path, "label", _text, "")
+        if metric and value:
+            unit = metrics.get(metric).unit
+            try:
+                value.to(unit)
+            except ValueError as exc:
+                chk.problem(f["value"][1].pos, f"{path}.value", f"`{value}` does not fit metric `{metric}` "
+                                                               f"({unit}): {exc}")
+                value = None
+        base = None
+        rate = bool(metric) and metrics.get(metric).rate   # a throughput: normalised to a baseline
+        of = _parse_of(chk, f, path, metric)
+        if of and "baseline" in f:
+            chk.problem(f["baseline"][1].pos, f"{path}.baseline", f"a figure `of: {of}` is a baseline's "
+                                                                  "own number: it is not normalised to another")
+        elif of:
+            pass       # (nor to FIGURE_REFERENCE: a baseline's own number is no share of another's)
+        elif "baseline" in f:
+            base = chk.value(f["baseline"][1], f"{path}.baseline",
+                             lambda n: checks.choice(n, (*BASELINE_KINDS, *sorted(k for k in kinds if k.startswith(
+                                 COMMAND_KIND_PREFIX))), "baseline kind"))
+            if base and base not in kinds:
                 chk.problem(f["baseline"][1].pos, f"{path}.baseline",
-                            f"only throughput figures (gbit_s, mb_s) are normalised to a baseline, not `{metric}`")
+                            f"`{base}`: the reference gives no published `{base}` under `baselines:`")
                 base = None
-            fbytes = chk.value(f["bytes"][1], f"{path}.bytes", checks.positive_size) if "bytes" in f else nbytes
-            fnote = chk.value(f["note"][1], f"{path}.note", _text, "") if "note" in f else ""
-            if match and metric and value:
-                figures.append(Figure(label, match, metric, value, base, fbytes, item.pos, of, fnote or ""))
+        elif rate and FIGURE_REFERENCE in kinds:
+            base = FIGURE_REFERENCE
+        if base and not rate:
+            chk.problem(f["baseline"][1].pos, f"{path}.baseline",
+                        f"only throughput figures (gbit_s, mb_s) are normalised to a baseline, not `{metric}`")
+            base = None
+        fbytes = chk.value(f["bytes"][1], f"{path}.bytes", checks.positive_size) if "bytes" in f else nbytes
+        fnote = chk.field(f, path, "note", _text, "")
+        if match and metric and value:
+            figures.append(Figure(label, match, metric, value, base, fbytes, item.pos, of, fnote or ""))
 
     claims = []
-    if "claims" in top:
-        for i, item in enumerate(_items(chk, top["claims"][1], "reference.claims")):
-            path = f"reference.claims[{i}]"
-            c = chk.mapping(item, path, CLAIM_KEYS, "claim keys")
-            if not isinstance(item, ys.YMap):
-                continue
-            missing = [k for k in ("says", "metric", "a", "holds_if") if k not in c]
-            const = "holds_if" in c and bool(_HOLDS_CONST_RE.match(str(getattr(c["holds_if"][1], "text", ""))))
-            if "b" not in c and not const:
-                missing.append("b")
-            if missing:
-                chk.problem(item.pos, path, f"missing {', '.join(f'`{k}:`' for k in missing)}")
-                continue
-            says = chk.value(c["says"][1], f"{path}.says", _text, "")
-            metric = chk.value(c["metric"][1], f"{path}.metric", _metric)
-            a = parse_match(chk, c["a"][1], f"{path}.a", param_parser)
-            b = parse_match(chk, c["b"][1], f"{path}.b", param_parser) if "b" in c else None
-            cond = chk.value(c["holds_if"][1], f"{path}.holds_if", _holds_if)
-            note = chk.value(c["note"][1], f"{path}.note", _text, "") if "note" in c else ""
-            of = _parse_of(chk, c, path, metric)
-            needs = _needs(chk, c["needs"][1], f"{path}.needs") if "needs" in c else ()
-            if cond and cond[2] and "b" in c:
-                chk.problem(c["b"][1].pos, f"{path}.b", f"`holds_if: {c['holds_if'][1].text}` compares a with a "
-                                                        "constant: a claim with one has no `b`")
-            elif cond and cond[2] and metric and metrics.get(metric).extensive:
-                chk.problem(c["holds_if"][1].pos, f"{path}.holds_if",
-                            f"`{metric}` is a total that grows with the bytes moved: compare a per-page or per-call "
-                            "metric with a constant (e.g. send_minflt_per_page), or a total with another cell's")
-            elif a and b and a == b:
-                chk.problem(c["b"][1].pos, f"{path}.b", "`b` matches the same as `a`: a claim compares two cells")
-            elif says is not None and metric and a and (b or (cond and cond[2])) and cond:
-                claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos, of, needs))
+    for path, item, c in _records(chk, top, "claims", CLAIM_KEYS, "claim keys", _claim_keys):
+        says = chk.value(c["says"][1], f"{path}.says", _text, "")
+        metric = chk.value(c["metric"][1], f"{path}.metric", _metric)
+        a = parse_match(chk, c["a"][1], f"{path}.a", param_parser)
+        b = parse_match(chk, c["b"][1], f"{path}.b", param_parser) if "b" in c else None
+        cond = chk.value(c["holds_if"][1], f"{path}.holds_if", _holds_if)
+        note = chk.field(c, path, "note", _text, "")
+        of = _parse_of(chk, c, path, metric)
+        needs = _needs(chk, c["needs"][1], f"{path}.needs") if "needs" in c else ()
+        if cond and cond[2] and "b" in c:
+            chk.problem(c["b"][1].pos, f"{path}.b", f"`holds_if: {c['holds_if'][1].text}` compares a with a "
+                                                    "constant: a claim with one has no `b`")
+        elif cond and cond[2] and metric and metrics.get(metric).extensive:
+            chk.problem(c["holds_if"][1].pos, f"{path}.holds_if",
+                        f"`{metric}` is a total that grows with the bytes moved: compare a per-page or per-call "
+                        "metric with a constant (e.g. send_minflt_per_page), or a total with another cell's")
+        elif a and b and a == b:
+            chk.problem(c["b"][1].pos, f"{path}.b", "`b` matches the same as `a`: a claim compares two cells")
+        elif says is not None and metric and a and (b or (cond and cond[2])) and cond:
+            claims.append(Claim(says, metric, a, b, cond[0], cond[1], note, item.pos, of, needs))
     study_needs = _study_needs(study_needs, claims)
     claims = [replace(c, needs=study_needs + tuple(n for n in c.needs if n[0] not in dict(study_needs)))
               for c in claims]
@@ -472,6 +446,28 @@ def _needs(chk: Checker, node: ys.YNode, path: str) -> "tuple[tuple[str, Optiona
         else:
             out.append((name, number))
     return tuple(out)
+
+
+def _claim_keys(c: dict) -> "tuple[str, ...]":
+    """The keys a claim needs: `b` too unless `holds_if` compares `a` with a constant."""
+    const = "holds_if" in c and bool(_HOLDS_CONST_RE.match(str(getattr(c["holds_if"][1], "text", ""))))
+    return ("says", "metric", "a", "holds_if") + (() if const else ("b",))
+
+
+def _records(chk: Checker, top: dict, key: str, keys: "tuple[str, ...]", what: str,
+             required: "Callable[[dict], Sequence[str]]") -> "Iterator[tuple[str, ys.YMap, dict]]":
+    """(path, node, checked fields) of each entry of the list `reference.<key>` that is a mapping of `keys` with
+    every key `required(fields)` names; the problems of the others go to `chk`."""
+    if key not in top:
+        return
+    for i, item in enumerate(_items(chk, top[key][1], f"reference.{key}")):
+        path = f"reference.{key}[{i}]"
+        fields = chk.mapping(item, path, keys, what)
+        missing = [k for k in required(fields) if k not in fields]
+        if isinstance(item, ys.YMap) and missing:
+            chk.problem(item.pos, path, f"missing {', '.join(f'`{k}:`' for k in missing)}")
+        elif isinstance(item, ys.YMap):
+            yield path, item, fields
 
 
 def _items(chk: Checker, node: ys.YNode, path: str) -> list:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from zcorch.config import yamlsrc as ys
-from zcorch.config.checks import Checker
+from zcorch.config.checks import Checker, read_document
 from zcorch.config.param_values import parse_param
 from zcorch.config.reference import Reference, parse_reference
 from zcorch.config.schema import Axis
@@ -22,11 +22,7 @@ from zcorch.params import PARAM_KEYS
 def _section_of(text: str, path: str, key: str, parse: Callable[[Checker, ys.YNode], Any], absent: Any) -> Any:
     """One top-level section of an experiment document, parsed alone (`absent` without it); ConfigError
     (file:line) when the document or the section has problems. The rest of the file is not validated again."""
-    root, raw = ys.parse(text, path)
-    chk = Checker(path)
-    for problem in raw:
-        chk.problem(*problem)
-    chk.raise_if_any()
+    chk, root = read_document(text, path)
     node = root.get(key) if isinstance(root, ys.YMap) else None
     if node is None:
         return absent

@@ -56,10 +56,10 @@ class Validator(Checker):
         # `zcorch plan` of a `hosts: inventory` file without --hosts: the cells are shown, the hosts unknown
         self.unknown_hosts = unknown_hosts
         self.overrides = tuple(overrides)  # the --set texts applied to the tree (kept in the Experiment)
-        self.fs_refs: "list[tuple[ys.Pos, str, str]]" = []  # (pos, key path, name) to check once all are known
-        self.fs_names: "list[str]" = []  # every entry under filesystems:, valid or not (for reference checks)
-        self.net_refs: "list[tuple[ys.Pos, str, str]]" = []   # the same for `network` values and networks:
-        self.net_names: "list[str]" = []
+        # `filesystem`/`network` values as (pos, key path, name), checked once every entry of `filesystems:`/
+        # `networks:` is known (names: every entry, valid or not)
+        self.refs: "dict[str, list[tuple[ys.Pos, str, str]]]" = {"filesystem": [], "network": []}
+        self.names: "dict[str, list[str]]" = {"filesystem": [], "network": []}
         self.allow_destroy: "tuple[str, ...]" = ()  # read before the parameters: the sink rule needs it
         self.linked: "list[Axis]" = []  # the matrix's linked axes (exclude entries may name them)
 
@@ -80,7 +80,7 @@ class Validator(Checker):
             self.problem(root.pos, "name", "missing required key `name` (it names the results directory)")
         else:
             name = self.value(get("name"), "name", self._name, "?")
-        description = self.value(get("description"), "description", ys.as_str, "") if "description" in top else ""
+        description = self.field(top, "", "description", ys.as_str, "")
         file_hosts = parse_hosts(self, get("hosts"), inventory_ok=True) if "hosts" in top else LOCALHOST
         hosts = LOCALHOST if file_hosts is None else file_hosts
         if self.given_hosts is not None:
@@ -94,18 +94,13 @@ class Validator(Checker):
         if "allow_destroy" in top:
             self.allow_destroy = tuple(device_list(self, get("allow_destroy"), "allow_destroy", allow_empty=True)
                                        or ())
-        filesystems = {}
-        if "filesystems" in top:
-            fs_node = get("filesystems")
-            self.fs_names = list(fs_node.entries) if isinstance(fs_node, ys.YMap) else []
-            filesystems = parse_filesystems(self, fs_node)
-        networks = {}
-        if "networks" in top:
-            net_node = get("networks")
-            self.net_names = list(net_node.entries) if isinstance(net_node, ys.YMap) else []
-            networks = parse_networks(self, net_node)
-        allow_net = self.value(get("allow_network_changes"), "allow_network_changes", ys.as_bool, False) \
-            if "allow_network_changes" in top else False
+        named = {}
+        for key, parse in (("filesystem", parse_filesystems), ("network", parse_networks)):
+            node = get(key + "s")
+            self.names[key] = list(node.entries) if isinstance(node, ys.YMap) else []
+            named[key] = parse(self, node) if node is not None else {}
+        filesystems, networks = named["filesystem"], named["network"]
+        allow_net = self.field(top, "", "allow_network_changes", ys.as_bool, False)
         params = self.params(get("params"), "params") if "params" in top else {}
         matrix = self.matrix(get("matrix")) if "matrix" in top else []
         self.linked = [a for a in matrix if a.linked]
@@ -114,17 +109,13 @@ class Validator(Checker):
         policy = self.repeats(get("repeats")) if "repeats" in top else None
         repeats = policy if isinstance(policy, int) else policy.max if policy is not None else 1
         policy = policy if isinstance(policy, RepeatPolicy) else None
-        order = self.value(get("order"), "order", lambda n: _choice(n, ORDERS, "run order"), "sequential") \
-            if "order" in top else "sequential"
+        order = self.field(top, "", "order", lambda n: _choice(n, ORDERS, "run order"), "sequential")
         control = self.control(get("control")) if "control" in top else None
         if control is not None:
             order = self._control_order(order, "order" in top, get("order"), policy, get("repeats"))
-        seed = self.value(get("seed"), "seed", lambda n: _int_range(n, 0), 0) if "seed" in top else 0
-        skip_invalid = self.value(get("skip_invalid"), "skip_invalid", ys.as_bool, False) \
-            if "skip_invalid" in top else False
-        cal_age = self.value(get("calibration_max_age"), "calibration_max_age", ys.as_duration,
-                             DEFAULT_CALIBRATION_MAX_AGE_S) if "calibration_max_age" in top \
-            else DEFAULT_CALIBRATION_MAX_AGE_S
+        seed = self.field(top, "", "seed", lambda n: _int_range(n, 0), 0)
+        skip_invalid = self.field(top, "", "skip_invalid", ys.as_bool, False)
+        cal_age = self.field(top, "", "calibration_max_age", ys.as_duration, DEFAULT_CALIBRATION_MAX_AGE_S)
         baselines = parse_baselines(self, get("baselines"))
         if isinstance(control, str):
             self._control_baseline(control, get("control"), baselines, get("baselines") if "baselines" in top else None)
@@ -144,11 +135,13 @@ class Validator(Checker):
             self.problem(self.locations[where], where, f"{n_cells} cells × {repeats} repeats = "
                                                        f"{n_cells * repeats} runs, more than the limit of {MAX_RUNS}")
 
-        for pos, key, fs in self.fs_refs:
-            if fs is not None and fs not in self.fs_names:
-                defined = ", ".join(self.fs_names) or "none: add a `filesystems:` section"
-                self.problem(pos, key, f"`{fs}` is not a filesystem defined under `filesystems:`"
-                                       f"{suggest(fs, self.fs_names)} (defined: {defined})")
+        for what, refs in self.refs.items():
+            names = self.names[what]
+            for pos, key, ref in refs:   # (not `name`: that is the experiment's)
+                if ref is not None and ref not in names:
+                    defined = ", ".join(names) or f"none: add a `{what}s:` section"
+                    self.problem(pos, key, f"`{ref}` is not a {what} defined under `{what}s:`"
+                                           f"{suggest(ref, names)} (defined: {defined})")
 
         # (`hosts: inventory` without --hosts: the hosts are unknown, and that problem is already reported)
         self._check_networks(hosts, allow_net, hosts_known=file_hosts is not None or self.given_hosts is not None)
@@ -180,19 +173,11 @@ class Validator(Checker):
                           calibration_max_age=cal_age, control=control)
 
     def _check_networks(self, hosts: Hosts, allow_all: bool, hosts_known: bool = True) -> None:
-        """`network` values name an entry of `networks:`, and the hosts let them change their network."""
-        used = False
-        for pos, key, net in self.net_refs:
-            if net is None:
-                continue
-            used = True
-            if net not in self.net_names:
-                defined = ", ".join(self.net_names) or "none: add a `networks:` section"
-                self.problem(pos, key, f"`{net}` is not a network defined under `networks:`"
-                                       f"{suggest(net, self.net_names)} (defined: {defined})")
+        """The hosts let the `network` values change their network."""
+        used = [r for r in self.refs["network"] if r[2] is not None]
         if not used or allow_all or not hosts_known:
             return
-        pos, key, _ = next(r for r in self.net_refs if r[2] is not None)
+        pos, key, _ = used[0]
         if hosts.localhost:
             self.problem(pos, key, "a `network` changes the MTU of the loopback device and net.* sysctls, "
                                    "which every program on this machine shares: allow it explicitly with "
@@ -216,12 +201,9 @@ class Validator(Checker):
             self.problem(node.pos, "repeats", f"missing {', '.join(f'`{k}`' for k in missing)}: repeat until stable "
                                               "needs all of min, max and target_ci (e.g. {min: 3, max: 30, "
                                               "target_ci: 2%}); for a fixed count write `repeats: N`")
-        lo = self.value(fields["min"][1], "repeats.min", lambda n: _int_range(n, 1, MAX_REPEATS), None) \
-            if "min" in fields else None
-        hi = self.value(fields["max"][1], "repeats.max", lambda n: _int_range(n, 1, MAX_REPEATS), None) \
-            if "max" in fields else None
-        target = self.value(fields["target_ci"][1], "repeats.target_ci", _percentage, None) \
-            if "target_ci" in fields else None
+        lo = self.field(fields, "repeats", "min", lambda n: _int_range(n, 1, MAX_REPEATS))
+        hi = self.field(fields, "repeats", "max", lambda n: _int_range(n, 1, MAX_REPEATS))
+        target = self.field(fields, "repeats", "target_ci", _percentage)
         if lo is not None and hi is not None and hi < lo:
             self.problem(fields["max"][1].pos, "repeats.max", f"{hi} is below repeats.min ({lo})")
             return 1
@@ -324,10 +306,8 @@ class Validator(Checker):
                 self.problem(node.pos, path, f"`{value}` is under /dev: the {key} may only be "
                                              f"{', '.join(param(key).devices)}{extra} (or a file)")
                 return _INVALID
-        if key == "filesystem" and value is not _INVALID:
-            self.fs_refs.append((node.pos, path, value))
-        if key == "network" and value is not _INVALID:
-            self.net_refs.append((node.pos, path, value))
+        if key in self.refs and value is not _INVALID:
+            self.refs[key].append((node.pos, path, value))
         return value
 
     def params(self, node: ys.YNode, path: str) -> dict:

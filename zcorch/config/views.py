@@ -9,7 +9,7 @@ from typing import Sequence
 
 from zcorch import metrics
 from zcorch.config import yamlsrc as ys
-from zcorch.config.checks import Checker, suggest
+from zcorch.config.checks import Checker, metric_name, suggest
 from zcorch.params import PARAM_KEYS
 
 SECTION_KEYS = ("views",)
@@ -36,11 +36,7 @@ def _param(node: ys.YNode, axes: "Sequence[str]" = ()) -> str:
 
 
 def _metric(node: ys.YNode) -> str:
-    name = ys.as_str(node, "a metric name")
-    if name not in metrics.BY_NAME:
-        raise ys.ValueProblem(f"`{name}` is not a metric{suggest(name, metrics.BY_NAME)} (e.g. gbit_s, mb_s, "
-                              "send_host_busy_s_per_gib, send_stime_us)")
-    return name
+    return metric_name(node, metrics.BY_NAME, "gbit_s, mb_s, send_host_busy_s_per_gib, send_stime_us")
 
 
 def parse_report(chk: Checker, node: ys.YNode, axes: "Sequence[str]" = ()) -> "tuple[View, ...]":
@@ -66,7 +62,7 @@ def parse_report(chk: Checker, node: ys.YNode, axes: "Sequence[str]" = ()) -> "t
         hue = _params(chk, f["hue"][1], f"{path}.hue", axes) if "hue" in f else []
         facet = _params(chk, f["facet"][1], f"{path}.facet", axes) if "facet" in f else []
         metric = chk.value(f["metric"][1], f"{path}.metric", _metric) if "metric" in f else "gbit_s"
-        title = chk.value(f["title"][1], f"{path}.title", ys.as_str, "") if "title" in f else ""
+        title = chk.field(f, path, "title", ys.as_str, "")
         used = [*x, *hue, *facet]
         dup = sorted({p for p in used if used.count(p) > 1})
         if dup:

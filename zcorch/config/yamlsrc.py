@@ -271,21 +271,20 @@ def as_bool(node: YNode) -> bool:
 
 
 def as_size(node: YNode, expected: str = "a size (bytes, or e.g. 64KiB, 1MiB, 1GB)") -> int:
-    s = _scalar(node, expected)
-    if s.tag in (BOOL, NULL) and s.plain:
-        raise ValueProblem(f"expected {expected}, got {describe(s)}")
-    try:
-        return parse_size(s.text)
-    except ValueError as exc:
-        raise ValueProblem(str(exc)) from None
+    return _as_unit(node, expected, parse_size)
 
 
 def as_duration(node: YNode, expected: str = "a duration (e.g. 500ms, 5s, 2m)") -> float:
+    return _as_unit(node, expected, parse_duration)
+
+
+def _as_unit(node: YNode, expected: str, parse):
+    """A number with a unit, read by `parse` (zcorch.units); its ValueError becomes the problem."""
     s = _scalar(node, expected)
     if s.tag in (BOOL, NULL) and s.plain:
         raise ValueProblem(f"expected {expected}, got {describe(s)}")
     try:
-        return parse_duration(s.text)
+        return parse(s.text)
     except ValueError as exc:
         raise ValueProblem(str(exc)) from None
 

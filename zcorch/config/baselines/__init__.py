@@ -5,6 +5,7 @@ parser, estimate and dry run (kind.py says what); this module only walks the reg
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, Iterator, Mapping, Tuple
 
 from zcorch.config import checks
@@ -19,61 +20,32 @@ from zcorch.config.baselines.registry import BY_NAME, KINDS
 from zcorch.config.checks import Checker
 
 
-class Baselines:
-    """The settings of every registered kind (off: None, or () for a list kind), immutable.
+class _Baselines:
+    """The settings of every registered kind (off: None, or () for a list kind), immutable: a frozen dataclass
+    with one field per kind of the registry, in its order.
 
     Baselines(iperf3_conf, dd_conf) / Baselines(iperf3=None, qperf=QperfBaseline()): kinds not given keep
     their defaults (positional arguments follow the registry's order).
     """
 
-    __slots__ = ("_conf",)
-
-    def __init__(self, *args: Any, **kinds: Any):
-        if len(args) > len(KINDS):
-            raise TypeError(f"Baselines takes at most {len(KINDS)} positional arguments")
-        conf = {k.name: k.default() for k in KINDS}
-        for kind, value in zip(KINDS, args):
-            conf[kind.name] = value
-        for name, value in kinds.items():
-            if name not in BY_NAME:
-                raise TypeError(f"no baseline kind {name!r} (registered: {', '.join(BY_NAME)})")
-            conf[name] = tuple(value) if isinstance(BY_NAME[name].off, tuple) else value
-        object.__setattr__(self, "_conf", conf)
-
-    def __getattr__(self, name: str) -> Any:
-        conf = object.__getattribute__(self, "_conf")
-        if name in conf:
-            return conf[name]
-        raise AttributeError(name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("Baselines is immutable")
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Baselines) and self._conf == other._conf
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._conf.items()))
-
-    def __repr__(self) -> str:
-        return "Baselines(" + ", ".join(f"{k}={v!r}" for k, v in self._conf.items()) + ")"
-
-    def __reduce__(self) -> Any:  # copy, deepcopy, pickle: rebuilt through __init__ (no setattr)
-        return (_rebuild, (dict(self._conf),))
+    def __post_init__(self) -> None:
+        for kind in KINDS:   # a list kind holds a tuple, whatever sequence it was given
+            if isinstance(kind.off, tuple):
+                object.__setattr__(self, kind.name, tuple(getattr(self, kind.name)))
 
     def get(self, name: str) -> Any:
-        return self._conf[name]
+        return getattr(self, name)
 
     def enabled(self) -> Iterator[Tuple[BaselineKind, Any]]:
         """(kind, settings) of every kind that runs, in registry order."""
         for kind in KINDS:
-            conf = self._conf[kind.name]
+            conf = getattr(self, kind.name)
             if conf is not None and conf != ():
                 yield kind, conf
 
     def kinds(self) -> "list[tuple[str, Any]]":
         """[(name, settings | None)] of the kinds with one settings block (not the list kinds), in order."""
-        return [(k.name, self._conf[k.name]) for k in KINDS if not isinstance(k.off, tuple)]
+        return [(k.name, getattr(self, k.name)) for k in KINDS if not isinstance(k.off, tuple)]
 
     @classmethod
     def from_mapping(cls, data: "Mapping | bool | None", path: str = "<baselines>") -> "Baselines":
@@ -81,8 +53,11 @@ class Baselines:
         return checks.parse_data("baselines", data, parse_baselines, path)
 
 
-def _rebuild(conf: Dict[str, Any]) -> "Baselines":
-    return Baselines(**conf)
+Baselines = dataclasses.make_dataclass(
+    "Baselines", [(k.name, Any, dataclasses.field(default_factory=k.default)) for k in KINDS], bases=(_Baselines,),
+    frozen=True)
+Baselines.__module__ = __name__   # pickled and copied by its name here
+Baselines.__doc__ = _Baselines.__doc__
 
 
 BASELINES_OFF = Baselines(**{k.name: k.off for k in KINDS})

@@ -117,9 +117,6 @@ class CommandsKind(BaselineKind):
     def off(self) -> Any:
         return ()
 
-    def default(self) -> Any:
-        return ()
-
     def parse(self, chk: Checker, node: ys.YNode, path: str) -> Tuple[CommandBaseline, ...]:
         if not isinstance(node, ys.YSeq):
             chk.problem(node.pos, path, f"expected a list of commands, got {ys.describe(node)}")

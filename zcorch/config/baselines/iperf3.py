@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.config import checks
-from zcorch.config.baselines.kind import (PER_CHOICES, BaselineError, ServerClientKind, Tool, _describe, cell_pairs,
-                                          tool_duration, whole_seconds)
+from zcorch.config.baselines.kind import (BaselineError, ServerClientKind, Tool, _describe, cell_pairs, per_choice,
+                                          sizes_where, tool_duration, whole_seconds)
 from zcorch.units import format_size
 
 PORT = 5201                 # remote hosts; on localhost a free port is picked
@@ -110,7 +110,7 @@ class Iperf3Kind(ServerClientKind):
     match_fixed = {"zerocopy": False}
     parsers = {
         "duration": tool_duration,
-        "per": lambda n: checks.choice(n, PER_CHOICES, "baseline frequency"),
+        "per": per_choice,
         "omit": lambda n: checks.int_range(n, 0, MAX_OMIT),
     }
     port = PORT
@@ -119,9 +119,6 @@ class Iperf3Kind(ServerClientKind):
 
     def tools(self, conf: Any) -> Sequence[Tool]:
         return (Tool("iperf3", "iperf3"),)
-
-    def ports(self, conf: Any) -> Sequence[int]:
-        return (PORT,)
 
     def keys(self, conf: Iperf3Baseline, params_list: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
         return [{"window": w, "buffer": b, "zerocopy": z} for (w, b) in cell_pairs(conf.per, params_list)
@@ -147,7 +144,7 @@ class Iperf3Kind(ServerClientKind):
     def describe(self, record: Mapping[str, Any]) -> str:
         key = record.get("key") or {}
         what = "iperf3 -Z" if key.get("zerocopy") else "iperf3"
-        where = " ".join(f"{k}={format_size(key[k]) if key.get(k) else 'auto'}" for k in ("buffer", "window"))
+        where = sizes_where(key)
         return _describe(what, where, record)
 
 

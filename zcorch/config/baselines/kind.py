@@ -18,6 +18,7 @@ from zcorch.config import yamlsrc as ys
 from zcorch.config.checks import Checker
 from zcorch.errors import ZcorchError
 from zcorch.params import side_value
+from zcorch.units import format_size
 
 # The phases of the sweep a kind runs in (zcorch.sweep.pipeline iterates the registry per phase).
 NETWORK = "network"        # before the sources are laid out: the path alone (iperf3, qperf)
@@ -185,6 +186,9 @@ class ServerClientKind(BaselineKind):
     ready_marker: Optional[str] = None   # a line of the server's saying it listens (None: the client waits)
     busy_marker: Optional[str] = None    # a server message meaning the port is taken (retried a while)
 
+    def ports(self, conf: Any) -> Sequence[int]:
+        return (self.port,)
+
     def keys(self, conf: Any, params_list: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
         """The tests to run: one record key each."""
         raise NotImplementedError
@@ -238,6 +242,16 @@ def tool_duration(node: ys.YNode) -> float:
         raise ys.ValueProblem(f"`{node.text}` is too long for a baseline test (at most 1 day = "
                               f"{MAX_TOOL_SECONDS:.0f}s)")
     return secs
+
+
+def per_choice(node: ys.YNode) -> str:
+    """`per: pair | sweep` of a kind measuring the path (PER_CHOICES)."""
+    return checks.choice(node, PER_CHOICES, "baseline frequency")
+
+
+def sizes_where(key: Mapping[str, Any]) -> str:
+    """`buffer=128KiB window=auto`: the cell sizes a network test's record key holds."""
+    return " ".join(f"{k}={format_size(key[k]) if key.get(k) else 'auto'}" for k in ("buffer", "window"))
 
 
 def whole_seconds(duration: float) -> int:

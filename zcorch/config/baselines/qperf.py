@@ -14,9 +14,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.config import checks
 from zcorch.config import yamlsrc as ys
-from zcorch.config.baselines.kind import (PER_CHOICES, BaselineError, ServerClientKind, Tool, _describe, cell_pairs,
-                                          tool_duration, whole_seconds)
-from zcorch.units import format_size
+from zcorch.config.baselines.kind import (BaselineError, ServerClientKind, Tool, _describe, cell_pairs, per_choice,
+                                          sizes_where, tool_duration, whole_seconds)
 
 PORT = 19765                # qperf's own default listen port (remote receivers; localhost: a free one)
 WAIT_SERVER_S = 10          # the client retries connecting this long (the server says nothing when ready)
@@ -119,16 +118,13 @@ class QperfKind(ServerClientKind):
     match_keys = ("buffer", "window")
     parsers = {
         "duration": tool_duration,
-        "per": lambda n: checks.choice(n, PER_CHOICES, "baseline frequency"),
+        "per": per_choice,
         "msg_size": _msg_size,
     }
     port = PORT
 
     def tools(self, conf: Any) -> Sequence[Tool]:
         return (Tool("qperf", "qperf", version_argv=("--version",)),)
-
-    def ports(self, conf: Any) -> Sequence[int]:
-        return (PORT,)
 
     def keys(self, conf: QperfBaseline, params_list: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
         pairs = cell_pairs(conf.per, params_list)
@@ -151,7 +147,7 @@ class QperfKind(ServerClientKind):
 
     def describe(self, record: Mapping[str, Any]) -> str:
         key = record.get("key") or {}
-        where = " ".join(f"{k}={format_size(key[k]) if key.get(k) else 'auto'}" for k in ("buffer", "window"))
+        where = sizes_where(key)
         line = _describe("qperf tcp_bw", where, record)
         result = record.get("result") or {}
         if record.get("status") == "ok" and "send_cpus_used_percent" in result:
