@@ -3,7 +3,7 @@
 `zcorch history DATASET` and `zcorch compare --dataset DATASET BASE CAND` read here instead of loading
 every result set: the sets table gives the sweeps (history.Sweep, as a result set's directory gives them), and
 `Dataset` is the reader history asks for the runs (history.SetRuns is the other one): the same ok_table query,
-the same history.Series and decisions. So the answers and exit codes are those of the result-set directories.
+the same history.SeriesCells and decisions. So the answers and exit codes are those of the result-set directories.
 
 Only the part files dataset.json lists are read (a crashed export's leftovers are not), each a regular file
 inside the dataset (no link followed to another file).
