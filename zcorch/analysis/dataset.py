@@ -3,7 +3,7 @@
 `zcorch history DATASET` and `zcorch compare --dataset DATASET BASE CAND` read here instead of loading
 every result set: the sets table gives the sweeps (history.Sweep, as a result set's directory gives them), and
 `Dataset` is the reader history asks for the runs (history.SetRuns is the other one): the same ok_table query,
-the same history.Series and decisions. So the answers and exit codes are those of the result-set directories.
+the same history.SeriesCells and decisions. So the answers and exit codes are those of the result-set directories.
 
 Only the part files dataset.json lists are read (a crashed export's leftovers are not), each a regular file
 inside the dataset (no link followed to another file).
@@ -175,10 +175,10 @@ MAX_PART_BYTES_PER_ROW = 64 * 1024
 PART_BYTES_SLACK = 64 * 1024 ** 2
 
 
-def check_part(path: str, max_rows: int) -> None:
+def check_part(path: str, max_rows: int) -> "pq.FileMetaData":
     """Refuse (ResultsError naming the file) a part file whose footer claims more rows than `max_rows` (what
     dataset.json and the sets' plans say it holds) or more uncompressed bytes than such rows take: read from
-    its metadata alone, before any of its data."""
+    its metadata alone, before any of its data. Returns that metadata."""
     try:
         md = pq.ParquetFile(path).metadata
     except (OSError, pa.ArrowException) as exc:
@@ -191,6 +191,15 @@ def check_part(path: str, max_rows: int) -> None:
     if data_bytes > bound:
         raise ResultsError(f"{path}: {data_bytes} bytes of data uncompressed, more than the {bound} its "
                            f"{max_rows} rows may take: not read")
+    return md
+
+
+def _parquet_source(files: Sequence[str], footers: "Sequence[pq.FileMetaData]") -> str:
+    """read_parquet over `files` (hive partitions as columns), their columns matched by name only where their
+    schemas differ (an older export): matching by name binds every file's schema again at each query."""
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    same = all(md.schema.equals(footers[0].schema) for md in footers[1:])
+    return f"read_parquet([{listed}], hive_partitioning = true, union_by_name = {str(not same).lower()})"
 
 
 class Dataset:
@@ -207,59 +216,41 @@ class Dataset:
         self.con = duckdb.connect(":memory:")
         self.con.execute("SET enable_progress_bar = false")
         # Every query of a view binds read_parquet over every listed part (a year: 365 a table), and each bind
-        # read each part's footer again: cached, the footers are read once per connection (a year of a
-        # fleet's runs: 0.25 s less CPU a query, three queries a `zcorch history`).
+        # read each part's footer again: cached, the footers are read once per connection.
         self.con.execute("SET parquet_metadata_cache = true")
         self._columns: Dict[str, List[str]] = {}
         unknown = sorted(set(tables) - set(TABLES))
         if unknown:
             raise ValueError(f"no table {unknown[0]!r} in a dataset (tables: {', '.join(TABLES)})")
-        bounds = self._row_bounds(tables)
-        for table in tables:
-            files = self.files(table)
-            for f in files:
-                check_part(f, bounds[table](f))
-            if files:
-                listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-                self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listed}], "
-                                 "hive_partitioning = true, union_by_name = true)")
-
-    def _sets_of_part(self) -> Dict[str, List[str]]:
-        """{part file name: the set ids dataset.json lists in it}."""
-        out: Dict[str, List[str]] = {}
+        # the most rows a part may have: one a set dataset.json lists in it (sets), MAX_HOST_ROWS and
+        # MAX_BASELINE_ROWS a set (hosts, baselines); runs: what the plans of its sets can hold (_runs_bound)
+        per_set = {"sets": 1, "hosts": MAX_HOST_ROWS, "baselines": MAX_BASELINE_ROWS}
+        self._footers: Dict[str, list] = {}
+        self._sets_of: Dict[str, List[str]] = {}   # part file ("partition/part") -> the set ids listed in it
         for sid, e in self.manifest["sets"].items():
-            out.setdefault(f"{e['partition']}/{e['part']}", []).append(sid)
-        return out
+            self._sets_of.setdefault(f"{e['partition']}/{e['part']}", []).append(sid)
+        for table in sorted(tables, key=lambda t: t != "sets"):   # the sets first: the runs' bounds read them
+            bound = self._runs_bound() if table == "runs" else lambda sids, n=per_set[table]: n * len(sids)
+            files = self.files(table)
+            footers = self._footers[table] = [check_part(f, bound(self._sets_in(f))) for f in files]
+            if files:
+                self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM {_parquet_source(files, footers)}")
 
-    def _row_bounds(self, tables: Sequence[str]):
-        """{table: a function of a part file's path -> the most rows it may have}: the sets table one row per
-        set dataset.json lists in the part; runs at most what the plans of those sets can hold (their
-        `planned` runs x setfiles.RETRY_FACTOR + RETRY_SLACK, read from the sets table once its parts are
-        checked); hosts and baselines at most MAX_HOST_ROWS and MAX_BASELINE_ROWS a set."""
-        sets_of = self._sets_of_part()
-        root = str(self.path.resolve())
+    def _sets_in(self, part: str) -> List[str]:
+        """The set ids dataset.json lists in the part file at the absolute path `part`."""
+        return self._sets_of.get("/".join(Path(part).relative_to(self.path.resolve()).parts[1:]), [])
 
-        def part_of(path: str) -> str:
-            return "/".join(Path(path).relative_to(root).parts[1:])
-
-        def per_set(n: int):
-            return lambda path: n * len(sets_of.get(part_of(path), ()))
-        bounds = {"sets": per_set(1), "hosts": per_set(MAX_HOST_ROWS), "baselines": per_set(MAX_BASELINE_ROWS)}
-        if "runs" in tables and self.manifest["sets"]:
-            planned: Dict[str, int] = {}
-            for f in self.files("sets"):
-                check_part(f, bounds["sets"](f))
-                if "planned" not in pq.read_schema(f).names:   # an older export: the general bound a set
-                    continue
-                t = pq.read_table(f, columns=["set_id", "planned"])
-                for sid, n in zip(t.column("set_id").to_pylist(), t.column("planned").to_pylist()):
-                    planned[sid] = int(n) if isinstance(n, (int, float)) and n == n and n >= 0 else 0
-
-            def runs_bound(path: str) -> int:
-                return sum(min(setfiles.MAX_RECORDS, planned.get(sid, setfiles.MAX_RECORDS) * setfiles.RETRY_FACTOR
-                               + setfiles.RETRY_SLACK) for sid in sets_of.get(part_of(path), ()))
-            bounds["runs"] = runs_bound
-        return bounds
+    def _runs_bound(self):
+        """A function of a runs part's set ids -> the most runs their plans can hold (`planned` x
+        setfiles.RETRY_FACTOR + RETRY_SLACK each, read from the sets table once its parts are checked; a set of
+        an older export, without the column: setfiles.MAX_RECORDS)."""
+        files = self.files("sets")
+        footers = self._footers.get("sets") or [check_part(f, len(self._sets_in(f))) for f in files]
+        have = [(f, md) for f, md in zip(files, footers) if "planned" in md.schema.names]
+        rows = self.con.execute(f"SELECT set_id, planned FROM {_parquet_source(*zip(*have))}").fetchall() if have else []
+        planned = {sid: int(n) if isinstance(n, (int, float)) and n == n and n >= 0 else 0 for sid, n in rows}
+        return lambda sids: sum(min(setfiles.MAX_RECORDS, planned.get(sid, setfiles.MAX_RECORDS) * setfiles.RETRY_FACTOR
+                                    + setfiles.RETRY_SLACK) for sid in sids)
 
     def files(self, table: str) -> List[str]:
         """The absolute paths of `table`'s part files: each a regular file inside the dataset."""

@@ -530,110 +530,115 @@ class SetRuns:
         return pd.concat([frame["set_id"].map(key).rename(BY), frame[cols]], axis=1).drop_duplicates(ignore_index=True)
 
 
-class Series:
-    """Where experiment_history takes its numbers from, whichever reader gave them (SetRuns, or an exported
-    dataset's): labels, per-cell series and a cell's ok values of one series of sweeps, from the groups of one
-    ok_table of every set (the decisions stay history's, stats', detector's)."""
+class SeriesCells:
+    """Every series' cells, from the groups of one ok_table of every set (the decisions stay history's, stats',
+    detector's): per series and cell its columns per sweep (NaN, or 0 for the counts, where the cell has no
+    group), views into flat arrays filled for all of them at once (a fleet's year: 1,200 series of 365 nights
+    from 440,000 groups), and the cells' labels."""
 
-    def __init__(self, sweeps: List[Sweep], metric: str, groups: OkGroups, rows: np.ndarray,
-                 params: pd.DataFrame, label_memo: "Optional[dict]" = None):
-        """`rows`: the groups of these sweeps; `params`: their distinct (cell, parameters); `label_memo`: labels
-        already made of the same (cell, parameters) rows, shared by the series of one history (a fleet's pairs
-        run the same cells: cell_labels once, not once per pair)."""
-        self.sweeps, self.metric, self.groups, self.params = sweeps, metric, groups, params
-        self.label_memo = label_memo if label_memo is not None else {}
-        index = {s.set_id: i for i, s in enumerate(sweeps)}
-        n_sweeps = len(sweeps)
-        rows = rows[groups.cell[rows] != None]   # noqa: E711 (elementwise): a null cell is no cell of a series
-        sweep_of = np.array([index[x] for x in groups.set_id[rows]], dtype=np.int64)
-        cells = groups.cell[rows]
-        self.cells: Dict[str, dict] = {}
-        self.row_of: Dict[str, np.ndarray] = {}   # cell -> the group of each sweep (-1: none)
-        order = np.argsort(cells, kind="stable")
-        names, first = np.unique(cells[order], return_index=True)
-        for name, part in zip(names, np.split(order, first[1:])):
-            at, g = sweep_of[part], rows[part]
-            cols = {k: np.full(n_sweeps, np.nan) for k in ("median", "ci_low", "ci_high", "ci_level")}
-            cols.update({k: np.zeros(n_sweeps, dtype=int) for k in ("n", "n_failed")})
-            for k in ("median", "ci_low", "ci_high", "ci_level", "n", "n_failed"):
-                cols[k][at] = getattr(groups, k)[g]
-            row_of = np.full(n_sweeps, -1, dtype=np.int64)
-            row_of[at] = g
-            self.cells[name], self.row_of[name] = cols, row_of
+    COLUMNS = ("median", "ci_low", "ci_high", "ci_level", "n", "n_failed")
 
-    def labels(self) -> Dict[str, str]:
-        """cell id -> label (cell_labels)."""
-        # the linked axes of the sweeps that ran (a sweep without runs knows none of its experiment's)
-        linked = [s.linked for s in self.sweeps if s.n_ok + s.n_failed] or [{}]
-        same = all(x == linked[0] for x in linked)
-        names = {n for x in linked for n in x}
-        have = [c for c in self.params.columns if c in ("cell", *PARAM_KEYS, *names)]
-        frame = self.params[have].drop_duplicates(ignore_index=True)
-        frame.attrs[LINKED_ATTR] = linked[0] if same else {}
-        # the same rows and linked axes make the same labels (a cell has one row of parameters; DuckDB's
-        # DISTINCT gives them in any order): the key is their exact text, rows sorted
-        key = repr((list(frame.columns), sorted(map(repr, frame.values.tolist())),
-                    sorted(frame.attrs[LINKED_ATTR].items())))
-        if key not in self.label_memo:
-            self.label_memo[key] = cell_labels([frame])
-        return {c: label for c, label in self.label_memo[key].items() if c in self.cells}
+    def __init__(self, series: Dict[str, List[Sweep]], metric: str, groups: OkGroups):
+        self.series, self.metric, self.groups = series, metric, groups
+        names = sorted(series)
+        where = {s.set_id: (k, i) for k, name in enumerate(names) for i, s in enumerate(series[name])}
+        set_code, set_ids = pd.factorize(groups.set_id)
+        cell_code, cells = pd.factorize(groups.cell)   # a null cell (-1) is no cell of a series
+        at = np.array([where[x] for x in set_ids], dtype=np.int64).reshape(-1, 2)[set_code]
+        rows = np.flatnonzero(cell_code >= 0)
+        slots, slot = np.unique(at[rows, 0] * len(cells) + cell_code[rows], return_inverse=True)
+        length = np.array([len(series[name]) for name in names], dtype=np.int64)[slots // max(len(cells), 1)]
+        start = np.concatenate([[0], np.cumsum(length)])
+        flat = start[slot] + at[rows, 1]
+        cols = {k: np.full(start[-1], np.nan) for k in self.COLUMNS[:4]}
+        cols.update({k: np.zeros(start[-1], dtype=np.int64) for k in self.COLUMNS[4:]})
+        for k, values in cols.items():
+            values[flat] = getattr(groups, k)[rows]
+        row_of = np.full(start[-1], -1, dtype=np.int64)   # the group of each sweep (-1: none)
+        row_of[flat] = rows
+        self.cells: Dict[str, Dict[str, Dict[str, np.ndarray]]] = {name: {} for name in names}
+        self.row_of: Dict[str, Dict[str, np.ndarray]] = {name: {} for name in names}
+        for j, (key, a, b) in enumerate(zip(slots.tolist(), start[:-1].tolist(), start[1:].tolist())):
+            name, cell = names[key // len(cells)], str(cells[key % len(cells)])
+            self.cells[name][cell] = {k: v[a:b] for k, v in cols.items()}
+            self.row_of[name][cell] = row_of[a:b]
 
-    def series(self, cell: str) -> Dict[str, np.ndarray]:
-        """Per sweep: median, ci_low, ci_high, ci_level (NaN where the cell has no ok value), n, n_failed."""
-        return self.cells[cell]
+    def labels(self, reader: "RunsReader") -> Dict[str, Dict[str, str]]:
+        """{series: {cell id: label (cell_labels)}} of the cells of each series, from one query of the distinct
+        parameters; the series whose cells have the same rows of parameters and linked axes share their labels
+        (a fleet's pairs run the same cells: cell_labels once, not once per pair)."""
+        sweeps = [s for group in self.series.values() for s in group]
+        by = {s.set_id: name for name, group in self.series.items() for s in group}
+        params = reader.cell_params([s.set_id for s in sweeps], sorted({n for s in sweeps for n in s.linked}),
+                                    by=[by[s.set_id] for s in sweeps])
+        columns, series_of_row = list(params.columns), params[BY].to_numpy(dtype=object)
+        rows: Dict[str, list] = {}
+        for name, row in zip(series_of_row, params.itertuples(index=False, name=None)):
+            rows.setdefault(name, []).append(row)
+        memo: dict = {}
+        out = {}
+        for name, group in self.series.items():
+            # the linked axes of the sweeps that ran (a sweep without runs knows none of its experiment's)
+            linked = [s.linked for s in group if s.n_ok + s.n_failed] or [{}]
+            axes = linked[0] if all(x == linked[0] for x in linked) else {}
+            have = [k for k, c in enumerate(columns) if c in ("cell", *PARAM_KEYS, *{n for x in linked for n in x})]
+            # the same rows and linked axes make the same labels (a cell has one row of parameters; DuckDB's
+            # DISTINCT gives them in any order): the key is their exact text, rows sorted
+            text = sorted({repr([r[k] for k in have]) for r in rows.get(name, ())})
+            key = repr(([columns[k] for k in have], text, sorted(axes.items())))
+            if key not in memo:
+                frame = params[series_of_row == name].iloc[:, have].drop_duplicates(ignore_index=True)
+                frame.attrs[LINKED_ATTR] = axes
+                memo[key] = cell_labels([frame])
+            out[name] = {c: label for c, label in memo[key].items() if c in self.cells[name]}
+        return out
 
-    def is_control(self, cell: str) -> bool:
+    def is_control(self, name: str, cell: str) -> bool:
         """Whether `cell` is the control of a `_vs_control` metric (as compare.is_control judges the runs of
         every sweep that has some: each has ok values, all exactly 1): its ratio is 1 by construction."""
-        if self.metric not in metrics.CONTROL_RATIOS or cell not in self.row_of:
+        if self.metric not in metrics.CONTROL_RATIOS or cell not in self.row_of[name]:
             return False
-        ran = [r for r in self.row_of[cell] if r >= 0 and self.groups.n[r] + self.groups.n_failed[r]]
-        return bool(ran) and all(len(v) and bool((v == 1.0).all()) for v in map(self.groups.values, ran))
+        g = self.groups
+        ran = [r for r in self.row_of[name][cell] if r >= 0 and g.n[r] + g.n_failed[r]]
+        return bool(ran) and all(len(v) and bool((v == 1.0).all()) for v in map(g.values, ran))
 
-    def ok_values(self, i: int, cell: str) -> np.ndarray:
-        """The ok values of `cell`'s metric in sweep i, sorted (nulls and NaN left out)."""
-        row = self.row_of[cell][i] if cell in self.row_of else -1
+
+class CellRuns(collections.abc.Sequence):
+    """The ok values of one cell's metric per sweep, sorted (nulls and NaN left out), each read when asked for:
+    judge_newest looks at the runs of a few nights only (when too few nights tell their spread)."""
+
+    def __init__(self, groups: OkGroups, row_of: np.ndarray):
+        self.groups, self.row_of = groups, row_of
+
+    def __len__(self) -> int:
+        return len(self.row_of)
+
+    def __getitem__(self, i):
+        if not isinstance(i, int):
+            raise TypeError("CellRuns: one sweep at a time")
+        row = self.row_of[i]   # IndexError beyond the sweeps
         return self.groups.values(row) if row >= 0 else np.empty(0)
 
 
-def newest_against_stable(sweeps: List[Sweep], ch: CellHistory, metric: str, threshold_pct: float,
-                          alpha: float, source: Series, min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
+def newest_against_stable(ch: CellHistory, runs: CellRuns, control: bool, metric: str, threshold_pct: float,
+                          alpha: float, min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
     """The newest sweep of a cell against the preceding stable level (docs/nightly.md; the rule is
-    zcorch.analysis.detector's): None when there is nothing to compare."""
-    last = len(sweeps) - 1
+    zcorch.analysis.detector's): None when there is nothing to compare, or for the control of a `_vs_control`
+    metric (`control`: 1 every night, judged by its own figure)."""
+    last = len(ch.median) - 1
     if not ch.present(last):
         return None
-    has_ok = np.flatnonzero(np.asarray(ch.n) > 0).tolist()
     if ch.n[last] == 0:   # every run of the newest night failed where earlier nights had ok runs
-        earlier = stable_baselines(ch.fit, has_ok, last)
+        earlier = stable_baselines(ch.fit, np.flatnonzero(np.asarray(ch.n) > 0).tolist(), last)
         if not earlier:
             return None
         base = earlier[0][0]
         return Comparison("failed", math.nan, float(np.median(ch.median[base])), math.nan, math.nan, "",
                           len(base), 0, list(base), last, NIGHTLY, [last])
-    higher = metrics.get(metric).better == "higher"
-    if source.is_control(ch.cell):
-        return None   # the control of a `_vs_control` metric: 1 every night, judged by its own figure
-    return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), CellRuns(source, ch.cell),
-                        ch.fit, higher, threshold_pct, alpha, min_nights)
-
-
-class CellRuns(collections.abc.Sequence):
-    """The ok values of one cell's metric per sweep, each read when asked for: judge_newest looks at the runs
-    of a few nights only (when too few nights tell their spread)."""
-
-    def __init__(self, source: Series, cell: str):
-        self.source, self.cell = source, cell
-
-    def __len__(self) -> int:
-        return len(self.source.sweeps)
-
-    def __getitem__(self, i):
-        if not isinstance(i, int):
-            raise TypeError("CellRuns: one sweep at a time")
-        if not -len(self) <= i < len(self):
-            raise IndexError(i)
-        return self.source.ok_values(i % len(self), self.cell)
+    if control:
+        return None
+    return judge_newest(ch.median, ci_sds(ch.ci_low, ch.ci_high, ch.ci_level), runs, ch.fit,
+                        metrics.get(metric).better == "higher", threshold_pct, alpha, min_nights)
 
 
 # The threads that fit (the compiled fit holds no GIL): one, beside this thread judging the experiments already
@@ -643,7 +648,7 @@ FIT_THREADS = 1
 
 
 def fit_series(series: Sequence[Dict[str, np.ndarray]], pool: Optional[ThreadPoolExecutor] = None):
-    """The change-point fit (zcorch.analysis.steps) of each cell's series (Series.series), in order: without
+    """The change-point fit (zcorch.analysis.steps) of each cell's series (SeriesCells.cells), in order: without
     `pool` a list, on FIT_THREADS threads (steps.fit_many); with one, steps.PendingFits (its compiled part submitted
     there). The fits are those of fit_steps."""
     pairs = [(cols["median"], point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"]))
@@ -651,61 +656,32 @@ def fit_series(series: Sequence[Dict[str, np.ndarray]], pool: Optional[ThreadPoo
     return start_fits(pairs, pool) if pool is not None else fit_many(pairs, FIT_THREADS)
 
 
-@dataclass
-class CellPlan:
-    """One experiment's cells before they are judged: their order on the page, labels and series; their fits
-    (None: not fitted yet)."""
-    order: List[str]
-    labels: Dict[str, str]
-    series: List[Dict[str, np.ndarray]]
-    fits: Optional[List[StepFit]] = None
-
-
-def plan_cells(source: Series) -> CellPlan:
-    """The cells of `source` in the page's order, with their labels and series."""
-    labels = source.labels()
-    order = sorted(labels, key=lambda c: (labels[c], c))
-    return CellPlan(order, labels, [source.series(cell) for cell in order])
-
-
-def experiment_history(name: str, sweeps: List[Sweep], metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
-                       alpha: float = DEFAULT_ALPHA, *, source: Series,
-                       min_nights: int = MIN_NIGHTS, plan: Optional[CellPlan] = None) -> ExperimentHistory:
-    """The per-cell series, their steps and the newest sweep's comparisons (sweeps oldest first); the numbers
-    from `source`, the cells' fits from `plan` (default: fitted here)."""
-    plan = plan if plan is not None else plan_cells(source)
-    fits = plan.fits if plan.fits is not None else fit_series(plan.series)
-    cells = []
-    for cell, cols, fit in zip(plan.order, plan.series, fits):
-        ch = CellHistory(cell, plan.labels[cell], cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"],
-                         cols["n"], cols["n_failed"], fit)
-        ch.comparison = newest_against_stable(sweeps, ch, metric, threshold_pct, alpha, source, min_nights)
-        cells.append(ch)
-    hist = ExperimentHistory(name, sweeps, cells, metric)
-    newest = hist.newest
-    if newest.status != "running" and newest.n_ok == 0:
-        why = f" ({newest.error})" if newest.error else ""
-        hist.problem = (f"the newest sweep {newest.path} measured nothing: status {newest.status}, "
-                        f"{newest.n_ok} ok / {newest.n_failed} failed runs{why}")
-    return hist
-
-
-def experiment_histories(named: "Sequence[tuple[str, List[Sweep], Series]]", metric: str, threshold_pct: float,
+def experiment_histories(cells: SeriesCells, labels: Dict[str, Dict[str, str]], threshold_pct: float,
                          alpha: float, min_nights: int) -> List[ExperimentHistory]:
-    """experiment_history of each (name, sweeps, source), in order: each experiment's cells fitted on FIT_THREADS
-    threads (one compiled call an experiment, without the GIL) while this thread labels the next experiments and
-    judges those already fitted (a fleet's year: 50 experiments of 24 series of 365 nights)."""
+    """The ExperimentHistory of each series, by name: per cell (in the page's order) its series, steps and the
+    newest sweep's comparison. Each experiment's cells are fitted on FIT_THREADS threads (one compiled call an
+    experiment, without the GIL) while this thread judges those already fitted."""
+    names = sorted(cells.series)
+    order = {name: sorted(labels[name], key=lambda c: (labels[name][c], c)) for name in names}
     with ThreadPoolExecutor(FIT_THREADS, thread_name_prefix="zcorch-fit") as pool:
         try:
-            pending = []
-            for _, _, source in named:
-                plan = plan_cells(source)
-                pending.append((plan, fit_series(plan.series, pool)))
+            pending = [fit_series([cells.cells[name][c] for c in order[name]], pool) for name in names]
             out = []
-            for (name, sweeps, source), (plan, fits) in zip(named, pending):
-                plan.fits = fits.result()
-                out.append(experiment_history(name, sweeps, metric, threshold_pct, alpha, source=source,
-                                              min_nights=min_nights, plan=plan))
+            for name, fits in zip(names, pending):
+                hist = ExperimentHistory(name, cells.series[name], [], cells.metric)
+                for cell, fit in zip(order[name], fits.result()):
+                    cols = cells.cells[name][cell]
+                    ch = CellHistory(cell, labels[name][cell], *(cols[k] for k in SeriesCells.COLUMNS), fit)
+                    ch.comparison = newest_against_stable(
+                        ch, CellRuns(cells.groups, cells.row_of[name][cell]), cells.is_control(name, cell),
+                        cells.metric, threshold_pct, alpha, min_nights)
+                    hist.cells.append(ch)
+                newest = hist.newest
+                if newest.status != "running" and newest.n_ok == 0:
+                    why = f" ({newest.error})" if newest.error else ""
+                    hist.problem = (f"the newest sweep {newest.path} measured nothing: status {newest.status}, "
+                                    f"{newest.n_ok} ok / {newest.n_failed} failed runs{why}")
+                out.append(hist)
             return out
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)   # after an error, the fits not started are not waited for
@@ -806,25 +782,10 @@ def history_of(root: Path, sweeps: List[Sweep], reader: RunsReader, groups: OkGr
     """The History of `sweeps`, whichever reader (SetRuns, zcorch.analysis.dataset.Dataset) holds their runs:
     `groups` its ok_table of every sweep; `before_fits` is called before the first fit."""
     series = series_of(sweeps)
-    series_by_set = {s.set_id: name for name, group in series.items() for s in group}
-    # the rows of each series (one sort of the groups by their series, not a filter per series)
-    key = np.array([series_by_set[x] for x in groups.set_id], dtype=object)
-    order = np.argsort(key, kind="stable")
-    names, first = np.unique(key[order], return_index=True) if len(key) else ([], [])
-    rows = dict(zip(names, np.split(order, first[1:]) if len(key) else []))
-    # the distinct parameters of every series' cells: one query
-    linked = sorted({n for s in sweeps for n in s.linked})
-    params = reader.cell_params([s.set_id for s in sweeps], linked, by=[series_by_set[s.set_id] for s in sweeps])
-    params_of = dict(list(params.groupby(BY, sort=False))) if len(params) else {}
-    no_params = params.iloc[0:0]
-    named = []
-    label_memo: dict = {}
-    for name in sorted(series):
-        named.append((name, series[name], Series(series[name], metric, groups,
-                                                  rows.get(name, np.empty(0, dtype=np.int64)),
-                                                  params_of.get(name, no_params).drop(columns=BY), label_memo)))
+    cells = SeriesCells(series, metric, groups)
+    labels = cells.labels(reader)
     before_fits()
-    experiments = experiment_histories(named, metric, threshold_pct, alpha, min_nights)
+    experiments = experiment_histories(cells, labels, threshold_pct, alpha, min_nights)
     clocks = series_clock_problems(series)
     warnings = warnings + [f"clock set back: {line}" for lines in clocks.values() for line in lines]
     return History(root, metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights,

@@ -72,7 +72,12 @@ def draw_trend(spec: TrendSpec) -> "Figure":
 
 
 def png(spec: TrendSpec) -> bytes:
-    """The trend plot as PNG bytes."""
+    """The trend plot as PNG bytes: printed by an Agg canvas, which draws the figure once (Figure.savefig
+    draws it twice, the first time to lay it out)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     buf = io.BytesIO()
-    draw_trend(spec).savefig(buf, format="png", dpi=DPI)
+    fig = draw_trend(spec)
+    fig.set_dpi(DPI)
+    FigureCanvasAgg(fig).print_png(buf)
     return buf.getvalue()
