@@ -39,7 +39,8 @@ QUICK_EXCLUDES = ("lab", "root", "browser", "slow")
 #   parallel test's loop device or mount would be a leftover to it; a localhost sweep that holds a lease every
 #   other localhost sweep needs (`filesystems:`, or `networks:` outside a namespace of its own, in the test's
 #   text or in an experiment file it names: _holds_localhost);
-#   (all in the test's own text, _own_text: a module that measures in one test holds 30 that do not)
+#   (all in the test's own text, _own_text: a module that measures in one test holds 30 that do not; a test
+#   marked `deadlines` says its elapsed times are only printed or bounded by a deadline of many seconds)
 # - a test using a fixture whose sweeps' throughput it judges (SERIAL_FIXTURES).
 # Any other lab test runs in parallel too: each pytest process (each xdist worker) has its own lab
 # (tests/fixtures_lab.py: its own name, index, netns, sshd and homes).
@@ -119,7 +120,8 @@ def _is_serial(item) -> bool:
         return True
     own = _own_text(item)
     lab = item.get_closest_marker("lab")
-    timed = ELAPSED.search(own) and (lab or _measures(_module_text(str(item.path))))
+    timed = ELAPSED.search(own) and (lab or _measures(_module_text(str(item.path)))) \
+        and item.get_closest_marker("deadlines") is None
     return bool(_measures(own) or timed or MACHINE_STATE.search(own) or not lab and _holds_localhost(item, own))
 
 
