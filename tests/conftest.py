@@ -204,6 +204,10 @@ def pytest_collection_modifyitems(config, items):
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
+    if getattr(config.option, "loadgroup", False):
+        # xdist hands out the groups first, then single tests in this order: the long tiers (labs, end-to-end
+        # sweeps) first, so that the pass does not end on one process still running one started last
+        items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in QUICK_EXCLUDES))
     skip_root = pytest.mark.skip(reason="needs root (network namespaces, loop devices, mounts)")
     for item in items:
         if not IS_ROOT and item.get_closest_marker("root"):
