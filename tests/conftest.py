@@ -36,10 +36,11 @@ QUICK_EXCLUDES = ("lab", "root", "browser", "slow")
 #   a lab test that measures an elapsed time (ELAPSED), or a test that measures one in a module that
 #   measures (its speed checks: "in linear time"; a timeout bound elsewhere holds on a loaded machine);
 # - a test that compares machine-wide state (loop devices, the whole mount table, md arrays: MACHINE_STATE): a
-#   parallel test's loop device or mount would be a leftover to it; a localhost sweep whose experiment has
-#   `filesystems:` (LOCAL_FILESYSTEMS) or that needs root (a study file's loop devices): two such sweeps
-#   share the host's filesystem lease and its loop devices;
-#   (all in the test's own text, _own_text: a module that measures in one test holds 30 that do not)
+#   parallel test's loop device or mount would be a leftover to it; a localhost sweep that holds a lease every
+#   other localhost sweep needs (`filesystems:`, or `networks:` outside a namespace of its own, in the test's
+#   text or in an experiment file it names: _holds_localhost);
+#   (all in the test's own text, _own_text: a module that measures in one test holds 30 that do not; a test
+#   marked `deadlines` says its elapsed times are only printed or bounded by a deadline of many seconds)
 # - a test using a fixture whose sweeps' throughput it judges (SERIAL_FIXTURES).
 # Any other lab test runs in parallel too: each pytest process (each xdist worker) has its own lab
 # (tests/fixtures_lab.py: its own name, index, netns, sshd and homes).
@@ -47,9 +48,14 @@ MEASURES = re.compile(r"perf_counter|process_time|getrusage|cpu_times|ru_utime|r
 RSS_ONLY = re.compile(r"getrusage\([^()]*\)\.ru_maxrss")
 ELAPSED = re.compile(r"monotonic\(\)\s*-\s*\w")
 MACHINE_STATE = re.compile(r"\bhost_state\(|losetup\W+-J|\b_loops\(|findmnt\W+-rn\W*\]")
-# A sweep that provisions `filesystems:` on localhost holds that host's filesystem lease (~/.cache/zcorch/fs):
-# a second one on another worker is refused, as the product should. A lab test's hosts have their own homes.
+# A sweep that provisions `filesystems:` on localhost holds that host's filesystem lease (~/.cache/zcorch/fs)
+# and the machine's loop devices: a second one on another worker is refused, as the product should. One that
+# changes localhost's network (`networks:`) holds its namespace's network lease, which every other localhost
+# sweep needs too, unless it runs in a network namespace of its own (`ip netns exec`: that namespace's lease).
+# Root alone is not a reason: CI runs every test as root. A lab test's hosts have their own homes and netns.
 LOCAL_FILESYSTEMS = re.compile(r"filesystems:")
+LOCAL_NETWORK = re.compile(r"networks:")
+OWN_NETNS = re.compile(r"""["']netns["'],\s*["']exec["']""")
 SWEEP = re.compile(r"""["']run["']|\brun_sweep\(""")
 SERIAL_FIXTURES = {"throttled_nights"}
 
@@ -114,9 +120,29 @@ def _is_serial(item) -> bool:
         return True
     own = _own_text(item)
     lab = item.get_closest_marker("lab")
-    timed = ELAPSED.search(own) and (lab or MEASURES.search(_module_text(str(item.path))))
-    return bool(_measures(own) or timed or MACHINE_STATE.search(own)
-                or not lab and SWEEP.search(own) and (LOCAL_FILESYSTEMS.search(own) or item.get_closest_marker("root")))
+    timed = ELAPSED.search(own) and (lab or _measures(_module_text(str(item.path)))) \
+        and item.get_closest_marker("deadlines") is None
+    return bool(_measures(own) or timed or MACHINE_STATE.search(own) or not lab and _holds_localhost(item, own))
+
+
+def _holds_localhost(item, own: str) -> bool:
+    """Whether the test's sweep on localhost holds a lease every other localhost sweep needs (see above)."""
+    if not SWEEP.search(own):
+        return False
+    # a named study's `networks:` is left out: the tests run studies with `network=null`
+    return bool(LOCAL_FILESYSTEMS.search(own + _named_experiments(item, own))
+                or LOCAL_NETWORK.search(own) and not OWN_NETNS.search(own))
+
+
+def _named_experiments(item, own: str) -> str:
+    """The text of the experiment files (a shipped study) the test names through its module's constants."""
+    module = getattr(item, "module", None)
+    out = ""
+    for name in set(re.findall(r"\b[A-Z][A-Z0-9_]*\b", own)) & set(vars(module) if module else ()):
+        value = getattr(module, name)
+        if isinstance(value, (str, os.PathLike)) and str(value).endswith((".yaml", ".yml")):
+            out += _module_text(str(value))
+    return out
 
 
 def _uses_module_fixture(item) -> bool:
@@ -178,6 +204,10 @@ def pytest_collection_modifyitems(config, items):
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
+    if getattr(config.option, "loadgroup", False):
+        # xdist hands out the groups first, then single tests in this order: the long tiers (labs, end-to-end
+        # sweeps) first, so that the pass does not end on one process still running one started last
+        items.sort(key=lambda item: not any(item.get_closest_marker(m) for m in QUICK_EXCLUDES))
     skip_root = pytest.mark.skip(reason="needs root (network namespaces, loop devices, mounts)")
     for item in items:
         if not IS_ROOT and item.get_closest_marker("root"):

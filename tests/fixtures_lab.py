@@ -41,6 +41,7 @@ once for every test that needs a normal-then-throttled pair (tests copy the sets
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -162,8 +163,19 @@ def _pid_alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
 
+# One cleaner at a time: the xdist processes of a run start their labs together, and two `lab down`s of one
+# stale lab race (the second finds the state directory half removed).
+STALE_LOCK = "/run/lock/zcorch-test-labs.lock" if os.path.isdir("/run/lock") else "/tmp/zcorch-test-labs.lock"
+
+
 def remove_stale_test_labs() -> None:
     """Labs named pytest<pid> whose session died without teardown (SIGKILL, OOM...)."""
+    with open(STALE_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _remove_stale_test_labs()
+
+
+def _remove_stale_test_labs() -> None:
     names = set()
     if os.path.isdir(zlab.STATE_ROOT):
         names |= {n for n in os.listdir(zlab.STATE_ROOT) if re.fullmatch(r"pytest\d+", n)}

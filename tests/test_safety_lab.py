@@ -98,6 +98,7 @@ def _within(seconds, call):
     return (box[0] if box else None), time.monotonic() - t0
 
 
+@pytest.mark.deadlines   # each operation's 2 s deadline, waited for up to 9 s; the elapsed time is printed
 def test_frozen_sshd_every_operation_fails_within_its_deadline(lab):
     before = _sshd_pids(lab, "receiver")
     host = lab.connect("receiver")

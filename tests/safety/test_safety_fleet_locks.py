@@ -36,6 +36,7 @@ pairs:
 
 
 @pytest.mark.root
+@pytest.mark.serial   # it judges whom a fleet waited for: another worker's localhost fleet holds the same lock
 def test_two_fleets_at_once_on_the_same_host_never_overlap_and_say_whom_they_wait_for(tmp_path, tag):
     inv = tmp_path / "inv.yaml"
     inv.write_text(INVENTORY)

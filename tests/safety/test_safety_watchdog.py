@@ -24,7 +24,9 @@ from zcorch.provision.watchdog import BOUND_S, LAPSE_S, RENEW_S
 from zcorch.results.store import read_jsonl
 from zcorch.sweep.pipeline import run_sweep
 
-pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(400)]
+# deadlines: a restore is bounded by BOUND_S (the product's stated bound, seconds beyond the lapse) and its time
+# is printed; the lapse is a lower bound; each test has a lab of its own process: the parallel pass runs them
+pytestmark = [pytest.mark.lab, pytest.mark.root, pytest.mark.timeout(400), pytest.mark.deadlines]
 ROLES = ("sender", "receiver")
 REPEATS = range(int(os.environ.get("ZCORCH_WATCHDOG_REPEATS", "1")))
 
