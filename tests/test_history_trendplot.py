@@ -27,3 +27,22 @@ def test_every_trend_plot_is_written_as_drawn_and_linked_from_the_page(history, 
     assert sorted(files.values()) == expected and all(b.startswith(b"\x89PNG") for b in expected)
     page = index.read_text()
     assert all(rel in page for rel in files)
+
+
+def test_a_figure_is_drawn_once_a_format_and_saved_as_savefig_saves_it(history):
+    """image_bytes (the report's plots and the trend plots) drops savefig's second draw of a figure that
+    tight_layout laid out: the same bytes as a plain savefig, one draw instead of two."""
+    import io
+
+    from zcorch.analysis.trendplot import draw_trend, image_bytes
+
+    spec = trend_spec(*trend_cells(history)[0])
+    plain, fig = draw_trend(spec), draw_trend(spec)
+    draws = {id(plain): 0, id(fig): 0}
+    for f in (plain, fig):
+        f.canvas.mpl_connect("draw_event", lambda event: draws.__setitem__(id(event.canvas.figure),
+                                                                          draws[id(event.canvas.figure)] + 1))
+    buf = io.BytesIO()
+    plain.savefig(buf, format="png", dpi=100)
+    assert image_bytes(fig, "png", 100) == buf.getvalue()
+    assert draws == {id(plain): 2, id(fig): 1}

@@ -22,6 +22,8 @@ repeats: {repeats}
 """
 
 
+# A test that checks no baseline says `baselines: false` in `extra`: the default baselines (iperf3 plain and -Z, dd)
+# cost seconds of set-up a sweep; test_run_localhost_matrix_end_to_end checks what they record.
 def write_exp(tmp_path, name="t", bytes="1MiB", timeout="10s", repeats=1, extra=""):
     path = tmp_path / f"{name}.yaml"
     path.write_text(EXP.format(name=name, bytes=bytes, timeout=timeout, repeats=repeats) + extra)
@@ -63,7 +65,7 @@ def test_run_localhost_matrix_end_to_end(tmp_path, tag):
 def test_failed_run_gives_exit_1_and_keeps_results(tmp_path, tag):
     exp = tmp_path / "bad.yaml"
     exp.write_text(f"name: bad\nparams:\n  bytes: 1MiB\n  sink: {tmp_path}/no-such-dir/sink.bin\n"
-                   "matrix:\n  buffer: [64KiB]\n")
+                   "matrix:\n  buffer: [64KiB]\nbaselines: false\n")
     r = zcorch(tag, "run", exp, "-o", tmp_path / "rs")
     assert r.returncode == 1, r.stderr
     (rec,) = read_jsonl(str(tmp_path / "rs" / "runs.jsonl"))
@@ -130,7 +132,7 @@ def test_unreachable_host_is_a_clear_error(tmp_path, tag):
 
 
 def test_sigint_mid_sweep_keeps_finished_runs_and_leaves_no_worker(tmp_path, tag):
-    exp = write_exp(tmp_path, bytes="2GiB", timeout="60s", repeats=3)
+    exp = write_exp(tmp_path, bytes="2GiB", timeout="60s", repeats=3, extra="baselines: false\n")
     out = tmp_path / "rs"
     p = start_zcorch(tag, "run", exp, "-o", out)
     wait_records(out / "runs.jsonl", 1)
@@ -147,7 +149,7 @@ def test_sigint_mid_sweep_keeps_finished_runs_and_leaves_no_worker(tmp_path, tag
 
 
 def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path, tag):
-    exp = write_exp(tmp_path, bytes="512MiB", timeout="60s", repeats=3)
+    exp = write_exp(tmp_path, bytes="512MiB", timeout="60s", repeats=3, extra="baselines: false\n")
     out = tmp_path / "rs"
     p = start_zcorch(tag, "run", exp, "-o", out)
     wait_records(out / "runs.jsonl", 2)
@@ -172,7 +174,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path, tag):
 
 
 def test_resume_reruns_failed_runs_and_newest_record_wins(tmp_path, tag):
-    exp = write_exp(tmp_path)
+    exp = write_exp(tmp_path, extra="baselines: false\n")
     out = tmp_path / "rs"
     assert zcorch(tag, "run", exp, "-o", out).returncode == 0
     runs = read_jsonl(str(out / "runs.jsonl"))
@@ -399,7 +401,7 @@ def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_ba
 @pytest.mark.parametrize("sig, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT (Ctrl-C)")])
 def test_the_run_in_progress_records_the_signal_that_interrupted_it(tmp_path, tag, sig, name):
     """SIGTERM must not be recorded as "interrupted by the user (SIGINT)"."""
-    exp = write_exp(tmp_path, bytes="512MiB", timeout="60s", repeats=3)
+    exp = write_exp(tmp_path, bytes="512MiB", timeout="60s", repeats=3, extra="baselines: false\n")
     out = tmp_path / "rs"
     p = start_zcorch(tag, "run", exp, "-o", out)
     try:

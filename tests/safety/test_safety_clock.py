@@ -1,15 +1,14 @@
 """The controller's clock set back: a new sweep whose `created` (the wall clock) puts it before a sweep created
 earlier on the same boot is flagged on the history page and by `--check`, which cannot tell (exit 3) rather than
-judge the wrong night as the newest. Real result sets, real boot clocks, real `python -m zcorch history`."""
+judge the wrong night as the newest. Real result sets, real boot clocks, `zcorch history` through its entry point
+(zcorch_cli)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from fixtures_analysis import ROOT, SMALL, nights_of, slowed_copy
+from fixtures_analysis import SMALL, nights_of, slowed_copy, zcorch_cli
 from zcorch.results import store
 
 
@@ -44,8 +43,7 @@ def test_history_flags_a_sweep_dated_before_one_made_earlier_and_cannot_tell(tmp
     late = slowed_copy(SMALL, root / "20261107T0300Z" / SMALL.name, 1.5)
     _set_clock(late, created="2026-10-15T03:00:00+00:00")
     site = tmp_path / "site"
-    p = subprocess.run([sys.executable, "-m", "zcorch", "history", root, "--check", "-o", site], cwd=ROOT,
-                       capture_output=True, text=True, timeout=600)
+    p = zcorch_cli("history", root, "--check", "-o", site)   # in this process: its answer, not its start, is checked
     assert p.returncode == 3, (p.stdout, p.stderr)
     assert "Traceback" not in p.stderr
     assert "clock was set back" in p.stdout.splitlines()[-1] and str(late) in p.stdout.splitlines()[-1]

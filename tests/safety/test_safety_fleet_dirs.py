@@ -3,12 +3,10 @@ absolute path or a link out is refused (exit 2, naming it), for `zcorch compare 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from fixtures_analysis import ROOT, SMALL, copy_result_set
+from fixtures_analysis import SMALL, copy_result_set, zcorch_cli
 from zcorch.errors import ResultsError
 from zcorch.sweep.fleet import pair_dirs
 
@@ -32,8 +30,7 @@ def _fleet(tmp_path, outside_as: str):
 @pytest.mark.parametrize("outside_as", ["dotdot", "absolute", "link"])
 def test_a_pair_dir_outside_the_fleet_is_refused(tmp_path, outside_as):
     fleet, rel = _fleet(tmp_path, outside_as)
-    p = subprocess.run([sys.executable, "-m", "zcorch", "compare", fleet], cwd=ROOT, capture_output=True,
-                       text=True, timeout=600)
+    p = zcorch_cli("compare", fleet)   # in this process: the refusal is checked, not the process
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "Traceback" not in p.stderr and rel in p.stderr
     with pytest.raises(ResultsError):

@@ -30,6 +30,10 @@ repeats: 3
 """
 
 
+# The signal tests check the runs, not the baselines: without them the first run starts seconds sooner
+NO_BASELINES = "baselines: false\n"
+
+
 def _exp(tmp_path, extra=""):
     path = tmp_path / "hup.yaml"
     path.write_text(EXP + extra)
@@ -38,7 +42,7 @@ def _exp(tmp_path, extra=""):
 
 def test_sighup_mid_run_ends_the_sweep_interrupted_with_130(tmp_path, tag):
     out = tmp_path / "rs"
-    p = start_zcorch(tag, "run", _exp(tmp_path), "-o", out)
+    p = start_zcorch(tag, "run", _exp(tmp_path, NO_BASELINES), "-o", out)
     rx = None
     try:
         wait_records(out / "runs.jsonl", 1)
@@ -71,7 +75,7 @@ def test_a_hung_up_terminal_ends_the_sweep_and_its_teardown_finishes(tmp_path, t
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    p = subprocess.Popen([sys.executable, "-m", "zcorch", "run", str(_exp(tmp_path)), "-o", str(out)],
+    p = subprocess.Popen([sys.executable, "-m", "zcorch", "run", str(_exp(tmp_path, NO_BASELINES)), "-o", str(out)],
                          stdin=slave, stdout=slave, stderr=slave, cwd=REPO, preexec_fn=controlling_tty,
                          env=dict(os.environ, PYTHONPATH=REPO, **{TAG_VAR: tag}))
     os.close(slave)

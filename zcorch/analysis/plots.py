@@ -10,7 +10,6 @@ runs, so a parameter that differs only in failed cells does not split them.
 from __future__ import annotations
 
 import base64
-import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from zcorch.units import convert
 from zcorch.units import format_size
 from zcorch.analysis.frames import OK
 from zcorch.analysis.stats import linked_axes, mode_label, summarize, varying_params
+from zcorch.analysis.trendplot import image_bytes
 
 MAX_PANELS = 12
 SIZE_PARAMS = SIZE_KEYS  # format_value (zcorch.params) is the one every stage uses
@@ -585,9 +585,7 @@ def report_figures(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, ex
 
 
 def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=dpi)
-    return buf.getvalue()
+    return image_bytes(fig, fmt, dpi)
 
 
 def data_uri(plot: Plot, fmt: str = "png") -> str:

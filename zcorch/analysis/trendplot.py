@@ -1,5 +1,6 @@
 """The history page's trend plots: what one shows (TrendSpec, plain numbers and text) and how it is drawn
-(draw_trend, matplotlib). Only numpy and matplotlib (lazily) are imported here."""
+(draw_trend, matplotlib), and image_bytes, which saves every figure of the analysis. Only numpy and
+matplotlib (lazily) are imported here."""
 from __future__ import annotations
 
 import io
@@ -72,12 +73,20 @@ def draw_trend(spec: TrendSpec) -> "Figure":
 
 
 def png(spec: TrendSpec) -> bytes:
-    """The trend plot as PNG bytes: printed by an Agg canvas, which draws the figure once (Figure.savefig
-    draws it twice, the first time to lay it out)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    """The trend plot as PNG bytes."""
+    return image_bytes(draw_trend(spec), "png", DPI)
 
+
+def image_bytes(fig: "Figure", fmt: str = "png", dpi: int = DPI) -> bytes:
+    """The figure as PNG or SVG bytes. tight_layout() leaves a placeholder layout engine, for which savefig
+    draws the whole figure once more before drawing it; the layout is final, so that draw only costs time."""
+    import matplotlib
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):
+        # None, not an rc file's autolayout or constrained layout, which would lay the figure out again
+        with matplotlib.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+            fig.set_layout_engine(None)
     buf = io.BytesIO()
-    fig = draw_trend(spec)
-    fig.set_dpi(DPI)
-    FigureCanvasAgg(fig).print_png(buf)
+    fig.savefig(buf, format=fmt, dpi=dpi)
     return buf.getvalue()
