@@ -54,9 +54,10 @@ def test_a_pinned_busy_loop_is_flagged_and_subtracted():
     for r in hogged:
         assert r["host_shared"] and "host shared" in r["cpu_resolution"], r["cpu_resolution"]
         assert max(r["send_host_background_cpus"], r["recv_host_background_cpus"]) > 0.5   # a whole CPU spun
-    # Other work only ever adds CPU to a host-wide figure (a burst between the idle probe and the window, on a
-    # machine shared with other jobs): the least of the repeats is the least disturbed estimate of each kind.
-    own = [min(r["total_host_own_s_per_gib"] for r in rs) for rs in (hogged, quiet)]
+    # The median of the repeats of each kind: other work adds CPU to a host-wide figure (a burst between the
+    # idle probe and the window), and a transfer's own CPU per GiB also varies run to run in both directions
+    # (a quiet run at 0.42 beside others at 0.48-0.82 s/GiB), so the least of five is itself an outlier.
+    own = [statistics.median(r["total_host_own_s_per_gib"] for r in rs) for rs in (hogged, quiet)]
     for r in hogged + quiet:   # the figure of the transfer, not of the machine: between its workers' CPU and the host's
         # (the host's busy CPU is counted in ticks: on a loaded machine it may fall short of the workers' own)
         top = max(r["total_host_busy_s_per_gib"], r["total_cpu_s_per_gib"])
@@ -66,16 +67,16 @@ def test_a_pinned_busy_loop_is_flagged_and_subtracted():
         f"own {r['total_host_own_s_per_gib']:.2f} busy {r['total_host_busy_s_per_gib']:.2f} "
         f"process {r['total_cpu_s_per_gib']:.2f} steal {max(r['send_host_steal_cpus'], r['recv_host_steal_cpus']):.2f}"
         for r in rs) for kind, rs in (("hog", hogged), ("quiet", quiet)))
-    print(f"host CPU s/GiB, median busy: hog {busy[0]:.3f} quiet {busy[1]:.3f}; least own: hog {own[0]:.3f} "
+    print(f"host CPU s/GiB, median busy: hog {busy[0]:.3f} quiet {busy[1]:.3f}; median own: hog {own[0]:.3f} "
           f"quiet {own[1]:.3f}; ratio own {own[0] / own[1]:.2f}, busy {busy[0] / busy[1]:.2f} ({detail})")
     # what was taken out of the hogged runs is the hog: about one CPU over the window (at least half of one;
     # the floor at the workers' own CPU may keep a little of it)
     removed = [(r["send_host_busy_s_per_gib"] - r["send_host_own_s_per_gib"])
                / (r["send_host_busy_s_per_gib"] / r["send_host_busy_cpus"]) for r in hogged]
     assert 0.5 <= statistics.median(removed) <= max(r["send_host_background_cpus"] for r in hogged) + 0.05, detail
-    # and what is left is the transfer's own: within 25% of the quiet runs' (the workers on CPU 0 in both, so
-    # the hog on CPU 1 changes nothing of how the transfer is scheduled)
-    assert 0.75 <= own[0] / own[1] <= 1.25, detail
+    # and what is left is the transfer's own: within 30% of the quiet runs' (the workers on CPU 0 in both, so
+    # the hog on CPU 1 changes nothing of how the transfer is scheduled); the hog left in would make it about 2
+    assert 0.7 <= own[0] / own[1] <= 1.3, detail
 
 
 def test_a_host_quiet_before_the_run_keeps_its_figure_and_its_ok():
