@@ -23,14 +23,17 @@ IS_ROOT = os.geteuid() == 0
 
 # The tier markers a test gets from the fixtures it uses (directly or through other fixtures), so that a
 # new test is classified without anyone remembering a decorator. --quick leaves out every test carrying
-# one of QUICK_EXCLUDES: those tiers, and `slow`, the end-to-end tests whose size or duration is what they
-# check (a 1 GiB transfer, the shipped quick start, a built wheel): the whole suite runs them.
+# one of QUICK_EXCLUDES: those tiers, and `slow` (marked by hand): the end-to-end tests of more than
+# QUICK_TEST_S (a localhost sweep through the CLI, a fleet, a report of recorded sweeps) and those whose
+# size is what they check (a 1 GiB transfer, the shipped quick start, a built wheel). The whole suite runs
+# them; a --quick run lists the tests it kept that took longer, so that a new slow test shows.
 FIXTURE_MARKERS = {
     "lab": ("lab", "root"),        # network namespaces + sshd
     "other_user": ("root",),       # creates a user
     "browser": ("browser",),       # headless Chromium
 }
 QUICK_EXCLUDES = ("lab", "root", "browser", "slow")
+QUICK_TEST_S = 1.5
 # `serial` tests run alone (scripts/test runs them in a second pass, on one process, after the parallel one):
 # - a test that measures time or CPU (MEASURES; a peak RSS alone, RSS_ONLY, is not: load does not change it),
 #   a lab test that measures an elapsed time (ELAPSED), or a test that measures one in a module that
@@ -171,7 +174,8 @@ def pytest_configure(config):
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
                      help="leave out the lab, root and browser tiers (markers derived from fixtures) and the "
-                          "`slow` tests (marked: end-to-end runs whose size or duration is their claim)")
+                          f"`slow` tests (marked: end-to-end tests of more than {QUICK_TEST_S} s, or whose "
+                          "size is their claim)")
     parser.addoption("--serial-tests", choices=("all", "skip", "only"), default="all",
                      help="skip: leave out the `serial` tests (scripts/test's parallel pass); only: run only them")
 
@@ -212,6 +216,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if not IS_ROOT and item.get_closest_marker("root"):
             item.add_marker(skip_root)
+
+
+_quick_durations: dict = {}
+
+
+def pytest_runtest_logreport(report):
+    # on the controller too under xdist: the workers' reports arrive here with their durations
+    if report.when in ("setup", "call"):
+        _quick_durations[report.nodeid] = _quick_durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if not config.getoption("quick") or hasattr(config, "workerinput"):
+        return
+    long = sorted(((d, n) for n, d in _quick_durations.items() if d > QUICK_TEST_S), reverse=True)
+    if long:
+        terminalreporter.write_sep("-", f"{len(long)} quick-tier tests over {QUICK_TEST_S} s: mark them slow?")
+        for d, n in long:
+            terminalreporter.write_line(f"{d:6.2f}s {n}")
 
 
 def require_tool(name: str) -> str:

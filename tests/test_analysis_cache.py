@@ -54,6 +54,7 @@ def stamp_in(path) -> dict:
     return json.loads(pq.read_schema(path).metadata[b"zcorch.cache"])
 
 
+@pytest.mark.slow
 def test_zcorch_run_leaves_a_cache_the_first_load_uses(tmp_path, monkeypatch):
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY)

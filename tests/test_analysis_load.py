@@ -78,6 +78,7 @@ def test_a_foreign_or_stale_cache_is_never_trusted(small_set):
     pd.testing.assert_frame_equal(zcorch.load(small_set), cold)
 
 
+@pytest.mark.slow
 def test_newest_record_of_a_resumed_run_wins(small_set):
     before = zcorch.load(small_set, cache=False)
     res = zcorch_cli("run", "--resume", small_set)

@@ -322,6 +322,7 @@ def test_the_width_a_target_is_held_to():
     assert stats.ci_width_pct([0.0] * 8) == math.inf
 
 
+@pytest.mark.slow
 def test_the_detectable_change_is_found_as_often_as_its_power_says():
     """A shift of stats.shift_pct's size between normal samples is found by mann_whitney_u at alpha about 80%
     of the time (at least 75%: the statement errs on the safe side, never promising what the test cannot

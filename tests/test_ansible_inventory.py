@@ -82,6 +82,7 @@ def pairs_of(path):
     return dict(inv.pairs), dict(inv.shares)
 
 
+@pytest.mark.slow
 def test_yaml_ini_and_their_ansible_inventory_json_give_the_same_pairs(tmp_path):
     (tmp_path / "inv.yaml").write_text(YAML)
     (tmp_path / "inv.ini").write_text(INI)
@@ -117,6 +118,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("old,new,expected", BAD, ids=["role", "two senders", "ssh option", "no data address"])
 def test_a_bad_ansible_inventory_names_file_line_host_and_variable(tmp_path, old, new, expected):
     assert old in YAML
@@ -136,6 +138,7 @@ def test_a_bad_ansible_inventory_names_file_line_host_and_variable(tmp_path, old
     assert expected[-1].split(": ", 1)[-1][:40] in str(err.value), str(err.value)
 
 
+@pytest.mark.slow
 def test_no_pair_an_unreadable_file_and_an_inventory_script_that_is_never_run(tmp_path):
     path = tmp_path / "plain.ini"
     path.write_text("[web]\nwww1\nwww2 ansible_host=10.0.0.9\n")

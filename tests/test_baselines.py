@@ -243,6 +243,7 @@ def test_omit_reaches_iperf3():
     assert "-O" in ik.client_argv("h", 1, None, None, False, duration=2, omit=1)
 
 
+@pytest.mark.slow
 def test_run_iperf3_waits_for_a_port_another_sweep_holds(monkeypatch):
     """Two sweeps started at once on one receiver: the second iperf3 server finds the port taken and starts
     again once it is free. The port is really taken (a listening socket, closed after 2 s); only the choice

@@ -194,6 +194,7 @@ def test_worker_info_answers_the_cached_calibration_without_measuring(tmp_path):
     assert "calibration" not in info(home=tmp_path)   # plain `info` as before
 
 
+@pytest.mark.slow
 def test_sweeps_reuse_the_hosts_calibration_until_told(tmp_path, tag, monkeypatch):
     """`zcorch run` (run_sweep) on localhost: the first sweep measures and caches, the next reuses it with its
     age in meta.json, a corrupt cache is measured anew and said, --recalibrate measures whatever is cached."""

@@ -201,6 +201,7 @@ def worker_outcome(send_mode: str, recv_mode: str, source: str, sink: str) -> "W
     return None
 
 
+@pytest.mark.slow
 def test_cell_problems_agree_with_the_worker_over_the_whole_grid(tmp_path):
     src = tmp_path / "src"
     pattern_file(src, NBYTES)

@@ -228,6 +228,7 @@ def _claims(d: Path):
     return rp.claims(zcorch.load(d), exp.reference, zcorch.load_baselines(d), rp.host_facts(read_meta(d)))
 
 
+@pytest.mark.slow
 def test_the_recorded_idle_shares_decide_the_idle_condition(pinning_recorded, tmp_path):
     d = copy_result_set(pinning_recorded, tmp_path / "set")
     records = [json.loads(x) for x in (d / "runs.jsonl").read_text().splitlines()]
@@ -249,6 +250,7 @@ def test_the_recorded_idle_shares_decide_the_idle_condition(pinning_recorded, tm
     assert (plain.verdict == rp.UNTESTABLE) == (idle.state == cond.NOT_MET)
 
 
+@pytest.mark.slow
 def test_busy_hosts_make_a_pinning_claim_untestable_everywhere_it_is_shown(pinning_recorded, tmp_path):
     d = _rewrite_idle(pinning_recorded, tmp_path / "busy", 0.0)
     first = _claims(d)[0]

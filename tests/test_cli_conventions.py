@@ -34,6 +34,7 @@ def test_version_and_help_read_for_users():
     assert "zcorch examples copy quickstart" in res.stdout and "exit status:" in res.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("closed", ["stdout", "both"])
 def test_a_closed_pipe_ends_output_quietly_and_leaves_the_sweep_alone(tmp_path, closed):
     exp = tmp_path / "tiny.yaml"
@@ -54,6 +55,7 @@ def test_a_closed_pipe_ends_output_quietly_and_leaves_the_sweep_alone(tmp_path, 
     assert len(runs) == 4 and all(r["status"] == "ok" for r in runs)
 
 
+@pytest.mark.slow
 def test_quiet_prints_no_progress_and_progress_names_modes(tmp_path):
     exp = tmp_path / "tiny.yaml"
     exp.write_text(TINY)
@@ -66,6 +68,7 @@ def test_quiet_prints_no_progress_and_progress_names_modes(tmp_path):
     assert "results:" in quiet.stdout                       # the answer is still printed
 
 
+@pytest.mark.slow
 def test_tab_completion_in_a_real_bash(tmp_path):
     inventory = tmp_path / "inv.yaml"
     inventory.write_text("pairs:\n  here: localhost\n  rack3: localhost\n")
@@ -121,6 +124,7 @@ def test_a_commands_errors_show_its_own_usage_and_its_help_whole_sentences():
         assert description.endswith((".", ")", "?")), (name, description)
 
 
+@pytest.mark.slow
 def test_examples_list_and_copy_never_overwrite(tmp_path):
     res = zcorch_cli("examples")
     names = [ln.split()[0] for ln in res.stdout.splitlines() if ln and not ln.startswith("copy")]
@@ -151,6 +155,7 @@ def test_examples_list_and_copy_never_overwrite(tmp_path):
     assert linked.returncode == 2 and "not overwritten" in linked.stderr and not list((tmp_path / "elsewhere").iterdir())
 
 
+@pytest.mark.slow
 def test_run_json_of_the_quick_start_validates_against_the_documented_schema(tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((ROOT / "docs" / "schemas" / "run-events.schema.json").read_text())

@@ -67,6 +67,7 @@ REFERENCE = """reference:
 """
 
 
+@pytest.mark.slow
 def test_a_localhost_sweep_times_real_commands_and_records_failures(tmp_path, tag):
     require_tool("nc")
     require_tool("socat")

@@ -37,6 +37,7 @@ def check_regression(base, cand, n_cells: int, min_drop_pct: float, n_runs: int 
     assert zcorch_cli("compare", base, cand, "--threshold", str(worst + 1)).returncode == 0
 
 
+@pytest.mark.slow
 def test_a_set_against_itself_with_too_few_runs_cannot_tell_never_passes(cpu_set, tmp_path):
     # 2 repeats a cell: no difference could ever be significant, so identical sets are no all-clear
     other = copy_result_set(cpu_set, tmp_path / "again")
@@ -51,6 +52,7 @@ def test_a_set_against_itself_with_too_few_runs_cannot_tell_never_passes(cpu_set
     assert all(c["verdict"] == "cannot tell" and c["detectable_pct"] is None for c in js["cells"])
 
 
+@pytest.mark.slow
 def test_an_a_a_rerun_passes_only_where_its_detectable_change_is_within_the_threshold(compare_set_recorded,
                                                                                      tmp_path):
     # a real sweep of 6 repeats a cell against a copy of itself: the verdict hangs on what it could have seen
@@ -157,6 +159,7 @@ def test_a_rate_limited_link_is_a_significant_regression(throttled_nights, tmp_p
     check_regression(base, cand, n_cells=2, min_drop_pct=30, n_runs=5)
 
 
+@pytest.mark.slow
 def test_testing_only_beyond_the_threshold_gives_the_same_verdicts_and_spares_scipy(small_set):
     """compare_frames(test_all=False), what the end of a fleet run uses: a change within the threshold is
     `unchanged` whatever the test says when the cell could have seen a change of the threshold, and one with too

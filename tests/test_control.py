@@ -290,6 +290,7 @@ def test_compare_follows_the_ratio(control_set, tmp_path):
     assert res.returncode == 3 or "REGRESSION: 1 cell(s) regressed" in res.stdout, res.stdout
 
 
+@pytest.mark.slow
 def test_history_follows_the_ratio(control_set, tmp_path):
     root = tmp_path / "nightly"
     for i in range(3):
@@ -356,6 +357,7 @@ def control_tests(path: Path) -> "dict[int, float]":
     return {b["repeat"]: b["result"]["bits_per_second"] / 1e9 for b in recs if b["status"] == "ok"}
 
 
+@pytest.mark.slow
 def test_the_baseline_control_is_measured_once_in_every_round(iperf3_control_sets):
     for path in iperf3_control_sets:
         manifest = json.loads((path / "manifest.json").read_text())
@@ -452,6 +454,7 @@ class _CrashInRoundOne:
             raise RuntimeError("stopped in round 1")
 
 
+@pytest.mark.slow
 def test_a_resumed_sweep_measures_each_rounds_control_once(tmp_path):
     from conftest import require_tool
     from zcorch.sweep.pipeline import run_sweep
@@ -474,6 +477,7 @@ def test_a_resumed_sweep_measures_each_rounds_control_once(tmp_path):
     assert df["gbit_s_vs_control"].notna().all() and len(df) == 6
 
 
+@pytest.mark.slow
 def test_history_of_a_dataset_marks_the_control_cell(control_set, tmp_path):
     root = tmp_path / "nightly"
     for i in range(3):

@@ -118,6 +118,7 @@ def _without_root(text: str) -> str:
     return json.dumps(doc, indent=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["real sets, incomplete", "a regression", "no regression", "a fleet"])
 def test_history_and_compare_through_duckdb_answer_as_the_result_sets_do(case, two_nights, tmp_path, capsys):
     if case == "real sets, incomplete":
@@ -206,6 +207,7 @@ def test_ok_table_counts_and_sorts_each_sets_cells_as_summarize_reads_runs(tmp_p
         ("c", "c9", 0, 1, [])]
 
 
+@pytest.mark.slow
 def test_a_first_export_that_died_before_its_manifest_is_taken_up_by_the_next(two_nights, tmp_path):
     """An export killed before it wrote dataset.json leaves its lock file and part files: the next export
     writes the dataset there (the dead one's files removed), while anything that is not such a leftover
@@ -281,6 +283,7 @@ _DUCK = {"string": "VARCHAR", "int64": "BIGINT", "double": "DOUBLE", "bool": "BO
          "timestamp[us, tz=UTC]": "TIMESTAMP WITH TIME ZONE", "list<item: string>": "VARCHAR[]"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["one batch", "with lists first", "with lists last", "run --export"])
 def test_a_dataset_has_one_declared_schema_whatever_set_came_first(order, cpu_list_sets, tmp_path):
     """A set that pins to CPU lists, one that does not, and one with no runs make one dataset of the declared
@@ -355,6 +358,7 @@ def test_the_declared_schema_is_pinned_to_its_version():
         f"record its digest {layout.schema_digest()!r} in dataset.SCHEMA_DIGESTS")
 
 
+@pytest.mark.slow
 def test_every_column_of_a_recorded_set_is_declared(cpu_list_sets, tmp_path):
     """What zcorch.load gives of real recorded sets (the shipped ones, the reproductions with linked axes, today's
     sweeps) is every column declared, or a linked axis's labels: nothing of theirs is left to the JSON text of
@@ -398,6 +402,7 @@ def _as_version_1(dest):
     (dest / "dataset.json").write_text(json.dumps(doc))
 
 
+@pytest.mark.slow
 def test_an_older_dataset_is_widened_to_the_declared_schema_and_a_newer_one_refused(cpu_list_sets, tmp_path):
     from zcorch.analysis import dataset as layout
     from zcorch.analysis.export import declared_schema

@@ -34,6 +34,7 @@ def nightly_levels(n, spread, seed):
     return list(10.0 * (1 + spread * np.random.default_rng(seed).standard_normal(n)))
 
 
+@pytest.mark.slow
 def test_a_stable_noisy_series_does_not_alarm_where_runs_against_runs_would():
     """Nights that spread by 4% (more than their runs: 1%) and no change: the nights from the sixth on of
     five series raise at most alpha (1%) false alarms, give or take the binomial noise of 175 nights; the
@@ -106,6 +107,7 @@ def test_a_newest_night_without_ok_runs_is_left_to_the_caller():
     assert decide(runs) is None
 
 
+@pytest.mark.slow
 def test_false_alarms_of_normal_nights_are_at_most_alpha():
     """Student's t with the kept nights' degrees of freedom keeps the false-alarm rate of normal nights near
     alpha (one-sided) for every baseline length from two nights on: leaving out nights beyond REJECT_MADS
@@ -132,6 +134,7 @@ def test_one_wild_night_is_left_out_and_the_spread_is_floored_by_the_nights_own_
     assert flat.spread == pytest.approx(0.2) and flat.verdict == "cannot tell"
 
 
+@pytest.mark.slow
 def test_a_failed_newest_sweep_still_exits_3_and_a_stable_series_exits_0(tmp_path):
     root = tmp_path / "nightly"
     nights(root, "exp", [[(READ, 10.0)]] * 8, rel_noise=0.02)
@@ -189,6 +192,7 @@ def test_a_young_level_borrows_the_cells_nightly_spread_instead_of_runs_against_
     assert 0.02 < pooled.rel < 0.08, pooled
 
 
+@pytest.mark.slow
 def test_borrowing_the_spread_cuts_the_false_alarms_of_spurious_levels():
     """No change, but lumpy nights (each night one of six machine states, as this machine's sweeps are: the
     medians of six real write->read sweeps relative to their mean): the change-point fit sometimes splits
@@ -305,6 +309,7 @@ def test_cell_verdict_rule():
     assert _cell_verdict(math.nan, math.nan, 0.01, 3.0, 1.0, True) == "cannot tell"
 
 
+@pytest.mark.slow
 def test_a_short_level_is_held_to_the_spread_successive_nights_show(monkeypatch):
     """No change, but nights drawn from four machine states as far apart as this machine's unpinned
     write->read sweeps (their medians 9.61, 4.52, 8.01, 6.35 Gbit/s, relative to their mean): the fit cuts

@@ -25,6 +25,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @needs_native
 @pytest.mark.parametrize("send_mode,recv_mode,source,streams", CASES, ids=[f"{c[0]}-{c[1]}-x{c[3]}" for c in CASES])
 def test_each_run_lasts_its_duration_within_ten_percent(send_mode, recv_mode, source, streams):
@@ -42,6 +43,7 @@ def test_each_run_lasts_its_duration_within_ten_percent(send_mode, recv_mode, so
     assert sent["bytes"] == got["bytes"] > 0  # the receiver got every byte sent, read until EOF
 
 
+@pytest.mark.slow
 @needs_native
 def test_a_duration_run_delivers_the_source_byte_for_byte(tmp_path):
     sink = tmp_path / "out"
@@ -57,6 +59,7 @@ def test_a_duration_run_delivers_the_source_byte_for_byte(tmp_path):
     (dict(duration=0.2, source="FILE"), {}, "`duration` needs source `mem` or /dev/zero"),
     (dict(duration=0.2, streams=2), dict(streams=2, sink="SINK"), "`duration` with `streams: 2` needs sink /dev/null"),
 ], ids=["bytes-and-duration", "file-source", "file-sink-streams"])
+@pytest.mark.slow
 def test_the_worker_refuses_what_a_duration_cannot_mean(tmp_path, send_kw, recv_kw, message):
     src = tmp_path / "src"
     src.write_bytes(b"x" * 65536)
@@ -106,6 +109,7 @@ def test_the_plan_refuses_what_the_worker_would(write_yaml, params, message):
     assert message in only_problem(path)
 
 
+@pytest.mark.slow
 @needs_native
 def test_a_short_run_is_flagged_and_a_duration_run_is_not():
     from zcorch.results import rates

@@ -34,6 +34,7 @@ class CrashAfterFirstRun(SweepObserver):
             raise RuntimeError("observer bug")
 
 
+@pytest.mark.slow
 def test_a_crash_that_is_not_a_zcorch_error_marks_the_set_failed_and_resume_completes_it(tmp_path, tag,
                                                                                           monkeypatch):
     monkeypatch.setenv(TAG_VAR, tag)

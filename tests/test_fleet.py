@@ -134,6 +134,7 @@ def fleet_files(tmp_path):
     return exp, inv
 
 
+@pytest.mark.slow
 def test_a_fleet_of_localhost_pairs_never_overlaps_and_one_failure_stops_no_other(tmp_path, fleet_files, tag):
     jsonschema = pytest.importorskip("jsonschema")
     exp, inv = fleet_files
@@ -201,6 +202,7 @@ def test_bad_fleet_input_is_refused_before_anything_starts(tmp_path, fleet_files
     assert dry.returncode == 2 and "--hosts INVENTORY:PAIR" in dry.stderr
 
 
+@pytest.mark.slow
 def test_a_fleet_directory_is_driven_by_one_zcorch_run_at_a_time(tmp_path, fleet_files, tag):
     exp, inv = fleet_files
     out = tmp_path / "fleet"
@@ -220,6 +222,7 @@ def test_a_fleet_directory_is_driven_by_one_zcorch_run_at_a_time(tmp_path, fleet
     assert json.loads((out / "a" / "manifest.json").read_text()).get("resumed") in (None, [])
 
 
+@pytest.mark.slow
 def test_recalibrate_reaches_every_pair(tmp_path, fleet_files, tag):
     """`zcorch run --hosts INV:... --recalibrate`: each pair's sweep re-measures its hosts' copy cost rather
     than reading the hosts' calibration cache (a pair's own `zcorch run` is given the flag)."""
@@ -268,6 +271,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_a_pair_killed_between_writing_a_run_and_printing_it_still_has_that_run_reported(tmp_path, fleet_files,
                                                                                           tag):
     """A pair's sweep SIGKILLed after a run's record reached its runs.jsonl but before its `run` event was
@@ -337,6 +341,7 @@ sys.__stdout__.write(json.dumps({"exit_status": status, "runs": runs}))
 """
 
 
+@pytest.mark.slow
 def test_a_library_caller_whose_sys_stdout_is_not_fd_1_still_gets_every_pairs_events(tmp_path, fleet_files, tag):
     """run_fleet from Python with sys.stdout/stderr replaced (a notebook, a capture): each pair's process
     writes its events to the fleet's pipe, not into its copy of the caller's stream object."""
@@ -347,6 +352,7 @@ def test_a_library_caller_whose_sys_stdout_is_not_fd_1_still_gets_every_pairs_ev
     assert got["exit_status"] == 0 and sorted(got["runs"]) == ["a"] * 4 + ["c"] * 4, got   # 3 runs and the end
 
 
+@pytest.mark.slow
 def test_a_pair_killed_between_writing_a_baseline_and_printing_it_still_has_that_baseline_reported(
         tmp_path, fleet_files, tag):
     """The same for a baseline record (iperf3 on localhost): reported as a `baseline` event marked

@@ -45,6 +45,7 @@ def test_a_second_night_85_percent_slower_is_never_an_all_clear(compare_set_reco
     assert text.returncode == code and "no regression" not in text.stdout.splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_identical_nights_pass_only_where_the_gate_could_see_its_threshold(compare_set_recorded, tmp_path):
     root = tmp_path / "nightly"
     nights_of(compare_set_recorded, root, [1.0] * 6)
@@ -74,6 +75,7 @@ def test_compare_three_against_three_80_percent_slower_cannot_tell(small_set, tm
     assert judged and all(c["change_pct"] < -79 and c["verdict"] == "cannot tell" for c in judged)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["failed", "disjoint", "one run"])
 def test_every_gate_on_bad_data_says_cannot_tell_not_no_regression(how, compare_set_recorded, cpu_set, tmp_path):
     base = copy_result_set(compare_set_recorded, tmp_path / "base")

@@ -59,6 +59,7 @@ def check(root, *args):
     return zcorch_cli("history", root, "--check", *args)
 
 
+@pytest.mark.slow
 def test_stable_nights_pass_and_a_slower_newest_night_fails_naming_cells_change_and_since(tmp_path):
     root = tmp_path / "nightly"
     nights(root, "exp", [[(READ, 10.0), (SPLICE, 5.0)]] * 6)
@@ -101,6 +102,7 @@ def test_a_regression_stays_reported_since_the_step_and_is_measured_against_the_
     assert f"since {exp.sweeps[8].path};" in render_text(hist)
 
 
+@pytest.mark.slow
 def test_a_fixed_regression_passes_and_a_spike_is_not_the_level(tmp_path):
     root = tmp_path / "r"
     # 10, a slow stretch, back to 10: the newest night is compared with the slow stretch's segment...
@@ -274,6 +276,7 @@ window.addEventListener('load', function () {
 </script>"""
 
 
+@pytest.mark.slow
 def test_check_on_real_result_sets_exit_codes_and_json(cpu_set, small_set, tmp_path):
     """Each exit code of `history --check` on result sets that real sweeps wrote: two nights of a complete
     sweep of two runs a cell cannot tell (3: two runs against two are never significant); a newest night with

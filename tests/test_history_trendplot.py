@@ -17,6 +17,7 @@ def history(tmp_path):
     return build_history(root, reports=False)
 
 
+@pytest.mark.slow
 def test_every_trend_plot_is_written_as_drawn_and_linked_from_the_page(history, tmp_path):
     plotted = trend_cells(history)
     assert len(plotted) >= 2

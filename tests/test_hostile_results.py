@@ -35,6 +35,7 @@ def _hrefs(html: str) -> "list[str]":
     return re.findall(r'(?:href|src)="([^"]*)"', html)
 
 
+@pytest.mark.slow
 def test_report_writes_through_no_planted_link(small_set, victim):
     """report.html, its old fixed temporary name and plots/ (the directory and a file in it) all linked to
     the victim: the victim is untouched and the report is a regular file."""
@@ -46,6 +47,7 @@ def test_report_writes_through_no_planted_link(small_set, victim):
     assert not (small_set / "report.html").is_symlink() and (small_set / "report.html").is_file()
 
 
+@pytest.mark.slow
 def test_plots_are_not_written_through_linked_files_or_a_linked_directory(small_set, victim, tmp_path):
     first = zcorch_cli("report", small_set)
     assert first.returncode == 0, first.stderr
@@ -66,6 +68,7 @@ def test_plots_are_not_written_through_linked_files_or_a_linked_directory(small_
     assert sorted(os.listdir(victim)) == ["file", "secret"]
 
 
+@pytest.mark.slow
 def test_a_linked_experiment_file_is_not_copied_into_the_report(small_set, victim):
     (small_set / "experiment.yaml").unlink()
     (small_set / "experiment.yaml").symlink_to(victim / "secret")
@@ -81,6 +84,7 @@ def test_a_linked_experiment_file_is_not_copied_into_the_report(small_set, victi
     assert res.returncode == 0 and SECRET not in (small_set / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_a_linked_or_fifo_runs_file_is_refused(small_set, victim):
     (small_set / "runs.jsonl").rename(small_set / "real-runs.jsonl")
     (small_set / "runs.jsonl").symlink_to(small_set / "real-runs.jsonl")
@@ -141,6 +145,7 @@ def test_javascript_links_are_not_live_in_the_report_or_the_history_index(tmp_pa
     assert any("javascript%3Aalert" in h for h in links)  # still a (relative) link to the directory
 
 
+@pytest.mark.slow
 def test_a_reference_url_must_be_http_and_never_becomes_a_javascript_link(write_yaml, small_set):
     from test_guards import refused
     path = write_yaml("""

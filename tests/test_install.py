@@ -83,6 +83,7 @@ def deploy_view(python: str, cwd: Path, env: dict) -> dict:
 
 # -- fast: what the sdist and the built package hold ---------------------------------------------------
 
+@pytest.mark.slow
 def test_sdist_carries_native_and_no_build_artefacts(tmp_path):
     require_build_tools()
     src = source_copy(tmp_path / "src")
@@ -154,6 +155,7 @@ def assert_nightly_copied(zcorch: list, cwd: Path, env: dict) -> None:
     assert (out / "zcorch-nightly.cron").read_text() == "mine"
 
 
+@pytest.mark.slow
 def test_the_built_package_carries_the_nightly_recipe(tmp_path):
     """contrib/nightly is package data (zcorch/_examples/nightly/): `zcorch examples copy nightly` of the built
     package, not of the checkout, writes it out."""

@@ -80,6 +80,7 @@ def test_plan_takes_hosts_set_and_the_environment(files, tag, monkeypatch):
     assert "--set repeats=0: repeats: expected an integer between 1 and 10000" in r.stderr
 
 
+@pytest.mark.slow
 def test_run_records_inventory_and_overrides_and_resume_keeps_the_hosts(files, tag, tmp_path):
     exp, inv = files
     out = tmp_path / "rs"
@@ -122,6 +123,7 @@ def test_run_records_inventory_and_overrides_and_resume_keeps_the_hosts(files, t
     assert json.loads((out / "manifest.json").read_text())["inventory"]["pair"] == "here"
 
 
+@pytest.mark.slow
 def test_without_hosts_or_set_experiment_yaml_stays_the_byte_copy(tmp_path, tag):
     exp = tmp_path / "plain.yaml"
     exp.write_text(EXP.replace("hosts: inventory", "hosts: localhost").replace("repeats: 2", "repeats: 1")
@@ -136,6 +138,7 @@ def test_without_hosts_or_set_experiment_yaml_stays_the_byte_copy(tmp_path, tag)
     assert manifest["experiment_source"]["copy"] is None and manifest["experiment_source"]["path"] == str(exp)
 
 
+@pytest.mark.slow
 def test_set_values_reach_no_shell(files, tag, tmp_path):
     """A --set value with shell syntax is a file name, byte for byte (argv lists only, no shell anywhere)."""
     exp, inv = files
@@ -148,6 +151,7 @@ def test_set_values_reach_no_shell(files, tag, tmp_path):
     assert not os.path.exists(os.path.join(REPO, "pwned"))
 
 
+@pytest.mark.slow
 def test_two_sweeps_started_at_once_get_their_own_result_directories(files, tag, tmp_path):
     """Default names are results/<name>-<UTC second>: the second sweep of that second gets `-2`."""
     exp, inv = files

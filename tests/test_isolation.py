@@ -102,6 +102,7 @@ def _localhost_experiment(tmp_path) -> str:
     return str(exp)
 
 
+@pytest.mark.slow
 def test_a_localhost_sweep_from_a_directory_holding_a_zcorch_package(tmp_path, tag):  # noqa: F811
     """The `zcorch` command (its own directory first on sys.path, not the current one) started in a
     directory holding a planted package: the jobs (preflight, scratch, metadata, dd) and the worker must

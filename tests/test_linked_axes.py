@@ -177,6 +177,7 @@ def test_cell_rules_use_each_sides_own_buffer(write_yaml):
 
 # ---------------------------------------------------------------- a real run: frame, view, tables
 
+@pytest.mark.slow
 def test_a_localhost_run_has_the_axis_column_its_view_and_integer_cpus(tmp_path, tag, monkeypatch):
     monkeypatch.setenv(TAG_VAR, tag)
     exp = tmp_path / "pin.yaml"

@@ -120,6 +120,7 @@ def more_host_cpu(src, dst, sides=("sender",)):
     return dst, factor
 
 
+@pytest.mark.slow
 def test_every_derived_column_of_a_real_frame_is_declared_and_totals_follow_their_rule(recorded, tmp_path):
     df = zcorch.load(copy_result_set(recorded, tmp_path / "base"))
     raw = set(df.columns) - {m.name for m in metrics.DERIVED}
@@ -138,6 +139,7 @@ def test_every_derived_column_of_a_real_frame_is_declared_and_totals_follow_thei
         assert math.isclose(r["total_cpu_s_per_gib"], r["send_cpu_s_per_gib"] + r["recv_cpu_s_per_gib"])
 
 
+@pytest.mark.slow
 def test_compare_flags_a_rise_of_host_cpu_as_a_regression_and_a_fall_as_an_improvement(recorded, tmp_path):
     base = copy_result_set(recorded, tmp_path / "base")
     cand, factor = more_host_cpu(recorded, tmp_path / "cand")
@@ -187,6 +189,7 @@ def nightly_root(root, sets):
     return root
 
 
+@pytest.mark.slow
 def test_history_follows_total_host_cpu_and_a_rise_is_a_regression(recorded, tmp_path):
     more, factor = more_host_cpu(recorded, tmp_path / "more", sides=("sender", "receiver"))   # the total grows too
     root = nightly_root(tmp_path / "rising", [recorded] * 3 + [more])

@@ -246,6 +246,7 @@ def test_zerocopy_recv_refuses_a_connection_whose_segments_hold_less_than_a_page
 
 # ---------------------------------------------------------------- streams: the rules
 
+@pytest.mark.slow
 def test_streams_pin_each_stream_to_its_cpu_from_the_list():
     allowed = sorted(os.sched_getaffinity(0))
     sent, got = run_pair("write", "read", send_kw=dict(source="mem", bytes=2**20, streams=2,

@@ -144,6 +144,7 @@ def test_a_stalled_receiver_ends_streams_sharing_a_thread_at_the_deadline():
     assert ei.value.code == errno.ETIMEDOUT and "timed out" in str(ei.value), ei.value
 
 
+@pytest.mark.slow
 def test_a_thread_of_streams_waiting_on_a_stalled_peer_sleeps_instead_of_polling():
     # a receiver (plain sockets) that reads nothing for STALL seconds, then everything: the sender's two
     # streams fill their sockets and park, and their thread (pinned: the one that polls before it sleeps,

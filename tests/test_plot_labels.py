@@ -68,6 +68,7 @@ def test_the_check_sees_labels_drawn_over_each_other():
     assert overlapping_labels(fig) == []   # slanted and spaced: apart, though their upright boxes meet
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src", SETS, ids=[p.name for p in SETS])
 def test_no_chart_of_a_study_draws_a_label_over_another(src, tmp_path):
     df = zcorch.load(copy_result_set(src, tmp_path / "set"))

@@ -51,6 +51,7 @@ def test_the_shipped_sets_are_small():
     assert total < 1_000_000, f"{total} bytes: the shipped result sets should stay kilobytes"
 
 
+@pytest.mark.slow
 def test_the_document_is_what_the_command_makes_of_the_shipped_sets(made):
     copies, res, written = made
     assert res.returncode == 0, res.stderr
@@ -65,6 +66,7 @@ def _section(doc: str, name: str) -> str:
     return doc[start:nxt if nxt > 0 else len(doc)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study", STUDIES)
 def test_each_published_figure_stands_beside_the_cell_that_produced_ours(study, tmp_path):
     """Per study: every figure's row carries the published value and, in its configuration column, the cell id

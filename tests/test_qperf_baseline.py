@@ -166,6 +166,7 @@ QPERF_EXP = {"name": "qp", "params": {"bytes": "1MiB", "source": "/dev/zero", "t
              "baselines": {"iperf3": False, "dd": False, "qperf": {"duration": "1s"}}}
 
 
+@pytest.mark.slow
 def test_qperf_in_a_localhost_run_the_report_and_load_baselines(tmp_path):
     require_tool("qperf")
     from zcorch import load_baselines

@@ -2,9 +2,12 @@
 skipped): what it printed still reaches a pipe in full, and its exit status is the command's. Real processes."""
 import json
 
+import pytest
+
 from fixtures_analysis import copy_result_set, small_set, zcorch_process  # noqa: F401 - fixture
 
 
+@pytest.mark.slow
 def test_a_quick_exit_keeps_the_output_and_the_exit_status(small_set, tmp_path):  # noqa: F811
     root = tmp_path / "nightly"
     copy_result_set(small_set, root / "n1" / "quickstart-small")

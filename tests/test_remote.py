@@ -278,6 +278,7 @@ def test_prepare_scratch_expands_home_on_the_host(tmp_path):
 
 
 # -- dd -----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_dd_baseline_times_write_and_read_and_removes_its_file(tmp_path):
     out = remote.dd_baseline(str(tmp_path), "4096", "8")
     assert out["path"].startswith(str(tmp_path)) and os.listdir(tmp_path) == []

@@ -218,6 +218,7 @@ def sweeps(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_converging_cells_stop_at_six_interleaved(sweeps):
     out, res = sweeps["loose"]
     assert res.returncode == 0, res.stderr
@@ -249,6 +250,7 @@ def test_converging_cells_stop_at_six_interleaved(sweeps):
     assert list(s["converged"]) == [True, True] and list(s["n"]) == [6, 6]
 
 
+@pytest.mark.slow
 def test_cells_that_do_not_converge_run_to_max_and_say_so_everywhere(sweeps, tmp_path):
     out, res = sweeps["tight"]
     assert res.returncode == 0, res.stderr
@@ -298,6 +300,7 @@ def test_compare_takes_cells_with_different_numbers_of_runs(sweeps):
         assert last.startswith("zcorch compare: cannot tell: ") and "runs a side" in last, last
 
 
+@pytest.mark.slow
 def test_resume_in_the_middle_continues_only_unconverged_cells(tmp_path):
     tag = uuid.uuid4().hex
     # Runs long enough to be stalled (the kill must land mid-sweep); LOOSE: each cell stops at 6 ok runs.

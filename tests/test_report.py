@@ -2,6 +2,8 @@
 import json
 import re
 
+import pytest
+
 import zcorch
 from zcorch.analysis import plots
 
@@ -42,6 +44,7 @@ def browser_check(browser, report, tmp_path) -> dict:
                       .replace("&amp;", "&"))
 
 
+@pytest.mark.slow
 def test_report_cli_writes_a_self_contained_escaped_report(small_set):
     before = repo_status("tests/data")
     res = zcorch_cli("report", small_set)
@@ -146,6 +149,7 @@ def test_plots_that_do_not_apply_are_skipped_with_a_note(small_set):
     assert all(p.figure is None and p.note for p in plots.all_plots(nothing))
 
 
+@pytest.mark.slow
 def test_plots_have_units_legends_and_the_experiment_title(small_set):
     df = zcorch.load(small_set)
     drawn = [p for p in plots.all_plots(df, zcorch.load_baselines(small_set), "quickstart-small") if p.figure]

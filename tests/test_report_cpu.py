@@ -96,6 +96,7 @@ def test_summary_shows_both_views_and_the_verdict(cpu_set):
     assert "sender and receiver share one kernel: their host-CPU columns are one machine's, count it once" in rows
 
 
+@pytest.mark.slow
 def test_report_shows_both_cpu_views_the_copy_line_and_samples(cpu_set):
     out = write_report(cpu_set)
     text = out.read_text()
@@ -125,6 +126,7 @@ def test_report_shows_both_cpu_views_the_copy_line_and_samples(cpu_set):
     assert medians.idxmin() in slow.title and medians.idxmax() in fast.title
 
 
+@pytest.mark.slow
 def test_sets_without_the_host_view_still_report(small_set):
     # recorded before zcorch read /proc/stat or calibrated: the section says so, nothing breaks
     text = write_report(small_set).read_text()

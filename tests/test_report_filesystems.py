@@ -97,6 +97,7 @@ def test_descriptions_say_what_the_kernel_reported(fs_set):
     assert s.loc["btrfs-raid0", "size"] == "512 MiB"
 
 
+@pytest.mark.slow
 def test_report_shows_the_configurations_side_by_side_with_their_dd_ceiling(fs_set):
     res = zcorch_cli("report", fs_set)
     assert res.returncode == 0, res.stderr
@@ -130,6 +131,7 @@ def test_report_shows_the_configurations_side_by_side_with_their_dd_ceiling(fs_s
     assert re.findall(r"<tr><td>([^<]*)</td>", results) == NAMES
 
 
+@pytest.mark.slow
 def test_a_result_set_without_filesystems_has_no_such_section(small_set):
     assert zcorch_cli("report", small_set).returncode == 0
     text = (small_set / "report.html").read_text()
@@ -138,6 +140,7 @@ def test_a_result_set_without_filesystems_has_no_such_section(small_set):
     assert fsa.filesystem_summary(df, zcorch.load_baselines(small_set), {}).empty
 
 
+@pytest.mark.slow
 def test_an_interrupted_sweep_without_descriptions_still_gets_its_columns(fs_set):
     # `zcorch run` writes meta.json "filesystems" after the sweep: a sweep killed before has none
     meta = raw_meta(fs_set)

@@ -135,6 +135,7 @@ def test_report_json_and_markdown_for_a_sweep_without_a_reference(small_set):
     assert re.match(r"\| 1 \| 1 \| \w+ → \w+, buffer=\d+KiB \* \| \d+ \| \d+–\d+ \(75% CI\) \| 3 \|", first)
 
 
+@pytest.mark.slow
 def test_the_page_opens_with_the_findings_and_sorts_tables_by_mode(small_set):
     page = build_report(small_set)
     h2 = re.findall(r"<h2[^>]*>([^<]+)</h2>", page)

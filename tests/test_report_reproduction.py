@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 import re
 
+import pytest
+
 from zcorch.analysis import reproduction as rp
 from zcorch.analysis.report import build_report
 from zcorch.config.experiment import reference_of
@@ -43,6 +45,7 @@ def with_reference(path):
     return path
 
 
+@pytest.mark.slow
 def test_the_section_shows_published_and_measured_side_by_side(small_set):
     page = build_report(with_reference(small_set))
     section = page[page.index('<h2 id="reproduction">Reproduction</h2>'):page.index('<h2 id="results">')]  # after the Findings
@@ -93,6 +96,7 @@ def test_markdown_prints_the_findings_then_the_section(small_set, capsys):
     assert not (d / "report.html").exists()
 
 
+@pytest.mark.slow
 def test_markdown_without_a_reference_has_the_findings_alone(small_set, capsys):
     from zcorch.cli import main
     assert main(["report", str(small_set), "--format", "markdown"]) == 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from fixtures_analysis import fs_set, small_set  # noqa: F401 - fixtures
 from zcorch.analysis.report import SECTIONS, build_report
 
@@ -17,6 +19,7 @@ def contents(html: str) -> "list[str]":
     return re.findall(r'href="#([a-z]+)"', toc)
 
 
+@pytest.mark.slow
 def test_the_page_and_its_contents_follow_the_one_section_list(small_set, fs_set):  # noqa: F811
     for result_set in (small_set, fs_set):
         html = build_report(result_set)

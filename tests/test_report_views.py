@@ -72,6 +72,7 @@ def test_a_declared_view_is_drawn_as_declared(small_set):
     assert "sender CPU" in plot.title
 
 
+@pytest.mark.slow
 def test_the_report_draws_the_experiments_views(small_set):
     exp = small_set / "experiment.yaml"
     exp.write_text(exp.read_text() + "report:\n  views:\n    - {x: buffer, hue: send_mode, facet: recv_mode, "

@@ -36,6 +36,7 @@ def test_a_symlinked_lock_file_is_not_followed(tmp_path):
     assert victim.read_text() == "keep\n"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_two_concurrent_resumes_run_each_remaining_run_once(tmp_path, tag):  # noqa: F811
     exp = tmp_path / "lock.yaml"

@@ -30,6 +30,7 @@ def write_exp(tmp_path, name="t", bytes="1MiB", timeout="10s", repeats=1, extra=
     return path
 
 
+@pytest.mark.slow
 def test_run_localhost_matrix_end_to_end(tmp_path, tag):
     exp = write_exp(tmp_path, extra="baselines:\n  iperf3: {duration: 1s}\n  dd: {bs: 64KiB, count: 8}\n")
     out = tmp_path / "rs"
@@ -62,6 +63,7 @@ def test_run_localhost_matrix_end_to_end(tmp_path, tag):
     assert wait_no_workers(tag) == []
 
 
+@pytest.mark.slow
 def test_failed_run_gives_exit_1_and_keeps_results(tmp_path, tag):
     exp = tmp_path / "bad.yaml"
     exp.write_text(f"name: bad\nparams:\n  bytes: 1MiB\n  sink: {tmp_path}/no-such-dir/sink.bin\n"
@@ -131,6 +133,7 @@ def test_unreachable_host_is_a_clear_error(tmp_path, tag):
     assert json.loads((tmp_path / "rs" / "manifest.json").read_text())["status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_sigint_mid_sweep_keeps_finished_runs_and_leaves_no_worker(tmp_path, tag):
     exp = write_exp(tmp_path, bytes="2GiB", timeout="60s", repeats=3, extra="baselines: false\n")
     out = tmp_path / "rs"
@@ -148,6 +151,7 @@ def test_sigint_mid_sweep_keeps_finished_runs_and_leaves_no_worker(tmp_path, tag
     assert wait_no_workers(tag, 2.0) == []
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path, tag):
     exp = write_exp(tmp_path, bytes="512MiB", timeout="60s", repeats=3, extra="baselines: false\n")
     out = tmp_path / "rs"
@@ -173,6 +177,7 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(tmp_path, tag):
     assert manifest["status"] == "complete" and len(manifest["resumed"]) == 1
 
 
+@pytest.mark.slow
 def test_resume_reruns_failed_runs_and_newest_record_wins(tmp_path, tag):
     exp = write_exp(tmp_path, extra="baselines: false\n")
     out = tmp_path / "rs"
@@ -300,6 +305,7 @@ def test_quickstart_as_another_user_after_root_ran_it(tmp_path, tag, other_user)
     assert wait_no_workers(tag, 2.0) == []
 
 
+@pytest.mark.slow
 def test_source_layout_never_touches_existing_files(tmp_path, tag):
     short, new = tmp_path / "short.dat", tmp_path / "new.dat"
     short.write_bytes(b"mine" * 1000)
@@ -322,6 +328,7 @@ def test_source_layout_never_touches_existing_files(tmp_path, tag):
     assert [x["path"] for x in meta["sources_laid_out"]] == [str(new)]
 
 
+@pytest.mark.slow
 def test_a_scratch_source_laid_out_by_a_smaller_sweep_grows(tmp_path, tag):
     # The bug: `--set bytes=64MiB` laid out {scratch}/src.dat at 64 MiB, and the full sweep then failed
     # every cell ("shorter than --bytes"). A short scratch file holding the mem pattern is zcorch's own
@@ -398,6 +405,7 @@ def test_summary_table_of_a_real_result_set_shows_varying_params_cpu_cost_and_ba
     assert len(dd) == 4 and all(" on " in line and line.endswith("MB/s") for line in dd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGINT, "SIGINT (Ctrl-C)")])
 def test_the_run_in_progress_records_the_signal_that_interrupted_it(tmp_path, tag, sig, name):
     """SIGTERM must not be recorded as "interrupted by the user (SIGINT)"."""

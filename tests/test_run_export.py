@@ -56,6 +56,7 @@ def _ok_runs_per_set(dest: Path) -> dict:
     return {Path(path).name: (pair, n) for path, pair, n in rows}
 
 
+@pytest.mark.slow
 def test_run_and_fleet_export_into_one_dataset(tmp_path, files, tag):
     jsonschema = pytest.importorskip("jsonschema")
     exp, inv = files
@@ -96,6 +97,7 @@ def test_a_dest_the_export_would_refuse_is_refused_before_the_sweep(tmp_path, fi
     assert foreign.returncode == 2 and "not a zcorch dataset" in foreign.stderr and not (tmp_path / "y").exists()
 
 
+@pytest.mark.slow
 def test_a_run_waits_for_another_export_and_a_failed_export_is_a_warning(tmp_path, files, tag):
     exp, _ = files
     dest = tmp_path / "dataset"

@@ -80,6 +80,7 @@ def test_killed_peer_fails_the_run_and_leaves_no_worker(tmp_path, tag, victim):
     assert wait_no_workers(tag, 2.0) == []
 
 
+@pytest.mark.slow
 def test_stalled_receiver_is_a_timeout_and_the_sweep_goes_on(tmp_path, tag):
     stall = base_params(bytes=1 << 40, timeout=2.0)
     cells = [stall, base_params()]

@@ -76,6 +76,7 @@ def cell_params(df, cell: str) -> dict:
     return dict(out, gift=bool(row["gift"]), refill=bool(row["refill"]), subblocks=int(row["subblocks"]))
 
 
+@pytest.mark.slow
 def test_every_published_figure_stands_next_to_its_rows_cell(small_run):
     df, baselines, ref = small_run
     rows = rp.figures(df, baselines, ref)
@@ -98,6 +99,7 @@ def test_every_published_figure_stands_next_to_its_rows_cell(small_run):
     assert len(set(cells.values())) == 10
 
 
+@pytest.mark.slow
 def test_each_claim_shows_the_ratio_of_its_own_rows(small_run):
     df, _, ref = small_run
     by_config = {}

@@ -165,6 +165,7 @@ def cell_params(result_set: Path) -> "dict[str, dict]":
     return {rec["cell"]: rec["params"] for rec in map(json.loads, (result_set / "runs.jsonl").read_text().splitlines())}
 
 
+@pytest.mark.slow
 def test_schutt_figures_are_paired_with_the_cell_of_their_row(schutt_set):
     ref = reference_of((schutt_set / "experiment.yaml").read_text(), "experiment.yaml")
     params = cell_params(schutt_set)
@@ -257,6 +258,7 @@ reference:
 """
 
 
+@pytest.mark.slow
 def test_a_reference_command_baseline_leaves_the_name_to_the_experiment(tmp_path, monkeypatch):
     # `reference:` with `baselines.commands` once named the experiment after the command (`nc`): its
     # manifest, its default result directory, its report title and its history group
@@ -347,6 +349,7 @@ def test_morton_plan_has_whole_file_sendfile_rows_and_his_figures_stand_beside_t
             assert hit["send_mode"] != "sendfile" or hit["send_buffer"] == WHOLE, claim.says
 
 
+@pytest.mark.slow
 def test_morton_whole_file_sendfile_runs_on_localhost(tmp_path):
     # the shipped file, shrunk: the whole 4 MiB file in one sendfile() call, beside the 64 KiB calls
     from zcorch.sweep.pipeline import run_sweep

@@ -9,9 +9,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
+@pytest.mark.slow
 def test_a_module_fixtures_tests_run_on_one_xdist_process():
     p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
                         "-v", "--serial-tests=skip", "-k", "declared or regression or usage_error",

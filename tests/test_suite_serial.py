@@ -2,6 +2,8 @@
 from a real collection of four modules whose tests sit on each side of the rules."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -11,6 +13,7 @@ MODULES = ("safety/test_safety_lease.py", "safety/test_safety_watchdog.py", "saf
            "test_study_pairing.py")
 
 
+@pytest.mark.slow
 def test_the_serial_pass_holds_shared_leases_and_machine_state_not_every_root_sweep():
     p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
                         "--serial-tests=only", *(os.path.join(TESTS, m) for m in MODULES)],

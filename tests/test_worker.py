@@ -153,6 +153,7 @@ def test_killed_peer_gives_an_error_event(victim, send_mode):
         tx.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("victim", ["receiver", "sender"])
 def test_stopped_peer_ends_within_the_timeout(victim):
     rx, tx = _stream(timeout="3s")
@@ -201,6 +202,7 @@ def test_ready_is_printed_before_any_sender_and_flushed():
         rx.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("send_mode,source", [("sendfile", "file"), ("splice", "file"), ("vmsplice", "mem"),
                                               ("msg_zerocopy", "mem")])
 def test_stopped_receiver_stops_every_blocking_send_path(tmp_path, send_mode, source):
@@ -223,6 +225,7 @@ def test_stopped_receiver_stops_every_blocking_send_path(tmp_path, send_mode, so
         rx.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recv_mode", ["mmap", "vmsplice", "splice"])
 def test_stopped_sender_stops_every_blocking_receive_path(tmp_path, recv_mode):
     from zcorch.worker import native

@@ -60,6 +60,7 @@ def _plan(work, env=None) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": REPO, **(env or {})})
 
 
+@pytest.mark.slow
 def test_an_ansible_cfg_in_the_cwd_runs_no_vars_plugin(setup):
     work, marker = setup
     (work / "ansible.cfg").write_text("[defaults]\nvars_plugins = ./vp\n")
@@ -69,6 +70,7 @@ def test_an_ansible_cfg_in_the_cwd_runs_no_vars_plugin(setup):
     assert not marker.exists(), "the vars plugin of ./ansible.cfg ran"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", ["ANSIBLE_CONFIG", "ANSIBLE_VARS_PLUGINS", "home ansible.cfg",
                                      "home plugin dir", "ANSIBLE_HOME", "inventory plugin"])
 def test_no_plugin_configured_outside_zcorch_runs(setup, tmp_path, variant):
@@ -127,6 +129,7 @@ def test_ansible_inventory_gets_a_private_cwd_config_and_no_ansible_variables(se
     assert int(lines[-1]) * 1024 == ansible_inventory.MEMORY_LIMIT       # ulimit -v: KiB
 
 
+@pytest.mark.slow
 def test_a_hanging_ansible_inventory_is_stopped_with_its_children(setup, tmp_path, monkeypatch):
     work, _ = setup
     pidfile = tmp_path / "pid"
@@ -144,6 +147,7 @@ def test_a_hanging_ansible_inventory_is_stopped_with_its_children(setup, tmp_pat
 TIMEOUT, LIMIT = 15, 512 << 20
 
 
+@pytest.mark.slow
 def test_a_yaml_alias_bomb_ends_within_the_time_and_memory_limits(tmp_path):
     """A 600-byte YAML bomb ran ansible-inventory to its timeout at 2.35 GB: now it ends within its time limit and
     never above its memory limit, the reason said (measured in a child process, the limits lowered there to keep

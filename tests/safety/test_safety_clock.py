@@ -8,6 +8,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from fixtures_analysis import SMALL, nights_of, slowed_copy, zcorch_cli
 from zcorch.results import store
 
@@ -35,6 +37,7 @@ def _set_clock(path, created=None):
     (path / "manifest.json").write_text(json.dumps(manifest))
 
 
+@pytest.mark.slow
 def test_history_flags_a_sweep_dated_before_one_made_earlier_and_cannot_tell(tmp_path):
     root = tmp_path / "nightly"
     for night in nights_of(SMALL, root, [1.0] * 6):

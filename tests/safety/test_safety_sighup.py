@@ -40,6 +40,7 @@ def _exp(tmp_path, extra=""):
     return path
 
 
+@pytest.mark.slow
 def test_sighup_mid_run_ends_the_sweep_interrupted_with_130(tmp_path, tag):
     out = tmp_path / "rs"
     p = start_zcorch(tag, "run", _exp(tmp_path, NO_BASELINES), "-o", out)
@@ -65,6 +66,7 @@ def test_sighup_mid_run_ends_the_sweep_interrupted_with_130(tmp_path, tag):
     assert wait_no_workers(tag, 5.0) == []
 
 
+@pytest.mark.slow
 def test_a_hung_up_terminal_ends_the_sweep_and_its_teardown_finishes(tmp_path, tag):
     """zcorch run on a pty as its controlling terminal, the terminal's master closed (the kernel's SIGHUP, and
     every later write to the terminal fails): the teardown still finishes and closes the result set."""
