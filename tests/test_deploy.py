@@ -251,6 +251,7 @@ def hosts(lab):
 
 
 @pytest.mark.lab
+@pytest.mark.deadlines   # the redeploy is timed against the first deploy of the same test, not a clock
 def test_remote_build_redeploy_and_change(hosts, lab, tmp_path):
     receiver = hosts["receiver"]
     src = _copy_sources(tmp_path / "src")
@@ -277,7 +278,8 @@ def test_remote_build_redeploy_and_change(hosts, lab, tmp_path):
     redeploy = time.monotonic() - t0
     print(f"first deploy {first:.2f}s, unchanged redeploy {redeploy * 1000:.1f} ms")
     assert again.reused and again.directory == handle.directory
-    assert redeploy < 1.0
+    # reused: one hash check over SSH, no copy and no build (the first deploy compiles the worker core)
+    assert redeploy < first / 3
 
     with open(os.path.join(src, "zcorch/units.py"), "a") as f:
         f.write("\n# a change\n")

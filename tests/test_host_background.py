@@ -39,6 +39,7 @@ def _transfer() -> dict:
     return add_derived(pd.DataFrame([row])).iloc[0].to_dict()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("taskset") or (os.cpu_count() or 1) < 2, reason="needs taskset and 2 CPUs")
 @pytest.mark.serial   # it pins a busy loop beside the workers and compares their CPU: nothing else may run
 def test_a_pinned_busy_loop_is_flagged_and_subtracted():
