@@ -23,10 +23,10 @@ IS_ROOT = os.geteuid() == 0
 
 # The tier markers a test gets from the fixtures it uses (directly or through other fixtures), so that a
 # new test is classified without anyone remembering a decorator. --quick leaves out every test carrying
-# one of QUICK_EXCLUDES: those tiers, and `slow` (marked by hand): the end-to-end tests of more than
-# QUICK_TEST_S (a localhost sweep through the CLI, a fleet, a report of recorded sweeps) and those whose
-# size is what they check (a 1 GiB transfer, the shipped quick start, a built wheel). The whole suite runs
-# them; a --quick run lists the tests it kept that took longer, so that a new slow test shows.
+# one of QUICK_EXCLUDES: those tiers, and `slow`: marked by hand, the end-to-end tests of more than
+# QUICK_TEST_S (a localhost sweep through the CLI, a fleet, a report) and those whose size is what they check
+# (a 1 GiB transfer, the shipped quick start); derived, every test sharing a module fixture (recorded sweeps,
+# a built wheel). The whole suite runs them; a --quick run lists the tests it kept that took longer.
 FIXTURE_MARKERS = {
     "lab": ("lab", "root"),        # network namespaces + sshd
     "other_user": ("root",),       # creates a user
@@ -189,6 +189,8 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(name)
         if item.get_closest_marker("lab") and item.get_closest_marker("root") is None:
             item.add_marker("root")
+        if _uses_module_fixture(item) and item.get_closest_marker("slow") is None:
+            item.add_marker("slow")   # its module's recorded sweeps or built wheel: seconds before any test
         if item.get_closest_marker("serial") is None and _is_serial(item):
             item.add_marker("serial")
         if item.get_closest_marker("serial"):
