@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -212,6 +214,45 @@ def start_lab(name: str) -> zlab.LabLayout:
     raise LabError(f"no free lab index among {candidates[:3]}...: {last}")
 
 
+# One worker build for every lab of a machine: each lab host would compile the worker core (seconds of CPU,
+# some 16 builds a suite); the first lab deploys it for real and the next labs' hosts start with a copy in
+# ~/.cache/zcorch, as hosts deployed before. Tests of the build itself deploy into workdirs of their own.
+BUILD_CACHE = "/var/tmp/zcorch-test-worker-builds"   # root's, 0700
+
+
+def seed_worker_build(layout: zlab.LabLayout) -> None:
+    from zcorch.hosts import ssh
+    from zcorch.provision import deploy
+
+    name = f"worker-{deploy.content_hash(deploy.worker_sources())}"
+    # the hosts' python and cffi too: a build of the same sources for an upgraded python is not this one
+    python = subprocess.run(["python3", "-c", "import sys, _cffi_backend as c; print(sys.version, c.__version__)"],
+                            capture_output=True, text=True, timeout=60).stdout
+    cached = os.path.join(BUILD_CACHE, f"{name}-{hashlib.sha256(python.encode()).hexdigest()[:12]}")
+    os.makedirs(BUILD_CACHE, mode=0o700, exist_ok=True)
+    with open(os.path.join(BUILD_CACHE, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)   # another xdist process's lab may be building it, or pruning
+        if not os.path.isfile(os.path.join(cached, deploy.MARKER)):
+            opened = ssh.open_hosts(layout.hosts())
+            try:
+                built = deploy.deploy(opened["receiver"]).directory
+            finally:
+                for host in opened.values():
+                    host.close()
+            shutil.copytree(os.path.join(layout.home("receiver"), os.path.relpath(built, "/root")), cached,
+                            symlinks=True)
+        os.utime(cached)
+        for old in os.listdir(BUILD_CACHE):   # unused for a day: sources or a python this machine no longer has
+            path = os.path.join(BUILD_CACHE, old)
+            if old.startswith("worker-") and time.time() - os.stat(path).st_mtime > 86400:
+                shutil.rmtree(path, ignore_errors=True)
+        for role in zlab.HOSTS:
+            workdir = os.path.join(layout.home(role), ".cache", "zcorch")
+            if not os.path.exists(os.path.join(workdir, name)):
+                os.makedirs(workdir, mode=0o700, exist_ok=True)
+                shutil.copytree(cached, os.path.join(workdir, name), symlinks=True)
+
+
 @pytest.fixture(scope="session")
 def lab():
     if os.geteuid() != 0:
@@ -225,6 +266,7 @@ def lab():
     name = f"pytest{os.getpid()}"
     layout = start_lab(name)
     try:
+        seed_worker_build(layout)
         yield LabHandle(layout)
     finally:
         zlab.down(layout)

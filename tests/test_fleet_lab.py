@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from fixtures_lab import start_lab
+from fixtures_lab import seed_worker_build, start_lab
 from fixtures_run import start_zcorch, zcorch
 from test_fleet import overlaps, run_intervals
 from zcorch.errors import LabError
@@ -75,6 +75,7 @@ def labs():
     try:
         for suffix in "abcd":   # names from our pid: other sessions' labs never collide; indexes are found free
             layouts.append(start_lab(f"flt{os.getpid()}{suffix}"))
+            seed_worker_build(layouts[-1])
         a, b = layouts[:2]
         cross = _link(b, "sender", a, "receiver", f"10.79.{a.index}")   # p2's data link; it dies with the labs
         yield layouts, cross
