@@ -23,9 +23,8 @@ _SIDE_WORDS = {"send": "sender", "recv": "receiver", "total": "both sides", "non
 
 class AnalysisMetric(namedtuple("AnalysisMetric", ("name", "unit", "side", "better", "combine", "extensive", "label",
                                                    "help"))):
-    """One metric column of a run frame. side: "send", "recv", "total" or "none" (of the transfer); better:
-    "higher", "lower" or None (descriptive); combine: a key of COMBINE or None; extensive: a total over the
-    transfer (compared per byte); label: a few words for an axis; help: one sentence."""
+    """One metric column of a run frame. side: "send", "recv", "total" or "none" (of the transfer); better: None
+    = descriptive; combine: a key of COMBINE or None; extensive: a total over the transfer (compared per byte)."""
 
     __slots__ = ()
 

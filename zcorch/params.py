@@ -23,8 +23,7 @@ BUFFER_MAX = 2 ** 30   # one chunk buffer: allocated whole, per stream
 WINDOW_MAX = INT_MAX // 2  # Linux doubles SO_SNDBUF / SO_RCVBUF requests, into a C int
 DURATION_MIN = 0.001   # 1ms: the sampler's tick and the shortest deadline worth a poll
 DURATION_MAX = 7 * 86400.0
-# Device paths a source / sink may name without `allow_destroy:`: opening others has effects (a watchdog
-# starts, a tape rewinds). The worker refuses any other device sink unless --allow-device-sink.
+# Device paths a source / sink may name without `allow_destroy:`: opening others has effects (a watchdog starts).
 SOURCE_DEVICES = ("/dev/zero", "/dev/null", "/dev/urandom")
 SINK_DEVICES = ("/dev/null",)
 
@@ -315,8 +314,7 @@ class Metric(namedtuple("Metric", ("name", "unit", "side", "applies_to", "help",
     __slots__ = ()
 
 
-# How parallel streams' values make the group's: first = stream 0's; span = measured by the group itself
-# (first start to last end); once = host-wide, measured around the whole group.
+# How parallel streams' values make the group's (span: measured by the group; once: host-wide, around it).
 COMBINES = ("sum", "max", "min", "mean", "first", "span", "once")
 
 def _host(name: str, unit: str, help: str, extent: "Optional[str]" = None) -> Metric:
@@ -403,8 +401,7 @@ METRICS: "tuple[Metric, ...]" = (
           "the kernel's boot id (not a delta): the same on both sides = one machine, whose host CPU counts once"),
 )
 METRIC_KEYS: "tuple[str, ...]" = tuple(m.name for m in METRICS)
-# The host_<field>_us fields (and each host_per_cpu_us list's order), and those that count as busy: not idle,
-# iowait (the CPU could run something) nor steal (the hypervisor running other guests: no work of ours).
+# The host_<field>_us fields, and the busy ones: not idle, iowait (could run something) nor steal (not ours).
 HOST_CPU_FIELDS: "tuple[str, ...]" = ("user", "nice", "system", "irq", "softirq", "iowait", "steal", "idle")
 HOST_BUSY_FIELDS: "tuple[str, ...]" = ("user", "nice", "system", "irq", "softirq")
 

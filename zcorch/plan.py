@@ -38,8 +38,7 @@ class Cell:
 class Run:
     id: str               # the cell's id (same for every repeat)
     repeat: int           # 0-based
-    params: dict          # every parameter, sizes in bytes, durations in seconds. The same dict as the
-                          # cell's (and the other repeats'): treat it as read-only, copy to change it.
+    params: dict          # every parameter; the cell's own dict (shared by its repeats): read-only
 
 
 @dataclass(slots=True)

@@ -49,8 +49,7 @@ def format_size(n: int) -> str:
 
 
 # ---------------------------------------------------------------- published quantities (`reference:`)
-# A unit belongs to one dimension; a value converts between units of the same dimension only. Rates are
-# bit/s-based (MB = 10^6 bytes, MiB = 2^20 as everywhere here), times seconds, sizes bytes, CPU cost s/GiB.
+# A value converts between units of one dimension only; rates are bit/s-based (MB = 10^6 bytes, MiB = 2^20).
 
 _RATE = {"bit/s": 1.0, "kbit/s": 1e3, "Mbit/s": 1e6, "Gbit/s": 1e9, "Kb/s": 1e3, "Mb/s": 1e6, "Gb/s": 1e9,
          "B/s": 8.0, "kB/s": 8e3, "KB/s": 8e3, "MB/s": 8e6, "GB/s": 8e9,

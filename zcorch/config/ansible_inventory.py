@@ -72,9 +72,8 @@ def ansible_inventory_command() -> str:
 
 
 def inventory_env(private: str) -> Dict[str, str]:
-    """The environment ansible-inventory runs with: none of the caller's `ANSIBLE_*`, an empty private config
-    file, Ansible's directories inside `private` (no plugin is found), only the yaml and ini inventory plugins
-    and the host_group_vars vars plugin."""
+    """The environment ansible-inventory runs with: none of the caller's `ANSIBLE_*`, an empty private config,
+    Ansible's directories inside `private`, only the yaml and ini inventory and host_group_vars plugins."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     empty = os.path.join(private, "empty")
     os.makedirs(empty, mode=0o700, exist_ok=True)

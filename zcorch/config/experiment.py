@@ -32,9 +32,8 @@ _UNQUOTED_PLACEHOLDER_RE = re.compile(r"(^|[\s,\[:])\{(scratch|filesystem)\}")
 
 def load_experiment(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
                     hosts: Optional[InventoryPair] = None, unknown_hosts: bool = False) -> Experiment:
-    """Read and validate an experiment file; ConfigError lists every problem. overrides: `--set KEY=VALUE`
-    strings; hosts: an inventory pair replacing the file's `hosts:`; unknown_hosts: a `hosts: inventory` file
-    without `hosts` is valid (what `zcorch plan` shows before the pair is named)."""
+    """Read and validate an experiment file (ConfigError lists every problem), `--set` overrides applied, `hosts`
+    replacing the file's; unknown_hosts: a `hosts: inventory` file without them is valid (`zcorch plan`)."""
     path = os.fspath(path)
     text, _ = ys.read_text(path, "the experiment file")
     return parse_experiment(text, path, overrides, hosts, unknown_hosts)

@@ -68,8 +68,7 @@ TOOLS = {"ext2": (_EXT, _EXT_REFUSED_FLAGS), "ext3": (_EXT, _EXT_REFUSED_FLAGS),
 _FEATURE_RE = re.compile(r"^\^?[a-z0-9_-]+$")
 
 
-# mke2fs also takes a feature by its bit, FEATURE_<C|I|R><n> (e2p_string2feature): the bits e2fsprogs names
-# (lib/e2p/feature.c), so a number meets the rule of its name; one it does not name is refused.
+# mke2fs takes a feature by its bit too, FEATURE_<C|I|R><n>: the bits e2fsprogs names (lib/e2p/feature.c).
 _FEATURE_BITS = {
     "c": ("dir_prealloc", "imagic_inodes", "has_journal", "ext_attr", "resize_inode", "dir_index", "lazy_bg",
           "snapshot_bitmap", "exclude_bitmap", "sparse_super2", "fast_commit", "stable_inodes", "orphan_file"),

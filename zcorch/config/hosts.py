@@ -125,9 +125,8 @@ INVENTORY = "inventory"  # `hosts: inventory`: the hosts come from `--hosts INVE
 
 def parse_hosts(chk: Checker, node: ys.YNode, path: str = "hosts", base_dir: Optional[str] = None,
                 inventory_ok: bool = False) -> "Hosts | None":
-    """The `hosts:` node; problems go to `chk` (the result then has defaults where values were bad).
-    base_dir: what relative controller-side paths are relative to (an inventory's; None: refused).
-    inventory_ok: `inventory` is accepted and returns None."""
+    """The `hosts:` node; problems go to `chk`. base_dir: what relative controller-side paths are relative to
+    (an inventory's; None: refused). inventory_ok: `inventory` is accepted and returns None."""
     if isinstance(node, ys.YScalar):
         text = chk.value(node, path, ys.as_str, None)
         if inventory_ok and text == INVENTORY:

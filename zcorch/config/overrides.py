@@ -122,6 +122,4 @@ def _set(node: "ys.YNode | None", parts: "list[str]", value: ys.YNode, pos: ys.P
     new_child = _set(child, parts[n:], value, pos, done + [name], problems)
     if new_child is None:
         return None
-    entries = dict(node.entries)
-    entries[name] = (kpos, new_child)
-    return ys.YMap(entries, node.pos)
+    return ys.YMap({**node.entries, name: (kpos, new_child)}, node.pos)

@@ -123,8 +123,7 @@ class Experiment:
     networks: "dict[str, NetworkConfig]" = field(default_factory=dict)  # `networks:` name -> configuration
     allow_network_changes: bool = False     # the top-level opt-in: `networks:` may change both hosts (localhost too)
     calibration_max_age: float = DEFAULT_CALIBRATION_MAX_AGE_S   # seconds a host's cached calibration is used
-    # `control:` the cell every other is judged against, run by run: {parameter or linked axis: value}, or a
-    # network baseline kind's name (`control: iperf3`); None without one.
+    # `control:` {parameter or linked axis: value} naming a cell, or a network baseline kind (`control: iperf3`)
     control: "Optional[dict | str]" = None
 
     def network_allowed(self, role: str) -> bool:

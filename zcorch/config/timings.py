@@ -28,9 +28,8 @@ class Timings:
 
 
 def switch_keys(params: "Sequence[dict]") -> "list[str]":
-    """For runs in order, what set-up comes before each one ("" none): "filesystem=X" its first use (a
-    filesystem is made once and kept until its last run), "release filesystem=X" the run after X's last
-    one, "network=Y" a change of network (the first run's own set-up is before the sweep's first run)."""
+    """For runs in order, the set-up before each one ("" none): "filesystem=X" its first use (kept until its last
+    run), "release filesystem=X" the run after X's last one, "network=Y" a change of network."""
     last = {p.get("filesystem"): i for i, p in enumerate(params) if p.get("filesystem")}
     keys, seen = [], set()
     for i, p in enumerate(params):

@@ -289,12 +289,9 @@ class Validator(Checker):
         return value
 
     def params(self, node: ys.YNode, path: str) -> dict:
-        out = {}
-        for key, (_, child) in self.mapping(node, path, PARAM_KEYS, "parameters").items():
-            value = self.param(key, child, _join(path, key))
-            if value is not _INVALID:
-                out[key] = value
-        return out
+        fields = self.mapping(node, path, PARAM_KEYS, "parameters")
+        values = {key: self.param(key, child, _join(path, key)) for key, (_, child) in fields.items()}
+        return {key: value for key, value in values.items() if value is not _INVALID}
 
     def matrix(self, node: ys.YNode) -> "list[Axis]":
         axes: "list[Axis]" = []

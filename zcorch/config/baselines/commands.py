@@ -118,11 +118,9 @@ class CommandsKind(BaselineKind):
         out, seen = [], set()
         for i, item in enumerate(node.items):
             where = f"{path}[{i}]"
-            values = {}
-            for key, (_, v) in chk.mapping(item, where, tuple(_COMMAND_PARSERS), "command baseline settings").items():
-                val = chk.value(v, f"{where}.{key}", _COMMAND_PARSERS[key], None)
-                if val is not None:
-                    values[key] = val
+            fields = chk.mapping(item, where, tuple(_COMMAND_PARSERS), "command baseline settings")
+            values = {key: chk.value(v, f"{where}.{key}", _COMMAND_PARSERS[key]) for key, (_, v) in fields.items()}
+            values = {key: value for key, value in values.items() if value is not None}
             if not isinstance(item, ys.YMap):
                 continue
             missing = [k for k in ("name", "sender", "receiver") if k not in item.entries]

@@ -32,8 +32,7 @@ class DdBaseline:
 
     bs: int = 1024 ** 2
     count: Optional[int] = 64   # None until validation binds `count: cells` (zcorch.config.validate)
-    # Where dd writes when the sink is a device: the per-user scratch directory by default (a predictable
-    # name in a shared /tmp is anyone's to pre-create).
+    # Where dd writes for a device sink: per-user scratch (a predictable name in /tmp is anyone's to pre-create)
     scratch: str = SCRATCH_PLACEHOLDER
     repeats: int = 1          # dd write + read pairs per directory (records carry `repeat`)
     cells: bool = False       # `count: cells`: count follows the cells' largest `bytes` (bind_cells)

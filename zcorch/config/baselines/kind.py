@@ -59,17 +59,15 @@ class BaselineKind:
     default_on: bool = False          # on when `baselines:` is not written (iperf3 and dd, as the seeds)
     phase: str = NETWORK
     record_kinds: Mapping[str, str] = {}   # the `kind` of its baselines.jsonl records -> what it measures
-    # reference.baselines: how a record kind reads in a table, and the key columns matched against a cell's
-    # params; strict ones never stand in for another value (dd on another filesystem measures another disk).
+    # reference.baselines: a record kind's words, the keys matched against a cell's (strict: never another's)
     words: Mapping[str, str] = {}
     match_keys: Tuple[str, ...] = ()
     strict_keys: Tuple[str, ...] = ()
     match_fixed: Mapping[str, Any] = {}
     parsers: Mapping[str, Callable[[ys.YNode], Any]] = {}   # setting -> value parser (file:line on error)
     jobs: Tuple[str, ...] = ()        # zcorch.worker.remote host jobs it runs (dd's `dd`)
-    # What the analysis asks of a kind, so that it names no tool: the record kinds a throughput is a share of
-    # (the report's "% of" columns), those shown per receiving filesystem, the one a published throughput is
-    # normalised to by default, and the host-comparison row of its tool's version (meta.json versions.<label>).
+    # What the analysis asks of a kind, so that it names no tool: the record kinds a throughput is a share of,
+    # those shown per receiving filesystem, a published figure's default reference, its tool's version label.
     share_records: Tuple[str, ...] = ()
     filesystem_ceilings: Tuple[str, ...] = ()   # record kinds measured per receiving filesystem (match key)
     figure_reference: str = ""

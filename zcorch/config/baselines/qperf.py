@@ -21,8 +21,7 @@ MAX_MSG_SIZE = 1024 ** 3    # as the cells' buffer (the worker's limit)
 class QperfBaseline:
     duration: float = 2.0            # qperf -t (whole seconds, rounded up)
     per: str = "pair"                # as iperf3: per distinct (window, buffer) of the cells, or once
-    msg_size: Optional[int] = None   # qperf -m for every test (None: the cell's sender buffer; qperf's own
-                                     # default when `per: sweep`)
+    msg_size: Optional[int] = None   # qperf -m for every test (None: the cell's sender buffer, or qperf's)
 
 
 def server_argv(port: int) -> List[str]:
