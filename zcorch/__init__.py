@@ -1,8 +1,5 @@
 """zcorch: declarative experiments on how Linux moves bulk data between two hosts.
-
-This module stays stdlib-only at import time because it is deployed to bare remote hosts
-together with the worker; the analysis API (pandas, matplotlib) is imported on first use.
-"""
+Stdlib-only at import time (deployed with the worker); the analysis API is imported on first use."""
 from __future__ import annotations
 
 from zcorch._version import __version__

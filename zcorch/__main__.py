@@ -1,16 +1,12 @@
-"""`python -m zcorch`: the command line.
-
-Started inside a source checkout (the current directory, first on sys.path, holds a zcorch/ tree whose worker
-core is not built) while zcorch is installed elsewhere (a wheel), the installed package is the one meant, as
-the `zcorch` script finds it: the command runs again under Python's -P (no current directory on sys.path)."""
+"""`python -m zcorch`: the command line. Started inside a source checkout without the built worker while zcorch is
+installed elsewhere, the installed package is meant: the command runs again under Python's -P."""
 import importlib.machinery
 import os
 import sys
 
 
 def _installed_elsewhere() -> bool:
-    """Whether this package is a source tree in the current directory without its native module while another
-    zcorch is importable from the rest of sys.path."""
+    """Whether this is an unbuilt source tree in the cwd while another zcorch is importable."""
     tree = os.path.dirname(os.path.abspath(__file__))
     if sys.flags.safe_path or os.path.realpath(os.path.dirname(tree)) != os.path.realpath(os.getcwd()):
         return False

@@ -1,10 +1,6 @@
 """The conditions under which a published claim can be tested on the machine that ran it: declared once.
-
-A claim (or its study, `reference.needs`) names the conditions it needs; the report checks each on the claim's
-runs (zcorch.analysis.reproduction), and a claim whose condition is not met is *untestable here*, with the
-reason, instead of *does not hold*: a pinning study on busy CPUs says nothing about pinning. A fact that was
-not recorded leaves its condition *not recorded* and the verdict stands. Each check is a pure function of what
-the result set records per run or per host (docs/experiment-files.md lists them). Stdlib only.
+A claim whose condition is not met is *untestable here* rather than *does not hold* (a pinning study on busy
+CPUs says nothing about pinning); each check is a pure function of what the result set records. Stdlib only.
 """
 from __future__ import annotations
 
@@ -21,9 +17,7 @@ MET, NOT_MET, UNKNOWN = "met", "not met", "not recorded"
 
 
 class ConditionSpec(namedtuple("ConditionSpec", ("name", "takes", "help", "study"), defaults=(False,))):
-    """One condition a claim may need. takes: None (a plain name in `needs:`) or the noun of the number
-    it may be given as `{name: N}`; study: a state of the runs' hosts every claim of a study shares, so it
-    may only be declared study-wide (`reference.needs`)."""
+    """A condition a claim may need; takes: the noun of its number (`{name: N}`) or None; study: study-wide."""
 
     __slots__ = ()
 
@@ -92,9 +86,8 @@ def check_one_kernel(same_host: "Sequence[Optional[bool]]") -> Check:
     if not known:
         return Check("one_kernel", UNKNOWN, "the hosts' boot ids were not recorded")
     apart = len(known) - sum(known)
-    if apart:
-        return Check("one_kernel", NOT_MET, f"{apart} of {len(known)} runs had their ends on two kernels")
-    return Check("one_kernel", MET, f"both ends on one kernel in all {len(known)} runs")
+    return (Check("one_kernel", NOT_MET, f"{apart} of {len(known)} runs had their ends on two kernels") if apart
+            else Check("one_kernel", MET, f"both ends on one kernel in all {len(known)} runs"))
 
 
 def check_link(kinds: "Sequence[Optional[str]]", virtual: bool) -> Check:
@@ -109,8 +102,7 @@ def check_link(kinds: "Sequence[Optional[str]]", virtual: bool) -> Check:
 
 
 def check_ram(nbytes: "Sequence[Optional[float]]", mem_total: "Optional[int]", inside: bool) -> Check:
-    """`nbytes`: per run the data moved; `mem_total`: the smaller host's memory (inside=True: data_in_ram)
-    or the receiver's (inside=False: data_beyond_ram), bytes."""
+    """`nbytes`: per run the data moved; `mem_total`: the memory it is held against, bytes."""
     name = "data_in_ram" if inside else "data_beyond_ram"
     known = [float(b) for b in nbytes if b is not None and b == b]
     if not known or not mem_total:
@@ -128,22 +120,18 @@ def check_ram(nbytes: "Sequence[Optional[float]]", mem_total: "Optional[int]", i
 
 
 def check_cpus(named: "Sequence[int]", have: "Optional[int]", at_least: "Optional[int]" = None) -> Check:
-    """`named`: the CPUs the claim's cells pin; `have`: the CPUs the hosts offer (the fewer of the two);
-    `at_least`: the claim's own count (`{cpus: N}`), else the number of distinct CPUs named."""
+    """`named`: the CPUs the cells pin; `have`: the fewer the hosts offer; `at_least`: `{cpus: N}`."""
     need = at_least if at_least is not None else len(set(named))
     if have is None:
         return Check("cpus", UNKNOWN, "the hosts' CPU counts were not recorded")
     missing = sorted(c for c in set(named) if c >= have)
     if missing:
         return Check("cpus", NOT_MET, f"CPU {', '.join(map(str, missing))} named but the hosts have {have} CPUs")
-    if have < need:
-        return Check("cpus", NOT_MET, f"{have} CPUs here, the claim needs {need}")
-    return Check("cpus", MET, f"{have} CPUs here, the claim needs {need}")
+    return Check("cpus", NOT_MET if have < need else MET, f"{have} CPUs here, the claim needs {need}")
 
 
 def check_md_raid(filesystems: "Sequence[tuple[str, Optional[dict]]]", md_driver: Optional[bool]) -> Check:
-    """`filesystems`: (name, meta.json filesystems.<name> or None) of each filesystem the claim's cells write
-    to; `md_driver`: whether the receiver's kernel has md (None: not recorded)."""
+    """`filesystems`: (name, its meta.json record or None); `md_driver`: the receiver's kernel has md."""
     driver = ("" if md_driver is None else
               "; the receiver's kernel has md" if md_driver else "; the receiver's kernel has no md (/proc/mdstat absent)")
     if not filesystems:

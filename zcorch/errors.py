@@ -1,7 +1,5 @@
-"""The user-mistake family: every ZcorchError is printed by the CLI without a traceback.
-
-Anything else that escapes is a bug and crashes loudly. Stdlib-only: deployed with the worker.
-"""
+"""The user-mistake family: every ZcorchError is printed by the CLI without a traceback; anything else that
+escapes is a bug and crashes loudly. Stdlib-only: deployed with the worker."""
 from __future__ import annotations
 
 
@@ -17,9 +15,7 @@ class ConfigError(ZcorchError):
     exit_status = 2
 
     def __init__(self, problems: "list[str] | str"):
-        if isinstance(problems, str):
-            problems = [problems]
-        self.problems = list(problems)
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
         super().__init__("\n".join(self.problems))
 
 
@@ -66,8 +62,7 @@ class ResultSetBusy(ResultsError):
 
 
 class SignalInterrupt(KeyboardInterrupt):
-    """A signal other than SIGINT that ends a sweep as Ctrl-C does (`zcorch run` turns SIGTERM into this):
-    it unwinds like KeyboardInterrupt, and says which signal it was."""
+    """A signal other than SIGINT that ends a sweep as Ctrl-C does (SIGTERM), saying which it was."""
 
     def __init__(self, signum: int):
         super().__init__(signum)

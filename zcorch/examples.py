@@ -1,10 +1,6 @@
-"""The experiment files, the notebook and the recipes zcorch ships, wherever it is installed (`zcorch examples`).
-
-A wheel or sdist install carries them as package data (zcorch/_examples/, copied there by setup.py from the
-checkout's experiments/, notebooks/ and contrib/); a checkout or an editable install reads those folders
-themselves. A recipe is a directory (contrib/nightly: a script, its systemd units, a cron line) and is copied
-out as one. Copying never overwrites a file or a directory (exclusive create) and never follows a link at the
-destination.
+"""The experiment files, the notebook and the recipes zcorch ships (`zcorch examples`): package data in a wheel
+(zcorch/_examples/), the checkout's experiments/, notebooks/ and contrib/ otherwise. Copying never overwrites
+a file or a directory and never follows a link at the destination.
 """
 from __future__ import annotations
 
@@ -70,9 +66,7 @@ def examples() -> Dict[str, Example]:
 
 
 def copy_example(name: str, directory: str) -> str:
-    """Write example `name` into `directory` (made if missing) under its file name (a recipe: as a directory of
-    that name); the path written. ConfigError (an input error, exit 2) for an unknown name, a file or directory
-    that exists (nothing is overwritten) or a directory it cannot write in."""
+    """Write example `name` into `directory`, never overwriting; the path written (else ConfigError)."""
     known = examples()
     if name not in known and name.rsplit(".", 1)[0] in known:
         name = name.rsplit(".", 1)[0]
@@ -97,8 +91,7 @@ def copy_example(name: str, directory: str) -> str:
 
 
 def _write_new(src: str, dest: str) -> None:
-    """Copy src to a new file dest; a script (it starts with #!) stays executable, whatever the package's file
-    modes were (setup.py copies package data without them)."""
+    """Copy src to a new file dest; a script (#!) stays executable (package data carries no file modes)."""
     with open(src, "rb") as f:
         data = f.read()
     mode = 0o755 if data.startswith(b"#!") else 0o644

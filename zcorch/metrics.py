@@ -1,10 +1,6 @@
-"""The analysis metrics: one declaration of every figure a run frame (zcorch.load) offers for comparison.
-
-Each entry is a column: its unit, meaning, side, better direction (or none), how the two sides combine into a
-total, and whether it is extensive. compare/history's `--metric`, their verdicts, the report's tables and axes,
-what `reference:` and `report:` may name, and the totals frames computes all derive from here. Adding one is
-an entry here (plus its arithmetic in zcorch.analysis.frames unless it is a `total_*`); the worker's own
-metrics become `send_<name>`/`recv_<name>`. Stdlib only: the config layer imports it without pandas.
+"""The analysis metrics: one declaration of every figure a run frame (zcorch.load) offers for comparison (its
+unit, meaning, side, better direction, how the sides combine, whether extensive); `--metric`, verdicts, report
+axes and `reference:` derive from it. Stdlib only: the config layer imports it without pandas.
 """
 from __future__ import annotations
 
@@ -12,15 +8,14 @@ from collections import namedtuple
 from typing import Iterable, Optional
 
 from zcorch.params import METRICS as WORKER_METRICS, replace_block
-from zcorch.units import unit_dimension
+from zcorch.units import UNIT_DIMENSIONS, unit_dimension
 
 SIDES = ("send", "recv", "total", "none")
 BETTER = ("higher", "lower", None)
 # How the sender's and the receiver's figure of one metric combine into the `total_*` figure.
 COMBINE = {
     "sum": "the sender's plus the receiver's",
-    # Both workers on one kernel (same_host) read one /proc/stat over windows that overlap almost entirely:
-    # adding them would count the machine twice (zcorch.analysis.frames.combine_sides).
+    # Both workers on one kernel (same_host) read one /proc/stat: adding them would count the machine twice.
     "host": "the sender's plus the receiver's; on one machine (same_host) the larger, counted once",
 }
 _SIDE_WORDS = {"send": "sender", "recv": "receiver", "total": "both sides", "none": ""}
@@ -28,25 +23,15 @@ _SIDE_WORDS = {"send": "sender", "recv": "receiver", "total": "both sides", "non
 
 class AnalysisMetric(namedtuple("AnalysisMetric", ("name", "unit", "side", "better", "combine", "extensive", "label",
                                                    "help"))):
-    """One metric column of a run frame (an immutable record).
-
-    side: "send", "recv", "total" (both sides combined by `combine`) or "none" (of the transfer, not of a side);
-    better: "higher", "lower" or None (descriptive: no regression direction); combine: a key of COMBINE (the
-    rule by which the per-side figures make the total; on a `total` entry the rule it is computed by) or None;
-    extensive: a total over the transfer (a published figure for another `bytes` is compared per byte);
-    label: a few words for an axis or a column header; help: one sentence.
-    """
+    """One metric column of a run frame. side: "send", "recv", "total" or "none" (of the transfer); better: None
+    = descriptive; combine: a key of COMBINE or None; extensive: a total over the transfer (compared per byte)."""
 
     __slots__ = ()
 
     @property
     def quantity(self) -> bool:
         """Whether the unit is one zcorch.units converts (a published figure can be written in it)."""
-        try:
-            unit_dimension(self.unit)
-            return True
-        except ValueError:
-            return False
+        return any(self.unit in units for units in UNIT_DIMENSIONS.values())
 
     @property
     def rate(self) -> bool:
@@ -86,8 +71,7 @@ def _sides(base: str, unit: str, label: str, help: str, better: Optional[str], c
     return out
 
 
-# The derived columns of zcorch.analysis.frames (add_derived, add_copy_units, add_control_ratios), in the frame's
-# order.
+# The derived columns of zcorch.analysis.frames, in the frame's order.
 _DERIVED_RUN: "tuple[AnalysisMetric, ...]" = (
     AnalysisMetric("gbit_s", "Gbit/s", "none", "higher", None, False, "throughput",
                    "bytes / wall time as the receiver saw it (the data has landed, an fsync included), else the "
@@ -136,9 +120,7 @@ _DERIVED_RUN: "tuple[AnalysisMetric, ...]" = (
             "host CPU per GiB in units of one memcpy of a GiB on that host", "lower"),
 )
 
-# A result set with a `control:` cell (manifest "control"): each run's figure over the control's ok run of the
-# same repeat, or over a baseline control's figure of that round (frames.add_control_ratios): the machine's drift
-# between sweeps cancels where it moves both alike.
+# With a `control:`, each run's figure over the control's of the same round: drift that moves both cancels.
 CONTROL_SUFFIX = "_vs_control"
 CONTROL_BASES = ("gbit_s", "total_host_busy_s_per_gib")
 
@@ -162,18 +144,11 @@ _NOT_SCALAR = frozenset(("host_per_cpu_us",))
 
 
 def _worker_entries() -> tuple:
-    out = []
-    for m in WORKER_METRICS:
-        if m.name in _NOT_SCALAR:
-            continue
-        for side in ("send", "recv"):
-            if m.side not in (side, "both"):
-                continue
-            entry = AnalysisMetric(f"{side}_{m.name}", m.unit, side, None, None, m.extent == "total",
-                                   f"{side} {m.name}", f"{_SIDE_WORDS[side]} {m.help}")
-            if entry.quantity:   # an id or a flag (host_boot_id, uring_bundle) is no figure to compare
-                out.append(entry)
-    return tuple(out)
+    entries = (AnalysisMetric(f"{side}_{m.name}", m.unit, side, None, None, m.extent == "total", f"{side} {m.name}",
+                              f"{_SIDE_WORDS[side]} {m.help}")
+               for m in WORKER_METRICS if m.name not in _NOT_SCALAR
+               for side in ("send", "recv") if m.side in (side, "both"))
+    return tuple(e for e in entries if e.quantity)   # an id or a flag (host_boot_id) is no figure to compare
 
 
 ANALYSIS_METRICS: "tuple[AnalysisMetric, ...]" = DERIVED + _worker_entries()
@@ -194,8 +169,7 @@ def get(name: str) -> AnalysisMetric:
 
 
 def directed(name: str) -> AnalysisMetric:
-    """The metric `name` if it has a better direction (one `compare`/`history` can follow), else ValueError
-    naming the choices."""
+    """The metric `name` if it has a better direction, else ValueError naming the choices."""
     m = BY_NAME.get(name)
     if m is None or not m.directed:
         what = "has no better direction (a descriptive figure)" if m is not None else "is not a metric"
@@ -212,8 +186,7 @@ def axis_label(name: str) -> str:
 # ---------------------------------------------------------------- docs table
 
 def markdown_table() -> str:
-    """The derived metrics as Markdown (docs/experiment-files.md "Analysis metrics"); the per-side worker metrics
-    (`send_<name>`, `recv_<name>`) are the worker table's."""
+    """The derived metrics as Markdown (docs/experiment-files.md "Analysis metrics")."""
     rows = ["| metric | unit | better | sides | meaning |", "|---|---|---|---|---|"]
     for m in DERIVED:
         sides = f"total: {COMBINE[m.combine]}" if m.side == "total" else m.side

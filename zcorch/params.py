@@ -1,9 +1,6 @@
-"""The parameter table and the metric table: every name a cell or a worker result has, written once (as
-fio's `fio_options[]`). The experiment schema, the worker's flags, the analysis columns, `format_value`, the
-docs tables (`python -m zcorch.params --update-docs`) and the C structs (native/gen_params.py) derive from them.
-
-Stdlib-only and deployed with the worker: records are namedtuples, not dataclasses, whose import would add
-about as much to every worker start as the rest of its imports.
+"""The parameter and metric tables: every name a cell or a worker result has, written once (as fio's
+`fio_options[]`); the schema, worker flags, analysis columns, docs tables and C structs derive from them.
+Stdlib-only and deployed with the worker: namedtuples, as dataclasses would slow every worker start.
 """
 from __future__ import annotations
 
@@ -23,13 +20,10 @@ INT_MAX = 2 ** 31 - 1  # SO_SNDBUF / SO_RCVBUF / F_SETPIPE_SZ take a C int
 CPU_MAX = 65535
 SIZE_MAX = 2 ** 62     # beyond it a run never ends, or arithmetic overflows
 BUFFER_MAX = 2 ** 30   # one chunk buffer: allocated whole, per stream
-# Linux doubles SO_SNDBUF / SO_RCVBUF requests, into a C int
-WINDOW_MAX = INT_MAX // 2
+WINDOW_MAX = INT_MAX // 2  # Linux doubles SO_SNDBUF / SO_RCVBUF requests, into a C int
 DURATION_MIN = 0.001   # 1ms: the sampler's tick and the shortest deadline worth a poll
 DURATION_MAX = 7 * 86400.0
-# Device paths a source / sink may name without the experiment's `allow_destroy:`. Reading is harmless
-# only from these (opening some devices has effects: a watchdog starts, a tape rewinds); writing only to
-# /dev/null. The worker refuses any other device sink unless told it was allowed (--allow-device-sink).
+# Device paths a source / sink may name without `allow_destroy:`: opening others has effects (a watchdog starts).
 SOURCE_DEVICES = ("/dev/zero", "/dev/null", "/dev/urandom")
 SINK_DEVICES = ("/dev/null",)
 
@@ -41,19 +35,9 @@ class Param(namedtuple("Param", ("key", "kind", "default", "side", "flag", "help
                                  False))):
     """One parameter of a cell: its experiment-file key, how it is parsed, and how the worker gets it.
 
-    kind: one of KINDS (path: absolute, a `placeholders` path or a word of `choices`; name: a `filesystems:`
-    entry, or a `networks:` one with noun "network"; cpus: a CPU list kept as "0,1,2,3"). side: the worker
-    that gets it, or "controller" (`flag` None). unset: None = required; "auto" = auto/null mean the kernel's
-    default; "null" = null means not set. worker_absent: without the flag the worker applies `default`
-    ("default"), refuses to start ("required") or leaves it unset ("none"). registry_choices: the choices are
-    the C registry's (tests/test_params.py checks them against the build). devices: the only /dev paths the
-    value may name (the sink: also `allow_destroy:`). id_omit_default: added after cells were recorded, so it
-    is left out of the cell id at its default and older sets keep their ids. replaces: the `both` parameter
-    this one overrides for its side's worker (`send_buffer` -> `buffer`), sharing its flag. ctype / c_unset:
-    the C type of its `zc_params` field (named `dest`; native/build.py generates the struct, defaults and range
-    checks) and the C "not set" value. min / max: inclusive limits, the worker's real ones, refused with the
-    same message by plan and worker. cell_rule: the planner's cell rules read it (their verdicts are
-    memoised on these keys).
+    unset: None = required, "auto" = the kernel's default, "null" = not set. worker_absent: without the flag the
+    worker applies `default`, refuses to start or leaves it unset ("none"). id_omit_default: left out of the cell
+    id at its default (older sets keep their ids). replaces: the `both` parameter it overrides for its side.
     """
 
     __slots__ = ()
@@ -107,8 +91,7 @@ PARAMS: "tuple[Param, ...]" = (
           max=CPU_MAX, unset="null", ctype="int", c_unset=-1),
     Param("gift", "bool", False, "both", "--gift", "SPLICE_F_GIFT (vmsplice modes only)", ctype="int",
           cell_rule=True),
-    # The splice-write-benchmark's LARGE_MMAP / LARGE_VECIO and its write path's memset: the study's rows differ
-    # only in these, so each row is a cell of its own (experiments/splice-write-benchmark.yaml).
+    # The splice-write-benchmark's LARGE_MMAP / LARGE_VECIO: each of the study's rows is a cell of its own.
     Param("mmap_grain", "choice", "whole", "send", "--mmap-grain",
           "send `vmsplice` with fresh buffers (`gift`, or a file source): one mapping per buffer (`whole`) or one "
           "per sub-block (`subblock`), each filled, spliced and unmapped",
@@ -121,8 +104,7 @@ PARAMS: "tuple[Param, ...]" = (
           "source `mem`, a send mode with a buffer of its own (capability `refill`, `zcorch worker info`): every "
           "message is written anew into the sender's buffer before it is sent, on every iteration (with what: `fill`)",
           id_omit_default=True, ctype="int", cell_rule=True),
-    # What `refill` writes. A parameter of its own (not a choice-valued `refill`) so that stored result sets keep
-    # `refill` as a bool column and the cell ids they recorded.
+    # What `refill` writes: its own parameter so that stored sets keep `refill` a bool and their cell ids.
     Param("fill", "choice", "pattern", "send", "--fill",
           "with `refill`: `pattern` copies the pattern of source `mem` (the stores of a memset); `rand_crc32` "
           "writes each message as a seeded pseudo-random stream (rand() times a seed) and computes its crc32, "
@@ -192,17 +174,13 @@ PARAMS: "tuple[Param, ...]" = (
 )
 
 _BY_KEY = {p.key: p for p in PARAMS}
-# The parameters the planner's cell rules read (Param.cell_rule): zcorch.plan memoises verdicts on them.
 CELL_RULE_KEYS: "tuple[str, ...]" = tuple(p.key for p in PARAMS if p.cell_rule)
 NUMERIC_KINDS = ("size", "int", "cpu", "duration")
-# What one value of a numeric kind is called in a limit message.
 _LIMIT_NOUNS = {"size": "a size", "int": "an integer", "cpu": "an integer", "duration": "a duration"}
-# Parameters left out of the cell id while at their default (Param.id_omit_default): key -> default.
 ID_OMIT_AT_DEFAULT: "dict[str, Any]" = {p.key: p.default for p in PARAMS if p.id_omit_default}
 DEFAULTS: "dict[str, Any]" = {p.key: p.default for p in PARAMS}
 PARAM_KEYS: "tuple[str, ...]" = tuple(_BY_KEY)
 SIZE_KEYS = frozenset(p.key for p in PARAMS if p.kind == "size")
-# (side, replaced key) -> the parameter that replaces it for that side's worker when set (Param.replaces).
 _REPLACER = {(p.side, p.replaces): p.key for p in PARAMS if p.replaces}
 
 
@@ -222,8 +200,7 @@ def side_params(side: str) -> "tuple[Param, ...]":
 
 
 def side_value(side: str, params: "dict[str, Any]", key: str) -> Any:
-    """The value of `key` the worker of `side` gets: a per-side parameter that replaces it when that is set
-    (`side_value("send", cell, "buffer")` is `send_buffer` if set, else `buffer`)."""
+    """The value of `key` the worker of `side` gets: its per-side replacement when set (send_buffer)."""
     replacer = _REPLACER.get((side, key))
     if replacer is not None and not _is_missing(params.get(replacer)):  # NaN: a missing cell of a frame
         return params[replacer]
@@ -231,8 +208,7 @@ def side_value(side: str, params: "dict[str, Any]", key: str) -> Any:
 
 
 def limit_text(p: Param) -> str:
-    """The limits of a numeric parameter in words ("between 1 and 1073741824 bytes (1GiB)"): the one wording of
-    the plan's message and the worker's (native/build.py writes it into the C range checks)."""
+    """The limits of a numeric parameter in words: the one wording of the plan's and the worker's."""
     if p.kind == "size":
         text = f"between {p.min} and {p.max} bytes"
         pretty = format_size(p.max)
@@ -253,28 +229,21 @@ def format_got(p: Param, value: Any) -> str:
 
 
 def limit_problem(p: Param, value: Any) -> Optional[str]:
-    """None if `value` is within the limits of numeric parameter `p`, else the message the plan and the
-    worker both give: "expected an integer between 1 and 256, got 300" (the worker puts its flag first)."""
-    if p.min <= value <= p.max:
-        return None
-    return f"{limit_expectation(p)}, got {format_got(p, value)}"
+    """None if `value` is within the limits of `p`, else the message plan and worker both give."""
+    return None if p.min <= value <= p.max else f"{limit_expectation(p)}, got {format_got(p, value)}"
 
 
 def c_params() -> "tuple[Param, ...]":
-    """The parameters with a field in the C worker's zc_params, one per field (`dest`), in table order:
-    the shared ones (`both`) and the first of two per-side ones with one flag (send_cpu for `cpu`)."""
-    seen: "set[str]" = set()
-    out = []
+    """The parameters with a field in the C worker's zc_params, one per field (`dest`), in table order."""
+    out: "dict[str, Param]" = {}
     for p in PARAMS:
-        if p.ctype is not None and p.dest not in seen:
-            seen.add(p.dest)
-            out.append(p)
-    return tuple(out)
+        if p.ctype is not None:
+            out.setdefault(p.dest, p)
+    return tuple(out.values())
 
 
 def c_value(p: Param, value: Any) -> Any:
-    """The value the C field of `p` holds for a worker value: `c_unset` for an unset one, the index of
-    a `choice` held as an int, 0/1 for a bool, the value itself else (strings stay str)."""
+    """The C field's value of `p` for a worker value: c_unset, a choice's index, 0/1 for a bool, else itself."""
     if value is None:
         return p.c_unset
     if p.kind == "choice" and p.ctype == "int":
@@ -289,12 +258,8 @@ def _is_missing(value: Any) -> bool:
 
 
 def format_value(key: str, value: Any) -> str:
-    """A parameter value as a user would write it: sizes with binary units, `auto` for an unset
-    window/pipe_size (`none` for other unset values), true/false, durations in s (whole minutes in m).
-
-    Also takes what analysis frames hold (NaN for missing, numpy scalars, float sizes); a key that is
-    not a parameter (e.g. `sweep`) is shown as is.
-    """
+    """A parameter value as a user would write it (sizes with binary units, `auto`/`none` when unset, true/false,
+    durations in s or whole minutes); also what frames hold (NaN, numpy scalars); a non-parameter key as is."""
     p = _BY_KEY.get(key)
     if _is_missing(value):
         if p is not None and p.replaces:
@@ -311,9 +276,7 @@ def format_value(key: str, value: Any) -> str:
             n = int(value)
         except (TypeError, ValueError):
             return str(value)
-        if n != value:
-            return str(value)
-        return format_size(n) if p.kind == "size" else str(n)
+        return str(value) if n != value else format_size(n) if p.kind == "size" else str(n)
     if p.kind == "duration":
         return f"{value / 60:g}m" if value >= 60 and value % 60 == 0 else f"{value:g}s"
     return str(value)
@@ -326,11 +289,7 @@ def _flag_value(value: Any) -> str:
 
 
 def worker_flags(side: str, params: "dict[str, Any]") -> "list[str]":
-    """Worker command-line flags for one side of a cell, in table order (switches last).
-
-    Each flag carries the side's effective value (side_value: `--buffer` is `send_buffer` for the sender
-    when that is set). A value that is unset (None or `auto`: the kernel default) leaves its flag out.
-    """
+    """Worker flags for one side of a cell, in table order (switches last); an unset value leaves its out."""
     args: "list[str]" = []
     switches: "list[str]" = []
     for p in side_params(side):
@@ -349,25 +308,17 @@ class Metric(namedtuple("Metric", ("name", "unit", "side", "applies_to", "help",
                         defaults=("sum", "int64_t", None))):
     """One key of a worker's result: its unit, which side reports it ("send", "recv", "both"), for which modes.
 
-    applies_to: None = every mode, or the C mode capability a mode must declare for it to apply (null
-    elsewhere: the C mode table alone says which modes use a pipe or report zero-copy completions).
-    combine: how parallel streams' values make the group's (COMBINES; the C group totals are generated from
-    it). ctype: its C type in zc_metrics, None for the host-wide ones read around the group ("once").
-    extent: "total" (grows with `bytes`: compared per byte), "level" (a peak, size or end state) or None (no
-    quantity: an id, a flag, a list); every quantity says which (tests/test_metrics.py).
-    """
+    applies_to: None = every mode, or the C mode capability it needs. extent: "total" (grows with `bytes`),
+    "level" (a peak, size or end state) or None (an id, a flag, a list)."""
 
     __slots__ = ()
 
 
-# How a metric of parallel streams becomes the group's: sum, max, min, mean (integer, over the streams),
-# first (stream 0's), span (the group measures it itself: first start to last end, the one fsync after
-# every stream), once (host-wide, measured once around the whole group, not per stream).
+# How parallel streams' values make the group's (span: measured by the group; once: host-wide, around it).
 COMBINES = ("sum", "max", "min", "mean", "first", "span", "once")
 
 def _host(name: str, unit: str, help: str, extent: "Optional[str]" = None) -> Metric:
-    """A host-wide metric: read by the worker around the whole group of streams (combine "once"), no zc_metrics
-    field (ctype None)."""
+    """A host-wide metric: read around the whole group of streams, no zc_metrics field."""
     return Metric(name, unit, "both", None, help, combine="once", ctype=None, extent=extent)
 
 
@@ -413,8 +364,7 @@ METRICS: "tuple[Metric, ...]" = (
            "data connections the receiver dropped before its sender's: from another address than the sender's "
            "data address, or without the run's nonce in their stream hello (the result's `refused` says which)",
            combine="first", ctype="int64_t", extent="level"),
-    # Host-wide (every process, softirq and interrupt on the machine), read by the worker just outside its
-    # timed region (zcorch.worker.hoststat): the "host CPU" view, next to the process view above.
+    # Host-wide, read just outside the timed region (zcorch.worker.hoststat): the "host CPU" view.
     _host("host_window_ns", "ns",
           "time between the two /proc/stat reads around the transfer: the window of every host_* time", "total"),
     _host("host_user_us", "µs", "host-wide user time, all CPUs (/proc/stat; includes guest)", "total"),
@@ -451,10 +401,7 @@ METRICS: "tuple[Metric, ...]" = (
           "the kernel's boot id (not a delta): the same on both sides = one machine, whose host CPU counts once"),
 )
 METRIC_KEYS: "tuple[str, ...]" = tuple(m.name for m in METRICS)
-# The host CPU fields of the host_<field>_us metrics (and of each host_per_cpu_us list, in this order), and
-# the ones that count as busy: what this kernel ran. Not idle and iowait (a CPU waiting for I/O could run
-# something), nor steal: the hypervisor running other guests on our CPUs, no work (nor cost) of this machine
-# (a loaded 2-CPU VM here lost 0.01-0.25 CPUs to it; `*_host_steal_cpus` shows it).
+# The host_<field>_us fields, and the busy ones: not idle, iowait (could run something) nor steal (not ours).
 HOST_CPU_FIELDS: "tuple[str, ...]" = ("user", "nice", "system", "irq", "softirq", "iowait", "steal", "idle")
 HOST_BUSY_FIELDS: "tuple[str, ...]" = ("user", "nice", "system", "irq", "softirq")
 
@@ -466,10 +413,8 @@ def metric_applies(metric: Metric, side: str, mode_caps: "frozenset[str]") -> bo
 
 # ---------------------------------------------------------------- docs tables
 
-# The cell rules the planner and the worker both apply, each worded once: zcorch.config.cells judges the
-# names in a cell, the C worker judges what it opened (the descriptor, never the name), and both say why
-# with this text. {placeholders} are filled by name in Python; native/gen_params.py writes each as a
-# printf format ZC_RULE_<NAME> (CELL_RULE_FORMATS: %s unless listed) with its arguments in this order.
+# The cell rules the planner (on names) and the C worker (on what it opened) both apply, worded once;
+# native/gen_params.py writes each as a printf format ZC_RULE_<NAME> (%s unless in CELL_RULE_FORMATS).
 CELL_RULES = {
     "file_sink": "receive mode `{mode}` needs a regular file as sink, not {sink}",
     "no_sink": "receive mode `{mode}` keeps no data: its sink must be /dev/null, not `{sink}`",
@@ -515,17 +460,13 @@ def describe(p: Param) -> str:
     elif p.kind in ("int", "cpu"):
         what = "CPU index" if p.kind == "cpu" else "integer"
         text = f"{what} ≥ {p.min}" if p.max is None else f"{what} between {p.min} and {p.max}"
-    elif p.kind == "bool":
-        text = "`true`/`false`"
     elif p.kind == "duration":
         text = f"duration {limit_text(p)}"
-    elif p.kind == "cpus":
-        text = "a CPU list (`0-3`, `0,2`)"
     elif p.kind == "path":
         forms = [f"`{w}`" for w in p.choices] + ["an absolute path"] + [f"`{ph}/FILE`" for ph in p.placeholders]
         text = ", ".join(forms[:-1]) + " or " + forms[-1] if len(forms) > 1 else forms[0]
     else:
-        text = "a name"
+        text = {"bool": "`true`/`false`", "cpus": "a CPU list (`0-3`, `0,2`)"}.get(p.kind, "a name")
     if p.replaces:
         text += f", or null = `{p.replaces}`"
     elif p.unset == "auto":
@@ -560,8 +501,7 @@ def doc_markers(block: str) -> "tuple[str, str]":
 
 
 def replace_block(text: str, block: str, table: str) -> str:
-    """`text` (a Markdown document) with the lines between the two markers of `block` (doc_markers) replaced
-    by `table`; ValueError naming the markers if they are missing."""
+    """`text` with the lines between the markers of `block` replaced by `table`; ValueError without."""
     begin, end = doc_markers(block)
     start, stop = text.find(begin), text.find(end)
     if start < 0 or stop < start:

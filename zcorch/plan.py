@@ -1,12 +1,6 @@
 """Expansion: a validated Experiment -> an ordered Plan of cells and runs. Pure (no I/O, no clock).
-
-A cell is one full set of parameters; its id hashes their canonical JSON (zcorch.plan_matrix.canonical), so the
-same parameters give the same id whatever the axis order or the other cells of the file, and results match
-across edits, resumed sweeps and zcorch versions. A run is one repeat of a cell. Matrix cells come in file
-order, then include cells; a duplicate is merged; excluded and (with `skip_invalid`) invalid cells go to
-`plan.dropped` with the reason. Run orders (`sequential`, `interleave`, `shuffle`; the runs of one `network`
-together) and adaptive `repeats:` are described in docs/experiment-files.md.
-"""
+A cell's id hashes its parameters' canonical JSON, so results match across edits, resumed sweeps and versions;
+excluded and (with `skip_invalid`) invalid cells go to `plan.dropped` with the reason."""
 from __future__ import annotations
 
 import json
@@ -28,33 +22,27 @@ from zcorch.config.reference import reference_problems
 from zcorch.params import PARAM_KEYS, format_value
 from zcorch.plan_matrix import ID_LENGTH, canonical, cell_id, matrix_cells, member  # noqa: F401 (the plan API)
 
-# A 95% interval of a median needs this many runs (zcorch.results.intervals.min_runs_for(0.95)): no cell
-# of `repeats: {target_ci: ...}` can converge with fewer, whatever its `min` says.
-MIN_RUNS_95 = 6
+MIN_RUNS_95 = 6   # a 95% interval of a median needs this many runs (intervals.min_runs_for(0.95))
 
 _MAX_LISTED = 5  # cells named per reason in an error message
 
 
-@dataclass
+@dataclass(slots=True)   # 100k of them in a big plan
 class Cell:
-    __slots__ = ("id", "params", "origin")  # 100k of them in a big plan
     id: str
     params: dict
     origin: str           # "matrix" or "include[i]"
 
 
-@dataclass
+@dataclass(slots=True)
 class Run:
-    __slots__ = ("id", "repeat", "params")
     id: str               # the cell's id (same for every repeat)
     repeat: int           # 0-based
-    params: dict          # every parameter, sizes in bytes, durations in seconds. The same dict as the
-                          # cell's (and the other repeats'): treat it as read-only, copy to change it.
+    params: dict          # every parameter; the cell's own dict (shared by its repeats): read-only
 
 
-@dataclass
+@dataclass(slots=True)
 class Dropped:
-    __slots__ = ("id", "params", "origin", "reason")
     id: str
     params: dict
     origin: str
@@ -83,8 +71,7 @@ class Plan:
         return [k for k in PARAM_KEYS if k in candidates and any(c.params[k] != first[k] for c in self.cells)]
 
     def fewest_repeats(self) -> int:
-        """The fewest runs a cell can end with: `repeats: N` -> N; `{min, max, target_ci}` -> max(min, 6)
-        capped at max (a cell cannot converge before its 95% interval exists)."""
+        """The fewest runs a cell can end with: N, or max(min, 6) capped at max (no 95% interval before 6)."""
         p = self.experiment.repeat_policy
         return self.experiment.repeats if p is None else min(p.max, max(p.min, MIN_RUNS_95))
 
@@ -96,16 +83,12 @@ class Plan:
 
 def load_plan(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
               hosts: "Optional[InventoryPair]" = None, unknown_hosts: bool = False) -> Plan:
-    """`expand(load_experiment(path, overrides, hosts, unknown_hosts))`."""
     return expand(load_experiment(path, overrides, hosts, unknown_hosts))
 
 
 def expand(exp: Experiment, reduced: bool = False) -> Plan:
-    """Every cell and run of an experiment, in execution order. Raises ConfigError for cells that cannot run.
-
-    reduced: the document is a run reduced by `--set` (also when `exp.overrides` no longer says so: the
-    effective experiment.yaml of a result set being resumed), so reference matches it lacks only warn.
-    """
+    """Every cell and run of an experiment, in execution order; ConfigError for cells that cannot run.
+    reduced: a run reduced by `--set` (also a resumed set's effective document): reference matches only warn."""
     reduced = reduced or bool(exp.overrides)
     cells: "list[Cell]" = []
     dropped: "list[Dropped]" = []
@@ -144,8 +127,7 @@ def expand(exp: Experiment, reduced: bool = False) -> Plan:
                 ex_hits[hit] += 1
                 dropped.append(Dropped(cid, params, "matrix", f"excluded by exclude[{hit}]"))
 
-    # -- include cells (not subject to exclude)
-    for i, params in enumerate(exp.include):
+    for i, params in enumerate(exp.include):   # include cells: not subject to exclude
         admit(cell_id(params), dict(params), f"include[{i}]")
 
     if bad:
@@ -171,18 +153,12 @@ def expand(exp: Experiment, reduced: bool = False) -> Plan:
 def control_matches(exp: Experiment, params: dict) -> bool:
     """Whether a cell's parameters hold every value of the experiment's `control:` (a linked axis: its label)."""
     linked = {a.key: a for a in exp.matrix if a.linked}
-    for key, value in exp.control.items():
-        if key in linked:
-            if linked[key].label_of(params) != value:
-                return False
-        elif not member(params.get(key), [value]):
-            return False
-    return True
+    return all(linked[key].label_of(params) == value if key in linked else member(params.get(key), [value])
+               for key, value in exp.control.items())
 
 
 def _one_network(exp: Experiment, cells: "list[Cell]") -> None:
-    """A control is measured in every round: ConfigError when the cells differ in `network` (the runs of each
-    network run together, each configuration applied once, so no round holds them all)."""
+    """A control is measured in every round: ConfigError when the cells differ in `network`."""
     if len({c.params.get("network") for c in cells}) > 1:
         raise ConfigError(f"{exp.where('control')}: control: the cells differ in `network`, and the runs of each "
                           "network run together (each configuration applied once), so the control would not be "
@@ -210,9 +186,8 @@ def _control_cell(exp: Experiment, cells: "list[Cell]", dropped: "list[Dropped]"
 
 
 def control_record(plan: Plan) -> Optional[dict]:
-    """What a result set records of its control (manifest.json "control"): {"cell": id, "params": the values
-    `control:` names, as the plan holds them, "label": the cell as the plan describes it}; for a baseline kind
-    (`control: iperf3`) {"baseline": kind, "key": the key of its test, "label"}; None without one."""
+    """What a result set records of its control (manifest.json "control"): {"cell", "params", "label"}, or for a
+    baseline kind {"baseline", "key", "label"}; None without one."""
     if isinstance(plan.experiment.control, str):
         kind = plan.experiment.control
         key = control_baseline_key(plan.experiment)
@@ -226,8 +201,7 @@ def control_record(plan: Plan) -> Optional[dict]:
 
 
 def control_baseline_key(exp: Experiment) -> dict:
-    """The key of the test `control: <kind>` runs in every round (the kind's control_key under the experiment's
-    settings of it)."""
+    """The key of the test `control: <kind>` runs in every round, under the experiment's settings of it."""
     kind = BY_NAME[exp.control]
     return kind.control_key(exp.baselines.get(kind.name))
 
@@ -236,8 +210,7 @@ def _order_runs(exp: Experiment, cells: "list[Cell]") -> "list[Run]":
     runs = _order_runs_ungrouped(exp, cells)
     if len({c.params.get("network") for c in cells}) < 2:
         return runs
-    # A network configuration is applied to both hosts once per group of runs (zcorch.provision.network):
-    # the runs of each `network` run together, groups in first-use order, each keeping the order above.
+    # A network is applied once per group: the runs of each `network` run together, in first-use order.
     groups: "dict[object, list[Run]]" = {}
     for run in runs:
         groups.setdefault(run.params.get("network"), []).append(run)
@@ -266,8 +239,7 @@ def describe_cell(exp: Experiment, params: dict, origin: str) -> str:
     keys = [p for a in exp.matrix if len(a.values) > 1 for p in a.params]
     if origin.startswith("include["):
         base = exp.include_base()
-        entry_keys = [k for k in PARAM_KEYS if params[k] != base[k]]
-        keys = keys + [k for k in entry_keys if k not in keys]
+        keys += [k for k in PARAM_KEYS if params[k] != base[k] and k not in keys]
     if not keys:
         keys = ["send_mode", "recv_mode"]
     return " ".join(f"{k}={format_value(k, params[k])}" for k in keys)
@@ -277,7 +249,7 @@ def _invalid_messages(exp: Experiment, bad: dict) -> "list[str]":
     out = []
     hint = "" if exp.skip_invalid else "; fix or exclude them, or set `skip_invalid: true` to drop them"
     for (origin, reason), cells in bad.items():
-        where = exp.where(origin if origin != "matrix" else "matrix")
+        where = exp.where(origin)
         named = ", ".join(f"[{cell_id(p)}] {describe_cell(exp, p, origin)}" for p in cells[:_MAX_LISTED])
         more = f" and {len(cells) - _MAX_LISTED} more" if len(cells) > _MAX_LISTED else ""
         n = f"{len(cells)} cell{'s' if len(cells) != 1 else ''}"
@@ -293,20 +265,16 @@ def _warnings(exp: Experiment, plan: Plan, ex_hits: "list[int]") -> "list[str]":
         out.append(f"{exp.where('repeats')}: repeats.max {policy.max} is below {MIN_RUNS_95}: a 95% interval of a "
                    f"median needs {MIN_RUNS_95} ok runs, so no cell can converge; every cell runs {policy.max} times "
                    "and is marked converged: false")
-    for i, hits in enumerate(ex_hits):
-        if hits == 0:
-            out.append(f"{exp.where(f'exclude[{i}]')}: exclude[{i}] matches no cell (a typo in a value?)")
-    for a in exp.matrix:
-        for p in a.params:
-            if p in exp.params:
-                out.append(f"{ys.where(exp.path, a.pos)}: matrix.{a.key} overrides params.{p} in every matrix cell")
+    out += [f"{exp.where(f'exclude[{i}]')}: exclude[{i}] matches no cell (a typo in a value?)"
+            for i, hits in enumerate(ex_hits) if hits == 0]
+    out += [f"{ys.where(exp.path, a.pos)}: matrix.{a.key} overrides params.{p} in every matrix cell"
+            for a in exp.matrix for p in a.params if p in exp.params]
     for key, defined in (("filesystem", exp.filesystems), ("network", exp.networks)):
         used = {c.params.get(key) for c in plan.cells}
         out += [f"{exp.where(f'{key}s.{name}')}: {key}s.{name} is defined but no cell uses it"
                 for name in defined if name not in used]
-    for origin, cid in plan.merged:
-        out.append(f"{exp.where(origin)}: {origin} is identical to cell {cid}; merged (run once per repeat)")
-    return out
+    return out + [f"{exp.where(origin)}: {origin} is identical to cell {cid}; merged (run once per repeat)"
+                  for origin, cid in plan.merged]
 
 
 # ---------------------------------------------------------------- duration estimate
@@ -354,16 +322,13 @@ class Estimate:
                     f"after the last {hms(self.baseline_s)}.")
         return (f"{span} {hms(self.total_s)}: transfers {hms(self.transfer_s)} "
                 f"(bytes at an assumed {format_size(int(self.rate))}/s, each capped by its timeout, or the cell's "
-                f"duration) + "
-                f"{self.per_run_overhead:g}s overhead per run ({hms(self.overhead_s)}) + baselines "
+                f"duration) + {self.per_run_overhead:g}s overhead per run ({hms(self.overhead_s)}) + baselines "
                 f"{hms(self.baseline_s)} ({parts}). Real rates differ: use --rate.")
 
 
 def estimate(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVERHEAD,
              timings: Optional[Timings] = None) -> Estimate:
-    """How long `zcorch run` should take, from stated assumptions (see Estimate.explain); each baseline
-    kind estimates its own share (zcorch.config.baselines). With `timings`, from what an earlier result set
-    took instead: its rate, its time between runs, its configurations' set-up, its start and its end."""
+    """How long `zcorch run` should take, from assumptions or from an earlier set's `timings`."""
     if timings is not None:
         return _learned_estimate(plan, timings, rate)
     by_id = {c.id: c.params for c in plan.cells}
@@ -419,9 +384,7 @@ def hms(seconds: float) -> str:
 
 
 def runs_json(plan: Plan) -> "list[dict]":
-    """The runs as `zcorch plan --json` prints them (and plan.json stores them), in execution order. With
-    `repeats: {min, max, target_ci}`, a run its cell may not need (repeat ≥ Plan.fewest_repeats(): it runs
-    only while the cell has not converged) also has `"optional": true` (not in plan.json)."""
+    """The runs as `zcorch plan --json` prints them; one its cell may not need has `"optional": true`."""
     fewest = plan.fewest_repeats()   # (fixed `repeats: N`: every run is below it)
     return [{"id": r.id, "repeat": r.repeat, "params": r.params, **({"optional": True} if r.repeat >= fewest else {})}
             for r in plan.runs]

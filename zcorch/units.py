@@ -1,18 +1,12 @@
 """Sizes and durations as users write them. Pure functions, stdlib-only (deployed with the worker).
-
-Sizes follow iperf3 and dd: integers are bytes; KiB/MiB/GiB/TiB and bare K/M/G/T are powers
-of 1024; KB/MB/GB/TB are powers of 1000. Durations: 500ms, 5s, 2m, 1h, or a bare number of seconds.
-"""
+Sizes follow iperf3 and dd: KiB and bare K are powers of 1024, KB powers of 1000; durations 500ms, 5s, 2m, 1h."""
 from __future__ import annotations
 
 import re
 
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([A-Za-z]*)\s*$")
-_SIZE_UNITS = {"": 1, "b": 1}
-for _i, _p in enumerate("kmgt", start=1):
-    _SIZE_UNITS[_p] = 1024 ** _i
-    _SIZE_UNITS[_p + "ib"] = 1024 ** _i
-    _SIZE_UNITS[_p + "b"] = 1000 ** _i
+_SIZE_UNITS = {"": 1, "b": 1, **{p + suffix: base ** i for i, p in enumerate("kmgt", start=1)
+                                 for suffix, base in (("", 1024), ("ib", 1024), ("b", 1000))}}
 
 _DUR_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|)\s*$")
 _DUR_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0}
@@ -55,8 +49,7 @@ def format_size(n: int) -> str:
 
 
 # ---------------------------------------------------------------- published quantities (`reference:`)
-# A unit belongs to one dimension; a value converts between units of the same dimension only. Rates are
-# bit/s-based (MB = 10^6 bytes, MiB = 2^20 as everywhere here), times seconds, sizes bytes, CPU cost s/GiB.
+# A value converts between units of one dimension only; rates are bit/s-based (MB = 10^6 bytes, MiB = 2^20).
 
 _RATE = {"bit/s": 1.0, "kbit/s": 1e3, "Mbit/s": 1e6, "Gbit/s": 1e9, "Kb/s": 1e3, "Mb/s": 1e6, "Gb/s": 1e9,
          "B/s": 8.0, "kB/s": 8e3, "KB/s": 8e3, "MB/s": 8e6, "GB/s": 8e9,
@@ -90,8 +83,7 @@ def convert(value: float, unit: str, to: str) -> float:
 
 
 def parse_quantity(text: str) -> "tuple[float, float, str]":
-    """(low, high, unit) from '857 MB/s', '6.9 Gbit/s', '465-520 MB/s' (a range; also with – or ..),
-    '6.864 s', '5120077 count'. A single value has low == high. Raises ValueError."""
+    """(low, high, unit) from '857 MB/s' or a range '465-520 MB/s' (also – or ..); ValueError else."""
     m = _QUANTITY_RE.match(text) if isinstance(text, str) else None
     if not m:
         raise ValueError(f"not a quantity: {text!r} (write a number or a range and a unit, e.g. `857 MB/s`, "

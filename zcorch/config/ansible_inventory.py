@@ -1,15 +1,6 @@
-"""Ansible inventories as zcorch inventories (`--hosts INV[:PAIR]`): the JSON `ansible-inventory --list`
-prints, or YAML and INI files read by ansible-core itself (the optional extra `zcorch[ansible]`). The
-variables (zcorch_pair, zcorch_role, zcorch_data_address, ansible_host, ...) are in docs/experiment-files.md,
-"Ansible inventories"; hosts without `zcorch_pair` are ignored.
-
-No inventory script or plugin configuration is ever executed: list_json runs `ansible-inventory` as an argv
-list (no shell) with only the `yaml` and `ini` plugins, in a fresh private cwd with an empty private
-ANSIBLE_CONFIG, none of the caller's `ANSIBLE_*`, empty plugin paths and time, memory and output limits; an
-executable inventory is a program, so its saved `--list` JSON is what to pass. The pairs found are validated
-by zcorch.config.inventory.parse_inventory, a problem named `FILE:LINE: host `NAME` (pair P, sender):
-VARIABLE: message` (LINE: where the host's name first appears; the JSON keeps no positions).
-"""
+"""Ansible inventories as zcorch inventories (`--hosts INV[:PAIR]`): `ansible-inventory --list` JSON, or YAML and
+INI files read by ansible-core. No inventory script or plugin configuration is ever executed: ansible-inventory
+runs with only the yaml and ini plugins, in a private cwd and config, with time, memory and output limits."""
 from __future__ import annotations
 
 import graphlib
@@ -26,7 +17,6 @@ import yaml
 from zcorch.errors import ConfigError
 
 ROLES = ("sender", "receiver")
-PREFIX = "zcorch_"
 # zcorch host key -> the Ansible variable that gives it (ssh is built from ansible_host/user/port)
 HOST_VARS = {"data_address": "zcorch_data_address", "identity_file": "ansible_ssh_private_key_file",
              "python": "ansible_python_interpreter", "known_hosts": "zcorch_known_hosts",
@@ -34,13 +24,11 @@ HOST_VARS = {"data_address": "zcorch_data_address", "identity_file": "ansible_ss
              "allow_network_changes": "zcorch_allow_network_changes"}
 SSH_VARS = "ansible_host, ansible_user, ansible_port"
 ENABLED_PLUGINS = "yaml,ini"
-# ansible-inventory is a program reading someone's file: it gets a wall-clock limit, an address-space limit
-# (a YAML alias bomb ends in MemoryError, not in the machine's swap) and a cap on what it may print.
+# ansible-inventory reads someone's file: limits on time, address space (a YAML alias bomb) and output.
 TIMEOUT_S = 60
 MEMORY_LIMIT = 1 << 30          # RLIMIT_AS of the ansible-inventory process
 OUTPUT_LIMIT = 64 << 20         # RLIMIT_FSIZE: its --list JSON goes to a file in its private directory
-# The JSON of an inventory (ansible-inventory's or a file): at most this many bytes and this deep (an Ansible
-# inventory is {group: {hosts, vars: {name: value}}} with a few levels of value), and this many groups.
+# The JSON of an inventory: at most this many bytes, this deep, and this many groups.
 JSON_MAX_BYTES = 64 << 20
 JSON_MAX_DEPTH = 64
 MAX_GROUPS = 20000
@@ -48,8 +36,7 @@ _GROUP_KEYS = ("hosts", "children", "vars")
 
 
 def kind_of(text: str) -> Optional[str]:
-    """'json' (ansible-inventory's output), 'ansible' (an Ansible YAML or INI file), 'script' or None (zcorch's own
-    inventory: a mapping with `pairs:`, or something its parser will explain)."""
+    """'json', 'ansible' (a YAML or INI file), 'script' or None (zcorch's own inventory, or not one)."""
     if text.startswith("#!"):   # a program (a dynamic inventory script): refused by load_ansible, never run
         return "script"
     stripped = text.lstrip()
@@ -70,8 +57,7 @@ def kind_of(text: str) -> Optional[str]:
             return None
         groups = [v for v in doc.values() if isinstance(v, dict) and any(k in v for k in _GROUP_KEYS)]
         return "ansible" if groups else None
-    # INI: section headers ([group], [group:vars]) or bare host lines, which YAML reads as a string or a list, or
-    # refuses
+    # INI: section headers ([group], [group:vars]) or bare host lines (YAML reads a string, a list, or refuses)
     return "ansible" if re.search(r"^\s*\[[^\]]+\]\s*$", text, re.M) else None
 
 
@@ -86,17 +72,13 @@ def ansible_inventory_command() -> str:
 
 
 def inventory_env(private: str) -> Dict[str, str]:
-    """The environment ansible-inventory runs with: this one without any `ANSIBLE_*` variable (a config file,
-    plugin paths or enabled plugins set by whoever started zcorch), then zcorch's own: an empty private config
-    file (no ./ansible.cfg, ~/.ansible.cfg or /etc/ansible/ansible.cfg is read), Ansible's home, temporary,
-    plugin and collection directories inside `private` (empty: no vars, inventory or collection plugin is found),
-    only the yaml and ini inventory plugins and the host_group_vars vars plugin (group_vars/host_vars: data)."""
+    """The environment ansible-inventory runs with: none of the caller's `ANSIBLE_*`, an empty private config,
+    Ansible's directories inside `private`, only the yaml and ini inventory and host_group_vars plugins."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     empty = os.path.join(private, "empty")
     os.makedirs(empty, mode=0o700, exist_ok=True)
     config = os.path.join(private, "ansible.cfg")
-    with open(config, "w"):
-        pass
+    open(config, "w").close()
     env.update(ANSIBLE_CONFIG=config, ANSIBLE_HOME=private, ANSIBLE_LOCAL_TEMP=os.path.join(private, "tmp"),
                ANSIBLE_INVENTORY_ENABLED=ENABLED_PLUGINS, ANSIBLE_VARS_ENABLED="host_group_vars",
                ANSIBLE_VARS_PLUGINS=empty, ANSIBLE_INVENTORY_PLUGINS=empty, ANSIBLE_COLLECTIONS_PATH=empty,
@@ -114,10 +96,7 @@ def _limits() -> None:   # in the child, before exec
 
 
 def list_json(path: str) -> dict:
-    """`ansible-inventory -i PATH --list` of a YAML or INI file, parsed. It runs as data is read: in a fresh
-    private directory (its cwd: no ./ansible.cfg of the caller's), with inventory_env, in its own process group
-    killed after TIMEOUT_S, with MEMORY_LIMIT of address space, its output a file of at most OUTPUT_LIMIT bytes,
-    read as bounded JSON (load_json)."""
+    """`ansible-inventory -i PATH --list` of a YAML or INI file, run confined (inventory_env, limits)."""
     import signal
     import tempfile
 
@@ -157,9 +136,7 @@ def list_json(path: str) -> dict:
 
 
 def json_problem(text: str) -> Optional[str]:
-    """Why `text` is not JSON of a bounded inventory (None: it may be parsed): at most JSON_MAX_BYTES, nested at
-    most JSON_MAX_DEPTH deep. Iterative (no recursion, whatever the nesting): strings are cut out, then the
-    brackets counted."""
+    """Why `text` is not JSON of a bounded inventory (too large, nested too deep), or None."""
     if len(text) > JSON_MAX_BYTES:
         return f"larger than {JSON_MAX_BYTES >> 20} MiB"
     depth = 0
@@ -187,8 +164,7 @@ def load_json(text: str, path: str) -> dict:
 
 
 def host_vars(doc: dict, path: str) -> Dict[str, dict]:
-    """host -> its variables, from `ansible-inventory --list` JSON: group variables (all first, then each
-    group from the outermost to the innermost, as Ansible orders them) under the host's own."""
+    """host -> its variables from `ansible-inventory --list` JSON: group vars (outermost first) under its own."""
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected the JSON object `ansible-inventory --list` prints")
     meta = doc.get("_meta") or {}
@@ -239,9 +215,7 @@ def host_vars(doc: dict, path: str) -> Dict[str, dict]:
 
 
 def _group_depths(groups: dict, parents: Dict[str, List[str]], path: str) -> Dict[str, int]:
-    """group -> how far below the top it lies (the longest chain of parents: Ansible applies an outer group's
-    vars first), in graphlib's order (parents first): linear in the groups and their links, however they nest
-    (each group a child of every earlier one included); a group that is its own ancestor is refused."""
+    """group -> the longest chain of parents above it (linear); a cycle of groups is refused."""
     depths: Dict[str, int] = {}
     try:
         for g in graphlib.TopologicalSorter({g: parents.get(g, []) for g in [*groups, *parents]}).static_order():
@@ -254,10 +228,7 @@ def _group_depths(groups: dict, parents: Dict[str, List[str]], path: str) -> Dic
 def _line_of(text: str, host: str) -> int:
     """The first line of `text` naming `host` (1 when none does)."""
     pat = re.compile(r"(^|[\s\"'\[:,{])" + re.escape(host) + r"($|[\s\"':,\]=}])")
-    for i, line in enumerate(text.splitlines(), start=1):
-        if pat.search(line):
-            return i
-    return 1
+    return next((i for i, line in enumerate(text.splitlines(), start=1) if pat.search(line)), 1)
 
 
 def _boolean(value):
@@ -276,8 +247,8 @@ def _ssh_target(host: str, v: dict) -> str:
     return target
 
 
-def pairs_document(hosts: Dict[str, dict], path: str, text: str,
-                   with_shares: bool) -> Tuple[dict, Dict[tuple, Tuple[str, int]], List[str]]:
+def pairs_document(hosts: Dict[str, dict], path: str,
+                   text: str) -> Tuple[dict, Dict[tuple, Tuple[str, int]], List[str]]:
     """(a zcorch inventory document {"pairs": ...}, (pair, role) -> (host, line), problems)."""
     problems: List[str] = []
     found: Dict[str, Dict[str, List[str]]] = {}
@@ -325,10 +296,7 @@ def pairs_document(hosts: Dict[str, dict], path: str, text: str,
             if sh:
                 shares += [str(s) for s in (sh if isinstance(sh, list) else [sh]) if str(s) not in shares]
         if shares:
-            if with_shares:
-                entry["shares"] = shares
-            else:
-                problems.append(f"{path}: pair `{pair}`: zcorch_shares: this zcorch has no `shares:` (fleet runs)")
+            entry["shares"] = shares
         doc["pairs"][pair] = entry
     return doc, origin, problems
 
@@ -355,10 +323,8 @@ def synthetic_name(path: str) -> str:
     return f"{path} (as zcorch pairs)"
 
 
-def pairs_yaml(path: str, text: str, kind: str, with_shares: bool) -> Tuple[str, Dict[tuple, Tuple[str, int]]]:
-    """(a zcorch inventory document as YAML text, (pair, role) -> (host, line)) of an Ansible inventory of
-    `kind` (kind_of); ConfigError for what is wrong with its zcorch variables. zcorch.config.inventory parses
-    the document (and `translate`s its problems)."""
+def pairs_yaml(path: str, text: str, kind: str) -> Tuple[str, Dict[tuple, Tuple[str, int]]]:
+    """(a zcorch inventory document as YAML, (pair, role) -> (host, line)) of an Ansible inventory."""
     if kind == "json":
         doc = load_json(text, path)
     elif kind == "script":
@@ -366,7 +332,7 @@ def pairs_yaml(path: str, text: str, kind: str, with_shares: bool) -> Tuple[str,
                           f"`ansible-inventory -i {path} --list > inventory.json` and pass inventory.json")
     else:
         doc = list_json(path)
-    document, origin, problems = pairs_document(host_vars(doc, path), path, text, with_shares)
+    document, origin, problems = pairs_document(host_vars(doc, path), path, text)
     if problems:
         raise ConfigError(problems)
     return yaml.safe_dump(document, sort_keys=False, default_flow_style=False), origin

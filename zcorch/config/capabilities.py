@@ -1,12 +1,7 @@
-"""The mode capability table the planner judges cells by, without the compiled worker.
-
-Each mode declares `ZC_CAP_*` flags in its C ops table; planning must not need `zcorch._native`, so the cell
-rules read a generated, committed copy (zcorch/config/capabilities_table.py). After changing a mode's flags:
-
+"""The mode capability table the planner judges cells by: a generated, committed copy of the `ZC_CAP_*` flags of
+the C ops tables (capabilities_table.py), so planning needs no compiled worker. After changing a mode's flags:
     python -m zcorch.config.capabilities --write     # rewrite the copy from the built worker
-    python -m zcorch.config.capabilities --check     # exit 1 when the copy differs (tests/test_capabilities.py)
-
-The preflight still asks each host's worker which modes it can run (zcorch.provision.deploy.mode_problems).
+    python -m zcorch.config.capabilities --check     # exit 1 when the copy differs
 """
 from __future__ import annotations
 
@@ -29,8 +24,7 @@ def mode_capabilities() -> "dict[str, dict[str, frozenset[str]]]":
 
 
 def mode_caps(side: str, mode: str) -> "frozenset[str]":
-    """The flags `mode` of `side` ("send"/"recv") declares; ZcorchError for a mode the copy lacks (a mode
-    added to the parameter table and the C core, but the copy not regenerated)."""
+    """The flags `mode` of `side` declares; ZcorchError when the copy lacks it (not regenerated)."""
     modes = _copy.MODE_CAPABILITIES[side]
     if mode not in modes:
         raise ZcorchError(f"{'send' if side == 'send' else 'receive'} mode `{mode}` is not in the capability "

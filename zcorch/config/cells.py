@@ -1,10 +1,5 @@
-"""The worker's cell rules: which combinations of parameters the worker can run, judged at plan time.
-
-`zcorch.plan.expand` applies `cell_problems()` to every cell (skipped with `skip_invalid: true`, else an
-error naming the cell) and `filesystem_problem()` (always an error). The per-mode rules follow the
-capabilities each mode declares in its C ops table, read from the committed copy of that table
-(zcorch.config.capabilities), so `zcorch plan` works where the worker is not built. The messages are
-the worker's own (zcorch.params.CELL_RULES, generated into the C worker's refusals).
+"""The worker's cell rules: which combinations of parameters the worker can run, judged at plan time from the
+committed copy of the modes' capabilities (zcorch.config.capabilities) and worded as the worker words them.
 """
 from __future__ import annotations
 
@@ -17,9 +12,7 @@ from zcorch.params import DEFAULTS, rule_text, side_value
 
 
 def cell_problems(p: dict) -> "list[str]":
-    """Why the worker cannot run a cell with these parameters (empty if it can), worded as the worker
-    words its refusal (zcorch.params.CELL_RULES): judged on the cell's names, where the worker judges
-    the files it opened."""
+    """Why the worker cannot run a cell with these parameters (empty if it can), judged on the cell's names."""
     out = []
     send, recv, source, sink = p["send_mode"], p["recv_mode"], p["source"], p["sink"]
     send_caps, recv_caps = _mode_caps("send", send), _mode_caps("recv", recv)
@@ -59,8 +52,7 @@ def _only(flag: str) -> str:
 
 
 def _grain_problems(p: dict, send_caps: "frozenset[str]") -> "list[str]":
-    """`mmap_grain`, `splice_grain`, `refill` and `fill` against the send mode: they change the calls of the modes
-    that declare them, and are never silently ignored."""
+    """`mmap_grain`, `splice_grain`, `refill` and `fill` against the send mode (never silently ignored)."""
     out = []
     send, mem = p["send_mode"], p["source"] == "mem"
     grains = [k for k in ("mmap_grain", "splice_grain") if p.get(k, DEFAULTS[k]) != DEFAULTS[k]]
@@ -98,6 +90,5 @@ def _amount_problems(p: dict) -> "list[str]":
 
 def filesystem_problem(p: dict) -> Optional[str]:
     """A cell whose sink lives on `{filesystem}` must name one (a file error, never skipped)."""
-    if p["sink"].startswith(FILESYSTEM_PLACEHOLDER) and p["filesystem"] is None:
-        return f"sink `{p['sink']}` uses {FILESYSTEM_PLACEHOLDER} but the cell has no `filesystem`"
-    return None
+    missing = p["sink"].startswith(FILESYSTEM_PLACEHOLDER) and p["filesystem"] is None
+    return f"sink `{p['sink']}` uses {FILESYSTEM_PLACEHOLDER} but the cell has no `filesystem`" if missing else None

@@ -1,12 +1,6 @@
-"""What every section parser of an experiment file shares: the problem collector and the value checks.
-
-`Checker` collects problems as (position, key path, message) and raises them together as one ConfigError
-(`file:line:column: key.path: message`); the value checks raise `yamlsrc.ValueProblem`, which
-`Checker.value` turns into a problem at the node. `zcorch.config.experiment` (top level) and the section
-modules (hosts, baselines, filesystems) all report through one Checker, so a file gets every problem at once.
-
-`parse_data` runs a section parser on plain Python data (tests, the lab's hosts block): the data is
-written as YAML and read back through the same parser, so there is no second schema for dicts.
+"""What every section parser of an experiment file shares: `Checker` collects problems (position, key path,
+message) and raises them together as one ConfigError; the value checks raise `yamlsrc.ValueProblem`, which
+`Checker.value` records at the node. `parse_data` runs a parser on plain data written as YAML (one schema).
 """
 from __future__ import annotations
 
@@ -19,20 +13,18 @@ import yaml
 
 from zcorch.config import yamlsrc as ys
 from zcorch.errors import ConfigError
+from zcorch.params import DURATION_MAX as MAX_DURATION
+from zcorch.params import SIZE_MAX as MAX_SIZE
 
 # Names that become directory names (experiment name, filesystems entries).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 NAME_RULE = "letters, digits, `.`, `_`, `-`"
 FILESYSTEM_PLACEHOLDER = "{filesystem}"
-# A per-user directory on the host that uses the path (zcorch.provision.scratch resolves it): two users or two sweeps
-# never share a file, and the cell ids stay the same on every host because they hash the placeholder.
+# A per-user directory on the host that uses the path: cell ids hash the placeholder, the same on every host.
 SCRATCH_PLACEHOLDER = "{scratch}"
 PLACEHOLDERS = (SCRATCH_PLACEHOLDER, FILESYSTEM_PLACEHOLDER)
 
-# Caps on values (beyond them a run never ends, or arithmetic overflows into inf / Python ints C cannot take).
-MAX_SIZE = 2 ** 62
-MAX_DURATION = 7 * 86400.0  # seconds
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 T = TypeVar("T")
 
@@ -44,9 +36,7 @@ def join(path: str, key: str) -> str:
 def suggest(name: str, candidates) -> str:
     """'; did you mean `x`?' for the closest valid names, or '' if none is close."""
     close = difflib.get_close_matches(str(name), list(candidates), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return "; did you mean " + " or ".join(f"`{c}`" for c in close) + "?"
+    return "; did you mean " + " or ".join(f"`{c}`" for c in close) + "?" if close else ""
 
 
 class Checker:
@@ -95,8 +85,7 @@ class Checker:
 
 
 def read_document(text: str, path: str, **kwargs: Any) -> "tuple[Checker, ys.YNode]":
-    """A Checker of `path` and the root of its one YAML document (ys.parse: `kwargs` word its messages);
-    ConfigError (file:line) for what YAML itself refuses."""
+    """A Checker of `path` and the root of its one YAML document; ConfigError for what YAML refuses."""
     root, raw = ys.parse(text, path, **kwargs)
     chk = Checker(path)
     chk.problems += raw
@@ -108,8 +97,7 @@ def read_document(text: str, path: str, **kwargs: Any) -> "tuple[Checker, ys.YNo
 def named_entries(chk: Checker, node: ys.YNode, section: str, keys: "tuple[str, ...]", what: str,
                   entry: "Callable[[Checker, dict, ys.YMap, str, str], Optional[T]]") -> "dict[str, T]":
     """A `section:` of named entries (`filesystems:`, `networks:`) -> {name: entry(chk, fields, node, path, name)}
-    of the entries without problems, each a mapping of `keys` (`fields`: Checker.mapping's); every problem (a bad
-    name, a bad entry) goes to `chk` at its place."""
+    of the entries without problems, each a mapping of `keys`; every problem goes to `chk` at its place."""
     out: "dict[str, T]" = {}
     if is_null(node):
         return out
@@ -155,7 +143,7 @@ def is_null(node: "ys.YNode | None") -> bool:
 # ---------------------------------------------------------------- value checks (raise ValueProblem)
 
 def check_no_control(text: str, what: str) -> None:
-    if _CONTROL_RE.search(text):
+    if CONTROL_RE.search(text):
         raise ys.ValueProblem(f"{what} `{text!r}` contains a control character (NUL, newline, tab ...)")
 
 
@@ -168,9 +156,13 @@ def check_abs_path(text: str, what: str = "path") -> str:
     return text
 
 
+def _normpath(text: str) -> str:
+    return posixpath.normpath(re.sub(r"/+", "/", text))
+
+
 def dev_path(text: str) -> Optional[str]:
     """`text` normalised if it names /dev or a path under it (`//dev/./sda`, `/dev/x/../sda` too), else None."""
-    norm = posixpath.normpath(re.sub(r"/+", "/", text))
+    norm = _normpath(text)
     return norm if norm == "/dev" or norm.startswith("/dev/") else None
 
 
@@ -186,9 +178,8 @@ def http_url(node: ys.YNode) -> str:
 
 
 def kernel_fs_path(text: str) -> Optional[str]:
-    """`text` normalised if it is /proc, /sys or a path under them (`//proc/./x`, `/tmp/../sys/x` too), else None:
-    files there are kernel settings and state, never a sink, source or scratch directory."""
-    norm = posixpath.normpath(re.sub(r"/+", "/", text))
+    """`text` normalised if it is /proc, /sys or under them (kernel settings, never data), else None."""
+    norm = _normpath(text)
     return norm if norm.split("/")[1:2] in (["proc"], ["sys"]) else None
 
 
@@ -199,11 +190,8 @@ def check_braces(text: str, what: str) -> None:
 
 
 def placeholder_path(text: str, what: str, allowed: "tuple[str, ...]", directory: bool = False) -> str:
-    """An absolute path, or one starting with a placeholder of `allowed` followed by `/REL`.
-
-    `{scratch}` must be followed by a relative path of plain components (no `..`, `.` or empty ones), so
-    it cannot leave the scratch directory; `directory`: `{scratch}` alone is fine (a directory).
-    """
+    """An absolute path, or a placeholder of `allowed` followed by `/REL` (`{scratch}`: plain components only,
+    so it cannot leave the scratch directory); `directory`: `{scratch}` alone is fine."""
     check_no_control(text, what)
     forms = " or ".join(f"{ph} or {ph}/DIR" if directory else f"{ph}/FILE" for ph in allowed)
     if not text.startswith("{"):

@@ -1,8 +1,5 @@
-"""The effective document: an experiment as a sweep runs it, after `--set` and `--hosts`.
-
-The run stage stores it as the result set's `experiment.yaml` (the file as written next to it), which
-`--resume` and the reports read back; zcorch.config.experiment checks that it reads back to the same
-experiment (`read_back_differences`).
+"""The effective document: an experiment as a sweep runs it, after `--set` and `--hosts`, stored as the result
+set's `experiment.yaml` (read back by `--resume` and the reports, so it must read back the same).
 """
 from __future__ import annotations
 
@@ -25,8 +22,7 @@ class _Dumper(yaml.SafeDumper):
 
 
 def effective_document(root: ys.YNode, exp: Experiment, targets: "list[str]") -> str:
-    """The document as it runs: the file's data with the --set values and the inventory's hosts, under a
-    comment header naming the file, the pair and each --set (comments of the file itself are not kept)."""
+    """The document as it runs (--set values, the inventory's hosts) under a header naming each."""
     data = ys.to_data(root)
     source = os.path.abspath(exp.path) if not exp.path.startswith("<") else exp.path
     head = ["# zcorch run: the experiment as this sweep runs it, not the file as written:",
@@ -61,8 +57,7 @@ READ_BACK_FIELDS = ("name", "description", "hosts", "params", "exclude", "includ
 
 
 def read_back_differences(exp: Experiment, again: Experiment) -> "list[str]":
-    """The fields where `again` (the effective document of `exp`, read back) differs from `exp`: [] when
-    it reads back to the experiment that runs (--resume and reports read it)."""
+    """The fields where `again` (the effective document of `exp`, read back) differs from `exp`."""
     differ = [f for f in READ_BACK_FIELDS if getattr(again, f) != getattr(exp, f)]
     if [(a.key, a.values, a.labels) for a in again.matrix] != [(a.key, a.values, a.labels) for a in exp.matrix]:
         differ.append("matrix")

@@ -1,9 +1,6 @@
-"""Experiment files: `load_experiment(path)` reads one YAML file (zcorch.config.yamlsrc keeps positions and
-refuses YAML 1.1 surprises) into a normalised `Experiment` (sizes in bytes, durations in seconds, auto/null as
-None), or raises one `ConfigError` listing every problem as `file:line:column: key.path: message`.
-
-The work lives in the modules below this one (schema, validate, param_values, effective, cells, sections;
-docs/architecture.md); their public names stay importable from here. The format: docs/experiment-files.md.
+"""Experiment files: `load_experiment(path)` reads one YAML file into a normalised `Experiment`, or raises one
+`ConfigError` listing every problem as `file:line:column: key.path: message` (docs/experiment-files.md).
+The work lives in the modules below this one; their public names stay importable from here.
 """
 from __future__ import annotations
 
@@ -35,13 +32,8 @@ _UNQUOTED_PLACEHOLDER_RE = re.compile(r"(^|[\s,\[:])\{(scratch|filesystem)\}")
 
 def load_experiment(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
                     hosts: Optional[InventoryPair] = None, unknown_hosts: bool = False) -> Experiment:
-    """Read and validate an experiment file. Raises ConfigError listing every problem (file:line:col).
-
-    overrides: `--set KEY=VALUE` strings (zcorch.config.overrides), applied before validation.
-    hosts: a pair of an inventory (zcorch.config.inventory), used instead of the file's `hosts:`.
-    unknown_hosts: a `hosts: inventory` file without `hosts` is valid (`Experiment.hosts_unknown`): what
-    `zcorch plan` shows before anyone names the pair; a run still needs them.
-    """
+    """Read and validate an experiment file (ConfigError lists every problem), `--set` overrides applied, `hosts`
+    replacing the file's; unknown_hosts: a `hosts: inventory` file without them is valid (`zcorch plan`)."""
     path = os.fspath(path)
     text, _ = ys.read_text(path, "the experiment file")
     return parse_experiment(text, path, overrides, hosts, unknown_hosts)
@@ -49,15 +41,12 @@ def load_experiment(path: "str | os.PathLike", overrides: "Sequence[str]" = (),
 
 def parse_experiment(text: str, path: str = "<experiment>", overrides: "Sequence[str]" = (),
                      hosts: Optional[InventoryPair] = None, unknown_hosts: bool = False) -> Experiment:
-    """Validate experiment-file text; `path` only names it in messages and `Experiment.path`.
-
-    With `overrides` or `hosts` (see load_experiment), `Experiment.effective` is the document as run.
-    """
+    """Validate experiment-file text (`path` only names it); see load_experiment."""
     ovs = _overrides.parse_overrides(overrides)
     root, raw_problems = ys.parse(text, path)
     # with --hosts, a --set of hosts.* is refused (below) and not applied
     host_sets = [ov for ov in ovs if hosts is not None and ov.key.split(".")[0] == "hosts"]
-    ovs = [ov for ov in ovs if not (hosts is not None and ov.key.split(".")[0] == "hosts")]
+    ovs = [ov for ov in ovs if ov not in host_sets]
     v = Validator(path, hosts, tuple(ov.text for ov in ovs), unknown_hosts)
     lines = text.splitlines()
     for pos, key, msg in raw_problems:

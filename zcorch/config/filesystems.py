@@ -1,8 +1,5 @@
-"""The `filesystems:` section: the receiver filesystems a sweep uses (zcorch.provision.filesystems builds them):
-an existing directory (`{path: ...}`, never touched) or a provisioned one on loop files or devices, with md or
-btrfs RAID (the keys: docs/experiment-files.md). Every rule lives here, including what mdadm and mkfs refuse
-(device counts per level, minimum sizes), so a file is refused at plan time with file:line, never half-way
-through a sweep.
+"""The `filesystems:` section: an existing directory (never touched) or one provisioned on loop files or devices,
+with md or btrfs RAID. What mdadm and mkfs would refuse is refused here at plan time, never half-way through.
 """
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ RAID_LEVELS = tuple(dict.fromkeys(MD_LEVELS + BTRFS_PROFILES))
 # Fewest member devices each level accepts (mdadm / mkfs.btrfs refuse fewer).
 MIN_DEVICES = {"single": 1, "dup": 1, "raid0": 2, "raid1": 2, "raid1c3": 3, "raid1c4": 4,
                "raid10": 4, "raid5": 3, "raid6": 4}
-# Smallest filesystems the mkfs tools accept (xfsprogs: "must be larger than 300MB";
-# mkfs.btrfs: "minimum size for each btrfs device is 131072000").
+# Smallest filesystems the mkfs tools accept (xfsprogs, mkfs.btrfs).
 XFS_MIN_BYTES = 300 * 1024 ** 2
 BTRFS_MIN_DEVICE_BYTES = 131072000
 MAX_LOOP_DEVICES = 64
@@ -68,8 +64,6 @@ def filesystems_from_mapping(data: Mapping, path: str = "<filesystems>") -> "dic
     """Validate plain data ({name: entry} as a file writes it) through the file's parser; ConfigError if bad."""
     return checks.parse_data("filesystems", data, parse_filesystems, path)
 
-
-# ---------------------------------------------------------------- the parser
 
 def parse_filesystems(chk: Checker, node: ys.YNode) -> "dict[str, FilesystemConfig]":
     """The `filesystems:` node -> {name: config} of the valid entries; problems go to `chk`."""
@@ -209,8 +203,7 @@ device_list = _device_list  # the top-level `allow_destroy:` (zcorch.config.expe
 
 
 def _option_list(chk: Checker, node: ys.YNode, path: str, rx, what: str, fs: Optional[str]) -> "list[str]":
-    """The items of an option list; each must be plain text, and the list must name no device, file or
-    kernel panic as its tool reads it (zcorch.config.fs_options)."""
+    """The items of an option list: plain text naming no device, file or kernel panic (zcorch.config.fs_options)."""
     if not isinstance(node, ys.YSeq):
         chk.problem(node.pos, path, f"expected a list of {what}s (one item per argument), got {ys.describe(node)}")
         return []
@@ -242,8 +235,7 @@ def _existing_dir(node: ys.YNode) -> str:
     text = checks.check_abs_path(ys.as_str(node, "a path"), "directory")
     checks.check_braces(text, "path")
     if checks.kernel_fs_path(text):
-        # `path: /proc/sys/net/ipv4` would make `{filesystem}/tcp_fin_timeout` a sink; a mountpoint or loop.dir
-        # there would mount over or fill kernel interfaces
+        # a sink, mountpoint or loop.dir there would write to, mount over or fill kernel interfaces
         raise ys.ValueProblem(f"`{text}` is under /proc or /sys: kernel interfaces, not a directory for data")
     return posixpath.normpath(text)
 
@@ -253,11 +245,8 @@ _MOUNT_NAME_RE = re.compile(r"^[A-Za-z0-9_.@+-]{1,255}$")
 
 
 def mountpoint_problem(text: str) -> Optional[str]:
-    """Why `text` may not be a `mountpoint` (None if it may): only `{scratch}/DIR[/DIR...]`, a directory beneath
-    the receiver's own {scratch} directory, written without `..`, `.`, empty components or other characters.
-    An absolute path is refused whatever it names (`/usr`, `/`, a mount point, a path into {scratch} spelled
-    out): a filesystem mounts only beneath the run's own directories. The host judges the directory it opens
-    too (zcorch.worker.remote.mount_beneath: no link, no mount point, empty)."""
+    """Why `text` may not be a `mountpoint` (None if it may): only `{scratch}/DIR[/DIR...]` of plain names; an
+    absolute path is refused whatever it names (the host judges the directory it opens too)."""
     prefix = SCRATCH_PLACEHOLDER + "/"
     if checks.kernel_fs_path(text):
         return f"`{text}` is under /proc or /sys: kernel interfaces; a filesystem mounts only beneath {prefix}"

@@ -1,13 +1,6 @@
-"""`mkfs_options` and `mount_options` of a `filesystems:` entry, read the way mkfs and mount read them.
-
-A textual search for `device=` missed `-Jdevice=LABEL=x`: what an option means depends on how the tool splits
-argv. So `mkfs_option_problems` walks the list as getopt does (a letter, its value attached or next, bundled
-letters) with each tool's letters and sub-option keys, and refuses whatever names another device or file (a
-device key, a file to read or write, LABEL=/UUID=/PARTUUID=/PARTLABEL=, any positional argument), turns the
-target into something else or makes nothing (`-O journal_dev`, dry runs), or panics the kernel on an error.
-Unknown letters and keys are refused too: an allow-list is the one way a new spelling of a device reference
-cannot slip through. Each problem is (index into the list, message).
-"""
+"""`mkfs_options` and `mount_options` of a `filesystems:` entry, read the way mkfs (getopt, with an allow-list of
+each tool's letters and keys) and mount read them: whatever names another device or file, makes nothing or
+something else, or panics the kernel is refused. Each problem is (index into the list, message)."""
 from __future__ import annotations
 
 import re
@@ -18,20 +11,13 @@ from typing import Optional, Sequence
 _DEVICE_TAG_RE = re.compile(r"(^|[,=])(LABEL|UUID|PARTUUID|PARTLABEL|ID)=", re.IGNORECASE)
 DEVICE_REFERENCE = "names another device or file"
 
-# key=value lists: key -> None (any value) or a tuple of the values allowed. A key mapped to a string is
-# refused with that reason.
-_ANY = None
-_Keys = dict
-
-
 # A mkfs: its flags without a value, its letters that take one (value: a key list or a policy), its long options.
 _Tool = namedtuple("_Tool", ("name", "flags", "valued", "long_opts"))
 
 
-def _keys(allowed: str, refused: "dict[str, str]") -> _Keys:
-    out: _Keys = {k: _ANY for k in allowed.split()}
-    out.update(refused)
-    return out
+def _keys(allowed: str, refused: "dict[str, str]") -> "dict[str, None | str]":
+    """A key=value list: key -> None (any value), or a string (the key is refused with that reason)."""
+    return {**dict.fromkeys(allowed.split()), **refused}
 
 
 _DEV = "names another device (devices come only from `loop` or `devices`)"
@@ -42,7 +28,6 @@ _EXT_E = _keys("stride stripe_width stripe-width offset resize packed_meta_block
                "encoding encoding_flags orphan_file_size assume_storage_prezeroed hash_seed mmp_update_interval "
                "revision", {"android_sparse": "writes a sparse image file instead of the device"})
 _EXT_J = _keys("size fast_commit_size location", {"device": _DEV})
-# mke2fs(8) flags without a value, and the letters that take one (value: key list, or a policy).
 _EXT = _Tool("mke2fs", flags="cDFjKqSvVn", valued={
     "b": "int", "C": "int", "E": _EXT_E, "e": ("continue", "remount-ro"), "g": "int", "G": "int", "i": "int",
     "I": "int", "J": _EXT_J, "L": "text", "m": "num", "M": "text", "N": "int", "o": "text", "O": "features",
@@ -83,9 +68,7 @@ TOOLS = {"ext2": (_EXT, _EXT_REFUSED_FLAGS), "ext3": (_EXT, _EXT_REFUSED_FLAGS),
 _FEATURE_RE = re.compile(r"^\^?[a-z0-9_-]+$")
 
 
-# mke2fs also takes a feature by its bit: FEATURE_C<n> (compat), FEATURE_I<n> (incompat), FEATURE_R<n> (ro_compat),
-# any case (e2p_string2feature). The bits e2fsprogs names (lib/e2p/feature.c), so a number meets the same rule as
-# its name; a number it does not name is refused.
+# mke2fs takes a feature by its bit too, FEATURE_<C|I|R><n>: the bits e2fsprogs names (lib/e2p/feature.c).
 _FEATURE_BITS = {
     "c": ("dir_prealloc", "imagic_inodes", "has_journal", "ext_attr", "resize_inode", "dir_index", "lazy_bg",
           "snapshot_bitmap", "exclude_bitmap", "sparse_super2", "fast_commit", "stable_inodes", "orphan_file"),
@@ -100,8 +83,7 @@ _FEATURE_NUMBER_RE = re.compile(r"^feature_([cir])([0-9]+)$", re.IGNORECASE)
 
 
 def _feature_name(feat: str) -> "tuple[Optional[str], bool]":
-    """(the feature's name, True) for a name or a FEATURE_<C|I|R><bit> e2fsprogs names; (None, False) for a bit
-    it does not name."""
+    """(name, True) of a feature name or a FEATURE_<C|I|R><bit> e2fsprogs names; (None, False) else."""
     m = _FEATURE_NUMBER_RE.match(feat)
     if not m:
         return feat.lower(), True
@@ -133,9 +115,8 @@ def _value_problem(tool: _Tool, opt: str, kind: object, value: str) -> Optional[
                 return f"{opt} {what} would make the target an external journal ({DEVICE_REFERENCE})"
             if not _FEATURE_RE.match(feat):
                 return f"{opt} `{feat}` is not a feature name"
-    if isinstance(kind, tuple):
-        if value not in kind:
-            return f"{opt} `{value}`: expected one of {', '.join(kind)}"
+    if isinstance(kind, tuple) and value not in kind:
+        return f"{opt} `{value}`: expected one of {', '.join(kind)}"
     if isinstance(kind, dict):
         for item in value.split(","):
             key = item.split("=", 1)[0]
@@ -215,8 +196,7 @@ def mkfs_option_problems(fs: str, items: Sequence[str]) -> "list[tuple[int, str]
     return problems
 
 
-# Mount options (one per item, as `mount -o` joins them) that name a device or file, set up their own loop
-# device, change what `mount` does (bind, move, remount, a helper program), or panic the kernel on an error.
+# Mount options that name a device or file, set up a loop device, change what `mount` does, or panic the kernel.
 _MOUNT_DEVICE_KEYS = ("device", "logdev", "rtdev", "journal_dev", "journal_path", "loop", "offset", "sizelimit",
                       "usrjquota", "grpjquota", "prjjquota", "helper", "x-mount.mkdir")
 _MOUNT_ACTIONS = ("bind", "rbind", "move", "remount", "make-shared", "make-slave", "make-private",

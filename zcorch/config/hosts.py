@@ -1,8 +1,5 @@
 """The `hosts:` section: `localhost`, or a sender and a receiver reached over SSH (docs/experiment-files.md).
-
-Every value reaches a remote command line or ssh, so each is checked syntactically here (an ssh target ssh
-could read as an option, an interpreter with arguments ... are refused); later stages still pass them as argv
-lists, never through a shell string.
+Every value reaches ssh or a remote argv, so each is checked syntactically (nothing ssh could read as an option).
 """
 from __future__ import annotations
 
@@ -40,11 +37,6 @@ def net_state_dir(workdir: str) -> str:
     return posixpath.join(workdir.rstrip("/") or "/", "net")
 
 
-def scratch_dir(workdir: str) -> str:
-    """`{scratch}` under a workdir (zcorch.provision.scratch)."""
-    return posixpath.join(workdir.rstrip("/") or "/", "scratch")
-
-
 @dataclass(frozen=True)
 class HostSpec:
     """One host of the `hosts:` section, validated; the attribute names are the file's keys."""
@@ -56,8 +48,7 @@ class HostSpec:
     ssh_config: Optional[str] = None
     python: str = DEFAULT_PYTHON          # the host's interpreter for the worker
     workdir: str = DEFAULT_WORKDIR        # deploy, {scratch} and filesystem state live under it
-    # The host's owner lets a `networks:` entry change its data link's MTU and its net.* sysctls (restored
-    # after): zcorch never changes a host's network without it (zcorch.provision.network).
+    # The owner lets `networks:` change the host's MTU and net.* sysctls (restored after); never without it.
     allow_network_changes: Optional[bool] = None
 
     @property
@@ -129,20 +120,13 @@ class Hosts:
 LOCALHOST = Hosts()
 
 
-# ---------------------------------------------------------------- the parser
-
-# `hosts: inventory` in an experiment file: the two hosts come from `--hosts INVENTORY[:PAIR]` (or ZCORCH_HOSTS).
-INVENTORY = "inventory"
+INVENTORY = "inventory"  # `hosts: inventory`: the hosts come from `--hosts INVENTORY[:PAIR]` (or ZCORCH_HOSTS)
 
 
 def parse_hosts(chk: Checker, node: ys.YNode, path: str = "hosts", base_dir: Optional[str] = None,
                 inventory_ok: bool = False) -> "Hosts | None":
-    """The `hosts:` node; problems go to `chk` (the result then has defaults where values were bad).
-
-    path: the key path in messages (`pairs.lab` in an inventory). base_dir: the directory relative
-    `identity_file`/`known_hosts`/`ssh_config` paths are relative to (an inventory's); None = they must
-    be absolute or ~/ (an experiment file). inventory_ok: `inventory` is accepted and returns None.
-    """
+    """The `hosts:` node; problems go to `chk`. base_dir: what relative controller-side paths are relative to
+    (an inventory's; None: refused). inventory_ok: `inventory` is accepted and returns None."""
     if isinstance(node, ys.YScalar):
         text = chk.value(node, path, ys.as_str, None)
         if inventory_ok and text == INVENTORY:

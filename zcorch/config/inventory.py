@@ -1,10 +1,5 @@
-"""Inventory files: named pairs of hosts kept apart from the experiments (`zcorch run EXP --hosts FILE[:PAIR]`;
-the format, with `shares:` and the reserved name `all`, is in docs/experiment-files.md).
-
-Each pair is parsed by zcorch.config.hosts (the parser of `hosts:`) through a Checker, so every problem is
-reported at once as `inventory.yaml:line:column: pairs.lab.sender.ssh: message`. Unlike an experiment file
-(copied into each result set), an inventory's `identity_file`, `known_hosts` and `ssh_config` may be relative
-to its directory: they are made absolute here. Ansible inventories: zcorch.config.ansible_inventory.
+"""Inventory files: named pairs of hosts kept apart from the experiments (`zcorch run EXP --hosts FILE[:PAIR]`,
+docs/experiment-files.md), each pair parsed by the `hosts:` parser; paths relative to the file are made absolute.
 """
 from __future__ import annotations
 
@@ -56,8 +51,7 @@ class Inventory:
         return self.select([next(iter(self.pairs)) if name is None else name], label)[0]
 
     def select(self, names: Optional[Sequence[str]], label: str = FLAG) -> "List[InventoryPair]":
-        """The pairs `names` in that order (None: every pair, in file order); ConfigError names every unknown
-        one and a name given twice."""
+        """The pairs `names` in that order (None: every pair); ConfigError for unknown or repeated ones."""
         names = list(self.pairs) if names is None else names
         problems = [f"{label}: pair `{n}` is named twice" for i, n in enumerate(names) if n in names[:i]]
         problems += [f"{label}: {self.path} has no pair `{n}`{suggest(n, tuple(self.pairs))} "
@@ -76,7 +70,7 @@ def load_inventory(path: str) -> Inventory:
 
     kind = ansible.kind_of(text)
     if kind is not None:
-        body, origin = ansible.pairs_yaml(path, text, kind, with_shares="SHARES_KEY" in globals())
+        body, origin = ansible.pairs_yaml(path, text, kind)
         try:
             inv = parse_inventory(body, ansible.synthetic_name(path), sha256)
         except ConfigError as exc:
@@ -159,15 +153,12 @@ def split_spec(spec: str) -> "tuple[str, Optional[str]]":
 
 def is_fleet_spec(spec: Optional[str]) -> bool:
     """`FILE:PAIR1,PAIR2...` or `FILE:all`: a fleet run, one sweep per pair (zcorch.sweep.fleet)."""
-    if not spec:
-        return False
-    _, name = split_spec(spec)
+    name = split_spec(spec)[1] if spec else None
     return name is not None and (name == ALL_PAIRS or "," in name)
 
 
 def select_pairs(spec: str, label: str = FLAG) -> "Tuple[Inventory, List[InventoryPair]]":
-    """The inventory of `FILE:PAIR1,PAIR2...` / `FILE:all` / `FILE[:PAIR]` and the pairs it names (all: every
-    pair in file order; no PAIR: the only or first pair)."""
+    """The inventory of `FILE:PAIR1,PAIR2...` / `FILE:all` / `FILE[:PAIR]` and the pairs it names."""
     if not spec:
         raise ConfigError(f"{label}: expected INVENTORY:PAIR1,PAIR2... or INVENTORY:all, got an empty value")
     path, name = split_spec(spec)
@@ -192,9 +183,7 @@ def _load_for(path: str, spec: str, label: str) -> Inventory:
 
 
 def complete_spec(prefix: str) -> List[str]:
-    """The --hosts values that complete `prefix` once it names a file: `FILE:` + each pair and `all`; after
-    `FILE:a,` the pairs not named yet. Nothing when there is no `:` yet (the shell completes the file name) or
-    the file cannot be read as an inventory: a completion never reports an error."""
+    """The --hosts values completing `prefix` (`FILE:` + each pair, `all`); a completion never fails."""
     if ":" not in prefix:
         return []
     path, typed = prefix.rsplit(":", 1)
@@ -223,6 +212,4 @@ def from_environment(flag: Optional[str], environ: Mapping[str, str]) -> Optiona
     if flag is not None:
         return select(flag, FLAG)
     value = environ.get(ENV_VAR)
-    if value:
-        return select(value, ENV_VAR)
-    return None
+    return select(value, ENV_VAR) if value else None

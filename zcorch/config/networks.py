@@ -1,7 +1,5 @@
-"""The `networks:` section: named configurations of the data link (zcorch.provision.network applies them):
-`mtu`, `congestion` and allow-listed `sysctls`, on both hosts (docs/experiment-files.md). The `network`
-parameter picks an entry per cell; null leaves the hosts alone.
-"""
+"""The `networks:` section: named configurations of the data link (`mtu`, `congestion`, allow-listed `sysctls`)
+on both hosts, picked per cell by the `network` parameter (zcorch.provision.network applies them)."""
 from __future__ import annotations
 
 import re
@@ -16,10 +14,8 @@ from zcorch.worker.netcfg import sysctl_refusal   # the one allow-list, the host
 NET_KEYS = ("mtu", "congestion", "sysctls")
 MTU_MIN, MTU_MAX = 68, 65535          # IPv4's minimum MTU; the largest an interface's u16 MTU field takes
 CONGESTION_SYSCTL = "net.ipv4.tcp_congestion_control"
-# The kernel's congestion control names: TCP_CA_NAME_MAX is 16 bytes with the NUL (reno, cubic, bbr, dctcp...).
-_CONGESTION_RE = re.compile(r"^[a-z][a-z0-9_]{0,14}$")
-# Only the network stack's sysctls: they are what the studies tuned, and in a network namespace (the lab)
-# they belong to it. Dotted words of letters, digits, `_` and `-` (interface names in net.ipv4.conf.X.*).
+_CONGESTION_RE = re.compile(r"^[a-z][a-z0-9_]{0,14}$")   # TCP_CA_NAME_MAX: 16 bytes with the NUL
+# Only the network stack's sysctls: what the studies tuned, and a network namespace's own (the lab).
 SYSCTL_RE = re.compile(r"^net(\.[A-Za-z0-9_-]+)+$")
 # A value: words of printable characters without quotes, shell or path characters ("4096 87380 6291456").
 _VALUE_RE = re.compile(r"^[A-Za-z0-9_.:,+-]+( [A-Za-z0-9_.:,+-]+)*$")
@@ -89,7 +85,6 @@ def _entry(chk: Checker, fields: dict, node: ys.YMap, path: str, name: str) -> O
                 value = chk.value(vnode, kpath, _sysctl_value, None)
                 if value is not None:
                     sysctls.append((key, value))
-    # (an entry with problems is left out by checks.named_entries)
     return NetworkConfig(name=name, mtu=mtu, congestion=congestion, sysctls=tuple(sysctls))
 
 

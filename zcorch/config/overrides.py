@@ -1,12 +1,5 @@
-"""`--set KEY=VALUE`: change an experiment document from the command line before it is validated.
-
-The VALUE is read as flow YAML into the same position-keeping tree as a file (zcorch.config.yamlsrc), labelled
-`--set KEY=VALUE`, and grafted into the file's tree; the file's own validator then runs, so a value is checked
-exactly as if it were written in the file, and a problem names `--set bytes=1GX: params.bytes: ...`. Values
-are data: they reach no shell. KEY: a dotted path, a parameter name (its matrix axis, else `params.<name>`)
-or a linked axis's name (docs/experiment-files.md); a scalar section or a list is never silently reshaped:
-set it whole.
-"""
+"""`--set KEY=VALUE`: the VALUE, read as flow YAML, grafted into the experiment's tree before the file's own
+validator checks it. KEY: a dotted path, a parameter (its matrix axis, else `params.<name>`) or a linked axis."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -66,11 +59,7 @@ def parse_overrides(texts: Iterable[str]) -> "list[Override]":
 
 def apply(root: ys.YMap, overrides: Sequence[Override], top_keys: Sequence[str], param_keys: Sequence[str]
           ) -> "tuple[ys.YMap, list[tuple[ys.Pos, str, str]], list[str]]":
-    """The document with the overrides grafted in, in order (a later one wins over an earlier one).
-
-    Returns (new root, problems as (pos, key path, message), the document path each override set).
-    The file's tree is not changed (the nodes on each path are copied).
-    """
+    """(the root with the overrides grafted in, problems, the path each set); the file's tree is kept."""
     problems: "list[tuple[ys.Pos, str, str]]" = []
     targets: "list[str]" = []
     for ov in overrides:
@@ -133,6 +122,4 @@ def _set(node: "ys.YNode | None", parts: "list[str]", value: ys.YNode, pos: ys.P
     new_child = _set(child, parts[n:], value, pos, done + [name], problems)
     if new_child is None:
         return None
-    entries = dict(node.entries)
-    entries[name] = (kpos, new_child)
-    return ys.YMap(entries, node.pos)
+    return ys.YMap({**node.entries, name: (kpos, new_child)}, node.pos)

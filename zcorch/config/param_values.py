@@ -1,8 +1,5 @@
-"""Parameter values: one parser per parameter of the table (zcorch.params), from its YAML node.
-
-`PARAM_PARSERS[key](node)` returns the normalised value (sizes in bytes, durations in seconds, `auto`/null as
-None, a CPU list as its canonical text) or raises `ys.ValueProblem`; the kind and the constraints come from
-the table's entry. `parse_param` is what the experiment validator, the matrix and `reference.setup` use.
+"""Parameter values: `PARAM_PARSERS[key](node)` returns the normalised value of a parameter of the table
+(zcorch.params) from its YAML node, or raises `ys.ValueProblem`; `parse_param` adds a hint for lists.
 """
 from __future__ import annotations
 
@@ -18,15 +15,12 @@ from zcorch.worker import native  # parse_cpus only: pure Python, no compiled mo
 
 
 def _auto_or(node: ys.YNode, inner: Callable) -> Any:
-    if isinstance(node, ys.YScalar) and (node.is_null and node.plain or node.text == "auto"):
-        return None
-    return inner(node)
+    auto = isinstance(node, ys.YScalar) and (node.is_null and node.plain or node.text == "auto")
+    return None if auto else inner(node)
 
 
 def _null_or(node: ys.YNode, inner: Callable) -> Any:
-    if isinstance(node, ys.YScalar) and node.is_null and node.plain:
-        return None
-    return inner(node)
+    return None if isinstance(node, ys.YScalar) and node.is_null and node.plain else inner(node)
 
 
 def _param_path(node: ys.YNode, p: Param) -> str:
@@ -61,15 +55,14 @@ def _fs_name(node: ys.YNode, noun: str = "filesystem") -> str:
 
 
 def _in_limits(p: Param, value: Any) -> Any:
-    """A numeric parameter's value within the table's limits: the worker's own (the C core checks the same
-    ones with the same message: zcorch.params.limit_problem)."""
+    """A numeric parameter's value within the table's limits (the worker's own, with the same message)."""
     problem = limit_problem(p, value)
     if problem:
         raise ys.ValueProblem(problem)
     return value
 
 
-# kind -> parser of one value of a Param of that kind (zcorch.params.KINDS); the constraints come from the entry.
+# kind -> parser of one value of a Param of that kind (zcorch.params.KINDS)
 _KIND_PARSERS: "dict[str, Callable[[ys.YNode, Param], Any]]" = {
     "choice": lambda n, p: _choice(n, p.choices, p.noun),
     "size": lambda n, p: _in_limits(p, ys.as_size(n)),

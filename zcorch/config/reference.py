@@ -1,10 +1,6 @@
 """The `reference:` section: what a published study reported (source, setup, baselines, figures, claims),
 next to which zcorch measures the same cells (docs/experiment-files.md, "Reference: the published study").
-
-A figure or claim `match:`es exactly one cell (zcorch.plan checks it: `reference_problems`), or with
-`of: KIND` a baseline kind's records on the configuration it selects. Values are quantities converted to
-the metric's unit (zcorch.units.parse_quantity); an extensive metric is compared per byte when the study
-moved another amount.
+A figure or claim `match:`es exactly one cell, or with `of: KIND` a baseline kind's records.
 """
 from __future__ import annotations
 
@@ -20,12 +16,8 @@ from zcorch import conditions, metrics
 from zcorch.params import CPU_MAX, PARAM_KEYS, format_value
 from zcorch.units import convert, parse_quantity, unit_dimension
 
-# The metrics a figure or claim may name: every analysis metric (zcorch.metrics) whose unit zcorch.units converts.
-METRICS = metrics.QUANTITIES
-
-
-# zcorch's baseline record kinds a study's own baseline can stand for: every registered kind's records that
-# read as a word (zcorch.config.baselines: iperf3, dd_write, dd_read, qperf...)
+METRICS = metrics.QUANTITIES   # what a figure or claim may name: metrics whose unit converts
+# zcorch's baseline record kinds a study's own baseline can stand for (those that read as a word)
 BASELINE_KINDS = {rk: desc for kind in KINDS for rk, desc in kind.record_kinds.items() if rk in kind.words}
 
 
@@ -83,12 +75,8 @@ class Match:
 
     def selects(self, params: "dict[str, Any]") -> bool:
         """Whether a cell's parameters (a plan cell, or a row of a runs frame: NaN for null) satisfy it."""
-        for c in self.conditions:
-            have = format_value(c.key, params.get(c.key))
-            hit = any(have == format_value(c.key, v) for v in c.values)
-            if hit == (c.op == "not"):
-                return False
-        return True
+        return all(any(format_value(c.key, params.get(c.key)) == format_value(c.key, v) for v in c.values)
+                   != (c.op == "not") for c in self.conditions)
 
     def describe(self) -> str:
         parts = []
@@ -174,16 +162,13 @@ class Reference:
         return next((b for b in self.baselines if b.kind == kind), None)
 
     def matches_of(self) -> "list[tuple[str, Match, Optional[str]]]":
-        """Every match with its label for messages (`figures[0]`, `claims[1].a`) and the baseline kind it is
-        `of` (None: a cell's)."""
+        """Every match with its label for messages (`figures[0]`) and the baseline kind it is `of`."""
         out = [(f"reference.figures[{i}]", f.match, f.of) for i, f in enumerate(self.figures)]
         for i, c in enumerate(self.claims):
             out += [(f"reference.claims[{i}].a", c.a, c.of)]
             out += [(f"reference.claims[{i}].b", c.b, c.of)] if c.b is not None else []
         return out
 
-
-# ---------------------------------------------------------------- parsing
 
 def _text(node: ys.YNode) -> str:
     text = ys.as_str(node, "text")
@@ -223,15 +208,11 @@ def _holds_if(node: ys.YNode) -> "tuple[str, float, bool]":
     return _OPS.get(m.group(1), m.group(1)), factor, False
 
 
-def _of(node: ys.YNode) -> str:
-    return checks.choice(node, tuple(BASELINE_KINDS), "baseline kind")
-
-
 def _parse_of(chk: Checker, fields_: dict, path: str, metric: Optional[str]) -> Optional[str]:
     """The `of:` of a figure or claim (None without); problems to `chk`: baseline records are rates."""
     if "of" not in fields_:
         return None
-    of = chk.value(fields_["of"][1], f"{path}.of", _of)
+    of = chk.value(fields_["of"][1], f"{path}.of", lambda n: checks.choice(n, tuple(BASELINE_KINDS), "baseline kind"))
     if of and metric and not metrics.get(metric).rate:
         chk.problem(fields_["of"][1].pos, f"{path}.of", f"a baseline measures a throughput: `of: {of}` needs a "
                                                         f"rate metric (mb_s, gbit_s), not `{metric}`")
@@ -278,8 +259,7 @@ def parse_match(chk: Checker, node: ys.YNode, path: str, param_parser) -> Option
 
 
 def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Reference]:
-    """The `reference:` node; problems go to `chk`. `param_parser(key, node)` parses one parameter value
-    (zcorch.config.experiment.parse_param, passed in so this module need not import the experiment's)."""
+    """The `reference:` node; problems go to `chk`. `param_parser(key, node)` parses one parameter value."""
     top = chk.mapping(node, "reference", SECTION_KEYS, "reference keys")
     if not isinstance(node, ys.YMap):
         return None
@@ -393,9 +373,7 @@ def parse_reference(chk: Checker, node: ys.YNode, param_parser) -> Optional[Refe
 
 
 def _study_needs(declared, claims) -> "tuple[tuple[str, Optional[int]], ...]":
-    """One policy for a study: its `reference.needs`, and every condition of the runs' hosts (idle_hosts)
-    that any of its claims names, apply to all of its claims: the runs that leave one claim untestable
-    leave the others so too (a file written before `reference.needs` existed reads the same way)."""
+    """The study's `reference.needs` plus every host condition any claim names: they apply to all claims."""
     out = list(declared)
     for c in claims:
         out += [n for n in c.needs if conditions.BY_NAME[n[0]].study and n[0] not in dict(out)]
@@ -456,8 +434,7 @@ def _claim_keys(c: dict) -> "tuple[str, ...]":
 
 def _records(chk: Checker, top: dict, key: str, keys: "tuple[str, ...]", what: str,
              required: "Callable[[dict], Sequence[str]]") -> "Iterator[tuple[str, ys.YMap, dict]]":
-    """(path, node, checked fields) of each entry of the list `reference.<key>` that is a mapping of `keys` with
-    every key `required(fields)` names; the problems of the others go to `chk`."""
+    """(path, node, checked fields) of each good entry of the list `reference.<key>`; problems go to `chk`."""
     if key not in top:
         return
     for i, item in enumerate(_items(chk, top[key][1], f"reference.{key}")):

@@ -1,9 +1,5 @@
-"""The validated experiment: `Experiment` and its matrix `Axis`, and the limits of the top level.
-
-Frozen dataclasses, like the section schemas they hold (hosts, baselines, filesystems, networks, reference,
-views): zcorch.config.validate builds them complete and zcorch.config.experiment adds the run's
-effective document with `dataclasses.replace`. Values are normalised (sizes in bytes, durations in seconds,
-`auto`/null as None).
+"""The validated experiment: `Experiment` and its matrix `Axis` (frozen dataclasses, values normalised: sizes in
+bytes, durations in seconds, `auto`/null as None), and the limits of the top level.
 """
 from __future__ import annotations
 
@@ -37,8 +33,7 @@ REPEAT_POLICY_KEYS = ("min", "max", "target_ci")
 TOP_KEYS = ("name", "description", "hosts", "params", "matrix", "exclude", "include", "repeats", "order", "seed",
             "baselines", "filesystems", "skip_invalid", "allow_destroy", "reference", "report", "networks",
             "allow_network_changes", "calibration_max_age", "control")
-# `calibration_max_age`: a host's cached copy-cost calibration older than this is measured anew
-# (zcorch.worker.calcache, which declares the default; `zcorch run --recalibrate` measures anew whatever its age).
+# `calibration_max_age`: a host's cached copy-cost calibration older than this is measured anew.
 DEFAULT_CALIBRATION_MAX_AGE_S = calcache.DEFAULT_MAX_AGE_S
 # A linked axis (matrix entry that is not a parameter) names a results column: not one zcorch has already.
 RESERVED_AXIS_NAMES = tuple(sorted({"cell", "repeat", "status", "reason", "started", "wall_s", "log", "sweep",
@@ -49,12 +44,7 @@ LABEL_KEY = "label"   # the key naming a value of a linked axis
 
 @dataclass(frozen=True)
 class Axis:
-    """One matrix axis, its (normalised, distinct) values in file order.
-
-    A plain axis: `key` is a parameter and `values` its values. A linked axis (`linked`): `key` is the
-    axis's own name (not a parameter), each value a mapping {parameter: value} with the same parameters
-    (`params`), and `labels` one name per value (written `label:`, else derived: `send_cpu=0 recv_cpu=1`).
-    """
+    """One matrix axis, its distinct values in file order (`linked`: mappings {parameter: value}, labelled)."""
 
     key: str
     values: list
@@ -72,8 +62,7 @@ class Axis:
         return dict(self.values[j]) if self.linked else {self.key: self.values[j]}
 
     def label_of(self, params: dict) -> Optional[str]:
-        """A linked axis's label for a cell's parameters: the label of the value they hold, else one derived
-        from them (an include cell off the axis); None for a plain axis."""
+        """A linked axis's label for a cell's parameters (derived if off the axis); None for a plain axis."""
         if not self.linked:
             return None
         mine = {k: params.get(k) for k in self.params}
@@ -92,9 +81,7 @@ def default_label(assignment: dict) -> str:
 
 @dataclass(frozen=True)
 class RepeatPolicy:
-    """`repeats: {min, max, target_ci}`: repeat each cell until the 95% interval of its median throughput
-    reaches no further than `target_ci` % from the median, at least `min` and at most `max` times
-    (zcorch.results.convergence decides; a 95% interval needs 6 ok runs, so no cell converges before 6)."""
+    """`repeats: {min, max, target_ci}`: repeat a cell until its median's 95% interval is within target_ci %."""
 
     min: int
     max: int
@@ -136,16 +123,13 @@ class Experiment:
     networks: "dict[str, NetworkConfig]" = field(default_factory=dict)  # `networks:` name -> configuration
     allow_network_changes: bool = False     # the top-level opt-in: `networks:` may change both hosts (localhost too)
     calibration_max_age: float = DEFAULT_CALIBRATION_MAX_AGE_S   # seconds a host's cached calibration is used
-    # `control:` the cell every other cell is judged against, run by run: {parameter or linked axis: value}
-    # (values normalised; a linked axis by its label); None without one. zcorch.plan finds the one cell it names.
-    control: "Optional[dict | str]" = None   # a str: a network baseline kind (`control: iperf3`)
+    # `control:` {parameter or linked axis: value} naming a cell, or a network baseline kind (`control: iperf3`)
+    control: "Optional[dict | str]" = None
 
     def network_allowed(self, role: str) -> bool:
-        """Whether a `networks:` entry may change `role`'s host: the top-level `allow_network_changes: true`,
-        or (remote hosts) the host's own `allow_network_changes: true` (hosts section or inventory)."""
-        if self.allow_network_changes:
-            return True
-        return not self.hosts.localhost and bool(self.hosts.spec(role).allow_network_changes)
+        """Whether a `networks:` entry may change `role`'s host: the top-level or the host's own opt-in."""
+        return self.allow_network_changes or (not self.hosts.localhost
+                                              and bool(self.hosts.spec(role).allow_network_changes))
 
     @property
     def hosts_unknown(self) -> bool:
@@ -176,9 +160,7 @@ class Experiment:
 
 def base_params(params: dict) -> dict:
     """Defaults overridden by a `params:` section: what every matrix cell starts from."""
-    base = dict(DEFAULTS)
-    base.update(params)
-    return base
+    return {**DEFAULTS, **params}
 
 
 def writes_bytes(params: dict, matrix: "Sequence[Axis]") -> bool:
@@ -187,9 +169,7 @@ def writes_bytes(params: dict, matrix: "Sequence[Axis]") -> bool:
 
 
 def amount_of(cell: dict, bytes_written: bool) -> dict:
-    """`cell` with the default `bytes` given way to its `duration`: a cell that runs for a time moves no byte
-    count, so the table's default `bytes` (1GiB) is dropped (null) when the file did not write `bytes` for it.
-    A written `bytes` stays, and the cell rules refuse the cell (both set: zcorch.config.cells)."""
+    """`cell` with the default `bytes` dropped for its `duration` unless the file wrote `bytes`."""
     if cell.get("duration") is not None and cell.get("bytes") is not None and not bytes_written:
         cell = dict(cell)
         cell["bytes"] = None
@@ -206,9 +186,7 @@ def include_base(params: dict, matrix: "Sequence[Axis]") -> dict:
 
 
 def largest_bytes(params: dict, matrix: "Sequence[Axis]", include: "Sequence[dict]") -> Optional[int]:
-    """The largest `bytes` a cell of the experiment is written with (None: every cell runs for a duration):
-    what a baseline sized by the cells follows (dd's `count: cells`). Excludes are not applied: the largest
-    value written stands for the study's size."""
+    """The largest `bytes` a cell is written with (None: all run for a duration): dd's `count: cells`."""
     amounts = [c.get("bytes") for c in include]
     if matrix or not include:
         base, written = include_base(params, matrix), writes_bytes(params, matrix)

@@ -1,10 +1,5 @@
-"""What a sweep sets up between its runs, and what an earlier sweep took to do it (the plan's estimate).
-
-    switch_keys(params_in_run_order) -> ["", "filesystem=b", "release filesystem=a", "network=n2", ...]
-    Timings (zcorch.results.timings.learn reads one from a result set; zcorch.plan.estimate uses it)
-
-The runner makes a filesystem at its first run and releases it after its last, and applies a network when
-the next run's differs: the learner and the estimate name each gap between runs the same way.
+"""What a sweep sets up between its runs (switch_keys: the learner and the estimate name each gap the same way),
+and what an earlier sweep took to do it (Timings, for the plan's estimate).
 """
 from __future__ import annotations
 
@@ -14,8 +9,7 @@ from typing import Optional, Sequence
 
 @dataclass(frozen=True)
 class Timings:
-    """What an earlier result set took (zcorch.results.timings.learn): the estimate's figures instead of
-    assumptions. setup: the seconds beyond a plain run that the gap before a run took, by switch_keys."""
+    """What an earlier result set took; setup: seconds of each gap beyond a plain run, by switch_keys."""
     source: str
     rate: Optional[float]            # bytes/s of its transfers (None: every cell ran for a duration)
     per_run: float                   # seconds between one run's end and the next one's start
@@ -34,9 +28,8 @@ class Timings:
 
 
 def switch_keys(params: "Sequence[dict]") -> "list[str]":
-    """For runs in order, what set-up comes before each one ("" none): "filesystem=X" its first use (a
-    filesystem is made once and kept until its last run), "release filesystem=X" the run after X's last
-    one, "network=Y" a change of network (the first run's own set-up is before the sweep's first run)."""
+    """For runs in order, the set-up before each one ("" none): "filesystem=X" its first use (kept until its last
+    run), "release filesystem=X" the run after X's last one, "network=Y" a change of network."""
     last = {p.get("filesystem"): i for i, p in enumerate(params) if p.get("filesystem")}
     keys, seen = [], set()
     for i, p in enumerate(params):

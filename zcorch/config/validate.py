@@ -1,12 +1,6 @@
-"""The experiment validator: every top-level key of an experiment document, checked against the schema.
-
-`Validator(path).experiment(root, text)` walks a parsed document (zcorch.config.yamlsrc: nodes with
-positions) and returns the `Experiment` (zcorch.config.schema), collecting every problem as
-`file:line:column: key.path: message` instead of stopping at the first. The sections with their own schema
-are parsed by their modules (hosts, baselines, filesystems, networks, reference, views) through the same
-Checker; parameter values by zcorch.config.param_values. Values that later reach a remote command line
-(paths, addresses, ssh targets, interpreter, workdir, mkfs/mount options) are checked syntactically there;
-later stages still pass them as argv lists, never through a shell string.
+"""The experiment validator: `Validator(path).experiment(root, text)` checks every top-level key of a parsed
+document against the schema and returns the `Experiment`, collecting every problem (`file:line:column: key:
+message`); sections with their own schema are parsed by their modules through the same Checker.
 """
 from __future__ import annotations
 
@@ -18,7 +12,7 @@ from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines import bind_cells, parse_baselines
 from zcorch.config.baselines.kind import NETWORK
 from zcorch.config.baselines.registry import BY_NAME, KINDS
-from zcorch.config.checks import NAME_RE, NAME_RULE, Checker, suggest
+from zcorch.config.checks import CONTROL_RE, NAME_RE, NAME_RULE, Checker, suggest
 from zcorch.config.checks import choice as _choice
 from zcorch.config.checks import dev_path as _dev_path
 from zcorch.config.checks import int_range as _int_range
@@ -37,7 +31,6 @@ from zcorch.params import PARAM_KEYS, format_value, param
 
 # A linked axis (matrix entry that is not a parameter) names a results column: letters, digits, `_`.
 _AXIS_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -46,34 +39,29 @@ def _same(a: Any, b: Any) -> bool:
 
 
 class Validator(Checker):
-    """Checks one experiment document's tree; `experiment()` returns the `Experiment`, and every problem
-    found stays in `problems` (raise_if_any raises them all as one ConfigError)."""
+    """Checks one experiment document's tree; every problem found stays in `problems`."""
 
     def __init__(self, path: str, hosts: Optional[InventoryPair] = None, overrides: "Sequence[str]" = (),
                  unknown_hosts: bool = False):
         super().__init__(path)
         self.given_hosts = hosts  # --hosts: replaces the file's `hosts:` (which is still checked)
-        # `zcorch plan` of a `hosts: inventory` file without --hosts: the cells are shown, the hosts unknown
-        self.unknown_hosts = unknown_hosts
+        self.unknown_hosts = unknown_hosts  # `zcorch plan` of a `hosts: inventory` file without --hosts
         self.overrides = tuple(overrides)  # the --set texts applied to the tree (kept in the Experiment)
-        # `filesystem`/`network` values as (pos, key path, name), checked once every entry of `filesystems:`/
-        # `networks:` is known (names: every entry, valid or not)
+        # `filesystem`/`network` values as (pos, key path, name), checked once every section entry is known
         self.refs: "dict[str, list[tuple[ys.Pos, str, str]]]" = {"filesystem": [], "network": []}
         self.names: "dict[str, list[str]]" = {"filesystem": [], "network": []}
         self.allow_destroy: "tuple[str, ...]" = ()  # read before the parameters: the sink rule needs it
         self.linked: "list[Axis]" = []  # the matrix's linked axes (exclude entries may name them)
 
-    # -- the whole file
     def experiment(self, root: ys.YNode, text: str) -> Experiment:
         if not isinstance(root, ys.YMap):
             self.problem(root.pos, "", f"expected a mapping (name:, params:, matrix: ...), got {ys.describe(root)}")
             return None  # type: ignore[return-value]
         top = self.mapping(root, "", TOP_KEYS, "top-level keys")
-        for key, (kpos, _) in top.items():  # (not `name`: that is the experiment's, set below)
-            self.locations[key] = kpos
+        self.locations.update((key, kpos) for key, (kpos, _) in top.items())
 
         def get(key):
-            return top[key][1] if key in top else None
+            return top.get(key, (None, None))[1]
 
         name = "?"
         if "name" not in top:
@@ -118,7 +106,7 @@ class Validator(Checker):
         cal_age = self.field(top, "", "calibration_max_age", ys.as_duration, DEFAULT_CALIBRATION_MAX_AGE_S)
         baselines = parse_baselines(self, get("baselines"))
         if isinstance(control, str):
-            self._control_baseline(control, get("control"), baselines, get("baselines") if "baselines" in top else None)
+            self._control_baseline(control, get("control"), baselines, get("baselines"))
         reference = parse_reference(self, get("reference"), parse_param) if "reference" in top else None
         if reference is not None and baselines.commands:  # (none at all: e.g. --set baselines=false)
             names = [c.name for c in baselines.commands]
@@ -158,9 +146,7 @@ class Validator(Checker):
                                  for k in missing)
                 self.problem(pos, f"include[{i}]", f"does not set {axes}, which the matrix varies; an include "
                                                    "adds one cell, so set every varying axis explicitly")
-            cell = dict(base)
-            cell.update(entry)
-            include.append(amount_of(cell, "bytes" in entry or writes_bytes(params, matrix)))
+            include.append(amount_of({**base, **entry}, "bytes" in entry or writes_bytes(params, matrix)))
         # settings sized by the cells (dd's `count: cells`): bound now, so --set bytes=... scales them too
         baselines = bind_cells(self, baselines, get("baselines"), largest_bytes(params, matrix, include))
         return Experiment(name=name, description=description, path=self.path, text=text, hosts=hosts,
@@ -207,14 +193,11 @@ class Validator(Checker):
         if lo is not None and hi is not None and hi < lo:
             self.problem(fields["max"][1].pos, "repeats.max", f"{hi} is below repeats.min ({lo})")
             return 1
-        if lo is None or hi is None or target is None:
-            return 1
-        return RepeatPolicy(lo, hi, target)
+        return 1 if None in (lo, hi, target) else RepeatPolicy(lo, hi, target)
 
     def control(self, node: ys.YNode) -> "Optional[dict | str]":
-        """`control: {parameter: value, ...}`: the one cell of the plan every other cell is divided by, run by
-        run (zcorch.plan finds it); a linked axis may be named by one of its labels. `control: <kind>`: a
-        network baseline kind (NETWORK_KINDS), measured once in every round (its name). None when invalid."""
+        """`control: {parameter or linked axis: value}` (the cell every other is divided by, run by run) or
+        `control: <kind>` (a network baseline kind run once every round); None when invalid."""
         if isinstance(node, ys.YScalar) and not node.is_null:
             kinds = [k.name for k in NETWORK_KINDS]
             if node.text in kinds:
@@ -260,8 +243,7 @@ class Validator(Checker):
         return out if ok else None
 
     def _control_baseline(self, kind: str, node: ys.YNode, baselines: Any, section: Optional[ys.YNode]) -> None:
-        """`control: <kind>` runs that kind's test with its settings under `baselines:`: the kind must be on
-        there (by default or written), so the control's duration and options have one declaration."""
+        """`control: <kind>` runs that kind's test with its settings under `baselines:`: the kind must be on."""
         if baselines.get(kind) is not None:
             return
         where = f" (`baselines:` at line {section.pos.line})" if section is not None and section.pos.source is None \
@@ -272,10 +254,7 @@ class Validator(Checker):
 
     def _control_order(self, order: str, written: bool, order_node: Optional[ys.YNode], policy,
                        repeats_node: Optional[ys.YNode]) -> str:
-        """The run order of an experiment with a control: each repetition must measure the control near the
-        cells divided by it, so every round visits every cell once (`interleave`, the default with a control,
-        or `shuffle`); `sequential` (every repeat of one cell, then the next) is refused. An adaptive
-        `repeats: {min, max, target_ci}` is refused too: its cells stop at different rounds."""
+        """The run order with a control: every round visits every cell (`sequential` is refused)."""
         if written and order == "sequential":
             self.problem(order_node.pos, "order", "`sequential` runs every repeat of a cell before the next cell, "
                                                   "so the control's runs would be minutes away from the runs "
@@ -295,7 +274,6 @@ class Validator(Checker):
                                   f"{NAME_RULE} (at most 100, not starting with `.`/`-`)")
         return text
 
-    # -- parameters
     def param(self, key: str, node: ys.YNode, path: str) -> Any:
         value = self.value(node, path, lambda n: parse_param(key, n), _INVALID)
         if isinstance(value, str) and param(key).kind == "path":
@@ -311,12 +289,9 @@ class Validator(Checker):
         return value
 
     def params(self, node: ys.YNode, path: str) -> dict:
-        out = {}
-        for key, (_, child) in self.mapping(node, path, PARAM_KEYS, "parameters").items():
-            value = self.param(key, child, _join(path, key))
-            if value is not _INVALID:
-                out[key] = value
-        return out
+        fields = self.mapping(node, path, PARAM_KEYS, "parameters")
+        values = {key: self.param(key, child, _join(path, key)) for key, (_, child) in fields.items()}
+        return {key: value for key, value in values.items() if value is not _INVALID}
 
     def matrix(self, node: ys.YNode) -> "list[Axis]":
         axes: "list[Axis]" = []
@@ -368,9 +343,8 @@ class Validator(Checker):
         for axis in axes:
             for p in axis.params:
                 if p in owner:
-                    first, second = (owner[p], axis.key)
                     self.problem(axis.pos, f"matrix.{axis.key}",
-                                 f"`{p}` is set by two axes (`matrix.{first}` and `matrix.{second}`): a parameter "
+                                 f"`{p}` is set by two axes (`matrix.{owner[p]}` and `matrix.{axis.key}`): a parameter "
                                  "belongs to one axis; put its values in one of them")
                 else:
                     owner[p] = axis.key
@@ -509,22 +483,16 @@ def _label_of_axis(node: ys.YNode, axis: Axis) -> str:
 
 def _axis_label(node: ys.YNode) -> str:
     text = ys.as_str(node, "a label (text)")
-    if not text.strip() or _CONTROL_RE.search(text) or len(text) > 100:
+    if not text.strip() or CONTROL_RE.search(text) or len(text) > 100:
         raise ys.ValueProblem(f"`{text}` is not a usable label: one line of at most 100 characters")
     return text
 
 
-class _Invalid:
-    def __repr__(self) -> str:
-        return "<invalid>"
-
-
-_INVALID = _Invalid()
+_INVALID = object()  # what a value that failed its check parses to (problem recorded)
 
 
 def _percentage(node: ys.YNode) -> float:
-    """`2%` -> 2.0: a percentage above 0, written with its `%` (above 100% is allowed: the interval of a
-    very noisy cell's median can reach further than the median itself)."""
+    """`2%` -> 2.0: a percentage above 0, written with its `%` (above 100% too: a very noisy median's interval)."""
     text = ys.as_str(node, "a percentage such as `2%`") if isinstance(node, ys.YScalar) and not node.is_null \
         and node.tag == ys.STR else None
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*%\s*", text or "")

@@ -1,7 +1,5 @@
 """The `report:` section: the views (small-multiple charts and their tables) the report draws: `x`, `hue` and
-`facet` name parameters or linked axes, `metric` one of zcorch.metrics (docs/experiment-files.md). Without the
-section the report picks a view from the parameters that vary (zcorch.analysis.plots.default_view).
-"""
+`facet` name parameters or linked axes, `metric` one of zcorch.metrics (docs/experiment-files.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,8 +38,7 @@ def _metric(node: ys.YNode) -> str:
 
 
 def parse_report(chk: Checker, node: ys.YNode, axes: "Sequence[str]" = ()) -> "tuple[View, ...]":
-    """The `report:` node's views; problems go to `chk`. `axes`: the names of the matrix's linked axes, which a
-    view may use like parameters (the results have a column of each, holding its labels)."""
+    """The `report:` node's views; problems go to `chk`. `axes`: the linked axes' names, usable as parameters."""
     top = chk.mapping(node, "report", SECTION_KEYS, "report keys")
     if "views" not in top:
         return ()

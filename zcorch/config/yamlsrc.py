@@ -1,14 +1,6 @@
-"""YAML with positions: a small tree built from PyYAML's composer nodes, never from constructed objects.
-
-Why not `yaml.safe_load`: it silently keeps the last of two duplicate keys, forgets where each value came
-from, and applies YAML 1.1's implicit typing (`no` -> False, `010` -> 8, `1:30` -> 90) before anyone can
-tell the user. Here every value keeps its source text, its resolved tag and its 1-based line:column, and
-the typed accessors (`as_str`, `as_int`, `as_bool`, `as_size`, `as_duration`) refuse the YAML 1.1
-surprises with a message saying how to write the value instead.
-
-Problems found while building the tree (duplicate keys, non-string keys, unsupported tags) are returned
-as a list so the caller can report them together with its own; a YAML syntax error ends parsing.
-"""
+"""YAML with positions, built from PyYAML's composer nodes: unlike `yaml.safe_load` it refuses duplicate keys,
+keeps each value's text, tag and line:column, and its typed accessors refuse YAML 1.1's implicit typing
+(`no` -> False, `010` -> 8) saying how to write the value instead."""
 from __future__ import annotations
 
 import hashlib
@@ -40,8 +32,7 @@ _TRUE_FALSE = {"true": True, "True": True, "TRUE": True, "false": False, "False"
 
 @dataclass(frozen=True)
 class Pos:
-    """1-based line and column of a node in its file; `source`: where the node came from when not from
-    the file itself (e.g. `--set bytes=1GiB`), and then messages name it instead of file:line:column."""
+    """1-based line and column of a node in its file; `source`: where else it came from (`--set bytes=1GiB`)."""
 
     line: int
     column: int
@@ -52,8 +43,7 @@ class Pos:
 
 
 def read_text(path: str, what: str) -> "tuple[str, str]":
-    """(text, sha256 hex) of a UTF-8 file; ConfigError naming `what` ("the experiment file") when it
-    cannot be read or is not UTF-8."""
+    """(text, sha256 hex) of a UTF-8 file; ConfigError naming `what` when it cannot be read or is not UTF-8."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -120,9 +110,7 @@ def describe(node: YNode) -> str:
         return "a mapping"
     if isinstance(node, YSeq):
         return "a list"
-    if node.is_null:
-        return "nothing (null)"
-    return f"`{node.text}`"
+    return "nothing (null)" if node.is_null else f"`{node.text}`"
 
 
 class ValueProblem(ValueError):
@@ -131,10 +119,7 @@ class ValueProblem(ValueError):
 
 def parse(text: str, filename: str, document: str = "an experiment file",
           empty: str = "an experiment needs at least `name:`") -> "tuple[Optional[YNode], list[tuple[Pos, str, str]]]":
-    """Parse one YAML document. Returns (root or None, problems as (pos, key path, message)).
-
-    `document` and `empty` word the messages about a file with more than one document or none."""
-    problems: "list[tuple[Pos, str, str]]" = []
+    """Parse one YAML document: (root or None, problems as (pos, key path, message))."""
     try:
         loader = _Loader(text)
         try:
@@ -143,18 +128,15 @@ def parse(text: str, filename: str, document: str = "an experiment file",
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = _pos(mark) if mark is not None else Pos(1, 1)
         msg = " ".join(str(p) for p in (exc.context, exc.problem) if p)
         if "expected a single document" in msg:
             msg = f"more than one YAML document (`---`); {document} holds exactly one"
-        problems.append((where, "", f"YAML syntax error: {msg}"))
-        return None, problems
+        return None, [(_pos(mark) if mark is not None else Pos(1, 1), "", f"YAML syntax error: {msg}")]
     except yaml.YAMLError as exc:  # e.g. a reader error (control characters)
-        problems.append((Pos(1, 1), "", f"YAML error: {exc}"))
-        return None, problems
+        return None, [(Pos(1, 1), "", f"YAML error: {exc}")]
     if root is None:
-        problems.append((Pos(1, 1), "", f"the file is empty; {empty}"))
-        return None, problems
+        return None, [(Pos(1, 1), "", f"the file is empty; {empty}")]
+    problems: "list[tuple[Pos, str, str]]" = []
     return _convert(root, "", problems, {}), problems
 
 
@@ -169,17 +151,15 @@ def _convert(node, path: str, problems: list, seen: dict) -> YNode:
             problems.append((_pos(node.start_mark), path, f"unsupported YAML tag `{tag}`"))
             tag = STR
         out: YNode = YScalar(node.value, tag, not node.style, _pos(node.start_mark))  # C loader: "" = plain
-    elif isinstance(node, yaml.SequenceNode):
-        out = YSeq([], _pos(node.start_mark))
-        seen[key] = out
-        if node.tag != "tag:yaml.org,2002:seq":
-            problems.append((out.pos, path, f"unsupported YAML tag `{node.tag}`"))
-        out.items.extend(_convert(n, f"{path}[{i}]", problems, seen) for i, n in enumerate(node.value))
     else:
-        out = YMap({}, _pos(node.start_mark))
+        is_seq = isinstance(node, yaml.SequenceNode)
+        out = YSeq([], _pos(node.start_mark)) if is_seq else YMap({}, _pos(node.start_mark))
         seen[key] = out
-        if node.tag != "tag:yaml.org,2002:map":
+        if node.tag != ("tag:yaml.org,2002:seq" if is_seq else "tag:yaml.org,2002:map"):
             problems.append((out.pos, path, f"unsupported YAML tag `{node.tag}`"))
+    if isinstance(out, YSeq):
+        out.items.extend(_convert(n, f"{path}[{i}]", problems, seen) for i, n in enumerate(node.value))
+    elif isinstance(out, YMap):
         merged: "list[YMap]" = []
         for knode, vnode in node.value:
             if isinstance(knode, yaml.ScalarNode) and knode.tag == MERGE:
@@ -292,11 +272,7 @@ def _as_unit(node: YNode, expected: str, parse):
 # ---------------------------------------------------------------- back to plain data
 
 def to_data(node: YNode):
-    """A tree as plain Python data (what yaml.safe_load would make of it; merges applied, aliases expanded).
-
-    Every scalar the validators accepted is a str, int, float, bool or None whose YAML text re-reads as
-    the same value (they refuse YAML 1.1 surprises), so `yaml.safe_dump(to_data(tree))` is a document
-    the same validator reads back to the same values."""
+    """A tree as plain data (as yaml.safe_load makes it): `yaml.safe_dump(to_data(tree))` reads back the same."""
     if isinstance(node, YMap):
         return {name: to_data(child) for name, (_, child) in node.entries.items()}
     if isinstance(node, YSeq):

@@ -1,7 +1,5 @@
-"""The `baselines:` section: what the sweep measures besides the cells, one module per kind (registry.py; the
-format: docs/experiment-files.md). `Baselines` holds each registered kind's settings by name (`.iperf3`,
-`.dd`, `.qperf`: None when off; `.commands`: a tuple). Each kind module declares its schema, tools, commands,
-parser, estimate and dry run (kind.py says what); this module only walks the registry.
+"""The `baselines:` section: what the sweep measures besides the cells, one module per kind (registry.py).
+`Baselines` holds each kind's settings by name (None when off; `.commands`: a tuple).
 """
 from __future__ import annotations
 
@@ -10,23 +8,17 @@ from typing import Any, Dict, Iterator, Mapping, Tuple
 
 from zcorch.config import checks
 from zcorch.config import yamlsrc as ys
-from zcorch.config.baselines.commands import (COMMAND_PLACEHOLDERS, COMMAND_STDIN, COMMAND_STDOUT,  # noqa: F401
-                                              CommandBaseline)
-from zcorch.config.baselines.dd import DD_MAX_BYTES, DdBaseline  # noqa: F401
+from zcorch.config.baselines.commands import CommandBaseline  # noqa: F401
+from zcorch.config.baselines.dd import DdBaseline  # noqa: F401
 from zcorch.config.baselines.iperf3 import Iperf3Baseline  # noqa: F401
-from zcorch.config.baselines.kind import PER_CHOICES, BaselineError, BaselineKind  # noqa: F401
+from zcorch.config.baselines.kind import BaselineKind
 from zcorch.config.baselines.qperf import QperfBaseline  # noqa: F401
 from zcorch.config.baselines.registry import BY_NAME, KINDS
 from zcorch.config.checks import Checker
 
 
 class _Baselines:
-    """The settings of every registered kind (off: None, or () for a list kind), immutable: a frozen dataclass
-    with one field per kind of the registry, in its order.
-
-    Baselines(iperf3_conf, dd_conf) / Baselines(iperf3=None, qperf=QperfBaseline()): kinds not given keep
-    their defaults (positional arguments follow the registry's order).
-    """
+    """The settings of every registered kind (off: None, or ()): a frozen dataclass, one field per kind."""
 
     def __post_init__(self) -> None:
         for kind in KINDS:   # a list kind holds a tuple, whatever sequence it was given
@@ -84,8 +76,7 @@ def parse_baselines(chk: Checker, node: "ys.YNode | None") -> Baselines:
 
 
 def bind_cells(chk: Checker, baselines: Baselines, node: "ys.YNode | None", largest_bytes: "int | None") -> Baselines:
-    """Each kind's settings bound to the cells (BaselineKind.bind_cells: dd's `count: cells`); a problem goes
-    to `chk` at the kind's section (`node`: the `baselines:` node as written, None when not written)."""
+    """Each kind's settings bound to the cells (dd's `count: cells`); a problem goes to `chk` at its section."""
     out: Dict[str, Any] = {}
     for kind in KINDS:
         conf = baselines.get(kind.name)

@@ -1,7 +1,5 @@
 """`baselines.commands`: the user's own transfer commands (argv lists, never a shell string), timed like the
-other baselines; the keys and placeholders ({address}, {port}, {source}, {sink}, {bytes}) are in
-docs/experiment-files.md. Each end runs under `zcorch worker command` (zcorch.worker.command;
-zcorch.sweep.commands drives it).
+other baselines (docs/experiment-files.md); each end runs under `zcorch worker command`.
 """
 from __future__ import annotations
 
@@ -47,9 +45,7 @@ class CommandBaseline:
 
 def command_bytes(cmd: CommandBaseline, params_list: Sequence[Mapping[str, Any]]) -> int:
     """How much one run moves: the command's `bytes`, else the largest of the cells. Pure."""
-    if cmd.bytes:
-        return cmd.bytes
-    return max((int(p["bytes"]) for p in params_list if p.get("bytes")), default=DEFAULT_BYTES)
+    return cmd.bytes or max((int(p["bytes"]) for p in params_list if p.get("bytes")), default=DEFAULT_BYTES)
 
 
 def _argv(node: ys.YNode) -> Tuple[str, ...]:
@@ -95,10 +91,8 @@ assert set(_COMMAND_PARSERS) == {f.name for f in fields(CommandBaseline)}
 
 def _worker_action(argv: Sequence[str]) -> Optional[str]:
     """ACTION of a worker command line (`... -m zcorch.worker ACTION ...`)."""
-    for i, a in enumerate(argv[:-1]):
-        if a == "zcorch.worker" and i > 0 and argv[i - 1] == "-m":
-            return argv[i + 1]
-    return None
+    return next((argv[i + 1] for i in range(1, len(argv) - 1) if argv[i - 1] == "-m" and argv[i] == "zcorch.worker"),
+                None)
 
 
 def _dry_exit() -> str:
@@ -124,11 +118,9 @@ class CommandsKind(BaselineKind):
         out, seen = [], set()
         for i, item in enumerate(node.items):
             where = f"{path}[{i}]"
-            values = {}
-            for key, (_, v) in chk.mapping(item, where, tuple(_COMMAND_PARSERS), "command baseline settings").items():
-                val = chk.value(v, f"{where}.{key}", _COMMAND_PARSERS[key], None)
-                if val is not None:
-                    values[key] = val
+            fields = chk.mapping(item, where, tuple(_COMMAND_PARSERS), "command baseline settings")
+            values = {key: chk.value(v, f"{where}.{key}", _COMMAND_PARSERS[key]) for key, (_, v) in fields.items()}
+            values = {key: value for key, value in values.items() if value is not None}
             if not isinstance(item, ys.YMap):
                 continue
             missing = [k for k in ("name", "sender", "receiver") if k not in item.entries]

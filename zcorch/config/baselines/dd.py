@@ -1,10 +1,5 @@
-"""`baselines.dd`: dd write + read on the receiver, in each directory a sink lives in
-(docs/experiment-files.md: `bs`, `count` (or `cells`: the cells' largest `bytes`, so `--set bytes=` scales
-it), `repeats`, `sync`, `fdatasync`, `warmup`; each study's dd is timed as that study ran it).
-
-It runs as the host job `zcorch.worker.remote dd DIR BS COUNT [--no-sync] [--fdatasync] [--warmup]` on the
-receiver; records {"kind": "dd_write" | "dd_read" | "dd_fdatasync" | "dd_warmup", "key": {"bs", "count",
-"directory", "filesystem", "bs_text"[, "sync": false]}, "result": parse_dd_wrapper(...)[kind]}.
+"""`baselines.dd`: dd write + read on the receiver, in each directory a sink lives in (docs/experiment-files.md),
+run as the host job `zcorch.worker.remote dd DIR BS COUNT [--no-sync] [--fdatasync] [--warmup]`.
 """
 from __future__ import annotations
 
@@ -37,8 +32,7 @@ class DdBaseline:
 
     bs: int = 1024 ** 2
     count: Optional[int] = 64   # None until validation binds `count: cells` (zcorch.config.validate)
-    # Where dd writes when the sink is a device (/dev/null): the per-user scratch directory by default (a
-    # predictable name in a shared /tmp is anyone's to pre-create); may be {scratch}[/DIR] or a directory.
+    # Where dd writes for a device sink: per-user scratch (a predictable name in /tmp is anyone's to pre-create)
     scratch: str = SCRATCH_PLACEHOLDER
     repeats: int = 1          # dd write + read pairs per directory (records carry `repeat`)
     cells: bool = False       # `count: cells`: count follows the cells' largest `bytes` (bind_cells)
@@ -73,10 +67,7 @@ _DD_RE = re.compile(r"^(\d+) bytes?(?: \([^)]*\))? copied, ([0-9.eE+-]+) s, ([0-
 
 
 def parse_dd_stderr(text: str) -> Dict[str, Any]:
-    """{"bytes", "seconds", "rate"} from dd's summary line (`N bytes (...) copied, T s, R MB/s`).
-
-    Raises BaselineError with dd's message when there is no summary (e.g. cannot open the file).
-    """
+    """{"bytes", "seconds", "rate"} from dd's summary line; BaselineError with dd's message without one."""
     matches = _DD_RE.findall(text)
     if not matches:
         msg = " ".join(ln.strip() for ln in text.splitlines() if ln.strip())
@@ -86,8 +77,7 @@ def parse_dd_stderr(text: str) -> Dict[str, Any]:
 
 
 def parse_dd_wrapper(text: str) -> Dict[str, Any]:
-    """{"dd_write": result|BaselineError, "dd_read": ..., ["dd_warmup", "dd_fdatasync"]} from the JSON line
-    of `zcorch.worker.remote dd` (a part it did not run is absent)."""
+    """{record kind: result or BaselineError} from the JSON line of `zcorch.worker.remote dd`."""
     try:
         doc = json.loads(text.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -106,25 +96,18 @@ def parse_dd_wrapper(text: str) -> Dict[str, Any]:
                   "wall_s": part["wall_s"], "timed": part["timed"], "path": part.get("path", doc.get("path")),
                   "MB_per_s": parsed["bytes"] / part["wall_s"] / 1e6 if part["wall_s"] > 0 else None}
         if side == "read":
-            result["cached"] = part["cached"]
-            result["cache_note"] = part["cache_note"]
+            result.update(cached=part["cached"], cache_note=part["cache_note"])
         out[kind] = result
     return out
 
 
 def dd_directory(sink: str, scratch: str) -> str:
-    """Where the dd baseline writes: the sink's directory, or scratch when the sink is a device.
-
-    Works on paths as written too: `{scratch}/x.dat` -> `{scratch}` (zcorch.provision.scratch resolves it).
-    """
-    if sink.startswith("/dev/"):
-        return scratch
-    return sink.rsplit("/", 1)[0] or "/"
+    """Where dd writes: the sink's directory (`{scratch}/x.dat` -> `{scratch}`), or scratch for a device."""
+    return scratch if sink.startswith("/dev/") else sink.rsplit("/", 1)[0] or "/"
 
 
 def dd_key(cfg: DdBaseline, directory: str, filesystem: Optional[str] = None) -> dict:
-    """The `key` of a dd record: what it was run with (directory as written, e.g. `{scratch}`); `sync: false`
-    only when dd was timed without its sync (the keys of the default stay those of older result sets)."""
+    """The `key` of a dd record: what it was run with; `sync: false` only when set (older sets' keys stay)."""
     key = {"bs": cfg.bs, "count": cfg.count, "directory": directory, "filesystem": filesystem,
            "bs_text": format_size(cfg.bs)}
     if not cfg.sync:
@@ -170,8 +153,7 @@ class DdKind(BaselineKind):
         return conf
 
     def bind_cells(self, conf: Optional[DdBaseline], largest_bytes: Optional[int]) -> Optional[DdBaseline]:
-        """`count: cells` made a count: as many bs blocks as `largest_bytes` (rounded up); ys.ValueProblem
-        when no cell moves a byte count or the file would pass the limit. Other settings: unchanged."""
+        """`count: cells` made a count of bs blocks covering `largest_bytes`; ys.ValueProblem when it cannot."""
         if conf is None or not conf.cells:
             return conf
         if largest_bytes is None:
@@ -198,14 +180,12 @@ class DdKind(BaselineKind):
 
     def estimate(self, conf: DdBaseline, params_list: Sequence[Mapping[str, Any]], rate: float, overhead: float) -> Cost:
         filesystems = {p.get("filesystem") for p in params_list}
-        # a write and a read (and a conv=fdatasync write) on each filesystem a sink lives on, repeats times;
-        # a warm-up write once on each
+        # per filesystem: a write, a read (and an fdatasync write) per repeat, and a warm-up write once
         passes = len(filesystems) * ((2 + conf.fdatasync) * conf.repeats + conf.warmup)
         return Cost(passes, passes * (conf.bs * conf.count / rate + overhead), f"{passes} dd passes at the same rate")
 
     def job_args(self, conf: DdBaseline, directory: str, first: bool = True) -> List[Any]:
-        """The arguments of `zcorch.worker.remote dd` for one directory (`first`: its first run there, the one
-        a warm-up write goes before)."""
+        """The arguments of `zcorch.worker.remote dd` for one directory (`first`: a warm-up write goes before)."""
         if conf.count is None:
             raise ValueError("dd `count: cells` was not bound to the cells (zcorch.config.validate binds it)")
         opts = (["--no-sync"] if not conf.sync else []) + (["--fdatasync"] if conf.fdatasync else []) \
@@ -219,7 +199,6 @@ class DdKind(BaselineKind):
         return tuple(kind for _, kind in SIDES if kind in made)
 
     def dry_run_job(self, job: str, args: Sequence[str]) -> "Optional[Tuple[str, str]]":
-        """(stdout, note) of its host job in a dry run; None for another job."""
         if job != JOB:
             return None
         path = posixpath.join(args[0], ".zcorch-dd-PID-RANDOM")

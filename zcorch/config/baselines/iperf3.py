@@ -1,9 +1,5 @@
-"""`baselines.iperf3`: iperf3 between the hosts' data addresses, plain and -Z, before the cells.
-
-    iperf3: {duration: 2s, per: pair, omit: 0}   # `per: sweep` = once; `pair` = per (window, buffer)
-
-Records: {"kind": "iperf3", "key": {"window", "buffer", "zerocopy"}, "result": parse_iperf3_json(...)}.
-"""
+"""`baselines.iperf3`: iperf3 between the hosts' data addresses, plain and -Z, before the cells
+(`iperf3: {duration: 2s, per: pair, omit: 0}`; `per: sweep` = once, `pair` = per (window, buffer))."""
 from __future__ import annotations
 
 import json
@@ -32,10 +28,7 @@ class Iperf3Baseline:
 
 
 def server_argv(bind: str, port: int, idle_timeout: int = IDLE_TIMEOUT) -> List[str]:
-    """One-off server (-s -1) that exits by itself if the client never comes (--idle-timeout).
-
-    --forceflush: its 'Server listening' line must reach us through a pipe at once.
-    """
+    """One-off server that exits if no client comes (--forceflush: its line reaches the pipe at once)."""
     return ["iperf3", "-s", "-1", "-B", bind, "-p", str(port), "--idle-timeout", str(idle_timeout),
             "--forceflush"]
 
@@ -43,23 +36,14 @@ def server_argv(bind: str, port: int, idle_timeout: int = IDLE_TIMEOUT) -> List[
 def client_argv(server: str, port: int, window: Optional[int], buffer: Optional[int],
                 zerocopy: bool, duration: float, omit: int = 0) -> List[str]:
     argv = ["iperf3", "-c", server, "-p", str(port), "-J", "-t", str(whole_seconds(duration))]
-    if omit:
-        argv += ["-O", str(omit)]
-    if window:
-        argv += ["-w", str(window)]
-    if buffer:
-        argv += ["-l", str(buffer)]
-    if zerocopy:
-        argv.append("-Z")
-    return argv
+    for flag, value in (("-O", omit), ("-w", window), ("-l", buffer)):
+        if value:
+            argv += [flag, str(value)]
+    return argv + (["-Z"] if zerocopy else [])
 
 
 def parse_iperf3_json(text: str) -> Dict[str, Any]:
-    """Throughput and CPU from `iperf3 -c ... -J` output.
-
-    Raises BaselineError with iperf3's own message when the JSON carries an "error" (refused
-    connection, reset mid-test...) or when the output is not JSON (parameter errors print usage).
-    """
+    """Throughput and CPU from `iperf3 -J` output; BaselineError with iperf3's own message."""
     try:
         doc = json.loads(text)
     except ValueError:
@@ -108,11 +92,7 @@ class Iperf3Kind(ServerClientKind):
     words = {"iperf3": "iperf3"}
     match_keys = ("buffer", "window")
     match_fixed = {"zerocopy": False}
-    parsers = {
-        "duration": tool_duration,
-        "per": per_choice,
-        "omit": lambda n: checks.int_range(n, 0, MAX_OMIT),
-    }
+    parsers = {"duration": tool_duration, "per": per_choice, "omit": lambda n: checks.int_range(n, 0, MAX_OMIT)}
     port = PORT
     ready_marker = "Server listening"
     busy_marker = "Address already in use"
@@ -143,9 +123,7 @@ class Iperf3Kind(ServerClientKind):
 
     def describe(self, record: Mapping[str, Any]) -> str:
         key = record.get("key") or {}
-        what = "iperf3 -Z" if key.get("zerocopy") else "iperf3"
-        where = sizes_where(key)
-        return _describe(what, where, record)
+        return _describe("iperf3 -Z" if key.get("zerocopy") else "iperf3", sizes_where(key), record)
 
 
 KIND = Iperf3Kind()

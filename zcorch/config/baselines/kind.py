@@ -1,11 +1,6 @@
-"""What a baseline kind declares (one module per kind in this package, listed in `registry.py`).
-
-A kind is pure data and pure functions, importable by every stage that needs it: the config schema (its
-`baselines.<kind>:` section), `zcorch plan` (its time estimate), the dry-run hosts (what its commands
-answer), the preflight (the programs it needs on each host, with the Debian package) and the sweep, which
-runs what the kind declares through the Host interface (zcorch.sweep.baselines) and parses the output with
-the kind's own parser. A kind that measures the path alone with a server on the receiver and a client on
-the sender (iperf3, qperf) is a `ServerClientKind`: its module is all a new tool of that shape needs.
+"""What a baseline kind declares (one module per kind in this package, listed in `registry.py`): pure data and
+functions for its schema, estimate, dry run, preflight tools and output parser, importable by every stage.
+A tool measuring the path with a server and a client (iperf3, qperf) is a `ServerClientKind`.
 """
 from __future__ import annotations
 
@@ -36,8 +31,7 @@ class BaselineError(ZcorchError):
 
 @dataclass(frozen=True)
 class Tool:
-    """A program a kind runs on a host: the preflight looks for it there (remote hosts must have it; on
-    localhost a missing one makes the kind's records `skipped`, with the fix in the reason)."""
+    """A program a kind runs on a host (the preflight looks for it there)."""
 
     program: str                      # argv[0]
     package: str                      # the Debian package holding it
@@ -65,32 +59,25 @@ class BaselineKind:
     default_on: bool = False          # on when `baselines:` is not written (iperf3 and dd, as the seeds)
     phase: str = NETWORK
     record_kinds: Mapping[str, str] = {}   # the `kind` of its baselines.jsonl records -> what it measures
-    # reference.baselines: how a record kind reads in a table, and how own_baseline finds a cell's records:
-    # the key columns matched against the cell's params, and key values a record must have.
+    # reference.baselines: a record kind's words, the keys matched against a cell's (strict: never another's)
     words: Mapping[str, str] = {}
     match_keys: Tuple[str, ...] = ()
-    # match keys whose other values never stand for a cell's (dd on another filesystem measures another
-    # disk): without a record of the cell's value there is no baseline, rather than the other records'
     strict_keys: Tuple[str, ...] = ()
     match_fixed: Mapping[str, Any] = {}
     parsers: Mapping[str, Callable[[ys.YNode], Any]] = {}   # setting -> value parser (file:line on error)
     jobs: Tuple[str, ...] = ()        # zcorch.worker.remote host jobs it runs (dd's `dd`)
-    # What the analysis asks of a kind, so that it names no tool: the record kinds a transfer's throughput
-    # is shown as a share of (the report's "% of" columns), those shown beside each receiving filesystem, the record kind a published throughput figure is
-    # normalised to when it names none (reference.figures), and the host-comparison row of its tool's version
-    # (meta.json versions.<label>: zcorch.worker.remote records each tool's `--version` under its program).
+    # What the analysis asks of a kind, so that it names no tool: the record kinds a throughput is a share of,
+    # those shown per receiving filesystem, a published figure's default reference, its tool's version label.
     share_records: Tuple[str, ...] = ()
     filesystem_ceilings: Tuple[str, ...] = ()   # record kinds measured per receiving filesystem (match key)
     figure_reference: str = ""
     version_label: str = ""
 
     def rate(self, result: Mapping[str, Any]) -> Optional[float]:
-        """Bits per second a record's result reports; None when it reports none (also what `control: <kind>`
-        divides each run's gbit_s by: zcorch.analysis.frames.add_control_ratios)."""
+        """Bits per second a record's result reports (what `control: <kind>` divides by); None without one."""
         value = result.get("bits_per_second") if isinstance(result, Mapping) else None
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
-    # -- schema -----------------------------------------------------------------------------
     @property
     def off(self) -> Any:
         """The value of a kind that does not run (None; a list kind: ())."""
@@ -100,8 +87,7 @@ class BaselineKind:
         return self.settings() if self.default_on else self.off
 
     def parse(self, chk: Checker, node: ys.YNode, path: str) -> Any:
-        """`baselines.<kind>:` as written -> settings, or self.off for `false`; problems go to `chk`.
-        Default: `true` / `false`, or a mapping of self.parsers' keys."""
+        """`baselines.<kind>:` (`true`, `false`: self.off, or a mapping of self.parsers' keys) -> settings."""
         if isinstance(node, ys.YScalar) and node.tag == ys.BOOL and node.plain:
             return self.settings() if chk.value(node, path, ys.as_bool, True) else self.off
         values, nodes = {}, {}
@@ -117,16 +103,13 @@ class BaselineKind:
         """Rules across settings (e.g. dd's bs × count); problems to `chk` at the setting's node."""
 
     def bind_cells(self, conf: Any, largest_bytes: Optional[int]) -> Any:
-        """The settings with what is written relative to the cells made concrete (dd's `count: cells`),
-        given the largest `bytes` of the experiment's cells (None: none moves a byte count); raises
-        ys.ValueProblem when that cannot be done. zcorch.config.validate calls it once the cells are known."""
+        """The settings made concrete for the cells' largest `bytes` (dd's `count: cells`)."""
         return conf
 
     def as_dict(self, conf: Any) -> "Dict[str, Any]":
         """The settings as `zcorch plan` shows them."""
         return {f.name: getattr(conf, f.name) for f in fields(conf)}
 
-    # -- hosts ------------------------------------------------------------------------------
     def tools(self, conf: Any) -> Sequence[Tool]:
         """The programs it runs with settings `conf` (also asked with self.default(), which may be off)."""
         return ()
@@ -135,14 +118,11 @@ class BaselineKind:
         """Fixed ports it listens on on a remote receiver (the preflight checks they are free)."""
         return ()
 
-    # -- plan -------------------------------------------------------------------------------
     def estimate(self, conf: Any, params_list: Sequence[Mapping[str, Any]], rate: float, overhead: float) -> Cost:
         return Cost(0, 0.0, f"{self.name}: not estimated")
 
-    # -- dry run ----------------------------------------------------------------------------
     def dry_run(self, argv: Sequence[str]) -> "Optional[Tuple[int, str, str]]":
-        """(exit status, stdout, stderr) a dry run answers for one of its commands run to completion, or
-        None when argv is not one of its commands."""
+        """(exit status, stdout, stderr) a dry run answers for one of its commands (None: not one of them)."""
         for tool in self.tools(self.default()):
             if list(argv) == [tool.program, *tool.version_argv]:
                 return 0, f"{tool.program} ({DRY_RUN})\n", ""
@@ -156,7 +136,6 @@ class BaselineKind:
         """(stdout, note) in a dry run of its zcorch.worker.remote host job `job` (None: not its job)."""
         return None
 
-    # -- records ----------------------------------------------------------------------------
     def describe(self, record: Mapping[str, Any]) -> str:
         """One line for a baseline record of this kind (the end-of-run summary)."""
         what = str(record.get("kind") or self.name).replace("_", " ")
@@ -169,17 +148,13 @@ def _describe(what: str, where: str, record: Mapping[str, Any]) -> str:
     if record.get("status") != "ok":
         return f"{what} ({where}): {record.get('status')}: {record.get('reason')}"
     result = record.get("result") or {}
-    if "bits_per_second" in result:
-        figure = f"{result['bits_per_second'] / 1e9:.2f} Gbit/s"
-    else:
-        figure = f"{result.get('MB_per_s', float('nan')):.0f} MB/s"
+    figure = (f"{result['bits_per_second'] / 1e9:.2f} Gbit/s" if "bits_per_second" in result
+              else f"{result.get('MB_per_s', float('nan')):.0f} MB/s")
     return f"{what} ({where}): {figure}{' (cached)' if result.get('cached') else ''}"
 
 
 class ServerClientKind(BaselineKind):
-    """A tool measuring the path alone: a server on the receiver's data address, a client on the sender
-    whose stdout the kind parses. zcorch.sweep.baselines.run_server_client runs it: a free port on
-    localhost, `port` on a remote receiver; the server is killed after the client ends."""
+    """A tool measuring the path alone: a server on the receiver, a client on the sender (parsed)."""
 
     phase = NETWORK
     port: int = 0                     # on a remote receiver
@@ -198,8 +173,7 @@ class ServerClientKind(BaselineKind):
         raise NotImplementedError
 
     def refusal(self, conf: Any, key: Mapping[str, Any]) -> Optional[str]:
-        """Why the tool cannot run the test of `key` (a limit of its own), or None: such a test is recorded as
-        skipped with this reason instead of being started to fail."""
+        """Why the tool cannot run the test of `key` (recorded as skipped, not started to fail), or None."""
         return None
 
     def test_seconds(self, conf: Any) -> float:
@@ -211,8 +185,7 @@ class ServerClientKind(BaselineKind):
         raise NotImplementedError
 
     def control_key(self, conf: Any) -> Dict[str, Any]:
-        """The one test `control: <kind>` runs in every round: the kind's test with the tool's own window and
-        message size (its key of `per: sweep`), the same in every experiment that names it."""
+        """The one test `control: <kind>` runs in every round: its key of `per: sweep` (the tool's own sizes)."""
         return self.keys(replace(conf, per="sweep"), ())[0]
 
     def estimate(self, conf: Any, params_list: Sequence[Mapping[str, Any]], rate: float, overhead: float) -> Cost:
@@ -228,9 +201,8 @@ class ServerClientKind(BaselineKind):
 
     def dry_run_lines(self, argv: Sequence[str]) -> "Optional[List[str]]":
         # the server's start: it "listens" at once
-        if argv and argv[0] == self.tools(self.settings())[0].program:
-            return [f"{self.ready_marker or 'listening'} ({DRY_RUN})"]
-        return None
+        ours = argv and argv[0] == self.tools(self.settings())[0].program
+        return [f"{self.ready_marker or 'listening'} ({DRY_RUN})"] if ours else None
 
 
 # -- helpers the kinds share -------------------------------------------------------------------

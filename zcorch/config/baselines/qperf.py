@@ -1,10 +1,6 @@
 """`baselines.qperf`: qperf's tcp_bw between the hosts' data addresses, with both ends' CPU figures (off unless
-written; per (window, buffer) of the cells, or one `msg_size`: docs/experiment-files.md).
-
-The server (`qperf -lp PORT`, silent) runs on the receiver; the client on the sender waits for it (`-ws`) and
-prints `name = value unit` lines, -uu -e 6 fixing the units and precision (tests/data/captured/qperf_*).
-Records: {"kind": "qperf", "key": {"window", "buffer"}, "result": {"bits_per_second",
-"send_cpus_used_percent", "recv_cpus_used_percent", ...}}; qperf's "% cpus" is of one CPU (200 = two busy).
+written). The server (silent) runs on the receiver; the client waits for it (`-ws`) and prints `name = value
+unit` lines. qperf's "% cpus" is of one CPU (200 = two busy).
 """
 from __future__ import annotations
 
@@ -13,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.config import checks
-from zcorch.config import yamlsrc as ys
 from zcorch.config.baselines.kind import (BaselineError, ServerClientKind, Tool, _describe, cell_pairs, per_choice,
                                           sizes_where, tool_duration, whole_seconds)
 
@@ -26,8 +21,7 @@ MAX_MSG_SIZE = 1024 ** 3    # as the cells' buffer (the worker's limit)
 class QperfBaseline:
     duration: float = 2.0            # qperf -t (whole seconds, rounded up)
     per: str = "pair"                # as iperf3: per distinct (window, buffer) of the cells, or once
-    msg_size: Optional[int] = None   # qperf -m for every test (None: the cell's sender buffer; qperf's own
-                                     # default when `per: sweep`)
+    msg_size: Optional[int] = None   # qperf -m for every test (None: the cell's sender buffer, or qperf's)
 
 
 def server_argv(port: int) -> List[str]:
@@ -39,10 +33,9 @@ def client_argv(server: str, port: int, duration: float, msg_size: Optional[int]
                 window: Optional[int]) -> List[str]:
     argv = ["qperf", server, "-lp", str(port), "-t", str(whole_seconds(duration)), "-ws", str(WAIT_SERVER_S),
             "-e", "6", "-uu", "-vv"]
-    if msg_size:
-        argv += ["-m", str(msg_size)]
-    if window:
-        argv += ["-sb", str(window)]
+    for flag, value in (("-m", msg_size), ("-sb", window)):
+        if value:
+            argv += [flag, str(value)]
     return argv + ["tcp_bw"]
 
 
@@ -64,12 +57,7 @@ _SIDES = {"loc_": "send_", "rem_": "recv_"}           # without a send/recv spli
 
 
 def parse_qperf(text: str) -> Dict[str, Any]:
-    """The result of `qperf -vv ... tcp_bw` (any of its unit styles): every figure in base units, keyed
-    `<qperf name><unit suffix>` (send_cpus_used_percent, recv_cost_s_per_gb, ...) plus bits_per_second.
-
-    Raises BaselineError with qperf's words when it printed no `bw` (cannot connect, bad option) or
-    measured nothing.
-    """
+    """`qperf -vv ... tcp_bw` output in base units plus bits_per_second; BaselineError without a result."""
     out: Dict[str, Any] = {}
     unknown = []
     for line in text.splitlines():
@@ -105,10 +93,6 @@ def parse_qperf(text: str) -> Dict[str, Any]:
     return out
 
 
-def _msg_size(node: ys.YNode) -> int:
-    return checks.positive_size(node, MAX_MSG_SIZE)
-
-
 class QperfKind(ServerClientKind):
     name = "qperf"
     settings = QperfBaseline
@@ -116,20 +100,16 @@ class QperfKind(ServerClientKind):
     version_label = "qperf"
     words = {"qperf": "qperf"}
     match_keys = ("buffer", "window")
-    parsers = {
-        "duration": tool_duration,
-        "per": per_choice,
-        "msg_size": _msg_size,
-    }
+    parsers = {"duration": tool_duration, "per": per_choice,
+               "msg_size": lambda n: checks.positive_size(n, MAX_MSG_SIZE)}
     port = PORT
 
     def tools(self, conf: Any) -> Sequence[Tool]:
         return (Tool("qperf", "qperf", version_argv=("--version",)),)
 
     def keys(self, conf: QperfBaseline, params_list: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
-        pairs = cell_pairs(conf.per, params_list)
         keys: List[Dict[str, Any]] = []
-        for window, buffer in pairs:
+        for window, buffer in cell_pairs(conf.per, params_list):
             key = {"window": window, "buffer": conf.msg_size or buffer}
             if key not in keys:
                 keys.append(key)
@@ -146,9 +126,7 @@ class QperfKind(ServerClientKind):
         return parse_qperf(text)
 
     def describe(self, record: Mapping[str, Any]) -> str:
-        key = record.get("key") or {}
-        where = sizes_where(key)
-        line = _describe("qperf tcp_bw", where, record)
+        line = _describe("qperf tcp_bw", sizes_where(record.get("key") or {}), record)
         result = record.get("result") or {}
         if record.get("status") == "ok" and "send_cpus_used_percent" in result:
             line += (f", CPU send {result['send_cpus_used_percent']:.0f}% recv "
