@@ -37,8 +37,7 @@ static int probe_pair(int fds[3], char *why, size_t len)
     return -1;
 }
 
-/* Send two bytes over loopback, discard one with recv(NULL, 1, MSG_TRUNC): supported when it
- * returns 1 and the other byte is still there to read. */
+/* Two bytes over loopback, one discarded by recv(NULL, 1, MSG_TRUNC): the other must still be there */
 static int available(char *why, size_t len)
 {
     int fds[3];

@@ -15,8 +15,7 @@
 
 #include <sys/mman.h>
 
-/* flag bits are kernel ABI: headers older than the feature still let a newer kernel use it, and the
- * kernel says whether it has bundles (IORING_FEAT_RECVSEND_BUNDLE) */
+/* kernel ABI: older headers still let a newer kernel use bundles (IORING_FEAT_RECVSEND_BUNDLE says) */
 #ifndef IORING_RECVSEND_BUNDLE
 #define IORING_RECVSEND_BUNDLE (1U << 4)
 #endif

@@ -52,8 +52,7 @@ static int available(char *why, size_t len)
     int rc = getsockopt(fd, IPPROTO_TCP, TCP_ZEROCOPY_RECEIVE, &zc, &zl);
     int code = errno;
     close(fd);
-    /* on an unconnected socket a kernel with the option answers (0, or an error about the socket);
-     * one without it does not know the option */
+    /* a kernel with the option answers on an unconnected socket; one without it does not know it */
     if (rc < 0 && (code == ENOPROTOOPT || code == EOPNOTSUPP)) {
         snprintf(why, len, "the kernel has no TCP_ZEROCOPY_RECEIVE (Linux 4.18 or later): %s", strerror(code));
         return 0;
@@ -137,8 +136,7 @@ static int setup(zc_ctx *c)
 static int connected(zc_ctx *c)
 {
     zrecv_t *s = c->priv;
-    /* what the sender will put in one segment: the MSS we advertised (tcpi_advmss: already less the
-     * timestamp option), within our path MTU */
+    /* a segment's payload: the MSS we advertised (less the timestamp option already), within the path MTU */
     struct tcp_info ti;
     socklen_t tl = sizeof ti;
     memset(&ti, 0, sizeof ti);

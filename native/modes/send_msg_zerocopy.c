@@ -41,8 +41,7 @@ typedef struct {
     uint64_t copied;
 } priv_t;
 
-/* SO_ZEROCOPY came with Linux 4.14 (and a kernel may be built without it): try it on a throw-away
- * TCP socket, so `worker info` can tell "compiled" from "runnable here" before any transfer. */
+/* SO_ZEROCOPY (Linux 4.14+, and a kernel may lack it) tried on a throw-away TCP socket */
 static int available(char *why, size_t len)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
