@@ -1,30 +1,16 @@
 """Build the cffi extension `zcorch._native` from the C sources in this directory.
 
-Two ways, one definition:
-  * setuptools: setup.py declares `cffi_modules=["native/build.py:ffibuilder"]`, so
-    `pip install .` / `pip install -e .` compile it into the zcorch package;
-  * standalone, on a bare remote host with only python3, cffi and a C compiler:
-    `python3 native/build.py --out DIR` writes DIR/zcorch/_native*.so (build files go to a
-    temporary directory), named as pip names it (`_native.abi3.so` on CPython). `--out .` from the
-    repository root is the in-place development build.
+Two ways, one definition: setup.py's `cffi_modules=["native/build.py:ffibuilder"]` (`pip install .`), or
+standalone on a bare host with python3, cffi and a C compiler: `python3 native/build.py --out DIR` writes
+DIR/zcorch/_native*.so named as pip names it (`--out .` from the repository root: the in-place build).
+Deploy uploads native/ (a wheel carries it as zcorch/_native_src/) and runs this script on the host.
 
-A wheel or sdist install carries this file and the sources below as package data (zcorch/_native_src/,
-copied by setup.py's build_py); deploy uploads them to a remote host as native/ and runs this script there.
-
-Layout: include/ (zcorch_api.h, the declarations-only header fed to ffi.cdef; zc_params_gen.h, the
-structs zc_params and zc_metrics and their tables generated from zcorch/params.py by gen_params.py, whose
-declarations follow zcorch_api.h into ffi.cdef; zc_internal.h for the modes; zc_core.h for the core),
-core/ (the run's lifecycle, stream groups, totals, validation, files, connections, errors, helpers, the
-mode registry) and modes/ (one file per send or receive mode). Out-of-line API mode: cffi compiles the
-real C and checks the declarations against it. Before compiling, gen_params.py rewrites zc_params_gen.h
-if the importable parameter table says otherwise (a host gets the table with the worker).
-
-Feature probes (as pynacl's HAS_* flags): before compiling, each entry of FEATURES is test-compiled
-against the host's headers; the build gets -DZC_HAVE_<NAME> for each one found and
--DZC_LACKS_<NAME>="why" for each one missing. A mode whose feature is missing is still compiled
-(as a stub that never runs) and listed; its available() probe answers with that reason, which
-`zcorch worker info` and preflight show. `--without NAME` (repeatable) builds as if a feature were
-missing (tests use it; nothing else should). A missing feature never fails the build.
+Layout: docs/architecture.md. Before compiling, gen_params.py rewrites include/zc_params_gen.h if the
+importable parameter table says otherwise, and each entry of FEATURES is test-compiled against the host's
+headers (as pynacl's HAS_* flags): -DZC_HAVE_<NAME> for each one found, -DZC_LACKS_<NAME>="why" for each
+one missing. A mode whose feature is missing compiles as a stub that is listed and never runs (its
+available() gives the reason); a missing feature never fails the build. `--without NAME` builds as if it
+were missing (tests).
 """
 from __future__ import annotations
 
@@ -179,15 +165,12 @@ def make_ffibuilder(absolute_paths: bool = False, without: "tuple[str, ...]" = (
 
 
 def ffibuilder() -> FFI:
-    """setup.py's `cffi_modules=["native/build.py:ffibuilder"]` (cffi calls a function it is given): the
-    feature probes run when a build runs, on the building host (ZCORCH_BUILD_WITHOUT="a,b" as --without)."""
+    """setup.py's `cffi_modules` entry: the probes run on the building host (ZCORCH_BUILD_WITHOUT="a,b": --without)."""
     return make_ffibuilder(without=_without_from_env())
 
 
 def _limited_api() -> bool:
-    """Whether cffi compiles the module against the stable ABI (it defines Py_LIMITED_API itself unless
-    the interpreter is a debug or free-threaded build): the rule cffi's setuptools hook applies when
-    `pip install` names the module `_native.abi3.so`."""
+    """Whether cffi compiles against the stable ABI, as its setuptools hook decides when pip names it `.abi3.so`."""
     from cffi import recompiler
 
     return (getattr(recompiler, "USE_LIMITED_API", True) and not hasattr(sys, "gettotalrefcount")
@@ -196,16 +179,12 @@ def _limited_api() -> bool:
 
 
 def build_into(out_dir: str, verbose: bool = False, without: "tuple[str, ...]" = ()) -> str:
-    """Compile into out_dir/zcorch/ and return the path of the built shared object.
-
-    The file gets the name `pip install` gives it (`_native.abi3.so` on CPython), and every other
-    `_native*.so` there is removed: a `_native.cpython-3XX-*.so` next to pip's `_native.abi3.so` would
-    be the one Python imports (it tries the version-specific suffix first)."""
+    """Compile into out_dir/zcorch/ under pip's name; return its path. Every other `_native*.so` there is removed:
+    Python would import a `_native.cpython-3XX-*.so` before pip's `_native.abi3.so`."""
     builder = make_ffibuilder(absolute_paths=True, without=without)
     target_dir = os.path.join(os.path.abspath(out_dir), "zcorch")
     os.makedirs(target_dir, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="zcorch-native-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="zcorch-native-") as tmp:
         built = builder.compile(tmpdir=tmp, verbose=verbose)
         name = "_native.abi3.so" if _limited_api() else os.path.basename(built)
         dest = os.path.join(target_dir, name)
@@ -213,8 +192,6 @@ def build_into(out_dir: str, verbose: bool = False, without: "tuple[str, ...]" =
             os.unlink(old)
         shutil.move(built, dest)
         return dest
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: "list[str] | None" = None) -> int:

@@ -1,18 +1,10 @@
-"""Write include/zc_params_gen.h from the parameter and metric tables (zcorch/params.py).
+"""Write include/zc_params_gen.h from the parameter and metric tables (zcorch/params.py): the structs zc_params
+and zc_metrics (also fed to cffi's cdef: `cdef_text`), the ZC_<KEY>_<CHOICE> constants, the X-macro lists the
+C core expands (ZC_PARAM_DEFAULTS, ZC_PARAM_LIMITS_*, ZC_PARAM_CHOICES, ZC_METRIC_COMBINE, ZC_MODE_LIST) and the
+cell rules' messages (ZC_RULE_*), worded as the planner words them.
 
-The C side of a worker parameter or metric is not written by hand: this file turns the tables into
-  * the structs zc_params and zc_metrics (plain declarations, also fed to cffi's cdef: `cdef_text`);
-  * the ZC_<KEY>_<CHOICE> constants of the choices held as an int (sink_state, mmap_grain, ...) and their
-    range checks (ZC_PARAM_CHOICES);
-  * X-macro lists the C core expands: ZC_PARAM_DEFAULTS (zc_params_init), ZC_PARAM_LIMITS_* (the range
-    checks of validate.c, with the table's limits and the message wording of zcorch.params.limit_problem)
-    ZC_METRIC_COMBINE (how totals.c combines the streams' metrics: Metric.combine) and ZC_MODE_LIST (the
-    compiled modes, registry.c: the send_mode / recv_mode choices);
-  * ZC_RULE_<NAME>: the cell rules' messages (CELL_RULES), worded as the planner words them.
-
-The header is committed (a host or a wheel build without the zcorch package still builds) and
-native/build.py rewrites it when the table it can import says otherwise; tests/test_native_build.py
-checks the committed one is current. `python3 native/gen_params.py` rewrites it by hand.
+The header is committed (a host without the zcorch package still builds); native/build.py rewrites it when the
+table says otherwise, tests/test_native_build.py checks it is current; `python3 native/gen_params.py` by hand.
 """
 from __future__ import annotations
 
@@ -42,8 +34,7 @@ _TAIL_FIELDS = """    const int *cpus;           /* --cpus, with ncpus > 0: thre
 
 
 def load_table():
-    """zcorch.params: the package beside native/ (a checkout, a host's build directory) or an installed one;
-    None when there is none (the committed header is used as it is)."""
+    """zcorch.params beside native/ or installed; None without one (the committed header is used as it is)."""
     root = os.path.dirname(HERE)
     if os.path.isfile(os.path.join(root, "zcorch", "params.py")) and root not in sys.path:
         sys.path.insert(0, root)
@@ -62,13 +53,8 @@ def _c_literal(value) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _comment(text: str) -> str:
-    return text.replace("*/", "* /")
-
-
 def _default(t, p):
-    """The C value a zc_params_init() field starts with: the table's default, c_unset when it has none
-    (NULL strings: the mode is required, source NULL = mem, sink NULL = /dev/null)."""
+    """A field's value in zc_params_init(): the table's default, else c_unset (NULL strings: source mem, ...)."""
     if p.ctype == "const char *" or p.worker_absent == "none":
         return None if p.c_unset is None else p.c_unset
     return t.c_value(p, p.default)

@@ -1,19 +1,13 @@
-/* Copy-cost calibration of a host: the yardsticks CPU-per-byte figures are read against.
- *
- *  - memcpy: a source and a destination of `bytes` each (default 64 MiB: larger than the caches, so
- *    the data streams from and to memory as a socket's payload does), both touched beforehand, copied
- *    in 64 KiB memcpy calls (about what one send/recv call copies; glibc keeps ordinary stores at this
- *    size, as the kernel's copy does); rounds until 0.25 s have passed (at least 5), median and best.
- *  - page faults: a fresh anonymous mapping of `bytes` with transparent huge pages off, one write per
- *    4 KiB page (fault + zeroing of the page); 3 rounds on fresh mappings, the median.
- *  - a trivial system call: syscall(SYS_getppid) (never answered from a libc cache), 200000 per
- *    round, 3 rounds, the median.
- * All on the calling thread, pinned to `cpu` unless it is -1.
+/* Copy-cost calibration of a host (zc_calibrate, zcorch_api.h): the yardsticks CPU-per-byte figures are read
+ * against. memcpy in 64 KiB calls (about one send/recv call's copy) of buffers larger than the caches, both
+ * touched first, for 0.25 s and at least 5 rounds; first-touch page faults with transparent huge pages off,
+ * 3 rounds; syscall(SYS_getppid) (never a libc cache), 3 rounds of 200000. Medians.
  */
 #include "zc_internal.h"
 
 #include <errno.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,10 +24,15 @@
 #define SYSCALL_ROUNDS 3
 #define SYSCALL_CALLS 200000
 
-static int fail(zc_error *err, int code, const char *what)
+static int fail(zc_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(zc_error *err, int code, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(err->message, sizeof err->message, "calibrate: ");
+    vsnprintf(err->message + n, sizeof err->message - (size_t)n, fmt, ap);
+    va_end(ap);
     err->code = code;
-    snprintf(err->message, sizeof err->message, "calibrate: %s: %s", what, strerror(code));
     return -1;
 }
 
@@ -65,7 +64,7 @@ static int calibrate_memcpy(uint64_t bytes, zc_calibration *out, zc_error *err)
             munmap(src, len);
         if (dst)
             munmap(dst, len);
-        return fail(err, code, "mmap of the memcpy buffers");
+        return fail(err, code, "mmap of the memcpy buffers: %s", strerror(code));
     }
     memset(src, 0x5a, len); /* both touched: no page fault inside the timing */
     memset(dst, 0, len);
@@ -85,11 +84,8 @@ static int calibrate_memcpy(uint64_t bytes, zc_calibration *out, zc_error *err)
     munmap(dst, len);
     out->memcpy_bytes = bytes;
     out->memcpy_rounds = n;
-    int64_t best = rounds[0];
-    for (int i = 1; i < n; i++)
-        best = rounds[i] < best ? rounds[i] : best;
-    out->memcpy_best_ns = best;
-    out->memcpy_ns = median(rounds, n);
+    out->memcpy_ns = median(rounds, n); /* sorts them */
+    out->memcpy_best_ns = rounds[0];
     return 0;
 }
 
@@ -101,7 +97,7 @@ static int calibrate_faults(uint64_t bytes, zc_calibration *out, zc_error *err)
     for (int r = 0; r < FAULT_ROUNDS; r++) {
         volatile unsigned char *p = map(len);
         if (!p)
-            return fail(err, errno, "mmap of the page-fault region");
+            return fail(err, errno, "mmap of the page-fault region: %s", strerror(errno));
 #ifdef MADV_NOHUGEPAGE
         madvise((void *)p, len, MADV_NOHUGEPAGE); /* 4 KiB faults, not one 2 MiB fault per 512 pages */
 #endif
@@ -148,23 +144,16 @@ int zc_calibrate(uint64_t bytes, int cpu, zc_calibration *out, zc_error *err)
     memset(out, 0, sizeof *out);
     err->code = 0;
     err->message[0] = '\0';
-    if (bytes < (1u << 20) || bytes > (1ULL << 34)) {
-        err->code = EINVAL;
-        snprintf(err->message, sizeof err->message, "calibrate: --bytes must be between 1MiB and 16GiB, got %llu",
-                 (unsigned long long)bytes);
-        return -1;
-    }
-    if (cpu >= CPU_SETSIZE) {
-        err->code = EINVAL;
-        snprintf(err->message, sizeof err->message, "calibrate: --cpu %d is out of range", cpu);
-        return -1;
-    }
+    if (bytes < (1u << 20) || bytes > (1ULL << 34))
+        return fail(err, EINVAL, "--bytes must be between 1MiB and 16GiB, got %llu", (unsigned long long)bytes);
+    if (cpu >= CPU_SETSIZE)
+        return fail(err, EINVAL, "--cpu %d is out of range", cpu);
     if (cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);
         CPU_SET(cpu, &set);
         if (sched_setaffinity(0, sizeof set, &set) < 0)
-            return fail(err, errno, "sched_setaffinity");
+            return fail(err, errno, "sched_setaffinity: %s", strerror(errno));
     }
     if (calibrate_memcpy(bytes, out, err) < 0 || calibrate_faults(bytes, out, err) < 0)
         return -1;

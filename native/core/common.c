@@ -1,12 +1,8 @@
 /* Helpers every mode shares: error text, deadline handling, pipes, buffers and the I/O loops.
- *
- * Deadline: the data socket keeps blocking I/O (no poll per chunk, which would cost a syscall per
- * iteration) but carries SO_SNDTIMEO/SO_RCVTIMEO of at most ZC_TIMEO_SLICE_NS; when a call times
- * out (EAGAIN) we check the overall deadline and either fail with ETIMEDOUT or re-arm the timeout
- * (shortened to what is left). Every chunk also compares the vDSO clock with the deadline, so a
- * peer trickling data cannot stretch the transfer either. A stalled (SIGSTOPped) or dead peer thus
- * ends the transfer at most one slice after the deadline. A stream sharing its thread with others
- * (core/mux.c) has a nonblocking socket instead: EAGAIN parks it until epoll says the socket is ready.
+ * The data socket blocks (no poll per chunk: a syscall each) but carries SO_SNDTIMEO/SO_RCVTIMEO of at most
+ * ZC_TIMEO_SLICE_NS; a call that times out (EAGAIN) fails with ETIMEDOUT past the deadline or re-arms the
+ * timeout, and every chunk compares the clock with the deadline, so neither a stalled nor a trickling peer
+ * stretches a transfer. A stream sharing its thread (core/mux.c) parks on EAGAIN instead.
  */
 #include "zc_internal.h"
 
@@ -128,7 +124,8 @@ int zc_set_sock_timeouts(zc_ctx *c)
     return set_timeo(c, left < ZC_TIMEO_SLICE_NS ? left : ZC_TIMEO_SLICE_NS);
 }
 
-int zc_after_eagain(zc_ctx *c, const char *doing)
+/* a socket timeout fired: fail past the deadline, else re-arm the timeout (shortened to what is left) */
+static int after_eagain(zc_ctx *c, const char *doing)
 {
     if (zc_check_deadline(c, doing) < 0)
         return -1;
@@ -138,29 +135,25 @@ int zc_after_eagain(zc_ctx *c, const char *doing)
     return 0;
 }
 
-int zc_io_retry(zc_ctx *c, const char *doing)
+int zc_io_retry(zc_ctx *c, const char *doing, const char *failed)
 {
     if (errno == EINTR)
         return 1;
     if (errno != EAGAIN && errno != EWOULDBLOCK)
-        return 0;
+        return failed ? zc_fail_errno(c, "%s", failed) : 0;
     if (c->fiber) /* a nonblocking socket of a shared thread: park until it is ready again */
         return zc_fiber_wait(c, c->sock, POLLIN | POLLOUT, doing) < 0 ? -1 : 1;
-    return zc_after_eagain(c, doing) < 0 ? -1 : 1;
+    return after_eagain(c, doing) < 0 ? -1 : 1;
 }
 
-int zc_open_pipe(zc_ctx *c) { return zc_open_pipe_for(c, c->sub); }
-
-int zc_open_pipe_for(zc_ctx *c, size_t unit)
+int zc_open_pipe(zc_ctx *c, size_t unit)
 {
     /* the flag tells the planner that pipe_size applies: a mode must not use a pipe without it */
     if (!(c->ops->caps & ZC_CAP_PIPE))
         return zc_fail(c, EINVAL, "opens a pipe but does not declare ZC_CAP_PIPE (bug)");
     if (pipe2(c->pipe, O_CLOEXEC) < 0)
         return zc_fail_errno(c, "pipe2");
-    /* auto: at least one unit (a sub-block, or what the mode moves per call), so a splice/vmsplice pair
-     * moves a whole one; the kernel rounds up to a power-of-two number of pages. An explicit size is
-     * applied or fails. */
+    /* auto: at least one unit, so a splice/vmsplice pair moves a whole one; an explicit size is applied or fails */
     size_t want = c->p->pipe_size;
     int explicit_size = want != 0;
     if (!explicit_size) {
@@ -174,14 +167,8 @@ int zc_open_pipe_for(zc_ctx *c, size_t unit)
             if (explicit_size)
                 return zc_fail_errno(c, "fcntl(F_SETPIPE_SZ, %zu) (see /proc/sys/fs/pipe-max-size)", want);
             /* auto beyond pipe-max-size for an unprivileged user: keep the largest allowed */
-            FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
-            unsigned long mx = 0;
-            if (f) {
-                if (fscanf(f, "%lu", &mx) != 1)
-                    mx = 0;
-                fclose(f);
-            }
-            if (!mx || fcntl(c->pipe[1], F_SETPIPE_SZ, (int)mx) < 0)
+            long mx = zc_read_sysctl("/proc/sys/fs/pipe-max-size", 0);
+            if (mx <= 0 || fcntl(c->pipe[1], F_SETPIPE_SZ, (int)mx) < 0)
                 return zc_fail_errno(c, "fcntl(F_SETPIPE_SZ, %zu)", want);
         }
     }
@@ -191,6 +178,18 @@ int zc_open_pipe_for(zc_ctx *c, size_t unit)
     c->pipe_cap = (size_t)sz;
     c->m.pipe_size = sz;
     return 0;
+}
+
+long zc_read_sysctl(const char *path, long dflt)
+{
+    FILE *f = fopen(path, "r");
+    long v = dflt;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = dflt;
+        fclose(f);
+    }
+    return v;
 }
 
 void *zc_alloc(zc_ctx *c, size_t len, const char *what)
@@ -230,8 +229,7 @@ void zc_buf_state_free(zc_ctx *c)
 
 int zc_mem_ring_init(zc_ctx *c)
 {
-    /* one period of the pattern plus one buffer, so any chunk [off, off+buffer) is contiguous at
-     * ring + off % period; filled once (untimed) and never written again */
+    /* one period plus one buffer: any chunk is contiguous at ring + off % period; never written again */
     c->mem_ring_len = zc_mem_pattern_period() + c->buffer;
     c->mem_ring = zc_alloc(c, c->mem_ring_len, "the source mem pattern");
     if (!c->mem_ring)
@@ -251,7 +249,7 @@ int zc_sock_write_all(zc_ctx *c, const void *buf, size_t len)
             c->done += n;
             continue;
         }
-        int again = n < 0 ? zc_io_retry(c, "writing to the socket") : 0;
+        int again = n < 0 ? zc_io_retry(c, "writing to the socket", NULL) : 0;
         if (again < 0)
             return -1;
         if (!again)
@@ -264,13 +262,8 @@ ssize_t zc_sock_read(zc_ctx *c, void *buf, size_t len)
 {
     for (;;) {
         ssize_t n = read(c->sock, buf, len);
-        if (n >= 0)
+        if (n >= 0 || zc_io_retry(c, "reading from the socket", "read from the socket") < 0)
             return n;
-        int again = zc_io_retry(c, "reading from the socket");
-        if (again < 0)
-            return -1;
-        if (!again)
-            return zc_fail_errno(c, "read from the socket");
     }
 }
 
@@ -323,11 +316,8 @@ int zc_splice_all(zc_ctx *c, int in, loff_t *off_in, int out, loff_t *off_out, s
         }
         if (n == 0)
             return zc_fail(c, EIO, "%s: unexpected end of input with %zu bytes still to move", what, len);
-        int again = zc_io_retry(c, what);
-        if (again < 0)
+        if (zc_io_retry(c, what, what) < 0)
             return -1;
-        if (!again)
-            return zc_fail_errno(c, "%s", what);
     }
     return 0;
 }

@@ -1,7 +1,6 @@
-/* The files of one stream: the sender's source (mem, a file, a device) and the receiver's sink, prepared
- * before the run as --sink-state says (fresh, preallocated, overwritten once), all untimed. Each is opened
- * by openpath.c (no link followed, judged on the descriptor); what depends on its kind is decided on the
- * descriptor too, never on a look at the name before it.
+/* The files of one stream, untimed: the sender's source (mem, a file, a device) and the receiver's sink,
+ * prepared as --sink-state says. Each is opened by openpath.c, and what depends on its kind is decided on
+ * the descriptor, never on the name.
  */
 #include "zc_core.h"
 
@@ -27,7 +26,6 @@ int zc_open_source(zc_ctx *c)
         if (!zc_bytes_set(p))
             return zc_fail(c, EINVAL, "--bytes is required with source mem");
         c->total = p->bytes;
-        c->total_known = 1;
         return 0;
     }
     struct stat st;

@@ -1,9 +1,6 @@
-/* --fill rand_crc32: a message made the way a sender that generates and checksums its data makes it
- * (nettest's xmit: rand() times a seed into every word, then a crc32 of the message). The PRNG is
- * seeded from the message's place in the transfer, so each message differs and a run is repeatable;
- * the crc32 is the table-driven IEEE 802.3 one (zlib's polynomial), written here so the worker needs
- * no library for it. Each checksum is folded into a volatile sink, which the compiler must write,
- * so neither the checksum nor the fill it reads can be optimised away.
+/* --fill rand_crc32: each message made as a sender that generates and checksums its data does (nettest's
+ * xmit: rand() times a seed per word, then a crc32), seeded by its place in the transfer (repeatable, each
+ * message different). The crc32 (zlib's polynomial) is folded into a volatile sink so nothing is optimised away.
  */
 #include "zc_internal.h"
 
@@ -23,7 +20,7 @@ static void crc_init(void)
     }
 }
 
-uint32_t zc_crc32(uint32_t crc, const unsigned char *p, size_t len)
+static uint32_t crc32(uint32_t crc, const unsigned char *p, size_t len)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, crc_init);
@@ -47,5 +44,5 @@ void zc_fill_rand_crc32(const zc_ctx *c, unsigned char *dst, uint64_t off, size_
     }
     for (size_t i = words * sizeof(uint32_t); i < len; i++)
         dst[i] = (unsigned char)(i * seed);
-    __atomic_fetch_xor(&fill_sink, zc_crc32(0, dst, len), __ATOMIC_RELAXED);
+    __atomic_fetch_xor(&fill_sink, crc32(0, dst, len), __ATOMIC_RELAXED);
 }

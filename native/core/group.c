@@ -1,12 +1,8 @@
-/* The streams of one run (--streams N; one stream is a group of one): their contexts, the threads that
- * run their timed transfers behind one gate, and which failure explains the run.
- *
- * Each stream carries its own slice of the data: stream i moves bytes [offset_i, offset_i + length_i) of
- * the source and writes them at the same offsets of the sink, so the result is the one-stream file, byte
- * for byte (zc_stream_slice). Everything untimed (opening, connecting, hellos, mode set-up) happens in the
- * calling thread (lifecycle.c); the threads pin themselves (--cpu / --cpus), wait at the gate until all
- * exist, then run the timed transfers. --threads T: stream i runs on thread i mod T; a thread of one
- * stream runs it with blocking calls, a thread of several multiplexes them (mux.c).
+/* The streams of one run (--streams N; one stream is a group of one): their contexts, the threads that run
+ * their timed transfers behind one gate, and which failure explains the run. Stream i moves its own slice of
+ * the source to the same offsets of the sink (zc_stream_slice), so the sink is the one-stream file. Set-up is
+ * the calling thread's (lifecycle.c); the threads pin themselves, wait at the gate, then run: stream i on
+ * thread i mod --threads, alone with blocking calls or multiplexed with others (mux.c).
  */
 #include "zc_core.h"
 
@@ -48,6 +44,16 @@ int zc_threads_effective(const zc_params *p)
     return t < 1 ? 1 : t;
 }
 
+static void free_arrays(zc_group *g)
+{
+    free(g->ctx);
+    free(g->params);
+    free(g->errs);
+    free(g->rc);
+    free(g->tfail);
+    free(g);
+}
+
 zc_group *zc_group_new(const zc_params *p, zc_error *err)
 {
     int n = p->streams > 0 ? p->streams : 1;
@@ -61,14 +67,8 @@ zc_group *zc_group_new(const zc_params *p, zc_error *err)
         g->tfail = calloc((size_t)n, sizeof *g->tfail);
     }
     if (!g || !g->ctx || !g->params || !g->errs || !g->rc || !g->tfail) {
-        if (g) {
-            free(g->tfail);
-            free(g->ctx);
-            free(g->params);
-            free(g->errs);
-            free(g->rc);
-            free(g);
-        }
+        if (g)
+            free_arrays(g);
         err->code = ENOMEM;
         snprintf(err->message, sizeof err->message, "%s: out of memory for %d streams",
                  p->side == ZC_SIDE_SEND ? "send" : "recv", n);
@@ -97,12 +97,7 @@ void zc_group_free(zc_group *g)
         zc_ctx_cleanup(&g->ctx[i]);
     pthread_mutex_destroy(&g->lock);
     pthread_cond_destroy(&g->cond);
-    free(g->ctx);
-    free(g->params);
-    free(g->errs);
-    free(g->rc);
-    free(g->tfail);
-    free(g);
+    free_arrays(g);
 }
 
 /* The error of the stream that failed first (in time; set-up failures come in stream order): as it is
@@ -199,10 +194,8 @@ static void *thread_main(void *arg)
 int zc_group_size(const zc_ctx *c) { return c->group ? c->group->n : 1; }
 const zc_ctx *zc_group_stream(const zc_ctx *c, int i) { return c->group ? &c->group->ctx[i] : c; }
 
-/* Start the threads, open the gate, wait for all; the group's timed span (first stream's start to the
- * last one's end) in t0, t1. The host watch (zc_params.watch: /proc counters, the sampler) begins once
- * for the whole group, on ctx[0], just before the gate opens; the caller ends it (zc_watch_end(&g->ctx[0]))
- * after the span (the receiver after its fsync), whatever the outcome. */
+/* Start the threads, open the gate, wait for all; the group's timed span in t0, t1. The host watch begins once,
+ * on ctx[0], just before the gate opens; the caller ends it after the span (the receiver after its fsync). */
 void zc_group_run(zc_group *g, int64_t *t0, int64_t *t1)
 {
     int nthreads = g->nthreads, started = 0;

@@ -1,19 +1,10 @@
 /* Host-wide counters and per-interval samples around the timed region (zc_params.watch).
- *
- * Snapshots: the texts of /proc/stat, /proc/softirqs, /proc/net/snmp and /proc/vmstat, copied into the
- * caller's buffer right before the timed region (/proc/stat read last) and right after it (/proc/stat
- * read first), so the /proc/stat window brackets the transfer as tightly as two reads allow. Nothing
- * is parsed here: the worker's Python side (zcorch/worker/hoststat.py) turns the two texts into deltas,
- * after the transfer. The files are opened before the first read, so path lookups stay outside.
- *
- * Samples: a thread that sleeps until each interval's deadline (a condition variable on
- * CLOCK_MONOTONIC, so stopping it is immediate) and records bytes moved (c->done, read relaxed; with
- * parallel streams the watch runs once for the group and sums every stream's c->done), the
- * process's CPU clock, the "cpu" line of /proc/stat and TCP_INFO into the caller's preallocated array.
- * A thread rather than a clock check in the transfer loops: no mode's loop changes and the loop pays
- * nothing; the cost is one wake-up per interval (a few tens of microseconds, on the transfer's CPU
- * when it is pinned, since the thread inherits its affinity; the kernel generates the whole of
- * /proc/stat for each read, so on machines with hundreds of CPUs and interrupts up to about 1 ms).
+ * Snapshots: the texts of /proc/stat, /proc/softirqs, /proc/net/snmp and /proc/vmstat, opened beforehand and
+ * copied right before the timed region (/proc/stat last) and right after it (/proc/stat first), so /proc/stat
+ * brackets the transfer tightly; zcorch/worker/hoststat.py parses them after the run.
+ * Samples: a thread waking on each interval's deadline (a CLOCK_MONOTONIC condition variable, so it stops at
+ * once) records bytes moved (every stream's c->done, read relaxed), process CPU, /proc/stat's "cpu" line and
+ * TCP_INFO into the caller's array: no mode's loop changes or pays for it.
  */
 #include "zc_internal.h"
 
@@ -233,20 +224,6 @@ static int start_sampler(struct zc_watch_state *ws)
     return 0;
 }
 
-static void stop_sampler(struct zc_watch_state *ws)
-{
-    if (!ws->thread_started)
-        return;
-    pthread_mutex_lock(&ws->mu);
-    ws->stop = 1;
-    pthread_cond_signal(&ws->cv);
-    pthread_mutex_unlock(&ws->mu);
-    pthread_join(ws->thread, NULL);
-    pthread_cond_destroy(&ws->cv);
-    pthread_mutex_destroy(&ws->mu);
-    ws->thread_started = 0;
-}
-
 void zc_watch_begin(zc_ctx *c)
 {
     zc_watch *w = c->p->watch;
@@ -277,7 +254,6 @@ void zc_watch_begin(zc_ctx *c)
             ws->interval_ns = 1000000; /* at most 1000 samples a second */
         ws->stat_fd = open("/proc/stat", O_RDONLY | O_CLOEXEC);
         if (ws->stat_fd < 0 || stat_totals(ws->stat_fd, &ws->busy0, &ws->softirq0, &ws->idle0) < 0) {
-            ws->busy0 = ws->softirq0 = ws->idle0 = 0;
             if (ws->stat_fd >= 0)
                 close(ws->stat_fd);
             ws->stat_fd = -1;
@@ -301,7 +277,13 @@ void zc_watch_end(zc_ctx *c)
         return;
     snapshot(ws, &ws->w->after, 0);
     if (ws->thread_started) {
-        stop_sampler(ws);
+        pthread_mutex_lock(&ws->mu);
+        ws->stop = 1;
+        pthread_cond_signal(&ws->cv);
+        pthread_mutex_unlock(&ws->mu);
+        pthread_join(ws->thread, NULL);
+        pthread_cond_destroy(&ws->cv);
+        pthread_mutex_destroy(&ws->mu);
         take_sample(ws); /* the end of the transfer: the last, partial interval */
     }
     for (int i = 0; i < ZC_HOST_NFILES; i++)

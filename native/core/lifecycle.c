@@ -1,11 +1,8 @@
-/* The run flow shared by every mode and every stream count: validate, open the source/sink, the mode's
- * setup, connect or listen and accept within the deadline, then the timed transfers (group.c, stream.c)
- * and the group's totals (totals.c). One stream is a group of one and takes the same path; every
- * connection starts with a stream hello (net.c): which slice it carries, and the run's nonce. The receiver
- * drops (and counts, in the listener) a connection from another address than --peer or without the nonce,
- * and keeps waiting for its own sender, up to ZC_REFUSED_MAX of them within the deadline.
- * Everything untimed (allocation, sink preparation, connection set-up, the final handshakes) stays
- * outside wall_ns; the receiver's fsync (--fsync) is inside it, once after every stream.
+/* The run flow of every mode and stream count: validate, open the source/sink, the mode's setup, connect or
+ * listen and accept within the deadline, the timed transfers (group.c, stream.c) and the totals (totals.c).
+ * Every connection starts with a stream hello (net.c); the receiver drops (and counts) one from another
+ * address than --peer or without the nonce, and waits on for its sender, up to ZC_REFUSED_MAX of them.
+ * All set-up stays outside wall_ns; the receiver's --fsync is inside it, once after every stream.
  */
 #include "zc_core.h"
 
@@ -41,8 +38,7 @@ static int send_prepare(zc_group *g, const zc_params *p)
         }
         if (rc == 0 && c->src_mem && i == 0)
             rc = zc_mem_ring_init(c);
-        if (rc == 0 && c->src_mem && i > 0) { /* one pattern ring for the group: read-only once filled, so
-                                                * the streams share it (one cache footprint, not one each) */
+        if (rc == 0 && c->src_mem && i > 0) { /* one read-only pattern ring for the group: one cache footprint */
             c->mem_ring = g->ctx[0].mem_ring;
             c->mem_ring_len = g->ctx[0].mem_ring_len;
             c->mem_ring_borrowed = 1;
@@ -113,37 +109,25 @@ static int resolve_peer(zc_group *g, const char *peer)
     return g->npeers ? 0 : zc_fail(&g->ctx[0], EINVAL, "--peer: %s has no address", peer);
 }
 
-/* The IPv4 address of sa (a v4-mapped IPv6 one too) into *v4: 1; else 0. */
-static int v4_of(const struct sockaddr_storage *sa, struct in_addr *v4)
+/* sa's address as an IPv6 one (an IPv4 one v4-mapped, so both forms of it compare equal) */
+static struct in6_addr as_v6(const struct sockaddr_storage *sa)
 {
-    if (sa->ss_family == AF_INET) {
-        *v4 = ((const struct sockaddr_in *)sa)->sin_addr;
-        return 1;
-    }
-    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-    if (sa->ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6)) {
-        memcpy(v4, a6->s6_addr + 12, 4);
-        return 1;
-    }
-    return 0;
+    if (sa->ss_family == AF_INET6)
+        return ((const struct sockaddr_in6 *)sa)->sin6_addr;
+    struct in6_addr a = {.s6_addr = {[10] = 0xff, [11] = 0xff}};
+    memcpy(a.s6_addr + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    return a;
 }
 
 static int peer_allowed(const zc_group *g, const struct sockaddr_storage *from)
 {
-    if (g->npeers == 0)
-        return 1;
-    struct in_addr a, b;
-    int a4 = v4_of(from, &a);
+    struct in6_addr a = as_v6(from);
     for (int i = 0; i < g->npeers; i++) {
-        const struct sockaddr_storage *pe = &g->peers[i];
-        if (a4 && v4_of(pe, &b) && a.s_addr == b.s_addr)
-            return 1;
-        if (!a4 && from->ss_family == AF_INET6 && pe->ss_family == AF_INET6 &&
-            memcmp(&((const struct sockaddr_in6 *)from)->sin6_addr, &((const struct sockaddr_in6 *)pe)->sin6_addr,
-                   sizeof(struct in6_addr)) == 0)
+        struct in6_addr b = as_v6(&g->peers[i]);
+        if (memcmp(&a, &b, sizeof a) == 0)
             return 1;
     }
-    return 0;
+    return g->npeers == 0;
 }
 
 /* A dropped connection, into the listener: counted, and the first few described ("ADDR:PORT: why"). */
@@ -164,10 +148,7 @@ static void note_refused(zc_listener *l, const struct sockaddr_storage *from, co
  * others open the prepared sink again, each with its own offset. The listener holds the group. */
 int zc_recv_listen(const zc_params *p, zc_listener *out, zc_error *err)
 {
-    out->port = 0;
-    out->state = NULL;
-    out->refused = 0;
-    out->refused_text[0] = '\0';
+    memset(out, 0, sizeof *out);
     zc_group *g = zc_group_new(p, err);
     if (!g)
         return -1;
@@ -210,9 +191,8 @@ void zc_listener_close(zc_listener *l)
 #define ZC_REFUSED_MAX 64
 #define ZC_HELLO_WAIT_NS (2 * 1000 * 1000 * 1000LL)
 
-/* One accepted connection: its hello says which stream it is and which slice it carries (checked against the
- * receiver's own --streams and --bytes). 1 = adopted; 0 = not the run's sender (*why: dropped, not an error
- * of the run); -1 = the run's sender disagrees with the receiver (the run fails). */
+/* One accepted connection, by its hello (checked against --streams and --bytes): 1 = adopted; 0 = not the run's
+ * sender (*why: dropped, the run goes on); -1 = the run's sender disagrees with the receiver (the run fails). */
 static int adopt_connection(zc_group *g, int fd, const char **why)
 {
     zc_ctx *c0 = &g->ctx[0];

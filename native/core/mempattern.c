@@ -1,10 +1,6 @@
-/* The bytes of source "mem": a deterministic function of the stream offset, so a receiver's sink
- * can be verified byte for byte without the sender's help.
- *
- * The stream is a sequence of little-endian 64-bit words; the word at offset 8*k is
- * (k mod (PERIOD/8) + 1) * 0x9E3779B97F4A7C15 (mod 2^64), so byte `off` of the stream is byte
- * off % 8 of word off / 8. PERIOD is 1 MiB: no 8-byte word repeats within a period, and a sender
- * keeps one period (+ one buffer) in memory, filled once, so no mode pays for regenerating data.
+/* The bytes of source "mem": a function of the stream offset, so a sink can be verified without the sender.
+ * Little-endian 64-bit words: the word at offset 8*k is (k mod (PERIOD/8) + 1) * 0x9E3779B97F4A7C15. No word
+ * repeats within the 1 MiB period, and a sender keeps one period (+ one buffer), filled once.
  */
 #include "zc_internal.h"
 
@@ -28,8 +24,7 @@ static inline uint64_t le64(uint64_t w)
 
 void zc_mem_pattern(uint64_t off, unsigned char *out, size_t len)
 {
-    /* a partial first word, then whole words (the ring's fill: a word at a time, a 1 MiB period in well
-     * under a millisecond, where a byte-wise copy per word took several), then a partial last word */
+    /* a partial first word, then whole words (fast: a word at a time), then a partial last word */
     while (len && (off % 8 || len < 8)) {
         uint64_t w = word_at(off / 8);
         size_t n = 8 - off % 8 < len ? 8 - off % 8 : len;

@@ -1,42 +1,15 @@
-/* Several streams on one thread (--threads below --streams): each stream of the thread runs as a fiber
- * (a ucontext with a stack of its own) over a nonblocking socket, and the thread's scheduler multiplexes
- * them with one epoll instance. The modes keep their loops as they are: wherever a stream would block
- * (a socket call that returns EAGAIN: zc_io_retry; a wait for MSG_ZEROCOPY completions, for a
- * zerocopy_recv window, for io_uring completions: zc_wait_fd, zc_uring_wait), its fiber parks on that
- * file descriptor and the scheduler runs another stream. So every stream keeps its own partial write,
- * its own EAGAIN and its own completions, in the very code that handles them with one stream per thread.
- *
- * Why fibers rather than a rewrite of every mode as a state machine: the per-stream state is all in the
- * mode's loop (a chunk half written, a pipe half drained, a buffer waiting for its zero-copy
- * notifications); parking the loop keeps it whole, and one code path serves every thread count.
- *
- * epoll is edge-triggered (EPOLLET), each fd registered once per run: a wait without a fresh EAGAIN
- * first polls the fd (zc_wait_fd), so an edge that came before the wait is never lost. io_uring rings
- * of a shared thread are waited for through their fd (readable when completions are there; the ring is
- * made without DEFER_TASKRUN/COOP_TASKRUN for that, see uring.c), one ring per stream as with a thread
- * per stream: its depth, registered buffers and CQE counts stay the stream's own.
- *
- * Turns: a stream that never hits EAGAIN (a fast reader) would starve the others, so a stream gives way
- * after one buffer (--buffer bytes, one chunk of its mode's loop; zc_check_deadline, the top of every
- * chunk loop, calls zc_fiber_share): round robin chunk by chunk, as iperf3 writes one block per stream
- * per select round (longer turns, 1 MiB, let one socket's queue fill in a burst while the others idle).
- *
- * Waiting: when every stream of the thread is parked, a thread pinned to a CPU (--cpu/--cpus)
- * first polls its epoll for up to ZC_MUX_SPIN_NS, then sleeps. On loopback with the sides on two CPUs a thread that sleeps each time
- * it has caught up with its peer is woken again tens of microseconds later, and the wake-up is paid by
- * the peer (sock_def_readable in the softirq of the sender's own send, a reschedule IPI; on a VM an exit
- * on both sides): with 8 streams per side pinned the receiving thread slept ~4,000-8,000 times per GiB
- * and the sender paid ~25 us for each, CPU per GiB 0.30-0.40 s instead of ~0.2 (iperf3 -P 8, whose
- * select() loop sleeps ~1,700 times per GiB, 0.2-0.25). The poll is adaptive, so a slow peer costs
- * nothing: a poll that sees no event stops polling, and polling resumes only after a sleep that ended
- * within 2 x ZC_MUX_SPIN_NS (one a poll would have covered, wake-up latency included). Its CPU time is
- * the thread's, credited like the rest (see CPU accounting): nothing of it leaves the measured process.
- * An unpinned thread sleeps at once: it may share its CPU with the very peer it waits for (and on a
- * loaded machine its polls cost the sender ~15% CPU per GiB, unpinned, for no throughput).
- *
- * CPU accounting: RUSAGE_THREAD is the thread's, so at each switch the time since the previous switch is
- * credited to the stream that ran (the scheduler's own epoll_wait to the stream it ran for); each
- * stream's utime/stime/faults/switches are then its own share and the streams' sum is the thread's.
+/* Several streams on one thread (--threads below --streams), as fibers (a ucontext with its own stack) over
+ * nonblocking sockets, multiplexed by one edge-triggered epoll. Wherever a stream would block (EAGAIN in
+ * zc_io_retry, zc_wait_fd, zc_uring_wait) its fiber parks on that fd and another stream runs, so each mode's
+ * loop keeps its partial writes and completions as with a thread per stream (no state machine per mode).
+ * A wait without a fresh EAGAIN polls the fd first, so an edge before it is never lost. A stream gives way
+ * after one buffer (zc_check_deadline calls zc_fiber_share): round robin chunk by chunk, as iperf3 (longer
+ * turns let one socket's queue fill in a burst while the others idle).
+ * With every stream parked, a thread pinned to a CPU polls epoll up to ZC_MUX_SPIN_NS before it sleeps, while
+ * polling pays: a sleep after each catch-up costs the peer a wake-up per chunk. An unpinned thread sleeps at
+ * once (it may share its CPU with the very peer it waits for). At each switch the thread's RUSAGE_THREAD
+ * time is credited to the stream that ran, so the streams' CPU adds up to the thread's.
+ * docs/architecture.md "Parallel streams" has the design.
  */
 #include "zc_core.h"
 
@@ -72,8 +45,7 @@ typedef struct zc_fiber {
     uint32_t revents;                /* what ended the wait (0: the deadline passed) */
     int wait_errno;                  /* epoll_wait failed: the waiting stream fails with it */
     uint64_t turn_done;              /* c->done when it last got the thread */
-    int counting;                    /* the thread's CPU time accrues to its timed region */
-    int64_t utime_us, stime_us, minflt, majflt, nvcsw, nivcsw;
+    int counting;                    /* the thread's CPU time accrues to its timed region (c->m) */
     int fds[ZC_FIBER_FDS];
     int nfds;
 } zc_fiber;
@@ -92,44 +64,20 @@ typedef struct zc_mux {
 
 static __thread zc_mux *tls_mux;
 
-static int64_t tv_us(struct timeval tv) { return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec; }
-
 /* Credit the thread's CPU time since the last switch to the fiber it belongs to. */
 static void accrue(zc_mux *m)
 {
     struct rusage now;
     getrusage(RUSAGE_THREAD, &now);
-    zc_fiber *f = m->accrue;
-    if (f && f->counting) {
-        f->utime_us += tv_us(now.ru_utime) - tv_us(m->last.ru_utime);
-        f->stime_us += tv_us(now.ru_stime) - tv_us(m->last.ru_stime);
-        f->minflt += now.ru_minflt - m->last.ru_minflt;
-        f->majflt += now.ru_majflt - m->last.ru_majflt;
-        f->nvcsw += now.ru_nvcsw - m->last.ru_nvcsw;
-        f->nivcsw += now.ru_nivcsw - m->last.ru_nivcsw;
-    }
+    if (m->accrue && m->accrue->counting)
+        zc_rusage_add(&m->accrue->c->m, &m->last, &now);
     m->last = now;
 }
 
-void zc_fiber_account_begin(zc_ctx *c)
+void zc_fiber_counting(zc_ctx *c, int on)
 {
-    zc_fiber *f = c->fiber;
-    accrue(f->mux);
-    f->utime_us = f->stime_us = f->minflt = f->majflt = f->nvcsw = f->nivcsw = 0;
-    f->counting = 1;
-}
-
-void zc_fiber_account_end(zc_ctx *c)
-{
-    zc_fiber *f = c->fiber;
-    accrue(f->mux);
-    f->counting = 0;
-    c->m.utime_us = f->utime_us;
-    c->m.stime_us = f->stime_us;
-    c->m.minflt = f->minflt;
-    c->m.majflt = f->majflt;
-    c->m.nvcsw = f->nvcsw;
-    c->m.nivcsw = f->nivcsw;
+    accrue(c->fiber->mux);
+    c->fiber->counting = on;
 }
 
 /* From the fiber back to its thread's scheduler; returns when the scheduler runs it again. */
@@ -215,7 +163,8 @@ static void run(zc_mux *m, zc_fiber *f)
     m->cur = NULL;
 }
 
-/* Every stream parked: epoll_wait up to timeout_ms, polling first while polling pays (see the top). */
+/* Every stream parked: epoll_wait up to timeout_ms, polling first while polling pays: a poll that sees nothing
+ * stops polling until a sleep ends within 2 x ZC_MUX_SPIN_NS (one a poll would have covered). */
 static int wait_events(zc_mux *m, struct epoll_event *evs, int max, int timeout_ms)
 {
     int64_t t0 = zc_now_ns();
@@ -293,33 +242,18 @@ static void schedule(zc_mux *m)
     }
 }
 
-static void free_fibers(zc_mux *m)
+int zc_mux_prepare(zc_mux **out, zc_group *g, const int *idx, int n)
 {
-    for (int i = 0; i < m->n; i++) {
-        zc_fiber *f = &m->fibers[i];
-        if (f->stack)
-            munmap(f->stack, f->stack_len);
-        if (f->c) /* NULL past a stream whose preparation failed */
-            f->c->fiber = NULL;
-    }
-    free(m->fibers);
-    if (m->epfd >= 0)
-        close(m->epfd);
-}
-
-/* Ready streams idx[0..n) of g to share the calling thread (untimed): their fibers, their sockets
- * nonblocking, the epoll instance. 0, or -1 with the first failing stream's error (the others get
- * it too). */
-static int prepare(zc_mux *m, zc_group *g, const int *idx, int n)
-{
-    memset(m, 0, sizeof *m);
-    m->epfd = -1;
-    m->n = n;
-    m->fibers = calloc((size_t)n, sizeof *m->fibers);
     zc_ctx *c0 = &g->ctx[idx[0]];
-    m->spin_max = m->spin_ns = c0->p->ncpus > 0 || c0->p->cpu >= 0 ? ZC_MUX_SPIN_NS : 0; /* as zc_pin_cpu */
-    if (!m->fibers)
+    zc_mux *m = *out = calloc(1, sizeof *m);
+    if (m) {
+        m->epfd = -1;
+        m->n = n;
+        m->fibers = calloc((size_t)n, sizeof *m->fibers);
+    }
+    if (!m || !m->fibers)
         return zc_fail(c0, ENOMEM, "out of memory for the thread's streams");
+    m->spin_max = m->spin_ns = c0->p->ncpus > 0 || c0->p->cpu >= 0 ? ZC_MUX_SPIN_NS : 0; /* as zc_pin_cpu */
     m->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (m->epfd < 0)
         return zc_fail_errno(c0, "epoll_create1");
@@ -354,15 +288,6 @@ static int prepare(zc_mux *m, zc_group *g, const int *idx, int n)
     return 0;
 }
 
-int zc_mux_prepare(zc_mux **out, zc_group *g, const int *idx, int n)
-{
-    zc_mux *m = calloc(1, sizeof *m);
-    *out = m;
-    if (!m)
-        return zc_fail(&g->ctx[idx[0]], ENOMEM, "out of memory for the thread's streams");
-    return prepare(m, g, idx, n);
-}
-
 void zc_mux_run(zc_mux *m)
 {
     tls_mux = m;
@@ -373,11 +298,17 @@ void zc_mux_run(zc_mux *m)
 
 void zc_mux_free(zc_mux *m)
 {
-    if (m) {
-        if (m->fibers)
-            free_fibers(m);
-        else if (m->epfd >= 0)
-            close(m->epfd);
-        free(m);
+    if (!m)
+        return;
+    for (int i = 0; m->fibers && i < m->n; i++) {
+        zc_fiber *f = &m->fibers[i];
+        if (f->stack)
+            munmap(f->stack, f->stack_len);
+        if (f->c) /* NULL past a stream whose preparation failed */
+            f->c->fiber = NULL;
     }
+    free(m->fibers);
+    if (m->epfd >= 0)
+        close(m->epfd);
+    free(m);
 }

@@ -1,12 +1,9 @@
-/* The connections of a run, all untimed: resolve, listen (with --window and --tcp-maxseg on the listening
- * socket), connect within the deadline, read back the socket's buffers and TCP_INFO, and the exchanges
- * around the transfer: the stream hello that tells the receiver which slice a connection carries and
- * proves it comes from the run's own sender (every connection, one stream too: it carries the run's nonce,
- * which the controller gives both sides as --nonce), the sender's wait for the receiver's close, the
- * receiver's check that the sender sent no more than --bytes.
- *
- * A stream hello is 48 bytes, little-endian: magic "zcs2", stream index, stream count (u32 each), 4 bytes
- * zero, the slice's offset and length (u64 each), the nonce (16 bytes).
+/* The connections of a run, all untimed: resolve, listen (--window, --tcp-maxseg), connect within the
+ * deadline, read back the socket's buffers and TCP_INFO, and the exchanges around the transfer: the stream
+ * hello (every connection: which slice it carries, and the run's --nonce, proving it is the run's own
+ * sender's), the sender's wait for the receiver's close, the receiver's check that no more than --bytes came.
+ * A hello is 48 bytes, little-endian: magic "zcs2", stream index and count (u32), 4 zero bytes, the slice's
+ * offset and length (u64), the nonce (16 bytes).
  */
 #include "zc_core.h"
 
@@ -23,27 +20,16 @@
 
 #define ZC_HELLO_MAGIC 0x325343a5u /* "zcs2" */
 
-static void put_le32(unsigned char *b, uint32_t v)
+/* n bytes (4 or 8) little-endian */
+static void put_le(unsigned char *b, uint64_t v, int n)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < n; i++)
         b[i] = (unsigned char)(v >> (8 * i));
 }
-static void put_le64(unsigned char *b, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        b[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_le32(const unsigned char *b)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = v << 8 | b[i];
-    return v;
-}
-static uint64_t get_le64(const unsigned char *b)
+static uint64_t get_le(const unsigned char *b, int n)
 {
     uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
+    for (int i = n - 1; i >= 0; i--)
         v = v << 8 | b[i];
     return v;
 }
@@ -208,8 +194,24 @@ void zc_read_tcp_info(zc_ctx *c)
     c->m.tcp_pmtu = ti.tcpi_pmtu;
 }
 
-/* After the last byte: half-close and wait for the receiver's close, so success on the sender means
- * the receiver consumed everything (a receiver that dies or refuses data turns into an error here). */
+/* Read until the peer closes: 0, or -1 when it sent anything (EPROTO) or the read failed. */
+static int await_eof(zc_ctx *c, const char *doing)
+{
+    char b;
+    for (;;) {
+        ssize_t n = read(c->sock, &b, 1);
+        if (n == 0)
+            return 0;
+        if (n > 0 && c->p->side == ZC_SIDE_SEND)
+            return zc_fail(c, EPROTO, "the receiver sent data, which it never should");
+        if (n > 0)
+            return zc_fail(c, EPROTO, "the sender sent more than --bytes %llu", (unsigned long long)c->total);
+        if (zc_io_retry(c, doing, doing) < 0)
+            return -1;
+    }
+}
+
+/* After the last byte: half-close and wait for the receiver's close, so success means it consumed everything */
 int zc_await_receiver_close(zc_ctx *c)
 {
     if (shutdown(c->sock, SHUT_WR) < 0) {
@@ -220,38 +222,13 @@ int zc_await_receiver_close(zc_ctx *c)
             errno = getsockopt(c->sock, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr ? soerr : ECONNRESET;
         return zc_fail_errno(c, "finishing the transfer (shutdown)");
     }
-    char b[256];
-    for (;;) {
-        ssize_t n = read(c->sock, b, sizeof b);
-        if (n == 0)
-            return 0;
-        if (n > 0)
-            return zc_fail(c, EPROTO, "the receiver sent data, which it never should");
-        int again = zc_io_retry(c, "waiting for the receiver to finish");
-        if (again < 0)
-            return -1;
-        if (!again)
-            return zc_fail_errno(c, "waiting for the receiver to finish");
-    }
+    return await_eof(c, "waiting for the receiver to finish");
 }
 
-/* Receiver told --bytes: after the last expected byte the sender must close (untimed check), so
- * a sender sending more than agreed is reported instead of being cut off silently. */
+/* Receiver told --bytes: the sender must close after the last byte, or sending more is reported (untimed) */
 int zc_expect_eof(zc_ctx *c)
 {
-    char b;
-    for (;;) {
-        ssize_t n = read(c->sock, &b, 1);
-        if (n == 0)
-            return 0;
-        if (n > 0)
-            return zc_fail(c, EPROTO, "the sender sent more than --bytes %llu", (unsigned long long)c->total);
-        int again = zc_io_retry(c, "waiting for the sender to close after --bytes");
-        if (again < 0)
-            return -1;
-        if (!again)
-            return zc_fail_errno(c, "waiting for the sender to close after --bytes");
-    }
+    return await_eof(c, "waiting for the sender to close after --bytes");
 }
 
 /* Sender: the hello of stream c->stream, written before the timed region. */
@@ -259,11 +236,11 @@ int zc_send_hello(zc_ctx *c)
 {
     unsigned char b[ZC_HELLO_LEN];
     memset(b, 0, sizeof b);
-    put_le32(b, ZC_HELLO_MAGIC);
-    put_le32(b + 4, (uint32_t)c->stream);
-    put_le32(b + 8, (uint32_t)c->nstreams);
-    put_le64(b + 16, c->base);
-    put_le64(b + 24, c->total);
+    put_le(b, ZC_HELLO_MAGIC, 4);
+    put_le(b + 4, (uint32_t)c->stream, 4);
+    put_le(b + 8, (uint32_t)c->nstreams, 4);
+    put_le(b + 16, c->base, 8);
+    put_le(b + 24, c->total, 8);
     zc_nonce_bytes(c->p->nonce, b + 32); /* checked by zc_validate */
     size_t off = 0;
     while (off < sizeof b) {
@@ -272,7 +249,7 @@ int zc_send_hello(zc_ctx *c)
             off += (size_t)n;
             continue;
         }
-        int again = n < 0 ? zc_io_retry(c, "sending the stream hello") : 0;
+        int again = n < 0 ? zc_io_retry(c, "sending the stream hello", NULL) : 0;
         if (again < 0)
             return -1;
         if (!again)
@@ -337,10 +314,10 @@ int zc_read_hello(int fd, unsigned char *b, int64_t deadline_ns, const char **wh
 int zc_parse_hello(const unsigned char *b, uint32_t *idx, uint32_t *cnt, uint64_t *off, uint64_t *len,
                    const unsigned char **nonce)
 {
-    *idx = get_le32(b + 4);
-    *cnt = get_le32(b + 8);
-    *off = get_le64(b + 16);
-    *len = get_le64(b + 24);
+    *idx = (uint32_t)get_le(b + 4, 4);
+    *cnt = (uint32_t)get_le(b + 8, 4);
+    *off = get_le(b + 16, 8);
+    *len = get_le(b + 24, 8);
     *nonce = b + 32;
-    return get_le32(b) == ZC_HELLO_MAGIC ? 0 : -1;
+    return get_le(b, 4) == ZC_HELLO_MAGIC ? 0 : -1;
 }

@@ -1,20 +1,13 @@
-/* Opening a source or a sink: once, without following a link in any component, and judged on what was
- * opened rather than on its name.
- *
- * A check of the name followed by an open of the name leaves a window: a parent directory swapped for a
- * symbolic link to /proc/sys/net/ipv4 or /dev between the two turns a sink into a kernel setting and a
- * source into /dev/full. So nothing here looks at a path before opening it:
- *   1. the parent directory is opened O_PATH by openat2() with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
- *      (a kernel without openat2, ENOSYS: one component at a time, openat O_NOFOLLOW | O_DIRECTORY);
- *   2. the last component is opened beneath that directory with O_NOFOLLOW, first as O_PATH (opening a
- *      device can have effects: a tape rewinds, a watchdog starts), and judged: fstat (a regular file, or
- *      one of the devices allowed by number) and fstatfs (a regular file only on a filesystem of the
- *      allow-list below: what is not known to hold data, proc, sysfs, cgroup, debugfs..., is refused);
+/* Opening a source or a sink once, without following a link in any component, judged on what was opened.
+ * A check of the name then an open of the name leaves a window (a parent swapped for a link to /proc/sys or
+ * /dev turns a sink into a kernel setting), so nothing looks at a path before opening it:
+ *   1. the parent directory: openat2() O_PATH with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS (without
+ *      openat2, ENOSYS: one component at a time, openat O_NOFOLLOW | O_DIRECTORY);
+ *   2. the last component beneath it, O_NOFOLLOW and first O_PATH (opening a device can act: a tape rewinds),
+ *      judged by fstat (a regular file, or a device allowed by number) and fstatfs (data_fs below);
  *   3. only then opened for I/O from the same directory descriptor, and checked to be the inode judged.
- * A sink that does not exist is created (O_EXCL) in the judged directory, whose filesystem is judged first.
- * Nothing is truncated here: the caller truncates the descriptor once it is judged.
- * zc_open_dir gives step 1's descriptor itself, judged on its filesystem, to a caller that creates files beneath
- * it with the *at calls (the worker's `layout`).
+ * A missing sink is created (O_EXCL) in the judged directory; nothing is truncated here. zc_open_dir gives
+ * step 1's descriptor, judged on its filesystem, to a caller creating files beneath it (the worker's `layout`).
  */
 #include "zc_internal.h"
 
@@ -48,10 +41,8 @@ struct open_how {
 #define SYS_openat2 437 /* the same on every architecture (the unified numbers of new system calls) */
 #endif
 
-/* Filesystems that hold data: a regular-file source or sink must be on one of them (statfs f_type, the
- * magic numbers of <linux/magic.h> and of the out-of-tree ones). Anything else is refused, named by
- * `kernel_fs` when it is a kernel interface. devtmpfs reports tmpfs's number: a regular file there is
- * still only a file (a device node is judged by its number, not its filesystem). */
+/* Filesystems that hold data (statfs f_type): a regular-file source or sink must be on one of them; anything
+ * else is refused, named by `kernel_fs` when it is a kernel interface. (devtmpfs reports tmpfs's number.) */
 static const struct fs_kind {
     unsigned long magic;
     const char *name;
@@ -81,8 +72,6 @@ static const char *fs_name(const struct fs_kind *t, size_t n, unsigned long magi
             return t[i].name;
     return NULL;
 }
-
-#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 
 static int failf(zc_error *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int failf(zc_error *err, int code, const char *fmt, ...)
@@ -184,6 +173,17 @@ static const char *devices_text(int how)
     return (how & 3) == ZC_OPEN_SINK ? "/dev/null" : "/dev/null, /dev/zero, /dev/urandom";
 }
 
+static int open_error(zc_error *err, const char *path, int how, int code)
+{
+    const char *what = what_of(how);
+    if (code == ELOOP)
+        return failf(err, ELOOP, "%s %s: a component of the path is a symbolic link: refused (the worker follows "
+                     "no link: name the real path)", what, path);
+    if (code == ENOENT && (how & 3) == ZC_OPEN_SOURCE)
+        return failf(err, ENOENT, "cannot open source %s: %s", path, strerror(code));
+    return failf(err, code, "cannot open %s %s: %s", what, path, strerror(code));
+}
+
 /* The verdict on descriptor fd (O_PATH or open): 0, or -1 with err filled. */
 static int judge(int fd, const char *path, int how, struct stat *st, zc_error *err)
 {
@@ -193,8 +193,7 @@ static int judge(int fd, const char *path, int how, struct stat *st, zc_error *e
     if (S_ISDIR(st->st_mode))
         return failf(err, EISDIR, "%s %s is a directory", what, path);
     if (S_ISLNK(st->st_mode)) /* the last component, opened O_PATH | O_NOFOLLOW: the link itself */
-        return failf(err, ELOOP, "%s %s: a component of the path is a symbolic link: refused (the worker follows "
-                     "no link: name the real path)", what, path);
+        return open_error(err, path, how, ELOOP);
     if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) {
         if (allowed_device(st, how))
             return 0;
@@ -224,17 +223,6 @@ static int judge(int fd, const char *path, int how, struct stat *st, zc_error *e
                  what, path, kname ? kname : "an unknown filesystem", kname ? ", a kernel interface" : "", magic,
                  kname && (how & 3) == ZC_OPEN_SINK ? " (network settings belong in `networks:`, which restores them)"
                                                       : "");
-}
-
-static int open_error(zc_error *err, const char *path, int how, int code)
-{
-    const char *what = what_of(how);
-    if (code == ELOOP)
-        return failf(err, ELOOP, "%s %s: a component of the path is a symbolic link: refused (the worker follows "
-                     "no link: name the real path)", what, path);
-    if (code == ENOENT && (how & 3) == ZC_OPEN_SOURCE)
-        return failf(err, ENOENT, "cannot open source %s: %s", path, strerror(code));
-    return failf(err, code, "cannot open %s %s: %s", what, path, strerror(code));
 }
 
 int zc_open_path(const char *path, int how, struct stat *st, int *created, zc_error *err)
@@ -290,9 +278,7 @@ int zc_open_path(const char *path, int how, struct stat *st, int *created, zc_er
         }
         if (created)
             *created = 1;
-        if (judge(fd, path, how, st, err) < 0)
-            goto out;
-        rc = 0;
+        rc = judge(fd, path, how, st, err);
         goto out;
     }
     if (pfd < 0) {

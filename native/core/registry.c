@@ -1,8 +1,8 @@
-/* The list of compiled modes (as iperf3 lists its protocols), expanded from ZC_MODE_LIST: the send_mode and
- * recv_mode choices of zcorch/params.py, generated into zc_params_gen.h. Adding a mode = one file with its
- * zc_mode_ops (native/modes/<side>_<name>.c, named zc_<side>_<name>_ops) + its name among the choices.
- * Order is the order `zcorch worker info` reports. Also the capability names and the availability query
- * built on the modes' tables. */
+/* The compiled modes (as iperf3 lists its protocols), expanded from ZC_MODE_LIST (zc_params_gen.h: the
+ * send_mode/recv_mode choices of zcorch/params.py, in the order `zcorch worker info` reports). Adding a mode =
+ * native/modes/<side>_<name>.c filling zc_<side>_<name>_ops + its name among the choices. Also the capability
+ * names, the availability query and the build features.
+ */
 #include "zc_internal.h"
 
 #include <stdio.h>
@@ -19,7 +19,7 @@ static const zc_mode_ops *const zc_modes[] = {
 #undef ZC_MODE_ENTRY
 };
 
-#define N_MODES (sizeof zc_modes / sizeof zc_modes[0])
+#define N_MODES NELEM(zc_modes)
 
 int zc_mode_count(int side)
 {
@@ -72,12 +72,12 @@ static const char *const zc_cap_names[] = {
     "no_sink", "zc_recv", "uring", "one_stream", "grain", "refill",
 };
 
-_Static_assert(ZC_CAP_ALL == (1u << (sizeof zc_cap_names / sizeof zc_cap_names[0])) - 1,
+_Static_assert(ZC_CAP_ALL == (1u << NELEM(zc_cap_names)) - 1,
                "every ZC_CAP_* bit needs a name in zc_cap_names");
 
 const char *zc_cap_name(unsigned bit)
 {
-    for (unsigned i = 0; i < sizeof zc_cap_names / sizeof zc_cap_names[0]; i++)
+    for (unsigned i = 0; i < NELEM(zc_cap_names); i++)
         if (bit == 1u << i)
             return zc_cap_names[i];
     return NULL;
@@ -148,29 +148,24 @@ static const struct {
 
 const char *zc_build_feature_name(int index)
 {
-    return index >= 0 && (size_t)index < sizeof zc_features / sizeof zc_features[0] ? zc_features[index].name : NULL;
+    return index >= 0 && (size_t)index < NELEM(zc_features) ? zc_features[index].name : NULL;
 }
 
 const char *zc_build_feature_missing(int index)
 {
-    return index >= 0 && (size_t)index < sizeof zc_features / sizeof zc_features[0] ? zc_features[index].missing
-                                                                                      : NULL;
-}
-
-const char *zc_build_missing(const char *feature)
-{
-    for (size_t i = 0; i < sizeof zc_features / sizeof zc_features[0]; i++)
-        if (strcmp(zc_features[i].name, feature) == 0)
-            return zc_features[i].missing;
-    return "unknown build feature (bug)";
+    return index >= 0 && (size_t)index < NELEM(zc_features) ? zc_features[index].missing : NULL;
 }
 
 const char *zc_build_missing_any(const char *const *features)
 {
     for (; *features; features++) {
-        const char *why = zc_build_missing(*features);
-        if (why)
-            return why;
+        size_t i = 0;
+        while (i < NELEM(zc_features) && strcmp(zc_features[i].name, *features) != 0)
+            i++;
+        if (i == NELEM(zc_features))
+            return "unknown build feature (bug)";
+        if (zc_features[i].missing)
+            return zc_features[i].missing;
     }
     return NULL;
 }

@@ -1,9 +1,6 @@
-/* One stream: its context, its CPU, its timed region and the checks after it.
- *
- * The timed region is the mode's loop and nothing else: wall clock and RUSAGE_THREAD deltas taken
- * immediately around it. After it (untimed), the sender half-closes and waits for the receiver's close,
- * so a result means the receiver really got every byte; the receiver checks it got --bytes and that
- * the sender sent no more. The receiver's fsync is the group's (lifecycle.c), after every stream.
+/* One stream: its context, its CPU, its timed region (the mode's loop and nothing else) and the checks
+ * after it (untimed): the sender half-closes and waits for the receiver's close, so a result means every
+ * byte arrived; the receiver checks it got --bytes and no more. The receiver's fsync is the group's.
  */
 #include "zc_core.h"
 
@@ -52,9 +49,7 @@ void zc_ctx_cleanup(zc_ctx *c)
     c->ops = NULL;
 }
 
-/* --cpus: thread t on the t-th CPU of the list (round robin), whatever --cpu says; the calling thread
- * only. The set is sized for the CPU (the table allows up to ZC_MAX_CPU; a CPU this host does not have
- * is the kernel's EINVAL). */
+/* Pin the calling thread, thread `thread` of the group: --cpus' t-th CPU (round robin), else --cpu */
 int zc_pin_cpu(zc_ctx *c, int thread)
 {
     int cpu = c->p->ncpus > 0 ? c->p->cpus[thread % c->p->ncpus] : c->p->cpu;
@@ -83,34 +78,38 @@ void zc_stream_slice(uint64_t total, int n, int i, uint64_t *off, uint64_t *len)
 
 static int64_t tv_us(struct timeval tv) { return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec; }
 
-/* A receiver's clock starts at its first byte, not at accept: the wait for the sender to start (its own
- * setup, a connection it has not yet written to) is no part of the transfer's rate. Untimed; bounded by the
- * run's deadline (the transfer itself then reports the timeout). A stream sharing its thread (a fiber) starts
- * at once: blocking here would stall its siblings. */
+void zc_rusage_add(zc_metrics *m, const struct rusage *a, const struct rusage *b)
+{
+    m->utime_us += tv_us(b->ru_utime) - tv_us(a->ru_utime);
+    m->stime_us += tv_us(b->ru_stime) - tv_us(a->ru_stime);
+    m->minflt += b->ru_minflt - a->ru_minflt;
+    m->majflt += b->ru_majflt - a->ru_majflt;
+    m->nvcsw += b->ru_nvcsw - a->ru_nvcsw;
+    m->nivcsw += b->ru_nivcsw - a->ru_nivcsw;
+}
+
+/* A receiver's clock starts at its first byte, not at accept: the sender's start is no part of the rate.
+ * Bounded by the deadline (the transfer then reports it); a fiber starts at once (not to stall its siblings). */
 static void wait_first_byte(zc_ctx *c)
 {
     if (c->p->side != ZC_SIDE_RECV || c->fiber || c->sock < 0)
         return;
     struct pollfd pfd = {.fd = c->sock, .events = POLLIN};
-    for (;;) {
-        int64_t left = c->deadline_ns ? c->deadline_ns - zc_now_ns() : 0;
-        if (c->deadline_ns && left <= 0)
-            return;
-        int ms = c->deadline_ns ? (int)(left / 1000000 + 1) : -1;
-        int rc = poll(&pfd, 1, ms);
+    int64_t left; /* zc_ctx_init always sets a deadline */
+    while ((left = c->deadline_ns - zc_now_ns()) > 0) {
+        int rc = poll(&pfd, 1, (int)(left / 1000000 + 1));
         if (rc != 0 && !(rc < 0 && errno == EINTR))
             return;                      /* readable, hung up, or an error the transfer will report */
     }
 }
 
-/* The measured region: the mode's loop, nothing else. A stream sharing its thread gets its own share of
- * the thread's CPU time (mux.c credits it at every switch). */
+/* The measured region: the mode's loop, nothing else (a fiber's CPU time: mux.c credits it at every switch) */
 static int timed_transfer(zc_ctx *c)
 {
     struct rusage r0, r1, self;
     wait_first_byte(c);
     if (c->fiber)
-        zc_fiber_account_begin(c);
+        zc_fiber_counting(c, 1);
     else
         getrusage(RUSAGE_THREAD, &r0);
     c->t0_ns = zc_now_ns();
@@ -119,15 +118,10 @@ static int timed_transfer(zc_ctx *c)
     int rc = c->ops->transfer(c);
     c->t1_ns = zc_now_ns();
     if (c->fiber) {
-        zc_fiber_account_end(c);
+        zc_fiber_counting(c, 0);
     } else {
         getrusage(RUSAGE_THREAD, &r1);
-        c->m.utime_us = tv_us(r1.ru_utime) - tv_us(r0.ru_utime);
-        c->m.stime_us = tv_us(r1.ru_stime) - tv_us(r0.ru_stime);
-        c->m.minflt = r1.ru_minflt - r0.ru_minflt;
-        c->m.majflt = r1.ru_majflt - r0.ru_majflt;
-        c->m.nvcsw = r1.ru_nvcsw - r0.ru_nvcsw;
-        c->m.nivcsw = r1.ru_nivcsw - r0.ru_nivcsw;
+        zc_rusage_add(&c->m, &r0, &r1); /* c->m starts zeroed (zc_ctx_init) */
     }
     getrusage(RUSAGE_SELF, &self);
     c->m.bytes = c->done;

@@ -1,7 +1,6 @@
-/* The metrics of a group from its streams': each zc_metrics field combines as its Metric.combine in
- * zcorch/params.py says (ZC_METRIC_COMBINE, generated): sum, max, min, mean (integer), first (stream
- * 0's), span (the group measures it itself: wall_ns from the first stream's start to the last one's
- * end, fsync_ns around the one fsync after every stream). One stream's totals are its own metrics.
+/* A group's metrics from its streams': each field combines as zcorch/params.py's Metric.combine says
+ * (ZC_METRIC_COMBINE): sum, max, min, mean, first (stream 0's) or span (wall_ns and fsync_ns, measured by
+ * the group itself). One stream's totals are its own metrics.
  */
 #include "zc_core.h"
 

@@ -1,6 +1,5 @@
-/* The raw io_uring ring of zc_uring.h: setup and the three mmaps, SQE/CQE handling with the
- * acquire/release ordering the ring protocol needs, timed waits, and the probes the io_uring
- * modes' available() use. Compiled to nothing without ZC_HAVE_IO_URING.
+/* The raw io_uring ring of zc_uring.h: setup and its mmaps, SQE/CQE handling with the ring protocol's
+ * acquire/release ordering, timed waits, and the probes of the modes' available(). Empty without ZC_HAVE_IO_URING.
  */
 #include "zc_internal.h"
 #include "zc_uring.h"
@@ -46,26 +45,18 @@ int zc_uring_register(zc_uring *r, unsigned opcode, void *arg, unsigned nr_args)
     return ret < 0 ? -errno : ret;
 }
 
-static void unmap_all(zc_uring *r)
+static void *map_ring(int fd, size_t len, off_t off)
 {
-    if (r->sqes && r->sqes != MAP_FAILED)
-        munmap(r->sqes, r->sqes_len);
-    if (r->cq_map && r->cq_map != MAP_FAILED && r->cq_map != r->sq_map)
-        munmap(r->cq_map, r->cq_map_len);
-    if (r->sq_map && r->sq_map != MAP_FAILED)
-        munmap(r->sq_map, r->sq_map_len);
-    r->sqes = NULL;
-    r->sq_map = r->cq_map = NULL;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, off);
+    return p == MAP_FAILED ? NULL : p;
 }
 
-static int init_ring(zc_uring *r, unsigned entries, unsigned cq_entries, const char **what, int polled)
+int zc_uring_init(zc_uring *r, unsigned entries, unsigned cq_entries, int polled, const char **what)
 {
     memset(r, 0, sizeof *r);
     r->fd = -1;
-    /* newest flag set first; a kernel that does not know a flag refuses the setup with EINVAL. A ring
-     * polled through its fd (a shared thread's) skips the first two: with DEFER_TASKRUN or COOP_TASKRUN
-     * a completion is posted only when the thread next enters the kernel for the ring, so its fd would
-     * not wake epoll_wait */
+    /* newest flags first (an unknown one: EINVAL). A ring polled through its fd skips the first two: with
+     * DEFER_TASKRUN/COOP_TASKRUN completions wait for the next enter, so its fd would not wake epoll_wait */
     static const unsigned tries[] = {
         IORING_SETUP_R_DISABLED | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
         IORING_SETUP_R_DISABLED | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN,
@@ -97,34 +88,17 @@ static int init_ring(zc_uring *r, unsigned entries, unsigned cq_entries, const c
     int single = (p.features & IORING_FEAT_SINGLE_MMAP) != 0;
     if (single && r->cq_map_len > r->sq_map_len)
         r->sq_map_len = r->cq_map_len;
-    r->sq_map = mmap(NULL, r->sq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQ_RING);
-    if (r->sq_map == MAP_FAILED) {
-        int e = -errno;
-        r->sq_map = NULL;
-        zc_uring_exit(r);
-        *what = "mmap of the submission ring";
-        return e;
-    }
-    if (single) {
-        r->cq_map = r->sq_map;
-    } else {
-        r->cq_map = mmap(NULL, r->cq_map_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd,
-                         IORING_OFF_CQ_RING);
-        if (r->cq_map == MAP_FAILED) {
-            int e = -errno;
-            r->cq_map = NULL;
-            zc_uring_exit(r);
-            *what = "mmap of the completion ring";
-            return e;
-        }
-    }
     r->sqes_len = p.sq_entries * sizeof(struct io_uring_sqe);
-    r->sqes = mmap(NULL, r->sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, IORING_OFF_SQES);
-    if (r->sqes == MAP_FAILED) {
+    r->sq_map = map_ring(fd, r->sq_map_len, IORING_OFF_SQ_RING);
+    if (r->sq_map)
+        r->cq_map = single ? r->sq_map : map_ring(fd, r->cq_map_len, IORING_OFF_CQ_RING);
+    if (r->cq_map)
+        r->sqes = map_ring(fd, r->sqes_len, IORING_OFF_SQES);
+    if (!r->sqes) {
         int e = -errno;
-        r->sqes = NULL;
+        *what = !r->sq_map ? "mmap of the submission ring" : !r->cq_map ? "mmap of the completion ring"
+                                                                        : "mmap of the submission entries";
         zc_uring_exit(r);
-        *what = "mmap of the submission entries";
         return e;
     }
     char *sq = r->sq_map, *cq = r->cq_map;
@@ -143,16 +117,6 @@ static int init_ring(zc_uring *r, unsigned entries, unsigned cq_entries, const c
     return 0;
 }
 
-int zc_uring_init(zc_uring *r, unsigned entries, unsigned cq_entries, const char **what)
-{
-    return init_ring(r, entries, cq_entries, what, 0);
-}
-
-int zc_uring_init_for(zc_ctx *c, zc_uring *r, unsigned entries, unsigned cq_entries, const char **what)
-{
-    return init_ring(r, entries, cq_entries, what, c->shared);
-}
-
 #define WAIT_SLICE_NS (250 * 1000 * 1000LL)
 
 int zc_uring_wait(zc_ctx *c, zc_uring *r, const char *doing)
@@ -169,7 +133,14 @@ int zc_uring_wait(zc_ctx *c, zc_uring *r, const char *doing)
 
 void zc_uring_exit(zc_uring *r)
 {
-    unmap_all(r);
+    if (r->sqes)
+        munmap(r->sqes, r->sqes_len);
+    if (r->cq_map && r->cq_map != r->sq_map)
+        munmap(r->cq_map, r->cq_map_len);
+    if (r->sq_map)
+        munmap(r->sq_map, r->sq_map_len);
+    r->sqes = NULL;
+    r->sq_map = r->cq_map = NULL;
     if (r->fd >= 0)
         close(r->fd);
     r->fd = -1;
@@ -204,16 +175,13 @@ int zc_uring_submit_wait(zc_uring *r, unsigned wait_nr, int64_t timeout_ns)
     memset(&arg, 0, sizeof arg);
     arg.ts = (uint64_t)(uintptr_t)&ts;
     unsigned flags = IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG;
-    for (;;) {
-        int ret = sys_enter(r->fd, r->to_submit, wait_nr, flags, &arg, sizeof arg);
-        if (ret == -EINTR)
-            continue;
-        if (ret >= 0) {
-            r->to_submit -= (unsigned)ret <= r->to_submit ? (unsigned)ret : r->to_submit;
-            return ret;
-        }
-        return ret;
-    }
+    int ret;
+    do
+        ret = sys_enter(r->fd, r->to_submit, wait_nr, flags, &arg, sizeof arg);
+    while (ret == -EINTR);
+    if (ret >= 0)
+        r->to_submit -= (unsigned)ret <= r->to_submit ? (unsigned)ret : r->to_submit;
+    return ret;
 }
 
 struct io_uring_cqe *zc_uring_peek(zc_uring *r)
@@ -251,7 +219,7 @@ int zc_uring_first_unsupported(zc_uring *r, const int *ops, int n)
 int zc_uring_probe_ring(zc_uring *r, char *why, size_t len)
 {
     const char *what = "";
-    int rc = zc_uring_init(r, 4, 0, &what);
+    int rc = zc_uring_init(r, 4, 0, 0, &what);
     if (rc == 0 && (rc = zc_uring_enable(r)) < 0)
         what = "IORING_REGISTER_ENABLE_RINGS";
     if (rc == 0) {
@@ -265,14 +233,10 @@ int zc_uring_probe_ring(zc_uring *r, char *why, size_t len)
         snprintf(why, len, "the kernel has no io_uring (io_uring_setup: ENOSYS; CONFIG_IO_URING off, or Linux "
                            "older than 5.1)");
     } else if (rc == -EPERM || rc == -EACCES) {
-        char state[16] = "?";
-        FILE *f = fopen("/proc/sys/kernel/io_uring_disabled", "r");
-        if (f) {
-            if (!fgets(state, sizeof state, f))
-                strcpy(state, "?");
-            fclose(f);
-            state[strcspn(state, "\n")] = '\0';
-        }
+        char state[24] = "?";
+        long disabled = zc_read_sysctl("/proc/sys/kernel/io_uring_disabled", -1);
+        if (disabled >= 0)
+            snprintf(state, sizeof state, "%ld", disabled);
         snprintf(why, len, "io_uring is not permitted here (%s: %s; sysctl kernel.io_uring_disabled=%s, or a "
                            "seccomp filter such as a container runtime's forbids io_uring)",
                  what, strerror(-rc), state);

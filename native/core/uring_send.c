@@ -1,25 +1,12 @@
 /* The send loop of the io_uring send modes (modes/send_io_uring.c, modes/send_io_uring_zc.c).
- *
- * Ordering: a TCP stream must leave in order, but io_uring runs independent sends on one socket
- * concurrently (a send that finds the socket full waits for POLLOUT while the next one may already
- * go). So the sends of one submission form a chain (IOSQE_IO_LINK: each starts when the one before
- * completed) of at most --uring-depth sub-blocks, each with MSG_WAITALL (the kernel retries a short
- * send itself), and the next chain is submitted once this one completed: one io_uring_enter per
- * chain instead of one syscall per sub-block, never two sends of the stream in flight at once.
- * The socket is a registered (fixed) file.
- *
- * Buffers: source mem sends straight from the pattern ring (filled once, never rewritten). A file
- * source (or /dev/zero) is read() chunk by chunk (part of the mode's cost) into a ring of chunk
- * buffers, and so is source mem with --refill written (zc_refill, sub-block by sub-block). io_uring: --uring-depth + 1 buffers, reused round robin (a chain's data is in the socket
- * once its completions are in). io_uring_zc: 2 x --uring-depth buffers, and the pattern ring, are
- * registered with the ring (IORING_REGISTER_BUFFERS: pinned once, so no per-send page pinning) and
- * sent with IORING_RECVSEND_FIXED_BUF; a buffer is refilled only after every notification of its
- * sends arrived (IORING_CQE_F_NOTIF: the kernel no longer references the pages). Every send carries
- * IORING_SEND_ZC_REPORT_USAGE: a notification whose res has IORING_NOTIF_USAGE_ZC_COPIED means the
- * kernel copied after all (zc_copied), as SO_EE_CODE_ZEROCOPY_COPIED does for msg_zerocopy. Every
- * notification is reaped before the timed region ends. IORING_OP_SEND itself takes no registered
- * buffers (the kernel accepts IORING_RECVSEND_FIXED_BUF only on the zero-copy sends), hence plain
- * buffers for io_uring.
+ * Ordering: io_uring runs independent sends on one socket concurrently, but a TCP stream must leave in order,
+ * so each submission is one chain (IOSQE_IO_LINK) of at most --uring-depth sub-blocks with MSG_WAITALL, and the
+ * next chain goes once it completed: one io_uring_enter per chain. The socket is a registered file.
+ * Buffers: source mem sends from the pattern ring; a file source (or --refill) fills a ring of chunk buffers:
+ * --uring-depth + 1 for io_uring (IORING_OP_SEND takes no registered buffers), 2 x --uring-depth for
+ * io_uring_zc, registered (IORING_REGISTER_BUFFERS: pinned once) and refilled only after every notification
+ * of its sends (IORING_CQE_F_NOTIF); IORING_NOTIF_USAGE_ZC_COPIED counts zc_copied. All notifications are
+ * reaped before the timed region ends.
  */
 #include "zc_internal.h"
 #include "zc_uring.h"
@@ -63,9 +50,9 @@ int zc_uring_send_setup(zc_ctx *c, int zc)
     if (!s)
         return -1;
     s->zc = zc;
-    s->depth = zc_uring_depth(c);
+    s->depth = (unsigned)c->p->uring_depth;
     const char *what = "";
-    int rc = zc_uring_init_for(c, &s->ring, s->depth, 4 * s->depth < 64 ? 64 : 4 * s->depth, &what);
+    int rc = zc_uring_init(&s->ring, s->depth, 4 * s->depth < 64 ? 64 : 4 * s->depth, c->shared, &what);
     if (rc < 0)
         return fail_uring(c, rc, what);
     s->ring_ok = 1;
@@ -117,7 +104,7 @@ int zc_uring_send_connected(zc_ctx *c)
 
 /* Reap every CQE there is. Send results: *pending_sends drops; a failure is kept in *first_err
  * (the first one that is not the chain's -ECANCELED aftermath). */
-static void reap(zc_ctx *c, usend_t *s, unsigned *pending_sends, int *first_err, uint64_t *sent)
+static void reap(usend_t *s, unsigned *pending_sends, int *first_err, uint64_t *sent)
 {
     struct io_uring_cqe *cqe;
     while ((cqe = zc_uring_peek(&s->ring))) {
@@ -153,26 +140,18 @@ static void reap(zc_ctx *c, usend_t *s, unsigned *pending_sends, int *first_err,
         } else {
             *sent += (uint64_t)res;
         }
-        (void)c;
     }
 }
 
-/* Submit (when there is something) and wait for completions (a slice at most); deadline checked. */
-static int wait_some(zc_ctx *c, usend_t *s, const char *doing)
-{
-    return zc_uring_wait(c, &s->ring, doing);
-}
-
-/* One wait for io_uring_zc notifications, between chains (no send is in flight then: each chain is
- * reaped whole before the next is built). */
+/* One wait for io_uring_zc notifications, between chains (no send is in flight then) */
 static int wait_notifications(zc_ctx *c, usend_t *s)
 {
     unsigned none = 0;
     int err = 0;
     uint64_t sent = 0;
-    if (wait_some(c, s, "waiting for io_uring zero-copy notifications") < 0)
+    if (zc_uring_wait(c, &s->ring, "waiting for io_uring zero-copy notifications") < 0)
         return -1;
-    reap(c, s, &none, &err, &sent);
+    reap(s, &none, &err, &sent);
     return 0;
 }
 
@@ -247,9 +226,9 @@ int zc_uring_send_transfer(zc_ctx *c)
         int err = 0;
         uint64_t sent = 0;
         while (pending) {
-            if (wait_some(c, s, "sending with io_uring") < 0)
+            if (zc_uring_wait(c, &s->ring, "sending with io_uring") < 0)
                 return -1;
-            reap(c, s, &pending, &err, &sent);
+            reap(s, &pending, &err, &sent);
         }
         c->done += sent;
         if (err) {

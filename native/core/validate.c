@@ -1,6 +1,5 @@
-/* The parameters' checks, before anything is opened: the limits of the parameter table, then the mode and
- * the cell rules on what it declares. Both worded by zcorch/params.py (generated into zc_params_gen.h:
- * limit_problem, CELL_RULES), so the plan and the worker refuse a cell with the same message.
+/* The parameters' checks, before anything is opened: the parameter table's limits, the mode, and the cell
+ * rules on what it declares, worded by zcorch/params.py (zc_params_gen.h) as the planner words them.
  */
 #include "zc_core.h"
 

@@ -1,15 +1,12 @@
-/* Declarations the files of the transfer core share (the files of core/; the modes need none of them).
- *
- * One run is one lifecycle (lifecycle.c) over a group of streams (group.c), one stream being a group of
- * one: validate (validate.c) -> open the source or sink (files.c) -> the mode's setup -> connect or
- * listen and accept (net.c) -> the timed transfer of every stream (stream.c) -> the group's totals
- * (totals.c). Per-stream state is the zc_ctx; which thread runs which streams is group.c's (--threads:
- * stream i on thread i mod threads), how one thread runs several is mux.c's (fibers over epoll).
+/* Declarations the files of core/ share (the modes need none of them). A run (lifecycle.c) over a group of
+ * streams (group.c): validate.c -> files.c -> the mode's setup -> net.c -> stream.c (each stream's timed
+ * transfer; several on one thread: mux.c) -> totals.c.
  */
 #ifndef ZC_CORE_H
 #define ZC_CORE_H
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "zc_internal.h"
@@ -17,8 +14,7 @@
 /* validate.c: the parameter table's range checks and the mode's; picks c->ops */
 int zc_validate_ctx(zc_ctx *c, int side);
 
-/* files.c: the sender's source, the receiver's sink (prepared as --sink-state says; stream 0 prepares,
- * the others open it again with the prepared state of `first`) */
+/* files.c: the source; the sink (stream 0 prepares it as --sink-state says, the others reopen `first`'s) */
 int zc_open_source(zc_ctx *c);
 int zc_open_sink(zc_ctx *c);
 int zc_reopen_sink(zc_ctx *c, const zc_ctx *first);
@@ -72,16 +68,17 @@ int zc_group_error(zc_group *g, zc_error *err);
 /* Run every stream's transfer in threads of its own behind one gate; the group's span in t0, t1. */
 void zc_group_run(zc_group *g, int64_t *t0, int64_t *t1);
 
-/* mux.c: the streams idx[0..n) of g sharing the calling thread. prepare (untimed): their fibers, their
- * sockets nonblocking, the epoll instance; 0, or -1 with the failing stream's err filled (*m is set
- * either way: free it). run: every stream's zc_stream_transfer, each filling g->rc / g->tfail. */
+/* mux.c: the streams idx[0..n) of g sharing the calling thread. prepare (untimed): their fibers, nonblocking
+ * sockets, the epoll; 0, or -1 with the failing stream's err (*m is set either way: free it). run: each
+ * stream's zc_stream_transfer into g->rc / g->tfail. */
 typedef struct zc_mux zc_mux;
 int zc_mux_prepare(zc_mux **m, zc_group *g, const int *idx, int n);
 void zc_mux_run(zc_mux *m);
 void zc_mux_free(zc_mux *m);
-/* the stream's share of its thread's CPU time over its timed region, into c->m (stream.c) */
-void zc_fiber_account_begin(zc_ctx *c);
-void zc_fiber_account_end(zc_ctx *c);
+/* on = 1 at the start of the stream's timed region, 0 at its end: its share of its thread's CPU time, into c->m */
+void zc_fiber_counting(zc_ctx *c, int on);
+/* stream.c: add the RUSAGE_THREAD deltas from `a` to `b` to m's utime, stime, faults and switches */
+void zc_rusage_add(zc_metrics *m, const struct rusage *a, const struct rusage *b);
 
 /* totals.c: the group's metrics from its streams' (Metric.combine), and the per-stream copies */
 void zc_group_totals(const zc_group *g, zc_metrics *m, int64_t wall_ns);

@@ -1,8 +1,6 @@
-/* Internal declarations shared by the core, the helpers and the per-mode files.
- *
- * Each mode file (send_*.c, recv_*.c) defines one zc_mode_ops table; registry.c lists them all
- * explicitly (like iperf3's protocol list). A mode's setup() runs untimed before the connection
- * exists (it validates source/sink and allocates), transfer() is the timed loop, teardown() frees.
+/* Declarations shared by the core and the mode files: each mode file (send_*.c, recv_*.c) fills one
+ * zc_mode_ops table (registry.c lists them); setup() runs untimed before the connection exists, transfer()
+ * is the timed loop, teardown() frees.
  */
 #ifndef ZC_INTERNAL_H
 #define ZC_INTERNAL_H
@@ -18,8 +16,9 @@
 
 struct zc_ctx;
 
-/* Defined with designated initializers: .name, .side, .caps, [.available,] [.setup,] [.connected,]
- * .transfer[, .teardown] */
+#define NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Filled with designated initializers; .name, .side, .caps and .transfer are required */
 typedef struct zc_mode_ops {
     const char *name;
     int side;                                /* ZC_SIDE_SEND / ZC_SIDE_RECV */
@@ -29,9 +28,7 @@ typedef struct zc_mode_ops {
     int (*setup)(struct zc_ctx *c);          /* optional: untimed; 0 or zc_fail() */
     int (*transfer)(struct zc_ctx *c);       /* timed; moves c->total bytes (or until EOF) */
     void (*teardown)(struct zc_ctx *c);      /* optional: called once setup was attempted */
-    /* optional: untimed, once c->sock is connected (accepted), before the timed transfer (register the
-     * socket with io_uring, map it, check the connection); 0 or zc_fail() */
-    int (*connected)(struct zc_ctx *c);
+    int (*connected)(struct zc_ctx *c);      /* optional: untimed, once c->sock is connected; 0 or zc_fail() */
 } zc_mode_ops;
 
 typedef struct zc_ctx {
@@ -58,25 +55,20 @@ typedef struct zc_ctx {
     int64_t deadline_ns;     /* CLOCK_MONOTONIC */
     uint64_t seen_done;      /* c->done when zc_check_deadline last saw it change, and when (CLOCK_MONOTONIC): */
     int64_t progress_ns;     /* a timeout says whether data was still moving or had stopped */
-    int64_t end_ns;          /* send --duration: when the sender stops (set at the start of the timed region);
-                              * 0 = move c->total bytes */
+    int64_t end_ns;          /* send --duration: when the sender stops (0: move c->total bytes) */
     int64_t timeo_ns;        /* current SO_SNDTIMEO/SO_RCVTIMEO on c->sock */
     unsigned char *mem_ring; /* source mem: pattern of one period + one buffer, never rewritten */
     size_t mem_ring_len;
     int mem_ring_borrowed;   /* the ring is stream 0's (shared by the group; freed with stream 0) */
     void *priv;              /* mode-private state */
-    /* the stream group (core/group.c; one stream is a group of one): this stream's slice of the
-     * source/sink starts at `base` (0 with one stream); stream index / count; the group */
-    uint64_t base;
+    uint64_t base;           /* where this stream's slice of the source/sink starts (group.c) */
     int stream, nstreams;
     struct zc_group *group;
     int64_t t0_ns, t1_ns;    /* this stream's timed region (CLOCK_MONOTONIC; 0 = not run) */
     int listen_maxseg;       /* recv: TCP_MAXSEG a mode's setup() wants on the listening socket (0: none) */
     struct zc_watch_state *watch_state; /* hoststat.c: zc_params.watch while the transfer runs */
-    /* core/mux.c: shared = the stream shares its thread with others (known before the mode's setup: an
-     * io_uring ring is then made to be waited for with epoll); fiber = while its transfer runs there */
-    int shared;
-    struct zc_fiber *fiber;
+    int shared;              /* the stream shares its thread (known before setup: for io_uring rings) */
+    struct zc_fiber *fiber;  /* mux.c: set while it runs on a shared thread */
 } zc_ctx;
 
 /* hoststat.c: host counters and samples (zc_params.watch) around the timed region; no-ops without a
@@ -91,14 +83,11 @@ const zc_ctx *zc_group_stream(const zc_ctx *c, int i);
 const zc_mode_ops *zc_find_mode(int side, const char *name);
 /* The modes of either side declaring `cap`, sorted, each once, "a/b" in buf (the cell rules' "only ..."). */
 const char *zc_modes_with(unsigned cap, char *buf, size_t len);
-/* NULL if this build has a native/build.py feature ("io_uring", ...), else why not */
-const char *zc_build_missing(const char *feature);
-/* why the first missing feature of a NULL-terminated list is missing; NULL if the build has them all */
+/* why the first missing build feature ("io_uring", ...) of a NULL-terminated list is missing, else NULL */
 const char *zc_build_missing_any(const char *const *features);
 
-/* The ops of a mode this build lacks a header feature for (native/build.py FEATURES; `...`: the features
- * it needs, in order): listed with the reason the first missing one gives, refused if run, never another
- * mode in its place. One per mode file, in its #else branch. */
+/* The ops of a mode this build lacks a feature for (`...`: the native/build.py FEATURES it needs): listed with
+ * the first missing one's reason, refused if run. One per mode file, in its #else branch. */
 #define ZC_UNBUILT_MODE(ops, mode_name, mode_side, mode_caps, ...)                                           \
     static const char *const unbuilt_features_[] = {__VA_ARGS__, NULL};                                   \
     static int unbuilt_available_(char *why, size_t len)                                                  \
@@ -128,35 +117,31 @@ int zc_check_deadline(zc_ctx *c, const char *doing);   /* ETIMEDOUT once past th
 /* The top of every send mode's chunk loop, the one place --duration acts: 1 = send another chunk, 0 = done
  * (c->total bytes moved, or the duration is up: c->total becomes c->done), -1 = failed (deadline) */
 int zc_send_more(zc_ctx *c);
-int zc_after_eagain(zc_ctx *c, const char *doing);     /* a socket timeout fired: fail or re-arm */
-/* After a call on the data socket returned -1: 1 = call it again (EINTR, or EAGAIN from the socket
- * timeout with the deadline not reached, timeout re-armed), 0 = another error (errno intact, the
- * caller reports it), -1 = failed (deadline passed, c->err filled). */
-int zc_io_retry(zc_ctx *c, const char *doing);
+/* After a call on the data socket returned -1: 1 = call it again (EINTR, or EAGAIN from the socket timeout
+ * with the deadline not reached: timeout re-armed); -1 = failed (deadline passed; or another error with
+ * `failed` given: "<failed>: strerror"); 0 = another error with `failed` NULL (errno intact). */
+int zc_io_retry(zc_ctx *c, const char *doing, const char *failed);
 int zc_set_sock_timeouts(zc_ctx *c);
-/* Wait (within the deadline) until fd has one of `events` (POLLIN/POLLOUT; POLLERR and POLLHUP always
- * count): the revents seen, 0 when one slice passed without them (call again), -1 failed (c->err). A
- * stream alone on its thread polls; one sharing its thread lets the thread's other streams run meanwhile
- * (core/mux.c). The one way a mode waits for anything but its own socket call. */
+/* The one way a mode waits for anything but its own socket call: until fd has one of `events` (POLLIN/POLLOUT;
+ * POLLERR and POLLHUP always count), within the deadline (a stream sharing its thread lets the others run):
+ * the revents seen, 0 when one slice passed without them (call again), -1 failed (c->err). */
 int zc_wait_fd(zc_ctx *c, int fd, short events, const char *doing);
-/* mux.c, for a stream sharing its thread (c->fiber): park until fd reports `events` after a call on it
- * just said EAGAIN (no poll first: an edge after that call wakes it); a yield after one buffer's bytes
- * (zc_check_deadline calls it), so the thread's streams take turns chunk by chunk */
+/* mux.c, for a stream sharing its thread (c->fiber): park until fd reports `events` after a call on it just said
+ * EAGAIN (an edge after that call wakes it); give way after one buffer's bytes (zc_check_deadline calls it) */
 int zc_fiber_wait(zc_ctx *c, int fd, short events, const char *doing);
 void zc_fiber_share(zc_ctx *c);
 
 /* pipes and buffers (common.c) */
-int zc_open_pipe(zc_ctx *c);                 /* auto size: at least one sub-block (zc_open_pipe_for c->sub) */
-int zc_open_pipe_for(zc_ctx *c, size_t unit); /* auto size: at least `unit`, the bytes of one vmsplice/splice call */
+int zc_open_pipe(zc_ctx *c, size_t unit);    /* auto size: at least `unit`, the bytes of one vmsplice/splice call */
 void *zc_alloc(zc_ctx *c, size_t len, const char *what);     /* page-aligned anonymous mapping */
+long zc_read_sysctl(const char *path, long dflt);            /* the number in a /proc/sys file, else dflt */
 void zc_free(void *p, size_t len);
 /* the mode's private state: zeroed, stored in c->priv, freed by the mode's teardown */
 static inline void *zc_priv_new(zc_ctx *c, size_t len)
 {
     return c->priv = zc_alloc(c, len, "state");
 }
-/* Private state of the modes that need nothing but one chunk buffer of c->buffer bytes (read, write):
- * zc_buf_state_new() allocates both (0, or -1 with c->err set); zc_buf_state_free() is their teardown. */
+/* The private state of a mode needing only one buffer of c->buffer bytes: new (0, or -1), free (teardown) */
 typedef struct {
     unsigned char *buf;
 } zc_buf_state;
@@ -168,17 +153,14 @@ static inline const unsigned char *zc_mem_at(const zc_ctx *c, uint64_t off)
 {
     return c->mem_ring + ((c->base + off) % zc_mem_pattern_period());
 }
-/* Write the pattern at stream offset `off` into dst anew (len <= buffer): a copy out of the ring, whose
- * stores are those of the splice-write-benchmark's memset and whose loads hit the cache; the bytes stay
- * the verifiable pattern of source mem */
+/* Write the pattern at stream offset `off` into dst anew (len <= buffer): a copy out of the ring (the
+ * stores of the splice-write-benchmark's memset; the loads hit the cache) */
 static inline void zc_mem_fill(const zc_ctx *c, unsigned char *dst, uint64_t off, size_t len)
 {
     memcpy(dst, zc_mem_at(c, off), len);
 }
-/* --fill rand_crc32 (fill.c): dst gets the message at stream offset `off` as a seeded PRNG stream, whose crc32
- * is computed and kept in a volatile sink */
+/* --fill rand_crc32 (fill.c): dst gets the message at stream offset `off`, a seeded PRNG stream, and its crc32 */
 void zc_fill_rand_crc32(const zc_ctx *c, unsigned char *dst, uint64_t off, size_t len);
-uint32_t zc_crc32(uint32_t crc, const unsigned char *p, size_t len);
 /* --refill: write the message at stream offset `off` anew into dst, as --fill says */
 static inline void zc_refill(const zc_ctx *c, unsigned char *dst, uint64_t off, size_t len)
 {
@@ -186,11 +168,6 @@ static inline void zc_refill(const zc_ctx *c, unsigned char *dst, uint64_t off, 
         zc_fill_rand_crc32(c, dst, off, len);
     else
         zc_mem_fill(c, dst, off, len);
-}
-/* io_uring modes: --uring-depth (validated: ZC_MIN_URING_DEPTH..ZC_MAX_URING_DEPTH) */
-static inline unsigned zc_uring_depth(const zc_ctx *c)
-{
-    return (unsigned)c->p->uring_depth;
 }
 
 /* I/O loops that honour the deadline (common.c) */
@@ -202,16 +179,14 @@ int zc_splice_all(zc_ctx *c, int in, loff_t *off_in, int out, loff_t *off_out, s
                   unsigned flags, const char *what);                 /* moves exactly len */
 int zc_vmsplice_out(zc_ctx *c, const unsigned char *buf, size_t len, int out, loff_t *off_out);
 struct iovec;
-/* vmsplice() the iovecs (at most IOV_MAX a call; it advances them) into the pipe and splice() what each call
- * moved on to `out`; with n > 1, one call takes as many of them as the pipe holds */
+/* vmsplice() the iovecs into the pipe (as many as it holds, IOV_MAX at most; advanced) and splice() on to `out` */
 int zc_vmsplice_iov_out(zc_ctx *c, struct iovec *iov, size_t n, int out, loff_t *off_out);
 
 /* --bytes given (0 is the table's "unset": send the source's size, receive until EOF) */
 static inline int zc_bytes_set(const zc_params *p) { return p->bytes != 0; }
 /* --duration given (0 is unset): the sender sends until the time is up, the receiver reads until EOF */
 static inline int zc_duration_set(const zc_params *p) { return p->duration > 0; }
-/* c->total of a sender with --duration until the time is up: more than any run moves, small enough that
- * offsets (base + done) never overflow */
+/* c->total of a sender with --duration: more than any run moves, small enough that base + done never overflows */
 #define ZC_UNTIL_TIME_BYTES (UINT64_C(1) << 62)
 static inline size_t zc_min(size_t a, uint64_t b) { return (uint64_t)a < b ? a : (size_t)b; }
 /* bytes the receiver may still ask for: a whole `want` when reading until EOF */

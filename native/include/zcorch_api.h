@@ -1,15 +1,10 @@
-/* Public API of the zcorch native transfer core.
- *
- * Declarations only: this file is fed verbatim to cffi's ffi.cdef() (native/build.py), so it must
- * stay free of include guards, #include and function-like macros. C sources include it through
- * zc_internal.h. Every function returns 0 on success or -1 with *err filled (code = an errno value,
- * message = "<side> <mode>: <what failed>: <reason>"); nothing here prints or exits.
+/* Public API of the zcorch native transfer core, fed verbatim to cffi's ffi.cdef() (native/build.py): no
+ * include guards, #include or function-like macros. Every function returns 0, or -1 with *err filled (code =
+ * an errno value, message = "<side> <mode>: <what failed>: <reason>"); nothing here prints or exits.
  */
 
 #define ZC_SIDE_SEND 0
 #define ZC_SIDE_RECV 1
-
-#define ZC_MSG_LEN 512
 
 typedef struct zc_error {
     int code;                  /* errno value (EINVAL, ETIMEDOUT, EPIPE, EOPNOTSUPP, ...) */
@@ -53,10 +48,8 @@ typedef struct zc_watch {
     int sampler_err;           /* errno when the sampler could not run (the transfer ran without it) */
 } zc_watch;
 
-/* The parameters of one side's run (zc_params) and its result (zc_metrics): generated from the tables of
- * zcorch/params.py into zc_params_gen.h (native/gen_params.py), whose declarations cffi's cdef reads after
- * this file. A field per worker parameter (named as its flag: --pipe-size -> pipe_size), each a value or
- * the table's "unset" (0 for window: the kernel's); zc_params_init fills in the table's defaults. */
+/* One side's parameters and result, generated from zcorch/params.py into zc_params_gen.h (cdef'd after this
+ * file): a field per worker parameter, named as its flag (--pipe-size -> pipe_size), a value or "unset". */
 typedef struct zc_params zc_params;
 typedef struct zc_metrics zc_metrics;
 
@@ -91,8 +84,7 @@ const char *zc_mode_name(int side, int index);
 unsigned zc_mode_caps(int side, const char *name);
 /* Stable name of one ZC_CAP_* bit, NULL for anything else. */
 const char *zc_cap_name(unsigned bit);
-/* Whether a compiled mode can run on this kernel: 1 = yes; 0 = no, why says why (NUL-terminated,
- * at most len bytes); -1 = unknown mode. Probes the kernel, no side effect is left behind. */
+/* Whether a compiled mode can run on this kernel (probed, no side effect left): 1; 0 with why; -1 unknown mode */
 int zc_mode_available(int side, const char *name, char *why, size_t len);
 
 /* What the build found on the host (native/build.py FEATURES: io_uring, io_uring_send_zc, ...):
@@ -100,32 +92,27 @@ int zc_mode_available(int side, const char *name, char *why, size_t len);
 const char *zc_build_feature_name(int index);
 const char *zc_build_feature_missing(int index);
 
-/* Open a source or a sink (openpath.c): without following a link in any component of the path, judged on
- * the descriptor (a regular file on a data filesystem, or an allowed device: /dev/null, and for a source
- * /dev/zero and /dev/urandom; ZC_OPEN_DEVICES: any device, a sink the experiment's allow_destroy lists).
- * ZC_OPEN_CREATE: a missing sink is created (*created = 1). ZC_OPEN_WALK: resolve one component at a time
- * as on a kernel without openat2 (tests). Returns the descriptor (O_CLOEXEC; read-only for a source,
- * read-write for a sink, never truncated), or -1 with *err filled. */
+/* Open a source or a sink (openpath.c) following no link, judged on the descriptor: a regular file on a data
+ * filesystem, or /dev/null (and for a source /dev/zero, /dev/urandom; ZC_OPEN_DEVICES: any device).
+ * ZC_OPEN_CREATE: create a missing sink (*created = 1); ZC_OPEN_WALK: one component at a time, as without
+ * openat2 (tests). The descriptor (O_CLOEXEC, never truncated), or -1 with *err filled. */
 #define ZC_OPEN_SOURCE  0
 #define ZC_OPEN_SINK    1
 #define ZC_OPEN_DEVICES 4
 #define ZC_OPEN_CREATE  8
 #define ZC_OPEN_WALK    16
 int zc_open_file(const char *path, int how, int *created, zc_error *err);
-/* Open directory `path` (absolute) to create files in it (the worker's `layout`): without following a link in
- * any component, as zc_open_file, and judged on the descriptor: a directory on a data filesystem. `how`:
- * ZC_OPEN_WALK or 0. Returns an O_PATH descriptor (O_CLOEXEC) for the dirfd of the *at calls, or -1 with
- * *err filled (ELOOP a link, ENOENT missing, EPERM a kernel interface or an unknown filesystem). */
+/* Open directory `path` (absolute; the worker's `layout`) as zc_open_file does, judged to be on a data filesystem;
+ * `how`: ZC_OPEN_WALK or 0. An O_PATH descriptor for the *at calls, or -1 with *err filled. */
 int zc_open_dir(const char *path, int how, zc_error *err);
 
 /* Fixed pattern of source "mem" (see mempattern.c): byte at stream offset off. */
 void zc_mem_pattern(uint64_t off, unsigned char *out, size_t len);
 uint64_t zc_mem_pattern_period(void);
 
-/* Receiver, in two steps so the caller can announce the port in between:
- * zc_recv_listen validates, opens and prepares the sink, runs the mode's setup (all untimed), binds
- * and listens; zc_recv_run accepts within the deadline and runs the timed transfer. zc_recv_run
- * always consumes the listener; zc_listener_close releases one that is never run. */
+/* Receiver, in two steps so the caller can announce the port in between: zc_recv_listen (untimed: validate,
+ * the sink, the mode's setup, listen); zc_recv_run (accept, the timed transfer; always consumes the listener).
+ * zc_listener_close releases a listener never run. */
 int zc_recv_listen(const zc_params *p, zc_listener *out, zc_error *err);
 int zc_recv_run(const zc_params *p, zc_listener *l, zc_metrics *m, zc_error *err);
 void zc_listener_close(zc_listener *l);
@@ -135,18 +122,14 @@ int zc_send_run(const zc_params *p, zc_metrics *m, zc_error *err);
 
 /* The table's defaults (every parameter field; the others zero: no host, no watch). */
 void zc_params_init(zc_params *p);
-/* The threads a side runs its streams on (--threads; 0 = auto: one per CPU of --cpus, one with --cpu,
- * else one per stream, never more than the CPUs this process may run on), never more than --streams:
- * the one place the default is resolved (the worker records the value in its params). */
+/* The threads a side runs its streams on, never more than --streams: --threads, or (0) one per CPU of --cpus,
+ * one with --cpu, else one per stream up to the CPUs this process may use. The one place it is resolved. */
 int zc_threads_effective(const zc_params *p);
-/* The checks zc_send_run / zc_recv_listen start with (the table's limits, the mode, what the mode
- * declares it cannot do), nothing else: 0, or -1 with err filled as those calls would. */
+/* The checks zc_send_run / zc_recv_listen start with (limits, mode, cell rules), nothing else: 0, or -1 */
 int zc_validate(const zc_params *p, zc_error *err);
 
-/* Copy-cost calibration of this host (calibrate.c), on the calling thread (pinned to cpu unless -1):
- * memcpy of a `bytes` buffer in 64 KiB calls (larger than the caches: what one copy of streamed data
- * costs), first touch of fresh anonymous 4 KiB pages (a page fault plus zeroing each), and a trivial
- * system call (getppid). Times are medians over repetitions. */
+/* Copy-cost calibration of this host (calibrate.c) on the calling thread, pinned to cpu unless -1: memcpy,
+ * first-touch page faults and a trivial system call, medians over rounds. */
 typedef struct zc_calibration {
     uint64_t memcpy_bytes;     /* bytes copied per round */
     int64_t memcpy_rounds;

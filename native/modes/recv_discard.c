@@ -1,10 +1,6 @@
-/* recv mode "discard": recv(MSG_TRUNC) with no buffer, so the kernel drops what arrived without
- * copying it to user space (iperf3's --skip-rx-copy, neper's --skip_rx_copy): the receiver's upper
- * bound, what receiving costs without the copy out of the socket. Nothing is kept, so the sink must be
- * /dev/null (ZC_CAP_NO_SINK). Each call asks for one sub-block, as "read" does.
- *
- * TCP honours MSG_TRUNC by discarding the data; a kernel that does not would copy into the NULL
- * buffer and fail with EFAULT. available() tries it on a throw-away loopback connection.
+/* recv mode "discard": recv(MSG_TRUNC) with no buffer, so TCP drops what arrived without the copy out of the
+ * socket (iperf3's --skip-rx-copy): the receiver's upper bound. Nothing is kept, so the sink must be /dev/null.
+ * A kernel that does not discard would copy into the NULL buffer (EFAULT): available() tries it on loopback.
  */
 #include "zc_internal.h"
 
@@ -19,35 +15,29 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+/* A loopback TCP connection: listener, client, accepted end */
 static int probe_pair(int fds[3], char *why, size_t len)
 {
-    fds[0] = fds[1] = fds[2] = -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
+    const char *step = "no loopback listener";
+    fds[1] = fds[2] = -1;
     fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fds[0] < 0 || bind(fds[0], (struct sockaddr *)&a, sizeof a) < 0 || listen(fds[0], 1) < 0 ||
-        getsockname(fds[0], (struct sockaddr *)&a, &al) < 0) {
-        snprintf(why, len, "cannot probe recv(MSG_TRUNC) on TCP: no loopback listener (%s)", strerror(errno));
-        return -1;
+    if (fds[0] >= 0 && bind(fds[0], (struct sockaddr *)&a, sizeof a) == 0 && listen(fds[0], 1) == 0 &&
+        getsockname(fds[0], (struct sockaddr *)&a, &al) == 0) {
+        step = "loopback connect failed";
+        fds[1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fds[1] >= 0 && connect(fds[1], (struct sockaddr *)&a, sizeof a) == 0) {
+            step = "accept failed";
+            if ((fds[2] = accept4(fds[0], NULL, NULL, SOCK_CLOEXEC)) >= 0)
+                return 0;
+        }
     }
-    fds[1] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fds[1] < 0 || connect(fds[1], (struct sockaddr *)&a, sizeof a) < 0) {
-        snprintf(why, len, "cannot probe recv(MSG_TRUNC) on TCP: loopback connect failed (%s)", strerror(errno));
-        return -1;
-    }
-    fds[2] = accept4(fds[0], NULL, NULL, SOCK_CLOEXEC);
-    if (fds[2] < 0) {
-        snprintf(why, len, "cannot probe recv(MSG_TRUNC) on TCP: accept failed (%s)", strerror(errno));
-        return -1;
-    }
-    return 0;
+    snprintf(why, len, "cannot probe recv(MSG_TRUNC) on TCP: %s (%s)", step, strerror(errno));
+    return -1;
 }
 
-/* Send two bytes over loopback, discard one with recv(NULL, 1, MSG_TRUNC): supported when it
- * returns 1 and the other byte is still there to read. */
+/* Two bytes over loopback, one discarded by recv(NULL, 1, MSG_TRUNC): the other must still be there */
 static int available(char *why, size_t len)
 {
     int fds[3];
@@ -104,11 +94,8 @@ static int transfer(zc_ctx *c)
         }
         if (n == 0)
             return 0;
-        int again = zc_io_retry(c, "discarding from the socket");
-        if (again < 0)
+        if (zc_io_retry(c, "discarding from the socket", "recv(MSG_TRUNC) from the socket") < 0)
             return -1;
-        if (!again)
-            return zc_fail_errno(c, "recv(MSG_TRUNC) from the socket");
     }
 }
 

@@ -1,16 +1,8 @@
-/* recv mode "io_uring": one multishot IORING_OP_RECV (IORING_RECV_MULTISHOT) on the registered
- * (fixed) socket, taking buffers from a provided buffer ring (IORING_REGISTER_PBUF_RING) of
- * --uring-depth buffers (rounded up to a power of two) of one sub-block each. Each completion's
- * data is write()n to the sink (as `read` does) and its buffers go straight back to the ring. With
- * bundles (IORING_RECVSEND_BUNDLE, Linux 6.10+: the kernel says so in IORING_FEAT_RECVSEND_BUNDLE)
- * one completion may fill several consecutive buffers; whether they were used is recorded
- * (uring_bundle 1/0), never silently assumed. A multishot receive that ends (no IORING_CQE_F_MORE:
- * the ring ran out of buffers, ...) is re-armed. With --bytes, once every byte is in the receive is
- * cancelled, and data that still arrives is the sender sending too much (EPROTO), as with `read`.
- *
- * Needs io_uring with timed waits, provided buffer rings and multishot receive (Linux 6.0+):
- * available() probes a ring (a buffer ring must register, a multishot receive must pass the
- * kernel's preparation).
+/* recv mode "io_uring": one multishot IORING_OP_RECV on the registered socket, taking buffers of one
+ * sub-block from a provided buffer ring of --uring-depth (rounded up to a power of two); each completion's
+ * data is write()n to the sink and its buffers go straight back. Bundles (IORING_RECVSEND_BUNDLE, Linux 6.10+)
+ * are used where the kernel has them (uring_bundle 1/0). An ended multishot receive is re-armed; with --bytes,
+ * once every byte is in it is cancelled and more data is EPROTO. Needs Linux 6.0+: available() probes it.
  */
 #include "zc_internal.h"
 #include "zc_uring.h"
@@ -23,8 +15,7 @@
 
 #include <sys/mman.h>
 
-/* flag bits are kernel ABI: headers older than the feature still let a newer kernel use it, and the
- * kernel says whether it has bundles (IORING_FEAT_RECVSEND_BUNDLE) */
+/* kernel ABI: older headers still let a newer kernel use bundles (IORING_FEAT_RECVSEND_BUNDLE says) */
 #ifndef IORING_RECVSEND_BUNDLE
 #define IORING_RECVSEND_BUNDLE (1U << 4)
 #endif
@@ -115,14 +106,14 @@ static int setup(zc_ctx *c)
     urecv_t *s = zc_priv_new(c, sizeof *s);
     if (!s)
         return -1;
-    unsigned want = zc_uring_depth(c), n = 2;
+    unsigned want = (unsigned)c->p->uring_depth, n = 2;
     while (n < want && n < 32768)
         n <<= 1;
     s->nbufs = n;
     s->mask = n - 1;
     s->buflen = c->sub;
     const char *what = "";
-    int rc = zc_uring_init_for(c, &s->ring, 8, 64, &what);
+    int rc = zc_uring_init(&s->ring, 8, 64, c->shared, &what);
     if (rc < 0)
         return fail_uring(c, rc, what);
     s->ring_ok = 1;
@@ -166,7 +157,7 @@ static int arm(zc_ctx *c, urecv_t *s)
     return 0;
 }
 
-/* Hand a consumed buffer back to the kernel (published by publish()). */
+/* Hand a consumed buffer back to the kernel (published by consume()). */
 static void give_back(urecv_t *s, uint16_t bid)
 {
     struct io_uring_buf *b = &s->br->bufs[s->tail & s->mask];
@@ -176,8 +167,6 @@ static void give_back(urecv_t *s, uint16_t bid)
     s->ring_bid[s->tail & s->mask] = bid;
     s->tail++;
 }
-
-static void publish(urecv_t *s) { __atomic_store_n(&s->br->tail, (uint16_t)s->tail, __ATOMIC_RELEASE); }
 
 /* The data of one receive completion: res bytes in the buffers from the ring's consumer position on. */
 static int consume(zc_ctx *c, urecv_t *s, int res, unsigned flags)
@@ -201,13 +190,8 @@ static int consume(zc_ctx *c, urecv_t *s, int res, unsigned flags)
         s->cons++;
         give_back(s, b);
     }
-    publish(s);
+    __atomic_store_n(&s->br->tail, (uint16_t)s->tail, __ATOMIC_RELEASE); /* publish them */
     return 0;
-}
-
-static int wait_some(zc_ctx *c, urecv_t *s)
-{
-    return zc_uring_wait(c, &s->ring, "receiving");
 }
 
 static int transfer(zc_ctx *c)
@@ -223,7 +207,7 @@ static int transfer(zc_ctx *c)
         return -1;
     int armed = 1, cancelling = 0, eof = 0;
     while (armed) {
-        if (wait_some(c, s) < 0)
+        if (zc_uring_wait(c, &s->ring, "receiving") < 0)
             return -1;
         struct io_uring_cqe *cqe;
         while ((cqe = zc_uring_peek(&s->ring))) {

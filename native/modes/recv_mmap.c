@@ -1,14 +1,7 @@
-/* recv mode "mmap": per chunk, ftruncate() the sink to extend it (when it is not already long
- * enough: preallocated/overwrite sinks), mmap() the new extent (MAP_SHARED, from the page boundary
- * at or below it), read() from the socket into the mapping until the extent is full (one read per
- * sub-block at most), munmap(). At EOF the file is cut back to the bytes received (never below
- * its size before the transfer, so an overwritten file keeps its length).
- * Needs a regular-file sink: /dev/null and other non-regular files are refused.
- *
- * A full filesystem: ftruncate() only sets the size, so no block is allocated until read() writes into
- * the mapping; the page fault that cannot get a block (tmpfs over its size=, ext4/xfs out of space or
- * over quota) fails inside the kernel's copy and read() returns EFAULT, which says nothing useful. That
- * EFAULT is diagnosed (full_filesystem) and reported as ENOSPC/EDQUOT with the sink and the offset.
+/* recv mode "mmap": per chunk, extend the sink with ftruncate() (unless long enough already), mmap() the new
+ * extent, read() from the socket into it (one sub-block a call at most), munmap(). At EOF the file is cut back
+ * to the bytes received (never below its size before). A full filesystem shows as read() failing with EFAULT
+ * (the page fault found no block): full_filesystem() tells it apart and reports ENOSPC/EDQUOT.
  */
 #include "zc_internal.h"
 
@@ -18,9 +11,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-/* After read() into the mapping failed with EFAULT at file offset `at`: ENOSPC or EDQUOT when the
- * sink's filesystem could not give that page a block (asked again with fallocate() of that one page;
- * where fallocate() is not supported, the filesystem's free blocks say it), else 0 (a real EFAULT). */
+/* After read() into the mapping failed with EFAULT at offset `at`: ENOSPC or EDQUOT when that page got no block
+ * (fallocate() of that page asks again; without fallocate(), the free blocks say), else 0 (a real EFAULT). */
 static int full_filesystem(zc_ctx *c, uint64_t at)
 {
     off_t page = (off_t)(at - at % c->page);

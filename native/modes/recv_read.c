@@ -1,7 +1,5 @@
-/* recv mode "read": read() from the socket into one user buffer, write() what arrived to the sink
- * (a file, or /dev/null). Each read() asks for one sub-block (a whole buffer with --subblocks 1)
- * and takes what the socket has; with --bytes, never more than what is still expected.
- */
+/* recv mode "read": read() up to one sub-block from the socket into one buffer (never more than --bytes
+ * still expects), write() what arrived to the sink. */
 #include "zc_internal.h"
 
 static int setup(zc_ctx *c)
@@ -32,7 +30,6 @@ static int transfer(zc_ctx *c)
 const zc_mode_ops zc_recv_read_ops = {
     .name = "read",
     .side = ZC_SIDE_RECV,
-    .caps = 0,
     .setup = setup,
     .transfer = transfer,
     .teardown = zc_buf_state_free,

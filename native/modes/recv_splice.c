@@ -1,13 +1,10 @@
-/* recv mode "splice": splice() socket -> pipe, then splice() pipe -> sink (a file or /dev/null).
- * Each socket splice asks for at most one sub-block and one pipe-full (the pipe's effective size
- * is reported); the pipe is drained completely before the next one.
- */
+/* recv mode "splice": splice() socket -> pipe (at most a sub-block and a pipe-full), then pipe -> sink. */
 #include "zc_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
 
-static int setup(zc_ctx *c) { return zc_open_pipe(c); }
+static int setup(zc_ctx *c) { return zc_open_pipe(c, c->sub); }
 
 static int transfer(zc_ctx *c)
 {
@@ -18,12 +15,10 @@ static int transfer(zc_ctx *c)
         if (want == 0)
             return 0;
         ssize_t n = splice(c->sock, NULL, c->pipe[1], NULL, want, SPLICE_F_MOVE);
-        if (n < 0) {
-            int again = zc_io_retry(c, "splice socket -> pipe");
-            if (again > 0)
-                continue;
-            return again < 0 ? -1 : zc_fail_errno(c, "splice socket -> pipe");
-        }
+        if (n < 0 && zc_io_retry(c, "splice socket -> pipe", "splice socket -> pipe") < 0)
+            return -1;
+        if (n < 0)
+            continue;
         if (n == 0)
             return 0;
         if (zc_splice_all(c, c->pipe[0], NULL, c->fd, NULL, (size_t)n, SPLICE_F_MOVE, "splice pipe -> sink") < 0)

@@ -1,9 +1,6 @@
-/* recv mode "vmsplice": read() from the socket into a user buffer, vmsplice() it into a pipe,
- * splice() pipe -> sink (a file or /dev/null); --gift adds SPLICE_F_GIFT.
- *
- * Double-buffered, as in the 2006 lkml seed: reads alternate between two buffers. Splicing a pipe
- * into a file copies the pages into the page cache before splice() returns, so a buffer is free
- * again once its pipe contents were fully spliced out (which zc_vmsplice_out waits for).
+/* recv mode "vmsplice": read() into a user buffer, vmsplice() it into a pipe, splice() pipe -> sink; --gift
+ * adds SPLICE_F_GIFT. Two buffers alternate; a buffer is free again once its pipe contents were spliced out
+ * (splicing into a file copies into the page cache before it returns).
  */
 #include "zc_internal.h"
 
@@ -19,7 +16,7 @@ static int setup(zc_ctx *c)
     for (int i = 0; i < 2; i++)
         if (!(s->buf[i] = zc_alloc(c, c->buffer, "a receive buffer")))
             return -1;
-    return zc_open_pipe(c);
+    return zc_open_pipe(c, c->sub);
 }
 
 static int transfer(zc_ctx *c)

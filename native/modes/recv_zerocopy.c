@@ -1,23 +1,11 @@
-/* recv mode "zerocopy_recv": TCP_ZEROCOPY_RECEIVE, as the kernel's selftest
- * tools/testing/selftests/net/tcp_mmap.c receives: the connected socket is mmap()ed (a window of
- * one buffer, rounded up to pages); each getsockopt(TCP_ZEROCOPY_RECEIVE) maps whole pages of the
- * receive queue into that window instead of copying them (zc_recv_mapped); what cannot be mapped
- * (a segment's payload that is not whole, page-aligned pages: the kernel says how much in
- * recv_skip_hint) is read() into a buffer (zc_recv_copied). The data is then write()n to the sink
- * as `read` does, and the window zapped (MADV_DONTNEED). SO_RCVLOWAT of one window and a poll()
- * before each call let data gather into whole windows, as tcp_mmap does.
- *
- * The link must deliver page-sized payloads: the sender's payload per segment a multiple of the
- * page size. The receiver asks for it itself: its listening socket gets TCP_MAXSEG = the largest
- * whole number of pages the data interface's MTU carries + 12 (the timestamp option), at most 7
- * pages (the kernel's TCP_MAXSEG stops at 32767): 28684 on lo (MTU 65536), 8204 on an MTU-9000 veth;
- * --tcp-maxseg overrides it. A link that cannot carry one page per segment (MTU below 4148 with
- * IPv4) is refused before any data moves, naming the MTU it needs; so is a connection whose MSS
- * comes out below one page. Which pages the kernel can map also depends on the sender: over
- * loopback and veth only pages the kernel allocated for the transfer qualify (the copies that
- * msg_zerocopy and io_uring_zc senders get there); a write() or sendfile() sender's pages never do
- * (page-cache pages are refused), so those transfers arrive by read() and say so (zc_recv_mapped
- * 0). A NIC with header/data split fills pages of its own: any sender.
+/* recv mode "zerocopy_recv": TCP_ZEROCOPY_RECEIVE as the kernel's selftest tcp_mmap.c does: a window of one
+ * buffer mmap()ed from the socket; each getsockopt(TCP_ZEROCOPY_RECEIVE) maps whole pages of the receive queue
+ * into it (zc_recv_mapped), and what cannot be mapped (recv_skip_hint) is read() (zc_recv_copied); then the
+ * data is write()n to the sink and the window zapped. SO_RCVLOWAT of one window gathers data into windows.
+ * Segments must carry whole pages: setup() sets TCP_MAXSEG on the listening socket to the most pages (plus the
+ * timestamp option) the interface's MTU carries (--tcp-maxseg overrides), and a link or connection that
+ * cannot carry one page is refused. Over loopback/veth only pages the kernel allocated for the send map
+ * (msg_zerocopy and io_uring_zc senders), so write() or sendfile() transfers arrive by read().
  */
 #include "zc_internal.h"
 
@@ -64,25 +52,12 @@ static int available(char *why, size_t len)
     int rc = getsockopt(fd, IPPROTO_TCP, TCP_ZEROCOPY_RECEIVE, &zc, &zl);
     int code = errno;
     close(fd);
-    /* on an unconnected socket a kernel with the option answers (0, or an error about the socket);
-     * one without it does not know the option */
+    /* a kernel with the option answers on an unconnected socket; one without it does not know it */
     if (rc < 0 && (code == ENOPROTOOPT || code == EOPNOTSUPP)) {
         snprintf(why, len, "the kernel has no TCP_ZEROCOPY_RECEIVE (Linux 4.18 or later): %s", strerror(code));
         return 0;
     }
     return 1;
-}
-
-static int timestamps_on(void)
-{
-    FILE *f = fopen("/proc/sys/net/ipv4/tcp_timestamps", "r");
-    int v = 1;
-    if (f) {
-        if (fscanf(f, "%d", &v) != 1)
-            v = 1;
-        fclose(f);
-    }
-    return v != 0;
 }
 
 /* MTU of the interface holding the listening address; 0 when it cannot be told (a wildcard). */
@@ -144,7 +119,8 @@ static int setup(zc_ctx *c)
     int mtu = listen_mtu(c, &family, ifname, sizeof ifname);
     if (mtu <= 0)
         return 0; /* a wildcard address: nothing to size for (checked once connected) */
-    int hdr = (family == AF_INET6 ? 40 : 20) + 20, ts = timestamps_on() ? TS_OPTION_LEN : 0;
+    int hdr = (family == AF_INET6 ? 40 : 20) + 20;
+    int ts = zc_read_sysctl("/proc/sys/net/ipv4/tcp_timestamps", 1) ? TS_OPTION_LEN : 0;
     long payload = (long)mtu - hdr - ts;
     long pages = payload > 0 ? payload / (long)c->page : 0;
     if (pages < 1)
@@ -160,8 +136,7 @@ static int setup(zc_ctx *c)
 static int connected(zc_ctx *c)
 {
     zrecv_t *s = c->priv;
-    /* what the sender will put in one segment: the MSS we advertised (tcpi_advmss: already less the
-     * timestamp option), within our path MTU */
+    /* a segment's payload: the MSS we advertised (less the timestamp option already), within the path MTU */
     struct tcp_info ti;
     socklen_t tl = sizeof ti;
     memset(&ti, 0, sizeof ti);

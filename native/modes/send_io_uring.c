@@ -1,13 +1,7 @@
-/* send mode "io_uring": IORING_OP_SEND on the registered (fixed) socket, --uring-depth sub-blocks
- * per submission as one linked chain (the loop, shared with io_uring_zc, is core/uring_send.c).
- * Source mem sends from the pattern ring; a file source (or /dev/zero) is read() into a ring of
- * --uring-depth + 1 chunk buffers, and source mem with --refill is written anew into that ring. The kernel offers no registered-buffer IORING_OP_SEND (only the
- * zero-copy sends take IORING_RECVSEND_FIXED_BUF; a copying send gains nothing from pinned pages),
- * so the buffers are plain memory.
- *
- * Needs io_uring with timed waits (Linux 5.11+), IORING_REGISTER_ENABLE_RINGS and IORING_OP_SEND;
- * available() probes a ring and says what is missing (no io_uring, kernel.io_uring_disabled, a
- * seccomp filter, or a build without <linux/io_uring.h>).
+/* send mode "io_uring": IORING_OP_SEND on the registered socket, --uring-depth sub-blocks per submission as
+ * one linked chain (the loop is core/uring_send.c, shared with io_uring_zc); plain buffers, as the kernel has
+ * no registered-buffer IORING_OP_SEND. Needs io_uring with timed waits (Linux 5.11+) and IORING_OP_SEND:
+ * available() probes a ring and says what is missing.
  */
 #include "zc_internal.h"
 #include "zc_uring.h"

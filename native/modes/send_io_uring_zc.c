@@ -1,13 +1,7 @@
-/* send mode "io_uring_zc": IORING_OP_SEND_ZC from registered buffers (IORING_RECVSEND_FIXED_BUF) on
- * the registered socket, --uring-depth sub-blocks per submission as one linked chain; every send
- * asks for IORING_SEND_ZC_REPORT_USAGE. The kernel posts a notification (IORING_CQE_F_NOTIF) once it
- * no longer references a send's pages: zc_completions counts them, zc_copied those whose res has
- * IORING_NOTIF_USAGE_ZC_COPIED (the kernel copied after all: on loopback, every one), exactly as
- * msg_zerocopy counts its error-queue completions. A buffer is refilled only after its
- * notifications; all are reaped before the timed region ends. The loop is core/uring_send.c.
- *
- * Needs IORING_OP_SEND_ZC (Linux 6.0) with IORING_SEND_ZC_REPORT_USAGE (Linux 6.2): available()
- * probes both on a ring (a send with those flags must pass the kernel's preparation).
+/* send mode "io_uring_zc": IORING_OP_SEND_ZC from registered buffers on the registered socket, --uring-depth
+ * sub-blocks per linked chain (core/uring_send.c), each asking IORING_SEND_ZC_REPORT_USAGE: zc_completions
+ * counts the notifications (IORING_CQE_F_NOTIF), zc_copied those the kernel copied after all, as msg_zerocopy
+ * counts its completions. Needs Linux 6.0 (IORING_OP_SEND_ZC) and 6.2 (REPORT_USAGE): available() probes both.
  */
 #include "zc_internal.h"
 #include "zc_uring.h"

@@ -1,8 +1,5 @@
-/* send mode "mmap": mmap() a section of the source file, write() it to the socket, munmap().
- *
- * One mapping per sub-block (a whole chunk when --subblocks 1), starting at the page boundary at
- * or below the sub-block's offset. Needs a regular file: source mem, /dev/zero and other
- * non-regular files are refused (mapping /dev/zero would silently send anonymous memory).
+/* send mode "mmap": per sub-block, mmap() the source from the page boundary at or below it, write() it to the
+ * socket, munmap(). Needs a regular file (mapping /dev/zero would silently send anonymous memory).
  */
 #include "zc_internal.h"
 

@@ -1,14 +1,8 @@
-/* send mode "msg_zerocopy": send() with MSG_ZEROCOPY (SO_ZEROCOPY enabled on the socket); the
- * kernel reports each call's completion on the socket error queue, reaped with
- * recvmsg(MSG_ERRQUEUE). zc_completions counts completed calls, zc_copied those the kernel marked
- * SO_EE_CODE_ZEROCOPY_COPIED (it copied after all: on loopback that is every one of them).
- *
- * A page handed to a zerocopy send must not be rewritten before its completion arrives:
- *  - source mem: chunks come from the fixed pattern ring, never rewritten, so no waiting;
- *  - file source (/dev/zero too), or source mem with --refill: a ring of chunk buffers filled with
- *    read() or zc_refill (part of this mode's cost); before a buffer is refilled, completions are
- *    reaped until none of its sends is outstanding.
- * All completions are reaped before the timed region ends.
+/* send mode "msg_zerocopy": send(MSG_ZEROCOPY) on a SO_ZEROCOPY socket; each call's completion is reaped
+ * from the error queue (recvmsg(MSG_ERRQUEUE)): zc_completions counts them, zc_copied those marked
+ * SO_EE_CODE_ZEROCOPY_COPIED. A page sent must not be rewritten before its completion: source mem sends from
+ * the never-rewritten pattern ring; a file source or --refill fills a ring of chunk buffers, each refilled
+ * only once none of its sends is outstanding. All completions are reaped before the timed region ends.
  */
 #include "zc_internal.h"
 
@@ -47,8 +41,7 @@ typedef struct {
     uint64_t copied;
 } priv_t;
 
-/* SO_ZEROCOPY came with Linux 4.14 (and a kernel may be built without it): try it on a throw-away
- * TCP socket, so `worker info` can tell "compiled" from "runnable here" before any transfer. */
+/* SO_ZEROCOPY (Linux 4.14+, and a kernel may lack it) tried on a throw-away TCP socket */
 static int available(char *why, size_t len)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -164,7 +157,7 @@ static int send_zc(zc_ctx *c, priv_t *s, const unsigned char *p, size_t len, uin
                 return -1;
             continue;
         }
-        int again = n < 0 ? zc_io_retry(c, "sending with MSG_ZEROCOPY") : 0;
+        int again = n < 0 ? zc_io_retry(c, "sending with MSG_ZEROCOPY", NULL) : 0;
         if (again < 0)
             return -1;
         if (again)

@@ -1,7 +1,5 @@
-/* send mode "sendfile": sendfile() from the source file straight to the socket, one call per
- * sub-block (looping on short returns). Source mem has no file descriptor: the cell rules refuse it
- * (ZC_CAP_FILE_SOURCE). For a non-regular file (/dev/zero) the kernel decides: a refusal is reported,
- * never worked around.
+/* send mode "sendfile": sendfile() from the source file to the socket, one call per sub-block (looping on
+ * short returns). For a non-regular file (/dev/zero) the kernel decides: a refusal is reported.
  */
 #include "zc_internal.h"
 
@@ -25,7 +23,7 @@ static int transfer(zc_ctx *c)
                 return zc_fail(c, EIO, "source %s ended after %llu bytes, before the %llu requested", c->p->source,
                                (unsigned long long)c->done, (unsigned long long)c->total);
             } else {
-                int again = zc_io_retry(c, "sendfile to the socket");
+                int again = zc_io_retry(c, "sendfile to the socket", NULL);
                 if (again < 0)
                     return -1;
                 if (again)

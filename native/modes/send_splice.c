@@ -1,7 +1,4 @@
-/* send mode "splice": splice() source file -> pipe, then splice() pipe -> socket, one pair per
- * sub-block or per pipe-full when the pipe is smaller (the pipe's effective size is reported).
- * Source mem has no file to splice from and is refused (use vmsplice for user memory).
- */
+/* send mode "splice": splice() source file -> pipe -> socket, one pair per sub-block (or pipe-full). */
 #include "zc_internal.h"
 
 #include <errno.h>
@@ -9,7 +6,7 @@
 
 static int setup(zc_ctx *c)
 {
-    return zc_open_pipe(c); /* source mem is refused by the cell rules (validate.c: ZC_CAP_FILE_SOURCE) */
+    return zc_open_pipe(c, c->sub); /* source mem is refused by the cell rules (validate.c: ZC_CAP_FILE_SOURCE) */
 }
 
 static int transfer(zc_ctx *c)

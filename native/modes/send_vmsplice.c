@@ -1,21 +1,11 @@
-/* send mode "vmsplice": user memory -> vmsplice() -> pipe -> splice() -> socket; --gift adds
- * SPLICE_F_GIFT to vmsplice.
- *
- * vmsplice hands the kernel references to our pages, which the pipe, the socket's write queue and
- * (on loopback) the receiver's queue may hold long after the call returns; nothing tells us when
- * they are released. So a page is never written again once spliced:
- *  - source mem without --gift: the chunks come straight from the fixed pattern ring, which is
- *    filled once and never rewritten;
- *  - source mem with --gift, and any file source (/dev/zero too): fresh anonymous mappings per
- *    chunk, filled (a copy of the pattern, or read() of the source: part of this mode's cost),
- *    spliced, and unmapped; munmap drops only our reference, so in-flight pages stay intact (as in
- *    the splice-write-benchmark: "the new buffer is mmap-ed on each iteration").
- *
- * The calls per buffer are the splice-write-benchmark's LARGE_MMAP and LARGE_VECIO:
- *  - --mmap-grain whole: one mapping per buffer; subblock: one mapping per sub-block (fresh buffers only);
- *  - --splice-grain subblock: one vmsplice()+splice() pair per sub-block; whole: one pair per buffer, the
- *    vmsplice taking every sub-block's iovec (IOV_MAX at most a call) into a pipe sized to the buffer.
- * With both `whole`, sub-blocks make no call of their own (the study: "effectively no sub-blocks").
+/* send mode "vmsplice": user memory -> vmsplice() -> pipe -> splice() -> socket; --gift adds SPLICE_F_GIFT.
+ * The pipe and socket may hold references to vmspliced pages long after the call, and nothing says when they
+ * are released, so a page is never written again once spliced: source mem without --gift sends from the
+ * never-rewritten pattern ring; otherwise each chunk is a fresh mapping, filled, spliced and unmapped
+ * (munmap drops only our reference), as the splice-write-benchmark does.
+ * --mmap-grain whole/subblock: one mapping per buffer or per sub-block (fresh buffers only); --splice-grain
+ * subblock/whole: one vmsplice+splice pair per sub-block, or per buffer with every sub-block's iovec (the
+ * benchmark's LARGE_MMAP and LARGE_VECIO).
  */
 #include "zc_internal.h"
 
@@ -38,7 +28,7 @@ static int setup(zc_ctx *c)
 {
     if (!zc_priv_new(c, sizeof(vms_state)))
         return -1;
-    return zc_open_pipe_for(c, splice_whole(c) ? c->buffer : c->sub);
+    return zc_open_pipe(c, splice_whole(c) ? c->buffer : c->sub);
 }
 
 /* dst gets the source's bytes at stream offset off */

@@ -1,10 +1,6 @@
-/* send mode "write": read() the source into a user buffer, write() it to the socket.
- *
- * Source mem: the chunk is already in memory (the fixed pattern ring, see mempattern.c), so the
- * loop is only write(); with --refill every sub-block is first written anew into one reused buffer
- * (zc_refill: the pattern, the splice-write-benchmark's memset() before each write(), or --fill's). File or /dev/zero
- * source: one read() of a whole chunk into one reused buffer (part of the mode's cost), then one
- * write() per sub-block.
+/* send mode "write": write() each sub-block to the socket. Source mem sends from the pattern ring (with
+ * --refill each sub-block is first written anew into one buffer: zc_refill); a file source is read() a chunk
+ * at a time into one buffer (part of the mode's cost).
  */
 #include "zc_internal.h"
 
