@@ -1012,23 +1012,21 @@ def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
 
 
 def _preflight_action(args: "List[str]") -> None:
-    build = net = None
     # the optional groups come last, in this order: [--net-state DIR PREFIX] [--build WORKDIR NAME MARKER],
     # found by position (a --tool PROGRAM may be named like a flag)
-    if "--build" in args:
-        if len(args) < 5 or args[-4] != "--build":
-            raise _UsageError("--build WORKDIR NAME MARKER must be the last arguments")
-        build, args = args[-3:], args[:-4]
-    if "--net-state" in args:
-        if len(args) < 4 or args[-3] != "--net-state":
-            raise _UsageError("--net-state DIR PREFIX must come last (before --build)")
-        net, args = args[-2:], args[:-3]
+    groups: "Dict[str, List[str]]" = {}
+    for flag, n, problem in (("--build", 3, "--build WORKDIR NAME MARKER must be the last arguments"),
+                             ("--net-state", 2, "--net-state DIR PREFIX must come last (before --build)")):
+        if flag in args:
+            if len(args) < n + 2 or args[-n - 1] != flag:
+                raise _UsageError(problem)
+            groups[flag], args = args[-n:], args[:-n - 1]
     ports, programs = _tool_args(args[1:])
     facts = preflight_facts(args[0], [_int(p, "PORT") for p in ports], programs)
-    if net is not None:
-        facts["net_state"] = net_state_present(*net)
-    if build is not None:
-        facts["build"] = build_state(*build)
+    if "--net-state" in groups:
+        facts["net_state"] = net_state_present(*groups["--net-state"])
+    if "--build" in groups:
+        facts["build"] = build_state(*groups["--build"])
     _print_json(facts)
 
 

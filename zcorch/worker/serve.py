@@ -195,8 +195,7 @@ def serve(run: "Callable[[list[str]], int]") -> None:
     run(argv) -> exit status: what a child does (zcorch.worker.cli.main with the parser built once)."""
     server = Server(run)
     try:
-        server.loop()
-    except BrokenPipeError:
-        pass   # the controller stopped reading: it is gone
+        with suppress(BrokenPipeError):   # the controller stopped reading: it is gone
+            server.loop()
     finally:
         server.stop_all()
