@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 IDLE_MIN = 0.8        # a host counts as quiet before a run when at least this share of its CPU time was idle
 RAM_FIT_SHARE = 0.5   # data "fits in RAM" (stays in the page cache) up to this share of the host's memory
-VIRTUAL_LINKS = ("loopback", "veth")   # link kinds (zcorch.worker.remote.link_kind) with no NIC or driver
+VIRTUAL_LINKS = ("loopback", "veth")   # link kinds (zcorch.worker.remote.interface_kind) with no NIC or driver
 SAME_WORK_FACTOR = 2  # same_sender_work: the two sides' sender user CPU per GiB within this factor by default
 
 MET, NOT_MET, UNKNOWN = "met", "not met", "not recorded"

@@ -1,12 +1,9 @@
 """The copy-cost calibration cached on the host it describes (`zcorch worker calibrate --cache FILE`).
 
-A calibration (native/core/calibrate.c) takes seconds and describes the machine, not the sweep, so it is
-kept in `<workdir>/calibration.json` on the host and reused while its key holds (host_key: boot id,
-kernel, CPU model, governors, worker version, and what was measured), it is younger than `max_age` and
-no `refresh` is asked. The file is trusted only as `read()` finds it: opened without following a link, a
-regular file of this user not writable by others, of bounded size, exactly what `write()` makes; a write
-goes to an O_EXCL temporary file in the directory, fsynced, then renamed over the name (a rename
-replaces a link, it never follows it). Stdlib only: runs on the hosts inside the worker.
+A calibration takes seconds and describes the machine, not the sweep: it is kept on the host and reused while
+its key holds (host_key, the worker version, what was measured), it is younger than `max_age` and no `refresh`
+is asked. The file is trusted only as `read()` finds it: reached without a link, this user's alone, small,
+exactly what `write()` makes (an O_EXCL temporary file, fsynced, renamed over the name). Stdlib only.
 """
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ import json
 import os
 import stat
 import time
+from contextlib import suppress
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -49,11 +47,8 @@ def _read_text(path: str) -> "Optional[str]":
 def host_key(files: "Optional[Dict[str, str]]" = None) -> "Dict[str, Any]":
     """What a cached calibration is valid for on this host (module docstring); unreadable parts are null."""
     files = dict(KEY_FILES, **(files or {}))
-    model = None
-    for line in (_read_text(files["cpuinfo"]) or "").splitlines():
-        if line.split(":")[0].strip() in ("model name", "Model", "cpu model"):
-            model = line.split(":", 1)[1].strip()
-            break
+    model = next((line.split(":", 1)[1].strip() for line in (_read_text(files["cpuinfo"]) or "").splitlines()
+                  if line.split(":")[0].strip() in ("model name", "Model", "cpu model")), None)
     governors = sorted({g for g in (_read_text(p) for p in glob.glob(files["governors"])) if g})
     return {"boot_id": _read_text(files["boot_id"]) or None, "kernel": _read_text(files["kernel"]) or None,
             "cpu_model": model, "governor": ",".join(governors) or None}
@@ -143,19 +138,15 @@ def write(path: str, doc: "Dict[str, Any]") -> None:
         tmp = ""
     finally:
         if tmp:
-            try:
+            with suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
         os.close(dfd)
 
 
 def lookup(path: str, key: "Dict[str, Any]", max_age_s: float = DEFAULT_MAX_AGE_S,
            now: "Optional[float]" = None) -> "Tuple[Optional[Dict[str, Any]], str, Optional[str]]":
-    """Read only: (the result cached_calibration returns for a hit, "hit", None) while the cache at `path`
-    holds for `key`, else (None, status, why) with the status and why a measurement would record
-    (missing | key changed | expired | untrusted). Never measures, never writes: `zcorch worker info
-    --cache` answers with it, so that a sweep whose cache holds needs no `calibrate` of its own."""
+    """Read only (`zcorch worker info --cache`): (what cached_calibration returns for a hit, "hit", None) while
+    the cache at `path` holds for `key`, else (None, status, why) as a measurement would record them."""
     now = time.time() if now is None else now
     try:
         doc = read(path)
@@ -176,12 +167,9 @@ def lookup(path: str, key: "Dict[str, Any]", max_age_s: float = DEFAULT_MAX_AGE_
 def cached_calibration(path: str, measure: "Callable[[], Dict[str, Any]]", key: "Dict[str, Any]",
                        max_age_s: float = DEFAULT_MAX_AGE_S, refresh: bool = False,
                        now: "Optional[float]" = None) -> "Dict[str, Any]":
-    """The calibration for `key`: the cached one when it still holds, else `measure()` (written back).
-
-    The result is the calibration's figures plus "cached" (bool), "measured_at" (Unix time), "age_s" (its
-    age now) and "cache": {"path", "status": hit | missing | refresh | key changed | expired | untrusted |
-    not written, "why": the detail (which key field changed, what was wrong with the file) or null}.
-    """
+    """The calibration for `key`: the cached one when it still holds, else `measure()` (written back). Its
+    figures plus "cached", "measured_at" (Unix time), "age_s" and "cache": {"path", "status": hit | missing |
+    refresh | key changed | expired | untrusted | not written, "why": the detail or null}."""
     status, why = "refresh", None
     if not refresh:
         hit, status, why = lookup(path, key, max_age_s, now)

@@ -1,10 +1,8 @@
 """`zcorch worker`: one side of a transfer, driven by the controller through JSON lines on stdout.
 
-Subcommands recv, send, info, layout, command, calibrate and serve; their flags and events are listed in
-docs/architecture.md, "Worker command line and output". Any failure, including a bad flag value, prints
-{"event": "error", "message", "code"} and exits 1. Also runs as `python3 -m zcorch.worker ...` on remote
-hosts: stdlib + zcorch._native only (imports nothing but _version, errors, units, params and native from
-zcorch).
+Flags and events: docs/architecture.md, "Worker command line and output". Any failure, a bad flag value too,
+prints {"event": "error", "message", "code"} and exits 1. Runs as `python3 -m zcorch.worker ...` on the hosts:
+stdlib + zcorch._native (from zcorch only _version, errors, units, params and the worker package).
 """
 from __future__ import annotations
 
@@ -17,6 +15,7 @@ import signal
 import stat
 import sys
 import _thread
+from contextlib import suppress
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the worker's start-up ~5 ms
     from typing import Any, Optional
@@ -153,8 +152,7 @@ def build_parser(prog: str = "zcorch worker") -> argparse.ArgumentParser:
 
 
 def _params(args: argparse.Namespace) -> "dict[str, Any]":
-    """zcorch.worker.native keywords from the parsed flags of a send/recv action (the mode aside)."""
-    # the mode is native's positional argument
+    """zcorch.worker.native keywords from the parsed flags of a send/recv action (the mode is positional)."""
     return {prm.dest: getattr(args, prm.dest) for prm in side_params(args.action) if prm.dest != "mode"}
 
 
@@ -177,28 +175,18 @@ def _info() -> "dict[str, Any]":
 def largest_cache_bytes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> int:
     """Size of cpu0's largest cache (sysfs `index*/size`, e.g. `32768K`), 0 when unknown."""
     best = 0
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return 0
-    for name in names:
-        try:
-            with open(os.path.join(root, name, "size")) as f:
+    with suppress(OSError):
+        for name in os.listdir(root):
+            with suppress(OSError, ValueError), open(os.path.join(root, name, "size")) as f:
                 best = max(best, parse_size(f.read().strip().replace("K", "KiB").replace("M", "MiB")))
-        except (OSError, ValueError):
-            continue
     return best
-
-
-def calibration_bytes() -> int:
-    """The default calibration size: larger than every cache, so the copy streams through memory."""
-    return min(max(native.CALIBRATE_BYTES, 2 * largest_cache_bytes()), 1 << 30)
 
 
 def _calibration_request(args: argparse.Namespace) -> "tuple[int, float]":
     """(bytes, max age in seconds) of calibrate's (or info's) flags."""
-    try:
-        nbytes = parse_size(args.bytes) if getattr(args, "bytes", None) is not None else calibration_bytes()
+    try:   # by default larger than every cache, so the copy streams through memory
+        nbytes = (parse_size(args.bytes) if getattr(args, "bytes", None) is not None
+                  else min(max(native.CALIBRATE_BYTES, 2 * largest_cache_bytes()), 1 << 30))
     except ValueError as exc:
         raise _UsageError(f"--bytes: {exc}") from None
     if getattr(args, "cpu", None) is not None and args.cpu < 0:
@@ -248,21 +236,14 @@ def _info_with(args: argparse.Namespace) -> "dict[str, Any]":
 
 
 def _exit_when_stdin_closes() -> None:
-    """Daemon thread: EOF on stdin means the controller died (its pipe or SSH channel closed).
-
-    The transfer runs in C with the GIL released, so this thread gets to run mid-transfer. Without
-    it an orphaned worker would live on until its own --timeout, holding the port and the CPU.
-    """
+    """Daemon thread: EOF on stdin means the controller died, so end before the run's own --timeout (the
+    transfer runs in C with the GIL released, so this thread runs mid-transfer)."""
     def watch() -> None:
-        try:
+        with suppress(OSError):
             while os.read(0, 4096):
                 pass
-        except OSError:
-            pass
-        try:  # stderr usually went to the dead controller too (EPIPE): the message is best effort
+        with suppress(OSError):  # stderr usually went to the dead controller too (EPIPE): best effort
             os.write(2, b"zcorch worker: stdin closed (controller gone): exiting\n")
-        except OSError:
-            pass
         # The runner starts each worker as the leader of its own process group: end all of it.
         if os.getpgrp() == os.getpid():
             os.killpg(os.getpgrp(), signal.SIGKILL)
@@ -328,19 +309,12 @@ def _existing(path: str, dfd: int, name: str) -> "Optional[os.stat_result]":
 
 
 def layout(path: str, size: int, grow: bool = False, walk: bool = False) -> "dict[str, Any]":
-    """Create `path` with `size` bytes of the mem pattern (what source `mem` sends at each offset),
-    unless something already exists there: an existing file is never touched, whatever its size
-    (a file shorter than a cell's --bytes stays that cell's error). What fio calls laying out.
-
-    grow: a shorter regular file of this user that holds the pattern (laid out before, by a sweep that needed
-    fewer bytes: zcorch's own scratch files) is replaced by a longer one; any other file is still never touched.
-    Written to a temporary name and hard-linked (grow: renamed) into place, so neither a concurrent creator
-    nor a killed layout leaves a short file under `path`.
-
-    Everything happens beneath one descriptor of the directory, reached following no link and judged on what
-    it is (zcorch.worker.native.open_dir): a directory swapped for a link meanwhile cannot send the file
-    elsewhere (a look at the names first could be raced). `walk` as in native.open_file (tests).
-    """
+    """Create `path` with `size` bytes of the mem pattern (what source `mem` sends at each offset), unless
+    something exists there: an existing file is never touched (fio's laying out). grow: a shorter file of this
+    user that holds the pattern (laid out before) is replaced by a longer one. Written to a temporary name and
+    linked (grow: renamed) into place, so no short file is ever seen under `path`; all beneath one descriptor
+    of the directory (native.open_dir), so a directory swapped for a link cannot send the file elsewhere.
+    `walk` as in native.open_file (tests)."""
     if not os.path.isabs(path):
         raise _UsageError(f"--path must be absolute, got {path!r}")
     directory, name = os.path.split(path)
@@ -384,10 +358,8 @@ def _layout_in(dfd: int, path: str, name: str, size: int, grow: bool) -> "dict[s
     except OSError as exc:
         raise WorkerError(exc.errno or errno.EIO, f"layout {path}: {exc.strerror or exc}") from None
     finally:
-        try:
+        with suppress(OSError):
             os.unlink(tmp, dir_fd=dfd)
-        except OSError:
-            pass
     return {"event": "layout", "path": path, "created": True, "size": size, "regular": True,
             **({"grown_from": grown.st_size} if grown is not None else {})}
 
@@ -395,11 +367,8 @@ def _layout_in(dfd: int, path: str, name: str, size: int, grow: bool) -> "dict[s
 def _run(args: argparse.Namespace) -> None:
     # A source, a sink, a command's stdin/stdout and layout's directory are judged on the descriptor they are
     # opened as (native/core/openpath.c), never by a look at the name first.
-    if args.action == "info":
-        _emit(_info_with(args))
-        return
-    if args.action == "calibrate":
-        _emit(_calibrate(args))
+    if args.action in ("info", "calibrate"):
+        _emit(_info_with(args) if args.action == "info" else _calibrate(args))
         return
     if args.action == "serve":
         from zcorch.worker import serve   # the server itself (only this action needs it)
@@ -428,13 +397,10 @@ def _run(args: argparse.Namespace) -> None:
     params = _params(args)
     if args.action == "recv":
         host, port = parse_address(args.listen, "--listen")
-        rx = native.Receiver(host, port, args.mode, allow_device_sink=args.allow_device_sink, peer=args.peer,
-                             nonce=args.nonce, **params)
-        try:
+        with native.Receiver(host, port, args.mode, allow_device_sink=args.allow_device_sink, peer=args.peer,
+                             nonce=args.nonce, **params) as rx:
             _emit({"event": "ready", "port": rx.port, "pid": os.getpid()})
             result = rx.run()
-        finally:
-            rx.close()
     else:
         host, port = parse_address(args.connect, "--connect")
         result = native.send(host, port, args.mode, nonce=args.nonce, **params)

@@ -1,9 +1,8 @@
 """One end of a command baseline, run on its host by the deployed worker (`zcorch worker command`).
 
-The user's argv (placeholders filled by zcorch.sweep.commands) starts without a shell, stdin and stdout as
-file descriptors; events (ready, listening, exit) are JSON lines on stdout, as docs/architecture.md lists.
-Nothing the command starts outlives it: the worker is a child subreaper (PR_SET_CHILD_SUBREAPER), so even
-a process that left with setsid() is re-parented here, and every descendant is killed on the timeout, on
+The user's argv starts without a shell, stdin and stdout as files; events (ready, listening, exit) are JSON
+lines on stdout (docs/architecture.md). Nothing the command starts outlives it: as a child subreaper the
+worker gets even a process that left with setsid(), and kills every descendant on the timeout, on
 SIGTERM/SIGINT/SIGHUP and after the command exits (`killed`, `leftover` count them). Stdlib only.
 """
 from __future__ import annotations
@@ -17,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import suppress
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: the worker imports nothing it does not need at run time
     from typing import Any, Dict, List, Optional
@@ -32,15 +32,12 @@ def listening(port: int) -> bool:
     """Whether some TCP socket of this network namespace listens on `port` (/proc/net/tcp and tcp6)."""
     want = f"{port:04X}"
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as fh:
-                next(fh, None)
-                for line in fh:
-                    cols = line.split()
-                    if len(cols) > 3 and cols[3] == _TCP_LISTEN and cols[1].rsplit(":", 1)[-1] == want:
-                        return True
-        except OSError:
-            continue
+        with suppress(OSError), open(table, encoding="ascii") as fh:
+            next(fh, None)
+            for line in fh:
+                cols = line.split()
+                if len(cols) > 3 and cols[3] == _TCP_LISTEN and cols[1].rsplit(":", 1)[-1] == want:
+                    return True
     return False
 
 
@@ -84,13 +81,9 @@ def descendants(root: int) -> "List[int]":
 
 def _reap() -> None:
     """Collect the exit status of any dead child (orphans re-parented to us become our children)."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    with suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
 
 
 def kill_tree(proc: "Optional[subprocess.Popen]" = None) -> int:
@@ -104,16 +97,12 @@ def kill_tree(proc: "Optional[subprocess.Popen]" = None) -> int:
         if not pids or time.monotonic() > deadline:
             break
         for pid in pids:
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 killed.add(pid)
-            except ProcessLookupError:
-                pass
         if proc is not None and proc.returncode is None:
-            try:
+            with suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                pass
         _reap()
         time.sleep(0.01)
     return len(killed)
@@ -122,13 +111,6 @@ def kill_tree(proc: "Optional[subprocess.Popen]" = None) -> int:
 def _emit(doc: "Dict[str, Any]") -> None:
     sys.stdout.write(json.dumps(doc) + "\n")
     sys.stdout.flush()
-
-
-def _size(path: "Optional[str]") -> "Optional[int]":
-    try:
-        return os.stat(path).st_size if path else None
-    except OSError:
-        return None
 
 
 def run(argv: "List[str]", stdin: "Optional[str]" = None, stdout: "Optional[str]" = None,
@@ -202,30 +184,27 @@ def run(argv: "List[str]", stdin: "Optional[str]" = None, stdout: "Optional[str]
             still = descendants(os.getpid())
             if still:
                 result["error"] = (result["error"] or "") + f"; processes {still} could not be killed"
-        result["sink_bytes"] = _size(sink)
+        with suppress(OSError):
+            result["sink_bytes"] = os.stat(sink).st_size if sink else None
         return result
     except _Stopped as stop:
         result["killed"] = kill_tree(proc)
         if proc is not None:
             result["rc"] = proc.returncode
-        result["error"] = (f"stopped by {signal.Signals(stop.signum).name} from the controller, with the "
+        result["error"] = (f"stopped by {signal.Signals(stop.args[0]).name} from the controller, with the "
                            f"{result['killed']} process(es) of the command's tree")
         return result
     finally:
         for signum, handler in old.items():
             signal.signal(signum, handler)
         for path in remove or ():
-            try:
+            with suppress(OSError):
                 os.unlink(path)
-            except OSError:
-                pass
         _emit(result)
 
 
 class _Stopped(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
+    """A signal from the controller ended the command (args[0]: its number)."""
 
 
 def _drain(stream: "Any", chunks: "List[bytes]") -> None:

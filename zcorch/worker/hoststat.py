@@ -1,13 +1,9 @@
-"""Host-wide counters over a transfer: parsers of /proc/stat, /proc/softirqs, /proc/net/snmp and
-/proc/vmstat texts and `host_deltas` between two snapshots (the C core copies the texts just before and
-just after its timed region, native/core/hoststat.c; this turns them into metrics afterwards).
+"""Host-wide counters over a transfer: `host_deltas` between two snapshots of /proc/stat, /proc/softirqs,
+/proc/net/snmp and /proc/vmstat that the C core copies around its timed region (native/core/hoststat.c).
 
-Every value is a delta over the window, never negative (some kernels let iowait step backwards: 0); a
-counter missing from either snapshot is None. /proc/stat counts USER_HZ ticks, so each CPU time is exact
-only to one tick per CPU and field. /proc/stat, softirqs and vmstat are the machine's (every network
-namespace sees the same); /proc/net/snmp is the reading process's namespace's.
-
-Stdlib-only and deployed with the worker; pure functions (tests feed them captured texts).
+Every value is a delta over the window, never negative (some kernels let iowait step backwards: 0); a counter
+missing from either snapshot is None. /proc/net/snmp is the reading process's network namespace's, the
+others the machine's. Stdlib-only pure functions (tests feed them captured texts).
 """
 from __future__ import annotations
 
@@ -32,14 +28,9 @@ def parse_stat(text: str) -> "Dict[str, Dict[str, int]]":
     """/proc/stat -> {"cpu": {field: ticks}, "cpu0": {...}, ...} (the time fields of STAT_COLUMNS that
     the line has; older kernels have fewer columns)."""
     out: "Dict[str, Dict[str, int]]" = {}
-    for line in text.splitlines():
-        if not line.startswith("cpu"):
-            continue
-        parts = line.split()
-        name = parts[0]
-        if name != "cpu" and not name[3:].isdigit():
-            continue
-        out[name] = {col: int(v) for col, v in zip(STAT_COLUMNS, parts[1:])}
+    for parts in (line.split() for line in text.splitlines() if line.startswith("cpu")):
+        if parts[0] == "cpu" or parts[0][3:].isdigit():
+            out[parts[0]] = {col: int(v) for col, v in zip(STAT_COLUMNS, parts[1:])}
     return out
 
 
@@ -68,12 +59,8 @@ def parse_snmp(text: str) -> "Dict[str, Dict[str, int]]":
 
 def parse_vmstat(text: str) -> "Dict[str, int]":
     """/proc/vmstat -> {"pgfault": n, ...}."""
-    out: "Dict[str, int]" = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
+    return {parts[0]: int(parts[1]) for parts in map(str.split, text.splitlines())
+            if len(parts) == 2 and parts[1].lstrip("-").isdigit()}
 
 
 def _delta(a: "Optional[int]", b: "Optional[int]") -> "Optional[int]":
@@ -91,8 +78,14 @@ def _us(ticks: "Optional[int]", clk_tck: int) -> "Optional[int]":
     return None if ticks is None else ticks * 1_000_000 // clk_tck
 
 
-def _cpu_number(name: str) -> int:
-    return int(name[3:])
+# file -> (its parser into {counter: n}, {metric: counter})
+_COUNTERS = {
+    "/proc/softirqs": (parse_softirqs, {"host_net_rx_softirqs": "NET_RX", "host_net_tx_softirqs": "NET_TX"}),
+    "/proc/net/snmp": (lambda text: parse_snmp(text).get("Tcp", {}),
+                       {"host_tcp_retrans_segs": "RetransSegs", "host_tcp_out_segs": "OutSegs",
+                        "host_tcp_in_segs": "InSegs"}),
+    "/proc/vmstat": (parse_vmstat, {"host_pgfault": "pgfault", "host_pgmajfault": "pgmajfault"}),
+}
 
 
 def host_deltas(before: "Dict[str, Optional[str]]", after: "Dict[str, Optional[str]]",
@@ -110,24 +103,14 @@ def host_deltas(before: "Dict[str, Optional[str]]", after: "Dict[str, Optional[s
             out["host_clk_tck"] = clk_tck
             # the ticks the window holds, counted (not window × USER_HZ × CPUs: a CPU's idle may lag a tick)
             out["host_ticks"] = None if None in total.values() else sum(total.values())
-        cpus = sorted((n for n in s1 if n != "cpu" and n in s0), key=_cpu_number)  # hot-plugged: skipped
+        cpus = sorted((n for n in s1 if n != "cpu" and n in s0), key=lambda name: int(name[3:]))  # hot-plugged: skipped
         out["host_ncpus"] = len(cpus)
         out["host_per_cpu_us"] = {n: [_us(v, clk_tck) for v in cpu_delta_ticks(s0[n], s1[n]).values()]
                                   for n in cpus}
-    sq0, sq1 = before.get("/proc/softirqs"), after.get("/proc/softirqs")
-    q0, q1 = (parse_softirqs(sq0), parse_softirqs(sq1)) if sq0 is not None and sq1 is not None else ({}, {})
-    out["host_net_rx_softirqs"] = _delta(q0.get("NET_RX"), q1.get("NET_RX"))
-    out["host_net_tx_softirqs"] = _delta(q0.get("NET_TX"), q1.get("NET_TX"))
-    sn0, sn1 = before.get("/proc/net/snmp"), after.get("/proc/net/snmp")
-    t0, t1 = ((parse_snmp(sn0).get("Tcp", {}), parse_snmp(sn1).get("Tcp", {}))
-              if sn0 is not None and sn1 is not None else ({}, {}))
-    out["host_tcp_retrans_segs"] = _delta(t0.get("RetransSegs"), t1.get("RetransSegs"))
-    out["host_tcp_out_segs"] = _delta(t0.get("OutSegs"), t1.get("OutSegs"))
-    out["host_tcp_in_segs"] = _delta(t0.get("InSegs"), t1.get("InSegs"))
-    vm0, vm1 = before.get("/proc/vmstat"), after.get("/proc/vmstat")
-    v0, v1 = (parse_vmstat(vm0), parse_vmstat(vm1)) if vm0 is not None and vm1 is not None else ({}, {})
-    out["host_pgfault"] = _delta(v0.get("pgfault"), v1.get("pgfault"))
-    out["host_pgmajfault"] = _delta(v0.get("pgmajfault"), v1.get("pgmajfault"))
+    for path, (parse, metrics) in _COUNTERS.items():
+        text0, text1 = before.get(path), after.get(path)
+        c0, c1 = (parse(text0), parse(text1)) if text0 is not None and text1 is not None else ({}, {})
+        out.update({metric: _delta(c0.get(name), c1.get(name)) for metric, name in metrics.items()})
     return out
 
 
@@ -154,22 +137,20 @@ def probe_idle(seconds: "Optional[float]") -> "Optional[float]":
         return None
     import time
 
-    def read() -> "Optional[str]":
-        try:
-            with open("/proc/stat") as f:
-                return f.read()
-        except OSError:
-            return None
-    before = read()
+    before = _read("/proc/stat")
     time.sleep(seconds)
-    return idle_share(before, read())
+    return idle_share(before, _read("/proc/stat"))
 
 
 def boot_id() -> "Optional[str]":
     """This kernel's boot id: the same for every process (and network namespace) of one running kernel,
     so two workers that report the same one share /proc/stat and their host CPU must not be added."""
+    return (_read(BOOT_ID) or "").strip() or None
+
+
+def _read(path: str) -> "Optional[str]":
     try:
-        with open(BOOT_ID) as f:
-            return f.read().strip() or None
+        with open(path) as f:
+            return f.read()
     except OSError:
         return None

@@ -9,11 +9,9 @@ to remote hosts with the worker.
         result = rx.run()                                                      # accept + transfer
     result = send("127.0.0.1", port, "sendfile", source="/tmp/in", buffer=65536, timeout=10)
 
-Results are flat dicts: the metric keys of docs/architecture.md (None where a metric does not apply)
-plus "side", "mode", "params" (as applied), "samples" with `sample_interval`, and with `streams=N` a
-"streams" list whose totals are the top-level metrics (native/core/totals.c); host_* metrics and samples
-are host-wide, taken once around all streams. Modes declare capabilities in their C ops table;
-`unavailable_modes()` names those this kernel or build cannot run, and why.
+Results are flat dicts: the metric keys of docs/architecture.md (None where one does not apply) plus "side",
+"mode", "params" (as applied), "samples", and with `streams=N` a "streams" list whose totals are the top-level
+metrics; host_* metrics and samples are host-wide, taken once around all streams.
 """
 from __future__ import annotations
 
@@ -163,10 +161,9 @@ OPEN_FLAGS = {"source": 0, "sink": 1}
 
 def open_file(path: str, what: str, create: bool = False, devices: bool = False, walk: bool = False) -> int:
     """A descriptor of `path` opened as the C core opens a source ("source": read-only) or a sink ("sink":
-    read-write, never truncated; `create`: made when missing): no link followed in any component, judged on
-    the descriptor (a regular file on a data filesystem, or /dev/null, and for a source /dev/zero or
-    /dev/urandom; `devices`: any device). `walk`: resolve component by component as without openat2 (tests).
-    WorkerError with the reason otherwise (native/core/openpath.c)."""
+    read-write, never truncated; `create`: made when missing), following no link, judged on the descriptor
+    (native/core/openpath.c; `devices`: any device). `walk`: component by component, as without openat2
+    (tests). WorkerError with the reason otherwise."""
     L = _lib()
     how = OPEN_FLAGS[what] | (int(L.ZC_OPEN_CREATE) if create else 0) | (int(L.ZC_OPEN_DEVICES) if devices else 0)
     how |= int(L.ZC_OPEN_WALK) if walk else 0
@@ -179,10 +176,9 @@ def open_file(path: str, what: str, create: bool = False, devices: bool = False,
 
 
 def open_dir(path: str, walk: bool = False) -> int:
-    """An O_PATH descriptor of directory `path` (absolute), for the dirfd of the *at calls: reached following
-    no link in any component and judged on the descriptor (a directory on a data filesystem), so what is
-    created beneath it stays there however the names change meanwhile. `walk` as in open_file. WorkerError
-    with the reason otherwise (native/core/openpath.c)."""
+    """An O_PATH descriptor of directory `path` (absolute) for the *at calls, reached following no link and
+    judged on the descriptor, so what is created beneath it stays there however the names change. `walk` as
+    in open_file; WorkerError with the reason otherwise."""
     L = _lib()
     err = ffi.new("zc_error *")
     fd = L.zc_open_dir(os.fsencode(path), int(L.ZC_OPEN_WALK) if walk else 0, err)
@@ -208,12 +204,9 @@ _GIB = float(1 << 30)
 
 
 def calibrate(bytes: int = CALIBRATE_BYTES, cpu: Optional[int] = None) -> "dict[str, Any]":
-    """Copy-cost yardsticks of this host (native/core/calibrate.c), on this thread (pinned to `cpu`).
-
-    Raw: memcpy_bytes, memcpy_rounds, memcpy_ns (median round), memcpy_best_ns, fault_pages, fault_ns,
-    fault_minflt, page_size, syscall_calls, syscall_ns. Derived: memcpy_s_per_gib (CPU seconds one copy
-    of a GiB costs: the "one copy of the data" yardstick), memcpy_gib_s, memcpy_best_s_per_gib,
-    fault_ns_per_page, fault_s_per_gib (first touch of a GiB of fresh pages), syscall_ns_per_call."""
+    """Copy-cost yardsticks of this host (native/core/calibrate.c), on this thread (pinned to `cpu`): the
+    zc_calibration fields, and derived from them memcpy_s_per_gib (CPU seconds one copy of a GiB costs),
+    memcpy_gib_s, memcpy_best_s_per_gib, fault_ns_per_page, fault_s_per_gib, syscall_ns_per_call."""
     L = _lib()
     out = ffi.new("zc_calibration *")
     err = ffi.new("zc_error *")
@@ -252,26 +245,18 @@ def _as_choice(p: "_table.Param", value: Any) -> str:
     return value
 
 
-def _as_cpus(value: Any) -> Optional[str]:
-    listed = parse_cpus(value)  # as the experiment file's canonical text "0,2,3"; the C list is made from it
-    return None if listed is None else ",".join(map(str, listed))
-
-
 # kind -> the worker's parser of one value (the limits are the C core's: zc_validate)
 _PARSERS = {"size": lambda p, v: parse_size(v), "int": lambda p, v: _as_int(v), "cpu": lambda p, v: _as_int(v),
             "duration": lambda p, v: parse_duration(v), "bool": lambda p, v: bool(v), "choice": _as_choice,
-            "path": lambda p, v: v or p.default, "cpus": lambda p, v: _as_cpus(v)}
-
-
-def _worker_default(p: "_table.Param") -> Any:
-    return p.default if p.worker_absent == "default" else None
+            "path": lambda p, v: v or p.default,
+            # as the experiment file's canonical text "0,2,3" (the C list is made from it); None: unset
+            "cpus": lambda p, v: ",".join(map(str, parse_cpus(v) or ())) or None}
 
 
 def _parse(p: "_table.Param", value: Any) -> Any:
-    """One parameter's value as the worker applies it (None: unset); WorkerError(EINVAL) naming its flag.
-
-    The limits are the table's, checked by the C core (zc_validate) with the plan's message; here only
-    what C cannot see: a value C would take for "unset" (window 0), and a parameter C does not get."""
+    """One parameter's value as the worker applies it (None: unset); WorkerError(EINVAL) naming its flag. The
+    C core checks the table's limits (zc_validate); here only what C cannot see: a value C would take for
+    "unset" (window 0), and a parameter C does not get."""
     if p.kind == "path":
         return _PARSERS["path"](p, value)
     if value is None or (p.unset == "auto" and value == "auto"):
@@ -292,9 +277,7 @@ def _parse(p: "_table.Param", value: Any) -> Any:
 def normalize_params(side: str, **given: Any) -> "dict[str, Any]":
     """Parameters as they will be applied (sizes in bytes, durations in s, a CPU list as "0,2"), keyed by
     the worker's keyword (zcorch.params Param.dest); the table's default for one not given. WorkerError
-    (EINVAL) for a value that cannot be parsed, or one of the other side's parameters given a value.
-
-    sample_interval: seconds between samples; None or 0 = no samples."""
+    (EINVAL) for a value that cannot be parsed, or one of the other side's parameters given a value."""
     if side not in SIDES:
         raise _bad(f"side must be send or recv, not {side!r}")
     mine = _worker_params(side)
@@ -307,14 +290,13 @@ def normalize_params(side: str, **given: Any) -> "dict[str, Any]":
     if misplaced:
         words = ("receiver", "sender") if side == "send" else ("sender", "receiver")
         raise _bad(f"the {words[0]} parameters {', '.join(misplaced)} do not apply to the {words[1]}")
-    return {dest: _parse(p, given.get(dest, _worker_default(p))) for dest, p in mine.items()}
+    return {dest: _parse(p, given.get(dest, p.default if p.worker_absent == "default" else None))
+            for dest, p in mine.items()}
 
 
 class _CParams:
-    """A zc_params struct plus the C strings and arrays it points to (kept alive as long as this object).
-
-    One loop over the table's C fields (zcorch.params.c_params): a field this side does not get keeps
-    zc_params_init's default."""
+    """A zc_params struct plus the C strings and arrays it points to (kept alive as long as this object); a
+    field of the table's (zcorch.params.c_params) this side does not get keeps zc_params_init's default."""
 
     def __init__(self, side: str, mode: str, host: str, port: int, p: "dict[str, Any]",
                  run: "Optional[dict[str, Any]]" = None):
@@ -406,11 +388,8 @@ class _Watch:
 
     @staticmethod
     def _texts(snap) -> "dict[str, Optional[str]]":
-        out: "dict[str, Optional[str]]" = {}
-        for i, name in enumerate(hoststat.FILES):
-            ok = snap.buf != ffi.NULL and snap.err[i] == 0
-            out[name] = ffi.buffer(snap.buf + snap.off[i], snap.len[i])[:].decode("ascii", "replace") if ok else None
-        return out
+        return {name: ffi.buffer(snap.buf + snap.off[i], snap.len[i])[:].decode("ascii", "replace")
+                if snap.buf != ffi.NULL and snap.err[i] == 0 else None for i, name in enumerate(hoststat.FILES)}
 
     def host_metrics(self) -> "dict[str, Any]":
         w = self.struct
@@ -447,9 +426,8 @@ _STRUCT_METRICS: "Optional[frozenset[str]]" = None   # the zc_metrics fields; ot
 
 
 def _metrics(side: str, caps: "frozenset[str]", m, host: "Optional[dict[str, Any]]") -> "dict[str, Any]":
-    """The METRICS of one zc_metrics (a metric that does not apply to this side and mode is null); the
-    host-wide ones from `host` (the watch's), left out when host is None (one stream of several: the
-    host is measured once, for the whole group, in the totals)."""
+    """The METRICS of one zc_metrics (null where one does not apply to this side and mode); the host-wide ones
+    from `host`, left out when it is None (one stream of several: the host counts once, in the totals)."""
     global _STRUCT_METRICS
     if _STRUCT_METRICS is None:
         _STRUCT_METRICS = frozenset(name for name, _ in ffi.typeof("zc_metrics").fields)
@@ -462,21 +440,17 @@ def _metrics(side: str, caps: "frozenset[str]", m, host: "Optional[dict[str, Any
     return out
 
 
-def _result(side: str, mode: str, m, params: "dict[str, Any]", c: "Optional[_CParams]" = None) -> "dict[str, Any]":
-    out: "dict[str, Any]" = {"side": side, "mode": mode}
+def _result(side: str, mode: str, m, params: "dict[str, Any]", c: _CParams) -> "dict[str, Any]":
     caps = mode_capabilities()[side].get(mode, frozenset())
-    watch = getattr(c, "watch", None)
-    out.update(_metrics(side, caps, m, watch.host_metrics() if watch is not None else {}))
+    out: "dict[str, Any]" = {"side": side, "mode": mode, **_metrics(side, caps, m, c.watch.host_metrics())}
     if not params.get("fsync"):
         out["fsync_ns"] = None
-    out["samples"] = watch.samples(out["wall_ns"]) if watch is not None else None
-    streams = getattr(c, "stream_metrics", None)
-    if streams is not None:  # per stream: its slice and its own metrics (the totals are above)
-        out["streams"] = []
-        for i in range(params.get("streams", 1)):
-            one = {"stream": i, "offset": int(c.stream_offsets[i]), **_metrics(side, caps, streams[i], None)}
-            one["fsync_ns"] = None   # the group fsyncs once, after every stream (in the totals)
-            out["streams"].append(one)
+    out["samples"] = c.watch.samples(out["wall_ns"])
+    if hasattr(c, "stream_metrics"):  # per stream: its slice and its own metrics (the totals are above)
+        # the group fsyncs once, after every stream (in the totals)
+        out["streams"] = [{"stream": i, "offset": int(c.stream_offsets[i]),
+                           **_metrics(side, caps, c.stream_metrics[i], None), "fsync_ns": None}
+                          for i in range(params.get("streams", 1))]
     out["params"] = params
     return out
 
@@ -487,11 +461,9 @@ def _check_port(port: int) -> None:
 
 
 class Receiver:
-    """Listening receiver: sink prepared, mode set up and socket listening once constructed.
-
-    allow_device_sink: the sink may be any device (the experiment's `allow_destroy:` lists it; else only
-    /dev/null). peer: accept data connections from this address only (others are dropped and counted).
-    nonce: the run's nonce (32 hex digits) every stream hello must carry; None = zeros on both sides."""
+    """Listening receiver: sink prepared, mode set up and socket listening once constructed. allow_device_sink:
+    the sink may be any device (else only /dev/null); peer: accept data connections from this address only;
+    nonce: the run's (32 hex digits) every stream hello must carry (None: zeros on both sides)."""
 
     def __init__(self, host: str, port: int, mode: str, *, allow_device_sink: bool = False,
                  peer: Optional[str] = None, nonce: Optional[str] = None, **params: Any):

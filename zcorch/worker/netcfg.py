@@ -3,19 +3,13 @@
     python -m zcorch.worker.netcfg ACTION ARGS...      (localhost: the controller's own package)
     python - ACTION ARGS... < zcorch/worker/netcfg.py   (remote hosts: this file's text on stdin)
 
-Actions (ACTIONS below; argv, never a shell; JSON answers on one line): probe (the data link towards PEER,
-its MTU, kind, congestion controls, sysctls, and the links carrying the controller's SSH session), state,
-apply and restore.
-
-Before anything changes, the link's MTU and every sysctl's previous value are recorded in a state file per
-network namespace (root: /run/zcorch/zcorch-net-<netns inode>.json; else under STATE_DIR), mode 0600 in a
-directory only this user can write, read only when both are so and never through a link: a file someone
-else could write would make `restore` set values of their choosing. So a controller killed at any moment
-leaves what `restore` needs. Only the allow-list is written (sysctl_refusal: the data link's own
-net.ipv4/ipv6.conf.<link>.* keys and HOST_WIDE_SYSCTLS), judged here, whatever the controller checked.
-
-Stdlib-only and imports nothing from zcorch (fed to the host's interpreter as a plain file). No `typing`
-at run time; annotations are strings.
+Actions (ACTIONS below; argv, never a shell; JSON answers on one line): probe, state, apply and restore.
+Before anything changes, the previous MTU and sysctl values go to a state file per network namespace (root:
+/run/zcorch/zcorch-net-<netns inode>.json, else under STATE_DIR), so a controller killed at any moment leaves
+what `restore` needs. It is mode 0600 in a directory only this user can write, and read only when both are so,
+never through a link: else `restore` would set values of someone else's choosing. Only the allow-list is
+written (sysctl_refusal), judged here whatever the controller checked. Stdlib-only, importing nothing from
+zcorch (fed to the host's interpreter as a plain file); no `typing` at run time.
 """
 from __future__ import annotations
 
@@ -25,6 +19,7 @@ import re
 import stat
 import subprocess
 import sys
+from contextlib import suppress
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Any, Dict, List, Optional, Tuple
@@ -34,11 +29,9 @@ HOST_DIR = "/run/zcorch"   # root's state file, beside the host-wide lease (zcor
 FORMAT = "zcorch-net-state"
 CONGESTION = "net.ipv4.tcp_congestion_control"
 SYSCTL_RE = re.compile(r"^net(\.[A-Za-z0-9_-]+)+$")
-# The host-wide sysctls a `networks:` entry may set (an allow-list, docs/experiment-files.md "Networks"): socket
-# buffer limits and TCP behaviour, what the studies tuned. None of them decides whether a packet reaches or
-# leaves this host (no forwarding, neighbour, route, ARP, rp_filter or accept_* keys, no `conf.all`/`conf.default`,
-# which change every interface, the SSH session's too), so the link the controller reaches the host by keeps
-# working whatever value is written. Everything else is refused, here on the host as by the plan.
+# The host-wide sysctls a `networks:` entry may set (docs/experiment-files.md "Networks"): socket buffers and TCP
+# behaviour. None decides whether a packet reaches this host (no forwarding, neighbour, route, ARP, rp_filter,
+# accept_* or conf.all/default keys), so the controller's SSH link keeps working whatever value is written.
 HOST_WIDE_SYSCTLS = (
     "net.core.rmem_max", "net.core.wmem_max", "net.core.rmem_default", "net.core.wmem_default",
     "net.core.optmem_max", "net.core.netdev_max_backlog", "net.core.netdev_budget", "net.core.netdev_budget_usecs",
@@ -121,7 +114,7 @@ def data_link(peer: str) -> str:
 
 
 def link_facts(dev: str) -> "Dict[str, Any]":
-    """{"ifindex", "mtu", "kind", "min_mtu", "max_mtu"}: kind = the link's type (veth, bridge...), loopback, or device."""
+    """{"ifindex", "mtu", "kind" (veth, bridge..., loopback, or device), "min_mtu", "max_mtu"}."""
     links = json.loads(_ip(["-j", "-d", "link", "show", "dev", dev]) or "[]")
     link = links[0] if links else {}
     kind = (link.get("linkinfo") or {}).get("info_kind")
@@ -156,17 +149,12 @@ def _bare(address: str) -> str:
     return address[7:] if address.lower().startswith("::ffff:") and "." in address else address
 
 
-def _all_links() -> "List[Dict[str, Any]]":
-    return json.loads(_ip(["-j", "-d", "addr", "show"]) or "[]")
-
-
 def carrying_links(keep: "List[str]") -> "Dict[str, str]":
-    """{interface: why}: the links the controller's SSH session rides on here, which no network change may
-    touch. The session's two ends come from SSH_CONNECTION (the interface holding the local end, the route
-    to the client); `keep` adds the route to each given address (a local host: the other hosts' SSH peers).
-    A link under one of those (the parent of a VLAN/macvlan, a bridge's or bond's ports) carries it too."""
+    """{interface: why}: the links the controller's SSH session rides on here, which no change may touch: the one
+    holding SSH_CONNECTION's local end, the routes to its client and to each of `keep` (a local host: the other
+    hosts' SSH peers), and every link under one of those (a VLAN's parent, a bridge's or bond's ports)."""
     out: "Dict[str, str]" = {}
-    links = _all_links()
+    links = json.loads(_ip(["-j", "-d", "addr", "show"]) or "[]")
     by_name = {link.get("ifname"): link for link in links if link.get("ifname")}
     session = os.environ.get("SSH_CONNECTION", "").split()
     if len(session) == 4:
@@ -210,11 +198,10 @@ def in_init_netns() -> "Optional[bool]":
 
 
 def _congestion() -> "Dict[str, Any]":
-    avail = read_sysctl("net.ipv4.tcp_available_congestion_control")
-    allowed = read_sysctl("net.ipv4.tcp_allowed_congestion_control")
     return {"congestion": read_sysctl(CONGESTION),
-            "congestion_available": avail.split() if avail else [],
-            "congestion_allowed": allowed.split() if allowed else [], "init_netns": in_init_netns()}
+            "congestion_available": (read_sysctl("net.ipv4.tcp_available_congestion_control") or "").split(),
+            "congestion_allowed": (read_sysctl("net.ipv4.tcp_allowed_congestion_control") or "").split(),
+            "init_netns": in_init_netns()}
 
 
 def probe(peer: str, args: "List[str]") -> "Dict[str, Any]":
@@ -317,10 +304,8 @@ def _write_state(path: str, data: "Dict[str, Any]") -> None:
     os.makedirs(directory, mode=0o700, exist_ok=True)
     _check_dirs(directory)
     tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+    with suppress(FileNotFoundError):
         os.unlink(tmp)       # a leftover of a killed apply with our pid (never followed: unlink of the name)
-    except FileNotFoundError:
-        pass
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=1)
@@ -369,11 +354,7 @@ def apply(state_dir: str, peer: str, spec: "Dict[str, Any]", owner: "Dict[str, A
     except BaseException:
         restore(state_dir)
         raise
-    return effective(dev, list(sysctls))
-
-
-def effective(dev: str, sysctls: "List[str]") -> "Dict[str, Any]":
-    facts = link_facts(dev)
+    facts = link_facts(dev)   # what is in effect now
     return {"interface": dev, "mtu": facts["mtu"], "kind": facts["kind"], **_congestion(),
             "sysctls": {name: read_sysctl(name) for name in sysctls}}
 

@@ -3,14 +3,9 @@
     python -m zcorch.worker.remote ACTION ARGS...      (localhost: the controller's own package)
     python - ACTION ARGS... < zcorch/worker/remote.py   (remote hosts: this file's text on stdin)
 
-Each action (ACTIONS below, `python -m zcorch.worker.remote` prints their usage) takes its values as
-argv, never through a shell, and prints a JSON object as one line where it has an answer.
-
-Exit status: 0 on success, 1 when the job failed (message on stderr), 2 on a usage error.
-
-Stdlib-only and imports nothing from zcorch: it runs before the worker is deployed (preflight, the deploy
-steps) and as a plain file fed to the interpreter. No `typing` at run time (the worker's package starts
-with `python -S`); annotations are strings.
+Each action (ACTIONS below) takes argv, never a shell, and prints one JSON line where it has an answer;
+exit 0 on success, 1 when the job failed (message on stderr), 2 on a usage error. Stdlib-only, importing
+nothing from zcorch: it runs before the worker is deployed. No `typing` at run time (`python -S`).
 """
 from __future__ import annotations
 
@@ -30,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+from contextlib import suppress
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -42,8 +38,7 @@ class ActionError(Exception):
 # -- preflight (before anything is deployed) ---------------------------------------------------
 
 def _on_path(program: str) -> "str | None":
-    """The first file named `program` in a directory of PATH, executable or not (shutil.which skips those it
-    cannot run)."""
+    """The first file named `program` in a directory of PATH, executable or not (unlike shutil.which)."""
     for d in os.environ.get("PATH", "").split(os.pathsep):
         path = os.path.join(d or ".", program)
         if os.path.isfile(path):
@@ -69,38 +64,29 @@ def preflight_facts(address: str, ports: "Sequence[int]" = (), programs: "Sequen
     # a program on PATH that cannot run (no execute bit): said as such, not as missing
     out["tools_unrunnable"] = {p: found for p in programs if out["tools"][p] is None
                                for found in [_on_path(p)] if found is not None}
-    out["address_error"] = None
-    out["busy_ports"] = []
-    try:
-        _try_bind(address, 0)
-    except OSError as exc:
-        out["address_error"] = str(exc)
-    else:
-        for port in ports:
-            try:
-                _try_bind(address, int(port))
-            except OSError as exc:
-                out["busy_ports"].append([int(port), str(exc)])
+    out["address_error"] = _bind_error(address, 0)
+    tried = [] if out["address_error"] else [(int(port), _bind_error(address, int(port))) for port in ports]
+    out["busy_ports"] = [[port, why] for port, why in tried if why]
     return out
 
 
-def _try_bind(address: str, port: int) -> None:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    s = socket.socket(family, socket.SOCK_STREAM)
+def _bind_error(address: str, port: int) -> "str | None":
+    """Why `address`:`port` cannot be bound, None if it can."""
     try:
-        # As servers (iperf3, the worker) do: a previous run's connection in TIME_WAIT is no listener,
-        # and a real listener still makes bind fail.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind((address, port))
-    finally:
-        s.close()
+        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As servers (iperf3, the worker) do: a previous run's connection in TIME_WAIT is no listener,
+            # and a real listener still makes bind fail.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((address, port))
+    except OSError as exc:
+        return str(exc)
+    return None
 
 
 def build_state(workdir: str, name: str, marker: str) -> "Dict[str, Any]":
-    """A worker build as the deploy step would find it, in the preflight's round trip: {"workdir": as
-    written, "path": the build directory (expanded here, as SSHHost.expand would), "marker": its marker's
-    text or None (a build is due), "refused": None or why it must not be used}. The marker is read only
-    after `private-build`'s checks passed: a marker in a tree another user can change says nothing."""
+    """A worker build as the deploy step would find it: {"workdir": as written, "path": the build directory
+    (expanded here), "marker": its marker's text or None (a build is due), "refused": None or why it must not
+    be used}. The marker is read only after `private-build`'s checks: in a tree others can change it says nothing."""
     if not BUILD_NAME.fullmatch(name):
         raise ActionError(f"{name!r} is not the name of a worker build (worker-<16 hex digits>)")
     parent = os.path.expanduser(workdir)
@@ -116,11 +102,8 @@ def build_state(workdir: str, name: str, marker: str) -> "Dict[str, Any]":
     except (ActionError, OSError) as exc:
         out["refused"] = f"private-build: {exc}"
         return out
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            out["marker"] = f.read()
-    except OSError:
-        pass   # as `cat` failing did: rebuilt
+    with suppress(OSError), open(path, encoding="utf-8", errors="replace") as f:   # unreadable: rebuilt
+        out["marker"] = f.read()
     return out
 
 
@@ -156,31 +139,25 @@ MAX_TREE_PROBLEMS = 5
 
 
 def check_private_tree(root: str) -> None:
-    """check_private_dirs for `root` and everything below it (a worker build on PYTHONPATH: a module two
-    levels down that another user can rewrite runs as this user as surely as the top directory). Entries
-    are judged by lstat, never followed: a symlink, a device, a FIFO or a socket in a build is refused too
-    (the build makes none). The first MAX_TREE_PROBLEMS problems are named."""
-    euid = os.geteuid()
-    problems = []
-
-    def judge(path: str, st: "os.stat_result") -> None:
-        if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "neither a file nor a directory"
-            problems.append(f"{path} is {kind} (a worker build holds only files and directories)")
-        elif st.st_uid != euid:
-            problems.append(f"{path} is owned by uid {st.st_uid}, not by uid {euid} who runs zcorch")
-        elif st.st_mode & 0o022:
-            problems.append(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
-
+    """check_private_dirs for `root` and everything below it (a module deep in a build on PYTHONPATH runs as
+    this user too), judged by lstat: a symlink, device, FIFO or socket is refused (the build makes none)."""
     if stat.S_ISLNK(os.lstat(root).st_mode):
         raise ActionError(f"{root} is a symlink, not the build directory zcorch made")
     check_private_dirs([root])
-    if not problems:
-        for top, dirs, files in os.walk(root, onerror=_raise):
-            for name in dirs + files:
-                judge(os.path.join(top, name), os.lstat(os.path.join(top, name)))
-            if len(problems) >= MAX_TREE_PROBLEMS:
-                break
+    euid = os.geteuid()
+    problems = []
+    for top, dirs, files in os.walk(root, onerror=_raise):
+        for path in (os.path.join(top, name) for name in dirs + files):
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode) or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "neither a file nor a directory"
+                problems.append(f"{path} is {kind} (a worker build holds only files and directories)")
+            elif st.st_uid != euid:
+                problems.append(f"{path} is owned by uid {st.st_uid}, not by uid {euid} who runs zcorch")
+            elif st.st_mode & 0o022:
+                problems.append(f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})")
+        if len(problems) >= MAX_TREE_PROBLEMS:
+            break
     if problems:
         raise ActionError("; ".join(problems[:MAX_TREE_PROBLEMS]) + f" — delete {root} to have it rebuilt, "
                           "and find out who changed it")
@@ -195,23 +172,19 @@ def check_private_build(parent: str, build: str) -> None:
 
 
 def check_private_ancestors(path: str) -> None:
-    """The directories above a worker build's parent: another user who can write one of them (without the
-    sticky bit that keeps others' entries) can rename the whole workdir away and put their own in its
-    place, so each must be root's or this user's, and group/other-writable only with the sticky bit (/tmp)."""
+    """The directories above a worker build's parent: each root's or this user's, and group/other-writable only
+    with the sticky bit (/tmp), or another user could rename the workdir away and put their own in its place."""
     euid = os.geteuid()
     problems = []
-    here = os.path.dirname(os.path.realpath(path))
-    while True:
+    here, parent = None, os.path.dirname(os.path.realpath(path))
+    while parent != here:
+        here, parent = parent, os.path.dirname(parent)
         st = os.stat(here)
         if st.st_uid not in (0, euid):
             problems.append(f"{here} (above the workdir) is owned by uid {st.st_uid}, neither root nor uid {euid}")
         elif st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
             problems.append(f"{here} (above the workdir) is writable by group or others without the sticky bit "
                             f"(mode {stat.S_IMODE(st.st_mode):04o}): anyone could replace the workdir")
-        parent = os.path.dirname(here)
-        if parent == here:
-            break
-        here = parent
     if problems:
         raise ActionError("; ".join(problems) + " — choose a workdir (hosts.<role>.workdir) below directories "
                           "only you and root can change")
@@ -251,9 +224,7 @@ def finalize_build(tmp: str, final: str, marker: str, text: str, keep: int) -> N
             raise
         shutil.rmtree(tmp, ignore_errors=True)   # a concurrent deploy of the same hash won the race
     parent = os.path.dirname(final)
-    check_private_ancestors(parent)
-    check_private_dirs([parent])                 # before it is used, and before pruning anything there
-    check_private_tree(final)
+    check_private_build(parent, final)           # before it is used, and before pruning anything there
     # The workdir may be a user's home: only our own names, and builds only with our marker, are ours.
     names = os.listdir(parent)
     builds = sorted((os.path.join(parent, n) for n in names if BUILD_NAME.fullmatch(n)),
@@ -297,34 +268,21 @@ def interface_for_address(addrs: "List[Dict[str, Any]]", address: str) -> "Optio
     return None
 
 
-def link_kind(links: "List[Dict[str, Any]]") -> "Optional[str]":
-    """The kind of the (one) link in `ip -j -d link show dev X` output: its linkinfo kind (veth, bridge,
-    bond...), "loopback" for lo, "device" for a plain device with none (a physical NIC)."""
-    for link in links:
-        kind = (link.get("linkinfo") or {}).get("info_kind")
-        if kind:
-            return kind
-        return "loopback" if link.get("link_type") == "loopback" else "device"
-    return None
-
-
 def interface_kind(name: str) -> "Tuple[Optional[str], Optional[str]]":
-    """(kind, None) of interface `name` (link_kind), or (None, why not). On loopback and veth the kernel
-    copies every MSG_ZEROCOPY send (the report says so next to the zero-copy verdicts)."""
+    """(kind, None) of interface `name`, or (None, why not): its linkinfo kind (veth, bridge, bond...),
+    "loopback" for lo, "device" for a plain device (a physical NIC). On loopback and veth the kernel copies
+    every MSG_ZEROCOPY send (the report says so next to the zero-copy verdicts)."""
     out, w = _run(["ip", "-j", "-d", "link", "show", "dev", name])
     if out is None:
         return None, w
     try:
-        return link_kind(json.loads(out)), None
+        links = json.loads(out)
     except ValueError as exc:
         return None, f"ip -j -d link: {exc}"
-
-
-def _first_version_line(argv: "List[str]") -> "Tuple[Optional[str], Optional[str]]":
-    out, why = _run(argv)
-    if out is None:
-        return None, why
-    return (out.strip().splitlines() or [""])[0], None
+    if not links:
+        return None, None
+    kind = (links[0].get("linkinfo") or {}).get("info_kind")
+    return kind or ("loopback" if links[0].get("link_type") == "loopback" else "device"), None
 
 
 # -- io_uring zero-copy receive (zcrx): recorded per data interface, never run ----------------------
@@ -350,12 +308,9 @@ def parse_ethtool_feature(text: str, label: str) -> "Optional[str]":
 
 
 def zcrx_verdict(facts: "Dict[str, Any]") -> "Tuple[Optional[bool], List[str]]":
-    """Pure: (True: the interface could do zcrx now, False: it cannot, None: unknown; the reasons).
-
-    zcrx (io_uring zero-copy receive, Linux 6.15+) needs the kernel feature with io_uring allowed, a
-    NIC whose driver splits headers from payload (ethtool's `tcp-data-split` on) and flow steering
-    (ntuple filters) to put the flow on the queue given to io_uring. Loopback and virtual links have
-    neither, so they never can."""
+    """Pure: (True: the interface could do zcrx now, False: it cannot, None: unknown; the reasons). zcrx needs
+    the kernel feature with io_uring allowed, a NIC whose driver splits headers from payload (`tcp-data-split`)
+    and flow steering (ntuple filters) to put the flow on io_uring's queue: virtual links never can."""
     name, kind = facts.get("interface"), facts.get("kind")
     if kind != "physical":
         return False, [f"{name} is a {kind or 'virtual'} link: no NIC with header/data split"]
@@ -383,10 +338,9 @@ def zcrx_support(ifname: "Optional[str]") -> "Dict[str, Any]":
     "io_uring_disabled", "tcp_data_split", "ntuple", "possible" (true/false/null), "why" [...]}."""
     release = platform.release()
     facts: "Dict[str, Any]" = {"interface": ifname, "kind": None, "driver": None, "kernel_release": release,
-                               "kernel": kernel_version(release) >= ZCRX_KERNEL, "io_uring_disabled": None,
+                               "kernel": kernel_version(release) >= ZCRX_KERNEL,
+                               "io_uring_disabled": _read("/proc/sys/kernel/io_uring_disabled")[0],
                                "tcp_data_split": None, "ntuple": None}
-    disabled, _ = _read("/proc/sys/kernel/io_uring_disabled")
-    facts["io_uring_disabled"] = disabled
     if ifname:
         out, w = _run(["ip", "-d", "-j", "link", "show", "dev", ifname])
         link = (json.loads(out) or [{}])[0] if out else {}
@@ -394,10 +348,8 @@ def zcrx_support(ifname: "Optional[str]") -> "Dict[str, Any]":
         if link.get("link_type") == "loopback" or "LOOPBACK" in (link.get("flags") or []):
             kind = "loopback"
         driver = None
-        try:
+        with suppress(OSError):
             driver = os.path.basename(os.readlink(f"/sys/class/net/{ifname}/device/driver"))
-        except OSError:
-            pass
         facts["driver"] = driver
         facts["kind"] = kind or ("physical" if driver else ("unknown" if out is None else "virtual"))
         if facts["kind"] == "physical":
@@ -630,11 +582,8 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
     meta["hostname"] = u.node
     meta["kernel"] = {"release": u.release, "version": u.version, "machine": u.machine}
     cpuinfo, w = _read("/proc/cpuinfo")
-    model = None
-    for line in (cpuinfo or "").splitlines():
-        if line.split(":")[0].strip() in ("model name", "Model", "cpu model"):
-            model = line.split(":", 1)[1].strip()
-            break
+    model = next((line.split(":", 1)[1].strip() for line in (cpuinfo or "").splitlines()
+                  if line.split(":")[0].strip() in ("model name", "Model", "cpu model")), None)
     meta["cpu_model"] = model
     if model is None:
         why["cpu_model"] = w or "no model name in /proc/cpuinfo"
@@ -644,10 +593,8 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
     except (AttributeError, OSError):
         meta["cpu_affinity_count"] = None
     meminfo, w = _read("/proc/meminfo")
-    meta["mem_total_bytes"] = None
-    for line in (meminfo or "").splitlines():
-        if line.startswith("MemTotal:"):
-            meta["mem_total_bytes"] = int(line.split()[1]) * 1024
+    meta["mem_total_bytes"] = next((int(line.split()[1]) * 1024 for line in (meminfo or "").splitlines()
+                                    if line.startswith("MemTotal:")), None)
     if meta["mem_total_bytes"] is None:
         why["mem_total_bytes"] = w or "no MemTotal in /proc/meminfo"
     # The data interface: the one that holds the data address.
@@ -698,12 +645,12 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
         if out is None:
             why["sink_mount"] = w
         else:
-            fss = json.loads(out).get("filesystems") or [None]
-            meta["sink_mount"] = fss[0]
+            meta["sink_mount"] = (json.loads(out).get("filesystems") or [None])[0]
     meta["python"] = {"version": platform.python_version(), "executable": sys.executable}
     meta["versions"] = {}
-    for key, argv in (("compiler", ["cc", "--version"]), *((p, [p, "--version"]) for p in programs)):
-        meta["versions"][key], w = _first_version_line(argv)
+    for key, program in (("compiler", "cc"), *((p, p) for p in programs)):
+        out, w = _run([program, "--version"])
+        meta["versions"][key] = None if out is None else (out.strip().splitlines() or [""])[0]
         if w:
             why["versions." + key] = w
     meta["euid"] = os.geteuid()
@@ -713,23 +660,18 @@ def host_metadata(address: str, path: str, sysctls: "Sequence[str]",
 # -- {scratch} ----------------------------------------------------------------------------------
 
 def prepare_scratch(workdir: str, subdirs: "Sequence[str]" = ()) -> "Dict[str, Any]":
-    """Create `<workdir>/scratch` (mode 0700, whatever the umask) and `subdirs` under it.
-
-    `~` in workdir is expanded here, on the host. Returns {"path" (its real path: no link in it), "created",
-    "mode"} plus "error"
-    when the directory cannot be used: not a directory, owned by another user, not writable.
-    """
+    """Create `<workdir>/scratch` (mode 0700, whatever the umask; `~` expanded here) and `subdirs` under it.
+    Returns {"path" (its real path: no link in it), "created", "mode"} plus "error" when the directory cannot
+    be used: not a directory, owned by another user, not writable."""
     workdir = os.path.expanduser(workdir)
     path = os.path.join(workdir, "scratch")
     out: "Dict[str, Any]" = {"path": path, "created": False}
     try:
         os.makedirs(workdir, exist_ok=True)
-        try:
+        with suppress(FileExistsError):
             os.mkdir(path, 0o700)
             os.chmod(path, 0o700)  # whatever the umask
             out["created"] = True
-        except FileExistsError:
-            pass
         st = os.stat(path)
         out["mode"] = "%04o" % stat.S_IMODE(st.st_mode)
         if not stat.S_ISDIR(st.st_mode):
@@ -761,9 +703,8 @@ def _dd(args: "List[str]") -> "Tuple[subprocess.CompletedProcess, float]":
 
 
 def dd_write_argv(path: str, bs: "int | str", count: "int | str", fdatasync: bool = False) -> "List[str]":
-    """The timed write of the dd baseline (also what a dry run shows). conv=notrunc: dd_baseline
-    creates the file itself first (O_EXCL, random name), dd only fills it; fdatasync: dd flushes the file's
-    data before it ends, inside its own timing (`conv=fdatasync`)."""
+    """The timed write of the dd baseline (also what a dry run shows): dd only fills the file dd_baseline
+    created (conv=notrunc); fdatasync: dd flushes the data before it ends, inside its own timing."""
     return ["dd", "if=/dev/zero", f"of={path}", f"bs={bs}", f"count={count}",
             "conv=notrunc,fdatasync" if fdatasync else "conv=notrunc"]
 
@@ -777,23 +718,17 @@ def remove_stale_dd_files(directory: str) -> "List[str]":
     """Remove the files of dd jobs that were SIGKILLed (no handler runs then): `.zcorch-dd-PID-HEX`
     regular files of this user whose PID is gone. Returns the paths removed."""
     removed = []
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return removed
-    for name in names:
-        m = re.match(r"^\.zcorch-dd-(\d+)-[0-9a-f]{16}$", name)
-        if not m:
-            continue
-        path = os.path.join(directory, name)
-        try:
-            st = os.lstat(path)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or os.path.exists(f"/proc/{m.group(1)}"):
+    with suppress(OSError):
+        for name in os.listdir(directory):
+            m = re.match(r"^\.zcorch-dd-(\d+)-[0-9a-f]{16}$", name)
+            if not m:
                 continue
-            os.unlink(path)
-            removed.append(path)
-        except OSError:
-            continue
+            path = os.path.join(directory, name)
+            with suppress(OSError):
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not os.path.exists(f"/proc/{m.group(1)}"):
+                    os.unlink(path)
+                    removed.append(path)
     return removed
 
 
@@ -828,13 +763,11 @@ def dd_baseline(directory: str, bs: str, count: str, sync: bool = True, fdatasyn
     """Time `dd; sync` writing a file in `directory` (after an untimed sync, as the seeds'
     `sync; time { dd ...; sync; }`), then its read back after dropping the page cache when allowed.
 
-    sync=False times dd alone; fdatasync: also a write with `conv=fdatasync` ("fdatasync"); warmup: first one
-    untimed write of the same size, removed before the timed one (a fresh filesystem's first write pays for
-    what later ones do not). Returns {"path", "stale_removed", ["warmup"], "write", "read", ["fdatasync"]},
-    each step only when the one before succeeded. Runs only if bs × count fits the free space. Every file is
-    created exclusively and removed, also when SIGTERM/SIGINT end the job, and by the next job after SIGKILL
-    (remove_stale_dd_files).
-    """
+    sync=False times dd alone; fdatasync: also a write with `conv=fdatasync`; warmup: first an untimed write
+    of the same size (a fresh filesystem's first write pays for what later ones do not). Returns {"path",
+    "stale_removed", ["warmup"], "write", "read", ["fdatasync"]}, each step only when the one before succeeded,
+    and only if bs × count fits the free space. Every file is removed, also on SIGTERM/SIGINT (and after
+    SIGKILL by the next job)."""
     path = os.path.join(directory, ".zcorch-dd-FILE")   # (named when created)
     out: "Dict[str, Any]" = {"path": path, "stale_removed": remove_stale_dd_files(directory)}
     write_argv = dd_write_argv(path, bs, count)
@@ -847,10 +780,8 @@ def dd_baseline(directory: str, bs: str, count: str, sync: bool = True, fdatasyn
         return {"argv": write_argv, "returncode": 1, "wall_s": 0.0, "timed": timed, "stderr": stderr}
 
     def remove(p: str) -> None:
-        try:
+        with suppress(OSError):
             os.unlink(p)
-        except OSError:
-            pass
         made.remove(p)
 
     try:
@@ -926,11 +857,9 @@ def _exit_on_signals() -> "Dict[int, Any]":
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(128 + signum)
     old: "Dict[int, Any]" = {}
-    try:
+    with suppress(ValueError):
         for signum in (signal.SIGTERM, signal.SIGINT):
             old[signum] = signal.signal(signum, stop)
-    except ValueError:
-        pass
     return old
 
 
@@ -941,10 +870,8 @@ _LOOP_GET_STATUS64, _LOOP_SET_STATUS64, _LO_FLAGS_AUTOCLEAR = 0x4C05, 0x4C04, 4
 
 
 def set_loop_autoclear(devices: "Sequence[str]") -> None:
-    """Let attached loop devices detach themselves on last close (LO_FLAGS_AUTOCLEAR).
-
-    util-linux has no option for it on an attached device, hence the ioctls. Raises OSError.
-    """
+    """Let attached loop devices detach themselves on last close (LO_FLAGS_AUTOCLEAR): util-linux has no
+    option for it on an attached device, hence the ioctls. Raises OSError."""
     for dev in devices:
         fd = os.open(dev, os.O_RDONLY)
         try:
@@ -975,23 +902,18 @@ def _open_dir(name: str, parent: int, shown: str) -> int:
 
 def _mount_id(fd: int, st: "os.stat_result") -> "Tuple[str, Any]":
     """What says which mount a descriptor lies on: the kernel's mount id (/proc/self/fdinfo), else st_dev."""
-    try:
-        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("mnt_id:"):
-                    return "mnt_id", int(line.split()[1])
-    except (OSError, ValueError):
-        pass
+    with suppress(OSError, ValueError), open(f"/proc/self/fdinfo/{fd}", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("mnt_id:"):
+                return "mnt_id", int(line.split()[1])
     return "st_dev", st.st_dev
 
 
 def open_mount_target(root: str, mountpoint: str, create: bool = False) -> "List[int]":
-    """Descriptors of `root` and of every directory from it down to `mountpoint`, each opened without following
-    a link (from /, component by component), judged on what was opened: `root` is this user's and writable by
-    no one else; below it nothing is a mount point (another mount than its parent's); the last one is an empty
-    directory of this user. create: a missing directory below `root` is made (mkdir in the directory opened
-    above it, never through a link). Raises ActionError naming what is refused. The caller closes the
-    descriptors."""
+    """Descriptors of `root` and of every directory from it down to `mountpoint` (the caller closes them), each
+    opened from / without following a link and judged on what was opened: `root` is this user's alone; below it
+    nothing is a mount point; the last one is an empty directory of this user. create: a missing directory
+    below `root` is made (mkdir in the directory opened above it). ActionError names what is refused."""
     if not root.startswith("/") or os.path.normpath(root) != root or root == "/":
         raise ActionError(f"mount root {root!r} is not a plain absolute path below /")
     if not mountpoint.startswith(root + "/") or os.path.normpath(mountpoint) != mountpoint:
@@ -1014,10 +936,8 @@ def open_mount_target(root: str, mountpoint: str, create: bool = False) -> "List
             parent_st = os.fstat(fds[-1])
             here += "/" + name
             if create:
-                try:
+                with suppress(FileExistsError):
                     os.mkdir(name, 0o755, dir_fd=fds[-1])
-                except FileExistsError:
-                    pass
             fds.append(_open_dir(name, fds[-1], here))
             st = os.fstat(fds[-1])
             if _mount_id(fds[-1], st) != _mount_id(fds[-2], parent_st):
@@ -1092,23 +1012,21 @@ def _tool_args(args: "List[str]") -> "Tuple[List[str], List[str]]":
 
 
 def _preflight_action(args: "List[str]") -> None:
-    build = net = None
     # the optional groups come last, in this order: [--net-state DIR PREFIX] [--build WORKDIR NAME MARKER],
     # found by position (a --tool PROGRAM may be named like a flag)
-    if "--build" in args:
-        if len(args) < 5 or args[-4] != "--build":
-            raise _UsageError("--build WORKDIR NAME MARKER must be the last arguments")
-        build, args = args[-3:], args[:-4]
-    if "--net-state" in args:
-        if len(args) < 4 or args[-3] != "--net-state":
-            raise _UsageError("--net-state DIR PREFIX must come last (before --build)")
-        net, args = args[-2:], args[:-3]
+    groups: "Dict[str, List[str]]" = {}
+    for flag, n, problem in (("--build", 3, "--build WORKDIR NAME MARKER must be the last arguments"),
+                             ("--net-state", 2, "--net-state DIR PREFIX must come last (before --build)")):
+        if flag in args:
+            if len(args) < n + 2 or args[-n - 1] != flag:
+                raise _UsageError(problem)
+            groups[flag], args = args[-n:], args[:-n - 1]
     ports, programs = _tool_args(args[1:])
     facts = preflight_facts(args[0], [_int(p, "PORT") for p in ports], programs)
-    if net is not None:
-        facts["net_state"] = net_state_present(*net)
-    if build is not None:
-        facts["build"] = build_state(*build)
+    if "--net-state" in groups:
+        facts["net_state"] = net_state_present(*groups["--net-state"])
+    if "--build" in groups:
+        facts["build"] = build_state(*groups["--build"])
     _print_json(facts)
 
 
@@ -1155,16 +1073,13 @@ ACTIONS: "Dict[str, Tuple[str, int, Optional[int], Callable[[List[str]], None]]]
 }
 
 
-def _usage() -> str:
-    return "usage: python -m zcorch.worker.remote ACTION ARGS...\n" + "".join(
-        f"  {name} {spec[0]}".rstrip() + "\n" for name, spec in ACTIONS.items())
-
-
 def main(argv: "Optional[List[str]]" = None) -> int:
     """Run one action, e.g. `main(["scratch", "~/.cache/zcorch", "in"])`; returns the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] not in ACTIONS:
-        sys.stderr.write((f"unknown action {args[0]!r}\n" if args else "") + _usage())
+        usage = "".join(f"  {name} {spec[0]}".rstrip() + "\n" for name, spec in ACTIONS.items())
+        sys.stderr.write((f"unknown action {args[0]!r}\n" if args else "")
+                         + "usage: python -m zcorch.worker.remote ACTION ARGS...\n" + usage)
         return 2
     name, rest = args[0], args[1:]
     usage, least, most, handler = ACTIONS[name]

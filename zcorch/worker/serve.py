@@ -18,6 +18,9 @@ import os
 import selectors
 import signal
 import sys
+from contextlib import suppress
+
+from zcorch._version import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -40,52 +43,31 @@ def _write(frame: "Dict[str, Any]") -> None:
         data = data[os.write(1, data):]
 
 
-def _become(fds: "tuple[int, ...]") -> None:
-    """In a forked child: its own process group, the run's pipes as 0, 1, 2, nothing else of the server's
-    open."""
-    os.setpgid(0, 0)
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-    os.closerange(len(fds), 1 << 16)   # the server's selector and the other runs' pipes are not this run's
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-        signal.signal(sig, signal.SIG_DFL)
-
-
 def _child(argv: "list[str]", run: "Callable[[list[str]], int]", fds: "tuple[int, ...]") -> None:
-    """In the forked child: become the run (never returns)."""
+    """In the forked child: its own process group, the run's pipes as 0, 1, 2, nothing else of the server's
+    open; then become the run (never returns)."""
     rc = 70
     try:
-        _become(fds)
-        try:  # what ps and tests see: the process runs `recv` or `send`, not the server
-            with open("/proc/self/comm", "w") as f:
-                f.write(f"zcorch-{argv[0]}"[:15])
-        except OSError:
-            pass
+        os.setpgid(0, 0)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(len(fds), 1 << 16)   # the server's selector and the other runs' pipes are not this run's
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        # what ps and tests see: the process runs `recv` or `send`, not the server
+        with suppress(OSError), open("/proc/self/comm", "w") as f:
+            f.write(f"zcorch-{argv[0]}"[:15])
         rc = run(argv)
         sys.stdout.flush()
         sys.stderr.flush()
     except BaseException:  # noqa: BLE001 - a child must never fall back into the server's loop
-        try:
+        with suppress(BaseException):
             import traceback
 
             traceback.print_exc()
             sys.stderr.flush()
-        except BaseException:  # noqa: BLE001
-            pass
     finally:
         os._exit(rc)
-
-
-def _kill_and_reap(pid: int) -> None:
-    """SIGKILL the process group `pid` leads (a run's) and reap its leader."""
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
 
 
 class Server:
@@ -123,10 +105,8 @@ class Server:
         pid = os.fork()
         if pid == 0:
             _child(argv, self.run, theirs)
-        try:
+        with suppress(OSError):
             os.setpgid(pid, pid)   # also here: a signal may come before the child ran its own setpgid
-        except OSError:
-            pass
         for fd in theirs:
             os.close(fd)
         return (pid, *mine)
@@ -135,10 +115,8 @@ class Server:
         child = self.children.get(rid)
         if child is None or not isinstance(sig, int):
             return   # ended already (its exit frame is on its way), or nonsense: nothing to signal
-        try:
+        with suppress(ProcessLookupError, PermissionError):
             os.killpg(child.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def _request(self, line: bytes) -> None:
         try:
@@ -183,13 +161,17 @@ class Server:
         _write({"id": child.rid, "exit": os.waitstatus_to_exitcode(status)})
 
     def stop_all(self) -> None:
+        """SIGKILL every run's process group and reap its leader."""
         for child in list(self.children.values()):
-            _kill_and_reap(child.pid)
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)
+            with suppress(ChildProcessError):
+                os.waitpid(child.pid, 0)
 
     def loop(self) -> None:
         os.set_blocking(0, False)
         self.sel.register(0, selectors.EVENT_READ, None)
-        _write({"event": "serving", "pid": os.getpid(), "version": _version()})
+        _write({"event": "serving", "pid": os.getpid(), "version": __version__})
         while self.running:
             for key, _ in self.sel.select():
                 if key.data is not None:
@@ -208,19 +190,12 @@ class Server:
                         self._request(line)
 
 
-def _version() -> str:
-    from zcorch._version import __version__
-
-    return __version__
-
-
 def serve(run: "Callable[[list[str]], int]") -> None:
     """Serve runs until EOF on stdin or an `exit` request; every run still going is killed then.
     run(argv) -> exit status: what a child does (zcorch.worker.cli.main with the parser built once)."""
     server = Server(run)
     try:
-        server.loop()
-    except BrokenPipeError:
-        pass   # the controller stopped reading: it is gone
+        with suppress(BrokenPipeError):   # the controller stopped reading: it is gone
+            server.loop()
     finally:
         server.stop_all()

@@ -1,18 +1,13 @@
 """The host's own guard over a change the controller makes (`commit confirmed`): started before a network or
 filesystem change, it puts the host back by itself unless the controller keeps renewing it.
 
-Started by zcorch.provision.watchdog as `python -c BOOTSTRAP KIND UNDO [--lapse=S] [--owner=JSON]`, its
-program framed on stdin (a byte-count line, then the bytes); then stdin carries `renew` (the deadline moves
-LAPSE s on) or `confirm` (exit, touching nothing). EOF (controller killed, session cut) or no renewal for
-LAPSE s: restore from UNDO (`net STATE_DIR`: netcfg's restore; `fs STATE_FILE`: fs_state's resources undone
-newest first, only within the run's own directories and loops) and record what was restored for the next
-sweep's `reports` action. `restore-fs STATE_FILE` is that undo run on its own: by the next sweep on a killed
-controller's file (FilesystemManager.cleanup_stale), and with `--trusted --config=NAME` by the live manager
-on its own record. Its own session leader with SIGHUP/SIGINT/SIGTERM ignored and silent once armed, so
-neither a dying session nor a terminal takes it away first. User-facing account: docs/experiment-files.md,
-"Every host change reverts itself unless confirmed".
-
-Stdlib-only and imports nothing from zcorch (fed to the host's interpreter as text, like netcfg).
+Started by zcorch.provision.watchdog as `python -c BOOTSTRAP KIND UNDO [--lapse=S] [--owner=JSON]`, its program
+framed on stdin (a byte-count line, then the bytes; for `net` netcfg's next); then stdin carries `renew` (the
+deadline moves LAPSE s on) or `confirm` (exit). On EOF or no renewal for LAPSE s it restores from UNDO
+(`net STATE_DIR`: netcfg's restore; `fs STATE_FILE`: restore_fs) and records that for the next sweep's
+`reports`. `restore-fs` is that undo on its own (the next sweep's, or with `--trusted` the live manager's).
+Once armed it is its own session leader, silent, ignoring SIGHUP/SIGINT/SIGTERM. docs/experiment-files.md,
+"Every host change reverts itself unless confirmed". Stdlib-only, importing nothing from zcorch.
 """
 from __future__ import annotations
 
@@ -26,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import suppress
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from typing import Any, Dict, List, Optional
@@ -58,11 +54,10 @@ def _mount_source(mnt: str) -> "Optional[str]":
 
 
 class _FsScope:
-    """What a state file may undo (the file may be hand-edited or not ours): paths under the run's own
-    directories (`<state dir>/fs-<token>/`, `<loop dir>/zcorch-<token>-<name>/`), loops on the backing files
-    it recorded there, md arrays made only of those loops, and mounts of those or under those directories.
-    Ownership is judged on what a path resolves to, not on its text: from the run's directory down, nothing
-    may be a symlink (a component `zcorch-<token>-x` that links to /etc would otherwise lead the unlink there)."""
+    """What a state file (maybe hand-edited, maybe not ours) may undo: paths under the run's own directories
+    (`<state dir>/fs-<token>/`, `<loop dir>/zcorch-<token>-<name>/`), loops on backing files there, md arrays of
+    only those loops, mounts of those or under those directories. Judged on what a path resolves to: from the
+    run's directory down nothing may be a symlink (`zcorch-<token>-x` -> /etc would lead the unlink there)."""
 
     def __init__(self, state_dir: str, token: str, configs: "Dict[str, Any]"):
         self.session = os.path.join(state_dir, f"fs-{token}")
@@ -74,15 +69,9 @@ class _FsScope:
     def owns(self, path: "Any") -> bool:
         if not isinstance(path, str) or not path.startswith("/") or os.path.normpath(path) != path:
             return False
-        top = None
-        if path == self.session or path.startswith(self.session + "/"):
-            top = self.session
-        else:
-            parts = path.split("/")
-            for i in range(1, len(parts) - 1):
-                if parts[i] in self.backing_dirs:
-                    top = "/".join(parts[:i + 1])
-                    break
+        parts = path.split("/")
+        top = self.session if path == self.session or path.startswith(self.session + "/") else next(
+            ("/".join(parts[:i + 1]) for i in range(1, len(parts) - 1) if parts[i] in self.backing_dirs), None)
         if top is None:
             return False
         below = path[len(top):]
@@ -100,9 +89,8 @@ class _FsScope:
 
 
 class _Recorded(_FsScope):
-    """The live manager's own record (`restore-fs --trusted`, FilesystemManager's release and teardown): it
-    made every entry, also on the devices of `allow_destroy`, so each is undone as recorded (the recorded
-    mount sources and md members must still match)."""
+    """The live manager's own record (`restore-fs --trusted`): it made every entry, also on `allow_destroy`'s
+    devices, so each is undone as recorded (the recorded mount sources and md members must still match)."""
 
     def owns(self, path: "Any") -> bool:
         return isinstance(path, str)
@@ -152,9 +140,7 @@ def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "List[str]":
         raise ValueError(f"umount {mnt} failed: {p.stderr.strip()}")
     if kind == "md":
         dev = res.get("device")
-        if not isinstance(dev, str):
-            return []
-        members = _md_members(os.path.basename(dev))
+        members = _md_members(os.path.basename(dev)) if isinstance(dev, str) else []
         if not members:
             return []
         recorded = {os.path.basename(m) for m in res.get("members") or []}
@@ -209,7 +195,8 @@ def _undo_one(res: "Dict[str, Any]", scope: _FsScope) -> "List[str]":
 def _not_private(path: str, st: "os.stat_result") -> "Optional[str]":
     """Why `path` must not be acted on (None if it may): it must be this user's and writable by no one else."""
     if st.st_uid != os.geteuid():
-        return f"{path} is owned by uid {st.st_uid}, not by uid {os.geteuid()} who runs the cleanup — remove it or chown it"
+        return (f"{path} is owned by uid {st.st_uid}, not by uid {os.geteuid()} who runs the cleanup — "
+                "remove it or chown it")
     if st.st_mode & 0o022:
         return f"{path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}) — chmod go-w {path}"
     return None
@@ -288,19 +275,13 @@ def _record_prefix() -> str:
         return RECORD_PREFIX
 
 
-def record_dir(undo: str) -> str:
-    """Where restorations are recorded: the host-wide directory for root, else the undo's own directory."""
-    if os.geteuid() == 0:
-        try:
-            os.makedirs(HOST_DIR, mode=0o700, exist_ok=True)
-            return HOST_DIR
-        except OSError:
-            pass
-    return undo if os.path.isdir(undo) else os.path.dirname(undo)
-
-
 def _record(kind: str, undo: str, why: str, lost_at: float, result: "Dict[str, Any]", owner: "Any") -> str:
-    directory = record_dir(undo)
+    """Record a restoration: in the host-wide directory for root, else in the undo's own directory."""
+    directory = undo if os.path.isdir(undo) else os.path.dirname(undo)
+    if os.geteuid() == 0:
+        with suppress(OSError):
+            os.makedirs(HOST_DIR, mode=0o700, exist_ok=True)
+            directory = HOST_DIR
     path = os.path.join(directory, f"{_record_prefix()}{kind}-{os.getpid()}.json")
     doc = {"format": FORMAT, "kind": kind, "undo": undo, "why": why, "owner": owner, "host": socket.gethostname(),
            "lost_at": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(lost_at)),
@@ -326,28 +307,22 @@ def _restore(kind: str, undo: str, netcfg: "Optional[Dict[str, Any]]") -> "Dict[
         return {"restored": [], "errors": [f"{type(exc).__name__}: {exc}"]}
 
 
-def _read_frame(stream: "Any") -> bytes:
-    n = int(stream.readline())
-    data = stream.read(n)
-    if len(data) != n:
-        raise SystemExit("watchdog: its program ended early on stdin")
-    return data
-
-
 def guard(kind: str, undo: str, lapse: float, owner: "Any", stream: "Any") -> int:
     """Arm, then wait for renewals on `stream`; restore when they stop. Exit status 0 (confirmed) or 3
     (restored; the record says what)."""
     netcfg: "Optional[Dict[str, Any]]" = None
-    if kind == "net":
+    if kind == "net":   # netcfg's text, framed: a byte-count line, then the bytes
+        size = int(stream.readline())
+        program = stream.read(size)
+        if len(program) != size:
+            raise SystemExit("watchdog: its program ended early on stdin")
         netcfg = {"__name__": "zcorch_netcfg"}
-        exec(compile(_read_frame(stream), "zcorch/worker/netcfg.py", "exec"), netcfg)
+        exec(compile(program, "zcorch/worker/netcfg.py", "exec"), netcfg)
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     if os.getsid(0) != os.getpid():
-        try:
+        with suppress(OSError):   # a process group leader already (sshd's session, Popen's new session)
             os.setsid()
-        except OSError:
-            pass    # a process group leader already (sshd's session, Popen's new session): nothing to leave
     state = {"last": time.monotonic(), "end": None}
     wake = threading.Event()
 
@@ -396,26 +371,21 @@ def guard(kind: str, undo: str, lapse: float, owner: "Any", stream: "Any") -> in
 
 def reports(dirs: "List[str]") -> "List[Dict[str, Any]]":
     """The restorations recorded in `dirs` (and the host-wide directory), each removed once read."""
-    out = []
-    seen = set()
+    prefix = _record_prefix()
+    paths: "List[str]" = []
     for d in [HOST_DIR] + list(dirs):
         d = os.path.expanduser(d)
+        with suppress(OSError):
+            paths += [os.path.join(d, n) for n in sorted(os.listdir(d)) if n.startswith(prefix) and n.endswith(".json")]
+    out = []
+    for path in dict.fromkeys(paths):   # a directory named twice is read once
         try:
-            names = sorted(os.listdir(d))
-        except OSError:
+            doc = _read_private_json(path)
+        except (ValueError, OSError):
             continue
-        for name in names:
-            path = os.path.join(d, name)
-            if not name.startswith(_record_prefix()) or not name.endswith(".json") or path in seen:
-                continue
-            seen.add(path)
-            try:
-                doc = _read_private_json(path)
-            except (ValueError, OSError):
-                continue
-            if doc and doc.get("format") == FORMAT:
-                out.append(doc)
-                os.unlink(path)
+        if doc and doc.get("format") == FORMAT:
+            out.append(doc)
+            os.unlink(path)
     return out
 
 
