@@ -116,7 +116,10 @@ def test_the_worker_cli_takes_the_interval_and_reports_the_host_view():
 
 
 def test_calibration_returns_positive_finite_yardsticks():
+    before = os.sched_getaffinity(0)
     cal = native.calibrate(8 * 2**20, cpu=0)
+    # pinned while it measured, then this thread has its CPUs back (the processes it starts later too)
+    assert os.sched_getaffinity(0) == before
     for key, value in cal.items():
         if key != "cpu":
             assert isinstance(value, (int, float)) and math.isfinite(value) and value > 0, key

@@ -144,8 +144,11 @@ def test_auto_pipe_size_holds_one_sub_block():
 
 
 def test_cpu_pinning(tmp_path):
+    before = os.sched_getaffinity(0)
     sent, got = run_pair("write", "read", send_kw=dict(source="mem", bytes=2**20, cpu=0), recv_kw=dict(cpu=0))
     assert sent["params"]["cpu"] == 0
+    # the streams ran on threads of their own: the caller's CPUs are untouched
+    assert os.sched_getaffinity(0) == before
     with pytest.raises(WorkerError) as ei:
         native.send("127.0.0.1", 9, "write", source="mem", bytes=1, cpu=100_000)
     assert "--cpu" in str(ei.value)
