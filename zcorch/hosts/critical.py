@@ -1,18 +1,9 @@
 """Host commands a signal must not cut in half: Ctrl-C waits for the command in flight, then stops the sweep.
 
-    with critical.section(f"{host.name}: {argv[0]}"):   # every Host.run/start/put_bytes does this
-        ...                                             # the command runs to its end (or its timeout)
-
-Why: a KeyboardInterrupt raised while the controller waits for `mount` or `losetup` does not stop the command
-on the host; it ends there a moment later, after the teardown looked and found nothing to undo (a mount left
-behind, a loop on a file the teardown then cannot remove). Waiting for the command keeps what the controller
-recorded and what the host did the same thing.
-
-A signal handler (zcorch.sweep.interrupts) asks `defer(signum)`: while any thread is inside a section the signal
-is held and True is returned; when the last section ends, the held signal is delivered again to the main thread
-(`_thread.interrupt_main`), where `redelivered(signum)` tells the handler to act on it now. Meanwhile no other
-thread starts a new section (`Stopping` is raised in it): a thread working through several commands stops
-after the one in flight. `resume()` (the teardown's start) lets commands run again.
+Why: an interrupt while waiting for `mount` or `losetup` does not stop it on the host; it would finish after the
+teardown found nothing to undo. Every Host.run/start/put_bytes runs in a `section`; a signal handler's
+`defer(signum)` holds the signal while one is open and redelivers it to the main thread when the last ends
+(`redelivered`); meanwhile other threads start no new section (`Stopping`) until `resume()`.
 """
 from __future__ import annotations
 

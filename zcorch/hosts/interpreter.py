@@ -1,20 +1,15 @@
 """How zcorch starts a Python interpreter on a host so that nothing is imported from the current directory.
 
-`python -m M`, `python -c ...` and `python -` put the current directory first on sys.path, and zcorch runs
-as root from wherever the user stands (and on SSH hosts from the login's home): a `zcorch/` or `json.py`
-there would run as root. So every interpreter zcorch starts runs either with `-P` (3.11+, `safe_path`,
-where the version is known) or as `python -c BOOTSTRAP` (any Python 3), whose first statement drops the
-'' entry before any import and then runs the module (runpy) or the program on stdin. `-I` is not used:
-it would also drop PYTHONPATH (the worker's build) and the user's site directory (a `pip install --user
-cffi`). `module_of(argv)` is the inverse of `python_argv`, for the dry run.
+`python -m/-c/-` put the current directory first on sys.path, and zcorch runs as root from anywhere: a
+`json.py` there would run as root. So every interpreter runs with `-P` (3.11+) or as `python -c BOOTSTRAP`,
+which drops that entry before any import. Not `-I`: it also drops PYTHONPATH and the user site directory.
+`module_of(argv)` is the inverse of `python_argv`, for the dry run.
 """
 from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-# Drops what -c put first (the empty string: the current directory); a PYTHONSAFEPATH=1 environment
-# added nothing, and the check leaves sys.path alone then.
-# (Double quotes only: shlex.quote shows the program in one pair of single quotes in logs and the dry run.)
+# Drops the '' -c put first (absent under PYTHONSAFEPATH=1). Double quotes only: logs single-quote it.
 _DROP_CWD = 'import sys; sys.path[:1] == [""] and sys.path.pop(0)'
 _RUN_MODULE = _DROP_CWD + '; import runpy; runpy.run_module("{module}", run_name="__main__", alter_sys=True)'
 # bytes: the program's own coding (UTF-8) applies, whatever the host's locale says

@@ -1,13 +1,13 @@
 """Where commands run: a Host runs argument lists (never shell strings built from input).
 
-`LocalHost` runs them as local subprocesses (the `hosts: localhost` default: no SSH, no root);
-`zcorch.hosts.ssh.SSHHost` runs the same argument lists over a persistent paramiko connection,
-sent on the command's stdin (never parsed by the login shell). The runner, deploy, baselines and
-filesystem provisioning only see this interface, so every stage works the same on both.
+`LocalHost` runs them as local subprocesses; `zcorch.hosts.ssh.SSHHost` runs the same lists over SSH.
+Every stage sees only this interface, so it works the same on both.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import posixpath
 import queue
 import shlex
 import signal
@@ -15,6 +15,7 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, List, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
@@ -44,11 +45,7 @@ class Process:
 
     def lines(self, timeout: float) -> Iterator[str]:
         """Yield stdout lines until EOF; raise TimeoutError if none arrives within `timeout` s."""
-        while True:
-            line = self.readline(timeout)
-            if line is None:
-                return
-            yield line
+        yield from iter(lambda: self.readline(timeout), None)
 
     def readline(self, timeout: float) -> Optional[str]:  # pragma: no cover - interface
         """Next stdout line (without newline), None at EOF; TimeoutError after `timeout` s."""
@@ -58,8 +55,15 @@ class Process:
         """Exit status; TimeoutError if still running after `timeout` s. Negative = killed by signal."""
         raise NotImplementedError
 
-    def stderr_text(self) -> str:  # pragma: no cover - interface
-        raise NotImplementedError
+    def _drain_stderr(self, readline) -> None:
+        """Collect stderr on a thread: a full pipe would stall the command."""
+        self._err_chunks: list = []
+        self._err_t = threading.Thread(target=lambda: self._err_chunks.extend(iter(readline, "")), daemon=True)
+        self._err_t.start()
+
+    def stderr_text(self, wait: float = 1.0) -> str:
+        self._err_t.join(timeout=wait)
+        return "".join(self._err_chunks)
 
     def send_line(self, text: str) -> None:  # pragma: no cover - interface
         """Write one line to the command's stdin (which stays open)."""
@@ -76,6 +80,14 @@ def _waiting_for(host: str, argv: Sequence[object], doing: str = "") -> str:
     return f"{doing}`{text[:80] + ' ...' if len(text) > 80 else text}` on {host}"
 
 
+def expand_home(home: str, path: str) -> str:
+    """`~` and relative paths on a host whose home is `home` -> absolute."""
+    path = str(path)
+    if path == "~" or path.startswith("~/"):
+        return home + path[1:]
+    return path if path.startswith("/") else posixpath.join(home, path)
+
+
 class Host:
     """One machine the sweep uses. `name` is for messages ('sender', 'receiver', 'localhost')."""
 
@@ -88,8 +100,7 @@ class Host:
 
     def run(self, argv: Sequence[str], timeout: float = 60.0, env: Optional[Mapping[str, str]] = None,
             input: Optional[str] = None) -> CommandResult:
-        """Run argv to completion; on timeout its process group is killed (-9). A signal waits for it to end
-        (zcorch.hosts.critical)."""
+        """Run argv to completion (a signal waits for it: zcorch.hosts.critical); on timeout its group is killed."""
         argv = [str(a) for a in argv]
         with critical.section(_waiting_for(self.name, argv)):
             return self._run(argv, timeout, env, input)
@@ -99,13 +110,11 @@ class Host:
         raise NotImplementedError
 
     def start(self, argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> Process:  # pragma: no cover
-        """Start argv in its own process group. Its stdin stays open (nothing is written) until the
-        process exits or this controller dies: EOF there means "controller gone"."""
+        """Start argv in its own process group; its stdin stays open: EOF there means "controller gone"."""
         raise NotImplementedError
 
     def put_file(self, local_path: str, remote_path: str, mode: int = 0o644) -> None:
-        with open(local_path, "rb") as f:
-            self.put_bytes(f.read(), remote_path, mode)
+        self.put_bytes(Path(local_path).read_bytes(), remote_path, mode)
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:  # pragma: no cover
         raise NotImplementedError
@@ -123,13 +132,12 @@ class Host:
 class _LineReader:
     """Reads a pipe on a thread so readline() can time out without select() on every platform."""
 
-    def __init__(self, stream):
+    def __init__(self, readline):
         self._q: "queue.Queue[Optional[str]]" = queue.Queue()
-        self._t = threading.Thread(target=self._pump, args=(stream,), daemon=True)
-        self._t.start()
+        threading.Thread(target=self._pump, args=(readline,), daemon=True).start()
 
-    def _pump(self, stream) -> None:
-        for raw in iter(stream.readline, ""):
+    def _pump(self, readline) -> None:
+        for raw in iter(readline, ""):
             self._q.put(raw.rstrip("\n"))
         self._q.put(None)
 
@@ -145,14 +153,8 @@ class LocalProcess(Process):
         self.host = host
         self.popen = popen
         self.pgid = popen.pid  # start_new_session=True: the child leads its own group
-        self._out = _LineReader(popen.stdout)
-        self._err_chunks: list = []
-        self._err_t = threading.Thread(target=self._drain_err, daemon=True)
-        self._err_t.start()
-
-    def _drain_err(self) -> None:
-        for chunk in iter(self.popen.stderr.readline, ""):
-            self._err_chunks.append(chunk)
+        self._out = _LineReader(popen.stdout.readline)
+        self._drain_stderr(popen.stderr.readline)
 
     def readline(self, timeout: float) -> Optional[str]:
         return self._out.readline(timeout)
@@ -171,34 +173,23 @@ class LocalProcess(Process):
 
     def _close_stdin(self) -> None:
         if self.popen.stdin is not None and not self.popen.stdin.closed:
-            try:
+            with contextlib.suppress(OSError):
                 self.popen.stdin.close()
-            except OSError:
-                pass
-
-    def stderr_text(self) -> str:
-        self._err_t.join(timeout=1.0)
-        return "".join(self._err_chunks)
 
     def kill_group(self, sig: int = signal.SIGKILL) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pgid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _kill_session(p: subprocess.Popen) -> None:
     """SIGKILL the process group p leads (start_new_session=True) and reap p."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     p.wait()
 
 
 def _leftover_output(p: subprocess.Popen) -> "tuple[str, str]":
-    """What a killed command printed. Its group is dead; a member that left the group (setsid) may
-    still hold the pipes, so the read is bounded."""
+    """What a killed command printed (bounded: a member that left its group may still hold the pipes)."""
     try:
         out, err = p.communicate(timeout=2.0)
     except subprocess.TimeoutExpired:
@@ -219,11 +210,7 @@ class LocalHost(Host):
 
     @staticmethod
     def _env(env: Optional[Mapping[str, str]]) -> Optional[dict]:
-        if not env:
-            return None
-        merged = dict(os.environ)
-        merged.update(env)
-        return merged
+        return {**os.environ, **env} if env else None
 
     def _run(self, argv: List[str], timeout: float, env: Optional[Mapping[str, str]],
              input: Optional[str]) -> CommandResult:
@@ -263,23 +250,18 @@ class LocalHost(Host):
 
     def put_bytes(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         with critical.section(f"writing {remote_path} on {self.name}"):
-            self._put_bytes(data, remote_path, mode)
-
-    def _put_bytes(self, data: bytes, remote_path: str, mode: int) -> None:
-        remote_path = os.path.expanduser(remote_path)
-        tmp = f"{remote_path}.tmp{os.getpid()}.{time.monotonic_ns()}"
-        try:
-            os.makedirs(os.path.dirname(remote_path) or ".", exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())  # the rename must never expose a file whose data a crash lost
-            os.chmod(tmp, mode)
-            os.replace(tmp, remote_path)
-        except OSError as exc:
-            # A full disk (or any failure) leaves the old file as it was and no temp file behind.
+            remote_path = os.path.expanduser(remote_path)
+            tmp = f"{remote_path}.tmp{os.getpid()}.{time.monotonic_ns()}"
             try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise HostError(f"{self.name}: cannot write {remote_path}: {exc}") from None
+                os.makedirs(os.path.dirname(remote_path) or ".", exist_ok=True)
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())  # the rename must never expose a file whose data a crash lost
+                os.chmod(tmp, mode)
+                os.replace(tmp, remote_path)
+            except OSError as exc:
+                # A full disk (or any failure) leaves the old file as it was and no temp file behind.
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise HostError(f"{self.name}: cannot write {remote_path}: {exc}") from None

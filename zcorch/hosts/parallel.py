@@ -1,9 +1,5 @@
-"""Per-host work on every host at once: connecting, the preflight probe, deploy, metadata, calibration.
-
-Each of those is a few SSH round trips or interpreter start-ups on one host that waits for nothing on the
-other, so a sweep's start costs the slower host's time instead of the sum (paramiko is thread-safe per
-client; each thread drives its own host). Errors keep naming their host: every failure is collected, and
-one error of the first failure's type is raised listing them all (ZcorchError messages start with the host).
+"""Per-host work on every host at once (connect, preflight, deploy, calibration): a sweep's start costs the
+slower host's time, not the sum. Each thread drives its own host; failures are collected and raised together.
 """
 from __future__ import annotations
 
@@ -17,12 +13,8 @@ R = TypeVar("R")
 
 
 def per_host(items: Sequence[T], work: Callable[[T], R], parallel: bool = True) -> List[R]:
-    """[work(item) for item in items], run on one thread per item when `parallel` (and more than one).
-
-    Every item runs to its end even when another fails; then the failures are raised together: one
-    ZcorchError of the first failure's class whose message lists each one's (in item order), or the first
-    non-zcorch exception as it is (a bug keeps its traceback). Ctrl-C reaches the caller at once (the
-    threads are daemons; their hosts are closed by the caller's teardown)."""
+    """[work(item) for item in items], one daemon thread each when `parallel`. All run to their end; then one
+    ZcorchError of the first failure's class lists every failure (a non-zcorch exception is raised as is)."""
     items = list(items)
     if not parallel or len(items) < 2:
         results: List[R] = []

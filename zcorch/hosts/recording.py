@@ -1,12 +1,8 @@
 """Hosts that record instead of run: `zcorch run --dry-run` is the real sweep pipeline on these.
 
-A RecordingHost's run/start/put_file/put_bytes touch no machine: each call becomes a `Recorded` entry
-(in `host.recorded`, and handed to `on_record`) answered with the least the pipeline needs to go on
-(worker events, preflight facts, `{scratch}`; each baseline kind answers for its own commands), marked
-`"not_measured"` or "dry run". A command that neither a baseline kind nor a pipeline stage
-(_STAGE_PROGRAMS) declares raises UndeclaredCommand: a dry run never claims a success it cannot know.
-RemoteRecordingHost stands for an SSHHost that is never connected to (home `~`, `{scratch}` kept as
-written); `recording_hosts(hosts)` gives them per role as zcorch.hosts.ssh.open_hosts does.
+Each run/start/put becomes a `Recorded` entry answered with the least the pipeline needs, marked not
+measured. A command no baseline kind or pipeline stage (_STAGE_PROGRAMS) declares raises UndeclaredCommand:
+a dry run never claims a success it cannot know. RemoteRecordingHost stands for an unconnected SSHHost.
 """
 from __future__ import annotations
 
@@ -25,7 +21,7 @@ from zcorch.config.baselines.registry import KINDS
 from zcorch.config.checks import SCRATCH_PLACEHOLDER
 from zcorch.config.hosts import Hosts, HostSpec
 from zcorch.hosts.interpreter import STDIN, module_of
-from zcorch.hosts.local import CommandResult, Host, Process
+from zcorch.hosts.local import CommandResult, Host, Process, expand_home
 
 NOT_MEASURED = "dry run: not measured"
 # $HOME of a host never connected to; shown as `~` (Recorded.display).
@@ -69,8 +65,7 @@ class Recorded:
 
 
 class UndeclaredCommand(RuntimeError):
-    """A dry run met a command no baseline kind and no pipeline stage declares: a bug of zcorch (the
-    kind or stage that runs it must declare its dry-run answer), never answered with a made-up success."""
+    """A dry run met a command no baseline kind or pipeline stage declares: a bug, never a made-up success."""
 
 
 class RecordingProcess(Process):
@@ -174,7 +169,7 @@ class RecordingHost(Host):
         if at is not None:
             job = _JOBS.get(argv[at])
             if job:
-                return 0, job[1](self, argv[at + 1:]), ""
+                return 0, job(self, argv[at + 1:]), ""
             kind_job = _kind_job(argv[at], argv[at + 1:])
             if kind_job is None:
                 raise UndeclaredCommand(f"dry run: no pipeline stage or baseline kind declares the host job "
@@ -228,8 +223,7 @@ class RecordingHost(Host):
 
 
 class RemoteRecordingHost(RecordingHost):
-    """Stands for a host reached over SSH (SSHHost) in a dry run, never connected to: its home is
-    REMOTE_HOME, shown as `~`."""
+    """Stands for an SSHHost in a dry run, never connected to: its home is REMOTE_HOME, shown as `~`."""
 
     is_local = False
 
@@ -246,17 +240,12 @@ class RemoteRecordingHost(RecordingHost):
         return REMOTE_HOME
 
     def expand(self, path: str) -> str:
-        """`~` and relative paths on the host -> absolute, as SSHHost.expand does."""
-        path = str(path)
-        if path == "~" or path.startswith("~/"):
-            return self.home + path[1:]
-        return path if path.startswith("/") else posixpath.join(self.home, path)
+        return expand_home(self.home, path)
 
 
 def recording_hosts(hosts: Hosts, on_record: Optional[Callable[[Recorded], None]] = None
                     ) -> Dict[str, RecordingHost]:
-    """{"sender", "receiver"} for an experiment's `hosts:` section, as zcorch.hosts.ssh.open_hosts gives
-    them (one shared host for localhost) but recording, and without connecting to anything."""
+    """{"sender", "receiver"} recording hosts for a `hosts:` section, as zcorch.hosts.ssh.open_hosts gives them."""
     if hosts.localhost:
         local = RecordingHost("localhost", "127.0.0.1", on_record=on_record)
         return {"sender": local, "receiver": local}
@@ -269,17 +258,18 @@ def _json(obj: dict) -> str:
     return json.dumps(dict(obj, not_measured=True)) + "\n"
 
 
-def _action_index(argv: Sequence[str]) -> Optional[int]:
-    """Index of the job name in a zcorch.worker.remote command line (zcorch.provision.remote_call):
+def _job_index(argv: Sequence[str], name: str, is_job: Callable[[str], bool]) -> Optional[int]:
+    """Index of the job name in a command line of the host-side module `name` (zcorch.provision.remote_call):
     the module run by name locally, the program on stdin on SSH hosts (zcorch.hosts.interpreter)."""
     found = module_of(argv)
     if found is None or found[1] >= len(argv):
         return None
     module, i = found
-    if module == "zcorch.worker.remote" or (module == STDIN and (argv[i] in _JOBS
-                                                                 or any(argv[i] in k.jobs for k in KINDS))):
-        return i
-    return None
+    return i if module == name or (module == STDIN and is_job(argv[i])) else None
+
+
+def _action_index(argv: Sequence[str]) -> Optional[int]:
+    return _job_index(argv, "zcorch.worker.remote", lambda job: job in _JOBS or any(job in k.jobs for k in KINDS))
 
 
 # zcorch.worker.netcfg's jobs (the data link's MTU and sysctls): answered with nothing (exit 0, no output).
@@ -287,19 +277,11 @@ _NET_JOBS = ("probe", "state", "apply", "restore")
 
 
 def _net_action_index(argv: Sequence[str]) -> Optional[int]:
-    """Index of the job name in a zcorch.worker.netcfg command line (as _action_index for remote)."""
-    found = module_of(argv)
-    if found is None or found[1] >= len(argv):
-        return None
-    module, i = found
-    if module == "zcorch.worker.netcfg" or (module == STDIN and argv[i] in _NET_JOBS):
-        return i
-    return None
+    return _job_index(argv, "zcorch.worker.netcfg", _NET_JOBS.__contains__)
 
 
 def _worker_action(argv: Sequence[str]) -> Optional[str]:
-    """`recv`, `send`, `info`, `layout`, `calibrate`, `command` of a worker command line (`... -m zcorch.worker
-    ACTION`, or its bootstrap form: zcorch.hosts.interpreter)."""
+    """The action (`recv`, `send`, `info`...) of a worker command line, in either form of zcorch.hosts.interpreter."""
     for start in range(len(argv)):  # after `env VAR=...` the interpreter's argv begins
         found = module_of(argv[start:])
         if found is not None:
@@ -349,8 +331,7 @@ def _kind_job(job: str, args: Sequence[str]) -> "Optional[tuple]":
     return None
 
 
-# Programs the pipeline's own stages run outside the worker and its host jobs (answered: exit 0, no
-# output). Anything else a dry run meets is refused (UndeclaredCommand).
+# Programs the pipeline's own stages run outside the worker and its host jobs (answered: exit 0, no output).
 _STAGE_PROGRAMS: "tuple[tuple[str, ...], ...]" = (
     ("test", "-d"), ("test", "-e"), ("find",), ("flock", "-n"), ("modprobe", "-n", "-q"),  # filesystems
     ("sh", "-c", 'command -v "$1" >/dev/null 2>&1'),     # filesystems: its tools' presence (argv after it)
@@ -365,26 +346,24 @@ def _stage_program(argv: Sequence[str]) -> bool:
     return any(tuple(argv[:len(p)]) == p for p in _STAGE_PROGRAMS)
 
 
-# zcorch.worker.remote's jobs: (what it does, answer(host, args) -> stdout, note(args) -> str or None).
-_JOBS: "Dict[str, tuple]" = {
-    "preflight": ("preflight probe", _probe_facts, None),
-    "cffi-dir": ("find _cffi_backend", _nothing, None),
-    "finalize": ("install the built worker", _nothing, None),
-    "scratch": ("prepare {scratch}", _scratch_info, None),
-    "metadata": ("metadata probe", _not_measured, None),
-    "loop-autoclear": ("loop autoclear", _nothing, None),
-    "open-excl": ("exclusive-open check", _nothing, None),
-    "private-dirs": ("ownership check of the deploy directories", _nothing, None),
-    "private-build": ("ownership and mode check of a reused worker build, every file in it", _nothing, None),
+# zcorch.worker.remote's jobs: answer(host, args) -> stdout.
+_JOBS: "Dict[str, Callable[[RecordingHost, List[str]], str]]" = {
+    "preflight": _probe_facts,
+    "cffi-dir": _nothing,              # find _cffi_backend
+    "finalize": _nothing,              # install the built worker
+    "scratch": _scratch_info,          # prepare {scratch}
+    "metadata": _not_measured,
+    "loop-autoclear": _nothing,
+    "open-excl": _nothing,             # exclusive-open check
+    "private-dirs": _nothing,          # ownership check of the deploy directories
+    "private-build": _nothing,         # ownership and mode check of a reused worker build, every file in it
 }
 
 
 def _program_note(argv: Sequence[str]) -> Optional[str]:
+    """A baseline kind's note on its host job (none for zcorch.worker.remote's own)."""
     at = _action_index(argv)
-    if at is None:
+    if at is None or argv[at] in _JOBS:
         return None
-    job = _JOBS.get(argv[at])
-    if job is None:
-        kind_job = _kind_job(argv[at], argv[at + 1:])
-        return kind_job[1] if kind_job else None
-    return job[2](argv[at + 1:]) if job[2] else None
+    kind_job = _kind_job(argv[at], argv[at + 1:])
+    return kind_job[1] if kind_job else None

@@ -1,21 +1,15 @@
 """SSH hosts: the Host interface over one persistent paramiko connection per host.
 
-Honoured: `ssh: [user@]host[:port]` or a Host alias; the ssh config (the spec's `ssh_config`, else
-~/.ssh/config): HostName, Port, User, IdentityFile, IdentitiesOnly, UserKnownHostsFile, ProxyJump
-(chains); known_hosts files, key files and the agent (never forwarded). An inventory's ssh_config is data,
-not code: `Match ... exec` is refused (file:line) unless `allow_config_exec`; ProxyCommand, LocalCommand
-and KnownHostsCommand are never run. An unknown host key is refused unless `accept_new_host_keys`
-(then saved); a changed one always is.
-
-The login shell only ever sees one constant wrapper; the argv travels on stdin (`_encode_argv`), and the
-wrapper prints `zcorch-pid PID PGID` so the command's process group can be killed over a new channel.
-Every remote operation has a deadline (`op_timeout`); TCP_USER_TIMEOUT and keepalives fail a dead link
-instead of hanging. Details: docs/architecture.md, "Host interface" and "SSH, deploy, preflight, lab".
+The ssh config is data, not code: `Match exec` is refused unless allowed, ProxyCommand, LocalCommand and
+KnownHostsCommand never run; unknown host keys are refused unless accepted, changed ones always. The login
+shell only sees a constant wrapper (argv travels on stdin); every remote operation has a deadline.
+Details: docs/architecture.md, "Host interface" and "SSH, deploy, preflight, lab".
 """
 from __future__ import annotations
 
 import base64
 import contextlib
+import getpass
 import hashlib
 import os
 import posixpath
@@ -26,14 +20,15 @@ import socket
 import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import List, Mapping, Optional, Sequence
 
 
 def _import_paramiko_without_invoke():
-    """paramiko.config imports invoke (60-130 ms of every `zcorch run` here) only to run a config's
-    `Match exec`, which zcorch refuses unless --allow-ssh-config-exec: import paramiko with invoke hidden,
-    and give paramiko.config its invoke in _allow_match_exec when the flag allows one."""
+    """paramiko.config imports invoke (slow) only for `Match exec`, refused unless allowed: hide it here,
+    _allow_match_exec gives it back."""
     hidden = "invoke" not in sys.modules
     if hidden:
         sys.modules["invoke"] = None   # `import invoke` raises ImportError: paramiko keeps the error for later
@@ -50,18 +45,16 @@ paramiko = _import_paramiko_without_invoke()
 from zcorch.config.hosts import Hosts, HostSpec
 from zcorch.errors import ConfigError, HostError, ZcorchError
 from zcorch.hosts import critical
-from zcorch.hosts.local import CommandResult, Host, Process, _LineReader, _waiting_for
+from zcorch.hosts.local import CommandResult, Host, Process, _LineReader, _waiting_for, expand_home
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
-# First stdout line of every wrapped command: "zcorch-pid PID PGID". Reading the group from /proc
-# (not assuming $$ == pgid) stays right even if the login shell forks instead of exec'ing.
+# First stdout line of every wrapped command (the group from /proc: the login shell may fork, not exec).
 _PID_TAG = "zcorch-pid"
 # A shell function gets its own "$@", so the fields of /proc/$$/stat after "(comm) " land in $1..$n
 # without clobbering the command's arguments ($3 is the process group).
 _WRAPPER = ('f() { echo "%s $$ $3"; }; read -r s < /proc/$$/stat; f ${s##*) }; exec "$@"' % _PID_TAG)
-# Rebuilds "$@" from stdin (see _encode_argv): line 1 is "ESC N" (ESC = the escape character, sent
-# rather than written here because fish would mangle a backslash inside single quotes); a short
-# read is an error (exit 125), never a shorter command.
+# Rebuilds "$@" from stdin (_encode_argv): line 1 is "ESC N" (ESC sent, not written here: fish mangles a
+# backslash in single quotes); a short read exits 125, never runs a shorter command.
 _READ_ARGV = ('read -r e n || exit 125; i=0; while [ "$i" -lt "$n" ]; do read -r a || exit 125; '
               'case $a in *"$e"*) a=$(printf "%bx" "$a"); a=${a%x};; esac; set -- "$@" "$a"; i=$((i+1)); done')
 _ARGV_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./=:,+@%-")
@@ -172,19 +165,15 @@ def _allow_match_exec() -> None:
 
 
 def _load_config(path: Optional[str], allow_exec: bool = False) -> paramiko.SSHConfig:
-    if path is None:
-        default = os.path.expanduser("~/.ssh/config")
-        if not os.path.exists(default):
-            return paramiko.SSHConfig()
-        path = default
-    path = os.path.expanduser(path)
+    if path is None and not os.path.exists(os.path.expanduser("~/.ssh/config")):
+        return paramiko.SSHConfig()
+    path = os.path.expanduser("~/.ssh/config" if path is None else path)
     try:
         if not allow_exec:
-            with open(path, encoding="utf-8", errors="replace") as f:
-                lines = match_exec_lines(f.read())
+            lines = match_exec_lines(Path(path).read_text(encoding="utf-8", errors="replace"))
             if lines:
                 raise ConfigError(f"{path}:{lines[0]}: `Match ... exec` would run a shell command on this machine "
-                                  f"(as {_local_user()}) while zcorch reads the ssh config: it is run only with "
+                                  f"(as {getpass.getuser()}) while zcorch reads the ssh config: it is run only with "
                                   "--allow-ssh-config-exec (the dry run never runs it); or remove the `exec` "
                                   "criterion" + (f" (also on line(s) {', '.join(map(str, lines[1:]))})"
                                                  if len(lines) > 1 else ""))
@@ -201,8 +190,7 @@ def _load_config(path: Optional[str], allow_exec: bool = False) -> paramiko.SSHC
 
 def resolve_target(spec: HostSpec, _config: Optional[paramiko.SSHConfig] = None,
                    _dest: Optional[str] = None, _depth: int = 0, allow_exec: bool = False) -> Target:
-    """Apply the ssh config and the spec's optional keys to `spec.ssh`. No network. A config with
-    `Match exec` is refused (ConfigError naming file:line) unless `allow_exec` (--allow-ssh-config-exec)."""
+    """Apply the ssh config and the spec's keys to `spec.ssh` (no network); `Match exec` needs `allow_exec`."""
     config = _config if _config is not None else _load_config(spec.ssh_config, allow_exec)
     dest = _dest if _dest is not None else spec.ssh
     user, host, port = parse_destination(dest)
@@ -290,7 +278,7 @@ def _open_client(name: str, target: Target, accept_new: bool, timeout: float,
                 # Small request/response packets: without NODELAY each command waits out a delayed ACK (~40 ms).
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             client.connect(
-                target.hostname, port=target.port, username=target.user or _local_user(),
+                target.hostname, port=target.port, username=target.user or getpass.getuser(),
                 key_filename=[p for p in target.identity_files if os.path.exists(p)] or None,
                 look_for_keys=not target.identities_only, allow_agent=not target.identities_only,
                 timeout=timeout, banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
@@ -310,30 +298,17 @@ def _open_client(name: str, target: Target, accept_new: bool, timeout: float,
         except (OSError, paramiko.SSHException, EOFError) as exc:
             raise HostError(f"{where}: cannot connect: {exc or type(exc).__name__}") from None
     except BaseException:
-        _close(client, own_sock)
+        client.close()
+        if own_sock is not None:
+            own_sock.close()
         raise
     return client
 
 
-def _close(client: paramiko.SSHClient, sock: Optional[socket.socket]) -> None:
-    client.close()
-    if sock is not None:
-        sock.close()
-
-
-def _local_user() -> str:
-    import getpass
-
-    return getpass.getuser()
-
-
 def connect(spec: HostSpec, name: str, accept_new_host_keys: bool = False,
             connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, allow_config_exec: bool = False) -> "SSHHost":
-    """Open the persistent connection to one host of the `hosts:` section.
-
-    `name` ("sender"/"receiver") is used in every message. Raises HostError (naming the host and the
-    cause) within about `connect_timeout` seconds per hop.
-    """
+    """The persistent connection to one host of `hosts:`; HostError (naming `name`) within about
+    `connect_timeout` s per hop."""
     target = resolve_target(spec, allow_exec=allow_config_exec)
     clients = []
     sock = None
@@ -357,17 +332,9 @@ def connect(spec: HostSpec, name: str, accept_new_host_keys: bool = False,
     return SSHHost(name, target, clients, spec)
 
 
-class _ChannelStream:
-    """Text readline() over a paramiko channel file (what hosts._LineReader expects)."""
-
-    def __init__(self, f):
-        self._f = f
-
-    def readline(self) -> str:
-        raw = self._f.readline()
-        if isinstance(raw, bytes):
-            raw = raw.decode("utf-8", "replace")
-        return raw
+def _text_readline(f):
+    """Text readline over a paramiko channel file (which gives bytes)."""
+    return lambda: f.readline().decode("utf-8", "replace")
 
 
 class SSHProcess(Process):
@@ -377,11 +344,8 @@ class SSHProcess(Process):
         self.host = host
         self.channel = channel
         self._killed_with: Optional[int] = None
-        self._out = _LineReader(_ChannelStream(channel.makefile("rb")))
-        self._err_chunks: list = []
-        self._err_t = threading.Thread(target=self._drain_err, args=(channel.makefile_stderr("rb"),),
-                                       daemon=True)
-        self._err_t.start()
+        self._out = _LineReader(_text_readline(channel.makefile("rb")))
+        self._drain_stderr(_text_readline(channel.makefile_stderr("rb")))
         try:
             first = self._out.readline(startup_timeout)
         except TimeoutError:
@@ -396,10 +360,6 @@ class SSHProcess(Process):
         _, pid, pgid = first.split()
         self.pid, self.pgid = int(pid), int(pgid)
 
-    def _drain_err(self, f) -> None:
-        for chunk in iter(_ChannelStream(f).readline, ""):
-            self._err_chunks.append(chunk)
-
     def readline(self, timeout: float) -> Optional[str]:
         return self._out.readline(timeout)
 
@@ -413,10 +373,6 @@ class SSHProcess(Process):
             # channel. Report the signal we sent, else SIGKILL's number as "killed, cause unknown".
             return -(self._killed_with or signal.SIGKILL)
         return status
-
-    def stderr_text(self, wait: float = 1.0) -> str:
-        self._err_t.join(timeout=wait)
-        return "".join(self._err_chunks)
 
     def send_line(self, text: str) -> None:
         try:
@@ -452,9 +408,7 @@ class SSHHost(Host):
         self._clients = clients           # jump hosts first; the last one is this host
         self._client = clients[-1]
         self.op_timeout = DEFAULT_OP_TIMEOUT   # deadline of every remote operation (see the module doc)
-        # Keepalives are data the peer must ACK: with TCP_USER_TIMEOUT a dead link breaks the
-        # connection (every waiter gets an error) instead of TCP retrying for ~15 minutes. Every hop:
-        # through ProxyJump only the first one has a TCP socket of ours, the others ride on it.
+        # Keepalives with TCP_USER_TIMEOUT: a dead link breaks the connection instead of TCP retrying for minutes.
         for client in clients:
             transport = client.get_transport()
             transport.set_keepalive(_KEEPALIVE_S)
@@ -471,8 +425,7 @@ class SSHHost(Host):
         return f"SSHHost({self.name!r}, {self.target.describe()!r})"
 
     def peer_address(self) -> Optional[str]:
-        """The address our TCP connection goes to (the first jump host's with ProxyJump): the route to it
-        on this machine carries the session (zcorch.provision.network keeps it unchanged)."""
+        """The address our TCP connection goes to (the first jump host's): its route carries the session."""
         sock = getattr(self._clients[0].get_transport(), "sock", None)
         try:
             return str(sock.getpeername()[0]) if isinstance(sock, socket.socket) else None
@@ -570,8 +523,7 @@ class SSHHost(Host):
         """Start argv; the Process reads stdout lines and can signal the whole remote process group."""
         with critical.section(_waiting_for(self.name, argv, "starting ")):   # started with its pid known
             chan = self._exec(argv, env, wrap=True)
-            # The channel's stdin stays open: when this controller dies, sshd sees the connection drop
-            # and closes the command's stdin, which a worker started with --exit-on-stdin-eof obeys.
+            # stdin stays open: sshd closes it when this controller dies (--exit-on-stdin-eof obeys it).
             return SSHProcess(self, chan)
 
     # -- files -------------------------------------------------------------------------------
@@ -585,12 +537,7 @@ class SSHHost(Host):
 
     def expand(self, path: str) -> str:
         """Remote `~` and relative paths -> absolute (commands are quoted, so no shell expands them)."""
-        path = str(path)
-        if path == "~" or path.startswith("~/"):
-            return self.home + path[1:]
-        if not path.startswith("/"):
-            return posixpath.join(self.home, path)
-        return path
+        return expand_home(self.home, path)
 
     def sftp(self) -> paramiko.SFTPClient:
         """The host's SFTP session; every call on it raises socket.timeout after op_timeout s."""
@@ -609,25 +556,21 @@ class SSHHost(Host):
 
     @contextlib.contextmanager
     def _sftp_call(self, what: str):
-        """Yields the SFTP session; a call that times out drops the session (its replies are out of
-        step now) and raises HostError naming the host and `what`."""
+        """Yields the SFTP session; a timed-out call drops it (replies out of step) and raises HostError."""
         with critical.section(f"{what} on {self.name}"):
-            yield from self._sftp_session(what)
-
-    def _sftp_session(self, what: str):
-        try:
-            sftp = self.sftp()
-        except HostError as exc:
-            raise HostError(f"{exc} (while {what})") from None
-        try:
-            yield sftp
-        except socket.timeout:
-            with self._lock:
-                if self._sftp is sftp:
-                    self._sftp = None
-            sftp.close()
-            raise HostError(f"{self.where}: {what}: no answer within {self.op_timeout:g}s "
-                            "(link stalled or sshd frozen?)") from None
+            try:
+                sftp = self.sftp()
+            except HostError as exc:
+                raise HostError(f"{exc} (while {what})") from None
+            try:
+                yield sftp
+            except socket.timeout:
+                with self._lock:
+                    if self._sftp is sftp:
+                        self._sftp = None
+                sftp.close()
+                raise HostError(f"{self.where}: {what}: no answer within {self.op_timeout:g}s "
+                                "(link stalled or sshd frozen?)") from None
 
     def makedirs(self, remote_dir: str) -> None:
         remote_dir = self.expand(remote_dir)
@@ -665,10 +608,8 @@ class SSHHost(Host):
             except socket.timeout:
                 raise  # _sftp_call: the session is gone, no clean-up over it
             except (OSError, paramiko.SSHException) as exc:
-                try:
+                with contextlib.suppress(OSError):
                     sftp.remove(tmp)
-                except OSError:
-                    pass
                 raise HostError(f"{self.where}: cannot write {remote_path}: {exc}") from None
 
     def close(self) -> None:
@@ -679,33 +620,17 @@ class SSHHost(Host):
             client.close()
 
 
-class _Wakeup:
-    """The event a channel's stdout and stderr buffers set (paramiko BufferedPipe.set_event) when data arrives or
-    they close (EOF, the channel closed). Their clear(), when a read empties one, is ignored: the other may still
-    hold data; _collect clears the shared event itself before it drains both."""
-
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def set(self) -> None:
-        self.event.set()
-
-    def clear(self) -> None:
-        pass
-
-
 def _collect(chan: paramiko.Channel, timeout: float) -> "tuple[str, str]":
-    """Read a channel's stdout and stderr until the command ends or `timeout` passes.
-
-    Both streams are drained together so neither flow-control window stalls the command. Between reads it
-    sleeps until data, the EOF, the exit status or the close arrives (not a poll: a command that runs for
-    seconds costs the controller no CPU meanwhile, which a fleet's pairs, many commands at once, add up).
-    """
+    """Read a channel's stdout and stderr together (neither window stalls the command) until it ends or
+    `timeout` passes, sleeping (no poll) until data, EOF, the exit status or the close arrives."""
     out, err = [], []
     deadline = time.monotonic() + timeout
     wake = threading.Event()
-    chan.in_buffer.set_event(_Wakeup(wake))
-    chan.in_stderr_buffer.set_event(_Wakeup(wake))
+    # Both buffers set the one event on data or close; their clear() (one buffer emptied) is ignored, as
+    # the other may still hold data: the loop clears it itself before draining both.
+    waker = types.SimpleNamespace(set=wake.set, clear=lambda: None)
+    chan.in_buffer.set_event(waker)
+    chan.in_stderr_buffer.set_event(waker)
     while True:
         wake.clear()   # before draining: whatever arrives after the drain sets it again
         # judged before the last drain: after the EOF or the close no more data comes, so none is left behind
@@ -733,11 +658,8 @@ def _collect(chan: paramiko.Channel, timeout: float) -> "tuple[str, str]":
 
 def open_hosts(section: Hosts, accept_new_host_keys: bool = False,
                connect_timeout: float = DEFAULT_CONNECT_TIMEOUT, allow_config_exec: bool = False) -> "dict[str, Host]":
-    """{"sender": Host, "receiver": Host} for the `hosts:` section of an experiment file.
-
-    `localhost` gives one LocalHost for both roles (no SSH); otherwise an SSHHost per role (connected
-    now). Connection problems of both hosts are reported together (HostError).
-    """
+    """{"sender": Host, "receiver": Host} of a `hosts:` section: one LocalHost for both roles, or an SSHHost
+    per role, connected now (both hosts' problems reported together)."""
     from zcorch.hosts.local import LocalHost
 
     if section.localhost:

@@ -7,14 +7,13 @@ Layout for `--name NAME --index N` (N shifts the third octet, so several labs ca
         └── veth zlNr ── mgmt0 10.77.N.3  [netns zcorch-NAME-receiver] sshd on 10.77.N.3:22
     data link (veth, MTU 9000): sender data0 10.78.N.2 <-> receiver data0 10.78.N.3
 
-Each sshd runs in its own mount namespace where the lab's per-host directories are bind-mounted over
-/root (the home, so a deploy really copies files to "another machine") and /scratch. State (keys,
-known_hosts, ssh_config, homes, sshd configs, pid files, logs) lives in /var/lib/zcorch-lab/NAME/.
-Every root-namespace link carries the alias `zcorch-lab:NAME`, so `down` finds what a crashed `up`
-left behind even without the state directory.
+Each sshd runs in its own mount namespace, the lab's per-host directories bind-mounted over /root and
+/scratch; state lives in /var/lib/zcorch-lab/NAME/. Every root-namespace link carries the alias
+`zcorch-lab:NAME`, so `down` finds what a crashed `up` left even without the state directory.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,10 +24,11 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
 
-from zcorch.config.hosts import DEFAULT_WORKDIR, Hosts, fs_state_dir, net_state_dir
-from zcorch.errors import LabError
+from zcorch.config.hosts import DEFAULT_PYTHON, DEFAULT_WORKDIR, Hosts, fs_state_dir, net_state_dir
+from zcorch.errors import LabError, ZcorchError
 from zcorch.hosts.local import LocalHost
 
 STATE_ROOT = "/var/lib/zcorch-lab"
@@ -250,12 +250,16 @@ def list_netns() -> List[str]:
     return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
 
 
-def _links() -> List[dict]:
-    p = _run(["ip", "-j", "-d", "link", "show"], check=False)
+def _ip_json(*args: str) -> List[dict]:
+    p = _run(["ip", "-j", *args], check=False)
     try:
         return json.loads(p.stdout or "[]")
     except ValueError:
         return []
+
+
+def _links() -> List[dict]:
+    return _ip_json("-d", "link", "show")
 
 
 def _link(name: str) -> Optional[dict]:
@@ -269,8 +273,7 @@ def netns_pids(ns: str) -> List[int]:
 
 def _read_pid(path: str) -> Optional[int]:
     try:
-        with open(path) as f:
-            return int(f.read().strip())
+        return int(Path(path).read_text().strip())
     except (OSError, ValueError):
         return None
 
@@ -279,8 +282,7 @@ def _alive(pid: Optional[int]) -> bool:
     if not pid:
         return False
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][:1] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
     except OSError:
         return False
 
@@ -298,8 +300,7 @@ def ssh_banner(address: str, port: int = 22, timeout: float = 1.0) -> Optional[s
 
 def _write(path: str, text: str, mode: int = 0o644) -> None:
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
+    Path(tmp).write_text(text)
     os.chmod(tmp, mode)
     os.replace(tmp, path)
 
@@ -361,13 +362,8 @@ def up(layout: LabLayout) -> dict:
 
 
 def _check_addresses_free(layout: LabLayout) -> None:
-    p = _run(["ip", "-j", "-4", "addr", "show"], check=False)
-    try:
-        ifaces = json.loads(p.stdout or "[]")
-    except ValueError:
-        ifaces = []
     prefixes = (f"10.77.{layout.index}.", f"10.78.{layout.index}.")
-    for iface in ifaces:
+    for iface in _ip_json("-4", "addr", "show"):
         for a in iface.get("addr_info", []):
             if str(a.get("local", "")).startswith(prefixes):
                 raise LabError(f"address {a['local']} already exists on {iface.get('ifname')}: lab index "
@@ -380,8 +376,7 @@ def _make_files(layout: LabLayout) -> None:
     if not os.path.exists(layout.identity_file):
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"zcorch-lab-{layout.name}",
               "-f", layout.identity_file])
-    with open(layout.identity_file + ".pub") as f:
-        _write(layout.authorized_keys, f.read(), 0o600)
+    _write(layout.authorized_keys, Path(layout.identity_file + ".pub").read_text(), 0o600)
     known = []
     for h in HOSTS:
         for d in (layout.host_dir(h), layout.home(h), layout.scratch(h)):
@@ -389,8 +384,7 @@ def _make_files(layout: LabLayout) -> None:
         if not os.path.exists(layout.host_key(h)):
             _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{layout.host_alias(h)}",
                   "-f", layout.host_key(h)])
-        with open(layout.host_key(h) + ".pub") as f:
-            keytype, key = f.read().split()[:2]
+        keytype, key = Path(layout.host_key(h) + ".pub").read_text().split()[:2]
         known.append(f"{layout.mgmt_address(h)} {keytype} {key}")
         _write(layout.sshd_config(h), layout.sshd_config_text(h))
     _write(layout.known_hosts, "\n".join(known) + "\n")
@@ -440,8 +434,7 @@ def _start_sshd(layout: LabLayout, host: str) -> None:
     pidfile = layout.sshd_pidfile(host)
     if os.path.exists(pidfile):
         os.unlink(pidfile)
-    with open(layout.sshd_log(host), "a"):
-        pass
+    Path(layout.sshd_log(host)).touch()
     argv = ["setsid", "-f", "ip", "netns", "exec", layout.ns(host), "unshare", "--mount", "--propagation",
             "private", "sh", "-c", _SSHD_SCRIPT, "sh", layout.home(host), layout.scratch(host),
             SCRATCH_MOUNTPOINT, SSHD, layout.sshd_config(host), layout.sshd_log(host)]
@@ -454,8 +447,7 @@ def _start_sshd(layout: LabLayout, host: str) -> None:
             return
         time.sleep(0.05)
     try:
-        with open(layout.sshd_log(host)) as f:
-            log = f.read()[-2000:]
+        log = Path(layout.sshd_log(host)).read_text()[-2000:]
     except OSError:
         log = ""
     raise LabError(f"sshd of {host} in {layout.ns(host)} did not answer on {layout.mgmt_address(host)}:22 within "
@@ -469,8 +461,7 @@ def down(layout: LabLayout, keep_keys: bool = False) -> dict:
     removed: dict = {"processes": [], "netns": [], "links": [], "mounts": [], "state": None,
                      "filesystems": [], "filesystem_errors": [], "network": [], "network_errors": []}
     namespaces = [ns for ns in list_netns() if ns.startswith(layout.ns_prefix)]
-    # Loops, mounts and md arrays a killed `zcorch run` left on a host live in (or hang off) that
-    # host's namespaces: undo them from inside, while its sshd (and so its mount namespace) lives.
+    # What a killed `zcorch run` left lives in the host's namespaces: undone from inside while its sshd lives.
     for h in HOSTS:
         pid = _read_pid(layout.sshd_pidfile(h))
         if layout.ns(h) in namespaces and _alive(pid) and _is_lab_sshd(pid, layout, h):
@@ -513,8 +504,7 @@ def down(layout: LabLayout, keep_keys: bool = False) -> dict:
 
 
 class NamespaceHost(LocalHost):
-    """A lab host reached without SSH: every command runs inside its sshd's network and mount
-    namespaces (nsenter), i.e. sees what a command over SSH sees, as root with HOME=/root."""
+    """A lab host reached without SSH: commands run in its sshd's network and mount namespaces (nsenter)."""
 
     def __init__(self, name: str, sshd_pid: int):
         super().__init__(name, "")
@@ -529,33 +519,29 @@ class NamespaceHost(LocalHost):
 
 
 def _cleanup_filesystems(host: "NamespaceHost", removed: dict) -> None:
-    """FilesystemManager.cleanup_stale on one host for the default state dir (`~/.cache/zcorch/fs`;
-    an experiment with its own `workdir` keeps its state there: the next `zcorch run` undoes it)."""
-    from zcorch.config.hosts import DEFAULT_PYTHON
-    from zcorch.errors import ZcorchError
+    """FilesystemManager.cleanup_stale on one host for the default state dir (an experiment's own `workdir`
+    keeps its state there: the next `zcorch run` undoes it)."""
     from zcorch.provision.filesystems import FilesystemManager
 
-    try:  # the host's own python3, as _restore_network's
-        undone = FilesystemManager.cleanup_stale(host, FS_STATE_DIR, python=DEFAULT_PYTHON)
-    except ZcorchError as exc:
-        removed["filesystem_errors"].append(str(exc))
-        return
-    removed["filesystems"] += [f"{host.name}: {u}" for u in undone]
+    _undo_into(removed, "filesystems", "filesystem_errors", lambda: [
+        f"{host.name}: {u}" for u in FilesystemManager.cleanup_stale(host, FS_STATE_DIR, python=DEFAULT_PYTHON)])
 
 
 def _restore_network(host: "NamespaceHost", removed: dict) -> None:
-    """What a killed `zcorch run` changed with a `networks:` entry, put back from the default state dir
-    (`~/.cache/zcorch/net`). Deleting the namespace right after discards data0 and every net.* sysctl of
-    the namespace anyway (they are per namespace); restoring first also clears the state file, so nothing
-    stale is left for a lab that keeps its state (`down --keep-keys`)."""
-    from zcorch.config.hosts import DEFAULT_PYTHON
-    from zcorch.errors import ZcorchError
+    """A killed `zcorch run`'s `networks:` changes put back from the default state dir: the namespace's
+    deletion would discard them anyway, but this also clears the state file (for `down --keep-keys`)."""
     from zcorch.provision.network import restore_state
 
-    try:  # the host's own python3, as a sweep's (the controller's may live under /root, hidden there)
-        removed["network"] += restore_state(host, DEFAULT_PYTHON, NET_STATE_DIR)
+    _undo_into(removed, "network", "network_errors", lambda: restore_state(host, DEFAULT_PYTHON, NET_STATE_DIR))
+
+
+def _undo_into(removed: dict, key: str, errors: str, undo: Callable[[], List[str]]) -> None:
+    """removed[key] += undo(), or its error to removed[errors]. Undone by the host's own python3: the
+    controller's may live under /root, hidden in the lab host's mount namespace."""
+    try:
+        removed[key] += undo()
     except ZcorchError as exc:
-        removed["network_errors"].append(str(exc))
+        removed[errors].append(str(exc))
 
 
 def _remove(path: str) -> None:
@@ -573,19 +559,16 @@ def _kill_netns(ns: str) -> List[int]:
         if not pids:
             break
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
-            except ProcessLookupError:
-                pass
         time.sleep(0.05)
     return sorted(set(killed))
 
 
 def _is_lab_sshd(pid: int, layout: LabLayout, host: str) -> bool:
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return layout.sshd_config(host).encode() in f.read()
+        return layout.sshd_config(host).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
@@ -625,8 +608,7 @@ def _index_from_state(name: str, given: Optional[int]) -> int:
     if given is not None:
         return given
     try:
-        with open(os.path.join(STATE_ROOT, name, "lab.json")) as f:
-            return int(json.load(f)["index"])
+        return int(json.loads(Path(STATE_ROOT, name, "lab.json").read_text())["index"])
     except (OSError, ValueError, KeyError):
         return 0
 

@@ -1,23 +1,21 @@
 """Deploy the worker to a host and check the host has what a sweep needs (preflight).
 
-Remote hosts: the files are uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there by
-native/build.py with the host's own python, cffi and compiler, checked, marked and renamed to
-`<workdir>/worker-<hash>/` (`zcorch.worker.remote finalize`); a marked build that passes the ownership
-checks is reused, found by the preflight's own round trip. LocalHost: the controller's own package is
-the worker; nothing is copied. The files come through importlib.resources (the C sources from
-zcorch/_native_src/ in a wheel or sdist install, else the checkout's native/), so deploy works the same
-from every kind of install. Details: docs/architecture.md, "SSH, deploy, preflight, lab".
+Remote hosts: uploaded into `<workdir>/.tmp-worker-<hash>-<rand>/`, built there with the host's own python,
+then renamed to `<workdir>/worker-<hash>/`; a marked build that passes the ownership checks is reused.
+LocalHost runs the controller's own package. Details: docs/architecture.md, "SSH, deploy, preflight, lab".
 """
 from __future__ import annotations
 
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import posixpath
 import sys
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from zcorch._version import __version__
@@ -28,8 +26,6 @@ from zcorch.errors import DeployError, PreflightError
 from zcorch.hosts.interpreter import python_argv
 from zcorch.hosts.local import Host
 from zcorch.hosts.parallel import per_host
-# PACKAGE_PARENT: the directory holding the zcorch package this controller runs (a checkout, or the
-# site-packages of a wheel/sdist install): a local worker's PYTHONPATH.
 from zcorch.provision.remote_call import PACKAGE_PARENT, host_python, local_safe_path, remote_json, run_remote
 from zcorch.worker import netcfg
 
@@ -39,9 +35,8 @@ KEEP_BUILDS = 3          # older worker-<hash> directories beyond this many are 
 MIN_PYTHON = (3, 11)  # the range pyproject.toml states and CI tests, on hosts as on the controller
 NATIVE_PACKAGE_DATA = "_native_src"   # zcorch/_native_src/ of a wheel = the checkout's native/ (setup.py)
 
-# Deployed modules (docs/architecture.md "What ships to the hosts"): stdlib-only + the cffi module.
-# The folder rule: zcorch/worker/ ships whole; of the core, only what the worker imports.
-# Paths are as laid out on the host (zcorch/..., native/...), whatever the local layout.
+# Deployed modules, as laid out on the host (docs/architecture.md "What ships to the hosts"): zcorch/worker/
+# whole; of the core, only what the worker imports.
 _DEPLOYED_MODULES = ["zcorch/__init__.py", "zcorch/_version.py", "zcorch/errors.py", "zcorch/units.py",
                      "zcorch/params.py", "zcorch/worker/__init__.py", "zcorch/worker/__main__.py", "native/build.py",
                      "native/gen_params.py"]
@@ -49,9 +44,7 @@ _DEPLOYED_GLOBS = ["zcorch/worker/*.py", "native/include/*.h", "native/core/*.c"
 
 
 def native_sources_dir() -> str:
-    """Where this installation keeps what becomes native/ on a host (build.py, include/, core/, modes/):
-    the package data zcorch/_native_src/ of a wheel or sdist install, else the checkout's native/ next
-    to the package (a checkout, an editable install). Found through importlib.resources."""
+    """What becomes native/ on a host: zcorch/_native_src/ of an install, else the checkout's native/."""
     package = _package_dir()
     data = os.path.join(package, NATIVE_PACKAGE_DATA)
     if os.path.isfile(os.path.join(data, "build.py")):
@@ -69,13 +62,7 @@ def _package_dir() -> str:
 
 
 def worker_sources(source_root: Optional[str] = None) -> Dict[str, str]:
-    """{path on the host, relative to the build directory -> local file}: every file a remote host gets.
-
-    source_root None: this installation (the package's own modules, the C side from native_sources_dir()),
-    the same set from a checkout, an editable install, a wheel or an sdist install. source_root DIR: a tree
-    laid out as on the host (DIR/zcorch/..., DIR/native/...), e.g. a changed copy in a test.
-    Raises DeployError if a file is missing.
-    """
+    """{path on the host -> local file} of this installation, or of `source_root` laid out as on the host."""
     if source_root is None:
         roots = {"zcorch": _package_dir(), "native": native_sources_dir()}
     else:
@@ -86,13 +73,8 @@ def worker_sources(source_root: Optional[str] = None) -> Dict[str, str]:
         top, _, rest = rel.partition("/")
         return os.path.join(roots[top], *rest.split("/"))
 
-    files: Dict[str, str] = {}
-    missing = []
-    for rel in _DEPLOYED_MODULES:
-        if os.path.isfile(local(rel)):
-            files[rel] = local(rel)
-        else:
-            missing.append(rel)
+    files = {rel: local(rel) for rel in _DEPLOYED_MODULES}
+    missing = [rel for rel, path in files.items() if not os.path.isfile(path)]
     for pattern in _DEPLOYED_GLOBS:
         top, _, rest = pattern.partition("/")
         for path in glob.glob(local(pattern)):
@@ -108,40 +90,27 @@ def content_hash(sources: Mapping[str, str]) -> str:
     """16 hex digits of SHA-256 over every deployed file's path (as on the host) and bytes."""
     h = hashlib.sha256()
     for rel in sorted(sources):
-        with open(sources[rel], "rb") as f:
-            data = f.read()
+        data = Path(sources[rel]).read_bytes()
         h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
     return h.hexdigest()[:16]
 
 
 @dataclass
 class WorkerHandle:
-    """How to start the deployed worker on one host.
-
-    worker_argv: [python, ("-S",) "-P", "-m", "zcorch.worker"] (safe_path) or [python, ("-S",) "-c", BOOTSTRAP]
-    (zcorch.hosts.interpreter: never from the current directory); env: what Host.start must get ({"PYTHONPATH": dir}
-    remotely, {"PYTHONPATH": <package parent>} locally). `command(args)` is the complete argv with the
-    environment folded in via `env`, for callers that pass no env.
-    """
+    """How to start the deployed worker on one host: `worker_argv` with `env`, or `command(args)`."""
 
     host: Host
     python: str
     directory: str                 # the package root on the host (PYTHONPATH)
     hash: str
     reused: bool = False           # True when an existing build was taken as is
-    # What `worker info` printed there (prepare: the version and mode check), with the metadata and the
-    # cached calibration when they were asked for along (info_args of prepare); None before that check.
-    info: Optional[dict] = None
-    # The preflight's look into the host's network state directory: False = no state file there (nothing a
-    # killed sweep left to restore: zcorch.provision.network.restore_leftovers skips its read); None = not
-    # looked or cannot tell.
+    info: Optional[dict] = None    # what `worker info` printed there (prepare's check); None before it
+    # False: the preflight found no network state file on the host (restore_leftovers skips it); None: unknown.
     net_state: Optional[bool] = None
     env: Dict[str, str] = field(default_factory=dict)
-    # ["-S"] when the directory of _cffi_backend (all the built module needs from site-packages) is
-    # on PYTHONPATH: skipping `site` (and the .pth files it runs) is a large part of the worker's start-up.
+    # ["-S"] when _cffi_backend's directory is on PYTHONPATH: skipping `site` speeds the worker's start-up.
     python_flags: List[str] = field(default_factory=list)
-    # The interpreter is known to be 3.11+ (this controller's own): -P, else the -c bootstrap.
-    safe_path: bool = False
+    safe_path: bool = False        # the interpreter is 3.11+: -P, else the -c bootstrap
 
     @property
     def worker_argv(self) -> List[str]:
@@ -170,26 +139,18 @@ def build_directory(host: Host, digest: str, workdir: Optional[str] = None) -> "
 def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str] = None,
            python: Optional[str] = None, build_timeout: float = BUILD_TIMEOUT,
            safe_path: bool = False, probed: Optional[dict] = None) -> WorkerHandle:
-    """Make the worker runnable on `host`; returns the handle that starts it.
-
-    source_root: a tree laid out as on the host whose files are deployed (default: this installation,
-    worker_sources()). workdir / python default
-    to the host spec's `workdir` / `python` keys. safe_path: the host's python is 3.11+ (the preflight
-    said so): the worker starts with -P, else with the bootstrap of zcorch.hosts.interpreter (never from
-    the current directory either way). probed: the preflight probe's "build" answer for this workdir and
-    hash (zcorch.worker.remote.build_state: the build directory as the host expands it, the marker's text
-    or why the build is refused), which saves expanding `~`, reading the marker and checking the build
-    here; without it (or for another build) all three are done here. Raises DeployError naming the host.
-    """
+    """Make the worker runnable on `host`; returns the handle that starts it (DeployError naming the host).
+    workdir / python default to the host spec's; safe_path: its python takes -P; probed: the preflight's
+    "build" answer (zcorch.worker.remote.build_state), which saves finding it here."""
     python = python or host_python(host)
     if host.is_local:
         if source_root is not None and os.path.abspath(source_root) != PACKAGE_PARENT:
             raise DeployError("localhost runs the controller's own package; source_root is for remote hosts")
         handle = WorkerHandle(host, python, PACKAGE_PARENT, "local", reused=True, env={"PYTHONPATH": PACKAGE_PARENT},
                               safe_path=local_safe_path(python))
-        cffi_dir = _local_cffi_backend_dir() if python == sys.executable else None
-        if cffi_dir:
-            handle.env["PYTHONPATH"] = f"{PACKAGE_PARENT}:{cffi_dir}"
+        cffi = importlib.util.find_spec("_cffi_backend") if python == sys.executable else None
+        if cffi and cffi.origin:
+            handle.env["PYTHONPATH"] = f"{PACKAGE_PARENT}:{os.path.dirname(os.path.abspath(cffi.origin))}"
             handle.python_flags = ["-S"]
         return handle
     sources = worker_sources(source_root)
@@ -206,8 +167,7 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
         probed = _build_state(host, base, final, python)
     handle = WorkerHandle(host, python, final, digest, env={"PYTHONPATH": final}, safe_path=safe_path)
     if probed.get("refused"):
-        # The build goes onto PYTHONPATH: one another user can change (its directory, or any directory or
-        # file in it) is not ours to run.
+        # The build goes onto PYTHONPATH: one another user can change is not ours to run.
         raise DeployError(f"{_where(host)}: refusing to use the worker build in {final}: {probed['refused']}")
     if probed.get("marker") is not None:
         handle.reused = True
@@ -239,8 +199,7 @@ def deploy(host: Host, source_root: Optional[str] = None, workdir: Optional[str]
 
 
 def _build_state(host: Host, base: str, final: str, python: str) -> dict:
-    """What the preflight's build_state answers, found with two commands of its own (deploy() without a
-    probe): the marker read, and if there is one, the build checked (`private-build`) before it counts."""
+    """The preflight's build_state, found here: the marker, counted only once `private-build` checked it."""
     existing = host.run(["cat", "--", posixpath.join(final, MARKER)], timeout=30)
     if not existing.ok:
         return {"marker": None, "refused": None}
@@ -248,13 +207,6 @@ def _build_state(host: Host, base: str, final: str, python: str) -> dict:
     if not trust.ok:
         return {"marker": None, "refused": (trust.stderr or trust.stdout).strip()}
     return {"marker": existing.stdout, "refused": None}
-
-
-def _local_cffi_backend_dir() -> Optional[str]:
-    import importlib.util
-
-    spec = importlib.util.find_spec("_cffi_backend")
-    return os.path.dirname(os.path.abspath(spec.origin)) if spec and spec.origin else None
 
 
 def _use_cffi_dir(handle: WorkerHandle, marker_text: str) -> None:
@@ -268,16 +220,12 @@ def _use_cffi_dir(handle: WorkerHandle, marker_text: str) -> None:
         handle.python_flags = ["-S"]
 
 
-# -- preflight --------------------------------------------------------------------------------
-# One round trip per host: what python, cffi, headers, compiler, the baseline tools, ports look like there.
+# -- preflight: one round trip per host ------------------------------------------------------
 def probe_host(host: Host, ports: Sequence[int] = (), python: Optional[str] = None,
                programs: Sequence[str] = (), build: Optional[Sequence[str]] = None,
                net_state: Optional[str] = None) -> dict:
-    """Facts about a host (zcorch.worker.remote.preflight_facts; `tools` = {program: its path or None}
-    for each of `programs`; given build = (workdir as written, `worker-<hash>`), "build": what deploy()
-    needs to know of it, zcorch.worker.remote.build_state; given net_state (the network state directory as
-    written), "net_state": whether a network state file is there, zcorch.worker.remote.net_state_present),
-    or {"error": ...} when its python cannot run."""
+    """Facts about a host (zcorch.worker.remote.preflight_facts; "build" given build = (workdir, `worker-<hash>`),
+    "net_state" given its directory), or {"error": ...} when its python cannot run."""
     python = python or host_python(host)
     r = run_remote(host, "preflight", host.data_address, *[int(p) for p in ports],
                    *[a for p in programs for a in ("--tool", p)],
@@ -299,8 +247,7 @@ def takes_safe_path(facts: Optional[dict]) -> bool:
 
 
 def host_problems(host: Host, facts: dict, tools: Sequence[Tool] = ()) -> List[str]:
-    """Pure: each missing piece of one host as "<host>: <what> — <fix>"; `tools`: the baseline kinds'
-    programs it must have (zcorch.config.baselines)."""
+    """Pure: each missing piece of one host as "<host>: <what> — <fix>"; `tools`: the programs it must have."""
     where = _where(host)
     problems = []
     if "error" in facts:
@@ -315,13 +262,12 @@ def host_problems(host: Host, facts: dict, tools: Sequence[Tool] = ()) -> List[s
         problems.append(f"{where}: {facts['executable']} is Python {'.'.join(map(str, facts['python']))}, "
                         f"the worker needs {'.'.join(map(str, MIN_PYTHON))}+ — set hosts.{host.name}.python")
     if not host.is_local:  # localhost runs the controller's own, already built, package
-        if not facts["cffi"]:
-            problems.append(f"{where}: python module cffi not found for {facts['executable']} — "
-                            f"apt-get install python3-cffi (or pip install cffi)")
-        if not facts["python_h"]:
-            problems.append(f"{where}: Python headers (Python.h) not found — apt-get install python3-dev")
-        if not facts["cc"]:
-            problems.append(f"{where}: no C compiler (cc) found — apt-get install gcc")
+        for key, what in (("cffi", f"python module cffi not found for {facts['executable']} — apt-get install "
+                                   "python3-cffi (or pip install cffi)"),
+                          ("python_h", "Python headers (Python.h) not found — apt-get install python3-dev"),
+                          ("cc", "no C compiler (cc) found — apt-get install gcc")):
+            if not facts[key]:
+                problems.append(f"{where}: {what}")
     for tool in tools:
         if not (facts.get("tools") or {}).get(tool.program):
             unrunnable = (facts.get("tools_unrunnable") or {}).get(tool.program)
@@ -343,12 +289,8 @@ _SIDE_WORDS = {"send": "send", "recv": "receive"}
 
 
 def mode_problems(where: str, info: dict, needed: Mapping[str, "Sequence[str]"]) -> List[str]:
-    """Pure: each mode of `needed` ({"send": [modes], "recv": [modes]}) that the host's `worker info`
-    says it cannot run, with the worker's reason: the package missing when the worker was built
-    (native/build.py's feature probes) or the kernel feature its probe did not find. A mode the
-    info does not list at all (a build from other sources) is a problem too, and so is a mode whose
-    capabilities there differ from the controller's copy of the table that judged the cells
-    (zcorch.config.capabilities); an info without a mode list (a dry run's) checks nothing."""
+    """Pure: each mode of `needed` ({"send": [modes], "recv": [modes]}) the host's `worker info` cannot run, does
+    not list, or declares with capabilities other than zcorch.config.capabilities (no mode list: no check)."""
     problems = []
     listed, unavailable = info.get("modes") or {}, info.get("unavailable") or {}
     declared = info.get("capabilities") or {}
@@ -373,10 +315,7 @@ def mode_problems(where: str, info: dict, needed: Mapping[str, "Sequence[str]"])
 def worker_version_problems(handle: WorkerHandle,
                             modes: Optional[Mapping[str, "Sequence[str]"]] = None,
                             info_args: Sequence[str] = ()) -> List[str]:
-    """Run `worker info` on the host; a mismatch with the controller's version is a problem, and so is
-    each of `modes` ({"send": [...], "recv": [...]}, the cells' modes on this host) it cannot run.
-    info_args: more of `worker info`'s flags (the metadata, the cached calibration: zcorch.worker.cli),
-    whose answers come back in handle.info with the rest of what it printed."""
+    """`worker info` on the host (more flags: info_args; its answer to handle.info): version and mode problems."""
     where = _where(handle.host)
     r = handle.host.run(handle.worker_argv + ["info", *info_args], env=handle.env, timeout=60)
     fix = ("reinstall zcorch (in a checkout: scripts/bootstrap)" if handle.host.is_local
@@ -398,18 +337,11 @@ def worker_version_problems(handle: WorkerHandle,
 def preflight(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Tool]]] = None,
               ports: Sequence[int] = (), handles: Optional[Mapping[str, WorkerHandle]] = None,
               digest: Optional[str] = None) -> Dict[str, dict]:
-    """Check every host (and, given handles, every deployed worker's version); returns the probe facts.
-    tools: {role: the baseline tools that host must have}. digest: the content hash of the worker to be
-    deployed: each remote host's probe also reports on its build directory (facts["build"], for deploy()).
-
-    Raises one PreflightError listing every problem of every host. The same Host object used for
-    two roles (localhost) is checked once.
-    """
+    """Check every host once (and given handles, each worker's version); returns the probe facts (with the
+    build of worker `digest`). tools: {role: baseline tools}. One PreflightError lists every problem."""
     facts: Dict[str, dict] = {}
     problems: List[str] = []
-    first_role: Dict[int, str] = {}
-    for role, host in hosts.items():
-        first_role.setdefault(id(host), role)
+    first_role = _first_roles(hosts)
     roles = list(first_role.values())
 
     def probe(role: str) -> "tuple[dict, List[str]]":
@@ -433,17 +365,21 @@ def preflight(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[T
     return facts
 
 
+def _first_roles(hosts: Mapping[str, Host]) -> Dict[int, str]:
+    """{id(host): its first role}: one Host in two roles (localhost) is handled once."""
+    first: Dict[int, str] = {}
+    for role, host in hosts.items():
+        first.setdefault(id(host), role)
+    return first
+
+
 def prepare(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Tool]]] = None,
             ports: Sequence[int] = (),
             source_root: Optional[str] = None,
             modes: Optional[Mapping[str, Mapping[str, "Sequence[str]"]]] = None,
             info_args: Optional[Mapping[str, Sequence[str]]] = None) -> Dict[str, WorkerHandle]:
-    """Preflight the hosts, deploy the worker to each, then check the deployed versions and that each
-    host can run the modes the cells give it: modes = {"sender": {"send": [...]}, "receiver": {"recv":
-    [...]}} (one host in both roles gets both). info_args: {role: more flags of that `worker info`}
-    (one host in both roles: its first role's), its answers in the handle's `info`. Two round trips per
-    remote host when its build is reused: the preflight probe (which also reads the build's state) and
-    `worker info`. Raises PreflightError naming every problem."""
+    """Preflight the hosts, deploy the worker to each, then check its version and the modes ({role: {side:
+    [modes]}}) the cells give it. info_args: {role: more `worker info` flags}. PreflightError names all."""
     digest = content_hash(worker_sources(source_root)) if any(not h.is_local for h in hosts.values()) else None
     facts = preflight(hosts, tools=tools, ports=ports, digest=digest)
     needed: Dict[int, Dict[str, List[str]]] = {}
@@ -451,9 +387,7 @@ def prepare(hosts: Mapping[str, Host], tools: Optional[Mapping[str, Sequence[Too
         mine = needed.setdefault(id(host), {"send": [], "recv": []})
         for side, names in ((modes or {}).get(role) or {}).items():
             mine[side] += list(names)
-    first_role: Dict[int, str] = {}
-    for role, host in hosts.items():
-        first_role.setdefault(id(host), role)
+    first_role = _first_roles(hosts)
 
     def install(role: str) -> "tuple[WorkerHandle, List[str]]":
         host = hosts[role]

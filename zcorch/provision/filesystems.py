@@ -1,17 +1,14 @@
 """Receiver filesystems as a matrix axis: provision, record, tear down - safely.
 
-The `filesystem` parameter picks one of the `filesystems:` entries per cell (parsed and checked by
-zcorch.config.filesystems); `{filesystem}` in `sink` becomes its mountpoint. `FilesystemManager`
-provisions an entry on its first `ensure(name)`, `release`s it after its last cell and `teardown_all()`s
-on exit, all through `Host.run(argv)` on the receiver. A state file written before every step lists
-what was made, and only that is ever undone; a killed controller's is undone by the host's own code, within
-the run's own directories (zcorch.worker.watchdog.restore_fs, as the host's watchdog does).
-mkfs/mdadm/mount touch only loop devices this manager made or devices in the entry's `allow_destroy`
-(fs_probe.device_problems, re-checked right before mkfs); a failure raises HostError after undoing the
-half-built entry. State layout and API: docs/architecture.md, "Filesystems".
+`FilesystemManager` provisions a `filesystems:` entry on its first `ensure(name)`, `release`s it after its
+last cell and `teardown_all()`s on exit. A state file written before every step lists what was made, and
+only that is ever undone (by the host's own code, zcorch.worker.watchdog.restore_fs). mkfs/mdadm/mount
+touch only loops this manager made or devices in `allow_destroy` (fs_probe.device_problems, re-checked
+right before). State layout and API: docs/architecture.md, "Filesystems".
 """
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
 import secrets
@@ -38,11 +35,11 @@ SESSION = "(session)"  # state-file key of the manager's own directories, undone
 EXT_MKFS_DEFAULTS = ["-E", "lazy_itable_init=0,lazy_journal_init=0"]
 
 
+@dataclass
 class Ref:
     """A value known only while provisioning (a loop device name, the md device)."""
 
-    def __init__(self, name: str):
-        self.name = name
+    name: str
 
     def __repr__(self) -> str:
         return f"<{self.name}>"
@@ -80,15 +77,12 @@ class FilesystemManager:
     def __init__(self, host: Host, configs: "Mapping[str, FilesystemConfig]", state_dir: str, dry_run: bool = False,
                  log: Optional[Log] = None, scratch: Optional[str] = None):
         self.host = host
-        # `{scratch}` on the receiver (`mountpoint: {scratch}/DIR`); by default the state directory's sibling, as
-        # zcorch.config.hosts places both under the workdir
+        # `{scratch}` on the receiver; by default the state directory's sibling (both under the workdir)
         self._scratch_raw = scratch or posixpath.join(posixpath.dirname(state_dir.rstrip("/")) or "/", "scratch")
-        self._scratch: Optional[str] = None
         self.dry_run = dry_run
         self.log: Log = log or (lambda _m: None)
         self.configs: "dict[str, FilesystemConfig]" = dict(configs)
         self._state_dir_raw = state_dir
-        self._state_dir: Optional[str] = None
         self.token = time.strftime("%Y%m%dT%H%M%S") + "-" + secrets.token_hex(3)
         self._state: Optional[StateFile] = None
         self._mounted: dict = {}        # name -> mountpoint, in provisioning order
@@ -107,17 +101,13 @@ class FilesystemManager:
 
     # ------------------------------------------------------------ paths
 
-    @property
+    @functools.cached_property
     def state_dir(self) -> str:
-        if self._state_dir is None:
-            self._state_dir = _expand_home(self.host, self._state_dir_raw)
-        return self._state_dir
+        return _expand_home(self.host, self._state_dir_raw)
 
-    @property
+    @functools.cached_property
     def scratch_dir(self) -> str:
-        if self._scratch is None:
-            self._scratch = _expand_home(self.host, self._scratch_raw)
-        return self._scratch
+        return _expand_home(self.host, self._scratch_raw)
 
     def _session_dir(self) -> str:
         return posixpath.join(self.state_dir, f"fs-{self.token}")
@@ -137,9 +127,8 @@ class FilesystemManager:
         return self._mount_at(cfg)[1]
 
     def _mount_at(self, cfg: FilesystemConfig) -> "tuple[str, str]":
-        """(the directory the mount must lie beneath, the mountpoint): the run's own directory
-        (`<state_dir>/fs-<token>/<name>/mnt`), or `{scratch}/DIR` of the entry's `mountpoint`. Nothing else:
-        a configuration made without the file's parser gets the same rule (zcorch.config.filesystems)."""
+        """(the directory the mount must lie beneath, the mountpoint): `<state_dir>/fs-<token>/<name>/mnt`, or
+        `{scratch}/DIR` of the entry's `mountpoint`, checked again here (zcorch.config.filesystems)."""
         if cfg.mountpoint is None:
             return self._session_dir(), posixpath.join(self._config_dir(cfg), "mnt")
         why = mountpoint_problem(cfg.mountpoint)
@@ -192,18 +181,16 @@ class FilesystemManager:
             # Without udev the kernel may not know a multi-device filesystem's other members.
             steps.append(Step(["btrfs", "device", "scan", *devices],
                               record={"kind": "btrfs_devices", "devices": devices}))
-        # Made and mounted by the host's python on the directory it opened beneath the run's own directory, link
-        # by link (zcorch.worker.remote.mkdir_beneath, mount_beneath): a link, a mount point or a non-empty
-        # directory is refused there, and nothing is made through a link.
+        # Made and mounted by the host's python beneath the run's own directory, link by link (mkdir_beneath,
+        # mount_beneath of zcorch.worker.remote): nothing is made or mounted through a link.
         root = self._mount_at(cfg)[0]
         steps.append(Step(["mkdir", "-p", mnt], mkdir=mnt, beneath=root))
         sources = devices if cfg.fs == "btrfs" else [target]
         steps.append(Step([root, mnt, cfg.fs, ",".join(cfg.mount_options), target], remote="mount-beneath",
                           record={"kind": "mount", "mountpoint": mnt, "sources": sources}))
         if cfg.loop_count:
-            # Now that the mount (or md array) holds them open, let our loops detach themselves on
-            # last close: a killed controller's mounts vanish with the lab's mount namespace, and
-            # the loops must not outlive them (cleanup_stale still undoes everything else).
+            # Held open by the mount (or md array) now: our loops detach on last close, so they never outlive
+            # a killed controller's mounts (which vanish with a lab's mount namespace).
             steps.append(Step(list(devices), remote="loop-autoclear"))
         return steps
 
@@ -238,10 +225,7 @@ class FilesystemManager:
     def preflight(self, names: Optional[Sequence[str]] = None) -> "list[str]":
         """Problems that would stop `ensure` for these entries (default: all). Runs only read-only probes."""
         wanted = list(self.configs) if names is None else list(names)
-        problems: "list[str]" = []
-        for n in wanted:
-            if n not in self.configs:
-                problems.append(f"filesystem {n!r} is not defined under 'filesystems:'")
+        problems = [f"filesystem {n!r} is not defined under 'filesystems:'" for n in wanted if n not in self.configs]
         cfgs = [self.configs[n] for n in wanted if n in self.configs]
         h = self.host.name
         provisioned = [c for c in cfgs if not c.existing]
@@ -249,15 +233,10 @@ class FilesystemManager:
             uid = self.host.run(["id", "-u"]).stdout.strip()
             if uid != "0":
                 problems.append(f"{h}: provisioning filesystems needs root (running as uid {uid or '?'})")
-            tools = {"mount", "umount", "findmnt", "lsblk", "wipefs", "realpath"}
-            for c in provisioned:
-                tools.add(f"mkfs.{c.fs}")
-                # The host's python: loop autoclear and the exclusive-open check (zcorch.worker.remote).
-                tools |= {"losetup", host_python(self.host)} | ({"truncate"} if c.loop_count else set())
-                if c.fs == "btrfs":
-                    tools.add("btrfs")
-                if c.uses_md:
-                    tools.add("mdadm")
+            # The host's python: loop autoclear and the exclusive-open check (zcorch.worker.remote).
+            tools = {"mount", "umount", "findmnt", "lsblk", "wipefs", "realpath", "losetup", host_python(self.host)}
+            tools |= {f"mkfs.{c.fs}" for c in provisioned} | {"btrfs" for c in provisioned if c.fs == "btrfs"}
+            tools |= {"mdadm" for c in provisioned if c.uses_md} | {"truncate" for c in provisioned if c.loop_count}
             missing = sorted(t for t in tools if not has_tool(self.host, t))
             if missing:
                 problems.append(f"{h}: missing {', '.join(missing)} (scripts/install-system-deps installs "
@@ -292,8 +271,7 @@ class FilesystemManager:
         return problems
 
     def _space_problems(self, cfg: FilesystemConfig) -> "list[str]":
-        # Backing files are sparse, but a sweep can fill them: running out underneath a loop device
-        # turns into I/O errors mid-cell, so ask for the full size up front.
+        # Sparse backing files a sweep fills: running out under a loop device means I/O errors mid-cell.
         need = cfg.loop_count * cfg.loop_size
         d = cfg.loop_dir or self.state_dir
         while d != "/" and not is_dir(self.host, d):
@@ -310,8 +288,10 @@ class FilesystemManager:
 
     # ------------------------------------------------------------ provisioning
 
-    def _say(self, argv: Sequence[str]) -> None:
+    def _mkdir_p(self, path: str, what: str) -> None:
+        argv = ["mkdir", "-p", path]
         self.log(f"[{self.host.name}] {shlex.join(argv)}")
+        run_checked(self.host, argv, what)
 
     def _state_file(self) -> StateFile:
         """The state file, created with the session directory on first use (its own dirs recorded too)."""
@@ -321,13 +301,10 @@ class FilesystemManager:
             self._watchdog = Watchdog.arm(self.host, host_python(self.host), "fs", state.path,
                                           {**state.data["owner"], "token": self.token})
             session = self._session_dir()
-            # Only the session directory is recorded: the state directory itself is where state
-            # files live, like a cache directory it stays.
+            # Only the session directory is recorded: the state directory (where state files live) stays.
             if not is_dir(self.host, session):
                 state.resources(SESSION).append({"kind": "dir", "path": session})
-            argv = ["mkdir", "-p", session]
-            self._say(argv)
-            run_checked(self.host, argv, "creating zcorch's filesystem state directory")
+            self._mkdir_p(session, "creating zcorch's filesystem state directory")
             state.save()
             self._state = state
             ACTIVE_TOKENS.add(self.token)
@@ -336,15 +313,14 @@ class FilesystemManager:
     def _missing_dirs(self, path: str) -> "list[str]":
         """`path` and its missing ancestors, outermost first."""
         missing: list = []
-        d = path
-        while d not in ("/", "") and not is_dir(self.host, d):
-            missing.insert(0, d)
-            d = posixpath.dirname(d)
+        while path not in ("/", "") and not is_dir(self.host, path):
+            missing.insert(0, path)
+            path = posixpath.dirname(path)
         return missing
 
     def _mkdirs(self, name: str, path: str, beneath: Optional[str] = None) -> None:
-        """mkdir -p, recording each directory it creates so undo removes exactly those (rmdir, if empty).
-        beneath: the part of `path` below that directory is made by the host's mkdir-beneath (no link followed)."""
+        """mkdir -p, recording each directory made (undo removes exactly those); below `beneath` by the host's
+        mkdir-beneath (no link followed)."""
         missing = self._missing_dirs(path)
         if not missing:
             return
@@ -352,21 +328,16 @@ class FilesystemManager:
         state.resources(name).extend({"kind": "dir", "path": d} for d in missing)
         state.save()
         if beneath is None or not path.startswith(beneath + "/"):
-            argv = ["mkdir", "-p", path]
-            self._say(argv)
-            run_checked(self.host, argv, f"filesystem {name!r}")
+            self._mkdir_p(path, f"filesystem {name!r}")
             return
         if any(d == beneath or beneath.startswith(d + "/") for d in missing):
-            argv = ["mkdir", "-p", beneath]
-            self._say(argv)
-            run_checked(self.host, argv, f"filesystem {name!r}")
+            self._mkdir_p(beneath, f"filesystem {name!r}")
         cmd = remote_command(self.host, "mkdir-beneath", beneath, path)
         self.log(f"[{self.host.name}] {cmd.display()}")
         run_checked(self.host, cmd.argv, f"filesystem {name!r}", input=cmd.input, env=cmd.env)
 
     def ensure(self, name: str) -> str:
-        """Mountpoint of `name`, provisioning it on the first call; later calls check it is still mounted
-        (someone may have unmounted it mid-sweep: a sink would then land on the filesystem below)."""
+        """Mountpoint of `name`, provisioned on the first call; later calls check it is still mounted."""
         cfg = self._config(name)
         if cfg.existing:
             if name not in self._descriptions:
@@ -436,8 +407,8 @@ class FilesystemManager:
     # ------------------------------------------------------------ teardown
 
     def _undo(self, name: str) -> "tuple[list[str], list[str]]":
-        """Undo `name`'s resources newest first, on the host by the watchdog's code with this manager's own
-        record trusted (also allow_destroy devices); stops at the first failure, what stays stays recorded."""
+        """Undo `name`'s resources newest first by the host's watchdog code, this manager's record trusted;
+        stops at the first failure (what stays stays recorded)."""
         if self._state is None:
             return [], []
         out = _restore_on_host(self.host, self._state.path, None, self.log, "--trusted", f"--config={name}")
@@ -479,11 +450,8 @@ class FilesystemManager:
     @staticmethod
     def cleanup_stale(host: Host, state_dir: str, log: Optional[Log] = None, leased: bool = False,
                       python: Optional[str] = None) -> "list[str]":
-        """Undo what dead managers' state files list (a killed controller). Returns what was undone.
-        Each file is undone on the host by its watchdog's code (`restore-fs`, with `python`, default the
-        host's): only a file that is the user's alone, only within its run's own directories and loops.
-
-        leased: the caller holds the receiver's Lease; otherwise nothing is undone while another sweep holds it."""
+        """Undo what dead managers' state files list, by the host's watchdog code (only the user's own files,
+        within their runs' directories); returns what was undone. leased: the caller holds the receiver's Lease."""
         log = log or (lambda _m: None)
         state_dir = _expand_home(host, state_dir)
         if not leased and lease_held(host, state_dir):
@@ -579,8 +547,7 @@ def _int(v) -> Optional[int]:
 
 
 def _restore_on_host(host: Host, path: str, python: Optional[str], log: Log, *flags: str) -> dict:
-    """zcorch.worker.watchdog.restore_fs of the state file `path` run on `host`: {"restored", "errors"[,
-    "configs": what stays]}; each step undone is logged."""
+    """restore_fs (zcorch.worker.watchdog) of state file `path` on `host`: {"restored", "errors"[, "configs"]}."""
     res = run_remote(host, "restore-fs", path, *flags, python=python, module=WATCHDOG_MODULE, timeout=300.0)
     out = remote_json(res)
     if out is None:

@@ -1,15 +1,12 @@
-"""Looking at a host's block devices and mounts without changing anything.
-
-Pure parsers of the tools' output (tested on captured real output), the device safety check that
-guards every mkfs/mdadm/mount, and `snapshot()` of loops/mounts/md arrays for before/after checks.
-Everything runs through `Host.run(argv)`: the same code works locally and over SSH.
+"""Looking at a host's block devices and mounts without changing anything: pure parsers of the tools'
+output, the device safety check that guards every mkfs/mdadm/mount, and `snapshot()` for before/after checks.
 """
 from __future__ import annotations
 
 import json
 import re
 import shlex
-from typing import Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 from zcorch.errors import HostError
 from zcorch.hosts.local import CommandResult, Host
@@ -18,19 +15,18 @@ from zcorch.provision.remote_call import host_python, run_remote
 
 # ---------------------------------------------------------------- pure parsers
 
+def _tree(nodes) -> "Iterator[dict]":
+    """Every node of a findmnt/lsblk JSON tree, depth first."""
+    for node in nodes or []:
+        yield node
+        yield from _tree(node.get("children"))
+
+
 def parse_findmnt_json(text: str) -> "list[dict]":
     """`findmnt -J -b -o TARGET,SOURCE,FSTYPE,OPTIONS,SIZE,AVAIL` -> flat list of filesystems."""
     if not text.strip():
         return []
-    out: list = []
-
-    def walk(nodes):
-        for node in nodes or []:
-            out.append({k: v for k, v in node.items() if k != "children"})
-            walk(node.get("children"))
-
-    walk(json.loads(text).get("filesystems"))
-    return out
+    return [{k: v for k, v in node.items() if k != "children"} for node in _tree(json.loads(text).get("filesystems"))]
 
 
 def parse_btrfs_df(text: str) -> "dict[str, str]":
@@ -56,14 +52,10 @@ def parse_mdadm_detail(text: str) -> dict:
         if m:
             members.append(m.group(1))
     info: dict = {"raid_level": fields.get("raid level"), "members": members}
-    if "raid devices" in fields:
-        info["raid_devices"] = int(fields["raid devices"])
-    if "chunk size" in fields:
-        info["chunk_size"] = fields["chunk size"]
-    if "array size" in fields:
-        info["array_size_kib"] = int(fields["array size"].split()[0])
-    if "state" in fields:
-        info["state"] = fields["state"]
+    for field, key, convert in (("raid devices", "raid_devices", int), ("chunk size", "chunk_size", str),
+                                ("array size", "array_size_kib", lambda v: int(v.split()[0])), ("state", "state", str)):
+        if field in fields:
+            info[key] = convert(fields[field])
     return info
 
 
@@ -77,32 +69,18 @@ def parse_wipefs_json(text: str) -> "list[dict]":
 def lsblk_mountpoints(text: str) -> "list[str]":
     """`lsblk -J -o PATH,MOUNTPOINTS DEV` -> every mountpoint of the device and its partitions/holders."""
     found: list = []
-
-    def walk(nodes):
-        for node in nodes or []:
-            mps = node.get("mountpoints")
-            if mps is None and "mountpoint" in node:  # older lsblk: a single "mountpoint"
-                mps = [node["mountpoint"]]
-            found.extend(p for p in (mps or []) if p)
-            walk(node.get("children"))
-
-    walk(json.loads(text).get("blockdevices") if text.strip() else [])
+    for node in _tree(json.loads(text).get("blockdevices") if text.strip() else []):
+        mps = node.get("mountpoints")
+        if mps is None and "mountpoint" in node:  # older lsblk: a single "mountpoint"
+            mps = [node["mountpoint"]]
+        found.extend(p for p in (mps or []) if p)
     return found
 
 
 def lsblk_children(text: str) -> "list[str]":
     """`lsblk -J -o PATH,MOUNTPOINTS DEV` -> paths of partitions/holders below the device."""
     nodes = json.loads(text).get("blockdevices") if text.strip() else []
-    out: list = []
-
-    def walk(children):
-        for node in children or []:
-            out.append(node.get("path") or node.get("name"))
-            walk(node.get("children"))
-
-    for node in nodes or []:
-        walk(node.get("children"))
-    return out
+    return [n.get("path") or n.get("name") for top in nodes or [] for n in _tree(top.get("children"))]
 
 
 def split_options(options: str) -> "list[str]":
@@ -165,13 +143,8 @@ def snapshot(host: Host) -> dict:
 # ---------------------------------------------------------------- device safety
 
 def device_problems(host: Host, device: str, allowed: bool, where: str) -> "list[str]":
-    """Why `device` must not be given to mkfs/mdadm/mount (empty list = it may be destroyed).
-
-    Refused always: not under /dev, not a block device, mounted (itself or a partition), held by
-    another device (md, dm, ...), backing a loop device, or opened exclusively by someone (btrfs
-    member, mount in another namespace, swap). Refused unless `allowed` (listed in allow_destroy):
-    everything else, including any filesystem or partition-table signature.
-    """
+    """Why `device` must not be given to mkfs/mdadm/mount (empty: it may be). Always: not a block device under
+    /dev, mounted, held, backing a loop, opened exclusively; unless `allowed` (allow_destroy): anything else."""
     pre = f"{where}: device {device}"
     if not device.startswith("/dev/"):
         return [f"{pre}: refused, not under /dev"]

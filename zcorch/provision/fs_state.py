@@ -1,16 +1,13 @@
-"""The receiver-side record of what zcorch created, and how each thing is undone.
+"""The receiver-side record of what zcorch created, and the leases that keep sweeps apart.
 
 `<state_dir>/zcorch-fs-state-<token>.json` (one per FilesystemManager) lists, per configuration and in
-creation order, the resources zcorch made: directories, sparse backing files, loop devices, md arrays,
-btrfs device registrations, mounts. An entry is written *before* the step that creates it, so a
-controller killed at any moment leaves a record that covers everything it made (a loop device is
-found again through its backing file with `losetup -j`, even if its name was never recorded).
-Undo only ever touches what an entry names, and checks it is still zcorch's before acting: the host's own
-code does it (zcorch.worker.watchdog.restore_fs, the watchdog's), for the live manager and, kept within the
-run's own directories and loops, for a killed controller's file (which may be hand-edited or not ours).
+creation order, the resources zcorch made, each written *before* the step that creates it: a controller
+killed at any moment leaves a record of everything it made. Undo (the host's own code,
+zcorch.worker.watchdog.restore_fs) touches only what an entry names, after checking it is still zcorch's.
 """
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import os
@@ -18,6 +15,7 @@ import posixpath
 import re
 import socket
 import time
+from pathlib import Path
 from typing import Any, Optional
 
 from zcorch.errors import PreflightError
@@ -69,21 +67,16 @@ def owner_problem(euid_text: str, stat_lines: "list[str]") -> Optional[str]:
     return None
 
 
-# Lease.take's one command before the lock (a constant script; the directories arrive as its $1 and $2, no value
-# goes through the shell): the host-wide directory $2 when given and the host's root can make it (0700), with the
-# inode of this network namespace; else `~` of $1 expanded as on the host and the directory made (0700); then
-# its resolved path, the namespace inode (empty for $1), the effective uid and the directory's owner and mode,
-# one per line. One round trip, not four (printenv HOME, mkdir, id -u, stat): a sweep takes a lease on each host
-# before anything else.
+# A lease's directory in one round trip (a constant script, values as $1 $2): the host-wide $2 if root can make
+# it (0700), with this network namespace's inode, else $1 with `~` expanded, made 0700; then prints its path,
+# the inode (empty for $1), the effective uid and the directory's `owner mode path`, one per line.
 _PREPARE_DIR = ('d=$1; n=; if [ -n "$2" ] && [ "$(id -u)" = 0 ] && mkdir -p -m 0700 -- "$2" 2>/dev/null; then '
                 'd=$2; n=$(stat -L -c %i /proc/self/ns/net) || exit 1; else '
                 'case $d in "~") d=$HOME ;; "~/"*) d=$HOME/${d#"~/"} ;; esac; '
                 'case $d in /*) ;; *) echo "\\$HOME is not an absolute path (${HOME:-unset}) to place $1" >&2; exit 1 ;; esac; '
                 'mkdir -p -m 0700 -- "$d"; fi; '
                 'printf "%s\\n%s\\n" "$d" "$n" && id -u && stat -L -c "%u %a %n" -- "$d"')
-# Where root keeps a host's leases whatever the inventory's workdir (Lease.take's host_wide): one place per
-# machine, shared by every controller, fleet and workdir. Others (who cannot change a host's network) keep
-# theirs in the workdir as before.
+# Where root keeps a host's leases whatever the workdir (Lease.take's host_wide).
 HOST_LEASE_DIR = "/run/zcorch"
 
 LEASE_NAME = "zcorch-fs.lease"
@@ -91,10 +84,8 @@ BUSY = 75  # flock -E: the lock is held by someone else
 
 
 def _lease_dir(host: Host, state_dir: str, host_wide: Optional[str]) -> "tuple[str, str]":
-    """(the directory a lease of `host` lives in, its network namespace inode or ""): `host_wide` when the
-    host's root can make it, else `state_dir` (`~/` expanded on the host). PreflightError if others may write
-    there: the lock file could be swapped under a holder (two sweeps would then lock two files) or the
-    holder's file be planted, so it is refused, as the state files are refused."""
+    """(the lease directory: `host_wide` if root can make it, else `state_dir`; its netns inode or ""). Others
+    may not write there (PreflightError): a lock file swapped under its holder would let two sweeps in."""
     prep = host.run(["sh", "-c", _PREPARE_DIR, "sh", state_dir, host_wide or ""])
     lines = prep.stdout.splitlines()
     if not prep.ok or len(lines) < 4:
@@ -110,10 +101,8 @@ def _lease_dir(host: Host, state_dir: str, host_wide: Optional[str]) -> "tuple[s
 
 
 class Lease:
-    """One sweep's hold on a host's state: `flock` on `<state_dir>/<name>` (zcorch-fs.lease: a receiver's
-    filesystems; zcorch-net.lease: a host's network, zcorch.provision.network), held by a process on the host
-    that ends on stdin EOF (Host.start keeps stdin open while the controller lives: a killed controller's
-    lease ends with its pipe or SSH channel). Who holds it is in `<name>.json`."""
+    """One sweep's hold on a host's state: `flock` on `<state_dir>/<name>`, held by a process on the host that
+    ends on stdin EOF (a killed controller's lease ends with its connection). Who holds it: `<name>.json`."""
 
     def __init__(self, host: Host, path: str, proc, info: bool = False):
         self.host, self.path, self.proc, self.info = host, path, proc, info
@@ -122,14 +111,8 @@ class Lease:
     def take(cls, host: Host, state_dir: str, timeout: float = 30.0, name: str = LEASE_NAME,
              what: str = "this receiver's filesystems", wait: float = 0.0, token: str = "",
              shared: bool = False, host_wide: Optional[str] = None) -> "Lease":
-        """`state_dir` may start with `~/` (the host's home). Raises PreflightError naming the holder when
-        another sweep holds it (after `wait` seconds: a just-killed controller's lease ends when its connection
-        does). A lease this same sweep (`token`)
-        already holds on the same file (two host names for one machine) is shared: release() does nothing.
-        shared: a reader's hold (flock -s): readers coexist, an exclusive holder excludes them all.
-        host_wide: a directory of the whole host (HOST_LEASE_DIR) used instead of `state_dir` when the host's
-        root can make it; the lease is then one per network namespace there (`<name minus .lease>-<netns
-        inode>.lease`), whatever workdir a sweep names."""
+        """PreflightError naming the holder when another sweep holds it (after `wait` s); one this sweep (`token`)
+        holds already (two names, one machine) is shared, release() a no-op. shared: flock -s."""
         state_dir, netns = _lease_dir(host, state_dir, host_wide)
         if netns:
             name = f"{name[:-len('.lease')] if name.endswith('.lease') else name}-{netns}.lease"
@@ -162,16 +145,12 @@ class Lease:
         if self.info:   # while still held: the next holder's file is never removed
             self.host.run(["rm", "-f", "--", self.path + ".json"])
         self.proc.kill_group()
-        try:
+        with contextlib.suppress(TimeoutError):
             self.proc.wait(10.0)
-        except TimeoutError:
-            pass
 
 
-# ControllerLease.take's holder (a constant script; values arrive as $1..$4, no value goes through the shell):
-# under the gate's flock, refuse ("busy", then the owner's record) when another controller's group file still
-# has a holder; else hold our own group file shared (fd 9, kept by the final `cat` until stdin's EOF), record
-# ourselves as the owner, drop the gate and say "held".
+# ControllerLease.take's holder (a constant script, values as $1..$4): under the gate's flock, "busy" and the
+# owner's record if another controller's file has a holder; else hold ours shared until stdin's EOF, and "held".
 _HOLD_FOR_CONTROLLER = (
     'd=$1; b=$2; me=$3; exec 8>>"$d/$b.gate" || exit 1; flock -w 30 8 || { echo gate; exit 75; }; '
     'owner=$(cat -- "$d/$b.owner" 2>/dev/null); '
@@ -186,20 +165,15 @@ CONTROLLER_LEASE = "zcorch-controller"
 def controller_identity() -> str:
     """This controller machine, as a file-name-safe word: its host name and boot id."""
     try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()[:8]
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
     except OSError:
         boot = "noboot"
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{socket.gethostname()}-{boot}")[:100]
 
 
 class ControllerLease(Lease):
-    """One controller machine's hold on a host, for the whole of each of its sweeps: every sweep and fleet pair
-    of this controller shares it (the controller's own locks, zcorch.sweep.fleet, order them), a sweep of
-    another controller is refused naming the holder. The fleet's locks live on the controller; this one lives
-    on the host (HOST_LEASE_DIR as root, one per network namespace; else the state directory), so two
-    controllers' fleets never transfer on one host at once. Held by a process on the host that ends with the
-    controller's connection (as Lease)."""
+    """One controller machine's hold on a host (as Lease), shared by its sweeps and fleet pairs: another
+    controller's sweeps are refused naming the holder, so two fleets never transfer on one host at once."""
 
     @classmethod
     def take(cls, host: Host, state_dir: str, host_wide: Optional[str] = HOST_LEASE_DIR,
@@ -244,16 +218,13 @@ def list_state_files(host: Host, state_dir: str) -> "list[str]":
 
 
 def owner_alive(data: dict) -> bool:
-    """True if the state belongs to a live controller process on this machine (not ours to undo).
-
-    A controller on another machine cannot be asked: its state counts as stale (one sweep per receiver).
-    """
+    """True if the state belongs to a live controller process on this machine (not ours to undo)."""
     return controller_alive(data.get("owner"), data.get("token"), ACTIVE_TOKENS)
 
 
 def controller_alive(owner: Any, token: Any, active: "set | frozenset") -> bool:
-    """True if `owner` ({"host", "pid"} of a state file) is a live controller process on this machine; this
-    process only while `token` (the state's) is among its `active` ones. Another machine's cannot be asked."""
+    """True if `owner` ({"host", "pid"}) is a live controller process on this machine (this one only while
+    `token` is among its `active` ones); another machine's cannot be asked."""
     if not isinstance(owner, dict) or owner.get("host") != socket.gethostname() or not isinstance(owner.get("pid"), int):
         return False
     if owner["pid"] == os.getpid():
@@ -262,6 +233,6 @@ def controller_alive(owner: Any, token: Any, active: "set | frozenset") -> bool:
         os.kill(owner["pid"], 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:   # alive, someone else's
+        pass
     return True

@@ -1,16 +1,10 @@
 """Network configurations as a matrix axis: applied to both hosts around their runs, always restored.
 
-The `network` parameter picks one of the `networks:` entries per cell (null: hosts left as they are);
-the plan groups a network's cells, so `NetworkManager.ensure(name)` restores the previous one and applies
-this one once per group, and `teardown_all()` puts the hosts back on every exit path. On the hosts it all
-runs through zcorch.worker.netcfg (argv, no shell), on the data link (the route to the peer's data
-address; `lo` on localhost), which records the old values before the first change so a killed controller
-leaves what the next run or `zcorch lab down` needs to restore them.
-
-Safety: nothing changes unless the hosts' owner allowed it (Experiment.network_allowed), only as root,
-never on a link carrying the controller's SSH session nor to an MTU that would delete the link's
-addresses. Every sweep holds each host's network lease (take_leases: exclusive with `networks:`, shared
-without) from before it loads the hosts, and restores a killed sweep's leftovers under it.
+`NetworkManager.ensure(name)` applies a `networks:` entry once per group of cells, `teardown_all()` puts the
+hosts back on every exit path; on the hosts zcorch.worker.netcfg changes the data link, recording the old
+values first. Nothing changes unless allowed (Experiment.network_allowed), only as root, never on a link
+carrying the SSH session nor to an MTU that would delete its addresses. Every sweep holds each host's
+network lease (take_leases) and restores a killed sweep's leftovers under it.
 """
 from __future__ import annotations
 
@@ -33,8 +27,7 @@ from zcorch.provision.watchdog import Watchdog
 from zcorch.worker.netcfg import mtu_problem, sysctl_refusal
 
 MODULE = "zcorch.worker.netcfg"
-# The network lease (zcorch.provision.fs_state.Lease): root's in HOST_LEASE_DIR, one per network namespace
-# (`zcorch-net-<netns inode>.lease`), whatever the workdir; another user's in the host's network state directory.
+# The network lease (fs_state.Lease): one per network namespace in HOST_LEASE_DIR as root.
 LEASE_NAME = "zcorch-net.lease"
 Log = Callable[[str], None]
 ACTIVE_TOKENS: set = set()   # managers alive in this process (their state is never "stale" to us)
@@ -72,16 +65,14 @@ def _call(t: _Target, action: str, *args: object, what: str) -> Dict[str, Any]:
 
 
 def restore_state(host: Host, python: str, state_dir: str, log: Log = _noop) -> List[str]:
-    """Restore what a state file in `state_dir` on `host` records (a killed sweep's leftovers, any owner).
-    Returns what was restored; HostError if something could not be."""
-    t = _Target([], host, python, "", state_dir)
+    """Restore what a state file in `state_dir` on `host` records; what was restored (else HostError)."""
     res = run_remote(host, "restore", state_dir, python=python, module=MODULE)
     doc = remote_json(res)
     if not res.ok or doc is None:
-        raise HostError(f"{t.name}: restoring the network state in {state_dir} failed: "
+        raise HostError(f"{host.name}: restoring the network state in {state_dir} failed: "
                         f"{(res.stderr or res.stdout).strip()}")
     if doc.get("errors"):
-        raise HostError(f"{t.name}: network restore incomplete (state kept in {state_dir}): "
+        raise HostError(f"{host.name}: network restore incomplete (state kept in {state_dir}): "
                         f"{'; '.join(doc['errors'])}")
     for line in doc.get("restored", []):
         log(f"[{host.name}] restored {line}")
@@ -118,12 +109,8 @@ def _host_dirs(hosts: Dict[str, Host], spec: Hosts) -> List[tuple]:
 
 
 def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, wait: float = 3.0) -> List[Any]:
-    """The network lease of every host, before anything loads them (deploy, calibration, runs). Every sweep
-    takes it: one that changes the network (`changes`: it has `networks:`) alone (exclusive), the others
-    together (shared): a sweep never runs on another sweep's network changes, nor has them restored under
-    it, nor changes them under another. PreflightError names the holder (after `wait` s: a just-killed
-    controller's lease ends with its connection). Before it, each host's ControllerLease: the sweeps of
-    another controller machine (its fleets' locks live there, not here) are refused for the whole sweep."""
+    """Each host's ControllerLease, then its network lease (exclusive when `changes`, else shared), before
+    anything loads the hosts. PreflightError names the holder (after `wait` s)."""
     taken: List[Any] = []
     try:
         for host, state_dir in _host_dirs(hosts, spec):
@@ -139,8 +126,7 @@ def take_leases(hosts: Dict[str, Host], spec: Hosts, token: str, changes: bool, 
 
 
 def release_leases(leases: List[Any], warnings: Optional[List[str]] = None) -> None:
-    """Release each lease (newest first). One that cannot be released over a lost connection has ended
-    with it (its holder process reads the connection's EOF): a warning, never an exception."""
+    """Release each lease (newest first); one lost with its connection has ended with it: a warning."""
     for lease in reversed(leases):
         try:
             lease.release()
@@ -151,8 +137,7 @@ def release_leases(leases: List[Any], warnings: Optional[List[str]] = None) -> N
 
 
 def _restore_stale(t: _Target, log: Log) -> List[str]:
-    """A killed sweep's network state on t's host put back (warnings saying what); PreflightError when the
-    sweep that made it still runs."""
+    """A killed sweep's network state on t's host put back (warnings); PreflightError if that sweep runs."""
     state = _call(t, "state", t.state_dir, what="reading the network state file")
     if not state:
         return []
@@ -165,11 +150,8 @@ def _restore_stale(t: _Target, log: Log) -> List[str]:
 
 def restore_leftovers(hosts: Dict[str, Host], python: Dict[str, str], spec: Hosts, log: Log = _noop,
                       clean: Sequence[Host] = ()) -> List[str]:
-    """Under the leases: what a killed sweep changed on each host (any controller's), put back before this
-    sweep loads the hosts, with or without `networks:` of its own. Returns warnings; PreflightError when
-    a host's network cannot be restored (the sweep would measure someone else's configuration). `clean`: hosts
-    whose preflight, under the same leases, found no state file at all (zcorch.provision.deploy's probe):
-    nothing to read there."""
+    """Under the leases: a killed sweep's changes on each host put back before this sweep loads them; returns
+    warnings, PreflightError when one cannot be. `clean`: hosts whose preflight found no state file."""
     def one(item: tuple) -> List[str]:
         host, state_dir = item
         if any(host is c for c in clean):
@@ -195,14 +177,10 @@ class NetworkManager:
         self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "token": self.token,
                       "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         s, r = hosts["sender"], hosts["receiver"]
-        if s is r:
-            self.targets = [_Target(["sender", "receiver"], r, python["receiver"], r.data_address,
-                                    net_state_dir(spec.workdir("receiver")))]
-        else:
-            self.targets = [_Target(["sender"], s, python["sender"], r.data_address,
-                                    net_state_dir(spec.workdir("sender"))),
-                            _Target(["receiver"], r, python["receiver"], s.data_address,
-                                    net_state_dir(spec.workdir("receiver")))]
+        # (roles, host, peer); one host in both roles is the receiver
+        pairs = [(["sender", "receiver"], r, r)] if s is r else [(["sender"], s, r), (["receiver"], r, s)]
+        self.targets = [_Target(roles, host, python[roles[-1]], peer.data_address,
+                                net_state_dir(spec.workdir(roles[-1]))) for roles, host, peer in pairs]
         self.current: Optional[str] = None
         self._descriptions: Dict[str, dict] = {}
         self.warnings: List[str] = []
@@ -216,8 +194,7 @@ class NetworkManager:
     # ------------------------------------------------------------ preflight
 
     def preflight(self, names: Iterable[str]) -> List[str]:
-        """Problems that would stop the configurations `names` from being applied (empty: all can be).
-        A dead controller's leftovers are restored first (self.warnings say what)."""
+        """Problems that would stop `names` from being applied; a dead controller's leftovers restored first."""
         configs = [self._config(n) for n in dict.fromkeys(names)]
         if not configs or self.dry_run:
             return []
@@ -243,7 +220,7 @@ class NetworkManager:
         return [f"--keep={p}" for p in peers if p]
 
     def _probe_problems(self, t: _Target, facts: Dict[str, Any], configs: List[NetworkConfig]) -> List[str]:
-        where = f"{t.name}"
+        where = t.name
         out = []
         if facts.get("euid") != 0:
             out.append(f"{where}: changing the network (networks: {', '.join(c.name for c in configs)}) needs root "
@@ -329,12 +306,11 @@ class NetworkManager:
             raise
         self.current = name
         self._descriptions[name] = {"name": name, **c.requested(), "applied": not self.dry_run,
-                                    "hosts": {role: dict(t.facts) for t in self.targets for role in t.roles}}
+                                    "hosts": self._facts_by_role()}
         return self.run_facts()
 
     def _arm_watchdogs(self) -> None:
-        """Each host's watchdog, on every host at once (each is an interpreter start-up and a few round trips on
-        its own host, waiting for nothing on the other), all of them before the first change anywhere."""
+        """Every host's watchdog, all at once, before the first change anywhere."""
         def arm(t: _Target) -> None:
             if t.watchdog is None:
                 t.watchdog = Watchdog.arm(t.host, t.python, "net", t.state_dir, self.owner)
@@ -343,17 +319,13 @@ class NetworkManager:
 
     def run_facts(self) -> Dict[str, Any]:
         """The record's "network": {"name", "sender": {interface, kind, mtu, congestion, sysctls}, "receiver"}."""
-        if self.current is None:
-            return {}
-        out: Dict[str, Any] = {"name": self.current}
-        for t in self.targets:
-            for role in t.roles:
-                out[role] = dict(t.facts)
-        return out
+        return {"name": self.current, **self._facts_by_role()} if self.current is not None else {}
+
+    def _facts_by_role(self) -> Dict[str, dict]:
+        return {role: dict(t.facts) for t in self.targets for role in t.roles}
 
     def restore(self) -> None:
-        """The hosts' network as it was before ensure(); HostError names what could not be restored (the
-        state file stays for the next run / `zcorch lab down`)."""
+        """The hosts' network as before ensure(); HostError names what could not be restored (state file kept)."""
         errors = []
         for t in reversed(self.targets):
             if not t.applied:
@@ -396,8 +368,7 @@ class NetworkManager:
     # ------------------------------------------------------------ description
 
     def describe(self, name: str) -> dict:
-        """What meta.json records for `name`: the settings asked for and, once applied, the effective values
-        per role (data link, its kind and MTU, congestion control, each sysctl)."""
+        """What meta.json records for `name`: the settings asked for and, once applied, the effective values."""
         if name in self._descriptions:
             return dict(self._descriptions[name])
         c = self._config(name)
@@ -415,8 +386,8 @@ def congestion_problems(where: str, configs: "Sequence[NetworkConfig]", facts: D
                        "loads it if the kernel has it)")
         elif (c.congestion is not None and facts.get("init_netns") is not True
               and c.congestion not in (facts.get("congestion_allowed") or [])):
-            # outside the initial namespace the kernel refuses any other (EPERM); where the host cannot
-            # tell which namespace it is in (/proc/1 hidden), the same rule: a refusal now, not at the run
+            # outside the initial namespace the kernel refuses any other (EPERM); a host that cannot tell
+            # (/proc/1 hidden) gets the same rule: a refusal now, not at the run
             allowed = " ".join(facts.get("congestion_allowed") or []) or "none"
             where_ns = ("this host's network namespace" if facts.get("init_netns") is False else
                         "this host's network namespace, which it cannot tell from the initial one,")

@@ -1,11 +1,6 @@
-"""How the controller runs `zcorch.worker.remote` actions (and the other host-side modules of MODULES) on a
-host, with that host's own python: `run_remote(host, "scratch", "~/.cache/zcorch", "in")`, `remote_json`.
-
-Remote hosts get the module's own text on stdin (`python -c BOOTSTRAP ACTION ARGS...`): it needs nothing
-deployed (preflight and deploy's own steps run before the worker exists) and leaves nothing behind.
-Localhost runs the controller's package (`python -P -m MODULE`, the checkout on PYTHONPATH). Neither
-imports anything from the current directory (zcorch.hosts.interpreter), and arguments are argv items:
-nothing reaches a shell.
+"""How the controller runs actions of the host-side modules (MODULES) with a host's own python: remote hosts
+get the module's text on stdin (nothing deployed, nothing left behind), localhost runs the controller's
+package. Arguments are argv items: nothing reaches a shell.
 """
 from __future__ import annotations
 
@@ -14,6 +9,7 @@ import os
 import shlex
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import zcorch
@@ -25,8 +21,7 @@ from zcorch.worker import netcfg, remote, watchdog
 # Localhost imports the module from the package this controller runs (what PYTHONPATH must name).
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(zcorch.__file__)))
 MODULE = "zcorch.worker.remote"
-# The host-side modules (stdlib-only, one file each): zcorch.worker.netcfg configures the data link.
-# zcorch.worker.watchdog reads what hosts' watchdogs restored (zcorch.provision.watchdog starts them).
+# The host-side modules (stdlib-only, one file each).
 MODULES = {MODULE: remote, "zcorch.worker.netcfg": netcfg, "zcorch.worker.watchdog": watchdog}
 
 _sources: Dict[str, str] = {}
@@ -40,16 +35,14 @@ def host_python(host: Host) -> str:
 
 
 def local_safe_path(python: str) -> bool:
-    """Whether `python` (on this machine) takes -P: it is this interpreter and that is 3.11+. Other
-    interpreters get the bootstrap of zcorch.hosts.interpreter, which works on every version."""
+    """Whether `python` (on this machine) takes -P: it is this interpreter and that is 3.11+."""
     return python == sys.executable and sys.version_info >= (3, 11)
 
 
 def module_source(module: str = MODULE) -> str:
     """The text of a module of MODULES, as a host's interpreter is fed it (read once)."""
     if module not in _sources:
-        with open(MODULES[module].__file__, encoding="utf-8") as f:
-            _sources[module] = f.read()
+        _sources[module] = Path(MODULES[module].__file__).read_text(encoding="utf-8")
     return _sources[module]
 
 

@@ -1,10 +1,6 @@
-"""`{scratch}`: a per-user scratch directory on the host that uses a path (docs/experiment-files.md).
-
-`source`, `sink` and the dd baseline's `scratch` may start with `{scratch}`: on a host, `<workdir>/scratch`
-(mode 0700) expanded there, so two users, or one user's sweeps against two hosts, never share a file and
-no fixed /tmp name can be taken by someone else first. `prepare_all` resolves it once per host and sweep.
-Plans, cell ids, records and baseline keys keep the placeholder (results match across users and hosts);
-only what reaches a host gets the resolved path (`resolve_params`, `substitute`).
+"""`{scratch}`: a per-user scratch directory (`<workdir>/scratch`, 0700) on the host that uses a path, so no
+two users share a file and no fixed /tmp name can be taken first (docs/experiment-files.md). Plans and
+records keep the placeholder; only what reaches a host gets the resolved path.
 """
 from __future__ import annotations
 
@@ -35,11 +31,8 @@ def substitute(value: str, directory: Optional[str]) -> str:
 
 
 def resolve_params(params: Dict, dirs: Mapping[str, str]) -> Dict:
-    """Params as the workers get them: `{scratch}` in source/sink -> that role's directory in `dirs`.
-
-    Returns `params` itself when nothing changes (plan params are shared by the repeats: never mutated).
-    A role missing from `dirs` keeps the placeholder (`--dry-run` of a remote experiment shows it so).
-    """
+    """Params as the workers get them: `{scratch}` in source/sink -> that role's directory in `dirs` (a role
+    not in it keeps it). `params` itself when nothing changes (shared by the repeats: never mutated)."""
     out = params
     for key, role in ROLE_OF.items():
         value = params.get(key)
@@ -58,9 +51,7 @@ def _relative_dir(path: str, is_directory: bool) -> str:
 
 def needs(params_list: Iterable[Dict], dd_scratch: Optional[str] = None) -> Dict[str, List[str]]:
     """{role: [subdirectories under scratch to create]} for the roles whose paths use `{scratch}`. Pure.
-
-    dd_scratch: the dd baseline's `scratch` when the baseline runs (a directory on the receiver).
-    """
+    dd_scratch: the dd baseline's `scratch` when it runs (a directory on the receiver)."""
     out: Dict[str, List[str]] = {}
     for p in params_list:
         for key, role in ROLE_OF.items():
@@ -86,12 +77,9 @@ def workdir_of(host: Host) -> str:
 
 def prepare(host: Host, python: str, subdirs: Sequence[str] = ()) -> Dict:
     """Create `<workdir>/scratch` (0700) and its `subdirs` on `host`: {"path", "created", "mode"}.
-
-    Raises PreflightError naming the host when it cannot be used (not ours, not writable...).
-    """
+    PreflightError naming the host when it cannot be used."""
     workdir = workdir_of(host)
-    # zcorch.worker.remote.prepare_scratch: `~` is expanded there (also for a host reached without SSH,
-    # e.g. inside a lab host's mount namespace).
+    # zcorch.worker.remote.prepare_scratch expands `~` there (also inside a lab host's mount namespace).
     res = run_remote(host, "scratch", workdir, *subdirs, python=python)
     info = remote_json(res)
     if not res.ok or info is None:
@@ -109,9 +97,8 @@ def prepare_all(hosts: Mapping[str, Host], python: Mapping[str, str], needed: Ma
     done: Dict[int, Dict] = {}
     subdirs_of: Dict[int, List[str]] = {}
     for role, subdirs in needed.items():
-        key = id(hosts[role])
-        subdirs_of.setdefault(key, [])
-        subdirs_of[key] += [s for s in subdirs if s not in subdirs_of[key]]
+        mine = subdirs_of.setdefault(id(hosts[role]), [])
+        mine += [s for s in subdirs if s not in mine]
     out: Dict[str, Dict] = {}
     for role in needed:
         host = hosts[role]

@@ -1,11 +1,8 @@
 """Source files a sweep needs on the sender: lay out the missing ones before the first cell (as fio does).
 
-A cell whose `source` is a regular-file path needs that file with at least the cell's `bytes`; a missing
-one is created once, untimed, at the largest `bytes` of its cells, filled with the mem pattern (the
-worker's `layout` action). An existing file is never touched, even a short one (its cells fail with the
-worker's own error), except a `{scratch}/FILE` source holding the mem pattern, which an earlier smaller
-sweep laid out: it is laid out anew at the size needed (`grow`). Laid-out files are kept, and listed in
-meta.json's "sources_laid_out".
+A missing source file is created once, untimed, at the largest `bytes` of its cells, with the mem pattern.
+An existing file is never touched, except a `{scratch}/FILE` an earlier smaller sweep laid out (`grow`).
+Laid-out files are kept, and listed in meta.json's "sources_laid_out".
 """
 from __future__ import annotations
 
@@ -24,10 +21,7 @@ _LAYOUT_FIXED_S = 60.0
 
 
 def is_file_source(source: object) -> bool:
-    """True for a source that names a regular file the sweep may have to lay out.
-
-    `{scratch}/FILE` is one too (zcorch run resolves it before lay_out; --dry-run of a remote sender shows it).
-    """
+    """True for a source that names a regular file the sweep may have to lay out (`{scratch}/FILE` too)."""
     return isinstance(source, str) and (source.startswith("/") and not source.startswith(_NOT_FILES)
                                         or source.startswith(SCRATCH_PLACEHOLDER + "/"))
 
@@ -42,10 +36,6 @@ def needed_sources(params_list: Iterable[dict]) -> Dict[str, int]:
     return needs
 
 
-def layout_argv(worker: Sequence[str], path: str, size: int, grow: bool = False) -> List[str]:
-    return [*worker, "layout", "--path", path, "--bytes", str(size), *(["--grow"] if grow else [])]
-
-
 def lay_out(host: Host, worker: Sequence[str], env: Dict[str, str], needs: Dict[str, int],
             log: Callable[[str], None], grow: Container[str] = ()) -> Tuple[List[dict], Dict[str, str]]:
     """Create each missing file of `needs` on `host` (and grow the short laid-out ones among `grow`: the
@@ -53,7 +43,7 @@ def lay_out(host: Host, worker: Sequence[str], env: Dict[str, str], needs: Dict[
     laid: List[dict] = []
     errors: Dict[str, str] = {}
     for path, size in needs.items():
-        argv = layout_argv(worker, path, size, grow=path in grow)
+        argv = [*worker, "layout", "--path", path, "--bytes", str(size), *(["--grow"] if path in grow else [])]
         r = host.run(argv, env=env, timeout=_LAYOUT_FIXED_S + size / _LAYOUT_RATE)
         event = _last_event(r.stdout)
         if not r.ok or event.get("event") != "layout":

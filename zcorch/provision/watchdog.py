@@ -1,8 +1,6 @@
 """The controller's side of a host's watchdog (zcorch.worker.watchdog): armed before a network or filesystem
-change (`Watchdog.arm`), renewed every RENEW_S by this module's one thread while the controller lives,
-confirmed once the controller has put the host back (`confirm`); `watchdog_reports` gives the next sweep
-what a watchdog restored. A host restores itself at once when the connection ends, after LAPSE_S without
-renewal otherwise; BOUND_S is the bound docs/experiment-files.md states for either, restore included.
+change, renewed every RENEW_S while the controller lives, confirmed once the host is put back. A host
+restores itself when the connection ends, or after LAPSE_S without renewal.
 """
 from __future__ import annotations
 
@@ -41,8 +39,7 @@ class Watchdog:
     @classmethod
     def arm(cls, host: Host, python: str, kind: str, undo: str, owner: Dict[str, Any],
             lapse: float = LAPSE_S) -> "Watchdog":
-        """Start the host's watchdog over `undo` (net: the netcfg state directory; fs: the state file) and wait
-        until it is armed. HostError if it cannot be: the change is then not made."""
+        """Start the host's watchdog over `undo` (a state directory or file), armed on return (else HostError)."""
         argv = [python, "-c", _BOOT, kind, undo, f"--lapse={lapse:g}", f"--owner={json.dumps(owner)}"]
         proc = host.start(argv)
         try:
@@ -66,8 +63,7 @@ class Watchdog:
             self.proc.send_line("renew")
 
     def confirm(self) -> None:
-        """The host is the controller's again: the watchdog exits touching nothing (best effort: a watchdog that
-        cannot be told restores on its own, which finds nothing left to restore)."""
+        """The host is put back: the watchdog exits touching nothing (best effort: untold, it finds nothing)."""
         _RENEWER.discard(self)
         try:
             with self.send_lock:
@@ -137,8 +133,7 @@ def watchdog_reports(host: Host, python: str, dirs: Sequence[str]) -> List[str]:
 
 
 def sweep_reports(hosts: Dict[str, Host], python: Dict[str, str], spec: Any) -> List[str]:
-    """watchdog_reports of each host of a sweep (once per machine), both at once: the next sweep's warnings.
-    `spec`: the experiment's zcorch.config.hosts.Hosts (where another user's watchdogs record)."""
+    """watchdog_reports of each host of a sweep (`spec`: its zcorch.config.hosts.Hosts), both at once."""
     from zcorch.config.hosts import fs_state_dir, net_state_dir
     from zcorch.hosts.parallel import per_host
 

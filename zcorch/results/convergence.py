@@ -1,8 +1,6 @@
 """Repeat until stable: when a cell with `repeats: {min, max, target_ci}` has had enough runs
-(docs/experiment-files.md). Pure functions of a cell's ok runs, so the sweep's loop, `--resume`, the summary and
-the gates all decide the same way: a cell has converged with at least max(min, 6) ok runs (a 95% interval needs
-6) whose median's 95% interval lies within `target_ci` % of it; it is done when converged or all `max` repeats
-ran, and complete when converged or all `max` are ok. A fixed `repeats: N` (policy None) never converges early.
+(docs/experiment-files.md). Pure functions of a cell's ok runs, so the sweep, `--resume`, the summary and the
+gates decide alike: converged with at least `min` ok runs whose median's 95% interval is within `target_ci`.
 """
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ class CellState:
     converged: bool
 
     def as_record(self) -> dict:
-        """The `convergence` entry of a run record (and of manifest.json's per-cell list): width_pct is
-        null while there is no 95% interval (fewer than 6 ok runs)."""
+        """The `convergence` entry of a run record and the manifest (width_pct null without a 95% interval)."""
         width = None if not math.isfinite(self.width_pct) else round(self.width_pct, 4)
         return {"n": self.n, "width_pct": width, "converged": self.converged}
 
@@ -92,8 +89,7 @@ def incomplete_cells(plan_runs: Iterable[Mapping], latest: Mapping[Tuple[str, in
 
 
 def policy_from_record(data: Optional[Mapping]) -> Optional[RepeatPolicy]:
-    """The RepeatPolicy a result set's manifest.json records under "repeats" (None: a fixed count, or a set
-    written before repeat-until-stable existed)."""
+    """The RepeatPolicy of a manifest's "repeats" (None: a fixed count, or an older set)."""
     if not isinstance(data, Mapping):
         return None
     try:

@@ -1,7 +1,5 @@
-"""The confidence interval of a median from order statistics (the sign-test interval: zcorch.analysis.stats
-says which and why), and how close a cell's runs are to a target. Stdlib only, exact integer arithmetic
-(math.comb): the sweep's runner asks `ci_width_pct` after every run of an adaptive cell and should not pull
-scipy into the controller's loop; stats re-exports these and tests them against scipy.stats.binom.
+"""The sign-test confidence interval of a median (zcorch.analysis.stats says why), and how close a cell's runs
+are to a target. Stdlib only, exact integers: the sweep's loop asks after every run and must not load scipy.
 """
 from __future__ import annotations
 
@@ -63,9 +61,8 @@ def min_runs_for(ci: float = CI) -> int:
 
 
 def ci_width_pct(values: Sequence[float], ci: float = CI) -> float:
-    """How far the median's interval at level `ci` reaches from the median, in % of the median (the larger
-    of its two sides): what `repeats: {target_ci: 2%}` holds a cell to. inf while no interval of that level
-    exists (fewer than min_runs_for(ci) values) or the median is 0."""
+    """How far the median's interval at level `ci` reaches from the median (its larger side, in % of the
+    median): what `repeats: {target_ci}` holds a cell to. inf without such an interval or with median 0."""
     x = _finite_sorted(values)
     low, high, level = median_ci(x, ci)
     if not x or not level >= ci:

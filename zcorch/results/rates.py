@@ -40,13 +40,11 @@ def host_busy_us(metrics: dict):
 
 # A host-CPU window holding fewer ticks than this measures CPU time to worse than 1% (a tick per CPU).
 MIN_TICKS = 100
-# How far a window's tick counts may be off, in ticks per CPU: a CPU's count can gain a tick at each end of
-# the window (its tick fell just inside), and a delayed timer interrupt (a loaded or virtual machine) books a
-# late tick; 1.5 ticks per CPU over a 1.5 s window were seen on a loaded 2-CPU VM.
+# How far a window's tick counts may be off, in ticks per CPU: a tick at each end of the window, plus a
+# delayed timer interrupt's late tick (a loaded or virtual machine).
 TICK_ERROR = 2
 ASSUMED_CLK_TCK = 100  # USER_HZ of records written before the worker reported it (every Linux port's value)
-# A host whose CPUs were busier than this (in CPUs) just before the run (the workers' idle probe) is shared:
-# its host CPU per GiB is mostly other tenants' load, never an `ok` figure of the transfer.
+# Busier than this (in CPUs) just before the run: the host is shared, its CPU per GiB others' load.
 SHARED_CPUS = 0.10
 
 
@@ -56,13 +54,9 @@ def background_cpus(idle_before, ncpus):
 
 
 def cpu_resolution(sides) -> str:
-    """Can the host-CPU numbers of a run be trusted? `sides`: one (host_ticks, busy_s, ncpus, window_s,
-    clk_tck[, background_cpus]) per worker (None / NaN where not reported; ticks then estimated as window × clk_tck × CPUs,
-    clk_tck missing = ASSUMED_CLK_TCK). `ok`; `too short: N ticks` when a window held fewer than MIN_TICKS
-    (N: the fewest); `busy > capacity (R×)` when busy CPU exceeds CPUs × window by more than the tick error
-    (TICK_ERROR ticks per CPU), R = busy / (CPUs × window), the largest; `host shared (B CPUs busy before)` when
-    a worker's probe found more than SHARED_CPUS busy just before the run (B: the most); joined by "; "; `n/a`
-    without host data."""
+    """Can a run's host-CPU numbers be trusted? `sides`: (host_ticks, busy_s, ncpus, window_s, clk_tck[,
+    background_cpus]) per worker. `ok`, `n/a`, or "; "-joined `too short: N ticks`, `busy > capacity (R×)`,
+    `host shared (B CPUs busy before)`."""
     fewest, worst, shared = None, None, None
     known = False
     for side in sides:
@@ -119,9 +113,8 @@ def cell_cpu_resolution(verdicts) -> str:
 
 
 def zc_verdict(completions, copied) -> str:
-    """Was it zero-copy? From the kernel's completion reports (zc_completions / zc_copied, any mode with
-    the `zc_completions` capability): `n/a` without reports (other modes, nothing sent), `zero-copy` when
-    none was copied, `copied` when all were, else `partly copied (N%)` (N = share copied, rounded, 1..99)."""
+    """Was it zero-copy? From the kernel's completion reports: `n/a` without any, `zero-copy`, `copied`, else
+    `partly copied (N%)` (N = share copied, 1..99)."""
     if _missing(completions) or _missing(copied) or completions <= 0:
         return "n/a"
     if copied <= 0:
@@ -137,10 +130,8 @@ def _missing(v) -> bool:
 
 
 def zc_recv_verdict(mapped, copied) -> str:
-    """Was the receive zero-copy? From zerocopy_recv's byte counts (zc_recv_mapped / zc_recv_copied): `n/a`
-    without them or without bytes, `mapped` when every byte was mapped, `copied` when none was (e.g. behind a
-    sender whose pages the kernel copied: the mode still ran, so it is said, not hidden), else
-    `partly mapped (N%)` (N = share of the bytes mapped, rounded, 1..99)."""
+    """Was the receive zero-copy? From zerocopy_recv's byte counts: `n/a` without bytes, `mapped`, `copied`
+    (said, not hidden: the mode still ran), else `partly mapped (N%)` (N = share mapped, 1..99)."""
     if _missing(mapped) or _missing(copied) or mapped + copied <= 0:
         return "n/a"
     if copied <= 0:

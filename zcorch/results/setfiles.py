@@ -1,17 +1,12 @@
-"""Files inside a result set (or an output directory), read and written as root may safely do: a set can come
-from anyone, and `zcorch report` or `history` often runs as root.
+"""Files inside a result set, read and written as root may safely do (a set can come from anyone).
 
-- Reading: opened component by component below the set's directory with O_NOFOLLOW, a regular file only (a
-  symlink to a secret, /dev/zero or a FIFO is refused); a name from a file cannot leave the set.
-- Bounded: whole-file reads have a size limit per kind; JSON-lines files are streamed with line-length and
-  record-count limits, what was skipped said (`SkippedWarning`).
-- Writing: an exclusive temporary (O_CREAT|O_EXCL|O_NOFOLLOW, random name) renamed over the final name, so
-  nothing is written through a planted link; sub-directories walked with O_NOFOLLOW.
-
-The directory the user names is taken as given; only what lies below it is held to these rules. Stdlib only.
+Reading: component by component below the set's directory with O_NOFOLLOW, regular files only, bounded in
+size, lines and records (what was skipped said: `SkippedWarning`). Writing: an exclusive temporary renamed
+over the final name. The directory the user names is taken as given. Stdlib only.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -33,8 +28,7 @@ MAX_LINE_BYTES = 4 * 1024 ** 2            # one record of runs.jsonl, baselines.
 MAX_RECORDS = 10_000_000                  # records of one JSON-lines file (1M runs, resumed many times)
 MAX_SAMPLE_RECORDS = 2_000_000            # lines of one samples file
 MAX_CACHE_BYTES = 64 * 1024 ** 3          # runs.parquet
-# runs.jsonl holds at most what its set's plan.json can give rise to: every planned run, re-done by --resume
-# up to RETRY_FACTOR times in all, plus RETRY_SLACK; a set without plan.json at most MAX_RECORDS_UNPLANNED.
+# runs.jsonl holds at most planned runs x RETRY_FACTOR + RETRY_SLACK records (no plan.json: MAX_RECORDS_UNPLANNED).
 RETRY_FACTOR = 4
 RETRY_SLACK = 64
 MAX_RECORDS_UNPLANNED = 100_000
@@ -64,10 +58,8 @@ def _walk(root: PathLike, parts: "list[str]", create: bool) -> int:
     try:
         for i, part in enumerate(parts):
             if create:
-                try:
+                with contextlib.suppress(FileExistsError):
                     os.mkdir(part, 0o755, dir_fd=dfd)
-                except FileExistsError:
-                    pass
             try:
                 nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
             except OSError as exc:
@@ -167,21 +159,11 @@ def run_record_limit(root: PathLike) -> Tuple[int, str]:
     return limit, f"its {PLAN_NAME} lists {n} runs (at most {RETRY_FACTOR} records a run, +{RETRY_SLACK})"
 
 
-def iter_runs_lines(root: PathLike, rel: str) -> Iterator[Tuple[int, bytes, bool]]:
-    """iter_lines of a set's runs.jsonl, refused (ResultsError, with the reason) at the first record beyond
-    what the set's plan can hold (run_record_limit): nothing past the bound is parsed or kept."""
-    limit, why = run_record_limit(root)
-    return iter_lines(root, rel, max_records=limit, refuse_beyond=why)
-
-
 def iter_lines(root: PathLike, rel: str, max_line: int = MAX_LINE_BYTES, max_records: int = MAX_RECORDS,
                skipped: Callable[[str], None] = _skipped, offset: int = 0,
                refuse_beyond: Optional[str] = None) -> Iterator[Tuple[int, bytes, bool]]:
-    """(line number, line, terminated) of a JSON-lines file, streamed. A line longer than `max_line` is
-    skipped (read past in chunks, never held); after `max_records` non-empty lines the rest is skipped
-    (refuse_beyond, the reason of the bound: the whole file is refused instead, ResultsError); both are
-    reported through `skipped` once per file. No file: nothing.
-    `offset`: read from that byte on (the start of a line; line numbers then count from there)."""
+    """(line number, line, terminated) of a JSON-lines file from byte `offset`, streamed; lines beyond the
+    bounds skipped and said through `skipped` (too many records: ResultsError given refuse_beyond, the why)."""
     try:
         fd = open_inside(root, rel)
     except FileNotFoundError:
@@ -221,9 +203,8 @@ def iter_lines(root: PathLike, rel: str, max_line: int = MAX_LINE_BYTES, max_rec
 
 def write_inside(directory: PathLike, rel: str, data: Union[bytes, Callable[[Any], None]], mode: int = 0o644,
                  fsync: bool = False) -> Path:
-    """Replace directory/rel with `data` (bytes, or a function writing into a binary file object) through an
-    exclusive temporary; missing sub-directories of `rel` are created; no link below `directory` is followed.
-    fsync: the data is on disk before the rename (a crash leaves the old file or the new one)."""
+    """Replace directory/rel with `data` (bytes, or a function writing into a file) through an exclusive
+    temporary, fsynced before the rename if `fsync`; no link below `directory` is followed."""
     staged = stage_inside(directory, rel, data, mode, fsync)
     try:
         return staged.publish()
@@ -233,9 +214,8 @@ def write_inside(directory: PathLike, rel: str, data: Union[bytes, Callable[[Any
 
 
 class Staged:
-    """A file written under a hidden temporary name (`.NAME.RANDOM.tmp`) beside directory/rel, not yet renamed
-    over it: publish() renames it into place, discard() removes it. Several staged files published one after
-    the other appear together but for the moments between their renames (zcorch.analysis.export)."""
+    """A file written under a hidden temporary name (`.NAME.RANDOM.tmp`) beside directory/rel: publish()
+    renames it into place, discard() removes it (zcorch.analysis.export publishes several together)."""
 
     def __init__(self, directory: PathLike, parts: "list[str]", tmp: str):
         self.directory, self.parts, self.tmp = directory, parts, tmp
@@ -284,10 +264,8 @@ def stage_inside(directory: PathLike, rel: str, data: Union[bytes, Callable[[Any
                 if fsync:
                     os.fsync(f.fileno())
         except BaseException:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
-            except OSError:
-                pass
             raise
     finally:
         os.close(dfd)

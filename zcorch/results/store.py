@@ -1,11 +1,7 @@
 """The result set on disk (format version 1, layout in docs/architecture.md).
 
-Writers append one JSON line per finished run/baseline and fsync it before returning, so a
-crash loses at most the run in progress. Readers skip a torn final line (a crash mid-write);
-`ResultSet.open_for_resume` truncates it so the next append starts on a clean line.
-
-Several records may exist for one (cell, repeat) after `--resume` re-ran a failed run: the
-newest record (last in the file) wins (`latest_runs`).
+Writers append and fsync one JSON line per finished run/baseline; readers skip a torn final line, which
+`ResultSet.open_for_resume` truncates. After `--resume` the newest record of a (cell, repeat) wins.
 """
 from __future__ import annotations
 
@@ -17,6 +13,7 @@ import os
 import socket
 import stat
 import time
+from pathlib import Path
 from typing import Any, BinaryIO, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from zcorch.errors import ResultsError, ResultSetBusy, ResultsWriteError
@@ -46,21 +43,17 @@ def utc_now() -> str:
 
 
 def clock_stamp() -> dict:
-    """What orders sets created on this boot even when the wall clock is set back (`created` is the wall clock):
-    the boot id and CLOCK_BOOTTIME (monotonic, counts suspend, never goes back within a boot), the manifest's
-    `clock` (zcorch.analysis.history.clock_problems). Empty where the system has neither."""
+    """The manifest's `clock`: boot id and CLOCK_BOOTTIME, which order sets of one boot even when the wall clock
+    is set back (zcorch.analysis.history.clock_problems). Empty where the system has neither."""
     try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot_id = f.read().strip()
+        boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         return {"boot_id": boot_id, "boottime_ns": time.clock_gettime_ns(time.CLOCK_BOOTTIME)}
     except (OSError, AttributeError):
         return {}
 
 
 def write_text_atomic(path: str, text: str) -> None:
-    """Replace `path` with `text` without ever leaving a half-written file: an exclusive temporary (random
-    name, O_EXCL|O_NOFOLLOW, fsynced) renamed over it, so nothing is written through a planted link; a
-    full disk leaves no temporary behind."""
+    """Replace `path` with `text` through an fsynced exclusive temporary (setfiles.write_inside)."""
     setfiles.write_inside(os.path.dirname(path) or ".", os.path.basename(path), text.encode("utf-8"), fsync=True)
 
 
@@ -70,19 +63,13 @@ def write_json_atomic(path: str, obj: Any) -> None:
 
 
 def iter_jsonl(path: str) -> Iterator[Tuple[int, Any]]:
-    """(line number, record) of a JSON-lines file, streamed (a million-run file does not fit in memory as
-    dicts); a torn (unparsable, unterminated) final line is skipped.
-
-    A bad line anywhere else is corruption, not a crash artefact, and raises ResultsError. The file is read
-    as zcorch.results.setfiles reads a result set's files: a regular file (no link followed), streamed, with
-    overlong lines and records beyond the bound skipped and said (SkippedWarning); a runs.jsonl with more
-    records than its set's plan can hold is refused (ResultsError, setfiles.run_record_limit). No file (a
-    sweep that stopped before its first run): no records.
-    """
+    """(line number, record) of a JSON-lines file, streamed, read as setfiles reads a set's files (bounds
+    included); a torn final line is skipped, a bad line elsewhere raises ResultsError. No file: no records."""
     decode = _DECODER.decode  # json.loads minus its per-call type and encoding checks
     root, name = os.path.dirname(path) or ".", os.path.basename(path)
-    lines = setfiles.iter_runs_lines(root, name) if name == RUNS else setfiles.iter_lines(root, name)
-    for lineno, raw, terminated in lines:
+    # runs.jsonl is refused beyond what its set's plan can hold (nothing past the bound is parsed)
+    limit, why = setfiles.run_record_limit(root) if name == RUNS else (setfiles.MAX_RECORDS, None)
+    for lineno, raw, terminated in setfiles.iter_lines(root, name, max_records=limit, refuse_beyond=why):
         try:
             rec = decode(raw.decode("utf-8"))
         except ValueError:  # also UnicodeDecodeError
@@ -101,8 +88,7 @@ def read_jsonl(path: str) -> List[dict]:
 
 
 def _complete_lines_end(f: BinaryIO, size: int) -> int:
-    """The offset just past the last newline of the first `size` bytes of `f` (0 when there is none), looked
-    for from the end a chunk at a time: a huge or sparse tail never sits in memory whole."""
+    """The offset just past the last newline of the first `size` bytes of `f` (0 if none), read backwards."""
     pos = size
     while pos > 0:
         step = min(pos, 1 << 20)
@@ -115,9 +101,8 @@ def _complete_lines_end(f: BinaryIO, size: int) -> int:
 
 
 def complete_length(directory: str, name: str) -> int:
-    """Bytes of a result set's JSON-lines file up to its last newline, read as setfiles reads the set's files
-    (0 when it does not exist, is a link or no regular file): where the records appended from now on begin (a
-    torn tail after it is never a record)."""
+    """Bytes of a result set's JSON-lines file up to its last newline (0 when it is missing, a link or no
+    regular file): where the records appended from now on begin."""
     try:
         fd = setfiles.open_inside(directory, name)
     except (OSError, ResultsError):
@@ -161,10 +146,7 @@ def _new_directory(base: str) -> str:
 
 def latest_runs(records: Iterable[dict]) -> Dict[Tuple[str, int], dict]:
     """Newest record per (cell, repeat): later lines supersede earlier ones (resume re-runs)."""
-    latest: Dict[Tuple[str, int], dict] = {}
-    for rec in records:
-        latest[(rec["cell"], int(rec["repeat"]))] = rec
-    return latest
+    return {(rec["cell"], int(rec["repeat"])): rec for rec in records}
 
 
 def load_manifest(directory: str) -> dict:
@@ -186,9 +168,8 @@ def load_manifest(directory: str) -> dict:
 
 
 def lock_result_set(directory: str) -> int:
-    """Take the result set's exclusive lock (flock on DIR/.lock, never through a symlink); returns the fd,
-    which holds it until closed or this process ends. Raises ResultSetBusy naming the holder when another
-    process has it: two `zcorch run --resume DIR` would otherwise both run every remaining run."""
+    """The result set's exclusive lock (flock on DIR/.lock, never through a symlink), held by the returned fd;
+    ResultSetBusy naming the holder when another process has it."""
     path = os.path.join(directory, LOCK)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -237,31 +218,20 @@ class ResultSet:
                overrides: Sequence[str] = (), repeat_policy: Optional[dict] = None,
                control: Optional[dict] = None) -> "ResultSet":
         """A new result set in `directory` (docs/architecture.md, "Result set", has the manifest's fields).
-
-        unique: `directory` is a default name: if another sweep took it, `-2`, `-3` ... is appended (an
-        exclusive mkdir: two sweeps never share one). experiment_bytes: experiment.yaml (the document as run);
-        source_bytes: the file as written when that differs. source / inventory: {"path", "sha256"[, "pair"]};
-        overrides: the --set applied; repeat_policy: `repeats: {min, max, target_ci}` (None: a fixed N);
-        control: zcorch.plan.control_record's.
-        """
+        unique: a default name: `-2`, `-3` ... is appended if another sweep took it (exclusive mkdir)."""
         if unique:
             directory = _new_directory(directory)
         else:
             os.makedirs(directory, exist_ok=True)
         lock = lock_result_set(directory)   # before looking: a concurrent create or resume of the same -o
-        try:
-            if os.path.exists(os.path.join(directory, MANIFEST)):
-                raise ResultsError(f"{directory} already holds a result set; use --resume {directory} "
-                                   "to continue it or choose another -o")
-        except BaseException:
+        if os.path.exists(os.path.join(directory, MANIFEST)):
             os.close(lock)
-            raise
+            raise ResultsError(f"{directory} already holds a result set; use --resume {directory} "
+                               "to continue it or choose another -o")
         os.makedirs(os.path.join(directory, LOGS), exist_ok=True)
-        with open(os.path.join(directory, EXPERIMENT), "wb") as f:
-            f.write(experiment_bytes)
+        Path(directory, EXPERIMENT).write_bytes(experiment_bytes)
         if source_bytes is not None:
-            with open(os.path.join(directory, EXPERIMENT_SOURCE), "wb") as f:
-                f.write(source_bytes)
+            Path(directory, EXPERIMENT_SOURCE).write_bytes(source_bytes)
         write_json_atomic(os.path.join(directory, PLAN), plan_runs)
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "clock": clock_stamp(), "created": utc_now(),
@@ -281,9 +251,7 @@ class ResultSet:
 
     @classmethod
     def open_for_resume(cls, directory: str, command: List[str], inventory: Optional[dict] = None) -> "ResultSet":
-        """Reopen a result set; `inventory`: the pair given with --hosts for this resume (recorded in its
-        `resumed` entry; without it the hosts of experiment.yaml run again). Raises ResultSetBusy while
-        another process writes it."""
+        """Reopen a result set (ResultSetBusy while another process writes it); `inventory`: --hosts's pair."""
         load_manifest(directory)            # a result set at all, before a lock file is made in it
         lock = lock_result_set(directory)
         try:
@@ -315,9 +283,8 @@ class ResultSet:
         return f"{LOGS}/{cell}-r{repeat}.log"
 
     def write_samples(self, cell: str, repeat: int, samples: Dict[str, List[dict]]) -> str:
-        """samples/<cell>-r<repeat>.jsonl: one JSON line per sample, {"side": "send"|"recv", ...the sample}
-        (sides in the order given), replacing an earlier run's file (a re-run wins, as its record does);
-        written whole (temp file, fsync, rename) before the record that names it. Returns its relative path."""
+        """Write samples/<cell>-r<repeat>.jsonl whole (one line per sample with its "side"), replacing an
+        earlier run's, before the record that names it. Returns its relative path."""
         rel = f"{SAMPLES}/{cell}-r{repeat}.jsonl"
         text = "".join(json.dumps(dict(row, side=side), sort_keys=True) + "\n"
                        for side, rows in samples.items() for row in rows)
@@ -327,10 +294,8 @@ class ResultSet:
     # -- records ----------------------------------------------------------------------------
     def _append(self, name: str, record: dict) -> None:
         data = (json.dumps(record, sort_keys=True, default=str) + "\n").encode("utf-8")
-        # The whole line, then fsync: after a crash the file ends either before the line or (rarely)
-        # in a torn line that readers skip and resume truncates. write() may write less than asked
-        # (ENOSPC mid-line): then the file is cut back to where the line began, so the next append
-        # cannot glue onto half a record and make the whole set unreadable.
+        # The whole line, then fsync. A short write (ENOSPC mid-line) is cut back to where the line began:
+        # the next append must not glue onto half a record.
         path = self.path(name)
         # O_NOFOLLOW: a --resume of someone else's set never appends through a link they planted
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -385,35 +350,27 @@ class ResultSet:
     # -- meta / manifest --------------------------------------------------------------------
     def write_meta(self, meta: dict, keep_previous: bool = True) -> None:
         """meta.json; on resume the earlier metadata is kept under "previous" (hosts may differ).
-
-        keep_previous=False updates this sweep's metadata in place (e.g. filesystems, known only
-        after provisioning) and carries over the existing "previous" list.
-        """
+        keep_previous=False updates this sweep's metadata in place, keeping the "previous" list."""
         path = self.path(META)
-        if os.path.exists(path) and not keep_previous:
+        if os.path.exists(path):
             old = setfiles.read_json(self.dir, META)
             meta = dict(meta)
-            if "previous" in old:
+            if keep_previous:
+                meta["previous"] = old.get("previous", []) + [{k: v for k, v in old.items() if k != "previous"}]
+            elif "previous" in old:
                 meta["previous"] = old["previous"]
-        elif os.path.exists(path):
-            old = setfiles.read_json(self.dir, META)
-            meta = dict(meta)
-            meta["previous"] = old.get("previous", []) + [{k: v for k, v in old.items() if k != "previous"}]
         write_json_atomic(path, meta)
 
     def record_convergence(self, states: Dict[str, dict]) -> None:
-        """{cell: {"n", "width_pct", "converged"}} at the end of an adaptive sweep (manifest "convergence",
-        written by finish()): which cells did not converge, and the width each reached."""
+        """{cell: {"n", "width_pct", "converged"}} of an adaptive sweep, the manifest's "convergence"."""
         self.manifest["convergence"] = dict(states)
 
     def _write_manifest(self) -> None:
         write_json_atomic(self.path(MANIFEST), self.manifest)
 
     def finish(self, status: str, error: Optional[BaseException] = None) -> None:
-        """Record the final status; `error`: what ended the sweep early (its type and message go into
-        the manifest's "error", so a set that did not complete says why). The load cache of a complete
-        sweep is written by the caller (zcorch.analysis.cache.write_cache): this package stays free of
-        pandas and the analysis."""
+        """Record the final status; `error`: what ended the sweep early (the manifest's "error"). The load cache
+        is the caller's to write (zcorch.analysis.cache): this package stays free of pandas."""
         if status not in ("complete", "interrupted", "failed", "running"):
             raise ValueError(f"bad result-set status {status!r}")
         self.manifest["status"] = status

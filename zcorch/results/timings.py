@@ -1,9 +1,7 @@
 """What an earlier result set took, for `zcorch plan --timings DIR`: `learn(DIR) -> zcorch.plan.Timings`.
 
-From its runs.jsonl and manifest: the transfer rate, a run's cost beyond its transfer, a filesystem's first
-use and a network switch (the gaps between runs), and the time before the first run and after the last.
-Why: assumed rates ran +33% high on localhost and ~50% low for the filesystem and network axes; the sweep's
-own history knows better (as its ETA does).
+From its runs.jsonl and manifest: the transfer rate, a run's cost beyond its transfer, a filesystem's or a
+network's switch (the gaps between runs), and the time before the first run and after the last.
 """
 from __future__ import annotations
 
