@@ -11,10 +11,8 @@ import importlib
 import os
 import sys
 
-# (subcommand, module that defines register(subparsers) -> parser with func=main(args) -> int, one-line help),
-# in the order a user meets them: plan and run an experiment, read and compare its results, the lab, then the
-# internals. The one-line help is declared here, once, and each module's register() reads it from HELP: the
-# top-level `zcorch --help` lists every command without importing any of their modules (see build_parser).
+# (subcommand, module whose register(subparsers) sets func=main(args) -> int, one-line help) in the order a user
+# meets them. The help lives here, once: `zcorch --help` lists every command without importing its module.
 COMMANDS = [
     ("plan", "zcorch.cli.plan", "validate an experiment file and show its cells, runs and duration"),
     ("run", "zcorch.cli.run", "run an experiment (baselines + every cell) into a result set"),
@@ -36,8 +34,7 @@ HELP = {name: text for name, _module, text in COMMANDS}
 
 
 def summary(doc: "str | None") -> str:
-    """A command's description: the first paragraph of its module docstring, its lines joined (a first line
-    alone can stop mid-sentence)."""
+    """A command's description: the first paragraph of its module docstring, its lines joined."""
     return " ".join(line.strip() for line in (doc or "").strip().split("\n\n")[0].splitlines())
 
 def add_command(subparsers: "argparse._SubParsersAction", name: str, doc: "str | None",
@@ -57,10 +54,8 @@ exit status: 0 ok; 1 a run failed or a regression; 2 a usage or input error; 3 a
 
 
 def build_parser(command: "str | None" = None) -> argparse.ArgumentParser:
-    """The parser. `command` names the one subcommand whose module is imported and whose options are
-    built; the others are listed by name and help only, so `zcorch --help` and `zcorch plan` import
-    neither `run`'s sweep machinery nor `compare`'s pandas. None builds every subcommand in full (shell
-    completion needs them all)."""
+    """The parser, with the options of subcommand `command` only (the others listed by name and help, their
+    modules not imported); None builds every subcommand in full (shell completion needs them all)."""
     from zcorch import __version__
 
     parser = argparse.ArgumentParser(prog="zcorch", description=summary(__doc__), epilog=EPILOG,
@@ -81,8 +76,7 @@ def build_parser(command: "str | None" = None) -> argparse.ArgumentParser:
 
 
 def command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
-    """The parser of the (sub)command `args` were parsed for: `zcorch examples copy`'s, `zcorch run`'s, else
-    the top level's."""
+    """The parser of the (sub)command `args` were parsed for (`zcorch examples copy`'s...), else the top level's."""
     found = parser
     for dest in ("command", "action"):
         subs = [a for a in found._actions if isinstance(a, argparse._SubParsersAction)]
@@ -136,8 +130,7 @@ def main(argv: "list[str] | None" = None) -> int:
         return 130
 
 
-# Set by a command that leaves nothing to clean up (set_defaults(quick_exit=True)): run() then skips the
-# interpreter's teardown, which frees a year of history objects one by one (docs/performance.md).
+# Set by a command with nothing left to clean up (quick_exit=True): run() skips the interpreter's teardown.
 _quick_exit = False
 
 

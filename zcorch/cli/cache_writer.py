@@ -9,6 +9,7 @@ import os
 import select
 import subprocess
 import sys
+from contextlib import suppress
 from typing import Optional
 
 READY = "ready"
@@ -22,9 +23,8 @@ class CacheWriter:
     def __init__(self) -> None:
         self.proc: Optional[subprocess.Popen] = None
         self.ready = False
-        # Never `python -m` as is: it puts the current directory first on sys.path, and a `zcorch` package
-        # planted there would run as this user (zcorch.hosts.interpreter, tests/test_isolation.py). The helper
-        # imports the very package this command runs, found through PYTHONPATH.
+        # Never `python -m` as is: a `zcorch` package planted in the current directory would run as this user
+        # (zcorch.hosts.interpreter). The helper imports the package this command runs, through PYTHONPATH.
         import zcorch
         from zcorch.hosts.interpreter import python_argv
 
@@ -56,8 +56,7 @@ class CacheWriter:
             try:
                 self.proc.stdin.write(result_dir + "\n")
                 self.proc.stdin.close()
-                # Its stdout ends when it exits: select wakes at once then, where Popen.wait(timeout) polls
-                # with sleeps growing to 50 ms (a tenth of a short sweep's command, measured).
+                # Its stdout ends when it exits: select wakes at once, where Popen.wait(timeout) polls with sleeps.
                 select.select([self.proc.stdout], [], [], _EXIT_TIMEOUT)
                 if self.proc.wait(_EXIT_TIMEOUT) == 0:
                     self.proc = None
@@ -85,10 +84,8 @@ class CacheWriter:
         if not self.ready:
             proc.kill()
         for stream in (proc.stdin, proc.stdout):
-            try:
+            with suppress(OSError):
                 stream.close()
-            except OSError:
-                pass
         try:
             proc.wait(5.0)
         except subprocess.TimeoutExpired:
@@ -109,8 +106,7 @@ def main() -> int:
     if line:
         _write_cache_locked(line)   # renamed into place when it returns
     sys.stderr.flush()
-    # The command waits for this exit: skip the interpreter's teardown of pandas and pyarrow (tenths of a
-    # second), nothing is left to flush or close.
+    # The command waits for this exit: skip the interpreter's teardown of pandas and pyarrow.
     os._exit(0)
 
 

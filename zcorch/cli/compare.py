@@ -31,34 +31,27 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 def main(args: argparse.Namespace) -> int:
     # pandas and scipy load here, not with the parser: `zcorch --help` must start at once.
+    from zcorch.analysis import pairs
     from zcorch.analysis.compare import render
-    from zcorch.analysis.pairs import compare_sets
     from zcorch.errors import ConfigError
 
     check_regression_options(args)
     if args.dataset is not None and (args.candidate is None or args.against is not None):
         raise ConfigError("--dataset compares two exported sets: give BASE and CANDIDATE (no --against)")
-    if args.candidate is None or args.against is not None:
-        return _pairs(args)
-    out = compare_sets(args.base, args.candidate, args.metric, args.threshold, args.alpha, args.dataset)
-    print(render(out.table, args.format, str(args.base), str(args.candidate), out.gate, out.host_changes), end="")
+    if args.candidate is None or args.against is not None:   # a fleet's pairs
+        if args.candidate is not None:
+            raise ConfigError("--against compares the pairs of one fleet directory: give it alone (zcorch compare "
+                              "FLEET --against PAIR)")
+        comparison = pairs.compare_fleet(args.base, args.metric, args.threshold, args.alpha, args.against)
+        if comparison is None:
+            print(f"zcorch compare: cannot tell: {args.base}: fewer than two pairs have a result set to compare")
+            return pairs.exit_code(None)
+        text, gate = pairs.render(comparison, args.format), comparison.gate
+    else:
+        out = pairs.compare_sets(args.base, args.candidate, args.metric, args.threshold, args.alpha, args.dataset)
+        text = render(out.table, args.format, str(args.base), str(args.candidate), out.gate, out.host_changes)
+        gate = out.gate
+    print(text, end="")
     if args.format != "json":
-        print(out.gate.line("zcorch compare"))
-    return out.gate.code
-
-
-def _pairs(args: argparse.Namespace) -> int:
-    from zcorch.analysis import pairs
-    from zcorch.errors import ConfigError
-
-    if args.candidate is not None:
-        raise ConfigError("--against compares the pairs of one fleet directory: give it alone (zcorch compare "
-                          "FLEET --against PAIR)")
-    comparison = pairs.compare_fleet(args.base, args.metric, args.threshold, args.alpha, args.against)
-    if comparison is None:
-        print(f"zcorch compare: cannot tell: {args.base}: fewer than two pairs have a result set to compare")
-        return pairs.exit_code(None)
-    print(pairs.render(comparison, args.format), end="")
-    if args.format != "json":
-        print(comparison.gate.line("zcorch compare"))
-    return comparison.gate.code
+        print(gate.line("zcorch compare"))
+    return gate.code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from zcorch.cli import add_command
 
 SHELLS = ("bash", "zsh", "fish", "tcsh")
@@ -17,8 +18,6 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 def completing() -> bool:
     """Whether the shell is asking for completions (argcomplete sets _ARGCOMPLETE in its environment)."""
-    import os
-
     return "_ARGCOMPLETE" in os.environ
 
 

@@ -1,15 +1,13 @@
-"""What every command does with its terminal: verbosity through `logging` (-v / -q), and output streams
-that end quietly when the reader goes away (`zcorch run ... | head`, `2>&1 | head`).
-
-A closed pipe must never reach the sweep: the first BrokenPipeError on stdout or stderr points that stream
-at /dev/null (the descriptor itself, so the interpreter's final flush is quiet too) and the command goes on
-to its own exit status. Not a command module (no register()).
+"""What every command does with its terminal: verbosity through `logging` (-v / -q), and output streams that end
+quietly when the reader goes away (`zcorch run ... | head`): the first BrokenPipeError points the stream's
+descriptor at /dev/null and the command goes on to its own exit status (a closed pipe must never stop a sweep).
 """
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from contextlib import suppress
 from typing import TextIO
 
 LOGGER = "zcorch"
@@ -24,12 +22,10 @@ class QuietOnClosedPipe:
 
     def _gone(self) -> None:
         self.reader_gone = True
-        try:
+        with suppress(OSError, ValueError):  # no descriptor (a test's StringIO): writes are dropped anyway
             fd = os.open(os.devnull, os.O_WRONLY)
             os.dup2(fd, self._stream.fileno())
             os.close(fd)
-        except (OSError, ValueError):  # no descriptor (a test's StringIO): writes are dropped anyway
-            pass
 
     def write(self, text: str) -> int:
         if self.reader_gone:

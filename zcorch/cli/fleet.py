@@ -1,10 +1,7 @@
 """`zcorch run EXP --hosts INV:PAIR1,PAIR2...|INV:all` and `zcorch run --resume FLEET`: the command line of a
-fleet run (zcorch.sweep.fleet): one progress display for every pair, `--json` events that carry the pair,
-the pairs side by side at the end and which of them differs (zcorch.analysis.pairs). Not a command module
-(no register()): `zcorch run` hands a fleet to main() here.
-
-Exit status: 0 every pair complete with every run ok, 1 some pair not (fleet.json says which and why), 2 a bad
-file or option (nothing started), 75 another `zcorch run` drives the fleet directory, 130 interrupted.
+fleet run (zcorch.sweep.fleet), handed over by `zcorch run`: one progress display for every pair, `--json`
+events that carry the pair, and the pairs compared at the end (zcorch.analysis.pairs). Exit status: 0 every
+pair complete with every run ok, 1 some pair not, 2 a bad file or option, 75 the fleet is busy, 130 interrupted.
 """
 from __future__ import annotations
 
@@ -15,17 +12,17 @@ import queue
 import signal
 import sys
 import threading
+from contextlib import suppress
 from typing import Any, Dict, List, Optional, Set, TextIO
 
-from zcorch.cli.run_output import Console, JsonLines, export_after_run, say_end
+from zcorch.cli.run_output import Console, JsonLines, _clean, export_after_run, run_line, say_end
 from zcorch.sweep.fleet import LOCALHOST, FleetObserver, PairState, prepare_fleet
 
 PAIRS_REPORT = "pairs.md"   # the fleet's pairs compared, written into the fleet directory at the end
 
 
 class ConsoleFleetObserver(Console, FleetObserver):
-    """One progress display for all pairs: on a terminal one tqdm bar over every pair's runs (the postfix says
-    each pair's count), elsewhere one line per run naming its pair."""
+    """One progress display for all pairs: a tqdm bar on a terminal, else one line per run naming its pair."""
 
     def __init__(self, stream: Optional[TextIO] = None):
         super().__init__(stream)
@@ -39,8 +36,6 @@ class ConsoleFleetObserver(Console, FleetObserver):
                                 f"{', '.join(left) or 'nothing left to run'} -> {directory}")
 
     def event(self, pair: str, doc: dict) -> None:
-        from zcorch.cli.run_output import run_line
-
         kind = doc.get("event")
         if kind == "start":
             self.todo[pair] = int(doc.get("runs") or 0) - int(doc.get("already_ok") or 0)
@@ -53,22 +48,19 @@ class ConsoleFleetObserver(Console, FleetObserver):
         elif kind == "stage" and self.log.isEnabledFor(logging.DEBUG):
             self._say(logging.DEBUG, f"[{pair}] {str(doc.get('title', '')).split(' (')[0]}")
         elif kind == "run":
+            ok = doc.get("status") == "ok"
             self.done[pair] = self.done.get(pair, 0) + 1
-            if doc.get("status") != "ok":
-                self.failed[pair] = self.failed.get(pair, 0) + 1
-            self._progress(f"[{pair}] {run_line(doc)}", doc.get("status") == "ok")
-
-    def _progress(self, text: str, ok: bool) -> None:
-        if self.quiet(text, ok):
-            return
-        counts = "  ".join(f"{p} {self.done.get(p, 0)}/{n}" for p, n in self.todo.items())
-        if self.tty:
-            self.progress_bar(sum(self.todo.values()), "zcorch run (fleet)")
-            self.bar.set_postfix_str(f"{counts}  failures {sum(self.failed.values())}"[:120], refresh=False)
-            self.bar.update(sum(self.done.values()) - self.bar.n)
-            return
-        self.stream.write(f"[{sum(self.done.values())}/{sum(self.todo.values())}] {text}  ({counts})\n")
-        self.stream.flush()
+            self.failed[pair] = self.failed.get(pair, 0) + (not ok)
+            text = f"[{pair}] {run_line(doc)}"
+            if self.quiet(text, ok):
+                return
+            counts = "  ".join(f"{p} {self.done.get(p, 0)}/{n}" for p, n in self.todo.items())
+            if self.tty:
+                self.advance("zcorch run (fleet)", sum(self.todo.values()), sum(self.done.values()),
+                             f"{counts}  failures {sum(self.failed.values())}")
+            else:
+                self.stream.write(f"[{sum(self.done.values())}/{sum(self.todo.values())}] {text}  ({counts})\n")
+                self.stream.flush()
 
     def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
         if state.status == "complete" and not state.reason:
@@ -82,9 +74,8 @@ class ConsoleFleetObserver(Console, FleetObserver):
 
 
 class JsonFleetObserver(JsonLines, FleetObserver):
-    """`--json`: every pair's events as `zcorch run --json` prints them, each with `pair`, between a
-    `fleet_start` and a `fleet_end` event, with a `pair_end` event as each pair's sweep ends
-    (docs/schemas/run-events.schema.json)."""
+    """`--json`: every pair's events as `zcorch run --json` prints them, each with `pair`, and `fleet_start`,
+    `pair_end`, `fleet_end` events (docs/schemas/run-events.schema.json)."""
 
     def fleet_started(self, directory: str, pairs: List[PairState], resumed: bool) -> None:
         from zcorch import __version__
@@ -94,19 +85,12 @@ class JsonFleetObserver(JsonLines, FleetObserver):
                           "shares": p.shares} for p in pairs])
 
     def event(self, pair: str, doc: dict) -> None:
-        try:
-            self.write({**doc, "pair": pair})
-        except ValueError:   # a NaN in a run the fleet read back from a killed pair's records (never printed)
-            from zcorch.cli.run_output import _clean
-
-            self.write(_clean({**doc, "pair": pair}))
+        # _clean: a NaN in a run the fleet read back from a killed pair's records (never printed)
+        self.write(_clean({**doc, "pair": pair}))
 
     def pair_ended(self, state: PairState, stderr_tail: List[str]) -> None:
         self.emit("pair_end", pair=state.pair, status=state.status, exit_status=state.exit_status,
                   reason=state.reason, runs=state.runs, result_dir=state.dir)
-
-    def message(self, text: str) -> None:
-        self.emit("message", message=text)
 
 
 def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> int:
@@ -124,8 +108,7 @@ def main(args: argparse.Namespace, command: List[str], spec: Optional[str]) -> i
                           overrides=args.overrides, accept_new_host_keys=args.accept_new_host_keys,
                           allow_ssh_config_exec=args.allow_ssh_config_exec, observer=FanOut(observer, end_work),
                           command=command, recalibrate=args.recalibrate)
-    # The first SIGINT/SIGTERM/SIGHUP stops every pair as one sweep is stopped (each child gets SIGTERM and tears
-    # down; a Ctrl-C on the terminal reaches the children directly too). The fleet waits for them.
+    # The first SIGINT/SIGTERM/SIGHUP stops every pair as one sweep is stopped (SIGTERM); the fleet waits for them.
     old = {s: signal.signal(s, lambda signum, frame: fleet.stop())
            for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
@@ -162,8 +145,7 @@ def _pairs_table(pairs: List[PairState]) -> str:
 
 
 class FanOut(FleetObserver):
-    """Several fleet observers as one (the display and the end work): each hook of FleetObserver calls
-    theirs in turn."""
+    """Several fleet observers as one (the display and the end work): each hook calls theirs in turn."""
 
     def __init__(self, *observers: FleetObserver):
         self.observers = observers
@@ -181,11 +163,8 @@ for _hook in [name for name in vars(FleetObserver) if not name.startswith("_")]:
 
 
 class EndWork(FleetObserver):
-    """The fleet's end work: each complete pair's runs.parquet and its runs loaded for the pairs' comparison.
-
-    Why: on a thread while the pairs still run (imports and each pair as it ends), the fleet ends sooner
-    (docs/performance.md). Started after the forks (pairs_running); with a pair measuring this machine it all
-    waits for the end."""
+    """The fleet's end work: each complete pair's runs.parquet and its runs loaded for the comparison, on a
+    thread while the pairs run (the fleet ends sooner: docs/performance.md), unless a pair measures this machine."""
 
     def __init__(self) -> None:
         self.directory: Optional[str] = None
@@ -214,22 +193,15 @@ class EndWork(FleetObserver):
             self.todo.put(state)
 
     def _work(self) -> None:
-        try:
+        with suppress(Exception):   # a broken install: the main thread meets it again at the end, and reports it
             import zcorch.analysis.cache  # noqa: F401  (pandas, pyarrow)
 
             if self.compare:
                 import zcorch.analysis.pairs  # noqa: F401
-        except Exception:   # a broken install: the main thread meets it again at the end, and reports it
-            pass
-        while True:
-            state = self.todo.get()
-            if state is None:
-                return
+        for state in iter(self.todo.get, None):   # None: the fleet ended
             self._one(state)
 
     def _one(self, state: PairState) -> None:
-        if self.directory is None:
-            return
         directory = os.path.join(self.directory, state.dir)
         _write_cache_if_complete(directory)
         self.done.add(state.pair)
@@ -244,11 +216,8 @@ class EndWork(FleetObserver):
             self._prefetch_scipy(self.loaded[state.pair])
 
     def _prefetch_scipy(self, runs: Any) -> None:
-        """Import scipy.stats (a second of CPU) here, while the other pairs run, where the comparison at the end
-        may test a cell of this pair: some cell has enough ok runs to reach p < alpha against the other pairs
-        pooled (zcorch.analysis.stats.can_be_significant). A cell beyond the threshold by noise is common, but
-        with fewer runs the comparison does not test it (zcorch.analysis.compare.judge), and nothing imports
-        scipy at all."""
+        """Import scipy.stats (a second of CPU) while the other pairs run, when the comparison may test a cell of
+        this pair: one with enough ok runs to reach p < alpha against the other pairs pooled."""
         if self.scipy_wanted:
             return
         from zcorch.analysis.gate import DEFAULT_ALPHA
@@ -258,29 +227,24 @@ class EndWork(FleetObserver):
         others = max(self.pairs - 1, 1)   # the same experiment on each: as many runs a cell on each other pair
         if any(can_be_significant(int(n), int(n) * others, DEFAULT_ALPHA) for n in ok):
             self.scipy_wanted = True
-            try:
+            with suppress(Exception):   # a broken install: the comparison meets it again, and reports it
                 import scipy.stats  # noqa: F401
-            except Exception:   # a broken install: the comparison meets it again, and reports it
-                pass
 
     def finish(self, pairs: List[PairState]) -> Dict[str, Any]:
-        """When this returns every complete pair's runs.parquet is written (those of pairs done before a
-        --resume are checked: write_cache keeps a valid one); returns pair -> its loaded runs, for
-        zcorch.analysis.pairs.compare_fleet."""
+        """Once every complete pair's runs.parquet is written (write_cache keeps a valid one): pair -> its loaded
+        runs, for zcorch.analysis.pairs.compare_fleet."""
         if self.thread is not None:
             self.todo.put(None)
             self.thread.join()
             self.thread = None
-        if self.directory is not None:
-            for state in pairs:
-                if state.pair not in self.done:
-                    _write_cache_if_complete(os.path.join(self.directory, state.dir))
+        for state in pairs:   # (fleet_started gave the directory: prepare_fleet calls it before run)
+            if state.pair not in self.done:
+                _write_cache_if_complete(os.path.join(self.directory, state.dir))
         return self.loaded
 
 
 def _this_machine(identity: str) -> bool:
-    """Whether a host identity (zcorch.sweep.fleet.host_identity) is the controller's machine: localhost, or an
-    ssh target on a loopback address."""
+    """Whether a host identity (host_identity) is the controller's machine: localhost, or a loopback address."""
     import ipaddress
 
     if identity == LOCALHOST:
@@ -307,8 +271,7 @@ def _write_cache_if_complete(directory: str) -> None:
 
 
 def _pairs_report(directory: str, quiet: bool, loaded: Optional[Dict[str, Any]] = None) -> Optional[dict]:
-    """The pairs compared (zcorch.analysis.pairs), written to FLEET/pairs.md; None with fewer than two pairs
-    with data. Best effort: the runs are recorded whatever happens here."""
+    """The pairs compared (zcorch.analysis.pairs), written to FLEET/pairs.md; None with fewer than two. Best effort."""
     from zcorch.errors import ZcorchError
 
     try:

@@ -45,10 +45,6 @@ def main(args: argparse.Namespace) -> int:
     check_regression_options(args)
     if args.min_nights < 2:
         raise ConfigError(f"--min-nights must be >= 2 (a spread needs two nights), got {args.min_nights}")
-    return _history(args)
-
-
-def _history(args: argparse.Namespace) -> int:
     from zcorch.analysis.history import as_json, build_history, render_text, write_index  # pandas, numba
     from zcorch.analysis.dataset import dataset_history, is_dataset
 

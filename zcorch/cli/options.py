@@ -43,9 +43,8 @@ def hosts_from_args(args: argparse.Namespace, environ=None):
 
 
 def add_regression_options(p: argparse.ArgumentParser, what: str, threshold: float, alpha: float) -> None:
-    """--metric, --threshold, --alpha: how `compare` and `history` decide a regression (one set of flags; each
-    command its defaults: zcorch.analysis.gate). The metrics are those of zcorch.metrics with a better direction;
-    another name is a usage error (exit 2)."""
+    """--metric, --threshold, --alpha: how `compare` and `history` decide a regression (each command its defaults:
+    zcorch.analysis.gate); the metrics are those of zcorch.metrics with a better direction."""
     higher = [m for m in metrics.DIRECTED if metrics.get(m).better == "higher"]
     p.add_argument("--metric", choices=metrics.DIRECTED, default="gbit_s", metavar="METRIC",
                    help=f"what to {what} (default gbit_s): one of {', '.join(metrics.DIRECTED)}; higher is better "

@@ -65,8 +65,7 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         for w in plan.warnings:
             print(f"warning: {w}", file=sys.stderr)
-        json.dump(runs_json(plan), sys.stdout, separators=(",", ":"))
-        sys.stdout.write("\n")
+        print(json.dumps(runs_json(plan), separators=(",", ":")))
         return 0
     sys.stdout.write(render(plan, rate, overhead, args.all, timings))
     return 0
@@ -81,8 +80,7 @@ def _fleet(args: argparse.Namespace, rate: float, overhead: float, timings: "Opt
         for pair, plan in fleet.pairs:
             for w in plan.warnings:
                 print(f"warning: pair {pair.pair}: {w}", file=sys.stderr)
-        json.dump({pair.pair: runs_json(plan) for pair, plan in fleet.pairs}, sys.stdout, separators=(",", ":"))
-        sys.stdout.write("\n")
+        print(json.dumps({pair.pair: runs_json(plan) for pair, plan in fleet.pairs}, separators=(",", ":")))
         return 0
     seconds = {}
     for pair, plan in fleet.pairs:
@@ -122,8 +120,7 @@ def render(plan: Plan, rate: float = DEFAULT_RATE, overhead: float = DEFAULT_OVE
     fixed = [k for k in PARAM_KEYS if k not in varying]
     if plan.cells:
         first = plan.cells[0].params
-        lines.append("")
-        lines.append("same in every cell: " + ", ".join(f"{k}={format_value(k, first[k])}" for k in fixed))
+        lines += ["", "same in every cell: " + ", ".join(f"{k}={format_value(k, first[k])}" for k in fixed)]
 
     n_cells, n_runs = len(plan.cells), len(plan.runs)
     order = exp.order + (f" (seed {exp.seed})" if exp.order == "shuffle" else "")

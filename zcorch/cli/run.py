@@ -52,8 +52,7 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
                         "`zcorch export DIR DEST` does (incremental): a nightly run keeps its dataset current. A "
                         "failed export is a warning, the exit status is the sweep's")
     add_hosts_and_set(p, resume=True)
-    # A fleet run's pair (zcorch.sweep.fleet starts each pair as `zcorch run ... --json` with these): the
-    # pair's host and share locks, taken around each run (zcorch.sweep.fleet.LockingObserver).
+    # A fleet pair's host and share locks, taken around each run (zcorch.sweep.fleet.LockingObserver).
     p.add_argument("--fleet-lock-dir", help=argparse.SUPPRESS)
     p.add_argument("--fleet-lock", action="append", default=[], help=argparse.SUPPRESS)
     p.set_defaults(func=main)
@@ -61,20 +60,18 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 class ConsoleObserver(Console, SweepObserver):
-    """What `zcorch run` tells the user on stderr, through the `zcorch.run` logger (-q: warnings only, -v:
-    more): the stage being set up and how long the set-up took, then per run its modes, its rate and the
-    ETA. On a terminal the runs are one tqdm progress bar (its ETA starts with the first run, so the
-    minutes of deploy, calibration and baselines do not inflate it); elsewhere one line per run."""
+    """What `zcorch run` tells the user on stderr (Console): each stage, how long the set-up took, then per run
+    its modes, rate and ETA (which starts with the first run: the set-up's minutes do not inflate it)."""
 
     def __init__(self, stream: Optional[TextIO] = None):
         super().__init__(stream)
-        self.total = self.already = 0
+        self.already = 0
         self.t0 = time.monotonic()
         self.t_runs: Optional[float] = None
         self.result_dir: Optional[str] = None
 
     def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
-        self.total, self.already, self.t0 = total, already_ok, time.monotonic()
+        self.already, self.t0 = already_ok, time.monotonic()
         self.result_dir = result_dir
         self.message(f"{total} runs ({already_ok} already ok) -> {result_dir}")
 
@@ -94,16 +91,15 @@ class ConsoleObserver(Console, SweepObserver):
         text = run_line(record, whole_reason=self.log.isEnabledFor(logging.DEBUG))
         if self.quiet(text, record["status"] == "ok"):
             return
-        if self.tty:
-            self.progress_bar(todo, "zcorch run").total = todo   # repeats until stable: shrinks as cells converge, and the ETA with it
-            self.bar.set_postfix_str(f"failures {outcome.failed}  {text}"[:120], refresh=False)
-            self.bar.update(done_now - self.bar.n)
+        if self.tty:   # todo: with repeats until stable it shrinks as cells converge, and the ETA with it
+            self.advance("zcorch run", todo, done_now, f"failures {outcome.failed}  {text}")
             return
         since = self.t_runs if self.t_runs is not None else self.t0
         elapsed = time.monotonic() - since
-        eta = elapsed / done_now * (todo - done_now) if done_now else 0.0
+        eta = int(round(elapsed / done_now * (todo - done_now) if done_now else 0.0))
+        eta_text = f"{eta // 3600}h{eta % 3600 // 60:02d}m" if eta >= 3600 else f"{eta // 60}m{eta % 60:02d}s"
         self.stream.write(f"[{self.already + done_now}/{self.already + todo}] failures {outcome.failed}  "
-                          f"ETA {_fmt_secs(eta)}  {text}  [{record['cell']}]\n")
+                          f"ETA {eta_text}  {text}  [{record['cell']}]\n")
         self.stream.flush()
 
     def sweep_ended(self) -> None:
@@ -111,17 +107,15 @@ class ConsoleObserver(Console, SweepObserver):
 
 
 class JsonObserver(JsonLines, SweepObserver):
-    """`zcorch run --json`: one JSON object a line on stdout, written (and flushed) as each event happens,
-    as iperf3's --json-stream does; the schema is docs/schemas/run-events.schema.json. Human messages go
-    into `message`/`warning` events, so stdout holds nothing but JSON."""
+    """`zcorch run --json`: one JSON object a line on stdout as each event happens (schema:
+    docs/schemas/run-events.schema.json); messages are `message`/`warning` events, so stdout is only JSON."""
 
     result_dir: Optional[str] = None
-    total = 0
 
     def started(self, total: int, already_ok: int, result_dir: Optional[str]) -> None:
         from zcorch import __version__
 
-        self.result_dir, self.total = result_dir, total
+        self.result_dir = result_dir
         self.emit("start", zcorch_version=__version__, runs=total, already_ok=already_ok, result_dir=result_dir)
 
     def stage(self, name: str, title: str) -> None:
@@ -133,9 +127,6 @@ class JsonObserver(JsonLines, SweepObserver):
 
     def baseline_done(self, record: dict) -> None:
         self.emit("baseline", record=record)
-
-    def message(self, text: str) -> None:
-        self.emit("message", message=text)
 
     def warning(self, text: str) -> None:
         self.emit("warning", message=text)
@@ -209,11 +200,6 @@ class DryRunObserver(SweepObserver):
     def sweep_ended(self) -> None:
         self._flush_copies()
         self.out.flush()
-
-
-def _fmt_secs(s: float) -> str:
-    s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 def main(args: argparse.Namespace) -> int:

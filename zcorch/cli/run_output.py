@@ -1,10 +1,9 @@
-"""What `zcorch run` prints about runs, shared by one sweep's output (zcorch.cli.run) and a fleet's
-(zcorch.cli.fleet): a run's modes and rate in words, JSON-safe event values, runs.parquet written under
-the result set's lock at the end, and `--export DEST` (checked first, done last). Not a command module (no
-register())."""
+"""What `zcorch run` prints about runs, for one sweep (zcorch.cli.run) and a fleet (zcorch.cli.fleet): a run in
+words, JSON events, runs.parquet written at the end, and `--export DEST` (checked first, done last)."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from typing import Optional, TextIO
@@ -15,8 +14,7 @@ from zcorch.results.store import lock_result_set
 
 
 class Console:
-    """What a sweep or a fleet tells the user on stderr, through the `zcorch.run` logger (-q: warnings only,
-    -v: more); on a terminal the runs are one tqdm progress bar, elsewhere one line per run."""
+    """What a sweep or a fleet tells the user on stderr, through the `zcorch.run` logger (-q: less, -v: more)."""
 
     def __init__(self, stream: Optional[TextIO] = None):
         self.stream = stream if stream is not None else sys.stderr
@@ -43,13 +41,15 @@ class Console:
             self.log.warning(f"zcorch run: {text}")
         return True
 
-    def progress_bar(self, total: int, desc: str):
-        """The tqdm bar of a terminal, made at the first run."""
+    def advance(self, desc: str, total: int, done: int, postfix: str) -> None:
+        """The terminal's tqdm bar (made at the first run) at `done` of `total` runs."""
         if self.bar is None:
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, file=self.stream, unit="run", dynamic_ncols=True, leave=True, desc=desc)
-        return self.bar
+        self.bar.total = total
+        self.bar.set_postfix_str(postfix[:120], refresh=False)
+        self.bar.update(done - self.bar.n)
 
     def close(self) -> None:
         if self.bar is not None:
@@ -58,8 +58,7 @@ class Console:
 
 
 def run_line(record: dict, whole_reason: bool = False) -> str:
-    """`write→read r0: ok 9.41 Gbit/s` of a run record (the modes, not the cell id: what a user recognises),
-    with a failed run's reason, cut at 160 characters unless `whole_reason`."""
+    """`write→read r0: ok 9.41 Gbit/s` of a run, with a failed run's reason (whole_reason: not cut at 160)."""
     p, recv = record.get("params") or {}, record.get("receiver") or {}
     text = f"{p.get('send_mode', '?')}→{p.get('recv_mode', '?')}"
     if (p.get("streams") or 1) > 1:
@@ -73,25 +72,15 @@ def run_line(record: dict, whole_reason: bool = False) -> str:
     return text
 
 
-def _finite(x):
-    return x if x is not None and x == x and x not in (float("inf"), float("-inf")) else None
-
-
 def _clean(obj):
     """JSON has no NaN or infinity: they become null (an event must never fail the sweep it reports)."""
     if isinstance(obj, float):
-        return _finite(obj)
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_clean(v) for v in obj]
     return obj
-
-
-def _utc_now() -> str:
-    import datetime
-
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 class JsonLines:
@@ -107,7 +96,13 @@ class JsonLines:
         self.out.flush()
 
     def emit(self, event: str, **fields) -> None:
-        self.write(_clean({"event": event, "time": _utc_now(), **fields}))
+        import datetime
+
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+        self.write(_clean({"event": event, "time": now, **fields}))
+
+    def message(self, text: str) -> None:
+        self.emit("message", message=text)
 
 
 def say_end(directory: str, exported: Optional[dict], interrupted: bool) -> None:
@@ -137,8 +132,7 @@ def _write_cache_locked(directory: str) -> None:
 
 
 def check_export(dest: Optional[str]) -> None:
-    """`--export DEST`, checked before the sweep starts: a DEST the export would refuse is a bad option (exit 2)
-    now, not a failed export after the sweep."""
+    """`--export DEST`, checked before the sweep starts: a DEST the export would refuse is a bad option (exit 2)."""
     from zcorch.analysis.export_dest import dest_problem
     from zcorch.errors import ConfigError
 
@@ -148,10 +142,9 @@ def check_export(dest: Optional[str]) -> None:
 
 
 def export_after_run(root: str, dest: str) -> dict:
-    """`--export DEST` at the end of a run: every result set under `root` (the sweep's, or a fleet's pairs')
-    exported into the dataset DEST as `zcorch export ROOT DEST` does. Best effort: the runs are recorded
-    whatever happens here (an error is returned, not raised, and does not change the run's exit status), and
-    `zcorch export ROOT DEST` does it again. Returns {"dest", "exported", "unchanged", "skipped", "error"}."""
+    """`--export DEST` at the end of a run: every result set under `root` exported into DEST as `zcorch export
+    ROOT DEST` does. Best effort: an error is returned, not raised. Returns {"dest", "exported", "unchanged",
+    "skipped", "error"}."""
     from zcorch.analysis.export import export_results   # pandas, pyarrow: only when exporting
     from zcorch.errors import ZcorchError
 
@@ -167,9 +160,8 @@ def export_after_run(root: str, dest: str) -> dict:
 
 
 def report_export(outcome: dict, root: str) -> None:
-    """What `zcorch run` without --json says of its export (with --json, the `export` event says it): one line
-    on stdout, and on stderr a warning for each set skipped and for a failed export (with the command that
-    redoes it)."""
+    """What `zcorch run` without --json says of its export: one line on stdout, and on stderr a warning for each
+    set skipped and for a failed export."""
     for why in outcome["skipped"]:
         print(f"zcorch run: warning: export: skipped {why}", file=sys.stderr)
     if outcome["error"]:

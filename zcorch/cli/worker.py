@@ -1,7 +1,6 @@
 """`zcorch worker ...`: one side of a transfer (zcorch.worker.cli, which also runs as `python3 -m zcorch.worker`).
 
-Only lists the command in `zcorch --help`: zcorch.cli.main hands `zcorch worker ...` straight to
-zcorch.worker.cli.main without building this parser (the worker's start-up is on the hot path).
+Only lists the command in `zcorch --help`: zcorch.cli.main hands `zcorch worker ...` to zcorch.worker.cli.main.
 """
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """Repeat until stable during a sweep: which planned runs still run, and each cell's state in its records.
 
-The plan lists every cell's repeats up to `max`, interleaved by round. The runner asks `wants(cell)` before
-each run: a converged cell (zcorch.results.convergence) gets no more. `observe(record)` adds a run's value
-and writes the cell's state into the record; `expected(ahead)` counts the runs still to come that will run
-(the progress total and ETA). Seeded from the result set's records, so `--resume` continues only the cells
-that have not converged and never re-runs an ok run.
+The plan lists every cell's repeats up to `max`; the runner asks `wants(cell)` before each run (a converged cell
+gets no more). Seeded from the result set's records, so `--resume` continues only unconverged cells.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, Mapping, Optional
+from typing import Dict, Iterable, Mapping
 
 from zcorch.results.convergence import CellState, RepeatPolicy, cell_state, run_value
 from zcorch.results.store import latest_runs
@@ -51,9 +48,3 @@ class Convergence:
 
     def states(self) -> Dict[str, CellState]:
         return {cell: self.state(cell) for cell in self._values}
-
-
-def tracker(policy: Optional[RepeatPolicy], plan_runs: Iterable[Mapping],
-            records: Iterable[dict] = ()) -> Optional[Convergence]:
-    """A Convergence for an adaptive sweep; None for a fixed `repeats: N` (every planned run runs)."""
-    return Convergence(policy, plan_runs, records) if policy is not None else None

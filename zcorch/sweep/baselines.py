@@ -1,21 +1,19 @@
-"""Running the baseline kinds (zcorch.config.baselines: each kind declares its argv and its parser).
-
-`run_server_client` runs one test of any server/client kind (iperf3, qperf); `run_dd` the dd kind's host
-job; command baselines run in zcorch.sweep.commands. Every runner returns baselines.jsonl records
-({"kind", "key", "status", "reason", "result", "host", "started", "argv"}).
+"""Running the baseline kinds (zcorch.config.baselines: each kind declares its argv and its parser):
+`run_server_client` (iperf3, qperf) and `run_dd` return baselines.jsonl records; commands: zcorch.sweep.commands.
 """
 from __future__ import annotations
 
 import signal
 import socket
 import time
+from contextlib import suppress
 from typing import Any, Dict, List, Mapping, Optional
 
 from zcorch.config.baselines import dd as dd_kind
 from zcorch.config.baselines.dd import (DdBaseline, dd_directory, dd_key, parse_dd_stderr,  # noqa: F401
                                         parse_dd_wrapper)
 from zcorch.config.baselines.iperf3 import parse_iperf3_json  # noqa: F401
-from zcorch.config.baselines.kind import BaselineError, ServerClientKind, Tool  # noqa: F401
+from zcorch.config.baselines.kind import BaselineError, ServerClientKind  # noqa: F401
 from zcorch.config.baselines.registry import BY_RECORD
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import run_remote
@@ -35,20 +33,6 @@ def _record(kind: str, key: dict, host: Host, started: str, result: Optional[dic
     return rec
 
 
-def tool_missing(host: Host, tool: "Tool | str") -> Optional[str]:
-    """Reason string if `tool` cannot be run on `host`, else None."""
-    if isinstance(tool, str):  # a bare program name: its kind's declaration says how to ask and install
-        tool = next((t for k in BY_RECORD.values() for t in k.tools(k.default())
-                     if t.program == tool), Tool(tool, tool))
-    res = host.run([tool.program, *tool.version_argv], timeout=20)
-    if res.returncode == 127 or "not found" in (res.stderr or "").lower():
-        return f"{tool.program} is not installed on {host.name} (install it: {tool.install_hint()})"
-    if res.returncode == 126:   # the shell's (and LocalHost's) "found but cannot be run": no execute bit
-        return (f"{tool.program} is found on {host.name} but cannot be run (not executable: chmod +x it, or "
-                f"{tool.install_hint()})")
-    return None
-
-
 def free_local_port(address: str) -> int:
     """A TCP port free on `address` of this machine now (servers and command baselines on localhost)."""
     fam = socket.AF_INET6 if ":" in address else socket.AF_INET
@@ -57,24 +41,24 @@ def free_local_port(address: str) -> int:
         return s.getsockname()[1]
 
 
-# ---------------------------------------------------------------------------------------------
-# Server/client kinds (iperf3, qperf)
+# -- Server/client kinds (iperf3, qperf) --------------------------------------------------------
 
 def _missing_tools(kind: ServerClientKind, conf: Any, hosts: Mapping[str, Host]) -> Optional[str]:
+    """Why a tool of `kind` cannot be run on the host of one of its roles, else None."""
     for tool in kind.tools(conf):
-        for role in tool.roles:
-            why = tool_missing(hosts[role], tool)
-            if why:
-                return why
+        for host in (hosts[role] for role in tool.roles):
+            res = host.run([tool.program, *tool.version_argv], timeout=20)
+            if res.returncode == 127 or "not found" in (res.stderr or "").lower():
+                return f"{tool.program} is not installed on {host.name} (install it: {tool.install_hint()})"
+            if res.returncode == 126:   # the shell's (and LocalHost's) "found but cannot be run": no execute bit
+                return (f"{tool.program} is found on {host.name} but cannot be run (not executable: chmod +x it, "
+                        f"or {tool.install_hint()})")
     return None
 
 
 def run_server_client(kind: ServerClientKind, sender: Host, receiver: Host, conf: Any, key: dict) -> dict:
-    """One test of `kind` sender -> receiver on the data addresses; the server is killed afterwards.
-
-    When the port is taken on the receiver (another sweep's test on the same host, started at the same
-    time), the server is started again once a second for up to SERVER_BUSY_WAIT s plus one test.
-    """
+    """One test of `kind` sender -> receiver on the data addresses; the server is killed afterwards. A port
+    another sweep's test holds is tried again once a second for up to SERVER_BUSY_WAIT s plus one test."""
     record_kind = next(iter(kind.record_kinds))
     started = utc_now()
     missing = _missing_tools(kind, conf, {"sender": sender, "receiver": receiver})
@@ -106,15 +90,12 @@ def run_server_client(kind: ServerClientKind, sender: Host, receiver: Host, conf
             return _record(record_kind, key, sender, started, result=result, argv=client_argv)
         finally:
             server.kill_group(signal.SIGKILL)
-            try:
+            with suppress(TimeoutError):
                 server.wait(5)
-            except TimeoutError:
-                pass
 
 
 def _wait_listening(kind: ServerClientKind, server: Any, receiver: Host) -> Optional[str]:
-    """None once the server listens (or at once when the kind's server says nothing: its client waits),
-    else why it does not."""
+    """None once the server listens (at once when its kind's server says nothing), else why it does not."""
     if kind.ready_marker is None:
         return None
     deadline = time.monotonic() + LISTEN_WAIT_S
@@ -129,16 +110,12 @@ def _wait_listening(kind: ServerClientKind, server: Any, receiver: Host) -> Opti
             return None
 
 
-# ---------------------------------------------------------------------------------------------
-# dd: the kind's host job on the receiver
+# -- dd: the kind's host job on the receiver ----------------------------------------------------
 
 def run_dd(receiver: Host, python: str, cfg: DdBaseline, directory: str,
            filesystem: Optional[str] = None, written_directory: Optional[str] = None, repeat: int = 0) -> List[dict]:
-    """dd_write and dd_read records for `directory` on the receiver (its `repeat`-th pair: `dd.repeats`).
-
-    written_directory: the directory as the experiment file gives it (`{scratch}`...), kept in the key so
-    keys match across users and hosts; the resolved `directory` is recorded next to it.
-    """
+    """dd_write and dd_read records for `directory` on the receiver (its `repeat`-th pair: `dd.repeats`);
+    the key keeps `written_directory` as the file gives it (`{scratch}`...), so keys match across users."""
     started = utc_now()
     key = dd_key(cfg, written_directory or directory, filesystem)
     records = _dd_records(receiver, python, cfg, directory, key, started, first=repeat == 0)
@@ -156,8 +133,7 @@ def _dd_records(receiver: Host, python: str, cfg: DdBaseline, directory: str, ke
     missing = _missing_tools(kind, cfg, {"receiver": receiver})
     if missing:
         return [_record(k, key, receiver, started, status="skipped", reason=missing) for k in expected]
-    # zcorch.worker.remote.dd_baseline: times dd (with its sync, or as the settings say) and the read back
-    # on the receiver itself.
+    # zcorch.worker.remote.dd_baseline: times dd and the read back on the receiver itself
     res = run_remote(receiver, kind.job, *kind.job_args(cfg, directory, first), timeout=3600, python=python)
     if not res.ok:
         reason = f"dd wrapper failed on {receiver.name} (exit {res.returncode}): {res.stderr.strip()[-300:]}"

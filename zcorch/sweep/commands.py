@@ -1,16 +1,12 @@
 """Command baselines (`baselines.commands`): a user's own transfer command pair, timed like iperf3 and dd.
 
-The receiver's command starts first under `zcorch worker command`, which says when `{port}` listens; then
-the sender's, whose worker opens its files and waits for the controller's `go`. The figure is `bytes` over
-the time from that `go` to both ends having exited, on the controller's clock: the commands' own start-up
-is part of what they cost, the SSH session and the worker's python start-up are not. A sink must hold
-exactly `bytes`; source and sink live in the hosts' scratch directories, so a command never touches a
-user's file through these placeholders. A failed command is recorded failed with its reason and the
-sweep goes on. Records: docs/experiment-files.md, "Command baselines".
+The receiver's command starts first under `zcorch worker command`, which says when `{port}` listens; then the
+sender's, which waits for the controller's `go`. The figure is `bytes` over the time from `go` to both ends
+exited (the SSH session and python start-up excluded). Source and sink live in the scratch directories, and a
+sink must hold exactly `bytes`. Records: docs/experiment-files.md, "Command baselines".
 """
 from __future__ import annotations
 
-import json
 import re
 import signal
 import time
@@ -20,6 +16,7 @@ from zcorch.config.baselines import commands as commands_kind
 from zcorch.config.baselines.commands import DEFAULT_BYTES, CommandBaseline, command_bytes  # noqa: F401
 from zcorch.hosts.local import Host
 from zcorch.results.store import utc_now
+from zcorch.sweep import json_object
 
 KIND = commands_kind.RECORD_KIND
 COMMAND_PORT = 5301            # + the command's index, on a remote receiver (localhost: a free port)
@@ -42,15 +39,11 @@ def fill(argv: Sequence[str], values: Mapping[str, str]) -> List[str]:
     return [_PLACEHOLDER_RE.sub(lambda m: str(values[m.group(1)]), a) for a in argv]
 
 
-def key(cmd: CommandBaseline, nbytes: int) -> dict:
-    return {"name": cmd.name, "bytes": nbytes}
-
-
 def failed(cmd: CommandBaseline, nbytes: int, repeat: int, host: Host, reason: Optional[str],
            started: Optional[str] = None) -> Dict[str, Any]:
     """A run's record as failed (run_command fills in the rest when it gets further)."""
-    return {"kind": KIND, "key": key(cmd, nbytes), "repeat": repeat, "status": "failed", "reason": reason,
-            "result": None, "host": host.name, "started": started or utc_now()}
+    return {"kind": KIND, "key": {"name": cmd.name, "bytes": nbytes}, "repeat": repeat, "status": "failed",
+            "reason": reason, "result": None, "host": host.name, "started": started or utc_now()}
 
 
 def end_argv(worker: Sequence[str], argv: Sequence[str], *, stdin: Optional[str] = None,
@@ -67,25 +60,14 @@ def end_argv(worker: Sequence[str], argv: Sequence[str], *, stdin: Optional[str]
 
 
 def _exit_event(lines: Sequence[str]) -> Optional[dict]:
-    for line in reversed(lines):
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(doc, dict) and doc.get("event") == "exit":
-            return doc
-    return None
-
-
-KILL_GRACE_S = 8.0   # the worker's own kill of the command's tree takes up to 5 s (command.KILL_WAIT_S)
+    return next((doc for doc in map(json_object, reversed(lines)) if doc and doc.get("event") == "exit"), None)
 
 
 def _no_exit_event(proc: Any, waited: float) -> str:
     """The reason when an end's worker printed no exit event: it did not end within `waited` s (or died)."""
     tail = " ".join(proc.stderr_text().split())[-300:]
     return (f"its worker ended or stalled without reporting the command's exit (waited up to {waited:g} s; both "
-            "were killed)"
-            + (f"; its stderr: {tail}" if tail else ""))
+            "were killed)" + (f"; its stderr: {tail}" if tail else ""))
 
 
 def _why(end: str, host: Host, event: Optional[dict], fallback: str) -> Optional[str]:
@@ -102,8 +84,7 @@ def _why(end: str, host: Host, event: Optional[dict], fallback: str) -> Optional
 def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]],
                 env: Mapping[str, Optional[Dict[str, str]]], cmd: CommandBaseline, nbytes: int,
                 paths: Mapping[str, str], port: int, repeat: int) -> dict:
-    """One run of a command baseline. paths: {"source": resolved path on the sender, "sink": on the
-    receiver}. Returns its baselines.jsonl record."""
+    """One run of a command baseline (paths: the resolved "source" and "sink"): its baselines.jsonl record."""
     started = utc_now()
     values = {"address": receiver.data_address, "port": str(port), "source": paths["source"],
               "sink": paths["sink"], "bytes": str(nbytes)}
@@ -173,7 +154,7 @@ def run_command(sender: Host, receiver: Host, worker: Mapping[str, Sequence[str]
                 # group with setsid() (zcorch.worker.command), then exits; SIGKILL if it does not.
                 proc.kill_group(signal.SIGTERM)
             try:
-                proc.wait(KILL_GRACE_S)
+                proc.wait(8.0)   # the worker's own kill of the command's tree takes up to command.KILL_WAIT_S
             except TimeoutError:
                 proc.kill_group(signal.SIGKILL)
 
@@ -182,8 +163,7 @@ _FOUND, _EXITED, _TIMEOUT = "found", "exited", "timeout"
 
 
 def _read_until(proc: Any, marker: Optional[str], timeout: float) -> "tuple[List[str], str]":
-    """(lines, how) of a started end, read until one holds `marker` (how = found), it exits (exited: what
-    marker None waits for) or `timeout` s pass (timeout)."""
+    """(lines, how) of a started end read until a line holds `marker` (found), it exits (exited) or time is up."""
     lines: List[str] = []
     deadline = time.monotonic() + timeout
     while True:

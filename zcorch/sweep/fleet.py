@@ -1,10 +1,8 @@
 """A fleet run: one experiment on several host pairs of an inventory at once, one result set per pair.
 
-Each pair is its own `zcorch run --json` child, forked rather than exec'd (one interpreter start-up for N
-pairs) and not a thread, so a sweep's signal handling and teardown stay exactly those of one sweep and a
-pair that crashes or is killed takes no other with it. Hosts and `shares:` shared between pairs are
-excluded by flocks taken in one sorted order (no waiting in a circle; the kernel drops a dead pair's).
-Directory layout, fleet.json, locks and exit status: docs/architecture.md, "Fleets".
+Each pair is its own forked `zcorch run --json` process (not a thread: its signals and teardown stay those of
+one sweep, and a pair that dies takes no other with it). Hosts and `shares:` shared between pairs are excluded
+by flocks taken in one sorted order. Layout, fleet.json, locks, exit status: docs/architecture.md, "Fleets".
 """
 from __future__ import annotations
 
@@ -21,6 +19,7 @@ import signal
 import stat
 import sys
 import threading
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -30,7 +29,8 @@ from zcorch.config.inventory import InventoryPair, select_pairs
 from zcorch.errors import ConfigError, ResultsError
 from zcorch.results import setfiles
 from zcorch.results.store import BASELINES, RUNS, complete_length, lock_result_set, utc_now, write_json_atomic
-from zcorch.sweep.pipeline import SweepObserver
+from zcorch.sweep.pipeline import SweepObserver, default_output, experiment_source
+from zcorch.sweep import json_object
 from zcorch.sweep.runner import SweepOutcome, run_event_fields
 from zcorch.worker.hoststat import boot_id
 
@@ -41,10 +41,8 @@ EXPERIMENT_COPY = "experiment.yaml"
 LOCK_DIR = ".locks"
 # What `zcorch run` makes of a pair's exit status (that of one sweep: zcorch.cli.run).
 EXIT_OK, EXIT_FAILED, EXIT_INPUT, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 75, 130
-PAIR_STATUSES = ("pending", "running", "complete", "failed", "interrupted")
-# The stages a pair holds locks through, besides each run (which takes all its locks): those that load its
-# hosts take its host locks (a deploy builds the worker: a second pair on the host then reuses that build),
-# those that transfer take all of them.
+# The stages a pair holds locks through besides its runs: those that load its hosts take its host locks (a
+# second pair on the host reuses the deploy's build), those that transfer take all of them.
 HOST_STAGES = ("deploy", "calibrate", "sources")
 LINK_STAGES = ("baselines", "commands")
 HOST_LOCK_PREFIX = "host-"
@@ -56,12 +54,10 @@ def is_fleet_dir(directory: "str | os.PathLike | None") -> bool:
     return bool(directory) and os.path.isfile(os.path.join(os.fspath(directory), FLEET_MANIFEST))
 
 
-# ---------------------------------------------------------------------------------------------
-# The exclusions
+# -- The exclusions -----------------------------------------------------------------------------
 
 def host_identity(spec: Optional[HostSpec], allow_ssh_config_exec: bool = False) -> str:
-    """The machine a host spec reaches: `localhost`, or `hostname:port` after the ssh config (an alias and
-    its HostName are one machine; the user does not matter)."""
+    """The machine a host spec reaches: `localhost`, or `hostname:port` after the ssh config (not the user)."""
     if spec is None:
         return LOCALHOST
     from zcorch.hosts.ssh import resolve_target  # paramiko: only when a fleet of remote pairs is planned
@@ -90,30 +86,25 @@ def lock_files(hosts: Sequence[str], shares: Sequence[str]) -> List[str]:
 
 
 def lock_dir(fleet_dir: str) -> str:
-    """Where a fleet's host and share locks live: as root, HOST_LEASE_DIR/fleet (0700, root's), one place on
-    this machine shared by every fleet and controller process, so two fleets on the same hosts exclude each
-    other; another user (or a /run root cannot write): FLEET/.locks, this fleet's pairs only, as before."""
+    """Where a fleet's host and share locks live: as root, HOST_LEASE_DIR/fleet (0700), shared by every fleet on
+    this machine; another user (or a /run root cannot write): FLEET/.locks, this fleet's pairs only."""
     from zcorch.provision.fs_state import HOST_LEASE_DIR
 
     if os.geteuid() == 0:
         d = os.path.join(HOST_LEASE_DIR, "fleet")
-        try:
+        with suppress(OSError):
             os.makedirs(d, mode=0o700, exist_ok=True)
             st = os.lstat(d)
             if stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022:
                 return d
-        except OSError:
-            pass
     return os.path.join(fleet_dir, LOCK_DIR)
 
 
 def _holder(fd: int) -> Dict[str, Any]:
     """Who wrote the lock file (the holder, or a holder that died holding it); {} when nobody."""
-    try:
-        doc = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
+    with suppress(OSError):
+        return json_object(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}") or {}
+    return {}
 
 
 def _alive(holder: Dict[str, Any]) -> bool:
@@ -135,10 +126,9 @@ def _who(holder: Dict[str, Any]) -> str:
 
 
 class FleetLocks:
-    """The flocks of one pair (lock_files under `directory`), all taken or none. The holder writes who it is
-    (pid, boot id, fleet, pair) into each file and clears it on release: a waiter says whom it waits for, and a
-    file still naming a holder whose process is gone (killed while holding: the kernel dropped its flock) is
-    taken over with a message saying so."""
+    """The flocks of one pair (lock_files under `directory`), all taken or none. The holder writes who it is into
+    each file and clears it on release: a waiter says whom it waits for, and a file naming a dead holder is taken
+    over with a message saying so."""
 
     def __init__(self, directory: str, names: Sequence[str], say: Optional[Callable[[str], None]] = None,
                  who: Optional[Dict[str, str]] = None):
@@ -166,12 +156,7 @@ class FleetLocks:
                     if holder.get("pid") != os.getpid():
                         self.say(f"waiting for {name} in {self.directory}, held by "
                                  f"{_who(holder) if holder else 'another pair'}")
-                    while True:
-                        try:
-                            fcntl.flock(fd, fcntl.LOCK_EX)
-                            break
-                        except InterruptedError:  # a signal whose handler returned: wait on
-                            continue
+                    fcntl.flock(fd, fcntl.LOCK_EX)   # retried after a signal whose handler returned (PEP 475)
                 stale = _holder(fd)
                 if stale and not _alive(stale):
                     self.say(f"took over {name} in {self.directory} from a holder that died holding it "
@@ -187,18 +172,14 @@ class FleetLocks:
     def release(self) -> None:
         fds, self._fds = self._fds, []
         for fd in reversed(fds):
-            try:
+            with suppress(OSError):
                 os.ftruncate(fd, 0)   # still held: nobody else's record is cleared
-            except OSError:
-                pass
             os.close(fd)   # closing the descriptor drops its flock
 
 
 class LockingObserver:
-    """Wraps the observer of one pair's sweep: takes all the pair's locks when a run starts and drops them
-    when its record is written; holds its host locks through the HOST_STAGES and all its locks through the
-    LINK_STAGES. Every other hook and attribute is the wrapped observer's. (The hooks run_sweep already
-    calls are enough: nothing below run_sweep knows about fleets.)"""
+    """Wraps the observer of one pair's sweep: holds all the pair's locks during each run and the LINK_STAGES,
+    its host locks through the HOST_STAGES. Every other hook is the wrapped observer's (run_sweep knows no fleet)."""
 
     def __init__(self, inner: SweepObserver, directory: str, names: Sequence[str],
                  who: Optional[Dict[str, str]] = None):
@@ -243,8 +224,7 @@ class LockingObserver:
         self.inner.sweep_ended()
 
 
-# ---------------------------------------------------------------------------------------------
-# The fleet manifest
+# -- The fleet manifest -------------------------------------------------------------------------
 
 @dataclass
 class PairState:
@@ -254,7 +234,7 @@ class PairState:
     dir: str                               # its result set, relative to the fleet directory
     hosts: List[str]                       # host identities (host locks)
     shares: List[str]
-    status: str = "pending"                # PAIR_STATUSES
+    status: str = "pending"                # pending | running | complete | failed | interrupted
     exit_status: Optional[int] = None
     reason: Optional[str] = None
     started: Optional[str] = None
@@ -298,8 +278,7 @@ def pair_dirs(directory: str) -> Dict[str, str]:
     return {p["pair"]: setfiles.dir_beneath(directory, p["dir"]) for p in load_fleet(directory)["pairs"]}
 
 
-# ---------------------------------------------------------------------------------------------
-# Running the fleet
+# -- Running the fleet --------------------------------------------------------------------------
 
 class FleetObserver:
     """What run_fleet reports; every method does nothing here."""
@@ -308,8 +287,7 @@ class FleetObserver:
         """The pairs about to run (pairs already done on --resume have status complete)."""
 
     def pairs_running(self) -> None:
-        """Every pair of this invocation has its process (forked): from here on the fleet's process may start
-        threads of its own (one alive during a fork could leave a lock held in the child)."""
+        """Every pair's process is forked: the fleet's process may start threads now (never during a fork)."""
 
     def event(self, pair: str, doc: dict) -> None:
         """One JSON event of a pair's sweep (zcorch run --json: start, stage, run, baseline, ..., end)."""
@@ -330,12 +308,7 @@ class FleetResult:
 
     @property
     def failed(self) -> List[PairState]:
-        return [p for p in self.pairs if p.status != "complete" or p.exit_status != EXIT_OK]
-
-
-def _default_output(name: str) -> str:
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return os.path.join("results", f"{name}-fleet-{stamp}")
+        return [p for p in self.pairs if not p.done]
 
 
 def _new_fleet_dir(base: str, unique: bool) -> str:
@@ -344,17 +317,14 @@ def _new_fleet_dir(base: str, unique: bool) -> str:
         os.makedirs(parent, exist_ok=True)
     for n in range(1, 10000 if unique else 2):
         candidate = base if n == 1 else f"{base}-{n}"
-        try:
+        with suppress(FileExistsError):
             os.mkdir(candidate)
             return candidate
-        except FileExistsError:
-            continue
     raise ResultsError(f"{base}: exists; choose another -o (or --resume it)")
 
 
 def _validate(experiment: str, pairs: List[InventoryPair], overrides: Sequence[str]) -> str:
-    """Load and plan the experiment on every pair before anything starts (ConfigError: exit 2, nothing run);
-    returns the experiment's name."""
+    """The experiment's name, once it loaded and planned on every pair (else ConfigError: nothing run)."""
     from zcorch import plan as planmod
     from zcorch.config.experiment import load_experiment
 
@@ -380,10 +350,6 @@ class Start:
     inventory: str
     overrides: Tuple[str, ...] = ()
 
-    def argv(self, pair: str) -> List[str]:
-        return [self.experiment, "--hosts", f"{self.inventory}:{pair}",
-                *[a for o in self.overrides for a in ("--set", o)]]
-
 
 def _child_argv(state: PairState, fleet_dir: str, start: Start, flags: List[str]) -> List[str]:
     """The pair's `zcorch run` command line (without the program name)."""
@@ -392,11 +358,10 @@ def _child_argv(state: PairState, fleet_dir: str, start: Start, flags: List[str]
     if os.path.isfile(os.path.join(pair_dir, "manifest.json")):
         argv += ["--resume", pair_dir]           # its own experiment.yaml, its recorded hosts
     else:
-        argv += [*start.argv(state.pair), "-o", pair_dir]
+        argv += [start.experiment, "--hosts", f"{start.inventory}:{state.pair}",
+                 *[a for o in start.overrides for a in ("--set", o)], "-o", pair_dir]
     argv += ["--json", "--fleet-lock-dir", lock_dir(fleet_dir)]
-    for name in lock_files(state.hosts, state.shares):
-        argv += ["--fleet-lock", name]
-    return argv + flags
+    return argv + [a for name in lock_files(state.hosts, state.shares) for a in ("--fleet-lock", name)] + flags
 
 
 def _prctl():
@@ -408,11 +373,8 @@ def _prctl():
 
 
 def _before_forks() -> None:
-    """Done once in the fleet's process for all its pairs' processes, which inherit it: import what every pair's
-    sweep imports only once it runs (zcorch.sweep.pipeline imports these lazily, so that a dry run or a bad file
-    stays quick), rather than each pair importing them again, and this machine's controller metadata (git
-    revision, platform: metadata.remember_controller). Then gc.freeze: a pair's collections never walk, hence
-    never copy, the pages it shares with the fleet's process."""
+    """Once for every pair's process, which inherits it: the imports a sweep makes lazily, the controller's
+    metadata, then gc.freeze (a pair's collections never walk, hence never copy, the pages it shares)."""
     import zcorch.provision.deploy  # noqa: F401
     import zcorch.provision.filesystems  # noqa: F401
     import zcorch.provision.network  # noqa: F401
@@ -422,14 +384,12 @@ def _before_forks() -> None:
     gc.freeze()
 
 
-# What a pair's process runs: the command line's main() (zcorch.cli.main) given `zcorch` ARGS; the fleet
-# is given it by its caller (the command line sits above this module).
+# What a pair's process runs: zcorch.cli.main given `zcorch` ARGS (passed in: the command line sits above).
 PairMain = Callable[[List[str]], int]
 
 
 class _Child:
-    """One pair's `zcorch run`, forked from the fleet's process (not exec'd): it starts with every module the
-    controller already imported, so N pairs cost one interpreter start-up, not N. Forked before any thread of
+    """One pair's `zcorch run`, forked (not exec'd: N pairs cost one interpreter start-up) before any thread of
     the fleet runs (start_reading() afterwards): a fork while another thread holds a lock would copy it held."""
 
     def __init__(self, state: PairState, argv: List[str], pair_main: PairMain, close_in_child: List[int],
@@ -439,9 +399,8 @@ class _Child:
         self.end: Optional[dict] = None
         self.returncode: Optional[int] = None
         self.todo = 0
-        # The pair's runs.jsonl and baselines.jsonl as they stand before its sweep starts (their complete
-        # lines) and the records its sweep reported: a sweep killed between writing a record and printing its
-        # event (SIGKILL, an OOM kill) has its unreported records read back from there (unreported).
+        # The record files' complete length before the sweep, and the records it reported: those of a sweep killed
+        # between writing a record and printing its event are read back from there (unreported).
         self.result_dir = result_dir
         self.records_before = {name: complete_length(result_dir, name) for name in RECORD_EVENTS}
         self.reported: set = set()   # _record_key of every run and baseline event seen
@@ -463,9 +422,8 @@ class _Child:
                 os.dup2(err_w, 2)
                 for fd in (devnull, out_w, err_w):
                     os.close(fd)
-                # Its events and messages go to the fleet's pipes whatever sys.stdout/stderr were in the
-                # fleet's process (a library caller's, a notebook's, a test's capture: not necessarily fd 1/2).
-                # Line-buffered, as the interpreter's own stderr is: what it said before a SIGKILL is there.
+                # To the fleet's pipes whatever sys.stdout/stderr were (a test's capture is not fd 1/2); line-buffered:
+                # what it said before a SIGKILL is there.
                 sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
                 sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
                 for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # its own sweep installs its handlers
@@ -487,10 +445,8 @@ class _Child:
                 traceback.print_exc()
             finally:
                 for stream in (sys.stdout, sys.stderr):
-                    try:
+                    with suppress(Exception):
                         stream.flush()
-                    except Exception:
-                        pass
                 os._exit(code)
         os.close(out_w)
         os.close(err_w)
@@ -508,11 +464,8 @@ class _Child:
 
     def _read_events(self, events: "queue.Queue") -> None:
         for raw in self._out:
-            try:
-                doc = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(doc, dict):
+            doc = json_object(raw)
+            if doc is not None:
                 events.put((self, doc))
         events.put((self, None))   # this pair's events are over
 
@@ -526,18 +479,13 @@ class _Child:
         """The records this sweep appended to its `name` (RECORD_EVENTS) and never reported as an event (read
         as every reader of a result set reads it: setfiles, no link followed, streamed)."""
         out = []
-        try:
+        with suppress(OSError, ResultsError):   # a link or another kind of file in its place: nothing of ours
             for _, raw, whole in setfiles.iter_lines(self.result_dir, name, offset=self.records_before[name]):
                 if not whole:
                     break   # a torn last line: the record was never written whole
-                try:
-                    record = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and _record_key(RECORD_EVENTS[name], record) not in self.reported:
+                record = json_object(raw)
+                if record is not None and _record_key(RECORD_EVENTS[name], record) not in self.reported:
                     out.append(record)
-        except (OSError, ResultsError):   # a link or another kind of file in its place: nothing of ours to read
-            pass
         return out
 
     def poll(self) -> Optional[int]:
@@ -549,20 +497,15 @@ class _Child:
 
     def signal(self, sig: int) -> None:
         if self.poll() is None:
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def join(self) -> int:
         if self.returncode is None:
-            while True:
-                try:
-                    _, status = os.waitpid(self.pid, 0)
-                    break
-                except ChildProcessError:   # reaped already
-                    status = 0
-                    break
+            try:
+                status = os.waitpid(self.pid, 0)[1]
+            except ChildProcessError:   # reaped already
+                status = 0
             self.returncode = os.waitstatus_to_exitcode(status)
         for t in self._threads:
             t.join(timeout=5)
@@ -576,9 +519,8 @@ RECORD_EVENTS = {RUNS: "run", BASELINES: "baseline"}
 
 
 def _record_key(event: str, record: dict) -> Tuple[Any, ...]:
-    """A record's identity, the same in its file and in its event (a baseline event carries its record whole):
-    a run by cell, repeat and start (a resumed sweep may run a (cell, repeat) again), a baseline by kind,
-    host and start."""
+    """A record's identity, the same in its file and in its event: a run by cell, repeat and start (a resumed
+    sweep may run a (cell, repeat) again), a baseline by kind, host and start."""
     if event == "run":
         return event, record.get("cell"), record.get("repeat"), record.get("started")
     return event, record.get("kind"), record.get("host"), record.get("started")
@@ -620,13 +562,6 @@ class Fleet:
         """Safe from a signal handler: the waiting loop forwards SIGTERM to every pair."""
         self.stopping.set()
 
-    def _forward_stop(self) -> None:
-        if self._stop_sent:
-            return
-        self._stop_sent = True
-        for child in self.children:
-            child.signal(signal.SIGTERM)
-
     def run(self) -> FleetResult:
         events: "queue.Queue" = queue.Queue()
         prctl = _prctl()
@@ -647,8 +582,10 @@ class Fleet:
         self.observer.pairs_running()
         open_streams = len(self.children)
         while open_streams:
-            if self.stopping.is_set():
-                self._forward_stop()
+            if self.stopping.is_set() and not self._stop_sent:   # forwarded once, from this thread
+                self._stop_sent = True
+                for child in self.children:
+                    child.signal(signal.SIGTERM)
             try:
                 child, doc = events.get(timeout=0.2)
             except queue.Empty:
@@ -656,13 +593,9 @@ class Fleet:
             if doc is None:
                 open_streams -= 1
                 self._ended(child)
-                continue
-            self._event(child, doc)
-        if self.stopping.is_set():
-            status = "interrupted"
-        else:
-            status = "complete"
-        interrupted = status == "interrupted" or any(s.status == "interrupted" for s in self.states)
+            else:
+                self._event(child, doc)
+        interrupted = self.stopping.is_set() or any(s.status == "interrupted" for s in self.states)
         failed = any(not s.done for s in self.states)
         exit_status = EXIT_INTERRUPTED if interrupted else EXIT_FAILED if failed else EXIT_OK
         self.doc.update(status="interrupted" if interrupted else "complete", finished=utc_now(),
@@ -680,17 +613,12 @@ class Fleet:
         state = child.state
         kind = doc.get("event")
         if kind == "start":
-            state.runs["planned"] = int(doc.get("runs") or 0)
-            state.runs["ok"] = int(doc.get("already_ok") or 0)
-            state.runs["failed"] = 0
+            state.runs.update(planned=int(doc.get("runs") or 0), ok=int(doc.get("already_ok") or 0), failed=0)
             child.todo = max(state.runs["planned"] - state.runs["ok"], 0)
         elif kind == "run":
             child.reported.add(_record_key("run", doc))
             child.runs_reported += 1
-            if doc.get("status") == "ok":
-                state.runs["ok"] += 1
-            else:
-                state.runs["failed"] += 1
+            state.runs["ok" if doc.get("status") == "ok" else "failed"] += 1
         elif kind == "baseline" and isinstance(doc.get("record"), dict):
             child.reported.add(_record_key("baseline", doc["record"]))
         elif kind == "end":
@@ -715,8 +643,7 @@ class Fleet:
 
     def _recover_records(self, child: _Child) -> None:
         """Report the baselines and runs a killed sweep recorded but never printed, as events marked
-        `recovered`, so the fleet's events and fleet.json count what the pair's result set holds (a --resume
-        keeps them: it runs only what is missing)."""
+        `recovered`, so the fleet's events and fleet.json count what the pair's result set holds."""
         for record in child.unreported(BASELINES):
             self._event(child, {"event": "baseline", "time": utc_now(), "record": record, "recovered": True})
         for record in child.unreported(RUNS):
@@ -726,25 +653,19 @@ class Fleet:
             self._event(child, doc)
 
 
-def _flags(accept_new_host_keys: bool, allow_ssh_config_exec: bool, recalibrate: bool = False) -> List[str]:
-    """What every start of a pair's sweep in this invocation is given (the first one and each --resume)."""
-    return (["--accept-new-host-keys"] if accept_new_host_keys else []) + \
-           (["--allow-ssh-config-exec"] if allow_ssh_config_exec else []) + \
-           (["--recalibrate"] if recalibrate else [])
-
-
 def prepare_fleet(experiment: Optional[str], hosts_spec: Optional[str] = None, *, pair_main: PairMain,
                   output: Optional[str] = None,
                   resume: Optional[str] = None, overrides: Sequence[str] = (), accept_new_host_keys: bool = False,
                   allow_ssh_config_exec: bool = False, observer: Optional[FleetObserver] = None,
                   command: Optional[List[str]] = None, recalibrate: bool = False) -> Fleet:
-    """Validate, make (or reopen, with `resume`) the fleet directory and lock it; `Fleet.run()` runs it.
-
-    experiment + hosts_spec (`INV:PAIR1,PAIR2` / `INV:all`): a new fleet under `output` (default
-    results/<name>-fleet-<UTC time>/). resume: a fleet directory; its pairs that are not complete with every
-    run ok are continued (`zcorch run --resume` of their result set, or started if they never were)."""
+    """Validate, make (or reopen, with `resume`) the fleet directory and lock it; `Fleet.run()` runs it. A new
+    fleet: experiment on the pairs of hosts_spec (`INV:PAIR1,PAIR2` / `INV:all`); resume: a fleet directory, whose
+    pairs not complete with every run ok are continued."""
     observer = observer or FleetObserver()
-    flags = _flags(accept_new_host_keys, allow_ssh_config_exec, recalibrate)
+    # what every start of a pair's sweep in this invocation is given (the first one and each --resume)
+    flags = [flag for flag, given in (("--accept-new-host-keys", accept_new_host_keys),
+                                      ("--allow-ssh-config-exec", allow_ssh_config_exec),
+                                      ("--recalibrate", recalibrate)) if given]
     command = command or ["zcorch", "run"]
     if resume:
         if overrides:
@@ -767,16 +688,9 @@ def prepare_fleet(experiment: Optional[str], hosts_spec: Optional[str] = None, *
             raise ConfigError("a fleet run needs --hosts INVENTORY:PAIR1,PAIR2... or INVENTORY:all")
         inv, pairs = select_pairs(hosts_spec)
         name = _validate(experiment, pairs, overrides)
-        try:
-            with open(experiment, "rb") as f:
-                exp_bytes = f.read()
-        except OSError as exc:
-            raise ConfigError(f"{experiment}: cannot read the experiment file ({exc.strerror})") from None
-        states = []
-        for p in pairs:
-            host_ids, shares = pair_locks(p, allow_ssh_config_exec)
-            states.append(PairState(p.pair, p.pair, host_ids, shares))
-        directory = _new_fleet_dir(output or _default_output(name), unique=output is None)
+        exp_bytes = experiment_source(experiment, None)[1]
+        states = [PairState(p.pair, p.pair, *pair_locks(p, allow_ssh_config_exec)) for p in pairs]
+        directory = _new_fleet_dir(output or default_output(f"{name}-fleet"), unique=output is None)
         lock = lock_result_set(directory)
         os.makedirs(os.path.join(directory, LOCK_DIR), mode=0o700, exist_ok=True)
         with open(os.path.join(directory, EXPERIMENT_COPY), "xb") as f:

@@ -1,18 +1,10 @@
 """SIGINT/SIGTERM/SIGHUP during a sweep: the first stops it; none stops its teardown (network restore, filesystem
-undo, leases, the manifest), except a third Ctrl-C, which abandons it and says what is left.
+undo, leases, the manifest), except a third Ctrl-C, which abandons it and names every leftover (os._exit).
 
-    guard = InterruptGuard(out=sys.stderr)     # `zcorch run` installs it for the whole sweep
-    with guard.installed():
-        run_sweep(...)                         # the Runner / run_sweep call begin_teardown() first thing
-                                               # in their cleanup; they register what is left (left_behind)
-
-Why: a KeyboardInterrupt raised in the middle of `ip link set` or a manifest write leaves a host at the
-sweep's MTU and a result set "running" with nobody to put them back. SIGTERM (systemd, timeout(1), a
-supervisor repeating it) never abandons a teardown; a person pressing Ctrl-C three times gets out, with
-every leftover named and how to restore it (os._exit: nothing more runs). SIGHUP (a dropped terminal or SSH
-session) is SIGTERM's twin: the sweep ends interrupted and tears down; the terminal it hung up on is gone, so
-its output (stdout, stderr when they are that terminal) goes to /dev/null from then on, and a write to it never
-fails the teardown.
+Why: a KeyboardInterrupt in the middle of `ip link set` or a manifest write leaves a host changed and a result
+set "running" with nobody to put them back. `zcorch run` installs an InterruptGuard around the sweep; the Runner
+and run_sweep call begin_teardown() first in their cleanup and register what is left (left_behind). After
+SIGHUP, stdout/stderr that were the hung-up terminal go to /dev/null: a write there never fails the teardown.
 """
 from __future__ import annotations
 
@@ -42,17 +34,15 @@ class InterruptGuard:
         self.presses = 0                      # SIGINTs (Ctrl-C), the one that stopped the sweep included
         self.signals: List[int] = []          # the signals that arrived once the teardown began
         self._left: Dict[str, Leftovers] = {}
-        # Set when the sweep ended interrupted: SIGTERM stays ignored after installed() (the process is
-        # exiting; a supervisor repeating TERM must not turn exit status 130 into a kill).
+        # Set when the sweep ended interrupted: SIGTERM stays ignored after installed() (a supervisor repeating
+        # it must not turn exit status 130 into a kill).
         self.ignore_term_after = False
         self._ttys: List[int] = []            # stdout/stderr when they were a terminal (installed() looks)
 
     def _say(self, text: str) -> None:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             self.out.write(f"{self.prog}: {text}\n")
             self.out.flush()
-        except (OSError, ValueError):
-            pass
 
     def handler(self, signum: int, frame: object) -> None:
         again = critical.redelivered(signum)   # held while a host command ran: counted when it first came
@@ -87,17 +77,10 @@ class InterruptGuard:
                   + ("left as it is:\n  " + "\n  ".join(lines) if lines else "nothing was left to undo"))
         os._exit(130)
 
-    def left_behind(self, name: str, fn: Optional[Leftovers]) -> None:
-        """Register (or, with None, forget) what part `name` would leave behind."""
-        if fn is None:
-            self._left.pop(name, None)
-        else:
-            self._left[name] = fn
-
     @contextlib.contextmanager
     def installed(self) -> Iterator["InterruptGuard"]:
-        # which of stdout/stderr are a terminal, asked while it is alive: once hung up, isatty() fails with EIO
-        self._ttys = [fd for fd in (1, 2) if _isatty(fd)]
+        # which of stdout/stderr are a terminal, asked while it is alive: once hung up, isatty() is False (EIO)
+        self._ttys = [fd for fd in (1, 2) if os.isatty(fd)]
         old = {s: signal.signal(s, self.handler) for s in SIGNALS}
         _ACTIVE.append(self)
         try:
@@ -109,13 +92,6 @@ class InterruptGuard:
                 signal.signal(s, signal.SIG_IGN if s != signal.SIGINT and self.ignore_term_after else h)
 
 
-def _isatty(fd: int) -> bool:
-    try:
-        return os.isatty(fd)
-    except OSError:
-        return False
-
-
 def _detach_from_hung_up_terminal(ttys: List[int]) -> None:
     """stdout and stderr that were a terminal (the one that hung up) become /dev/null: writing to a hung-up
     terminal fails (EIO), and the teardown must not. A pipe or a file stays (a SIGHUP sent by kill)."""
@@ -125,10 +101,8 @@ def _detach_from_hung_up_terminal(ttys: List[int]) -> None:
         return
     try:
         for fd in ttys:
-            try:
+            with contextlib.suppress(OSError):
                 os.dup2(null, fd)
-            except OSError:
-                pass
     finally:
         os.close(null)
 
@@ -151,4 +125,7 @@ def begin_teardown() -> None:
 def left_behind(name: str, fn: Optional[Leftovers]) -> None:
     """Tell the installed guard (if any) what part `name` would leave behind; None: nothing any more."""
     for guard in _ACTIVE:
-        guard.left_behind(name, fn)
+        if fn is None:
+            guard._left.pop(name, None)
+        else:
+            guard._left[name] = fn

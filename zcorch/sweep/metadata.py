@@ -1,13 +1,10 @@
 """Host metadata stored with every result set (meta.json): what shaped the numbers.
 
-One command per host, `zcorch.worker.remote metadata DATA_ADDRESS PATH SYSCTL...` (host_metadata there),
-with the host's python and values as argv; a warm sweep folds it, and the cached calibration, into the
-deploy's `worker info` (metadata_args, cache_args). Anything unreadable is recorded as null together with
-why (e.g. `speed` on veth/lo), and each of HOST_FACTS as {"unavailable": why}.
+One command per host, `zcorch.worker.remote metadata DATA_ADDRESS PATH SYSCTL...`; a warm sweep folds it, and
+the cached calibration, into the deploy's `worker info` (metadata_args, cache_args).
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import posixpath
@@ -21,6 +18,7 @@ from zcorch.errors import HostError
 from zcorch.config.baselines.registry import KINDS
 from zcorch.hosts.local import Host
 from zcorch.provision.remote_call import remote_json, run_remote
+from zcorch.sweep import json_object
 
 SYSCTLS = [
     "net.core.rmem_max", "net.core.wmem_max", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem",
@@ -30,15 +28,13 @@ SYSCTLS = [
 
 def metadata_args(host: Host, data_address: Optional[str] = None, path: str = "") -> List[str]:
     """The arguments of the `metadata` action (and of `worker info --metadata`) for `host`: its data address,
-    the sink `path`, SYSCTLS and every registered baseline kind's tools (their versions are recorded whether
-    or not this sweep runs them)."""
+    the sink `path`, SYSCTLS and every registered baseline kind's tools (whose versions are recorded)."""
     programs = dict.fromkeys(t.program for k in KINDS for t in k.tools(k.default()))
     return [data_address or host.data_address, path, *SYSCTLS, *[a for p in programs for a in ("--tool", p)]]
 
 
 def cache_args(host: Host, max_age: float) -> List[str]:
-    """`--cache <workdir>/calibration.json --max-age D` of `worker calibrate` and `worker info` on `host`
-    (zcorch.worker.calcache: the calibration kept on the host it describes)."""
+    """`--cache <workdir>/calibration.json --max-age D` of `worker calibrate` and `worker info` on `host`."""
     from zcorch.provision.deploy import host_workdir
     from zcorch.worker.calcache import FILENAME
 
@@ -56,26 +52,15 @@ def collect_host(host: Host, python: str, data_address: Optional[str] = None, pa
     return meta
 
 
-CALIBRATE_TIMEOUT = 120.0
-
-
 def calibrate_host(host: Host, worker: List[str], env: Optional[Dict[str, str]] = None,
                    args: Sequence[str] = ()) -> Dict[str, Any]:
-    """The copy-cost yardsticks of one host: the deployed worker's `calibrate ARGS` (native/core/calibrate.c;
-    with `--cache`, zcorch.worker.calcache), its event minus "event"; {"error": why} when it failed (the sweep
-    goes on without the yardstick)."""
+    """The copy-cost yardsticks of one host: the deployed worker's `calibrate ARGS` event minus "event";
+    {"error": why} when it failed (the sweep goes on without the yardstick)."""
     try:
-        res = host.run([*worker, "calibrate", *args], timeout=CALIBRATE_TIMEOUT, env=env)
+        res = host.run([*worker, "calibrate", *args], timeout=120.0, env=env)
     except HostError as exc:
         return {"error": f"{host.name}: calibration failed: {exc}"}
-    events = []
-    for line in res.stdout.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
+    events = [e for e in map(json_object, res.stdout.splitlines()) if e is not None]
     for event in events:
         if event.get("event") == "calibration":
             return {k: v for k, v in event.items() if k != "event"}
@@ -85,8 +70,7 @@ def calibrate_host(host: Host, worker: List[str], env: Optional[Dict[str, str]] 
 
 
 def same_host(meta: Dict[str, Any]) -> Optional[bool]:
-    """Whether meta.json's sender and receiver run on one kernel (equal boot ids): their host CPU (one
-    /proc/stat) must not be added up. None when a boot id is unknown."""
+    """Whether meta.json's sender and receiver share one kernel (equal boot ids); None when one is unknown."""
     hosts = meta.get("hosts") or {}
     ids = [(hosts.get(role) or {}).get("boot_id") for role in ("sender", "receiver")]
     return ids[0] == ids[1] if all(isinstance(i, str) and i for i in ids) else None
@@ -97,9 +81,8 @@ _remembered_revisions: Dict[str, Optional[str]] = {}
 
 
 def git_revision(directory: Optional[str] = None) -> Optional[str]:
-    """Revision of the controller checkout (with '-dirty' if modified), or None when `directory` (default:
-    the directory holding the zcorch package) is not the top of a git work tree: a wheel installed into
-    site-packages has no revision, even when its venv lies inside some other repository."""
+    """Revision of the controller checkout (with '-dirty' if modified), or None when `directory` (default: the
+    zcorch package's parent) is not the top of a git work tree (a wheel in a venv inside another repository)."""
     directory = directory or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if directory in _remembered_revisions:
         return _remembered_revisions[directory]
@@ -117,9 +100,8 @@ def git_revision(directory: Optional[str] = None) -> Optional[str]:
 
 
 def remember_controller() -> None:
-    """Find what controller_meta() says of this machine and checkout now, once, for this process and the processes
-    it forks next (a fleet's pairs: one machine, one checkout; each pair's sweep would otherwise run git twice and
-    uname once, from a large process). platform keeps its own answers; the revision is kept here."""
+    """Find what controller_meta() says of this machine and checkout now, once, for this process and those it
+    forks next (a fleet's pairs); platform keeps its own answers, the revision is kept here."""
     directory = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     _remembered_revisions[directory] = git_revision(directory)
     platform.platform()

@@ -1,10 +1,6 @@
-"""`zcorch run` as a library: the whole sweep pipeline in `run_sweep()`, its stages in `STAGES` order.
-
-The library never prints: progress, messages and warnings go to a `SweepObserver`; the caller shows the
-returned `SweepResult`. A dry run is this same pipeline on RecordingHosts (zcorch.hosts.recording): nothing
-runs anywhere and no result set is written; the observer's `command()` gets every command the sweep would run.
---resume DIR runs DIR/experiment.yaml again, skipping every (cell, repeat) whose newest record is ok (or
-whose cell converged); the newest record per (cell, repeat) wins.
+"""`zcorch run` as a library: `run_sweep()` runs the stages of `STAGES` in order and never prints (it tells a
+`SweepObserver`). A dry run is the same pipeline on RecordingHosts (zcorch.hosts.recording): nothing runs or
+is written. --resume DIR reruns DIR/experiment.yaml, skipping each (cell, repeat) whose newest record is ok.
 """
 from __future__ import annotations
 
@@ -29,10 +25,10 @@ from zcorch.hosts.recording import Recorded, recording_hosts
 from zcorch.provision import scratch, sources
 from zcorch.results.convergence import incomplete_cells
 from zcorch.results.store import BASELINES, PLAN, RUNS, ResultSet, latest_runs, load_manifest, read_jsonl
-from zcorch.sweep import adaptive
 from zcorch.sweep import baselines as bl
 from zcorch.sweep import commands as cmds
 from zcorch.sweep import interrupts
+from zcorch.sweep.adaptive import Convergence
 from zcorch.sweep.runner import Runner, SweepOutcome, run_fields
 from zcorch.sweep.workerpool import WorkerPool
 from zcorch.sweep.summary import summary_table
@@ -60,8 +56,7 @@ STAGES: Tuple[Tuple[str, str], ...] = (
     ("finish", "finish the result set"),
 )
 _TITLES = dict(STAGES)
-# The stages before this one measure nothing (the calibration may, when not cached; baselines and runs do):
-# what else the controller's machine does meanwhile cannot skew a result (zcorch.cli.cache_writer uses them).
+# The stages before this one measure nothing: what else the controller does meanwhile cannot skew a result.
 FIRST_MEASURING_STAGE = "calibrate"
 
 
@@ -87,8 +82,7 @@ class SweepObserver:
         """A run begins (not called for runs recorded failed without running)."""
 
     def run_done(self, record: dict, outcome: SweepOutcome, todo: int) -> None:
-        """A run's record was written; outcome counts the runs so far, `todo` is this sweep's total as now
-        expected (with repeats until stable it shrinks as cells converge: their remaining runs are left out)."""
+        """A run's record was written: outcome counts the runs so far, todo is the sweep's total as now expected."""
 
     def baseline_done(self, record: dict) -> None:
         """A baseline's record (iperf3, dd, a command...) was written."""
@@ -126,29 +120,10 @@ class SweepResult:
                              self.repeat_policy)
 
 
-def _load(path: str, overrides: Sequence[str] = (), hosts: Optional[InventoryPair] = None,
-          reduced: bool = False):
-    from zcorch import plan as planmod
-    from zcorch.config import experiment as spec
-
-    exp = spec.load_experiment(path, overrides, hosts)
-    return exp, planmod.expand(exp, reduced)
-
-
-def _plan_json(plan) -> List[dict]:
-    out = []
-    for run in plan.runs:
-        cell, repeat, params = run_fields(run)
-        out.append({"id": cell, "repeat": repeat, "params": params})
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Result sets
+# -- Result sets --------------------------------------------------------------------------------
 
 class DryRunResults:
-    """The result set of a dry run: records kept in memory (seeded from DIR on --resume, read only),
-    run logs written to /dev/null; nothing is created or changed anywhere."""
+    """The result set of a dry run: records kept in memory (seeded from DIR on --resume); nothing is written."""
 
     dir = ""
 
@@ -191,7 +166,7 @@ class DryRunResults:
         self.status = status
 
 
-def _experiment_source(experiment_path: Optional[str], resume: Optional[str]) -> Tuple[str, bytes]:
+def experiment_source(experiment_path: Optional[str], resume: Optional[str]) -> Tuple[str, bytes]:
     if resume:
         if not os.path.exists(os.path.join(resume, "manifest.json")):
             raise ResultsError(f"--resume {resume}: not a zcorch result set (no manifest.json)")
@@ -214,8 +189,7 @@ def _check_resumed_plan(resume: str, stored: List[dict], plan_runs: List[dict]) 
 
 
 def default_output(name: str) -> str:
-    """results/<name>-<UTC time>/ (relative to the working directory); ResultSet.create appends -2, -3 ...
-    when another sweep of the same name started within the same second."""
+    """results/<name>-<UTC time>/ (ResultSet.create appends -2, -3 ... when that exists)."""
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return os.path.join("results", f"{name}-{stamp}")
 
@@ -250,13 +224,11 @@ def _open_results(exp: Any, exp_path: str, exp_bytes: bytes, plan_runs: List[dic
                             zcorch_version=__version__, git_revision=git_revision())
 
 
-# ---------------------------------------------------------------------------------------------
-# Hosts and the worker command on them
+# -- Hosts and the worker command on them -------------------------------------------------------
 
 class Sweep:
-    """Hosts, worker commands and interpreters for one sweep (run_sweep closes the hosts). info: {role: what
-    its `worker info` answered at the deploy, with what prefetch_args asked along: "metadata" (and its sink
-    path, "metadata_path"), "calibration" (the cached one, None when it must be measured)}."""
+    """Hosts, worker commands and interpreters for one sweep. info: {role: what its deploy's `worker info`
+    answered to prefetch_args: "metadata" (and its "metadata_path"), "calibration" (None: to be measured)}."""
 
     def __init__(self, hosts: Dict[str, Host], worker: Dict[str, List[str]], env: Dict[str, Dict[str, str]],
                  python: Dict[str, str], info: Optional[Dict[str, dict]] = None, net_clean: Sequence[Host] = ()):
@@ -291,9 +263,8 @@ def _metadata_path(role: str, plan_runs: List[dict], scratch_dirs: Optional[Dict
 
 def prefetch_args(hosts: Dict[str, Host], plan_runs: List[dict], max_age: float,
                   refresh: bool) -> Dict[str, List[str]]:
-    """{role: flags of the deploy's `worker info`} that fold the later stages' commands into it: the
-    cached calibration (`--cache`; not with `refresh`: it is measured anyway) and the metadata (`--metadata`,
-    when its path is known before `{scratch}` is resolved). One host in both roles asks for its first role's."""
+    """{role: flags of the deploy's `worker info`} that fold later stages into it: the cached calibration
+    (`--cache`, not with `refresh`) and the metadata (`--metadata`, when its path is known before `{scratch}`)."""
     from zcorch.sweep import metadata
 
     out: Dict[str, List[str]] = {}
@@ -307,14 +278,13 @@ def prefetch_args(hosts: Dict[str, Host], plan_runs: List[dict], max_age: float,
 def open_sweep(hosts: Dict[str, Host], cfg: Baselines,
                modes: Optional[Dict[str, Dict[str, List[str]]]] = None,
                info_args: Optional[Dict[str, List[str]]] = None) -> Sweep:
-    """Preflight the hosts, deploy and version-check the worker, and check each host can run the modes
-    its cells need (`modes`, from cell_modes()); info_args (prefetch_args()): what else the version check's
-    `worker info` answers (Sweep.info)."""
+    """Preflight the hosts, deploy and version-check the worker, and check each host can run the modes its
+    cells need (cell_modes()); info_args (prefetch_args()): what else `worker info` answers (Sweep.info)."""
     from zcorch.provision import deploy
 
     remote = not hosts["receiver"].is_local
-    # Remote hosts must have the tools of the kinds the file asks for, and their ports free; on
-    # localhost a missing tool only makes the baseline `skipped` (with the fix in the reason).
+    # Remote hosts must have the baseline kinds' tools and free ports; on localhost a missing tool only makes
+    # the baseline `skipped` (with the fix in the reason).
     ports = [p for kind, conf in cfg.enabled() for p in kind.ports(conf)] if remote else []
     tools = {role: [t for kind, conf in cfg.enabled() for t in kind.tools(conf) if role in t.roles]
              for role in hosts} if remote else {}
@@ -346,8 +316,7 @@ def _open_hosts(exp: Any, accept_new_host_keys: bool, dry_run: bool, observer: S
     return open_hosts(exp.hosts, accept_new_host_keys, allow_config_exec=allow_ssh_config_exec)
 
 
-# ---------------------------------------------------------------------------------------------
-# Scratch, metadata, baselines
+# -- Scratch, metadata, baselines ---------------------------------------------------------------
 
 def prepare_scratch(sweep: Sweep, plan_runs: List[dict], cfg: Baselines,
                     observer: SweepObserver) -> Dict[str, str]:
@@ -391,13 +360,9 @@ def collect_meta(sweep: Sweep, plan_runs: List[dict], scratch_dirs: Optional[Dic
 
 def calibrate(sweep: Sweep, meta: Dict[str, Any], warnings: List[str],
               max_age: float = DEFAULT_CALIBRATION_MAX_AGE_S, refresh: bool = False) -> None:
-    """meta.json hosts.<role>.calibration: the worker's copy-cost yardsticks, once per host of the sweep
-    (localhost: one calibration shared by both roles), kept on each host in `<workdir>/calibration.json`
-    and measured only when its key changed, it is older than `max_age` seconds, or `refresh`
-    (`--recalibrate`): zcorch.worker.calcache; the record says whether it was cached and its age.
-
-    Both hosts at once when they are two machines; one after the other when they share a kernel (equal
-    boot ids, e.g. the network-namespace lab): two measurements on one machine would disturb each other."""
+    """meta.json hosts.<role>.calibration: the copy-cost yardsticks once per host (localhost: one for both roles),
+    cached on the host (zcorch.worker.calcache) unless stale, older than `max_age` s or `refresh`. Both hosts at
+    once, unless they share a kernel (equal boot ids): two measurements on one machine would disturb each other."""
     from zcorch.sweep import metadata
 
     def one(role: str) -> Dict[str, Any]:
@@ -411,9 +376,7 @@ def calibrate(sweep: Sweep, meta: Dict[str, Any], warnings: List[str],
     two = sweep.hosts["receiver"] is not sweep.hosts["sender"]
     roles = ["sender", "receiver"] if two else ["sender"]
     done = dict(zip(roles, per_host(roles, one, parallel=meta.get("same_host") is not True)))
-    for role in roles:
-        if "error" in done[role]:
-            warnings.append(done[role]["error"])
+    warnings += [done[role]["error"] for role in roles if "error" in done[role]]
     for role in ("sender", "receiver"):
         meta["hosts"].setdefault(role, {})["calibration"] = done[role if two else "sender"]
 
@@ -423,8 +386,7 @@ def _key(b: dict) -> str:
 
 
 def _network_baselines(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[dict]) -> None:
-    """Each test of each network kind (iperf3, qperf...) not yet ok in the result set (resume); the control's
-    tests of the rounds (_control_hook) are not these."""
+    """Each test of each network kind (iperf3, qperf...) not yet ok in the result set (the control's aside)."""
     done = {_key(b) for b in rs.baselines() if b.get("status") == "ok" and not b.get("control")}
     for kind, conf in cfg.enabled():
         if kind.phase != NETWORK:
@@ -437,9 +399,8 @@ def _network_baselines(rs: Any, sweep: Sweep, cfg: Baselines, plan_runs: List[di
 
 
 def _control_hook(rs: Any, sweep: Sweep, exp: Any, observer: SweepObserver):
-    """`control: <kind>`: the runner's before_round, running the kind's control test once per round (repeat)
-    unless the result set already holds an ok one of that round (resume); None for a control cell or none.
-    Each is a baselines.jsonl record of the kind with "repeat" and "control": true."""
+    """`control: <kind>`: the runner's before_round, recording the kind's test once per round (with "repeat" and
+    "control": true) unless the result set holds an ok one of that round; None for a control cell or none."""
     if not isinstance(exp.control, str):
         return None
     from zcorch.config.baselines.registry import BY_NAME
@@ -521,35 +482,26 @@ def _dd_hook(rs: Any, sweep: Sweep, cfg: Baselines, scratch_dirs: Dict[str, str]
     return before_directory
 
 
-# ---------------------------------------------------------------------------------------------
-# Filesystems
+# -- Filesystems --------------------------------------------------------------------------------
 
 def _used(plan_runs: List[dict], param: str) -> List[str]:
-    """Names of the `filesystems:` or `networks:` entries (`param`: filesystem, network) some run of the plan
-    uses, in first-use order."""
+    """The `filesystems:` or `networks:` entries (param: filesystem, network) the plan uses, in first-use order."""
     return list(dict.fromkeys(r["params"][param] for r in plan_runs if r["params"].get(param)))
 
 
 def _filesystem_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str], dry_run: bool,
                         observer: SweepObserver, lease: Any = None):
-    """zcorch.provision.filesystems' manager for the receiver when the experiment declares filesystems.
-
-    Only the entries the plan uses are preflighted: an unused md entry must not fail the run. In a dry
-    run the manager only lists its provisioning commands (its own dry run: devices are picked live).
-    """
-    configs = exp.filesystems
-    if not configs:
+    """zcorch.provision.filesystems' manager for the receiver when the experiment declares filesystems; only the
+    entries the plan uses are preflighted (an unused md entry must not fail the run)."""
+    if not exp.filesystems:
         return None
     from zcorch.provision.filesystems import FilesystemManager
 
-    receiver = sweep.hosts["receiver"]
-    state_dir = exp.hosts.fs_state_dir
-    fsman = FilesystemManager(receiver, configs, state_dir, dry_run=dry_run, log=observer.message)
-    # One sweep per receiver (taken with the hosts, _take_leases): a second is refused with who holds it,
-    # and never undoes the first's filesystems.
-    fsman.lease = lease   # released by run_sweep, on every exit path
-    for undone in FilesystemManager.cleanup_stale(receiver, state_dir, leased=not dry_run):
-        warnings.append(f"undid a previous controller's leftover: {undone}")
+    receiver, state_dir = sweep.hosts["receiver"], exp.hosts.fs_state_dir
+    fsman = FilesystemManager(receiver, exp.filesystems, state_dir, dry_run=dry_run, log=observer.message)
+    fsman.lease = lease   # taken with the hosts (_take_leases), released by run_sweep on every exit path
+    warnings += [f"undid a previous controller's leftover: {undone}"
+                 for undone in FilesystemManager.cleanup_stale(receiver, state_dir, leased=not dry_run)]
     problems = fsman.preflight(names=used)
     if problems:
         raise PreflightError("filesystem preflight failed:\n  " + "\n  ".join(problems))
@@ -565,13 +517,11 @@ def _record(rs: Any, meta: Dict[str, Any], section: str, manager: Any, names: An
         warnings.append(f"could not record the {section} descriptions in meta.json: {exc}")
 
 
-# ---------------------------------------------------------------------------------------------
-# Leases: before anything loads the hosts
+# -- Leases: before anything loads the hosts ----------------------------------------------------
 
 def _take_leases(exp: Any, hosts: Dict[str, Host], dry_run: bool, changes: bool) -> Tuple[List[Any], Any]:
-    """(network leases of both hosts, the receiver's filesystem lease or None), taken right after the hosts
-    open: a sweep another one already holds is refused before it deploys or calibrates there (the live
-    sweep's measurements stay undisturbed). Those taken are released when a later one is refused."""
+    """(network leases of both hosts, the receiver's filesystem lease or None): a sweep another one holds is
+    refused before it deploys or calibrates there. Those taken are released when a later one is refused."""
     if dry_run:
         return [], None
     from zcorch.provision import network
@@ -599,7 +549,6 @@ def _restore_network_leftovers(exp: Any, sweep: Sweep, warnings: List[str], dry_
     if dry_run:
         return
     from zcorch.provision.network import restore_leftovers
-
     from zcorch.provision.watchdog import sweep_reports
 
     # What a lost controller's watchdogs put back since (they may have left nothing for restore_leftovers)
@@ -607,8 +556,7 @@ def _restore_network_leftovers(exp: Any, sweep: Sweep, warnings: List[str], dry_
     warnings += restore_leftovers(sweep.hosts, sweep.python, exp.hosts, observer.message, clean=sweep.net_clean)
 
 
-# ---------------------------------------------------------------------------------------------
-# Networks
+# -- Networks -----------------------------------------------------------------------------------
 
 def _network_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str], dry_run: bool,
                      observer: SweepObserver):
@@ -631,31 +579,12 @@ def _network_manager(exp: Any, sweep: Sweep, warnings: List[str], used: List[str
 
 
 def _undo_networks(rs: Any, meta: Dict[str, Any], netman: Any, names: List[str], warnings: List[str]) -> None:
-    """The networks restored (the runner restores each on its way out; this covers an exit before the runs
-    started) and described in meta.json."""
+    """The networks restored (as the runner does, for an exit before the runs) and described in meta.json."""
     try:
         netman.teardown_all()
     except ZcorchError as exc:
         warnings.append(f"network not restored: {exc}")
     _record(rs, meta, "networks", netman, names, warnings)
-
-
-def _close_pool(pool: WorkerPool, starting: Any) -> None:
-    starting.join()
-    pool.close()
-
-
-class _ObservedRunner(Runner):
-    """The Runner, telling the observer when each run begins (the dry run heads its commands with it)."""
-
-    def __init__(self, *args: Any, observer: SweepObserver, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._observer = observer
-
-    def run_one(self, cell: str, repeat: int, params: Dict[str, Any],
-                worker_params: Optional[Dict[str, Any]] = None) -> dict:
-        self._observer.run_started(cell, repeat)
-        return super().run_one(cell, repeat, params, worker_params)
 
 
 def _finish_after_error(rs: Any, status: str, exc: BaseException) -> None:
@@ -668,8 +597,6 @@ def _finish_after_error(rs: Any, status: str, exc: BaseException) -> None:
                      f"{status} ({type(failed).__name__}: {failed}); `zcorch run --resume` continues it")
 
 
-# ---------------------------------------------------------------------------------------------
-
 def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = None,
               resume: Optional[str] = None, accept_new_host_keys: bool = False, dry_run: bool = False,
               observer: Optional[SweepObserver] = None, command: Optional[List[str]] = None,
@@ -677,28 +604,22 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
               allow_ssh_config_exec: bool = False, recalibrate: bool = False) -> SweepResult:
     """Run the experiment at `experiment_path` (or continue the result set `resume`) into a result set.
 
-    output: the result directory (default results/<name>-<UTC time>/). command: what the manifest
-    records as the command line. dry_run: the same pipeline on recording hosts (module docstring).
-    hosts: a pair of an inventory (zcorch.config.inventory.select), instead of the file's `hosts:` (on
-    resume: instead of the recorded hosts). overrides: `--set KEY=VALUE` strings (zcorch.config.overrides);
-    not with `resume`. The manifest records both ("inventory", "overrides"; module zcorch.results.store).
-    allow_ssh_config_exec: let the hosts' ssh config run its `Match exec` commands (refused otherwise).
-    recalibrate: measure each host's copy-cost calibration anew, whatever its cache holds (`--recalibrate`).
-    Ctrl-C (KeyboardInterrupt) during the sweep ends it as `interrupted` with the finished runs kept;
-    a ZcorchError marks the result set interrupted, any other exception (a bug) `failed`, both with
-    the manifest's "error" = {"type", "message"}, and propagates.
-    """
+    hosts: an inventory pair instead of the file's (or the recorded) hosts; overrides: `--set KEY=VALUE` (not with
+    resume). Ctrl-C ends the sweep `interrupted`; an exception marks it interrupted (ZcorchError) or failed (a bug)
+    and propagates."""
     observer = observer or SweepObserver()
     if resume and overrides:
         raise ConfigError(f"--set cannot change the result set being resumed ({resume}): its experiment.yaml "
                           "is what it runs (start a new result set to run something else)")
-    exp_path, exp_bytes = _experiment_source(experiment_path, resume)
-    # A resumed result set whose sweep was reduced with --set runs its effective experiment.yaml, in which
-    # the reference may name cells the reduced matrix lacks: as at the start, they are warnings.
+    exp_path, exp_bytes = experiment_source(experiment_path, resume)
+    # A resumed set reduced with --set runs its effective experiment.yaml: reference cells it lacks are warnings.
     reduced = bool(resume and load_manifest(resume).get("overrides"))
-    exp, plan = _load(exp_path, overrides, hosts, reduced)
-    plan_runs = _plan_json(plan)
-    from zcorch.plan import control_record  # (imported by _load already)
+    from zcorch.config.experiment import load_experiment
+    from zcorch.plan import control_record, expand
+
+    exp = load_experiment(exp_path, overrides, hosts)
+    plan = expand(exp, reduced)
+    plan_runs = [dict(zip(("id", "repeat", "params"), run_fields(run))) for run in plan.runs]
     cfg = exp.baselines
     rs = _open_results(exp, exp_path, exp_bytes, plan_runs, output, resume, command or ["zcorch", "run"],
                        accept_new_host_keys, dry_run, control=control_record(plan))
@@ -709,8 +630,9 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     rs.baseline_written = observer.baseline_done  # every baseline record, as it is written (run --json)
     observer.started(len(plan_runs), len(skip), None if dry_run else rs.dir)
     # Repeat until stable: cells that converged before (--resume) get no more runs (zcorch.sweep.adaptive).
-    convergence = adaptive.tracker(exp.repeat_policy, plan_runs, rs.runs() if resume else ())
-    if convergence is not None:
+    convergence = None
+    if exp.repeat_policy is not None:
+        convergence = Convergence(exp.repeat_policy, plan_runs, rs.runs() if resume else ())
         converged = {cell for cell, st in convergence.states().items() if st.converged}
         skip = skip | {(r["id"], r["repeat"]) for r in plan_runs if r["id"] in converged}
     if exp.inventory is not None:
@@ -721,8 +643,7 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
     meta: Dict[str, Any] = {}
     warnings: List[str] = []
     recorded: List[Recorded] = []
-    # Each part registers its own undo as it is set up, so the teardown is the set-up in reverse; it runs
-    # also after Ctrl-C or an error (what was provisioned so far is still described in meta.json).
+    # Each part registers its own undo as it is set up: the teardown is the set-up in reverse, also after an error.
     with ExitStack() as undo:
         # the result set's lock, when an error ends the sweep: another `zcorch run --resume` may continue it
         undo.push(lambda exc_type, _exc, _tb: rs.close() if exc_type is not None else None)
@@ -745,12 +666,13 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
             _restore_network_leftovers(exp, sweep, warnings, dry_run, observer)
             pool = None
             if not dry_run and any((r["id"], r["repeat"]) not in skip for r in plan_runs):
-                # The runs' worker servers start on both hosts while the set-up goes on (a dry run records its
-                # commands in order: its runner starts them at its first run).
+                # The worker servers start on both hosts while the set-up goes on (not in a dry run: its commands
+                # are listed in order, the runner starting them at its first run).
                 pool = WorkerPool()
                 starting = pool.start_servers_meanwhile(
                     [(sweep.hosts[role], sweep.worker[role], sweep.env[role]) for role in ("receiver", "sender")])
-                undo.callback(_close_pool, pool, starting)   # the runner stops them; this covers an early exit
+                undo.callback(pool.close)   # the runner stops them; this covers an early exit
+                undo.callback(starting.join)
             # Before anything uses a path: meta's sink probe, source layout, the dd baseline, the runs.
             observer.stage("scratch", _TITLES["scratch"])
             scratch_dirs = prepare_scratch(sweep, plan_runs, cfg, observer)
@@ -790,22 +712,20 @@ def run_sweep(experiment_path: Optional[str] = None, *, output: Optional[str] = 
             observer.stage("commands", _TITLES["commands"])
             _commands_for_sweep(rs, sweep, cfg, plan_runs, scratch_dirs, observer, dry_run)
             observer.stage("runs", _TITLES["runs"])
-            runner = _ObservedRunner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
-                                     sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
-                                     progress=observer.run_done,
-                                     before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
-                                     source_errors=source_errors, scratch=scratch_dirs, observer=observer,
-                                     allow_device_sinks=exp.allow_destroy, netman=netman, convergence=convergence,
-                                     pool=pool,
-                                     before_round=_control_hook(rs, sweep, exp, observer))
+            runner = Runner(sweep.hosts["sender"], sweep.hosts["receiver"], sweep.worker["sender"],
+                            sweep.worker["receiver"], rs, worker_env=sweep.env, fsman=fsman,
+                            progress=observer.run_done, run_started=observer.run_started,
+                            before_directory=_dd_hook(rs, sweep, cfg, scratch_dirs),
+                            source_errors=source_errors, scratch=scratch_dirs, allow_device_sinks=exp.allow_destroy,
+                            netman=netman, convergence=convergence, pool=pool,
+                            before_round=_control_hook(rs, sweep, exp, observer))
             outcome = runner.run_sweep(plan_runs, skip)
             warnings += runner.warnings
         except KeyboardInterrupt:
             outcome = SweepOutcome(status="interrupted")
         except BaseException as exc:
-            # Whatever ends the sweep early (a user-fixable ZcorchError: interrupted; anything else, a bug:
-            # failed), the manifest gets a final status and the reason, and the exception still propagates
-            # with its traceback; the runs already written stay as they are (--resume continues them).
+            # Whatever ends the sweep early (a ZcorchError: interrupted; a bug: failed), the manifest gets a final
+            # status and the reason, and the exception propagates; --resume continues the runs written.
             _finish_after_error(rs, "interrupted" if isinstance(exc, ZcorchError) else "failed", exc)
             raise
         finally:

@@ -1,37 +1,31 @@
-"""Runs the cells of a plan on two hosts: receiver and sender start together, the sender gets the
-receiver's port once it listens (on stdin), then both results are collected.
+"""Runs the cells of a plan on two hosts: the receiver starts, the sender gets its port once it listens, then
+both results are collected; the workers are served (zcorch.sweep.workerpool).
 
-The workers are served (zcorch.worker.serve, zcorch.sweep.workerpool): one server per host forks each
-run's worker from a warm interpreter; a server that dies fails the run it served and the next run starts
-a new one. Whatever ends a run (result, error, deadline, dead process, Ctrl-C), both workers' process
-groups are killed before the next starts and one record is appended (fsynced) to runs.jsonl; Ctrl-C
-records the run in progress as `interrupted` and re-raises after cleanup.
-
-Hooks given by the caller: `fsman` (zcorch.provision.filesystems: ensure/release/teardown_all,
-`{filesystem}` in `sink`), `netman` (zcorch.provision.network: ensure/run_facts/teardown_all) and
-`scratch` ({role: dir} for `{scratch}` in the workers' source/sink; the record keeps it as written).
-A filesystem or network that cannot be set up records its runs failed, unrun.
+Whatever ends a run (result, error, deadline, dead process, Ctrl-C), both workers' process groups are killed
+before the next starts and one record is appended to runs.jsonl; Ctrl-C records the run `interrupted` and
+re-raises after cleanup. A filesystem or network that cannot be set up records its runs failed, unrun.
 """
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shlex
 import signal
 import time
 import traceback
+from contextlib import suppress
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from zcorch.provision import scratch as scratchmod
 from zcorch.errors import HostError, ZcorchError, interrupt_name
 from zcorch.hosts.local import Host, Process
 from zcorch.params import worker_flags
 from zcorch.results.store import ResultSet, utc_now
-from zcorch.sweep import interrupts
+from zcorch.sweep import interrupts, json_object
 from zcorch.sweep.workerpool import WorkerPool, describe_exit
+
 
 def hostport(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
@@ -43,8 +37,7 @@ WATCH_STDIN = "--exit-on-stdin-eof"
 
 def recv_argv(worker: Sequence[str], address: str, params: Dict[str, Any], allow_device_sink: bool = False,
               peer: Optional[str] = None, nonce: Optional[str] = None) -> List[str]:
-    """allow_device_sink: the sink is a device the experiment's `allow_destroy:` lists (the worker refuses
-    any other device sink but /dev/null). peer: the sender's data address, the only one the receiver takes a
+    """allow_device_sink: the sink is a device `allow_destroy:` lists; peer: the only address the receiver takes a
     data connection from; nonce: the run's (new_nonce), which the sender's stream hello must carry."""
     extra = ["--allow-device-sink"] if allow_device_sink else []
     extra += ["--peer", peer] if peer else []
@@ -81,12 +74,6 @@ def resolve_sink(params: Dict[str, Any], mountpoint: Optional[str]) -> Dict[str,
     return params
 
 
-class FilesystemManager(Protocol):
-    def ensure(self, name: str) -> str: ...
-    def release(self, name: str) -> None: ...
-    def teardown_all(self) -> None: ...
-
-
 # Worker error codes that mean "the transfer ran out of time" (recorded as status timeout).
 TIMEOUT_CODES = {"ETIMEDOUT", "ETIME", "ETIMEOUT", "TIMEOUT"}
 
@@ -107,10 +94,6 @@ class _Side:
         return f"{self.name} on {self.host.name}"
 
 
-class RunTimeout(Exception):
-    pass
-
-
 @dataclass
 class SweepOutcome:
     status: str              # complete | interrupted
@@ -121,15 +104,13 @@ class SweepOutcome:
     records: List[dict] = field(default_factory=list)
 
 
-# What a `run` event of `zcorch run --json` carries of a run's record (docs/schemas/run-events.schema.json),
-# beside the progress counts: the JSON observer prints it as each run ends, and a fleet rebuilds it from the
-# records of a pair whose sweep was killed before it printed them.
+# What a `run` event of `zcorch run --json` carries of a run's record (docs/schemas/run-events.schema.json);
+# a fleet rebuilds it from the records of a pair killed before it printed them.
 RUN_EVENT_KEYS = ("cell", "repeat", "status", "reason", "params", "sender", "receiver", "wall_s", "started")
 
 
 def run_event_fields(record: dict) -> Dict[str, Any]:
-    """A run record's fields of its `run` event, and its rate (gbit_s: the receiver's bytes over its timed
-    wall time; None unless ok)."""
+    """A run record's fields of its `run` event, and its rate (gbit_s as the receiver saw it; None unless ok)."""
     recv = record.get("receiver") or {}
     gbit = None
     if record.get("status") == "ok" and recv.get("wall_ns"):
@@ -138,17 +119,13 @@ def run_event_fields(record: dict) -> Dict[str, Any]:
 
 
 class Runner:
-    """Runs plan runs between `sender` and `receiver`, appending records to `results`.
-
-    sender_worker / receiver_worker: the worker command prefix on each host (from deploy), e.g.
-    [python, "-m", "zcorch.worker"]; `worker_env` per side is passed to Host.start.
-    on_event(name, **info) is called at "receiver_started", "receiver_ready" (pid, port),
-    "sender_started" and "run_done" (record): tests use it to inject faults, the CLI ignores it.
-    """
+    """Runs plan runs between `sender` and `receiver` (each with its worker command prefix from the deploy),
+    appending records to `results`. on_event(name, **info) is called at "receiver_started", "receiver_ready"
+    (pid, port), "sender_started" and "run_done" (record): tests use it to inject faults."""
 
     def __init__(self, sender: Host, receiver: Host, sender_worker: Sequence[str],
                  receiver_worker: Sequence[str], results: ResultSet, *,
-                 worker_env: Optional[Dict[str, Dict[str, str]]] = None, fsman: Optional[FilesystemManager] = None,
+                 worker_env: Optional[Dict[str, Dict[str, str]]] = None, fsman: Any = None,
                  margin: float = 10.0, default_timeout: float = 60.0,
                  progress: Optional[Callable[[dict, "SweepOutcome", int], None]] = None,
                  on_event: Optional[Callable[..., None]] = None,
@@ -156,35 +133,30 @@ class Runner:
                  source_errors: Optional[Dict[str, str]] = None,
                  scratch: Optional[Dict[str, str]] = None, allow_device_sinks: Sequence[str] = (),
                  netman: Any = None, convergence: Any = None, pool: Optional[WorkerPool] = None,
-                 before_round: Optional[Callable[[int], None]] = None):
+                 before_round: Optional[Callable[[int], None]] = None,
+                 run_started: Optional[Callable[[str, int], None]] = None):
         self.sender, self.receiver = sender, receiver
-        # Called with the repeat before the first run of each round that runs (`control: <kind>`).
-        self.before_round = before_round
-        # zcorch.sweep.adaptive.Convergence for `repeats: {min, max, target_ci}`: converged cells get no more
-        # runs, and each record carries its cell's state; None: every planned run runs.
-        self.convergence = convergence
+        self.run_started = run_started   # called as each run begins (the dry run heads its commands with it)
+        self.before_round = before_round   # called with the repeat before each round's first run (`control:`)
+        self.convergence = convergence   # zcorch.sweep.adaptive.Convergence, or None: every planned run runs
         self.sender_worker, self.receiver_worker = list(sender_worker), list(receiver_worker)
         self.results = results
         self.allow_device_sinks = frozenset(allow_device_sinks)   # the experiment's `allow_destroy:`
         self.worker_env = worker_env or {}
-        self.fsman = fsman
+        self.fsman = fsman        # zcorch.provision.filesystems.FilesystemManager, or None (no `filesystems:`)
         self.netman = netman      # zcorch.provision.network.NetworkManager, or None (no `networks:`)
         self.margin = margin
         self.failure_grace = 3.0
         self.default_timeout = default_timeout
         self.progress = progress
         self.on_event = on_event or (lambda name, **info: None)
-        # Called once per distinct (filesystem, sink directory) before its first run: the dd baseline.
-        self.before_directory = before_directory
+        self.before_directory = before_directory   # once per (filesystem, sink directory): the dd baseline
         self._seen_dirs: set = set()
-        # Sources that could not be laid out (zcorch.provision.sources, resolved paths): their cells are recorded failed unrun.
-        self.source_errors = dict(source_errors or {})
+        self.source_errors = dict(source_errors or {})   # resolved source -> why it could not be laid out
         self.scratch = dict(scratch or {})   # role -> the {scratch} directory on that host
         self.warnings: List[str] = []   # teardown problems: reported by the CLI, never lose runs
         self.lost_host: Optional[str] = None   # why a host stopped answering during the last run
-        # the worker servers, one per host (close() stops them), each started by its first run unless the
-        # caller's pool started them already (run_sweep's pipeline does, both hosts at once)
-        self.pool = pool if pool is not None else WorkerPool()
+        self.pool = pool if pool is not None else WorkerPool()   # the worker servers (close() stops them)
 
     def close(self) -> None:
         """Stop the worker servers (run_sweep does at its end; callers of run_one alone call it)."""
@@ -196,6 +168,8 @@ class Runner:
     def run_one(self, cell: str, repeat: int, params: Dict[str, Any],
                 worker_params: Optional[Dict[str, Any]] = None) -> dict:
         """One run; `params` go into the record, `worker_params` (default: `{scratch}` resolved) to the workers."""
+        if self.run_started is not None:
+            self.run_started(cell, repeat)
         if worker_params is None:
             worker_params = scratchmod.resolve_params(params, self.scratch)
         timeout = params.get("timeout") or self.default_timeout
@@ -223,11 +197,8 @@ class Runner:
             status, reason = "failed", f"{type(exc).__name__}: {exc} (traceback in {log_rel})"
             traces.append(traceback.format_exc())
         finally:
-            # The run's wall time ends with its outcome (both results in, or the failure seen); the workers'
-            # exits and the cleanup follow. An ok run's record is appended while its workers exit (the wait
-            # for their exit frames overlaps the fsync); any other run is cleaned up first, so its record
-            # says why a host stopped answering. Either way both workers are gone (or killed) before the
-            # next run starts.
+            # The wall time ends with the outcome. An ok run's record is appended while its workers exit; any
+            # other run is cleaned up first, so its record says why a host stopped answering.
             wall = time.monotonic() - t0
             if status != "ok":
                 self._cleanup_run(cell, repeat, recv, send, traces)
@@ -270,7 +241,7 @@ class Runner:
         self.on_event("receiver_started", proc=recv.proc)
         try:
             ready = self._read_until(recv, deadline, want="ready")
-        except RunTimeout:
+        except TimeoutError:
             return "timeout", f"{recv.where()} did not report ready within {budget:.1f}s"
         if ready is None:
             return self._failure(recv, send)
@@ -286,11 +257,10 @@ class Runner:
             self._read_until(send, deadline, want="result")
             pending = recv
             if send.result is None:
-                # The sender gave up: the receiver's own error (if any) comes at once; don't
-                # wait the whole deadline for a receiver that may still sit in accept().
+                # The sender gave up: the receiver's own error comes at once, if any (it may sit in accept()).
                 deadline = min(deadline, time.monotonic() + self.failure_grace)
             self._read_until(recv, deadline, want="result")
-        except RunTimeout:
+        except TimeoutError:   # the run's deadline passed
             if send.result is None and send.proc is not None and (send.error is not None or send.exited is not None):
                 return self._failure(recv, send)
             waiting = " and ".join(s.where() for s in (send, recv) if s.result is None and s.error is None)
@@ -301,25 +271,19 @@ class Runner:
         return self._failure(recv, send)
 
     def _read_until(self, side: _Side, deadline: float, want: str) -> Optional[dict]:
-        """Read side's stdout until an event `want` or "error" (returned / stored) or EOF (None)."""
+        """Read side's stdout until an event `want` or "error" (stored) or EOF (None); TimeoutError at deadline."""
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise RunTimeout()
-            try:
-                line = side.proc.readline(remaining)
-            except TimeoutError:
-                raise RunTimeout() from None
+                raise TimeoutError()
+            line = side.proc.readline(remaining)
             if line is None:
                 side.exited = self._exit_status(side)
                 return None
             side.lines.append(line)
-            try:
-                event = json.loads(line)
-            except ValueError:
+            event = json_object(line)
+            if event is None:
                 continue  # not an event: kept in the log
-            if not isinstance(event, dict):
-                continue
             kind = event.get("event")
             if kind == "error":
                 side.error = event
@@ -337,12 +301,8 @@ class Runner:
             return None
 
     def _failure(self, recv: _Side, send: _Side) -> Tuple[str, str]:
-        """Status and reason when a side did not deliver a result: what each side said or how it died.
-
-        Both sides are named: the one that failed first explains the other's failure (a sink that
-        cannot be opened makes the receiver quit, which resets the sender's connection; a killed
-        sender makes the receiver report a short transfer).
-        """
+        """Status and reason when a side did not deliver a result: what each side said or how it died. Both are
+        named: the one that failed first explains the other (a receiver that quit resets the sender's link)."""
         parts, codes = [], set()
         for s in (recv, send):
             if s.proc is None or s.result is not None:
@@ -360,21 +320,17 @@ class Runner:
 
     @staticmethod
     def _cleanup(recv: _Side, send: _Side) -> None:
-        # Kill both process groups whatever happened: a stalled or orphaned worker must not
-        # hold the port or the CPU during the next run. Harmless on groups that already exited
-        # only while their id is not reused, so skip sides whose exit we observed.
+        # Kill both process groups whatever happened (a stalled worker must not hold the port or the CPU during the
+        # next run), except those whose exit was seen: their group id may be reused.
         for side in (send, recv):
-            if side.proc is None:
+            if side.proc is None or side.exited is not None:
                 continue
-            if side.exited is None:
-                try:
-                    side.exited = side.proc.wait(0.5 if side.result is not None else 0.0)
-                except TimeoutError:
-                    side.proc.kill_group(signal.SIGKILL)
-                    try:
-                        side.proc.wait(5.0)
-                    except TimeoutError:
-                        pass
+            try:
+                side.exited = side.proc.wait(0.5 if side.result is not None else 0.0)
+            except TimeoutError:
+                side.proc.kill_group(signal.SIGKILL)
+                with suppress(TimeoutError):
+                    side.proc.wait(5.0)
 
     def _record(self, cell, repeat, params, status, reason, started, wall, recv: _Side, send: _Side,
                 log_rel) -> dict:
@@ -403,8 +359,7 @@ class Runner:
         return rec
 
     def _host_facts(self, cell: str, repeat: int, send: _Side, recv: _Side) -> dict:
-        """same_host (both workers on one running kernel: one /proc/stat, so their host CPU is one machine's,
-        counted once) and the run's samples file (written here, before the record that names it)."""
+        """same_host (both workers on one kernel: their host CPU is one machine's) and the run's samples file."""
         facts: dict = {}
         boots = [s.result.get("host_boot_id") for s in (send, recv)]
         if all(boots):
@@ -439,24 +394,18 @@ class Runner:
                 if not side.argv or side.proc is None:
                     continue
                 f.write(f"--- {side.where()}: {shlex.join(side.argv)}\n")
-                for line in side.lines:
-                    f.write(f"[stdout] {line}\n")
+                f.writelines(f"[stdout] {line}\n" for line in side.lines)
                 err = side.proc.stderr_text() if side.exited is not None or side.result else ""
-                for line in err.splitlines():
-                    f.write(f"[stderr] {line}\n")
+                f.writelines(f"[stderr] {line}\n" for line in err.splitlines())
 
     # -- the sweep ----------------------------------------------------------------------------
     def run_sweep(self, runs: Sequence[Any], skip: Optional[set] = None) -> SweepOutcome:
         """Run every run not in `skip` ((cell, repeat) pairs) once; Ctrl-C -> status interrupted."""
         skip = skip or set()
-        todo = [run_fields(r) for r in runs]
-        todo = [t for t in todo if (t[0], t[1]) not in skip]
+        todo = [t for t in map(run_fields, runs) if (t[0], t[1]) not in skip]
         outcome = SweepOutcome(status="complete", skipped=len(runs) - len(todo))
         ahead = Counter(cell for cell, _, _ in todo)   # per cell, its runs not reached yet
-        last_use: Dict[str, int] = {}
-        for i, (_, _, params) in enumerate(todo):
-            if params.get("filesystem"):
-                last_use[params["filesystem"]] = i
+        last_use = {params["filesystem"]: i for i, (_, _, params) in enumerate(todo) if params.get("filesystem")}
         mounted: Dict[str, str] = {}
         fs_errors: Dict[str, str] = {}
         net_errors: Dict[str, str] = {}
@@ -468,21 +417,15 @@ class Runner:
                     outcome.converged += 1   # no record: the run was planned up to `max`, not needed
                     self._release_after(params.get("filesystem"), i, last_use, mounted)
                     continue
-                source = scratchmod.resolve_params(params, self.scratch).get("source")
-                if source in self.source_errors:
-                    self._record_unrun(cell, repeat, params, self.source_errors[source], outcome, ahead)
-                    continue
-                error = self._ensure_net(params.get("network"), net_errors)
-                if error is not None:
+                fs, mountpoint = params.get("filesystem"), None
+                error = self.source_errors.get(scratchmod.resolve_params(params, self.scratch).get("source"))
+                if error is None:
+                    error = self._ensure_net(params.get("network"), net_errors)
+                if error is None and fs:
+                    mountpoint, error = self._ensure_fs(fs, mounted, fs_errors)
+                if error is not None:   # recorded failed, unrun
                     self._record_unrun(cell, repeat, params, error, outcome, ahead)
                     continue
-                fs = params.get("filesystem")
-                mountpoint = None
-                if fs:
-                    mountpoint, error = self._ensure_fs(fs, mounted, fs_errors)
-                    if error is not None:
-                        self._record_unrun(cell, repeat, params, error, outcome, ahead)
-                        continue
                 params = resolve_sink(params, mountpoint)
                 self._before(fs, params)
                 if self.before_round is not None and repeat != round_of:
@@ -501,16 +444,12 @@ class Runner:
         finally:
             interrupts.begin_teardown()   # no signal stops what follows (zcorch.sweep.interrupts)
             self.close()
-            if self.fsman is not None:
-                try:
-                    self.fsman.teardown_all()
-                except ZcorchError as exc:
-                    self.warnings.append(str(exc))
-            if self.netman is not None:
-                try:
-                    self.netman.teardown_all()
-                except ZcorchError as exc:
-                    self.warnings.append(f"network not restored: {exc}")
+            for manager, failed in ((self.fsman, ""), (self.netman, "network not restored: ")):
+                if manager is not None:
+                    try:
+                        manager.teardown_all()
+                    except ZcorchError as exc:
+                        self.warnings.append(f"{failed}{exc}")
         return outcome
 
     def _release_after(self, fs: Optional[str], i: int, last_use: Dict[str, int], mounted: Dict[str, str]) -> None:
@@ -568,11 +507,9 @@ class Runner:
         return mounted[fs], None
 
     def _before(self, fs: Optional[str], params: Dict[str, Any]) -> None:
-        if self.before_directory is None:
-            return
         sink = params.get("sink") or "/dev/null"
         key = (fs, os.path.dirname(sink) if not sink.startswith("/dev/") else "/dev")
-        if key in self._seen_dirs:
+        if self.before_directory is None or key in self._seen_dirs:
             return
         self._seen_dirs.add(key)
         self.before_directory(fs, sink)
@@ -593,7 +530,6 @@ class Runner:
         else:
             outcome.failed += 1
         if self.progress is not None:
-            # The sweep's total as now expected: the runs recorded, and of those ahead the ones that will run
-            # (repeats until stable: not those of converged cells, so the progress bar and ETA shrink).
+            # The total as now expected: the runs recorded and those ahead that will run (not a converged cell's).
             expected = sum(ahead.values()) if self.convergence is None else self.convergence.expected(ahead)
             self.progress(record, outcome, outcome.ok + outcome.failed + expected)

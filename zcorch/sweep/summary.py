@@ -18,20 +18,15 @@ def _host_cpu(m: dict):
 
 
 def converged_text(state: CellState) -> str:
-    """`yes (±1.2%)`, `no (±3.4%)`, or `no (n<6)` while there is no 95% interval: a cell's convergence as the
-    summary and the report show it (the width is how far the 95% interval of the median reaches)."""
+    """`yes (±1.2%)`, `no (±3.4%)`, or `no (n<6)` while there is no 95% interval of the median."""
     width = f"±{state.width_pct:.1f}%" if state.width_pct != float("inf") else "n<6"
     return f"{'yes' if state.converged else 'no'} ({width})"
 
 
 def summary_rows(plan_runs: List[dict], records: List[dict], repeat_policy=None) -> List[dict]:
-    """Per cell of the plan (in plan order): its id and parameters, the ok and failed runs, the medians of
-    throughput (Gbit/s as the receiver saw it) and of CPU seconds per GiB on each side in both views
-    (`proc`: the worker process's rusage; `host`: the machine's busy CPU over the transfer), and the
-    zero-copy verdict of its ok runs. None where no ok run measured it. With `repeats: {min, max,
-    target_ci}` (repeat_policy, zcorch.config.schema.RepeatPolicy) also `convergence`: {"n", "width_pct",
-    "converged"} (zcorch.results.convergence). What the end-of-run table shows and what `zcorch run --json`
-    prints as its summary event."""
+    """Per cell of the plan, in plan order (the end-of-run table and `zcorch run --json`'s summary event): its
+    ok and failed runs, the medians of its ok runs' Gbit/s and CPU s/GiB per side (`proc`: rusage; `host`: the
+    machine's busy CPU), their zero-copy verdict and, with a repeat_policy, its `convergence`; None: unmeasured."""
     latest = latest_runs(records)
     states = cell_states(plan_runs, latest, repeat_policy) if repeat_policy is not None else {}
     by_cell: Dict[str, List[dict]] = {}
@@ -71,18 +66,10 @@ def _med(values: List[float]):
     return statistics.median(values) if values else None
 
 
-def _cell_text(value) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[str] = ("send_mode", "recv_mode"),
                   baselines: Sequence[dict] = (), linked: Sequence = (), repeat_policy=None) -> str:
-    """The end-of-run table: per cell the labels of its linked axes (`linked`: zcorch.config.experiment.Axis,
-    as `zcorch plan` shows them) and its varying parameters, median throughput (as the receiver saw
-    it), median CPU seconds per GiB on each side in both views (the worker process's own CPU, and the
-    whole machine's busy CPU over the transfer), ok/failed and the zero-copy verdict of its ok runs
-    (summary_rows), and with `repeats: {min, max, target_ci}` (repeat_policy) whether it converged and the
-    width reached; then a legend and one line per baseline."""
+    """The end-of-run table: per cell its linked axes' labels, varying parameters and summary_rows' figures
+    (with a repeat_policy whether it converged); then a legend and one line per baseline."""
     rows = []
     same_host = False
     states = {}
@@ -90,8 +77,9 @@ def summary_table(plan_runs: List[dict], records: List[dict], varying: Sequence[
         params = r["params"]
         same_host = same_host or r["same_host"]
         rows.append([r["cell"], *(a.label_of(params) for a in linked), *(format_value(k, params.get(k)) for k in varying),
-                     *(_cell_text(r[k]) for k in ("gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib",
-                                                  "send_host_busy_s_per_gib", "recv_host_busy_s_per_gib")),
+                     *("-" if r[k] is None else f"{r[k]:.2f}"
+                       for k in ("gbit_s", "send_cpu_s_per_gib", "recv_cpu_s_per_gib", "send_host_busy_s_per_gib",
+                                 "recv_host_busy_s_per_gib")),
                      f"{r['ok']}/{r['failed']}", r["zero_copy"], r["cpu_resolution"]])
         if repeat_policy is not None:
             st = r["convergence"]

@@ -1,15 +1,9 @@
-"""The controller's side of `zcorch worker serve` (zcorch.worker.serve): one worker server per host and
-worker command for a whole sweep, each run a `ServedRun` (a Process, so the runner drives it as it drove a
-worker started per run).
+"""The controller's side of `zcorch worker serve` (zcorch.worker.serve): one worker server per host and worker
+command for a whole sweep, each run a `ServedRun` (a Process, so the runner drives it as a worker of its own).
 
-A server that dies (killed, its host's link lost, a bug) fails the runs it was serving: their output ends,
-their exit status is the server's, and their stderr says the server ended. The next run on that host
-starts a new server (`WorkerPool.start`). Timeouts still kill: `ServedRun.kill_group` asks the server to
-signal the run's process group, and when the server does not confirm the run ended it is killed itself
-(its runs then end their groups: their stdin, a pipe the server held, reaches EOF).
-
-ZCORCH_WORKER_SERVER=off (read here only) starts a `WORKER recv|send` process per run instead, as before
-the servers: the plain path their benchmark row in docs/performance.md is measured against.
+A server that dies fails the runs it was serving (their stderr says so) and the next run starts a new one. A
+run sent SIGKILL whose end the server does not confirm gets the server killed. ZCORCH_WORKER_SERVER=off starts a
+worker process per run instead (the plain path of the benchmark in docs/performance.md).
 """
 from __future__ import annotations
 
@@ -19,13 +13,14 @@ import os
 import queue
 import signal
 import threading
+from contextlib import suppress
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from zcorch.errors import ConfigError, HostError, ZcorchError
 from zcorch.hosts.local import Host, Process
 from zcorch.hosts.parallel import per_host
+from zcorch.sweep import json_object
 
-SERVE = "serve"               # the worker action (zcorch.worker.cli)
 STARTUP_TIMEOUT = 60.0        # interpreter start-up on a loaded host, over SSH
 KILL_CONFIRM_TIMEOUT = 5.0    # a signalled run whose end the server does not report: the server is stuck
 _EXIT_TIMEOUT = 5.0
@@ -54,16 +49,6 @@ class ServedRun(Process):
         self._err: List[str] = []
         self._status: Optional[int] = None
         self._ended = threading.Event()
-
-    # fed by the server's reader thread
-    def _started(self, pid: int) -> None:
-        self.pid = self.pgid = pid
-
-    def _out(self, line: str) -> None:
-        self._lines.put(line)
-
-    def _stderr(self, text: str) -> None:
-        self._err.append(text)
 
     def _exit(self, status: Optional[int], note: Optional[str] = None) -> None:
         if self._ended.is_set():
@@ -106,7 +91,7 @@ class WorkerServer:
 
     def __init__(self, host: Host, worker: Sequence[str], env: Optional[Mapping[str, str]] = None):
         self.host, self.worker = host, list(worker)
-        self.argv = [*self.worker, SERVE]
+        self.argv = [*self.worker, "serve"]   # the worker action (zcorch.worker.cli)
         self.proc = host.start(self.argv, env=dict(env) if env else None)
         self.dead: Optional[str] = None
         self._runs: Dict[int, ServedRun] = {}
@@ -126,11 +111,8 @@ class WorkerServer:
             line = self.proc.readline(STARTUP_TIMEOUT)
         except TimeoutError:
             raise HostError(f"{self.host.name}: the worker server did not start within {STARTUP_TIMEOUT:g}s") from None
-        try:
-            event = json.loads(line) if line is not None else None
-        except ValueError:
-            event = None
-        if not isinstance(event, dict) or event.get("event") != "serving":
+        event = json_object(line) if line is not None else None
+        if event is None or event.get("event") != "serving":
             try:
                 status = self.proc.wait(2.0)
             except TimeoutError:
@@ -151,28 +133,25 @@ class WorkerServer:
             if line is None:
                 self._lost(None)
                 return
-            try:
-                frame = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(frame, dict):
+            frame = json_object(line)
+            if frame is None:
                 continue
             with self._lock:
                 run = self._runs.get(frame.get("id"))
             if run is None:
                 continue
             if "out" in frame:
-                run._out(str(frame["out"]))
+                run._lines.put(str(frame["out"]))
             elif "err" in frame:
-                run._stderr(str(frame["err"]))
+                run._err.append(str(frame["err"]))
             elif "started" in frame:
-                run._started(int(frame["started"]))
+                run.pid = run.pgid = int(frame["started"])
             elif "exit" in frame:
                 with self._lock:
                     self._runs.pop(run.rid, None)
                 run._exit(frame["exit"])
             elif frame.get("event") == "error":
-                run._stderr(f"worker server: {frame.get('message')}\n")
+                run._err.append(f"worker server: {frame.get('message')}\n")
 
     def _lost(self, why: Optional[str]) -> None:
         try:
@@ -206,43 +185,34 @@ class WorkerServer:
     def signal(self, run: ServedRun, sig: int) -> None:
         if self.dead:
             return
-        try:
+        with suppress(OSError, ZcorchError):   # gone: its runs end with it (their stdin closes)
             self.proc.send_line(json.dumps({"op": "signal", "id": run.rid, "signal": sig}))
-        except (OSError, ZcorchError):
-            pass   # gone: its runs end with it (their stdin closes)
 
     def kill(self, why: str) -> None:
         """End the server itself (and so its runs); the pool starts another for the next run."""
         if not self.dead:
             self.dead = f"the worker server on {self.host.name} was killed: {why}"
-        try:
+        with suppress(ZcorchError):
             self.proc.kill_group(signal.SIGKILL)
-        except ZcorchError:
-            pass
 
     def close(self) -> None:
         """Ask the server to stop (it kills what still runs), SIGKILL it if it does not."""
         if self.dead is None:
-            try:
+            with suppress(OSError, ZcorchError):
                 self.proc.send_line(json.dumps({"op": "exit"}))
-            except (OSError, ZcorchError):
-                pass
         try:
             self.proc.wait(_EXIT_TIMEOUT)
         except TimeoutError:
             self.kill("it did not exit when asked")
-            try:
+            with suppress(TimeoutError):
                 self.proc.wait(_EXIT_TIMEOUT)
-            except TimeoutError:
-                pass
         except ZcorchError:
             pass
         self._reader.join(timeout=_EXIT_TIMEOUT)
 
 
 class WorkerPool:
-    """One WorkerServer per (host, worker command, environment), started on first use, replaced when it
-    died; `close()` stops them all (run_sweep's end, or the caller of Runner.run_one)."""
+    """One WorkerServer per (host, worker command, environment), started on first use, replaced when it died."""
 
     def __init__(self) -> None:
         switch = os.environ.get("ZCORCH_WORKER_SERVER", "on")
@@ -256,24 +226,17 @@ class WorkerPool:
     def _key(host: Host, worker: Sequence[str], env: Optional[Mapping[str, str]]) -> tuple:
         return id(host), tuple(worker), tuple(sorted((env or {}).items()))
 
-    def start_servers(self, wanted: Sequence[Tuple[Host, Sequence[str], Optional[Mapping[str, str]]]]) -> None:
-        """Start the servers of `wanted` ((host, worker, env), one server per distinct one) at once: each is an
-        interpreter start-up on its host, which the first run would otherwise wait for one after the other.
-        A server that cannot start is left to the run that needs it (its start fails that run, naming why)."""
-        if not self.serving:
-            return
-        distinct = list({self._key(*w): w for w in wanted if self._key(*w) not in self._servers}.values())
-        try:
-            per_host(distinct, lambda w: self.server(*w))
-        except ZcorchError:
-            pass
-
     def start_servers_meanwhile(self, wanted: Sequence[Tuple[Host, Sequence[str], Optional[Mapping[str, str]]]]
                                 ) -> "threading.Thread":
-        """start_servers on a thread of its own, so the caller's set-up goes on meanwhile; join the thread
-        before anything is measured (each start is an interpreter start-up on its host)."""
-        thread = threading.Thread(target=self.start_servers, args=(list(wanted),), name="worker-servers",
-                                  daemon=True)
+        """Start the servers of `wanted` ((host, worker, env)) at once, on a thread the caller joins before anything
+        is measured. A server that cannot start is left to the run that needs it (which fails, naming why)."""
+        def start() -> None:
+            if self.serving:
+                distinct = list({self._key(*w): w for w in wanted if self._key(*w) not in self._servers}.values())
+                with suppress(ZcorchError):
+                    per_host(distinct, lambda w: self.server(*w))
+
+        thread = threading.Thread(target=start, name="worker-servers", daemon=True)
         thread.start()
         return thread
 
