@@ -319,6 +319,29 @@ def test_dd_baseline_refuses_what_does_not_fit_the_free_space(tmp_path):
         subprocess.run(["umount", str(d)], check=True)
 
 
+def test_a_signal_while_dd_is_being_started_kills_that_dd(tmp_path, monkeypatch):
+    """The race a loaded host gives now and then, made certain: the job's SIGTERM arrives while Popen is
+    still starting dd (a wrapper around the real Popen sends it from inside; no real part times a signal
+    there on demand). The job ends with 143 and its dd with it, the file removed."""
+    started = []
+
+    class SignalledWhileStarting(subprocess.Popen):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            started.append(self.pid)
+            os.kill(os.getpid(), signal.SIGTERM)   # handled before __init__ returns
+
+    monkeypatch.setattr(remote.subprocess, "Popen", SignalledWhileStarting)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    with pytest.raises(SystemExit) as ei:
+        remote.dd_baseline(str(tmp_path), "1", "50000000", sync=False)
+    assert ei.value.code == 128 + signal.SIGTERM and len(started) == 1
+    with pytest.raises(ChildProcessError):   # reaped: killed, not left writing
+        os.waitpid(started[0], os.WNOHANG)
+    assert os.listdir(tmp_path) == []
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_dd_job_removes_its_file_when_terminated(tmp_path, sig):
     """The controller's timeout ends the job with a signal: dd dies and the file goes with it."""

@@ -694,12 +694,30 @@ def prepare_scratch(workdir: str, subdirs: "Sequence[str]" = ()) -> "Dict[str, A
 
 # -- dd baseline --------------------------------------------------------------------------------
 
+# A SIGTERM/SIGINT while subprocess.Popen is still starting dd would leave the job without the Popen to
+# kill: dd would go on writing an unlinked file. _exit_on_signals' handler holds such a signal until the
+# Popen exists (_SPAWN), and _dd then kills dd and ends the job with it.
+_SPAWN: "Dict[str, Any]" = {"starting": False, "held": None}
+
+
 def _dd(args: "List[str]") -> "Tuple[subprocess.CompletedProcess, float]":
     """(finished dd, its monotonic start time)."""
     t0 = time.monotonic()
-    p = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                       env=dict(os.environ, LC_ALL="C"))  # dd's summary line in a parseable language
-    return p, t0
+    _SPAWN.update(starting=True, held=None)
+    try:
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, LC_ALL="C"))  # dd's summary line in a parseable language
+    finally:
+        _SPAWN["starting"] = False
+    with proc:
+        try:
+            if _SPAWN["held"] is not None:
+                raise SystemExit(128 + _SPAWN["held"])
+            _, stderr = proc.communicate()
+        except BaseException:
+            proc.kill()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, None, stderr), t0
 
 
 def dd_write_argv(path: str, bs: "int | str", count: "int | str", fdatasync: bool = False) -> "List[str]":
@@ -852,9 +870,12 @@ def _dd_action(args: "List[str]") -> None:
 
 
 def _exit_on_signals() -> "Dict[int, Any]":
-    """SIGTERM/SIGINT raise SystemExit (so `finally` blocks run; subprocess.run kills its child on the way
-    out); returns the previous handlers. Outside the main thread signals cannot be caught: {}."""
+    """SIGTERM/SIGINT raise SystemExit (so `finally` blocks run; _dd kills its dd on the way out), held while
+    _dd starts one; returns the previous handlers. Outside the main thread signals cannot be caught: {}."""
     def stop(signum: int, frame: Any) -> None:
+        if _SPAWN["starting"]:
+            _SPAWN["held"] = signum   # raised by _dd once it can kill what it started
+            return
         raise SystemExit(128 + signum)
     old: "Dict[int, Any]" = {}
     with suppress(ValueError):
