@@ -1,13 +1,6 @@
-"""The load cache of a result set: runs.jsonl parsed once into `runs.parquet` beside it.
-
-Parsing runs.jsonl dominates loading a large set, so the frame zcorch.load returns (minus `sweep`) is kept
-as Parquet that pandas, polars or DuckDB read without zcorch; object columns Parquet cannot type are JSON text.
-The file's metadata (`zcorch.cache`) records the size and SHA-256 of the runs.jsonl bytes it was built from
-and that file's identity (device, inode, size, mtime, ctime): any change makes it stale and the next load
-rebuilds it; the identity spares the hash only when the file changed well before it was hashed (RACY_NS).
-It is written atomically, never through a link, and is safe to delete. `runs.cache` of older versions is
-removed when runs.parquet is written.
-"""
+"""The load cache of a result set: runs.jsonl parsed once into `runs.parquet` beside it (object columns as JSON
+text), stamped with the size, SHA-256 and identity of the runs.jsonl bytes it was built from: any change makes it
+stale. Written atomically, never through a link; safe to delete. An older `runs.cache` is removed."""
 from __future__ import annotations
 
 import hashlib
@@ -32,12 +25,11 @@ from zcorch.results import store as results
 
 CACHE_NAME = results.RUNS_CACHE
 OLD_CACHE_NAME = "runs.cache"  # the numpy-array cache of earlier versions
-CACHE_VERSION = 5  # 4: keyed on the SHA-256 of runs.jsonl, not its size and mtime; 5: + the file's identity,
-# and the derived columns used as stored (derived_from)
+CACHE_VERSION = 5
 META_KEY = b"zcorch.cache"
 _ANNOUNCE_BYTES = 100_000_000
-# How long before hashing runs.jsonl must have been last changed for its identity to be trusted: more than
-# the coarsest ctime tick (a jiffy; 10 ms at HZ=100), so any later write gets a later ctime.
+# How long before hashing runs.jsonl must have last changed for its identity to be trusted: more than the
+# coarsest ctime tick, so any later write gets a later ctime.
 RACY_NS = 50_000_000
 
 
@@ -60,10 +52,8 @@ class _Source:
         self._file.close()
 
     def stamp(self, settle: bool = False) -> dict:
-        """{cache_version, size, sha256, file}: the size and SHA-256 of the bytes (up to the size first seen,
-        so a file that grows meanwhile never matches), and the file's identity when it is safe to trust
-        (None otherwise). settle: when the file changed within RACY_NS, wait that long first, so that the
-        identity can be recorded (write_cache does, at the end of a sweep; zcorch.load never waits)."""
+        """{cache_version, size, sha256, file}: of the bytes up to the size first seen, and the file's identity when
+        safe to trust (else None); `settle`: wait out RACY_NS first so that the identity can be recorded."""
         if self._stamp is not None and (not settle or self._stamp["file"] is not None):
             return self._stamp
         before = self.stat
@@ -111,10 +101,8 @@ def _source(runs: Path) -> Optional[_Source]:
 
 
 def runs_of(path: frames.PathLike, cache: bool = True) -> "tuple[pd.DataFrame, bool]":
-    """(frame, complete) of one result set: from runs.parquet when it matches runs.jsonl, otherwise parsed
-    and the cache (re)written unless cache=False. complete: the frame already holds the derived columns and
-    copy units (frames.add_derived, add_copy_units), as stored in a cache built by this zcorch's code from
-    the set's meta.json as it is now (see _derived_stamp); else it is the raw runs frame."""
+    """(frame, complete) of one result set: from runs.parquet when it matches runs.jsonl, else parsed and the cache
+    (re)written unless cache=False; complete: the frame holds derived columns still valid (_derived_stamp)."""
     d = frames.result_dir(path)
     frames.read_manifest(d)
     runs = d / results.RUNS
@@ -141,13 +129,9 @@ def runs_of(path: frames.PathLike, cache: bool = True) -> "tuple[pd.DataFrame, b
 
 
 def write_cache(path: frames.PathLike, warn: Optional[Callable[[str], None]] = None) -> Optional[Path]:
-    """Write runs.parquet of a result set now, unless a valid one is there already: what `zcorch run`
-    does when a sweep completes, so that the first zcorch.load reads columns instead of parsing every
-    JSON line. Returns the cache path.
-
-    Best effort: runs.jsonl stays the source of truth and is only read; any failure, even Ctrl-C,
-    is a warning (to `warn`, default: on stderr) and None, and the next zcorch.load parses runs.jsonl
-    as it always could. Also None when there is no runs.jsonl (no runs to cache)."""
+    """Write runs.parquet of a result set now unless a valid one is there (`zcorch run` at a sweep's end); returns
+    its path. Best effort: any failure, even Ctrl-C, is a warning (to `warn`, default stderr) and None, as is a set
+    without runs.jsonl."""
     d = Path(path)
     try:
         d = frames.result_dir(path)
@@ -179,7 +163,6 @@ def write_cache(path: frames.PathLike, warn: Optional[Callable[[str], None]] = N
         return None
 
 
-# ---------------------------------------------------------------------------------------------
 # The Parquet file
 
 
@@ -190,8 +173,7 @@ def _json_default(value):
 
 
 def arrow_table(frame: pd.DataFrame) -> "tuple[pa.Table, list]":
-    """`frame` as an Arrow table, and the object columns stored as JSON text (module docstring): what
-    runs.parquet holds, and the result dataset's runs (zcorch.analysis.export). `frame` is not changed."""
+    """`frame` (not changed) as an Arrow table, and the object columns stored as JSON text."""
     full = frame.copy(deep=False)
     json_columns = []
     for name in full.columns[full.dtypes == object]:
@@ -200,8 +182,7 @@ def arrow_table(frame: pd.DataFrame) -> "tuple[pa.Table, list]":
             kind = pa.array(col, from_pandas=True).type
         except (pa.ArrowInvalid, pa.ArrowTypeError):
             kind = None
-        # Arrow reads back bools (with nulls) and all-null columns as the same object column; any
-        # other object column (mixed types, or text pandas did not type as str) would change dtype.
+        # only bools (with nulls) and all-null columns read back as the same object column
         if kind != pa.bool_() and kind != pa.null():
             full[name] = [None if v is None else json.dumps(v, default=_json_default) for v in col]
             json_columns.append(name)
@@ -210,9 +191,7 @@ def arrow_table(frame: pd.DataFrame) -> "tuple[pa.Table, list]":
 
 def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None,
               derived_stamp: Optional[dict] = None, control: "Optional[str | dict]" = None) -> pa.Table:
-    """`frame` plus its derived columns (and the copy units of `yardsticks`, frames.copy_yardsticks of the
-    set's meta.json; the ratios to the `control` cell, frames.control_of of its manifest) as an Arrow table,
-    with the validity stamp in its metadata."""
+    """`frame` with its derived columns as an Arrow table, the validity stamp in its metadata."""
     full = frames.add_derived(frame.copy(deep=False))  # shallow: the derived columns go to the copy only
     full = frames.add_copy_units(full, {None: yardsticks or frames.copy_yardsticks({})})
     full = frames.add_control_ratios(full, control)
@@ -247,8 +226,7 @@ _code_digest: Optional[str] = None
 
 
 def _deriving_code() -> Optional[str]:
-    """SHA-256 of the source of the modules that derive columns (None when one cannot be read): stored
-    derived columns are used only by the code that computed them, so a fix of a derivation is never
+    """SHA-256 of the source of the modules that derive columns (None: unreadable): a fix of a derivation is never
     hidden by a cache an older zcorch wrote."""
     global _code_digest
     if _code_digest is None:
@@ -267,8 +245,7 @@ def _deriving_code() -> Optional[str]:
 
 
 def _control(d: Path) -> "Optional[str | dict]":
-    """The control of set `d` (frames.control_of its manifest: a cell, or a baseline's rates per repeat); None
-    when it has none or the manifest cannot be read."""
+    """The control of set `d` (frames.control_of); None when it has none or the manifest cannot be read."""
     try:
         return frames.control_of(frames.read_manifest(d), d)
     except (OSError, ValueError, ResultsError):
@@ -276,9 +253,8 @@ def _control(d: Path) -> "Optional[str | dict]":
 
 
 def _derived_stamp(d: Path) -> Optional[dict]:
-    """What the derived columns of a cache of set `d` depend on besides runs.jsonl: the deriving code, the
-    bytes of meta.json (its calibration gives the copy units) and the control the manifest names, with a
-    baseline control's rates per repeat (the `_vs_control` ratios). None: never trusted (unreadable)."""
+    """What a cache's derived columns depend on besides runs.jsonl: the deriving code, meta.json's bytes and the
+    control; None: never trusted (unreadable)."""
     code = _deriving_code()
     if code is None:
         return None
@@ -315,9 +291,8 @@ MAX_CACHE_COLUMNS = 10_000
 
 
 def _oversized(fd: int, source: _Source) -> Optional[str]:
-    """Why runs.parquet (open as `fd`) holds more than the runs.jsonl of `source` can give, from its footer
-    alone (rows, columns, uncompressed bytes; no data read); None when it fits. At most one row per record
-    runs.jsonl can hold (setfiles.run_record_limit: what the set's plan allows, and MIN_RECORD_BYTES each)."""
+    """Why runs.parquet (open as `fd`) holds more than `source`'s runs.jsonl can give (rows, columns, bytes), from
+    its footer alone; None when it fits."""
     md = pq.ParquetFile(setfiles.fd_path(fd)).metadata
     try:
         limit, why = setfiles.run_record_limit(source.runs.parent)
@@ -350,13 +325,8 @@ def _matches(cache_path: Path, source: _Source) -> bool:
 
 
 def _read(cache_path: Path, source: _Source) -> "Optional[tuple[pd.DataFrame, bool]]":
-    """(frame, complete) stored in `cache_path` if it was built from `source`'s bytes, else None (missing,
-    stale, cut short, foreign: rebuilt, never trusted). complete: with the stored derived columns, when
-    they were derived by this code from this meta.json (runs_of); else the raw columns only."""
-    # Most of a first load is the kernel faulting in fresh memory for the frame. The default pool
-    # (mimalloc) asks for transparent huge pages, whose faults can stall on compaction (3x slower
-    # on a busy host); plain malloc's small pages do not. Explicit here: the default pool of the
-    # process is the caller's. The dataset API is the reader that takes a pool.
+    """(frame, complete) stored in `cache_path` if built from `source`'s bytes, else None; complete as runs_of's."""
+    # plain malloc: mimalloc's huge pages can stall a first load's page faults on compaction
     pool = pa.system_memory_pool()
     try:
         fd = _open_cache(cache_path)
@@ -378,14 +348,12 @@ def _read(cache_path: Path, source: _Source) -> "Optional[tuple[pd.DataFrame, bo
         derived = set() if complete else set(meta["derived"])  # else recomputed by zcorch.load: never stale
         table = data.to_table(columns=[n for n in data.schema.names if n not in derived], memory_pool=pool)
         json_values = {name: table.column(name).to_pylist() for name in meta["json_columns"]}
-        # Single-chunk numbers and timestamps without nulls become read-only views on Arrow's
-        # buffers: copied below, so that the caller can assign to any cell as in a parsed frame.
+        # read-only views on Arrow's buffers: copied below, so the caller can assign as in a parsed frame
         shared = [name for name, col in zip(table.column_names, table.columns)
                   if col.num_chunks == 1 and col.null_count == 0
                   and (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
                        or pa.types.is_timestamp(col.type))]
-        # One block per column, each column's Arrow memory freed as soon as it is converted: less
-        # memory to fault in than a consolidated frame.
+        # a block per column, each one's Arrow memory freed once converted
         frame = table.to_pandas(split_blocks=True, self_destruct=True, memory_pool=pool)
         del table  # unusable after self_destruct
         for name in shared:

@@ -1,12 +1,6 @@
-"""`zcorch compare BASE CANDIDATE`: did a sweep get slower? (for nightly runs and CI)
-
-Per cell (matched by cell id): the median of the metric on each side, the change in %, and a two-sided
-Mann–Whitney U test of the ok repeats (stats.mann_whitney_u; each cell's `test` names the method). Verdicts:
-`regressed` / `improved` (beyond the threshold and p < alpha), `failed` (no ok run where the base had some),
-`unchanged` (within the threshold and able to see a change of it: stats.detectable_change_pct at 80% power),
-`cannot tell` (otherwise; `needs` says how many runs a side would decide it); cells on one side only are
-listed apart. The overall verdict and exit code are zcorch.analysis.gate's.
-"""
+"""`zcorch compare BASE CANDIDATE`: did a sweep get slower? Per cell: the median on each side, the change in % and a
+two-sided Mann–Whitney U test of the ok repeats; verdicts `regressed` / `improved` (beyond the threshold, p < alpha),
+`failed`, `unchanged` (within it and able to see it), else `cannot tell` (`needs` says what would decide it)."""
 from __future__ import annotations
 
 import json
@@ -25,19 +19,16 @@ from zcorch.analysis.gate import (CANNOT_TELL, DEFAULT_ALPHA, DEFAULT_THRESHOLD_
 from zcorch.analysis.stats import (MAX_RUNS_NEEDED, can_be_significant, detectable_change_pct, mann_whitney_u,
                                    min_p_value, relative_spread, runs_needed, varying_params)
 
-# The metrics that can be compared are those of zcorch.metrics with a better direction (metrics.DIRECTED):
-# a rise of a CPU cost is a regression, as is a fall of a throughput.
 VERDICTS_BAD = ("regressed", "failed")
 
 
 def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s",
                    threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA,
                    test_all: bool = True) -> pd.DataFrame:
-    """One row per cell: params, n_base, n_cand, base_median, cand_median, change_pct, p_value,
-    test, verdict. Cells on one side only have verdict 'only in base' / 'only in candidate'.
-    test_all=False: no significance test where the change is within the threshold (see judge)."""
+    """One row per cell: params, counts, medians, change_pct, p_value, test, verdict ('only in base' / 'only in
+    candidate' for a cell of one side); test_all: judge's."""
     declared = metrics.directed(metric)   # ValueError for a metric without a direction
-    params = [p for p in varying_params(pd.concat([base, cand], ignore_index=True))]
+    params = varying_params(pd.concat([base, cand], ignore_index=True))
     rows = []
     cells = list(dict.fromkeys(list(base["cell"]) + list(cand["cell"])))
     base_groups, cand_groups = dict(list(base.groupby("cell"))), dict(list(cand.groupby("cell")))
@@ -45,9 +36,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
     for cell in cells:
         b, c = base_groups.get(cell, empty), cand_groups.get(cell, empty)
         any_side = b if len(b) else c
-        row = {"cell": cell}
-        for p in params:
-            row[p] = any_side[p].iloc[0] if p in any_side else None
+        row = {"cell": cell, **{p: any_side[p].iloc[0] if p in any_side else None for p in params}}
         bv = b.loc[b["status"] == OK, metric].dropna().to_numpy(dtype=float)
         cv = c.loc[c["status"] == OK, metric].dropna().to_numpy(dtype=float)
         row.update(n_base=len(bv), n_cand=len(cv), base_failed=len(b) - len(bv), cand_failed=len(c) - len(cv),
@@ -63,8 +52,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
         elif not len(bv):
             row["verdict"] = "no base data" if not len(cv) else "fixed"
         elif is_control(metric, b, c):
-            # what the other cells are divided by: 1 in every run, so its ratio tells nothing of it (its own
-            # figure moves with the machine's drift, which the ratio is there to cancel)
+            # what the other cells are divided by: its ratio is 1 in every run
             row.update(verdict=CONTROL, test=f"the control: judge it with --metric {metrics.CONTROL_RATIOS[metric]}")
         elif shared_host(metric, b, c):
             # the machine's busy CPU over the run: on a host busy with other work, their load, not this cell's
@@ -83,8 +71,7 @@ def compare_frames(base: pd.DataFrame, cand: pd.DataFrame, metric: str = "gbit_s
 
 
 def shared_host(metric: str, *frames: pd.DataFrame) -> bool:
-    """Whether `metric` is the whole host's busy CPU (`*host_busy*`) and an ok run of these frames began on a
-    shared host (`host_shared`: zcorch.analysis.frames): then it measures other tenants' load too."""
+    """Whether `metric` is the host's busy CPU and an ok run of these frames began on a shared host (other load)."""
     if "host_busy" not in metric:
         return False
     return any(bool(f.loc[f["status"] == OK, "host_shared"].fillna(False).astype(bool).any())
@@ -95,8 +82,7 @@ CONTROL = "control"   # the verdict of a `_vs_control` metric's control cell: no
 
 
 def is_control(metric: str, *frames: pd.DataFrame) -> bool:
-    """Whether these runs of one cell are a `_vs_control` metric's control: their ok values all exactly 1 in
-    every frame given (zcorch.metrics.CONTROL_RATIOS; frames.add_control_ratios)."""
+    """Whether these runs of one cell are a `_vs_control` metric's control: their ok values all exactly 1."""
     if metric not in metrics.CONTROL_RATIOS:
         return False
     values = [pd.to_numeric(f.loc[f["status"] == OK, metric], errors="coerce").dropna()
@@ -116,11 +102,8 @@ class Judgement:
 
 def judge(base: np.ndarray, cand: np.ndarray, higher_better: bool, threshold_pct: float = DEFAULT_THRESHOLD_PCT,
           alpha: float = DEFAULT_ALPHA, test_all: bool = True) -> Judgement:
-    """The verdict on two non-empty samples of ok runs (the rule of the module docstring): a pure function,
-    shared by compare_frames, zcorch history and benchmarks/bench_detector.py. test_all=False: where the
-    verdict cannot depend on the test it is not run (p NaN): a change within the threshold with a detectable
-    change within it too is `unchanged`, and samples of sizes that cannot reach p < alpha are `cannot tell`;
-    scipy.stats is then not even imported (the end of a fleet run)."""
+    """The verdict on two non-empty samples of ok runs (module docstring). test_all=False: the test (and scipy.stats'
+    import) is skipped where the verdict cannot depend on it (p NaN)."""
     b_med, c_med = float(np.median(base)), float(np.median(cand))
     change = (c_med - b_med) / b_med * 100 if b_med else math.nan
     worse = change < 0 if higher_better else change > 0
@@ -159,8 +142,7 @@ def regressed(table: pd.DataFrame) -> bool:
 
 
 def tests_used(table: pd.DataFrame) -> str:
-    """The significance tests of the table's cells, e.g. 'two-sided Mann–Whitney U
-    (scipy.stats.mannwhitneyu, exact)', with the number of cells each when they differ."""
+    """The significance tests of the table's cells, with the number of cells each when they differ."""
     counts = table.loc[table["test"] != "", "test"].value_counts(sort=False)
     if len(counts) == 0:
         return "two-sided Mann–Whitney U (no cell had ok runs on both sides)"
@@ -175,14 +157,12 @@ def fmt_number(v, spec: str) -> str:
 
 
 def _rows(table: pd.DataFrame, params: list) -> list:
-    out = []
-    for _, r in table.iterrows():
-        out.append([r["cell"]] + [format_value(p, r[p]) for p in params] + [
+    return [[r["cell"]] + [format_value(p, r[p]) for p in params] + [
             f"{r['n_base']}/{r['n_cand']}", fmt_number(r["base_median"], ".3f"),
             fmt_number(r["cand_median"], ".3f"), fmt_number(r["change_pct"], "+.1f"), fmt_number(r["p_value"], ".3g"),
             format_detectable(r["detectable_pct"]),
-            r["verdict"] + (f" (needs {r['needs']})" if r["verdict"] == CANNOT_TELL and r["needs"] else "")])
-    return out
+            r["verdict"] + (f" (needs {r['needs']})" if r["verdict"] == CANNOT_TELL and r["needs"] else "")]
+            for _, r in table.iterrows()]
 
 
 _NOT_PARAMS = ("cell", "n_base", "n_cand", "base_failed", "cand_failed", "base_median", "cand_median", "change_pct",
@@ -215,8 +195,7 @@ def judged_cells(table: pd.DataFrame, labels: "Optional[dict]" = None) -> "list[
 
 
 def cells_json(table: pd.DataFrame) -> list:
-    """compare's table as JSON records; the detectable change as a number (null: never significant at these
-    counts, or not judged) and in words."""
+    """compare's table as JSON records; the detectable change as a number (null: none, or not judged) and words."""
     cells = json.loads(table.to_json(orient="records"))
     for cell, d in zip(cells, table["detectable_pct"]):   # inf is no JSON number
         cell["detectable_pct"] = float(d) if math.isfinite(d) else None
@@ -226,9 +205,7 @@ def cells_json(table: pd.DataFrame) -> list:
 
 def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand_name: str = "candidate",
            gate: "Optional[Gate]" = None, host_changes: "Optional[list]" = None) -> str:
-    """The comparison as plain text, markdown (mail, CI comment) or JSON (an object: the overall verdict,
-    its exit code and reason, the settings and one entry per cell). With `gate`, its line heads the text;
-    `host_changes` (zcorch.analysis.hostdiff.diff_meta's lines) follow it."""
+    """The comparison as plain text, markdown or JSON; `gate`'s line heads it, `host_changes` follow."""
     metric, thr, alpha = table.attrs["metric"], table.attrs["threshold_pct"], table.attrs["alpha"]
     if fmt == "json":
         doc = dict(gate.as_dict() if gate else {}, metric=metric, threshold_pct=thr, alpha=alpha, power=POWER,
@@ -236,29 +213,23 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
         if host_changes is not None:
             doc["host_changes"] = list(host_changes)
         return json.dumps(doc, indent=1) + "\n"
-    hosts = None
-    if host_changes is not None:
-        hosts = ("hosts: " + "; ".join(host_changes)) if host_changes else \
-            "hosts: no recorded change (meta.json)"
+    hosts = None if host_changes is None else (
+        "hosts: " + "; ".join(host_changes) if host_changes else "hosts: no recorded change (meta.json)")
     params = [c for c in table.columns if c not in _NOT_PARAMS]
     header = ["cell"] + params + ["n base/cand", f"base {metric}", f"cand {metric}", "change %", "p", "could see",
                                   "verdict"]
     declared = metrics.get(metric)
     what = f"{metric} ({declared.unit}, {declared.better} is better)"
     bad = table[table["verdict"].isin(VERDICTS_BAD)]
-    counts = table["verdict"].value_counts()
-    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+    summary = ", ".join(f"{n} {v}" for v, n in table["verdict"].value_counts().items())
     method = (f"median of ok repeats; significance: {tests_used(table)}, alpha {alpha}; threshold {thr}%; "
               f"'could see': the smallest change each cell's runs would show at alpha with {POWER:.0%} power")
     small = table[(table["n_base"] > 0) & (table["n_cand"] > 0)]
     caveat = ""
     if len(small) and (small.apply(lambda r: min_p_value(int(r["n_base"]), int(r["n_cand"])), axis=1) >= alpha).any():
         caveat = "some cells have too few repeats to ever reach significance (use >= 4 repeats a side at alpha 0.05)"
-    if gate is not None:
-        headline = f"{gate.verdict.upper() if gate.code else gate.verdict}: {gate.reason}"
-    else:
-        headline = (f"REGRESSION: {len(bad)} cell(s) regressed or failed" if len(bad)
-                    else "no significant regression")
+    headline = (f"{gate.verdict.upper() if gate.code else gate.verdict}: {gate.reason}" if gate is not None else
+                f"REGRESSION: {len(bad)} cell(s) regressed or failed" if len(bad) else "no significant regression")
     rows = _rows(table, params)
     if fmt == "markdown":
         lines = [f"### zcorch compare: {headline}", "",
@@ -268,19 +239,14 @@ def render(table: pd.DataFrame, fmt: str = "text", base_name: str = "base", cand
             lines += [f"**{hosts}**" if host_changes else f"_{hosts}_", ""]
         if caveat:
             lines += [f"_Note: {caveat}._", ""]
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "|".join("---" for _ in header) + "|")
-        for r in rows:
-            lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in r) + " |")
+        lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+        lines += ["| " + " | ".join(str(v).replace("|", "\\|") for v in r) + " |" for r in rows]
         return "\n".join(lines) + "\n"
-    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
-              for i, h in enumerate(header)]
+    widths = [max([len(str(h))] + [len(str(r[i])) for r in rows]) for i, h in enumerate(header)]
     lines = [f"zcorch compare: {headline}", *([hosts] if hosts else []),
              f"{base_name} -> {cand_name}, metric {what} ({summary})", method]
     if caveat:
         lines.append(f"note: {caveat}")
-    lines.append("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
-    for r in rows:
-        lines.append("  ".join(str(v).ljust(w) for v, w in zip(r, widths)))
+    lines += ["  ".join(str(v).ljust(w) for v, w in zip(r, widths)) for r in [header, *rows]]
     return "\n".join(lines) + "\n"
 

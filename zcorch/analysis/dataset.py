@@ -1,13 +1,7 @@
-"""An exported result dataset (zcorch.analysis.export writes it), read through DuckDB.
-
-`zcorch history DATASET` and `zcorch compare --dataset DATASET BASE CAND` read here instead of loading
-every result set: the sets table gives the sweeps (history.Sweep, as a result set's directory gives them), and
-`Dataset` is the reader history asks for the runs (history.SetRuns is the other one): the same ok_table query,
-the same history.SeriesCells and decisions. So the answers and exit codes are those of the result-set directories.
-
-Only the part files dataset.json lists are read (a crashed export's leftovers are not), each a regular file
-inside the dataset (no link followed to another file).
-"""
+"""An exported result dataset (zcorch.analysis.export writes it), read through DuckDB: `zcorch history DATASET` and
+`zcorch compare --dataset` get the sweeps from its sets table and the runs through `Dataset` (the RunsReader beside
+history.SetRuns), so the answers are those of the result-set directories. Only the part files dataset.json lists
+are read, each a regular file inside the dataset."""
 from __future__ import annotations
 
 import functools
@@ -41,8 +35,7 @@ COMMON = ("set_id", "pair", "kernel", "revision")   # columns of every table, fi
 
 
 _TS = pa.timestamp("us", tz="UTC")
-# A list of text as Parquet stores it and reads it back (its item named `element`, the format's own name): a
-# schema read from a part file then equals the declared one.
+# A list of text as Parquet reads it back (item named `element`): a part file's schema equals the declared one.
 _TEXTS = pa.list_(pa.field("element", pa.string()))
 SET_SCHEMA = pa.schema([(c, pa.string()) for c in COMMON] + [
     ("path", pa.string()), ("status", pa.string()), ("created", _TS), ("finished", _TS), ("hosts", pa.string()),
@@ -52,18 +45,13 @@ SET_SCHEMA = pa.schema([(c, pa.string()) for c in COMMON] + [
 BASELINE_TYPES = {"gbit_s": pa.float64(), "mb_s": pa.float64()}   # every other column of baselines: text
 HOST_TYPES: "dict[str, pa.DataType]" = {}                         # hosts: text (values as meta.json has them)
 
-# The runs table: one declared schema, whatever the sets exported held (a column every run of a set left null
-# read as double in one set and as text in another: files that no engine reads as one dataset). Every column
-# of the parameter table (zcorch.params PARAMS, typed by its kind), of the worker's metric table (per side),
-# of the analysis metric table (zcorch.metrics) and of the run record (zcorch.sweep.runner) is in every part
-# file, at its type here, null where a set has none; a column none of them declares (a parameter of a newer
-# zcorch, a run fact of an older one) is JSON text (`json_columns`), never a type guessed from its values.
+# The runs table has one declared schema whatever a set held (parameters, worker and analysis metrics, the run
+# record's keys), null where a set has none; an undeclared column is JSON text (`json_columns`), never guessed.
 _KIND_TYPES = {"size": pa.int64(), "int": pa.int64(), "cpu": pa.int64(), "bool": pa.bool_(), "duration": pa.float64(),
                "choice": pa.string(), "path": pa.string(), "name": pa.string(), "cpus": pa.string()}
 RUN_PARAM_TYPES: "dict[str, pa.DataType]" = {p.key: _KIND_TYPES[p.kind] for p in PARAMS}
 JSON = pa.string()   # a nested value (a dict, a list): JSON text, as zcorch.load has it (frames._scalar)
-# The run record's own keys (zcorch.sweep.runner; frames.RUN_COLUMNS, RUN_TAIL_COLUMNS), and what frames.add_derived
-# adds besides the analysis metrics.
+# The run record's own keys (zcorch.sweep.runner), and what frames.add_derived adds besides the metrics.
 _RUN_HEAD = {"cell": pa.string(), "repeat": pa.int64(), "status": pa.string(), "reason": pa.string()}
 _RUN_FACTS = {"started": pa.timestamp("us", tz="UTC"), "wall_s": pa.float64(), "log": pa.string(),
               "sender_host": pa.string(), "receiver_host": pa.string(), "overhead_s": pa.float64(),
@@ -72,40 +60,23 @@ _DERIVED_FACTS = {"same_host": pa.bool_(), "host_shared": pa.bool_(), "cpu_resol
                   "zc_verdict": pa.string()}
 
 
-def _nested(m) -> bool:
-    """A worker metric that is no number, id nor flag: a table (host_per_cpu_us: a list per CPU)."""
-    return m.extent is None and m.unit not in ("id", "0/1")
-
-
 def _worker_metric_type(m) -> pa.DataType:
-    """A worker metric's column type: its C field's (a count, bytes, nanoseconds: int64; a double: float64); a
-    host-wide one (no C field) by its unit: a share float64, an id text, a per-CPU table JSON text."""
-    if _nested(m) or m.unit == "id":
+    """A worker metric's column type: its C field's (int64 or float64), else by its unit (share, id, table)."""
+    if m.unit == "id" or (m.extent is None and m.unit != "0/1"):   # an id, or a table (a list per CPU): text
         return pa.string()
     if m.unit == "share" or m.ctype in ("double", "float"):
         return pa.float64()
     return pa.int64()
 
 
-def _run_types() -> "dict[str, pa.DataType]":
-    out = dict(_RUN_HEAD)
-    out.update(RUN_PARAM_TYPES)
-    out.update(_RUN_FACTS)
-    for side in ("send", "recv"):   # both sides: each worker's result has every field of zc_metrics
-        out.update({f"{side}_{m.name}": _worker_metric_type(m) for m in WORKER_METRICS})
-    out.update({m.name: pa.float64() for m in metrics.DERIVED})
-    out.update(_DERIVED_FACTS)
-    return out
-
-
-RUN_TYPES: "dict[str, pa.DataType]" = _run_types()
+RUN_TYPES: "dict[str, pa.DataType]" = {
+    **_RUN_HEAD, **RUN_PARAM_TYPES, **_RUN_FACTS,
+    **{f"{side}_{m.name}": _worker_metric_type(m) for side in ("send", "recv") for m in WORKER_METRICS},
+    **{m.name: pa.float64() for m in metrics.DERIVED}, **_DERIVED_FACTS}
 RUN_SCHEMA = pa.schema([(c, pa.string()) for c in COMMON] + list(RUN_TYPES.items()))
 
-# The version of the declared schemas. A dataset records the one it was written with (dataset.json
-# `schema_version`; absent: 1, each column typed by the first set that held it). When the tables above grow (a
-# parameter, a metric), the version goes up and SCHEMA_DIGESTS gets the new schema's digest
-# (tests/test_dataset.py checks the two agree): the next export widens a dataset of an older version (its files
-# rewritten to the new schema, the new columns null) and says so; a dataset of a newer version is refused.
+# The version of the declared schemas (dataset.json `schema_version`; absent: 1): when the tables above grow it goes
+# up with a new SCHEMA_DIGESTS entry (tests/test_dataset.py); an export widens an older dataset, refuses a newer.
 SCHEMA_VERSION = 2
 SCHEMA_DIGESTS = {2: "eafdb30b41b1001f"}
 
@@ -120,14 +91,10 @@ def schema_digest() -> str:
 
 
 def runs_schema(extra: "Iterable[str]" = ()) -> pa.Schema:
-    """The runs table's schema: the declared columns, then the `extra` columns (undeclared: JSON text, listed in
-    dataset.json `json_columns`) by name."""
+    """The runs table's schema: the declared columns, then the undeclared `extra` ones (JSON text) by name."""
     return pa.schema(list(RUN_SCHEMA) + [(c, pa.string()) for c in sorted(set(extra) - set(RUN_SCHEMA.names))])
 
 
-
-
-# ---------------------------------------------------------------------------------------------
 # dataset.json
 
 
@@ -163,7 +130,6 @@ def write_manifest(dest: "str | os.PathLike", doc: dict) -> None:
     setfiles.write_inside(dest, MANIFEST, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(), fsync=True)
 
 
-# ---------------------------------------------------------------------------------------------
 # Reading
 
 
@@ -176,9 +142,8 @@ PART_BYTES_SLACK = 64 * 1024 ** 2
 
 
 def check_part(path: str, max_rows: int) -> "pq.FileMetaData":
-    """Refuse (ResultsError naming the file) a part file whose footer claims more rows than `max_rows` (what
-    dataset.json and the sets' plans say it holds) or more uncompressed bytes than such rows take: read from
-    its metadata alone, before any of its data. Returns that metadata."""
+    """The footer of a part file; ResultsError naming it when it claims more rows than `max_rows` or more
+    uncompressed bytes than such rows take (read before any of its data)."""
     try:
         md = pq.ParquetFile(path).metadata
     except (OSError, pa.ArrowException) as exc:
@@ -203,10 +168,7 @@ def _parquet_source(files: Sequence[str], footers: "Sequence[pq.FileMetaData]") 
 
 
 class Dataset:
-    """An exported dataset opened for reading: one in-memory DuckDB connection with a view per table over
-    the part files dataset.json lists (hive partitions `experiment`, `date` as columns); `tables`: the views
-    made (default every table; each costs a check of its files and a read of their footers: a year of a
-    fleet's is 365 a table)."""
+    """An exported dataset opened for reading: a DuckDB view per table of `tables` over the part files listed."""
 
     def __init__(self, path: "str | os.PathLike", tables: Sequence[str] = TABLES):
         import duckdb
@@ -215,15 +177,13 @@ class Dataset:
         self.manifest = read_manifest(self.path)
         self.con = duckdb.connect(":memory:")
         self.con.execute("SET enable_progress_bar = false")
-        # Every query of a view binds read_parquet over every listed part (a year: 365 a table), and each bind
-        # read each part's footer again: cached, the footers are read once per connection.
+        # every query binds read_parquet over every part again: its footers read once per connection
         self.con.execute("SET parquet_metadata_cache = true")
         self._columns: Dict[str, List[str]] = {}
         unknown = sorted(set(tables) - set(TABLES))
         if unknown:
             raise ValueError(f"no table {unknown[0]!r} in a dataset (tables: {', '.join(TABLES)})")
-        # the most rows a part may have: one a set dataset.json lists in it (sets), MAX_HOST_ROWS and
-        # MAX_BASELINE_ROWS a set (hosts, baselines); runs: what the plans of its sets can hold (_runs_bound)
+        # the most rows a part may have per set listed in it; runs: what their plans can hold (_runs_bound)
         per_set = {"sets": 1, "hosts": MAX_HOST_ROWS, "baselines": MAX_BASELINE_ROWS}
         self._footers: Dict[str, list] = {}
         self._sets_of: Dict[str, List[str]] = {}   # part file ("partition/part") -> the set ids listed in it
@@ -241,9 +201,8 @@ class Dataset:
         return self._sets_of.get("/".join(Path(part).relative_to(self.path.resolve()).parts[1:]), [])
 
     def _runs_bound(self):
-        """A function of a runs part's set ids -> the most runs their plans can hold (`planned` x
-        setfiles.RETRY_FACTOR + RETRY_SLACK each, read from the sets table once its parts are checked; a set of
-        an older export, without the column: setfiles.MAX_RECORDS)."""
+        """A function of a runs part's set ids -> the most runs their plans can hold (from the sets table; an older
+        export without `planned`: setfiles.MAX_RECORDS)."""
         files = self.files("sets")
         footers = self._footers.get("sets") or [check_part(f, len(self._sets_in(f))) for f in files]
         have = [(f, md) for f, md in zip(files, footers) if "planned" in md.schema.names]
@@ -255,13 +214,11 @@ class Dataset:
     def files(self, table: str) -> List[str]:
         """The absolute paths of `table`'s part files: each a regular file inside the dataset."""
         rels = sorted({f"{table}/{e['partition']}/{e['part']}" for e in self.manifest["sets"].values()})
-        out = []
         for rel in rels:
             if not setfiles.is_regular_inside(self.path, rel):
                 raise ResultsError(f"{self.path / rel}: listed in {MANIFEST} but not a regular file inside the "
                                    "dataset: not read")
-            out.append(str(self.path.resolve() / rel))
-        return out
+        return [str(self.path.resolve() / rel) for rel in rels]
 
     def columns(self, table: str) -> List[str]:
         """The columns of `table` (asked once: DESCRIBE of a view over a year of part files reads their schemas)."""
@@ -276,10 +233,7 @@ class Dataset:
 
     def frame(self, sql: str, params: Sequence = ()) -> pd.DataFrame:
         """The answer as a pandas frame, through Arrow (as zcorch.load reads runs.parquet)."""
-        return self._arrow(sql, params).to_pandas()
-
-    def _arrow(self, sql: str, params: Sequence = ()) -> pa.Table:
-        return arrow_of(self.con.execute(sql, list(params)))
+        return arrow_of(self.query(sql, params)).to_pandas()
 
     # --- sets -------------------------------------------------------------------------------
 
@@ -293,8 +247,7 @@ class Dataset:
         return [sweep_of_row(r) for r in rows]
 
     def set_ids(self) -> List[str]:
-        """Every set's id as dataset.json lists it (no query: the sets table is read once, by sweeps()),
-        ordered as sweeps() orders them when the two agree."""
+        """Every set's id as dataset.json lists it (no query), in sweeps()'s order when the two agree."""
         sets = self.manifest["sets"]
         return sorted(sets, key=lambda sid: (str(sets[sid].get("path", "")), sid))
 
@@ -307,14 +260,12 @@ class Dataset:
         if not hits and len(ref) >= 4:
             hits = [s for s in sweeps if s.set_id.startswith(ref)]
         if len(hits) != 1:
-            what = "no" if not hits else f"{len(hits)}"
-            raise ResultsError(f"{self.path}: {what} exported result set(s) named {ref!r} (give a set id, or the "
-                               "path the set had when it was exported)")
+            raise ResultsError(f"{self.path}: {len(hits) or 'no'} exported result set(s) named {ref!r} (give a set id, "
+                               "or the path the set had when it was exported)")
         return hits[0]
 
     def host_meta(self, set_id: str) -> dict:
-        """meta.json's {"hosts": {role: facts}} of one exported set, from the hosts table's `facts` (each role's
-        entry as exported; zcorch.analysis.hostdiff compares two). {} without a hosts table or rows."""
+        """meta.json's {"hosts": {role: facts}} of one exported set from the hosts table ({} without rows)."""
         if not self.files("hosts"):
             return {}
         rows = self.query("SELECT role, facts FROM hosts WHERE set_id = ? AND role <> 'controller'",
@@ -327,10 +278,7 @@ class Dataset:
         """The runs of one set as zcorch.load returns them (minus `sweep`; linked axes in attrs)."""
         drop = set(COMMON) | set(PARTITIONS)
         frame = self.frame("SELECT * FROM runs WHERE set_id = ?", [set_id])
-        frame = frame[[c for c in frame.columns if c not in drop]]
-        for name in self.manifest["json_columns"].get("runs", []):
-            if name in frame:
-                frame[name] = [None if v is None else json.loads(v) for v in frame[name]]
+        frame = self._decoded(frame[[c for c in frame.columns if c not in drop]])
         linked = self.query("SELECT linked_axes FROM sets WHERE set_id = ?", [set_id]).fetchone()
         frame.attrs[LINKED_ATTR] = json.loads(linked[0]) if linked and linked[0] else {}
         return frame
@@ -342,8 +290,7 @@ class Dataset:
         return ok_table(self.con, metric, set_ids)
 
     def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Sequence[str]) -> pd.DataFrame:
-        """The distinct (key, cell, parameters) of the runs of `set_ids`, `by` a key per set id (its series) in
-        column BY, in one query: what history.cell_labels needs."""
+        """history.SetRuns.cell_params, in one query."""
         have = set(self.columns("runs"))
         cols = ["cell"] + [c for c in list(PARAM_KEYS) + list(linked) if c in have]
         self.con.register("wanted_sets", pa.table({"set_id": pa.array(list(set_ids), type=pa.string()),
@@ -353,21 +300,20 @@ class Dataset:
             frame = self.frame(f"SELECT DISTINCT {sel} FROM runs JOIN wanted_sets USING (set_id)")
         finally:
             self.con.unregister("wanted_sets")
+        return self._decoded(frame)
+
+    def _decoded(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """`frame` with its columns exported as JSON text decoded."""
         for name in self.manifest["json_columns"].get("runs", []):
             if name in frame:
                 frame[name] = [None if v is None else json.loads(v) for v in frame[name]]
         return frame
 
 
+# One frozenset of planned cells, one dict of linked axes, per distinct value: 18,000 sets of a year share a few
 @functools.lru_cache(maxsize=256)
-def _shared_set_of(cells: tuple) -> frozenset:
+def _shared_set(cells: tuple) -> frozenset:
     return frozenset(cells)
-
-
-def _shared_set(cells) -> frozenset:
-    """The planned cells as one frozenset shared by every set that planned the same ones (a fleet's year:
-    18,000 sets, a few plans)."""
-    return _shared_set_of(tuple(cells or ()))
 
 
 @functools.lru_cache(maxsize=256)
@@ -375,31 +321,24 @@ def _linked_of(text: str) -> dict:
     return json.loads(text)
 
 
-def _linked(text: Optional[str]) -> dict:
-    """A set's linked axes: parsed once per distinct text (a fleet's year: 18,000 sets, a few texts); the same
-    dict for the same text, which nobody changes."""
-    return _linked_of(text) if text else {}
-
-
 def sweep_of_row(row) -> Sweep:
-    """The Sweep of one row of the sets table (Dataset.sweeps' columns): its manifest kept as the exported text,
-    parsed when asked for; no meta.json but the revision; no `host_shared` (the sets table has none)."""
+    """The Sweep of one row of the sets table (Dataset.sweeps' columns): its manifest as text, parsed when asked for;
+    no meta.json but the revision; no `host_shared`."""
     (set_id, path, manifest, hosts, kernel, revision, n_ok, n_failed, status, planned, planned_ok,
      cells_planned, cells_short, linked) = row
     parsed = json.loads(manifest)
     completeness = Completeness(path, str(status or "unknown"), int(planned), int(planned_ok),
-                                _shared_set(cells_planned), tuple(cells_short or ()),
+                                _shared_set(tuple(cells_planned or ())), tuple(cells_short or ()),
                                 policy_from_record(parsed.get("repeats")))
     return Sweep(Path(path), manifest, {"controller": {"git_revision": revision}} if revision else {},
                  set_id=set_id, n_ok=int(n_ok), n_failed=int(n_failed), kernel=kernel or "", hosts=hosts or "",
-                 linked=_linked(linked), head={k: parsed[k] for k in HEAD_KEYS if k in parsed},
+                 linked=_linked_of(linked) if linked else {}, head={k: parsed[k] for k in HEAD_KEYS if k in parsed},
                  completeness=completeness)
 
 
 def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: Optional[float] = None,
                     alpha: Optional[float] = None, min_nights: int = HISTORY_MIN_NIGHTS) -> History:
-    """history.History of an exported dataset: the same series, steps and comparisons as `zcorch history`
-    of the result sets it was exported from (no report is written: the sets need not be here)."""
+    """history.History of an exported dataset: the same as `zcorch history` of its result sets (no reports)."""
     threshold_pct = HISTORY_THRESHOLD_PCT if threshold_pct is None else threshold_pct
     alpha = HISTORY_ALPHA if alpha is None else alpha
     check_metric(metric)
@@ -411,8 +350,7 @@ def dataset_history(path: "str | os.PathLike", metric: str = "gbit_s", threshold
     if not set_ids:
         raise ResultsError(f"{path}: the dataset holds no result set")
     data.columns("runs")   # asked here, once: ok_table asks it on its thread
-    # The runs' values are read and grouped (DuckDB and numpy: without the GIL most of the time) on a thread while
-    # this one makes the sweeps of the sets' rows (Python): a fleet's year, about a second and a half each.
+    # the runs read and grouped (mostly without the GIL) on a thread while this one makes the sweeps
     with ThreadPoolExecutor(1, thread_name_prefix="zcorch-runs") as pool:
         reading = pool.submit(lambda: OkGroups(data.ok_table(metric, set_ids)))
         sweeps = data.sweeps()

@@ -1,12 +1,7 @@
-"""The newest night of a cell against the spread of its nightly levels: the one decision behind `zcorch
-history` (table, plots, JSON) and `--check`.
-
-Nights differ more than runs within a night do, so a night is one number (the median of its ok runs), judged
-with the mean of the newest two and three against the earlier nights of its stable segment (zcorch.analysis
-.steps), by Student's t with alpha shared by WINDOW_WEIGHTS. A short level borrows the spread of the cell's
-other levels; with nothing to borrow, runs are judged as `zcorch compare` does. The rule and why each constant
-was chosen: docs/nightly.md; benchmarks/bench_detector.py measures it. Pure functions.
-"""
+"""The newest night of a cell against the spread of its nightly levels: the decision behind `zcorch history` and
+`--check`. A night is the median of its ok runs; the newest 1, 2 and 3 nights' mean is judged against the earlier
+nights of its stable segment by Student's t, alpha shared by WINDOW_WEIGHTS; a short level borrows the spread of
+the cell's other levels, else runs are judged as `zcorch compare` does. The rule and its constants: docs/nightly.md."""
 from __future__ import annotations
 
 import bisect
@@ -35,8 +30,7 @@ NEEDS_MAX_NIGHTS = 30         # `needs` projects up to this many more nights bef
 VERDICTS = ("regressed", "improved", "unchanged", "cannot tell", "failed")
 MIN_STABLE = 2                # nights a segment needs to be the level at all (a one-night spike is not one)
 REJECT_MADS = 5.0             # a baseline night further than this many MAD-sds from the median is left out...
-MAD_TO_SD = 1 / float(scipy.special.ndtri(0.75))   # the MAD of normal data times this is its sd (scale="normal";
-# scipy.stats.norm.ppf is ndtri)
+MAD_TO_SD = 1 / float(scipy.special.ndtri(0.75))   # the MAD of normal data times this is its sd
 REJECT_FROM = 8               # ...from this many baseline nights on (the MAD of fewer is too unsure to judge one)
 # A level shorter than this is held to the spread successive nights of the whole earlier history show (below)
 SHORT_LEVEL = 12
@@ -60,8 +54,7 @@ class Comparison:
     method: str = NIGHTLY    # NIGHTLY or RUNS (fewer than MIN_NIGHTS baseline nights)
     window: List[int] = field(default_factory=list)   # the judged nights
     spread_pct: float = math.nan   # the nightly spread σ in % of the level (nightly)
-    # the smallest change, in % of the level, this rule would find significant at its alpha with 80% power given
-    # the spread and counts it used (inf: it cannot reach significance at all)
+    # the smallest change, in % of the level, found at alpha with 80% power (inf: significance unreachable)
     detectable_pct: float = math.nan
     needs: str = ""          # when detectable_pct > the threshold: what would make the cell decidable
 
@@ -71,11 +64,9 @@ class Comparison:
 
 
 def stable_baselines(fit: StepFit, has_ok: Sequence[int], last: int) -> "List[tuple[List[int], int]]":
-    """What the newest night `last` is held against, in order: (the baseline nights, the first night of
-    the change). With a change point before `last`: the nearest earlier segment with at least MIN_STABLE
-    nights with ok runs (a one-night spike is not a level), "since" the change point; then the earlier
-    nights of its own segment, "since" itself. Whether a baseline has enough nights to be judged by its
-    spread is judge_newest's question."""
+    """What the newest night `last` is held against, in order: (baseline nights, first night of the change): the
+    nearest earlier segment with MIN_STABLE nights with ok runs, since the change point; then the earlier nights of
+    its own segment, since itself."""
     if not fit.segments:
         return []
     segs = fit.segments
@@ -104,12 +95,9 @@ class PooledSpread:
 
 
 def moving_range_spread(median: np.ndarray, nights: Sequence[int]) -> float:
-    """The nightly spread, relative to the level, that successive `nights` show: von Neumann's estimate
-    (the root mean square of successive relative differences over √2) without the largest difference, 0 with
-    fewer than MIN_NIGHTS + 1 nights. Why: a step moves one difference only, so this sees the night-to-night
-    spread across the levels a change-point fit cuts, whatever the nights' shape (a machine of a few states
-    too, where the median difference is often that of two nights of one state); a fit that cut a lumpy
-    history where nights happened to differ leaves short levels whose own spread is far too small."""
+    """The nightly spread, relative to the level, of successive `nights` (von Neumann's estimate without the largest
+    difference; 0 with fewer than MIN_NIGHTS + 1): a step moves one difference only, so this sees the spread across
+    levels a fit cut in lumpy nights, whose own spreads are far too small."""
     y = np.asarray([median[i] for i in nights], dtype="float64")
     if len(y) < MIN_NIGHTS + 1:
         return 0.0
@@ -121,12 +109,8 @@ def moving_range_spread(median: np.ndarray, nights: Sequence[int]) -> float:
 
 
 def pooled_spread(median: np.ndarray, fit: StepFit, nights: Sequence[int]) -> Optional[PooledSpread]:
-    """The nightly spread of one cell pooled over every level of its fit (each night's median relative to
-    the mean of its segment's `nights`), or None without two nights in one segment. Why: how much nights
-    spread is the machine's and the cell's, not one level's; a level that is two nights old (after a real
-    change, or one the fit found in noise) borrows it instead of being judged runs against runs, which
-    ignores the nightly spread and alarmed 7 of 8 false alarms on this machine's write->read series
-    (benchmarks/bench_detector.py)."""
+    """The nightly spread of one cell pooled over its fit's levels (None without two nights in one): what a young
+    level borrows, as runs against runs ignore the nightly spread and alarm falsely (benchmarks/bench_detector.py)."""
     ss, df = 0.0, 0
     for seg in fit.segments:
         y = np.array([median[i] for i in nights if seg.start <= i < seg.end], dtype="float64")
@@ -154,10 +138,8 @@ class NightlyTest:
 
 
 def detectable(alpha_window: float, dof: int, se_rel: float, power: float = POWER) -> float:
-    """The smallest change, in % of the level, a one-sided t test at level `alpha_window` with `dof` degrees of
-    freedom and standard error `se_rel` (relative to the level) finds with probability `power`:
-    (t_{1-α'} + t_{power}) × SE × 100; inf when it cannot reach significance at all (no degree of freedom,
-    no finite SE)."""
+    """The smallest change, in % of the level, a one-sided t test at `alpha_window` with `dof` and relative SE
+    `se_rel` finds with probability `power`: (t_{1-α'} + t_{power}) × SE × 100; inf when unreachable."""
     if not (dof >= 1 and 0 < alpha_window < 1 and math.isfinite(se_rel)):
         return math.inf
     q = float(scipy.special.stdtrit(dof, 1 - alpha_window)) + float(scipy.special.stdtrit(dof, power))
@@ -165,10 +147,8 @@ def detectable(alpha_window: float, dof: int, se_rel: float, power: float = POWE
 
 
 def needs_text(res: "NightlyTest", threshold_pct: float, alpha: float) -> str:
-    """What would bring res.detectable_pct within the threshold, in words: more nights at this level (each one
-    adds a night to the baseline, and the newest three are judged with WINDOW_WEIGHTS' largest share: the SE
-    and the t quantiles shrink; the spread projected unchanged), or, when NEEDS_MAX_NIGHTS more would not do,
-    a lower nightly spread (the one at which this comparison's detectable change would be the threshold)."""
+    """What would bring res.detectable_pct within the threshold, in words: more nights at this level (the spread
+    projected unchanged), or when NEEDS_MAX_NIGHTS would not do, the nightly spread that would."""
     if not res.detectable_pct > threshold_pct or not res.level:
         return ""
     if not math.isfinite(res.detectable_pct):
@@ -187,13 +167,9 @@ def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequen
                  judged_sd: Sequence[float], higher_better: bool, threshold_pct: float, alpha: float,
                  n_tests: int = 1, borrowed: "Optional[PooledSpread]" = None,
                  weight: Optional[float] = None, floor_rel: float = 0.0) -> NightlyTest:
-    """The judged nights' medians (`judged`, 1 to WINDOW of them) against the baseline nights' medians
-    (`base`): the rule of the module docstring. `*_sd`: each night's sampling sd of its median (from its
-    interval, NaN when it has none); `weight`: this window's share of alpha (the p-value is divided by it;
-    default 1 / `n_tests`, plain Bonferroni over the windows judged); `borrowed`: the cell's nightly spread
-    pooled over its other levels, for a baseline too short to tell its own (then one baseline night is
-    enough, and the t has the pooled degrees of freedom); `floor_rel`: a spread, relative to the level, below
-    which the one used may not go (moving_range_spread, for a short level)."""
+    """The judged nights' medians (1 to WINDOW) against the baseline nights' (module docstring). `*_sd`: each night's
+    sampling sd of its median (NaN: none); `weight`: this window's share of alpha (default 1 / `n_tests`);
+    `borrowed`: a pooled spread for a baseline too short to tell its own; `floor_rel`: the least relative spread."""
     share = (1.0 / n_tests) if weight is None else float(weight)
     base = np.asarray(base, dtype="float64")
     judged = np.asarray(judged, dtype="float64")
@@ -201,14 +177,11 @@ def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequen
     if k < (1 if borrowed is not None else 2) or w < 1:
         raise ValueError(f"a nightly test needs two baseline nights and a judged one, got {k} and {w}")
     center = median_of(base)
-    # scipy.stats.median_abs_deviation(scale="normal") and scipy.stats.t.sf, through their ufunc cores: the
-    # wrappers cost ~6 ms a call, and history/bench_detector judge every cell of every night.
+    # the MAD and the t's sf through scipy's ufunc cores: the scipy.stats wrappers are slow for every cell
     mad = median_of(np.abs(base - center)) * MAD_TO_SD
     kept = base[np.abs(base - center) <= REJECT_MADS * mad] if mad > 0 and k >= REJECT_FROM else base
     if len(kept) < 2 or k - len(kept) > k // REJECT_FROM:
-        # More "wild" nights than one in REJECT_FROM: the nights are lumpy (a machine with a few states, e.g.
-        # where the scheduler put the two sides), not normal with an outlier, and their MAD judges nothing:
-        # leaving them out would keep one state and a spread of a fraction of the real one.
+        # more "wild" nights than one in REJECT_FROM: lumpy nights (a machine of a few states), not outliers
         kept = base
     k = len(kept)
     level = float(np.mean(kept))
@@ -220,16 +193,13 @@ def nightly_test(base: Sequence[float], base_sd: Sequence[float], judged: Sequen
     own = borrowed.rel * abs(level) if borrowed is not None else float(np.std(kept, ddof=1))
     dof = borrowed.df if borrowed is not None else k - 1
     spread = max(own, typical, FLOOR_REL * abs(level), floor_rel * abs(level), 1e-12)
-    # The excess of a judged night's interval over the baseline's typical one, relative to each night's own
-    # level and applied at the baseline's: a night that is 4x higher has a 4x wider interval in absolute
-    # terms with the same precision, and must not hide its own rise behind it.
+    # a judged night's interval's excess over the typical one, relative to its own level (a night 4x higher has
+    # a 4x wider interval at the same precision, and must not hide its rise behind it)
     sd_judged = np.asarray(judged_sd, dtype="float64")
     with np.errstate(divide="ignore", invalid="ignore"):
         rel_judged = np.where(judged != 0, np.nan_to_num(sd_judged, nan=0.0) / np.abs(judged), 0.0)
     rel_typical = typical / abs(level) if level else 0.0
-    # only a night whose interval is clearly wider (EXCESS_FROM x the typical one) adds its excess: intervals
-    # of converged nights scatter by +-30% about the typical one, and adding the excess of every night that is
-    # wider by chance (never subtracting that of a narrower one) halved the false alarms and the power
+    # only a clearly wider interval (EXCESS_FROM x) adds its excess: intervals scatter about the typical one
     wide = rel_judged > EXCESS_FROM * rel_typical
     extra = float(np.sum(np.where(wide, rel_judged ** 2 - rel_typical ** 2, 0.0))) * level ** 2 / w ** 2
     se = math.sqrt(spread ** 2 * (1 / w + 1 / k) + extra)
@@ -269,11 +239,9 @@ def method_text(better: str, threshold_pct: float, alpha: float, min_nights: int
 def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Sequence[float]], fit: StepFit,
                  higher_better: bool, threshold_pct: float = DEFAULT_THRESHOLD_PCT, alpha: float = DEFAULT_ALPHA,
                  min_nights: int = MIN_NIGHTS, window: int = WINDOW) -> Optional[Comparison]:
-    """The decision on the newest night of one cell (module docstring): `median`, `sd` (sampling sd of the
-    median from its interval) and `runs` (its ok runs) per night, oldest first, NaN / empty where a night
-    has no ok run; `fit` the change-point fit of the medians. The first bad comparison, else the first
-    one made; None when there is nothing earlier (or the newest night has no ok run: the caller says
-    `failed`)."""
+    """The decision on the newest night of one cell: `median`, `sd` (of the median) and `runs` per night, oldest
+    first (NaN / empty without ok runs), `fit` the medians' change-point fit. The first bad comparison, else the most
+    telling one made; None when there is nothing earlier or the newest night has no ok run."""
     median = np.asarray(median, dtype="float64")
     sd = np.asarray(sd, dtype="float64")
     last = len(median) - 1
@@ -283,7 +251,6 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
     made: List[Comparison] = []
     for baseline, since in stable_baselines(fit, has_ok, last):
         # the judged windows: the newest w nights with ok runs, all after the baseline and the change point
-        # (after a change point only nights of the newest segment; within it, the baseline is what precedes them)
         windows = []
         for w in range(1, window + 1):
             win = has_ok[-w:]
@@ -302,9 +269,7 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
         if not windows:
             made.append(_runs_comparison(baseline, since, last, runs, higher_better, threshold_pct, alpha,
                                          min_nights))
-        # a short level is often one the fit cut where the newest nights differ (noise it took for a step): its
-        # nights were chosen by the data, and most of alpha on the three nights' mean alarmed on such levels
-        # (lumpy nights, tests/test_detector.py); they share alpha equally, as Bonferroni did
+        # a short level is often noise the fit took for a step: its windows share alpha equally
         weighted = all(len(base) >= WEIGHTED_FROM for _, base, _ in windows)
         shares = _shares(len(windows)) if weighted else [1 / len(windows)] * len(windows)
         for (win, base, pooled), share in zip(windows, shares):
@@ -322,17 +287,12 @@ def judge_newest(median: Sequence[float], sd: Sequence[float], runs: Sequence[Se
         bad = next((c for c in made if c.bad), None)
         if bad is not None:
             return bad
-    if not made:
-        return None
-    improved = next((c for c in made if c.verdict == "improved"), None)
-    if improved is not None:
-        return improved
-    # a window beyond the threshold without significance: cannot tell (the first such one)
-    beyond = next((c for c in made if abs(c.change_pct) > threshold_pct), None)
-    if beyond is not None:
-        return beyond
-    # every window within the threshold: the most sensitive one judged (the smallest change it could have seen,
-    # the first one on a tie), unchanged when that is within the threshold, else cannot tell
+    # the first improvement, else the first window beyond the threshold without significance (cannot tell), else
+    # (every window within it) the most sensitive one, the first on a tie
+    telling = (next((c for c in made if c.verdict == "improved"), None)
+               or next((c for c in made if abs(c.change_pct) > threshold_pct), None))
+    if telling is not None or not made:
+        return telling
     return min(made, key=lambda c: c.detectable_pct if not math.isnan(c.detectable_pct) else math.inf)
 
 

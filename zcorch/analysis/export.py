@@ -1,12 +1,7 @@
-"""`zcorch export ROOT DEST`: every result set under ROOT as one hive-partitioned Parquet dataset.
-
-What query engines read without zcorch, and what `zcorch history DATASET` / `zcorch compare --dataset`
-read through DuckDB (zcorch.analysis.dataset) instead of loading every result set. Tables sets, runs,
-baselines and hosts, partitioned by experiment and date, each file in the one declared schema. A set is
-exported again only when its content hash changed; exports may run at once: each writes under
-DEST/.export.lock, part files renamed into place, dataset.json last, so a reader sees whole sets only.
-Layout, schema and the concurrency rules: docs/dataset.md and docs/architecture.md ("Result dataset").
-"""
+"""`zcorch export ROOT DEST`: every result set under ROOT as one hive-partitioned Parquet dataset (tables sets, runs,
+baselines, hosts by experiment and date, one declared schema), what zcorch.analysis.dataset reads. A set is written
+again only when its content changed; concurrent exports write under DEST/.export.lock, dataset.json last, so a
+reader sees whole sets only. Layout, schema and concurrency: docs/dataset.md."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -33,7 +28,7 @@ from zcorch.analysis.export_dest import MANIFEST_TMP, dest_problem
 from zcorch.analysis.frames import LINKED_ATTR, load_baselines
 from zcorch.analysis.gate import completeness
 from zcorch.analysis.hosts import fact
-from zcorch.analysis.history import find_result_sets, read_set
+from zcorch.analysis.history import find_result_sets, parse_time, read_set
 from zcorch.config.checks import NAME_RE
 from zcorch.errors import ResultSetBusy, ResultsError
 from zcorch.results import setfiles, store
@@ -60,8 +55,7 @@ class ExportResult:
 
 
 def content_hash(directory: Path) -> str:
-    """SHA-256 over the name, size and bytes of each file of HASHED present in the set (read as regular
-    files inside it, no link followed)."""
+    """SHA-256 over the name, size and bytes of each file of HASHED in the set (no link followed)."""
     digest = hashlib.sha256()
     for name in HASHED:
         try:
@@ -76,30 +70,18 @@ def content_hash(directory: Path) -> str:
     return digest.hexdigest()
 
 
-def set_id_of(directory: Path) -> str:
-    return hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
-
-
-def _created(manifest: dict) -> Optional[_dt.datetime]:
-    try:
-        t = _dt.datetime.fromisoformat(str(manifest.get("created")))
-    except ValueError:
-        return None
-    return (t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)).astimezone(_dt.timezone.utc)
-
-
 def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str, pa.Table], dict]":
     """(the set's partition values, {table: Arrow table}, {table: JSON-text columns}) of one result set."""
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")     # what a bounded reader skipped is said by `zcorch history ROOT`
         sweep, set_runs = read_set(directory)
     manifest, meta = sweep.manifest, sweep.meta
-    created = _created(manifest)
+    created = parse_time(str(manifest.get("created")))
     common = {"set_id": set_id, "pair": sweep.pair, "kernel": sweep.kernel or None,
               "revision": manifest.get("git_revision") or fact(meta, "controller.git_revision") or None}
     comp = completeness(directory)
     linked = set_runs.attrs.get(LINKED_ATTR) or {}
-    finished = _created({"created": manifest.get("finished")}) if manifest.get("finished") else None
+    finished = parse_time(str(manifest.get("finished"))) if manifest.get("finished") else None
     sets_row = {**common, "path": str(directory.resolve()), "status": sweep.status, "created": created,
                 "finished": finished, "hosts": sweep.hosts,
                 "zcorch_version": manifest.get("zcorch_version"), "n_ok": sweep.n_ok, "n_failed": sweep.n_failed,
@@ -117,11 +99,9 @@ def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str,
                                "key": json.dumps(r.get("key")), "result": json.dumps(r.get("result"))}
                               for r, g, m in zip(brecs, base["gbit_s"], base["mb_s"])],
                              columns=list(common) + list(BASELINE_COLUMNS))
-    hosts = []
-    for role, facts in [("controller", meta.get("controller"))] + list((meta.get("hosts") or {}).items()):
-        if isinstance(facts, dict):
-            hosts.append({**common, "role": role, **{c: _scalar(fact(facts, p)) for c, p in HOST_FACTS.items()},
-                          "facts": json.dumps(facts)})
+    roles = [("controller", meta.get("controller"))] + list((meta.get("hosts") or {}).items())
+    hosts = [{**common, "role": role, **{c: _scalar(fact(facts, p)) for c, p in HOST_FACTS.items()},
+              "facts": json.dumps(facts)} for role, facts in roles if isinstance(facts, dict)]
     hosts_frame = pd.DataFrame(hosts, columns=list(common) + list(HOST_COLUMNS))
     tables = {"sets": sets_table, "runs": runs_table,
               "baselines": pa.Table.from_pandas(baselines, preserve_index=False, schema=declared_schema("baselines")),
@@ -131,10 +111,9 @@ def _tables_of(directory: Path, set_id: str, sha: str) -> "tuple[dict, Dict[str,
 
 
 def runs_table_of(runs: pd.DataFrame, common: dict, linked: "dict | Iterable[str]" = ()) -> "tuple[pa.Table, List[str]]":
-    """(the runs of one set (zcorch.load's frame; `common`: the values of dataset.COMMON) as an Arrow table of the
-    dataset's declared runs schema, the columns it holds as JSON text). Each declared column at its declared type
-    (dataset.RUN_TYPES), null where the set has none; a linked axis's labels as text; any other column JSON text
-    (typed by no set's values). ResultsError naming the column when a value does not read as its declared type."""
+    """(the runs of one set (`common`: the values of dataset.COMMON) as an Arrow table of the declared runs schema,
+    the columns it holds as JSON text): declared columns at their types, linked axes as text, others JSON text;
+    ResultsError naming the column when a value does not read as its declared type."""
     n = len(runs)
     cols: Dict[str, pa.Array] = {c: pa.array([common.get(c)] * n, pa.string()) for c in layout.COMMON}
     json_cols = []
@@ -163,8 +142,8 @@ def _missing(v) -> bool:
 
 
 def _typed(name: str, values: pd.Series, want: pa.DataType) -> pa.Array:
-    """A frame column as an Arrow array of type `want` (NaN and None null); text from a number or a flag: its JSON
-    text; a number from a whole float (a column with a null reads as float in pandas): cast, never rounded."""
+    """A frame column as an Arrow array of type `want` (NaN and None null); text from a number or flag: its JSON text;
+    a number from a whole float: cast, never rounded."""
     try:
         arr = pa.Array.from_pandas(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):   # an object column of mixed kinds
@@ -192,8 +171,7 @@ HOST_COLUMNS = ("role", *HOST_FACTS, "facts")
 
 
 def declared_schema(table: str, extra: "Iterable[str]" = ()) -> pa.Schema:
-    """The declared schema of `table` (dataset.COMMON first; runs: dataset.runs_schema with the undeclared `extra`
-    columns): what every part file of the table holds, whatever the sets exported."""
+    """The declared schema of `table` (runs: with the undeclared `extra` columns), that of each of its part files."""
     if table == "sets":
         return layout.SET_SCHEMA
     if table == "runs":
@@ -203,18 +181,12 @@ def declared_schema(table: str, extra: "Iterable[str]" = ()) -> pa.Schema:
     return pa.schema([(c, types.get(c, pa.string())) for c in (*layout.COMMON, *cols)])
 
 
-# ---------------------------------------------------------------------------------------------
 # Writing
 
 
-def _bare(table: pa.Table) -> pa.Table:
-    """Without pandas' schema metadata (it would differ between files of one table)."""
-    return table.replace_schema_metadata(None)
-
-
 def _conform(table: pa.Table, schema: pa.Schema, decode: "frozenset[str] | set" = frozenset()) -> pa.Table:
-    """`table` with every column of `schema` (missing ones null), in its order and types; the columns `decode`
-    names (JSON text in an older file, declared now) decoded first."""
+    """`table` with every column of `schema` (missing ones null) in its order and types; `decode`: columns of JSON
+    text in an older file, declared now, decoded first."""
     cols = []
     for f in schema:
         if f.name not in table.column_names:
@@ -232,8 +204,7 @@ def _conform(table: pa.Table, schema: pa.Schema, decode: "frozenset[str] | set" 
 
 
 def _target(table: str, old: Optional[pa.Schema], new: pa.Schema) -> pa.Schema:
-    """The schema `table`'s files are to have: the declared one, with the undeclared columns of the files (`old`)
-    and of the new sets (`new`): JSON text in runs, as they were elsewhere (an older export's)."""
+    """The schema `table`'s files are to have: the declared one, with the undeclared columns of `old` and `new`."""
     if table == "runs":
         return declared_schema("runs", [c for sch in (old, new) if sch is not None for c in sch.names])
     base = declared_schema(table)
@@ -246,8 +217,7 @@ def _parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-# Test-only: tests/test_export_concurrent.py sets it to place a SIGKILL in the middle of a part file (the
-# exporter writes half of its first staged file, makes DIR/stalled-PID and waits to be killed); nothing else.
+# Test-only (tests/test_export_concurrent.py): write half a part file, make DIR/stalled-PID, wait to be killed.
 TEST_STALL_ENV = "ZCORCH_TEST_EXPORT_STALL"
 
 
@@ -273,18 +243,13 @@ def _stage_parquet(dest: Path, rel: str, table: pa.Table) -> setfiles.Staged:
     return setfiles.stage_inside(dest, rel, lambda f: _stall_mid_write(f, data), fsync=True)
 
 
-# How long an export waits for another one holding the dataset (an export holds it for seconds: the reading of
-# the sets is done before, without it); then ResultSetBusy (exit 75: try again later).
+# How long an export waits for another one holding the dataset (for seconds), before ResultSetBusy.
 LOCK_WAIT_S = 600.0
 
 
 class _Lock:
-    """DEST/.export.lock, flock()ed while an export changes the dataset: one writer at a time. The kernel
-    releases it when its holder's process ends however it ends (a SIGKILLed exporter leaves no stale lock); on
-    NFS the client turns flock() into a lock of the server's lock manager (NFSv4 locks, or lockd with NFSv3),
-    released when the process ends, or when its lease expires if its machine died (90 s by default). A
-    filesystem that keeps no locks is refused rather than written without one. The holder writes who it is into
-    the file, for the messages of those waiting."""
+    """DEST/.export.lock, flock()ed while an export changes the dataset: released however its holder ends (NFS: by
+    the server's lock manager); a filesystem without locks is refused. The holder writes who it is into it."""
 
     def __init__(self, dest: Path, wait: float, say: Callable[[str], None]):
         self.fd = os.open(os.path.join(dest, layout.LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -320,9 +285,7 @@ class _Lock:
 
 
 def _check_dest(dest: Path) -> Path:
-    """DEST checked (zcorch.analysis.export_dest) and made when missing. A DEST with a lock file may be a dataset
-    another export is making now (its first files, not yet its dataset.json): checked again once the lock is
-    held, when nobody writes it."""
+    """DEST checked and made when missing (one with a lock may be another export's: checked again under it)."""
     problem = dest_problem(dest)
     lock = dest / layout.LOCK
     if problem and not (dest.is_dir() and not dest.is_symlink() and lock.is_file() and not lock.is_symlink()):
@@ -332,9 +295,8 @@ def _check_dest(dest: Path) -> Path:
 
 
 def set_identity(manifest: dict) -> str:
-    """A result set's id in a dataset: a hash of what its manifest says from its creation on and never changes
-    (its name, creation time, boot clock, command, inventory pair). A copy of the set at another path, or on
-    another controller, is the same set; a resumed set keeps it."""
+    """A result set's id in a dataset: a hash of what its manifest says at creation and never changes (a copy of
+    the set elsewhere is the same set; a resumed set keeps it)."""
     birth = {k: manifest.get(k) for k in IDENTITY_KEYS}
     return hashlib.sha256(json.dumps(birth, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -343,11 +305,11 @@ IDENTITY_KEYS = ("name", "created", "clock", "command", "inventory")
 
 
 def _previous(doc: dict, sid: str, directory: Path) -> "tuple[Optional[str], dict]":
-    """(the key, the entry) under which `doc` lists this set: its identity, or (a dataset written by a zcorch
-    that named a set by its path) the hash of its path; (None, {}) when not listed."""
+    """(the key, the entry) under which `doc` lists this set: its identity, or (an older dataset) the hash of its
+    path; (None, {}) when not listed."""
     if sid in doc["sets"]:
         return sid, doc["sets"][sid]
-    legacy = set_id_of(directory)
+    legacy = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
     entry = doc["sets"].get(legacy)
     if entry and entry.get("path") == str(directory.resolve()):
         return legacy, entry
@@ -360,15 +322,12 @@ def _read_doc(dest: Path) -> dict:
 
 def export_results(root: "str | os.PathLike", dest: "str | os.PathLike",
                    warn: Callable[[str], None] = lambda _: None, wait: float = LOCK_WAIT_S) -> ExportResult:
-    """Export every result set under `root` into the dataset `dest` (module docstring). Safe while other
-    exports (of this machine or others sharing `dest`) write it: the sets are read without the lock, and
-    written, at most once each, under it; `wait`: how long to wait for the lock."""
+    """Export every result set under `root` into the dataset `dest`: read unlocked, written once each under the lock."""
     root, dest = Path(root), Path(os.path.abspath(dest))
     dirs = find_result_sets(root, warn)
     dest = _check_dest(dest)
     result = ExportResult(dest)
-    # The costly part, without the lock (concurrent exports read their sets at once): each set's tables,
-    # unless dataset.json already lists it with this content (replaced atomically: read as a whole, unlocked).
+    # the costly part, unlocked: each set's tables, unless dataset.json lists it with this content
     seen = _read_doc(dest)
     read: list = []       # (directory, set id, content hash, partition values, tables, json columns)
     for d in dirs:
@@ -419,8 +378,7 @@ def _unchanged(result: ExportResult, d: Path, sid: str, entry: dict) -> None:
 
 
 def _write_sets(dest: Path, doc: dict, read: list, result: ExportResult) -> None:
-    """Under the lock: the sets read that dataset.json (as it is now) does not list with their content, written;
-    a set another export wrote meanwhile is not written again."""
+    """Under the lock: the sets read that dataset.json does not list with their content (now), written."""
     batch: Dict[str, list] = {}      # partition -> [(set_id, tables)]
     json_columns = {t: set(doc["json_columns"].get(t, [])) for t in layout.TABLES}
     new_entries, replaced = {}, []
@@ -443,17 +401,17 @@ def _write_sets(dest: Path, doc: dict, read: list, result: ExportResult) -> None
     if not new_entries:
         return
     if replaced:
-        # the changed sets' old rows go first, and dataset.json without them: a crash from here on leaves them
-        # out (the next export writes them again), never listed twice nor listed without their rows
+        # the changed sets' old rows and entries go first: a crash leaves them out, never listed twice or rowless
         _drop_sets(dest, doc, replaced)
         layout.write_manifest(dest, doc)
     part_name = f"part-{_dt.datetime.now(_dt.timezone.utc).strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}.parquet"
-    merged = {t: pa.concat_tables([_bare(tables[t]) for items in batch.values() for _, tables in items],
+    # without pandas' schema metadata, which would differ between files of one table
+    merged = {t: pa.concat_tables([tables[t].replace_schema_metadata(None) for items in batch.values()
+                                   for _, tables in items],
                                   promote_options="permissive") for t in layout.TABLES}
     staged: List[setfiles.Staged] = []
     try:
-        # sets last: a set whose row reads in `sets` has its rows in every other table (what a reader of the
-        # files without dataset.json joins on; module docstring)
+        # sets last: a set in `sets` has its rows in every other table
         for t in PUBLISH_ORDER:
             old = _table_schema(dest, doc, t)
             schema = _target(t, old, merged[t].schema)
@@ -471,10 +429,8 @@ def _write_sets(dest: Path, doc: dict, read: list, result: ExportResult) -> None
         s.publish()
     for sid, entry in new_entries.items():
         doc["sets"][sid] = dict(entry, part=part_name)
-    doc["json_columns"] = {t: sorted(c) for t, c in json_columns.items() if c}
-    doc["schema_version"] = layout.SCHEMA_VERSION
-    doc["updated"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
-    doc["zcorch_version"] = __version__
+    doc.update(json_columns={t: sorted(c) for t, c in json_columns.items() if c}, schema_version=layout.SCHEMA_VERSION,
+               updated=_dt.datetime.now(_dt.timezone.utc).isoformat(), zcorch_version=__version__)
     layout.write_manifest(dest, doc)
 
 
@@ -485,23 +441,22 @@ def _files(doc: dict, table: str) -> List[str]:
     return sorted({f"{table}/{e['partition']}/{e['part']}" for e in doc["sets"].values()})
 
 
-def _table_schema(dest: Path, doc: dict, table: str) -> Optional[pa.Schema]:
-    files = _files(doc, table)
-    if not files:
-        return None
-    fd = setfiles.open_inside(dest, files[0])
+def _reading(dest: Path, rel: str, read: Callable):
+    """`read` of the file DEST/rel, opened inside it (no link followed)."""
+    fd = setfiles.open_inside(dest, rel)
     try:
-        return pq.read_schema(setfiles.fd_path(fd)).remove_metadata()
+        return read(setfiles.fd_path(fd))
     finally:
         os.close(fd)
+
+
+def _table_schema(dest: Path, doc: dict, table: str) -> Optional[pa.Schema]:
+    files = _files(doc, table)
+    return _reading(dest, files[0], pq.read_schema).remove_metadata() if files else None
 
 
 def _read(dest: Path, rel: str) -> pa.Table:
-    fd = setfiles.open_inside(dest, rel)
-    try:
-        return pq.read_table(setfiles.fd_path(fd), partitioning=None)
-    finally:
-        os.close(fd)
+    return _reading(dest, rel, lambda path: pq.read_table(path, partitioning=None))
 
 
 def _rewrite_table(dest: Path, doc: dict, table: str, schema: pa.Schema, decode: "frozenset[str] | set" = frozenset()
@@ -512,11 +467,8 @@ def _rewrite_table(dest: Path, doc: dict, table: str, schema: pa.Schema, decode:
 
 
 def _upgrade(dest: Path, doc: dict, result: ExportResult) -> None:
-    """Under the lock: a dataset written with an older declared schema (dataset.SCHEMA_VERSION; none recorded:
-    version 1, each column typed by the first set that held it) widened to this one: every file rewritten to the
-    declared schema (the columns it declares now null where a set had none, at their declared types; a column an
-    older export held as JSON text and the tables declare now, decoded), and said. A dataset of a newer version
-    is refused: this zcorch would write files without the columns that one declares."""
+    """Under the lock: a dataset of an older schema version widened to this one (every file rewritten to the declared
+    schema, JSON text of columns declared now decoded), and said; one of a newer version refused."""
     version = doc.get("schema_version", 1)
     if not isinstance(version, int) or version > layout.SCHEMA_VERSION:
         raise ResultsError(f"{dest / layout.MANIFEST}: dataset schema version {version!r}, written by a newer zcorch; "
@@ -562,8 +514,7 @@ def _drop_sets(dest: Path, doc: dict, set_ids: List[str]) -> None:
 
 
 def _remove_orphans(dest: Path, doc: dict) -> None:
-    """Part files dataset.json does not list (an export that died before writing it) and stale temporaries (of
-    part files, and of dataset.json): under the lock, so none is another export's work in progress."""
+    """Remove the part files dataset.json does not list and stale temporaries (under the lock: nobody's work)."""
     listed = {f for t in layout.TABLES for f in _files(doc, t)}
     for name in os.listdir(dest):
         if MANIFEST_TMP.fullmatch(name) and os.path.isfile(dest / name) and not os.path.islink(dest / name):

@@ -1,7 +1,5 @@
-"""Where a result dataset may be written (`zcorch export ROOT DEST`, `zcorch run ... --export DEST`): a real
-directory, not a symbolic link (nothing is written through one), empty or already a zcorch dataset. Without
-pandas or pyarrow, so that `zcorch run --export DEST` refuses a DEST the export would refuse before its sweep
-starts rather than after it ends (zcorch.analysis.export writes the dataset)."""
+"""Where a result dataset may be written: a real directory (no link), empty or already a zcorch dataset. Without
+pandas or pyarrow, so that `zcorch run --export DEST` refuses a bad DEST before its sweep starts."""
 from __future__ import annotations
 
 import os
@@ -32,9 +30,8 @@ def dest_problem(dest: "str | os.PathLike") -> Optional[str]:
 
 
 def dead_first_export(dest: Path) -> bool:
-    """Whether DEST holds exactly what a first export that died before writing its MANIFEST leaves: the lock
-    file, perhaps MANIFEST's temporary, and table directories of nothing but partition directories of part files and their temporaries
-    (the next export removes those: zcorch.analysis.export). Anything else in it is somebody's: refused."""
+    """Whether DEST holds exactly what a first export that died before its MANIFEST leaves: the lock, perhaps
+    MANIFEST's temporary, and tables of partitions of part files and temporaries. Anything else is somebody's."""
     lock = dest / LOCK
     if lock.is_symlink() or not lock.is_file():
         return False

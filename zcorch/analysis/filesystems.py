@@ -1,9 +1,6 @@
-"""The receiving filesystems of a result set side by side: per configuration (meta.json "filesystems") its
-type, options, RAID level, devices and size as the kernel reports them, the baselines measured on it and the
-runs that wrote onto it. The seeds ask "can the network path land data as fast as a plain write does?", so
-each throughput is also a ratio to the filesystem's first ceiling (CEILING), both in MB/s until the data is on
-the filesystem. Pure functions of frames and dicts; `filesystems_of(path)` reads a result set.
-"""
+"""The receiving filesystems of a result set side by side: per configuration (meta.json "filesystems") what the
+kernel reports of it, the baselines measured on it and the runs that wrote onto it, each throughput also as a
+ratio to the filesystem's plain-write ceiling (CEILING). `filesystems_of(path)` reads a result set."""
 from __future__ import annotations
 
 import shlex
@@ -106,12 +103,11 @@ def configuration(desc: dict) -> dict:
 def _mountpoint(desc: Optional[dict]) -> Optional[str]:
     if not desc:
         return None
-    return desc.get("path") if desc.get("kind") == "existing" else desc.get("mountpoint")
+    return desc.get("path" if desc.get("kind") == "existing" else "mountpoint")
 
 
 def runs_onto(df: pd.DataFrame, name: str, desc: Optional[dict]) -> pd.DataFrame:
-    """The runs of `df` whose sink is on filesystem `name` (a cell with the filesystem axis but a
-    sink elsewhere, e.g. /dev/null, did not write onto it)."""
+    """The runs of `df` whose sink is on filesystem `name` (not a sink elsewhere, e.g. /dev/null)."""
     if "filesystem" not in df:
         return df.iloc[0:0]
     on = df[df["filesystem"] == name]
@@ -148,8 +144,7 @@ def _ratio(mb_s: float, ceiling: float) -> float:
 
 
 def filesystem_names(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> list:
-    """Every configuration the result set mentions, sorted: the described ones and any that only
-    the runs or baselines name (meta.json without descriptions, e.g. an interrupted sweep)."""
+    """Every configuration the result set mentions (described, or only named by runs or baselines), sorted."""
     names = set(descriptions)
     for frame, col in ((df, "filesystem"), (baselines, "key_filesystem")):
         if col in frame:
@@ -158,15 +153,13 @@ def filesystem_names(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: di
 
 
 def cell_keys(df: pd.DataFrame) -> list:
-    """Parameters that tell apart the cells on one filesystem: what varies, except the filesystem
-    and the sink path (which follows the filesystem's mountpoint)."""
+    """Parameters that tell apart the cells on one filesystem: what varies but the filesystem and the sink."""
     return [c for c in varying_params(df) if c not in ("filesystem", "sink")]
 
 
 def filesystem_summary(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> pd.DataFrame:
-    """One row per configuration: filesystem, its description fields (see `configuration`),
-    `<kind>_mb_s` and `<kind>_text` of each FILESYSTEM_CEILINGS kind, n_ok, n_failed (runs that wrote onto it),
-    mb_s_median (over its ok runs) and RATIO (to the CEILING kind's)."""
+    """One row per configuration: its description fields, `<kind>_mb_s` and `<kind>_text` of each ceiling kind,
+    n_ok, n_failed, mb_s_median of the runs that wrote onto it and RATIO."""
     rows = []
     for name in filesystem_names(df, baselines, descriptions):
         desc = descriptions.get(name)
@@ -184,8 +177,7 @@ def filesystem_summary(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: 
 
 
 def filesystem_cells(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> pd.DataFrame:
-    """One row per (filesystem, cell) that wrote onto it: filesystem, label (the other varying
-    parameters, e.g. `recv_mode=read`), the summarize() columns of mb_s and RATIO."""
+    """One row per (filesystem, cell) that wrote onto it: label, the summarize() columns of mb_s and RATIO."""
     keys = cell_keys(df)
     out = []
     for name in filesystem_names(df, baselines, descriptions):
@@ -224,12 +216,9 @@ def side_by_side(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     table, order = {}, list(DESCRIPTION_ROWS) + list(ceilings.values()) + ["runs writing onto it",
                                                                            "median MB/s of its runs"]
     for _, fs in summary.iterrows():
-        col = {}
-        for key in DESCRIPTION_ROWS:
-            value = fs.get(key)
-            col[key] = "" if value is None or (isinstance(value, float) and np.isnan(value)) else value
-        for kind, row in ceilings.items():
-            col[row] = fs[f"{kind}_text"]
+        col = {key: "" if v is None or (isinstance(v, float) and np.isnan(v)) else v
+               for key, v in ((key, fs.get(key)) for key in DESCRIPTION_ROWS)}
+        col.update({row: fs[f"{kind}_text"] for kind, row in ceilings.items()})
         col["runs writing onto it"] = f"{fs['n_ok']} ok, {fs['n_failed']} failed"
         col["median MB/s of its runs"] = _rate_text(fs["mb_s_median"], fs[RATIO])
         table[fs["filesystem"]] = col

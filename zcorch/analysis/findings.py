@@ -1,13 +1,6 @@
-"""The answer a report opens with: per sink (and filesystem or network where they vary), the configurations
-ranked by median throughput, grouped where the data cannot tell them apart, with their CPU per GiB in both
-views and their share of the baselines; and the flags of the runs. Only computes a JSON-ready dict
-(`zcorch report --format json`; docs/schemas/report.schema.json); report.py and its templates lay it out.
-
-Grouping (GROUPING_RULE, quoted by the page): a configuration joins the current group when its median's
-interval overlaps the leader's, at the level the interval really has (zcorch.analysis.stats; fewer than two ok
-runs: alone). Separated intervals are evidence of a difference, not proof. A host-CPU window under
-MIN_HOST_TICKS /proc/stat ticks (from host_window_ns and host_ncpus, USER_HZ 100) is mostly rounding: flagged.
-"""
+"""The answer a report opens with, as a JSON-ready dict (docs/schemas/report.schema.json): per context (sink,
+filesystem, network) the configurations ranked by median throughput, grouped by GROUPING_RULE where the data cannot
+tell them apart, with their CPU per GiB and share of the baselines; and the flags of the runs (SHORT_RULE)."""
 from __future__ import annotations
 
 import math
@@ -47,11 +40,8 @@ def _finite(value) -> Optional[float]:
 
 def _plain(value):
     """A parameter value as JSON holds it (numpy scalars unwrapped, NaN as null)."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value
+    value = value.item() if isinstance(value, np.generic) else value
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _norm(key: tuple) -> tuple:
@@ -74,8 +64,7 @@ def short_host_windows(df: pd.DataFrame) -> pd.Series:
 
 
 def baseline_refs(baselines: "pd.DataFrame | None", values: dict) -> list:
-    """[{name, kind, mb_s, gbit_s}]: the ok baselines a ranking is measured against (zcorch.analysis.plots'
-    baseline_lines: per kind and differing key, those of the context's parameters preferred)."""
+    """[{name, kind, mb_s, gbit_s}]: the ok baselines a ranking is measured against (plots.baseline_lines)."""
     from zcorch.analysis.plots import baseline_lines  # matplotlib: only when a report is built
 
     return [{"name": name, "kind": kind, "mb_s": gbit * 125.0, "gbit_s": gbit}
@@ -91,8 +80,7 @@ def _interval(row: pd.Series) -> Optional[dict]:
 
 
 def group_ranks(entries: list) -> None:
-    """Set entry["rank"] and entry["group"] (1-based) by GROUPING_RULE; entries sorted fastest first,
-    configurations without ok runs last with neither."""
+    """Set entry["rank"] and entry["group"] by GROUPING_RULE (entries sorted fastest first, without ok runs last)."""
     group, leader = 0, None
     for rank, e in enumerate(entries, start=1):
         if e["mb_s"] is None:
@@ -108,10 +96,9 @@ def group_ranks(entries: list) -> None:
 
 
 def versus_fastest(entries: list) -> None:
-    """Set entry["versus_fastest"]: {"verdict": "fastest" | "slower" | "cannot tell", "resolves_pct"}: against
-    the fastest configuration, slower where the grouping rule separates them, else cannot tell; resolves_pct is
-    the smallest difference the two intervals could separate (the fastest's reach below its median plus this
-    one's above its own, in % of the fastest's median; None without both intervals: nothing can be told)."""
+    """Set entry["versus_fastest"]: {"verdict": "fastest" | "slower" | "cannot tell", "resolves_pct"}: slower where
+    the grouping rule separates it from the fastest; resolves_pct: the smallest difference the two intervals could
+    separate, in % of the fastest's median (None without both)."""
     lead = next((e for e in entries if e.get("rank")), None)
     for e in entries:
         if not e.get("rank") or lead is None:
@@ -128,9 +115,9 @@ def versus_fastest(entries: list) -> None:
                                "resolves_pct": resolves}
 
 
-def pareto(entries: list, cpu: str) -> None:
-    """Mark entry["efficient"]: no other configuration is at least as fast for no more CPU per GiB (`cpu`),
-    and better in one of them. Without that CPU figure nothing is marked."""
+def pareto(entries: list, cpu: Optional[str]) -> None:
+    """Mark entry["efficient"]: no other configuration is at least as fast for no more CPU per GiB (`cpu`) and
+    better in one; without that CPU figure, not efficient."""
     points = [(e["mb_s"], e["cpu"].get(cpu)) for e in entries]
     for e, (t, c) in zip(entries, points):
         if t is None or c is None:
@@ -141,9 +128,7 @@ def pareto(entries: list, cpu: str) -> None:
 
 
 def table_row(e: dict, cpus: Sequence[str], kinds: Sequence[str], mark: str, gbit: bool = False) -> list:
-    """One configuration of a ranking as the report's and the Markdown tables show it: rank, group, configuration
-    (`mark` after an efficient one), MB/s, its interval, [Gbit/s,] ok runs, CPU per GiB of each of `cpus`, % of
-    each baseline of `kinds`, flags; "" where there is no value."""
+    """One configuration of a ranking as a table row (`mark` after an efficient one); "" where there is no value."""
     def num(value, fmt: str) -> str:
         return "" if value is None else fmt.format(value)
     ci = e["mb_s_ci"]
@@ -156,8 +141,7 @@ def table_row(e: dict, cpus: Sequence[str], kinds: Sequence[str], mark: str, gbi
 
 
 def efficiency_metric(df: pd.DataFrame) -> Optional[str]:
-    """The CPU figure of the efficiency chart: both hosts' host CPU when the runs have it, else the two
-    processes' CPU added up; None without CPU times."""
+    """The CPU figure of the efficiency chart: both hosts' host CPU, else both processes'; None without CPU times."""
     for col in ("total_host_busy_s_per_gib", "total_cpu_s_per_gib"):
         if col in df and pd.to_numeric(df.loc[df["status"] == OK, col], errors="coerce").notna().any():
             return col
@@ -165,17 +149,13 @@ def efficiency_metric(df: pd.DataFrame) -> Optional[str]:
 
 
 def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None) -> dict:
-    """The Findings of a run frame (zcorch.load) as a JSON-ready dict (docs/schemas/report.schema.json).
-    A sweep with `repeats: {min, max, target_ci}` (records with `convergence`) flags the configurations that
-    did not converge (zcorch.analysis.stats.summarize's `converged`, `width_pct`)."""
+    """The Findings of a run frame (module docstring)."""
     from zcorch.analysis.plots import best_baselines  # matplotlib: only when a report is built
 
     vary = varying_params(df)
     contexts = [p for p in CONTEXT_PARAMS if p in vary]
     others = [p for p in vary if p not in contexts and p not in ("send_mode", "recv_mode")]
-    for p in ("send_mode", "recv_mode"):
-        if p not in df:
-            df = df.assign(**{p: None})
+    df = df.assign(**{p: None for p in ("send_mode", "recv_mode") if p not in df})
     eff = efficiency_metric(df)
     metrics = ["mb_s", "gbit_s"] + [c for c, _, _ in CPU_COLUMNS] + ["total_cpu_s_per_gib"]
     by = contexts + ["send_mode", "recv_mode"] + others
@@ -227,11 +207,7 @@ def findings(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None) -> dict:
             })
         entries.sort(key=lambda e: (e["mb_s"] is None, -(e["mb_s"] or 0.0), e["label"]))
         group_ranks(entries)
-        if eff:
-            pareto(entries, eff)
-        else:
-            for e in entries:
-                e["efficient"] = False
+        pareto(entries, eff)
         label = ", ".join(f"{p}={format_value(p, v)}" for p, v in zip(contexts, ckey))
         rankings.append({"context": {p: _plain(v) for p, v in values.items()}, "label": label,
                          "baselines": refs, "modes": entries})

@@ -1,10 +1,6 @@
-"""Result sets (docs/architecture.md, "Result set") as tidy pandas frames: `load` gives one row per run (cell,
-repeat, status, every parameter, the workers' metrics prefixed `send_`/`recv_`) and the derived columns that
-zcorch.metrics declares and docs/experiment-files.md lists (throughput, process and host CPU per GiB, the
-host CPU's resolution, zero-copy verdicts; the copy units from meta.json's calibration and the ratios to the
-experiment's control). The arithmetic is zcorch.results.rates'; runs.jsonl is read through the Parquet cache
-when that matches (zcorch.analysis.cache).
-"""
+"""Result sets as tidy pandas frames: one row per run (cell, repeat, status, every parameter, the workers' metrics
+prefixed `send_`/`recv_`) and the derived columns zcorch.metrics declares (docs/experiment-files.md), computed by
+zcorch.results.rates; runs.jsonl is read through the Parquet cache when that matches (zcorch.analysis.cache)."""
 from __future__ import annotations
 
 import json
@@ -17,8 +13,6 @@ from typing import Any, Iterable, Optional, Union
 import numpy as np
 import pandas as pd
 
-# Parameter and metric columns (PARAM_KEYS, METRIC_KEYS) in the order of the tables in zcorch.params;
-# unknown extra parameters follow, sorted.
 from zcorch import metrics
 from zcorch.config.baselines.registry import rate_of
 from zcorch.nogc import no_cyclic_gc
@@ -29,15 +23,13 @@ from zcorch.errors import ResultsError
 
 PathLike = Union[str, os.PathLike]
 
-# Keys of a worker's result line that are not metrics (mode is already a parameter column; `refused` is the
-# receiver's note of the connections it dropped, which refused_connections counts).
+# Keys of a worker's result line that are not metrics (`refused`: counted by refused_connections)
 _NOT_METRICS = {"event", "side", "mode", "params", "refused"}
 RUN_COLUMNS = ["cell", "repeat", "status", "reason"]
 RUN_TAIL_COLUMNS = ["started", "wall_s", "log"]
 OK = "ok"
 
 
-# ---------------------------------------------------------------------------------------------
 # Result-set files
 
 
@@ -52,8 +44,7 @@ def result_dir(path: PathLike) -> Path:
 
 
 def read_manifest(path: PathLike) -> dict:
-    """manifest.json of a result set, after checking that this reader understands its format
-    (an unknown format version is a ResultsError naming it)."""
+    """manifest.json of a result set; ResultsError naming an unknown format version."""
     return results.load_manifest(str(result_dir(path)))
 
 
@@ -61,8 +52,7 @@ load_manifest = read_manifest   # the public name (`zcorch.load_manifest`)
 
 
 def read_experiment_text(d: Path, manifest: dict) -> "tuple[Path, Optional[str]]":
-    """(path, text) of a result set's experiment file as its manifest names it; text None when it is missing,
-    not a regular file inside the set, or too large (zcorch.results.setfiles: never read through a link)."""
+    """(path, text) of a result set's experiment file; text None when missing, not a regular file inside, or large."""
     rel = str(manifest.get("experiment_file") or results.EXPERIMENT)
     try:
         return d / rel, setfiles.read_text(d, rel)
@@ -75,22 +65,16 @@ def read_experiment_text(d: Path, manifest: dict) -> "tuple[Path, Optional[str]]
 def _sweep_names(dirs: list) -> list:
     """Short, unique names for result sets: their directory names, or full paths when those clash."""
     names = [d.name for d in dirs]
-    if len(set(names)) == len(names):
-        return names
-    return [str(d) for d in dirs]
+    return names if len(set(names)) == len(names) else [str(d) for d in dirs]
 
 
 def _as_dirs(path_or_paths: "PathLike | Iterable[PathLike]") -> list:
-    if isinstance(path_or_paths, (str, os.PathLike)):
-        paths = [path_or_paths]
-    else:
-        paths = list(path_or_paths)
+    paths = [path_or_paths] if isinstance(path_or_paths, (str, os.PathLike)) else list(path_or_paths)
     if not paths:
         raise ResultsError("no result set given")
     return [result_dir(p) for p in paths]
 
 
-# ---------------------------------------------------------------------------------------------
 # Runs
 
 
@@ -108,12 +92,9 @@ _HEAD = ("cell", "repeat", "status", "reason")
 
 
 def _layout(shape: tuple) -> "list[tuple[str, int]]":
-    """(column, index into the record's value tuple) for records of one key layout.
-
-    A record's value tuple is (*rec.values(), *params.values(), *sender.values(), *receiver.values())
-    and `shape` the matching key tuples. Where two sources give one column name, the later wins,
-    in this order: other run facts, cell/repeat/status/reason, parameters, started/wall_s/log,
-    worker metrics (send_*, recv_*)."""
+    """(column, index into the record's value tuple (*rec, *params, *sender, *receiver values)) for records of one
+    key layout `shape`. Of two sources of one column the later wins: other run facts, cell/repeat/status/reason,
+    parameters, started/wall_s/log, worker metrics (send_*, recv_*)."""
     top, params, sender, receiver = shape
     extra, head, tail, cols = {}, {}, {}, {}
     for i, key in enumerate(top):
@@ -151,8 +132,7 @@ CHUNK_ROWS = 50_000
 
 
 def _iter_records(path: Path):
-    """(line number, record) of runs.jsonl as zcorch.results.store.iter_jsonl streams it (torn final line
-    skipped, bounded, never through a link), each record checked to be a JSON object."""
+    """(line number, record) of runs.jsonl (store.iter_jsonl), each record checked to be a JSON object."""
     for lineno, rec in results.iter_jsonl(str(path)):
         if not isinstance(rec, dict):
             raise ResultsError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
@@ -160,8 +140,7 @@ def _iter_records(path: Path):
 
 
 def _numeric_if_possible(frame: pd.DataFrame) -> pd.DataFrame:
-    """Metric columns that are null in some chunks and numbers in others concatenate as object:
-    turn those back into numbers (bools and text stay as they are)."""
+    """Metric columns of numbers that concatenated as object (null in some chunks) as numbers again."""
     for col in frame.columns:
         s = frame[col]
         if s.dtype != object or not (col.startswith("send_") or col.startswith("recv_")):
@@ -175,9 +154,8 @@ def _numeric_if_possible(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _group_frame(shape: tuple, positions: list, values: list) -> pd.DataFrame:
-    """The rows of one key layout as a frame indexed by their position in the file: one 2-D object
-    array built in C, then each column's type inferred in C; only columns that stay object (text,
-    bools, nulls) are scanned for the rare nested value."""
+    """The rows of one key layout as a frame indexed by their position in the file, built and typed in C; only
+    object columns are scanned for the rare nested value."""
     width = len(values[0])
     block = np.fromiter(chain.from_iterable(values), dtype=object, count=len(values) * width)
     block = block.reshape(len(values), width)
@@ -198,12 +176,8 @@ def _chunk_frame(groups: dict) -> pd.DataFrame:
 
 
 def parse_runs(path: Path) -> pd.DataFrame:
-    """runs.jsonl → raw frame (no derived columns). Newest record per (cell, repeat) wins; rows
-    are in the order of their newest record.
-
-    Records are grouped by their key layout (all records of one sweep share one or two: ok and
-    failed runs) and kept as value tuples, so the per-record work is json.loads and a few tuple
-    builds; chunks of CHUNK_ROWS records become frames (memory stays bounded)."""
+    """runs.jsonl → raw frame (no derived columns); the newest record per (cell, repeat) wins, in its order. Records
+    are grouped by key layout and kept as value tuples; chunks of CHUNK_ROWS records become frames."""
     with no_cyclic_gc():   # millions of acyclic dicts and tuples (zcorch.nogc)
         return _parse_runs(path)
 
@@ -240,8 +214,7 @@ def _parse_runs(path: Path) -> pd.DataFrame:
         frame["repeat"] = frame["repeat"].astype("int64")
         return frame
     frame = chunks[0] if len(chunks) == 1 else pd.concat(chunks)
-    # a column that is all null in one layout or chunk concatenates as object: infer it again
-    # from all its values, so that dtypes do not depend on how records were grouped
+    # a column all null in one layout or chunk concatenates as object: typed again from all its values
     frame = _numeric_if_possible(frame.infer_objects())
     for col in RUN_COLUMNS + RUN_TAIL_COLUMNS:
         if col not in frame:
@@ -346,11 +319,9 @@ def add_derived(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def control_of(manifest: dict, path: "Optional[PathLike]" = None) -> "Optional[str | dict]":
-    """A result set's control as add_control_ratios takes it: the cell id of a control cell (manifest.json
-    "control": {"cell", "params", "label"}, zcorch.plan.control_record), or for a baseline as control
-    ({"baseline": kind, ...}) {"baseline": kind, "gbit_s": [[repeat, its rate in Gbit/s], ...]} from the ok
-    control records of set `path`'s baselines.jsonl (the newest of a repeat wins); None when it declares none.
-    JSON-able: the runs.parquet cache keeps it as the stamp of its ratios."""
+    """A result set's control as add_control_ratios takes it (JSON-able: the runs.parquet cache stamps it): a control
+    cell's id, or for a baseline {"baseline": kind, "gbit_s": [[repeat, Gbit/s], ...]} from the ok control records
+    of set `path`'s baselines.jsonl; None when it declares none."""
     control = manifest.get("control")
     if not isinstance(control, dict):
         return None
@@ -382,14 +353,9 @@ def _control_rates(d: Path, kind: str) -> "dict[int, float]":
 
 
 def add_control_ratios(frame: pd.DataFrame, control: "Optional[str | dict]") -> pd.DataFrame:
-    """`frame` (one result set's runs, with the derived columns) with `<metric>_vs_control` for each metric of
-    zcorch.metrics.CONTROL_RATIOS: an ok run's value over the control's of the same repeat, else NaN.
-
-    `control` (control_of): a cell id: the value of that cell's run of the repeat, when it is ok (the control's
-    own ok runs are 1); a baseline's {"baseline", "<metric>": [[repeat, value], ...]}: the value it measured in
-    that round, for the metrics it has one of (a network baseline moves no bytes through the hosts' file and
-    memory paths, so it has no host CPU per GiB comparable to a run's: that ratio stays NaN). NaN throughout
-    without a control. A new frame; the columns of `frame` are shared."""
+    """`frame` (one set's runs) with `<metric>_vs_control` per zcorch.metrics.CONTROL_RATIOS: an ok run's value over
+    the `control`'s (control_of) of the same repeat, else NaN; a baseline control gives only the metrics it has one
+    of (a network baseline has no host CPU per GiB). A new frame; the columns of `frame` are shared."""
     n = len(frame)
     out = {name: np.full(n, np.nan) for name in metrics.CONTROL_RATIOS}
     if control is not None and n and {"cell", "repeat", "status"} <= set(frame.columns):
@@ -416,9 +382,8 @@ def add_control_ratios(frame: pd.DataFrame, control: "Optional[str | dict]") -> 
 
 
 def combine_sides(rule: str, send: np.ndarray, recv: np.ndarray, same_host: np.ndarray) -> np.ndarray:
-    """Per run, the total of a metric over both sides by its zcorch.metrics `combine` rule: "sum" adds them;
-    "host" adds them too, but takes the larger where both ran on one machine (same_host): both windows read
-    one /proc/stat, so adding them would count the machine twice."""
+    """Per run, a metric's total over both sides by its `combine` rule: "sum"; "host" takes the larger where both ran
+    on one machine (one /proc/stat: adding would count it twice)."""
     if rule == "sum":
         return send + recv
     if rule == "host":
@@ -430,13 +395,9 @@ LINKED_ATTR = "linked_axes"  # frame.attrs[LINKED_ATTR]: {axis name: {"params": 
 
 
 def add_linked_axes(frame: pd.DataFrame, axes: list) -> pd.DataFrame:
-    """`frame` with a column per linked axis of the experiment (zcorch.config.experiment.Axis, `linked`),
-    named after the axis and holding each run's label (the label of the value its parameters hold, else one
-    derived from them), placed before the axis's first parameter; the axes are recorded in
-    `frame.attrs[LINKED_ATTR]` (zcorch.analysis.stats.varying_params shows the axis instead of its parameters).
-
-    Computed from the parameters, never stored: the cell ids of a linked axis are those of the same cells
-    written with excludes, and a result set's experiment.yaml says how to name them."""
+    """`frame` with a column per linked axis (zcorch.config.experiment.Axis) holding each run's label, before the
+    axis's first parameter, the axes recorded in `frame.attrs[LINKED_ATTR]`; computed from the parameters, never
+    stored (the set's experiment.yaml names them)."""
     info = dict(frame.attrs.get(LINKED_ATTR) or {})
     for axis in axes:
         cols = list(axis.params)
@@ -460,28 +421,21 @@ def add_linked_axes(frame: pd.DataFrame, axes: list) -> pd.DataFrame:
 
 
 def same_host_column(frame: pd.DataFrame) -> list:
-    """Per run: True when both workers ran on one kernel (their host_boot_id metrics are equal; else the
-    record's `same_host`), False when not, None when unknown."""
+    """Per run whether both workers ran on one kernel (equal host_boot_id, else the record's `same_host`), or None."""
     n = len(frame)
     recorded = list(frame["same_host"]) if "same_host" in frame else [None] * n
-    if "send_host_boot_id" in frame and "recv_host_boot_id" in frame:
-        out = []
-        for a, b, r in zip(frame["send_host_boot_id"], frame["recv_host_boot_id"], recorded):
-            known = isinstance(a, str) and isinstance(b, str) and a and b
-            out.append((a == b) if known else (r if isinstance(r, (bool, np.bool_)) else None))
-        return [None if v is None else bool(v) for v in out]
-    return [bool(v) if isinstance(v, (bool, np.bool_)) else None for v in recorded]
+    both = "send_host_boot_id" in frame and "recv_host_boot_id" in frame
+    sends, recvs = (frame["send_host_boot_id"], frame["recv_host_boot_id"]) if both else ([None] * n, [None] * n)
+    return [bool(a == b) if isinstance(a, str) and isinstance(b, str) and a and b else
+            bool(r) if isinstance(r, (bool, np.bool_)) else None for a, b, r in zip(sends, recvs, recorded)]
 
 
 def copy_yardsticks(meta: dict) -> dict:
-    """{"sender": s, "receiver": s}: CPU seconds one memcpy of a GiB costs on each host (meta.json
-    hosts.<role>.calibration.memcpy_s_per_gib), NaN where it was not calibrated."""
-    out = {}
-    for role in ("sender", "receiver"):
-        cal = ((meta.get("hosts") or {}).get(role) or {}).get("calibration") or {}
-        value = cal.get("memcpy_s_per_gib")
-        out[role] = float(value) if isinstance(value, (int, float)) and value > 0 else np.nan
-    return out
+    """{"sender": s, "receiver": s}: CPU seconds one memcpy of a GiB costs on each host (NaN: not calibrated)."""
+    hosts = meta.get("hosts") or {}
+    values = {role: ((hosts.get(role) or {}).get("calibration") or {}).get("memcpy_s_per_gib")
+              for role in ("sender", "receiver")}
+    return {role: float(v) if isinstance(v, (int, float)) and v > 0 else np.nan for role, v in values.items()}
 
 
 def add_copy_units(frame: pd.DataFrame, yardsticks: dict) -> pd.DataFrame:
@@ -502,7 +456,6 @@ def add_copy_units(frame: pd.DataFrame, yardsticks: dict) -> pd.DataFrame:
     return pd.concat([keep, pd.DataFrame(out, index=frame.index)], axis=1)
 
 
-# ---------------------------------------------------------------------------------------------
 # Baselines and metadata
 
 
@@ -522,8 +475,7 @@ def _baseline_rate(kind: str, result: Any) -> "tuple[float, float]":
 
 
 def load_baselines(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
-    """One row per baseline record (any registered kind, zcorch.config.baselines.registry): kind,
-    status, reason, host, the key parameters as `key_*`, the result as `result_*`, and `gbit_s`/`mb_s`."""
+    """One row per baseline record: kind, status, reason, host, `key_*`, `result_*`, and `gbit_s`/`mb_s`."""
     dirs = _as_dirs(path_or_paths)
     rows = []
     for d, sweep in zip(dirs, _sweep_names(dirs)):
@@ -534,12 +486,10 @@ def load_baselines(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFra
                 raise ResultsError(f"{path}: baseline record {i + 1} has no 'kind'")
             row = {"sweep": sweep, "kind": rec["kind"], "status": rec.get("status"),
                    "reason": rec.get("reason"), "host": rec.get("host"), "started": rec.get("started")}
-            for k, v in (rec.get("key") or {}).items():
-                row["key_" + k] = _scalar(v)
+            row.update({"key_" + k: _scalar(v) for k, v in (rec.get("key") or {}).items()})
             result = rec.get("result")
             if isinstance(result, dict):
-                for k, v in _flatten(result, "", {}).items():
-                    row["result_" + k] = v
+                row.update({"result_" + k: v for k, v in _flatten(result, "", {}).items()})
             row["gbit_s"], row["mb_s"] = _baseline_rate(rec["kind"], result)
             rows.append(row)
     columns = ["sweep", "kind", "status", "reason", "host", "started", "gbit_s", "mb_s"]
@@ -567,20 +517,15 @@ def read_meta(path: PathLike) -> dict:
 
 
 def load_meta(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
-    """Host metadata of meta.json: one row per (sweep, role) with role controller, sender,
-    receiver or `filesystem:<name>`; nested keys flattened with dots (e.g. `kernel.release`)."""
+    """meta.json as rows per (sweep, role: controller, sender, receiver, `filesystem:<name>`), keys dotted."""
     dirs = _as_dirs(path_or_paths)
     rows = []
     for d, sweep in zip(dirs, _sweep_names(dirs)):
         meta = read_meta(d)
-        entries = []
-        if "controller" in meta:
-            entries.append(("controller", meta["controller"]))
-        for role, facts in (meta.get("hosts") or {}).items():
-            entries.append((role, facts))
         # "previous" (metadata of the hosts before a --resume) is not a role of this sweep
-        for name, facts in (meta.get("filesystems") or {}).items():
-            entries.append((f"filesystem:{name}", facts))
+        entries = [("controller", meta["controller"])] if "controller" in meta else []
+        entries += list((meta.get("hosts") or {}).items())
+        entries += [(f"filesystem:{name}", facts) for name, facts in (meta.get("filesystems") or {}).items()]
         for role, facts in entries:
             row = {"sweep": sweep, "role": role}
             _flatten(facts if isinstance(facts, dict) else {"value": facts}, "", row)

@@ -1,12 +1,6 @@
-"""The verdict of a regression gate (`zcorch compare`, `zcorch history --check`) and its exit code.
-
-A gate that passes on data that could not show a regression is worse than no gate, so it answers 0 no
-regression (every planned cell measured on both sides, none regressed, each able to detect a change of the
-threshold), 1 regression (wins over 3), 2 usage or input error (raised by the command; the code is declared
-here once) or 3 cannot tell (not significant, not detectable, or incomplete data), with one line saying why
-(docs/nightly.md). Pure functions of the comparison tables and each set's `Completeness`, which reads only
-the manifest, the plan and the run records: no pandas.
-"""
+"""The verdict of a regression gate (`zcorch compare`, `zcorch history --check`) and its exit code: 0 no regression
+(every planned cell measured, none regressed, each able to see the threshold), 1 regression (wins over 3), 2 input
+error, 3 cannot tell, with one line why (docs/nightly.md). Pure functions; no pandas."""
 from __future__ import annotations
 
 import os
@@ -16,18 +10,13 @@ from typing import Iterable, List, Optional, Sequence
 from zcorch.results.convergence import RepeatPolicy, incomplete_cells, policy_from_record
 from zcorch.results.store import PLAN, RUNS, latest_runs, load_manifest, read_jsonl
 
-# The defaults of `zcorch compare`'s --threshold and --alpha: two sets, runs against runs (two-sided
-# Mann–Whitney U; zcorch.analysis.compare).
+# The defaults of `zcorch compare`'s --threshold and --alpha (runs against runs).
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_ALPHA = 0.05
-# The defaults of `zcorch history` (and --check): the newest nights against the spread of nightly medians
-# (zcorch.analysis.detector), chosen with benchmarks/bench_detector.py --grid on this machine's real nights
-# (docs/nightly.md, "How often it is wrong"). Here, not in the detector: the command line reads them without
-# importing numpy.
+# The defaults of `zcorch history` (chosen in docs/nightly.md); here so that the command line needs no numpy.
 HISTORY_THRESHOLD_PCT = 3.0
-HISTORY_ALPHA = 0.007   # spends the false-alarm budget (1 per 100 series-nights) where 0.005 left half of it
-HISTORY_MIN_NIGHTS = 3      # earlier nights at the stable level needed to judge by their spread (docs/nightly.md: 2 alarms
-                            # less, but two nights give t one degree of freedom: a -75% night is then not significant)
+HISTORY_ALPHA = 0.007
+HISTORY_MIN_NIGHTS = 3      # nights at the stable level to judge by their spread
 
 EXIT_OK = 0
 EXIT_REGRESSION = 1
@@ -36,8 +25,7 @@ EXIT_INCOMPLETE = 3
 EXIT_CANNOT_TELL = EXIT_INCOMPLETE
 VERDICTS = {EXIT_OK: "no regression", EXIT_REGRESSION: "regression", EXIT_INPUT: "usage or input error",
             EXIT_CANNOT_TELL: "cannot tell"}
-# The verdicts of one cell: the first two are measured changes, `unchanged` is an all-clear the data could
-# have refused, `cannot tell` is neither.
+# The verdicts of one cell: two measured changes, an all-clear the data could have refused, and neither
 REGRESSED, IMPROVED, UNCHANGED, CANNOT_TELL, FAILED = "regressed", "improved", "unchanged", "cannot tell", "failed"
 POWER = 0.8   # the power at which a cell's minimum detectable change is stated
 _MAX_NAMED = 4  # cells named in a reason line before "and N more"
@@ -45,10 +33,8 @@ _MAX_NAMED = 4  # cells named in a reason line before "and N more"
 
 def cell_verdict(change_pct: float, p_value: float, alpha: float, threshold_pct: float, detectable_pct: float,
                  worse: bool) -> str:
-    """The verdict of one judged cell: beyond the threshold and significant, `regressed` (in the bad
-    direction) or `improved`; beyond it and not significant, `cannot tell` (a large move the test could not
-    confirm is not an all-clear); within it, `unchanged` only when the test could have seen a change of the
-    threshold (`detectable_pct` within it), else `cannot tell`. NaN change or detectable: `cannot tell`."""
+    """The verdict of one judged cell: beyond the threshold and significant, `regressed` or `improved`; within it,
+    `unchanged` only when a change of the threshold was detectable; else (and on NaN) `cannot tell`."""
     if not abs(change_pct) <= threshold_pct:          # beyond, or NaN
         if abs(change_pct) > threshold_pct and p_value < alpha:
             return REGRESSED if worse else IMPROVED
@@ -97,8 +83,7 @@ class CellJudged:
 
 @dataclass(frozen=True)
 class Gate:
-    """The overall answer of a gate: its exit code, the verdict word, the one-line reason and the largest
-    minimum detectable change among the cells it judged (the smallest change it could have seen in all)."""
+    """The overall answer of a gate: exit code, one-line reason and the largest detectable change of its cells."""
 
     code: int
     reason: str
@@ -121,8 +106,7 @@ class Gate:
 
 @dataclass(frozen=True)
 class Completeness:
-    """How much of its plan a result set measured: planned (cell, repeat) runs and those whose newest
-    record is ok, per cell too, and the set's status (complete, failed, interrupted, running)."""
+    """How much of its plan a result set measured: planned (cell, repeat) runs, those ok, per cell, and its status."""
 
     path: str
     status: str
@@ -184,8 +168,7 @@ def _named(cells: Sequence[str]) -> str:
 
 def compare_gate(verdicts: "Iterable[tuple[str, str]]", base: Completeness, cand: Completeness,
                  labels: "Optional[dict]" = None, judged: "Sequence[CellJudged]" = ()) -> Gate:
-    """The gate of `zcorch compare`: `verdicts` are (cell, verdict) of zcorch.analysis.compare's table,
-    `judged` its cells measured on both sides (with their detectable change)."""
+    """The gate of `zcorch compare`: `verdicts` (cell, verdict) of its table, `judged` its cells of both sides."""
     labels = labels or {}
     rows = list(verdicts)
     common = [c for c, v in rows
@@ -195,16 +178,12 @@ def compare_gate(verdicts: "Iterable[tuple[str, str]]", base: Completeness, cand
     if not common:
         incomplete.append(f"no cell measured on both sides (base {len(base.cells_planned)} cells planned, "
                           f"candidate {len(cand.cells_planned)})")
-    for side, comp in (("base", base), ("candidate", cand)):
-        if comp.describe(side):
-            incomplete.append(comp.describe(side))
-    for side, word in (("base", "only in base"), ("candidate", "only in candidate")):
-        only = [labels.get(c, c) for c, v in rows if v == word]
-        if only:
-            incomplete.append(f"{len(only)} cell(s) {word}: {_named(only)}")
-    failed = [labels.get(c, c) for c, v in rows if v == "failed"]
-    if failed:
-        incomplete.append(f"{len(failed)} cell(s) with no ok run in the candidate: {_named(failed)}")
+    incomplete += [said for said in (base.describe("base"), cand.describe("candidate")) if said]
+    for word, said in (("only in base", "only in base"), ("only in candidate", "only in candidate"),
+                       ("failed", "with no ok run in the candidate")):
+        cells = [labels.get(c, c) for c, v in rows if v == word]
+        if cells:
+            incomplete.append(f"{len(cells)} cell(s) {said}: {_named(cells)}")
     return _decide(regressed, incomplete, f"{len(common)} cell(s) compared", judged)
 
 
@@ -220,8 +199,7 @@ def _cannot_tell(judged: "Sequence[CellJudged]") -> List[str]:
 
 
 def worst_detectable(judged: "Sequence[CellJudged]") -> float:
-    """The largest minimum detectable change of the cells judged unchanged or undecided (NaN with none):
-    what the gate as a whole could have seen in every cell it gives no measured change for."""
+    """The largest detectable change of the cells judged unchanged or undecided (NaN with none)."""
     values = [c.detectable_pct for c in judged
               if c.verdict in (UNCHANGED, CANNOT_TELL) and c.detectable_pct == c.detectable_pct]
     return max(values) if values else float("nan")
@@ -241,8 +219,7 @@ def _decide(regressed: List[str], incomplete: List[str], ok_reason: str,
 
 
 def experiment_gates(experiments: Sequence) -> "tuple[Gate, dict]":
-    """(the gate of them all, {experiment name: its own gate}), each experiment's files read once: what the
-    history page heads itself and each experiment with."""
+    """(the gate of them all, {experiment name: its own gate}), each experiment's files read once."""
     parts = {exp.name: _experiment_parts(exp) for exp in experiments}
     return _combine(list(parts.values()), len(experiments)), {n: _combine([p], 1) for n, p in parts.items()}
 
@@ -253,15 +230,13 @@ def _experiment_parts(exp) -> "tuple[List[str], List[str], List[CellJudged], int
     incomplete: List[str] = []
     judged: List[CellJudged] = []
     compared = 0
-    newest = exp.newest
-    comp = newest.completeness()   # from its files, or what an exported dataset recorded of them
+    comp = exp.newest.completeness()   # from its files, or what an exported dataset recorded of them
     if comp.describe("newest sweep"):
         incomplete.append(f"{exp.name}: {comp.describe('newest sweep')}")
     if len(exp.sweeps) < 2:
         incomplete.append(f"{exp.name}: one sweep only, nothing earlier to compare with")
     last = len(exp.sweeps) - 1
-    # a cell the sweep before measured and the newest has not (a cell dropped from the experiment
-    # long ago is history, not a hole: only the previous sweep counts)
+    # a cell the sweep before measured and the newest has not (one dropped long ago is no hole)
     missing = [ch.label for ch in exp.cells if last >= 1 and ch.present(last - 1) and not ch.present(last)]
     if missing:
         incomplete.append(f"{exp.name}: {len(missing)} cell(s) of the previous sweep missing from the newest: "

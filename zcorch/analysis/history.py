@@ -1,10 +1,6 @@
-"""`zcorch history ROOT`: every result set under ROOT, per experiment (and per host pair of a fleet) over time.
-
-build_history finds the sets (find_result_sets, series_of), summarises each cell's metric per sweep with its
-interval (zcorch.analysis.stats), fits its change points (zcorch.analysis.steps), judges the newest sweep
-against the stable segment before it (zcorch.analysis.detector) and lists what changed on the hosts
-(zcorch.analysis.hostdiff); write_index renders the page. docs/nightly.md describes the method.
-"""
+"""`zcorch history ROOT`: every result set under ROOT, per experiment (and per host pair of a fleet) over time:
+each cell's median per sweep, its change points, the newest sweep judged against the stable level before it and
+what changed on the hosts; write_index renders the page. The method: docs/nightly.md."""
 from __future__ import annotations
 
 import collections.abc
@@ -48,14 +44,11 @@ if TYPE_CHECKING:
 
 INDEX = "index.html"
 PLOTS_DIR = "history-plots"   # next to index.html: one PNG per plotted experiment × cell
-# Trend plots (matplotlib, about 0.2 s each) a page draws: for every cell when it has at most this many cells;
-# beyond (a fleet: pairs x cells), for the cells whose newest verdict is not "unchanged", the bad ones first,
-# then by the size of the change, at most this many. Every row of the table has its sparkline
-# (zcorch.analysis.sparkline): a fleet's year of 1200 series would otherwise take minutes to draw.
+# Trend plots a page draws (matplotlib is slow): every cell's up to this many cells, else the cells that moved,
+# the bad ones first (trend_cells). Every row has its sparkline.
 TREND_PLOTS_MAX = 8
 
 
-# ---------------------------------------------------------------------------------------------
 # Finding result sets
 
 
@@ -83,9 +76,8 @@ def _walk(root: Path):
 
 
 def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = lambda _: None) -> List[Path]:
-    """Every result-set directory under `root` (root included), at any depth, sorted by path. A
-    manifest.json of another format is not a result set; one of an unreadable or unsupported zcorch
-    format is skipped with a warning. Nothing below a result set is searched."""
+    """Every result-set directory under `root` (root included, nothing below a set searched), sorted; an unreadable
+    or unsupported zcorch manifest is skipped with a warning, one of another format silently."""
     root = Path(root)
     if not root.is_dir():
         raise ResultsError(f"{root}: no such directory")
@@ -110,7 +102,6 @@ def find_result_sets(root: "str | os.PathLike", warn: Callable[[str], None] = la
     return sorted(found)
 
 
-# ---------------------------------------------------------------------------------------------
 # One sweep
 
 
@@ -118,10 +109,8 @@ HEAD_KEYS = ("name", "inventory", "created", "status", "git_revision", "error", 
 
 
 class Sweep:
-    """One result set as the analysis reads it, from its directory (read_set) or from the row an exported dataset
-    keeps of it (zcorch.analysis.dataset): what history, the gate and the page ask of a sweep. Its runs are read
-    through a RunsReader, never from here. The manifest may be given as its JSON text, parsed when first asked
-    for (a fleet's year has 18,000 sweeps); `head` keeps the fields read of every sweep."""
+    """One result set, from its directory (read_set) or an exported dataset's row (zcorch.analysis.dataset); its
+    runs are read through a RunsReader. A manifest given as JSON text is parsed when first asked for."""
 
     def __init__(self, path: Path, manifest: "dict | str", meta: dict, *, set_id: str, n_ok: int, n_failed: int,
                  kernel: str, hosts: str, linked: "Optional[dict]" = None, host_shared: bool = False,
@@ -159,7 +148,7 @@ class Sweep:
 
     @property
     def created(self) -> Optional[_dt.datetime]:
-        return _parse_time(self.head.get("created"))
+        return parse_time(self.head.get("created"))
 
     @property
     def status(self) -> str:
@@ -168,17 +157,12 @@ class Sweep:
     @property
     def git_revision(self) -> str:
         rev = self.head.get("git_revision") or (self.meta.get("controller") or {}).get("git_revision")
-        if not rev:
-            return ""
-        dirty = rev.endswith("-dirty")
-        return rev[:12] + ("-dirty" if dirty else "")
+        return rev[:12] + ("-dirty" if rev.endswith("-dirty") else "") if rev else ""
 
     @property
     def error(self) -> str:
         err = self.head.get("error")
-        if isinstance(err, dict):
-            return f"{err.get('type', 'error')}: {err.get('message', '')}"
-        return ""
+        return f"{err.get('type', 'error')}: {err.get('message', '')}" if isinstance(err, dict) else ""
 
     def date(self) -> str:
         t = self.created
@@ -187,19 +171,14 @@ class Sweep:
 
 def kernel_of(meta: dict) -> str:
     """The kernel releases of a sweep's hosts (meta.json), sender first, each once."""
-    releases = []
-    for role in ("sender", "receiver"):
-        host = (meta.get("hosts") or {}).get(role) or {}
-        release = (host.get("kernel") or {}).get("release")
-        if release and release not in releases:
-            releases.append(release)
-    return " / ".join(releases)
+    hosts = meta.get("hosts") or {}
+    releases = [((hosts.get(role) or {}).get("kernel") or {}).get("release") for role in ("sender", "receiver")]
+    return " / ".join(r for r in dict.fromkeys(releases) if r)
 
 
 def series_of(sweeps: Sequence[Sweep]) -> Dict[str, List[Sweep]]:
-    """The series the sweeps form, each oldest first: one per experiment name, and when the sweeps of an
-    experiment record two or more inventory pairs (a fleet), one per pair, `NAME @ PAIR` (nights of two
-    machines are not one series; sweeps that record no pair stay under NAME)."""
+    """The series the sweeps form, each oldest first: one per experiment name, split into `NAME @ PAIR` when its
+    sweeps record two or more inventory pairs (a fleet; a sweep with no pair stays under NAME)."""
     by_name: Dict[str, List[Sweep]] = {}
     for s in sweeps:
         by_name.setdefault(s.name, []).append(s)
@@ -226,9 +205,8 @@ def _clock(s: Sweep) -> "Optional[tuple]":
 
 
 def clock_problems(sweeps: Sequence[Sweep]) -> List[str]:
-    """The sweeps of one series whose `created` (the wall clock) puts them before a sweep created earlier on the
-    same boot (by CLOCK_BOOTTIME, which the wall clock cannot set back): the controller's clock was set back, and
-    ordering by `created` would judge the wrong night. One line per such sweep (none: the order holds)."""
+    """A line per sweep whose `created` (wall clock) is before that of a sweep created earlier on the same boot
+    (by CLOCK_BOOTTIME): the clock was set back, and ordering by `created` would judge the wrong night."""
     by_boot: Dict[str, list] = {}
     for s in sweeps:
         c = _clock(s)
@@ -248,7 +226,8 @@ def clock_problems(sweeps: Sequence[Sweep]) -> List[str]:
     return out
 
 
-def _parse_time(text) -> Optional[_dt.datetime]:
+def parse_time(text) -> Optional[_dt.datetime]:
+    """An ISO time as UTC (a naive one read as UTC); None when `text` is not one."""
     if not isinstance(text, str):
         return None
     try:
@@ -261,9 +240,8 @@ def _parse_time(text) -> Optional[_dt.datetime]:
 
 
 def host_pair(manifest: dict, directory: Path, meta: dict) -> str:
-    """Which hosts ran a sweep: the inventory pair recorded in the manifest (`inventory`: {"pair",
-    "path"/"file"} or a string); else the `hosts:` of the experiment copy (`localhost` or
-    "SENDER → RECEIVER", their ssh targets); else the hostnames in meta.json."""
+    """Which hosts ran a sweep: the manifest's inventory pair, else the experiment copy's `hosts:` (`localhost`
+    or "SENDER → RECEIVER" ssh targets), else meta.json's hostnames."""
     inv = manifest.get("inventory")
     if isinstance(inv, dict):
         pair = inv.get("pair") or inv.get("name")
@@ -278,17 +256,12 @@ def host_pair(manifest: dict, directory: Path, meta: dict) -> str:
     if isinstance(hosts, yamlsrc.YScalar) and not hosts.is_null:
         return hosts.text
     if isinstance(hosts, yamlsrc.YMap):
-        ends = []
-        for role in ("sender", "receiver"):
-            spec = hosts.get(role)
-            ssh = spec.get("ssh") if isinstance(spec, yamlsrc.YMap) else None
-            ends.append(ssh.text if isinstance(ssh, yamlsrc.YScalar) else "?")
-        return " → ".join(ends)
+        specs = [hosts.get(role) for role in ("sender", "receiver")]
+        sshs = [spec.get("ssh") if isinstance(spec, yamlsrc.YMap) else None for spec in specs]
+        return " → ".join(ssh.text if isinstance(ssh, yamlsrc.YScalar) else "?" for ssh in sshs)
     names = [((meta.get("hosts") or {}).get(r) or {}).get("hostname") for r in ("sender", "receiver")]
     names = [n for n in names if n]
-    if len(names) == 2 and names[0] == names[1]:
-        return names[0]
-    return " → ".join(names)
+    return names[0] if len(names) == 2 and names[0] == names[1] else " → ".join(names)
 
 
 def read_set(path: Path) -> "tuple[Sweep, pd.DataFrame]":
@@ -307,8 +280,7 @@ def open_sweep(path: Path) -> Sweep:
 
 
 def ensure_report(sweep: Sweep) -> None:
-    """sweep.report = DIR/report.html, written by zcorch.analysis.report when missing or older than the
-    sweep's runs or manifest (not for a sweep still running); a problem writing it is noted, not raised."""
+    """sweep.report = DIR/report.html, written when missing or stale (not while running); a failure is noted."""
     from zcorch.analysis.report import write_report  # the report's plots: only when one is written
 
     path = sweep.path / "report.html"
@@ -324,13 +296,11 @@ def ensure_report(sweep: Sweep) -> None:
 
 
 def link_report(sweep: Sweep) -> None:
-    """sweep.report = DIR/report.html when one is there (a regular file: a link could lead anywhere), written
-    by nobody: `zcorch report DIR`, or `zcorch history --reports`, makes it."""
+    """sweep.report = DIR/report.html when one is there as a regular file (a link could lead anywhere)."""
     path = sweep.path / "report.html"
     sweep.report = path if setfiles.is_regular_inside(sweep.path, path.name) else None
 
 
-# ---------------------------------------------------------------------------------------------
 # Per cell: the series, its steps, the newest sweep against the level before
 
 
@@ -374,8 +344,7 @@ class ExperimentHistory:
 
 
 def cell_labels(frames: Sequence[pd.DataFrame]) -> Dict[str, str]:
-    """cell id -> "key=value, ..." of the parameters that vary across the experiment's sweeps (the
-    modes when nothing varies)."""
+    """cell id -> "key=value, ..." of the parameters that vary across the sweeps (the modes when none does)."""
     frames = [f for f in frames if len(f)]
     if not frames:
         return {}
@@ -389,10 +358,8 @@ def cell_labels(frames: Sequence[pd.DataFrame]) -> Dict[str, str]:
 
 
 class OkGroups:
-    """The (set, cell) groups of ok_table as numpy arrays (no Python object per group): for each group its set id,
-    cell, n, n_failed and where its sorted ok values lie in one flat array; and the median and the interval of
-    each, as zcorch.analysis.stats.summarize computes them from the runs (the median of the sorted values,
-    numpy's; the interval of zcorch.results.intervals: the order statistics of rank k and m + 1 - k of m values)."""
+    """The (set, cell) groups of ok_table as numpy arrays (no Python object per group), with each group's median
+    and interval as zcorch.analysis.stats.summarize computes them (order statistics k and m + 1 - k)."""
 
     def __init__(self, table: "pa.Table"):
         vals = table.column("vals").combine_chunks()
@@ -425,10 +392,8 @@ class OkGroups:
 
 
 def ok_table(con, metric: str, set_ids: Sequence[str]) -> "pa.Table":
-    """Per (set, cell) of `set_ids` in the `runs` relation of the DuckDB connection `con`: n (ok runs), n_failed
-    (others) and the ok runs' values of `metric` sorted, nulls and NaN left out (`vals`, one list array), ordered
-    by the position of the set in `set_ids`, then by cell (a null cell last). One query groups and sorts on
-    DuckDB's threads, without the GIL; each set id joined to its position (no text of 2 million set ids held)."""
+    """Per (set, cell) of `set_ids` in the `runs` relation of `con`: n (ok runs), n_failed and the ok values of
+    `metric` sorted, nulls and NaN left out (`vals`), in the order of `set_ids`, then cell (null last)."""
     import pyarrow as pa
 
     wanted = pa.array(list(dict.fromkeys(set_ids)), type=pa.string())
@@ -468,8 +433,7 @@ BY = "_series"   # the column of a RunsReader.cell_params' key
 
 
 class RunsReader(Protocol):
-    """Where history reads the runs of its sweeps (by their set_id): SetRuns (result-set directories) or
-    zcorch.analysis.dataset.Dataset (an exported dataset)."""
+    """Where history reads the runs of its sweeps: SetRuns or zcorch.analysis.dataset.Dataset."""
 
     def ok_table(self, metric: str, set_ids: Sequence[str]) -> "pa.Table": ...
 
@@ -477,9 +441,7 @@ class RunsReader(Protocol):
 
 
 class SetRuns:
-    """The RunsReader of result-set directories (the other one is zcorch.analysis.dataset.Dataset): their runs,
-    as zcorch.load reads them (through the runs.parquet cache), put in one Arrow table that DuckDB reads as
-    `runs`, so that the ok values are grouped by the same query as an exported dataset's (ok_table)."""
+    """The RunsReader of result-set directories: their runs as DuckDB's `runs`, grouped by ok_table's query."""
 
     def __init__(self, runs: Dict[str, pd.DataFrame], metric: str):
         """`runs`: {set id (the set's path): its runs}; ResultsError when a set with runs has no `metric`."""
@@ -487,6 +449,8 @@ class SetRuns:
         import pyarrow as pa
 
         parts, params = [], []
+        schema = pa.schema([("set_id", pa.string()), ("cell", pa.string()), ("status", pa.string()),
+                            ("value", pa.float64())])
         for sid, frame in runs.items():
             if not len(frame):
                 continue
@@ -495,18 +459,14 @@ class SetRuns:
             cells = pd.Series([None if c is None or (isinstance(c, float) and c != c) else str(c)
                                for c in (frame["cell"] if "cell" in frame else [None] * len(frame))],
                               index=frame.index, dtype=object, name="cell")
-            parts.append(pa.table({"set_id": pa.array([sid] * len(frame), pa.string()),
-                                   "cell": pa.array(cells.tolist(), pa.string()),
-                                   "status": pa.array([s if isinstance(s, str) else None for s in frame["status"]],
-                                                      pa.string()),
-                                   "value": pa.array(pd.to_numeric(frame[metric], errors="coerce")
-                                                     .to_numpy(dtype="float64"), pa.float64())}))
+            parts.append(pa.table({"set_id": [sid] * len(frame), "cell": cells.tolist(),
+                                   "status": [s if isinstance(s, str) else None for s in frame["status"]],
+                                   "value": pd.to_numeric(frame[metric], errors="coerce").to_numpy(dtype="float64")},
+                                  schema=schema))
             keep = [c for c in (*PARAM_KEYS, *frame.attrs.get(LINKED_ATTR, {})) if c in frame]
             params.append(pd.concat([pd.Series(sid, index=frame.index, name="set_id"), cells,
                                      frame[keep]], axis=1)[cells.notna()].drop_duplicates())
-        empty = pa.table({"set_id": pa.array([], pa.string()), "cell": pa.array([], pa.string()),
-                          "status": pa.array([], pa.string()), "value": pa.array([], pa.float64())})
-        table = pa.concat_tables(parts) if parts else empty
+        table = pa.concat_tables(parts) if parts else schema.empty_table()
         self.metric = metric
         self.params = pd.concat(params, ignore_index=True) if params else pd.DataFrame({"set_id": [], "cell": []})
         self.con = duckdb.connect(":memory:")
@@ -522,8 +482,7 @@ class SetRuns:
         return ok_table(self.con, metric, set_ids)
 
     def cell_params(self, set_ids: Sequence[str], linked: Sequence[str], by: Sequence[str]) -> pd.DataFrame:
-        """The distinct (key, cell, parameters) of the runs of `set_ids`, `by` a key per set id (its series) in
-        column BY: what history.cell_labels needs (as zcorch.analysis.dataset.Dataset.cell_params)."""
+        """The distinct (series key `by` of each set id in column BY, cell, parameters) of the runs of `set_ids`."""
         key = dict(zip(set_ids, by))
         frame = self.params[self.params["set_id"].isin(key)]
         cols = ["cell"] + [c for c in list(PARAM_KEYS) + list(linked) if c in frame]
@@ -531,10 +490,8 @@ class SetRuns:
 
 
 class SeriesCells:
-    """Every series' cells, from the groups of one ok_table of every set (the decisions stay history's, stats',
-    detector's): per series and cell its columns per sweep (NaN, or 0 for the counts, where the cell has no
-    group), views into flat arrays filled for all of them at once (a fleet's year: 1,200 series of 365 nights
-    from 440,000 groups), and the cells' labels."""
+    """Per series and cell, its columns per sweep (NaN, or 0 for the counts, where the cell has no group): views
+    into flat arrays filled from one ok_table of every set at once (a fleet's year has 440,000 groups)."""
 
     COLUMNS = ("median", "ci_low", "ci_high", "ci_level", "n", "n_failed")
 
@@ -564,9 +521,8 @@ class SeriesCells:
             self.row_of[name][cell] = row_of[a:b]
 
     def labels(self, reader: "RunsReader") -> Dict[str, Dict[str, str]]:
-        """{series: {cell id: label (cell_labels)}} of the cells of each series, from one query of the distinct
-        parameters; the series whose cells have the same rows of parameters and linked axes share their labels
-        (a fleet's pairs run the same cells: cell_labels once, not once per pair)."""
+        """{series: {cell id: label (cell_labels)}}, from one query of the distinct parameters; series with the same
+        parameter rows and linked axes (a fleet's pairs) share one cell_labels call."""
         sweeps = [s for group in self.series.values() for s in group]
         by = {s.set_id: name for name, group in self.series.items() for s in group}
         params = reader.cell_params([s.set_id for s in sweeps], sorted({n for s in sweeps for n in s.linked}),
@@ -594,8 +550,7 @@ class SeriesCells:
         return out
 
     def is_control(self, name: str, cell: str) -> bool:
-        """Whether `cell` is the control of a `_vs_control` metric (as compare.is_control judges the runs of
-        every sweep that has some: each has ok values, all exactly 1): its ratio is 1 by construction."""
+        """Whether `cell` is the control of a `_vs_control` metric: every sweep that ran it has ok values, all 1."""
         if self.metric not in metrics.CONTROL_RATIOS or cell not in self.row_of[name]:
             return False
         g = self.groups
@@ -604,8 +559,7 @@ class SeriesCells:
 
 
 class CellRuns(collections.abc.Sequence):
-    """The ok values of one cell's metric per sweep, sorted (nulls and NaN left out), each read when asked for:
-    judge_newest looks at the runs of a few nights only (when too few nights tell their spread)."""
+    """The sorted ok values of one cell's metric per sweep, each read when asked for (judge_newest reads few)."""
 
     def __init__(self, groups: OkGroups, row_of: np.ndarray):
         self.groups, self.row_of = groups, row_of
@@ -622,9 +576,7 @@ class CellRuns(collections.abc.Sequence):
 
 def newest_against_stable(ch: CellHistory, runs: CellRuns, control: bool, metric: str, threshold_pct: float,
                           alpha: float, min_nights: int = MIN_NIGHTS) -> Optional[Comparison]:
-    """The newest sweep of a cell against the preceding stable level (docs/nightly.md; the rule is
-    zcorch.analysis.detector's): None when there is nothing to compare, or for the control of a `_vs_control`
-    metric (`control`: 1 every night, judged by its own figure)."""
+    """The newest sweep of a cell against the stable level before it; None without one, or for a `control` cell."""
     last = len(ch.median) - 1
     if not ch.present(last):
         return None
@@ -641,16 +593,12 @@ def newest_against_stable(ch: CellHistory, runs: CellRuns, control: bool, metric
                         metrics.get(metric).better == "higher", threshold_pct, alpha, min_nights)
 
 
-# The threads that fit (the compiled fit holds no GIL): one, beside this thread judging the experiments already
-# fitted (experiment_histories), keeps two CPUs busy; a second one only took CPU from the judging
-# (benchmarks/bench_history.py).
+# One fitting thread (no GIL held) beside the one judging keeps two CPUs busy (benchmarks/bench_history.py)
 FIT_THREADS = 1
 
 
 def fit_series(series: Sequence[Dict[str, np.ndarray]], pool: Optional[ThreadPoolExecutor] = None):
-    """The change-point fit (zcorch.analysis.steps) of each cell's series (SeriesCells.cells), in order: without
-    `pool` a list, on FIT_THREADS threads (steps.fit_many); with one, steps.PendingFits (its compiled part submitted
-    there). The fits are those of fit_steps."""
+    """The change-point fit of each cell's series: a list, or with `pool` steps.PendingFits submitted there."""
     pairs = [(cols["median"], point_sigmas(cols["median"], cols["ci_low"], cols["ci_high"], cols["ci_level"]))
              for cols in series]
     return start_fits(pairs, pool) if pool is not None else fit_many(pairs, FIT_THREADS)
@@ -658,9 +606,7 @@ def fit_series(series: Sequence[Dict[str, np.ndarray]], pool: Optional[ThreadPoo
 
 def experiment_histories(cells: SeriesCells, labels: Dict[str, Dict[str, str]], threshold_pct: float,
                          alpha: float, min_nights: int) -> List[ExperimentHistory]:
-    """The ExperimentHistory of each series, by name: per cell (in the page's order) its series, steps and the
-    newest sweep's comparison. Each experiment's cells are fitted on FIT_THREADS threads (one compiled call an
-    experiment, without the GIL) while this thread judges those already fitted."""
+    """The ExperimentHistory of each series, by name: cells fitted on FIT_THREADS while this thread judges."""
     names = sorted(cells.series)
     order = {name: sorted(labels[name], key=lambda c: (labels[name][c], c)) for name in names}
     with ThreadPoolExecutor(FIT_THREADS, thread_name_prefix="zcorch-fit") as pool:
@@ -688,7 +634,6 @@ def experiment_histories(cells: SeriesCells, labels: Dict[str, Dict[str, str]], 
             raise
 
 
-# ---------------------------------------------------------------------------------------------
 # The whole tree
 
 
@@ -706,22 +651,22 @@ class History:
     _gates: "Optional[tuple]" = field(default=None, repr=False, compare=False)
 
     def gates(self) -> "tuple[Gate, Dict[str, Gate]]":
-        """(the gate over every experiment, {experiment name: its own}): regression, no regression or cannot
-        tell (zcorch.analysis.gate), what --check exits with and what the page and the text open with. A series
-        whose sweeps' order cannot be trusted (clock_problems) cannot tell, and neither can the whole."""
+        """(the gate over every experiment, {experiment name: its own}) (zcorch.analysis.gate); a series whose
+        sweeps' order cannot be trusted (clock_problems) cannot tell, and neither can the whole."""
         if self._gates is None:
             overall, each = experiment_gates(self.experiments)
             each = dict(each)
-            for name, problems in self.clock_problems.items():
-                why = (f"{name}: the order of its sweeps cannot be trusted: {problems[0]}"
-                       + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-                each[name] = _also_cannot_tell(each.get(name), why)
-            if self.clock_problems:
-                first = sorted(self.clock_problems)
-                why = ("; ".join(f"{n}: the order of its sweeps cannot be trusted: {self.clock_problems[n][0]}"
-                                 for n in first[:2])
-                       + (f"; and {len(first) - 2} more series" if len(first) > 2 else ""))
-                overall = _also_cannot_tell(overall, why)
+            problems = self.clock_problems
+
+            def untrusted(name: str) -> str:
+                return f"{name}: the order of its sweeps cannot be trusted: {problems[name][0]}"
+            for name in problems:
+                more = f" (and {len(problems[name]) - 1} more)" if len(problems[name]) > 1 else ""
+                each[name] = _also_cannot_tell(each.get(name), untrusted(name) + more)
+            if problems:
+                first = sorted(problems)
+                more = f"; and {len(first) - 2} more series" if len(first) > 2 else ""
+                overall = _also_cannot_tell(overall, "; ".join(map(untrusted, first[:2])) + more)
             self._gates = (overall, each)
         return self._gates
 
@@ -736,9 +681,8 @@ class History:
 
 def build_history(root: "str | os.PathLike", metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                   alpha: float = DEFAULT_ALPHA, reports: bool = False, min_nights: int = MIN_NIGHTS) -> History:
-    """Every result set under `root`, grouped and analysed (docs/nightly.md); with
-    `reports`, each sweep's report.html is written when missing or stale; without, a report already there
-    is linked and none is written (a nightly gate answers in seconds)."""
+    """Every result set under `root`, grouped and analysed (docs/nightly.md); `reports`: each sweep's report.html
+    written when missing or stale, else only one already there linked (a nightly gate answers in seconds)."""
     check_metric(metric)
     warnings: List[str] = []
     dirs = find_result_sets(root, warnings.append)
@@ -779,26 +723,18 @@ def check_metric(metric: str) -> None:
 def history_of(root: Path, sweeps: List[Sweep], reader: RunsReader, groups: OkGroups, metric: str, threshold_pct: float,
                alpha: float, min_nights: int, warnings: List[str], before_fits: Callable[[], None] = lambda: None
                ) -> History:
-    """The History of `sweeps`, whichever reader (SetRuns, zcorch.analysis.dataset.Dataset) holds their runs:
-    `groups` its ok_table of every sweep; `before_fits` is called before the first fit."""
+    """The History of `sweeps` whose runs `reader` holds (`groups`: its ok_table); `before_fits` runs first."""
     series = series_of(sweeps)
     cells = SeriesCells(series, metric, groups)
     labels = cells.labels(reader)
     before_fits()
     experiments = experiment_histories(cells, labels, threshold_pct, alpha, min_nights)
-    clocks = series_clock_problems(series)
+    clocks = {name: lines for name, lines in ((n, clock_problems(g)) for n, g in series.items()) if lines}
     warnings = warnings + [f"clock set back: {line}" for lines in clocks.values() for line in lines]
     return History(root, metric, threshold_pct, alpha, experiments, warnings, min_nights=min_nights,
                    clock_problems=clocks)
 
 
-def series_clock_problems(series: Dict[str, List[Sweep]]) -> Dict[str, List[str]]:
-    """{series name: clock_problems of its sweeps} for the series that have any."""
-    out = {name: clock_problems(group) for name, group in series.items()}
-    return {name: lines for name, lines in out.items() if lines}
-
-
-# ---------------------------------------------------------------------------------------------
 # Plots and the page
 
 
@@ -816,18 +752,14 @@ def _tick_label(i: int, s: Sweep, dated: bool) -> str:
 
 
 def trend_spec(exp: ExperimentHistory, ch: CellHistory) -> TrendSpec:
-    """What the cell's trend plot shows (zcorch.analysis.trendplot draws it): the median of the metric with its
-    CI across the sweeps, the fitted levels, the steps with the change between the levels, sweeps where every
-    run of the cell failed, the newest circled when it is a regression."""
+    """What the cell's trend plot shows (zcorch.analysis.trendplot.draw_trend draws it)."""
     n = len(exp.sweeps)
     have = np.isfinite(ch.median)
-    # too few sweeps support no fit (steps.MIN_POINTS_FOR_STEPS): a "level" through two or three points would
-    # be drawn where none was measured, so none is drawn; the table's stable level is the comparison's
+    # too few sweeps support no fit: no "level" is drawn through two or three points
     fitted = ch.fit.segments if int(have.sum()) >= MIN_POINTS_FOR_STEPS else []
-    steps = []
-    for k, seg in enumerate(ch.fit.segments[1:], start=1):
-        prev = ch.fit.segments[k - 1].level
-        steps.append((seg.start, (seg.level - prev) / prev * 100 if prev else None))
+    segs = ch.fit.segments
+    steps = [(seg.start, (seg.level - prev.level) / prev.level * 100 if prev.level else None)
+             for prev, seg in zip(segs, segs[1:])]
     cmp = ch.comparison
     step = max(1, int(math.ceil(n / 12)))
     ticks = list(range(n - 1, -1, -step))[::-1]
@@ -848,15 +780,13 @@ def _fmt(v, spec: str) -> str:
 
 
 def _rel(path: Path, start: Path) -> str:
-    """os.path.relpath, with the directory part computed once per directory (a fleet's year: 18,000 sweeps
-    in a few hundred night directories)."""
+    """os.path.relpath, the directory part computed once per directory (a fleet's 18,000 sweeps share a few)."""
     path, start = os.path.abspath(path), os.path.abspath(start)
     head, tail = os.path.split(path)
     if not tail or (start + os.sep).startswith(path + os.sep):   # path is start or above it: no shortcut
         return Path(os.path.relpath(path, start)).as_posix()
     rel = _rel_dir(head, start)
-    # relpath's answer is normal and tail one name: the join is what Path(...).as_posix() would give, without
-    # a Path per sweep (18,000 rows of a fleet's page)
+    # what Path(...).as_posix() would give, without a Path per sweep
     return (tail if rel == "." else os.path.join(rel, tail)).replace(os.sep, "/")
 
 
@@ -872,13 +802,11 @@ def page_context(history: History, out_dir: Path) -> dict:
     overall, gates = history.gates()
     experiments = []
     for exp in history.experiments:
-        sweeps = []
-        for i in range(len(exp.sweeps) - 1, -1, -1):
-            s = exp.sweeps[i]
-            sweeps.append({"index": i + 1, "date": s.date(), "revision": s.git_revision, "kernel": s.kernel,
-                           "hosts": s.hosts, "status": s.status, "ok": s.n_ok, "failed": s.n_failed,
-                           "dir": _rel(s.path, out_dir), "report": _rel(s.report, out_dir) if s.report else None,
-                           "error": s.error, "report_problem": s.report_problem, "host_shared": s.host_shared})
+        sweeps = [{"index": i + 1, "date": s.date(), "revision": s.git_revision, "kernel": s.kernel,
+                   "hosts": s.hosts, "status": s.status, "ok": s.n_ok, "failed": s.n_failed,
+                   "dir": _rel(s.path, out_dir), "report": _rel(s.report, out_dir) if s.report else None,
+                   "error": s.error, "report_problem": s.report_problem, "host_shared": s.host_shared}
+                  for i, s in reversed(list(enumerate(exp.sweeps)))]
         cells = []
         for ch in exp.cells:
             c = ch.comparison
@@ -922,10 +850,8 @@ def _has_hosts(meta: dict) -> bool:
 
 
 def host_changes(exp: ExperimentHistory) -> List[dict]:
-    """What changed on the hosts (zcorch.analysis.hostdiff) at each change point of the experiment's cells, at
-    the first sweep of a regression and at the newest sweep, each against the sweep before it, and since then
-    up to the newest: [{"index", "date", "at": [lines], "since": [lines] (not at the newest)}]. Only where
-    both sweeps recorded their hosts (an exported sweep keeps no meta.json)."""
+    """What changed on the hosts at each change point, first regressed sweep and the newest, against the sweep
+    before ("at") and up to the newest ("since"), where both recorded their hosts (an exported sweep does not)."""
     last = len(exp.sweeps) - 1
     points = {k for ch in exp.cells for k in ch.fit.steps} | {last}
     points |= {ch.comparison.since for ch in exp.cells if ch.comparison is not None and ch.comparison.bad}
@@ -1000,22 +926,19 @@ def write_index(history: History, out: "str | os.PathLike | None" = None) -> Pat
         ch.plot = _rel(Path(out_dir, rels[-1]), out_dir)   # where setfiles.write_inside puts it
     page = environment().get_template("history.html.j2").render(page_context(history, out_dir))
     for rel, spec in zip(rels, specs):
-        # Every file through an exclusive temporary, no link below out_dir followed: the root holds
-        # result sets that may come from anyone (zcorch.results.setfiles).
+        # no link below out_dir followed: the root holds result sets that may come from anyone
         setfiles.write_inside(out_dir, rel, png(spec))
     index = setfiles.write_inside(out_dir, INDEX, page.encode("utf-8"))
     history.index = index
     return index
 
 
-# ---------------------------------------------------------------------------------------------
 # What the command prints
 
 
 def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
-    """What `zcorch history --format json` prints: per experiment its sweeps and, per cell, the newest
-    median with its interval and level and the comparison against the stable level; with `gate` (the
-    zcorch.analysis.gate answer of --check: verdict, exit_code, reason) first."""
+    """What `zcorch history --format json` prints: per experiment its sweeps and per cell the newest median, its
+    interval and comparison; `gate` (the answer of --check) first."""
     def num(v):
         return float(v) if v is not None and np.isfinite(v) else None
 
@@ -1053,18 +976,25 @@ def as_json(history: History, gate: "Optional[dict]" = None) -> dict:
     return doc
 
 
+def _moved(c: Comparison, metric: str) -> str:
+    """'-12.0% (gbit_s 9.400 -> 8.272, ': how far a comparison moved, its parenthesis left open."""
+    return f"{_fmt(c.change_pct, '+.1f')}% ({metric} {_fmt(c.base_median, '.3f')} -> {_fmt(c.cand_median, '.3f')}, "
+
+
+def _judged(c: Comparison) -> str:
+    return "newest night" if len(c.window) <= 1 else f"mean of the newest {len(c.window)} nights"
+
+
 def _undecided(c: Comparison, metric: str) -> str:
     """A `cannot tell` cell in one line: how far it moved, what it could have seen, what would decide it."""
-    judged = "newest night" if len(c.window) <= 1 else f"mean of the newest {len(c.window)} nights"
-    text = (f"{_fmt(c.change_pct, '+.1f')}% ({metric} {_fmt(c.base_median, '.3f')} -> {_fmt(c.cand_median, '.3f')}, "
-            f"{judged}, p={_fmt(c.p_value, '.3g')}); {sees(getattr(c, 'detectable_pct', math.nan))}")
+    text = (f"{_moved(c, metric)}{_judged(c)}, p={_fmt(c.p_value, '.3g')}); "
+            f"{sees(getattr(c, 'detectable_pct', math.nan))}")
     needs = getattr(c, "needs", "")
     return text + (f"; needs {needs}" if needs else "")
 
 
 def render_text(history: History) -> str:
-    """Per experiment its newest sweep, and every bad cell: by how much, since which sweep, against
-    which sweeps (result directories)."""
+    """Per experiment its newest sweep, and every bad cell: by how much, since which sweep, against which."""
     lines = [f"zcorch history: {history.n_sweeps} result set(s) of {len(history.experiments)} experiment(s) "
              f"under {history.root}" + (f" -> {history.index}" if history.index else "")]
     for exp in history.experiments:
@@ -1094,13 +1024,10 @@ def render_text(history: History) -> str:
             if c.verdict == "failed":
                 what = f"every run failed (base median {_fmt(c.base_median, '.3f')} {history.metric})"
             elif c.method == NIGHTLY:
-                judged = "newest night" if len(c.window) == 1 else f"mean of the newest {len(c.window)} nights"
-                what = (f"{_fmt(c.change_pct, '+.1f')}% ({history.metric} {_fmt(c.base_median, '.3f')} -> "
-                        f"{_fmt(c.cand_median, '.3f')}, {judged}; nightly spread {_fmt(c.spread_pct, '.1f')}%, "
+                what = (f"{_moved(c, history.metric)}{_judged(c)}; nightly spread {_fmt(c.spread_pct, '.1f')}%, "
                         f"p={_fmt(c.p_value, '.3g')}, nights {c.n_base}/{c.n_cand})")
             else:
-                what = (f"{_fmt(c.change_pct, '+.1f')}% ({history.metric} {_fmt(c.base_median, '.3f')} -> "
-                        f"{_fmt(c.cand_median, '.3f')}, p={_fmt(c.p_value, '.3g')}, runs {c.n_base}/{c.n_cand}; "
+                what = (f"{_moved(c, history.metric)}p={_fmt(c.p_value, '.3g')}, runs {c.n_base}/{c.n_cand}; "
                         f"fewer than {history.min_nights} nights at the level: runs against runs)")
             lines.append(f"  {ch.label} [cell {ch.cell}]: {what} since {since}; against {against}")
     lines.append("method: " + method_text(metrics.get(history.metric).better, history.threshold_pct, history.alpha,

@@ -1,11 +1,6 @@
-"""What changed on the hosts between two result sets (meta.json `hosts.<role>`), as lines a person reads:
-"kernel 6.1.0-18 → 6.1.0-21", "receiver: GRO on → off", "qdisc fq_codel → fq". `zcorch compare` prints them
-beside its verdict, the history page at each change point.
-
-Pure: meta.json in, lines out. Only what changed is said; a fact unavailable on one side is said so with
-its reason; facts one side did not record at all (a set of an older zcorch) are named once, never taken for
-"unchanged". A change both roles share (one kernel for both, the usual lab) is said once, without a role.
-"""
+"""What changed on the hosts between two result sets (meta.json `hosts.<role>`), as lines: "kernel 6.1.0-18 →
+6.1.0-21", "receiver: GRO on → off". Facts one side did not record are named, never taken for unchanged; a change
+both roles share is said once, without a role."""
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -25,8 +20,7 @@ FIXED: "Tuple[Tuple[str, str], ...]" = (
     ("link speed Mbit/s", "interface.speed_mbps"),
     ("Python", "python.version"),
 )
-# labels of zcorch.worker.remote.HOST_FACTS keys (tests/test_hostfacts.py checks every key has one; an
-# unknown key is shown by its own name)
+# labels of zcorch.worker.remote.HOST_FACTS keys (tests/test_hostfacts.py); an unknown key shows its own name
 FACT_LABELS: Dict[str, str] = {
     "nic_driver": "NIC driver", "nic_firmware": "NIC firmware", "gso": "GSO", "gro": "GRO", "tso": "TSO",
     "lro": "LRO", "rings": "ring sizes", "qdisc": "qdisc", "cpu_governor": "CPU governor", "cpu_boost": "CPU boost",
@@ -126,9 +120,7 @@ def diff_meta(old: dict, new: dict, names: "Tuple[str, str]" = ("base", "candida
             lines.append(f"{role}: no host metadata in {missing[0]}")
             continue
         changes, unrecorded = host_changes(a, b)
-        per_role[role] = changes
-        if unrecorded:
-            per_role[role] = changes + [f"not recorded on one side: {', '.join(unrecorded)}"]
+        per_role[role] = changes + ([f"not recorded on one side: {', '.join(unrecorded)}"] if unrecorded else [])
     shared = [c for c in per_role.get(roles[0], []) if len(per_role) == len(roles) > 1
               and all(c in per_role[r] for r in roles[1:])]
     out = list(shared)

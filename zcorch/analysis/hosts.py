@@ -1,10 +1,5 @@
-"""The report's Hosts section: the sender and the receiver side by side, in units and rounded, what differs
-between them marked (meta.json `hosts.<role>`); every raw fact stays available in a collapsed table.
-
-The readable rows are a fixed list of the facts that explain a result (CPU, memory, kernel, link,
-socket limits, tool versions); anything else zcorch records (calibration.*, why_null.*, zcrx.*, …) is in
-the raw table only.
-"""
+"""The report's Hosts section: the sender and receiver side by side (meta.json `hosts.<role>`), the facts that
+explain a result (FACTS) in units, what differs marked; everything else only in the raw table."""
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
@@ -113,28 +108,25 @@ FACTS: "list[tuple[str, Callable[[dict], Optional[str]]]]" = [
 
 
 def comparison(meta: dict) -> Optional[dict]:
-    """{"roles", "rows": [{"label", "values": [per role], "differs"}], "n_differ"} of meta.json's hosts;
-    None without host facts."""
+    """{"roles", "rows": [{"label", "values", "differs"}], "n_differ"} of meta.json's hosts; None without."""
     hosts = meta.get("hosts") or {}
     roles = [r for r in ROLES if isinstance(hosts.get(r), dict)]
     roles += [r for r in hosts if r not in roles and isinstance(hosts.get(r), dict) and r != "previous"]
     if not roles:
         return None
+    def value(read: Callable[[dict], Optional[str]], facts: dict) -> Optional[str]:
+        try:
+            return read(facts)
+        except (TypeError, ValueError, AttributeError):  # a fact of an unexpected shape: shown raw below
+            return None
     rows = []
     for label, read in FACTS:
-        values = []
-        for role in roles:
-            try:
-                values.append(read(hosts[role]))
-            except (TypeError, ValueError, AttributeError):  # a fact of an unexpected shape: shown raw below
-                values.append(None)
+        values = [value(read, hosts[role]) for role in roles]
         if all(v is None for v in values):
             continue
         shown = ["" if v is None else str(v) for v in values]
         if label in ROLE_FACTS:  # a fact of one role (the sink is the receiver's): nothing to compare
             shown = [v or "–" for v in shown]
-            differs = False
-        else:
-            differs = len(set(shown)) > 1
+        differs = label not in ROLE_FACTS and len(set(shown)) > 1
         rows.append({"label": label, "values": shown, "differs": differs})
     return {"roles": roles, "rows": rows, "n_differ": sum(r["differs"] for r in rows)}

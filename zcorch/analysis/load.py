@@ -1,8 +1,4 @@
-"""`zcorch.load`: one row per run of one or several result sets, through the runs.parquet cache.
-
-The order of the analysis modules: frames (parse result-set files into frames) <- cache (runs.parquet,
-built from the frames parser) <- load (the public entry point that prefers the cache).
-"""
+"""`zcorch.load`: one row per run of one or several result sets, through the runs.parquet cache."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,10 +15,8 @@ from zcorch.analysis.frames import (LINKED_ATTR, PathLike, _as_dirs, _sweep_name
 
 
 def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> pd.DataFrame:
-    """One row per run of one or several result sets (concatenated, `sweep` = directory name), with the
-    derived columns (zcorch.analysis.frames), the copy units of each sweep's calibration (meta.json), the ratios
-    to the control cell of a sweep that declares one (its manifest's `control`) and a
-    column per linked axis of each sweep's experiment (frames.add_linked_axes; `frame.attrs["linked_axes"]`)."""
+    """One row per run of one or several result sets (`sweep` = directory name), with the derived columns, copy
+    units, ratios to the control and a column per linked axis (`frame.attrs["linked_axes"]`)."""
     dirs = _as_dirs(path_or_paths)
     frames = []
     linked: dict = {}
@@ -49,14 +43,13 @@ def load(path_or_paths: "PathLike | Iterable[PathLike]", cache: bool = True) -> 
 
 
 def experiment_axes(path: PathLike) -> list:
-    """The linked axes of a result set's experiment (its stored experiment.yaml; [] when it has none, or the
-    file is missing or cannot be read: the runs then go without the axis columns)."""
+    """The linked axes of a result set's stored experiment ([] when none, or the file cannot be read)."""
     d = Path(path)
     try:
         exp_file, text = read_experiment_text(d, read_manifest(d))
         if text is None or not _may_link_axes(text):
             return []
-        # The experiment validator (zcorch.config, ~70 ms of imports) only for a matrix that may link axes.
+        # the experiment validator (costly imports) only for a matrix that may link axes
         from zcorch.config.sections import linked_axes_of
 
         return linked_axes_of(text, str(exp_file))
@@ -65,8 +58,7 @@ def experiment_axes(path: PathLike) -> list:
 
 
 def _may_link_axes(text: str) -> bool:
-    """Whether an experiment's `matrix:` has a key that is not a parameter (a linked axis), by a plain YAML
-    read; True when in doubt (the validator then decides)."""
+    """Whether an experiment's `matrix:` has a key that is not a parameter (a linked axis); True when in doubt."""
     import yaml
 
     try:

@@ -1,10 +1,5 @@
-"""`zcorch compare`'s reading: two result sets (compare_sets), or the pairs of a fleet run side by side: which
-pair is different, in which cells, by how much (`zcorch compare FLEET`, and the end of a fleet run: pairs.md).
-
-Each pair is judged with exactly `zcorch compare`'s statistics and gate against a reference: by default the
-other pairs' runs pooled (a pair that differs stands out against all the rest, with enough runs to reach
-significance), or one pair (`against`). A cell is matched by its id: the hosts are no parameters.
-"""
+"""`zcorch compare`'s reading: two result sets (compare_sets), or a fleet's pairs side by side (pairs.md): each pair
+judged with `zcorch compare`'s statistics and gate against the other pairs' runs pooled, or one pair (`against`)."""
 from __future__ import annotations
 
 import json
@@ -38,8 +33,7 @@ class Compared:
 
 def compare_sets(base: str, candidate: str, metric: str = "gbit_s", threshold_pct: float = DEFAULT_THRESHOLD_PCT,
                  alpha: float = DEFAULT_ALPHA, dataset: "Optional[str]" = None) -> Compared:
-    """Compare two result sets: their directories, or (`dataset`) two sets of a dataset `zcorch export` wrote,
-    named by set id or the path they had (read through DuckDB: the same answers as from the directories)."""
+    """Compare two result sets: their directories, or (`dataset`) two sets of an exported dataset."""
     if dataset is not None:
         from zcorch.analysis.dataset import Dataset  # duckdb: only when reading a dataset
 
@@ -104,8 +98,7 @@ def fleet_pairs(directory: str) -> Dict[str, str]:
 
 def _pooled(parts: List[Completeness], label: str) -> Completeness:
     """One Completeness for several pairs' result sets pooled as one reference."""
-    status = "complete" if all(c.status == "complete" for c in parts) else \
-        next(c.status for c in parts if c.status != "complete")
+    status = next((c.status for c in parts if c.status != "complete"), "complete")
     return replace(parts[0], path=label, status=status, planned=sum(c.planned for c in parts),
                    ok=sum(c.ok for c in parts), cells_planned=frozenset().union(*(c.cells_planned for c in parts)),
                    cells_short=tuple(sorted(set().union(*(c.cells_short for c in parts)))))
@@ -115,12 +108,9 @@ def compare_fleet(directory: str, metric: str = "gbit_s", threshold_pct: float =
                   alpha: float = DEFAULT_ALPHA, against: Optional[str] = None,
                   loaded: Optional[Mapping[str, pd.DataFrame]] = None,
                   test_all: bool = True) -> Optional[PairsComparison]:
-    """Every pair of the fleet against its reference (module docstring); None when fewer than two pairs have a
-    result set to compare. ResultsError for an unknown `against`. loaded: pair -> zcorch.load of its result set
-    as it is now, where the caller has it already (the end of a fleet run loads each pair as its sweep ends).
-    test_all=False (the end of a fleet run, which shows only the pairs that differ in full): a pair's cells
-    within the threshold are tested only when the pair differs in some cell (compare.judge): every verdict is
-    the same, and a fleet whose pairs all agree imports no scipy."""
+    """Every pair of the fleet against its reference; None when fewer than two pairs have a result set, ResultsError
+    for an unknown `against`. `loaded`: pair -> its frame where the caller has it. test_all=False: cells within the
+    threshold are tested only in a pair that differs somewhere (the same verdicts; agreeing pairs import no scipy)."""
     dirs = fleet_pairs(directory)
     if against is not None and against not in dirs:
         raise ResultsError(f"{directory}: no pair `{against}` (its pairs: {', '.join(dirs)})")
@@ -131,8 +121,7 @@ def compare_fleet(directory: str, metric: str = "gbit_s", threshold_pct: float =
     loaded = loaded or {}
     frames = {p: loaded[p] if p in loaded else load(d) for p, d in started.items()}
     comp = {p: completeness(d) for p, d in started.items()}
-    # the pooled reference holds the pairs that measured something: a pair whose sweep never ran a cell is
-    # judged (incomplete), not made everyone else's reference
+    # the pooled reference: the pairs that measured something (one that ran no cell is judged, not a reference)
     measured = [p for p in started if len(frames[p]) and (frames[p]["status"] == "ok").any()]
     out: List[PairComparison] = []
     for pair in started:
@@ -171,8 +160,7 @@ def _fleet_gate(pairs: List[PairComparison], missing: "List[tuple[str, str]]") -
 
 
 def render(c: PairsComparison, fmt: str = "text") -> str:
-    """The comparison as text, markdown or JSON: first which pair differs, in which cells, by how much; then
-    each differing pair's full table (zcorch.analysis.compare.render)."""
+    """The comparison as text, markdown or JSON: which pair differs, where, by how much; then their full tables."""
     if fmt == "json":
         doc = dict(c.gate.as_dict(), metric=c.metric, threshold_pct=c.threshold_pct, alpha=c.alpha,
                    against=c.against, fleet=c.directory,
@@ -181,11 +169,9 @@ def render(c: PairsComparison, fmt: str = "text") -> str:
         return json.dumps(doc, indent=1) + "\n"
     md = fmt == "markdown"
     head = f"{c.gate.verdict.upper() if c.gate.code else c.gate.verdict}: {c.gate.reason}"
-    lines = [f"## zcorch compare (pairs): {head}" if md else f"zcorch compare (pairs): {head}", ""]
-    lines.append(f"metric {c.metric}; each pair against "
-                 f"{'pair ' + c.against if c.against else 'the other pairs pooled'}; threshold {c.threshold_pct}%, "
-                 f"alpha {c.alpha}")
-    lines.append("")
+    lines = [f"## zcorch compare (pairs): {head}" if md else f"zcorch compare (pairs): {head}", "",
+             f"metric {c.metric}; each pair against {'pair ' + c.against if c.against else 'the other pairs pooled'}; "
+             f"threshold {c.threshold_pct}%, alpha {c.alpha}", ""]
     for p in c.pairs:
         cells = p.differing()
         if not cells:

@@ -1,12 +1,6 @@
-"""Plots of a run frame (matplotlib, headless: figures are built without pyplot, so no display
-and no global backend are touched; a notebook shows them with `display(fig)`).
-
-Each plot function returns a list of `Plot`s; a plot that does not apply to the data (e.g. a
-buffer-size sweep when there is one buffer size) comes back with `figure=None` and a `note`
-saying why, never as an empty chart. When parameters other than the plotted ones vary, one plot is
-drawn per combination of them (every one: a chart that would hold too much is split, never cut). Plots only show successful
-runs, so a parameter that differs only in failed cells does not split them.
-"""
+"""Plots of a run frame (matplotlib without pyplot: headless, no global backend touched). Each plot function returns
+a list of `Plot`s; one that does not apply comes back with `figure=None` and a `note` why. Other varying parameters
+get a plot per combination (a chart too full is split, never cut); only successful runs are drawn."""
 from __future__ import annotations
 
 import base64
@@ -21,7 +15,7 @@ from matplotlib.figure import Figure
 
 from zcorch.config.views import View
 from zcorch.metrics import BY_NAME as METRICS_BY_NAME
-from zcorch.params import SIZE_KEYS, format_value
+from zcorch.params import format_value
 from zcorch.results import setfiles
 from zcorch.units import convert
 from zcorch.units import format_size
@@ -30,7 +24,6 @@ from zcorch.analysis.stats import linked_axes, mode_label, summarize, varying_pa
 from zcorch.analysis.trendplot import image_bytes
 
 MAX_PANELS = 12
-SIZE_PARAMS = SIZE_KEYS  # format_value (zcorch.params) is the one every stage uses
 
 
 @dataclass
@@ -44,7 +37,7 @@ class Plot:
 
     def image(self, fmt: str = "png") -> bytes:
         if fmt not in self.rendered:
-            self.rendered[fmt] = figure_bytes(self.figure, fmt)
+            self.rendered[fmt] = image_bytes(self.figure, fmt)
         return self.rendered[fmt]
 
 
@@ -59,12 +52,8 @@ def slices(df: pd.DataFrame, plotted: Sequence[str]) -> list:
         others = ["sweep"] + others
     if not others:
         return [("", df, {})]
-    out = []
-    for key, sub in df.groupby(others, sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        out.append((", ".join(f"{p}={format_value(p, v)}" for p, v in zip(others, key)), sub,
-                    dict(zip(others, key))))
-    return out
+    groups = [(key if isinstance(key, tuple) else (key,), sub) for key, sub in df.groupby(others, dropna=False)]
+    return [(_combo_label(others, key), sub, dict(zip(others, key))) for key, sub in groups]
 
 
 def _slug(text: str) -> str:
@@ -80,10 +69,16 @@ def _title(exp: str, what: str, label: str) -> str:
     return f"{title}\n{label}" if label else title
 
 
+def _titled(name: str, title: str, fig: Figure, **layout) -> Plot:
+    """The Plot of a finished figure, `title` as its heading, laid out (`layout`: tight_layout's)."""
+    fig.suptitle(title)
+    fig.tight_layout(**layout)
+    return Plot(name, title, fig)
+
+
 def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = None) -> list:
-    """[(kind, name, Gbit/s)]: the median of the ok baselines per kind and per key that differs
-    between them (e.g. iperf3 with and without -Z). Baselines run with a parameter of the plotted
-    slice (e.g. its buffer) are preferred when there are such."""
+    """[(kind, name, Gbit/s)]: the median of the ok baselines per kind and per key that differs between them,
+    preferring those run with a parameter of the plotted slice (`params`, e.g. its buffer)."""
     if baselines is None or baselines.empty:
         return []
     ok = baselines[(baselines["status"] == OK) & baselines["gbit_s"].notna()]
@@ -107,8 +102,7 @@ def baseline_lines(baselines: "pd.DataFrame | None", params: "dict | None" = Non
 
 
 def copy_line(df: pd.DataFrame, prefix: str) -> "Optional[float]":
-    """CPU seconds one memcpy of a GiB costs on that side's host (the calibration zcorch.load puts in
-    `<prefix>copy_s_per_gib`), None when the sweep has no calibration."""
+    """CPU seconds one memcpy of a GiB costs on that side's host (`<prefix>copy_s_per_gib`), None without one."""
     col = prefix + "copy_s_per_gib"
     if col not in df:
         return None
@@ -143,11 +137,9 @@ def _linked(df: pd.DataFrame, params: "Sequence[str]") -> bool:
 
 
 def default_view(df: pd.DataFrame, metric: str = "gbit_s", ok_only: bool = True) -> "tuple[View, list]":
-    """(view, folded) for the parameters that vary among the ok runs: receive mode along x and send mode as
-    colour (the seeds' comparison), the other varying parameters as x (when the modes do not use it), colour
-    and panels; parameters that only follow the colour (a buffer tied to the send mode) are `folded` into
-    its labels instead of splitting the chart. `ok_only`: from the successful runs (the plots), or from all
-    (the tables, where a cell whose runs all failed keeps a place of its own)."""
+    """(view, folded) for the varying parameters: receive mode along x and send mode as colour, others as x (when
+    free), colour and panels; parameters that only follow the colour are `folded` into its labels. `ok_only`: of the
+    successful runs (plots), else of all (tables: a cell whose runs all failed keeps its place)."""
     ok = _ok(df) if ok_only else df
     vary = varying_params(ok)
     hue = ["send_mode"] if "send_mode" in vary else []
@@ -225,9 +217,8 @@ def _positions(df: pd.DataFrame, params: "Sequence[str]", key: tuple) -> np.ndar
 
 def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | None" = None, experiment: str = "",
                     folded: "Sequence[str]" = (), name: str = "view", part: str = "") -> "Plot | list":
-    """One figure: a panel per facet combination, bars per x position and hue, median with CI whiskers;
-    throughput panels carry the iperf3 baselines as lines. More than MAX_PANELS panels: a list of figures
-    (every panel drawn)."""
+    """One figure: a panel per facet combination, bars per x and hue, median with CI whiskers, baselines as lines on
+    throughput panels; more than MAX_PANELS panels: a list of figures."""
     metric = view.metric
     declared = METRICS_BY_NAME.get(metric)
     unit = declared.unit if declared is not None else ""
@@ -250,10 +241,9 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
     axes = np.atleast_1d(fig.subplots(nrows, ncols, sharey=True, squeeze=False)).ravel()
     bar_w = 0.8 / max(1, len(hues))
     pos = np.arange(len(xs))
-    folded_vals = {}
-    for hkey in hues:
-        rows = _select(ok, view.hue, hkey)
-        folded_vals[hkey] = ", ".join(f"{p}={format_value(p, rows[p].iloc[0])}" for p in folded if len(rows))
+    hue_rows = {hkey: _select(ok, view.hue, hkey) for hkey in hues}
+    folded_vals = {hkey: ", ".join(f"{p}={format_value(p, rows[p].iloc[0])}" for p in folded if len(rows))
+                   for hkey, rows in hue_rows.items()}
     rate = declared is not None and declared.rate   # throughput panels carry the baselines
     top = 0.0
     for ax, fkey in zip(axes, facets):
@@ -281,11 +271,10 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
                 ax.axhline(convert(gbit, "Gbit/s", unit), linestyle="--", linewidth=1.1, color=f"C{len(hues) + j}",
                            label=f"{bname}: {gbit * 125:.0f} MB/s ({gbit:.2f} Gbit/s)")
                 top = max(top, convert(gbit, "Gbit/s", unit))
-        ax.set_xticks(pos)
+        ax.set_xticks(pos, [_combo_label(view.x, k, named=len(view.x) > 1) for k in xs],
+                      rotation=20 if len(xs) > 3 or len(view.x) > 1 else 0, ha="right" if len(xs) > 3 else "center",
+                      fontsize="small")
         ax.set_xlim(-0.5, len(xs) - 0.5)   # every position, also where a panel has no bar
-        ax.set_xticklabels([_combo_label(view.x, k, named=len(view.x) > 1) for k in xs],
-                           rotation=20 if len(xs) > 3 or len(view.x) > 1 else 0, ha="right" if len(xs) > 3 else "center",
-                           fontsize="small")
         ax.set_xlabel(" + ".join(view.x))
         if view.facet:
             ax.set_title(_combo_label(view.facet, fkey), fontsize="medium")
@@ -309,9 +298,7 @@ def small_multiples(df: pd.DataFrame, view: View, baselines: "pd.DataFrame | Non
         fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize="small",
                    title="+".join(view.hue) if view.hue else None, bbox_to_anchor=(0.5, 0.0))
         bottom = min(0.5, (0.25 + 0.2 * rows) / height)
-    fig.suptitle(_title(experiment, what + part, ""))
-    fig.tight_layout(rect=(0, bottom, 1, 1))
-    return Plot(name, _title(experiment, what + part, ""), fig)
+    return _titled(name, _title(experiment, what + part, ""), fig, rect=(0, bottom, 1, 1))
 
 
 def views(df: pd.DataFrame, declared: "Sequence[View]" = (), baselines: "pd.DataFrame | None" = None,
@@ -359,8 +346,7 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
     draw_copy_line(axes[2], copy_line(ok, "recv_"), "receiver")
     for ax, (_, ylabel) in zip(axes, panels):
         ax.set_xscale("log", base=2)
-        ax.set_xticks(buffers)
-        ax.set_xticklabels([format_size(int(b)) for b in buffers], rotation=30)
+        ax.set_xticks(buffers, [format_size(int(b)) for b in buffers], rotation=30)
         ax.set_xlabel("buffer size (bytes, log2)")
         ax.set_ylabel(ylabel)
         ax.set_ylim(bottom=0)
@@ -369,9 +355,7 @@ def versus_buffer(df: pd.DataFrame, experiment: str = "") -> list:
     for ax in axes[1:]:
         if any(line.get_linestyle() == ":" for line in ax.get_lines()):
             ax.legend(handles=[line for line in ax.get_lines() if line.get_linestyle() == ":"], fontsize="small")
-    fig.suptitle(_title(experiment, what, ""))
-    fig.tight_layout()
-    return [Plot("buffer", _title(experiment, what, ""), fig)]
+    return [_titled("buffer", _title(experiment, what, ""), fig)]
 
 
 def cpu_stacked(df: pd.DataFrame, experiment: str = "") -> list:
@@ -386,11 +370,9 @@ def cpu_stacked(df: pd.DataFrame, experiment: str = "") -> list:
             part = part[part[prefix + "bytes"] > 0]
             if not part.empty:
                 gib = part[prefix + "bytes"].astype(float) / float(1 << 30)
-                frame = pd.DataFrame({
-                    "mode": part[mode_col],
-                    "usr": part[prefix + "utime_us"].astype(float) / 1e6 / gib,
-                    "sys": part[prefix + "stime_us"].astype(float) / 1e6 / gib,
-                })
+                frame = pd.DataFrame({"mode": part[mode_col],
+                                      "usr": part[prefix + "utime_us"].astype(float) / 1e6 / gib,
+                                      "sys": part[prefix + "stime_us"].astype(float) / 1e6 / gib})
                 sides.append((side, frame.groupby("mode", sort=True)[["usr", "sys"]].median(), copy_line(ok, prefix)))
     if not sides:
         return [Plot("cpu", what, None, "no successful runs with CPU times to plot")]
@@ -401,23 +383,19 @@ def cpu_stacked(df: pd.DataFrame, experiment: str = "") -> list:
         ax.bar(x, med["usr"], 0.6, label="user", color="C0")
         ax.bar(x, med["sys"], 0.6, bottom=med["usr"], label="system", color="C3")
         draw_copy_line(ax, copy)
-        ax.set_xticks(x)
-        ax.set_xticklabels(list(med.index))
+        ax.set_xticks(x, list(med.index))
         ax.set_xlabel(f"{side} mode")
         ax.set_ylabel("process CPU seconds per GiB (median)")
         ax.set_title(f"{side}")
         ax.legend(fontsize="small")
-    fig.suptitle(_title(experiment, what, ""))
-    fig.tight_layout()
-    return [Plot("cpu", _title(experiment, what, ""), fig)]
+    return [_titled("cpu", _title(experiment, what, ""), fig)]
 
 
 MAX_CELLS_DRAWN = 16
 
 
 def cpu_views(df: pd.DataFrame, experiment: str = "") -> list:
-    """Per cell and side: the process CPU (the worker's rusage) next to the host CPU (the whole machine's
-    busy CPU over the transfer, /proc/stat), in s/GiB, with one copy of the data as the reference line."""
+    """Per cell and side: process CPU next to host CPU in s/GiB, with one copy of the data as the reference line."""
     what = "where the CPU goes: process CPU and host CPU per GiB"
     ok = _ok(df)
     have = [c for c in ("send_host_busy_s_per_gib", "recv_host_busy_s_per_gib") if c in ok and ok[c].notna().any()]
@@ -459,18 +437,14 @@ def _cpu_views_figure(s: pd.DataFrame, ok: pd.DataFrame, others: list, experimen
         ax.legend(fontsize="small")
         ax.set_ylim(0, top)
         ax.grid(True, axis="y", alpha=0.3)
-    axes[1].set_xticks(x)
     # slanted, anchored at their right end under the bar pair: long labels never run into each other
-    axes[1].set_xticklabels(labels, fontsize="small", rotation=35, ha="right", rotation_mode="anchor")
+    axes[1].set_xticks(x, labels, fontsize="small", rotation=35, ha="right", rotation_mode="anchor")
     axes[1].set_xlabel("send mode → receive mode")
-    fig.suptitle(_title(experiment, what, ""))
-    fig.tight_layout()
-    return Plot(name, _title(experiment, what, ""), fig)
+    return _titled(name, _title(experiment, what, ""), fig)
 
 
 def samples_timelines(df: pd.DataFrame, samples: "pd.DataFrame | None", experiment: str = "") -> list:
-    """Per-interval samples of one run of the slowest and of the fastest cell (median Gbit/s among the
-    cells that kept samples): throughput, CPUs busy (process and host view), congestion window and RTT."""
+    """Per-interval samples of one run of the slowest and the fastest cell: throughput, CPUs busy, cwnd and RTT."""
     what = "per-interval samples"
     if samples is None or samples.empty:
         return [Plot("samples", what, None, "skipped: no run kept samples (`sample_interval`: samples are kept "
@@ -480,9 +454,7 @@ def samples_timelines(df: pd.DataFrame, samples: "pd.DataFrame | None", experime
     if ok.empty:
         return [Plot("samples", what, None, "skipped: no successful run kept samples")]
     medians = ok.groupby("cell")["gbit_s"].median().sort_values()
-    picks = [("slowest", medians.index[0])]
-    if len(medians) > 1:
-        picks.append(("fastest", medians.index[-1]))
+    picks = [("slowest", medians.index[0])] + ([("fastest", medians.index[-1])] if len(medians) > 1 else [])
     plots = []
     for which, cell in picks:
         run = ok[ok["cell"] == cell].sort_values("repeat").iloc[0]
@@ -520,9 +492,7 @@ def samples_timelines(df: pd.DataFrame, samples: "pd.DataFrame | None", experime
             ax.grid(True, alpha=0.3)
         for ax in axes[:2]:
             ax.legend(fontsize="small", loc="lower left")
-        fig.suptitle(_title(experiment, what, label))
-        fig.tight_layout()
-        plots.append(Plot(f"samples-{which}", _title(experiment, what, label), fig))
+        plots.append(_titled(f"samples-{which}", _title(experiment, what, label), fig))
     return plots
 
 
@@ -546,10 +516,8 @@ def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
         fig = Figure(figsize=(max(7.0, 1.4 * table.shape[1] + 3), 0.7 * table.shape[0] + 2.5))
         ax = fig.add_subplot()
         im = ax.imshow(table.to_numpy(dtype=float), cmap="viridis", aspect="auto", vmin=vmin, vmax=vmax)
-        ax.set_xticks(range(table.shape[1]))
-        ax.set_xticklabels(table.columns)
-        ax.set_yticks(range(table.shape[0]))
-        ax.set_yticklabels(table.index)
+        ax.set_xticks(range(table.shape[1]), table.columns)
+        ax.set_yticks(range(table.shape[0]), table.index)
         ax.set_xlabel("receive mode")
         ax.set_ylabel("send mode")
         values = table.to_numpy(dtype=float)
@@ -566,9 +534,7 @@ def heatmap(df: pd.DataFrame, experiment: str = "") -> list:
 
 def all_plots(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "",
               samples: "pd.DataFrame | None" = None, declared: "Sequence[View]" = ()) -> list:
-    """Every plot of the report, in order (skipped ones carry their note); `samples`: zcorch.load_samples.
-    Throughput is drawn as small-multiple views (declared by the experiment's `report:` section, or the
-    default one) instead of a bar chart per combination of the other parameters."""
+    """Every plot of the report, in order (skipped ones carry their note); `samples`: zcorch.load_samples."""
     return (views(df, declared, baselines, experiment) + versus_buffer(df, experiment)
             + cpu_stacked(df, experiment) + cpu_views(df, experiment) + heatmap(df, experiment)
             + samples_timelines(df, samples, experiment))
@@ -576,16 +542,9 @@ def all_plots(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experim
 
 def report_figures(df: pd.DataFrame, baselines: "pd.DataFrame | None" = None, experiment: str = "",
                    fmt: str = "png") -> "list[tuple[str, bytes | None, str]]":
-    """The report's charts for a notebook or a script (`zcorch.report_figures`): (title, image bytes or None,
-    note) each, rendered headless."""
-    out = []
-    for plot in all_plots(df, baselines, experiment):
-        out.append((plot.title, None if plot.figure is None else figure_bytes(plot.figure, fmt), plot.note))
-    return out
-
-
-def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
-    return image_bytes(fig, fmt, dpi)
+    """The report's charts for a notebook (`zcorch.report_figures`): (title, image bytes or None, note) each."""
+    return [(plot.title, None if plot.figure is None else image_bytes(plot.figure, fmt), plot.note)
+            for plot in all_plots(df, baselines, experiment)]
 
 
 def data_uri(plot: Plot, fmt: str = "png") -> str:
@@ -595,9 +554,8 @@ def data_uri(plot: Plot, fmt: str = "png") -> str:
 
 def save(plots: Sequence[Plot], directory: "str | Path", formats: Sequence[str] = ("png", "svg"),
          subdir: str = "") -> list:
-    """Write every drawn plot as DIRECTORY[/SUBDIR]/NAME.{png,svg}; returns the paths written. Each file goes
-    through an exclusive temporary, and no link below DIRECTORY is followed (zcorch.results.setfiles): a
-    result set's plots/ may hold links planted by whoever made it."""
+    """Write every drawn plot as DIRECTORY[/SUBDIR]/NAME.{png,svg}; returns the paths. No link below DIRECTORY is
+    followed (a result set's plots/ may hold planted ones)."""
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -615,9 +573,8 @@ EFFICIENCY_AXES = {"total_host_busy_s_per_gib": "CPU per GiB, both hosts (host v
 
 
 def efficiency(found: dict, experiment: str = "") -> list:
-    """Throughput against CPU per GiB, one chart per ranking of the Findings (zcorch.analysis.findings):
-    each configuration a point numbered by its rank, with its throughput interval; the efficient ones (no
-    other is at least as fast for less CPU) filled, labelled and joined as the Pareto front."""
+    """Throughput against CPU per GiB, a chart per ranking of the Findings: each configuration a point numbered by
+    its rank; the efficient ones (the Pareto front) filled, labelled and joined."""
     what = "throughput against CPU per GiB: the efficient configurations"
     metric = found.get("efficiency_metric")
     if not metric:
@@ -672,6 +629,5 @@ def best_baselines(refs: list) -> list:
     """The fastest baseline of each kind (the ceiling each tool reached), from the Findings' baselines."""
     best: dict = {}
     for b in refs:
-        if b["kind"] not in best or b["mb_s"] > best[b["kind"]]["mb_s"]:
-            best[b["kind"]] = b
+        best[b["kind"]] = max(best.get(b["kind"], b), b, key=lambda x: x["mb_s"])
     return list(best.values())

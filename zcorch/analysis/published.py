@@ -1,11 +1,6 @@
-"""The published table of reproductions (`zcorch reproductions DIR...`, docs/reproductions.md): for each result
-set of an experiment with a `reference:`, the study's figures next to ours with the configuration that
-produced each, and its claims' verdicts with the conditions they were checked under.
-
-Pure of the result sets given: the same sets give the same document, byte for byte (no clock, no absolute
-path), so a test can compare the shipped fixture with what the command makes of tests/data/reproductions/.
-Every number comes from zcorch.analysis.reproduction, the same rows the report shows.
-"""
+"""The published table of reproductions (`zcorch reproductions DIR...`, docs/reproductions.md): per result set with a
+`reference:`, the study's figures next to ours and its claims' verdicts (zcorch.analysis.reproduction's rows). The
+same sets give the same bytes (no clock, no absolute path)."""
 from __future__ import annotations
 
 import os
@@ -41,8 +36,7 @@ def _pick(header: "list[str]", rows: "list[list[str]]", columns: "tuple[str, ...
 
 
 def _configuration(df, row: "rp.FigureRow") -> str:
-    """What produced our number: the cell's values of every parameter the run varied, and its bytes (or
-    duration), with the cell id; a figure of a baseline (`of:`) or of a cell the run left out: its match."""
+    """What produced our number: the cell's varied parameters, bytes (or duration) and id; else the figure's match."""
     what = rp.figure_table([row])[0][FIGURE_HEADERS_CELL]
     cell = row.measured.cell
     if cell is None or df.empty or getattr(row.figure, "of", None):
@@ -64,9 +58,9 @@ def _hosts_line(meta: dict) -> str:
         kernel = (h.get("kernel") or {}).get("release") if isinstance(h.get("kernel"), dict) else h.get("kernel")
         mem = h.get("mem_total_bytes")
         iface = h.get("interface") or {}
-        parts.append(f"{role}: {h.get('cpu_count') or '?'} CPUs, {mem / 2**30:.0f} GiB" if mem else
-                     f"{role}: {h.get('cpu_count') or '?'} CPUs")
-        parts[-1] += f", kernel {kernel or '?'}, link {iface.get('kind') or '?'} (MTU {iface.get('mtu') or '?'})"
+        memory = f", {mem / 2**30:.0f} GiB" if mem else ""
+        parts.append(f"{role}: {h.get('cpu_count') or '?'} CPUs{memory}, kernel {kernel or '?'}, "
+                     f"link {iface.get('kind') or '?'} (MTU {iface.get('mtu') or '?'})")
     same = meta.get("same_host")
     return "; ".join(parts) + ("; one machine (both ends on one kernel)" if same else "")
 
@@ -115,8 +109,7 @@ def _size(nbytes) -> str:
 
 
 def runs_row(path) -> "list[str]":
-    """[study, bytes a transfer here, the study's own, ok runs a cell, hosts' busy CPU before the runs, the
-    command]: the numbers of how a set was made, from the set itself (manifest, runs, meta)."""
+    """How a set was made, from the set itself: a row of RUNS_HEADER."""
     d = result_dir(path)
     manifest = read_manifest(d)
     _, text = read_experiment_text(d, manifest)
@@ -141,8 +134,7 @@ RUNS_HEADER = ["study", "bytes a transfer (here)", "the study's own", "ok runs a
 
 
 def reproductions_markdown(paths: "Iterable[os.PathLike | str]", notes: str = "") -> str:
-    """The whole document: a summary line per study, what differs from the studies' own text, `notes`
-    (hand-written, e.g. why), then one section per result set, in the order given."""
+    """The whole document: a line per study, where verdicts differ, `notes`, then a section per result set."""
     sections, summary, differ, made = [], [], [], []
     paths = list(paths)
     for path in paths:
@@ -185,8 +177,7 @@ def notes_figures(text: str) -> "list[tuple[int, str]]":
 
 
 def read_notes(path: "os.PathLike | str") -> str:
-    """The hand-written notes file; ConfigError naming it when it cannot be read or quotes a figure (a number
-    in the notes stays as written whatever sets it is put beside: only the generated text may quote one)."""
+    """The hand-written notes file; ConfigError when it cannot be read or quotes a figure (only generated text may)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

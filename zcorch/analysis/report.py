@@ -1,11 +1,6 @@
-"""`zcorch report DIR`: a self-contained HTML report of one result set (DIR/report.html).
-
-Everything is inline (CSS, images as data URIs) so the file can be mailed or archived alone. The
-page is rendered by the Jinja2 templates in zcorch/analysis/templates/ (report.html.j2 includes
-one template per section) with autoescaping on, so every value that comes from the result set is
-HTML-escaped; the functions here only gather the values. The plots are also written as PNG and SVG
-files under DIR/plots/.
-"""
+"""`zcorch report DIR`: a self-contained HTML report of one result set (DIR/report.html, everything inline), rendered
+by the autoescaping Jinja2 templates in zcorch/analysis/templates/ from the values gathered here; the plots also
+as PNG and SVG under DIR/plots/."""
 from __future__ import annotations
 
 import datetime as _dt
@@ -38,18 +33,17 @@ from zcorch.analysis.stats import ci_label, ci_method, format_rate, format_sprea
 
 @dataclass
 class Table:
-    """A table of text for the templates' `table` macro; `classes` gives a CSS class per column
-    (e.g. 'num' for right-aligned numbers, 'cell' for multi-line cells) or None."""
+    """A table of text for the templates' `table` macro, without the columns (but the first) no row has a value in;
+    `classes`: a CSS class per column ('num', 'cell') or None."""
     header: list
     rows: list
     classes: list = field(default_factory=list)
-    keep_empty: bool = False  # columns with no value in any row are dropped unless this is set
 
     def __post_init__(self) -> None:
         self.header = list(self.header)
         self.rows = [list(r) for r in self.rows]
         self.classes = list(self.classes) + [None] * (len(self.header) - len(self.classes))
-        if self.rows and not self.keep_empty:
+        if self.rows:
             keep = [i for i in range(len(self.header)) if i == 0 or any(text(r[i]) != "" for r in self.rows)]
             self.header = [self.header[i] for i in keep]
             self.classes = [self.classes[i] for i in keep]
@@ -65,19 +59,15 @@ def _num(value, fmt: str = "{:.2f}") -> str:
     return fmt.format(v) if np.isfinite(v) else ""
 
 
-# ---------------------------------------------------------------------------------------------
 # What each section shows (the templates lay it out)
 
 
 def experiment_section(manifest: dict, experiment_text: str) -> dict:
     keys = ["name", "status", "created", "finished", "zcorch_version", "git_revision", "command",
             "accept_new_host_keys", "inventory", "overrides", "resumed"]
-    rows = []
-    for k in keys:
-        if k in manifest and manifest[k] is not None and manifest[k] != []:
-            v = manifest[k]
-            rows.append((k, " ".join(map(str, v)) if k == "command" else
-                         json.dumps(v) if isinstance(v, (list, dict)) else v))
+    given = [(k, manifest[k]) for k in keys if manifest.get(k) is not None and manifest[k] != []]
+    rows = [(k, " ".join(map(str, v)) if k == "command" else json.dumps(v) if isinstance(v, (list, dict)) else v)
+            for k, v in given]
     return {"table": Table(["", "value"], rows), "text": experiment_text}
 
 
@@ -113,8 +103,7 @@ def baselines_table(baselines: pd.DataFrame) -> Optional[Table]:
 
 
 def filesystems_table(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: dict) -> Optional[Table]:
-    """One column per receiving filesystem: what it is, its dd ceilings and what the runs landed on
-    it; None when the result set has no filesystems."""
+    """One column per receiving filesystem: what it is, its dd ceilings, what the runs landed on it; None without."""
     summary = filesystem_summary(df, baselines, descriptions)
     if summary.empty:
         return None
@@ -124,9 +113,7 @@ def filesystems_table(df: pd.DataFrame, baselines: pd.DataFrame, descriptions: d
 
 
 def results_section(df: pd.DataFrame) -> dict:
-    """The throughput tables of the default view (plots.default_view): rows its colour (the send mode, as
-    the seeds' tables), columns its x (the receive mode, or the parameter the modes do not vary), one table
-    per panel; cells 'MB/s (Gbit/s)' with their spread."""
+    """The throughput tables of the default view: rows its colour, columns its x, a table per panel."""
     view, folded = default_view(df, ok_only=False)
     view = View(view.x, view.hue, view.facet, "mb_s")
     tables = []
@@ -141,11 +128,9 @@ def results_section(df: pd.DataFrame) -> dict:
             if folded and len(_select(df, view.hue, hkey)):
                 first = _select(df, view.hue, hkey).iloc[0]
                 label += " (" + ", ".join(f"{p}={format_value(p, first[p])}" for p in folded) + ")"
-            cells = []
-            for xkey in xs:
-                r = _select(part, view.x, xkey)
-                cells.append("" if r.empty else format_rate(r["mb_s_median"].iloc[0], r["gbit_s_median"].iloc[0])
-                             + "\n" + format_spread(r.iloc[0]))
+            picked = [_select(part, view.x, xkey) for xkey in xs]
+            cells = ["" if r.empty else format_rate(r["mb_s_median"].iloc[0], r["gbit_s_median"].iloc[0])
+                     + "\n" + format_spread(r.iloc[0]) for r in picked]
             if any(cells):
                 rows.append([label] + cells)
         corner = f"{'+'.join(view.hue) or ' '} \\ {'+'.join(view.x)}"
@@ -179,8 +164,7 @@ def _median(r: pd.Series, metric: str, fmt: str = "{:.3f}") -> str:
 
 
 def cell_zc_verdicts(df: pd.DataFrame) -> dict:
-    """{cell: zero-copy verdict} over the ok runs of each cell (their completion reports and mapped/copied
-    receive bytes added up: zcorch.results.rates.zc_label)."""
+    """{cell: zero-copy verdict (zcorch.results.rates.zc_label)} over the summed reports of each cell's ok runs."""
     from zcorch.results.rates import zc_label
 
     def total(group: pd.DataFrame, column: str) -> Optional[float]:
@@ -201,8 +185,7 @@ def cell_zc_verdicts(df: pd.DataFrame) -> dict:
 
 
 def cell_cpu_resolutions(df: pd.DataFrame) -> dict:
-    """{cell: host-CPU resolution} over the ok runs of each cell (the frame's `cpu_resolution`,
-    zcorch.results.rates.cell_cpu_resolution: the end-of-run summary's wording)."""
+    """{cell: host-CPU resolution} over the ok runs of each cell (zcorch.results.rates.cell_cpu_resolution)."""
     from zcorch.results.rates import cell_cpu_resolution
 
     if "cpu_resolution" not in df:
@@ -240,8 +223,7 @@ def _values(r: pd.Series, params: list) -> list:
 
 
 def by_mode(summary: pd.DataFrame, params: list) -> pd.DataFrame:
-    """A per-cell summary in the order a reader looks things up: by the modes, then the other parameters
-    (their values' order: numbers as numbers, missing first), never by cell hash."""
+    """A per-cell summary ordered by the modes, then the other parameters (numbers as numbers, missing first)."""
     keys = [p for p in ["send_mode", "recv_mode"] + [p for p in params if p not in ("send_mode", "recv_mode")]
             if p in summary]
     if not keys or summary.empty:
@@ -277,7 +259,6 @@ def calibration_table(meta: dict) -> Optional[Table]:
     cals = {role: (hosts.get(role) or {}).get("calibration") for role in ("sender", "receiver")}
     if not any(isinstance(c, dict) for c in cals.values()):
         return None
-    rows = []
     facts = [("one copy of a GiB (memcpy, s)", "memcpy_s_per_gib", "{:.4f}"),
              ("memcpy bandwidth (GiB/s, median round)", "memcpy_gib_s", "{:.2f}"),
              ("memcpy, best round (s per GiB)", "memcpy_best_s_per_gib", "{:.4f}"),
@@ -285,8 +266,8 @@ def calibration_table(meta: dict) -> Optional[Table]:
              ("page fault + zeroing of a fresh 4 KiB page (ns)", "fault_ns_per_page", "{:.0f}"),
              ("first touch of a GiB of fresh pages (s)", "fault_s_per_gib", "{:.4f}"),
              ("trivial system call, getppid (ns)", "syscall_ns_per_call", "{:.0f}")]
-    for label, key, fmt in facts:
-        rows.append([label] + [_num((c or {}).get(key), fmt) if isinstance(c, dict) else "" for c in cals.values()])
+    rows = [[label] + [_num(c.get(key), fmt) if isinstance(c, dict) else "" for c in cals.values()]
+            for label, key, fmt in facts]
     if any(isinstance(c, dict) and "cached" in c for c in cals.values()):   # zcorch.worker.calcache
         rows.append(["measured"] + [_measured(c) if isinstance(c, dict) else "" for c in cals.values()])
     errors = [(c or {}).get("error") for c in cals.values()]
@@ -324,8 +305,7 @@ def headline(ranking: dict) -> str:
 
 
 def findings_section(found: dict) -> dict:
-    """The Findings for the page: per ranking a table (rank, group, configuration, throughput with its
-    interval, CPU per GiB in both views, share of the baselines, flags); empty columns dropped."""
+    """The Findings for the page: a table per ranking, empty columns dropped."""
     from zcorch.analysis.findings import CPU_COLUMNS, table_row
 
     rankings = []
@@ -336,10 +316,9 @@ def findings_section(found: dict) -> dict:
                   + [f"% of {k}" for k in kinds] + ["flags"])
         classes = ["num", "num", None, "num", "num nowrap", "num", "num"] + ["num"] * len(CPU_COLUMNS) \
             + ["num"] * len(kinds) + [None]
-        rows = []
-        for e in ranking["modes"]:
-            rows.append({"group": e["group"], "efficient": e["efficient"], "flagged": bool(e["flags"]),
-                         "cells": table_row(e, [c for c, _, _ in CPU_COLUMNS], kinds, " ◆", gbit=True)})
+        rows = [{"group": e["group"], "efficient": e["efficient"], "flagged": bool(e["flags"]),
+                 "cells": table_row(e, [c for c, _, _ in CPU_COLUMNS], kinds, " ◆", gbit=True)}
+                for e in ranking["modes"]]
         keep = [i for i in range(len(header)) if i < 3 or any(text(r["cells"][i]) != "" for r in rows)]
         for r in rows:
             r["cells"] = [r["cells"][i] for i in keep]
@@ -364,8 +343,7 @@ def _data_links(meta: dict) -> list:
 
 
 def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
-    """Where the CPU goes: both CPU views per cell in units of one copy of the data, the yardsticks, and
-    what the zero-copy verdicts mean on this data link."""
+    """Where the CPU goes: both CPU views per cell in copies of the data, the yardsticks, the data links."""
     ok = df[df["status"] == OK]
     have_host = any(c in ok and ok[c].notna().any() for c in ("send_host_busy_s_per_gib", "recv_host_busy_s_per_gib"))
     same = "same_host" in ok and bool(ok["same_host"].fillna(False).astype(bool).any())
@@ -375,10 +353,8 @@ def cpu_section(df: pd.DataFrame, meta: dict) -> dict:
         params = [c for c in varying_params(df) if c in s]
         s = by_mode(s, params)
         header = params + [_header(m) for m in CPU_SECTION_METRICS]
-        rows = []
-        for _, r in s[s["n"] > 0].iterrows():
-            rows.append(_values(r, params)
-                        + [_cpu_median(r, m) for m in CPU_SECTION_METRICS])
+        rows = [_values(r, params) + [_cpu_median(r, m) for m in CPU_SECTION_METRICS]
+                for _, r in s[s["n"] > 0].iterrows()]
         table = Table(header, rows, ["nowrap"] * len(params) + ["num"] * len(CPU_SECTION_METRICS))
     verdicts = set(cell_zc_verdicts(df).values()) - {"n/a"}
     links = _data_links(meta) if verdicts else []
@@ -405,14 +381,6 @@ def reproduction_section(experiment_text: str, path: str, df: pd.DataFrame,
             "claim_header": rp.CLAIM_HEADER, "claims": rp.claim_table(claims), "counts": rp.verdict_counts(claims)}
 
 
-def _declared_views(text: str, path: str) -> tuple:
-    """The experiment's `report:` views; () when it has none or they cannot be read (the default view then)."""
-    try:
-        return views_of(text, path)
-    except ConfigError:
-        return ()
-
-
 def plots_section(plots: list) -> list:
     """Per plot: title, note and the PNG as a data URI (None for a plot that does not apply)."""
     return [{"title": p.title, "note": p.note, "uri": data_uri(p, "png") if p.figure is not None else None}
@@ -431,11 +399,7 @@ def failed_table(df: pd.DataFrame) -> Optional[Table]:
                  ["nowrap"] * len(params) + ["num", None, None, None, "nowrap"])
 
 
-# ---------------------------------------------------------------------------------------------
-
-
-# The sections in the order of the page (id, heading; the template of each is `<id>.html.j2`): the page and its
-# table of contents list those present.
+# The sections in the page's order (id, heading; template `<id>.html.j2`); the page lists those present.
 SECTIONS = [("findings", "Findings"), ("reproduction", "Reproduction"), ("results", "Results"),
             ("cpu", "Where the CPU goes"), ("plots", "Plots"), ("baselines", "Baselines"),
             ("filesystems", "Filesystems"), ("cells", "Every cell"), ("failed", "Failed runs"),
@@ -456,7 +420,10 @@ def build_report(path, plot_formats: Sequence[str] = ()) -> str:
     raw_meta = read_meta(d)
     descriptions = raw_meta.get("filesystems") or {}
     exp_file, experiment_text = read_experiment_text(d, manifest)
-    declared = _declared_views(experiment_text, str(exp_file)) if experiment_text is not None else ()
+    try:   # the experiment's `report:` views; none (the default view) when they cannot be read
+        declared = views_of(experiment_text, str(exp_file)) if experiment_text is not None else ()
+    except ConfigError:
+        declared = ()
     experiment_text = "(experiment file missing)" if experiment_text is None else experiment_text
     name = manifest.get("name") or d.name
     plots = all_plots(df, baselines, name, load_samples(d), declared) if len(df) else []
@@ -495,6 +462,5 @@ def write_report(path, output=None, plot_formats=("png", "svg")) -> Path:
     d = result_dir(path)
     out = Path(output) if output else d / "report.html"
     page = build_report(d, plot_formats)
-    # An exclusive temporary renamed over the name: a link planted at report.html or its temporary is
-    # replaced, never written through (zcorch.results.setfiles).
+    # an exclusive temporary renamed over the name: a link planted there is replaced, never written through
     return setfiles.write_inside(out.parent, out.name, page.encode("utf-8"))

@@ -1,13 +1,6 @@
-"""Reproduction: a study's published figures next to this run's, and a verdict per published claim (the
-verdicts: docs/reproductions.md). Pure functions of a runs frame, its baselines frame and the experiment's
-`reference:`; nothing here measures or reads files.
-
-A figure is compared as a fraction of each side's own baseline (the study's iperf or dd figure, this set's
-baseline of the same kind), so 2006 hardware and a 2026 VM are compared against their own ceilings; the study's
-numbers and ours stay in separate fields, labelled "published" and "measured (this run)". A claim
-`metric(a) OP K × metric(b)` is judged on the confidence intervals of the two medians, and is *untestable here*
-when a condition it `needs:` (zcorch.conditions) is not met.
-"""
+"""Reproduction: a study's published figures next to this run's, each as a fraction of its own side's baseline, and
+a verdict per claim `metric(a) OP K × metric(b)` from the two medians' intervals (*untestable here* when a condition
+it `needs:` is not met; docs/reproductions.md). Pure functions of the runs, baselines and `reference:`."""
 from __future__ import annotations
 
 import math
@@ -31,8 +24,7 @@ HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE = "holds", "does not hold", "inconclusive
 
 
 def needs_runs(level: float = LEVEL) -> str:
-    """'needs 5 runs': the fewest ok runs a side needs for an interval of `level` (min_runs_for, the helper the
-    sweep's `repeats: {target_ci}` uses)."""
+    """'needs 5 runs': the fewest ok runs a side needs for an interval of `level` (min_runs_for)."""
     return f"needs {min_runs_for(level)} runs"
 VERDICTS = (HOLDS, FAILS, INCONCLUSIVE, UNTESTABLE)
 
@@ -77,8 +69,7 @@ class FigureRow:
 
     @property
     def ratio(self) -> float:
-        """measured (this run) / published (midpoint of a range); totals per byte when the study's bytes
-        and the run's differ (NaN when the study's amount is not known)."""
+        """measured / published (a range's midpoint); totals per byte when the bytes differ (NaN: study's unknown)."""
         mid = (self.published[0] + self.published[1]) / 2
         if not mid:
             return math.nan
@@ -147,13 +138,8 @@ def _ratio(x: float) -> str:
 
 # ---------------------------------------------------------------- measuring
 
-def _params(row: pd.Series) -> dict:
-    return {k: row[k] for k in row.index}
-
-
 def _firsts(df: pd.DataFrame, *matches: "Match | None") -> list:
-    """Each cell's first run as a dict; given matches, only the columns they name (and the cell): a runs
-    frame has hundreds of columns, and a figure's selection is made once a cell, many times a document."""
+    """Each cell's first run as a dict; given matches, only the columns they name (and the cell)."""
     cols = list(df.columns)
     if matches:
         keys = {c.key for m in matches if m is not None for c in m.conditions}
@@ -195,20 +181,15 @@ def _measured(rows: pd.DataFrame, metric: str, level: float, words: "tuple[str, 
 
 
 def own_baseline(baselines: pd.DataFrame, kind: str, cell: dict) -> "list[float]":
-    """This result set's baseline of `kind` for a cell: the Gbit/s of its ok records (the tables show their
-    median).
-
-    The records whose key has the kind's fixed values (iperf3: the plain, not -Z, tests), those matching the
-    cell on the kind's match keys when there are some (iperf3, qperf: buffer and window; dd: filesystem);
-    zcorch.config.baselines declares both per kind."""
+    """The Gbit/s of this result set's ok baseline records of `kind` that stand for `cell` (baseline_rows)."""
     rows = baseline_rows(baselines, kind, cell)
     rows = rows[rows["status"] == OK] if len(rows) else rows
     return [float(v) for v in pd.to_numeric(rows["gbit_s"], errors="coerce").dropna()] if len(rows) else []
 
 
 def baseline_rows(baselines: pd.DataFrame, kind: str, cell: dict) -> pd.DataFrame:
-    """The records of `kind` (any status) that stand for `cell`: see own_baseline. A kind's strict keys
-    (dd: filesystem) never fall back to records of another value."""
+    """The records of `kind` (any status) that stand for `cell`: with the kind's fixed key values, matching the cell
+    on its match keys when some do (its strict keys, e.g. dd's filesystem, always)."""
     if baselines is None or baselines.empty:
         return pd.DataFrame()
     if kind.startswith(COMMAND_KIND_PREFIX):  # a command baseline: the records of that command
@@ -232,9 +213,7 @@ def baseline_rows(baselines: pd.DataFrame, kind: str, cell: dict) -> pd.DataFram
 
 def measure_of(df: pd.DataFrame, baselines: pd.DataFrame, match: Match, kind: str, metric: str,
                level: float = CI) -> Measured:
-    """This run's baseline `kind` on the configuration `match` selects (a figure or claim `of: kind`): the
-    records whose match keys (dd: filesystem) are the selected cells'; their median and interval, in the
-    metric's unit. The cells agree on those keys (zcorch.config.reference.reference_problems)."""
+    """This run's baseline `kind` on the configuration `match` selects (`of: kind`), in the metric's unit."""
     cells = [r for r in (_firsts(df) if len(df) else ()) if match.selects(r)]
     if not cells:
         return Measured(None, note="not in this run")
@@ -272,7 +251,7 @@ def figures(df: pd.DataFrame, baselines: pd.DataFrame, ref: Reference) -> "list[
             pub_norm = (p_lo / hi, p_hi / lo)
             if m.cell is not None:
                 first = cell_rows(df, f.match).iloc[0]
-                vals = own_baseline(baselines, study.kind, _params(first))
+                vals = own_baseline(baselines, study.kind, {k: first[k] for k in first.index})
                 base_gbit = float(np.median(vals)) if vals else math.nan
                 if np.isfinite(m.median) and base_gbit > 0:
                     norm = convert(m.median, unit, "Gbit/s") / base_gbit
@@ -416,23 +395,20 @@ def claim_checks(df: pd.DataFrame, claim: Claim, hosts: HostFacts) -> "tuple[con
 
 def claims(df: pd.DataFrame, ref: Reference, baselines: Optional[pd.DataFrame] = None,
            hosts: Optional[HostFacts] = None) -> "list[ClaimRow]":
-    """The verdict of each claim; `baselines` (frames.load_baselines) for claims `of` a baseline kind, `hosts`
-    (host_facts of the result set's meta.json) for the conditions a claim needs."""
+    """The verdict of each claim; `baselines` for claims `of` a baseline kind, `hosts` for the conditions needed."""
+    def side(c: Claim, m: Match) -> Measured:
+        return measure_of(df, baselines, m, c.of, c.metric, ref.level) if c.of else measure(df, m, c.metric, ref.level)
+
     out = []
     hosts = hosts or HostFacts()
     for c in ref.claims:
         unit = metrics.get(c.metric).unit
+        a = side(c, c.a)
         if c.b is None:     # against a constant: an exact "interval" of the constant itself
-            a = measure_of(df, baselines, c.a, c.of, c.metric, ref.level) if c.of else measure(df, c.a, c.metric,
-                                                                                             ref.level)
             b = Measured(f"{c.factor:g}", 0, 0, c.factor, c.factor, c.factor, "the claim's constant", 1.0)
-            v, why = verdict(a, b, c.op, 1.0, ref.level)
-        elif c.of:
-            a, b = (measure_of(df, baselines, m, c.of, c.metric, ref.level) for m in (c.a, c.b))
-            v, why = verdict(a, b, c.op, c.factor, ref.level)
         else:
-            a, b = measure(df, c.a, c.metric, ref.level), measure(df, c.b, c.metric, ref.level)
-            v, why = verdict(a, b, c.op, c.factor, ref.level)
+            b = side(c, c.b)
+        v, why = verdict(a, b, c.op, 1.0 if c.b is None else c.factor, ref.level)
         checks = claim_checks(df, c, hosts) if len(df) else ()
         failing = cond.untestable_reason(checks)
         if failing:
@@ -536,8 +512,7 @@ def baseline_table(ref: Reference, baselines: pd.DataFrame) -> "list[list[str]]"
 
 
 def _configurations(baselines: pd.DataFrame, kind: str) -> "list[tuple[str, dict]]":
-    """(label, cell) per configuration of a kind's strict keys this result set has records of (dd: one per
-    filesystem: a median across filesystems would stand for none of them); [("", {})] for other kinds."""
+    """(label, cell) per configuration of a kind's strict keys in the records (dd: per filesystem); else [("", {})]."""
     registered = BY_RECORD.get(kind)
     keys = [k for k in (registered.strict_keys if registered else ()) if baselines is not None
             and f"key_{k}" in baselines]
@@ -545,10 +520,8 @@ def _configurations(baselines: pd.DataFrame, kind: str) -> "list[tuple[str, dict
         return [("", {})]
     rows = baselines[baselines["kind"] == kind]
     combos = rows[[f"key_{k}" for k in keys]].drop_duplicates()
-    out = []
-    for _, combo in combos.iterrows():
-        cell = {k: combo[f"key_{k}"] for k in keys}
-        out.append((", ".join(f"{k}={format_value(k, v)}" for k, v in cell.items() if pd.notna(v)), cell))
+    cells = [{k: combo[f"key_{k}"] for k in keys} for _, combo in combos.iterrows()]
+    out = [(", ".join(f"{k}={format_value(k, v)}" for k, v in cell.items() if pd.notna(v)), cell) for cell in cells]
     return out or [("", {})]
 
 

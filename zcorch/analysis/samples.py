@@ -1,10 +1,6 @@
-"""`zcorch.load_samples`: the per-interval samples of the runs (param `sample_interval`) as one frame.
-
-The runner writes a transfer's samples to `samples/<cell>-r<repeat>.jsonl`, named by the run's record; only
-the newest record of each (cell, repeat) counts, and a samples file that is gone leaves that run out. One row
-per sample and side: t_s, the cumulative counters, the TCP_INFO values, the interval's rates (gbit_s,
-proc_cpus, host_busy_cpus) and the run's parameters (`bytes`: moved so far; docs/architecture.md).
-"""
+"""`zcorch.load_samples`: the per-interval samples of the runs (`sample_interval`, the files their newest records
+name) as one frame: a row per sample and side, its counters, TCP_INFO, the interval's rates and the run's
+parameters (`bytes`: moved so far)."""
 from __future__ import annotations
 
 import json
@@ -41,14 +37,8 @@ def _read(d, rel: str) -> list:
     return rows
 
 
-def _empty(params: Iterable[str] = ()) -> pd.DataFrame:
-    cols = HEAD + SAMPLE_COLUMNS + DERIVED + list(params)
-    return pd.DataFrame({c: pd.Series(dtype=object if c in ("sweep", "cell", "side") else "float64") for c in cols})
-
-
 def _per_interval(frame: pd.DataFrame) -> pd.DataFrame:
-    """dt_s and the interval rates, within each (sweep, cell, repeat, side) from the previous sample (the
-    first from the start of the transfer: t = 0 with nothing moved or spent)."""
+    """dt_s and the interval rates, within each (sweep, cell, repeat, side), from the previous sample (or t = 0)."""
     keys = ["sweep", "cell", "repeat", "side"]
     frame = frame.sort_values(keys + ["t_s"], kind="stable").reset_index(drop=True)
     grouped = frame.groupby(keys, sort=False)
@@ -68,11 +58,9 @@ def _per_interval(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_samples(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame:
-    """Every sample of one or several result sets (module docstring); an empty frame with the columns
-    when no run kept samples."""
+    """Every sample of one or several result sets; an empty frame with the columns when no run kept any."""
     dirs = _as_dirs(path_or_paths)
-    parts = []
-    params = []
+    parts, params = [], []
     for d, sweep in zip(dirs, _sweep_names(dirs)):
         read_manifest(d)
         runs = load(d)
@@ -95,7 +83,8 @@ def load_samples(path_or_paths: "PathLike | Iterable[PathLike]") -> pd.DataFrame
                 part[p] = run[p]
             parts.append(part)
     if not parts:
-        return _empty(params)
+        return pd.DataFrame({c: pd.Series(dtype=object if c in ("sweep", "cell", "side") else "float64")
+                             for c in HEAD + SAMPLE_COLUMNS + DERIVED + params})
     frame = pd.concat(parts, ignore_index=True)
     for col in SAMPLE_COLUMNS:
         if col not in frame:

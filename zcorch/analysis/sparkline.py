@@ -1,8 +1,5 @@
-"""A cell's nightly series as a small inline SVG for the history page's table (zcorch.analysis.history): a
-fleet's year is thousands of series, and a matplotlib plot of each (about 0.2 s apiece) would take minutes.
-The same numbers as the trend plot: medians, fitted levels, change points, the newest night (red when bad),
-failed nights. Only numbers computed here and the escaped label go into the markup.
-"""
+"""A cell's nightly series as a small inline SVG for the history page (matplotlib would take minutes for a fleet's
+thousands): the trend plot's numbers; only numbers computed here and the escaped label go into the markup."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -21,9 +18,8 @@ def _ints(values: np.ndarray) -> "list[int]":
 
 def sparkline(median: Sequence[float], levels: "Sequence[tuple[int, int, float]]", steps: Sequence[int],
               failed: Sequence[bool], bad: bool, title: str) -> Markup:
-    """The SVG of one series: `median` per night (NaN: no ok run), `levels` the fitted segments (start, end,
-    level; empty when none is drawn), `steps` the nights where a level begins, `failed` per night whether
-    every run failed, `bad` whether the newest night is a regression, `title` the tooltip."""
+    """The SVG of one series: `median` per night (NaN: no ok run), `levels` (start, end, level), `steps` where a
+    level begins, `failed` nights, `bad` newest night, `title` the tooltip."""
     y = np.asarray(median, dtype="float64")
     n = len(y)
     known = np.isfinite(y)

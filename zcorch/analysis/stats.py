@@ -1,12 +1,7 @@
 """Statistics on run frames: per-cell medians with distribution-free confidence intervals, Mann–Whitney U.
 
-The interval of a median is the order-statistic (sign-test) one, [x(k), x(n+1-k)] of n sorted runs, at the
-narrowest k whose coverage reaches the level asked, and it carries the level it really has: three runs give
-[min, max] at 75%, never a claimed 95% (`ci_met` false). No resampling: a percentile bootstrap of 3 to 6
-repeats claims 95% for the min–max of the runs, and scipy.stats.quantile_test gives NaN where the level cannot
-be reached without saying what can. The intervals are zcorch.results.intervals' (stdlib, so the sweep's runner
-asks them too); Mann–Whitney U is scipy.stats.mannwhitneyu. Fewer than two ok runs: no interval (NaN).
-"""
+A median's interval is the order-statistic one (zcorch.results.intervals) and carries the level it really has
+(three runs: [min, max] at 75%, never a claimed 95%); no bootstrap, which would claim 95% for 3 to 6 repeats."""
 from __future__ import annotations
 
 import functools
@@ -18,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from zcorch.analysis.frames import OK, PARAM_KEYS
-# The order-statistic interval itself lives beside the results (stdlib only: the sweep's runner asks it too)
 from zcorch.results.intervals import CI, ci_width_pct, median_ci, median_ci_level, median_ci_rank, min_runs_for  # noqa: F401
 from zcorch.metrics import SUMMARY
 from zcorch.params import format_value
@@ -33,27 +27,15 @@ def ci_method(ci: float = CI) -> str:
             f"else [min, max] at the lower level it has (each interval states its level)")
 
 
-def ci_label(level: float, ci: float = CI) -> str:
-    """How a table heads or tags an interval: "95% CI" only when its level is at least 95%: "75% CI" for
-    three runs, "" with no interval. Levels are rounded down so that 93.8% never reads as 94% met."""
-    if not level == level:  # NaN
-        return ""
-    shown = math.floor(level * 1000) / 10
-    return f"{shown:g}% CI"
+def ci_label(level: float) -> str:
+    """How a table tags an interval: "75% CI" for three runs, "" with none; rounded down (93.8% never reads 94%)."""
+    return f"{math.floor(level * 1000) / 10:g}% CI" if level == level else ""
 
 
 def varying_params(df: pd.DataFrame, with_members: bool = False) -> list:
-    """Parameter columns with more than one value in the frame (what distinguishes cells).
-
-    A linked axis of the experiment that varies (its column, frames.add_linked_axes) replaces its parameters;
-    `with_members`: it comes first and its parameters follow it (tables that list every parameter).
-
-    A sink that only follows the filesystem (`{filesystem}/recv.dat` rendered to each mountpoint)
-    tells nothing the filesystem does not, so it is left out then."""
-    out = []
-    for col in PARAM_KEYS:
-        if col in df and df[col].astype(str).nunique(dropna=False) > 1:
-            out.append(col)
+    """Parameter columns with more than one value in the frame. A varying linked axis replaces its parameters
+    (`with_members`: followed by them); a sink that only follows the filesystem is left out."""
+    out = [col for col in PARAM_KEYS if col in df and df[col].astype(str).nunique(dropna=False) > 1]
     if "sink" in out and "filesystem" in out:
         pairs = df[["filesystem", "sink"]].astype(str).drop_duplicates()
         if len(pairs) == df["filesystem"].astype(str).nunique(dropna=False):
@@ -64,10 +46,7 @@ def varying_params(df: pd.DataFrame, with_members: bool = False) -> list:
         if name in df and members and df[name].astype(str).nunique(dropna=False) > 1:
             at = out.index(members[0])
             out = [p for p in out if p not in members]
-            if with_members:
-                out[at:at] = [name] + members
-            else:
-                out.insert(at, name)
+            out[at:at] = [name] + (members if with_members else [])
     return out
 
 
@@ -78,13 +57,9 @@ def linked_axes(df: pd.DataFrame) -> dict:
 
 def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
               metrics: Sequence[str] = METRICS, ci: float = CI) -> pd.DataFrame:
-    """Per group of runs: n (ok runs), n_failed (counted, never averaged in), per metric its median, min,
-    max, ci_low, ci_high, ci_level (the level the interval really has), and `ci_met` (that level is at least
-    `ci`). `by` defaults to the cell (and the sweep when there are several), the varying parameters carried
-    along; the CI method is in `.attrs["ci_method"]`. A sweep with adaptive `repeats:` also gets `width_pct`
-    (the gbit_s interval's reach from the median, in %; inf below 6 ok runs) and `converged` (as the newest
-    records say).
-    """
+    """Per group of runs (`by`, default the cell and the sweep when several, varying parameters carried): n (ok
+    runs), n_failed, per metric its median, min, max, ci_low, ci_high, ci_level, and `ci_met` (level >= `ci`); with
+    adaptive `repeats:` also `width_pct` and `converged`."""
     if by is None:
         by = (["sweep"] if "sweep" in df and df["sweep"].nunique() > 1 else []) + ["cell"]
         carry = [c for c in varying_params(df, with_members=True) if c not in by]
@@ -101,20 +76,13 @@ def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
     # dropna=False: a parameter that is null (window = kernel default) is a group of its own
     for key, group in df.groupby(by, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        row = dict(zip(by, key))
-        for c in carry:
-            row[c] = group[c].iloc[0]
         good = group[ok.loc[group.index]]
-        row["n"] = len(good)
-        row["n_failed"] = len(group) - len(good)
+        row = {**dict(zip(by, key)), **{c: group[c].iloc[0] for c in carry}, "n": len(good),
+               "n_failed": len(group) - len(good)}
         for m in metrics:
             vals = pd.to_numeric(good[m], errors="coerce").dropna().to_numpy(dtype="float64")
-            if len(vals):
-                row[f"{m}_median"] = float(np.median(vals))
-                row[f"{m}_min"] = float(vals.min())
-                row[f"{m}_max"] = float(vals.max())
-            else:
-                row[f"{m}_median"] = row[f"{m}_min"] = row[f"{m}_max"] = math.nan
+            for stat, of in (("median", np.median), ("min", np.min), ("max", np.max)):
+                row[f"{m}_{stat}"] = float(of(vals)) if len(vals) else math.nan
             row[f"{m}_ci_low"], row[f"{m}_ci_high"], row[f"{m}_ci_level"] = median_ci(vals, ci)
         row["ci_level"] = median_ci_level(len(good), median_ci_rank(len(good), ci))
         row["ci_met"] = bool(row["ci_level"] >= ci)
@@ -131,8 +99,7 @@ def summarize(df: pd.DataFrame, by: "str | Sequence[str] | None" = None,
 
 
 def _converged(group: pd.DataFrame) -> bool:
-    """Whether every cell of a group ended converged: the `convergence` state of each cell's newest record
-    (the frame keeps one record per repeat; the highest repeat run is the cell's last)."""
+    """Whether every cell of a group ended converged, by the `convergence` of its highest repeat's record."""
     import json
 
     last = group.sort_values("repeat").groupby("cell", sort=False).tail(1)["convergence"]
@@ -141,13 +108,10 @@ def _converged(group: pd.DataFrame) -> bool:
 
 
 def _summary_columns(keys: list, metrics: list) -> list:
-    cols = list(keys) + ["n", "n_failed", "ci_level", "ci_met"]
-    for m in metrics:
-        cols += [f"{m}_{s}" for s in ("median", "min", "max", "ci_low", "ci_high", "ci_level")]
-    return cols
+    return list(keys) + ["n", "n_failed", "ci_level", "ci_met"] + [
+        f"{m}_{s}" for m in metrics for s in ("median", "min", "max", "ci_low", "ci_high", "ci_level")]
 
 
-# ---------------------------------------------------------------------------------------------
 # Mann–Whitney U (two-sided)
 
 
@@ -155,8 +119,7 @@ def _summary_columns(keys: list, metrics: list) -> list:
 MW_METHODS = {"exact": "exact",
               "permutation": "exact permutation distribution, ties",
               "normal": "normal approximation, tie and continuity corrections"}
-# Ties and at most this many ways to split the pooled values into the two samples: enumerate them
-# all (8 runs a side: 12870, a fraction of a second) rather than approximate.
+# With ties and at most this many splits of the pooled values: enumerate them all rather than approximate.
 PERMUTATION_LIMIT = 20_000
 
 
@@ -173,16 +136,9 @@ class MannWhitney:
 
 
 def mann_whitney_u(x: Iterable[float], y: Iterable[float], exact_limit: int = 20) -> MannWhitney:
-    """Two-sided Mann–Whitney U test of x against y (scipy.stats.mannwhitneyu), NaNs dropped.
-
-    When both samples have at most `exact_limit` values: without ties the exact distribution of U
-    (method "exact"); with ties scipy's "exact" would use the distribution without ties, so the exact
-    permutation distribution of U given the ties instead (scipy.stats.PermutationMethod, every split
-    enumerated) as long as there are at most PERMUTATION_LIMIT splits. Otherwise the normal
-    approximation with tie correction and continuity correction. Either exact method keeps
-    min_p_value() true: a p-value never goes below it, whereas the normal approximation of small
-    tied samples could (3 ties against 3 ties: p = 0.047 < min_p_value(3, 3) = 0.1).
-    """
+    """Two-sided Mann–Whitney U test of x against y (scipy.stats.mannwhitneyu), NaNs dropped. Both samples within
+    `exact_limit`: the exact distribution, or with ties the exact permutation one (up to PERMUTATION_LIMIT splits);
+    else the normal approximation. The exact methods never go below min_p_value(), the normal one could."""
     import scipy.stats   # on first use: its import is most of the CPU a fleet's end comparison costs
 
     x = np.asarray(list(x), dtype="float64")
@@ -201,17 +157,15 @@ def mann_whitney_u(x: Iterable[float], y: Iterable[float], exact_limit: int = 20
     else:
         method, scipy_method = "normal", "asymptotic"
     if method == "permutation" and min(n1, n2) < 2:
-        # scipy's permutation test wants two values a side; one run against tied ones (repeats: 1, a CPU
-        # figure in whole ticks) is the same enumeration of every split, done here
+        # scipy's permutation test wants two values a side: the same enumeration of every split, done here
         return MannWhitney(*_split_permutation_u(x, y), method)
     res = scipy.stats.mannwhitneyu(x, y, use_continuity=True, alternative="two-sided", method=scipy_method)
     return MannWhitney(float(res.statistic), float(res.pvalue), method)
 
 
 def _split_permutation_u(x: np.ndarray, y: np.ndarray) -> "tuple[float, float]":
-    """(U of x, two-sided p) from every split of the pooled values into |x| and |y| (midranks for ties):
-    p = 2 x the smaller tail, at most 1, as scipy.stats.permutation_test defines it for mannwhitneyu's
-    PermutationMethod (tests/test_analysis_stats.py checks the two agree where scipy takes the samples)."""
+    """(U of x, two-sided p) from every split of the pooled values (midranks for ties): p = 2 x the smaller tail, at
+    most 1, as scipy.stats.permutation_test defines it."""
     import itertools
 
     import scipy.stats
@@ -227,39 +181,29 @@ def _split_permutation_u(x: np.ndarray, y: np.ndarray) -> "tuple[float, float]":
 
 
 def min_p_value(n1: int, n2: int) -> float:
-    """The smallest two-sided p-value mann_whitney_u() can give for samples of these sizes (both at
-    most its exact_limit): that of two separated samples without ties, 2 / C(n1 + n2, n1)."""
+    """The smallest two-sided p-value mann_whitney_u() gives for exact samples of these sizes: 2 / C(n1 + n2, n1)."""
     return min(1.0, 2.0 / math.comb(n1 + n2, n1))
 
 
 def can_be_significant(n1: int, n2: int, alpha: float, exact_limit: int = 20) -> bool:
-    """Whether mann_whitney_u() of samples of these sizes can give p < alpha at all. False only where its method
-    is exact whatever the values (both samples within exact_limit, and few enough splits to enumerate with
-    ties), so that min_p_value() bounds every p it gives, and that bound is not below alpha: then any two such
-    samples are `not significant`, tested or not (2 repeats against 6: p >= 2/28)."""
+    """Whether mann_whitney_u() of samples of these sizes can give p < alpha at all: False only where its method is
+    exact whatever the values and min_p_value() is not below alpha (2 repeats against 6: p >= 2/28)."""
     if n1 > exact_limit or n2 > exact_limit or math.comb(n1 + n2, n1) > PERMUTATION_LIMIT:
         return True
     return min_p_value(n1, n2) < alpha
 
 
-# ---------------------------------------------------------------------------------------------
 # The minimum detectable change of a two-sample comparison
 
-# The asymptotic relative efficiency of Mann–Whitney U against the t test on normal data is 3/π: it needs
-# π/3 as many runs for the same power, i.e. its detectable shift is √(π/3) times the t test's.
+# Mann–Whitney U's asymptotic efficiency against the t test on normal data: its shift is √(π/3) times the t's
 MW_ARE = 3 / math.pi
 MAX_RUNS_NEEDED = 1000
 
 
 def detectable_change_pct(base: Sequence[float], cand: Sequence[float], alpha: float, power: float = 0.8) -> float:
-    """The smallest change of the median, in % of the base's, that a two-sided Mann–Whitney U test of samples
-    of these sizes would find at `alpha` with `power`, given their spread: inf when no p below alpha is
-    attainable at these counts (min_p_value) or neither side has two runs to tell a spread, NaN when the
-    base median is 0.
-
-    The spread is relative_spread's; the shift is the t test's, (t(1-α/2) + t(power)) · s · √(1/n1 + 1/n2)
-    with n1 + n2 − 2 degrees of freedom, widened by √(π/3) for the rank test's efficiency.
-    tests/test_compare.py checks by simulation that a shift of this size is found as often as `power` says."""
+    """The smallest change of the median, in % of the base's, a two-sided Mann–Whitney U test of these samples finds
+    at `alpha` with `power` (shift_pct of their relative_spread): inf when unattainable or no spread, NaN when the
+    base median is 0. tests/test_compare.py checks its power by simulation."""
     b, c = _finite(base), _finite(cand)
     rel = relative_spread(b, c)
     if rel != rel:
@@ -268,8 +212,8 @@ def detectable_change_pct(base: Sequence[float], cand: Sequence[float], alpha: f
 
 
 def relative_spread(base: Sequence[float], cand: Sequence[float]) -> float:
-    """The pooled sd of two samples (each about its own mean, ddof 1) relative to the base's median: inf
-    when neither side has two values, NaN when the base median is 0 or the base is empty."""
+    """The pooled sd of two samples (ddof 1) relative to the base's median: inf when neither side has two values,
+    NaN when the base median is 0 or the base is empty."""
     b, c = _finite(base), _finite(cand)
     if not len(b) or not float(np.median(b)):
         return math.nan
@@ -286,11 +230,9 @@ def _finite(values: Sequence[float]) -> np.ndarray:
 
 
 def shift_pct(rel_sd: float, n1: int, n2: int, alpha: float, power: float = 0.8) -> float:
-    """detectable_change_pct for a relative run spread `rel_sd` and counts n1, n2: inf where the rank test
-    cannot reach alpha at these counts. Small exact samples test at the largest p they can attain below
-    alpha (attainable_alpha: 4 runs a side test at 0.029, not 0.05), and the shift is widened by
-    1 + 1/(n1 + n2): without it, simulated normal runs found the shift 73-79% of the time at 4-6 runs a side,
-    with it 84-86% (tests/test_compare.py)."""
+    """detectable_change_pct for a relative run spread `rel_sd` and counts n1, n2 (inf where the rank test cannot
+    reach alpha): the t test's shift at the attainable_alpha, widened by √(π/3) for the rank test's efficiency and
+    by 1 + 1/(n1 + n2), which brings small samples to the power asked (tests/test_compare.py)."""
     import scipy.special
 
     if n1 < 1 or n2 < 1 or not can_be_significant(n1, n2, alpha) or rel_sd == math.inf:
@@ -302,9 +244,7 @@ def shift_pct(rel_sd: float, n1: int, n2: int, alpha: float, power: float = 0.8)
 
 
 def attainable_alpha(n1: int, n2: int, alpha: float, exact_limit: int = 20) -> float:
-    """The largest two-sided p-value below `alpha` that the exact Mann–Whitney U distribution of samples of
-    these sizes (no ties) can give, i.e. the level the test really has; `alpha` itself past exact_limit
-    (the normal approximation is continuous) and 0.0 when no p below alpha is attainable."""
+    """The test's real level: the largest two-sided exact p below `alpha` (`alpha` past exact_limit, 0.0: none)."""
     if n1 > exact_limit or n2 > exact_limit:
         return alpha
     counts = _u_counts(min(n1, n2), max(n1, n2))
@@ -321,8 +261,7 @@ def attainable_alpha(n1: int, n2: int, alpha: float, exact_limit: int = 20) -> f
 
 @functools.lru_cache(maxsize=None)
 def _u_counts(n1: int, n2: int) -> "tuple[int, ...]":
-    """How many orderings of n1 + n2 distinct values give each U = 0 .. n1·n2 (the exact null distribution,
-    by the recurrence on the largest value: it belongs to the first sample, adding n2 to U, or not)."""
+    """How many orderings of n1 + n2 distinct values give each U = 0 .. n1·n2 (recurrence on the largest value)."""
     if n1 == 0 or n2 == 0:
         return (1,)
     first, second = _u_counts(n1 - 1, n2), _u_counts(n1, n2 - 1)
@@ -335,8 +274,7 @@ def _u_counts(n1: int, n2: int) -> "tuple[int, ...]":
 
 
 def runs_needed(rel_sd: float, threshold_pct: float, alpha: float, power: float = 0.8) -> int:
-    """The fewest runs a side (the same on both) with which a change of the threshold is detectable at this
-    spread; MAX_RUNS_NEEDED + 1 when even that many are not enough."""
+    """The fewest runs a side to detect a change of the threshold at this spread (else MAX_RUNS_NEEDED + 1)."""
     if not rel_sd < math.inf:
         return MAX_RUNS_NEEDED + 1
     n = 2
@@ -347,14 +285,11 @@ def runs_needed(rel_sd: float, threshold_pct: float, alpha: float, power: float 
     return MAX_RUNS_NEEDED + 1
 
 
-# ---------------------------------------------------------------------------------------------
 # The seeds' table: rows send mode, columns receive mode, cells "MB/s (Gbit/s)" with the spread
 
 
 def format_rate(mb_s: float, gbit_s: float) -> str:
-    if not np.isfinite(mb_s):
-        return "–"
-    return f"{mb_s:.0f} MB/s ({gbit_s:.2f} Gbit/s)"
+    return f"{mb_s:.0f} MB/s ({gbit_s:.2f} Gbit/s)" if np.isfinite(mb_s) else "–"
 
 
 def format_spread(row: "pd.Series | dict", metric: str = "mb_s") -> str:
@@ -380,12 +315,9 @@ def mode_label(row, others: Sequence[str]) -> str:
 
 
 def mode_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """A summary by (send_mode, recv_mode) shaped like the seeds' tables: rows send mode, columns
-    receive mode, cells 'MB/s (Gbit/s)' followed by the spread on a second line."""
-    cells = {}
-    for _, row in summary.iterrows():
-        text = format_rate(row["mb_s_median"], row["gbit_s_median"]) + "\n" + format_spread(row)
-        cells[(row["send_mode"], row["recv_mode"])] = text
+    """A summary by (send_mode, recv_mode) as the seeds' tables: cells 'MB/s (Gbit/s)' and the spread below."""
+    cells = {(row["send_mode"], row["recv_mode"]): format_rate(row["mb_s_median"], row["gbit_s_median"]) + "\n"
+             + format_spread(row) for _, row in summary.iterrows()}
     sends = sorted({k[0] for k in cells})
     recvs = sorted({k[1] for k in cells})
     table = pd.DataFrame([[cells.get((s, r), "") for r in recvs] for s in sends], index=sends, columns=recvs)

@@ -1,15 +1,7 @@
-"""Change points in a series of sweep medians: a piecewise-constant fit with a penalty per step.
-
-asv's method (asv/step_detect.py, after Friedrich et al. 2008): among all segmentations, the one minimising
-penalty × segments + Σ w_i·|y_i − level of its segment|, with w_i = 1/σ_i and each level the segment's weighted
-median, so one wild night does not pull a level and a step counts in units of each night's own noise. The fit is
-exact (dynamic programming over every segmentation, _optimal_partition compiled by numba).
-
-σ_i (point_sigmas) is the standard error of the median read off the sweep's CI, floored at FLOOR_REL × the
-series' level, and scaled up by the MAD of consecutive differences when nights differ more than runs do.
-The penalty 2 + 2·log n (default_penalty) grows as the largest of n noise-only savings does; its calibration
-on simulated nights is in docs/performance.md and tests/test_history_steps.py.
-"""
+"""Change points in a series of sweep medians, asv's method (after Friedrich et al. 2008): the segmentation minimising
+penalty × segments + Σ |y_i − level|/σ_i, each level its segment's weighted median, found exactly by a compiled
+dynamic programme. σ_i (point_sigmas) comes from each sweep's CI, floored and scaled up when nights differ more
+than runs do; the penalty is 2 + 2·log n (its calibration: docs/performance.md)."""
 from __future__ import annotations
 
 import math
@@ -21,16 +13,12 @@ from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 import numpy as np
 
 FLOOR_REL = 0.002           # σ_i >= 0.2% of the series' median level
-# Points needed to estimate how much more nights vary than their CIs say: as many as a change point needs.
-# With fewer the fit would take a new nightly job's night-to-night wobble for steps (and
-# zcorch.analysis.detector would then hold the newest night against a one- or two-night "level").
+# Points needed to estimate how much more nights vary than their CIs say (fewer: a new job's wobble reads as steps)
 MIN_FOR_SCALE = 4
 PENALTY_PER_LOG = 2.0
 PENALTY_CONST = 2.0
 Z95 = 1.959963984540054     # normal quantile of a two-sided 95% interval
-# Fewer nights than this support no change point: with two or three, a "step" is one night against one or
-# two others, which is what the newest sweep's Mann–Whitney comparison judges (and says whether it is
-# significant); a step drawn there would claim what that verdict does not.
+# Fewer nights support no change point: one night against one or two others is the newest sweep's rank test's call
 MIN_POINTS_FOR_STEPS = 4
 
 
@@ -65,9 +53,7 @@ def default_penalty(n: int) -> float:
 
 
 def median_of(x: np.ndarray) -> float:
-    """np.median of a short 1-d array without NaN, the same float (the middle value, or the two middle ones'
-    sum halved, as np.median's mean of them): without np.median's general machinery, ~10 µs a call, and a
-    fleet's history asks several per series (point_sigmas) and per judged window (zcorch.analysis.detector)."""
+    """np.median of a short 1-d array without NaN, the same float, without np.median's costly generality."""
     s = np.sort(x)
     n = len(s)
     h = n // 2
@@ -77,9 +63,8 @@ def median_of(x: np.ndarray) -> float:
 def point_sigmas(y: Sequence[float], ci_low: Optional[Sequence[float]] = None,
                  ci_high: Optional[Sequence[float]] = None,
                  ci: "float | Sequence[float]" = 0.95) -> np.ndarray:
-    """The noise σ_i of each point from its confidence interval (see the module docstring); NaN
-    where y is NaN. `ci`: the level of every interval, or of each one (an interval of three runs is a
-    75% one: read off as if it were 95% it would make σ 1.7× too small)."""
+    """The noise σ_i of each point from its confidence interval (module docstring), NaN where y is; `ci`: the level
+    of every interval, or of each one (three runs give 75%: read as 95% σ would be 1.7× too small)."""
     y = np.asarray(y, dtype="float64")
     n = len(y)
     known = np.isfinite(y)
@@ -106,8 +91,7 @@ def point_sigmas(y: Sequence[float], ci_low: Optional[Sequence[float]] = None,
 
 
 def ci_sds(ci_low: Sequence[float], ci_high: Sequence[float], ci: "float | Sequence[float]" = 0.95) -> np.ndarray:
-    """The sampling sd of each median read off its interval (half-width / z of the level it really has),
-    with no floor and no scaling; NaN where there is no interval. zcorch.analysis.detector uses these raw."""
+    """The sampling sd of each median read off its interval (half-width / z of its level); NaN without one."""
     low = np.asarray(ci_low, dtype="float64")
     n = len(low)
     levels = np.broadcast_to(np.asarray(ci, dtype="float64"), (n,))
@@ -124,10 +108,8 @@ def _normal_quantile(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
 
-# Numerical slack of the fit's comparison of one segmentation's total against the best so far, relative to
-# the totals: totals equal in exact arithmetic (equal weights, a point exactly between two levels) are taken
-# as equal, and the one whose last segment starts earliest wins (fewer, later steps), whatever the rounding
-# of the order in which their sums were added.
+# Relative slack when comparing a segmentation's total with the best so far: totals equal in exact arithmetic tie,
+# and the earliest start of the last segment wins, whatever the rounding of the sums.
 _TIE = 1e-9
 
 
@@ -160,16 +142,10 @@ def _previous_member(members, p):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _optimal_partition(y, w, order, rank, penalty):  # pragma: no cover - compiled (by _optimal_partitions)
-    """The exact dynamic programme of fit_steps in O(n^2) updates, no n x n table kept.
-
-    best[b] = min over a < b of best[a] + cost(a, b) + penalty, cost(a, b) = min over m of
-    sum_{a<=i<b} w_i |y_i - m|. For each end b the start a runs from b - 1 down to 0, adding y[a] to the
-    segment; its weighted median is kept as a pointer into the sorted order of the whole series (order:
-    indices by value, ties by index, as a stable argsort; rank: its inverse) that moves over the ranks of the
-    segment's own points (a is <= index < b), with the weights and weighted values at or below it, so that
-    each cost is O(1) from those sums; the pointer skips the ranks of other points 64 at a time (a bit set of
-    the segment's ranks). Returns back[b] (the start of the last segment of the best fit
-    of y[:b]) and the rank of the weighted median of that segment."""
+    """The exact dynamic programme of fit_steps in O(n^2) updates: best[b] = min over a < b of best[a] + cost(a, b)
+    + penalty. For each end b the start a descends, the segment's weighted median kept as a pointer into the
+    series' sorted order (`order`, its inverse `rank`) moving over the segment's ranks (a bit set), so each cost is
+    O(1) from the running sums. Returns back[b], the start of the last segment of the best fit of y[:b]."""
     n = len(y)
     best = np.empty(n + 1)
     best[0] = 0.0
@@ -223,8 +199,7 @@ def _optimal_partition(y, w, order, rank, penalty):  # pragma: no cover - compil
 
 
 def _weighted_median(y: np.ndarray, w: np.ndarray) -> float:
-    """The level of a segment: the lowest value whose cumulative weight (values sorted, ties by index)
-    reaches half of all."""
+    """The level of a segment: the lowest value whose cumulative weight (ties by index) reaches half of all."""
     order = np.argsort(y, kind="stable")
     cum = np.cumsum(w[order])
     return float(y[order][int(np.argmax(cum >= cum[-1] / 2))])
@@ -232,9 +207,8 @@ def _weighted_median(y: np.ndarray, w: np.ndarray) -> float:
 
 @numba.njit(cache=True, nogil=True)
 def _optimal_partitions(y, w, order, rank, penalty, offsets):  # pragma: no cover - compiled
-    """_optimal_partition of each series k, y[offsets[k]:offsets[k + 1]] (and w, order, rank alike; order and
-    rank within the series), with penalty[k]: its back array at offsets[k] + k, n + 1 values. One call for many
-    series: the GIL is released once for all of them (fit_many)."""
+    """_optimal_partition of each series k, y[offsets[k]:offsets[k + 1]], its back array at offsets[k] + k: one call
+    (one GIL release) for many series."""
     back = np.empty(len(y) + len(offsets) - 1, dtype=np.int64)
     for k in range(len(offsets) - 1):
         a, b = offsets[k], offsets[k + 1]
@@ -300,10 +274,8 @@ def _finish(prep: _Prepared, back: np.ndarray) -> StepFit:
 
 def fit_steps(y: Sequence[float], sigma: Optional[Sequence[float]] = None,
               penalty: Optional[float] = None) -> StepFit:
-    """The best piecewise-constant fit of `y` (module docstring). `sigma`: the noise of each point
-    (default: point_sigmas(y), i.e. from the spread of the differences); NaN points are skipped and
-    belong to the segment around them. `penalty`: cost of one more segment, in σ units
-    (default_penalty of the number of points)."""
+    """The best piecewise-constant fit of `y` (module docstring); NaN points belong to the segment around them.
+    `sigma` defaults to point_sigmas(y), `penalty` (per segment, in σ units) to default_penalty."""
     # through the batch programme (a batch of one): one compiled function for every fit, loaded once
     return _start([_prepare(y, sigma, penalty)], None).result()[0]
 
@@ -321,11 +293,8 @@ class PendingFits:
 
 
 def start_fits(series: "Sequence[tuple[Sequence[float], Optional[Sequence[float]]]]", pool=None) -> PendingFits:
-    """fit_steps of each (y, sigma), the same fits: prepared here, the compiled part of all of them in one call
-    submitted to `pool` (a concurrent.futures executor; None: made when result() is asked), which holds no GIL from
-    start to end. A thread per fit took and gave back the GIL a few dozen times a series (its numpy calls), and a
-    thread judging meanwhile waited behind it at each of its own (a fleet's year: its 1,200 series judged in three
-    times their time)."""
+    """fit_steps of each (y, sigma): prepared here, the compiled part of all in one call (no GIL held) submitted to
+    `pool` (None: run when result() is asked); a thread per fit would make a judging thread wait on the GIL."""
     return _start([_prepare(y, sigma, None) for y, sigma in series], pool)
 
 
@@ -347,8 +316,7 @@ def _start(preps: list, pool) -> PendingFits:
 
 
 def fit_many(series: "Sequence[tuple[Sequence[float], Optional[Sequence[float]]]]", threads: int = 2) -> List[StepFit]:
-    """fit_steps of each (y, sigma), in order, the same fits: start_fits of `threads` shares (every k-th series), each
-    on a thread of its own."""
+    """fit_steps of each (y, sigma), in order: start_fits of `threads` shares, each on a thread of its own."""
     threads = max(1, min(threads, len(series)))
     if threads == 1:
         return start_fits(series).result()
@@ -363,9 +331,7 @@ def fit_many(series: "Sequence[tuple[Sequence[float], Optional[Sequence[float]]]
 
 
 def load_compiled() -> None:
-    """The compiled fit loaded from numba's cache (or compiled) now, by fitting a small series: the first
-    fit otherwise pays it (~0.7 s). zcorch.analysis.dataset calls it on a thread while DuckDB queries
-    (which release the GIL). A failure here is left to the real fit to raise."""
+    """The compiled fit loaded (or compiled) now by fitting a small series; a failure is left to the real fit."""
     try:
         fit_steps(np.arange(MIN_POINTS_FOR_STEPS, dtype="float64"), np.ones(MIN_POINTS_FOR_STEPS))
     except Exception:   # noqa: BLE001 - the same call in the real fit raises it where it is handled

@@ -1,10 +1,6 @@
-"""`zcorch report DIR --format json|markdown`: the Findings of any result set (zcorch.analysis.findings),
-and its Reproduction section when the experiment has a `reference:`, as one JSON document or as Markdown.
-
-The JSON document is described by docs/schemas/report.schema.json (SCHEMA_ID); a field is added there
-before it is added here. Numbers are plain JSON numbers in the units their names say (mb_s: 10^6 bytes/s,
-*_s_per_gib: CPU seconds per GiB moved, share: a fraction, 1.0 = the baseline); null where there is none.
-"""
+"""`zcorch report DIR --format json|markdown`: the Findings of a result set and its Reproduction section (with a
+`reference:`). The JSON is described by docs/schemas/report.schema.json (a field goes there first); numbers are in
+the units their names say, null where there is none."""
 from __future__ import annotations
 
 import dataclasses
@@ -85,11 +81,9 @@ def findings_markdown(found: dict, name: str) -> str:
              "* marks the efficient configurations (no other is at least as fast for less CPU per GiB).", ""]
     flags = found["flags"]
     lines.append(f"- {flags['failed_runs']} of {flags['runs']} runs failed.")
-    if found["have_host_cpu"]:
-        lines.append(f"- {flags['short_host_window_runs']} ok run(s) too short to measure host CPU "
-                     f"({flags['short_host_window_rule']}).")
-    else:
-        lines.append("- No host CPU in these runs: the process view only.")
+    lines.append(f"- {flags['short_host_window_runs']} ok run(s) too short to measure host CPU "
+                 f"({flags['short_host_window_rule']})." if found["have_host_cpu"] else
+                 "- No host CPU in these runs: the process view only.")
     if flags["not_converged_cells"]:
         lines.append(f"- Not converged: {', '.join(flags['not_converged_cells'])}.")
     lines.append("")

@@ -1,9 +1,5 @@
-"""The Jinja2 environment of the report's and the history page's templates (package data of zcorch.analysis).
-
-A module of its own so that a page which draws no plot in this process (`zcorch history`: its trend plots are
-drawn by helper processes) renders without importing zcorch.analysis.report and, through it, matplotlib
-(1.3 s of a `zcorch history`'s start on this machine).
-"""
+"""The Jinja2 environment of the report's and the history page's templates: a module of its own, so that a page
+renders without importing zcorch.analysis.report and, through it, matplotlib."""
 from __future__ import annotations
 
 import functools
@@ -15,8 +11,7 @@ from zcorch.analysis.links import anchor_href, href, path_href
 
 
 def text(value) -> str:
-    """A value as the report shows it (the templates' `text` filter; escaping is Jinja2's): NaN as nothing,
-    a float that is an integer (next to missing values in a column) as that integer."""
+    """A value as the report shows it (the `text` filter): NaN as nothing, an integral float as that integer."""
     if value is None:
         return ""
     if isinstance(value, (float, np.floating)):

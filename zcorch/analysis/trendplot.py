@@ -1,6 +1,5 @@
-"""The history page's trend plots: what one shows (TrendSpec, plain numbers and text) and how it is drawn
-(draw_trend, matplotlib), and image_bytes, which saves every figure of the analysis. Only numpy and
-matplotlib (lazily) are imported here."""
+"""The history page's trend plots: what one shows (TrendSpec) and how it is drawn (draw_trend), and image_bytes,
+which saves every figure of the analysis. Only numpy and matplotlib (lazily) are imported here."""
 from __future__ import annotations
 
 import io
@@ -32,8 +31,7 @@ class TrendSpec:
 
 
 def draw_trend(spec: TrendSpec) -> "Figure":
-    """The median with its CI across the sweeps, the fitted levels, the steps marked with the change
-    between the levels, sweeps where every run of the cell failed marked ×, a regressed newest circled."""
+    """The medians with their CIs, fitted levels, steps with their change, failed sweeps, a regressed newest."""
     from matplotlib.figure import Figure
     from matplotlib.transforms import blended_transform_factory
 
@@ -60,8 +58,7 @@ def draw_trend(spec: TrendSpec) -> "Figure":
     if spec.regression_at_newest:
         ax.plot([n - 1], [med[n - 1]], "o", ms=9, mfc="none", mec="C3", mew=2, label="regression")
     ax.set_xlim(-0.6, n - 0.4)
-    ax.set_xticks(spec.ticks)
-    ax.set_xticklabels(spec.tick_labels, fontsize=7)
+    ax.set_xticks(spec.ticks, spec.tick_labels, fontsize=7)
     ax.set_ylabel(spec.ylabel)
     ax.margins(y=0.15)
     ax.grid(True, alpha=0.3)
@@ -78,8 +75,7 @@ def png(spec: TrendSpec) -> bytes:
 
 
 def image_bytes(fig: "Figure", fmt: str = "png", dpi: int = DPI) -> bytes:
-    """The figure as PNG or SVG bytes. tight_layout() leaves a placeholder layout engine, for which savefig
-    draws the whole figure once more before drawing it; the layout is final, so that draw only costs time."""
+    """The figure as PNG or SVG bytes, its final layout kept (tight_layout's placeholder engine would draw twice)."""
     import matplotlib
     from matplotlib.layout_engine import PlaceHolderLayoutEngine
 
