@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from conftest import can_drop_caches, require_tool
+from fixtures_run import TAG_VAR
 from zcorch.config.baselines import DdBaseline, Iperf3Baseline
 from zcorch.config.baselines import iperf3 as ik
 from zcorch.sweep import baselines as bl
@@ -119,22 +120,27 @@ def test_iperf3_keys_once_per_distinct_pair_and_both_send_paths():
     assert len(ik.KIND.keys(Iperf3Baseline(per="sweep"), params)) == 2
 
 
-def _iperf3_servers():
+def _iperf3_servers(tag: str):
+    """iperf3 servers started by this test: they inherit its environment, TAG_VAR=tag among it (a parallel
+    test's servers, or one orphaned to init, are told apart by it, not by a machine-wide count)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"iperf3") and b"-s" in argv:
+        if argv and argv[0].endswith(b"iperf3") and b"-s" in argv and f"{TAG_VAR}={tag}".encode() in env:
             found.append(argv)
     return found
 
 
 @pytest.mark.parametrize("zerocopy", [False, True])
-def test_run_iperf3_on_localhost_parses_and_kills_the_server(zerocopy):
+def test_run_iperf3_on_localhost_parses_and_kills_the_server(zerocopy, tag, monkeypatch):
     require_tool("iperf3")
+    monkeypatch.setenv(TAG_VAR, tag)
     h = LocalHost()
     cfg = Iperf3Baseline(duration=1)
     rec = bl.run_server_client(ik.KIND, h, h, cfg, {"window": 1 << 20, "buffer": 65536, "zerocopy": zerocopy})
@@ -142,20 +148,18 @@ def test_run_iperf3_on_localhost_parses_and_kills_the_server(zerocopy):
     assert rec["result"]["bits_per_second"] > 0
     assert rec["result"]["blksize"] == 65536
     assert ("-Z" in rec["argv"]) is zerocopy
-    # its own server (on the client's port) is gone; parallel tests may run servers of their own
-    port = rec["argv"][rec["argv"].index("-p") + 1].encode()
-    assert not [argv for argv in _iperf3_servers() if port in argv]
+    assert _iperf3_servers(tag) == []
 
 
-def test_a_call_size_iperf3_cannot_send_is_skipped_with_why_not_started_to_fail():
+def test_a_call_size_iperf3_cannot_send_is_skipped_with_why_not_started_to_fail(tag, monkeypatch):
     # a whole-file sendfile() cell calls with 1 GiB; iperf3 itself refuses -l above 1 MiB (its usage text)
     require_tool("iperf3")
+    monkeypatch.setenv(TAG_VAR, tag)
     h = LocalHost()
-    before = len(_iperf3_servers())
     rec = bl.run_server_client(ik.KIND, h, h, Iperf3Baseline(duration=1),
                                {"window": None, "buffer": 1 << 30, "zerocopy": False})
     assert rec["status"] == "skipped" and "at most 1MiB" in rec["reason"] and "1GiB" in rec["reason"], rec
-    assert "argv" not in rec and len(_iperf3_servers()) <= before
+    assert "argv" not in rec and _iperf3_servers(tag) == []
     ran = h.run(ik.client_argv("127.0.0.1", 1, None, (1 << 20) + 1, False, duration=1), timeout=20)
     assert "block size too large" in ran.stderr + ran.stdout      # iperf3's own limit, just above 1 MiB
 
