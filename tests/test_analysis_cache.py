@@ -432,3 +432,27 @@ def test_no_module_of_zcorch_results_names_zcorch_analysis():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not [n for n in names if n.startswith("zcorch.analysis")], (path, node.lineno)
+
+
+def test_the_cache_carries_its_plans_count_and_a_stamp_is_trusted_only_as_far_as_plan_json_allows(tmp_path):
+    """Loading a cached set bounds its rows by plan.json; the cache keeps the planned count (and plan.json's size)
+    so that a million-run plan is not parsed again at every load. A count is taken only while plan.json has
+    that size and could hold that many entries (3 bytes each at least): a forged stamp allows no more rows
+    than a forged plan.json of the same bytes would."""
+    from zcorch.results import setfiles
+
+    d = tmp_path / "small"
+    shutil.copytree(SMALL, d)
+    assert cache.write_cache(d) is not None
+    plan_bytes = (d / "plan.json").stat().st_size
+    stamp = json.loads(pq.read_schema(d / "runs.parquet").metadata[cache.META_KEY])["plan"]
+    assert stamp == {"size": plan_bytes, "runs": len(json.loads((d / "plan.json").read_text()))}
+    parsed = setfiles.run_record_limit(d)
+    assert setfiles.run_record_limit(d, stamp) == parsed
+    most = plan_bytes // 3
+    as_stamped = setfiles.run_record_limit(d, {"size": plan_bytes, "runs": most})
+    assert as_stamped[0] == min(setfiles.MAX_RECORDS, most * setfiles.RETRY_FACTOR + setfiles.RETRY_SLACK)
+    for forged in ({"size": plan_bytes, "runs": most + 1}, {"size": plan_bytes + 1, "runs": 1},
+                   {"size": plan_bytes, "runs": -1}, {"size": plan_bytes, "runs": True}, "39", None):
+        assert setfiles.run_record_limit(d, forged) == parsed, forged
+    assert len(zcorch.load(d)) == stamp["runs"]

@@ -190,7 +190,8 @@ def arrow_table(frame: pd.DataFrame) -> "tuple[pa.Table, list]":
 
 
 def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = None,
-              derived_stamp: Optional[dict] = None, control: "Optional[str | dict]" = None) -> pa.Table:
+              derived_stamp: Optional[dict] = None, control: "Optional[str | dict]" = None,
+              plan: Optional[dict] = None) -> pa.Table:
     """`frame` with its derived columns as an Arrow table, the validity stamp in its metadata."""
     full = frames.add_derived(frame.copy(deep=False))  # shallow: the derived columns go to the copy only
     full = frames.add_copy_units(full, {None: yardsticks or frames.copy_yardsticks({})})
@@ -198,7 +199,7 @@ def _to_table(frame: pd.DataFrame, stamp: dict, yardsticks: Optional[dict] = Non
     raw = set(frame.columns)
     derived = [c for c in full.columns if c not in raw]
     table, json_columns = arrow_table(full)
-    meta = {**stamp, "derived": derived, "json_columns": json_columns, "derived_from": derived_stamp}
+    meta = {**stamp, "derived": derived, "json_columns": json_columns, "derived_from": derived_stamp, "plan": plan}
     return table.replace_schema_metadata({**(table.schema.metadata or {}), META_KEY: json.dumps(meta).encode()})
 
 
@@ -211,7 +212,11 @@ def _write(frame: pd.DataFrame, cache_path: Path, stamp: dict) -> None:
     if derived_stamp is not None and derived_stamp != _derived_stamp(cache_path.parent):
         derived_stamp = None  # meta.json changed while it was read: the copy units are recomputed on load
     control = derived_stamp["control"] if derived_stamp is not None else _control(cache_path.parent)
-    table = _to_table(frame, stamp, yardsticks, derived_stamp, control)
+    try:
+        plan = setfiles.plan_stamp(cache_path.parent)
+    except (OSError, ResultsError):  # the load bounds the cache by plan.json itself then
+        plan = None
+    table = _to_table(frame, stamp, yardsticks, derived_stamp, control, plan)
     # readers see the old file or the whole new one, never a part; nothing is written through a link
     setfiles.write_inside(cache_path.parent, cache_path.name, lambda f: pq.write_table(table, f))
     try:
@@ -290,12 +295,12 @@ CACHE_BYTES_SLACK = 64 * 1024 ** 2
 MAX_CACHE_COLUMNS = 10_000
 
 
-def _oversized(fd: int, source: _Source) -> Optional[str]:
-    """Why runs.parquet (open as `fd`) holds more than `source`'s runs.jsonl can give (rows, columns, bytes), from
-    its footer alone; None when it fits."""
+def _oversized(fd: int, source: _Source, meta: Optional[dict] = None) -> Optional[str]:
+    """Why runs.parquet (open as `fd`, its stamp `meta`) holds more than `source`'s runs.jsonl can give (rows,
+    columns, bytes), from its footer alone; None when it fits."""
     md = pq.ParquetFile(setfiles.fd_path(fd)).metadata
     try:
-        limit, why = setfiles.run_record_limit(source.runs.parent)
+        limit, why = setfiles.run_record_limit(source.runs.parent, (meta or {}).get("plan"))
     except (OSError, ResultsError) as exc:
         return f"its plan cannot be read ({exc})"
     by_size = source.size // MIN_RECORD_BYTES
@@ -317,7 +322,8 @@ def _matches(cache_path: Path, source: _Source) -> bool:
     except (OSError, ResultsError):
         return False
     try:
-        return source.matches(_cache_meta(pq.read_schema(setfiles.fd_path(fd)))) and _oversized(fd, source) is None
+        meta = _cache_meta(pq.read_schema(setfiles.fd_path(fd)))
+        return source.matches(meta) and _oversized(fd, source, meta) is None
     except (OSError, ValueError, pa.ArrowException):
         return False
     finally:
@@ -338,7 +344,7 @@ def _read(cache_path: Path, source: _Source) -> "Optional[tuple[pd.DataFrame, bo
         meta = _cache_meta(data.schema)
         if not source.matches(meta):
             return None
-        problem = _oversized(fd, source)
+        problem = _oversized(fd, source, meta)
         if problem is not None:  # a stamp can be copied: what the file holds is checked before it is read
             warnings.warn(f"{cache_path}: {problem}: ignored, rebuilt from {results.RUNS}", setfiles.SkippedWarning,
                           stacklevel=3)

@@ -149,10 +149,43 @@ def planned_runs(root: PathLike) -> Optional[int]:
     return len(plan)
 
 
-def run_record_limit(root: PathLike) -> Tuple[int, str]:
-    """(the most records runs.jsonl of set `root` may hold, why): what its plan can hold, planned runs x
-    RETRY_FACTOR + RETRY_SLACK (at most MAX_RECORDS); MAX_RECORDS_UNPLANNED without a plan.json."""
+def plan_stamp(root: PathLike) -> Optional[dict]:
+    """{"size", "runs"} of the set's plan.json (None without one): what run_record_limit may be told instead of
+    parsing it again (a plan of a million runs takes about a second)."""
     n = planned_runs(root)
+    if n is None:
+        return None
+    fd = open_inside(root, PLAN_NAME)
+    try:
+        return {"size": os.fstat(fd).st_size, "runs": n}
+    finally:
+        os.close(fd)
+
+
+def _stamped_runs(root: PathLike, stamp: Any) -> Optional[int]:
+    """The planned runs `stamp` (plan_stamp's, from a cache) gives, if plan.json still has its size and the count
+    fits that size (an entry takes 3 bytes at least): trusting it then allows no more than a plan.json of
+    those bytes could; else None."""
+    if not isinstance(stamp, dict) or type(stamp.get("runs")) is not int or type(stamp.get("size")) is not int:
+        return None
+    try:
+        fd = open_inside(root, PLAN_NAME)
+    except (OSError, ResultsError):
+        return None
+    try:
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    return stamp["runs"] if size == stamp["size"] and 0 <= stamp["runs"] <= size // 3 else None
+
+
+def run_record_limit(root: PathLike, stamp: Any = None) -> Tuple[int, str]:
+    """(the most records runs.jsonl of set `root` may hold, why): what its plan can hold, planned runs x
+    RETRY_FACTOR + RETRY_SLACK (at most MAX_RECORDS); MAX_RECORDS_UNPLANNED without a plan.json. stamp: a
+    plan_stamp taken earlier, used when it still fits plan.json (_stamped_runs)."""
+    n = _stamped_runs(root, stamp)
+    if n is None:
+        n = planned_runs(root)
     if n is None:
         return MAX_RECORDS_UNPLANNED, f"the set has no {PLAN_NAME}"
     limit = min(MAX_RECORDS, n * RETRY_FACTOR + RETRY_SLACK)
