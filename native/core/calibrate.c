@@ -148,15 +148,20 @@ int zc_calibrate(uint64_t bytes, int cpu, zc_calibration *out, zc_error *err)
         return fail(err, EINVAL, "--bytes must be between 1MiB and 16GiB, got %llu", (unsigned long long)bytes);
     if (cpu >= CPU_SETSIZE)
         return fail(err, EINVAL, "--cpu %d is out of range", cpu);
+    /* pinned while it measures, then the caller's CPUs back: in a long-lived process (a notebook, the test
+     * suite) the thread, and every process it starts later, would otherwise stay on that one CPU */
+    cpu_set_t before;
     if (cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);
         CPU_SET(cpu, &set);
-        if (sched_setaffinity(0, sizeof set, &set) < 0)
+        if (sched_getaffinity(0, sizeof before, &before) < 0 || sched_setaffinity(0, sizeof set, &set) < 0)
             return fail(err, errno, "sched_setaffinity: %s", strerror(errno));
     }
-    if (calibrate_memcpy(bytes, out, err) < 0 || calibrate_faults(bytes, out, err) < 0)
-        return -1;
-    calibrate_syscall(out);
-    return 0;
+    int rc = calibrate_memcpy(bytes, out, err) < 0 || calibrate_faults(bytes, out, err) < 0 ? -1 : 0;
+    if (rc == 0)
+        calibrate_syscall(out);
+    if (cpu >= 0)
+        sched_setaffinity(0, sizeof before, &before);
+    return rc;
 }

@@ -15,7 +15,6 @@ metrics; host_* metrics and samples are host-wide, taken once around all streams
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 TYPE_CHECKING = False
@@ -205,15 +204,13 @@ _GIB = float(1 << 30)
 
 
 def calibrate(bytes: int = CALIBRATE_BYTES, cpu: Optional[int] = None) -> "dict[str, Any]":
-    """Copy-cost yardsticks of this host (native/core/calibrate.c), on this thread (pinned to `cpu` meanwhile): the
+    """Copy-cost yardsticks of this host (native/core/calibrate.c), on this thread (pinned to `cpu` while it measures): the
     zc_calibration fields, and derived from them memcpy_s_per_gib (CPU seconds one copy of a GiB costs),
     memcpy_gib_s, memcpy_best_s_per_gib, fault_ns_per_page, fault_s_per_gib, syscall_ns_per_call."""
     L = _lib()
     out = ffi.new("zc_calibration *")
     err = ffi.new("zc_error *")
-    with _caller_affinity_kept():
-        failed = L.zc_calibrate(int(bytes), -1 if cpu is None else int(cpu), out, err) != 0
-    if failed:
+    if L.zc_calibrate(int(bytes), -1 if cpu is None else int(cpu), out, err) != 0:
         _raise(err)
     r: "dict[str, Any]" = {name: int(getattr(out, name)) for name, _ in ffi.typeof("zc_calibration").fields}
     gib = r["memcpy_bytes"] / _GIB
@@ -456,18 +453,6 @@ def _result(side: str, mode: str, m, params: "dict[str, Any]", c: _CParams) -> "
                           for i in range(params.get("streams", 1))]
     out["params"] = params
     return out
-
-
-@contextlib.contextmanager
-def _caller_affinity_kept():
-    """The calibration pins the calling thread (`cpu`): in a long-lived process (a notebook, the test suite)
-    that thread, and every process it starts later, would stay on that one CPU."""
-    before = os.sched_getaffinity(0)
-    try:
-        yield
-    finally:
-        if os.sched_getaffinity(0) != before:
-            os.sched_setaffinity(0, before)
 
 
 def _check_port(port: int) -> None:
