@@ -27,13 +27,13 @@ def base_params(**overrides):
     return p
 
 
-def tagged_worker_pids(tag):
-    """Pids of live zcorch.worker processes whose environment carries our tag."""
+def tagged_pids(tag, wanted):
+    """Pids of live processes whose environment carries our tag and whose argv (a list of bytes) is `wanted`."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"zcorch.worker" not in f.read():
+                if not wanted(f.read().split(b"\0")):
                     continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read().split(b"\0")
@@ -45,6 +45,11 @@ def tagged_worker_pids(tag):
         if f"{TAG_VAR}={tag}".encode() in env:
             pids.append(int(pid))
     return pids
+
+
+def tagged_worker_pids(tag):
+    """Pids of live zcorch.worker processes whose environment carries our tag."""
+    return tagged_pids(tag, lambda argv: any(b"zcorch.worker" in a for a in argv))
 
 
 def poll_until_empty(probe, within, interval=0.1):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import can_drop_caches, require_tool
-from fixtures_run import TAG_VAR
+from fixtures_run import TAG_VAR, tagged_pids
 from zcorch.config.baselines import DdBaseline, Iperf3Baseline
 from zcorch.config.baselines import iperf3 as ik
 from zcorch.sweep import baselines as bl
@@ -123,18 +123,7 @@ def test_iperf3_keys_once_per_distinct_pair_and_both_send_paths():
 def _iperf3_servers(tag: str):
     """iperf3 servers started by this test: they inherit its environment, TAG_VAR=tag among it (a parallel
     test's servers, or one orphaned to init, are told apart by it, not by a machine-wide count)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and argv[0].endswith(b"iperf3") and b"-s" in argv and f"{TAG_VAR}={tag}".encode() in env:
-            found.append(argv)
-    return found
+    return tagged_pids(tag, lambda argv: argv[0].endswith(b"iperf3") and b"-s" in argv)
 
 
 @pytest.mark.parametrize("zerocopy", [False, True])
