@@ -153,11 +153,13 @@ def plan_stamp(root: PathLike) -> Optional[dict]:
     """{"size", "runs"} of the set's plan.json (None without one): what run_record_limit may be told instead of
     parsing it again (a plan of a million runs takes about a second)."""
     n = planned_runs(root)
-    if n is None:
-        return None
+    return None if n is None else {"size": _plan_size(root), "runs": n}
+
+
+def _plan_size(root: PathLike) -> int:
     fd = open_inside(root, PLAN_NAME)
     try:
-        return {"size": os.fstat(fd).st_size, "runs": n}
+        return os.fstat(fd).st_size
     finally:
         os.close(fd)
 
@@ -169,13 +171,9 @@ def _stamped_runs(root: PathLike, stamp: Any) -> Optional[int]:
     if not isinstance(stamp, dict) or type(stamp.get("runs")) is not int or type(stamp.get("size")) is not int:
         return None
     try:
-        fd = open_inside(root, PLAN_NAME)
+        size = _plan_size(root)
     except (OSError, ResultsError):
         return None
-    try:
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
     return stamp["runs"] if size == stamp["size"] and 0 <= stamp["runs"] <= size // 3 else None
 
 
